@@ -1,0 +1,84 @@
+#include <filesystem>
+#include <iostream>
+
+#include "cli.hpp"
+#include "strata/common/error.hpp"
+#include "strata/common/json_reader.hpp"
+#include "strata/sim/spec_io.hpp"
+
+namespace strata::cli {
+
+namespace fs = std::filesystem;
+
+void add_db_option(CLI::App* cmd, std::string& db_path) {
+    cmd->add_option("--db", db_path, "hardware database (default: the seeded database of this build, or $STRATA_HWDB)");
+}
+
+hwdb::Database open_db(const std::string& db_path) {
+    return hwdb::Database::open(db_path.empty() ? hwdb::default_db_path() : db_path, false);
+}
+
+void add_spec_options(CLI::App* cmd, SpecArgs& a) {
+    cmd->add_option("--scenario,-s", a.scenario, "scenario JSON (model, cluster and plan), or a bundled scenario name");
+    cmd->add_option("--model,-m", a.model, "model JSON, or a bundled model name (e.g. llama-2-7b)");
+    cmd->add_option("--cluster,-c", a.cluster, "cluster JSON, or a bundled cluster name (e.g. dgx-h100-x8)");
+    cmd->add_option("--plan,-p", a.plan, "plan JSON, or a bundled plan name");
+}
+
+std::string find_bundled(const std::string& kind, const std::string& name) {
+    if (name.empty()) return "";
+    const fs::path root = STRATA_SCENARIOS_DIR;
+    for (const fs::path& cand : {root / kind / (name + ".json"), root / kind / name, root / (name + ".json")}) {
+        std::error_code ec;
+        if (fs::is_regular_file(cand, ec)) return cand.string();
+    }
+    return "";
+}
+
+static std::string locate(const std::string& kind, const std::string& what, const std::string& option) {
+    std::error_code ec;
+    if (fs::is_regular_file(what, ec)) return what;
+    std::string b = find_bundled(kind, what);
+    if (!b.empty()) return b;
+    throw InputError(option, "", "\"" + what + "\" is neither a file nor a bundled " + kind + " name (see scenarios/" + kind + "/)");
+}
+
+sim::Scenario resolve_specs(const SpecArgs& a, bool need_plan) {
+    sim::Scenario s;
+    std::string plan_file;
+    if (!a.scenario.empty()) {
+        plan_file = locate("", a.scenario, "--scenario");
+        s = sim::load_scenario(plan_file);
+    } else {
+        if (a.model.empty()) throw InputError("--model", "", "is required (or give --scenario)");
+        if (a.cluster.empty()) throw InputError("--cluster", "", "is required (or give --scenario)");
+        s.model = sim::load_model(locate("models", a.model, "--model"));
+        s.cluster = sim::load_cluster(locate("clusters", a.cluster, "--cluster"));
+        s.name = s.model.name + " on " + s.cluster.name;
+    }
+    // Explicit --model/--cluster/--plan override the scenario's own.
+    if (!a.scenario.empty() && !a.model.empty()) s.model = sim::load_model(locate("models", a.model, "--model"));
+    if (!a.scenario.empty() && !a.cluster.empty()) s.cluster = sim::load_cluster(locate("clusters", a.cluster, "--cluster"));
+    if (!a.plan.empty()) {
+        plan_file = locate("plans", a.plan, "--plan");
+        s.plan = sim::load_plan(plan_file);
+    }
+    if (need_plan && !s.plan) throw InputError(a.scenario.empty() ? "--plan" : a.scenario, "plan", "is required");
+    if (s.plan) sim::validate_plan(s.model, s.cluster, *s.plan, plan_file.empty() ? "--plan" : plan_file);
+    return s;
+}
+
+hwdb::HardwareView view_for(const hwdb::Database& db, const sim::ClusterSpec& c) {
+    return db.view(c.gpu, c.node, c.intra_link, c.nic, c.ssd, c.cpu);
+}
+
+void write_output(const std::string& path, const std::string& text) {
+    if (path == "-") {
+        std::cout << text;
+        if (!text.empty() && text.back() != '\n') std::cout << "\n";
+        return;
+    }
+    write_file_atomic(path, text);
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,74 @@
+#include "strata/common/text.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace strata {
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+    std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+    for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+    for (std::size_t i = 1; i <= a.size(); ++i) {
+        cur[0] = i;
+        for (std::size_t j = 1; j <= b.size(); ++j) {
+            std::size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+            cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+        }
+        std::swap(prev, cur);
+    }
+    return prev[b.size()];
+}
+
+std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates) {
+    std::size_t limit = std::max<std::size_t>(2, word.size() / 3);
+    std::string best;
+    std::size_t best_d = limit + 1;
+    for (const auto& c : candidates) {
+        std::size_t d = edit_distance(word, c);
+        if (d < best_d) {
+            best_d = d;
+            best = c;
+        }
+    }
+    return best;
+}
+
+static std::string printf_str(const char* fmt, double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, fmt, v);
+    return buf;
+}
+
+std::string human_bytes(double bytes) {
+    const char* units[] = {"B", "KB", "MB", "GB", "TB", "PB"};
+    int u = 0;
+    double v = bytes;
+    while (std::fabs(v) >= 1000.0 && u < 5) {
+        v /= 1000.0;
+        ++u;
+    }
+    return printf_str(u == 0 ? "%.0f" : "%.2f", v) + " " + units[u];
+}
+
+std::string human_seconds(double s) {
+    double a = std::fabs(s);
+    if (a >= 1.0) return printf_str("%.3f", s) + " s";
+    if (a >= 1e-3) return printf_str("%.3f", s * 1e3) + " ms";
+    if (a >= 1e-6) return printf_str("%.3f", s * 1e6) + " us";
+    return printf_str("%.0f", s * 1e9) + " ns";
+}
+
+std::string fmt_sci(double v, int digits) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.*e", std::max(0, digits - 1), v);
+    return buf;
+}
+
+std::string fmt_fixed(double v, int decimals) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+    return buf;
+}
+
+}  // namespace strata

@@ -1,0 +1,66 @@
+// HardwareView: everything the simulator's cost models may know about one cluster's hardware, as a
+// plain value. Built once from the database (Database::view) so sim/ never touches SQL or files.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "strata/hwdb/types.hpp"
+
+namespace strata::hwdb {
+
+/// A measured GEMM efficiency point: achieved / datasheet peak for one shape and dtype.
+struct GemmPoint {
+    std::int64_t m = 0, n = 0, k = 0;
+    Dtype dtype = Dtype::bf16;
+    double efficiency = 0;
+};
+
+/// Achieved TFLOP/s of attention (forward or backward) at one (seq, head_dim, causal).
+struct AttentionPoint {
+    std::int64_t seq = 0, head_dim = 0;
+    bool causal = true, backward = false;
+    Dtype dtype = Dtype::bf16;
+    double flops_per_s = 0;
+};
+
+/// Alpha-beta collective model: t = alpha_ns + bytes * factor(n) / busbw_Bps (nccl-tests' busbw).
+struct CollectiveFit {
+    std::string collective;  ///< all_reduce, all_gather, reduce_scatter, all_to_all, send_recv, broadcast
+    std::string scope;       ///< "intra" (one node) or "inter" (across nodes)
+    int group = 0;           ///< ranks in the group
+    double alpha_ns = 0;
+    double busbw_Bps = 0;
+    Provenance provenance = Provenance::fitted;
+};
+
+/// A bandwidth with a fixed latency: t = latency_ns + bytes / Bps.
+struct BandwidthFit {
+    double latency_ns = 0;
+    double Bps = 0;
+    Provenance provenance = Provenance::datasheet;
+};
+
+struct HardwareView {
+    Gpu gpu;
+    Node node;
+    Link scale_up;     ///< NVLink/NVSwitch (or PCIe when none)
+    Link host;         ///< GPU <-> host PCIe
+    Link nic;          ///< one NIC
+    Ssd ssd;
+    Cpu cpu;
+
+    // Measured/fitted figures (empty when the database has none for this GPU).
+    std::vector<GemmPoint> gemm_points;
+    std::vector<AttentionPoint> attention_points;
+    std::vector<CollectiveFit> collectives;
+    std::optional<BandwidthFit> hbm;             ///< achieved HBM bandwidth of memory-bound kernels
+    std::optional<BandwidthFit> h2d, d2h;        ///< pinned copies
+    std::optional<BandwidthFit> ssd_read, ssd_write;
+    std::optional<double> cpu_adam_params_per_s;
+    std::int64_t measured_run = 0;               ///< newest run the measured figures come from (0 = none)
+    std::string measured_device;                 ///< the GPU id those measurements were taken on
+};
+
+}  // namespace strata::hwdb

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs every test: the release build (unit, cli, fidelity), then the same unit
+# tests under AddressSanitizer + UndefinedBehaviorSanitizer, then a bounded fuzzing run.
+# Usage: scripts/test.sh [--fast]   (--fast: release build only)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
+bash scripts/build.sh release
+(cd build && ctest --output-on-failure -j "$(nproc)")
+if [ "${1:-}" = "--fast" ]; then exit 0; fi
+bash scripts/build.sh asan-ubsan
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+   ctest --output-on-failure -j "$(nproc)" -L unit)
+if [ -f tests/fuzz/CMakeLists.txt ]; then
+  bash scripts/build.sh fuzz
+  (cd build-fuzz && ctest --output-on-failure -L fuzz)
+fi

@@ -1,0 +1,146 @@
+// The three inputs of every Strata question, as value types: what is trained (ModelSpec), on what
+// (ClusterSpec) and how it is split (PlanSpec). Parsed and validated at the edge (spec_io.hpp);
+// everything below the edge trusts them. Vocabulary follows Megatron-LM. Units: SI (bytes, bytes/s,
+// seconds); the JSON files use the human units named in docs/formats.md.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace strata::sim {
+
+enum class FfnKind { gelu, swiglu };
+enum class NormKind { layernorm, rmsnorm };
+enum class PositionKind { learned, rope, none };
+
+/// Mixture-of-Experts block description (DeepSeek/Mixtral style).
+struct MoeSpec {
+    int experts = 0;                    ///< routed experts per MoE layer
+    int top_k = 1;                      ///< experts each token is routed to
+    std::int64_t expert_ffn_hidden = 0; ///< FFN width of one expert (0 = model.ffn_hidden)
+    int moe_every = 1;                  ///< every n-th layer is MoE (1 = all)
+    int shared_experts = 0;             ///< always-on experts (DeepSeek), each expert_ffn_hidden wide
+    double capacity_factor = 0.0;       ///< 0 = dropless
+    double load_skew = 0.0;             ///< hottest expert's extra load: 0 = uniform, 1 = twice the mean
+};
+
+/// A decoder-only Transformer (GPT, LLaMA, Mistral, Qwen, Mixtral, DeepSeek-style MoE).
+struct ModelSpec {
+    std::string name;
+    int layers = 0;
+    std::int64_t hidden = 0;
+    int heads = 0;
+    int kv_heads = 0;               ///< GQA/MQA; == heads for MHA
+    std::int64_t head_dim = 0;      ///< usually hidden / heads
+    std::int64_t ffn_hidden = 0;
+    FfnKind ffn = FfnKind::gelu;
+    std::int64_t vocab = 0;
+    std::int64_t seq_len = 0;
+    std::int64_t max_position = 0;  ///< rows of a learned position table (0 = seq_len)
+    NormKind norm = NormKind::layernorm;
+    PositionKind position = PositionKind::learned;
+    bool tied_embeddings = false;
+    bool linear_bias = false;       ///< biases in QKV/proj/MLP linears (GPT-2/3: true; LLaMA: false)
+    bool qkv_bias = false;          ///< bias on QKV only (Qwen2)
+    double dropout = 0.0;           ///< dropout probability (GPT-3 in Megatron: 0.1); > 0 stores masks
+    std::optional<MoeSpec> moe;
+
+    bool is_moe() const { return moe.has_value() && moe->experts > 0; }
+    bool layer_is_moe(int layer) const { return is_moe() && (layer % moe->moe_every) == (moe->moe_every - 1); }
+};
+
+enum class NetTopology { fat_tree, rail_optimized };
+
+/// A pool of identical nodes. Fields left 0/empty take the hwdb node/GPU defaults when resolved.
+struct ClusterSpec {
+    std::string name;
+    std::string gpu;                  ///< hwdb GPU id, e.g. "H100-SXM5-80GB"
+    int nodes = 1;
+    int gpus_per_node = 8;
+    std::string node;                 ///< hwdb node id, e.g. "DGX-H100" ("" = generic)
+    std::string intra_link;           ///< hwdb link id of the scale-up fabric ("" = from GPU)
+    std::string nic;                  ///< hwdb link id of one NIC, e.g. "ib-ndr" ("" = from node)
+    int nics_per_node = 0;
+    double nic_Bps = 0;               ///< override of one NIC's per-direction bandwidth
+    NetTopology topology = NetTopology::rail_optimized;
+    double oversubscription = 1.0;    ///< fat-tree leaf uplink oversubscription (1 = non-blocking)
+    int nodes_per_leaf = 32;
+    int gpus_per_pcie_switch = 2;     ///< GPUs sharing one PCIe switch (and its host uplink)
+    double host_dram_bytes = 0;
+    std::string cpu;                  ///< hwdb CPU id ("" = from node)
+    std::string ssd;                  ///< hwdb SSD id ("" = from node)
+    int ssds_per_node = 0;
+    double price_per_gpu_hour = 0;    ///< USD
+    /// Full-mode heterogeneity: per-GPU slowdown factors (1 = nominal), applied by global rank.
+    std::vector<std::pair<int, double>> slow_gpus;
+
+    int gpu_count() const { return nodes * gpus_per_node; }
+};
+
+enum class Schedule { gpipe, one_f_one_b, interleaved_1f1b };
+enum class Recompute { none, selective, full };
+enum class Precision { fp32, bf16, fp16, fp8 };
+enum class Tier { gpu = 0, cpu = 1, ssd = 2 };
+constexpr int kTierCount = 3;
+
+/// Where a class of model state lives: fractions per tier that sum to 1 (Angel-PTM's split).
+struct TierSplit {
+    double gpu = 1.0, cpu = 0.0, ssd = 0.0;
+    double of(Tier t) const { return t == Tier::gpu ? gpu : t == Tier::cpu ? cpu : ssd; }
+    bool all_gpu() const { return cpu == 0.0 && ssd == 0.0; }
+};
+
+struct OffloadSpec {
+    TierSplit optimizer, params, grads, activations;
+};
+
+/// How the model is split and run (Megatron-LM vocabulary).
+struct PlanSpec {
+    int tp = 1, pp = 1, dp = 1, cp = 1, ep = 1;
+    int vpp = 1;                          ///< virtual stages per pipeline rank (interleaving)
+    int micro_batch = 1;                  ///< sequences per micro-batch
+    int global_batch = 1;                 ///< sequences per optimizer step
+    bool sequence_parallel = false;
+    bool flash_attention = true;          ///< fused attention: no s^2 activations kept
+    Schedule schedule = Schedule::one_f_one_b;
+    int zero_stage = 0;                   ///< 0..3; 1 = Megatron's distributed optimizer
+    Recompute recompute = Recompute::none;
+    int recompute_layers = -1;            ///< full recompute: layers per stage recomputed (-1 = all)
+    Precision precision = Precision::bf16;
+    OffloadSpec offload;
+    bool lock_free_update = false;        ///< Angel-PTM: step i's optimizer overlaps step i+1's forward
+    bool overlap_grad_reduce = true;      ///< DP reduce bucketed and overlapped with backward
+    bool overlap_param_gather = true;     ///< ZeRO-3 / dist-opt all-gather prefetched
+    std::int64_t dp_bucket_bytes = 40'000'000;  ///< DP gradient bucket (Megatron default 40 MB)
+    std::vector<int> layer_split;         ///< uneven pipeline: layers per stage (empty = even)
+
+    int gpus() const { return tp * pp * dp * cp; }
+    int micro_batches() const { return global_batch / (micro_batch * dp); }
+};
+
+/// A scenario file: a model, a cluster and (optionally) a plan.
+struct Scenario {
+    std::string name;
+    std::string description;
+    ModelSpec model;
+    ClusterSpec cluster;
+    std::optional<PlanSpec> plan;
+};
+
+/// Layers of each pipeline stage (uneven split honoured; else as even as possible, remainder to the middle).
+std::vector<int> stage_layers(const ModelSpec& m, const PlanSpec& p);
+
+// Names used in JSON and in output.
+const char* to_string(FfnKind);
+const char* to_string(NormKind);
+const char* to_string(PositionKind);
+const char* to_string(Schedule);
+const char* to_string(Recompute);
+const char* to_string(Precision);
+const char* to_string(Tier);
+const char* to_string(NetTopology);
+/// Bytes per element of the compute precision (fp8 = 1, bf16/fp16 = 2, fp32 = 4).
+int bytes_per_element(Precision p);
+
+}  // namespace strata::sim

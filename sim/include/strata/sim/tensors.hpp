@@ -1,0 +1,70 @@
+// The one list of every tensor (llm.c's fill_in_*_sizes): what a layer keeps from forward to
+// backward for one micro-batch, and what model state a pipeline stage holds. The analytical memory
+// model, the lowering's Alloc/Free instructions and the runtime's arenas all read these lists, so
+// predicted and allocated bytes agree by construction. Sizes are per rank, after TP/SP/CP/EP/ZeRO.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "strata/sim/spec.hpp"
+
+namespace strata::sim {
+
+/// What a tensor is, for breakdowns by tag (matches the memory JSON's *_bytes fields).
+enum class TensorTag : std::int32_t { weights = 0, grads, optimizer, activations, buffers, count };
+constexpr int kTensorTagCount = static_cast<int>(TensorTag::count);
+const char* to_string(TensorTag);
+
+/// How long a tensor lives.
+enum class Lifetime : std::uint8_t {
+    persistent,  ///< whole run (model states)
+    stashed,     ///< from a layer's forward to its backward, per micro-batch (activations)
+    transient    ///< during one op or one layer's backward (workspace, recompute, gathered params)
+};
+
+struct TensorDesc {
+    std::string name;     ///< e.g. "attn.qkv_in", "mlp.fc1_out", "weights", "optimizer.m"
+    TensorTag tag = TensorTag::activations;
+    Lifetime lifetime = Lifetime::stashed;
+    double bytes = 0;     ///< per rank, on all tiers together
+    TierSplit tiers;      ///< where it lives (from plan.offload)
+    std::string shape;    ///< human shape, e.g. "(s/tp, b, h)" for docs and traces
+};
+
+/// Activations one transformer layer stashes for backward, for one micro-batch on one rank,
+/// honouring TP/SP, CP, recompute (none/selective/full), flash attention, dropout, GQA, SwiGLU and
+/// MoE (top-k tokens per expert, with load skew). `recomputed` = this layer is fully recomputed:
+/// only its input is kept. Reference: Korthikanti et al., "Reducing Activation Recomputation in
+/// Large Transformer Models" (MLSys 2023), Table 2 / Eqs. 1-5.
+std::vector<TensorDesc> layer_activations(const ModelSpec& m, const PlanSpec& p, int layer, bool recomputed);
+
+/// Transient peak of a layer's backward (recomputed activations, gradient of the layer's widest
+/// intermediate) on one rank: held only while that layer's backward runs.
+std::vector<TensorDesc> layer_backward_workspace(const ModelSpec& m, const PlanSpec& p, int layer, bool recomputed);
+
+/// Activations of the embedding (first stage) and of logits/loss (last stage) per micro-batch.
+std::vector<TensorDesc> embedding_activations(const ModelSpec& m, const PlanSpec& p);
+std::vector<TensorDesc> logits_activations(const ModelSpec& m, const PlanSpec& p);
+
+/// Parameters held by one rank of pipeline stage `stage` (before ZeRO sharding), split into dense
+/// (replicated over dp) and expert (sharded over ep, replicated over dp/ep) counts.
+struct StageParams {
+    double dense = 0;
+    double expert = 0;
+    double total() const { return dense + expert; }
+};
+StageParams stage_params(const ModelSpec& m, const PlanSpec& p, int stage);
+
+/// Model states of one rank of `stage`: weights, grads, optimizer states (mixed-precision Adam:
+/// 2 + 2 + 12 bytes/param split by ZeRO stage over dp, as in the ZeRO paper), each with its tiers.
+std::vector<TensorDesc> stage_model_states(const ModelSpec& m, const PlanSpec& p, int stage);
+
+/// Communication and runtime buffers of one rank (DP buckets, ZeRO-3 gathered layer, PP p2p
+/// buffers, framework reserve).
+std::vector<TensorDesc> stage_buffers(const ModelSpec& m, const PlanSpec& p, int stage);
+
+/// Layers of `stage` that full recompute applies to (plan.recompute_layers of them, first ones).
+bool layer_recomputed(const ModelSpec& m, const PlanSpec& p, int stage, int layer_in_stage);
+
+}  // namespace strata::sim
