@@ -65,7 +65,7 @@ void write_file_atomic(const std::string& path, const std::string& text) {
     }
 }
 
-std::string describe_json(const json& v) {
+std::string describe_json(const nlohmann::json& v) {
     if (v.is_object()) return "an object";
     if (v.is_array()) return "an array";
     if (v.is_null()) return "null";
@@ -74,7 +74,7 @@ std::string describe_json(const json& v) {
     return s;
 }
 
-JsonReader::JsonReader(const json& obj, std::string file, std::string path)
+JsonReader::JsonReader(const nlohmann::json& obj, std::string file, std::string path)
     : obj_(obj), file_(std::move(file)), path_(std::move(path)) {
     if (!obj_.is_object()) throw InputError(file_, path_, "must be a JSON object (got " + describe_json(obj_) + ")");
 }
@@ -90,7 +90,7 @@ const json* JsonReader::get(const std::string& key) {
     return &*it;
 }
 
-const json& JsonReader::at(const std::string& key) const {
+const nlohmann::json& JsonReader::at(const std::string& key) const {
     auto it = obj_.find(key);
     if (it == obj_.end() || it->is_null()) fail(key, "is required");
     return *it;
@@ -102,7 +102,7 @@ void JsonReader::fail(const std::string& key, const std::string& rule) const {
 
 std::string JsonReader::str(const std::string& key) {
     seen_.insert(key);
-    const json& v = at(key);
+    const nlohmann::json& v = at(key);
     if (!v.is_string()) fail(key, "must be a string (got " + describe_json(v) + ")");
     return v.get<std::string>();
 }
@@ -111,7 +111,7 @@ std::string JsonReader::str_or(const std::string& key, const std::string& dflt) 
 
 std::int64_t JsonReader::i64(const std::string& key) {
     seen_.insert(key);
-    const json& v = at(key);
+    const nlohmann::json& v = at(key);
     if (v.is_number_integer()) return v.get<std::int64_t>();
     if (v.is_number_float()) {
         double d = v.get<double>();
@@ -124,7 +124,7 @@ std::int64_t JsonReader::i64_or(const std::string& key, std::int64_t dflt) { ret
 
 double JsonReader::num(const std::string& key) {
     seen_.insert(key);
-    const json& v = at(key);
+    const nlohmann::json& v = at(key);
     if (!v.is_number()) fail(key, "must be a number (got " + describe_json(v) + ")");
     double d = v.get<double>();
     if (!std::isfinite(d)) fail(key, "must be finite");
@@ -136,7 +136,7 @@ double JsonReader::num_or(const std::string& key, double dflt) { return has(key)
 bool JsonReader::boolean_or(const std::string& key, bool dflt) {
     seen_.insert(key);
     if (!has(key)) return dflt;
-    const json& v = obj_.at(key);
+    const nlohmann::json& v = obj_.at(key);
     if (!v.is_boolean()) fail(key, "must be true or false (got " + describe_json(v) + ")");
     return v.get<bool>();
 }
