@@ -1,0 +1,70 @@
+#include "strata/sim/spec.hpp"
+
+namespace strata::sim {
+
+const char* to_string(FfnKind k) { return k == FfnKind::gelu ? "gelu" : "swiglu"; }
+const char* to_string(NormKind k) { return k == NormKind::layernorm ? "layernorm" : "rmsnorm"; }
+const char* to_string(PositionKind k) {
+    switch (k) {
+        case PositionKind::learned: return "learned";
+        case PositionKind::rope: return "rope";
+        case PositionKind::none: return "none";
+    }
+    return "?";
+}
+const char* to_string(Schedule s) {
+    switch (s) {
+        case Schedule::gpipe: return "gpipe";
+        case Schedule::one_f_one_b: return "1f1b";
+        case Schedule::interleaved_1f1b: return "interleaved-1f1b";
+    }
+    return "?";
+}
+const char* to_string(Recompute r) {
+    switch (r) {
+        case Recompute::none: return "none";
+        case Recompute::selective: return "selective";
+        case Recompute::full: return "full";
+    }
+    return "?";
+}
+const char* to_string(Precision p) {
+    switch (p) {
+        case Precision::fp32: return "fp32";
+        case Precision::bf16: return "bf16";
+        case Precision::fp16: return "fp16";
+        case Precision::fp8: return "fp8";
+    }
+    return "?";
+}
+const char* to_string(Tier t) {
+    switch (t) {
+        case Tier::gpu: return "gpu";
+        case Tier::cpu: return "cpu";
+        case Tier::ssd: return "ssd";
+    }
+    return "?";
+}
+const char* to_string(NetTopology t) { return t == NetTopology::fat_tree ? "fat-tree" : "rail-optimized"; }
+
+int bytes_per_element(Precision p) {
+    switch (p) {
+        case Precision::fp32: return 4;
+        case Precision::bf16:
+        case Precision::fp16: return 2;
+        case Precision::fp8: return 1;
+    }
+    return 2;
+}
+
+std::vector<int> stage_layers(const ModelSpec& m, const PlanSpec& p) {
+    if (!p.layer_split.empty()) return p.layer_split;
+    std::vector<int> out(static_cast<std::size_t>(p.pp), m.layers / p.pp);
+    int rem = m.layers % p.pp;
+    // The first and last stages also carry the embedding and the logits, so the remainder goes to
+    // the middle stages first.
+    for (int i = 0; rem > 0; ++i, --rem) out[static_cast<std::size_t>((p.pp / 2 + i) % p.pp)] += 1;
+    return out;
+}
+
+}  // namespace strata::sim
