@@ -1,0 +1,82 @@
+// Cost models: pure functions from one instruction and a HardwareView to what it costs, with the
+// provenance of the figure (measured, fitted, datasheet). No state, no I/O.
+//
+// Contract with the engine: compute kernels get a duration. Data movement (collectives, p2p,
+// copies, CPU optimizer) gets a Demand: a fixed latency plus, for each class of resource it
+// crosses, the seconds it would keep that resource busy if it ran alone ("busy_s"). The engine
+// maps each class to concrete shared resources of the topology (this GPU's NVLink port, the NIC
+// of its rail, its PCIe switch, the node's DRAM/SSD, the spine) and shares each resource max-min
+// fairly: a resource is a unit of "busy seconds per second", so two equal flows on one link each
+// progress at half speed. A demand's own speed limit is 1 / max(busy_s).
+#pragma once
+#include <array>
+#include <cstdint>
+
+#include "strata/hwdb/view.hpp"
+#include "strata/sim/program.hpp"
+#include "strata/sim/spec.hpp"
+
+namespace strata::sim {
+
+/// Classes of shared resources a data movement can occupy.
+enum class LinkClass : std::uint8_t {
+    nvlink,      ///< the GPU's scale-up port (NVLink/NVSwitch; PCIe peer-to-peer when none)
+    nic,         ///< the NIC on the GPU's rail (shared when NICs < GPUs per node)
+    spine,       ///< leaf uplinks of a fat tree (shared by the leaf; oversubscription)
+    pcie_h2d,    ///< host -> GPU over the GPU's PCIe switch (shared by gpus_per_pcie_switch GPUs)
+    pcie_d2h,    ///< GPU -> host
+    host_mem,    ///< node DRAM bandwidth (shared by the node)
+    ssd_read,    ///< node NVMe array, reads
+    ssd_write,   ///< node NVMe array, writes
+    cpu,         ///< node CPU cores (CPU Adam)
+    count
+};
+constexpr int kLinkClassCount = static_cast<int>(LinkClass::count);
+const char* to_string(LinkClass);
+
+struct Estimate {
+    std::int64_t duration_ns = 0;
+    hwdb::Provenance provenance = hwdb::Provenance::datasheet;
+};
+
+struct Demand {
+    std::int64_t latency_ns = 0;                   ///< fixed part (alpha), before data flows
+    std::array<double, kLinkClassCount> busy_s{};  ///< seconds each resource class is busy if alone
+    hwdb::Provenance provenance = hwdb::Provenance::datasheet;
+    /// Duration when nothing else shares its resources.
+    std::int64_t alone_ns() const;
+};
+
+/// What the cost models need to know about the job beyond the instruction.
+struct CostContext {
+    const hwdb::HardwareView* hw = nullptr;
+    const ClusterSpec* cluster = nullptr;
+    const PlanSpec* plan = nullptr;
+    double gpu_slowdown = 1.0;   ///< full mode: straggler factor of this rank's GPU
+};
+
+/// How the GPUs of a collective's group are laid out: ranks per node and nodes spanned.
+struct GroupLayout {
+    int size = 1;            ///< ranks in the group
+    int per_node = 1;        ///< ranks of the group inside one node
+    int nodes = 1;           ///< nodes the group spans
+    bool crosses_leaf = false;  ///< fat tree: spans more than one leaf switch
+};
+
+/// Where the ranks of a parallel group sit, given Megatron's rank order (tp fastest, then cp,
+/// then dp, then pp; ep groups are formed inside dp x cp).
+GroupLayout group_layout(Group g, const ClusterSpec& c, const PlanSpec& p);
+
+/// Kernels: GEMM (efficiency by m,n,k,dtype: measured grid where hwdb has it, else a size-aware
+/// default curve), attention, memory-bound ops (bytes / HBM bandwidth), GPU optimizer.
+Estimate compute_cost(const Instr& in, const CostContext& ctx);
+
+/// Collectives (alpha-beta with nccl-tests' bus factors; hierarchical across nodes), p2p, copies
+/// (H2D/D2H/SSD) and the CPU optimizer step.
+Demand transfer_demand(const Instr& in, const CostContext& ctx);
+
+/// nccl-tests' bus-bandwidth factor for a collective over n ranks: all-reduce 2(n-1)/n,
+/// all-gather/reduce-scatter/all-to-all (n-1)/n, broadcast 1.
+double bus_factor(CollKind k, int n);
+
+}  // namespace strata::sim
