@@ -45,6 +45,7 @@ struct ModelSpec {
     bool qkv_bias = false;          ///< bias on QKV only (Qwen2)
     double dropout = 0.0;           ///< dropout probability (GPT-3 in Megatron: 0.1); > 0 stores masks
     std::optional<MoeSpec> moe;
+    std::string description;        ///< free text: sources, assumptions (JSON "description")
 
     bool is_moe() const { return moe.has_value() && moe->experts > 0; }
     bool layer_is_moe(int layer) const { return is_moe() && (layer % moe->moe_every) == (moe->moe_every - 1); }
@@ -74,6 +75,7 @@ struct ClusterSpec {
     double price_per_gpu_hour = 0;    ///< USD
     /// Full-mode heterogeneity: per-GPU slowdown factors (1 = nominal), applied by global rank.
     std::vector<std::pair<int, double>> slow_gpus;
+    std::string description;          ///< free text: sources of prices and figures
 
     int gpu_count() const { return nodes * gpus_per_node; }
 };
@@ -114,6 +116,8 @@ struct PlanSpec {
     bool overlap_param_gather = true;     ///< ZeRO-3 / dist-opt all-gather prefetched
     std::int64_t dp_bucket_bytes = 40'000'000;  ///< DP gradient bucket (Megatron default 40 MB)
     std::vector<int> layer_split;         ///< uneven pipeline: layers per stage (empty = even)
+    std::string name;                     ///< optional label (JSON "name")
+    std::string description;              ///< free text: where the plan comes from
 
     int gpus() const { return tp * pp * dp * cp; }
     int micro_batches() const { return global_batch / (micro_batch * dp); }

@@ -1,0 +1,137 @@
+// validate_plan: the cross-checks between a plan and its model and cluster (divisibility, GPU
+// count, schedule and ZeRO rules of Megatron-LM and DeepSpeed). Each rule throws an InputError
+// naming the plan's file, the JSON path and the rule, e.g. "plan.json: plan.tp = 3 does not divide
+// model.heads = 32". Field-level ranges are checked by the readers (spec_io.cpp), not here.
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "strata/common/error.hpp"
+#include "strata/sim/spec_io.hpp"
+
+namespace strata::sim {
+
+namespace {
+
+using i64 = std::int64_t;
+
+// Saturating product: plan degrees come from user input and must never overflow.
+i64 mul_sat(i64 a, i64 b) {
+    if (a <= 0 || b <= 0) return a * b == 0 ? 0 : -1;
+    if (a > INT64_MAX / b) return INT64_MAX;
+    return a * b;
+}
+
+std::string s(i64 v) { return std::to_string(v); }
+
+}  // namespace
+
+void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, const std::string& file) {
+    auto fail = [&](const std::string& path, const std::string& rule) { throw InputError(file, path, rule); };
+
+    // Degrees and batch sizes are positive (the reader guarantees it; programmatic plans may not).
+    const std::pair<const char*, int> positives[] = {{"plan.tp", p.tp}, {"plan.pp", p.pp}, {"plan.dp", p.dp},
+                                                     {"plan.cp", p.cp}, {"plan.ep", p.ep}, {"plan.vpp", p.vpp},
+                                                     {"plan.micro_batch", p.micro_batch},
+                                                     {"plan.global_batch", p.global_batch}};
+    for (const auto& [path, v] : positives)
+        if (v < 1) fail(path, "must be a positive integer (got " + s(v) + ")");
+    if (p.zero_stage < 0 || p.zero_stage > 3) fail("plan.zero_stage", "must be 0, 1, 2 or 3 (got " + s(p.zero_stage) + ")");
+    if (m.layers < 1 || m.heads < 1 || m.kv_heads < 1 || m.ffn_hidden < 1 || m.seq_len < 1)
+        fail("model", "is incomplete (layers, heads, kv_heads, ffn_hidden and seq_len must be positive)");
+
+    // Every GPU holds exactly one (tp, pp, dp, cp) coordinate (Megatron's rank layout; EP is carved
+    // out of dp x cp, so it does not multiply).
+    const i64 gpus = mul_sat(mul_sat(mul_sat(p.tp, p.pp), p.dp), p.cp);
+    const i64 cluster_gpus = static_cast<i64>(c.nodes) * c.gpus_per_node;
+    if (gpus != cluster_gpus)
+        fail("plan.tp x plan.pp x plan.dp x plan.cp",
+             "= " + s(p.tp) + "*" + s(p.pp) + "*" + s(p.dp) + "*" + s(p.cp) + " = " + (gpus == INT64_MAX ? std::string("(overflow)") : s(gpus)) +
+                 " does not equal cluster GPUs = " + s(cluster_gpus) + " (cluster.nodes x cluster.gpus_per_node)");
+
+    // Tensor parallelism splits attention heads and the FFN width (Megatron-LM, Shoeybi et al. 2019).
+    if (m.heads % p.tp != 0) fail("plan.tp", "= " + s(p.tp) + " does not divide model.heads = " + s(m.heads));
+    // GQA: each TP rank needs whole KV heads, or Megatron replicates KV heads when tp > kv_heads.
+    if (m.kv_heads % p.tp != 0 && p.tp % m.kv_heads != 0)
+        fail("plan.tp", "= " + s(p.tp) + " and model.kv_heads = " + s(m.kv_heads) +
+                            ": one must divide the other (KV heads are split, or replicated when tp > kv_heads)");
+    if (m.ffn_hidden % p.tp != 0) fail("plan.tp", "= " + s(p.tp) + " does not divide model.ffn_hidden = " + s(m.ffn_hidden));
+    if (m.is_moe() && m.moe->expert_ffn_hidden > 0 && m.moe->expert_ffn_hidden % p.tp != 0)
+        fail("plan.tp", "= " + s(p.tp) + " does not divide model.moe.expert_ffn_hidden = " + s(m.moe->expert_ffn_hidden));
+    // The vocabulary is NOT required to divide: Megatron pads it to a multiple of 128 x tp.
+
+    // Pipeline: every stage holds at least one layer; an explicit split covers the model exactly.
+    if (p.pp > m.layers) fail("plan.pp", "= " + s(p.pp) + " exceeds model.layers = " + s(m.layers) + " (a stage needs a layer)");
+    if (!p.layer_split.empty()) {
+        if (static_cast<i64>(p.layer_split.size()) != p.pp)
+            fail("plan.layer_split", "has " + s(static_cast<i64>(p.layer_split.size())) + " entries but plan.pp = " + s(p.pp));
+        i64 sum = 0;
+        for (std::size_t i = 0; i < p.layer_split.size(); ++i) {
+            if (p.layer_split[i] < 1)
+                fail("plan.layer_split[" + s(static_cast<i64>(i)) + "]", "must be a positive integer (got " + s(p.layer_split[i]) + ")");
+            sum += p.layer_split[i];
+        }
+        if (sum != m.layers) fail("plan.layer_split", "sums to " + s(sum) + " but model.layers = " + s(m.layers));
+    }
+
+    // A step is global_batch sequences in micro-batches of micro_batch on each of dp replicas.
+    const i64 per_step = mul_sat(p.micro_batch, p.dp);
+    if (p.global_batch % per_step != 0)
+        fail("plan.global_batch", "= " + s(p.global_batch) + " is not divisible by plan.micro_batch x plan.dp = " +
+                                      s(p.micro_batch) + "*" + s(p.dp) + " = " + s(per_step));
+    const i64 micro_batches = p.global_batch / per_step;
+
+    // Interleaved 1F1B (Narayanan et al. SC21): vpp model chunks per pipeline rank.
+    if (p.schedule == Schedule::interleaved_1f1b && p.vpp < 2)
+        fail("plan.schedule", "= interleaved-1f1b needs plan.vpp >= 2 virtual stages (got " + s(p.vpp) + ")");
+    if (p.vpp > 1) {
+        if (p.schedule != Schedule::interleaved_1f1b)
+            fail("plan.vpp", "= " + s(p.vpp) + " needs plan.schedule = interleaved-1f1b (got " + to_string(p.schedule) + ")");
+        if (p.pp < 2) fail("plan.vpp", "= " + s(p.vpp) + " needs plan.pp >= 2 (got " + s(p.pp) + ")");
+        const std::vector<int> per_stage = stage_layers(m, p);
+        for (std::size_t i = 0; i < per_stage.size(); ++i)
+            if (per_stage[i] % p.vpp != 0)
+                fail("plan.vpp", "= " + s(p.vpp) + " does not divide the " + s(per_stage[i]) + " layers of pipeline stage " +
+                                     s(static_cast<i64>(i)));
+        // Megatron-LM: "number of microbatches must be divisible by pipeline-model-parallel-size
+        // when using interleaved schedule".
+        if (micro_batches % p.pp != 0)
+            fail("plan.global_batch", "gives " + s(micro_batches) + " micro-batches, not divisible by plan.pp = " + s(p.pp) +
+                                          " (required by the interleaved schedule)");
+    }
+
+    // Context parallelism: load-balanced causal CP cuts the sequence into 2*cp chunks.
+    if (p.cp > 1 && m.seq_len % (2 * static_cast<i64>(p.cp)) != 0)
+        fail("plan.cp", "= " + s(p.cp) + ": model.seq_len = " + s(m.seq_len) + " is not divisible by 2 x plan.cp = " + s(2 * static_cast<i64>(p.cp)));
+    // Sequence parallelism splits each sequence over the tp ranks (no effect when tp = 1).
+    if (p.sequence_parallel && p.tp > 1 && (m.seq_len / p.cp) % p.tp != 0)
+        fail("plan.sequence_parallel", "needs model.seq_len / plan.cp = " + s(m.seq_len / p.cp) + " divisible by plan.tp = " + s(p.tp));
+
+    // Expert parallelism: experts are spread over ep ranks taken from the dp x cp group.
+    if (p.ep > 1) {
+        if (!m.is_moe()) fail("plan.ep", "= " + s(p.ep) + " needs a MoE model (model.moe is not set)");
+        if (m.moe->experts % p.ep != 0)
+            fail("plan.ep", "= " + s(p.ep) + " does not divide model.moe.experts = " + s(m.moe->experts));
+        const i64 dpcp = mul_sat(p.dp, p.cp);
+        if (dpcp % p.ep != 0) fail("plan.ep", "= " + s(p.ep) + " does not divide plan.dp x plan.cp = " + s(dpcp));
+    }
+
+    // DeepSpeed rejects ZeRO-3 together with pipeline parallelism.
+    if (p.zero_stage == 3 && p.pp > 1) fail("plan.zero_stage", "= 3 cannot be combined with plan.pp = " + s(p.pp) + " > 1");
+    // Offloading parameters or gradients needs them partitioned first (ZeRO-Offload / ZeRO-Infinity).
+    if (p.zero_stage < 1) {
+        if (!p.offload.params.all_gpu()) fail("plan.offload.params", "off the GPU needs plan.zero_stage >= 1 (got 0)");
+        if (!p.offload.grads.all_gpu()) fail("plan.offload.grads", "off the GPU needs plan.zero_stage >= 1 (got 0)");
+    }
+
+    // Full recompute of some layers per stage: not more than a stage holds.
+    if (p.recompute_layers > 0) {
+        const std::vector<int> per_stage = stage_layers(m, p);
+        const int most = *std::max_element(per_stage.begin(), per_stage.end());
+        if (p.recompute_layers > most)
+            fail("plan.recompute_layers", "= " + s(p.recompute_layers) + " exceeds the " + s(most) + " layers of the largest pipeline stage");
+    }
+}
+
+}  // namespace strata::sim
