@@ -53,6 +53,8 @@ struct CostContext {
     const ClusterSpec* cluster = nullptr;
     const PlanSpec* plan = nullptr;
     double gpu_slowdown = 1.0;   ///< full mode: straggler factor of this rank's GPU
+    const Program* program = nullptr;  ///< optional: lets p2p see whether its peer shares the node
+    int rank = -1;                     ///< index of this RankProgram in `program` (-1: unknown)
 };
 
 /// How the GPUs of a collective's group are laid out: ranks per node and nodes spanned.

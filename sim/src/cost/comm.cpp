@@ -1,0 +1,337 @@
+// Data movement as engine Demands: collectives (alpha-beta with nccl-tests' bus factors, NCCL's
+// own latency constants, hierarchical across nodes), pipeline p2p, host/SSD copies and the CPU Adam
+// step. Also where the ranks of a parallel group sit (group_layout). Each busy_s is relative to ONE
+// concrete resource of its class (one NVLink port, one NIC, one leaf's uplinks, one node's DRAM);
+// sharing between flows is the engine's job.
+#include <algorithm>
+#include <cmath>
+
+#include "cost_detail.hpp"
+#include "strata/common/error.hpp"
+
+namespace strata::sim {
+
+using cost_detail::Rate;
+using hwdb::Provenance;
+
+const char* to_string(LinkClass c) {
+    static const char* names[] = {"nvlink", "nic", "spine", "pcie_h2d", "pcie_d2h", "host_mem", "ssd_read", "ssd_write", "cpu"};
+    const auto i = static_cast<int>(c);
+    return i >= 0 && i < kLinkClassCount ? names[i] : "?";
+}
+
+std::int64_t Demand::alone_ns() const {
+    double worst = 0;
+    for (double b : busy_s) worst = std::max(worst, b);
+    return latency_ns + static_cast<std::int64_t>(std::ceil(worst * 1e9 - 1e-6));
+}
+
+double bus_factor(CollKind k, int n) {
+    if (n <= 1) return 0.0;
+    const double nn = n;
+    switch (k) {
+        case CollKind::all_reduce: return 2.0 * (nn - 1) / nn;
+        case CollKind::all_gather:
+        case CollKind::reduce_scatter:
+        case CollKind::all_to_all: return (nn - 1) / nn;
+        case CollKind::broadcast: return 1.0;
+    }
+    return 1.0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Group layout. Megatron's rank order: global = tp_i + tp*(cp_i + cp*(dp_i + dp*pp_i)); expert
+// groups split dp x cp (ep fastest, stride tp), expert-data groups take the rest (stride tp*ep).
+// A group is an arithmetic progression of ranks (start 0, stride s, size g); nodes hold G ranks.
+// ---------------------------------------------------------------------------------------------
+namespace {
+
+struct Progression {
+    std::int64_t stride = 1;
+    std::int64_t size = 1;
+};
+
+Progression progression(Group g, const PlanSpec& p) {
+    const std::int64_t tp = p.tp, cp = p.cp, dp = p.dp, pp = p.pp, ep = std::max(1, p.ep);
+    switch (g) {
+        case Group::tp: return {1, tp};
+        case Group::cp: return {tp, cp};
+        case Group::dp: return {tp * cp, dp};
+        case Group::ep: return {tp, ep};
+        case Group::edp: return {tp * ep, std::max<std::int64_t>(1, dp * cp / ep)};
+        case Group::pp: return {tp * cp * dp, pp};
+        case Group::embedding: return {tp * cp * dp * std::max<std::int64_t>(1, pp - 1), pp > 1 ? 2 : 1};
+        case Group::world: return {1, tp * cp * dp * pp};
+    }
+    return {1, 1};
+}
+
+}  // namespace
+
+GroupLayout group_layout(Group g, const ClusterSpec& c, const PlanSpec& p) {
+    const Progression pr = progression(g, p);
+    const std::int64_t G = std::max(1, c.gpus_per_node);
+    GroupLayout L;
+    L.size = static_cast<int>(pr.size);
+    if (pr.size <= 1) return L;
+    if (pr.stride >= G) {
+        // Consecutive members are >= G ranks apart: one per node.
+        L.per_node = 1;
+        L.nodes = L.size;
+    } else if (G % pr.stride == 0) {
+        L.per_node = static_cast<int>(std::min(pr.size, G / pr.stride));
+        L.nodes = static_cast<int>((pr.size + L.per_node - 1) / L.per_node);
+    } else {
+        // Irregular node size: count members per node of the first group exactly.
+        std::int64_t last_node = -1, run = 0, best = 0, nodes = 0;
+        for (std::int64_t i = 0; i < pr.size; ++i) {
+            const std::int64_t node = (i * pr.stride) / G;
+            if (node != last_node) ++nodes, run = 0, last_node = node;
+            best = std::max(best, ++run);
+        }
+        L.per_node = static_cast<int>(best);
+        L.nodes = static_cast<int>(nodes);
+    }
+    const std::int64_t span_nodes = ((pr.size - 1) * pr.stride) / G + 1;  // first to last node
+    L.crosses_leaf = span_nodes > std::max(1, c.nodes_per_leaf);
+    return L;
+}
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// NCCL's alpha model (src/graph/tuning.cc, ncclTunerConstantsDefaults; copied into
+// hwdb-seed.json meta.nccl_model_constants): latency = base[proto] + intra_steps * hop_intra[proto]
+// + inter_steps * hop_net[proto]; protocols trade latency for bandwidth (LL moves 8-byte lines with
+// a 4-byte flag: 1/2 bandwidth; LL128 120 of 128 bytes: NCCL uses 0.92). Ring constants, in us.
+// ---------------------------------------------------------------------------------------------
+struct Proto {
+    double base_us, nvlink_hop_us, pci_hop_us, net_hop_us, bw_eff;
+};
+constexpr Proto kProtos[] = {
+    {6.6, 0.6, 1.0, 2.7, 0.5},    // LL
+    {14.0, 1.9, 2.5, 4.0, 0.92},  // LL128
+    {8.4, 3.4, 5.7, 14.0, 1.0},   // Simple
+};
+
+/// The cheapest protocol for these step counts and busy times; fills latency and scales busy_s.
+void choose_protocol(Demand& d, double intra_steps, double inter_steps, bool has_nvlink) {
+    double best_t = 0;
+    int best = -1;
+    double worst = 0;
+    for (double b : d.busy_s) worst = std::max(worst, b);
+    for (int i = 0; i < 3; ++i) {
+        const Proto& p = kProtos[i];
+        const double hop = has_nvlink ? p.nvlink_hop_us : p.pci_hop_us;
+        const double lat = (p.base_us + intra_steps * hop + inter_steps * p.net_hop_us) * 1e3;
+        const double t = lat * 1e-9 + worst / p.bw_eff;
+        if (best < 0 || t < best_t) best_t = t, best = i;
+    }
+    const Proto& p = kProtos[best];
+    const double hop = has_nvlink ? p.nvlink_hop_us : p.pci_hop_us;
+    d.latency_ns = cost_detail::to_ns((p.base_us + intra_steps * hop + inter_steps * p.net_hop_us) * 1e-6);
+    for (double& b : d.busy_s) b /= p.bw_eff;
+}
+
+double& busy(Demand& d, LinkClass c) { return d.busy_s[static_cast<std::size_t>(c)]; }
+
+/// Ring steps of a collective over n ranks, and how many of them cross nodes (NCCL's
+/// nInterSteps: all-reduce 2(N-1), others N-1).
+void ring_steps(CollKind k, int n, int nodes, double& intra, double& inter) {
+    const double total = k == CollKind::all_reduce ? 2.0 * (n - 1) : static_cast<double>(n - 1);
+    inter = nodes > 1 ? (k == CollKind::all_reduce ? 2.0 * (nodes - 1) : static_cast<double>(nodes - 1)) : 0.0;
+    intra = std::max(0.0, total - inter);
+}
+
+const hwdb::CollectiveFit* find_fit(const hwdb::HardwareView& hw, const char* coll, const char* scope, int n) {
+    const hwdb::CollectiveFit* best = nullptr;
+    double best_d = 0;
+    for (const auto& f : hw.collectives) {
+        if (f.collective != coll || f.scope != scope || f.busbw_Bps <= 0 || f.group <= 1) continue;
+        const double d = std::fabs(std::log2(static_cast<double>(f.group)) - std::log2(static_cast<double>(n)));
+        if (!best || d < best_d) best = &f, best_d = d;
+    }
+    return best;
+}
+
+Demand collective_demand(const Instr& in, const CostContext& ctx) {
+    const auto& hw = *ctx.hw;
+    const ClusterSpec& c = *ctx.cluster;
+    Demand d;
+    const GroupLayout L = ctx.plan ? group_layout(in.group, c, *ctx.plan) : GroupLayout{};
+    const int n = in.group_size > 0 ? in.group_size : L.size;
+    if (n <= 1 || in.bytes <= 0) return d;
+    const int q = std::clamp(L.per_node, 1, n);
+    const int N = (n + q - 1) / q;
+    const double S = in.bytes;
+    const Rate nvl = cost_detail::scale_up_rate(hw);
+    const bool has_nvlink = hw.gpu.scale_up_per_dir_Bps > 0;
+
+    // Bytes each GPU pushes over its scale-up port and over its NIC (one direction).
+    double nvl_bytes = 0, nic_bytes = 0;
+    const double qq = q, NN = N, nn = n;
+    switch (in.coll) {
+        case CollKind::all_reduce:  // intra reduce-scatter + inter all-reduce of S/q + intra all-gather
+            nvl_bytes = 2.0 * (qq - 1) / qq * S;
+            nic_bytes = N > 1 ? 2.0 * (NN - 1) / NN * S / qq : 0;
+            break;
+        case CollKind::all_gather:
+        case CollKind::reduce_scatter:  // S = whole buffer (nccl-tests)
+            nvl_bytes = (qq - 1) / qq * S;
+            nic_bytes = N > 1 ? (NN - 1) / NN * S / qq : 0;
+            break;
+        case CollKind::all_to_all:  // S = this rank's whole send buffer, S/n to each peer
+            nvl_bytes = (qq - 1) / nn * S;
+            nic_bytes = (nn - qq) / nn * S;
+            // Rail-optimised fabrics keep traffic on rails: cross-rail bytes first hop over NVLink (PXN).
+            if (c.topology == NetTopology::rail_optimized && q > 1) nvl_bytes += nic_bytes * (qq - 1) / qq;
+            break;
+        case CollKind::broadcast:
+            nvl_bytes = q > 1 ? S : 0;
+            nic_bytes = N > 1 ? S : 0;
+            break;
+    }
+    if (N == 1) nvl_bytes = S * bus_factor(in.coll, n);  // one node: the flat nccl-tests definition
+
+    busy(d, LinkClass::nvlink) = nvl_bytes / nvl.Bps;
+    if (N > 1) {
+        const Rate nic = cost_detail::nic_rate(hw, c);
+        busy(d, LinkClass::nic) = nic_bytes / nic.Bps;
+        if (L.crosses_leaf) {
+            // Leaf uplinks: (nodes under the leaf x NICs x NIC rate) / oversubscription, shared by
+            // the leaf. All-to-all sends the share of its peers outside the leaf up; ring/tree
+            // collectives pass their whole inter-node volume through the leaf boundary.
+            const int npl = std::max(1, std::min(c.nodes_per_leaf, c.nodes));
+            const double uplink_Bps = npl * cost_detail::nics_per_node(hw, c) * nic.Bps / std::max(1.0, c.oversubscription);
+            const double outside = in.coll == CollKind::all_to_all ? std::max(0.0, (NN - std::min(NN, static_cast<double>(npl))) / std::max(1.0, NN - 1)) : 1.0;
+            busy(d, LinkClass::spine) = nic_bytes * outside / uplink_Bps;
+        }
+    }
+
+    double intra_steps = 0, inter_steps = 0;
+    ring_steps(in.coll, n, N, intra_steps, inter_steps);
+    choose_protocol(d, intra_steps, inter_steps, has_nvlink);
+    d.provenance = Provenance::datasheet;
+
+    // A measured alpha-beta fit for (collective, scope, group) replaces the datasheet estimate on
+    // the bottleneck class (nearest group size in log2 when there is no exact one).
+    const char* scope = N > 1 ? "inter" : "intra";
+    if (const auto* f = find_fit(hw, to_string(in.coll), scope, n)) {
+        const LinkClass cls = N > 1 ? LinkClass::nic : LinkClass::nvlink;
+        busy(d, cls) = S * bus_factor(in.coll, n) / f->busbw_Bps;
+        d.latency_ns = cost_detail::to_ns(f->alpha_ns * 1e-9);
+        d.provenance = f->provenance == Provenance::measured ? Provenance::measured : Provenance::fitted;
+    }
+    return d;
+}
+
+/// Do this rank and its p2p peer share a node? From the Program when the engine gave one, else
+/// from the pipeline group's layout (adjacent stages share a node when pp's stride < node size).
+bool peer_same_node(const Instr& in, const CostContext& ctx) {
+    if (ctx.program && ctx.rank >= 0 && in.peer >= 0 && in.peer < static_cast<int>(ctx.program->ranks.size()) &&
+        ctx.rank < static_cast<int>(ctx.program->ranks.size()))
+        return ctx.program->ranks[static_cast<std::size_t>(ctx.rank)].node == ctx.program->ranks[static_cast<std::size_t>(in.peer)].node;
+    if (!ctx.plan) return true;
+    return group_layout(Group::pp, *ctx.cluster, *ctx.plan).per_node > 1;
+}
+
+Demand p2p_demand(const Instr& in, const CostContext& ctx) {
+    const auto& hw = *ctx.hw;
+    Demand d;
+    if (in.bytes <= 0) return d;
+    const bool intra = peer_same_node(in, ctx);
+    // NCCL send/recv: base latency + one hop (Simple protocol for pipeline-sized messages).
+    const Proto& simple = kProtos[2];
+    if (intra) {
+        const Rate r = cost_detail::scale_up_rate(hw);
+        busy(d, LinkClass::nvlink) = in.bytes / r.Bps;
+        const double hop = hw.gpu.scale_up_per_dir_Bps > 0 ? simple.nvlink_hop_us : simple.pci_hop_us;
+        d.latency_ns = cost_detail::to_ns((simple.base_us + hop) * 1e-6);
+    } else {
+        const Rate r = cost_detail::nic_rate(hw, *ctx.cluster);
+        busy(d, LinkClass::nic) = in.bytes / r.Bps;
+        d.latency_ns = cost_detail::to_ns((simple.base_us + simple.net_hop_us) * 1e-6);
+    }
+    if (const auto* f = find_fit(hw, "send_recv", intra ? "intra" : "inter", 2)) {
+        busy(d, intra ? LinkClass::nvlink : LinkClass::nic) = in.bytes / f->busbw_Bps;
+        d.latency_ns = cost_detail::to_ns(f->alpha_ns * 1e-9);
+        d.provenance = Provenance::fitted;
+    }
+    return d;
+}
+
+/// Host copies cross the GPU's PCIe switch and the node's DRAM; SSD copies move between the NVMe
+/// array and host DRAM (a GPU-side leg is its own h2d/d2h Instr: no GPUDirect Storage assumed).
+Demand copy_demand(const Instr& in, const CostContext& ctx) {
+    const auto& hw = *ctx.hw;
+    const ClusterSpec& c = *ctx.cluster;
+    Demand d;
+    if (in.bytes <= 0) return d;
+    const Rate dram = cost_detail::dram_rate(hw);
+    Rate r;
+    switch (in.copy) {
+        case CopyKind::h2d:
+            r = cost_detail::h2d_rate(hw);
+            busy(d, LinkClass::pcie_h2d) = in.bytes / r.Bps;
+            break;
+        case CopyKind::d2h:
+            r = cost_detail::d2h_rate(hw);
+            busy(d, LinkClass::pcie_d2h) = in.bytes / r.Bps;
+            break;
+        case CopyKind::ssd_read:
+            r = cost_detail::ssd_read_rate(hw, c);
+            busy(d, LinkClass::ssd_read) = in.bytes / r.Bps;
+            break;
+        case CopyKind::ssd_write:
+            r = cost_detail::ssd_write_rate(hw, c);
+            busy(d, LinkClass::ssd_write) = in.bytes / r.Bps;
+            break;
+    }
+    busy(d, LinkClass::host_mem) = in.bytes / dram.Bps;
+    d.latency_ns = cost_detail::to_ns(r.latency_ns * 1e-9);
+    d.provenance = r.provenance;
+    return d;
+}
+
+/// CPU Adam over `count` parameters: params/s from the view (measured, else the CPU's datasheet
+/// figure), else DRAM-bound at 30 bytes per parameter (cost_detail::kCpuAdamBytesPerParam).
+Demand cpu_optimizer_demand(const Instr& in, const CostContext& ctx) {
+    const auto& hw = *ctx.hw;
+    Demand d;
+    if (in.count <= 0) return d;
+    const Rate dram = cost_detail::dram_rate(hw);
+    const double dram_bytes = in.count * cost_detail::kCpuAdamBytesPerParam;
+    double rate = 0;
+    if (hw.cpu_adam_params_per_s && *hw.cpu_adam_params_per_s > 0) {
+        rate = *hw.cpu_adam_params_per_s;
+        d.provenance = Provenance::measured;
+    } else if (hw.cpu.adam_params_per_s > 0) {
+        rate = hw.cpu.adam_params_per_s;
+    } else {
+        rate = dram.Bps / cost_detail::kCpuAdamBytesPerParam;
+    }
+    busy(d, LinkClass::cpu) = in.count / rate;
+    busy(d, LinkClass::host_mem) = dram_bytes / dram.Bps;
+    d.latency_ns = cost_detail::to_ns(cost_detail::kLaunchOverheadNs * 1e-9);  // thread-pool dispatch
+    return d;
+}
+
+}  // namespace
+
+Demand transfer_demand(const Instr& in, const CostContext& ctx) {
+    STRATA_ASSERT(ctx.hw != nullptr && ctx.cluster != nullptr, "transfer_demand needs a HardwareView and a ClusterSpec");
+    Demand d;
+    switch (in.kind) {
+        case InstrKind::collective: d = collective_demand(in, ctx); break;
+        case InstrKind::send:
+            // The send carries the data; a recv completes when it arrives (engine), costing nothing.
+        case InstrKind::recv: d = in.kind == InstrKind::send ? p2p_demand(in, ctx) : Demand{}; break;
+        case InstrKind::copy: d = copy_demand(in, ctx); break;
+        case InstrKind::optimizer: d = cpu_optimizer_demand(in, ctx); break;
+        default: return d;
+    }
+    // ctx.gpu_slowdown is not applied: links, not the GPU's SMs, bound data movement.
+    return d;
+}
+
+}  // namespace strata::sim

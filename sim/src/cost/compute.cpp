@@ -1,0 +1,278 @@
+// Durations of compute kernels: GEMMs (measured efficiency grid, else a size-aware default curve
+// anchored on published H100/A100/B200 measurements), flash attention (measured points, else a
+// fraction of peak that falls at short sequences), and memory-bound kernels (bytes / achieved HBM
+// bandwidth + launch overhead). Pure functions of (Instr, HardwareView); data movement is in comm.cpp.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "cost_detail.hpp"
+#include "strata/common/error.hpp"
+
+namespace strata::sim {
+
+namespace {
+
+using cost_detail::Rate;
+using hwdb::Provenance;
+
+hwdb::Dtype to_hw(DType d) { return static_cast<hwdb::Dtype>(static_cast<int>(d)); }
+
+int bytes_per(DType d) {
+    switch (d) {
+        case DType::fp8: return 1;
+        case DType::fp16:
+        case DType::bf16: return 2;
+        default: return 4;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// GEMM default curve.
+//
+// eta(m,n,k) = eta_max * wave(m,n) * depth(k)
+//   wave  = useful output / (waves * SMs * tile area): output tiles of 256x128 (the shape of
+//           cuBLAS's large Hopper/Ampere kernels), ceil(tiles / SMs) waves, padded tiles cost a
+//           full tile. Time is then monotone in every dimension.
+//   depth = k / (k + 128): the main loop's prologue/epilogue cost about one 128-deep k step.
+//   eta_max: chosen so the curve passes through the GPU's maximum-achievable-matmul (MAMF) point.
+// With H100 (132 SMs, eta_max 0.836) this gives 178/755/778 TFLOP/s for 1024^3/2048^3/4096^3
+// against measured 176.6/676.6/788.7 (hwdb-seed "gemm-squares-h100-sxm").
+// ---------------------------------------------------------------------------------------------
+constexpr double kTileLong = 256, kTileShort = 128, kDepthK0 = 128;
+
+double wave_efficiency(double m, double n, double batch, double sms) {
+    const double lo = std::min(m, n), hi = std::max(m, n);
+    const double tiles = std::ceil(hi / kTileLong) * std::ceil(lo / kTileShort) * batch;
+    const double waves = std::ceil(tiles / sms);
+    return (m * n * batch) / (waves * sms * kTileLong * kTileShort);
+}
+
+double depth_efficiency(double k) { return k / (k + kDepthK0); }
+
+/// A published maximum-achievable-matmul point: efficiency at a shape.
+struct MamfAnchor {
+    const char* id_part;  ///< substring of the hwdb GPU id
+    bool fp8;
+    double efficiency;
+    double m, n, k;
+};
+
+// stas00/ml-engineering compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS" table
+// (copied into hwdb-seed.json "measured"); V100 and RTX 4090 from square-GEMM measurements
+// (zzc0721/torch-performance-test-data #140, #78). Order matters: GH200 before H200, GB200 before B200.
+constexpr MamfAnchor kMamf[] = {
+    {"GB200", false, 0.729, 4096, 9728, 2048},  {"GB200", true, 0.723, 19456, 5120, 1536},
+    {"B200", false, 0.776, 1792, 16128, 3072},  {"B200", true, 0.763, 15360, 4096, 3072},
+    {"GH200", false, 0.838, 1024, 15360, 4096},
+    {"H200", false, 0.803, 2048, 2048, 13312},  {"H200", true, 0.734, 1280, 4096, 12032},
+    {"H100", false, 0.803, 2048, 2048, 13312},  {"H100", true, 0.709, 1024, 9216, 14336},
+    {"H800", false, 0.803, 2048, 2048, 13312},  {"H800", true, 0.709, 1024, 9216, 14336},
+    {"A100", false, 0.869, 1024, 10240, 5120},  {"A800", false, 0.869, 1024, 10240, 5120},
+    {"MI300X", false, 0.514, 10240, 15360, 8192},
+    {"V100", false, 0.779, 8192, 8192, 8192},   {"RTX-4090", false, 0.97, 8192, 8192, 8192},
+};
+/// No anchor for this GPU: assume 0.75 at 8192^3 (between MI300X's 0.51 and A100's 0.87).
+constexpr MamfAnchor kMamfDefault = {"", false, 0.75, 8192, 8192, 8192};
+
+const MamfAnchor* find_anchor(const std::string& id, bool fp8) {
+    for (const auto& a : kMamf)
+        if (a.fp8 == fp8 && id.find(a.id_part) != std::string::npos) return &a;
+    return nullptr;
+}
+
+double sm_count(const hwdb::HardwareView& hw) { return hw.gpu.sm_count > 0 ? hw.gpu.sm_count : 108.0; }
+
+double eta_max(const hwdb::HardwareView& hw, DType d) {
+    const bool fp8 = d == DType::fp8;
+    const MamfAnchor* a = find_anchor(hw.gpu.id, fp8);
+    double scale = 1.0;
+    if (!a && fp8) {
+        a = find_anchor(hw.gpu.id, false);
+        scale = 0.9;  // fp8 anchors run ~0.9 of bf16's (H100 0.709 vs 0.803)
+    }
+    if (!a) a = &kMamfDefault;
+    const double sms = sm_count(hw);
+    const double shape = wave_efficiency(a->m, a->n, 1, sms) * depth_efficiency(a->k);
+    return std::clamp(a->efficiency * scale / shape, 0.05, 0.95);
+}
+
+/// FLOP/s the datasheet promises for this dtype (fp32 CUDA cores when the dtype is unsupported,
+/// e.g. bf16 on V100), divided by the straggler factor.
+double peak_flops(const hwdb::HardwareView& hw, DType d) {
+    double p = hw.gpu.peak(to_hw(d));
+    if (p <= 0) p = hw.gpu.peak(hwdb::Dtype::fp32);
+    if (p <= 0) p = 1e13;
+    return p;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Measured grids: inverse-distance weighting in log2 space, with the query clamped into the
+// measured range per coordinate. Provenance "measured" when a measured point lies within 0.25 in
+// log2 distance (every dimension within ~19%), else "fitted" (interpolated or extrapolated).
+// ---------------------------------------------------------------------------------------------
+constexpr double kMeasuredRadius = 0.25;
+
+struct GridAnswer {
+    double value = 0;
+    Provenance provenance = Provenance::fitted;
+};
+
+template <int D>
+GridAnswer idw(const std::vector<std::array<double, D>>& pts, const std::vector<double>& vals,
+               std::array<double, D> q) {
+    std::array<double, D> lo, hi;
+    lo.fill(std::numeric_limits<double>::infinity());
+    hi.fill(-std::numeric_limits<double>::infinity());
+    for (const auto& p : pts)
+        for (int i = 0; i < D; ++i) lo[i] = std::min(lo[i], p[i]), hi[i] = std::max(hi[i], p[i]);
+    double nearest_raw = std::numeric_limits<double>::infinity();
+    for (const auto& p : pts) {
+        double d2 = 0;
+        for (int i = 0; i < D; ++i) d2 += (p[i] - q[i]) * (p[i] - q[i]);
+        nearest_raw = std::min(nearest_raw, std::sqrt(d2));
+    }
+    for (int i = 0; i < D; ++i) q[i] = std::clamp(q[i], lo[i], hi[i]);
+    double wsum = 0, vsum = 0;
+    for (std::size_t j = 0; j < pts.size(); ++j) {
+        double d2 = 0;
+        for (int i = 0; i < D; ++i) d2 += (pts[j][i] - q[i]) * (pts[j][i] - q[i]);
+        if (d2 < 1e-18) return {vals[j], nearest_raw <= kMeasuredRadius ? Provenance::measured : Provenance::fitted};
+        const double w = 1.0 / (d2 * std::sqrt(d2));  // 1/d^3: neighbours dominate
+        wsum += w;
+        vsum += w * vals[j];
+    }
+    return {vsum / wsum, nearest_raw <= kMeasuredRadius ? Provenance::measured : Provenance::fitted};
+}
+
+double lg(double x) { return std::log2(std::max(1.0, x)); }
+
+Estimate gemm_cost(const Instr& in, const CostContext& ctx) {
+    const auto& hw = *ctx.hw;
+    const double m = std::max<double>(1, static_cast<double>(in.m));
+    const double n = std::max<double>(1, static_cast<double>(in.n));
+    const double k = std::max<double>(1, static_cast<double>(in.k));
+    const double batch = std::max<double>(1, static_cast<double>(in.batch));
+    const double flops = in.flops > 0 ? in.flops : 2.0 * m * n * k * batch;
+    const double peak = peak_flops(hw, in.dtype);
+
+    double eta = 0;
+    Provenance prov = Provenance::datasheet;
+    std::vector<std::array<double, 3>> pts;
+    std::vector<double> vals;
+    for (const auto& p : hw.gemm_points)
+        if (p.dtype == to_hw(in.dtype) && p.efficiency > 0) {
+            pts.push_back({lg(static_cast<double>(p.m)), lg(static_cast<double>(p.n)), lg(static_cast<double>(p.k))});
+            vals.push_back(p.efficiency);
+        }
+    if (!pts.empty()) {
+        // A batched GEMM fills the GPU like one GEMM with batch x m rows.
+        const GridAnswer a = idw<3>(pts, vals, {lg(m * batch), lg(n), lg(k)});
+        eta = a.value;
+        prov = a.provenance;
+    } else {
+        eta = eta_max(hw, in.dtype) * wave_efficiency(m, n, batch, sm_count(hw)) * depth_efficiency(k);
+    }
+    eta = std::max(eta, 1e-4);
+    const double t_compute = flops / (peak * eta);
+    // Roofline: a GEMM cannot run faster than it streams A, B and C once: (mk + kn + mn) elements.
+    const double bytes = in.bytes > 0 ? in.bytes : bytes_per(in.dtype) * (m * k + k * n + m * n) * batch;
+    const double t_memory = bytes / cost_detail::hbm_rate(hw).Bps;
+    return Estimate{cost_detail::to_ns(std::max(t_compute, t_memory) * ctx.gpu_slowdown), prov};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attention. Default: achieved = peak * eta_inf(arch, direction) * seq / (seq + s0) * f(head_dim).
+//   s0 = 210 tokens for a non-causal forward, fitted to FA3 on H100, hdim 128 (430, 517, 566, 590,
+//   614, 621 TFLOP/s at 0.5k..16k; pytorch/benchmark PR #2391); causal x2 (diagonal blocks are
+//   half empty), backward x1.5 (FA2 benchmarks roll off faster in backward).
+//   f(head_dim) = min(1, 0.7 + 0.3 * hd / 128) (FA2/FA3 are slower at hdim 64).
+// Decoder-only models: every attention Instr is causal (Instr has no causal flag).
+// ---------------------------------------------------------------------------------------------
+struct AttnAnchor {
+    const char* id_part;
+    double fwd, bwd;
+};
+// Hopper: FA3 forward 621/989 at 16k (PR #2391 above), backward ~0.5 (FA3 paper, Shah et al. 2024,
+// arXiv:2407.08608: 1.5-1.75x FA2's backward). Ampere: FA2 "50-73% of peak" forward (Dao 2023,
+// arXiv:2307.08691), backward lower. Blackwell: FA4 on B200, hdim 128, 8k: 1535 fwd / 1360 bwd of
+// 2250 (Dao-AILab/flash-attention PR #2280).
+constexpr AttnAnchor kAttn[] = {
+    {"H100", 0.64, 0.50}, {"H200", 0.64, 0.50}, {"H800", 0.64, 0.50}, {"GH200", 0.64, 0.50},
+    {"A100", 0.66, 0.55}, {"A800", 0.66, 0.55}, {"GB200", 0.68, 0.60}, {"B200", 0.68, 0.60},
+};
+constexpr AttnAnchor kAttnDefault = {"", 0.50, 0.40};
+constexpr double kAttnS0 = 210.0;
+
+Estimate attention_cost(const Instr& in, const CostContext& ctx) {
+    const auto& hw = *ctx.hw;
+    const bool backward = in.op == Op::attention_bwd;
+    const double seq = std::max<double>(1, static_cast<double>(in.m));
+    const double kv = in.n > 0 ? static_cast<double>(in.n) : seq;
+    const double hd = in.k > 0 ? static_cast<double>(in.k) : 128.0;
+    const double batch = std::max<double>(1, static_cast<double>(in.batch));
+    // Causal forward: 2 GEMMs of seq x kv x hd, half of them masked: 2 * seq * kv * hd per head.
+    double flops = in.flops;
+    if (flops <= 0) flops = (backward ? 2.5 : 1.0) * 2.0 * seq * kv * hd * batch;
+    const double peak = peak_flops(hw, in.dtype);
+
+    double achieved = 0;
+    Provenance prov = Provenance::datasheet;
+    std::vector<std::array<double, 2>> pts;
+    std::vector<double> vals;
+    for (const auto& p : hw.attention_points)
+        if (p.dtype == to_hw(in.dtype) && p.backward == backward && p.causal && p.flops_per_s > 0) {
+            pts.push_back({lg(static_cast<double>(p.seq)), lg(static_cast<double>(p.head_dim))});
+            vals.push_back(p.flops_per_s);
+        }
+    if (!pts.empty()) {
+        const GridAnswer a = idw<2>(pts, vals, {lg(seq), lg(hd)});
+        achieved = a.value;
+        prov = a.provenance;
+    } else {
+        const AttnAnchor* a = &kAttnDefault;
+        for (const auto& c : kAttn)
+            if (hw.gpu.id.find(c.id_part) != std::string::npos) {
+                a = &c;
+                break;
+            }
+        const double s0 = kAttnS0 * 2.0 * (backward ? 1.5 : 1.0);
+        const double f_hd = std::min(1.0, 0.7 + 0.3 * hd / 128.0);
+        achieved = peak * (backward ? a->bwd : a->fwd) * (seq / (seq + s0)) * f_hd;
+    }
+    const double t = flops / std::max(achieved, 1.0);
+    return Estimate{cost_detail::to_ns(t * ctx.gpu_slowdown), prov};
+}
+
+/// Memory-bound kernels (norms, elementwise, embedding, loss, router, GPU Adam): bytes / achieved
+/// HBM bandwidth, or their FLOPs on the CUDA cores (fp32 peak) if that is slower, + launch overhead.
+Estimate memory_bound_cost(const Instr& in, const CostContext& ctx) {
+    const auto& hw = *ctx.hw;
+    const Rate r = cost_detail::hbm_rate(hw);
+    const double t_mem = in.bytes / r.Bps;
+    const double vec_peak = hw.gpu.peak(hwdb::Dtype::fp32) > 0 ? hw.gpu.peak(hwdb::Dtype::fp32) : 1e13;
+    const double t_flops = in.flops / vec_peak;
+    const double t = std::max(t_mem, t_flops) + cost_detail::kLaunchOverheadNs * 1e-9;
+    return Estimate{cost_detail::to_ns(t * ctx.gpu_slowdown), r.provenance};
+}
+
+}  // namespace
+
+Estimate compute_cost(const Instr& in, const CostContext& ctx) {
+    STRATA_ASSERT(ctx.hw != nullptr, "compute_cost needs a HardwareView");
+    if (in.kind != InstrKind::compute) return Estimate{};
+    switch (in.op) {
+        case Op::gemm: return gemm_cost(in, ctx);
+        case Op::attention_fwd:
+        case Op::attention_bwd: return attention_cost(in, ctx);
+        case Op::none:
+            if (in.flops > 0 && in.m > 0) return gemm_cost(in, ctx);
+            return memory_bound_cost(in, ctx);
+        default: return memory_bound_cost(in, ctx);
+    }
+}
+
+}  // namespace strata::sim
