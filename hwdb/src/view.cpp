@@ -1,0 +1,286 @@
+// Database::view(): resolves a cluster's hardware ids to rows (explicit id, else the node's, else
+// defaults derived from the GPU; rules in docs/hwdb.md "view() resolution"), then attaches the
+// newest representative measured figures for that GPU (and for device "cpu"). Unknown ids are
+// InputErrors with a did-you-mean. Reads only; never writes.
+#include <algorithm>
+#include <cctype>
+#include <sstream>
+
+#include "impl.hpp"
+#include "sqlite_util.hpp"
+#include "strata/common/text.hpp"
+
+namespace strata::hwdb {
+
+namespace {
+
+std::string lower(std::string s) {
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+}
+
+// Candidates containing the word (case-insensitive) first, since users type "H100" for
+// "H100-SXM5-80GB"; otherwise the closest by edit distance.
+std::string suggestion(const std::string& word, const std::vector<std::string>& ids) {
+    std::vector<std::string> hits;
+    const std::string w = lower(word);
+    if (!w.empty())
+        for (const auto& id : ids)
+            if (lower(id).find(w) != std::string::npos) hits.push_back(id);
+    if (hits.empty()) {
+        std::string d = did_you_mean(word, ids);
+        if (!d.empty()) hits.push_back(d);
+    }
+    if (hits.empty()) return "";
+    if (hits.size() > 3) hits.resize(3);
+    std::string s = " (did you mean ";
+    for (std::size_t i = 0; i < hits.size(); ++i) s += (i ? (i + 1 == hits.size() ? " or " : ", ") : "") + ("\"" + hits[i] + "\"");
+    return s + "?)";
+}
+
+template <class T>
+std::vector<std::string> ids_of(const std::vector<T>& rows) {
+    std::vector<std::string> v;
+    for (const auto& r : rows) v.push_back(r.id);
+    return v;
+}
+
+[[noreturn]] void unknown(const std::string& field, const std::string& id, const std::string& what,
+                          const std::vector<std::string>& ids) {
+    throw InputError("", "cluster." + field, "= \"" + id + "\" is not " + what + " in the hardware database" + suggestion(id, ids));
+}
+
+// A row named by another row (node -> link) that is missing means the database itself is broken.
+[[noreturn]] void dangling(const std::string& from, const std::string& id) {
+    throw RuntimeError("hwdb: " + from + " names \"" + id + "\", which is not in the database");
+}
+
+// PCIe generation of a host link id ("pcie5-x16" -> 5; 0 if not PCIe).
+int pcie_gen(const std::string& host_link) {
+    if (host_link.rfind("pcie", 0) != 0 || host_link.size() < 5) return 0;
+    return std::isdigit(static_cast<unsigned char>(host_link[4])) ? host_link[4] - '0' : 0;
+}
+
+// Defaults when neither the cluster nor a node says: NICs and SSDs of the GPU's PCIe generation,
+// since they share the GPU's PCIe switch and are bought to match it (docs/hwdb.md).
+std::string default_nic(const Gpu& g) {
+    int gen = pcie_gen(g.host_link);
+    if (gen >= 5 || g.host_link == "nvlink-c2c") return "ib-ndr";
+    if (gen == 4) return "ib-hdr";
+    return "ib-edr";
+}
+std::string default_ssd(const Gpu& g) {
+    int gen = pcie_gen(g.host_link);
+    if (gen >= 5 || g.host_link == "nvlink-c2c") return "nvme-gen5-x4-datacenter";
+    if (gen == 4) return "nvme-gen4-x4-datacenter";
+    return "nvme-gen3-x4-client";
+}
+
+std::int64_t newest_run_for(sqlite3* db, const std::string& path, const std::string& device) {
+    detail::Stmt s(db, path,
+                   "SELECT r.id FROM run r WHERE r.representative = 1 AND ("
+                   " EXISTS (SELECT 1 FROM measurement m WHERE m.run_id = r.id AND m.device = ?1) OR"
+                   " EXISTS (SELECT 1 FROM fit f WHERE f.run_id = r.id AND f.device = ?1))"
+                   " ORDER BY r.started_at DESC, r.id DESC LIMIT 1");
+    s.bind(1, device);
+    return s.step() ? s.i64(0) : 0;
+}
+
+double param(const std::map<std::string, double>& p, const std::string& key, double dflt = 0) {
+    auto it = p.find(key);
+    return it == p.end() ? dflt : it->second;
+}
+
+std::optional<BandwidthFit> bandwidth(const Fit& f) {
+    BandwidthFit b;
+    b.latency_ns = param(f.params, "latency_ns", param(f.params, "alpha_ns"));
+    b.Bps = param(f.params, "Bps", param(f.params, "busbw_Bps"));
+    b.provenance = Provenance::fitted;
+    if (b.Bps <= 0) return std::nullopt;
+    return b;
+}
+
+// "all_reduce/intra/8" -> parts; false if malformed.
+bool parse_collective_key(const std::string& key, CollectiveFit& c) {
+    std::stringstream ss(key);
+    std::string coll, scope, group;
+    if (!std::getline(ss, coll, '/') || !std::getline(ss, scope, '/') || !std::getline(ss, group)) return false;
+    if (coll.empty() || (scope != "intra" && scope != "inter") || group.empty()) return false;
+    for (char ch : group)
+        if (!std::isdigit(static_cast<unsigned char>(ch))) return false;
+    c.collective = coll, c.scope = scope, c.group = std::stoi(group);
+    return true;
+}
+
+// Host-side figures (CPU Adam, SSD) from one run's rows of one device; fills only what is unset.
+void attach_host(HardwareView& v, const std::vector<Measurement>& ms, const std::vector<Fit>& fs, const std::string& dev) {
+    for (const Fit& f : fs) {
+        if (f.device != dev) continue;
+        if (f.kind == "ssd" && f.key == "read" && !v.ssd_read) v.ssd_read = bandwidth(f);
+        if (f.kind == "ssd" && f.key == "write" && !v.ssd_write) v.ssd_write = bandwidth(f);
+        if (f.kind == "cpu_adam" && !v.cpu_adam_params_per_s && param(f.params, "params_per_s") > 0)
+            v.cpu_adam_params_per_s = param(f.params, "params_per_s");
+    }
+    if (!v.cpu_adam_params_per_s) {
+        // No fit: the best measured rate (over thread counts and sizes).
+        double best = 0;
+        for (const Measurement& m : ms)
+            if (m.device == dev && m.kind == "cpu_adam") best = std::max(best, m.value);
+        if (best > 0) v.cpu_adam_params_per_s = best;
+    }
+}
+
+}  // namespace
+
+HardwareView Database::view(const std::string& gpu_id, const std::string& node_id, const std::string& intra_link,
+                            const std::string& nic_link, const std::string& ssd_id, const std::string& cpu_id) const {
+    HardwareView v;
+    if (gpu_id.empty()) throw InputError("", "cluster.gpu", "is required (a GPU id of the hardware database, e.g. \"H100-SXM5-80GB\")");
+    auto g = gpu(gpu_id);
+    if (!g) unknown("gpu", gpu_id, "a GPU", ids_of(gpus()));
+    v.gpu = *g;
+
+    if (!node_id.empty()) {
+        auto n = node(node_id);
+        if (!n) unknown("node", node_id, "a node", ids_of(nodes()));
+        v.node = *n;
+    } else {
+        // No node named: a generic 8-GPU server around this GPU; its links come from the rules below.
+        v.node.id = "";
+        v.node.gpu_hint = v.gpu.id;
+        v.node.fabric = "generic (no node given)";
+        v.node.source = "Strata defaults (no node named in the cluster)";
+        v.node.confidence = "low";
+    }
+
+    auto find_link = [&](const std::string& id, const std::string& field, bool user_given) -> Link {
+        auto l = link(id);
+        if (!l) {
+            if (user_given) unknown(field, id, "a link", ids_of(links()));
+            dangling(field == "intra_link" || field == "nic" ? "node \"" + v.node.id + "\" or GPU \"" + v.gpu.id + "\"" : field, id);
+        }
+        return *l;
+    };
+
+    // Scale-up: explicit, else the node's, else the GPU's own, else its host link (PCIe only).
+    std::string su = intra_link;
+    bool su_given = !su.empty();
+    if (su.empty()) su = v.node.intra_link;
+    if (su.empty()) su = v.gpu.scale_up_link;
+    if (su.empty()) su = v.gpu.host_link;
+    if (!su.empty()) {
+        v.scale_up = find_link(su, "intra_link", su_given);
+        // A fabric row describes its generation's usual GPU; an export-limited part (A800, H800)
+        // gets less per GPU. Scale line rate and achievable figure by the GPU's own share.
+        const bool nv = v.scale_up.kind == LinkKind::scale_up || v.scale_up.kind == LinkKind::switch_fabric;
+        if (nv && v.gpu.scale_up_per_dir_Bps > 0 && v.gpu.scale_up_per_dir_Bps < v.scale_up.per_dir_Bps) {
+            const double k = v.gpu.scale_up_per_dir_Bps / v.scale_up.per_dir_Bps;
+            v.scale_up.per_dir_Bps *= k;
+            v.scale_up.achievable_Bps *= k;
+            v.scale_up.notes += " [view: scaled to " + v.gpu.id + "'s per-GPU scale-up bandwidth]";
+        }
+    }
+    if (!v.gpu.host_link.empty()) v.host = find_link(v.gpu.host_link, "gpu " + v.gpu.id + " host_link", false);
+
+    std::string nic = nic_link;
+    bool nic_given = !nic.empty();
+    if (nic.empty()) nic = v.node.nic_link;
+    if (nic.empty() && v.node.id.empty()) nic = default_nic(v.gpu);
+    if (!nic.empty()) v.nic = find_link(nic, "nic", nic_given);
+
+    std::string sd = ssd_id;
+    if (!sd.empty()) {
+        auto s = ssd(sd);
+        if (!s) unknown("ssd", sd, "an SSD", ids_of(ssds()));
+        v.ssd = *s;
+    } else {
+        sd = v.node.ssd.empty() && v.node.id.empty() ? default_ssd(v.gpu) : v.node.ssd;
+        if (!sd.empty()) {
+            auto s = ssd(sd);
+            if (!s) dangling("node \"" + v.node.id + "\"", sd);
+            v.ssd = *s;
+        }
+    }
+
+    std::string cp = cpu_id;
+    if (!cp.empty()) {
+        auto c = cpu(cp);
+        if (!c) unknown("cpu", cp, "a CPU", ids_of(cpus()));
+        v.cpu = *c;
+    } else {
+        cp = v.node.cpu.empty() ? "cpu-generic" : v.node.cpu;
+        auto c = cpu(cp);
+        if (!c) dangling("node \"" + v.node.id + "\"", cp);
+        v.cpu = *c;
+    }
+
+    // ---- measured and fitted figures ----
+    const std::int64_t gpu_run = newest_run_for(impl_->db, impl_->path, v.gpu.id);
+    if (gpu_run) {
+        v.measured_run = gpu_run;
+        v.measured_device = v.gpu.id;
+        const auto ms = measurements(gpu_run);
+        const auto fs = fits(gpu_run);
+        for (const Measurement& m : ms) {
+            if (m.device != v.gpu.id) continue;
+            auto lab = m.labels.find("dtype");
+            auto dt = dtype_from_string(lab == m.labels.end() ? "bf16" : lab->second);
+            if (!dt || m.value <= 0) continue;
+            if (m.kind == "gemm") {
+                const double peak = v.gpu.peak(*dt);
+                if (peak <= 0) continue;
+                GemmPoint p;
+                p.m = static_cast<std::int64_t>(param(m.params, "m")), p.n = static_cast<std::int64_t>(param(m.params, "n"));
+                p.k = static_cast<std::int64_t>(param(m.params, "k")), p.dtype = *dt, p.efficiency = m.value / peak;
+                if (p.m > 0 && p.n > 0 && p.k > 0) v.gemm_points.push_back(p);
+            } else if (m.kind == "attention") {
+                AttentionPoint a;
+                a.seq = static_cast<std::int64_t>(param(m.params, "seq"));
+                a.head_dim = static_cast<std::int64_t>(param(m.params, "head_dim"));
+                a.causal = param(m.params, "causal", 1) != 0, a.backward = param(m.params, "backward", 0) != 0;
+                a.dtype = *dt, a.flops_per_s = m.value;
+                if (a.seq > 0 && a.head_dim > 0) v.attention_points.push_back(a);
+            }
+        }
+        for (const Fit& f : fs) {
+            if (f.device != v.gpu.id) continue;
+            if (f.kind == "collective") {
+                CollectiveFit c;
+                if (!parse_collective_key(f.key, c)) continue;
+                c.alpha_ns = param(f.params, "alpha_ns"), c.busbw_Bps = param(f.params, "busbw_Bps");
+                c.provenance = Provenance::fitted;
+                if (c.busbw_Bps > 0) v.collectives.push_back(c);
+            } else if (f.key == "hbm") {
+                v.hbm = bandwidth(f);
+            } else if (f.kind == "memcpy" && f.key == "h2d/pinned") {
+                v.h2d = bandwidth(f);
+            } else if (f.kind == "memcpy" && f.key == "d2h/pinned") {
+                v.d2h = bandwidth(f);
+            }
+        }
+        attach_host(v, ms, fs, v.gpu.id);
+    }
+    // Host-side figures measured by the CPU backend apply to any GPU (they describe the host).
+    const std::int64_t cpu_run = newest_run_for(impl_->db, impl_->path, "cpu");
+    if (cpu_run) {
+        attach_host(v, measurements(cpu_run), fits(cpu_run), "cpu");
+        if (!v.measured_run) {
+            v.measured_run = cpu_run;
+            v.measured_device = "cpu";
+        }
+    }
+
+    // Deterministic order for consumers that interpolate or print.
+    std::sort(v.gemm_points.begin(), v.gemm_points.end(), [](const GemmPoint& a, const GemmPoint& b) {
+        return std::tie(a.dtype, a.m, a.n, a.k) < std::tie(b.dtype, b.m, b.n, b.k);
+    });
+    std::sort(v.attention_points.begin(), v.attention_points.end(), [](const AttentionPoint& a, const AttentionPoint& b) {
+        return std::tie(a.dtype, a.backward, a.causal, a.head_dim, a.seq) < std::tie(b.dtype, b.backward, b.causal, b.head_dim, b.seq);
+    });
+    std::sort(v.collectives.begin(), v.collectives.end(), [](const CollectiveFit& a, const CollectiveFit& b) {
+        return std::tie(a.collective, a.scope, a.group) < std::tie(b.collective, b.scope, b.group);
+    });
+    return v;
+}
+
+}  // namespace strata::hwdb
