@@ -1,0 +1,234 @@
+// One transformer layer as instructions, per rank and micro-batch: its forward (or recomputed
+// forward), its backward, and the TP / SP / CP / EP communication around them, following
+// Megatron-LM's layer structure. GEMM (m, n, k): Y[m,n] = X[m,k] W[k,n], flops = 2mnk; backward
+// = dgrad (m, k, n) + wgrad (k, n, m), 2x forward. Memory-bound ops carry bytes, not flops.
+#include "lower_impl.hpp"
+
+namespace strata::sim::lower_detail {
+
+double RankLowering::expert_tokens() const {
+    // Each EP rank routes tokens*top_k assignments into E experts; a rank hosts E/ep of them and
+    // receives ep*tokens*top_k/E tokens per expert on average, times its load factor.
+    return d_.ep * d_.tokens * d_.top_k / d_.experts * moe_factor_;
+}
+
+// Sequence parallelism: all-gather the sequence-sharded input before a column-parallel GEMM
+// (Korthikanti et al. 2022, Fig. 5 "g"). Without SP the input is already replicated.
+void RankLowering::tp_forward_in(bool wait_now) {
+    if (d_.tp <= 1 || !d_.sp) return;
+    int ev = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * Dims::act_bytes, n_.tp_ag);
+    if (wait_now) wait(Stream::compute, ev);
+}
+
+// After a row-parallel GEMM: all-reduce (Megatron "g" in forward), or reduce-scatter with SP.
+// nccl-tests' S = the full b*s/cp*h buffer either way.
+void RankLowering::tp_forward_out() {
+    if (d_.tp <= 1) return;
+    const double bytes = d_.tokens * d_.h * Dims::act_bytes;
+    int ev = d_.sp ? collective(Stream::tp_comm, CollKind::reduce_scatter, Group::tp, bytes, n_.tp_rs)
+                   : collective(Stream::tp_comm, CollKind::all_reduce, Group::tp, bytes, n_.tp_ar);
+    wait(Stream::compute, ev);
+}
+
+// Flash-style causal attention: 4*b*sq*skv*heads*hd/tp flops for QK^T and PV, halved because
+// masked blocks are skipped. With CP each rank holds s/cp queries against all s keys; K/V of the
+// other cp-1 ranks arrive by an all-gather on cp_comm that overlaps the local block (Megatron's
+// ring attention moves the same bytes: cp-1 steps of 2*b*(s/cp)*kv_w/tp*2 bytes).
+void RankLowering::attention_core_forward(Phase phase) {
+    const Phase saved = phase_;
+    phase_ = phase;
+    const double sq = d_.s / d_.cp;
+    const double flops = 4.0 * d_.b * sq * d_.s * d_.heads * d_.head_dim / d_.tp / 2.0;
+    const double io_bytes = d_.tokens * (2 * d_.q_w + 2 * d_.kv_w) / d_.tp * Dims::act_bytes;
+    auto emit = [&](int name, double frac, double kv_len) {
+        Instr& in = compute(Op::attention_fwd, name, flops * frac, io_bytes * frac);
+        in.m = static_cast<std::int64_t>(sq);
+        in.n = static_cast<std::int64_t>(kv_len);
+        in.k = static_cast<std::int64_t>(d_.head_dim);
+        in.batch = static_cast<std::int64_t>(d_.b * d_.heads / d_.tp);
+    };
+    if (d_.cp > 1) {
+        const double kv_bytes = d_.cp * 2 * d_.b * sq * d_.kv_w / d_.tp * Dims::act_bytes;
+        int ev = collective(Stream::cp_comm, CollKind::all_gather, Group::cp, kv_bytes, n_.cp_kv_ag);
+        emit(n_.attn_local, 1.0 / d_.cp, sq);
+        wait(Stream::compute, ev);
+        emit(n_.attn_remote, (d_.cp - 1) / d_.cp, d_.s - sq);
+    } else {
+        emit(n_.attn, 1.0, d_.s);
+    }
+    phase_ = saved;
+}
+
+void RankLowering::mlp_forward() {
+    const double f = d_.ffn / d_.tp;
+    gemm(n_.fc1, d_.tokens, (d_.mats - 1) * f, d_.h);  // SwiGLU: gate and up fused, n = 2*ffn/tp
+    compute(Op::elementwise, n_.act, 0, d_.mats * d_.tokens * f * Dims::act_bytes);  // GELU: r+w; SwiGLU: 2r+w
+    gemm(n_.fc2, d_.tokens, d_.h, f);
+}
+
+// MoE block: router GEMM + top-k, all-to-all dispatch over EP, the rank's experts as one batched
+// GEMM (batch = E/ep, m = tokens per expert), all-to-all combine. Shared experts run on all
+// tokens while the dispatch is in flight. All-to-all bytes: tokens*top_k*h*2 (each assignment
+// sends one hidden vector).
+void RankLowering::moe_forward(int layer) {
+    gemm(n_.router_gemm, d_.tokens, d_.experts, d_.h);
+    compute(Op::router, n_.router, 0, 2 * d_.tokens * d_.experts * 4);
+    const double a2a_bytes = d_.tokens * d_.top_k * d_.h * Dims::act_bytes;
+    int dispatched = -1;
+    if (d_.ep > 1) dispatched = collective(Stream::ep_comm, CollKind::all_to_all, Group::ep, a2a_bytes, n_.ep_dispatch);
+    if (d_.shared > 0) {
+        const double f = d_.shared * d_.expert_ffn / d_.tp;
+        gemm(n_.shared_fc1, d_.tokens, (d_.mats - 1) * f, d_.h);
+        compute(Op::elementwise, n_.shared_act, 0, d_.mats * d_.tokens * f * Dims::act_bytes);
+        gemm(n_.shared_fc2, d_.tokens, d_.h, f);
+    }
+    if (dispatched >= 0) wait(Stream::compute, dispatched);
+    const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.tp;
+    gemm(n_.experts_fc1, te, (d_.mats - 1) * f, d_.h, batch);
+    compute(Op::elementwise, n_.experts_act, 0, batch * d_.mats * te * f * Dims::act_bytes);
+    gemm(n_.experts_fc2, te, d_.h, f, batch);
+    if (d_.ep > 1) wait(Stream::compute, collective(Stream::ep_comm, CollKind::all_to_all, Group::ep, a2a_bytes, n_.ep_combine));
+    (void)layer;
+}
+
+void RankLowering::layer_forward(int layer, Phase phase) {
+    const Phase saved = phase_;
+    const int saved_layer = layer_;
+    phase_ = phase;
+    layer_ = layer;
+    const double norm_bytes = 2 * d_.tokens_sp * d_.h * Dims::act_bytes;               // read x, write y
+    const double resid_bytes = (3 + (m_.dropout > 0 ? 1 : 0)) * d_.tokens_sp * d_.h * Dims::act_bytes;  // x, dx, out (+mask)
+    compute(Op::norm, n_.norm1, 0, norm_bytes);
+    tp_forward_in(true);
+    gemm(n_.qkv, d_.tokens, (d_.q_w + 2 * d_.kv_w) / d_.tp, d_.h);
+    if (m_.position == PositionKind::rope)
+        compute(Op::elementwise, n_.rope, 0, 2 * d_.tokens * (d_.q_w + d_.kv_w) / d_.tp * Dims::act_bytes);
+    attention_core_forward(phase);
+    gemm(n_.proj, d_.tokens, d_.h, d_.q_w / d_.tp);
+    tp_forward_out();
+    compute(Op::elementwise, n_.residual1, 0, resid_bytes);
+    compute(Op::norm, n_.norm2, 0, norm_bytes);
+    tp_forward_in(true);
+    if (m_.layer_is_moe(layer)) moe_forward(layer);
+    else mlp_forward();
+    tp_forward_out();
+    compute(Op::elementwise, n_.residual2, 0, resid_bytes);
+    phase_ = saved;
+    layer_ = saved_layer;
+}
+
+void RankLowering::attention_core_backward() {
+    // FlashAttention-2 backward: about 2.5x the forward FLOPs (Dao 2023, §3.2: 5 matmuls vs 2).
+    const double sq = d_.s / d_.cp;
+    const double flops = 2.5 * 4.0 * d_.b * sq * d_.s * d_.heads * d_.head_dim / d_.tp / 2.0;
+    const double io_bytes = 2 * d_.tokens * (2 * d_.q_w + 2 * d_.kv_w) / d_.tp * Dims::act_bytes;
+    auto emit = [&](int name, double frac, double kv_len) {
+        Instr& in = compute(Op::attention_bwd, name, flops * frac, io_bytes * frac);
+        in.m = static_cast<std::int64_t>(sq);
+        in.n = static_cast<std::int64_t>(kv_len);
+        in.k = static_cast<std::int64_t>(d_.head_dim);
+        in.batch = static_cast<std::int64_t>(d_.b * d_.heads / d_.tp);
+    };
+    if (d_.cp > 1) {
+        // Backward ring: K/V travel again, and dK/dV are reduced back to their owners.
+        const double kv_bytes = d_.cp * 2 * d_.b * sq * d_.kv_w / d_.tp * Dims::act_bytes;
+        int ev = collective(Stream::cp_comm, CollKind::all_gather, Group::cp, kv_bytes, n_.cp_kv_ag);
+        emit(n_.attn_local, 1.0 / d_.cp, sq);
+        wait(Stream::compute, ev);
+        emit(n_.attn_remote, (d_.cp - 1) / d_.cp, d_.s - sq);
+        wait(Stream::compute, collective(Stream::cp_comm, CollKind::reduce_scatter, Group::cp, kv_bytes, n_.cp_dkv_rs));
+    } else {
+        emit(n_.attn, 1.0, d_.s);
+    }
+}
+
+// Backward of a column-parallel GEMM (fc1, qkv): the reduction of dX (all-reduce, or
+// reduce-scatter with SP) runs on tp_comm while wgrad computes (Megatron's async grad all-reduce).
+// With SP the wgrad needs the gathered input again, which is all-gathered meanwhile.
+void RankLowering::mlp_backward(int layer) {
+    (void)layer;
+    const double f = d_.ffn / d_.tp;
+    gemm(n_.fc2, d_.tokens, f, d_.h);        // dgrad
+    gemm(n_.fc2, f, d_.h, d_.tokens);        // wgrad
+    compute(Op::elementwise, n_.act, 0, 2 * d_.mats * d_.tokens * f * Dims::act_bytes);
+    int input_ev = -1;
+    if (d_.tp > 1 && d_.sp) input_ev = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * Dims::act_bytes, n_.tp_ag_input);
+    gemm(n_.fc1, d_.tokens, d_.h, (d_.mats - 1) * f);  // dgrad
+    int red_ev = -1;
+    if (d_.tp > 1)
+        red_ev = collective(Stream::tp_comm, d_.sp ? CollKind::reduce_scatter : CollKind::all_reduce, Group::tp,
+                            d_.tokens * d_.h * Dims::act_bytes, d_.sp ? n_.tp_rs : n_.tp_ar);
+    if (input_ev >= 0) wait(Stream::compute, input_ev);
+    gemm(n_.fc1, d_.h, (d_.mats - 1) * f, d_.tokens);  // wgrad
+    if (red_ev >= 0) wait(Stream::compute, red_ev);
+}
+
+void RankLowering::moe_backward(int layer) {
+    (void)layer;
+    const double a2a_bytes = d_.tokens * d_.top_k * d_.h * Dims::act_bytes;
+    if (d_.ep > 1) wait(Stream::compute, collective(Stream::ep_comm, CollKind::all_to_all, Group::ep, a2a_bytes, n_.ep_combine));
+    const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.tp;
+    gemm(n_.experts_fc2, te, f, d_.h, batch);
+    gemm(n_.experts_fc2, f, d_.h, te, batch);
+    compute(Op::elementwise, n_.experts_act, 0, 2 * batch * d_.mats * te * f * Dims::act_bytes);
+    gemm(n_.experts_fc1, te, d_.h, (d_.mats - 1) * f, batch);
+    gemm(n_.experts_fc1, d_.h, (d_.mats - 1) * f, te, batch);
+    int back = -1;
+    if (d_.ep > 1) back = collective(Stream::ep_comm, CollKind::all_to_all, Group::ep, a2a_bytes, n_.ep_dispatch);
+    if (d_.shared > 0) {
+        const double fs = d_.shared * d_.expert_ffn / d_.tp;
+        gemm(n_.shared_fc2, d_.tokens, fs, d_.h);
+        gemm(n_.shared_fc2, fs, d_.h, d_.tokens);
+        compute(Op::elementwise, n_.shared_act, 0, 2 * d_.mats * d_.tokens * fs * Dims::act_bytes);
+        gemm(n_.shared_fc1, d_.tokens, d_.h, (d_.mats - 1) * fs);
+        gemm(n_.shared_fc1, d_.h, (d_.mats - 1) * fs, d_.tokens);
+    }
+    if (back >= 0) wait(Stream::compute, back);
+    compute(Op::router, n_.router, 0, 2 * d_.tokens * d_.experts * 4);
+    gemm(n_.router_gemm, d_.tokens, d_.h, d_.experts);
+    gemm(n_.router_gemm, d_.h, d_.experts, d_.tokens);
+    if (d_.tp > 1) {
+        int ev = collective(Stream::tp_comm, d_.sp ? CollKind::reduce_scatter : CollKind::all_reduce, Group::tp,
+                            d_.tokens * d_.h * Dims::act_bytes, d_.sp ? n_.tp_rs : n_.tp_ar);
+        wait(Stream::compute, ev);
+    }
+}
+
+void RankLowering::layer_backward(int layer, int layer_in_stage) {
+    const bool full_re = p_.recompute == Recompute::full && layer_recomputed(m_, p_, stage_, layer_in_stage);
+    if (full_re) layer_forward(layer, Phase::recompute);  // keep only the input; rerun the layer
+    const int saved_layer = layer_;
+    layer_ = layer;
+    const double norm_bytes = 3 * d_.tokens_sp * d_.h * Dims::act_bytes;  // read x, dy; write dx
+    const double resid_bytes = (2 + (m_.dropout > 0 ? 1 : 0)) * d_.tokens_sp * d_.h * Dims::act_bytes;
+    // MLP block, mirrored.
+    compute(Op::elementwise, n_.residual2, 0, resid_bytes);
+    tp_forward_in(true);  // SP: gather dY (the mirror of the forward reduce-scatter)
+    if (m_.layer_is_moe(layer)) moe_backward(layer);
+    else mlp_backward(layer);
+    compute(Op::norm, n_.norm2, 0, norm_bytes);
+    // Attention block.
+    compute(Op::elementwise, n_.residual1, 0, resid_bytes);
+    tp_forward_in(true);
+    gemm(n_.proj, d_.tokens, d_.q_w / d_.tp, d_.h);  // dgrad
+    gemm(n_.proj, d_.q_w / d_.tp, d_.h, d_.tokens);  // wgrad
+    if (p_.recompute == Recompute::selective && !full_re) attention_core_forward(Phase::recompute);
+    attention_core_backward();
+    if (m_.position == PositionKind::rope)
+        compute(Op::elementwise, n_.rope, 0, 2 * d_.tokens * (d_.q_w + d_.kv_w) / d_.tp * Dims::act_bytes);
+    int input_ev = -1;
+    if (d_.tp > 1 && d_.sp) input_ev = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * Dims::act_bytes, n_.tp_ag_input);
+    const double qkv_n = (d_.q_w + 2 * d_.kv_w) / d_.tp;
+    gemm(n_.qkv, d_.tokens, d_.h, qkv_n);  // dgrad
+    int red_ev = -1;
+    if (d_.tp > 1)
+        red_ev = collective(Stream::tp_comm, d_.sp ? CollKind::reduce_scatter : CollKind::all_reduce, Group::tp,
+                            d_.tokens * d_.h * Dims::act_bytes, d_.sp ? n_.tp_rs : n_.tp_ar);
+    if (input_ev >= 0) wait(Stream::compute, input_ev);
+    gemm(n_.qkv, d_.h, qkv_n, d_.tokens);  // wgrad
+    if (red_ev >= 0) wait(Stream::compute, red_ev);
+    compute(Op::norm, n_.norm1, 0, norm_bytes);
+    layer_ = saved_layer;
+}
+
+}  // namespace strata::sim::lower_detail

@@ -1,0 +1,411 @@
+// Lowering driver: builds each RankProgram from the pipeline schedule (schedule.cpp) and the
+// layer bodies (layer_ops.cpp), adding pipeline send/recv, data-parallel gradient reduction
+// (ZeRO 0-3), parameter/activation offload prefetch, the optimizer (GPU, CPU Adam, SSD) and
+// Alloc/Free from tensors.hpp. Costs are not computed here (cost.hpp); see docs/lowering.md.
+#include <algorithm>
+#include <cmath>
+
+#include "lower_impl.hpp"
+#include "strata/common/error.hpp"
+
+namespace strata::sim {
+namespace lower_detail {
+
+void Names::intern(Program& p) {
+    auto id = [&](const char* s) { return p.name_id(s); };
+    norm1 = id("norm1"); qkv = id("qkv"); rope = id("rope"); attn = id("attention");
+    attn_local = id("attention.local"); attn_remote = id("attention.remote"); proj = id("proj");
+    residual1 = id("residual1"); norm2 = id("norm2"); fc1 = id("fc1"); act = id("act"); fc2 = id("fc2");
+    residual2 = id("residual2"); router_gemm = id("router.gemm"); router = id("router.topk");
+    experts_fc1 = id("experts.fc1"); experts_act = id("experts.act"); experts_fc2 = id("experts.fc2");
+    shared_fc1 = id("shared.fc1"); shared_act = id("shared.act"); shared_fc2 = id("shared.fc2");
+    embedding = id("embedding"); final_norm = id("final_norm"); logits = id("logits"); loss = id("loss");
+    tp_ar = id("tp.all_reduce"); tp_ag = id("tp.all_gather"); tp_rs = id("tp.reduce_scatter");
+    tp_ag_input = id("tp.all_gather_input"); cp_kv_ag = id("cp.kv_all_gather"); cp_dkv_rs = id("cp.dkv_reduce_scatter");
+    ep_dispatch = id("ep.dispatch"); ep_combine = id("ep.combine"); pp_act = id("pp.activation");
+    pp_grad = id("pp.gradient"); dp_grads = id("dp.grads"); edp_grads = id("edp.grads");
+    dp_params = id("dp.params"); edp_params = id("edp.params"); zero3_ag = id("zero3.params");
+    zero3_rs = id("zero3.grads"); zero3_ag_expert = id("zero3.expert_params");
+    zero3_rs_expert = id("zero3.expert_grads"); emb_ar = id("embedding.grad_all_reduce");
+    opt_gpu = id("optimizer.gpu"); opt_cpu = id("optimizer.cpu"); opt_ssd = id("optimizer.ssd");
+    grad_d2h = id("grads.d2h"); param_h2d = id("params.h2d"); state_read = id("optimizer_state.read");
+    state_write = id("optimizer_state.write"); fetch_ssd = id("params.fetch_ssd"); fetch_h2d = id("params.fetch_h2d");
+    act_d2h = id("activations.d2h"); act_h2d = id("activations.h2d"); act_ssd_write = id("activations.ssd_write");
+    act_ssd_read = id("activations.ssd_read");
+}
+
+Dims make_dims(const ModelSpec& m, const PlanSpec& p) {
+    Dims d;
+    d.b = p.micro_batch;
+    d.s = static_cast<double>(m.seq_len);
+    d.tp = p.tp;
+    d.cp = p.cp;
+    d.ep = p.ep;
+    d.sp = p.sequence_parallel && p.tp > 1;
+    d.tokens = d.b * d.s / d.cp;
+    d.tokens_sp = d.sp ? d.tokens / d.tp : d.tokens;
+    d.h = static_cast<double>(m.hidden);
+    d.heads = m.heads;
+    d.head_dim = static_cast<double>(m.head_dim > 0 ? m.head_dim : m.hidden / std::max(1, m.heads));
+    d.q_w = d.heads * d.head_dim;
+    d.kv_w = (m.kv_heads > 0 ? m.kv_heads : m.heads) * d.head_dim;
+    d.ffn = static_cast<double>(m.ffn_hidden);
+    d.vocab = static_cast<double>(m.vocab);
+    d.mats = m.ffn == FfnKind::swiglu ? 3 : 2;
+    if (m.is_moe()) {
+        d.experts = m.moe->experts;
+        d.top_k = m.moe->top_k;
+        d.expert_ffn = static_cast<double>(m.moe->expert_ffn_hidden > 0 ? m.moe->expert_ffn_hidden : m.ffn_hidden);
+        d.shared = m.moe->shared_experts;
+    }
+    return d;
+}
+
+LayerParamsRank layer_params_rank(const ModelSpec& m, const PlanSpec& p, int layer) {
+    const Dims d = make_dims(m, p);
+    LayerParamsRank r;
+    const bool bias_qkv = m.linear_bias || m.qkv_bias;
+    r.dense = d.h * (d.q_w + 2 * d.kv_w) / d.tp + d.q_w * d.h / d.tp + (bias_qkv ? (d.q_w + 2 * d.kv_w) / d.tp : 0) +
+              (m.linear_bias ? d.h : 0);
+    r.dense += m.norm == NormKind::layernorm ? 4 * d.h : 2 * d.h;
+    if (m.layer_is_moe(layer)) {
+        r.dense += d.h * d.experts + d.shared * d.mats * d.h * d.expert_ffn / d.tp;
+        r.expert = d.experts / d.ep * d.mats * d.h * d.expert_ffn / d.tp;
+    } else {
+        r.dense += d.mats * d.h * d.ffn / d.tp + (m.linear_bias ? (d.mats - 1) * d.ffn / d.tp + d.h : 0);
+    }
+    return r;
+}
+
+double embedding_params_rank(const ModelSpec& m, const PlanSpec& p) {
+    const double pos = m.position == PositionKind::learned
+                           ? static_cast<double>(m.max_position > 0 ? m.max_position : m.seq_len) * static_cast<double>(m.hidden)
+                           : 0;
+    return static_cast<double>(m.vocab) * static_cast<double>(m.hidden) / p.tp + pos;
+}
+
+double output_params_rank(const ModelSpec& m, const PlanSpec& p) {
+    const double norm = (m.norm == NormKind::layernorm ? 2.0 : 1.0) * static_cast<double>(m.hidden);
+    if (m.tied_embeddings && p.pp == 1) return norm;  // the head is the embedding itself
+    return static_cast<double>(m.vocab) * static_cast<double>(m.hidden) / p.tp + norm;
+}
+
+double forward_flops_per_step(const ModelSpec& m, const PlanSpec& p) {
+    PlanSpec unsplit;  // per-token counts of the whole model: no TP/EP division
+    const Dims d = make_dims(m, unsplit);
+    double per_token = 2 * d.h * d.vocab;  // logits
+    for (int l = 0; l < m.layers; ++l) {
+        per_token += 2 * (d.h * (d.q_w + 2 * d.kv_w) + d.q_w * d.h);
+        per_token += 2 * d.s * d.q_w;  // causal QK^T + PV: 4*s*q_w per token, halved
+        if (m.layer_is_moe(l))
+            per_token += 2 * d.h * d.experts + 2 * (d.top_k + d.shared) * d.mats * d.h * d.expert_ffn;
+        else
+            per_token += 2 * d.mats * d.h * d.ffn;
+    }
+    return per_token * static_cast<double>(p.global_batch) * d.s;
+}
+
+// ---------------------------------------------------------------------------------------------
+RankLowering::RankLowering(const ModelSpec& m, const ClusterSpec& cl, const PlanSpec& p, const LowerOptions& o,
+                           Program& prog, RankProgram& rp, const Names& names, Coord coord, bool full,
+                           std::int64_t& tensor_counter)
+    : m_(m), cl_(cl), p_(p), o_(o), prog_(prog), rp_(rp), n_(names), co_(coord), full_(full),
+      tensor_counter_(tensor_counter), d_(make_dims(m, p)) {
+    micro_ = std::max(1, p.micro_batches());
+    pp_ = std::max(1, p.pp);
+    vpp_ = std::max(1, p.vpp);
+    stage_ = coord.s;
+    // Virtual stage v = chunk * pp + stage holds a contiguous run of layers, in v order.
+    const std::vector<int> per_stage = stage_layers(m, p);
+    std::vector<int> vsize(static_cast<std::size_t>(pp_ * vpp_), 0);
+    for (int s = 0; s < pp_; ++s) {
+        const int n = per_stage[static_cast<std::size_t>(s)];
+        for (int c = 0; c < vpp_; ++c) vsize[static_cast<std::size_t>(c * pp_ + s)] = n / vpp_ + (c < n % vpp_ ? 1 : 0);
+    }
+    int start = 0;
+    chunk_start_.assign(static_cast<std::size_t>(vpp_), 0);
+    chunk_count_.assign(static_cast<std::size_t>(vpp_), 0);
+    for (int v = 0; v < pp_ * vpp_; ++v) {
+        if (v % pp_ == stage_) {
+            chunk_start_[static_cast<std::size_t>(v / pp_)] = start;
+            chunk_count_[static_cast<std::size_t>(v / pp_)] = vsize[static_cast<std::size_t>(v)];
+        }
+        start += vsize[static_cast<std::size_t>(v)];
+    }
+    schedule_ = pipeline_schedule(p.schedule, pp_, stage_, micro_, vpp_);
+    last_bwd_mb_.assign(static_cast<std::size_t>(vpp_), 0);
+    for (const PipeSlot& sl : schedule_)
+        if (!sl.forward) last_bwd_mb_[static_cast<std::size_t>(sl.chunk)] = sl.microbatch;
+
+    // MoE load skew: the hottest expert's EP rank gets (1 + skew) x the mean load. Symmetric mode
+    // models every rank as the hottest (the all-to-all makes everyone wait for it); full mode
+    // gives it to EP rank 0 of each group and spreads the rest evenly so the total is kept.
+    if (m.is_moe() && p.ep > 1) {
+        const double skew = m.moe->load_skew;
+        const int e = (coord.c + p.cp * coord.d) % p.ep;
+        moe_factor_ = !full || e == 0 ? 1 + skew : std::max(0.0, (p.ep - 1 - skew) / (p.ep - 1));
+    }
+
+    int li_stage = 0;
+    for (int c = 0; c < vpp_; ++c)
+        for (int li = 0; li < chunk_layers(c); ++li, ++li_stage) {
+            const int layer = chunk_first_layer(c) + li;
+            const bool rec = p.recompute == Recompute::full && layer_recomputed(m, p, stage_, li_stage);
+            act_desc_.push_back(layer_activations(m, p, layer, rec));
+            ws_desc_.push_back(o.emit_memory ? layer_backward_workspace(m, p, layer, rec) : std::vector<TensorDesc>{});
+        }
+    if (o.emit_memory && stage_ == 0) emb_desc_ = embedding_activations(m, p);
+    if (o.emit_memory && stage_ == pp_ - 1) logits_desc_ = logits_activations(m, p);
+}
+
+Instr& RankLowering::push(InstrKind k, Stream s, int name) {
+    Instr& in = rp_.instrs.emplace_back();
+    in.kind = k;
+    in.stream = s;
+    in.name = name;
+    in.phase = phase_;
+    in.chunk = static_cast<std::int16_t>(chunk_);
+    in.layer = layer_;
+    in.microbatch = mb_;
+    in.dtype = p_.precision == Precision::fp8 ? DType::fp8 : p_.precision == Precision::fp16 ? DType::fp16
+               : p_.precision == Precision::fp32 ? DType::fp32 : DType::bf16;
+    return in;
+}
+
+Instr& RankLowering::compute(Op op, int name, double flops, double bytes) {
+    Instr& in = push(InstrKind::compute, Stream::compute, name);
+    in.op = op;
+    in.flops = flops;
+    in.bytes = bytes;
+    return in;
+}
+
+Instr& RankLowering::gemm(int name, double m, double n, double k, double batch) {
+    // bytes: read A and B, write C once (bf16); the cost model may refine it.
+    Instr& in = compute(Op::gemm, name, 2 * batch * m * n * k, batch * (m * k + k * n + m * n) * Dims::act_bytes);
+    in.m = std::llround(m);
+    in.n = std::llround(n);
+    in.k = std::llround(k);
+    in.batch = std::llround(batch);
+    return in;
+}
+
+int RankLowering::record(Stream s) {
+    Instr& in = push(InstrKind::record, s, 0);
+    in.event = next_event_++;
+    return in.event;
+}
+
+void RankLowering::wait(Stream s, int ev) {
+    if (ev < 0) return;
+    push(InstrKind::wait, s, 0).event = ev;
+}
+
+int RankLowering::group_size(Group g) const {
+    switch (g) {
+        case Group::tp: return p_.tp;
+        case Group::cp: return p_.cp;
+        case Group::ep: return p_.ep;
+        case Group::dp: return p_.dp * p_.cp;
+        case Group::edp: return std::max(1, p_.dp * p_.cp / std::max(1, p_.ep));
+        case Group::pp: return p_.pp;
+        case Group::embedding: return 2;
+        case Group::world: return p_.gpus();
+    }
+    return 1;
+}
+
+// Matched collectives: every member of one group instance computes the same id from (group kind,
+// lowest global rank of the instance, how many collectives of that kind it has issued before).
+std::int64_t RankLowering::coll_match(Group g) {
+    const auto gi = static_cast<std::size_t>(g);
+    const std::int64_t seq = coll_seq_[gi]++;
+    if (!full_ && g != Group::embedding) return 0;
+    const std::int64_t tp = p_.tp, cp = p_.cp, dp = p_.dp, ep = std::max(1, p_.ep);
+    const std::int64_t base = tp * cp * dp * co_.s, q = co_.c + cp * co_.d;
+    std::int64_t lo = 0;
+    switch (g) {
+        case Group::tp: lo = tp * q + base; break;
+        case Group::cp: lo = co_.t + tp * cp * co_.d + base; break;
+        case Group::dp: lo = co_.t + base; break;
+        case Group::ep: lo = co_.t + tp * (ep * (q / ep)) + base; break;
+        case Group::edp: lo = co_.t + tp * (q % ep) + base; break;
+        case Group::embedding: lo = full_ ? co_.t + tp * q : 0; break;
+        default: lo = 0; break;
+    }
+    const std::int64_t world = static_cast<std::int64_t>(p_.gpus()) + 1;
+    return ((seq * world + lo) * 16 + static_cast<std::int64_t>(gi)) + 1;
+}
+
+std::int64_t RankLowering::p2p_match(int mb_global, int sender_vstage, bool forward_dir, int lane) const {
+    const std::int64_t lanes = full_ ? static_cast<std::int64_t>(p_.tp) * p_.cp * p_.dp : 1;
+    const std::int64_t v = static_cast<std::int64_t>(pp_) * vpp_;
+    return ((((static_cast<std::int64_t>(mb_global) * v + sender_vstage) * 2 + (forward_dir ? 1 : 0)) * lanes + lane) * 16 + 15) + 1;
+}
+
+int RankLowering::program_of_stage(int stage) const {
+    if (!full_) return stage;
+    return co_.t + p_.tp * (co_.c + p_.cp * (co_.d + p_.dp * stage));
+}
+
+int RankLowering::collective(Stream s, CollKind k, Group g, double bytes, int name, int after) {
+    if (after == kAfterCompute) after = record(Stream::compute);
+    wait(s, after);
+    Instr& in = push(InstrKind::collective, s, name);
+    in.coll = k;
+    in.group = g;
+    in.group_size = group_size(g);
+    in.bytes = bytes;
+    in.match_id = coll_match(g);
+    return record(s);
+}
+
+int RankLowering::copy(Stream s, CopyKind k, double bytes, int name, int after_ev) {
+    wait(s, after_ev);
+    Instr& in = push(InstrKind::copy, s, name);
+    in.copy = k;
+    in.bytes = bytes;
+    return record(s);
+}
+
+void RankLowering::alloc_list(const std::vector<TensorDesc>& list, std::vector<Instr>* keep) {
+    if (!o_.emit_memory) return;
+    for (const TensorDesc& t : list) {
+        auto it = tensor_names_.find(t.name);
+        if (it == tensor_names_.end()) it = tensor_names_.emplace(t.name, prog_.name_id(t.name)).first;
+        for (Tier tier : {Tier::gpu, Tier::cpu, Tier::ssd}) {
+            const double frac = t.tiers.of(tier);
+            if (frac <= 0 || t.bytes <= 0) continue;
+            Instr& in = push(InstrKind::alloc, Stream::compute, it->second);
+            in.tier = tier;
+            in.tag = static_cast<std::int32_t>(t.tag);
+            in.bytes = t.bytes * frac;
+            in.tensor = tensor_counter_++;
+            if (keep) keep->push_back(in);
+        }
+    }
+}
+
+void RankLowering::free_list(std::vector<Instr>& keep) {
+    for (const Instr& a : keep) {
+        Instr& in = push(InstrKind::free, Stream::compute, a.name);
+        in.tier = a.tier;
+        in.tag = a.tag;
+        in.bytes = a.bytes;
+        in.tensor = a.tensor;
+    }
+    keep.clear();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parameters a layer needs before it runs: SSD read and H2D of the offloaded fraction (ZeRO-
+// Infinity / Angel-PTM), then the ZeRO-3 all-gather of the full layer. Issued one layer ahead.
+int RankLowering::fetch_params(int layer, int after_ev) {
+    const TierSplit& pf = p_.offload.params;
+    const double off = pf.cpu + pf.ssd;
+    const bool zero3 = p_.zero_stage == 3 && p_.dp * p_.cp > 1;
+    if (off <= 0 && !zero3) return -1;
+    const LayerParamsRank lp = layer_params_rank(m_, p_, layer);
+    const double shard = zero3 ? lp.dense / group_size(Group::dp) + lp.expert / group_size(Group::edp) : lp.dense + lp.expert;
+    int ev = after_ev;
+    if (pf.ssd > 0) ev = copy(Stream::ssd, CopyKind::ssd_read, shard * pf.ssd * Dims::act_bytes, n_.fetch_ssd, ev);
+    if (off > 0) ev = copy(Stream::h2d, CopyKind::h2d, shard * off * Dims::act_bytes, n_.fetch_h2d, ev);
+    if (zero3) {
+        ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, lp.dense * Dims::act_bytes, n_.zero3_ag, ev);
+        if (lp.expert > 0 && group_size(Group::edp) > 1)
+            ev = collective(Stream::dp_comm, CollKind::all_gather, Group::edp, lp.expert * Dims::act_bytes, n_.zero3_ag_expert, -1);
+    }
+    return ev;
+}
+
+int RankLowering::fetch_activations(int mb, int chunk, int li, int after_ev) {
+    auto it = act_offloaded_.find({mb, chunk, li});
+    if (it == act_offloaded_.end()) return -1;
+    const TierSplit& af = p_.offload.activations;
+    double bytes = 0;
+    for (const TensorDesc& t : act_desc_[static_cast<std::size_t>(layer_in_stage(chunk, li))])
+        bytes += t.bytes;
+    int ev = it->second;
+    act_offloaded_.erase(it);
+    if (after_ev >= 0) wait(Stream::h2d, after_ev);
+    if (af.ssd > 0) {
+        wait(Stream::ssd, after_ev);
+        ev = copy(Stream::ssd, CopyKind::ssd_read, bytes * af.ssd, n_.act_ssd_read, ev);
+    }
+    return copy(Stream::h2d, CopyKind::h2d, bytes * (af.cpu + af.ssd), n_.act_h2d, ev);
+}
+
+// Data-parallel gradient reduction, bucketed as Megatron's DDP: a bucket is reduced (all-reduce
+// for ZeRO 0, reduce-scatter for the distributed optimizer) once dp_bucket_bytes of gradients
+// are final, i.e. during the last micro-batch's backward.
+void RankLowering::grads_ready(double dense_bytes, double expert_bytes, bool final_flush) {
+    const CollKind k = p_.zero_stage == 0 ? CollKind::all_reduce : CollKind::reduce_scatter;
+    bucket_dense_ += dense_bytes;
+    bucket_expert_ += expert_bytes;
+    const double cap = static_cast<double>(std::max<std::int64_t>(1, p_.dp_bucket_bytes));
+    if (bucket_dense_ > 0 && (bucket_dense_ >= cap || final_flush)) {
+        if (group_size(Group::dp) > 1) collective(Stream::dp_comm, k, Group::dp, bucket_dense_, n_.dp_grads);
+        bucket_dense_ = 0;
+    }
+    if (bucket_expert_ > 0 && (bucket_expert_ >= cap || final_flush)) {
+        if (group_size(Group::edp) > 1) collective(Stream::dp_comm, k, Group::edp, bucket_expert_, n_.edp_grads);
+        bucket_expert_ = 0;
+    }
+}
+
+void RankLowering::flush_buckets() { grads_ready(0, 0, true); }
+
+// Per-layer gradient handling after the layer's backward.
+void RankLowering::layer_grads(int layer) {
+    const LayerParamsRank lp = layer_params_rank(m_, p_, layer);
+    if (p_.zero_stage == 3) {
+        // ZeRO-3 (DeepSpeed): every micro-batch reduce-scatters the layer's gradients into shards.
+        if (group_size(Group::dp) > 1)
+            collective(Stream::dp_comm, CollKind::reduce_scatter, Group::dp, lp.dense * Dims::act_bytes, n_.zero3_rs);
+        if (lp.expert > 0 && group_size(Group::edp) > 1)
+            collective(Stream::dp_comm, CollKind::reduce_scatter, Group::edp, lp.expert * Dims::act_bytes, n_.zero3_rs_expert);
+        return;
+    }
+    if (p_.overlap_grad_reduce && last_backward_) grads_ready(lp.dense * Dims::act_bytes, lp.expert * Dims::act_bytes, false);
+}
+
+// Without overlap (or for ZeRO-3's embedding/head), reduce everything after the last backward.
+void RankLowering::dp_collectives_at_end() {
+    phase_ = Phase::backward;
+    layer_ = -1;
+    mb_ = -1;
+    double dense = 0, expert = 0;
+    const bool whole = p_.zero_stage == 3 || !p_.overlap_grad_reduce;
+    if (!whole) {
+        flush_buckets();
+    } else {
+        if (stage_ == 0) dense += embedding_params_rank(m_, p_) * Dims::act_bytes;
+        if (stage_ == pp_ - 1) dense += output_params_rank(m_, p_) * Dims::act_bytes;
+        if (p_.zero_stage != 3) {
+            for (int c = 0; c < vpp_; ++c)
+                for (int li = 0; li < chunk_layers(c); ++li) {
+                    const LayerParamsRank lp = layer_params_rank(m_, p_, chunk_first_layer(c) + li);
+                    dense += lp.dense * Dims::act_bytes;
+                    expert += lp.expert * Dims::act_bytes;
+                }
+        }
+        const double cap = static_cast<double>(std::max<std::int64_t>(1, p_.dp_bucket_bytes));
+        while (dense > 0) {
+            grads_ready(std::min(dense, cap), 0, dense <= cap);
+            dense -= cap;
+        }
+        while (expert > 0) {
+            grads_ready(0, std::min(expert, cap), expert <= cap);
+            expert -= cap;
+        }
+    }
+    // Tied embeddings across pipeline ends: sum the two copies' gradients (Megatron's
+    // _allreduce_embedding_grads, after the DP reduction).
+    if (m_.tied_embeddings && pp_ > 1 && (stage_ == 0 || stage_ == pp_ - 1)) {
+        const double bytes = d_.vocab * d_.h / d_.tp * Dims::act_bytes;
+        collective(Stream::dp_comm, CollKind::all_reduce, Group::embedding, bytes, n_.emb_ar);
+    }
+}
+
+}  // namespace lower_detail
+}  // namespace strata::sim

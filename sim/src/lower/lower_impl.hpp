@@ -1,0 +1,163 @@
+// Internal to lowering: the per-rank builder shared by lower.cpp (steps, pipeline passes, data
+// parallelism, optimizer, offload, memory) and layer_ops.cpp (one transformer layer's forward,
+// backward and recomputation). Not a public API; nothing here outlives one lower() call.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "strata/sim/lower.hpp"
+#include "strata/sim/tensors.hpp"
+
+namespace strata::sim::lower_detail {
+
+/// Labels, interned once per Program (Instr::name indexes Program::names).
+struct Names {
+    int norm1, qkv, rope, attn, attn_local, attn_remote, proj, residual1, norm2, fc1, act, fc2, residual2;
+    int router_gemm, router, experts_fc1, experts_act, experts_fc2, shared_fc1, shared_act, shared_fc2;
+    int embedding, final_norm, logits, loss;
+    int tp_ar, tp_ag, tp_rs, tp_ag_input, cp_kv_ag, cp_dkv_rs, ep_dispatch, ep_combine;
+    int pp_act, pp_grad;
+    int dp_grads, edp_grads, dp_params, edp_params, zero3_ag, zero3_rs, zero3_ag_expert, zero3_rs_expert, emb_ar;
+    int opt_gpu, opt_cpu, opt_ssd, grad_d2h, param_h2d, state_read, state_write;
+    int fetch_ssd, fetch_h2d, act_d2h, act_h2d, act_ssd_write, act_ssd_read;
+    void intern(Program& p);
+};
+
+/// Per-rank sizes of one micro-batch (after TP/SP/CP), as doubles: products overflow int64 for
+/// large models only in FLOPs, but keeping one type avoids mixed arithmetic mistakes.
+struct Dims {
+    double b = 1, s = 1, tp = 1, cp = 1, ep = 1;
+    double tokens = 1;     ///< b * s / cp: tokens a rank's GEMMs see
+    double tokens_sp = 1;  ///< tokens / tp with sequence parallelism (norms, residuals), else tokens
+    double h = 0, q_w = 0, kv_w = 0, heads = 0, head_dim = 0, ffn = 0, vocab = 0;
+    double mats = 2;       ///< MLP weight matrices: 2 (GELU), 3 (SwiGLU)
+    double experts = 0, top_k = 1, expert_ffn = 0, shared = 0;
+    bool sp = false;
+    static constexpr double act_bytes = 2;  ///< activations and comm payloads travel in bf16
+};
+Dims make_dims(const ModelSpec& m, const PlanSpec& p);
+
+/// Parameters of one layer held by one rank (after TP and EP), split by reduction group.
+struct LayerParamsRank {
+    double dense = 0;   ///< reduced over dp x cp
+    double expert = 0;  ///< reduced over edp
+};
+LayerParamsRank layer_params_rank(const ModelSpec& m, const PlanSpec& p, int layer);
+double embedding_params_rank(const ModelSpec& m, const PlanSpec& p);  ///< first stage
+double output_params_rank(const ModelSpec& m, const PlanSpec& p);     ///< last stage (untied head or tied copy)
+
+/// Useful forward FLOPs of one step of the whole job (GEMMs + causal attention core, no skew, no
+/// recomputation): the basis of Program::model_flops_per_step = 3 x this.
+double forward_flops_per_step(const ModelSpec& m, const PlanSpec& p);
+
+/// Where a rank sits (Megatron order: tp fastest, then cp, then dp, then pp).
+struct Coord {
+    int t = 0, c = 0, d = 0, s = 0;
+};
+
+/// Builds one RankProgram.
+class RankLowering {
+public:
+    RankLowering(const ModelSpec& m, const ClusterSpec& cl, const PlanSpec& p, const LowerOptions& o,
+                 Program& prog, RankProgram& rp, const Names& names, Coord coord, bool full,
+                 std::int64_t& tensor_counter);
+    void run(int steps);
+    int events() const { return next_event_; }
+
+    // ---- used by layer_ops.cpp ----
+    void layer_forward(int layer, Phase phase);
+    void layer_backward(int layer, int layer_in_stage);
+
+private:
+    // instruction helpers
+    Instr& push(InstrKind k, Stream s, int name);
+    Instr& compute(Op op, int name, double flops, double bytes);
+    Instr& gemm(int name, double m, double n, double k, double batch = 1);
+    int record(Stream s);
+    void wait(Stream s, int ev);
+    static constexpr int kAfterCompute = -2;
+    /// A collective on `s` that first waits for `after` (kAfterCompute: compute's progress so
+    /// far; -1: nothing); returns its completion event.
+    int collective(Stream s, CollKind k, Group g, double bytes, int name, int after = kAfterCompute);
+    int copy(Stream s, CopyKind k, double bytes, int name, int after_ev);
+    int group_size(Group g) const;
+    std::int64_t coll_match(Group g);
+    std::int64_t p2p_match(int mb_global, int sender_vstage, bool forward_dir, int lane) const;
+    int program_of_stage(int stage) const;
+
+    // layer pieces (layer_ops.cpp)
+    void tp_forward_in(bool wait_now);
+    void tp_forward_out();
+    void attention_core_forward(Phase phase);
+    void mlp_forward();
+    void moe_forward(int layer);
+    void mlp_backward(int layer);
+    void moe_backward(int layer);
+    void attention_core_backward();
+    double expert_tokens() const;
+
+    // passes and step (lower.cpp)
+    void step(int s);
+    void forward_pass(int mb, int chunk);
+    void backward_pass(int mb, int chunk);
+    int fetch_params(int layer, int after_ev);
+    int fetch_activations(int mb, int chunk, int li, int after_ev);
+    void layer_grads(int layer);
+    void grads_ready(double dense_bytes, double expert_bytes, bool final_flush);
+    void flush_buckets();
+    void dp_collectives_at_end();
+    void optimizer(int s);
+    void alloc_list(const std::vector<TensorDesc>& list, std::vector<Instr>* keep);
+    void free_list(std::vector<Instr>& keep);
+    int chunk_first_layer(int chunk) const { return chunk_start_[static_cast<std::size_t>(chunk)]; }
+    int chunk_layers(int chunk) const { return chunk_count_[static_cast<std::size_t>(chunk)]; }
+    /// Index of a layer among this rank's layers (chunk-major): indexes act_desc_, ws_desc_.
+    int layer_in_stage(int chunk, int li) const {
+        int n = li;
+        for (int c = 0; c < chunk; ++c) n += chunk_layers(c);
+        return n;
+    }
+
+    const ModelSpec& m_;
+    const ClusterSpec& cl_;
+    const PlanSpec& p_;
+    const LowerOptions& o_;
+    Program& prog_;
+    RankProgram& rp_;
+    const Names& n_;
+    Coord co_;
+    bool full_;
+    std::int64_t& tensor_counter_;
+    Dims d_;
+    int micro_ = 1, pp_ = 1, vpp_ = 1, stage_ = 0, stage_first_layer_ = 0;
+    std::vector<int> chunk_start_, chunk_count_;
+    std::vector<PipeSlot> schedule_;
+    std::vector<int> last_bwd_mb_;  ///< per chunk: micro-batch of its last backward in the step
+    double moe_factor_ = 1;         ///< token load of this rank's experts relative to the mean
+    int next_event_ = 0;
+    std::array<std::int64_t, 8> coll_seq_{};
+
+    // current context stamped on every instruction
+    Phase phase_ = Phase::other;
+    int chunk_ = 0, layer_ = -1, mb_ = -1, step_ = 0;
+
+    // memory
+    std::vector<std::vector<TensorDesc>> act_desc_, ws_desc_;  ///< per layer of the stage
+    std::vector<TensorDesc> emb_desc_, logits_desc_;
+    std::map<std::tuple<int, int, int>, std::vector<Instr>> stashed_;  ///< (mb, chunk, layer) -> allocs
+    std::map<std::tuple<int, int, int>, int> act_offloaded_;           ///< (mb, chunk, layer) -> d2h event
+    std::map<std::string, int> tensor_names_;
+
+    // data-parallel gradient buckets
+    double bucket_dense_ = 0, bucket_expert_ = 0;
+    double total_dense_grad_bytes_ = 0, total_expert_grad_bytes_ = 0;
+    bool last_backward_ = false;
+    int optimizer_done_ev_ = -1;    ///< next step's forward waits for this (-1: nothing)
+    int param_gather_ev_ = -1;
+};
+
+}  // namespace strata::sim::lower_detail

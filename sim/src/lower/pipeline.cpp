@@ -1,0 +1,304 @@
+// The step of one rank: pipeline passes in schedule order (with send/recv, embedding, logits and
+// loss, per-layer prefetch of parameters and offloaded activations), then gradient reduction and
+// the optimizer on its tiers; and lower() itself, which builds every RankProgram. What one layer
+// does lives in layer_ops.cpp; buckets, fetches and memory helpers in lower.cpp.
+#include <algorithm>
+#include <cmath>
+
+#include "lower_impl.hpp"
+#include "strata/common/error.hpp"
+
+namespace strata::sim {
+namespace lower_detail {
+
+namespace {
+constexpr double kAdamGpuBytesPerParam = 16;   // bf16 param + grad (2+2) and fp32 m, v (4+4), read and written
+constexpr double kAdamStateBytesPerParam = 12; // fp32 master, m, v: what ZeRO-Infinity swaps per param
+constexpr double kGradBytesPerParam = 2;       // bf16 gradients to the CPU (ZeRO-Offload)
+constexpr double kParamBytesPerParam = 2;      // updated bf16 parameters back to the GPU
+}  // namespace
+
+void RankLowering::run(int steps) {
+    phase_ = Phase::other;
+    if (o_.emit_memory) {
+        alloc_list(stage_model_states(m_, p_, stage_), nullptr);
+        alloc_list(stage_buffers(m_, p_, stage_), nullptr);
+    }
+    for (int s = 0; s < steps; ++s) step(s);
+}
+
+void RankLowering::step(int s) {
+    step_ = s;
+    phase_ = Phase::forward;
+    chunk_ = 0;
+    layer_ = -1;
+    mb_ = s * micro_;
+    // The previous step's parameters must be in place: the dist-opt all-gather always, the CPU
+    // optimizer's H2D unless the update is lock-free (Angel-PTM: one step stale).
+    wait(Stream::compute, param_gather_ev_);
+    param_gather_ev_ = -1;
+    if (!p_.lock_free_update) wait(Stream::compute, optimizer_done_ev_);
+    optimizer_done_ev_ = -1;
+    bucket_dense_ = bucket_expert_ = 0;
+    for (const PipeSlot& sl : schedule_) {
+        if (sl.forward) forward_pass(sl.microbatch, sl.chunk);
+        else backward_pass(sl.microbatch, sl.chunk);
+    }
+    dp_collectives_at_end();
+    optimizer(s);
+}
+
+void RankLowering::forward_pass(int mb, int chunk) {
+    mb_ = step_ * micro_ + mb;
+    chunk_ = chunk;
+    layer_ = -1;
+    phase_ = Phase::forward;
+    const int v = chunk * pp_ + stage_, vlast = pp_ * vpp_ - 1;
+    const int lane = full_ ? co_.t + p_.tp * (co_.c + p_.cp * co_.d) : 0;
+    const double p2p_bytes = d_.tokens_sp * d_.h * Dims::act_bytes;  // b*s/cp*h*2 (/tp with SP)
+    if (v > 0) {
+        Instr& in = push(InstrKind::recv, Stream::pp_p2p, n_.pp_act);
+        in.bytes = p2p_bytes;
+        in.peer = program_of_stage((v - 1) % pp_);
+        in.match_id = p2p_match(mb_, v - 1, true, lane);
+        wait(Stream::compute, record(Stream::pp_p2p));
+    } else {
+        alloc_list(emb_desc_, &stashed_[{mb_, chunk, -1}]);
+        // Lookup: read the rows and write the (sequence-sharded with SP) output.
+        compute(Op::embedding, n_.embedding, 0, 2 * d_.tokens_sp * d_.h * Dims::act_bytes);
+    }
+    const int count = chunk_layers(chunk);
+    int pending = -1;
+    for (int li = 0; li < count; ++li) {
+        const int layer = chunk_first_layer(chunk) + li;
+        if (li == 0) pending = fetch_params(layer, -1);
+        wait(Stream::compute, pending);
+        pending = -1;
+        if (li + 1 < count && (p_.zero_stage == 3 || !p_.offload.params.all_gpu())) {
+            layer_ = layer;
+            pending = fetch_params(layer + 1, record(Stream::compute));
+        }
+        layer_ = layer;
+        const int lis = layer_in_stage(chunk, li);
+        alloc_list(act_desc_[static_cast<std::size_t>(lis)], &stashed_[{mb_, chunk, li}]);
+        layer_forward(layer, Phase::forward);
+        const TierSplit& af = p_.offload.activations;
+        if (af.cpu + af.ssd > 0) {
+            double bytes = 0;
+            for (const TensorDesc& t : act_desc_[static_cast<std::size_t>(lis)]) bytes += t.bytes;
+            int ev = copy(Stream::d2h, CopyKind::d2h, bytes * (af.cpu + af.ssd), n_.act_d2h, record(Stream::compute));
+            if (af.ssd > 0) ev = copy(Stream::ssd, CopyKind::ssd_write, bytes * af.ssd, n_.act_ssd_write, ev);
+            act_offloaded_[{mb_, chunk, li}] = ev;
+        }
+    }
+    layer_ = -1;
+    if (v == vlast) {
+        alloc_list(logits_desc_, &stashed_[{mb_, chunk, -2}]);
+        compute(Op::norm, n_.final_norm, 0, 2 * d_.tokens_sp * d_.h * Dims::act_bytes);
+        tp_forward_in(true);
+        gemm(n_.logits, d_.tokens, d_.vocab / d_.tp, d_.h);  // vocab-parallel head
+        // Vocab-parallel cross-entropy: read the fp32 logits shard, write the softmax for backward.
+        compute(Op::loss, n_.loss, 0, 2 * d_.tokens * d_.vocab / d_.tp * 4);
+    } else {
+        wait(Stream::pp_p2p, record(Stream::compute));
+        Instr& in = push(InstrKind::send, Stream::pp_p2p, n_.pp_act);
+        in.bytes = p2p_bytes;
+        in.peer = program_of_stage((v + 1) % pp_);
+        in.match_id = p2p_match(mb_, v, true, lane);
+    }
+}
+
+void RankLowering::backward_pass(int mb, int chunk) {
+    mb_ = step_ * micro_ + mb;
+    chunk_ = chunk;
+    layer_ = -1;
+    phase_ = Phase::backward;
+    last_backward_ = mb == last_bwd_mb_[static_cast<std::size_t>(chunk)];
+    const bool bucketed = p_.overlap_grad_reduce && p_.zero_stage != 3 && last_backward_;
+    const int v = chunk * pp_ + stage_, vlast = pp_ * vpp_ - 1;
+    const int lane = full_ ? co_.t + p_.tp * (co_.c + p_.cp * co_.d) : 0;
+    const double p2p_bytes = d_.tokens_sp * d_.h * Dims::act_bytes;
+    if (v < vlast) {
+        Instr& in = push(InstrKind::recv, Stream::pp_p2p, n_.pp_grad);
+        in.bytes = p2p_bytes;
+        in.peer = program_of_stage((v + 1) % pp_);
+        in.match_id = p2p_match(mb_, v + 1, false, lane);
+        wait(Stream::compute, record(Stream::pp_p2p));
+    } else {
+        compute(Op::loss, n_.loss, 0, 2 * d_.tokens * d_.vocab / d_.tp * 4);
+        gemm(n_.logits, d_.tokens, d_.h, d_.vocab / d_.tp);  // dgrad
+        gemm(n_.logits, d_.h, d_.vocab / d_.tp, d_.tokens);  // wgrad
+        if (d_.tp > 1) {
+            const double bytes = d_.tokens * d_.h * Dims::act_bytes;
+            wait(Stream::compute, collective(Stream::tp_comm, d_.sp ? CollKind::reduce_scatter : CollKind::all_reduce,
+                                             Group::tp, bytes, d_.sp ? n_.tp_rs : n_.tp_ar));
+        }
+        compute(Op::norm, n_.final_norm, 0, 3 * d_.tokens_sp * d_.h * Dims::act_bytes);
+        free_list(stashed_[{mb_, chunk, -2}]);
+        stashed_.erase({mb_, chunk, -2});
+        if (bucketed) grads_ready(output_params_rank(m_, p_) * Dims::act_bytes, 0, false);
+    }
+    const int count = chunk_layers(chunk);
+    int pending_p = -1, pending_a = -1;
+    for (int li = count - 1; li >= 0; --li) {
+        const int layer = chunk_first_layer(chunk) + li;
+        if (li == count - 1) {
+            pending_p = fetch_params(layer, -1);
+            pending_a = fetch_activations(mb_, chunk, li, -1);
+        }
+        wait(Stream::compute, pending_p);
+        wait(Stream::compute, pending_a);
+        pending_p = pending_a = -1;
+        layer_ = layer;
+        const bool prefetch = p_.zero_stage == 3 || !p_.offload.params.all_gpu() || !p_.offload.activations.all_gpu();
+        if (li > 0 && prefetch) {
+            const int start = record(Stream::compute);
+            pending_p = fetch_params(layer - 1, start);
+            pending_a = fetch_activations(mb_, chunk, li - 1, start);
+        }
+        const int lis = layer_in_stage(chunk, li);
+        std::vector<Instr> ws;
+        alloc_list(ws_desc_[static_cast<std::size_t>(lis)], &ws);
+        layer_backward(layer, lis);
+        layer_ = layer;
+        free_list(ws);
+        auto it = stashed_.find({mb_, chunk, li});
+        if (it != stashed_.end()) {
+            free_list(it->second);
+            stashed_.erase(it);
+        }
+        layer_grads(layer);
+    }
+    layer_ = -1;
+    if (v == 0) {
+        compute(Op::embedding, n_.embedding, 0, 3 * d_.tokens_sp * d_.h * Dims::act_bytes);
+        auto it = stashed_.find({mb_, chunk, -1});
+        if (it != stashed_.end()) {
+            free_list(it->second);
+            stashed_.erase(it);
+        }
+        if (bucketed) grads_ready(embedding_params_rank(m_, p_) * Dims::act_bytes, 0, false);
+    } else {
+        wait(Stream::pp_p2p, record(Stream::compute));
+        Instr& in = push(InstrKind::send, Stream::pp_p2p, n_.pp_grad);
+        in.bytes = p2p_bytes;
+        in.peer = program_of_stage((v - 1) % pp_);
+        in.match_id = p2p_match(mb_, v, false, lane);
+    }
+    if (bucketed) flush_buckets();  // the chunk's gradients are final
+}
+
+// Optimizer on its tiers (plan.offload.optimizer), each fraction its own way at once: the GPU
+// part as a fused Adam kernel; the CPU part as D2H of grads, CPU Adam, H2D of bf16 params
+// (ZeRO-Offload); the SSD part as ZeRO-Infinity's pipelined sub-groups: read state, CPU Adam,
+// write state back, with the next sub-group's read overlapping the current update.
+void RankLowering::optimizer(int s) {
+    phase_ = Phase::optimizer;
+    layer_ = -1;
+    mb_ = -1;
+    chunk_ = 0;
+    wait(Stream::compute, record(Stream::dp_comm));  // gradients reduced
+    const StageParams sp = stage_params(m_, p_, stage_);
+    const bool sharded = p_.zero_stage >= 1;
+    const double shard = sharded ? sp.dense / group_size(Group::dp) + sp.expert / group_size(Group::edp) : sp.total();
+    const TierSplit& of = p_.offload.optimizer;
+    if (of.gpu > 0) {
+        Instr& in = compute(Op::optimizer_gpu, n_.opt_gpu, 0, kAdamGpuBytesPerParam * shard * of.gpu);
+        in.count = shard * of.gpu;
+    }
+    const int grads_on_gpu = record(Stream::compute);
+    int done = -1;
+    if (of.cpu + of.ssd > 0) {
+        const int d2h = copy(Stream::d2h, CopyKind::d2h, kGradBytesPerParam * shard * (of.cpu + of.ssd), n_.grad_d2h, grads_on_gpu);
+        if (of.cpu > 0) {
+            wait(Stream::cpu, d2h);
+            Instr& in = push(InstrKind::optimizer, Stream::cpu, n_.opt_cpu);
+            in.count = shard * of.cpu;
+            done = copy(Stream::h2d, CopyKind::h2d, kParamBytesPerParam * shard * of.cpu, n_.param_h2d, record(Stream::cpu));
+        }
+        if (of.ssd > 0) {
+            const double params = shard * of.ssd;
+            const double sub = std::max(1.0, o_.ssd_sub_group_params);
+            const int groups = static_cast<int>(std::clamp(std::ceil(params / sub), 1.0, 4096.0));
+            const double per = params / groups;
+            std::vector<int> read_ev(static_cast<std::size_t>(groups), -1);
+            read_ev[0] = copy(Stream::ssd, CopyKind::ssd_read, kAdamStateBytesPerParam * per, n_.state_read, d2h);
+            int last_adam = -1;
+            for (int g = 0; g < groups; ++g) {
+                if (g + 1 < groups)
+                    read_ev[static_cast<std::size_t>(g + 1)] = copy(Stream::ssd, CopyKind::ssd_read, kAdamStateBytesPerParam * per, n_.state_read, -1);
+                wait(Stream::cpu, read_ev[static_cast<std::size_t>(g)]);
+                Instr& in = push(InstrKind::optimizer, Stream::cpu, n_.opt_ssd);
+                in.count = per;
+                last_adam = record(Stream::cpu);
+                copy(Stream::ssd, CopyKind::ssd_write, kAdamStateBytesPerParam * per, n_.state_write, last_adam);
+            }
+            done = copy(Stream::h2d, CopyKind::h2d, kParamBytesPerParam * params, n_.param_h2d, last_adam);
+        }
+    }
+    optimizer_done_ev_ = done;
+    // Distributed optimizer (ZeRO 1/2): gather the updated parameter shards. Emitted at the end
+    // of the step; the next step's forward waits for it (Megatron's overlap_param_gather would
+    // hide it behind the first forward: not modelled).
+    if ((p_.zero_stage == 1 || p_.zero_stage == 2) && !p_.lock_free_update) {
+        int after = record(Stream::compute);
+        wait(Stream::dp_comm, done);
+        int ev = -1;
+        if (group_size(Group::dp) > 1)
+            ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, sp.dense * Dims::act_bytes, n_.dp_params, after);
+        if (sp.expert > 0 && group_size(Group::edp) > 1)
+            ev = collective(Stream::dp_comm, CollKind::all_gather, Group::edp, sp.expert * Dims::act_bytes, n_.edp_params, after);
+        param_gather_ev_ = ev;
+    }
+    (void)s;
+}
+
+}  // namespace lower_detail
+
+Program lower(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, const LowerOptions& o) {
+    using namespace lower_detail;
+    STRATA_ASSERT(p.tp >= 1 && p.pp >= 1 && p.dp >= 1 && p.cp >= 1 && p.ep >= 1 && p.vpp >= 1, "lower: bad plan degrees");
+    STRATA_ASSERT(p.micro_batches() >= 1, "lower: global_batch smaller than micro_batch * dp");
+    STRATA_ASSERT(m.layers >= p.pp * p.vpp, "lower: fewer layers than virtual pipeline stages");
+    Program prog;
+    prog.full_mode = o.full_mode;
+    prog.gpus = p.gpus();
+    prog.tokens_per_step = static_cast<double>(p.global_batch) * static_cast<double>(m.seq_len);
+    prog.model_flops_per_step = 3 * forward_flops_per_step(m, p);
+    Names names{};
+    names.intern(prog);
+    const int steps = std::max(o.steps, p.lock_free_update ? 2 : 1);
+    const int gpn = std::max(1, c.gpus_per_node);
+    std::int64_t tensor_counter = 0;
+
+    std::vector<Coord> coords;
+    if (o.full_mode) {
+        coords.reserve(static_cast<std::size_t>(p.gpus()));
+        for (int s = 0; s < p.pp; ++s)
+            for (int d = 0; d < p.dp; ++d)
+                for (int cc = 0; cc < p.cp; ++cc)
+                    for (int t = 0; t < p.tp; ++t) coords.push_back({t, cc, d, s});
+    } else {
+        for (int s = 0; s < p.pp; ++s) coords.push_back({0, 0, 0, s});
+    }
+    prog.ranks.resize(coords.size());
+    // Rough size: ~40 instructions per layer and micro-batch each way, to avoid regrowth.
+    const std::size_t per_rank = static_cast<std::size_t>(steps) * static_cast<std::size_t>(p.micro_batches()) *
+                                 static_cast<std::size_t>(m.layers / p.pp + 2) * 90 + 256;
+    for (std::size_t i = 0; i < coords.size(); ++i) {
+        const Coord& co = coords[i];
+        RankProgram& rp = prog.ranks[i];
+        rp.id = static_cast<int>(i);
+        rp.pp_stage = co.s;
+        rp.global_rank = co.t + p.tp * (co.c + p.cp * (co.d + p.dp * co.s));
+        rp.multiplicity = o.full_mode ? 1 : static_cast<std::int64_t>(p.tp) * p.cp * p.dp;
+        rp.node = rp.global_rank / gpn;
+        rp.instrs.reserve(per_rank);
+        RankLowering rl(m, c, p, o, prog, rp, names, co, o.full_mode, tensor_counter);
+        rl.run(steps);
+        prog.events = std::max(prog.events, rl.events());
+    }
+    return prog;
+}
+
+}  // namespace strata::sim

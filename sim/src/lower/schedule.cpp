@@ -1,0 +1,83 @@
+// Pipeline schedules as pure functions: the ordered (micro-batch, chunk, fwd/bwd) slots one
+// pipeline rank runs in a step. Follows Megatron-LM's schedules.py (forward_backward_no_pipelining,
+// ..._pipelining_without_interleaving, ..._pipelining_with_interleaving). No timing here: the
+// engine discovers the bubbles by executing the send/recv dependencies.
+#include <algorithm>
+
+#include "strata/common/error.hpp"
+#include "strata/sim/lower.hpp"
+
+namespace strata::sim {
+namespace {
+
+std::vector<PipeSlot> gpipe(int m, int vpp) {
+    std::vector<PipeSlot> out;
+    out.reserve(static_cast<std::size_t>(2 * m * vpp));
+    for (int c = 0; c < vpp; ++c)
+        for (int mb = 0; mb < m; ++mb) out.push_back({mb, c, true});
+    for (int c = vpp - 1; c >= 0; --c)
+        for (int mb = 0; mb < m; ++mb) out.push_back({mb, c, false});
+    return out;
+}
+
+// Megatron, non-interleaved: a rank holds at most pp - stage micro-batches in flight.
+std::vector<PipeSlot> one_f_one_b(int pp, int stage, int m) {
+    std::vector<PipeSlot> out;
+    out.reserve(static_cast<std::size_t>(2 * m));
+    const int warmup = std::min(pp - stage - 1, m);
+    const int steady = m - warmup;
+    for (int i = 0; i < warmup; ++i) out.push_back({i, 0, true});
+    for (int i = 0; i < steady; ++i) {
+        out.push_back({warmup + i, 0, true});
+        out.push_back({i, 0, false});
+    }
+    for (int i = steady; i < m; ++i) out.push_back({i, 0, false});
+    return out;
+}
+
+// Megatron's get_model_chunk_id / microbatch id for the k-th forward (or backward) of the
+// interleaved schedule: micro-batches go in groups of pp through chunk 0, then the same group
+// through chunk 1, ...; backward walks the chunks in reverse.
+PipeSlot interleaved_slot(int k, int pp, int vpp, bool forward) {
+    const int in_group = k % (pp * vpp);
+    int chunk = in_group / pp;
+    if (!forward) chunk = vpp - 1 - chunk;
+    const int mb = (k / (pp * vpp)) * pp + k % pp;
+    return {mb, chunk, forward};
+}
+
+std::vector<PipeSlot> interleaved(int pp, int stage, int m, int vpp) {
+    const int total = m * vpp;
+    int warmup = 0;
+    if (m == pp) {
+        warmup = total;  // Megatron: all warm-up when m == pp
+    } else {
+        warmup = (pp - stage - 1) * 2 + (vpp - 1) * pp;
+        warmup = std::min(warmup, total);
+    }
+    const int steady = total - warmup;
+    std::vector<PipeSlot> out;
+    out.reserve(static_cast<std::size_t>(2 * total));
+    for (int k = 0; k < warmup; ++k) out.push_back(interleaved_slot(k, pp, vpp, true));
+    for (int k = 0; k < steady; ++k) {
+        out.push_back(interleaved_slot(warmup + k, pp, vpp, true));
+        out.push_back(interleaved_slot(k, pp, vpp, false));
+    }
+    for (int k = steady; k < total; ++k) out.push_back(interleaved_slot(k, pp, vpp, false));
+    return out;
+}
+
+}  // namespace
+
+std::vector<PipeSlot> pipeline_schedule(Schedule s, int pp, int stage, int micro_batches, int vpp) {
+    STRATA_ASSERT(pp >= 1 && stage >= 0 && stage < pp && micro_batches >= 1 && vpp >= 1,
+                  "pipeline_schedule: bad arguments");
+    if (s == Schedule::gpipe) return gpipe(micro_batches, vpp);
+    if (vpp > 1) {  // 1F1B with virtual stages is Megatron's interleaved schedule
+        STRATA_ASSERT(micro_batches % pp == 0, "interleaved 1F1B needs micro_batches % pp == 0");
+        return interleaved(pp, stage, micro_batches, vpp);
+    }
+    return one_f_one_b(pp, stage, micro_batches);
+}
+
+}  // namespace strata::sim
