@@ -227,6 +227,7 @@ def opt_bloom_zero_deepseek():
             "fp8: fine-grained FP8 GEMMs, BF16/FP32 elsewhere",
             "MLA, multi-token prediction and first-3-dense layers are extra model keys Strata ignores",
             "the GPU-hours figure averages the whole pretraining run (incl. failures/restarts)",
+            "61 layers over 16 stages is uneven; the split is not published",
         ],
         "completeness": "partial",
     }
