@@ -10,6 +10,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import models  # noqa: E402
 import sources_papers  # noqa: E402
 import sources_tables  # noqa: E402
 
@@ -104,6 +105,7 @@ def build():
     return {"schema": 1,
             "description": "Published large-model training runs (config + measured result) for "
                            "calibrating and testing Strata; see docs/fidelity-dataset.md",
+            "model_sources": models.SOURCES,
             "entries": entries}
 
 

@@ -121,10 +121,13 @@ SOURCES = {
                              "and vocab 50257 are the Megatron GPT-2 tutorial defaults (C)",
     "nemo-gpt3-5b/20b": "R: NVIDIA/NeMo-Megatron-Launcher launcher_scripts/conf/training/gpt3/*.yaml",
     "llama2-*, llama3-*": "R (Llama 3 dims): aarnphm.xyz/thoughts/Llama-3 table, engineermaxxing "
-                          "scaling-book ch06; Llama 2 dims: C (HF config.json)",
+                          "scaling-book ch06, Llama-3.1-8B config.json copy (id 30247352769); "
+                          "Llama 2 dims: C (HF config.json)",
     "nemotron4-340b": "C: Nemotron-4 340B technical report Table 1",
-    "qwen3-*": "C: Qwen/Qwen3-30B-A3B and Qwen3-235B-A22B config.json",
-    "deepseek-v3": "C: deepseek-ai/DeepSeek-V3 config.json and technical report Sec. 4.2",
+    "qwen3-*": "R: copies of the Qwen3-30B-A3B and Qwen3-235B-A22B config.json found in public "
+               "repositories (find_string ids 30247352769, 22176531064)",
+    "deepseek-v3": "R: copy of the DeepSeek-V3 config fields in a public FLOPs test (id 1025404803); "
+                   "MTP depth 1 from the technical report (C)",
     "mpt-*": "R: mosaicml/llm-foundry scripts/train/yamls/pretrain/mpt-{1b,3b,7b,13b,30b,70b}.yaml; "
              "125m/350m/760m heads C; all sizes cross-checked against the NumParams column",
 }
