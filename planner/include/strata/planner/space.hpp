@@ -1,0 +1,54 @@
+// The space of plans the planner searches, and its enumeration. Every plan the enumerator yields
+// is valid for the model and cluster (divisibility, Megatron's constraints); the counters say how
+// many raw combinations were considered and why the others were dropped.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "strata/sim/spec.hpp"
+
+namespace strata::planner {
+
+/// Which dimensions to search. Defaults follow what practitioners try (Megatron-LM, DeepSpeed).
+struct SearchSpace {
+    int global_batch = 0;                   ///< sequences per step (0 = keep the plan default: 512)
+    bool tp_within_node = true;             ///< tp never crosses a node (NVLink only)
+    int max_tp = 8;
+    int max_cp = 16;
+    int max_pp = 128;
+    int max_vpp = 8;
+    int max_micro_batch = 16;
+    std::vector<int> zero_stages{0, 1, 2, 3};
+    std::vector<sim::Recompute> recomputes{sim::Recompute::none, sim::Recompute::selective, sim::Recompute::full};
+    bool search_gpipe = true;
+    bool search_sequence_parallel = true;   ///< also try sp off when tp > 1
+    bool search_offload = true;             ///< optimizer/params to cpu or ssd, and splits
+    bool search_uneven_pipeline = true;     ///< pp that does not divide the layers
+    sim::Precision precision = sim::Precision::bf16;
+};
+
+struct SpaceCounters {
+    std::int64_t considered = 0;      ///< raw combinations looked at
+    std::int64_t invalid = 0;         ///< dropped by divisibility / Megatron constraints
+    std::int64_t valid = 0;           ///< yielded
+};
+
+/// The offload variants tried for a plan (index 0 = everything on the GPU).
+struct OffloadChoice {
+    sim::OffloadSpec offload;
+    bool lock_free = false;
+    int min_zero_stage = 0;           ///< e.g. params offload needs ZeRO-3 (ZeRO-Infinity)
+    const char* label = "gpu";
+};
+std::vector<OffloadChoice> offload_choices(bool search_offload);
+
+/// Enumerate every valid plan; `visit` returns false to stop early. Deterministic order.
+/// `shard`/`shards`: only yield plans whose parallel layout index % shards == shard.
+SpaceCounters enumerate_plans(const sim::ModelSpec& m, const sim::ClusterSpec& c, const SearchSpace& s,
+                              const std::function<bool(const sim::PlanSpec&)>& visit, int shard = 0, int shards = 1);
+
+/// Divisors of n in increasing order.
+std::vector<int> divisors(int n);
+
+}  // namespace strata::planner

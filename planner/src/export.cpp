@@ -1,0 +1,235 @@
+// Megatron-LM and DeepSpeed exports. Flag names follow megatron/training/arguments.py; DeepSpeed
+// keys follow the DeepSpeed config documentation (zero_optimization, offload_optimizer, ...).
+#include "strata/planner/export.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <sstream>
+
+#include "strata/common/error.hpp"
+
+namespace strata::planner {
+
+using namespace strata::sim;
+
+namespace {
+
+std::string tier_device(const TierSplit& t) {
+    if (t.ssd > 0) return "nvme";
+    if (t.cpu > 0) return "cpu";
+    return "none";
+}
+
+bool is_split(const TierSplit& t) {
+    int n = (t.gpu > 0) + (t.cpu > 0) + (t.ssd > 0);
+    return n > 1;
+}
+
+}  // namespace
+
+ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
+    ExportResult r;
+    std::ostringstream o;
+    auto arg = [&](const std::string& k, auto v) { o << "--" << k << " " << v << "\n"; };
+    auto flag = [&](const std::string& k) { o << "--" << k << "\n"; };
+    arg("num-layers", m.layers);
+    arg("hidden-size", m.hidden);
+    arg("num-attention-heads", m.heads);
+    if (m.kv_heads != m.heads) {
+        flag("group-query-attention");
+        arg("num-query-groups", m.kv_heads);
+    }
+    arg("ffn-hidden-size", m.ffn_hidden);
+    arg("seq-length", m.seq_len);
+    arg("max-position-embeddings", m.max_position > 0 ? m.max_position : m.seq_len);
+    if (m.ffn == FfnKind::swiglu) flag("swiglu");
+    if (m.norm == NormKind::rmsnorm) arg("normalization", "RMSNorm");
+    if (m.position == PositionKind::rope) arg("position-embedding-type", "rope");
+    if (!m.tied_embeddings) flag("untie-embeddings-and-output-weights");
+    if (!m.linear_bias) flag("disable-bias-linear");
+    if (m.is_moe()) {
+        arg("num-experts", m.moe->experts);
+        arg("moe-router-topk", m.moe->top_k);
+        if (m.moe->expert_ffn_hidden > 0 && m.moe->expert_ffn_hidden != m.ffn_hidden)
+            arg("moe-ffn-hidden-size", m.moe->expert_ffn_hidden);
+        if (m.moe->moe_every > 1) arg("moe-layer-freq", m.moe->moe_every);
+        if (m.moe->shared_experts > 0)
+            arg("moe-shared-expert-intermediate-size", m.moe->shared_experts * (m.moe->expert_ffn_hidden > 0 ? m.moe->expert_ffn_hidden : m.ffn_hidden));
+        if (m.moe->capacity_factor > 0) arg("moe-expert-capacity-factor", m.moe->capacity_factor);
+    }
+    arg("tensor-model-parallel-size", p.tp);
+    arg("pipeline-model-parallel-size", p.pp);
+    if (p.schedule == Schedule::interleaved_1f1b && p.vpp > 1) {
+        int per_stage = m.layers / p.pp;
+        arg("num-layers-per-virtual-pipeline-stage", per_stage / p.vpp);
+    }
+    if (p.cp > 1) arg("context-parallel-size", p.cp);
+    if (p.ep > 1) arg("expert-model-parallel-size", p.ep);
+    if (p.sequence_parallel && p.tp > 1) flag("sequence-parallel");
+    arg("micro-batch-size", p.micro_batch);
+    arg("global-batch-size", p.global_batch);
+    if (p.zero_stage >= 1) flag("use-distributed-optimizer");
+    if (p.recompute == Recompute::selective) arg("recompute-granularity", "selective");
+    if (p.recompute == Recompute::full) {
+        arg("recompute-granularity", "full");
+        arg("recompute-method", p.recompute_layers >= 0 ? "block" : "uniform");
+        arg("recompute-num-layers", p.recompute_layers >= 0 ? p.recompute_layers : 1);
+    }
+    if (p.precision == Precision::bf16) flag("bf16");
+    if (p.precision == Precision::fp16) flag("fp16");
+    if (p.precision == Precision::fp8) {
+        flag("bf16");
+        arg("fp8-format", "hybrid");
+    }
+    if (p.flash_attention) flag("use-flash-attn");
+    if (p.overlap_grad_reduce && p.dp > 1) flag("overlap-grad-reduce");
+    if (p.overlap_param_gather && p.zero_stage >= 1) flag("overlap-param-gather");
+    if (!p.layer_split.empty()) {
+        // Megatron expresses uneven splits only for the first and last stage.
+        bool middle_even = true;
+        for (std::size_t i = 1; i + 1 < p.layer_split.size(); ++i)
+            if (p.layer_split[i] != p.layer_split[1]) middle_even = false;
+        if (middle_even && p.layer_split.size() >= 2) {
+            arg("decoder-first-pipeline-num-layers", p.layer_split.front());
+            arg("decoder-last-pipeline-num-layers", p.layer_split.back());
+        } else {
+            r.unsupported.push_back("uneven pipeline split other than first/last stage");
+        }
+    }
+    if (p.schedule == Schedule::gpipe) r.unsupported.push_back("GPipe schedule (Megatron-LM runs 1F1B)");
+    if (p.zero_stage >= 2) r.unsupported.push_back("ZeRO stage " + std::to_string(p.zero_stage) + " (Megatron's distributed optimizer shards only optimizer states and, with overlap, gradients; use DeepSpeed)");
+    if (!p.offload.optimizer.all_gpu() || !p.offload.params.all_gpu() || !p.offload.grads.all_gpu())
+        r.unsupported.push_back("offload of model states (Megatron-LM has only --optimizer-cpu-offload in recent versions; use DeepSpeed)");
+    if (!p.offload.activations.all_gpu()) r.unsupported.push_back("activation offload");
+    if (p.lock_free_update) r.unsupported.push_back("lock-free (delayed) optimizer update (Angel-PTM)");
+    r.text = o.str();
+    return r;
+}
+
+ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
+    ExportResult r;
+    nlohmann::ordered_json j;
+    const int gas = p.micro_batches();
+    j["train_batch_size"] = p.global_batch;
+    j["train_micro_batch_size_per_gpu"] = p.micro_batch;
+    j["gradient_accumulation_steps"] = gas;
+    nlohmann::ordered_json z;
+    z["stage"] = p.zero_stage;
+    z["overlap_comm"] = p.overlap_grad_reduce;
+    z["contiguous_gradients"] = true;
+    z["reduce_bucket_size"] = p.dp_bucket_bytes / 2;  // elements of bf16
+    if (p.zero_stage == 3) {
+        z["stage3_prefetch_bucket_size"] = p.dp_bucket_bytes / 2;
+        z["stage3_param_persistence_threshold"] = 100000;
+    }
+    std::string od = tier_device(p.offload.optimizer);
+    if (od != "none") {
+        nlohmann::ordered_json o;
+        o["device"] = od;
+        o["pin_memory"] = true;
+        if (od == "nvme") o["nvme_path"] = "/local_nvme";
+        if (is_split(p.offload.optimizer)) o["ratio"] = 1.0 - p.offload.optimizer.gpu;
+        z["offload_optimizer"] = o;
+    }
+    std::string pd = tier_device(p.offload.params);
+    if (pd != "none") {
+        nlohmann::ordered_json o;
+        o["device"] = pd;
+        o["pin_memory"] = true;
+        if (pd == "nvme") o["nvme_path"] = "/local_nvme";
+        z["offload_param"] = o;
+    }
+    j["zero_optimization"] = z;
+    if (p.precision == Precision::bf16 || p.precision == Precision::fp8) j["bf16"] = {{"enabled", true}};
+    if (p.precision == Precision::fp16) j["fp16"] = {{"enabled", true}, {"loss_scale", 0}};
+    if (p.recompute != Recompute::none) {
+        j["activation_checkpointing"] = {{"partition_activations", p.sequence_parallel},
+                                         {"contiguous_memory_optimization", false},
+                                         {"cpu_checkpointing", !p.offload.activations.all_gpu()}};
+    }
+    if (p.pp > 1) j["pipeline"] = {{"stages", p.pp}, {"partition", "parameters"}};
+    if (p.tp > 1) r.unsupported.push_back("tensor parallelism tp=" + std::to_string(p.tp) + " (configure in the model code, e.g. Megatron-DeepSpeed --tensor-model-parallel-size)");
+    if (p.cp > 1) r.unsupported.push_back("context parallelism (DeepSpeed-Ulysses is configured in the model code)");
+    if (p.ep > 1) r.unsupported.push_back("expert parallelism (set ep_size on the MoE layers)");
+    if (p.sequence_parallel && p.tp > 1) r.unsupported.push_back("Megatron sequence parallelism");
+    if (p.schedule == Schedule::interleaved_1f1b) r.unsupported.push_back("interleaved 1F1B (virtual stages)");
+    if (p.recompute == Recompute::selective) r.unsupported.push_back("selective recomputation (DeepSpeed checkpoints whole layers)");
+    if (p.precision == Precision::fp8) r.unsupported.push_back("fp8 (needs Transformer Engine)");
+    if (p.lock_free_update) r.unsupported.push_back("lock-free optimizer update (Angel-PTM; DeepSpeed's ZeRO-Offload has a similar one-step delayed update)");
+    if (!p.offload.activations.all_gpu() && p.recompute == Recompute::none) r.unsupported.push_back("activation offload without checkpointing");
+    if (is_split(p.offload.params)) r.unsupported.push_back("fractional parameter offload");
+    if (is_split(p.offload.optimizer) && od == "nvme") r.unsupported.push_back("fractional NVMe optimizer offload");
+    (void)m;
+    r.text = j.dump(2) + "\n";
+    return r;
+}
+
+PlanSpec plan_from_megatron_args(const std::string& args, int gpus, const std::string& file) {
+    std::istringstream in(args);
+    std::vector<std::string> tok;
+    for (std::string t; in >> t;) tok.push_back(t);
+    PlanSpec p;
+    p.recompute = Recompute::none;
+    p.precision = Precision::fp32;
+    p.flash_attention = false;
+    p.overlap_grad_reduce = false;
+    p.overlap_param_gather = false;
+    int layers_per_virtual = 0;
+    int num_layers = 0;
+    auto value = [&](std::size_t& i) -> int {
+        if (i + 1 >= tok.size()) throw InputError(file, tok[i], "needs a value");
+        try {
+            std::size_t pos = 0;
+            int v = std::stoi(tok[i + 1], &pos);
+            if (pos != tok[i + 1].size() || v <= 0) throw std::invalid_argument("x");
+            ++i;
+            return v;
+        } catch (const std::exception&) {
+            throw InputError(file, tok[i], "must be a positive integer (got \"" + tok[i + 1] + "\")");
+        }
+    };
+    for (std::size_t i = 0; i < tok.size(); ++i) {
+        const std::string& t = tok[i];
+        if (t == "--tensor-model-parallel-size") p.tp = value(i);
+        else if (t == "--pipeline-model-parallel-size") p.pp = value(i);
+        else if (t == "--context-parallel-size") p.cp = value(i);
+        else if (t == "--expert-model-parallel-size") p.ep = value(i);
+        else if (t == "--micro-batch-size") p.micro_batch = value(i);
+        else if (t == "--global-batch-size") p.global_batch = value(i);
+        else if (t == "--num-layers-per-virtual-pipeline-stage") layers_per_virtual = value(i);
+        else if (t == "--num-layers") num_layers = value(i);
+        else if (t == "--sequence-parallel") p.sequence_parallel = true;
+        else if (t == "--use-distributed-optimizer") p.zero_stage = 1;
+        else if (t == "--bf16") p.precision = Precision::bf16;
+        else if (t == "--fp16") p.precision = Precision::fp16;
+        else if (t == "--use-flash-attn") p.flash_attention = true;
+        else if (t == "--overlap-grad-reduce") p.overlap_grad_reduce = true;
+        else if (t == "--overlap-param-gather") p.overlap_param_gather = true;
+        else if (t == "--recompute-num-layers") p.recompute_layers = value(i);
+        else if (t == "--recompute-granularity") {
+            if (i + 1 >= tok.size()) throw InputError(file, t, "needs a value");
+            std::string v = tok[++i];
+            if (v == "selective") p.recompute = Recompute::selective;
+            else if (v == "full") p.recompute = Recompute::full;
+            else throw InputError(file, t, "must be selective or full (got \"" + v + "\")");
+        } else if (t == "--fp8-format") {
+            if (i + 1 < tok.size()) ++i;
+            p.precision = Precision::fp8;
+        }
+    }
+    if (p.recompute == Recompute::full && p.recompute_layers == 1 && args.find("uniform") != std::string::npos) p.recompute_layers = -1;
+    if (layers_per_virtual > 0) {
+        if (num_layers == 0) throw InputError(file, "--num-layers-per-virtual-pipeline-stage", "needs --num-layers");
+        int per_stage = num_layers / p.pp;
+        if (per_stage % layers_per_virtual != 0)
+            throw InputError(file, "--num-layers-per-virtual-pipeline-stage", "must divide the layers per stage (" + std::to_string(per_stage) + ")");
+        p.vpp = per_stage / layers_per_virtual;
+        p.schedule = p.vpp > 1 ? Schedule::interleaved_1f1b : Schedule::one_f_one_b;
+    }
+    int denom = p.tp * p.pp * p.cp;
+    if (gpus % denom != 0) throw InputError(file, "--tensor-model-parallel-size", "tp x pp x cp = " + std::to_string(denom) + " does not divide the GPU count " + std::to_string(gpus));
+    p.dp = gpus / denom;
+    return p;
+}
+
+}  // namespace strata::planner

@@ -1,0 +1,183 @@
+// Enumeration of the plan space: factorisations of the GPU count into tp x cp x pp x dp (x ep),
+// then schedules, micro-batches, ZeRO stages, recomputation and offload, with the constraints
+// Megatron-LM and DeepSpeed enforce. Pruning by memory and time happens in search.cpp.
+#include "strata/planner/space.hpp"
+
+#include <algorithm>
+
+namespace strata::planner {
+
+using namespace strata::sim;
+
+std::vector<int> divisors(int n) {
+    std::vector<int> d;
+    for (int i = 1; i <= n; ++i)
+        if (n % i == 0) d.push_back(i);
+    return d;
+}
+
+std::vector<OffloadChoice> offload_choices(bool search_offload) {
+    std::vector<OffloadChoice> out;
+    OffloadChoice gpu;
+    out.push_back(gpu);
+    if (!search_offload) return out;
+    // ZeRO-Offload: optimizer states and the step on the CPU (needs a sharded optimizer).
+    OffloadChoice opt_cpu;
+    opt_cpu.offload.optimizer = {0, 1, 0};
+    opt_cpu.min_zero_stage = 1;
+    opt_cpu.label = "opt->cpu";
+    out.push_back(opt_cpu);
+    // ... with Angel-PTM's lock-free (one step stale) update hiding the CPU step.
+    OffloadChoice opt_cpu_lf = opt_cpu;
+    opt_cpu_lf.lock_free = true;
+    opt_cpu_lf.label = "opt->cpu lock-free";
+    out.push_back(opt_cpu_lf);
+    // Angel-PTM-style split: half the optimizer stays on the GPU, half on the CPU.
+    OffloadChoice opt_split;
+    opt_split.offload.optimizer = {0.5, 0.5, 0};
+    opt_split.min_zero_stage = 1;
+    opt_split.label = "opt gpu/cpu 50/50";
+    out.push_back(opt_split);
+    // ZeRO-Infinity: optimizer on NVMe.
+    OffloadChoice opt_ssd;
+    opt_ssd.offload.optimizer = {0, 0, 1};
+    opt_ssd.min_zero_stage = 1;
+    opt_ssd.label = "opt->ssd";
+    out.push_back(opt_ssd);
+    // ZeRO-3 + params and optimizer on the CPU.
+    OffloadChoice params_cpu;
+    params_cpu.offload.optimizer = {0, 1, 0};
+    params_cpu.offload.params = {0, 1, 0};
+    params_cpu.min_zero_stage = 3;
+    params_cpu.label = "opt+params->cpu";
+    out.push_back(params_cpu);
+    // ZeRO-Infinity: params and optimizer on NVMe.
+    OffloadChoice params_ssd;
+    params_ssd.offload.optimizer = {0, 0, 1};
+    params_ssd.offload.params = {0, 0, 1};
+    params_ssd.min_zero_stage = 3;
+    params_ssd.label = "opt+params->ssd";
+    out.push_back(params_ssd);
+    return out;
+}
+
+namespace {
+
+bool tp_ok(const ModelSpec& m, int tp) {
+    if (m.heads % tp != 0) return false;
+    // Megatron replicates KV heads when tp > kv_heads; otherwise they must split evenly.
+    if (m.kv_heads % tp != 0 && tp % m.kv_heads != 0) return false;
+    if (m.ffn_hidden % tp != 0) return false;
+    if (m.is_moe() && m.moe->expert_ffn_hidden > 0 && m.moe->expert_ffn_hidden % tp != 0) return false;
+    return true;
+}
+
+}  // namespace
+
+SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const SearchSpace& s,
+                              const std::function<bool(const PlanSpec&)>& visit, int shard, int shards) {
+    SpaceCounters k;
+    const int gpus = c.gpu_count();
+    const int gbs = s.global_batch > 0 ? s.global_batch : 512;
+    const auto offloads = offload_choices(s.search_offload);
+    std::int64_t layout_index = 0;
+    bool stop = false;
+
+    for (int tp : divisors(gpus)) {
+        if (stop) break;
+        if (tp > s.max_tp || (s.tp_within_node && tp > c.gpus_per_node)) continue;
+        for (int cp : divisors(gpus / tp)) {
+            if (stop) break;
+            if (cp > s.max_cp) continue;
+            for (int pp : divisors(gpus / (tp * cp))) {
+                if (stop) break;
+                if (pp > s.max_pp) continue;
+                const int dp = gpus / (tp * cp * pp);
+                std::vector<int> eps{1};
+                if (m.is_moe()) {
+                    eps.clear();
+                    for (int e : divisors(m.moe->experts))
+                        if ((dp * cp) % e == 0) eps.push_back(e);
+                }
+                for (int ep : eps) {
+                    if (stop) break;
+                    const std::int64_t my_layout = layout_index++;
+                    const bool mine = shards <= 1 || (my_layout % shards) == shard;
+                    // Count the raw combinations of this layout once, valid or not, so the totals
+                    // are the same whichever constraint fails first.
+                    bool layout_ok = tp_ok(m, tp) && pp <= m.layers && gbs % dp == 0 &&
+                                     (cp == 1 || m.seq_len % (2 * cp) == 0) &&
+                                     (s.search_uneven_pipeline || m.layers % pp == 0);
+                    if (!mine) continue;
+                    if (!layout_ok) {
+                        ++k.considered;
+                        ++k.invalid;
+                        continue;
+                    }
+                    const int per_dp = gbs / dp;
+                    for (int mb : divisors(per_dp)) {
+                        if (stop) break;
+                        if (mb > s.max_micro_batch) break;
+                        const int micro = per_dp / mb;
+                        // Schedules: (schedule, vpp) pairs.
+                        std::vector<std::pair<Schedule, int>> scheds{{Schedule::one_f_one_b, 1}};
+                        if (pp > 1) {
+                            if (s.search_gpipe) scheds.push_back({Schedule::gpipe, 1});
+                            if (m.layers % pp == 0) {
+                                int lps = m.layers / pp;
+                                for (int v : divisors(lps))
+                                    if (v > 1 && v <= s.max_vpp) scheds.push_back({Schedule::interleaved_1f1b, v});
+                            }
+                        }
+                        for (auto [sched, vpp] : scheds) {
+                            if (stop) break;
+                            for (int sp = (tp > 1 ? 1 : 0); sp >= 0 && !stop; --sp) {
+                                if (sp == 0 && tp > 1 && !s.search_sequence_parallel) continue;
+                                for (int zero : s.zero_stages) {
+                                    if (stop) break;
+                                    for (Recompute rc : s.recomputes) {
+                                        if (stop) break;
+                                        for (const auto& off : offloads) {
+                                            ++k.considered;
+                                            bool ok = true;
+                                            if (sched == Schedule::interleaved_1f1b && micro % pp != 0) ok = false;
+                                            if (zero == 3 && pp > 1) ok = false;          // DeepSpeed: no ZeRO-3 with PP
+                                            if (dp * cp == 1 && zero > 0) ok = false;     // nothing to shard over
+                                            if (zero < off.min_zero_stage) ok = false;
+                                            if (!ok) {
+                                                ++k.invalid;
+                                                continue;
+                                            }
+                                            PlanSpec p;
+                                            p.tp = tp;
+                                            p.cp = cp;
+                                            p.pp = pp;
+                                            p.dp = dp;
+                                            p.ep = ep;
+                                            p.vpp = vpp;
+                                            p.micro_batch = mb;
+                                            p.global_batch = gbs;
+                                            p.sequence_parallel = sp == 1;
+                                            p.schedule = sched;
+                                            p.zero_stage = zero;
+                                            p.recompute = rc;
+                                            p.precision = s.precision;
+                                            p.offload = off.offload;
+                                            p.lock_free_update = off.lock_free;
+                                            ++k.valid;
+                                            if (!visit(p)) stop = true;
+                                            if (stop) break;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    return k;
+}
+
+}  // namespace strata::planner

@@ -1,0 +1,89 @@
+// Exports parse back: Megatron arguments round-trip into the same parallel plan; the DeepSpeed
+// config is valid JSON with the keys DeepSpeed reads; what a format cannot express is reported.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "strata/common/error.hpp"
+#include "strata/planner/export.hpp"
+
+using namespace strata;
+using namespace strata::sim;
+
+static ModelSpec gpt3() {
+    ModelSpec m;
+    m.name = "gpt3-175b";
+    m.layers = 96;
+    m.hidden = 12288;
+    m.heads = 96;
+    m.kv_heads = 96;
+    m.head_dim = 128;
+    m.ffn_hidden = 4 * 12288;
+    m.vocab = 51200;
+    m.seq_len = 2048;
+    m.linear_bias = true;
+    return m;
+}
+
+TEST_CASE("Megatron arguments round-trip into the plan", "[planner][export]") {
+    PlanSpec p;
+    p.tp = 8;
+    p.pp = 16;
+    p.dp = 8;
+    p.vpp = 3;
+    p.schedule = Schedule::interleaved_1f1b;
+    p.micro_batch = 1;
+    p.global_batch = 1536;
+    p.sequence_parallel = true;
+    p.zero_stage = 1;
+    p.recompute = Recompute::selective;
+    auto r = planner::export_megatron(gpt3(), p);
+    CHECK(r.text.find("--tensor-model-parallel-size 8") != std::string::npos);
+    CHECK(r.text.find("--num-layers-per-virtual-pipeline-stage 2") != std::string::npos);  // 96/16/3
+    CHECK(r.unsupported.empty());
+    PlanSpec q = planner::plan_from_megatron_args(r.text, 1024, "args");
+    CHECK(q.tp == 8);
+    CHECK(q.pp == 16);
+    CHECK(q.dp == 8);  // 1024 / (8*16)
+    CHECK(q.vpp == 3);
+    CHECK(q.schedule == Schedule::interleaved_1f1b);
+    CHECK(q.micro_batch == 1);
+    CHECK(q.global_batch == 1536);
+    CHECK(q.sequence_parallel);
+    CHECK(q.zero_stage == 1);
+    CHECK(q.recompute == Recompute::selective);
+    CHECK(q.precision == Precision::bf16);
+}
+
+TEST_CASE("Megatron export names what it cannot express", "[planner][export]") {
+    PlanSpec p;
+    p.dp = 8;
+    p.zero_stage = 3;
+    p.offload.optimizer = {0, 1, 0};
+    p.lock_free_update = true;
+    auto r = planner::export_megatron(gpt3(), p);
+    CHECK(r.unsupported.size() >= 3);
+}
+
+TEST_CASE("Megatron argument parsing rejects bad values", "[planner][export]") {
+    CHECK_THROWS_AS(planner::plan_from_megatron_args("--tensor-model-parallel-size x", 8, "a"), InputError);
+    CHECK_THROWS_AS(planner::plan_from_megatron_args("--tensor-model-parallel-size 3", 8, "a"), InputError);
+}
+
+TEST_CASE("DeepSpeed config is valid JSON with the right keys", "[planner][export]") {
+    PlanSpec p;
+    p.dp = 64;
+    p.micro_batch = 2;
+    p.global_batch = 1024;
+    p.zero_stage = 3;
+    p.offload.optimizer = {0, 0, 1};
+    p.offload.params = {0, 1, 0};
+    auto r = planner::export_deepspeed(gpt3(), p);
+    auto j = nlohmann::json::parse(r.text);
+    CHECK(j["train_batch_size"] == 1024);
+    CHECK(j["train_micro_batch_size_per_gpu"] == 2);
+    CHECK(j["gradient_accumulation_steps"] == 8);  // 1024 / (2 * 64)
+    CHECK(j["zero_optimization"]["stage"] == 3);
+    CHECK(j["zero_optimization"]["offload_optimizer"]["device"] == "nvme");
+    CHECK(j["zero_optimization"]["offload_param"]["device"] == "cpu");
+    CHECK(j["bf16"]["enabled"] == true);
+}
