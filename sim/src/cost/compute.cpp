@@ -35,8 +35,9 @@ int bytes_per(DType d) {
 //
 // eta(m,n,k) = eta_max * wave(m,n) * depth(k)
 //   wave  = useful output / (waves * SMs * tile area): output tiles of 256x128 (the shape of
-//           cuBLAS's large Hopper/Ampere kernels), ceil(tiles / SMs) waves, padded tiles cost a
-//           full tile. Time is then monotone in every dimension.
+//           cuBLAS's large Hopper/Ampere kernels; the short side shrinks to 16..64 for skinny
+//           GEMMs), ceil(tiles / SMs) waves, padded tiles cost a full tile. Time is then
+//           monotone in every dimension.
 //   depth = k / (k + 128): the main loop's prologue/epilogue cost about one 128-deep k step.
 //   eta_max: chosen so the curve passes through the GPU's maximum-achievable-matmul (MAMF) point.
 // With H100 (132 SMs, eta_max 0.836) this gives 178/755/778 TFLOP/s for 1024^3/2048^3/4096^3
@@ -46,9 +47,12 @@ constexpr double kTileLong = 256, kTileShort = 128, kDepthK0 = 128;
 
 double wave_efficiency(double m, double n, double batch, double sms) {
     const double lo = std::min(m, n), hi = std::max(m, n);
-    const double tiles = std::ceil(hi / kTileLong) * std::ceil(lo / kTileShort) * batch;
+    // Skinny GEMMs get kernels with a short tile side (16..128, the next power of two of the
+    // small dimension) instead of padding a 128-row tile.
+    const double short_side = std::min(kTileShort, std::exp2(std::ceil(std::log2(std::max(16.0, lo)))));
+    const double tiles = std::ceil(hi / kTileLong) * std::ceil(lo / short_side) * batch;
     const double waves = std::ceil(tiles / sms);
-    return (m * n * batch) / (waves * sms * kTileLong * kTileShort);
+    return (m * n * batch) / (waves * sms * kTileLong * short_side);
 }
 
 double depth_efficiency(double k) { return k / (k + kDepthK0); }

@@ -1,0 +1,158 @@
+// Compute cost models against independent anchors: published H100 square-GEMM throughput, the
+// MAMF table, the HBM roofline, FlashAttention-3 throughput, and hand-derived memory-bound times.
+#include <catch2/catch.hpp>
+
+#include "cost_fixtures.hpp"
+
+using namespace strata::sim;
+using namespace strata::sim::test;
+using strata::hwdb::Provenance;
+
+namespace {
+double achieved_flops(const Instr& in, const CostContext& ctx) {
+    const Estimate e = compute_cost(in, ctx);
+    return in.flops / (static_cast<double>(e.duration_ns) * 1e-9);
+}
+}  // namespace
+
+TEST_CASE("default GEMM curve reproduces measured H100 bf16 squares within 15%", "[cost][gemm]") {
+    const auto hw = h100_view();
+    CostContext ctx{&hw};
+    // zzc0721/torch-performance-test-data #79 (hwdb-seed "gemm-squares-h100-sxm"), TFLOP/s.
+    const std::pair<std::int64_t, double> anchors[] = {{1024, 176.6e12}, {2048, 676.6e12}, {4096, 788.7e12}, {8192, 797.5e12}};
+    for (auto [n, tflops] : anchors) {
+        const Instr in = gemm(n, n, n);
+        CHECK(achieved_flops(in, ctx) == Approx(tflops).epsilon(0.15));
+        CHECK(compute_cost(in, ctx).provenance == Provenance::datasheet);
+    }
+}
+
+TEST_CASE("default GEMM curve passes through the MAMF anchors", "[cost][gemm]") {
+    // stas00/ml-engineering MAMF table: H100 bf16 794.5 at 2048x2048x13312; A100 271.2 at 1024x10240x5120.
+    const auto h100 = h100_view();
+    CHECK(achieved_flops(gemm(2048, 2048, 13312), CostContext{&h100}) == Approx(794.5e12).epsilon(0.01));
+    const auto a100 = a100_view();
+    CHECK(achieved_flops(gemm(1024, 10240, 5120), CostContext{&a100}) == Approx(271.2e12).epsilon(0.01));
+}
+
+TEST_CASE("GEMM throughput grows with size and time is monotone in every dimension", "[cost][gemm]") {
+    const auto hw = h100_view();
+    CostContext ctx{&hw};
+    double prev = 0;
+    for (std::int64_t n = 128; n <= 16384; n *= 2) {
+        const double f = achieved_flops(gemm(n, n, n), ctx);
+        CHECK(f >= prev * 0.999);
+        prev = f;
+    }
+    std::int64_t prev_ns = 0;
+    for (std::int64_t n = 128; n <= 8192; n += 128) {
+        const auto t = compute_cost(gemm(n, 4096, 4096), ctx).duration_ns;
+        CHECK(t >= prev_ns);
+        prev_ns = t;
+    }
+    CHECK(achieved_flops(gemm(16384, 16384, 16384), ctx) < 0.95 * 989e12);
+}
+
+TEST_CASE("roofline caps a skinny GEMM at HBM bandwidth", "[cost][gemm]") {
+    const auto hw = h100_view();
+    CostContext ctx{&hw};
+    // m = 1 (a GEMV): bytes = 2 (mk + kn + mn) = 2 (8192 + 8192^2 + 8192); no measurement, so the
+    // achieved HBM bandwidth is 0.87 x 3.35 TB/s.
+    const Instr in = gemm(1, 8192, 8192);
+    const double bytes = 2.0 * (8192.0 + 8192.0 * 8192.0 + 8192.0);
+    const double expect_s = bytes / (0.87 * 3.35e12);
+    CHECK(compute_cost(in, ctx).duration_ns * 1e-9 == Approx(expect_s).epsilon(0.01));
+    CHECK(achieved_flops(in, ctx) < 0.01 * 989e12);
+}
+
+TEST_CASE("measured GEMM grid: exact points are measured, others fitted and clamped", "[cost][gemm]") {
+    auto hw = h100_view();
+    for (std::int64_t s : {1024, 4096}) {
+        strata::hwdb::GemmPoint p;
+        p.m = p.n = p.k = s;
+        p.dtype = strata::hwdb::Dtype::bf16;
+        p.efficiency = s == 1024 ? 0.2 : 0.8;
+        hw.gemm_points.push_back(p);
+    }
+    CostContext ctx{&hw};
+    const Instr exact = gemm(4096, 4096, 4096);
+    const auto e = compute_cost(exact, ctx);
+    CHECK(e.provenance == Provenance::measured);
+    CHECK(e.duration_ns * 1e-9 == Approx(exact.flops / (0.8 * 989e12)).epsilon(1e-5));
+    // Midway in log space between the two points: equal weights, eta = 0.5; fitted.
+    const Instr mid = gemm(2048, 2048, 2048);
+    const auto m = compute_cost(mid, ctx);
+    CHECK(m.provenance == Provenance::fitted);
+    CHECK(m.duration_ns * 1e-9 == Approx(mid.flops / (0.5 * 989e12)).epsilon(1e-3));
+    // Beyond the grid the query is clamped to the largest point: eta = 0.8, fitted.
+    const Instr big = gemm(16384, 16384, 16384);
+    const auto b = compute_cost(big, ctx);
+    CHECK(b.provenance == Provenance::fitted);
+    CHECK(b.duration_ns * 1e-9 == Approx(big.flops / (0.8 * 989e12)).epsilon(1e-5));
+    // Another dtype has no grid: back to the datasheet curve.
+    CHECK(compute_cost(gemm(4096, 4096, 4096, DType::fp8), ctx).provenance == Provenance::datasheet);
+}
+
+TEST_CASE("attention: FA3-class throughput on H100, slower when short and in backward", "[cost][attention]") {
+    const auto hw = h100_view();
+    CostContext ctx{&hw};
+    auto attn = [](std::int64_t seq, bool bwd) {
+        Instr in;
+        in.kind = InstrKind::compute;
+        in.op = bwd ? Op::attention_bwd : Op::attention_fwd;
+        in.m = in.n = seq;
+        in.k = 128;
+        in.batch = 16;
+        in.flops = (bwd ? 2.5 : 1.0) * 2.0 * seq * seq * 128.0 * 16;
+        return in;
+    };
+    // FA3 forward, hdim 128, 16k: ~621 TFLOP/s (pytorch/benchmark PR #2391); FA3 paper's best 740.
+    const double long_fwd = achieved_flops(attn(16384, false), ctx);
+    CHECK(long_fwd > 550e12);
+    CHECK(long_fwd < 740e12);
+    CHECK(achieved_flops(attn(512, false), ctx) < 0.75 * long_fwd);
+    CHECK(achieved_flops(attn(16384, true), ctx) < long_fwd);
+    CHECK(compute_cost(attn(4096, false), ctx).provenance == Provenance::datasheet);
+}
+
+TEST_CASE("attention points replace the default curve", "[cost][attention]") {
+    auto hw = h100_view();
+    strata::hwdb::AttentionPoint p;
+    p.seq = 4096, p.head_dim = 128, p.causal = true, p.backward = false, p.flops_per_s = 500e12;
+    hw.attention_points.push_back(p);
+    CostContext ctx{&hw};
+    Instr in;
+    in.op = Op::attention_fwd;
+    in.m = in.n = 4096, in.k = 128, in.flops = 1e12;
+    const auto e = compute_cost(in, ctx);
+    CHECK(e.provenance == Provenance::measured);
+    CHECK(e.duration_ns * 1e-9 == Approx(1e12 / 500e12).epsilon(1e-6));
+}
+
+TEST_CASE("memory-bound kernels: bytes over achieved HBM bandwidth plus launch overhead", "[cost][membound]") {
+    auto hw = h100_view();
+    Instr in;
+    in.op = Op::elementwise;
+    in.bytes = 1e9;
+    // Hand: 1e9 / (0.87 * 3.35e12) + 3 us = 343.1 us + 3 us.
+    const double expect = 1e9 / (0.87 * 3.35e12) + 3e-6;
+    CHECK(compute_cost(in, CostContext{&hw}).duration_ns * 1e-9 == Approx(expect).epsilon(1e-6));
+    CHECK(compute_cost(in, CostContext{&hw}).provenance == Provenance::datasheet);
+    hw.hbm = strata::hwdb::BandwidthFit{0, 3.0e12, Provenance::fitted};
+    const auto e = compute_cost(in, CostContext{&hw});
+    CHECK(e.provenance == Provenance::fitted);
+    CHECK(e.duration_ns * 1e-9 == Approx(1e9 / 3.0e12 + 3e-6).epsilon(1e-6));
+}
+
+TEST_CASE("a straggler's slowdown scales kernel time; non-compute instructions cost nothing here", "[cost]") {
+    const auto hw = h100_view();
+    CostContext ctx{&hw};
+    const Instr in = gemm(4096, 4096, 4096);
+    const auto base = compute_cost(in, ctx).duration_ns;
+    ctx.gpu_slowdown = 2.0;
+    CHECK(compute_cost(in, ctx).duration_ns == Approx(2.0 * static_cast<double>(base)).epsilon(1e-6));
+    Instr alloc;
+    alloc.kind = InstrKind::alloc;
+    alloc.bytes = 1e9;
+    CHECK(compute_cost(alloc, ctx).duration_ns == 0);
+}
