@@ -76,14 +76,17 @@ std::string default_ssd(const Gpu& g) {
     return "nvme-gen3-x4-client";
 }
 
-std::int64_t newest_run_for(sqlite3* db, const std::string& path, const std::string& device) {
+// Representative runs holding rows of `device`, newest first (by started_at, then id).
+std::vector<std::int64_t> runs_for(sqlite3* db, const std::string& path, const std::string& device) {
     detail::Stmt s(db, path,
                    "SELECT r.id FROM run r WHERE r.representative = 1 AND ("
                    " EXISTS (SELECT 1 FROM measurement m WHERE m.run_id = r.id AND m.device = ?1) OR"
                    " EXISTS (SELECT 1 FROM fit f WHERE f.run_id = r.id AND f.device = ?1))"
-                   " ORDER BY r.started_at DESC, r.id DESC LIMIT 1");
+                   " ORDER BY r.started_at DESC, r.id DESC");
     s.bind(1, device);
-    return s.step() ? s.i64(0) : 0;
+    std::vector<std::int64_t> ids;
+    while (s.step()) ids.push_back(s.i64(0));
+    return ids;
 }
 
 double param(const std::map<std::string, double>& p, const std::string& key, double dflt = 0) {
@@ -215,7 +218,9 @@ HardwareView Database::view(const std::string& gpu_id, const std::string& node_i
     }
 
     // ---- measured and fitted figures ----
-    const std::int64_t gpu_run = newest_run_for(impl_->db, impl_->path, v.gpu.id);
+    // GPU figures come from ONE run (the newest), so they describe one software stack together.
+    const auto gpu_runs = runs_for(impl_->db, impl_->path, v.gpu.id);
+    const std::int64_t gpu_run = gpu_runs.empty() ? 0 : gpu_runs.front();
     if (gpu_run) {
         v.measured_run = gpu_run;
         v.measured_device = v.gpu.id;
@@ -260,9 +265,9 @@ HardwareView Database::view(const std::string& gpu_id, const std::string& node_i
         }
         attach_host(v, ms, fs, v.gpu.id);
     }
-    // Host-side figures measured by the CPU backend apply to any GPU (they describe the host).
-    const std::int64_t cpu_run = newest_run_for(impl_->db, impl_->path, "cpu");
-    if (cpu_run) {
+    // Host-side figures on device "cpu" apply to any GPU (they describe the host). Each figure comes
+    // from the newest run that has it, so a run measuring only CPU Adam hides no older SSD figure.
+    for (std::int64_t cpu_run : runs_for(impl_->db, impl_->path, "cpu")) {
         attach_host(v, measurements(cpu_run), fits(cpu_run), "cpu");
         if (!v.measured_run) {
             v.measured_run = cpu_run;

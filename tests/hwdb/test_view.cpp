@@ -1,0 +1,183 @@
+// Database::view(): default resolution of node, links, SSD and CPU; did-you-mean on unknown ids;
+// and which run's measured figures are attached (newest representative run of that GPU; CPU-backend
+// runs supply host figures for any GPU).
+#include <catch2/catch.hpp>
+
+#include "hwdb/hwdb_fixture.hpp"
+#include "strata/common/error.hpp"
+
+using namespace strata::hwdb;
+using namespace strata::hwdb::testing;
+using Catch::Matchers::Contains;
+
+TEST_CASE("view without a node takes links from the GPU and PCIe-matched defaults", "[hwdb][view]") {
+    TempDir t;
+    Database db = Database::create_seeded(t.file("v.db"));
+    HardwareView v = db.view("H100-SXM5-80GB", "", "", "", "", "");
+    CHECK(v.gpu.id == "H100-SXM5-80GB");
+    CHECK(v.scale_up.id == "nvlink4");         // the GPU's own scale-up link
+    CHECK(v.host.id == "pcie5-x16");           // the GPU's host link
+    CHECK(v.nic.id == "ib-ndr");               // PCIe 5 host -> NDR NIC
+    CHECK(v.ssd.id == "nvme-gen5-x4-datacenter");
+    CHECK(v.cpu.id == "cpu-generic");
+    CHECK(v.node.id.empty());
+    CHECK(v.measured_run == 0);
+    CHECK(v.gemm_points.empty());
+    CHECK_FALSE(v.hbm);
+
+    // A GPU without NVLink falls back to its host link for scale-up (PCIe between GPUs).
+    HardwareView l40 = db.view("L40S", "", "", "", "", "");
+    CHECK(l40.scale_up.id == "pcie4-x16");
+    CHECK(l40.nic.id == "ib-hdr");
+}
+
+TEST_CASE("view with a node takes the node's fabric, NIC, SSD and CPU; explicit ids win", "[hwdb][view]") {
+    TempDir t;
+    Database db = Database::create_seeded(t.file("v.db"));
+    HardwareView v = db.view("A100-SXM4-40GB", "DGX-A100", "", "", "", "");
+    CHECK(v.node.id == "DGX-A100");
+    CHECK(v.scale_up.id == "nvswitch-gen2");
+    CHECK(v.nic.id == "ib-hdr");
+    CHECK(v.cpu.id == "epyc-7742-x2");
+    CHECK(v.ssd.id == "nvme-gen4-x4-datacenter");
+    CHECK(v.host.id == "pcie4-x16");
+    CHECK(v.scale_up.per_dir_Bps == Approx(300e9));
+
+    HardwareView o = db.view("A100-SXM4-40GB", "DGX-A100", "nvlink3", "roce-200g", "sata-ssd", "cpu-generic");
+    CHECK(o.scale_up.id == "nvlink3");
+    CHECK(o.nic.id == "roce-200g");
+    CHECK(o.ssd.id == "sata-ssd");
+    CHECK(o.cpu.id == "cpu-generic");
+}
+
+TEST_CASE("view scales a node's fabric to an export-limited GPU", "[hwdb][view]") {
+    TempDir t;
+    Database db = Database::create_seeded(t.file("v.db"));
+    // A800 in an A100 chassis: 200 of NVSwitch gen2's 300 GB/s per direction. The achievable figure
+    // scales the same way: 240 x 200/300 = 160 GB/s, which is what NCCL measured on 8x A800
+    // (NVIDIA/nccl issue #412: ~160 GB/s busbw), an independent check of the rule.
+    HardwareView v = db.view("A800-SXM4-80GB", "DGX-A100", "", "", "", "");
+    CHECK(v.scale_up.per_dir_Bps == Approx(200e9));
+    CHECK(v.scale_up.achievable_Bps == Approx(160e9));
+}
+
+TEST_CASE("view: unknown ids are InputErrors with the field and a did-you-mean", "[hwdb][view]") {
+    TempDir t;
+    Database db = Database::create_seeded(t.file("v.db"));
+    try {
+        db.view("H100", "", "", "", "", "");
+        FAIL("no error");
+    } catch (const strata::InputError& e) {
+        CHECK(e.path() == "cluster.gpu");
+        CHECK_THAT(e.rule(), Contains("\"H100\" is not a GPU in the hardware database"));
+        CHECK_THAT(e.rule(), Contains("did you mean") && Contains("\"H100-SXM5-80GB\""));
+    }
+    CHECK_THROWS_WITH(db.view("H100-SXM5-80GB", "DGX-A10", "", "", "", ""), Contains("cluster.node") && Contains("\"DGX-A100\""));
+    CHECK_THROWS_WITH(db.view("H100-SXM5-80GB", "", "nvlnk4", "", "", ""), Contains("cluster.intra_link") && Contains("\"nvlink4\""));
+    CHECK_THROWS_WITH(db.view("H100-SXM5-80GB", "", "", "ib-nd", "", ""), Contains("cluster.nic") && Contains("ib-ndr"));
+    CHECK_THROWS_AS(db.view("H100-SXM5-80GB", "", "", "", "floppy", ""), strata::InputError);
+    CHECK_THROWS_WITH(db.view("H100-SXM5-80GB", "", "", "", "", "epyc"), Contains("cluster.cpu") && Contains("epyc-7742-x2"));
+    CHECK_THROWS_WITH(db.view("", "", "", "", "", ""), Contains("cluster.gpu") && Contains("required"));
+}
+
+TEST_CASE("view attaches the newest representative run of that GPU", "[hwdb][view]") {
+    TempDir t;
+    Database db = Database::create_seeded(t.file("v.db"));
+    const std::string h100 = "H100-SXM5-80GB";
+    Measurement g = measurement("gemm", h100, "bf16 m=8192 n=8192 k=8192", {{"m", 8192}, {"n", 8192}, {"k", 8192}}, 797.5e12, "flop/s");
+    g.labels["dtype"] = "bf16";
+    Measurement g8 = measurement("gemm", h100, "fp8 m=1024 n=9216 k=14336", {{"m", 1024}, {"n", 9216}, {"k", 14336}}, 1402.6e12, "flop/s");
+    g8.labels["dtype"] = "fp8";
+    Measurement at = measurement("attention", h100, "bf16 seq=4096 d=128 causal fwd",
+                                 {{"seq", 4096}, {"head_dim", 128}, {"causal", 1}, {"backward", 0}}, 450e12, "flop/s");
+    const auto old_run = db.write_run(run("2026-01-01T00:00:00Z"), {g},
+                                      {fit("collective", h100, "all_reduce/intra/8", "alpha_beta", {{"alpha_ns", 30000}, {"busbw_Bps", 300e9}})});
+    const auto new_run = db.write_run(
+        run("2026-02-01T00:00:00Z"), {g, g8, at},
+        {fit("collective", h100, "all_reduce/intra/8", "alpha_beta", {{"alpha_ns", 20000}, {"busbw_Bps", 370e9}}),
+         fit("collective", h100, "all_gather/inter/16", "alpha_beta", {{"alpha_ns", 40000}, {"busbw_Bps", 45e9}}),
+         fit("collective", h100, "malformed-key", "alpha_beta", {{"alpha_ns", 1}, {"busbw_Bps", 1}}),
+         fit("membw", h100, "hbm", "bandwidth", {{"latency_ns", 3000}, {"Bps", 2.9e12}}),
+         fit("memcpy", h100, "h2d/pinned", "bandwidth", {{"latency_ns", 8000}, {"Bps", 50e9}}),
+         fit("memcpy", h100, "d2h/pinned", "bandwidth", {{"latency_ns", 8000}, {"Bps", 52.8e9}})});
+    // Newer, but not representative (e.g. collectives on one GPU): ignored.
+    db.write_run(run("2026-03-01T00:00:00Z", false), {g},
+                 {fit("collective", h100, "all_reduce/intra/8", "alpha_beta", {{"alpha_ns", 1}, {"busbw_Bps", 1e9}})});
+    // Newer, representative, but another GPU: ignored for the H100.
+    db.write_run(run("2026-04-01T00:00:00Z"), {measurement("gemm", "A100-SXM4-80GB", "x", {{"m", 1}, {"n", 1}, {"k", 1}}, 1e12, "flop/s")}, {});
+
+    HardwareView v = db.view(h100, "DGX-H100", "", "", "", "");
+    CHECK(v.measured_run == new_run);
+    CHECK(v.measured_run != old_run);
+    CHECK(v.measured_device == h100);
+    REQUIRE(v.gemm_points.size() == 2);
+    // Sorted by dtype (bf16 before fp8). Efficiency = achieved / datasheet peak:
+    // 797.5/989 = 0.8064 (zzc0721 issue #79: 80.6%), 1402.6/1979 = 0.709 (stas00 MAMF table: 70.9%).
+    CHECK(v.gemm_points[0].dtype == Dtype::bf16);
+    CHECK(v.gemm_points[0].efficiency == Approx(0.8064).epsilon(0.001));
+    CHECK(v.gemm_points[0].m == 8192);
+    CHECK(v.gemm_points[1].dtype == Dtype::fp8);
+    CHECK(v.gemm_points[1].efficiency == Approx(0.709).epsilon(0.001));
+    REQUIRE(v.attention_points.size() == 1);
+    CHECK(v.attention_points[0].seq == 4096);
+    CHECK(v.attention_points[0].causal);
+    CHECK_FALSE(v.attention_points[0].backward);
+    CHECK(v.attention_points[0].flops_per_s == 450e12);
+    REQUIRE(v.collectives.size() == 2);  // the malformed key is skipped
+    CHECK(v.collectives[0].collective == "all_gather");
+    CHECK(v.collectives[0].scope == "inter");
+    CHECK(v.collectives[0].group == 16);
+    CHECK(v.collectives[1].collective == "all_reduce");
+    CHECK(v.collectives[1].busbw_Bps == 370e9);
+    CHECK(v.collectives[1].alpha_ns == 20000);
+    CHECK(v.collectives[1].provenance == Provenance::fitted);
+    REQUIRE(v.hbm);
+    CHECK(v.hbm->Bps == 2.9e12);
+    REQUIRE(v.h2d);
+    CHECK(v.h2d->latency_ns == 8000);
+    REQUIRE(v.d2h);
+    CHECK(v.d2h->Bps == 52.8e9);
+    CHECK_FALSE(v.cpu_adam_params_per_s);
+
+    // The A100 sees only its own run.
+    HardwareView a = db.view("A100-SXM4-80GB", "", "", "", "", "");
+    CHECK(a.measured_device == "A100-SXM4-80GB");
+    CHECK(a.collectives.empty());
+}
+
+TEST_CASE("view: a CPU-backend run supplies host figures for any GPU", "[hwdb][view]") {
+    TempDir t;
+    Database db = Database::create_seeded(t.file("v.db"));
+    const auto cpu_run = db.write_run(
+        run("2026-01-05T00:00:00Z"),
+        {measurement("cpu_adam", "cpu", "threads=8", {{"threads", 8}, {"params", 1e8}}, 0.9e9, "params/s"),
+         measurement("cpu_adam", "cpu", "threads=16", {{"threads", 16}, {"params", 1e8}}, 1.4e9, "params/s")},
+        {fit("ssd", "cpu", "read", "bandwidth", {{"latency_ns", 80000}, {"Bps", 6.5e9}}),
+         fit("ssd", "cpu", "write", "bandwidth", {{"latency_ns", 20000}, {"Bps", 3.5e9}})});
+
+    // No GPU run: the CPU run is the measured run; cpu_adam is the best measured rate (no fit).
+    HardwareView v = db.view("A100-SXM4-40GB", "angel-ptm-a100-40g", "", "", "", "");
+    CHECK(v.measured_run == cpu_run);
+    CHECK(v.measured_device == "cpu");
+    REQUIRE(v.cpu_adam_params_per_s);
+    CHECK(*v.cpu_adam_params_per_s == 1.4e9);
+    REQUIRE(v.ssd_read);
+    CHECK(v.ssd_read->Bps == 6.5e9);
+    REQUIRE(v.ssd_write);
+    CHECK(v.ssd_write->latency_ns == 20000);
+    CHECK(v.gemm_points.empty());
+
+    // With a GPU run too, the GPU run is the measured run and the CPU figures still apply; a
+    // cpu_adam fit beats raw measurements.
+    const auto gpu_run = db.write_run(run("2026-01-06T00:00:00Z"), {},
+                                      {fit("memcpy", "H100-SXM5-80GB", "h2d/pinned", "bandwidth", {{"latency_ns", 1}, {"Bps", 5e10}}),
+                                       fit("cpu_adam", "cpu", "adamw", "rate", {{"params_per_s", 2e9}})});
+    HardwareView h = db.view("H100-SXM5-80GB", "", "", "", "", "");
+    CHECK(h.measured_run == gpu_run);
+    REQUIRE(h.cpu_adam_params_per_s);
+    CHECK(*h.cpu_adam_params_per_s == 2e9);  // from gpu_run, the newest run with a cpu_adam figure
+    REQUIRE(h.ssd_read);                     // gpu_run has no SSD figure: the older CPU run's
+    CHECK(h.ssd_read->Bps == 6.5e9);
+    REQUIRE(h.h2d);
+    CHECK(h.h2d->Bps == 5e10);
+}
