@@ -1,0 +1,78 @@
+// Plan search: enumerate the valid plans, prune by the analytical memory model (with a safety
+// margin so near-misses are still simulated), rank all survivors with the fast estimate, simulate
+// a shortlist with the discrete-event engine on a thread pool, and rank that by simulated
+// throughput. The shortlist is wide enough that the best plan is never cut (tests compare with
+// brute force).
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "strata/hwdb/view.hpp"
+#include "strata/planner/estimate.hpp"
+#include "strata/planner/space.hpp"
+#include "strata/sim/spec.hpp"
+
+namespace strata::planner {
+
+/// The engine's verdict on one plan.
+struct SimSummary {
+    double step_time_s = 0, tokens_per_s = 0, tflops_per_gpu = 0, mfu = 0;
+    double bubble_fraction = 0, exposed_comm_s = 0;
+    double peak_hbm_bytes = 0, peak_cpu_bytes = 0, peak_ssd_bytes = 0;
+    bool oom = false;
+    std::string critical_path;
+};
+
+struct RankedPlan {
+    sim::PlanSpec plan;
+    FastEstimate estimate;
+    bool simulated = false;
+    SimSummary sim;
+    std::string why;  ///< what dominates: bubble, exposed comm, recompute, optimizer, offload
+};
+
+struct SearchOptions {
+    SearchSpace space;
+    int top_k = 10;
+    int shortlist = 16;              ///< simulate at least this many of the best estimates
+    double shortlist_margin = 0.30;  ///< ... and every plan within this fraction of the best estimate (capped)
+    int max_simulated = 64;
+    double memory_margin = 1.10;     ///< keep plans up to 10% over capacity for simulation
+    int threads = 0;                 ///< 0 = hardware concurrency
+    int shard = 0, shards = 1;
+    bool simulate = true;            ///< false: rank by the fast estimate only
+    std::function<void(double fraction, const char* phase)> progress;  ///< called from the search thread
+    const std::atomic<bool>* cancel = nullptr;  ///< set to stop early; the result says cancelled
+};
+
+struct SearchResult {
+    std::vector<RankedPlan> ranked;  ///< best first (simulated ones by simulated throughput)
+    SpaceCounters space;
+    std::int64_t pruned_memory = 0;  ///< over capacity beyond the margin
+    std::int64_t estimated = 0;
+    std::int64_t simulated = 0;
+    std::int64_t simulated_oom = 0;
+    double estimate_seconds = 0, simulate_seconds = 0;  ///< wall time (reported, never asserted)
+    bool cancelled = false;
+};
+
+/// Simulates one plan with the engine (lower -> costs -> engine), as `strata simulate` does.
+SimSummary simulate_plan(const sim::ModelSpec& m, const sim::ClusterSpec& c, const sim::PlanSpec& p,
+                         const hwdb::HardwareView& hw);
+
+SearchResult search_plans(const sim::ModelSpec& m, const sim::ClusterSpec& c, const hwdb::HardwareView& hw,
+                          const SearchOptions& o);
+
+/// One line: why a plan is where it is ("bubble 12%, exposed comm 3%, recompute 9%").
+std::string explain(const FastEstimate& e);
+
+/// Planner output as JSON (model, cluster, counters, ranked plans with their figures).
+std::string search_to_json(const sim::ModelSpec& m, const sim::ClusterSpec& c, const SearchResult& r);
+
+/// Merge the JSON outputs of several shards (`--shard i/n`) into one ranking.
+std::string merge_search_json(const std::vector<std::string>& texts, const std::vector<std::string>& files, int top_k);
+
+}  // namespace strata::planner

@@ -1,0 +1,273 @@
+// Fast estimate: memoised one-layer engine runs for the per-layer terms, closed forms for the
+// pipeline, data-parallel, optimizer and offload terms (docs/planner.md derives each one).
+#include "strata/planner/estimate.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "strata/sim/cost.hpp"
+#include "strata/sim/engine.hpp"
+#include "strata/sim/lower.hpp"
+#include "strata/sim/model.hpp"
+#include "strata/sim/tensors.hpp"
+
+namespace strata::planner {
+
+using namespace strata::sim;
+
+namespace {
+
+hwdb::Dtype dtype_of(Precision p) {
+    switch (p) {
+        case Precision::fp32: return hwdb::Dtype::fp32;
+        case Precision::fp16: return hwdb::Dtype::fp16;
+        case Precision::fp8: return hwdb::Dtype::fp8;
+        case Precision::bf16: return hwdb::Dtype::bf16;
+    }
+    return hwdb::Dtype::bf16;
+}
+
+double alone_s(const Demand& d) { return static_cast<double>(d.alone_ns()) * 1e-9; }
+
+/// A transfer's time when `share` GPUs of the node load the node-level resources at once.
+double shared_s(Demand d, const ClusterSpec& c) {
+    const double node = std::max(1, c.gpus_per_node);
+    const double sw = std::max(1, c.gpus_per_pcie_switch);
+    for (LinkClass k : {LinkClass::host_mem, LinkClass::ssd_read, LinkClass::ssd_write, LinkClass::cpu})
+        d.busy_s[static_cast<int>(k)] *= node;
+    for (LinkClass k : {LinkClass::pcie_h2d, LinkClass::pcie_d2h}) d.busy_s[static_cast<int>(k)] *= sw;
+    return alone_s(d);
+}
+
+Instr coll(CollKind k, Group g, int size, double bytes) {
+    Instr in;
+    in.kind = InstrKind::collective;
+    in.stream = Stream::dp_comm;
+    in.coll = k;
+    in.group = g;
+    in.group_size = size;
+    in.bytes = bytes;
+    return in;
+}
+
+Instr copy_instr(CopyKind k, double bytes) {
+    Instr in;
+    in.kind = InstrKind::copy;
+    in.copy = k;
+    in.stream = k == CopyKind::h2d ? Stream::h2d : k == CopyKind::d2h ? Stream::d2h : Stream::ssd;
+    in.bytes = bytes;
+    return in;
+}
+
+}  // namespace
+
+Capacities capacities_of(const ClusterSpec& c, const hwdb::HardwareView& hw) {
+    Capacities caps;
+    caps.hbm_bytes = hw.gpu.hbm_bytes;
+    caps.cpu_bytes_per_node = c.host_dram_bytes > 0 ? c.host_dram_bytes : hw.node.cpu_dram_bytes;
+    const int drives = c.ssds_per_node > 0 ? c.ssds_per_node : hw.node.ssd_count;
+    caps.ssd_bytes_per_node = drives * kDefaultSsdDriveBytes;
+    caps.gpus_per_node = c.gpus_per_node;
+    return caps;
+}
+
+Estimator::Estimator(const ModelSpec& m, const ClusterSpec& c, const hwdb::HardwareView& hw, double memory_margin)
+    : m_(m), c_(c), hw_(hw), caps_(capacities_of(c, hw)), margin_(memory_margin) {}
+
+Estimator::~Estimator() = default;
+
+LayerTimes Estimator::layer_times(const PlanSpec& p) {
+    const Key key{p.tp, p.cp, p.ep, p.micro_batch, p.sequence_parallel ? 1 : 0, static_cast<int>(p.recompute),
+                  p.zero_stage == 3 ? p.dp : 0, static_cast<int>(p.precision), p.flash_attention ? 1 : 0};
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+
+    // One layer period (dense, or dense+MoE when MoE is every n-th layer), one micro-batch, no
+    // pipeline; ZeRO-3 kept (its per-layer gathers are part of a layer's time), other DP work
+    // and offload are closed forms below.
+    ModelSpec m1 = m_;
+    m1.layers = m_.is_moe() ? std::max(1, m_.moe->moe_every) : 1;
+    PlanSpec p1 = p;
+    p1.pp = 1;
+    p1.vpp = 1;
+    p1.schedule = Schedule::one_f_one_b;
+    p1.global_batch = p.micro_batch * p.dp;
+    p1.layer_split.clear();
+    p1.zero_stage = p.zero_stage == 3 ? 3 : 0;
+    p1.offload = OffloadSpec{};
+    p1.lock_free_update = false;
+    p1.recompute_layers = -1;
+    LowerOptions lo;
+    lo.emit_memory = false;
+    Program prog = lower(m1, c_, p1, lo);
+    CostContext ctx;
+    ctx.hw = &hw_;
+    ctx.cluster = &c_;
+    ctx.plan = &p1;
+    ctx.program = &prog;
+    RealCostModel costs(ctx);
+    EngineOptions eo;
+    eo.record_trace = true;
+    eo.critical_path = false;
+    SimResult r = simulate_program(prog, costs, nullptr, eo);
+
+    // Windows on the compute stream: a layer's forward from its first to its last kernel (TP/CP/EP
+    // waits inside count), its backward likewise; the head (embedding, logits, loss) by durations.
+    const RankProgram& rp = prog.ranks.at(0);
+    std::int64_t f0 = INT64_MAX, f1 = 0, b0 = INT64_MAX, b1 = 0;
+    double head_f = 0, head_b = 0, rec = 0;
+    for (const TraceSpan& sp : r.spans) {
+        const Instr& in = rp.instrs.at(static_cast<std::size_t>(sp.instr));
+        if (in.stream != Stream::compute || in.kind != InstrKind::compute) continue;
+        const double dur = static_cast<double>(sp.end_ns - sp.start_ns) * 1e-9;
+        if (in.layer >= 0) {
+            if (in.phase == Phase::forward) {
+                f0 = std::min(f0, sp.start_ns);
+                f1 = std::max(f1, sp.end_ns);
+            } else if (in.phase == Phase::backward || in.phase == Phase::recompute) {
+                b0 = std::min(b0, sp.start_ns);
+                b1 = std::max(b1, sp.end_ns);
+                if (in.phase == Phase::recompute) rec += dur;
+            }
+        } else if (in.phase == Phase::forward) {
+            head_f += dur;
+        } else if (in.phase == Phase::backward) {
+            head_b += dur;
+        }
+    }
+    LayerTimes t;
+    const double n = m1.layers;
+    t.fwd_s = f1 > f0 ? static_cast<double>(f1 - f0) * 1e-9 / n : 0;
+    t.bwd_s = b1 > b0 ? static_cast<double>(b1 - b0) * 1e-9 / n : 0;
+    t.recompute_s = rec / n;
+    t.head_fwd_s = head_f;
+    t.head_bwd_s = head_b;
+    cache_.emplace(key, t);
+    return t;
+}
+
+FastEstimate Estimator::estimate(const PlanSpec& p) {
+    FastEstimate e;
+    MemoryReport mem = memory_estimate(m_, p, caps_);
+    e.hbm_bytes = mem.hbm_bytes;
+    e.fits = mem.fits();
+    e.near_fit = !e.fits && mem.hbm_bytes <= caps_.hbm_bytes * margin_ && mem.cpu_bytes <= caps_.cpu_bytes_per_node * margin_ &&
+                 mem.ssd_bytes <= caps_.ssd_bytes_per_node * margin_;
+
+    const LayerTimes lt = layer_times(p);
+    const std::vector<int> layers = stage_layers(m_, p);
+    const int pp = p.pp, m = p.micro_batches(), vpp = std::max(1, p.vpp);
+    CostContext ctx;
+    ctx.hw = &hw_;
+    ctx.cluster = &c_;
+    ctx.plan = &p;
+
+    // Per stage, per micro-batch: forward and backward compute (the head on first/last stage).
+    double worst = 0, sum = 0, worst_b = 0;
+    int worst_stage = 0;
+    for (int s = 0; s < pp; ++s) {
+        double f = layers[static_cast<std::size_t>(s)] * lt.fwd_s, b = layers[static_cast<std::size_t>(s)] * lt.bwd_s;
+        if (s == pp - 1) {
+            f += lt.head_fwd_s;
+            b += lt.head_bwd_s;
+        }
+        sum += f + b;
+        if (f + b > worst) {
+            worst = f + b;
+            worst_b = b;
+            worst_stage = s;
+        }
+    }
+    // Pipeline p2p of one micro-batch's boundary activation (bf16, SP-sharded over tp).
+    double p2p = 0;
+    if (pp > 1) {
+        Instr in;
+        in.kind = InstrKind::send;
+        in.stream = Stream::pp_p2p;
+        in.bytes = double(p.micro_batch) * double(m_.seq_len) / p.cp * double(m_.hidden) * 2 / (p.sequence_parallel ? p.tp : 1);
+        p2p = alone_s(transfer_demand(in, ctx));
+    }
+    // Fill and drain: the other stages' share of one micro-batch (1/vpp of it with interleaving),
+    // plus the boundary transfers on the critical path.
+    const double fill = (sum - worst) / vpp + 2.0 * (pp - 1) * p2p * (p.schedule == Schedule::interleaved_1f1b ? 1.0 : 1.0);
+    e.compute_s = m * worst;
+    e.bubble_s = pp > 1 ? fill : 0;
+    e.recompute_s = m * layers[static_cast<std::size_t>(worst_stage)] * lt.recompute_s;
+
+    // Data parallelism over dp x cp (Megatron's grad reduction group); experts over edp.
+    const StageParams sp = stage_params(m_, p, worst_stage);
+    const int dpg = p.dp * p.cp;
+    const int edp = std::max(1, dpg / std::max(1, p.ep));
+    double dp_s = 0, ag_s = 0;
+    if (dpg > 1 && p.zero_stage < 3) {
+        const CollKind k = p.zero_stage == 0 ? CollKind::all_reduce : CollKind::reduce_scatter;
+        dp_s = alone_s(transfer_demand(coll(k, Group::dp, dpg, sp.dense * 2), ctx));
+        if (sp.expert > 0 && edp > 1) dp_s += alone_s(transfer_demand(coll(k, Group::edp, edp, sp.expert * 2), ctx));
+        if (p.zero_stage >= 1) {
+            ag_s = alone_s(transfer_demand(coll(CollKind::all_gather, Group::dp, dpg, sp.dense * 2), ctx));
+            if (sp.expert > 0 && edp > 1) ag_s += alone_s(transfer_demand(coll(CollKind::all_gather, Group::edp, edp, sp.expert * 2), ctx));
+        }
+    }
+    // Overlapped with the last micro-batch's backward, bucket by bucket: the last bucket is exposed.
+    const double buckets = std::max(1.0, std::ceil(sp.total() * 2 / double(std::max<std::int64_t>(1, p.dp_bucket_bytes))));
+    double dp_exposed = p.overlap_grad_reduce ? std::max(dp_s / buckets, dp_s - worst_b * (1 - 1 / buckets)) : dp_s;
+    e.exposed_comm_s = dp_exposed + ag_s;  // lowering gathers parameters at the end of the step
+
+    // Optimizer on its tiers, each fraction at once; the slowest bounds the step.
+    const double shard = p.zero_stage >= 1 ? sp.dense / dpg + sp.expert / edp : sp.total();
+    const TierSplit& of = p.offload.optimizer;
+    double opt_gpu = 0, opt_cpu = 0, opt_ssd = 0;
+    if (of.gpu > 0) {
+        Instr in;
+        in.kind = InstrKind::compute;
+        in.op = Op::optimizer_gpu;
+        in.bytes = 16 * shard * of.gpu;
+        in.count = shard * of.gpu;
+        opt_gpu = static_cast<double>(compute_cost(in, ctx).duration_ns) * 1e-9;
+    }
+    if (of.cpu > 0 || of.ssd > 0) {
+        const double d2h = shared_s(transfer_demand(copy_instr(CopyKind::d2h, 2 * shard * (of.cpu + of.ssd)), ctx), c_);
+        Instr adam;
+        adam.kind = InstrKind::optimizer;
+        adam.stream = Stream::cpu;
+        if (of.cpu > 0) {
+            adam.count = shard * of.cpu;
+            opt_cpu = d2h + shared_s(transfer_demand(adam, ctx), c_) +
+                      shared_s(transfer_demand(copy_instr(CopyKind::h2d, 2 * shard * of.cpu), ctx), c_);
+        }
+        if (of.ssd > 0) {
+            adam.count = shard * of.ssd;
+            const double rd = shared_s(transfer_demand(copy_instr(CopyKind::ssd_read, 12 * shard * of.ssd), ctx), c_);
+            const double wr = shared_s(transfer_demand(copy_instr(CopyKind::ssd_write, 12 * shard * of.ssd), ctx), c_);
+            opt_ssd = d2h + std::max({rd, wr, shared_s(transfer_demand(adam, ctx), c_)}) +
+                      shared_s(transfer_demand(copy_instr(CopyKind::h2d, 2 * shard * of.ssd), ctx), c_);
+        }
+    }
+    const double opt = std::max({opt_gpu, opt_cpu, opt_ssd});
+    const double pipe = e.compute_s + e.bubble_s;
+    // Lock-free update: the CPU step of step i runs under step i+1's compute (one step stale).
+    e.optimizer_s = p.lock_free_update ? std::max(opt_gpu, std::max(opt_cpu, opt_ssd) - pipe) : opt;
+
+    // Parameters on cpu/ssd: every layer's parameters come in before its forward and backward of
+    // every micro-batch, prefetched one layer ahead: only what exceeds the layer's compute shows.
+    if (!p.offload.params.all_gpu()) {
+        const double layer_params = sp.total() / std::max(1, layers[static_cast<std::size_t>(worst_stage)]);
+        const double bytes = 2 * layer_params;  // bf16
+        double fetch = shared_s(transfer_demand(copy_instr(CopyKind::h2d, bytes * (1 - p.offload.params.gpu)), ctx), c_);
+        if (p.offload.params.ssd > 0)
+            fetch = std::max(fetch, shared_s(transfer_demand(copy_instr(CopyKind::ssd_read, bytes * p.offload.params.ssd), ctx), c_));
+        const double per_layer = std::max(0.0, fetch - lt.fwd_s) + std::max(0.0, fetch - lt.bwd_s);
+        e.offload_s = m * layers[static_cast<std::size_t>(worst_stage)] * per_layer;
+    }
+
+    e.step_time_s = pipe + e.exposed_comm_s + e.optimizer_s + e.offload_s;
+    const double tokens = double(p.global_batch) * double(m_.seq_len);
+    e.tokens_per_s = e.step_time_s > 0 ? tokens / e.step_time_s : 0;
+    const double flops = model_flops_per_token(m_) * tokens;
+    e.tflops_per_gpu = e.step_time_s > 0 ? flops / e.step_time_s / p.gpus() / 1e12 : 0;
+    const double peak = hw_.gpu.peak(dtype_of(p.precision));
+    e.mfu = peak > 0 ? e.tflops_per_gpu * 1e12 / peak : 0;
+    return e;
+}
+
+}  // namespace strata::planner

@@ -1,0 +1,156 @@
+// The search loop: enumerate -> memory prune -> fast estimate (bounded best-N kept) -> shortlist
+// simulated on a thread pool -> final ranking. Deterministic: ties broken by enumeration order.
+#include "strata/planner/search.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <mutex>
+#include <queue>
+#include <thread>
+
+#include "strata/common/text.hpp"
+
+namespace strata::planner {
+
+using namespace strata::sim;
+
+std::string explain(const FastEstimate& e) {
+    if (e.step_time_s <= 0) return "";
+    auto pct = [&](double x) { return fmt_fixed(100.0 * x / e.step_time_s, 0) + "%"; };
+    std::string s = "compute " + pct(e.compute_s - e.recompute_s);
+    if (e.bubble_s > 0) s += ", bubble " + pct(e.bubble_s);
+    if (e.exposed_comm_s > 0) s += ", exposed comm " + pct(e.exposed_comm_s);
+    if (e.recompute_s > 0) s += ", recompute " + pct(e.recompute_s);
+    if (e.optimizer_s > 0) s += ", optimizer " + pct(e.optimizer_s);
+    if (e.offload_s > 0) s += ", offload " + pct(e.offload_s);
+    return s;
+}
+
+namespace {
+
+struct Candidate {
+    double step_s;
+    std::int64_t index;  // enumeration order: the deterministic tie-break
+    PlanSpec plan;
+    FastEstimate est;
+};
+
+struct ByTime {
+    bool operator()(const Candidate& a, const Candidate& b) const {
+        return a.step_s != b.step_s ? a.step_s < b.step_s : a.index < b.index;
+    }
+};
+
+}  // namespace
+
+SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, const hwdb::HardwareView& hw, const SearchOptions& o) {
+    SearchResult r;
+    auto cancelled = [&] { return o.cancel && o.cancel->load(std::memory_order_relaxed); };
+
+    // Pass 1: count, for the progress bar (enumeration alone is cheap).
+    std::int64_t total = 0;
+    if (o.progress) enumerate_plans(m, c, o.space, [&](const PlanSpec&) { ++total; return true; }, o.shard, o.shards);
+
+    Estimator est(m, c, hw, o.memory_margin);
+    const std::size_t keep = static_cast<std::size_t>(std::max({o.max_simulated, o.top_k, o.shortlist}) * 4);
+    std::priority_queue<Candidate, std::vector<Candidate>, ByTime> best;  // max-heap: worst kept on top
+    std::int64_t index = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    r.space = enumerate_plans(m, c, o.space, [&](const PlanSpec& p) {
+        if (cancelled()) return false;
+        const std::int64_t i = index++;
+        if (o.progress && total > 0 && (i & 1023) == 0) o.progress(double(i) / double(total), "estimating");
+        FastEstimate e = est.estimate(p);
+        ++r.estimated;
+        if (!e.fits && !e.near_fit) {
+            ++r.pruned_memory;
+            return true;
+        }
+        Candidate cand{e.step_time_s, i, p, e};
+        if (best.size() < keep) {
+            best.push(std::move(cand));
+        } else if (ByTime{}(cand, best.top())) {
+            best.pop();
+            best.push(std::move(cand));
+        }
+        return true;
+    }, o.shard, o.shards);
+    r.estimate_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    r.cancelled = cancelled();
+
+    std::vector<Candidate> sorted;
+    sorted.reserve(best.size());
+    while (!best.empty()) {
+        sorted.push_back(best.top());
+        best.pop();
+    }
+    std::reverse(sorted.begin(), sorted.end());
+
+    // Shortlist: the best `shortlist` estimates, plus every plan within the margin of the best.
+    std::size_t n_sim = 0;
+    if (o.simulate && !sorted.empty() && !r.cancelled) {
+        const double cut = sorted.front().step_s * (1.0 + o.shortlist_margin);
+        for (const auto& cnd : sorted) {
+            if (n_sim >= static_cast<std::size_t>(o.max_simulated)) break;
+            if (n_sim < static_cast<std::size_t>(o.shortlist) || cnd.step_s <= cut) ++n_sim;
+            else break;
+        }
+    }
+    std::vector<RankedPlan> out(sorted.size());
+    for (std::size_t i = 0; i < sorted.size(); ++i) {
+        out[i].plan = sorted[i].plan;
+        out[i].estimate = sorted[i].est;
+        out[i].why = explain(sorted[i].est);
+    }
+    const auto t1 = std::chrono::steady_clock::now();
+    if (n_sim > 0) {
+        int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+        threads = std::min<int>(threads, static_cast<int>(n_sim));
+        std::atomic<std::size_t> next{0};
+        std::atomic<std::size_t> done{0};
+        std::vector<std::thread> pool;
+        for (int t = 0; t < threads; ++t)
+            pool.emplace_back([&] {
+                for (;;) {
+                    if (cancelled()) return;
+                    std::size_t i = next.fetch_add(1);
+                    if (i >= n_sim) return;
+                    out[i].sim = simulate_plan(m, c, out[i].plan, hw);
+                    out[i].simulated = true;
+                    done.fetch_add(1);
+                }
+            });
+        // Progress is reported from this thread only.
+        while (o.progress && done.load() < n_sim && !cancelled()) {
+            o.progress(double(done.load()) / double(n_sim), "simulating");
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        for (auto& th : pool) th.join();
+        if (cancelled()) r.cancelled = true;
+    }
+    r.simulate_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    for (const auto& rp : out)
+        if (rp.simulated) {
+            ++r.simulated;
+            if (rp.sim.oom) ++r.simulated_oom;
+        }
+
+    // Final order: simulated plans that fit, by simulated throughput; then the estimated rest;
+    // simulated OOMs last. Stable, so ties keep the enumeration order.
+    auto rank_key = [](const RankedPlan& p) {
+        if (p.simulated && !p.sim.oom) return 0;
+        if (!p.simulated && p.estimate.fits) return 1;
+        return 2;
+    };
+    std::stable_sort(out.begin(), out.end(), [&](const RankedPlan& a, const RankedPlan& b) {
+        int ka = rank_key(a), kb = rank_key(b);
+        if (ka != kb) return ka < kb;
+        if (ka == 0) return a.sim.tokens_per_s > b.sim.tokens_per_s;
+        return a.estimate.step_time_s < b.estimate.step_time_s;
+    });
+    r.ranked = std::move(out);
+    return r;
+}
+
+}  // namespace strata::planner
