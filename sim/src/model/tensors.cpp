@@ -1,0 +1,325 @@
+// The tensor list (tensors.hpp): per-rank bytes of every activation a layer stashes, of the model
+// states and of the runtime buffers, after TP/SP/CP/EP/ZeRO. The itemisation follows Korthikanti
+// et al. (MLSys 2023) §4 so that GPT-like configs reproduce their Eqs. 1-5 exactly; GQA, SwiGLU,
+// flash attention, MoE and CP fall out of the same list (docs/formulas.md). No timing, no tiers'
+// capacities: only sizes and where plan.offload puts them.
+#include <algorithm>
+
+#include "strata/sim/memory.hpp"
+#include "strata/sim/model.hpp"
+#include "strata/sim/tensors.hpp"
+
+namespace strata::sim {
+
+const char* to_string(TensorTag t) {
+    switch (t) {
+        case TensorTag::weights: return "weights";
+        case TensorTag::grads: return "grads";
+        case TensorTag::optimizer: return "optimizer";
+        case TensorTag::activations: return "activations";
+        case TensorTag::buffers: return "buffers";
+        case TensorTag::count: break;
+    }
+    return "?";
+}
+
+namespace {
+
+// Local sizes of one rank for one micro-batch.
+struct Local {
+    double t = 1;          // tensor-parallel degree
+    double tokens = 0;     // s/cp · b: tokens of this rank's sequence chunk
+    double tok_rep = 0;    // tokens in the TP-replicated regions (divided by t under SP)
+    double s_q = 0;        // query rows per sequence on this rank (s/cp)
+    double s_k = 0;        // key columns per sequence (the full s: CP exchanges K,V)
+    double b = 1;
+    double h = 0;
+    double heads = 0;      // query heads on this rank
+    double kv_heads = 0;   // K/V heads on this rank (replicated when kv_heads < tp)
+    double hd = 0;
+    double act = 2;        // bytes per activation element
+    bool dropout = false;
+};
+
+Local local_of(const ModelSpec& m, const PlanSpec& p) {
+    Local L;
+    L.t = std::max(1, p.tp);
+    L.b = p.micro_batch;
+    L.s_k = static_cast<double>(m.seq_len);
+    L.s_q = L.s_k / std::max(1, p.cp);
+    L.tokens = L.s_q * L.b;
+    L.tok_rep = (p.sequence_parallel && p.tp > 1) ? L.tokens / L.t : L.tokens;
+    L.h = static_cast<double>(m.hidden);
+    L.heads = m.heads / L.t;
+    const double kv = kv_heads_of(m);
+    L.kv_heads = kv >= L.t ? kv / L.t : 1.0;
+    L.hd = static_cast<double>(head_dim_of(m));
+    // Activations are kept in the compute dtype; fp8 recipes keep bf16 activations between GEMMs.
+    L.act = p.precision == Precision::fp32 ? 4.0 : 2.0;
+    L.dropout = m.dropout > 0.0;
+    return L;
+}
+
+TensorDesc act_tensor(std::string name, double bytes, std::string shape, const PlanSpec& p) {
+    TensorDesc d;
+    d.name = std::move(name);
+    d.tag = TensorTag::activations;
+    d.lifetime = Lifetime::stashed;
+    d.bytes = bytes;
+    d.tiers = p.offload.activations;
+    d.shape = std::move(shape);
+    return d;
+}
+
+// The MLP intermediates of `rows` tokens through an MLP of width `ffn_local` on this rank.
+void mlp_intermediates(std::vector<TensorDesc>& out, const ModelSpec& m, const PlanSpec& p, const Local& L,
+                       const std::string& prefix, double rows, double ffn_local, const std::string& rows_shape) {
+    const double bytes = L.act * rows * ffn_local;
+    const std::string shape = "(" + rows_shape + ", ffn/tp)";
+    if (m.ffn == FfnKind::swiglu) {
+        // Unfused autograd keeps gate and up (the fc1 outputs), silu(gate) for the product's
+        // backward, and the product (the fc2 input).
+        out.push_back(act_tensor(prefix + ".gate_out", bytes, shape, p));
+        out.push_back(act_tensor(prefix + ".up_out", bytes, shape, p));
+        out.push_back(act_tensor(prefix + ".silu_out", bytes, shape, p));
+        out.push_back(act_tensor(prefix + ".act_out", bytes, shape, p));
+    } else {
+        // Korthikanti: GeLU input 8sbh and GeLU output (fc2 input) 8sbh for ffn = 4h.
+        out.push_back(act_tensor(prefix + ".fc1_out", bytes, shape, p));
+        out.push_back(act_tensor(prefix + ".act_out", bytes, shape, p));
+    }
+}
+
+// Tokens one rank's experts process per micro-batch: each of this rank's tokens goes to top_k
+// experts; spread uniformly, an EP rank receives as many assignments as its tokens make
+// (tokens·top_k), the hottest rank (1 + load_skew) times that. With a capacity factor the
+// experts are padded/dropped to exactly capacity_factor · tokens · top_k.
+double routed_rows(const ModelSpec& m, const Local& L) {
+    const auto& moe = *m.moe;
+    if (moe.capacity_factor > 0.0) return moe.capacity_factor * L.tokens * moe.top_k;
+    return L.tokens * moe.top_k * (1.0 + moe.load_skew);
+}
+
+std::vector<TensorDesc> full_layer_activations(const ModelSpec& m, const PlanSpec& p, int layer) {
+    const Local L = local_of(m, p);
+    std::vector<TensorDesc> out;
+    const double rep = L.act * L.tok_rep * L.h;  // one hidden-state tensor in a replicated region
+    const std::string rep_shape = (p.sequence_parallel && p.tp > 1) ? "(s/cp/tp, b, h)" : "(s/cp, b, h)";
+    // --- attention block ---
+    out.push_back(act_tensor("attn.norm_in", rep, rep_shape, p));
+    out.push_back(act_tensor("attn.qkv_in", rep, rep_shape, p));
+    out.push_back(act_tensor("attn.q", L.act * L.tokens * L.heads * L.hd, "(s/cp, b, heads/tp, d)", p));
+    out.push_back(act_tensor("attn.k", L.act * L.tokens * L.kv_heads * L.hd, "(s/cp, b, kv_heads/tp, d)", p));
+    out.push_back(act_tensor("attn.v", L.act * L.tokens * L.kv_heads * L.hd, "(s/cp, b, kv_heads/tp, d)", p));
+    const double scores = L.heads * L.s_q * L.s_k * L.b;  // elements of the score matrix on this rank
+    const bool selective = p.recompute == Recompute::selective;
+    if (!p.flash_attention) {
+        if (!selective) {
+            out.push_back(act_tensor("attn.softmax_out", L.act * scores, "(b, heads/tp, s/cp, s)", p));
+            if (L.dropout) {
+                out.push_back(act_tensor("attn.softmax_dropout_mask", 1.0 * scores, "(b, heads/tp, s/cp, s)", p));
+                out.push_back(act_tensor("attn.softmax_dropout_out", L.act * scores, "(b, heads/tp, s/cp, s)", p));
+            }
+        }
+    } else if (!selective) {
+        // Flash attention keeps only the fp32 log-sum-exp per query row; O is proj_in below.
+        out.push_back(act_tensor("attn.lse", 4.0 * L.heads * L.s_q * L.b, "(b, heads/tp, s/cp) fp32", p));
+    }
+    out.push_back(act_tensor("attn.proj_in", L.act * L.tokens * L.heads * L.hd, "(s/cp, b, heads/tp, d)", p));
+    if (L.dropout) out.push_back(act_tensor("attn.dropout_mask", L.tok_rep * L.h, rep_shape + " u8", p));
+    // --- MLP / MoE block ---
+    out.push_back(act_tensor("mlp.norm_in", rep, rep_shape, p));
+    out.push_back(act_tensor("mlp.fc1_in", rep, rep_shape, p));
+    if (m.layer_is_moe(layer)) {
+        const auto& moe = *m.moe;
+        const double eff_local = static_cast<double>(expert_ffn_of(m)) / L.t;
+        const double rows = routed_rows(m, L);
+        out.push_back(act_tensor("moe.router_probs", 4.0 * L.tok_rep * moe.experts, "(tokens, experts) fp32", p));
+        out.push_back(act_tensor("moe.dispatched_in", L.act * rows * L.h, "(tokens·top_k, h)", p));
+        mlp_intermediates(out, m, p, L, "moe.experts", rows, eff_local, "tokens·top_k");
+        out.push_back(act_tensor("moe.expert_out", L.act * rows * L.h, "(tokens·top_k, h)", p));
+        if (moe.shared_experts > 0)
+            mlp_intermediates(out, m, p, L, "moe.shared", L.tokens, eff_local * moe.shared_experts, "s/cp·b");
+    } else {
+        mlp_intermediates(out, m, p, L, "mlp", L.tokens, static_cast<double>(m.ffn_hidden) / L.t, "s/cp·b");
+    }
+    if (L.dropout) out.push_back(act_tensor("mlp.dropout_mask", L.tok_rep * L.h, rep_shape + " u8", p));
+    return out;
+}
+
+// Per-rank parameters of one layer (TP-split where Megatron splits them; norms, row-parallel
+// biases and the router are replicated).
+StageParams layer_params_local(const ModelSpec& m, const PlanSpec& p, int layer) {
+    const Local L = local_of(m, p);
+    StageParams sp;
+    const double h = L.h;
+    const double qw = L.heads * L.hd * L.t, kvw_local = L.kv_heads * L.hd;
+    const LayerParams lp = layer_params(m, layer);
+    double attn = h * qw / L.t + 2.0 * h * kvw_local + qw * h / L.t;
+    if (m.linear_bias) attn += qw / L.t + 2.0 * kvw_local + h;
+    else if (m.qkv_bias) attn += qw / L.t + 2.0 * kvw_local;
+    sp.dense = attn + static_cast<double>(lp.norms);
+    if (m.layer_is_moe(layer)) {
+        sp.dense += static_cast<double>(lp.router) + static_cast<double>(lp.shared_experts) / L.t;
+        sp.expert = static_cast<double>(lp.experts) / std::max(1, p.ep) / L.t;
+    } else {
+        sp.dense += static_cast<double>(lp.mlp) / L.t;
+    }
+    return sp;
+}
+
+int stage_first_layer(const ModelSpec& m, const PlanSpec& p, int stage) {
+    const std::vector<int> sl = stage_layers(m, p);
+    int first = 0;
+    for (int s = 0; s < stage && s < static_cast<int>(sl.size()); ++s) first += sl[static_cast<std::size_t>(s)];
+    return first;
+}
+
+TensorDesc state_tensor(std::string name, TensorTag tag, double bytes, const TierSplit& tiers, std::string shape) {
+    TensorDesc d;
+    d.name = std::move(name);
+    d.tag = tag;
+    d.lifetime = Lifetime::persistent;
+    d.bytes = bytes;
+    d.tiers = tiers;
+    d.shape = std::move(shape);
+    return d;
+}
+
+TensorDesc buffer_tensor(std::string name, double bytes, Lifetime life, std::string shape) {
+    return TensorDesc{std::move(name), TensorTag::buffers, life, bytes, TierSplit{}, std::move(shape)};
+}
+
+}  // namespace
+
+std::vector<TensorDesc> layer_activations(const ModelSpec& m, const PlanSpec& p, int layer, bool recomputed) {
+    if (!recomputed) return full_layer_activations(m, p, layer);
+    // Full recompute keeps only the layer input (Korthikanti §5: 2sbh, /tp with SP).
+    const Local L = local_of(m, p);
+    const std::string shape = (p.sequence_parallel && p.tp > 1) ? "(s/cp/tp, b, h)" : "(s/cp, b, h)";
+    return {act_tensor("layer.input", L.act * L.tok_rep * L.h, shape, p)};
+}
+
+std::vector<TensorDesc> layer_backward_workspace(const ModelSpec& m, const PlanSpec& p, int layer, bool recomputed) {
+    const Local L = local_of(m, p);
+    std::vector<TensorDesc> out;
+    PlanSpec no_sel = p;
+    no_sel.recompute = Recompute::none;
+    const std::vector<TensorDesc> full = full_layer_activations(m, no_sel, layer);
+    if (recomputed) {
+        // The layer's forward runs again just before its backward: its whole list is live.
+        for (const TensorDesc& d : full) out.push_back(buffer_tensor("recompute." + d.name, d.bytes, Lifetime::transient, d.shape));
+    } else if (p.recompute == Recompute::selective) {
+        for (const TensorDesc& d : full)
+            if (d.name.rfind("attn.softmax", 0) == 0 || d.name == "attn.lse")
+                out.push_back(buffer_tensor("recompute." + d.name, d.bytes, Lifetime::transient, d.shape));
+    }
+    // Gradients: the incoming and outgoing hidden-state gradients, plus the gradient of the widest
+    // intermediate (the largest stashed tensor) while its matmul's backward runs.
+    double widest = 0;
+    for (const TensorDesc& d : full) widest = std::max(widest, d.bytes);
+    out.push_back(buffer_tensor("grad.widest", widest, Lifetime::transient, "widest intermediate"));
+    out.push_back(buffer_tensor("grad.hidden", 2.0 * L.act * L.tokens * L.h, Lifetime::transient, "2 x (s/cp, b, h)"));
+    for (TensorDesc& d : out) d.tag = TensorTag::activations;
+    return out;
+}
+
+std::vector<TensorDesc> embedding_activations(const ModelSpec& m, const PlanSpec& p) {
+    const Local L = local_of(m, p);
+    std::vector<TensorDesc> out;
+    // The embedding output is the first layer's attn.norm_in; only the dropout mask is extra.
+    // Token ids (4-8 bytes per token) are not counted.
+    if (L.dropout) out.push_back(act_tensor("embed.dropout_mask", L.tok_rep * L.h, "(s/cp[/tp], b, h) u8", p));
+    return out;
+}
+
+std::vector<TensorDesc> logits_activations(const ModelSpec& m, const PlanSpec& p) {
+    const Local L = local_of(m, p);
+    const double V = static_cast<double>(m.vocab);
+    // Korthikanti §4.3: final norm input and output-projection input (2sbh each, /tp with SP), and
+    // the cross-entropy's fp32 logits 4sbv/tp (vocab-parallel); no fused loss assumed.
+    return {act_tensor("final.norm_in", L.act * L.tok_rep * L.h, "(s/cp[/tp], b, h)", p),
+            act_tensor("lm_head.in", L.act * L.tok_rep * L.h, "(s/cp[/tp], b, h)", p),
+            act_tensor("lm_head.logits", 4.0 * L.tokens * V / L.t, "(s/cp, b, V/tp) fp32", p)};
+}
+
+StageParams stage_params(const ModelSpec& m, const PlanSpec& p, int stage) {
+    const std::vector<int> sl = stage_layers(m, p);
+    StageParams sp;
+    const int first = stage_first_layer(m, p, stage);
+    const int n = stage < static_cast<int>(sl.size()) ? sl[static_cast<std::size_t>(stage)] : 0;
+    for (int l = first; l < first + n; ++l) {
+        const StageParams lp = layer_params_local(m, p, l);
+        sp.dense += lp.dense;
+        sp.expert += lp.expert;
+    }
+    const ParamCounts pc = param_counts(m);
+    const double t = std::max(1, p.tp);
+    if (stage == 0) sp.dense += static_cast<double>(pc.embedding) / t + static_cast<double>(pc.position);
+    if (stage == p.pp - 1) {
+        sp.dense += static_cast<double>(pc.final_norm);
+        // Untied: the lm head. Tied with pp > 1: Megatron keeps a copy of the word embedding on the
+        // last stage (its gradient is all-reduced with the first stage's).
+        if (!m.tied_embeddings) sp.dense += static_cast<double>(pc.lm_head) / t;
+        else if (p.pp > 1) sp.dense += static_cast<double>(pc.embedding) / t;
+    }
+    return sp;
+}
+
+std::vector<TensorDesc> stage_model_states(const ModelSpec& m, const PlanSpec& p, int stage) {
+    const StageParams sp = stage_params(m, p, stage);
+    // Mixed precision (ZeRO paper §3.1): 2-byte weights and grads, K = 12 bytes of fp32 Adam
+    // state (master copy, m, v). Pure fp32: 4 + 4 + 8 (m, v; the weights are the master copy).
+    const bool fp32 = p.precision == Precision::fp32;
+    const double wb = fp32 ? 4.0 : 2.0, gb = fp32 ? 4.0 : 2.0;
+    const double nd = std::max(1, p.dp * p.cp);
+    const double nd_expert = std::max(1.0, nd / std::max(1, p.ep));  // expert data parallel
+    auto sharded = [&](double per_param, bool shard) {
+        return per_param * (shard ? sp.dense / nd + sp.expert / nd_expert : sp.total());
+    };
+    const int z = p.zero_stage;
+    std::vector<TensorDesc> out;
+    out.push_back(state_tensor("weights", TensorTag::weights, sharded(wb, z >= 3), p.offload.params, "(params)"));
+    out.push_back(state_tensor("grads", TensorTag::grads, sharded(gb, z >= 2), p.offload.grads, "(params)"));
+    if (!fp32) out.push_back(state_tensor("optimizer.master", TensorTag::optimizer, sharded(4.0, z >= 1), p.offload.optimizer, "(params) fp32"));
+    out.push_back(state_tensor("optimizer.m", TensorTag::optimizer, sharded(4.0, z >= 1), p.offload.optimizer, "(params) fp32"));
+    out.push_back(state_tensor("optimizer.v", TensorTag::optimizer, sharded(4.0, z >= 1), p.offload.optimizer, "(params) fp32"));
+    return out;
+}
+
+std::vector<TensorDesc> stage_buffers(const ModelSpec& m, const PlanSpec& p, int stage) {
+    const Local L = local_of(m, p);
+    std::vector<TensorDesc> out;
+    const int nd = p.dp * p.cp;
+    const StageParams sp = stage_params(m, p, stage);
+    const double gb = p.precision == Precision::fp32 ? 4.0 : 2.0;
+    if (nd > 1 && p.overlap_grad_reduce) {
+        // One bucket being reduced while the next fills (Megatron's DDP), never more than all grads.
+        const double bucket = std::min(static_cast<double>(p.dp_bucket_bytes), gb * sp.total());
+        out.push_back(buffer_tensor("dp.grad_buckets", 2.0 * bucket, Lifetime::persistent, "2 x bucket"));
+    }
+    if (p.zero_stage >= 3 && nd > 1) {
+        // ZeRO-3 gathers a layer's full (TP-local) weights before use; with prefetch the next
+        // layer's gather is in flight too.
+        const std::vector<int> sl = stage_layers(m, p);
+        const int first = stage_first_layer(m, p, stage);
+        const int n = sl[static_cast<std::size_t>(stage)];
+        double widest = 0;
+        for (int l = first; l < first + n; ++l) widest = std::max(widest, layer_params_local(m, p, l).total());
+        const double depth = p.overlap_param_gather ? 2.0 : 1.0;
+        out.push_back(buffer_tensor("zero3.gathered_params", depth * gb * widest, Lifetime::transient, "depth x layer params"));
+    }
+    if (p.pp > 1) {
+        // One micro-batch's boundary activation, a send and a receive buffer.
+        out.push_back(buffer_tensor("pp.p2p", 2.0 * L.act * L.tok_rep * L.h, Lifetime::persistent, "2 x (s/cp[/tp], b, h)"));
+    }
+    out.push_back(buffer_tensor("framework.reserve", kFrameworkReserveBytes, Lifetime::persistent, "CUDA context + NCCL"));
+    return out;
+}
+
+bool layer_recomputed(const ModelSpec& m, const PlanSpec& p, int stage, int layer_in_stage) {
+    if (p.recompute != Recompute::full) return false;
+    return p.recompute_layers < 0 || layer_in_stage < p.recompute_layers;
+}
+
+}  // namespace strata::sim

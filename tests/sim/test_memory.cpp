@@ -1,0 +1,146 @@
+// The analytical memory model (memory.hpp): in-flight micro-batches per schedule (Megatron's
+// warm-up counts), the GPT-3 175B on 1024 GPUs check against Korthikanti et al. and the 16
+// bytes/param rule, tier placement under offload, the verdict and deterministic JSON.
+#include <catch2/catch.hpp>
+
+#include "strata/sim/memory.hpp"
+#include "strata/sim/model.hpp"
+
+using namespace strata::sim;
+
+namespace {
+
+ModelSpec gpt3() {
+    ModelSpec m;
+    m.name = "gpt-3-175b";
+    m.layers = 96;
+    m.hidden = 12288;
+    m.heads = 96;
+    m.kv_heads = 96;
+    m.head_dim = 128;
+    m.ffn_hidden = 4 * 12288;
+    m.vocab = 51200;
+    m.seq_len = 2048;
+    m.max_position = 2048;
+    m.tied_embeddings = true;
+    m.linear_bias = true;
+    m.dropout = 0.1;
+    return m;
+}
+
+// 1024 A100-80GB: tp 8, pp 16, dp 8, micro-batch 1, global batch 1536, SP + selective recompute.
+PlanSpec gpt3_plan() {
+    PlanSpec p;
+    p.tp = 8;
+    p.pp = 16;
+    p.dp = 8;
+    p.micro_batch = 1;
+    p.global_batch = 1536;
+    p.sequence_parallel = true;
+    p.recompute = Recompute::selective;
+    p.flash_attention = false;
+    p.schedule = Schedule::one_f_one_b;
+    return p;
+}
+
+Capacities a100_80() {
+    Capacities c;
+    c.hbm_bytes = 80e9;
+    c.cpu_bytes_per_node = 2e12;  // DGX A100: 2 TB
+    c.ssd_bytes_per_node = 4 * kDefaultSsdDriveBytes;
+    c.gpus_per_node = 8;
+    return c;
+}
+
+}  // namespace
+
+TEST_CASE("In-flight micro-batches per schedule", "[memory]") {
+    PlanSpec p;
+    p.pp = 8;
+    p.dp = 1;
+    p.micro_batch = 1;
+    p.global_batch = 32;  // m = 32
+    p.schedule = Schedule::gpipe;
+    CHECK(in_flight_microbatches(p, 0) == 32);
+    CHECK(in_flight_microbatches(p, 7) == 32);
+    p.schedule = Schedule::one_f_one_b;
+    for (int s = 0; s < 8; ++s) CHECK(in_flight_microbatches(p, s) == 8 - s);
+    p.global_batch = 4;  // fewer micro-batches than stages: capped at m
+    CHECK(in_flight_microbatches(p, 0) == 4);
+    // Interleaved, vpp = 2: stage 0 holds pp(1 + (pp-1)/(pp·vpp)) = 8 + 7/2 = 11.5 micro-batches
+    // (Korthikanti §4.2.3); the last stage (vpp-1)·pp + 1 = 9 chunks = 4.5.
+    p.global_batch = 32;
+    p.schedule = Schedule::interleaved_1f1b;
+    p.vpp = 2;
+    CHECK(in_flight_microbatches(p, 0) == Approx(8.0 * (1 + 7.0 / 16)));
+    CHECK(in_flight_microbatches(p, 7) == Approx(4.5));
+}
+
+TEST_CASE("GPT-3 175B on 1024 A100-80GB: states and activations", "[memory]") {
+    const ModelSpec m = gpt3();
+    const PlanSpec p = gpt3_plan();
+    const MemoryReport r = memory_estimate(m, p, a100_80());
+    REQUIRE(r.stages.size() == 16);
+    const double s = 2048, b = 1, h = 12288, t = 8;
+    const double per_layer = 34 * s * b * h / t;  // Korthikanti: SP + selective recompute
+    for (const StageMemory& st : r.stages) {
+        CHECK(st.layers == 6);
+        // ZeRO-0 mixed precision: 16 bytes per parameter on the stage (2 + 2 + 12).
+        const double params = stage_params(m, p, st.stage).total();
+        CHECK(st.weights_bytes + st.grads_bytes + st.optimizer_bytes == Approx(16 * params).epsilon(0.01));
+        // 1F1B keeps pp - stage micro-batches.
+        const double expect_act = (16 - st.stage) * 6 * per_layer;
+        if (st.stage > 0 && st.stage < 15) CHECK(st.activations_bytes == Approx(expect_act).epsilon(1e-9));
+        if (st.stage == 0) CHECK(st.activations_bytes == Approx(expect_act).epsilon(0.01));
+    }
+    // Independent check of a middle stage's parameters: 6 layers of (12h² + 13h)/t, within 1%
+    // (norms and row-parallel biases are replicated, not divided by t).
+    CHECK(stage_params(m, p, 5).total() == Approx(6 * 12 * h * h / t).epsilon(0.01));
+    // Worst HBM is the first stage (most micro-batches in flight, plus the embedding), and it fits.
+    CHECK(r.worst_hbm_stage == 0);
+    CHECK(r.fits());
+    CHECK(r.hbm_bytes < 80e9);
+    CHECK(r.hbm_bytes > 16 * stage_params(m, p, 0).total() + 16 * 6 * per_layer);
+}
+
+TEST_CASE("Offload moves bytes between tiers exactly", "[memory]") {
+    const ModelSpec m = gpt3();
+    PlanSpec p = gpt3_plan();
+    const MemoryReport base = memory_estimate(m, p, a100_80());
+    p.offload.optimizer = TierSplit{0.25, 0.5, 0.25};
+    const MemoryReport off = memory_estimate(m, p, a100_80());
+    for (int s = 0; s < 16; ++s) {
+        const StageMemory& a = base.stages[static_cast<std::size_t>(s)];
+        const StageMemory& o = off.stages[static_cast<std::size_t>(s)];
+        CHECK(o.optimizer_bytes == Approx(a.optimizer_bytes));
+        CHECK(a.tier_bytes[0] - o.tier_bytes[0] == Approx(0.75 * a.optimizer_bytes));
+        CHECK(o.tier_bytes[1] == Approx(0.5 * a.optimizer_bytes));
+        CHECK(o.tier_bytes[2] == Approx(0.25 * a.optimizer_bytes));
+        CHECK(o.total_bytes() == Approx(a.total_bytes()));
+    }
+    // Host DRAM is per node: with tp = 8 a node holds 8 ranks of one stage.
+    CHECK(off.cpu_bytes == Approx(8 * 0.5 * base.stages[0].optimizer_bytes));
+    CHECK(base.cpu_bytes == 0);
+}
+
+TEST_CASE("Verdict and JSON", "[memory]") {
+    const ModelSpec m = gpt3();
+    PlanSpec p = gpt3_plan();
+    Capacities small = a100_80();
+    small.hbm_bytes = 30e9;  // stage 0 needs ~35 GB: ~23.4 GB states + ~10.3 GB activations + buffers
+    const MemoryReport r = memory_estimate(m, p, small);
+    CHECK_FALSE(r.fits_hbm);
+    CHECK_FALSE(r.fits());
+    const std::string j1 = to_json_text(r), j2 = to_json_text(memory_estimate(m, p, small));
+    CHECK(j1 == j2);
+    for (const char* k : {"\"weights_bytes\"", "\"grads_bytes\"", "\"optimizer_bytes\"", "\"activations_bytes\"",
+                          "\"buffers_bytes\"", "\"hbm_bytes\"", "\"cpu_bytes_per_node\"", "\"ssd_bytes_per_node\"",
+                          "\"fits\""})
+        CHECK(j1.find(k) != std::string::npos);
+
+    // GPipe keeps all 192 micro-batches: far more activation memory than 1F1B.
+    p.schedule = Schedule::gpipe;
+    const MemoryReport g = memory_estimate(m, p, a100_80());
+    CHECK(g.stages[5].activations_bytes == Approx(192.0 * 6 * 34 * 2048 * 12288 / 8));
+    CHECK_FALSE(g.fits_hbm);
+}

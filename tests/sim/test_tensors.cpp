@@ -1,0 +1,248 @@
+// The tensor list (tensors.hpp) against Korthikanti et al. (MLSys 2023) activation formulas on the
+// paper's own model configurations, and model states against the ZeRO paper's worked example
+// (Rajbhandari et al., SC20, §3 / Figure 1).
+#include <catch2/catch.hpp>
+
+#include <map>
+
+#include "strata/sim/memory.hpp"
+#include "strata/sim/model.hpp"
+#include "strata/sim/tensors.hpp"
+
+using namespace strata::sim;
+
+namespace {
+
+ModelSpec gpt(int layers, std::int64_t h, int heads, std::int64_t seq = 2048) {
+    ModelSpec m;
+    m.name = "gpt";
+    m.layers = layers;
+    m.hidden = h;
+    m.heads = heads;
+    m.kv_heads = heads;
+    m.head_dim = h / heads;
+    m.ffn_hidden = 4 * h;
+    m.vocab = 51200;
+    m.seq_len = seq;
+    m.max_position = seq;
+    m.tied_embeddings = true;
+    m.linear_bias = true;
+    m.dropout = 0.1;
+    return m;
+}
+
+PlanSpec korthikanti_plan(int t, bool sp, Recompute r) {
+    PlanSpec p;
+    p.tp = t;
+    p.sequence_parallel = sp;
+    p.recompute = r;
+    p.flash_attention = false;
+    p.micro_batch = 1;
+    return p;
+}
+
+double sum(const std::vector<TensorDesc>& v) {
+    double b = 0;
+    for (const auto& d : v) b += d.bytes;
+    return b;
+}
+
+std::map<std::string, double> by_name(const std::vector<TensorDesc>& v) {
+    std::map<std::string, double> out;
+    for (const auto& d : v) out[d.name] += d.bytes;
+    return out;
+}
+
+double states(const ModelSpec& m, const PlanSpec& p, int stage) { return sum(stage_model_states(m, p, stage)); }
+
+}  // namespace
+
+TEST_CASE("Korthikanti et al. per-layer activations on the paper's models", "[tensors]") {
+    // Their Table 3 configurations (s = 2048, t = 8, b = 1): 22B (h 6144, a 64), 175B (12288, 96),
+    // 530B (20480, 128), 1T (25600, 160). Eqs. 1-5 (2-byte activations, 1-byte masks):
+    //   no parallelism          sbh(34 + 5as/h)
+    //   TP t                    sbh(10 + 24/t + 5as/(ht))
+    //   TP t + SP               sbh/t (34 + 5as/h)
+    //   TP + SP + selective     34 sbh/t
+    //   full recompute (SP)     2sbh/t
+    // e.g. GPT-3 175B: sbh = 2048·12288 = 25,165,824; 5as/h = 5·96·2048/12288 = 80, so no
+    // parallelism gives 25,165,824 · 114 = 2,868,903,936 bytes per layer.
+    struct Cfg { std::int64_t h; int a; };
+    for (Cfg c : {Cfg{6144, 64}, Cfg{12288, 96}, Cfg{20480, 128}, Cfg{25600, 160}}) {
+        ModelSpec m = gpt(1, c.h, c.a);
+        const double s = 2048, b = 1, h = static_cast<double>(c.h), a = c.a, t = 8;
+        const double sbh = s * b * h;
+        CHECK(sum(layer_activations(m, korthikanti_plan(1, false, Recompute::none), 0, false)) ==
+              Approx(sbh * (34 + 5 * a * s / h)));
+        CHECK(sum(layer_activations(m, korthikanti_plan(8, false, Recompute::none), 0, false)) ==
+              Approx(sbh * (10 + 24 / t + 5 * a * s / (h * t))));
+        CHECK(sum(layer_activations(m, korthikanti_plan(8, true, Recompute::none), 0, false)) ==
+              Approx(sbh / t * (34 + 5 * a * s / h)));
+        CHECK(sum(layer_activations(m, korthikanti_plan(8, true, Recompute::selective), 0, false)) ==
+              Approx(34 * sbh / t));
+        CHECK(sum(layer_activations(m, korthikanti_plan(8, true, Recompute::full), 0, true)) == Approx(2 * sbh / t));
+        CHECK(sum(layer_activations(m, korthikanti_plan(8, false, Recompute::full), 0, true)) == Approx(2 * sbh));
+    }
+    // The paper's headline number, by hand: 175B, t = 8, SP + selective: 34·25,165,824/8 =
+    // 106,954,752 bytes per layer per micro-batch.
+    CHECK(sum(layer_activations(gpt(1, 12288, 96), korthikanti_plan(8, true, Recompute::selective), 0, false)) ==
+          Approx(106'954'752.0));
+}
+
+TEST_CASE("Itemised tensors of a GPT layer", "[tensors]") {
+    ModelSpec m = gpt(1, 1024, 16, 512);
+    auto n = by_name(layer_activations(m, korthikanti_plan(1, false, Recompute::none), 0, false));
+    const double sbh = 512.0 * 1024, as2b = 16.0 * 512 * 512;
+    CHECK(n["attn.q"] + n["attn.k"] == Approx(4 * sbh));
+    CHECK(n["attn.v"] == Approx(2 * sbh));
+    CHECK(n["attn.softmax_out"] == Approx(2 * as2b));
+    CHECK(n["attn.softmax_dropout_mask"] == Approx(as2b));
+    CHECK(n["attn.softmax_dropout_out"] == Approx(2 * as2b));
+    CHECK(n["mlp.fc1_out"] == Approx(8 * sbh));
+    CHECK(n["mlp.act_out"] == Approx(8 * sbh));
+    CHECK(n["attn.dropout_mask"] == Approx(sbh));
+    CHECK(n["attn.norm_in"] + n["mlp.norm_in"] == Approx(4 * sbh));
+}
+
+TEST_CASE("Variants: no dropout, flash attention, GQA, SwiGLU, CP, MoE", "[tensors]") {
+    ModelSpec m = gpt(1, 1024, 16, 512);
+    const double s = 512, h = 1024, a = 16, sbh = s * h;
+    PlanSpec p = korthikanti_plan(1, false, Recompute::none);
+
+    // No dropout: no masks and no dropout output: 34 - 2 masks = 32 sbh, and 2as² for softmax.
+    ModelSpec nd = m;
+    nd.dropout = 0;
+    CHECK(sum(layer_activations(nd, p, 0, false)) == Approx(32 * sbh + 2 * a * s * s));
+
+    // Flash attention (no dropout): the s² terms become the fp32 log-sum-exp, 4·a·s·b bytes.
+    PlanSpec pf = p;
+    pf.flash_attention = true;
+    CHECK(sum(layer_activations(nd, pf, 0, false)) == Approx(32 * sbh + 4 * a * s));
+
+    // GQA with 4 KV heads of 64: K and V shrink to 4/16 of Q's 2sbh each.
+    ModelSpec g = nd;
+    g.kv_heads = 4;
+    auto gn = by_name(layer_activations(g, pf, 0, false));
+    CHECK(gn["attn.k"] == Approx(2 * sbh / 4));
+    CHECK(gn["attn.v"] == Approx(2 * sbh / 4));
+    CHECK(gn["attn.q"] == Approx(2 * sbh));
+
+    // SwiGLU: gate, up, silu(gate) and the product, each 2·s·ffn bytes.
+    ModelSpec sw = nd;
+    sw.ffn = FfnKind::swiglu;
+    sw.ffn_hidden = 2816;
+    auto sn = by_name(layer_activations(sw, pf, 0, false));
+    for (const char* k : {"mlp.gate_out", "mlp.up_out", "mlp.silu_out", "mlp.act_out"}) CHECK(sn[k] == Approx(2 * s * 2816));
+
+    // CP = 2 halves every per-token tensor and the query rows of the score matrix.
+    PlanSpec pc = p;
+    pc.cp = 2;
+    CHECK(sum(layer_activations(m, pc, 0, false)) == Approx(sum(layer_activations(m, p, 0, false)) / 2));
+
+    // MoE, top-2 of 8 experts, uniform load: each rank's experts process tokens·top_k rows;
+    // load_skew 0.5 makes the hottest rank see 1.5x.
+    ModelSpec moe = nd;
+    MoeSpec ms;
+    ms.experts = 8;
+    ms.top_k = 2;
+    moe.moe = ms;
+    PlanSpec pe = pf;
+    pe.ep = 4;
+    auto mn = by_name(layer_activations(moe, pe, 0, false));
+    CHECK(mn["moe.dispatched_in"] == Approx(2 * (s * 2) * h));
+    CHECK(mn["moe.experts.fc1_out"] == Approx(2 * (s * 2) * 4096));
+    moe.moe->load_skew = 0.5;
+    auto mk = by_name(layer_activations(moe, pe, 0, false));
+    CHECK(mk["moe.experts.fc1_out"] == Approx(1.5 * mn["moe.experts.fc1_out"]));
+}
+
+TEST_CASE("ZeRO paper example: 7.5B parameters, Nd = 64, K = 12", "[tensors]") {
+    // A stand-in with exactly 7.5e9 parameters (only the count matters to model states): no
+    // layers, a tied (7,499,999 x 1000) embedding and a 1000-wide RMSNorm.
+    ModelSpec m;
+    m.layers = 0;
+    m.hidden = 1000;
+    m.heads = 1;
+    m.vocab = 7'499'999;
+    m.seq_len = 1;
+    m.norm = NormKind::rmsnorm;
+    m.position = PositionKind::rope;
+    m.tied_embeddings = true;
+    PlanSpec p;
+    p.dp = 64;
+    REQUIRE(stage_params(m, p, 0).total() == Approx(7.5e9));
+    // Rajbhandari et al. Fig. 1: 120 GB, 31.4 GB, 16.6 GB, 1.88 GB per device.
+    const double expect[4] = {120e9, 4 * 7.5e9 + 12 * 7.5e9 / 64, 2 * 7.5e9 + 14 * 7.5e9 / 64, 16 * 7.5e9 / 64};
+    for (int z = 0; z < 4; ++z) {
+        p.zero_stage = z;
+        CHECK(states(m, p, 0) == Approx(expect[z]));
+    }
+    CHECK(expect[1] == Approx(31.4e9).epsilon(0.001));
+    CHECK(expect[2] == Approx(16.6e9).epsilon(0.003));
+    CHECK(expect[3] == Approx(1.88e9).epsilon(0.003));
+}
+
+TEST_CASE("Stage parameters add up to the model", "[tensors]") {
+    ModelSpec m = gpt(24, 2048, 16);
+    m.tied_embeddings = false;
+    PlanSpec p;
+    p.pp = 4;
+    double total = 0;
+    for (int s = 0; s < 4; ++s) total += stage_params(m, p, s).total();
+    CHECK(total == Approx(static_cast<double>(param_counts(m).total)));
+    // Tied with pp > 1: the last stage keeps a copy of the word embedding.
+    m.tied_embeddings = true;
+    total = 0;
+    for (int s = 0; s < 4; ++s) total += stage_params(m, p, s).total();
+    CHECK(total == Approx(static_cast<double>(param_counts(m).total + param_counts(m).embedding)));
+
+    // Experts are sharded over ep; their ZeRO sharding is over dp·cp/ep.
+    ModelSpec e = gpt(2, 1024, 16);
+    e.moe = MoeSpec{};
+    e.moe->experts = 8;
+    e.moe->top_k = 2;
+    PlanSpec pe;
+    pe.ep = 4;
+    pe.dp = 8;
+    StageParams sp = stage_params(e, pe, 0);
+    CHECK(sp.expert == Approx(static_cast<double>(param_counts(e).experts) / 4));
+    pe.zero_stage = 1;
+    auto st = by_name(stage_model_states(e, pe, 0));
+    CHECK(st["optimizer.m"] == Approx(4 * (sp.dense / 8 + sp.expert / 2)));
+}
+
+TEST_CASE("ZeRO stages never increase model states", "[tensors]") {
+    ModelSpec m = gpt(8, 4096, 32);
+    PlanSpec p;
+    p.dp = 16;
+    p.tp = 2;
+    double prev = 1e300;
+    for (int z = 0; z <= 3; ++z) {
+        p.zero_stage = z;
+        const double s = states(m, p, 0);
+        CHECK(s < prev);
+        prev = s;
+    }
+    // Without data parallelism there is nothing to shard.
+    p.dp = 1;
+    p.zero_stage = 0;
+    const double z0 = states(m, p, 0);
+    p.zero_stage = 3;
+    CHECK(states(m, p, 0) == Approx(z0));
+}
+
+TEST_CASE("Buffers: buckets, ZeRO-3 gathers, p2p, reserve", "[tensors]") {
+    ModelSpec m = gpt(8, 4096, 32);
+    PlanSpec p;
+    p.dp = 4;
+    p.pp = 2;
+    auto b = by_name(stage_buffers(m, p, 0));
+    CHECK(b["dp.grad_buckets"] == Approx(2 * 40e6));
+    CHECK(b["pp.p2p"] == Approx(2 * 2 * 2048.0 * 4096));
+    CHECK(b["framework.reserve"] == Approx(kFrameworkReserveBytes));
+    CHECK(b.count("zero3.gathered_params") == 0);
+    p.zero_stage = 3;
+    auto b3 = by_name(stage_buffers(m, p, 0));
+    // Two layers of 12h² + 13h parameters in bf16.
+    CHECK(b3["zero3.gathered_params"] == Approx(2 * 2 * (12.0 * 4096 * 4096 + 13 * 4096)));
+}
