@@ -236,6 +236,7 @@ PlanSpec read_plan(const json& j, const std::string& file, const std::string& pa
     double mb = num_in(r, "dp_bucket_mb", 40.0, 1e-6, 1e9, "a positive number of MB");
     p.dp_bucket_bytes = std::llround(mb * 1e6);
     if (p.dp_bucket_bytes < 1) r.fail("dp_bucket_mb", "must be at least one byte");
+    // [] (or absent) = an even split.
     if (const json* ls = r.get("layer_split")) {
         const std::string lp = r.child_path("layer_split");
         if (!ls->is_array()) throw InputError(file, lp, "must be an array of layer counts, one per pipeline stage (got " + describe_json(*ls) + ")");
@@ -245,7 +246,6 @@ PlanSpec read_plan(const json& j, const std::string& file, const std::string& pa
                 throw InputError(file, lp + "[" + std::to_string(i) + "]", "must be a positive integer (got " + describe_json(e) + ")");
             p.layer_split.push_back(static_cast<int>(e.get<std::int64_t>()));
         }
-        if (p.layer_split.empty()) throw InputError(file, lp, "must not be empty (omit it for an even split)");
     }
     r.reject_unknown();
     return p;

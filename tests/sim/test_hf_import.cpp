@@ -1,0 +1,137 @@
+// Hugging Face config.json import: the configs under tests/data/hf/ are copies of the published
+// config.json files; the expected fields are read off those configs and the model papers by hand,
+// and where a bundled scenario model exists the import must agree with it.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "strata/common/error.hpp"
+#include "strata/common/json_reader.hpp"
+#include "strata/sim/spec_io.hpp"
+
+using namespace strata::sim;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kHf = fs::path(STRATA_SOURCE_DIR) / "tests" / "data" / "hf";
+
+ModelSpec import(const std::string& name) {
+    const std::string path = (kHf / (name + ".json")).string();
+    return model_from_hf_config_text(strata::read_text_file(path), path);
+}
+
+}  // namespace
+
+TEST_CASE("Llama-2-7b config", "[hf]") {
+    ModelSpec m = import("llama-2-7b");
+    CHECK(m.name == "Llama-2-7b-hf");  // last component of _name_or_path
+    CHECK(m.layers == 32);
+    CHECK(m.hidden == 4096);
+    CHECK(m.heads == 32);
+    CHECK(m.kv_heads == 32);
+    CHECK(m.head_dim == 128);
+    CHECK(m.ffn_hidden == 11008);
+    CHECK(m.ffn == FfnKind::swiglu);  // hidden_act silu, gated MLP
+    CHECK(m.norm == NormKind::rmsnorm);
+    CHECK(m.position == PositionKind::rope);
+    CHECK(m.vocab == 32000);
+    CHECK(m.seq_len == 4096);
+    CHECK(m.max_position == 4096);
+    CHECK_FALSE(m.tied_embeddings);
+    CHECK_FALSE(m.linear_bias);
+    CHECK_FALSE(m.qkv_bias);
+    CHECK_FALSE(m.is_moe());
+    // Same shape as the bundled scenario model.
+    ModelSpec b = load_model((fs::path(STRATA_SOURCE_DIR) / "scenarios" / "models" / "llama-2-7b.json").string());
+    CHECK(b.layers == m.layers);
+    CHECK(b.hidden == m.hidden);
+    CHECK(b.ffn_hidden == m.ffn_hidden);
+    CHECK(b.kv_heads == m.kv_heads);
+    CHECK(b.vocab == m.vocab);
+}
+
+TEST_CASE("Mistral-7B and Mixtral-8x7B configs", "[hf]") {
+    ModelSpec mi = import("mistral-7b");
+    CHECK(mi.name == "mistral-7b");  // no _name_or_path: the file's stem
+    CHECK(mi.kv_heads == 8);         // GQA
+    CHECK(mi.ffn_hidden == 14336);
+    CHECK(mi.max_position == 32768);
+    CHECK(mi.seq_len == 8192);       // capped at 8192 by default (docs/formats.md)
+
+    ModelSpec mx = import("mixtral-8x7b");
+    REQUIRE(mx.is_moe());
+    CHECK(mx.moe->experts == 8);      // num_local_experts
+    CHECK(mx.moe->top_k == 2);        // num_experts_per_tok
+    CHECK(mx.moe->expert_ffn_hidden == 14336);
+    CHECK(mx.moe->moe_every == 1);
+    CHECK(mx.moe->shared_experts == 0);
+    CHECK(mx.layers == 32);
+    CHECK(mx.vocab == 32000);
+}
+
+TEST_CASE("Qwen2-7B and Qwen1.5-MoE configs", "[hf]") {
+    ModelSpec q = import("qwen2-7b");
+    CHECK(q.hidden == 3584);
+    CHECK(q.heads == 28);
+    CHECK(q.kv_heads == 4);
+    CHECK(q.head_dim == 128);  // 3584 / 28
+    CHECK(q.ffn_hidden == 18944);
+    CHECK(q.vocab == 152064);
+    CHECK(q.qkv_bias);         // Qwen2 always has q/k/v biases
+    CHECK_FALSE(q.linear_bias);
+    CHECK(q.max_position == 131072);
+    CHECK(q.seq_len == 8192);
+
+    ModelSpec qm = import("qwen1.5-moe-a2.7b");
+    REQUIRE(qm.is_moe());
+    CHECK(qm.moe->experts == 60);
+    CHECK(qm.moe->top_k == 4);
+    CHECK(qm.moe->expert_ffn_hidden == 1408);
+    CHECK(qm.moe->shared_experts == 4);  // shared_expert_intermediate_size 5632 = 4 x 1408
+}
+
+TEST_CASE("GPT-2 config", "[hf]") {
+    ModelSpec g = import("gpt2");
+    CHECK(g.layers == 12);       // n_layer
+    CHECK(g.hidden == 768);      // n_embd
+    CHECK(g.heads == 12);        // n_head
+    CHECK(g.ffn_hidden == 3072); // n_inner absent -> 4 x n_embd
+    CHECK(g.ffn == FfnKind::gelu);
+    CHECK(g.norm == NormKind::layernorm);
+    CHECK(g.position == PositionKind::learned);
+    CHECK(g.max_position == 1024);
+    CHECK(g.seq_len == 1024);
+    CHECK(g.tied_embeddings);    // GPT-2 ties by default
+    CHECK(g.linear_bias);
+    CHECK(g.dropout == Approx(0.1));  // resid_pdrop
+    CHECK(g.vocab == 50257);
+    // Same shape as the bundled gpt2-124m.
+    ModelSpec b = load_model((fs::path(STRATA_SOURCE_DIR) / "scenarios" / "models" / "gpt2-124m.json").string());
+    CHECK(b.hidden == g.hidden);
+    CHECK(b.layers == g.layers);
+    CHECK(b.max_position == g.max_position);
+}
+
+TEST_CASE("import errors name the HF key", "[hf]") {
+    const std::string bad = (kHf / "bert-unsupported.json").string();
+    try {
+        model_from_hf_config_text(strata::read_text_file(bad), bad);
+        FAIL("no error");
+    } catch (const strata::InputError& e) {
+        CHECK(e.path() == "architectures");
+        CHECK_THAT(e.rule(), Contains("BertForMaskedLM") && Contains("LlamaForCausalLM") && Contains("GPT2LMHeadModel"));
+    }
+    CHECK_THROWS_WITH(model_from_hf_config_text(R"({"hidden_size": 4})", "c.json"), Contains("c.json: architectures"));
+    CHECK_THROWS_WITH(model_from_hf_config_text(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": -4})", "c.json"),
+                      Contains("c.json: hidden_size must be a positive integer"));
+    CHECK_THROWS_WITH(model_from_hf_config_text(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128})", "c.json"),
+                      Contains("c.json: vocab_size is required"));
+    // Rules of the strict model reader apply to imports too: 4 heads, 3 KV heads.
+    CHECK_THROWS_WITH(model_from_hf_config_text(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 3, "intermediate_size": 128, "vocab_size": 10})", "c.json"),
+                      Contains("kv_heads = 3 does not divide model.heads = 4"));
+    CHECK_THROWS_AS(model_from_hf_config_text("not json", "c.json"), strata::InputError);
+}

@@ -1,0 +1,244 @@
+// Spec readers and the canonical writer: documented defaults, human units converted to SI once,
+// wrapped files, and parse(to_json(x)) == x field by field for every bundled file. Expected values
+// are the documented defaults (docs/formats.md) and unit conversions done by hand.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "strata/common/json_reader.hpp"
+#include "strata/sim/spec_io.hpp"
+
+using namespace strata::sim;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kScenarios = fs::path(STRATA_SOURCE_DIR) / "scenarios";
+
+std::vector<fs::path> json_files(const fs::path& dir) {
+    std::vector<fs::path> out;
+    for (const auto& e : fs::directory_iterator(dir))
+        if (e.is_regular_file() && e.path().extension() == ".json") out.push_back(e.path());
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+void same_tier(const TierSplit& a, const TierSplit& b) {
+    CHECK(a.gpu == Approx(b.gpu));
+    CHECK(a.cpu == Approx(b.cpu));
+    CHECK(a.ssd == Approx(b.ssd));
+}
+
+void same(const ModelSpec& a, const ModelSpec& b) {
+    CHECK(a.name == b.name);
+    CHECK(a.description == b.description);
+    CHECK(a.layers == b.layers);
+    CHECK(a.hidden == b.hidden);
+    CHECK(a.heads == b.heads);
+    CHECK(a.kv_heads == b.kv_heads);
+    CHECK(a.head_dim == b.head_dim);
+    CHECK(a.ffn_hidden == b.ffn_hidden);
+    CHECK(a.ffn == b.ffn);
+    CHECK(a.vocab == b.vocab);
+    CHECK(a.seq_len == b.seq_len);
+    CHECK(a.max_position == b.max_position);
+    CHECK(a.norm == b.norm);
+    CHECK(a.position == b.position);
+    CHECK(a.tied_embeddings == b.tied_embeddings);
+    CHECK(a.linear_bias == b.linear_bias);
+    CHECK(a.qkv_bias == b.qkv_bias);
+    CHECK(a.dropout == Approx(b.dropout));
+    REQUIRE(a.moe.has_value() == b.moe.has_value());
+    if (a.moe) {
+        CHECK(a.moe->experts == b.moe->experts);
+        CHECK(a.moe->top_k == b.moe->top_k);
+        CHECK(a.moe->expert_ffn_hidden == b.moe->expert_ffn_hidden);
+        CHECK(a.moe->moe_every == b.moe->moe_every);
+        CHECK(a.moe->shared_experts == b.moe->shared_experts);
+        CHECK(a.moe->capacity_factor == Approx(b.moe->capacity_factor));
+        CHECK(a.moe->load_skew == Approx(b.moe->load_skew));
+    }
+}
+
+void same(const ClusterSpec& a, const ClusterSpec& b) {
+    CHECK(a.name == b.name);
+    CHECK(a.description == b.description);
+    CHECK(a.gpu == b.gpu);
+    CHECK(a.nodes == b.nodes);
+    CHECK(a.gpus_per_node == b.gpus_per_node);
+    CHECK(a.node == b.node);
+    CHECK(a.intra_link == b.intra_link);
+    CHECK(a.nic == b.nic);
+    CHECK(a.nics_per_node == b.nics_per_node);
+    CHECK(a.nic_Bps == Approx(b.nic_Bps));
+    CHECK(a.topology == b.topology);
+    CHECK(a.oversubscription == Approx(b.oversubscription));
+    CHECK(a.nodes_per_leaf == b.nodes_per_leaf);
+    CHECK(a.gpus_per_pcie_switch == b.gpus_per_pcie_switch);
+    CHECK(a.host_dram_bytes == Approx(b.host_dram_bytes));
+    CHECK(a.cpu == b.cpu);
+    CHECK(a.ssd == b.ssd);
+    CHECK(a.ssds_per_node == b.ssds_per_node);
+    CHECK(a.price_per_gpu_hour == Approx(b.price_per_gpu_hour));
+    CHECK(a.slow_gpus == b.slow_gpus);
+}
+
+void same(const PlanSpec& a, const PlanSpec& b) {
+    CHECK(a.name == b.name);
+    CHECK(a.description == b.description);
+    CHECK(a.tp == b.tp);
+    CHECK(a.pp == b.pp);
+    CHECK(a.dp == b.dp);
+    CHECK(a.cp == b.cp);
+    CHECK(a.ep == b.ep);
+    CHECK(a.vpp == b.vpp);
+    CHECK(a.micro_batch == b.micro_batch);
+    CHECK(a.global_batch == b.global_batch);
+    CHECK(a.sequence_parallel == b.sequence_parallel);
+    CHECK(a.flash_attention == b.flash_attention);
+    CHECK(a.schedule == b.schedule);
+    CHECK(a.zero_stage == b.zero_stage);
+    CHECK(a.recompute == b.recompute);
+    CHECK(a.recompute_layers == b.recompute_layers);
+    CHECK(a.precision == b.precision);
+    same_tier(a.offload.optimizer, b.offload.optimizer);
+    same_tier(a.offload.params, b.offload.params);
+    same_tier(a.offload.grads, b.offload.grads);
+    same_tier(a.offload.activations, b.offload.activations);
+    CHECK(a.lock_free_update == b.lock_free_update);
+    CHECK(a.overlap_grad_reduce == b.overlap_grad_reduce);
+    CHECK(a.overlap_param_gather == b.overlap_param_gather);
+    CHECK(a.dp_bucket_bytes == b.dp_bucket_bytes);
+    CHECK(a.layer_split == b.layer_split);
+}
+
+}  // namespace
+
+TEST_CASE("model defaults follow docs/formats.md", "[spec][io]") {
+    ModelSpec m = model_from_json_text(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 16})", "x.json");
+    CHECK(m.kv_heads == 4);        // = heads (MHA)
+    CHECK(m.head_dim == 16);       // = hidden / heads = 64 / 4
+    CHECK(m.ffn_hidden == 256);    // = 4 x hidden (Megatron's default)
+    CHECK(m.max_position == 16);   // = seq_len
+    CHECK(m.ffn == FfnKind::gelu);
+    CHECK(m.norm == NormKind::layernorm);
+    CHECK(m.position == PositionKind::learned);
+    CHECK_FALSE(m.tied_embeddings);
+    CHECK_FALSE(m.moe.has_value());
+    CHECK(m.dropout == 0.0);
+
+    ModelSpec e = model_from_json_text(R"({"model": {"name": "e", "layers": 4, "hidden": 64, "heads": 4, "ffn_hidden": 96,
+        "vocab": 256, "seq_len": 16, "moe": {"experts": 8}}})", "e.json");
+    REQUIRE(e.is_moe());
+    CHECK(e.moe->top_k == 1);
+    CHECK(e.moe->expert_ffn_hidden == 96);  // 0/absent = model.ffn_hidden
+    CHECK(e.moe->moe_every == 1);
+    CHECK(e.moe->capacity_factor == 0.0);   // dropless
+}
+
+TEST_CASE("cluster and plan units are converted once, at the edge", "[spec][io]") {
+    ClusterSpec c = cluster_from_json_text(R"({"name": "c", "gpu": "A100-SXM4-80GB", "nodes": 4, "nic_gbit_per_s": 200,
+        "host_dram_gb": 2048, "slow_gpus": [{"rank": 3, "factor": 1.25}]})", "c.json");
+    CHECK(c.nic_Bps == Approx(25e9));             // 200 Gbit/s / 8 = 25 GB/s
+    CHECK(c.host_dram_bytes == Approx(2.048e12)); // 2048 GB x 1e9
+    CHECK(c.gpus_per_node == 8);
+    CHECK(c.gpu_count() == 32);
+    CHECK(c.topology == NetTopology::rail_optimized);
+    REQUIRE(c.slow_gpus.size() == 1);
+    CHECK(c.slow_gpus[0] == std::pair<int, double>(3, 1.25));
+
+    PlanSpec p = plan_from_json_text(R"({"plan": {"tp": 2, "global_batch": 8, "dp_bucket_mb": 25,
+        "offload": {"optimizer": "cpu", "params": {"gpu": 0.2, "cpu": 0.5, "ssd": 0.3}}}})", "p.json");
+    CHECK(p.dp_bucket_bytes == 25'000'000);
+    CHECK(p.offload.optimizer.cpu == 1.0);
+    CHECK(p.offload.optimizer.gpu == 0.0);
+    CHECK(p.offload.params.ssd == Approx(0.3));
+    CHECK(p.offload.grads.all_gpu());
+    CHECK(p.schedule == Schedule::one_f_one_b);
+    CHECK(p.zero_stage == 0);
+    CHECK(p.precision == Precision::bf16);
+    CHECK(p.flash_attention);
+    CHECK(p.recompute_layers == -1);
+    CHECK(p.micro_batches() == 8);  // 8 / (1 x 1)
+
+    // Round trip through the canonical text keeps the non-trivial tier split and the units.
+    PlanSpec p2 = plan_from_json_text(to_json_text(p), "p2.json");
+    same(p, p2);
+    ClusterSpec c2 = cluster_from_json_text(to_json_text(c), "c2.json");
+    same(c, c2);
+}
+
+TEST_CASE("canonical JSON is deterministic and starts with the documented keys", "[spec][io]") {
+    ModelSpec m = load_model((kScenarios / "models" / "gpt-tiny.json").string());
+    const std::string a = to_json_text(m), b = to_json_text(m);
+    CHECK(a == b);
+    CHECK(a.rfind("{\n  \"name\": \"gpt-tiny\",\n  \"description\"", 0) == 0);
+    CHECK(a.back() == '\n');
+    // Writing what was read gives the same bytes again (a fixed point).
+    CHECK(to_json_text(model_from_json_text(a, "a.json")) == a);
+}
+
+TEST_CASE("every bundled model, cluster and plan round-trips field by field", "[spec][io]") {
+    for (const auto& f : json_files(kScenarios / "models")) {
+        INFO(f.string());
+        ModelSpec m = load_model(f.string());
+        same(m, model_from_json_text(to_json_text(m), "rt.json"));
+        CHECK(m.name == f.stem().string());  // file name = name, so the CLI finds it by name
+    }
+    for (const auto& f : json_files(kScenarios / "clusters")) {
+        INFO(f.string());
+        ClusterSpec c = load_cluster(f.string());
+        same(c, cluster_from_json_text(to_json_text(c), "rt.json"));
+        CHECK(c.name == f.stem().string());
+    }
+    for (const auto& f : json_files(kScenarios / "plans")) {
+        INFO(f.string());
+        PlanSpec p = load_plan(f.string());
+        same(p, plan_from_json_text(to_json_text(p), "rt.json"));
+        CHECK(p.name == f.stem().string());
+    }
+}
+
+TEST_CASE("every bundled scenario loads, validates and round-trips", "[spec][io]") {
+    const auto files = json_files(kScenarios);
+    REQUIRE(files.size() >= 4);
+    for (const auto& f : files) {
+        INFO(f.string());
+        Scenario s = load_scenario(f.string());  // validate_plan runs inside
+        REQUIRE(s.plan.has_value());
+        CHECK(s.name == f.stem().string());
+        Scenario r = scenario_from_json_text(to_json_text(s), (kScenarios / "rt.json").string());
+        same(s.model, r.model);
+        same(s.cluster, r.cluster);
+        REQUIRE(r.plan.has_value());
+        same(*s.plan, *r.plan);
+        CHECK(s.description == r.description);
+    }
+}
+
+TEST_CASE("scenario parts may be inline, paths, or wrapped files", "[spec][io]") {
+    const fs::path dir = fs::temp_directory_path() / "strata_test_spec_io";
+    fs::create_directories(dir / "sub");
+    strata::write_file_atomic((dir / "sub" / "m.json").string(),
+                              R"({"model": {"name": "w", "layers": 2, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 16}})");
+    const std::string text = R"({"model": "sub/m.json",
+        "cluster": {"name": "c", "gpu": "cpu", "gpus_per_node": 2},
+        "plan": {"dp": 2, "global_batch": 4}})";
+    Scenario s = scenario_from_json_text(text, (dir / "scen.json").string());
+    CHECK(s.name == "scen");  // default: the file's stem
+    CHECK(s.model.name == "w");
+    CHECK(s.cluster.gpu_count() == 2);
+    REQUIRE(s.plan.has_value());
+    CHECK(s.plan->dp == 2);
+    // An error inside the referenced file names that file, not the scenario.
+    strata::write_file_atomic((dir / "sub" / "bad.json").string(), R"({"name": "b", "layers": 0})");
+    try {
+        scenario_from_json_text(R"({"model": "sub/bad.json", "cluster": {"name": "c", "gpu": "cpu"}})", (dir / "scen.json").string());
+        FAIL("no error");
+    } catch (const strata::InputError& e) {
+        CHECK_THAT(e.file(), Catch::Matchers::EndsWith("bad.json"));
+        CHECK(e.path() == "model.layers");
+    }
+    fs::remove_all(dir);
+}
