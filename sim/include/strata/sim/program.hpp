@@ -16,7 +16,9 @@
 
 namespace strata::sim {
 
-enum class Stream : std::uint8_t { compute, tp_comm, cp_comm, ep_comm, dp_comm, pp_p2p, h2d, d2h, ssd, cpu, count };
+/// pp_p2p carries pipeline sends, pp_recv the matching receives (posted in consumption order on
+/// their own stream, so that rendezvous send/recv pairs never block each other; lower.hpp).
+enum class Stream : std::uint8_t { compute, tp_comm, cp_comm, ep_comm, dp_comm, pp_p2p, h2d, d2h, ssd, cpu, pp_recv, count };
 constexpr int kStreamCount = static_cast<int>(Stream::count);
 const char* to_string(Stream);
 
@@ -85,6 +87,7 @@ struct Instr {
     std::int32_t peer = -1;           ///< send/recv: the other RankProgram
     std::int32_t group_size = 1;      ///< collective: ranks in the group
     std::int32_t tag = 0;             ///< alloc/free: TensorTag (tensors.hpp)
+    std::int32_t participants = 1;    ///< matched collective: RankPrograms taking part (engine waits for all)
     std::int64_t match_id = 0;        ///< cross-program matching key for send/recv/collective (0 = none)
     std::int64_t tensor = -1;         ///< alloc/free: tensor instance id (pairs alloc with free)
     std::int64_t m = 0, n = 0, k = 0; ///< gemm shape (per batch); attention: m = seq, n = kv seq, k = head_dim

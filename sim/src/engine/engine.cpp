@@ -1,0 +1,754 @@
+// The event loop: streams as serial queues, record/wait events, matched transfers (rendezvous of
+// all participants), fluid flows on shared resources re-solved by max-min on every start and end,
+// memory pools with the allocator model. It does not compute costs (CostModel) nor route
+// (ResourceMap); the post-run critical path is in critical_path.cpp.
+#include "strata/sim/engine.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <queue>
+#include <unordered_map>
+
+#include "engine_internal.hpp"
+#include "strata/sim/maxmin.hpp"
+
+namespace strata::sim {
+
+using detail::Timing;
+
+std::int64_t ceil_ns(double seconds) {
+    if (!(seconds > 0)) return 0;
+    const double ns = seconds * 1e9;
+    if (ns >= 9.0e18) return std::numeric_limits<std::int64_t>::max() / 4;
+    // Up to whole ns; 1e-6 ns of slack so that 2.0000000000001 ns (rounding noise) stays 2.
+    return static_cast<std::int64_t>(std::ceil(ns - 1e-6));
+}
+
+double charged_bytes(double bytes, Tier tier, const MemoryOptions& m) {
+    if (bytes <= 0) return 0;
+    if (tier != Tier::gpu) return bytes;
+    double b = bytes;
+    if (m.caching_allocator) {
+        // PyTorch's CUDACachingAllocator: small requests round to 512 B blocks; large ones (> 1 MiB)
+        // are carved from segments, modelled here as rounding up to 2 MiB.
+        constexpr double kSmall = 512, kLarge = 2.0 * 1024 * 1024, kSmallLimit = 1024.0 * 1024;
+        const double unit = b > kSmallLimit ? kLarge : kSmall;
+        b = std::ceil(b / unit) * unit;
+    }
+    return b * (1.0 + m.fragmentation);
+}
+
+std::string instr_label(const Instr& in) {
+    switch (in.kind) {
+        case InstrKind::compute: return in.op == Op::none ? "compute" : to_string(in.op);
+        case InstrKind::collective: return std::string(to_string(in.coll)) + "(" + to_string(in.group) + ")";
+        case InstrKind::copy: return to_string(in.copy);
+        case InstrKind::optimizer: return "cpu_optimizer";
+        default: return to_string(in.kind);
+    }
+}
+
+std::vector<ResourceUse> PrivateResourceMap::route(const RankProgram& rank, LinkClass c) {
+    names_.push_back("rank" + std::to_string(rank.id) + "/" + to_string(c));
+    classes_.push_back(c);
+    return {ResourceUse{static_cast<int>(names_.size() - 1), 1.0}};
+}
+
+int PrivateResourceMap::gpus_on_node(const RankProgram& rank) const {
+    const auto local = rank.global_rank % std::max(1, gpus_per_node_);
+    return static_cast<int>(std::min<std::int64_t>(rank.multiplicity, gpus_per_node_ - local));
+}
+
+namespace {
+
+enum class Ev : std::uint8_t { stream_done, member_begin, flow_done };
+
+struct Event {
+    std::int64_t t;
+    std::uint64_t seq;
+    Ev type;
+    int a, b;
+    std::uint32_t version;
+};
+struct EventLater {
+    bool operator()(const Event& x, const Event& y) const { return x.t != y.t ? x.t > y.t : x.seq > y.seq; }
+};
+
+struct StreamState {
+    std::vector<int> order;   ///< instruction indices of this stream, in program order
+    std::size_t pos = 0;
+    bool blocked = false;     ///< executing, or waiting for an event or a match
+};
+
+struct Member {
+    int rank = 0, stream = 0, instr = 0;
+    Demand demand;
+};
+struct Transfer {
+    std::vector<Member> members;
+    int expected = 1;
+    int pending = 0;
+    int group = -1;
+};
+
+struct Flow {
+    int transfer = -1, member = -1;
+    double remaining = 1;   ///< fraction of the transfer still to move
+    double rate = 0;        ///< fractions per second
+    std::int64_t last = 0;
+    std::uint32_t version = 0;
+    bool active = false;
+    double cap = std::numeric_limits<double>::infinity();  ///< from classes with no routed resource
+    std::vector<MaxMinUse> uses;
+};
+
+struct Pool {
+    Tier tier = Tier::gpu;
+    int node = 0;
+    double capacity = 0, use = 0, peak = 0;
+    TagBytes tags{}, peak_tags{};
+};
+
+struct Allocation {
+    double charged = 0;
+    int tag = 0;
+    Tier tier = Tier::gpu;
+};
+
+bool is_transfer(InstrKind k) {
+    return k == InstrKind::collective || k == InstrKind::send || k == InstrKind::recv || k == InstrKind::copy ||
+           k == InstrKind::optimizer;
+}
+bool is_comm(InstrKind k) { return k == InstrKind::collective || k == InstrKind::send || k == InstrKind::recv; }
+
+class Engine {
+public:
+    Engine(const Program& p, const CostModel& c, ResourceMap& rm, const EngineOptions& o)
+        : p_(p), cost_(c), rmap_(rm), opt_(o) {}
+
+    SimResult run();
+
+private:
+    void setup();
+    void schedule(std::int64_t t, Ev type, int a, int b, std::uint32_t version = 0) {
+        events_.push(Event{t, seq_++, type, a, b, version});
+    }
+    void drain();
+    void advance(int r, int s);
+    void record_event(int r, int e, int i);
+    void memory(int r, int i, const Instr& in);
+    void arrive(int r, int s, int i, const Instr& in);
+    void start_transfer(int tid);
+    void member_begin(int tid, int m);
+    void member_finished(int tid);
+    void flow_done(int f, std::uint32_t version);
+    void resolve(const std::vector<MaxMinUse>& seeds);
+    void finish_instr(int r, int s);
+    int new_transfer();
+    int new_flow();
+    void attribute_idle(SimResult& res) const;
+
+    const Program& p_;
+    const CostModel& cost_;
+    ResourceMap& rmap_;
+    const EngineOptions& opt_;
+
+    std::int64_t now_ = 0;
+    std::uint64_t seq_ = 0;
+    std::priority_queue<Event, std::vector<Event>, EventLater> events_;
+    std::vector<std::pair<int, int>> ready_;
+
+    std::vector<std::array<StreamState, kStreamCount>> streams_;
+    std::vector<std::vector<std::int64_t>> event_time_;        // [rank][event]: recorded at, -1 = not yet
+    std::vector<std::vector<std::uint16_t>> event_waiters_;    // [rank][event]: stream bitmask
+    std::vector<std::vector<int>> event_record_instr_;         // [rank][event]
+    detail::Timings timing_;
+    std::vector<std::array<std::vector<ResourceUse>, kLinkClassCount>> routes_;
+
+    std::vector<Transfer> transfers_;
+    std::vector<int> free_transfers_;
+    std::map<std::int64_t, int> open_matches_;
+    int groups_ = 0;
+
+    std::vector<Flow> flows_;
+    std::vector<int> free_flows_;
+    std::vector<std::vector<int>> res_flows_;
+    std::vector<double> res_load_, res_busy_;
+    std::vector<std::int64_t> res_last_;
+    // Scratch for resolve().
+    std::vector<std::uint32_t> res_stamp_, flow_stamp_;
+    std::uint32_t stamp_ = 0;
+    std::vector<int> comp_res_, comp_flows_, local_of_;
+    std::vector<MaxMinFlow> mm_flows_, view_;
+    std::vector<MaxMinUse> seeds_;
+    std::vector<double> mm_capacity_, mm_rates_;
+    MaxMinSolver solver_;
+
+    std::vector<Pool> pools_;
+    std::vector<std::array<int, kTierCount>> rank_pool_;
+    std::vector<double> node_scale_;
+    std::vector<std::unordered_map<std::int64_t, Allocation>> live_;
+
+    SimResult res_;
+};
+
+void Engine::setup() {
+    const auto nr = p_.ranks.size();
+    streams_.resize(nr);
+    timing_.resize(nr);
+    event_time_.assign(nr, std::vector<std::int64_t>(static_cast<std::size_t>(std::max(0, p_.events)), -1));
+    event_waiters_.assign(nr, std::vector<std::uint16_t>(static_cast<std::size_t>(std::max(0, p_.events)), 0));
+    event_record_instr_.assign(nr, std::vector<int>(static_cast<std::size_t>(std::max(0, p_.events)), -1));
+    routes_.resize(nr);
+    rank_pool_.resize(nr);
+    node_scale_.resize(nr);
+    live_.resize(nr);
+    std::map<std::pair<int, int>, int> node_pools;  // (tier, node) -> pool
+    for (std::size_t r = 0; r < nr; ++r) {
+        const auto& rp = p_.ranks[r];
+        timing_[r].resize(rp.instrs.size());
+        for (std::size_t i = 0; i < rp.instrs.size(); ++i)
+            streams_[r][static_cast<int>(rp.instrs[i].stream)].order.push_back(static_cast<int>(i));
+        // Which link classes this program uses: route only those (routing can be costly).
+        std::array<bool, kLinkClassCount> needed{};
+        bool any_transfer = false;
+        for (const auto& in : rp.instrs) any_transfer = any_transfer || is_transfer(in.kind);
+        if (any_transfer) needed.fill(true);
+        for (int c = 0; c < kLinkClassCount; ++c)
+            if (needed[static_cast<std::size_t>(c)]) routes_[r][static_cast<std::size_t>(c)] = rmap_.route(rp, static_cast<LinkClass>(c));
+        // Memory pools: HBM per program (one GPU stands for all), DRAM/SSD per node, shared.
+        Pool g;
+        g.tier = Tier::gpu;
+        g.node = rp.node;
+        g.capacity = opt_.memory.gpu_capacity_bytes;
+        rank_pool_[r][0] = static_cast<int>(pools_.size());
+        pools_.push_back(g);
+        for (Tier t : {Tier::cpu, Tier::ssd}) {
+            auto key = std::make_pair(static_cast<int>(t), rp.node);
+            auto it = node_pools.find(key);
+            if (it == node_pools.end()) {
+                Pool np;
+                np.tier = t;
+                np.node = rp.node;
+                np.capacity = t == Tier::cpu ? opt_.memory.cpu_capacity_bytes : opt_.memory.ssd_capacity_bytes;
+                it = node_pools.emplace(key, static_cast<int>(pools_.size())).first;
+                pools_.push_back(np);
+            }
+            rank_pool_[r][static_cast<int>(t)] = it->second;
+        }
+        node_scale_[r] = std::max(1, rmap_.gpus_on_node(rp));
+    }
+    const auto nres = static_cast<std::size_t>(rmap_.resource_count());
+    res_flows_.resize(nres);
+    res_load_.assign(nres, 0);
+    res_busy_.assign(nres, 0);
+    res_last_.assign(nres, 0);
+    res_stamp_.assign(nres, 0);
+    local_of_.assign(nres, -1);
+}
+
+void Engine::drain() {
+    // FIFO over streams made ready; each advance may ready others (record wakes waiters).
+    for (std::size_t k = 0; k < ready_.size(); ++k) advance(ready_[k].first, ready_[k].second);
+    ready_.clear();
+}
+
+void Engine::advance(int r, int s) {
+    auto& st = streams_[static_cast<std::size_t>(r)][static_cast<std::size_t>(s)];
+    const auto& rp = p_.ranks[static_cast<std::size_t>(r)];
+    while (!st.blocked && st.pos < st.order.size()) {
+        const int i = st.order[st.pos];
+        const Instr& in = rp.instrs[static_cast<std::size_t>(i)];
+        Timing& tm = timing_[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)];
+        if (tm.issue < 0) tm.issue = now_;
+        switch (in.kind) {
+            case InstrKind::record:
+                tm.exec = tm.end = now_;
+                ++st.pos;
+                record_event(r, in.event, i);
+                ++res_.instructions;
+                continue;
+            case InstrKind::wait: {
+                const bool valid = in.event >= 0 && in.event < p_.events;
+                if (!valid || event_time_[static_cast<std::size_t>(r)][static_cast<std::size_t>(in.event)] >= 0) {
+                    tm.exec = tm.end = now_;
+                    ++st.pos;
+                    ++res_.instructions;
+                    continue;
+                }
+                event_waiters_[static_cast<std::size_t>(r)][static_cast<std::size_t>(in.event)] |=
+                    static_cast<std::uint16_t>(1u << s);
+                st.blocked = true;
+                return;
+            }
+            case InstrKind::alloc:
+            case InstrKind::free:
+                tm.exec = tm.end = now_;
+                memory(r, i, in);
+                ++st.pos;
+                ++res_.instructions;
+                continue;
+            case InstrKind::compute: {
+                const Estimate e = cost_.compute(in, rp);
+                ++res_.provenance_counts[static_cast<std::size_t>(e.provenance)];
+                tm.exec = now_;
+                st.blocked = true;
+                schedule(now_ + std::max<std::int64_t>(0, e.duration_ns), Ev::stream_done, r, s);
+                return;
+            }
+            default:
+                st.blocked = true;
+                arrive(r, s, i, in);
+                return;
+        }
+    }
+}
+
+void Engine::record_event(int r, int e, int i) {
+    if (e < 0 || e >= p_.events) return;
+    const auto ru = static_cast<std::size_t>(r), eu = static_cast<std::size_t>(e);
+    event_time_[ru][eu] = now_;
+    event_record_instr_[ru][eu] = i;
+    std::uint16_t mask = event_waiters_[ru][eu];
+    event_waiters_[ru][eu] = 0;
+    for (int s = 0; s < kStreamCount; ++s) {
+        if (!(mask & (1u << s))) continue;
+        streams_[ru][static_cast<std::size_t>(s)].blocked = false;
+        ready_.emplace_back(r, s);
+    }
+}
+
+void Engine::memory(int r, int i, const Instr& in) {
+    const auto ru = static_cast<std::size_t>(r);
+    Allocation a;
+    bool found = false;
+    if (in.kind == InstrKind::free && in.tensor >= 0) {
+        auto it = live_[ru].find(in.tensor);
+        if (it != live_[ru].end()) {
+            a = it->second;
+            live_[ru].erase(it);
+            found = true;
+        }
+    }
+    if (!found) {
+        a.tier = in.tier;
+        a.tag = std::clamp(in.tag, 0, kTensorTagCount - 1);
+        a.charged = charged_bytes(in.bytes, in.tier, opt_.memory) * (in.tier == Tier::gpu ? 1.0 : node_scale_[ru]);
+        if (in.kind == InstrKind::alloc && in.tensor >= 0) live_[ru][in.tensor] = a;
+    }
+    Pool& pool = pools_[static_cast<std::size_t>(rank_pool_[ru][static_cast<int>(a.tier)])];
+    const double sign = in.kind == InstrKind::alloc ? 1.0 : -1.0;
+    const double before = pool.use;
+    pool.use += sign * a.charged;
+    pool.tags[static_cast<std::size_t>(a.tag)] += sign * a.charged;
+    if (pool.use > pool.peak) {
+        pool.peak = pool.use;
+        pool.peak_tags = pool.tags;
+    }
+    if (sign > 0 && pool.use > pool.capacity && before <= pool.capacity) {
+        ++res_.oom_count;
+        if (res_.ooms.size() < opt_.max_oom_records) {
+            OomRecord o;
+            o.time_ns = now_;
+            o.tier = a.tier;
+            o.rank = r;
+            o.node = p_.ranks[ru].node;
+            o.instr = i;
+            o.name = in.name >= 0 && static_cast<std::size_t>(in.name) < p_.names.size() ? p_.names[static_cast<std::size_t>(in.name)]
+                                                                                        : instr_label(in);
+            o.request_bytes = a.charged;
+            o.in_use_bytes = pool.use;
+            o.capacity_bytes = pool.capacity;
+            o.breakdown = pool.tags;
+            res_.ooms.push_back(std::move(o));
+        }
+    }
+    if (opt_.record_trace) res_.memory_samples.push_back(MemorySample{r, a.tier, pool.node, now_, pool.use});
+}
+
+int Engine::new_transfer() {
+    if (!free_transfers_.empty()) {
+        int t = free_transfers_.back();
+        free_transfers_.pop_back();
+        auto& tr = transfers_[static_cast<std::size_t>(t)];
+        tr.members.clear();
+        tr.expected = 1;
+        tr.pending = 0;
+        tr.group = -1;
+        return t;
+    }
+    transfers_.emplace_back();
+    return static_cast<int>(transfers_.size() - 1);
+}
+
+int Engine::new_flow() {
+    if (!free_flows_.empty()) {
+        int f = free_flows_.back();
+        free_flows_.pop_back();
+        return f;
+    }
+    flows_.emplace_back();
+    return static_cast<int>(flows_.size() - 1);
+}
+
+void Engine::arrive(int r, int s, int i, const Instr& in) {
+    const auto& rp = p_.ranks[static_cast<std::size_t>(r)];
+    Member m;
+    m.rank = r;
+    m.stream = s;
+    m.instr = i;
+    m.demand = cost_.transfer(in, rp);
+    ++res_.provenance_counts[static_cast<std::size_t>(m.demand.provenance)];
+    // Dominant link class, for labels of the critical path.
+    double best = 0;
+    Timing& tm = timing_[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)];
+    for (int c = 0; c < kLinkClassCount; ++c)
+        if (m.demand.busy_s[static_cast<std::size_t>(c)] > best)
+            best = m.demand.busy_s[static_cast<std::size_t>(c)], tm.link = static_cast<std::uint8_t>(c);
+
+    const bool p2p = in.kind == InstrKind::send || in.kind == InstrKind::recv;
+    const bool matched = in.match_id != 0 && (p2p || (in.kind == InstrKind::collective && in.participants > 1));
+    if (!matched) {
+        const int t = new_transfer();
+        transfers_[static_cast<std::size_t>(t)].members.push_back(m);
+        start_transfer(t);
+        return;
+    }
+    auto it = open_matches_.find(in.match_id);
+    int t;
+    if (it == open_matches_.end()) {
+        t = new_transfer();
+        transfers_[static_cast<std::size_t>(t)].expected = p2p ? 2 : in.participants;
+        transfers_[static_cast<std::size_t>(t)].group = groups_++;
+        open_matches_.emplace(in.match_id, t);
+    } else {
+        t = it->second;
+    }
+    auto& tr = transfers_[static_cast<std::size_t>(t)];
+    tm.group = tr.group;
+    tr.members.push_back(m);
+    if (static_cast<int>(tr.members.size()) >= tr.expected) {
+        open_matches_.erase(in.match_id);
+        start_transfer(t);
+    }
+}
+
+void Engine::start_transfer(int tid) {
+    auto& tr = transfers_[static_cast<std::size_t>(tid)];
+    tr.pending = static_cast<int>(tr.members.size());
+    for (std::size_t k = 0; k < tr.members.size(); ++k) {
+        const auto& m = tr.members[k];
+        timing_[static_cast<std::size_t>(m.rank)][static_cast<std::size_t>(m.instr)].exec = now_;
+        schedule(now_ + std::max<std::int64_t>(0, m.demand.latency_ns), Ev::member_begin, tid, static_cast<int>(k));
+    }
+}
+
+void Engine::member_begin(int tid, int mi) {
+    const Member& m = transfers_[static_cast<std::size_t>(tid)].members[static_cast<std::size_t>(mi)];
+    const int f = new_flow();
+    Flow& fl = flows_[static_cast<std::size_t>(f)];
+    fl.transfer = tid;
+    fl.member = mi;
+    fl.remaining = 1;
+    fl.rate = 0;
+    fl.last = now_;
+    fl.active = true;
+    fl.uses.clear();
+    double unrouted = 0;  // busy seconds of classes the map gave no resource for: a private limit
+    for (int c = 0; c < kLinkClassCount; ++c) {
+        const double busy = m.demand.busy_s[static_cast<std::size_t>(c)];
+        if (!(busy > 0)) continue;
+        const auto& route = routes_[static_cast<std::size_t>(m.rank)][static_cast<std::size_t>(c)];
+        if (route.empty()) unrouted = std::max(unrouted, busy);
+        for (const auto& u : route) {
+            auto same = std::find_if(fl.uses.begin(), fl.uses.end(), [&](const MaxMinUse& x) { return x.resource == u.resource; });
+            if (same != fl.uses.end()) same->weight += busy * u.multiplicity;
+            else fl.uses.push_back(MaxMinUse{u.resource, busy * u.multiplicity});
+        }
+    }
+    ++res_.flows;
+    if (fl.uses.empty()) {
+        fl.rate = unrouted > 0 ? 1.0 / unrouted : 0;
+        schedule(now_ + ceil_ns(unrouted), Ev::flow_done, f, 0, fl.version);
+        return;
+    }
+    // A private limit rides along as a resource only this flow uses: handled as its cap.
+    fl.cap = unrouted > 0 ? 1.0 / unrouted : std::numeric_limits<double>::infinity();
+    for (const auto& u : fl.uses) res_flows_[static_cast<std::size_t>(u.resource)].push_back(f);
+    resolve(fl.uses);
+}
+
+void Engine::resolve(const std::vector<MaxMinUse>& seeds) {
+    // The connected component of resources and flows reachable from the seeds: only their rates
+    // can change when a flow starts or ends there.
+    ++stamp_;
+    comp_res_.clear();
+    comp_flows_.clear();
+    if (flow_stamp_.size() < flows_.size()) flow_stamp_.resize(flows_.size(), 0);
+    for (const auto& u : seeds) {
+        if (res_stamp_[static_cast<std::size_t>(u.resource)] == stamp_) continue;
+        res_stamp_[static_cast<std::size_t>(u.resource)] = stamp_;
+        comp_res_.push_back(u.resource);
+    }
+    for (std::size_t k = 0; k < comp_res_.size(); ++k) {
+        for (int f : res_flows_[static_cast<std::size_t>(comp_res_[k])]) {
+            if (flow_stamp_[static_cast<std::size_t>(f)] == stamp_) continue;
+            flow_stamp_[static_cast<std::size_t>(f)] = stamp_;
+            comp_flows_.push_back(f);
+            for (const auto& u : flows_[static_cast<std::size_t>(f)].uses) {
+                if (res_stamp_[static_cast<std::size_t>(u.resource)] == stamp_) continue;
+                res_stamp_[static_cast<std::size_t>(u.resource)] = stamp_;
+                comp_res_.push_back(u.resource);
+            }
+        }
+    }
+    std::sort(comp_flows_.begin(), comp_flows_.end());
+    std::sort(comp_res_.begin(), comp_res_.end());
+    // Account the busy time of the old loads up to now.
+    for (int r : comp_res_) {
+        const auto ru = static_cast<std::size_t>(r);
+        res_busy_[ru] += res_load_[ru] * static_cast<double>(now_ - res_last_[ru]) * 1e-9;
+        res_last_[ru] = now_;
+        res_load_[ru] = 0;
+    }
+    for (std::size_t k = 0; k < comp_res_.size(); ++k) local_of_[static_cast<std::size_t>(comp_res_[k])] = static_cast<int>(k);
+    mm_capacity_.assign(comp_res_.size(), 1.0);  // a resource offers one busy-second per second
+    if (mm_flows_.size() < comp_flows_.size()) mm_flows_.resize(comp_flows_.size());
+    for (std::size_t k = 0; k < comp_flows_.size(); ++k) {
+        const Flow& fl = flows_[static_cast<std::size_t>(comp_flows_[k])];
+        auto& mf = mm_flows_[k];
+        mf.uses.clear();
+        for (const auto& u : fl.uses) mf.uses.push_back(MaxMinUse{local_of_[static_cast<std::size_t>(u.resource)], u.weight});
+        mf.cap = fl.cap;
+        mf.priority = 1.0;
+    }
+    view_.resize(comp_flows_.size());
+    for (std::size_t k = 0; k < comp_flows_.size(); ++k) std::swap(view_[k], mm_flows_[k]);
+    solver_.solve(mm_capacity_, view_, mm_rates_);
+    for (std::size_t k = 0; k < comp_flows_.size(); ++k) std::swap(view_[k], mm_flows_[k]);
+
+    for (std::size_t k = 0; k < comp_flows_.size(); ++k) {
+        const int f = comp_flows_[k];
+        Flow& fl = flows_[static_cast<std::size_t>(f)];
+        const double rate = mm_rates_[k];
+        for (const auto& u : fl.uses) res_load_[static_cast<std::size_t>(u.resource)] += rate * u.weight;
+        if (rate == fl.rate) continue;  // its completion event still holds
+        fl.remaining = std::max(0.0, fl.remaining - fl.rate * static_cast<double>(now_ - fl.last) * 1e-9);
+        fl.last = now_;
+        fl.rate = rate;
+        ++fl.version;
+        schedule(now_ + ceil_ns(fl.remaining / rate), Ev::flow_done, f, 0, fl.version);
+    }
+}
+
+void Engine::flow_done(int f, std::uint32_t version) {
+    Flow& fl = flows_[static_cast<std::size_t>(f)];
+    if (!fl.active || fl.version != version) return;  // superseded by a later rate change
+    fl.active = false;
+    fl.remaining = 0;
+    const int tid = fl.transfer;
+    if (!fl.uses.empty()) {
+        for (const auto& u : fl.uses) {
+            auto& v = res_flows_[static_cast<std::size_t>(u.resource)];
+            auto it = std::find(v.begin(), v.end(), f);
+            if (it != v.end()) v.erase(it);  // keep order: determinism of the component walk
+        }
+        seeds_ = fl.uses;
+        ++fl.version;
+        free_flows_.push_back(f);
+        resolve(seeds_);
+    } else {
+        ++fl.version;
+        free_flows_.push_back(f);
+    }
+    member_finished(tid);
+}
+
+void Engine::member_finished(int tid) {
+    auto& tr = transfers_[static_cast<std::size_t>(tid)];
+    if (--tr.pending > 0) return;
+    // All participants' data has moved: the instruction completes for every one of them together.
+    for (const auto& m : tr.members) finish_instr(m.rank, m.stream);
+    free_transfers_.push_back(tid);
+}
+
+void Engine::finish_instr(int r, int s) {
+    auto& st = streams_[static_cast<std::size_t>(r)][static_cast<std::size_t>(s)];
+    const int i = st.order[st.pos];
+    Timing& tm = timing_[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)];
+    tm.end = now_;
+    res_.ranks[static_cast<std::size_t>(r)].busy_ns[static_cast<std::size_t>(s)] += tm.end - tm.exec;
+    ++res_.instructions;
+    ++st.pos;
+    st.blocked = false;
+    ready_.emplace_back(r, s);
+}
+
+void Engine::attribute_idle(SimResult& res) const {
+    // Partition the compute stream's idle time: while it sits on a Wait, the event's producer is
+    // the instruction just before the Record on the recording stream; the part of the wait during
+    // which a contiguous run of data movements ending there was executing is exposed transfer time,
+    // the rest (e.g. waiting for the previous pipeline stage) is bubble.
+    const int cs = static_cast<int>(Stream::compute);
+    double bubble_sum = 0, comm_sum = 0, copy_sum = 0;
+    int counted = 0;
+    for (std::size_t r = 0; r < p_.ranks.size(); ++r) {
+        const auto& rp = p_.ranks[r];
+        auto& rs = res.ranks[r];
+        const auto& order = streams_[r][static_cast<std::size_t>(cs)].order;
+        std::int64_t compute_busy = 0, comm = 0, copy = 0;
+        bool has_compute = false;
+        for (int i : order) {
+            const Instr& in = rp.instrs[static_cast<std::size_t>(i)];
+            const Timing& tm = timing_[r][static_cast<std::size_t>(i)];
+            if (tm.end < 0) continue;
+            if (in.kind == InstrKind::compute) {
+                compute_busy += tm.end - tm.exec;
+                has_compute = true;
+            } else if (is_transfer(in.kind)) {
+                (is_comm(in.kind) ? comm : copy) += tm.end - tm.exec;  // [issue, exec): waiting for peers
+            } else if (in.kind == InstrKind::wait && tm.end > tm.issue && in.event >= 0) {
+                const int rec = event_record_instr_[r][static_cast<std::size_t>(in.event)];
+                if (rec < 0) continue;
+                const Stream rs_stream = rp.instrs[static_cast<std::size_t>(rec)].stream;
+                const auto& ro = streams_[r][static_cast<std::size_t>(rs_stream)].order;
+                auto pos = std::find(ro.begin(), ro.end(), rec);
+                // Walk back over the contiguous data movements that ended at the record.
+                std::int64_t chain_start = tm.end;
+                bool comm_kind = false;
+                std::int64_t boundary = tm.end;
+                while (pos != ro.begin()) {
+                    --pos;
+                    const Instr& x = rp.instrs[static_cast<std::size_t>(*pos)];
+                    const Timing& xt = timing_[r][static_cast<std::size_t>(*pos)];
+                    if (x.kind == InstrKind::record || x.kind == InstrKind::alloc || x.kind == InstrKind::free) continue;
+                    if (!is_transfer(x.kind) || xt.end != boundary) break;
+                    if (chain_start == tm.end) comm_kind = is_comm(x.kind);
+                    chain_start = xt.exec;
+                    boundary = xt.exec;
+                    if (xt.issue != xt.exec) break;  // it waited before running: earlier cause is not transfer
+                }
+                const std::int64_t exposed = std::max<std::int64_t>(0, tm.end - std::max(tm.issue, chain_start));
+                (comm_kind ? comm : copy) += exposed;
+            }
+        }
+        rs.compute_idle_ns = res.step_time_ns - compute_busy;
+        rs.exposed_comm_ns = comm;
+        rs.exposed_copy_ns = copy;
+        rs.bubble_ns = std::max<std::int64_t>(0, rs.compute_idle_ns - comm - copy);
+        if (has_compute && res.step_time_ns > 0) {
+            ++counted;
+            bubble_sum += static_cast<double>(rs.bubble_ns) / static_cast<double>(res.step_time_ns);
+            comm_sum += static_cast<double>(comm);
+            copy_sum += static_cast<double>(copy);
+        }
+    }
+    if (counted > 0) {
+        res.bubble_fraction = bubble_sum / counted;
+        res.exposed_comm_ns = static_cast<std::int64_t>(std::llround(comm_sum / counted));
+        res.exposed_copy_ns = static_cast<std::int64_t>(std::llround(copy_sum / counted));
+    }
+}
+
+SimResult Engine::run() {
+    res_.ranks.resize(p_.ranks.size());
+    for (std::size_t r = 0; r < p_.ranks.size(); ++r) {
+        const auto& rp = p_.ranks[r];
+        auto& rs = res_.ranks[r];
+        rs.id = rp.id;
+        rs.pp_stage = rp.pp_stage;
+        rs.node = rp.node;
+        rs.multiplicity = rp.multiplicity;
+    }
+    setup();
+    for (std::size_t r = 0; r < p_.ranks.size(); ++r)
+        for (int s = 0; s < kStreamCount; ++s) ready_.emplace_back(static_cast<int>(r), s);
+    drain();
+    while (!events_.empty()) {
+        const Event e = events_.top();
+        events_.pop();
+        if (e.type == Ev::flow_done) {
+            const Flow& fl = flows_[static_cast<std::size_t>(e.a)];
+            if (!fl.active || fl.version != e.version) continue;  // stale: do not advance time
+        }
+        now_ = e.t;
+        switch (e.type) {
+            case Ev::stream_done: finish_instr(e.a, e.b); break;
+            case Ev::member_begin: member_begin(e.a, e.b); break;
+            case Ev::flow_done: flow_done(e.a, e.version); break;
+        }
+        drain();
+    }
+
+    // Step time: the last instruction's end.
+    std::int64_t step = 0;
+    int stuck = 0;
+    for (std::size_t r = 0; r < p_.ranks.size(); ++r) {
+        for (int s = 0; s < kStreamCount; ++s) {
+            const auto& st = streams_[r][static_cast<std::size_t>(s)];
+            if (st.pos < st.order.size()) {
+                res_.deadlock = true;
+                if (stuck++ < 8) {
+                    const auto& in = p_.ranks[r].instrs[static_cast<std::size_t>(st.order[st.pos])];
+                    res_.deadlock_detail += (res_.deadlock_detail.empty() ? "" : "; ") + std::string("rank ") +
+                                            std::to_string(p_.ranks[r].id) + " " + to_string(static_cast<Stream>(s)) +
+                                            " stuck at instr " + std::to_string(st.order[st.pos]) + " (" +
+                                            to_string(in.kind) + " " + instr_label(in) + ")";
+                }
+            }
+        }
+        for (const auto& tm : timing_[r]) step = std::max(step, tm.end);
+    }
+    res_.step_time_ns = step;
+
+    for (std::size_t r = 0; r < p_.ranks.size(); ++r) {
+        auto& rs = res_.ranks[r];
+        for (int t = 0; t < kTierCount; ++t) {
+            const Pool& pool = pools_[static_cast<std::size_t>(rank_pool_[r][static_cast<std::size_t>(t)])];
+            rs.peak_bytes[static_cast<std::size_t>(t)] = pool.peak;
+            rs.peak_breakdown[static_cast<std::size_t>(t)] = pool.peak_tags;
+            rs.capacity_bytes[static_cast<std::size_t>(t)] = pool.capacity;
+            res_.peak_bytes_max[static_cast<std::size_t>(t)] = std::max(res_.peak_bytes_max[static_cast<std::size_t>(t)], pool.peak);
+        }
+    }
+    res_.oom = res_.oom_count > 0;
+
+    const double step_s = static_cast<double>(step) * 1e-9;
+    for (int r = 0; r < rmap_.resource_count(); ++r) {
+        const auto ru = static_cast<std::size_t>(r);
+        if (ru < res_busy_.size()) res_busy_[ru] += res_load_[ru] * static_cast<double>(now_ - res_last_[ru]) * 1e-9;
+        ResourceUtil u;
+        u.name = rmap_.resource_name(r);
+        u.cls = rmap_.resource_class(r);
+        u.busy_s = ru < res_busy_.size() ? res_busy_[ru] : 0;
+        u.utilisation = step_s > 0 ? u.busy_s / step_s : 0;
+        res_.utilisation.push_back(std::move(u));
+    }
+
+    attribute_idle(res_);
+    if (opt_.critical_path && !res_.deadlock) res_.critical_path = detail::critical_path(p_, timing_, step);
+    if (opt_.record_trace) {
+        for (std::size_t r = 0; r < p_.ranks.size(); ++r)
+            for (std::size_t i = 0; i < timing_[r].size(); ++i) {
+                const auto& tm = timing_[r][i];
+                const auto k = p_.ranks[r].instrs[i].kind;
+                if (tm.end < 0 || k == InstrKind::record || k == InstrKind::alloc || k == InstrKind::free) continue;
+                if (k == InstrKind::wait && tm.end == tm.issue) continue;
+                res_.spans.push_back(TraceSpan{static_cast<int>(r), static_cast<int>(i),
+                                               k == InstrKind::wait ? tm.issue : tm.exec, tm.end});
+            }
+    }
+    return std::move(res_);
+}
+
+}  // namespace
+
+SimResult simulate_program(const Program& program, const CostModel& costs, ResourceMap* resources,
+                           const EngineOptions& options) {
+    PrivateResourceMap fallback;
+    Engine e(program, costs, resources ? *resources : fallback, options);
+    return e.run();
+}
+
+}  // namespace strata::sim

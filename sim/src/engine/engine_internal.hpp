@@ -1,0 +1,28 @@
+// Internal to the engine: the per-instruction timing record and the critical-path pass that reads
+// it after the run. Not a public header.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "strata/sim/program.hpp"
+#include "strata/sim/result.hpp"
+
+namespace strata::sim::detail {
+
+constexpr std::uint8_t kNoLink = 255;
+
+/// When an instruction was reached (issue), began executing (exec: after its match for matched
+/// transfers) and finished. -1 = never.
+struct Timing {
+    std::int64_t issue = -1, exec = -1, end = -1;
+    std::int32_t group = -1;         ///< matched transfer group (cross-program), -1 = none
+    std::uint8_t link = kNoLink;     ///< transfers: LinkClass with the largest busy_s
+};
+
+using Timings = std::vector<std::vector<Timing>>;  ///< [rank][instr]
+
+/// Longest path of the executed-instruction DAG (stream order, record->wait, matched groups),
+/// computed with Boost.Graph; summarised into segments and one readable line.
+CriticalPath critical_path(const Program& p, const Timings& t, std::int64_t step_time_ns);
+
+}  // namespace strata::sim::detail
