@@ -242,7 +242,13 @@ HardwareView Database::view(const std::string& gpu_id, const std::string& node_i
                 AttentionPoint a;
                 a.seq = static_cast<std::int64_t>(param(m.params, "seq"));
                 a.head_dim = static_cast<std::int64_t>(param(m.params, "head_dim"));
-                a.causal = param(m.params, "causal", 1) != 0, a.backward = param(m.params, "backward", 0) != 0;
+                // The profiler labels causal "1"/"0" and direction "fwd"/"bwd"; numeric params
+                // causal/backward (0/1) are accepted too.
+                auto causal = m.labels.find("causal");
+                auto dir = m.labels.find("direction");
+                a.causal = causal != m.labels.end() ? (causal->second == "1" || causal->second == "true")
+                                                    : param(m.params, "causal", 1) != 0;
+                a.backward = dir != m.labels.end() ? dir->second == "bwd" : param(m.params, "backward", 0) != 0;
                 a.dtype = *dt, a.flops_per_s = m.value;
                 if (a.seq > 0 && a.head_dim > 0) v.attention_points.push_back(a);
             }

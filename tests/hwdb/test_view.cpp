@@ -88,12 +88,16 @@ TEST_CASE("view attaches the newest representative run of that GPU", "[hwdb][vie
     g.labels["dtype"] = "bf16";
     Measurement g8 = measurement("gemm", h100, "fp8 m=1024 n=9216 k=14336", {{"m", 1024}, {"n", 9216}, {"k", 14336}}, 1402.6e12, "flop/s");
     g8.labels["dtype"] = "fp8";
-    Measurement at = measurement("attention", h100, "bf16 seq=4096 d=128 causal fwd",
-                                 {{"seq", 4096}, {"head_dim", 128}, {"causal", 1}, {"backward", 0}}, 450e12, "flop/s");
+    // Attention rows as the profiler writes them: causal and direction as labels.
+    Measurement at = measurement("attention", h100, "bf16 fwd causal seq=4096 head_dim=128",
+                                 {{"seq", 4096}, {"head_dim", 128}, {"batch", 1}, {"heads", 32}}, 450e12, "flop/s");
+    at.labels = {{"dtype", "bf16"}, {"causal", "1"}, {"direction", "fwd"}};
+    Measurement at_bwd = at;
+    at_bwd.labels["direction"] = "bwd", at_bwd.labels["causal"] = "0", at_bwd.value = 400e12;
     const auto old_run = db.write_run(run("2026-01-01T00:00:00Z"), {g},
                                       {fit("collective", h100, "all_reduce/intra/8", "alpha_beta", {{"alpha_ns", 30000}, {"busbw_Bps", 300e9}})});
     const auto new_run = db.write_run(
-        run("2026-02-01T00:00:00Z"), {g, g8, at},
+        run("2026-02-01T00:00:00Z"), {g, g8, at, at_bwd},
         {fit("collective", h100, "all_reduce/intra/8", "alpha_beta", {{"alpha_ns", 20000}, {"busbw_Bps", 370e9}}),
          fit("collective", h100, "all_gather/inter/16", "alpha_beta", {{"alpha_ns", 40000}, {"busbw_Bps", 45e9}}),
          fit("collective", h100, "malformed-key", "alpha_beta", {{"alpha_ns", 1}, {"busbw_Bps", 1}}),
@@ -118,11 +122,15 @@ TEST_CASE("view attaches the newest representative run of that GPU", "[hwdb][vie
     CHECK(v.gemm_points[0].m == 8192);
     CHECK(v.gemm_points[1].dtype == Dtype::fp8);
     CHECK(v.gemm_points[1].efficiency == Approx(0.709).epsilon(0.001));
-    REQUIRE(v.attention_points.size() == 1);
+    REQUIRE(v.attention_points.size() == 2);  // sorted: forward before backward
     CHECK(v.attention_points[0].seq == 4096);
+    CHECK(v.attention_points[0].head_dim == 128);
     CHECK(v.attention_points[0].causal);
     CHECK_FALSE(v.attention_points[0].backward);
     CHECK(v.attention_points[0].flops_per_s == 450e12);
+    CHECK(v.attention_points[1].backward);
+    CHECK_FALSE(v.attention_points[1].causal);
+    CHECK(v.attention_points[1].flops_per_s == 400e12);
     REQUIRE(v.collectives.size() == 2);  // the malformed key is skipped
     CHECK(v.collectives[0].collective == "all_gather");
     CHECK(v.collectives[0].scope == "inter");
