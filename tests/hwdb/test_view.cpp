@@ -189,3 +189,21 @@ TEST_CASE("view: a CPU-backend run supplies host figures for any GPU", "[hwdb][v
     REQUIRE(h.h2d);
     CHECK(h.h2d->Bps == 5e10);
 }
+
+TEST_CASE("view: host rows of a CUDA run (recorded under the GPU id) are used first", "[hwdb][view]") {
+    TempDir t;
+    Database db = Database::create_seeded(t.file("v.db"));
+    // An older CPU-backend run, then a newer CUDA run whose SSD and CPU Adam rows carry the GPU id.
+    db.write_run(run("2026-01-01T00:00:00Z"), {},
+                 {fit("ssd", "cpu", "read", "bandwidth", {{"latency_ns", 90000}, {"Bps", 3e9}}),
+                  fit("cpu_adam", "cpu", "adam", "rate", {{"params_per_s", 5e8}})});
+    const auto cuda_run = db.write_run(run("2026-01-02T00:00:00Z"), {},
+                                       {fit("ssd", "H200-SXM-141GB", "read", "bandwidth", {{"latency_ns", 70000}, {"Bps", 6.8e9}})});
+    HardwareView v = db.view("H200-SXM-141GB", "HGX-H200", "", "", "", "");
+    CHECK(v.measured_run == cuda_run);
+    REQUIRE(v.ssd_read);
+    CHECK(v.ssd_read->Bps == 6.8e9);            // the GPU run's own figure
+    REQUIRE(v.cpu_adam_params_per_s);
+    CHECK(*v.cpu_adam_params_per_s == 5e8);     // missing there: from the CPU run
+    CHECK_FALSE(v.ssd_write);                   // measured nowhere
+}
