@@ -257,6 +257,7 @@ int RankLowering::collective(Stream s, CollKind k, Group g, double bytes, int na
     in.group_size = group_size(g);
     in.bytes = bytes;
     in.match_id = coll_match(g);
+    if (in.match_id != 0) in.participants = in.group_size;  // every peer is its own RankProgram
     return record(s);
 }
 
@@ -305,6 +306,8 @@ int RankLowering::fetch_params(int layer, int after_ev) {
     const double off = pf.cpu + pf.ssd;
     const bool zero3 = p_.zero_stage == 3 && p_.dp * p_.cp > 1;
     if (off <= 0 && !zero3) return -1;
+    const int saved_layer = layer_;
+    layer_ = layer;  // the transfers are labelled with the layer they serve
     const LayerParamsRank lp = layer_params_rank(m_, p_, layer);
     const double shard = zero3 ? lp.dense / group_size(Group::dp) + lp.expert / group_size(Group::edp) : lp.dense + lp.expert;
     int ev = after_ev;
@@ -315,6 +318,7 @@ int RankLowering::fetch_params(int layer, int after_ev) {
         if (lp.expert > 0 && group_size(Group::edp) > 1)
             ev = collective(Stream::dp_comm, CollKind::all_gather, Group::edp, lp.expert * Dims::act_bytes, n_.zero3_ag_expert, -1);
     }
+    layer_ = saved_layer;
     return ev;
 }
 
@@ -327,12 +331,16 @@ int RankLowering::fetch_activations(int mb, int chunk, int li, int after_ev) {
         bytes += t.bytes;
     int ev = it->second;
     act_offloaded_.erase(it);
+    const int saved_layer = layer_;
+    layer_ = chunk_first_layer(chunk) + li;
     if (after_ev >= 0) wait(Stream::h2d, after_ev);
     if (af.ssd > 0) {
         wait(Stream::ssd, after_ev);
         ev = copy(Stream::ssd, CopyKind::ssd_read, bytes * af.ssd, n_.act_ssd_read, ev);
     }
-    return copy(Stream::h2d, CopyKind::h2d, bytes * (af.cpu + af.ssd), n_.act_h2d, ev);
+    ev = copy(Stream::h2d, CopyKind::h2d, bytes * (af.cpu + af.ssd), n_.act_h2d, ev);
+    layer_ = saved_layer;
+    return ev;
 }
 
 // Data-parallel gradient reduction, bucketed as Megatron's DDP: a bucket is reduced (all-reduce

@@ -57,11 +57,11 @@ void RankLowering::forward_pass(int mb, int chunk) {
     const int lane = full_ ? co_.t + p_.tp * (co_.c + p_.cp * co_.d) : 0;
     const double p2p_bytes = d_.tokens_sp * d_.h * Dims::act_bytes;  // b*s/cp*h*2 (/tp with SP)
     if (v > 0) {
-        Instr& in = push(InstrKind::recv, Stream::pp_p2p, n_.pp_act);
+        Instr& in = push(InstrKind::recv, Stream::pp_recv, n_.pp_act);
         in.bytes = p2p_bytes;
         in.peer = program_of_stage((v - 1) % pp_);
         in.match_id = p2p_match(mb_, v - 1, true, lane);
-        wait(Stream::compute, record(Stream::pp_p2p));
+        wait(Stream::compute, record(Stream::pp_recv));
     } else {
         alloc_list(emb_desc_, &stashed_[{mb_, chunk, -1}]);
         // Lookup: read the rows and write the (sequence-sharded with SP) output.
@@ -119,11 +119,11 @@ void RankLowering::backward_pass(int mb, int chunk) {
     const int lane = full_ ? co_.t + p_.tp * (co_.c + p_.cp * co_.d) : 0;
     const double p2p_bytes = d_.tokens_sp * d_.h * Dims::act_bytes;
     if (v < vlast) {
-        Instr& in = push(InstrKind::recv, Stream::pp_p2p, n_.pp_grad);
+        Instr& in = push(InstrKind::recv, Stream::pp_recv, n_.pp_grad);
         in.bytes = p2p_bytes;
         in.peer = program_of_stage((v + 1) % pp_);
         in.match_id = p2p_match(mb_, v + 1, false, lane);
-        wait(Stream::compute, record(Stream::pp_p2p));
+        wait(Stream::compute, record(Stream::pp_recv));
     } else {
         compute(Op::loss, n_.loss, 0, 2 * d_.tokens * d_.vocab / d_.tp * 4);
         gemm(n_.logits, d_.tokens, d_.h, d_.vocab / d_.tp);  // dgrad

@@ -3,7 +3,7 @@
 namespace strata::sim {
 
 const char* to_string(Stream s) {
-    static const char* names[] = {"compute", "tp-comm", "cp-comm", "ep-comm", "dp-comm", "pp-p2p", "h2d", "d2h", "ssd", "cpu"};
+    static const char* names[] = {"compute", "tp-comm", "cp-comm", "ep-comm", "dp-comm", "pp-p2p", "h2d", "d2h", "ssd", "cpu", "pp-recv"};
     auto i = static_cast<int>(s);
     return i >= 0 && i < kStreamCount ? names[i] : "?";
 }

@@ -45,12 +45,13 @@ std::vector<PipeSlot> pipeline_schedule(Schedule s, int pp, int stage, int micro
 /// Lower one training step (or LowerOptions::steps of them). Conventions of the result:
 /// - Instr::microbatch = step * micro_batches + mb; Instr::chunk = virtual stage of the rank.
 /// - Event ids are per RankProgram, 0..Program::events-1, each recorded exactly once.
-/// - Sends are eager: a send starts when its stream reaches it; the matching recv (same match_id,
-///   peer = the sender's RankProgram) completes once the data has arrived. pp_p2p instructions are
-///   in compute order, which is deadlock-free under that rule.
-/// - A collective with match_id != 0 starts when group_size programs have reached the instruction
-///   with that match_id (full mode: every collective; symmetric mode: only the tied-embedding
-///   all-reduce between the first and the last stage, group Group::embedding, group_size 2).
+/// - Pipeline sends sit on pp_p2p in the order compute produces them, receives on pp_recv in the
+///   order compute consumes them; a pair (same match_id; peer = the other RankProgram) moves its
+///   data once both sides have reached it (rendezvous). Keeping receives on their own stream makes
+///   this deadlock-free for every schedule (a receive never waits behind a blocked send).
+/// - A collective with match_id != 0 starts when `participants` (= group_size) programs have
+///   reached the instruction with that match_id (full mode: every collective; symmetric mode: only
+///   the tied-embedding all-reduce between first and last stage, Group::embedding, group_size 2).
 /// - Group::dp collectives run over the data-parallel ranks including context parallelism
 ///   (Megatron's dp x cp group): group_size = dp * cp. Group::edp: dp * cp / ep.
 /// - Alloc/Free pair by Instr::tensor (unique over the Program); persistent model states and

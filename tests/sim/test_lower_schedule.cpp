@@ -1,0 +1,119 @@
+// Pipeline schedules alone (sim/lower.hpp pipeline_schedule): slot counts, warm-up lengths from
+// Megatron-LM's formulas, forward-before-backward, and the in-flight bound of 1F1B.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "strata/sim/lower.hpp"
+
+using namespace strata::sim;
+
+namespace {
+
+// Forwards before the first backward.
+int leading_forwards(const std::vector<PipeSlot>& s) {
+    int n = 0;
+    for (const auto& x : s) {
+        if (!x.forward) break;
+        ++n;
+    }
+    return n;
+}
+
+// Most (mb, chunk) pairs whose forward ran and backward has not: activations held at once.
+int max_in_flight(const std::vector<PipeSlot>& s) {
+    int cur = 0, best = 0;
+    for (const auto& x : s) {
+        cur += x.forward ? 1 : -1;
+        best = std::max(best, cur);
+    }
+    return best;
+}
+
+void check_complete(const std::vector<PipeSlot>& s, int m, int vpp) {
+    REQUIRE(s.size() == static_cast<std::size_t>(2 * m * vpp));
+    std::set<std::pair<int, int>> fwd_done, bwd_done;
+    for (const auto& x : s) {
+        REQUIRE(x.microbatch >= 0);
+        REQUIRE(x.microbatch < m);
+        REQUIRE(x.chunk >= 0);
+        REQUIRE(x.chunk < vpp);
+        const auto key = std::make_pair(x.microbatch, x.chunk);
+        if (x.forward) {
+            REQUIRE(fwd_done.insert(key).second);  // once
+        } else {
+            REQUIRE(fwd_done.count(key) == 1);     // forward first
+            REQUIRE(bwd_done.insert(key).second);
+        }
+    }
+    REQUIRE(bwd_done.size() == static_cast<std::size_t>(m * vpp));
+}
+
+}  // namespace
+
+TEST_CASE("1F1B: warm-up min(pp-rank-1, m), in-flight min(pp-rank, m)", "[lower][schedule]") {
+    for (int pp : {1, 2, 4, 8}) {
+        for (int m : {1, 3, 8, 16}) {
+            for (int rank = 0; rank < pp; ++rank) {
+                const auto s = pipeline_schedule(Schedule::one_f_one_b, pp, rank, m, 1);
+                check_complete(s, m, 1);
+                const int warmup = std::min(pp - rank - 1, m);
+                // Warm-up forwards, then the steady state opens with one more forward (if any left).
+                CHECK(leading_forwards(s) == warmup + (m > warmup ? 1 : 0));
+                CHECK(max_in_flight(s) == std::min(pp - rank, m));
+                // Backwards run in micro-batch order.
+                int next_b = 0;
+                for (const auto& x : s)
+                    if (!x.forward) CHECK(x.microbatch == next_b++);
+            }
+        }
+    }
+}
+
+TEST_CASE("1F1B last stage alternates F and B", "[lower][schedule]") {
+    // pp = 4, rank 3: warm-up 0, so F0 B0 F1 B1 F2 B2.
+    const auto s = pipeline_schedule(Schedule::one_f_one_b, 4, 3, 3, 1);
+    const std::vector<PipeSlot> expect = {{0, 0, true}, {0, 0, false}, {1, 0, true}, {1, 0, false}, {2, 0, true}, {2, 0, false}};
+    CHECK(s == expect);
+}
+
+TEST_CASE("GPipe: all forwards, then all backwards", "[lower][schedule]") {
+    const auto s = pipeline_schedule(Schedule::gpipe, 4, 1, 6, 1);
+    check_complete(s, 6, 1);
+    CHECK(leading_forwards(s) == 6);
+    CHECK(max_in_flight(s) == 6);  // GPipe keeps every micro-batch's activations
+}
+
+TEST_CASE("Interleaved 1F1B follows Megatron's order and warm-up", "[lower][schedule]") {
+    const int pp = 4, vpp = 2, m = 8;
+    for (int rank = 0; rank < pp; ++rank) {
+        const auto s = pipeline_schedule(Schedule::interleaved_1f1b, pp, rank, m, vpp);
+        check_complete(s, m, vpp);
+        // Megatron: warm-up = (pp - rank - 1) * 2 + (vpp - 1) * pp; stage 0: 6 + 4 = 10.
+        const int warmup = (pp - rank - 1) * 2 + (vpp - 1) * pp;
+        CHECK(leading_forwards(s) == warmup + 1);
+        // First backward is micro-batch 0 through the last chunk.
+        const auto first_b = std::find_if(s.begin(), s.end(), [](const PipeSlot& x) { return !x.forward; });
+        CHECK(first_b->microbatch == 0);
+        CHECK(first_b->chunk == vpp - 1);
+    }
+    // Forward order: groups of pp micro-batches through chunk 0, then the same group through chunk 1:
+    // k = 0..3 -> (0..3, c0), k = 4..7 -> (0..3, c1), k = 8 -> (4, c0).
+    const auto s0 = pipeline_schedule(Schedule::interleaved_1f1b, pp, 0, m, vpp);
+    std::vector<PipeSlot> fwd;
+    for (const auto& x : s0)
+        if (x.forward) fwd.push_back(x);
+    CHECK(fwd[0] == PipeSlot{0, 0, true});
+    CHECK(fwd[3] == PipeSlot{3, 0, true});
+    CHECK(fwd[4] == PipeSlot{0, 1, true});
+    CHECK(fwd[7] == PipeSlot{3, 1, true});
+    CHECK(fwd[8] == PipeSlot{4, 0, true});
+}
+
+TEST_CASE("Interleaved with m == pp runs all forwards first (Megatron)", "[lower][schedule]") {
+    const auto s = pipeline_schedule(Schedule::interleaved_1f1b, 2, 0, 2, 3);
+    check_complete(s, 2, 3);
+    CHECK(leading_forwards(s) == 6);
+}
