@@ -134,8 +134,6 @@ void RankLowering::backward_pass(int mb, int chunk) {
                                              Group::tp, bytes, d_.sp ? n_.tp_rs : n_.tp_ar));
         }
         compute(Op::norm, n_.final_norm, 0, 3 * d_.tokens_sp * d_.h * Dims::act_bytes);
-        free_list(stashed_[{mb_, chunk, -2}]);
-        stashed_.erase({mb_, chunk, -2});
         if (bucketed) grads_ready(output_params_rank(m_, p_) * Dims::act_bytes, 0, false);
     }
     const int count = chunk_layers(chunk);
@@ -170,6 +168,15 @@ void RankLowering::backward_pass(int mb, int chunk) {
         layer_grads(layer);
     }
     layer_ = -1;
+    if (v == vlast) {
+        // The logits' activations are released with the micro-batch's backward, not right after
+        // the loss: the same (conservative) accounting as memory.hpp, so the peaks agree.
+        auto it = stashed_.find({mb_, chunk, -2});
+        if (it != stashed_.end()) {
+            free_list(it->second);
+            stashed_.erase(it);
+        }
+    }
     if (v == 0) {
         compute(Op::embedding, n_.embedding, 0, 3 * d_.tokens_sp * d_.h * Dims::act_bytes);
         auto it = stashed_.find({mb_, chunk, -1});
