@@ -127,12 +127,16 @@ TEST_CASE("Variants: no dropout, flash attention, GQA, SwiGLU, CP, MoE", "[tenso
     CHECK(gn["attn.v"] == Approx(2 * sbh / 4));
     CHECK(gn["attn.q"] == Approx(2 * sbh));
 
-    // SwiGLU: gate, up, silu(gate) and the product, each 2·s·ffn bytes.
+    // SwiGLU: gate and up (the fused activation's input) and the product (fc2 input), each
+    // 2·s·ffn bytes; silu(gate) is recomputed, not stored. Rest of the layer: norm inputs, QKV and
+    // MLP inputs, Q, K, V, projection input = 8 x 2sbh, plus the log-sum-exp.
     ModelSpec sw = nd;
     sw.ffn = FfnKind::swiglu;
     sw.ffn_hidden = 2816;
     auto sn = by_name(layer_activations(sw, pf, 0, false));
-    for (const char* k : {"mlp.gate_out", "mlp.up_out", "mlp.silu_out", "mlp.act_out"}) CHECK(sn[k] == Approx(2 * s * 2816));
+    for (const char* k : {"mlp.gate_out", "mlp.up_out", "mlp.act_out"}) CHECK(sn[k] == Approx(2 * s * 2816));
+    CHECK(sn.count("mlp.silu_out") == 0);
+    CHECK(sum(layer_activations(sw, pf, 0, false)) == Approx(16 * sbh + 4 * a * s + 3 * 2 * s * 2816));
 
     // CP = 2 halves every per-token tensor and the query rows of the score matrix.
     PlanSpec pc = p;

@@ -77,11 +77,11 @@ void mlp_intermediates(std::vector<TensorDesc>& out, const ModelSpec& m, const P
     const double bytes = L.act * rows * ffn_local;
     const std::string shape = "(" + rows_shape + ", ffn/tp)";
     if (m.ffn == FfnKind::swiglu) {
-        // Unfused autograd keeps gate and up (the fc1 outputs), silu(gate) for the product's
-        // backward, and the product (the fc2 input).
+        // The fused SwiGLU (Megatron's bias_swiglu) keeps its input, the gate and up fc1 outputs,
+        // and recomputes silu(gate) in backward; fc2 keeps its input silu(gate)·up. Same
+        // convention as gelu: activation input + fc2 input.
         out.push_back(act_tensor(prefix + ".gate_out", bytes, shape, p));
         out.push_back(act_tensor(prefix + ".up_out", bytes, shape, p));
-        out.push_back(act_tensor(prefix + ".silu_out", bytes, shape, p));
         out.push_back(act_tensor(prefix + ".act_out", bytes, shape, p));
     } else {
         // Korthikanti: GeLU input 8sbh and GeLU output (fc2 input) 8sbh for ffn = 4h.

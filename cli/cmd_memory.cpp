@@ -1,0 +1,105 @@
+// strata memory: the analytical per-rank memory of a plan (sim/memory.hpp) as a per-stage table,
+// the worst stage per tier, the capacities from hwdb and a FITS / DOES NOT FIT verdict (exit 0
+// either way: not fitting is an answer, not an error). --json writes the report atomically.
+#include <cstdarg>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "cli.hpp"
+#include "strata/common/text.hpp"
+#include "strata/sim/memory.hpp"
+#include "strata/sim/model.hpp"
+
+namespace strata::cli {
+namespace {
+
+struct MemoryArgs {
+    SpecArgs specs;
+    std::string db;
+    std::string json;
+};
+
+// Capacities of one GPU and one node. The cluster's own figures win over hwdb's node defaults;
+// SSD capacity is drives x kDefaultSsdDriveBytes because hwdb records no drive capacity.
+sim::Capacities capacities_for(const hwdb::HardwareView& v, const sim::ClusterSpec& c) {
+    sim::Capacities caps;
+    caps.hbm_bytes = v.gpu.hbm_bytes;
+    caps.cpu_bytes_per_node = c.host_dram_bytes > 0 ? c.host_dram_bytes : v.node.cpu_dram_bytes;
+    const int drives = c.ssds_per_node > 0 ? c.ssds_per_node : v.node.ssd_count;
+    caps.ssd_bytes_per_node = drives * sim::kDefaultSsdDriveBytes;
+    caps.gpus_per_node = c.gpus_per_node;
+    return caps;
+}
+
+std::string row(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string row(const char* fmt, ...) {
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return buf;
+}
+
+std::string gb(double bytes) { return fmt_fixed(bytes / 1e9, 2); }
+
+void print_report(const sim::Scenario& s, const sim::MemoryReport& r) {
+    const sim::PlanSpec& p = *s.plan;
+    const sim::ParamCounts pc = sim::param_counts(s.model);
+    std::cout << "memory: " << s.model.name << " on " << s.cluster.name << " (" << p.gpus() << " GPUs: tp " << p.tp
+              << ", pp " << p.pp << ", dp " << p.dp << ", cp " << p.cp << ", ep " << p.ep << ")\n";
+    std::cout << "  parameters " << fmt_fixed(static_cast<double>(pc.total) / 1e9, 3) << " B";
+    if (pc.active != pc.total) std::cout << " (" << fmt_fixed(static_cast<double>(pc.active) / 1e9, 3) << " B active)";
+    std::cout << "; schedule " << sim::to_string(p.schedule) << ", " << p.micro_batches() << " micro-batches, ZeRO "
+              << p.zero_stage << ", recompute " << sim::to_string(p.recompute) << "\n\n";
+    std::cout << "  per rank, GB (decimal)\n";
+    std::cout << row("  %5s %6s %8s %9s %9s %9s %9s %9s %9s | %9s %9s %9s\n", "stage", "layers", "in-fl", "weights",
+                     "grads", "optim", "activ", "worksp", "buffers", "hbm", "cpu", "ssd");
+    for (const sim::StageMemory& st : r.stages)
+        std::cout << row("  %5d %6d %8.2f %9s %9s %9s %9s %9s %9s | %9s %9s %9s\n", st.stage, st.layers,
+                         st.in_flight_microbatches, gb(st.weights_bytes).c_str(), gb(st.grads_bytes).c_str(),
+                         gb(st.optimizer_bytes).c_str(), gb(st.activations_bytes).c_str(),
+                         gb(st.workspace_bytes).c_str(), gb(st.buffers_bytes).c_str(), gb(st.tier_bytes[0]).c_str(),
+                         gb(st.tier_bytes[1]).c_str(), gb(st.tier_bytes[2]).c_str());
+    const sim::StageMemory& w = r.stages[static_cast<std::size_t>(r.worst_hbm_stage)];
+    std::cout << "\n  worst stage (HBM): " << w.stage << ": weights " << human_bytes(w.weights_bytes) << ", grads "
+              << human_bytes(w.grads_bytes) << ", optimizer " << human_bytes(w.optimizer_bytes) << ", activations "
+              << human_bytes(w.activations_bytes) << ", workspace " << human_bytes(w.workspace_bytes) << ", buffers "
+              << human_bytes(w.buffers_bytes) << " (incl. " << human_bytes(sim::kFrameworkReserveBytes)
+              << " framework reserve)\n\n";
+    auto verdict = [](bool ok) { return ok ? "fits" : "DOES NOT FIT"; };
+    std::cout << row("  %-16s %12s %12s  %s\n", "tier", "needed", "capacity", "");
+    std::cout << row("  %-16s %12s %12s  %s\n", "HBM per GPU", human_bytes(r.hbm_bytes).c_str(),
+                     human_bytes(r.capacities.hbm_bytes).c_str(), verdict(r.fits_hbm));
+    std::cout << row("  %-16s %12s %12s  %s\n", "host DRAM/node", human_bytes(r.cpu_bytes).c_str(),
+                     human_bytes(r.capacities.cpu_bytes_per_node).c_str(), verdict(r.fits_cpu));
+    std::cout << row("  %-16s %12s %12s  %s\n", "SSD per node", human_bytes(r.ssd_bytes).c_str(),
+                     human_bytes(r.capacities.ssd_bytes_per_node).c_str(), verdict(r.fits_ssd));
+    std::cout << "\n" << (r.fits() ? "FITS" : "DOES NOT FIT") << "\n";
+}
+
+void run_memory(const MemoryArgs& a) {
+    const sim::Scenario s = resolve_specs(a.specs, true);
+    const hwdb::Database db = open_db(a.db);
+    const hwdb::HardwareView v = view_for(db, s.cluster);
+    const sim::MemoryReport r = sim::memory_estimate(s.model, *s.plan, capacities_for(v, s.cluster));
+    // The JSON is complete before anything is written, so a failure leaves no partial file.
+    const std::string text = sim::to_json_text(r);
+    print_report(s, r);
+    if (!a.json.empty()) write_output(a.json, text);
+}
+
+void add_memory(CLI::App& app) {
+    auto a = std::make_shared<MemoryArgs>();
+    auto* cmd = app.add_subcommand("memory", "Analytical per-GPU memory of a plan, per pipeline stage and tier, and whether it fits");
+    add_spec_options(cmd, a->specs);
+    add_db_option(cmd, a->db);
+    cmd->add_option("--json", a->json, "also write the report as JSON to FILE (- for stdout)");
+    cmd->callback([a] { run_memory(*a); });
+}
+
+STRATA_COMMAND(20, add_memory);
+
+}  // namespace
+}  // namespace strata::cli
