@@ -1,0 +1,100 @@
+// Weighted least squares for the profiler's curves (see fit.hpp). Solved with Eigen's
+// column-pivoting Householder QR on the row-scaled system [1/t, x/t] [a b]^T = 1, which is the
+// relative-error objective sum(((a + b x - t)/t)^2) (profiler-notes §9: weight 1/t^2).
+#include "strata/profiler/fit.hpp"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
+
+namespace strata::profiler {
+
+namespace {
+LineFit finish(double a, double b, const std::vector<double>& x, const std::vector<double>& t) {
+    LineFit f;
+    f.intercept = a;
+    f.slope = b;
+    f.n_points = static_cast<int>(x.size());
+    double err = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) err += std::abs(a + b * x[i] - t[i]) / t[i];
+    f.mape = err / static_cast<double>(x.size());
+    f.x_min = *std::min_element(x.begin(), x.end());
+    f.x_max = *std::max_element(x.begin(), x.end());
+    f.ok = true;
+    return f;
+}
+}  // namespace
+
+LineFit fit_line_relative(const std::vector<double>& x, const std::vector<double>& t) {
+    std::vector<double> xs, ts;
+    for (std::size_t i = 0; i < x.size() && i < t.size(); ++i)
+        if (t[i] > 0 && std::isfinite(t[i]) && std::isfinite(x[i])) {
+            xs.push_back(x[i]);
+            ts.push_back(t[i]);
+        }
+    LineFit bad;
+    bad.n_points = static_cast<int>(xs.size());
+    if (xs.size() < 2) return bad;
+    if (*std::min_element(xs.begin(), xs.end()) == *std::max_element(xs.begin(), xs.end())) return bad;
+    const auto n = static_cast<Eigen::Index>(xs.size());
+    // Scale x to O(1) so the normal system is well conditioned across 8 B .. 1 GiB.
+    const double xscale = *std::max_element(xs.begin(), xs.end());
+    Eigen::MatrixXd A(n, 2);
+    Eigen::VectorXd rhs = Eigen::VectorXd::Ones(n);
+    for (Eigen::Index i = 0; i < n; ++i) {
+        const auto u = static_cast<std::size_t>(i);
+        A(i, 0) = 1.0 / ts[u];
+        A(i, 1) = (xs[u] / xscale) / ts[u];
+    }
+    Eigen::Vector2d sol = A.colPivHouseholderQr().solve(rhs);
+    double a = sol(0), b = sol(1) / xscale;
+    if (a < 0 || b < 0) {
+        // A negative intercept (or slope) has no physical meaning: keep the other term alone.
+        if (a < 0) {
+            Eigen::VectorXd col = A.col(1);
+            b = std::max(0.0, col.dot(rhs) / col.dot(col)) / xscale;
+            a = 0;
+        } else {
+            Eigen::VectorXd col = A.col(0);
+            a = std::max(0.0, col.dot(rhs) / col.dot(col));
+            b = 0;
+        }
+    }
+    return finish(a, b, xs, ts);
+}
+
+AlphaBetaFit fit_alpha_beta(Collective c, int n, const std::vector<double>& S_bytes, const std::vector<double>& time_s) {
+    AlphaBetaFit r;
+    const double f = busbw_factor(c, n);
+    r.n_points = static_cast<int>(S_bytes.size());
+    if (f <= 0 || S_bytes.empty()) return r;
+    // t = alpha + (S*f) / busbw: a line in x = S*f with slope 1/busbw.
+    std::vector<double> x(S_bytes.size());
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = S_bytes[i] * f;
+    const LineFit lf = fit_line_relative(x, time_s);
+    r.n_points = lf.n_points;
+    if (!lf.ok || lf.slope <= 0) return r;
+    r.alpha_s = lf.intercept;
+    r.busbw_Bps = 1.0 / lf.slope;
+    r.mape = lf.mape;
+    r.min_bytes = *std::min_element(S_bytes.begin(), S_bytes.end());
+    r.max_bytes = *std::max_element(S_bytes.begin(), S_bytes.end());
+    r.ok = true;
+    return r;
+}
+
+BandwidthCurve fit_bandwidth(const std::vector<double>& bytes, const std::vector<double>& time_s) {
+    BandwidthCurve r;
+    const LineFit lf = fit_line_relative(bytes, time_s);
+    r.n_points = lf.n_points;
+    if (!lf.ok || lf.slope <= 0) return r;
+    r.latency_s = lf.intercept;
+    r.Bps = 1.0 / lf.slope;
+    r.mape = lf.mape;
+    r.min_bytes = lf.x_min;
+    r.max_bytes = lf.x_max;
+    r.ok = true;
+    return r;
+}
+
+}  // namespace strata::profiler

@@ -1,0 +1,18 @@
+// Private: benchmarks of the host side, shared by both backends (SSD I/O, CPU Adam), and the CPU
+// backend's stand-ins for the GPU kinds (Eigen GEMM, memcpy, triad bandwidth, thread collectives).
+#pragma once
+#include "context.hpp"
+
+namespace strata::profiler::host {
+
+void bench_ssd(Context& ctx);
+void bench_cpu_adam(Context& ctx);
+
+void bench_gemm_cpu(Context& ctx);
+void bench_membw_cpu(Context& ctx);
+void bench_memcpy_cpu(Context& ctx);
+void bench_collectives_cpu(Context& ctx);
+
+int thread_count(const Options& o);
+
+}  // namespace strata::profiler::host

@@ -1,0 +1,99 @@
+// The profiler's fits recover known parameters from synthetic data, and busbw factors equal
+// nccl-tests' formulas (NVIDIA/nccl-tests doc/PERFORMANCE.md): all_reduce 2(n-1)/n, all_gather,
+// reduce_scatter, all_to_all (n-1)/n, send_recv 1.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+
+#include "strata/profiler/busbw.hpp"
+#include "strata/profiler/fit.hpp"
+#include "strata/profiler/stats.hpp"
+
+using namespace strata::profiler;
+
+TEST_CASE("busbw factors match nccl-tests for n = 1..16", "[profiler][busbw]") {
+    for (int n = 1; n <= 16; ++n) {
+        const double nn = n;
+        CHECK(busbw_factor(Collective::all_reduce, n) == Approx(2.0 * (nn - 1) / nn));
+        CHECK(busbw_factor(Collective::all_gather, n) == Approx((nn - 1) / nn));
+        CHECK(busbw_factor(Collective::reduce_scatter, n) == Approx((nn - 1) / nn));
+        CHECK(busbw_factor(Collective::all_to_all, n) == Approx((nn - 1) / nn));
+        CHECK(busbw_factor(Collective::send_recv, n) == 1.0);
+    }
+    // Hand example: 8 ranks all-reduce 1 GB in 10 ms -> algbw 100 GB/s, busbw 100 * 14/8 = 175 GB/s.
+    CHECK(algbw_Bps(1e9, 0.01) == Approx(100e9));
+    CHECK(busbw_Bps(Collective::all_reduce, 8, 1e9, 0.01) == Approx(175e9));
+    // nccl-tests' S: all_gather / reduce_scatter count the whole (n x per-rank) buffer.
+    CHECK(nccl_tests_bytes(Collective::all_gather, 1024, 2, 8) == 1024.0 * 2 * 8);
+    CHECK(nccl_tests_bytes(Collective::all_reduce, 1024, 2, 8) == 1024.0 * 2);
+}
+
+TEST_CASE("alpha-beta fit recovers alpha and busbw from noisy synthetic data within 1%", "[profiler][fit]") {
+    // t = alpha + S * 2(n-1)/n / B with alpha = 25 us, B = 180 GB/s, n = 8, sizes 8 B .. 1 GiB,
+    // multiplicative noise of +-0.5% (uniform, fixed seed).
+    const double alpha = 25e-6, B = 180e9;
+    const int n = 8;
+    std::mt19937_64 rng(42);
+    std::uniform_real_distribution<double> noise(-0.005, 0.005);
+    std::vector<double> S, t;
+    for (double s = 8; s <= double(1 << 30); s *= 2) {
+        S.push_back(s);
+        t.push_back((alpha + s * (2.0 * (n - 1) / n) / B) * (1.0 + noise(rng)));
+    }
+    const AlphaBetaFit f = fit_alpha_beta(Collective::all_reduce, n, S, t);
+    REQUIRE(f.ok);
+    CHECK(f.alpha_s == Approx(alpha).epsilon(0.01));
+    CHECK(f.busbw_Bps == Approx(B).epsilon(0.01));
+    CHECK(f.mape < 0.01);
+    CHECK(f.n_points == static_cast<int>(S.size()));
+    CHECK(f.min_bytes == 8);
+    CHECK(f.max_bytes == double(1 << 30));
+}
+
+TEST_CASE("relative-error weighting keeps the small-size latency", "[profiler][fit]") {
+    // Exact data t = 5 us + x / 20 GB/s over 4 KiB .. 1 GiB: an unweighted fit would let the 1 GiB
+    // point dominate; the relative fit must return both parameters (almost) exactly.
+    std::vector<double> x, t;
+    for (double b = 4096; b <= double(1 << 30); b *= 4) {
+        x.push_back(b);
+        t.push_back(5e-6 + b / 20e9);
+    }
+    const BandwidthCurve c = fit_bandwidth(x, t);
+    REQUIRE(c.ok);
+    CHECK(c.latency_s == Approx(5e-6).epsilon(1e-6));
+    CHECK(c.Bps == Approx(20e9).epsilon(1e-6));
+    CHECK(c.mape == Approx(0).margin(1e-9));
+}
+
+TEST_CASE("a negative intercept is clamped to zero and the slope refitted", "[profiler][fit]") {
+    // Pure bandwidth data t = x / 10 GB/s minus a constant larger than the smallest point's
+    // latency would give a < 0; physical fits never have negative latency.
+    std::vector<double> x{1e6, 2e6, 4e6, 8e6}, t;
+    for (double b : x) t.push_back(b / 10e9 - 1e-6);
+    const LineFit f = fit_line_relative(x, t);
+    REQUIRE(f.ok);
+    CHECK(f.intercept == 0.0);
+    CHECK(f.slope > 0);
+}
+
+TEST_CASE("degenerate inputs give no fit", "[profiler][fit]") {
+    CHECK_FALSE(fit_line_relative({1.0}, {1.0}).ok);
+    CHECK_FALSE(fit_line_relative({2.0, 2.0}, {1.0, 3.0}).ok);
+    // 1-rank all-reduce: factor 0, nothing to fit.
+    CHECK_FALSE(fit_alpha_beta(Collective::all_reduce, 1, {8, 16}, {1e-6, 2e-6}).ok);
+}
+
+TEST_CASE("order statistics: median, p10, p90 by linear interpolation", "[profiler][stats]") {
+    // 1..11: median 6, p10 at position 1.0 -> 2, p90 at position 9.0 -> 10.
+    std::vector<double> v{11, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    const Summary s = summarize(v);
+    CHECK(s.median == 6);
+    CHECK(s.p10 == Approx(2));
+    CHECK(s.p90 == Approx(10));
+    // Rates invert: work 100 over times {1, 2, 4}: median rate 50, p10 rate = 100 / p90(t) = 100/3.6.
+    const Summary r = rate_summary(100, {1, 2, 4});
+    CHECK(r.median == Approx(50));
+    CHECK(r.p10 == Approx(100 / 3.6));
+    CHECK(r.p90 == Approx(100 / 1.2));
+}
