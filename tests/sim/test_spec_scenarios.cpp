@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "strata/hwdb/hwdb.hpp"
 #include "strata/sim/spec_io.hpp"
 
 using namespace strata::sim;
@@ -79,9 +80,10 @@ TEST_CASE("bundled models match their published parameter counts", "[spec][scena
 }
 
 TEST_CASE("bundled clusters use hwdb ids and the documented sizes", "[spec][scenarios]") {
-    // GPU, node and link ids as in hwdb-seed.json (+ hwdb's angel-ptm-a100-40g / local-cpu / cpu).
-    const std::vector<std::string> gpus = {"A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB", "cpu"};
-    const std::vector<std::string> nodes = {"", "DGX-A100", "DGX-H100", "HGX-H200", "angel-ptm-a100-40g", "local-cpu"};
+    // GPU, node and link ids as in hwdb-seed.json (+ hwdb's node angel-ptm-a100-40g). hwdb has no
+    // CPU-as-GPU row, so no bundled cluster names a "cpu" GPU.
+    const std::vector<std::string> gpus = {"A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB"};
+    const std::vector<std::string> nodes = {"", "DGX-A100", "DGX-H100", "HGX-H200", "angel-ptm-a100-40g"};
     const std::vector<std::string> links = {"", "nvlink3", "nvlink4", "ib-hdr", "ib-ndr"};
     auto in = [](const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); };
     for (const auto& e : fs::directory_iterator(kScenarios / "clusters")) {
@@ -91,7 +93,7 @@ TEST_CASE("bundled clusters use hwdb ids and the documented sizes", "[spec][scen
         CHECK(in(nodes, c.node));
         CHECK(in(links, c.intra_link));
         CHECK(in(links, c.nic));
-        if (c.gpu != "cpu") CHECK(c.price_per_gpu_hour > 0);
+        CHECK(c.price_per_gpu_hour > 0);
     }
     CHECK(load_cluster((kScenarios / "clusters" / "dgx-h100-x2048.json").string()).gpu_count() == 16384);
     CHECK(load_cluster((kScenarios / "clusters" / "dgx-a100-80g-x128.json").string()).gpu_count() == 1024);
@@ -120,4 +122,21 @@ TEST_CASE("bundled plans reproduce the published configurations", "[spec][scenar
     CHECK(g3.plan->micro_batches() == 192);  // 1536 / (1 x 8)
     Scenario l2 = load_scenario((kScenarios / "llama-2-7b-64xh100.json").string());
     CHECK(l2.cluster.gpu_count() == 64);
+}
+
+TEST_CASE("every bundled cluster resolves in the seeded hardware database", "[spec][scenarios]") {
+    // A fresh seeded database in this build's tree (not shared with other build directories).
+    const fs::path db_path = fs::path(STRATA_BINARY_DIR) / "tests" / "spec_scenarios_hwdb.db";
+    fs::remove(db_path);
+    for (const char* suffix : {"-wal", "-shm"}) fs::remove(db_path.string() + suffix);
+    {
+        strata::hwdb::Database db = strata::hwdb::Database::create_seeded(db_path.string());
+        for (const auto& e : fs::directory_iterator(kScenarios / "clusters")) {
+            INFO(e.path().string());
+            ClusterSpec c = load_cluster(e.path().string());
+            CHECK_NOTHROW(db.view(c.gpu, c.node, c.intra_link, c.nic, c.ssd, c.cpu));
+        }
+    }
+    fs::remove(db_path);
+    for (const char* suffix : {"-wal", "-shm"}) fs::remove(db_path.string() + suffix);
 }
