@@ -43,6 +43,12 @@ TEST_CASE("group layout follows Megatron's rank order", "[cost][layout]") {
     CHECK(group_layout(Group::dp, c, p).crosses_leaf);
     CHECK_FALSE(group_layout(Group::tp, c, p).crosses_leaf);
     p = PlanSpec{};
+    p.tp = 2, p.cp = 2, p.dp = 2;
+    auto dpcp = group_layout(Group::dp, c, p);  // lower's dp group is dp x cp: stride tp = 2, size 4
+    CHECK(dpcp.size == 4);
+    CHECK(dpcp.per_node == 4);
+    CHECK(group_layout(Group::cp, c, p).size == 2);
+    p = PlanSpec{};
     p.tp = 2, p.dp = 4, p.ep = 2;
     auto ep = group_layout(Group::ep, c, p);  // stride tp = 2, size 2
     CHECK(ep.size == 2);

@@ -40,8 +40,9 @@ double bus_factor(CollKind k, int n) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Group layout. Megatron's rank order: global = tp_i + tp*(cp_i + cp*(dp_i + dp*pp_i)); expert
-// groups split dp x cp (ep fastest, stride tp), expert-data groups take the rest (stride tp*ep).
+// Group layout. Megatron's rank order: global = tp_i + tp*(cp_i + cp*(dp_i + dp*pp_i)). Group::dp
+// is the dp x cp group (lower.hpp: gradients reduce over both); expert groups split dp x cp (ep
+// fastest, stride tp), expert-data groups take the rest (stride tp*ep).
 // A group is an arithmetic progression of ranks (start 0, stride s, size g); nodes hold G ranks.
 // ---------------------------------------------------------------------------------------------
 namespace {
@@ -56,7 +57,7 @@ Progression progression(Group g, const PlanSpec& p) {
     switch (g) {
         case Group::tp: return {1, tp};
         case Group::cp: return {tp, cp};
-        case Group::dp: return {tp * cp, dp};
+        case Group::dp: return {tp, dp * cp};  // lower's dp collectives span Megatron's dp x cp group
         case Group::ep: return {tp, ep};
         case Group::edp: return {tp * ep, std::max<std::int64_t>(1, dp * cp / ep)};
         case Group::pp: return {tp * cp * dp, pp};

@@ -1,0 +1,198 @@
+// simulate() end to end on hand-built specs and the fixture hardware (no database): pipeline bubble
+// against the closed forms, engine memory peak against the analytical model, OOM on the right tier,
+// optimizer offload (HBM saved = optimizer bytes; time >= the PCIe transfers), determinism.
+#include <catch2/catch.hpp>
+
+#include <numeric>
+
+#include "cost_fixtures.hpp"
+#include "strata/sim/simulate.hpp"
+#include "strata/sim/tensors.hpp"
+
+using namespace strata::sim;
+using namespace strata::sim::test;
+
+namespace {
+
+/// A GPT-style model whose stages are all alike: many identical layers, a tiny vocabulary (the
+/// embedding and the logits cost next to nothing), so per-stage times are uniform.
+ModelSpec uniform_model(int layers) {
+    ModelSpec m;
+    m.name = "uniform";
+    m.layers = layers;
+    m.hidden = 4096;
+    m.heads = 32;
+    m.kv_heads = 32;
+    m.head_dim = 128;
+    m.ffn_hidden = 16384;
+    m.vocab = 256;
+    m.seq_len = 2048;
+    m.position = PositionKind::rope;
+    m.norm = NormKind::rmsnorm;
+    return m;
+}
+
+ClusterSpec one_node(int gpus) {
+    ClusterSpec c = dgx_cluster(1);
+    c.name = "node";
+    c.gpus_per_node = gpus;
+    return c;
+}
+
+double bubble_plus_wait(const SimOutput& out) {
+    // Idle time of the compute stream that is not compute: bubble + p2p waits (p2p is tiny here).
+    return out.result.bubble_fraction + static_cast<double>(out.result.exposed_comm_ns) * 1e-9 / out.result.step_time_s();
+}
+
+}  // namespace
+
+TEST_CASE("pipeline bubble matches (p-1)/(m+p-1), and interleaving shrinks it", "[simulate][bubble]") {
+    const auto hw = h100_view();
+    const ModelSpec m = uniform_model(16);
+    const ClusterSpec c = one_node(4);
+    PlanSpec p;
+    p.pp = 4;
+    p.micro_batch = 1;
+    p.global_batch = 8;  // m = 8 micro-batches
+    p.schedule = Schedule::one_f_one_b;
+    SimOptions o;
+    o.critical_path = false;
+    const SimOutput a = simulate(m, c, p, hw, o);
+    REQUIRE_FALSE(a.result.deadlock);
+    // 1F1B with equal stages: step = (m + p - 1)(tf + tb), each stage busy m(tf + tb): idle share
+    // (p-1)/(m+p-1) = 3/11 (Narayanan et al. SC21, Sec. 2.2).
+    CHECK(bubble_plus_wait(a) == Approx(3.0 / 11.0).epsilon(0.08));
+
+    // Interleaved with v = 2 chunks: bubble (p-1)/v per (m) micro-batch times -> 3/(2*8+3) = 3/19.
+    p.schedule = Schedule::interleaved_1f1b;
+    p.vpp = 2;
+    const SimOutput b = simulate(m, c, p, hw, o);
+    REQUIRE_FALSE(b.result.deadlock);
+    CHECK(bubble_plus_wait(b) == Approx(3.0 / 19.0).epsilon(0.12));
+    CHECK(bubble_plus_wait(b) < bubble_plus_wait(a));
+    CHECK(b.step_time_s < a.step_time_s);
+}
+
+TEST_CASE("engine peak HBM equals the analytical memory model within 1%", "[simulate][memory]") {
+    const auto hw = h100_view();
+    const ModelSpec m = uniform_model(16);
+    const ClusterSpec c = one_node(8);
+    PlanSpec p;
+    p.tp = 2, p.pp = 2, p.dp = 2;
+    p.micro_batch = 1;
+    p.global_batch = 16;
+    p.sequence_parallel = true;
+    p.zero_stage = 1;
+    SimOptions o;
+    o.allocator_model = false;  // the analytical model charges bytes as requested
+    o.critical_path = false;
+    const SimOutput out = simulate(m, c, p, hw, o);
+    REQUIRE_FALSE(out.result.oom);
+    CHECK(out.result.peak_bytes_max[0] == Approx(out.memory.hbm_bytes).epsilon(0.01));
+}
+
+TEST_CASE("LLaMA-2-70B unsharded on one GPU runs out of HBM", "[simulate][oom]") {
+    const auto hw = h100_view();
+    ModelSpec m = uniform_model(80);
+    m.name = "llama-2-70b";  // dims of the HF config: GQA 8 KV heads, SwiGLU 28672
+    m.hidden = 8192, m.heads = 64, m.kv_heads = 8, m.ffn_hidden = 28672, m.ffn = FfnKind::swiglu;
+    m.vocab = 32000, m.seq_len = 4096;
+    const ClusterSpec c = one_node(1);
+    PlanSpec p;  // 1 x 1 x 1: 70e9 params x 16 B of mixed-precision Adam state = 1.1 TB > 80 GB
+    SimOptions o;
+    o.critical_path = false;
+    const SimOutput out = simulate(m, c, p, hw, o);
+    REQUIRE(out.result.oom);
+    REQUIRE_FALSE(out.result.ooms.empty());
+    CHECK(out.result.ooms.front().tier == Tier::gpu);
+    CHECK_FALSE(out.memory.fits_hbm);
+}
+
+TEST_CASE("optimizer offload to a node with little DRAM runs out of CPU memory", "[simulate][oom]") {
+    const auto hw = h100_view();
+    const ModelSpec m = uniform_model(32);  // ~6.5e9 params
+    ClusterSpec c = one_node(8);
+    c.host_dram_bytes = 64e9;  // 8 GPUs x (6.5e9/8 params x 12 B) = 78 GB of fp32 Adam state > 64 GB
+    PlanSpec p;
+    p.dp = 8;
+    p.zero_stage = 1;
+    p.global_batch = 8;
+    p.offload.optimizer = TierSplit{0, 1, 0};
+    SimOptions o;
+    o.critical_path = false;
+    const SimOutput out = simulate(m, c, p, hw, o);
+    REQUIRE(out.result.oom);
+    bool cpu_oom = false, gpu_oom = false;
+    for (const auto& e : out.result.ooms) cpu_oom |= e.tier == Tier::cpu, gpu_oom |= e.tier == Tier::gpu;
+    CHECK(cpu_oom);
+    CHECK_FALSE(gpu_oom);
+}
+
+TEST_CASE("optimizer offload saves exactly its bytes of HBM and pays the PCIe transfers", "[simulate][offload]") {
+    const auto hw = h100_view();
+    const ModelSpec m = uniform_model(8);
+    const ClusterSpec c = one_node(8);
+    PlanSpec p;
+    p.dp = 8;
+    p.zero_stage = 1;
+    p.global_batch = 8;
+    SimOptions o;
+    o.allocator_model = false;
+    o.critical_path = false;
+    const SimOutput gpu = simulate(m, c, p, hw, o);
+    PlanSpec q = p;
+    q.offload.optimizer = TierSplit{0, 1, 0};
+    const SimOutput cpu = simulate(m, c, q, hw, o);
+    REQUIRE_FALSE(gpu.result.oom);
+    REQUIRE_FALSE(cpu.result.oom);
+
+    double optimizer_bytes = 0;
+    for (const auto& t : stage_model_states(m, p, 0))
+        if (t.tag == TensorTag::optimizer) optimizer_bytes += t.bytes;
+    REQUIRE(optimizer_bytes > 0);
+    CHECK(gpu.result.peak_bytes_max[0] - cpu.result.peak_bytes_max[0] == Approx(optimizer_bytes).epsilon(0.01));
+
+    // The offloaded step moves gradients down and parameters up over PCIe, after the backward.
+    double d2h = 0, h2d = 0;
+    for (const auto& in : cpu.program.ranks.front().instrs)
+        if (in.kind == InstrKind::copy) (in.copy == CopyKind::d2h ? d2h : h2d) += in.copy == CopyKind::d2h || in.copy == CopyKind::h2d ? in.bytes : 0;
+    REQUIRE(d2h > 0);
+    REQUIRE(h2d > 0);
+    const double pcie_s = d2h / 50e9 + h2d / 50e9;  // fixture: 50 GB/s per GPU each way
+    CHECK(cpu.step_time_s - gpu.step_time_s >= pcie_s * 0.999);
+}
+
+TEST_CASE("identical input gives identical JSON and trace", "[simulate][determinism]") {
+    const auto hw = h100_view();
+    const ModelSpec m = uniform_model(4);
+    const ClusterSpec c = one_node(4);
+    PlanSpec p;
+    p.tp = 2, p.pp = 2;
+    p.global_batch = 4;
+    SimOptions o;
+    o.trace = true;
+    const SimOutput a = simulate(m, c, p, hw, o);
+    const SimOutput b = simulate(m, c, p, hw, o);
+    CHECK(to_json_text(a.result, a.job) == to_json_text(b.result, b.job));
+    const std::string ta = trace_text(a);
+    CHECK(ta == trace_text(b));
+    CHECK(ta.find("\"traceEvents\"") != std::string::npos);
+    CHECK(ta.find("\"ph\":\"X\"") != std::string::npos);
+    CHECK(summary_text(a) == summary_text(b));
+}
+
+TEST_CASE("job figures follow from the step time", "[simulate]") {
+    const auto hw = h100_view();
+    const ModelSpec m = uniform_model(4);
+    const ClusterSpec c = one_node(2);
+    PlanSpec p;
+    p.dp = 2;
+    p.global_batch = 4;
+    const SimOutput out = simulate(m, c, p, hw, SimOptions{});
+    const double tokens = 4.0 * 2048;
+    CHECK(out.job.tokens_per_s == Approx(tokens / out.step_time_s));
+    CHECK(out.job.tflops_per_gpu == Approx(out.model_flops_per_step / out.step_time_s / 2 / 1e12));
+    CHECK(out.job.mfu == Approx(out.job.tflops_per_gpu * 1e12 / 989e12));
+    CHECK(out.job.mfu > 0.1);
+    CHECK(out.job.mfu < 0.9);
+}
