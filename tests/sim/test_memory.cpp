@@ -144,3 +144,33 @@ TEST_CASE("Verdict and JSON", "[memory]") {
     CHECK(g.stages[5].activations_bytes == Approx(192.0 * 6 * 34 * 2048 * 12288 / 8));
     CHECK_FALSE(g.fits_hbm);
 }
+
+TEST_CASE("Partial full recompute and per-node sums across stages", "[memory]") {
+    // 4 stages of 6 layers, tp 2, SP, full recompute of the first 2 layers of each stage: those
+    // keep only their input 2sbh/t; the other 4 keep everything, sbh/t (34 + 5as/h) each.
+    ModelSpec m = gpt3();
+    m.layers = 24;
+    PlanSpec p;
+    p.tp = 2;
+    p.pp = 4;
+    p.dp = 1;
+    p.micro_batch = 1;
+    p.global_batch = 8;
+    p.sequence_parallel = true;
+    p.flash_attention = false;
+    p.recompute = Recompute::full;
+    p.recompute_layers = 2;
+    p.offload.activations = TierSplit{0.0, 1.0, 0.0};
+    Capacities caps = a100_80();
+    const MemoryReport r = memory_estimate(m, p, caps);
+    const double s = 2048, h = 12288, a = 96, t = 2;
+    const double kept = 2 * (2 * s * h / t) + 4 * (s * h / t * (34 + 5 * a * s / h));
+    CHECK(r.stages[2].activations_bytes == Approx(2 * kept));  // stage 2 of 4: 1F1B keeps 2
+    CHECK(r.stages[2].tier_bytes[1] == Approx(2 * kept));       // all offloaded to host DRAM
+    // A node of 8 GPUs holds ranks 0-7 = 4 stages x 2 TP ranks: its DRAM is the sum of all.
+    double node = 0;
+    for (const StageMemory& st : r.stages) node += 2 * st.tier_bytes[1];
+    CHECK(r.cpu_bytes == Approx(node));
+    // Offloading activations does not move the backward workspace off the GPU.
+    for (const StageMemory& st : r.stages) CHECK(st.tier_bytes[0] >= st.workspace_bytes);
+}

@@ -53,12 +53,32 @@ double sum_bytes(const std::vector<TensorDesc>& v) {
     return b;
 }
 
+// Layers differ only by (MoE or dense, recomputed or not): size each kind once, since the planner
+// calls memory_estimate for every candidate plan.
+struct LayerKindBytes {
+    double activations = 0, workspace = 0;
+    bool known = false;
+};
+struct LayerKinds {
+    LayerKindBytes kinds[2][2];
+    const LayerKindBytes& get(const ModelSpec& m, const PlanSpec& p, int layer, bool recomputed) {
+        LayerKindBytes& k = kinds[m.layer_is_moe(layer) ? 1 : 0][recomputed ? 1 : 0];
+        if (!k.known) {
+            k.activations = sum_bytes(layer_activations(m, p, layer, recomputed));
+            k.workspace = sum_bytes(layer_backward_workspace(m, p, layer, recomputed));
+            k.known = true;
+        }
+        return k;
+    }
+};
+
 }  // namespace
 
 MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capacities& caps) {
     MemoryReport r;
     r.capacities = caps;
     const std::vector<int> sl = stage_layers(m, p);
+    LayerKinds kinds;
     int first = 0;
     for (int stage = 0; stage < p.pp; ++stage) {
         StageMemory s;
@@ -70,8 +90,13 @@ MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capaci
         double workspace = 0;
         for (int i = 0; i < s.layers; ++i) {
             const bool rc = layer_recomputed(m, p, stage, i);
-            for (const TensorDesc& d : layer_activations(m, p, first + i, rc)) add_to(s, d, s.in_flight_microbatches);
-            workspace = std::max(workspace, sum_bytes(layer_backward_workspace(m, p, first + i, rc)));
+            const LayerKindBytes& k = kinds.get(m, p, first + i, rc);
+            TensorDesc d;  // all of a layer's activations share plan.offload.activations
+            d.tag = TensorTag::activations;
+            d.bytes = k.activations;
+            d.tiers = p.offload.activations;
+            add_to(s, d, s.in_flight_microbatches);
+            workspace = std::max(workspace, k.workspace);
         }
         // Embedding and logits belong to whole micro-batches: round the interleaved fraction up.
         // The last stage starts each micro-batch's backward right after its loss, so it holds the
