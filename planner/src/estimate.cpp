@@ -9,6 +9,7 @@
 #include "strata/sim/engine.hpp"
 #include "strata/sim/lower.hpp"
 #include "strata/sim/model.hpp"
+#include "strata/sim/simulate.hpp"
 #include "strata/sim/tensors.hpp"
 
 namespace strata::planner {
@@ -16,16 +17,6 @@ namespace strata::planner {
 using namespace strata::sim;
 
 namespace {
-
-hwdb::Dtype dtype_of(Precision p) {
-    switch (p) {
-        case Precision::fp32: return hwdb::Dtype::fp32;
-        case Precision::fp16: return hwdb::Dtype::fp16;
-        case Precision::fp8: return hwdb::Dtype::fp8;
-        case Precision::bf16: return hwdb::Dtype::bf16;
-    }
-    return hwdb::Dtype::bf16;
-}
 
 double alone_s(const Demand& d) { return static_cast<double>(d.alone_ns()) * 1e-9; }
 
@@ -62,11 +53,11 @@ Instr copy_instr(CopyKind k, double bytes) {
 }  // namespace
 
 Capacities capacities_of(const ClusterSpec& c, const hwdb::HardwareView& hw) {
+    const TierCapacities t = tier_capacities(c, hw);  // the simulator's own rule, so both agree
     Capacities caps;
-    caps.hbm_bytes = hw.gpu.hbm_bytes;
-    caps.cpu_bytes_per_node = c.host_dram_bytes > 0 ? c.host_dram_bytes : hw.node.cpu_dram_bytes;
-    const int drives = c.ssds_per_node > 0 ? c.ssds_per_node : hw.node.ssd_count;
-    caps.ssd_bytes_per_node = drives * kDefaultSsdDriveBytes;
+    caps.hbm_bytes = t.gpu_bytes;
+    caps.cpu_bytes_per_node = t.cpu_bytes;
+    caps.ssd_bytes_per_node = t.ssd_bytes;
     caps.gpus_per_node = c.gpus_per_node;
     return caps;
 }
@@ -265,7 +256,7 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     e.tokens_per_s = e.step_time_s > 0 ? tokens / e.step_time_s : 0;
     const double flops = model_flops_per_token(m_) * tokens;
     e.tflops_per_gpu = e.step_time_s > 0 ? flops / e.step_time_s / p.gpus() / 1e12 : 0;
-    const double peak = hw_.gpu.peak(dtype_of(p.precision));
+    const double peak = peak_flops_for(hw_, p.precision);
     e.mfu = peak > 0 ? e.tflops_per_gpu * 1e12 / peak : 0;
     return e;
 }

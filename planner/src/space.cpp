@@ -143,6 +143,7 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                                             if (sched == Schedule::interleaved_1f1b && micro % pp != 0) ok = false;
                                             if (zero == 3 && pp > 1) ok = false;          // DeepSpeed: no ZeRO-3 with PP
                                             if (dp * cp == 1 && zero > 0) ok = false;     // nothing to shard over
+                                            if (sp == 1 && (m.seq_len / cp) % tp != 0) ok = false;  // SP splits the sequence over tp
                                             if (zero < off.min_zero_stage) ok = false;
                                             if (!ok) {
                                                 ++k.invalid;

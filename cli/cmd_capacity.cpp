@@ -1,0 +1,208 @@
+// strata capacity: fewest GPUs and cheapest cluster that train T tokens by a deadline or within a
+// budget, with the Pareto front; --max-model: the largest model of the family that trains on a
+// cluster at all, with and without CPU/SSD offload.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "cli.hpp"
+#include "progress.hpp"
+#include "strata/common/error.hpp"
+#include "strata/common/text.hpp"
+#include "strata/planner/capacity.hpp"
+#include "strata/sim/model.hpp"
+#include "strata/sim/spec_io.hpp"
+
+namespace strata::cli {
+namespace {
+
+struct CapArgs {
+    SpecArgs specs;
+    std::string db, json, tokens, deadline;
+    double budget = 0;
+    std::vector<std::string> gpus;
+    int max_gpus = 4096, min_gpus = 8, global_batch = 0;
+    bool max_model = false, quiet = false;
+};
+
+/// "2T", "300B", "1.5e12" -> tokens.
+double parse_count(const std::string& s, const std::string& opt) {
+    if (s.empty()) throw InputError(opt, "", "is required");
+    double mult = 1;
+    std::string num = s;
+    switch (s.back()) {
+        case 'K': case 'k': mult = 1e3; num.pop_back(); break;
+        case 'M': mult = 1e6; num.pop_back(); break;
+        case 'B': case 'G': mult = 1e9; num.pop_back(); break;
+        case 'T': mult = 1e12; num.pop_back(); break;
+        default: break;
+    }
+    try {
+        std::size_t pos = 0;
+        double v = std::stod(num, &pos);
+        if (pos != num.size() || !(v > 0) || !std::isfinite(v)) throw std::invalid_argument("x");
+        return v * mult;
+    } catch (const std::exception&) {
+        throw InputError(opt, "", "= \"" + s + "\" must be a positive number, optionally with K, M, B or T");
+    }
+}
+
+/// "30d", "720h", "30" (days) -> seconds.
+double parse_duration(const std::string& s, const std::string& opt) {
+    if (s.empty()) return 0;
+    double mult = 86400;
+    std::string num = s;
+    if (s.back() == 'd') num.pop_back();
+    else if (s.back() == 'h') { mult = 3600; num.pop_back(); }
+    else if (s.back() == 'w') { mult = 7 * 86400; num.pop_back(); }
+    try {
+        std::size_t pos = 0;
+        double v = std::stod(num, &pos);
+        if (pos != num.size() || !(v > 0) || !std::isfinite(v)) throw std::invalid_argument("x");
+        return v * mult;
+    } catch (const std::exception&) {
+        throw InputError(opt, "", "= \"" + s + "\" must be a duration such as 30d, 720h or 4w");
+    }
+}
+
+/// A template cluster for a GPU type: the smallest bundled cluster using that GPU.
+sim::ClusterSpec template_for(const std::string& gpu) {
+    namespace fs = std::filesystem;
+    sim::ClusterSpec best;
+    bool found = false;
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(fs::path(STRATA_SCENARIOS_DIR) / "clusters")) files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) {
+        sim::ClusterSpec c = sim::load_cluster(f.string());
+        if (c.gpu != gpu || c.gpus_per_node < 8) continue;
+        if (!found || c.nodes < best.nodes) best = c, found = true;
+    }
+    if (!found) {
+        best.gpu = gpu;
+        best.nodes = 1;
+        best.gpus_per_node = 8;
+        best.name = gpu;
+    }
+    return best;
+}
+
+void run_capacity(const CapArgs& a) {
+    auto db = open_db(a.db);
+    install_interrupt_handler();
+    ProgressBar bar(a.quiet);
+    if (a.max_model) {
+        sim::Scenario s = resolve_specs(a.specs, false);
+        planner::ClusterOption opt{s.cluster, view_for(db, s.cluster)};
+        const int gbs = a.global_batch > 0 ? a.global_batch : 64;
+        std::cout << "Largest trainable member of the " << s.model.name << " family on " << s.cluster.name << " ("
+                  << s.cluster.gpu_count() << " x " << s.cluster.gpu << "), global batch " << gbs << ", seq " << s.model.seq_len << ":\n";
+        for (bool offload : {false, true}) {
+            bar.update(offload ? 0.5 : 0.0, "searching");
+            auto r = planner::max_trainable_model(s.model, opt, offload, gbs, &interrupted());
+            bar.finish();
+            std::cout << (offload ? "  with CPU/SSD offload: " : "  GPU memory only:      ");
+            if (!r.found) {
+                std::cout << "no member fits\n";
+                continue;
+            }
+            const auto& p = r.plan.plan;
+            std::printf("%s, %.1fB parameters (%d layers, hidden %lld); plan tp %d pp %d dp %d zero %d recompute %s%s%s, %.0f tokens/s\n",
+                        r.model.name.c_str(), r.params / 1e9, r.model.layers, static_cast<long long>(r.model.hidden), p.tp, p.pp, p.dp,
+                        p.zero_stage, sim::to_string(p.recompute), p.offload.optimizer.all_gpu() ? "" : ", optimizer offloaded",
+                        p.offload.params.all_gpu() ? "" : ", params offloaded", r.plan.sim.tokens_per_s);
+            std::fflush(stdout);
+        }
+        if (interrupted().load()) throw RuntimeError("interrupted");
+        return;
+    }
+    sim::Scenario s;
+    if (!a.specs.scenario.empty() || !a.specs.model.empty()) {
+        SpecArgs only_model = a.specs;
+        if (only_model.cluster.empty() && only_model.scenario.empty()) only_model.cluster = "dgx-h100-x1";
+        s = resolve_specs(only_model, false);
+    } else {
+        throw InputError("--model", "", "is required");
+    }
+    planner::CapacityOptions o;
+    o.tokens = parse_count(a.tokens, "--tokens");
+    o.deadline_s = parse_duration(a.deadline, "--deadline");
+    o.budget_usd = a.budget;
+    if (o.deadline_s <= 0 && o.budget_usd <= 0) throw InputError("--deadline", "", "or --budget is required");
+    o.max_gpus = a.max_gpus;
+    o.min_gpus = a.min_gpus;
+    o.search.space.global_batch = a.global_batch > 0 ? a.global_batch : 1024;
+    // A reduced space per size keeps a sweep of dozens of cluster sizes to seconds per size.
+    o.search.space.search_gpipe = false;
+    o.search.space.search_offload = false;
+    o.search.space.search_uneven_pipeline = false;
+    o.search.space.zero_stages = {1};
+    o.search.shortlist = 3;
+    o.search.max_simulated = 3;
+    o.search.shortlist_margin = 0.0;
+    o.search.cancel = &interrupted();
+    o.progress = [&](int done, int total) { bar.update(double(done) / total, "sizes"); };
+    std::vector<planner::ClusterOption> options;
+    std::vector<std::string> gpus = a.gpus.empty() ? std::vector<std::string>{"H100-SXM5-80GB", "A100-SXM4-80GB"} : a.gpus;
+    for (const auto& g : gpus) {
+        sim::ClusterSpec c = template_for(g);
+        options.push_back({c, view_for(db, c)});
+    }
+    auto r = planner::plan_capacity(s.model, options, o);
+    bar.finish();
+    std::printf("Training %s on %s tokens", s.model.name.c_str(), fmt_sci(o.tokens, 3).c_str());
+    if (o.deadline_s > 0) std::printf(", deadline %.1f days", o.deadline_s / 86400);
+    if (o.budget_usd > 0) std::printf(", budget $%.0f", o.budget_usd);
+    std::printf(" (global batch %d):\n", o.search.space.global_batch);
+    std::printf("%-16s %6s %6s %12s %9s %13s %5s %6s  %s\n", "gpu", "nodes", "gpus", "tokens/s", "days", "cost $", "meets", "pareto", "plan (tp pp dp cp vpp mb recompute)");
+    for (const auto& p : r.points) {
+        if (!p.feasible) {
+            std::printf("%-16s %6d %6d %12s\n", p.cluster.gpu.c_str(), p.cluster.nodes, p.cluster.gpu_count(), "no plan fits");
+            continue;
+        }
+        const auto& q = p.best.plan;
+        std::printf("%-16s %6d %6d %12.0f %9.2f %13.0f %5s %6s  %d %d %d %d %d %d %s\n", p.cluster.gpu.c_str(), p.cluster.nodes, p.cluster.gpu_count(),
+                    p.tokens_per_s, p.time_s / 86400, p.cost_usd, p.meets ? "yes" : "no", p.pareto ? "*" : "", q.tp, q.pp, q.dp, q.cp, q.vpp,
+                    q.micro_batch, sim::to_string(q.recompute));
+    }
+    auto say = [&](const char* what, int i) {
+        if (i < 0) {
+            std::printf("%s: none meets the target within %d GPUs\n", what, o.max_gpus);
+            return;
+        }
+        const auto& p = r.points[static_cast<std::size_t>(i)];
+        std::printf("%s: %d x %s (%d nodes), %.1f days, $%.0f\n", what, p.cluster.gpu_count(), p.cluster.gpu.c_str(), p.cluster.nodes,
+                    p.time_s / 86400, p.cost_usd);
+    };
+    say("fewest GPUs", r.fewest_gpus);
+    say("cheapest", r.cheapest);
+    if (interrupted().load()) {
+        std::printf("interrupted: partial sweep shown; no output file written\n");
+        throw RuntimeError("interrupted");
+    }
+    if (!a.json.empty()) write_output(a.json, planner::capacity_to_json(s.model, o, r));
+}
+
+void add_capacity(CLI::App& app) {
+    auto a = std::make_shared<CapArgs>();
+    auto* cmd = app.add_subcommand("capacity", "Fewest GPUs / cheapest cluster to train T tokens by a deadline; or the largest trainable model");
+    add_spec_options(cmd, a->specs);
+    add_db_option(cmd, a->db);
+    cmd->add_option("--tokens,-t", a->tokens, "tokens to train, e.g. 2T or 3e11");
+    cmd->add_option("--deadline,-d", a->deadline, "wall-clock limit, e.g. 30d, 720h");
+    cmd->add_option("--budget", a->budget, "budget in USD");
+    cmd->add_option("--gpu", a->gpus, "GPU types to consider (hwdb ids; default H100-SXM5-80GB A100-SXM4-80GB)");
+    cmd->add_option("--max-gpus", a->max_gpus, "largest cluster to consider");
+    cmd->add_option("--min-gpus", a->min_gpus, "smallest cluster to consider");
+    cmd->add_option("--global-batch,-b", a->global_batch, "sequences per step (default 1024; --max-model: 64)");
+    cmd->add_option("--json", a->json, "write the sweep as JSON");
+    cmd->add_flag("--max-model", a->max_model, "largest model of the --model family that trains on --cluster");
+    cmd->add_flag("--quiet,-q", a->quiet, "no progress bar");
+    cmd->callback([a] { run_capacity(*a); });
+}
+
+STRATA_COMMAND(15, add_capacity);
+
+}  // namespace
+}  // namespace strata::cli

@@ -1,0 +1,154 @@
+// strata plan: the best parallel plans for a model on a cluster; strata plan-merge: combine the
+// JSON outputs of a sharded search (--shard i/n). Ctrl-C stops the search cleanly, prints what was
+// found so far and writes no output file.
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "cli.hpp"
+#include "progress.hpp"
+#include "strata/common/error.hpp"
+#include "strata/common/json_reader.hpp"
+#include "strata/common/text.hpp"
+#include "strata/planner/search.hpp"
+#include "strata/sim/spec_io.hpp"
+
+namespace strata::cli {
+namespace {
+
+struct PlanArgs {
+    SpecArgs specs;
+    std::string db, json, shard;
+    int global_batch = 0;
+    int seq_len = 0;
+    int top = 10;
+    int threads = 0;
+    bool quiet = false, no_simulate = false, no_offload = false, tp_across_nodes = false;
+};
+
+std::string offload_label(const sim::PlanSpec& p) {
+    auto one = [](const char* what, const sim::TierSplit& t) -> std::string {
+        if (t.all_gpu()) return "";
+        std::string s = std::string(what) + ":";
+        if (t.gpu > 0 && (t.cpu > 0 || t.ssd > 0)) s += "split";
+        else s += t.ssd > 0 ? "ssd" : "cpu";
+        return s;
+    };
+    std::string s = one("opt", p.offload.optimizer);
+    std::string q = one("par", p.offload.params);
+    if (!q.empty()) s += (s.empty() ? "" : ",") + q;
+    if (p.lock_free_update) s += ",lf";
+    return s.empty() ? "-" : s;
+}
+
+const char* sched_label(const sim::PlanSpec& p) {
+    switch (p.schedule) {
+        case sim::Schedule::gpipe: return "gpipe";
+        case sim::Schedule::one_f_one_b: return "1f1b";
+        case sim::Schedule::interleaved_1f1b: return "interl";
+    }
+    return "?";
+}
+
+void print_table(const planner::SearchResult& r, int top, std::ostream& out) {
+    char line[512];
+    std::snprintf(line, sizeof line, "%4s %3s %3s %4s %3s %3s %3s %3s %-6s %4s %-9s %2s %-14s %9s %11s %6s %9s  %s\n", "#", "tp", "pp", "dp",
+                  "cp", "ep", "vpp", "mb", "sched", "zero", "recompute", "sp", "offload", "step", "tokens/s", "MFU", "peak HBM", "why");
+    out << line;
+    int shown = 0;
+    for (const auto& rp : r.ranked) {
+        if (shown >= top) break;
+        const auto& p = rp.plan;
+        const bool sim = rp.simulated;
+        const double step = sim ? rp.sim.step_time_s : rp.estimate.step_time_s;
+        const double tps = sim ? rp.sim.tokens_per_s : rp.estimate.tokens_per_s;
+        const double mfu = sim ? rp.sim.mfu : rp.estimate.mfu;
+        const double hbm = sim ? rp.sim.peak_hbm_bytes : rp.estimate.hbm_bytes;
+        std::string note = sim ? (rp.sim.oom ? "OOM (simulated)" : rp.why) : ("estimate only; " + rp.why);
+        std::snprintf(line, sizeof line, "%4d %3d %3d %4d %3d %3d %3d %3d %-6s %4d %-9s %2s %-14s %9s %11.0f %5.1f%% %9s  %s\n", shown + 1, p.tp, p.pp,
+                      p.dp, p.cp, p.ep, p.vpp, p.micro_batch, sched_label(p), p.zero_stage, sim::to_string(p.recompute),
+                      p.sequence_parallel ? "y" : "n", offload_label(p).c_str(), human_seconds(step).c_str(), tps, 100 * mfu,
+                      human_bytes(hbm).c_str(), note.c_str());
+        out << line;
+        ++shown;
+    }
+    out << "plans: " << r.space.considered << " considered, " << r.space.invalid << " invalid (divisibility), "
+        << r.pruned_memory << " pruned by memory, " << r.estimated << " estimated, " << r.simulated << " simulated ("
+        << r.simulated_oom << " OOM)\n";
+    if (r.ranked.empty()) out << "no plan fits this cluster (see `strata memory` for why)\n";
+}
+
+void run_plan(const PlanArgs& a) {
+    sim::Scenario s = resolve_specs(a.specs, false);
+    if (a.seq_len > 0) s.model.seq_len = a.seq_len;
+    if (s.model.max_position > 0 && s.model.max_position < s.model.seq_len && s.model.position == sim::PositionKind::learned)
+        throw InputError("--seq-len", "", "= " + std::to_string(s.model.seq_len) + " exceeds the learned position table (" + std::to_string(s.model.max_position) + ")");
+    planner::SearchOptions o;
+    o.space.global_batch = a.global_batch > 0 ? a.global_batch : (s.plan ? s.plan->global_batch : 512);
+    o.space.search_offload = !a.no_offload;
+    o.space.tp_within_node = !a.tp_across_nodes;
+    o.top_k = a.top;
+    o.threads = a.threads;
+    o.simulate = !a.no_simulate;
+    if (!a.shard.empty()) {
+        int i = -1, n = -1;
+        char slash = 0;
+        std::istringstream in(a.shard);
+        if (!(in >> i >> slash >> n) || slash != '/' || n < 1 || i < 0 || i >= n || !in.eof())
+            throw InputError("--shard", "", "= \"" + a.shard + "\" must be i/n with 0 <= i < n");
+        o.shard = i;
+        o.shards = n;
+    }
+    auto db = open_db(a.db);
+    auto hw = view_for(db, s.cluster);
+    install_interrupt_handler();
+    o.cancel = &interrupted();
+    ProgressBar bar(a.quiet);
+    o.progress = [&](double f, const char* phase) { bar.update(f, phase); };
+    planner::SearchResult r = planner::search_plans(s.model, s.cluster, hw, o);
+    bar.finish();
+    std::cout << "Plans for " << s.model.name << " on " << s.cluster.name << " (" << s.cluster.gpu_count() << " x " << s.cluster.gpu
+              << "), global batch " << o.space.global_batch << ", seq " << s.model.seq_len << "\n";
+    print_table(r, a.top, std::cout);
+    if (r.cancelled) {
+        std::cout << "interrupted: the table shows what was found so far; no output file written\n";
+        throw RuntimeError("interrupted");
+    }
+    if (!a.json.empty()) write_output(a.json, planner::search_to_json(s.model, s.cluster, r));
+}
+
+void add_plan(CLI::App& app) {
+    auto a = std::make_shared<PlanArgs>();
+    auto* cmd = app.add_subcommand("plan", "Search parallel plans for a model on a cluster and rank them");
+    add_spec_options(cmd, a->specs);
+    add_db_option(cmd, a->db);
+    cmd->add_option("--global-batch,-b", a->global_batch, "sequences per step (default: the scenario's plan, else 512)");
+    cmd->add_option("--seq-len", a->seq_len, "override the model's sequence length");
+    cmd->add_option("--top,-k", a->top, "plans to show");
+    cmd->add_option("--json", a->json, "write the ranked plans as JSON");
+    cmd->add_option("--threads,-j", a->threads, "simulation threads (default: all cores)");
+    cmd->add_option("--shard", a->shard, "search only shard i of n (i/n); merge with plan-merge");
+    cmd->add_flag("--quiet,-q", a->quiet, "no progress bar");
+    cmd->add_flag("--no-simulate", a->no_simulate, "rank by the fast estimate only");
+    cmd->add_flag("--no-offload", a->no_offload, "do not consider CPU/SSD offload");
+    cmd->add_flag("--tp-across-nodes", a->tp_across_nodes, "allow tensor parallelism across nodes");
+    cmd->callback([a] { run_plan(*a); });
+
+    auto files = std::make_shared<std::vector<std::string>>();
+    auto out = std::make_shared<std::string>("-");
+    auto top = std::make_shared<int>(10);
+    auto* merge = app.add_subcommand("plan-merge", "Merge the --json outputs of a sharded `strata plan`");
+    merge->add_option("files", *files, "shard outputs")->required()->check(CLI::ExistingFile);
+    merge->add_option("--output,-o", *out, "merged JSON (default: stdout)");
+    merge->add_option("--top,-k", *top, "plans to keep");
+    merge->callback([files, out, top] {
+        std::vector<std::string> texts;
+        for (const auto& f : *files) texts.push_back(read_text_file(f));
+        write_output(*out, planner::merge_search_json(texts, *files, *top));
+    });
+}
+
+STRATA_COMMAND(10, add_plan);
+
+}  // namespace
+}  // namespace strata::cli

@@ -1,0 +1,72 @@
+// Capacity planning: sweep GPU types and cluster sizes (node granularity), search plans for each,
+// and answer: the fewest GPUs and the cheapest cluster that train `tokens` by a deadline (or within
+// a budget), with the Pareto front of time versus cost. Also the largest model of a family that
+// trains on a cluster at all (Angel-PTM's question), with and without CPU/SSD offload.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "strata/hwdb/view.hpp"
+#include "strata/planner/search.hpp"
+
+namespace strata::planner {
+
+/// One GPU type to try: a cluster template (its `nodes` is ignored) and its hardware view.
+struct ClusterOption {
+    sim::ClusterSpec cluster;
+    hwdb::HardwareView hw;
+};
+
+struct CapacityOptions {
+    double tokens = 0;          ///< tokens to train
+    double deadline_s = 0;      ///< 0 = no deadline
+    double budget_usd = 0;      ///< 0 = no budget
+    int max_gpus = 4096;
+    int min_gpus = 8;
+    SearchOptions search;       ///< per-size search (a reduced space keeps sweeps fast)
+    std::function<void(int done, int total)> progress;
+};
+
+struct CapacityPoint {
+    sim::ClusterSpec cluster;   ///< with its node count set
+    RankedPlan best;            ///< best plan on it (simulated when possible)
+    bool feasible = false;      ///< some plan fits
+    double tokens_per_s = 0;
+    double time_s = 0;          ///< tokens / tokens_per_s
+    double cost_usd = 0;        ///< GPUs x hours x price
+    bool meets = false;         ///< meets the deadline and the budget
+    bool pareto = false;        ///< on the time/cost Pareto front
+};
+
+struct CapacityResult {
+    std::vector<CapacityPoint> points;
+    int fewest_gpus = -1;       ///< index of the point meeting the target with the fewest GPUs
+    int cheapest = -1;          ///< index of the cheapest point meeting the target
+    int fastest = -1;
+};
+
+/// Node counts tried: 1, 2, 3, 4, 6, 8, 12, 16, ... (x2 and x1.5 steps) within [min, max] GPUs.
+std::vector<int> node_counts(int gpus_per_node, int min_gpus, int max_gpus);
+
+CapacityResult plan_capacity(const sim::ModelSpec& m, const std::vector<ClusterOption>& options, const CapacityOptions& o);
+
+/// A model family scaled by hidden size, shaped like Megatron-LM's GPT ladder (Narayanan et al.,
+/// SC21, Table 1: layers interpolated log-linearly in hidden between 1.7B and 1T).
+sim::ModelSpec gpt_family_member(const sim::ModelSpec& base, std::int64_t hidden);
+
+struct MaxModelResult {
+    sim::ModelSpec model;       ///< largest member that trains
+    double params = 0;
+    RankedPlan plan;
+    bool found = false;
+};
+
+/// Largest member of the family (hidden multiples of 512) that has a plan that fits and simulates
+/// without OOM on `option`; `offload` allows CPU/SSD tiers.
+MaxModelResult max_trainable_model(const sim::ModelSpec& base, const ClusterOption& option, bool offload,
+                                   int global_batch, const std::atomic<bool>* cancel = nullptr);
+
+std::string capacity_to_json(const sim::ModelSpec& m, const CapacityOptions& o, const CapacityResult& r);
+
+}  // namespace strata::planner
