@@ -111,6 +111,7 @@ RankLowering::RankLowering(const ModelSpec& m, const ClusterSpec& cl, const Plan
                            std::int64_t& tensor_counter)
     : m_(m), cl_(cl), p_(p), o_(o), prog_(prog), rp_(rp), n_(names), co_(coord), full_(full),
       tensor_counter_(tensor_counter), d_(make_dims(m, p)) {
+    last_record_ev_.fill(-1);
     micro_ = std::max(1, p.micro_batches());
     pp_ = std::max(1, p.pp);
     vpp_ = std::max(1, p.vpp);
@@ -159,6 +160,7 @@ RankLowering::RankLowering(const ModelSpec& m, const ClusterSpec& cl, const Plan
 }
 
 Instr& RankLowering::push(InstrKind k, Stream s, int name) {
+    if (k != InstrKind::record) ++issued_[static_cast<std::size_t>(s)];
     Instr& in = rp_.instrs.emplace_back();
     in.kind = k;
     in.stream = s;
@@ -191,8 +193,12 @@ Instr& RankLowering::gemm(int name, double m, double n, double k, double batch) 
 }
 
 int RankLowering::record(Stream s) {
+    const auto si = static_cast<std::size_t>(s);
+    if (last_record_ev_[si] >= 0 && last_record_at_[si] == issued_[si]) return last_record_ev_[si];
     Instr& in = push(InstrKind::record, s, 0);
     in.event = next_event_++;
+    last_record_ev_[si] = in.event;
+    last_record_at_[si] = issued_[si];
     return in.event;
 }
 

@@ -139,6 +139,11 @@ private:
     std::vector<int> last_bwd_mb_;  ///< per chunk: micro-batch of its last backward in the step
     double moe_factor_ = 1;         ///< token load of this rank's experts relative to the mean
     int next_event_ = 0;
+    // Record reuse: a record on a stream that has issued nothing since its last record returns
+    // that record's event (waits count as issued: they extend what a record stands for).
+    std::array<std::int64_t, kStreamCount> issued_{};
+    std::array<std::int64_t, kStreamCount> last_record_at_{};
+    std::array<int, kStreamCount> last_record_ev_{};
     std::array<std::int64_t, 8> coll_seq_{};
 
     // current context stamped on every instruction
