@@ -47,6 +47,17 @@ struct Demand {
     std::int64_t alone_ns() const;
 };
 
+/// Duration multipliers fitted on the training half of the fidelity suite (bench/fidelity); 1 = the
+/// uncalibrated models. A value > 1 makes that class of work slower. Never tuned per entry.
+struct Calibration {
+    double gemm = 1.0;          ///< GEMM kernels
+    double attention = 1.0;     ///< attention core kernels
+    double memory_bound = 1.0;  ///< norms, element-wise, embedding, loss, GPU optimizer
+    double collective = 1.0;    ///< collectives (latency and busy time)
+    double p2p = 1.0;           ///< pipeline send/recv
+    bool is_identity() const { return gemm == 1 && attention == 1 && memory_bound == 1 && collective == 1 && p2p == 1; }
+};
+
 /// What the cost models need to know about the job beyond the instruction.
 struct CostContext {
     const hwdb::HardwareView* hw = nullptr;
@@ -55,6 +66,7 @@ struct CostContext {
     double gpu_slowdown = 1.0;   ///< full mode: straggler factor of this rank's GPU
     const Program* program = nullptr;  ///< optional: lets p2p see whether its peer shares the node
     int rank = -1;                     ///< index of this RankProgram in `program` (-1: unknown)
+    Calibration calibration;           ///< applied by compute_cost / transfer_demand
 };
 
 /// How the GPUs of a collective's group are laid out: ranks per node and nodes spanned.
