@@ -247,7 +247,7 @@ void RankLowering::optimizer(int s) {
     // Distributed optimizer (ZeRO 1/2): gather the updated parameter shards. Emitted at the end
     // of the step; the next step's forward waits for it (Megatron's overlap_param_gather would
     // hide it behind the first forward: not modelled).
-    if ((p_.zero_stage == 1 || p_.zero_stage == 2) && !p_.lock_free_update) {
+    if (p_.zero_stage == 1 || p_.zero_stage == 2) {
         int after = record(Stream::compute);
         wait(Stream::dp_comm, done);
         int ev = -1;
@@ -255,7 +255,7 @@ void RankLowering::optimizer(int s) {
             ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, sp.dense * Dims::act_bytes, n_.dp_params, after);
         if (sp.expert > 0 && group_size(Group::edp) > 1)
             ev = collective(Stream::dp_comm, CollKind::all_gather, Group::edp, sp.expert * Dims::act_bytes, n_.edp_params, after);
-        param_gather_ev_ = ev;
+        param_gather_ev_ = p_.lock_free_update ? -1 : ev;  // lock-free: the next step does not wait
     }
     (void)s;
 }
