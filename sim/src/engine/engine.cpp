@@ -163,6 +163,7 @@ private:
     std::vector<std::vector<std::int64_t>> event_time_;        // [rank][event]: recorded at, -1 = not yet
     std::vector<std::vector<std::uint16_t>> event_waiters_;    // [rank][event]: stream bitmask
     std::vector<std::vector<int>> event_record_instr_;         // [rank][event]
+    std::vector<std::vector<int>> stream_pos_;                 // [rank][instr]: index in its stream's order
     detail::Timings timing_;
     std::vector<std::array<std::vector<ResourceUse>, kLinkClassCount>> routes_;
 
@@ -201,6 +202,7 @@ void Engine::setup() {
     event_waiters_.assign(nr, std::vector<std::uint16_t>(static_cast<std::size_t>(std::max(0, p_.events)), 0));
     event_record_instr_.assign(nr, std::vector<int>(static_cast<std::size_t>(std::max(0, p_.events)), -1));
     routes_.resize(nr);
+    stream_pos_.resize(nr);
     rank_pool_.resize(nr);
     node_scale_.resize(nr);
     live_.resize(nr);
@@ -208,8 +210,12 @@ void Engine::setup() {
     for (std::size_t r = 0; r < nr; ++r) {
         const auto& rp = p_.ranks[r];
         timing_[r].resize(rp.instrs.size());
-        for (std::size_t i = 0; i < rp.instrs.size(); ++i)
-            streams_[r][static_cast<int>(rp.instrs[i].stream)].order.push_back(static_cast<int>(i));
+        stream_pos_[r].resize(rp.instrs.size());
+        for (std::size_t i = 0; i < rp.instrs.size(); ++i) {
+            auto& order = streams_[r][static_cast<int>(rp.instrs[i].stream)].order;
+            stream_pos_[r][i] = static_cast<int>(order.size());
+            order.push_back(static_cast<int>(i));
+        }
         // Which link classes this program uses: route only those (routing can be costly).
         std::array<bool, kLinkClassCount> needed{};
         bool any_transfer = false;
@@ -613,7 +619,7 @@ void Engine::attribute_idle(SimResult& res) const {
                 if (rec < 0) continue;
                 const Stream rs_stream = rp.instrs[static_cast<std::size_t>(rec)].stream;
                 const auto& ro = streams_[r][static_cast<std::size_t>(rs_stream)].order;
-                auto pos = std::find(ro.begin(), ro.end(), rec);
+                auto pos = ro.begin() + stream_pos_[r][static_cast<std::size_t>(rec)];
                 // Walk back over the contiguous data movements that ended at the record.
                 std::int64_t chain_start = tm.end;
                 bool comm_kind = false;
