@@ -86,7 +86,8 @@ void run_memory(const MemoryArgs& a) {
     const sim::MemoryReport r = sim::memory_estimate(s.model, *s.plan, capacities_for(v, s.cluster));
     // The JSON is complete before anything is written, so a failure leaves no partial file.
     const std::string text = sim::to_json_text(r);
-    print_report(s, r);
+    // With --json - the JSON alone goes to stdout, so it can be piped.
+    if (a.json != "-") print_report(s, r);
     if (!a.json.empty()) write_output(a.json, text);
 }
 
