@@ -82,11 +82,11 @@ int thread_count(const Options& o) {
 // ---------------------------------------------------------------------------------------- SSD
 void bench_ssd(Context& ctx) {
     const bool quick = ctx.opt.quick;
-    const double total = quick ? 32.0 * (1 << 20) : 1024.0 * (1 << 20);
+    const double total = quick ? 32.0 * (1 << 20) : 512.0 * (1 << 20);
     const std::vector<double> blocks = quick ? std::vector<double>{128.0 * 1024, 1024.0 * 1024}
                                              : std::vector<double>{128.0 * 1024, 1024.0 * 1024, 4096.0 * 1024};
     const std::vector<int> depths = quick ? std::vector<int>{1, 4} : std::vector<int>{1, 4, 16};
-    const int reps = quick ? 2 : 3;
+    const int reps = 2;
     namespace fs = std::filesystem;
     std::error_code ec;
     if (!fs::is_directory(ctx.opt.ssd_dir, ec))

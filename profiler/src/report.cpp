@@ -54,7 +54,7 @@ std::string format_tables(const Profile& p, const hwdb::Gpu* peak) {
         if (m.kind != "gemm") continue;
         if (!head) {
             o << "\n# GEMM (median of timed launches; eff% = achieved / datasheet dense peak)\n"
-              << "#      m       n       k  dtype   TFLOP/s   p10-p90        eff%\n";
+              << "#      m       n       k  dtype   TFLOP/s       p10-p90        eff%\n";
             head = true;
         }
         const std::string dt = label(m, "dtype");
@@ -62,8 +62,8 @@ std::string format_tables(const Profile& p, const hwdb::Gpu* peak) {
         if (peak != nullptr)
             if (auto d = hwdb::dtype_from_string(dt)) pk = peak->peak(*d);
         o << fmt("%8.0f", param(m, "m")) << fmt("%8.0f", param(m, "n")) << fmt("%8.0f", param(m, "k")) << "  "
-          << dt << std::string(dt.size() < 5 ? 5 - dt.size() : 0, ' ') << fmt("%10.3f", m.value / 1e12) << fmt("%8.3f", m.p10 / 1e12) << "-"
-          << fmt("%-8.3f", m.p90 / 1e12) << (pk > 0 ? fmt("%6.1f", 100.0 * m.value / pk) : std::string("     -")) << "\n";
+          << dt << std::string(dt.size() < 5 ? 5 - dt.size() : 0, ' ') << fmt("%10.2f", m.value / 1e12) << fmt("%10.2f", m.p10 / 1e12) << "-"
+          << fmt("%-10.2f", m.p90 / 1e12) << (pk > 0 ? fmt("%6.1f", 100.0 * m.value / pk) : std::string("     -")) << "\n";
     }
     head = false;
     for (const auto& m : p.measurements) {
