@@ -79,7 +79,7 @@ std::string search_to_json(const sim::ModelSpec& m, const sim::ClusterSpec& c, c
 
 std::string merge_search_json(const std::vector<std::string>& texts, const std::vector<std::string>& files, int top_k) {
     ordered_json out;
-    ordered_json counts;
+    ordered_json counts = ordered_json::object();
     std::vector<ordered_json> plans;
     for (std::size_t i = 0; i < texts.size(); ++i) {
         ordered_json j;

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# strata plan / plan-merge / capacity / export from the outside: exit codes (2 on bad input),
+# no partial output files, Ctrl-C stops cleanly without writing, sharded search merges.
+# Args: $1 = strata binary, $2 = source dir.
+set -u
+S="$1"; SRC="$2"
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# Bad input: exit 2 and nothing written.
+"$S" plan --model no-such-model --cluster dgx-h100-x1 --json "$T/bad.json" >/dev/null 2>"$T/err"; rc=$?
+[ $rc -eq 2 ] || fail "unknown model: exit $rc (want 2)"
+grep -q "no-such-model" "$T/err" || fail "error does not name the model"
+[ ! -e "$T/bad.json" ] || fail "partial output written on bad input"
+"$S" plan --model gpt2-124m --cluster dgx-h100-x1 --shard 3/2 >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] || fail "bad --shard: exit $rc (want 2)"
+"$S" capacity --model gpt2-124m --tokens lots --deadline 3d >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] || fail "bad --tokens: exit $rc (want 2)"
+
+# A small search, whole and in two shards; the merge ranks the same best plan first.
+common=(--model gpt2-124m --cluster dgx-h100-x1 --global-batch 32 --quiet --no-offload --threads 2)
+"$S" plan "${common[@]}" --json "$T/all.json" >/dev/null || fail "plan failed"
+"$S" plan "${common[@]}" --shard 0/2 --json "$T/s0.json" >/dev/null || fail "shard 0 failed"
+"$S" plan "${common[@]}" --shard 1/2 --json "$T/s1.json" >/dev/null || fail "shard 1 failed"
+"$S" plan-merge "$T/s0.json" "$T/s1.json" -o "$T/merged.json" || fail "merge failed"
+python3 - "$T" <<'PY' || fail "merge mismatch"
+import json, sys
+t = sys.argv[1]
+a = json.load(open(f"{t}/all.json")); m = json.load(open(f"{t}/merged.json"))
+assert a["counts"]["considered"] == m["counts"]["considered"], (a["counts"], m["counts"])
+assert a["counts"]["valid"] == m["counts"]["valid"]
+best = lambda j: j["plans"][0]["simulation"]["tokens_per_s"]
+# A shard simulates its own shortlist, so the merged best is at least the whole search's best.
+assert best(m) >= best(a) * 0.999, (best(m), best(a))
+PY
+
+# Export of the best plan parses back.
+"$S" export --from-plan-json "$T/all.json" --format megatron -o "$T/args.txt" 2>/dev/null || fail "export megatron"
+grep -q -- "--tensor-model-parallel-size" "$T/args.txt" || fail "megatron args missing tp"
+"$S" export --from-plan-json "$T/all.json" --format deepspeed -o "$T/ds.json" 2>/dev/null || fail "export deepspeed"
+python3 -c "import json,sys; j=json.load(open('$T/ds.json')); assert 'zero_optimization' in j and 'train_micro_batch_size_per_gpu' in j" || fail "deepspeed json"
+
+# Ctrl-C: a long search interrupted by SIGINT exits non-zero and leaves no output file.
+"$S" plan --model llama-3-70b --cluster dgx-h100-x64 --quiet --json "$T/int.json" >"$T/int.out" 2>&1 &
+pid=$!
+sleep 3
+kill -INT $pid
+wait $pid; rc=$?
+[ $rc -ne 0 ] || fail "interrupted plan exited 0"
+[ ! -e "$T/int.json" ] || fail "interrupted plan wrote its output file"
+ls "$T"/int.json.* >/dev/null 2>&1 && fail "temporary file left behind"
+grep -q "interrupted" "$T/int.out" || fail "no 'interrupted' notice"
+echo "planner CLI: all checks passed"
