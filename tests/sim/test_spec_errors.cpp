@@ -169,6 +169,8 @@ TEST_CASE("model reader rules", "[spec][errors]") {
                  "m.json", "model.heads", "= 8 does not divide model.hidden = 500");
     CHECK_NOTHROW(model_from_json_text(R"({"name": "m", "layers": 8, "hidden": 500, "heads": 8, "head_dim": 64, "vocab": 100, "seq_len": 64})", "m.json"));
     expect_error([&] { m(R"(, "layers": 0)"); }, "m.json", "model.layers", "must be a positive integer (got 0)");
+    expect_error([&] { m(R"(, "hidden": 4294967296)"); }, "m.json", "model.hidden", "= 4294967296 exceeds the limit of 1048576");
+    expect_error([&] { m(R"(, "seq_len": 1e9)"); }, "m.json", "model.seq_len", "= 1000000000 exceeds the limit of 16777216");
     expect_error([&] { m(R"(, "max_position": 32)"); }, "m.json", "model.max_position", "is shorter than model.seq_len = 64");
     CHECK_NOTHROW(m(R"(, "max_position": 32, "position": "rope")"));
     expect_error([&] { m(R"(, "dropout": 1.0)"); }, "m.json", "model.dropout", "must be in [0, 1)");
@@ -222,6 +224,8 @@ TEST_CASE("plan reader rules", "[spec][errors]") {
     expect_error([&] { p(R"(, "offload": {"optimiser": "cpu"})"); }, "p.json", "plan.offload.optimiser",
                  "(did you mean \"optimizer\"?)");
     expect_error([&] { p(R"(, "layer_split": [4, 0])"); }, "p.json", "plan.layer_split[1]", "must be a positive integer");
+    expect_error([&] { p(R"(, "layer_split": [4, 2.5])"); }, "p.json", "plan.layer_split[1]", "must be a positive integer");
+    CHECK(p(R"(, "layer_split": [4.0, 4])").layer_split == std::vector<int>{4, 4});
     expect_error([&] { p(R"(, "layer_split": 4)"); }, "p.json", "plan.layer_split", "must be an array of layer counts");
     CHECK(p(R"(, "layer_split": [])").layer_split.empty());  // [] = even split
     expect_error([&] { p(R"(, "dp_bucket_mb": 0)"); }, "p.json", "plan.dp_bucket_mb", "must be a positive number of MB");
@@ -231,6 +235,9 @@ TEST_CASE("plan reader rules", "[spec][errors]") {
 TEST_CASE("syntax errors and scenarios", "[spec][errors]") {
     expect_error([] { plan_from_json_text("{\n  \"tp\": 2,\n}", "p.json"); }, "p.json", "", "is not valid JSON at line 3");
     expect_error([] { plan_from_json_text("[1, 2]", "p.json"); }, "p.json", "plan", "must be a JSON object");
+    // Well-formed but unrepresentable numbers (found by fuzz_plan): an InputError, not a crash.
+    expect_error([] { plan_from_json_text(R"({"tp": 2e400})", "p.json"); }, "p.json", "", "is not valid JSON");
+    expect_error([] { model_from_hf_config_text(R"({"hidden_size": -1e999})", "c.json"); }, "c.json", "", "is not valid JSON");
     expect_error([] { scenario_from_json_text(R"({"cluster": {}})", "s.json"); }, "s.json", "model", "is required");
     expect_error([] { scenario_from_json_text(R"({"model": "no/such/model.json", "cluster": {}})", "dir/s.json"); }, "dir/s.json",
                  "model", "names no file");

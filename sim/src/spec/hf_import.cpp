@@ -154,7 +154,12 @@ ModelSpec gpt2(const Hf& hf) {
 }  // namespace
 
 ModelSpec model_from_hf_config_text(const std::string& text, const std::string& file) {
-    json j = parse_json_text(text, file);
+    json j;
+    try {
+        j = parse_json_text(text, file);
+    } catch (const nlohmann::json::exception& e) {  // e.g. a number beyond double range
+        throw InputError(file, "", std::string("is not valid JSON: ") + e.what());
+    }
     if (!j.is_object()) throw InputError(file, "", "must be a JSON object (a Hugging Face config.json)");
     Hf hf{j, file};
     if (!hf.has("architectures") || !j.at("architectures").is_array() || j.at("architectures").empty() ||

@@ -24,16 +24,29 @@ int int_in(JsonReader& r, const std::string& key, std::int64_t lo, std::int64_t 
     return static_cast<int>(v);
 }
 
-int pos_int(JsonReader& r, const std::string& key) { return int_in(r, key, 1, INT_MAX, "a positive integer"); }
-int pos_int_or(JsonReader& r, const std::string& key, int dflt) { return r.has(key) ? pos_int(r, key) : (r.get(key), dflt); }
-int nonneg_int_or(JsonReader& r, const std::string& key, int dflt) {
-    return r.has(key) ? int_in(r, key, 0, INT_MAX, "a non-negative integer") : (r.get(key), dflt);
-}
+// Upper limits keep every derived product (h^2, s^2 x heads, FLOPs per step) far from int64
+// overflow downstream; they are orders of magnitude above any real model (docs/formats.md).
+constexpr std::int64_t kMaxCount = 1 << 16;         // layers, heads, experts
+constexpr std::int64_t kMaxWidth = 1 << 20;         // hidden, head_dim
+constexpr std::int64_t kMaxFfn = 1 << 24;           // ffn_hidden, expert_ffn_hidden
+constexpr std::int64_t kMaxTokens = 1 << 24;        // seq_len, max_position
+constexpr std::int64_t kMaxVocab = INT_MAX;
 
-std::int64_t pos_i64(JsonReader& r, const std::string& key) {
+std::int64_t pos_i64(JsonReader& r, const std::string& key, std::int64_t max = INT_MAX) {
     std::int64_t v = r.i64(key);
     if (v < 1) r.fail(key, "must be a positive integer (got " + std::to_string(v) + ")");
+    if (v > max) r.fail(key, "= " + std::to_string(v) + " exceeds the limit of " + std::to_string(max));
     return v;
+}
+std::int64_t pos_i64_or(JsonReader& r, const std::string& key, std::int64_t dflt, std::int64_t max = INT_MAX) {
+    return r.has(key) ? pos_i64(r, key, max) : (r.get(key), dflt);
+}
+int pos_int(JsonReader& r, const std::string& key, std::int64_t max = INT_MAX) { return static_cast<int>(pos_i64(r, key, max)); }
+int pos_int_or(JsonReader& r, const std::string& key, int dflt, std::int64_t max = INT_MAX) {
+    return static_cast<int>(pos_i64_or(r, key, dflt, max));
+}
+int nonneg_int_or(JsonReader& r, const std::string& key, int dflt) {
+    return r.has(key) ? int_in(r, key, 0, INT_MAX, "a non-negative integer") : (r.get(key), dflt);
 }
 
 double num_in(JsonReader& r, const std::string& key, double dflt, double lo, double hi, const std::string& what) {
@@ -43,6 +56,17 @@ double num_in(JsonReader& r, const std::string& key, double dflt, double lo, dou
 }
 
 constexpr double kHuge = 1e300;
+
+// parse_json_text reports syntax errors; nlohmann also throws other exceptions for well-formed text
+// it cannot represent (out_of_range 406: a number beyond double range, found by fuzz_plan). Those
+// are bad input too.
+json parse(const std::string& text, const std::string& file) {
+    try {
+        return parse_json_text(text, file);
+    } catch (const nlohmann::json::exception& e) {
+        throw InputError(file, "", std::string("is not valid JSON: ") + e.what());
+    }
+}
 
 // A file may hold the object itself or wrap it: {"model": {...}}.
 const json& unwrap(const json& j, const char* key) {
@@ -54,12 +78,12 @@ const json& unwrap(const json& j, const char* key) {
 
 MoeSpec read_moe(JsonReader r, int layers) {
     MoeSpec m;
-    m.experts = pos_int(r, "experts");
-    m.top_k = pos_int_or(r, "top_k", 1);
+    m.experts = pos_int(r, "experts", kMaxCount);
+    m.top_k = pos_int_or(r, "top_k", 1, kMaxCount);
     if (m.top_k > m.experts)
         r.fail("top_k", "= " + std::to_string(m.top_k) + " exceeds moe.experts = " + std::to_string(m.experts));
-    m.expert_ffn_hidden = r.has("expert_ffn_hidden") ? pos_i64(r, "expert_ffn_hidden") : (r.get("expert_ffn_hidden"), 0);
-    m.moe_every = pos_int_or(r, "moe_every", 1);
+    m.expert_ffn_hidden = pos_i64_or(r, "expert_ffn_hidden", 0, kMaxFfn);
+    m.moe_every = pos_int_or(r, "moe_every", 1, kMaxCount);
     if (m.moe_every > layers)
         r.fail("moe_every", "= " + std::to_string(m.moe_every) + " exceeds model.layers = " + std::to_string(layers) +
                                 " (no layer would be MoE)");
@@ -78,14 +102,14 @@ ModelSpec read_model(const json& j, const std::string& file, const std::string& 
     m.name = r.str("name");
     if (m.name.empty()) r.fail("name", "must not be empty");
     m.description = r.str_or("description", "");
-    m.layers = pos_int(r, "layers");
-    m.hidden = pos_i64(r, "hidden");
-    m.heads = pos_int(r, "heads");
-    m.kv_heads = pos_int_or(r, "kv_heads", m.heads);
+    m.layers = pos_int(r, "layers", kMaxCount);
+    m.hidden = pos_i64(r, "hidden", kMaxWidth);
+    m.heads = pos_int(r, "heads", kMaxCount);
+    m.kv_heads = pos_int_or(r, "kv_heads", m.heads, kMaxCount);
     if (m.heads % m.kv_heads != 0)
         r.fail("kv_heads", "= " + std::to_string(m.kv_heads) + " does not divide model.heads = " + std::to_string(m.heads));
     if (r.has("head_dim")) {
-        m.head_dim = pos_i64(r, "head_dim");
+        m.head_dim = pos_i64(r, "head_dim", kMaxWidth);
     } else {
         r.get("head_dim");
         if (m.hidden % m.heads != 0)
@@ -95,12 +119,12 @@ ModelSpec read_model(const json& j, const std::string& file, const std::string& 
     }
     m.ffn = r.choice_or("ffn", {"gelu", "swiglu"}, "gelu") == "gelu" ? FfnKind::gelu : FfnKind::swiglu;
     // Megatron's default FFN width is 4h (for SwiGLU models the width is always given explicitly).
-    m.ffn_hidden = r.has("ffn_hidden") ? pos_i64(r, "ffn_hidden") : (r.get("ffn_hidden"), 4 * m.hidden);
-    m.vocab = pos_i64(r, "vocab");
-    m.seq_len = pos_i64(r, "seq_len");
+    m.ffn_hidden = pos_i64_or(r, "ffn_hidden", 4 * m.hidden, kMaxFfn);
+    m.vocab = pos_i64(r, "vocab", kMaxVocab);
+    m.seq_len = pos_i64(r, "seq_len", kMaxTokens);
     std::string pos = r.choice_or("position", {"learned", "rope", "none"}, "learned");
     m.position = pos == "learned" ? PositionKind::learned : pos == "rope" ? PositionKind::rope : PositionKind::none;
-    m.max_position = r.has("max_position") ? pos_i64(r, "max_position") : (r.get("max_position"), m.seq_len);
+    m.max_position = pos_i64_or(r, "max_position", m.seq_len, kMaxTokens);
     if (m.position == PositionKind::learned && m.max_position < m.seq_len)
         r.fail("max_position", "= " + std::to_string(m.max_position) + " is shorter than model.seq_len = " +
                                    std::to_string(m.seq_len) + " (a learned position table needs a row per position)");
@@ -242,9 +266,11 @@ PlanSpec read_plan(const json& j, const std::string& file, const std::string& pa
         if (!ls->is_array()) throw InputError(file, lp, "must be an array of layer counts, one per pipeline stage (got " + describe_json(*ls) + ")");
         for (std::size_t i = 0; i < ls->size(); ++i) {
             const json& e = (*ls)[i];
-            if (!e.is_number_integer() || e.get<std::int64_t>() < 1 || e.get<std::int64_t>() > INT_MAX)
+            // Integers may be written 8 or 8.0, as everywhere else.
+            const double d = e.is_number() ? e.get<double>() : 0.0;
+            if (!e.is_number() || !(d >= 1.0 && d <= static_cast<double>(kMaxCount)) || d != std::floor(d))
                 throw InputError(file, lp + "[" + std::to_string(i) + "]", "must be a positive integer (got " + describe_json(e) + ")");
-            p.layer_split.push_back(static_cast<int>(e.get<std::int64_t>()));
+            p.layer_split.push_back(static_cast<int>(d));
         }
     }
     r.reject_unknown();
@@ -269,7 +295,7 @@ T read_part(JsonReader& r, const std::string& key, const std::string& dir, Fn re
         if (!std::filesystem::is_regular_file(full, ec))
             r.fail(key, "= \"" + rel + "\" names no file (looked for " + full.string() + ")");
         std::string f = full.lexically_normal().string();
-        json j = read_json_file(f);
+        json j = parse(read_text_file(f), f);
         return read(unwrap(j, key.c_str()), f, key);
     }
     if (!v->is_object()) r.fail(key, "must be an object or a path to a JSON file (got " + describe_json(*v) + ")");
@@ -279,22 +305,22 @@ T read_part(JsonReader& r, const std::string& key, const std::string& dir, Fn re
 }  // namespace
 
 ModelSpec model_from_json_text(const std::string& text, const std::string& file) {
-    json j = parse_json_text(text, file);
+    json j = parse(text, file);
     return read_model(unwrap(j, "model"), file, "model");
 }
 
 ClusterSpec cluster_from_json_text(const std::string& text, const std::string& file) {
-    json j = parse_json_text(text, file);
+    json j = parse(text, file);
     return read_cluster(unwrap(j, "cluster"), file, "cluster");
 }
 
 PlanSpec plan_from_json_text(const std::string& text, const std::string& file) {
-    json j = parse_json_text(text, file);
+    json j = parse(text, file);
     return read_plan(unwrap(j, "plan"), file, "plan");
 }
 
 Scenario scenario_from_json_text(const std::string& text, const std::string& file) {
-    json j = parse_json_text(text, file);
+    json j = parse(text, file);
     JsonReader r(j, file, "");
     const std::string dir = parent_dir(file);
     Scenario s;
