@@ -80,6 +80,9 @@ TEST_CASE("lowered programs finish in the engine for every schedule and feature"
         {"zero3 dp4", 1, 1, 4, 1, 1, 1, 8, Schedule::one_f_one_b, 3, false, false, false, false},
         {"moe ep2 full", 1, 2, 2, 1, 2, 1, 4, Schedule::one_f_one_b, 1, true, true, false, false},
         {"offload + lock-free", 1, 2, 1, 1, 1, 1, 4, Schedule::one_f_one_b, 0, false, false, true, true},
+        {"gpipe with chunks", 1, 2, 1, 1, 1, 2, 4, Schedule::gpipe, 0, false, false, false, false},
+        {"zero3 + offload full mode", 1, 2, 2, 1, 1, 1, 4, Schedule::one_f_one_b, 3, true, false, true, false},
+        {"cp2 tp2 full mode", 2, 2, 1, 2, 1, 1, 4, Schedule::one_f_one_b, 2, true, false, false, false},
     };
     for (const auto& c : cases) {
         INFO(c.what);
