@@ -3,6 +3,7 @@
 // (Rajbhandari et al., SC20, §3 / Figure 1).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 
 #include "strata/sim/memory.hpp"
@@ -249,4 +250,42 @@ TEST_CASE("Buffers: buckets, ZeRO-3 gathers, p2p, reserve", "[tensors]") {
     auto b3 = by_name(stage_buffers(m, p, 0));
     // Two layers of 12h² + 13h parameters in bf16.
     CHECK(b3["zero3.gathered_params"] == Approx(2 * 2 * (12.0 * 4096 * 4096 + 13 * 4096)));
+}
+
+TEST_CASE("Embedding, logits, capacity factor, shared experts, workspace", "[tensors]") {
+    ModelSpec m = gpt(2, 1024, 16, 512);
+    PlanSpec p = korthikanti_plan(4, true, Recompute::none);
+    const double s = 512, h = 1024, t = 4;
+    // Korthikanti §4.3: embedding dropout mask sbh/t (SP); output side 2sbh/t + 2sbh/t and the
+    // fp32 logits 4sbV/t.
+    CHECK(sum(embedding_activations(m, p)) == Approx(s * h / t));
+    CHECK(sum(logits_activations(m, p)) == Approx(4 * s * h / t + 4 * s * 51200 / t));
+    ModelSpec nd = m;
+    nd.dropout = 0;
+    CHECK(embedding_activations(nd, p).empty());
+
+    // Capacity factor 1.25, top-2: the experts are padded to 1.25·tokens·2 rows (load skew is
+    // then irrelevant); one shared expert adds a dense MLP of the expert width over all tokens.
+    ModelSpec e = nd;
+    e.moe = MoeSpec{};
+    e.moe->experts = 8;
+    e.moe->top_k = 2;
+    e.moe->capacity_factor = 1.25;
+    e.moe->load_skew = 3.0;
+    e.moe->shared_experts = 1;
+    e.moe->expert_ffn_hidden = 1408;
+    auto n = by_name(layer_activations(e, p, 0, false));
+    CHECK(n["moe.dispatched_in"] == Approx(2 * 1.25 * s * 2 * h));
+    CHECK(n["moe.experts.fc1_out"] == Approx(2 * 1.25 * s * 2 * 1408 / t));
+    CHECK(n["moe.shared.fc1_out"] == Approx(2 * s * 1408 / t));
+    CHECK(n["moe.router_probs"] == Approx(4 * s / t * 8));
+
+    // Workspace of a fully recomputed layer: the whole non-recomputed list again, plus the
+    // gradient of its widest tensor and two hidden-state gradients 2·(2sbh).
+    const double full = sum(layer_activations(m, p, 0, false));
+    double widest = 0;
+    for (const auto& d : layer_activations(m, p, 0, false)) widest = std::max(widest, d.bytes);
+    CHECK(sum(layer_backward_workspace(m, p, 0, true)) == Approx(full + widest + 2 * 2 * s * h));
+    // Without recompute only the gradients.
+    CHECK(sum(layer_backward_workspace(m, p, 0, false)) == Approx(widest + 2 * 2 * s * h));
 }
