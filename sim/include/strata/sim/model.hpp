@@ -46,8 +46,8 @@ std::int64_t head_dim_of(const ModelSpec& m);
 std::int64_t expert_ffn_of(const ModelSpec& m);
 int kv_heads_of(const ModelSpec& m);
 
-/// Score and value matmuls of attention (QK^T and PV) for one sequence of `seq` tokens over all
-/// layers' worth of ONE layer: 2 matmuls x 2 flops x seq^2 x heads x head_dim. `causal_halved`:
+/// Score and value matmuls of attention (QK^T and PV) of one layer for one sequence of `seq`
+/// tokens: 2 matmuls x 2 flops x seq^2 x heads x head_dim. `causal_halved`:
 /// count only the lower triangle (what a causal flash kernel executes); Megatron's formula counts
 /// the full square (causal_halved = false).
 double attention_flops(const ModelSpec& m, std::int64_t seq, bool causal_halved);
