@@ -134,6 +134,10 @@ TEST_CASE("crossing an oversubscribed leaf loads the spine", "[cost][comm]") {
     // NIC bytes 2*3/4*1e9 = 1.5e9; a leaf's uplinks: 2 nodes x 8 NICs x 47 GB/s / 4.
     CHECK(busy(d, LinkClass::nic) == Approx(1.5e9 / 47e9));
     CHECK(busy(d, LinkClass::spine) == Approx(1.5e9 / (2 * 8 * 47e9 / 4)));
+    // Rail-optimised: a leaf per rail, so one rail's 2 NICs feed its uplink.
+    c.topology = NetTopology::rail_optimized;
+    CHECK(busy(transfer_demand(collective(CollKind::all_reduce, Group::dp, 4, 1e9), ctx), LinkClass::spine) ==
+          Approx(1.5e9 / (2 * 47e9 / 4)));
     c.nodes_per_leaf = 32;
     CHECK(busy(transfer_demand(collective(CollKind::all_reduce, Group::dp, 4, 1e9), ctx), LinkClass::spine) == 0.0);
 }

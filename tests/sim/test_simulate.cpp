@@ -177,7 +177,7 @@ TEST_CASE("identical input gives identical JSON and trace", "[simulate][determin
     const std::string ta = trace_text(a);
     CHECK(ta == trace_text(b));
     CHECK(ta.find("\"traceEvents\"") != std::string::npos);
-    CHECK(ta.find("\"ph\":\"X\"") != std::string::npos);
+    CHECK(ta.find("\"ph\": \"X\"") != std::string::npos);
     CHECK(summary_text(a) == summary_text(b));
 }
 

@@ -199,11 +199,14 @@ Demand collective_demand(const Instr& in, const CostContext& ctx) {
         const Rate nic = cost_detail::nic_rate(hw, c);
         busy(d, LinkClass::nic) = nic_bytes / nic.Bps;
         if (L.crosses_leaf) {
-            // Leaf uplinks: (nodes under the leaf x NICs x NIC rate) / oversubscription, shared by
-            // the leaf. All-to-all sends the share of its peers outside the leaf up; ring/tree
-            // collectives pass their whole inter-node volume through the leaf boundary.
-            const int npl = std::max(1, std::min(c.nodes_per_leaf, c.nodes));
-            const double uplink_Bps = npl * cost_detail::nics_per_node(hw, c) * nic.Bps / std::max(1.0, c.oversubscription);
+            // One leaf's uplinks (topology.hpp): fat tree, a leaf per nodes_per_leaf nodes carrying
+            // all their NICs; rail-optimised, a leaf per rail of those nodes. Capacity = the NICs
+            // under the leaf / oversubscription. All-to-all sends the share of its peers outside
+            // the leaf up; ring/tree collectives pass their whole inter-node volume through the
+            // leaf boundary.
+            const int npl = std::max(1, c.nodes_per_leaf);
+            const int nics_under_leaf = npl * (c.topology == NetTopology::rail_optimized ? 1 : cost_detail::nics_per_node(hw, c));
+            const double uplink_Bps = nics_under_leaf * nic.Bps / std::max(1.0, c.oversubscription);
             const double outside = in.coll == CollKind::all_to_all ? std::max(0.0, (NN - std::min(NN, static_cast<double>(npl))) / std::max(1.0, NN - 1)) : 1.0;
             busy(d, LinkClass::spine) = nic_bytes * outside / uplink_Bps;
         }

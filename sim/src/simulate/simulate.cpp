@@ -12,6 +12,8 @@
 #include "strata/sim/engine.hpp"
 #include "strata/sim/lower.hpp"
 #include "strata/sim/model.hpp"
+#include "strata/sim/topology.hpp"
+#include "strata/sim/trace.hpp"
 
 namespace strata::sim {
 
@@ -89,8 +91,10 @@ SimOutput simulate(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
         eo.memory.caching_allocator = false;
         eo.memory.fragmentation = 0;
     }
-    PrivateResourceMap resources(c.gpus_per_node);
-    out.result = simulate_program(out.program, costs, &resources, eo);
+    // Flows share the cluster's concrete links (NVLink ports, rail NICs, PCIe switches, DRAM,
+    // leaf uplinks) as the topology routes them.
+    Topology topology(c, hw);
+    out.result = simulate_program(out.program, costs, &topology, eo);
 
     Capacities caps;
     caps.hbm_bytes = out.capacities.gpu_bytes;
@@ -117,6 +121,8 @@ SimOutput simulate(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
                    std::to_string(p.global_batch);
     return out;
 }
+
+std::string trace_text(const SimOutput& out) { return to_chrome_trace(out.program, out.result); }
 
 namespace {
 std::string pct(double f) { return fmt_fixed(100.0 * f, 1) + "%"; }

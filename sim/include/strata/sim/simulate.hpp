@@ -54,9 +54,8 @@ SimOutput simulate(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
 /// The summary a person reads (fixed formatting: identical input, identical text).
 std::string summary_text(const SimOutput& out);
 
-/// The timeline as Chrome Trace Event JSON (Perfetto, chrome://tracing): one process per
-/// RankProgram, one thread per stream, complete ("X") events per instruction, counter ("C") events
-/// for memory per tier. Needs SimOptions::trace; deterministic bytes.
+/// The timeline as Chrome Trace Event JSON (trace.hpp's writer over this output's program and
+/// result). Needs SimOptions::trace; deterministic bytes.
 std::string trace_text(const SimOutput& out);
 
 }  // namespace strata::sim
