@@ -276,12 +276,34 @@ TEST_CASE("data parallel gradient reduction carries every gradient once", "[lowe
         // 98816 + 20480 = 119296 -> 3 buckets. At the end: ceil(432384 / 100000) = 5 buckets.
         CHECK(n == (overlap ? 3 : 5));
     }
-    // ZeRO 1: reduce-scatter of grads, then an all-gather of the updated params.
+    // ZeRO 1: reduce-scatter of grads, then an all-gather of the updated params (2 x 216192 B).
+    // Without overlap_param_gather: one gather after the optimizer. With it (Megatron): bucketed
+    // gathers at the start of the step, in forward order, each layer's first forward waiting.
     PlanSpec p1 = plan(1, 1, 2, 4);
     p1.zero_stage = 1;
+    p1.dp_bucket_bytes = 100000;
+    p1.overlap_param_gather = false;
     const Program z1 = lower(small_gpt(), cluster(2), p1);
     CHECK(count_if(z1.ranks[0], [](const Instr& in) { return in.kind == InstrKind::collective && in.coll == CollKind::reduce_scatter; }) >= 1);
-    CHECK(count_if(z1.ranks[0], [](const Instr& in) { return in.kind == InstrKind::collective && in.coll == CollKind::all_gather && in.phase == Phase::optimizer; }) == 1);
+    auto gathers = [](const Program& pr, Phase ph, double* bytes) {
+        int n = 0;
+        for (const auto& in : pr.ranks[0].instrs)
+            if (in.kind == InstrKind::collective && in.coll == CollKind::all_gather && in.phase == ph) {
+                ++n;
+                *bytes += in.bytes;
+            }
+        return n;
+    };
+    double b_end = 0, b_start = 0;
+    CHECK(gathers(z1, Phase::optimizer, &b_end) == 1);
+    CHECK(b_end == Approx(2 * 216192.0).epsilon(0.01));
+    p1.overlap_param_gather = true;
+    const Program z1o = lower(small_gpt(), cluster(2), p1);
+    CHECK(gathers(z1o, Phase::optimizer, &b_end) == 0);
+    // Forward order: embedding 20480 + layer0 98816 = 119296 | layers 1-2: 197632 | layer 3 + head
+    // 98816 + 16640 = 115456 -> 3 buckets.
+    CHECK(gathers(z1o, Phase::forward, &b_start) == 3);
+    CHECK(b_start == Approx(2 * 216192.0).epsilon(0.01));
 }
 
 TEST_CASE("ZeRO-3 gathers each layer before its forward and backward", "[lower]") {

@@ -111,6 +111,7 @@ private:
     void flush_buckets();
     void dp_collectives_at_end();
     void optimizer(int s);
+    void gather_params_overlapped();
     void alloc_list(const std::vector<TensorDesc>& list, std::vector<Instr>* keep);
     void free_list(std::vector<Instr>& keep);
     int chunk_first_layer(int chunk) const { return chunk_start_[static_cast<std::size_t>(chunk)]; }
@@ -163,6 +164,7 @@ private:
     bool last_backward_ = false;
     int optimizer_done_ev_ = -1;    ///< next step's forward waits for this (-1: nothing)
     int param_gather_ev_ = -1;
+    std::vector<int> layer_ready_;  ///< per layer of the stage: dist-opt gather its first forward waits for
 };
 
 }  // namespace strata::sim::lower_detail

@@ -37,6 +37,7 @@ void RankLowering::step(int s) {
     // optimizer's H2D unless the update is lock-free (Angel-PTM: one step stale).
     wait(Stream::compute, param_gather_ev_);
     param_gather_ev_ = -1;
+    if ((p_.zero_stage == 1 || p_.zero_stage == 2) && p_.overlap_param_gather) gather_params_overlapped();
     if (!p_.lock_free_update) wait(Stream::compute, optimizer_done_ev_);
     optimizer_done_ev_ = -1;
     bucket_dense_ = bucket_expert_ = 0;
@@ -46,6 +47,41 @@ void RankLowering::step(int s) {
     }
     dp_collectives_at_end();
     optimizer(s);
+}
+
+// Megatron's distributed optimizer with overlap_param_gather: the all-gather of the updated
+// parameters is dispatched at the start of the next step's forward, bucket by bucket in forward
+// layer order, and a layer's first forward waits only for its own bucket. Emitted at the start of
+// every step (standing for the previous step's update), so one lowered step carries one gather.
+void RankLowering::gather_params_overlapped() {
+    layer_ready_.assign(act_desc_.size(), -1);
+    if (group_size(Group::dp) <= 1 && group_size(Group::edp) <= 1) return;
+    int after = record(Stream::compute);  // the previous step's GPU optimizer is done
+    if (!p_.lock_free_update) wait(Stream::dp_comm, optimizer_done_ev_);
+    const double cap = static_cast<double>(std::max<std::int64_t>(1, p_.dp_bucket_bytes));
+    double dense = stage_ == 0 ? embedding_params_rank(m_, p_) * Dims::act_bytes : 0, expert = 0;
+    std::vector<int> pending;
+    auto close = [&]() {
+        int ev = -1;
+        if (dense > 0 && group_size(Group::dp) > 1)
+            ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, dense, n_.dp_params, after);
+        if (expert > 0 && group_size(Group::edp) > 1)
+            ev = collective(Stream::dp_comm, CollKind::all_gather, Group::edp, expert, n_.edp_params, ev >= 0 ? -1 : after);
+        if (ev >= 0) after = -1;  // later buckets follow on the same stream
+        for (int lis : pending) layer_ready_[static_cast<std::size_t>(lis)] = ev;
+        pending.clear();
+        dense = expert = 0;
+    };
+    for (int c = 0; c < vpp_; ++c)
+        for (int li = 0; li < chunk_layers(c); ++li) {
+            const LayerParamsRank lp = layer_params_rank(m_, p_, chunk_first_layer(c) + li);
+            dense += lp.dense * Dims::act_bytes;
+            expert += lp.expert * Dims::act_bytes;
+            pending.push_back(layer_in_stage(c, li));
+            if (dense + expert >= cap) close();
+        }
+    if (stage_ == pp_ - 1) dense += output_params_rank(m_, p_) * Dims::act_bytes;
+    close();
 }
 
 void RankLowering::forward_pass(int mb, int chunk) {
@@ -80,6 +116,10 @@ void RankLowering::forward_pass(int mb, int chunk) {
         }
         layer_ = layer;
         const int lis = layer_in_stage(chunk, li);
+        if (!layer_ready_.empty() && layer_ready_[static_cast<std::size_t>(lis)] >= 0) {
+            wait(Stream::compute, layer_ready_[static_cast<std::size_t>(lis)]);  // its bucket's gather
+            layer_ready_[static_cast<std::size_t>(lis)] = -1;
+        }
         alloc_list(act_desc_[static_cast<std::size_t>(lis)], &stashed_[{mb_, chunk, li}]);
         layer_forward(layer, Phase::forward);
         const TierSplit& af = p_.offload.activations;
@@ -244,10 +284,10 @@ void RankLowering::optimizer(int s) {
         }
     }
     optimizer_done_ev_ = done;
-    // Distributed optimizer (ZeRO 1/2): gather the updated parameter shards. Emitted at the end
-    // of the step; the next step's forward waits for it (Megatron's overlap_param_gather would
-    // hide it behind the first forward: not modelled).
-    if (p_.zero_stage == 1 || p_.zero_stage == 2) {
+    // Distributed optimizer (ZeRO 1/2) without overlap_param_gather: gather the updated parameter
+    // shards at the end of the step; the next step's forward waits for it. (With the overlap, the
+    // gather is emitted at the start of the step: gather_params_overlapped.)
+    if ((p_.zero_stage == 1 || p_.zero_stage == 2) && !p_.overlap_param_gather) {
         int after = record(Stream::compute);
         wait(Stream::dp_comm, done);
         int ev = -1;
