@@ -5,10 +5,14 @@
 # one H100 (each step runs under `timeout`).
 #
 # Usage: scripts/gpu-profile.sh [--no-build BUILD_DIR] [--quick] [--ssd-dir DIR]
+#        scripts/gpu-profile.sh --package BUILD_DIR DEST
 #   default: configure and build build-gpu/ (Release, CUDA on, only the `strata` target) unless
 #            build-gpu/strata exists already;
 #   --no-build BUILD_DIR: use BUILD_DIR/strata as is (a prebuilt, carried build; if BUILD_DIR also
 #            holds shared libraries such as libsqlite3.so.0 they are put on LD_LIBRARY_PATH).
+#   --package BUILD_DIR DEST: (on the build machine) put a stripped BUILD_DIR/strata and the
+#            non-CUDA shared libraries it needs (SQLite) into DEST, a few MiB to carry to a device
+#            machine that lacks build tools or -dev packages; then run there with --no-build DEST.
 # Outputs in $OUT: profile.db, cuda-tables.txt, cpu-tables.txt, cuda-run.json and cpu-run.json
 # (the profiler's own dump), run-1.json and run-2.json (`strata hwdb export --run N`), gpu-info.txt.
 set -euo pipefail
@@ -22,7 +26,14 @@ while [ $# -gt 0 ]; do
         --no-build) build_dir="${2:?--no-build needs a directory}"; shift 2 ;;
         --quick) quick="--quick"; shift ;;
         --ssd-dir) ssd_dir="${2:?--ssd-dir needs a directory}"; shift 2 ;;
-        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+        --package)
+            src="${2:?--package needs BUILD_DIR DEST}"; dest="${3:?--package needs BUILD_DIR DEST}"
+            mkdir -p "$dest"
+            strip -o "$dest/strata" "$src/strata"
+            ldd "$src/strata" | awk '/=>/ {print $3}' | grep -E 'sqlite|boost' | xargs -r -I{} cp -L {} "$dest/"
+            ls -la "$dest"
+            exit 0 ;;
+        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
         *) echo "gpu-profile.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -39,7 +50,7 @@ if [ -z "$build_dir" ]; then
         gen=""
         command -v ninja > /dev/null && gen="-G Ninja"
         cmake -S . -B "$build_dir" $gen -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_BENCH=OFF -DSTRATA_TESTS=OFF > "$OUT/build.log" 2>&1 ||
-            { tail -30 "$OUT/build.log"; exit 1; }
+            { tail -30 "$OUT/build.log"; echo "gpu-profile.sh: configure failed here; build elsewhere and use --package / --no-build" >&2; exit 1; }
         cmake --build "$build_dir" --target strata -j "$(nproc)" >> "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
     fi
 fi

@@ -97,3 +97,76 @@ TEST_CASE("order statistics: median, p10, p90 by linear interpolation", "[profil
     CHECK(r.p10 == Approx(100 / 3.6));
     CHECK(r.p90 == Approx(100 / 1.2));
 }
+
+#include "strata/profiler/profiler.hpp"
+
+namespace {
+strata::hwdb::Measurement coll_row(const std::string& c, int n, double S, double t, const std::string& repr) {
+    strata::hwdb::Measurement m;
+    m.kind = "collective";
+    m.device = "H100-SXM5-80GB";
+    m.params = {{"bytes", S}, {"group", n}, {"time_s", t}};
+    m.labels = {{"collective", c}, {"scope", "intra"}, {"representative", repr}};
+    return m;
+}
+}  // namespace
+
+TEST_CASE("fit_measurements: alpha-beta per collective/scope/group, never from 1-rank rows", "[profiler][fit]") {
+    // Synthetic 8-rank all-gather: t = 12 us + S (7/8) / 150 GB/s, exact; plus 1-rank rows and rows
+    // labelled unrepresentative, which must produce no fit.
+    std::vector<strata::hwdb::Measurement> ms;
+    for (double S = 1024; S <= 1 << 28; S *= 4) {
+        ms.push_back(coll_row("all_gather", 8, S, 12e-6 + S * 7.0 / 8.0 / 150e9, "1"));
+        ms.push_back(coll_row("all_reduce", 1, S, 5e-6 + S / 1e12, "0"));
+        ms.push_back(coll_row("send_recv", 2, S, 5e-6 + S / 1e12, "0"));
+    }
+    const auto fits = fit_measurements(ms);
+    REQUIRE(fits.size() == 1);
+    const auto& f = fits[0];
+    CHECK(f.kind == "collective");
+    CHECK(f.key == "all_gather/intra/8");
+    CHECK(f.model == "alpha_beta");
+    CHECK(f.params.at("alpha_ns") == Approx(12000).epsilon(1e-6));
+    CHECK(f.params.at("busbw_Bps") == Approx(150e9).epsilon(1e-6));
+    // knee: alpha * busbw / f(n) = 12e-6 * 150e9 / (7/8) bytes
+    CHECK(f.params.at("knee_bytes") == Approx(12e-6 * 150e9 * 8.0 / 7.0).epsilon(1e-6));
+    CHECK(f.valid_min == 1024);
+    CHECK(f.n_points == 10);
+}
+
+TEST_CASE("fit_measurements: copy bandwidth and the SSD rule", "[profiler][fit]") {
+    std::vector<strata::hwdb::Measurement> ms;
+    // Pinned H2D: t = 4 us + bytes / 50 GB/s, stored as B/s points (value = bytes / t).
+    for (double b = 4096; b <= 1 << 30; b *= 4) {
+        strata::hwdb::Measurement m;
+        m.kind = "memcpy";
+        m.device = "H100-SXM5-80GB";
+        m.params = {{"bytes", b}};
+        m.labels = {{"direction", "h2d"}, {"pinned", "1"}};
+        m.value = b / (4e-6 + b / 50e9);
+        ms.push_back(m);
+    }
+    // SSD reads: qd 1 request time = 100 us + block / 2 GB/s; qd 8 reaches 6 GB/s.
+    for (double blk : {131072.0, 1048576.0, 4194304.0}) {
+        strata::hwdb::Measurement m;
+        m.kind = "ssd";
+        m.device = "cpu";
+        m.params = {{"block_bytes", blk}, {"queue_depth", 1}, {"bytes", 1e9}};
+        m.labels = {{"op", "read"}};
+        m.value = blk / (100e-6 + blk / 2e9);
+        ms.push_back(m);
+        m.params["queue_depth"] = 8;
+        m.value = 6e9;
+        ms.push_back(m);
+    }
+    const auto fits = fit_measurements(ms);
+    REQUIRE(fits.size() == 2);
+    const auto& copy = fits[0].kind == "memcpy" ? fits[0] : fits[1];
+    const auto& ssd = fits[0].kind == "ssd" ? fits[0] : fits[1];
+    CHECK(copy.key == "h2d/pinned");
+    CHECK(copy.params.at("latency_ns") == Approx(4000).epsilon(1e-6));
+    CHECK(copy.params.at("Bps") == Approx(50e9).epsilon(1e-6));
+    CHECK(ssd.key == "read");
+    CHECK(ssd.params.at("latency_ns") == Approx(100000).epsilon(1e-6));  // from the qd-1 line
+    CHECK(ssd.params.at("Bps") == Approx(6e9));                          // the best sustained rate
+}
