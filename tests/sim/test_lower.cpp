@@ -403,6 +403,17 @@ TEST_CASE("lowering is deterministic", "[lower]") {
     const Program a = lower(small_gpt(), cluster(8), p);
     const Program b = lower(small_gpt(), cluster(8), p);
     CHECK(same(a, b));
+    LowerOptions full;
+    full.full_mode = true;
+    CHECK(same(lower(small_gpt(), cluster(8), p, full), lower(small_gpt(), cluster(8), p, full)));
+    // Without memory instructions the compute and communication stay the same.
+    LowerOptions no_mem;
+    no_mem.emit_memory = false;
+    const Program c = lower(small_gpt(), cluster(8), p, no_mem);
+    int allocs = 0;
+    for (const auto& r : c.ranks) allocs += count_if(r, [](const Instr& in) { return in.kind == InstrKind::alloc || in.kind == InstrKind::free; });
+    CHECK(allocs == 0);
+    CHECK(program_flops(c) == program_flops(a));
 }
 
 TEST_CASE("GPT-3 175B on 1024 GPUs lowers (size check)", "[lower][.slow]") {

@@ -118,7 +118,7 @@ void RankLowering::layer_forward(int layer, Phase phase) {
 }
 
 void RankLowering::attention_core_backward() {
-    // FlashAttention-2 backward: about 2.5x the forward FLOPs (Dao 2023, §3.2: 5 matmuls vs 2).
+    // FlashAttention-2 backward: 2.5x the forward FLOPs (Dao 2023: 5 matmuls in backward vs 2 in forward).
     const double sq = d_.s / d_.cp;
     const double flops = 2.5 * 4.0 * d_.b * sq * d_.s * d_.heads * d_.head_dim / d_.tp / 2.0;
     const double io_bytes = 2 * d_.tokens * (2 * d_.q_w + 2 * d_.kv_w) / d_.tp * Dims::act_bytes;
