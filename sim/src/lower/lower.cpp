@@ -316,9 +316,14 @@ int RankLowering::fetch_params(int layer, int after_ev) {
     layer_ = layer;  // the transfers are labelled with the layer they serve
     const LayerParamsRank lp = layer_params_rank(m_, p_, layer);
     const double shard = zero3 ? lp.dense / group_size(Group::dp) + lp.expert / group_size(Group::edp) : lp.dense + lp.expert;
+    // Each tier's share moves on its own link at once: the host share goes up at once while the
+    // SSD share is read into host memory, then follows it over PCIe (h2d is one serial stream).
     int ev = after_ev;
-    if (pf.ssd > 0) ev = copy(Stream::ssd, CopyKind::ssd_read, shard * pf.ssd * Dims::act_bytes, n_.fetch_ssd, ev);
-    if (off > 0) ev = copy(Stream::h2d, CopyKind::h2d, shard * off * Dims::act_bytes, n_.fetch_h2d, ev);
+    if (pf.cpu > 0) ev = copy(Stream::h2d, CopyKind::h2d, shard * pf.cpu * Dims::act_bytes, n_.fetch_h2d, after_ev);
+    if (pf.ssd > 0) {
+        const int read = copy(Stream::ssd, CopyKind::ssd_read, shard * pf.ssd * Dims::act_bytes, n_.fetch_ssd, after_ev);
+        ev = copy(Stream::h2d, CopyKind::h2d, shard * pf.ssd * Dims::act_bytes, n_.fetch_h2d, read);
+    }
     if (zero3) {
         ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, lp.dense * Dims::act_bytes, n_.zero3_ag, ev);
         if (lp.expert > 0 && group_size(Group::edp) > 1)
@@ -339,12 +344,15 @@ int RankLowering::fetch_activations(int mb, int chunk, int li, int after_ev) {
     act_offloaded_.erase(it);
     const int saved_layer = layer_;
     layer_ = chunk_first_layer(chunk) + li;
-    if (after_ev >= 0) wait(Stream::h2d, after_ev);
+    // As for parameters: the host share and the SSD read proceed at once.
+    const int offloaded = ev;
+    wait(Stream::h2d, after_ev);
+    if (af.cpu > 0) ev = copy(Stream::h2d, CopyKind::h2d, bytes * af.cpu, n_.act_h2d, offloaded);
     if (af.ssd > 0) {
         wait(Stream::ssd, after_ev);
-        ev = copy(Stream::ssd, CopyKind::ssd_read, bytes * af.ssd, n_.act_ssd_read, ev);
+        const int read = copy(Stream::ssd, CopyKind::ssd_read, bytes * af.ssd, n_.act_ssd_read, offloaded);
+        ev = copy(Stream::h2d, CopyKind::h2d, bytes * af.ssd, n_.act_h2d, read);
     }
-    ev = copy(Stream::h2d, CopyKind::h2d, bytes * (af.cpu + af.ssd), n_.act_h2d, ev);
     layer_ = saved_layer;
     return ev;
 }
