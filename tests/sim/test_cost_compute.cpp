@@ -156,3 +156,25 @@ TEST_CASE("a straggler's slowdown scales kernel time; non-compute instructions c
     alloc.bytes = 1e9;
     CHECK(compute_cost(alloc, ctx).duration_ns == 0);
 }
+
+TEST_CASE("unfused attention: batched GEMMs over the full square plus softmax traffic", "[cost][attention]") {
+    const auto hw = h100_view();
+    PlanSpec p;
+    p.flash_attention = false;
+    CostContext ctx{&hw, nullptr, &p};
+    Instr in;
+    in.op = Op::attention_fwd;
+    in.m = in.n = 2048, in.k = 128, in.batch = 12;
+    in.flops = 2.0 * 2048 * 2048 * 128 * 12;  // lower's causal-halved count: ignored here
+    // Hand: 2 x GEMM(2048, 2048, 128, batch 12) + 8 B per score element / HBM + 2 launches.
+    const Instr g = gemm(2048, 2048, 128);
+    Instr gb = g;
+    gb.batch = 12;
+    gb.flops = g.flops * 12;
+    const double gemm_s = static_cast<double>(compute_cost(gb, CostContext{&hw}).duration_ns) * 1e-9;
+    const double expect = 2 * gemm_s + 2048.0 * 2048 * 12 * 8 / (0.87 * 3.35e12) + 6e-6;
+    CHECK(compute_cost(in, ctx).duration_ns * 1e-9 == Approx(expect).epsilon(1e-4));
+    // Fused (flash) attention of the same shape is faster.
+    PlanSpec f;
+    CHECK(compute_cost(in, CostContext{&hw, nullptr, &f}).duration_ns < compute_cost(in, ctx).duration_ns);
+}

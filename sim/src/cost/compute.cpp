@@ -211,6 +211,30 @@ constexpr AttnAnchor kAttn[] = {
 constexpr AttnAnchor kAttnDefault = {"", 0.50, 0.40};
 constexpr double kAttnS0 = 210.0;
 
+/// Unfused attention (plan.flash_attention = false, Megatron before flash): the score and value
+/// matmuls as batched GEMMs over the full s x kv square (no causal skipping), plus the softmax,
+/// mask and dropout passes over the materialised scores: forward writes and reads scores and
+/// probabilities (4 x 2 bytes per element), backward reads probabilities and their gradient and
+/// writes the score gradient (6 x 2 bytes). Backward runs 4 GEMMs (dP, dV, dQ, dK) to forward's 2.
+Estimate unfused_attention_cost(const Instr& in, const CostContext& ctx, double seq, double kv, double hd, double batch) {
+    const bool backward = in.op == Op::attention_bwd;
+    Instr g;
+    g.kind = InstrKind::compute;
+    g.op = Op::gemm;
+    g.dtype = in.dtype;
+    g.m = static_cast<std::int64_t>(seq), g.n = static_cast<std::int64_t>(kv), g.k = static_cast<std::int64_t>(hd);
+    g.batch = static_cast<std::int64_t>(batch);
+    g.flops = 2.0 * seq * kv * hd * batch;
+    CostContext plain = ctx;
+    plain.gpu_slowdown = 1.0;
+    const Estimate qk = gemm_cost(g, plain);
+    const double gemms = (backward ? 4.0 : 2.0) * static_cast<double>(qk.duration_ns) * 1e-9;
+    const double elements = seq * kv * batch;
+    const double bytes = elements * (backward ? 12.0 : 8.0);
+    const double softmax = bytes / cost_detail::hbm_rate(*ctx.hw).Bps + 2 * cost_detail::kLaunchOverheadNs * 1e-9;
+    return Estimate{cost_detail::to_ns((gemms + softmax) * ctx.gpu_slowdown), qk.provenance};
+}
+
 Estimate attention_cost(const Instr& in, const CostContext& ctx) {
     const auto& hw = *ctx.hw;
     const bool backward = in.op == Op::attention_bwd;
@@ -219,6 +243,7 @@ Estimate attention_cost(const Instr& in, const CostContext& ctx) {
     const double hd = in.k > 0 ? static_cast<double>(in.k) : 128.0;
     const double batch = std::max<double>(1, static_cast<double>(in.batch));
     // Causal forward: 2 GEMMs of seq x kv x hd, half of them masked: 2 * seq * kv * hd per head.
+    if (ctx.plan && !ctx.plan->flash_attention) return unfused_attention_cost(in, ctx, seq, kv, hd, batch);
     double flops = in.flops;
     if (flops <= 0) flops = (backward ? 2.5 : 1.0) * 2.0 * seq * kv * hd * batch;
     const double peak = peak_flops(hw, in.dtype);
