@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# strata simulate from the outside: a bundled scenario prints the summary, writes JSON and a Chrome
+# trace atomically and deterministically; OOM is reported, not an error; bad input exits 2 and
+# writes nothing. Args: $1 = strata binary, $2 = source dir.
+set -u
+S="$1"; SRC="$2"
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$S" simulate --scenario llama-3-8b-8xh100 --json "$T/r.json" --trace "$T/t.json" >"$T/out" 2>"$T/err"; rc=$?
+[ $rc -eq 0 ] || { cat "$T/err"; fail "simulate: exit $rc"; }
+for w in "step time" "tokens/s" "TFLOP/s per GPU" "MFU" "bubble" "exposed comm" "gpu (HBM)" "critical path" "cost provenance"; do
+  grep -q "$w" "$T/out" || fail "summary lacks '$w'"
+done
+python3 - "$T/r.json" "$T/t.json" <<'PY' || fail "JSON content"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["step_time_s"] > 0 and 0 < r["mfu"] < 1, r["mfu"]
+assert abs(r["tokens_per_s"] * r["step_time_s"] - 128 * 8192) / (128 * 8192) < 1e-3, r["tokens_per_s"]
+t = json.load(open(sys.argv[2]))
+assert len(t["traceEvents"]) > 100
+assert any(e.get("ph") == "X" for e in t["traceEvents"])
+PY
+
+# Same input, same bytes.
+"$S" simulate --scenario llama-3-8b-8xh100 --json "$T/r2.json" --trace "$T/t2.json" >"$T/out2" 2>/dev/null || fail "second run"
+cmp -s "$T/r.json" "$T/r2.json" || fail "JSON output not deterministic"
+cmp -s "$T/t.json" "$T/t2.json" || fail "trace output not deterministic"
+cmp -s "$T/out" "$T/out2" || fail "summary not deterministic"
+
+# A plan that does not fit: reported as OOM on the HBM tier, exit 0.
+cat >"$T/plan1.json" <<'J'
+{"tp": 1, "pp": 1, "dp": 1, "micro_batch": 1, "global_batch": 1}
+J
+"$S" simulate --model llama-2-70b --cluster single-h100 --plan "$T/plan1.json" >"$T/oom" 2>"$T/err"; rc=$?
+[ $rc -eq 0 ] || { cat "$T/err"; fail "OOM plan: exit $rc"; }
+grep -q "^gpu (HBM).*OOM" "$T/oom" || fail "no HBM OOM in the summary"
+
+# Bad input: exit 2, nothing written.
+"$S" simulate --scenario no-such-scenario --json "$T/bad.json" >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] || fail "unknown scenario: exit $rc (want 2)"
+[ ! -e "$T/bad.json" ] || fail "output written on bad input"
+echo '{"tp": 3, "pp": 1, "dp": 1, "micro_batch": 1, "global_batch": 8}' >"$T/bad_plan.json"
+"$S" simulate --model llama-3-8b --cluster dgx-h100-x1 --plan "$T/bad_plan.json" --json "$T/bad.json" >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] || fail "invalid plan: exit $rc (want 2)"
+[ ! -e "$T/bad.json" ] || fail "output written on an invalid plan"
+"$S" simulate --scenario llama-3-8b-8xh100 --steps 0 >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] || fail "--steps 0: exit $rc (want 2)"
+echo OK
