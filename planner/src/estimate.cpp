@@ -139,7 +139,7 @@ LayerTimes Estimator::layer_times(const PlanSpec& p) {
 
 FastEstimate Estimator::estimate(const PlanSpec& p) {
     FastEstimate e;
-    MemoryReport mem = memory_estimate(m_, p, caps_);
+    MemoryReport mem = memory_estimate(m_, p, caps_, &mem_cache_);
     e.hbm_bytes = mem.hbm_bytes;
     e.fits = mem.fits();
     e.near_fit = !e.fits && mem.hbm_bytes <= caps_.hbm_bytes * margin_ && mem.cpu_bytes <= caps_.cpu_bytes_per_node * margin_ &&
@@ -186,7 +186,14 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     e.recompute_s = m * layers[static_cast<std::size_t>(worst_stage)] * lt.recompute_s;
 
     // Data parallelism over dp x cp (Megatron's grad reduction group); experts over edp.
-    const StageParams sp = stage_params(m_, p, worst_stage);
+    StageParams sp;
+    if (p.layer_split.empty()) {
+        auto [it, inserted] = stage_params_.try_emplace(std::make_tuple(p.tp, p.pp, p.ep, worst_stage));
+        if (inserted) it->second = stage_params(m_, p, worst_stage);
+        sp = it->second;
+    } else {
+        sp = stage_params(m_, p, worst_stage);
+    }
     const int dpg = p.dp * p.cp;
     const int edp = std::max(1, dpg / std::max(1, p.ep));
     double dp_s = 0, ag_s = 0;

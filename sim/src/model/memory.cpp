@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <tuple>
 
 #include "strata/sim/model.hpp"
 
@@ -53,40 +55,102 @@ double sum_bytes(const std::vector<TensorDesc>& v) {
     return b;
 }
 
-// Layers differ only by (MoE or dense, recomputed or not): size each kind once, since the planner
-// calls memory_estimate for every candidate plan.
+// Layers differ only by (MoE or dense, recomputed or not): size each kind once per estimate, and
+// once per layer shape across estimates when a MemoryCache is given.
 struct LayerKindBytes {
     double activations = 0, workspace = 0;
     bool known = false;
 };
+
+using LayerKey = std::tuple<int, int, int, int, int, int, int, int, int, int>;
+LayerKey layer_key(const PlanSpec& p, bool moe, bool recomputed) {
+    return {moe ? 1 : 0, recomputed ? 1 : 0, p.tp, p.cp, p.ep, p.micro_batch, p.sequence_parallel ? 1 : 0,
+            p.flash_attention ? 1 : 0, static_cast<int>(p.recompute), static_cast<int>(p.precision)};
+}
+
+// Everything stage_model_states / stage_buffers read from the plan (tensors.cpp), so a cached list
+// is exactly what the call would return.
+using StageKey = std::tuple<int, int, int, int, int, int, int, int, int, int, int, std::int64_t, std::vector<int>,
+                            std::array<double, 9>>;
+StageKey stage_key(const PlanSpec& p, int stage) {
+    const OffloadSpec& o = p.offload;
+    return {stage, p.tp, p.pp, p.dp, p.cp, p.ep, p.zero_stage, static_cast<int>(p.precision), p.micro_batch,
+            (p.sequence_parallel ? 1 : 0) + (p.overlap_grad_reduce ? 2 : 0) + (p.overlap_param_gather ? 4 : 0),
+            static_cast<int>(p.recompute), p.dp_bucket_bytes, p.layer_split,
+            {o.params.gpu, o.params.cpu, o.params.ssd, o.grads.gpu, o.grads.cpu, o.grads.ssd, o.optimizer.gpu,
+             o.optimizer.cpu, o.optimizer.ssd}};
+}
+
+}  // namespace
+
+struct MemoryCache::Impl {
+    std::map<LayerKey, LayerKindBytes> layers;
+    std::map<StageKey, std::vector<TensorDesc>> stages;
+};
+MemoryCache::MemoryCache() : impl_(std::make_unique<Impl>()) {}
+MemoryCache::~MemoryCache() = default;
+
+namespace {
+
 struct LayerKinds {
     LayerKindBytes kinds[2][2];
+    MemoryCache::Impl* cache = nullptr;
     const LayerKindBytes& get(const ModelSpec& m, const PlanSpec& p, int layer, bool recomputed) {
-        LayerKindBytes& k = kinds[m.layer_is_moe(layer) ? 1 : 0][recomputed ? 1 : 0];
-        if (!k.known) {
-            k.activations = sum_bytes(layer_activations(m, p, layer, recomputed));
-            k.workspace = sum_bytes(layer_backward_workspace(m, p, layer, recomputed));
-            k.known = true;
+        const bool moe = m.layer_is_moe(layer);
+        LayerKindBytes& k = kinds[moe ? 1 : 0][recomputed ? 1 : 0];
+        if (k.known) return k;
+        if (cache) {
+            auto [it, inserted] = cache->layers.try_emplace(layer_key(p, moe, recomputed));
+            if (inserted) {
+                it->second.activations = sum_bytes(layer_activations(m, p, layer, recomputed));
+                it->second.workspace = sum_bytes(layer_backward_workspace(m, p, layer, recomputed));
+                it->second.known = true;
+            }
+            k = it->second;
+            return k;
         }
+        k.activations = sum_bytes(layer_activations(m, p, layer, recomputed));
+        k.workspace = sum_bytes(layer_backward_workspace(m, p, layer, recomputed));
+        k.known = true;
         return k;
     }
 };
 
+const std::vector<TensorDesc>& stage_states_and_buffers(const ModelSpec& m, const PlanSpec& p, int stage,
+                                                        MemoryCache::Impl* cache, std::vector<TensorDesc>& scratch) {
+    auto build = [&](std::vector<TensorDesc>& out) {
+        out = stage_model_states(m, p, stage);
+        for (TensorDesc& d : stage_buffers(m, p, stage)) out.push_back(std::move(d));
+    };
+    if (!cache) {
+        build(scratch);
+        return scratch;
+    }
+    auto [it, inserted] = cache->stages.try_emplace(stage_key(p, stage));
+    if (inserted) build(it->second);
+    return it->second;
+}
+
 }  // namespace
 
 MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capacities& caps) {
+    return memory_estimate(m, p, caps, nullptr);
+}
+
+MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capacities& caps, MemoryCache* cache) {
     MemoryReport r;
     r.capacities = caps;
     const std::vector<int> sl = stage_layers(m, p);
     LayerKinds kinds;
+    kinds.cache = cache ? &cache->impl() : nullptr;
+    std::vector<TensorDesc> scratch;
     int first = 0;
     for (int stage = 0; stage < p.pp; ++stage) {
         StageMemory s;
         s.stage = stage;
         s.layers = sl[static_cast<std::size_t>(stage)];
         s.in_flight_microbatches = in_flight_microbatches(p, stage);
-        for (const TensorDesc& d : stage_model_states(m, p, stage)) add_to(s, d, 1.0);
-        for (const TensorDesc& d : stage_buffers(m, p, stage)) add_to(s, d, 1.0);
+        for (const TensorDesc& d : stage_states_and_buffers(m, p, stage, kinds.cache, scratch)) add_to(s, d, 1.0);
         double workspace = 0;
         for (int i = 0; i < s.layers; ++i) {
             const bool rc = layer_recomputed(m, p, stage, i);
@@ -124,7 +188,9 @@ MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capaci
     const int gpn = std::max(1, caps.gpus_per_node);
     const int ranks = p.gpus();
     const int per_stage = std::max(1, p.tp * p.cp * p.dp);
-    for (int first_rank = 0; first_rank < ranks; first_rank += gpn) {
+    // A node holding ranks of one stage only (the usual case) needs no per-rank walk.
+    const bool one_stage_per_node = per_stage % gpn == 0;
+    for (int first_rank = 0; first_rank < ranks; first_rank += one_stage_per_node ? per_stage : gpn) {
         double cpu = 0, ssd = 0;
         for (int rk = first_rank; rk < std::min(ranks, first_rank + gpn); ++rk) {
             const StageMemory& s = r.stages[static_cast<std::size_t>(std::min(p.pp - 1, rk / per_stage))];

@@ -12,6 +12,7 @@
 #include "strata/hwdb/view.hpp"
 #include "strata/sim/memory.hpp"
 #include "strata/sim/spec.hpp"
+#include "strata/sim/tensors.hpp"
 
 namespace strata::planner {
 
@@ -56,6 +57,8 @@ private:
     double margin_;
     double peak_flops_ = 0;
     std::map<Key, LayerTimes> cache_;
+    sim::MemoryCache mem_cache_;
+    std::map<std::tuple<int, int, int, int>, sim::StageParams> stage_params_;
 };
 
 /// HBM/DRAM/SSD capacities of a cluster from its hardware view.

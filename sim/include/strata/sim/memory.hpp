@@ -4,6 +4,7 @@
 // form, no simulation; capacities come in as plain numbers so this header stays free of hwdb.
 #pragma once
 #include <array>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,23 @@ double in_flight_microbatches(const PlanSpec& p, int stage);
 
 /// Per-rank memory of every stage and the verdict against the capacities.
 MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capacities& caps);
+
+/// Memo for callers that estimate many plans of ONE model (the planner): per-layer activation
+/// bytes by layer shape and per-stage model-state/buffer lists by layout, so each is built once.
+/// Results are identical to the uncached call. Not thread-safe; one per thread.
+class MemoryCache {
+public:
+    MemoryCache();
+    ~MemoryCache();
+    MemoryCache(const MemoryCache&) = delete;
+    MemoryCache& operator=(const MemoryCache&) = delete;
+    struct Impl;
+    Impl& impl() { return *impl_; }
+
+private:
+    std::unique_ptr<Impl> impl_;
+};
+MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capacities& caps, MemoryCache* cache);
 
 /// Canonical JSON of a report (fixed key order, bytes as integers).
 std::string to_json_text(const MemoryReport& r);
