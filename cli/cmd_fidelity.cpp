@@ -1,0 +1,163 @@
+// `strata fidelity`: simulate the published runs of bench/fidelity/runs.json with the datasheet
+// hardware database, print predicted vs published per entry and MAPE per split; optionally fit the
+// Calibration multipliers on the train split (--fit-calibration). Outputs are rendered fully
+// before any file is written. Per-entry tuning does not exist here by design.
+#include <algorithm>
+#include <atomic>
+#include <ctime>
+#include <exception>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "cli.hpp"
+#include "strata/common/error.hpp"
+#include "strata/common/json_reader.hpp"
+#include "strata/sim/fidelity.hpp"
+
+namespace strata::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct FidelityArgs {
+    std::string runs, split = "all", json, calibration, fit_out, db, date;
+    int threads = 2;
+};
+
+// runs.json from the working directory, else from the source tree this binary was built from.
+std::string default_runs_path() {
+    const fs::path here = "bench/fidelity/runs.json";
+    std::error_code ec;
+    if (fs::is_regular_file(here, ec)) return here.string();
+    return (fs::path(STRATA_SCENARIOS_DIR).parent_path() / "bench" / "fidelity" / "runs.json").string();
+}
+
+std::string today_utc() {
+    const std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[16];
+    std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
+    return buf;
+}
+
+// Hardware views are resolved up front, one thread (the database handle is not shared across
+// threads); the simulations then run on `threads` workers, each writing its own row, so the
+// output does not depend on the thread count.
+std::vector<sim::FidelityRow> run_all(const std::vector<sim::FidelityEntry>& entries, const hwdb::Database& db,
+                                      const sim::Calibration& cal, int threads) {
+    std::map<std::string, hwdb::HardwareView> views;
+    std::map<std::string, InputError> view_errors;
+    for (const sim::FidelityEntry& e : entries) {
+        if (!e.skipped.empty()) continue;
+        try {
+            views.emplace(e.id, view_for(db, e.cluster));
+        } catch (const InputError& err) {
+            view_errors.emplace(e.id, err);
+        }
+    }
+    std::vector<sim::FidelityRow> rows(entries.size());
+    std::atomic<std::size_t> next{0};
+    std::exception_ptr failure;
+    std::mutex failure_mutex;
+    auto worker = [&] {
+        for (std::size_t i = next++; i < entries.size(); i = next++) {
+            const sim::FidelityEntry& e = entries[i];
+            const sim::ViewResolver resolve = [&](const sim::ClusterSpec&) -> hwdb::HardwareView {
+                if (auto it = view_errors.find(e.id); it != view_errors.end()) throw it->second;
+                return views.at(e.id);
+            };
+            try {
+                rows[i] = sim::run_fidelity_entry(e, resolve, cal);
+            } catch (...) {
+                std::lock_guard<std::mutex> lock(failure_mutex);
+                if (!failure) failure = std::current_exception();
+            }
+        }
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+    worker();
+    for (std::thread& t : pool) t.join();
+    if (failure) std::rethrow_exception(failure);
+    return rows;
+}
+
+void run_fidelity(const FidelityArgs& a) {
+    if (a.split != "train" && a.split != "test" && a.split != "all")
+        throw InputError("--split", "", "must be train, test or all (got \"" + a.split + "\")");
+    const std::string runs_path = a.runs.empty() ? default_runs_path() : a.runs;
+    const std::vector<sim::FidelityEntry> all = sim::load_fidelity_runs(read_text_file(runs_path), runs_path);
+    const hwdb::Database db = open_db(a.db);
+    const int threads = std::max(1, a.threads);
+
+    sim::CalibrationRecord cal;
+    std::string cal_text;  // calibration file to write (fit mode)
+    if (!a.fit_out.empty()) {
+        // Fit on train only; the objective is the train MAPE of the same runs the report shows.
+        const std::vector<sim::FidelityEntry> train = sim::select_split(all, "train");
+        auto objective = [&](const sim::Calibration& c) { return sim::fidelity_stats(run_all(train, db, c, threads), "train").mape; };
+        cal.train_entries = sim::fidelity_stats(run_all(train, db, {}, threads), "train").compared;
+        cal.date = a.date.empty() ? today_utc() : a.date;
+        if (sim::calibration_supported()) {
+            const sim::FitResult fit = sim::fit_calibration(objective);
+            cal.calibration = fit.calibration;
+            cal.fitted = true;
+            cal.train_mape_before = fit.before;
+            cal.train_mape_after = fit.after;
+            cal.note = "coordinate golden-section search in [0.5, 3] on the train split, " +
+                       std::to_string(fit.evaluations) + " evaluations";
+        } else {
+            cal.train_mape_before = cal.train_mape_after = objective({});
+            cal.note = "not fitted: this build's simulate() does not apply Calibration yet (SimOptions has no "
+                       "calibration); identity factors";
+        }
+        cal_text = sim::to_json_text(cal);
+    } else if (a.calibration != "none") {
+        std::string path = a.calibration;
+        if (path.empty()) path = (fs::path(runs_path).parent_path() / "calibration.json").string();
+        std::error_code ec;
+        if (!a.calibration.empty() || fs::is_regular_file(path, ec)) cal = sim::calibration_from_json_text(read_text_file(path), path);
+    }
+
+    const std::vector<sim::FidelityRow> rows = run_all(sim::select_split(all, a.split), db, cal.calibration, threads);
+    const std::string json = a.json.empty() ? "" : sim::fidelity_json_text(rows, cal);
+    if (!a.fit_out.empty()) write_output(a.fit_out, cal_text);
+    if (!a.json.empty()) write_output(a.json, json);
+    if (a.json == "-" || a.fit_out == "-") return;
+
+    std::cout << sim::fidelity_table_text(rows) << "\n" << sim::fidelity_summary_text(rows);
+    const sim::Calibration& c = cal.calibration;
+    std::cout << "calibration: " << (cal.fitted ? "fitted on train" : "identity")
+              << (sim::calibration_supported() ? "" : " (not applied: simulate() has no calibration input yet)")
+              << "  gemm " << c.gemm << "  attention " << c.attention << "  memory_bound " << c.memory_bound
+              << "  collective " << c.collective << "  p2p " << c.p2p << "\n";
+    if (!a.fit_out.empty())
+        std::cout << "train MAPE " << 100 * cal.train_mape_before << "% -> " << 100 * cal.train_mape_after
+                  << "% (written to " << a.fit_out << ")\n";
+}
+
+void add_fidelity(CLI::App& app) {
+    auto a = std::make_shared<FidelityArgs>();
+    auto* cmd = app.add_subcommand("fidelity", "Compare simulated with published training runs (bench/fidelity): error per entry, MAPE per split");
+    cmd->add_option("--runs", a->runs, "the data set (default: bench/fidelity/runs.json)");
+    cmd->add_option("--split", a->split, "train, test or all (default: all)");
+    cmd->add_option("--json", a->json, "write entries and summaries as JSON to FILE ('-' = stdout)");
+    cmd->add_option("--calibration", a->calibration,
+                    "calibration JSON to apply, or 'none' (default: calibration.json next to the runs file, if present)");
+    cmd->add_option("--fit-calibration", a->fit_out, "fit the multipliers on the train split and write them to FILE");
+    cmd->add_option("--date", a->date, "date recorded by --fit-calibration (default: today, UTC)");
+    cmd->add_option("--threads", a->threads, "simulations run in parallel (default 2; results do not depend on it)")
+        ->check(CLI::Range(1, 256));
+    add_db_option(cmd, a->db);
+    cmd->callback([a] { run_fidelity(*a); });
+}
+
+STRATA_COMMAND(70, add_fidelity);
+
+}  // namespace
+}  // namespace strata::cli

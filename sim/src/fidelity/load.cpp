@@ -1,0 +1,240 @@
+// Loading bench/fidelity/runs.json into FidelityEntry values: model, cluster and plan through
+// Strata's own parsers (so the suite checks exactly what users feed in), after stripping the few
+// architecture notes the parser does not read; the FLOP convention from the entry's text; the
+// published quantity to compare. Bad entries are kept and marked skipped, never dropped.
+#include <algorithm>
+#include <array>
+#include <utility>
+
+#include "strata/common/error.hpp"
+#include "strata/common/json_reader.hpp"
+#include "strata/sim/fidelity.hpp"
+#include "strata/sim/model.hpp"
+#include "strata/sim/simulate.hpp"
+#include "strata/sim/spec_io.hpp"
+
+namespace strata::sim {
+
+using nlohmann::json;
+
+const char* to_string(FlopsConvention c) {
+    switch (c) {
+        case FlopsConvention::model: return "model";
+        case FlopsConvention::megatron_model: return "megatron-72";
+        case FlopsConvention::megatron_recompute: return "megatron-96";
+        case FlopsConvention::mpt: return "mpt";
+        case FlopsConvention::none: return "none";
+    }
+    return "?";
+}
+
+const char* to_string(Quantity q) {
+    switch (q) {
+        case Quantity::step_time_s: return "step_time_s";
+        case Quantity::tokens_per_s: return "tokens_per_s";
+        case Quantity::tokens_per_s_per_gpu: return "tokens_per_s_per_gpu";
+        case Quantity::samples_per_s: return "samples_per_s";
+        case Quantity::tflops_per_gpu: return "tflops_per_gpu";
+        case Quantity::mfu: return "mfu";
+    }
+    return "?";
+}
+
+namespace {
+
+// Architecture notes runs.json keeps for information but Strata's model parser does not read.
+// What each one means for the simulation is written in docs/fidelity.md ("Dropped fields").
+constexpr std::array kStrippedModelKeys = {"activation", "embed_layernorm", "first_k_dense",
+                                           "mla",        "mtp_depth",       "position_note"};
+
+// NIC ids of runs.json that hwdb lacks, mapped to the closest hwdb link of the same speed.
+const std::vector<std::pair<std::string, std::string>> kNicSubstitutes = {
+    {"omni-path-100g", "ib-edr"},  // Jean Zay's Omni-Path: 100 Gb/s, the same rate as IB EDR
+};
+
+// Order of preference for the compared quantity: the most directly measured first (a time or a
+// token count needs no FLOP convention).
+constexpr std::array kQuantityOrder = {Quantity::step_time_s,   Quantity::tokens_per_s,   Quantity::tokens_per_s_per_gpu,
+                                       Quantity::samples_per_s, Quantity::tflops_per_gpu, Quantity::mfu};
+
+bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+}  // namespace
+
+/// The convention named by an entry's free-text `flops_convention` (patterns from runs.json's
+/// nine distinct texts; docs/fidelity-dataset.md explains each source).
+FlopsConvention convention_from_text(const std::string& t) {
+    if (contains(t, "llm-foundry")) return FlopsConvention::mpt;
+    if (contains(t, "72*B*s*l*h^2")) return FlopsConvention::megatron_model;
+    if (contains(t, "96*B*s*l*h^2") || contains(t, "recompute counted") || contains(t, "4*2 coefficient") ||
+        contains(t, "hardware FLOPs incl. recompute"))
+        return FlopsConvention::megatron_recompute;
+    if (starts_with(t, "NeMo / Megatron-Bridge") || starts_with(t, "Model FLOPs")) return FlopsConvention::model;
+    return FlopsConvention::none;
+}
+
+std::string node_for_gpu(const std::string& gpu) {
+    if (starts_with(gpu, "A100")) return "DGX-A100";
+    if (starts_with(gpu, "H100-SXM") || starts_with(gpu, "H800")) return "DGX-H100";  // H800: an H100 board with cut NVLink
+    if (starts_with(gpu, "V100")) return "DGX-1-V100";
+    return "";
+}
+
+namespace {
+
+FidelityEntry read_entry(const json& j, const std::string& file, const std::string& path) {
+    FidelityEntry e;
+    auto need = [&](const char* key, json::value_t type) -> const json& {
+        if (!j.contains(key) || j.at(key).type() != type)
+            throw InputError(file, path + "." + key, "is required (" + std::string(json(type).type_name()) + ")");
+        return j.at(key);
+    };
+    e.id = need("id", json::value_t::string).get<std::string>();
+    e.publisher = j.value("publisher", "");
+    e.split = need("split", json::value_t::string).get<std::string>();
+    if (e.split != "train" && e.split != "test") throw InputError(file, path + ".split", "must be \"train\" or \"test\"");
+    const json& hw = need("hardware", json::value_t::object);
+    const json& plan = need("plan", json::value_t::object);
+    const json& measured = need("measured", json::value_t::object);
+    if (!j.contains("model") || !j.at("model").is_object()) throw InputError(file, path + ".model", "is required (object)");
+
+    for (const auto& [k, v] : measured.items()) {
+        if (k == "outcome") e.outcome = v.get<std::string>();
+        else if (v.is_number()) e.measured[k] = v.get<double>();
+    }
+    if (e.outcome != "ran" && e.outcome != "oom") throw InputError(file, path + ".measured.outcome", "must be \"ran\" or \"oom\"");
+    e.convention = convention_from_text(j.value("flops_convention", ""));
+    for (Quantity q : kQuantityOrder) {
+        auto it = e.measured.find(to_string(q));
+        if (it != e.measured.end() && it->second > 0) {
+            e.quantity = q;
+            e.published = it->second;
+            break;
+        }
+    }
+
+    // Specs go through Strata's own parsers; `where` names the entry in their messages.
+    const std::string where = file + " (" + e.id + ")";
+    try {
+        json model = j.at("model");
+        for (const char* k : kStrippedModelKeys)
+            if (model.contains(k)) {
+                model.erase(k);
+                e.dropped.push_back(std::string("model.") + k);
+            }
+        e.model = model_from_json_text(model.dump(), where);
+
+        json cluster = {{"name", e.id}};
+        for (const char* k : {"gpu", "nodes", "gpus_per_node", "nics_per_node"})
+            if (hw.contains(k) && !hw.at(k).is_null()) cluster[k] = hw.at(k);
+        if (hw.contains("nic") && hw.at("nic").is_string()) {
+            std::string nic = hw.at("nic").get<std::string>();
+            for (const auto& [from, to] : kNicSubstitutes)
+                if (nic == from) {
+                    e.substitutions.push_back("hardware.nic " + from + " -> " + to);
+                    nic = to;
+                }
+            cluster["nic"] = nic;
+        }
+        const std::string node = node_for_gpu(hw.value("gpu", ""));
+        if (!node.empty()) {
+            cluster["node"] = node;
+            if (starts_with(hw.value("gpu", ""), "H800"))
+                e.substitutions.push_back("hardware.node " + node + " (HGX H800 has no hwdb node row)");
+        }
+        e.cluster = cluster_from_json_text(cluster.dump(), where);
+
+        e.plan = plan_from_json_text(plan.dump(), where);
+        validate_plan(e.model, e.cluster, e.plan, where);
+    } catch (const InputError& err) {
+        e.skipped = err.path().empty() ? err.rule() : err.path() + " " + err.rule();
+    }
+    if (e.skipped.empty() && e.published <= 0) e.skipped = "no positive published quantity to compare";
+    if (e.skipped.empty() && e.convention == FlopsConvention::none &&
+        (e.quantity == Quantity::tflops_per_gpu || e.quantity == Quantity::mfu))
+        e.skipped = "publishes only a FLOP figure in an unknown convention";
+    return e;
+}
+
+}  // namespace
+
+std::vector<FidelityEntry> load_fidelity_runs(const std::string& text, const std::string& file) {
+    const json root = parse_json_text(text, file);
+    if (!root.is_object() || !root.contains("entries") || !root.at("entries").is_array())
+        throw InputError(file, "entries", "is required (an array of runs)");
+    std::vector<FidelityEntry> out;
+    const json& entries = root.at("entries");
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+        const std::string path = "entries[" + std::to_string(i) + "]";
+        if (!entries[i].is_object()) throw InputError(file, path, "must be an object");
+        out.push_back(read_entry(entries[i], file, path));
+    }
+    // Sorted by id so output order never depends on the file's order.
+    std::sort(out.begin(), out.end(), [](const FidelityEntry& a, const FidelityEntry& b) { return a.id < b.id; });
+    for (std::size_t i = 1; i < out.size(); ++i)
+        if (out[i].id == out[i - 1].id) throw InputError(file, "entries", "id \"" + out[i].id + "\" appears twice");
+    return out;
+}
+
+double convention_flops_per_step(const FidelityEntry& e) {
+    const ModelSpec& m = e.model;
+    const double batch = e.plan.global_batch;
+    switch (e.convention) {
+        case FlopsConvention::model: return model_flops_per_step(m, e.plan);
+        case FlopsConvention::megatron_model: return megatron_flops_per_step(m, batch, false);
+        case FlopsConvention::megatron_recompute: return megatron_flops_per_step(m, batch, true);
+        case FlopsConvention::mpt: {
+            // llm-foundry README, "MFU and HFU": per sequence 6 N s + 12 L d s^2, N = all parameters.
+            const double n = static_cast<double>(param_counts(m).total);
+            const double s = static_cast<double>(m.seq_len);
+            const double d = static_cast<double>(m.hidden);
+            return batch * (6.0 * n * s + 12.0 * m.layers * d * s * s);
+        }
+        case FlopsConvention::none: return 0;
+    }
+    return 0;
+}
+
+double quantity_from_step_time(const FidelityEntry& e, Quantity q, double step_time_s, double peak_flops_per_gpu) {
+    if (step_time_s <= 0) return 0;
+    const double samples = e.plan.global_batch;
+    const double tokens = samples * static_cast<double>(e.model.seq_len);
+    const double gpus = e.gpus();
+    switch (q) {
+        case Quantity::step_time_s: return step_time_s;
+        case Quantity::tokens_per_s: return tokens / step_time_s;
+        case Quantity::tokens_per_s_per_gpu: return tokens / step_time_s / gpus;
+        case Quantity::samples_per_s: return samples / step_time_s;
+        case Quantity::tflops_per_gpu: return convention_flops_per_step(e) / step_time_s / gpus / 1e12;
+        case Quantity::mfu:
+            return peak_flops_per_gpu > 0 ? convention_flops_per_step(e) / step_time_s / gpus / peak_flops_per_gpu : 0;
+    }
+    return 0;
+}
+
+double published_step_time_s(const FidelityEntry& e) {
+    // Each time/throughput quantity is its step-time formula inverted (same algebra as above).
+    const double tokens = static_cast<double>(e.plan.global_batch) * static_cast<double>(e.model.seq_len);
+    const double v = e.published;
+    if (v <= 0) return 0;
+    switch (e.quantity) {
+        case Quantity::step_time_s: return v;
+        case Quantity::tokens_per_s: return tokens / v;
+        case Quantity::tokens_per_s_per_gpu: return tokens / v / e.gpus();
+        case Quantity::samples_per_s: return e.plan.global_batch / v;
+        case Quantity::tflops_per_gpu:
+        case Quantity::mfu: return 0;
+    }
+    return 0;
+}
+
+std::vector<FidelityEntry> select_split(const std::vector<FidelityEntry>& all, const std::string& split) {
+    std::vector<FidelityEntry> out;
+    for (const FidelityEntry& e : all)
+        if (split == "all" || e.split == split) out.push_back(e);
+    return out;
+}
+
+}  // namespace strata::sim

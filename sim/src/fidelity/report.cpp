@@ -1,0 +1,180 @@
+// Text forms of the fidelity suite: the per-entry table and split summaries a person reads, the
+// rows as deterministic JSON, and bench/fidelity/calibration.json (write and strict read). Fixed
+// number formatting and fixed order throughout, so identical runs give identical bytes.
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "strata/common/json_reader.hpp"
+#include "strata/sim/fidelity.hpp"
+#include "strata/sim/result.hpp"
+
+namespace strata::sim {
+
+namespace {
+
+std::string fixed(double v, int decimals) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+    return buf;
+}
+
+std::string pad(std::string s, std::size_t w, bool right = false) {
+    if (s.size() >= w) return s;
+    return right ? std::string(w - s.size(), ' ') + s : s + std::string(w - s.size(), ' ');
+}
+
+// Published values span 0.3 (MFU) to 2.8e6 (tokens/s): four significant figures, no exponent.
+std::string value_text(double v) {
+    if (v == 0) return "0";
+    const double a = std::abs(v);
+    const int decimals = a >= 1000 ? 0 : a >= 100 ? 1 : a >= 10 ? 2 : a >= 1 ? 3 : 4;
+    return fixed(v, decimals);
+}
+
+std::string quantity_short(Quantity q) {
+    switch (q) {
+        case Quantity::step_time_s: return "step s";
+        case Quantity::tokens_per_s: return "tok/s";
+        case Quantity::tokens_per_s_per_gpu: return "tok/s/gpu";
+        case Quantity::samples_per_s: return "samples/s";
+        case Quantity::tflops_per_gpu: return "TFLOP/s";
+        case Quantity::mfu: return "MFU";
+    }
+    return "?";
+}
+
+void stats_json(std::ostringstream& o, const FidelityStats& s) {
+    o << "{\"entries\": " << s.entries << ", \"compared\": " << s.compared << ", \"skipped\": " << s.skipped
+      << ", \"mape\": " << json_num(s.mape, 6) << ", \"median_ape\": " << json_num(s.median_ape, 6)
+      << ", \"worst_ape\": " << json_num(s.worst_ape, 6) << ", \"worst_id\": " << json_quote(s.worst_id)
+      << ", \"over_15pct\": " << s.over_15pct << ", \"oom_agree\": " << s.oom_agree
+      << ", \"fits_agree\": " << s.fits_agree << "}";
+}
+
+}  // namespace
+
+std::string to_json_text(const CalibrationRecord& r) {
+    std::ostringstream o;
+    const Calibration& c = r.calibration;
+    o << "{\n";
+    o << "  \"schema\": 1,\n";
+    o << "  \"fitted\": " << (r.fitted ? "true" : "false") << ",\n";
+    o << "  \"date\": " << json_quote(r.date) << ",\n";
+    o << "  \"split\": \"train\",\n";
+    o << "  \"train_entries\": " << r.train_entries << ",\n";
+    o << "  \"train_mape_before\": " << json_num(r.train_mape_before, 6) << ",\n";
+    o << "  \"train_mape_after\": " << json_num(r.train_mape_after, 6) << ",\n";
+    o << "  \"factors\": {\"gemm\": " << json_num(c.gemm, 4) << ", \"attention\": " << json_num(c.attention, 4)
+      << ", \"memory_bound\": " << json_num(c.memory_bound, 4) << ", \"collective\": " << json_num(c.collective, 4)
+      << ", \"p2p\": " << json_num(c.p2p, 4) << "},\n";
+    o << "  \"note\": " << json_quote(r.note) << "\n";
+    o << "}\n";
+    return o.str();
+}
+
+CalibrationRecord calibration_from_json_text(const std::string& text, const std::string& file) {
+    const nlohmann::json j = parse_json_text(text, file);
+    if (!j.is_object()) throw InputError(file, "", "must be a JSON object");
+    JsonReader r(j, file, "");
+    CalibrationRecord c;
+    const std::int64_t schema = r.i64("schema");
+    if (schema != 1) r.fail("schema", "= " + std::to_string(schema) + " is not supported (expected 1)");
+    c.fitted = r.boolean_or("fitted", false);
+    c.date = r.str_or("date", "");
+    if (r.str_or("split", "train") != "train") r.fail("split", "must be \"train\" (calibration is fitted on train only)");
+    c.train_entries = static_cast<int>(r.i64_or("train_entries", 0));
+    c.train_mape_before = r.num_or("train_mape_before", 0);
+    c.train_mape_after = r.num_or("train_mape_after", 0);
+    c.note = r.str_or("note", "");
+    JsonReader f = r.object("factors");
+    auto factor = [&](const char* key) {
+        const double v = f.num_or(key, 1.0);
+        if (!(v > 0 && v < 100)) f.fail(key, "must be a positive multiplier (got " + describe_json(nlohmann::json(v)) + ")");
+        return v;
+    };
+    c.calibration.gemm = factor("gemm");
+    c.calibration.attention = factor("attention");
+    c.calibration.memory_bound = factor("memory_bound");
+    c.calibration.collective = factor("collective");
+    c.calibration.p2p = factor("p2p");
+    f.reject_unknown();
+    r.reject_unknown();
+    return c;
+}
+
+std::string fidelity_json_text(const std::vector<FidelityRow>& rows, const CalibrationRecord& cal) {
+    std::ostringstream o;
+    o << "{\n  \"calibration\": {\"fitted\": " << (cal.fitted ? "true" : "false")
+      << ", \"applied\": " << (calibration_supported() ? "true" : "false") << ", \"gemm\": " << json_num(cal.calibration.gemm, 4)
+      << ", \"attention\": " << json_num(cal.calibration.attention, 4)
+      << ", \"memory_bound\": " << json_num(cal.calibration.memory_bound, 4)
+      << ", \"collective\": " << json_num(cal.calibration.collective, 4) << ", \"p2p\": " << json_num(cal.calibration.p2p, 4)
+      << "},\n";
+    o << "  \"summary\": {";
+    const char* splits[] = {"train", "test", "all"};
+    for (int i = 0; i < 3; ++i) {
+        o << (i ? ", " : "") << "\"" << splits[i] << "\": ";
+        stats_json(o, fidelity_stats(rows, splits[i]));
+    }
+    o << "},\n  \"entries\": [";
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        const FidelityRow& r = rows[i];
+        o << (i ? ",\n" : "\n") << "    {\"id\": " << json_quote(r.id) << ", \"publisher\": " << json_quote(r.publisher)
+          << ", \"split\": " << json_quote(r.split) << ", \"gpu\": " << json_quote(r.gpu) << ", \"gpus\": " << r.gpus
+          << ", \"quantity\": " << json_quote(to_string(r.quantity))
+          << ", \"flops_convention\": " << json_quote(to_string(r.convention));
+        if (!r.compared()) {
+            o << ", \"skipped\": " << json_quote(r.skipped) << "}";
+            continue;
+        }
+        o << ", \"published\": " << json_num(r.published, 6) << ", \"predicted\": " << json_num(r.predicted, 6)
+          << ", \"error\": " << json_num(r.error, 6) << ", \"step_time_s\": " << json_num(r.step_time_s, 6)
+          << ", \"bubble_fraction\": " << json_num(r.bubble_fraction, 6)
+          << ", \"exposed_comm_s\": " << json_num(r.exposed_comm_s, 6) << ", \"mfu\": " << json_num(r.mfu, 6)
+          << ", \"outcome\": " << json_quote(r.outcome) << ", \"engine_oom\": " << (r.engine_oom ? "true" : "false")
+          << ", \"fits\": " << (r.fits ? "true" : "false")
+          << ", \"convention_check\": " << json_num(r.convention_check, 6)
+          << ", \"critical_path\": " << json_quote(r.critical_path) << "}";
+    }
+    o << "\n  ]\n}\n";
+    return o.str();
+}
+
+std::string fidelity_table_text(const std::vector<FidelityRow>& rows) {
+    std::ostringstream o;
+    o << pad("id", 36) << pad("publisher", 17) << pad("gpus", 6, true) << "  " << pad("quantity", 10)
+      << pad("published", 11, true) << pad("predicted", 11, true) << pad("error", 9, true) << "  " << pad("split", 6)
+      << "mem\n";
+    for (const FidelityRow& r : rows) {
+        o << pad(r.id, 36) << pad(r.publisher, 17) << pad(std::to_string(r.gpus), 6, true) << "  "
+          << pad(quantity_short(r.quantity), 10);
+        if (!r.compared()) {
+            o << pad(value_text(r.published), 11, true) << "  skipped: " << r.skipped << "\n";
+            continue;
+        }
+        o << pad(value_text(r.published), 11, true) << pad(value_text(r.predicted), 11, true)
+          << pad((r.error >= 0 ? "+" : "") + fixed(100.0 * r.error, 1) + "%", 9, true) << "  " << pad(r.split, 6)
+          << (r.engine_oom ? "OOM" : "ok") << (r.oom_agrees ? "" : " (disagrees)") << "\n";
+    }
+    return o.str();
+}
+
+std::string fidelity_summary_text(const std::vector<FidelityRow>& rows) {
+    std::ostringstream o;
+    o << pad("split", 7) << pad("entries", 8, true) << pad("compared", 10, true) << pad("MAPE", 9, true)
+      << pad("median", 9, true) << pad("worst", 9, true) << "  " << pad("worst entry", 36) << pad(">15%", 5, true)
+      << pad("OOM agree", 11, true) << "\n";
+    for (const char* split : {"train", "test", "all"}) {
+        const FidelityStats s = fidelity_stats(rows, split);
+        if (s.entries == 0) continue;
+        o << pad(split, 7) << pad(std::to_string(s.entries), 8, true) << pad(std::to_string(s.compared), 10, true)
+          << pad(fixed(100 * s.mape, 1) + "%", 9, true) << pad(fixed(100 * s.median_ape, 1) + "%", 9, true)
+          << pad(fixed(100 * s.worst_ape, 1) + "%", 9, true) << "  " << pad(s.worst_id, 36)
+          << pad(std::to_string(s.over_15pct), 5, true)
+          << pad(std::to_string(s.oom_agree) + "/" + std::to_string(s.compared), 11, true) << "\n";
+    }
+    return o.str();
+}
+
+}  // namespace strata::sim

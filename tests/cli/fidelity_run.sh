@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# strata fidelity from the outside: the test split runs, prints a table and the MAPE summary, writes
+# JSON atomically; bad arguments exit 2 without output. Args: $1 = strata binary, $2 = source dir.
+set -u
+S="$1"; SRC="$2"
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+RUNS="$SRC/bench/fidelity/runs.json"
+
+"$S" fidelity --runs "$RUNS" --split test --json "$T/test.json" >"$T/out" 2>"$T/err"; rc=$?
+[ $rc -eq 0 ] || { cat "$T/err"; fail "fidelity --split test: exit $rc"; }
+grep -q "MAPE" "$T/out" || fail "no MAPE in the output"
+grep -q "korthikanti-530b-selective" "$T/out" || fail "a test entry is missing from the table"
+grep -q "mtnlg-530b-2240gpu" "$T/out" && fail "a train entry appears in --split test"
+python3 - "$T/test.json" <<'PY' || fail "JSON content"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert all(e["split"] == "test" for e in d["entries"]), "split filter"
+assert d["summary"]["test"]["entries"] == len(d["entries"]), d["summary"]["test"]
+for e in d["entries"]:
+    if "skipped" not in e:
+        assert abs(e["predicted"] / e["published"] - 1 - e["error"]) < 1e-5, e["id"]
+PY
+
+# Same input, same bytes.
+"$S" fidelity --runs "$RUNS" --split test --json "$T/again.json" >/dev/null 2>&1 || fail "second run"
+cmp -s "$T/test.json" "$T/again.json" || fail "JSON output not deterministic"
+
+# Bad input: exit 2, nothing written.
+"$S" fidelity --runs "$RUNS" --split validation --json "$T/bad.json" >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] || fail "bad --split: exit $rc (want 2)"
+[ ! -e "$T/bad.json" ] || fail "output written on bad input"
+"$S" fidelity --runs "$T/missing.json" >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] || fail "missing runs file: exit $rc (want 2)"
+echo '{"schema": 1, "factors": {"gemm": -1}}' >"$T/cal.json"
+"$S" fidelity --runs "$RUNS" --split test --calibration "$T/cal.json" >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] || fail "negative calibration factor: exit $rc (want 2)"
+echo OK

@@ -1,0 +1,269 @@
+// Fidelity suite: the runs.json loader (one entry mapped field by field, stripped keys, NIC
+// substitution, skipped entries), the FLOP conventions against the sources' own published pairs,
+// the statistics on hand-made numbers, the calibration fit on synthetic data, calibration.json I/O.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "strata/common/error.hpp"
+#include "strata/common/json_reader.hpp"
+#include "strata/hwdb/hwdb.hpp"
+#include "strata/sim/fidelity.hpp"
+
+using namespace strata;
+using namespace strata::sim;
+
+namespace {
+
+const std::vector<FidelityEntry>& dataset() {
+    static const std::vector<FidelityEntry> all = [] {
+        const std::string path = std::string(STRATA_SOURCE_DIR) + "/bench/fidelity/runs.json";
+        return load_fidelity_runs(read_text_file(path), path);
+    }();
+    return all;
+}
+
+const FidelityEntry& entry(const std::string& id) {
+    for (const FidelityEntry& e : dataset())
+        if (e.id == id) return e;
+    FAIL("no entry " << id);
+    throw std::logic_error("unreachable");
+}
+
+bool has(const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
+
+FidelityRow row(const std::string& id, const std::string& split, double error, bool skipped = false) {
+    FidelityRow r;
+    r.id = id;
+    r.split = split;
+    r.error = error;
+    if (skipped) r.skipped = "test";
+    return r;
+}
+
+}  // namespace
+
+TEST_CASE("fidelity loader: all 69 entries, sorted, both splits", "[fidelity]") {
+    const auto& all = dataset();
+    REQUIRE(all.size() == 69);
+    for (std::size_t i = 1; i < all.size(); ++i) CHECK(all[i - 1].id < all[i].id);
+    CHECK(select_split(all, "train").size() + select_split(all, "test").size() == 69);
+    CHECK(select_split(all, "all").size() == 69);
+}
+
+TEST_CASE("fidelity loader: BLOOM-176B maps field by field", "[fidelity]") {
+    // Values from runs.json entry bloom-176b-384gpu (bigscience tr11-176B-ml README).
+    const FidelityEntry& e = entry("bloom-176b-384gpu");
+    CHECK(e.publisher == "BigScience");
+    CHECK(e.split == "train");
+    CHECK(e.model.layers == 70);
+    CHECK(e.model.hidden == 14336);
+    CHECK(e.model.heads == 112);
+    CHECK(e.model.kv_heads == 112);
+    CHECK(e.model.ffn_hidden == 57344);
+    CHECK(e.model.ffn == FfnKind::gelu);
+    CHECK(e.model.vocab == 250680);
+    CHECK(e.model.seq_len == 2048);
+    CHECK(e.model.norm == NormKind::layernorm);
+    CHECK(e.model.position == PositionKind::none);
+    CHECK(e.model.tied_embeddings);
+    CHECK(e.model.linear_bias);
+    CHECK(e.model.dropout == Approx(0.1));
+    CHECK_FALSE(e.model.is_moe());
+    CHECK(e.dropped == std::vector<std::string>{"model.embed_layernorm", "model.position_note"});
+
+    CHECK(e.cluster.gpu == "A100-SXM4-80GB");
+    CHECK(e.cluster.nodes == 48);
+    CHECK(e.cluster.gpus_per_node == 8);
+    CHECK(e.cluster.node == "DGX-A100");
+    CHECK(e.cluster.nic == "ib-edr");  // omni-path-100g is not in hwdb
+    CHECK(e.cluster.nics_per_node == 4);
+    CHECK(has(e.substitutions, "hardware.nic omni-path-100g -> ib-edr"));
+
+    CHECK(e.plan.tp == 4);
+    CHECK(e.plan.pp == 12);
+    CHECK(e.plan.dp == 8);
+    CHECK(e.plan.micro_batch == 2);
+    CHECK(e.plan.global_batch == 2048);
+    CHECK(e.plan.zero_stage == 1);
+    CHECK(e.plan.recompute == Recompute::full);
+    CHECK(e.plan.precision == Precision::bf16);
+    CHECK(e.plan.schedule == Schedule::one_f_one_b);
+    CHECK_FALSE(e.plan.sequence_parallel);
+
+    CHECK(e.quantity == Quantity::step_time_s);  // preferred over TFLOP/s and samples/s
+    CHECK(e.published == Approx(104.7));
+    CHECK(e.measured.at("tflops_per_gpu") == Approx(149.77));
+    CHECK(e.measured.at("samples_per_s") == Approx(19.561));
+    CHECK(e.outcome == "ran");
+    CHECK(e.convention == FlopsConvention::megatron_recompute);
+    CHECK(e.gpus() == 384);
+}
+
+TEST_CASE("fidelity loader: DeepSeek-V3 strips MLA notes, keeps head_dim; H800 in a DGX-H100 node", "[fidelity]") {
+    const FidelityEntry& e = entry("deepseek-v3-2048gpu");
+    CHECK(has(e.dropped, "model.mla"));
+    CHECK(has(e.dropped, "model.first_k_dense"));
+    CHECK(has(e.dropped, "model.mtp_depth"));
+    CHECK(e.model.head_dim == 128);
+    REQUIRE(e.model.is_moe());
+    CHECK(e.model.moe->experts == 256);
+    CHECK(e.model.moe->top_k == 8);
+    CHECK(e.cluster.gpu == "H800-SXM5-80GB");
+    CHECK(e.cluster.node == "DGX-H100");
+    CHECK(e.quantity == Quantity::tokens_per_s_per_gpu);
+    CHECK(e.convention == FlopsConvention::none);
+    CHECK(node_for_gpu("V100-SXM2-32GB") == "DGX-1-V100");
+    CHECK(node_for_gpu("MI300X").empty());
+}
+
+TEST_CASE("fidelity loader: a plan that fails validation is skipped with its rule", "[fidelity]") {
+    const std::string text = R"({"entries": [{"id": "bad-tp", "publisher": "x", "split": "test",
+      "hardware": {"gpu": "H100-SXM5-80GB", "nodes": 1, "gpus_per_node": 8, "nic": null, "nics_per_node": null},
+      "model": {"name": "m", "layers": 4, "hidden": 1024, "heads": 16, "vocab": 1000, "seq_len": 128, "moe": null},
+      "plan": {"tp": 3, "pp": 1, "dp": 1, "global_batch": 8},
+      "measured": {"step_time_s": 1.0, "outcome": "ran"}, "flops_convention": "none published"}]})";
+    const auto es = load_fidelity_runs(text, "mem.json");
+    REQUIRE(es.size() == 1);
+    CHECK_FALSE(es[0].skipped.empty());
+    CHECK_THAT(es[0].skipped, Catch::Contains("tp"));
+    const FidelityRow r = run_fidelity_entry(es[0], [](const ClusterSpec&) -> hwdb::HardwareView {
+        throw std::logic_error("a skipped entry must not be simulated");
+    }, {});
+    CHECK_FALSE(r.compared());
+    CHECK_THROWS_AS(load_fidelity_runs(R"({"entries": [{"id": "x"}]})", "m.json"), InputError);
+    CHECK_THROWS_AS(load_fidelity_runs(R"({"runs": []})", "m.json"), InputError);
+}
+
+TEST_CASE("fidelity conventions reproduce the sources' own TFLOP/s", "[fidelity]") {
+    // MT-NLG 530B (Smith et al. 2022 Sec. 2.4): B=1920, s=2048, l=105, h=20480, V=51200, 2240 GPUs,
+    // 60.1 s. SC21 Eq. (3): 96*B*s*l*h^2*(1 + s/6h + V/16lh) = 1.6925e19 FLOP -> 125.7 TFLOP/s/GPU
+    // (the paper prints 126).
+    const FidelityEntry& mt = entry("mtnlg-530b-2240gpu");
+    const double B = 1920, s = 2048, l = 105, h = 20480, V = mt.model.vocab;
+    const double f = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+    CHECK(convention_flops_per_step(mt) == Approx(f).epsilon(1e-9));
+    CHECK(quantity_from_step_time(mt, Quantity::tflops_per_gpu, 60.1, 0) == Approx(126.0).epsilon(0.005));
+
+    // MPT-7B on 8 A100-80GB (llm-foundry table): 37130 tokens/s (job) and 200.4 TFLOP/s with
+    // 6N + 12 L d s FLOPs per token, N = L(12d^2 + 13d) + V d + s d + 2d (README's NumParams).
+    const FidelityEntry& mpt = entry("mpt-a100-80-7b-s2048-g8");
+    const double L = mpt.model.layers, d = mpt.model.hidden, Vm = mpt.model.vocab, sm = mpt.model.seq_len;
+    const double n = L * (12 * d * d + 13 * d) + Vm * d + sm * d + 2 * d;
+    const double per_token = 6 * n + 12 * L * d * sm;
+    CHECK(convention_flops_per_step(mpt) == Approx(per_token * mpt.plan.global_batch * sm).epsilon(1e-9));
+    CHECK(mpt.quantity == Quantity::tokens_per_s);
+    const double t = published_step_time_s(mpt);  // from 37130 tokens/s
+    CHECK(t == Approx(mpt.plan.global_batch * sm / 37130.0).epsilon(1e-12));
+    CHECK(quantity_from_step_time(mpt, Quantity::tflops_per_gpu, t, 0) == Approx(200.4).epsilon(0.003));
+
+    // Time and throughput quantities invert each other exactly.
+    for (Quantity q : {Quantity::step_time_s, Quantity::tokens_per_s, Quantity::tokens_per_s_per_gpu, Quantity::samples_per_s}) {
+        FidelityEntry e = mpt;
+        e.quantity = q;
+        e.published = quantity_from_step_time(e, q, 3.25, 0);
+        CHECK(published_step_time_s(e) == Approx(3.25).epsilon(1e-12));
+    }
+}
+
+TEST_CASE("fidelity stats on hand-made numbers", "[fidelity]") {
+    std::vector<FidelityRow> rows = {row("a", "train", 0.10), row("b", "train", -0.20), row("c", "test", 0.05),
+                                     row("d", "test", 0.9, true), row("e", "test", 0.30)};
+    rows[2].outcome = "oom";  // published OOM, engine says it ran: a disagreement
+    rows[2].oom_agrees = false;
+    rows[2].fits = true;
+    const FidelityStats all = fidelity_stats(rows);
+    CHECK(all.entries == 5);
+    CHECK(all.compared == 4);
+    CHECK(all.skipped == 1);
+    CHECK(all.mape == Approx((0.10 + 0.20 + 0.05 + 0.30) / 4));  // 0.1625
+    CHECK(all.median_ape == Approx((0.10 + 0.20) / 2));          // sorted 0.05 0.10 0.20 0.30
+    CHECK(all.worst_ape == Approx(0.30));
+    CHECK(all.worst_id == "e");
+    CHECK(all.over_15pct == 2);
+    CHECK(all.oom_agree == 3);
+    CHECK(all.fits_agree == 3);
+    const FidelityStats test = fidelity_stats(rows, "test");
+    CHECK(test.compared == 2);
+    CHECK(test.mape == Approx(0.175));
+    CHECK(test.median_ape == Approx(0.175));
+    CHECK(fidelity_stats(rows, "train").median_ape == Approx(0.15));
+    CHECK(median_abs({-3, 1, 2}) == Approx(2));
+    CHECK(mean_abs({}) == 0);
+}
+
+TEST_CASE("fidelity fit recovers a known GEMM multiplier on synthetic data", "[fidelity]") {
+    // Synthetic entries: step time = sum of work classes x multiplier; "published" times were
+    // generated with gemm = 1.3 and every other factor 1. Minimum of the MAPE: exactly there.
+    struct Synth { double gemm, attention, memory, coll, p2p; };
+    const std::vector<Synth> ents = {{5, 1, 1, 0.5, 0.1}, {2, 2, 0.5, 1, 0.3}, {8, 0.5, 2, 2, 0}, {1, 0.2, 0.3, 3, 0.5},
+                                     {3, 1.5, 1, 0.2, 0.2}, {6, 0.1, 0.6, 0.8, 1.0}};
+    auto time = [](const Synth& s, const Calibration& c) {
+        return s.gemm * c.gemm + s.attention * c.attention + s.memory * c.memory_bound + s.coll * c.collective + s.p2p * c.p2p;
+    };
+    Calibration truth;
+    truth.gemm = 1.3;
+    auto objective = [&](const Calibration& c) {
+        std::vector<double> err;
+        for (const Synth& s : ents) err.push_back(time(s, c) / time(s, truth) - 1);
+        return mean_abs(err);
+    };
+    const FitResult fit = fit_calibration(objective);
+    CHECK(fit.calibration.gemm == Approx(1.3).margin(0.02));
+    CHECK(fit.calibration.attention == Approx(1.0).margin(0.05));
+    CHECK(fit.calibration.collective == Approx(1.0).margin(0.05));
+    CHECK(fit.before == Approx(objective({})));
+    CHECK(fit.before > 0.1);
+    CHECK(fit.after < 0.005);
+    CHECK(fit.evaluations > 10);
+
+    // Deterministic, and a flat objective (calibration not applied) leaves the identity.
+    CHECK(fit_calibration(objective).calibration.gemm == fit.calibration.gemm);
+    const FitResult flat = fit_calibration([](const Calibration&) { return 0.2; });
+    CHECK(flat.calibration.is_identity());
+    CHECK(flat.after == Approx(0.2));
+}
+
+TEST_CASE("calibration.json round trip and strict reading", "[fidelity]") {
+    CalibrationRecord r;
+    r.calibration.gemm = 1.125;
+    r.calibration.p2p = 0.75;
+    r.fitted = true;
+    r.date = "2026-11-22";
+    r.train_entries = 33;
+    r.train_mape_before = 0.25;
+    r.train_mape_after = 0.125;
+    r.note = "test";
+    const std::string text = to_json_text(r);
+    const CalibrationRecord back = calibration_from_json_text(text, "cal.json");
+    CHECK(back.calibration.gemm == Approx(1.125));
+    CHECK(back.calibration.p2p == Approx(0.75));
+    CHECK(back.calibration.attention == Approx(1.0));
+    CHECK(back.fitted);
+    CHECK(back.date == "2026-11-22");
+    CHECK(back.train_entries == 33);
+    CHECK(back.train_mape_after == Approx(0.125));
+    CHECK(to_json_text(back) == text);
+    CHECK_THROWS_AS(calibration_from_json_text(R"({"schema": 1, "factors": {"gemm": 0}})", "c.json"), InputError);
+    CHECK_THROWS_AS(calibration_from_json_text(R"({"schema": 1, "factors": {"gem": 1.1}})", "c.json"), InputError);
+    CHECK_THROWS_AS(calibration_from_json_text(R"({"schema": 1, "split": "test", "factors": {}})", "c.json"), InputError);
+}
+
+TEST_CASE("fidelity run of one entry: consistent figures, outcome agrees", "[fidelity]") {
+    // Korthikanti 22B, selective recompute + SP, TP8 on one DGX A100: published as having run.
+    const hwdb::Database db = hwdb::Database::open(hwdb::default_db_path());
+    const ViewResolver views = [&db](const ClusterSpec& c) {
+        return db.view(c.gpu, c.node, c.intra_link, c.nic, c.ssd, c.cpu);
+    };
+    const FidelityEntry& e = entry("korthikanti-22b-selective");
+    REQUIRE(e.skipped.empty());
+    const FidelityRow r = run_fidelity_entry(e, views, {});
+    REQUIRE(r.compared());
+    CHECK(r.quantity == Quantity::step_time_s);
+    CHECK(r.predicted == Approx(r.step_time_s));
+    CHECK(r.error == Approx(r.predicted / 1.1 - 1));
+    CHECK(r.step_time_s > 0);
+    CHECK_FALSE(r.engine_oom);
+    CHECK(r.oom_agrees);
+    CHECK(r.fits);
+}
