@@ -119,6 +119,8 @@ TEST_CASE("hierarchical all-reduce across nodes costs more than inside one", "[c
     const Demand d16 = transfer_demand(collective(CollKind::all_reduce, Group::dp, 16, 1e9), ctx16);
     CHECK(busy(d16, LinkClass::nvlink) == Approx(1.75e9 / 369e9).epsilon(1e-9));
     CHECK(busy(d16, LinkClass::nic) == Approx(1e9 / 8 / 47e9).epsilon(1e-9));
+    // 30 ring steps, 2 across nodes, Simple: 8.4 + 28 x 3.4 + 2 x 14 = 131.6 us (docs/costs.md).
+    CHECK(d16.latency_ns == 131600);
 }
 
 TEST_CASE("crossing an oversubscribed leaf loads the spine", "[cost][comm]") {
