@@ -70,9 +70,10 @@ CriticalPath critical_path(const Program& p, const Timings& t, std::int64_t step
             pv = v;
         }
     }
-    std::sort(edges.begin(), edges.end());
-    edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
-    Graph g(boost::edges_are_sorted, edges.begin(), edges.end(), n);
+    // Counting sort by source inside the CSR constructor (O(E)); duplicate edges are harmless.
+    Graph g(boost::edges_are_unsorted_multi_pass, edges.begin(), edges.end(), n);
+    edges.clear();
+    edges.shrink_to_fit();
 
     std::vector<std::uint32_t> order;
     order.reserve(n);
@@ -118,24 +119,36 @@ CriticalPath critical_path(const Program& p, const Timings& t, std::int64_t step
     std::stable_sort(out.segments.begin(), out.segments.end(),
                      [](const CriticalSegment& a, const CriticalSegment& b) { return a.duration_ns > b.duration_ns; });
 
-    // One line: the heaviest (stage, stream) groups, each with its heaviest label.
-    std::map<std::pair<int, int>, std::int64_t> by_stream;
-    for (const auto& s : out.segments) by_stream[{s.pp_stage, static_cast<int>(s.stream)}] += s.duration_ns;
-    std::vector<std::pair<std::pair<int, int>, std::int64_t>> ranked(by_stream.begin(), by_stream.end());
+    // One line: the heaviest streams (summed over stages), each with the stages it spans and its
+    // heaviest label (summed over stages too).
+    std::map<int, std::int64_t> by_stream;
+    std::map<int, std::pair<int, int>> stage_span;  // stream -> (min stage, max stage)
+    std::map<std::tuple<int, std::string, std::string>, std::int64_t> by_label;
+    for (const auto& s : out.segments) {
+        const int st = static_cast<int>(s.stream);
+        by_stream[st] += s.duration_ns;
+        auto it = stage_span.find(st);
+        if (it == stage_span.end()) stage_span[st] = {s.pp_stage, s.pp_stage};
+        else it->second = {std::min(it->second.first, s.pp_stage), std::max(it->second.second, s.pp_stage)};
+        by_label[{st, s.label, s.link}] += s.duration_ns;
+    }
+    std::vector<std::pair<int, std::int64_t>> ranked(by_stream.begin(), by_stream.end());
     std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
     std::string line;
     for (std::size_t k = 0; k < ranked.size() && k < 4; ++k) {
-        const auto& [key, ns] = ranked[k];
-        const CriticalSegment* top = nullptr;
-        for (const auto& s : out.segments)
-            if (s.pp_stage == key.first && static_cast<int>(s.stream) == key.second) { top = &s; break; }
+        const auto [st, ns] = ranked[k];
+        const auto [lo, hi] = stage_span[st];
         if (!line.empty()) line += ", ";
-        line += "stage " + std::to_string(key.first) + " " + to_string(static_cast<Stream>(key.second)) + " " +
-                percent(static_cast<double>(ns) / total);
+        line += (lo == hi ? "stage " + std::to_string(lo) : "stages " + std::to_string(lo) + "-" + std::to_string(hi)) + " " +
+                to_string(static_cast<Stream>(st)) + " " + percent(static_cast<double>(ns) / total);
+        const std::tuple<int, std::string, std::string>* top = nullptr;
+        std::int64_t top_ns = -1;
+        for (const auto& [key, lns] : by_label)
+            if (std::get<0>(key) == st && lns > top_ns) top = &key, top_ns = lns;
         if (top) {
-            line += " (" + top->label;
-            if (!top->link.empty()) line += " on " + top->link;
-            line += " " + percent(top->share) + ")";
+            line += " (" + std::get<1>(*top);
+            if (!std::get<2>(*top).empty()) line += " on " + std::get<2>(*top);
+            line += " " + percent(static_cast<double>(top_ns) / total) + ")";
         }
     }
     const std::int64_t rest = step_time_ns - out.length_ns;

@@ -135,6 +135,7 @@ int Topology::resource(int element, LinkClass c, const std::string& name) {
     auto key = std::make_pair(element, static_cast<int>(c));
     auto it = res_of_.find(key);
     if (it != res_of_.end()) return it->second;
+    if (!create_) return -1;  // counting other GPUs' routes: never invent resources nobody loads
     const int r = static_cast<int>(res_names_.size());
     res_of_.emplace(key, r);
     res_names_.push_back(name + " " + to_string(c));
@@ -204,11 +205,13 @@ std::vector<ResourceUse> Topology::route(const RankProgram& rank, LinkClass c) {
     const std::int64_t span = c == LinkClass::spine ? static_cast<std::int64_t>(nodes_per_leaf_) * gpn_ : gpn_;
     const std::int64_t lo = std::max(g0, (c == LinkClass::spine ? (node / nodes_per_leaf_) * nodes_per_leaf_ : node) * gpn_);
     const std::int64_t hi = std::min({g1, lo - lo % span + span, static_cast<std::int64_t>(gpu_v_.size())});
+    create_ = false;
     for (std::int64_t g = lo; g < hi; ++g) {
         const auto theirs = g == g0 ? mine : gpu_route(static_cast<int>(g), c);
         for (auto& u : out)
             if (std::find(theirs.begin(), theirs.end(), u.resource) != theirs.end()) u.multiplicity += 1;
     }
+    create_ = true;
     for (auto& u : out) u.multiplicity = std::max(1.0, u.multiplicity);
     return out;
 }

@@ -85,6 +85,7 @@ private:
     std::vector<std::uint32_t> seen_;
     std::vector<std::pair<int, int>> via_;  // BFS: (edge id, previous vertex)
     std::uint32_t stamp_ = 0;
+    bool create_ = true;  ///< false while counting: resource() only looks up
 };
 
 }  // namespace strata::sim
