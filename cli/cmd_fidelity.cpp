@@ -7,6 +7,7 @@
 #include <ctime>
 #include <exception>
 #include <filesystem>
+#include <iomanip>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -132,12 +133,13 @@ void run_fidelity(const FidelityArgs& a) {
 
     std::cout << sim::fidelity_table_text(rows) << "\n" << sim::fidelity_summary_text(rows);
     const sim::Calibration& c = cal.calibration;
+    std::cout << std::fixed << std::setprecision(3);
     std::cout << "calibration: " << (cal.fitted ? "fitted on train" : "identity")
               << (sim::calibration_supported() ? "" : " (not applied: simulate() has no calibration input yet)")
               << "  gemm " << c.gemm << "  attention " << c.attention << "  memory_bound " << c.memory_bound
               << "  collective " << c.collective << "  p2p " << c.p2p << "\n";
     if (!a.fit_out.empty())
-        std::cout << "train MAPE " << 100 * cal.train_mape_before << "% -> " << 100 * cal.train_mape_after
+        std::cout << std::setprecision(1) << "train MAPE " << 100 * cal.train_mape_before << "% -> " << 100 * cal.train_mape_after
                   << "% (written to " << a.fit_out << ")\n";
 }
 
