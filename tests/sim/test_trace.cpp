@@ -72,6 +72,7 @@ TEST_CASE("trace: structure of a small run", "[trace]") {
                 CHECK(e["dur"].get<double>() == Approx(1.5));
                 CHECK(e["tid"] == 0);
                 CHECK(e["args"]["flops"] == 1500);
+                CHECK(e["args"]["provenance"] == "datasheet");  // Estimate's default
             } else {
                 // The all-reduce: 2001 ns of nic alone, on dp-comm from 0.
                 CHECK(e["name"] == "all_reduce(tp)");

@@ -298,6 +298,7 @@ void Engine::advance(int r, int s) {
             case InstrKind::compute: {
                 const Estimate e = cost_.compute(in, rp);
                 ++res_.provenance_counts[static_cast<std::size_t>(e.provenance)];
+                tm.provenance = static_cast<std::int8_t>(e.provenance);
                 tm.exec = now_;
                 st.blocked = true;
                 schedule(now_ + std::max<std::int64_t>(0, e.duration_ns), Ev::stream_done, r, s);
@@ -409,6 +410,7 @@ void Engine::arrive(int r, int s, int i, const Instr& in) {
     // Dominant link class, for labels of the critical path.
     double best = 0;
     Timing& tm = timing_[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)];
+    tm.provenance = static_cast<std::int8_t>(m.demand.provenance);
     for (int c = 0; c < kLinkClassCount; ++c)
         if (m.demand.busy_s[static_cast<std::size_t>(c)] > best)
             best = m.demand.busy_s[static_cast<std::size_t>(c)], tm.link = static_cast<std::uint8_t>(c);
@@ -742,7 +744,7 @@ SimResult Engine::run() {
                 if (tm.end < 0 || k == InstrKind::record || k == InstrKind::alloc || k == InstrKind::free) continue;
                 if (k == InstrKind::wait && tm.end == tm.issue) continue;
                 res_.spans.push_back(TraceSpan{static_cast<int>(r), static_cast<int>(i),
-                                               k == InstrKind::wait ? tm.issue : tm.exec, tm.end});
+                                               k == InstrKind::wait ? tm.issue : tm.exec, tm.end, tm.provenance});
             }
     }
     return std::move(res_);

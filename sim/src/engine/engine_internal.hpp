@@ -17,6 +17,7 @@ struct Timing {
     std::int64_t issue = -1, exec = -1, end = -1;
     std::int32_t group = -1;         ///< matched transfer group (cross-program), -1 = none
     std::uint8_t link = kNoLink;     ///< transfers: LinkClass with the largest busy_s
+    std::int8_t provenance = -1;     ///< hwdb::Provenance of its cost, -1 = not costed
 };
 
 using Timings = std::vector<std::vector<Timing>>;  ///< [rank][instr]

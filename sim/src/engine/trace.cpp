@@ -60,7 +60,10 @@ std::string to_chrome_trace(const Program& p, const SimResult& r) {
              ", \"ts\": " + trace_us(sp.start_ns) + ", \"dur\": " + trace_us(sp.end_ns - sp.start_ns) +
              ", \"args\": {\"instr\": " + std::to_string(sp.instr) + ", \"kind\": " + json_quote(to_string(in.kind)) +
              ", \"layer\": " + std::to_string(in.layer) + ", \"microbatch\": " + std::to_string(in.microbatch) +
-             ", \"flops\": " + json_num(in.flops, 0) + ", \"bytes\": " + json_num(in.bytes, 0) + "}}";
+             ", \"flops\": " + json_num(in.flops, 0) + ", \"bytes\": " + json_num(in.bytes, 0);
+        if (sp.provenance >= 0)
+            o += ", \"provenance\": " + json_quote(hwdb::to_string(static_cast<hwdb::Provenance>(sp.provenance)));
+        o += "}}";
     }
     for (const auto& m : r.memory_samples) {
         sep();

@@ -76,6 +76,7 @@ struct TraceSpan {
     int rank = 0;
     int instr = 0;
     std::int64_t start_ns = 0, end_ns = 0;
+    std::int8_t provenance = -1;   ///< hwdb::Provenance of the instruction's cost (-1: none)
 };
 /// A memory counter sample (pool use after an alloc/free), kept only with record_trace.
 struct MemorySample {
