@@ -392,3 +392,20 @@ TEST_CASE("engine: provenance counts and instruction counts", "[engine]") {
     CHECK(r.provenance_counts[2] == 1);  // and transfers datasheet
     CHECK(r.instructions == 4);
 }
+
+TEST_CASE("engine: rates are re-solved when a flow joins and when one leaves", "[engine]") {
+    FakeCost cost;
+    // A (1000 busy-ns) starts at 0 alone: by 500 it has moved half. B (1000) joins at 500 after a
+    // 500 ns kernel on its stream's rank... both at half speed: A's last 500 take 1000 -> A ends
+    // at 1500, when B has moved 500. B alone moves its last 500 at full speed -> ends at 2000.
+    auto p = one_rank({coll(1000, Stream::dp_comm), compute(500, Stream::tp_comm), coll(1000, Stream::tp_comm)});
+    EngineOptions o;
+    o.record_trace = true;
+    auto r = simulate_program(p, cost, nullptr, o);
+    CHECK(r.step_time_ns == 2000);
+    REQUIRE(r.spans.size() == 3);
+    for (const auto& s : r.spans) {
+        if (s.instr == 0) CHECK(s.end_ns == 1500);
+        if (s.instr == 2) CHECK((s.start_ns == 500 && s.end_ns == 2000));
+    }
+}
