@@ -37,9 +37,9 @@ struct RankedPlan {
 struct SearchOptions {
     SearchSpace space;
     int top_k = 10;
-    int shortlist = 16;              ///< simulate at least this many of the best estimates
+    int shortlist = 12;              ///< simulate at least this many of the best estimates
     double shortlist_margin = 0.30;  ///< ... and every plan within this fraction of the best estimate (capped)
-    int max_simulated = 64;
+    int max_simulated = 24;
     double memory_margin = 1.10;     ///< keep plans up to 10% over capacity for simulation
     int threads = 0;                 ///< 0 = hardware concurrency
     int shard = 0, shards = 1;
