@@ -102,7 +102,8 @@ void run_fidelity(const FidelityArgs& a) {
         // Fit on train only; the objective is the train MAPE of the same runs the report shows.
         const std::vector<sim::FidelityEntry> train = sim::select_split(all, "train");
         auto objective = [&](const sim::Calibration& c) { return sim::fidelity_stats(run_all(train, db, c, threads), "train").mape; };
-        cal.train_entries = sim::fidelity_stats(run_all(train, db, {}, threads), "train").compared;
+        cal.train_entries = static_cast<int>(
+            std::count_if(train.begin(), train.end(), [](const sim::FidelityEntry& e) { return e.skipped.empty(); }));
         cal.date = a.date.empty() ? today_utc() : a.date;
         if (sim::calibration_supported()) {
             const sim::FitResult fit = sim::fit_calibration(objective);
