@@ -228,3 +228,21 @@ TEST_CASE("Demand::alone_ns is latency plus the slowest class", "[cost]") {
     CHECK(d.alone_ns() == 1000 + 2000000);
     CHECK(std::string(to_string(LinkClass::spine)) == "spine");
 }
+
+TEST_CASE("calibration scales collectives and p2p, not copies", "[cost][calibration]") {
+    const auto hw = h100_view();
+    const ClusterSpec c = dgx_cluster(1);
+    PlanSpec p;
+    p.tp = 8;
+    CostContext ctx{&hw, &c, &p};
+    const Instr ar = collective(CollKind::all_reduce, Group::tp, 8, 1e9);
+    const Demand d0 = transfer_demand(ar, ctx);
+    ctx.calibration.collective = 2.0;
+    const Demand d1 = transfer_demand(ar, ctx);
+    CHECK(d1.latency_ns == 2 * d0.latency_ns);
+    CHECK(busy(d1, LinkClass::nvlink) == Approx(2 * busy(d0, LinkClass::nvlink)));
+    Instr h2d;
+    h2d.kind = InstrKind::copy;
+    h2d.bytes = 1e9;
+    CHECK(transfer_demand(h2d, ctx).alone_ns() == transfer_demand(h2d, CostContext{&hw, &c, &p}).alone_ns());
+}

@@ -178,3 +178,18 @@ TEST_CASE("unfused attention: batched GEMMs over the full square plus softmax tr
     PlanSpec f;
     CHECK(compute_cost(in, CostContext{&hw, nullptr, &f}).duration_ns < compute_cost(in, ctx).duration_ns);
 }
+
+TEST_CASE("calibration multipliers scale their kernel class only", "[cost][calibration]") {
+    const auto hw = h100_view();
+    CostContext ctx{&hw};
+    const Instr g = gemm(4096, 4096, 4096);
+    Instr e;
+    e.op = Op::norm;
+    e.bytes = 1e8;
+    const auto g0 = compute_cost(g, ctx).duration_ns, e0 = compute_cost(e, ctx).duration_ns;
+    ctx.calibration.gemm = 1.5;
+    CHECK(compute_cost(g, ctx).duration_ns == Approx(1.5 * static_cast<double>(g0)).margin(1));
+    CHECK(compute_cost(e, ctx).duration_ns == e0);
+    ctx.calibration.memory_bound = 2.0;
+    CHECK(compute_cost(e, ctx).duration_ns == Approx(2.0 * static_cast<double>(e0)).margin(1));
+}

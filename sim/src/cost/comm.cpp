@@ -335,6 +335,14 @@ Demand transfer_demand(const Instr& in, const CostContext& ctx) {
         default: return d;
     }
     // ctx.gpu_slowdown is not applied: links, not the GPU's SMs, bound data movement.
+    // Calibration multipliers scale latency and busy time of collectives and pipeline p2p.
+    const double f = in.kind == InstrKind::collective ? ctx.calibration.collective
+                   : in.kind == InstrKind::send      ? ctx.calibration.p2p
+                                                      : 1.0;
+    if (f != 1.0) {
+        d.latency_ns = cost_detail::to_ns(static_cast<double>(d.latency_ns) * 1e-9 * f);
+        for (double& b : d.busy_s) b *= f;
+    }
     return d;
 }
 

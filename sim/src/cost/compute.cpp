@@ -287,19 +287,26 @@ Estimate memory_bound_cost(const Instr& in, const CostContext& ctx) {
     return Estimate{cost_detail::to_ns(t * ctx.gpu_slowdown), r.provenance};
 }
 
+Estimate scaled(Estimate e, double factor) {
+    if (factor != 1.0) e.duration_ns = cost_detail::to_ns(static_cast<double>(e.duration_ns) * 1e-9 * factor);
+    return e;
+}
+
 }  // namespace
 
 Estimate compute_cost(const Instr& in, const CostContext& ctx) {
     STRATA_ASSERT(ctx.hw != nullptr, "compute_cost needs a HardwareView");
     if (in.kind != InstrKind::compute) return Estimate{};
+    // Calibration multipliers (fitted on bench/fidelity's training split) scale each kernel class.
+    const Calibration& cal = ctx.calibration;
     switch (in.op) {
-        case Op::gemm: return gemm_cost(in, ctx);
+        case Op::gemm: return scaled(gemm_cost(in, ctx), cal.gemm);
         case Op::attention_fwd:
-        case Op::attention_bwd: return attention_cost(in, ctx);
+        case Op::attention_bwd: return scaled(attention_cost(in, ctx), cal.attention);
         case Op::none:
-            if (in.flops > 0 && in.m > 0) return gemm_cost(in, ctx);
-            return memory_bound_cost(in, ctx);
-        default: return memory_bound_cost(in, ctx);
+            if (in.flops > 0 && in.m > 0) return scaled(gemm_cost(in, ctx), cal.gemm);
+            return scaled(memory_bound_cost(in, ctx), cal.memory_bound);
+        default: return scaled(memory_bound_cost(in, ctx), cal.memory_bound);
     }
 }
 

@@ -78,6 +78,7 @@ SimOutput simulate(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
     ctx.hw = &hw;
     ctx.cluster = &c;
     ctx.plan = &p;
+    ctx.calibration = o.calibration;
     ProgramCostModel costs(ctx, out.program);
 
     out.capacities = tier_capacities(c, hw);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "strata/hwdb/view.hpp"
+#include "strata/sim/cost.hpp"
 #include "strata/sim/memory.hpp"
 #include "strata/sim/program.hpp"
 #include "strata/sim/result.hpp"
@@ -19,6 +20,7 @@ struct SimOptions {
     int steps = 1;                 ///< training steps to lower (a lock-free update runs >= 2)
     bool critical_path = true;     ///< name what bounds the step
     bool allocator_model = true;   ///< caching-allocator rounding + fragmentation on the GPU tier
+    Calibration calibration;       ///< cost multipliers (bench/fidelity); identity = uncalibrated
 };
 
 /// Pool capacities of a cluster: HBM per GPU, host DRAM and SSD per node.
