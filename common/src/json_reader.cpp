@@ -30,6 +30,9 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& file)
         auto pos = what.find("syntax error");
         throw InputError(file, "", "is not valid JSON at line " + std::to_string(line) + ", column " +
                                        std::to_string(col) + (pos != std::string::npos ? ": " + what.substr(pos) : ""));
+    } catch (const json::exception& e) {
+        // e.g. a number too large for a double (out_of_range 406): bad input, not a crash.
+        throw InputError(file, "", std::string("is not valid JSON: ") + e.what());
     }
 }
 

@@ -1,0 +1,57 @@
+// The strict reader every input goes through: syntax errors with line and column, numbers out of
+// range, unknown keys with a did-you-mean, typed getters naming the JSON path.
+#include <catch2/catch.hpp>
+
+#include "strata/common/error.hpp"
+#include "strata/common/json_reader.hpp"
+#include "strata/common/text.hpp"
+
+using namespace strata;
+
+TEST_CASE("syntax errors name the file, line and column", "[common]") {
+    try {
+        parse_json_text("{\n  \"a\": 1,\n  \"b\": }", "x.json");
+        FAIL("no error");
+    } catch (const InputError& e) {
+        CHECK(e.file() == "x.json");
+        CHECK(std::string(e.what()).find("line 3") != std::string::npos);
+    }
+}
+
+TEST_CASE("a number too large for a double is an input error, not a crash", "[common]") {
+    CHECK_THROWS_AS(parse_json_text("{\"a\": 1e999}", "big.json"), InputError);
+}
+
+TEST_CASE("unknown keys are rejected with a did-you-mean", "[common]") {
+    auto j = parse_json_text("{\"layers\": 2, \"hiden\": 4}", "m.json");
+    JsonReader r(j, "m.json", "model");
+    CHECK(r.i64("layers") == 2);
+    try {
+        r.reject_unknown({"hidden"});
+        FAIL("no error");
+    } catch (const InputError& e) {
+        CHECK(e.path() == "model.hiden");
+        CHECK(std::string(e.what()).find("did you mean \"hidden\"") != std::string::npos);
+    }
+}
+
+TEST_CASE("typed getters name the path and the rule", "[common]") {
+    auto j = parse_json_text("{\"tp\": \"two\", \"x\": 1.5, \"s\": \"1f1x\"}", "p.json");
+    JsonReader r(j, "p.json", "plan");
+    try {
+        r.i64("tp");
+        FAIL("no error");
+    } catch (const InputError& e) {
+        CHECK(e.path() == "plan.tp");
+        CHECK(e.rule().find("must be an integer") != std::string::npos);
+    }
+    CHECK_THROWS_AS(r.i64("x"), InputError);
+    CHECK_THROWS_WITH(r.choice("s", {"gpipe", "1f1b"}), Catch::Contains("did you mean \"1f1b\""));
+    CHECK_THROWS_WITH(r.num("missing"), Catch::Contains("is required"));
+}
+
+TEST_CASE("edit distance and did-you-mean", "[common]") {
+    CHECK(edit_distance("kitten", "sitting") == 3);  // the textbook example
+    CHECK(did_you_mean("H100", {"H100-SXM5-80GB", "A100-SXM4-80GB"}).empty());  // too far
+    CHECK(did_you_mean("gpipe", {"gpipe", "1f1b"}) == "gpipe");
+}
