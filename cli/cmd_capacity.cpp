@@ -98,11 +98,12 @@ void run_capacity(const CapArgs& a) {
         const int gbs = a.global_batch > 0 ? a.global_batch : 64;
         std::cout << "Largest trainable member of the " << s.model.name << " family on " << s.cluster.name << " ("
                   << s.cluster.gpu_count() << " x " << s.cluster.gpu << "), global batch " << gbs << ", seq " << s.model.seq_len << ":\n";
-        for (bool offload : {false, true}) {
-            bar.update(offload ? 0.5 : 0.0, "searching");
-            auto r = planner::max_trainable_model(s.model, opt, offload, gbs, &interrupted());
+        using T = planner::OffloadTiers;
+        for (T tiers : {T::none, T::cpu, T::cpu_and_ssd}) {
+            bar.update(static_cast<double>(tiers) / 3.0, "searching");
+            auto r = planner::max_trainable_model(s.model, opt, tiers, gbs, &interrupted());
             bar.finish();
-            std::cout << (offload ? "  with CPU/SSD offload: " : "  GPU memory only:      ");
+            std::cout << (tiers == T::none ? "  GPU memory only:      " : tiers == T::cpu ? "  GPU + CPU offload:    " : "  GPU + CPU + SSD:      ");
             if (!r.found) {
                 std::cout << "no member fits\n";
                 continue;
@@ -136,7 +137,6 @@ void run_capacity(const CapArgs& a) {
     // A reduced space per size keeps a sweep of dozens of cluster sizes to seconds per size.
     o.search.space.search_gpipe = false;
     o.search.space.search_offload = false;
-    o.search.space.search_uneven_pipeline = false;
     o.search.space.zero_stages = {1};
     o.search.shortlist = 3;
     o.search.max_simulated = 3;
@@ -158,7 +158,8 @@ void run_capacity(const CapArgs& a) {
     std::printf("%-16s %6s %6s %12s %9s %13s %5s %6s  %s\n", "gpu", "nodes", "gpus", "tokens/s", "days", "cost $", "meets", "pareto", "plan (tp pp dp cp vpp mb recompute)");
     for (const auto& p : r.points) {
         if (!p.feasible) {
-            std::printf("%-16s %6d %6d %12s\n", p.cluster.gpu.c_str(), p.cluster.nodes, p.cluster.gpu_count(), "no plan fits");
+            std::printf("%-16s %6d %6d %12s\n", p.cluster.gpu.c_str(), p.cluster.nodes, p.cluster.gpu_count(),
+                        p.valid_plans == 0 ? "no valid plan (batch/layers/heads do not divide)" : "no plan fits in memory");
             continue;
         }
         const auto& q = p.best.plan;

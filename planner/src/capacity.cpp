@@ -40,6 +40,7 @@ CapacityResult plan_capacity(const ModelSpec& m, const std::vector<ClusterOption
         pt.cluster.nodes = nodes;
         pt.cluster.name = opt->cluster.gpu + " x" + std::to_string(nodes * opt->cluster.gpus_per_node);
         SearchResult s = search_plans(m, pt.cluster, opt->hw, o.search);
+        pt.valid_plans = s.space.valid;
         for (const auto& rp : s.ranked) {
             const bool ok = rp.simulated ? !rp.sim.oom : rp.estimate.fits;
             if (!ok) continue;
@@ -116,15 +117,19 @@ ModelSpec gpt_family_member(const ModelSpec& base, std::int64_t hidden) {
     return m;
 }
 
-MaxModelResult max_trainable_model(const ModelSpec& base, const ClusterOption& option, bool offload, int global_batch,
+MaxModelResult max_trainable_model(const ModelSpec& base, const ClusterOption& option, OffloadTiers tiers, int global_batch,
                                    const std::atomic<bool>* cancel) {
     MaxModelResult best;
     SearchOptions so;
     so.space.global_batch = global_batch;
-    so.space.search_offload = offload;
+    so.space.search_offload = tiers != OffloadTiers::none;
+    so.space.offload_to_ssd = tiers == OffloadTiers::cpu_and_ssd;
     so.space.search_gpipe = false;
-    so.shortlist = 4;
-    so.max_simulated = 6;
+    // Only plans the analytical model says fit (no near-misses): the question is "does anything
+    // train", so the shortlist must not be spent on plans that are likely to run out of memory.
+    so.memory_margin = 1.0;
+    so.shortlist = 8;
+    so.max_simulated = 12;
     so.shortlist_margin = 0.0;
     so.cancel = cancel;
     auto trains = [&](std::int64_t hidden, RankedPlan* out) {
@@ -167,6 +172,7 @@ std::string capacity_to_json(const ModelSpec& m, const CapacityOptions& o, const
         q["nodes"] = p.cluster.nodes;
         q["gpus"] = p.cluster.gpu_count();
         q["feasible"] = p.feasible;
+        q["valid_plans"] = p.valid_plans;
         if (p.feasible) {
             q["tokens_per_s"] = std::round(p.tokens_per_s);
             q["days"] = std::round(p.time_s / 86400.0 * 1000) / 1000;

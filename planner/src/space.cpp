@@ -16,7 +16,7 @@ std::vector<int> divisors(int n) {
     return d;
 }
 
-std::vector<OffloadChoice> offload_choices(bool search_offload) {
+std::vector<OffloadChoice> offload_choices(bool search_offload, bool ssd) {
     std::vector<OffloadChoice> out;
     OffloadChoice gpu;
     out.push_back(gpu);
@@ -39,6 +39,15 @@ std::vector<OffloadChoice> offload_choices(bool search_offload) {
     opt_split.label = "opt gpu/cpu 50/50";
     out.push_back(opt_split);
     // ZeRO-Infinity: optimizer on NVMe.
+    if (!ssd) {
+        OffloadChoice params_cpu;
+        params_cpu.offload.optimizer = {0, 1, 0};
+        params_cpu.offload.params = {0, 1, 0};
+        params_cpu.min_zero_stage = 3;
+        params_cpu.label = "opt+params->cpu";
+        out.push_back(params_cpu);
+        return out;
+    }
     OffloadChoice opt_ssd;
     opt_ssd.offload.optimizer = {0, 0, 1};
     opt_ssd.min_zero_stage = 1;
@@ -79,7 +88,7 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
     SpaceCounters k;
     const int gpus = c.gpu_count();
     const int gbs = s.global_batch > 0 ? s.global_batch : 512;
-    const auto offloads = offload_choices(s.search_offload);
+    const auto offloads = offload_choices(s.search_offload, s.offload_to_ssd);
     std::int64_t layout_index = 0;
     bool stop = false;
 

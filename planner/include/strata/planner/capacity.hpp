@@ -3,6 +3,7 @@
 // a budget), with the Pareto front of time versus cost. Also the largest model of a family that
 // trains on a cluster at all (Angel-PTM's question), with and without CPU/SSD offload.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -32,6 +33,7 @@ struct CapacityPoint {
     sim::ClusterSpec cluster;   ///< with its node count set
     RankedPlan best;            ///< best plan on it (simulated when possible)
     bool feasible = false;      ///< some plan fits
+    std::int64_t valid_plans = 0;  ///< 0: nothing divides (batch, layers, heads), not a memory verdict
     double tokens_per_s = 0;
     double time_s = 0;          ///< tokens / tokens_per_s
     double cost_usd = 0;        ///< GPUs x hours x price
@@ -62,9 +64,11 @@ struct MaxModelResult {
     bool found = false;
 };
 
+enum class OffloadTiers { none, cpu, cpu_and_ssd };
+
 /// Largest member of the family (hidden multiples of 512) that has a plan that fits and simulates
-/// without OOM on `option`; `offload` allows CPU/SSD tiers.
-MaxModelResult max_trainable_model(const sim::ModelSpec& base, const ClusterOption& option, bool offload,
+/// without OOM on `option`, using only the given offload tiers.
+MaxModelResult max_trainable_model(const sim::ModelSpec& base, const ClusterOption& option, OffloadTiers tiers,
                                    int global_batch, const std::atomic<bool>* cancel = nullptr);
 
 std::string capacity_to_json(const sim::ModelSpec& m, const CapacityOptions& o, const CapacityResult& r);

@@ -24,6 +24,7 @@ struct SearchSpace {
     bool search_gpipe = true;
     bool search_sequence_parallel = true;   ///< also try sp off when tp > 1
     bool search_offload = true;             ///< optimizer/params to cpu or ssd, and splits
+    bool offload_to_ssd = true;             ///< include the NVMe tier among the offload choices
     bool search_uneven_pipeline = true;     ///< pp that does not divide the layers
     sim::Precision precision = sim::Precision::bf16;
 };
@@ -41,7 +42,7 @@ struct OffloadChoice {
     int min_zero_stage = 0;           ///< e.g. params offload needs ZeRO-3 (ZeRO-Infinity)
     const char* label = "gpu";
 };
-std::vector<OffloadChoice> offload_choices(bool search_offload);
+std::vector<OffloadChoice> offload_choices(bool search_offload, bool ssd = true);
 
 /// Enumerate every valid plan; `visit` returns false to stop early. Deterministic order.
 /// `shard`/`shards`: only yield plans whose parallel layout index % shards == shard.
