@@ -12,6 +12,7 @@ bash scripts/build.sh asan-ubsan
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
    ctest --output-on-failure -j "$(nproc)" -L unit)
 if [ -f tests/fuzz/CMakeLists.txt ]; then
-  bash scripts/build.sh fuzz
+  # Only the fuzz targets (the readers, instrumented), not the whole project again.
+  bash scripts/build.sh fuzz fuzz_model fuzz_cluster fuzz_plan fuzz_scenario fuzz_hf_import
   (cd build-fuzz && ctest --output-on-failure -L fuzz)
 fi
