@@ -66,6 +66,24 @@ for g in ref["gpus"]:
         "source": g["source"], "confidence": g["confidence"],
     })
 
+# The CPU backend's "accelerator": the cores of this machine, ranks as threads. Placeholder figures
+# (a 2-core AVX2 machine) so a CPU-only machine simulates out of the box; `strata profile --backend
+# cpu` measures the real ones (device "cpu") and the view prefers them.
+gpus.append({
+    "id": "cpu", "vendor": "generic", "arch": "x86-64 CPU (ranks as threads)", "compute_capability": "",
+    "sm_count": 2, "boost_clock_mhz": 2500.0, "l2_bytes": 2e6, "hbm_bytes": 16 * GB, "hbm_Bps": 20 * GB,
+    # 2 cores x 2.5 GHz x 32 fp32 FLOP/cycle (two 8-wide AVX2 FMAs); no bf16/fp8 units: Eigen computes
+    # those in fp32, so they get the fp32 peak.
+    "peak_flops": {"fp32": 160e9, "tf32": 160e9, "fp16": 160e9, "bf16": 160e9, "fp8": 160e9},
+    "scale_up_link": "shared-memory", "scale_up_per_dir_Bps": 10 * GB, "host_link": "shared-memory",
+    "tdp_w": 0.0,
+    "notes": "Placeholder for the CPU backend (a generic 2-core AVX2 machine, dual-channel DDR4). Replace by "
+             "profiling: strata profile --backend cpu.",
+    "source": "Strata placeholder: FLOP/cycle from the AVX2 FMA width (Intel/AMD optimisation manuals); "
+              "DDR4-3200 dual channel = 51.2 GB/s peak, ~40% reached by one thread",
+    "confidence": "low",
+})
+
 KIND = {"scale-up": "scale-up", "switch": "switch", "host/peer": "host", "host": "host", "scale-out": "scale-out"}
 # NVLink and NVSwitch rows describe what ONE GPU of the generation's usual part gets, one direction.
 PER_GPU = {"nvlink2": 150, "nvlink3": 300, "nvlink4": 450, "nvlink5": 900}
@@ -161,6 +179,13 @@ nodes.append({
     "notes": "A workstation or laptop running the CPU backend; the figures are placeholders to be replaced by a "
              "profiler run on device 'cpu'.",
     "source": "Strata placeholder (no datasheet)", "confidence": "low",
+})
+
+links.append({
+    "id": "shared-memory", "kind": "scale-up", "per_dir_Bps": 10 * GB, "achievable_Bps": 5 * GB,
+    "achievable_fraction": 0.5, "latency_ns": 1000.0,
+    "notes": "CPU backend: ranks as threads exchange through host DRAM (placeholder; profile to replace).",
+    "source": "Strata placeholder", "confidence": "low",
 })
 
 ssds = []

@@ -80,11 +80,11 @@ TEST_CASE("bundled models match their published parameter counts", "[spec][scena
 }
 
 TEST_CASE("bundled clusters use hwdb ids and the documented sizes", "[spec][scenarios]") {
-    // GPU, node and link ids as in hwdb-seed.json (+ hwdb's node angel-ptm-a100-40g). hwdb has no
-    // CPU-as-GPU row, so no bundled cluster names a "cpu" GPU.
-    const std::vector<std::string> gpus = {"A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB"};
-    const std::vector<std::string> nodes = {"", "DGX-A100", "DGX-H100", "HGX-H200", "angel-ptm-a100-40g"};
-    const std::vector<std::string> links = {"", "nvlink3", "nvlink4", "ib-hdr", "ib-ndr"};
+    // GPU, node and link ids as in hwdb-seed.json (+ hwdb's node angel-ptm-a100-40g, and the CPU
+    // backend's placeholder rows: gpu "cpu", node "local-cpu", link "shared-memory").
+    const std::vector<std::string> gpus = {"A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB", "cpu"};
+    const std::vector<std::string> nodes = {"", "DGX-A100", "DGX-H100", "HGX-H200", "angel-ptm-a100-40g", "local-cpu"};
+    const std::vector<std::string> links = {"", "nvlink3", "nvlink4", "ib-hdr", "ib-ndr", "shared-memory"};
     auto in = [](const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); };
     for (const auto& e : fs::directory_iterator(kScenarios / "clusters")) {
         INFO(e.path().string());
@@ -93,7 +93,7 @@ TEST_CASE("bundled clusters use hwdb ids and the documented sizes", "[spec][scen
         CHECK(in(nodes, c.node));
         CHECK(in(links, c.intra_link));
         CHECK(in(links, c.nic));
-        CHECK(c.price_per_gpu_hour > 0);
+        if (c.gpu != "cpu") CHECK(c.price_per_gpu_hour > 0);  // this machine costs nothing extra
     }
     CHECK(load_cluster((kScenarios / "clusters" / "dgx-h100-x2048.json").string()).gpu_count() == 16384);
     CHECK(load_cluster((kScenarios / "clusters" / "dgx-a100-80g-x128.json").string()).gpu_count() == 1024);
