@@ -4,6 +4,7 @@
 // before any file is written. Per-entry tuning does not exist here by design.
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <ctime>
 #include <exception>
 #include <filesystem>
@@ -107,7 +108,11 @@ void run_fidelity(const FidelityArgs& a) {
         cal.date = a.date.empty() ? today_utc() : a.date;
         if (sim::calibration_supported()) {
             const sim::FitResult fit = sim::fit_calibration(objective);
+            // Rounded to the 4 decimals the file keeps, so this report equals a later run that loads it.
             cal.calibration = fit.calibration;
+            for (double* f : {&cal.calibration.gemm, &cal.calibration.attention, &cal.calibration.memory_bound,
+                              &cal.calibration.collective, &cal.calibration.p2p})
+                *f = std::round(*f * 1e4) / 1e4;
             cal.fitted = true;
             cal.train_mape_before = fit.before;
             cal.train_mape_after = fit.after;
