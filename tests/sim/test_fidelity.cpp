@@ -3,7 +3,9 @@
 // the statistics on hand-made numbers, the calibration fit on synthetic data, calibration.json I/O.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "strata/common/error.hpp"
 #include "strata/common/json_reader.hpp"
