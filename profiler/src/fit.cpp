@@ -73,10 +73,29 @@ AlphaBetaFit fit_alpha_beta(Collective c, int n, const std::vector<double>& S_by
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = S_bytes[i] * f;
     const LineFit lf = fit_line_relative(x, time_s);
     r.n_points = lf.n_points;
-    if (!lf.ok || lf.slope <= 0) return r;
-    r.alpha_s = lf.intercept;
-    r.busbw_Bps = 1.0 / lf.slope;
-    r.mape = lf.mape;
+    if (lf.ok && lf.slope > 0) {
+        r.alpha_s = lf.intercept;
+        r.busbw_Bps = 1.0 / lf.slope;
+        r.mape = lf.mape;
+    } else {
+        // Noisy small sizes (a loaded host, thread wake-ups) can tilt the one-line fit flat or
+        // negative. Fall back to the two-segment reading of profiler-notes §9: alpha from the
+        // smallest message, bus bandwidth from the largest one's time above alpha.
+        std::size_t lo = 0, hi = 0;
+        for (std::size_t i = 0; i < x.size(); ++i) {
+            if (x[i] < x[lo]) lo = i;
+            if (x[i] > x[hi]) hi = i;
+        }
+        if (hi == lo || !(time_s[hi] > 0) || !(time_s[lo] > 0)) return r;
+        const double alpha = std::min(time_s[lo], time_s[hi]);
+        const double beta_t = time_s[hi] - alpha;
+        if (!(beta_t > 0)) return r;
+        r.alpha_s = alpha;
+        r.busbw_Bps = x[hi] / beta_t;
+        double err = 0;
+        for (std::size_t i = 0; i < x.size(); ++i) err += std::abs(alpha + x[i] / r.busbw_Bps - time_s[i]) / time_s[i];
+        r.mape = err / static_cast<double>(x.size());
+    }
     r.min_bytes = *std::min_element(S_bytes.begin(), S_bytes.end());
     r.max_bytes = *std::max_element(S_bytes.begin(), S_bytes.end());
     r.ok = true;

@@ -170,3 +170,20 @@ TEST_CASE("fit_measurements: copy bandwidth and the SSD rule", "[profiler][fit]"
     CHECK(ssd.params.at("latency_ns") == Approx(100000).epsilon(1e-6));  // from the qd-1 line
     CHECK(ssd.params.at("Bps") == Approx(6e9));                          // the best sustained rate
 }
+
+TEST_CASE("noisy small sizes fall back to the two-segment alpha-beta reading", "[profiler][fit]") {
+    // All-reduce over 2 ranks (factor 2(n-1)/n = 1): the small sizes are dominated by wake-up
+    // noise, which tilts the one-line relative fit to a negative slope. The fallback takes alpha
+    // from the smallest message (20 us) and busbw from the largest: (8 MiB x 1) / (20e-3 - 20e-6).
+    const std::vector<double> S{8, 64, 512, 4096, 32768, 8388608};
+    const std::vector<double> t{20e-6, 90e-6, 15e-6, 60e-6, 12e-6, 20e-3};
+    const LineFit line = fit_line_relative({8, 64, 512, 4096, 32768, 8388608}, t);
+    INFO("one-line fit: intercept " << line.intercept << ", slope " << line.slope);
+    auto f = fit_alpha_beta(Collective::all_reduce, 2, S, t);
+    REQUIRE(f.ok);
+    CHECK(f.busbw_Bps > 0);
+    if (!(line.ok && line.slope > 0)) {
+        CHECK(f.alpha_s == Approx(20e-6));
+        CHECK(f.busbw_Bps == Approx(8388608.0 / (20e-3 - 20e-6)));
+    }
+}
