@@ -38,21 +38,6 @@ std::vector<OffloadChoice> offload_choices(bool search_offload, bool ssd) {
     opt_split.min_zero_stage = 1;
     opt_split.label = "opt gpu/cpu 50/50";
     out.push_back(opt_split);
-    // ZeRO-Infinity: optimizer on NVMe.
-    if (!ssd) {
-        OffloadChoice params_cpu;
-        params_cpu.offload.optimizer = {0, 1, 0};
-        params_cpu.offload.params = {0, 1, 0};
-        params_cpu.min_zero_stage = 3;
-        params_cpu.label = "opt+params->cpu";
-        out.push_back(params_cpu);
-        return out;
-    }
-    OffloadChoice opt_ssd;
-    opt_ssd.offload.optimizer = {0, 0, 1};
-    opt_ssd.min_zero_stage = 1;
-    opt_ssd.label = "opt->ssd";
-    out.push_back(opt_ssd);
     // ZeRO-3 + params and optimizer on the CPU.
     OffloadChoice params_cpu;
     params_cpu.offload.optimizer = {0, 1, 0};
@@ -60,6 +45,13 @@ std::vector<OffloadChoice> offload_choices(bool search_offload, bool ssd) {
     params_cpu.min_zero_stage = 3;
     params_cpu.label = "opt+params->cpu";
     out.push_back(params_cpu);
+    if (!ssd) return out;
+    // ZeRO-Infinity: optimizer on NVMe.
+    OffloadChoice opt_ssd;
+    opt_ssd.offload.optimizer = {0, 0, 1};
+    opt_ssd.min_zero_stage = 1;
+    opt_ssd.label = "opt->ssd";
+    out.push_back(opt_ssd);
     // ZeRO-Infinity: params and optimizer on NVMe.
     OffloadChoice params_ssd;
     params_ssd.offload.optimizer = {0, 0, 1};
