@@ -1,0 +1,153 @@
+// Internal to the engine: its state and the Engine class, shared by engine.cpp (the event loop)
+// and engine_run.cpp (run() and the idle-time attribution). Not a public header.
+#pragma once
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <queue>
+#include <unordered_map>
+#include <vector>
+
+#include "engine_internal.hpp"
+#include "strata/sim/engine.hpp"
+#include "strata/sim/maxmin.hpp"
+
+namespace strata::sim::detail {
+
+
+enum class Ev : std::uint8_t { stream_done, member_begin, flow_done };
+
+struct Event {
+    std::int64_t t;
+    std::uint64_t seq;
+    Ev type;
+    int a, b;
+    std::uint32_t version;
+};
+struct EventLater {
+    bool operator()(const Event& x, const Event& y) const { return x.t != y.t ? x.t > y.t : x.seq > y.seq; }
+};
+
+struct StreamState {
+    std::vector<int> order;   ///< instruction indices of this stream, in program order
+    std::size_t pos = 0;
+    bool blocked = false;     ///< executing, or waiting for an event or a match
+};
+
+struct Member {
+    int rank = 0, stream = 0, instr = 0;
+    Demand demand;
+};
+struct Transfer {
+    std::vector<Member> members;
+    int expected = 1;
+    int pending = 0;
+    int group = -1;
+};
+
+struct Flow {
+    int transfer = -1, member = -1;
+    double remaining = 1;   ///< fraction of the transfer still to move
+    double rate = 0;        ///< fractions per second
+    std::int64_t last = 0;
+    std::uint32_t version = 0;
+    bool active = false;
+    double cap = std::numeric_limits<double>::infinity();  ///< from classes with no routed resource
+    std::vector<MaxMinUse> uses;
+};
+
+struct Pool {
+    Tier tier = Tier::gpu;
+    int node = 0;
+    double capacity = 0, use = 0, peak = 0;
+    TagBytes tags{}, peak_tags{};
+};
+
+struct Allocation {
+    double charged = 0;
+    int tag = 0;
+    Tier tier = Tier::gpu;
+};
+
+inline bool is_transfer(InstrKind k) {
+    return k == InstrKind::collective || k == InstrKind::send || k == InstrKind::recv || k == InstrKind::copy ||
+           k == InstrKind::optimizer;
+}
+inline bool is_comm(InstrKind k) { return k == InstrKind::collective || k == InstrKind::send || k == InstrKind::recv; }
+
+class Engine {
+public:
+    Engine(const Program& p, const CostModel& c, ResourceMap& rm, const EngineOptions& o)
+        : p_(p), cost_(c), rmap_(rm), opt_(o) {}
+
+    SimResult run();
+
+private:
+    void setup();
+    void schedule(std::int64_t t, Ev type, int a, int b, std::uint32_t version = 0) {
+        events_.push(Event{t, seq_++, type, a, b, version});
+    }
+    void drain();
+    void advance(int r, int s);
+    void record_event(int r, int e, int i);
+    void memory(int r, int i, const Instr& in);
+    void arrive(int r, int s, int i, const Instr& in);
+    void start_transfer(int tid);
+    void member_begin(int tid, int m);
+    void member_finished(int tid);
+    void flow_done(int f, std::uint32_t version);
+    void resolve(const std::vector<MaxMinUse>& seeds);
+    void finish_instr(int r, int s);
+    int new_transfer();
+    int new_flow();
+    void attribute_idle(SimResult& res) const;
+
+    const Program& p_;
+    const CostModel& cost_;
+    ResourceMap& rmap_;
+    const EngineOptions& opt_;
+
+    std::int64_t now_ = 0;
+    std::uint64_t seq_ = 0;
+    std::priority_queue<Event, std::vector<Event>, EventLater> events_;
+    std::vector<std::pair<int, int>> ready_;
+
+    std::vector<std::array<StreamState, kStreamCount>> streams_;
+    std::vector<std::vector<std::int64_t>> event_time_;        // [rank][event]: recorded at, -1 = not yet
+    std::vector<std::vector<std::uint16_t>> event_waiters_;    // [rank][event]: stream bitmask
+    std::vector<std::vector<int>> event_record_instr_;         // [rank][event]
+    std::vector<std::vector<int>> stream_pos_;                 // [rank][instr]: index in its stream's order
+    detail::Timings timing_;
+    std::vector<std::array<std::vector<ResourceUse>, kLinkClassCount>> routes_;
+
+    std::vector<Transfer> transfers_;
+    std::vector<int> free_transfers_;
+    std::map<std::int64_t, int> open_matches_;
+    int groups_ = 0;
+
+    std::vector<Flow> flows_;
+    std::vector<int> free_flows_;
+    std::vector<std::vector<int>> res_flows_;
+    std::vector<double> res_load_, res_busy_;
+    std::vector<std::int64_t> res_last_;
+    // Scratch for resolve().
+    std::vector<std::uint32_t> res_stamp_, flow_stamp_;
+    std::uint32_t stamp_ = 0;
+    std::vector<int> comp_res_, comp_flows_, local_of_;
+    std::vector<MaxMinFlow> mm_flows_, view_;
+    std::vector<MaxMinUse> seeds_;
+    std::vector<double> mm_capacity_, mm_rates_;
+    MaxMinSolver solver_;
+
+    std::vector<Pool> pools_;
+    std::vector<std::array<int, kTierCount>> rank_pool_;
+    std::vector<double> node_scale_;
+    std::vector<std::unordered_map<std::int64_t, Allocation>> live_;
+
+    SimResult res_;
+};
+
+}  // namespace strata::sim::detail
