@@ -16,49 +16,31 @@ std::vector<int> divisors(int n) {
     return d;
 }
 
+namespace {
+
+OffloadChoice choice(TierSplit optimizer, TierSplit params, int min_zero, const char* label, bool lock_free = false) {
+    OffloadChoice c;
+    c.offload.optimizer = optimizer;
+    c.offload.params = params;
+    c.min_zero_stage = min_zero;
+    c.label = label;
+    c.lock_free = lock_free;
+    return c;
+}
+
+}  // namespace
+
 std::vector<OffloadChoice> offload_choices(bool search_offload, bool ssd) {
-    std::vector<OffloadChoice> out;
-    OffloadChoice gpu;
-    out.push_back(gpu);
+    const TierSplit gpu{1, 0, 0}, cpu{0, 1, 0}, half{0.5, 0.5, 0}, nvme{0, 0, 1};
+    std::vector<OffloadChoice> out{choice(gpu, gpu, 0, "gpu")};
     if (!search_offload) return out;
-    // ZeRO-Offload: optimizer states and the step on the CPU (needs a sharded optimizer).
-    OffloadChoice opt_cpu;
-    opt_cpu.offload.optimizer = {0, 1, 0};
-    opt_cpu.min_zero_stage = 1;
-    opt_cpu.label = "opt->cpu";
-    out.push_back(opt_cpu);
-    // ... with Angel-PTM's lock-free (one step stale) update hiding the CPU step.
-    OffloadChoice opt_cpu_lf = opt_cpu;
-    opt_cpu_lf.lock_free = true;
-    opt_cpu_lf.label = "opt->cpu lock-free";
-    out.push_back(opt_cpu_lf);
-    // Angel-PTM-style split: half the optimizer stays on the GPU, half on the CPU.
-    OffloadChoice opt_split;
-    opt_split.offload.optimizer = {0.5, 0.5, 0};
-    opt_split.min_zero_stage = 1;
-    opt_split.label = "opt gpu/cpu 50/50";
-    out.push_back(opt_split);
-    // ZeRO-3 + params and optimizer on the CPU.
-    OffloadChoice params_cpu;
-    params_cpu.offload.optimizer = {0, 1, 0};
-    params_cpu.offload.params = {0, 1, 0};
-    params_cpu.min_zero_stage = 3;
-    params_cpu.label = "opt+params->cpu";
-    out.push_back(params_cpu);
+    out.push_back(choice(cpu, gpu, 1, "opt->cpu"));                   // ZeRO-Offload (needs a sharded optimizer)
+    out.push_back(choice(cpu, gpu, 1, "opt->cpu lock-free", true));   // + Angel-PTM's one-step-stale update
+    out.push_back(choice(half, gpu, 1, "opt gpu/cpu 50/50"));         // Angel-PTM-style split across tiers
+    out.push_back(choice(cpu, cpu, 3, "opt+params->cpu"));            // ZeRO-3 with params on the CPU
     if (!ssd) return out;
-    // ZeRO-Infinity: optimizer on NVMe.
-    OffloadChoice opt_ssd;
-    opt_ssd.offload.optimizer = {0, 0, 1};
-    opt_ssd.min_zero_stage = 1;
-    opt_ssd.label = "opt->ssd";
-    out.push_back(opt_ssd);
-    // ZeRO-Infinity: params and optimizer on NVMe.
-    OffloadChoice params_ssd;
-    params_ssd.offload.optimizer = {0, 0, 1};
-    params_ssd.offload.params = {0, 0, 1};
-    params_ssd.min_zero_stage = 3;
-    params_ssd.label = "opt+params->ssd";
-    out.push_back(params_ssd);
+    out.push_back(choice(nvme, gpu, 1, "opt->ssd"));                  // ZeRO-Infinity: optimizer on NVMe
+    out.push_back(choice(nvme, nvme, 3, "opt+params->ssd"));          // ZeRO-Infinity: params too
     return out;
 }
 
