@@ -5,21 +5,13 @@
 
 #include "strata/common/error.hpp"
 #include "strata/planner/export.hpp"
+#include "support/gpt.hpp"
 
 using namespace strata;
 using namespace strata::sim;
 
 static ModelSpec gpt3() {
-    ModelSpec m;
-    m.name = "gpt3-175b";
-    m.layers = 96;
-    m.hidden = 12288;
-    m.heads = 96;
-    m.kv_heads = 96;
-    m.head_dim = 128;
-    m.ffn_hidden = 4 * 12288;
-    m.vocab = 51200;
-    m.seq_len = 2048;
+    ModelSpec m = test::gpt_shape("gpt3-175b", 96, 12288, 96, 51200, 2048);
     m.linear_bias = true;
     return m;
 }

@@ -4,6 +4,7 @@
 
 #include "strata/planner/space.hpp"
 #include "strata/sim/memory.hpp"
+#include "support/gpt.hpp"
 
 using namespace strata;
 using namespace strata::sim;
@@ -34,16 +35,7 @@ static void compare_space(const ModelSpec& m, const ClusterSpec& c, int global_b
 }
 
 TEST_CASE("cached memory estimates equal uncached ones (dense)", "[planner][memory]") {
-    ModelSpec m;
-    m.name = "gpt";
-    m.layers = 24;
-    m.hidden = 2048;
-    m.heads = 16;
-    m.kv_heads = 16;
-    m.head_dim = 128;
-    m.ffn_hidden = 8192;
-    m.vocab = 50304;
-    m.seq_len = 2048;
+    ModelSpec m = test::gpt_shape("gpt", 24, 2048, 16, 50304, 2048);
     m.dropout = 0.1;
     ClusterSpec c;
     c.gpu = "H100-SXM5-80GB";

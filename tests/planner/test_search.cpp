@@ -7,6 +7,7 @@
 
 #include "strata/hwdb/hwdb.hpp"
 #include "strata/planner/search.hpp"
+#include "support/gpt.hpp"
 
 using namespace strata;
 using namespace strata::sim;
@@ -14,16 +15,7 @@ using namespace strata::sim;
 namespace {
 
 ModelSpec gpt(int layers, std::int64_t hidden, std::int64_t seq) {
-    ModelSpec m;
-    m.name = "gpt-test";
-    m.layers = layers;
-    m.hidden = hidden;
-    m.heads = static_cast<int>(hidden / 64);
-    m.kv_heads = m.heads;
-    m.head_dim = 64;
-    m.ffn_hidden = 4 * hidden;
-    m.vocab = 32000;
-    m.seq_len = seq;
+    ModelSpec m = test::gpt_shape("gpt-test", layers, hidden, static_cast<int>(hidden / 64), 32000, seq);
     m.max_position = seq;
     return m;
 }

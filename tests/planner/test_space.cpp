@@ -7,23 +7,12 @@
 
 #include "strata/planner/space.hpp"
 #include "strata/sim/spec_io.hpp"
+#include "support/gpt.hpp"
 
 using namespace strata;
 using namespace strata::sim;
 
-static ModelSpec small_gpt() {
-    ModelSpec m;
-    m.name = "gpt-small";
-    m.layers = 12;
-    m.hidden = 1024;
-    m.heads = 16;
-    m.kv_heads = 16;
-    m.head_dim = 64;
-    m.ffn_hidden = 4096;
-    m.vocab = 32000;
-    m.seq_len = 2048;
-    return m;
-}
+static ModelSpec small_gpt() { return test::gpt_shape("gpt-small", 12, 1024, 16, 32000, 2048); }
 
 static ClusterSpec two_nodes() {
     ClusterSpec c;

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "strata/sim/lower.hpp"
+#include "support/gpt.hpp"
 
 using namespace strata::sim;
 
@@ -417,15 +418,7 @@ TEST_CASE("lowering is deterministic", "[lower]") {
 }
 
 TEST_CASE("GPT-3 175B on 1024 GPUs lowers (size check)", "[lower][.slow]") {
-    ModelSpec m;
-    m.layers = 96;
-    m.hidden = 12288;
-    m.heads = 96;
-    m.kv_heads = 96;
-    m.head_dim = 128;
-    m.ffn_hidden = 4 * 12288;
-    m.vocab = 51200;
-    m.seq_len = 2048;
+    ModelSpec m = strata::test::gpt_shape("", 96, 12288, 96, 51200, 2048);
     PlanSpec p = plan(8, 16, 8, 1536);  // m = 192
     p.sequence_parallel = true;
     p.zero_stage = 1;

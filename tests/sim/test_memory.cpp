@@ -5,22 +5,14 @@
 
 #include "strata/sim/memory.hpp"
 #include "strata/sim/model.hpp"
+#include "support/gpt.hpp"
 
 using namespace strata::sim;
 
 namespace {
 
 ModelSpec gpt3() {
-    ModelSpec m;
-    m.name = "gpt-3-175b";
-    m.layers = 96;
-    m.hidden = 12288;
-    m.heads = 96;
-    m.kv_heads = 96;
-    m.head_dim = 128;
-    m.ffn_hidden = 4 * 12288;
-    m.vocab = 51200;
-    m.seq_len = 2048;
+    ModelSpec m = strata::test::gpt_shape("gpt-3-175b", 96, 12288, 96, 51200, 2048);
     m.max_position = 2048;
     m.tied_embeddings = true;
     m.linear_bias = true;

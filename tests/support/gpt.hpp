@@ -1,0 +1,27 @@
+// A GPT-shaped ModelSpec for tests: the shape only (layers, hidden, heads of head_dim, FFN = 4h,
+// vocab, sequence). Everything else keeps ModelSpec's defaults; each test sets what its reference
+// needs (biases, tied embeddings, dropout) where it builds the model, so the expectation stays in view.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "strata/sim/spec.hpp"
+
+namespace strata::test {
+
+inline sim::ModelSpec gpt_shape(const std::string& name, int layers, std::int64_t hidden, int heads, std::int64_t vocab,
+                                std::int64_t seq_len) {
+    sim::ModelSpec m;
+    m.name = name;
+    m.layers = layers;
+    m.hidden = hidden;
+    m.heads = heads;
+    m.kv_heads = heads;
+    m.head_dim = hidden / heads;
+    m.ffn_hidden = 4 * hidden;
+    m.vocab = vocab;
+    m.seq_len = seq_len;
+    return m;
+}
+
+}  // namespace strata::test
