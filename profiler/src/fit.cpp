@@ -6,6 +6,7 @@
 #include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace strata::profiler {
 
@@ -79,15 +80,16 @@ AlphaBetaFit fit_alpha_beta(Collective c, int n, const std::vector<double>& S_by
         r.mape = lf.mape;
     } else {
         // Noisy small sizes (a loaded host, thread wake-ups) can tilt the one-line fit flat or
-        // negative. Fall back to the two-segment reading of profiler-notes §9: alpha from the
-        // smallest message, bus bandwidth from the largest one's time above alpha.
-        std::size_t lo = 0, hi = 0;
+        // negative. Fall back to the two-segment reading of profiler-notes §9: alpha = the fastest
+        // time seen at any size (latency bounds every point from below; a noisy smallest message
+        // must not inflate it), bus bandwidth from the largest message's time above alpha.
+        std::size_t hi = 0;
+        double alpha = std::numeric_limits<double>::infinity();
         for (std::size_t i = 0; i < x.size(); ++i) {
-            if (x[i] < x[lo]) lo = i;
             if (x[i] > x[hi]) hi = i;
+            if (time_s[i] > 0) alpha = std::min(alpha, time_s[i]);
         }
-        if (hi == lo || !(time_s[hi] > 0) || !(time_s[lo] > 0)) return r;
-        const double alpha = std::min(time_s[lo], time_s[hi]);
+        if (!(time_s[hi] > 0) || !std::isfinite(alpha)) return r;
         const double beta_t = time_s[hi] - alpha;
         if (!(beta_t > 0)) return r;
         r.alpha_s = alpha;

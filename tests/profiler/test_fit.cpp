@@ -173,8 +173,8 @@ TEST_CASE("fit_measurements: copy bandwidth and the SSD rule", "[profiler][fit]"
 
 TEST_CASE("noisy small sizes fall back to the two-segment alpha-beta reading", "[profiler][fit]") {
     // All-reduce over 2 ranks (factor 2(n-1)/n = 1): the small sizes are dominated by wake-up
-    // noise, which tilts the one-line relative fit to a negative slope. The fallback takes alpha
-    // from the smallest message (20 us) and busbw from the largest: (8 MiB x 1) / (20e-3 - 20e-6).
+    // noise, which tilts the one-line relative fit flat. The fallback takes alpha as the fastest
+    // time at any size (12 us, at 32 KiB) and busbw from the largest: (8 MiB x 1) / (20e-3 - 12e-6).
     const std::vector<double> S{8, 64, 512, 4096, 32768, 8388608};
     const std::vector<double> t{20e-6, 90e-6, 15e-6, 60e-6, 12e-6, 20e-3};
     const LineFit line = fit_line_relative({8, 64, 512, 4096, 32768, 8388608}, t);
@@ -183,7 +183,22 @@ TEST_CASE("noisy small sizes fall back to the two-segment alpha-beta reading", "
     REQUIRE(f.ok);
     CHECK(f.busbw_Bps > 0);
     if (!(line.ok && line.slope > 0)) {
-        CHECK(f.alpha_s == Approx(20e-6));
-        CHECK(f.busbw_Bps == Approx(8388608.0 / (20e-3 - 20e-6)));
+        CHECK(f.alpha_s == Approx(12e-6));
+        CHECK(f.busbw_Bps == Approx(8388608.0 / (20e-3 - 12e-6)));
+    }
+}
+
+TEST_CASE("the fallback survives a smallest message slower than the largest", "[profiler][fit]") {
+    // Heavy load: the 8 B all-reduce took 30 ms, longer than the 16 MiB one (25 ms). Alpha = the
+    // fastest point (10 us, at 4 KiB); busbw = 16 MiB / (25e-3 - 10e-6). Still one fit, positive.
+    const std::vector<double> S{8, 4096, 16777216};
+    const std::vector<double> t{30e-3, 10e-6, 25e-3};
+    auto f = fit_alpha_beta(Collective::all_reduce, 2, S, t);
+    REQUIRE(f.ok);
+    CHECK(f.busbw_Bps > 0);
+    const LineFit line = fit_line_relative({8, 4096, 16777216}, t);
+    if (!(line.ok && line.slope > 0)) {
+        CHECK(f.alpha_s == Approx(10e-6));
+        CHECK(f.busbw_Bps == Approx(16777216.0 / (25e-3 - 10e-6)));
     }
 }
