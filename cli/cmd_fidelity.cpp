@@ -7,6 +7,7 @@
 #include <cmath>
 #include <ctime>
 #include <exception>
+#include <functional>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -50,8 +51,11 @@ std::string today_utc() {
 // Hardware views are resolved up front, one thread (the database handle is not shared across
 // threads); the simulations then run on `threads` workers, each writing its own row, so the
 // output does not depend on the thread count.
+// `cal` picks the multipliers for an architecture family.
+using CalibrationFor = std::function<sim::Calibration(const std::string& arch)>;
+
 std::vector<sim::FidelityRow> run_all(const std::vector<sim::FidelityEntry>& entries, const hwdb::Database& db,
-                                      const sim::Calibration& cal, int threads) {
+                                      const CalibrationFor& cal, int threads) {
     std::map<std::string, hwdb::HardwareView> views;
     std::map<std::string, InputError> view_errors;
     for (const sim::FidelityEntry& e : entries) {
@@ -74,7 +78,9 @@ std::vector<sim::FidelityRow> run_all(const std::vector<sim::FidelityEntry>& ent
                 return views.at(e.id);
             };
             try {
-                rows[i] = sim::run_fidelity_entry(e, resolve, cal);
+                const auto v = views.find(e.id);
+                const sim::Calibration c = v == views.end() ? sim::Calibration{} : cal(sim::arch_family(v->second.gpu.arch));
+                rows[i] = sim::run_fidelity_entry(e, resolve, c);
             } catch (...) {
                 std::lock_guard<std::mutex> lock(failure_mutex);
                 if (!failure) failure = std::current_exception();
@@ -100,29 +106,49 @@ void run_fidelity(const FidelityArgs& a) {
     sim::CalibrationRecord cal;
     std::string cal_text;  // calibration file to write (fit mode)
     if (!a.fit_out.empty()) {
-        // Fit on train only; the objective is the train MAPE of the same runs the report shows.
+        // Fit on train only: one set over every train entry ("*", for GPUs without their own set),
+        // then one per architecture family with at least kMinGroup compared train entries.
+        constexpr int kMinGroup = 5;
         const std::vector<sim::FidelityEntry> train = sim::select_split(all, "train");
-        auto objective = [&](const sim::Calibration& c) { return sim::fidelity_stats(run_all(train, db, c, threads), "train").mape; };
-        cal.train_entries = static_cast<int>(
-            std::count_if(train.begin(), train.end(), [](const sim::FidelityEntry& e) { return e.skipped.empty(); }));
-        cal.date = a.date.empty() ? today_utc() : a.date;
-        if (sim::calibration_supported()) {
-            const sim::FitResult fit = sim::fit_calibration(objective);
-            // Rounded to the 4 decimals the file keeps, so this report equals a later run that loads it.
-            cal.calibration = fit.calibration;
-            for (double* f : {&cal.calibration.gemm, &cal.calibration.attention, &cal.calibration.memory_bound,
-                              &cal.calibration.collective, &cal.calibration.p2p})
-                *f = std::round(*f * 1e4) / 1e4;
-            cal.fitted = true;
-            cal.train_mape_before = fit.before;
-            cal.train_mape_after = fit.after;
-            cal.note = "coordinate golden-section search in [0.5, 3] on the train split, " +
-                       std::to_string(fit.evaluations) + " evaluations";
-        } else {
-            cal.train_mape_before = cal.train_mape_after = objective({});
-            cal.note = "not fitted: this build's simulate() does not apply Calibration yet (SimOptions has no "
-                       "calibration); identity factors";
+        std::map<std::string, std::vector<sim::FidelityEntry>> by_arch;
+        for (const sim::FidelityEntry& e : train) {
+            if (!e.skipped.empty()) continue;
+            std::string arch;
+            try {
+                arch = sim::arch_family(view_for(db, e.cluster).gpu.arch);
+            } catch (const InputError&) {
+                continue;
+            }
+            by_arch[arch].push_back(e);
         }
+        std::vector<std::pair<std::string, std::vector<sim::FidelityEntry>>> groups{{"*", train}};
+        for (auto& [arch, entries] : by_arch)
+            if (static_cast<int>(entries.size()) >= kMinGroup && !arch.empty()) groups.emplace_back(arch, entries);
+        cal.date = a.date.empty() ? today_utc() : a.date;
+        int simulations = 0;
+        for (const auto& [arch, entries] : groups) {
+            auto evaluate = [&, &entries = entries](const sim::Calibration& c) {
+                return run_all(entries, db, [&](const std::string&) { return c; }, threads);
+            };
+            sim::CalibrationGroup g;
+            g.arch = arch;
+            g.train_entries = static_cast<int>(
+                std::count_if(entries.begin(), entries.end(), [](const sim::FidelityEntry& e) { return e.skipped.empty(); }));
+            if (sim::calibration_supported()) {
+                const sim::FitResult fit = sim::fit_calibration(evaluate);
+                g.factors = fit.calibration;
+                g.train_mape_before = fit.before;
+                g.train_mape_after = fit.after;
+                simulations += fit.simulations;
+            } else {
+                g.train_mape_before = g.train_mape_after = sim::fidelity_stats(evaluate({}), "train").mape;
+            }
+            cal.groups.push_back(g);
+        }
+        cal.fitted = sim::calibration_supported();
+        cal.note = cal.fitted ? "per architecture family: surrogate (critical path by class) golden-section search in "
+                                "[0.5, 2.5], re-linearised by simulation; " + std::to_string(simulations) + " simulations of the train rows"
+                              : "not fitted: this build's simulate() does not apply Calibration; identity factors";
         cal_text = sim::to_json_text(cal);
     } else if (a.calibration != "none") {
         std::string path = a.calibration;
@@ -131,22 +157,27 @@ void run_fidelity(const FidelityArgs& a) {
         if (!a.calibration.empty() || fs::is_regular_file(path, ec)) cal = sim::calibration_from_json_text(read_text_file(path), path);
     }
 
-    const std::vector<sim::FidelityRow> rows = run_all(sim::select_split(all, a.split), db, cal.calibration, threads);
+    const std::vector<sim::FidelityRow> rows =
+        run_all(sim::select_split(all, a.split), db, [&](const std::string& arch) { return cal.for_arch(arch); }, threads);
     const std::string json = a.json.empty() ? "" : sim::fidelity_json_text(rows, cal);
     if (!a.fit_out.empty()) write_output(a.fit_out, cal_text);
     if (!a.json.empty()) write_output(a.json, json);
     if (a.json == "-" || a.fit_out == "-") return;
 
     std::cout << sim::fidelity_table_text(rows) << "\n" << sim::fidelity_summary_text(rows);
-    const sim::Calibration& c = cal.calibration;
     std::cout << std::fixed << std::setprecision(3);
-    std::cout << "calibration: " << (cal.fitted ? "fitted on train" : "identity")
-              << (sim::calibration_supported() ? "" : " (not applied: simulate() has no calibration input yet)")
-              << "  gemm " << c.gemm << "  attention " << c.attention << "  memory_bound " << c.memory_bound
-              << "  collective " << c.collective << "  p2p " << c.p2p << "\n";
-    if (!a.fit_out.empty())
-        std::cout << std::setprecision(1) << "train MAPE " << 100 * cal.train_mape_before << "% -> " << 100 * cal.train_mape_after
-                  << "% (written to " << a.fit_out << ")\n";
+    std::cout << "calibration: " << (cal.fitted ? "fitted on train" : cal.groups.empty() ? "identity" : "loaded")
+              << (sim::calibration_supported() ? "" : " (not applied: simulate() has no calibration input yet)") << "\n";
+    for (const sim::CalibrationGroup& g : cal.groups) {
+        std::cout << "  " << std::left << std::setw(8) << (g.arch == "*" ? "other" : g.arch) << std::right;
+        for (int i = 0; i < sim::Calibration::kFactors; ++i)
+            std::cout << "  " << sim::Calibration::name(i) << " " << g.factors.at(i);
+        if (g.train_entries > 0)
+            std::cout << std::setprecision(1) << "  (train " << g.train_entries << ": " << 100 * g.train_mape_before << "% -> "
+                      << 100 * g.train_mape_after << "%)" << std::setprecision(3);
+        std::cout << "\n";
+    }
+    if (!a.fit_out.empty()) std::cout << "written to " << a.fit_out << "\n";
 }
 
 void add_fidelity(CLI::App& app) {

@@ -60,7 +60,12 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
     arg("tensor-model-parallel-size", p.tp);
     arg("pipeline-model-parallel-size", p.pp);
     if (p.schedule == Schedule::interleaved_1f1b && p.vpp > 1) {
-        int per_stage = m.layers / p.pp;
+        const int per_stage = m.layers / p.pp;
+        // Megatron's flag gives every virtual stage the same layer count; an uneven split needs a
+        // hand-written --pipeline-model-parallel-layout, which the export does not write.
+        if (!p.layer_split.empty() || m.layers % p.pp != 0 || per_stage % p.vpp != 0)
+            throw InputError("plan", "plan.vpp", "= " + std::to_string(p.vpp) +
+                                                     " splits the stages unevenly; the Megatron export needs vpp to divide every stage's layers");
         arg("num-layers-per-virtual-pipeline-stage", per_stage / p.vpp);
     }
     if (p.cp > 1) arg("context-parallel-size", p.cp);

@@ -32,7 +32,7 @@ cmp -s "$T/test.json" "$T/again.json" || fail "JSON output not deterministic"
 [ ! -e "$T/bad.json" ] || fail "output written on bad input"
 "$S" fidelity --runs "$T/missing.json" >/dev/null 2>&1; rc=$?
 [ $rc -eq 2 ] || fail "missing runs file: exit $rc (want 2)"
-echo '{"schema": 1, "factors": {"gemm": -1}}' >"$T/cal.json"
+echo '{"schema": 2, "groups": [{"arch": "*", "factors": {"gemm": -1}}]}' >"$T/cal.json"
 "$S" fidelity --runs "$RUNS" --split test --calibration "$T/cal.json" >/dev/null 2>&1; rc=$?
 [ $rc -eq 2 ] || fail "negative calibration factor: exit $rc (want 2)"
 echo OK

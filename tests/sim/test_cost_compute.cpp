@@ -193,3 +193,22 @@ TEST_CASE("calibration multipliers scale their kernel class only", "[cost][calib
     ctx.calibration.memory_bound = 2.0;
     CHECK(compute_cost(e, ctx).duration_ns == Approx(2.0 * static_cast<double>(e0)).margin(1));
 }
+
+TEST_CASE("FP8 runs: GEMMs take the fp8 multiplier, attention runs at the BF16 rate", "[cost][calibration]") {
+    const auto hw = h100_view();
+    CostContext ctx{&hw};
+    const Instr g8 = gemm(4096, 4096, 4096, DType::fp8), g16 = gemm(4096, 4096, 4096);
+    const auto g8_0 = compute_cost(g8, ctx).duration_ns, g16_0 = compute_cost(g16, ctx).duration_ns;
+    ctx.calibration.gemm_fp8 = 2.0;
+    CHECK(compute_cost(g8, ctx).duration_ns == Approx(2.0 * static_cast<double>(g8_0)).margin(1));
+    CHECK(compute_cost(g16, ctx).duration_ns == g16_0);
+    // Transformer Engine keeps the attention core in BF16 under fp8_autocast: same duration.
+    Instr a;
+    a.op = Op::attention_fwd;
+    a.m = a.n = 4096;
+    a.k = 128;
+    a.batch = 32;
+    Instr a8 = a;
+    a8.dtype = DType::fp8;
+    CHECK(compute_cost(a8, ctx).duration_ns == compute_cost(a, ctx).duration_ns);
+}

@@ -194,61 +194,118 @@ TEST_CASE("fidelity stats on hand-made numbers", "[fidelity]") {
     CHECK(mean_abs({}) == 0);
 }
 
-TEST_CASE("fidelity fit recovers a known GEMM multiplier on synthetic data", "[fidelity]") {
-    // Synthetic entries: step time = sum of work classes x multiplier; "published" times were
-    // generated with gemm = 1.3 and every other factor 1. Minimum of the MAPE: exactly there.
-    struct Synth { double gemm, attention, memory, coll, p2p; };
-    const std::vector<Synth> ents = {{5, 1, 1, 0.5, 0.1}, {2, 2, 0.5, 1, 0.3}, {8, 0.5, 2, 2, 0}, {1, 0.2, 0.3, 3, 0.5},
-                                     {3, 1.5, 1, 0.2, 0.2}, {6, 0.1, 0.6, 0.8, 1.0}};
-    auto time = [](const Synth& s, const Calibration& c) {
-        return s.gemm * c.gemm + s.attention * c.attention + s.memory * c.memory_bound + s.coll * c.collective + s.p2p * c.p2p;
+TEST_CASE("fidelity fit recovers known multipliers on synthetic data", "[fidelity]") {
+    // Synthetic entries: step time = sum over classes of (seconds of that class x its multiplier),
+    // in Calibration::at order (gemm, gemm_fp8, attention, memory_bound, collective, p2p). The
+    // "published" times were generated with gemm = 1.3 and p2p = 1.6; elsewhere the truth is 1. The
+    // MAPE is zero exactly there. A critical-path-like nonlinearity (the step never drops below a
+    // floor of 1 s) checks that re-simulating each round corrects the linear surrogate.
+    using Classes = std::array<double, Calibration::kFactors>;
+    const std::vector<Classes> ents = {{5, 0, 1, 1, 0.5, 0.1}, {2, 0, 2, 0.5, 1, 0.3}, {8, 0, 0.5, 2, 2, 0},
+                                       {1, 0, 0.2, 0.3, 3, 0.5},  {3, 0, 1.5, 1, 0.2, 0.2}, {6, 0, 0.1, 0.6, 0.8, 1.0},
+                                       {0.2, 0, 0.1, 0.1, 0.1, 2.0}};
+    auto step = [](const Classes& c, const Calibration& f) {
+        double t = 0;
+        for (int i = 0; i < Calibration::kFactors; ++i) t += c[static_cast<std::size_t>(i)] * f.at(i);
+        return std::max(t, 1.0);
     };
     Calibration truth;
     truth.gemm = 1.3;
-    auto objective = [&](const Calibration& c) {
-        std::vector<double> err;
-        for (const Synth& s : ents) err.push_back(time(s, c) / time(s, truth) - 1);
-        return mean_abs(err);
+    truth.p2p = 1.6;
+    int calls = 0;
+    auto evaluate = [&](const Calibration& f) {
+        ++calls;
+        std::vector<FidelityRow> rows;
+        for (std::size_t i = 0; i < ents.size(); ++i) {
+            FidelityRow r;
+            r.id = "e" + std::to_string(i);
+            r.split = "train";
+            r.quantity = i % 2 ? Quantity::step_time_s : Quantity::tokens_per_s;  // both error forms
+            r.applied = f;
+            r.step_time_s = step(ents[i], f);
+            double classified = 0;
+            for (int c = 0; c < Calibration::kFactors; ++c) {
+                r.class_s[static_cast<std::size_t>(c)] = ents[i][static_cast<std::size_t>(c)] * f.at(c);
+                classified += r.class_s[static_cast<std::size_t>(c)];
+            }
+            r.other_s = std::max(0.0, r.step_time_s - classified);
+            const double t_pub = step(ents[i], truth);
+            r.published = r.quantity == Quantity::step_time_s ? t_pub : 1000.0 / t_pub;
+            r.predicted = r.quantity == Quantity::step_time_s ? r.step_time_s : 1000.0 / r.step_time_s;
+            r.error = r.predicted / r.published - 1;
+            rows.push_back(r);
+        }
+        return rows;
     };
-    const FitResult fit = fit_calibration(objective);
-    CHECK(fit.calibration.gemm == Approx(1.3).margin(0.02));
-    CHECK(fit.calibration.attention == Approx(1.0).margin(0.05));
-    CHECK(fit.calibration.collective == Approx(1.0).margin(0.05));
-    CHECK(fit.before == Approx(objective({})));
-    CHECK(fit.before > 0.1);
-    CHECK(fit.after < 0.005);
-    CHECK(fit.evaluations > 10);
+    // The surrogate is exact where no floor binds: a row at the identity predicts its error at truth.
+    const std::vector<FidelityRow> at_identity = evaluate({});
+    CHECK(surrogate_error(at_identity[0], truth) == Approx(0.0).margin(1e-12));
 
-    // Deterministic, and a flat objective (calibration not applied) leaves the identity.
-    CHECK(fit_calibration(objective).calibration.gemm == fit.calibration.gemm);
-    const FitResult flat = fit_calibration([](const Calibration&) { return 0.2; });
-    CHECK(flat.calibration.is_identity());
-    CHECK(flat.after == Approx(0.2));
+    const FitResult fit = fit_calibration(evaluate);
+    CHECK(fit.calibration.gemm == Approx(1.3).margin(0.02));
+    CHECK(fit.calibration.p2p == Approx(1.6).margin(0.05));
+    CHECK(fit.calibration.attention == Approx(1.0).margin(0.05));
+    CHECK(fit.calibration.gemm_fp8 == 1.0);  // no FP8 work: the flat direction is never moved
+    CHECK(fit.before > 0.1);
+    CHECK(fit.after < 0.01);
+    CHECK(fit.simulations >= 2);
+    CHECK(fit.simulations == calls - 1);
+
+    // Deterministic, and an evaluation that ignores the multipliers leaves the identity.
+    CHECK(fit_calibration(evaluate).calibration.gemm == fit.calibration.gemm);
+    auto flat = [&](const Calibration&) {
+        std::vector<FidelityRow> rows = evaluate({});
+        for (FidelityRow& r : rows) r.class_s.fill(0), r.other_s = r.step_time_s;
+        return rows;
+    };
+    const FitResult none = fit_calibration(flat);
+    CHECK(none.calibration.is_identity());
+    CHECK(none.after == Approx(none.before));
 }
 
 TEST_CASE("calibration.json round trip and strict reading", "[fidelity]") {
     CalibrationRecord r;
-    r.calibration.gemm = 1.125;
-    r.calibration.p2p = 0.75;
+    CalibrationGroup all, hopper;
+    all.factors.gemm = 1.125;
+    all.factors.p2p = 0.75;
+    all.train_entries = 33;
+    all.train_mape_before = 0.25;
+    all.train_mape_after = 0.125;
+    hopper.arch = "Hopper";
+    hopper.factors.gemm_fp8 = 1.5;
+    r.groups = {all, hopper};
     r.fitted = true;
     r.date = "2026-11-22";
-    r.train_entries = 33;
-    r.train_mape_before = 0.25;
-    r.train_mape_after = 0.125;
     r.note = "test";
     const std::string text = to_json_text(r);
     const CalibrationRecord back = calibration_from_json_text(text, "cal.json");
-    CHECK(back.calibration.gemm == Approx(1.125));
-    CHECK(back.calibration.p2p == Approx(0.75));
-    CHECK(back.calibration.attention == Approx(1.0));
+    REQUIRE(back.groups.size() == 2);
+    CHECK(back.for_arch("Volta").gemm == Approx(1.125));  // no group of its own: "*"
+    CHECK(back.for_arch("Volta").p2p == Approx(0.75));
+    CHECK(back.for_arch("Hopper").gemm_fp8 == Approx(1.5));
+    CHECK(back.for_arch("Hopper").gemm == Approx(1.0));
     CHECK(back.fitted);
     CHECK(back.date == "2026-11-22");
-    CHECK(back.train_entries == 33);
-    CHECK(back.train_mape_after == Approx(0.125));
+    CHECK(back.groups[0].train_entries == 33);
+    CHECK(back.groups[0].train_mape_after == Approx(0.125));
     CHECK(to_json_text(back) == text);
-    CHECK_THROWS_AS(calibration_from_json_text(R"({"schema": 1, "factors": {"gemm": 0}})", "c.json"), InputError);
-    CHECK_THROWS_AS(calibration_from_json_text(R"({"schema": 1, "factors": {"gem": 1.1}})", "c.json"), InputError);
-    CHECK_THROWS_AS(calibration_from_json_text(R"({"schema": 1, "split": "test", "factors": {}})", "c.json"), InputError);
+    CHECK(CalibrationRecord{}.for_arch("Hopper").is_identity());
+    const char* bad[] = {
+        R"({"schema": 2, "groups": [{"arch": "*", "factors": {"gemm": 0}}]})",
+        R"({"schema": 2, "groups": [{"arch": "*", "factors": {"gem": 1.1}}]})",
+        R"({"schema": 2, "split": "test", "groups": []})",
+        R"({"schema": 1, "factors": {}})",
+        R"({"schema": 2})",
+        R"({"schema": 2, "groups": [{"arch": "*", "factors": {}}, {"arch": "*", "factors": {}}]})",
+    };
+    for (const char* t : bad) CHECK_THROWS_AS(calibration_from_json_text(t, "c.json"), InputError);
+}
+
+TEST_CASE("architecture families", "[fidelity]") {
+    CHECK(arch_family("Hopper") == "Hopper");
+    CHECK(arch_family("Blackwell (Grace-Blackwell superchip)") == "Blackwell");
+    CHECK(arch_family("Ada Lovelace") == "Ada");
+    CHECK(arch_family("") == "");
 }
 
 TEST_CASE("fidelity run of one entry: consistent figures, outcome agrees", "[fidelity]") {
@@ -268,4 +325,14 @@ TEST_CASE("fidelity run of one entry: consistent figures, outcome agrees", "[fid
     CHECK_FALSE(r.engine_oom);
     CHECK(r.oom_agrees);
     CHECK(r.fits);
+    // The critical path split by calibration class: a TP-8 bf16 run with no pipeline spends its
+    // path in bf16 GEMMs, attention, memory-bound kernels and TP collectives; no FP8, no p2p.
+    CHECK(r.arch == "Ampere");
+    CHECK(r.class_s[0] > 0.5 * r.step_time_s);
+    CHECK(r.class_s[1] == 0);
+    CHECK(r.class_s[4] > 0);
+    CHECK(r.class_s[5] == 0);
+    double sum = r.other_s;
+    for (double t : r.class_s) sum += t;
+    CHECK(sum == Approx(r.step_time_s).epsilon(1e-6));
 }

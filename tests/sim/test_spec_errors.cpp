@@ -107,9 +107,11 @@ TEST_CASE("validate_plan: interleaved schedule", "[spec][errors]") {
                  "= 2 needs plan.schedule = interleaved-1f1b (got 1f1b)");
     expect_error([] { validate(model(), plan(R"({"vpp": 2, "global_batch": 8, "schedule": "interleaved-1f1b"})")); },
                  "p.json", "plan.vpp", "needs plan.pp >= 2");
-    // 8 layers on 2 stages = 4 per stage; 4 % 3 != 0.
-    expect_error([] { validate(model(), plan(R"({"pp": 2, "vpp": 3, "global_batch": 8, "schedule": "interleaved-1f1b"})")); },
-                 "p.json", "plan.vpp", "= 3 does not divide the 4 layers of pipeline stage 0");
+    // 8 layers on 2 stages = 4 per stage: 5 virtual stages cannot each hold a layer.
+    expect_error([] { validate(model(), plan(R"({"pp": 2, "vpp": 5, "global_batch": 8, "schedule": "interleaved-1f1b"})")); },
+                 "p.json", "plan.vpp", "= 5 exceeds the 4 layers of pipeline stage 0");
+    // 4 % 3 != 0 is allowed: chunks of 2, 1, 1 layers.
+    CHECK_NOTHROW(validate(model(), plan(R"({"pp": 2, "vpp": 3, "global_batch": 8, "schedule": "interleaved-1f1b"})")));
     // 3 micro-batches (global 3, micro 1, dp 1) on pp 2: Megatron's interleaving needs a multiple of pp.
     expect_error([] { validate(model(), plan(R"({"pp": 2, "vpp": 2, "global_batch": 3, "schedule": "interleaved-1f1b"})")); },
                  "p.json", "plan.global_batch", "gives 3 micro-batches, not divisible by plan.pp = 2");

@@ -234,8 +234,13 @@ Estimate unfused_attention_cost(const Instr& in, const CostContext& ctx, double 
     return Estimate{cost_detail::to_ns((gemms + softmax) * ctx.gpu_slowdown), qk.provenance};
 }
 
-Estimate attention_cost(const Instr& in, const CostContext& ctx) {
+Estimate attention_cost(const Instr& in_fp, const CostContext& ctx) {
     const auto& hw = *ctx.hw;
+    // FP8 training (Transformer Engine's fp8_autocast, NeMo/Megatron recipes) runs the attention
+    // core in BF16 unless FP8 attention is switched on explicitly: cost it at the BF16 rate.
+    Instr in_bf = in_fp;
+    if (in_bf.dtype == DType::fp8) in_bf.dtype = DType::bf16;
+    const Instr& in = in_bf;
     const bool backward = in.op == Op::attention_bwd;
     const double seq = std::max<double>(1, static_cast<double>(in.m));
     const double kv = in.n > 0 ? static_cast<double>(in.n) : seq;
@@ -300,14 +305,38 @@ Estimate compute_cost(const Instr& in, const CostContext& ctx) {
     // Calibration multipliers (fitted on bench/fidelity's training split) scale each kernel class.
     const Calibration& cal = ctx.calibration;
     switch (in.op) {
-        case Op::gemm: return scaled(gemm_cost(in, ctx), cal.gemm);
+        case Op::gemm: return scaled(gemm_cost(in, ctx), in.dtype == DType::fp8 ? cal.gemm_fp8 : cal.gemm);
         case Op::attention_fwd:
         case Op::attention_bwd: return scaled(attention_cost(in, ctx), cal.attention);
         case Op::none:
-            if (in.flops > 0 && in.m > 0) return scaled(gemm_cost(in, ctx), cal.gemm);
+            if (in.flops > 0 && in.m > 0) return scaled(gemm_cost(in, ctx), in.dtype == DType::fp8 ? cal.gemm_fp8 : cal.gemm);
             return scaled(memory_bound_cost(in, ctx), cal.memory_bound);
         default: return scaled(memory_bound_cost(in, ctx), cal.memory_bound);
     }
+}
+
+double& Calibration::at(int i) {
+    switch (i) {
+        case 0: return gemm;
+        case 1: return gemm_fp8;
+        case 2: return attention;
+        case 3: return memory_bound;
+        case 4: return collective;
+        default: return p2p;
+    }
+}
+
+double Calibration::at(int i) const { return const_cast<Calibration*>(this)->at(i); }
+
+const char* Calibration::name(int i) {
+    static constexpr const char* kNames[kFactors] = {"gemm", "gemm_fp8", "attention", "memory_bound", "collective", "p2p"};
+    return kNames[std::clamp(i, 0, kFactors - 1)];
+}
+
+bool Calibration::is_identity() const {
+    for (int i = 0; i < kFactors; ++i)
+        if (at(i) != 1.0) return false;
+    return true;
 }
 
 }  // namespace strata::sim

@@ -54,20 +54,56 @@ void stats_json(std::ostringstream& o, const FidelityStats& s) {
 
 }  // namespace
 
+namespace {
+
+std::string factors_json(const Calibration& c) {
+    std::ostringstream o;
+    o << "{";
+    for (int i = 0; i < Calibration::kFactors; ++i)
+        o << (i ? ", " : "") << "\"" << Calibration::name(i) << "\": " << json_num(c.at(i), 4);
+    o << "}";
+    return o.str();
+}
+
+Calibration read_factors(JsonReader f) {
+    Calibration c;
+    for (int i = 0; i < Calibration::kFactors; ++i) {
+        const double v = f.num_or(Calibration::name(i), 1.0);
+        if (!(v > 0 && v < 100))
+            f.fail(Calibration::name(i), "must be a positive multiplier (got " + describe_json(nlohmann::json(v)) + ")");
+        c.at(i) = v;
+    }
+    f.reject_unknown();
+    return c;
+}
+
+}  // namespace
+
+const Calibration& CalibrationRecord::for_arch(const std::string& arch) const {
+    static const Calibration kIdentity{};
+    for (const CalibrationGroup& g : groups)
+        if (g.arch == arch) return g.factors;
+    for (const CalibrationGroup& g : groups)
+        if (g.arch == "*") return g.factors;
+    return kIdentity;
+}
+
 std::string to_json_text(const CalibrationRecord& r) {
     std::ostringstream o;
-    const Calibration& c = r.calibration;
     o << "{\n";
-    o << "  \"schema\": 1,\n";
+    o << "  \"schema\": 2,\n";
     o << "  \"fitted\": " << (r.fitted ? "true" : "false") << ",\n";
     o << "  \"date\": " << json_quote(r.date) << ",\n";
     o << "  \"split\": \"train\",\n";
-    o << "  \"train_entries\": " << r.train_entries << ",\n";
-    o << "  \"train_mape_before\": " << json_num(r.train_mape_before, 6) << ",\n";
-    o << "  \"train_mape_after\": " << json_num(r.train_mape_after, 6) << ",\n";
-    o << "  \"factors\": {\"gemm\": " << json_num(c.gemm, 4) << ", \"attention\": " << json_num(c.attention, 4)
-      << ", \"memory_bound\": " << json_num(c.memory_bound, 4) << ", \"collective\": " << json_num(c.collective, 4)
-      << ", \"p2p\": " << json_num(c.p2p, 4) << "},\n";
+    o << "  \"groups\": [";
+    for (std::size_t i = 0; i < r.groups.size(); ++i) {
+        const CalibrationGroup& g = r.groups[i];
+        o << (i ? ",\n" : "\n") << "    {\"arch\": " << json_quote(g.arch) << ", \"train_entries\": " << g.train_entries
+          << ", \"train_mape_before\": " << json_num(g.train_mape_before, 6)
+          << ", \"train_mape_after\": " << json_num(g.train_mape_after, 6) << ",\n     \"factors\": " << factors_json(g.factors)
+          << "}";
+    }
+    o << "\n  ],\n";
     o << "  \"note\": " << json_quote(r.note) << "\n";
     o << "}\n";
     return o.str();
@@ -79,26 +115,28 @@ CalibrationRecord calibration_from_json_text(const std::string& text, const std:
     JsonReader r(j, file, "");
     CalibrationRecord c;
     const std::int64_t schema = r.i64("schema");
-    if (schema != 1) r.fail("schema", "= " + std::to_string(schema) + " is not supported (expected 1)");
+    if (schema != 2) r.fail("schema", "= " + std::to_string(schema) + " is not supported (expected 2)");
     c.fitted = r.boolean_or("fitted", false);
     c.date = r.str_or("date", "");
     if (r.str_or("split", "train") != "train") r.fail("split", "must be \"train\" (calibration is fitted on train only)");
-    c.train_entries = static_cast<int>(r.i64_or("train_entries", 0));
-    c.train_mape_before = r.num_or("train_mape_before", 0);
-    c.train_mape_after = r.num_or("train_mape_after", 0);
     c.note = r.str_or("note", "");
-    JsonReader f = r.object("factors");
-    auto factor = [&](const char* key) {
-        const double v = f.num_or(key, 1.0);
-        if (!(v > 0 && v < 100)) f.fail(key, "must be a positive multiplier (got " + describe_json(nlohmann::json(v)) + ")");
-        return v;
-    };
-    c.calibration.gemm = factor("gemm");
-    c.calibration.attention = factor("attention");
-    c.calibration.memory_bound = factor("memory_bound");
-    c.calibration.collective = factor("collective");
-    c.calibration.p2p = factor("p2p");
-    f.reject_unknown();
+    const nlohmann::json* groups = r.get("groups");
+    if (!groups || !groups->is_array()) r.fail("groups", "is required (an array of {arch, factors})");
+    for (std::size_t i = 0; i < groups->size(); ++i) {
+        const std::string path = "groups[" + std::to_string(i) + "]";
+        if (!(*groups)[i].is_object()) r.fail(path, "must be an object");
+        JsonReader g((*groups)[i], file, path);
+        CalibrationGroup grp;
+        grp.arch = g.str("arch");
+        for (const CalibrationGroup& seen : c.groups)
+            if (seen.arch == grp.arch) g.fail("arch", "\"" + grp.arch + "\" appears twice");
+        grp.train_entries = static_cast<int>(g.i64_or("train_entries", 0));
+        grp.train_mape_before = g.num_or("train_mape_before", 0);
+        grp.train_mape_after = g.num_or("train_mape_after", 0);
+        grp.factors = read_factors(g.object("factors"));
+        g.reject_unknown();
+        c.groups.push_back(grp);
+    }
     r.reject_unknown();
     return c;
 }
@@ -106,11 +144,11 @@ CalibrationRecord calibration_from_json_text(const std::string& text, const std:
 std::string fidelity_json_text(const std::vector<FidelityRow>& rows, const CalibrationRecord& cal) {
     std::ostringstream o;
     o << "{\n  \"calibration\": {\"fitted\": " << (cal.fitted ? "true" : "false")
-      << ", \"applied\": " << (calibration_supported() ? "true" : "false") << ", \"gemm\": " << json_num(cal.calibration.gemm, 4)
-      << ", \"attention\": " << json_num(cal.calibration.attention, 4)
-      << ", \"memory_bound\": " << json_num(cal.calibration.memory_bound, 4)
-      << ", \"collective\": " << json_num(cal.calibration.collective, 4) << ", \"p2p\": " << json_num(cal.calibration.p2p, 4)
-      << "},\n";
+      << ", \"applied\": " << (calibration_supported() ? "true" : "false") << ", \"groups\": [";
+    for (std::size_t i = 0; i < cal.groups.size(); ++i)
+        o << (i ? ", " : "") << "{\"arch\": " << json_quote(cal.groups[i].arch)
+          << ", \"factors\": " << factors_json(cal.groups[i].factors) << "}";
+    o << "]},\n";
     o << "  \"summary\": {";
     const char* splits[] = {"train", "test", "all"};
     for (int i = 0; i < 3; ++i) {
@@ -135,6 +173,7 @@ std::string fidelity_json_text(const std::vector<FidelityRow>& rows, const Calib
           << ", \"outcome\": " << json_quote(r.outcome) << ", \"engine_oom\": " << (r.engine_oom ? "true" : "false")
           << ", \"fits\": " << (r.fits ? "true" : "false")
           << ", \"convention_check\": " << json_num(r.convention_check, 6)
+          << ", \"arch\": " << json_quote(r.arch) << ", \"calibration\": " << factors_json(r.applied)
           << ", \"critical_path\": " << json_quote(r.critical_path) << "}";
     }
     o << "\n  ]\n}\n";

@@ -28,6 +28,11 @@ void set_calibration(O& o, const Calibration& c) {
 
 bool calibration_supported() { return HasCalibration<SimOptions>; }
 
+std::string arch_family(const std::string& gpu_arch) {
+    const std::size_t end = gpu_arch.find_first_of(" (");
+    return gpu_arch.substr(0, end);
+}
+
 FidelityRow run_fidelity_entry(const FidelityEntry& e, const ViewResolver& views, const Calibration& cal) {
     FidelityRow r;
     r.id = e.id;
@@ -64,6 +69,32 @@ FidelityRow run_fidelity_entry(const FidelityEntry& e, const ViewResolver& views
     r.exposed_comm_s = static_cast<double>(out.result.exposed_comm_ns) * 1e-9;
     r.mfu = out.job.mfu;
     r.critical_path = out.result.critical_path.summary;
+    r.arch = arch_family(hw.gpu.arch);
+    r.applied = cal;
+    // Critical-path seconds per calibration class, for the fit's surrogate (fit.cpp).
+    double classified = 0;
+    for (const CriticalSegment& seg : out.result.critical_path.segments) {
+        int c = -1;
+        switch (seg.stream) {
+            case Stream::compute:
+                if (seg.label == "gemm") c = e.plan.precision == Precision::fp8 ? 1 : 0;
+                else if (seg.label == "attention_fwd" || seg.label == "attention_bwd") c = 2;
+                else c = 3;
+                break;
+            case Stream::tp_comm:
+            case Stream::cp_comm:
+            case Stream::ep_comm:
+            case Stream::dp_comm: c = 4; break;
+            case Stream::pp_p2p:
+            case Stream::pp_recv: c = 5; break;
+            default: break;  // copies: not calibrated
+        }
+        if (c < 0) continue;
+        const double t = static_cast<double>(seg.duration_ns) * 1e-9;
+        r.class_s[static_cast<std::size_t>(c)] += t;
+        classified += t;
+    }
+    r.other_s = std::max(0.0, r.step_time_s - classified);
 
     // Does the convention, applied to the published step time, give the published TFLOP/s? A check
     // of the convention's implementation (and of the source's own consistency), not of Strata.
@@ -115,72 +146,6 @@ FidelityStats fidelity_stats(const std::vector<FidelityRow>& rows, const std::st
     s.mape = mean_abs(errors);
     s.median_ape = median_abs(errors);
     return s;
-}
-
-namespace {
-
-double& factor(Calibration& c, int i) {
-    switch (i) {
-        case 0: return c.gemm;
-        case 1: return c.attention;
-        case 2: return c.memory_bound;
-        case 3: return c.collective;
-        default: return c.p2p;
-    }
-}
-
-}  // namespace
-
-FitResult fit_calibration(const std::function<double(const Calibration&)>& objective, const FitOptions& o) {
-    STRATA_ASSERT(o.lo > 0 && o.hi > o.lo && o.passes >= 1 && o.tolerance > 0, "bad fit options");
-    FitResult res;
-    Calibration best;
-    double best_f = objective(best);
-    ++res.evaluations;
-    res.before = best_f;
-    // Golden-section search (Kiefer 1953) on one coordinate at a time; the interval shrinks by
-    // 1/phi per evaluation. MAPE is not guaranteed unimodal in a factor, so the line search's
-    // result is kept only if it beats the current point.
-    const double inv_phi = (std::sqrt(5.0) - 1.0) / 2.0;
-    for (int pass = 0; pass < o.passes; ++pass) {
-        const double pass_start = best_f;
-        for (int i = 0; i < 5; ++i) {
-            Calibration trial = best;
-            auto eval = [&](double x) {
-                factor(trial, i) = x;
-                ++res.evaluations;
-                return objective(trial);
-            };
-            double a = o.lo, b = o.hi;
-            double x1 = b - inv_phi * (b - a), x2 = a + inv_phi * (b - a);
-            double f1 = eval(x1), f2 = eval(x2);
-            while (b - a > o.tolerance) {
-                if (f1 <= f2) {
-                    b = x2;
-                    x2 = x1;
-                    f2 = f1;
-                    x1 = b - inv_phi * (b - a);
-                    f1 = eval(x1);
-                } else {
-                    a = x1;
-                    x1 = x2;
-                    f1 = f2;
-                    x2 = a + inv_phi * (b - a);
-                    f2 = eval(x2);
-                }
-            }
-            const double x = f1 <= f2 ? x1 : x2;
-            const double fx = std::min(f1, f2);
-            if (fx < best_f) {
-                best_f = fx;
-                factor(best, i) = x;
-            }
-        }
-        if (pass_start - best_f < 1e-6) break;  // a whole sweep gained nothing: converged
-    }
-    res.calibration = best;
-    res.after = best_f;
-    return res;
 }
 
 }  // namespace strata::sim

@@ -89,11 +89,14 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
         if (p.schedule != Schedule::interleaved_1f1b)
             fail("plan.vpp", "= " + s(p.vpp) + " needs plan.schedule = interleaved-1f1b (got " + to_string(p.schedule) + ")");
         if (p.pp < 2) fail("plan.vpp", "= " + s(p.vpp) + " needs plan.pp >= 2 (got " + s(p.pp) + ")");
+        // A stage whose layers vpp does not divide gets uneven chunks (the first n mod vpp chunks
+        // one layer more), as Megatron's explicit layouts for 126- or 94-layer models do; every
+        // chunk needs at least one layer.
         const std::vector<int> per_stage = stage_layers(m, p);
         for (std::size_t i = 0; i < per_stage.size(); ++i)
-            if (per_stage[i] % p.vpp != 0)
-                fail("plan.vpp", "= " + s(p.vpp) + " does not divide the " + s(per_stage[i]) + " layers of pipeline stage " +
-                                     s(static_cast<i64>(i)));
+            if (per_stage[i] < p.vpp)
+                fail("plan.vpp", "= " + s(p.vpp) + " exceeds the " + s(per_stage[i]) + " layers of pipeline stage " +
+                                     s(static_cast<i64>(i)) + " (every virtual stage needs a layer)");
         // Megatron-LM: "number of microbatches must be divisible by pipeline-model-parallel-size
         // when using interleaved schedule".
         if (micro_batches % p.pp != 0)

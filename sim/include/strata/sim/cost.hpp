@@ -48,14 +48,22 @@ struct Demand {
 };
 
 /// Duration multipliers fitted on the training half of the fidelity suite (bench/fidelity); 1 = the
-/// uncalibrated models. A value > 1 makes that class of work slower. Never tuned per entry.
+/// uncalibrated models. A value > 1 makes that class of work slower. Never tuned per entry; the
+/// suite fits one set per GPU architecture (docs/fidelity.md).
 struct Calibration {
-    double gemm = 1.0;          ///< GEMM kernels
+    double gemm = 1.0;          ///< GEMM kernels in fp32/tf32/fp16/bf16
+    double gemm_fp8 = 1.0;      ///< FP8 GEMM kernels (their scaling, casts and transposes ride along)
     double attention = 1.0;     ///< attention core kernels
     double memory_bound = 1.0;  ///< norms, element-wise, embedding, loss, GPU optimizer
     double collective = 1.0;    ///< collectives (latency and busy time)
     double p2p = 1.0;           ///< pipeline send/recv
-    bool is_identity() const { return gemm == 1 && attention == 1 && memory_bound == 1 && collective == 1 && p2p == 1; }
+
+    static constexpr int kFactors = 6;
+    /// The factors by index, in the order above (fits iterate over them).
+    double& at(int i);
+    double at(int i) const;
+    static const char* name(int i);  ///< "gemm", "gemm_fp8", ...
+    bool is_identity() const;
 };
 
 /// What the cost models need to know about the job beyond the instruction.

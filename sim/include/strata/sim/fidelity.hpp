@@ -3,6 +3,7 @@
 // FLOP convention; error statistics per split and a deterministic fit of the Calibration multipliers
 // on the train split. No I/O and no printing: the CLI (cmd_fidelity.cpp) reads files and formats.
 #pragma once
+#include <array>
 #include <functional>
 #include <map>
 #include <string>
@@ -84,9 +85,19 @@ struct FidelityRow {
     double mfu = 0;               ///< Strata's model-FLOP MFU
     double convention_check = 0;  ///< published TFLOP/s vs the convention applied to the published time, - 1 (0 if n/a)
     std::string critical_path;
+    std::string arch;             ///< GPU architecture family (arch_family of hwdb gpu.arch)
+    Calibration applied;          ///< the multipliers this row was simulated with
+    /// Seconds of the critical path in each calibration class (Calibration::at order), at `applied`;
+    /// the rest of the step (copies, idle) is other_s. The fit's linear surrogate (fit.cpp).
+    std::array<double, Calibration::kFactors> class_s{};
+    double other_s = 0;
 
     bool compared() const { return skipped.empty(); }
 };
+
+/// The architecture family a calibration set is keyed by: the first word of hwdb's gpu.arch
+/// ("Ampere", "Hopper", "Volta"); "" when unknown.
+std::string arch_family(const std::string& gpu_arch);
 
 /// Resolves the hardware view of a cluster (the CLI passes hwdb::Database::view).
 using ViewResolver = std::function<hwdb::HardwareView(const ClusterSpec&)>;
@@ -115,28 +126,49 @@ FidelityStats fidelity_stats(const std::vector<FidelityRow>& rows, const std::st
 double mean_abs(const std::vector<double>& v);
 double median_abs(const std::vector<double>& v);
 
-/// Coordinate search over the five multipliers: golden-section on each in [lo, hi], `passes`
-/// sweeps, a move kept only when it lowers the objective. Deterministic.
+/// The fit. Simulations are expensive, so it minimises the train MAPE of a linear surrogate: a row
+/// simulated at `applied` predicts step(f) = other_s + sum_c class_s[c] * f[c] / applied[c] (the
+/// critical path with every kernel of class c stretched by f[c] / applied[c]). Coordinate
+/// golden-section search in log space on [lo, hi] per factor, `passes` sweeps, a move kept only when
+/// it lowers the surrogate MAPE; then the point is simulated for real and the surrogate re-built
+/// there, up to `rounds` times, keeping the best real MAPE. Deterministic.
 struct FitOptions {
-    double lo = 0.5, hi = 3.0;
-    int passes = 3;
-    double tolerance = 0.005;  ///< stop a line search when the bracket is narrower than this
+    double lo = 0.5, hi = 2.5;  ///< a calibrated cost stays within 0.5x..2.5x of the datasheet-driven model
+    int passes = 4;
+    double tolerance = 0.001;  ///< stop a line search when the log2 bracket is narrower than this
+    int rounds = 4;            ///< simulate-and-relinearise rounds
 };
 struct FitResult {
     Calibration calibration;
-    double before = 0, after = 0;  ///< objective at the identity and at the result
-    int evaluations = 0;
+    double before = 0, after = 0;  ///< real train MAPE at the identity and at the result
+    int simulations = 0;           ///< real evaluations of the train rows
 };
-FitResult fit_calibration(const std::function<double(const Calibration&)>& objective, const FitOptions& o = {});
+/// The error a row would have with multipliers `f`, by the surrogate above.
+double surrogate_error(const FidelityRow& r, const Calibration& f);
+/// Minimise the surrogate MAPE of `rows` from `start`.
+Calibration fit_surrogate(const std::vector<FidelityRow>& rows, const Calibration& start, const FitOptions& o = {});
+/// The whole fit: `evaluate` simulates the train rows at a calibration.
+FitResult fit_calibration(const std::function<std::vector<FidelityRow>(const Calibration&)>& evaluate,
+                          const FitOptions& o = {});
 
-/// bench/fidelity/calibration.json: the fitted multipliers and how they were obtained.
-struct CalibrationRecord {
-    Calibration calibration;
-    bool fitted = false;
-    double train_mape_before = 0, train_mape_after = 0;
+/// One fitted set: for GPUs of architecture family `arch`, or "*" for every other GPU (fitted on
+/// all train entries).
+struct CalibrationGroup {
+    std::string arch = "*";
+    Calibration factors;
     int train_entries = 0;
+    double train_mape_before = 0, train_mape_after = 0;
+};
+
+/// bench/fidelity/calibration.json: the fitted sets and how they were obtained.
+struct CalibrationRecord {
+    bool fitted = false;
     std::string date;  ///< YYYY-MM-DD of the fit
     std::string note;
+    std::vector<CalibrationGroup> groups;  ///< "*" first, then by arch
+
+    /// The set for a GPU of this family: its own group, else "*", else the identity.
+    const Calibration& for_arch(const std::string& arch) const;
 };
 std::string to_json_text(const CalibrationRecord& r);
 CalibrationRecord calibration_from_json_text(const std::string& text, const std::string& file);
