@@ -193,7 +193,7 @@ def opt_bloom_zero_deepseek():
         "plan": {"tp": 1, "pp": 1, "dp": 1, "cp": 1, "ep": 1, "vpp": 1, "micro_batch": 10,
                  "global_batch": 10, "sequence_parallel": False, "schedule": "1f1b",
                  "zero_stage": 2, "recompute": "full", "precision": "fp16",
-                 "offload": {"optimizer": "cpu"}},
+                 "offload": {"optimizer": "cpu", "grads": "cpu"}},
         "measured": {"tflops_per_gpu": 40.0, "outcome": "ran"},
         "flops_convention": "DeepSpeed/Megatron GPT-2 TFLOPS counter (recompute counted)",
         "assumptions": [
@@ -201,6 +201,9 @@ def opt_bloom_zero_deepseek():
             "batch 10, checkpointed activations)",
             "tutorial GPU is a V100-SXM3 32GB (DGX-2); hwdb id V100-SXM2-32GB is the closest",
             "seq 1024, vocab 50257: Megatron GPT-2 tutorial defaults",
+            "gradients offloaded with the optimizer: ZeRO-Offload moves the fp16 gradients to CPU "
+            "memory as they are produced (Ren et al. Sec. 4.1, Fig. 2); only fp16 parameters and "
+            "activations stay on the GPU",
         ],
         "completeness": "partial",
     }

@@ -120,6 +120,13 @@ TEST_CASE("Variants: no dropout, flash attention, GQA, SwiGLU, CP, MoE", "[tenso
     pf.flash_attention = true;
     CHECK(sum(layer_activations(nd, pf, 0, false)) == Approx(32 * sbh + 4 * a * s));
 
+    // FP8 (Transformer Engine): the four GEMM inputs saved for the weight gradients are FP8 casts,
+    // 1 byte instead of 2: QKV input sbh, projection input sbh, fc1 input sbh, fc2 input 4sbh
+    // (ffn = 4h), so 7 sbh fewer bytes than BF16's 32 sbh.
+    PlanSpec p8 = pf;
+    p8.precision = Precision::fp8;
+    CHECK(sum(layer_activations(nd, p8, 0, false)) == Approx(25 * sbh + 4 * a * s));
+
     // GQA with 4 KV heads of 64: K and V shrink to 4/16 of Q's 2sbh each.
     ModelSpec g = nd;
     g.kv_heads = 4;

@@ -38,6 +38,7 @@ struct Local {
     double kv_heads = 0;   // K/V heads on this rank (replicated when kv_heads < tp)
     double hd = 0;
     double act = 2;        // bytes per activation element
+    double gemm_in = 2;    // bytes per element of a GEMM input saved for the backward
     bool dropout = false;
 };
 
@@ -54,8 +55,11 @@ Local local_of(const ModelSpec& m, const PlanSpec& p) {
     const double kv = kv_heads_of(m);
     L.kv_heads = kv >= L.t ? kv / L.t : 1.0;
     L.hd = static_cast<double>(head_dim_of(m));
-    // Activations are kept in the compute dtype; fp8 recipes keep bf16 activations between GEMMs.
+    // Activations are kept in the compute dtype; fp8 recipes keep bf16 activations between GEMMs,
+    // but Transformer Engine saves each FP8 GEMM's input for its weight gradient as the FP8 cast
+    // (1 byte): the inputs of QKV, the attention projection, fc1 and fc2.
     L.act = p.precision == Precision::fp32 ? 4.0 : 2.0;
+    L.gemm_in = p.precision == Precision::fp8 ? 1.0 : L.act;
     L.dropout = m.dropout > 0.0;
     return L;
 }
@@ -82,11 +86,11 @@ void mlp_intermediates(std::vector<TensorDesc>& out, const ModelSpec& m, const P
         // convention as gelu: activation input + fc2 input.
         out.push_back(act_tensor(prefix + ".gate_out", bytes, shape, p));
         out.push_back(act_tensor(prefix + ".up_out", bytes, shape, p));
-        out.push_back(act_tensor(prefix + ".act_out", bytes, shape, p));
+        out.push_back(act_tensor(prefix + ".act_out", L.gemm_in * rows * ffn_local, shape, p));
     } else {
         // Korthikanti: GeLU input 8sbh and GeLU output (fc2 input) 8sbh for ffn = 4h.
         out.push_back(act_tensor(prefix + ".fc1_out", bytes, shape, p));
-        out.push_back(act_tensor(prefix + ".act_out", bytes, shape, p));
+        out.push_back(act_tensor(prefix + ".act_out", L.gemm_in * rows * ffn_local, shape, p));
     }
 }
 
@@ -107,7 +111,7 @@ std::vector<TensorDesc> full_layer_activations(const ModelSpec& m, const PlanSpe
     const std::string rep_shape = (p.sequence_parallel && p.tp > 1) ? "(s/cp/tp, b, h)" : "(s/cp, b, h)";
     // --- attention block ---
     out.push_back(act_tensor("attn.norm_in", rep, rep_shape, p));
-    out.push_back(act_tensor("attn.qkv_in", rep, rep_shape, p));
+    out.push_back(act_tensor("attn.qkv_in", L.gemm_in * L.tok_rep * L.h, rep_shape, p));
     out.push_back(act_tensor("attn.q", L.act * L.tokens * L.heads * L.hd, "(s/cp, b, heads/tp, d)", p));
     out.push_back(act_tensor("attn.k", L.act * L.tokens * L.kv_heads * L.hd, "(s/cp, b, kv_heads/tp, d)", p));
     out.push_back(act_tensor("attn.v", L.act * L.tokens * L.kv_heads * L.hd, "(s/cp, b, kv_heads/tp, d)", p));
@@ -125,17 +129,17 @@ std::vector<TensorDesc> full_layer_activations(const ModelSpec& m, const PlanSpe
         // Flash attention keeps only the fp32 log-sum-exp per query row; O is proj_in below.
         out.push_back(act_tensor("attn.lse", 4.0 * L.heads * L.s_q * L.b, "(b, heads/tp, s/cp) fp32", p));
     }
-    out.push_back(act_tensor("attn.proj_in", L.act * L.tokens * L.heads * L.hd, "(s/cp, b, heads/tp, d)", p));
+    out.push_back(act_tensor("attn.proj_in", L.gemm_in * L.tokens * L.heads * L.hd, "(s/cp, b, heads/tp, d)", p));
     if (L.dropout) out.push_back(act_tensor("attn.dropout_mask", L.tok_rep * L.h, rep_shape + " u8", p));
     // --- MLP / MoE block ---
     out.push_back(act_tensor("mlp.norm_in", rep, rep_shape, p));
-    out.push_back(act_tensor("mlp.fc1_in", rep, rep_shape, p));
+    out.push_back(act_tensor("mlp.fc1_in", L.gemm_in * L.tok_rep * L.h, rep_shape, p));
     if (m.layer_is_moe(layer)) {
         const auto& moe = *m.moe;
         const double eff_local = static_cast<double>(expert_ffn_of(m)) / L.t;
         const double rows = routed_rows(m, L);
         out.push_back(act_tensor("moe.router_probs", 4.0 * L.tok_rep * moe.experts, "(tokens, experts) fp32", p));
-        out.push_back(act_tensor("moe.dispatched_in", L.act * rows * L.h, "(tokens·top_k, h)", p));
+        out.push_back(act_tensor("moe.dispatched_in", L.gemm_in * rows * L.h, "(tokens·top_k, h)", p));  // expert fc1 input
         mlp_intermediates(out, m, p, L, "moe.experts", rows, eff_local, "tokens·top_k");
         out.push_back(act_tensor("moe.expert_out", L.act * rows * L.h, "(tokens·top_k, h)", p));
         if (moe.shared_experts > 0)
