@@ -69,7 +69,6 @@ void Engine::setup() {
     event_waiters_.assign(nr, std::vector<std::uint16_t>(static_cast<std::size_t>(std::max(0, p_.events)), 0));
     event_record_instr_.assign(nr, std::vector<int>(static_cast<std::size_t>(std::max(0, p_.events)), -1));
     routes_.resize(nr);
-    stream_pos_.resize(nr);
     rank_pool_.resize(nr);
     node_scale_.resize(nr);
     live_.resize(nr);
@@ -77,16 +76,19 @@ void Engine::setup() {
     for (std::size_t r = 0; r < nr; ++r) {
         const auto& rp = p_.ranks[r];
         timing_[r].resize(rp.instrs.size());
-        stream_pos_[r].resize(rp.instrs.size());
-        for (std::size_t i = 0; i < rp.instrs.size(); ++i) {
-            auto& order = streams_[r][static_cast<int>(rp.instrs[i].stream)].order;
-            stream_pos_[r][i] = static_cast<int>(order.size());
-            order.push_back(static_cast<int>(i));
+        // Each stream's instruction indices, in program order: counted first so that every order
+        // is allocated once at its size (programs have millions of instructions).
+        std::array<std::size_t, kStreamCount> per_stream{};
+        bool any_transfer = false;
+        for (const auto& in : rp.instrs) {
+            ++per_stream[static_cast<std::size_t>(in.stream)];
+            any_transfer = any_transfer || is_transfer(in.kind);
         }
+        for (int s = 0; s < kStreamCount; ++s) streams_[r][static_cast<std::size_t>(s)].order.reserve(per_stream[static_cast<std::size_t>(s)]);
+        for (std::size_t i = 0; i < rp.instrs.size(); ++i)
+            streams_[r][static_cast<std::size_t>(rp.instrs[i].stream)].order.push_back(static_cast<int>(i));
         // Which link classes this program uses: route only those (routing can be costly).
         std::array<bool, kLinkClassCount> needed{};
-        bool any_transfer = false;
-        for (const auto& in : rp.instrs) any_transfer = any_transfer || is_transfer(in.kind);
         if (any_transfer) needed.fill(true);
         for (int c = 0; c < kLinkClassCount; ++c)
             if (needed[static_cast<std::size_t>(c)]) routes_[r][static_cast<std::size_t>(c)] = rmap_.route(rp, static_cast<LinkClass>(c));

@@ -119,7 +119,6 @@ private:
     std::vector<std::vector<std::int64_t>> event_time_;        // [rank][event]: recorded at, -1 = not yet
     std::vector<std::vector<std::uint16_t>> event_waiters_;    // [rank][event]: stream bitmask
     std::vector<std::vector<int>> event_record_instr_;         // [rank][event]
-    std::vector<std::vector<int>> stream_pos_;                 // [rank][instr]: index in its stream's order
     detail::Timings timing_;
     std::vector<std::array<std::vector<ResourceUse>, kLinkClassCount>> routes_;
 
