@@ -95,22 +95,22 @@ CriticalPath critical_path(const Program& p, const Timings& t, std::int64_t step
     // stable counting sort of Boost's CSR constructor leaves them. Counting into start[u + 2] and
     // placing at start[u + 1]++ leaves start[u] = the first out-edge of u.
     std::vector<std::uint32_t> record_of;
-    std::vector<std::uint32_t> start(static_cast<std::size_t>(n) + 2, 0);
+    BigVector<std::uint32_t> start(static_cast<std::size_t>(n) + 2, 0);
     for_each_edge(p, t, base, n_instr_end, record_of, [&](std::uint32_t u, std::uint32_t) { ++start[u + 2]; });
     for (std::size_t k = 2; k < start.size(); ++k) start[k] += start[k - 1];
-    std::vector<std::uint32_t> target(start.back());
+    BigVector<std::uint32_t> target(start.back());
     for_each_edge(p, t, base, n_instr_end, record_of, [&](std::uint32_t u, std::uint32_t v) { target[start[u + 1]++] = v; });
     start.pop_back();  // start[u] .. start[u + 1]: u's out-edges
     record_of = {};
 
     // Depth-first search from every unvisited vertex in index order, out-edges in order; the
     // finishing order reversed is the topological order.
-    std::vector<std::uint32_t> order;  // finishing order
+    BigVector<std::uint32_t> order;  // finishing order
     order.reserve(n);
     {
         enum : std::uint8_t { white, gray, black };
-        std::vector<std::uint8_t> color(n, white);
-        std::vector<std::pair<std::uint32_t, std::uint32_t>> stack;  // (vertex, next out-edge)
+        BigVector<std::uint8_t> color(n, white);
+        BigVector<std::pair<std::uint32_t, std::uint32_t>> stack;  // (vertex, next out-edge)
         for (std::uint32_t s = 0; s < n; ++s) {
             if (color[s] != white) continue;
             color[s] = gray;
@@ -139,8 +139,8 @@ CriticalPath critical_path(const Program& p, const Timings& t, std::int64_t step
     // which orders candidates exactly as comparing full lengths would (v's weight is on both
     // sides), so ties resolve to the same predecessor as the textbook form.
     constexpr std::int64_t kUnreached = std::numeric_limits<std::int64_t>::min();
-    std::vector<std::int64_t> head(n, kUnreached);
-    std::vector<std::uint32_t> pred(n, 0);
+    BigVector<std::int64_t> head(n, kUnreached);
+    BigVector<std::uint32_t> pred(n, 0);
     head[0] = 0;
     for (auto it = order.rbegin(); it != order.rend(); ++it) {
         const std::uint32_t u = *it;
