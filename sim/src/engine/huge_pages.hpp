@@ -20,7 +20,8 @@ constexpr std::size_t kHugeBufferMinBytes = kHugePageBytes;  ///< smaller buffer
 /// first written (e.g. right after vector::reserve); harmless on memory already touched.
 void advise_huge_pages(const void* p, std::size_t bytes) noexcept;
 
-/// std::allocator, except that buffers of kHugeBufferMinBytes or more are 2 MiB-aligned and advised.
+/// std::allocator, except that buffers of kHugeBufferMinBytes or more are 2 MiB-aligned, rounded up
+/// to whole huge pages and advised.
 template <typename T>
 struct HugePageAllocator {
     using value_type = T;
@@ -31,8 +32,11 @@ struct HugePageAllocator {
     T* allocate(std::size_t n) {
         const std::size_t bytes = n * sizeof(T);
         if (bytes < kHugeBufferMinBytes) return std::allocator<T>{}.allocate(n);
-        void* p = ::operator new(bytes, std::align_val_t{kHugePageBytes});
-        advise_huge_pages(p, bytes);
+        // Whole huge pages: a partial last one would fall back to 4 KiB pages. The slack is
+        // address space only until written.
+        const std::size_t whole = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+        void* p = ::operator new(whole, std::align_val_t{kHugePageBytes});
+        advise_huge_pages(p, whole);
         return static_cast<T*>(p);
     }
     void deallocate(T* p, std::size_t n) noexcept {
