@@ -83,8 +83,19 @@ CriticalPath critical_path(const Program& p, const Timings& t, std::int64_t step
         const Timing& tm = t[r][v - base[r]];
         return tm.end >= 0 ? tm.end - std::max<std::int64_t>(0, tm.exec) : 0;
     };
+    // Rank of an instruction vertex: a table by blocks of 2^16 vertices gives the rank holding the
+    // block's first vertex; a step or two forward finds the one holding v (ranks are contiguous).
+    constexpr unsigned kBlockBits = 16;
+    std::vector<std::uint32_t> block_rank((n_instr_end >> kBlockBits) + 1, 0);
+    for (std::size_t b = 0, r = 0; b < block_rank.size(); ++b) {
+        const auto v = static_cast<std::uint32_t>(b << kBlockBits);
+        while (r + 1 < p.ranks.size() && base[r + 1] <= v) ++r;
+        block_rank[b] = static_cast<std::uint32_t>(r);
+    }
     auto rank_of = [&](std::uint32_t v) {
-        return static_cast<std::size_t>(std::upper_bound(base.begin(), base.end(), v) - base.begin() - 1);
+        std::size_t r = block_rank[v >> kBlockBits];
+        while (base[r + 1] <= v) ++r;
+        return r;
     };
     auto weight = [&](std::uint32_t v) -> std::int64_t {
         if (v == 0 || v >= n_instr_end) return 0;
