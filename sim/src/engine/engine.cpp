@@ -65,11 +65,33 @@ void Engine::setup() {
     const auto nr = p_.ranks.size();
     streams_.resize(nr);
     timing_.resize(nr);
-    event_time_.assign(nr, std::vector<std::int64_t>(static_cast<std::size_t>(std::max(0, p_.events)), -1));
-    event_waiters_.assign(nr, std::vector<std::uint16_t>(static_cast<std::size_t>(std::max(0, p_.events)), 0));
-    event_record_instr_.assign(nr, std::vector<int>(static_cast<std::size_t>(std::max(0, p_.events)), -1));
+    const std::size_t events = nr * static_cast<std::size_t>(std::max(0, p_.events));
+    event_time_.assign(events, -1);
+    event_waiters_.assign(events, 0);
+    event_record_instr_.assign(events, -1);
+    // Each stream's instruction indices, in program order, as slices of one buffer: counted first
+    // so that it is allocated once at its size (programs have millions of instructions).
+    std::vector<std::array<std::size_t, kStreamCount>> per_stream(nr);
+    std::vector<bool> any_transfer(nr, false);
+    std::size_t total = 0;
+    for (std::size_t r = 0; r < nr; ++r) {
+        per_stream[r].fill(0);
+        for (const auto& in : p_.ranks[r].instrs) {
+            ++per_stream[r][static_cast<std::size_t>(in.stream)];
+            if (is_transfer(in.kind)) any_transfer[r] = true;
+        }
+        total += p_.ranks[r].instrs.size();
+    }
+    order_storage_.resize(total);
+    {
+        std::size_t at = 0;
+        for (std::size_t r = 0; r < nr; ++r)
+            for (std::size_t s = 0; s < static_cast<std::size_t>(kStreamCount); ++s) {
+                streams_[r][s].order = IndexSpan{order_storage_.data() + at, 0};
+                at += per_stream[r][s];
+            }
+    }
     routes_.resize(nr);
-    stream_pos_.resize(nr);
     rank_pool_.resize(nr);
     node_scale_.resize(nr);
     live_.resize(nr);
@@ -77,17 +99,13 @@ void Engine::setup() {
     for (std::size_t r = 0; r < nr; ++r) {
         const auto& rp = p_.ranks[r];
         timing_[r].resize(rp.instrs.size());
-        stream_pos_[r].resize(rp.instrs.size());
         for (std::size_t i = 0; i < rp.instrs.size(); ++i) {
-            auto& order = streams_[r][static_cast<int>(rp.instrs[i].stream)].order;
-            stream_pos_[r][i] = static_cast<int>(order.size());
-            order.push_back(static_cast<int>(i));
+            IndexSpan& o = streams_[r][static_cast<std::size_t>(rp.instrs[i].stream)].order;
+            order_storage_[static_cast<std::size_t>(o.first - order_storage_.data()) + o.count++] = static_cast<int>(i);
         }
         // Which link classes this program uses: route only those (routing can be costly).
         std::array<bool, kLinkClassCount> needed{};
-        bool any_transfer = false;
-        for (const auto& in : rp.instrs) any_transfer = any_transfer || is_transfer(in.kind);
-        if (any_transfer) needed.fill(true);
+        if (any_transfer[r]) needed.fill(true);
         for (int c = 0; c < kLinkClassCount; ++c)
             if (needed[static_cast<std::size_t>(c)]) routes_[r][static_cast<std::size_t>(c)] = rmap_.route(rp, static_cast<LinkClass>(c));
         // Memory pools: HBM per program (one GPU stands for all), DRAM/SSD per node, shared.
@@ -144,13 +162,13 @@ void Engine::advance(int r, int s) {
                 continue;
             case InstrKind::wait: {
                 const bool valid = in.event >= 0 && in.event < p_.events;
-                if (!valid || event_time_[static_cast<std::size_t>(r)][static_cast<std::size_t>(in.event)] >= 0) {
+                if (!valid || event_time_[ev(r, in.event)] >= 0) {
                     tm.exec = tm.end = now_;
                     ++st.pos;
                     ++res_.instructions;
                     continue;
                 }
-                event_waiters_[static_cast<std::size_t>(r)][static_cast<std::size_t>(in.event)] |=
+                event_waiters_[ev(r, in.event)] |=
                     static_cast<std::uint16_t>(1u << s);
                 st.blocked = true;
                 return;
@@ -181,11 +199,11 @@ void Engine::advance(int r, int s) {
 
 void Engine::record_event(int r, int e, int i) {
     if (e < 0 || e >= p_.events) return;
-    const auto ru = static_cast<std::size_t>(r), eu = static_cast<std::size_t>(e);
-    event_time_[ru][eu] = now_;
-    event_record_instr_[ru][eu] = i;
-    std::uint16_t mask = event_waiters_[ru][eu];
-    event_waiters_[ru][eu] = 0;
+    const auto ru = static_cast<std::size_t>(r), k = ev(r, e);
+    event_time_[k] = now_;
+    event_record_instr_[k] = i;
+    std::uint16_t mask = event_waiters_[k];
+    event_waiters_[k] = 0;
     for (int s = 0; s < kStreamCount; ++s) {
         if (!(mask & (1u << s))) continue;
         streams_[ru][static_cast<std::size_t>(s)].blocked = false;

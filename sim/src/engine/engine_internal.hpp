@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "huge_pages.hpp"
 #include "strata/sim/program.hpp"
 #include "strata/sim/result.hpp"
 
@@ -20,7 +21,7 @@ struct Timing {
     std::int8_t provenance = -1;     ///< hwdb::Provenance of its cost, -1 = not costed
 };
 
-using Timings = std::vector<std::vector<Timing>>;  ///< [rank][instr]
+using Timings = std::vector<BigVector<Timing>>;  ///< [rank][instr]
 
 /// Longest path of the executed-instruction DAG (stream order, record->wait, matched groups),
 /// computed with Boost.Graph; summarised into segments and one readable line.

@@ -29,11 +29,11 @@ void Engine::attribute_idle(SimResult& res) const {
             } else if (is_transfer(in.kind)) {
                 (is_comm(in.kind) ? comm : copy) += tm.end - tm.exec;  // [issue, exec): waiting for peers
             } else if (in.kind == InstrKind::wait && tm.end > tm.issue && in.event >= 0) {
-                const int rec = event_record_instr_[r][static_cast<std::size_t>(in.event)];
+                const int rec = event_record_instr_[ev(static_cast<int>(r), in.event)];
                 if (rec < 0) continue;
                 const Stream rs_stream = rp.instrs[static_cast<std::size_t>(rec)].stream;
                 const auto& ro = streams_[r][static_cast<std::size_t>(rs_stream)].order;
-                auto pos = ro.begin() + stream_pos_[r][static_cast<std::size_t>(rec)];
+                auto pos = std::lower_bound(ro.begin(), ro.end(), rec);  // orders are ascending
                 // Walk back over the contiguous data movements that ended at the record.
                 std::int64_t chain_start = tm.end;
                 bool comm_kind = false;

@@ -31,8 +31,18 @@ struct EventLater {
     bool operator()(const Event& x, const Event& y) const { return x.t != y.t ? x.t > y.t : x.seq > y.seq; }
 };
 
+/// A read-only run of ints inside a larger buffer (a stream's slice of Engine::order_storage_).
+struct IndexSpan {
+    const int* first = nullptr;
+    std::size_t count = 0;
+    std::size_t size() const { return count; }
+    int operator[](std::size_t k) const { return first[k]; }
+    const int* begin() const { return first; }
+    const int* end() const { return first + count; }
+};
+
 struct StreamState {
-    std::vector<int> order;   ///< instruction indices of this stream, in program order
+    IndexSpan order;          ///< instruction indices of this stream, in program order
     std::size_t pos = 0;
     bool blocked = false;     ///< executing, or waiting for an event or a match
 };
@@ -116,10 +126,14 @@ private:
     std::vector<std::pair<int, int>> ready_;
 
     std::vector<std::array<StreamState, kStreamCount>> streams_;
-    std::vector<std::vector<std::int64_t>> event_time_;        // [rank][event]: recorded at, -1 = not yet
-    std::vector<std::vector<std::uint16_t>> event_waiters_;    // [rank][event]: stream bitmask
-    std::vector<std::vector<int>> event_record_instr_;         // [rank][event]
-    std::vector<std::vector<int>> stream_pos_;                 // [rank][instr]: index in its stream's order
+    // Per (rank, event), flat at rank * events + event (one buffer each: see huge_pages.hpp).
+    std::size_t ev(int r, int e) const {
+        return static_cast<std::size_t>(r) * static_cast<std::size_t>(std::max(0, p_.events)) + static_cast<std::size_t>(e);
+    }
+    BigVector<std::int64_t> event_time_;        // recorded at, -1 = not yet
+    BigVector<std::uint16_t> event_waiters_;    // stream bitmask
+    BigVector<int> event_record_instr_;         // the record instruction, -1 = not yet
+    BigVector<int> order_storage_;              // every stream's order, rank-major then stream
     detail::Timings timing_;
     std::vector<std::array<std::vector<ResourceUse>, kLinkClassCount>> routes_;
 

@@ -42,10 +42,8 @@ void RankLowering::attention_core_forward(Phase phase) {
     const double io_bytes = d_.tokens * (2 * d_.q_w + 2 * d_.kv_w) / d_.tp * Dims::act_bytes;
     auto emit = [&](int name, double frac, double kv_len) {
         Instr& in = compute(Op::attention_fwd, name, flops * frac, io_bytes * frac);
-        in.m = static_cast<std::int64_t>(sq);
-        in.n = static_cast<std::int64_t>(kv_len);
-        in.k = static_cast<std::int64_t>(d_.head_dim);
-        in.batch = static_cast<std::int64_t>(d_.b * d_.heads / d_.tp);
+        auto whole = [](double x) { return static_cast<double>(static_cast<std::int64_t>(x)); };  // truncates
+        set_shape(in, whole(sq), whole(kv_len), whole(d_.head_dim), whole(d_.b * d_.heads / d_.tp));
     };
     if (d_.cp > 1) {
         const double kv_bytes = d_.cp * 2 * d_.b * sq * d_.kv_w / d_.tp * Dims::act_bytes;
@@ -124,10 +122,8 @@ void RankLowering::attention_core_backward() {
     const double io_bytes = 2 * d_.tokens * (2 * d_.q_w + 2 * d_.kv_w) / d_.tp * Dims::act_bytes;
     auto emit = [&](int name, double frac, double kv_len) {
         Instr& in = compute(Op::attention_bwd, name, flops * frac, io_bytes * frac);
-        in.m = static_cast<std::int64_t>(sq);
-        in.n = static_cast<std::int64_t>(kv_len);
-        in.k = static_cast<std::int64_t>(d_.head_dim);
-        in.batch = static_cast<std::int64_t>(d_.b * d_.heads / d_.tp);
+        auto whole = [](double x) { return static_cast<double>(static_cast<std::int64_t>(x)); };  // truncates
+        set_shape(in, whole(sq), whole(kv_len), whole(d_.head_dim), whole(d_.b * d_.heads / d_.tp));
     };
     if (d_.cp > 1) {
         // Backward ring: K/V travel again, and dK/dV are reduced back to their owners.

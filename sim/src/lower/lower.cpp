@@ -4,6 +4,7 @@
 // Alloc/Free from tensors.hpp. Costs are not computed here (cost.hpp); see docs/lowering.md.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "lower_impl.hpp"
 #include "strata/common/error.hpp"
@@ -112,6 +113,8 @@ RankLowering::RankLowering(const ModelSpec& m, const ClusterSpec& cl, const Plan
     : m_(m), cl_(cl), p_(p), o_(o), prog_(prog), rp_(rp), n_(names), co_(coord), full_(full),
       tensor_counter_(tensor_counter), d_(make_dims(m, p)) {
     last_record_ev_.fill(-1);
+    dtype_ = p.precision == Precision::fp8 ? DType::fp8 : p.precision == Precision::fp16 ? DType::fp16
+             : p.precision == Precision::fp32 ? DType::fp32 : DType::bf16;
     micro_ = std::max(1, p.micro_batches());
     pp_ = std::max(1, p.pp);
     vpp_ = std::max(1, p.vpp);
@@ -155,41 +158,27 @@ RankLowering::RankLowering(const ModelSpec& m, const ClusterSpec& cl, const Plan
             act_desc_.push_back(layer_activations(m, p, layer, rec));
             ws_desc_.push_back(o.emit_memory ? layer_backward_workspace(m, p, layer, rec) : std::vector<TensorDesc>{});
         }
+    act_ids_.resize(act_desc_.size());
+    ws_ids_.resize(ws_desc_.size());
     if (o.emit_memory && stage_ == 0) emb_desc_ = embedding_activations(m, p);
     if (o.emit_memory && stage_ == pp_ - 1) logits_desc_ = logits_activations(m, p);
-}
-
-Instr& RankLowering::push(InstrKind k, Stream s, int name) {
-    if (k != InstrKind::record) ++issued_[static_cast<std::size_t>(s)];
-    Instr& in = rp_.instrs.emplace_back();
-    in.kind = k;
-    in.stream = s;
-    in.name = name;
-    in.phase = phase_;
-    in.chunk = static_cast<std::int16_t>(chunk_);
-    in.layer = layer_;
-    in.microbatch = mb_;
-    in.dtype = p_.precision == Precision::fp8 ? DType::fp8 : p_.precision == Precision::fp16 ? DType::fp16
-               : p_.precision == Precision::fp32 ? DType::fp32 : DType::bf16;
-    return in;
-}
-
-Instr& RankLowering::compute(Op op, int name, double flops, double bytes) {
-    Instr& in = push(InstrKind::compute, Stream::compute, name);
-    in.op = op;
-    in.flops = flops;
-    in.bytes = bytes;
-    return in;
 }
 
 Instr& RankLowering::gemm(int name, double m, double n, double k, double batch) {
     // bytes: read A and B, write C once (bf16); the cost model may refine it.
     Instr& in = compute(Op::gemm, name, 2 * batch * m * n * k, batch * (m * k + k * n + m * n) * Dims::act_bytes);
-    in.m = std::llround(m);
-    in.n = std::llround(n);
-    in.k = std::llround(k);
-    in.batch = std::llround(batch);
+    set_shape(in, static_cast<double>(std::llround(m)), static_cast<double>(std::llround(n)),
+              static_cast<double>(std::llround(k)), static_cast<double>(std::llround(batch)));
     return in;
+}
+
+void RankLowering::set_shape(Instr& in, double m, double n, double k, double batch) {
+    constexpr double kMax = 2147483647.0;  // Instr's shape fields are int32
+    STRATA_ASSERT(m <= kMax && n <= kMax && k <= kMax && batch <= kMax, "lower: GEMM/attention shape past int32");
+    in.m = static_cast<std::int32_t>(m);
+    in.n = static_cast<std::int32_t>(n);
+    in.k = static_cast<std::int32_t>(k);
+    in.batch = static_cast<std::int32_t>(batch);
 }
 
 int RankLowering::record(Stream s) {
@@ -263,7 +252,7 @@ int RankLowering::collective(Stream s, CollKind k, Group g, double bytes, int na
     in.group_size = group_size(g);
     in.bytes = bytes;
     in.match_id = coll_match(g);
-    if (in.match_id != 0) in.participants = in.group_size;  // every peer is its own RankProgram
+    in.participants = in.match_id != 0 ? in.group_size : 1;  // matched: every peer is its own RankProgram
     return record(s);
 }
 
@@ -275,33 +264,43 @@ int RankLowering::copy(Stream s, CopyKind k, double bytes, int name, int after_e
     return record(s);
 }
 
-void RankLowering::alloc_list(const std::vector<TensorDesc>& list, std::vector<Instr>* keep) {
-    if (!o_.emit_memory) return;
-    for (const TensorDesc& t : list) {
-        auto it = tensor_names_.find(t.name);
-        if (it == tensor_names_.end()) it = tensor_names_.emplace(t.name, prog_.name_id(t.name)).first;
+RankLowering::AllocRun RankLowering::alloc_list(const std::vector<TensorDesc>& list, std::vector<int>& ids) {
+    AllocRun run{rp_.instrs.size(), 0};
+    if (!o_.emit_memory) return run;
+    if (ids.size() != list.size()) {
+        ids.clear();
+        for (const TensorDesc& t : list) {
+            auto it = tensor_names_.find(t.name);
+            if (it == tensor_names_.end()) it = tensor_names_.emplace(t.name, prog_.name_id(t.name)).first;
+            ids.push_back(it->second);
+        }
+    }
+    for (std::size_t j = 0; j < list.size(); ++j) {
+        const TensorDesc& t = list[j];
         for (Tier tier : {Tier::gpu, Tier::cpu, Tier::ssd}) {
             const double frac = t.tiers.of(tier);
             if (frac <= 0 || t.bytes <= 0) continue;
-            Instr& in = push(InstrKind::alloc, Stream::compute, it->second);
+            Instr& in = push(InstrKind::alloc, Stream::compute, ids[j]);
             in.tier = tier;
             in.tag = static_cast<std::int32_t>(t.tag);
             in.bytes = t.bytes * frac;
-            in.tensor = tensor_counter_++;
-            if (keep) keep->push_back(in);
+            STRATA_ASSERT(tensor_counter_ < std::numeric_limits<std::int32_t>::max(), "lower: more tensors than Instr::tensor holds");
+            in.tensor = static_cast<std::int32_t>(tensor_counter_++);
+            ++run.count;
         }
     }
+    return run;
 }
 
-void RankLowering::free_list(std::vector<Instr>& keep) {
-    for (const Instr& a : keep) {
+void RankLowering::free_list(AllocRun run) {
+    for (std::size_t j = run.first; j < run.first + run.count; ++j) {
+        const Instr a = rp_.instrs[j];  // a copy: push may reallocate
         Instr& in = push(InstrKind::free, Stream::compute, a.name);
         in.tier = a.tier;
         in.tag = a.tag;
         in.bytes = a.bytes;
         in.tensor = a.tensor;
     }
-    keep.clear();
 }
 
 // ---------------------------------------------------------------------------------------------

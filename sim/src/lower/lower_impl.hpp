@@ -73,10 +73,30 @@ public:
     void layer_backward(int layer, int layer_in_stage);
 
 private:
-    // instruction helpers
-    Instr& push(InstrKind k, Stream s, int name);
-    Instr& compute(Op op, int name, double flops, double bytes);
+    // instruction helpers (push and compute are defined here: every instruction goes through them)
+    Instr& push(InstrKind k, Stream s, int name) {
+        if (k != InstrKind::record) ++issued_[static_cast<std::size_t>(s)];
+        Instr& in = rp_.instrs.emplace_back();
+        in.kind = k;
+        in.stream = s;
+        in.name = static_cast<std::int16_t>(name);
+        in.phase = phase_;
+        in.chunk = static_cast<std::int16_t>(chunk_);
+        in.layer = static_cast<std::int16_t>(layer_);
+        in.microbatch = mb_;
+        in.dtype = dtype_;
+        return in;
+    }
+    Instr& compute(Op op, int name, double flops, double bytes) {
+        Instr& in = push(InstrKind::compute, Stream::compute, name);
+        in.op = op;
+        in.flops = flops;
+        in.bytes = bytes;
+        return in;
+    }
     Instr& gemm(int name, double m, double n, double k, double batch = 1);
+    /// Sets a compute instruction's shape (m, n, k, batch), checking that it fits Instr's fields.
+    static void set_shape(Instr& in, double m, double n, double k, double batch);
     int record(Stream s);
     void wait(Stream s, int ev);
     static constexpr int kAfterCompute = -2;
@@ -112,8 +132,14 @@ private:
     void dp_collectives_at_end();
     void optimizer(int s);
     void gather_params_overlapped();
-    void alloc_list(const std::vector<TensorDesc>& list, std::vector<Instr>* keep);
-    void free_list(std::vector<Instr>& keep);
+    /// Allocations of a list of tensors are pushed back to back: a run of instruction indices.
+    struct AllocRun {
+        std::size_t first = 0, count = 0;
+    };
+    /// `ids` caches the interned names of `list` (filled on first use, in list order, so that names
+    /// are interned in the same order as without the cache).
+    AllocRun alloc_list(const std::vector<TensorDesc>& list, std::vector<int>& ids);
+    void free_list(AllocRun run);
     int chunk_first_layer(int chunk) const { return chunk_start_[static_cast<std::size_t>(chunk)]; }
     int chunk_layers(int chunk) const { return chunk_count_[static_cast<std::size_t>(chunk)]; }
     /// Index of a layer among this rank's layers (chunk-major): indexes act_desc_, ws_desc_.
@@ -134,6 +160,7 @@ private:
     bool full_;
     std::int64_t& tensor_counter_;
     Dims d_;
+    DType dtype_ = DType::bf16;  ///< of the plan's precision, stamped on every instruction
     int micro_ = 1, pp_ = 1, vpp_ = 1, stage_ = 0, stage_first_layer_ = 0;
     std::vector<int> chunk_start_, chunk_count_;
     std::vector<PipeSlot> schedule_;
@@ -154,8 +181,10 @@ private:
     // memory
     std::vector<std::vector<TensorDesc>> act_desc_, ws_desc_;  ///< per layer of the stage
     std::vector<TensorDesc> emb_desc_, logits_desc_;
-    std::map<std::tuple<int, int, int>, std::vector<Instr>> stashed_;  ///< (mb, chunk, layer) -> allocs
-    std::map<std::tuple<int, int, int>, int> act_offloaded_;           ///< (mb, chunk, layer) -> d2h event
+    std::vector<std::vector<int>> act_ids_, ws_ids_;  ///< interned names of act_desc_, ws_desc_
+    std::vector<int> emb_ids_, logits_ids_;
+    std::map<std::tuple<int, int, int>, AllocRun> stashed_;   ///< (mb, chunk, layer) -> allocs
+    std::map<std::tuple<int, int, int>, int> act_offloaded_;  ///< (mb, chunk, layer) -> d2h event
     std::map<std::string, int> tensor_names_;
 
     // data-parallel gradient buckets

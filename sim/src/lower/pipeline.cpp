@@ -4,7 +4,9 @@
 // does lives in layer_ops.cpp; buckets, fetches and memory helpers in lower.cpp.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
+#include "engine/huge_pages.hpp"
 #include "lower_impl.hpp"
 #include "strata/common/error.hpp"
 
@@ -21,8 +23,10 @@ constexpr double kParamBytesPerParam = 2;      // updated bf16 parameters back t
 void RankLowering::run(int steps) {
     phase_ = Phase::other;
     if (o_.emit_memory) {
-        alloc_list(stage_model_states(m_, p_, stage_), nullptr);
-        alloc_list(stage_buffers(m_, p_, stage_), nullptr);
+        std::vector<int> ids;
+        alloc_list(stage_model_states(m_, p_, stage_), ids);
+        ids.clear();
+        alloc_list(stage_buffers(m_, p_, stage_), ids);
     }
     for (int s = 0; s < steps; ++s) step(s);
 }
@@ -99,7 +103,7 @@ void RankLowering::forward_pass(int mb, int chunk) {
         in.match_id = p2p_match(mb_, v - 1, true, lane);
         wait(Stream::compute, record(Stream::pp_recv));
     } else {
-        alloc_list(emb_desc_, &stashed_[{mb_, chunk, -1}]);
+        stashed_[{mb_, chunk, -1}] = alloc_list(emb_desc_, emb_ids_);
         // Lookup: read the rows and write the (sequence-sharded with SP) output.
         compute(Op::embedding, n_.embedding, 0, 2 * d_.tokens_sp * d_.h * Dims::act_bytes);
     }
@@ -120,7 +124,7 @@ void RankLowering::forward_pass(int mb, int chunk) {
             wait(Stream::compute, layer_ready_[static_cast<std::size_t>(lis)]);  // its bucket's gather
             layer_ready_[static_cast<std::size_t>(lis)] = -1;
         }
-        alloc_list(act_desc_[static_cast<std::size_t>(lis)], &stashed_[{mb_, chunk, li}]);
+        stashed_[{mb_, chunk, li}] = alloc_list(act_desc_[static_cast<std::size_t>(lis)], act_ids_[static_cast<std::size_t>(lis)]);
         layer_forward(layer, Phase::forward);
         const TierSplit& af = p_.offload.activations;
         if (af.cpu + af.ssd > 0) {
@@ -133,7 +137,7 @@ void RankLowering::forward_pass(int mb, int chunk) {
     }
     layer_ = -1;
     if (v == vlast) {
-        alloc_list(logits_desc_, &stashed_[{mb_, chunk, -2}]);
+        stashed_[{mb_, chunk, -2}] = alloc_list(logits_desc_, logits_ids_);
         compute(Op::norm, n_.final_norm, 0, 2 * d_.tokens_sp * d_.h * Dims::act_bytes);
         tp_forward_in(true);
         gemm(n_.logits, d_.tokens, d_.vocab / d_.tp, d_.h);  // vocab-parallel head
@@ -195,8 +199,7 @@ void RankLowering::backward_pass(int mb, int chunk) {
             pending_a = fetch_activations(mb_, chunk, li - 1, start);
         }
         const int lis = layer_in_stage(chunk, li);
-        std::vector<Instr> ws;
-        alloc_list(ws_desc_[static_cast<std::size_t>(lis)], &ws);
+        const AllocRun ws = alloc_list(ws_desc_[static_cast<std::size_t>(lis)], ws_ids_[static_cast<std::size_t>(lis)]);
         layer_backward(layer, lis);
         layer_ = layer;
         free_list(ws);
@@ -307,6 +310,7 @@ Program lower(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, const
     STRATA_ASSERT(p.tp >= 1 && p.pp >= 1 && p.dp >= 1 && p.cp >= 1 && p.ep >= 1 && p.vpp >= 1, "lower: bad plan degrees");
     STRATA_ASSERT(p.micro_batches() >= 1, "lower: global_batch smaller than micro_batch * dp");
     STRATA_ASSERT(m.layers >= p.pp * p.vpp, "lower: fewer layers than virtual pipeline stages");
+    STRATA_ASSERT(m.layers <= std::numeric_limits<std::int16_t>::max(), "lower: more layers than Instr::layer holds");
     Program prog;
     prog.full_mode = o.full_mode;
     prog.gpus = p.gpus();
@@ -341,6 +345,7 @@ Program lower(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, const
         rp.multiplicity = o.full_mode ? 1 : static_cast<std::int64_t>(p.tp) * p.cp * p.dp;
         rp.node = rp.global_rank / gpn;
         rp.instrs.reserve(per_rank);
+        detail::advise_huge_pages(rp.instrs.data(), rp.instrs.capacity() * sizeof(Instr));  // before the first write
         RankLowering rl(m, c, p, o, prog, rp, names, co, o.full_mode, tensor_counter);
         rl.run(steps);
         prog.events = std::max(prog.events, rl.events());

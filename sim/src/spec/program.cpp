@@ -1,5 +1,10 @@
 #include "strata/sim/program.hpp"
 
+#include <cstdint>
+#include <limits>
+
+#include "strata/common/error.hpp"
+
 namespace strata::sim {
 
 const char* to_string(Stream s) {
@@ -35,6 +40,8 @@ const char* to_string(CopyKind c) {
 int Program::name_id(const std::string& s) {
     for (std::size_t i = 0; i < names.size(); ++i)
         if (names[i] == s) return static_cast<int>(i);
+    STRATA_ASSERT(names.size() < static_cast<std::size_t>(std::numeric_limits<std::int16_t>::max()),
+                  "Program::name_id: more labels than Instr::name holds");
     names.push_back(s);
     return static_cast<int>(names.size() - 1);
 }
