@@ -128,6 +128,12 @@ TEST_CASE("validate_plan: context and sequence parallelism", "[spec][errors]") {
                  "plan.sequence_parallel", "needs model.seq_len / plan.cp = 100 divisible by plan.tp = 8");
     // Sequence parallelism with tp = 1 is allowed and has no effect (Megatron silently disables it).
     CHECK_NOTHROW(validate(m, plan(R"({"global_batch": 8, "sequence_parallel": true})")));
+    // TP communication overlap needs TP and sequence parallelism.
+    expect_error([] { validate(model(), plan(R"({"tp": 2, "global_batch": 8, "tp_comm_overlap": true})")); }, "p.json",
+                 "plan.tp_comm_overlap", "needs plan.tp >= 2 and plan.sequence_parallel = true (got tp 2, no sequence parallelism)");
+    expect_error([] { validate(model(), plan(R"({"global_batch": 8, "sequence_parallel": true, "tp_comm_overlap": true})")); },
+                 "p.json", "plan.tp_comm_overlap", "(got tp 1, sequence parallel)");
+    CHECK_NOTHROW(validate(model(), plan(R"({"tp": 2, "global_batch": 8, "sequence_parallel": true, "tp_comm_overlap": true})")));
 }
 
 TEST_CASE("validate_plan: expert parallelism", "[spec][errors]") {

@@ -13,21 +13,33 @@ double RankLowering::expert_tokens() const {
 }
 
 // Sequence parallelism: all-gather the sequence-sharded input before a column-parallel GEMM
-// (Korthikanti et al. 2022, Fig. 5 "g"). Without SP the input is already replicated.
-void RankLowering::tp_forward_in(bool wait_now) {
-    if (d_.tp <= 1 || !d_.sp) return;
+// (Korthikanti et al. 2022, Fig. 5 "g"). Without SP the input is already replicated. Returns the
+// event (-1: none); with wait_now the compute stream waits for it at once.
+//
+// TP communication overlap (plan.tp_comm_overlap; Transformer Engine's userbuffers, Megatron's
+// --tp-comm-overlap): the all-gather before QKV / fc1 and the reduce-scatter after proj / fc2 run
+// as ring steps interleaved with chunks of their GEMM, so the pair takes about max(GEMM,
+// collective). Modelled as the collective running beside the whole GEMM and the stream waiting
+// for both; the one-chunk fill of the ring and the SMs the copies take are not modelled.
+int RankLowering::tp_forward_in(bool wait_now) {
+    if (d_.tp <= 1 || !d_.sp) return -1;
     int ev = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * Dims::act_bytes, n_.tp_ag);
     if (wait_now) wait(Stream::compute, ev);
+    return ev;
 }
 
 // After a row-parallel GEMM: all-reduce (Megatron "g" in forward), or reduce-scatter with SP.
 // nccl-tests' S = the full b*s/cp*h buffer either way.
-void RankLowering::tp_forward_out() {
-    if (d_.tp <= 1) return;
+int RankLowering::tp_out_collective() {
+    if (d_.tp <= 1) return -1;
     const double bytes = d_.tokens * d_.h * Dims::act_bytes;
-    int ev = d_.sp ? collective(Stream::tp_comm, CollKind::reduce_scatter, Group::tp, bytes, n_.tp_rs)
-                   : collective(Stream::tp_comm, CollKind::all_reduce, Group::tp, bytes, n_.tp_ar);
-    wait(Stream::compute, ev);
+    return d_.sp ? collective(Stream::tp_comm, CollKind::reduce_scatter, Group::tp, bytes, n_.tp_rs)
+                 : collective(Stream::tp_comm, CollKind::all_reduce, Group::tp, bytes, n_.tp_ar);
+}
+
+void RankLowering::tp_forward_out() {
+    const int ev = tp_out_collective();
+    if (ev >= 0) wait(Stream::compute, ev);
 }
 
 // Flash-style causal attention: 4*b*sq*skv*heads*hd/tp flops for QK^T and PV, halved because
@@ -57,35 +69,55 @@ void RankLowering::attention_core_forward(Phase phase) {
     phase_ = saved;
 }
 
-void RankLowering::mlp_forward() {
+// `pending_ag`: the input all-gather overlapped with fc1 (-1: none). With TP overlap the output
+// reduce-scatter overlaps fc2 here; otherwise the caller reduces after.
+void RankLowering::mlp_forward(int pending_ag) {
     const double f = d_.ffn / d_.tp;
     gemm(n_.fc1, d_.tokens, (d_.mats - 1) * f, d_.h);  // SwiGLU: gate and up fused, n = 2*ffn/tp
+    if (pending_ag >= 0) wait(Stream::compute, pending_ag);
     compute(Op::elementwise, n_.act, 0, d_.mats * d_.tokens * f * Dims::act_bytes);  // GELU: r+w; SwiGLU: 2r+w
+    const int rs = tp_overlap() ? tp_out_collective() : -1;
     gemm(n_.fc2, d_.tokens, d_.h, f);
+    if (rs >= 0) wait(Stream::compute, rs);
 }
 
-// MoE block: router GEMM + top-k, all-to-all dispatch over EP, the rank's experts as one batched
-// GEMM (batch = E/ep, m = tokens per expert), all-to-all combine. Shared experts run on all
-// tokens while the dispatch is in flight. All-to-all bytes: tokens*top_k*h*2 (each assignment
-// sends one hidden vector).
+// MoE block (Megatron's all-to-all token dispatcher): router GEMM + top-k on the rank's tokens,
+// all-to-all dispatch over EP, the rank's experts as one batched GEMM (batch = E/ep, m = tokens
+// per expert), all-to-all combine. With sequence parallelism each TP rank routes only its
+// sequence shard: it dispatches tokens/tp, the received assignments are all-gathered over TP
+// (experts are TP-split) and reduce-scattered back before the combine; hidden states are never
+// gathered (Megatron-Core MoEAlltoAllTokenDispatcher). Shared experts are a TP MLP on the gathered
+// input, run while the dispatch is in flight. All-to-all bytes: routed tokens * top_k * h * 2.
 void RankLowering::moe_forward(int layer) {
-    gemm(n_.router_gemm, d_.tokens, d_.experts, d_.h);
-    compute(Op::router, n_.router, 0, 2 * d_.tokens * d_.experts * 4);
-    const double a2a_bytes = d_.tokens * d_.top_k * d_.h * Dims::act_bytes;
+    const bool sp = d_.tp > 1 && d_.sp;
+    const double routed = sp ? d_.tokens_sp : d_.tokens;
+    gemm(n_.router_gemm, routed, d_.experts, d_.h);
+    compute(Op::router, n_.router, 0, 2 * routed * d_.experts * 4);
+    const double a2a_bytes = routed * d_.top_k * d_.h * Dims::act_bytes;
+    const double tp_bytes = d_.tokens * d_.top_k * d_.h * Dims::act_bytes;  // all TP ranks' assignments
     int dispatched = -1;
     if (d_.ep > 1) dispatched = collective(Stream::ep_comm, CollKind::all_to_all, Group::ep, a2a_bytes, n_.ep_dispatch);
+    if (sp) dispatched = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, tp_bytes, n_.tp_ag, dispatched >= 0 ? dispatched : kAfterCompute);
+    int shared_out = -1;
     if (d_.shared > 0) {
+        tp_forward_in(true);
         const double f = d_.shared * d_.expert_ffn / d_.tp;
         gemm(n_.shared_fc1, d_.tokens, (d_.mats - 1) * f, d_.h);
         compute(Op::elementwise, n_.shared_act, 0, d_.mats * d_.tokens * f * Dims::act_bytes);
         gemm(n_.shared_fc2, d_.tokens, d_.h, f);
+        if (sp) shared_out = tp_out_collective();
     }
     if (dispatched >= 0) wait(Stream::compute, dispatched);
     const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.tp;
     gemm(n_.experts_fc1, te, (d_.mats - 1) * f, d_.h, batch);
     compute(Op::elementwise, n_.experts_act, 0, batch * d_.mats * te * f * Dims::act_bytes);
     gemm(n_.experts_fc2, te, d_.h, f, batch);
-    if (d_.ep > 1) wait(Stream::compute, collective(Stream::ep_comm, CollKind::all_to_all, Group::ep, a2a_bytes, n_.ep_combine));
+    int combined = -1;
+    if (sp) combined = collective(Stream::tp_comm, CollKind::reduce_scatter, Group::tp, tp_bytes, n_.tp_rs);
+    if (d_.ep > 1)
+        combined = collective(Stream::ep_comm, CollKind::all_to_all, Group::ep, a2a_bytes, n_.ep_combine, combined >= 0 ? combined : kAfterCompute);
+    wait(Stream::compute, combined);
+    wait(Stream::compute, shared_out);
     (void)layer;
 }
 
@@ -96,20 +128,28 @@ void RankLowering::layer_forward(int layer, Phase phase) {
     layer_ = layer;
     const double norm_bytes = 2 * d_.tokens_sp * d_.h * Dims::act_bytes;               // read x, write y
     const double resid_bytes = (3 + (m_.dropout > 0 ? 1 : 0)) * d_.tokens_sp * d_.h * Dims::act_bytes;  // x, dx, out (+mask)
+    const bool overlap = tp_overlap();
     compute(Op::norm, n_.norm1, 0, norm_bytes);
-    tp_forward_in(true);
+    const int ag_qkv = tp_forward_in(!overlap);
     gemm(n_.qkv, d_.tokens, (d_.q_w + 2 * d_.kv_w) / d_.tp, d_.h);
+    if (overlap) wait(Stream::compute, ag_qkv);
     if (m_.position == PositionKind::rope)
         compute(Op::elementwise, n_.rope, 0, 2 * d_.tokens * (d_.q_w + d_.kv_w) / d_.tp * Dims::act_bytes);
     attention_core_forward(phase);
+    const int rs_proj = overlap ? tp_out_collective() : -1;
     gemm(n_.proj, d_.tokens, d_.h, d_.q_w / d_.tp);
-    tp_forward_out();
+    if (overlap) wait(Stream::compute, rs_proj);
+    else tp_forward_out();
     compute(Op::elementwise, n_.residual1, 0, resid_bytes);
     compute(Op::norm, n_.norm2, 0, norm_bytes);
-    tp_forward_in(true);
-    if (m_.layer_is_moe(layer)) moe_forward(layer);
-    else mlp_forward();
-    tp_forward_out();
+    if (m_.layer_is_moe(layer)) {
+        moe_forward(layer);  // with SP it moves its own tokens over TP; without, reduce as a row-parallel GEMM
+        if (!d_.sp) tp_forward_out();
+    } else {
+        const int ag_fc1 = tp_forward_in(!overlap);
+        mlp_forward(overlap ? ag_fc1 : -1);
+        if (!overlap) tp_forward_out();
+    }
     compute(Op::elementwise, n_.residual2, 0, resid_bytes);
     phase_ = saved;
     layer_ = saved_layer;
@@ -141,10 +181,11 @@ void RankLowering::attention_core_backward() {
 // Backward of a column-parallel GEMM (fc1, qkv): the reduction of dX (all-reduce, or
 // reduce-scatter with SP) runs on tp_comm while wgrad computes (Megatron's async grad all-reduce).
 // With SP the wgrad needs the gathered input again, which is all-gathered meanwhile.
-void RankLowering::mlp_backward(int layer) {
+void RankLowering::mlp_backward(int layer, int pending_ag) {
     (void)layer;
     const double f = d_.ffn / d_.tp;
     gemm(n_.fc2, d_.tokens, f, d_.h);        // dgrad
+    if (pending_ag >= 0) wait(Stream::compute, pending_ag);  // TP overlap: dY's gather ran beside it
     gemm(n_.fc2, f, d_.h, d_.tokens);        // wgrad
     compute(Op::elementwise, n_.act, 0, 2 * d_.mats * d_.tokens * f * Dims::act_bytes);
     int input_ev = -1;
@@ -159,10 +200,18 @@ void RankLowering::mlp_backward(int layer) {
     if (red_ev >= 0) wait(Stream::compute, red_ev);
 }
 
+// The mirror of moe_forward: combine's gradient comes back over EP (and is all-gathered over TP
+// with SP), expert backward, reduce-scatter over TP and all-to-all back, then the router.
 void RankLowering::moe_backward(int layer) {
     (void)layer;
-    const double a2a_bytes = d_.tokens * d_.top_k * d_.h * Dims::act_bytes;
-    if (d_.ep > 1) wait(Stream::compute, collective(Stream::ep_comm, CollKind::all_to_all, Group::ep, a2a_bytes, n_.ep_combine));
+    const bool sp = d_.tp > 1 && d_.sp;
+    const double routed = sp ? d_.tokens_sp : d_.tokens;
+    const double a2a_bytes = routed * d_.top_k * d_.h * Dims::act_bytes;
+    const double tp_bytes = d_.tokens * d_.top_k * d_.h * Dims::act_bytes;
+    int arrived = -1;
+    if (d_.ep > 1) arrived = collective(Stream::ep_comm, CollKind::all_to_all, Group::ep, a2a_bytes, n_.ep_combine);
+    if (sp) arrived = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, tp_bytes, n_.tp_ag, arrived >= 0 ? arrived : kAfterCompute);
+    wait(Stream::compute, arrived);
     const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.tp;
     gemm(n_.experts_fc2, te, f, d_.h, batch);
     gemm(n_.experts_fc2, f, d_.h, te, batch);
@@ -170,24 +219,26 @@ void RankLowering::moe_backward(int layer) {
     gemm(n_.experts_fc1, te, d_.h, (d_.mats - 1) * f, batch);
     gemm(n_.experts_fc1, d_.h, (d_.mats - 1) * f, te, batch);
     int back = -1;
-    if (d_.ep > 1) back = collective(Stream::ep_comm, CollKind::all_to_all, Group::ep, a2a_bytes, n_.ep_dispatch);
+    if (sp) back = collective(Stream::tp_comm, CollKind::reduce_scatter, Group::tp, tp_bytes, n_.tp_rs);
+    if (d_.ep > 1)
+        back = collective(Stream::ep_comm, CollKind::all_to_all, Group::ep, a2a_bytes, n_.ep_dispatch, back >= 0 ? back : kAfterCompute);
+    int shared_back = -1;
     if (d_.shared > 0) {
+        tp_forward_in(true);  // SP: gather dY for the shared experts' TP MLP
         const double fs = d_.shared * d_.expert_ffn / d_.tp;
         gemm(n_.shared_fc2, d_.tokens, fs, d_.h);
         gemm(n_.shared_fc2, fs, d_.h, d_.tokens);
         compute(Op::elementwise, n_.shared_act, 0, 2 * d_.mats * d_.tokens * fs * Dims::act_bytes);
         gemm(n_.shared_fc1, d_.tokens, d_.h, (d_.mats - 1) * fs);
         gemm(n_.shared_fc1, d_.h, (d_.mats - 1) * fs, d_.tokens);
+        if (sp) shared_back = tp_out_collective();
     }
-    if (back >= 0) wait(Stream::compute, back);
-    compute(Op::router, n_.router, 0, 2 * d_.tokens * d_.experts * 4);
-    gemm(n_.router_gemm, d_.tokens, d_.h, d_.experts);
-    gemm(n_.router_gemm, d_.h, d_.experts, d_.tokens);
-    if (d_.tp > 1) {
-        int ev = collective(Stream::tp_comm, d_.sp ? CollKind::reduce_scatter : CollKind::all_reduce, Group::tp,
-                            d_.tokens * d_.h * Dims::act_bytes, d_.sp ? n_.tp_rs : n_.tp_ar);
-        wait(Stream::compute, ev);
-    }
+    wait(Stream::compute, back);
+    compute(Op::router, n_.router, 0, 2 * routed * d_.experts * 4);
+    gemm(n_.router_gemm, routed, d_.h, d_.experts);
+    gemm(n_.router_gemm, d_.h, d_.experts, routed);
+    wait(Stream::compute, shared_back);
+    if (d_.tp > 1 && !sp) wait(Stream::compute, tp_out_collective());  // no SP: all-reduce dX
 }
 
 void RankLowering::layer_backward(int layer, int layer_in_stage) {
@@ -198,15 +249,20 @@ void RankLowering::layer_backward(int layer, int layer_in_stage) {
     const double norm_bytes = 3 * d_.tokens_sp * d_.h * Dims::act_bytes;  // read x, dy; write dx
     const double resid_bytes = (2 + (m_.dropout > 0 ? 1 : 0)) * d_.tokens_sp * d_.h * Dims::act_bytes;
     // MLP block, mirrored.
+    const bool overlap = tp_overlap() && !m_.layer_is_moe(layer);
     compute(Op::elementwise, n_.residual2, 0, resid_bytes);
-    tp_forward_in(true);  // SP: gather dY (the mirror of the forward reduce-scatter)
-    if (m_.layer_is_moe(layer)) moe_backward(layer);
-    else mlp_backward(layer);
+    if (m_.layer_is_moe(layer)) {
+        moe_backward(layer);  // moves its own tokens over TP (see moe_forward)
+    } else {
+        const int ag_dy = tp_forward_in(!overlap);  // SP: gather dY (the mirror of the forward reduce-scatter)
+        mlp_backward(layer, overlap ? ag_dy : -1);
+    }
     compute(Op::norm, n_.norm2, 0, norm_bytes);
     // Attention block.
     compute(Op::elementwise, n_.residual1, 0, resid_bytes);
-    tp_forward_in(true);
+    const int ag_dproj = tp_forward_in(!tp_overlap());
     gemm(n_.proj, d_.tokens, d_.q_w / d_.tp, d_.h);  // dgrad
+    if (tp_overlap()) wait(Stream::compute, ag_dproj);
     gemm(n_.proj, d_.q_w / d_.tp, d_.h, d_.tokens);  // wgrad
     if (p_.recompute == Recompute::selective && !full_re) attention_core_forward(Phase::recompute);
     attention_core_backward();

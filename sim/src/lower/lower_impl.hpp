@@ -110,12 +110,14 @@ private:
     int program_of_stage(int stage) const;
 
     // layer pieces (layer_ops.cpp)
-    void tp_forward_in(bool wait_now);
+    int tp_forward_in(bool wait_now);
+    int tp_out_collective();
     void tp_forward_out();
+    bool tp_overlap() const { return p_.tp_comm_overlap && d_.tp > 1 && d_.sp; }
     void attention_core_forward(Phase phase);
-    void mlp_forward();
+    void mlp_forward(int pending_ag);
     void moe_forward(int layer);
-    void mlp_backward(int layer);
+    void mlp_backward(int layer, int pending_ag);
     void moe_backward(int layer);
     void attention_core_backward();
     double expert_tokens() const;

@@ -108,6 +108,11 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
     if (p.cp > 1 && m.seq_len % (2 * static_cast<i64>(p.cp)) != 0)
         fail("plan.cp", "= " + s(p.cp) + ": model.seq_len = " + s(m.seq_len) + " is not divisible by 2 x plan.cp = " + s(2 * static_cast<i64>(p.cp)));
     // Sequence parallelism splits each sequence over the tp ranks (no effect when tp = 1).
+    // Transformer Engine's userbuffers overlap splits the SP all-gather / reduce-scatter of each
+    // GEMM into ring steps (Megatron's --tp-comm-overlap requires --sequence-parallel).
+    if (p.tp_comm_overlap && (p.tp < 2 || !p.sequence_parallel))
+        fail("plan.tp_comm_overlap", "needs plan.tp >= 2 and plan.sequence_parallel = true (got tp " + s(p.tp) +
+                                         (p.sequence_parallel ? ", sequence parallel" : ", no sequence parallelism") + ")");
     if (p.sequence_parallel && p.tp > 1 && (m.seq_len / p.cp) % p.tp != 0)
         fail("plan.sequence_parallel", "needs model.seq_len / plan.cp = " + s(m.seq_len / p.cp) + " divisible by plan.tp = " + s(p.tp));
 

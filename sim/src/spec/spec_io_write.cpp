@@ -113,6 +113,7 @@ ojson plan_json(const PlanSpec& p) {
     j["lock_free_update"] = p.lock_free_update;
     j["overlap_grad_reduce"] = p.overlap_grad_reduce;
     j["overlap_param_gather"] = p.overlap_param_gather;
+    j["tp_comm_overlap"] = p.tp_comm_overlap;
     j["dp_bucket_mb"] = static_cast<double>(p.dp_bucket_bytes) / 1e6;
     ojson ls = ojson::array();
     for (int n : p.layer_split) ls.push_back(n);

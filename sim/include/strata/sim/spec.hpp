@@ -114,6 +114,7 @@ struct PlanSpec {
     bool lock_free_update = false;        ///< Angel-PTM: step i's optimizer overlaps step i+1's forward
     bool overlap_grad_reduce = true;      ///< DP reduce bucketed and overlapped with backward
     bool overlap_param_gather = true;     ///< ZeRO-3 / dist-opt all-gather prefetched
+    bool tp_comm_overlap = false;         ///< TE userbuffers: SP all-gather / reduce-scatter pipelined with their GEMMs
     std::int64_t dp_bucket_bytes = 40'000'000;  ///< DP gradient bucket (Megatron default 40 MB)
     std::vector<int> layer_split;         ///< uneven pipeline: layers per stage (empty = even)
     std::string name;                     ///< optional label (JSON "name")
