@@ -20,6 +20,8 @@ def _nemo_entry(eid, src, model, gpus, gbs, mbs, tp, pp, cp, vp, ep, tok, tf, pr
     dp = gpus // (tp * pp * cp)
     assume = [
         "sequence_parallel = (tp > 1): NeMo performance recipes enable it with TP",
+        "tp_comm_overlap = (tp > 1): the performance recipes turn on TP communication overlap "
+        "(userbuffers; NeMo 1.0 launcher ub_tp_comm_overlap, NeMo 2.0 / Bridge MegatronCommOverlapCallback)",
         "recompute none: the tables list no activation recomputation",
         "zero_stage 1 (Megatron distributed optimizer) unless FSDP = 1 (then 3)",
         "DGX-H100: 8x ConnectX-7 NDR 400 Gb/s per node",
@@ -34,7 +36,7 @@ def _nemo_entry(eid, src, model, gpus, gbs, mbs, tp, pp, cp, vp, ep, tok, tf, pr
                      **NDR8},
         "model": model,
         "plan": {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "vpp": vp, "micro_batch": mbs,
-                 "global_batch": gbs, "sequence_parallel": tp > 1,
+                 "global_batch": gbs, "sequence_parallel": tp > 1, "tp_comm_overlap": tp > 1,
                  "schedule": "interleaved-1f1b" if vp > 1 else "1f1b",
                  "zero_stage": 3 if fsdp else 1, "recompute": "none", "precision": prec},
         "measured": {"tokens_per_s_per_gpu": tok, "tflops_per_gpu": tf, "outcome": "ran"},

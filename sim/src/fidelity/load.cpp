@@ -146,7 +146,21 @@ FidelityEntry read_entry(const json& j, const std::string& file, const std::stri
         }
         e.cluster = cluster_from_json_text(cluster.dump(), where);
 
-        e.plan = plan_from_json_text(plan.dump(), where);
+        json plan_in = plan;
+        // Megatron's MoE parallel folding (expert tensor parallelism 1, EP groups across TP x DP)
+        // has no Strata form: EP groups sit inside DP x CP, experts split by TP. ep / tp experts
+        // groups with TP-split experts give every rank the same expert FLOPs, weights and routed
+        // tokens; the all-to-all and TP traffic around the experts differ. Reported.
+        {
+            const int tp = plan_in.value("tp", 1), dp = plan_in.value("dp", 1), cp = plan_in.value("cp", 1),
+                      ep = plan_in.value("ep", 1);
+            if (ep > 1 && (dp * cp) % ep != 0 && tp > 1 && ep % tp == 0 && (dp * cp) % (ep / tp) == 0) {
+                plan_in["ep"] = ep / tp;
+                e.substitutions.push_back("plan.ep " + std::to_string(ep) + " with expert tensor parallelism 1 -> ep " +
+                                          std::to_string(ep / tp) + " with experts split by tp " + std::to_string(tp));
+            }
+        }
+        e.plan = plan_from_json_text(plan_in.dump(), where);
         validate_plan(e.model, e.cluster, e.plan, where);
     } catch (const InputError& err) {
         e.skipped = err.path().empty() ? err.rule() : err.path() + " " + err.rule();
