@@ -9,6 +9,7 @@
 #include <string>
 
 #include "strata/hwdb/hwdb.hpp"
+#include "strata/sim/cost.hpp"
 #include "strata/sim/spec.hpp"
 
 namespace strata::cli {
@@ -36,6 +37,11 @@ void add_spec_options(CLI::App* cmd, SpecArgs& args);
 sim::Scenario resolve_specs(const SpecArgs& args, bool need_plan);
 /// Find a bundled scenario file by name under scenarios/<kind>/ ("" if none).
 std::string find_bundled(const std::string& kind, const std::string& name);
+
+/// --calibration FILE|none (default: bench/fidelity/calibration.json as built in). The set for
+/// the view's GPU architecture family; `described` gets one line saying which set and factors.
+void add_calibration_option(CLI::App* cmd, std::string& calibration);
+sim::Calibration calibration_for(const std::string& calibration, const hwdb::HardwareView& hw, std::string* described = nullptr);
 
 /// The hardware view for a cluster (resolving node/link defaults through hwdb).
 hwdb::HardwareView view_for(const hwdb::Database& db, const sim::ClusterSpec& c);

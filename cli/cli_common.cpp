@@ -1,9 +1,11 @@
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 
 #include "cli.hpp"
 #include "strata/common/error.hpp"
 #include "strata/common/json_reader.hpp"
+#include "strata/sim/fidelity.hpp"
 #include "strata/sim/spec_io.hpp"
 
 namespace strata::cli {
@@ -12,6 +14,38 @@ namespace fs = std::filesystem;
 
 void add_db_option(CLI::App* cmd, std::string& db_path) {
     cmd->add_option("--db", db_path, "hardware database (default: the seeded database of this build, or $STRATA_HWDB)");
+}
+
+void add_calibration_option(CLI::App* cmd, std::string& calibration) {
+    cmd->add_option("--calibration", calibration,
+                    "cost multipliers fitted on the fidelity suite's train half: a calibration JSON, or 'none' for the "
+                    "uncalibrated datasheet model (default: bench/fidelity/calibration.json as built in)");
+}
+
+sim::Calibration calibration_for(const std::string& calibration, const hwdb::HardwareView& hw, std::string* described) {
+    if (calibration == "none") {
+        if (described) *described = "none (uncalibrated datasheet model)";
+        return {};
+    }
+    const sim::CalibrationRecord rec =
+        calibration.empty() ? sim::calibration_from_json_text(sim::default_calibration_json(), "built-in bench/fidelity/calibration.json")
+                            : sim::calibration_from_json_text(read_text_file(calibration), calibration);
+    const std::string arch = sim::arch_family(hw.gpu.arch);
+    const sim::Calibration c = rec.for_arch(arch);
+    if (described) {
+        std::string group = "*";
+        for (const sim::CalibrationGroup& g : rec.groups)
+            if (g.arch == arch) group = arch;
+        std::string line = (calibration.empty() ? std::string("built-in") : calibration) + ", set " +
+                           (group == "*" ? "for other GPUs" : group) + ":";
+        char buf[64];
+        for (int i = 0; i < sim::Calibration::kFactors; ++i) {
+            std::snprintf(buf, sizeof buf, " %s %.2f", sim::Calibration::name(i), c.at(i));
+            line += buf;
+        }
+        *described = line + " (--calibration none: uncalibrated)";
+    }
+    return c;
 }
 
 hwdb::Database open_db(const std::string& db_path) {

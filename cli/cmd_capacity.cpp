@@ -19,7 +19,7 @@ namespace {
 
 struct CapArgs {
     SpecArgs specs;
-    std::string db, json, tokens, deadline;
+    std::string db, json, tokens, deadline, calibration;
     double budget = 0;
     std::vector<std::string> gpus;
     int max_gpus = 4096, min_gpus = 8, global_batch = 0;
@@ -94,7 +94,8 @@ void run_capacity(const CapArgs& a) {
     ProgressBar bar(a.quiet);
     if (a.max_model) {
         sim::Scenario s = resolve_specs(a.specs, false);
-        planner::ClusterOption opt{s.cluster, view_for(db, s.cluster)};
+        planner::ClusterOption opt{s.cluster, view_for(db, s.cluster), {}};
+        opt.calibration = calibration_for(a.calibration, opt.hw);
         const int gbs = a.global_batch > 0 ? a.global_batch : 64;
         std::cout << "Largest trainable member of the " << s.model.name << " family on " << s.cluster.name << " ("
                   << s.cluster.gpu_count() << " x " << s.cluster.gpu << "), global batch " << gbs << ", seq " << s.model.seq_len << ":\n";
@@ -147,7 +148,8 @@ void run_capacity(const CapArgs& a) {
     std::vector<std::string> gpus = a.gpus.empty() ? std::vector<std::string>{"H100-SXM5-80GB", "A100-SXM4-80GB"} : a.gpus;
     for (const auto& g : gpus) {
         sim::ClusterSpec c = template_for(g);
-        options.push_back({c, view_for(db, c)});
+        const hwdb::HardwareView hw = view_for(db, c);
+        options.push_back({c, hw, calibration_for(a.calibration, hw)});
     }
     auto r = planner::plan_capacity(s.model, options, o);
     bar.finish();
@@ -190,6 +192,7 @@ void add_capacity(CLI::App& app) {
     auto* cmd = app.add_subcommand("capacity", "Fewest GPUs / cheapest cluster to train T tokens by a deadline; or the largest trainable model");
     add_spec_options(cmd, a->specs);
     add_db_option(cmd, a->db);
+    add_calibration_option(cmd, a->calibration);
     cmd->add_option("--tokens,-t", a->tokens, "tokens to train, e.g. 2T or 3e11");
     cmd->add_option("--deadline,-d", a->deadline, "wall-clock limit, e.g. 30d, 720h");
     cmd->add_option("--budget", a->budget, "budget in USD");

@@ -18,7 +18,7 @@ namespace {
 
 struct PlanArgs {
     SpecArgs specs;
-    std::string db, json, shard;
+    std::string db, json, shard, calibration;
     int global_batch = 0;
     int seq_len = 0;
     int top = 10;
@@ -101,6 +101,8 @@ void run_plan(const PlanArgs& a) {
     }
     auto db = open_db(a.db);
     auto hw = view_for(db, s.cluster);
+    std::string cal_line;
+    o.calibration = calibration_for(a.calibration, hw, &cal_line);
     install_interrupt_handler();
     o.cancel = &interrupted();
     ProgressBar bar(a.quiet);
@@ -110,6 +112,7 @@ void run_plan(const PlanArgs& a) {
     std::cout << "Plans for " << s.model.name << " on " << s.cluster.name << " (" << s.cluster.gpu_count() << " x " << s.cluster.gpu
               << "), global batch " << o.space.global_batch << ", seq " << s.model.seq_len << "\n";
     print_table(r, a.top, std::cout);
+    std::cout << "calibration: " << cal_line << "\n";
     if (r.cancelled) {
         std::cout << "interrupted: the table shows what was found so far; no output file written\n";
         throw RuntimeError("interrupted");
@@ -122,6 +125,7 @@ void add_plan(CLI::App& app) {
     auto* cmd = app.add_subcommand("plan", "Search parallel plans for a model on a cluster and rank them");
     add_spec_options(cmd, a->specs);
     add_db_option(cmd, a->db);
+    add_calibration_option(cmd, a->calibration);
     cmd->add_option("--global-batch,-b", a->global_batch, "sequences per step (default: the scenario's plan, else 512)");
     cmd->add_option("--seq-len", a->seq_len, "override the model's sequence length");
     cmd->add_option("--top,-k", a->top, "plans to show");

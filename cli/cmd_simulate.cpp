@@ -13,7 +13,7 @@ namespace {
 
 struct SimulateArgs {
     SpecArgs specs;
-    std::string db, json, trace;
+    std::string db, json, trace, calibration;
     bool full = false;
     int steps = 1;
     bool no_allocator = false;
@@ -28,13 +28,15 @@ void run_simulate(const SimulateArgs& a) {
     o.full = a.full;
     o.steps = a.steps;
     o.allocator_model = !a.no_allocator;
+    std::string cal_line;
+    o.calibration = calibration_for(a.calibration, hw, &cal_line);
     const sim::SimOutput out = sim::simulate(s.model, s.cluster, *s.plan, hw, o);
     // Render everything before writing anything.
     const std::string json = a.json.empty() ? "" : sim::to_json_text(out.result, out.job);
     const std::string trace = a.trace.empty() ? "" : sim::trace_text(out);
     if (!a.json.empty()) write_output(a.json, json);
     if (!a.trace.empty()) write_output(a.trace, trace);
-    if (a.json != "-" && a.trace != "-") std::cout << sim::summary_text(out);
+    if (a.json != "-" && a.trace != "-") std::cout << sim::summary_text(out) << "calibration        " << cal_line << "\n";
 }
 
 void add_simulate(CLI::App& app) {
@@ -42,6 +44,7 @@ void add_simulate(CLI::App& app) {
     auto* cmd = app.add_subcommand("simulate", "Simulate one training step: time, throughput, MFU, memory per tier, OOMs");
     add_spec_options(cmd, a->specs);
     add_db_option(cmd, a->db);
+    add_calibration_option(cmd, a->calibration);
     cmd->add_option("--json", a->json, "write the result as JSON to FILE ('-' = stdout)");
     cmd->add_option("--trace", a->trace, "write a Chrome trace (Perfetto, chrome://tracing) to FILE");
     cmd->add_flag("--full", a->full, "full mode: simulate every GPU (stragglers, expert skew), not one rank per stage");

@@ -39,7 +39,9 @@ CapacityResult plan_capacity(const ModelSpec& m, const std::vector<ClusterOption
         pt.cluster = opt->cluster;
         pt.cluster.nodes = nodes;
         pt.cluster.name = opt->cluster.gpu + " x" + std::to_string(nodes * opt->cluster.gpus_per_node);
-        SearchResult s = search_plans(m, pt.cluster, opt->hw, o.search);
+        SearchOptions so = o.search;
+        so.calibration = opt->calibration;
+        SearchResult s = search_plans(m, pt.cluster, opt->hw, so);
         pt.valid_plans = s.space.valid;
         for (const auto& rp : s.ranked) {
             const bool ok = rp.simulated ? !rp.sim.oom : rp.estimate.fits;
@@ -132,6 +134,7 @@ MaxModelResult max_trainable_model(const ModelSpec& base, const ClusterOption& o
     so.max_simulated = 12;
     so.shortlist_margin = 0.0;
     so.cancel = cancel;
+    so.calibration = option.calibration;
     auto trains = [&](std::int64_t hidden, RankedPlan* out) {
         ModelSpec m = gpt_family_member(base, hidden);
         SearchResult s = search_plans(m, option.cluster, option.hw, so);

@@ -62,8 +62,9 @@ Capacities capacities_of(const ClusterSpec& c, const hwdb::HardwareView& hw) {
     return caps;
 }
 
-Estimator::Estimator(const ModelSpec& m, const ClusterSpec& c, const hwdb::HardwareView& hw, double memory_margin)
-    : m_(m), c_(c), hw_(hw), caps_(capacities_of(c, hw)), margin_(memory_margin) {}
+Estimator::Estimator(const ModelSpec& m, const ClusterSpec& c, const hwdb::HardwareView& hw, double memory_margin,
+                     const sim::Calibration& calibration)
+    : m_(m), c_(c), hw_(hw), caps_(capacities_of(c, hw)), margin_(memory_margin), cal_(calibration) {}
 
 Estimator::~Estimator() = default;
 
@@ -96,6 +97,7 @@ LayerTimes Estimator::layer_times(const PlanSpec& p) {
     ctx.cluster = &c_;
     ctx.plan = &p1;
     ctx.program = &prog;
+    ctx.calibration = cal_;
     RealCostModel costs(ctx);
     EngineOptions eo;
     eo.record_trace = true;
@@ -152,6 +154,7 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     ctx.hw = &hw_;
     ctx.cluster = &c_;
     ctx.plan = &p;
+    ctx.calibration = cal_;
 
     // Per stage, per micro-batch: forward and backward compute (the head on first/last stage).
     double worst = 0, sum = 0, worst_b = 0;

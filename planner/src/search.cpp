@@ -52,7 +52,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, const hwdb::
     std::int64_t total = 0;
     if (o.progress) enumerate_plans(m, c, o.space, [&](const PlanSpec&) { ++total; return true; }, o.shard, o.shards);
 
-    Estimator est(m, c, hw, o.memory_margin);
+    Estimator est(m, c, hw, o.memory_margin, o.calibration);
     const std::size_t keep = static_cast<std::size_t>(std::max({o.max_simulated, o.top_k, o.shortlist}) * 4);
     std::priority_queue<Candidate, std::vector<Candidate>, ByTime> best;  // max-heap: worst kept on top
     std::int64_t index = 0;
@@ -116,7 +116,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, const hwdb::
                     if (cancelled()) return;
                     std::size_t i = next.fetch_add(1);
                     if (i >= n_sim) return;
-                    out[i].sim = simulate_plan(m, c, out[i].plan, hw);
+                    out[i].sim = simulate_plan(m, c, out[i].plan, hw, o.calibration);
                     out[i].simulated = true;
                     done.fetch_add(1);
                 }

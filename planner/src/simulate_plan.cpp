@@ -5,8 +5,10 @@
 
 namespace strata::planner {
 
-SimSummary simulate_plan(const sim::ModelSpec& m, const sim::ClusterSpec& c, const sim::PlanSpec& p, const hwdb::HardwareView& hw) {
+SimSummary simulate_plan(const sim::ModelSpec& m, const sim::ClusterSpec& c, const sim::PlanSpec& p, const hwdb::HardwareView& hw,
+                         const sim::Calibration& calibration) {
     sim::SimOptions so;
+    so.calibration = calibration;
     so.critical_path = true;
     sim::SimOutput out = sim::simulate(m, c, p, hw, so);
     const sim::SimResult& r = out.result;

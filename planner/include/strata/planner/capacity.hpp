@@ -17,6 +17,7 @@ namespace strata::planner {
 struct ClusterOption {
     sim::ClusterSpec cluster;
     hwdb::HardwareView hw;
+    sim::Calibration calibration;  ///< for this GPU type (identity: uncalibrated)
 };
 
 struct CapacityOptions {

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "strata/hwdb/view.hpp"
+#include "strata/sim/cost.hpp"
 #include "strata/sim/memory.hpp"
 #include "strata/sim/spec.hpp"
 #include "strata/sim/tensors.hpp"
@@ -41,7 +42,7 @@ struct LayerTimes {
 class Estimator {
 public:
     Estimator(const sim::ModelSpec& m, const sim::ClusterSpec& c, const hwdb::HardwareView& hw,
-              double memory_margin = 1.10);
+              double memory_margin = 1.10, const sim::Calibration& calibration = {});
     ~Estimator();
     FastEstimate estimate(const sim::PlanSpec& p);
     LayerTimes layer_times(const sim::PlanSpec& p);
@@ -55,6 +56,7 @@ private:
     hwdb::HardwareView hw_;
     sim::Capacities caps_;
     double margin_;
+    sim::Calibration cal_;
     double peak_flops_ = 0;
     std::map<Key, LayerTimes> cache_;
     sim::MemoryCache mem_cache_;

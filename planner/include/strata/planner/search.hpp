@@ -44,6 +44,7 @@ struct SearchOptions {
     int threads = 0;                 ///< 0 = hardware concurrency
     int shard = 0, shards = 1;
     bool simulate = true;            ///< false: rank by the fast estimate only
+    sim::Calibration calibration;    ///< cost multipliers for the estimate and the simulations (identity: none)
     std::function<void(double fraction, const char* phase)> progress;  ///< called from the search thread
     const std::atomic<bool>* cancel = nullptr;  ///< set to stop early; the result says cancelled
 };
@@ -61,7 +62,7 @@ struct SearchResult {
 
 /// Simulates one plan with the engine (lower -> costs -> engine), as `strata simulate` does.
 SimSummary simulate_plan(const sim::ModelSpec& m, const sim::ClusterSpec& c, const sim::PlanSpec& p,
-                         const hwdb::HardwareView& hw);
+                         const hwdb::HardwareView& hw, const sim::Calibration& calibration = {});
 
 SearchResult search_plans(const sim::ModelSpec& m, const sim::ClusterSpec& c, const hwdb::HardwareView& hw,
                           const SearchOptions& o);

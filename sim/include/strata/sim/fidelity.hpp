@@ -173,6 +173,9 @@ struct CalibrationRecord {
 std::string to_json_text(const CalibrationRecord& r);
 CalibrationRecord calibration_from_json_text(const std::string& text, const std::string& file);
 
+/// bench/fidelity/calibration.json as it was when this binary was built (the CLI's default).
+const char* default_calibration_json();
+
 /// Rows and summaries as deterministic JSON / a fixed-width table.
 std::string fidelity_json_text(const std::vector<FidelityRow>& rows, const CalibrationRecord& cal);
 std::string fidelity_table_text(const std::vector<FidelityRow>& rows);
