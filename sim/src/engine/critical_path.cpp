@@ -65,15 +65,11 @@ void for_each_edge(const Program& p, const Timings& t, const std::vector<std::ui
 
 }  // namespace
 
-CriticalPath critical_path(const Program& p, const Timings& t, std::int64_t step_time_ns) {
+CriticalPath critical_path(const Program& p, const Timings& t, int groups, std::int64_t step_time_ns) {
     CriticalPath out;
     // Vertex numbering: 0 = root, then every instruction (rank-major), then one join per group.
     std::vector<std::uint32_t> base(p.ranks.size() + 1, 1);
-    int groups = 0;
-    for (std::size_t r = 0; r < p.ranks.size(); ++r) {
-        base[r + 1] = base[r] + static_cast<std::uint32_t>(p.ranks[r].instrs.size());
-        for (const auto& tm : t[r]) groups = std::max(groups, tm.group + 1);
-    }
+    for (std::size_t r = 0; r < p.ranks.size(); ++r) base[r + 1] = base[r] + static_cast<std::uint32_t>(p.ranks[r].instrs.size());
     const std::uint32_t n_instr_end = base[p.ranks.size()];
     const std::uint32_t n = n_instr_end + static_cast<std::uint32_t>(groups);
 

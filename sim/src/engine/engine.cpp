@@ -155,7 +155,7 @@ void Engine::advance(int r, int s) {
         if (tm.issue < 0) tm.issue = now_;
         switch (in.kind) {
             case InstrKind::record:
-                tm.exec = tm.end = now_;
+                tm.exec = tm.end = last_end_ = now_;
                 ++st.pos;
                 record_event(r, in.event, i);
                 ++res_.instructions;
@@ -163,7 +163,7 @@ void Engine::advance(int r, int s) {
             case InstrKind::wait: {
                 const bool valid = in.event >= 0 && in.event < p_.events;
                 if (!valid || event_time_[ev(r, in.event)] >= 0) {
-                    tm.exec = tm.end = now_;
+                    tm.exec = tm.end = last_end_ = now_;
                     ++st.pos;
                     ++res_.instructions;
                     continue;
@@ -175,7 +175,7 @@ void Engine::advance(int r, int s) {
             }
             case InstrKind::alloc:
             case InstrKind::free:
-                tm.exec = tm.end = now_;
+                tm.exec = tm.end = last_end_ = now_;
                 memory(r, i, in);
                 ++st.pos;
                 ++res_.instructions;
@@ -470,7 +470,7 @@ void Engine::finish_instr(int r, int s) {
     auto& st = streams_[static_cast<std::size_t>(r)][static_cast<std::size_t>(s)];
     const int i = st.order[st.pos];
     Timing& tm = timing_[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)];
-    tm.end = now_;
+    tm.end = last_end_ = now_;
     res_.ranks[static_cast<std::size_t>(r)].busy_ns[static_cast<std::size_t>(s)] += tm.end - tm.exec;
     ++res_.instructions;
     ++st.pos;

@@ -121,6 +121,7 @@ private:
     const EngineOptions& opt_;
 
     std::int64_t now_ = 0;
+    std::int64_t last_end_ = 0;  ///< latest instruction end (time only moves forward): the step time
     std::uint64_t seq_ = 0;
     std::priority_queue<Event, std::vector<Event>, EventLater> events_;
     std::vector<std::pair<int, int>> ready_;
