@@ -73,15 +73,29 @@ void Engine::setup() {
     // so that it is allocated once at its size (programs have millions of instructions).
     std::vector<std::array<std::size_t, kStreamCount>> per_stream(nr);
     std::vector<bool> any_transfer(nr, false);
-    std::size_t total = 0;
+    std::size_t total = 0, live_total = 0;
+    live_min_.assign(nr, -1);
+    live_offset_.assign(nr, 0);
     for (std::size_t r = 0; r < nr; ++r) {
         per_stream[r].fill(0);
+        std::int64_t lo = std::numeric_limits<std::int64_t>::max(), hi = -1, allocs = 0;
         for (const auto& in : p_.ranks[r].instrs) {
             ++per_stream[r][static_cast<std::size_t>(in.stream)];
             if (is_transfer(in.kind)) any_transfer[r] = true;
+            if ((in.kind == InstrKind::alloc || in.kind == InstrKind::free) && in.tensor >= 0) {
+                lo = std::min<std::int64_t>(lo, in.tensor);
+                hi = std::max<std::int64_t>(hi, in.tensor);
+                allocs += in.kind == InstrKind::alloc ? 1 : 0;
+            }
         }
         total += p_.ranks[r].instrs.size();
+        if (hi >= 0 && hi - lo + 1 <= 4 * allocs + 64) {  // dense enough for a flat slice
+            live_min_[r] = lo;
+            live_offset_[r] = live_total;
+            live_total += static_cast<std::size_t>(hi - lo + 1);
+        }
     }
+    live_slots_.resize(live_total);
     order_storage_.resize(total);
     {
         std::size_t at = 0;
@@ -215,9 +229,17 @@ void Engine::memory(int r, int i, const Instr& in) {
     const auto ru = static_cast<std::size_t>(r);
     Allocation a;
     bool found = false;
+    LiveSlot* slot = nullptr;  // this tensor's slot when the rank keeps them flat
+    if (in.tensor >= 0 && live_min_[ru] >= 0)
+        slot = &live_slots_[live_offset_[ru] + static_cast<std::size_t>(in.tensor - live_min_[ru])];
     if (in.kind == InstrKind::free && in.tensor >= 0) {
-        auto it = live_[ru].find(in.tensor);
-        if (it != live_[ru].end()) {
+        if (slot) {
+            if (slot->live) {
+                a = slot->a;
+                slot->live = false;
+                found = true;
+            }
+        } else if (auto it = live_[ru].find(in.tensor); it != live_[ru].end()) {
             a = it->second;
             live_[ru].erase(it);
             found = true;
@@ -227,7 +249,10 @@ void Engine::memory(int r, int i, const Instr& in) {
         a.tier = in.tier;
         a.tag = std::clamp(in.tag, 0, kTensorTagCount - 1);
         a.charged = charged_bytes(in.bytes, in.tier, opt_.memory) * (in.tier == Tier::gpu ? 1.0 : node_scale_[ru]);
-        if (in.kind == InstrKind::alloc && in.tensor >= 0) live_[ru][in.tensor] = a;
+        if (in.kind == InstrKind::alloc && in.tensor >= 0) {
+            if (slot) *slot = LiveSlot{a, true};
+            else live_[ru][in.tensor] = a;
+        }
     }
     Pool& pool = pools_[static_cast<std::size_t>(rank_pool_[ru][static_cast<int>(a.tier)])];
     const double sign = in.kind == InstrKind::alloc ? 1.0 : -1.0;
