@@ -70,17 +70,20 @@ void Engine::setup() {
     event_waiters_.assign(events, 0);
     event_record_instr_.assign(events, -1);
     // Each stream's instruction indices, in program order, as slices of one buffer: counted first
-    // so that it is allocated once at its size (programs have millions of instructions).
-    std::vector<std::array<std::size_t, kStreamCount>> per_stream(nr);
+    // so that it is allocated once at its size (programs have millions of instructions). A rank is
+    // counted and then filled right away, while its instructions are still in cache.
     std::vector<bool> any_transfer(nr, false);
-    std::size_t total = 0, live_total = 0;
+    std::size_t total = 0, live_total = 0, at = 0;
+    for (const auto& rp : p_.ranks) total += rp.instrs.size();
+    order_storage_.resize(total);
     live_min_.assign(nr, -1);
     live_offset_.assign(nr, 0);
     for (std::size_t r = 0; r < nr; ++r) {
-        per_stream[r].fill(0);
+        const auto& instrs = p_.ranks[r].instrs;
+        std::array<std::size_t, kStreamCount> per_stream{};
         std::int64_t lo = std::numeric_limits<std::int64_t>::max(), hi = -1, allocs = 0;
-        for (const auto& in : p_.ranks[r].instrs) {
-            ++per_stream[r][static_cast<std::size_t>(in.stream)];
+        for (const auto& in : instrs) {
+            ++per_stream[static_cast<std::size_t>(in.stream)];
             if (is_transfer(in.kind)) any_transfer[r] = true;
             if ((in.kind == InstrKind::alloc || in.kind == InstrKind::free) && in.tensor >= 0) {
                 lo = std::min<std::int64_t>(lo, in.tensor);
@@ -88,7 +91,13 @@ void Engine::setup() {
                 allocs += in.kind == InstrKind::alloc ? 1 : 0;
             }
         }
-        total += p_.ranks[r].instrs.size();
+        std::array<int*, kStreamCount> fill{};
+        for (std::size_t s = 0; s < static_cast<std::size_t>(kStreamCount); ++s) {
+            streams_[r][s].order = IndexSpan{order_storage_.data() + at, per_stream[s]};
+            fill[s] = order_storage_.data() + at;
+            at += per_stream[s];
+        }
+        for (std::size_t i = 0; i < instrs.size(); ++i) *fill[static_cast<std::size_t>(instrs[i].stream)]++ = static_cast<int>(i);
         if (hi >= 0 && hi - lo + 1 <= 4 * allocs + 64) {  // dense enough for a flat slice
             live_min_[r] = lo;
             live_offset_[r] = live_total;
@@ -96,15 +105,6 @@ void Engine::setup() {
         }
     }
     live_slots_.resize(live_total);
-    order_storage_.resize(total);
-    {
-        std::size_t at = 0;
-        for (std::size_t r = 0; r < nr; ++r)
-            for (std::size_t s = 0; s < static_cast<std::size_t>(kStreamCount); ++s) {
-                streams_[r][s].order = IndexSpan{order_storage_.data() + at, 0};
-                at += per_stream[r][s];
-            }
-    }
     routes_.resize(nr);
     rank_pool_.resize(nr);
     node_scale_.resize(nr);
@@ -113,10 +113,6 @@ void Engine::setup() {
     for (std::size_t r = 0; r < nr; ++r) {
         const auto& rp = p_.ranks[r];
         timing_[r].resize(rp.instrs.size());
-        for (std::size_t i = 0; i < rp.instrs.size(); ++i) {
-            IndexSpan& o = streams_[r][static_cast<std::size_t>(rp.instrs[i].stream)].order;
-            order_storage_[static_cast<std::size_t>(o.first - order_storage_.data()) + o.count++] = static_cast<int>(i);
-        }
         // Which link classes this program uses: route only those (routing can be costly).
         std::array<bool, kLinkClassCount> needed{};
         if (any_transfer[r]) needed.fill(true);
