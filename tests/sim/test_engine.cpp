@@ -350,6 +350,25 @@ TEST_CASE("engine: an allocation past capacity is an OOM on the right tier and i
     CHECK(r.peak_bytes_max[1] == 6000);
 }
 
+// The engine keeps live allocations flat when a rank's tensor ids are dense (lowered programs)
+// and in a map otherwise; a free must release what its alloc charged either way. By hand, 512 B
+// blocks, no fragmentation: A 1000 -> 1024, B 3000 -> 3072 (use 4096), free A (its own bytes,
+// 100000, must be ignored: -1024 -> 3072), C 3000 -> 3072 (use 6144 = the peak). Releasing the
+// free's own 100352 instead would leave the peak at 4096.
+TEST_CASE("engine: a free releases its alloc's charge, tensor ids dense or sparse", "[engine][memory]") {
+    FakeCost cost;
+    EngineOptions o;
+    o.memory.fragmentation = 0;
+    for (const std::int64_t stride : {std::int64_t{1}, std::int64_t{1000000}}) {  // dense, sparse
+        const std::int64_t a = 7, b = 7 + stride, c = 7 + 2 * stride;
+        auto p = one_rank({mem(InstrKind::alloc, Tier::gpu, 1000, a), mem(InstrKind::alloc, Tier::gpu, 3000, b),
+                           mem(InstrKind::free, Tier::gpu, 100000, a), mem(InstrKind::alloc, Tier::gpu, 3000, c)});
+        auto r = simulate_program(p, cost, nullptr, o);
+        INFO("stride " << stride);
+        CHECK(r.ranks[0].peak_bytes[0] == 6144);
+    }
+}
+
 TEST_CASE("engine: node pools are shared by the programs of a node and scaled by GPUs", "[engine][memory]") {
     FakeCost cost;
     // Two programs on node 0, each standing for 4 GPUs of an 8-GPU node; each allocates 1000 B of

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "strata/sim/lower.hpp"
+#include "strata/sim/tensors.hpp"
 #include "support/gpt.hpp"
 
 using namespace strata::sim;
@@ -504,4 +505,70 @@ TEST_CASE("activation offload: D2H after forward, H2D before backward, equal byt
     CHECK(d2h == Approx(h2d));
     // What goes to the host is exactly the cpu share the tensor list places there.
     CHECK(d2h == Approx(stashed_cpu));
+}
+
+// Instr keeps fields of kinds that never meet in shared storage (program.hpp): each kind must read
+// back its own values. Shapes by hand for the small GPT with tp 2 (b = 1, s = 32, h = 64, 4 heads
+// of 16, f = 256, GELU): forward QKV (m, n, k) = (s, 3h/tp, h) = (32, 96, 64); fc1 = (32, f/tp, h) =
+// (32, 128, 64); attention (sq, skv, head_dim) = (32, 32, 16) over b*heads/tp = 2 heads.
+TEST_CASE("instruction fields that share storage read back per kind", "[lower]") {
+    static_assert(sizeof(Instr) == 64);
+    Program p = lower(small_gpt(), cluster(4), plan(2, 2, 1, 4));
+    REQUIRE(p.ranks.size() == 2);
+    const int qkv = p.name_id("qkv"), fc1 = p.name_id("fc1");  // already interned: looks up
+    int checked_qkv = 0, checked_attn = 0, sends = 0, allocs = 0, colls = 0;
+    for (const auto& r : p.ranks)
+        for (const auto& in : r.instrs) {
+            switch (in.kind) {
+                case InstrKind::compute:
+                    if (in.phase == Phase::forward && in.op == Op::gemm && in.name == qkv) {
+                        CHECK(in.m == 32);
+                        CHECK(in.n == 96);
+                        CHECK(in.k == 64);
+                        CHECK(in.batch == 1);
+                        ++checked_qkv;
+                    }
+                    if (in.phase == Phase::forward && in.op == Op::gemm && in.name == fc1) CHECK(in.n == 128);
+                    if (in.op == Op::attention_fwd) {
+                        CHECK(in.m == 32);
+                        CHECK(in.n == 32);
+                        CHECK(in.k == 16);
+                        CHECK(in.batch == 2);
+                        ++checked_attn;
+                    }
+                    break;
+                case InstrKind::collective:
+                    // Symmetric mode: peers share the program, nothing to match.
+                    CHECK(in.match_id == 0);
+                    CHECK(in.participants == 1);
+                    CHECK(in.group_size == 2);  // only TP collectives: dp = cp = 1
+                    ++colls;
+                    break;
+                case InstrKind::send:
+                case InstrKind::recv:
+                    CHECK(in.peer == 1 - r.id);  // two stages: the other one
+                    CHECK(in.match_id != 0);
+                    ++sends;
+                    break;
+                case InstrKind::alloc:
+                case InstrKind::free:
+                    CHECK(in.tensor >= 0);
+                    CHECK(in.tag >= 0);
+                    CHECK(in.tag < kTensorTagCount);
+                    ++allocs;
+                    break;
+                case InstrKind::record:
+                case InstrKind::wait:
+                    CHECK(in.event >= 0);
+                    CHECK(in.event < p.events);
+                    break;
+                default: break;
+            }
+        }
+    // 4 micro-batches x 2 layers per stage x 2 stages: one forward QKV and one attention each.
+    CHECK(checked_qkv == 16);
+    CHECK(checked_attn == 16);
+    CHECK(colls > 0);
+    CHECK(sends == 4 * 2 * 2);  // per micro-batch: activation send + recv, gradient send + recv
+    CHECK(allocs > 0);
 }

@@ -31,19 +31,16 @@ std::string percent(double share) {
 
 /// Calls emit(u, v) for every edge of the executed-instruction DAG, rank-major then instruction
 /// order; per instruction: stream predecessor -> it, its event's record -> it (waits), and for a
-/// member of a matched group: stream predecessor -> join, join -> it. `record_of` is scratch.
+/// member of a matched group: stream predecessor -> join, join -> it. `record_of[r * events + e]`
+/// is the vertex of the (last) record of event e in rank r, 0 if none.
 template <typename Emit>
 void for_each_edge(const Program& p, const Timings& t, const std::vector<std::uint32_t>& base, std::uint32_t n_instr_end,
-                   std::vector<std::uint32_t>& record_of, Emit&& emit) {
+                   const BigVector<std::uint32_t>& record_of, Emit&& emit) {
+    const auto events = static_cast<std::size_t>(std::max(0, p.events));
     for (std::size_t r = 0; r < p.ranks.size(); ++r) {
         const auto& rp = p.ranks[r];
+        const std::uint32_t* rec = record_of.data() + r * events;
         std::array<std::uint32_t, kStreamCount> prev{};  // 0 = root
-        record_of.assign(static_cast<std::size_t>(std::max(0, p.events)), 0);
-        for (std::size_t i = 0; i < rp.instrs.size(); ++i) {
-            const auto& in = rp.instrs[i];
-            if (in.kind == InstrKind::record && in.event >= 0 && in.event < p.events)
-                record_of[static_cast<std::size_t>(in.event)] = base[r] + static_cast<std::uint32_t>(i);
-        }
         for (std::size_t i = 0; i < rp.instrs.size(); ++i) {
             const auto& tm = t[r][i];
             if (tm.end < 0) continue;
@@ -51,8 +48,8 @@ void for_each_edge(const Program& p, const Timings& t, const std::vector<std::ui
             const std::uint32_t v = base[r] + static_cast<std::uint32_t>(i);
             auto& pv = prev[static_cast<std::size_t>(in.stream)];
             emit(pv, v);
-            if (in.kind == InstrKind::wait && in.event >= 0 && in.event < p.events && record_of[static_cast<std::size_t>(in.event)] != 0)
-                emit(record_of[static_cast<std::size_t>(in.event)], v);
+            if (in.kind == InstrKind::wait && in.event >= 0 && in.event < p.events && rec[in.event] != 0)
+                emit(rec[in.event], v);
             if (tm.group >= 0) {
                 const std::uint32_t j = n_instr_end + static_cast<std::uint32_t>(tm.group);
                 emit(pv, j);  // the member's arrival gates the group
@@ -65,15 +62,11 @@ void for_each_edge(const Program& p, const Timings& t, const std::vector<std::ui
 
 }  // namespace
 
-CriticalPath critical_path(const Program& p, const Timings& t, std::int64_t step_time_ns) {
+CriticalPath critical_path(const Program& p, const Timings& t, int groups, std::int64_t step_time_ns) {
     CriticalPath out;
     // Vertex numbering: 0 = root, then every instruction (rank-major), then one join per group.
     std::vector<std::uint32_t> base(p.ranks.size() + 1, 1);
-    int groups = 0;
-    for (std::size_t r = 0; r < p.ranks.size(); ++r) {
-        base[r + 1] = base[r] + static_cast<std::uint32_t>(p.ranks[r].instrs.size());
-        for (const auto& tm : t[r]) groups = std::max(groups, tm.group + 1);
-    }
+    for (std::size_t r = 0; r < p.ranks.size(); ++r) base[r + 1] = base[r] + static_cast<std::uint32_t>(p.ranks[r].instrs.size());
     const std::uint32_t n_instr_end = base[p.ranks.size()];
     const std::uint32_t n = n_instr_end + static_cast<std::uint32_t>(groups);
 
@@ -105,14 +98,21 @@ CriticalPath critical_path(const Program& p, const Timings& t, std::int64_t step
     // CSR in two passes over the edges (count, then place): out-edges keep generation order, as the
     // stable counting sort of Boost's CSR constructor leaves them. Counting into start[u + 2] and
     // placing at start[u + 1]++ leaves start[u] = the first out-edge of u.
-    std::vector<std::uint32_t> record_of;
+    const auto events = static_cast<std::size_t>(std::max(0, p.events));
+    BigVector<std::uint32_t> record_of(p.ranks.size() * events, 0);
+    for (std::size_t r = 0; r < p.ranks.size(); ++r)
+        for (std::size_t i = 0; i < p.ranks[r].instrs.size(); ++i) {
+            const auto& in = p.ranks[r].instrs[i];
+            if (in.kind == InstrKind::record && in.event >= 0 && in.event < p.events)
+                record_of[r * events + static_cast<std::size_t>(in.event)] = base[r] + static_cast<std::uint32_t>(i);
+        }
     BigVector<std::uint32_t> start(static_cast<std::size_t>(n) + 2, 0);
     for_each_edge(p, t, base, n_instr_end, record_of, [&](std::uint32_t u, std::uint32_t) { ++start[u + 2]; });
     for (std::size_t k = 2; k < start.size(); ++k) start[k] += start[k - 1];
     BigVector<std::uint32_t> target(start.back());
     for_each_edge(p, t, base, n_instr_end, record_of, [&](std::uint32_t u, std::uint32_t v) { target[start[u + 1]++] = v; });
     start.pop_back();  // start[u] .. start[u + 1]: u's out-edges
-    record_of = {};
+    record_of = {};  // frees it
 
     // Depth-first search from every unvisited vertex in index order, out-edges in order; the
     // finishing order reversed is the topological order.

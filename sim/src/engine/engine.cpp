@@ -70,27 +70,41 @@ void Engine::setup() {
     event_waiters_.assign(events, 0);
     event_record_instr_.assign(events, -1);
     // Each stream's instruction indices, in program order, as slices of one buffer: counted first
-    // so that it is allocated once at its size (programs have millions of instructions).
-    std::vector<std::array<std::size_t, kStreamCount>> per_stream(nr);
+    // so that it is allocated once at its size (programs have millions of instructions). A rank is
+    // counted and then filled right away, while its instructions are still in cache.
     std::vector<bool> any_transfer(nr, false);
-    std::size_t total = 0;
-    for (std::size_t r = 0; r < nr; ++r) {
-        per_stream[r].fill(0);
-        for (const auto& in : p_.ranks[r].instrs) {
-            ++per_stream[r][static_cast<std::size_t>(in.stream)];
-            if (is_transfer(in.kind)) any_transfer[r] = true;
-        }
-        total += p_.ranks[r].instrs.size();
-    }
+    std::size_t total = 0, live_total = 0, at = 0;
+    for (const auto& rp : p_.ranks) total += rp.instrs.size();
     order_storage_.resize(total);
-    {
-        std::size_t at = 0;
-        for (std::size_t r = 0; r < nr; ++r)
-            for (std::size_t s = 0; s < static_cast<std::size_t>(kStreamCount); ++s) {
-                streams_[r][s].order = IndexSpan{order_storage_.data() + at, 0};
-                at += per_stream[r][s];
+    live_min_.assign(nr, -1);
+    live_offset_.assign(nr, 0);
+    for (std::size_t r = 0; r < nr; ++r) {
+        const auto& instrs = p_.ranks[r].instrs;
+        std::array<std::size_t, kStreamCount> per_stream{};
+        std::int64_t lo = std::numeric_limits<std::int64_t>::max(), hi = -1, allocs = 0;
+        for (const auto& in : instrs) {
+            ++per_stream[static_cast<std::size_t>(in.stream)];
+            if (is_transfer(in.kind)) any_transfer[r] = true;
+            if ((in.kind == InstrKind::alloc || in.kind == InstrKind::free) && in.tensor >= 0) {
+                lo = std::min<std::int64_t>(lo, in.tensor);
+                hi = std::max<std::int64_t>(hi, in.tensor);
+                allocs += in.kind == InstrKind::alloc ? 1 : 0;
             }
+        }
+        std::array<int*, kStreamCount> fill{};
+        for (std::size_t s = 0; s < static_cast<std::size_t>(kStreamCount); ++s) {
+            streams_[r][s].order = IndexSpan{order_storage_.data() + at, per_stream[s]};
+            fill[s] = order_storage_.data() + at;
+            at += per_stream[s];
+        }
+        for (std::size_t i = 0; i < instrs.size(); ++i) *fill[static_cast<std::size_t>(instrs[i].stream)]++ = static_cast<int>(i);
+        if (hi >= 0 && hi - lo + 1 <= 4 * allocs + 64) {  // dense enough for a flat slice
+            live_min_[r] = lo;
+            live_offset_[r] = live_total;
+            live_total += static_cast<std::size_t>(hi - lo + 1);
+        }
     }
+    live_slots_.resize(live_total);
     routes_.resize(nr);
     rank_pool_.resize(nr);
     node_scale_.resize(nr);
@@ -99,10 +113,6 @@ void Engine::setup() {
     for (std::size_t r = 0; r < nr; ++r) {
         const auto& rp = p_.ranks[r];
         timing_[r].resize(rp.instrs.size());
-        for (std::size_t i = 0; i < rp.instrs.size(); ++i) {
-            IndexSpan& o = streams_[r][static_cast<std::size_t>(rp.instrs[i].stream)].order;
-            order_storage_[static_cast<std::size_t>(o.first - order_storage_.data()) + o.count++] = static_cast<int>(i);
-        }
         // Which link classes this program uses: route only those (routing can be costly).
         std::array<bool, kLinkClassCount> needed{};
         if (any_transfer[r]) needed.fill(true);
@@ -155,7 +165,7 @@ void Engine::advance(int r, int s) {
         if (tm.issue < 0) tm.issue = now_;
         switch (in.kind) {
             case InstrKind::record:
-                tm.exec = tm.end = now_;
+                tm.exec = tm.end = last_end_ = now_;
                 ++st.pos;
                 record_event(r, in.event, i);
                 ++res_.instructions;
@@ -163,7 +173,7 @@ void Engine::advance(int r, int s) {
             case InstrKind::wait: {
                 const bool valid = in.event >= 0 && in.event < p_.events;
                 if (!valid || event_time_[ev(r, in.event)] >= 0) {
-                    tm.exec = tm.end = now_;
+                    tm.exec = tm.end = last_end_ = now_;
                     ++st.pos;
                     ++res_.instructions;
                     continue;
@@ -175,7 +185,7 @@ void Engine::advance(int r, int s) {
             }
             case InstrKind::alloc:
             case InstrKind::free:
-                tm.exec = tm.end = now_;
+                tm.exec = tm.end = last_end_ = now_;
                 memory(r, i, in);
                 ++st.pos;
                 ++res_.instructions;
@@ -215,9 +225,17 @@ void Engine::memory(int r, int i, const Instr& in) {
     const auto ru = static_cast<std::size_t>(r);
     Allocation a;
     bool found = false;
+    LiveSlot* slot = nullptr;  // this tensor's slot when the rank keeps them flat
+    if (in.tensor >= 0 && live_min_[ru] >= 0)
+        slot = &live_slots_[live_offset_[ru] + static_cast<std::size_t>(in.tensor - live_min_[ru])];
     if (in.kind == InstrKind::free && in.tensor >= 0) {
-        auto it = live_[ru].find(in.tensor);
-        if (it != live_[ru].end()) {
+        if (slot) {
+            if (slot->live) {
+                a = slot->a;
+                slot->live = false;
+                found = true;
+            }
+        } else if (auto it = live_[ru].find(in.tensor); it != live_[ru].end()) {
             a = it->second;
             live_[ru].erase(it);
             found = true;
@@ -227,7 +245,10 @@ void Engine::memory(int r, int i, const Instr& in) {
         a.tier = in.tier;
         a.tag = std::clamp(in.tag, 0, kTensorTagCount - 1);
         a.charged = charged_bytes(in.bytes, in.tier, opt_.memory) * (in.tier == Tier::gpu ? 1.0 : node_scale_[ru]);
-        if (in.kind == InstrKind::alloc && in.tensor >= 0) live_[ru][in.tensor] = a;
+        if (in.kind == InstrKind::alloc && in.tensor >= 0) {
+            if (slot) *slot = LiveSlot{a, true};
+            else live_[ru][in.tensor] = a;
+        }
     }
     Pool& pool = pools_[static_cast<std::size_t>(rank_pool_[ru][static_cast<int>(a.tier)])];
     const double sign = in.kind == InstrKind::alloc ? 1.0 : -1.0;
@@ -470,7 +491,7 @@ void Engine::finish_instr(int r, int s) {
     auto& st = streams_[static_cast<std::size_t>(r)][static_cast<std::size_t>(s)];
     const int i = st.order[st.pos];
     Timing& tm = timing_[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)];
-    tm.end = now_;
+    tm.end = last_end_ = now_;
     res_.ranks[static_cast<std::size_t>(r)].busy_ns[static_cast<std::size_t>(s)] += tm.end - tm.exec;
     ++res_.instructions;
     ++st.pos;

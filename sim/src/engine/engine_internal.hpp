@@ -25,6 +25,7 @@ using Timings = std::vector<BigVector<Timing>>;  ///< [rank][instr]
 
 /// Longest path of the executed-instruction DAG (stream order, record->wait, matched groups),
 /// computed with Boost.Graph; summarised into segments and one readable line.
-CriticalPath critical_path(const Program& p, const Timings& t, std::int64_t step_time_ns);
+/// `groups`: matched transfer groups, numbered 0..groups-1 in Timing::group.
+CriticalPath critical_path(const Program& p, const Timings& t, int groups, std::int64_t step_time_ns);
 
 }  // namespace strata::sim::detail

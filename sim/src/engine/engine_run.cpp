@@ -101,8 +101,8 @@ SimResult Engine::run() {
         drain();
     }
 
-    // Step time: the last instruction's end.
-    std::int64_t step = 0;
+    // Step time: the last instruction's end (kept as instructions end).
+    const std::int64_t step = last_end_;
     int stuck = 0;
     for (std::size_t r = 0; r < p_.ranks.size(); ++r) {
         for (int s = 0; s < kStreamCount; ++s) {
@@ -118,7 +118,6 @@ SimResult Engine::run() {
                 }
             }
         }
-        for (const auto& tm : timing_[r]) step = std::max(step, tm.end);
     }
     res_.step_time_ns = step;
 
@@ -147,7 +146,7 @@ SimResult Engine::run() {
     }
 
     attribute_idle(res_);
-    if (opt_.critical_path && !res_.deadlock) res_.critical_path = detail::critical_path(p_, timing_, step);
+    if (opt_.critical_path && !res_.deadlock) res_.critical_path = detail::critical_path(p_, timing_, groups_, step);
     if (opt_.record_trace) {
         for (std::size_t r = 0; r < p_.ranks.size(); ++r)
             for (std::size_t i = 0; i < timing_[r].size(); ++i) {

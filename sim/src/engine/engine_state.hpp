@@ -121,6 +121,7 @@ private:
     const EngineOptions& opt_;
 
     std::int64_t now_ = 0;
+    std::int64_t last_end_ = 0;  ///< latest instruction end (time only moves forward): the step time
     std::uint64_t seq_ = 0;
     std::priority_queue<Event, std::vector<Event>, EventLater> events_;
     std::vector<std::pair<int, int>> ready_;
@@ -159,6 +160,16 @@ private:
     std::vector<Pool> pools_;
     std::vector<std::array<int, kTierCount>> rank_pool_;
     std::vector<double> node_scale_;
+    // Live allocations by tensor id, per rank. Lowered programs number their tensors densely, so
+    // a rank whose ids span a range not much larger than its allocation count gets a flat slice
+    // of live_slots_ (id - live_min_[rank]); others (hand-built programs) use the map.
+    struct LiveSlot {
+        Allocation a;
+        bool live = false;
+    };
+    BigVector<LiveSlot> live_slots_;
+    std::vector<std::int64_t> live_min_;     ///< per rank: smallest tensor id; -1: uses live_
+    std::vector<std::size_t> live_offset_;   ///< per rank: its slice in live_slots_
     std::vector<std::unordered_map<std::int64_t, Allocation>> live_;
 
     SimResult res_;

@@ -20,6 +20,12 @@ constexpr std::size_t kHugeBufferMinBytes = kHugePageBytes;  ///< smaller buffer
 /// first written (e.g. right after vector::reserve); harmless on memory already touched.
 void advise_huge_pages(const void* p, std::size_t bytes) noexcept;
 
+/// For a buffer about to be written front to back that this code did not allocate itself (a
+/// std::vector's reserve): advise_huge_pages for its aligned interior, and the unaligned head and
+/// tail (4 KiB pages either way) populated in one call (MADV_POPULATE_WRITE, Linux 5.14+) instead
+/// of one fault per page, which here costs ~3x more. Like the advice, failure changes nothing.
+void prepare_write_once(const void* p, std::size_t bytes) noexcept;
+
 /// std::allocator, except that buffers of kHugeBufferMinBytes or more are 2 MiB-aligned, rounded up
 /// to whole huge pages and advised.
 template <typename T>

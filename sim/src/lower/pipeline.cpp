@@ -345,7 +345,7 @@ Program lower(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, const
         rp.multiplicity = o.full_mode ? 1 : static_cast<std::int64_t>(p.tp) * p.cp * p.dp;
         rp.node = rp.global_rank / gpn;
         rp.instrs.reserve(per_rank);
-        detail::advise_huge_pages(rp.instrs.data(), rp.instrs.capacity() * sizeof(Instr));  // before the first write
+        detail::prepare_write_once(rp.instrs.data(), rp.instrs.capacity() * sizeof(Instr));  // before the first write
         RankLowering rl(m, c, p, o, prog, rp, names, co, o.full_mode, tensor_counter);
         rl.run(steps);
         prog.events = std::max(prog.events, rl.events());
