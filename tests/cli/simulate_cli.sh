@@ -46,4 +46,20 @@ echo '{"tp": 3, "pp": 1, "dp": 1, "micro_batch": 1, "global_batch": 8}' >"$T/bad
 [ ! -e "$T/bad.json" ] || fail "output written on an invalid plan"
 "$S" simulate --scenario llama-3-8b-8xh100 --steps 0 >/dev/null 2>&1; rc=$?
 [ $rc -eq 2 ] || fail "--steps 0: exit $rc (want 2)"
+
+# Calibration: the built-in Hopper set is applied by default and named in the summary; 'none'
+# gives the uncalibrated model (a different step time: the Hopper GEMM factor is not 1); a
+# calibration file with a bad factor exits 2 and writes nothing.
+grep -q "^calibration .*set Hopper" "$T/out" || fail "summary does not name the Hopper calibration set"
+"$S" simulate --scenario llama-3-8b-8xh100 --calibration none --json "$T/raw.json" >"$T/raw.out" 2>&1 || fail "--calibration none"
+grep -q "^calibration .*none" "$T/raw.out" || fail "summary does not say uncalibrated"
+python3 - "$T/r.json" "$T/raw.json" <<'PY' || fail "calibration had no effect"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+assert a["step_time_s"] > b["step_time_s"] * 1.2, (a["step_time_s"], b["step_time_s"])
+PY
+echo '{"schema": 2, "groups": [{"arch": "Hopper", "factors": {"gemm": 0}}]}' >"$T/cal.json"
+"$S" simulate --scenario llama-3-8b-8xh100 --calibration "$T/cal.json" --json "$T/bad.json" >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] || fail "bad calibration factor: exit $rc (want 2)"
+[ ! -e "$T/bad.json" ] || fail "output written with a bad calibration"
 echo OK
