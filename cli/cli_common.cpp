@@ -43,6 +43,8 @@ sim::Calibration calibration_for(const std::string& calibration, const hwdb::Har
             std::snprintf(buf, sizeof buf, " %s %.2f", sim::Calibration::name(i), c.at(i));
             line += buf;
         }
+        std::snprintf(buf, sizeof buf, " overlap %.2f", c.overlap);
+        line += buf;
         *described = line + " (--calibration none: uncalibrated)";
     }
     return c;

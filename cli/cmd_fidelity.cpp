@@ -135,7 +135,7 @@ void run_fidelity(const FidelityArgs& a) {
             g.train_entries = static_cast<int>(
                 std::count_if(entries.begin(), entries.end(), [](const sim::FidelityEntry& e) { return e.skipped.empty(); }));
             if (sim::calibration_supported()) {
-                const sim::FitResult fit = sim::fit_calibration(evaluate);
+                const sim::FitResult fit = sim::fit_calibration_overlap(evaluate);
                 g.factors = fit.calibration;
                 g.train_mape_before = fit.before;
                 g.train_mape_after = fit.after;
@@ -147,7 +147,7 @@ void run_fidelity(const FidelityArgs& a) {
         }
         cal.fitted = sim::calibration_supported();
         cal.note = cal.fitted ? "per architecture family: surrogate (critical path by class) golden-section search in "
-                                "[0.5, 2.5], re-linearised by simulation; " + std::to_string(simulations) + " simulations of the train rows"
+                                "[0.5, 2.5], re-linearised by simulation, at each overlap-interference value of a grid; " + std::to_string(simulations) + " simulations of the train rows"
                               : "not fitted: this build's simulate() does not apply Calibration; identity factors";
         cal_text = sim::to_json_text(cal);
     } else if (a.calibration != "none") {
@@ -172,6 +172,7 @@ void run_fidelity(const FidelityArgs& a) {
         std::cout << "  " << std::left << std::setw(8) << (g.arch == "*" ? "other" : g.arch) << std::right;
         for (int i = 0; i < sim::Calibration::kFactors; ++i)
             std::cout << "  " << sim::Calibration::name(i) << " " << g.factors.at(i);
+        std::cout << "  overlap " << g.factors.overlap;
         if (g.train_entries > 0)
             std::cout << std::setprecision(1) << "  (train " << g.train_entries << ": " << 100 * g.train_mape_before << "% -> "
                       << 100 * g.train_mape_after << "%)" << std::setprecision(3);

@@ -102,6 +102,7 @@ LayerTimes Estimator::layer_times(const PlanSpec& p) {
     EngineOptions eo;
     eo.record_trace = true;
     eo.critical_path = false;
+    eo.overlap_slowdown = cal_.overlap;
     SimResult r = simulate_program(prog, costs, nullptr, eo);
 
     // Windows on the compute stream: a layer's forward from its first to its last kernel (TP/CP/EP

@@ -63,6 +63,8 @@ namespace detail {
 
 void Engine::setup() {
     const auto nr = p_.ranks.size();
+    comm_active_.assign(nr, 0);
+    kernel_.assign(nr, RunningKernel{});
     streams_.resize(nr);
     timing_.resize(nr);
     const std::size_t events = nr * static_cast<std::size_t>(std::max(0, p_.events));
@@ -196,7 +198,16 @@ void Engine::advance(int r, int s) {
                 tm.provenance = static_cast<std::int8_t>(e.provenance);
                 tm.exec = now_;
                 st.blocked = true;
-                schedule(now_ + std::max<std::int64_t>(0, e.duration_ns), Ev::stream_done, r, s);
+                const std::int64_t d = std::max<std::int64_t>(0, e.duration_ns);
+                if (opt_.overlap_slowdown > 0 && s == static_cast<int>(Stream::compute)) {
+                    RunningKernel& k = kernel_[static_cast<std::size_t>(r)];
+                    k.running = true;
+                    k.since_ns = now_;
+                    k.remaining_ns = static_cast<double>(d);
+                    reschedule_kernel(r);
+                } else {
+                    schedule(now_ + d, Ev::stream_done, r, s);
+                }
                 return;
             }
             default:
@@ -354,6 +365,8 @@ void Engine::start_transfer(int tid) {
     for (std::size_t k = 0; k < tr.members.size(); ++k) {
         const auto& m = tr.members[k];
         timing_[static_cast<std::size_t>(m.rank)][static_cast<std::size_t>(m.instr)].exec = now_;
+        if (is_comm(p_.ranks[static_cast<std::size_t>(m.rank)].instrs[static_cast<std::size_t>(m.instr)].kind))
+            comm_changed(m.rank, +1);
         schedule(now_ + std::max<std::int64_t>(0, m.demand.latency_ns), Ev::member_begin, tid, static_cast<int>(k));
     }
 }
@@ -487,11 +500,35 @@ void Engine::member_finished(int tid) {
     free_transfers_.push_back(tid);
 }
 
+// The running kernel's progress is settled at every change of its rate, and its end re-scheduled
+// under a new version; a kernel that starts at the same instant as a transfer is slowed from that
+// instant, whichever the engine processes first.
+void Engine::reschedule_kernel(int r) {
+    RunningKernel& k = kernel_[static_cast<std::size_t>(r)];
+    k.rate = comm_active_[static_cast<std::size_t>(r)] > 0 ? 1.0 / (1.0 + opt_.overlap_slowdown) : 1.0;
+    ++k.version;
+    const double ns = std::max(0.0, k.remaining_ns) / k.rate;
+    schedule(now_ + static_cast<std::int64_t>(std::ceil(ns - 1e-6)), Ev::stream_done, r, static_cast<int>(Stream::compute), k.version);
+}
+
+void Engine::comm_changed(int r, int delta) {
+    int& n = comm_active_[static_cast<std::size_t>(r)];
+    const bool was = n > 0;
+    n += delta;
+    RunningKernel& k = kernel_[static_cast<std::size_t>(r)];
+    if (opt_.overlap_slowdown <= 0 || !k.running || was == (n > 0)) return;
+    k.remaining_ns -= static_cast<double>(now_ - k.since_ns) * k.rate;
+    k.since_ns = now_;
+    reschedule_kernel(r);
+}
+
 void Engine::finish_instr(int r, int s) {
     auto& st = streams_[static_cast<std::size_t>(r)][static_cast<std::size_t>(s)];
     const int i = st.order[st.pos];
     Timing& tm = timing_[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)];
     tm.end = last_end_ = now_;
+    if (is_comm(p_.ranks[static_cast<std::size_t>(r)].instrs[static_cast<std::size_t>(i)].kind)) comm_changed(r, -1);
+    if (s == static_cast<int>(Stream::compute)) kernel_[static_cast<std::size_t>(r)].running = false;
     res_.ranks[static_cast<std::size_t>(r)].busy_ns[static_cast<std::size_t>(s)] += tm.end - tm.exec;
     ++res_.instructions;
     ++st.pos;

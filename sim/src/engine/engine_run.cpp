@@ -92,6 +92,9 @@ SimResult Engine::run() {
             const Flow& fl = flows_[static_cast<std::size_t>(e.a)];
             if (!fl.active || fl.version != e.version) continue;  // stale: do not advance time
         }
+        if (e.type == Ev::stream_done && opt_.overlap_slowdown > 0 && e.b == static_cast<int>(Stream::compute) &&
+            kernel_[static_cast<std::size_t>(e.a)].version != e.version)
+            continue;  // a kernel end superseded by a rate change
         now_ = e.t;
         switch (e.type) {
             case Ev::stream_done: finish_instr(e.a, e.b); break;

@@ -140,6 +140,19 @@ private:
 
     std::vector<Transfer> transfers_;
     std::vector<int> free_transfers_;
+    /// Interference (EngineOptions::overlap_slowdown): per rank, collectives / p2p in flight, and the
+    /// kernel running on its compute stream, whose rate drops to 1 / (1 + slowdown) while any is.
+    struct RunningKernel {
+        bool running = false;
+        std::int64_t since_ns = 0;   ///< last rate change
+        double remaining_ns = 0;     ///< work left at full speed
+        double rate = 1;
+        std::uint32_t version = 0;   ///< stream_done events of older versions are stale
+    };
+    std::vector<int> comm_active_;
+    std::vector<RunningKernel> kernel_;
+    void comm_changed(int r, int delta);
+    void reschedule_kernel(int r);
     std::map<std::int64_t, int> open_matches_;
     int groups_ = 0;
 

@@ -87,10 +87,11 @@ Calibration fit_surrogate(const std::vector<FidelityRow>& rows, const Calibratio
 
 FitResult fit_calibration(const std::function<std::vector<FidelityRow>(const Calibration&)>& evaluate, const FitOptions& o) {
     FitResult res;
-    std::vector<FidelityRow> rows = evaluate(Calibration{});
+    Calibration best;
+    best.overlap = o.overlap;
+    std::vector<FidelityRow> rows = evaluate(best);
     ++res.simulations;
     res.before = real_mape(rows);
-    Calibration best;
     double best_f = res.before;
     for (int round = 0; round < o.rounds; ++round) {
         const Calibration next = fit_surrogate(rows, best, o);
@@ -99,6 +100,7 @@ FitResult fit_calibration(const std::function<std::vector<FidelityRow>(const Cal
         // exposed): try the step, then half of it in log space.
         for (double step : {1.0, 0.5}) {
             Calibration trial;
+            trial.overlap = o.overlap;
             for (int c = 0; c < Calibration::kFactors; ++c)
                 trial.at(c) = std::round(std::exp2(std::log2(best.at(c)) + step * (std::log2(next.at(c)) - std::log2(best.at(c)))) * 1e4) / 1e4;
             std::vector<FidelityRow> got = evaluate(trial);
@@ -115,6 +117,26 @@ FitResult fit_calibration(const std::function<std::vector<FidelityRow>(const Cal
     res.calibration = best;
     res.after = best_f;
     return res;
+}
+
+FitResult fit_calibration_overlap(const std::function<std::vector<FidelityRow>(const Calibration&)>& evaluate,
+                                  const FitOptions& o) {
+    STRATA_ASSERT(!o.overlap_grid.empty(), "fit_calibration_overlap needs an overlap grid");
+    FitResult best;
+    bool have = false;
+    double identity = 0;
+    int simulations = 0;
+    for (double k : o.overlap_grid) {
+        FitOptions oo = o;
+        oo.overlap = k;
+        const FitResult r = fit_calibration(evaluate, oo);
+        simulations += r.simulations;
+        if (!have) identity = r.before;  // the grid's first value: 0, the uncalibrated model
+        if (!have || r.after < best.after - 1e-6) best = r, have = true;
+    }
+    best.before = identity;
+    best.simulations = simulations;
+    return best;
 }
 
 }  // namespace strata::sim

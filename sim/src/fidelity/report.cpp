@@ -61,7 +61,7 @@ std::string factors_json(const Calibration& c) {
     o << "{";
     for (int i = 0; i < Calibration::kFactors; ++i)
         o << (i ? ", " : "") << "\"" << Calibration::name(i) << "\": " << json_num(c.at(i), 4);
-    o << "}";
+    o << ", \"overlap\": " << json_num(c.overlap, 4) << "}";
     return o.str();
 }
 
@@ -73,6 +73,9 @@ Calibration read_factors(JsonReader f) {
             f.fail(Calibration::name(i), "must be a positive multiplier (got " + describe_json(nlohmann::json(v)) + ")");
         c.at(i) = v;
     }
+    c.overlap = f.num_or("overlap", 0.0);
+    if (!(c.overlap >= 0 && c.overlap < 1))
+        f.fail("overlap", "must be a slowdown fraction in [0, 1) (got " + describe_json(nlohmann::json(c.overlap)) + ")");
     f.reject_unknown();
     return c;
 }

@@ -85,6 +85,7 @@ SimOutput simulate(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
     EngineOptions eo;
     eo.record_trace = o.trace;
     eo.critical_path = o.critical_path;
+    eo.overlap_slowdown = o.calibration.overlap;
     eo.memory.gpu_capacity_bytes = out.capacities.gpu_bytes;
     eo.memory.cpu_capacity_bytes = out.capacities.cpu_bytes;
     eo.memory.ssd_capacity_bytes = out.capacities.ssd_bytes;

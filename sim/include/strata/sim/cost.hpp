@@ -57,8 +57,11 @@ struct Calibration {
     double memory_bound = 1.0;  ///< norms, element-wise, embedding, loss, GPU optimizer
     double collective = 1.0;    ///< collectives (latency and busy time)
     double p2p = 1.0;           ///< pipeline send/recv
+    /// Not a multiplier: compute kernels that start while a transfer of their rank is in flight run
+    /// (1 + overlap) times longer (EngineOptions::overlap_slowdown). 0 = ideal overlap.
+    double overlap = 0.0;
 
-    static constexpr int kFactors = 6;
+    static constexpr int kFactors = 6;  ///< the multipliers above (overlap is fitted separately)
     /// The factors by index, in the order above (fits iterate over them).
     double& at(int i);
     double at(int i) const;

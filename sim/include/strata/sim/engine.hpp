@@ -92,6 +92,10 @@ struct EngineOptions {
     bool record_trace = false;     ///< keep spans and memory samples for trace.hpp
     bool critical_path = true;     ///< build the DAG and its longest path after the run
     std::size_t max_oom_records = 1000;
+    /// Compute/communication interference: a kernel that starts while a collective or p2p transfer
+    /// of its rank is in flight runs (1 + overlap_slowdown) times longer (NCCL kernels take SMs and
+    /// HBM bandwidth from the GEMMs they overlap). 0 = ideal overlap.
+    double overlap_slowdown = 0;
 };
 
 /// Run one step of `program`. `resources` may be null (PrivateResourceMap is used). The Program

@@ -137,6 +137,9 @@ struct FitOptions {
     int passes = 4;
     double tolerance = 0.001;  ///< stop a line search when the log2 bracket is narrower than this
     int rounds = 4;            ///< simulate-and-relinearise rounds
+    double overlap = 0;        ///< fit_calibration: the interference term, held fixed
+    /// fit_calibration_overlap: the interference values tried (each with its own multiplier fit)
+    std::vector<double> overlap_grid = {0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4};
 };
 struct FitResult {
     Calibration calibration;
@@ -147,9 +150,15 @@ struct FitResult {
 double surrogate_error(const FidelityRow& r, const Calibration& f);
 /// Minimise the surrogate MAPE of `rows` from `start`.
 Calibration fit_surrogate(const std::vector<FidelityRow>& rows, const Calibration& start, const FitOptions& o = {});
-/// The whole fit: `evaluate` simulates the train rows at a calibration.
+/// The whole fit: `evaluate` simulates the train rows at a calibration. The interference term
+/// stays at o.overlap; `before` is the MAPE at the identity multipliers with that term.
 FitResult fit_calibration(const std::function<std::vector<FidelityRow>(const Calibration&)>& evaluate,
                           const FitOptions& o = {});
+/// The interference term is not linear in the critical path's classes, so it is searched on a grid
+/// (o.overlap_grid), the multipliers fitted at each value; the lowest real train MAPE wins (ties:
+/// the smaller term). `before` is the MAPE of the uncalibrated model (identity, no interference).
+FitResult fit_calibration_overlap(const std::function<std::vector<FidelityRow>(const Calibration&)>& evaluate,
+                                  const FitOptions& o = {});
 
 /// One fitted set: for GPUs of architecture family `arch`, or "*" for every other GPU (fitted on
 /// all train entries).
