@@ -263,6 +263,41 @@ TEST_CASE("fidelity fit recovers known multipliers on synthetic data", "[fidelit
     CHECK(none.after == Approx(none.before));
 }
 
+TEST_CASE("fidelity fit finds the interference term on its grid", "[fidelity]") {
+    // Synthetic rows whose step time is gemm_s * gemm + overlapped_s * overlap (interference adds
+    // time in proportion to the compute that ran beside transfers), published with gemm = 1.2 and
+    // overlap = 0.2. The grid holds 0.2, so the fit lands there with zero error; the row whose
+    // overlapped time is zero pins gemm, the others then pin the term.
+    const std::vector<std::pair<double, double>> ents = {{5, 0}, {2, 4}, {8, 1}, {1, 3}, {3, 2}};
+    auto step = [](const std::pair<double, double>& e, const Calibration& f) { return e.first * f.gemm + e.second * (1 + f.overlap); };
+    Calibration truth;
+    truth.gemm = 1.2;
+    truth.overlap = 0.2;
+    auto evaluate = [&](const Calibration& f) {
+        std::vector<FidelityRow> rows;
+        for (std::size_t i = 0; i < ents.size(); ++i) {
+            FidelityRow r;
+            r.id = "e" + std::to_string(i);
+            r.split = "train";
+            r.quantity = Quantity::step_time_s;
+            r.applied = f;
+            r.step_time_s = step(ents[i], f);
+            r.class_s[0] = ents[i].first * f.gemm;
+            r.other_s = r.step_time_s - r.class_s[0];
+            r.published = step(ents[i], truth);
+            r.predicted = r.step_time_s;
+            r.error = r.predicted / r.published - 1;
+            rows.push_back(r);
+        }
+        return rows;
+    };
+    const FitResult fit = fit_calibration_overlap(evaluate);
+    CHECK(fit.calibration.overlap == Approx(0.2));
+    CHECK(fit.calibration.gemm == Approx(1.2).margin(0.01));
+    CHECK(fit.after < 0.005);
+    CHECK(fit.before == Approx(fit_calibration(evaluate).before));  // identity, no interference
+}
+
 TEST_CASE("calibration.json round trip and strict reading", "[fidelity]") {
     CalibrationRecord r;
     CalibrationGroup all, hopper;
