@@ -7,40 +7,6 @@
 
 namespace strata::sim {
 
-std::string json_quote(const std::string& s) {
-    std::string o = "\"";
-    for (unsigned char c : s) {
-        switch (c) {
-            case '"': o += "\\\""; break;
-            case '\\': o += "\\\\"; break;
-            case '\n': o += "\\n"; break;
-            case '\t': o += "\\t"; break;
-            default:
-                if (c < 0x20) {
-                    char buf[8];
-                    std::snprintf(buf, sizeof buf, "\\u%04x", c);
-                    o += buf;
-                } else {
-                    o += static_cast<char>(c);
-                }
-        }
-    }
-    return o + "\"";
-}
-
-std::string json_num(double v, int decimals) {
-    if (!std::isfinite(v)) return "null";  // JSON has no infinity (e.g. an unlimited capacity)
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
-    std::string s = buf;
-    if (s == "-0" || s.rfind("-0.", 0) == 0) {  // print negative zero as zero
-        bool zero = true;
-        for (char c : s) zero = zero && (c == '-' || c == '0' || c == '.');
-        if (zero) s.erase(0, 1);
-    }
-    return s;
-}
-
 namespace {
 std::string tags_json(const TagBytes& t) {
     std::string o = "{";

@@ -22,4 +22,10 @@ std::string fmt_sci(double v, int digits = 3);
 /// Fixed formatting with `decimals` decimals.
 std::string fmt_fixed(double v, int decimals);
 
+/// JSON string escaping (quotes included), for the hand-written JSON writers.
+std::string json_quote(const std::string& s);
+/// JSON number with `decimals` digits after the point, no exponent, no negative zero; null when
+/// not finite (JSON has no infinity).
+std::string json_num(double v, int decimals);
+
 }  // namespace strata

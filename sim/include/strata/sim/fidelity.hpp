@@ -182,6 +182,9 @@ struct CalibrationRecord {
 std::string to_json_text(const CalibrationRecord& r);
 CalibrationRecord calibration_from_json_text(const std::string& text, const std::string& file);
 
+/// The six multipliers and the interference term as one JSON object (fixed formatting).
+std::string factors_json(const Calibration& c);
+
 /// bench/fidelity/calibration.json as it was when this binary was built (the CLI's default).
 const char* default_calibration_json();
 

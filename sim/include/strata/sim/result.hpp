@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "strata/common/text.hpp"
 #include "strata/sim/cost.hpp"
 #include "strata/sim/program.hpp"
 #include "strata/sim/spec.hpp"
@@ -122,9 +123,8 @@ struct JobFigures {
 /// input). Keys: see docs/engine.md "Result JSON".
 std::string to_json_text(const SimResult& r, const JobFigures& job);
 
-/// JSON string escaping (quotes included), shared with the trace writer.
-std::string json_quote(const std::string& s);
-/// Fixed formatting used by the writers: `decimals` digits after the point, no exponent.
-std::string json_num(double v, int decimals);
+/// json_quote / json_num (the writers' fixed formatting) live in strata/common/text.hpp.
+using strata::json_num;
+using strata::json_quote;
 
 }  // namespace strata::sim
