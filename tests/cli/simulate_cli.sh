@@ -57,6 +57,7 @@ python3 - "$T/r.json" "$T/raw.json" <<'PY' || fail "calibration had no effect"
 import json, sys
 a, b = (json.load(open(f)) for f in sys.argv[1:3])
 assert a["step_time_s"] > b["step_time_s"] * 1.2, (a["step_time_s"], b["step_time_s"])
+assert a["calibration"]["gemm"] > 1 and b["calibration"]["gemm"] == 1 and b["calibration"]["overlap"] == 0, (a["calibration"], b["calibration"])
 PY
 echo '{"schema": 2, "groups": [{"arch": "Hopper", "factors": {"gemm": 0}}]}' >"$T/cal.json"
 "$S" simulate --scenario llama-3-8b-8xh100 --calibration "$T/cal.json" --json "$T/bad.json" >/dev/null 2>&1; rc=$?

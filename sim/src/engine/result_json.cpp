@@ -34,6 +34,10 @@ std::string to_json_text(const SimResult& r, const JobFigures& job) {
     o += "  \"model\": " + json_quote(job.model) + ",\n";
     o += "  \"cluster\": " + json_quote(job.cluster) + ",\n";
     o += "  \"plan\": " + json_quote(job.plan) + ",\n";
+    o += "  \"calibration\": {";
+    for (int i = 0; i < Calibration::kFactors; ++i)
+        o += std::string(i ? ", " : "") + "\"" + Calibration::name(i) + "\": " + json_num(job.calibration.at(i), 4);
+    o += ", \"overlap\": " + json_num(job.calibration.overlap, 4) + "},\n";
     o += "  \"step_time_s\": " + secs(r.step_time_ns) + ",\n";
     o += "  \"tokens_per_s\": " + json_num(job.tokens_per_s, 3) + ",\n";
     o += "  \"tflops_per_gpu\": " + json_num(job.tflops_per_gpu, 3) + ",\n";

@@ -116,6 +116,7 @@ SimOutput simulate(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
         out.job.mfu = out.peak_flops_per_gpu > 0 ? out.job.tflops_per_gpu * 1e12 / out.peak_flops_per_gpu : 0;
     }
     out.job.model = m.name;
+    out.job.calibration = o.calibration;
     out.job.cluster = c.name;
     out.job.plan = "tp" + std::to_string(p.tp) + " pp" + std::to_string(p.pp) + " dp" + std::to_string(p.dp) +
                    (p.cp > 1 ? " cp" + std::to_string(p.cp) : "") + (p.ep > 1 ? " ep" + std::to_string(p.ep) : "") +

@@ -117,6 +117,7 @@ struct JobFigures {
     double tflops_per_gpu = 0;
     double mfu = 0;
     std::string model, cluster, plan;
+    Calibration calibration;  ///< the cost multipliers the step was simulated with (identity: none)
 };
 
 /// The result as JSON text: fixed key order, fixed number formatting (byte-identical for identical
