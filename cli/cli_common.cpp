@@ -31,13 +31,11 @@ sim::Calibration calibration_for(const std::string& calibration, const hwdb::Har
         calibration.empty() ? sim::calibration_from_json_text(sim::default_calibration_json(), "built-in bench/fidelity/calibration.json")
                             : sim::calibration_from_json_text(read_text_file(calibration), calibration);
     const std::string arch = sim::arch_family(hw.gpu.arch);
-    const sim::Calibration c = rec.for_arch(arch);
+    const sim::CalibrationGroup* group = rec.group_for(arch);
+    const sim::Calibration c = group ? group->factors : sim::Calibration{};
     if (described) {
-        std::string group = "*";
-        for (const sim::CalibrationGroup& g : rec.groups)
-            if (g.arch == arch) group = arch;
         std::string line = (calibration.empty() ? std::string("built-in") : calibration) + ", set " +
-                           (group == "*" ? "for other GPUs" : group) + ":";
+                           (!group ? "none (identity)" : group->arch == "*" ? "for other GPUs" : group->arch) + ":";
         char buf[64];
         for (int i = 0; i < sim::Calibration::kFactors; ++i) {
             std::snprintf(buf, sizeof buf, " %s %.2f", sim::Calibration::name(i), c.at(i));

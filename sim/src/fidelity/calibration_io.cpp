@@ -44,13 +44,18 @@ Calibration read_factors(JsonReader f) {
 
 }  // namespace
 
+const CalibrationGroup* CalibrationRecord::group_for(const std::string& arch) const {
+    for (const CalibrationGroup& g : groups)
+        if (g.arch == arch) return &g;
+    for (const CalibrationGroup& g : groups)
+        if (g.arch == "*") return &g;
+    return nullptr;
+}
+
 const Calibration& CalibrationRecord::for_arch(const std::string& arch) const {
     static const Calibration kIdentity{};
-    for (const CalibrationGroup& g : groups)
-        if (g.arch == arch) return g.factors;
-    for (const CalibrationGroup& g : groups)
-        if (g.arch == "*") return g.factors;
-    return kIdentity;
+    const CalibrationGroup* g = group_for(arch);
+    return g ? g->factors : kIdentity;
 }
 
 std::string to_json_text(const CalibrationRecord& r) {

@@ -176,7 +176,9 @@ struct CalibrationRecord {
     std::string note;
     std::vector<CalibrationGroup> groups;  ///< "*" first, then by arch
 
-    /// The set for a GPU of this family: its own group, else "*", else the identity.
+    /// The group for a GPU of this family: its own, else "*", else none (nullptr).
+    const CalibrationGroup* group_for(const std::string& arch) const;
+    /// That group's factors, or the identity when there is none.
     const Calibration& for_arch(const std::string& arch) const;
 };
 std::string to_json_text(const CalibrationRecord& r);
