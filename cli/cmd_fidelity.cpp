@@ -48,24 +48,35 @@ std::string today_utc() {
     return buf;
 }
 
-// Hardware views are resolved up front, one thread (the database handle is not shared across
-// threads); the simulations then run on `threads` workers, each writing its own row, so the
-// output does not depend on the thread count.
-// `cal` picks the multipliers for an architecture family.
-using CalibrationFor = std::function<sim::Calibration(const std::string& arch)>;
+// Hardware views by entry id, resolved once per run on one thread (the database handle is not
+// shared across threads; a fit simulates the train rows dozens of times).
+struct Views {
+    std::map<std::string, hwdb::HardwareView> ok;
+    std::map<std::string, InputError> errors;
+};
 
-std::vector<sim::FidelityRow> run_all(const std::vector<sim::FidelityEntry>& entries, const hwdb::Database& db,
-                                      const CalibrationFor& cal, int threads) {
-    std::map<std::string, hwdb::HardwareView> views;
-    std::map<std::string, InputError> view_errors;
+Views resolve_views(const std::vector<sim::FidelityEntry>& entries, const hwdb::Database& db) {
+    Views v;
     for (const sim::FidelityEntry& e : entries) {
         if (!e.skipped.empty()) continue;
         try {
-            views.emplace(e.id, view_for(db, e.cluster));
+            v.ok.emplace(e.id, view_for(db, e.cluster));
         } catch (const InputError& err) {
-            view_errors.emplace(e.id, err);
+            v.errors.emplace(e.id, err);
         }
     }
+    return v;
+}
+
+// `cal` picks the multipliers for an architecture family.
+using CalibrationFor = std::function<sim::Calibration(const std::string& arch)>;
+
+// The simulations run on `threads` workers, each writing its own row, so the output does not
+// depend on the thread count.
+std::vector<sim::FidelityRow> run_all(const std::vector<sim::FidelityEntry>& entries, const Views& hw,
+                                      const CalibrationFor& cal, int threads) {
+    const auto& views = hw.ok;
+    const auto& view_errors = hw.errors;
     std::vector<sim::FidelityRow> rows(entries.size());
     std::atomic<std::size_t> next{0};
     std::exception_ptr failure;
@@ -101,6 +112,7 @@ void run_fidelity(const FidelityArgs& a) {
     const std::string runs_path = a.runs.empty() ? default_runs_path() : a.runs;
     const std::vector<sim::FidelityEntry> all = sim::load_fidelity_runs(read_text_file(runs_path), runs_path);
     const hwdb::Database db = open_db(a.db);
+    const Views views = resolve_views(all, db);
     const int threads = std::max(1, a.threads);
 
     sim::CalibrationRecord cal;
@@ -113,13 +125,9 @@ void run_fidelity(const FidelityArgs& a) {
         std::map<std::string, std::vector<sim::FidelityEntry>> by_arch;
         for (const sim::FidelityEntry& e : train) {
             if (!e.skipped.empty()) continue;
-            std::string arch;
-            try {
-                arch = sim::arch_family(view_for(db, e.cluster).gpu.arch);
-            } catch (const InputError&) {
-                continue;
-            }
-            by_arch[arch].push_back(e);
+            const auto v = views.ok.find(e.id);
+            if (v == views.ok.end()) continue;
+            by_arch[sim::arch_family(v->second.gpu.arch)].push_back(e);
         }
         std::vector<std::pair<std::string, std::vector<sim::FidelityEntry>>> groups{{"*", train}};
         for (auto& [arch, entries] : by_arch)
@@ -128,7 +136,7 @@ void run_fidelity(const FidelityArgs& a) {
         int simulations = 0;
         for (const auto& [arch, entries] : groups) {
             auto evaluate = [&, &entries = entries](const sim::Calibration& c) {
-                return run_all(entries, db, [&](const std::string&) { return c; }, threads);
+                return run_all(entries, views, [&](const std::string&) { return c; }, threads);
             };
             sim::CalibrationGroup g;
             g.arch = arch;
@@ -158,7 +166,7 @@ void run_fidelity(const FidelityArgs& a) {
     }
 
     const std::vector<sim::FidelityRow> rows =
-        run_all(sim::select_split(all, a.split), db, [&](const std::string& arch) { return cal.for_arch(arch); }, threads);
+        run_all(sim::select_split(all, a.split), views, [&](const std::string& arch) { return cal.for_arch(arch); }, threads);
     const std::string json = a.json.empty() ? "" : sim::fidelity_json_text(rows, cal);
     if (!a.fit_out.empty()) write_output(a.fit_out, cal_text);
     if (!a.json.empty()) write_output(a.json, json);
