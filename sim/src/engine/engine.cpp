@@ -365,7 +365,8 @@ void Engine::start_transfer(int tid) {
     for (std::size_t k = 0; k < tr.members.size(); ++k) {
         const auto& m = tr.members[k];
         timing_[static_cast<std::size_t>(m.rank)][static_cast<std::size_t>(m.instr)].exec = now_;
-        if (is_comm(p_.ranks[static_cast<std::size_t>(m.rank)].instrs[static_cast<std::size_t>(m.instr)].kind))
+        if (opt_.overlap_slowdown > 0 &&
+            is_comm(p_.ranks[static_cast<std::size_t>(m.rank)].instrs[static_cast<std::size_t>(m.instr)].kind))
             comm_changed(m.rank, +1);
         schedule(now_ + std::max<std::int64_t>(0, m.demand.latency_ns), Ev::member_begin, tid, static_cast<int>(k));
     }
@@ -516,7 +517,7 @@ void Engine::comm_changed(int r, int delta) {
     const bool was = n > 0;
     n += delta;
     RunningKernel& k = kernel_[static_cast<std::size_t>(r)];
-    if (opt_.overlap_slowdown <= 0 || !k.running || was == (n > 0)) return;
+    if (!k.running || was == (n > 0)) return;
     k.remaining_ns -= static_cast<double>(now_ - k.since_ns) * k.rate;
     k.since_ns = now_;
     reschedule_kernel(r);
@@ -527,8 +528,10 @@ void Engine::finish_instr(int r, int s) {
     const int i = st.order[st.pos];
     Timing& tm = timing_[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)];
     tm.end = last_end_ = now_;
-    if (is_comm(p_.ranks[static_cast<std::size_t>(r)].instrs[static_cast<std::size_t>(i)].kind)) comm_changed(r, -1);
-    if (s == static_cast<int>(Stream::compute)) kernel_[static_cast<std::size_t>(r)].running = false;
+    if (opt_.overlap_slowdown > 0) {  // interference bookkeeping only when there is interference
+        if (is_comm(p_.ranks[static_cast<std::size_t>(r)].instrs[static_cast<std::size_t>(i)].kind)) comm_changed(r, -1);
+        if (s == static_cast<int>(Stream::compute)) kernel_[static_cast<std::size_t>(r)].running = false;
+    }
     res_.ranks[static_cast<std::size_t>(r)].busy_ns[static_cast<std::size_t>(s)] += tm.end - tm.exec;
     ++res_.instructions;
     ++st.pos;
