@@ -43,6 +43,28 @@ FidelityRow row(const std::string& id, const std::string& split, double error, b
     return r;
 }
 
+// A train row of a synthetic fit: simulated at `applied` in `step_s` seconds, of which `class_s`
+// per calibration class (the rest is other_s); the source published `published_step_s`. Rates are
+// 1000 / step, so a rate row errs by the inverse ratio.
+FidelityRow synthetic_row(std::size_t i, Quantity q, const Calibration& applied, double step_s, double published_step_s,
+                          const std::array<double, Calibration::kFactors>& class_s) {
+    FidelityRow r;
+    r.id = "e" + std::to_string(i);
+    r.split = "train";
+    r.quantity = q;
+    r.applied = applied;
+    r.step_time_s = step_s;
+    r.class_s = class_s;
+    double classified = 0;
+    for (double t : class_s) classified += t;
+    r.other_s = std::max(0.0, step_s - classified);
+    const bool time = q == Quantity::step_time_s;
+    r.published = time ? published_step_s : 1000.0 / published_step_s;
+    r.predicted = time ? step_s : 1000.0 / step_s;
+    r.error = r.predicted / r.published - 1;
+    return r;
+}
+
 }  // namespace
 
 TEST_CASE("fidelity loader: all 69 entries, sorted, both splits", "[fidelity]") {
@@ -217,23 +239,11 @@ TEST_CASE("fidelity fit recovers known multipliers on synthetic data", "[fidelit
         ++calls;
         std::vector<FidelityRow> rows;
         for (std::size_t i = 0; i < ents.size(); ++i) {
-            FidelityRow r;
-            r.id = "e" + std::to_string(i);
-            r.split = "train";
-            r.quantity = i % 2 ? Quantity::step_time_s : Quantity::tokens_per_s;  // both error forms
-            r.applied = f;
-            r.step_time_s = step(ents[i], f);
-            double classified = 0;
-            for (int c = 0; c < Calibration::kFactors; ++c) {
-                r.class_s[static_cast<std::size_t>(c)] = ents[i][static_cast<std::size_t>(c)] * f.at(c);
-                classified += r.class_s[static_cast<std::size_t>(c)];
-            }
-            r.other_s = std::max(0.0, r.step_time_s - classified);
-            const double t_pub = step(ents[i], truth);
-            r.published = r.quantity == Quantity::step_time_s ? t_pub : 1000.0 / t_pub;
-            r.predicted = r.quantity == Quantity::step_time_s ? r.step_time_s : 1000.0 / r.step_time_s;
-            r.error = r.predicted / r.published - 1;
-            rows.push_back(r);
+            Classes cls{};
+            for (int c = 0; c < Calibration::kFactors; ++c)
+                cls[static_cast<std::size_t>(c)] = ents[i][static_cast<std::size_t>(c)] * f.at(c);
+            const Quantity q = i % 2 ? Quantity::step_time_s : Quantity::tokens_per_s;  // both error forms
+            rows.push_back(synthetic_row(i, q, f, step(ents[i], f), step(ents[i], truth), cls));
         }
         return rows;
     };
@@ -276,18 +286,9 @@ TEST_CASE("fidelity fit finds the interference term on its grid", "[fidelity]") 
     auto evaluate = [&](const Calibration& f) {
         std::vector<FidelityRow> rows;
         for (std::size_t i = 0; i < ents.size(); ++i) {
-            FidelityRow r;
-            r.id = "e" + std::to_string(i);
-            r.split = "train";
-            r.quantity = Quantity::step_time_s;
-            r.applied = f;
-            r.step_time_s = step(ents[i], f);
-            r.class_s[0] = ents[i].first * f.gemm;
-            r.other_s = r.step_time_s - r.class_s[0];
-            r.published = step(ents[i], truth);
-            r.predicted = r.step_time_s;
-            r.error = r.predicted / r.published - 1;
-            rows.push_back(r);
+            std::array<double, Calibration::kFactors> cls{};
+            cls[0] = ents[i].first * f.gemm;
+            rows.push_back(synthetic_row(i, Quantity::step_time_s, f, step(ents[i], f), step(ents[i], truth), cls));
         }
         return rows;
     };

@@ -16,16 +16,7 @@ namespace {
 
 // Small GPT: L = 4, h = 64, 4 heads of 16, ffn = 4h = 256, vocab 128, s = 32, learned positions.
 ModelSpec small_gpt() {
-    ModelSpec m;
-    m.name = "tiny-gpt";
-    m.layers = 4;
-    m.hidden = 64;
-    m.heads = 4;
-    m.kv_heads = 4;
-    m.head_dim = 16;
-    m.ffn_hidden = 256;
-    m.vocab = 128;
-    m.seq_len = 32;
+    ModelSpec m = strata::test::gpt_shape("tiny-gpt", 4, 64, 4, 128, 32);
     m.max_position = 32;
     return m;
 }

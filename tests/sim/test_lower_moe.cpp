@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "strata/sim/lower.hpp"
+#include "support/gpt.hpp"
 
 using namespace strata::sim;
 
@@ -12,16 +13,7 @@ namespace {
 
 // L = 2, h = 64, 4 heads of 16, s = 32, 4 experts (top-2) of width 128; every layer MoE.
 ModelSpec moe_model() {
-    ModelSpec m;
-    m.name = "tiny-moe";
-    m.layers = 2;
-    m.hidden = 64;
-    m.heads = 4;
-    m.kv_heads = 4;
-    m.head_dim = 16;
-    m.ffn_hidden = 256;
-    m.vocab = 128;
-    m.seq_len = 32;
+    ModelSpec m = strata::test::gpt_shape("tiny-moe", 2, 64, 4, 128, 32);
     m.max_position = 32;
     m.moe = MoeSpec{};
     m.moe->experts = 4;
