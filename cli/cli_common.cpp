@@ -43,6 +43,10 @@ sim::Calibration calibration_for(const std::string& calibration, const hwdb::Har
         }
         std::snprintf(buf, sizeof buf, " overlap %.2f", c.overlap);
         line += buf;
+        if (c.host_launch_us > 0) {
+            std::snprintf(buf, sizeof buf, " host_launch %.1f us", c.host_launch_us);
+            line += buf;
+        }
         *described = line + " (--calibration none: uncalibrated)";
     }
     return c;

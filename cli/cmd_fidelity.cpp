@@ -143,7 +143,9 @@ void run_fidelity(const FidelityArgs& a) {
             g.train_entries = static_cast<int>(
                 std::count_if(entries.begin(), entries.end(), [](const sim::FidelityEntry& e) { return e.skipped.empty(); }));
             if (sim::calibration_supported()) {
-                const sim::FitResult fit = sim::fit_calibration_overlap(evaluate);
+                sim::FitOptions fo;
+                fo.host_launch_us = sim::kHostLaunchUs;
+                const sim::FitResult fit = sim::fit_calibration_overlap(evaluate, fo);
                 g.factors = fit.calibration;
                 g.train_mape_before = fit.before;
                 g.train_mape_after = fit.after;
@@ -181,6 +183,7 @@ void run_fidelity(const FidelityArgs& a) {
         for (int i = 0; i < sim::Calibration::kFactors; ++i)
             std::cout << "  " << sim::Calibration::name(i) << " " << g.factors.at(i);
         std::cout << "  overlap " << g.factors.overlap;
+        if (g.factors.host_launch_us > 0) std::cout << "  host_launch_us " << g.factors.host_launch_us;
         if (g.train_entries > 0)
             std::cout << std::setprecision(1) << "  (train " << g.train_entries << ": " << 100 * g.train_mape_before << "% -> "
                       << 100 * g.train_mape_after << "%)" << std::setprecision(3);

@@ -103,6 +103,7 @@ LayerTimes Estimator::layer_times(const PlanSpec& p) {
     eo.record_trace = true;
     eo.critical_path = false;
     eo.overlap_slowdown = cal_.overlap;
+    eo.host_launch_ns = cal_.host_launch_us * 1e3;
     SimResult r = simulate_program(prog, costs, nullptr, eo);
 
     // Windows on the compute stream: a layer's forward from its first to its last kernel (TP/CP/EP

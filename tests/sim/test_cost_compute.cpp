@@ -212,3 +212,20 @@ TEST_CASE("FP8 runs: GEMMs take the fp8 multiplier, attention runs at the BF16 r
     a8.dtype = DType::fp8;
     CHECK(compute_cost(a8, ctx).duration_ns == compute_cost(a, ctx).duration_ns);
 }
+
+TEST_CASE("FP8 GEMMs pay for casting their input: 4 bytes per element at HBM speed plus a launch", "[cost][gemm]") {
+    const auto hw = h100_view();
+    CostContext ctx{&hw};
+    Instr g8 = gemm(4096, 2048, 2048, DType::fp8);
+    const double plain = static_cast<double>(compute_cost(g8, ctx).duration_ns) * 1e-9;
+    g8.count = 4096.0 * 2048;  // the m x k input
+    // Hand: read bf16 (2 bytes), write the FP8 copy and its transpose (1 + 1) at 0.87 x 3.35 TB/s,
+    // plus the 3-us launch: 33.55 MB / 2.9145 TB/s + 3 us = 14.51 us.
+    const double cast = 4096.0 * 2048 * 4 / (0.87 * 3.35e12) + 3e-6;
+    CHECK(static_cast<double>(compute_cost(g8, ctx).duration_ns) * 1e-9 == Approx(plain + cast).margin(2e-9));
+    // BF16 GEMMs cast nothing, whatever count says.
+    Instr g16 = gemm(4096, 2048, 2048);
+    const auto g16_0 = compute_cost(g16, ctx).duration_ns;
+    g16.count = 1e9;
+    CHECK(compute_cost(g16, ctx).duration_ns == g16_0);
+}

@@ -452,3 +452,49 @@ TEST_CASE("engine: compute/communication interference slows kernels while a tran
     h2d.bytes = 3000;
     CHECK(simulate_program(one_rank({h2d, compute(1000)}), cost, nullptr, o).step_time_ns == 3000);
 }
+
+TEST_CASE("engine: the host issues kernels in program order and stops at host syncs", "[engine][host]") {
+    FakeCost cost;
+    EngineOptions o;
+    o.host_launch_ns = 20;
+    // Three 10-ns kernels, 20 ns of host time each: issued at 20, 40, 60, so they run 20..30,
+    // 40..50, 60..70; the GPU waits 20 + 10 + 10 = 40 ns for the host. Without the model: 30.
+    auto three = one_rank({compute(10), compute(10), compute(10)});
+    CHECK(simulate_program(three, cost, nullptr).step_time_ns == 30);
+    const SimResult r = simulate_program(three, cost, nullptr, o);
+    CHECK(r.step_time_ns == 70);
+    CHECK(r.ranks[0].host_wait_ns == 40);
+    CHECK(r.ranks[0].bubble_ns == 0);
+    // Long kernels hide the host: 100-ns kernels issued every 20 ns run back to back from 20.
+    CHECK(simulate_program(one_rank({compute(100), compute(100)}), cost, nullptr, o).step_time_ns == 220);
+
+    // A host sync after a 100-ns kernel (host_launch 5): the kernel is issued at 5 and ends at 105;
+    // the host waits for it, so the next kernel is issued at 105 + 5 = 110 and ends at 120.
+    // Without the sync it is issued at 10 and runs right after: 105..115.
+    o.host_launch_ns = 5;
+    Instr sync;
+    sync.kind = InstrKind::host_sync;
+    sync.stream = Stream::compute;
+    CHECK(simulate_program(one_rank({compute(100), sync, compute(10)}), cost, nullptr, o).step_time_ns == 120);
+    CHECK(simulate_program(one_rank({compute(100), compute(10)}), cost, nullptr, o).step_time_ns == 115);
+    // The host is stopped for every stream: a transfer issued after the sync starts at 110 too
+    // (busy 50 ns -> ends 160), though its stream is idle.
+    CHECK(simulate_program(one_rank({compute(100), sync, coll(50, Stream::dp_comm)}), cost, nullptr, o).step_time_ns == 160);
+    // Without the host model a host_sync is only a marker: 100 + 10.
+    CHECK(simulate_program(one_rank({compute(100), sync, compute(10)}), cost, nullptr).step_time_ns == 110);
+}
+
+TEST_CASE("engine: kernel launches per instruction for the host model", "[engine][host]") {
+    Instr g = compute(1);
+    CHECK(host_launches(g) == 1);
+    g.batch = 16;  // a grouped GEMM over 16 local experts: one GEMM each
+    CHECK(host_launches(g) == 16);
+    g.dtype = DType::fp8;  // plus a quantisation kernel each
+    CHECK(host_launches(g) == 32);
+    Instr r = compute(1);
+    r.op = Op::router;
+    CHECK(host_launches(r) == 8);
+    CHECK(host_launches(coll(1, Stream::dp_comm)) == 1);
+    CHECK(host_launches(rec(0, Stream::compute)) == 0);
+    CHECK(host_launches(mem(InstrKind::alloc, Tier::gpu, 1, 0)) == 0);
+}

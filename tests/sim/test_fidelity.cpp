@@ -309,6 +309,7 @@ TEST_CASE("calibration.json round trip and strict reading", "[fidelity]") {
     all.train_mape_after = 0.125;
     hopper.arch = "Hopper";
     hopper.factors.gemm_fp8 = 1.5;
+    hopper.factors.host_launch_us = 4.7;
     r.groups = {all, hopper};
     r.fitted = true;
     r.date = "2026-11-22";
@@ -320,6 +321,8 @@ TEST_CASE("calibration.json round trip and strict reading", "[fidelity]") {
     CHECK(back.for_arch("Volta").p2p == Approx(0.75));
     CHECK(back.for_arch("Hopper").gemm_fp8 == Approx(1.5));
     CHECK(back.for_arch("Hopper").gemm == Approx(1.0));
+    CHECK(back.for_arch("Hopper").host_launch_us == Approx(4.7));
+    CHECK(back.for_arch("Volta").host_launch_us == 0);  // absent: no host model
     CHECK(back.fitted);
     CHECK(back.date == "2026-11-22");
     CHECK(back.groups[0].train_entries == 33);
@@ -329,6 +332,8 @@ TEST_CASE("calibration.json round trip and strict reading", "[fidelity]") {
     const char* bad[] = {
         R"({"schema": 2, "groups": [{"arch": "*", "factors": {"gemm": 0}}]})",
         R"({"schema": 2, "groups": [{"arch": "*", "factors": {"gem": 1.1}}]})",
+        R"({"schema": 2, "groups": [{"arch": "*", "factors": {"host_launch_us": -1}}]})",
+        R"({"schema": 2, "groups": [{"arch": "*", "factors": {"host_launch_us": 1000}}]})",
         R"({"schema": 2, "split": "test", "groups": []})",
         R"({"schema": 1, "factors": {}})",
         R"({"schema": 2})",

@@ -27,7 +27,7 @@ const char* Calibration::name(int i) {
 bool Calibration::is_identity() const {
     for (int i = 0; i < kFactors; ++i)
         if (at(i) != 1.0) return false;
-    return overlap == 0.0;
+    return overlap == 0.0 && host_launch_us == 0.0;
 }
 
 }  // namespace strata::sim

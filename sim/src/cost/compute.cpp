@@ -153,6 +153,8 @@ GridAnswer idw(const std::vector<std::array<double, D>>& pts, const std::vector<
 
 double lg(double x) { return std::log2(std::max(1.0, x)); }
 
+constexpr double kCastBytesPerElement = 4;  ///< FP8 cast-transpose: read bf16, write two fp8 copies
+
 Estimate gemm_cost(const Instr& in, const CostContext& ctx) {
     const auto& hw = *ctx.hw;
     const double m = std::max<double>(1, static_cast<double>(in.m));
@@ -184,7 +186,12 @@ Estimate gemm_cost(const Instr& in, const CostContext& ctx) {
     // Roofline: a GEMM cannot run faster than it streams A, B and C once: (mk + kn + mn) elements.
     const double bytes = in.bytes > 0 ? in.bytes : bytes_per(in.dtype) * (m * k + k * n + m * n) * batch;
     const double t_memory = bytes / cost_detail::hbm_rate(hw).Bps;
-    return Estimate{cost_detail::to_ns(std::max(t_compute, t_memory) * ctx.gpu_slowdown), prov};
+    // FP8: Transformer Engine's cast-transpose of the input first (read 2 bytes, write the FP8 copy
+    // and its transpose, 1 + 1), one more kernel. Memory-bound, so it weighs most on small GEMMs.
+    double t_cast = 0;
+    if (in.dtype == DType::fp8 && in.count > 0)
+        t_cast = in.count * kCastBytesPerElement / cost_detail::hbm_rate(hw).Bps + cost_detail::kLaunchOverheadNs * 1e-9;
+    return Estimate{cost_detail::to_ns((std::max(t_compute, t_memory) + t_cast) * ctx.gpu_slowdown), prov};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -298,6 +305,23 @@ Estimate scaled(Estimate e, double factor) {
 }
 
 }  // namespace
+
+int host_launches(const Instr& in) {
+    switch (in.kind) {
+        case InstrKind::compute: {
+            if (in.op == Op::router) return 8;
+            const bool gemm = in.op == Op::gemm || (in.op == Op::none && in.flops > 0 && in.m > 0);
+            if (!gemm) return 1;
+            return std::max<int>(1, in.batch) * (in.dtype == DType::fp8 ? 2 : 1);
+        }
+        case InstrKind::collective:
+        case InstrKind::send:
+        case InstrKind::recv:
+        case InstrKind::copy:
+        case InstrKind::optimizer: return 1;
+        default: return 0;
+    }
+}
 
 Estimate compute_cost(const Instr& in, const CostContext& ctx) {
     STRATA_ASSERT(ctx.hw != nullptr, "compute_cost needs a HardwareView");

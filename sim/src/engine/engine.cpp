@@ -65,6 +65,11 @@ void Engine::setup() {
     const auto nr = p_.ranks.size();
     comm_active_.assign(nr, 0);
     kernel_.assign(nr, RunningKernel{});
+    if (host_on()) {
+        host_.assign(nr, Host{});
+        host_issue_.resize(nr);
+        for (std::size_t r = 0; r < nr; ++r) host_issue_[r].assign(p_.ranks[r].instrs.size(), -1);
+    }
     streams_.resize(nr);
     timing_.resize(nr);
     const std::size_t events = nr * static_cast<std::size_t>(std::max(0, p_.events));
@@ -165,7 +170,26 @@ void Engine::advance(int r, int s) {
         const Instr& in = rp.instrs[static_cast<std::size_t>(i)];
         Timing& tm = timing_[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)];
         if (tm.issue < 0) tm.issue = now_;
+        if (host_on() && in.kind != InstrKind::alloc && in.kind != InstrKind::free && in.kind != InstrKind::record &&
+            in.kind != InstrKind::wait && !host_gate(r, s, i))
+            return;  // not issued by the host yet: host_ready or the pending sync wakes the stream
         switch (in.kind) {
+            case InstrKind::host_sync: {
+                tm.exec = tm.end = last_end_ = now_;
+                ++st.pos;
+                ++res_.instructions;
+                if (!host_on()) continue;
+                Host& h = host_[static_cast<std::size_t>(r)];
+                if (h.sync == i) {  // the host thread was stopped here: it goes on, and so do its waiters
+                    for (int w = 0; w < kStreamCount; ++w)
+                        if (h.waiters & (1u << w)) {
+                            streams_[static_cast<std::size_t>(r)][static_cast<std::size_t>(w)].blocked = false;
+                            ready_.emplace_back(r, w);
+                        }
+                    h.waiters = 0;
+                }
+                continue;
+            }
             case InstrKind::record:
                 tm.exec = tm.end = last_end_ = now_;
                 ++st.pos;
@@ -216,6 +240,38 @@ void Engine::advance(int r, int s) {
                 return;
         }
     }
+}
+
+// The host thread issues instructions in program order: each costs host_launch_ns per launch, and
+// after a host_sync it waits for that sync to complete on the GPU. Issue times of instructions
+// on other streams are remembered as the thread passes them.
+bool Engine::host_gate(int r, int s, int i) {
+    Host& h = host_[static_cast<std::size_t>(r)];
+    auto& issued = host_issue_[static_cast<std::size_t>(r)];
+    const auto& instrs = p_.ranks[static_cast<std::size_t>(r)].instrs;
+    auto& st = streams_[static_cast<std::size_t>(r)][static_cast<std::size_t>(s)];
+    while (h.pos <= static_cast<std::size_t>(i)) {
+        if (h.sync >= 0) {
+            const std::int64_t done = timing_[static_cast<std::size_t>(r)][static_cast<std::size_t>(h.sync)].end;
+            if (done < 0) {
+                h.waiters |= static_cast<std::uint16_t>(1u << s);
+                st.blocked = true;
+                return false;
+            }
+            h.t = std::max(h.t, done);
+            h.sync = -1;
+        }
+        const Instr& x = instrs[h.pos];
+        h.t += static_cast<std::int64_t>(std::ceil(opt_.host_launch_ns * host_launches(x) - 1e-6));
+        issued[h.pos] = h.t;
+        if (x.kind == InstrKind::host_sync) h.sync = static_cast<int>(h.pos);
+        ++h.pos;
+    }
+    const std::int64_t at = issued[static_cast<std::size_t>(i)];
+    if (at <= now_) return true;
+    st.blocked = true;
+    schedule(at, Ev::host_ready, r, s);
+    return false;
 }
 
 void Engine::record_event(int r, int e, int i) {

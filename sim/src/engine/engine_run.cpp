@@ -11,13 +11,13 @@ void Engine::attribute_idle(SimResult& res) const {
     // which a contiguous run of data movements ending there was executing is exposed transfer time,
     // the rest (e.g. waiting for the previous pipeline stage) is bubble.
     const int cs = static_cast<int>(Stream::compute);
-    double bubble_sum = 0, comm_sum = 0, copy_sum = 0;
+    double bubble_sum = 0, comm_sum = 0, copy_sum = 0, host_sum = 0;
     int counted = 0;
     for (std::size_t r = 0; r < p_.ranks.size(); ++r) {
         const auto& rp = p_.ranks[r];
         auto& rs = res.ranks[r];
         const auto& order = streams_[r][static_cast<std::size_t>(cs)].order;
-        std::int64_t compute_busy = 0, comm = 0, copy = 0;
+        std::int64_t compute_busy = 0, comm = 0, copy = 0, host = 0;
         bool has_compute = false;
         for (int i : order) {
             const Instr& in = rp.instrs[static_cast<std::size_t>(i)];
@@ -25,6 +25,7 @@ void Engine::attribute_idle(SimResult& res) const {
             if (tm.end < 0) continue;
             if (in.kind == InstrKind::compute) {
                 compute_busy += tm.end - tm.exec;
+                host += tm.exec - tm.issue;  // at the head of its stream, waiting only for the host to issue it
                 has_compute = true;
             } else if (is_transfer(in.kind)) {
                 (is_comm(in.kind) ? comm : copy) += tm.end - tm.exec;  // [issue, exec): waiting for peers
@@ -42,7 +43,9 @@ void Engine::attribute_idle(SimResult& res) const {
                     --pos;
                     const Instr& x = rp.instrs[static_cast<std::size_t>(*pos)];
                     const Timing& xt = timing_[r][static_cast<std::size_t>(*pos)];
-                    if (x.kind == InstrKind::record || x.kind == InstrKind::alloc || x.kind == InstrKind::free) continue;
+                    if (x.kind == InstrKind::record || x.kind == InstrKind::host_sync || x.kind == InstrKind::alloc ||
+                        x.kind == InstrKind::free)
+                        continue;
                     if (!is_transfer(x.kind) || xt.end != boundary) break;
                     if (chain_start == tm.end) comm_kind = is_comm(x.kind);
                     chain_start = xt.exec;
@@ -56,18 +59,21 @@ void Engine::attribute_idle(SimResult& res) const {
         rs.compute_idle_ns = res.step_time_ns - compute_busy;
         rs.exposed_comm_ns = comm;
         rs.exposed_copy_ns = copy;
-        rs.bubble_ns = std::max<std::int64_t>(0, rs.compute_idle_ns - comm - copy);
+        rs.host_wait_ns = host;
+        rs.bubble_ns = std::max<std::int64_t>(0, rs.compute_idle_ns - comm - copy - host);
         if (has_compute && res.step_time_ns > 0) {
             ++counted;
             bubble_sum += static_cast<double>(rs.bubble_ns) / static_cast<double>(res.step_time_ns);
             comm_sum += static_cast<double>(comm);
             copy_sum += static_cast<double>(copy);
+            host_sum += static_cast<double>(host);
         }
     }
     if (counted > 0) {
         res.bubble_fraction = bubble_sum / counted;
         res.exposed_comm_ns = static_cast<std::int64_t>(std::llround(comm_sum / counted));
         res.exposed_copy_ns = static_cast<std::int64_t>(std::llround(copy_sum / counted));
+        res.host_wait_ns = static_cast<std::int64_t>(std::llround(host_sum / counted));
     }
 }
 
@@ -100,6 +106,10 @@ SimResult Engine::run() {
             case Ev::stream_done: finish_instr(e.a, e.b); break;
             case Ev::member_begin: member_begin(e.a, e.b); break;
             case Ev::flow_done: flow_done(e.a, e.version); break;
+            case Ev::host_ready:
+                streams_[static_cast<std::size_t>(e.a)][static_cast<std::size_t>(e.b)].blocked = false;
+                ready_.emplace_back(e.a, e.b);
+                break;
         }
         drain();
     }
@@ -155,7 +165,9 @@ SimResult Engine::run() {
             for (std::size_t i = 0; i < timing_[r].size(); ++i) {
                 const auto& tm = timing_[r][i];
                 const auto k = p_.ranks[r].instrs[i].kind;
-                if (tm.end < 0 || k == InstrKind::record || k == InstrKind::alloc || k == InstrKind::free) continue;
+                if (tm.end < 0 || k == InstrKind::record || k == InstrKind::host_sync || k == InstrKind::alloc ||
+                    k == InstrKind::free)
+                    continue;
                 if (k == InstrKind::wait && tm.end == tm.issue) continue;
                 res_.spans.push_back(TraceSpan{static_cast<int>(r), static_cast<int>(i),
                                                k == InstrKind::wait ? tm.issue : tm.exec, tm.end, tm.provenance});

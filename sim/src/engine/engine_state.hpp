@@ -18,7 +18,7 @@
 namespace strata::sim::detail {
 
 
-enum class Ev : std::uint8_t { stream_done, member_begin, flow_done };
+enum class Ev : std::uint8_t { stream_done, member_begin, flow_done, host_ready };
 
 struct Event {
     std::int64_t t;
@@ -153,6 +153,18 @@ private:
     std::vector<RunningKernel> kernel_;
     void comm_changed(int r, int delta);
     void reschedule_kernel(int r);
+    /// Host issue model (EngineOptions::host_launch_ns): per rank, the CPU thread's position in
+    /// program order, its clock, a host_sync it is stopped at, and the streams waiting for it.
+    struct Host {
+        std::size_t pos = 0;         ///< next instruction to issue
+        std::int64_t t = 0;          ///< when the thread is free to issue it
+        int sync = -1;               ///< a host_sync issued but not yet passed
+        std::uint16_t waiters = 0;   ///< streams blocked until that sync completes
+    };
+    std::vector<Host> host_;
+    std::vector<BigVector<std::int64_t>> host_issue_;  ///< [rank][instr]: when the host issued it
+    bool host_on() const { return opt_.host_launch_ns > 0; }
+    bool host_gate(int r, int s, int i);
     std::map<std::int64_t, int> open_matches_;
     int groups_ = 0;
 

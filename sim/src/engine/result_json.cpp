@@ -37,7 +37,8 @@ std::string to_json_text(const SimResult& r, const JobFigures& job) {
     o += "  \"calibration\": {";
     for (int i = 0; i < Calibration::kFactors; ++i)
         o += std::string(i ? ", " : "") + "\"" + Calibration::name(i) + "\": " + json_num(job.calibration.at(i), 4);
-    o += ", \"overlap\": " + json_num(job.calibration.overlap, 4) + "},\n";
+    o += ", \"overlap\": " + json_num(job.calibration.overlap, 4) +
+         ", \"host_launch_us\": " + json_num(job.calibration.host_launch_us, 4) + "},\n";
     o += "  \"step_time_s\": " + secs(r.step_time_ns) + ",\n";
     o += "  \"tokens_per_s\": " + json_num(job.tokens_per_s, 3) + ",\n";
     o += "  \"tflops_per_gpu\": " + json_num(job.tflops_per_gpu, 3) + ",\n";
@@ -45,6 +46,7 @@ std::string to_json_text(const SimResult& r, const JobFigures& job) {
     o += "  \"bubble_fraction\": " + json_num(r.bubble_fraction, 6) + ",\n";
     o += "  \"exposed_comm_s\": " + secs(r.exposed_comm_ns) + ",\n";
     o += "  \"exposed_copy_s\": " + secs(r.exposed_copy_ns) + ",\n";
+    o += "  \"host_wait_s\": " + secs(r.host_wait_ns) + ",\n";
     o += "  \"peak_bytes\": {\"max\": " + tiers_json(r.peak_bytes_max) + ", \"per_rank\": [";
     for (std::size_t k = 0; k < r.ranks.size(); ++k) {
         const auto& rs = r.ranks[k];

@@ -16,7 +16,9 @@ std::string factors_json(const Calibration& c) {
     o << "{";
     for (int i = 0; i < Calibration::kFactors; ++i)
         o << (i ? ", " : "") << "\"" << Calibration::name(i) << "\": " << json_num(c.at(i), 4);
-    o << ", \"overlap\": " << json_num(c.overlap, 4) << "}";
+    o << ", \"overlap\": " << json_num(c.overlap, 4);
+    if (c.host_launch_us > 0) o << ", \"host_launch_us\": " << json_num(c.host_launch_us, 4);
+    o << "}";
     return o.str();
 }
 
@@ -38,6 +40,10 @@ Calibration read_factors(JsonReader f) {
     c.overlap = four(raw);
     if (!(c.overlap >= 0 && c.overlap <= 0.9999))
         f.fail("overlap", "must be a slowdown fraction in [0, 1) (got " + describe_json(nlohmann::json(raw)) + ")");
+    const double host_raw = f.num_or("host_launch_us", 0.0);
+    c.host_launch_us = four(host_raw);
+    if (!(c.host_launch_us >= 0 && c.host_launch_us <= 999.9999))
+        f.fail("host_launch_us", "must be microseconds per kernel launch in [0, 1000) (got " + describe_json(nlohmann::json(host_raw)) + ")");
     f.reject_unknown();
     return c;
 }

@@ -89,6 +89,7 @@ FitResult fit_calibration(const std::function<std::vector<FidelityRow>(const Cal
     FitResult res;
     Calibration best;
     best.overlap = o.overlap;
+    best.host_launch_us = o.host_launch_us;
     std::vector<FidelityRow> rows = evaluate(best);
     ++res.simulations;
     res.before = real_mape(rows);
@@ -101,6 +102,7 @@ FitResult fit_calibration(const std::function<std::vector<FidelityRow>(const Cal
         for (double step : {1.0, 0.5}) {
             Calibration trial;
             trial.overlap = o.overlap;
+            trial.host_launch_us = o.host_launch_us;
             for (int c = 0; c < Calibration::kFactors; ++c)
                 trial.at(c) = std::round(std::exp2(std::log2(best.at(c)) + step * (std::log2(next.at(c)) - std::log2(best.at(c)))) * 1e4) / 1e4;
             std::vector<FidelityRow> got = evaluate(trial);

@@ -86,6 +86,7 @@ SimOutput simulate(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
     eo.record_trace = o.trace;
     eo.critical_path = o.critical_path;
     eo.overlap_slowdown = o.calibration.overlap;
+    eo.host_launch_ns = o.calibration.host_launch_us * 1e3;
     eo.memory.gpu_capacity_bytes = out.capacities.gpu_bytes;
     eo.memory.cpu_capacity_bytes = out.capacities.cpu_bytes;
     eo.memory.ssd_capacity_bytes = out.capacities.ssd_bytes;
@@ -147,6 +148,7 @@ std::string summary_text(const SimOutput& out) {
     s << "bubble             " << pct(r.bubble_fraction) << "\n";
     s << "exposed comm       " << secs_ns(r.exposed_comm_ns) << "\n";
     s << "exposed copies     " << secs_ns(r.exposed_copy_ns) << "\n";
+    if (r.host_wait_ns * 1000 >= r.step_time_ns && r.host_wait_ns > 0) s << "host-bound         " << secs_ns(r.host_wait_ns) << "  (GPU idle until the host issues the next kernel)\n";
     s << "\n";
     s << "memory tier   peak (simulated)   analytical   capacity     status\n";
     const double cap[3] = {out.capacities.gpu_bytes, out.capacities.cpu_bytes, out.capacities.ssd_bytes};

@@ -13,7 +13,7 @@ const char* to_string(Stream s) {
     return i >= 0 && i < kStreamCount ? names[i] : "?";
 }
 const char* to_string(InstrKind k) {
-    static const char* names[] = {"compute", "collective", "send", "recv", "copy", "alloc", "free", "optimizer", "record", "wait"};
+    static const char* names[] = {"compute", "collective", "send", "recv", "copy", "alloc", "free", "optimizer", "record", "wait", "host_sync"};
     return names[static_cast<int>(k)];
 }
 const char* to_string(Op o) {

@@ -60,14 +60,24 @@ struct Calibration {
     /// Not a multiplier: compute kernels that start while a transfer of their rank is in flight run
     /// (1 + overlap) times longer (EngineOptions::overlap_slowdown). 0 = ideal overlap.
     double overlap = 0.0;
+    /// Not a multiplier: host time per kernel launch in microseconds (EngineOptions::host_launch_ns,
+    /// the host issue model). 0 = the host is never the bottleneck.
+    double host_launch_us = 0.0;
 
-    static constexpr int kFactors = 6;  ///< the multipliers above (overlap is fitted separately)
+    static constexpr int kFactors = 6;  ///< the multipliers above (overlap and host_launch_us are fitted separately)
     /// The factors by index, in the order above (fits iterate over them).
     double& at(int i);
     double at(int i) const;
     static const char* name(int i);  ///< "gemm", "gemm_fp8", ...
     bool is_identity() const;
 };
+
+/// Kernel launches the host issues for one instruction (EngineOptions::host_launch_ns): a batched
+/// (grouped-expert) GEMM launches one GEMM per batch entry, as Transformer Engine's GroupedLinear
+/// does, and FP8 adds one quantisation kernel per GEMM; the MoE router is about 8 small kernels
+/// (softmax, top-k, scatter, the auxiliary loss); every other kernel, collective, p2p, copy and
+/// CPU optimizer step is one. record, wait, alloc, free and host_sync cost the host nothing here.
+int host_launches(const Instr& in);
 
 /// What the cost models need to know about the job beyond the instruction.
 struct CostContext {

@@ -96,6 +96,11 @@ struct EngineOptions {
     /// of its rank is in flight runs (1 + overlap_slowdown) times longer (NCCL kernels take SMs and
     /// HBM bandwidth from the GEMMs they overlap). 0 = ideal overlap.
     double overlap_slowdown = 0;
+    /// Host issue model: each rank's CPU thread issues its instructions in program order, spending
+    /// host_launch_ns per kernel launch (host_launches(), cost.hpp); no kernel, transfer or copy starts
+    /// before it is issued, and the thread stops at every host_sync until the GPU has reached it.
+    /// 0 = the host is never the bottleneck (always ahead of the GPU).
+    double host_launch_ns = 0;
 };
 
 /// Run one step of `program`. `resources` may be null (PrivateResourceMap is used). The Program

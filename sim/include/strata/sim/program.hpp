@@ -32,7 +32,9 @@ enum class InstrKind : std::uint8_t {
     free,        ///< memory release (instant)
     optimizer,   ///< optimizer step on the CPU (CPU Adam) over `count` parameters
     record,      ///< record event `event` on this stream
-    wait         ///< block this stream until event `event` is recorded
+    wait,        ///< block this stream until event `event` is recorded
+    host_sync    ///< the host thread blocks until everything before it on its stream has finished
+                 ///< (a device-to-host read the CPU needs: .item(), .cpu(), cudaStreamSynchronize)
 };
 const char* to_string(InstrKind);
 
@@ -95,7 +97,8 @@ struct Instr {
     double flops = 0;                 ///< compute: floating-point operations
     double bytes = 0;                 ///< compute: HBM bytes moved; comm/copy: payload bytes; alloc: size
     union {                           // compute (optimizer_gpu) and optimizer vs. collective, send/recv
-        double count = 0;             ///< optimizer (and compute optimizer_gpu): parameters updated
+        double count = 0;             ///< optimizer (and compute optimizer_gpu): parameters updated;
+                                      ///< fp8 gemm: input elements cast to FP8 first (0 = none)
         std::int64_t match_id;        ///< cross-program matching key for send/recv/collective (0 = none)
     };
     std::int32_t m = 0, n = 0;        ///< gemm shape (per batch); attention: m = seq, n = kv seq, k = head_dim

@@ -19,7 +19,8 @@ namespace strata::sim {
 using TagBytes = std::array<double, kTensorTagCount>;
 
 /// Per RankProgram figures. Idle time of the compute stream is split exactly into
-/// exposed_comm_ns + exposed_copy_ns + bubble_ns (see docs/engine.md, "Bubble and exposed comm").
+/// exposed_comm_ns + exposed_copy_ns + host_wait_ns + bubble_ns (see docs/engine.md, "Bubble and
+/// exposed comm").
 struct RankStats {
     int id = 0;
     int pp_stage = 0;
@@ -29,6 +30,7 @@ struct RankStats {
     std::int64_t compute_idle_ns = 0;    ///< step_time - compute kernels' time on the compute stream
     std::int64_t exposed_comm_ns = 0;    ///< compute stream waiting on collectives / p2p data in flight
     std::int64_t exposed_copy_ns = 0;    ///< compute stream waiting on copies (h2d, d2h, ssd) or CPU optimizer
+    std::int64_t host_wait_ns = 0;       ///< compute kernels ready on the GPU but not yet issued by the host
     std::int64_t bubble_ns = 0;          ///< the rest of the idle time: pipeline dependencies
     std::array<double, kTierCount> peak_bytes{};        ///< gpu: this GPU; cpu/ssd: its node's pool
     std::array<TagBytes, kTierCount> peak_breakdown{};  ///< by TensorTag at that peak
@@ -94,6 +96,7 @@ struct SimResult {
     double bubble_fraction = 0;          ///< mean over ranks with compute work of bubble_ns / step
     std::int64_t exposed_comm_ns = 0;    ///< mean over those ranks
     std::int64_t exposed_copy_ns = 0;    ///< mean over those ranks
+    std::int64_t host_wait_ns = 0;       ///< mean over those ranks (EngineOptions::host_launch_ns)
     std::array<double, kTierCount> peak_bytes_max{};  ///< max over ranks
     bool oom = false;
     std::vector<OomRecord> ooms;         ///< first excursion past capacity of each pool, every time
