@@ -563,3 +563,30 @@ TEST_CASE("instruction fields that share storage read back per kind", "[lower]")
     CHECK(sends == 4 * 2 * 2);  // per micro-batch: activation send + recv, gradient send + recv
     CHECK(allocs > 0);
 }
+
+TEST_CASE("blocking pipeline p2p: compute waits for every send it issued", "[lower]") {
+    PlanSpec p = plan(1, 2, 1, 4);
+    auto sends_awaited = [&](const Program& prog) {
+        int sends = 0, awaited = 0;
+        for (const auto& rp : prog.ranks) {
+            const auto& v = rp.instrs;
+            for (std::size_t i = 0; i < v.size(); ++i) {
+                if (v[i].kind != InstrKind::send) continue;
+                ++sends;
+                // The send's stream records right after it, and compute waits for that event.
+                if (i + 2 < v.size() && v[i + 1].kind == InstrKind::record && v[i + 1].stream == Stream::pp_p2p &&
+                    v[i + 2].kind == InstrKind::wait && v[i + 2].stream == Stream::compute && v[i + 2].event == v[i + 1].event)
+                    ++awaited;
+            }
+        }
+        return std::make_pair(sends, awaited);
+    };
+    const auto overlapped = sends_awaited(lower(small_gpt(), cluster(2), p));
+    p.p2p_blocking = true;
+    const auto blocking = sends_awaited(lower(small_gpt(), cluster(2), p));
+    // 4 micro-batches: stage 0 sends 4 activations, stage 1 sends 4 gradients.
+    CHECK(overlapped.first == 8);
+    CHECK(overlapped.second == 0);
+    CHECK(blocking.first == 8);
+    CHECK(blocking.second == 8);
+}

@@ -4,6 +4,9 @@
 // block. Byte counts derived by hand in the comments.
 #include <catch2/catch.hpp>
 
+#include <map>
+#include <string>
+
 #include "strata/sim/lower.hpp"
 #include "support/gpt.hpp"
 
@@ -79,4 +82,68 @@ TEST_CASE("MoE with TP and SP dispatches each rank's sequence shard", "[lower][m
     CHECK(nosp.a2a_bytes == Approx(32.0 * 2 * 64 * 2));
     CHECK(nosp.tp_ag == 0);
     CHECK(nosp.tp_ar == 2);
+}
+
+TEST_CASE("MoE layers stop the host for the token counts and permute tokens around the dispatch", "[lower][moe]") {
+    PlanSpec p;
+    p.dp = 2;
+    p.ep = 2;
+    p.micro_batch = 1;
+    p.global_batch = 2;
+    const Program prog = lower(moe_model(), node(), p);
+    const auto& names = prog.names;
+    int syncs = 0, permutes = 0, unpermutes = 0;
+    double permute_bytes = 0;
+    for (const Instr& in : prog.ranks[0].instrs) {
+        if (in.layer != 0) continue;
+        if (in.kind == InstrKind::host_sync) {
+            ++syncs;
+            CHECK(in.phase == Phase::forward);  // the backward reuses the forward's split sizes
+        }
+        if (in.kind != InstrKind::compute || in.name < 0) continue;
+        const std::string& n = names[static_cast<std::size_t>(in.name)];
+        if (n == "moe.permute") ++permutes, permute_bytes = in.bytes;
+        if (n == "moe.unpermute") ++unpermutes;
+    }
+    // One micro-batch per rank: one forward (one sync), the backward mirrors both copies.
+    CHECK(syncs == 1);
+    CHECK(permutes == 2);
+    CHECK(unpermutes == 2);
+    // 32 tokens read once and written top-2 times, h 64, 2 bytes: 32 x 3 x 64 x 2 = 12288.
+    CHECK(permute_bytes == Approx(32.0 * 3 * 64 * 2));
+}
+
+TEST_CASE("FP8 plans: inputs cast before unfused linears and every dgrad; head and router in BF16", "[lower][fp8]") {
+    PlanSpec p;
+    p.dp = 2;
+    p.ep = 2;
+    p.micro_batch = 1;
+    p.global_batch = 2;
+    p.precision = Precision::fp8;
+    const Program prog = lower(moe_model(), node(), p);
+    const auto& names = prog.names;
+    std::map<std::string, double> cast_fwd, cast_bwd;
+    std::map<std::string, DType> dtype;
+    for (const Instr& in : prog.ranks[0].instrs) {
+        if (in.kind != InstrKind::compute || in.op != Op::gemm || in.name < 0) continue;
+        const std::string& n = names[static_cast<std::size_t>(in.name)];
+        dtype[n] = in.dtype;
+        if (in.layer != 0) continue;
+        (in.phase == Phase::forward ? cast_fwd : cast_bwd)[n] += in.count;
+    }
+    CHECK(dtype["logits"] == DType::bf16);
+    CHECK(dtype["router.gemm"] == DType::bf16);
+    CHECK(dtype["experts.fc1"] == DType::fp8);
+    // Forward (h 64, 4 experts of 128, top-2, ep 2: each rank's 2 experts get 2 x 32 x 2 / 4 = 32
+    // tokens): qkv's input comes FP8 from the fused norm (0); proj casts 32 x 64; experts fc1 casts
+    // 2 x 32 x 64 and fc2 (after the SwiGLU-free GELU, 128 wide) 2 x 32 x 128.
+    CHECK(cast_fwd["qkv"] == 0);
+    CHECK(cast_fwd["proj"] == Approx(32.0 * 64));
+    CHECK(cast_fwd["experts.fc1"] == Approx(2.0 * 32 * 64));
+    CHECK(cast_fwd["experts.fc2"] == Approx(2.0 * 32 * 128));
+    // Backward: each dgrad casts dY (tokens x the layer's output width), the wgrads nothing.
+    CHECK(cast_bwd["qkv"] == Approx(32.0 * 3 * 64));
+    CHECK(cast_bwd["proj"] == Approx(32.0 * 64));
+    CHECK(cast_bwd["experts.fc2"] == Approx(2.0 * 32 * 64));
+    CHECK(cast_bwd["experts.fc1"] == Approx(2.0 * 32 * 128));
 }

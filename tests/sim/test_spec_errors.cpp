@@ -134,6 +134,9 @@ TEST_CASE("validate_plan: context and sequence parallelism", "[spec][errors]") {
     expect_error([] { validate(model(), plan(R"({"global_batch": 8, "sequence_parallel": true, "tp_comm_overlap": true})")); },
                  "p.json", "plan.tp_comm_overlap", "(got tp 1, sequence parallel)");
     CHECK_NOTHROW(validate(model(), plan(R"({"tp": 2, "global_batch": 8, "sequence_parallel": true, "tp_comm_overlap": true})")));
+    // Blocking pipeline p2p describes a pipeline.
+    expect_error([] { validate(model(), plan(R"({"global_batch": 8, "p2p_blocking": true})")); }, "p.json", "plan.p2p_blocking",
+                 "needs plan.pp >= 2 (got pp 1)");
 }
 
 TEST_CASE("validate_plan: expert parallelism", "[spec][errors]") {

@@ -77,7 +77,7 @@ void RankLowering::mlp_forward(int pending_ag) {
     if (pending_ag >= 0) wait(Stream::compute, pending_ag);
     compute(Op::elementwise, n_.act, 0, d_.mats * d_.tokens * f * Dims::act_bytes);  // GELU: r+w; SwiGLU: 2r+w
     const int rs = tp_overlap() ? tp_out_collective() : -1;
-    gemm(n_.fc2, d_.tokens, d_.h, f);
+    gemm_cast(n_.fc2, d_.tokens, d_.h, f);
     if (rs >= 0) wait(Stream::compute, rs);
 }
 
@@ -88,11 +88,18 @@ void RankLowering::mlp_forward(int pending_ag) {
 // (experts are TP-split) and reduce-scattered back before the combine; hidden states are never
 // gathered (Megatron-Core MoEAlltoAllTokenDispatcher). Shared experts are a TP MLP on the gathered
 // input, run while the dispatch is in flight. All-to-all bytes: routed tokens * top_k * h * 2.
+// The dispatcher needs the per-expert token counts on the host (the all-to-all split sizes and
+// the grouped GEMM's m_splits are Python ints): the CPU waits for the router (host_sync). Tokens
+// are permuted into expert order before the dispatch (read each token, write its top_k copies)
+// and un-permuted after the combine (read the copies, write their weighted sum).
 void RankLowering::moe_forward(int layer) {
     const bool sp = d_.tp > 1 && d_.sp;
     const double routed = sp ? d_.tokens_sp : d_.tokens;
-    gemm(n_.router_gemm, routed, d_.experts, d_.h);
+    gemm_high(n_.router_gemm, routed, d_.experts, d_.h);
     compute(Op::router, n_.router, 0, 2 * routed * d_.experts * 4);
+    host_sync(Stream::compute, n_.moe_counts);
+    const double permute_bytes = routed * (1 + d_.top_k) * d_.h * Dims::act_bytes;
+    compute(Op::elementwise, n_.moe_permute, 0, permute_bytes);
     const double a2a_bytes = routed * d_.top_k * d_.h * Dims::act_bytes;
     const double tp_bytes = d_.tokens * d_.top_k * d_.h * Dims::act_bytes;  // all TP ranks' assignments
     int dispatched = -1;
@@ -102,21 +109,22 @@ void RankLowering::moe_forward(int layer) {
     if (d_.shared > 0) {
         tp_forward_in(true);
         const double f = d_.shared * d_.expert_ffn / d_.tp;
-        gemm(n_.shared_fc1, d_.tokens, (d_.mats - 1) * f, d_.h);
+        gemm_cast(n_.shared_fc1, d_.tokens, (d_.mats - 1) * f, d_.h);
         compute(Op::elementwise, n_.shared_act, 0, d_.mats * d_.tokens * f * Dims::act_bytes);
-        gemm(n_.shared_fc2, d_.tokens, d_.h, f);
+        gemm_cast(n_.shared_fc2, d_.tokens, d_.h, f);
         if (sp) shared_out = tp_out_collective();
     }
     if (dispatched >= 0) wait(Stream::compute, dispatched);
     const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.tp;
-    gemm(n_.experts_fc1, te, (d_.mats - 1) * f, d_.h, batch);
+    gemm_cast(n_.experts_fc1, te, (d_.mats - 1) * f, d_.h, batch);
     compute(Op::elementwise, n_.experts_act, 0, batch * d_.mats * te * f * Dims::act_bytes);
-    gemm(n_.experts_fc2, te, d_.h, f, batch);
+    gemm_cast(n_.experts_fc2, te, d_.h, f, batch);
     int combined = -1;
     if (sp) combined = collective(Stream::tp_comm, CollKind::reduce_scatter, Group::tp, tp_bytes, n_.tp_rs);
     if (d_.ep > 1)
         combined = collective(Stream::ep_comm, CollKind::all_to_all, Group::ep, a2a_bytes, n_.ep_combine, combined >= 0 ? combined : kAfterCompute);
     wait(Stream::compute, combined);
+    compute(Op::elementwise, n_.moe_unpermute, 0, permute_bytes);
     wait(Stream::compute, shared_out);
     (void)layer;
 }
@@ -137,7 +145,7 @@ void RankLowering::layer_forward(int layer, Phase phase) {
         compute(Op::elementwise, n_.rope, 0, 2 * d_.tokens * (d_.q_w + d_.kv_w) / d_.tp * Dims::act_bytes);
     attention_core_forward(phase);
     const int rs_proj = overlap ? tp_out_collective() : -1;
-    gemm(n_.proj, d_.tokens, d_.h, d_.q_w / d_.tp);
+    gemm_cast(n_.proj, d_.tokens, d_.h, d_.q_w / d_.tp);
     if (overlap) wait(Stream::compute, rs_proj);
     else tp_forward_out();
     compute(Op::elementwise, n_.residual1, 0, resid_bytes);
@@ -184,13 +192,13 @@ void RankLowering::attention_core_backward() {
 void RankLowering::mlp_backward(int layer, int pending_ag) {
     (void)layer;
     const double f = d_.ffn / d_.tp;
-    gemm(n_.fc2, d_.tokens, f, d_.h);        // dgrad
+    gemm_cast(n_.fc2, d_.tokens, f, d_.h);   // dgrad
     if (pending_ag >= 0) wait(Stream::compute, pending_ag);  // TP overlap: dY's gather ran beside it
     gemm(n_.fc2, f, d_.h, d_.tokens);        // wgrad
     compute(Op::elementwise, n_.act, 0, 2 * d_.mats * d_.tokens * f * Dims::act_bytes);
     int input_ev = -1;
     if (d_.tp > 1 && d_.sp) input_ev = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * Dims::act_bytes, n_.tp_ag_input);
-    gemm(n_.fc1, d_.tokens, d_.h, (d_.mats - 1) * f);  // dgrad
+    gemm_cast(n_.fc1, d_.tokens, d_.h, (d_.mats - 1) * f);  // dgrad
     int red_ev = -1;
     if (d_.tp > 1)
         red_ev = collective(Stream::tp_comm, d_.sp ? CollKind::reduce_scatter : CollKind::all_reduce, Group::tp,
@@ -208,15 +216,17 @@ void RankLowering::moe_backward(int layer) {
     const double routed = sp ? d_.tokens_sp : d_.tokens;
     const double a2a_bytes = routed * d_.top_k * d_.h * Dims::act_bytes;
     const double tp_bytes = d_.tokens * d_.top_k * d_.h * Dims::act_bytes;
+    const double permute_bytes = routed * (1 + d_.top_k) * d_.h * Dims::act_bytes;
+    compute(Op::elementwise, n_.moe_unpermute, 0, permute_bytes);  // the un-permute's gradient: copy dY to each top_k slot
     int arrived = -1;
     if (d_.ep > 1) arrived = collective(Stream::ep_comm, CollKind::all_to_all, Group::ep, a2a_bytes, n_.ep_combine);
     if (sp) arrived = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, tp_bytes, n_.tp_ag, arrived >= 0 ? arrived : kAfterCompute);
     wait(Stream::compute, arrived);
     const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.tp;
-    gemm(n_.experts_fc2, te, f, d_.h, batch);
+    gemm_cast(n_.experts_fc2, te, f, d_.h, batch);
     gemm(n_.experts_fc2, f, d_.h, te, batch);
     compute(Op::elementwise, n_.experts_act, 0, 2 * batch * d_.mats * te * f * Dims::act_bytes);
-    gemm(n_.experts_fc1, te, d_.h, (d_.mats - 1) * f, batch);
+    gemm_cast(n_.experts_fc1, te, d_.h, (d_.mats - 1) * f, batch);
     gemm(n_.experts_fc1, d_.h, (d_.mats - 1) * f, te, batch);
     int back = -1;
     if (sp) back = collective(Stream::tp_comm, CollKind::reduce_scatter, Group::tp, tp_bytes, n_.tp_rs);
@@ -226,17 +236,18 @@ void RankLowering::moe_backward(int layer) {
     if (d_.shared > 0) {
         tp_forward_in(true);  // SP: gather dY for the shared experts' TP MLP
         const double fs = d_.shared * d_.expert_ffn / d_.tp;
-        gemm(n_.shared_fc2, d_.tokens, fs, d_.h);
+        gemm_cast(n_.shared_fc2, d_.tokens, fs, d_.h);
         gemm(n_.shared_fc2, fs, d_.h, d_.tokens);
         compute(Op::elementwise, n_.shared_act, 0, 2 * d_.mats * d_.tokens * fs * Dims::act_bytes);
-        gemm(n_.shared_fc1, d_.tokens, d_.h, (d_.mats - 1) * fs);
+        gemm_cast(n_.shared_fc1, d_.tokens, d_.h, (d_.mats - 1) * fs);
         gemm(n_.shared_fc1, d_.h, (d_.mats - 1) * fs, d_.tokens);
         if (sp) shared_back = tp_out_collective();
     }
     wait(Stream::compute, back);
+    compute(Op::elementwise, n_.moe_permute, 0, permute_bytes);  // the permute's gradient: sum the top_k copies
     compute(Op::router, n_.router, 0, 2 * routed * d_.experts * 4);
-    gemm(n_.router_gemm, routed, d_.h, d_.experts);
-    gemm(n_.router_gemm, d_.h, d_.experts, routed);
+    gemm_high(n_.router_gemm, routed, d_.h, d_.experts);
+    gemm_high(n_.router_gemm, d_.h, d_.experts, routed);
     wait(Stream::compute, shared_back);
     if (d_.tp > 1 && !sp) wait(Stream::compute, tp_out_collective());  // no SP: all-reduce dX
 }
@@ -261,7 +272,7 @@ void RankLowering::layer_backward(int layer, int layer_in_stage) {
     // Attention block.
     compute(Op::elementwise, n_.residual1, 0, resid_bytes);
     const int ag_dproj = tp_forward_in(!tp_overlap());
-    gemm(n_.proj, d_.tokens, d_.q_w / d_.tp, d_.h);  // dgrad
+    gemm_cast(n_.proj, d_.tokens, d_.q_w / d_.tp, d_.h);  // dgrad
     if (tp_overlap()) wait(Stream::compute, ag_dproj);
     gemm(n_.proj, d_.q_w / d_.tp, d_.h, d_.tokens);  // wgrad
     if (p_.recompute == Recompute::selective && !full_re) attention_core_forward(Phase::recompute);
@@ -271,7 +282,7 @@ void RankLowering::layer_backward(int layer, int layer_in_stage) {
     int input_ev = -1;
     if (d_.tp > 1 && d_.sp) input_ev = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * Dims::act_bytes, n_.tp_ag_input);
     const double qkv_n = (d_.q_w + 2 * d_.kv_w) / d_.tp;
-    gemm(n_.qkv, d_.tokens, d_.h, qkv_n);  // dgrad
+    gemm_cast(n_.qkv, d_.tokens, d_.h, qkv_n);  // dgrad
     int red_ev = -1;
     if (d_.tp > 1)
         red_ev = collective(Stream::tp_comm, d_.sp ? CollKind::reduce_scatter : CollKind::all_reduce, Group::tp,

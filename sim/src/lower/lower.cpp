@@ -19,6 +19,7 @@ void Names::intern(Program& p) {
     residual1 = id("residual1"); norm2 = id("norm2"); fc1 = id("fc1"); act = id("act"); fc2 = id("fc2");
     residual2 = id("residual2"); router_gemm = id("router.gemm"); router = id("router.topk");
     experts_fc1 = id("experts.fc1"); experts_act = id("experts.act"); experts_fc2 = id("experts.fc2");
+    moe_permute = id("moe.permute"); moe_unpermute = id("moe.unpermute"); moe_counts = id("moe.token_counts_to_host");
     shared_fc1 = id("shared.fc1"); shared_act = id("shared.act"); shared_fc2 = id("shared.fc2");
     embedding = id("embedding"); final_norm = id("final_norm"); logits = id("logits"); loss = id("loss");
     tp_ar = id("tp.all_reduce"); tp_ag = id("tp.all_gather"); tp_rs = id("tp.reduce_scatter");

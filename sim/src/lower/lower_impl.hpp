@@ -18,6 +18,7 @@ namespace strata::sim::lower_detail {
 struct Names {
     int norm1, qkv, rope, attn, attn_local, attn_remote, proj, residual1, norm2, fc1, act, fc2, residual2;
     int router_gemm, router, experts_fc1, experts_act, experts_fc2, shared_fc1, shared_act, shared_fc2;
+    int moe_permute, moe_unpermute, moe_counts;
     int embedding, final_norm, logits, loss;
     int tp_ar, tp_ag, tp_rs, tp_ag_input, cp_kv_ag, cp_dkv_rs, ep_dispatch, ep_combine;
     int pp_act, pp_grad;
@@ -95,10 +96,26 @@ private:
         return in;
     }
     Instr& gemm(int name, double m, double n, double k, double batch = 1);
+    /// A GEMM whose m x k input is cast to FP8 first when the plan trains in FP8 (Transformer Engine
+    /// quantises a linear layer's input unless a fused norm wrote it in FP8, and every dgrad's dY):
+    /// Instr::count carries the elements cast, and the cost model charges the cast.
+    Instr& gemm_cast(int name, double m, double n, double k, double batch = 1) {
+        Instr& in = gemm(name, m, n, k, batch);
+        if (in.dtype == DType::fp8) in.count = m * k * batch;
+        return in;
+    }
+    /// A GEMM that stays in 16-bit under FP8 training (the output layer and the MoE router sit
+    /// outside Megatron's fp8_autocast region).
+    Instr& gemm_high(int name, double m, double n, double k, double batch = 1) {
+        Instr& in = gemm(name, m, n, k, batch);
+        if (in.dtype == DType::fp8) in.dtype = DType::bf16;
+        return in;
+    }
     /// Sets a compute instruction's shape (m, n, k, batch), checking that it fits Instr's fields.
     static void set_shape(Instr& in, double m, double n, double k, double batch);
     int record(Stream s);
     void wait(Stream s, int ev);
+    void host_sync(Stream s, int name) { push(InstrKind::host_sync, s, name); }
     static constexpr int kAfterCompute = -2;
     /// A collective on `s` that first waits for `after` (kAfterCompute: compute's progress so
     /// far; -1: nothing); returns its completion event.

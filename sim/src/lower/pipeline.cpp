@@ -140,7 +140,7 @@ void RankLowering::forward_pass(int mb, int chunk) {
         stashed_[{mb_, chunk, -2}] = alloc_list(logits_desc_, logits_ids_);
         compute(Op::norm, n_.final_norm, 0, 2 * d_.tokens_sp * d_.h * Dims::act_bytes);
         tp_forward_in(true);
-        gemm(n_.logits, d_.tokens, d_.vocab / d_.tp, d_.h);  // vocab-parallel head
+        gemm_high(n_.logits, d_.tokens, d_.vocab / d_.tp, d_.h);  // vocab-parallel head
         // Vocab-parallel cross-entropy: read the fp32 logits shard, write the softmax for backward.
         compute(Op::loss, n_.loss, 0, 2 * d_.tokens * d_.vocab / d_.tp * 4);
     } else {
@@ -149,6 +149,7 @@ void RankLowering::forward_pass(int mb, int chunk) {
         in.bytes = p2p_bytes;
         in.peer = program_of_stage((v + 1) % pp_);
         in.match_id = p2p_match(mb_, v, true, lane);
+        if (p_.p2p_blocking) wait(Stream::compute, record(Stream::pp_p2p));  // compute resumes after the send
     }
 }
 
@@ -170,8 +171,8 @@ void RankLowering::backward_pass(int mb, int chunk) {
         wait(Stream::compute, record(Stream::pp_recv));
     } else {
         compute(Op::loss, n_.loss, 0, 2 * d_.tokens * d_.vocab / d_.tp * 4);
-        gemm(n_.logits, d_.tokens, d_.h, d_.vocab / d_.tp);  // dgrad
-        gemm(n_.logits, d_.h, d_.vocab / d_.tp, d_.tokens);  // wgrad
+        gemm_high(n_.logits, d_.tokens, d_.h, d_.vocab / d_.tp);  // dgrad
+        gemm_high(n_.logits, d_.h, d_.vocab / d_.tp, d_.tokens);  // wgrad
         if (d_.tp > 1) {
             const double bytes = d_.tokens * d_.h * Dims::act_bytes;
             wait(Stream::compute, collective(Stream::tp_comm, d_.sp ? CollKind::reduce_scatter : CollKind::all_reduce,
@@ -234,6 +235,7 @@ void RankLowering::backward_pass(int mb, int chunk) {
         in.bytes = p2p_bytes;
         in.peer = program_of_stage((v - 1) % pp_);
         in.match_id = p2p_match(mb_, v, false, lane);
+        if (p_.p2p_blocking) wait(Stream::compute, record(Stream::pp_p2p));  // compute resumes after the send
     }
     if (bucketed) flush_buckets();  // the chunk's gradients are final
 }

@@ -113,6 +113,7 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
     if (p.tp_comm_overlap && (p.tp < 2 || !p.sequence_parallel))
         fail("plan.tp_comm_overlap", "needs plan.tp >= 2 and plan.sequence_parallel = true (got tp " + s(p.tp) +
                                          (p.sequence_parallel ? ", sequence parallel" : ", no sequence parallelism") + ")");
+    if (p.p2p_blocking && p.pp < 2) fail("plan.p2p_blocking", "needs plan.pp >= 2 (got pp " + s(p.pp) + "): it describes pipeline send/recv");
     if (p.sequence_parallel && p.tp > 1 && (m.seq_len / p.cp) % p.tp != 0)
         fail("plan.sequence_parallel", "needs model.seq_len / plan.cp = " + s(m.seq_len / p.cp) + " divisible by plan.tp = " + s(p.tp));
 

@@ -115,6 +115,9 @@ struct PlanSpec {
     bool overlap_grad_reduce = true;      ///< DP reduce bucketed and overlapped with backward
     bool overlap_param_gather = true;     ///< ZeRO-3 / dist-opt all-gather prefetched
     bool tp_comm_overlap = false;         ///< TE userbuffers: SP all-gather / reduce-scatter pipelined with their GEMMs
+    /// Pipeline send/recv in line with compute (DeepSpeed's PipelineEngine: blocking NCCL p2p on
+    /// the compute stream) instead of beside it (Megatron's batched isend/irecv).
+    bool p2p_blocking = false;
     std::int64_t dp_bucket_bytes = 40'000'000;  ///< DP gradient bucket (Megatron default 40 MB)
     std::vector<int> layer_split;         ///< uneven pipeline: layers per stage (empty = even)
     std::string name;                     ///< optional label (JSON "name")
