@@ -69,7 +69,7 @@ Estimator::Estimator(const ModelSpec& m, const ClusterSpec& c, const hwdb::Hardw
 Estimator::~Estimator() = default;
 
 LayerTimes Estimator::layer_times(const PlanSpec& p) {
-    const Key key{p.tp, p.cp, p.ep, p.micro_batch, p.sequence_parallel ? 1 : 0, static_cast<int>(p.recompute),
+    const Key key{p.tp, p.cp, p.ep * 4096 + p.etp(), p.micro_batch, p.sequence_parallel ? 1 : 0, static_cast<int>(p.recompute),
                   p.zero_stage == 3 ? p.dp : 0, static_cast<int>(p.precision), p.flash_attention ? 1 : 0};
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
@@ -193,14 +193,14 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     // Data parallelism over dp x cp (Megatron's grad reduction group); experts over edp.
     StageParams sp;
     if (p.layer_split.empty()) {
-        auto [it, inserted] = stage_params_.try_emplace(std::make_tuple(p.tp, p.pp, p.ep, worst_stage));
+        auto [it, inserted] = stage_params_.try_emplace(std::make_tuple(p.tp, p.pp, p.ep * 4096 + p.etp(), worst_stage));
         if (inserted) it->second = stage_params(m_, p, worst_stage);
         sp = it->second;
     } else {
         sp = stage_params(m_, p, worst_stage);
     }
     const int dpg = p.dp * p.cp;
-    const int edp = std::max(1, dpg / std::max(1, p.ep));
+    const int edp = p.edp();
     double dp_s = 0, ag_s = 0;
     if (dpg > 1 && p.zero_stage < 3) {
         const CollKind k = p.zero_stage == 0 ? CollKind::all_reduce : CollKind::reduce_scatter;

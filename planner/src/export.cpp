@@ -39,6 +39,15 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
         flag("group-query-attention");
         arg("num-query-groups", m.kv_heads);
     }
+    if (m.heads > 0 && m.head_dim > 0 && m.head_dim * m.heads != m.hidden) arg("kv-channels", m.head_dim);
+    if (m.mla) {
+        flag("multi-latent-attention");
+        if (m.mla->q_lora_rank > 0) arg("q-lora-rank", m.mla->q_lora_rank);
+        arg("kv-lora-rank", m.mla->kv_lora_rank);
+        arg("qk-head-dim", m.mla->qk_nope_head_dim);
+        arg("qk-pos-emb-head-dim", m.mla->qk_rope_head_dim);
+        arg("v-head-dim", m.mla->v_head_dim);
+    }
     arg("ffn-hidden-size", m.ffn_hidden);
     arg("seq-length", m.seq_len);
     arg("max-position-embeddings", m.max_position > 0 ? m.max_position : m.seq_len);
@@ -52,7 +61,14 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
         arg("moe-router-topk", m.moe->top_k);
         if (m.moe->expert_ffn_hidden > 0 && m.moe->expert_ffn_hidden != m.ffn_hidden)
             arg("moe-ffn-hidden-size", m.moe->expert_ffn_hidden);
-        if (m.moe->moe_every > 1) arg("moe-layer-freq", m.moe->moe_every);
+        if (m.moe->first_k_dense > 0) {
+            // Megatron takes a per-layer pattern: 0 = dense, 1 = MoE.
+            std::string pattern = "[";
+            for (int l = 0; l < m.layers; ++l) pattern += std::string(l ? "," : "") + (m.layer_is_moe(l) ? "1" : "0");
+            arg("moe-layer-freq", "\"" + pattern + "]\"");
+        } else if (m.moe->moe_every > 1) {
+            arg("moe-layer-freq", m.moe->moe_every);
+        }
         if (m.moe->shared_experts > 0)
             arg("moe-shared-expert-intermediate-size", m.moe->shared_experts * (m.moe->expert_ffn_hidden > 0 ? m.moe->expert_ffn_hidden : m.ffn_hidden));
         if (m.moe->capacity_factor > 0) arg("moe-expert-capacity-factor", m.moe->capacity_factor);
@@ -70,6 +86,7 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
     }
     if (p.cp > 1) arg("context-parallel-size", p.cp);
     if (p.ep > 1) arg("expert-model-parallel-size", p.ep);
+    if (p.expert_tp > 0 && p.expert_tp != p.tp) arg("expert-tensor-parallel-size", p.expert_tp);
     if (p.sequence_parallel && p.tp > 1) flag("sequence-parallel");
     arg("micro-batch-size", p.micro_batch);
     arg("global-batch-size", p.global_batch);
@@ -103,6 +120,7 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
         }
     }
     if (p.schedule == Schedule::gpipe) r.unsupported.push_back("GPipe schedule (Megatron-LM runs 1F1B)");
+    if (p.p2p_blocking) r.unsupported.push_back("blocking pipeline p2p (DeepSpeed's pipeline engine; Megatron overlaps send/recv)");
     if (p.zero_stage >= 2) r.unsupported.push_back("ZeRO stage " + std::to_string(p.zero_stage) + " (Megatron's distributed optimizer shards only optimizer states and, with overlap, gradients; use DeepSpeed)");
     if (!p.offload.optimizer.all_gpu() || !p.offload.params.all_gpu() || !p.offload.grads.all_gpu())
         r.unsupported.push_back("offload of model states (Megatron-LM has only --optimizer-cpu-offload in recent versions; use DeepSpeed)");
@@ -200,6 +218,7 @@ PlanSpec plan_from_megatron_args(const std::string& args, int gpus, const std::s
         else if (t == "--pipeline-model-parallel-size") p.pp = value(i);
         else if (t == "--context-parallel-size") p.cp = value(i);
         else if (t == "--expert-model-parallel-size") p.ep = value(i);
+        else if (t == "--expert-tensor-parallel-size") p.expert_tp = value(i);
         else if (t == "--micro-batch-size") p.micro_batch = value(i);
         else if (t == "--global-batch-size") p.global_batch = value(i);
         else if (t == "--num-layers-per-virtual-pipeline-stage") layers_per_virtual = value(i);

@@ -79,3 +79,34 @@ TEST_CASE("DeepSpeed config is valid JSON with the right keys", "[planner][expor
     CHECK(j["zero_optimization"]["offload_param"]["device"] == "cpu");
     CHECK(j["bf16"]["enabled"] == true);
 }
+
+TEST_CASE("Megatron export of MLA, dense-first MoE layers and expert tensor parallelism", "[planner][export]") {
+    ModelSpec m = test::gpt_shape("mla-moe", 6, 1024, 16, 1000, 512);
+    m.head_dim = 128;  // 16 x 128 = 2048 != hidden: needs --kv-channels
+    m.mla = MlaSpec{256, 128, 64, 32, 64};
+    m.moe = MoeSpec{};
+    m.moe->experts = 8;
+    m.moe->top_k = 2;
+    m.moe->expert_ffn_hidden = 512;
+    m.moe->first_k_dense = 2;
+    PlanSpec p;
+    p.tp = 2;
+    p.dp = 4;
+    p.ep = 8;
+    p.expert_tp = 1;
+    p.sequence_parallel = true;
+    p.global_batch = 8;
+    const auto r = planner::export_megatron(m, p);
+    CHECK(r.text.find("--kv-channels 128") != std::string::npos);
+    CHECK(r.text.find("--multi-latent-attention") != std::string::npos);
+    CHECK(r.text.find("--q-lora-rank 256") != std::string::npos);
+    CHECK(r.text.find("--kv-lora-rank 128") != std::string::npos);
+    CHECK(r.text.find("--qk-head-dim 64") != std::string::npos);
+    CHECK(r.text.find("--qk-pos-emb-head-dim 32") != std::string::npos);
+    CHECK(r.text.find("--v-head-dim 64") != std::string::npos);
+    CHECK(r.text.find("--moe-layer-freq \"[0,0,1,1,1,1]\"") != std::string::npos);
+    CHECK(r.text.find("--expert-tensor-parallel-size 1") != std::string::npos);
+    const PlanSpec q = planner::plan_from_megatron_args(r.text, 8, "args");
+    CHECK(q.expert_tp == 1);
+    CHECK(q.ep == 8);
+}

@@ -124,10 +124,12 @@ TEST_CASE("fidelity loader: BLOOM-176B maps field by field", "[fidelity]") {
     CHECK(e.gpus() == 384);
 }
 
-TEST_CASE("fidelity loader: DeepSeek-V3 strips MLA notes, keeps head_dim; H800 in a DGX-H100 node", "[fidelity]") {
+TEST_CASE("fidelity loader: DeepSeek-V3 reads MLA and dense-first layers, drops MTP; H800 in a DGX-H100 node", "[fidelity]") {
     const FidelityEntry& e = entry("deepseek-v3-2048gpu");
-    CHECK(has(e.dropped, "model.mla"));
-    CHECK(has(e.dropped, "model.first_k_dense"));
+    CHECK_FALSE(has(e.dropped, "model.mla"));
+    REQUIRE(e.model.mla.has_value());
+    CHECK(e.model.mla->kv_lora_rank == 512);
+    CHECK(e.model.moe->first_k_dense == 3);
     CHECK(has(e.dropped, "model.mtp_depth"));
     CHECK(e.model.head_dim == 128);
     REQUIRE(e.model.is_moe());

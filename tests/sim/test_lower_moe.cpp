@@ -8,6 +8,7 @@
 #include <string>
 
 #include "strata/sim/lower.hpp"
+#include "strata/sim/tensors.hpp"
 #include "support/gpt.hpp"
 
 using namespace strata::sim;
@@ -45,8 +46,9 @@ LayerComm forward_comm(const Program& prog) {
     for (const Instr& in : prog.ranks[0].instrs) {
         if (in.kind != InstrKind::collective || in.layer != 0 || in.phase != Phase::forward) continue;
         if (in.group == Group::ep && in.coll == CollKind::all_to_all) ++c.a2a, c.a2a_bytes = in.bytes;
-        if (in.group == Group::tp && in.coll == CollKind::all_gather) ++c.tp_ag, c.tp_ag_bytes = std::max(c.tp_ag_bytes, in.bytes);
-        if (in.group == Group::tp && in.coll == CollKind::reduce_scatter) ++c.tp_rs;
+        const bool tp_group = in.group == Group::tp || in.group == Group::etp;  // etp = tp by default
+        if (tp_group && in.coll == CollKind::all_gather) ++c.tp_ag, c.tp_ag_bytes = std::max(c.tp_ag_bytes, in.bytes);
+        if (tp_group && in.coll == CollKind::reduce_scatter) ++c.tp_rs;
         if (in.group == Group::tp && in.coll == CollKind::all_reduce) ++c.tp_ar;
     }
     return c;
@@ -146,4 +148,46 @@ TEST_CASE("FP8 plans: inputs cast before unfused linears and every dgrad; head a
     CHECK(cast_bwd["proj"] == Approx(32.0 * 64));
     CHECK(cast_bwd["experts.fc2"] == Approx(2.0 * 32 * 64));
     CHECK(cast_bwd["experts.fc1"] == Approx(2.0 * 32 * 128));
+}
+
+TEST_CASE("MoE parallel folding: expert_tp 1 keeps whole experts and drops the TP traffic around them", "[lower][moe]") {
+    PlanSpec p;
+    p.tp = 2;
+    p.dp = 2;
+    p.ep = 4;  // over tp x dp = 4 ranks: only possible with expert_tp 1
+    p.expert_tp = 1;
+    p.micro_batch = 1;
+    p.global_batch = 2;
+    p.sequence_parallel = true;
+    const Program prog = lower(moe_model(), node(), p);
+    const LayerComm c = forward_comm(prog);
+    // Each TP rank dispatches its 16-token shard: 16 x top-2 x 64 x 2 bytes each way; the only TP
+    // collectives left are the attention block's all-gather and reduce-scatter.
+    CHECK(c.a2a == 2);
+    CHECK(c.a2a_bytes == Approx(16.0 * 2 * 64 * 2));
+    CHECK(c.tp_ag == 1);
+    CHECK(c.tp_rs == 1);
+    // One expert per rank (4 / ep 4) receives ep x 16 x top-2 / 4 = 32 rows, at the full width 128.
+    bool seen = false;
+    for (const Instr& in : prog.ranks[0].instrs) {
+        if (in.kind != InstrKind::compute || in.layer != 0 || in.phase != Phase::forward) continue;
+        if (prog.names[static_cast<std::size_t>(in.name)] != "experts.fc1") continue;
+        seen = true;
+        CHECK(in.batch == 1);
+        CHECK(in.m == 32);
+        CHECK(in.n == 128);
+    }
+    CHECK(seen);
+    // Expert weights per rank: 1 expert x (64x128 + 128x64) per layer, 2 layers, not split;
+    // edp = 4 / (1 x 4) = 1.
+    CHECK(stage_params(moe_model(), p, 0).expert == Approx(2 * 2.0 * 64 * 128));
+    CHECK(p.edp() == 1);
+    // The same ranks with the default (experts split over tp 2, ep 2 inside dp): the same expert
+    // FLOPs and weights per rank, plus the TP gather and scatter of the routed tokens.
+    PlanSpec d = p;
+    d.ep = 2;
+    d.expert_tp = 0;
+    const LayerComm cd = forward_comm(lower(moe_model(), node(), d));
+    CHECK(cd.tp_ag == 2);
+    CHECK(stage_params(moe_model(), d, 0).expert == Approx(2 * 2.0 * 64 * 128));
 }

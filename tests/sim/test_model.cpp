@@ -169,3 +169,55 @@ TEST_CASE("GQA and SwiGLU layer FLOPs", "[model]") {
     CHECK(f.other > 0);
     CHECK(f.other < 0.01 * f.matmul());
 }
+
+namespace {
+// DeepSeek-V3 (technical report arXiv:2412.19437 and its config.json): 61 layers, h 7168, 128
+// heads, MLA with q_lora 1536, kv_lora 512, nope 128 + rope 64 per query/key head, values 128;
+// the first 3 layers dense (ffn 18432), then 256 routed experts + 1 shared of width 2048, top-8.
+ModelSpec deepseek_v3() {
+    ModelSpec m = llama(61, 7168, 128, 128, 18432);
+    m.vocab = 129280;
+    m.seq_len = 4096;
+    m.mla = MlaSpec{1536, 512, 128, 64, 128};
+    MoeSpec moe;
+    moe.experts = 256;
+    moe.top_k = 8;
+    moe.expert_ffn_hidden = 2048;
+    moe.shared_experts = 1;
+    moe.first_k_dense = 3;
+    m.moe = moe;
+    return m;
+}
+}  // namespace
+
+TEST_CASE("DeepSeek-V3 parameters: MLA and dense-first layers give the published 671B / 37B", "[model][mla]") {
+    // The report: 671B total parameters of which 37B are activated per token (the 14B MTP module
+    // is not counted in the 671B). Per-layer MLA weights by hand: q_down 7168x1536, q_up
+    // 1536x(128x192), kv_down 7168x(512+64), kv_up 512x(128x256), proj (128x128)x7168, plus the
+    // latent norms 1536 + 512 = 187,107,328 + 2,048.
+    const ModelSpec m = deepseek_v3();
+    const LayerParams dense = layer_params(m, 0), moe = layer_params(m, 3);
+    const std::int64_t mla = 7168LL * 1536 + 1536LL * 128 * 192 + 7168LL * 576 + 512LL * 128 * 256 + 128LL * 128 * 7168 + 2048;
+    CHECK(dense.attention == mla);
+    CHECK(moe.attention == mla);
+    CHECK(dense.mlp == 3LL * 7168 * 18432);
+    CHECK(dense.experts == 0);
+    CHECK(moe.experts == 256LL * 3 * 7168 * 2048);
+    CHECK(moe.shared_experts == 3LL * 7168 * 2048);
+    const ParamCounts p = param_counts(m);
+    CHECK(static_cast<double>(p.total) == Approx(671e9).epsilon(0.001));
+    CHECK(static_cast<double>(p.active) == Approx(37.5e9).epsilon(0.02));
+    CHECK_FALSE(m.layer_is_moe(2));
+    CHECK(m.layer_is_moe(3));
+}
+
+TEST_CASE("MLA layer FLOPs: five projections, scores over 192 and values over 128 per head", "[model][mla]") {
+    const ModelSpec m = deepseek_v3();
+    const LayerFlops f = layer_forward_flops(m, 0, 1.0);
+    const double s = 4096, h = 7168;
+    CHECK(f.qkv == Approx(2 * s * (h * 1536 + h * 576 + 1536.0 * 128 * 192 + 512.0 * 128 * 256)));
+    CHECK(f.proj == Approx(2 * s * 128 * 128 * h));
+    // Full square: QK^T 2 s^2 x 128 x 192, PV 2 s^2 x 128 x 128.
+    CHECK(f.attention == Approx(2 * s * s * 128 * (192 + 128)));
+    CHECK(attention_flops(m, 4096, true) == Approx(s * s * 128 * 320));
+}

@@ -134,6 +134,24 @@ TEST_CASE("validate_plan: context and sequence parallelism", "[spec][errors]") {
     expect_error([] { validate(model(), plan(R"({"global_batch": 8, "sequence_parallel": true, "tp_comm_overlap": true})")); },
                  "p.json", "plan.tp_comm_overlap", "(got tp 1, sequence parallel)");
     CHECK_NOTHROW(validate(model(), plan(R"({"tp": 2, "global_batch": 8, "sequence_parallel": true, "tp_comm_overlap": true})")));
+    // MoE parallel folding: etp x ep tiles tp x cp x dp.
+    const ModelSpec mm = [] {
+        ModelSpec x = model();
+        x.moe = MoeSpec{};
+        x.moe->experts = 8;
+        x.moe->top_k = 2;
+        x.moe->expert_ffn_hidden = x.ffn_hidden;
+        return x;
+    }();
+    expect_error([&] { validate(mm, plan(R"({"tp": 2, "dp": 4, "ep": 8, "global_batch": 8, "sequence_parallel": true})")); }, "p.json",
+                 "plan.ep", "(or set plan.expert_tp to fold experts over tp x cp x dp)");
+    CHECK_NOTHROW(validate(mm, plan(R"({"tp": 2, "dp": 4, "ep": 8, "expert_tp": 1, "global_batch": 8, "sequence_parallel": true})")));
+    expect_error([&] { validate(mm, plan(R"({"tp": 2, "dp": 4, "ep": 8, "expert_tp": 2, "global_batch": 8, "sequence_parallel": true})")); },
+                 "p.json", "plan.expert_tp", "x plan.ep = 2*8 = 16 does not divide plan.tp x plan.cp x plan.dp = 8");
+    expect_error([&] { validate(mm, plan(R"({"tp": 2, "dp": 4, "ep": 4, "expert_tp": 1, "global_batch": 8})")); }, "p.json",
+                 "plan.expert_tp", "needs plan.sequence_parallel = true");
+    expect_error([] { validate(model(), plan(R"({"tp": 2, "dp": 4, "expert_tp": 1, "global_batch": 8})")); }, "p.json",
+                 "plan.expert_tp", "needs a MoE model");
     // Blocking pipeline p2p describes a pipeline.
     expect_error([] { validate(model(), plan(R"({"global_batch": 8, "p2p_blocking": true})")); }, "p.json", "plan.p2p_blocking",
                  "needs plan.pp >= 2 (got pp 1)");

@@ -41,8 +41,9 @@ double bus_factor(CollKind k, int n) {
 
 // ---------------------------------------------------------------------------------------------
 // Group layout. Megatron's rank order: global = tp_i + tp*(cp_i + cp*(dp_i + dp*pp_i)). Group::dp
-// is the dp x cp group (lower.hpp: gradients reduce over both); expert groups split dp x cp (ep
-// fastest, stride tp), expert-data groups take the rest (stride tp*ep).
+// is the dp x cp group (lower.hpp: gradients reduce over both); expert groups tile the stage's
+// tp x cp x dp ranks as etp (fastest, stride 1) x ep (stride etp) x edp (stride etp*ep), which with
+// the default etp = tp is ep inside dp x cp.
 // A group is an arithmetic progression of ranks (start 0, stride s, size g); nodes hold G ranks.
 // ---------------------------------------------------------------------------------------------
 namespace {
@@ -58,11 +59,13 @@ Progression progression(Group g, const PlanSpec& p) {
         case Group::tp: return {1, tp};
         case Group::cp: return {tp, cp};
         case Group::dp: return {tp, dp * cp};  // lower's dp collectives span Megatron's dp x cp group
-        case Group::ep: return {tp, ep};
-        case Group::edp: return {tp * ep, std::max<std::int64_t>(1, dp * cp / ep)};
+        case Group::ep: return {p.etp(), ep};
+        case Group::edp: return {p.etp() * ep, p.edp()};
+        case Group::etp: return {1, p.etp()};
         case Group::pp: return {tp * cp * dp, pp};
         case Group::embedding: return {tp * cp * dp * std::max<std::int64_t>(1, pp - 1), pp > 1 ? 2 : 1};
         case Group::world: return {1, tp * cp * dp * pp};
+        case Group::count: break;
     }
     return {1, 1};
 }

@@ -44,8 +44,7 @@ namespace {
 
 // Architecture notes runs.json keeps for information but Strata's model parser does not read.
 // What each one means for the simulation is written in docs/fidelity.md ("Dropped fields").
-constexpr std::array kStrippedModelKeys = {"activation", "embed_layernorm", "first_k_dense",
-                                           "mla",        "mtp_depth",       "position_note"};
+constexpr std::array kStrippedModelKeys = {"activation", "embed_layernorm", "mtp_depth", "position_note"};
 
 // NIC ids of runs.json that hwdb lacks, mapped to the closest hwdb link of the same speed.
 const std::vector<std::pair<std::string, std::string>> kNicSubstitutes = {
@@ -146,21 +145,7 @@ FidelityEntry read_entry(const json& j, const std::string& file, const std::stri
         }
         e.cluster = cluster_from_json_text(cluster.dump(), where);
 
-        json plan_in = plan;
-        // Megatron's MoE parallel folding (expert tensor parallelism 1, EP groups across TP x DP)
-        // has no Strata form: EP groups sit inside DP x CP, experts split by TP. ep / tp experts
-        // groups with TP-split experts give every rank the same expert FLOPs, weights and routed
-        // tokens; the all-to-all and TP traffic around the experts differ. Reported.
-        {
-            const int tp = plan_in.value("tp", 1), dp = plan_in.value("dp", 1), cp = plan_in.value("cp", 1),
-                      ep = plan_in.value("ep", 1);
-            if (ep > 1 && (dp * cp) % ep != 0 && tp > 1 && ep % tp == 0 && (dp * cp) % (ep / tp) == 0) {
-                plan_in["ep"] = ep / tp;
-                e.substitutions.push_back("plan.ep " + std::to_string(ep) + " with expert tensor parallelism 1 -> ep " +
-                                          std::to_string(ep / tp) + " with experts split by tp " + std::to_string(tp));
-            }
-        }
-        e.plan = plan_from_json_text(plan_in.dump(), where);
+        e.plan = plan_from_json_text(plan.dump(), where);
         validate_plan(e.model, e.cluster, e.plan, where);
     } catch (const InputError& err) {
         e.skipped = err.path().empty() ? err.rule() : err.path() + " " + err.rule();

@@ -9,7 +9,9 @@ namespace strata::sim::lower_detail {
 double RankLowering::expert_tokens() const {
     // Each EP rank routes tokens*top_k assignments into E experts; a rank hosts E/ep of them and
     // receives ep*tokens*top_k/E tokens per expert on average, times its load factor.
-    return d_.ep * d_.tokens * d_.top_k / d_.experts * moe_factor_;
+    // With SP the expert-TP group gathers etp ranks' shards (etp = tp: all the tokens).
+    const double tokens = d_.tp > 1 && d_.sp ? d_.tokens_sp * d_.etp : d_.tokens;
+    return d_.ep * tokens * d_.top_k / d_.experts * moe_factor_;
 }
 
 // Sequence parallelism: all-gather the sequence-sharded input before a column-parallel GEMM
@@ -42,7 +44,7 @@ void RankLowering::tp_forward_out() {
     if (ev >= 0) wait(Stream::compute, ev);
 }
 
-// Flash-style causal attention: 4*b*sq*skv*heads*hd/tp flops for QK^T and PV, halved because
+// Flash-style causal attention: 2*b*sq*skv*heads*(dqk + dv)/tp flops for QK^T and PV, halved because
 // masked blocks are skipped. With CP each rank holds s/cp queries against all s keys; K/V of the
 // other cp-1 ranks arrive by an all-gather on cp_comm that overlaps the local block (Megatron's
 // ring attention moves the same bytes: cp-1 steps of 2*b*(s/cp)*kv_w/tp*2 bytes).
@@ -50,12 +52,12 @@ void RankLowering::attention_core_forward(Phase phase) {
     const Phase saved = phase_;
     phase_ = phase;
     const double sq = d_.s / d_.cp;
-    const double flops = 4.0 * d_.b * sq * d_.s * d_.heads * d_.head_dim / d_.tp / 2.0;
-    const double io_bytes = d_.tokens * (2 * d_.q_w + 2 * d_.kv_w) / d_.tp * Dims::act_bytes;
+    const double flops = 2.0 * d_.b * sq * d_.s * d_.heads * (d_.qk_dim + d_.v_dim) / d_.tp / 2.0;
+    const double io_bytes = d_.tokens * (d_.q_w + 2 * d_.kv_w + d_.heads * d_.v_dim) / d_.tp * Dims::act_bytes;
     auto emit = [&](int name, double frac, double kv_len) {
         Instr& in = compute(Op::attention_fwd, name, flops * frac, io_bytes * frac);
         auto whole = [](double x) { return static_cast<double>(static_cast<std::int64_t>(x)); };  // truncates
-        set_shape(in, whole(sq), whole(kv_len), whole(d_.head_dim), whole(d_.b * d_.heads / d_.tp));
+        set_shape(in, whole(sq), whole(kv_len), whole(d_.qk_dim), whole(d_.b * d_.heads / d_.tp));
     };
     if (d_.cp > 1) {
         const double kv_bytes = d_.cp * 2 * d_.b * sq * d_.kv_w / d_.tp * Dims::act_bytes;
@@ -84,8 +86,9 @@ void RankLowering::mlp_forward(int pending_ag) {
 // MoE block (Megatron's all-to-all token dispatcher): router GEMM + top-k on the rank's tokens,
 // all-to-all dispatch over EP, the rank's experts as one batched GEMM (batch = E/ep, m = tokens
 // per expert), all-to-all combine. With sequence parallelism each TP rank routes only its
-// sequence shard: it dispatches tokens/tp, the received assignments are all-gathered over TP
-// (experts are TP-split) and reduce-scattered back before the combine; hidden states are never
+// sequence shard: it dispatches tokens/tp, the received assignments are all-gathered over the
+// expert-TP group (experts are split etp ways; etp = tp by default, none with etp = 1, "MoE
+// parallel folding") and reduce-scattered back before the combine; hidden states are never
 // gathered (Megatron-Core MoEAlltoAllTokenDispatcher). Shared experts are a TP MLP on the gathered
 // input, run while the dispatch is in flight. All-to-all bytes: routed tokens * top_k * h * 2.
 // The dispatcher needs the per-expert token counts on the host (the all-to-all split sizes and
@@ -101,10 +104,11 @@ void RankLowering::moe_forward(int layer) {
     const double permute_bytes = routed * (1 + d_.top_k) * d_.h * Dims::act_bytes;
     compute(Op::elementwise, n_.moe_permute, 0, permute_bytes);
     const double a2a_bytes = routed * d_.top_k * d_.h * Dims::act_bytes;
-    const double tp_bytes = d_.tokens * d_.top_k * d_.h * Dims::act_bytes;  // all TP ranks' assignments
+    const double tp_bytes = d_.tokens_sp * d_.etp * d_.top_k * d_.h * Dims::act_bytes;  // the expert-TP group's assignments
+    const bool etp_comm = sp && d_.etp > 1;
     int dispatched = -1;
     if (d_.ep > 1) dispatched = collective(Stream::ep_comm, CollKind::all_to_all, Group::ep, a2a_bytes, n_.ep_dispatch);
-    if (sp) dispatched = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, tp_bytes, n_.tp_ag, dispatched >= 0 ? dispatched : kAfterCompute);
+    if (etp_comm) dispatched = collective(Stream::tp_comm, CollKind::all_gather, Group::etp, tp_bytes, n_.tp_ag, dispatched >= 0 ? dispatched : kAfterCompute);
     int shared_out = -1;
     if (d_.shared > 0) {
         tp_forward_in(true);
@@ -115,18 +119,75 @@ void RankLowering::moe_forward(int layer) {
         if (sp) shared_out = tp_out_collective();
     }
     if (dispatched >= 0) wait(Stream::compute, dispatched);
-    const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.tp;
+    const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.etp;
     gemm_cast(n_.experts_fc1, te, (d_.mats - 1) * f, d_.h, batch);
     compute(Op::elementwise, n_.experts_act, 0, batch * d_.mats * te * f * Dims::act_bytes);
     gemm_cast(n_.experts_fc2, te, d_.h, f, batch);
     int combined = -1;
-    if (sp) combined = collective(Stream::tp_comm, CollKind::reduce_scatter, Group::tp, tp_bytes, n_.tp_rs);
+    if (etp_comm) combined = collective(Stream::tp_comm, CollKind::reduce_scatter, Group::etp, tp_bytes, n_.tp_rs);
     if (d_.ep > 1)
         combined = collective(Stream::ep_comm, CollKind::all_to_all, Group::ep, a2a_bytes, n_.ep_combine, combined >= 0 ? combined : kAfterCompute);
     wait(Stream::compute, combined);
     compute(Op::elementwise, n_.moe_unpermute, 0, permute_bytes);
     wait(Stream::compute, shared_out);
     (void)layer;
+}
+
+// Multi-head latent attention (Megatron-Core MLASelfAttention): the down-projections are
+// replicated over TP and run on the rank's sequence shard (all tokens without SP); their latents
+// are normed and, with SP, all-gathered over TP (q_lora + kv_lora + rope wide instead of h); the
+// up-projections are column-parallel over heads; RoPE touches the query's and the shared key's
+// rope part. The output projection is the row-parallel one of every layer (layer_forward).
+void RankLowering::mla_projections_forward() {
+    const MlaSpec& a = *m_.mla;
+    const double lat = static_cast<double>(a.q_lora_rank + a.kv_lora_rank), rope = static_cast<double>(a.qk_rope_head_dim);
+    const bool sp = d_.tp > 1 && d_.sp;
+    for (const AttentionLinear& l : mla_linears_)
+        if (!l.tp_split) gemm_cast(l.name == std::string("q_down") ? n_.q_down : n_.kv_down, d_.tokens_sp, static_cast<double>(l.out), d_.h);
+    compute(Op::norm, n_.latent_norm, 0, 2 * d_.tokens_sp * lat * Dims::act_bytes);
+    if (sp) wait(Stream::compute, collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * (lat + rope) * Dims::act_bytes, n_.tp_ag));
+    if (a.q_lora_rank == 0) tp_forward_in(true);  // an uncompressed query projection reads the gathered hidden states
+    for (const AttentionLinear& l : mla_linears_) {
+        if (!l.tp_split || l.name == std::string("proj")) continue;
+        const int name = l.name == std::string("kv_up") ? n_.kv_up : n_.q_up;
+        Instr& in = l.fp8_cast ? gemm_cast(name, d_.tokens, static_cast<double>(l.out) / d_.tp, static_cast<double>(l.in))
+                               : gemm(name, d_.tokens, static_cast<double>(l.out) / d_.tp, static_cast<double>(l.in));
+        (void)in;
+    }
+    if (m_.position == PositionKind::rope)
+        compute(Op::elementwise, n_.rope, 0, 2 * d_.tokens * (d_.heads / d_.tp + 1) * rope * Dims::act_bytes);
+}
+
+// The mirror: RoPE, the up-projections' dgrad and wgrad, the latents' gradient reduced over TP
+// (reduce-scatter with SP, all-reduce without: the up-projections are column-parallel), the latent
+// norms, then the replicated down-projections on the shard.
+void RankLowering::mla_projections_backward() {
+    const MlaSpec& a = *m_.mla;
+    const double lat = static_cast<double>(a.q_lora_rank + a.kv_lora_rank), rope = static_cast<double>(a.qk_rope_head_dim);
+    const bool sp = d_.tp > 1 && d_.sp;
+    if (m_.position == PositionKind::rope)
+        compute(Op::elementwise, n_.rope, 0, 2 * d_.tokens * (d_.heads / d_.tp + 1) * rope * Dims::act_bytes);
+    for (auto it = mla_linears_.rbegin(); it != mla_linears_.rend(); ++it) {
+        const AttentionLinear& l = *it;
+        if (!l.tp_split || l.name == std::string("proj")) continue;
+        const int name = l.name == std::string("kv_up") ? n_.kv_up : n_.q_up;
+        const double out = static_cast<double>(l.out) / d_.tp, in = static_cast<double>(l.in);
+        gemm_cast(name, d_.tokens, in, out);  // dgrad
+        gemm(name, in, out, d_.tokens);       // wgrad
+    }
+    if (d_.tp > 1)
+        wait(Stream::compute, collective(Stream::tp_comm, sp ? CollKind::reduce_scatter : CollKind::all_reduce, Group::tp,
+                                         d_.tokens * (lat + rope + (a.q_lora_rank == 0 ? d_.h : 0)) * Dims::act_bytes,
+                                         sp ? n_.tp_rs : n_.tp_ar));
+    compute(Op::norm, n_.latent_norm, 0, 3 * d_.tokens_sp * lat * Dims::act_bytes);
+    for (auto it = mla_linears_.rbegin(); it != mla_linears_.rend(); ++it) {
+        const AttentionLinear& l = *it;
+        if (l.tp_split) continue;
+        const int name = l.name == std::string("q_down") ? n_.q_down : n_.kv_down;
+        const double out = static_cast<double>(l.out);
+        gemm_cast(name, d_.tokens_sp, d_.h, out);  // dgrad
+        gemm(name, d_.h, out, d_.tokens_sp);       // wgrad
+    }
 }
 
 void RankLowering::layer_forward(int layer, Phase phase) {
@@ -138,14 +199,18 @@ void RankLowering::layer_forward(int layer, Phase phase) {
     const double resid_bytes = (3 + (m_.dropout > 0 ? 1 : 0)) * d_.tokens_sp * d_.h * Dims::act_bytes;  // x, dx, out (+mask)
     const bool overlap = tp_overlap();
     compute(Op::norm, n_.norm1, 0, norm_bytes);
-    const int ag_qkv = tp_forward_in(!overlap);
-    gemm(n_.qkv, d_.tokens, (d_.q_w + 2 * d_.kv_w) / d_.tp, d_.h);
-    if (overlap) wait(Stream::compute, ag_qkv);
-    if (m_.position == PositionKind::rope)
-        compute(Op::elementwise, n_.rope, 0, 2 * d_.tokens * (d_.q_w + d_.kv_w) / d_.tp * Dims::act_bytes);
+    if (m_.mla) {
+        mla_projections_forward();
+    } else {
+        const int ag_qkv = tp_forward_in(!overlap);
+        gemm(n_.qkv, d_.tokens, (d_.q_w + 2 * d_.kv_w) / d_.tp, d_.h);
+        if (overlap) wait(Stream::compute, ag_qkv);
+        if (m_.position == PositionKind::rope)
+            compute(Op::elementwise, n_.rope, 0, 2 * d_.tokens * (d_.q_w + d_.kv_w) / d_.tp * Dims::act_bytes);
+    }
     attention_core_forward(phase);
     const int rs_proj = overlap ? tp_out_collective() : -1;
-    gemm_cast(n_.proj, d_.tokens, d_.h, d_.q_w / d_.tp);
+    gemm_cast(n_.proj, d_.tokens, d_.h, d_.heads * d_.v_dim / d_.tp);
     if (overlap) wait(Stream::compute, rs_proj);
     else tp_forward_out();
     compute(Op::elementwise, n_.residual1, 0, resid_bytes);
@@ -166,12 +231,12 @@ void RankLowering::layer_forward(int layer, Phase phase) {
 void RankLowering::attention_core_backward() {
     // FlashAttention-2 backward: 2.5x the forward FLOPs (Dao 2023: 5 matmuls in backward vs 2 in forward).
     const double sq = d_.s / d_.cp;
-    const double flops = 2.5 * 4.0 * d_.b * sq * d_.s * d_.heads * d_.head_dim / d_.tp / 2.0;
-    const double io_bytes = 2 * d_.tokens * (2 * d_.q_w + 2 * d_.kv_w) / d_.tp * Dims::act_bytes;
+    const double flops = 2.5 * 2.0 * d_.b * sq * d_.s * d_.heads * (d_.qk_dim + d_.v_dim) / d_.tp / 2.0;
+    const double io_bytes = 2 * d_.tokens * (d_.q_w + 2 * d_.kv_w + d_.heads * d_.v_dim) / d_.tp * Dims::act_bytes;
     auto emit = [&](int name, double frac, double kv_len) {
         Instr& in = compute(Op::attention_bwd, name, flops * frac, io_bytes * frac);
         auto whole = [](double x) { return static_cast<double>(static_cast<std::int64_t>(x)); };  // truncates
-        set_shape(in, whole(sq), whole(kv_len), whole(d_.head_dim), whole(d_.b * d_.heads / d_.tp));
+        set_shape(in, whole(sq), whole(kv_len), whole(d_.qk_dim), whole(d_.b * d_.heads / d_.tp));
     };
     if (d_.cp > 1) {
         // Backward ring: K/V travel again, and dK/dV are reduced back to their owners.
@@ -215,21 +280,22 @@ void RankLowering::moe_backward(int layer) {
     const bool sp = d_.tp > 1 && d_.sp;
     const double routed = sp ? d_.tokens_sp : d_.tokens;
     const double a2a_bytes = routed * d_.top_k * d_.h * Dims::act_bytes;
-    const double tp_bytes = d_.tokens * d_.top_k * d_.h * Dims::act_bytes;
+    const double tp_bytes = d_.tokens_sp * d_.etp * d_.top_k * d_.h * Dims::act_bytes;
+    const bool etp_comm = sp && d_.etp > 1;
     const double permute_bytes = routed * (1 + d_.top_k) * d_.h * Dims::act_bytes;
     compute(Op::elementwise, n_.moe_unpermute, 0, permute_bytes);  // the un-permute's gradient: copy dY to each top_k slot
     int arrived = -1;
     if (d_.ep > 1) arrived = collective(Stream::ep_comm, CollKind::all_to_all, Group::ep, a2a_bytes, n_.ep_combine);
-    if (sp) arrived = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, tp_bytes, n_.tp_ag, arrived >= 0 ? arrived : kAfterCompute);
+    if (etp_comm) arrived = collective(Stream::tp_comm, CollKind::all_gather, Group::etp, tp_bytes, n_.tp_ag, arrived >= 0 ? arrived : kAfterCompute);
     wait(Stream::compute, arrived);
-    const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.tp;
+    const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.etp;
     gemm_cast(n_.experts_fc2, te, f, d_.h, batch);
     gemm(n_.experts_fc2, f, d_.h, te, batch);
     compute(Op::elementwise, n_.experts_act, 0, 2 * batch * d_.mats * te * f * Dims::act_bytes);
     gemm_cast(n_.experts_fc1, te, d_.h, (d_.mats - 1) * f, batch);
     gemm(n_.experts_fc1, d_.h, (d_.mats - 1) * f, te, batch);
     int back = -1;
-    if (sp) back = collective(Stream::tp_comm, CollKind::reduce_scatter, Group::tp, tp_bytes, n_.tp_rs);
+    if (etp_comm) back = collective(Stream::tp_comm, CollKind::reduce_scatter, Group::etp, tp_bytes, n_.tp_rs);
     if (d_.ep > 1)
         back = collective(Stream::ep_comm, CollKind::all_to_all, Group::ep, a2a_bytes, n_.ep_dispatch, back >= 0 ? back : kAfterCompute);
     int shared_back = -1;
@@ -272,11 +338,17 @@ void RankLowering::layer_backward(int layer, int layer_in_stage) {
     // Attention block.
     compute(Op::elementwise, n_.residual1, 0, resid_bytes);
     const int ag_dproj = tp_forward_in(!tp_overlap());
-    gemm_cast(n_.proj, d_.tokens, d_.q_w / d_.tp, d_.h);  // dgrad
+    gemm_cast(n_.proj, d_.tokens, d_.heads * d_.v_dim / d_.tp, d_.h);  // dgrad
     if (tp_overlap()) wait(Stream::compute, ag_dproj);
-    gemm(n_.proj, d_.q_w / d_.tp, d_.h, d_.tokens);  // wgrad
+    gemm(n_.proj, d_.heads * d_.v_dim / d_.tp, d_.h, d_.tokens);  // wgrad
     if (p_.recompute == Recompute::selective && !full_re) attention_core_forward(Phase::recompute);
     attention_core_backward();
+    if (m_.mla) {
+        mla_projections_backward();
+        compute(Op::norm, n_.norm1, 0, norm_bytes);
+        layer_ = saved_layer;
+        return;
+    }
     if (m_.position == PositionKind::rope)
         compute(Op::elementwise, n_.rope, 0, 2 * d_.tokens * (d_.q_w + d_.kv_w) / d_.tp * Dims::act_bytes);
     int input_ev = -1;

@@ -19,6 +19,7 @@ void Names::intern(Program& p) {
     residual1 = id("residual1"); norm2 = id("norm2"); fc1 = id("fc1"); act = id("act"); fc2 = id("fc2");
     residual2 = id("residual2"); router_gemm = id("router.gemm"); router = id("router.topk");
     experts_fc1 = id("experts.fc1"); experts_act = id("experts.act"); experts_fc2 = id("experts.fc2");
+    q_down = id("q_down"); kv_down = id("kv_down"); q_up = id("q_up"); kv_up = id("kv_up"); latent_norm = id("latent_norm");
     moe_permute = id("moe.permute"); moe_unpermute = id("moe.unpermute"); moe_counts = id("moe.token_counts_to_host");
     shared_fc1 = id("shared.fc1"); shared_act = id("shared.act"); shared_fc2 = id("shared.fc2");
     embedding = id("embedding"); final_norm = id("final_norm"); logits = id("logits"); loss = id("loss");
@@ -43,6 +44,7 @@ Dims make_dims(const ModelSpec& m, const PlanSpec& p) {
     d.tp = p.tp;
     d.cp = p.cp;
     d.ep = p.ep;
+    d.etp = p.etp();
     d.sp = p.sequence_parallel && p.tp > 1;
     d.tokens = d.b * d.s / d.cp;
     d.tokens_sp = d.sp ? d.tokens / d.tp : d.tokens;
@@ -51,6 +53,12 @@ Dims make_dims(const ModelSpec& m, const PlanSpec& p) {
     d.head_dim = static_cast<double>(m.head_dim > 0 ? m.head_dim : m.hidden / std::max(1, m.heads));
     d.q_w = d.heads * d.head_dim;
     d.kv_w = (m.kv_heads > 0 ? m.kv_heads : m.heads) * d.head_dim;
+    d.qk_dim = static_cast<double>(qk_head_dim_of(m));
+    d.v_dim = static_cast<double>(v_head_dim_of(m));
+    if (m.mla) {  // the core's widths: queries and keys qk_dim per head, values v_dim (K/V travel as one kv_w each way)
+        d.q_w = d.heads * d.qk_dim;
+        d.kv_w = d.heads * (d.qk_dim + d.v_dim) / 2;
+    }
     d.ffn = static_cast<double>(m.ffn_hidden);
     d.vocab = static_cast<double>(m.vocab);
     d.mats = m.ffn == FfnKind::swiglu ? 3 : 2;
@@ -67,12 +75,13 @@ LayerParamsRank layer_params_rank(const ModelSpec& m, const PlanSpec& p, int lay
     const Dims d = make_dims(m, p);
     LayerParamsRank r;
     const bool bias_qkv = m.linear_bias || m.qkv_bias;
-    r.dense = d.h * (d.q_w + 2 * d.kv_w) / d.tp + d.q_w * d.h / d.tp + (bias_qkv ? (d.q_w + 2 * d.kv_w) / d.tp : 0) +
-              (m.linear_bias ? d.h : 0);
+    for (const AttentionLinear& a : attention_linears(m))
+        r.dense += static_cast<double>(a.in) * static_cast<double>(a.out) / (a.tp_split ? d.tp : 1);
+    r.dense += static_cast<double>(mla_norm_params(m)) + (bias_qkv ? (d.q_w + 2 * d.kv_w) / d.tp : 0) + (m.linear_bias ? d.h : 0);
     r.dense += m.norm == NormKind::layernorm ? 4 * d.h : 2 * d.h;
     if (m.layer_is_moe(layer)) {
         r.dense += d.h * d.experts + d.shared * d.mats * d.h * d.expert_ffn / d.tp;
-        r.expert = d.experts / d.ep * d.mats * d.h * d.expert_ffn / d.tp;
+        r.expert = d.experts / d.ep * d.mats * d.h * d.expert_ffn / d.etp;
     } else {
         r.dense += d.mats * d.h * d.ffn / d.tp + (m.linear_bias ? (d.mats - 1) * d.ffn / d.tp + d.h : 0);
     }
@@ -97,8 +106,8 @@ double forward_flops_per_step(const ModelSpec& m, const PlanSpec& p) {
     const Dims d = make_dims(m, unsplit);
     double per_token = 2 * d.h * d.vocab;  // logits
     for (int l = 0; l < m.layers; ++l) {
-        per_token += 2 * (d.h * (d.q_w + 2 * d.kv_w) + d.q_w * d.h);
-        per_token += 2 * d.s * d.q_w;  // causal QK^T + PV: 4*s*q_w per token, halved
+        for (const AttentionLinear& a : attention_linears(m)) per_token += 2 * static_cast<double>(a.in) * static_cast<double>(a.out);
+        per_token += d.s * d.heads * (d.qk_dim + d.v_dim);  // causal QK^T + PV: 2*s*heads*(dqk + dv) per token, halved
         if (m.layer_is_moe(l))
             per_token += 2 * d.h * d.experts + 2 * (d.top_k + d.shared) * d.mats * d.h * d.expert_ffn;
         else
@@ -114,6 +123,7 @@ RankLowering::RankLowering(const ModelSpec& m, const ClusterSpec& cl, const Plan
     : m_(m), cl_(cl), p_(p), o_(o), prog_(prog), rp_(rp), n_(names), co_(coord), full_(full),
       tensor_counter_(tensor_counter), d_(make_dims(m, p)) {
     last_record_ev_.fill(-1);
+    if (m.mla) mla_linears_ = attention_linears(m);
     dtype_ = p.precision == Precision::fp8 ? DType::fp8 : p.precision == Precision::fp16 ? DType::fp16
              : p.precision == Precision::fp32 ? DType::fp32 : DType::bf16;
     micro_ = std::max(1, p.micro_batches());
@@ -147,7 +157,7 @@ RankLowering::RankLowering(const ModelSpec& m, const ClusterSpec& cl, const Plan
     // gives it to EP rank 0 of each group and spreads the rest evenly so the total is kept.
     if (m.is_moe() && p.ep > 1) {
         const double skew = m.moe->load_skew;
-        const int e = (coord.c + p.cp * coord.d) % p.ep;
+        const int e = static_cast<int>(((coord.t + static_cast<std::int64_t>(p.tp) * (coord.c + p.cp * coord.d)) / p.etp()) % p.ep);
         moe_factor_ = !full || e == 0 ? 1 + skew : std::max(0.0, (p.ep - 1 - skew) / (p.ep - 1));
     }
 
@@ -203,10 +213,12 @@ int RankLowering::group_size(Group g) const {
         case Group::cp: return p_.cp;
         case Group::ep: return p_.ep;
         case Group::dp: return p_.dp * p_.cp;
-        case Group::edp: return std::max(1, p_.dp * p_.cp / std::max(1, p_.ep));
+        case Group::edp: return p_.edp();
+        case Group::etp: return p_.etp();
         case Group::pp: return p_.pp;
         case Group::embedding: return 2;
         case Group::world: return p_.gpus();
+        case Group::count: break;
     }
     return 1;
 }
@@ -215,17 +227,21 @@ int RankLowering::group_size(Group g) const {
 // lowest global rank of the instance, how many collectives of that kind it has issued before).
 std::int64_t RankLowering::coll_match(Group g) {
     const auto gi = static_cast<std::size_t>(g);
+    STRATA_ASSERT(gi < coll_seq_.size(), "coll_match: bad group");
     const std::int64_t seq = coll_seq_[gi]++;
     if (!full_ && g != Group::embedding) return 0;
     const std::int64_t tp = p_.tp, cp = p_.cp, dp = p_.dp, ep = std::max(1, p_.ep);
     const std::int64_t base = tp * cp * dp * co_.s, q = co_.c + cp * co_.d;
+    // Expert groups tile the stage's ranks r = t + tp (c + cp d) as etp (fastest) x ep x edp.
+    const std::int64_t etp = p_.etp(), r = co_.t + tp * q;
     std::int64_t lo = 0;
     switch (g) {
         case Group::tp: lo = tp * q + base; break;
         case Group::cp: lo = co_.t + tp * cp * co_.d + base; break;
         case Group::dp: lo = co_.t + base; break;
-        case Group::ep: lo = co_.t + tp * (ep * (q / ep)) + base; break;
-        case Group::edp: lo = co_.t + tp * (q % ep) + base; break;
+        case Group::ep: lo = r - ((r / etp) % ep) * etp + base; break;
+        case Group::edp: lo = r % (etp * ep) + base; break;
+        case Group::etp: lo = r - r % etp + base; break;
         case Group::embedding: lo = full_ ? co_.t + tp * q : 0; break;
         default: lo = 0; break;
     }

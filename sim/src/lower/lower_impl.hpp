@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "strata/sim/lower.hpp"
+#include "strata/sim/model.hpp"
 #include "strata/sim/tensors.hpp"
 
 namespace strata::sim::lower_detail {
@@ -19,6 +20,7 @@ struct Names {
     int norm1, qkv, rope, attn, attn_local, attn_remote, proj, residual1, norm2, fc1, act, fc2, residual2;
     int router_gemm, router, experts_fc1, experts_act, experts_fc2, shared_fc1, shared_act, shared_fc2;
     int moe_permute, moe_unpermute, moe_counts;
+    int q_down, kv_down, q_up, kv_up, latent_norm;
     int embedding, final_norm, logits, loss;
     int tp_ar, tp_ag, tp_rs, tp_ag_input, cp_kv_ag, cp_dkv_rs, ep_dispatch, ep_combine;
     int pp_act, pp_grad;
@@ -31,10 +33,11 @@ struct Names {
 /// Per-rank sizes of one micro-batch (after TP/SP/CP), as doubles: products overflow int64 for
 /// large models only in FLOPs, but keeping one type avoids mixed arithmetic mistakes.
 struct Dims {
-    double b = 1, s = 1, tp = 1, cp = 1, ep = 1;
+    double b = 1, s = 1, tp = 1, cp = 1, ep = 1, etp = 1;
     double tokens = 1;     ///< b * s / cp: tokens a rank's GEMMs see
     double tokens_sp = 1;  ///< tokens / tp with sequence parallelism (norms, residuals), else tokens
     double h = 0, q_w = 0, kv_w = 0, heads = 0, head_dim = 0, ffn = 0, vocab = 0;
+    double qk_dim = 0, v_dim = 0;  ///< per-head widths of scores and values (= head_dim unless MLA)
     double mats = 2;       ///< MLP weight matrices: 2 (GELU), 3 (SwiGLU)
     double experts = 0, top_k = 1, expert_ffn = 0, shared = 0;
     bool sp = false;
@@ -137,6 +140,8 @@ private:
     void mlp_backward(int layer, int pending_ag);
     void moe_backward(int layer);
     void attention_core_backward();
+    void mla_projections_forward();
+    void mla_projections_backward();
     double expert_tokens() const;
 
     // passes and step (lower.cpp)
@@ -179,6 +184,7 @@ private:
     bool full_;
     std::int64_t& tensor_counter_;
     Dims d_;
+    std::vector<AttentionLinear> mla_linears_;  ///< the attention block's linears when the model uses MLA
     DType dtype_ = DType::bf16;  ///< of the plan's precision, stamped on every instruction
     int micro_ = 1, pp_ = 1, vpp_ = 1, stage_ = 0, stage_first_layer_ = 0;
     std::vector<int> chunk_start_, chunk_count_;
@@ -191,7 +197,7 @@ private:
     std::array<std::int64_t, kStreamCount> issued_{};
     std::array<std::int64_t, kStreamCount> last_record_at_{};
     std::array<int, kStreamCount> last_record_ev_{};
-    std::array<std::int64_t, 8> coll_seq_{};
+    std::array<std::int64_t, kGroupCount> coll_seq_{};
 
     // current context stamped on every instruction
     Phase phase_ = Phase::other;

@@ -62,23 +62,24 @@ struct LayerKindBytes {
     bool known = false;
 };
 
-using LayerKey = std::tuple<int, int, int, int, int, int, int, int, int, int>;
+using LayerKey = std::tuple<int, int, int, int, int, int, int, int, int, int, int>;
 LayerKey layer_key(const PlanSpec& p, bool moe, bool recomputed) {
     return {moe ? 1 : 0, recomputed ? 1 : 0, p.tp, p.cp, p.ep, p.micro_batch, p.sequence_parallel ? 1 : 0,
-            p.flash_attention ? 1 : 0, static_cast<int>(p.recompute), static_cast<int>(p.precision)};
+            p.flash_attention ? 1 : 0, static_cast<int>(p.recompute), static_cast<int>(p.precision), p.etp()};
 }
 
 // Everything stage_model_states / stage_buffers read from the plan (tensors.cpp), so a cached list
 // is exactly what the call would return.
 using StageKey = std::tuple<int, int, int, int, int, int, int, int, int, int, int, std::int64_t, std::vector<int>,
-                            std::array<double, 9>>;
+                            std::array<double, 9>, int>;
 StageKey stage_key(const PlanSpec& p, int stage) {
     const OffloadSpec& o = p.offload;
     return {stage, p.tp, p.pp, p.dp, p.cp, p.ep, p.zero_stage, static_cast<int>(p.precision), p.micro_batch,
             (p.sequence_parallel ? 1 : 0) + (p.overlap_grad_reduce ? 2 : 0) + (p.overlap_param_gather ? 4 : 0),
             static_cast<int>(p.recompute), p.dp_bucket_bytes, p.layer_split,
             {o.params.gpu, o.params.cpu, o.params.ssd, o.grads.gpu, o.grads.cpu, o.grads.ssd, o.optimizer.gpu,
-             o.optimizer.cpu, o.optimizer.ssd}};
+             o.optimizer.cpu, o.optimizer.ssd},
+            p.etp()};
 }
 
 }  // namespace

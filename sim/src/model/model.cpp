@@ -12,6 +12,31 @@ std::int64_t head_dim_of(const ModelSpec& m) {
 int kv_heads_of(const ModelSpec& m) { return m.kv_heads > 0 ? m.kv_heads : m.heads; }
 std::int64_t q_width(const ModelSpec& m) { return static_cast<std::int64_t>(m.heads) * head_dim_of(m); }
 std::int64_t kv_width(const ModelSpec& m) { return static_cast<std::int64_t>(kv_heads_of(m)) * head_dim_of(m); }
+std::int64_t qk_head_dim_of(const ModelSpec& m) {
+    return m.mla ? m.mla->qk_nope_head_dim + m.mla->qk_rope_head_dim : head_dim_of(m);
+}
+std::int64_t v_head_dim_of(const ModelSpec& m) { return m.mla ? m.mla->v_head_dim : head_dim_of(m); }
+
+std::vector<AttentionLinear> attention_linears(const ModelSpec& m) {
+    const std::int64_t h = m.hidden, heads = m.heads;
+    if (!m.mla) return {{"qkv", h, q_width(m) + 2 * kv_width(m), true, false}, {"proj", q_width(m), h, true, true}};
+    const MlaSpec& a = *m.mla;
+    std::vector<AttentionLinear> v;
+    if (a.q_lora_rank > 0) v.push_back({"q_down", h, a.q_lora_rank, false, true});
+    v.push_back({"kv_down", h, a.kv_lora_rank + a.qk_rope_head_dim, false, true});
+    if (a.q_lora_rank > 0) v.push_back({"q_up", a.q_lora_rank, heads * (a.qk_nope_head_dim + a.qk_rope_head_dim), true, false});
+    else v.push_back({"q", h, heads * (a.qk_nope_head_dim + a.qk_rope_head_dim), true, true});
+    v.push_back({"kv_up", a.kv_lora_rank, heads * (a.qk_nope_head_dim + a.v_head_dim), true, false});
+    v.push_back({"proj", heads * a.v_head_dim, h, true, true});
+    return v;
+}
+
+std::int64_t mla_norm_params(const ModelSpec& m) {
+    if (!m.mla) return 0;
+    const std::int64_t per = m.norm == NormKind::layernorm ? 2 : 1;
+    return per * (m.mla->q_lora_rank + m.mla->kv_lora_rank);
+}
+
 std::int64_t expert_ffn_of(const ModelSpec& m) {
     if (m.moe && m.moe->expert_ffn_hidden > 0) return m.moe->expert_ffn_hidden;
     return m.ffn_hidden;
@@ -46,8 +71,10 @@ double mlp_other_per_token(const ModelSpec& m, std::int64_t ffn) {
 LayerParams layer_params(const ModelSpec& m, int layer) {
     LayerParams p;
     const std::int64_t h = m.hidden, qw = q_width(m), kvw = kv_width(m);
-    // Q (h x qw), K and V (h x kvw each), output projection (qw x h).
-    p.attention = h * qw + 2 * h * kvw + qw * h;
+    // MHA/GQA: Q (h x qw), K and V (h x kvw each), output projection (qw x h); MLA: its five
+    // projections and two latent norms.
+    for (const AttentionLinear& a : attention_linears(m)) p.attention += a.in * a.out;
+    p.attention += mla_norm_params(m);
     if (m.linear_bias) p.attention += qw + 2 * kvw + h;
     else if (m.qkv_bias) p.attention += qw + 2 * kvw;
     p.norms = 2 * norm_params(m);
@@ -90,7 +117,7 @@ double attention_flops(const ModelSpec& m, std::int64_t seq, bool causal_halved)
     // QK^T: (s x d) by (d x s) per head = 2·s²·d flops; PV the same. Causal kernels skip the upper
     // triangle: s(s+1)/2 of the s² scores; we use s²/2 (the diagonal is negligible).
     const double s = static_cast<double>(seq);
-    const double full = 2.0 * 2.0 * s * s * static_cast<double>(q_width(m));
+    const double full = 2.0 * s * s * static_cast<double>(m.heads) * static_cast<double>(qk_head_dim_of(m) + v_head_dim_of(m));
     return causal_halved ? full / 2.0 : full;
 }
 
@@ -99,9 +126,10 @@ LayerFlops layer_forward_flops(const ModelSpec& m, int layer, double seqs, bool 
     const double h = static_cast<double>(m.hidden), qw = static_cast<double>(q_width(m));
     const double kvw = static_cast<double>(kv_width(m));
     const double tokens = seqs * static_cast<double>(m.seq_len);
-    f.qkv = 2.0 * tokens * h * (qw + 2.0 * kvw);
+    const std::vector<AttentionLinear> lin = attention_linears(m);
+    for (std::size_t i = 0; i + 1 < lin.size(); ++i) f.qkv += 2.0 * tokens * static_cast<double>(lin[i].in) * static_cast<double>(lin[i].out);
     f.attention = seqs * attention_flops(m, m.seq_len, causal_halved);
-    f.proj = 2.0 * tokens * qw * h;
+    f.proj = 2.0 * tokens * static_cast<double>(lin.back().in) * h;
     double other_per_token = 0;
     if (m.layer_is_moe(layer)) {
         const auto& moe = *m.moe;

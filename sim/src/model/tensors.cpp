@@ -98,10 +98,13 @@ void mlp_intermediates(std::vector<TensorDesc>& out, const ModelSpec& m, const P
 // experts; spread uniformly, an EP rank receives as many assignments as its tokens make
 // (tokens·top_k), the hottest rank (1 + load_skew) times that. With a capacity factor the
 // experts are padded/dropped to exactly capacity_factor · tokens · top_k.
-double routed_rows(const ModelSpec& m, const Local& L) {
+// Routed rows: with SP each TP rank routes its own tok_rep tokens and the expert-TP group gathers
+// etp ranks' worth (etp = tp: all the tokens, as without SP).
+double routed_rows(const ModelSpec& m, const PlanSpec& p, const Local& L) {
     const auto& moe = *m.moe;
-    if (moe.capacity_factor > 0.0) return moe.capacity_factor * L.tokens * moe.top_k;
-    return L.tokens * moe.top_k * (1.0 + moe.load_skew);
+    const double tokens = p.sequence_parallel && p.tp > 1 ? L.tok_rep * p.etp() : L.tokens;
+    if (moe.capacity_factor > 0.0) return moe.capacity_factor * tokens * moe.top_k;
+    return tokens * moe.top_k * (1.0 + moe.load_skew);
 }
 
 std::vector<TensorDesc> full_layer_activations(const ModelSpec& m, const PlanSpec& p, int layer) {
@@ -111,10 +114,25 @@ std::vector<TensorDesc> full_layer_activations(const ModelSpec& m, const PlanSpe
     const std::string rep_shape = (p.sequence_parallel && p.tp > 1) ? "(s/cp/tp, b, h)" : "(s/cp, b, h)";
     // --- attention block ---
     out.push_back(act_tensor("attn.norm_in", rep, rep_shape, p));
-    out.push_back(act_tensor("attn.qkv_in", L.gemm_in * L.tok_rep * L.h, rep_shape, p));
-    out.push_back(act_tensor("attn.q", L.act * L.tokens * L.heads * L.hd, "(s/cp, b, heads/tp, d)", p));
-    out.push_back(act_tensor("attn.k", L.act * L.tokens * L.kv_heads * L.hd, "(s/cp, b, kv_heads/tp, d)", p));
-    out.push_back(act_tensor("attn.v", L.act * L.tokens * L.kv_heads * L.hd, "(s/cp, b, kv_heads/tp, d)", p));
+    if (m.mla) {
+        // Multi-head latent attention: the down-projections read the (sequence-sharded) norm output;
+        // the latents (q_lora + kv_lora, and the shared RoPE key) are kept before their norms and,
+        // gathered over TP, as the up-projections' inputs; then Q, K (qk_dim per head) and V.
+        const MlaSpec& a = *m.mla;
+        const double lat = static_cast<double>(a.q_lora_rank + a.kv_lora_rank), rope = static_cast<double>(a.qk_rope_head_dim);
+        const double dqk = static_cast<double>(qk_head_dim_of(m)), dv = static_cast<double>(a.v_head_dim);
+        out.push_back(act_tensor("attn.down_in", L.gemm_in * L.tok_rep * L.h, rep_shape, p));
+        out.push_back(act_tensor("attn.latent", L.act * L.tok_rep * (lat + rope), "(tokens, q_lora + kv_lora + rope)", p));
+        out.push_back(act_tensor("attn.up_in", L.gemm_in * L.tokens * lat, "(s/cp, b, q_lora + kv_lora)", p));
+        out.push_back(act_tensor("attn.q", L.act * L.tokens * L.heads * dqk, "(s/cp, b, heads/tp, nope + rope)", p));
+        out.push_back(act_tensor("attn.k", L.act * L.tokens * L.heads * dqk, "(s/cp, b, heads/tp, nope + rope)", p));
+        out.push_back(act_tensor("attn.v", L.act * L.tokens * L.heads * dv, "(s/cp, b, heads/tp, v)", p));
+    } else {
+        out.push_back(act_tensor("attn.qkv_in", L.gemm_in * L.tok_rep * L.h, rep_shape, p));
+        out.push_back(act_tensor("attn.q", L.act * L.tokens * L.heads * L.hd, "(s/cp, b, heads/tp, d)", p));
+        out.push_back(act_tensor("attn.k", L.act * L.tokens * L.kv_heads * L.hd, "(s/cp, b, kv_heads/tp, d)", p));
+        out.push_back(act_tensor("attn.v", L.act * L.tokens * L.kv_heads * L.hd, "(s/cp, b, kv_heads/tp, d)", p));
+    }
     const double scores = L.heads * L.s_q * L.s_k * L.b;  // elements of the score matrix on this rank
     const bool selective = p.recompute == Recompute::selective;
     if (!p.flash_attention) {
@@ -129,21 +147,21 @@ std::vector<TensorDesc> full_layer_activations(const ModelSpec& m, const PlanSpe
         // Flash attention keeps only the fp32 log-sum-exp per query row; O is proj_in below.
         out.push_back(act_tensor("attn.lse", 4.0 * L.heads * L.s_q * L.b, "(b, heads/tp, s/cp) fp32", p));
     }
-    out.push_back(act_tensor("attn.proj_in", L.gemm_in * L.tokens * L.heads * L.hd, "(s/cp, b, heads/tp, d)", p));
+    out.push_back(act_tensor("attn.proj_in", L.gemm_in * L.tokens * L.heads * static_cast<double>(v_head_dim_of(m)), "(s/cp, b, heads/tp, d)", p));
     if (L.dropout) out.push_back(act_tensor("attn.dropout_mask", L.tok_rep * L.h, rep_shape + " u8", p));
     // --- MLP / MoE block ---
     out.push_back(act_tensor("mlp.norm_in", rep, rep_shape, p));
     out.push_back(act_tensor("mlp.fc1_in", L.gemm_in * L.tok_rep * L.h, rep_shape, p));
     if (m.layer_is_moe(layer)) {
         const auto& moe = *m.moe;
-        const double eff_local = static_cast<double>(expert_ffn_of(m)) / L.t;
-        const double rows = routed_rows(m, L);
+        const double eff_local = static_cast<double>(expert_ffn_of(m)) / p.etp();
+        const double rows = routed_rows(m, p, L);
         out.push_back(act_tensor("moe.router_probs", 4.0 * L.tok_rep * moe.experts, "(tokens, experts) fp32", p));
         out.push_back(act_tensor("moe.dispatched_in", L.gemm_in * rows * L.h, "(tokens·top_k, h)", p));  // expert fc1 input
         mlp_intermediates(out, m, p, L, "moe.experts", rows, eff_local, "tokens·top_k");
         out.push_back(act_tensor("moe.expert_out", L.act * rows * L.h, "(tokens·top_k, h)", p));
         if (moe.shared_experts > 0)
-            mlp_intermediates(out, m, p, L, "moe.shared", L.tokens, eff_local * moe.shared_experts, "s/cp·b");
+            mlp_intermediates(out, m, p, L, "moe.shared", L.tokens, static_cast<double>(expert_ffn_of(m)) / L.t * moe.shared_experts, "s/cp·b");
     } else {
         mlp_intermediates(out, m, p, L, "mlp", L.tokens, static_cast<double>(m.ffn_hidden) / L.t, "s/cp·b");
     }
@@ -160,12 +178,17 @@ StageParams layer_params_local(const ModelSpec& m, const PlanSpec& p, int layer)
     const double qw = L.heads * L.hd * L.t, kvw_local = L.kv_heads * L.hd;
     const LayerParams lp = layer_params(m, layer);
     double attn = h * qw / L.t + 2.0 * h * kvw_local + qw * h / L.t;
+    if (m.mla) {  // down-projections and latent norms replicated, the rest split over TP
+        attn = static_cast<double>(mla_norm_params(m));
+        for (const AttentionLinear& a : attention_linears(m))
+            attn += static_cast<double>(a.in) * static_cast<double>(a.out) / (a.tp_split ? L.t : 1.0);
+    }
     if (m.linear_bias) attn += qw / L.t + 2.0 * kvw_local + h;
     else if (m.qkv_bias) attn += qw / L.t + 2.0 * kvw_local;
     sp.dense = attn + static_cast<double>(lp.norms);
     if (m.layer_is_moe(layer)) {
         sp.dense += static_cast<double>(lp.router) + static_cast<double>(lp.shared_experts) / L.t;
-        sp.expert = static_cast<double>(lp.experts) / std::max(1, p.ep) / L.t;
+        sp.expert = static_cast<double>(lp.experts) / std::max(1, p.ep) / p.etp();
     } else {
         sp.dense += static_cast<double>(lp.mlp) / L.t;
     }
@@ -277,7 +300,7 @@ std::vector<TensorDesc> stage_model_states(const ModelSpec& m, const PlanSpec& p
     const bool fp32 = p.precision == Precision::fp32;
     const double wb = fp32 ? 4.0 : 2.0, gb = fp32 ? 4.0 : 2.0;
     const double nd = std::max(1, p.dp * p.cp);
-    const double nd_expert = std::max(1.0, nd / std::max(1, p.ep));  // expert data parallel
+    const double nd_expert = p.edp();  // expert data parallel
     auto sharded = [&](double per_param, bool shard) {
         return per_param * (shard ? sp.dense / nd + sp.expert / nd_expert : sp.total());
     };

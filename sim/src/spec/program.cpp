@@ -29,7 +29,7 @@ const char* to_string(CollKind c) {
     return names[static_cast<int>(c)];
 }
 const char* to_string(Group g) {
-    static const char* names[] = {"tp", "cp", "ep", "dp", "edp", "pp", "embedding", "world"};
+    static const char* names[] = {"tp", "cp", "ep", "dp", "edp", "pp", "embedding", "world", "etp"};
     return names[static_cast<int>(g)];
 }
 const char* to_string(CopyKind c) {

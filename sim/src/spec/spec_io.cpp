@@ -88,12 +88,26 @@ MoeSpec read_moe(JsonReader r, int layers) {
         r.fail("moe_every", "= " + std::to_string(m.moe_every) + " exceeds model.layers = " + std::to_string(layers) +
                                 " (no layer would be MoE)");
     m.shared_experts = nonneg_int_or(r, "shared_experts", 0);
+    m.first_k_dense = nonneg_int_or(r, "first_k_dense", 0);
+    if (m.first_k_dense >= layers)
+        r.fail("first_k_dense", "= " + std::to_string(m.first_k_dense) + " leaves no MoE layer of model.layers = " + std::to_string(layers));
     m.capacity_factor = num_in(r, "capacity_factor", 0.0, 0.0, kHuge, "0 (dropless) or a positive number");
     if (m.capacity_factor > 0 && m.capacity_factor < 1.0)
         r.fail("capacity_factor", "must be 0 (dropless) or at least 1 (got " + describe_json(json(m.capacity_factor)) + ")");
     m.load_skew = num_in(r, "load_skew", 0.0, 0.0, kHuge, "a non-negative number");
     r.reject_unknown();
     return m;
+}
+
+MlaSpec read_mla(JsonReader r) {
+    MlaSpec a;
+    a.q_lora_rank = r.has("q_lora_rank") ? int_in(r, "q_lora_rank", 0, kMaxWidth, "0 (no query compression) or a positive rank") : (r.get("q_lora_rank"), 0);
+    a.kv_lora_rank = pos_i64(r, "kv_lora_rank", kMaxWidth);
+    a.qk_nope_head_dim = pos_i64(r, "qk_nope_head_dim", kMaxWidth);
+    a.qk_rope_head_dim = pos_i64(r, "qk_rope_head_dim", kMaxWidth);
+    a.v_head_dim = pos_i64(r, "v_head_dim", kMaxWidth);
+    r.reject_unknown();
+    return a;
 }
 
 ModelSpec read_model(const json& j, const std::string& file, const std::string& path) {
@@ -138,6 +152,15 @@ ModelSpec read_model(const json& j, const std::string& file, const std::string& 
     if (r.has("moe")) m.moe = read_moe(r.object("moe"), m.layers);
     else r.get("moe");
     if (m.is_moe() && m.moe->expert_ffn_hidden == 0) m.moe->expert_ffn_hidden = m.ffn_hidden;
+    if (r.has("mla")) {
+        m.mla = read_mla(r.object("mla"));
+        if (m.kv_heads != m.heads)
+            r.fail("kv_heads", "= " + std::to_string(m.kv_heads) + " with model.mla: latent attention has one key and value per head (kv_heads = heads = " +
+                                   std::to_string(m.heads) + ")");
+        if (m.linear_bias || m.qkv_bias) r.fail("mla", "has no linear biases (model.linear_bias and model.qkv_bias must be false)");
+    } else {
+        r.get("mla");
+    }
     r.reject_unknown();
     return m;
 }
@@ -227,6 +250,7 @@ PlanSpec read_plan(const json& j, const std::string& file, const std::string& pa
     p.dp = pos_int_or(r, "dp", 1);
     p.cp = pos_int_or(r, "cp", 1);
     p.ep = pos_int_or(r, "ep", 1);
+    p.expert_tp = r.has("expert_tp") ? pos_int(r, "expert_tp") : (r.get("expert_tp"), 0);
     p.vpp = pos_int_or(r, "vpp", 1);
     p.micro_batch = pos_int_or(r, "micro_batch", 1);
     p.global_batch = pos_int(r, "global_batch");

@@ -57,7 +57,7 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
         fail("plan.tp", "= " + s(p.tp) + " and model.kv_heads = " + s(m.kv_heads) +
                             ": one must divide the other (KV heads are split, or replicated when tp > kv_heads)");
     if (m.ffn_hidden % p.tp != 0) fail("plan.tp", "= " + s(p.tp) + " does not divide model.ffn_hidden = " + s(m.ffn_hidden));
-    if (m.is_moe() && m.moe->expert_ffn_hidden > 0 && m.moe->expert_ffn_hidden % p.tp != 0)
+    if (m.is_moe() && p.expert_tp == 0 && m.moe->expert_ffn_hidden > 0 && m.moe->expert_ffn_hidden % p.tp != 0)
         fail("plan.tp", "= " + s(p.tp) + " does not divide model.moe.expert_ffn_hidden = " + s(m.moe->expert_ffn_hidden));
     // The vocabulary is NOT required to divide: Megatron pads it to a multiple of 128 x tp.
 
@@ -117,13 +117,31 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
     if (p.sequence_parallel && p.tp > 1 && (m.seq_len / p.cp) % p.tp != 0)
         fail("plan.sequence_parallel", "needs model.seq_len / plan.cp = " + s(m.seq_len / p.cp) + " divisible by plan.tp = " + s(p.tp));
 
-    // Expert parallelism: experts are spread over ep ranks taken from the dp x cp group.
+    // Expert parallelism: experts are spread over ep ranks. By default (expert_tp = tp) they are
+    // taken from the dp x cp group; with MoE parallel folding (plan.expert_tp) the expert groups
+    // etp x ep x edp tile the stage's tp x cp x dp ranks.
     if (p.ep > 1) {
         if (!m.is_moe()) fail("plan.ep", "= " + s(p.ep) + " needs a MoE model (model.moe is not set)");
         if (m.moe->experts % p.ep != 0)
             fail("plan.ep", "= " + s(p.ep) + " does not divide model.moe.experts = " + s(m.moe->experts));
-        const i64 dpcp = mul_sat(p.dp, p.cp);
-        if (dpcp % p.ep != 0) fail("plan.ep", "= " + s(p.ep) + " does not divide plan.dp x plan.cp = " + s(dpcp));
+        if (p.expert_tp == 0) {
+            const i64 dpcp = mul_sat(p.dp, p.cp);
+            if (dpcp % p.ep != 0)
+                fail("plan.ep", "= " + s(p.ep) + " does not divide plan.dp x plan.cp = " + s(dpcp) +
+                                    " (or set plan.expert_tp to fold experts over tp x cp x dp)");
+        }
+    }
+    if (p.expert_tp > 0) {
+        if (!m.is_moe()) fail("plan.expert_tp", "= " + s(p.expert_tp) + " needs a MoE model (model.moe is not set)");
+        const i64 stage = mul_sat(mul_sat(p.tp, p.cp), p.dp), folded = mul_sat(p.expert_tp, p.ep);
+        if (stage % folded != 0)
+            fail("plan.expert_tp", "x plan.ep = " + s(p.expert_tp) + "*" + s(p.ep) + " = " + s(folded) +
+                                       " does not divide plan.tp x plan.cp x plan.dp = " + s(stage));
+        if (m.moe->expert_ffn_hidden % p.expert_tp != 0)
+            fail("plan.expert_tp", "= " + s(p.expert_tp) + " does not divide model.moe.expert_ffn_hidden = " + s(m.moe->expert_ffn_hidden));
+        if (p.expert_tp != p.tp && p.tp > 1 && !p.sequence_parallel)
+            fail("plan.expert_tp", "= " + s(p.expert_tp) + " differs from plan.tp = " + s(p.tp) +
+                                       ": needs plan.sequence_parallel = true (Megatron requires it for TP with expert parallelism)");
     }
 
     // DeepSpeed rejects ZeRO-3 together with pipeline parallelism.

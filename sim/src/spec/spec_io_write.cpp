@@ -37,11 +37,21 @@ ojson model_json(const ModelSpec& m) {
         e["expert_ffn_hidden"] = m.moe->expert_ffn_hidden > 0 ? m.moe->expert_ffn_hidden : m.ffn_hidden;
         e["moe_every"] = m.moe->moe_every;
         e["shared_experts"] = m.moe->shared_experts;
+        e["first_k_dense"] = m.moe->first_k_dense;
         e["capacity_factor"] = m.moe->capacity_factor;
         e["load_skew"] = m.moe->load_skew;
         j["moe"] = e;
     } else {
         j["moe"] = nullptr;
+    }
+    if (m.mla) {
+        ojson a;
+        a["q_lora_rank"] = m.mla->q_lora_rank;
+        a["kv_lora_rank"] = m.mla->kv_lora_rank;
+        a["qk_nope_head_dim"] = m.mla->qk_nope_head_dim;
+        a["qk_rope_head_dim"] = m.mla->qk_rope_head_dim;
+        a["v_head_dim"] = m.mla->v_head_dim;
+        j["mla"] = a;
     }
     return j;
 }
@@ -94,6 +104,7 @@ ojson plan_json(const PlanSpec& p) {
     j["dp"] = p.dp;
     j["cp"] = p.cp;
     j["ep"] = p.ep;
+    if (p.expert_tp > 0) j["expert_tp"] = p.expert_tp;
     j["vpp"] = p.vpp;
     j["micro_batch"] = p.micro_batch;
     j["global_batch"] = p.global_batch;

@@ -4,6 +4,7 @@
 // Megatron-LM FLOP and parameter formulas, which this counting reproduces for GPT models).
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "strata/sim/spec.hpp"
 
@@ -46,8 +47,27 @@ std::int64_t head_dim_of(const ModelSpec& m);
 std::int64_t expert_ffn_of(const ModelSpec& m);
 int kv_heads_of(const ModelSpec& m);
 
+/// Per-head widths of the attention scores (q.k) and values: head_dim for MHA/GQA; MLA
+/// qk_nope_head_dim + qk_rope_head_dim and v_head_dim.
+std::int64_t qk_head_dim_of(const ModelSpec& m);
+std::int64_t v_head_dim_of(const ModelSpec& m);
+
+/// One linear layer of the attention block (whole model, before TP): in x out weights.
+struct AttentionLinear {
+    const char* name = "";
+    std::int64_t in = 0, out = 0;
+    bool tp_split = true;    ///< false: replicated on every TP rank, fed the sequence shard (MLA's down-projections)
+    bool fp8_cast = true;    ///< its input is cast to FP8 on its own (false: a fused norm writes it in FP8)
+};
+/// The attention block's linears in forward order; the output projection is the last. MHA/GQA:
+/// qkv, proj. MLA (Megatron-Core MLASelfAttention): q_down (or q without a query rank), kv_down
+/// (latent + the shared RoPE key), q_up, kv_up (keys' no-RoPE part and values), proj.
+std::vector<AttentionLinear> attention_linears(const ModelSpec& m);
+/// MLA's latent norms (q_layernorm over q_lora_rank, kv_layernorm over kv_lora_rank): their weights.
+std::int64_t mla_norm_params(const ModelSpec& m);
+
 /// Score and value matmuls of attention (QK^T and PV) of one layer for one sequence of `seq`
-/// tokens: 2 matmuls x 2 flops x seq^2 x heads x head_dim. `causal_halved`:
+/// tokens: 2 flops x seq^2 x heads x (qk_head_dim + v_head_dim). `causal_halved`:
 /// count only the lower triangle (what a causal flash kernel executes); Megatron's formula counts
 /// the full square (causal_halved = false).
 double attention_flops(const ModelSpec& m, std::int64_t seq, bool causal_halved);

@@ -60,7 +60,8 @@ enum class CollKind : std::uint8_t { all_reduce, all_gather, reduce_scatter, all
 const char* to_string(CollKind);
 
 /// Which parallel group a collective runs over.
-enum class Group : std::uint8_t { tp, cp, ep, dp, edp, pp, embedding, world };
+enum class Group : std::uint8_t { tp, cp, ep, dp, edp, pp, embedding, world, etp, count };
+constexpr int kGroupCount = static_cast<int>(Group::count);  ///< coll_match packs the group in 4 bits: keep it below 15
 const char* to_string(Group);
 
 enum class CopyKind : std::uint8_t { h2d, d2h, ssd_read, ssd_write };

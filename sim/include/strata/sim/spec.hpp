@@ -3,6 +3,7 @@
 // everything below the edge trusts them. Vocabulary follows Megatron-LM. Units: SI (bytes, bytes/s,
 // seconds); the JSON files use the human units named in docs/formats.md.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -20,9 +21,22 @@ struct MoeSpec {
     int top_k = 1;                      ///< experts each token is routed to
     std::int64_t expert_ffn_hidden = 0; ///< FFN width of one expert (0 = model.ffn_hidden)
     int moe_every = 1;                  ///< every n-th layer is MoE (1 = all)
+    int first_k_dense = 0;              ///< the first k layers stay dense (DeepSeek's first_k_dense_replace)
     int shared_experts = 0;             ///< always-on experts (DeepSeek), each expert_ffn_hidden wide
     double capacity_factor = 0.0;       ///< 0 = dropless
     double load_skew = 0.0;             ///< hottest expert's extra load: 0 = uniform, 1 = twice the mean
+};
+
+/// Multi-head latent attention (DeepSeek-V2/V3; Megatron-Core MLASelfAttention): queries through a
+/// low-rank bottleneck (q_lora_rank; 0 = a plain h -> heads x (nope + rope) projection), keys and
+/// values from one compressed latent of kv_lora_rank plus a shared RoPE key of qk_rope_head_dim.
+/// Scores use qk_nope_head_dim + qk_rope_head_dim per head, values v_head_dim.
+struct MlaSpec {
+    std::int64_t q_lora_rank = 0;
+    std::int64_t kv_lora_rank = 0;
+    std::int64_t qk_nope_head_dim = 0;
+    std::int64_t qk_rope_head_dim = 0;
+    std::int64_t v_head_dim = 0;
 };
 
 /// A decoder-only Transformer (GPT, LLaMA, Mistral, Qwen, Mixtral, DeepSeek-style MoE).
@@ -45,10 +59,13 @@ struct ModelSpec {
     bool qkv_bias = false;          ///< bias on QKV only (Qwen2)
     double dropout = 0.0;           ///< dropout probability (GPT-3 in Megatron: 0.1); > 0 stores masks
     std::optional<MoeSpec> moe;
+    std::optional<MlaSpec> mla;     ///< multi-head latent attention instead of MHA/GQA
     std::string description;        ///< free text: sources, assumptions (JSON "description")
 
     bool is_moe() const { return moe.has_value() && moe->experts > 0; }
-    bool layer_is_moe(int layer) const { return is_moe() && (layer % moe->moe_every) == (moe->moe_every - 1); }
+    bool layer_is_moe(int layer) const {
+        return is_moe() && layer >= moe->first_k_dense && (layer % moe->moe_every) == (moe->moe_every - 1);
+    }
 };
 
 enum class NetTopology { fat_tree, rail_optimized };
@@ -100,6 +117,10 @@ struct OffloadSpec {
 /// How the model is split and run (Megatron-LM vocabulary).
 struct PlanSpec {
     int tp = 1, pp = 1, dp = 1, cp = 1, ep = 1;
+    /// Tensor parallelism of the experts (Megatron's --expert-tensor-parallel-size, "MoE parallel
+    /// folding"): expert groups are laid over the stage's tp x cp x dp ranks as etp (fastest) x ep x
+    /// edp. 0 = tp (Megatron's default: experts split like the dense MLP, EP carved out of dp x cp).
+    int expert_tp = 0;
     int vpp = 1;                          ///< virtual stages per pipeline rank (interleaving)
     int micro_batch = 1;                  ///< sequences per micro-batch
     int global_batch = 1;                 ///< sequences per optimizer step
@@ -124,6 +145,9 @@ struct PlanSpec {
     std::string description;              ///< free text: where the plan comes from
 
     int gpus() const { return tp * pp * dp * cp; }
+    int etp() const { return expert_tp > 0 ? expert_tp : tp; }
+    /// Expert data parallelism: the stage's ranks over the expert groups (tp cp dp / (etp ep)).
+    int edp() const { return std::max(1, tp * cp * dp / std::max(1, etp() * ep)); }
     int micro_batches() const { return global_batch / (micro_batch * dp); }
 };
 
