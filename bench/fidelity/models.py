@@ -82,16 +82,17 @@ QWEN3_235B_A22B = dict(llama("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 151936, 
                        moe={"experts": 128, "top_k": 8, "expert_ffn_hidden": 1536, "moe_every": 1,
                             "shared_experts": 0})
 
-# DeepSeek-V3 (technical report Sec. 4.2 and config.json): MLA attention (kv_heads = heads is the
-# closest Strata shape; the low-rank projections are listed in "mla"), first 3 layers dense
-# (ffn 18432), then 256 routed + 1 shared expert of width 2048, top-8. Multi-token prediction
-# (one extra module) is used in training and is not expressible in Strata's model JSON.
+# DeepSeek-V3 (technical report Sec. 4.2 and config.json): MLA attention (model.mla: q_lora 1536,
+# kv_lora 512, nope 128 + rope 64 per query/key head, values 128; kv_heads = heads), first 3
+# layers dense (ffn 18432; moe.first_k_dense), then 256 routed + 1 shared expert of width 2048,
+# top-8. Multi-token prediction (one extra module) is used in training and is not expressible in
+# Strata's model JSON (mtp_depth is kept for information).
 DEEPSEEK_V3 = dict(llama("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 4096), head_dim=128,
                    mla={"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
                         "qk_rope_head_dim": 64, "v_head_dim": 128},
-                   first_k_dense=3, mtp_depth=1,
+                   mtp_depth=1,
                    moe={"experts": 256, "top_k": 8, "expert_ffn_hidden": 2048, "moe_every": 1,
-                        "shared_experts": 1})
+                        "shared_experts": 1, "first_k_dense": 3})
 
 # MosaicML MPT (llm-foundry scripts/train/yamls/pretrain/mpt-*.yaml): expansion ratio 4, vocab
 # 50,368. The benchmark NumParams column grows by seq_len*d_model per step of seq_len and equals

@@ -231,7 +231,7 @@ def opt_bloom_zero_deepseek():
             "micro_batch 1: not published",
             "recompute selective: RMSNorm and MLA up-projections are recomputed (Sec. 3.3.3)",
             "fp8: fine-grained FP8 GEMMs, BF16/FP32 elsewhere",
-            "MLA, multi-token prediction and first-3-dense layers are extra model keys Strata ignores",
+            "multi-token prediction (one extra module) is not modelled: mtp_depth is kept for information",
             "the GPU-hours figure averages the whole pretraining run (incl. failures/restarts)",
             "61 layers over 16 stages is uneven; the split is not published",
         ],

@@ -98,17 +98,23 @@ def bridge():
             extra.append("precision FP8-CS (current scaling)")
         if model.get("moe"):
             extra.append("MoE: token distribution force-balanced, dropless (table footnote)")
-            if ep > gpus // (tp * pp * cp):
-                extra.append(f"ep {ep} > dp: experts span tp*dp ranks (expert tensor parallel 1)")
+            extra.append("expert_tp 1: the Megatron-Bridge MoE recipes set expert_tensor_parallel_size=1 "
+                         "(MoE parallel folding: expert groups span tp x dp)")
         if tag.startswith("deepseek"):
             extra += ["25.09 table has no precision column; FP8 inferred from the footnote "
                       "(H100 value in parentheses uses 128x128 / 1x128 blockwise FP8: 330)",
-                      "whether multi-token prediction was on is not stated ('dropless' row)"]
+                      "whether multi-token prediction was on is not stated ('dropless' row); the H100 "
+                      "recipe (DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1) lays MTP on the last virtual stage "
+                      "(pp_layout Et|(tt|)*30mL) and recomputes mla_up_proj and mlp: Strata models "
+                      "neither MTP nor per-module recomputation (memory: its OOM verdict is pessimistic)"]
         if tag == "llama3-8b-8gpu":
             extra.append("FSDP 8 (archive) / 1 (latest page): Megatron-FSDP over all 8 GPUs")
         src = BRIDGE.replace("{rel}", rel)
-        out.append(_nemo_entry(f"bridge{rel.replace('.', '')}-{tag}", src, model, gpus, gbs, mbs, tp,
-                               pp, cp, vp, ep, tok, tf, prec, fsdp=fsdp, extra_assume=extra))
+        e = _nemo_entry(f"bridge{rel.replace('.', '')}-{tag}", src, model, gpus, gbs, mbs, tp,
+                               pp, cp, vp, ep, tok, tf, prec, fsdp=fsdp, extra_assume=extra)
+        if model.get("moe"):
+            e["plan"]["expert_tp"] = 1
+        out.append(e)
     return out
 
 
