@@ -52,8 +52,8 @@ const char* sched_label(const sim::PlanSpec& p) {
 
 void print_table(const planner::SearchResult& r, int top, std::ostream& out) {
     char line[512];
-    std::snprintf(line, sizeof line, "%4s %3s %3s %4s %3s %3s %3s %3s %-6s %4s %-9s %2s %-14s %9s %11s %6s %9s  %s\n", "#", "tp", "pp", "dp",
-                  "cp", "ep", "vpp", "mb", "sched", "zero", "recompute", "sp", "offload", "step", "tokens/s", "MFU", "peak HBM", "why");
+    std::snprintf(line, sizeof line, "%4s %3s %3s %4s %3s %3s %3s %3s %3s %-6s %4s %-9s %2s %-14s %9s %11s %6s %9s  %s\n", "#", "tp", "pp", "dp",
+                  "cp", "ep", "etp", "vpp", "mb", "sched", "zero", "recompute", "sp", "offload", "step", "tokens/s", "MFU", "peak HBM", "why");
     out << line;
     int shown = 0;
     for (const auto& rp : r.ranked) {
@@ -65,8 +65,8 @@ void print_table(const planner::SearchResult& r, int top, std::ostream& out) {
         const double mfu = sim ? rp.sim.mfu : rp.estimate.mfu;
         const double hbm = sim ? rp.sim.peak_hbm_bytes : rp.estimate.hbm_bytes;
         std::string note = sim ? (rp.sim.oom ? "OOM (simulated)" : rp.why) : ("estimate only; " + rp.why);
-        std::snprintf(line, sizeof line, "%4d %3d %3d %4d %3d %3d %3d %3d %-6s %4d %-9s %2s %-14s %9s %11.0f %5.1f%% %9s  %s\n", shown + 1, p.tp, p.pp,
-                      p.dp, p.cp, p.ep, p.vpp, p.micro_batch, sched_label(p), p.zero_stage, sim::to_string(p.recompute),
+        std::snprintf(line, sizeof line, "%4d %3d %3d %4d %3d %3d %3d %3d %3d %-6s %4d %-9s %2s %-14s %9s %11.0f %5.1f%% %9s  %s\n", shown + 1, p.tp, p.pp,
+                      p.dp, p.cp, p.ep, p.etp(), p.vpp, p.micro_batch, sched_label(p), p.zero_stage, sim::to_string(p.recompute),
                       p.sequence_parallel ? "y" : "n", offload_label(p).c_str(), human_seconds(step).c_str(), tps, 100 * mfu,
                       human_bytes(hbm).c_str(), note.c_str());
         out << line;

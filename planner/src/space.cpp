@@ -76,13 +76,19 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                 if (stop) break;
                 if (pp > s.max_pp) continue;
                 const int dp = gpus / (tp * cp * pp);
-                std::vector<int> eps{1};
+                // (ep, expert_tp): EP inside dp x cp with experts split like the MLP (expert_tp 0 =
+                // tp), and with TP, MoE parallel folding: whole experts (expert_tp 1), EP over
+                // tp x cp x dp (Megatron-Core's --expert-tensor-parallel-size 1).
+                std::vector<std::pair<int, int>> eps{{1, 0}};
                 if (m.is_moe()) {
                     eps.clear();
                     for (int e : divisors(m.moe->experts))
-                        if ((dp * cp) % e == 0) eps.push_back(e);
+                        if ((dp * cp) % e == 0) eps.emplace_back(e, 0);
+                    if (tp > 1 && s.search_expert_tp)
+                        for (int e : divisors(m.moe->experts))
+                            if (e > 1 && (tp * dp * cp) % e == 0) eps.emplace_back(e, 1);
                 }
-                for (int ep : eps) {
+                for (auto [ep, etp] : eps) {
                     if (stop) break;
                     const std::int64_t my_layout = layout_index++;
                     const bool mine = shards <= 1 || (my_layout % shards) == shard;
@@ -116,6 +122,7 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                             if (stop) break;
                             for (int sp = (tp > 1 ? 1 : 0); sp >= 0 && !stop; --sp) {
                                 if (sp == 0 && tp > 1 && !s.search_sequence_parallel) continue;
+                                if (sp == 0 && etp > 0) continue;  // folding needs SP (Megatron)
                                 for (int zero : s.zero_stages) {
                                     if (stop) break;
                                     for (Recompute rc : s.recomputes) {
@@ -138,6 +145,7 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                                             p.pp = pp;
                                             p.dp = dp;
                                             p.ep = ep;
+                                            p.expert_tp = etp;
                                             p.vpp = vpp;
                                             p.micro_batch = mb;
                                             p.global_batch = gbs;

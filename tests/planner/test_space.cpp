@@ -83,3 +83,34 @@ TEST_CASE("offload choices need the ZeRO stage that makes them possible", "[plan
         return true;
     });
 }
+
+TEST_CASE("MoE plans include MoE parallel folding, valid and with sequence parallelism", "[planner][space]") {
+    ModelSpec m = small_gpt();
+    m.moe = MoeSpec{};
+    m.moe->experts = 16;
+    m.moe->top_k = 2;
+    m.moe->expert_ffn_hidden = 1024;
+    const ClusterSpec c = two_nodes();
+    planner::SearchSpace s;
+    s.global_batch = 64;
+    std::int64_t folded = 0, folded_beyond_dp = 0;
+    planner::enumerate_plans(m, c, s, [&](const PlanSpec& p) {
+        REQUIRE_NOTHROW(validate_plan(m, c, p, "enumerated"));
+        if (p.expert_tp == 1) {
+            ++folded;
+            CHECK(p.tp > 1);
+            CHECK(p.sequence_parallel);
+            if ((p.dp * p.cp) % p.ep != 0) ++folded_beyond_dp;  // EP spans TP ranks: only folding allows it
+        }
+        return true;
+    });
+    CHECK(folded > 0);
+    CHECK(folded_beyond_dp > 0);
+    s.search_expert_tp = false;
+    std::int64_t off = 0;
+    planner::enumerate_plans(m, c, s, [&](const PlanSpec& p) {
+        off += p.expert_tp > 0 ? 1 : 0;
+        return true;
+    });
+    CHECK(off == 0);
+}

@@ -92,6 +92,31 @@ TEST_CASE("Qwen2-7B and Qwen1.5-MoE configs", "[hf]") {
     CHECK(qm.moe->shared_experts == 4);  // shared_expert_intermediate_size 5632 = 4 x 1408
 }
 
+TEST_CASE("DeepSeek-V3 config: latent attention and dense-first MoE", "[hf][mla]") {
+    // deepseek-ai/DeepSeek-V3 config.json (quantisation and RoPE-scaling blocks left out).
+    ModelSpec m = import("deepseek-v3");
+    CHECK(m.name == "deepseek-v3");  // no _name_or_path: the file's stem
+    CHECK(m.layers == 61);
+    CHECK(m.hidden == 7168);
+    CHECK(m.heads == 128);
+    CHECK(m.kv_heads == 128);
+    REQUIRE(m.mla.has_value());
+    CHECK(m.mla->q_lora_rank == 1536);
+    CHECK(m.mla->kv_lora_rank == 512);
+    CHECK(m.mla->qk_nope_head_dim == 128);
+    CHECK(m.mla->qk_rope_head_dim == 64);
+    CHECK(m.mla->v_head_dim == 128);
+    REQUIRE(m.is_moe());
+    CHECK(m.moe->experts == 256);
+    CHECK(m.moe->top_k == 8);
+    CHECK(m.moe->expert_ffn_hidden == 2048);
+    CHECK(m.moe->shared_experts == 1);
+    CHECK(m.moe->first_k_dense == 3);
+    CHECK(m.ffn_hidden == 18432);
+    CHECK(m.vocab == 129280);
+    CHECK_FALSE(m.tied_embeddings);
+}
+
 TEST_CASE("GPT-2 config", "[hf]") {
     ModelSpec g = import("gpt2");
     CHECK(g.layers == 12);       // n_layer

@@ -121,6 +121,7 @@ SimOutput simulate(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
     out.job.cluster = c.name;
     out.job.plan = "tp" + std::to_string(p.tp) + " pp" + std::to_string(p.pp) + " dp" + std::to_string(p.dp) +
                    (p.cp > 1 ? " cp" + std::to_string(p.cp) : "") + (p.ep > 1 ? " ep" + std::to_string(p.ep) : "") +
+                   (p.expert_tp > 0 && p.expert_tp != p.tp ? " etp" + std::to_string(p.expert_tp) : "") +
                    (p.vpp > 1 ? " vpp" + std::to_string(p.vpp) : "") + " mb" + std::to_string(p.micro_batch) + " gbs" +
                    std::to_string(p.global_batch);
     return out;

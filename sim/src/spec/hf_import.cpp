@@ -20,8 +20,9 @@ using nlohmann::json;
 // simulation of pre-training should not silently use 128k tokens; `import-hf --seq-len` overrides.
 constexpr std::int64_t kMaxDefaultSeqLen = 8192;
 
-const std::vector<std::string> kSupported = {"LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM",
-                                             "Qwen2ForCausalLM", "Qwen2MoeForCausalLM", "GPT2LMHeadModel"};
+const std::vector<std::string> kSupported = {"LlamaForCausalLM",    "MistralForCausalLM",    "MixtralForCausalLM",
+                                             "Qwen2ForCausalLM",    "Qwen2MoeForCausalLM",   "GPT2LMHeadModel",
+                                             "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"};
 
 // Typed access to HF keys with errors that name the HF key (the file is the user's config.json).
 struct Hf {
@@ -129,6 +130,46 @@ ModelSpec llama_like(const Hf& hf, const std::string& arch) {
     return m;
 }
 
+// DeepSeek-V2/V3: the Llama layout with multi-head latent attention (q_lora_rank null = no query
+// compression, DeepSeek-V2-Lite), the first first_k_dense_replace layers dense, then MoE layers of
+// n_routed_experts (+ n_shared_experts) of moe_intermediate_size every moe_layer_freq layers.
+// head_dim is stored as v_head_dim (MLA's widths live in model.mla).
+ModelSpec deepseek(const Hf& hf) {
+    ModelSpec m;
+    m.hidden = hf.pos("hidden_size");
+    m.layers = static_cast<int>(hf.pos("num_hidden_layers"));
+    m.heads = static_cast<int>(hf.pos("num_attention_heads"));
+    m.kv_heads = m.heads;  // MLA: one key and value per head
+    MlaSpec a;
+    a.q_lora_rank = hf.nonneg_or("q_lora_rank", 0);
+    a.kv_lora_rank = hf.pos("kv_lora_rank");
+    a.qk_nope_head_dim = hf.pos("qk_nope_head_dim");
+    a.qk_rope_head_dim = hf.pos("qk_rope_head_dim");
+    a.v_head_dim = hf.pos("v_head_dim");
+    m.mla = a;
+    m.head_dim = a.v_head_dim;
+    m.ffn_hidden = hf.pos("intermediate_size");
+    m.vocab = hf.pos("vocab_size");
+    m.max_position = hf.pos_or("max_position_embeddings", 4096);
+    m.ffn = FfnKind::swiglu;
+    m.norm = NormKind::rmsnorm;
+    m.position = PositionKind::rope;
+    m.tied_embeddings = hf.flag_or("tie_word_embeddings", false);
+    if (hf.flag_or("attention_bias", false)) hf.fail("attention_bias", "must be false for multi-head latent attention");
+    m.dropout = hf.prob_or("attention_dropout", 0.0);
+    if (hf.has("n_routed_experts")) {
+        MoeSpec e;
+        e.experts = static_cast<int>(hf.pos("n_routed_experts"));
+        e.top_k = static_cast<int>(hf.pos_or("num_experts_per_tok", 1));
+        e.expert_ffn_hidden = hf.pos_or("moe_intermediate_size", m.ffn_hidden);
+        e.shared_experts = static_cast<int>(hf.nonneg_or("n_shared_experts", 0));
+        e.moe_every = static_cast<int>(hf.pos_or("moe_layer_freq", 1));
+        e.first_k_dense = static_cast<int>(hf.nonneg_or("first_k_dense_replace", 0));
+        m.moe = e;
+    }
+    return m;
+}
+
 // GPT-2: learned positions, LayerNorm, GELU MLP of n_inner (default 4 x n_embd), biases
 // everywhere, tied embeddings (HF's default for GPT-2).
 ModelSpec gpt2(const Hf& hf) {
@@ -169,7 +210,7 @@ ModelSpec model_from_hf_config_text(const std::string& text, const std::string& 
     if (std::find(kSupported.begin(), kSupported.end(), arch) == kSupported.end())
         hf.fail("architectures", "= \"" + arch + "\" is not supported (supported: " + supported_list() + ")");
 
-    ModelSpec m = arch == "GPT2LMHeadModel" ? gpt2(hf) : llama_like(hf, arch);
+    ModelSpec m = arch == "GPT2LMHeadModel" ? gpt2(hf) : arch.rfind("Deepseek", 0) == 0 ? deepseek(hf) : llama_like(hf, arch);
     m.name = default_name(hf);
     m.seq_len = std::min(m.max_position, kMaxDefaultSeqLen);
     m.description = "Imported from a Hugging Face config.json (" + arch + ")";

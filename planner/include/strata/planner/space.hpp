@@ -23,6 +23,7 @@ struct SearchSpace {
     std::vector<sim::Recompute> recomputes{sim::Recompute::none, sim::Recompute::selective, sim::Recompute::full};
     bool search_gpipe = true;
     bool search_sequence_parallel = true;   ///< also try sp off when tp > 1
+    bool search_expert_tp = true;           ///< MoE with tp > 1: also try whole experts (expert_tp 1, EP over tp x cp x dp)
     bool search_offload = true;             ///< optimizer/params to cpu or ssd, and splits
     bool offload_to_ssd = true;             ///< include the NVMe tier among the offload choices
     bool search_uneven_pipeline = true;     ///< pp that does not divide the layers
