@@ -74,7 +74,8 @@ void print_table(const planner::SearchResult& r, int top, std::ostream& out) {
     }
     out << "plans: " << r.space.considered << " considered, " << r.space.invalid << " invalid (divisibility), "
         << r.pruned_memory << " pruned by memory, " << r.estimated << " estimated, " << r.simulated << " simulated ("
-        << r.simulated_oom << " OOM)\n";
+        << r.simulated_oom << " OOM" << (r.follow_up_rounds > 0 ? ", " + std::to_string(r.follow_up_rounds) + " follow-up round(s) after OOMs" : "")
+        << ")\n";
     if (r.ranked.empty()) out << "no plan fits this cluster (see `strata memory` for why)\n";
 }
 

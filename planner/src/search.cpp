@@ -104,9 +104,11 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, const hwdb::
         out[i].why = explain(sorted[i].est);
     }
     const auto t1 = std::chrono::steady_clock::now();
-    if (n_sim > 0) {
+    // Simulate the candidates `which` (indices into out) on a thread pool.
+    auto simulate_batch = [&](const std::vector<std::size_t>& which) {
+        if (which.empty()) return;
         int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-        threads = std::min<int>(threads, static_cast<int>(n_sim));
+        threads = std::min<int>(threads, static_cast<int>(which.size()));
         std::atomic<std::size_t> next{0};
         std::atomic<std::size_t> done{0};
         std::vector<std::thread> pool;
@@ -114,20 +116,51 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, const hwdb::
             pool.emplace_back([&] {
                 for (;;) {
                     if (cancelled()) return;
-                    std::size_t i = next.fetch_add(1);
-                    if (i >= n_sim) return;
-                    out[i].sim = simulate_plan(m, c, out[i].plan, hw, o.calibration);
-                    out[i].simulated = true;
+                    const std::size_t k = next.fetch_add(1);
+                    if (k >= which.size()) return;
+                    RankedPlan& rp = out[which[k]];
+                    rp.sim = simulate_plan(m, c, rp.plan, hw, o.calibration);
+                    rp.simulated = true;
                     done.fetch_add(1);
                 }
             });
         // Progress is reported from this thread only.
-        while (o.progress && done.load() < n_sim && !cancelled()) {
-            o.progress(double(done.load()) / double(n_sim), "simulating");
+        while (o.progress && done.load() < which.size() && !cancelled()) {
+            o.progress(double(done.load()) / double(which.size()), "simulating");
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
         }
         for (auto& th : pool) th.join();
         if (cancelled()) r.cancelled = true;
+    };
+    std::vector<std::size_t> first(n_sim);
+    for (std::size_t i = 0; i < n_sim; ++i) first[i] = i;
+    simulate_batch(first);
+    // Follow-up rounds: when fewer than `min_fitting` simulated plans fit, the analytical peak was
+    // optimistic for this model (allocator rounding, transients it does not see). Scale it by the
+    // worst simulated / analytical ratio seen, skip the candidates that rules out, and simulate the
+    // next ones in estimate order, up to `follow_up_factor` x max_simulated simulations in all.
+    if (n_sim > 0 && o.min_fitting > 0) {
+        const double cap = est.capacities().hbm_bytes;
+        const std::size_t budget = static_cast<std::size_t>(std::max(0, o.max_simulated) * std::max(1, o.follow_up_factor));
+        std::size_t spent = n_sim, cursor = n_sim;
+        for (;;) {
+            int fitting = 0;
+            double ratio = 1.0;
+            for (const auto& rp : out) {
+                if (!rp.simulated) continue;
+                if (!rp.sim.oom) ++fitting;
+                else if (rp.estimate.hbm_bytes > 0) ratio = std::max(ratio, rp.sim.peak_hbm_bytes / rp.estimate.hbm_bytes);
+            }
+            if (fitting >= o.min_fitting || r.cancelled || spent >= budget || cursor >= out.size()) break;
+            std::vector<std::size_t> next_batch;
+            const std::size_t want = std::min(budget - spent, static_cast<std::size_t>(std::max(1, o.max_simulated)));
+            for (; cursor < out.size() && next_batch.size() < want; ++cursor)
+                if (out[cursor].estimate.hbm_bytes * ratio <= cap) next_batch.push_back(cursor);
+            if (next_batch.empty()) break;
+            simulate_batch(next_batch);
+            spent += next_batch.size();
+            ++r.follow_up_rounds;
+        }
     }
     r.simulate_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
     for (const auto& rp : out)

@@ -129,3 +129,37 @@ TEST_CASE("fast estimate agrees with the engine on the shortlist", "[planner][se
     CHECK(checked >= 10);
     CHECK(o.shortlist_margin > 0.25);
 }
+
+TEST_CASE("follow-up rounds simulate more candidates until enough of them fit", "[planner][search]") {
+    const ModelSpec m = gpt(12, 4096, 1024);
+    const ClusterSpec c = node("A100-SXM4-40GB", 1);
+    const auto hw = view(c);
+    planner::SearchOptions o;
+    o.space.global_batch = 16;
+    o.space.zero_stages = {0, 1, 3};
+    o.space.recomputes = {Recompute::none, Recompute::full};
+    o.space.search_offload = false;
+    o.space.search_gpipe = false;
+    o.threads = 2;
+    o.max_simulated = 2;  // a first round of 2 cannot hold 3 fitting plans
+    o.shortlist = 2;
+    o.shortlist_margin = 0;
+    o.min_fitting = 3;
+    o.follow_up_factor = 4;
+    auto fitting = [](const planner::SearchResult& r) {
+        int n = 0;
+        for (const auto& p : r.ranked) n += p.simulated && !p.sim.oom ? 1 : 0;
+        return n;
+    };
+    const auto r = planner::search_plans(m, c, hw, o);
+    CHECK(r.follow_up_rounds >= 1);
+    CHECK(r.simulated <= 8);  // the budget: follow_up_factor x max_simulated
+    CHECK(fitting(r) >= 3);
+    REQUIRE_FALSE(r.ranked.empty());
+    CHECK(r.ranked[0].simulated);
+    CHECK_FALSE(r.ranked[0].sim.oom);
+    o.min_fitting = 0;  // no follow-up: exactly the first round
+    const auto r0 = planner::search_plans(m, c, hw, o);
+    CHECK(r0.follow_up_rounds == 0);
+    CHECK(r0.simulated == 2);
+}

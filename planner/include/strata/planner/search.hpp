@@ -40,6 +40,11 @@ struct SearchOptions {
     int shortlist = 12;              ///< simulate at least this many of the best estimates
     double shortlist_margin = 0.30;  ///< ... and every plan within this fraction of the best estimate (capped)
     int max_simulated = 24;
+    /// Follow-up: if fewer simulated plans than this fit, simulate further candidates whose
+    /// analytical peak, scaled by the worst simulated / analytical ratio seen, fits; up to
+    /// follow_up_factor x max_simulated simulations in all. 0: no follow-up.
+    int min_fitting = 3;
+    int follow_up_factor = 4;
     double memory_margin = 1.10;     ///< keep plans up to 10% over capacity for simulation
     int threads = 0;                 ///< 0 = hardware concurrency
     int shard = 0, shards = 1;
@@ -56,6 +61,7 @@ struct SearchResult {
     std::int64_t estimated = 0;
     std::int64_t simulated = 0;
     std::int64_t simulated_oom = 0;
+    int follow_up_rounds = 0;        ///< extra simulation rounds after OOMs (SearchOptions::min_fitting)
     double estimate_seconds = 0, simulate_seconds = 0;  ///< wall time (reported, never asserted)
     bool cancelled = false;
 };
