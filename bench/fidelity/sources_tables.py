@@ -114,6 +114,12 @@ def bridge():
                                pp, cp, vp, ep, tok, tf, prec, fsdp=fsdp, extra_assume=extra)
         if model.get("moe"):
             e["plan"]["expert_tp"] = 1
+        if tag.startswith("qwen3-235b"):
+            # QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_*_V1: moe_a2a_overlap=True (the 30B and DeepSeek-V3
+            # H100 recipes set it False).
+            e["plan"]["moe_a2a_overlap"] = True
+            e["assumptions"].append("moe_a2a_overlap: the H100 recipe sets moe_a2a_overlap=True "
+                                    "(Megatron-Core batch-level EP overlap)")
         out.append(e)
     return out
 

@@ -107,6 +107,10 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
     if (p.overlap_grad_reduce && p.dp > 1) flag("overlap-grad-reduce");
     if (p.overlap_param_gather && p.zero_stage >= 1) flag("overlap-param-gather");
     if (p.tp_comm_overlap) flag("tp-comm-overlap");
+    if (p.moe_a2a_overlap) {
+        flag("overlap-moe-expert-parallel-comm");
+        flag("delay-wgrad-compute");
+    }
     if (!p.layer_split.empty()) {
         // Megatron expresses uneven splits only for the first and last stage.
         bool middle_even = true;
@@ -231,6 +235,7 @@ PlanSpec plan_from_megatron_args(const std::string& args, int gpus, const std::s
         else if (t == "--overlap-grad-reduce") p.overlap_grad_reduce = true;
         else if (t == "--overlap-param-gather") p.overlap_param_gather = true;
         else if (t == "--tp-comm-overlap") p.tp_comm_overlap = true;
+        else if (t == "--overlap-moe-expert-parallel-comm") p.moe_a2a_overlap = true;
         else if (t == "--recompute-num-layers") p.recompute_layers = value(i);
         else if (t == "--recompute-granularity") {
             if (i + 1 >= tok.size()) throw InputError(file, t, "needs a value");

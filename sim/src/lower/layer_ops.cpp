@@ -118,7 +118,7 @@ void RankLowering::moe_forward(int layer) {
         gemm_cast(n_.shared_fc2, d_.tokens, d_.h, f);
         if (sp) shared_out = tp_out_collective();
     }
-    if (dispatched >= 0) wait(Stream::compute, dispatched);
+    defer_or_wait(dispatched);
     const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.etp;
     gemm_cast(n_.experts_fc1, te, (d_.mats - 1) * f, d_.h, batch);
     compute(Op::elementwise, n_.experts_act, 0, batch * d_.mats * te * f * Dims::act_bytes);
@@ -127,7 +127,7 @@ void RankLowering::moe_forward(int layer) {
     if (etp_comm) combined = collective(Stream::tp_comm, CollKind::reduce_scatter, Group::etp, tp_bytes, n_.tp_rs);
     if (d_.ep > 1)
         combined = collective(Stream::ep_comm, CollKind::all_to_all, Group::ep, a2a_bytes, n_.ep_combine, combined >= 0 ? combined : kAfterCompute);
-    wait(Stream::compute, combined);
+    defer_or_wait(combined);
     compute(Op::elementwise, n_.moe_unpermute, 0, permute_bytes);
     wait(Stream::compute, shared_out);
     (void)layer;
@@ -287,7 +287,7 @@ void RankLowering::moe_backward(int layer) {
     int arrived = -1;
     if (d_.ep > 1) arrived = collective(Stream::ep_comm, CollKind::all_to_all, Group::ep, a2a_bytes, n_.ep_combine);
     if (etp_comm) arrived = collective(Stream::tp_comm, CollKind::all_gather, Group::etp, tp_bytes, n_.tp_ag, arrived >= 0 ? arrived : kAfterCompute);
-    wait(Stream::compute, arrived);
+    defer_or_wait(arrived);
     const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.etp;
     gemm_cast(n_.experts_fc2, te, f, d_.h, batch);
     gemm(n_.experts_fc2, f, d_.h, te, batch);
@@ -309,7 +309,7 @@ void RankLowering::moe_backward(int layer) {
         gemm(n_.shared_fc1, d_.h, (d_.mats - 1) * fs, d_.tokens);
         if (sp) shared_back = tp_out_collective();
     }
-    wait(Stream::compute, back);
+    defer_or_wait(back);
     compute(Op::elementwise, n_.moe_permute, 0, permute_bytes);  // the permute's gradient: sum the top_k copies
     compute(Op::router, n_.router, 0, 2 * routed * d_.experts * 4);
     gemm_high(n_.router_gemm, routed, d_.h, d_.experts);

@@ -119,6 +119,16 @@ private:
     int record(Stream s);
     void wait(Stream s, int ev);
     void host_sync(Stream s, int name) { push(InstrKind::host_sync, s, name); }
+    /// plan.moe_a2a_overlap: wait for `ev` at the end of the pass instead of now (-1: nothing).
+    void defer_or_wait(int ev) {
+        if (ev < 0) return;
+        if (p_.moe_a2a_overlap) deferred_.push_back(ev);
+        else wait(Stream::compute, ev);
+    }
+    void join_deferred() {
+        for (int ev : deferred_) wait(Stream::compute, ev);
+        deferred_.clear();
+    }
     static constexpr int kAfterCompute = -2;
     /// A collective on `s` that first waits for `after` (kAfterCompute: compute's progress so
     /// far; -1: nothing); returns its completion event.
@@ -184,6 +194,7 @@ private:
     bool full_;
     std::int64_t& tensor_counter_;
     Dims d_;
+    std::vector<int> deferred_;  ///< MoE all-to-all events joined at the end of the pass (moe_a2a_overlap)
     std::vector<AttentionLinear> mla_linears_;  ///< the attention block's linears when the model uses MLA
     DType dtype_ = DType::bf16;  ///< of the plan's precision, stamped on every instruction
     int micro_ = 1, pp_ = 1, vpp_ = 1, stage_ = 0, stage_first_layer_ = 0;

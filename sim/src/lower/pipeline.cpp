@@ -126,6 +126,7 @@ void RankLowering::forward_pass(int mb, int chunk) {
         }
         stashed_[{mb_, chunk, li}] = alloc_list(act_desc_[static_cast<std::size_t>(lis)], act_ids_[static_cast<std::size_t>(lis)]);
         layer_forward(layer, Phase::forward);
+        if (li + 1 == count) join_deferred();  // MoE all-to-all overlapped with the pass
         const TierSplit& af = p_.offload.activations;
         if (af.cpu + af.ssd > 0) {
             double bytes = 0;
@@ -202,6 +203,7 @@ void RankLowering::backward_pass(int mb, int chunk) {
         const int lis = layer_in_stage(chunk, li);
         const AllocRun ws = alloc_list(ws_desc_[static_cast<std::size_t>(lis)], ws_ids_[static_cast<std::size_t>(lis)]);
         layer_backward(layer, lis);
+        if (li == 0) join_deferred();
         layer_ = layer;
         free_list(ws);
         auto it = stashed_.find({mb_, chunk, li});

@@ -139,6 +139,10 @@ struct PlanSpec {
     /// Pipeline send/recv in line with compute (DeepSpeed's PipelineEngine: blocking NCCL p2p on
     /// the compute stream) instead of beside it (Megatron's batched isend/irecv).
     bool p2p_blocking = false;
+    /// MoE all-to-all hidden behind another micro-batch's computation (Megatron-Core's
+    /// --overlap-moe-expert-parallel-comm batch-level overlap, DeepSeek's DualPipe): the dispatch
+    /// and combine run beside the compute stream and are joined at the end of the pass.
+    bool moe_a2a_overlap = false;
     std::int64_t dp_bucket_bytes = 40'000'000;  ///< DP gradient bucket (Megatron default 40 MB)
     std::vector<int> layer_split;         ///< uneven pipeline: layers per stage (empty = even)
     std::string name;                     ///< optional label (JSON "name")
