@@ -65,8 +65,9 @@ void print_table(const planner::SearchResult& r, int top, std::ostream& out) {
         const double mfu = sim ? rp.sim.mfu : rp.estimate.mfu;
         const double hbm = sim ? rp.sim.peak_hbm_bytes : rp.estimate.hbm_bytes;
         std::string note = sim ? (rp.sim.oom ? "OOM (simulated)" : rp.why) : ("estimate only; " + rp.why);
-        std::snprintf(line, sizeof line, "%4d %3d %3d %4d %3d %3d %3d %3d %3d %-6s %4d %-9s %2s %-14s %9s %11.0f %5.1f%% %9s  %s\n", shown + 1, p.tp, p.pp,
-                      p.dp, p.cp, p.ep, p.etp(), p.vpp, p.micro_batch, sched_label(p), p.zero_stage, sim::to_string(p.recompute),
+        const std::string etp = p.ep > 1 || p.expert_tp > 0 ? std::to_string(p.etp()) : "-";  // experts only
+        std::snprintf(line, sizeof line, "%4d %3d %3d %4d %3d %3d %3s %3d %3d %-6s %4d %-9s %2s %-14s %9s %11.0f %5.1f%% %9s  %s\n", shown + 1, p.tp, p.pp,
+                      p.dp, p.cp, p.ep, etp.c_str(), p.vpp, p.micro_batch, sched_label(p), p.zero_stage, sim::to_string(p.recompute),
                       p.sequence_parallel ? "y" : "n", offload_label(p).c_str(), human_seconds(step).c_str(), tps, 100 * mfu,
                       human_bytes(hbm).c_str(), note.c_str());
         out << line;
