@@ -59,6 +59,18 @@ Brute brute_force(const ModelSpec& m, const ClusterSpec& c, const hwdb::Hardware
     return b;
 }
 
+// ~2.5 B parameters on one A100-40GB node: only sharded / pipelined / recomputed plans fit.
+planner::SearchOptions memory_bound_options() {
+    planner::SearchOptions o;
+    o.space.global_batch = 16;
+    o.space.zero_stages = {0, 1, 3};
+    o.space.recomputes = {Recompute::none, Recompute::full};
+    o.space.search_offload = false;
+    o.space.search_gpipe = false;
+    o.threads = 2;
+    return o;
+}
+
 }  // namespace
 
 TEST_CASE("search finds the brute-force best plan (H100 node)", "[planner][search]") {
@@ -87,13 +99,7 @@ TEST_CASE("search finds the brute-force best when memory binds (A100-40GB node)"
     const ModelSpec m = gpt(12, 4096, 1024);
     const ClusterSpec c = node("A100-SXM4-40GB", 1);
     const auto hw = view(c);
-    planner::SearchOptions o;
-    o.space.global_batch = 16;
-    o.space.zero_stages = {0, 1, 3};
-    o.space.recomputes = {Recompute::none, Recompute::full};
-    o.space.search_offload = false;
-    o.space.search_gpipe = false;
-    o.threads = 2;
+    planner::SearchOptions o = memory_bound_options();
     const Brute b = brute_force(m, c, hw, o.space);
     REQUIRE(b.ooms > 0);  // the space really is memory-bound
     REQUIRE(b.best_tps > 0);
@@ -134,13 +140,7 @@ TEST_CASE("follow-up rounds simulate more candidates until enough of them fit", 
     const ModelSpec m = gpt(12, 4096, 1024);
     const ClusterSpec c = node("A100-SXM4-40GB", 1);
     const auto hw = view(c);
-    planner::SearchOptions o;
-    o.space.global_batch = 16;
-    o.space.zero_stages = {0, 1, 3};
-    o.space.recomputes = {Recompute::none, Recompute::full};
-    o.space.search_offload = false;
-    o.space.search_gpipe = false;
-    o.threads = 2;
+    planner::SearchOptions o = memory_bound_options();
     o.max_simulated = 2;  // a first round of 2 cannot hold 3 fitting plans
     o.shortlist = 2;
     o.shortlist_margin = 0;
