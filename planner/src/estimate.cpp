@@ -68,9 +68,9 @@ Estimator::Estimator(const ModelSpec& m, const ClusterSpec& c, const hwdb::Hardw
 
 Estimator::~Estimator() = default;
 
-LayerTimes Estimator::layer_times(const PlanSpec& p) {
+LayerTimes Estimator::layer_times(const PlanSpec& p, bool dense_first) {
     const Key key{p.tp, p.cp, p.ep * 4096 + p.etp(), p.micro_batch, p.sequence_parallel ? 1 : 0, static_cast<int>(p.recompute),
-                  p.zero_stage == 3 ? p.dp : 0, static_cast<int>(p.precision), p.flash_attention ? 1 : 0};
+                  p.zero_stage == 3 ? p.dp : 0, static_cast<int>(p.precision), p.flash_attention ? 1 : 0, dense_first ? 1 : 0};
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
 
@@ -79,6 +79,11 @@ LayerTimes Estimator::layer_times(const PlanSpec& p) {
     // and offload are closed forms below.
     ModelSpec m1 = m_;
     m1.layers = m_.is_moe() ? std::max(1, m_.moe->moe_every) : 1;
+    if (m1.is_moe()) m1.moe->first_k_dense = 0;  // the period of the MoE part
+    if (dense_first) {
+        m1.moe.reset();
+        m1.layers = 1;
+    }
     PlanSpec p1 = p;
     p1.pp = 1;
     p1.vpp = 1;
@@ -152,6 +157,22 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     const LayerTimes lt = layer_times(p);
     const std::vector<int> layers = stage_layers(m_, p);
     const int pp = p.pp, m = p.micro_batches(), vpp = std::max(1, p.vpp);
+    // Leading dense layers (DeepSeek's first_k_dense) cost a dense layer's time, not the MoE
+    // period's: count them per stage with the lowering's layout (virtual stage v = chunk * pp +
+    // stage, each stage's layers spread over its chunks, the first n mod vpp chunks one more).
+    const int k_dense = m_.is_moe() ? std::min(m_.moe->first_k_dense, m_.layers) : 0;
+    std::vector<int> dense(static_cast<std::size_t>(pp), 0);
+    LayerTimes ld;
+    if (k_dense > 0) {
+        ld = layer_times(p, true);
+        int start = 0;
+        for (int v = 0; v < pp * vpp && start < k_dense; ++v) {
+            const int s = v % pp, c = v / pp, n = layers[static_cast<std::size_t>(s)];
+            const int size = n / vpp + (c < n % vpp ? 1 : 0);
+            dense[static_cast<std::size_t>(s)] += std::max(0, std::min(start + size, k_dense) - start);
+            start += size;
+        }
+    }
     CostContext ctx;
     ctx.hw = &hw_;
     ctx.cluster = &c_;
@@ -162,7 +183,8 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     double worst = 0, sum = 0, worst_b = 0;
     int worst_stage = 0;
     for (int s = 0; s < pp; ++s) {
-        double f = layers[static_cast<std::size_t>(s)] * lt.fwd_s, b = layers[static_cast<std::size_t>(s)] * lt.bwd_s;
+        const int nd = dense[static_cast<std::size_t>(s)], nm = layers[static_cast<std::size_t>(s)] - nd;
+        double f = nm * lt.fwd_s + nd * ld.fwd_s, b = nm * lt.bwd_s + nd * ld.bwd_s;
         if (s == pp - 1) {
             f += lt.head_fwd_s;
             b += lt.head_bwd_s;
@@ -188,7 +210,10 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     const double fill = (sum - worst) / vpp + 2.0 * (pp - 1) * p2p * (p.schedule == Schedule::interleaved_1f1b ? 1.0 : 1.0);
     e.compute_s = m * worst;
     e.bubble_s = pp > 1 ? fill : 0;
-    e.recompute_s = m * layers[static_cast<std::size_t>(worst_stage)] * lt.recompute_s;
+    {
+        const int nd = dense[static_cast<std::size_t>(worst_stage)], nm = layers[static_cast<std::size_t>(worst_stage)] - nd;
+        e.recompute_s = m * (nm * lt.recompute_s + nd * ld.recompute_s);
+    }
 
     // Data parallelism over dp x cp (Megatron's grad reduction group); experts over edp.
     StageParams sp;

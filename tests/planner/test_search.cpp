@@ -163,3 +163,36 @@ TEST_CASE("follow-up rounds simulate more candidates until enough of them fit", 
     CHECK(r0.follow_up_rounds == 0);
     CHECK(r0.simulated == 2);
 }
+
+TEST_CASE("fast estimate agrees with the engine on MoE plans with dense-first layers", "[planner][search][moe]") {
+    // The estimate times a MoE layer period and, apart, a leading dense layer (first_k_dense), so
+    // a DeepSeek-style stack is not costed as all-dense; the same 25 % margin as the dense case.
+    ModelSpec m = gpt(8, 2048, 2048);
+    m.ffn = FfnKind::swiglu;
+    m.ffn_hidden = 5632;
+    m.moe = MoeSpec{};
+    m.moe->experts = 16;
+    m.moe->top_k = 4;
+    m.moe->expert_ffn_hidden = 1024;
+    m.moe->first_k_dense = 2;
+    const ClusterSpec c = node("H100-SXM5-80GB", 2);
+    const auto hw = view(c);
+    planner::SearchOptions o;
+    o.space.global_batch = 64;
+    o.space.search_offload = false;
+    o.space.zero_stages = {1};
+    o.threads = 2;
+    o.max_simulated = 12;
+    o.shortlist = 12;
+    auto r = planner::search_plans(m, c, hw, o);
+    int checked = 0;
+    for (const auto& p : r.ranked) {
+        if (!p.simulated || p.sim.oom) continue;
+        const double rel = std::fabs(p.estimate.step_time_s / p.sim.step_time_s - 1.0);
+        INFO("plan tp " << p.plan.tp << " pp " << p.plan.pp << " dp " << p.plan.dp << " ep " << p.plan.ep << " etp "
+                        << p.plan.etp() << " est " << p.estimate.step_time_s << " sim " << p.sim.step_time_s);
+        CHECK(rel <= 0.25);
+        ++checked;
+    }
+    CHECK(checked >= 6);
+}

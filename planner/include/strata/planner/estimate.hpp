@@ -45,12 +45,14 @@ public:
               double memory_margin = 1.10, const sim::Calibration& calibration = {});
     ~Estimator();
     FastEstimate estimate(const sim::PlanSpec& p);
-    LayerTimes layer_times(const sim::PlanSpec& p);
+    /// `dense_first`: the times of one of the model's leading dense layers (moe.first_k_dense)
+    /// instead of a dense/MoE period.
+    LayerTimes layer_times(const sim::PlanSpec& p, bool dense_first = false);
     sim::Capacities capacities() const { return caps_; }
     std::size_t cache_size() const { return cache_.size(); }
 
 private:
-    using Key = std::tuple<int, int, int, int, int, int, int, int, int>;
+    using Key = std::tuple<int, int, int, int, int, int, int, int, int, int>;
     sim::ModelSpec m_;
     sim::ClusterSpec c_;
     hwdb::HardwareView hw_;
