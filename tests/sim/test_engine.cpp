@@ -498,3 +498,19 @@ TEST_CASE("engine: kernel launches per instruction for the host model", "[engine
     CHECK(host_launches(rec(0, Stream::compute)) == 0);
     CHECK(host_launches(mem(InstrKind::alloc, Tier::gpu, 1, 0)) == 0);
 }
+
+TEST_CASE("engine: thousands of interference re-timings (superseded events compacted) keep the hand result", "[engine]") {
+    // A 1,000,000-ns kernel beside 3,000 back-to-back 100-ns all-reduces: every transfer start and
+    // end re-times the kernel (6,000 superseded kernel ends, well past the compaction threshold).
+    // With slowdown 0.25 the kernel does 300,000 / 1.25 = 240,000 ns of work while the transfers
+    // run and the remaining 760,000 at full speed: it ends at 1,060,000 ns.
+    FakeCost cost;
+    std::vector<Instr> v;
+    v.push_back(compute(1'000'000));
+    for (int i = 0; i < 3000; ++i) v.push_back(coll(100, Stream::dp_comm));
+    EngineOptions o;
+    o.overlap_slowdown = 0.25;
+    const SimResult r = simulate_program(one_rank(std::move(v)), cost, nullptr, o);
+    CHECK(r.step_time_ns == Approx(1'060'000).margin(2));
+    CHECK(r.ranks[0].busy_ns[static_cast<std::size_t>(Stream::compute)] == Approx(1'060'000).margin(2));
+}

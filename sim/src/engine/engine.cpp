@@ -520,9 +520,11 @@ void Engine::resolve(const std::vector<MaxMinUse>& seeds) {
         if (rate == fl.rate) continue;  // its completion event still holds
         fl.remaining = std::max(0.0, fl.remaining - fl.rate * static_cast<double>(now_ - fl.last) * 1e-9);
         fl.last = now_;
+        const bool had_end = fl.rate > 0;  // a completion event is pending, and is superseded now
         fl.rate = rate;
         ++fl.version;
         schedule(now_ + ceil_ns(fl.remaining / rate), Ev::flow_done, f, 0, fl.version);
+        if (had_end) superseded();
     }
 }
 
@@ -577,6 +579,7 @@ void Engine::comm_changed(int r, int delta) {
     k.remaining_ns -= static_cast<double>(now_ - k.since_ns) * k.rate;
     k.since_ns = now_;
     reschedule_kernel(r);
+    superseded();  // the kernel's previous end
 }
 
 void Engine::finish_instr(int r, int s) {

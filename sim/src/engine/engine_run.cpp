@@ -77,6 +77,21 @@ void Engine::attribute_idle(SimResult& res) const {
     }
 }
 
+bool Engine::stale(const Event& e) const {
+    if (e.type == Ev::flow_done) {
+        const Flow& fl = flows_[static_cast<std::size_t>(e.a)];
+        return !fl.active || fl.version != e.version;
+    }
+    return e.type == Ev::stream_done && opt_.overlap_slowdown > 0 && e.b == static_cast<int>(Stream::compute) &&
+           kernel_[static_cast<std::size_t>(e.a)].version != e.version;
+}
+
+void Engine::compact_events() {
+    events_.erase(std::remove_if(events_.begin(), events_.end(), [&](const Event& e) { return stale(e); }), events_.end());
+    std::make_heap(events_.begin(), events_.end(), EventLater{});
+    superseded_ = 0;
+}
+
 SimResult Engine::run() {
     res_.ranks.resize(p_.ranks.size());
     for (std::size_t r = 0; r < p_.ranks.size(); ++r) {
@@ -92,15 +107,11 @@ SimResult Engine::run() {
         for (int s = 0; s < kStreamCount; ++s) ready_.emplace_back(static_cast<int>(r), s);
     drain();
     while (!events_.empty()) {
-        const Event e = events_.top();
-        events_.pop();
-        if (e.type == Ev::flow_done) {
-            const Flow& fl = flows_[static_cast<std::size_t>(e.a)];
-            if (!fl.active || fl.version != e.version) continue;  // stale: do not advance time
+        const Event e = pop_event();
+        if (stale(e)) {  // superseded by a rate change: do not advance time
+            if (superseded_ > 0) --superseded_;
+            continue;
         }
-        if (e.type == Ev::stream_done && opt_.overlap_slowdown > 0 && e.b == static_cast<int>(Stream::compute) &&
-            kernel_[static_cast<std::size_t>(e.a)].version != e.version)
-            continue;  // a kernel end superseded by a rate change
         now_ = e.t;
         switch (e.type) {
             case Ev::stream_done: finish_instr(e.a, e.b); break;

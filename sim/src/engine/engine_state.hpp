@@ -98,8 +98,24 @@ public:
 private:
     void setup();
     void schedule(std::int64_t t, Ev type, int a, int b, std::uint32_t version = 0) {
-        events_.push(Event{t, seq_++, type, a, b, version});
+        events_.push_back(Event{t, seq_++, type, a, b, version});
+        std::push_heap(events_.begin(), events_.end(), EventLater{});
     }
+    Event pop_event() {
+        std::pop_heap(events_.begin(), events_.end(), EventLater{});
+        const Event e = events_.back();
+        events_.pop_back();
+        return e;
+    }
+    /// A superseded event (a flow or a kernel end re-timed) is skipped when popped. Re-timing is
+    /// frequent with interference, so when superseded events outnumber the live ones the heap is
+    /// rebuilt without them: the pop order of the rest is unchanged ((time, seq) is a total order).
+    bool stale(const Event& e) const;
+    void superseded() {
+        if (++superseded_ > 1024 && superseded_ * 2 > events_.size()) compact_events();
+    }
+    void compact_events();
+    std::size_t superseded_ = 0;
     void drain();
     void advance(int r, int s);
     void record_event(int r, int e, int i);
@@ -123,7 +139,7 @@ private:
     std::int64_t now_ = 0;
     std::int64_t last_end_ = 0;  ///< latest instruction end (time only moves forward): the step time
     std::uint64_t seq_ = 0;
-    std::priority_queue<Event, std::vector<Event>, EventLater> events_;
+    std::vector<Event> events_;  ///< a binary heap under EventLater (schedule / pop_event)
     std::vector<std::pair<int, int>> ready_;
 
     std::vector<std::array<StreamState, kStreamCount>> streams_;
