@@ -45,6 +45,9 @@ sim::Calibration calibration_for(const std::string& calibration, const hwdb::Har
 
 /// The hardware view for a cluster (resolving node/link defaults through hwdb).
 hwdb::HardwareView view_for(const hwdb::Database& db, const sim::ClusterSpec& c);
+/// The same, for the cluster of `a`: an id hwdb does not know is reported against the file it came
+/// from (--cluster, else --scenario), like every other bad field.
+hwdb::HardwareView view_for(const hwdb::Database& db, const sim::ClusterSpec& c, const SpecArgs& a);
 
 /// Write text to `path` atomically, or to stdout when path is "-".
 void write_output(const std::string& path, const std::string& text);

@@ -110,6 +110,16 @@ hwdb::HardwareView view_for(const hwdb::Database& db, const sim::ClusterSpec& c)
     return db.view(c.gpu, c.node, c.intra_link, c.nic, c.ssd, c.cpu);
 }
 
+hwdb::HardwareView view_for(const hwdb::Database& db, const sim::ClusterSpec& c, const SpecArgs& a) {
+    try {
+        return view_for(db, c);
+    } catch (const InputError& e) {
+        if (!e.file().empty()) throw;
+        const std::string file = !a.cluster.empty() ? locate("clusters", a.cluster, "--cluster") : a.scenario.empty() ? "--cluster" : locate("", a.scenario, "--scenario");
+        throw InputError(file, e.path(), e.rule());
+    }
+}
+
 void write_output(const std::string& path, const std::string& text) {
     if (path == "-") {
         std::cout << text;

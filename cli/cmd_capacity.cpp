@@ -94,7 +94,7 @@ void run_capacity(const CapArgs& a) {
     ProgressBar bar(a.quiet);
     if (a.max_model) {
         sim::Scenario s = resolve_specs(a.specs, false);
-        planner::ClusterOption opt{s.cluster, view_for(db, s.cluster), {}};
+        planner::ClusterOption opt{s.cluster, view_for(db, s.cluster, a.specs), {}};
         opt.calibration = calibration_for(a.calibration, opt.hw);
         const int gbs = a.global_batch > 0 ? a.global_batch : 64;
         std::cout << "Largest trainable member of the " << s.model.name << " family on " << s.cluster.name << " ("

@@ -82,7 +82,7 @@ void print_report(const sim::Scenario& s, const sim::MemoryReport& r) {
 void run_memory(const MemoryArgs& a) {
     const sim::Scenario s = resolve_specs(a.specs, true);
     const hwdb::Database db = open_db(a.db);
-    const hwdb::HardwareView v = view_for(db, s.cluster);
+    const hwdb::HardwareView v = view_for(db, s.cluster, a.specs);
     const sim::MemoryReport r = sim::memory_estimate(s.model, *s.plan, capacities_for(v, s.cluster));
     // The JSON is complete before anything is written, so a failure leaves no partial file.
     const std::string text = sim::to_json_text(r);

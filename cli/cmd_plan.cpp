@@ -102,7 +102,7 @@ void run_plan(const PlanArgs& a) {
         o.shards = n;
     }
     auto db = open_db(a.db);
-    auto hw = view_for(db, s.cluster);
+    auto hw = view_for(db, s.cluster, a.specs);
     std::string cal_line;
     o.calibration = calibration_for(a.calibration, hw, &cal_line);
     install_interrupt_handler();

@@ -22,7 +22,7 @@ struct SimulateArgs {
 void run_simulate(const SimulateArgs& a) {
     const sim::Scenario s = resolve_specs(a.specs, true);
     const hwdb::Database db = open_db(a.db);
-    const hwdb::HardwareView hw = view_for(db, s.cluster);
+    const hwdb::HardwareView hw = view_for(db, s.cluster, a.specs);
     sim::SimOptions o;
     o.trace = !a.trace.empty();
     o.full = a.full;

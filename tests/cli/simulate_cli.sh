@@ -63,4 +63,15 @@ echo '{"schema": 2, "groups": [{"arch": "Hopper", "factors": {"gemm": 0}}]}' >"$
 "$S" simulate --scenario llama-3-8b-8xh100 --calibration "$T/cal.json" --json "$T/bad.json" >/dev/null 2>&1; rc=$?
 [ $rc -eq 2 ] || fail "bad calibration factor: exit $rc (want 2)"
 [ ! -e "$T/bad.json" ] || fail "output written with a bad calibration"
+
+# A GPU id the hardware database does not know: exit 2, the message names the cluster file and
+# the field, nothing written.
+python3 - "$T/badgpu.json" <<'PY'
+import json, sys
+json.dump({"name": "x", "gpu": "H100-NOPE", "nodes": 1, "gpus_per_node": 1}, open(sys.argv[1], "w"))
+PY
+"$S" simulate --model llama-3-8b --cluster "$T/badgpu.json" --plan "$T/plan1.json" --json "$T/bad.json" >/dev/null 2>"$T/err"; rc=$?
+[ $rc -eq 2 ] || fail "unknown GPU id: exit $rc (want 2)"
+grep -q "badgpu.json: cluster.gpu" "$T/err" || { cat "$T/err"; fail "message does not name the cluster file and field"; }
+[ ! -e "$T/bad.json" ] || fail "output written for an unknown GPU"
 echo OK
