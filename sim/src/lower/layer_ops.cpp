@@ -60,15 +60,28 @@ void RankLowering::attention_core_forward(Phase phase) {
         set_shape(in, whole(sq), whole(kv_len), whole(d_.qk_dim), whole(d_.b * d_.heads / d_.tp));
     };
     if (d_.cp > 1) {
-        const double kv_bytes = d_.cp * 2 * d_.b * sq * d_.kv_w / d_.tp * Dims::act_bytes;
-        int ev = collective(Stream::cp_comm, CollKind::all_gather, Group::cp, kv_bytes, n_.cp_kv_ag);
+        // Ring attention: cp - 1 steps, each passing one rank's K/V chunk to the next rank while
+        // the chunk received before is attended to. A step is costed as an all-gather whose
+        // per-rank traffic is one chunk (S = chunk x cp / (cp - 1)); the steps chain on cp_comm.
+        const double step_bytes = ring_step_bytes();
+        int ev = collective(Stream::cp_comm, CollKind::all_gather, Group::cp, step_bytes, n_.cp_kv_ag);
         emit(n_.attn_local, 1.0 / d_.cp, sq);
-        wait(Stream::compute, ev);
-        emit(n_.attn_remote, (d_.cp - 1) / d_.cp, d_.s - sq);
+        for (int j = 1; j < static_cast<int>(d_.cp); ++j) {
+            wait(Stream::compute, ev);
+            if (j + 1 < static_cast<int>(d_.cp)) ev = collective(Stream::cp_comm, CollKind::all_gather, Group::cp, step_bytes, n_.cp_kv_ag);
+            emit(n_.attn_remote, 1.0 / d_.cp, sq);
+        }
     } else {
         emit(n_.attn, 1.0, d_.s);
     }
     phase_ = saved;
+}
+
+// One ring step's all-gather size: every rank sends its 2 b (s/cp) kv_w / tp K/V chunk (bf16) to
+// its neighbour, which an all-gather of S = chunk x cp / (cp - 1) bytes moves per rank.
+double RankLowering::ring_step_bytes() const {
+    const double chunk = 2 * d_.b * (d_.s / d_.cp) * d_.kv_w / d_.tp * Dims::act_bytes;
+    return chunk * d_.cp / (d_.cp - 1);
 }
 
 // `pending_ag`: the input all-gather overlapped with fc1 (-1: none). With TP overlap the output
@@ -239,13 +252,19 @@ void RankLowering::attention_core_backward() {
         set_shape(in, whole(sq), whole(kv_len), whole(d_.qk_dim), whole(d_.b * d_.heads / d_.tp));
     };
     if (d_.cp > 1) {
-        // Backward ring: K/V travel again, and dK/dV are reduced back to their owners.
-        const double kv_bytes = d_.cp * 2 * d_.b * sq * d_.kv_w / d_.tp * Dims::act_bytes;
-        int ev = collective(Stream::cp_comm, CollKind::all_gather, Group::cp, kv_bytes, n_.cp_kv_ag);
+        // Backward ring: K/V travel again step by step, and each step's dK/dV partial moves on
+        // towards its owner (costed like the forward steps, as a reduce-scatter of one chunk).
+        const double step_bytes = ring_step_bytes();
+        int ev = collective(Stream::cp_comm, CollKind::all_gather, Group::cp, step_bytes, n_.cp_kv_ag);
         emit(n_.attn_local, 1.0 / d_.cp, sq);
-        wait(Stream::compute, ev);
-        emit(n_.attn_remote, (d_.cp - 1) / d_.cp, d_.s - sq);
-        wait(Stream::compute, collective(Stream::cp_comm, CollKind::reduce_scatter, Group::cp, kv_bytes, n_.cp_dkv_rs));
+        int red = -1;
+        for (int j = 1; j < static_cast<int>(d_.cp); ++j) {
+            wait(Stream::compute, ev);
+            if (j + 1 < static_cast<int>(d_.cp)) ev = collective(Stream::cp_comm, CollKind::all_gather, Group::cp, step_bytes, n_.cp_kv_ag);
+            emit(n_.attn_remote, 1.0 / d_.cp, sq);
+            red = collective(Stream::cp_comm, CollKind::reduce_scatter, Group::cp, step_bytes, n_.cp_dkv_rs);
+        }
+        wait(Stream::compute, red);
     } else {
         emit(n_.attn, 1.0, d_.s);
     }

@@ -150,6 +150,7 @@ private:
     void mlp_backward(int layer, int pending_ag);
     void moe_backward(int layer);
     void attention_core_backward();
+    double ring_step_bytes() const;
     void mla_projections_forward();
     void mla_projections_backward();
     double expert_tokens() const;
