@@ -155,17 +155,13 @@ void RankLowering::mla_projections_forward() {
     const MlaSpec& a = *m_.mla;
     const double lat = static_cast<double>(a.q_lora_rank + a.kv_lora_rank), rope = static_cast<double>(a.qk_rope_head_dim);
     const bool sp = d_.tp > 1 && d_.sp;
-    for (const AttentionLinear& l : mla_linears_)
-        if (!l.tp_split) gemm_cast(l.name == std::string("q_down") ? n_.q_down : n_.kv_down, d_.tokens_sp, static_cast<double>(l.out), d_.h);
+    for (const MlaLinear& l : mla_down_) gemm_cast(l.name, d_.tokens_sp, l.out, l.in);
     compute(Op::norm, n_.latent_norm, 0, 2 * d_.tokens_sp * lat * Dims::act_bytes);
     if (sp) wait(Stream::compute, collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * (lat + rope) * Dims::act_bytes, n_.tp_ag));
     if (a.q_lora_rank == 0) tp_forward_in(true);  // an uncompressed query projection reads the gathered hidden states
-    for (const AttentionLinear& l : mla_linears_) {
-        if (!l.tp_split || l.name == std::string("proj")) continue;
-        const int name = l.name == std::string("kv_up") ? n_.kv_up : n_.q_up;
-        Instr& in = l.fp8_cast ? gemm_cast(name, d_.tokens, static_cast<double>(l.out) / d_.tp, static_cast<double>(l.in))
-                               : gemm(name, d_.tokens, static_cast<double>(l.out) / d_.tp, static_cast<double>(l.in));
-        (void)in;
+    for (const MlaLinear& l : mla_up_) {
+        if (l.cast) gemm_cast(l.name, d_.tokens, l.out / d_.tp, l.in);
+        else gemm(l.name, d_.tokens, l.out / d_.tp, l.in);
     }
     if (m_.position == PositionKind::rope)
         compute(Op::elementwise, n_.rope, 0, 2 * d_.tokens * (d_.heads / d_.tp + 1) * rope * Dims::act_bytes);
@@ -180,26 +176,19 @@ void RankLowering::mla_projections_backward() {
     const bool sp = d_.tp > 1 && d_.sp;
     if (m_.position == PositionKind::rope)
         compute(Op::elementwise, n_.rope, 0, 2 * d_.tokens * (d_.heads / d_.tp + 1) * rope * Dims::act_bytes);
-    for (auto it = mla_linears_.rbegin(); it != mla_linears_.rend(); ++it) {
-        const AttentionLinear& l = *it;
-        if (!l.tp_split || l.name == std::string("proj")) continue;
-        const int name = l.name == std::string("kv_up") ? n_.kv_up : n_.q_up;
-        const double out = static_cast<double>(l.out) / d_.tp, in = static_cast<double>(l.in);
-        gemm_cast(name, d_.tokens, in, out);  // dgrad
-        gemm(name, in, out, d_.tokens);       // wgrad
+    for (auto it = mla_up_.rbegin(); it != mla_up_.rend(); ++it) {
+        const double out = it->out / d_.tp;
+        gemm_cast(it->name, d_.tokens, it->in, out);  // dgrad
+        gemm(it->name, it->in, out, d_.tokens);       // wgrad
     }
     if (d_.tp > 1)
         wait(Stream::compute, collective(Stream::tp_comm, sp ? CollKind::reduce_scatter : CollKind::all_reduce, Group::tp,
                                          d_.tokens * (lat + rope + (a.q_lora_rank == 0 ? d_.h : 0)) * Dims::act_bytes,
                                          sp ? n_.tp_rs : n_.tp_ar));
     compute(Op::norm, n_.latent_norm, 0, 3 * d_.tokens_sp * lat * Dims::act_bytes);
-    for (auto it = mla_linears_.rbegin(); it != mla_linears_.rend(); ++it) {
-        const AttentionLinear& l = *it;
-        if (l.tp_split) continue;
-        const int name = l.name == std::string("q_down") ? n_.q_down : n_.kv_down;
-        const double out = static_cast<double>(l.out);
-        gemm_cast(name, d_.tokens_sp, d_.h, out);  // dgrad
-        gemm(name, d_.h, out, d_.tokens_sp);       // wgrad
+    for (auto it = mla_down_.rbegin(); it != mla_down_.rend(); ++it) {
+        gemm_cast(it->name, d_.tokens_sp, d_.h, it->out);  // dgrad
+        gemm(it->name, d_.h, it->out, d_.tokens_sp);       // wgrad
     }
 }
 

@@ -19,7 +19,7 @@ void Names::intern(Program& p) {
     residual1 = id("residual1"); norm2 = id("norm2"); fc1 = id("fc1"); act = id("act"); fc2 = id("fc2");
     residual2 = id("residual2"); router_gemm = id("router.gemm"); router = id("router.topk");
     experts_fc1 = id("experts.fc1"); experts_act = id("experts.act"); experts_fc2 = id("experts.fc2");
-    q_down = id("q_down"); kv_down = id("kv_down"); q_up = id("q_up"); kv_up = id("kv_up"); latent_norm = id("latent_norm");
+    q_down = id("q_down"); kv_down = id("kv_down"); q = id("q"); q_up = id("q_up"); kv_up = id("kv_up"); latent_norm = id("latent_norm");
     moe_permute = id("moe.permute"); moe_unpermute = id("moe.unpermute"); moe_counts = id("moe.token_counts_to_host");
     shared_fc1 = id("shared.fc1"); shared_act = id("shared.act"); shared_fc2 = id("shared.fc2");
     embedding = id("embedding"); final_norm = id("final_norm"); logits = id("logits"); loss = id("loss");
@@ -123,7 +123,14 @@ RankLowering::RankLowering(const ModelSpec& m, const ClusterSpec& cl, const Plan
     : m_(m), cl_(cl), p_(p), o_(o), prog_(prog), rp_(rp), n_(names), co_(coord), full_(full),
       tensor_counter_(tensor_counter), d_(make_dims(m, p)) {
     last_record_ev_.fill(-1);
-    if (m.mla) mla_linears_ = attention_linears(m);
+    if (m.mla) {
+        for (const AttentionLinear& l : attention_linears(m)) {
+            const std::string n = l.name;
+            if (n == "proj") continue;
+            const int id = n == "q_down" ? n_.q_down : n == "kv_down" ? n_.kv_down : n == "q" ? n_.q : n == "q_up" ? n_.q_up : n_.kv_up;
+            (l.tp_split ? mla_up_ : mla_down_).push_back({id, static_cast<double>(l.in), static_cast<double>(l.out), l.fp8_cast});
+        }
+    }
     dtype_ = p.precision == Precision::fp8 ? DType::fp8 : p.precision == Precision::fp16 ? DType::fp16
              : p.precision == Precision::fp32 ? DType::fp32 : DType::bf16;
     micro_ = std::max(1, p.micro_batches());

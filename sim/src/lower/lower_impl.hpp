@@ -20,7 +20,7 @@ struct Names {
     int norm1, qkv, rope, attn, attn_local, attn_remote, proj, residual1, norm2, fc1, act, fc2, residual2;
     int router_gemm, router, experts_fc1, experts_act, experts_fc2, shared_fc1, shared_act, shared_fc2;
     int moe_permute, moe_unpermute, moe_counts;
-    int q_down, kv_down, q_up, kv_up, latent_norm;
+    int q_down, kv_down, q, q_up, kv_up, latent_norm;
     int embedding, final_norm, logits, loss;
     int tp_ar, tp_ag, tp_rs, tp_ag_input, cp_kv_ag, cp_dkv_rs, ep_dispatch, ep_combine;
     int pp_act, pp_grad;
@@ -196,7 +196,14 @@ private:
     std::int64_t& tensor_counter_;
     Dims d_;
     std::vector<int> deferred_;  ///< MoE all-to-all events joined at the end of the pass (moe_a2a_overlap)
-    std::vector<AttentionLinear> mla_linears_;  ///< the attention block's linears when the model uses MLA
+    /// MLA's projections (attention_linears), resolved once per rank: the replicated
+    /// down-projections and the column-parallel up-projections (the output projection is proj).
+    struct MlaLinear {
+        int name = 0;
+        double in = 0, out = 0;
+        bool cast = true;  ///< AttentionLinear::fp8_cast
+    };
+    std::vector<MlaLinear> mla_down_, mla_up_;
     DType dtype_ = DType::bf16;  ///< of the plan's precision, stamped on every instruction
     int micro_ = 1, pp_ = 1, vpp_ = 1, stage_ = 0, stage_first_layer_ = 0;
     std::vector<int> chunk_start_, chunk_count_;
