@@ -158,19 +158,17 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     const std::vector<int> layers = stage_layers(m_, p);
     const int pp = p.pp, m = p.micro_batches(), vpp = std::max(1, p.vpp);
     // Leading dense layers (DeepSeek's first_k_dense) cost a dense layer's time, not the MoE
-    // period's: count them per stage with the lowering's layout (virtual stage v = chunk * pp +
-    // stage, each stage's layers spread over its chunks, the first n mod vpp chunks one more).
+    // period's: count them per stage with the lowering's layout (virtual_stage_layers).
     const int k_dense = m_.is_moe() ? std::min(m_.moe->first_k_dense, m_.layers) : 0;
     std::vector<int> dense(static_cast<std::size_t>(pp), 0);
     LayerTimes ld;
     if (k_dense > 0) {
         ld = layer_times(p, true);
+        const std::vector<int> vsize = virtual_stage_layers(m_, p);
         int start = 0;
-        for (int v = 0; v < pp * vpp && start < k_dense; ++v) {
-            const int s = v % pp, c = v / pp, n = layers[static_cast<std::size_t>(s)];
-            const int size = n / vpp + (c < n % vpp ? 1 : 0);
-            dense[static_cast<std::size_t>(s)] += std::max(0, std::min(start + size, k_dense) - start);
-            start += size;
+        for (std::size_t v = 0; v < vsize.size() && start < k_dense; ++v) {
+            dense[v % static_cast<std::size_t>(pp)] += std::max(0, std::min(start + vsize[v], k_dense) - start);
+            start += vsize[v];
         }
     }
     CostContext ctx;

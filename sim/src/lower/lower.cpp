@@ -138,12 +138,7 @@ RankLowering::RankLowering(const ModelSpec& m, const ClusterSpec& cl, const Plan
     vpp_ = std::max(1, p.vpp);
     stage_ = coord.s;
     // Virtual stage v = chunk * pp + stage holds a contiguous run of layers, in v order.
-    const std::vector<int> per_stage = stage_layers(m, p);
-    std::vector<int> vsize(static_cast<std::size_t>(pp_ * vpp_), 0);
-    for (int s = 0; s < pp_; ++s) {
-        const int n = per_stage[static_cast<std::size_t>(s)];
-        for (int c = 0; c < vpp_; ++c) vsize[static_cast<std::size_t>(c * pp_ + s)] = n / vpp_ + (c < n % vpp_ ? 1 : 0);
-    }
+    const std::vector<int> vsize = virtual_stage_layers(m, p);
     int start = 0;
     chunk_start_.assign(static_cast<std::size_t>(vpp_), 0);
     chunk_count_.assign(static_cast<std::size_t>(vpp_), 0);

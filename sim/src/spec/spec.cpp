@@ -1,3 +1,4 @@
+#include <algorithm>
 #include "strata/sim/spec.hpp"
 
 namespace strata::sim {
@@ -65,6 +66,17 @@ std::vector<int> stage_layers(const ModelSpec& m, const PlanSpec& p) {
     // the middle stages first.
     for (int i = 0; rem > 0; ++i, --rem) out[static_cast<std::size_t>((p.pp / 2 + i) % p.pp)] += 1;
     return out;
+}
+
+std::vector<int> virtual_stage_layers(const ModelSpec& m, const PlanSpec& p) {
+    const int pp = std::max(1, p.pp), vpp = std::max(1, p.vpp);
+    const std::vector<int> per_stage = stage_layers(m, p);
+    std::vector<int> v(static_cast<std::size_t>(pp * vpp), 0);
+    for (int s = 0; s < pp; ++s) {
+        const int n = per_stage[static_cast<std::size_t>(s)];
+        for (int c = 0; c < vpp; ++c) v[static_cast<std::size_t>(c * pp + s)] = n / vpp + (c < n % vpp ? 1 : 0);
+    }
+    return v;
 }
 
 }  // namespace strata::sim

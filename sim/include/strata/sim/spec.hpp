@@ -166,6 +166,10 @@ struct Scenario {
 
 /// Layers of each pipeline stage (uneven split honoured; else as even as possible, remainder to the middle).
 std::vector<int> stage_layers(const ModelSpec& m, const PlanSpec& p);
+/// Layers of each virtual stage v = chunk * pp + stage, in model order (virtual stage 0 holds the
+/// first layers): each stage's stage_layers spread over its vpp chunks, the first n mod vpp chunks
+/// getting one more.
+std::vector<int> virtual_stage_layers(const ModelSpec& m, const PlanSpec& p);
 
 // Names used in JSON and in output.
 const char* to_string(FfnKind);
