@@ -299,6 +299,9 @@ Estimate memory_bound_cost(const Instr& in, const CostContext& ctx) {
     return Estimate{cost_detail::to_ns(t * ctx.gpu_slowdown), r.provenance};
 }
 
+/// A GEMM, or an untyped compute instruction with a shape and FLOPs (hand-built programs).
+bool costed_as_gemm(const Instr& in) { return in.op == Op::gemm || (in.op == Op::none && in.flops > 0 && in.m > 0); }
+
 Estimate scaled(Estimate e, double factor) {
     if (factor != 1.0) e.duration_ns = cost_detail::to_ns(static_cast<double>(e.duration_ns) * 1e-9 * factor);
     return e;
@@ -310,8 +313,7 @@ int host_launches(const Instr& in) {
     switch (in.kind) {
         case InstrKind::compute: {
             if (in.op == Op::router) return 8;
-            const bool gemm = in.op == Op::gemm || (in.op == Op::none && in.flops > 0 && in.m > 0);
-            if (!gemm) return 1;
+            if (!costed_as_gemm(in)) return 1;
             return std::max<int>(1, in.batch) * (in.dtype == DType::fp8 ? 2 : 1);
         }
         case InstrKind::collective:
@@ -328,15 +330,9 @@ Estimate compute_cost(const Instr& in, const CostContext& ctx) {
     if (in.kind != InstrKind::compute) return Estimate{};
     // Calibration multipliers (fitted on bench/fidelity's training split) scale each kernel class.
     const Calibration& cal = ctx.calibration;
-    switch (in.op) {
-        case Op::gemm: return scaled(gemm_cost(in, ctx), in.dtype == DType::fp8 ? cal.gemm_fp8 : cal.gemm);
-        case Op::attention_fwd:
-        case Op::attention_bwd: return scaled(attention_cost(in, ctx), cal.attention);
-        case Op::none:
-            if (in.flops > 0 && in.m > 0) return scaled(gemm_cost(in, ctx), in.dtype == DType::fp8 ? cal.gemm_fp8 : cal.gemm);
-            return scaled(memory_bound_cost(in, ctx), cal.memory_bound);
-        default: return scaled(memory_bound_cost(in, ctx), cal.memory_bound);
-    }
+    if (costed_as_gemm(in)) return scaled(gemm_cost(in, ctx), in.dtype == DType::fp8 ? cal.gemm_fp8 : cal.gemm);
+    if (in.op == Op::attention_fwd || in.op == Op::attention_bwd) return scaled(attention_cost(in, ctx), cal.attention);
+    return scaled(memory_bound_cost(in, ctx), cal.memory_bound);
 }
 
 }  // namespace strata::sim
