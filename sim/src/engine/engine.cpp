@@ -1,6 +1,7 @@
 // The event loop: streams as serial queues, record/wait events, matched transfers (rendezvous of
 // all participants), fluid flows on shared resources re-solved by max-min on every start and end,
-// memory pools with the allocator model. It does not compute costs (CostModel) nor route
+// memory pools with the allocator model. When a kernel may start and how fast it runs (host issue
+// model, interference) is engine_kernels.cpp. It does not compute costs (CostModel) nor route
 // (ResourceMap); the post-run critical path is in critical_path.cpp.
 #include "strata/sim/engine.hpp"
 
@@ -240,38 +241,6 @@ void Engine::advance(int r, int s) {
                 return;
         }
     }
-}
-
-// The host thread issues instructions in program order: each costs host_launch_ns per launch, and
-// after a host_sync it waits for that sync to complete on the GPU. Issue times of instructions
-// on other streams are remembered as the thread passes them.
-bool Engine::host_gate(int r, int s, int i) {
-    Host& h = host_[static_cast<std::size_t>(r)];
-    auto& issued = host_issue_[static_cast<std::size_t>(r)];
-    const auto& instrs = p_.ranks[static_cast<std::size_t>(r)].instrs;
-    auto& st = streams_[static_cast<std::size_t>(r)][static_cast<std::size_t>(s)];
-    while (h.pos <= static_cast<std::size_t>(i)) {
-        if (h.sync >= 0) {
-            const std::int64_t done = timing_[static_cast<std::size_t>(r)][static_cast<std::size_t>(h.sync)].end;
-            if (done < 0) {
-                h.waiters |= static_cast<std::uint16_t>(1u << s);
-                st.blocked = true;
-                return false;
-            }
-            h.t = std::max(h.t, done);
-            h.sync = -1;
-        }
-        const Instr& x = instrs[h.pos];
-        h.t += static_cast<std::int64_t>(std::ceil(opt_.host_launch_ns * host_launches(x) - 1e-6));
-        issued[h.pos] = h.t;
-        if (x.kind == InstrKind::host_sync) h.sync = static_cast<int>(h.pos);
-        ++h.pos;
-    }
-    const std::int64_t at = issued[static_cast<std::size_t>(i)];
-    if (at <= now_) return true;
-    st.blocked = true;
-    schedule(at, Ev::host_ready, r, s);
-    return false;
 }
 
 void Engine::record_event(int r, int e, int i) {
@@ -557,29 +526,6 @@ void Engine::member_finished(int tid) {
     // All participants' data has moved: the instruction completes for every one of them together.
     for (const auto& m : tr.members) finish_instr(m.rank, m.stream);
     free_transfers_.push_back(tid);
-}
-
-// The running kernel's progress is settled at every change of its rate, and its end re-scheduled
-// under a new version; a kernel that starts at the same instant as a transfer is slowed from that
-// instant, whichever the engine processes first.
-void Engine::reschedule_kernel(int r) {
-    RunningKernel& k = kernel_[static_cast<std::size_t>(r)];
-    k.rate = comm_active_[static_cast<std::size_t>(r)] > 0 ? 1.0 / (1.0 + opt_.overlap_slowdown) : 1.0;
-    ++k.version;
-    const double ns = std::max(0.0, k.remaining_ns) / k.rate;
-    schedule(now_ + static_cast<std::int64_t>(std::ceil(ns - 1e-6)), Ev::stream_done, r, static_cast<int>(Stream::compute), k.version);
-}
-
-void Engine::comm_changed(int r, int delta) {
-    int& n = comm_active_[static_cast<std::size_t>(r)];
-    const bool was = n > 0;
-    n += delta;
-    RunningKernel& k = kernel_[static_cast<std::size_t>(r)];
-    if (!k.running || was == (n > 0)) return;
-    k.remaining_ns -= static_cast<double>(now_ - k.since_ns) * k.rate;
-    k.since_ns = now_;
-    reschedule_kernel(r);
-    superseded();  // the kernel's previous end
 }
 
 void Engine::finish_instr(int r, int s) {

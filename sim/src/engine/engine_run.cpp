@@ -77,21 +77,6 @@ void Engine::attribute_idle(SimResult& res) const {
     }
 }
 
-bool Engine::stale(const Event& e) const {
-    if (e.type == Ev::flow_done) {
-        const Flow& fl = flows_[static_cast<std::size_t>(e.a)];
-        return !fl.active || fl.version != e.version;
-    }
-    return e.type == Ev::stream_done && opt_.overlap_slowdown > 0 && e.b == static_cast<int>(Stream::compute) &&
-           kernel_[static_cast<std::size_t>(e.a)].version != e.version;
-}
-
-void Engine::compact_events() {
-    events_.erase(std::remove_if(events_.begin(), events_.end(), [&](const Event& e) { return stale(e); }), events_.end());
-    std::make_heap(events_.begin(), events_.end(), EventLater{});
-    superseded_ = 0;
-}
-
 SimResult Engine::run() {
     res_.ranks.resize(p_.ranks.size());
     for (std::size_t r = 0; r < p_.ranks.size(); ++r) {
