@@ -54,15 +54,21 @@ LayerComm forward_comm(const Program& prog) {
     return c;
 }
 
+// One micro-batch of one sequence per data-parallel rank, experts over `ep` ranks.
+PlanSpec moe_plan(int tp, int dp, int ep) {
+    PlanSpec p;
+    p.tp = tp;
+    p.dp = dp;
+    p.ep = ep;
+    p.micro_batch = 1;
+    p.global_batch = dp;
+    return p;
+}
+
 }  // namespace
 
 TEST_CASE("MoE with TP and SP dispatches each rank's sequence shard", "[lower][moe]") {
-    PlanSpec p;
-    p.tp = 2;
-    p.dp = 2;
-    p.ep = 2;
-    p.micro_batch = 1;
-    p.global_batch = 2;
+    PlanSpec p = moe_plan(2, 2, 2);
     p.sequence_parallel = true;
     const LayerComm sp = forward_comm(lower(moe_model(), node(), p));
     // Tokens per micro-batch 32; per TP rank 16 with SP. Dispatch and combine each move
@@ -87,11 +93,7 @@ TEST_CASE("MoE with TP and SP dispatches each rank's sequence shard", "[lower][m
 }
 
 TEST_CASE("MoE layers stop the host for the token counts and permute tokens around the dispatch", "[lower][moe]") {
-    PlanSpec p;
-    p.dp = 2;
-    p.ep = 2;
-    p.micro_batch = 1;
-    p.global_batch = 2;
+    PlanSpec p = moe_plan(1, 2, 2);
     const Program prog = lower(moe_model(), node(), p);
     const auto& names = prog.names;
     int syncs = 0, permutes = 0, unpermutes = 0;
@@ -116,11 +118,7 @@ TEST_CASE("MoE layers stop the host for the token counts and permute tokens arou
 }
 
 TEST_CASE("FP8 plans: inputs cast before unfused linears and every dgrad; head and router in BF16", "[lower][fp8]") {
-    PlanSpec p;
-    p.dp = 2;
-    p.ep = 2;
-    p.micro_batch = 1;
-    p.global_batch = 2;
+    PlanSpec p = moe_plan(1, 2, 2);
     p.precision = Precision::fp8;
     const Program prog = lower(moe_model(), node(), p);
     const auto& names = prog.names;
@@ -151,13 +149,8 @@ TEST_CASE("FP8 plans: inputs cast before unfused linears and every dgrad; head a
 }
 
 TEST_CASE("MoE parallel folding: expert_tp 1 keeps whole experts and drops the TP traffic around them", "[lower][moe]") {
-    PlanSpec p;
-    p.tp = 2;
-    p.dp = 2;
-    p.ep = 4;  // over tp x dp = 4 ranks: only possible with expert_tp 1
+    PlanSpec p = moe_plan(2, 2, 4);  // ep 4 over tp x dp = 4 ranks: only possible with expert_tp 1
     p.expert_tp = 1;
-    p.micro_batch = 1;
-    p.global_batch = 2;
     p.sequence_parallel = true;
     const Program prog = lower(moe_model(), node(), p);
     const LayerComm c = forward_comm(prog);
@@ -193,11 +186,7 @@ TEST_CASE("MoE parallel folding: expert_tp 1 keeps whole experts and drops the T
 }
 
 TEST_CASE("MoE all-to-all overlap: the compute stream joins the all-to-alls at the end of the pass", "[lower][moe]") {
-    PlanSpec p;
-    p.dp = 2;
-    p.ep = 2;
-    p.micro_batch = 1;
-    p.global_batch = 2;
+    PlanSpec p = moe_plan(1, 2, 2);
     // Positions (in program order) of compute-stream waits on events recorded on ep_comm, and of
     // the last forward compute instruction of the pass (layer 1, the model's last).
     auto scan = [&](const Program& prog, int& first_wait, int& last_fwd_compute, int& waits) {
