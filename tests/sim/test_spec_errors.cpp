@@ -280,3 +280,16 @@ TEST_CASE("syntax errors and scenarios", "[spec][errors]") {
     expect_error([] { scenario_from_json_text(R"({"model": {}, "cluster": {}, "extra": 1})", "s.json"); }, "s.json", "model.name",
                  "is required");
 }
+
+TEST_CASE("model reader: latent attention and dense-first MoE layers", "[spec][errors]") {
+    const std::string base = R"({"name": "d", "layers": 4, "hidden": 512, "heads": 8, "ffn_hidden": 1536, "vocab": 1000,
+                                 "seq_len": 256, "position": "rope")";
+    const std::string mla = R"("mla": {"q_lora_rank": 128, "kv_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32})";
+    CHECK_NOTHROW(model((base + ", " + mla + "}").c_str()));
+    expect_error([&] { model((base + R"(, "kv_heads": 4, )" + mla + "}").c_str()); }, "m.json", "model.kv_heads",
+                 "with model.mla: latent attention has one key and value per head (kv_heads = heads = 8)");
+    expect_error([&] { model((base + R"(, "mla": {"q_lora_rank": 128, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32}})").c_str()); },
+                 "m.json", "model.mla.kv_lora_rank", "is required");
+    expect_error([&] { model((base + R"(, "moe": {"experts": 8, "top_k": 2, "first_k_dense": 4}})").c_str()); }, "m.json",
+                 "model.moe.first_k_dense", "= 4 leaves no MoE layer of model.layers = 4");
+}
