@@ -86,13 +86,15 @@ QWEN3_235B_A22B = dict(llama("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 151936, 
 # kv_lora 512, nope 128 + rope 64 per query/key head, values 128; kv_heads = heads), first 3
 # layers dense (ffn 18432; moe.first_k_dense), then 256 routed + 1 shared expert of width 2048,
 # top-8. Multi-token prediction (one extra module) is used in training and is not expressible in
-# Strata's model JSON (mtp_depth is kept for information).
+# Strata's model JSON (mtp_depth is kept for information). Node-limited routing (Sec. 2.1.2; config
+# n_group 8, topk_group 4): the 256 experts form 8 groups and a token picks from its best 4.
 DEEPSEEK_V3 = dict(llama("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 4096), head_dim=128,
                    mla={"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
                         "qk_rope_head_dim": 64, "v_head_dim": 128},
                    mtp_depth=1,
                    moe={"experts": 256, "top_k": 8, "expert_ffn_hidden": 2048, "moe_every": 1,
-                        "shared_experts": 1, "first_k_dense": 3})
+                        "shared_experts": 1, "first_k_dense": 3, "router_groups": 8,
+                        "router_group_topk": 4})
 
 # MosaicML MPT (llm-foundry scripts/train/yamls/pretrain/mpt-*.yaml): expansion ratio 4, vocab
 # 50,368. The benchmark NumParams column grows by seq_len*d_model per step of seq_len and equals
@@ -128,7 +130,9 @@ SOURCES = {
     "qwen3-*": "R: copies of the Qwen3-30B-A3B and Qwen3-235B-A22B config.json found in public "
                "repositories (find_string ids 30247352769, 22176531064)",
     "deepseek-v3": "R: copy of the DeepSeek-V3 config fields in a public FLOPs test (id 1025404803); "
-                   "MTP depth 1 from the technical report (C)",
+                   "MTP depth 1 from the technical report (C); n_group 8 / topk_group 4 from "
+                   "tests/data/hf/deepseek-v3.json (the published config.json) and Sec. 2.1.2 "
+                   "(each token sent to at most 4 nodes)",
     "mpt-*": "R: mosaicml/llm-foundry scripts/train/yamls/pretrain/mpt-{1b,3b,7b,13b,30b,70b}.yaml; "
              "125m/350m/760m heads C; all sizes cross-checked against the NumParams column",
 }

@@ -221,7 +221,7 @@ def opt_bloom_zero_deepseek():
         "plan": {"tp": 1, "pp": 16, "dp": 128, "cp": 1, "ep": 64, "vpp": 1, "micro_batch": 1,
                  "global_batch": 15360, "sequence_parallel": False, "schedule": "1f1b",
                  "zero_stage": 1, "recompute": "selective", "precision": "fp8",
-                 "moe_a2a_overlap": True},
+                 "moe_a2a_overlap": True, "moe_dispatcher": "deepep"},
         "measured": {"gpu_hours_per_trillion_tokens": 180000.0,
                      "tokens_per_s_per_gpu": round(1e12 / (180000 * 3600), 1), "outcome": "ran"},
         "flops_convention": "none published; tokens_per_s_per_gpu is derived here as "
@@ -230,6 +230,9 @@ def opt_bloom_zero_deepseek():
             "schedule: DualPipe (bidirectional), not expressible; 1f1b recorded",
             "moe_a2a_overlap: DualPipe overlaps the forward and backward chunks of two micro-batches "
             "so that dispatch and combine hide behind computation (Sec. 3.2.1)",
+            "moe_dispatcher deepep: the cross-node all-to-all sends each token once per target node "
+            "over IB, then forwards it over NVLink to the experts' GPUs, the two stages overlapped; "
+            "with node-limited routing a token reaches at most 4 nodes (Sec. 3.2.2 and 2.1.2)",
             "global_batch 15360: the final value of the batch-size schedule (ramps from 3072)",
             "micro_batch 1: not published",
             "recompute selective: RMSNorm and MLA up-projections are recomputed (Sec. 3.3.3)",

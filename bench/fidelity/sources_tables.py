@@ -114,6 +114,15 @@ def bridge():
                                pp, cp, vp, ep, tok, tf, prec, fsdp=fsdp, extra_assume=extra)
         if model.get("moe"):
             e["plan"]["expert_tp"] = 1
+        if tag.startswith("deepseek"):
+            # DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1: Megatron-Core's flex token dispatcher.
+            e["plan"]["moe_dispatcher"] = "deepep"
+            e["assumptions"].append("moe_dispatcher deepep: the Megatron-Bridge DeepSeek-V3 H100 recipe "
+                                    "(DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1) dispatches with Megatron-Core's "
+                                    "flex dispatcher; today's recipe names the HybridEP backend (a branch of "
+                                    "DeepEP, added in Megatron-Core 0.15, 2025/11), so 25.09 is assumed to "
+                                    "run DeepEP (Megatron-Core 0.12+); both send a token once per node over "
+                                    "RDMA and fan it out over NVLink")
         if tag.startswith("qwen3-235b"):
             # QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_*_V1: moe_a2a_overlap=True (the 30B and DeepSeek-V3
             # H100 recipes set it False).

@@ -72,6 +72,10 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
         if (m.moe->shared_experts > 0)
             arg("moe-shared-expert-intermediate-size", m.moe->shared_experts * (m.moe->expert_ffn_hidden > 0 ? m.moe->expert_ffn_hidden : m.ffn_hidden));
         if (m.moe->capacity_factor > 0) arg("moe-expert-capacity-factor", m.moe->capacity_factor);
+        if (m.moe->router_groups > 0) {
+            arg("moe-router-num-groups", m.moe->router_groups);
+            arg("moe-router-group-topk", m.moe->router_group_topk);
+        }
     }
     arg("tensor-model-parallel-size", p.tp);
     arg("pipeline-model-parallel-size", p.pp);
@@ -110,6 +114,11 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
     if (p.moe_a2a_overlap) {
         flag("overlap-moe-expert-parallel-comm");
         flag("delay-wgrad-compute");
+    }
+    if (p.moe_dispatcher == MoeDispatcher::deepep) {
+        // Megatron-Core's flex dispatcher with the DeepEP backend (older releases: --moe-enable-deepep).
+        arg("moe-token-dispatcher-type", "flex");
+        arg("moe-flex-dispatcher-backend", "deepep");
     }
     if (!p.layer_split.empty()) {
         // Megatron expresses uneven splits only for the first and last stage.
@@ -179,6 +188,7 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
     if (p.tp > 1) r.unsupported.push_back("tensor parallelism tp=" + std::to_string(p.tp) + " (configure in the model code, e.g. Megatron-DeepSpeed --tensor-model-parallel-size)");
     if (p.cp > 1) r.unsupported.push_back("context parallelism (DeepSpeed-Ulysses is configured in the model code)");
     if (p.ep > 1) r.unsupported.push_back("expert parallelism (set ep_size on the MoE layers)");
+    if (p.moe_dispatcher == MoeDispatcher::deepep) r.unsupported.push_back("DeepEP token dispatcher (Megatron-Core's flex dispatcher)");
     if (p.sequence_parallel && p.tp > 1) r.unsupported.push_back("Megatron sequence parallelism");
     if (p.schedule == Schedule::interleaved_1f1b) r.unsupported.push_back("interleaved 1F1B (virtual stages)");
     if (p.recompute == Recompute::selective) r.unsupported.push_back("selective recomputation (DeepSpeed checkpoints whole layers)");
@@ -236,6 +246,11 @@ PlanSpec plan_from_megatron_args(const std::string& args, int gpus, const std::s
         else if (t == "--overlap-param-gather") p.overlap_param_gather = true;
         else if (t == "--tp-comm-overlap") p.tp_comm_overlap = true;
         else if (t == "--overlap-moe-expert-parallel-comm") p.moe_a2a_overlap = true;
+        else if (t == "--moe-enable-deepep") p.moe_dispatcher = MoeDispatcher::deepep;
+        else if (t == "--moe-flex-dispatcher-backend") {
+            if (i + 1 >= tok.size()) throw InputError(file, t, "needs a value");
+            if (tok[++i] == "deepep") p.moe_dispatcher = MoeDispatcher::deepep;
+        }
         else if (t == "--recompute-num-layers") p.recompute_layers = value(i);
         else if (t == "--recompute-granularity") {
             if (i + 1 >= tok.size()) throw InputError(file, t, "needs a value");

@@ -110,3 +110,40 @@ TEST_CASE("Megatron export of MLA, dense-first MoE layers and expert tensor para
     CHECK(q.expert_tp == 1);
     CHECK(q.ep == 8);
 }
+
+TEST_CASE("Megatron export of node-limited routing and the DeepEP dispatcher", "[planner][export][moe]") {
+    ModelSpec m = test::gpt_shape("grouped-moe", 4, 1024, 16, 1000, 512);
+    m.moe = MoeSpec{};
+    m.moe->experts = 16;
+    m.moe->top_k = 4;
+    m.moe->expert_ffn_hidden = 512;
+    m.moe->router_groups = 4;
+    m.moe->router_group_topk = 2;
+    PlanSpec p;
+    p.dp = 16;
+    p.ep = 16;
+    p.global_batch = 16;
+    p.moe_dispatcher = MoeDispatcher::deepep;
+    const auto r = planner::export_megatron(m, p);
+    CHECK(r.text.find("--moe-router-num-groups 4\n") != std::string::npos);
+    CHECK(r.text.find("--moe-router-group-topk 2\n") != std::string::npos);
+    CHECK(r.text.find("--moe-token-dispatcher-type flex\n") != std::string::npos);
+    CHECK(r.text.find("--moe-flex-dispatcher-backend deepep\n") != std::string::npos);
+    CHECK(planner::plan_from_megatron_args(r.text, 16, "args").moe_dispatcher == MoeDispatcher::deepep);
+    CHECK(planner::plan_from_megatron_args("--moe-enable-deepep", 8, "args").moe_dispatcher == MoeDispatcher::deepep);
+    // The default dispatcher and unrestricted routing write none of these flags.
+    p.moe_dispatcher = MoeDispatcher::alltoall;
+    m.moe->router_groups = 0;
+    m.moe->router_group_topk = 0;
+    const auto plain = planner::export_megatron(m, p);
+    CHECK(plain.text.find("--moe-token-dispatcher-type") == std::string::npos);
+    CHECK(plain.text.find("--moe-router-num-groups") == std::string::npos);
+    CHECK(planner::plan_from_megatron_args(plain.text, 16, "args").moe_dispatcher == MoeDispatcher::alltoall);
+    // DeepSpeed has no such dispatcher: a valid config plus a note.
+    p.moe_dispatcher = MoeDispatcher::deepep;
+    const auto ds = planner::export_deepspeed(m, p);
+    CHECK(nlohmann::json::parse(ds.text)["train_batch_size"] == 16);
+    bool noted = false;
+    for (const auto& u : ds.unsupported) noted = noted || u.find("DeepEP") != std::string::npos;
+    CHECK(noted);
+}

@@ -112,9 +112,29 @@ TEST_CASE("DeepSeek-V3 config: latent attention and dense-first MoE", "[hf][mla]
     CHECK(m.moe->expert_ffn_hidden == 2048);
     CHECK(m.moe->shared_experts == 1);
     CHECK(m.moe->first_k_dense == 3);
+    CHECK(m.moe->router_groups == 8);      // n_group: node-limited routing
+    CHECK(m.moe->router_group_topk == 4);  // topk_group
     CHECK(m.ffn_hidden == 18432);
     CHECK(m.vocab == 129280);
     CHECK_FALSE(m.tied_embeddings);
+}
+
+TEST_CASE("DeepSeek group-limited routing: n_group > 1 and topk_group, unless the method is greedy", "[hf][moe]") {
+    const std::string base = R"({"architectures": ["DeepseekV2ForCausalLM"], "hidden_size": 256, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "intermediate_size": 512, "vocab_size": 1000, "kv_lora_rank": 64, "qk_nope_head_dim": 32,
+        "qk_rope_head_dim": 16, "v_head_dim": 32, "n_routed_experts": 16, "num_experts_per_tok": 4, "moe_intermediate_size": 128)";
+    auto imp = [&](const std::string& extra) { return model_from_hf_config_text(base + extra + "}", "c.json"); };
+    // DeepSeek-V2: 8 device groups, 3 per token (topk_method group_limited_greedy).
+    const ModelSpec v2 = imp(R"(, "n_group": 8, "topk_group": 3, "topk_method": "group_limited_greedy")");
+    CHECK(v2.moe->router_groups == 8);
+    CHECK(v2.moe->router_group_topk == 3);
+    // DeepSeek-V2-Lite: one group, greedy: no limit. A greedy method ignores the groups too.
+    CHECK(imp(R"(, "n_group": 1, "topk_group": 1, "topk_method": "greedy")").moe->router_groups == 0);
+    CHECK(imp(R"(, "n_group": 8, "topk_group": 3, "topk_method": "greedy")").moe->router_groups == 0);
+    CHECK(imp("").moe->router_groups == 0);
+    CHECK_THROWS_WITH(imp(R"(, "n_group": 8)"), Contains("c.json: topk_group is required"));
+    // The strict reader's rules apply: 3 groups do not divide 16 experts.
+    CHECK_THROWS_WITH(imp(R"(, "n_group": 3, "topk_group": 1)"), Contains("model.moe.router_groups = 3 does not divide model.moe.experts = 16"));
 }
 
 TEST_CASE("GPT-2 config", "[hf]") {

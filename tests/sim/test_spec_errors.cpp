@@ -166,6 +166,14 @@ TEST_CASE("validate_plan: expert parallelism", "[spec][errors]") {
                  "= 3 does not divide model.moe.experts = 8");
     expect_error([&] { validate(moe, plan(R"({"dp": 2, "ep": 4, "global_batch": 8})")); }, "p.json", "plan.ep",
                  "= 4 does not divide plan.dp x plan.cp = 2");
+    // DeepEP dispatches between the GPUs of an EP group: it needs one of at least two ranks.
+    CHECK_NOTHROW(validate(moe, plan(R"({"dp": 2, "ep": 2, "global_batch": 8, "moe_dispatcher": "deepep"})")));
+    expect_error([&] { validate(moe, plan(R"({"dp": 2, "global_batch": 8, "moe_dispatcher": "deepep"})")); }, "p.json",
+                 "plan.moe_dispatcher", "= \"deepep\" needs a MoE model with plan.ep >= 2 (got ep 1)");
+    expect_error([] { validate(model(), plan(R"({"dp": 2, "global_batch": 8, "moe_dispatcher": "deepep"})")); }, "p.json",
+                 "plan.moe_dispatcher", "needs a MoE model with plan.ep >= 2 (got ep 1, no model.moe)");
+    expect_error([] { plan(R"({"global_batch": 8, "moe_dispatcher": "deep-ep"})"); }, "p.json", "plan.moe_dispatcher",
+                 "(did you mean \"deepep\"?)");
 }
 
 TEST_CASE("validate_plan: ZeRO and offload", "[spec][errors]") {
@@ -292,4 +300,31 @@ TEST_CASE("model reader: latent attention and dense-first MoE layers", "[spec][e
                  "m.json", "model.mla.kv_lora_rank", "is required");
     expect_error([&] { model((base + R"(, "moe": {"experts": 8, "top_k": 2, "first_k_dense": 4}})").c_str()); }, "m.json",
                  "model.moe.first_k_dense", "= 4 leaves no MoE layer of model.layers = 4");
+}
+
+TEST_CASE("model reader: group-limited routing", "[spec][errors]") {
+    auto moe = [](const std::string& extra) {
+        const std::string t = R"({"name": "g", "layers": 4, "hidden": 512, "heads": 8, "ffn_hidden": 1536, "vocab": 1000,
+                                  "seq_len": 256, "moe": {"experts": 16, "top_k": 4)" + extra + "}}";
+        return model_from_json_text(t, "m.json");
+    };
+    const ModelSpec ok = moe(R"(, "router_groups": 4, "router_group_topk": 2)");
+    CHECK(ok.moe->router_groups == 4);
+    CHECK(ok.moe->router_group_topk == 2);
+    CHECK(moe("").moe->router_groups == 0);  // default: unrestricted routing
+    expect_error([&] { moe(R"(, "router_groups": 3, "router_group_topk": 1)"); }, "m.json", "model.moe.router_groups",
+                 "= 3 does not divide model.moe.experts = 16");
+    expect_error([&] { moe(R"(, "router_groups": 4)"); }, "m.json", "model.moe.router_group_topk",
+                 "must be in [1, model.moe.router_groups = 4] with group-limited routing (got 0)");
+    expect_error([&] { moe(R"(, "router_group_topk": 2)"); }, "m.json", "model.moe.router_group_topk",
+                 "= 2 needs model.moe.router_groups > 0 (group-limited routing sets both)");
+    expect_error([&] { moe(R"(, "router_groups": 4, "router_group_topk": 5)"); }, "m.json", "model.moe.router_group_topk",
+                 "= 5 exceeds model.moe.router_groups = 4");
+    expect_error([&] { moe(R"(, "router_groups": -1, "router_group_topk": 1)"); }, "m.json", "model.moe.router_groups",
+                 "must be 0 (no group-limited routing) or a positive number of groups (got -1)");
+    // A token's top_k must fit in its chosen groups: one of 4 groups of 4 experts holds exactly
+    // top-4; one of 8 groups of 2 holds only 2.
+    CHECK_NOTHROW(moe(R"(, "router_groups": 4, "router_group_topk": 1)"));
+    expect_error([&] { moe(R"(, "router_groups": 8, "router_group_topk": 1)"); }, "m.json", "model.moe.top_k",
+                 "= 4 exceeds the 2 experts of the model.moe.router_group_topk = 1 groups a token may pick from");
 }

@@ -58,6 +58,8 @@ void same(const ModelSpec& a, const ModelSpec& b) {
         CHECK(a.moe->shared_experts == b.moe->shared_experts);
         CHECK(a.moe->capacity_factor == Approx(b.moe->capacity_factor));
         CHECK(a.moe->load_skew == Approx(b.moe->load_skew));
+        CHECK(a.moe->router_groups == b.moe->router_groups);
+        CHECK(a.moe->router_group_topk == b.moe->router_group_topk);
     }
 }
 
@@ -109,6 +111,8 @@ void same(const PlanSpec& a, const PlanSpec& b) {
     CHECK(a.lock_free_update == b.lock_free_update);
     CHECK(a.overlap_grad_reduce == b.overlap_grad_reduce);
     CHECK(a.overlap_param_gather == b.overlap_param_gather);
+    CHECK(a.moe_a2a_overlap == b.moe_a2a_overlap);
+    CHECK(a.moe_dispatcher == b.moe_dispatcher);
     CHECK(a.dp_bucket_bytes == b.dp_bucket_bytes);
     CHECK(a.layer_split == b.layer_split);
 }
@@ -241,4 +245,19 @@ TEST_CASE("scenario parts may be inline, paths, or wrapped files", "[spec][io]")
         CHECK(e.path() == "model.layers");
     }
     fs::remove_all(dir);
+}
+
+TEST_CASE("group-limited routing and the DeepEP dispatcher round-trip through the canonical text", "[spec][io][moe]") {
+    const ModelSpec m = model_from_json_text(R"({"name": "g", "layers": 2, "hidden": 64, "heads": 4, "vocab": 100, "seq_len": 16,
+        "moe": {"experts": 16, "top_k": 4, "router_groups": 4, "router_group_topk": 2}})", "m.json");
+    const std::string text = to_json_text(m);
+    CHECK(text.find("\"router_groups\": 4") != std::string::npos);
+    CHECK(text.find("\"router_group_topk\": 2") != std::string::npos);
+    same(m, model_from_json_text(text, "rt.json"));
+    const PlanSpec p = plan_from_json_text(R"({"dp": 4, "ep": 4, "global_batch": 4, "moe_dispatcher": "deepep"})", "p.json");
+    CHECK(p.moe_dispatcher == MoeDispatcher::deepep);
+    CHECK(to_json_text(p).find("\"moe_dispatcher\": \"deepep\"") != std::string::npos);
+    same(p, plan_from_json_text(to_json_text(p), "rt.json"));
+    // Defaults: unrestricted routing, Megatron's flat all-to-all dispatcher.
+    CHECK(plan_from_json_text(R"({"global_batch": 4})", "p.json").moe_dispatcher == MoeDispatcher::alltoall);
 }

@@ -101,6 +101,26 @@ GroupLayout group_layout(Group g, const ClusterSpec& c, const PlanSpec& p) {
     return L;
 }
 
+int moe_token_node_limit(const MoeSpec& moe, const GroupLayout& ep) {
+    const int N = ep.nodes, G = moe.router_groups, M = moe.router_group_topk;
+    // Only a regular layout (q EP ranks on each of N nodes) puts E/N consecutive experts per node.
+    if (N <= 1 || G <= 0 || M <= 0 || ep.per_node * N != ep.size) return 0;
+    std::int64_t limit = 0;
+    if (G % N == 0) limit = M;                                        // every group inside one node
+    else if (N % G == 0) limit = static_cast<std::int64_t>(M) * (N / G);  // every group over N/G whole nodes
+    return limit > 0 && limit < N ? static_cast<int>(limit) : 0;
+}
+
+double moe_dispatch_nodes(int nodes, int top_k, int node_limit) {
+    if (nodes <= 0 || top_k <= 0) return 0.0;
+    if (nodes == 1) return 1.0;
+    const double N = nodes;
+    const double uniform = N * (1.0 - std::pow(1.0 - 1.0 / N, top_k));
+    // A limit is taken as reached: DeepSeek-V3 ranks the groups by their best experts' scores, so
+    // each chosen node almost always receives one of the token's experts (docs/costs.md).
+    return node_limit > 0 ? std::min(uniform, static_cast<double>(node_limit)) : uniform;
+}
+
 namespace {
 
 // ---------------------------------------------------------------------------------------------
@@ -171,8 +191,9 @@ Demand collective_demand(const Instr& in, const CostContext& ctx) {
     const Rate nvl = cost_detail::scale_up_rate(hw);
     const bool has_nvlink = hw.gpu.scale_up_per_dir_Bps > 0;
 
-    // Bytes each GPU pushes over its scale-up port and over its NIC (one direction).
-    double nvl_bytes = 0, nic_bytes = 0;
+    // Bytes each GPU pushes over its scale-up port and over its NIC (one direction). `dedup`: the
+    // share of a flat all-to-all's NIC bytes a hierarchical MoE dispatch sends (1 = all).
+    double nvl_bytes = 0, nic_bytes = 0, dedup = 1;
     const double qq = q, NN = N, nn = n;
     switch (in.coll) {
         case CollKind::all_reduce:  // intra reduce-scatter + inter all-reduce of S/q + intra all-gather
@@ -185,6 +206,18 @@ Demand collective_demand(const Instr& in, const CostContext& ctx) {
             nic_bytes = N > 1 ? (NN - 1) / NN * S / qq : 0;
             break;
         case CollKind::all_to_all:  // S = this rank's whole send buffer, S/n to each peer
+            if (in.a2a_copies > 0 && N > 1) {
+                // DeepEP's internode dispatch (docs/costs.md): a token crosses RDMA once per remote
+                // node its experts reach (S / k per copy, D (N-1)/N remote nodes of D), to the GPU
+                // of its rail there, which forwards each of the k copies to its expert's GPU over
+                // NVLink ((q-1)/q of them leave that GPU). Combine mirrors it. Both stages are
+                // pipelined: one demand with both classes busy at once.
+                const double k = in.a2a_copies;
+                dedup = moe_dispatch_nodes(N, in.a2a_copies, in.a2a_node_limit) / k;
+                nic_bytes = (NN - 1) / NN * S * dedup;
+                nvl_bytes = (qq - 1) / qq * S;
+                break;
+            }
             nvl_bytes = (qq - 1) / nn * S;
             nic_bytes = (nn - qq) / nn * S;
             // Rail-optimised fabrics keep traffic on rails: cross-rail bytes first hop over NVLink (PXN).
@@ -225,7 +258,7 @@ Demand collective_demand(const Instr& in, const CostContext& ctx) {
     const char* scope = N > 1 ? "inter" : "intra";
     if (const auto* f = find_fit(hw, to_string(in.coll), scope, n)) {
         const LinkClass cls = N > 1 ? LinkClass::nic : LinkClass::nvlink;
-        busy(d, cls) = S * bus_factor(in.coll, n) / f->busbw_Bps;
+        busy(d, cls) = S * bus_factor(in.coll, n) / f->busbw_Bps * dedup;  // DeepEP sends `dedup` of it
         d.latency_ns = cost_detail::to_ns(f->alpha_ns * 1e-9);
         d.provenance = f->provenance == Provenance::measured ? Provenance::measured : Provenance::fitted;
     }

@@ -103,7 +103,9 @@ void RankLowering::mlp_forward(int pending_ag) {
 // expert-TP group (experts are split etp ways; etp = tp by default, none with etp = 1, "MoE
 // parallel folding") and reduce-scattered back before the combine; hidden states are never
 // gathered (Megatron-Core MoEAlltoAllTokenDispatcher). Shared experts are a TP MLP on the gathered
-// input, run while the dispatch is in flight. All-to-all bytes: routed tokens * top_k * h * 2.
+// input, run while the dispatch is in flight. All-to-all bytes: routed tokens * top_k * h * 2
+// (with plan.moe_dispatcher "deepep" across nodes the instruction also carries top_k and the
+// node limit, and the cost model sends each token once per node: ep_all_to_all).
 // The dispatcher needs the per-expert token counts on the host (the all-to-all split sizes and
 // the grouped GEMM's m_splits are Python ints): the CPU waits for the router (host_sync). Tokens
 // are permuted into expert order before the dispatch (read each token, write its top_k copies)
@@ -120,7 +122,7 @@ void RankLowering::moe_forward(int layer) {
     const double tp_bytes = d_.tokens_sp * d_.etp * d_.top_k * d_.h * Dims::act_bytes;  // the expert-TP group's assignments
     const bool etp_comm = sp && d_.etp > 1;
     int dispatched = -1;
-    if (d_.ep > 1) dispatched = collective(Stream::ep_comm, CollKind::all_to_all, Group::ep, a2a_bytes, n_.ep_dispatch);
+    if (d_.ep > 1) dispatched = ep_all_to_all(a2a_bytes, n_.ep_dispatch);
     if (etp_comm) dispatched = collective(Stream::tp_comm, CollKind::all_gather, Group::etp, tp_bytes, n_.tp_ag, dispatched >= 0 ? dispatched : kAfterCompute);
     int shared_out = -1;
     if (d_.shared > 0) {
@@ -139,7 +141,7 @@ void RankLowering::moe_forward(int layer) {
     int combined = -1;
     if (etp_comm) combined = collective(Stream::tp_comm, CollKind::reduce_scatter, Group::etp, tp_bytes, n_.tp_rs);
     if (d_.ep > 1)
-        combined = collective(Stream::ep_comm, CollKind::all_to_all, Group::ep, a2a_bytes, n_.ep_combine, combined >= 0 ? combined : kAfterCompute);
+        combined = ep_all_to_all(a2a_bytes, n_.ep_combine, combined >= 0 ? combined : kAfterCompute);
     defer_or_wait(combined);
     compute(Op::elementwise, n_.moe_unpermute, 0, permute_bytes);
     wait(Stream::compute, shared_out);
@@ -293,7 +295,7 @@ void RankLowering::moe_backward(int layer) {
     const double permute_bytes = routed * (1 + d_.top_k) * d_.h * Dims::act_bytes;
     compute(Op::elementwise, n_.moe_unpermute, 0, permute_bytes);  // the un-permute's gradient: copy dY to each top_k slot
     int arrived = -1;
-    if (d_.ep > 1) arrived = collective(Stream::ep_comm, CollKind::all_to_all, Group::ep, a2a_bytes, n_.ep_combine);
+    if (d_.ep > 1) arrived = ep_all_to_all(a2a_bytes, n_.ep_combine);
     if (etp_comm) arrived = collective(Stream::tp_comm, CollKind::all_gather, Group::etp, tp_bytes, n_.tp_ag, arrived >= 0 ? arrived : kAfterCompute);
     defer_or_wait(arrived);
     const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.etp;
@@ -305,7 +307,7 @@ void RankLowering::moe_backward(int layer) {
     int back = -1;
     if (etp_comm) back = collective(Stream::tp_comm, CollKind::reduce_scatter, Group::etp, tp_bytes, n_.tp_rs);
     if (d_.ep > 1)
-        back = collective(Stream::ep_comm, CollKind::all_to_all, Group::ep, a2a_bytes, n_.ep_dispatch, back >= 0 ? back : kAfterCompute);
+        back = ep_all_to_all(a2a_bytes, n_.ep_dispatch, back >= 0 ? back : kAfterCompute);
     int shared_back = -1;
     if (d_.shared > 0) {
         tp_forward_in(true);  // SP: gather dY for the shared experts' TP MLP

@@ -8,6 +8,7 @@
 
 #include "lower_impl.hpp"
 #include "strata/common/error.hpp"
+#include "strata/sim/cost.hpp"  // group_layout: where the EP group sits (no costing here)
 
 namespace strata::sim {
 namespace lower_detail {
@@ -161,6 +162,13 @@ RankLowering::RankLowering(const ModelSpec& m, const ClusterSpec& cl, const Plan
         const double skew = m.moe->load_skew;
         const int e = static_cast<int>(((coord.t + static_cast<std::int64_t>(p.tp) * (coord.c + p.cp * coord.d)) / p.etp()) % p.ep);
         moe_factor_ = !full || e == 0 ? 1 + skew : std::max(0.0, (p.ep - 1 - skew) / (p.ep - 1));
+        // DeepEP's hierarchical dispatch differs from the flat all-to-all only across nodes; the
+        // cost model turns top_k and the node limit into NIC and NVLink bytes (docs/lowering.md).
+        const GroupLayout ep = group_layout(Group::ep, cl, p);
+        if (p.moe_dispatcher == MoeDispatcher::deepep && ep.nodes > 1) {
+            a2a_copies_ = m.moe->top_k;
+            a2a_node_limit_ = moe_token_node_limit(*m.moe, ep);
+        }
     }
 
     int li_stage = 0;
@@ -272,7 +280,16 @@ int RankLowering::collective(Stream s, CollKind k, Group g, double bytes, int na
     in.bytes = bytes;
     in.match_id = coll_match(g);
     in.participants = in.match_id != 0 ? in.group_size : 1;  // matched: every peer is its own RankProgram
+    last_collective_ = rp_.instrs.size() - 1;
     return record(s);
+}
+
+int RankLowering::ep_all_to_all(double bytes, int name, int after) {
+    const int ev = collective(Stream::ep_comm, CollKind::all_to_all, Group::ep, bytes, name, after);
+    Instr& in = rp_.instrs[last_collective_];
+    in.a2a_copies = a2a_copies_;
+    in.a2a_node_limit = a2a_node_limit_;
+    return ev;
 }
 
 int RankLowering::copy(Stream s, CopyKind k, double bytes, int name, int after_ev) {

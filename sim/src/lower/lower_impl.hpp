@@ -133,6 +133,10 @@ private:
     /// A collective on `s` that first waits for `after` (kAfterCompute: compute's progress so
     /// far; -1: nothing); returns its completion event.
     int collective(Stream s, CollKind k, Group g, double bytes, int name, int after = kAfterCompute);
+    /// The MoE dispatch or combine over EP: a collective all-to-all, marked as DeepEP's
+    /// hierarchical one (Instr::a2a_copies, a2a_node_limit) when plan.moe_dispatcher says so and
+    /// the EP group spans nodes.
+    int ep_all_to_all(double bytes, int name, int after = kAfterCompute);
     int copy(Stream s, CopyKind k, double bytes, int name, int after_ev);
     int group_size(Group g) const;
     std::int64_t coll_match(Group g);
@@ -210,6 +214,9 @@ private:
     std::vector<PipeSlot> schedule_;
     std::vector<int> last_bwd_mb_;  ///< per chunk: micro-batch of its last backward in the step
     double moe_factor_ = 1;         ///< token load of this rank's experts relative to the mean
+    int a2a_copies_ = 0;            ///< DeepEP across nodes: top_k (else 0, a flat all-to-all)
+    int a2a_node_limit_ = 0;        ///< DeepEP: most nodes a token reaches (0 = no limit)
+    std::size_t last_collective_ = 0;  ///< index in rp_.instrs of the last collective pushed
     int next_event_ = 0;
     // Record reuse: a record on a stream that has issued nothing since its last record returns
     // that record's event (waits count as issued: they extend what a record stands for).

@@ -165,6 +165,14 @@ ModelSpec deepseek(const Hf& hf) {
         e.shared_experts = static_cast<int>(hf.nonneg_or("n_shared_experts", 0));
         e.moe_every = static_cast<int>(hf.pos_or("moe_layer_freq", 1));
         e.first_k_dense = static_cast<int>(hf.nonneg_or("first_k_dense_replace", 0));
+        // Group-limited routing (V2's device-limited "group_limited_greedy", V3's node-limited
+        // "noaux_tc"): n_group groups, each token's experts from its topk_group best groups. One
+        // group, or topk_method "greedy" (V2-Lite), routes without the limit.
+        const std::int64_t groups = hf.pos_or("n_group", 1);
+        if (groups > 1 && hf.str_or("topk_method", "") != "greedy") {
+            e.router_groups = static_cast<int>(groups);
+            e.router_group_topk = static_cast<int>(hf.pos("topk_group"));
+        }
         m.moe = e;
     }
     return m;

@@ -76,6 +76,31 @@ const json& unwrap(const json& j, const char* key) {
 
 // ---- model ----
 
+// Group-limited routing: both fields or neither; the groups split the experts evenly, a token
+// picks from 1..groups of them, and those groups must hold at least top_k experts (Megatron's
+// group-limited top-k selects top_k among group_topk x experts/groups candidates).
+void read_router_groups(JsonReader& r, MoeSpec& m) {
+    const bool has_groups = r.has("router_groups"), has_topk = r.has("router_group_topk");
+    m.router_groups = has_groups ? int_in(r, "router_groups", 0, kMaxCount, "0 (no group-limited routing) or a positive number of groups") : (r.get("router_groups"), 0);
+    m.router_group_topk = has_topk ? int_in(r, "router_group_topk", 0, kMaxCount, "0 (no group-limited routing) or a positive number of groups") : (r.get("router_group_topk"), 0);
+    const std::string g = std::to_string(m.router_groups), t = std::to_string(m.router_group_topk);
+    if (m.router_groups == 0) {
+        if (m.router_group_topk > 0)
+            r.fail("router_group_topk", "= " + t + " needs model.moe.router_groups > 0 (group-limited routing sets both)");
+        return;
+    }
+    if (m.experts % m.router_groups != 0)
+        r.fail("router_groups", "= " + g + " does not divide model.moe.experts = " + std::to_string(m.experts));
+    if (m.router_group_topk < 1)
+        r.fail("router_group_topk", "must be in [1, model.moe.router_groups = " + g + "] with group-limited routing (got " + t + ")");
+    if (m.router_group_topk > m.router_groups)
+        r.fail("router_group_topk", "= " + t + " exceeds model.moe.router_groups = " + g);
+    const std::int64_t candidates = static_cast<std::int64_t>(m.router_group_topk) * (m.experts / m.router_groups);
+    if (m.top_k > candidates)
+        r.fail("top_k", "= " + std::to_string(m.top_k) + " exceeds the " + std::to_string(candidates) + " experts of the model.moe.router_group_topk = " + t +
+                            " groups a token may pick from");
+}
+
 MoeSpec read_moe(JsonReader r, int layers) {
     MoeSpec m;
     m.experts = pos_int(r, "experts", kMaxCount);
@@ -95,6 +120,7 @@ MoeSpec read_moe(JsonReader r, int layers) {
     if (m.capacity_factor > 0 && m.capacity_factor < 1.0)
         r.fail("capacity_factor", "must be 0 (dropless) or at least 1 (got " + describe_json(json(m.capacity_factor)) + ")");
     m.load_skew = num_in(r, "load_skew", 0.0, 0.0, kHuge, "a non-negative number");
+    read_router_groups(r, m);
     r.reject_unknown();
     return m;
 }
@@ -283,6 +309,7 @@ PlanSpec read_plan(const json& j, const std::string& file, const std::string& pa
     p.tp_comm_overlap = r.boolean_or("tp_comm_overlap", false);
     p.p2p_blocking = r.boolean_or("p2p_blocking", false);
     p.moe_a2a_overlap = r.boolean_or("moe_a2a_overlap", false);
+    p.moe_dispatcher = r.choice_or("moe_dispatcher", {"alltoall", "deepep"}, "alltoall") == "deepep" ? MoeDispatcher::deepep : MoeDispatcher::alltoall;
     // Human unit at the edge: MB (1e6 bytes, as Megatron's --ddp-bucket-size counts) -> bytes.
     double mb = num_in(r, "dp_bucket_mb", 40.0, 1e-6, 1e9, "a positive number of MB");
     p.dp_bucket_bytes = std::llround(mb * 1e6);

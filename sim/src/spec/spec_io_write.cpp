@@ -40,6 +40,8 @@ ojson model_json(const ModelSpec& m) {
         e["first_k_dense"] = m.moe->first_k_dense;
         e["capacity_factor"] = m.moe->capacity_factor;
         e["load_skew"] = m.moe->load_skew;
+        e["router_groups"] = m.moe->router_groups;
+        e["router_group_topk"] = m.moe->router_group_topk;
         j["moe"] = e;
     } else {
         j["moe"] = nullptr;
@@ -127,6 +129,7 @@ ojson plan_json(const PlanSpec& p) {
     j["tp_comm_overlap"] = p.tp_comm_overlap;
     j["p2p_blocking"] = p.p2p_blocking;
     j["moe_a2a_overlap"] = p.moe_a2a_overlap;
+    j["moe_dispatcher"] = to_string(p.moe_dispatcher);
     j["dp_bucket_mb"] = static_cast<double>(p.dp_bucket_bytes) / 1e6;
     ojson ls = ojson::array();
     for (int n : p.layer_split) ls.push_back(n);

@@ -102,6 +102,19 @@ struct GroupLayout {
 /// then dp, then pp; ep groups are formed inside dp x cp).
 GroupLayout group_layout(Group g, const ClusterSpec& c, const PlanSpec& p);
 
+/// Node-limited routing: the most nodes one token's experts can lie on when the EP group has the
+/// layout `ep` (Megatron places EP rank r's experts at [r E/ep, (r+1) E/ep) and the EP ranks of a
+/// node are consecutive, so node j holds experts [j E/N, (j+1) E/N)). Groups inside nodes
+/// (router_groups a multiple of N): router_group_topk nodes; nodes inside groups (N a multiple of
+/// router_groups): router_group_topk x N / router_groups. 0 = no limit (no group-limited routing,
+/// groups straddling node boundaries, a limit of N or more, or a group on one node).
+int moe_token_node_limit(const MoeSpec& moe, const GroupLayout& ep);
+
+/// Expected number of distinct nodes one token's top_k expert copies reach on an EP group over
+/// `nodes` nodes: N (1 - (1 - 1/N)^k) for experts drawn uniformly (each node is missed by all k
+/// copies with probability (1 - 1/N)^k), at most `node_limit` (0 = no limit).
+double moe_dispatch_nodes(int nodes, int top_k, int node_limit);
+
 /// Kernels: GEMM (efficiency by m,n,k,dtype: measured grid where hwdb has it, else a size-aware
 /// default curve), attention, memory-bound ops (bytes / HBM bandwidth), GPU optimizer.
 Estimate compute_cost(const Instr& in, const CostContext& ctx);

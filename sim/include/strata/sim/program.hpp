@@ -102,7 +102,16 @@ struct Instr {
                                       ///< fp8 gemm: input elements cast to FP8 first (0 = none)
         std::int64_t match_id;        ///< cross-program matching key for send/recv/collective (0 = none)
     };
-    std::int32_t m = 0, n = 0;        ///< gemm shape (per batch); attention: m = seq, n = kv seq, k = head_dim
+    union {                           // compute vs. collective
+        std::int32_t m = 0;           ///< gemm shape (per batch); attention: m = seq, n = kv seq, k = head_dim
+        std::int32_t a2a_copies;      ///< MoE all-to-all of a hierarchical (DeepEP) dispatcher: copies per
+                                      ///< token (top_k) in `bytes`; 0 = a flat all-to-all
+    };
+    union {                           // compute vs. collective
+        std::int32_t n = 0;
+        std::int32_t a2a_node_limit;  ///< hierarchical MoE all-to-all: most nodes one token's experts lie on
+                                      ///< (node-limited routing); 0 = no limit
+    };
     union {                           // compute vs. collective
         std::int32_t k = 0;
         std::int32_t participants;    ///< matched collective: RankPrograms taking part (engine waits for

@@ -25,6 +25,12 @@ struct MoeSpec {
     int shared_experts = 0;             ///< always-on experts (DeepSeek), each expert_ffn_hidden wide
     double capacity_factor = 0.0;       ///< 0 = dropless
     double load_skew = 0.0;             ///< hottest expert's extra load: 0 = uniform, 1 = twice the mean
+    /// Group-limited routing (DeepSeek-V3's node-limited gate; HF n_group / topk_group, Megatron's
+    /// --moe-router-num-groups / --moe-router-group-topk): the experts form router_groups equal
+    /// groups and a token picks its top_k experts from its router_group_topk best groups only.
+    /// 0 / 0 = unrestricted routing.
+    int router_groups = 0;
+    int router_group_topk = 0;
 };
 
 /// Multi-head latent attention (DeepSeek-V2/V3; Megatron-Core MLASelfAttention): queries through a
@@ -98,6 +104,10 @@ struct ClusterSpec {
 };
 
 enum class Schedule { gpipe, one_f_one_b, interleaved_1f1b };
+/// MoE token dispatcher: a flat all-to-all over the EP group (Megatron's alltoall dispatcher), or
+/// DeepEP's hierarchical kernels (Megatron's flex dispatcher with the DeepEP backend): one RDMA
+/// transfer per token and destination node, then an NVLink fan-out to the experts' GPUs.
+enum class MoeDispatcher { alltoall, deepep };
 enum class Recompute { none, selective, full };
 enum class Precision { fp32, bf16, fp16, fp8 };
 enum class Tier { gpu = 0, cpu = 1, ssd = 2 };
@@ -143,6 +153,7 @@ struct PlanSpec {
     /// --overlap-moe-expert-parallel-comm batch-level overlap, DeepSeek's DualPipe): the dispatch
     /// and combine run beside the compute stream and are joined at the end of the pass.
     bool moe_a2a_overlap = false;
+    MoeDispatcher moe_dispatcher = MoeDispatcher::alltoall;  ///< how MoE tokens cross the EP group
     std::int64_t dp_bucket_bytes = 40'000'000;  ///< DP gradient bucket (Megatron default 40 MB)
     std::vector<int> layer_split;         ///< uneven pipeline: layers per stage (empty = even)
     std::string name;                     ///< optional label (JSON "name")
@@ -176,6 +187,7 @@ const char* to_string(FfnKind);
 const char* to_string(NormKind);
 const char* to_string(PositionKind);
 const char* to_string(Schedule);
+const char* to_string(MoeDispatcher);
 const char* to_string(Recompute);
 const char* to_string(Precision);
 const char* to_string(Tier);
