@@ -29,6 +29,9 @@ LAYERS = {
     "same layer with a dense 6144 MLP instead of the MoE, fwd+bwd": (
         {"layers": 1, "hidden": 2048, "heads": 32, "kv_heads": 4, "head_dim": 128, "ffn_hidden": 6144, "vocab": 1024,
          "seq_len": 4096, "max_position": 4096, "moe": None}, 2),
+    "mpt-7b layer (mbs 6 x 2048), fwd+bwd": (
+        {"layers": 1, "hidden": 4096, "heads": 32, "kv_heads": 32, "ffn_hidden": 16384, "ffn": "gelu", "vocab": 1024,
+         "seq_len": 2048, "max_position": 2048, "norm": "layernorm", "position": "learned", "tied_embeddings": True}, 6),
 }
 
 

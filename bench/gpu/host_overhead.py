@@ -17,7 +17,8 @@ reads the per-expert token counts). This script measures the two things that mod
    16, which gives each expert the 4096 tokens it gets under EP 8 with 128 experts), BF16,
    forward + backward: wall time against the GPU's busy time (sum of kernel durations, from the
    profiler), with the token counts read on the host (dropless, as Megatron) and with static
-   counts (no sync); the same layer with a dense MLP; a Llama 3 8B layer (1 x 8192 tokens). GPU
+   counts (no sync); the same layer with a dense MLP; a Llama 3 8B layer (1 x 8192 tokens); an
+   MPT 7B layer as llm-foundry runs it (6 x 2048 tokens, native LayerNorm, GELU). GPU
    time is split into GEMM, attention and other kernels by kernel name, to set against the
    simulator's per-op costs (docs/validation-gpu.md).
 
@@ -176,12 +177,37 @@ class Moe(torch.nn.Module):
         return x + out.view(shape)
 
 
+class MptBlock(torch.nn.Module):
+    """An MPT (llm-foundry) layer: PyTorch's native LayerNorm (one fused kernel), attention, a
+    4h GELU MLP, no biases; every op an eager PyTorch call, as llm-foundry runs them."""
+
+    def __init__(self, h, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = torch.nn.LayerNorm(h, bias=False, device=DEV, dtype=torch.bfloat16)
+        self.ln2 = torch.nn.LayerNorm(h, bias=False, device=DEV, dtype=torch.bfloat16)
+        self.qkv = torch.nn.Parameter(torch.randn(h, 3 * h, device=DEV, dtype=torch.bfloat16) * 0.02)
+        self.out = torch.nn.Parameter(torch.randn(h, h, device=DEV, dtype=torch.bfloat16) * 0.02)
+        self.fc1 = torch.nn.Parameter(torch.randn(h, 4 * h, device=DEV, dtype=torch.bfloat16) * 0.02)
+        self.fc2 = torch.nn.Parameter(torch.randn(4 * h, h, device=DEV, dtype=torch.bfloat16) * 0.02)
+
+    def forward(self, x):
+        b, s, h = x.shape
+        q, k, v = (self.ln1(x) @ self.qkv).view(b, s, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + o.transpose(1, 2).reshape(b, s, h) @ self.out
+        return x + F.gelu(self.ln2(x) @ self.fc1) @ self.fc2
+
+
 def train_step(modules, x):
+    """Forward, then backward from a fixed output gradient: no loss kernels in the measurement."""
+    grad = torch.randn_like(x) * 1e-3
+
     def step():
         y = x
         for m in modules:
             y = m(y)
-        y.float().pow(2).mean().backward()
+        y.backward(grad)
     return step
 
 
@@ -235,6 +261,10 @@ def main():
         x8 = torch.randn(1, 8192, 4096, device=DEV, dtype=torch.bfloat16, requires_grad=True)
         llama = [Attention(4096, 32, 8, 128), Dense(4096, 14336)]
         res["cases"].append(measure("llama-3-8b layer (mbs 1 x 8192), fwd+bwd", train_step(llama, x8), 20))
+        del llama, x8
+        x7 = torch.randn(6, 2048, 4096, device=DEV, dtype=torch.bfloat16, requires_grad=True)
+        mpt = [MptBlock(4096, 32)]
+        res["cases"].append(measure("mpt-7b layer (mbs 6 x 2048), fwd+bwd", train_step(mpt, x7), 20))
     except torch.cuda.OutOfMemoryError as e:
         res["cases"].append({"case": "qwen3-30b-a3b layer", "error": str(e)[:200]})
 

@@ -143,6 +143,10 @@ struct PlanSpec {
     /// --overlap-moe-expert-parallel-comm batch-level overlap, DeepSeek's DualPipe): the dispatch
     /// and combine run beside the compute stream and are joined at the end of the pass.
     bool moe_a2a_overlap = false;
+    /// Memory-bound ops (norms, activations, residual adds, RoPE, permutes) run as separate eager
+    /// PyTorch kernels, as in llm-foundry or a Hugging Face Trainer, instead of the fused kernels
+    /// of Megatron-Core / Transformer Engine: they cost kEagerElementwiseFactor (cost.hpp) times more.
+    bool eager_elementwise = false;
     std::int64_t dp_bucket_bytes = 40'000'000;  ///< DP gradient bucket (Megatron default 40 MB)
     std::vector<int> layer_split;         ///< uneven pipeline: layers per stage (empty = even)
     std::string name;                     ///< optional label (JSON "name")
