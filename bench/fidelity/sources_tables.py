@@ -212,6 +212,9 @@ def mpt():
             "FSDP FULL_SHARD recorded as zero_stage 3 with dp = #GPUs",
             f"gradient accumulation {ga} (table) = global_batch / (micro_batch * dp)",
             "activation checkpointing True recorded as recompute full",
+            "eager_elementwise: llm-foundry (Composer, 2023) runs norms, activations and residual adds "
+            "as eager PyTorch ops (MPT's modeling_mpt.py: torch LayerNorm, nn.GELU; only attention "
+            "and the loss are fused kernels)",
             f"model shape from mpt-{size}.yaml; NumParams {params} reproduced exactly by the "
             "learned-position + bias + tied-embedding parameter count",
         ]
@@ -228,7 +231,8 @@ def mpt():
             "model": M.with_seq(M.MPT[size], seq),
             "plan": {"tp": 1, "pp": 1, "dp": gpus, "cp": 1, "ep": 1, "vpp": 1, "micro_batch": mbs,
                      "global_batch": gbs, "sequence_parallel": False, "schedule": "1f1b",
-                     "zero_stage": 3, "recompute": "full" if ckpt else "none", "precision": prec},
+                     "zero_stage": 3, "recompute": "full" if ckpt else "none", "precision": prec,
+                     "eager_elementwise": True},
             "measured": meas,
             "flops_convention": FLOPS_MPT,
             "assumptions": assume,

@@ -41,10 +41,12 @@ grep -q -- "--tensor-model-parallel-size" "$T/args.txt" || fail "megatron args m
 python3 -c "import json,sys; j=json.load(open('$T/ds.json')); assert 'zero_optimization' in j and 'train_micro_batch_size_per_gpu' in j" || fail "deepspeed json"
 
 # Ctrl-C: a long search interrupted by SIGINT exits non-zero and leaves no output file.
-# (GPT-3 175B over 1024 GPUs: several seconds of work even on an idle machine; 1 s in, it is busy.)
+# (GPT-3 175B over 1024 GPUs: about 8 s of work on an idle 2-core machine. 3 s in, it is busy and
+# past start-up (loading the CUDA libraries and installing the handler), even on a loaded machine:
+# at 1 s the check failed once on this 2-core machine while two builds ran beside it.)
 "$S" plan --model gpt3-175b --cluster dgx-a100-80g-x128 --global-batch 1536 --quiet --json "$T/int.json" >"$T/int.out" 2>&1 &
 pid=$!
-sleep 1
+sleep 3
 kill -0 $pid 2>/dev/null || fail "the search finished before it could be interrupted; pick a longer one"
 kill -INT $pid
 wait $pid; rc=$?

@@ -2,7 +2,9 @@
 // p2p (DeepSpeed) and ring attention. Expected values are derived by hand in the comments.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "strata/sim/lower.hpp"
 #include "support/lower_fixtures.hpp"
@@ -12,31 +14,75 @@ using strata::test::cluster;
 using strata::test::plan;
 using strata::test::small_gpt;
 
-TEST_CASE("blocking pipeline p2p: compute waits for every send it issued", "[lower]") {
-    PlanSpec p = plan(1, 2, 1, 4);
-    auto sends_awaited = [&](const Program& prog) {
-        int sends = 0, awaited = 0;
-        for (const auto& rp : prog.ranks) {
-            const auto& v = rp.instrs;
-            for (std::size_t i = 0; i < v.size(); ++i) {
-                if (v[i].kind != InstrKind::send) continue;
-                ++sends;
-                // The send's stream records right after it, and compute waits for that event.
-                if (i + 2 < v.size() && v[i + 1].kind == InstrKind::record && v[i + 1].stream == Stream::pp_p2p &&
-                    v[i + 2].kind == InstrKind::wait && v[i + 2].stream == Stream::compute && v[i + 2].event == v[i + 1].event)
-                    ++awaited;
-            }
-        }
-        return std::make_pair(sends, awaited);
+TEST_CASE("blocking pipeline p2p: DeepSpeed's parity order of sends and in-line receives", "[lower]") {
+    // Even stages wait for a send right after issuing it; odd stages post the next receive first
+    // and wait for the send after it (or at the end of the step). Every receive is posted in line:
+    // its stream waits for the compute stream first.
+    // (record() reuses an event when nothing was issued on its stream since: search, don't match
+    // adjacent instructions.)
+    struct Count {
+        int sends = 0, awaited_before_next_recv = 0, awaited_after_next_recv = 0, recvs = 0, recvs_in_line = 0;
     };
-    const auto overlapped = sends_awaited(lower(small_gpt(), cluster(2), p));
+    auto count = [](const RankProgram& rp) {
+        Count c;
+        const auto& v = rp.instrs;
+        std::vector<int> compute_events;  // events recorded on the compute stream so far
+        int last_recv_wait = -1;          // event the pp_recv stream last waited for
+        for (std::size_t i = 0; i < v.size(); ++i) {
+            if (v[i].kind == InstrKind::record && v[i].stream == Stream::compute) compute_events.push_back(v[i].event);
+            if (v[i].kind == InstrKind::wait && v[i].stream == Stream::pp_recv) last_recv_wait = v[i].event;
+            if (v[i].kind == InstrKind::recv) {
+                ++c.recvs;
+                if (std::find(compute_events.begin(), compute_events.end(), last_recv_wait) != compute_events.end()) ++c.recvs_in_line;
+                last_recv_wait = -1;
+            }
+            if (v[i].kind != InstrKind::send) continue;
+            ++c.sends;
+            int ev = -1;  // the pp_p2p stream's record after the send
+            for (std::size_t j = i + 1; j < v.size() && ev < 0; ++j)
+                if (v[j].kind == InstrKind::record && v[j].stream == Stream::pp_p2p) ev = v[j].event;
+            std::size_t awaited = v.size(), next_recv_posted = v.size();
+            for (std::size_t j = i + 1; j < v.size() && awaited == v.size(); ++j)
+                if (v[j].kind == InstrKind::wait && v[j].stream == Stream::compute && v[j].event == ev) awaited = j;
+            // Where the compute event that posts the next receive was recorded.
+            int post_ev = -1;
+            for (std::size_t j = i + 1; j < v.size(); ++j) {
+                if (v[j].kind == InstrKind::wait && v[j].stream == Stream::pp_recv) post_ev = v[j].event;
+                if (v[j].kind == InstrKind::recv) break;
+                if (j + 1 == v.size()) post_ev = -1;  // no receive after this send
+            }
+            for (std::size_t j = 0; j < v.size() && post_ev >= 0; ++j)
+                if (v[j].kind == InstrKind::record && v[j].stream == Stream::compute && v[j].event == post_ev) next_recv_posted = j;
+            if (awaited == v.size()) continue;
+            (next_recv_posted < awaited ? c.awaited_after_next_recv : c.awaited_before_next_recv) += 1;
+        }
+        return c;
+    };
+    PlanSpec p = plan(1, 4, 1, 4);
+    const Program overlapped = lower(small_gpt(), cluster(4), p);
     p.p2p_blocking = true;
-    const auto blocking = sends_awaited(lower(small_gpt(), cluster(2), p));
-    // 4 micro-batches: stage 0 sends 4 activations, stage 1 sends 4 gradients.
-    CHECK(overlapped.first == 8);
-    CHECK(overlapped.second == 0);
-    CHECK(blocking.first == 8);
-    CHECK(blocking.second == 8);
+    const Program blocking = lower(small_gpt(), cluster(4), p);
+    REQUIRE(blocking.ranks.size() == 4);
+    for (std::size_t s = 0; s < 4; ++s) {
+        const Count o = count(overlapped.ranks[s]), b = count(blocking.ranks[s]);
+        // 4 micro-batches: stages 0-2 send 4 activations, stages 1-3 send 4 gradients; stages 1-3
+        // receive 4 activations, stages 0-2 receive 4 gradients.
+        const int sends = (s < 3 ? 4 : 0) + (s > 0 ? 4 : 0);
+        CHECK(o.sends == sends);
+        CHECK(b.sends == sends);
+        CHECK(o.recvs == sends);
+        CHECK(o.awaited_before_next_recv + o.awaited_after_next_recv == 0);  // Megatron: sends overlap compute
+        CHECK(o.recvs_in_line == 0);                                          // and receives are pre-posted
+        CHECK(b.recvs_in_line == b.recvs);
+        if (s % 2 == 0) {
+            CHECK(b.awaited_before_next_recv == sends);
+            CHECK(b.awaited_after_next_recv == 0);
+        } else {
+            // The step's last send has no receive after it: awaited at the end of the step.
+            CHECK(b.awaited_before_next_recv == 1);
+            CHECK(b.awaited_after_next_recv == sends - 1);
+        }
+    }
 }
 
 TEST_CASE("context parallelism: ring attention in cp - 1 steps of one K/V chunk each", "[lower]") {

@@ -155,6 +155,9 @@ TEST_CASE("validate_plan: context and sequence parallelism", "[spec][errors]") {
     // Blocking pipeline p2p describes a pipeline.
     expect_error([] { validate(model(), plan(R"({"global_batch": 8, "p2p_blocking": true})")); }, "p.json", "plan.p2p_blocking",
                  "needs plan.pp >= 2 (got pp 1)");
+    expect_error([] {
+        validate(model(), plan(R"({"pp": 2, "vpp": 2, "schedule": "interleaved-1f1b", "global_batch": 8, "p2p_blocking": true})"));
+    }, "p.json", "plan.p2p_blocking", "needs plan.schedule gpipe or 1f1b");
 }
 
 TEST_CASE("validate_plan: expert parallelism", "[spec][errors]") {

@@ -113,6 +113,9 @@ void same(const PlanSpec& a, const PlanSpec& b) {
     CHECK(a.overlap_param_gather == b.overlap_param_gather);
     CHECK(a.moe_a2a_overlap == b.moe_a2a_overlap);
     CHECK(a.moe_dispatcher == b.moe_dispatcher);
+    CHECK(a.tp_comm_overlap == b.tp_comm_overlap);
+    CHECK(a.p2p_blocking == b.p2p_blocking);
+    CHECK(a.eager_elementwise == b.eager_elementwise);
     CHECK(a.dp_bucket_bytes == b.dp_bucket_bytes);
     CHECK(a.layer_split == b.layer_split);
 }
@@ -260,4 +263,14 @@ TEST_CASE("group-limited routing and the DeepEP dispatcher round-trip through th
     same(p, plan_from_json_text(to_json_text(p), "rt.json"));
     // Defaults: unrestricted routing, Megatron's flat all-to-all dispatcher.
     CHECK(plan_from_json_text(R"({"global_batch": 4})", "p.json").moe_dispatcher == MoeDispatcher::alltoall);
+}
+
+TEST_CASE("eager elementwise ops round-trip; fused is the default", "[spec][io]") {
+    const PlanSpec p = plan_from_json_text(R"({"dp": 2, "global_batch": 4, "eager_elementwise": true})", "p.json");
+    CHECK(p.eager_elementwise);
+    CHECK(to_json_text(p).find("\"eager_elementwise\": true") != std::string::npos);
+    same(p, plan_from_json_text(to_json_text(p), "rt.json"));
+    CHECK_FALSE(plan_from_json_text(R"({"global_batch": 4})", "p.json").eager_elementwise);
+    CHECK_THROWS_WITH(plan_from_json_text(R"({"global_batch": 4, "eager_elementwise": 1})", "p.json"),
+                      Catch::Contains("p.json") && Catch::Contains("eager_elementwise"));
 }

@@ -332,7 +332,10 @@ Estimate compute_cost(const Instr& in, const CostContext& ctx) {
     const Calibration& cal = ctx.calibration;
     if (costed_as_gemm(in)) return scaled(gemm_cost(in, ctx), in.dtype == DType::fp8 ? cal.gemm_fp8 : cal.gemm);
     if (in.op == Op::attention_fwd || in.op == Op::attention_bwd) return scaled(attention_cost(in, ctx), cal.attention);
-    return scaled(memory_bound_cost(in, ctx), cal.memory_bound);
+    // Eager frameworks run a layer's norms and elementwise ops unfused (embedding, loss and the
+    // optimizer are single kernels either way).
+    const bool eager = ctx.plan && ctx.plan->eager_elementwise && (in.op == Op::norm || in.op == Op::elementwise);
+    return scaled(memory_bound_cost(in, ctx), cal.memory_bound * (eager ? kEagerElementwiseFactor : 1.0));
 }
 
 }  // namespace strata::sim

@@ -163,6 +163,8 @@ private:
     void step(int s);
     void forward_pass(int mb, int chunk);
     void backward_pass(int mb, int chunk);
+    void block_on_send();       ///< plan.p2p_blocking: DeepSpeed's parity-ordered blocking send
+    void post_blocking_recv();  ///< plan.p2p_blocking: a receive posted in line with compute
     int fetch_params(int layer, int after_ev);
     int fetch_activations(int mb, int chunk, int li, int after_ev);
     void layer_grads(int layer);
@@ -244,6 +246,7 @@ private:
     bool last_backward_ = false;
     int optimizer_done_ev_ = -1;    ///< next step's forward waits for this (-1: nothing)
     int param_gather_ev_ = -1;
+    int pending_send_ = -1;  ///< p2p_blocking, odd stage: the send completed after the next receive
     std::vector<int> layer_ready_;  ///< per layer of the stage: dist-opt gather its first forward waits for
 };
 

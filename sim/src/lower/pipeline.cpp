@@ -49,8 +49,29 @@ void RankLowering::step(int s) {
         if (sl.forward) forward_pass(sl.microbatch, sl.chunk);
         else backward_pass(sl.microbatch, sl.chunk);
     }
+    wait(Stream::compute, pending_send_);  // an odd stage's last send
+    pending_send_ = -1;
     dp_collectives_at_end();
     optimizer(s);
+}
+
+// DeepSpeed's pipeline engine (plan.p2p_blocking) runs its sends and receives on the compute
+// stream, each blocking until its peer's matching call runs, and orders them by stage parity to
+// avoid the 1F1B deadlock of two neighbours both sending first: an even stage finishes its send
+// before it posts the next receive; an odd stage posts the receive first and finishes the send
+// after it (deepspeed/runtime/pipe/schedule.py, TrainSchedule). Megatron pre-posts its receives
+// on a communication stream: there the receive is ready whenever the sender is.
+void RankLowering::block_on_send() {
+    const int sent = record(Stream::pp_p2p);
+    if (stage_ % 2 == 0) wait(Stream::compute, sent);
+    else pending_send_ = sent;
+}
+
+void RankLowering::post_blocking_recv() {
+    if (!p_.p2p_blocking) return;
+    wait(Stream::pp_recv, record(Stream::compute));  // posted when the compute stream reaches it
+    wait(Stream::compute, pending_send_);            // an odd stage's previous send completes after it
+    pending_send_ = -1;
 }
 
 // Megatron's distributed optimizer with overlap_param_gather: the all-gather of the updated
@@ -97,6 +118,7 @@ void RankLowering::forward_pass(int mb, int chunk) {
     const int lane = full_ ? co_.t + p_.tp * (co_.c + p_.cp * co_.d) : 0;
     const double p2p_bytes = d_.tokens_sp * d_.h * Dims::act_bytes;  // b*s/cp*h*2 (/tp with SP)
     if (v > 0) {
+        post_blocking_recv();
         Instr& in = push(InstrKind::recv, Stream::pp_recv, n_.pp_act);
         in.bytes = p2p_bytes;
         in.peer = program_of_stage((v - 1) % pp_);
@@ -150,7 +172,7 @@ void RankLowering::forward_pass(int mb, int chunk) {
         in.bytes = p2p_bytes;
         in.peer = program_of_stage((v + 1) % pp_);
         in.match_id = p2p_match(mb_, v, true, lane);
-        if (p_.p2p_blocking) wait(Stream::compute, record(Stream::pp_p2p));  // compute resumes after the send
+        if (p_.p2p_blocking) block_on_send();
     }
 }
 
@@ -165,6 +187,7 @@ void RankLowering::backward_pass(int mb, int chunk) {
     const int lane = full_ ? co_.t + p_.tp * (co_.c + p_.cp * co_.d) : 0;
     const double p2p_bytes = d_.tokens_sp * d_.h * Dims::act_bytes;
     if (v < vlast) {
+        post_blocking_recv();
         Instr& in = push(InstrKind::recv, Stream::pp_recv, n_.pp_grad);
         in.bytes = p2p_bytes;
         in.peer = program_of_stage((v + 1) % pp_);
@@ -237,7 +260,7 @@ void RankLowering::backward_pass(int mb, int chunk) {
         in.bytes = p2p_bytes;
         in.peer = program_of_stage((v - 1) % pp_);
         in.match_id = p2p_match(mb_, v, false, lane);
-        if (p_.p2p_blocking) wait(Stream::compute, record(Stream::pp_p2p));  // compute resumes after the send
+        if (p_.p2p_blocking) block_on_send();
     }
     if (bucketed) flush_buckets();  // the chunk's gradients are final
 }

@@ -310,6 +310,7 @@ PlanSpec read_plan(const json& j, const std::string& file, const std::string& pa
     p.p2p_blocking = r.boolean_or("p2p_blocking", false);
     p.moe_a2a_overlap = r.boolean_or("moe_a2a_overlap", false);
     p.moe_dispatcher = r.choice_or("moe_dispatcher", {"alltoall", "deepep"}, "alltoall") == "deepep" ? MoeDispatcher::deepep : MoeDispatcher::alltoall;
+    p.eager_elementwise = r.boolean_or("eager_elementwise", false);
     // Human unit at the edge: MB (1e6 bytes, as Megatron's --ddp-bucket-size counts) -> bytes.
     double mb = num_in(r, "dp_bucket_mb", 40.0, 1e-6, 1e9, "a positive number of MB");
     p.dp_bucket_bytes = std::llround(mb * 1e6);

@@ -130,6 +130,7 @@ ojson plan_json(const PlanSpec& p) {
     j["p2p_blocking"] = p.p2p_blocking;
     j["moe_a2a_overlap"] = p.moe_a2a_overlap;
     j["moe_dispatcher"] = to_string(p.moe_dispatcher);
+    j["eager_elementwise"] = p.eager_elementwise;
     j["dp_bucket_mb"] = static_cast<double>(p.dp_bucket_bytes) / 1e6;
     ojson ls = ojson::array();
     for (int n : p.layer_split) ls.push_back(n);

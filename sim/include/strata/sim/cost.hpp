@@ -72,6 +72,14 @@ struct Calibration {
     bool is_identity() const;
 };
 
+/// How much longer a layer's norms and elementwise ops take when a framework runs them as eager
+/// PyTorch kernels (plan.eager_elementwise) than the fused figure the cost model gives. Measured,
+/// not fitted: an MPT 7B layer as llm-foundry runs it (native LayerNorm, GELU, 6 x 2048 tokens,
+/// forward + backward) spent 3.57 ms in such kernels on an H100 against the model's fused 1.55 ms
+/// (docs/validation-gpu.md): the extra passes are autograd's gradient adds, the concatenation of
+/// the q/k/v gradients, layout copies and unfused activation backward.
+inline constexpr double kEagerElementwiseFactor = 2.3;
+
 /// Kernel launches the host issues for one instruction (EngineOptions::host_launch_ns): a batched
 /// (grouped-expert) GEMM launches one GEMM per batch entry, as Transformer Engine's GroupedLinear
 /// does, and FP8 adds one quantisation kernel per GEMM; the MoE router is about 8 small kernels

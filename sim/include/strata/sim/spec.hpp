@@ -154,6 +154,10 @@ struct PlanSpec {
     /// and combine run beside the compute stream and are joined at the end of the pass.
     bool moe_a2a_overlap = false;
     MoeDispatcher moe_dispatcher = MoeDispatcher::alltoall;  ///< how MoE tokens cross the EP group
+    /// Memory-bound ops (norms, activations, residual adds, RoPE, permutes) run as separate eager
+    /// PyTorch kernels, as in llm-foundry or a Hugging Face Trainer, instead of the fused kernels
+    /// of Megatron-Core / Transformer Engine: they cost kEagerElementwiseFactor (cost.hpp) times more.
+    bool eager_elementwise = false;
     std::int64_t dp_bucket_bytes = 40'000'000;  ///< DP gradient bucket (Megatron default 40 MB)
     std::vector<int> layer_split;         ///< uneven pipeline: layers per stage (empty = even)
     std::string name;                     ///< optional label (JSON "name")
