@@ -23,7 +23,7 @@ struct PlanArgs {
     int seq_len = 0;
     int top = 10;
     int threads = 0;
-    bool quiet = false, no_simulate = false, no_offload = false, tp_across_nodes = false;
+    bool quiet = false, no_simulate = false, no_offload = false, tp_across_nodes = false, no_deepep = false;
 };
 
 std::string offload_label(const sim::PlanSpec& p) {
@@ -52,8 +52,8 @@ const char* sched_label(const sim::PlanSpec& p) {
 
 void print_table(const planner::SearchResult& r, int top, std::ostream& out) {
     char line[512];
-    std::snprintf(line, sizeof line, "%4s %3s %3s %4s %3s %3s %3s %3s %3s %-6s %4s %-9s %2s %-14s %9s %11s %6s %9s  %s\n", "#", "tp", "pp", "dp",
-                  "cp", "ep", "etp", "vpp", "mb", "sched", "zero", "recompute", "sp", "offload", "step", "tokens/s", "MFU", "peak HBM", "why");
+    std::snprintf(line, sizeof line, "%4s %3s %3s %4s %3s %3s %3s %-6s %3s %3s %-6s %4s %-9s %2s %-14s %9s %11s %6s %9s  %s\n", "#", "tp", "pp", "dp",
+                  "cp", "ep", "etp", "a2a", "vpp", "mb", "sched", "zero", "recompute", "sp", "offload", "step", "tokens/s", "MFU", "peak HBM", "why");
     out << line;
     int shown = 0;
     for (const auto& rp : r.ranked) {
@@ -66,8 +66,9 @@ void print_table(const planner::SearchResult& r, int top, std::ostream& out) {
         const double hbm = sim ? rp.sim.peak_hbm_bytes : rp.estimate.hbm_bytes;
         std::string note = sim ? (rp.sim.oom ? "OOM (simulated)" : rp.why) : ("estimate only; " + rp.why);
         const std::string etp = p.ep > 1 || p.expert_tp > 0 ? std::to_string(p.etp()) : "-";  // experts only
-        std::snprintf(line, sizeof line, "%4d %3d %3d %4d %3d %3d %3s %3d %3d %-6s %4d %-9s %2s %-14s %9s %11.0f %5.1f%% %9s  %s\n", shown + 1, p.tp, p.pp,
-                      p.dp, p.cp, p.ep, etp.c_str(), p.vpp, p.micro_batch, sched_label(p), p.zero_stage, sim::to_string(p.recompute),
+        const char* a2a = p.ep < 2 ? "-" : p.moe_dispatcher == sim::MoeDispatcher::deepep ? "deepep" : "flat";
+        std::snprintf(line, sizeof line, "%4d %3d %3d %4d %3d %3d %3s %-6s %3d %3d %-6s %4d %-9s %2s %-14s %9s %11.0f %5.1f%% %9s  %s\n", shown + 1, p.tp, p.pp,
+                      p.dp, p.cp, p.ep, etp.c_str(), a2a, p.vpp, p.micro_batch, sched_label(p), p.zero_stage, sim::to_string(p.recompute),
                       p.sequence_parallel ? "y" : "n", offload_label(p).c_str(), human_seconds(step).c_str(), tps, 100 * mfu,
                       human_bytes(hbm).c_str(), note.c_str());
         out << line;
@@ -89,6 +90,7 @@ void run_plan(const PlanArgs& a) {
     o.space.global_batch = a.global_batch > 0 ? a.global_batch : (s.plan ? s.plan->global_batch : 512);
     o.space.search_offload = !a.no_offload;
     o.space.tp_within_node = !a.tp_across_nodes;
+    o.space.search_deepep = !a.no_deepep;
     o.top_k = a.top;
     o.threads = a.threads;
     o.simulate = !a.no_simulate;
@@ -138,6 +140,7 @@ void add_plan(CLI::App& app) {
     cmd->add_flag("--no-simulate", a->no_simulate, "rank by the fast estimate only");
     cmd->add_flag("--no-offload", a->no_offload, "do not consider CPU/SSD offload");
     cmd->add_flag("--tp-across-nodes", a->tp_across_nodes, "allow tensor parallelism across nodes");
+    cmd->add_flag("--no-deepep", a->no_deepep, "MoE: keep Megatron's flat all-to-all (no DeepEP dispatch across nodes)");
     cmd->callback([a] { run_plan(*a); });
 
     auto files = std::make_shared<std::vector<std::string>>();

@@ -115,9 +115,18 @@ LayerTimes Estimator::layer_times(const PlanSpec& p, bool dense_first) {
     // waits inside count), its backward likewise; the head (embedding, logits, loss) by durations.
     const RankProgram& rp = prog.ranks.at(0);
     std::int64_t f0 = INT64_MAX, f1 = 0, b0 = INT64_MAX, b1 = 0;
-    double head_f = 0, head_b = 0, rec = 0;
+    double head_f = 0, head_b = 0, rec = 0, zero3_f = 0, zero3_b = 0;
     for (const TraceSpan& sp : r.spans) {
         const Instr& in = rp.instrs.at(static_cast<std::size_t>(sp.instr));
+        // ZeRO-3's per-layer parameter gathers (and backward's gradient reduce-scatters) run on the
+        // DP stream, prefetched a layer ahead: in the one-layer program they start before the
+        // layer's first kernel and fall outside its window, but in a deep stack a layer cannot
+        // go faster than its own gathers. Their stream time bounds the layer from below.
+        if (in.kind == InstrKind::collective && in.layer >= 0 && (in.group == Group::dp || in.group == Group::edp)) {
+            const double dur = static_cast<double>(sp.end_ns - sp.start_ns) * 1e-9;
+            (in.phase == Phase::forward ? zero3_f : zero3_b) += dur;
+            continue;
+        }
         if (in.stream != Stream::compute || in.kind != InstrKind::compute) continue;
         const double dur = static_cast<double>(sp.end_ns - sp.start_ns) * 1e-9;
         if (in.layer >= 0) {
@@ -137,8 +146,8 @@ LayerTimes Estimator::layer_times(const PlanSpec& p, bool dense_first) {
     }
     LayerTimes t;
     const double n = m1.layers;
-    t.fwd_s = f1 > f0 ? static_cast<double>(f1 - f0) * 1e-9 / n : 0;
-    t.bwd_s = b1 > b0 ? static_cast<double>(b1 - b0) * 1e-9 / n : 0;
+    t.fwd_s = std::max(f1 > f0 ? static_cast<double>(f1 - f0) * 1e-9 : 0.0, p.zero_stage == 3 ? zero3_f : 0.0) / n;
+    t.bwd_s = std::max(b1 > b0 ? static_cast<double>(b1 - b0) * 1e-9 : 0.0, p.zero_stage == 3 ? zero3_b : 0.0) / n;
     t.recompute_s = rec / n;
     t.head_fwd_s = head_f;
     t.head_bwd_s = head_b;

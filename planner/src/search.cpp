@@ -27,6 +27,19 @@ std::string explain(const FastEstimate& e) {
     return s;
 }
 
+std::string explain(const SimSummary& s) {
+    if (s.step_time_s <= 0) return "";
+    auto pct = [](double x) { return fmt_fixed(100.0 * x, 0) + "%"; };
+    const double comm = s.exposed_comm_s / s.step_time_s;
+    std::string out = "compute " + pct(std::max(0.0, 1.0 - s.bubble_fraction - comm));
+    if (s.bubble_fraction > 0.005) out += ", bubble " + pct(s.bubble_fraction);
+    if (comm > 0.005) out += ", exposed comm " + pct(comm);
+    // The critical path's first item names the stream that bounds the step (engine.md).
+    const std::string first = s.critical_path.substr(0, s.critical_path.find(", "));
+    if (!first.empty()) out += "; critical path: " + first;
+    return out;
+}
+
 namespace {
 
 struct Candidate {
@@ -121,6 +134,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, const hwdb::
                     RankedPlan& rp = out[which[k]];
                     rp.sim = simulate_plan(m, c, rp.plan, hw, o.calibration);
                     rp.simulated = true;
+                    rp.why = explain(rp.sim);
                     done.fetch_add(1);
                 }
             });

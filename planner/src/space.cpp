@@ -3,7 +3,10 @@
 // Megatron-LM and DeepSpeed enforce. Pruning by memory and time happens in search.cpp.
 #include "strata/planner/space.hpp"
 
+#include "strata/sim/cost.hpp"  // group_layout: does the EP group cross nodes?
+
 #include <algorithm>
+#include <tuple>
 
 namespace strata::planner {
 
@@ -88,7 +91,17 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                         for (int e : divisors(m.moe->experts))
                             if (e > 1 && (tp * dp * cp) % e == 0) eps.emplace_back(e, 1);
                 }
+                // DeepEP's hierarchical dispatch differs from the flat all-to-all only when the EP
+                // group crosses nodes (docs/costs.md): there, both are tried.
+                std::vector<std::tuple<int, int, MoeDispatcher>> moe_layouts;
                 for (auto [ep, etp] : eps) {
+                    moe_layouts.emplace_back(ep, etp, MoeDispatcher::alltoall);
+                    if (ep < 2 || !s.search_deepep) continue;
+                    PlanSpec probe;
+                    probe.tp = tp, probe.cp = cp, probe.pp = pp, probe.dp = dp, probe.ep = ep, probe.expert_tp = etp;
+                    if (group_layout(Group::ep, c, probe).nodes > 1) moe_layouts.emplace_back(ep, etp, MoeDispatcher::deepep);
+                }
+                for (auto [ep, etp, disp] : moe_layouts) {
                     if (stop) break;
                     const std::int64_t my_layout = layout_index++;
                     const bool mine = shards <= 1 || (my_layout % shards) == shard;
@@ -146,6 +159,7 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                                             p.dp = dp;
                                             p.ep = ep;
                                             p.expert_tp = etp;
+                                            p.moe_dispatcher = disp;
                                             p.vpp = vpp;
                                             p.micro_batch = mb;
                                             p.global_batch = gbs;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "strata/planner/space.hpp"
+#include "strata/sim/cost.hpp"
 #include "strata/sim/spec_io.hpp"
 #include "support/gpt.hpp"
 
@@ -110,6 +111,44 @@ TEST_CASE("MoE plans include MoE parallel folding, valid and with sequence paral
     std::int64_t off = 0;
     planner::enumerate_plans(m, c, s, [&](const PlanSpec& p) {
         off += p.expert_tp > 0 ? 1 : 0;
+        return true;
+    });
+    CHECK(off == 0);
+}
+
+TEST_CASE("MoE plans try DeepEP's dispatch exactly where the EP group crosses nodes", "[planner][space][moe]") {
+    ModelSpec m = small_gpt();
+    m.moe = MoeSpec{};
+    m.moe->experts = 16;
+    m.moe->top_k = 2;
+    m.moe->expert_ffn_hidden = 1024;
+    const ClusterSpec c = two_nodes();
+    planner::SearchSpace s;
+    s.global_batch = 64;
+    s.search_offload = false;
+    std::int64_t deepep = 0, flat_crossing = 0, flat_inside = 0;
+    planner::enumerate_plans(m, c, s, [&](const PlanSpec& p) {
+        if (p.ep < 2) {
+            CHECK(p.moe_dispatcher == MoeDispatcher::alltoall);
+            return true;
+        }
+        const bool crosses = group_layout(Group::ep, c, p).nodes > 1;
+        if (p.moe_dispatcher == MoeDispatcher::deepep) {
+            ++deepep;
+            CHECK(crosses);  // inside a node DeepEP is the flat all-to-all: not enumerated twice
+            REQUIRE_NOTHROW(validate_plan(m, c, p, "enumerated"));
+        } else {
+            ++(crosses ? flat_crossing : flat_inside);
+        }
+        return true;
+    });
+    CHECK(deepep > 0);
+    CHECK(deepep == flat_crossing);  // every crossing layout in both variants
+    CHECK(flat_inside > 0);
+    s.search_deepep = false;
+    std::int64_t off = 0;
+    planner::enumerate_plans(m, c, s, [&](const PlanSpec& p) {
+        off += p.moe_dispatcher == MoeDispatcher::deepep ? 1 : 0;
         return true;
     });
     CHECK(off == 0);

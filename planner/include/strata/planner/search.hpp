@@ -75,6 +75,9 @@ SearchResult search_plans(const sim::ModelSpec& m, const sim::ClusterSpec& c, co
 
 /// One line: why a plan is where it is ("bubble 12%, exposed comm 3%, recompute 9%").
 std::string explain(const FastEstimate& e);
+/// The same from the engine's figures, for a simulated plan: compute (the rest), bubble, exposed
+/// comm, and what the critical path's first item is.
+std::string explain(const SimSummary& s);
 
 /// Planner output as JSON (model, cluster, counters, ranked plans with their figures).
 std::string search_to_json(const sim::ModelSpec& m, const sim::ClusterSpec& c, const SearchResult& r);
