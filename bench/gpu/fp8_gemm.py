@@ -17,6 +17,9 @@ import sys
 
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from host_overhead import write_json  # noqa: E402
+
 DEV = "cuda"
 E4M3 = torch.float8_e4m3fn
 
@@ -83,10 +86,7 @@ def main():
                 print(json.dumps(r), flush=True)
                 rows.append(r)
     res = {"gpu": torch.cuda.get_device_properties(0).name, "torch": torch.__version__, "rows": rows}
-    tmp = out_path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(res, f, indent=1)
-    os.replace(tmp, out_path)
+    write_json(out_path, res)
 
 
 if __name__ == "__main__":

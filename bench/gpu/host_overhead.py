@@ -42,6 +42,14 @@ def sync():
     torch.cuda.synchronize()
 
 
+def write_json(path, obj):
+    """Atomically: a killed run leaves the previous file, never half of one."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
+
+
 def count_kernels(fn, iters=3):
     """CUDA kernels (and memcpy/memset) launched per call of fn, and the GPU busy time per call."""
     from torch.profiler import ProfilerActivity, profile
@@ -268,10 +276,7 @@ def main():
     except torch.cuda.OutOfMemoryError as e:
         res["cases"].append({"case": "qwen3-30b-a3b layer", "error": str(e)[:200]})
 
-    tmp = out_path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(res, f, indent=1)
-    os.replace(tmp, out_path)
+    write_json(out_path, res)
 
 
 if __name__ == "__main__":

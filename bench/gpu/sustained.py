@@ -15,7 +15,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from host_overhead import DEV, Attention, Dense, train_step  # noqa: E402
+from host_overhead import DEV, Attention, Dense, train_step, write_json  # noqa: E402
 
 
 def nvml(fn):
@@ -60,10 +60,7 @@ def main():
            "case": "llama-3-8b layer (1 x 8192, bf16) fwd+bwd, back to back", "seconds": seconds,
            "first_s_ms_per_iter": first, "last_10s_ms_per_iter": sum(tail) / len(tail),
            "slowdown_last_vs_first": sum(tail) / len(tail) / first, "series": series}
-    tmp = out_path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(res, f, indent=1)
-    os.replace(tmp, out_path)
+    write_json(out_path, res)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,16 @@ static ClusterSpec two_nodes() {
     return c;
 }
 
+// The small GPT with 16 experts of 1024, top-2, in every layer.
+static ModelSpec small_moe() {
+    ModelSpec m = small_gpt();
+    m.moe = MoeSpec{};
+    m.moe->experts = 16;
+    m.moe->top_k = 2;
+    m.moe->expert_ffn_hidden = 1024;
+    return m;
+}
+
 TEST_CASE("every enumerated plan is valid and the counters add up", "[planner][space]") {
     const ModelSpec m = small_gpt();
     const ClusterSpec c = two_nodes();
@@ -86,11 +96,7 @@ TEST_CASE("offload choices need the ZeRO stage that makes them possible", "[plan
 }
 
 TEST_CASE("MoE plans include MoE parallel folding, valid and with sequence parallelism", "[planner][space]") {
-    ModelSpec m = small_gpt();
-    m.moe = MoeSpec{};
-    m.moe->experts = 16;
-    m.moe->top_k = 2;
-    m.moe->expert_ffn_hidden = 1024;
+    const ModelSpec m = small_moe();
     const ClusterSpec c = two_nodes();
     planner::SearchSpace s;
     s.global_batch = 64;
@@ -117,11 +123,7 @@ TEST_CASE("MoE plans include MoE parallel folding, valid and with sequence paral
 }
 
 TEST_CASE("MoE plans try DeepEP's dispatch exactly where the EP group crosses nodes", "[planner][space][moe]") {
-    ModelSpec m = small_gpt();
-    m.moe = MoeSpec{};
-    m.moe->experts = 16;
-    m.moe->top_k = 2;
-    m.moe->expert_ffn_hidden = 1024;
+    const ModelSpec m = small_moe();
     const ClusterSpec c = two_nodes();
     planner::SearchSpace s;
     s.global_batch = 64;
