@@ -215,6 +215,9 @@ def mpt():
             "eager_elementwise: llm-foundry (Composer, 2023) runs norms, activations and residual adds "
             "as eager PyTorch ops (MPT's modeling_mpt.py: torch LayerNorm, nn.GELU; only attention "
             "and the loss are fused kernels)",
+            "attention_kernel fa2: the README says 'our models use Flash Attention'; the tables predate "
+            "FlashAttention-3 (arXiv:2407.08608, July 2024), so the kernel was FA2 or Triton flash "
+            "attention, FA2-class at best (on A100 the same anchors either way)",
             f"model shape from mpt-{size}.yaml; NumParams {params} reproduced exactly by the "
             "learned-position + bias + tied-embedding parameter count",
         ]
@@ -232,7 +235,7 @@ def mpt():
             "plan": {"tp": 1, "pp": 1, "dp": gpus, "cp": 1, "ep": 1, "vpp": 1, "micro_batch": mbs,
                      "global_batch": gbs, "sequence_parallel": False, "schedule": "1f1b",
                      "zero_stage": 3, "recompute": "full" if ckpt else "none", "precision": prec,
-                     "eager_elementwise": True},
+                     "eager_elementwise": True, "attention_kernel": "fa2"},
             "measured": meas,
             "flops_convention": FLOPS_MPT,
             "assumptions": assume,

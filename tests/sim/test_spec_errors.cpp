@@ -158,6 +158,9 @@ TEST_CASE("validate_plan: context and sequence parallelism", "[spec][errors]") {
     expect_error([] {
         validate(model(), plan(R"({"pp": 2, "vpp": 2, "schedule": "interleaved-1f1b", "global_batch": 8, "p2p_blocking": true})"));
     }, "p.json", "plan.p2p_blocking", "needs plan.schedule gpipe or 1f1b");
+    // FA2 names a fused kernel.
+    expect_error([] { validate(model(), plan(R"({"global_batch": 8, "flash_attention": false, "attention_kernel": "fa2"})")); },
+                 "p.json", "plan.attention_kernel", "needs plan.flash_attention = true");
 }
 
 TEST_CASE("validate_plan: expert parallelism", "[spec][errors]") {

@@ -116,6 +116,7 @@ void same(const PlanSpec& a, const PlanSpec& b) {
     CHECK(a.tp_comm_overlap == b.tp_comm_overlap);
     CHECK(a.p2p_blocking == b.p2p_blocking);
     CHECK(a.eager_elementwise == b.eager_elementwise);
+    CHECK(a.attention_kernel == b.attention_kernel);
     CHECK(a.dp_bucket_bytes == b.dp_bucket_bytes);
     CHECK(a.layer_split == b.layer_split);
 }
@@ -263,6 +264,16 @@ TEST_CASE("group-limited routing and the DeepEP dispatcher round-trip through th
     same(p, plan_from_json_text(to_json_text(p), "rt.json"));
     // Defaults: unrestricted routing, Megatron's flat all-to-all dispatcher.
     CHECK(plan_from_json_text(R"({"global_batch": 4})", "p.json").moe_dispatcher == MoeDispatcher::alltoall);
+}
+
+TEST_CASE("the attention kernel family round-trips; FA3-class is the default", "[spec][io]") {
+    const PlanSpec p = plan_from_json_text(R"({"global_batch": 4, "attention_kernel": "fa2"})", "p.json");
+    CHECK(p.attention_kernel == AttentionKernel::fa2);
+    CHECK(to_json_text(p).find("\"attention_kernel\": \"fa2\"") != std::string::npos);
+    same(p, plan_from_json_text(to_json_text(p), "rt.json"));
+    CHECK(plan_from_json_text(R"({"global_batch": 4})", "p.json").attention_kernel == AttentionKernel::fa3);
+    CHECK_THROWS_WITH(plan_from_json_text(R"({"global_batch": 4, "attention_kernel": "fa4"})", "p.json"),
+                      Catch::Contains("p.json") && Catch::Contains("attention_kernel"));
 }
 
 TEST_CASE("eager elementwise ops round-trip; fused is the default", "[spec][io]") {

@@ -215,6 +215,14 @@ constexpr AttnAnchor kAttn[] = {
     {"A100", 0.66, 0.55}, {"A800", 0.66, 0.55}, {"GB200", 0.68, 0.60}, {"B200", 0.68, 0.60},
 };
 constexpr AttnAnchor kAttnDefault = {"", 0.50, 0.40};
+// FlashAttention-2-class kernels on Hopper (plan.attention_kernel "fa2"): measured on an H100 with
+// PyTorch 2.11's FLASH_ATTENTION backend (FA2), hdim 128, causal, 2k..64k tokens: forward 311-342
+// TFLOP/s, backward 218-323 (docs/gpu-runs/2026-11-22-h100/attention.json); cuDNN's kernels on the
+// same GPU: 541-622 and 385-537, the FA3-class anchors above. Elsewhere FA2 is what the anchors
+// already describe (Ampere) or has no separate figure.
+constexpr AttnAnchor kAttnFa2[] = {
+    {"H100", 0.345, 0.335}, {"H200", 0.345, 0.335}, {"H800", 0.345, 0.335}, {"GH200", 0.345, 0.335},
+};
 constexpr double kAttnS0 = 210.0;
 
 /// Unfused attention (plan.flash_attention = false, Megatron before flash): the score and value
@@ -279,6 +287,12 @@ Estimate attention_cost(const Instr& in_fp, const CostContext& ctx) {
                 a = &c;
                 break;
             }
+        if (ctx.plan && ctx.plan->attention_kernel == AttentionKernel::fa2)
+            for (const auto& c : kAttnFa2)
+                if (hw.gpu.id.find(c.id_part) != std::string::npos) {
+                    a = &c;
+                    break;
+                }
         const double s0 = kAttnS0 * 2.0 * (backward ? 1.5 : 1.0);
         const double f_hd = std::min(1.0, 0.7 + 0.3 * hd / 128.0);
         achieved = peak * (backward ? a->bwd : a->fwd) * (seq / (seq + s0)) * f_hd;

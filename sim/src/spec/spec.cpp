@@ -22,6 +22,7 @@ const char* to_string(Schedule s) {
     return "?";
 }
 const char* to_string(MoeDispatcher d) { return d == MoeDispatcher::deepep ? "deepep" : "alltoall"; }
+const char* to_string(AttentionKernel k) { return k == AttentionKernel::fa2 ? "fa2" : "fa3"; }
 const char* to_string(Recompute r) {
     switch (r) {
         case Recompute::none: return "none";

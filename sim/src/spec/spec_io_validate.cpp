@@ -116,6 +116,8 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
     if (p.moe_a2a_overlap && (!m.is_moe() || p.ep < 2))
         fail("plan.moe_a2a_overlap", "needs a MoE model with plan.ep >= 2 (got ep " + s(p.ep) + (m.is_moe() ? ")" : ", no model.moe)"));
     // DeepEP's kernels dispatch tokens between the GPUs of an expert-parallel group.
+    if (p.attention_kernel == AttentionKernel::fa2 && !p.flash_attention)
+        fail("plan.attention_kernel", "= \"fa2\" needs plan.flash_attention = true (it names a fused kernel)");
     if (p.moe_dispatcher == MoeDispatcher::deepep && (!m.is_moe() || p.ep < 2))
         fail("plan.moe_dispatcher", "= \"deepep\" needs a MoE model with plan.ep >= 2 (got ep " + s(p.ep) + (m.is_moe() ? ")" : ", no model.moe)"));
     if (p.p2p_blocking && p.pp < 2) fail("plan.p2p_blocking", "needs plan.pp >= 2 (got pp " + s(p.pp) + "): it describes pipeline send/recv");

@@ -112,6 +112,7 @@ ojson plan_json(const PlanSpec& p) {
     j["global_batch"] = p.global_batch;
     j["sequence_parallel"] = p.sequence_parallel;
     j["flash_attention"] = p.flash_attention;
+    j["attention_kernel"] = to_string(p.attention_kernel);
     j["schedule"] = to_string(p.schedule);
     j["zero_stage"] = p.zero_stage;
     j["recompute"] = to_string(p.recompute);

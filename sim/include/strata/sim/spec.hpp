@@ -108,6 +108,10 @@ enum class Schedule { gpipe, one_f_one_b, interleaved_1f1b };
 /// DeepEP's hierarchical kernels (Megatron's flex dispatcher with the DeepEP backend): one RDMA
 /// transfer per token and destination node, then an NVLink fan-out to the experts' GPUs.
 enum class MoeDispatcher { alltoall, deepep };
+/// Fused attention kernel family: FA3-class (FlashAttention-3, cuDNN's fused flash kernels, the
+/// attention model's anchors) or FlashAttention-2-class (FA2, Triton flash: 2023-era frameworks),
+/// which reaches about 0.55x of it on Hopper and is what the Ampere anchors already describe.
+enum class AttentionKernel { fa3, fa2 };
 enum class Recompute { none, selective, full };
 enum class Precision { fp32, bf16, fp16, fp8 };
 enum class Tier { gpu = 0, cpu = 1, ssd = 2 };
@@ -136,6 +140,7 @@ struct PlanSpec {
     int global_batch = 1;                 ///< sequences per optimizer step
     bool sequence_parallel = false;
     bool flash_attention = true;          ///< fused attention: no s^2 activations kept
+    AttentionKernel attention_kernel = AttentionKernel::fa3;  ///< which fused kernel family (costs.md)
     Schedule schedule = Schedule::one_f_one_b;
     int zero_stage = 0;                   ///< 0..3; 1 = Megatron's distributed optimizer
     Recompute recompute = Recompute::none;
@@ -192,6 +197,7 @@ const char* to_string(NormKind);
 const char* to_string(PositionKind);
 const char* to_string(Schedule);
 const char* to_string(MoeDispatcher);
+const char* to_string(AttentionKernel);
 const char* to_string(Recompute);
 const char* to_string(Precision);
 const char* to_string(Tier);
