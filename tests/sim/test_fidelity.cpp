@@ -214,6 +214,26 @@ TEST_CASE("fidelity stats on hand-made numbers", "[fidelity]") {
     CHECK(test.mape == Approx(0.175));
     CHECK(test.median_ape == Approx(0.175));
     CHECK(fidelity_stats(rows, "train").median_ape == Approx(0.15));
+
+    // Per publisher / per GPU: a, c, e are P on GPU X; b, d are Q on GPU Y (d skipped).
+    for (auto* r : {&rows[0], &rows[2], &rows[4]}) r->publisher = "P", r->gpu = "X";
+    for (auto* r : {&rows[1], &rows[3]}) r->publisher = "Q", r->gpu = "Y";
+    const auto by_pub = fidelity_stats_by(rows, "test", FidelityGroup::publisher);
+    REQUIRE(by_pub.size() == 2);
+    CHECK(by_pub[0].first == "P");
+    CHECK(by_pub[0].second.compared == 2);                 // c, e
+    CHECK(by_pub[0].second.mape == Approx(0.175));
+    CHECK(by_pub[1].first == "Q");
+    CHECK(by_pub[1].second.compared == 0);                 // d is skipped
+    CHECK(by_pub[1].second.skipped == 1);
+    const auto by_gpu = fidelity_stats_by(rows, "all", FidelityGroup::gpu);
+    REQUIRE(by_gpu.size() == 2);
+    CHECK(by_gpu[0].second.mape == Approx((0.10 + 0.05 + 0.30) / 3));
+    CHECK(by_gpu[0].second.over_15pct == 1);
+    CHECK(by_gpu[1].second.mape == Approx(0.20));
+    const std::string text = fidelity_summary_text(rows);
+    CHECK(text.find("test by publisher") != std::string::npos);
+    CHECK(text.find("train by GPU") != std::string::npos);
     CHECK(median_abs({-3, 1, 2}) == Approx(2));
     CHECK(mean_abs({}) == 0);
 }

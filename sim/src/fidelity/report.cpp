@@ -68,6 +68,21 @@ std::string fidelity_json_text(const std::vector<FidelityRow>& rows, const Calib
         o << (i ? ", " : "") << "\"" << splits[i] << "\": ";
         stats_json(o, fidelity_stats(rows, splits[i]));
     }
+    o << "},\n  \"by_group\": {";
+    for (int i = 0; i < 2; ++i) {
+        o << (i ? ", " : "") << "\"" << splits[i] << "\": {";
+        int g = 0;
+        for (const auto& [label, by] : {std::pair{"publisher", FidelityGroup::publisher}, std::pair{"gpu", FidelityGroup::gpu}}) {
+            o << (g++ ? ", " : "") << "\"" << label << "\": {";
+            const auto groups = fidelity_stats_by(rows, splits[i], by);
+            for (std::size_t k = 0; k < groups.size(); ++k) {
+                o << (k ? ", " : "") << json_quote(groups[k].first) << ": ";
+                stats_json(o, groups[k].second);
+            }
+            o << "}";
+        }
+        o << "}";
+    }
     o << "},\n  \"entries\": [";
     for (std::size_t i = 0; i < rows.size(); ++i) {
         const FidelityRow& r = rows[i];
@@ -125,6 +140,24 @@ std::string fidelity_summary_text(const std::vector<FidelityRow>& rows) {
           << pad(fixed(100 * s.worst_ape, 1) + "%", 9, true) << "  " << pad(s.worst_id, 36)
           << pad(std::to_string(s.over_15pct), 5, true)
           << pad(std::to_string(s.oom_agree) + "/" + std::to_string(s.compared), 11, true) << "\n";
+    }
+    // Per publisher and per GPU (docs/fidelity-dataset.md): where the error lives.
+    for (const char* split : {"test", "train"}) {
+        for (const auto& [label, by] : {std::pair{"publisher", FidelityGroup::publisher}, std::pair{"GPU", FidelityGroup::gpu}}) {
+            const auto groups = fidelity_stats_by(rows, split, by);
+            if (groups.empty()) continue;
+            o << "\n" << pad(std::string(split) + " by " + label, 24) << pad("compared", 10, true) << pad("MAPE", 9, true)
+              << pad("median", 9, true) << pad(">15%", 6, true) << "\n";
+            for (const auto& [name, s] : groups) {
+                o << "  " << pad(name, 22) << pad(std::to_string(s.compared), 10, true);
+                if (s.compared == 0) {
+                    o << pad("-", 9, true) << pad("-", 9, true) << pad("-", 6, true) << "\n";
+                    continue;
+                }
+                o << pad(fixed(100 * s.mape, 1) + "%", 9, true) << pad(fixed(100 * s.median_ape, 1) + "%", 9, true)
+                  << pad(std::to_string(s.over_15pct), 6, true) << "\n";
+            }
+        }
     }
     return o.str();
 }

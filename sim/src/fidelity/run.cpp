@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <set>
 
 #include "strata/common/error.hpp"
 #include "strata/sim/fidelity.hpp"
@@ -122,11 +123,14 @@ double median_abs(const std::vector<double>& v) {
     return n % 2 == 1 ? a[n / 2] : 0.5 * (a[n / 2 - 1] + a[n / 2]);
 }
 
-FidelityStats fidelity_stats(const std::vector<FidelityRow>& rows, const std::string& split) {
+namespace {
+
+template <class Keep>
+FidelityStats stats_of(const std::vector<FidelityRow>& rows, const Keep& keep) {
     FidelityStats s;
     std::vector<double> errors;
     for (const FidelityRow& r : rows) {
-        if (split != "all" && r.split != split) continue;
+        if (!keep(r)) continue;
         ++s.entries;
         if (!r.compared()) {
             ++s.skipped;
@@ -146,6 +150,24 @@ FidelityStats fidelity_stats(const std::vector<FidelityRow>& rows, const std::st
     s.mape = mean_abs(errors);
     s.median_ape = median_abs(errors);
     return s;
+}
+
+}  // namespace
+
+FidelityStats fidelity_stats(const std::vector<FidelityRow>& rows, const std::string& split) {
+    return stats_of(rows, [&](const FidelityRow& r) { return split == "all" || r.split == split; });
+}
+
+std::vector<std::pair<std::string, FidelityStats>> fidelity_stats_by(const std::vector<FidelityRow>& rows,
+                                                                     const std::string& split, FidelityGroup by) {
+    auto key = [by](const FidelityRow& r) { return by == FidelityGroup::publisher ? r.publisher : r.gpu; };
+    std::set<std::string> keys;
+    for (const FidelityRow& r : rows)
+        if (split == "all" || r.split == split) keys.insert(key(r));
+    std::vector<std::pair<std::string, FidelityStats>> out;
+    for (const std::string& k : keys)
+        out.emplace_back(k, stats_of(rows, [&](const FidelityRow& r) { return (split == "all" || r.split == split) && key(r) == k; }));
+    return out;
 }
 
 }  // namespace strata::sim

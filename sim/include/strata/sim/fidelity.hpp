@@ -123,6 +123,11 @@ struct FidelityStats {
     int fits_agree = 0;     ///< published "ran" with analytical fit, or "oom" without
 };
 FidelityStats fidelity_stats(const std::vector<FidelityRow>& rows, const std::string& split = "all");
+/// The same per publisher or per GPU id, in name order (docs/fidelity-dataset.md: report the test
+/// error per publisher and per GPU type).
+enum class FidelityGroup { publisher, gpu };
+std::vector<std::pair<std::string, FidelityStats>> fidelity_stats_by(const std::vector<FidelityRow>& rows,
+                                                                     const std::string& split, FidelityGroup by);
 double mean_abs(const std::vector<double>& v);
 double median_abs(const std::vector<double>& v);
 
