@@ -23,7 +23,7 @@ struct CapArgs {
     double budget = 0;
     std::vector<std::string> gpus;
     int max_gpus = 4096, min_gpus = 8, global_batch = 0;
-    bool max_model = false, quiet = false;
+    bool max_model = false, quiet = false, no_deepep = false;
 };
 
 /// "2T", "300B", "1.5e12" -> tokens.
@@ -139,6 +139,7 @@ void run_capacity(const CapArgs& a) {
     o.search.space.search_gpipe = false;
     o.search.space.search_offload = false;
     o.search.space.zero_stages = {1};
+    o.search.space.search_deepep = !a.no_deepep;
     o.search.shortlist = 3;
     o.search.max_simulated = 3;
     o.search.shortlist_margin = 0.0;
@@ -203,6 +204,7 @@ void add_capacity(CLI::App& app) {
     cmd->add_option("--json", a->json, "write the sweep as JSON");
     cmd->add_flag("--max-model", a->max_model, "largest model of the --model family that trains on --cluster");
     cmd->add_flag("--quiet,-q", a->quiet, "no progress bar");
+    cmd->add_flag("--no-deepep", a->no_deepep, "MoE: keep Megatron's flat all-to-all (no DeepEP dispatch across nodes)");
     cmd->callback([a] { run_capacity(*a); });
 }
 

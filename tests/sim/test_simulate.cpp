@@ -33,6 +33,22 @@ ModelSpec uniform_model(int layers) {
     return m;
 }
 
+/// A small MoE model: h 1024, 16 heads of 64, SwiGLU 2816, 16 experts of 512, top-4.
+ModelSpec small_moe_model(int layers) {
+    ModelSpec m = uniform_model(layers);
+    m.hidden = 1024;
+    m.heads = 16;
+    m.kv_heads = 16;
+    m.head_dim = 64;
+    m.ffn_hidden = 2816;
+    m.ffn = FfnKind::swiglu;
+    m.moe = MoeSpec{};
+    m.moe->experts = 16;
+    m.moe->top_k = 4;
+    m.moe->expert_ffn_hidden = 512;
+    return m;
+}
+
 ClusterSpec one_node(int gpus) {
     ClusterSpec c = dgx_cluster(1);
     c.name = "node";
@@ -318,18 +334,8 @@ TEST_CASE("MLA with MoE parallel folding: full mode (one program per GPU) agrees
     // differently; without skew both modes give the same step. The engine peak stays within 1 %
     // of the analytical model.
     const auto hw = h100_view();
-    ModelSpec m = uniform_model(4);
-    m.hidden = 1024;
-    m.heads = 16;
-    m.kv_heads = 16;
-    m.head_dim = 64;
-    m.ffn_hidden = 2816;
-    m.ffn = FfnKind::swiglu;
+    ModelSpec m = small_moe_model(4);
     m.mla = MlaSpec{256, 128, 64, 32, 64};
-    m.moe = MoeSpec{};
-    m.moe->experts = 16;
-    m.moe->top_k = 4;
-    m.moe->expert_ffn_hidden = 512;
     m.moe->first_k_dense = 1;
     m.moe->shared_experts = 1;
     const ClusterSpec c = one_node(8);
@@ -360,17 +366,7 @@ TEST_CASE("DeepEP across two nodes: full mode agrees with symmetric mode, and no
     // every matched all-to-all must carry the same DeepEP marks on all 8 programs, or the two
     // modes would time it differently.
     const auto hw = h100_view();
-    ModelSpec m = uniform_model(2);
-    m.hidden = 1024;
-    m.heads = 16;
-    m.kv_heads = 16;
-    m.head_dim = 64;
-    m.ffn_hidden = 2816;
-    m.ffn = FfnKind::swiglu;
-    m.moe = MoeSpec{};
-    m.moe->experts = 16;
-    m.moe->top_k = 4;
-    m.moe->expert_ffn_hidden = 512;
+    ModelSpec m = small_moe_model(2);
     m.moe->router_groups = 2;
     m.moe->router_group_topk = 1;
     ClusterSpec c = dgx_cluster(2);

@@ -225,6 +225,13 @@ constexpr AttnAnchor kAttnFa2[] = {
 };
 constexpr double kAttnS0 = 210.0;
 
+template <std::size_t N>
+const AttnAnchor* find_attn_anchor(const AttnAnchor (&table)[N], const std::string& gpu_id) {
+    for (const auto& c : table)
+        if (gpu_id.find(c.id_part) != std::string::npos) return &c;
+    return nullptr;
+}
+
 /// Unfused attention (plan.flash_attention = false, Megatron before flash): the score and value
 /// matmuls as batched GEMMs over the full s x kv square (no causal skipping), plus the softmax,
 /// mask and dropout passes over the materialised scores: forward writes and reads scores and
@@ -281,18 +288,11 @@ Estimate attention_cost(const Instr& in_fp, const CostContext& ctx) {
         achieved = a.value;
         prov = a.provenance;
     } else {
-        const AttnAnchor* a = &kAttnDefault;
-        for (const auto& c : kAttn)
-            if (hw.gpu.id.find(c.id_part) != std::string::npos) {
-                a = &c;
-                break;
-            }
-        if (ctx.plan && ctx.plan->attention_kernel == AttentionKernel::fa2)
-            for (const auto& c : kAttnFa2)
-                if (hw.gpu.id.find(c.id_part) != std::string::npos) {
-                    a = &c;
-                    break;
-                }
+        const bool fa2 = ctx.plan && ctx.plan->attention_kernel == AttentionKernel::fa2;
+        const AttnAnchor* a = nullptr;
+        if (fa2) a = find_attn_anchor(kAttnFa2, hw.gpu.id);
+        if (!a) a = find_attn_anchor(kAttn, hw.gpu.id);
+        if (!a) a = &kAttnDefault;
         const double s0 = kAttnS0 * 2.0 * (backward ? 1.5 : 1.0);
         const double f_hd = std::min(1.0, 0.7 + 0.3 * hd / 128.0);
         achieved = peak * (backward ? a->bwd : a->fwd) * (seq / (seq + s0)) * f_hd;
