@@ -45,6 +45,39 @@ def host_link_id(gpu):
     raise SystemExit("unknown host link " + h["type"])
 
 
+# What CUDA reports as the device's memory (cudaDeviceProp::totalGlobalMem, which PyTorch prints as
+# "GPU 0 has a total capacity of X GiB" and `strata profile` records). Marketing "80 GB" parts carry
+# 80 GiB of HBM, less a driver reservation, so the label read as 1e9 bytes understates the capacity
+# by ~6 % and moved OOM verdicts. Values are the lowest seen across drivers in public logs
+# (conservative); parts without an observation keep the label in decimal GB, a lower bound.
+GIB = 1024.0 ** 3
+VISIBLE_GIB = {
+    "V100-SXM2-32GB": (31.75, "observed"),
+    "A100-SXM4-40GB": (39.38, "observed (39.38-39.56)"),
+    "A100-SXM4-80GB": (79.15, "observed (79.15-79.25)"),
+    "A800-SXM4-80GB": (79.15, "assumed equal to A100-SXM4-80GB (same memory)"),
+    "H100-SXM5-80GB": (79.11, "observed (79.11-79.25)"),
+    "H800-SXM5-80GB": (79.11, "assumed equal to H100-SXM5-80GB (same memory)"),
+    "H100-PCIe-80GB": (79.11, "assumed equal to H100-SXM5-80GB"),
+    "H200-SXM-141GB": (139.80, "observed (139.72-139.81)"),
+    "RTX-4090": (23.68, "observed"),
+}
+VISIBLE_SOURCE = ("CUDA-visible total from PyTorch OOM messages 'total capacity of X GiB' "
+                  "(cudaDeviceProp::totalGlobalMem) in public GitHub issues and logs, 2019-2026")
+
+
+def hbm_bytes(g):
+    v = VISIBLE_GIB.get(g["id"])
+    return num(v[0], GIB) if v else num(g["mem_gb"], GB)
+
+
+def hbm_note(g):
+    v = VISIBLE_GIB.get(g["id"])
+    if not v:
+        return " hbm_bytes = the label in decimal GB (no CUDA-visible total observed; a lower bound)."
+    return " hbm_bytes = %.2f GiB CUDA-visible, %s (label %s GB)." % (v[0], v[1], g["mem_gb"])
+
+
 gpus = []
 for g in ref["gpus"]:
     p = g["peak_tflops_dense"]
@@ -55,15 +88,17 @@ for g in ref["gpus"]:
         "sm_count": g["sm_count"] or 0,
         "boost_clock_mhz": num(g["boost_clock_mhz"]),
         "l2_bytes": num(g["l2_mb"], 1e6),          # published "MB" taken as 1e6 bytes
-        "hbm_bytes": num(g["mem_gb"], GB),
+        "hbm_bytes": hbm_bytes(g),
         "hbm_Bps": num(g["mem_bw_tbps"], TB),
         "peak_flops": {k: num(p[k], 1e12) for k in ("fp32", "tf32", "fp16", "bf16", "fp8")},
         "scale_up_link": scale_up_link_id(g),
         "scale_up_per_dir_Bps": num(su["per_dir_gbps"], GB) if su else 0.0,
         "host_link": host_link_id(g),
         "tdp_w": num(g["tdp_w"]),
-        "notes": (g.get("mem_type", "") + ". " if g.get("mem_type") else "") + g.get("notes", ""),
-        "source": g["source"], "confidence": g["confidence"],
+        "notes": ((g.get("mem_type", "") + ". " if g.get("mem_type") else "") + g.get("notes", "")
+                  + hbm_note(g)).strip(),
+        "source": g["source"] + (" | " + VISIBLE_SOURCE if g["id"] in VISIBLE_GIB else ""),
+        "confidence": g["confidence"],
     })
 
 # The CPU backend's "accelerator": the cores of this machine, ranks as threads. Placeholder figures
