@@ -11,6 +11,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import models  # noqa: E402
+import sources_memory  # noqa: E402
 import sources_papers  # noqa: E402
 import sources_tables  # noqa: E402
 
@@ -63,7 +64,8 @@ def check(e):
     if meas.get("outcome") not in ("ran", "oom"):
         errs.append("outcome must be ran|oom")
     if not any(k in meas for k in ("tflops_per_gpu", "mfu", "tokens_per_s", "tokens_per_s_per_gpu",
-                                   "step_time_s", "peak_hbm_bytes", "gpu_hours_per_trillion_tokens")):
+                                   "step_time_s", "peak_hbm_bytes", "gpu_hours_per_trillion_tokens")) \
+            and meas.get("outcome") != "oom":
         errs.append("no measured quantity")
     for k in ("mfu", "hfu"):
         if k in meas and not 0.05 < meas[k] < 0.9:
@@ -75,22 +77,26 @@ def check(e):
     return errs
 
 
-def assign_splits(entries):
-    """Alternate train/test within each publisher, ordered by (gpu, recompute, id) so GPU types
-    and recompute modes both land in each split (the Korthikanti full/selective pairs would
-    otherwise put every 'full' run in train and every 'selective' run in test);
-    the first entry of the k-th publisher (alphabetical) starts on 'train' for even k and on
-    'test' for odd k, so single-entry publishers do not all land in train."""
-    pubs = sorted({e["publisher"] for e in entries})
-    for k, pub in enumerate(pubs):
-        group = sorted((e for e in entries if e["publisher"] == pub),
-                       key=lambda e: (e["hardware"]["gpu"], e["plan"]["recompute"], e["id"]))
-        for i, e in enumerate(group):
-            e["split"] = "train" if (i + k) % 2 == 0 else "test"
+def apply_frozen_splits(entries):
+    """The split is declared in splits.json, one line per id, so it cannot move when an entry's
+    plan changes (the alternating rule sorts by recompute mode) or be chosen after seeing results.
+    A new entry must be declared there first."""
+    with open(os.path.join(HERE, "splits.json"), encoding="utf-8") as f:
+        frozen = json.load(f)["splits"]
+    missing = sorted(e["id"] for e in entries if e["id"] not in frozen)
+    if missing:
+        raise SystemExit("no declared split for: " + ", ".join(missing) + " (add them to splits.json)")
+    unknown = sorted(set(frozen) - {e["id"] for e in entries})
+    if unknown:
+        raise SystemExit("splits.json names entries that do not exist: " + ", ".join(unknown))
+    for e in entries:
+        if frozen[e["id"]] not in ("train", "test"):
+            raise SystemExit(f"splits.json: {e['id']} must be train or test")
+        e["split"] = frozen[e["id"]]
 
 
 def build():
-    entries = sources_papers.all_entries() + sources_tables.all_entries()
+    entries = sources_papers.all_entries() + sources_tables.all_entries() + sources_memory.all_entries()
     ids = [e["id"] for e in entries]
     dup = {i for i in ids if ids.count(i) > 1}
     problems = [f"duplicate id {d}" for d in sorted(dup)]
@@ -100,7 +106,7 @@ def build():
         raise SystemExit("inconsistent entries:\n  " + "\n  ".join(problems))
     for e in entries:
         e.pop("_num_params", None)
-    assign_splits(entries)
+    apply_frozen_splits(entries)
     entries.sort(key=lambda e: e["id"])
     return {"schema": 1,
             "description": "Published large-model training runs (config + measured result) for "

@@ -105,8 +105,7 @@ def bridge():
                       "(H100 value in parentheses uses 128x128 / 1x128 blockwise FP8: 330)",
                       "whether multi-token prediction was on is not stated ('dropless' row); the H100 "
                       "recipe (DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1) lays MTP on the last virtual stage "
-                      "(pp_layout Et|(tt|)*30mL) and recomputes mla_up_proj and mlp: Strata models "
-                      "neither MTP nor per-module recomputation (memory: its OOM verdict is pessimistic)"]
+                      "(pp_layout Et|(tt|)*30mL): Strata models neither MTP nor that layout"]
         if tag == "llama3-8b-8gpu":
             extra.append("FSDP 8 (archive) / 1 (latest page): Megatron-FSDP over all 8 GPUs")
         src = BRIDGE.replace("{rel}", rel)
@@ -117,6 +116,13 @@ def bridge():
         if tag.startswith("deepseek"):
             # DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1: Megatron-Core's flex token dispatcher.
             e["plan"]["moe_dispatcher"] = "deepep"
+            # The same recipe: recompute_granularity selective, recompute_modules [mla_up_proj, mlp].
+            e["plan"]["recompute"] = "selective"
+            e["plan"]["recompute_modules"] = ["mla_up_proj", "mlp"]
+            e["assumptions"] = [a for a in e["assumptions"] if not a.startswith("recompute none")]
+            e["assumptions"].append("recompute selective with modules mla_up_proj and mlp: the table lists "
+                                    "no recomputation; the H100 recipe (DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1) "
+                                    "sets recompute_modules [mla_up_proj, mlp] (mlp: the 3 dense layers)")
             e["assumptions"].append("moe_dispatcher deepep: the Megatron-Bridge DeepSeek-V3 H100 recipe "
                                     "(DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1) dispatches with Megatron-Core's "
                                     "flex dispatcher; today's recipe names the HybridEP backend (a branch of "

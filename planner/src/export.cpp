@@ -95,7 +95,15 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
     arg("micro-batch-size", p.micro_batch);
     arg("global-batch-size", p.global_batch);
     if (p.zero_stage >= 1) flag("use-distributed-optimizer");
-    if (p.recompute == Recompute::selective) arg("recompute-granularity", "selective");
+    if (p.recompute == Recompute::selective) {
+        arg("recompute-granularity", "selective");
+        if (p.recompute_modules != 1u << static_cast<unsigned>(RecomputeModule::core_attn)) {
+            std::string names;
+            for (int k = 0; k < static_cast<int>(RecomputeModule::count); ++k)
+                if (p.recomputes(static_cast<RecomputeModule>(k))) names += (names.empty() ? "" : " ") + std::string(to_string(static_cast<RecomputeModule>(k)));
+            arg("recompute-modules", names);
+        }
+    }
     if (p.recompute == Recompute::full) {
         arg("recompute-granularity", "full");
         arg("recompute-method", p.recompute_layers >= 0 ? "block" : "uniform");
@@ -253,6 +261,18 @@ PlanSpec plan_from_megatron_args(const std::string& args, int gpus, const std::s
             if (tok[++i] == "deepep") p.moe_dispatcher = MoeDispatcher::deepep;
         }
         else if (t == "--recompute-num-layers") p.recompute_layers = value(i);
+        else if (t == "--recompute-modules") {
+            p.recompute_modules = 0;
+            while (i + 1 < tok.size() && tok[i + 1].rfind("--", 0) != 0) {
+                const std::string v = tok[++i];
+                int found = -1;
+                for (int k = 0; k < static_cast<int>(RecomputeModule::count); ++k)
+                    if (v == to_string(static_cast<RecomputeModule>(k))) found = k;
+                if (found < 0) throw InputError(file, t, "names an unknown module \"" + v + "\"");
+                p.recompute_modules |= 1u << static_cast<unsigned>(found);
+            }
+            if (p.recompute_modules == 0) throw InputError(file, t, "needs at least one module name");
+        }
         else if (t == "--recompute-granularity") {
             if (i + 1 >= tok.size()) throw InputError(file, t, "needs a value");
             std::string v = tok[++i];

@@ -18,8 +18,15 @@ d = json.load(open(sys.argv[1]))
 assert all(e["split"] == "test" for e in d["entries"]), "split filter"
 assert d["summary"]["test"]["entries"] == len(d["entries"]), d["summary"]["test"]
 for e in d["entries"]:
-    if "skipped" not in e:
+    if "skipped" in e:
+        continue
+    if e.get("memory_only"):
+        assert "predicted" not in e, e["id"]
+    else:
         assert abs(e["predicted"] / e["published"] - 1 - e["error"]) < 1e-5, e["id"]
+    if "published_peak_hbm_bytes" in e:
+        assert abs(e["peak_hbm_bytes"] / e["published_peak_hbm_bytes"] - 1 - e["peak_error"]) < 1e-5, e["id"]
+    assert e["hbm_capacity_bytes"] > 0, e["id"]
 PY
 
 # Same input, same bytes.

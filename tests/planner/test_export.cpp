@@ -46,6 +46,25 @@ TEST_CASE("Megatron arguments round-trip into the plan", "[planner][export]") {
     CHECK(q.precision == Precision::bf16);
 }
 
+TEST_CASE("Megatron export carries selective recomputation by module", "[planner][export]") {
+    PlanSpec p;
+    p.tp = 8;
+    p.pp = 16;
+    p.dp = 8;
+    p.global_batch = 1536;
+    p.recompute = Recompute::selective;
+    p.recompute_modules = (1u << static_cast<unsigned>(RecomputeModule::core_attn)) | (1u << static_cast<unsigned>(RecomputeModule::mlp));
+    auto r = planner::export_megatron(gpt3(), p);
+    CHECK(r.text.find("--recompute-modules core_attn mlp\n") != std::string::npos);
+    const PlanSpec q = planner::plan_from_megatron_args(r.text, 1024, "args");
+    CHECK(q.recompute == Recompute::selective);
+    CHECK(q.recompute_modules == p.recompute_modules);
+    // Megatron's default list (core_attn alone) is not written out.
+    p.recompute_modules = 1u << static_cast<unsigned>(RecomputeModule::core_attn);
+    CHECK(planner::export_megatron(gpt3(), p).text.find("--recompute-modules") == std::string::npos);
+    CHECK_THROWS_AS(planner::plan_from_megatron_args("--recompute-modules attn", 8, "a"), InputError);
+}
+
 TEST_CASE("Megatron export names what it cannot express", "[planner][export]") {
     PlanSpec p;
     p.dp = 8;

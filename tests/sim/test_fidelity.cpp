@@ -67,12 +67,52 @@ FidelityRow synthetic_row(std::size_t i, Quantity q, const Calibration& applied,
 
 }  // namespace
 
-TEST_CASE("fidelity loader: all 69 entries, sorted, both splits", "[fidelity]") {
+TEST_CASE("fidelity loader: all 85 entries, sorted, both splits", "[fidelity]") {
     const auto& all = dataset();
-    REQUIRE(all.size() == 69);
+    REQUIRE(all.size() == 85);
     for (std::size_t i = 1; i < all.size(); ++i) CHECK(all[i - 1].id < all[i].id);
-    CHECK(select_split(all, "train").size() + select_split(all, "test").size() == 69);
-    CHECK(select_split(all, "all").size() == 69);
+    CHECK(select_split(all, "train").size() + select_split(all, "test").size() == 85);
+    CHECK(select_split(all, "all").size() == 85);
+    // 69 publish a throughput; 16 only a memory outcome (sources_memory.py).
+    int memory_only = 0;
+    for (const FidelityEntry& e : all) memory_only += e.memory_only ? 1 : 0;
+    CHECK(memory_only == 16);
+}
+
+TEST_CASE("fidelity loader: memory-only entries keep their counter, stage and outcome", "[fidelity]") {
+    const FidelityEntry& ci = entry("megatron-ci-gpt3-7b-tp1-pp4-h100");
+    CHECK(ci.memory_only);
+    CHECK(ci.skipped.empty());
+    CHECK(ci.peak_counter == "max_allocated");
+    CHECK(ci.peak_stage == "last");
+    CHECK(ci.measured.at("peak_hbm_bytes") == 60518293504.0);  // golden_values_dev_dgx_h100.json
+    CHECK(ci.plan.vpp == 8);
+    const FidelityEntry& oom = entry("bloom-search-181b-dp48-tp8-pp1-mbs1");
+    CHECK(oom.memory_only);
+    CHECK(oom.outcome == "oom");
+    CHECK(oom.measured.count("peak_hbm_bytes") == 0);
+    // A string where a counter name belongs is a clear error.
+    const std::string bad = R"({"entries": [{"id": "x", "split": "train", "hardware": {"gpu": "H100-SXM5-80GB", "nodes": 1,
+        "gpus_per_node": 1}, "model": {}, "plan": {}, "measured": {"peak_hbm_bytes": 1e9, "peak_hbm_counter": "smi"}}]})";
+    CHECK_THROWS_WITH(load_fidelity_runs(bad, "runs.json"), Catch::Contains("peak_hbm_counter"));
+}
+
+TEST_CASE("fidelity statistics: memory-only rows count for memory, not for the MAPE", "[fidelity]") {
+    std::vector<FidelityRow> rows(3);
+    rows[0].id = "a", rows[0].split = "train", rows[0].error = 0.10;
+    rows[1].id = "b", rows[1].split = "train", rows[1].memory_only = true, rows[1].outcome = "oom";
+    rows[1].engine_oom = false, rows[1].oom_agrees = false;
+    rows[2].id = "c", rows[2].split = "train", rows[2].memory_only = true;
+    rows[2].published_peak_hbm_bytes = 50e9, rows[2].peak_hbm_bytes = 45e9, rows[2].peak_error = -0.10;
+    rows[0].published_peak_hbm_bytes = 40e9, rows[0].peak_hbm_bytes = 48e9, rows[0].peak_error = 0.20;
+    const FidelityStats s = fidelity_stats(rows, "train");
+    CHECK(s.compared == 1);
+    CHECK(s.mape == Approx(0.10));
+    CHECK(s.memory_compared == 3);
+    CHECK(s.oom_agree == 2);
+    CHECK(s.peak_compared == 2);
+    CHECK(s.peak_mape == Approx(0.15));  // (0.20 + 0.10) / 2
+    CHECK(s.peak_worst_ape == Approx(0.20));
 }
 
 TEST_CASE("fidelity loader: BLOOM-176B maps field by field", "[fidelity]") {

@@ -100,9 +100,17 @@ FidelityEntry read_entry(const json& j, const std::string& file, const std::stri
     if (!j.contains("model") || !j.at("model").is_object()) throw InputError(file, path + ".model", "is required (object)");
 
     for (const auto& [k, v] : measured.items()) {
-        if (k == "outcome") e.outcome = v.get<std::string>();
-        else if (v.is_number()) e.measured[k] = v.get<double>();
+        if (k == "outcome" || k == "peak_hbm_counter" || k == "peak_hbm_stage") {
+            if (!v.is_string()) throw InputError(file, path + ".measured." + k, "must be a string (got " + describe_json(v) + ")");
+            (k == "outcome" ? e.outcome : k == "peak_hbm_counter" ? e.peak_counter : e.peak_stage) = v.get<std::string>();
+        } else if (v.is_number()) {
+            e.measured[k] = v.get<double>();
+        }
     }
+    if (e.peak_counter != "device" && e.peak_counter != "max_reserved" && e.peak_counter != "max_allocated")
+        throw InputError(file, path + ".measured.peak_hbm_counter", "must be \"device\", \"max_reserved\" or \"max_allocated\"");
+    if (e.peak_stage != "max" && e.peak_stage != "first" && e.peak_stage != "last")
+        throw InputError(file, path + ".measured.peak_hbm_stage", "must be \"max\", \"first\" or \"last\"");
     if (e.outcome != "ran" && e.outcome != "oom") throw InputError(file, path + ".measured.outcome", "must be \"ran\" or \"oom\"");
     e.convention = convention_from_text(j.value("flops_convention", ""));
     for (Quantity q : kQuantityOrder) {
@@ -150,7 +158,11 @@ FidelityEntry read_entry(const json& j, const std::string& file, const std::stri
     } catch (const InputError& err) {
         e.skipped = err.path().empty() ? err.rule() : err.path() + " " + err.rule();
     }
-    if (e.skipped.empty() && e.published <= 0) e.skipped = "no positive published quantity to compare";
+    if (e.skipped.empty() && e.published <= 0) {
+        auto peak = e.measured.find("peak_hbm_bytes");
+        if (e.outcome == "oom" || (peak != e.measured.end() && peak->second > 0)) e.memory_only = true;
+        else e.skipped = "no positive published quantity to compare";
+    }
     if (e.skipped.empty() && e.convention == FlopsConvention::none &&
         (e.quantity == Quantity::tflops_per_gpu || e.quantity == Quantity::mfu))
         e.skipped = "publishes only a FLOP figure in an unknown convention";

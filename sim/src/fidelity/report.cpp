@@ -48,8 +48,10 @@ void stats_json(std::ostringstream& o, const FidelityStats& s) {
     o << "{\"entries\": " << s.entries << ", \"compared\": " << s.compared << ", \"skipped\": " << s.skipped
       << ", \"mape\": " << json_num(s.mape, 6) << ", \"median_ape\": " << json_num(s.median_ape, 6)
       << ", \"worst_ape\": " << json_num(s.worst_ape, 6) << ", \"worst_id\": " << json_quote(s.worst_id)
-      << ", \"over_15pct\": " << s.over_15pct << ", \"oom_agree\": " << s.oom_agree
-      << ", \"fits_agree\": " << s.fits_agree << "}";
+      << ", \"over_15pct\": " << s.over_15pct << ", \"memory_compared\": " << s.memory_compared
+      << ", \"oom_agree\": " << s.oom_agree << ", \"fits_agree\": " << s.fits_agree
+      << ", \"peak_compared\": " << s.peak_compared << ", \"peak_mape\": " << json_num(s.peak_mape, 6)
+      << ", \"peak_worst_ape\": " << json_num(s.peak_worst_ape, 6) << "}";
 }
 
 }  // namespace
@@ -90,12 +92,21 @@ std::string fidelity_json_text(const std::vector<FidelityRow>& rows, const Calib
           << ", \"split\": " << json_quote(r.split) << ", \"gpu\": " << json_quote(r.gpu) << ", \"gpus\": " << r.gpus
           << ", \"quantity\": " << json_quote(to_string(r.quantity))
           << ", \"flops_convention\": " << json_quote(to_string(r.convention));
-        if (!r.compared()) {
+        if (!r.simulated()) {
             o << ", \"skipped\": " << json_quote(r.skipped) << "}";
             continue;
         }
-        o << ", \"published\": " << json_num(r.published, 6) << ", \"predicted\": " << json_num(r.predicted, 6)
-          << ", \"error\": " << json_num(r.error, 6) << ", \"step_time_s\": " << json_num(r.step_time_s, 6)
+        if (r.memory_only) o << ", \"memory_only\": true";
+        else
+            o << ", \"published\": " << json_num(r.published, 6) << ", \"predicted\": " << json_num(r.predicted, 6)
+              << ", \"error\": " << json_num(r.error, 6);
+        o << ", \"peak_hbm_bytes\": " << json_num(r.peak_hbm_bytes, 0)
+          << ", \"hbm_capacity_bytes\": " << json_num(r.hbm_capacity_bytes, 0);
+        if (r.published_peak_hbm_bytes > 0)
+            o << ", \"published_peak_hbm_bytes\": " << json_num(r.published_peak_hbm_bytes, 0)
+              << ", \"peak_counter\": " << json_quote(r.peak_counter)
+              << ", \"peak_error\": " << json_num(r.peak_error, 6);
+        o << ", \"step_time_s\": " << json_num(r.step_time_s, 6)
           << ", \"bubble_fraction\": " << json_num(r.bubble_fraction, 6)
           << ", \"exposed_comm_s\": " << json_num(r.exposed_comm_s, 6) << ", \"mfu\": " << json_num(r.mfu, 6)
           << ", \"outcome\": " << json_quote(r.outcome) << ", \"engine_oom\": " << (r.engine_oom ? "true" : "false")
@@ -112,17 +123,26 @@ std::string fidelity_table_text(const std::vector<FidelityRow>& rows) {
     std::ostringstream o;
     o << pad("id", 36) << pad("publisher", 17) << pad("gpus", 6, true) << "  " << pad("quantity", 10)
       << pad("published", 11, true) << pad("predicted", 11, true) << pad("error", 9, true) << "  " << pad("split", 6)
-      << "mem\n";
+      << "memory (engine peak/capacity)\n";
     for (const FidelityRow& r : rows) {
         o << pad(r.id, 36) << pad(r.publisher, 17) << pad(std::to_string(r.gpus), 6, true) << "  "
           << pad(quantity_short(r.quantity), 10);
-        if (!r.compared()) {
+        if (!r.simulated()) {
             o << pad(value_text(r.published), 11, true) << "  skipped: " << r.skipped << "\n";
             continue;
         }
-        o << pad(value_text(r.published), 11, true) << pad(value_text(r.predicted), 11, true)
-          << pad((r.error >= 0 ? "+" : "") + fixed(100.0 * r.error, 1) + "%", 9, true) << "  " << pad(r.split, 6)
-          << (r.engine_oom ? "OOM" : "ok") << (r.oom_agrees ? "" : " (disagrees)") << "\n";
+        if (r.memory_only)
+            o << pad(r.outcome == "oom" ? "OOM" : "ran", 11, true) << pad("-", 11, true) << pad("-", 9, true);
+        else
+            o << pad(value_text(r.published), 11, true) << pad(value_text(r.predicted), 11, true)
+              << pad((r.error >= 0 ? "+" : "") + fixed(100.0 * r.error, 1) + "%", 9, true);
+        // Memory: the engine's verdict, its peak against the capacity (GB), a published peak.
+        o << "  " << pad(r.split, 6) << (r.engine_oom ? "OOM" : "ok") << " " << fixed(r.peak_hbm_bytes / 1e9, 1) << "/"
+          << fixed(r.hbm_capacity_bytes / 1e9, 1) << " GB";
+        if (r.published_peak_hbm_bytes > 0)
+            o << " (published " << fixed(r.published_peak_hbm_bytes / 1e9, 1) << " " << r.peak_counter << ", "
+              << (r.peak_error >= 0 ? "+" : "") << fixed(100.0 * r.peak_error, 1) << "%)";
+        o << (r.oom_agrees ? "" : " disagrees") << "\n";
     }
     return o.str();
 }
@@ -139,8 +159,12 @@ std::string fidelity_summary_text(const std::vector<FidelityRow>& rows) {
           << pad(fixed(100 * s.mape, 1) + "%", 9, true) << pad(fixed(100 * s.median_ape, 1) + "%", 9, true)
           << pad(fixed(100 * s.worst_ape, 1) + "%", 9, true) << "  " << pad(s.worst_id, 36)
           << pad(std::to_string(s.over_15pct), 5, true)
-          << pad(std::to_string(s.oom_agree) + "/" + std::to_string(s.compared), 11, true) << "\n";
+          << pad(std::to_string(s.oom_agree) + "/" + std::to_string(s.memory_compared), 11, true) << "\n";
     }
+    const FidelityStats all = fidelity_stats(rows, "all");
+    if (all.peak_compared > 0)
+        o << "peak HBM against published peaks: " << all.peak_compared << " entries, MAPE "
+          << fixed(100 * all.peak_mape, 1) << "%, worst " << fixed(100 * all.peak_worst_ape, 1) << "%\n";
     // Per publisher and per GPU (docs/fidelity-dataset.md): where the error lives.
     for (const char* split : {"test", "train"}) {
         for (const auto& [label, by] : {std::pair{"publisher", FidelityGroup::publisher}, std::pair{"GPU", FidelityGroup::gpu}}) {

@@ -8,6 +8,7 @@
 
 #include "strata/common/error.hpp"
 #include "strata/sim/fidelity.hpp"
+#include "strata/sim/memory.hpp"
 #include "strata/sim/simulate.hpp"
 
 namespace strata::sim {
@@ -23,6 +24,27 @@ template <class O>
 void set_calibration(O& o, const Calibration& c) {
     if constexpr (HasCalibration<O>) o.calibration = c;
     else (void)c, (void)o;
+}
+
+// The engine's peak in the published counter's terms, on the published stage. nvidia-smi sees the
+// whole process; PyTorch's counters exclude the CUDA context and NCCL's buffers (the framework
+// reserve), and max_allocated also the caching allocator's rounding and fragmentation, so that
+// one re-runs the engine without the allocator model.
+double comparable_peak_bytes(const FidelityEntry& e, const hwdb::HardwareView& hw, const SimOutput& out) {
+    const SimResult* res = &out.result;
+    SimOutput plain;
+    if (e.peak_counter == "max_allocated") {
+        SimOptions o;
+        o.allocator_model = false;
+        plain = simulate(e.model, e.cluster, e.plan, hw, o);
+        res = &plain.result;
+    }
+    const int want = e.peak_stage == "first" ? 0 : e.peak_stage == "last" ? e.plan.pp - 1 : -1;
+    double peak = 0;
+    for (const RankStats& rs : res->ranks)
+        if (want < 0 || rs.pp_stage == want) peak = std::max(peak, rs.peak_bytes[0]);
+    if (e.peak_counter != "device") peak -= kFrameworkReserveBytes;
+    return peak;
 }
 
 }  // namespace
@@ -61,9 +83,20 @@ FidelityRow run_fidelity_entry(const FidelityEntry& e, const ViewResolver& views
     const SimOutput out = simulate(e.model, e.cluster, e.plan, hw, o);
 
     r.step_time_s = out.step_time_s;
-    r.predicted = quantity_from_step_time(e, e.quantity, out.step_time_s, out.peak_flops_per_gpu);
-    r.error = r.published > 0 ? r.predicted / r.published - 1.0 : 0.0;
+    r.memory_only = e.memory_only;
+    if (!r.memory_only) {
+        r.predicted = quantity_from_step_time(e, e.quantity, out.step_time_s, out.peak_flops_per_gpu);
+        r.error = r.published > 0 ? r.predicted / r.published - 1.0 : 0.0;
+    }
     r.engine_oom = out.result.oom;
+    r.peak_hbm_bytes = out.result.peak_bytes_max[0];
+    r.hbm_capacity_bytes = out.capacities.gpu_bytes;
+    if (auto pk = e.measured.find("peak_hbm_bytes"); pk != e.measured.end() && pk->second > 0) {
+        r.published_peak_hbm_bytes = pk->second;
+        r.peak_counter = e.peak_counter + ", " + (e.peak_stage == "max" ? "any" : e.peak_stage) + " stage";
+        r.peak_hbm_bytes = comparable_peak_bytes(e, hw, out);
+        r.peak_error = r.peak_hbm_bytes / pk->second - 1.0;
+    }
     r.fits = out.memory.fits();
     r.oom_agrees = (e.outcome == "oom") == r.engine_oom;
     r.bubble_fraction = out.result.bubble_fraction;
@@ -128,14 +161,22 @@ namespace {
 template <class Keep>
 FidelityStats stats_of(const std::vector<FidelityRow>& rows, const Keep& keep) {
     FidelityStats s;
-    std::vector<double> errors;
+    std::vector<double> errors, peak_errors;
     for (const FidelityRow& r : rows) {
         if (!keep(r)) continue;
         ++s.entries;
-        if (!r.compared()) {
+        if (!r.simulated()) {
             ++s.skipped;
             continue;
         }
+        ++s.memory_compared;
+        if (r.oom_agrees) ++s.oom_agree;
+        if ((r.outcome == "ran") == r.fits) ++s.fits_agree;
+        if (r.published_peak_hbm_bytes > 0) {
+            peak_errors.push_back(r.peak_error);
+            s.peak_worst_ape = std::max(s.peak_worst_ape, std::abs(r.peak_error));
+        }
+        if (!r.compared()) continue;
         ++s.compared;
         errors.push_back(r.error);
         const double ape = std::abs(r.error);
@@ -144,9 +185,9 @@ FidelityStats stats_of(const std::vector<FidelityRow>& rows, const Keep& keep) {
             s.worst_id = r.id;
         }
         if (ape > 0.15) ++s.over_15pct;
-        if (r.oom_agrees) ++s.oom_agree;
-        if ((r.outcome == "ran") == r.fits) ++s.fits_agree;
     }
+    s.peak_compared = static_cast<int>(peak_errors.size());
+    s.peak_mape = mean_abs(peak_errors);
     s.mape = mean_abs(errors);
     s.median_ape = median_abs(errors);
     return s;

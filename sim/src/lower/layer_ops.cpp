@@ -126,11 +126,7 @@ void RankLowering::moe_forward(int layer) {
     if (etp_comm) dispatched = collective(Stream::tp_comm, CollKind::all_gather, Group::etp, tp_bytes, n_.tp_ag, dispatched >= 0 ? dispatched : kAfterCompute);
     int shared_out = -1;
     if (d_.shared > 0) {
-        tp_forward_in(true);
-        const double f = d_.shared * d_.expert_ffn / d_.tp;
-        gemm_cast(n_.shared_fc1, d_.tokens, (d_.mats - 1) * f, d_.h);
-        compute(Op::elementwise, n_.shared_act, 0, d_.mats * d_.tokens * f * Dims::act_bytes);
-        gemm_cast(n_.shared_fc2, d_.tokens, d_.h, f);
+        shared_experts_forward();
         if (sp) shared_out = tp_out_collective();
     }
     defer_or_wait(dispatched);
@@ -146,6 +142,63 @@ void RankLowering::moe_forward(int layer) {
     compute(Op::elementwise, n_.moe_unpermute, 0, permute_bytes);
     wait(Stream::compute, shared_out);
     (void)layer;
+}
+
+// The shared experts: a TP MLP on the (with SP, gathered) input.
+void RankLowering::shared_experts_forward() {
+    tp_forward_in(true);
+    const double f = d_.shared * d_.expert_ffn / d_.tp;
+    gemm_cast(n_.shared_fc1, d_.tokens, (d_.mats - 1) * f, d_.h);
+    compute(Op::elementwise, n_.shared_act, 0, d_.mats * d_.tokens * f * Dims::act_bytes);
+    gemm_cast(n_.shared_fc2, d_.tokens, d_.h, f);
+}
+
+// Selective recomputation (plan.recompute_modules): before a block's backward, rerun the forward
+// of what its modules dropped (tensors.cpp recompute_drops), as Megatron-Core's checkpointed
+// modules do: a checkpointed module reruns whole, its TP / EP communication included.
+void RankLowering::recompute_modules_before_mlp(int layer) {
+    if (p_.recompute != Recompute::selective) return;
+    const Phase saved = phase_;
+    phase_ = Phase::recompute;
+    if (p_.recomputes(RecomputeModule::layernorm)) compute(Op::norm, n_.norm2, 0, 2 * d_.tokens_sp * d_.h * Dims::act_bytes);
+    if (m_.layer_is_moe(layer)) {
+        if (p_.recomputes(RecomputeModule::moe)) {
+            moe_forward(layer);
+            if (!d_.sp) tp_forward_out();
+        } else {
+            if (p_.recomputes(RecomputeModule::moe_act)) {
+                const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.etp;
+                compute(Op::elementwise, n_.experts_act, 0, batch * d_.mats * te * f * Dims::act_bytes);
+            }
+            if (p_.recomputes(RecomputeModule::shared_experts) && d_.shared > 0) {
+                shared_experts_forward();
+                if (d_.tp > 1 && d_.sp) wait(Stream::compute, tp_out_collective());
+            }
+        }
+    } else if (p_.recomputes(RecomputeModule::mlp)) {
+        tp_forward_in(true);
+        mlp_forward(-1);
+        tp_forward_out();
+    }
+    phase_ = saved;
+}
+
+void RankLowering::recompute_modules_before_attention() {
+    if (p_.recompute != Recompute::selective) return;
+    const Phase saved = phase_;
+    phase_ = Phase::recompute;
+    if (p_.recomputes(RecomputeModule::layernorm)) compute(Op::norm, n_.norm1, 0, 2 * d_.tokens_sp * d_.h * Dims::act_bytes);
+    if (m_.mla && p_.recomputes(RecomputeModule::mla_up_proj)) {
+        // Q, K, V from the stashed (gathered) latents: the up-projections and RoPE again.
+        for (const MlaLinear& l : mla_up_) {
+            if (l.cast) gemm_cast(l.name, d_.tokens, l.out / d_.tp, l.in);
+            else gemm(l.name, d_.tokens, l.out / d_.tp, l.in);
+        }
+        if (m_.position == PositionKind::rope)
+            compute(Op::elementwise, n_.rope, 0, 2 * d_.tokens * (d_.heads / d_.tp + 1) * m_.mla->qk_rope_head_dim * Dims::act_bytes);
+    }
+    if (p_.recomputes(RecomputeModule::core_attn)) attention_core_forward(Phase::recompute);
+    phase_ = saved;
 }
 
 // Multi-head latent attention (Megatron-Core MLASelfAttention): the down-projections are
@@ -338,6 +391,7 @@ void RankLowering::layer_backward(int layer, int layer_in_stage) {
     // MLP block, mirrored.
     const bool overlap = tp_overlap() && !m_.layer_is_moe(layer);
     compute(Op::elementwise, n_.residual2, 0, resid_bytes);
+    if (!full_re) recompute_modules_before_mlp(layer);
     if (m_.layer_is_moe(layer)) {
         moe_backward(layer);  // moves its own tokens over TP (see moe_forward)
     } else {
@@ -351,7 +405,7 @@ void RankLowering::layer_backward(int layer, int layer_in_stage) {
     gemm_cast(n_.proj, d_.tokens, d_.heads * d_.v_dim / d_.tp, d_.h);  // dgrad
     if (tp_overlap()) wait(Stream::compute, ag_dproj);
     gemm(n_.proj, d_.heads * d_.v_dim / d_.tp, d_.h, d_.tokens);  // wgrad
-    if (p_.recompute == Recompute::selective && !full_re) attention_core_forward(Phase::recompute);
+    if (!full_re) recompute_modules_before_attention();
     attention_core_backward();
     if (m_.mla) {
         mla_projections_backward();

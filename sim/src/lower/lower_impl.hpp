@@ -151,6 +151,9 @@ private:
     void attention_core_forward(Phase phase);
     void mlp_forward(int pending_ag);
     void moe_forward(int layer);
+    void shared_experts_forward();
+    void recompute_modules_before_mlp(int layer);
+    void recompute_modules_before_attention();
     void mlp_backward(int layer, int pending_ag);
     void moe_backward(int layer);
     void attention_core_backward();

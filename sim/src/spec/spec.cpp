@@ -23,6 +23,20 @@ const char* to_string(Schedule s) {
 }
 const char* to_string(MoeDispatcher d) { return d == MoeDispatcher::deepep ? "deepep" : "alltoall"; }
 const char* to_string(AttentionKernel k) { return k == AttentionKernel::fa2 ? "fa2" : "fa3"; }
+const char* to_string(RecomputeModule r) {
+    switch (r) {
+        case RecomputeModule::core_attn: return "core_attn";
+        case RecomputeModule::layernorm: return "layernorm";
+        case RecomputeModule::mla_up_proj: return "mla_up_proj";
+        case RecomputeModule::mlp: return "mlp";
+        case RecomputeModule::moe_act: return "moe_act";
+        case RecomputeModule::shared_experts: return "shared_experts";
+        case RecomputeModule::moe: return "moe";
+        case RecomputeModule::count: break;
+    }
+    return "?";
+}
+
 const char* to_string(Recompute r) {
     switch (r) {
         case Recompute::none: return "none";

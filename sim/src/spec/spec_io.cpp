@@ -292,6 +292,30 @@ PlanSpec read_plan(const json& j, const std::string& file, const std::string& pa
                                                    : (r.get("recompute_layers"), -1);
     if (p.recompute_layers != -1 && p.recompute != Recompute::full)
         r.fail("recompute_layers", "= " + std::to_string(p.recompute_layers) + " needs plan.recompute = \"full\" (got \"" + rc + "\")");
+    // Megatron's --recompute-modules: names, each once; only with selective granularity.
+    if (const json* rm = r.get("recompute_modules")) {
+        const std::string mp = r.child_path("recompute_modules");
+        if (p.recompute != Recompute::selective)
+            throw InputError(file, mp, "needs plan.recompute = \"selective\" (got \"" + rc + "\")");
+        if (!rm->is_array() || rm->empty())
+            throw InputError(file, mp, "must be a non-empty array of module names (got " + describe_json(*rm) + ")");
+        p.recompute_modules = 0;
+        for (std::size_t i = 0; i < rm->size(); ++i) {
+            const json& e = (*rm)[i];
+            const std::string ep = mp + "[" + std::to_string(i) + "]";
+            std::string names;
+            int found = -1;
+            for (int k = 0; k < static_cast<int>(RecomputeModule::count); ++k) {
+                const char* n = to_string(static_cast<RecomputeModule>(k));
+                names += std::string(k ? ", " : "") + n;
+                if (e.is_string() && e.get<std::string>() == n) found = k;
+            }
+            if (found < 0) throw InputError(file, ep, "must be one of " + names + " (got " + describe_json(e) + ")");
+            const unsigned bit = 1u << static_cast<unsigned>(found);
+            if (p.recompute_modules & bit) throw InputError(file, ep, "names " + describe_json(e) + " twice");
+            p.recompute_modules |= bit;
+        }
+    }
     std::string pr = r.choice_or("precision", {"fp32", "bf16", "fp16", "fp8"}, "bf16");
     p.precision = pr == "fp32" ? Precision::fp32 : pr == "bf16" ? Precision::bf16 : pr == "fp16" ? Precision::fp16 : Precision::fp8;
     if (r.has("offload")) {

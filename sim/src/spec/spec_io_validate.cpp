@@ -120,6 +120,19 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
         fail("plan.attention_kernel", "= \"fa2\" needs plan.flash_attention = true (it names a fused kernel)");
     if (p.moe_dispatcher == MoeDispatcher::deepep && (!m.is_moe() || p.ep < 2))
         fail("plan.moe_dispatcher", "= \"deepep\" needs a MoE model with plan.ep >= 2 (got ep " + s(p.ep) + (m.is_moe() ? ")" : ", no model.moe)"));
+    // Selective recomputation of a module the model does not have is a mistake, not a no-op.
+    if (p.recomputes(RecomputeModule::mla_up_proj) && !m.mla)
+        fail("plan.recompute_modules", "names mla_up_proj, which needs multi-head latent attention (model.mla)");
+    for (RecomputeModule mod : {RecomputeModule::moe_act, RecomputeModule::moe})
+        if (p.recomputes(mod) && !m.is_moe())
+            fail("plan.recompute_modules", std::string("names ") + to_string(mod) + ", which needs a MoE model (model.moe)");
+    if (p.recomputes(RecomputeModule::shared_experts) && (!m.is_moe() || m.moe->shared_experts == 0))
+        fail("plan.recompute_modules", "names shared_experts, which needs model.moe.shared_experts > 0");
+    if (p.recomputes(RecomputeModule::mlp)) {
+        bool dense = false;
+        for (int l = 0; l < m.layers && !dense; ++l) dense = !m.layer_is_moe(l);
+        if (!dense) fail("plan.recompute_modules", "names mlp, which recomputes dense MLP layers; every layer of this model is MoE (use moe or moe_act)");
+    }
     if (p.p2p_blocking && p.pp < 2) fail("plan.p2p_blocking", "needs plan.pp >= 2 (got pp " + s(p.pp) + "): it describes pipeline send/recv");
     if (p.p2p_blocking && p.schedule == Schedule::interleaved_1f1b)
         fail("plan.p2p_blocking", "needs plan.schedule gpipe or 1f1b (DeepSpeed's pipeline engine has no interleaved schedule; "

@@ -117,6 +117,12 @@ ojson plan_json(const PlanSpec& p) {
     j["zero_stage"] = p.zero_stage;
     j["recompute"] = to_string(p.recompute);
     j["recompute_layers"] = p.recompute_layers;
+    if (p.recompute == Recompute::selective) {
+        ojson mods = ojson::array();
+        for (int k = 0; k < static_cast<int>(RecomputeModule::count); ++k)
+            if (p.recomputes(static_cast<RecomputeModule>(k))) mods.push_back(to_string(static_cast<RecomputeModule>(k)));
+        j["recompute_modules"] = mods;
+    }
     j["precision"] = to_string(p.precision);
     ojson o;
     o["optimizer"] = tier_json(p.offload.optimizer);

@@ -43,6 +43,15 @@ struct FidelityEntry {
     std::vector<std::string> dropped;        ///< runs.json fields Strata does not read (e.g. "model.mla")
     std::vector<std::string> substitutions;  ///< mappings made by the loader (node type, NIC id)
     std::string skipped;                     ///< non-empty: why this entry is not simulated (the rule)
+    /// Publishes only a memory outcome (oom, or peak_hbm_bytes) and no throughput: simulated and
+    /// counted for memory, left out of the throughput MAPE and the fit.
+    bool memory_only = false;
+    /// What a published peak_hbm_bytes counts (measured.peak_hbm_counter): "device" (nvidia-smi:
+    /// the process, CUDA context and allocator cache included), "max_reserved"
+    /// (torch.cuda.max_memory_reserved) or "max_allocated" (torch.cuda.max_memory_allocated), and
+    /// on which pipeline stage (measured.peak_hbm_stage: "max" over all, "first" or "last").
+    std::string peak_counter = "device";
+    std::string peak_stage = "max";
 
     int gpus() const { return cluster.gpu_count(); }
 };
@@ -91,8 +100,17 @@ struct FidelityRow {
     /// the rest of the step (copies, idle) is other_s. The fit's linear surrogate (fit.cpp).
     std::array<double, Calibration::kFactors> class_s{};
     double other_s = 0;
+    bool memory_only = false;               ///< no published throughput (FidelityEntry::memory_only)
+    double peak_hbm_bytes = 0;              ///< the engine's peak on the fullest GPU (allocator model on)
+    double hbm_capacity_bytes = 0;          ///< the GPU's capacity the engine checked against
+    double published_peak_hbm_bytes = 0;    ///< measured.peak_hbm_bytes, 0 if not published
+    std::string peak_counter;               ///< its counter and stage ("max_allocated, last stage"); then
+                                            ///< peak_hbm_bytes is the engine's in the same terms
+    double peak_error = 0;                  ///< peak_hbm_bytes / published - 1 (0 if not published)
 
-    bool compared() const { return skipped.empty(); }
+    bool simulated() const { return skipped.empty(); }
+    /// In the throughput statistics and the fit.
+    bool compared() const { return simulated() && !memory_only; }
 };
 
 /// The architecture family a calibration set is keyed by: the first word of hwdb's gpu.arch
@@ -119,8 +137,12 @@ struct FidelityStats {
     double worst_ape = 0;
     std::string worst_id;
     int over_15pct = 0;     ///< |error| > 0.15
+    int memory_compared = 0;  ///< simulated rows, throughput or memory-only: the OOM denominator
     int oom_agree = 0;      ///< published outcome == engine outcome
     int fits_agree = 0;     ///< published "ran" with analytical fit, or "oom" without
+    int peak_compared = 0;  ///< rows with a published peak_hbm_bytes
+    double peak_mape = 0;   ///< mean |peak error| over those
+    double peak_worst_ape = 0;
 };
 FidelityStats fidelity_stats(const std::vector<FidelityRow>& rows, const std::string& split = "all");
 /// The same per publisher or per GPU id, in name order (docs/fidelity-dataset.md: report the test

@@ -113,6 +113,13 @@ enum class MoeDispatcher { alltoall, deepep };
 /// which reaches about 0.55x of it on Hopper and is what the Ampere anchors already describe.
 enum class AttentionKernel { fa3, fa2 };
 enum class Recompute { none, selective, full };
+/// The parts of a layer selective recomputation drops and recomputes (Megatron-Core's
+/// --recompute-modules, same names): core_attn (the softmax/flash state, Korthikanti's selective
+/// recomputation), layernorm (the norm outputs feeding QKV and fc1), mla_up_proj (MLA's Q, K, V
+/// from the latents), mlp (dense MLP intermediates), moe_act (the experts' activation outputs),
+/// shared_experts (the shared experts' intermediates) and moe (the whole MoE block, dispatch
+/// included).
+enum class RecomputeModule { core_attn, layernorm, mla_up_proj, mlp, moe_act, shared_experts, moe, count };
 enum class Precision { fp32, bf16, fp16, fp8 };
 enum class Tier { gpu = 0, cpu = 1, ssd = 2 };
 constexpr int kTierCount = 3;
@@ -145,6 +152,8 @@ struct PlanSpec {
     int zero_stage = 0;                   ///< 0..3; 1 = Megatron's distributed optimizer
     Recompute recompute = Recompute::none;
     int recompute_layers = -1;            ///< full recompute: layers per stage recomputed (-1 = all)
+    /// Selective recompute: bit i set = RecomputeModule i is recomputed (default core_attn only).
+    unsigned recompute_modules = 1u << static_cast<unsigned>(RecomputeModule::core_attn);
     Precision precision = Precision::bf16;
     OffloadSpec offload;
     bool lock_free_update = false;        ///< Angel-PTM: step i's optimizer overlaps step i+1's forward
@@ -173,6 +182,10 @@ struct PlanSpec {
     /// Expert data parallelism: the stage's ranks over the expert groups (tp cp dp / (etp ep)).
     int edp() const { return std::max(1, tp * cp * dp / std::max(1, etp() * ep)); }
     int micro_batches() const { return global_batch / (micro_batch * dp); }
+    /// Selective recomputation of this module is on.
+    bool recomputes(RecomputeModule mod) const {
+        return recompute == Recompute::selective && ((recompute_modules >> static_cast<unsigned>(mod)) & 1u) != 0;
+    }
 };
 
 /// A scenario file: a model, a cluster and (optionally) a plan.
@@ -198,6 +211,7 @@ const char* to_string(PositionKind);
 const char* to_string(Schedule);
 const char* to_string(MoeDispatcher);
 const char* to_string(AttentionKernel);
+const char* to_string(RecomputeModule);
 const char* to_string(Recompute);
 const char* to_string(Precision);
 const char* to_string(Tier);
