@@ -69,8 +69,12 @@ Estimator::Estimator(const ModelSpec& m, const ClusterSpec& c, const hwdb::Hardw
 Estimator::~Estimator() = default;
 
 LayerTimes Estimator::layer_times(const PlanSpec& p, bool dense_first) {
+    // Every plan field the one-layer program below reads (the rest are reset in p1).
     const Key key{p.tp, p.cp, p.ep * 4096 + p.etp(), p.micro_batch, p.sequence_parallel ? 1 : 0, static_cast<int>(p.recompute),
-                  p.zero_stage == 3 ? p.dp : 0, static_cast<int>(p.precision), p.flash_attention ? 1 : 0, dense_first ? 1 : 0};
+                  static_cast<int>(p.recompute_modules), p.zero_stage == 3 ? p.dp : 0, p.overlap_param_gather ? 1 : 0,
+                  static_cast<int>(p.precision), p.flash_attention ? 1 : 0, static_cast<int>(p.attention_kernel),
+                  static_cast<int>(p.moe_dispatcher), (p.tp_comm_overlap ? 1 : 0) + (p.moe_a2a_overlap ? 2 : 0),
+                  p.eager_elementwise ? 1 : 0, dense_first ? 1 : 0};
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
 

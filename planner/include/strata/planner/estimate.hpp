@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <array>
 #include <tuple>
 
 #include "strata/hwdb/view.hpp"
@@ -52,7 +53,7 @@ public:
     std::size_t cache_size() const { return cache_.size(); }
 
 private:
-    using Key = std::tuple<int, int, int, int, int, int, int, int, int, int>;
+    using Key = std::array<int, 16>;
     sim::ModelSpec m_;
     sim::ClusterSpec c_;
     hwdb::HardwareView hw_;
