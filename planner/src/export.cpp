@@ -97,10 +97,9 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
     if (p.zero_stage >= 1) flag("use-distributed-optimizer");
     if (p.recompute == Recompute::selective) {
         arg("recompute-granularity", "selective");
-        if (p.recompute_modules != 1u << static_cast<unsigned>(RecomputeModule::core_attn)) {
+        if (p.recompute_modules != recompute_bit(RecomputeModule::core_attn)) {
             std::string names;
-            for (int k = 0; k < static_cast<int>(RecomputeModule::count); ++k)
-                if (p.recomputes(static_cast<RecomputeModule>(k))) names += (names.empty() ? "" : " ") + std::string(to_string(static_cast<RecomputeModule>(k)));
+            for (const std::string& n : recompute_module_names(p)) names += (names.empty() ? "" : " ") + n;
             arg("recompute-modules", names);
         }
     }
@@ -265,11 +264,10 @@ PlanSpec plan_from_megatron_args(const std::string& args, int gpus, const std::s
             p.recompute_modules = 0;
             while (i + 1 < tok.size() && tok[i + 1].rfind("--", 0) != 0) {
                 const std::string v = tok[++i];
-                int found = -1;
-                for (int k = 0; k < static_cast<int>(RecomputeModule::count); ++k)
-                    if (v == to_string(static_cast<RecomputeModule>(k))) found = k;
-                if (found < 0) throw InputError(file, t, "names an unknown module \"" + v + "\"");
-                p.recompute_modules |= 1u << static_cast<unsigned>(found);
+                RecomputeModule mod{};
+                if (!recompute_module_from(v, mod))
+                    throw InputError(file, t, "names an unknown module \"" + v + "\" (one of " + recompute_module_choices() + ")");
+                p.recompute_modules |= recompute_bit(mod);
             }
             if (p.recompute_modules == 0) throw InputError(file, t, "needs at least one module name");
         }

@@ -90,7 +90,7 @@ std::string fidelity_json_text(const std::vector<FidelityRow>& rows, const Calib
         const FidelityRow& r = rows[i];
         o << (i ? ",\n" : "\n") << "    {\"id\": " << json_quote(r.id) << ", \"publisher\": " << json_quote(r.publisher)
           << ", \"split\": " << json_quote(r.split) << ", \"gpu\": " << json_quote(r.gpu) << ", \"gpus\": " << r.gpus
-          << ", \"quantity\": " << json_quote(to_string(r.quantity))
+          << ", \"quantity\": " << json_quote(r.memory_only ? "none" : to_string(r.quantity))
           << ", \"flops_convention\": " << json_quote(to_string(r.convention));
         if (!r.simulated()) {
             o << ", \"skipped\": " << json_quote(r.skipped) << "}";
@@ -126,7 +126,7 @@ std::string fidelity_table_text(const std::vector<FidelityRow>& rows) {
       << "memory (engine peak/capacity)\n";
     for (const FidelityRow& r : rows) {
         o << pad(r.id, 36) << pad(r.publisher, 17) << pad(std::to_string(r.gpus), 6, true) << "  "
-          << pad(quantity_short(r.quantity), 10);
+          << pad(r.memory_only ? "memory" : quantity_short(r.quantity), 10);
         if (!r.simulated()) {
             o << pad(value_text(r.published), 11, true) << "  skipped: " << r.skipped << "\n";
             continue;

@@ -30,11 +30,12 @@ void set_calibration(O& o, const Calibration& c) {
 // whole process; PyTorch's counters exclude the CUDA context and NCCL's buffers (the framework
 // reserve), and max_allocated also the caching allocator's rounding and fragmentation, so that
 // one re-runs the engine without the allocator model.
-double comparable_peak_bytes(const FidelityEntry& e, const hwdb::HardwareView& hw, const SimOutput& out) {
+double comparable_peak_bytes(const FidelityEntry& e, const hwdb::HardwareView& hw, const Calibration& cal, const SimOutput& out) {
     const SimResult* res = &out.result;
     SimOutput plain;
     if (e.peak_counter == "max_allocated") {
         SimOptions o;
+        set_calibration(o, cal);  // the same timing, so the same order of allocations
         o.allocator_model = false;
         plain = simulate(e.model, e.cluster, e.plan, hw, o);
         res = &plain.result;
@@ -94,7 +95,7 @@ FidelityRow run_fidelity_entry(const FidelityEntry& e, const ViewResolver& views
     if (auto pk = e.measured.find("peak_hbm_bytes"); pk != e.measured.end() && pk->second > 0) {
         r.published_peak_hbm_bytes = pk->second;
         r.peak_counter = e.peak_counter + ", " + (e.peak_stage == "max" ? "any" : e.peak_stage) + " stage";
-        r.peak_hbm_bytes = comparable_peak_bytes(e, hw, out);
+        r.peak_hbm_bytes = comparable_peak_bytes(e, hw, cal, out);
         r.peak_error = r.peak_hbm_bytes / pk->second - 1.0;
     }
     r.fits = out.memory.fits();

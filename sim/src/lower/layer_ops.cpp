@@ -189,13 +189,7 @@ void RankLowering::recompute_modules_before_attention() {
     phase_ = Phase::recompute;
     if (p_.recomputes(RecomputeModule::layernorm)) compute(Op::norm, n_.norm1, 0, 2 * d_.tokens_sp * d_.h * Dims::act_bytes);
     if (m_.mla && p_.recomputes(RecomputeModule::mla_up_proj)) {
-        // Q, K, V from the stashed (gathered) latents: the up-projections and RoPE again.
-        for (const MlaLinear& l : mla_up_) {
-            if (l.cast) gemm_cast(l.name, d_.tokens, l.out / d_.tp, l.in);
-            else gemm(l.name, d_.tokens, l.out / d_.tp, l.in);
-        }
-        if (m_.position == PositionKind::rope)
-            compute(Op::elementwise, n_.rope, 0, 2 * d_.tokens * (d_.heads / d_.tp + 1) * m_.mla->qk_rope_head_dim * Dims::act_bytes);
+        mla_up_projections_forward();  // Q, K, V from the stashed (gathered) latents
     }
     if (p_.recomputes(RecomputeModule::core_attn)) attention_core_forward(Phase::recompute);
     phase_ = saved;
@@ -214,12 +208,18 @@ void RankLowering::mla_projections_forward() {
     compute(Op::norm, n_.latent_norm, 0, 2 * d_.tokens_sp * lat * Dims::act_bytes);
     if (sp) wait(Stream::compute, collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * (lat + rope) * Dims::act_bytes, n_.tp_ag));
     if (a.q_lora_rank == 0) tp_forward_in(true);  // an uncompressed query projection reads the gathered hidden states
+    mla_up_projections_forward();
+}
+
+// The column-parallel up-projections and RoPE on the query's and the shared key's rope part.
+void RankLowering::mla_up_projections_forward() {
     for (const MlaLinear& l : mla_up_) {
         if (l.cast) gemm_cast(l.name, d_.tokens, l.out / d_.tp, l.in);
         else gemm(l.name, d_.tokens, l.out / d_.tp, l.in);
     }
     if (m_.position == PositionKind::rope)
-        compute(Op::elementwise, n_.rope, 0, 2 * d_.tokens * (d_.heads / d_.tp + 1) * rope * Dims::act_bytes);
+        compute(Op::elementwise, n_.rope, 0,
+                2 * d_.tokens * (d_.heads / d_.tp + 1) * static_cast<double>(m_.mla->qk_rope_head_dim) * Dims::act_bytes);
 }
 
 // The mirror: RoPE, the up-projections' dgrad and wgrad, the latents' gradient reduced over TP

@@ -152,6 +152,7 @@ private:
     void mlp_forward(int pending_ag);
     void moe_forward(int layer);
     void shared_experts_forward();
+    void mla_up_projections_forward();
     void recompute_modules_before_mlp(int layer);
     void recompute_modules_before_attention();
     void mlp_backward(int layer, int pending_ag);

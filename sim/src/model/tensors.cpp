@@ -110,10 +110,11 @@ double routed_rows(const ModelSpec& m, const PlanSpec& p, const Local& L) {
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
 // Which stashed tensors a selective recompute module drops (Megatron-Core's --recompute-modules;
-// the module keeps its input, the first tensor named here that it does not drop). core_attn is
-// handled where the score tensors are built.
+// each module keeps its input).
 bool recompute_drops(const std::string& name, const PlanSpec& p, bool moe_layer) {
     if (p.recompute != Recompute::selective) return false;
+    if (p.recomputes(RecomputeModule::core_attn) && (starts_with(name, "attn.softmax") || name == "attn.lse"))
+        return true;  // the score matrix (or flash attention's log-sum-exp)
     if (p.recomputes(RecomputeModule::layernorm) && (name == "attn.qkv_in" || name == "attn.down_in" || name == "mlp.fc1_in"))
         return true;  // the norm outputs; the norms' inputs (attn.norm_in, mlp.norm_in) stay
     if (p.recomputes(RecomputeModule::mla_up_proj) && (name == "attn.q" || name == "attn.k" || name == "attn.v"))
@@ -154,16 +155,13 @@ std::vector<TensorDesc> full_layer_activations(const ModelSpec& m, const PlanSpe
         out.push_back(act_tensor("attn.v", L.act * L.tokens * L.kv_heads * L.hd, "(s/cp, b, kv_heads/tp, d)", p));
     }
     const double scores = L.heads * L.s_q * L.s_k * L.b;  // elements of the score matrix on this rank
-    const bool selective = p.recomputes(RecomputeModule::core_attn);
     if (!p.flash_attention) {
-        if (!selective) {
-            out.push_back(act_tensor("attn.softmax_out", L.act * scores, "(b, heads/tp, s/cp, s)", p));
-            if (L.dropout) {
-                out.push_back(act_tensor("attn.softmax_dropout_mask", 1.0 * scores, "(b, heads/tp, s/cp, s)", p));
-                out.push_back(act_tensor("attn.softmax_dropout_out", L.act * scores, "(b, heads/tp, s/cp, s)", p));
-            }
+        out.push_back(act_tensor("attn.softmax_out", L.act * scores, "(b, heads/tp, s/cp, s)", p));
+        if (L.dropout) {
+            out.push_back(act_tensor("attn.softmax_dropout_mask", 1.0 * scores, "(b, heads/tp, s/cp, s)", p));
+            out.push_back(act_tensor("attn.softmax_dropout_out", L.act * scores, "(b, heads/tp, s/cp, s)", p));
         }
-    } else if (!selective) {
+    } else {
         // Flash attention keeps only the fp32 log-sum-exp per query row; O is proj_in below.
         out.push_back(act_tensor("attn.lse", 4.0 * L.heads * L.s_q * L.b, "(b, heads/tp, s/cp) fp32", p));
     }
@@ -186,7 +184,7 @@ std::vector<TensorDesc> full_layer_activations(const ModelSpec& m, const PlanSpe
         mlp_intermediates(out, m, p, L, "mlp", L.tokens, static_cast<double>(m.ffn_hidden) / L.t, "s/cp·b");
     }
     if (L.dropout) out.push_back(act_tensor("mlp.dropout_mask", L.tok_rep * L.h, rep_shape + " u8", p));
-    // Selective recomputation of other modules: their tensors are rebuilt before the backward.
+    // Selective recomputation: the modules' tensors are rebuilt before the backward.
     const bool moe_layer = m.layer_is_moe(layer);
     std::erase_if(out, [&](const TensorDesc& d) { return recompute_drops(d.name, p, moe_layer); });
     return out;
@@ -261,9 +259,9 @@ std::vector<TensorDesc> layer_backward_workspace(const ModelSpec& m, const PlanS
         for (const TensorDesc& d : full) out.push_back(buffer_tensor("recompute." + d.name, d.bytes, Lifetime::transient, d.shape));
     } else if (p.recompute == Recompute::selective) {
         // Everything the selected modules dropped is live again while this layer's backward runs.
-        const bool core = p.recomputes(RecomputeModule::core_attn), moe_layer = m.layer_is_moe(layer);
+        const bool moe_layer = m.layer_is_moe(layer);
         for (const TensorDesc& d : full)
-            if ((core && (starts_with(d.name, "attn.softmax") || d.name == "attn.lse")) || recompute_drops(d.name, p, moe_layer))
+            if (recompute_drops(d.name, p, moe_layer))
                 out.push_back(buffer_tensor("recompute." + d.name, d.bytes, Lifetime::transient, d.shape));
     }
     // Gradients: the incoming and outgoing hidden-state gradients, plus the gradient of the widest

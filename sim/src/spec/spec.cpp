@@ -37,6 +37,29 @@ const char* to_string(RecomputeModule r) {
     return "?";
 }
 
+bool recompute_module_from(const std::string& name, RecomputeModule& out) {
+    for (int k = 0; k < static_cast<int>(RecomputeModule::count); ++k)
+        if (name == to_string(static_cast<RecomputeModule>(k))) {
+            out = static_cast<RecomputeModule>(k);
+            return true;
+        }
+    return false;
+}
+
+std::vector<std::string> recompute_module_names(const PlanSpec& p) {
+    std::vector<std::string> out;
+    for (int k = 0; k < static_cast<int>(RecomputeModule::count); ++k)
+        if (p.recomputes(static_cast<RecomputeModule>(k))) out.emplace_back(to_string(static_cast<RecomputeModule>(k)));
+    return out;
+}
+
+std::string recompute_module_choices() {
+    std::string s;
+    for (int k = 0; k < static_cast<int>(RecomputeModule::count); ++k)
+        s += std::string(k ? ", " : "") + to_string(static_cast<RecomputeModule>(k));
+    return s;
+}
+
 const char* to_string(Recompute r) {
     switch (r) {
         case Recompute::none: return "none";

@@ -303,15 +303,10 @@ PlanSpec read_plan(const json& j, const std::string& file, const std::string& pa
         for (std::size_t i = 0; i < rm->size(); ++i) {
             const json& e = (*rm)[i];
             const std::string ep = mp + "[" + std::to_string(i) + "]";
-            std::string names;
-            int found = -1;
-            for (int k = 0; k < static_cast<int>(RecomputeModule::count); ++k) {
-                const char* n = to_string(static_cast<RecomputeModule>(k));
-                names += std::string(k ? ", " : "") + n;
-                if (e.is_string() && e.get<std::string>() == n) found = k;
-            }
-            if (found < 0) throw InputError(file, ep, "must be one of " + names + " (got " + describe_json(e) + ")");
-            const unsigned bit = 1u << static_cast<unsigned>(found);
+            RecomputeModule mod{};
+            if (!e.is_string() || !recompute_module_from(e.get<std::string>(), mod))
+                throw InputError(file, ep, "must be one of " + recompute_module_choices() + " (got " + describe_json(e) + ")");
+            const unsigned bit = recompute_bit(mod);
             if (p.recompute_modules & bit) throw InputError(file, ep, "names " + describe_json(e) + " twice");
             p.recompute_modules |= bit;
         }

@@ -119,8 +119,7 @@ ojson plan_json(const PlanSpec& p) {
     j["recompute_layers"] = p.recompute_layers;
     if (p.recompute == Recompute::selective) {
         ojson mods = ojson::array();
-        for (int k = 0; k < static_cast<int>(RecomputeModule::count); ++k)
-            if (p.recomputes(static_cast<RecomputeModule>(k))) mods.push_back(to_string(static_cast<RecomputeModule>(k)));
+        for (const std::string& n : recompute_module_names(p)) mods.push_back(n);
         j["recompute_modules"] = mods;
     }
     j["precision"] = to_string(p.precision);

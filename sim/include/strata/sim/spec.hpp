@@ -153,7 +153,7 @@ struct PlanSpec {
     Recompute recompute = Recompute::none;
     int recompute_layers = -1;            ///< full recompute: layers per stage recomputed (-1 = all)
     /// Selective recompute: bit i set = RecomputeModule i is recomputed (default core_attn only).
-    unsigned recompute_modules = 1u << static_cast<unsigned>(RecomputeModule::core_attn);
+    unsigned recompute_modules = 1u << static_cast<unsigned>(RecomputeModule::core_attn);  // recompute_bit(core_attn)
     Precision precision = Precision::bf16;
     OffloadSpec offload;
     bool lock_free_update = false;        ///< Angel-PTM: step i's optimizer overlaps step i+1's forward
@@ -212,6 +212,14 @@ const char* to_string(Schedule);
 const char* to_string(MoeDispatcher);
 const char* to_string(AttentionKernel);
 const char* to_string(RecomputeModule);
+/// The bit of a module in PlanSpec::recompute_modules.
+constexpr unsigned recompute_bit(RecomputeModule m) { return 1u << static_cast<unsigned>(m); }
+/// The module a Megatron name denotes (false if none).
+bool recompute_module_from(const std::string& name, RecomputeModule& out);
+/// Names of the modules a selective plan recomputes, in RecomputeModule order.
+std::vector<std::string> recompute_module_names(const PlanSpec& p);
+/// All module names, comma-separated, for error messages.
+std::string recompute_module_choices();
 const char* to_string(Recompute);
 const char* to_string(Precision);
 const char* to_string(Tier);
