@@ -121,7 +121,9 @@ void run_fidelity(const FidelityArgs& a) {
         // Fit on train only: one set over every train entry ("*", for GPUs without their own set),
         // then one per architecture family with at least kMinGroup compared train entries.
         constexpr int kMinGroup = 5;
-        const std::vector<sim::FidelityEntry> train = sim::select_split(all, "train");
+        // Memory-only entries publish no rate or time: they cannot inform a cost factor.
+        std::vector<sim::FidelityEntry> train = sim::select_split(all, "train");
+        train.erase(std::remove_if(train.begin(), train.end(), [](const sim::FidelityEntry& e) { return e.memory_only; }), train.end());
         std::map<std::string, std::vector<sim::FidelityEntry>> by_arch;
         for (const sim::FidelityEntry& e : train) {
             if (!e.skipped.empty()) continue;

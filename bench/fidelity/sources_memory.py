@@ -91,6 +91,8 @@ def bloom_search():
                 "zero_stage": 1, "recompute": "full", "precision": "fp16", "flash_attention": False}
         if pp > 1:
             plan["p2p_blocking"] = True
+            if tp > 1:
+                plan["p2p_scatter_gather"] = True  # DeepSpeed's partitioned pipe buffers (sources_papers)
         out.append({
             "id": f"bloom-search-181b-dp{dp}-tp{tp}-pp{pp}-mbs{mbs}",
             "publisher": "BigScience",
@@ -109,7 +111,9 @@ def bloom_search():
                 "flash_attention false: Megatron-DeepSpeed's fused softmax of early 2022 (s^2 scores)",
                 "memory: an nvidia-smi snapshot of the first node (stage 0) around iteration 2, "
                 "CUDA context and allocator cache included",
-            ],
+            ] + (["p2p_blocking, p2p_scatter_gather: DeepSpeed's PipelineEngine (blocking sends; "
+                  "activations and gradients partitioned over the model-parallel group)"]
+                 if pp > 1 and tp > 1 else []),
             "completeness": "complete-with-assumptions",
         })
     return out

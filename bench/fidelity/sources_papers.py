@@ -16,6 +16,16 @@ FLOPS_SC21 = (
     "Checked here: 530B, B=1920, 2240 GPUs, 60.1 s gives 125.7 (paper: 126).")
 
 
+SCATTER_GATHER_MEGATRON = (
+    "p2p_scatter_gather: Megatron-LM of 2021-22 splits pipeline tensors over TP when sequence "
+    "parallelism is off (--scatter-gather-tensors-in-pipeline, on by default; Narayanan et al. SC21 "
+    "Sec. 4.1; megatron/p2p_communication.py)")
+SCATTER_GATHER_DEEPSPEED = (
+    "p2p_scatter_gather: DeepSpeed's PipelineEngine partitions activations and gradients over the "
+    "model-parallel group before sending them (is_pipe_partitioned / is_grad_partitioned = "
+    "is_model_parallel, deepspeed/runtime/pipe/engine.py) and all-gathers them on arrival")
+
+
 def korthikanti():
     """Korthikanti et al., 'Reducing Activation Recomputation in Large Transformer Models'
     (MLSys 2023): Table 3 (configs) and Table 4 (iteration time, full vs present work); MFU/HFU
@@ -41,6 +51,9 @@ def korthikanti():
             meas = {"step_time_s": t, "outcome": "ran"}
             if mode == "selective":
                 meas.update(mfu=mfu, hfu=hfu)
+            assume = list(base_assume)
+            if not sp and pp > 1:
+                assume.append(SCATTER_GATHER_MEGATRON)
             out.append({
                 "id": f"korthikanti-{tag}-{mode}",
                 "publisher": "NVIDIA",
@@ -52,10 +65,11 @@ def korthikanti():
                 "plan": {"tp": tp, "pp": pp, "dp": 1, "cp": 1, "ep": 1, "vpp": vpp,
                          "micro_batch": mbs, "global_batch": gbs, "sequence_parallel": sp,
                          "schedule": "interleaved-1f1b" if vpp > 1 else "1f1b",
-                         "zero_stage": 0, "recompute": rc, "precision": "fp16"},
+                         "zero_stage": 0, "recompute": rc, "precision": "fp16",
+                         **({"p2p_scatter_gather": True} if not sp and pp > 1 else {})},
                 "measured": meas,
                 "flops_convention": FLOPS_KORTHIKANTI,
-                "assumptions": list(base_assume),
+                "assumptions": assume,
                 "completeness": "complete-with-assumptions",
             })
     return out
@@ -78,7 +92,7 @@ def mtnlg():
             "plan": {"tp": 8, "pp": 35, "dp": gpus // 280, "cp": 1, "ep": 1, "vpp": 1,
                      "micro_batch": 1, "global_batch": 1920, "sequence_parallel": False,
                      "schedule": "1f1b", "zero_stage": 1, "recompute": "full", "precision": "bf16",
-                     "p2p_blocking": True},
+                     "p2p_blocking": True, "p2p_scatter_gather": True},
             "measured": {"step_time_s": t, "tflops_per_gpu": tf, "outcome": "ran"},
             "flops_convention": FLOPS_SC21,
             "assumptions": [
@@ -86,6 +100,7 @@ def mtnlg():
                 "zero_stage 1: DeepSpeed ZeRO-1 with 3D parallelism as described for MT-NLG",
                 "recompute full: activation checkpointing per layer (needed to fit; consistent with "
                 "the 96BSlh^2 FLOPs count reproducing 126 TFLOP/s)",
+                SCATTER_GATHER_DEEPSPEED,
                 "GPU A100 80GB per the paper (Selene); llm-analysis' reprint says 40GB",
                 "vocab 50257 (GPT-2 BPE), dropout 0.1: Megatron defaults",
                 "p2p_blocking: DeepSpeed's pipeline engine sends activations and gradients with "
@@ -171,13 +186,15 @@ def opt_bloom_zero_deepseek():
         "model": M.BLOOM_176B,
         "plan": {"tp": 4, "pp": 12, "dp": 8, "cp": 1, "ep": 1, "vpp": 1, "micro_batch": 2,
                  "global_batch": 2048, "sequence_parallel": False, "schedule": "1f1b",
-                 "zero_stage": 1, "recompute": "full", "precision": "bf16", "p2p_blocking": True},
+                 "zero_stage": 1, "recompute": "full", "precision": "bf16", "p2p_blocking": True,
+                 "p2p_scatter_gather": True},
         "measured": {"step_time_s": 104.70, "tflops_per_gpu": 149.77, "samples_per_s": 19.561,
                      "outcome": "ran"},
         "flops_convention": "Megatron-DeepSpeed counter with the 4*2 coefficient (hardware FLOPs: "
                             "full activation recompute counted; README 'Throughput')",
         "assumptions": [
             "schedule 1f1b: DeepSpeed pipeline engine; p2p_blocking: its sends block the compute stream",
+            SCATTER_GATHER_DEEPSPEED,
             "pipeline split: embedding counted as a block ('type:transformer|embedding'), "
             "stages hold 5 or 6 blocks (README); Strata's even split differs",
             "nic 'omni-path-100g' is not an hwdb id: Jean Zay Omni-Path, 4 links per node",

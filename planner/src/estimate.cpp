@@ -207,18 +207,20 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
             worst_stage = s;
         }
     }
-    // Pipeline p2p of one micro-batch's boundary activation (bf16, SP-sharded over tp).
+    // Pipeline p2p of one micro-batch's boundary activation (bf16, split over tp by SP or by the
+    // scatter/gather; the NVLink gather after it is left out).
     double p2p = 0;
     if (pp > 1) {
         Instr in;
         in.kind = InstrKind::send;
         in.stream = Stream::pp_p2p;
-        in.bytes = double(p.micro_batch) * double(m_.seq_len) / p.cp * double(m_.hidden) * 2 / (p.sequence_parallel ? p.tp : 1);
+        const bool split = p.sequence_parallel || p.p2p_scatter_gather;
+        in.bytes = double(p.micro_batch) * double(m_.seq_len) / p.cp * double(m_.hidden) * 2 / (split ? p.tp : 1);
         p2p = alone_s(transfer_demand(in, ctx));
     }
     // Fill and drain: the other stages' share of one micro-batch (1/vpp of it with interleaving),
     // plus the boundary transfers on the critical path.
-    const double fill = (sum - worst) / vpp + 2.0 * (pp - 1) * p2p * (p.schedule == Schedule::interleaved_1f1b ? 1.0 : 1.0);
+    const double fill = (sum - worst) / vpp + 2.0 * (pp - 1) * p2p;
     e.compute_s = m * worst;
     e.bubble_s = pp > 1 ? fill : 0;
     {

@@ -141,6 +141,9 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
     }
     if (p.schedule == Schedule::gpipe) r.unsupported.push_back("GPipe schedule (Megatron-LM runs 1F1B)");
     if (p.p2p_blocking) r.unsupported.push_back("blocking pipeline p2p (DeepSpeed's pipeline engine; Megatron overlaps send/recv)");
+    if (p.p2p_scatter_gather)
+        r.unsupported.push_back("pipeline scatter/gather without sequence parallelism (Megatron-LM before Megatron-Core; "
+                                "Megatron-Core sends whole tensors: enable --sequence-parallel instead)");
     if (p.eager_elementwise) r.unsupported.push_back("unfused eager elementwise ops (Megatron-LM fuses its norms and activations)");
     if (p.zero_stage >= 2) r.unsupported.push_back("ZeRO stage " + std::to_string(p.zero_stage) + " (Megatron's distributed optimizer shards only optimizer states and, with overlap, gradients; use DeepSpeed)");
     if (!p.offload.optimizer.all_gpu() || !p.offload.params.all_gpu() || !p.offload.grads.all_gpu())

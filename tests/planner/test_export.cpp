@@ -73,6 +73,16 @@ TEST_CASE("Megatron export names what it cannot express", "[planner][export]") {
     p.lock_free_update = true;
     auto r = planner::export_megatron(gpt3(), p);
     CHECK(r.unsupported.size() >= 3);
+    // Megatron-Core sends whole pipeline tensors: the 2022 scatter/gather has no flag to export.
+    PlanSpec q;
+    q.tp = 2;
+    q.pp = 2;
+    q.p2p_scatter_gather = true;
+    bool noted = false;
+    for (const auto& u : planner::export_megatron(gpt3(), q).unsupported) noted = noted || u.find("scatter/gather") != std::string::npos;
+    CHECK(noted);
+    q.p2p_scatter_gather = false;
+    for (const auto& u : planner::export_megatron(gpt3(), q).unsupported) CHECK(u.find("scatter/gather") == std::string::npos);
 }
 
 TEST_CASE("Megatron argument parsing rejects bad values", "[planner][export]") {

@@ -333,6 +333,31 @@ TEST_CASE("fidelity fit recovers known multipliers on synthetic data", "[fidelit
     const FitResult none = fit_calibration(flat);
     CHECK(none.calibration.is_identity());
     CHECK(none.after == Approx(none.before));
+
+    // A class too small to matter: the published times were made with memory_bound = 0.6, but no
+    // row spends more than 0.1 % of its time there, so the best factor lowers the MAPE by less than
+    // min_gain (0.1 point) and the fit keeps the datasheet value.
+    auto tiny = [&](const Calibration& f) {
+        std::vector<FidelityRow> rows;
+        for (std::size_t i = 0; i < ents.size(); ++i) {
+            Classes e = ents[i];
+            const double total = e[0] + e[1] + e[2] + e[4] + e[5];
+            e[3] = 0.001 * total;
+            Classes cls{};
+            for (int c = 0; c < Calibration::kFactors; ++c) cls[static_cast<std::size_t>(c)] = e[static_cast<std::size_t>(c)] * f.at(c);
+            Calibration t = truth;
+            t.memory_bound = 0.6;
+            rows.push_back(synthetic_row(i, Quantity::step_time_s, f, step(e, f), step(e, t), cls));
+        }
+        return rows;
+    };
+    const FitResult pruned = fit_calibration(tiny);
+    CHECK(pruned.calibration.memory_bound == 1.0);
+    CHECK(pruned.calibration.gemm == Approx(1.3).margin(0.02));  // the factors that matter still move
+    FitOptions keep_all;
+    keep_all.min_gain = 0;
+    // Without the rule the factor moves, and not even towards 0.6: the direction is flat.
+    CHECK(fit_calibration(tiny, keep_all).calibration.memory_bound != 1.0);
 }
 
 TEST_CASE("fidelity fit finds the interference term on its grid", "[fidelity]") {

@@ -117,3 +117,55 @@ TEST_CASE("context parallelism: ring attention in cp - 1 steps of one K/V chunk 
     // All blocks together: causal 4*b*(s/cp)*s*heads*hd/tp/2 = 4*1*8*32*64/2 = 32768.
     CHECK(flops == Approx(4.0 * 8 * 32 * 64 / 2));
 }
+
+TEST_CASE("pipeline scatter/gather: 1/tp of each tensor on the wire, gathered over TP on arrival", "[lower]") {
+    // tp 2, pp 2, no SP, b = 1, s = 32, h = 64: a boundary tensor is b*s*h*2 = 4096 bytes. With
+    // plan.p2p_scatter_gather each TP rank sends 4096/2 = 2048 bytes, and the receiver all-gathers
+    // the whole 4096 bytes over its TP group before it computes. 4 micro-batches: stage 0 sends 4
+    // activations and receives 4 gradients; stage 1 the reverse; so 4 gathers per stage.
+    PlanSpec p = plan(2, 2, 1, 4);
+    const Program whole = lower(small_gpt(), cluster(4), p);
+    p.p2p_scatter_gather = true;
+    const Program split = lower(small_gpt(), cluster(4), p);
+    for (std::size_t s = 0; s < 2; ++s) {
+        int sends = 0, recvs = 0, gathers = 0, whole_gathers = 0, gathers_awaited = 0;
+        for (const auto& in : whole.ranks[s].instrs) {
+            if (in.kind == InstrKind::send || in.kind == InstrKind::recv) CHECK(in.bytes == Approx(4096.0));
+            if (in.kind == InstrKind::collective && whole.names[static_cast<std::size_t>(in.name)] == "pp.all_gather") ++whole_gathers;
+        }
+        const auto& v = split.ranks[s].instrs;
+        for (std::size_t i = 0; i < v.size(); ++i) {
+            const Instr& in = v[i];
+            if (in.kind == InstrKind::send) {
+                ++sends;
+                CHECK(in.bytes == Approx(2048.0));
+            }
+            if (in.kind == InstrKind::recv) {
+                ++recvs;
+                CHECK(in.bytes == Approx(2048.0));
+                // The next TP collective is the gather, all of the tensor, and compute waits for it.
+                std::size_t j = i + 1;
+                while (j < v.size() && v[j].kind != InstrKind::collective) ++j;
+                REQUIRE(j < v.size());
+                CHECK(split.names[static_cast<std::size_t>(v[j].name)] == "pp.all_gather");
+                CHECK(v[j].coll == CollKind::all_gather);
+                CHECK(v[j].group == Group::tp);
+                CHECK(v[j].bytes == Approx(4096.0));
+                int ev = -1;
+                for (std::size_t k = j + 1; k < v.size() && ev < 0; ++k)
+                    if (v[k].kind == InstrKind::record && v[k].stream == v[j].stream) ev = v[k].event;
+                for (std::size_t k = j + 1; k < v.size(); ++k)
+                    if (v[k].kind == InstrKind::wait && v[k].stream == Stream::compute && v[k].event == ev) {
+                        ++gathers_awaited;
+                        break;
+                    }
+            }
+            if (in.kind == InstrKind::collective && split.names[static_cast<std::size_t>(in.name)] == "pp.all_gather") ++gathers;
+        }
+        CHECK(sends == 4);
+        CHECK(recvs == 4);
+        CHECK(gathers == 4);
+        CHECK(gathers_awaited == 4);
+        CHECK(whole_gathers == 0);
+    }
+}

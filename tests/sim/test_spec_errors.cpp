@@ -158,6 +158,14 @@ TEST_CASE("validate_plan: context and sequence parallelism", "[spec][errors]") {
     expect_error([] {
         validate(model(), plan(R"({"pp": 2, "vpp": 2, "schedule": "interleaved-1f1b", "global_batch": 8, "p2p_blocking": true})"));
     }, "p.json", "plan.p2p_blocking", "needs plan.schedule gpipe or 1f1b");
+    // Pipeline scatter/gather splits a boundary tensor over TP: it needs both, and SP already splits it.
+    expect_error([] { validate(model(), plan(R"({"tp": 2, "global_batch": 8, "p2p_scatter_gather": true})")); },
+                 "p.json", "plan.p2p_scatter_gather", "needs plan.pp >= 2 and plan.tp >= 2 (got pp 1, tp 2)");
+    expect_error([] { validate(model(), plan(R"({"pp": 2, "global_batch": 8, "p2p_scatter_gather": true})")); },
+                 "p.json", "plan.p2p_scatter_gather", "needs plan.pp >= 2 and plan.tp >= 2 (got pp 2, tp 1)");
+    expect_error([] {
+        validate(model(), plan(R"({"tp": 2, "pp": 2, "sequence_parallel": true, "global_batch": 8, "p2p_scatter_gather": true})"));
+    }, "p.json", "plan.p2p_scatter_gather", "cannot be combined with plan.sequence_parallel");
     // FA2 names a fused kernel.
     expect_error([] { validate(model(), plan(R"({"global_batch": 8, "flash_attention": false, "attention_kernel": "fa2"})")); },
                  "p.json", "plan.attention_kernel", "needs plan.flash_attention = true");

@@ -115,6 +115,7 @@ void same(const PlanSpec& a, const PlanSpec& b) {
     CHECK(a.moe_dispatcher == b.moe_dispatcher);
     CHECK(a.tp_comm_overlap == b.tp_comm_overlap);
     CHECK(a.p2p_blocking == b.p2p_blocking);
+    CHECK(a.p2p_scatter_gather == b.p2p_scatter_gather);
     CHECK(a.eager_elementwise == b.eager_elementwise);
     CHECK(a.attention_kernel == b.attention_kernel);
     CHECK(a.dp_bucket_bytes == b.dp_bucket_bytes);
@@ -284,4 +285,14 @@ TEST_CASE("eager elementwise ops round-trip; fused is the default", "[spec][io]"
     CHECK_FALSE(plan_from_json_text(R"({"global_batch": 4})", "p.json").eager_elementwise);
     CHECK_THROWS_WITH(plan_from_json_text(R"({"global_batch": 4, "eager_elementwise": 1})", "p.json"),
                       Catch::Contains("p.json") && Catch::Contains("eager_elementwise"));
+}
+
+TEST_CASE("pipeline scatter/gather round-trips; whole tensors (Megatron-Core) are the default", "[spec][io]") {
+    const PlanSpec p = plan_from_json_text(R"({"tp": 2, "pp": 2, "global_batch": 4, "p2p_scatter_gather": true})", "p.json");
+    CHECK(p.p2p_scatter_gather);
+    CHECK(to_json_text(p).find("\"p2p_scatter_gather\": true") != std::string::npos);
+    same(p, plan_from_json_text(to_json_text(p), "rt.json"));
+    CHECK_FALSE(plan_from_json_text(R"({"global_batch": 4})", "p.json").p2p_scatter_gather);
+    CHECK_THROWS_WITH(plan_from_json_text(R"({"global_batch": 4, "p2p_scatter_gather": "yes"})", "p.json"),
+                      Catch::Contains("p.json") && Catch::Contains("p2p_scatter_gather"));
 }

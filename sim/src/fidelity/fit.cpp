@@ -82,6 +82,16 @@ Calibration fit_surrogate(const std::vector<FidelityRow>& rows, const Calibratio
         }
         if (pass_start - best_f < 1e-7) break;  // a whole sweep gained nothing
     }
+    // Prune: a factor that earns less than min_gain goes back to 1. Without this a flat direction
+    // drifts to whichever bound the last few 1e-9 of MAPE point at (Ampere p2p once sat at 0.5,
+    // faster than the wire, after the pipeline scatter/gather made its share negligible).
+    for (int i = 0; i < Calibration::kFactors; ++i) {
+        if (best.at(i) == 1.0) continue;
+        Calibration trial = best;
+        trial.at(i) = 1.0;
+        const double f = surrogate_mape(rows, trial);
+        if (f < best_f + o.min_gain) best = trial, best_f = f;
+    }
     return best;
 }
 

@@ -27,7 +27,7 @@ void Names::intern(Program& p) {
     tp_ar = id("tp.all_reduce"); tp_ag = id("tp.all_gather"); tp_rs = id("tp.reduce_scatter");
     tp_ag_input = id("tp.all_gather_input"); cp_kv_ag = id("cp.kv_all_gather"); cp_dkv_rs = id("cp.dkv_reduce_scatter");
     ep_dispatch = id("ep.dispatch"); ep_combine = id("ep.combine"); pp_act = id("pp.activation");
-    pp_grad = id("pp.gradient"); dp_grads = id("dp.grads"); edp_grads = id("edp.grads");
+    pp_grad = id("pp.gradient"); pp_gather = id("pp.all_gather"); dp_grads = id("dp.grads"); edp_grads = id("edp.grads");
     dp_params = id("dp.params"); edp_params = id("edp.params"); zero3_ag = id("zero3.params");
     zero3_rs = id("zero3.grads"); zero3_ag_expert = id("zero3.expert_params");
     zero3_rs_expert = id("zero3.expert_grads"); emb_ar = id("embedding.grad_all_reduce");

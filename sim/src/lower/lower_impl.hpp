@@ -23,7 +23,7 @@ struct Names {
     int q_down, kv_down, q, q_up, kv_up, latent_norm;
     int embedding, final_norm, logits, loss;
     int tp_ar, tp_ag, tp_rs, tp_ag_input, cp_kv_ag, cp_dkv_rs, ep_dispatch, ep_combine;
-    int pp_act, pp_grad;
+    int pp_act, pp_grad, pp_gather;
     int dp_grads, edp_grads, dp_params, edp_params, zero3_ag, zero3_rs, zero3_ag_expert, zero3_rs_expert, emb_ar;
     int opt_gpu, opt_cpu, opt_ssd, grad_d2h, param_h2d, state_read, state_write;
     int fetch_ssd, fetch_h2d, act_d2h, act_h2d, act_ssd_write, act_ssd_read;
@@ -169,6 +169,8 @@ private:
     void backward_pass(int mb, int chunk);
     void block_on_send();       ///< plan.p2p_blocking: DeepSpeed's parity-ordered blocking send
     void post_blocking_recv();  ///< plan.p2p_blocking: a receive posted in line with compute
+    double p2p_wire_bytes(double tensor_bytes) const;  ///< what one rank sends: 1/tp with plan.p2p_scatter_gather
+    void gather_received(double tensor_bytes);         ///< plan.p2p_scatter_gather: rebuild the tensor over TP
     int fetch_params(int layer, int after_ev);
     int fetch_activations(int mb, int chunk, int li, int after_ev);
     void layer_grads(int layer);

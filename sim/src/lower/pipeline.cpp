@@ -109,6 +109,18 @@ void RankLowering::gather_params_overlapped() {
     close();
 }
 
+// Megatron-LM's scatter/gather (SC21 Sec. 4.1) and DeepSpeed's partitioned pipe buffers: each TP
+// rank sends its 1/tp slice over its own NIC, and the receivers rebuild the tensor over NVLink
+// before the stage can use it. The gather is on the critical path; the wire carries tp times less.
+double RankLowering::p2p_wire_bytes(double tensor_bytes) const {
+    return p_.p2p_scatter_gather ? tensor_bytes / d_.tp : tensor_bytes;
+}
+
+void RankLowering::gather_received(double tensor_bytes) {
+    if (!p_.p2p_scatter_gather) return;
+    wait(Stream::compute, collective(Stream::tp_comm, CollKind::all_gather, Group::tp, tensor_bytes, n_.pp_gather));
+}
+
 void RankLowering::forward_pass(int mb, int chunk) {
     mb_ = step_ * micro_ + mb;
     chunk_ = chunk;
@@ -120,10 +132,11 @@ void RankLowering::forward_pass(int mb, int chunk) {
     if (v > 0) {
         post_blocking_recv();
         Instr& in = push(InstrKind::recv, Stream::pp_recv, n_.pp_act);
-        in.bytes = p2p_bytes;
+        in.bytes = p2p_wire_bytes(p2p_bytes);
         in.peer = program_of_stage((v - 1) % pp_);
         in.match_id = p2p_match(mb_, v - 1, true, lane);
         wait(Stream::compute, record(Stream::pp_recv));
+        gather_received(p2p_bytes);
     } else {
         stashed_[{mb_, chunk, -1}] = alloc_list(emb_desc_, emb_ids_);
         // Lookup: read the rows and write the (sequence-sharded with SP) output.
@@ -169,7 +182,7 @@ void RankLowering::forward_pass(int mb, int chunk) {
     } else {
         wait(Stream::pp_p2p, record(Stream::compute));
         Instr& in = push(InstrKind::send, Stream::pp_p2p, n_.pp_act);
-        in.bytes = p2p_bytes;
+        in.bytes = p2p_wire_bytes(p2p_bytes);
         in.peer = program_of_stage((v + 1) % pp_);
         in.match_id = p2p_match(mb_, v, true, lane);
         if (p_.p2p_blocking) block_on_send();
@@ -189,10 +202,11 @@ void RankLowering::backward_pass(int mb, int chunk) {
     if (v < vlast) {
         post_blocking_recv();
         Instr& in = push(InstrKind::recv, Stream::pp_recv, n_.pp_grad);
-        in.bytes = p2p_bytes;
+        in.bytes = p2p_wire_bytes(p2p_bytes);
         in.peer = program_of_stage((v + 1) % pp_);
         in.match_id = p2p_match(mb_, v + 1, false, lane);
         wait(Stream::compute, record(Stream::pp_recv));
+        gather_received(p2p_bytes);
     } else {
         compute(Op::loss, n_.loss, 0, 2 * d_.tokens * d_.vocab / d_.tp * 4);
         gemm_high(n_.logits, d_.tokens, d_.h, d_.vocab / d_.tp);  // dgrad
@@ -257,7 +271,7 @@ void RankLowering::backward_pass(int mb, int chunk) {
     } else {
         wait(Stream::pp_p2p, record(Stream::compute));
         Instr& in = push(InstrKind::send, Stream::pp_p2p, n_.pp_grad);
-        in.bytes = p2p_bytes;
+        in.bytes = p2p_wire_bytes(p2p_bytes);
         in.peer = program_of_stage((v - 1) % pp_);
         in.match_id = p2p_match(mb_, v, false, lane);
         if (p_.p2p_blocking) block_on_send();

@@ -137,6 +137,12 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
     if (p.p2p_blocking && p.schedule == Schedule::interleaved_1f1b)
         fail("plan.p2p_blocking", "needs plan.schedule gpipe or 1f1b (DeepSpeed's pipeline engine has no interleaved schedule; "
                                   "its blocking, parity-ordered send/recv deadlock across virtual stages)");
+    if (p.p2p_scatter_gather && (p.pp < 2 || p.tp < 2))
+        fail("plan.p2p_scatter_gather", "needs plan.pp >= 2 and plan.tp >= 2 (got pp " + s(p.pp) + ", tp " + s(p.tp) +
+                                        "): it splits pipeline tensors across the TP group");
+    if (p.p2p_scatter_gather && p.sequence_parallel)
+        fail("plan.p2p_scatter_gather", "cannot be combined with plan.sequence_parallel: the pipeline tensors are "
+                                        "already split across the TP group");
     if (p.sequence_parallel && p.tp > 1 && (m.seq_len / p.cp) % p.tp != 0)
         fail("plan.sequence_parallel", "needs model.seq_len / plan.cp = " + s(m.seq_len / p.cp) + " divisible by plan.tp = " + s(p.tp));
 

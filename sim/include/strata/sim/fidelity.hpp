@@ -164,6 +164,9 @@ struct FitOptions {
     int passes = 4;
     double tolerance = 0.001;  ///< stop a line search when the log2 bracket is narrower than this
     int rounds = 4;            ///< simulate-and-relinearise rounds
+    /// A fitted factor is reset to 1 (the datasheet model) unless it lowers the train MAPE by at
+    /// least this much (0.1 point): a direction train cannot tell apart is not a finding.
+    double min_gain = 0.001;
     double overlap = 0;        ///< fit_calibration: the interference term, held fixed
     /// Host time per kernel launch (Calibration::host_launch_us), held fixed: a published
     /// measurement, not fitted (kHostLaunchUs).

@@ -163,6 +163,10 @@ struct PlanSpec {
     /// Pipeline send/recv in line with compute (DeepSpeed's PipelineEngine: blocking NCCL p2p on
     /// the compute stream) instead of beside it (Megatron's batched isend/irecv).
     bool p2p_blocking = false;
+    /// Pipeline tensors cross stages in 1/tp pieces, one per TP rank, and are all-gathered over
+    /// NVLink on arrival (Megatron-LM's scatter/gather of SC21 Sec. 4.1, DeepSpeed's partitioned
+    /// pipe buffers). Megatron-Core sends whole tensors; with sequence parallelism they are sharded anyway.
+    bool p2p_scatter_gather = false;
     /// MoE all-to-all hidden behind another micro-batch's computation (Megatron-Core's
     /// --overlap-moe-expert-parallel-comm batch-level overlap, DeepSeek's DualPipe): the dispatch
     /// and combine run beside the compute stream and are joined at the end of the pass.
