@@ -113,10 +113,7 @@ TEST_CASE("Megatron export of MLA, dense-first MoE layers and expert tensor para
     ModelSpec m = test::gpt_shape("mla-moe", 6, 1024, 16, 1000, 512);
     m.head_dim = 128;  // 16 x 128 = 2048 != hidden: needs --kv-channels
     m.mla = MlaSpec{256, 128, 64, 32, 64};
-    m.moe = MoeSpec{};
-    m.moe->experts = 8;
-    m.moe->top_k = 2;
-    m.moe->expert_ffn_hidden = 512;
+    m.moe = strata::test::moe_spec(8, 2, 512);
     m.moe->first_k_dense = 2;
     PlanSpec p;
     p.tp = 2;
@@ -142,10 +139,7 @@ TEST_CASE("Megatron export of MLA, dense-first MoE layers and expert tensor para
 
 TEST_CASE("Megatron export of node-limited routing and the DeepEP dispatcher", "[planner][export][moe]") {
     ModelSpec m = test::gpt_shape("grouped-moe", 4, 1024, 16, 1000, 512);
-    m.moe = MoeSpec{};
-    m.moe->experts = 16;
-    m.moe->top_k = 4;
-    m.moe->expert_ffn_hidden = 512;
+    m.moe = strata::test::moe_spec(16, 4, 512);
     m.moe->router_groups = 4;
     m.moe->router_group_topk = 2;
     PlanSpec p;

@@ -172,10 +172,7 @@ TEST_CASE("fast estimate: ZeRO-3 parameter gathers bound a layer from below", "[
     // The one-layer probe used to time only the kernels (its single gather runs before them):
     // estimate 0.92 s against 17.8 s simulated for DeepSeek-V3 on 16,384 GPUs. Same 25 % margin.
     ModelSpec m = gpt(4, 1024, 256);
-    m.moe = MoeSpec{};
-    m.moe->experts = 64;
-    m.moe->top_k = 2;
-    m.moe->expert_ffn_hidden = 4096;
+    m.moe = strata::test::moe_spec(64, 2, 4096);
     const ClusterSpec c = node("H100-SXM5-80GB", 4);
     const auto hw = view(c);
     PlanSpec p;
@@ -200,10 +197,7 @@ TEST_CASE("fast estimate agrees with the engine on MoE plans with dense-first la
     ModelSpec m = gpt(8, 2048, 2048);
     m.ffn = FfnKind::swiglu;
     m.ffn_hidden = 5632;
-    m.moe = MoeSpec{};
-    m.moe->experts = 16;
-    m.moe->top_k = 4;
-    m.moe->expert_ffn_hidden = 1024;
+    m.moe = strata::test::moe_spec(16, 4, 1024);
     m.moe->first_k_dense = 2;
     const ClusterSpec c = node("H100-SXM5-80GB", 2);
     const auto hw = view(c);

@@ -27,10 +27,7 @@ static ClusterSpec two_nodes() {
 // The small GPT with 16 experts of 1024, top-2, in every layer.
 static ModelSpec small_moe() {
     ModelSpec m = small_gpt();
-    m.moe = MoeSpec{};
-    m.moe->experts = 16;
-    m.moe->top_k = 2;
-    m.moe->expert_ffn_hidden = 1024;
+    m.moe = strata::test::moe_spec(16, 2, 1024);
     return m;
 }
 

@@ -19,10 +19,7 @@ namespace {
 ModelSpec moe_model(int groups, int group_topk) {
     ModelSpec m = strata::test::gpt_shape("tiny-moe", 2, 64, 4, 128, 32);
     m.max_position = 32;
-    m.moe = MoeSpec{};
-    m.moe->experts = 8;
-    m.moe->top_k = 4;
-    m.moe->expert_ffn_hidden = 128;
+    m.moe = strata::test::moe_spec(8, 4, 128);
     m.moe->router_groups = groups;
     m.moe->router_group_topk = group_topk;
     return m;

@@ -333,9 +333,7 @@ TEST_CASE("CPU and SSD optimizer offload, and lock-free update", "[lower]") {
 
 TEST_CASE("full mode: one program per GPU, matched collectives, MoE skew", "[lower]") {
     ModelSpec m = small_gpt();
-    m.moe = MoeSpec{};
-    m.moe->experts = 4;
-    m.moe->top_k = 2;
+    m.moe = strata::test::moe_spec(4, 2);
     m.moe->load_skew = 0.5;
     PlanSpec p = plan(2, 2, 2, 8);
     p.ep = 2;
@@ -422,9 +420,7 @@ TEST_CASE("communication byte counts follow the formulas", "[lower]") {
     CHECK(kv == 3 * 4 * 2);
     // EP all-to-all: tokens*top_k*h*2 = 32*2*64*2 = 8192 bytes, 2 forward + 2 backward per layer.
     ModelSpec moe = small_gpt();
-    moe.moe = MoeSpec{};
-    moe.moe->experts = 4;
-    moe.moe->top_k = 2;
+    moe.moe = strata::test::moe_spec(4, 2);
     PlanSpec pe = plan(1, 1, 2, 2);
     pe.ep = 2;
     const Program ep = lower(moe, cluster(2), pe);

@@ -7,6 +7,7 @@
 #include "strata/sim/engine.hpp"
 #include "strata/sim/lower.hpp"
 #include "strata/sim/memory.hpp"
+#include "support/gpt.hpp"
 
 using namespace strata::sim;
 
@@ -89,9 +90,7 @@ TEST_CASE("lowered programs finish in the engine for every schedule and feature"
         ModelSpec m = gpt(8);
         m.tied_embeddings = true;  // exercises the first/last stage embedding all-reduce
         if (c.moe) {
-            m.moe = MoeSpec{};
-            m.moe->experts = 4;
-            m.moe->top_k = 2;
+            m.moe = strata::test::moe_spec(4, 2);
             m.moe->load_skew = 0.3;
         }
         PlanSpec p;

@@ -19,10 +19,7 @@ namespace {
 ModelSpec moe_model() {
     ModelSpec m = strata::test::gpt_shape("tiny-moe", 2, 64, 4, 128, 32);
     m.max_position = 32;
-    m.moe = MoeSpec{};
-    m.moe->experts = 4;
-    m.moe->top_k = 2;
-    m.moe->expert_ffn_hidden = 128;
+    m.moe = strata::test::moe_spec(4, 2, 128);
     return m;
 }
 

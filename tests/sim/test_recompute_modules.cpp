@@ -98,10 +98,7 @@ TEST_CASE("dense layer: recomputed forward work, by hand", "[recompute][lower]")
 TEST_CASE("MoE and MLA layers: bytes each module drops", "[recompute][memory]") {
     ModelSpec m = strata::test::gpt_shape("tiny-moe-mla", 2, 64, 4, 128, 32);
     m.ffn = FfnKind::swiglu;
-    m.moe = MoeSpec{};
-    m.moe->experts = 4;
-    m.moe->top_k = 2;
-    m.moe->expert_ffn_hidden = 32;
+    m.moe = strata::test::moe_spec(4, 2, 32);
     m.moe->shared_experts = 1;
     m.mla = MlaSpec{16, 8, 16, 8, 16};  // q_lora 16, kv_lora 8, nope 16, rope 8, v 16
     const double s = 32, h = 64;

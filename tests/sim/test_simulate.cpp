@@ -9,6 +9,7 @@
 #include "strata/hwdb/hwdb.hpp"
 #include "strata/sim/simulate.hpp"
 #include "strata/sim/tensors.hpp"
+#include "support/gpt.hpp"
 
 using namespace strata::sim;
 using namespace strata::sim::test;
@@ -42,10 +43,7 @@ ModelSpec small_moe_model(int layers) {
     m.head_dim = 64;
     m.ffn_hidden = 2816;
     m.ffn = FfnKind::swiglu;
-    m.moe = MoeSpec{};
-    m.moe->experts = 16;
-    m.moe->top_k = 4;
-    m.moe->expert_ffn_hidden = 512;
+    m.moe = strata::test::moe_spec(16, 4, 512);
     return m;
 }
 

@@ -7,6 +7,7 @@
 
 #include "strata/common/error.hpp"
 #include "strata/sim/spec_io.hpp"
+#include "support/gpt.hpp"
 
 using namespace strata::sim;
 using Catch::Matchers::Contains;
@@ -137,10 +138,7 @@ TEST_CASE("validate_plan: context and sequence parallelism", "[spec][errors]") {
     // MoE parallel folding: etp x ep tiles tp x cp x dp.
     const ModelSpec mm = [] {
         ModelSpec x = model();
-        x.moe = MoeSpec{};
-        x.moe->experts = 8;
-        x.moe->top_k = 2;
-        x.moe->expert_ffn_hidden = x.ffn_hidden;
+        x.moe = strata::test::moe_spec(8, 2, x.ffn_hidden);
         return x;
     }();
     expect_error([&] { validate(mm, plan(R"({"tp": 2, "dp": 4, "ep": 8, "global_batch": 8, "sequence_parallel": true})")); }, "p.json",

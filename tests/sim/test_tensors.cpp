@@ -9,6 +9,7 @@
 #include "strata/sim/memory.hpp"
 #include "strata/sim/model.hpp"
 #include "strata/sim/tensors.hpp"
+#include "support/gpt.hpp"
 
 using namespace strata::sim;
 
@@ -210,9 +211,7 @@ TEST_CASE("Stage parameters add up to the model", "[tensors]") {
 
     // Experts are sharded over ep; their ZeRO sharding is over dp·cp/ep.
     ModelSpec e = gpt(2, 1024, 16);
-    e.moe = MoeSpec{};
-    e.moe->experts = 8;
-    e.moe->top_k = 2;
+    e.moe = strata::test::moe_spec(8, 2);
     PlanSpec pe;
     pe.ep = 4;
     pe.dp = 8;
@@ -274,9 +273,7 @@ TEST_CASE("Embedding, logits, capacity factor, shared experts, workspace", "[ten
     // Capacity factor 1.25, top-2: the experts are padded to 1.25·tokens·2 rows (load skew is
     // then irrelevant); one shared expert adds a dense MLP of the expert width over all tokens.
     ModelSpec e = nd;
-    e.moe = MoeSpec{};
-    e.moe->experts = 8;
-    e.moe->top_k = 2;
+    e.moe = strata::test::moe_spec(8, 2);
     e.moe->capacity_factor = 1.25;
     e.moe->load_skew = 3.0;
     e.moe->shared_experts = 1;

@@ -24,4 +24,14 @@ inline sim::ModelSpec gpt_shape(const std::string& name, int layers, std::int64_
     return m;
 }
 
+/// A MoE block for a test model: `experts` routed experts of width `expert_ffn_hidden` (0 = the
+/// model's FFN width), top-`top_k` routing; every other field keeps MoeSpec's default.
+inline sim::MoeSpec moe_spec(int experts, int top_k, std::int64_t expert_ffn_hidden = 0) {
+    sim::MoeSpec moe;
+    moe.experts = experts;
+    moe.top_k = top_k;
+    moe.expert_ffn_hidden = expert_ffn_hidden;
+    return moe;
+}
+
 }  // namespace strata::test
