@@ -145,6 +145,7 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
         r.unsupported.push_back("pipeline scatter/gather without sequence parallelism (Megatron-LM before Megatron-Core; "
                                 "Megatron-Core sends whole tensors: enable --sequence-parallel instead)");
     if (p.eager_elementwise) r.unsupported.push_back("unfused eager elementwise ops (Megatron-LM fuses its norms and activations)");
+    if (p.moe_act_fp8_cache) r.unsupported.push_back("FP8 cache of the MoE SwiGLU inputs (DeepSeek-V3's own framework; Megatron keeps them in BF16)");
     if (p.zero_stage >= 2) r.unsupported.push_back("ZeRO stage " + std::to_string(p.zero_stage) + " (Megatron's distributed optimizer shards only optimizer states and, with overlap, gradients; use DeepSpeed)");
     if (!p.offload.optimizer.all_gpu() || !p.offload.params.all_gpu() || !p.offload.grads.all_gpu())
         r.unsupported.push_back("offload of model states (Megatron-LM has only --optimizer-cpu-offload in recent versions; use DeepSpeed)");

@@ -85,6 +85,15 @@ TEST_CASE("Megatron export names what it cannot express", "[planner][export]") {
     for (const auto& u : planner::export_megatron(gpt3(), q).unsupported) CHECK(u.find("scatter/gather") == std::string::npos);
 }
 
+TEST_CASE("Megatron export names the MoE SwiGLU FP8 cache as unsupported", "[planner][export]") {
+    PlanSpec q = planner::plan_from_megatron_args("--tensor-model-parallel-size 8", 64, "args");
+    q.precision = Precision::fp8;
+    q.moe_act_fp8_cache = true;
+    bool noted = false;
+    for (const auto& u : planner::export_megatron(gpt3(), q).unsupported) noted = noted || u.find("SwiGLU inputs") != std::string::npos;
+    CHECK(noted);
+}
+
 TEST_CASE("Megatron argument parsing rejects bad values", "[planner][export]") {
     CHECK_THROWS_AS(planner::plan_from_megatron_args("--tensor-model-parallel-size x", 8, "a"), InputError);
     CHECK_THROWS_AS(planner::plan_from_megatron_args("--tensor-model-parallel-size 3", 8, "a"), InputError);

@@ -67,13 +67,13 @@ FidelityRow synthetic_row(std::size_t i, Quantity q, const Calibration& applied,
 
 }  // namespace
 
-TEST_CASE("fidelity loader: all 85 entries, sorted, both splits", "[fidelity]") {
+TEST_CASE("fidelity loader: all 86 entries, sorted, both splits", "[fidelity]") {
     const auto& all = dataset();
-    REQUIRE(all.size() == 85);
+    REQUIRE(all.size() == 86);
     for (std::size_t i = 1; i < all.size(); ++i) CHECK(all[i - 1].id < all[i].id);
-    CHECK(select_split(all, "train").size() + select_split(all, "test").size() == 85);
-    CHECK(select_split(all, "all").size() == 85);
-    // 69 publish a throughput; 16 only a memory outcome (sources_memory.py).
+    CHECK(select_split(all, "train").size() + select_split(all, "test").size() == 86);
+    CHECK(select_split(all, "all").size() == 86);
+    // 70 publish a throughput; 16 only a memory outcome (sources_memory.py).
     int memory_only = 0;
     for (const FidelityEntry& e : all) memory_only += e.memory_only ? 1 : 0;
     CHECK(memory_only == 16);

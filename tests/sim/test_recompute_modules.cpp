@@ -119,6 +119,24 @@ TEST_CASE("MoE and MLA layers: bytes each module drops", "[recompute][memory]") 
     CHECK(b0 - stashed(m, selective(mods({RecomputeModule::core_attn, RecomputeModule::moe})), 0) == Approx(block));
 }
 
+TEST_CASE("moe_act_fp8_cache: the SwiGLU inputs kept for the recompute take 1 byte, not 2", "[recompute][memory]") {
+    ModelSpec m = strata::test::gpt_shape("tiny-moe", 2, 64, 4, 128, 32);
+    m.ffn = FfnKind::swiglu;
+    m.moe = strata::test::moe_spec(4, 2, 32);
+    PlanSpec p = selective(mods({RecomputeModule::core_attn, RecomputeModule::moe_act}));
+    p.precision = Precision::fp8;
+    const double s = 32;
+    const double kept = stashed(m, p, 0);
+    p.moe_act_fp8_cache = true;
+    // gate and up outputs of tokens x top_k rows of expert_ffn 32: 2 tensors x (2 - 1) bytes each.
+    CHECK(kept - stashed(m, p, 0) == Approx(2 * 1.0 * s * 2 * 32));
+    // The fc2 input stays dropped; nothing else changes.
+    for (const TensorDesc& d : layer_activations(m, p, 0, false)) {
+        CHECK(d.name != "moe.experts.act_out");
+        if (d.name == "moe.experts.gate_out" || d.name == "moe.experts.up_out") CHECK(d.bytes == Approx(s * 2 * 32));
+    }
+}
+
 TEST_CASE("recompute_modules: spec rules and round trip", "[recompute][spec]") {
     const ModelSpec m = gpt();
     ClusterSpec c = strata::test::cluster(1);

@@ -157,6 +157,16 @@ TEST_CASE("validate_plan: context and sequence parallelism", "[spec][errors]") {
         validate(model(), plan(R"({"pp": 2, "vpp": 2, "schedule": "interleaved-1f1b", "global_batch": 8, "p2p_blocking": true})"));
     }, "p.json", "plan.p2p_blocking", "needs plan.schedule gpipe or 1f1b");
     // Pipeline scatter/gather splits a boundary tensor over TP: it needs both, and SP already splits it.
+    const std::string cache = R"("global_batch": 8, "precision": "fp8", "recompute": "selective", "recompute_modules": ["moe_act"], "moe_act_fp8_cache": true)";
+    ModelSpec swiglu_moe = model(kMoeModel);
+    swiglu_moe.ffn = FfnKind::swiglu;
+    CHECK_NOTHROW(validate(swiglu_moe, plan("{" + cache + "}")));
+    expect_error([&] { validate(model(kMoeModel), plan("{" + cache + "}")); }, "p.json", "plan.moe_act_fp8_cache",
+                 "needs a MoE model with SwiGLU experts");
+    expect_error([&] { validate(swiglu_moe, plan(R"({"global_batch": 8, "recompute": "selective", "recompute_modules": ["moe_act"], "moe_act_fp8_cache": true})")); },
+                 "p.json", "plan.moe_act_fp8_cache", "needs plan.precision = \"fp8\" (got \"bf16\")");
+    expect_error([&] { validate(swiglu_moe, plan(R"({"global_batch": 8, "precision": "fp8", "moe_act_fp8_cache": true})")); },
+                 "p.json", "plan.moe_act_fp8_cache", "needs moe_act in plan.recompute_modules");
     expect_error([] { validate(model(), plan(R"({"tp": 2, "global_batch": 8, "p2p_scatter_gather": true})")); },
                  "p.json", "plan.p2p_scatter_gather", "needs plan.pp >= 2 and plan.tp >= 2 (got pp 1, tp 2)");
     expect_error([] { validate(model(), plan(R"({"pp": 2, "global_batch": 8, "p2p_scatter_gather": true})")); },

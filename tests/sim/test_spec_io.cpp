@@ -116,6 +116,7 @@ void same(const PlanSpec& a, const PlanSpec& b) {
     CHECK(a.tp_comm_overlap == b.tp_comm_overlap);
     CHECK(a.p2p_blocking == b.p2p_blocking);
     CHECK(a.p2p_scatter_gather == b.p2p_scatter_gather);
+    CHECK(a.moe_act_fp8_cache == b.moe_act_fp8_cache);
     CHECK(a.eager_elementwise == b.eager_elementwise);
     CHECK(a.attention_kernel == b.attention_kernel);
     CHECK(a.dp_bucket_bytes == b.dp_bucket_bytes);
@@ -295,4 +296,15 @@ TEST_CASE("pipeline scatter/gather round-trips; whole tensors (Megatron-Core) ar
     CHECK_FALSE(plan_from_json_text(R"({"global_batch": 4})", "p.json").p2p_scatter_gather);
     CHECK_THROWS_WITH(plan_from_json_text(R"({"global_batch": 4, "p2p_scatter_gather": "yes"})", "p.json"),
                       Catch::Contains("p.json") && Catch::Contains("p2p_scatter_gather"));
+}
+
+TEST_CASE("the MoE SwiGLU FP8 cache round-trips and is off by default", "[spec][io]") {
+    const PlanSpec p = plan_from_json_text(
+        R"({"global_batch": 4, "precision": "fp8", "recompute": "selective", "recompute_modules": ["moe_act"], "moe_act_fp8_cache": true})", "p.json");
+    CHECK(p.moe_act_fp8_cache);
+    CHECK(to_json_text(p).find("\"moe_act_fp8_cache\": true") != std::string::npos);
+    same(p, plan_from_json_text(to_json_text(p), "rt.json"));
+    CHECK_FALSE(plan_from_json_text(R"({"global_batch": 4})", "p.json").moe_act_fp8_cache);
+    CHECK_THROWS_WITH(plan_from_json_text(R"({"global_batch": 4, "moe_act_fp8_cache": 1})", "p.json"),
+                      Catch::Contains("p.json") && Catch::Contains("moe_act_fp8_cache"));
 }

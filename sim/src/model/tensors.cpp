@@ -176,7 +176,9 @@ std::vector<TensorDesc> full_layer_activations(const ModelSpec& m, const PlanSpe
         const double rows = routed_rows(m, p, L);
         out.push_back(act_tensor("moe.router_probs", 4.0 * L.tok_rep * moe.experts, "(tokens, experts) fp32", p));
         out.push_back(act_tensor("moe.dispatched_in", L.gemm_in * rows * L.h, "(tokens·top_k, h)", p));  // expert fc1 input
-        mlp_intermediates(out, m, p, L, "moe.experts", rows, eff_local, "tokens·top_k");
+        Local experts = L;
+        if (p.moe_act_fp8_cache) experts.act = 1.0;  // the SwiGLU inputs cached in FP8 (DeepSeek-V3 Sec. 3.3.3)
+        mlp_intermediates(out, m, p, experts, "moe.experts", rows, eff_local, "tokens·top_k");
         out.push_back(act_tensor("moe.expert_out", L.act * rows * L.h, "(tokens·top_k, h)", p));
         if (moe.shared_experts > 0)
             mlp_intermediates(out, m, p, L, "moe.shared", L.tokens, static_cast<double>(expert_ffn_of(m)) / L.t * moe.shared_experts, "s/cp·b");

@@ -143,6 +143,15 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
     if (p.p2p_scatter_gather && p.sequence_parallel)
         fail("plan.p2p_scatter_gather", "cannot be combined with plan.sequence_parallel: the pipeline tensors are "
                                         "already split across the TP group");
+    if (p.moe_act_fp8_cache) {
+        if (!m.is_moe() || m.ffn != FfnKind::swiglu)
+            fail("plan.moe_act_fp8_cache", "needs a MoE model with SwiGLU experts (model.moe, model.ffn = \"swiglu\"): it caches the SwiGLU inputs");
+        if (p.precision != Precision::fp8)
+            fail("plan.moe_act_fp8_cache", "needs plan.precision = \"fp8\" (got \"" + std::string(to_string(p.precision)) + "\")");
+        if (p.recompute != Recompute::selective || !p.recomputes(RecomputeModule::moe_act))
+            fail("plan.moe_act_fp8_cache", "needs moe_act in plan.recompute_modules (recompute selective): the cached "
+                                           "inputs are what the SwiGLU recompute reads");
+    }
     if (p.sequence_parallel && p.tp > 1 && (m.seq_len / p.cp) % p.tp != 0)
         fail("plan.sequence_parallel", "needs model.seq_len / plan.cp = " + s(m.seq_len / p.cp) + " divisible by plan.tp = " + s(p.tp));
 

@@ -167,6 +167,10 @@ struct PlanSpec {
     /// NVLink on arrival (Megatron-LM's scatter/gather of SC21 Sec. 4.1, DeepSpeed's partitioned
     /// pipe buffers). Megatron-Core sends whole tensors; with sequence parallelism they are sharded anyway.
     bool p2p_scatter_gather = false;
+    /// With moe_act recomputed under FP8: the routed experts' SwiGLU inputs (the fc1 outputs kept
+    /// for the recompute) are cached in FP8, 1 byte per element instead of 2 (DeepSeek-V3,
+    /// arXiv:2412.19437 Sec. 3.3.3, "Inputs of the SwiGLU operator in MoE").
+    bool moe_act_fp8_cache = false;
     /// MoE all-to-all hidden behind another micro-batch's computation (Megatron-Core's
     /// --overlap-moe-expert-parallel-comm batch-level overlap, DeepSeek's DualPipe): the dispatch
     /// and combine run beside the compute stream and are joined at the end of the pass.
