@@ -45,28 +45,44 @@ TEST_CASE("cached memory estimates equal uncached ones (dense)", "[planner][memo
 }
 
 TEST_CASE("cached memory estimates equal uncached ones (MoE)", "[planner][memory]") {
-    ModelSpec m;
-    m.name = "moe";
-    m.layers = 8;
-    m.hidden = 1024;
-    m.heads = 8;
+    ModelSpec m = strata::test::gpt_shape("moe", 8, 1024, 8, 32000, 4096);  // 8 heads of 128
     m.kv_heads = 2;
-    m.head_dim = 128;
     m.ffn_hidden = 3584;
     m.ffn = FfnKind::swiglu;
-    m.vocab = 32000;
-    m.seq_len = 4096;
     m.position = PositionKind::rope;
     m.norm = NormKind::rmsnorm;
-    MoeSpec moe;
-    moe.experts = 8;
-    moe.top_k = 2;
-    moe.expert_ffn_hidden = 3584;
-    moe.moe_every = 2;
-    m.moe = moe;
+    m.moe = strata::test::moe_spec(8, 2, 3584);
+    m.moe->moe_every = 2;
     ClusterSpec c;
     c.gpu = "H100-SXM5-80GB";
     c.nodes = 2;
     c.gpus_per_node = 8;
     compare_space(m, c, 64);
+}
+
+TEST_CASE("the cache tells apart plans that differ only in what a selective recompute keeps", "[planner][memory]") {
+    ModelSpec m = test::gpt_shape("moe", 4, 1024, 8, 32000, 4096);
+    m.ffn = FfnKind::swiglu;
+    m.moe = test::moe_spec(8, 2, 1024);
+    Capacities caps;
+    caps.hbm_bytes = 80e9;
+    caps.gpus_per_node = 8;
+    PlanSpec p;
+    p.global_batch = 8;
+    p.precision = Precision::fp8;
+    p.recompute = Recompute::selective;
+    MemoryCache cache;
+    const auto with = [&](unsigned modules, bool fp8_cache) {
+        PlanSpec q = p;
+        q.recompute_modules = modules;
+        q.moe_act_fp8_cache = fp8_cache;
+        const double cached = memory_estimate(m, q, caps, &cache).stages[0].activations_bytes;
+        CHECK(cached == memory_estimate(m, q, caps).stages[0].activations_bytes);
+        return cached;
+    };
+    const unsigned core = 1u << static_cast<unsigned>(RecomputeModule::core_attn);
+    const unsigned act = core | (1u << static_cast<unsigned>(RecomputeModule::moe_act));
+    const double a = with(core, false), b = with(act, false), c = with(act, true);
+    CHECK(b < a);
+    CHECK(c < b);
 }

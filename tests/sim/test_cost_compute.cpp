@@ -13,6 +13,19 @@ double achieved_flops(const Instr& in, const CostContext& ctx) {
     const Estimate e = compute_cost(in, ctx);
     return in.flops / (static_cast<double>(e.duration_ns) * 1e-9);
 }
+
+// A causal attention kernel of head dim 128 over `batch` (batch x heads) sequences of length seq;
+// FLOPs: 2 s^2 d per sequence forward (QK^T and PV, half masked), 2.5x that backward.
+Instr attn(std::int64_t seq, bool bwd, std::int64_t batch) {
+    Instr in;
+    in.kind = InstrKind::compute;
+    in.op = bwd ? Op::attention_bwd : Op::attention_fwd;
+    in.m = in.n = seq;
+    in.k = 128;
+    in.batch = batch;
+    in.flops = (bwd ? 2.5 : 1.0) * 2.0 * seq * seq * 128.0 * batch;
+    return in;
+}
 }  // namespace
 
 TEST_CASE("default GEMM curve reproduces measured H100 bf16 squares within 15%", "[cost][gemm]") {
@@ -96,16 +109,7 @@ TEST_CASE("measured GEMM grid: exact points are measured, others fitted and clam
 TEST_CASE("attention: FA3-class throughput on H100, slower when short and in backward", "[cost][attention]") {
     const auto hw = h100_view();
     CostContext ctx{&hw};
-    auto attn = [](std::int64_t seq, bool bwd) {
-        Instr in;
-        in.kind = InstrKind::compute;
-        in.op = bwd ? Op::attention_bwd : Op::attention_fwd;
-        in.m = in.n = seq;
-        in.k = 128;
-        in.batch = 16;
-        in.flops = (bwd ? 2.5 : 1.0) * 2.0 * seq * seq * 128.0 * 16;
-        return in;
-    };
+    auto attn = [](std::int64_t seq, bool bwd) { return ::attn(seq, bwd, 16); };
     // FA3 forward, hdim 128, 16k: ~621 TFLOP/s (pytorch/benchmark PR #2391); FA3 paper's best 740.
     const double long_fwd = achieved_flops(attn(16384, false), ctx);
     CHECK(long_fwd > 550e12);
@@ -125,16 +129,7 @@ TEST_CASE("attention kernel families against an H100: FA3-class = cuDNN, FA2 abo
     fa2.attention_kernel = AttentionKernel::fa2;
     CostContext c3{&h100}, c2{&h100};
     c2.plan = &fa2;
-    auto attn = [](std::int64_t seq, bool bwd) {
-        Instr in;
-        in.kind = InstrKind::compute;
-        in.op = bwd ? Op::attention_bwd : Op::attention_fwd;
-        in.m = in.n = seq;
-        in.k = 128;
-        in.batch = 32 * 65536 / seq;
-        in.flops = (bwd ? 2.5 : 1.0) * 2.0 * seq * seq * 128.0 * in.batch;
-        return in;
-    };
+    auto attn = [](std::int64_t seq, bool bwd) { return ::attn(seq, bwd, 32 * 65536 / seq); };  // 2M tokens x 32 heads
     CHECK(achieved_flops(attn(8192, false), c2) == Approx(342e12).epsilon(0.10));
     CHECK(achieved_flops(attn(65536, false), c2) == Approx(330e12).epsilon(0.10));
     CHECK(achieved_flops(attn(8192, true), c2) == Approx(285e12).epsilon(0.10));

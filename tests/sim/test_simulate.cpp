@@ -19,16 +19,7 @@ namespace {
 /// A GPT-style model whose stages are all alike: many identical layers, a tiny vocabulary (the
 /// embedding and the logits cost next to nothing), so per-stage times are uniform.
 ModelSpec uniform_model(int layers) {
-    ModelSpec m;
-    m.name = "uniform";
-    m.layers = layers;
-    m.hidden = 4096;
-    m.heads = 32;
-    m.kv_heads = 32;
-    m.head_dim = 128;
-    m.ffn_hidden = 16384;
-    m.vocab = 256;
-    m.seq_len = 2048;
+    ModelSpec m = strata::test::gpt_shape("uniform", layers, 4096, 32, 256, 2048);  // 32 heads of 128, ffn 16384
     m.position = PositionKind::rope;
     m.norm = NormKind::rmsnorm;
     return m;

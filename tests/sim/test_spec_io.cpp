@@ -278,33 +278,30 @@ TEST_CASE("the attention kernel family round-trips; FA3-class is the default", "
                       Catch::Contains("p.json") && Catch::Contains("attention_kernel"));
 }
 
-TEST_CASE("eager elementwise ops round-trip; fused is the default", "[spec][io]") {
-    const PlanSpec p = plan_from_json_text(R"({"dp": 2, "global_batch": 4, "eager_elementwise": true})", "p.json");
-    CHECK(p.eager_elementwise);
-    CHECK(to_json_text(p).find("\"eager_elementwise\": true") != std::string::npos);
+// A boolean plan field: `on` (a plan JSON setting it true) parses to true and writes it back,
+// the round trip is exact, the default is false, and `bad` (a non-boolean) names the file and field.
+static void bool_field_round_trips(const char* on, const char* bad, const std::string& key, bool PlanSpec::*field) {
+    const PlanSpec p = plan_from_json_text(on, "p.json");
+    CHECK(p.*field);
+    CHECK(to_json_text(p).find("\"" + key + "\": true") != std::string::npos);
     same(p, plan_from_json_text(to_json_text(p), "rt.json"));
-    CHECK_FALSE(plan_from_json_text(R"({"global_batch": 4})", "p.json").eager_elementwise);
-    CHECK_THROWS_WITH(plan_from_json_text(R"({"global_batch": 4, "eager_elementwise": 1})", "p.json"),
-                      Catch::Contains("p.json") && Catch::Contains("eager_elementwise"));
+    CHECK_FALSE(plan_from_json_text(R"({"global_batch": 4})", "p.json").*field);
+    CHECK_THROWS_WITH(plan_from_json_text(bad, "p.json"), Catch::Contains("p.json") && Catch::Contains(key));
+}
+
+TEST_CASE("eager elementwise ops round-trip; fused is the default", "[spec][io]") {
+    bool_field_round_trips(R"({"dp": 2, "global_batch": 4, "eager_elementwise": true})",
+                           R"({"global_batch": 4, "eager_elementwise": 1})", "eager_elementwise", &PlanSpec::eager_elementwise);
 }
 
 TEST_CASE("pipeline scatter/gather round-trips; whole tensors (Megatron-Core) are the default", "[spec][io]") {
-    const PlanSpec p = plan_from_json_text(R"({"tp": 2, "pp": 2, "global_batch": 4, "p2p_scatter_gather": true})", "p.json");
-    CHECK(p.p2p_scatter_gather);
-    CHECK(to_json_text(p).find("\"p2p_scatter_gather\": true") != std::string::npos);
-    same(p, plan_from_json_text(to_json_text(p), "rt.json"));
-    CHECK_FALSE(plan_from_json_text(R"({"global_batch": 4})", "p.json").p2p_scatter_gather);
-    CHECK_THROWS_WITH(plan_from_json_text(R"({"global_batch": 4, "p2p_scatter_gather": "yes"})", "p.json"),
-                      Catch::Contains("p.json") && Catch::Contains("p2p_scatter_gather"));
+    bool_field_round_trips(R"({"tp": 2, "pp": 2, "global_batch": 4, "p2p_scatter_gather": true})",
+                           R"({"global_batch": 4, "p2p_scatter_gather": "yes"})", "p2p_scatter_gather",
+                           &PlanSpec::p2p_scatter_gather);
 }
 
 TEST_CASE("the MoE SwiGLU FP8 cache round-trips and is off by default", "[spec][io]") {
-    const PlanSpec p = plan_from_json_text(
-        R"({"global_batch": 4, "precision": "fp8", "recompute": "selective", "recompute_modules": ["moe_act"], "moe_act_fp8_cache": true})", "p.json");
-    CHECK(p.moe_act_fp8_cache);
-    CHECK(to_json_text(p).find("\"moe_act_fp8_cache\": true") != std::string::npos);
-    same(p, plan_from_json_text(to_json_text(p), "rt.json"));
-    CHECK_FALSE(plan_from_json_text(R"({"global_batch": 4})", "p.json").moe_act_fp8_cache);
-    CHECK_THROWS_WITH(plan_from_json_text(R"({"global_batch": 4, "moe_act_fp8_cache": 1})", "p.json"),
-                      Catch::Contains("p.json") && Catch::Contains("moe_act_fp8_cache"));
+    bool_field_round_trips(
+        R"({"global_batch": 4, "precision": "fp8", "recompute": "selective", "recompute_modules": ["moe_act"], "moe_act_fp8_cache": true})",
+        R"({"global_batch": 4, "moe_act_fp8_cache": 1})", "moe_act_fp8_cache", &PlanSpec::moe_act_fp8_cache);
 }
