@@ -68,7 +68,7 @@ db="$OUT/profile.db"
 rm -f "$db" "$db-wal" "$db-shm"
 
 stamp "CUDA profile ${quick:-(full)}"
-timeout 420 "$strata" profile --backend cuda $quick --only gemm,attention,membw,memcpy,collective --db "$db" \
+timeout 420 "$strata" profile --backend cuda $quick --only gemm,attention,membw,memcpy,collective,overlap --db "$db" \
     --json "$OUT/cuda-run.json" | tee "$OUT/cuda-tables.txt"
 
 stamp "CPU-side profile (SSD in $ssd_dir, CPU Adam)"

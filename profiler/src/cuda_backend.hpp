@@ -26,5 +26,7 @@ void bench_membw(Context& ctx, const std::string& device);
 // cuda_transfer.cu:
 void bench_memcpy(Context& ctx, const std::string& device);
 void bench_collectives(Context& ctx, const std::string& device);
+// cuda_overlap.cu: GEMM slowdown while a stand-in communication kernel holds S SMs.
+void bench_overlap(Context& ctx, const std::string& device);
 
 }  // namespace strata::profiler::cudab

@@ -22,7 +22,7 @@
 namespace strata::profiler {
 
 const std::vector<std::string>& all_kinds() {
-    static const std::vector<std::string> k{"gemm", "attention", "membw", "memcpy", "collective", "ssd", "cpu_adam"};
+    static const std::vector<std::string> k{"gemm", "attention", "membw", "memcpy", "collective", "overlap", "ssd", "cpu_adam"};
     return k;
 }
 
@@ -108,6 +108,7 @@ std::vector<hwdb::Fit> fit_measurements(const std::vector<hwdb::Measurement>& ms
     std::map<std::tuple<std::string, std::string>, Pts> coll, copy, hbm, ssd_qd1;
     std::map<std::tuple<std::string, std::string>, double> ssd_best;
     std::map<std::string, std::pair<double, double>> adam;  // device -> (params, best rate)
+    std::map<std::tuple<std::string, std::string>, Pts> interference;  // (device, proxy): x = SM share, t = slowdown
     for (const auto& m : ms) {
         if (m.kind == "collective") {
             const int n = static_cast<int>(param(m, "group"));
@@ -137,6 +138,12 @@ std::vector<hwdb::Fit> fit_measurements(const std::vector<hwdb::Measurement>& ms
                 p.x.push_back(param(m, "block_bytes"));
                 p.t.push_back(time_of(m, param(m, "block_bytes")));
             }
+        } else if (m.kind == "overlap") {
+            const double share = param(m, "sm_fraction");
+            if (share <= 0 || !std::isfinite(m.value)) continue;
+            auto& p = interference[{m.device, label(m, "proxy") + (label(m, "gemm_sms") == "target" ? " sm_target" : "")}];
+            p.x.push_back(share);
+            p.t.push_back(m.value);
         } else if (m.kind == "cpu_adam") {
             auto& [P, rate] = adam[m.device];
             const double np = param(m, "params");
@@ -183,6 +190,27 @@ std::vector<hwdb::Fit> fit_measurements(const std::vector<hwdb::Measurement>& ms
         c.Bps = std::max(c.Bps, ssd_best[k]);
         out.push_back(bandwidth_fit("ssd", std::get<0>(k), std::get<1>(k), c));
     }
+    for (const auto& [k, p] : interference) {
+        // slowdown = c * (SMs held / SMs), least squares through the origin: no SMs held, no
+        // loss. The error is absolute (slowdowns near 0 make relative errors meaningless).
+        double sxy = 0, sxx = 0;
+        for (std::size_t i = 0; i < p.x.size(); ++i) sxy += p.x[i] * p.t[i], sxx += p.x[i] * p.x[i];
+        if (p.x.size() < 2 || sxx <= 0) continue;
+        const double c = sxy / sxx;
+        double err = 0;
+        for (std::size_t i = 0; i < p.x.size(); ++i) err += std::abs(c * p.x[i] - p.t[i]);
+        hwdb::Fit f;
+        f.kind = "overlap";
+        f.device = std::get<0>(k);
+        f.key = std::get<1>(k);
+        f.model = "proportional";
+        f.params = {{"slowdown_per_sm_share", c}};
+        f.valid_min = *std::min_element(p.x.begin(), p.x.end());
+        f.valid_max = *std::max_element(p.x.begin(), p.x.end());
+        f.n_points = static_cast<int>(p.x.size());
+        f.mape = err / static_cast<double>(p.x.size());
+        out.push_back(std::move(f));
+    }
     for (const auto& [device, pr] : adam) {
         hwdb::Fit f;
         f.kind = "cpu_adam";
@@ -224,7 +252,8 @@ Profile run_profile(const Options& o) {
         if (ctx.want("membw")) host::bench_membw_cpu(ctx);
         if (ctx.want("memcpy")) host::bench_memcpy_cpu(ctx);
         if (ctx.want("collective")) host::bench_collectives_cpu(ctx);
-        if (ctx.want("attention") && !o.only.empty()) ctx.warn("attention: not measured by the cpu backend");
+        for (const char* k : {"attention", "overlap"})
+            if (ctx.want(k) && !o.only.empty()) ctx.warn(std::string(k) + ": not measured by the cpu backend");
     } else {
 #ifdef STRATA_HAVE_CUDA
         const cudab::DeviceInfo di = cudab::query_devices();
@@ -239,6 +268,7 @@ Profile run_profile(const Options& o) {
         if (ctx.want("membw")) cudab::bench_membw(ctx, ctx.device);
         if (ctx.want("memcpy")) cudab::bench_memcpy(ctx, ctx.device);
         if (ctx.want("collective")) cudab::bench_collectives(ctx, ctx.device);
+        if (ctx.want("overlap")) cudab::bench_overlap(ctx, ctx.device);
         if (di.count < 2 && ctx.want("collective"))
             p.run.notes += "collectives ran with 1 rank (one visible GPU): rows labelled representative=0, no collective fits. ";
 #endif

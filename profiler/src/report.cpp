@@ -106,6 +106,22 @@ std::string format_tables(const Profile& p, const hwdb::Gpu* peak) {
                           m.value / 1e6);
         o << b;
     }
+    head = false;
+    for (const auto& m : p.measurements) {
+        if (m.kind != "overlap") continue;
+        if (!head) {
+            o << "\n# Interference: GEMM slowdown while a stand-in communication kernel holds S SMs (copy: streams HBM; spin: idle)\n"
+              << "#  (sm_target: the GEMM is told the SMs left to it)\n"
+              << "#  proxy              m      n      k    S  SM share  slowdown  p10-p90          stand-in GB/s\n";
+            head = true;
+        }
+        const std::string mode = label(m, "proxy") + (label(m, "gemm_sms") == "target" ? " sm_target" : "");
+        char b[200];
+        std::snprintf(b, sizeof b, "  %-14s %6.0f %6.0f %6.0f %4.0f   %5.1f%%   %6.1f%%  %5.1f%%-%5.1f%%  %10.0f\n", mode.c_str(),
+                      param(m, "m"), param(m, "n"), param(m, "k"), param(m, "sms"), param(m, "sm_fraction") * 100, m.value * 100, m.p10 * 100,
+                      m.p90 * 100, param(m, "proxy_Bps") / 1e9);
+        o << b;
+    }
     if (!p.fits.empty()) {
         o << "\n# Fits (t = alpha + S*f(n)/busbw for collectives; t = latency + bytes/Bps for bandwidths)\n";
         for (const auto& f : p.fits) {
@@ -116,6 +132,9 @@ std::string format_tables(const Profile& p, const hwdb::Gpu* peak) {
             else if (f.model == "bandwidth")
                 std::snprintf(b, sizeof b, "  %-10s %-26s latency %7.2f us  %8.2f GB/s  n=%d mape %.1f%%\n", f.kind.c_str(), f.key.c_str(),
                               f.params.at("latency_ns") / 1e3, f.params.at("Bps") / 1e9, f.n_points, f.mape * 100);
+            else if (f.model == "proportional")
+                std::snprintf(b, sizeof b, "  %-10s %-26s slowdown %.3f x SM share  n=%d mean abs err %.1f points\n", f.kind.c_str(),
+                              f.key.c_str(), f.params.at("slowdown_per_sm_share"), f.n_points, f.mape * 100);
             else
                 std::snprintf(b, sizeof b, "  %-10s %-26s %.4g params/s\n", f.kind.c_str(), f.key.c_str(), f.params.count("params_per_s") ? f.params.at("params_per_s") : 0.0);
             o << b;
@@ -139,7 +158,9 @@ std::string to_json(const Profile& p) {
     for (const auto& f : p.fits)
         fs.push_back({{"kind", f.kind}, {"device", f.device}, {"key", f.key}, {"model", f.model}, {"params", f.params},
                       {"valid_min", f.valid_min}, {"valid_max", f.valid_max}, {"n_points", f.n_points}, {"mape", f.mape}});
-    json doc = {{"run", run}, {"measurements", ms}, {"fits", fs}, {"warnings", p.warnings}};
+    // hwdb's document format (schema 1, one run), so `strata hwdb import` reads it as written;
+    // the warnings are in run.notes.
+    json doc = {{"schema", 1}, {"runs", json::array({json{{"run", run}, {"measurements", ms}, {"fits", fs}}})}};
     return doc.dump(2) + "\n";
 }
 

@@ -202,3 +202,35 @@ TEST_CASE("the fallback survives a smallest message slower than the largest", "[
         CHECK(f.busbw_Bps == Approx(16777216.0 / (25e-3 - 10e-6)));
     }
 }
+
+TEST_CASE("fit_measurements: interference slope per stand-in, through the origin", "[profiler][fit]") {
+    // Rows as bench_overlap writes them: value = slowdown, params.sm_fraction = S / SMs. The
+    // `copy` rows lie exactly on 2 x share; the sm_target rows on 3 x share with +-0.01 noise of
+    // zero sum over symmetric x pairs; a row without a share is ignored.
+    auto row = [](const char* proxy, const char* gemm_sms, double share, double slowdown) {
+        strata::hwdb::Measurement m;
+        m.kind = "overlap";
+        m.device = "H100-SXM5-80GB";
+        m.value = slowdown;
+        m.params = {{"sm_fraction", share}};
+        m.labels = {{"proxy", proxy}, {"gemm_sms", gemm_sms}};
+        return m;
+    };
+    std::vector<strata::hwdb::Measurement> ms;
+    for (double s : {0.1, 0.2, 0.3}) ms.push_back(row("copy", "all", s, 2 * s));
+    ms.push_back(row("copy", "target", 0.1, 0.3 + 0.01));
+    ms.push_back(row("copy", "target", 0.2, 0.6 - 0.005));  // 0.1 x 0.01 = 0.2 x 0.005: the noise cancels in sum(x y)
+    ms.push_back(row("copy", "all", 0.0, 5.0));             // no share: not a point
+    const auto fits = fit_measurements(ms);
+    REQUIRE(fits.size() == 2);
+    CHECK(fits[0].key == "copy");
+    CHECK(fits[0].model == "proportional");
+    CHECK(fits[0].params.at("slowdown_per_sm_share") == Approx(2.0).epsilon(1e-12));
+    CHECK(fits[0].n_points == 3);
+    CHECK(fits[0].mape == Approx(0).margin(1e-12));  // mean absolute error, in slowdown units
+    CHECK(fits[0].valid_min == Approx(0.1));
+    CHECK(fits[0].valid_max == Approx(0.3));
+    CHECK(fits[1].key == "copy sm_target");
+    CHECK(fits[1].params.at("slowdown_per_sm_share") == Approx(3.0).epsilon(1e-12));
+    CHECK(fits[1].mape == Approx((0.01 + 0.005) / 2).epsilon(1e-9));
+}

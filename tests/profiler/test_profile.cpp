@@ -76,6 +76,17 @@ TEST_CASE("bad backend and kind names are input errors", "[profiler]") {
     CHECK_THROWS_WITH(profiler::run_profile(o), Catch::Contains("did you mean gemm"));
 }
 
+TEST_CASE("the cpu backend says it does not measure GPU-only kinds", "[profiler]") {
+    profiler::Options o;
+    o.backend = "cpu";
+    o.quick = true;
+    o.only = {"overlap"};
+    const auto p = profiler::run_profile(o);
+    CHECK(p.measurements.empty());
+    REQUIRE(p.warnings.size() == 1);
+    CHECK(p.warnings[0] == "overlap: not measured by the cpu backend");
+}
+
 TEST_CASE("gpu ids from CUDA device names", "[profiler]") {
     CHECK(profiler::gpu_id_for_name("NVIDIA H100 80GB HBM3") == "H100-SXM5-80GB");
     CHECK(profiler::gpu_id_for_name("NVIDIA H200") == "H200-SXM-141GB");
@@ -124,6 +135,14 @@ TEST_CASE("a quick CPU profile writes one run whose fits hwdb can read", "[profi
     CHECK(db.runs().size() == before + 1);
     CHECK(db.measurements(id).size() == p.measurements.size());
     CHECK(db.fits(id).size() == p.fits.size());
+
+    // `strata profile --json` writes what `strata hwdb import` reads: the same run again.
+    db.import_json(profiler::to_json(p), "profile.json");
+    REQUIRE(db.runs().size() == before + 2);
+    const std::int64_t again = db.runs().back().id;
+    CHECK(again != id);
+    CHECK(db.measurements(again).size() == p.measurements.size());
+    CHECK(db.fits(again).size() == p.fits.size());
 
     // The view attaches measured figures of device "cpu" (hwdb docs): Adam and SSD come back.
     const hwdb::HardwareView v = db.view("H100-SXM5-80GB", "", "", "", "", "");

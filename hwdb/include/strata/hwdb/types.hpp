@@ -93,7 +93,7 @@ struct Run {
 /// One measured point. `params` holds the shape (m, n, k, bytes, group, ...); `value` is in `unit`.
 struct Measurement {
     std::int64_t run_id = 0;
-    std::string kind;      ///< gemm, attention, membw, memcpy, collective, p2p, ssd, cpu_adam, overhead
+    std::string kind;      ///< gemm, attention, membw, memcpy, collective, overlap, p2p, ssd, cpu_adam, overhead
     std::string device;    ///< hwdb GPU id, or "cpu"
     std::string key;       ///< canonical, e.g. "bf16 m=4096 n=4096 k=4096" or "all_reduce n=8 intra"
     std::map<std::string, double> params;
@@ -115,7 +115,7 @@ struct Fit {
     std::string points_json;  ///< for grid models: the points, as JSON
     double valid_min = 0, valid_max = 0;
     int n_points = 0;
-    double mape = 0;       ///< mean absolute percentage error of the fit on its points
+    double mape = 0;       ///< mean absolute percentage error of the fit on its points (model proportional: mean absolute error)
 };
 
 }  // namespace strata::hwdb

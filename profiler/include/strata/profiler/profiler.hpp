@@ -64,7 +64,8 @@ std::string gpu_id_for_name(const std::string& cuda_name);
 /// Adam, fits. `peak` (optional) gives the datasheet peak FLOP/s per dtype for eff%.
 std::string format_tables(const Profile& p, const hwdb::Gpu* peak = nullptr);
 
-/// The run as JSON (run, measurements, fits): deterministic key order and float formatting.
+/// The run as an hwdb document (schema 1, one run with its measurements and fits; warnings are in
+/// run.notes), readable by Database::import_json: deterministic key order and float formatting.
 std::string to_json(const Profile& p);
 
 }  // namespace strata::profiler
