@@ -85,11 +85,6 @@ __global__ void wait_resident(Flags* f, unsigned int want, long long max_cycles)
 
 __global__ void set_stop(Flags* f, unsigned int epoch) { atomicMax(&f->stop, epoch); }
 
-double median_of(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
 class Events {
 public:
     explicit Events(std::size_t n) : events_(n) {
@@ -169,7 +164,7 @@ void bench_overlap(Context& ctx, const std::string& device) {
             if (r > 0) t.push_back(ev.seconds(0, 1));  // the first is a warm-up
             else STRATA_CUDA(cudaEventSynchronize(ev[1]));
         }
-        proxy_Bps[i] = 2.0 * 2.0 * static_cast<double>(vec * sizeof(int4) * holds[i]) / median_of(t);
+        proxy_Bps[i] = 2.0 * 2.0 * static_cast<double>(vec * sizeof(int4) * holds[i]) / quantile(t, 0.5);
     }
 
     // Modes: the stand-in, and whether the GEMM is told how many SMs are left to it.
@@ -271,7 +266,7 @@ void bench_overlap(Context& ctx, const std::string& device) {
                 row.p10 = s.p10;
                 row.p90 = s.p90;
                 row.samples = s.samples;
-                const double t_alone = median_of(alone);
+                const double t_alone = quantile(alone, 0.5);
                 row.params = {{"m", m},
                               {"n", n},
                               {"k", k},
@@ -280,7 +275,7 @@ void bench_overlap(Context& ctx, const std::string& device) {
                               {"sm_fraction", static_cast<double>(S) / sms},
                               {"train", train},
                               {"t_alone_s", t_alone},
-                              {"t_with_s", median_of(with)},
+                              {"t_with_s", quantile(with, 0.5)},
                               {"gemm_tflops", 2.0 * m * n * k * train / t_alone / 1e12}};
                 if (mode.proxy[0] == 'c') row.params["proxy_Bps"] = proxy_Bps[hi];
                 row.labels = {{"proxy", mode.proxy}, {"gemm_sms", mode.sm_target ? "target" : "all"}, {"dtype", "bf16"}};
