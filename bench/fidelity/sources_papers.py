@@ -26,6 +26,12 @@ SCATTER_GATHER_DEEPSPEED = (
     "is_model_parallel, deepspeed/runtime/pipe/engine.py) and all-gathers them on arrival")
 
 
+
+PRE_FLASH = ("flash_attention false: the run predates FlashAttention in its framework (FlashAttention "
+             "appeared in May 2022, arXiv 2205.14135; Megatron-LM and Megatron-DeepSpeed of 2021-22 "
+             "compute the s x s scores with batched GEMMs and a fused scale-mask-softmax kernel). "
+             "Until stop 15 these entries were costed as fused (FA2-class on Ampere)")
+
 def korthikanti():
     """Korthikanti et al., 'Reducing Activation Recomputation in Large Transformer Models'
     (MLSys 2023): Table 3 (configs) and Table 4 (iteration time, full vs present work); MFU/HFU
@@ -51,7 +57,7 @@ def korthikanti():
             meas = {"step_time_s": t, "outcome": "ran"}
             if mode == "selective":
                 meas.update(mfu=mfu, hfu=hfu)
-            assume = list(base_assume)
+            assume = list(base_assume) + [PRE_FLASH]
             if not sp and pp > 1:
                 assume.append(SCATTER_GATHER_MEGATRON)
             out.append({
@@ -65,7 +71,7 @@ def korthikanti():
                 "plan": {"tp": tp, "pp": pp, "dp": 1, "cp": 1, "ep": 1, "vpp": vpp,
                          "micro_batch": mbs, "global_batch": gbs, "sequence_parallel": sp,
                          "schedule": "interleaved-1f1b" if vpp > 1 else "1f1b",
-                         "zero_stage": 0, "recompute": rc, "precision": "fp16",
+                         "zero_stage": 0, "recompute": rc, "precision": "fp16", "flash_attention": False,
                          **({"p2p_scatter_gather": True} if not sp and pp > 1 else {})},
                 "measured": meas,
                 "flops_convention": FLOPS_KORTHIKANTI,
@@ -92,7 +98,7 @@ def mtnlg():
             "plan": {"tp": 8, "pp": 35, "dp": gpus // 280, "cp": 1, "ep": 1, "vpp": 1,
                      "micro_batch": 1, "global_batch": 1920, "sequence_parallel": False,
                      "schedule": "1f1b", "zero_stage": 1, "recompute": "full", "precision": "bf16",
-                     "p2p_blocking": True, "p2p_scatter_gather": True},
+                     "p2p_blocking": True, "p2p_scatter_gather": True, "flash_attention": False},
             "measured": {"step_time_s": t, "tflops_per_gpu": tf, "outcome": "ran"},
             "flops_convention": FLOPS_SC21,
             "assumptions": [
@@ -105,6 +111,7 @@ def mtnlg():
                 "vocab 50257 (GPT-2 BPE), dropout 0.1: Megatron defaults",
                 "p2p_blocking: DeepSpeed's pipeline engine sends activations and gradients with "
                 "blocking NCCL calls on the compute stream",
+                PRE_FLASH,
             ],
             "completeness": "complete-with-assumptions",
         })
@@ -162,7 +169,7 @@ def opt_bloom_zero_deepseek():
         "model": M.OPT_175B,
         "plan": {"tp": 8, "pp": 1, "dp": 124, "cp": 1, "ep": 1, "vpp": 1, "micro_batch": 8,
                  "global_batch": 992, "sequence_parallel": False, "schedule": "1f1b",
-                 "zero_stage": 3, "recompute": "full", "precision": "fp16"},
+                 "zero_stage": 3, "recompute": "full", "precision": "fp16", "flash_attention": False},
         "measured": {"tflops_per_gpu": 147.0, "outcome": "ran"},
         "flops_convention": "not defined in the paper ('up to 147 TFLOP/s per GPU'); treat as "
                             "hardware FLOPs incl. recompute",
@@ -173,6 +180,7 @@ def opt_bloom_zero_deepseek():
             "zero_stage 3: Fully Sharded Data Parallel; recompute full: not stated",
             "network not stated in the paper",
             "measured value is a peak ('up to'), not an average",
+            PRE_FLASH,
         ],
         "completeness": "partial",
     }
@@ -187,7 +195,7 @@ def opt_bloom_zero_deepseek():
         "plan": {"tp": 4, "pp": 12, "dp": 8, "cp": 1, "ep": 1, "vpp": 1, "micro_batch": 2,
                  "global_batch": 2048, "sequence_parallel": False, "schedule": "1f1b",
                  "zero_stage": 1, "recompute": "full", "precision": "bf16", "p2p_blocking": True,
-                 "p2p_scatter_gather": True},
+                 "p2p_scatter_gather": True, "flash_attention": False},
         "measured": {"step_time_s": 104.70, "tflops_per_gpu": 149.77, "samples_per_s": 19.561,
                      "outcome": "ran"},
         "flops_convention": "Megatron-DeepSpeed counter with the 4*2 coefficient (hardware FLOPs: "
@@ -199,6 +207,7 @@ def opt_bloom_zero_deepseek():
             "stages hold 5 or 6 blocks (README); Strata's even split differs",
             "nic 'omni-path-100g' is not an hwdb id: Jean Zay Omni-Path, 4 links per node",
             "dropout 0.1 (README: Megatron defaults inherited)",
+            PRE_FLASH,
         ],
         "completeness": "complete-with-assumptions",
     }
@@ -213,7 +222,7 @@ def opt_bloom_zero_deepseek():
         "plan": {"tp": 1, "pp": 1, "dp": 1, "cp": 1, "ep": 1, "vpp": 1, "micro_batch": 10,
                  "global_batch": 10, "sequence_parallel": False, "schedule": "1f1b",
                  "zero_stage": 2, "recompute": "full", "precision": "fp16",
-                 "offload": {"optimizer": "cpu", "grads": "cpu"}},
+                 "offload": {"optimizer": "cpu", "grads": "cpu"}, "flash_attention": False},
         "measured": {"tflops_per_gpu": 40.0, "outcome": "ran"},
         "flops_convention": "DeepSpeed/Megatron GPT-2 TFLOPS counter (recompute counted)",
         "assumptions": [
@@ -224,6 +233,7 @@ def opt_bloom_zero_deepseek():
             "gradients offloaded with the optimizer: ZeRO-Offload moves the fp16 gradients to CPU "
             "memory as they are produced (Ren et al. Sec. 4.1, Fig. 2); only fp16 parameters and "
             "activations stay on the GPU",
+            PRE_FLASH,
         ],
         "completeness": "partial",
     }

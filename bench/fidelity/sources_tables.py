@@ -221,9 +221,13 @@ def mpt():
             "eager_elementwise: llm-foundry (Composer, 2023) runs norms, activations and residual adds "
             "as eager PyTorch ops (MPT's modeling_mpt.py: torch LayerNorm, nn.GELU; only attention "
             "and the loss are fused kernels)",
-            "attention_kernel fa2: the README says 'our models use Flash Attention'; the tables predate "
-            "FlashAttention-3 (arXiv:2407.08608, July 2024), so the kernel was FA2 or Triton flash "
-            "attention, FA2-class at best (on A100 the same anchors either way)",
+            "attention_kernel fa2, kept although the evidence points to the FlashAttention v1 class "
+            "(fa1): the mpt-*.yaml of the time set attn_config.attn_impl: triton (the Triton port of "
+            "FlashAttention v1) and submit_benchmarks.py defaulted to --attn_impl triton; the A100-80GB "
+            "and H100 rows ran in image mosaicml/pytorch:2.1.0_cu121-nightly20230827 "
+            "(benchmarking/h100new.md), before llm-foundry installed FlashAttention-2. Declaring fa1 "
+            "was tried at stop 15 (docs/fidelity.md, 'MPT attention family'): it needs an attention "
+            "factor per kernel family, because on Hopper one factor serves NeMo's cuDNN kernels and MPT's",
             f"model shape from mpt-{size}.yaml; NumParams {params} reproduced exactly by the "
             "learned-position + bias + tied-embedding parameter count",
         ]

@@ -145,6 +145,39 @@ TEST_CASE("attention kernel families against an H100: FA3-class = cuDNN, FA2 abo
     CHECK(compute_cost(attn(8192, true), a2).duration_ns == compute_cost(attn(8192, true), a3).duration_ns);
 }
 
+TEST_CASE("FlashAttention v1 / Triton family against the FA2 paper's A100 figures", "[cost][attention]") {
+    // Dao 2023 (arXiv:2307.08691): FlashAttention reaches 30-50 % of peak forward and 25-35 %
+    // backward on an A100 (Sec. 1); FA2 is 1.3-1.5x faster than FlashAttention in Triton forward
+    // and about 2x backward (Sec. 4.1).
+    const auto a100 = a100_view();
+    const auto h100 = h100_view();
+    PlanSpec fa1, fa2;
+    fa1.attention_kernel = AttentionKernel::fa1;
+    fa2.attention_kernel = AttentionKernel::fa2;
+    auto attn = [](std::int64_t seq, bool bwd) { return ::attn(seq, bwd, 16 * 16384 / seq); };
+    for (const auto* hw : {&a100, &h100}) {
+        CostContext c1{hw}, c2{hw};
+        c1.plan = &fa1;
+        c2.plan = &fa2;
+        for (std::int64_t seq : {2048, 16384}) {
+            const double f1 = achieved_flops(attn(seq, false), c1), f2 = achieved_flops(attn(seq, false), c2);
+            const double b1 = achieved_flops(attn(seq, true), c1), b2 = achieved_flops(attn(seq, true), c2);
+            CHECK(f2 / f1 >= 1.3);
+            CHECK(f2 / f1 <= 1.5);
+            CHECK(b2 / b1 == Approx(2.0).epsilon(0.01));
+        }
+    }
+    const double peak = 312e12;  // A100 BF16 dense
+    CostContext a1{&a100};
+    a1.plan = &fa1;
+    const double fwd = achieved_flops(attn(16384, false), a1) / peak;
+    const double bwd = achieved_flops(attn(16384, true), a1) / peak;
+    CHECK(fwd >= 0.30);
+    CHECK(fwd <= 0.50);
+    CHECK(bwd >= 0.25);
+    CHECK(bwd <= 0.35);
+}
+
 TEST_CASE("attention points replace the default curve", "[cost][attention]") {
     auto hw = h100_view();
     strata::hwdb::AttentionPoint p;
@@ -234,6 +267,15 @@ TEST_CASE("unfused attention: batched GEMMs over the full square plus softmax tr
     // Fused (flash) attention of the same shape is faster.
     PlanSpec f;
     CHECK(compute_cost(in, CostContext{&hw, nullptr, &f}).duration_ns < compute_cost(in, ctx).duration_ns);
+    // Calibrated as its parts: GEMMs by the gemm factor, the score passes by memory_bound; the
+    // fused-attention factor leaves it alone.
+    CostContext cal = ctx;
+    cal.calibration.attention = 3.0;
+    CHECK(compute_cost(in, cal).duration_ns == compute_cost(in, ctx).duration_ns);
+    cal.calibration.gemm = 2.0;
+    cal.calibration.memory_bound = 1.5;
+    const double passes = expect - 2 * gemm_s;
+    CHECK(compute_cost(in, cal).duration_ns * 1e-9 == Approx(2.0 * 2 * gemm_s + 1.5 * passes).epsilon(1e-4));
 }
 
 TEST_CASE("calibration multipliers scale their kernel class only", "[cost][calibration]") {

@@ -177,6 +177,8 @@ TEST_CASE("validate_plan: context and sequence parallelism", "[spec][errors]") {
     // FA2 names a fused kernel.
     expect_error([] { validate(model(), plan(R"({"global_batch": 8, "flash_attention": false, "attention_kernel": "fa2"})")); },
                  "p.json", "plan.attention_kernel", "needs plan.flash_attention = true");
+    expect_error([] { validate(model(), plan(R"({"global_batch": 8, "flash_attention": false, "attention_kernel": "fa1"})")); },
+                 "p.json", "plan.attention_kernel", "\"fa1\" needs plan.flash_attention = true");
 }
 
 TEST_CASE("validate_plan: expert parallelism", "[spec][errors]") {

@@ -274,6 +274,9 @@ TEST_CASE("the attention kernel family round-trips; FA3-class is the default", "
     CHECK(to_json_text(p).find("\"attention_kernel\": \"fa2\"") != std::string::npos);
     same(p, plan_from_json_text(to_json_text(p), "rt.json"));
     CHECK(plan_from_json_text(R"({"global_batch": 4})", "p.json").attention_kernel == AttentionKernel::fa3);
+    const PlanSpec p1 = plan_from_json_text(R"({"global_batch": 4, "attention_kernel": "fa1"})", "p.json");
+    CHECK(p1.attention_kernel == AttentionKernel::fa1);
+    CHECK(plan_from_json_text(to_json_text(p1), "p.json").attention_kernel == AttentionKernel::fa1);
     CHECK_THROWS_WITH(plan_from_json_text(R"({"global_batch": 4, "attention_kernel": "fa4"})", "p.json"),
                       Catch::Contains("p.json") && Catch::Contains("attention_kernel"));
 }

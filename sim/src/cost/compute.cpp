@@ -223,6 +223,13 @@ constexpr AttnAnchor kAttnDefault = {"", 0.50, 0.40};
 constexpr AttnAnchor kAttnFa2[] = {
     {"H100", 0.345, 0.335}, {"H200", 0.345, 0.335}, {"H800", 0.345, 0.335}, {"GH200", 0.345, 0.335},
 };
+// FlashAttention v1 and its Triton port (plan.attention_kernel "fa1"; flash-attn 1.x, MPT's
+// attn_impl "triton", 2022-23): the FA2 family's anchors divided by FA2's published speedup over
+// FlashAttention in Triton on an A100, "around 1.3-1.5x ... in the forward pass and around 2x
+// faster in the backward pass" (Dao 2023, arXiv:2307.08691 Sec. 4.1; midpoint 1.4). On Ampere
+// that gives 0.47 / 0.275 of peak, inside the paper's FlashAttention ranges (forward 30-50 %,
+// backward 25-35 %, Sec. 1).
+constexpr double kFa1FwdSlowdown = 1.4, kFa1BwdSlowdown = 2.0;
 constexpr double kAttnS0 = 210.0;
 
 template <std::size_t N>
@@ -253,7 +260,11 @@ Estimate unfused_attention_cost(const Instr& in, const CostContext& ctx, double 
     const double elements = seq * kv * batch;
     const double bytes = elements * (backward ? 12.0 : 8.0);
     const double softmax = bytes / cost_detail::hbm_rate(*ctx.hw).Bps + 2 * cost_detail::kLaunchOverheadNs * 1e-9;
-    return Estimate{cost_detail::to_ns((gemms + softmax) * ctx.gpu_slowdown), qk.provenance};
+    // Calibrated as what it is made of, GEMMs and memory-bound passes: the fused-attention factor
+    // describes flash kernels only.
+    const Calibration& cal = ctx.calibration;
+    const double t = gemms * cal.gemm + softmax * cal.memory_bound;  // FP8 runs attention in BF16
+    return Estimate{cost_detail::to_ns(t * ctx.gpu_slowdown), qk.provenance};
 }
 
 Estimate attention_cost(const Instr& in_fp, const CostContext& ctx) {
@@ -288,14 +299,16 @@ Estimate attention_cost(const Instr& in_fp, const CostContext& ctx) {
         achieved = a.value;
         prov = a.provenance;
     } else {
-        const bool fa2 = ctx.plan && ctx.plan->attention_kernel == AttentionKernel::fa2;
+        const AttentionKernel family = ctx.plan ? ctx.plan->attention_kernel : AttentionKernel::fa3;
         const AttnAnchor* a = nullptr;
-        if (fa2) a = find_attn_anchor(kAttnFa2, hw.gpu.id);
+        if (family != AttentionKernel::fa3) a = find_attn_anchor(kAttnFa2, hw.gpu.id);
         if (!a) a = find_attn_anchor(kAttn, hw.gpu.id);
         if (!a) a = &kAttnDefault;
+        double eta = backward ? a->bwd : a->fwd;
+        if (family == AttentionKernel::fa1) eta /= backward ? kFa1BwdSlowdown : kFa1FwdSlowdown;
         const double s0 = kAttnS0 * 2.0 * (backward ? 1.5 : 1.0);
         const double f_hd = std::min(1.0, 0.7 + 0.3 * hd / 128.0);
-        achieved = peak * (backward ? a->bwd : a->fwd) * (seq / (seq + s0)) * f_hd;
+        achieved = peak * eta * (seq / (seq + s0)) * f_hd;
     }
     const double t = flops / std::max(achieved, 1.0);
     return Estimate{cost_detail::to_ns(t * ctx.gpu_slowdown), prov};
@@ -345,7 +358,10 @@ Estimate compute_cost(const Instr& in, const CostContext& ctx) {
     // Calibration multipliers (fitted on bench/fidelity's training split) scale each kernel class.
     const Calibration& cal = ctx.calibration;
     if (costed_as_gemm(in)) return scaled(gemm_cost(in, ctx), in.dtype == DType::fp8 ? cal.gemm_fp8 : cal.gemm);
-    if (in.op == Op::attention_fwd || in.op == Op::attention_bwd) return scaled(attention_cost(in, ctx), cal.attention);
+    if (in.op == Op::attention_fwd || in.op == Op::attention_bwd) {
+        const bool fused = !ctx.plan || ctx.plan->flash_attention;
+        return fused ? scaled(attention_cost(in, ctx), cal.attention) : attention_cost(in, ctx);
+    }
     // Eager frameworks run a layer's norms and elementwise ops unfused (embedding, loss and the
     // optimizer are single kernels either way).
     const bool eager = ctx.plan && ctx.plan->eager_elementwise && (in.op == Op::norm || in.op == Op::elementwise);

@@ -113,7 +113,9 @@ FidelityRow run_fidelity_entry(const FidelityEntry& e, const ViewResolver& views
         switch (seg.stream) {
             case Stream::compute:
                 if (seg.label == "gemm") c = e.plan.precision == Precision::fp8 ? 1 : 0;
-                else if (seg.label == "attention_fwd" || seg.label == "attention_bwd") c = 2;
+                // Unfused attention is costed as GEMMs + softmax passes (compute.cpp); its time is
+                // mostly the passes, so the surrogate books it as memory-bound.
+                else if (seg.label == "attention_fwd" || seg.label == "attention_bwd") c = e.plan.flash_attention ? 2 : 3;
                 else c = 3;
                 break;
             case Stream::tp_comm:

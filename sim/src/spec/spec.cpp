@@ -22,7 +22,14 @@ const char* to_string(Schedule s) {
     return "?";
 }
 const char* to_string(MoeDispatcher d) { return d == MoeDispatcher::deepep ? "deepep" : "alltoall"; }
-const char* to_string(AttentionKernel k) { return k == AttentionKernel::fa2 ? "fa2" : "fa3"; }
+const char* to_string(AttentionKernel k) {
+    switch (k) {
+        case AttentionKernel::fa2: return "fa2";
+        case AttentionKernel::fa1: return "fa1";
+        case AttentionKernel::fa3: break;
+    }
+    return "fa3";
+}
 const char* to_string(RecomputeModule r) {
     switch (r) {
         case RecomputeModule::core_attn: return "core_attn";

@@ -115,9 +115,10 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
                                          (p.sequence_parallel ? ", sequence parallel" : ", no sequence parallelism") + ")");
     if (p.moe_a2a_overlap && (!m.is_moe() || p.ep < 2))
         fail("plan.moe_a2a_overlap", "needs a MoE model with plan.ep >= 2 (got ep " + s(p.ep) + (m.is_moe() ? ")" : ", no model.moe)"));
+    if (p.attention_kernel != AttentionKernel::fa3 && !p.flash_attention)
+        fail("plan.attention_kernel", std::string("= \"") + to_string(p.attention_kernel) +
+                                          "\" needs plan.flash_attention = true (it names a fused kernel)");
     // DeepEP's kernels dispatch tokens between the GPUs of an expert-parallel group.
-    if (p.attention_kernel == AttentionKernel::fa2 && !p.flash_attention)
-        fail("plan.attention_kernel", "= \"fa2\" needs plan.flash_attention = true (it names a fused kernel)");
     if (p.moe_dispatcher == MoeDispatcher::deepep && (!m.is_moe() || p.ep < 2))
         fail("plan.moe_dispatcher", "= \"deepep\" needs a MoE model with plan.ep >= 2 (got ep " + s(p.ep) + (m.is_moe() ? ")" : ", no model.moe)"));
     // Selective recomputation of a module the model does not have is a mistake, not a no-op.

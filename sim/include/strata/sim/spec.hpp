@@ -111,7 +111,9 @@ enum class MoeDispatcher { alltoall, deepep };
 /// Fused attention kernel family: FA3-class (FlashAttention-3, cuDNN's fused flash kernels, the
 /// attention model's anchors) or FlashAttention-2-class (FA2, Triton flash: 2023-era frameworks),
 /// which reaches about 0.55x of it on Hopper and is what the Ampere anchors already describe.
-enum class AttentionKernel { fa3, fa2 };
+/// Fused attention kernel families (docs/costs.md): fa3 = FlashAttention-3 / cuDNN, fa2 =
+/// FlashAttention-2, fa1 = FlashAttention v1 and its Triton port (2022-23 frameworks).
+enum class AttentionKernel { fa3, fa2, fa1 };
 enum class Recompute { none, selective, full };
 /// The parts of a layer selective recomputation drops and recomputes (Megatron-Core's
 /// --recompute-modules, same names): core_attn (the softmax/flash state, Korthikanti's selective
