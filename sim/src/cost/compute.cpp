@@ -310,7 +310,7 @@ Estimate attention_cost(const Instr& in_fp, const CostContext& ctx) {
         const double f_hd = std::min(1.0, 0.7 + 0.3 * hd / 128.0);
         achieved = peak * eta * (seq / (seq + s0)) * f_hd;
     }
-    const double t = flops / std::max(achieved, 1.0);
+    const double t = flops / std::max(achieved, 1.0) * ctx.calibration.attention;  // fused kernels only
     return Estimate{cost_detail::to_ns(t * ctx.gpu_slowdown), prov};
 }
 
@@ -358,10 +358,8 @@ Estimate compute_cost(const Instr& in, const CostContext& ctx) {
     // Calibration multipliers (fitted on bench/fidelity's training split) scale each kernel class.
     const Calibration& cal = ctx.calibration;
     if (costed_as_gemm(in)) return scaled(gemm_cost(in, ctx), in.dtype == DType::fp8 ? cal.gemm_fp8 : cal.gemm);
-    if (in.op == Op::attention_fwd || in.op == Op::attention_bwd) {
-        const bool fused = !ctx.plan || ctx.plan->flash_attention;
-        return fused ? scaled(attention_cost(in, ctx), cal.attention) : attention_cost(in, ctx);
-    }
+    // Attention calibrates itself: fused kernels by `attention`, unfused ones as their parts.
+    if (in.op == Op::attention_fwd || in.op == Op::attention_bwd) return attention_cost(in, ctx);
     // Eager frameworks run a layer's norms and elementwise ops unfused (embedding, loss and the
     // optimizer are single kernels either way).
     const bool eager = ctx.plan && ctx.plan->eager_elementwise && (in.op == Op::norm || in.op == Op::elementwise);
