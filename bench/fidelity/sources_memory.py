@@ -1,6 +1,6 @@
-# Published memory outcomes (peak bytes per GPU, or out of memory) with complete configurations:
-# entries that test Strata's memory model and OOM verdict, not its throughput (they publish no
-# throughput, so the loader marks them memory-only). Data only; build_runs.py turns it into runs.json.
+# Published memory outcomes (peak bytes per GPU, or out of memory) with complete configurations.
+# Megatron-LM's CI publishes no throughput (memory-only entries); BLOOM's topology search also
+# publishes each run's seconds per iteration. Data only; build_runs.py turns it into runs.json.
 import models as M
 
 # --- Megatron-LM's CI "memory_speed" tests: golden values of torch.cuda.max_memory_allocated ---
@@ -67,23 +67,50 @@ def bloom_search_model(layers, hidden, heads):
 
 
 def bloom_search():
-    rows = [  # section, dp, tp, pp, mbs, gbs, outcome, GB (nvidia-smi)
-        ("48 node contenders", 4, 8, 12, 1, 2048, "ran", 29),
-        ("48 node contenders", 4, 8, 12, 2, 2048, "ran", 37),
-        ("48 node contenders", 4, 8, 12, 4, 2048, "ran", 49),
-        ("48 node contenders", 4, 8, 12, 8, 2048, "ran", 69),
-        ("48 node contenders", 8, 8, 6, 1, 2048, "ran", 38),
-        ("48 node contenders", 8, 8, 6, 2, 2048, "ran", 44),
-        ("48 node contenders", 8, 8, 6, 4, 2048, "ran", 56),
-        ("GBS Variations", 24, 8, 2, 1, 2016, "ran", 65),
-        ("GBS Variations", 24, 8, 2, 2, 2016, "ran", 76),
-        ("GBS Variations", 48, 8, 1, 1, 2016, "oom", None),
-        ("GBS Variations", 32, 2, 6, 1, 2048, "oom", None),
-        ("GBS Variations", 32, 2, 6, 2, 2048, "oom", None),
+    # The tables' Sec/it is one snapshot of iteration 2 ("the data isn't exact and can fluctuate a
+    # bit"); the 02-25 tables follow a PCIe/NUMA fix on Jean Zay that the author says made every
+    # run 1-5 % faster, so the date stays in the entry. Rows after the first block of each id are
+    # the 02-25 "GBS Variations" tables (GBS, lower-PP and TP variations); an id that the earlier
+    # memory-only rows already use gets the date and GBS appended. "fail" (DP8 TP1 PP48) is no
+    # memory outcome and is left out.
+    rows = [  # section, date, dp, tp, pp, mbs, gbs, outcome, GB (nvidia-smi), sec/it, id suffix
+        ("48 node contenders", "02-21", 4, 8, 12, 1, 2048, "ran", 29, 143.31, ""),
+        ("48 node contenders", "02-21", 4, 8, 12, 2, 2048, "ran", 37, 134.02, ""),
+        ("48 node contenders", "02-21", 4, 8, 12, 4, 2048, "ran", 49, 123.69, ""),
+        ("48 node contenders", "02-21", 4, 8, 12, 8, 2048, "ran", 69, 129.26, ""),
+        ("48 node contenders", "02-21", 8, 8, 6, 1, 2048, "ran", 38, 139.82, ""),
+        ("48 node contenders", "02-21", 8, 8, 6, 2, 2048, "ran", 44, 131.02, ""),
+        ("48 node contenders", "02-21", 8, 8, 6, 4, 2048, "ran", 56, 121.48, ""),
+        ("GBS Variations", "02-25", 24, 8, 2, 1, 2016, "ran", 65, 145.45, ""),
+        ("GBS Variations", "02-25", 24, 8, 2, 2, 2016, "ran", 76, 136.13, ""),
+        ("GBS Variations", "02-25", 48, 8, 1, 1, 2016, "oom", None, None, ""),
+        ("GBS Variations", "02-25", 32, 2, 6, 1, 2048, "oom", None, None, ""),
+        ("GBS Variations", "02-25", 32, 2, 6, 2, 2048, "oom", None, None, ""),
+        # 02-25 rows added at stop 16 (declared in splits.json before their first simulation)
+        ("GBS Variations", "02-25", 8, 8, 6, 4, 1568, "ran", 56, 113.01, "-gbs1568-0225"),
+        ("GBS Variations", "02-25", 8, 8, 6, 4, 2048, "ran", 55, 114.11, "-gbs2048-0225"),
+        ("GBS Variations", "02-25", 8, 8, 6, 6, 2016, "ran", 66, 123.57, ""),
+        ("GBS Variations", "02-25", 4, 8, 12, 4, 1568, "ran", None, 92.75, "-gbs1568-0225"),
+        ("GBS Variations", "02-25", 4, 8, 12, 4, 2048, "ran", 49, 117.07, "-gbs2048-0225"),
+        ("GBS Variations", "02-25", 4, 8, 12, 2, 1568, "ran", None, 99.93, "-gbs1568-0225"),
+        ("GBS Variations", "02-25", 4, 8, 12, 2, 2048, "ran", None, 128.82, "-gbs2048-0225"),
+        ("GBS Variations", "02-25", 6, 8, 8, 4, 2016, "ran", 52, 113.16, ""),
+        ("GBS Variations", "02-25", 12, 8, 4, 2, 2016, "ran", 53, 125.52, ""),
+        ("GBS Variations", "02-25", 12, 8, 4, 4, 2016, "ran", 59, 114.81, ""),
+        ("GBS Variations", "02-25", 8, 4, 12, 4, 2048, "ran", 60, 111.89, ""),
+        ("GBS Variations", "02-25", 8, 4, 12, 2, 2048, "ran", 44, 110.48, "-run1"),
+        ("GBS Variations", "02-25", 8, 4, 12, 2, 2048, "ran", 38, 113.54, "-run2"),
+        ("GBS Variations", "02-25", 16, 4, 6, 4, 2048, "ran", 75, 117.11, ""),
+        ("GBS Variations", "02-25", 16, 4, 6, 2, 2048, "ran", 57, 111.71, ""),
+        ("GBS Variations", "02-25", 16, 2, 12, 2, 2048, "ran", 63, 112.50, ""),
+        ("GBS Variations", "02-25", 8, 2, 24, 1, 2048, "ran", 44, 119.53, ""),
+        ("GBS Variations", "02-25", 8, 2, 24, 2, 2048, "ran", 53, 122.75, ""),
     ]
     out = []
-    for sec, dp, tp, pp, mbs, gbs, outcome, gb in rows:
+    for sec, date, dp, tp, pp, mbs, gbs, outcome, gb, sec_it, suffix in rows:
         meas = {"outcome": outcome}
+        if sec_it is not None:
+            meas["step_time_s"] = sec_it
         if gb is not None:
             meas.update(peak_hbm_bytes=gb * 1e9, peak_hbm_counter="device", peak_hbm_stage="first")
         plan = {"tp": tp, "pp": pp, "dp": dp, "cp": 1, "ep": 1, "vpp": 1, "micro_batch": mbs,
@@ -94,26 +121,31 @@ def bloom_search():
             if tp > 1:
                 plan["p2p_scatter_gather"] = True  # DeepSpeed's partitioned pipe buffers (sources_papers)
         out.append({
-            "id": f"bloom-search-181b-dp{dp}-tp{tp}-pp{pp}-mbs{mbs}",
+            "id": f"bloom-search-181b-dp{dp}-tp{tp}-pp{pp}-mbs{mbs}{suffix}",
             "publisher": "BigScience",
-            "source": BLOOM_PREQUEL.format(s=sec),
+            "source": BLOOM_PREQUEL.format(s=sec) + f"; row dated {date}",
             "hardware": {"gpu": "A100-SXM4-80GB", "nodes": 48, "gpus_per_node": 8,
                          "nic": "omni-path-100g", "nics_per_node": 4},
             "model": bloom_search_model(72, 14336, 64),
             "plan": plan,
             "measured": meas,
-            "flops_convention": "none (memory only)",
+            "flops_convention": ("none (memory only)" if sec_it is None else
+                                 "none (step time: the table's Sec/it at iteration 2)"),
             "assumptions": [
                 "model: the 181B candidate (72 layers, hidden 14336, 64 heads), BLOOM's vocabulary, "
                 "ALiBi and embedding LayerNorm",
                 "recompute full: every tr11 script checkpoints activations; the tables do not restate it",
                 "fp16 with DeepSpeed ZeRO-1 (the tables before the bf16 switch of 02-28)",
                 "flash_attention false: Megatron-DeepSpeed's fused softmax of early 2022 (s^2 scores)",
-                "memory: an nvidia-smi snapshot of the first node (stage 0) around iteration 2, "
-                "CUDA context and allocator cache included",
-            ] + (["p2p_blocking, p2p_scatter_gather: DeepSpeed's PipelineEngine (blocking sends; "
-                  "activations and gradients partitioned over the model-parallel group)"]
-                 if pp > 1 and tp > 1 else []),
+            ] + (["memory: an nvidia-smi snapshot of the first node (stage 0) around iteration 2, "
+                  "CUDA context and allocator cache included"] if gb is not None else []) + (
+                ["step time: the Sec/it of iteration 2, one snapshot; rows of 02-25 ran after the "
+                 "PCIe/NUMA fix (1-5 % faster, the chronicle says)"] if sec_it is not None else []) + (
+                ["p2p_blocking, p2p_scatter_gather: DeepSpeed's PipelineEngine (blocking sends; "
+                 "activations and gradients partitioned over the model-parallel group)"]
+                if pp > 1 and tp > 1 else []) + (
+                ["the same configuration ran twice on 02-25 (44 and 38 GB, 110.48 and 113.54 s): "
+                 "both rows are kept as published"] if suffix.startswith("-run") else []),
             "completeness": "complete-with-assumptions",
         })
     return out

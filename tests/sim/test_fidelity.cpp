@@ -67,16 +67,17 @@ FidelityRow synthetic_row(std::size_t i, Quantity q, const Calibration& applied,
 
 }  // namespace
 
-TEST_CASE("fidelity loader: all 86 entries, sorted, both splits", "[fidelity]") {
+TEST_CASE("fidelity loader: all 104 entries, sorted, both splits", "[fidelity]") {
     const auto& all = dataset();
-    REQUIRE(all.size() == 86);
+    REQUIRE(all.size() == 104);
     for (std::size_t i = 1; i < all.size(); ++i) CHECK(all[i - 1].id < all[i].id);
-    CHECK(select_split(all, "train").size() + select_split(all, "test").size() == 86);
-    CHECK(select_split(all, "all").size() == 86);
-    // 70 publish a throughput; 16 only a memory outcome (sources_memory.py).
+    CHECK(select_split(all, "train").size() + select_split(all, "test").size() == 104);
+    CHECK(select_split(all, "all").size() == 104);
+    // 97 publish a throughput (BLOOM's topology search its seconds per iteration too); 7 only a
+    // memory outcome: Megatron-LM's CI goldens and BLOOM's three OOM layouts (sources_memory.py).
     int memory_only = 0;
     for (const FidelityEntry& e : all) memory_only += e.memory_only ? 1 : 0;
-    CHECK(memory_only == 16);
+    CHECK(memory_only == 7);
 }
 
 TEST_CASE("fidelity loader: memory-only entries keep their counter, stage and outcome", "[fidelity]") {
@@ -91,6 +92,17 @@ TEST_CASE("fidelity loader: memory-only entries keep their counter, stage and ou
     CHECK(oom.memory_only);
     CHECK(oom.outcome == "oom");
     CHECK(oom.measured.count("peak_hbm_bytes") == 0);
+    // A topology-search row that ran publishes both: its Sec/it is compared, its nvidia-smi reading
+    // checked (chronicles-prequel.md, 02-25 TP variations: DP8 TP4 PP12 MBS2, 38 GB, 113.54 s).
+    const FidelityEntry& both = entry("bloom-search-181b-dp8-tp4-pp12-mbs2-run2");
+    CHECK_FALSE(both.memory_only);
+    CHECK(both.quantity == Quantity::step_time_s);
+    CHECK(both.published == 113.54);
+    CHECK(both.measured.at("peak_hbm_bytes") == 38e9);
+    CHECK(both.peak_counter == "device");
+    CHECK(both.plan.tp == 4);
+    CHECK(both.plan.pp == 12);
+    CHECK(both.plan.dp * both.plan.tp * both.plan.pp == 384);
     // A string where a counter name belongs is a clear error.
     const std::string bad = R"({"entries": [{"id": "x", "split": "train", "hardware": {"gpu": "H100-SXM5-80GB", "nodes": 1,
         "gpus_per_node": 1}, "model": {}, "plan": {}, "measured": {"peak_hbm_bytes": 1e9, "peak_hbm_counter": "smi"}}]})";
