@@ -114,6 +114,11 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
         flag("bf16");
         arg("fp8-format", "hybrid");
     }
+    if (p.exp_avg_dtype != Precision::fp32 || p.exp_avg_sq_dtype != Precision::fp32) {
+        flag("use-precision-aware-optimizer");
+        arg("exp-avg-dtype", to_string(p.exp_avg_dtype));
+        arg("exp-avg-sq-dtype", to_string(p.exp_avg_sq_dtype));
+    }
     if (p.flash_attention) flag("use-flash-attn");
     if (p.overlap_grad_reduce && p.dp > 1) flag("overlap-grad-reduce");
     if (p.overlap_param_gather && p.zero_stage >= 1) flag("overlap-param-gather");
@@ -205,6 +210,8 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
     if (p.schedule == Schedule::interleaved_1f1b) r.unsupported.push_back("interleaved 1F1B (virtual stages)");
     if (p.recompute == Recompute::selective) r.unsupported.push_back("selective recomputation (DeepSpeed checkpoints whole layers)");
     if (p.precision == Precision::fp8) r.unsupported.push_back("fp8 (needs Transformer Engine)");
+    if (p.exp_avg_dtype != Precision::fp32 || p.exp_avg_sq_dtype != Precision::fp32)
+        r.unsupported.push_back("Adam moments below fp32 (Megatron's precision-aware optimizer)");
     if (p.lock_free_update) r.unsupported.push_back("lock-free optimizer update (Angel-PTM; DeepSpeed's ZeRO-Offload has a similar one-step delayed update)");
     if (!p.offload.activations.all_gpu() && p.recompute == Recompute::none) r.unsupported.push_back("activation offload without checkpointing");
     if (is_split(p.offload.params)) r.unsupported.push_back("fractional parameter offload");
@@ -264,6 +271,13 @@ PlanSpec plan_from_megatron_args(const std::string& args, int gpus, const std::s
             if (tok[++i] == "deepep") p.moe_dispatcher = MoeDispatcher::deepep;
         }
         else if (t == "--recompute-num-layers") p.recompute_layers = value(i);
+        else if (t == "--exp-avg-dtype" || t == "--exp-avg-sq-dtype") {
+            if (i + 1 >= tok.size()) throw InputError(file, t, "needs a value");
+            const std::string v = tok[++i];
+            Precision d = v == "fp32" ? Precision::fp32 : v == "bf16" ? Precision::bf16 : v == "fp16" ? Precision::fp16 : Precision::fp8;
+            if (v != "fp32" && v != "bf16" && v != "fp16" && v != "fp8") throw InputError(file, t, "must be fp32, bf16, fp16 or fp8 (got \"" + v + "\")");
+            (t == "--exp-avg-dtype" ? p.exp_avg_dtype : p.exp_avg_sq_dtype) = d;
+        }
         else if (t == "--recompute-modules") {
             p.recompute_modules = 0;
             while (i + 1 < tok.size() && tok[i + 1].rfind("--", 0) != 0) {

@@ -52,6 +52,24 @@ TEST_CASE("Megatron arguments round-trip into the plan", "[planner][export]") {
     CHECK(q.precision == Precision::bf16);
 }
 
+TEST_CASE("Megatron export carries the precision-aware optimizer's moment types", "[planner][export]") {
+    PlanSpec p = gpt3_plan();
+    p.zero_stage = 1;
+    p.exp_avg_dtype = Precision::bf16;
+    p.exp_avg_sq_dtype = Precision::fp8;
+    auto r = planner::export_megatron(gpt3(), p);
+    CHECK(r.text.find("--use-precision-aware-optimizer") != std::string::npos);
+    CHECK(r.text.find("--exp-avg-dtype bf16") != std::string::npos);
+    CHECK(r.text.find("--exp-avg-sq-dtype fp8") != std::string::npos);
+    for (const std::string& u : r.unsupported) CHECK(u.find("Adam") == std::string::npos);
+    const PlanSpec q = planner::plan_from_megatron_args(r.text, 1024, "args");
+    CHECK(q.exp_avg_dtype == Precision::bf16);
+    CHECK(q.exp_avg_sq_dtype == Precision::fp8);
+    CHECK_THROWS_AS(planner::plan_from_megatron_args("--exp-avg-dtype int4", 8, "args"), InputError);
+    // DeepSpeed's config has no such switch: reported, not dropped silently.
+    CHECK_FALSE(planner::export_deepspeed(gpt3(), p).unsupported.empty());
+}
+
 TEST_CASE("Megatron export carries selective recomputation by module", "[planner][export]") {
     PlanSpec p = gpt3_plan();
     p.recompute_modules = (1u << static_cast<unsigned>(RecomputeModule::core_attn)) | (1u << static_cast<unsigned>(RecomputeModule::mlp));

@@ -308,3 +308,19 @@ TEST_CASE("the MoE SwiGLU FP8 cache round-trips and is off by default", "[spec][
         R"({"global_batch": 4, "precision": "fp8", "recompute": "selective", "recompute_modules": ["moe_act"], "moe_act_fp8_cache": true})",
         R"({"global_batch": 4, "moe_act_fp8_cache": 1})", "moe_act_fp8_cache", &PlanSpec::moe_act_fp8_cache);
 }
+
+TEST_CASE("Adam moment types round-trip; fp32 is the default; fp32 training rejects them", "[spec][io]") {
+    const PlanSpec p = plan_from_json_text(R"({"global_batch": 4, "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "fp8"})", "p.json");
+    CHECK(p.exp_avg_dtype == Precision::bf16);
+    CHECK(p.exp_avg_sq_dtype == Precision::fp8);
+    const PlanSpec q = plan_from_json_text(to_json_text(p), "rt.json");
+    CHECK(q.exp_avg_dtype == Precision::bf16);
+    CHECK(q.exp_avg_sq_dtype == Precision::fp8);
+    const PlanSpec d = plan_from_json_text(R"({"global_batch": 4})", "p.json");
+    CHECK(d.exp_avg_dtype == Precision::fp32);
+    CHECK(d.adam_moment_bytes() == 8.0);
+    CHECK_THROWS_WITH(plan_from_json_text(R"({"global_batch": 4, "exp_avg_dtype": "int8"})", "p.json"),
+                      Catch::Contains("p.json") && Catch::Contains("exp_avg_dtype"));
+    CHECK_THROWS_WITH(plan_from_json_text(R"({"global_batch": 4, "precision": "fp32", "exp_avg_sq_dtype": "bf16"})", "p.json"),
+                      Catch::Contains("exp_avg_sq_dtype") && Catch::Contains("mixed precision"));
+}

@@ -195,6 +195,34 @@ TEST_CASE("ZeRO paper example: 7.5B parameters, Nd = 64, K = 12", "[tensors]") {
     CHECK(expect[3] == Approx(1.88e9).epsilon(0.003));
 }
 
+TEST_CASE("Precision-aware optimizer: bf16 moments take K from 12 to 8 bytes", "[tensors]") {
+    // The same 7.5B stand-in as above. Megatron's --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16
+    // keeps the fp32 master copy (4 bytes) and halves m and v (2 + 2): K = 8, so ZeRO-1's
+    // per-device states are 4 Psi + 8 Psi / Nd.
+    ModelSpec m;
+    m.layers = 0;
+    m.hidden = 1000;
+    m.heads = 1;
+    m.vocab = 7'499'999;
+    m.seq_len = 1;
+    m.norm = NormKind::rmsnorm;
+    m.position = PositionKind::rope;
+    m.tied_embeddings = true;
+    PlanSpec p;
+    p.dp = 64;
+    p.zero_stage = 1;
+    p.exp_avg_dtype = Precision::bf16;
+    p.exp_avg_sq_dtype = Precision::bf16;
+    CHECK(p.adam_moment_bytes() == 4.0);
+    CHECK(states(m, p, 0) == Approx(4 * 7.5e9 + 8 * 7.5e9 / 64));
+    auto st = by_name(stage_model_states(m, p, 0));
+    CHECK(st["optimizer.master"] == Approx(4 * 7.5e9 / 64));
+    CHECK(st["optimizer.m"] == Approx(2 * 7.5e9 / 64));
+    // FP8 second moment alone: 4 + 2 + 1.
+    p.exp_avg_sq_dtype = Precision::fp8;
+    CHECK(states(m, p, 0) == Approx(4 * 7.5e9 + 7 * 7.5e9 / 64));
+}
+
 TEST_CASE("Stage parameters add up to the model", "[tensors]") {
     ModelSpec m = gpt(24, 2048, 16);
     m.tied_embeddings = false;

@@ -14,8 +14,8 @@ namespace strata::sim {
 namespace lower_detail {
 
 namespace {
-constexpr double kAdamGpuBytesPerParam = 16;   // bf16 param + grad (2+2) and fp32 m, v (4+4), read and written
-constexpr double kAdamStateBytesPerParam = 12; // fp32 master, m, v: what ZeRO-Infinity swaps per param
+constexpr double kAdamGpuFixedBytesPerParam = 8;  // bf16 param + grad (2+2), fp32 master (4); + m, v
+constexpr double kMasterBytesPerParam = 4;         // fp32 master: with m, v what ZeRO-Infinity swaps per param
 constexpr double kGradBytesPerParam = 2;       // bf16 gradients to the CPU (ZeRO-Offload)
 constexpr double kParamBytesPerParam = 2;      // updated bf16 parameters back to the GPU
 }  // namespace
@@ -294,7 +294,8 @@ void RankLowering::optimizer(int s) {
     const double shard = sharded ? sp.dense / group_size(Group::dp) + sp.expert / group_size(Group::edp) : sp.total();
     const TierSplit& of = p_.offload.optimizer;
     if (of.gpu > 0) {
-        Instr& in = compute(Op::optimizer_gpu, n_.opt_gpu, 0, kAdamGpuBytesPerParam * shard * of.gpu);
+        const double per_param = kAdamGpuFixedBytesPerParam + p_.adam_moment_bytes();
+        Instr& in = compute(Op::optimizer_gpu, n_.opt_gpu, 0, per_param * shard * of.gpu);
         in.count = shard * of.gpu;
     }
     const int grads_on_gpu = record(Stream::compute);
@@ -313,16 +314,16 @@ void RankLowering::optimizer(int s) {
             const int groups = static_cast<int>(std::clamp(std::ceil(params / sub), 1.0, 4096.0));
             const double per = params / groups;
             std::vector<int> read_ev(static_cast<std::size_t>(groups), -1);
-            read_ev[0] = copy(Stream::ssd, CopyKind::ssd_read, kAdamStateBytesPerParam * per, n_.state_read, d2h);
+            read_ev[0] = copy(Stream::ssd, CopyKind::ssd_read, (kMasterBytesPerParam + p_.adam_moment_bytes()) * per, n_.state_read, d2h);
             int last_adam = -1;
             for (int g = 0; g < groups; ++g) {
                 if (g + 1 < groups)
-                    read_ev[static_cast<std::size_t>(g + 1)] = copy(Stream::ssd, CopyKind::ssd_read, kAdamStateBytesPerParam * per, n_.state_read, -1);
+                    read_ev[static_cast<std::size_t>(g + 1)] = copy(Stream::ssd, CopyKind::ssd_read, (kMasterBytesPerParam + p_.adam_moment_bytes()) * per, n_.state_read, -1);
                 wait(Stream::cpu, read_ev[static_cast<std::size_t>(g)]);
                 Instr& in = push(InstrKind::optimizer, Stream::cpu, n_.opt_ssd);
                 in.count = per;
                 last_adam = record(Stream::cpu);
-                copy(Stream::ssd, CopyKind::ssd_write, kAdamStateBytesPerParam * per, n_.state_write, last_adam);
+                copy(Stream::ssd, CopyKind::ssd_write, (kMasterBytesPerParam + p_.adam_moment_bytes()) * per, n_.state_write, last_adam);
             }
             done = copy(Stream::h2d, CopyKind::h2d, kParamBytesPerParam * params, n_.param_h2d, last_adam);
         }

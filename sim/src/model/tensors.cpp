@@ -321,7 +321,8 @@ StageParams stage_params(const ModelSpec& m, const PlanSpec& p, int stage) {
 std::vector<TensorDesc> stage_model_states(const ModelSpec& m, const PlanSpec& p, int stage) {
     const StageParams sp = stage_params(m, p, stage);
     // Mixed precision (ZeRO paper §3.1): 2-byte weights and grads, K = 12 bytes of fp32 Adam
-    // state (master copy, m, v). Pure fp32: 4 + 4 + 8 (m, v; the weights are the master copy).
+    // state (master copy, m, v); 8 with bf16 moments. Pure fp32: 4 + 4 + 8 (m, v; the weights are
+    // the master copy).
     const bool fp32 = p.precision == Precision::fp32;
     const double wb = fp32 ? 4.0 : 2.0, gb = fp32 ? 4.0 : 2.0;
     const double nd = std::max(1, p.dp * p.cp);
@@ -334,8 +335,13 @@ std::vector<TensorDesc> stage_model_states(const ModelSpec& m, const PlanSpec& p
     out.push_back(state_tensor("weights", TensorTag::weights, sharded(wb, z >= 3), p.offload.params, "(params)"));
     out.push_back(state_tensor("grads", TensorTag::grads, sharded(gb, z >= 2), p.offload.grads, "(params)"));
     if (!fp32) out.push_back(state_tensor("optimizer.master", TensorTag::optimizer, sharded(4.0, z >= 1), p.offload.optimizer, "(params) fp32"));
-    out.push_back(state_tensor("optimizer.m", TensorTag::optimizer, sharded(4.0, z >= 1), p.offload.optimizer, "(params) fp32"));
-    out.push_back(state_tensor("optimizer.v", TensorTag::optimizer, sharded(4.0, z >= 1), p.offload.optimizer, "(params) fp32"));
+    // Moments fp32 unless the plan narrows them (Megatron's precision-aware optimizer).
+    const auto moment = [&](const char* name, Precision d) {
+        out.push_back(state_tensor(name, TensorTag::optimizer, sharded(bytes_per_element(d), z >= 1), p.offload.optimizer,
+                                   std::string("(params) ") + to_string(d)));
+    };
+    moment("optimizer.m", p.exp_avg_dtype);
+    moment("optimizer.v", p.exp_avg_sq_dtype);
     return out;
 }
 

@@ -94,6 +94,10 @@ const char* to_string(Tier t) {
 }
 const char* to_string(NetTopology t) { return t == NetTopology::fat_tree ? "fat-tree" : "rail-optimized"; }
 
+double PlanSpec::adam_moment_bytes() const {
+    return bytes_per_element(exp_avg_dtype) + bytes_per_element(exp_avg_sq_dtype);
+}
+
 int bytes_per_element(Precision p) {
     switch (p) {
         case Precision::fp32: return 4;

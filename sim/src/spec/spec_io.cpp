@@ -314,6 +314,16 @@ PlanSpec read_plan(const json& j, const std::string& file, const std::string& pa
     }
     std::string pr = r.choice_or("precision", {"fp32", "bf16", "fp16", "fp8"}, "bf16");
     p.precision = pr == "fp32" ? Precision::fp32 : pr == "bf16" ? Precision::bf16 : pr == "fp16" ? Precision::fp16 : Precision::fp8;
+    // Precision-aware optimizer: Adam moments in a narrower type (Megatron --exp-avg[-sq]-dtype).
+    auto moment = [&](const char* key) {
+        const std::string v = r.choice_or(key, {"fp32", "bf16", "fp16", "fp8"}, "fp32");
+        return v == "fp32" ? Precision::fp32 : v == "bf16" ? Precision::bf16 : v == "fp16" ? Precision::fp16 : Precision::fp8;
+    };
+    p.exp_avg_dtype = moment("exp_avg_dtype");
+    p.exp_avg_sq_dtype = moment("exp_avg_sq_dtype");
+    if (p.precision == Precision::fp32 && (p.exp_avg_dtype != Precision::fp32 || p.exp_avg_sq_dtype != Precision::fp32))
+        r.fail(p.exp_avg_dtype != Precision::fp32 ? "exp_avg_dtype" : "exp_avg_sq_dtype",
+               "needs mixed precision: with plan.precision = \"fp32\" the optimizer works on the fp32 weights themselves");
     if (r.has("offload")) {
         JsonReader o = r.object("offload");
         p.offload.optimizer = read_tier_split(o, "optimizer");

@@ -157,6 +157,12 @@ struct PlanSpec {
     /// Selective recompute: bit i set = RecomputeModule i is recomputed (default core_attn only).
     unsigned recompute_modules = 1u << static_cast<unsigned>(RecomputeModule::core_attn);  // recompute_bit(core_attn)
     Precision precision = Precision::bf16;
+    /// Adam's first and second moments (Megatron's --use-precision-aware-optimizer with
+    /// --exp-avg-dtype / --exp-avg-sq-dtype): fp32 by default, bf16/fp16/fp8 to save state memory.
+    Precision exp_avg_dtype = Precision::fp32;
+    Precision exp_avg_sq_dtype = Precision::fp32;
+    /// Bytes per parameter of the two moments together.
+    double adam_moment_bytes() const;
     OffloadSpec offload;
     bool lock_free_update = false;        ///< Angel-PTM: step i's optimizer overlaps step i+1's forward
     bool overlap_grad_reduce = true;      ///< DP reduce bucketed and overlapped with backward
