@@ -96,6 +96,21 @@ DEEPSEEK_V3 = dict(llama("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 4096)
                         "shared_experts": 1, "first_k_dense": 3, "router_groups": 8,
                         "router_group_topk": 4})
 
+# Qwen3-8B (Megatron-Bridge Qwen3ModelProvider8B and the public config.json): 36 layers, GQA 32/8
+# heads of 128, SwiGLU 12288, untied embeddings of 151936 rows (QK-layernorm: two tiny norms, not
+# modelled).
+QWEN3_8B = dict(llama("qwen3-8b", 36, 4096, 32, 8, 12288, 151936, 4096), head_dim=128)
+
+# Moonlight-16B-A3B (moonshotai, DeepseekV3ForCausalLM config.json): MLA without query compression
+# (q_lora_rank null), kv_lora 512, nope 128 + rope 64, values 128, 16 heads; layer 0 dense (ffn
+# 11264), then 64 routed experts of 1408 (top-6) and 2 shared experts; no group limit (n_group 1);
+# no MTP.
+MOONLIGHT_16B_A3B = dict(llama("moonlight-16b-a3b", 27, 2048, 16, 16, 11264, 163840, 4096), head_dim=128,
+                         mla={"q_lora_rank": 0, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+                              "qk_rope_head_dim": 64, "v_head_dim": 128},
+                         moe={"experts": 64, "top_k": 6, "expert_ffn_hidden": 1408, "moe_every": 1,
+                              "shared_experts": 2, "first_k_dense": 1})
+
 # MosaicML MPT (llm-foundry scripts/train/yamls/pretrain/mpt-*.yaml): expansion ratio 4, vocab
 # 50,368. The benchmark NumParams column grows by seq_len*d_model per step of seq_len and equals
 # 12*L*d^2 + 13*L*d + V*d + s*d + 2*d exactly (checked in build_runs.py), i.e. the benchmark runs
@@ -133,6 +148,10 @@ SOURCES = {
                    "MTP depth 1 from the technical report (C); n_group 8 / topk_group 4 from "
                    "tests/data/hf/deepseek-v3.json (the published config.json) and Sec. 2.1.2 "
                    "(each token sent to at most 4 nodes)",
+    "qwen3-8b": "R: Megatron-Bridge src/megatron/bridge/models/qwen/qwen_provider.py (Qwen3ModelProvider8B) "
+                "and two copies of the HF config.json in public code (ids 7900191062, 45545632891)",
+    "moonlight-16b-a3b": "R: a copy of the Moonlight-16B-A3B-Instruct config.json in public test code "
+                         "(id 70906042521), cross-checked with Megatron-Bridge MoonlightModelProvider16B",
     "mpt-*": "R: mosaicml/llm-foundry scripts/train/yamls/pretrain/mpt-{1b,3b,7b,13b,30b,70b}.yaml; "
              "125m/350m/760m heads C; all sizes cross-checked against the NumParams column",
 }

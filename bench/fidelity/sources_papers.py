@@ -248,7 +248,8 @@ def opt_bloom_zero_deepseek():
         "plan": {"tp": 1, "pp": 16, "dp": 128, "cp": 1, "ep": 64, "vpp": 1, "micro_batch": 1,
                  "global_batch": 15360, "sequence_parallel": False, "schedule": "1f1b",
                  "zero_stage": 1, "recompute": "selective", "recompute_modules": ["layernorm", "mla_up_proj", "moe_act"],
-                 "precision": "fp8", "moe_act_fp8_cache": True, "moe_a2a_overlap": True, "moe_dispatcher": "deepep"},
+                 "precision": "fp8", "moe_act_fp8_cache": True, "moe_a2a_overlap": True, "moe_dispatcher": "deepep",
+                 "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"},
         "measured": {"gpu_hours_per_trillion_tokens": 180000.0,
                      "tokens_per_s_per_gpu": round(1e12 / (180000 * 3600), 1), "outcome": "ran"},
         "flops_convention": "none published; tokens_per_s_per_gpu is derived here as "
@@ -269,6 +270,9 @@ def opt_bloom_zero_deepseek():
             "moe_act_fp8_cache: those cached SwiGLU inputs 'are also stored in FP8 with our fine-grained "
             "quantization method' (same paragraph)",
             "fp8: fine-grained FP8 GEMMs, BF16/FP32 elsewhere",
+            "exp_avg_dtype / exp_avg_sq_dtype bf16: 'we adopt the BF16 data format instead of FP32 to "
+            "track the first and second moments in the AdamW optimizer' (Sec. 3.3.3); master weights "
+            "and gradients stay FP32 (same section)",
             "multi-token prediction (one extra module) is not modelled: mtp_depth is kept for information",
             "the GPU-hours figure averages the whole pretraining run (incl. failures/restarts)",
             "61 layers over 16 stages is uneven; the split is not published",

@@ -105,7 +105,9 @@ def bridge():
                       "(H100 value in parentheses uses 128x128 / 1x128 blockwise FP8: 330)",
                       "whether multi-token prediction was on is not stated ('dropless' row); the H100 "
                       "recipe (DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1) lays MTP on the last virtual stage "
-                      "(pp_layout Et|(tt|)*30mL): Strata models neither MTP nor that layout"]
+                      "(pp_layout Et|(tt|)*30mL): Strata does not model MTP",
+                      "pipeline layout Et|(tt|)*30mL of the same recipe: virtual stage i runs on pipeline "
+                      "rank i mod 8, so ranks hold 7, 8, 8, 8, 8, 8, 8, 6 decoder layers (layer_split)"]
         if tag == "llama3-8b-8gpu":
             extra.append("FSDP 8 (archive) / 1 (latest page): Megatron-FSDP over all 8 GPUs")
         src = BRIDGE.replace("{rel}", rel)
@@ -119,7 +121,9 @@ def bridge():
             # The same recipe: recompute_granularity selective, recompute_modules [mla_up_proj, mlp].
             e["plan"]["recompute"] = "selective"
             e["plan"]["recompute_modules"] = ["mla_up_proj", "mlp"]
-            e["assumptions"] = [a for a in e["assumptions"] if not a.startswith("recompute none")]
+            e["plan"]["layer_split"] = [7, 8, 8, 8, 8, 8, 8, 6]
+            e["assumptions"] = [a for a in e["assumptions"]
+                                if not a.startswith("recompute none") and "do not split evenly" not in a]
             e["assumptions"].append("recompute selective with modules mla_up_proj and mlp: the table lists "
                                     "no recomputation; the H100 recipe (DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1) "
                                     "sets recompute_modules [mla_up_proj, mlp] (mlp: the 3 dense layers)")
@@ -280,7 +284,83 @@ def bridge_cards():
     e["plan"]["moe_dispatcher"] = "deepep"
     e["plan"]["moe_a2a_overlap"] = True
     e["completeness"] = "complete-with-assumptions"
-    return [e]
+    return [e] + bridge_card_pretrain()
+
+
+# Shared by the library ("pretrain") recipes of the cards: what the recipe files set, read in
+# src/megatron/bridge/recipes/*/h100/*.py and recipes/common.py (_pretrain_common).
+CARD_COMMON = [
+    "DGX-H100: 8x ConnectX-7 NDR 400 Gb/s per node",
+    "distributed optimizer (zero_stage 1), overlap_grad_reduce and overlap_param_gather on "
+    "(_pretrain_common), gradients reduced in BF16 (the recipe turns grad_reduce_in_fp32 off)",
+    "no activation recomputation, no CUDA graphs, no TP communication overlap unless stated",
+    "the card's numbers are the mean of the last 10 of 100 steps on mock data, effective Bridge commit named in the card",
+]
+
+
+def _card(eid, m, section, date, model, gpus, gbs, mbs, tp, pp, vp, ep, tok, tf, assume, **plan):
+    e = _nemo_entry(eid, BRIDGE_CARD.replace("pretrain_performance", section).format(m=m, d=date),
+                    model, gpus, gbs, mbs, tp, pp, 1, vp, ep, tok, tf, "bf16")
+    e["assumptions"] = list(assume) + CARD_COMMON
+    e["plan"]["tp_comm_overlap"] = False
+    e["plan"].update(plan)
+    return e
+
+
+def bridge_card_pretrain():
+    """The cards' other H100 pretraining runs (2026-07/08), each with its recipe file read:
+    the Qwen3-30B-A3B and Qwen3-8B and Moonlight-16B-A3B library recipes and the DeepSeek-V3
+    1024-GPU performance recipe (perf_recipes/deepseek/h100/deepseek_v3.py)."""
+    hybridep = ("moe_dispatcher deepep: flex dispatcher with the HybridEP backend (a DeepEP branch: "
+                "one RDMA send per node, NVLink fan-out)")
+    natural = ("natural routing (moe_router_force_load_balancing False) with the auxiliary loss; the "
+               "per-expert imbalance of steps 91-100 is not published, so the load is taken as uniform")
+    return [
+        _card("bridgecard-qwen3-30b-a3b-16gpu-pretrain", "qwen3-30b-a3b", "pretrain", "2026-07-19",
+              M.QWEN3_30B_A3B, 16, 1024, 1, 1, 1, 1, 16, 8654.602, 199.12, [
+                  "recipe qwen3_30b_a3b_pretrain_config (= qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config of "
+                  "recipes/qwen/h100/qwen3_moe.py): TP1 PP1 EP16 ETP1, GBS 1024, MBS 1, seq 4096",
+                  hybridep, natural,
+                  "no expert-parallel communication overlap (the library recipe leaves it off)",
+                  "TE CUDA graphs on the moe_router and moe_preprocess scopes (not modelled: they "
+                  "remove host launches and the dispatcher's host sync)",
+              ], expert_tp=1, moe_dispatcher="deepep"),
+        _card("bridgecard-qwen3-8b-16gpu-bf16", "qwen3-8b", "pretrain", "2026-07-21",
+              M.QWEN3_8B, 16, 1024, 1, 1, 1, 1, 1, 10456.348, 512.7, [
+                  "recipe qwen3_8b_pretrain_16gpu_h100_bf16_config: TP1 PP1 CP1, DP16, GBS 1024, MBS 1, seq 4096",
+                  "the embedding is sized from the tokenizer (use_tokenizer_vocab_size) and padded; "
+                  "the config's 151936 rows are used",
+              ]),
+        _card("bridgecard-moonlight-16b-a3b-16gpu-bf16", "moonlight-16b-a3b", "pretrain", "2026-07-22",
+              M.MOONLIGHT_16B_A3B, 16, 1024, 2, 1, 1, 1, 8, 22528.026, 386.59, [
+                  "recipe moonlight_16b_pretrain_16gpu_h100_bf16_config: TP1 PP1 EP8 ETP1 (each EP group "
+                  "inside one node), DP16, GBS 1024, MBS 2, seq 4096",
+                  hybridep, natural,
+                  "moe_a2a_overlap: overlap_moe_expert_parallel_comm True",
+                  "delay_wgrad_compute True (not modelled: it moves expert weight gradients behind the "
+                  "next all-to-all)",
+                  "precision-aware optimizer: FP32 master weights, BF16 main gradients and Adam moments "
+                  "(exp_avg_dtype / exp_avg_sq_dtype bf16)",
+                  "vocabulary 163840 (the runtime may pad NullTokenizer's 163841 to 165120)",
+              ], expert_tp=1, moe_dispatcher="deepep", moe_a2a_overlap=True, exp_avg_dtype="bf16",
+              exp_avg_sq_dtype="bf16"),
+        _card("bridgecard-deepseek-v3-1024gpu-bf16", "deepseek-v3", "pretrain_performance", "2026-08-15",
+              M.DEEPSEEK_V3, 1024, 16384, 1, 2, 8, 4, 64, 1061.206, 276.03, [
+                  "recipe deepseek_v3_pretrain_1024gpu_h100_bf16_config of perf_recipes/deepseek/h100/"
+                  "deepseek_v3.py: TP2 (sequence parallel) PP8 VP4 EP64 ETP1, DP64, GBS 16384, MBS 1, seq 4096",
+                  "pipeline layout Et|(tt|)*30mL: virtual stage i runs on pipeline rank i mod 8, so ranks "
+                  "hold 7, 8, 8, 8, 8, 8, 8, 6 decoder layers (layer_split); the last virtual stage holds "
+                  "the MTP module and the loss",
+                  "selective recompute of mla_up_proj and mlp (the dense layers' MLP)",
+                  hybridep + "; expert load force-balanced (moe_router_force_load_balancing True)",
+                  "overlap_grad_reduce False, overlap_param_gather True (with the optimizer step)",
+                  "no TP communication overlap (tp_comm_overlap False in the library recipe)",
+                  "precision-aware optimizer: FP32 master weights, BF16 main gradients and Adam moments "
+                  "(exp_avg_dtype / exp_avg_sq_dtype bf16)",
+              ], expert_tp=1, moe_dispatcher="deepep", recompute="selective",
+              recompute_modules=["mla_up_proj", "mlp"], overlap_grad_reduce=False,
+              layer_split=[7, 8, 8, 8, 8, 8, 8, 6], exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16"),
+    ]
 
 
 def all_entries():
