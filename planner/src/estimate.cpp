@@ -94,6 +94,7 @@ LayerTimes Estimator::layer_times(const PlanSpec& p, bool dense_first) {
     p1.schedule = Schedule::one_f_one_b;
     p1.global_batch = p.micro_batch * p.dp;
     p1.layer_split.clear();
+    p1.virtual_layer_split.clear();
     p1.zero_stage = p.zero_stage == 3 ? 3 : 0;
     p1.offload = OffloadSpec{};
     p1.lock_free_update = false;
@@ -230,7 +231,7 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
 
     // Data parallelism over dp x cp (Megatron's grad reduction group); experts over edp.
     StageParams sp;
-    if (p.layer_split.empty()) {
+    if (p.layer_split.empty() && p.virtual_layer_split.empty()) {
         auto [it, inserted] = stage_params_.try_emplace(std::make_tuple(p.tp, p.pp, p.ep * 4096 + p.etp(), worst_stage));
         if (inserted) it->second = stage_params(m_, p, worst_stage);
         sp = it->second;

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <sstream>
 
 #include "strata/common/error.hpp"
@@ -23,6 +25,52 @@ std::string tier_device(const TierSplit& t) {
 bool is_split(const TierSplit& t) {
     int n = (t.gpu > 0) + (t.cpu > 0) + (t.ssd > 0);
     return n > 1;
+}
+
+/// Megatron-Core's --pipeline-model-parallel-layout for a hand-laid interleaved pipeline: one
+/// '|'-separated stage per virtual stage, E = embedding, t = decoder layer, m = MTP module,
+/// L = loss (e.g. DeepSeek-V3's "Et|tt|...|tt|mL").
+std::string megatron_layout(const ModelSpec& m, const PlanSpec& p) {
+    std::string out;
+    const std::size_t n = p.virtual_layer_split.size();
+    for (std::size_t i = 0; i < n; ++i) {
+        if (i) out += '|';
+        if (i == 0) out += 'E';
+        out += std::string(static_cast<std::size_t>(p.virtual_layer_split[i]), 't');
+        if (i + 1 == n) out += std::string(static_cast<std::size_t>(m.mtp_depth), 'm') + "L";
+    }
+    return out;
+}
+
+/// Decoder layers per virtual stage of a layout string; "(X)*N" repeats X N times (not nested).
+std::vector<int> parse_layout(std::string s, const std::string& file, const std::string& flag) {
+    s.erase(std::remove(s.begin(), s.end(), '"'), s.end());
+    std::string flat;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        if (s[i] != '(') {
+            flat += s[i];
+            continue;
+        }
+        const std::size_t close = s.find(')', i);
+        if (close == std::string::npos || close + 2 >= s.size() || s[close + 1] != '*' || !std::isdigit(static_cast<unsigned char>(s[close + 2])))
+            throw InputError(file, flag, "has a repetition that is not \"(...)*N\" (got \"" + s + "\")");
+        std::size_t end = close + 2;
+        long times = 0;
+        while (end < s.size() && std::isdigit(static_cast<unsigned char>(s[end])) && times < 100000) times = times * 10 + (s[end++] - '0');
+        const std::string body = s.substr(i + 1, close - i - 1);
+        if (body.find('(') != std::string::npos || static_cast<double>(body.size()) * static_cast<double>(times) > 1e6)
+            throw InputError(file, flag, "has a nested or oversized repetition (got \"" + s + "\")");
+        for (long k = 0; k < times; ++k) flat += body;
+        i = end - 1;
+    }
+    std::vector<int> stages(1, 0);
+    for (char c : flat) {
+        if (c == '|') stages.push_back(0);
+        else if (c == 't') ++stages.back();
+        else if (c != 'E' && c != 'm' && c != 'L')
+            throw InputError(file, flag, "may hold only E, t, m, L, '|' and (...)*N (got '" + std::string(1, c) + "')");
+    }
+    return stages;
 }
 
 }  // namespace
@@ -77,9 +125,12 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
             arg("moe-router-group-topk", m.moe->router_group_topk);
         }
     }
+    if (m.mtp_depth > 0) arg("mtp-num-layers", m.mtp_depth);
     arg("tensor-model-parallel-size", p.tp);
     arg("pipeline-model-parallel-size", p.pp);
-    if (p.schedule == Schedule::interleaved_1f1b && p.vpp > 1) {
+    if (!p.virtual_layer_split.empty()) {
+        arg("pipeline-model-parallel-layout", "\"" + megatron_layout(m, p) + "\"");
+    } else if (p.schedule == Schedule::interleaved_1f1b && p.vpp > 1) {
         const int per_stage = m.layers / p.pp;
         // Megatron's flag gives every virtual stage the same layer count; an uneven split needs a
         // hand-written --pipeline-model-parallel-layout, which the export does not write.
@@ -202,6 +253,7 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
                                          {"cpu_checkpointing", !p.offload.activations.all_gpu()}};
     }
     if (p.pp > 1) j["pipeline"] = {{"stages", p.pp}, {"partition", "parameters"}};
+    if (m.mtp_depth > 0) r.unsupported.push_back("multi-token prediction modules (configured in the model code)");
     if (p.tp > 1) r.unsupported.push_back("tensor parallelism tp=" + std::to_string(p.tp) + " (configure in the model code, e.g. Megatron-DeepSpeed --tensor-model-parallel-size)");
     if (p.cp > 1) r.unsupported.push_back("context parallelism (DeepSpeed-Ulysses is configured in the model code)");
     if (p.ep > 1) r.unsupported.push_back("expert parallelism (set ep_size on the MoE layers)");
@@ -216,7 +268,7 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
     if (!p.offload.activations.all_gpu() && p.recompute == Recompute::none) r.unsupported.push_back("activation offload without checkpointing");
     if (is_split(p.offload.params)) r.unsupported.push_back("fractional parameter offload");
     if (is_split(p.offload.optimizer) && od == "nvme") r.unsupported.push_back("fractional NVMe optimizer offload");
-    (void)m;
+    (void)m;  // read above for MTP only
     r.text = j.dump(2) + "\n";
     return r;
 }
@@ -271,6 +323,10 @@ PlanSpec plan_from_megatron_args(const std::string& args, int gpus, const std::s
             if (tok[++i] == "deepep") p.moe_dispatcher = MoeDispatcher::deepep;
         }
         else if (t == "--recompute-num-layers") p.recompute_layers = value(i);
+        else if (t == "--pipeline-model-parallel-layout") {
+            if (i + 1 >= tok.size()) throw InputError(file, t, "needs a value");
+            p.virtual_layer_split = parse_layout(tok[++i], file, t);
+        }
         else if (t == "--exp-avg-dtype" || t == "--exp-avg-sq-dtype") {
             if (i + 1 >= tok.size()) throw InputError(file, t, "needs a value");
             const std::string v = tok[++i];
@@ -307,6 +363,14 @@ PlanSpec plan_from_megatron_args(const std::string& args, int gpus, const std::s
         if (per_stage % layers_per_virtual != 0)
             throw InputError(file, "--num-layers-per-virtual-pipeline-stage", "must divide the layers per stage (" + std::to_string(per_stage) + ")");
         p.vpp = per_stage / layers_per_virtual;
+        p.schedule = p.vpp > 1 ? Schedule::interleaved_1f1b : Schedule::one_f_one_b;
+    }
+    if (!p.virtual_layer_split.empty()) {
+        // The layout fixes the virtual stages: pp x vpp of them.
+        const int n = static_cast<int>(p.virtual_layer_split.size());
+        if (n % p.pp != 0)
+            throw InputError(file, "--pipeline-model-parallel-layout", "has " + std::to_string(n) + " stages, not a multiple of --pipeline-model-parallel-size " + std::to_string(p.pp));
+        p.vpp = n / p.pp;
         p.schedule = p.vpp > 1 ? Schedule::interleaved_1f1b : Schedule::one_f_one_b;
     }
     int denom = p.tp * p.pp * p.cp;

@@ -165,6 +165,48 @@ TEST_CASE("Megatron export of MLA, dense-first MoE layers and expert tensor para
     CHECK(q.ep == 8);
 }
 
+TEST_CASE("Megatron export names the MTP modules; DeepSpeed reports them", "[planner][export][mtp]") {
+    ModelSpec m = gpt3();
+    m.mtp_depth = 1;
+    PlanSpec p = gpt3_plan();
+    CHECK(planner::export_megatron(m, p).text.find("--mtp-num-layers 1") != std::string::npos);
+    m.mtp_depth = 0;
+    CHECK(planner::export_megatron(m, p).text.find("mtp") == std::string::npos);
+    m.mtp_depth = 2;
+    bool named = false;
+    for (const std::string& u : planner::export_deepspeed(m, p).unsupported) named = named || u.find("multi-token") != std::string::npos;
+    CHECK(named);
+}
+
+TEST_CASE("Megatron pipeline layouts: a per-virtual-stage split exports and parses back", "[planner][export][pipeline]") {
+    // DeepSeek-V3's H100 recipe: "Et|(tt|)*30mL" over pp 8 x vpp 4 = 32 virtual stages.
+    ModelSpec m = gpt3();
+    m.layers = 61;
+    m.mtp_depth = 1;
+    const PlanSpec q = planner::plan_from_megatron_args("--pipeline-model-parallel-size 8 --pipeline-model-parallel-layout \"Et|(tt|)*30mL\"", 1024, "args");
+    REQUIRE(q.virtual_layer_split.size() == 32);
+    CHECK(q.vpp == 4);
+    CHECK(q.schedule == Schedule::interleaved_1f1b);
+    CHECK(q.virtual_layer_split.front() == 1);
+    CHECK(q.virtual_layer_split[1] == 2);
+    CHECK(q.virtual_layer_split[30] == 2);
+    CHECK(q.virtual_layer_split.back() == 0);
+    CHECK(stage_layers(m, q) == std::vector<int>{7, 8, 8, 8, 8, 8, 8, 6});
+    // Written back out stage by stage, and read again to the same split.
+    PlanSpec p = gpt3_plan();
+    p.tp = 2, p.pp = 8, p.dp = 64, p.vpp = 4;
+    p.schedule = Schedule::interleaved_1f1b;
+    p.virtual_layer_split = q.virtual_layer_split;
+    const auto r = planner::export_megatron(m, p);
+    CHECK(r.text.find("--pipeline-model-parallel-layout \"Et|tt|") != std::string::npos);
+    CHECK(r.text.find("|tt|mL\"") != std::string::npos);
+    CHECK(r.text.find("--num-layers-per-virtual-pipeline-stage") == std::string::npos);
+    CHECK(planner::plan_from_megatron_args(r.text, 1024, "args").virtual_layer_split == p.virtual_layer_split);
+    CHECK_THROWS_AS(planner::plan_from_megatron_args("--pipeline-model-parallel-layout Et|tx|L", 8, "args"), InputError);
+    CHECK_THROWS_AS(planner::plan_from_megatron_args("--pipeline-model-parallel-layout (tt|*3", 8, "args"), InputError);
+    CHECK_THROWS_AS(planner::plan_from_megatron_args("--pipeline-model-parallel-size 3 --pipeline-model-parallel-layout Et|tL", 8, "args"), InputError);
+}
+
 TEST_CASE("Megatron export of node-limited routing and the DeepEP dispatcher", "[planner][export][moe]") {
     ModelSpec m = test::gpt_shape("grouped-moe", 4, 1024, 16, 1000, 512);
     m.moe = strata::test::moe_spec(16, 4, 512);

@@ -176,13 +176,14 @@ TEST_CASE("fidelity loader: BLOOM-176B maps field by field", "[fidelity]") {
     CHECK(e.gpus() == 384);
 }
 
-TEST_CASE("fidelity loader: DeepSeek-V3 reads MLA and dense-first layers, drops MTP; H800 in a DGX-H100 node", "[fidelity]") {
+TEST_CASE("fidelity loader: DeepSeek-V3 reads MLA, dense-first layers and MTP; H800 in a DGX-H100 node", "[fidelity]") {
     const FidelityEntry& e = entry("deepseek-v3-2048gpu");
     CHECK_FALSE(has(e.dropped, "model.mla"));
     REQUIRE(e.model.mla.has_value());
     CHECK(e.model.mla->kv_lora_rank == 512);
     CHECK(e.model.moe->first_k_dense == 3);
-    CHECK(has(e.dropped, "model.mtp_depth"));
+    CHECK_FALSE(has(e.dropped, "model.mtp_depth"));
+    CHECK(e.model.mtp_depth == 1);
     CHECK(e.model.head_dim == 128);
     REQUIRE(e.model.is_moe());
     CHECK(e.model.moe->experts == 256);

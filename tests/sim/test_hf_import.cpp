@@ -117,6 +117,7 @@ TEST_CASE("DeepSeek-V3 config: latent attention and dense-first MoE", "[hf][mla]
     CHECK(m.ffn_hidden == 18432);
     CHECK(m.vocab == 129280);
     CHECK_FALSE(m.tied_embeddings);
+    CHECK(m.mtp_depth == 1);  // num_nextn_predict_layers
 }
 
 TEST_CASE("DeepSeek group-limited routing: n_group > 1 and topk_group, unless the method is greedy", "[hf][moe]") {

@@ -211,6 +211,52 @@ TEST_CASE("DeepSeek-V3 parameters: MLA and dense-first layers give the published
     CHECK(m.layer_is_moe(3));
 }
 
+TEST_CASE("DeepSeek-V3 with its MTP module: the published 685B checkpoint", "[model][mla][mtp]") {
+    // The Hugging Face card: 685B = 671B main model + 14B MTP module, whose checkpoint stores its
+    // own copies of the embedding and the output head. Strata shares those (Megatron-Core keeps
+    // them shared), so its own MTP weights are one MoE layer + eh_proj (2h x h) + enorm, hnorm
+    // and the module's final norm, by hand:
+    ModelSpec m = deepseek_v3();
+    m.mtp_depth = 1;
+    const std::int64_t h = 7168;
+    const std::int64_t mla = 7168LL * 1536 + 1536LL * 128 * 192 + 7168LL * 576 + 512LL * 128 * 256 + 128LL * 128 * 7168 + 2048;
+    const std::int64_t moe_layer = mla + 2 * h + h * 256 + 257LL * 3 * h * 2048;
+    const std::int64_t own = moe_layer + 2 * h * h + 3 * h;
+    const ParamCounts p = param_counts(m);
+    CHECK(p.mtp == own);
+    CHECK(static_cast<double>(p.total + p.embedding + p.lm_head) == Approx(685e9).epsilon(0.001));
+    // One token activates 8 of the module's 256 routed experts.
+    m.mtp_depth = 0;
+    const ParamCounts base = param_counts(m);
+    CHECK(p.total - base.total == own);
+    CHECK(p.active - base.active == own - 248LL * 3 * h * 2048);
+    // Two modules: twice the weights.
+    m.mtp_depth = 2;
+    CHECK(param_counts(m).mtp == 2 * own);
+}
+
+TEST_CASE("MTP FLOPs: a layer, the 2h -> h projection and the head again", "[model][mtp]") {
+    ModelSpec m = llama(4, 1024, 8, 8, 2816);
+    m.vocab = 32000;
+    m.seq_len = 2048;
+    const ForwardFlops f0 = forward_flops(m, 2.0);
+    m.mtp_depth = 1;
+    const ForwardFlops f1 = forward_flops(m, 2.0);
+    const double tokens = 2 * 2048.0, h = 1024;
+    const LayerFlops lf = layer_forward_flops(m, 3, 2.0);
+    CHECK(f1.mtp == Approx(lf.matmul() + 2 * tokens * 2 * h * h + 2 * tokens * h * 32000));
+    CHECK(f1.matmul() - f0.matmul() == Approx(f1.mtp));
+    CHECK(f1.attention_core - f0.attention_core == Approx(lf.attention));
+    // Full recomputation re-runs the decoder layers only: the MTP module adds its forward and
+    // backward (3x) and no recompute.
+    const StepFlops with = step_flops(m, 2.0, Recompute::full, false, true);
+    m.mtp_depth = 0;
+    const StepFlops without = step_flops(m, 2.0, Recompute::full, false, true);
+    CHECK(with.forward - without.forward == Approx(f1.mtp));
+    CHECK(with.backward - without.backward == Approx(2 * f1.mtp));
+    CHECK(with.recompute == Approx(without.recompute));
+}
+
 TEST_CASE("MLA layer FLOPs: five projections, scores over 192 and values over 128 per head", "[model][mla]") {
     const ModelSpec m = deepseek_v3();
     const LayerFlops f = layer_forward_flops(m, 0, 1.0);

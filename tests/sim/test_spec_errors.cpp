@@ -95,6 +95,25 @@ TEST_CASE("validate_plan: pipeline", "[spec][errors]") {
     expect_error([&] { validate(model(), zero_stage_layer); }, "p.json", "plan.layer_split[0]", "must be a positive integer");
 }
 
+TEST_CASE("validate_plan: a split per virtual stage", "[spec][errors]") {
+    // 8 layers, pp 2, vpp 2: four virtual stages, stage i on rank i mod 2.
+    const std::string il = R"("pp": 2, "vpp": 2, "schedule": "interleaved-1f1b", "global_batch": 8, )";
+    const PlanSpec ok = plan("{" + il + R"("virtual_layer_split": [1, 3, 4, 0]})");
+    CHECK_NOTHROW(validate(model(), ok));
+    CHECK(stage_layers(model(), ok) == std::vector<int>{5, 3});
+    CHECK(virtual_stage_layers(model(), ok) == std::vector<int>{1, 3, 4, 0});
+    expect_error([&] { validate(model(), plan("{" + il + R"("virtual_layer_split": [4, 4]})")); }, "p.json",
+                 "plan.virtual_layer_split", "has 2 entries but plan.pp x plan.vpp = 4");
+    expect_error([&] { validate(model(), plan("{" + il + R"("virtual_layer_split": [1, 3, 3, 0]})")); }, "p.json",
+                 "plan.virtual_layer_split", "sums to 7 but model.layers = 8");
+    expect_error([&] { validate(model(), plan("{" + il + R"("virtual_layer_split": [4, 0, 4, 0]})")); }, "p.json",
+                 "plan.virtual_layer_split", "leaves pipeline rank 1 without a layer");
+    expect_error([&] { validate(model(), plan("{" + il + R"("virtual_layer_split": [1, 3, 4, 0], "layer_split": [5, 3]})")); },
+                 "p.json", "plan.virtual_layer_split", "both set the split");
+    CHECK_THROWS_WITH(plan("{" + il + R"("virtual_layer_split": [1, -3, 4, 0]})"),
+                      Catch::Contains("virtual_layer_split[1]") && Catch::Contains("non-negative"));
+}
+
 TEST_CASE("validate_plan: batch divisibility", "[spec][errors]") {
     // 30 sequences over micro-batches of 1 on 4 replicas: 30 % 4 = 2.
     expect_error([] { validate(model(), plan(R"({"dp": 4, "global_batch": 30})")); }, "p.json", "plan.global_batch",

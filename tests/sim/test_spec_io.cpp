@@ -324,3 +324,25 @@ TEST_CASE("Adam moment types round-trip; fp32 is the default; fp32 training reje
     CHECK_THROWS_WITH(plan_from_json_text(R"({"global_batch": 4, "precision": "fp32", "exp_avg_sq_dtype": "bf16"})", "p.json"),
                       Catch::Contains("exp_avg_sq_dtype") && Catch::Contains("mixed precision"));
 }
+
+TEST_CASE("mtp_depth round-trips, is 0 by default and bounded", "[spec][io][mtp]") {
+    const std::string base = R"({"name": "m", "layers": 2, "hidden": 64, "heads": 4, "vocab": 100, "seq_len": 16)";
+    const ModelSpec m = model_from_json_text(base + R"(, "mtp_depth": 2})", "m.json");
+    CHECK(m.mtp_depth == 2);
+    CHECK(model_from_json_text(to_json_text(m), "rt.json").mtp_depth == 2);
+    CHECK(model_from_json_text(base + "}", "m.json").mtp_depth == 0);
+    CHECK_THROWS_WITH(model_from_json_text(base + R"(, "mtp_depth": -1})", "m.json"), Catch::Contains("m.json") && Catch::Contains("mtp_depth"));
+    CHECK_THROWS_WITH(model_from_json_text(base + R"(, "mtp_depth": 17})", "m.json"), Catch::Contains("mtp_depth"));
+}
+
+TEST_CASE("virtual_layer_split round-trips and allows empty virtual stages", "[spec][io][pipeline]") {
+    const PlanSpec p = plan_from_json_text(R"({"pp": 2, "vpp": 2, "schedule": "interleaved-1f1b", "global_batch": 4,
+                                              "virtual_layer_split": [1, 2, 3, 0]})", "p.json");
+    CHECK(p.virtual_layer_split == std::vector<int>{1, 2, 3, 0});
+    CHECK(plan_from_json_text(to_json_text(p), "rt.json").virtual_layer_split == p.virtual_layer_split);
+    CHECK(plan_from_json_text(R"({"global_batch": 4})", "p.json").virtual_layer_split.empty());
+    CHECK_THROWS_WITH(plan_from_json_text(R"({"global_batch": 4, "virtual_layer_split": 3})", "p.json"),
+                      Catch::Contains("virtual_layer_split") && Catch::Contains("array"));
+    CHECK_THROWS_WITH(plan_from_json_text(R"({"global_batch": 4, "virtual_layer_split": [1.5]})", "p.json"),
+                      Catch::Contains("virtual_layer_split[0]"));
+}

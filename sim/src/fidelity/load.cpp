@@ -44,7 +44,7 @@ namespace {
 
 // Architecture notes runs.json keeps for information but Strata's model parser does not read.
 // What each one means for the simulation is written in docs/fidelity.md ("Dropped fields").
-constexpr std::array kStrippedModelKeys = {"activation", "embed_layernorm", "mtp_depth", "position_note"};
+constexpr std::array kStrippedModelKeys = {"activation", "embed_layernorm", "position_note"};
 
 // NIC ids of runs.json that hwdb lacks, mapped to the closest hwdb link of the same speed.
 const std::vector<std::pair<std::string, std::string>> kNicSubstitutes = {

@@ -382,7 +382,7 @@ void RankLowering::moe_backward(int layer) {
 }
 
 void RankLowering::layer_backward(int layer, int layer_in_stage) {
-    const bool full_re = p_.recompute == Recompute::full && layer_recomputed(m_, p_, stage_, layer_in_stage);
+    const bool full_re = !mtp_pass_ && p_.recompute == Recompute::full && layer_recomputed(m_, p_, stage_, layer_in_stage);
     if (full_re) layer_forward(layer, Phase::recompute);  // keep only the input; rerun the layer
     const int saved_layer = layer_;
     layer_ = layer;

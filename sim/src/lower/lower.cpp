@@ -24,6 +24,7 @@ void Names::intern(Program& p) {
     moe_permute = id("moe.permute"); moe_unpermute = id("moe.unpermute"); moe_counts = id("moe.token_counts_to_host");
     shared_fc1 = id("shared.fc1"); shared_act = id("shared.act"); shared_fc2 = id("shared.fc2");
     embedding = id("embedding"); final_norm = id("final_norm"); logits = id("logits"); loss = id("loss");
+    mtp_embedding = id("mtp.embedding"); mtp_norms = id("mtp.norms"); mtp_proj = id("mtp.proj");
     tp_ar = id("tp.all_reduce"); tp_ag = id("tp.all_gather"); tp_rs = id("tp.reduce_scatter");
     tp_ag_input = id("tp.all_gather_input"); cp_kv_ag = id("cp.kv_all_gather"); cp_dkv_rs = id("cp.dkv_reduce_scatter");
     ep_dispatch = id("ep.dispatch"); ep_combine = id("ep.combine"); pp_act = id("pp.activation");
@@ -98,22 +99,26 @@ double embedding_params_rank(const ModelSpec& m, const PlanSpec& p) {
 
 double output_params_rank(const ModelSpec& m, const PlanSpec& p) {
     const double norm = (m.norm == NormKind::layernorm ? 2.0 : 1.0) * static_cast<double>(m.hidden);
+    const double table = static_cast<double>(m.vocab) * static_cast<double>(m.hidden) / p.tp;
     if (m.tied_embeddings && p.pp == 1) return norm;  // the head is the embedding itself
-    return static_cast<double>(m.vocab) * static_cast<double>(m.hidden) / p.tp + norm;
+    // Untied with MTP across stages: the head and a copy of the embedding for the MTP lookups.
+    const bool mtp_copy = !m.tied_embeddings && m.mtp_depth > 0 && p.pp > 1;
+    return table * (mtp_copy ? 2.0 : 1.0) + norm;
 }
 
 double forward_flops_per_step(const ModelSpec& m, const PlanSpec& p) {
     PlanSpec unsplit;  // per-token counts of the whole model: no TP/EP division
     const Dims d = make_dims(m, unsplit);
+    const auto layer = [&](int l) {
+        double f = d.s * d.heads * (d.qk_dim + d.v_dim);  // causal QK^T + PV: 2*s*heads*(dqk + dv) per token, halved
+        for (const AttentionLinear& a : attention_linears(m)) f += 2 * static_cast<double>(a.in) * static_cast<double>(a.out);
+        if (m.layer_is_moe(l)) return f + 2 * d.h * d.experts + 2 * (d.top_k + d.shared) * d.mats * d.h * d.expert_ffn;
+        return f + 2 * d.mats * d.h * d.ffn;
+    };
     double per_token = 2 * d.h * d.vocab;  // logits
-    for (int l = 0; l < m.layers; ++l) {
-        for (const AttentionLinear& a : attention_linears(m)) per_token += 2 * static_cast<double>(a.in) * static_cast<double>(a.out);
-        per_token += d.s * d.heads * (d.qk_dim + d.v_dim);  // causal QK^T + PV: 2*s*heads*(dqk + dv) per token, halved
-        if (m.layer_is_moe(l))
-            per_token += 2 * d.h * d.experts + 2 * (d.top_k + d.shared) * d.mats * d.h * d.expert_ffn;
-        else
-            per_token += 2 * d.mats * d.h * d.ffn;
-    }
+    for (int l = 0; l < m.layers; ++l) per_token += layer(l);
+    // MTP modules: a layer, the 2h -> h projection and the head once more each.
+    if (m.layers > 0) per_token += m.mtp_depth * (layer(mtp_layer_kind(m)) + 2 * 2 * d.h * d.h + 2 * d.h * d.vocab);
     return per_token * static_cast<double>(p.global_batch) * d.s;
 }
 
@@ -437,7 +442,11 @@ void RankLowering::dp_collectives_at_end() {
         flush_buckets();
     } else {
         if (stage_ == 0) dense += embedding_params_rank(m_, p_) * Dims::act_bytes;
-        if (stage_ == pp_ - 1) dense += output_params_rank(m_, p_) * Dims::act_bytes;
+        if (stage_ == pp_ - 1) {
+            const StageParams mtp = mtp_params_local(m_, p_);
+            dense += (output_params_rank(m_, p_) + mtp.dense) * Dims::act_bytes;
+            expert += mtp.expert * Dims::act_bytes;
+        }
         if (p_.zero_stage != 3) {
             for (int c = 0; c < vpp_; ++c)
                 for (int li = 0; li < chunk_layers(c); ++li) {
@@ -458,7 +467,8 @@ void RankLowering::dp_collectives_at_end() {
     }
     // Tied embeddings across pipeline ends: sum the two copies' gradients (Megatron's
     // _allreduce_embedding_grads, after the DP reduction).
-    if (m_.tied_embeddings && pp_ > 1 && (stage_ == 0 || stage_ == pp_ - 1)) {
+    // MTP's copy on the last stage is kept in step the same way (Megatron-Core's embedding group).
+    if ((m_.tied_embeddings || m_.mtp_depth > 0) && pp_ > 1 && (stage_ == 0 || stage_ == pp_ - 1)) {
         const double bytes = d_.vocab * d_.h / d_.tp * Dims::act_bytes;
         collective(Stream::dp_comm, CollKind::all_reduce, Group::embedding, bytes, n_.emb_ar);
     }

@@ -21,7 +21,7 @@ struct Names {
     int router_gemm, router, experts_fc1, experts_act, experts_fc2, shared_fc1, shared_act, shared_fc2;
     int moe_permute, moe_unpermute, moe_counts;
     int q_down, kv_down, q, q_up, kv_up, latent_norm;
-    int embedding, final_norm, logits, loss;
+    int embedding, final_norm, logits, loss, mtp_embedding, mtp_norms, mtp_proj;
     int tp_ar, tp_ag, tp_rs, tp_ag_input, cp_kv_ag, cp_dkv_rs, ep_dispatch, ep_combine;
     int pp_act, pp_grad, pp_gather;
     int dp_grads, edp_grads, dp_params, edp_params, zero3_ag, zero3_rs, zero3_ag_expert, zero3_rs_expert, emb_ar;
@@ -52,7 +52,7 @@ struct LayerParamsRank {
 };
 LayerParamsRank layer_params_rank(const ModelSpec& m, const PlanSpec& p, int layer);
 double embedding_params_rank(const ModelSpec& m, const PlanSpec& p);  ///< first stage
-double output_params_rank(const ModelSpec& m, const PlanSpec& p);     ///< last stage (untied head or tied copy)
+double output_params_rank(const ModelSpec& m, const PlanSpec& p);     ///< last stage (untied head, tied/MTP copy)
 
 /// Useful forward FLOPs of one step of the whole job (GEMMs + causal attention core, no skew, no
 /// recomputation): the basis of Program::model_flops_per_step = 3 x this.
@@ -167,6 +167,10 @@ private:
     void step(int s);
     void forward_pass(int mb, int chunk);
     void backward_pass(int mb, int chunk);
+    void head_forward();        ///< final norm, vocab-parallel logits, cross-entropy
+    void head_backward();
+    void mtp_forward();         ///< one multi-token prediction module (model.mtp_depth), last stage
+    void mtp_backward();
     void block_on_send();       ///< plan.p2p_blocking: DeepSpeed's parity-ordered blocking send
     void post_blocking_recv();  ///< plan.p2p_blocking: a receive posted in line with compute
     double p2p_wire_bytes(double tensor_bytes) const;  ///< what one rank sends: 1/tp with plan.p2p_scatter_gather
@@ -250,6 +254,7 @@ private:
     double bucket_dense_ = 0, bucket_expert_ = 0;
     double total_dense_grad_bytes_ = 0, total_expert_grad_bytes_ = 0;
     bool last_backward_ = false;
+    bool mtp_pass_ = false;     ///< lowering an MTP module's layer: never fully recomputed
     int optimizer_done_ev_ = -1;    ///< next step's forward waits for this (-1: nothing)
     int param_gather_ev_ = -1;
     int pending_send_ = -1;  ///< p2p_blocking, odd stage: the send completed after the next receive

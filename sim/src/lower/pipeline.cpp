@@ -173,12 +173,9 @@ void RankLowering::forward_pass(int mb, int chunk) {
     }
     layer_ = -1;
     if (v == vlast) {
-        stashed_[{mb_, chunk, -2}] = alloc_list(logits_desc_, logits_ids_);
-        compute(Op::norm, n_.final_norm, 0, 2 * d_.tokens_sp * d_.h * Dims::act_bytes);
-        tp_forward_in(true);
-        gemm_high(n_.logits, d_.tokens, d_.vocab / d_.tp, d_.h);  // vocab-parallel head
-        // Vocab-parallel cross-entropy: read the fp32 logits shard, write the softmax for backward.
-        compute(Op::loss, n_.loss, 0, 2 * d_.tokens * d_.vocab / d_.tp * 4);
+        stashed_[{mb_, chunk, -2}] = alloc_list(logits_desc_, logits_ids_);  // incl. the MTP modules'
+        head_forward();
+        for (int k = 0; k < m_.mtp_depth; ++k) mtp_forward();
     } else {
         wait(Stream::pp_p2p, record(Stream::compute));
         Instr& in = push(InstrKind::send, Stream::pp_p2p, n_.pp_act);
@@ -187,6 +184,66 @@ void RankLowering::forward_pass(int mb, int chunk) {
         in.match_id = p2p_match(mb_, v, true, lane);
         if (p_.p2p_blocking) block_on_send();
     }
+}
+
+void RankLowering::head_forward() {
+    compute(Op::norm, n_.final_norm, 0, 2 * d_.tokens_sp * d_.h * Dims::act_bytes);
+    tp_forward_in(true);
+    gemm_high(n_.logits, d_.tokens, d_.vocab / d_.tp, d_.h);  // vocab-parallel head
+    // Vocab-parallel cross-entropy: read the fp32 logits shard, write the softmax for backward.
+    compute(Op::loss, n_.loss, 0, 2 * d_.tokens * d_.vocab / d_.tp * 4);
+}
+
+void RankLowering::head_backward() {
+    compute(Op::loss, n_.loss, 0, 2 * d_.tokens * d_.vocab / d_.tp * 4);
+    gemm_high(n_.logits, d_.tokens, d_.h, d_.vocab / d_.tp);  // dgrad
+    gemm_high(n_.logits, d_.h, d_.vocab / d_.tp, d_.tokens);  // wgrad
+    if (d_.tp > 1) {
+        const double bytes = d_.tokens * d_.h * Dims::act_bytes;
+        wait(Stream::compute, collective(Stream::tp_comm, d_.sp ? CollKind::reduce_scatter : CollKind::all_reduce,
+                                         Group::tp, bytes, d_.sp ? n_.tp_rs : n_.tp_ar));
+    }
+    compute(Op::norm, n_.final_norm, 0, 3 * d_.tokens_sp * d_.h * Dims::act_bytes);
+}
+
+// One MTP module (Megatron-Core MultiTokenPredictionLayer, DeepSeek-V3 Sec. 2.2): look up the
+// next tokens in the embedding copy, normalise them and the main hidden state, project the
+// concatenation 2h -> h (column-parallel: with SP its input is gathered over the sequence, its
+// output over the hidden dimension), run a layer built like the last decoder layer, then the
+// shared head and loss.
+void RankLowering::mtp_forward() {
+    const double act = d_.tokens_sp * d_.h * Dims::act_bytes;
+    compute(Op::embedding, n_.mtp_embedding, 0, 2 * act);
+    compute(Op::norm, n_.mtp_norms, 0, 2 * 2 * act);
+    if (d_.tp > 1 && d_.sp)
+        wait(Stream::compute, collective(Stream::tp_comm, CollKind::all_gather, Group::tp, 2 * d_.tokens * d_.h * Dims::act_bytes, n_.tp_ag));
+    gemm_cast(n_.mtp_proj, d_.tokens, d_.h / d_.tp, 2 * d_.h);
+    if (d_.tp > 1)
+        wait(Stream::compute, collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * Dims::act_bytes, n_.tp_ag));
+    mtp_pass_ = true;
+    layer_forward(mtp_layer_kind(m_), Phase::forward);
+    join_deferred();
+    mtp_pass_ = false;
+    head_forward();
+}
+
+void RankLowering::mtp_backward() {
+    head_backward();
+    mtp_pass_ = true;
+    layer_backward(mtp_layer_kind(m_), 0);
+    join_deferred();
+    mtp_pass_ = false;
+    layer_ = -1;
+    // The projection's gradients: dgrad to the 2h input (reduced over TP: reduce-scatter with SP),
+    // wgrad; then the two norms and the embedding's gradient (scatter-add into the copy).
+    const double act = d_.tokens_sp * d_.h * Dims::act_bytes;
+    gemm_cast(n_.mtp_proj, d_.tokens, 2 * d_.h, d_.h / d_.tp);
+    gemm(n_.mtp_proj, 2 * d_.h, d_.h / d_.tp, d_.tokens);
+    if (d_.tp > 1)
+        wait(Stream::compute, collective(Stream::tp_comm, d_.sp ? CollKind::reduce_scatter : CollKind::all_reduce, Group::tp,
+                                         2 * d_.tokens * d_.h * Dims::act_bytes, d_.sp ? n_.tp_rs : n_.tp_ar));
+    compute(Op::norm, n_.mtp_norms, 0, 2 * 3 * act);
+    compute(Op::embedding, n_.mtp_embedding, 0, 3 * act);
 }
 
 void RankLowering::backward_pass(int mb, int chunk) {
@@ -208,16 +265,12 @@ void RankLowering::backward_pass(int mb, int chunk) {
         wait(Stream::compute, record(Stream::pp_recv));
         gather_received(p2p_bytes);
     } else {
-        compute(Op::loss, n_.loss, 0, 2 * d_.tokens * d_.vocab / d_.tp * 4);
-        gemm_high(n_.logits, d_.tokens, d_.h, d_.vocab / d_.tp);  // dgrad
-        gemm_high(n_.logits, d_.h, d_.vocab / d_.tp, d_.tokens);  // wgrad
-        if (d_.tp > 1) {
-            const double bytes = d_.tokens * d_.h * Dims::act_bytes;
-            wait(Stream::compute, collective(Stream::tp_comm, d_.sp ? CollKind::reduce_scatter : CollKind::all_reduce,
-                                             Group::tp, bytes, d_.sp ? n_.tp_rs : n_.tp_ar));
+        for (int k = 0; k < m_.mtp_depth; ++k) mtp_backward();
+        head_backward();
+        if (bucketed) {
+            const StageParams mtp = mtp_params_local(m_, p_);
+            grads_ready((output_params_rank(m_, p_) + mtp.dense) * Dims::act_bytes, mtp.expert * Dims::act_bytes, false);
         }
-        compute(Op::norm, n_.final_norm, 0, 3 * d_.tokens_sp * d_.h * Dims::act_bytes);
-        if (bucketed) grads_ready(output_params_rank(m_, p_) * Dims::act_bytes, 0, false);
     }
     const int count = chunk_layers(chunk);
     int pending_p = -1, pending_a = -1;

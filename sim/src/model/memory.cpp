@@ -76,9 +76,16 @@ using StageKey = std::tuple<int, int, int, int, int, int, int, int, int, int, in
                             std::array<double, 9>, int>;
 StageKey stage_key(const PlanSpec& p, int stage) {
     const OffloadSpec& o = p.offload;
-    return {stage, p.tp, p.pp, p.dp, p.cp, p.ep, p.zero_stage, static_cast<int>(p.precision), p.micro_batch,
+    // The split, per stage or per virtual stage (a -1 marks where the second list starts).
+    std::vector<int> split = p.layer_split;
+    if (!p.virtual_layer_split.empty()) {
+        split.push_back(-1);
+        split.insert(split.end(), p.virtual_layer_split.begin(), p.virtual_layer_split.end());
+    }
+    const int dtypes = static_cast<int>(p.precision) + 4 * static_cast<int>(p.exp_avg_dtype) + 16 * static_cast<int>(p.exp_avg_sq_dtype);
+    return {stage, p.tp, p.pp, p.dp, p.cp, p.ep, p.zero_stage, dtypes, p.micro_batch,
             (p.sequence_parallel ? 1 : 0) + (p.overlap_grad_reduce ? 2 : 0) + (p.overlap_param_gather ? 4 : 0),
-            static_cast<int>(p.recompute), p.dp_bucket_bytes, p.layer_split,
+            static_cast<int>(p.recompute), p.dp_bucket_bytes, split,
             {o.params.gpu, o.params.cpu, o.params.ssd, o.grads.gpu, o.grads.cpu, o.grads.ssd, o.optimizer.gpu,
              o.optimizer.cpu, o.optimizer.ssd},
             p.etp()};

@@ -90,6 +90,8 @@ LayerParams layer_params(const ModelSpec& m, int layer) {
     return p;
 }
 
+std::int64_t mtp_extra_params(const ModelSpec& m) { return 2 * m.hidden * m.hidden + 3 * norm_params(m); }
+
 ParamCounts param_counts(const ModelSpec& m) {
     ParamCounts c;
     c.embedding = m.vocab * m.hidden;
@@ -108,8 +110,15 @@ ParamCounts param_counts(const ModelSpec& m) {
     }
     c.final_norm = norm_params(m);
     c.lm_head = m.tied_embeddings ? 0 : m.vocab * m.hidden;
-    c.total = c.embedding + c.position + c.layers + c.final_norm + c.lm_head;
-    c.active = c.embedding + c.position + active_layers + c.final_norm + c.lm_head;
+    std::int64_t active_mtp = 0;
+    if (m.mtp_depth > 0 && m.layers > 0) {
+        const LayerParams lp = layer_params(m, mtp_layer_kind(m));
+        const std::int64_t extra = mtp_extra_params(m);
+        c.mtp = m.mtp_depth * (lp.total() + extra);
+        active_mtp = m.mtp_depth * (lp.total() - lp.experts + (lp.experts > 0 ? lp.expert_one * m.moe->top_k : 0) + extra);
+    }
+    c.total = c.embedding + c.position + c.layers + c.final_norm + c.lm_head + c.mtp;
+    c.active = c.embedding + c.position + active_layers + c.final_norm + c.lm_head + active_mtp;
     return c;
 }
 
@@ -168,7 +177,18 @@ ForwardFlops forward_flops(const ModelSpec& m, double seqs, bool causal_halved) 
     const double h = static_cast<double>(m.hidden), v = static_cast<double>(m.vocab);
     f.logits = 2.0 * tokens * h * v;
     // Final norm, and the cross-entropy's softmax over the vocabulary (~5 flops per logit).
-    f.other += tokens * ((m.norm == NormKind::layernorm ? 5.0 : 4.0) * h + 5.0 * v);
+    const double head_other = tokens * ((m.norm == NormKind::layernorm ? 5.0 : 4.0) * h + 5.0 * v);
+    f.other += head_other;
+    // Each MTP module: its layer, the 2h -> h projection and the shared head again (DeepSeek-V3
+    // Sec. 2.2), plus two more norms before the projection.
+    if (m.mtp_depth > 0 && m.layers > 0) {
+        const LayerFlops lf = layer_forward_flops(m, mtp_layer_kind(m), seqs, causal_halved);
+        const double d = m.mtp_depth;
+        f.mtp = d * (lf.matmul() + 2.0 * tokens * (2.0 * h) * h + f.logits);
+        f.attention_core += d * lf.attention;
+        f.mtp_other = d * (lf.other + head_other + tokens * 2.0 * (m.norm == NormKind::layernorm ? 5.0 : 4.0) * h);
+        f.other += f.mtp_other;
+    }
     return f;
 }
 
@@ -182,13 +202,14 @@ StepFlops step_flops(const ModelSpec& m, double batch_seqs, Recompute r, bool ca
     if (r == Recompute::full) {
         // Layers re-run their forward; the logits are not recomputed (Megatron: 96 = 4 x 24 for the
         // layers but 3 x 2 for the logits term).
+        // The MTP modules are not recomputed either (their activations are kept, tensors.hpp).
         const double logits_part = matmul_only ? f.logits : f.logits + static_cast<double>(m.seq_len) * batch_seqs * 5.0 * static_cast<double>(m.vocab);
-        s.recompute = fwd - logits_part;
+        s.recompute = fwd - logits_part - f.mtp - (matmul_only ? 0.0 : f.mtp_other);
     } else if (r == Recompute::selective) {
         s.recompute = f.attention_core;
         if (!matmul_only) {
             const double scores = static_cast<double>(m.heads) * static_cast<double>(m.seq_len) * (causal_halved ? 0.5 : 1.0);
-            s.recompute += 5.0 * scores * static_cast<double>(m.seq_len) * batch_seqs * m.layers;
+            s.recompute += 5.0 * scores * static_cast<double>(m.seq_len) * batch_seqs * (m.layers + m.mtp_depth);
         }
     }
     return s;

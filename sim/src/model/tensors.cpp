@@ -290,9 +290,38 @@ std::vector<TensorDesc> logits_activations(const ModelSpec& m, const PlanSpec& p
     const double V = static_cast<double>(m.vocab);
     // Korthikanti §4.3: final norm input and output-projection input (2sbh each, /tp with SP), and
     // the cross-entropy's fp32 logits 4sbv/tp (vocab-parallel); no fused loss assumed.
-    return {act_tensor("final.norm_in", L.act * L.tok_rep * L.h, "(s/cp[/tp], b, h)", p),
-            act_tensor("lm_head.in", L.act * L.tok_rep * L.h, "(s/cp[/tp], b, h)", p),
-            act_tensor("lm_head.logits", 4.0 * L.tokens * V / L.t, "(s/cp, b, V/tp) fp32", p)};
+    const auto head = [&](const std::string& pre) {
+        return std::vector<TensorDesc>{act_tensor(pre + "final.norm_in", L.act * L.tok_rep * L.h, "(s/cp[/tp], b, h)", p),
+                                       act_tensor(pre + "lm_head.in", L.act * L.tok_rep * L.h, "(s/cp[/tp], b, h)", p),
+                                       act_tensor(pre + "lm_head.logits", 4.0 * L.tokens * V / L.t, "(s/cp, b, V/tp) fp32", p)};
+    };
+    std::vector<TensorDesc> out = head("");
+    // Each MTP module keeps what its backward needs, never recomputed: the inputs of its two norms
+    // and of the 2h -> h projection, its layer's activations (built like the last decoder layer,
+    // selective recomputation honoured) and a second head's.
+    for (int k = 0; k < m.mtp_depth && m.layers > 0; ++k) {
+        const std::string pre = "mtp" + std::to_string(k) + ".";
+        out.push_back(act_tensor(pre + "norms_in", 2.0 * L.act * L.tok_rep * L.h, "2 x (s/cp[/tp], b, h)", p));
+        out.push_back(act_tensor(pre + "proj_in", L.gemm_in * L.tok_rep * 2.0 * L.h, "(s/cp[/tp], b, 2h)", p));
+        for (TensorDesc& d : full_layer_activations(m, p, mtp_layer_kind(m))) {
+            d.name = pre + d.name;
+            out.push_back(std::move(d));
+        }
+        for (TensorDesc& d : head(pre)) out.push_back(std::move(d));
+    }
+    return out;
+}
+
+StageParams mtp_params_local(const ModelSpec& m, const PlanSpec& p) {
+    StageParams sp;
+    if (m.mtp_depth <= 0 || m.layers <= 0) return sp;
+    const StageParams lp = layer_params_local(m, p, mtp_layer_kind(m));
+    const double t = std::max(1, p.tp), h = static_cast<double>(m.hidden);
+    const double norms = static_cast<double>(mtp_extra_params(m)) - 2.0 * h * h;
+    // The projection is column-parallel over TP; the norms are replicated.
+    sp.dense = m.mtp_depth * (lp.dense + 2.0 * h * h / t + norms);
+    sp.expert = m.mtp_depth * lp.expert;
+    return sp;
 }
 
 StageParams stage_params(const ModelSpec& m, const PlanSpec& p, int stage) {
@@ -313,7 +342,12 @@ StageParams stage_params(const ModelSpec& m, const PlanSpec& p, int stage) {
         // Untied: the lm head. Tied with pp > 1: Megatron keeps a copy of the word embedding on the
         // last stage (its gradient is all-reduced with the first stage's).
         if (!m.tied_embeddings) sp.dense += static_cast<double>(pc.lm_head) / t;
-        else if (p.pp > 1) sp.dense += static_cast<double>(pc.embedding) / t;
+        // MTP looks the next tokens up in the word embedding: with pp > 1 the last stage keeps a
+        // copy of it too (Megatron-Core's mtp_process), unless tying already put one there.
+        if (p.pp > 1 && (m.tied_embeddings || m.mtp_depth > 0)) sp.dense += static_cast<double>(pc.embedding) / t;
+        const StageParams mtp = mtp_params_local(m, p);
+        sp.dense += mtp.dense;
+        sp.expert += mtp.expert;
     }
     return sp;
 }

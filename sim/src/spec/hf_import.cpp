@@ -157,6 +157,8 @@ ModelSpec deepseek(const Hf& hf) {
     m.tied_embeddings = hf.flag_or("tie_word_embeddings", false);
     if (hf.flag_or("attention_bias", false)) hf.fail("attention_bias", "must be false for multi-head latent attention");
     m.dropout = hf.prob_or("attention_dropout", 0.0);
+    // DeepSeek-V3's multi-token prediction modules (0 in V2 configs, absent before).
+    m.mtp_depth = static_cast<int>(hf.nonneg_or("num_nextn_predict_layers", 0));
     if (hf.has("n_routed_experts")) {
         MoeSpec e;
         e.experts = static_cast<int>(hf.pos("n_routed_experts"));

@@ -110,16 +110,35 @@ int bytes_per_element(Precision p) {
 
 std::vector<int> stage_layers(const ModelSpec& m, const PlanSpec& p) {
     if (!p.layer_split.empty()) return p.layer_split;
-    std::vector<int> out(static_cast<std::size_t>(p.pp), m.layers / p.pp);
-    int rem = m.layers % p.pp;
-    // The first and last stages also carry the embedding and the logits, so the remainder goes to
-    // the middle stages first.
-    for (int i = 0; rem > 0; ++i, --rem) out[static_cast<std::size_t>((p.pp / 2 + i) % p.pp)] += 1;
-    return out;
+    if (!p.virtual_layer_split.empty()) {
+        std::vector<int> out(static_cast<std::size_t>(std::max(1, p.pp)), 0);
+        for (std::size_t i = 0; i < p.virtual_layer_split.size(); ++i) out[i % out.size()] += p.virtual_layer_split[i];
+        return out;
+    }
+    // MTP modules weigh about a layer each on the last stage: split layers + mtp_depth units and
+    // take the modules off the last stage's share (unless that would leave it without a layer).
+    const auto even = [&](int units) {
+        std::vector<int> out(static_cast<std::size_t>(p.pp), units / p.pp);
+        int rem = units % p.pp;
+        // The first and last stages also carry the embedding and the logits, so the remainder goes
+        // to the middle stages first.
+        for (int i = 0; rem > 0; ++i, --rem) out[static_cast<std::size_t>((p.pp / 2 + i) % p.pp)] += 1;
+        return out;
+    };
+    if (m.mtp_depth > 0 && p.pp > 1) {
+        std::vector<int> out = even(m.layers + m.mtp_depth);
+        if (out.back() - m.mtp_depth >= 1) {
+            out.back() -= m.mtp_depth;
+            return out;
+        }
+    }
+    return even(m.layers);
 }
 
 std::vector<int> virtual_stage_layers(const ModelSpec& m, const PlanSpec& p) {
     const int pp = std::max(1, p.pp), vpp = std::max(1, p.vpp);
+    // Index c * pp + s is chunk c of rank s, which is virtual stage c * pp + s in model order.
+    if (!p.virtual_layer_split.empty()) return p.virtual_layer_split;
     const std::vector<int> per_stage = stage_layers(m, p);
     std::vector<int> v(static_cast<std::size_t>(pp * vpp), 0);
     for (int s = 0; s < pp; ++s) {

@@ -187,6 +187,8 @@ ModelSpec read_model(const json& j, const std::string& file, const std::string& 
     } else {
         r.get("mla");
     }
+    m.mtp_depth = r.has("mtp_depth") ? int_in(r, "mtp_depth", 0, 16, "an integer from 0 (no multi-token prediction) to 16")
+                                     : (r.get("mtp_depth"), 0);
     r.reject_unknown();
     return m;
 }
@@ -359,6 +361,17 @@ PlanSpec read_plan(const json& j, const std::string& file, const std::string& pa
             if (!e.is_number() || !(d >= 1.0 && d <= static_cast<double>(kMaxCount)) || d != std::floor(d))
                 throw InputError(file, lp + "[" + std::to_string(i) + "]", "must be a positive integer (got " + describe_json(e) + ")");
             p.layer_split.push_back(static_cast<int>(d));
+        }
+    }
+    if (const json* vs = r.get("virtual_layer_split")) {
+        const std::string vp = r.child_path("virtual_layer_split");
+        if (!vs->is_array()) throw InputError(file, vp, "must be an array of layer counts, one per virtual stage (got " + describe_json(*vs) + ")");
+        for (std::size_t i = 0; i < vs->size(); ++i) {
+            const json& e = (*vs)[i];
+            const double d = e.is_number() ? e.get<double>() : -1.0;
+            if (!e.is_number() || !(d >= 0.0 && d <= static_cast<double>(kMaxCount)) || d != std::floor(d))
+                throw InputError(file, vp + "[" + std::to_string(i) + "]", "must be a non-negative integer (got " + describe_json(e) + ")");
+            p.virtual_layer_split.push_back(static_cast<int>(d));
         }
     }
     r.reject_unknown();

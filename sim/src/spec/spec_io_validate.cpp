@@ -73,6 +73,24 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
             sum += p.layer_split[i];
         }
         if (sum != m.layers) fail("plan.layer_split", "sums to " + s(sum) + " but model.layers = " + s(m.layers));
+        if (!p.virtual_layer_split.empty()) fail("plan.virtual_layer_split", "and plan.layer_split both set the split: give one");
+    }
+    if (!p.virtual_layer_split.empty()) {
+        const i64 want = static_cast<i64>(p.pp) * std::max(1, p.vpp);
+        if (static_cast<i64>(p.virtual_layer_split.size()) != want)
+            fail("plan.virtual_layer_split", "has " + s(static_cast<i64>(p.virtual_layer_split.size())) + " entries but plan.pp x plan.vpp = " + s(want));
+        i64 sum = 0;
+        for (std::size_t i = 0; i < p.virtual_layer_split.size(); ++i) {
+            if (p.virtual_layer_split[i] < 0)
+                fail("plan.virtual_layer_split[" + s(static_cast<i64>(i)) + "]", "must be a non-negative integer (got " + s(p.virtual_layer_split[i]) + ")");
+            sum += p.virtual_layer_split[i];
+        }
+        if (sum != m.layers) fail("plan.virtual_layer_split", "sums to " + s(sum) + " but model.layers = " + s(m.layers));
+        const std::vector<int> per_stage = stage_layers(m, p);
+        for (std::size_t i = 0; i < per_stage.size(); ++i)
+            if (per_stage[i] < 1)
+                fail("plan.virtual_layer_split", "leaves pipeline rank " + s(static_cast<i64>(i)) + " without a layer (virtual stages i with i mod plan.pp = " +
+                                                     s(static_cast<i64>(i)) + " are all 0)");
     }
 
     // A step is global_batch sequences in micro-batches of micro_batch on each of dp replicas.
@@ -93,7 +111,7 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
         // one layer more), as Megatron's explicit layouts for 126- or 94-layer models do; every
         // chunk needs at least one layer.
         const std::vector<int> per_stage = stage_layers(m, p);
-        for (std::size_t i = 0; i < per_stage.size(); ++i)
+        for (std::size_t i = 0; i < per_stage.size() && p.virtual_layer_split.empty(); ++i)
             if (per_stage[i] < p.vpp)
                 fail("plan.vpp", "= " + s(p.vpp) + " exceeds the " + s(per_stage[i]) + " layers of pipeline stage " +
                                      s(static_cast<i64>(i)) + " (every virtual stage needs a layer)");

@@ -30,6 +30,7 @@ ojson model_json(const ModelSpec& m) {
     j["linear_bias"] = m.linear_bias;
     j["qkv_bias"] = m.qkv_bias;
     j["dropout"] = m.dropout;
+    if (m.mtp_depth > 0) j["mtp_depth"] = m.mtp_depth;
     if (m.is_moe()) {
         ojson e;
         e["experts"] = m.moe->experts;
@@ -145,6 +146,11 @@ ojson plan_json(const PlanSpec& p) {
     ojson ls = ojson::array();
     for (int n : p.layer_split) ls.push_back(n);
     j["layer_split"] = ls;
+    if (!p.virtual_layer_split.empty()) {
+        ojson vs = ojson::array();
+        for (int n : p.virtual_layer_split) vs.push_back(n);
+        j["virtual_layer_split"] = vs;
+    }
     return j;
 }
 

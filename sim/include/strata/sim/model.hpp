@@ -31,6 +31,7 @@ struct ParamCounts {
     std::int64_t attention = 0, mlp = 0, norms = 0, router = 0, experts = 0, shared_experts = 0;
     std::int64_t final_norm = 0;
     std::int64_t lm_head = 0;     ///< 0 when tied to the embedding
+    std::int64_t mtp = 0;         ///< multi-token prediction modules (embedding and head are shared)
     std::int64_t total = 0;
     std::int64_t active = 0;
     std::int64_t non_embedding() const { return total - embedding - position - lm_head; }
@@ -38,6 +39,13 @@ struct ParamCounts {
 
 /// Parameters of layer `layer` (0-based; decides dense vs MoE through ModelSpec::layer_is_moe).
 LayerParams layer_params(const ModelSpec& m, int layer);
+
+/// The decoder layer an MTP module's transformer layer is built like: the last one (Megatron-Core
+/// builds the MTP block from the decoder's layer spec; DeepSeek-V3's is an MoE layer).
+inline int mtp_layer_kind(const ModelSpec& m) { return m.layers - 1; }
+/// One MTP module's own weights besides its layer: the 2h -> h projection and three norms (the
+/// embedding's, the hidden state's and the module's final norm).
+std::int64_t mtp_extra_params(const ModelSpec& m);
 ParamCounts param_counts(const ModelSpec& m);
 
 /// Width of the attention projection: heads x head_dim (head_dim 0 = hidden / heads).
@@ -86,8 +94,10 @@ struct ForwardFlops {
     double layers_matmul = 0;  ///< all layers' matmuls (incl. attention scores/values, router)
     double attention_core = 0; ///< the QK^T and PV part of layers_matmul
     double logits = 0;         ///< lm head: 2 x tokens x hidden x vocab
+    double mtp = 0;            ///< MTP modules' matmuls: layer (incl. its attention core), projection, head
+    double mtp_other = 0;      ///< their non-matmul part (also counted in `other`)
     double other = 0;          ///< non-matmul estimate (norms, softmax, activations, biases, residuals)
-    double matmul() const { return layers_matmul + logits; }
+    double matmul() const { return layers_matmul + logits + mtp; }
     double total() const { return matmul() + other; }
 };
 ForwardFlops forward_flops(const ModelSpec& m, double seqs, bool causal_halved = false);

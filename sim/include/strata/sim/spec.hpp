@@ -66,6 +66,10 @@ struct ModelSpec {
     double dropout = 0.0;           ///< dropout probability (GPT-3 in Megatron: 0.1); > 0 stores masks
     std::optional<MoeSpec> moe;
     std::optional<MlaSpec> mla;     ///< multi-head latent attention instead of MHA/GQA
+    /// Multi-token prediction modules (DeepSeek-V3, Megatron-Core --mtp-num-layers): each one an
+    /// embedding lookup, two norms, a 2h -> h projection, one transformer layer built like the
+    /// last decoder layer, and the shared output head and loss, on the last pipeline stage.
+    int mtp_depth = 0;
     std::string description;        ///< free text: sources, assumptions (JSON "description")
 
     bool is_moe() const { return moe.has_value() && moe->experts > 0; }
@@ -190,6 +194,11 @@ struct PlanSpec {
     bool eager_elementwise = false;
     std::int64_t dp_bucket_bytes = 40'000'000;  ///< DP gradient bucket (Megatron default 40 MB)
     std::vector<int> layer_split;         ///< uneven pipeline: layers per stage (empty = even)
+    /// Interleaved pipelines laid out by hand (Megatron-Core's --pipeline-model-parallel-layout):
+    /// decoder layers per virtual stage in model order, virtual stage i on pipeline rank i mod pp,
+    /// pp x vpp entries; 0 is allowed (a stage of only the embedding, or of MTP and the loss).
+    /// Excludes layer_split; empty = from layer_split.
+    std::vector<int> virtual_layer_split;
     std::string name;                     ///< optional label (JSON "name")
     std::string description;              ///< free text: where the plan comes from
 
@@ -213,7 +222,8 @@ struct Scenario {
     std::optional<PlanSpec> plan;
 };
 
-/// Layers of each pipeline stage (uneven split honoured; else as even as possible, remainder to the middle).
+/// Layers of each pipeline stage (uneven split honoured; else as even as possible, remainder to the
+/// middle, with each MTP module counted as a layer of the last stage).
 std::vector<int> stage_layers(const ModelSpec& m, const PlanSpec& p);
 /// Layers of each virtual stage v = chunk * pp + stage, in model order (virtual stage 0 holds the
 /// first layers): each stage's stage_layers spread over its vpp chunks, the first n mod vpp chunks

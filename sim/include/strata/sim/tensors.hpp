@@ -43,7 +43,8 @@ std::vector<TensorDesc> layer_activations(const ModelSpec& m, const PlanSpec& p,
 /// intermediate) on one rank: held only while that layer's backward runs.
 std::vector<TensorDesc> layer_backward_workspace(const ModelSpec& m, const PlanSpec& p, int layer, bool recomputed);
 
-/// Activations of the embedding (first stage) and of logits/loss (last stage) per micro-batch.
+/// Activations of the embedding (first stage) and of logits/loss (last stage) per micro-batch;
+/// the last stage's list includes the MTP modules (model.mtp_depth), which live just as long.
 std::vector<TensorDesc> embedding_activations(const ModelSpec& m, const PlanSpec& p);
 std::vector<TensorDesc> logits_activations(const ModelSpec& m, const PlanSpec& p);
 
@@ -55,6 +56,8 @@ struct StageParams {
     double total() const { return dense + expert; }
 };
 StageParams stage_params(const ModelSpec& m, const PlanSpec& p, int stage);
+/// The MTP modules' parameters on one rank of the last stage (their layers, projections, norms).
+StageParams mtp_params_local(const ModelSpec& m, const PlanSpec& p);
 
 /// Model states of one rank of `stage`: weights, grads, optimizer states (mixed-precision Adam:
 /// 2 + 2 + 12 bytes/param split by ZeRO stage over dp, as in the ZeRO paper), each with its tiers.
