@@ -85,8 +85,8 @@ QWEN3_235B_A22B = dict(llama("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 151936, 
 # DeepSeek-V3 (technical report Sec. 4.2 and config.json): MLA attention (model.mla: q_lora 1536,
 # kv_lora 512, nope 128 + rope 64 per query/key head, values 128; kv_heads = heads), first 3
 # layers dense (ffn 18432; moe.first_k_dense), then 256 routed + 1 shared expert of width 2048,
-# top-8. Multi-token prediction (one extra module) is used in training and is not expressible in
-# Strata's model JSON (mtp_depth is kept for information). Node-limited routing (Sec. 2.1.2; config
+# top-8. Multi-token prediction: one module (Sec. 2.2; num_nextn_predict_layers 1), model.mtp_depth.
+# Node-limited routing (Sec. 2.1.2; config
 # n_group 8, topk_group 4): the 256 experts form 8 groups and a token picks from its best 4.
 DEEPSEEK_V3 = dict(llama("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 4096), head_dim=128,
                    mla={"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,

@@ -273,9 +273,11 @@ def opt_bloom_zero_deepseek():
             "exp_avg_dtype / exp_avg_sq_dtype bf16: 'we adopt the BF16 data format instead of FP32 to "
             "track the first and second moments in the AdamW optimizer' (Sec. 3.3.3); master weights "
             "and gradients stay FP32 (same section)",
-            "multi-token prediction (one extra module) is not modelled: mtp_depth is kept for information",
+            "multi-token prediction: one MTP module (Sec. 2.2, depth 1) on the last pipeline stage, "
+            "sharing the embedding and the output head",
             "the GPU-hours figure averages the whole pretraining run (incl. failures/restarts)",
-            "61 layers over 16 stages is uneven; the split is not published",
+            "61 layers over 16 stages is uneven; the split is not published: Strata's default split "
+            "(each stage 3 or 4 units, the MTP module counted as a unit of the last stage)",
         ],
         "completeness": "partial",
     }

@@ -105,9 +105,10 @@ def bridge():
                       "(H100 value in parentheses uses 128x128 / 1x128 blockwise FP8: 330)",
                       "whether multi-token prediction was on is not stated ('dropless' row); the H100 "
                       "recipe (DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1) lays MTP on the last virtual stage "
-                      "(pp_layout Et|(tt|)*30mL): Strata does not model MTP",
-                      "pipeline layout Et|(tt|)*30mL of the same recipe: virtual stage i runs on pipeline "
-                      "rank i mod 8, so ranks hold 7, 8, 8, 8, 8, 8, 8, 6 decoder layers (layer_split)"]
+                      "(pp_layout Et|(tt|)*30mL): MTP depth 1 is assumed on, as in that recipe",
+                      "pipeline layout Et|(tt|)*30mL of the same recipe (virtual_layer_split: 1, then 2 on "
+                      "each of 30 virtual stages, then 0 beside the MTP module and the loss); virtual stage i "
+                      "runs on pipeline rank i mod 8"]
         if tag == "llama3-8b-8gpu":
             extra.append("FSDP 8 (archive) / 1 (latest page): Megatron-FSDP over all 8 GPUs")
         src = BRIDGE.replace("{rel}", rel)
@@ -121,7 +122,7 @@ def bridge():
             # The same recipe: recompute_granularity selective, recompute_modules [mla_up_proj, mlp].
             e["plan"]["recompute"] = "selective"
             e["plan"]["recompute_modules"] = ["mla_up_proj", "mlp"]
-            e["plan"]["layer_split"] = [7, 8, 8, 8, 8, 8, 8, 6]
+            e["plan"]["virtual_layer_split"] = [1] + [2] * 30 + [0]
             e["assumptions"] = [a for a in e["assumptions"]
                                 if not a.startswith("recompute none") and "do not split evenly" not in a]
             e["assumptions"].append("recompute selective with modules mla_up_proj and mlp: the table lists "
@@ -348,9 +349,9 @@ def bridge_card_pretrain():
               M.DEEPSEEK_V3, 1024, 16384, 1, 2, 8, 4, 64, 1061.206, 276.03, [
                   "recipe deepseek_v3_pretrain_1024gpu_h100_bf16_config of perf_recipes/deepseek/h100/"
                   "deepseek_v3.py: TP2 (sequence parallel) PP8 VP4 EP64 ETP1, DP64, GBS 16384, MBS 1, seq 4096",
-                  "pipeline layout Et|(tt|)*30mL: virtual stage i runs on pipeline rank i mod 8, so ranks "
-                  "hold 7, 8, 8, 8, 8, 8, 8, 6 decoder layers (layer_split); the last virtual stage holds "
-                  "the MTP module and the loss",
+                  "pipeline layout Et|(tt|)*30mL (virtual_layer_split): virtual stage i runs on pipeline "
+                  "rank i mod 8, so ranks hold 7, 8, 8, 8, 8, 8, 8, 6 decoder layers; the last virtual "
+                  "stage holds only the MTP module (mtp_num_layers 1) and the loss",
                   "selective recompute of mla_up_proj and mlp (the dense layers' MLP)",
                   hybridep + "; expert load force-balanced (moe_router_force_load_balancing True)",
                   "overlap_grad_reduce False, overlap_param_gather True (with the optimizer step)",
@@ -359,7 +360,7 @@ def bridge_card_pretrain():
                   "(exp_avg_dtype / exp_avg_sq_dtype bf16)",
               ], expert_tp=1, moe_dispatcher="deepep", recompute="selective",
               recompute_modules=["mla_up_proj", "mlp"], overlap_grad_reduce=False,
-              layer_split=[7, 8, 8, 8, 8, 8, 8, 6], exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16"),
+              virtual_layer_split=[1] + [2] * 30 + [0], exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16"),
     ]
 
 
