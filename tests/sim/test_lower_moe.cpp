@@ -211,3 +211,16 @@ TEST_CASE("MoE all-to-all overlap: the compute stream joins the all-to-alls at t
     CHECK(waits == 4);    // the same four events
     CHECK(first > last);  // joined after the pass's last computation
 }
+
+TEST_CASE("Expert load skew: the hottest rank's all-to-alls carry (1 + skew) x the mean in symmetric mode", "[lower][moe]") {
+    // Symmetric mode models every EP rank as the hottest: with load_skew 0.5 it receives (and
+    // returns) 1.5 x the uniform 32 tokens x top-2 x h 64 x 2 bytes, so the all-to-all that waits
+    // for its busiest receiver carries 1.5 x 8192 bytes.
+    PlanSpec p = moe_plan(1, 2, 2);
+    ModelSpec m = moe_model();
+    const LayerComm even = forward_comm(lower(m, node(), p));
+    m.moe->load_skew = 0.5;
+    const LayerComm hot = forward_comm(lower(m, node(), p));
+    CHECK(even.a2a_bytes == Approx(32.0 * 2 * 64 * 2));
+    CHECK(hot.a2a_bytes == Approx(1.5 * 32.0 * 2 * 64 * 2));
+}
