@@ -46,6 +46,7 @@ const char* sched_label(const sim::PlanSpec& p) {
         case sim::Schedule::gpipe: return "gpipe";
         case sim::Schedule::one_f_one_b: return "1f1b";
         case sim::Schedule::interleaved_1f1b: return "interl";
+        case sim::Schedule::dualpipe_v: return "dpv";
     }
     return "?";
 }

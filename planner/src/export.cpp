@@ -128,7 +128,7 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
     if (m.mtp_depth > 0) arg("mtp-num-layers", m.mtp_depth);
     arg("tensor-model-parallel-size", p.tp);
     arg("pipeline-model-parallel-size", p.pp);
-    if (!p.virtual_layer_split.empty()) {
+    if (!p.virtual_layer_split.empty() && p.schedule != Schedule::dualpipe_v) {
         arg("pipeline-model-parallel-layout", "\"" + megatron_layout(m, p) + "\"");
     } else if (p.schedule == Schedule::interleaved_1f1b && p.vpp > 1) {
         const int per_stage = m.layers / p.pp;
@@ -196,6 +196,7 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
         }
     }
     if (p.schedule == Schedule::gpipe) r.unsupported.push_back("GPipe schedule (Megatron-LM runs 1F1B)");
+    if (p.schedule == Schedule::dualpipe_v) r.unsupported.push_back("DualPipeV schedule (deepseek-ai/DualPipe; Megatron-LM runs 1F1B)");
     if (p.p2p_blocking) r.unsupported.push_back("blocking pipeline p2p (DeepSpeed's pipeline engine; Megatron overlaps send/recv)");
     if (p.p2p_scatter_gather)
         r.unsupported.push_back("pipeline scatter/gather without sequence parallelism (Megatron-LM before Megatron-Core; "
@@ -260,6 +261,7 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
     if (p.moe_dispatcher == MoeDispatcher::deepep) r.unsupported.push_back("DeepEP token dispatcher (Megatron-Core's flex dispatcher)");
     if (p.sequence_parallel && p.tp > 1) r.unsupported.push_back("Megatron sequence parallelism");
     if (p.schedule == Schedule::interleaved_1f1b) r.unsupported.push_back("interleaved 1F1B (virtual stages)");
+    if (p.schedule == Schedule::dualpipe_v) r.unsupported.push_back("DualPipeV schedule (deepseek-ai/DualPipe)");
     if (p.recompute == Recompute::selective) r.unsupported.push_back("selective recomputation (DeepSpeed checkpoints whole layers)");
     if (p.precision == Precision::fp8) r.unsupported.push_back("fp8 (needs Transformer Engine)");
     if (p.exp_avg_dtype != Precision::fp32 || p.exp_avg_sq_dtype != Precision::fp32)

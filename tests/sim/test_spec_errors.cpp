@@ -124,7 +124,7 @@ TEST_CASE("validate_plan: interleaved schedule", "[spec][errors]") {
     expect_error([] { validate(model(), plan(R"({"pp": 2, "global_batch": 8, "schedule": "interleaved-1f1b"})")); },
                  "p.json", "plan.schedule", "needs plan.vpp >= 2");
     expect_error([] { validate(model(), plan(R"({"pp": 2, "vpp": 2, "global_batch": 8})")); }, "p.json", "plan.vpp",
-                 "= 2 needs plan.schedule = interleaved-1f1b (got 1f1b)");
+                 "= 2 needs plan.schedule = interleaved-1f1b or dualpipev (got 1f1b)");
     expect_error([] { validate(model(), plan(R"({"vpp": 2, "global_batch": 8, "schedule": "interleaved-1f1b"})")); },
                  "p.json", "plan.vpp", "needs plan.pp >= 2");
     // 8 layers on 2 stages = 4 per stage: 5 virtual stages cannot each hold a layer.

@@ -167,6 +167,9 @@ private:
     void step(int s);
     void forward_pass(int mb, int chunk);
     void backward_pass(int mb, int chunk);
+    /// Pipeline streams of a chunk: DualPipeV's up leg has its own pair.
+    Stream send_stream(int chunk) const { return p_.schedule == Schedule::dualpipe_v && chunk == 1 ? Stream::pp_p2p_up : Stream::pp_p2p; }
+    Stream recv_stream(int chunk) const { return p_.schedule == Schedule::dualpipe_v && chunk == 1 ? Stream::pp_recv_up : Stream::pp_recv; }
     void head_forward();        ///< final norm, vocab-parallel logits, cross-entropy
     void head_backward();
     void mtp_forward();         ///< one multi-token prediction module (model.mtp_depth), last stage

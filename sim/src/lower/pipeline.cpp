@@ -105,7 +105,7 @@ void RankLowering::gather_params_overlapped() {
             pending.push_back(layer_in_stage(c, li));
             if (dense + expert >= cap) close();
         }
-    if (stage_ == pp_ - 1) dense += output_params_rank(m_, p_) * Dims::act_bytes;
+    if (stage_ == head_stage(p_)) dense += output_params_rank(m_, p_) * Dims::act_bytes;
     close();
 }
 
@@ -126,17 +126,20 @@ void RankLowering::forward_pass(int mb, int chunk) {
     chunk_ = chunk;
     layer_ = -1;
     phase_ = Phase::forward;
-    const int v = chunk * pp_ + stage_, vlast = pp_ * vpp_ - 1;
+    const int v = virtual_stage_of(p_, stage_, chunk), vlast = pp_ * vpp_ - 1;
     const int lane = full_ ? co_.t + p_.tp * (co_.c + p_.cp * co_.d) : 0;
     const double p2p_bytes = d_.tokens_sp * d_.h * Dims::act_bytes;  // b*s/cp*h*2 (/tp with SP)
     if (v > 0) {
-        post_blocking_recv();
-        Instr& in = push(InstrKind::recv, Stream::pp_recv, n_.pp_act);
-        in.bytes = p2p_wire_bytes(p2p_bytes);
-        in.peer = program_of_stage((v - 1) % pp_);
-        in.match_id = p2p_match(mb_, v - 1, true, lane);
-        wait(Stream::compute, record(Stream::pp_recv));
-        gather_received(p2p_bytes);
+        // At the turn of DualPipeV's V the previous virtual stage ran on this rank: nothing moves.
+        if (rank_of_virtual_stage(p_, v - 1) != stage_) {
+            post_blocking_recv();
+            Instr& in = push(InstrKind::recv, recv_stream(chunk), n_.pp_act);
+            in.bytes = p2p_wire_bytes(p2p_bytes);
+            in.peer = program_of_stage(rank_of_virtual_stage(p_, v - 1));
+            in.match_id = p2p_match(mb_, v - 1, true, lane);
+            wait(Stream::compute, record(recv_stream(chunk)));
+            gather_received(p2p_bytes);
+        }
     } else {
         stashed_[{mb_, chunk, -1}] = alloc_list(emb_desc_, emb_ids_);
         // Lookup: read the rows and write the (sequence-sharded with SP) output.
@@ -176,11 +179,11 @@ void RankLowering::forward_pass(int mb, int chunk) {
         stashed_[{mb_, chunk, -2}] = alloc_list(logits_desc_, logits_ids_);  // incl. the MTP modules'
         head_forward();
         for (int k = 0; k < m_.mtp_depth; ++k) mtp_forward();
-    } else {
-        wait(Stream::pp_p2p, record(Stream::compute));
-        Instr& in = push(InstrKind::send, Stream::pp_p2p, n_.pp_act);
+    } else if (rank_of_virtual_stage(p_, v + 1) != stage_) {
+        wait(send_stream(chunk), record(Stream::compute));
+        Instr& in = push(InstrKind::send, send_stream(chunk), n_.pp_act);
         in.bytes = p2p_wire_bytes(p2p_bytes);
-        in.peer = program_of_stage((v + 1) % pp_);
+        in.peer = program_of_stage(rank_of_virtual_stage(p_, v + 1));
         in.match_id = p2p_match(mb_, v, true, lane);
         if (p_.p2p_blocking) block_on_send();
     }
@@ -253,17 +256,19 @@ void RankLowering::backward_pass(int mb, int chunk) {
     phase_ = Phase::backward;
     last_backward_ = mb == last_bwd_mb_[static_cast<std::size_t>(chunk)];
     const bool bucketed = p_.overlap_grad_reduce && p_.zero_stage != 3 && last_backward_;
-    const int v = chunk * pp_ + stage_, vlast = pp_ * vpp_ - 1;
+    const int v = virtual_stage_of(p_, stage_, chunk), vlast = pp_ * vpp_ - 1;
     const int lane = full_ ? co_.t + p_.tp * (co_.c + p_.cp * co_.d) : 0;
     const double p2p_bytes = d_.tokens_sp * d_.h * Dims::act_bytes;
     if (v < vlast) {
-        post_blocking_recv();
-        Instr& in = push(InstrKind::recv, Stream::pp_recv, n_.pp_grad);
-        in.bytes = p2p_wire_bytes(p2p_bytes);
-        in.peer = program_of_stage((v + 1) % pp_);
-        in.match_id = p2p_match(mb_, v + 1, false, lane);
-        wait(Stream::compute, record(Stream::pp_recv));
-        gather_received(p2p_bytes);
+        if (rank_of_virtual_stage(p_, v + 1) != stage_) {
+            post_blocking_recv();
+            Instr& in = push(InstrKind::recv, recv_stream(chunk), n_.pp_grad);
+            in.bytes = p2p_wire_bytes(p2p_bytes);
+            in.peer = program_of_stage(rank_of_virtual_stage(p_, v + 1));
+            in.match_id = p2p_match(mb_, v + 1, false, lane);
+            wait(Stream::compute, record(recv_stream(chunk)));
+            gather_received(p2p_bytes);
+        }
     } else {
         for (int k = 0; k < m_.mtp_depth; ++k) mtp_backward();
         head_backward();
@@ -321,11 +326,11 @@ void RankLowering::backward_pass(int mb, int chunk) {
             stashed_.erase(it);
         }
         if (bucketed) grads_ready(embedding_params_rank(m_, p_) * Dims::act_bytes, 0, false);
-    } else {
-        wait(Stream::pp_p2p, record(Stream::compute));
-        Instr& in = push(InstrKind::send, Stream::pp_p2p, n_.pp_grad);
+    } else if (rank_of_virtual_stage(p_, v - 1) != stage_) {
+        wait(send_stream(chunk), record(Stream::compute));
+        Instr& in = push(InstrKind::send, send_stream(chunk), n_.pp_grad);
         in.bytes = p2p_wire_bytes(p2p_bytes);
-        in.peer = program_of_stage((v - 1) % pp_);
+        in.peer = program_of_stage(rank_of_virtual_stage(p_, v - 1));
         in.match_id = p2p_match(mb_, v, false, lane);
         if (p_.p2p_blocking) block_on_send();
     }

@@ -67,12 +67,36 @@ std::vector<PipeSlot> interleaved(int pp, int stage, int m, int vpp) {
     return out;
 }
 
+// DeepSeek's DualPipeV (deepseek-ai/DualPipe, dualpipev.py, "cut-in-half" DualPipe): chunk 0 is
+// the V's down leg (virtual stage r), chunk 1 its up leg (2pp - 1 - r). Its eight steps, with the
+// weight-gradient passes kept inside their backward (no zero-bubble split): warm-up forwards of
+// chunk 0, then F0 F1 pairs, B1 F1, the steady F0 B1 F1 B0, then the drain. Micro-batches go
+// through each chunk in order.
+std::vector<PipeSlot> dualpipe_v(int pp, int r, int m) {
+    std::vector<PipeSlot> out;
+    out.reserve(static_cast<std::size_t>(4 * m));
+    int next[2][2] = {{0, 0}, {0, 0}};  // [chunk][forward]
+    auto slot = [&](int chunk, bool fwd) { out.push_back({next[chunk][fwd ? 1 : 0]++, chunk, fwd}); };
+    for (int i = 0; i < (pp - r - 1) * 2; ++i) slot(0, true);
+    for (int i = 0; i < r + 1; ++i) slot(0, true), slot(1, true);
+    for (int i = 0; i < pp - r - 1; ++i) slot(1, false), slot(1, true);
+    for (int i = 0; i < m - 2 * pp + r + 1; ++i) slot(0, true), slot(1, false), slot(1, true), slot(0, false);
+    for (int i = 0; i < pp - r - 1; ++i) slot(1, false), slot(1, true), slot(0, false);
+    for (int i = 0; i < r + 1; ++i) slot(1, false), slot(0, false);
+    for (int i = 0; i < pp - r - 1; ++i) slot(0, false);
+    return out;
+}
+
 }  // namespace
 
 std::vector<PipeSlot> pipeline_schedule(Schedule s, int pp, int stage, int micro_batches, int vpp) {
     STRATA_ASSERT(pp >= 1 && stage >= 0 && stage < pp && micro_batches >= 1 && vpp >= 1,
                   "pipeline_schedule: bad arguments");
     if (s == Schedule::gpipe) return gpipe(micro_batches, vpp);
+    if (s == Schedule::dualpipe_v) {
+        STRATA_ASSERT(vpp == 2 && pp >= 2 && micro_batches >= 2 * pp, "DualPipeV needs vpp 2, pp >= 2 and 2 pp micro-batches");
+        return dualpipe_v(pp, stage, micro_batches);
+    }
     if (vpp > 1) {  // 1F1B with virtual stages is Megatron's interleaved schedule
         STRATA_ASSERT(micro_batches % pp == 0, "interleaved 1F1B needs micro_batches % pp == 0");
         return interleaved(pp, stage, micro_batches, vpp);

@@ -31,6 +31,11 @@ double in_flight_microbatches(const PlanSpec& p, int stage) {
             const double warmup = 2.0 * (p.pp - stage - 1) + static_cast<double>(vpp - 1) * p.pp;
             return std::min(warmup + 1.0, total_chunks) / vpp;
         }
+        case Schedule::dualpipe_v:
+            // Every rank runs 2·pp chunk forwards (its two legs) before the steady state, whose
+            // F0 B1 F1 B0 rhythm peaks one higher: (2·pp + 1) half-stage chunks, pp + 1/2
+            // micro-batches (DeepSeek-V3 Table 2: DualPipe holds PP + 1).
+            return std::min(2.0 * p.pp + 1.0, 2.0 * m) / 2.0;
     }
     return m;
 }
@@ -73,7 +78,7 @@ LayerKey layer_key(const PlanSpec& p, bool moe, bool recomputed) {
 // Everything stage_model_states / stage_buffers read from the plan (tensors.cpp), so a cached list
 // is exactly what the call would return.
 using StageKey = std::tuple<int, int, int, int, int, int, int, int, int, int, int, std::int64_t, std::vector<int>,
-                            std::array<double, 9>, int>;
+                            std::array<double, 9>, int, int, int>;
 StageKey stage_key(const PlanSpec& p, int stage) {
     const OffloadSpec& o = p.offload;
     // The split, per stage or per virtual stage (a -1 marks where the second list starts).
@@ -88,7 +93,7 @@ StageKey stage_key(const PlanSpec& p, int stage) {
             static_cast<int>(p.recompute), p.dp_bucket_bytes, split,
             {o.params.gpu, o.params.cpu, o.params.ssd, o.grads.gpu, o.grads.cpu, o.grads.ssd, o.optimizer.gpu,
              o.optimizer.cpu, o.optimizer.ssd},
-            p.etp()};
+            p.etp(), p.vpp, static_cast<int>(p.schedule)};  // vpp and schedule place a stage's layers
 }
 
 }  // namespace
@@ -154,8 +159,8 @@ MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capaci
     LayerKinds kinds;
     kinds.cache = cache ? &cache->impl() : nullptr;
     std::vector<TensorDesc> scratch;
-    int first = 0;
     for (int stage = 0; stage < p.pp; ++stage) {
+        const std::vector<int> ids = stage_layer_ids(m, p, stage);
         StageMemory s;
         s.stage = stage;
         s.layers = sl[static_cast<std::size_t>(stage)];
@@ -164,7 +169,7 @@ MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capaci
         double workspace = 0;
         for (int i = 0; i < s.layers; ++i) {
             const bool rc = layer_recomputed(m, p, stage, i);
-            const LayerKindBytes& k = kinds.get(m, p, first + i, rc);
+            const LayerKindBytes& k = kinds.get(m, p, ids[static_cast<std::size_t>(i)], rc);
             TensorDesc d;  // all of a layer's activations share plan.offload.activations
             d.tag = TensorTag::activations;
             d.bytes = k.activations;
@@ -177,7 +182,7 @@ MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capaci
         // logits of one micro-batch (all of them under GPipe).
         if (stage == 0)
             for (const TensorDesc& d : embedding_activations(m, p)) add_to(s, d, std::ceil(s.in_flight_microbatches));
-        if (stage == p.pp - 1) {
+        if (stage == head_stage(p)) {
             const double n = p.schedule == Schedule::gpipe ? s.in_flight_microbatches : 1.0;
             for (const TensorDesc& d : logits_activations(m, p)) add_to(s, d, n);
         }
@@ -185,7 +190,6 @@ MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capaci
         s.workspace_bytes = workspace;
         s.tier_bytes[0] += workspace;
         r.stages.push_back(s);
-        first += s.layers;
     }
     for (const StageMemory& s : r.stages)
         if (s.tier_bytes[0] > r.hbm_bytes) {

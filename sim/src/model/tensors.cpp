@@ -218,13 +218,6 @@ StageParams layer_params_local(const ModelSpec& m, const PlanSpec& p, int layer)
     return sp;
 }
 
-int stage_first_layer(const ModelSpec& m, const PlanSpec& p, int stage) {
-    const std::vector<int> sl = stage_layers(m, p);
-    int first = 0;
-    for (int s = 0; s < stage && s < static_cast<int>(sl.size()); ++s) first += sl[static_cast<std::size_t>(s)];
-    return first;
-}
-
 TensorDesc state_tensor(std::string name, TensorTag tag, double bytes, const TierSplit& tiers, std::string shape) {
     TensorDesc d;
     d.name = std::move(name);
@@ -325,11 +318,8 @@ StageParams mtp_params_local(const ModelSpec& m, const PlanSpec& p) {
 }
 
 StageParams stage_params(const ModelSpec& m, const PlanSpec& p, int stage) {
-    const std::vector<int> sl = stage_layers(m, p);
     StageParams sp;
-    const int first = stage_first_layer(m, p, stage);
-    const int n = stage < static_cast<int>(sl.size()) ? sl[static_cast<std::size_t>(stage)] : 0;
-    for (int l = first; l < first + n; ++l) {
+    for (int l : stage_layer_ids(m, p, stage)) {
         const StageParams lp = layer_params_local(m, p, l);
         sp.dense += lp.dense;
         sp.expert += lp.expert;
@@ -337,14 +327,15 @@ StageParams stage_params(const ModelSpec& m, const PlanSpec& p, int stage) {
     const ParamCounts pc = param_counts(m);
     const double t = std::max(1, p.tp);
     if (stage == 0) sp.dense += static_cast<double>(pc.embedding) / t + static_cast<double>(pc.position);
-    if (stage == p.pp - 1) {
+    if (stage == head_stage(p)) {
         sp.dense += static_cast<double>(pc.final_norm);
         // Untied: the lm head. Tied with pp > 1: Megatron keeps a copy of the word embedding on the
         // last stage (its gradient is all-reduced with the first stage's).
         if (!m.tied_embeddings) sp.dense += static_cast<double>(pc.lm_head) / t;
         // MTP looks the next tokens up in the word embedding: with pp > 1 the last stage keeps a
         // copy of it too (Megatron-Core's mtp_process), unless tying already put one there.
-        if (p.pp > 1 && (m.tied_embeddings || m.mtp_depth > 0)) sp.dense += static_cast<double>(pc.embedding) / t;
+        // (DualPipeV's head sits on rank 0 beside the embedding: no copy.)
+        if (stage != 0 && (m.tied_embeddings || m.mtp_depth > 0)) sp.dense += static_cast<double>(pc.embedding) / t;
         const StageParams mtp = mtp_params_local(m, p);
         sp.dense += mtp.dense;
         sp.expert += mtp.expert;
@@ -393,11 +384,8 @@ std::vector<TensorDesc> stage_buffers(const ModelSpec& m, const PlanSpec& p, int
     if (p.zero_stage >= 3 && nd > 1) {
         // ZeRO-3 gathers a layer's full (TP-local) weights before use; with prefetch the next
         // layer's gather is in flight too.
-        const std::vector<int> sl = stage_layers(m, p);
-        const int first = stage_first_layer(m, p, stage);
-        const int n = sl[static_cast<std::size_t>(stage)];
         double widest = 0;
-        for (int l = first; l < first + n; ++l) widest = std::max(widest, layer_params_local(m, p, l).total());
+        for (int l : stage_layer_ids(m, p, stage)) widest = std::max(widest, layer_params_local(m, p, l).total());
         const double depth = p.overlap_param_gather ? 2.0 : 1.0;
         out.push_back(buffer_tensor("zero3.gathered_params", depth * gb * widest, Lifetime::transient, "depth x layer params"));
     }

@@ -18,6 +18,7 @@ const char* to_string(Schedule s) {
         case Schedule::gpipe: return "gpipe";
         case Schedule::one_f_one_b: return "1f1b";
         case Schedule::interleaved_1f1b: return "interleaved-1f1b";
+        case Schedule::dualpipe_v: return "dualpipev";
     }
     return "?";
 }
@@ -108,11 +109,44 @@ int bytes_per_element(Precision p) {
     return 2;
 }
 
+int virtual_stage_of(const PlanSpec& p, int stage, int chunk) {
+    const int pp = std::max(1, p.pp);
+    if (p.schedule == Schedule::dualpipe_v) return chunk == 0 ? stage : 2 * pp - 1 - stage;
+    return chunk * pp + stage;
+}
+
+int rank_of_virtual_stage(const PlanSpec& p, int v) {
+    const int pp = std::max(1, p.pp);
+    if (p.schedule == Schedule::dualpipe_v) return v < pp ? v : 2 * pp - 1 - v;
+    return v % pp;
+}
+
+int head_stage(const PlanSpec& p) { return p.schedule == Schedule::dualpipe_v ? 0 : std::max(1, p.pp) - 1; }
+
+namespace {
+/// Layers per virtual stage in model order (pp x vpp of them).
+std::vector<int> model_order_virtual_layers(const ModelSpec& m, const PlanSpec& p);
+}  // namespace
+
+std::vector<int> stage_layer_ids(const ModelSpec& m, const PlanSpec& p, int stage) {
+    const std::vector<int> vm = model_order_virtual_layers(m, p);
+    const int vpp = std::max(1, p.vpp);
+    std::vector<int> start(vm.size() + 1, 0);
+    for (std::size_t v = 0; v < vm.size(); ++v) start[v + 1] = start[v] + vm[v];
+    std::vector<int> ids;
+    for (int c = 0; c < vpp; ++c) {
+        const int v = virtual_stage_of(p, stage, c);
+        for (int l = start[static_cast<std::size_t>(v)]; l < start[static_cast<std::size_t>(v) + 1]; ++l) ids.push_back(l);
+    }
+    return ids;
+}
+
 std::vector<int> stage_layers(const ModelSpec& m, const PlanSpec& p) {
     if (!p.layer_split.empty()) return p.layer_split;
-    if (!p.virtual_layer_split.empty()) {
+    if (p.schedule == Schedule::dualpipe_v || !p.virtual_layer_split.empty()) {
+        const std::vector<int> vm = model_order_virtual_layers(m, p);
         std::vector<int> out(static_cast<std::size_t>(std::max(1, p.pp)), 0);
-        for (std::size_t i = 0; i < p.virtual_layer_split.size(); ++i) out[i % out.size()] += p.virtual_layer_split[i];
+        for (std::size_t v = 0; v < vm.size(); ++v) out[static_cast<std::size_t>(rank_of_virtual_stage(p, static_cast<int>(v)))] += vm[v];
         return out;
     }
     // MTP modules weigh about a layer each on the last stage: split layers + mtp_depth units and
@@ -135,9 +169,43 @@ std::vector<int> stage_layers(const ModelSpec& m, const PlanSpec& p) {
     return even(m.layers);
 }
 
+namespace {
+std::vector<int> model_order_virtual_layers(const ModelSpec& m, const PlanSpec& p) {
+    const int pp = std::max(1, p.pp), vpp = std::max(1, p.vpp);
+    if (!p.virtual_layer_split.empty()) return p.virtual_layer_split;
+    if (p.schedule == Schedule::dualpipe_v) {
+        // 2 x pp virtual stages as even as possible, the remainder to the middle ones (the ends
+        // carry the embedding and the head, both on rank 0), each MTP module counted as a layer
+        // of the last virtual stage when that leaves it one.
+        const int n = pp * vpp;
+        const auto even = [&](int units) {
+            std::vector<int> out(static_cast<std::size_t>(n), units / n);
+            for (int i = 0, rem = units % n; rem > 0; ++i, --rem) out[static_cast<std::size_t>((n / 2 + i) % n)] += 1;
+            return out;
+        };
+        std::vector<int> out = even(m.layers + m.mtp_depth);
+        if (m.mtp_depth > 0 && out.back() - m.mtp_depth >= 1) {
+            out.back() -= m.mtp_depth;
+            return out;
+        }
+        return even(m.layers);
+    }
+    // Standard placement: chunk c of rank s is virtual stage c * pp + s.
+    return virtual_stage_layers(m, p);
+}
+}  // namespace
+
 std::vector<int> virtual_stage_layers(const ModelSpec& m, const PlanSpec& p) {
     const int pp = std::max(1, p.pp), vpp = std::max(1, p.vpp);
-    // Index c * pp + s is chunk c of rank s, which is virtual stage c * pp + s in model order.
+    // Index c * pp + s is chunk c of rank s: virtual stage c * pp + s in model order, or under
+    // DualPipeV the V's stage virtual_stage_of(p, s, c).
+    if (p.schedule == Schedule::dualpipe_v) {
+        const std::vector<int> vm = model_order_virtual_layers(m, p);
+        std::vector<int> v(static_cast<std::size_t>(pp * vpp), 0);
+        for (int s = 0; s < pp; ++s)
+            for (int c = 0; c < vpp; ++c) v[static_cast<std::size_t>(c * pp + s)] = vm[static_cast<std::size_t>(virtual_stage_of(p, s, c))];
+        return v;
+    }
     if (!p.virtual_layer_split.empty()) return p.virtual_layer_split;
     const std::vector<int> per_stage = stage_layers(m, p);
     std::vector<int> v(static_cast<std::size_t>(pp * vpp), 0);

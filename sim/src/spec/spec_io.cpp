@@ -286,8 +286,11 @@ PlanSpec read_plan(const json& j, const std::string& file, const std::string& pa
     p.flash_attention = r.boolean_or("flash_attention", true);
     const std::string kernel = r.choice_or("attention_kernel", {"fa3", "fa2", "fa1"}, "fa3");
     p.attention_kernel = kernel == "fa2" ? AttentionKernel::fa2 : kernel == "fa1" ? AttentionKernel::fa1 : AttentionKernel::fa3;
-    std::string s = r.choice_or("schedule", {"gpipe", "1f1b", "interleaved-1f1b"}, "1f1b");
-    p.schedule = s == "gpipe" ? Schedule::gpipe : s == "1f1b" ? Schedule::one_f_one_b : Schedule::interleaved_1f1b;
+    std::string s = r.choice_or("schedule", {"gpipe", "1f1b", "interleaved-1f1b", "dualpipev"}, "1f1b");
+    p.schedule = s == "gpipe"  ? Schedule::gpipe
+                 : s == "1f1b" ? Schedule::one_f_one_b
+                 : s == "dualpipev" ? Schedule::dualpipe_v
+                                    : Schedule::interleaved_1f1b;
     p.zero_stage = r.has("zero_stage") ? int_in(r, "zero_stage", 0, 3, "0, 1, 2 or 3") : (r.get("zero_stage"), 0);
     std::string rc = r.choice_or("recompute", {"none", "selective", "full"}, "none");
     p.recompute = rc == "none" ? Recompute::none : rc == "selective" ? Recompute::selective : Recompute::full;

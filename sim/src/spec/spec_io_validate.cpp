@@ -103,9 +103,15 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
     // Interleaved 1F1B (Narayanan et al. SC21): vpp model chunks per pipeline rank.
     if (p.schedule == Schedule::interleaved_1f1b && p.vpp < 2)
         fail("plan.schedule", "= interleaved-1f1b needs plan.vpp >= 2 virtual stages (got " + s(p.vpp) + ")");
+    // DualPipeV (deepseek-ai/DualPipe): two chunks per rank in a V, and at least 2 x pp micro-batches.
+    if (p.schedule == Schedule::dualpipe_v) {
+        if (p.vpp != 2) fail("plan.schedule", "= dualpipev needs plan.vpp = 2 (two chunks per rank, the V's down and up legs; got " + s(p.vpp) + ")");
+        if (micro_batches < 2 * static_cast<i64>(p.pp))
+            fail("plan.global_batch", "gives " + s(micro_batches) + " micro-batches; dualpipev needs at least 2 x plan.pp = " + s(2 * static_cast<i64>(p.pp)));
+    }
     if (p.vpp > 1) {
-        if (p.schedule != Schedule::interleaved_1f1b)
-            fail("plan.vpp", "= " + s(p.vpp) + " needs plan.schedule = interleaved-1f1b (got " + to_string(p.schedule) + ")");
+        if (p.schedule != Schedule::interleaved_1f1b && p.schedule != Schedule::dualpipe_v)
+            fail("plan.vpp", "= " + s(p.vpp) + " needs plan.schedule = interleaved-1f1b or dualpipev (got " + to_string(p.schedule) + ")");
         if (p.pp < 2) fail("plan.vpp", "= " + s(p.vpp) + " needs plan.pp >= 2 (got " + s(p.pp) + ")");
         // A stage whose layers vpp does not divide gets uneven chunks (the first n mod vpp chunks
         // one layer more), as Megatron's explicit layouts for 126- or 94-layer models do; every
@@ -117,7 +123,7 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
                                      s(static_cast<i64>(i)) + " (every virtual stage needs a layer)");
         // Megatron-LM: "number of microbatches must be divisible by pipeline-model-parallel-size
         // when using interleaved schedule".
-        if (micro_batches % p.pp != 0)
+        if (p.schedule == Schedule::interleaved_1f1b && micro_batches % p.pp != 0)
             fail("plan.global_batch", "gives " + s(micro_batches) + " micro-batches, not divisible by plan.pp = " + s(p.pp) +
                                           " (required by the interleaved schedule)");
     }
@@ -153,7 +159,7 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
         if (!dense) fail("plan.recompute_modules", "names mlp, which recomputes dense MLP layers; every layer of this model is MoE (use moe or moe_act)");
     }
     if (p.p2p_blocking && p.pp < 2) fail("plan.p2p_blocking", "needs plan.pp >= 2 (got pp " + s(p.pp) + "): it describes pipeline send/recv");
-    if (p.p2p_blocking && p.schedule == Schedule::interleaved_1f1b)
+    if (p.p2p_blocking && (p.schedule == Schedule::interleaved_1f1b || p.schedule == Schedule::dualpipe_v))
         fail("plan.p2p_blocking", "needs plan.schedule gpipe or 1f1b (DeepSpeed's pipeline engine has no interleaved schedule; "
                                   "its blocking, parity-ordered send/recv deadlock across virtual stages)");
     if (p.p2p_scatter_gather && (p.pp < 2 || p.tp < 2))

@@ -18,7 +18,9 @@ namespace strata::sim {
 
 /// pp_p2p carries pipeline sends, pp_recv the matching receives (posted in consumption order on
 /// their own stream, so that rendezvous send/recv pairs never block each other; lower.hpp).
-enum class Stream : std::uint8_t { compute, tp_comm, cp_comm, ep_comm, dp_comm, pp_p2p, h2d, d2h, ssd, cpu, pp_recv, count };
+/// pp_p2p_up / pp_recv_up: DualPipeV's up leg (chunk 1), which sends the other way; its own pair
+/// keeps the two legs' rendezvous from queueing behind each other (DualPipe batches them).
+enum class Stream : std::uint8_t { compute, tp_comm, cp_comm, ep_comm, dp_comm, pp_p2p, h2d, d2h, ssd, cpu, pp_recv, pp_p2p_up, pp_recv_up, count };
 constexpr int kStreamCount = static_cast<int>(Stream::count);
 const char* to_string(Stream);
 

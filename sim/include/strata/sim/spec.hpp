@@ -107,7 +107,10 @@ struct ClusterSpec {
     int gpu_count() const { return nodes * gpus_per_node; }
 };
 
-enum class Schedule { gpipe, one_f_one_b, interleaved_1f1b };
+/// dualpipe_v: DeepSeek's DualPipeV (the V-shaped, cut-in-half DualPipe; deepseek-ai/DualPipe):
+/// the model in 2 x pp virtual stages, rank r holding stage r on the way down and stage 2pp-1-r on
+/// the way back, so rank 0 holds both the embedding and the head; vpp = 2.
+enum class Schedule { gpipe, one_f_one_b, interleaved_1f1b, dualpipe_v };
 /// MoE token dispatcher: a flat all-to-all over the EP group (Megatron's alltoall dispatcher), or
 /// DeepEP's hierarchical kernels (Megatron's flex dispatcher with the DeepEP backend): one RDMA
 /// transfer per token and destination node, then an NVLink fan-out to the experts' GPUs.
@@ -221,6 +224,16 @@ struct Scenario {
     ClusterSpec cluster;
     std::optional<PlanSpec> plan;
 };
+
+/// Virtual stage (model order) that chunk `chunk` of pipeline rank `stage` runs: chunk x pp + stage,
+/// or for DualPipeV's V: stage on the way down (chunk 0), 2pp - 1 - stage on the way back.
+int virtual_stage_of(const PlanSpec& p, int stage, int chunk);
+/// The pipeline rank that runs virtual stage v (the inverse).
+int rank_of_virtual_stage(const PlanSpec& p, int v);
+/// The pipeline rank holding the output head and loss (and MTP): the last, or 0 under DualPipeV.
+int head_stage(const PlanSpec& p);
+/// Layer indices (model order) one rank of `stage` holds, chunk by chunk.
+std::vector<int> stage_layer_ids(const ModelSpec& m, const PlanSpec& p, int stage);
 
 /// Layers of each pipeline stage (uneven split honoured; else as even as possible, remainder to the
 /// middle, with each MTP module counted as a layer of the last stage).
