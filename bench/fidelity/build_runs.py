@@ -20,7 +20,7 @@ HWDB_GPUS = {"V100-SXM2-32GB", "A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80
 # NIC ids: hwdb link ids, plus "omni-path-100g" (BLOOM's Jean Zay fabric, not in hwdb; noted
 # in that entry) and None where the source does not say.
 HWDB_NICS = {None, "ib-hdr", "ib-ndr", "roce-200g", "roce-400g", "omni-path-100g"}
-SCHEDULES = {"1f1b", "interleaved-1f1b", "gpipe"}
+SCHEDULES = {"1f1b", "interleaved-1f1b", "gpipe", "dualpipev"}
 RECOMPUTE = {"none", "selective", "full"}
 PRECISION = {"fp32", "bf16", "fp16", "fp8"}
 
@@ -49,8 +49,8 @@ def check(e):
             errs.append("global_batch % (micro_batch*dp) != 0 and no note says so")
     if p["ep"] > 1 and (p["tp"] * p["dp"] * p["cp"]) % p["ep"]:
         errs.append(f"ep {p['ep']} does not divide tp*dp*cp")
-    if (p["vpp"] > 1) != (p["schedule"] == "interleaved-1f1b") and not e["id"].startswith("llama3-405b"):
-        errs.append("vpp > 1 must go with the interleaved schedule")
+    if (p["vpp"] > 1) != (p["schedule"] in ("interleaved-1f1b", "dualpipev")) and not e["id"].startswith("llama3-405b"):
+        errs.append("vpp > 1 must go with the interleaved schedule or DualPipeV")
     if p["schedule"] not in SCHEDULES or p["recompute"] not in RECOMPUTE:
         errs.append("bad schedule/recompute")
     if p["precision"] not in PRECISION:

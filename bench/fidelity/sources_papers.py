@@ -245,8 +245,8 @@ def opt_bloom_zero_deepseek():
         "hardware": {"gpu": "H800-SXM5-80GB", "nodes": 256, "gpus_per_node": 8,
                      "nic": "ib-ndr", "nics_per_node": 8},
         "model": M.DEEPSEEK_V3,
-        "plan": {"tp": 1, "pp": 16, "dp": 128, "cp": 1, "ep": 64, "vpp": 1, "micro_batch": 1,
-                 "global_batch": 15360, "sequence_parallel": False, "schedule": "1f1b",
+        "plan": {"tp": 1, "pp": 16, "dp": 128, "cp": 1, "ep": 64, "vpp": 2, "micro_batch": 1,
+                 "global_batch": 15360, "sequence_parallel": False, "schedule": "dualpipev",
                  "zero_stage": 1, "recompute": "selective", "recompute_modules": ["layernorm", "mla_up_proj", "moe_act"],
                  "precision": "fp8", "moe_act_fp8_cache": True, "moe_a2a_overlap": True, "moe_dispatcher": "deepep",
                  "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"},
@@ -255,7 +255,10 @@ def opt_bloom_zero_deepseek():
         "flops_convention": "none published; tokens_per_s_per_gpu is derived here as "
                             "1e12 / (180000 h * 3600 s/h)",
         "assumptions": [
-            "schedule: DualPipe (bidirectional), not expressible; 1f1b recorded",
+            "schedule dualpipev: DualPipe (Sec. 3.2.1) in its V-shaped, cut-in-half form "
+            "(deepseek-ai/DualPipe, DualPipeV): each GPU runs a stage and its mirror, as DualPipe does, "
+            "with the same bubble; DualPipe keeps two parameter copies where DualPipeV keeps one "
+            "(memory: Strata's is the DualPipeV one)",
             "moe_a2a_overlap: DualPipe overlaps the forward and backward chunks of two micro-batches "
             "so that dispatch and combine hide behind computation (Sec. 3.2.1)",
             "moe_dispatcher deepep: the cross-node all-to-all sends each token once per target node "
@@ -277,7 +280,7 @@ def opt_bloom_zero_deepseek():
             "sharing the embedding and the output head",
             "the GPU-hours figure averages the whole pretraining run (incl. failures/restarts)",
             "61 layers over 16 stages is uneven; the split is not published: Strata's default split "
-            "(each stage 3 or 4 units, the MTP module counted as a unit of the last stage)",
+            "over the V's 32 virtual stages (1 or 2 layers each, the MTP module counted as a layer of the last)",
         ],
         "completeness": "partial",
     }
