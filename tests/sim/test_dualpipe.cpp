@@ -92,6 +92,15 @@ TEST_CASE("DualPipeV placement: a V over 2 pp virtual stages, embedding and head
     bad.vpp = 3;
     CHECK_THROWS_WITH(validate_plan(m, four, bad, "p.json"), Catch::Contains("dualpipev needs plan.vpp = 2"));
     CHECK_THROWS_WITH(validate_plan(m, four, vplan(4, 6), "p.json"), Catch::Contains("at least 2 x plan.pp"));
+    PlanSpec per_stage = p;
+    per_stage.layer_split = {2, 2, 2, 2};
+    CHECK_THROWS_WITH(validate_plan(m, four, per_stage, "p.json"), Catch::Contains("plan.virtual_layer_split"));
+    // A hand-laid V: virtual stages in model order, 0 allowed at the ends.
+    PlanSpec laid = p;
+    laid.virtual_layer_split = {1, 1, 1, 2, 1, 1, 1, 0};
+    CHECK_NOTHROW(validate_plan(m, four, laid, "p.json"));
+    CHECK(stage_layer_ids(m, laid, 0) == std::vector<int>{0});
+    CHECK(stage_layer_ids(m, laid, 3) == std::vector<int>{3, 4, 5});
     CHECK(plan_from_json_text(R"({"pp": 4, "vpp": 2, "schedule": "dualpipev", "global_batch": 8})", "p.json").schedule == Schedule::dualpipe_v);
 }
 

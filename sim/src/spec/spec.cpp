@@ -126,6 +126,26 @@ int head_stage(const PlanSpec& p) { return p.schedule == Schedule::dualpipe_v ? 
 namespace {
 /// Layers per virtual stage in model order (pp x vpp of them).
 std::vector<int> model_order_virtual_layers(const ModelSpec& m, const PlanSpec& p);
+
+/// `layers` over `n` pipeline pieces as evenly as possible, the remainder to the middle ones first
+/// (the ends also carry the embedding and the logits). Each MTP module weighs about a layer on the
+/// last piece: split layers + mtp_depth units and take the modules off the last piece's share,
+/// unless that would leave it without a layer.
+std::vector<int> even_split(int layers, int mtp_depth, int n) {
+    const auto even = [&](int units) {
+        std::vector<int> out(static_cast<std::size_t>(n), units / n);
+        for (int i = 0, rem = units % n; rem > 0; ++i, --rem) out[static_cast<std::size_t>((n / 2 + i) % n)] += 1;
+        return out;
+    };
+    if (mtp_depth > 0 && n > 1) {
+        std::vector<int> out = even(layers + mtp_depth);
+        if (out.back() - mtp_depth >= 1) {
+            out.back() -= mtp_depth;
+            return out;
+        }
+    }
+    return even(layers);
+}
 }  // namespace
 
 std::vector<int> stage_layer_ids(const ModelSpec& m, const PlanSpec& p, int stage) {
@@ -149,47 +169,16 @@ std::vector<int> stage_layers(const ModelSpec& m, const PlanSpec& p) {
         for (std::size_t v = 0; v < vm.size(); ++v) out[static_cast<std::size_t>(rank_of_virtual_stage(p, static_cast<int>(v)))] += vm[v];
         return out;
     }
-    // MTP modules weigh about a layer each on the last stage: split layers + mtp_depth units and
-    // take the modules off the last stage's share (unless that would leave it without a layer).
-    const auto even = [&](int units) {
-        std::vector<int> out(static_cast<std::size_t>(p.pp), units / p.pp);
-        int rem = units % p.pp;
-        // The first and last stages also carry the embedding and the logits, so the remainder goes
-        // to the middle stages first.
-        for (int i = 0; rem > 0; ++i, --rem) out[static_cast<std::size_t>((p.pp / 2 + i) % p.pp)] += 1;
-        return out;
-    };
-    if (m.mtp_depth > 0 && p.pp > 1) {
-        std::vector<int> out = even(m.layers + m.mtp_depth);
-        if (out.back() - m.mtp_depth >= 1) {
-            out.back() -= m.mtp_depth;
-            return out;
-        }
-    }
-    return even(m.layers);
+    return even_split(m.layers, m.mtp_depth, std::max(1, p.pp));
 }
 
 namespace {
 std::vector<int> model_order_virtual_layers(const ModelSpec& m, const PlanSpec& p) {
     const int pp = std::max(1, p.pp), vpp = std::max(1, p.vpp);
     if (!p.virtual_layer_split.empty()) return p.virtual_layer_split;
-    if (p.schedule == Schedule::dualpipe_v) {
-        // 2 x pp virtual stages as even as possible, the remainder to the middle ones (the ends
-        // carry the embedding and the head, both on rank 0), each MTP module counted as a layer
-        // of the last virtual stage when that leaves it one.
-        const int n = pp * vpp;
-        const auto even = [&](int units) {
-            std::vector<int> out(static_cast<std::size_t>(n), units / n);
-            for (int i = 0, rem = units % n; rem > 0; ++i, --rem) out[static_cast<std::size_t>((n / 2 + i) % n)] += 1;
-            return out;
-        };
-        std::vector<int> out = even(m.layers + m.mtp_depth);
-        if (m.mtp_depth > 0 && out.back() - m.mtp_depth >= 1) {
-            out.back() -= m.mtp_depth;
-            return out;
-        }
-        return even(m.layers);
-    }
+    // DualPipeV: the V's 2 x pp virtual stages split like pipeline stages (the ends, with the
+    // embedding and the head, are both on rank 0).
+    if (p.schedule == Schedule::dualpipe_v) return even_split(m.layers, m.mtp_depth, pp * vpp);
     // Standard placement: chunk c of rank s is virtual stage c * pp + s.
     return virtual_stage_layers(m, p);
 }

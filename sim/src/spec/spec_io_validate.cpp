@@ -106,6 +106,8 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
     // DualPipeV (deepseek-ai/DualPipe): two chunks per rank in a V, and at least 2 x pp micro-batches.
     if (p.schedule == Schedule::dualpipe_v) {
         if (p.vpp != 2) fail("plan.schedule", "= dualpipev needs plan.vpp = 2 (two chunks per rank, the V's down and up legs; got " + s(p.vpp) + ")");
+        if (!p.layer_split.empty())
+            fail("plan.layer_split", "gives per-stage counts, which do not place DualPipeV's 2 x pp virtual stages: give plan.virtual_layer_split");
         if (micro_batches < 2 * static_cast<i64>(p.pp))
             fail("plan.global_batch", "gives " + s(micro_batches) + " micro-batches; dualpipev needs at least 2 x plan.pp = " + s(2 * static_cast<i64>(p.pp)));
     }
