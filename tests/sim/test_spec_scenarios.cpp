@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "strata/hwdb/hwdb.hpp"
+#include "strata/sim/model.hpp"
 #include "strata/sim/spec_io.hpp"
 
 using namespace strata::sim;
@@ -66,6 +67,12 @@ TEST_CASE("bundled models match their published parameter counts", "[spec][scena
     const double hy = param_count(bundled_model("hunyuan-1t-moe"));
     CHECK(hy > 0.95e12);
     CHECK(hy < 1.1e12);
+    // DeepSeek-V3 with its MTP module: the HF checkpoint's 685B, which stores the module's own
+    // copies of the embedding and the head (2 x 129280 x 7168) that Strata shares.
+    // (The weight-by-weight counter above has no MLA; tests/sim/test_model.cpp checks the MLA and
+    // MTP terms by hand, and the library's total is used here.)
+    const ParamCounts ds = param_counts(bundled_model("deepseek-v3"));
+    CHECK(static_cast<double>(ds.total + ds.embedding + ds.lm_head) == Approx(685e9).epsilon(0.001));
     // GPT-2 family (HF model cards: 124M, 355M, 774M, 1.5B).
     CHECK(param_count(bundled_model("gpt2-124m")) == Approx(124.44e6).epsilon(0.001));
     CHECK(param_count(bundled_model("gpt2-350m")) == Approx(354.8e6).epsilon(0.002));
@@ -82,7 +89,7 @@ TEST_CASE("bundled models match their published parameter counts", "[spec][scena
 TEST_CASE("bundled clusters use hwdb ids and the documented sizes", "[spec][scenarios]") {
     // GPU, node and link ids as in hwdb-seed.json (+ hwdb's node angel-ptm-a100-40g, and the CPU
     // backend's placeholder rows: gpu "cpu", node "local-cpu", link "shared-memory").
-    const std::vector<std::string> gpus = {"A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB", "cpu"};
+    const std::vector<std::string> gpus = {"A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB", "H800-SXM5-80GB", "H200-SXM-141GB", "cpu"};
     const std::vector<std::string> nodes = {"", "DGX-A100", "DGX-H100", "HGX-H200", "angel-ptm-a100-40g", "local-cpu"};
     const std::vector<std::string> links = {"", "nvlink3", "nvlink4", "ib-hdr", "ib-ndr", "shared-memory"};
     auto in = [](const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); };
@@ -120,6 +127,15 @@ TEST_CASE("bundled plans reproduce the published configurations", "[spec][scenar
     CHECK(g3.plan->global_batch == 1536);
     CHECK(g3.plan->schedule == Schedule::interleaved_1f1b);
     CHECK(g3.plan->micro_batches() == 192);  // 1536 / (1 x 8)
+    // DeepSeek-V3 Sec. 3.2: PP 16 with DualPipe (here DualPipeV), EP 64, ZeRO-1 over DP 128 on 2048 H800.
+    Scenario ds = load_scenario((kScenarios / "deepseek-v3-2048xh800-dualpipev.json").string());
+    REQUIRE(ds.plan);
+    CHECK(ds.cluster.gpu_count() == 2048);
+    CHECK(ds.plan->schedule == Schedule::dualpipe_v);
+    CHECK(ds.plan->pp == 16);
+    CHECK(ds.plan->ep == 64);
+    CHECK(ds.model.mtp_depth == 1);
+    CHECK(head_stage(*ds.plan) == 0);
     Scenario l2 = load_scenario((kScenarios / "llama-2-7b-64xh100.json").string());
     CHECK(l2.cluster.gpu_count() == 64);
 }
