@@ -83,6 +83,7 @@ LayerTimes Estimator::layer_times(const PlanSpec& p, bool dense_first) {
     // and offload are closed forms below.
     ModelSpec m1 = m_;
     m1.layers = m_.is_moe() ? std::max(1, m_.moe->moe_every) : 1;
+    m1.mtp_depth = 0;  // its layer would blur the layer window; costed below as a layer and a head
     if (m1.is_moe()) m1.moe->first_k_dense = 0;  // the period of the MoE part
     if (dense_first) {
         m1.moe.reset();
@@ -198,8 +199,9 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         const int nd = dense[static_cast<std::size_t>(s)], nm = layers[static_cast<std::size_t>(s)] - nd;
         double f = nm * lt.fwd_s + nd * ld.fwd_s, b = nm * lt.bwd_s + nd * ld.bwd_s;
         if (s == pp - 1) {
-            f += lt.head_fwd_s;
-            b += lt.head_bwd_s;
+            // Each MTP module: about one more layer and one more pass through the head.
+            f += lt.head_fwd_s + m_.mtp_depth * (lt.fwd_s + lt.head_fwd_s);
+            b += lt.head_bwd_s + m_.mtp_depth * (lt.bwd_s + lt.head_bwd_s);
         }
         sum += f + b;
         if (f + b > worst) {
