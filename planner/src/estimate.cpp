@@ -198,7 +198,7 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     for (int s = 0; s < pp; ++s) {
         const int nd = dense[static_cast<std::size_t>(s)], nm = layers[static_cast<std::size_t>(s)] - nd;
         double f = nm * lt.fwd_s + nd * ld.fwd_s, b = nm * lt.bwd_s + nd * ld.bwd_s;
-        if (s == pp - 1) {
+        if (s == head_stage(p)) {
             // Each MTP module: about one more layer and one more pass through the head.
             f += lt.head_fwd_s + m_.mtp_depth * (lt.fwd_s + lt.head_fwd_s);
             b += lt.head_bwd_s + m_.mtp_depth * (lt.bwd_s + lt.head_bwd_s);
