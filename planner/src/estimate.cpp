@@ -173,18 +173,14 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     const std::vector<int> layers = stage_layers(m_, p);
     const int pp = p.pp, m = p.micro_batches(), vpp = std::max(1, p.vpp);
     // Leading dense layers (DeepSeek's first_k_dense) cost a dense layer's time, not the MoE
-    // period's: count them per stage with the lowering's layout (virtual_stage_layers).
+    // period's: count them per stage with the lowering's layout (stage_layer_ids).
     const int k_dense = m_.is_moe() ? std::min(m_.moe->first_k_dense, m_.layers) : 0;
     std::vector<int> dense(static_cast<std::size_t>(pp), 0);
     LayerTimes ld;
     if (k_dense > 0) {
         ld = layer_times(p, true);
-        const std::vector<int> vsize = virtual_stage_layers(m_, p);
-        int start = 0;
-        for (std::size_t v = 0; v < vsize.size() && start < k_dense; ++v) {
-            dense[v % static_cast<std::size_t>(pp)] += std::max(0, std::min(start + vsize[v], k_dense) - start);
-            start += vsize[v];
-        }
+        for (int s = 0; s < pp; ++s)
+            for (int l : stage_layer_ids(m_, p, s)) dense[static_cast<std::size_t>(s)] += l < k_dense;
     }
     CostContext ctx;
     ctx.hw = &hw_;

@@ -332,9 +332,8 @@ PlanSpec plan_from_megatron_args(const std::string& args, int gpus, const std::s
         else if (t == "--exp-avg-dtype" || t == "--exp-avg-sq-dtype") {
             if (i + 1 >= tok.size()) throw InputError(file, t, "needs a value");
             const std::string v = tok[++i];
-            Precision d = v == "fp32" ? Precision::fp32 : v == "bf16" ? Precision::bf16 : v == "fp16" ? Precision::fp16 : Precision::fp8;
-            if (v != "fp32" && v != "bf16" && v != "fp16" && v != "fp8") throw InputError(file, t, "must be fp32, bf16, fp16 or fp8 (got \"" + v + "\")");
-            (t == "--exp-avg-dtype" ? p.exp_avg_dtype : p.exp_avg_sq_dtype) = d;
+            if (!precision_from(v, t == "--exp-avg-dtype" ? p.exp_avg_dtype : p.exp_avg_sq_dtype))
+                throw InputError(file, t, "must be fp32, bf16, fp16 or fp8 (got \"" + v + "\")");
         }
         else if (t == "--recompute-modules") {
             p.recompute_modules = 0;

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "cost_fixtures.hpp"
+#include "sim_modes.hpp"
 #include "strata/sim/lower.hpp"
 #include "strata/sim/memory.hpp"
 #include "strata/sim/simulate.hpp"
@@ -109,14 +110,8 @@ TEST_CASE("DualPipeV simulation: no deadlock in either mode, a smaller bubble th
     const ModelSpec m = model8();
     ClusterSpec c = dgx_cluster(1);
     c.gpus_per_node = 4;
-    SimOptions o;
-    o.critical_path = false;
-    o.allocator_model = false;
     const PlanSpec v = vplan(4, 8);
-    const SimOutput sym = simulate(m, c, v, hw, o);
-    o.full = true;
-    const SimOutput full = simulate(m, c, v, hw, o);
-    o.full = false;
+    const auto [sym, full] = simulate_both_modes(m, c, v, hw);
     INFO(sym.result.deadlock_detail);
     REQUIRE_FALSE(sym.result.deadlock);
     REQUIRE_FALSE(full.result.deadlock);
@@ -124,7 +119,7 @@ TEST_CASE("DualPipeV simulation: no deadlock in either mode, a smaller bubble th
     PlanSpec f = v;
     f.vpp = 1;
     f.schedule = Schedule::one_f_one_b;
-    const SimOutput one = simulate(m, c, f, hw, o);
+    const SimOutput one = simulate_both_modes(m, c, f, hw).symmetric;
     // 8 micro-batches on 4 stages: 1F1B idles (pp - 1) / (m + pp - 1) = 27 % of the step.
     CHECK(sym.result.step_time_ns < one.result.step_time_ns);
     // pp + 1/2 micro-batches of activations at the peak; the engine agrees with the model.

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cost_fixtures.hpp"
+#include "sim_modes.hpp"
 #include "strata/sim/lower.hpp"
 #include "strata/sim/memory.hpp"
 #include "strata/sim/model.hpp"
@@ -131,13 +132,8 @@ TEST_CASE("MTP lowering: the last stage runs the module forward and backward, th
 TEST_CASE("MTP simulation: full mode agrees with symmetric mode; the engine peak matches the model", "[mtp][simulate]") {
     const auto hw = h100_view();
     const PlanSpec p = pp_plan();
-    SimOptions o;
-    o.critical_path = false;
-    o.allocator_model = false;
-    const SimOutput base = simulate(mtp_model(0), dgx_cluster(1), p, hw, o);
-    const SimOutput sym = simulate(mtp_model(1), dgx_cluster(1), p, hw, o);
-    o.full = true;
-    const SimOutput full = simulate(mtp_model(1), dgx_cluster(1), p, hw, o);
+    const SimOutput base = simulate_both_modes(mtp_model(0), dgx_cluster(1), p, hw).symmetric;
+    const auto [sym, full] = simulate_both_modes(mtp_model(1), dgx_cluster(1), p, hw);
     REQUIRE_FALSE(sym.result.deadlock);
     REQUIRE_FALSE(full.result.deadlock);
     CHECK(full.result.step_time_ns == sym.result.step_time_ns);
@@ -157,12 +153,7 @@ TEST_CASE("A virtual stage of only the MTP module and the loss (Megatron's 'mL' 
     p.schedule = Schedule::interleaved_1f1b;
     p.virtual_layer_split = {1, 1, 2, 0};
     REQUIRE(stage_layers(mtp_model(1), p) == std::vector<int>{3, 1});
-    SimOptions o;
-    o.critical_path = false;
-    o.allocator_model = false;
-    const SimOutput sym = simulate(mtp_model(1), dgx_cluster(1), p, hw, o);
-    o.full = true;
-    const SimOutput full = simulate(mtp_model(1), dgx_cluster(1), p, hw, o);
+    const auto [sym, full] = simulate_both_modes(mtp_model(1), dgx_cluster(1), p, hw);
     REQUIRE_FALSE(sym.result.deadlock);
     REQUIRE_FALSE(full.result.deadlock);
     CHECK(full.result.step_time_ns == sym.result.step_time_ns);

@@ -169,9 +169,9 @@ TEST_CASE("Variants: no dropout, flash attention, GQA, SwiGLU, CP, MoE", "[tenso
     CHECK(mk["moe.experts.fc1_out"] == Approx(1.5 * mn["moe.experts.fc1_out"]));
 }
 
-TEST_CASE("ZeRO paper example: 7.5B parameters, Nd = 64, K = 12", "[tensors]") {
-    // A stand-in with exactly 7.5e9 parameters (only the count matters to model states): no
-    // layers, a tied (7,499,999 x 1000) embedding and a 1000-wide RMSNorm.
+// A stand-in with exactly 7.5e9 parameters (only the count matters to model states): no layers,
+// a tied (7,499,999 x 1000) embedding and a 1000-wide RMSNorm.
+static ModelSpec zero_paper_stand_in() {
     ModelSpec m;
     m.layers = 0;
     m.hidden = 1000;
@@ -181,6 +181,11 @@ TEST_CASE("ZeRO paper example: 7.5B parameters, Nd = 64, K = 12", "[tensors]") {
     m.norm = NormKind::rmsnorm;
     m.position = PositionKind::rope;
     m.tied_embeddings = true;
+    return m;
+}
+
+TEST_CASE("ZeRO paper example: 7.5B parameters, Nd = 64, K = 12", "[tensors]") {
+    const ModelSpec m = zero_paper_stand_in();
     PlanSpec p;
     p.dp = 64;
     REQUIRE(stage_params(m, p, 0).total() == Approx(7.5e9));
@@ -199,15 +204,7 @@ TEST_CASE("Precision-aware optimizer: bf16 moments take K from 12 to 8 bytes", "
     // The same 7.5B stand-in as above. Megatron's --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16
     // keeps the fp32 master copy (4 bytes) and halves m and v (2 + 2): K = 8, so ZeRO-1's
     // per-device states are 4 Psi + 8 Psi / Nd.
-    ModelSpec m;
-    m.layers = 0;
-    m.hidden = 1000;
-    m.heads = 1;
-    m.vocab = 7'499'999;
-    m.seq_len = 1;
-    m.norm = NormKind::rmsnorm;
-    m.position = PositionKind::rope;
-    m.tied_embeddings = true;
+    const ModelSpec m = zero_paper_stand_in();
     PlanSpec p;
     p.dp = 64;
     p.zero_stage = 1;

@@ -100,10 +100,8 @@ double embedding_params_rank(const ModelSpec& m, const PlanSpec& p) {
 double output_params_rank(const ModelSpec& m, const PlanSpec& p) {
     const double norm = (m.norm == NormKind::layernorm ? 2.0 : 1.0) * static_cast<double>(m.hidden);
     const double table = static_cast<double>(m.vocab) * static_cast<double>(m.hidden) / p.tp;
-    if (m.tied_embeddings && head_stage(p) == 0) return norm;  // the head is the embedding itself
-    // Untied with MTP across stages: the head and a copy of the embedding for the MTP lookups.
-    const bool mtp_copy = !m.tied_embeddings && m.mtp_depth > 0 && head_stage(p) != 0;
-    return table * (mtp_copy ? 2.0 : 1.0) + norm;
+    // An untied head, and the stage's copy of the embedding (tied, or for the MTP lookups).
+    return (m.tied_embeddings ? 0.0 : table) + (head_stage_embedding_copy(m, p) ? table : 0.0) + norm;
 }
 
 double forward_flops_per_step(const ModelSpec& m, const PlanSpec& p) {
@@ -145,19 +143,13 @@ RankLowering::RankLowering(const ModelSpec& m, const ClusterSpec& cl, const Plan
     stage_ = coord.s;
     // Virtual stage v (chunk * pp + stage, or DualPipeV's V) holds a contiguous run of layers, in
     // model order: find where each of this rank's chunks starts.
-    const std::vector<int> vsize = virtual_stage_layers(m, p);  // indexed chunk * pp + stage
-    std::vector<int> model_order(static_cast<std::size_t>(pp_ * vpp_), 0);
-    for (int s = 0; s < pp_; ++s)
-        for (int c = 0; c < vpp_; ++c)
-            model_order[static_cast<std::size_t>(virtual_stage_of(p, s, c))] = vsize[static_cast<std::size_t>(c * pp_ + s)];
+    const std::vector<int> vsize = virtual_stage_layers(m, p);
     chunk_start_.assign(static_cast<std::size_t>(vpp_), 0);
     chunk_count_.assign(static_cast<std::size_t>(vpp_), 0);
     for (int c = 0; c < vpp_; ++c) {
         const int v = virtual_stage_of(p, stage_, c);
-        int start = 0;
-        for (int u = 0; u < v; ++u) start += model_order[static_cast<std::size_t>(u)];
-        chunk_start_[static_cast<std::size_t>(c)] = start;
-        chunk_count_[static_cast<std::size_t>(c)] = model_order[static_cast<std::size_t>(v)];
+        for (int u = 0; u < v; ++u) chunk_start_[static_cast<std::size_t>(c)] += vsize[static_cast<std::size_t>(u)];
+        chunk_count_[static_cast<std::size_t>(c)] = vsize[static_cast<std::size_t>(v)];
     }
     schedule_ = pipeline_schedule(p.schedule, pp_, stage_, micro_, vpp_);
     last_bwd_mb_.assign(static_cast<std::size_t>(vpp_), 0);
@@ -476,7 +468,7 @@ void RankLowering::dp_collectives_at_end() {
     // Tied embeddings across pipeline ends: sum the two copies' gradients (Megatron's
     // _allreduce_embedding_grads, after the DP reduction).
     // MTP's copy on the last stage is kept in step the same way (Megatron-Core's embedding group).
-    if ((m_.tied_embeddings || m_.mtp_depth > 0) && head_stage(p_) != 0 && (stage_ == 0 || stage_ == head_stage(p_))) {
+    if (head_stage_embedding_copy(m_, p_) && (stage_ == 0 || stage_ == head_stage(p_))) {
         const double bytes = d_.vocab * d_.h / d_.tp * Dims::act_bytes;
         collective(Stream::dp_comm, CollKind::all_reduce, Group::embedding, bytes, n_.emb_ar);
     }

@@ -127,15 +127,17 @@ void RankLowering::forward_pass(int mb, int chunk) {
     layer_ = -1;
     phase_ = Phase::forward;
     const int v = virtual_stage_of(p_, stage_, chunk), vlast = pp_ * vpp_ - 1;
+    // Neighbouring virtual stages' ranks (-1 past the ends); at the turn of DualPipeV's V the
+    // neighbour is this rank and nothing moves.
+    const int prev = v > 0 ? rank_of_virtual_stage(p_, v - 1) : -1, next = v < vlast ? rank_of_virtual_stage(p_, v + 1) : -1;
     const int lane = full_ ? co_.t + p_.tp * (co_.c + p_.cp * co_.d) : 0;
     const double p2p_bytes = d_.tokens_sp * d_.h * Dims::act_bytes;  // b*s/cp*h*2 (/tp with SP)
     if (v > 0) {
-        // At the turn of DualPipeV's V the previous virtual stage ran on this rank: nothing moves.
-        if (rank_of_virtual_stage(p_, v - 1) != stage_) {
+        if (prev != stage_) {
             post_blocking_recv();
             Instr& in = push(InstrKind::recv, recv_stream(chunk), n_.pp_act);
             in.bytes = p2p_wire_bytes(p2p_bytes);
-            in.peer = program_of_stage(rank_of_virtual_stage(p_, v - 1));
+            in.peer = program_of_stage(prev);
             in.match_id = p2p_match(mb_, v - 1, true, lane);
             wait(Stream::compute, record(recv_stream(chunk)));
             gather_received(p2p_bytes);
@@ -179,11 +181,11 @@ void RankLowering::forward_pass(int mb, int chunk) {
         stashed_[{mb_, chunk, -2}] = alloc_list(logits_desc_, logits_ids_);  // incl. the MTP modules'
         head_forward();
         for (int k = 0; k < m_.mtp_depth; ++k) mtp_forward();
-    } else if (rank_of_virtual_stage(p_, v + 1) != stage_) {
+    } else if (next != stage_) {
         wait(send_stream(chunk), record(Stream::compute));
         Instr& in = push(InstrKind::send, send_stream(chunk), n_.pp_act);
         in.bytes = p2p_wire_bytes(p2p_bytes);
-        in.peer = program_of_stage(rank_of_virtual_stage(p_, v + 1));
+        in.peer = program_of_stage(next);
         in.match_id = p2p_match(mb_, v, true, lane);
         if (p_.p2p_blocking) block_on_send();
     }
@@ -257,14 +259,15 @@ void RankLowering::backward_pass(int mb, int chunk) {
     last_backward_ = mb == last_bwd_mb_[static_cast<std::size_t>(chunk)];
     const bool bucketed = p_.overlap_grad_reduce && p_.zero_stage != 3 && last_backward_;
     const int v = virtual_stage_of(p_, stage_, chunk), vlast = pp_ * vpp_ - 1;
+    const int prev = v > 0 ? rank_of_virtual_stage(p_, v - 1) : -1, next = v < vlast ? rank_of_virtual_stage(p_, v + 1) : -1;
     const int lane = full_ ? co_.t + p_.tp * (co_.c + p_.cp * co_.d) : 0;
     const double p2p_bytes = d_.tokens_sp * d_.h * Dims::act_bytes;
     if (v < vlast) {
-        if (rank_of_virtual_stage(p_, v + 1) != stage_) {
+        if (next != stage_) {
             post_blocking_recv();
             Instr& in = push(InstrKind::recv, recv_stream(chunk), n_.pp_grad);
             in.bytes = p2p_wire_bytes(p2p_bytes);
-            in.peer = program_of_stage(rank_of_virtual_stage(p_, v + 1));
+            in.peer = program_of_stage(next);
             in.match_id = p2p_match(mb_, v + 1, false, lane);
             wait(Stream::compute, record(recv_stream(chunk)));
             gather_received(p2p_bytes);
@@ -326,11 +329,11 @@ void RankLowering::backward_pass(int mb, int chunk) {
             stashed_.erase(it);
         }
         if (bucketed) grads_ready(embedding_params_rank(m_, p_) * Dims::act_bytes, 0, false);
-    } else if (rank_of_virtual_stage(p_, v - 1) != stage_) {
+    } else if (prev != stage_) {
         wait(send_stream(chunk), record(Stream::compute));
         Instr& in = push(InstrKind::send, send_stream(chunk), n_.pp_grad);
         in.bytes = p2p_wire_bytes(p2p_bytes);
-        in.peer = program_of_stage(rank_of_virtual_stage(p_, v - 1));
+        in.peer = program_of_stage(prev);
         in.match_id = p2p_match(mb_, v, false, lane);
         if (p_.p2p_blocking) block_on_send();
     }

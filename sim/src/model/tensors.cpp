@@ -317,6 +317,10 @@ StageParams mtp_params_local(const ModelSpec& m, const PlanSpec& p) {
     return sp;
 }
 
+bool head_stage_embedding_copy(const ModelSpec& m, const PlanSpec& p) {
+    return head_stage(p) != 0 && (m.tied_embeddings || m.mtp_depth > 0);
+}
+
 StageParams stage_params(const ModelSpec& m, const PlanSpec& p, int stage) {
     StageParams sp;
     for (int l : stage_layer_ids(m, p, stage)) {
@@ -332,10 +336,7 @@ StageParams stage_params(const ModelSpec& m, const PlanSpec& p, int stage) {
         // Untied: the lm head. Tied with pp > 1: Megatron keeps a copy of the word embedding on the
         // last stage (its gradient is all-reduced with the first stage's).
         if (!m.tied_embeddings) sp.dense += static_cast<double>(pc.lm_head) / t;
-        // MTP looks the next tokens up in the word embedding: with pp > 1 the last stage keeps a
-        // copy of it too (Megatron-Core's mtp_process), unless tying already put one there.
-        // (DualPipeV's head sits on rank 0 beside the embedding: no copy.)
-        if (stage != 0 && (m.tied_embeddings || m.mtp_depth > 0)) sp.dense += static_cast<double>(pc.embedding) / t;
+        if (head_stage_embedding_copy(m, p)) sp.dense += static_cast<double>(pc.embedding) / t;
         const StageParams mtp = mtp_params_local(m, p);
         sp.dense += mtp.dense;
         sp.expert += mtp.expert;

@@ -95,6 +95,15 @@ const char* to_string(Tier t) {
 }
 const char* to_string(NetTopology t) { return t == NetTopology::fat_tree ? "fat-tree" : "rail-optimized"; }
 
+bool precision_from(const std::string& name, Precision& out) {
+    for (Precision p : {Precision::fp32, Precision::bf16, Precision::fp16, Precision::fp8})
+        if (name == to_string(p)) {
+            out = p;
+            return true;
+        }
+    return false;
+}
+
 double PlanSpec::adam_moment_bytes() const {
     return bytes_per_element(exp_avg_dtype) + bytes_per_element(exp_avg_sq_dtype);
 }
@@ -124,9 +133,6 @@ int rank_of_virtual_stage(const PlanSpec& p, int v) {
 int head_stage(const PlanSpec& p) { return p.schedule == Schedule::dualpipe_v ? 0 : std::max(1, p.pp) - 1; }
 
 namespace {
-/// Layers per virtual stage in model order (pp x vpp of them).
-std::vector<int> model_order_virtual_layers(const ModelSpec& m, const PlanSpec& p);
-
 /// `layers` over `n` pipeline pieces as evenly as possible, the remainder to the middle ones first
 /// (the ends also carry the embedding and the logits). Each MTP module weighs about a layer on the
 /// last piece: split layers + mtp_depth units and take the modules off the last piece's share,
@@ -149,7 +155,7 @@ std::vector<int> even_split(int layers, int mtp_depth, int n) {
 }  // namespace
 
 std::vector<int> stage_layer_ids(const ModelSpec& m, const PlanSpec& p, int stage) {
-    const std::vector<int> vm = model_order_virtual_layers(m, p);
+    const std::vector<int> vm = virtual_stage_layers(m, p);
     const int vpp = std::max(1, p.vpp);
     std::vector<int> start(vm.size() + 1, 0);
     for (std::size_t v = 0; v < vm.size(); ++v) start[v + 1] = start[v] + vm[v];
@@ -164,7 +170,7 @@ std::vector<int> stage_layer_ids(const ModelSpec& m, const PlanSpec& p, int stag
 std::vector<int> stage_layers(const ModelSpec& m, const PlanSpec& p) {
     if (!p.layer_split.empty()) return p.layer_split;
     if (p.schedule == Schedule::dualpipe_v || !p.virtual_layer_split.empty()) {
-        const std::vector<int> vm = model_order_virtual_layers(m, p);
+        const std::vector<int> vm = virtual_stage_layers(m, p);
         std::vector<int> out(static_cast<std::size_t>(std::max(1, p.pp)), 0);
         for (std::size_t v = 0; v < vm.size(); ++v) out[static_cast<std::size_t>(rank_of_virtual_stage(p, static_cast<int>(v)))] += vm[v];
         return out;
@@ -172,30 +178,14 @@ std::vector<int> stage_layers(const ModelSpec& m, const PlanSpec& p) {
     return even_split(m.layers, m.mtp_depth, std::max(1, p.pp));
 }
 
-namespace {
-std::vector<int> model_order_virtual_layers(const ModelSpec& m, const PlanSpec& p) {
+std::vector<int> virtual_stage_layers(const ModelSpec& m, const PlanSpec& p) {
     const int pp = std::max(1, p.pp), vpp = std::max(1, p.vpp);
     if (!p.virtual_layer_split.empty()) return p.virtual_layer_split;
     // DualPipeV: the V's 2 x pp virtual stages split like pipeline stages (the ends, with the
     // embedding and the head, are both on rank 0).
     if (p.schedule == Schedule::dualpipe_v) return even_split(m.layers, m.mtp_depth, pp * vpp);
-    // Standard placement: chunk c of rank s is virtual stage c * pp + s.
-    return virtual_stage_layers(m, p);
-}
-}  // namespace
-
-std::vector<int> virtual_stage_layers(const ModelSpec& m, const PlanSpec& p) {
-    const int pp = std::max(1, p.pp), vpp = std::max(1, p.vpp);
-    // Index c * pp + s is chunk c of rank s: virtual stage c * pp + s in model order, or under
-    // DualPipeV the V's stage virtual_stage_of(p, s, c).
-    if (p.schedule == Schedule::dualpipe_v) {
-        const std::vector<int> vm = model_order_virtual_layers(m, p);
-        std::vector<int> v(static_cast<std::size_t>(pp * vpp), 0);
-        for (int s = 0; s < pp; ++s)
-            for (int c = 0; c < vpp; ++c) v[static_cast<std::size_t>(c * pp + s)] = vm[static_cast<std::size_t>(virtual_stage_of(p, s, c))];
-        return v;
-    }
-    if (!p.virtual_layer_split.empty()) return p.virtual_layer_split;
+    // Standard placement: virtual stage c * pp + s is chunk c of rank s; each rank's layers spread
+    // over its chunks.
     const std::vector<int> per_stage = stage_layers(m, p);
     std::vector<int> v(static_cast<std::size_t>(pp * vpp), 0);
     for (int s = 0; s < pp; ++s) {

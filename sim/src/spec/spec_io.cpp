@@ -317,15 +317,16 @@ PlanSpec read_plan(const json& j, const std::string& file, const std::string& pa
             p.recompute_modules |= bit;
         }
     }
-    std::string pr = r.choice_or("precision", {"fp32", "bf16", "fp16", "fp8"}, "bf16");
-    p.precision = pr == "fp32" ? Precision::fp32 : pr == "bf16" ? Precision::bf16 : pr == "fp16" ? Precision::fp16 : Precision::fp8;
-    // Precision-aware optimizer: Adam moments in a narrower type (Megatron --exp-avg[-sq]-dtype).
-    auto moment = [&](const char* key) {
-        const std::string v = r.choice_or(key, {"fp32", "bf16", "fp16", "fp8"}, "fp32");
-        return v == "fp32" ? Precision::fp32 : v == "bf16" ? Precision::bf16 : v == "fp16" ? Precision::fp16 : Precision::fp8;
+    // The choice list guarantees a known name.
+    auto precision = [&](const char* key, const char* dflt) {
+        Precision out = Precision::bf16;
+        precision_from(r.choice_or(key, {"fp32", "bf16", "fp16", "fp8"}, dflt), out);
+        return out;
     };
-    p.exp_avg_dtype = moment("exp_avg_dtype");
-    p.exp_avg_sq_dtype = moment("exp_avg_sq_dtype");
+    p.precision = precision("precision", "bf16");
+    // Precision-aware optimizer: Adam moments in a narrower type (Megatron --exp-avg[-sq]-dtype).
+    p.exp_avg_dtype = precision("exp_avg_dtype", "fp32");
+    p.exp_avg_sq_dtype = precision("exp_avg_sq_dtype", "fp32");
     if (p.precision == Precision::fp32 && (p.exp_avg_dtype != Precision::fp32 || p.exp_avg_sq_dtype != Precision::fp32))
         r.fail(p.exp_avg_dtype != Precision::fp32 ? "exp_avg_dtype" : "exp_avg_sq_dtype",
                "needs mixed precision: with plan.precision = \"fp32\" the optimizer works on the fp32 weights themselves");

@@ -238,9 +238,10 @@ std::vector<int> stage_layer_ids(const ModelSpec& m, const PlanSpec& p, int stag
 /// Layers of each pipeline stage (uneven split honoured; else as even as possible, remainder to the
 /// middle, with each MTP module counted as a layer of the last stage).
 std::vector<int> stage_layers(const ModelSpec& m, const PlanSpec& p);
-/// Layers of each virtual stage v = chunk * pp + stage, in model order (virtual stage 0 holds the
-/// first layers): each stage's stage_layers spread over its vpp chunks, the first n mod vpp chunks
-/// getting one more.
+/// Layers of each virtual stage in model order (virtual stage 0 holds the first layers; chunk c of
+/// rank s runs virtual_stage_of(p, s, c)): plan.virtual_layer_split as given, DualPipeV's V split
+/// like pipeline stages, else each stage's stage_layers spread over its vpp chunks, the first
+/// n mod vpp chunks getting one more.
 std::vector<int> virtual_stage_layers(const ModelSpec& m, const PlanSpec& p);
 
 // Names used in JSON and in output.
@@ -255,6 +256,8 @@ const char* to_string(RecomputeModule);
 constexpr unsigned recompute_bit(RecomputeModule m) { return 1u << static_cast<unsigned>(m); }
 /// The module a Megatron name denotes (false if none).
 bool recompute_module_from(const std::string& name, RecomputeModule& out);
+/// A precision by its JSON / Megatron name (fp32, bf16, fp16, fp8); false if unknown.
+bool precision_from(const std::string& name, Precision& out);
 /// Names of the modules a selective plan recomputes, in RecomputeModule order.
 std::vector<std::string> recompute_module_names(const PlanSpec& p);
 /// All module names, comma-separated, for error messages.

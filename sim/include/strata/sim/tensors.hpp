@@ -56,6 +56,10 @@ struct StageParams {
     double total() const { return dense + expert; }
 };
 StageParams stage_params(const ModelSpec& m, const PlanSpec& p, int stage);
+/// The head's stage keeps its own copy of the word embedding (Megatron: tied embeddings across
+/// stages, or MTP looking the next tokens up), kept in step with the first stage's over the
+/// embedding group; not when the head sits beside the embedding (pp 1, DualPipeV's rank 0).
+bool head_stage_embedding_copy(const ModelSpec& m, const PlanSpec& p);
 /// The MTP modules' parameters on one rank of the last stage (their layers, projections, norms).
 StageParams mtp_params_local(const ModelSpec& m, const PlanSpec& p);
 
