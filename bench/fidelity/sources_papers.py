@@ -249,7 +249,7 @@ def opt_bloom_zero_deepseek():
                  "global_batch": 15360, "sequence_parallel": False, "schedule": "dualpipev",
                  "zero_stage": 1, "recompute": "selective", "recompute_modules": ["layernorm", "mla_up_proj", "moe_act"],
                  "precision": "fp8", "moe_act_fp8_cache": True, "moe_a2a_overlap": True, "moe_dispatcher": "deepep",
-                 "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16"},
+                 "exp_avg_dtype": "bf16", "exp_avg_sq_dtype": "bf16", "moe_probs_at": "fc2_input"},
         "measured": {"gpu_hours_per_trillion_tokens": 180000.0,
                      "tokens_per_s_per_gpu": round(1e12 / (180000 * 3600), 1), "outcome": "ran"},
         "flops_convention": "none published; tokens_per_s_per_gpu is derived here as "
@@ -276,6 +276,13 @@ def opt_bloom_zero_deepseek():
             "exp_avg_dtype / exp_avg_sq_dtype bf16: 'we adopt the BF16 data format instead of FP32 to "
             "track the first and second moments in the AdamW optimizer' (Sec. 3.3.3); master weights "
             "and gradients stay FP32 (same section)",
+            "moe_probs_at fc2_input: not published (the training framework is not public); the router "
+            "weights are taken to multiply the SwiGLU output before the second expert GEMM, as "
+            "Megatron-Core's weighted SwiGLU does. Sec. 3.3.3 already recomputes that output from its "
+            "FP8-cached inputs in the backward pass, so the weights' gradient then needs nothing more; "
+            "weighting the expert outputs at the combine instead would keep a BF16 copy of "
+            "tokens x 8 x hidden per MoE layer, the largest activation of the layer (with it Strata "
+            "puts the 4-layer ranks out of memory, 86.3 of 84.9 GB)",
             "multi-token prediction: one MTP module (Sec. 2.2, depth 1) on the last pipeline stage, "
             "sharing the embedding and the output head",
             "the GPU-hours figure averages the whole pretraining run (incl. failures/restarts)",

@@ -203,6 +203,8 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
                                 "Megatron-Core sends whole tensors: enable --sequence-parallel instead)");
     if (p.eager_elementwise) r.unsupported.push_back("unfused eager elementwise ops (Megatron-LM fuses its norms and activations)");
     if (p.moe_act_fp8_cache) r.unsupported.push_back("FP8 cache of the MoE SwiGLU inputs (DeepSeek-V3's own framework; Megatron keeps them in BF16)");
+    if (p.moe_probs_at == MoeProbsAt::fc2_output)
+        r.unsupported.push_back("router weights applied to the expert outputs (Megatron-Core applies them before fc2, in its weighted SwiGLU)");
     if (p.zero_stage >= 2) r.unsupported.push_back("ZeRO stage " + std::to_string(p.zero_stage) + " (Megatron's distributed optimizer shards only optimizer states and, with overlap, gradients; use DeepSpeed)");
     if (!p.offload.optimizer.all_gpu() || !p.offload.params.all_gpu() || !p.offload.grads.all_gpu())
         r.unsupported.push_back("offload of model states (Megatron-LM has only --optimizer-cpu-offload in recent versions; use DeepSpeed)");
@@ -259,6 +261,8 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
     if (p.cp > 1) r.unsupported.push_back("context parallelism (DeepSpeed-Ulysses is configured in the model code)");
     if (p.ep > 1) r.unsupported.push_back("expert parallelism (set ep_size on the MoE layers)");
     if (p.moe_dispatcher == MoeDispatcher::deepep) r.unsupported.push_back("DeepEP token dispatcher (Megatron-Core's flex dispatcher)");
+    if (m.is_moe() && p.moe_probs_at == MoeProbsAt::fc2_input)
+        r.unsupported.push_back("router weights applied before fc2 (DeepSpeed-MoE weights the expert outputs at its combine and keeps them)");
     if (p.sequence_parallel && p.tp > 1) r.unsupported.push_back("Megatron sequence parallelism");
     if (p.schedule == Schedule::interleaved_1f1b) r.unsupported.push_back("interleaved 1F1B (virtual stages)");
     if (p.schedule == Schedule::dualpipe_v) r.unsupported.push_back("DualPipeV schedule (deepseek-ai/DualPipe)");

@@ -113,6 +113,29 @@ TEST_CASE("Megatron export names the MoE SwiGLU FP8 cache as unsupported", "[pla
     CHECK(noted);
 }
 
+TEST_CASE("each export names the router-weight placement its framework does not use", "[planner][export][moe]") {
+    ModelSpec m = test::gpt_shape("moe", 4, 1024, 16, 1000, 512);
+    m.moe = test::moe_spec(8, 2);
+    auto noted = [](const planner::ExportResult& r, const std::string& what) {
+        bool found = false;
+        for (const auto& u : r.unsupported) found = found || u.find(what) != std::string::npos;
+        return found;
+    };
+    PlanSpec q;
+    q.dp = 8;
+    q.ep = 8;
+    // Megatron-Core weights inside the expert (before fc2); DeepSpeed-MoE at its combine.
+    CHECK_FALSE(noted(planner::export_megatron(m, q), "router weights"));
+    CHECK(noted(planner::export_deepspeed(m, q), "router weights applied before fc2"));
+    q.moe_probs_at = MoeProbsAt::fc2_output;
+    CHECK(noted(planner::export_megatron(m, q), "router weights applied to the expert outputs"));
+    CHECK_FALSE(noted(planner::export_deepspeed(m, q), "router weights"));
+    // A dense model has no router: neither export mentions one.
+    PlanSpec d;
+    d.dp = 8;
+    CHECK_FALSE(noted(planner::export_deepspeed(gpt3(), d), "router weights"));
+}
+
 TEST_CASE("Megatron argument parsing rejects bad values", "[planner][export]") {
     CHECK_THROWS_AS(planner::plan_from_megatron_args("--tensor-model-parallel-size x", 8, "a"), InputError);
     CHECK_THROWS_AS(planner::plan_from_megatron_args("--tensor-model-parallel-size 3", 8, "a"), InputError);

@@ -114,9 +114,24 @@ TEST_CASE("MoE and MLA layers: bytes each module drops", "[recompute][memory]") 
     CHECK(b0 - stashed(m, selective(mods({RecomputeModule::core_attn, RecomputeModule::shared_experts})), 0) ==
           Approx(3 * 2.0 * s * 32));
     // moe: the whole block but its input: router probabilities (fp32, tokens x experts), the
-    // dispatched input and expert output (tokens x top_k x h), expert gate/up/act and the shared expert's.
-    const double block = 4.0 * s * 4 + 2 * (2.0 * s * 2 * h) + 3 * (2.0 * s * 2 * 32) + 3 * (2.0 * s * 32);
+    // dispatched input (tokens x top_k x h), expert gate/up/act and the shared expert's.
+    const double block = 4.0 * s * 4 + 2.0 * s * 2 * h + 3 * (2.0 * s * 2 * 32) + 3 * (2.0 * s * 32);
     CHECK(b0 - stashed(m, selective(mods({RecomputeModule::core_attn, RecomputeModule::moe})), 0) == Approx(block));
+    // With the router weights applied at the combine, the expert outputs (tokens x top_k x h, bf16)
+    // are kept for the weights' gradient, and the moe module drops them too.
+    PlanSpec at_output = base;
+    at_output.moe_probs_at = MoeProbsAt::fc2_output;
+    const double expert_out = 2.0 * s * 2 * h;
+    CHECK(stashed(m, at_output, 0) - b0 == Approx(expert_out));
+    PlanSpec at_output_moe = selective(mods({RecomputeModule::core_attn, RecomputeModule::moe}));
+    at_output_moe.moe_probs_at = MoeProbsAt::fc2_output;
+    CHECK(stashed(m, at_output, 0) - stashed(m, at_output_moe, 0) == Approx(block + expert_out));
+    // Dense layers have no combine: the placement changes nothing there.
+    ModelSpec alternating = m;
+    alternating.moe->moe_every = 2;
+    const int dense = alternating.layer_is_moe(0) ? 1 : 0;
+    REQUIRE_FALSE(alternating.layer_is_moe(dense));
+    CHECK(stashed(alternating, at_output, dense) == Approx(stashed(alternating, base, dense)));
 }
 
 TEST_CASE("moe_act_fp8_cache: the SwiGLU inputs kept for the recompute take 1 byte, not 2", "[recompute][memory]") {

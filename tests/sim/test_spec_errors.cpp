@@ -217,6 +217,12 @@ TEST_CASE("validate_plan: expert parallelism", "[spec][errors]") {
                  "plan.moe_dispatcher", "needs a MoE model with plan.ep >= 2 (got ep 1, no model.moe)");
     expect_error([] { plan(R"({"global_batch": 8, "moe_dispatcher": "deep-ep"})"); }, "p.json", "plan.moe_dispatcher",
                  "(did you mean \"deepep\"?)");
+    // Where the router's weights apply is a property of MoE layers only.
+    CHECK_NOTHROW(validate(moe, plan(R"({"dp": 2, "global_batch": 8, "moe_probs_at": "fc2_output"})")));
+    expect_error([] { validate(model(), plan(R"({"dp": 2, "global_batch": 8, "moe_probs_at": "fc2_output"})")); }, "p.json",
+                 "plan.moe_probs_at", "needs a MoE model (model.moe)");
+    expect_error([] { plan(R"({"global_batch": 8, "moe_probs_at": "fc2_out"})"); }, "p.json", "plan.moe_probs_at",
+                 "is not one of: fc2_input, fc2_output");
 }
 
 TEST_CASE("validate_plan: ZeRO and offload", "[spec][errors]") {

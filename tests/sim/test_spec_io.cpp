@@ -113,6 +113,7 @@ void same(const PlanSpec& a, const PlanSpec& b) {
     CHECK(a.overlap_param_gather == b.overlap_param_gather);
     CHECK(a.moe_a2a_overlap == b.moe_a2a_overlap);
     CHECK(a.moe_dispatcher == b.moe_dispatcher);
+    CHECK(a.moe_probs_at == b.moe_probs_at);
     CHECK(a.tp_comm_overlap == b.tp_comm_overlap);
     CHECK(a.p2p_blocking == b.p2p_blocking);
     CHECK(a.p2p_scatter_gather == b.p2p_scatter_gather);
@@ -266,6 +267,14 @@ TEST_CASE("group-limited routing and the DeepEP dispatcher round-trip through th
     same(p, plan_from_json_text(to_json_text(p), "rt.json"));
     // Defaults: unrestricted routing, Megatron's flat all-to-all dispatcher.
     CHECK(plan_from_json_text(R"({"global_batch": 4})", "p.json").moe_dispatcher == MoeDispatcher::alltoall);
+}
+
+TEST_CASE("the router weights' placement round-trips; Megatron-Core's (before fc2) is the default", "[spec][io][moe]") {
+    const PlanSpec p = plan_from_json_text(R"({"global_batch": 4, "moe_probs_at": "fc2_output"})", "p.json");
+    CHECK(p.moe_probs_at == MoeProbsAt::fc2_output);
+    CHECK(to_json_text(p).find("\"moe_probs_at\": \"fc2_output\"") != std::string::npos);
+    same(p, plan_from_json_text(to_json_text(p), "rt.json"));
+    CHECK(plan_from_json_text(R"({"global_batch": 4})", "p.json").moe_probs_at == MoeProbsAt::fc2_input);
 }
 
 TEST_CASE("the attention kernel family round-trips; FA3-class is the default", "[spec][io]") {

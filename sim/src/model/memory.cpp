@@ -68,11 +68,11 @@ struct LayerKindBytes {
 };
 
 // Everything full_layer_activations reads from the plan (tensors.cpp), selective modules included.
-using LayerKey = std::tuple<int, int, int, int, int, int, int, int, int, int, int, unsigned, int>;
+using LayerKey = std::tuple<int, int, int, int, int, int, int, int, int, int, int, unsigned, int, int>;
 LayerKey layer_key(const PlanSpec& p, bool moe, bool recomputed) {
     return {moe ? 1 : 0, recomputed ? 1 : 0, p.tp, p.cp, p.ep, p.micro_batch, p.sequence_parallel ? 1 : 0,
             p.flash_attention ? 1 : 0, static_cast<int>(p.recompute), static_cast<int>(p.precision), p.etp(),
-            p.recompute_modules, p.moe_act_fp8_cache ? 1 : 0};
+            p.recompute_modules, p.moe_act_fp8_cache ? 1 : 0, static_cast<int>(p.moe_probs_at)};
 }
 
 // Everything stage_model_states / stage_buffers read from the plan (tensors.cpp), so a cached list

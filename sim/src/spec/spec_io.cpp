@@ -349,6 +349,7 @@ PlanSpec read_plan(const json& j, const std::string& file, const std::string& pa
     p.moe_act_fp8_cache = r.boolean_or("moe_act_fp8_cache", false);
     p.moe_a2a_overlap = r.boolean_or("moe_a2a_overlap", false);
     p.moe_dispatcher = r.choice_or("moe_dispatcher", {"alltoall", "deepep"}, "alltoall") == "deepep" ? MoeDispatcher::deepep : MoeDispatcher::alltoall;
+    p.moe_probs_at = r.choice_or("moe_probs_at", {"fc2_input", "fc2_output"}, "fc2_input") == "fc2_output" ? MoeProbsAt::fc2_output : MoeProbsAt::fc2_input;
     p.eager_elementwise = r.boolean_or("eager_elementwise", false);
     // Human unit at the edge: MB (1e6 bytes, as Megatron's --ddp-bucket-size counts) -> bytes.
     double mb = num_in(r, "dp_bucket_mb", 40.0, 1e-6, 1e9, "a positive number of MB");

@@ -147,6 +147,8 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
     // DeepEP's kernels dispatch tokens between the GPUs of an expert-parallel group.
     if (p.moe_dispatcher == MoeDispatcher::deepep && (!m.is_moe() || p.ep < 2))
         fail("plan.moe_dispatcher", "= \"deepep\" needs a MoE model with plan.ep >= 2 (got ep " + s(p.ep) + (m.is_moe() ? ")" : ", no model.moe)"));
+    if (p.moe_probs_at != MoeProbsAt::fc2_input && !m.is_moe())
+        fail("plan.moe_probs_at", "= \"fc2_output\" needs a MoE model (model.moe): it places the router's weights");
     // Selective recomputation of a module the model does not have is a mistake, not a no-op.
     if (p.recomputes(RecomputeModule::mla_up_proj) && !m.mla)
         fail("plan.recompute_modules", "names mla_up_proj, which needs multi-head latent attention (model.mla)");

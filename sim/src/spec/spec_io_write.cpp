@@ -141,6 +141,7 @@ ojson plan_json(const PlanSpec& p) {
     j["moe_act_fp8_cache"] = p.moe_act_fp8_cache;
     j["moe_a2a_overlap"] = p.moe_a2a_overlap;
     j["moe_dispatcher"] = to_string(p.moe_dispatcher);
+    j["moe_probs_at"] = to_string(p.moe_probs_at);
     j["eager_elementwise"] = p.eager_elementwise;
     j["dp_bucket_mb"] = static_cast<double>(p.dp_bucket_bytes) / 1e6;
     ojson ls = ojson::array();

@@ -115,6 +115,12 @@ enum class Schedule { gpipe, one_f_one_b, interleaved_1f1b, dualpipe_v };
 /// DeepEP's hierarchical kernels (Megatron's flex dispatcher with the DeepEP backend): one RDMA
 /// transfer per token and destination node, then an NVLink fan-out to the experts' GPUs.
 enum class MoeDispatcher { alltoall, deepep };
+/// Where the router's weights multiply the routed experts' results. fc2_input: inside the expert,
+/// on the activation's output before fc2 (Megatron-Core's weighted SwiGLU, its default), so the
+/// weights' gradient needs only tensors fc2 keeps anyway. fc2_output: on the expert outputs at the
+/// combine (older Megatron-Core's weighted unpermute, torchtitan), which keeps those outputs,
+/// (tokens x top_k, h), for the weights' gradient.
+enum class MoeProbsAt { fc2_input, fc2_output };
 /// Fused attention kernel family: FA3-class (FlashAttention-3, cuDNN's fused flash kernels, the
 /// attention model's anchors) or FlashAttention-2-class (FA2, Triton flash: 2023-era frameworks),
 /// which reaches about 0.55x of it on Hopper and is what the Ampere anchors already describe.
@@ -191,6 +197,7 @@ struct PlanSpec {
     /// and combine run beside the compute stream and are joined at the end of the pass.
     bool moe_a2a_overlap = false;
     MoeDispatcher moe_dispatcher = MoeDispatcher::alltoall;  ///< how MoE tokens cross the EP group
+    MoeProbsAt moe_probs_at = MoeProbsAt::fc2_input;
     /// Memory-bound ops (norms, activations, residual adds, RoPE, permutes) run as separate eager
     /// PyTorch kernels, as in llm-foundry or a Hugging Face Trainer, instead of the fused kernels
     /// of Megatron-Core / Transformer Engine: they cost kEagerElementwiseFactor (cost.hpp) times more.
@@ -250,6 +257,7 @@ const char* to_string(NormKind);
 const char* to_string(PositionKind);
 const char* to_string(Schedule);
 const char* to_string(MoeDispatcher);
+const char* to_string(MoeProbsAt);
 const char* to_string(AttentionKernel);
 const char* to_string(RecomputeModule);
 /// The bit of a module in PlanSpec::recompute_modules.
