@@ -61,6 +61,23 @@ SimResult run(const Program& p) {
     return simulate_program(p, cost, nullptr, eo);
 }
 
+// The engine's GPU peak per stage against memory_estimate, both without the fixed framework
+// reserve (which would hide a wrong activation count).
+void check_peaks_match_model(const ModelSpec& m, const PlanSpec& p, const SimResult& r) {
+    Capacities caps;
+    caps.hbm_bytes = 80e9;
+    caps.cpu_bytes_per_node = 1e12;
+    caps.ssd_bytes_per_node = 1e13;
+    const MemoryReport rep = memory_estimate(m, p, caps);
+    for (int st = 0; st < p.pp; ++st) {
+        INFO("stage " << st);
+        const double engine = r.ranks[static_cast<std::size_t>(st)].peak_bytes[0] - kFrameworkReserveBytes;
+        const double model = rep.stages[static_cast<std::size_t>(st)].tier_bytes[0] - kFrameworkReserveBytes;
+        CHECK(model > 1e6);
+        CHECK(engine == Approx(model).epsilon(1e-6));
+    }
+}
+
 }  // namespace
 
 TEST_CASE("lowered programs finish in the engine for every schedule and feature", "[lower][engine]") {
@@ -148,19 +165,8 @@ TEST_CASE("engine GPU peak equals the analytical memory model", "[lower][engine]
             const ModelSpec m = gpt(8);
             const SimResult r = run(lower(m, cluster(8), p));
             REQUIRE_FALSE(r.deadlock);
-            Capacities caps;
-            caps.hbm_bytes = 80e9;
-            caps.cpu_bytes_per_node = 1e12;
-            caps.ssd_bytes_per_node = 1e13;
-            const MemoryReport rep = memory_estimate(m, p, caps);
-            for (int st = 0; st < p.pp; ++st) {
-                INFO("schedule " << to_string(s) << " recompute " << to_string(rc) << " stage " << st);
-                // Compare without the fixed framework reserve, which would hide a wrong activation count.
-                const double engine = r.ranks[static_cast<std::size_t>(st)].peak_bytes[0] - kFrameworkReserveBytes;
-                const double model = rep.stages[static_cast<std::size_t>(st)].tier_bytes[0] - kFrameworkReserveBytes;
-                CHECK(model > 1e6);
-                CHECK(engine == Approx(model).epsilon(1e-6));
-            }
+            INFO("schedule " << to_string(s) << " recompute " << to_string(rc));
+            check_peaks_match_model(m, p, r);
         }
     }
 }
@@ -196,16 +202,44 @@ TEST_CASE("engine GPU peak equals the memory model with SP, CP, ZeRO, interleavi
         const ModelSpec m = gpt(8);
         const SimResult r = run(lower(m, cluster(p.gpus()), p));
         REQUIRE_FALSE(r.deadlock);
-        Capacities caps;
-        caps.hbm_bytes = 80e9;
-        caps.cpu_bytes_per_node = 1e12;
-        caps.ssd_bytes_per_node = 1e13;
-        const MemoryReport rep = memory_estimate(m, p, caps);
-        for (int st = 0; st < p.pp; ++st) {
-            INFO(c.what << " stage " << st);
-            const double engine = r.ranks[static_cast<std::size_t>(st)].peak_bytes[0] - kFrameworkReserveBytes;
-            const double model = rep.stages[static_cast<std::size_t>(st)].tier_bytes[0] - kFrameworkReserveBytes;
-            CHECK(engine == Approx(model).epsilon(1e-6));
-        }
+        INFO(c.what);
+        check_peaks_match_model(m, p, r);
+    }
+}
+
+TEST_CASE("engine GPU peak equals the memory model when a rank's chunks differ", "[lower][engine][memory]") {
+    // Interleaved and V schedules hold each chunk's micro-batches in its own count; with uneven
+    // chunks (a hand-laid split, the head's chunk, an MTP module) the model replays the schedule
+    // and takes its largest held state, which the engine must reach exactly.
+    struct Case {
+        const char* what;
+        int pp, gb;
+        Schedule sched;
+        std::vector<int> virtual_split;
+        int mtp;
+    };
+    const std::vector<Case> cases = {
+        {"interleaved, even", 2, 8, Schedule::interleaved_1f1b, {}, 0},
+        {"interleaved, laid out 3|1|1|3", 2, 8, Schedule::interleaved_1f1b, {3, 1, 1, 3}, 0},
+        {"interleaved, laid out 1|3|3|1", 2, 8, Schedule::interleaved_1f1b, {1, 3, 3, 1}, 0},
+        {"interleaved, m == pp: all forwards first", 2, 2, Schedule::interleaved_1f1b, {}, 0},
+        {"dualpipev, even", 2, 8, Schedule::dualpipe_v, {}, 0},
+        {"dualpipev, pp 4", 4, 12, Schedule::dualpipe_v, {}, 0},
+        {"dualpipev, MTP on rank 0's second chunk", 4, 12, Schedule::dualpipe_v, {}, 1},
+        {"dualpipev, laid out", 2, 8, Schedule::dualpipe_v, {3, 2, 1, 2}, 0},
+    };
+    for (const auto& c : cases) {
+        PlanSpec p;
+        p.pp = c.pp;
+        p.vpp = 2;
+        p.global_batch = c.gb;
+        p.schedule = c.sched;
+        p.virtual_layer_split = c.virtual_split;
+        ModelSpec m = gpt(8);
+        m.mtp_depth = c.mtp;
+        const SimResult r = run(lower(m, cluster(p.gpus()), p));
+        INFO(c.what);
+        REQUIRE_FALSE(r.deadlock);
+        check_peaks_match_model(m, p, r);
     }
 }

@@ -73,6 +73,13 @@ TEST_CASE("LLaMA-2 parameter counts are exact", "[model]") {
     CHECK(p7.norms == 32LL * 2 * 4096);
     CHECK(p7.final_norm == 4096);
     CHECK(p7.position == 0);
+    // The parameters outside the layers, without the walk over them: the same hand figures.
+    const ParamCounts e7 = edge_param_counts(llama(32, 4096, 32, 32, 11008));
+    CHECK(e7.embedding == 131'072'000LL);
+    CHECK(e7.lm_head == 131'072'000LL);
+    CHECK(e7.final_norm == 4096);
+    CHECK(e7.position == 0);
+    CHECK(e7.layers == 0);
 
     // 70B uses GQA (8 KV heads of 128): K and V are h x 1024 each.
     ParamCounts p70 = param_counts(llama(80, 8192, 64, 8, 28672));

@@ -92,10 +92,17 @@ LayerParams layer_params(const ModelSpec& m, int layer) {
 
 std::int64_t mtp_extra_params(const ModelSpec& m) { return 2 * m.hidden * m.hidden + 3 * norm_params(m); }
 
-ParamCounts param_counts(const ModelSpec& m) {
+ParamCounts edge_param_counts(const ModelSpec& m) {
     ParamCounts c;
     c.embedding = m.vocab * m.hidden;
     if (m.position == PositionKind::learned) c.position = (m.max_position > 0 ? m.max_position : m.seq_len) * m.hidden;
+    c.final_norm = norm_params(m);
+    c.lm_head = m.tied_embeddings ? 0 : m.vocab * m.hidden;
+    return c;
+}
+
+ParamCounts param_counts(const ModelSpec& m) {
+    ParamCounts c = edge_param_counts(m);
     std::int64_t active_layers = 0;
     for (int l = 0; l < m.layers; ++l) {
         LayerParams lp = layer_params(m, l);
@@ -108,8 +115,6 @@ ParamCounts param_counts(const ModelSpec& m) {
         c.layers += lp.total();
         active_layers += lp.total() - lp.experts + (lp.experts > 0 ? lp.expert_one * m.moe->top_k : 0);
     }
-    c.final_norm = norm_params(m);
-    c.lm_head = m.tied_embeddings ? 0 : m.vocab * m.hidden;
     std::int64_t active_mtp = 0;
     if (m.mtp_depth > 0 && m.layers > 0) {
         const LayerParams lp = layer_params(m, mtp_layer_kind(m));

@@ -329,7 +329,7 @@ StageParams stage_params(const ModelSpec& m, const PlanSpec& p, int stage) {
         sp.dense += lp.dense;
         sp.expert += lp.expert;
     }
-    const ParamCounts pc = param_counts(m);
+    const ParamCounts pc = edge_param_counts(m);
     const double t = std::max(1, p.tp);
     if (stage == 0) sp.dense += static_cast<double>(pc.embedding) / t + static_cast<double>(pc.position);
     if (stage == head_stage(p)) {

@@ -47,6 +47,9 @@ inline int mtp_layer_kind(const ModelSpec& m) { return m.layers - 1; }
 /// embedding's, the hidden state's and the module's final norm).
 std::int64_t mtp_extra_params(const ModelSpec& m);
 ParamCounts param_counts(const ModelSpec& m);
+/// Only the parameters outside the layers (embedding, position table, final norm, lm head; the
+/// layer fields and totals stay 0): what a pipeline stage adds to its layers, without a walk over them.
+ParamCounts edge_param_counts(const ModelSpec& m);
 
 /// Width of the attention projection: heads x head_dim (head_dim 0 = hidden / heads).
 std::int64_t q_width(const ModelSpec& m);
