@@ -71,7 +71,7 @@ Estimator::~Estimator() = default;
 LayerTimes Estimator::layer_times(const PlanSpec& p, bool dense_first) {
     // Every plan field the one-layer program below reads (the rest are reset in p1).
     const Key key{p.tp, p.cp, p.ep * 4096 + p.etp(), p.micro_batch, p.sequence_parallel ? 1 : 0, static_cast<int>(p.recompute),
-                  static_cast<int>(p.recompute_modules), p.zero_stage == 3 ? p.dp : 0, p.overlap_param_gather ? 1 : 0,
+                  static_cast<int>(p.recompute_modules), p.zero_stage == 3 ? 2 * p.dp + (p.fp32_grads ? 1 : 0) : 0, p.overlap_param_gather ? 1 : 0,
                   static_cast<int>(p.precision), p.flash_attention ? 1 : 0, static_cast<int>(p.attention_kernel),
                   static_cast<int>(p.moe_dispatcher), (p.tp_comm_overlap ? 1 : 0) + (p.moe_a2a_overlap ? 2 : 0),
                   p.eager_elementwise ? 1 : 0, dense_first ? 1 : 0};
@@ -241,15 +241,15 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     double dp_s = 0, ag_s = 0;
     if (dpg > 1 && p.zero_stage < 3) {
         const CollKind k = p.zero_stage == 0 ? CollKind::all_reduce : CollKind::reduce_scatter;
-        dp_s = alone_s(transfer_demand(coll(k, Group::dp, dpg, sp.dense * 2), ctx));
-        if (sp.expert > 0 && edp > 1) dp_s += alone_s(transfer_demand(coll(k, Group::edp, edp, sp.expert * 2), ctx));
+        dp_s = alone_s(transfer_demand(coll(k, Group::dp, dpg, sp.dense * p.grad_bytes()), ctx));
+        if (sp.expert > 0 && edp > 1) dp_s += alone_s(transfer_demand(coll(k, Group::edp, edp, sp.expert * p.grad_bytes()), ctx));
         if (p.zero_stage >= 1) {
             ag_s = alone_s(transfer_demand(coll(CollKind::all_gather, Group::dp, dpg, sp.dense * 2), ctx));
             if (sp.expert > 0 && edp > 1) ag_s += alone_s(transfer_demand(coll(CollKind::all_gather, Group::edp, edp, sp.expert * 2), ctx));
         }
     }
     // Overlapped with the last micro-batch's backward, bucket by bucket: the last bucket is exposed.
-    const double buckets = std::max(1.0, std::ceil(sp.total() * 2 / double(std::max<std::int64_t>(1, p.dp_bucket_bytes))));
+    const double buckets = std::max(1.0, std::ceil(sp.total() * p.grad_bytes() / double(std::max<std::int64_t>(1, p.dp_bucket_bytes))));
     double dp_exposed = p.overlap_grad_reduce ? std::max(dp_s / buckets, dp_s - worst_b * (1 - 1 / buckets)) : dp_s;
     e.exposed_comm_s = dp_exposed + ag_s;  // lowering gathers parameters at the end of the step
 
@@ -261,12 +261,12 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         Instr in;
         in.kind = InstrKind::compute;
         in.op = Op::optimizer_gpu;
-        in.bytes = 16 * shard * of.gpu;
+        in.bytes = (6 + p.grad_bytes() + p.adam_moment_bytes()) * shard * of.gpu;  // as the lowering's step
         in.count = shard * of.gpu;
         opt_gpu = static_cast<double>(compute_cost(in, ctx).duration_ns) * 1e-9;
     }
     if (of.cpu > 0 || of.ssd > 0) {
-        const double d2h = shared_s(transfer_demand(copy_instr(CopyKind::d2h, 2 * shard * (of.cpu + of.ssd)), ctx), c_);
+        const double d2h = shared_s(transfer_demand(copy_instr(CopyKind::d2h, p.grad_bytes() * shard * (of.cpu + of.ssd)), ctx), c_);
         Instr adam;
         adam.kind = InstrKind::optimizer;
         adam.stream = Stream::cpu;

@@ -165,6 +165,11 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
         flag("bf16");
         arg("fp8-format", "hybrid");
     }
+    // Megatron accumulates and reduces bf16 gradients in fp32 unless told otherwise; say which
+    // the plan was simulated with, so the run keeps the same memory and DP traffic.
+    const bool bf16_weights = p.precision == Precision::bf16 || p.precision == Precision::fp8;
+    if (bf16_weights && !p.fp32_grads) flag("grad-reduce-in-bf16");
+    if (p.precision == Precision::fp16 && p.fp32_grads) flag("accumulate-allreduce-grads-in-fp32");
     if (p.exp_avg_dtype != Precision::fp32 || p.exp_avg_sq_dtype != Precision::fp32) {
         flag("use-precision-aware-optimizer");
         arg("exp-avg-dtype", to_string(p.exp_avg_dtype));
@@ -249,6 +254,10 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
     }
     j["zero_optimization"] = z;
     if (p.precision == Precision::bf16 || p.precision == Precision::fp8) j["bf16"] = {{"enabled", true}};
+    if (p.fp32_grads) {
+        j["data_types"] = {{"grad_accum_dtype", "fp32"}};
+        j["communication_data_type"] = "fp32";
+    }
     if (p.precision == Precision::fp16) j["fp16"] = {{"enabled", true}, {"loss_scale", 0}};
     if (p.recompute != Recompute::none) {
         j["activation_checkpointing"] = {{"partition_activations", p.sequence_parallel},
@@ -291,6 +300,7 @@ PlanSpec plan_from_megatron_args(const std::string& args, int gpus, const std::s
     p.overlap_param_gather = false;
     int layers_per_virtual = 0;
     int num_layers = 0;
+    bool grad_reduce_bf16 = false, accumulate_fp32 = false;
     auto value = [&](std::size_t& i) -> int {
         if (i + 1 >= tok.size()) throw InputError(file, tok[i], "needs a value");
         try {
@@ -317,6 +327,8 @@ PlanSpec plan_from_megatron_args(const std::string& args, int gpus, const std::s
         else if (t == "--sequence-parallel") p.sequence_parallel = true;
         else if (t == "--use-distributed-optimizer") p.zero_stage = 1;
         else if (t == "--bf16") p.precision = Precision::bf16;
+        else if (t == "--grad-reduce-in-bf16") grad_reduce_bf16 = true;
+        else if (t == "--accumulate-allreduce-grads-in-fp32") accumulate_fp32 = true;
         else if (t == "--fp16") p.precision = Precision::fp16;
         else if (t == "--use-flash-attn") p.flash_attention = true;
         else if (t == "--overlap-grad-reduce") p.overlap_grad_reduce = true;
@@ -362,6 +374,10 @@ PlanSpec plan_from_megatron_args(const std::string& args, int gpus, const std::s
         }
     }
     if (p.recompute == Recompute::full && p.recompute_layers == 1 && args.find("uniform") != std::string::npos) p.recompute_layers = -1;
+    // Megatron's defaults: bf16 weights get fp32 gradient accumulation and reduction unless
+    // --grad-reduce-in-bf16; fp16 weights only with --accumulate-allreduce-grads-in-fp32.
+    if (p.precision == Precision::bf16 || p.precision == Precision::fp8) p.fp32_grads = !grad_reduce_bf16;
+    else if (p.precision == Precision::fp16) p.fp32_grads = accumulate_fp32;
     if (layers_per_virtual > 0) {
         if (num_layers == 0) throw InputError(file, "--num-layers-per-virtual-pipeline-stage", "needs --num-layers");
         int per_stage = num_layers / p.pp;

@@ -136,6 +136,32 @@ TEST_CASE("each export names the router-weight placement its framework does not 
     CHECK_FALSE(noted(planner::export_deepspeed(gpt3(), d), "router weights"));
 }
 
+TEST_CASE("gradient precision survives export and import with Megatron's defaults", "[planner][export]") {
+    auto has = [](const std::string& text, const std::string& flag) { return text.find(flag + "\n") != std::string::npos; };
+    PlanSpec q;
+    q.dp = 8;
+    q.precision = Precision::bf16;
+    // Simulated with 2-byte gradients: Megatron must be told, or it accumulates them in fp32.
+    std::string text = planner::export_megatron(gpt3(), q).text;
+    CHECK(has(text, "--grad-reduce-in-bf16"));
+    CHECK_FALSE(planner::plan_from_megatron_args(text, 8, "args").fp32_grads);
+    q.fp32_grads = true;
+    text = planner::export_megatron(gpt3(), q).text;
+    CHECK_FALSE(has(text, "--grad-reduce-in-bf16"));
+    CHECK(planner::plan_from_megatron_args(text, 8, "args").fp32_grads);
+    // Megatron's own defaults on import: fp32 for bf16 unless --grad-reduce-in-bf16; fp16 only on request.
+    CHECK(planner::plan_from_megatron_args("--bf16", 8, "args").fp32_grads);
+    CHECK_FALSE(planner::plan_from_megatron_args("--bf16 --grad-reduce-in-bf16", 8, "args").fp32_grads);
+    CHECK_FALSE(planner::plan_from_megatron_args("--fp16", 8, "args").fp32_grads);
+    CHECK(planner::plan_from_megatron_args("--fp16 --accumulate-allreduce-grads-in-fp32", 8, "args").fp32_grads);
+    q.precision = Precision::fp16;
+    CHECK(has(planner::export_megatron(gpt3(), q).text, "--accumulate-allreduce-grads-in-fp32"));
+    // DeepSpeed: fp32 accumulation and communication named in the config.
+    const auto j = nlohmann::json::parse(planner::export_deepspeed(gpt3(), q).text);
+    CHECK(j.at("data_types").at("grad_accum_dtype") == "fp32");
+    CHECK(j.at("communication_data_type") == "fp32");
+}
+
 TEST_CASE("Megatron argument parsing rejects bad values", "[planner][export]") {
     CHECK_THROWS_AS(planner::plan_from_megatron_args("--tensor-model-parallel-size x", 8, "a"), InputError);
     CHECK_THROWS_AS(planner::plan_from_megatron_args("--tensor-model-parallel-size 3", 8, "a"), InputError);

@@ -278,6 +278,28 @@ TEST_CASE("data parallel gradient reduction carries every gradient once", "[lowe
     CHECK(b_start == Approx(2 * 216192.0).epsilon(0.01));
 }
 
+TEST_CASE("fp32 gradients double the DP reduction's bytes, not the parameter gathers'", "[lower]") {
+    // Megatron's default for bf16: gradients accumulated and reduced in fp32 (4 bytes x 216192
+    // parameters); the updated bf16 parameters are still gathered at 2 bytes each.
+    for (bool overlap : {true, false}) {
+        PlanSpec p = plan(1, 1, 2, 4);
+        p.zero_stage = 1;
+        p.overlap_grad_reduce = overlap;
+        p.dp_bucket_bytes = 100000;
+        p.fp32_grads = true;
+        const Program prog = lower(small_gpt(), cluster(2), p);
+        double rs = 0, ag = 0;
+        for (const auto& in : prog.ranks[0].instrs)
+            if (in.kind == InstrKind::collective && in.group == Group::dp) {
+                if (in.coll == CollKind::reduce_scatter) rs += in.bytes;
+                if (in.coll == CollKind::all_gather) ag += in.bytes;
+            }
+        INFO("overlap " << overlap);
+        CHECK(rs == Approx(4 * 216192.0).epsilon(0.01));
+        CHECK(ag == Approx(2 * 216192.0).epsilon(0.01));
+    }
+}
+
 TEST_CASE("ZeRO-3 gathers each layer before its forward and backward", "[lower]") {
     PlanSpec p = plan(1, 1, 4, 8);  // 2 micro-batches
     p.zero_stage = 3;

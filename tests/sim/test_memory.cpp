@@ -95,6 +95,34 @@ TEST_CASE("GPT-3 175B on 1024 A100-80GB: states and activations", "[memory]") {
     CHECK(r.hbm_bytes > 16 * stage_params(m, p, 0).total() + 16 * 6 * per_layer);
 }
 
+TEST_CASE("fp32 gradients: Megatron's 18 and 6 + 12/dp bytes per parameter", "[memory]") {
+    // Megatron-LM's own estimate (megatron/training/theoretical_memory_usage.py): bf16 weights with
+    // fp32 gradient accumulation and reduction (its default for bf16) take 18 bytes per parameter,
+    // 6 + 12/dp with the distributed optimizer; the ZeRO paper's 2-byte gradients 16 and 4 + 12/dp.
+    const ModelSpec m = gpt3();
+    PlanSpec p = gpt3_plan();
+    auto bytes_per_param = [&](const PlanSpec& q) {
+        const MemoryReport r = memory_estimate(m, q, a100_80());
+        const StageMemory& st = r.stages[5];
+        return (st.weights_bytes + st.grads_bytes + st.optimizer_bytes) / stage_params(m, q, 5).total();
+    };
+    CHECK(bytes_per_param(p) == Approx(16));
+    p.fp32_grads = true;
+    CHECK(bytes_per_param(p) == Approx(18));
+    p.zero_stage = 1;
+    CHECK(bytes_per_param(p) == Approx(6 + 12.0 / 8));
+    p.fp32_grads = false;
+    CHECK(bytes_per_param(p) == Approx(4 + 12.0 / 8));
+    // The DP gradient buckets hold fp32 elements too: twice the bytes for the same bucket count.
+    PlanSpec small = gpt3_plan();
+    small.dp_bucket_bytes = 1'000'000'000'000;  // larger than the stage: the buckets are all its gradients
+    small.overlap_grad_reduce = true;
+    const double b16 = memory_estimate(m, small, a100_80()).stages[5].buffers_bytes;
+    small.fp32_grads = true;
+    const double b32 = memory_estimate(m, small, a100_80()).stages[5].buffers_bytes;
+    CHECK(b32 - b16 == Approx(2 * 2.0 * stage_params(m, small, 5).total()));
+}
+
 TEST_CASE("Offload moves bytes between tiers exactly", "[memory]") {
     const ModelSpec m = gpt3();
     PlanSpec p = gpt3_plan();

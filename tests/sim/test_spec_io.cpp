@@ -114,6 +114,7 @@ void same(const PlanSpec& a, const PlanSpec& b) {
     CHECK(a.moe_a2a_overlap == b.moe_a2a_overlap);
     CHECK(a.moe_dispatcher == b.moe_dispatcher);
     CHECK(a.moe_probs_at == b.moe_probs_at);
+    CHECK(a.fp32_grads == b.fp32_grads);
     CHECK(a.tp_comm_overlap == b.tp_comm_overlap);
     CHECK(a.p2p_blocking == b.p2p_blocking);
     CHECK(a.p2p_scatter_gather == b.p2p_scatter_gather);
@@ -267,6 +268,23 @@ TEST_CASE("group-limited routing and the DeepEP dispatcher round-trip through th
     same(p, plan_from_json_text(to_json_text(p), "rt.json"));
     // Defaults: unrestricted routing, Megatron's flat all-to-all dispatcher.
     CHECK(plan_from_json_text(R"({"global_batch": 4})", "p.json").moe_dispatcher == MoeDispatcher::alltoall);
+}
+
+TEST_CASE("fp32 gradients round-trip; they need mixed precision", "[spec][io]") {
+    const PlanSpec p = plan_from_json_text(R"({"global_batch": 4, "fp32_grads": true})", "p.json");
+    CHECK(p.fp32_grads);
+    CHECK(p.grad_bytes() == 4);
+    CHECK(to_json_text(p).find("\"fp32_grads\": true") != std::string::npos);
+    same(p, plan_from_json_text(to_json_text(p), "rt.json"));
+    CHECK(plan_from_json_text(R"({"global_batch": 4})", "p.json").grad_bytes() == 2);
+    CHECK(plan_from_json_text(R"({"global_batch": 4, "precision": "fp32"})", "p.json").grad_bytes() == 4);
+    try {
+        plan_from_json_text(R"({"global_batch": 4, "precision": "fp32", "fp32_grads": true})", "p.json");
+        FAIL("accepted fp32_grads with fp32 weights");
+    } catch (const strata::InputError& e) {
+        CHECK(e.path() == "plan.fp32_grads");
+        CHECK_THAT(e.rule(), Catch::Contains("needs mixed precision"));
+    }
 }
 
 TEST_CASE("the router weights' placement round-trips; Megatron-Core's (before fc2) is the default", "[spec][io][moe]") {

@@ -423,12 +423,12 @@ void RankLowering::layer_grads(int layer) {
     if (p_.zero_stage == 3) {
         // ZeRO-3 (DeepSpeed): every micro-batch reduce-scatters the layer's gradients into shards.
         if (group_size(Group::dp) > 1)
-            collective(Stream::dp_comm, CollKind::reduce_scatter, Group::dp, lp.dense * Dims::act_bytes, n_.zero3_rs);
+            collective(Stream::dp_comm, CollKind::reduce_scatter, Group::dp, lp.dense * p_.grad_bytes(), n_.zero3_rs);
         if (lp.expert > 0 && group_size(Group::edp) > 1)
-            collective(Stream::dp_comm, CollKind::reduce_scatter, Group::edp, lp.expert * Dims::act_bytes, n_.zero3_rs_expert);
+            collective(Stream::dp_comm, CollKind::reduce_scatter, Group::edp, lp.expert * p_.grad_bytes(), n_.zero3_rs_expert);
         return;
     }
-    if (p_.overlap_grad_reduce && last_backward_) grads_ready(lp.dense * Dims::act_bytes, lp.expert * Dims::act_bytes, false);
+    if (p_.overlap_grad_reduce && last_backward_) grads_ready(lp.dense * p_.grad_bytes(), lp.expert * p_.grad_bytes(), false);
 }
 
 // Without overlap (or for ZeRO-3's embedding/head), reduce everything after the last backward.
@@ -441,18 +441,18 @@ void RankLowering::dp_collectives_at_end() {
     if (!whole) {
         flush_buckets();
     } else {
-        if (stage_ == 0) dense += embedding_params_rank(m_, p_) * Dims::act_bytes;
+        if (stage_ == 0) dense += embedding_params_rank(m_, p_) * p_.grad_bytes();
         if (stage_ == head_stage(p_)) {
             const StageParams mtp = mtp_params_local(m_, p_);
-            dense += (output_params_rank(m_, p_) + mtp.dense) * Dims::act_bytes;
-            expert += mtp.expert * Dims::act_bytes;
+            dense += (output_params_rank(m_, p_) + mtp.dense) * p_.grad_bytes();
+            expert += mtp.expert * p_.grad_bytes();
         }
         if (p_.zero_stage != 3) {
             for (int c = 0; c < vpp_; ++c)
                 for (int li = 0; li < chunk_layers(c); ++li) {
                     const LayerParamsRank lp = layer_params_rank(m_, p_, chunk_first_layer(c) + li);
-                    dense += lp.dense * Dims::act_bytes;
-                    expert += lp.expert * Dims::act_bytes;
+                    dense += lp.dense * p_.grad_bytes();
+                    expert += lp.expert * p_.grad_bytes();
                 }
         }
         const double cap = static_cast<double>(std::max<std::int64_t>(1, p_.dp_bucket_bytes));
@@ -469,7 +469,7 @@ void RankLowering::dp_collectives_at_end() {
     // _allreduce_embedding_grads, after the DP reduction).
     // MTP's copy on the last stage is kept in step the same way (Megatron-Core's embedding group).
     if (head_stage_embedding_copy(m_, p_) && (stage_ == 0 || stage_ == head_stage(p_))) {
-        const double bytes = d_.vocab * d_.h / d_.tp * Dims::act_bytes;
+        const double bytes = d_.vocab * d_.h / d_.tp * p_.grad_bytes();
         collective(Stream::dp_comm, CollKind::all_reduce, Group::embedding, bytes, n_.emb_ar);
     }
 }

@@ -14,9 +14,8 @@ namespace strata::sim {
 namespace lower_detail {
 
 namespace {
-constexpr double kAdamGpuFixedBytesPerParam = 8;  // bf16 param + grad (2+2), fp32 master (4); + m, v
+constexpr double kAdamGpuFixedBytesPerParam = 6;  // bf16 param (2), fp32 master (4); + grad, m, v
 constexpr double kMasterBytesPerParam = 4;         // fp32 master: with m, v what ZeRO-Infinity swaps per param
-constexpr double kGradBytesPerParam = 2;       // bf16 gradients to the CPU (ZeRO-Offload)
 constexpr double kParamBytesPerParam = 2;      // updated bf16 parameters back to the GPU
 }  // namespace
 
@@ -277,7 +276,7 @@ void RankLowering::backward_pass(int mb, int chunk) {
         head_backward();
         if (bucketed) {
             const StageParams mtp = mtp_params_local(m_, p_);
-            grads_ready((output_params_rank(m_, p_) + mtp.dense) * Dims::act_bytes, mtp.expert * Dims::act_bytes, false);
+            grads_ready((output_params_rank(m_, p_) + mtp.dense) * p_.grad_bytes(), mtp.expert * p_.grad_bytes(), false);
         }
     }
     const int count = chunk_layers(chunk);
@@ -328,7 +327,7 @@ void RankLowering::backward_pass(int mb, int chunk) {
             free_list(it->second);
             stashed_.erase(it);
         }
-        if (bucketed) grads_ready(embedding_params_rank(m_, p_) * Dims::act_bytes, 0, false);
+        if (bucketed) grads_ready(embedding_params_rank(m_, p_) * p_.grad_bytes(), 0, false);
     } else if (prev != stage_) {
         wait(send_stream(chunk), record(Stream::compute));
         Instr& in = push(InstrKind::send, send_stream(chunk), n_.pp_grad);
@@ -355,14 +354,14 @@ void RankLowering::optimizer(int s) {
     const double shard = sharded ? sp.dense / group_size(Group::dp) + sp.expert / group_size(Group::edp) : sp.total();
     const TierSplit& of = p_.offload.optimizer;
     if (of.gpu > 0) {
-        const double per_param = kAdamGpuFixedBytesPerParam + p_.adam_moment_bytes();
+        const double per_param = kAdamGpuFixedBytesPerParam + p_.grad_bytes() + p_.adam_moment_bytes();
         Instr& in = compute(Op::optimizer_gpu, n_.opt_gpu, 0, per_param * shard * of.gpu);
         in.count = shard * of.gpu;
     }
     const int grads_on_gpu = record(Stream::compute);
     int done = -1;
     if (of.cpu + of.ssd > 0) {
-        const int d2h = copy(Stream::d2h, CopyKind::d2h, kGradBytesPerParam * shard * (of.cpu + of.ssd), n_.grad_d2h, grads_on_gpu);
+        const int d2h = copy(Stream::d2h, CopyKind::d2h, p_.grad_bytes() * shard * (of.cpu + of.ssd), n_.grad_d2h, grads_on_gpu);
         if (of.cpu > 0) {
             wait(Stream::cpu, d2h);
             Instr& in = push(InstrKind::optimizer, Stream::cpu, n_.opt_cpu);

@@ -351,7 +351,7 @@ std::vector<TensorDesc> stage_model_states(const ModelSpec& m, const PlanSpec& p
     // state (master copy, m, v); 8 with bf16 moments. Pure fp32: 4 + 4 + 8 (m, v; the weights are
     // the master copy).
     const bool fp32 = p.precision == Precision::fp32;
-    const double wb = fp32 ? 4.0 : 2.0, gb = fp32 ? 4.0 : 2.0;
+    const double wb = fp32 ? 4.0 : 2.0, gb = p.grad_bytes();
     const double nd = std::max(1, p.dp * p.cp);
     const double nd_expert = p.edp();  // expert data parallel
     auto sharded = [&](double per_param, bool shard) {
@@ -377,10 +377,10 @@ std::vector<TensorDesc> stage_buffers(const ModelSpec& m, const PlanSpec& p, int
     std::vector<TensorDesc> out;
     const int nd = p.dp * p.cp;
     const StageParams sp = stage_params(m, p, stage);
-    const double gb = p.precision == Precision::fp32 ? 4.0 : 2.0;
+    const double gb = p.precision == Precision::fp32 ? 4.0 : 2.0;  // weights (the ZeRO-3 gathers)
     if (nd > 1 && p.overlap_grad_reduce) {
         // One bucket being reduced while the next fills (Megatron's DDP), never more than all grads.
-        const double bucket = std::min(static_cast<double>(p.dp_bucket_bytes), gb * sp.total());
+        const double bucket = std::min(static_cast<double>(p.dp_bucket_bytes), p.grad_bytes() * sp.total());
         out.push_back(buffer_tensor("dp.grad_buckets", 2.0 * bucket, Lifetime::persistent, "2 x bucket"));
     }
     if (p.zero_stage >= 3 && nd > 1) {

@@ -105,6 +105,8 @@ bool precision_from(const std::string& name, Precision& out) {
     return false;
 }
 
+double PlanSpec::grad_bytes() const { return fp32_grads || precision == Precision::fp32 ? 4.0 : 2.0; }
+
 double PlanSpec::adam_moment_bytes() const {
     return bytes_per_element(exp_avg_dtype) + bytes_per_element(exp_avg_sq_dtype);
 }

@@ -330,6 +330,9 @@ PlanSpec read_plan(const json& j, const std::string& file, const std::string& pa
     if (p.precision == Precision::fp32 && (p.exp_avg_dtype != Precision::fp32 || p.exp_avg_sq_dtype != Precision::fp32))
         r.fail(p.exp_avg_dtype != Precision::fp32 ? "exp_avg_dtype" : "exp_avg_sq_dtype",
                "needs mixed precision: with plan.precision = \"fp32\" the optimizer works on the fp32 weights themselves");
+    p.fp32_grads = r.boolean_or("fp32_grads", false);
+    if (p.precision == Precision::fp32 && p.fp32_grads)
+        r.fail("fp32_grads", "needs mixed precision: with plan.precision = \"fp32\" the gradients are fp32 already");
     if (r.has("offload")) {
         JsonReader o = r.object("offload");
         p.offload.optimizer = read_tier_split(o, "optimizer");

@@ -125,6 +125,7 @@ ojson plan_json(const PlanSpec& p) {
     }
     j["precision"] = to_string(p.precision);
     if (p.exp_avg_dtype != Precision::fp32) j["exp_avg_dtype"] = to_string(p.exp_avg_dtype);
+    if (p.fp32_grads) j["fp32_grads"] = true;
     if (p.exp_avg_sq_dtype != Precision::fp32) j["exp_avg_sq_dtype"] = to_string(p.exp_avg_sq_dtype);
     ojson o;
     o["optimizer"] = tier_json(p.offload.optimizer);

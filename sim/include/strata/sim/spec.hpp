@@ -176,6 +176,12 @@ struct PlanSpec {
     Precision exp_avg_sq_dtype = Precision::fp32;
     /// Bytes per parameter of the two moments together.
     double adam_moment_bytes() const;
+    /// Gradients accumulated and data-parallel reduced in fp32 under mixed precision (Megatron's
+    /// --accumulate-allreduce-grads-in-fp32, its default for bf16): 4 bytes per parameter instead
+    /// of the weights' 2 (the ZeRO paper's convention, Megatron's --grad-reduce-in-bf16).
+    bool fp32_grads = false;
+    /// Bytes per gradient element, in memory and on the wire of the data-parallel reduction.
+    double grad_bytes() const;
     OffloadSpec offload;
     bool lock_free_update = false;        ///< Angel-PTM: step i's optimizer overlaps step i+1's forward
     bool overlap_grad_reduce = true;      ///< DP reduce bucketed and overlapped with backward
