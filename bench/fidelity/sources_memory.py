@@ -35,7 +35,7 @@ def megatron_ci():
             "plan": {"tp": tp, "pp": pp, "dp": 8 // (tp * pp), "cp": 1, "ep": 1, "vpp": vpp,
                      "micro_batch": mbs, "global_batch": 8, "sequence_parallel": False,
                      "schedule": "interleaved-1f1b" if vpp > 1 else "1f1b", "zero_stage": 1,
-                     "recompute": "none", "precision": "bf16"},
+                     "recompute": "none", "precision": "bf16", "fp32_grads": True},
             "measured": {"peak_hbm_bytes": float(peak), "peak_hbm_counter": "max_allocated",
                          "peak_hbm_stage": "last", "outcome": "ran"},
             "flops_convention": "none (memory only)",
@@ -44,8 +44,9 @@ def megatron_ci():
                 "runs on rank world_size-1): the last pipeline stage, which holds the output layer",
                 "dropout 0.1: Megatron's default (the config sets none)",
                 "attention: Transformer Engine's fused kernel (flash-class, no s^2 activations)",
-                "Megatron keeps fp32 main gradients (4 bytes per parameter) under --bf16 with the "
-                "distributed optimizer; Strata counts 2-byte gradients (docs/formulas.md Sec. 4)",
+                "fp32_grads: Megatron accumulates and reduces gradients in fp32 under --bf16 unless "
+                "--grad-reduce-in-bf16, which the config does not set (4 bytes per parameter; "
+                "declared since stop 18, before which Strata counted 2)",
                 "the same recipe marks both tests OOM on the older LTS container (internal issue "
                 "#434): the peak depends on the software version",
             ],
