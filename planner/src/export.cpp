@@ -283,7 +283,6 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
     if (!p.offload.activations.all_gpu() && p.recompute == Recompute::none) r.unsupported.push_back("activation offload without checkpointing");
     if (is_split(p.offload.params)) r.unsupported.push_back("fractional parameter offload");
     if (is_split(p.offload.optimizer) && od == "nvme") r.unsupported.push_back("fractional NVMe optimizer offload");
-    (void)m;  // read above for MTP only
     r.text = j.dump(2) + "\n";
     return r;
 }

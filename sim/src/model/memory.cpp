@@ -152,6 +152,47 @@ struct LayerKinds {
     }
 };
 
+// How many micro-batches each of a stage's layers, its embedding and its logits hold at the peak.
+struct HeldTimes {
+    std::vector<double> per_layer;
+    double embedding = 0, logits = 0;
+};
+
+// With vpp >= 2 the chunks differ (uneven virtual stages, dense-first layers, the embedding on
+// virtual stage 0, the head and MTP on the last), and the schedule holds each chunk's micro-batches
+// in its own count: take the held state of the schedule that needs the most bytes.
+HeldTimes chunk_held_times(const PlanSpec& p, int stage, const std::vector<int>& virtual_layers, const std::vector<double>& layer_bytes,
+                           double embedding_bytes, double logits_bytes, const HeldStates& states) {
+    const int vpp = p.vpp;
+    std::vector<int> chunk_of_layer;
+    for (int c = 0; c < vpp; ++c)
+        chunk_of_layer.insert(chunk_of_layer.end(), static_cast<std::size_t>(virtual_layers[static_cast<std::size_t>(virtual_stage_of(p, stage, c))]), c);
+    STRATA_ASSERT(chunk_of_layer.size() == layer_bytes.size(), "the virtual stages of a stage add up to its layers");
+    const std::size_t embedding_chunk = 0;  // virtual stage 0 is chunk 0 of stage 0 in every placement
+    std::size_t head_chunk = static_cast<std::size_t>(vpp - 1);
+    for (int c = 0; c < vpp; ++c)
+        if (virtual_stage_of(p, stage, c) == p.pp * vpp - 1) head_chunk = static_cast<std::size_t>(c);
+    std::vector<double> chunk_bytes(static_cast<std::size_t>(vpp), 0.0);
+    for (std::size_t i = 0; i < layer_bytes.size(); ++i) chunk_bytes[static_cast<std::size_t>(chunk_of_layer[i])] += layer_bytes[i];
+    chunk_bytes[embedding_chunk] += embedding_bytes;
+    chunk_bytes[head_chunk] += logits_bytes;
+    const std::vector<int>* best = &states.front();
+    double best_bytes = -1;
+    for (const std::vector<int>& h : states) {
+        double b = 0;
+        for (std::size_t c = 0; c < chunk_bytes.size(); ++c) b += h[c] * chunk_bytes[c];
+        if (b > best_bytes) {
+            best_bytes = b;
+            best = &h;
+        }
+    }
+    HeldTimes t;
+    for (int c : chunk_of_layer) t.per_layer.push_back((*best)[static_cast<std::size_t>(c)]);
+    t.embedding = (*best)[embedding_chunk];
+    t.logits = (*best)[head_chunk];
+    return t;
+}
+
 // A stage's model states and buffers, summed by tag and tier. Not cached: a planner sweep meets
 // hundreds of thousands of (plan, stage) keys, and a map of them cost more than rebuilding
 // (GPT-3 on 512 GPUs, the whole space: 14.0 s with a cache of tensor lists, 5.9 s with a cache
@@ -179,17 +220,10 @@ MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capaci
     kinds.cache = cache ? &cache->impl() : nullptr;
     for (int stage = 0; stage < p.pp; ++stage) {
         const std::vector<int> ids = stage_layer_ids(m, p, stage);
-        StageMemory s;
+        StageMemory s = stage_states_and_buffers(m, p, stage);
         s.stage = stage;
         s.layers = sl[static_cast<std::size_t>(stage)];
         s.in_flight_microbatches = in_flight_microbatches(p, stage);
-        const StageMemory states = stage_states_and_buffers(m, p, stage);
-        s.weights_bytes = states.weights_bytes;
-        s.grads_bytes = states.grads_bytes;
-        s.optimizer_bytes = states.optimizer_bytes;
-        s.activations_bytes = states.activations_bytes;
-        s.buffers_bytes = states.buffers_bytes;
-        s.tier_bytes = states.tier_bytes;
         double workspace = 0;
         std::vector<double> layer_bytes(static_cast<std::size_t>(s.layers));
         for (int i = 0; i < s.layers; ++i) {
@@ -201,64 +235,28 @@ MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capaci
         std::vector<TensorDesc> embedding, logits;
         if (stage == 0) embedding = embedding_activations(m, p);
         if (stage == head_stage(p)) logits = logits_activations(m, p);
-        auto add_activations = [&](const std::vector<double>& times_of_layer, double embedding_times, double logits_times) {
-            for (int i = 0; i < s.layers; ++i) {
-                TensorDesc d;  // all of a layer's activations share plan.offload.activations
-                d.tag = TensorTag::activations;
-                d.bytes = layer_bytes[static_cast<std::size_t>(i)];
-                d.tiers = p.offload.activations;
-                add_to(s, d, times_of_layer[static_cast<std::size_t>(i)]);
-            }
-            for (const TensorDesc& d : embedding) add_to(s, d, embedding_times);
-            for (const TensorDesc& d : logits) add_to(s, d, logits_times);
-        };
+        HeldTimes held;
         if (p.vpp <= 1) {
             // One chunk per rank: every layer holds the same micro-batches. The last stage starts
             // each micro-batch's backward right after its loss, so it holds the logits of one
             // micro-batch (all of them under GPipe).
             const double n = s.in_flight_microbatches;
-            add_activations(std::vector<double>(layer_bytes.size(), n), n, p.schedule == Schedule::gpipe ? n : 1.0);
+            held = {std::vector<double>(layer_bytes.size(), n), n, p.schedule == Schedule::gpipe ? n : 1.0};
         } else {
-            // Chunks differ (uneven virtual stages, dense-first layers, the embedding on virtual
-            // stage 0, the head and MTP on the last), and the schedule holds each chunk's
-            // micro-batches in its own count: take the held state of the schedule that needs the
-            // most bytes.
-            const int vpp = p.vpp;
-            std::vector<int> chunk_of_layer;
-            for (int c = 0; c < vpp; ++c)
-                chunk_of_layer.insert(chunk_of_layer.end(), static_cast<std::size_t>(vsl[static_cast<std::size_t>(virtual_stage_of(p, stage, c))]), c);
-            STRATA_ASSERT(static_cast<int>(chunk_of_layer.size()) == s.layers, "the virtual stages of a stage add up to its layers");
-            const int embedding_chunk = 0;  // virtual stage 0 is chunk 0 of stage 0 in every placement
-            int head_chunk = vpp - 1;
-            for (int c = 0; c < vpp; ++c)
-                if (virtual_stage_of(p, stage, c) == p.pp * vpp - 1) head_chunk = c;
-            std::vector<double> chunk_bytes(static_cast<std::size_t>(vpp), 0.0);
-            for (int i = 0; i < s.layers; ++i)
-                chunk_bytes[static_cast<std::size_t>(chunk_of_layer[static_cast<std::size_t>(i)])] += layer_bytes[static_cast<std::size_t>(i)];
-            const double layers_total = std::accumulate(chunk_bytes.begin(), chunk_bytes.end(), 0.0);
-            for (const TensorDesc& d : embedding) chunk_bytes[embedding_chunk] += d.bytes;
-            for (const TensorDesc& d : logits) chunk_bytes[static_cast<std::size_t>(head_chunk)] += d.bytes;
-            const HeldStates& states = kinds.held(p, stage, held_scratch);
-            const std::vector<int>* best = &states.front();
-            double best_bytes = -1;
-            for (const std::vector<int>& h : states) {
-                double b = 0;
-                for (int c = 0; c < vpp; ++c) b += h[static_cast<std::size_t>(c)] * chunk_bytes[static_cast<std::size_t>(c)];
-                if (b > best_bytes) {
-                    best_bytes = b;
-                    best = &h;
-                }
-            }
-            std::vector<double> times(layer_bytes.size());
-            double held_layer_bytes = 0;
-            for (int i = 0; i < s.layers; ++i) {
-                times[static_cast<std::size_t>(i)] = (*best)[static_cast<std::size_t>(chunk_of_layer[static_cast<std::size_t>(i)])];
-                held_layer_bytes += times[static_cast<std::size_t>(i)] * layer_bytes[static_cast<std::size_t>(i)];
-            }
-            add_activations(times, (*best)[embedding_chunk], (*best)[static_cast<std::size_t>(head_chunk)]);
+            held = chunk_held_times(p, stage, vsl, layer_bytes, sum_bytes(embedding), sum_bytes(logits), kinds.held(p, stage, held_scratch));
             // Reported as micro-batch equivalents of the stage's layers.
-            if (layers_total > 0) s.in_flight_microbatches = held_layer_bytes / layers_total;
+            const double total = std::accumulate(layer_bytes.begin(), layer_bytes.end(), 0.0);
+            if (total > 0) s.in_flight_microbatches = std::inner_product(held.per_layer.begin(), held.per_layer.end(), layer_bytes.begin(), 0.0) / total;
         }
+        for (int i = 0; i < s.layers; ++i) {
+            TensorDesc d;  // all of a layer's activations share plan.offload.activations
+            d.tag = TensorTag::activations;
+            d.bytes = layer_bytes[static_cast<std::size_t>(i)];
+            d.tiers = p.offload.activations;
+            add_to(s, d, held.per_layer[static_cast<std::size_t>(i)]);
+        }
+        for (const TensorDesc& d : embedding) add_to(s, d, held.embedding);
+        for (const TensorDesc& d : logits) add_to(s, d, held.logits);
         // The backward workspace is transient and always on the GPU.
         s.workspace_bytes = workspace;
         s.tier_bytes[0] += workspace;

@@ -377,7 +377,7 @@ std::vector<TensorDesc> stage_buffers(const ModelSpec& m, const PlanSpec& p, int
     std::vector<TensorDesc> out;
     const int nd = p.dp * p.cp;
     const StageParams sp = stage_params(m, p, stage);
-    const double gb = p.precision == Precision::fp32 ? 4.0 : 2.0;  // weights (the ZeRO-3 gathers)
+    const double wb = p.precision == Precision::fp32 ? 4.0 : 2.0;  // weights (the ZeRO-3 gathers)
     if (nd > 1 && p.overlap_grad_reduce) {
         // One bucket being reduced while the next fills (Megatron's DDP), never more than all grads.
         const double bucket = std::min(static_cast<double>(p.dp_bucket_bytes), p.grad_bytes() * sp.total());
@@ -389,7 +389,7 @@ std::vector<TensorDesc> stage_buffers(const ModelSpec& m, const PlanSpec& p, int
         double widest = 0;
         for (int l : stage_layer_ids(m, p, stage)) widest = std::max(widest, layer_params_local(m, p, l).total());
         const double depth = p.overlap_param_gather ? 2.0 : 1.0;
-        out.push_back(buffer_tensor("zero3.gathered_params", depth * gb * widest, Lifetime::transient, "depth x layer params"));
+        out.push_back(buffer_tensor("zero3.gathered_params", depth * wb * widest, Lifetime::transient, "depth x layer params"));
     }
     if (p.pp > 1) {
         // One micro-batch's boundary activation, a send and a receive buffer.

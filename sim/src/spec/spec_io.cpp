@@ -358,30 +358,27 @@ PlanSpec read_plan(const json& j, const std::string& file, const std::string& pa
     double mb = num_in(r, "dp_bucket_mb", 40.0, 1e-6, 1e9, "a positive number of MB");
     p.dp_bucket_bytes = std::llround(mb * 1e6);
     if (p.dp_bucket_bytes < 1) r.fail("dp_bucket_mb", "must be at least one byte");
-    // [] (or absent) = an even split.
-    if (const json* ls = r.get("layer_split")) {
-        const std::string lp = r.child_path("layer_split");
-        if (!ls->is_array()) throw InputError(file, lp, "must be an array of layer counts, one per pipeline stage (got " + describe_json(*ls) + ")");
-        for (std::size_t i = 0; i < ls->size(); ++i) {
-            const json& e = (*ls)[i];
+    // [] (or absent) = an even split. Per pipeline stage each count is at least 1; per virtual
+    // stage 0 is allowed (a stage of only the embedding, or of MTP and the loss).
+    const auto layer_counts = [&](const char* key, int min, const char* per) {
+        std::vector<int> out;
+        const json* a = r.get(key);
+        if (!a) return out;
+        const std::string path = r.child_path(key);
+        if (!a->is_array()) throw InputError(file, path, std::string("must be an array of layer counts, one per ") + per + " (got " + describe_json(*a) + ")");
+        for (std::size_t i = 0; i < a->size(); ++i) {
+            const json& e = (*a)[i];
             // Integers may be written 8 or 8.0, as everywhere else.
-            const double d = e.is_number() ? e.get<double>() : 0.0;
-            if (!e.is_number() || !(d >= 1.0 && d <= static_cast<double>(kMaxCount)) || d != std::floor(d))
-                throw InputError(file, lp + "[" + std::to_string(i) + "]", "must be a positive integer (got " + describe_json(e) + ")");
-            p.layer_split.push_back(static_cast<int>(d));
-        }
-    }
-    if (const json* vs = r.get("virtual_layer_split")) {
-        const std::string vp = r.child_path("virtual_layer_split");
-        if (!vs->is_array()) throw InputError(file, vp, "must be an array of layer counts, one per virtual stage (got " + describe_json(*vs) + ")");
-        for (std::size_t i = 0; i < vs->size(); ++i) {
-            const json& e = (*vs)[i];
             const double d = e.is_number() ? e.get<double>() : -1.0;
-            if (!e.is_number() || !(d >= 0.0 && d <= static_cast<double>(kMaxCount)) || d != std::floor(d))
-                throw InputError(file, vp + "[" + std::to_string(i) + "]", "must be a non-negative integer (got " + describe_json(e) + ")");
-            p.virtual_layer_split.push_back(static_cast<int>(d));
+            if (!e.is_number() || !(d >= min && d <= static_cast<double>(kMaxCount)) || d != std::floor(d))
+                throw InputError(file, path + "[" + std::to_string(i) + "]",
+                                 std::string(min >= 1 ? "must be a positive integer" : "must be a non-negative integer") + " (got " + describe_json(e) + ")");
+            out.push_back(static_cast<int>(d));
         }
-    }
+        return out;
+    };
+    p.layer_split = layer_counts("layer_split", 1, "pipeline stage");
+    p.virtual_layer_split = layer_counts("virtual_layer_split", 0, "virtual stage");
     r.reject_unknown();
     return p;
 }

@@ -63,29 +63,25 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
 
     // Pipeline: every stage holds at least one layer; an explicit split covers the model exactly.
     if (p.pp > m.layers) fail("plan.pp", "= " + s(p.pp) + " exceeds model.layers = " + s(m.layers) + " (a stage needs a layer)");
-    if (!p.layer_split.empty()) {
-        if (static_cast<i64>(p.layer_split.size()) != p.pp)
-            fail("plan.layer_split", "has " + s(static_cast<i64>(p.layer_split.size())) + " entries but plan.pp = " + s(p.pp));
+    // An explicit split: `want` counts of at least `min` layers each, covering the model exactly.
+    const auto check_split = [&](const std::string& field, const std::vector<int>& split, i64 want, const std::string& want_what, int min) {
+        if (static_cast<i64>(split.size()) != want)
+            fail(field, "has " + s(static_cast<i64>(split.size())) + " entries but " + want_what + " = " + s(want));
         i64 sum = 0;
-        for (std::size_t i = 0; i < p.layer_split.size(); ++i) {
-            if (p.layer_split[i] < 1)
-                fail("plan.layer_split[" + s(static_cast<i64>(i)) + "]", "must be a positive integer (got " + s(p.layer_split[i]) + ")");
-            sum += p.layer_split[i];
+        for (std::size_t i = 0; i < split.size(); ++i) {
+            if (split[i] < min)
+                fail(field + "[" + s(static_cast<i64>(i)) + "]",
+                     std::string(min >= 1 ? "must be a positive integer" : "must be a non-negative integer") + " (got " + s(split[i]) + ")");
+            sum += split[i];
         }
-        if (sum != m.layers) fail("plan.layer_split", "sums to " + s(sum) + " but model.layers = " + s(m.layers));
+        if (sum != m.layers) fail(field, "sums to " + s(sum) + " but model.layers = " + s(m.layers));
+    };
+    if (!p.layer_split.empty()) {
+        check_split("plan.layer_split", p.layer_split, p.pp, "plan.pp", 1);
         if (!p.virtual_layer_split.empty()) fail("plan.virtual_layer_split", "and plan.layer_split both set the split: give one");
     }
     if (!p.virtual_layer_split.empty()) {
-        const i64 want = static_cast<i64>(p.pp) * std::max(1, p.vpp);
-        if (static_cast<i64>(p.virtual_layer_split.size()) != want)
-            fail("plan.virtual_layer_split", "has " + s(static_cast<i64>(p.virtual_layer_split.size())) + " entries but plan.pp x plan.vpp = " + s(want));
-        i64 sum = 0;
-        for (std::size_t i = 0; i < p.virtual_layer_split.size(); ++i) {
-            if (p.virtual_layer_split[i] < 0)
-                fail("plan.virtual_layer_split[" + s(static_cast<i64>(i)) + "]", "must be a non-negative integer (got " + s(p.virtual_layer_split[i]) + ")");
-            sum += p.virtual_layer_split[i];
-        }
-        if (sum != m.layers) fail("plan.virtual_layer_split", "sums to " + s(sum) + " but model.layers = " + s(m.layers));
+        check_split("plan.virtual_layer_split", p.virtual_layer_split, static_cast<i64>(p.pp) * std::max(1, p.vpp), "plan.pp x plan.vpp", 0);
         const std::vector<int> per_stage = stage_layers(m, p);
         for (std::size_t i = 0; i < per_stage.size(); ++i)
             if (per_stage[i] < 1)

@@ -125,8 +125,8 @@ ojson plan_json(const PlanSpec& p) {
     }
     j["precision"] = to_string(p.precision);
     if (p.exp_avg_dtype != Precision::fp32) j["exp_avg_dtype"] = to_string(p.exp_avg_dtype);
-    if (p.fp32_grads) j["fp32_grads"] = true;
     if (p.exp_avg_sq_dtype != Precision::fp32) j["exp_avg_sq_dtype"] = to_string(p.exp_avg_sq_dtype);
+    if (p.fp32_grads) j["fp32_grads"] = true;
     ojson o;
     o["optimizer"] = tier_json(p.offload.optimizer);
     o["params"] = tier_json(p.offload.params);
