@@ -251,6 +251,12 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     // Overlapped with the last micro-batch's backward, bucket by bucket: the last bucket is exposed.
     const double buckets = std::max(1.0, std::ceil(sp.total() * p.grad_bytes() / double(std::max<std::int64_t>(1, p.dp_bucket_bytes))));
     double dp_exposed = p.overlap_grad_reduce ? std::max(dp_s / buckets, dp_s - worst_b * (1 - 1 / buckets)) : dp_s;
+    if (p.zero_stage == 2) {
+        // ZeRO-2 reduces every micro-batch (the lowering's backward_pass). Overlapped, the m
+        // reductions share the comm stream under the step's compute and only the last one's tail
+        // shows, unless they outlast the compute; without overlap each one blocks.
+        dp_exposed = p.overlap_grad_reduce ? std::max(dp_exposed, m * dp_s - e.compute_s * (1 - 1 / buckets)) : m * dp_s;
+    }
     e.exposed_comm_s = dp_exposed + ag_s;  // lowering gathers parameters at the end of the step
 
     // Optimizer on its tiers, each fraction at once; the slowest bounds the step.

@@ -169,3 +169,41 @@ TEST_CASE("pipeline scatter/gather: 1/tp of each tensor on the wire, gathered ov
         CHECK(whole_gathers == 0);
     }
 }
+
+TEST_CASE("ZeRO-2 reduce-scatters every micro-batch's gradients, ZeRO 1 once", "[lower][zero]") {
+    // DeepSpeed's ZeRO-2 keeps only its shard of the gradients, so each backward reduces into it
+    // ("gradient reduction is required after every backward because of gradient partitioning",
+    // DeepSpeed issue #2252). Megatron's distributed optimizer (ZeRO 1) keeps the whole gradient
+    // and reduces it once, in the last backward.
+    // Small GPT without biases, untied: per layer 12 h^2 + two LayerNorms (4h) = 49152 + 256;
+    // embedding 128 x 64, positions 32 x 64, final norm 2 x 64, head 128 x 64: 4 x 49408 + 18560 =
+    // 216192 parameters, 432384 bytes of bf16 gradients. dp 2, global batch 8: 4 micro-batches.
+    ModelSpec m = small_gpt();
+    m.linear_bias = false;
+    m.tied_embeddings = false;
+    const double grad_bytes = 2.0 * 216192;
+    for (const bool overlap : {true, false}) {
+        int waits[3] = {0, 0, 0};
+        for (const int zero : {1, 2}) {
+            PlanSpec p = plan(1, 1, 2, 8);
+            p.zero_stage = zero;
+            p.overlap_grad_reduce = overlap;
+            const Program prog = lower(m, cluster(2), p);
+            double reduced = 0;
+            std::vector<int> dp_events;
+            for (const Instr& in : prog.ranks[0].instrs) {
+                if (in.kind == InstrKind::collective && in.group == Group::dp && in.coll == CollKind::reduce_scatter) reduced += in.bytes;
+                if (in.kind == InstrKind::record && in.stream == Stream::dp_comm) dp_events.push_back(in.event);
+                if (in.kind == InstrKind::wait && in.stream == Stream::compute &&
+                    std::find(dp_events.begin(), dp_events.end(), in.event) != dp_events.end())
+                    ++waits[zero];
+            }
+            INFO("zero " << zero << ", overlap " << overlap);
+            CHECK(reduced == Approx(zero == 2 ? 4 * grad_bytes : grad_bytes));
+        }
+        // Without overlap each ZeRO-2 backward blocks on its reduction: four more waits than ZeRO 1
+        // (whose compute waits for the reduction only before the optimizer).
+        if (!overlap) CHECK(waits[2] - waits[1] == 4);
+        if (overlap) CHECK(waits[2] == waits[1]);
+    }
+}

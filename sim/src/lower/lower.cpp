@@ -428,7 +428,39 @@ void RankLowering::layer_grads(int layer) {
             collective(Stream::dp_comm, CollKind::reduce_scatter, Group::edp, lp.expert * p_.grad_bytes(), n_.zero3_rs_expert);
         return;
     }
-    if (p_.overlap_grad_reduce && last_backward_) grads_ready(lp.dense * p_.grad_bytes(), lp.expert * p_.grad_bytes(), false);
+    if (p_.overlap_grad_reduce && reduce_grads_) grads_ready(lp.dense * p_.grad_bytes(), lp.expert * p_.grad_bytes(), false);
+}
+
+// ZeRO-2 without overlap: DeepSpeed reduces a full bucket as soon as it is filled, on the compute
+// stream, every micro-batch. Lowered as the chunk's gradients (with the embedding's on virtual
+// stage 0, the head's and MTP's on the last) in bucket-sized pieces after its backward, which the
+// compute stream waits for.
+void RankLowering::reduce_chunk_grads(int chunk, bool with_embedding, bool with_head) {
+    double dense = with_embedding ? embedding_params_rank(m_, p_) * p_.grad_bytes() : 0, expert = 0;
+    if (with_head) {
+        const StageParams mtp = mtp_params_local(m_, p_);
+        dense += (output_params_rank(m_, p_) + mtp.dense) * p_.grad_bytes();
+        expert += mtp.expert * p_.grad_bytes();
+    }
+    for (int li = 0; li < chunk_layers(chunk); ++li) {
+        const LayerParamsRank lp = layer_params_rank(m_, p_, chunk_first_layer(chunk) + li);
+        dense += lp.dense * p_.grad_bytes();
+        expert += lp.expert * p_.grad_bytes();
+    }
+    reduce_in_buckets(dense, expert);
+    wait(Stream::compute, record(Stream::dp_comm));
+}
+
+void RankLowering::reduce_in_buckets(double dense, double expert) {
+    const double cap = static_cast<double>(std::max<std::int64_t>(1, p_.dp_bucket_bytes));
+    while (dense > 0) {
+        grads_ready(std::min(dense, cap), 0, dense <= cap);
+        dense -= cap;
+    }
+    while (expert > 0) {
+        grads_ready(0, std::min(expert, cap), expert <= cap);
+        expert -= cap;
+    }
 }
 
 // Without overlap (or for ZeRO-3's embedding/head), reduce everything after the last backward.
@@ -437,7 +469,8 @@ void RankLowering::dp_collectives_at_end() {
     layer_ = -1;
     mb_ = -1;
     double dense = 0, expert = 0;
-    const bool whole = p_.zero_stage == 3 || !p_.overlap_grad_reduce;
+    // ZeRO-2 reduced every micro-batch's gradients in its backward (backward_pass).
+    const bool whole = p_.zero_stage == 3 || (!p_.overlap_grad_reduce && p_.zero_stage != 2);
     if (!whole) {
         flush_buckets();
     } else {
@@ -455,15 +488,7 @@ void RankLowering::dp_collectives_at_end() {
                     expert += lp.expert * p_.grad_bytes();
                 }
         }
-        const double cap = static_cast<double>(std::max<std::int64_t>(1, p_.dp_bucket_bytes));
-        while (dense > 0) {
-            grads_ready(std::min(dense, cap), 0, dense <= cap);
-            dense -= cap;
-        }
-        while (expert > 0) {
-            grads_ready(0, std::min(expert, cap), expert <= cap);
-            expert -= cap;
-        }
+        reduce_in_buckets(dense, expert);
     }
     // Tied embeddings across pipeline ends: sum the two copies' gradients (Megatron's
     // _allreduce_embedding_grads, after the DP reduction).

@@ -183,6 +183,8 @@ private:
     void layer_grads(int layer);
     void grads_ready(double dense_bytes, double expert_bytes, bool final_flush);
     void flush_buckets();
+    void reduce_in_buckets(double dense_bytes, double expert_bytes);  ///< bucket-sized pieces, the last flushes
+    void reduce_chunk_grads(int chunk, bool with_embedding, bool with_head);  ///< ZeRO-2, no overlap
     void dp_collectives_at_end();
     void optimizer(int s);
     void gather_params_overlapped();
@@ -256,7 +258,7 @@ private:
     // data-parallel gradient buckets
     double bucket_dense_ = 0, bucket_expert_ = 0;
     double total_dense_grad_bytes_ = 0, total_expert_grad_bytes_ = 0;
-    bool last_backward_ = false;
+    bool reduce_grads_ = false;  ///< this backward reduces its gradients (the last one, or every one under ZeRO-2)
     bool mtp_pass_ = false;     ///< lowering an MTP module's layer: never fully recomputed
     int optimizer_done_ev_ = -1;    ///< next step's forward waits for this (-1: nothing)
     int param_gather_ev_ = -1;

@@ -255,8 +255,12 @@ void RankLowering::backward_pass(int mb, int chunk) {
     chunk_ = chunk;
     layer_ = -1;
     phase_ = Phase::backward;
-    last_backward_ = mb == last_bwd_mb_[static_cast<std::size_t>(chunk)];
-    const bool bucketed = p_.overlap_grad_reduce && p_.zero_stage != 3 && last_backward_;
+    const bool last_backward = mb == last_bwd_mb_[static_cast<std::size_t>(chunk)];
+    // ZeRO-2 (DeepSpeed) keeps only its shard of the gradients, so every micro-batch's backward
+    // reduces into it; the distributed optimizer and ZeRO 0 reduce once, in the last backward.
+    const bool every_mb = p_.zero_stage == 2;
+    reduce_grads_ = p_.zero_stage != 3 && (last_backward || every_mb);
+    const bool bucketed = p_.overlap_grad_reduce && reduce_grads_;
     const int v = virtual_stage_of(p_, stage_, chunk), vlast = pp_ * vpp_ - 1;
     const int prev = v > 0 ? rank_of_virtual_stage(p_, v - 1) : -1, next = v < vlast ? rank_of_virtual_stage(p_, v + 1) : -1;
     const int lane = full_ ? co_.t + p_.tp * (co_.c + p_.cp * co_.d) : 0;
@@ -337,6 +341,7 @@ void RankLowering::backward_pass(int mb, int chunk) {
         if (p_.p2p_blocking) block_on_send();
     }
     if (bucketed) flush_buckets();  // the chunk's gradients are final
+    else if (every_mb) reduce_chunk_grads(chunk, v == 0, v == vlast);
 }
 
 // Optimizer on its tiers (plan.offload.optimizer), each fraction its own way at once: the GPU
