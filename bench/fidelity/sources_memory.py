@@ -130,6 +130,7 @@ def bloom_search():
             plan["p2p_blocking"] = True
             if tp > 1:
                 plan["p2p_scatter_gather"] = True  # DeepSpeed's partitioned pipe buffers (sources_papers)
+        plan["grad_accum_fusion"] = False  # DeepSpeed's engine: autograd's accumulation (sources_papers)
         out.append({
             "id": f"bloom-search-181b-dp{dp}-tp{tp}-pp{pp}-mbs{mbs}{suffix}",
             "publisher": "BigScience",
@@ -146,6 +147,8 @@ def bloom_search():
                 "ALiBi and embedding LayerNorm",
                 "recompute full: every tr11 script checkpoints activations; the tables do not restate it",
                 "fp16 with DeepSpeed ZeRO-1 (the tables before the bf16 switch of 02-28)",
+                "grad_accum_fusion false: DeepSpeed's engine adds each micro-batch's fp16 weight "
+                "gradients into param.grad with a separate kernel (autograd); declared since stop 19",
                 "flash_attention false: Megatron-DeepSpeed's fused softmax of early 2022 (s^2 scores)",
             ] + (["memory: an nvidia-smi snapshot of the first node (stage 0) around iteration 2, "
                   "CUDA context and allocator cache included"] if gb is not None else []) + (

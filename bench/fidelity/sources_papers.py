@@ -24,6 +24,10 @@ SCATTER_GATHER_DEEPSPEED = (
     "p2p_scatter_gather: DeepSpeed's PipelineEngine partitions activations and gradients over the "
     "model-parallel group before sending them (is_pipe_partitioned / is_grad_partitioned = "
     "is_model_parallel, deepspeed/runtime/pipe/engine.py) and all-gathers them on arrival")
+UNFUSED_ACCUM_DEEPSPEED = (
+    "grad_accum_fusion false: under DeepSpeed's engine autograd adds each micro-batch's weight "
+    "gradients into param.grad with a separate kernel (Megatron's fused accumulation needs its own "
+    "DDP's main_grad, absent there); declared since stop 19")
 
 
 
@@ -98,7 +102,8 @@ def mtnlg():
             "plan": {"tp": 8, "pp": 35, "dp": gpus // 280, "cp": 1, "ep": 1, "vpp": 1,
                      "micro_batch": 1, "global_batch": 1920, "sequence_parallel": False,
                      "schedule": "1f1b", "zero_stage": 1, "recompute": "full", "precision": "bf16",
-                     "p2p_blocking": True, "p2p_scatter_gather": True, "flash_attention": False},
+                     "p2p_blocking": True, "p2p_scatter_gather": True, "flash_attention": False,
+                     "grad_accum_fusion": False},
             "measured": {"step_time_s": t, "tflops_per_gpu": tf, "outcome": "ran"},
             "flops_convention": FLOPS_SC21,
             "assumptions": [
@@ -107,6 +112,7 @@ def mtnlg():
                 "recompute full: activation checkpointing per layer (needed to fit; consistent with "
                 "the 96BSlh^2 FLOPs count reproducing 126 TFLOP/s)",
                 SCATTER_GATHER_DEEPSPEED,
+                UNFUSED_ACCUM_DEEPSPEED + " (2021: before DeepSpeed's BF16_Optimizer, bf16 sums)",
                 "GPU A100 80GB per the paper (Selene); llm-analysis' reprint says 40GB",
                 "vocab 50257 (GPT-2 BPE), dropout 0.1: Megatron defaults",
                 "p2p_blocking: DeepSpeed's pipeline engine sends activations and gradients with "
@@ -195,7 +201,8 @@ def opt_bloom_zero_deepseek():
         "plan": {"tp": 4, "pp": 12, "dp": 8, "cp": 1, "ep": 1, "vpp": 1, "micro_batch": 2,
                  "global_batch": 2048, "sequence_parallel": False, "schedule": "1f1b",
                  "zero_stage": 1, "recompute": "full", "precision": "bf16", "p2p_blocking": True,
-                 "p2p_scatter_gather": True, "flash_attention": False},
+                 "p2p_scatter_gather": True, "flash_attention": False, "grad_accum_fusion": False,
+                 "fp32_grads": True},
         "measured": {"step_time_s": 104.70, "tflops_per_gpu": 149.77, "samples_per_s": 19.561,
                      "outcome": "ran"},
         "flops_convention": "Megatron-DeepSpeed counter with the 4*2 coefficient (hardware FLOPs: "
@@ -203,6 +210,11 @@ def opt_bloom_zero_deepseek():
         "assumptions": [
             "schedule 1f1b: DeepSpeed pipeline engine; p2p_blocking: its sends block the compute stream",
             SCATTER_GATHER_DEEPSPEED,
+            UNFUSED_ACCUM_DEEPSPEED,
+            "fp32_grads: DeepSpeed's BF16_Optimizer, written for this run, accumulates the gradients "
+            "in fp32 ('gradient accumulation in FP32 ... is exactly what BF16Optimizer does', "
+            "huggingface/blog bloom-megatron-deepspeed-technology.md) and reduces its fp32 copy over DP; "
+            "declared since stop 19",
             "pipeline split: embedding counted as a block ('type:transformer|embedding'), "
             "stages hold 5 or 6 blocks (README); Strata's even split differs",
             "nic 'omni-path-100g' is not an hwdb id: Jean Zay Omni-Path, 4 links per node",

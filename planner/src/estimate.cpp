@@ -100,6 +100,7 @@ LayerTimes Estimator::layer_times(const PlanSpec& p, bool dense_first) {
     p1.offload = OffloadSpec{};
     p1.lock_free_update = false;
     p1.recompute_layers = -1;
+    p1.grad_accum_fusion = true;  // a closed form below
     LowerOptions lo;
     lo.emit_memory = false;
     Program prog = lower(m1, c_, p1, lo);
@@ -258,6 +259,17 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         dp_exposed = p.overlap_grad_reduce ? std::max(dp_exposed, m * dp_s - e.compute_s * (1 - 1 / buckets)) : m * dp_s;
     }
     e.exposed_comm_s = dp_exposed + ag_s;  // lowering gathers parameters at the end of the step
+
+    // Unfused gradient accumulation: one memory-bound add per micro-batch over the stage's
+    // parameters (its shard under ZeRO 2), as the lowering's accumulate_grads.
+    if (!p.grad_accum_fusion) {
+        const bool fp32_sum = p.grad_bytes() > 2;
+        Instr in;
+        in.kind = InstrKind::compute;
+        in.op = Op::grad_accum;
+        in.bytes = (fp32_sum ? 10.0 : 6.0) * (p.zero_stage >= 2 ? sp.dense / dpg + sp.expert / edp : sp.total());
+        e.compute_s += (fp32_sum ? m : m - 1) * static_cast<double>(compute_cost(in, ctx).duration_ns) * 1e-9;
+    }
 
     // Optimizer on its tiers, each fraction at once; the slowest bounds the step.
     const double shard = p.zero_stage >= 1 ? sp.dense / dpg + sp.expert / edp : sp.total();

@@ -170,6 +170,7 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
     const bool bf16_weights = p.precision == Precision::bf16 || p.precision == Precision::fp8;
     if (bf16_weights && !p.fp32_grads) flag("grad-reduce-in-bf16");
     if (p.precision == Precision::fp16 && p.fp32_grads) flag("accumulate-allreduce-grads-in-fp32");
+    if (!p.grad_accum_fusion) flag("no-gradient-accumulation-fusion");
     if (p.exp_avg_dtype != Precision::fp32 || p.exp_avg_sq_dtype != Precision::fp32) {
         flag("use-precision-aware-optimizer");
         arg("exp-avg-dtype", to_string(p.exp_avg_dtype));
@@ -276,6 +277,9 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
     if (p.schedule == Schedule::interleaved_1f1b) r.unsupported.push_back("interleaved 1F1B (virtual stages)");
     if (p.schedule == Schedule::dualpipe_v) r.unsupported.push_back("DualPipeV schedule (deepseek-ai/DualPipe)");
     if (p.recompute == Recompute::selective) r.unsupported.push_back("selective recomputation (DeepSpeed checkpoints whole layers)");
+    if (p.grad_accum_fusion && p.zero_stage <= 1 && p.micro_batches() > 1)
+        r.unsupported.push_back("fused gradient accumulation (DeepSpeed's engine adds each micro-batch's gradients with a separate kernel: "
+                                "simulate with plan.grad_accum_fusion false)");
     if (p.precision == Precision::fp8) r.unsupported.push_back("fp8 (needs Transformer Engine)");
     if (p.exp_avg_dtype != Precision::fp32 || p.exp_avg_sq_dtype != Precision::fp32)
         r.unsupported.push_back("Adam moments below fp32 (Megatron's precision-aware optimizer)");
@@ -328,6 +332,7 @@ PlanSpec plan_from_megatron_args(const std::string& args, int gpus, const std::s
         else if (t == "--bf16") p.precision = Precision::bf16;
         else if (t == "--grad-reduce-in-bf16") grad_reduce_bf16 = true;
         else if (t == "--accumulate-allreduce-grads-in-fp32") accumulate_fp32 = true;
+        else if (t == "--no-gradient-accumulation-fusion") p.grad_accum_fusion = false;
         else if (t == "--fp16") p.precision = Precision::fp16;
         else if (t == "--use-flash-attn") p.flash_attention = true;
         else if (t == "--overlap-grad-reduce") p.overlap_grad_reduce = true;

@@ -10,6 +10,15 @@
 using namespace strata;
 using namespace strata::sim;
 
+namespace {
+// Does the export list `what` among the things the target framework does not do?
+bool noted(const planner::ExportResult& r, const std::string& what) {
+    for (const auto& u : r.unsupported)
+        if (u.find(what) != std::string::npos) return true;
+    return false;
+}
+}  // namespace
+
 static ModelSpec gpt3() {
     ModelSpec m = test::gpt_shape("gpt3-175b", 96, 12288, 96, 51200, 2048);
     m.linear_bias = true;
@@ -116,11 +125,6 @@ TEST_CASE("Megatron export names the MoE SwiGLU FP8 cache as unsupported", "[pla
 TEST_CASE("each export names the router-weight placement its framework does not use", "[planner][export][moe]") {
     ModelSpec m = test::gpt_shape("moe", 4, 1024, 16, 1000, 512);
     m.moe = test::moe_spec(8, 2);
-    auto noted = [](const planner::ExportResult& r, const std::string& what) {
-        bool found = false;
-        for (const auto& u : r.unsupported) found = found || u.find(what) != std::string::npos;
-        return found;
-    };
     PlanSpec q;
     q.dp = 8;
     q.ep = 8;
@@ -160,6 +164,28 @@ TEST_CASE("gradient precision survives export and import with Megatron's default
     const auto j = nlohmann::json::parse(planner::export_deepspeed(gpt3(), q).text);
     CHECK(j.at("data_types").at("grad_accum_dtype") == "fp32");
     CHECK(j.at("communication_data_type") == "fp32");
+}
+
+TEST_CASE("gradient accumulation fusion survives export and import", "[planner][export]") {
+    auto has = [](const std::string& text, const std::string& flag) { return text.find(flag + "\n") != std::string::npos; };
+    PlanSpec q;
+    q.dp = 8;
+    q.micro_batch = 1;
+    q.global_batch = 32;  // 4 micro-batches
+    std::string text = planner::export_megatron(gpt3(), q).text;
+    CHECK_FALSE(has(text, "--no-gradient-accumulation-fusion"));  // Megatron's default, as simulated
+    CHECK(planner::plan_from_megatron_args(text, 8, "args").grad_accum_fusion);
+    // DeepSpeed's engine cannot fuse it: a fused plan exported there says so.
+    CHECK(noted(planner::export_deepspeed(gpt3(), q), "fused gradient accumulation"));
+    q.grad_accum_fusion = false;
+    text = planner::export_megatron(gpt3(), q).text;
+    CHECK(has(text, "--no-gradient-accumulation-fusion"));
+    CHECK_FALSE(planner::plan_from_megatron_args(text, 8, "args").grad_accum_fusion);
+    CHECK_FALSE(noted(planner::export_deepspeed(gpt3(), q), "fused gradient accumulation"));
+    // One micro-batch, or ZeRO 2/3 (which add into their shards), accumulate nothing worth a note.
+    q.grad_accum_fusion = true;
+    q.zero_stage = 2;
+    CHECK_FALSE(noted(planner::export_deepspeed(gpt3(), q), "fused gradient accumulation"));
 }
 
 TEST_CASE("Megatron argument parsing rejects bad values", "[planner][export]") {

@@ -207,3 +207,35 @@ TEST_CASE("ZeRO-2 reduce-scatters every micro-batch's gradients, ZeRO 1 once", "
         if (overlap) CHECK(waits[2] == waits[1]);
     }
 }
+
+TEST_CASE("unfused gradient accumulation: one add per micro-batch, 6 or 10 bytes per parameter", "[lower][zero]") {
+    // plan.grad_accum_fusion off (DeepSpeed's engine, PyTorch DDP: autograd adds each micro-batch's
+    // weight gradients into the accumulated ones). The same small GPT as above: 216192 parameters
+    // on one rank, 4 micro-batches. bf16 sums: micro-batches 2..4 read both and write, 3 x 2 bytes
+    // = 3 x 6 x 216192. fp32 sums (fp32_grads): every micro-batch reads 2 and updates 4, 4 x 10 x
+    // 216192. ZeRO-2 adds into its shard after the reduce-scatter: half of it at dp 2.
+    ModelSpec m = small_gpt();
+    m.linear_bias = false;
+    m.tied_embeddings = false;
+    const double params = 216192;
+    auto accumulated = [&](bool fused, bool fp32, int zero) {
+        PlanSpec p = plan(1, 1, 2, 8);
+        p.grad_accum_fusion = fused;
+        p.fp32_grads = fp32;
+        p.zero_stage = zero;
+        const Program prog = lower(m, cluster(2), p);
+        double bytes = 0;
+        for (const Instr& in : prog.ranks[0].instrs)
+            if (in.kind == InstrKind::compute && in.op == Op::grad_accum) {
+                CHECK(in.stream == Stream::compute);
+                CHECK(in.phase == Phase::backward);
+                bytes += in.bytes;
+            }
+        return bytes;
+    };
+    CHECK(accumulated(true, false, 1) == 0);
+    CHECK(accumulated(true, true, 1) == 0);
+    CHECK(accumulated(false, false, 1) == Approx(3 * 6 * params));
+    CHECK(accumulated(false, true, 1) == Approx(4 * 10 * params));
+    CHECK(accumulated(false, false, 2) == Approx(3 * 6 * params / 2));
+}

@@ -115,6 +115,7 @@ void same(const PlanSpec& a, const PlanSpec& b) {
     CHECK(a.moe_dispatcher == b.moe_dispatcher);
     CHECK(a.moe_probs_at == b.moe_probs_at);
     CHECK(a.fp32_grads == b.fp32_grads);
+    CHECK(a.grad_accum_fusion == b.grad_accum_fusion);
     CHECK(a.tp_comm_overlap == b.tp_comm_overlap);
     CHECK(a.p2p_blocking == b.p2p_blocking);
     CHECK(a.p2p_scatter_gather == b.p2p_scatter_gather);
@@ -284,6 +285,20 @@ TEST_CASE("fp32 gradients round-trip; they need mixed precision", "[spec][io]") 
     } catch (const strata::InputError& e) {
         CHECK(e.path() == "plan.fp32_grads");
         CHECK_THAT(e.rule(), Catch::Contains("needs mixed precision"));
+    }
+}
+
+TEST_CASE("unfused gradient accumulation round-trips; fused is the default", "[spec][io]") {
+    CHECK(plan_from_json_text(R"({"global_batch": 4})", "p.json").grad_accum_fusion);
+    const PlanSpec p = plan_from_json_text(R"({"global_batch": 4, "grad_accum_fusion": false})", "p.json");
+    CHECK_FALSE(p.grad_accum_fusion);
+    CHECK(to_json_text(p).find("\"grad_accum_fusion\": false") != std::string::npos);
+    same(p, plan_from_json_text(to_json_text(p), "rt.json"));
+    try {
+        plan_from_json_text(R"({"global_batch": 4, "grad_accum_fusion": "no"})", "p.json");
+        FAIL("accepted a string for a bool");
+    } catch (const strata::InputError& e) {
+        CHECK(e.path() == "plan.grad_accum_fusion");
     }
 }
 

@@ -36,7 +36,7 @@ void Names::intern(Program& p) {
     grad_d2h = id("grads.d2h"); param_h2d = id("params.h2d"); state_read = id("optimizer_state.read");
     state_write = id("optimizer_state.write"); fetch_ssd = id("params.fetch_ssd"); fetch_h2d = id("params.fetch_h2d");
     act_d2h = id("activations.d2h"); act_h2d = id("activations.h2d"); act_ssd_write = id("activations.ssd_write");
-    act_ssd_read = id("activations.ssd_read");
+    act_ssd_read = id("activations.ssd_read"); grad_accum = id("grads.accumulate");
 }
 
 Dims make_dims(const ModelSpec& m, const PlanSpec& p) {
@@ -153,8 +153,12 @@ RankLowering::RankLowering(const ModelSpec& m, const ClusterSpec& cl, const Plan
     }
     schedule_ = pipeline_schedule(p.schedule, pp_, stage_, micro_, vpp_);
     last_bwd_mb_.assign(static_cast<std::size_t>(vpp_), 0);
+    first_bwd_mb_.assign(static_cast<std::size_t>(vpp_), -1);
     for (const PipeSlot& sl : schedule_)
-        if (!sl.forward) last_bwd_mb_[static_cast<std::size_t>(sl.chunk)] = sl.microbatch;
+        if (!sl.forward) {
+            last_bwd_mb_[static_cast<std::size_t>(sl.chunk)] = sl.microbatch;
+            if (first_bwd_mb_[static_cast<std::size_t>(sl.chunk)] < 0) first_bwd_mb_[static_cast<std::size_t>(sl.chunk)] = sl.microbatch;
+        }
 
     // MoE load skew: the hottest expert's EP rank gets (1 + skew) x the mean load. Symmetric mode
     // models every rank as the hottest (the all-to-all makes everyone wait for it); full mode
@@ -420,6 +424,7 @@ void RankLowering::flush_buckets() { grads_ready(0, 0, true); }
 // Per-layer gradient handling after the layer's backward.
 void RankLowering::layer_grads(int layer) {
     const LayerParamsRank lp = layer_params_rank(m_, p_, layer);
+    accumulate_grads(lp.dense, lp.expert);
     if (p_.zero_stage == 3) {
         // ZeRO-3 (DeepSpeed): every micro-batch reduce-scatters the layer's gradients into shards.
         if (group_size(Group::dp) > 1)
@@ -429,6 +434,22 @@ void RankLowering::layer_grads(int layer) {
         return;
     }
     if (p_.overlap_grad_reduce && reduce_grads_) grads_ready(lp.dense * p_.grad_bytes(), lp.expert * p_.grad_bytes(), false);
+}
+
+// Unfused gradient accumulation (plan.grad_accum_fusion off): a memory-bound add of this
+// micro-batch's weight gradients into the accumulated ones, after the layer's backward. Under ZeRO
+// 2/3 the sum lives in the rank's shard, after the reduce-scatter: 1/N_d of the parameters.
+void RankLowering::accumulate_grads(double dense_params, double expert_params) {
+    if (p_.grad_accum_fusion) return;
+    const bool fp32_sum = p_.grad_bytes() > 2;
+    if (!fp32_sum && first_backward_) return;  // the first gradient becomes the sum itself
+    const double per_param = fp32_sum ? 2.0 + 4.0 + 4.0 : 3 * 2.0;
+    if (p_.zero_stage >= 2) {
+        dense_params /= std::max(1, group_size(Group::dp));
+        expert_params /= std::max(1, group_size(Group::edp));
+    }
+    const double params = dense_params + expert_params;
+    if (params > 0) compute(Op::grad_accum, n_.grad_accum, 0, per_param * params);
 }
 
 // ZeRO-2 without overlap: DeepSpeed reduces a full bucket as soon as it is filled, on the compute

@@ -25,7 +25,7 @@ struct Names {
     int tp_ar, tp_ag, tp_rs, tp_ag_input, cp_kv_ag, cp_dkv_rs, ep_dispatch, ep_combine;
     int pp_act, pp_grad, pp_gather;
     int dp_grads, edp_grads, dp_params, edp_params, zero3_ag, zero3_rs, zero3_ag_expert, zero3_rs_expert, emb_ar;
-    int opt_gpu, opt_cpu, opt_ssd, grad_d2h, param_h2d, state_read, state_write;
+    int opt_gpu, opt_cpu, opt_ssd, grad_d2h, param_h2d, state_read, state_write, grad_accum;
     int fetch_ssd, fetch_h2d, act_d2h, act_h2d, act_ssd_write, act_ssd_read;
     void intern(Program& p);
 };
@@ -181,6 +181,7 @@ private:
     int fetch_params(int layer, int after_ev);
     int fetch_activations(int mb, int chunk, int li, int after_ev);
     void layer_grads(int layer);
+    void accumulate_grads(double dense_params, double expert_params);  ///< plan.grad_accum_fusion off
     void grads_ready(double dense_bytes, double expert_bytes, bool final_flush);
     void flush_buckets();
     void reduce_in_buckets(double dense_bytes, double expert_bytes);  ///< bucket-sized pieces, the last flushes
@@ -229,7 +230,8 @@ private:
     int micro_ = 1, pp_ = 1, vpp_ = 1, stage_ = 0, stage_first_layer_ = 0;
     std::vector<int> chunk_start_, chunk_count_;
     std::vector<PipeSlot> schedule_;
-    std::vector<int> last_bwd_mb_;  ///< per chunk: micro-batch of its last backward in the step
+    std::vector<int> last_bwd_mb_;   ///< per chunk: micro-batch of its last backward in the step
+    std::vector<int> first_bwd_mb_;  ///< per chunk: micro-batch of its first backward in the step
     double moe_factor_ = 1;         ///< token load of this rank's experts relative to the mean
     int a2a_copies_ = 0;            ///< DeepEP across nodes: top_k (else 0, a flat all-to-all)
     int a2a_node_limit_ = 0;        ///< DeepEP: most nodes a token reaches (0 = no limit)
@@ -258,7 +260,8 @@ private:
     // data-parallel gradient buckets
     double bucket_dense_ = 0, bucket_expert_ = 0;
     double total_dense_grad_bytes_ = 0, total_expert_grad_bytes_ = 0;
-    bool reduce_grads_ = false;  ///< this backward reduces its gradients (the last one, or every one under ZeRO-2)
+    bool reduce_grads_ = false;
+    bool first_backward_ = false;  ///< this backward is its chunk's first in the step  ///< this backward reduces its gradients (the last one, or every one under ZeRO-2)
     bool mtp_pass_ = false;     ///< lowering an MTP module's layer: never fully recomputed
     int optimizer_done_ev_ = -1;    ///< next step's forward waits for this (-1: nothing)
     int param_gather_ev_ = -1;

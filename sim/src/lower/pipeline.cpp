@@ -256,6 +256,7 @@ void RankLowering::backward_pass(int mb, int chunk) {
     layer_ = -1;
     phase_ = Phase::backward;
     const bool last_backward = mb == last_bwd_mb_[static_cast<std::size_t>(chunk)];
+    first_backward_ = mb == first_bwd_mb_[static_cast<std::size_t>(chunk)];
     // ZeRO-2 (DeepSpeed) keeps only its shard of the gradients, so every micro-batch's backward
     // reduces into it; the distributed optimizer and ZeRO 0 reduce once, in the last backward.
     const bool every_mb = p_.zero_stage == 2;
@@ -278,6 +279,10 @@ void RankLowering::backward_pass(int mb, int chunk) {
     } else {
         for (int k = 0; k < m_.mtp_depth; ++k) mtp_backward();
         head_backward();
+        {
+            const StageParams mtp = mtp_params_local(m_, p_);
+            accumulate_grads(output_params_rank(m_, p_) + mtp.dense, mtp.expert);
+        }
         if (bucketed) {
             const StageParams mtp = mtp_params_local(m_, p_);
             grads_ready((output_params_rank(m_, p_) + mtp.dense) * p_.grad_bytes(), mtp.expert * p_.grad_bytes(), false);
@@ -331,6 +336,7 @@ void RankLowering::backward_pass(int mb, int chunk) {
             free_list(it->second);
             stashed_.erase(it);
         }
+        accumulate_grads(embedding_params_rank(m_, p_), 0);
         if (bucketed) grads_ready(embedding_params_rank(m_, p_) * p_.grad_bytes(), 0, false);
     } else if (prev != stage_) {
         wait(send_stream(chunk), record(Stream::compute));

@@ -17,7 +17,7 @@ const char* to_string(InstrKind k) {
     return names[static_cast<int>(k)];
 }
 const char* to_string(Op o) {
-    static const char* names[] = {"none", "gemm", "attention_fwd", "attention_bwd", "norm", "elementwise", "embedding", "loss", "optimizer_gpu", "router"};
+    static const char* names[] = {"none", "gemm", "attention_fwd", "attention_bwd", "norm", "elementwise", "embedding", "loss", "optimizer_gpu", "router", "grad_accum"};
     return names[static_cast<int>(o)];
 }
 const char* to_string(Phase p) {

@@ -331,6 +331,7 @@ PlanSpec read_plan(const json& j, const std::string& file, const std::string& pa
         r.fail(p.exp_avg_dtype != Precision::fp32 ? "exp_avg_dtype" : "exp_avg_sq_dtype",
                "needs mixed precision: with plan.precision = \"fp32\" the optimizer works on the fp32 weights themselves");
     p.fp32_grads = r.boolean_or("fp32_grads", false);
+    p.grad_accum_fusion = r.boolean_or("grad_accum_fusion", true);
     if (p.precision == Precision::fp32 && p.fp32_grads)
         r.fail("fp32_grads", "needs mixed precision: with plan.precision = \"fp32\" the gradients are fp32 already");
     if (r.has("offload")) {
@@ -364,14 +365,14 @@ PlanSpec read_plan(const json& j, const std::string& file, const std::string& pa
         std::vector<int> out;
         const json* a = r.get(key);
         if (!a) return out;
-        const std::string path = r.child_path(key);
-        if (!a->is_array()) throw InputError(file, path, std::string("must be an array of layer counts, one per ") + per + " (got " + describe_json(*a) + ")");
+        const std::string at = r.child_path(key);
+        if (!a->is_array()) throw InputError(file, at, std::string("must be an array of layer counts, one per ") + per + " (got " + describe_json(*a) + ")");
         for (std::size_t i = 0; i < a->size(); ++i) {
             const json& e = (*a)[i];
             // Integers may be written 8 or 8.0, as everywhere else.
             const double d = e.is_number() ? e.get<double>() : -1.0;
             if (!e.is_number() || !(d >= min && d <= static_cast<double>(kMaxCount)) || d != std::floor(d))
-                throw InputError(file, path + "[" + std::to_string(i) + "]",
+                throw InputError(file, at + "[" + std::to_string(i) + "]",
                                  std::string(min >= 1 ? "must be a positive integer" : "must be a non-negative integer") + " (got " + describe_json(e) + ")");
             out.push_back(static_cast<int>(d));
         }

@@ -51,7 +51,8 @@ enum class Op : std::uint8_t {
     embedding,       ///< token (+ position) embedding lookup / its gradient
     loss,            ///< softmax cross-entropy over the vocabulary
     optimizer_gpu,   ///< fused Adam on the GPU (memory-bound)
-    router           ///< MoE gate + top-k
+    router,          ///< MoE gate + top-k
+    grad_accum       ///< unfused weight-gradient accumulation (memory-bound, one kernel)
 };
 const char* to_string(Op);
 

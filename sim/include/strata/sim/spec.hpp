@@ -182,6 +182,12 @@ struct PlanSpec {
     bool fp32_grads = false;
     /// Bytes per gradient element, in memory and on the wire of the data-parallel reduction.
     double grad_bytes() const;
+    /// The weight-gradient GEMMs accumulate into the gradient buffer themselves (Megatron's
+    /// --gradient-accumulation-fusion, on by default). Off: each micro-batch's weight gradients
+    /// are added in by a separate memory-bound kernel, as autograd does under DeepSpeed's engine
+    /// or PyTorch DDP: micro-batches 2..m read both and write the sum (6 bytes per parameter),
+    /// or with fp32_grads every micro-batch reads 2 and updates 4 (10 bytes per parameter).
+    bool grad_accum_fusion = true;
     OffloadSpec offload;
     bool lock_free_update = false;        ///< Angel-PTM: step i's optimizer overlaps step i+1's forward
     bool overlap_grad_reduce = true;      ///< DP reduce bucketed and overlapped with backward
