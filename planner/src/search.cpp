@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <cmath>
 #include <mutex>
 #include <queue>
@@ -57,6 +58,12 @@ struct ByTime {
 
 }  // namespace
 
+int plan_family(const PlanSpec& p) {
+    const bool offloaded = !p.offload.optimizer.all_gpu() || !p.offload.params.all_gpu() || !p.offload.grads.all_gpu() ||
+                           !p.offload.activations.all_gpu();
+    return (p.zero_stage == 3 ? 1 : 0) + (p.pp > 1 ? 2 : 0) + (offloaded ? 4 : 0);
+}
+
 SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, const hwdb::HardwareView& hw, const SearchOptions& o) {
     SearchResult r;
     auto cancelled = [&] { return o.cancel && o.cancel->load(std::memory_order_relaxed); };
@@ -100,16 +107,30 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, const hwdb::
     }
     std::reverse(sorted.begin(), sorted.end());
 
-    // Shortlist: the best `shortlist` estimates, plus every plan within the margin of the best.
-    std::size_t n_sim = 0;
+    // Shortlist: the best `shortlist` estimates, plus every plan within the margin of the best, up
+    // to max_simulated. The estimate's error differs by plan family (ZeRO-3's per-layer gathers,
+    // pipelines' bubbles), so one family can fill the budget while another's best, a few percent
+    // behind by estimate, simulates faster (GPT-3 175B on 1024 A100, docs/planner.md): the best
+    // `family_quota` of every family present among the eligible go first, then estimate order.
+    std::vector<std::size_t> first;
     if (o.simulate && !sorted.empty() && !r.cancelled) {
         const double cut = sorted.front().step_s * (1.0 + o.shortlist_margin);
-        for (const auto& cnd : sorted) {
-            if (n_sim >= static_cast<std::size_t>(o.max_simulated)) break;
-            if (n_sim < static_cast<std::size_t>(o.shortlist) || cnd.step_s <= cut) ++n_sim;
-            else break;
+        std::size_t eligible = 0;
+        while (eligible < sorted.size() && (eligible < static_cast<std::size_t>(o.shortlist) || sorted[eligible].step_s <= cut)) ++eligible;
+        const std::size_t budget = std::min(eligible, static_cast<std::size_t>(std::max(0, o.max_simulated)));
+        // Round q takes every family's q-th best estimate, so a small budget still sees each
+        // family's best before any family's second.
+        std::vector<char> picked(eligible, 0);
+        for (int q = 1; q <= o.family_quota; ++q) {
+            std::map<int, int> seen;
+            for (std::size_t i = 0; i < eligible && first.size() < budget; ++i)
+                if (++seen[plan_family(sorted[i].plan)] == q && !picked[i]) first.push_back(i), picked[i] = 1;
         }
+        for (std::size_t i = 0; i < eligible && first.size() < budget; ++i)
+            if (!picked[i]) first.push_back(i);
+        std::sort(first.begin(), first.end());
     }
+    const std::size_t n_sim = first.size();
     std::vector<RankedPlan> out(sorted.size());
     for (std::size_t i = 0; i < sorted.size(); ++i) {
         out[i].plan = sorted[i].plan;
@@ -146,8 +167,6 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, const hwdb::
         for (auto& th : pool) th.join();
         if (cancelled()) r.cancelled = true;
     };
-    std::vector<std::size_t> first(n_sim);
-    for (std::size_t i = 0; i < n_sim; ++i) first[i] = i;
     simulate_batch(first);
     // Follow-up rounds: when fewer than `min_fitting` simulated plans fit, the analytical peak was
     // optimistic for this model (allocator rounding, transients it does not see). Scale it by the
@@ -156,7 +175,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, const hwdb::
     if (n_sim > 0 && o.min_fitting > 0) {
         const double cap = est.capacities().hbm_bytes;
         const std::size_t budget = static_cast<std::size_t>(std::max(0, o.max_simulated) * std::max(1, o.follow_up_factor));
-        std::size_t spent = n_sim, cursor = n_sim;
+        std::size_t spent = n_sim, cursor = 0;
         for (;;) {
             int fitting = 0;
             double ratio = 1.0;
@@ -169,7 +188,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, const hwdb::
             std::vector<std::size_t> next_batch;
             const std::size_t want = std::min(budget - spent, static_cast<std::size_t>(std::max(1, o.max_simulated)));
             for (; cursor < out.size() && next_batch.size() < want; ++cursor)
-                if (out[cursor].estimate.hbm_bytes * ratio <= cap) next_batch.push_back(cursor);
+                if (!out[cursor].simulated && out[cursor].estimate.hbm_bytes * ratio <= cap) next_batch.push_back(cursor);
             if (next_batch.empty()) break;
             simulate_batch(next_batch);
             spent += next_batch.size();

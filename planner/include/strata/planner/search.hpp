@@ -34,12 +34,19 @@ struct RankedPlan {
     std::string why;  ///< what dominates: bubble, exposed comm, recompute, optimizer, offload
 };
 
+/// The family a plan's fast-estimate error depends on most: ZeRO-3 or not, pipelined or not, and
+/// whether any model state is offloaded (search.cpp's shortlist quota).
+int plan_family(const sim::PlanSpec& p);
+
 struct SearchOptions {
     SearchSpace space;
     int top_k = 10;
     int shortlist = 12;              ///< simulate at least this many of the best estimates
     double shortlist_margin = 0.30;  ///< ... and every plan within this fraction of the best estimate (capped)
     int max_simulated = 24;
+    /// Of the plans within the shortlist, the best this many of every plan family (plan_family)
+    /// are simulated before the rest in estimate order; 0 = estimate order only.
+    int family_quota = 2;
     /// Follow-up: if fewer simulated plans than this fit, simulate further candidates whose
     /// analytical peak, scaled by the worst simulated / analytical ratio seen, fits; up to
     /// follow_up_factor x max_simulated simulations in all. 0: no follow-up.
