@@ -101,6 +101,9 @@ LayerTimes Estimator::layer_times(const PlanSpec& p, bool dense_first) {
     p1.lock_free_update = false;
     p1.recompute_layers = -1;
     p1.grad_accum_fusion = true;  // a closed form below
+    // The DP reduction (ZeRO 0-2) is a closed form below, its interference included: overlapped in
+    // this one-micro-batch probe it would slow every micro-batch's backward, not only the last.
+    if (p1.zero_stage != 3) p1.overlap_grad_reduce = false;
     LowerOptions lo;
     lo.emit_memory = false;
     Program prog = lower(m1, c_, p1, lo);
@@ -259,6 +262,12 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         dp_exposed = p.overlap_grad_reduce ? std::max(dp_exposed, m * dp_s - e.compute_s * (1 - 1 / buckets)) : m * dp_s;
     }
     e.exposed_comm_s = dp_exposed + ag_s;  // lowering gathers parameters at the end of the step
+    // Interference: the compute that hides a reduction runs 1 + overlap times slower beside it
+    // (the engine's overlap_slowdown), so the hidden part costs overlap x itself.
+    if (p.overlap_grad_reduce) {
+        const double total = p.zero_stage == 2 ? m * dp_s : dp_s;
+        e.compute_s += cal_.overlap * std::max(0.0, total - dp_exposed);
+    }
 
     // Unfused gradient accumulation: one memory-bound add per micro-batch over the stage's
     // parameters (its shard under ZeRO 2), as the lowering's accumulate_grads.

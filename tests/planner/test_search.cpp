@@ -248,33 +248,44 @@ TEST_CASE("fast estimate: ZeRO-3 parameter gathers bound a layer from below", "[
 TEST_CASE("fast estimate: ZeRO-2 reduces every micro-batch", "[planner][search][zero]") {
     // DeepSpeed's ZeRO-2 reduce-scatters each micro-batch's gradients (the lowering's rule): with 8
     // micro-batches of 128 tokens on 32 GPUs over 4 nodes its DP traffic is 8 times ZeRO 1's. The
-    // estimate follows the engine within the search's 25 % margin, with and without overlap. The
-    // engine puts ZeRO-2 behind ZeRO 1 when each reduction blocks; overlapped (and uncalibrated: no
-    // interference) the extra reductions hide under the compute of the micro-batches after them.
+    // estimate follows the engine within the search's 25 % margin, with and without overlap, and
+    // with and without interference (overlap 0.4: compute beside a transfer runs 1.4x slower).
+    // The engine puts ZeRO-2 behind ZeRO 1 when each reduction blocks, and when the overlapped
+    // ones slow the GEMMs beside them; the estimate ranks them the same way. Uncalibrated and
+    // overlapped, the extra reductions hide under the compute of the micro-batches after them.
     const ModelSpec m = gpt(8, 2048, 128);
     const ClusterSpec c = node("H100-SXM5-80GB", 4);
     const auto hw = view(c);
-    planner::Estimator est(m, c, hw);
-    for (const bool overlap : {true, false}) {
-        double zero_s[3] = {0, 0, 0};
-        for (const int zero : {1, 2}) {
-            PlanSpec p;
-            p.dp = 32;
-            p.micro_batch = 1;
-            p.global_batch = 256;
-            p.zero_stage = zero;
-            p.overlap_grad_reduce = overlap;
-            validate_plan(m, c, p, "test");
-            const planner::FastEstimate e = est.estimate(p);
-            const planner::SimSummary s = planner::simulate_plan(m, c, p, hw);
-            INFO("zero " << zero << " overlap " << overlap << ": estimate " << e.step_time_s << " s, engine " << s.step_time_s
-                         << " s, critical path " << s.critical_path);
-            REQUIRE_FALSE(s.oom);
-            CHECK(std::fabs(e.step_time_s / s.step_time_s - 1.0) <= 0.25);
-            zero_s[zero] = s.step_time_s;
+    for (const double interference : {0.0, 0.4}) {
+        Calibration cal;
+        cal.overlap = interference;
+        planner::Estimator est(m, c, hw, 1.10, cal);
+        for (const bool overlap : {true, false}) {
+            double sim_s[3] = {0, 0, 0}, est_s[3] = {0, 0, 0};
+            for (const int zero : {1, 2}) {
+                PlanSpec p;
+                p.dp = 32;
+                p.micro_batch = 1;
+                p.global_batch = 256;
+                p.zero_stage = zero;
+                p.overlap_grad_reduce = overlap;
+                validate_plan(m, c, p, "test");
+                const planner::FastEstimate e = est.estimate(p);
+                const planner::SimSummary s = planner::simulate_plan(m, c, p, hw, cal);
+                INFO("interference " << interference << " zero " << zero << " overlap " << overlap << ": estimate "
+                                     << e.step_time_s << " s, engine " << s.step_time_s << " s");
+                REQUIRE_FALSE(s.oom);
+                CHECK(std::fabs(e.step_time_s / s.step_time_s - 1.0) <= 0.25);
+                sim_s[zero] = s.step_time_s;
+                est_s[zero] = e.step_time_s;
+            }
+            if (!overlap || interference > 0) {
+                CHECK(sim_s[2] > sim_s[1]);
+                CHECK(est_s[2] > est_s[1]);
+            } else {
+                CHECK(sim_s[2] >= sim_s[1]);
+            }
         }
-        if (overlap) CHECK(zero_s[2] >= zero_s[1]);
-        else CHECK(zero_s[2] > 1.5 * zero_s[1]);
     }
 }
 
