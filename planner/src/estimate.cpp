@@ -156,8 +156,15 @@ LayerTimes Estimator::layer_times(const PlanSpec& p, bool dense_first) {
     }
     LayerTimes t;
     const double n = m1.layers;
-    t.fwd_s = std::max(f1 > f0 ? static_cast<double>(f1 - f0) * 1e-9 : 0.0, p.zero_stage == 3 ? zero3_f : 0.0) / n;
-    t.bwd_s = std::max(b1 > b0 ? static_cast<double>(b1 - b0) * 1e-9 : 0.0, p.zero_stage == 3 ? zero3_b : 0.0) / n;
+    // In a deep stack the next layer's gather (and in backward this layer's reduce-scatter) runs
+    // beside the layer's kernels, which then go 1 + overlap times slower for as long as it lasts
+    // (the engine's interference); the probe's gathers ran before its window.
+    auto with_zero3 = [&](double window, double zero3) {
+        if (p.zero_stage != 3) return window;
+        return std::max(window + cal_.overlap * std::min(zero3, window), zero3);
+    };
+    t.fwd_s = with_zero3(f1 > f0 ? static_cast<double>(f1 - f0) * 1e-9 : 0.0, zero3_f) / n;
+    t.bwd_s = with_zero3(b1 > b0 ? static_cast<double>(b1 - b0) * 1e-9 : 0.0, zero3_b) / n;
     t.recompute_s = rec / n;
     t.head_fwd_s = head_f;
     t.head_bwd_s = head_b;
@@ -243,6 +250,13 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     const int dpg = p.dp * p.cp;
     const int edp = p.edp();
     double dp_s = 0, ag_s = 0;
+    double zero3_end_s = 0;  // ZeRO-3 reduce-scatters the embedding's and head's gradients at the end
+    if (dpg > 1 && p.zero_stage == 3) {
+        const double table = double(m_.vocab) * double(m_.hidden) / p.tp;
+        const double end_params = (worst_stage == 0 ? table : 0) + (worst_stage == head_stage(p) && !m_.tied_embeddings ? table : 0);
+        if (end_params > 0)
+            zero3_end_s = alone_s(transfer_demand(coll(CollKind::reduce_scatter, Group::dp, dpg, end_params * p.grad_bytes()), ctx));
+    }
     if (dpg > 1 && p.zero_stage < 3) {
         const CollKind k = p.zero_stage == 0 ? CollKind::all_reduce : CollKind::reduce_scatter;
         dp_s = alone_s(transfer_demand(coll(k, Group::dp, dpg, sp.dense * p.grad_bytes()), ctx));
@@ -261,7 +275,7 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         // shows, unless they outlast the compute; without overlap each one blocks.
         dp_exposed = p.overlap_grad_reduce ? std::max(dp_exposed, m * dp_s - e.compute_s * (1 - 1 / buckets)) : m * dp_s;
     }
-    e.exposed_comm_s = dp_exposed + ag_s;  // lowering gathers parameters at the end of the step
+    e.exposed_comm_s = dp_exposed + ag_s + zero3_end_s;  // lowering gathers parameters at the end of the step
     // Interference: the compute that hides a reduction runs 1 + overlap times slower beside it
     // (the engine's overlap_slowdown), so the hidden part costs overlap x itself.
     if (p.overlap_grad_reduce) {

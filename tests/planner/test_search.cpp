@@ -289,6 +289,35 @@ TEST_CASE("fast estimate: ZeRO-2 reduces every micro-batch", "[planner][search][
     }
 }
 
+TEST_CASE("fast estimate: ZeRO-3 gathers slow the kernels they hide behind", "[planner][search][zero3]") {
+    // Compute-bound ZeRO-3 (a dense GPT, 2k tokens per micro-batch, 4 nodes): each layer's kernels
+    // hide the next layer's gather, and with interference (overlap 0.4) run 1.4x slower while it
+    // lasts. The one-layer probe's gather ran before its window, so the estimate left that out:
+    // 12 % low on GPT-3 175B / 1024 A100 (docs/planner.md). Here the estimate is -8 % without
+    // interference and +8 % with it (it charges the slowdown for the whole overlap, the engine
+    // for the time a transfer is actually in flight): held to 10 %, tighter than the search's 25 %.
+    const ModelSpec m = gpt(8, 4096, 2048);
+    const ClusterSpec c = node("H100-SXM5-80GB", 4);
+    const auto hw = view(c);
+    PlanSpec p;
+    p.dp = 32;
+    p.micro_batch = 1;
+    p.global_batch = 64;
+    p.zero_stage = 3;
+    validate_plan(m, c, p, "test");
+    for (const double interference : {0.0, 0.4}) {
+        Calibration cal;
+        cal.overlap = interference;
+        planner::Estimator est(m, c, hw, 1.10, cal);
+        const planner::FastEstimate e = est.estimate(p);
+        const planner::SimSummary s = planner::simulate_plan(m, c, p, hw, cal);
+        INFO("interference " << interference << ": estimate " << e.step_time_s << " s, engine " << s.step_time_s
+                             << " s, critical path " << s.critical_path);
+        REQUIRE_FALSE(s.oom);
+        CHECK(std::fabs(e.step_time_s / s.step_time_s - 1.0) <= 0.10);
+    }
+}
+
 TEST_CASE("fast estimate agrees with the engine on MoE plans with dense-first layers", "[planner][search][moe]") {
     // The estimate times a MoE layer period and, apart, a leading dense layer (first_k_dense), so
     // a DeepSeek-style stack is not costed as all-dense; the same 25 % margin as the dense case.
