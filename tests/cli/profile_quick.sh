@@ -31,7 +31,16 @@ rc=$?
 # (A background job starts with SIGINT ignored until strata installs its handler: wait for that.)
 timeout 100 "$strata" profile --backend cpu --only collective,ssd --db "$tmp/tmp.db" --ssd-dir "$tmp" > /dev/null 2>&1 &
 pid=$!
-sleep 4
+# Wait (up to 60 s) until strata catches SIGINT: bit 1 (signal 2) of SigCgt in /proc. A fixed
+# sleep lost the race on a loaded machine, and the ignored SIGINT let the sweep run to the end.
+# $pid is timeout's; strata is its child.
+for _ in $(seq 1 600); do
+  child=$(awk -v p="$pid" '$4 == p {print $1; exit}' /proc/[0-9]*/stat 2>/dev/null)
+  cgt=$([ -n "$child" ] && awk '/^SigCgt:/ {print $2}' "/proc/$child/status" 2>/dev/null)
+  [ -n "$cgt" ] && [ $(( 0x$cgt & 2 )) -ne 0 ] && break
+  sleep 0.1
+done
+sleep 1
 kill -INT $pid
 wait $pid
 rc=$?
