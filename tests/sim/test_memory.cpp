@@ -194,3 +194,47 @@ TEST_CASE("Partial full recompute and per-node sums across stages", "[memory]") 
     // Offloading activations does not move the backward workspace off the GPU.
     for (const StageMemory& st : r.stages) CHECK(st.tier_bytes[0] >= st.workspace_bytes);
 }
+
+TEST_CASE("Backward transients: the embedding's dense gradient and unfused weight gradients", "[memory]") {
+    // BLOOM's 181B candidate as searched in Feb 2022 (DeepSpeed, fp16): 72 layers of width 14336,
+    // 250680-token vocabulary, tp 2, pp 6, full recompute, 64 micro-batches.
+    ModelSpec m = strata::test::gpt_shape("bloom-search", 72, 14336, 64, 250680, 2048);
+    m.tied_embeddings = true;
+    m.linear_bias = true;
+    PlanSpec p;
+    p.tp = 2;
+    p.pp = 6;
+    p.dp = 32;
+    p.micro_batch = 1;
+    p.global_batch = 2048;
+    p.recompute = Recompute::full;
+    p.flash_attention = false;
+    p.precision = Precision::fp16;
+    p.zero_stage = 1;
+    p.schedule = Schedule::one_f_one_b;
+
+    // Stage 0: the (V/tp, h) table's gradient, 2 B each, and the output gradient (s, b, h), less
+    // the 12 layer inputs (s, b, h) the micro-batch released before the embedding's backward.
+    const double row = 2048.0 * 14336 * 2;
+    const double embedding = 250680.0 / 2 * 14336 * 2 + row - 12 * row;
+    const auto ws = [](const std::vector<TensorDesc>& v) {
+        double b = 0;
+        for (const auto& d : v) b += d.bytes;
+        return b;
+    };
+    const MemoryReport fused = memory_estimate(m, p, a100_80());
+    CHECK(ws(layer_backward_workspace(m, p, 0, true)) < embedding);
+    CHECK(fused.stages[0].workspace_bytes == Approx(embedding));
+    // Other stages keep the layer's workspace.
+    CHECK(fused.stages[1].workspace_bytes == Approx(ws(layer_backward_workspace(m, p, 12, true))));
+
+    // Unfused accumulation: the widest weight's gradient, fc1 (h x 4h / tp, 2 B), is a new tensor
+    // before it is added into the sum.
+    const double fc1 = 14336.0 * 57344 / 2 * 2;
+    PlanSpec u = p;
+    u.grad_accum_fusion = false;
+    CHECK(ws(layer_backward_workspace(m, u, 12, true)) - ws(layer_backward_workspace(m, p, 12, true)) == Approx(fc1));
+    // With one micro-batch and 16-bit sums there is nothing to add into.
+    u.global_batch = 32;
+    CHECK(ws(layer_backward_workspace(m, u, 12, true)) == Approx(ws(layer_backward_workspace(m, p, 12, true))));
+}

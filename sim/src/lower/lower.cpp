@@ -186,7 +186,10 @@ RankLowering::RankLowering(const ModelSpec& m, const ClusterSpec& cl, const Plan
         }
     act_ids_.resize(act_desc_.size());
     ws_ids_.resize(ws_desc_.size());
-    if (o.emit_memory && stage_ == 0) emb_desc_ = embedding_activations(m, p);
+    if (o.emit_memory && stage_ == 0) {
+        emb_desc_ = embedding_activations(m, p);
+        emb_ws_desc_ = embedding_backward_workspace(m, p);
+    }
     if (o.emit_memory && stage_ == head_stage(p)) logits_desc_ = logits_activations(m, p);
 }
 

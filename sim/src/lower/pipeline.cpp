@@ -330,7 +330,9 @@ void RankLowering::backward_pass(int mb, int chunk) {
         }
     }
     if (v == 0) {
+        const AllocRun ws = alloc_list(emb_ws_desc_, emb_ws_ids_);
         compute(Op::embedding, n_.embedding, 0, 3 * d_.tokens_sp * d_.h * Dims::act_bytes);
+        free_list(ws);
         auto it = stashed_.find({mb_, chunk, -1});
         if (it != stashed_.end()) {
             free_list(it->second);

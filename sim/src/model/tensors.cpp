@@ -266,6 +266,17 @@ std::vector<TensorDesc> layer_backward_workspace(const ModelSpec& m, const PlanS
     for (const TensorDesc& d : full) widest = std::max(widest, d.bytes);
     out.push_back(buffer_tensor("grad.widest", widest, Lifetime::transient, "widest intermediate"));
     out.push_back(buffer_tensor("grad.hidden", 2.0 * L.act * L.tokens * L.h, Lifetime::transient, "2 x (s/cp, b, h)"));
+    // Unfused accumulation: autograd writes each weight's gradient to a new tensor before it is
+    // added into the sum (from the second micro-batch with 16-bit sums; always with fp32 sums).
+    // The widest dense weight is the largest such tensor; experts' weights are smaller.
+    const bool accumulates = p.micro_batches() > 1 || p.grad_bytes() > 2;
+    if (!p.grad_accum_fusion && accumulates && !m.mla) {
+        const double qkv = L.h * (L.heads + 2.0 * L.kv_heads) * L.hd, proj = L.heads * L.hd * L.h;
+        const double ffn = static_cast<double>(m.ffn_hidden) / L.t;
+        const double fc1 = L.h * ffn * (m.ffn == FfnKind::swiglu ? 2.0 : 1.0), fc2 = ffn * L.h;
+        const double widest_w = m.layer_is_moe(layer) ? std::max(qkv, proj) : std::max({qkv, proj, fc1, fc2});
+        out.push_back(buffer_tensor("grad.weight_unfused", widest_w * L.act, Lifetime::transient, "widest local weight"));
+    }
     for (TensorDesc& d : out) d.tag = TensorTag::activations;
     return out;
 }
@@ -276,6 +287,16 @@ std::vector<TensorDesc> embedding_activations(const ModelSpec& m, const PlanSpec
     // The embedding output is the first layer's attn.norm_in; only the dropout mask is extra.
     // Token ids (4-8 bytes per token) are not counted.
     if (L.dropout) out.push_back(act_tensor("embed.dropout_mask", L.tok_rep * L.h, "(s/cp[/tp], b, h) u8", p));
+    return out;
+}
+
+std::vector<TensorDesc> embedding_backward_workspace(const ModelSpec& m, const PlanSpec& p) {
+    const Local L = local_of(m, p);
+    // The table's gradient comes in the activations' dtype (FP8 recipes keep the embedding in BF16).
+    const double table = static_cast<double>(edge_param_counts(m).embedding) / L.t;
+    std::vector<TensorDesc> out{buffer_tensor("embed.grad_table", table * L.act, Lifetime::transient, "(V/tp, h) dense"),
+                                buffer_tensor("embed.grad_out", L.act * L.tok_rep * L.h, Lifetime::transient, "(s/cp[/tp], b, h)")};
+    for (TensorDesc& d : out) d.tag = TensorTag::activations;
     return out;
 }
 

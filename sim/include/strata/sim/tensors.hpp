@@ -43,6 +43,13 @@ std::vector<TensorDesc> layer_activations(const ModelSpec& m, const PlanSpec& p,
 /// intermediate) on one rank: held only while that layer's backward runs.
 std::vector<TensorDesc> layer_backward_workspace(const ModelSpec& m, const PlanSpec& p, int layer, bool recomputed);
 
+/// Transient of the embedding's backward on the first stage, one micro-batch: PyTorch's dense
+/// embedding backward writes a zeroed (V/tp, h) gradient table that is then added into the
+/// accumulated gradient (Megatron's main_grad hook, DeepSpeed's .grad), plus the gradient arriving
+/// at the embedding output. Held while the embedding's backward runs, after the micro-batch's
+/// layers have released their activations.
+std::vector<TensorDesc> embedding_backward_workspace(const ModelSpec& m, const PlanSpec& p);
+
 /// Activations of the embedding (first stage) and of logits/loss (last stage) per micro-batch;
 /// the last stage's list includes the MTP modules (model.mtp_depth), which live just as long.
 std::vector<TensorDesc> embedding_activations(const ModelSpec& m, const PlanSpec& p);
