@@ -260,8 +260,8 @@ private:
     // data-parallel gradient buckets
     double bucket_dense_ = 0, bucket_expert_ = 0;
     double total_dense_grad_bytes_ = 0, total_expert_grad_bytes_ = 0;
-    bool reduce_grads_ = false;
-    bool first_backward_ = false;  ///< this backward is its chunk's first in the step  ///< this backward reduces its gradients (the last one, or every one under ZeRO-2)
+    bool reduce_grads_ = false;    ///< this backward reduces its gradients (the last one, or every one under ZeRO-2)
+    bool first_backward_ = false;  ///< this backward is its chunk's first in the step
     bool mtp_pass_ = false;     ///< lowering an MTP module's layer: never fully recomputed
     int optimizer_done_ev_ = -1;    ///< next step's forward waits for this (-1: nothing)
     int param_gather_ev_ = -1;

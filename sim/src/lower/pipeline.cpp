@@ -279,14 +279,10 @@ void RankLowering::backward_pass(int mb, int chunk) {
     } else {
         for (int k = 0; k < m_.mtp_depth; ++k) mtp_backward();
         head_backward();
-        {
-            const StageParams mtp = mtp_params_local(m_, p_);
-            accumulate_grads(output_params_rank(m_, p_) + mtp.dense, mtp.expert);
-        }
-        if (bucketed) {
-            const StageParams mtp = mtp_params_local(m_, p_);
-            grads_ready((output_params_rank(m_, p_) + mtp.dense) * p_.grad_bytes(), mtp.expert * p_.grad_bytes(), false);
-        }
+        const StageParams mtp = mtp_params_local(m_, p_);
+        const double head_dense = output_params_rank(m_, p_) + mtp.dense;
+        accumulate_grads(head_dense, mtp.expert);
+        if (bucketed) grads_ready(head_dense * p_.grad_bytes(), mtp.expert * p_.grad_bytes(), false);
     }
     const int count = chunk_layers(chunk);
     int pending_p = -1, pending_a = -1;

@@ -74,10 +74,9 @@ struct LayerKindBytes {
 // The last entry: whether the workspace holds an unfused weight gradient (layer_backward_workspace).
 using LayerKey = std::tuple<int, int, int, int, int, int, int, int, int, int, int, unsigned, int, int, int>;
 LayerKey layer_key(const PlanSpec& p, bool moe, bool recomputed) {
-    const bool unfused_grad = !p.grad_accum_fusion && (p.micro_batches() > 1 || p.grad_bytes() > 2);
     return {moe ? 1 : 0, recomputed ? 1 : 0, p.tp, p.cp, p.ep, p.micro_batch, p.sequence_parallel ? 1 : 0,
             p.flash_attention ? 1 : 0, static_cast<int>(p.recompute), static_cast<int>(p.precision), p.etp(),
-            p.recompute_modules, p.moe_act_fp8_cache ? 1 : 0, static_cast<int>(p.moe_probs_at), unfused_grad ? 1 : 0};
+            p.recompute_modules, p.moe_act_fp8_cache ? 1 : 0, static_cast<int>(p.moe_probs_at), p.adds_unfused_grads() ? 1 : 0};
 }
 
 // What a rank's schedule can hold at once: the distinct per-chunk counts of micro-batches between
@@ -262,9 +261,9 @@ MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capaci
         if (stage == 0) {
             // The embedding's backward comes after the micro-batch's chunk-0 layers have released
             // their activations (their GPU part): it adds to the peak only by what exceeds those.
-            const std::size_t first_chunk = p.vpp > 1 ? static_cast<std::size_t>(vsl.front()) : layer_bytes.size();
-            const double released = std::accumulate(layer_bytes.begin(), layer_bytes.begin() + static_cast<std::ptrdiff_t>(std::min(first_chunk, layer_bytes.size())), 0.0) *
-                                    p.offload.activations.gpu;
+            // Chunk 0 (virtual stage 0) comes first among the stage's layers.
+            const int chunk0 = std::min(static_cast<int>(layer_bytes.size()), p.vpp > 1 ? vsl.front() : s.layers);
+            const double released = std::accumulate(layer_bytes.begin(), layer_bytes.begin() + chunk0, 0.0) * p.offload.activations.gpu;
             workspace = std::max(workspace, sum_bytes(embedding_backward_workspace(m, p)) - released);
         }
         // The backward workspace is transient and always on the GPU.

@@ -267,10 +267,8 @@ std::vector<TensorDesc> layer_backward_workspace(const ModelSpec& m, const PlanS
     out.push_back(buffer_tensor("grad.widest", widest, Lifetime::transient, "widest intermediate"));
     out.push_back(buffer_tensor("grad.hidden", 2.0 * L.act * L.tokens * L.h, Lifetime::transient, "2 x (s/cp, b, h)"));
     // Unfused accumulation: autograd writes each weight's gradient to a new tensor before it is
-    // added into the sum (from the second micro-batch with 16-bit sums; always with fp32 sums).
-    // The widest dense weight is the largest such tensor; experts' weights are smaller.
-    const bool accumulates = p.micro_batches() > 1 || p.grad_bytes() > 2;
-    if (!p.grad_accum_fusion && accumulates && !m.mla) {
+    // added into the sum. The widest dense weight is the largest such tensor; experts' weights are smaller.
+    if (p.adds_unfused_grads() && !m.mla) {
         const double qkv = L.h * (L.heads + 2.0 * L.kv_heads) * L.hd, proj = L.heads * L.hd * L.h;
         const double ffn = static_cast<double>(m.ffn_hidden) / L.t;
         const double fc1 = L.h * ffn * (m.ffn == FfnKind::swiglu ? 2.0 : 1.0), fc2 = ffn * L.h;

@@ -188,6 +188,9 @@ struct PlanSpec {
     /// or PyTorch DDP: micro-batches 2..m read both and write the sum (6 bytes per parameter),
     /// or with fp32_grads every micro-batch reads 2 and updates 4 (10 bytes per parameter).
     bool grad_accum_fusion = true;
+    /// Unfused accumulation has a fresh weight gradient to add into a sum in the step's steady
+    /// state: from the second micro-batch with 16-bit sums, in every one with fp32 sums.
+    bool adds_unfused_grads() const { return !grad_accum_fusion && (micro_batches() > 1 || grad_bytes() > 2); }
     OffloadSpec offload;
     bool lock_free_update = false;        ///< Angel-PTM: step i's optimizer overlaps step i+1's forward
     bool overlap_grad_reduce = true;      ///< DP reduce bucketed and overlapped with backward
