@@ -105,6 +105,29 @@ TEST_CASE("DualPipeV placement: a V over 2 pp virtual stages, embedding and head
     CHECK(plan_from_json_text(R"({"pp": 4, "vpp": 2, "schedule": "dualpipev", "global_batch": 8})", "p.json").schedule == Schedule::dualpipe_v);
 }
 
+TEST_CASE("DualPipeV default split: rank 0's head counted in FLOPs", "[dualpipe][spec]") {
+    ClusterSpec four;
+    four.gpu = "H100-SXM5-80GB";
+    four.gpus_per_node = 4;
+    const PlanSpec p = vplan(4, 8);
+    // Hand count per sequence of 256 tokens, h 512: a layer's matmuls 2*256*512*(1536 + 512 +
+    // 2 * 2048) + 2*256^2*8*128 = 1.74 GFLOP; the head 2*256*512*V. With V = 4096 (1.07 GFLOP,
+    // 0.6 of a layer) rank 0 keeps an even share of 8 layers; with V = 65536 (17.2 GFLOP, about 10
+    // layers) it keeps the one layer its down leg needs, the others share 7, the V's turn (rank
+    // 3) taking the remainder, and rank 0's up leg holds only the head.
+    CHECK(stage_layers(model8(), p) == std::vector<int>{2, 2, 2, 2});
+    ModelSpec wide = model8();
+    wide.vocab = 65536;
+    CHECK(virtual_stage_layers(wide, p) == std::vector<int>{1, 1, 1, 2, 1, 1, 1, 0});
+    CHECK(stage_layers(wide, p) == std::vector<int>{1, 2, 2, 3});
+    CHECK(stage_layer_ids(wide, p, 0) == std::vector<int>{0});
+    CHECK_NOTHROW(validate_plan(wide, four, p, "p.json"));
+    // Too few layers for a V: each rank past the first needs one per leg.
+    ModelSpec short_model = model8();
+    short_model.layers = 6;
+    CHECK_THROWS_WITH(validate_plan(short_model, four, p, "p.json"), Catch::Contains("every virtual stage needs a layer"));
+}
+
 TEST_CASE("DualPipeV simulation: no deadlock in either mode, a smaller bubble than 1F1B, memory as modelled", "[dualpipe][simulate]") {
     const auto hw = h100_view();
     const ModelSpec m = model8();

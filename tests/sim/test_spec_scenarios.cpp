@@ -136,6 +136,14 @@ TEST_CASE("bundled plans reproduce the published configurations", "[spec][scenar
     CHECK(ds.plan->ep == 64);
     CHECK(ds.model.mtp_depth == 1);
     CHECK(head_stage(*ds.plan) == 0);
+    // The V's default split, balanced by FLOPs around rank 0's head and MTP module, is the layout
+    // Megatron-Bridge's DeepSeek-V3 recipe writes by hand for 32 virtual stages, Et|(tt|)*30mL.
+    std::vector<int> bridge_layout(32, 2);
+    bridge_layout.front() = 1;
+    bridge_layout.back() = 0;
+    CHECK(virtual_stage_layers(ds.model, *ds.plan) == bridge_layout);
+    CHECK(stage_layers(ds.model, *ds.plan) == std::vector<int>{1, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4});
+    CHECK_NOTHROW(validate_plan(ds.model, ds.cluster, *ds.plan, "deepseek-v3-2048xh800-dualpipev.json"));
     Scenario l2 = load_scenario((kScenarios / "llama-2-7b-64xh100.json").string());
     CHECK(l2.cluster.gpu_count() == 64);
 }

@@ -1,4 +1,7 @@
 #include <algorithm>
+#include <cmath>
+
+#include "strata/sim/model.hpp"
 #include "strata/sim/spec.hpp"
 
 namespace strata::sim {
@@ -155,6 +158,46 @@ std::vector<int> even_split(int layers, int mtp_depth, int n) {
     }
     return even(layers);
 }
+
+// DualPipeV folds the model into a V, so rank 0 holds both ends: the embedding with the first
+// layers, and the last layers with the head, the loss and the MTP modules. An even split by layer
+// count would add the head and MTP on top of rank 0's share (DeepSeek-V3 on pp 16: about 7
+// layers' worth of work against 4). Balance by forward FLOPs instead: rank 0 takes as many layers
+// as keep it no busier than the others (at least one, in its first virtual stage), the other ranks
+// share the rest evenly (remainder to the V's turn), and each rank's layers split over its two
+// legs, the down leg taking the odd one. The last virtual stage may hold no layer, only the head
+// and the MTP modules, as Megatron's pipeline layouts allow ("...|mL").
+std::vector<int> dualpipe_v_split(const ModelSpec& m, int pp) {
+    const int n_layers = m.layers;
+    double layer_flops = 0;
+    for (int l = 0; l < n_layers; ++l) layer_flops += layer_forward_flops(m, l, 1.0).total();
+    const double per_layer = layer_flops / std::max(1, n_layers);
+    const ForwardFlops f = forward_flops(m, 1.0);
+    const double rank0_extra = per_layer > 0 ? (f.logits + f.mtp) / per_layer : 0.0;  // in layers
+
+    const int others = pp - 1;
+    int best_n0 = 1;
+    double best_load = 1e300;
+    // the other ranks keep at least one layer per leg where the model has enough layers
+    for (int n0 = 1; n0 <= std::max(1, n_layers - 2 * others); ++n0) {
+        const double rest = std::ceil(static_cast<double>(n_layers - n0) / others);
+        const double load = std::max(n0 + rank0_extra, rest);
+        if (load < best_load - 1e-9) best_load = load, best_n0 = n0;
+    }
+    std::vector<int> per_rank(static_cast<std::size_t>(pp), 0);
+    per_rank[0] = best_n0;
+    const int rest = n_layers - best_n0;
+    for (int r = 1; r < pp; ++r) per_rank[static_cast<std::size_t>(r)] = rest / others;
+    for (int i = 0, rem = rest % others; i < rem; ++i) per_rank[static_cast<std::size_t>(pp - 1 - i)] += 1;
+
+    std::vector<int> v(static_cast<std::size_t>(2 * pp), 0);
+    for (int r = 0; r < pp; ++r) {
+        const int n = per_rank[static_cast<std::size_t>(r)];
+        v[static_cast<std::size_t>(r)] = n - n / 2;
+        v[static_cast<std::size_t>(2 * pp - 1 - r)] = n / 2;
+    }
+    return v;
+}
 }  // namespace
 
 std::vector<int> stage_layer_ids(const ModelSpec& m, const PlanSpec& p, int stage) {
@@ -184,9 +227,8 @@ std::vector<int> stage_layers(const ModelSpec& m, const PlanSpec& p) {
 std::vector<int> virtual_stage_layers(const ModelSpec& m, const PlanSpec& p) {
     const int pp = std::max(1, p.pp), vpp = std::max(1, p.vpp);
     if (!p.virtual_layer_split.empty()) return p.virtual_layer_split;
-    // DualPipeV: the V's 2 x pp virtual stages split like pipeline stages (the ends, with the
-    // embedding and the head, are both on rank 0).
-    if (p.schedule == Schedule::dualpipe_v) return even_split(m.layers, m.mtp_depth, pp * vpp);
+    // DualPipeV: the V's 2 x pp virtual stages, balanced by FLOPs around rank 0's two ends.
+    if (p.schedule == Schedule::dualpipe_v) return dualpipe_v_split(m, pp);
     // Standard placement: virtual stage c * pp + s is chunk c of rank s; each rank's layers spread
     // over its chunks.
     const std::vector<int> per_stage = stage_layers(m, p);

@@ -113,12 +113,16 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
         if (p.pp < 2) fail("plan.vpp", "= " + s(p.vpp) + " needs plan.pp >= 2 (got " + s(p.pp) + ")");
         // A stage whose layers vpp does not divide gets uneven chunks (the first n mod vpp chunks
         // one layer more), as Megatron's explicit layouts for 126- or 94-layer models do; every
-        // chunk needs at least one layer.
+        // chunk needs at least one layer, except the last virtual stage, which holds the head
+        // (DualPipeV's balanced default may leave it only the head and the MTP modules).
         const std::vector<int> per_stage = stage_layers(m, p);
-        for (std::size_t i = 0; i < per_stage.size() && p.virtual_layer_split.empty(); ++i)
-            if (per_stage[i] < p.vpp)
-                fail("plan.vpp", "= " + s(p.vpp) + " exceeds the " + s(per_stage[i]) + " layers of pipeline stage " +
-                                     s(static_cast<i64>(i)) + " (every virtual stage needs a layer)");
+        const std::vector<int> per_virtual = virtual_stage_layers(m, p);
+        for (std::size_t v = 0; v + 1 < per_virtual.size() && p.virtual_layer_split.empty(); ++v)
+            if (per_virtual[v] < 1) {
+                const int st = rank_of_virtual_stage(p, static_cast<int>(v));
+                fail("plan.vpp", "= " + s(p.vpp) + " exceeds the " + s(per_stage[static_cast<std::size_t>(st)]) +
+                                     " layers of pipeline stage " + s(st) + " (every virtual stage needs a layer)");
+            }
         // Megatron-LM: "number of microbatches must be divisible by pipeline-model-parallel-size
         // when using interleaved schedule".
         if (p.schedule == Schedule::interleaved_1f1b && micro_batches % p.pp != 0)

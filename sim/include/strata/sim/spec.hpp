@@ -261,9 +261,10 @@ std::vector<int> stage_layer_ids(const ModelSpec& m, const PlanSpec& p, int stag
 /// middle, with each MTP module counted as a layer of the last stage).
 std::vector<int> stage_layers(const ModelSpec& m, const PlanSpec& p);
 /// Layers of each virtual stage in model order (virtual stage 0 holds the first layers; chunk c of
-/// rank s runs virtual_stage_of(p, s, c)): plan.virtual_layer_split as given, DualPipeV's V split
-/// like pipeline stages, else each stage's stage_layers spread over its vpp chunks, the first
-/// n mod vpp chunks getting one more.
+/// rank s runs virtual_stage_of(p, s, c)): plan.virtual_layer_split as given; for DualPipeV a V
+/// balanced by forward FLOPs (rank 0 carries the head and MTP modules beside its layers, its last
+/// virtual stage possibly no layer); else each stage's stage_layers spread over its vpp chunks, the
+/// first n mod vpp chunks getting one more.
 std::vector<int> virtual_stage_layers(const ModelSpec& m, const PlanSpec& p);
 
 // Names used in JSON and in output.
