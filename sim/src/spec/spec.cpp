@@ -169,19 +169,18 @@ std::vector<int> even_split(int layers, int mtp_depth, int n) {
 // and the MTP modules, as Megatron's pipeline layouts allow ("...|mL").
 std::vector<int> dualpipe_v_split(const ModelSpec& m, int pp) {
     const int n_layers = m.layers;
-    double layer_flops = 0;
-    for (int l = 0; l < n_layers; ++l) layer_flops += layer_forward_flops(m, l, 1.0).total();
-    const double per_layer = layer_flops / std::max(1, n_layers);
+    // matmul FLOPs, one pass over the layers: the head and MTP modules in mean layers
     const ForwardFlops f = forward_flops(m, 1.0);
-    const double rank0_extra = per_layer > 0 ? (f.logits + f.mtp) / per_layer : 0.0;  // in layers
+    const double per_layer = f.layers_matmul / std::max(1, n_layers);
+    const double rank0_extra = per_layer > 0 ? (f.logits + f.mtp) / per_layer : 0.0;
 
     const int others = pp - 1;
     int best_n0 = 1;
     double best_load = 1e300;
     // the other ranks keep at least one layer per leg where the model has enough layers
     for (int n0 = 1; n0 <= std::max(1, n_layers - 2 * others); ++n0) {
-        const double rest = std::ceil(static_cast<double>(n_layers - n0) / others);
-        const double load = std::max(n0 + rank0_extra, rest);
+        const double others_share = std::ceil(static_cast<double>(n_layers - n0) / others);
+        const double load = std::max(n0 + rank0_extra, others_share);
         if (load < best_load - 1e-9) best_load = load, best_n0 = n0;
     }
     std::vector<int> per_rank(static_cast<std::size_t>(pp), 0);

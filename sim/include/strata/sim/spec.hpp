@@ -257,8 +257,9 @@ int head_stage(const PlanSpec& p);
 /// Layer indices (model order) one rank of `stage` holds, chunk by chunk.
 std::vector<int> stage_layer_ids(const ModelSpec& m, const PlanSpec& p, int stage);
 
-/// Layers of each pipeline stage (uneven split honoured; else as even as possible, remainder to the
-/// middle, with each MTP module counted as a layer of the last stage).
+/// Layers of each pipeline stage (uneven split honoured; with virtual stages laid out by hand or
+/// under DualPipeV, the sum of each rank's virtual stages; else as even as possible, remainder to
+/// the middle, with each MTP module counted as a layer of the last stage).
 std::vector<int> stage_layers(const ModelSpec& m, const PlanSpec& p);
 /// Layers of each virtual stage in model order (virtual stage 0 holds the first layers; chunk c of
 /// rank s runs virtual_stage_of(p, s, c)): plan.virtual_layer_split as given; for DualPipeV a V
