@@ -112,8 +112,24 @@ TEST_CASE("Interleaved 1F1B follows Megatron's order and warm-up", "[lower][sche
     CHECK(fwd[8] == PipeSlot{4, 0, true});
 }
 
-TEST_CASE("Interleaved with m == pp runs all forwards first (Megatron)", "[lower][schedule]") {
-    const auto s = pipeline_schedule(Schedule::interleaved_1f1b, 2, 0, 2, 3);
-    check_complete(s, 2, 3);
-    CHECK(leading_forwards(s) == 6);
+TEST_CASE("Interleaved with m == pp: Megatron-Core's warm-up, no all-forward special case", "[lower][schedule]") {
+    // Megatron-Core's get_pp_rank_microbatches caps the warm-up at m*vpp and nothing more; its
+    // older schedule ran every forward first when m == pp. Megatron's CI test gpt3_7b_tp1_pp4
+    // (pp 4, vpp 8, m 4) is this case: its last rank runs 0*2 + 7*4 = 28 warm-up forwards and then
+    // alternates, so it holds the last chunk (and the loss) of one micro-batch at a time.
+    const int pp = 4, vpp = 8, m = 4;
+    for (int rank = 0; rank < pp; ++rank) {
+        const auto s = pipeline_schedule(Schedule::interleaved_1f1b, pp, rank, m, vpp);
+        check_complete(s, m, vpp);
+        const int warmup = std::min((pp - rank - 1) * 2 + (vpp - 1) * pp, m * vpp);
+        CHECK(leading_forwards(s) == std::min(warmup + 1, m * vpp));
+        int last_chunk = 0, most_last_chunk = 0;
+        for (const auto& x : s)
+            if (x.chunk == vpp - 1) most_last_chunk = std::max(most_last_chunk, last_chunk += x.forward ? 1 : -1);
+        // Ranks 0 and 1 (2(pp - rank - 1) >= pp) stay in warm-up; ranks 2 and 3 reach 1F1B.
+        CHECK(most_last_chunk == (2 * (pp - rank - 1) >= pp ? m : (rank == pp - 1 ? 1 : 2 * (pp - rank - 1) + 1)));
+    }
+    // pp 2, vpp 3, m 2: rank 0 all six forwards first, rank 1 four then 1F1B.
+    CHECK(leading_forwards(pipeline_schedule(Schedule::interleaved_1f1b, 2, 0, 2, 3)) == 6);
+    CHECK(leading_forwards(pipeline_schedule(Schedule::interleaved_1f1b, 2, 1, 2, 3)) == 5);
 }

@@ -48,13 +48,10 @@ PipeSlot interleaved_slot(int k, int pp, int vpp, bool forward) {
 
 std::vector<PipeSlot> interleaved(int pp, int stage, int m, int vpp) {
     const int total = m * vpp;
-    int warmup = 0;
-    if (m == pp) {
-        warmup = total;  // Megatron: all warm-up when m == pp
-    } else {
-        warmup = (pp - stage - 1) * 2 + (vpp - 1) * pp;
-        warmup = std::min(warmup, total);
-    }
+    // Megatron-Core's get_pp_rank_microbatches. Megatron's older schedule ran every forward first
+    // whenever m == pp; the current one has no such case, so with m == pp the later ranks still
+    // reach 1F1B (the last after (vpp - 1)·pp forwards, holding one micro-batch's logits).
+    const int warmup = std::min((pp - stage - 1) * 2 + (vpp - 1) * pp, total);
     const int steady = total - warmup;
     std::vector<PipeSlot> out;
     out.reserve(static_cast<std::size_t>(2 * total));
