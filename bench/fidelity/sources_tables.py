@@ -233,6 +233,10 @@ def mpt():
             "(benchmarking/h100new.md), before llm-foundry installed FlashAttention-2. Declaring fa1 "
             "was tried at stop 15 (docs/fidelity.md, 'MPT attention family'): it needs an attention "
             "factor per kernel family, because on Hopper one factor serves NeMo's cuDNN kernels and MPT's",
+            "loss_upcast false: llm-foundry's ComposerMPTCausalLM defaults model.loss_fn to "
+            "fused_crossentropy (flash_attn.losses.cross_entropy.CrossEntropyLoss), which reads the "
+            "bf16 logits as they are and keeps them for its backward, without an fp32 copy; assumed "
+            "not overridden by the benchmark runs (memory only, declared since stop 22)",
             f"model shape from mpt-{size}.yaml; NumParams {params} reproduced exactly by the "
             "learned-position + bias + tied-embedding parameter count",
         ]
@@ -250,7 +254,7 @@ def mpt():
             "plan": {"tp": 1, "pp": 1, "dp": gpus, "cp": 1, "ep": 1, "vpp": 1, "micro_batch": mbs,
                      "global_batch": gbs, "sequence_parallel": False, "schedule": "1f1b",
                      "zero_stage": 3, "recompute": "full" if ckpt else "none", "precision": prec,
-                     "eager_elementwise": True, "attention_kernel": "fa2"},
+                     "eager_elementwise": True, "attention_kernel": "fa2", "loss_upcast": False},
             "measured": meas,
             "flops_convention": FLOPS_MPT,
             "assumptions": assume,

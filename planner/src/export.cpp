@@ -208,6 +208,8 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
         r.unsupported.push_back("pipeline scatter/gather without sequence parallelism (Megatron-LM before Megatron-Core; "
                                 "Megatron-Core sends whole tensors: enable --sequence-parallel instead)");
     if (p.eager_elementwise) r.unsupported.push_back("unfused eager elementwise ops (Megatron-LM fuses its norms and activations)");
+    if (!p.loss_upcast)
+        r.unsupported.push_back("a loss that keeps the logits in their dtype (Megatron's vocab-parallel cross-entropy keeps an fp32 softmax)");
     if (p.moe_act_fp8_cache) r.unsupported.push_back("FP8 cache of the MoE SwiGLU inputs (DeepSeek-V3's own framework; Megatron keeps them in BF16)");
     if (p.moe_probs_at == MoeProbsAt::fc2_output)
         r.unsupported.push_back("router weights applied to the expert outputs (Megatron-Core applies them before fc2, in its weighted SwiGLU)");

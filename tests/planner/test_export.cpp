@@ -122,6 +122,15 @@ TEST_CASE("Megatron export names the MoE SwiGLU FP8 cache as unsupported", "[pla
     CHECK(noted);
 }
 
+TEST_CASE("Megatron export names a loss that does not upcast the logits as unsupported", "[planner][export]") {
+    PlanSpec q = planner::plan_from_megatron_args("--tensor-model-parallel-size 8", 64, "args");
+    for (const auto& u : planner::export_megatron(gpt3(), q).unsupported) CHECK(u.find("logits") == std::string::npos);
+    q.loss_upcast = false;
+    bool noted = false;
+    for (const auto& u : planner::export_megatron(gpt3(), q).unsupported) noted = noted || u.find("logits in their dtype") != std::string::npos;
+    CHECK(noted);
+}
+
 TEST_CASE("each export names the router-weight placement its framework does not use", "[planner][export][moe]") {
     ModelSpec m = test::gpt_shape("moe", 4, 1024, 16, 1000, 512);
     m.moe = test::moe_spec(8, 2);

@@ -272,3 +272,41 @@ TEST_CASE("engine GPU peak equals the memory model when a rank's chunks differ",
         check_peaks_match_model(m, p, r);
     }
 }
+
+TEST_CASE("engine GPU peak equals the memory model when the head's transient sets it", "[lower][engine][memory]") {
+    // A 64k vocabulary, 64 tokens of width 256: the logits (4M elements) and the head's weight
+    // (16M) outweigh a layer's backward on the last stage. Hand counts from Megatron's
+    // cross_entropy.py: an upcasting loss keeps the fp32 softmax (4 B) and has a 2 B cast beside
+    // it; its unfused weight gradient (2 B) comes once the fp32 softmax is freed. A loss that
+    // keeps the logits in their dtype (2 B) writes a 2 B gradient, beside which the weight
+    // gradient is formed.
+    ModelSpec m = gpt(8);
+    m.vocab = 65536;
+    m.seq_len = 64;
+    const double logits = 64.0 * 65536, weight = 2.0 * 65536 * 256;
+    for (int vpp : {1, 2})
+        for (bool upcast : {true, false})
+            for (bool fused : {true, false}) {
+                PlanSpec p;
+                p.pp = 2;
+                p.vpp = vpp;
+                p.global_batch = 4;
+                p.schedule = vpp > 1 ? Schedule::interleaved_1f1b : Schedule::one_f_one_b;
+                p.grad_accum_fusion = fused;
+                p.loss_upcast = upcast;
+                const SimResult r = run(lower(m, cluster(p.gpus()), p));
+                REQUIRE_FALSE(r.deadlock);
+                INFO("vpp " << vpp << " upcast " << upcast << " fused " << fused);
+                check_peaks_match_model(m, p, r);
+                Capacities caps;
+                caps.hbm_bytes = 80e9;
+                const MemoryReport rep = memory_estimate(m, p, caps);
+                const double want = upcast ? (fused ? 2 * logits : weight - 2 * logits) : 2 * logits + (fused ? 0 : weight);
+                CHECK(rep.stages[1].workspace_bytes == Approx(want));
+                // The stash: fp32 logits, or the logits in their own dtype.
+                double stash = 0;
+                for (const TensorDesc& d : logits_activations(m, p))
+                    if (d.name == "lm_head.logits") stash = d.bytes;
+                CHECK(stash == Approx((upcast ? 4 : 2) * logits));
+            }
+}

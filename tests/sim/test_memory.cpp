@@ -44,6 +44,32 @@ Capacities a100_80() {
     return c;
 }
 
+// BLOOM's 181B candidate as searched in Feb 2022 (DeepSpeed, fp16): 72 layers of width 14336,
+// 250680-token vocabulary (tied), tp 2, pp 6, full recompute, 64 micro-batches.
+std::pair<ModelSpec, PlanSpec> bloom_search_tp2() {
+    ModelSpec m = strata::test::gpt_shape("bloom-search", 72, 14336, 64, 250680, 2048);
+    m.tied_embeddings = true;
+    m.linear_bias = true;
+    PlanSpec p;
+    p.tp = 2;
+    p.pp = 6;
+    p.dp = 32;
+    p.micro_batch = 1;
+    p.global_batch = 2048;
+    p.recompute = Recompute::full;
+    p.flash_attention = false;
+    p.precision = Precision::fp16;
+    p.zero_stage = 1;
+    p.schedule = Schedule::one_f_one_b;
+    return {m, p};
+}
+
+double ws(const std::vector<TensorDesc>& v) {
+    double b = 0;
+    for (const auto& d : v) b += d.bytes;
+    return b;
+}
+
 }  // namespace
 
 TEST_CASE("In-flight micro-batches per schedule", "[memory]") {
@@ -196,32 +222,12 @@ TEST_CASE("Partial full recompute and per-node sums across stages", "[memory]") 
 }
 
 TEST_CASE("Backward transients: the embedding's dense gradient and unfused weight gradients", "[memory]") {
-    // BLOOM's 181B candidate as searched in Feb 2022 (DeepSpeed, fp16): 72 layers of width 14336,
-    // 250680-token vocabulary, tp 2, pp 6, full recompute, 64 micro-batches.
-    ModelSpec m = strata::test::gpt_shape("bloom-search", 72, 14336, 64, 250680, 2048);
-    m.tied_embeddings = true;
-    m.linear_bias = true;
-    PlanSpec p;
-    p.tp = 2;
-    p.pp = 6;
-    p.dp = 32;
-    p.micro_batch = 1;
-    p.global_batch = 2048;
-    p.recompute = Recompute::full;
-    p.flash_attention = false;
-    p.precision = Precision::fp16;
-    p.zero_stage = 1;
-    p.schedule = Schedule::one_f_one_b;
+    const auto [m, p] = bloom_search_tp2();
 
     // Stage 0: the (V/tp, h) table's gradient, 2 B each, and the output gradient (s, b, h), less
     // the 12 layer inputs (s, b, h) the micro-batch released before the embedding's backward.
     const double row = 2048.0 * 14336 * 2;
     const double embedding = 250680.0 / 2 * 14336 * 2 + row - 12 * row;
-    const auto ws = [](const std::vector<TensorDesc>& v) {
-        double b = 0;
-        for (const auto& d : v) b += d.bytes;
-        return b;
-    };
     const MemoryReport fused = memory_estimate(m, p, a100_80());
     CHECK(ws(layer_backward_workspace(m, p, 0, true)) < embedding);
     CHECK(fused.stages[0].workspace_bytes == Approx(embedding));
@@ -237,4 +243,38 @@ TEST_CASE("Backward transients: the embedding's dense gradient and unfused weigh
     // With one micro-batch and 16-bit sums there is nothing to add into.
     u.global_batch = 32;
     CHECK(ws(layer_backward_workspace(m, u, 12, true)) == Approx(ws(layer_backward_workspace(m, p, 12, true))));
+}
+
+TEST_CASE("Head transients: the loss's upcast and an unfused head gradient", "[memory]") {
+    // BLOOM's candidate again; its last stage holds the tied embedding's copy (V/tp x h). Per
+    // micro-batch the rank's logits are s x b x V/tp = 2048 x 125340 elements. Megatron's
+    // vocab-parallel cross-entropy upcasts them (tensor_parallel/cross_entropy.py): the fp16
+    // logits live beside their fp32 copy in the forward, and the fp32 gradient (the softmax, in
+    // place) beside its fp16 cast in the backward: 2 B per logit over the stashed fp32 softmax.
+    const auto [m, p] = bloom_search_tp2();
+    const double logits = 2048.0 * 250680 / 2, weight = 250680.0 / 2 * 14336 * 2;
+    CHECK(ws(head_workspace(m, p)) == Approx(2 * logits));
+    // Unfused accumulation: the fresh (V/tp, h) gradient comes after the fp32 softmax is freed;
+    // beside the fp16 logits gradient that is weight + 2 B per logit, 4 B per logit less than the
+    // fp32 softmax the stash still counts (3.08 GB here).
+    PlanSpec u = p;
+    u.grad_accum_fusion = false;
+    CHECK(ws(head_workspace(m, u)) == Approx(weight - 2 * logits));
+    // The last stage's workspace is the larger of the head's and a recomputed layer's backward.
+    const MemoryReport r = memory_estimate(m, u, a100_80());
+    CHECK(r.stages[5].workspace_bytes == Approx(std::max(weight - 2 * logits, ws(layer_backward_workspace(m, u, 60, true)))));
+    CHECK(r.stages[5].workspace_bytes > r.stages[4].workspace_bytes);
+    // Training in fp32 there is no cast (.float() returns the tensor itself), and the fp32
+    // gradient is the one the weight gradient is formed beside.
+    PlanSpec f = u;
+    f.precision = Precision::fp32;
+    CHECK(ws(head_workspace(m, f)) == Approx(weight * 2));
+    f.grad_accum_fusion = true;
+    CHECK(head_workspace(m, f).empty());
+    // A loss that keeps the logits in their dtype (flash-attn's CrossEntropyLoss): 2 B stashed
+    // instead of 4, and its backward writes a 2 B gradient.
+    PlanSpec k = p;
+    k.loss_upcast = false;
+    CHECK(ws(head_workspace(m, k)) == Approx(2 * logits));
+    CHECK(ws(logits_activations(m, p)) - ws(logits_activations(m, k)) == Approx(2 * logits));
 }

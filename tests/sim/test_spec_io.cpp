@@ -116,6 +116,7 @@ void same(const PlanSpec& a, const PlanSpec& b) {
     CHECK(a.moe_probs_at == b.moe_probs_at);
     CHECK(a.fp32_grads == b.fp32_grads);
     CHECK(a.grad_accum_fusion == b.grad_accum_fusion);
+    CHECK(a.loss_upcast == b.loss_upcast);
     CHECK(a.tp_comm_overlap == b.tp_comm_overlap);
     CHECK(a.p2p_blocking == b.p2p_blocking);
     CHECK(a.p2p_scatter_gather == b.p2p_scatter_gather);
@@ -285,6 +286,20 @@ TEST_CASE("fp32 gradients round-trip; they need mixed precision", "[spec][io]") 
     } catch (const strata::InputError& e) {
         CHECK(e.path() == "plan.fp32_grads");
         CHECK_THAT(e.rule(), Catch::Contains("needs mixed precision"));
+    }
+}
+
+TEST_CASE("a loss that keeps the logits in their dtype round-trips; upcasting is the default", "[spec][io]") {
+    CHECK(plan_from_json_text(R"({"global_batch": 4})", "p.json").loss_upcast);
+    const PlanSpec nl = plan_from_json_text(R"({"global_batch": 4, "loss_upcast": false})", "p.json");
+    CHECK_FALSE(nl.loss_upcast);
+    CHECK(to_json_text(nl).find("\"loss_upcast\": false") != std::string::npos);
+    same(nl, plan_from_json_text(to_json_text(nl), "rt.json"));
+    try {
+        plan_from_json_text(R"({"global_batch": 4, "loss_upcast": 0})", "p.json");
+        FAIL("a non-bool loss_upcast was accepted");
+    } catch (const strata::InputError& e) {
+        CHECK(e.path() == "plan.loss_upcast");
     }
 }
 

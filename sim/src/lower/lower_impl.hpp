@@ -250,9 +250,9 @@ private:
 
     // memory
     std::vector<std::vector<TensorDesc>> act_desc_, ws_desc_;  ///< per layer of the stage
-    std::vector<TensorDesc> emb_desc_, emb_ws_desc_, logits_desc_;
+    std::vector<TensorDesc> emb_desc_, emb_ws_desc_, logits_desc_, head_ws_desc_, head_fwd_ws_desc_;
     std::vector<std::vector<int>> act_ids_, ws_ids_;  ///< interned names of act_desc_, ws_desc_
-    std::vector<int> emb_ids_, emb_ws_ids_, logits_ids_;
+    std::vector<int> emb_ids_, emb_ws_ids_, logits_ids_, head_ws_ids_, head_fwd_ws_ids_;
     std::map<std::tuple<int, int, int>, AllocRun> stashed_;   ///< (mb, chunk, layer) -> allocs
     std::map<std::tuple<int, int, int>, int> act_offloaded_;  ///< (mb, chunk, layer) -> d2h event
     std::map<std::string, int> tensor_names_;

@@ -193,15 +193,19 @@ void RankLowering::forward_pass(int mb, int chunk) {
 void RankLowering::head_forward() {
     compute(Op::norm, n_.final_norm, 0, 2 * d_.tokens_sp * d_.h * Dims::act_bytes);
     tp_forward_in(true);
+    const AllocRun ws = alloc_list(head_fwd_ws_desc_, head_fwd_ws_ids_);  // the logits beside their fp32 copy
     gemm_high(n_.logits, d_.tokens, d_.vocab / d_.tp, d_.h);  // vocab-parallel head
     // Vocab-parallel cross-entropy: read the fp32 logits shard, write the softmax for backward.
     compute(Op::loss, n_.loss, 0, 2 * d_.tokens * d_.vocab / d_.tp * 4);
+    free_list(ws);
 }
 
 void RankLowering::head_backward() {
+    const AllocRun ws = alloc_list(head_ws_desc_, head_ws_ids_);  // the gradient's cast, an unfused wgrad
     compute(Op::loss, n_.loss, 0, 2 * d_.tokens * d_.vocab / d_.tp * 4);
     gemm_high(n_.logits, d_.tokens, d_.h, d_.vocab / d_.tp);  // dgrad
     gemm_high(n_.logits, d_.h, d_.vocab / d_.tp, d_.tokens);  // wgrad
+    free_list(ws);
     if (d_.tp > 1) {
         const double bytes = d_.tokens * d_.h * Dims::act_bytes;
         wait(Stream::compute, collective(Stream::tp_comm, d_.sp ? CollKind::reduce_scatter : CollKind::all_reduce,

@@ -266,6 +266,9 @@ MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capaci
             const double released = std::accumulate(layer_bytes.begin(), layer_bytes.begin() + chunk0, 0.0) * p.offload.activations.gpu;
             workspace = std::max(workspace, sum_bytes(embedding_backward_workspace(m, p)) - released);
         }
+        // The head's forward and backward run on the same held state as the last layer's backward
+        // (the stash keeps the logits until the micro-batch's backward ends).
+        if (stage == head_stage(p)) workspace = std::max(workspace, sum_bytes(head_workspace(m, p)));
         // The backward workspace is transient and always on the GPU.
         s.workspace_bytes = workspace;
         s.tier_bytes[0] += workspace;

@@ -298,15 +298,41 @@ std::vector<TensorDesc> embedding_backward_workspace(const ModelSpec& m, const P
     return out;
 }
 
+std::vector<TensorDesc> head_workspace(const ModelSpec& m, const PlanSpec& p) {
+    const Local L = local_of(m, p);
+    std::vector<TensorDesc> out;
+    const double logits = L.tokens * static_cast<double>(m.vocab) / L.t;
+    const bool cast = p.loss_upcast && L.act < 4;
+    // Megatron's vocab-parallel cross-entropy (tensor_parallel/cross_entropy.py) upcasts the
+    // logits: in the forward the head's (s, b, V/tp) output and its fp32 copy live together, and
+    // in the backward the fp32 softmax, turned into the gradient in place, is cast back to the
+    // logits' dtype before the fp32 one is freed. Either way one logits-sized tensor in the
+    // activation dtype beside the stashed fp32 one; none when training in fp32. A loss that keeps
+    // the logits in their dtype (plan.loss_upcast off) writes their gradient to a new tensor.
+    if (cast || !p.loss_upcast) out.push_back(buffer_tensor(cast ? "lm_head.logits_cast" : "lm_head.logits_grad", L.act * logits, Lifetime::transient, "(s/cp, b, V/tp)"));
+    // Unfused accumulation: the head's (or the tied embedding copy's) weight gradient is a fresh
+    // tensor. After a cast it comes once the fp32 softmax is freed, and the stash keeps that until
+    // the micro-batch's backward ends, so only what it exceeds the fp32 logits by is extra here.
+    if (p.adds_unfused_grads()) {
+        const double weight = L.act * static_cast<double>(m.vocab) / L.t * L.h;
+        const double over = cast ? weight - 4.0 * logits : weight;
+        if (over > 0) out.push_back(buffer_tensor("lm_head.weight_grad_unfused", over, Lifetime::transient, "(V/tp, h), less the freed fp32 logits"));
+    }
+    for (TensorDesc& d : out) d.tag = TensorTag::activations;
+    return out;
+}
+
 std::vector<TensorDesc> logits_activations(const ModelSpec& m, const PlanSpec& p) {
     const Local L = local_of(m, p);
     const double V = static_cast<double>(m.vocab);
     // Korthikanti §4.3: final norm input and output-projection input (2sbh each, /tp with SP), and
-    // the cross-entropy's fp32 logits 4sbv/tp (vocab-parallel); no fused loss assumed.
+    // the cross-entropy's fp32 logits 4sbv/tp (vocab-parallel), or the logits in their own dtype
+    // under a loss that does not upcast (plan.loss_upcast off).
     const auto head = [&](const std::string& pre) {
         return std::vector<TensorDesc>{act_tensor(pre + "final.norm_in", L.act * L.tok_rep * L.h, "(s/cp[/tp], b, h)", p),
                                        act_tensor(pre + "lm_head.in", L.act * L.tok_rep * L.h, "(s/cp[/tp], b, h)", p),
-                                       act_tensor(pre + "lm_head.logits", 4.0 * L.tokens * V / L.t, "(s/cp, b, V/tp) fp32", p)};
+                                       act_tensor(pre + "lm_head.logits", (p.loss_upcast ? 4.0 : L.act) * L.tokens * V / L.t,
+                                                  p.loss_upcast ? "(s/cp, b, V/tp) fp32" : "(s/cp, b, V/tp)", p)};
     };
     std::vector<TensorDesc> out = head("");
     // Each MTP module keeps what its backward needs, never recomputed: the inputs of its two norms

@@ -128,6 +128,7 @@ ojson plan_json(const PlanSpec& p) {
     if (p.exp_avg_sq_dtype != Precision::fp32) j["exp_avg_sq_dtype"] = to_string(p.exp_avg_sq_dtype);
     if (p.fp32_grads) j["fp32_grads"] = true;
     if (!p.grad_accum_fusion) j["grad_accum_fusion"] = false;
+    if (!p.loss_upcast) j["loss_upcast"] = false;
     ojson o;
     o["optimizer"] = tier_json(p.offload.optimizer);
     o["params"] = tier_json(p.offload.params);

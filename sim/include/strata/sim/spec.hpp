@@ -191,6 +191,11 @@ struct PlanSpec {
     /// Unfused accumulation has a fresh weight gradient to add into a sum in the step's steady
     /// state: from the second micro-batch with 16-bit sums, in every one with fp32 sums.
     bool adds_unfused_grads() const { return !grad_accum_fusion && (micro_batches() > 1 || grad_bytes() > 2); }
+    /// The cross-entropy upcasts the logits and keeps an fp32 softmax for its backward (Megatron's
+    /// vocab-parallel loss; PyTorch's under autocast). Off: a kernel that reads the logits in their
+    /// dtype and keeps only them (flash-attn's CrossEntropyLoss, llm-foundry's default). Memory
+    /// only: the loss's time is costed the same either way.
+    bool loss_upcast = true;
     OffloadSpec offload;
     bool lock_free_update = false;        ///< Angel-PTM: step i's optimizer overlaps step i+1's forward
     bool overlap_grad_reduce = true;      ///< DP reduce bucketed and overlapped with backward

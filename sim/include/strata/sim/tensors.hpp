@@ -50,6 +50,12 @@ std::vector<TensorDesc> layer_backward_workspace(const ModelSpec& m, const PlanS
 /// layers have released their activations.
 std::vector<TensorDesc> embedding_backward_workspace(const ModelSpec& m, const PlanSpec& p);
 
+/// Transient of the output head (last stage), forward and backward, one micro-batch: the logits
+/// in the activation dtype beside the cross-entropy's fp32 copy (Megatron's vocab-parallel loss
+/// upcasts them, and casts the gradient back), and under unfused gradient accumulation what the
+/// head's fresh weight gradient exceeds the freed fp32 logits by. Beside the stashed logits.
+std::vector<TensorDesc> head_workspace(const ModelSpec& m, const PlanSpec& p);
+
 /// Activations of the embedding (first stage) and of logits/loss (last stage) per micro-batch;
 /// the last stage's list includes the MTP modules (model.mtp_depth), which live just as long.
 std::vector<TensorDesc> embedding_activations(const ModelSpec& m, const PlanSpec& p);
