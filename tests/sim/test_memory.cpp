@@ -260,6 +260,11 @@ TEST_CASE("Head transients: the loss's upcast and an unfused head gradient", "[m
     PlanSpec u = p;
     u.grad_accum_fusion = false;
     CHECK(ws(head_workspace(m, u)) == Approx(weight - 2 * logits));
+    // With half the activations offloaded only half the fp32 softmax is on the GPU to make room:
+    // 2 B per logit + weight - 2 B per logit.
+    PlanSpec o = u;
+    o.offload.activations = TierSplit{0.5, 0.5, 0};
+    CHECK(ws(head_workspace(m, o)) == Approx(weight));
     // The last stage's workspace is the larger of the head's and a recomputed layer's backward.
     const MemoryReport r = memory_estimate(m, u, a100_80());
     CHECK(r.stages[5].workspace_bytes == Approx(std::max(weight - 2 * logits, ws(layer_backward_workspace(m, u, 60, true)))));
