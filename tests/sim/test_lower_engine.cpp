@@ -78,6 +78,27 @@ void check_peaks_match_model(const ModelSpec& m, const PlanSpec& p, const SimRes
     }
 }
 
+// Two pipeline stages, four micro-batches, `vpp` chunks each (interleaved when more than one).
+PlanSpec two_stages(int vpp, bool grad_accum_fusion) {
+    PlanSpec p;
+    p.pp = 2;
+    p.vpp = vpp;
+    p.global_batch = 4;
+    p.schedule = vpp > 1 ? Schedule::interleaved_1f1b : Schedule::one_f_one_b;
+    p.grad_accum_fusion = grad_accum_fusion;
+    return p;
+}
+
+// Runs the plan in the engine, checks its peaks against the memory model, returns the model's report.
+MemoryReport engine_matches_model(const ModelSpec& m, const PlanSpec& p) {
+    const SimResult r = run(lower(m, cluster(p.gpus()), p));
+    REQUIRE_FALSE(r.deadlock);
+    check_peaks_match_model(m, p, r);
+    Capacities caps;
+    caps.hbm_bytes = 80e9;
+    return memory_estimate(m, p, caps);
+}
+
 }  // namespace
 
 TEST_CASE("lowered programs finish in the engine for every schedule and feature", "[lower][engine]") {
@@ -215,20 +236,10 @@ TEST_CASE("engine GPU peak equals the memory model when the embedding's backward
     m.vocab = 65536;
     for (int vpp : {1, 2})
         for (bool fused : {true, false}) {
-            PlanSpec p;
-            p.pp = 2;
-            p.vpp = vpp;
-            p.global_batch = 4;
-            p.schedule = vpp > 1 ? Schedule::interleaved_1f1b : Schedule::one_f_one_b;
+            PlanSpec p = two_stages(vpp, fused);
             p.recompute = Recompute::full;
-            p.grad_accum_fusion = fused;
-            const SimResult r = run(lower(m, cluster(p.gpus()), p));
-            REQUIRE_FALSE(r.deadlock);
             INFO("vpp " << vpp << " fused " << fused);
-            check_peaks_match_model(m, p, r);
-            Capacities caps;
-            caps.hbm_bytes = 80e9;
-            const MemoryReport rep = memory_estimate(m, p, caps);
+            const MemoryReport rep = engine_matches_model(m, p);
             // 65536 x 256 x 2 B table + (128 x 256 x 2 B) output gradient, less the inputs of the
             // micro-batch's chunk-0 layers (2 B x 128 x 256 each) it no longer holds.
             const double chunk0_layers = vpp > 1 ? 2 : 4;
@@ -287,20 +298,10 @@ TEST_CASE("engine GPU peak equals the memory model when the head's transient set
     for (int vpp : {1, 2})
         for (bool upcast : {true, false})
             for (bool fused : {true, false}) {
-                PlanSpec p;
-                p.pp = 2;
-                p.vpp = vpp;
-                p.global_batch = 4;
-                p.schedule = vpp > 1 ? Schedule::interleaved_1f1b : Schedule::one_f_one_b;
-                p.grad_accum_fusion = fused;
+                PlanSpec p = two_stages(vpp, fused);
                 p.loss_upcast = upcast;
-                const SimResult r = run(lower(m, cluster(p.gpus()), p));
-                REQUIRE_FALSE(r.deadlock);
                 INFO("vpp " << vpp << " upcast " << upcast << " fused " << fused);
-                check_peaks_match_model(m, p, r);
-                Capacities caps;
-                caps.hbm_bytes = 80e9;
-                const MemoryReport rep = memory_estimate(m, p, caps);
+                const MemoryReport rep = engine_matches_model(m, p);
                 const double want = upcast ? (fused ? 2 * logits : weight - 2 * logits) : 2 * logits + (fused ? 0 : weight);
                 CHECK(rep.stages[1].workspace_bytes == Approx(want));
                 // The stash: fp32 logits, or the logits in their own dtype.

@@ -193,9 +193,7 @@ RankLowering::RankLowering(const ModelSpec& m, const ClusterSpec& cl, const Plan
     if (o.emit_memory && stage_ == head_stage(p)) {
         logits_desc_ = logits_activations(m, p);
         head_ws_desc_ = head_workspace(m, p);
-        // In the forward only an upcast's input lives beside its copy.
-        for (const TensorDesc& d : head_ws_desc_)
-            if (d.name == "lm_head.logits_cast") head_fwd_ws_desc_.push_back(d);
+        head_fwd_ws_desc_ = head_workspace(m, p, false);
     }
 }
 

@@ -298,7 +298,7 @@ std::vector<TensorDesc> embedding_backward_workspace(const ModelSpec& m, const P
     return out;
 }
 
-std::vector<TensorDesc> head_workspace(const ModelSpec& m, const PlanSpec& p) {
+std::vector<TensorDesc> head_workspace(const ModelSpec& m, const PlanSpec& p, bool backward) {
     const Local L = local_of(m, p);
     std::vector<TensorDesc> out;
     const double logits = L.tokens * static_cast<double>(m.vocab) / L.t;
@@ -309,11 +309,13 @@ std::vector<TensorDesc> head_workspace(const ModelSpec& m, const PlanSpec& p) {
     // logits' dtype before the fp32 one is freed. Either way one logits-sized tensor in the
     // activation dtype beside the stashed fp32 one; none when training in fp32. A loss that keeps
     // the logits in their dtype (plan.loss_upcast off) writes their gradient to a new tensor.
-    if (cast || !p.loss_upcast) out.push_back(buffer_tensor(cast ? "lm_head.logits_cast" : "lm_head.logits_grad", L.act * logits, Lifetime::transient, "(s/cp, b, V/tp)"));
+    if (cast) out.push_back(buffer_tensor("lm_head.logits_cast", L.act * logits, Lifetime::transient, "(s/cp, b, V/tp)"));
+    if (backward && !p.loss_upcast)
+        out.push_back(buffer_tensor("lm_head.logits_grad", L.act * logits, Lifetime::transient, "(s/cp, b, V/tp)"));
     // Unfused accumulation: the head's (or the tied embedding copy's) weight gradient is a fresh
     // tensor. After a cast it comes once the fp32 softmax is freed, and the stash keeps that (its
     // GPU part) until the micro-batch's backward ends, so only what it exceeds that by is extra.
-    if (p.adds_unfused_grads()) {
+    if (backward && p.adds_unfused_grads()) {
         const double weight = L.act * static_cast<double>(m.vocab) / L.t * L.h;
         const double over = cast ? weight - 4.0 * logits * p.offload.activations.gpu : weight;
         if (over > 0) out.push_back(buffer_tensor("lm_head.weight_grad_unfused", over, Lifetime::transient, "(V/tp, h), less the freed fp32 logits"));

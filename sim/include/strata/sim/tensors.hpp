@@ -54,7 +54,8 @@ std::vector<TensorDesc> embedding_backward_workspace(const ModelSpec& m, const P
 /// in the activation dtype beside the cross-entropy's fp32 copy (Megatron's vocab-parallel loss
 /// upcasts them, and casts the gradient back), and under unfused gradient accumulation what the
 /// head's fresh weight gradient exceeds the freed fp32 logits by. Beside the stashed logits.
-std::vector<TensorDesc> head_workspace(const ModelSpec& m, const PlanSpec& p);
+/// `backward` false: the forward's part only (the upcast's input beside its copy).
+std::vector<TensorDesc> head_workspace(const ModelSpec& m, const PlanSpec& p, bool backward = true);
 
 /// Activations of the embedding (first stage) and of logits/loss (last stage) per micro-batch;
 /// the last stage's list includes the MTP modules (model.mtp_depth), which live just as long.
