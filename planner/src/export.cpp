@@ -139,6 +139,8 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
                                                      " splits the stages unevenly; the Megatron export needs vpp to divide every stage's layers");
         arg("num-layers-per-virtual-pipeline-stage", per_stage / p.vpp);
     }
+    if (p.schedule == Schedule::interleaved_1f1b && p.microbatch_group > 0 && p.microbatch_group != p.pp)
+        arg("microbatch-group-size-per-virtual-pipeline-stage", p.microbatch_group);
     if (p.cp > 1) arg("context-parallel-size", p.cp);
     if (p.ep > 1) arg("expert-model-parallel-size", p.ep);
     if (p.expert_tp > 0 && p.expert_tp != p.tp) arg("expert-tensor-parallel-size", p.expert_tp);
@@ -328,6 +330,7 @@ PlanSpec plan_from_megatron_args(const std::string& args, int gpus, const std::s
         else if (t == "--micro-batch-size") p.micro_batch = value(i);
         else if (t == "--global-batch-size") p.global_batch = value(i);
         else if (t == "--num-layers-per-virtual-pipeline-stage") layers_per_virtual = value(i);
+        else if (t == "--microbatch-group-size-per-virtual-pipeline-stage") p.microbatch_group = value(i);
         else if (t == "--num-layers") num_layers = value(i);
         else if (t == "--sequence-parallel") p.sequence_parallel = true;
         else if (t == "--use-distributed-optimizer") p.zero_stage = 1;
@@ -400,6 +403,8 @@ PlanSpec plan_from_megatron_args(const std::string& args, int gpus, const std::s
         p.vpp = n / p.pp;
         p.schedule = p.vpp > 1 ? Schedule::interleaved_1f1b : Schedule::one_f_one_b;
     }
+    // Megatron reads the group only under interleaving.
+    if (p.schedule != Schedule::interleaved_1f1b) p.microbatch_group = 0;
     int denom = p.tp * p.pp * p.cp;
     if (gpus % denom != 0) throw InputError(file, "--tensor-model-parallel-size", "tp x pp x cp = " + std::to_string(denom) + " does not divide the GPU count " + std::to_string(gpus));
     p.dp = gpus / denom;

@@ -291,6 +291,47 @@ TEST_CASE("Megatron pipeline layouts: a per-virtual-stage split exports and pars
     CHECK_THROWS_AS(planner::plan_from_megatron_args("--pipeline-model-parallel-size 3 --pipeline-model-parallel-layout Et|tL", 8, "args"), InputError);
 }
 
+TEST_CASE("Megatron-Core's micro-batch groups export and parse back", "[planner][export][pipeline]") {
+    // 1536 sequences on dp 8: 192 micro-batches, a multiple of pp 16, so only a group that is
+    // not pp needs the flag (192 = 8 x 24).
+    PlanSpec p = gpt3_plan();
+    p.vpp = 3;
+    p.schedule = Schedule::interleaved_1f1b;
+    CHECK(planner::export_megatron(gpt3(), p).text.find("microbatch-group") == std::string::npos);
+    p.microbatch_group = 24;
+    const auto r = planner::export_megatron(gpt3(), p);
+    CHECK(r.text.find("--microbatch-group-size-per-virtual-pipeline-stage 24") != std::string::npos);
+    CHECK(r.unsupported.empty());
+    const PlanSpec q = planner::plan_from_megatron_args(r.text, 1024, "args");
+    CHECK(q.microbatch_group == 24);
+    CHECK(q.vpp == 3);
+    // Without interleaving Megatron ignores the flag, and so does the import.
+    CHECK(planner::plan_from_megatron_args("--pipeline-model-parallel-size 4 --microbatch-group-size-per-virtual-pipeline-stage 8", 8, "args")
+              .microbatch_group == 0);
+}
+
+TEST_CASE("a layout with an embedding-only first and a loss-only last stage parses back", "[planner][export][pipeline]") {
+    // Llama 3 405B's pipeline (arXiv 2407.21783 Sec. 3.3.2): 126 layers on pp 16 x vpp 8, one layer
+    // per chunk, the first chunk holding only the embedding and the last only the loss.
+    ModelSpec m = gpt3();
+    m.layers = 126;
+    const PlanSpec q = planner::plan_from_megatron_args("--pipeline-model-parallel-size 16 --pipeline-model-parallel-layout \"E|(t|)*126L\"", 1024, "args");
+    REQUIRE(q.virtual_layer_split.size() == 128);
+    CHECK(q.vpp == 8);
+    CHECK(q.virtual_layer_split.front() == 0);
+    CHECK(q.virtual_layer_split[1] == 1);
+    CHECK(q.virtual_layer_split[126] == 1);
+    CHECK(q.virtual_layer_split.back() == 0);
+    CHECK(stage_layers(m, q).front() == 7);   // rank 0: chunks 0 (empty), 16, 32, ... 112
+    CHECK(stage_layers(m, q).back() == 7);    // rank 15: chunk 127 (empty)
+    CHECK(stage_layers(m, q)[1] == 8);
+    PlanSpec p = q;
+    p.tp = 8;
+    p.dp = 8;
+    p.global_batch = 1536;
+    CHECK(planner::plan_from_megatron_args(planner::export_megatron(m, p).text, 1024, "args").virtual_layer_split == q.virtual_layer_split);
+}
+
 TEST_CASE("Megatron export of node-limited routing and the DeepEP dispatcher", "[planner][export][moe]") {
     ModelSpec m = test::gpt_shape("grouped-moe", 4, 1024, 16, 1000, 512);
     m.moe = strata::test::moe_spec(16, 4, 512);

@@ -92,6 +92,40 @@ TEST_CASE("offload choices need the ZeRO stage that makes them possible", "[plan
     });
 }
 
+TEST_CASE("interleaving is offered where pp does not divide the micro-batches, in Megatron-Core's smallest group", "[planner][space]") {
+    // 40 sequences: on dp 4 at micro-batch 1, 10 micro-batches; pp 4 does not divide them, and
+    // Megatron-Core's rule takes groups of 5 (5 + 5); a pp that divides them gets the default.
+    const ModelSpec m = small_gpt();
+    const ClusterSpec c = two_nodes();
+    planner::SearchSpace s;
+    s.global_batch = 40;
+    s.search_offload = false;
+    int grouped = 0;
+    bool saw_pp4_m10 = false;
+    planner::enumerate_plans(m, c, s, [&](const PlanSpec& p) {
+        if (p.schedule != Schedule::interleaved_1f1b) {
+            CHECK(p.microbatch_group == 0);
+            return true;
+        }
+        REQUIRE_NOTHROW(validate_plan(m, c, p, "enumerated"));
+        const int micro = p.micro_batches();
+        if (micro % p.pp == 0) {
+            CHECK(p.microbatch_group == 0);
+        } else {
+            ++grouped;
+            CHECK(p.microbatch_group == smallest_microbatch_group(micro, p.pp));
+            CHECK(p.microbatch_group > p.pp);
+        }
+        if (p.pp == 4 && micro == 10) {
+            saw_pp4_m10 = true;
+            CHECK(p.microbatch_group == 5);
+        }
+        return true;
+    });
+    CHECK(grouped > 0);
+    CHECK(saw_pp4_m10);
+}
+
 TEST_CASE("MoE plans include MoE parallel folding, valid and with sequence parallelism", "[planner][space]") {
     const ModelSpec m = small_moe();
     const ClusterSpec c = two_nodes();

@@ -7,6 +7,7 @@
 #include "strata/sim/engine.hpp"
 #include "strata/sim/lower.hpp"
 #include "strata/sim/memory.hpp"
+#include "strata/sim/spec.hpp"
 #include "support/gpt.hpp"
 
 using namespace strata::sim;
@@ -284,6 +285,41 @@ TEST_CASE("engine GPU peak equals the memory model when a rank's chunks differ",
     }
 }
 
+TEST_CASE("a larger micro-batch group holds more; empty virtual stages run and match the memory model", "[lower][engine][memory]") {
+    // Layouts whose first and last virtual stages hold only the embedding or the loss (Llama 3's
+    // 405B pipeline, arXiv 2407.21783 Sec. 3.3.2) must lower, finish and hold what the memory
+    // model says; and one group of all micro-batches holds more than groups of pp + 1.
+    struct Case {
+        const char* what;
+        int layers, pp, vpp, gb, group;
+        std::vector<int> virtual_split;
+    };
+    const std::vector<Case> cases = {
+        {"pp 4, m 10 in groups of 5", 8, 4, 2, 10, 5, {}},
+        {"pp 4, m 10 in one group", 8, 4, 2, 10, 10, {}},
+        {"pp 2 x 4 chunks, embedding and loss alone", 6, 2, 4, 4, 0, {0, 1, 1, 1, 1, 1, 1, 0}},
+    };
+    double peak_group5 = 0, peak_group10 = 0;
+    for (const auto& c : cases) {
+        INFO(c.what);
+        PlanSpec p;
+        p.pp = c.pp;
+        p.vpp = c.vpp;
+        p.global_batch = c.gb;
+        p.microbatch_group = c.group;
+        p.schedule = Schedule::interleaved_1f1b;
+        p.virtual_layer_split = c.virtual_split;
+        const ModelSpec m = gpt(c.layers);
+        const SimResult r = run(lower(m, cluster(p.gpus()), p));
+        INFO(r.deadlock_detail);
+        REQUIRE_FALSE(r.deadlock);
+        check_peaks_match_model(m, p, r);
+        if (c.gb == 10) (c.group == 5 ? peak_group5 : peak_group10) = r.ranks[0].peak_bytes[0];
+    }
+    // One group of 10 runs (vpp - 1) x 5 more warm-up forwards on rank 0 than groups of 5.
+    CHECK(peak_group10 > peak_group5);
+}
+
 TEST_CASE("engine GPU peak equals the memory model when the head's transient sets it", "[lower][engine][memory]") {
     // A 64k vocabulary, 64 tokens of width 256: the logits (4M elements) and the head's weight
     // (16M) outweigh a layer's backward on the last stage. Hand counts from Megatron's
@@ -310,4 +346,31 @@ TEST_CASE("engine GPU peak equals the memory model when the head's transient set
                     if (d.name == "lm_head.logits") stash = d.bytes;
                 CHECK(stash == Approx((upcast ? 4 : 2) * logits));
             }
+}
+TEST_CASE("every valid micro-batch group runs and matches the memory model", "[lower][engine][memory]") {
+    // Megatron-Core's rule admits any group pp <= N <= m whose last group is empty or at least pp
+    // long. Each must finish in the engine (a rank's activation and gradient sends to a neighbour
+    // come in a different order than the neighbour takes them once N > pp, which one FIFO pair for
+    // both directions deadlocks on) and hold what the memory model's replay says.
+    int plans = 0;
+    for (int pp = 2; pp <= 5; ++pp)
+        for (int vpp = 2; vpp <= 3; ++vpp)
+            for (int micro = pp; micro <= 3 * pp; ++micro)
+                for (int group = pp; group <= micro; ++group) {
+                    if (!valid_microbatch_group(micro, pp, group)) continue;
+                    INFO("pp " << pp << " vpp " << vpp << " m " << micro << " group " << group);
+                    PlanSpec p;
+                    p.pp = pp;
+                    p.vpp = vpp;
+                    p.global_batch = micro;
+                    p.microbatch_group = group;
+                    p.schedule = Schedule::interleaved_1f1b;
+                    const ModelSpec m = gpt(pp * vpp);
+                    const SimResult r = run(lower(m, cluster(p.gpus()), p));
+                    INFO(r.deadlock_detail);
+                    REQUIRE_FALSE(r.deadlock);
+                    check_peaks_match_model(m, p, r);
+                    ++plans;
+                }
+    CHECK(plans == 134);
 }

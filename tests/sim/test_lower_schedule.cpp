@@ -7,6 +7,7 @@
 #include <set>
 
 #include "strata/sim/lower.hpp"
+#include "strata/sim/spec.hpp"
 
 using namespace strata::sim;
 
@@ -132,4 +133,48 @@ TEST_CASE("Interleaved with m == pp: Megatron-Core's warm-up, no all-forward spe
     // pp 2, vpp 3, m 2: rank 0 all six forwards first, rank 1 four then 1F1B.
     CHECK(leading_forwards(pipeline_schedule(Schedule::interleaved_1f1b, 2, 0, 2, 3)) == 6);
     CHECK(leading_forwards(pipeline_schedule(Schedule::interleaved_1f1b, 2, 1, 2, 3)) == 5);
+}
+
+TEST_CASE("Interleaved micro-batch groups follow Megatron-Core's schedule table", "[lower][schedule]") {
+    // Megatron-Core's own example (schedules.py, get_schedule_table): PP 2, N 3, M 5, VP 2 gives
+    //   micro-batch 0 1 2 0 1 2 3 4 3 4, chunk 0 0 0 1 1 1 0 0 1 1.
+    const int pp = 2, vpp = 2, m = 5, group = 3;
+    const int want_mb[] = {0, 1, 2, 0, 1, 2, 3, 4, 3, 4};
+    const int want_chunk[] = {0, 0, 0, 1, 1, 1, 0, 0, 1, 1};
+    for (int rank = 0; rank < pp; ++rank) {
+        INFO("rank " << rank);
+        const auto s = pipeline_schedule(Schedule::interleaved_1f1b, pp, rank, m, vpp, group);
+        check_complete(s, m, vpp);
+        std::vector<PipeSlot> fwd, bwd;
+        for (const auto& x : s) (x.forward ? fwd : bwd).push_back(x);
+        for (int k = 0; k < m * vpp; ++k) {
+            CHECK(fwd[static_cast<std::size_t>(k)] == PipeSlot{want_mb[k], want_chunk[k], true});
+            // The k-th backward: the same entry on the mirrored chunk.
+            CHECK(bwd[static_cast<std::size_t>(k)] == PipeSlot{want_mb[k], vpp - 1 - want_chunk[k], false});
+        }
+        // get_pp_rank_microbatches: (pp - rank - 1) * 2 + (vpp - 1) * N = 5 on rank 0, 3 on rank 1.
+        CHECK(leading_forwards(s) == (pp - rank - 1) * 2 + (vpp - 1) * group + 1);
+    }
+    // The default group is pp: the same slots as without a group.
+    for (int rank = 0; rank < 4; ++rank)
+        CHECK(pipeline_schedule(Schedule::interleaved_1f1b, 4, rank, 8, 3, 4) == pipeline_schedule(Schedule::interleaved_1f1b, 4, rank, 8, 3));
+    // A larger group holds more: warm-up grows by (vpp - 1) per extra micro-batch in the group.
+    const auto g4 = pipeline_schedule(Schedule::interleaved_1f1b, 4, 0, 8, 2, 4);
+    const auto g8 = pipeline_schedule(Schedule::interleaved_1f1b, 4, 0, 8, 2, 8);
+    CHECK(max_in_flight(g4) == 6 + 4 + 1);
+    CHECK(max_in_flight(g8) == 6 + 8 + 1);
+}
+
+TEST_CASE("Megatron-Core's rule for micro-batch groups", "[lower][schedule]") {
+    // pp <= N <= m, and the last group (m mod N) empty or at least pp.
+    CHECK(valid_microbatch_group(5, 2, 3));       // last group 2 >= pp 2
+    CHECK_FALSE(valid_microbatch_group(7, 4, 5)); // last group 2 < pp 4
+    CHECK_FALSE(valid_microbatch_group(8, 4, 3)); // smaller than pp
+    CHECK_FALSE(valid_microbatch_group(8, 4, 9)); // larger than m
+    CHECK(valid_microbatch_group(8, 4, 4));
+    CHECK(smallest_microbatch_group(8, 4) == 4);
+    CHECK(smallest_microbatch_group(10, 4) == 5);  // 10 = 5 + 5
+    CHECK(smallest_microbatch_group(7, 4) == 7);   // 4, 5 and 6 leave 3, 2, 1
+    CHECK(smallest_microbatch_group(14, 4) == 5);  // 5 + 5 + 4
+    CHECK(smallest_microbatch_group(3, 4) == 0);   // fewer micro-batches than stages
 }

@@ -92,6 +92,11 @@ TEST_CASE("In-flight micro-batches per schedule", "[memory]") {
     p.vpp = 2;
     CHECK(in_flight_microbatches(p, 0) == Approx(8.0 * (1 + 7.0 / 16)));
     CHECK(in_flight_microbatches(p, 7) == Approx(4.5));
+    // Megatron-Core's groups of 16: warm-up 2·(pp - 1 - stage) + (vpp - 1)·16 chunks, one more at
+    // the first backward: stage 0 (14 + 16 + 1) / 2 = 15.5, the last (16 + 1) / 2 = 8.5.
+    p.microbatch_group = 16;
+    CHECK(in_flight_microbatches(p, 0) == Approx(15.5));
+    CHECK(in_flight_microbatches(p, 7) == Approx(8.5));
 }
 
 TEST_CASE("GPT-3 175B on 1024 A100-80GB: states and activations", "[memory]") {

@@ -136,6 +136,26 @@ TEST_CASE("validate_plan: interleaved schedule", "[spec][errors]") {
     expect_error([] { validate(model(), plan(R"({"pp": 2, "vpp": 2, "global_batch": 3, "schedule": "interleaved-1f1b"})")); },
                  "p.json", "plan.global_batch", "gives 3 micro-batches, not divisible by plan.pp = 2");
     CHECK_NOTHROW(validate(model(), plan(R"({"pp": 2, "vpp": 2, "global_batch": 4, "schedule": "interleaved-1f1b"})")));
+    // The message names the group that would admit it: 3 micro-batches in one group of 3.
+    expect_error([] { validate(model(), plan(R"({"pp": 2, "vpp": 2, "global_batch": 3, "schedule": "interleaved-1f1b"})")); },
+                 "p.json", "plan.global_batch", "plan.microbatch_group = 3 would admit it");
+}
+
+TEST_CASE("validate_plan: micro-batch groups of the interleaved schedule", "[spec][errors]") {
+    // Megatron-Core (schedules.py): pp <= N <= m, and m mod N is 0 or at least pp.
+    const std::string il = R"("pp": 2, "vpp": 2, "schedule": "interleaved-1f1b", )";
+    CHECK_NOTHROW(validate(model(), plan("{" + il + R"("global_batch": 5, "microbatch_group": 3})")));   // 3 + 2
+    CHECK_NOTHROW(validate(model(), plan("{" + il + R"("global_batch": 5, "microbatch_group": 5})")));   // one group
+    expect_error([&] { validate(model(), plan("{" + il + R"("global_batch": 7, "microbatch_group": 3})")); }, "p.json",
+                 "plan.microbatch_group", "= 3 leaves a last group of 1 of the 7 micro-batches; it must be 0 or at least plan.pp = 2");
+    expect_error([&] { validate(model(), plan("{" + il + R"("global_batch": 8, "microbatch_group": 9})")); }, "p.json",
+                 "plan.microbatch_group", "= 9 must lie in [plan.pp, micro-batches] = [2, 8]");
+    expect_error([] { validate(model(), plan(R"({"pp": 4, "vpp": 2, "schedule": "interleaved-1f1b", "global_batch": 8, "microbatch_group": 3})")); },
+                 "p.json", "plan.microbatch_group", "= 3 must lie in [plan.pp, micro-batches] = [4, 8]");
+    expect_error([] { validate(model(), plan(R"({"pp": 2, "global_batch": 8, "microbatch_group": 2})")); }, "p.json",
+                 "plan.microbatch_group", "= 2 needs plan.schedule = interleaved-1f1b (got 1f1b)");
+    CHECK_THROWS_WITH(plan(R"({"global_batch": 8, "microbatch_group": 0})"), Catch::Contains("plan.microbatch_group"));
+    CHECK_THROWS_WITH(plan(R"({"global_batch": 8, "microbatch_group": "4"})"), Catch::Contains("plan.microbatch_group"));
 }
 
 TEST_CASE("validate_plan: context and sequence parallelism", "[spec][errors]") {

@@ -117,6 +117,7 @@ void same(const PlanSpec& a, const PlanSpec& b) {
     CHECK(a.fp32_grads == b.fp32_grads);
     CHECK(a.grad_accum_fusion == b.grad_accum_fusion);
     CHECK(a.loss_upcast == b.loss_upcast);
+    CHECK(a.microbatch_group == b.microbatch_group);
     CHECK(a.tp_comm_overlap == b.tp_comm_overlap);
     CHECK(a.p2p_blocking == b.p2p_blocking);
     CHECK(a.p2p_scatter_gather == b.p2p_scatter_gather);
@@ -301,6 +302,17 @@ TEST_CASE("a loss that keeps the logits in their dtype round-trips; upcasting is
     } catch (const strata::InputError& e) {
         CHECK(e.path() == "plan.loss_upcast");
     }
+}
+
+TEST_CASE("an interleaved micro-batch group round-trips; pp is the default", "[spec][io]") {
+    const PlanSpec d = plan_from_json_text(R"({"pp": 4, "global_batch": 4})", "p.json");
+    CHECK(d.microbatch_group == 0);
+    CHECK(d.vpp_group() == 4);
+    CHECK(to_json_text(d).find("microbatch_group") == std::string::npos);
+    const PlanSpec g = plan_from_json_text(R"({"pp": 4, "vpp": 2, "schedule": "interleaved-1f1b", "global_batch": 10, "microbatch_group": 5})", "p.json");
+    CHECK(g.vpp_group() == 5);
+    CHECK(to_json_text(g).find("\"microbatch_group\": 5") != std::string::npos);
+    same(g, plan_from_json_text(to_json_text(g), "rt.json"));
 }
 
 TEST_CASE("unfused gradient accumulation round-trips; fused is the default", "[spec][io]") {

@@ -124,8 +124,8 @@ FidelityRow run_fidelity_entry(const FidelityEntry& e, const ViewResolver& views
             case Stream::dp_comm: c = 4; break;
             case Stream::pp_p2p:
             case Stream::pp_recv:
-            case Stream::pp_p2p_up:
-            case Stream::pp_recv_up: c = 5; break;
+            case Stream::pp_p2p_b:
+            case Stream::pp_recv_b: c = 5; break;
             default: break;  // copies: not calibrated
         }
         if (c < 0) continue;

@@ -151,7 +151,7 @@ RankLowering::RankLowering(const ModelSpec& m, const ClusterSpec& cl, const Plan
         for (int u = 0; u < v; ++u) chunk_start_[static_cast<std::size_t>(c)] += vsize[static_cast<std::size_t>(u)];
         chunk_count_[static_cast<std::size_t>(c)] = vsize[static_cast<std::size_t>(v)];
     }
-    schedule_ = pipeline_schedule(p.schedule, pp_, stage_, micro_, vpp_);
+    schedule_ = pipeline_schedule(p.schedule, pp_, stage_, micro_, vpp_, p.vpp_group());
     last_bwd_mb_.assign(static_cast<std::size_t>(vpp_), 0);
     first_bwd_mb_.assign(static_cast<std::size_t>(vpp_), -1);
     for (const PipeSlot& sl : schedule_)

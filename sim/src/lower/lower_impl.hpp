@@ -167,9 +167,18 @@ private:
     void step(int s);
     void forward_pass(int mb, int chunk);
     void backward_pass(int mb, int chunk);
-    /// Pipeline streams of a chunk: DualPipeV's up leg has its own pair.
-    Stream send_stream(int chunk) const { return p_.schedule == Schedule::dualpipe_v && chunk == 1 ? Stream::pp_p2p_up : Stream::pp_p2p; }
-    Stream recv_stream(int chunk) const { return p_.schedule == Schedule::dualpipe_v && chunk == 1 ? Stream::pp_recv_up : Stream::pp_recv; }
+    /// Pipeline streams of a chunk's forward or backward pass: DualPipeV's up leg has its own pair;
+    /// the other schedules put the gradients (the backward direction) on the second pair, as
+    /// Megatron posts the two directions as separate operations (to different peers when pp > 2),
+    /// so a gradient never queues behind an activation the peer will take later (interleaving with
+    /// micro-batch groups larger than pp orders the two differently on the two ends). DeepSpeed's
+    /// blocking p2p keeps one pair: it runs every transfer in line with compute.
+    bool second_pair(int chunk, bool forward) const {
+        if (p_.schedule == Schedule::dualpipe_v) return chunk == 1;
+        return !forward && !p_.p2p_blocking;
+    }
+    Stream send_stream(int chunk, bool forward) const { return second_pair(chunk, forward) ? Stream::pp_p2p_b : Stream::pp_p2p; }
+    Stream recv_stream(int chunk, bool forward) const { return second_pair(chunk, forward) ? Stream::pp_recv_b : Stream::pp_recv; }
     void head_forward();        ///< final norm, vocab-parallel logits, cross-entropy
     void head_backward();
     void mtp_forward();         ///< one multi-token prediction module (model.mtp_depth), last stage

@@ -134,11 +134,11 @@ void RankLowering::forward_pass(int mb, int chunk) {
     if (v > 0) {
         if (prev != stage_) {
             post_blocking_recv();
-            Instr& in = push(InstrKind::recv, recv_stream(chunk), n_.pp_act);
+            Instr& in = push(InstrKind::recv, recv_stream(chunk, true), n_.pp_act);
             in.bytes = p2p_wire_bytes(p2p_bytes);
             in.peer = program_of_stage(prev);
             in.match_id = p2p_match(mb_, v - 1, true, lane);
-            wait(Stream::compute, record(recv_stream(chunk)));
+            wait(Stream::compute, record(recv_stream(chunk, true)));
             gather_received(p2p_bytes);
         }
     } else {
@@ -181,8 +181,8 @@ void RankLowering::forward_pass(int mb, int chunk) {
         head_forward();
         for (int k = 0; k < m_.mtp_depth; ++k) mtp_forward();
     } else if (next != stage_) {
-        wait(send_stream(chunk), record(Stream::compute));
-        Instr& in = push(InstrKind::send, send_stream(chunk), n_.pp_act);
+        wait(send_stream(chunk, true), record(Stream::compute));
+        Instr& in = push(InstrKind::send, send_stream(chunk, true), n_.pp_act);
         in.bytes = p2p_wire_bytes(p2p_bytes);
         in.peer = program_of_stage(next);
         in.match_id = p2p_match(mb_, v, true, lane);
@@ -273,11 +273,11 @@ void RankLowering::backward_pass(int mb, int chunk) {
     if (v < vlast) {
         if (next != stage_) {
             post_blocking_recv();
-            Instr& in = push(InstrKind::recv, recv_stream(chunk), n_.pp_grad);
+            Instr& in = push(InstrKind::recv, recv_stream(chunk, false), n_.pp_grad);
             in.bytes = p2p_wire_bytes(p2p_bytes);
             in.peer = program_of_stage(next);
             in.match_id = p2p_match(mb_, v + 1, false, lane);
-            wait(Stream::compute, record(recv_stream(chunk)));
+            wait(Stream::compute, record(recv_stream(chunk, false)));
             gather_received(p2p_bytes);
         }
     } else {
@@ -341,8 +341,8 @@ void RankLowering::backward_pass(int mb, int chunk) {
         accumulate_grads(embedding_params_rank(m_, p_), 0);
         if (bucketed) grads_ready(embedding_params_rank(m_, p_) * p_.grad_bytes(), 0, false);
     } else if (prev != stage_) {
-        wait(send_stream(chunk), record(Stream::compute));
-        Instr& in = push(InstrKind::send, send_stream(chunk), n_.pp_grad);
+        wait(send_stream(chunk, false), record(Stream::compute));
+        Instr& in = push(InstrKind::send, send_stream(chunk, false), n_.pp_grad);
         in.bytes = p2p_wire_bytes(p2p_bytes);
         in.peer = program_of_stage(prev);
         in.match_id = p2p_match(mb_, v, false, lane);
@@ -424,7 +424,9 @@ Program lower(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, const
     using namespace lower_detail;
     STRATA_ASSERT(p.tp >= 1 && p.pp >= 1 && p.dp >= 1 && p.cp >= 1 && p.ep >= 1 && p.vpp >= 1, "lower: bad plan degrees");
     STRATA_ASSERT(p.micro_batches() >= 1, "lower: global_batch smaller than micro_batch * dp");
-    STRATA_ASSERT(m.layers >= p.pp * p.vpp, "lower: fewer layers than virtual pipeline stages");
+    // A hand-laid split may leave a virtual stage empty (Megatron-Core's layouts give the embedding
+    // or the loss a chunk of their own); every rank still holds a layer (validated).
+    STRATA_ASSERT(m.layers >= p.pp, "lower: fewer layers than pipeline stages");
     STRATA_ASSERT(m.layers <= std::numeric_limits<std::int16_t>::max(), "lower: more layers than Instr::layer holds");
     Program prog;
     prog.full_mode = o.full_mode;

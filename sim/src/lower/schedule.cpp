@@ -35,32 +35,42 @@ std::vector<PipeSlot> one_f_one_b(int pp, int stage, int m) {
     return out;
 }
 
-// Megatron's get_model_chunk_id / microbatch id for the k-th forward (or backward) of the
-// interleaved schedule: micro-batches go in groups of pp through chunk 0, then the same group
-// through chunk 1, ...; backward walks the chunks in reverse.
-PipeSlot interleaved_slot(int k, int pp, int vpp, bool forward) {
-    const int in_group = k % (pp * vpp);
-    int chunk = in_group / pp;
-    if (!forward) chunk = vpp - 1 - chunk;
-    const int mb = (k / (pp * vpp)) * pp + k % pp;
-    return {mb, chunk, forward};
+// Megatron-Core's get_schedule_table: micro-batches go through chunk 0 in groups of `group`, then
+// the same group through chunk 1, ...; the last group takes whatever is left (m mod group, or a
+// whole group). The k-th backward runs the k-th entry's micro-batch on the mirrored chunk.
+std::vector<PipeSlot> interleaved_table(int m, int vpp, int group) {
+    std::vector<PipeSlot> t;
+    t.reserve(static_cast<std::size_t>(m * vpp));
+    for (int first = 0; first < m; first += group) {
+        const int end = first + group >= m ? m : first + group;
+        for (int c = 0; c < vpp; ++c)
+            for (int mb = first; mb < end; ++mb) t.push_back({mb, c, true});
+        if (end == m) break;
+    }
+    return t;
 }
 
-std::vector<PipeSlot> interleaved(int pp, int stage, int m, int vpp) {
+std::vector<PipeSlot> interleaved(int pp, int stage, int m, int vpp, int group) {
+    const std::vector<PipeSlot> table = interleaved_table(m, vpp, group);
     const int total = m * vpp;
     // Megatron-Core's get_pp_rank_microbatches. Megatron's older schedule ran every forward first
     // whenever m == pp; the current one has no such case, so with m == pp the later ranks still
     // reach 1F1B (the last after (vpp - 1)·pp forwards, holding one micro-batch's logits).
-    const int warmup = std::min((pp - stage - 1) * 2 + (vpp - 1) * pp, total);
+    const int warmup = std::min((pp - stage - 1) * 2 + (vpp - 1) * group, total);
     const int steady = total - warmup;
+    const auto fwd = [&](int k) { return table[static_cast<std::size_t>(k)]; };
+    const auto bwd = [&](int k) {
+        const PipeSlot& e = table[static_cast<std::size_t>(k)];
+        return PipeSlot{e.microbatch, vpp - 1 - e.chunk, false};
+    };
     std::vector<PipeSlot> out;
     out.reserve(static_cast<std::size_t>(2 * total));
-    for (int k = 0; k < warmup; ++k) out.push_back(interleaved_slot(k, pp, vpp, true));
+    for (int k = 0; k < warmup; ++k) out.push_back(fwd(k));
     for (int k = 0; k < steady; ++k) {
-        out.push_back(interleaved_slot(warmup + k, pp, vpp, true));
-        out.push_back(interleaved_slot(k, pp, vpp, false));
+        out.push_back(fwd(warmup + k));
+        out.push_back(bwd(k));
     }
-    for (int k = steady; k < total; ++k) out.push_back(interleaved_slot(k, pp, vpp, false));
+    for (int k = steady; k < total; ++k) out.push_back(bwd(k));
     return out;
 }
 
@@ -86,7 +96,7 @@ std::vector<PipeSlot> dualpipe_v(int pp, int r, int m) {
 
 }  // namespace
 
-std::vector<PipeSlot> pipeline_schedule(Schedule s, int pp, int stage, int micro_batches, int vpp) {
+std::vector<PipeSlot> pipeline_schedule(Schedule s, int pp, int stage, int micro_batches, int vpp, int group) {
     STRATA_ASSERT(pp >= 1 && stage >= 0 && stage < pp && micro_batches >= 1 && vpp >= 1,
                   "pipeline_schedule: bad arguments");
     if (s == Schedule::gpipe) return gpipe(micro_batches, vpp);
@@ -95,8 +105,10 @@ std::vector<PipeSlot> pipeline_schedule(Schedule s, int pp, int stage, int micro
         return dualpipe_v(pp, stage, micro_batches);
     }
     if (vpp > 1) {  // 1F1B with virtual stages is Megatron's interleaved schedule
-        STRATA_ASSERT(micro_batches % pp == 0, "interleaved 1F1B needs micro_batches % pp == 0");
-        return interleaved(pp, stage, micro_batches, vpp);
+        if (group <= 0) group = pp;
+        STRATA_ASSERT(valid_microbatch_group(micro_batches, pp, group),
+                      "interleaved 1F1B needs pp <= group <= micro_batches and a last group of 0 or >= pp");
+        return interleaved(pp, stage, micro_batches, vpp, group);
     }
     return one_f_one_b(pp, stage, micro_batches);
 }

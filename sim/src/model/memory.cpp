@@ -26,12 +26,13 @@ double in_flight_microbatches(const PlanSpec& p, int stage) {
         case Schedule::one_f_one_b:
             return std::min(static_cast<double>(p.pp - stage), m);  // warm-up (pp - stage - 1) + 1
         case Schedule::interleaved_1f1b: {
-            // Megatron's interleaved schedule: warm-up = 2·(pp - stage - 1) + (vpp - 1)·pp
-            // micro-batch chunks, one more in flight at the first backward, each chunk 1/vpp of the
-            // stage's layers. Stage 0: pp·(1 + (pp - 1)/(pp·vpp)) micro-batches (Korthikanti §4.2.3).
+            // Megatron's interleaved schedule: warm-up = 2·(pp - stage - 1) + (vpp - 1)·group
+            // micro-batch chunks (group = pp by default), one more in flight at the first backward,
+            // each chunk 1/vpp of the stage's layers. Stage 0 with group pp: pp·(1 + (pp - 1)/(pp·vpp))
+            // micro-batches (Korthikanti §4.2.3).
             const int vpp = std::max(1, p.vpp);
             const double total_chunks = m * vpp;
-            const double warmup = 2.0 * (p.pp - stage - 1) + static_cast<double>(vpp - 1) * p.pp;
+            const double warmup = 2.0 * (p.pp - stage - 1) + static_cast<double>(vpp - 1) * p.vpp_group();
             return std::min(warmup + 1.0, total_chunks) / vpp;
         }
         case Schedule::dualpipe_v:
@@ -97,7 +98,7 @@ HeldStates held_states(const PlanSpec& p, int stage) {
         });
         out.push_back(held);
     };
-    for (const PipeSlot& s : pipeline_schedule(p.schedule, p.pp, stage, std::max(1, p.micro_batches()), std::max(1, p.vpp))) {
+    for (const PipeSlot& s : pipeline_schedule(p.schedule, p.pp, stage, std::max(1, p.micro_batches()), std::max(1, p.vpp), p.vpp_group())) {
         if (s.forward) {
             ++held[static_cast<std::size_t>(s.chunk)];
             rising = true;

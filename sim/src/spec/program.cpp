@@ -8,7 +8,7 @@
 namespace strata::sim {
 
 const char* to_string(Stream s) {
-    static const char* names[] = {"compute", "tp-comm", "cp-comm", "ep-comm", "dp-comm", "pp-p2p", "h2d", "d2h", "ssd", "cpu", "pp-recv", "pp-p2p-up", "pp-recv-up"};
+    static const char* names[] = {"compute", "tp-comm", "cp-comm", "ep-comm", "dp-comm", "pp-p2p", "h2d", "d2h", "ssd", "cpu", "pp-recv", "pp-p2p-b", "pp-recv-b"};
     auto i = static_cast<int>(s);
     return i >= 0 && i < kStreamCount ? names[i] : "?";
 }

@@ -212,6 +212,18 @@ std::vector<int> stage_layer_ids(const ModelSpec& m, const PlanSpec& p, int stag
     return ids;
 }
 
+bool valid_microbatch_group(int micro_batches, int pp, int group) {
+    if (group < pp || group > micro_batches) return false;
+    const int last = micro_batches % group;
+    return last == 0 || last >= pp;
+}
+
+int smallest_microbatch_group(int micro_batches, int pp) {
+    for (int g = pp; g <= micro_batches; ++g)
+        if (valid_microbatch_group(micro_batches, pp, g)) return g;
+    return 0;
+}
+
 std::vector<int> stage_layers(const ModelSpec& m, const PlanSpec& p) {
     if (!p.layer_split.empty()) return p.layer_split;
     if (p.schedule == Schedule::dualpipe_v || !p.virtual_layer_split.empty()) {

@@ -280,6 +280,7 @@ PlanSpec read_plan(const json& j, const std::string& file, const std::string& pa
     p.ep = pos_int_or(r, "ep", 1);
     p.expert_tp = r.has("expert_tp") ? pos_int(r, "expert_tp") : (r.get("expert_tp"), 0);
     p.vpp = pos_int_or(r, "vpp", 1);
+    p.microbatch_group = r.has("microbatch_group") ? pos_int(r, "microbatch_group") : (r.get("microbatch_group"), 0);
     p.micro_batch = pos_int_or(r, "micro_batch", 1);
     p.global_batch = pos_int(r, "global_batch");
     p.sequence_parallel = r.boolean_or("sequence_parallel", false);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "strata/common/error.hpp"
@@ -124,10 +125,26 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
                                      " layers of pipeline stage " + s(st) + " (every virtual stage needs a layer)");
             }
         // Megatron-LM: "number of microbatches must be divisible by pipeline-model-parallel-size
-        // when using interleaved schedule".
-        if (p.schedule == Schedule::interleaved_1f1b && micro_batches % p.pp != 0)
+        // when using interleaved schedule" with the default group of pp; Megatron-Core's groups
+        // (schedules.py, forward_backward_pipelining_with_interleaving) relax it.
+        if (p.schedule == Schedule::interleaved_1f1b && p.microbatch_group == 0 && micro_batches % p.pp != 0) {
+            const int g = micro_batches <= std::numeric_limits<int>::max() ? smallest_microbatch_group(static_cast<int>(micro_batches), p.pp) : 0;
             fail("plan.global_batch", "gives " + s(micro_batches) + " micro-batches, not divisible by plan.pp = " + s(p.pp) +
-                                          " (required by the interleaved schedule)");
+                                          " (required by the interleaved schedule with its default micro-batch group of pp" +
+                                          (g > 0 ? "; plan.microbatch_group = " + s(g) + " would admit it)" : ")"));
+        }
+    }
+    if (p.microbatch_group > 0) {
+        if (p.schedule != Schedule::interleaved_1f1b)
+            fail("plan.microbatch_group", "= " + s(p.microbatch_group) + " needs plan.schedule = interleaved-1f1b (got " + to_string(p.schedule) + ")");
+        if (p.microbatch_group < p.pp || p.microbatch_group > micro_batches)
+            fail("plan.microbatch_group", "= " + s(p.microbatch_group) + " must lie in [plan.pp, micro-batches] = [" + s(p.pp) + ", " +
+                                              s(micro_batches) + "] (Megatron-Core)");
+        const i64 last = micro_batches % p.microbatch_group;
+        if (last != 0 && last < p.pp)
+            fail("plan.microbatch_group", "= " + s(p.microbatch_group) + " leaves a last group of " + s(last) + " of the " + s(micro_batches) +
+                                              " micro-batches; it must be 0 or at least plan.pp = " + s(p.pp) +
+                                              " (Megatron-Core: a shorter group stalls the pipeline)");
     }
 
     // Context parallelism: load-balanced causal CP cuts the sequence into 2*cp chunks.

@@ -109,6 +109,7 @@ ojson plan_json(const PlanSpec& p) {
     j["ep"] = p.ep;
     if (p.expert_tp > 0) j["expert_tp"] = p.expert_tp;
     j["vpp"] = p.vpp;
+    if (p.microbatch_group > 0) j["microbatch_group"] = p.microbatch_group;
     j["micro_batch"] = p.micro_batch;
     j["global_batch"] = p.global_batch;
     j["sequence_parallel"] = p.sequence_parallel;

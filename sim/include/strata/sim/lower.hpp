@@ -37,10 +37,11 @@ struct PipeSlot {
 /// The ordered slots pipeline rank `stage` (0..pp-1) runs in one step with `micro_batches`
 /// micro-batches and `vpp` chunks per rank. GPipe: all forwards, then all backwards. 1F1B
 /// (Megatron, non-interleaved): min(pp-stage-1, m) warm-up forwards, steady 1F+1B, cool-down.
-/// Interleaved 1F1B (Megatron): warm-up (pp-stage-1)*2 + (vpp-1)*pp (capped at m*vpp; no all-forward case for m == pp), chunk of
-/// the k-th forward = (k / pp) % vpp; needs m % pp == 0. Each (mb, chunk) appears once forward and
-/// once backward, forward first.
-std::vector<PipeSlot> pipeline_schedule(Schedule s, int pp, int stage, int micro_batches, int vpp);
+/// Interleaved 1F1B (Megatron-Core): micro-batches pass each chunk in groups of `group` (0 = pp;
+/// the last group takes the rest), warm-up (pp-stage-1)*2 + (vpp-1)*group capped at m*vpp (no
+/// all-forward case for m == pp); needs valid_microbatch_group(m, pp, group). Each (mb, chunk)
+/// appears once forward and once backward, forward first.
+std::vector<PipeSlot> pipeline_schedule(Schedule s, int pp, int stage, int micro_batches, int vpp, int group = 0);
 
 /// Lower one training step (or LowerOptions::steps of them). Conventions of the result:
 /// - Instr::microbatch = step * micro_batches + mb; Instr::chunk = virtual stage of the rank.

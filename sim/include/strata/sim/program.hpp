@@ -18,9 +18,11 @@ namespace strata::sim {
 
 /// pp_p2p carries pipeline sends, pp_recv the matching receives (posted in consumption order on
 /// their own stream, so that rendezvous send/recv pairs never block each other; lower.hpp).
-/// pp_p2p_up / pp_recv_up: DualPipeV's up leg (chunk 1), which sends the other way; its own pair
-/// keeps the two legs' rendezvous from queueing behind each other (DualPipe batches them).
-enum class Stream : std::uint8_t { compute, tp_comm, cp_comm, ep_comm, dp_comm, pp_p2p, h2d, d2h, ssd, cpu, pp_recv, pp_p2p_up, pp_recv_up, count };
+/// pp_p2p_b / pp_recv_b: a second pair, for DualPipeV's up leg (chunk 1, which sends the other
+/// way) or, in the other schedules, the gradients of the backward pass; it keeps the two
+/// directions' rendezvous from queueing behind each other (DualPipe batches them; Megatron posts
+/// them as separate operations).
+enum class Stream : std::uint8_t { compute, tp_comm, cp_comm, ep_comm, dp_comm, pp_p2p, h2d, d2h, ssd, cpu, pp_recv, pp_p2p_b, pp_recv_b, count };
 constexpr int kStreamCount = static_cast<int>(Stream::count);
 const char* to_string(Stream);
 

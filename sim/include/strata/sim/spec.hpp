@@ -158,6 +158,12 @@ struct PlanSpec {
     /// edp. 0 = tp (Megatron's default: experts split like the dense MLP, EP carved out of dp x cp).
     int expert_tp = 0;
     int vpp = 1;                          ///< virtual stages per pipeline rank (interleaving)
+    /// Interleaved 1F1B: micro-batches that pass through one chunk before the next chunk takes them
+    /// (Megatron-Core's --microbatch-group-size-per-virtual-pipeline-stage). 0 = pp, the SC21
+    /// depth-first schedule; larger groups admit micro-batch counts that pp does not divide.
+    int microbatch_group = 0;
+    /// The group size in effect: microbatch_group, or pp when unset.
+    int vpp_group() const { return microbatch_group > 0 ? microbatch_group : pp; }
     int micro_batch = 1;                  ///< sequences per micro-batch
     int global_batch = 1;                 ///< sequences per optimizer step
     bool sequence_parallel = false;
@@ -261,6 +267,14 @@ int rank_of_virtual_stage(const PlanSpec& p, int v);
 int head_stage(const PlanSpec& p);
 /// Layer indices (model order) one rank of `stage` holds, chunk by chunk.
 std::vector<int> stage_layer_ids(const ModelSpec& m, const PlanSpec& p, int stage);
+
+/// Megatron-Core's rule for the interleaved schedule's micro-batch groups: pp <= group <= m, and the
+/// last group (m mod group micro-batches) empty or at least pp long, so no rank waits on a
+/// dependency it cannot meet.
+bool valid_microbatch_group(int micro_batches, int pp, int group);
+/// The smallest valid group for m micro-batches on pp stages (pp itself when pp divides m; m when
+/// nothing smaller works); 0 when m < pp, which interleaving cannot run.
+int smallest_microbatch_group(int micro_batches, int pp);
 
 /// Layers of each pipeline stage (uneven split honoured; with virtual stages laid out by hand or
 /// under DualPipeV, the sum of each rank's virtual stages; else as even as possible, remainder to
