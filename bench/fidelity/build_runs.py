@@ -49,7 +49,7 @@ def check(e):
             errs.append("global_batch % (micro_batch*dp) != 0 and no note says so")
     if p["ep"] > 1 and (p["tp"] * p["dp"] * p["cp"]) % p["ep"]:
         errs.append(f"ep {p['ep']} does not divide tp*dp*cp")
-    if (p["vpp"] > 1) != (p["schedule"] in ("interleaved-1f1b", "dualpipev")) and not e["id"].startswith("llama3-405b"):
+    if (p["vpp"] > 1) != (p["schedule"] in ("interleaved-1f1b", "dualpipev")):
         errs.append("vpp > 1 must go with the interleaved schedule or DualPipeV")
     if p["schedule"] not in SCHEDULES or p["recompute"] not in RECOMPUTE:
         errs.append("bad schedule/recompute")
