@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <iostream>
 #include <sstream>
+#include <string>
 
 #include "cli.hpp"
 #include "progress.hpp"
@@ -41,11 +42,12 @@ std::string offload_label(const sim::PlanSpec& p) {
     return s.empty() ? "-" : s;
 }
 
-const char* sched_label(const sim::PlanSpec& p) {
+std::string sched_label(const sim::PlanSpec& p) {
     switch (p.schedule) {
         case sim::Schedule::gpipe: return "gpipe";
         case sim::Schedule::one_f_one_b: return "1f1b";
-        case sim::Schedule::interleaved_1f1b: return "interl";
+        case sim::Schedule::interleaved_1f1b:  // a micro-batch group other than pp is shown: il/g5
+            return p.microbatch_group > 0 && p.microbatch_group != p.pp ? "il/g" + std::to_string(p.microbatch_group) : "interl";
         case sim::Schedule::dualpipe_v: return "dpv";
     }
     return "?";
@@ -69,7 +71,7 @@ void print_table(const planner::SearchResult& r, int top, std::ostream& out) {
         const std::string etp = p.ep > 1 || p.expert_tp > 0 ? std::to_string(p.etp()) : "-";  // experts only
         const char* a2a = p.ep < 2 ? "-" : p.moe_dispatcher == sim::MoeDispatcher::deepep ? "deepep" : "flat";
         std::snprintf(line, sizeof line, "%4d %3d %3d %4d %3d %3d %3s %-6s %3d %3d %-6s %4d %-9s %2s %-14s %9s %11.0f %5.1f%% %9s  %s\n", shown + 1, p.tp, p.pp,
-                      p.dp, p.cp, p.ep, etp.c_str(), a2a, p.vpp, p.micro_batch, sched_label(p), p.zero_stage, sim::to_string(p.recompute),
+                      p.dp, p.cp, p.ep, etp.c_str(), a2a, p.vpp, p.micro_batch, sched_label(p).c_str(), p.zero_stage, sim::to_string(p.recompute),
                       p.sequence_parallel ? "y" : "n", offload_label(p).c_str(), human_seconds(step).c_str(), tps, 100 * mfu,
                       human_bytes(hbm).c_str(), note.c_str());
         out << line;

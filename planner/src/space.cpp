@@ -133,6 +133,9 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                         }
                         for (auto [sched, vpp] : scheds) {
                             if (stop) break;
+                            // Interleaving: groups of pp micro-batches, or Megatron-Core's smallest
+                            // larger group when pp does not divide them (0: none, m < pp).
+                            const int group = sched == Schedule::interleaved_1f1b ? smallest_microbatch_group(micro, pp) : 0;
                             for (int sp = (tp > 1 ? 1 : 0); sp >= 0 && !stop; --sp) {
                                 if (sp == 0 && tp > 1 && !s.search_sequence_parallel) continue;
                                 if (sp == 0 && etp > 0) continue;  // folding needs SP (Megatron)
@@ -143,10 +146,7 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                                         for (const auto& off : offloads) {
                                             ++k.considered;
                                             bool ok = true;
-                                            // Interleaving: groups of pp micro-batches, or Megatron-Core's
-                                            // smallest larger group when pp does not divide them.
-                                            const int group = sched != Schedule::interleaved_1f1b || micro % pp == 0 ? 0 : smallest_microbatch_group(micro, pp);
-                                            if (sched == Schedule::interleaved_1f1b && micro % pp != 0 && group == 0) ok = false;
+                                            if (sched == Schedule::interleaved_1f1b && group == 0) ok = false;
                                             if (zero == 3 && pp > 1) ok = false;          // DeepSpeed: no ZeRO-3 with PP
                                             if (dp * cp == 1 && zero > 0) ok = false;     // nothing to shard over
                                             if (sp == 1 && (m.seq_len / cp) % tp != 0) ok = false;  // SP splits the sequence over tp
@@ -164,7 +164,7 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                                             p.expert_tp = etp;
                                             p.moe_dispatcher = disp;
                                             p.vpp = vpp;
-                                            p.microbatch_group = group;
+                                            p.microbatch_group = group == pp ? 0 : group;  // pp is the default
                                             p.micro_batch = mb;
                                             p.global_batch = gbs;
                                             p.sequence_parallel = sp == 1;

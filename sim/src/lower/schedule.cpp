@@ -42,10 +42,9 @@ std::vector<PipeSlot> interleaved_table(int m, int vpp, int group) {
     std::vector<PipeSlot> t;
     t.reserve(static_cast<std::size_t>(m * vpp));
     for (int first = 0; first < m; first += group) {
-        const int end = first + group >= m ? m : first + group;
+        const int end = std::min(first + group, m);
         for (int c = 0; c < vpp; ++c)
             for (int mb = first; mb < end; ++mb) t.push_back({mb, c, true});
-        if (end == m) break;
     }
     return t;
 }
