@@ -121,9 +121,12 @@ void run_fidelity(const FidelityArgs& a) {
         // Fit on train only: one set over every train entry ("*", for GPUs without their own set),
         // then one per architecture family with at least kMinGroup compared train entries.
         constexpr int kMinGroup = 5;
-        // Memory-only entries publish no rate or time: they cannot inform a cost factor.
+        // Memory-only entries publish no rate or time: they cannot inform a cost factor; nor can a
+        // figure its publisher reports as a regression of its software.
         std::vector<sim::FidelityEntry> train = sim::select_split(all, "train");
-        train.erase(std::remove_if(train.begin(), train.end(), [](const sim::FidelityEntry& e) { return e.memory_only; }), train.end());
+        train.erase(std::remove_if(train.begin(), train.end(),
+                                   [](const sim::FidelityEntry& e) { return e.memory_only || !e.publisher_regression.empty(); }),
+                    train.end());
         std::map<std::string, std::vector<sim::FidelityEntry>> by_arch;
         for (const sim::FidelityEntry& e : train) {
             if (!e.skipped.empty()) continue;

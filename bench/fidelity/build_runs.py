@@ -74,6 +74,15 @@ def check(e):
         errs.append(f"parameter count {mpt_param_count(m)} != published {e['_num_params']}")
     if "mfu" in meas and "hfu" in meas and meas["hfu"] + 1e-9 < meas["mfu"]:
         errs.append("hfu < mfu")
+    reg = e.get("publisher_regression")
+    if reg is not None:
+        # Only the publisher's own report of a regression of its software, with its address
+        # (docs/fidelity-dataset.md, "Not scored"); never Strata's error.
+        if not (isinstance(reg, dict) and str(reg.get("source", "")).startswith("https://")
+                and reg.get("statement")):
+            errs.append("publisher_regression needs a source (https address) and a statement")
+        if meas.get("outcome") != "ran":
+            errs.append("publisher_regression applies to a run that ran")
     return errs
 
 

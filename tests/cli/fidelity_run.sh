@@ -27,7 +27,17 @@ for e in d["entries"]:
     if "published_peak_hbm_bytes" in e:
         assert abs(e["peak_hbm_bytes"] / e["published_peak_hbm_bytes"] - 1 - e["peak_error"]) < 1e-5, e["id"]
     assert e["hbm_capacity_bytes"] > 0, e["id"]
+# The MAPE is over scored entries; a publisher-reported regression is listed, with the MAPE it
+# would give beside.
+cmp_ = [e for e in d["entries"] if "skipped" not in e and not e.get("memory_only")]
+scored = [abs(e["error"]) for e in cmp_ if e.get("scored", True)]
+s = d["summary"]["test"]
+assert s["compared"] == len(scored) and s["not_scored"] == len(cmp_) - len(scored), s
+assert abs(s["mape"] - sum(scored) / len(scored)) < 1e-5, s
+assert abs(s["mape_with_not_scored"] - sum(abs(e["error"]) for e in cmp_) / len(cmp_)) < 1e-5, s
+assert all(e["publisher_regression"].startswith("https://") for e in cmp_ if not e.get("scored", True))
 PY
+grep -q "^not scored: " "$T/out" || fail "the summary does not say which entries are not scored"
 
 # Same input, same bytes.
 "$S" fidelity --runs "$RUNS" --split test --json "$T/again.json" >/dev/null 2>&1 || fail "second run"
@@ -42,4 +52,15 @@ cmp -s "$T/test.json" "$T/again.json" || fail "JSON output not deterministic"
 echo '{"schema": 2, "groups": [{"arch": "*", "factors": {"gemm": -1}}]}' >"$T/cal.json"
 "$S" fidelity --runs "$RUNS" --split test --calibration "$T/cal.json" >/dev/null 2>&1; rc=$?
 [ $rc -eq 2 ] || fail "negative calibration factor: exit $rc (want 2)"
+# A publisher-regression flag without its evidence: exit 2, the file, entry and field named.
+python3 - "$RUNS" "$T/flag.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["entries"][0]["publisher_regression"] = {"source": "issue 1998", "statement": "slow"}
+json.dump(d, open(sys.argv[2], "w"))
+PY
+"$S" fidelity --runs "$T/flag.json" --split test --json "$T/flag-out.json" >/dev/null 2>"$T/err"; rc=$?
+[ $rc -eq 2 ] || fail "bad publisher_regression: exit $rc (want 2)"
+grep -q "publisher_regression.source" "$T/err" || fail "bad publisher_regression: field not named: $(cat "$T/err")"
+[ ! -e "$T/flag-out.json" ] || fail "output written on a bad flag"
 echo OK

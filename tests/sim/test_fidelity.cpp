@@ -127,6 +127,65 @@ TEST_CASE("fidelity statistics: memory-only rows count for memory, not for the M
     CHECK(s.peak_worst_ape == Approx(0.20));
 }
 
+TEST_CASE("fidelity: a publisher-reported regression is printed, counted for memory, not scored", "[fidelity]") {
+    // The data set: exactly the two Megatron-Bridge Qwen3-30B-A3B table rows NVIDIA's own tracker
+    // reports as a 2x regression (Megatron-Bridge issue 1998), both with a throughput.
+    std::vector<std::string> flagged;
+    for (const FidelityEntry& e : dataset())
+        if (!e.publisher_regression.empty()) {
+            flagged.push_back(e.id);
+            CHECK(e.publisher_regression == "https://github.com/NVIDIA-NeMo/Megatron-Bridge/issues/1998");
+            CHECK_FALSE(e.memory_only);
+            CHECK(e.published > 0);
+        }
+    CHECK(flagged == std::vector<std::string>{"bridge2511-qwen3-30b-a3b-16gpu", "bridge2602-qwen3-30b-a3b-16gpu"});
+
+    // Statistics: the flagged row leaves the MAPE, median, worst and >15 % count; it stays in the
+    // OOM count, and the MAPE with it is reported beside.
+    std::vector<FidelityRow> rows = {row("a", "test", 0.10), row("b", "test", -0.20), row("c", "test", 1.30)};
+    rows[2].publisher_regression = "https://example.org/issue";
+    rows[2].oom_agrees = false;
+    CHECK(rows[2].compared());
+    CHECK_FALSE(rows[2].scored());
+    const FidelityStats s = fidelity_stats(rows, "test");
+    CHECK(s.compared == 2);
+    CHECK(s.not_scored == 1);
+    CHECK(s.mape == Approx(0.15));
+    CHECK(s.worst_id == "b");
+    CHECK(s.over_15pct == 1);
+    CHECK(s.mape_with_not_scored == Approx((0.10 + 0.20 + 1.30) / 3));
+    CHECK(s.memory_compared == 3);
+    CHECK(s.oom_agree == 2);
+    const std::string summary = fidelity_summary_text(rows);
+    CHECK_THAT(summary, Catch::Contains("not scored: 1 compared entry") && Catch::Contains("(c)") && Catch::Contains("test 53.3%"));
+    CHECK_THAT(fidelity_table_text(rows), Catch::Contains("not scored: publisher-reported regression"));
+    CHECK_THAT(fidelity_json_text(rows, {}), Catch::Contains("\"not_scored\": 1") && Catch::Contains("\"scored\": false"));
+    // Without flags the two MAPEs are one.
+    rows[2].publisher_regression.clear();
+    const FidelityStats plain = fidelity_stats(rows, "test");
+    CHECK(plain.mape == Approx(plain.mape_with_not_scored));
+    CHECK(plain.not_scored == 0);
+    CHECK(fidelity_summary_text(rows).find("not scored") == std::string::npos);
+
+    // The flag must carry its evidence: an address and a statement; and it needs a throughput.
+    auto with = [](const std::string& flag, const std::string& measured = R"({"step_time_s": 1.0, "outcome": "ran"})") {
+        return R"({"entries": [{"id": "x", "split": "test", "hardware": {"gpu": "H100-SXM5-80GB", "nodes": 1, "gpus_per_node": 1},
+            "model": {"name": "m", "layers": 2, "hidden": 256, "heads": 4, "vocab": 1000, "seq_len": 128},
+            "plan": {"global_batch": 1}, "measured": )" + measured + R"(, "publisher_regression": )" + flag + "}]}";
+    };
+    const auto ok = load_fidelity_runs(with(R"({"source": "https://example.org/1", "statement": "2x slower"})"), "r.json");
+    REQUIRE(ok.size() == 1);
+    CHECK(ok[0].publisher_regression == "https://example.org/1");
+    CHECK_THROWS_WITH(load_fidelity_runs(with(R"("slow")"), "r.json"), Catch::Contains("r.json") && Catch::Contains("publisher_regression"));
+    CHECK_THROWS_WITH(load_fidelity_runs(with(R"({"source": "https://example.org/1"})"), "r.json"),
+                      Catch::Contains("publisher_regression.statement") && Catch::Contains("non-empty"));
+    CHECK_THROWS_WITH(load_fidelity_runs(with(R"({"source": "issue 1998", "statement": "slow"})"), "r.json"),
+                      Catch::Contains("publisher_regression.source") && Catch::Contains("http"));
+    CHECK_THROWS_WITH(load_fidelity_runs(with(R"({"source": "https://example.org/1", "statement": "slow"})",
+                                              R"({"peak_hbm_bytes": 1e9, "outcome": "ran"})"), "r.json"),
+                      Catch::Contains("publishes only memory"));
+}
+
 TEST_CASE("fidelity loader: BLOOM-176B maps field by field", "[fidelity]") {
     // Values from runs.json entry bloom-176b-384gpu (bigscience tr11-176B-ml README).
     const FidelityEntry& e = entry("bloom-176b-384gpu");
@@ -338,6 +397,22 @@ TEST_CASE("fidelity fit recovers known multipliers on synthetic data", "[fidelit
 
     // Deterministic, and an evaluation that ignores the multipliers leaves the identity.
     CHECK(fit_calibration(evaluate).calibration.gemm == fit.calibration.gemm);
+    // A publisher-reported regression does not pull the fit: a row published 2.3x slower than the
+    // truth, flagged, leaves the result exactly where it was; unflagged, it moves it.
+    auto with_outlier = [&](bool flagged) {
+        return [&, flagged](const Calibration& f) {
+            std::vector<FidelityRow> rows = evaluate(f);
+            FidelityRow odd = synthetic_row(99, Quantity::tokens_per_s, f, step(ents[0], f), 2.3 * step(ents[0], truth), rows[0].class_s);
+            if (flagged) odd.publisher_regression = "https://example.org/regression";
+            rows.push_back(odd);
+            return rows;
+        };
+    };
+    const FitResult flagged = fit_calibration(with_outlier(true));
+    CHECK(flagged.calibration.gemm == fit.calibration.gemm);
+    CHECK(flagged.calibration.p2p == fit.calibration.p2p);
+    CHECK(flagged.after == Approx(fit.after));
+    CHECK(fit_calibration(with_outlier(false)).after > 0.05);
     auto flat = [&](const Calibration&) {
         std::vector<FidelityRow> rows = evaluate({});
         for (FidelityRow& r : rows) r.class_s.fill(0), r.other_s = r.step_time_s;

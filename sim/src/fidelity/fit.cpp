@@ -18,7 +18,7 @@ double surrogate_mape(const std::vector<FidelityRow>& rows, const Calibration& f
     double sum = 0;
     int n = 0;
     for (const FidelityRow& r : rows)
-        if (r.compared()) sum += std::abs(surrogate_error(r, f)), ++n;
+        if (r.scored()) sum += std::abs(surrogate_error(r, f)), ++n;
     return n ? sum / n : 0.0;
 }
 
@@ -26,14 +26,14 @@ double real_mape(const std::vector<FidelityRow>& rows) {
     double sum = 0;
     int n = 0;
     for (const FidelityRow& r : rows)
-        if (r.compared()) sum += std::abs(r.error), ++n;
+        if (r.scored()) sum += std::abs(r.error), ++n;
     return n ? sum / n : 0.0;
 }
 
 }  // namespace
 
 double surrogate_error(const FidelityRow& r, const Calibration& f) {
-    if (!r.compared() || r.step_time_s <= 0) return r.error;
+    if (!r.scored() || r.step_time_s <= 0) return r.error;
     double step = r.other_s;
     for (int c = 0; c < Calibration::kFactors; ++c)
         step += r.class_s[static_cast<std::size_t>(c)] * f.at(c) / r.applied.at(c);

@@ -112,6 +112,20 @@ FidelityEntry read_entry(const json& j, const std::string& file, const std::stri
     if (e.peak_stage != "max" && e.peak_stage != "first" && e.peak_stage != "last")
         throw InputError(file, path + ".measured.peak_hbm_stage", "must be \"max\", \"first\" or \"last\"");
     if (e.outcome != "ran" && e.outcome != "oom") throw InputError(file, path + ".measured.outcome", "must be \"ran\" or \"oom\"");
+    if (j.contains("publisher_regression")) {
+        // The publisher's own report that this figure measures a regression of its software: its
+        // address and what it says, both required, so that the flag always points at its evidence.
+        const std::string where = path + ".publisher_regression";
+        const json& reg = j.at("publisher_regression");
+        if (!reg.is_object()) throw InputError(file, where, "must be an object {source, statement} (got " + describe_json(reg) + ")");
+        for (const char* k : {"source", "statement"})
+            if (!reg.contains(k) || !reg.at(k).is_string() || reg.at(k).get<std::string>().empty())
+                throw InputError(file, where + "." + k, "is required (a non-empty string)");
+        const std::string source = reg.at("source").get<std::string>();
+        if (!starts_with(source, "https://") && !starts_with(source, "http://"))
+            throw InputError(file, where + ".source", "must be the report's http(s) address (got \"" + source + "\")");
+        e.publisher_regression = source;
+    }
     e.convention = convention_from_text(j.value("flops_convention", ""));
     for (Quantity q : kQuantityOrder) {
         auto it = e.measured.find(to_string(q));
@@ -163,6 +177,8 @@ FidelityEntry read_entry(const json& j, const std::string& file, const std::stri
         if (e.outcome == "oom" || (peak != e.measured.end() && peak->second > 0)) e.memory_only = true;
         else e.skipped = "no positive published quantity to compare";
     }
+    if (e.memory_only && !e.publisher_regression.empty())
+        throw InputError(file, path + ".publisher_regression", "applies to a published throughput; this entry publishes only memory");
     if (e.skipped.empty() && e.convention == FlopsConvention::none &&
         (e.quantity == Quantity::tflops_per_gpu || e.quantity == Quantity::mfu))
         e.skipped = "publishes only a FLOP figure in an unknown convention";

@@ -51,7 +51,8 @@ void stats_json(std::ostringstream& o, const FidelityStats& s) {
       << ", \"over_15pct\": " << s.over_15pct << ", \"memory_compared\": " << s.memory_compared
       << ", \"oom_agree\": " << s.oom_agree << ", \"fits_agree\": " << s.fits_agree
       << ", \"peak_compared\": " << s.peak_compared << ", \"peak_mape\": " << json_num(s.peak_mape, 6)
-      << ", \"peak_worst_ape\": " << json_num(s.peak_worst_ape, 6) << "}";
+      << ", \"peak_worst_ape\": " << json_num(s.peak_worst_ape, 6) << ", \"not_scored\": " << s.not_scored
+      << ", \"mape_with_not_scored\": " << json_num(s.mape_with_not_scored, 6) << "}";
 }
 
 }  // namespace
@@ -96,6 +97,8 @@ std::string fidelity_json_text(const std::vector<FidelityRow>& rows, const Calib
             o << ", \"skipped\": " << json_quote(r.skipped) << "}";
             continue;
         }
+        if (!r.publisher_regression.empty())
+            o << ", \"scored\": false, \"publisher_regression\": " << json_quote(r.publisher_regression);
         if (r.memory_only) o << ", \"memory_only\": true";
         else
             o << ", \"published\": " << json_num(r.published, 6) << ", \"predicted\": " << json_num(r.predicted, 6)
@@ -142,14 +145,16 @@ std::string fidelity_table_text(const std::vector<FidelityRow>& rows) {
         if (r.published_peak_hbm_bytes > 0)
             o << " (published " << fixed(r.published_peak_hbm_bytes / 1e9, 1) << " " << r.peak_counter << ", "
               << (r.peak_error >= 0 ? "+" : "") << fixed(100.0 * r.peak_error, 1) << "%)";
-        o << (r.oom_agrees ? "" : " disagrees") << "\n";
+        o << (r.oom_agrees ? "" : " disagrees");
+        if (!r.publisher_regression.empty()) o << "  not scored: publisher-reported regression";
+        o << "\n";
     }
     return o.str();
 }
 
 std::string fidelity_summary_text(const std::vector<FidelityRow>& rows) {
     std::ostringstream o;
-    o << pad("split", 7) << pad("entries", 8, true) << pad("compared", 10, true) << pad("MAPE", 9, true)
+    o << pad("split", 7) << pad("entries", 8, true) << pad("scored", 10, true) << pad("MAPE", 9, true)
       << pad("median", 9, true) << pad("worst", 9, true) << "  " << pad("worst entry", 36) << pad(">15%", 5, true)
       << pad("OOM agree", 11, true) << "\n";
     for (const char* split : {"train", "test", "all"}) {
@@ -162,6 +167,20 @@ std::string fidelity_summary_text(const std::vector<FidelityRow>& rows) {
           << pad(std::to_string(s.oom_agree) + "/" + std::to_string(s.memory_compared), 11, true) << "\n";
     }
     const FidelityStats all = fidelity_stats(rows, "all");
+    if (all.not_scored > 0) {
+        // Never silent: which rows are out, and what the MAPE would be with them scored.
+        o << "not scored: " << all.not_scored << " compared entr" << (all.not_scored == 1 ? "y" : "ies")
+          << " whose publisher reports the figure as a regression of its own software (";
+        int k = 0;
+        for (const FidelityRow& r : rows)
+            if (r.compared() && !r.scored()) o << (k++ ? ", " : "") << r.id;
+        o << "); scored with them, MAPE";
+        for (const char* split : {"train", "test", "all"}) {
+            const FidelityStats s = fidelity_stats(rows, split);
+            if (s.entries > 0) o << " " << split << " " << fixed(100 * s.mape_with_not_scored, 1) << "%";
+        }
+        o << "\n";
+    }
     if (all.peak_compared > 0)
         o << "peak HBM against published peaks: " << all.peak_compared << " entries, MAPE "
           << fixed(100 * all.peak_mape, 1) << "%, worst " << fixed(100 * all.peak_worst_ape, 1) << "%\n";
@@ -170,7 +189,7 @@ std::string fidelity_summary_text(const std::vector<FidelityRow>& rows) {
         for (const auto& [label, by] : {std::pair{"publisher", FidelityGroup::publisher}, std::pair{"GPU", FidelityGroup::gpu}}) {
             const auto groups = fidelity_stats_by(rows, split, by);
             if (groups.empty()) continue;
-            o << "\n" << pad(std::string(split) + " by " + label, 24) << pad("compared", 10, true) << pad("MAPE", 9, true)
+            o << "\n" << pad(std::string(split) + " by " + label, 24) << pad("scored", 10, true) << pad("MAPE", 9, true)
               << pad("median", 9, true) << pad(">15%", 6, true) << "\n";
             for (const auto& [name, s] : groups) {
                 o << "  " << pad(name, 22) << pad(std::to_string(s.compared), 10, true);

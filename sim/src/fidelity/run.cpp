@@ -69,6 +69,7 @@ FidelityRow run_fidelity_entry(const FidelityEntry& e, const ViewResolver& views
     r.published = e.published;
     r.outcome = e.outcome;
     r.skipped = e.skipped;
+    r.publisher_regression = e.publisher_regression;
     if (!r.skipped.empty()) return r;
 
     hwdb::HardwareView hw;
@@ -166,7 +167,7 @@ namespace {
 template <class Keep>
 FidelityStats stats_of(const std::vector<FidelityRow>& rows, const Keep& keep) {
     FidelityStats s;
-    std::vector<double> errors, peak_errors;
+    std::vector<double> errors, peak_errors, with_not_scored;
     for (const FidelityRow& r : rows) {
         if (!keep(r)) continue;
         ++s.entries;
@@ -182,6 +183,11 @@ FidelityStats stats_of(const std::vector<FidelityRow>& rows, const Keep& keep) {
             s.peak_worst_ape = std::max(s.peak_worst_ape, std::abs(r.peak_error));
         }
         if (!r.compared()) continue;
+        with_not_scored.push_back(r.error);
+        if (!r.scored()) {
+            ++s.not_scored;
+            continue;
+        }
         ++s.compared;
         errors.push_back(r.error);
         const double ape = std::abs(r.error);
@@ -195,6 +201,7 @@ FidelityStats stats_of(const std::vector<FidelityRow>& rows, const Keep& keep) {
     s.peak_mape = mean_abs(peak_errors);
     s.mape = mean_abs(errors);
     s.median_ape = median_abs(errors);
+    s.mape_with_not_scored = mean_abs(with_not_scored);
     return s;
 }
 

@@ -52,6 +52,11 @@ struct FidelityEntry {
     /// on which pipeline stage (measured.peak_hbm_stage: "max" over all, "first" or "last").
     std::string peak_counter = "device";
     std::string peak_stage = "max";
+    /// Non-empty: the publisher itself reports the published figure as a performance regression of
+    /// its own software (runs.json `publisher_regression.source`, the report's address). Such an
+    /// entry is simulated and printed with its error, counted for memory, but not scored: it stays
+    /// out of the MAPE and the fit (docs/fidelity-dataset.md, "Not scored").
+    std::string publisher_regression;
 
     int gpus() const { return cluster.gpu_count(); }
 };
@@ -107,10 +112,13 @@ struct FidelityRow {
     std::string peak_counter;               ///< its counter and stage ("max_allocated, last stage"); then
                                             ///< peak_hbm_bytes is the engine's in the same terms
     double peak_error = 0;                  ///< peak_hbm_bytes / published - 1 (0 if not published)
+    std::string publisher_regression;       ///< FidelityEntry::publisher_regression
 
     bool simulated() const { return skipped.empty(); }
-    /// In the throughput statistics and the fit.
+    /// Simulated with a published throughput: its error is printed.
     bool compared() const { return simulated() && !memory_only; }
+    /// In the throughput statistics and the fit: compared, and not a publisher-reported regression.
+    bool scored() const { return compared() && publisher_regression.empty(); }
 };
 
 /// The architecture family a calibration set is keyed by: the first word of hwdb's gpu.arch
@@ -131,8 +139,8 @@ std::vector<FidelityEntry> select_split(const std::vector<FidelityEntry>& all, c
 
 /// Error statistics over compared rows. Fractions, not percent.
 struct FidelityStats {
-    int entries = 0, compared = 0, skipped = 0;
-    double mape = 0;        ///< mean |error|
+    int entries = 0, compared = 0, skipped = 0;  ///< compared: scored rows, those the MAPE is over
+    double mape = 0;        ///< mean |error| over scored rows
     double median_ape = 0;  ///< median |error|
     double worst_ape = 0;
     std::string worst_id;
@@ -143,6 +151,10 @@ struct FidelityStats {
     int peak_compared = 0;  ///< rows with a published peak_hbm_bytes
     double peak_mape = 0;   ///< mean |peak error| over those
     double peak_worst_ape = 0;
+    /// Compared rows left unscored as publisher-reported regressions, and the MAPE the split would
+    /// have with them scored (equal to mape when there are none).
+    int not_scored = 0;
+    double mape_with_not_scored = 0;
 };
 FidelityStats fidelity_stats(const std::vector<FidelityRow>& rows, const std::string& split = "all");
 /// The same per publisher or per GPU id, in name order (docs/fidelity-dataset.md: report the test
