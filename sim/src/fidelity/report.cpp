@@ -32,6 +32,15 @@ std::string value_text(double v) {
     return fixed(v, decimals);
 }
 
+// "+12.3%" / "-4.5%". Appending to a std::string (not const char* + string, whose insert at 0
+// GCC 12 misreads under -Wrestrict).
+std::string signed_percent(double fraction) {
+    std::string s = fraction >= 0 ? "+" : "";
+    s += fixed(100.0 * fraction, 1);
+    s += "%";
+    return s;
+}
+
 std::string quantity_short(Quantity q) {
     switch (q) {
         case Quantity::step_time_s: return "step s";
@@ -138,7 +147,7 @@ std::string fidelity_table_text(const std::vector<FidelityRow>& rows) {
             o << pad(r.outcome == "oom" ? "OOM" : "ran", 11, true) << pad("-", 11, true) << pad("-", 9, true);
         else
             o << pad(value_text(r.published), 11, true) << pad(value_text(r.predicted), 11, true)
-              << pad((r.error >= 0 ? "+" : "") + fixed(100.0 * r.error, 1) + "%", 9, true);
+              << pad(signed_percent(r.error), 9, true);
         // Memory: the engine's verdict, its peak against the capacity (GB), a published peak.
         o << "  " << pad(r.split, 6) << (r.engine_oom ? "OOM" : "ok") << " " << fixed(r.peak_hbm_bytes / 1e9, 1) << "/"
           << fixed(r.hbm_capacity_bytes / 1e9, 1) << " GB";
