@@ -13,6 +13,6 @@ bash scripts/build.sh asan-ubsan
    ctest --output-on-failure -j "$(nproc)" -L unit)
 if [ -f tests/fuzz/CMakeLists.txt ]; then
   # Only the fuzz targets (the readers, instrumented), not the whole project again.
-  bash scripts/build.sh fuzz fuzz_model fuzz_cluster fuzz_plan fuzz_scenario fuzz_hf_import fuzz_calibration
+  bash scripts/build.sh fuzz fuzz_model fuzz_cluster fuzz_plan fuzz_scenario fuzz_hf_import fuzz_calibration fuzz_fidelity_runs
   (cd build-fuzz && ctest --output-on-failure -L fuzz)
 fi

@@ -107,6 +107,27 @@ TEST_CASE("fidelity loader: memory-only entries keep their counter, stage and ou
     const std::string bad = R"({"entries": [{"id": "x", "split": "train", "hardware": {"gpu": "H100-SXM5-80GB", "nodes": 1,
         "gpus_per_node": 1}, "model": {}, "plan": {}, "measured": {"peak_hbm_bytes": 1e9, "peak_hbm_counter": "smi"}}]})";
     CHECK_THROWS_WITH(load_fidelity_runs(bad, "runs.json"), Catch::Contains("peak_hbm_counter"));
+    // Wrong types are errors naming the field, never a JSON library exception (found by the
+    // fuzzer: a publisher that was an object escaped as nlohmann::type_error); a published figure
+    // written as text is refused rather than silently dropped.
+    const std::string base = R"({"entries": [{"id": "x", "split": "train", "hardware": {"gpu": GPU, "nodes": 1, "gpus_per_node": 1},
+        "model": {"name": "m", "layers": 2, "hidden": 256, "heads": 4, "vocab": 1000, "seq_len": 128},
+        "plan": {"global_batch": 1}, "publisher": PUB, "flops_convention": CONV, "measured": {"step_time_s": STEP, "outcome": "ran"}}]})";
+    auto variant = [&](const char* key, const char* value) {
+        std::string t = base;
+        for (auto [k, v] : {std::pair{"GPU", "\"H100-SXM5-80GB\""}, std::pair{"PUB", "\"p\""}, std::pair{"CONV", "\"none\""}, std::pair{"STEP", "1.0"}})
+            t.replace(t.find(k), std::string(k).size(), std::string(k) == key ? value : v);
+        return t;
+    };
+    const auto fine = load_fidelity_runs(variant("", ""), "runs.json");
+    REQUIRE(fine.size() == 1);
+    CHECK(fine[0].skipped.empty());
+    CHECK_THROWS_WITH(load_fidelity_runs(variant("PUB", "{\"tp\": 1}"), "runs.json"), Catch::Contains("entries[0].publisher") && Catch::Contains("string"));
+    CHECK_THROWS_WITH(load_fidelity_runs(variant("CONV", "7"), "runs.json"), Catch::Contains("entries[0].flops_convention"));
+    CHECK_THROWS_WITH(load_fidelity_runs(variant("STEP", "\"1.0\""), "runs.json"), Catch::Contains("measured.step_time_s") && Catch::Contains("number"));
+    const auto odd_gpu = load_fidelity_runs(variant("GPU", "8"), "runs.json");  // left to the cluster parser: skipped with its rule
+    REQUIRE(odd_gpu.size() == 1);
+    CHECK_THAT(odd_gpu[0].skipped, Catch::Contains("gpu"));
 }
 
 TEST_CASE("fidelity statistics: memory-only rows count for memory, not for the MAPE", "[fidelity]") {

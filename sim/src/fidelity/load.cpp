@@ -10,7 +10,6 @@
 #include "strata/common/json_reader.hpp"
 #include "strata/sim/fidelity.hpp"
 #include "strata/sim/model.hpp"
-#include "strata/sim/simulate.hpp"
 #include "strata/sim/spec_io.hpp"
 
 namespace strata::sim {
@@ -90,8 +89,15 @@ FidelityEntry read_entry(const json& j, const std::string& file, const std::stri
             throw InputError(file, path + "." + key, "is required (" + std::string(json(type).type_name()) + ")");
         return j.at(key);
     };
+    // Optional text fields: absent or null reads as "", anything but a string is an error.
+    auto text = [&](const char* key) -> std::string {
+        if (!j.contains(key) || j.at(key).is_null()) return "";
+        if (!j.at(key).is_string())
+            throw InputError(file, path + "." + key, "must be a string (got " + describe_json(j.at(key)) + ")");
+        return j.at(key).get<std::string>();
+    };
     e.id = need("id", json::value_t::string).get<std::string>();
-    e.publisher = j.value("publisher", "");
+    e.publisher = text("publisher");
     e.split = need("split", json::value_t::string).get<std::string>();
     if (e.split != "train" && e.split != "test") throw InputError(file, path + ".split", "must be \"train\" or \"test\"");
     const json& hw = need("hardware", json::value_t::object);
@@ -105,6 +111,9 @@ FidelityEntry read_entry(const json& j, const std::string& file, const std::stri
             (k == "outcome" ? e.outcome : k == "peak_hbm_counter" ? e.peak_counter : e.peak_stage) = v.get<std::string>();
         } else if (v.is_number()) {
             e.measured[k] = v.get<double>();
+        } else {
+            // A published figure written as text would silently drop the entry's comparison.
+            throw InputError(file, path + ".measured." + k, "must be a number (got " + describe_json(v) + ")");
         }
     }
     if (e.peak_counter != "device" && e.peak_counter != "max_reserved" && e.peak_counter != "max_allocated")
@@ -126,7 +135,7 @@ FidelityEntry read_entry(const json& j, const std::string& file, const std::stri
             throw InputError(file, where + ".source", "must be the report's http(s) address (got \"" + source + "\")");
         e.publisher_regression = source;
     }
-    e.convention = convention_from_text(j.value("flops_convention", ""));
+    e.convention = convention_from_text(text("flops_convention"));
     for (Quantity q : kQuantityOrder) {
         auto it = e.measured.find(to_string(q));
         if (it != e.measured.end() && it->second > 0) {
@@ -158,11 +167,15 @@ FidelityEntry read_entry(const json& j, const std::string& file, const std::stri
                     nic = to;
                 }
             cluster["nic"] = nic;
+        } else if (hw.contains("nic") && !hw.at("nic").is_null()) {
+            cluster["nic"] = hw.at("nic");  // not a string: the cluster parser names it
         }
-        const std::string node = node_for_gpu(hw.value("gpu", ""));
+        // A gpu that is not a string is left to the cluster parser, which names it.
+        const std::string gpu = hw.contains("gpu") && hw.at("gpu").is_string() ? hw.at("gpu").get<std::string>() : "";
+        const std::string node = node_for_gpu(gpu);
         if (!node.empty()) {
             cluster["node"] = node;
-            if (starts_with(hw.value("gpu", ""), "H800"))
+            if (starts_with(gpu, "H800"))
                 e.substitutions.push_back("hardware.node " + node + " (HGX H800 has no hwdb node row)");
         }
         e.cluster = cluster_from_json_text(cluster.dump(), where);
@@ -203,42 +216,6 @@ std::vector<FidelityEntry> load_fidelity_runs(const std::string& text, const std
     for (std::size_t i = 1; i < out.size(); ++i)
         if (out[i].id == out[i - 1].id) throw InputError(file, "entries", "id \"" + out[i].id + "\" appears twice");
     return out;
-}
-
-double convention_flops_per_step(const FidelityEntry& e) {
-    const ModelSpec& m = e.model;
-    const double batch = e.plan.global_batch;
-    switch (e.convention) {
-        case FlopsConvention::model: return model_flops_per_step(m, e.plan);
-        case FlopsConvention::megatron_model: return megatron_flops_per_step(m, batch, false);
-        case FlopsConvention::megatron_recompute: return megatron_flops_per_step(m, batch, true);
-        case FlopsConvention::mpt: {
-            // llm-foundry README, "MFU and HFU": per sequence 6 N s + 12 L d s^2, N = all parameters.
-            const double n = static_cast<double>(param_counts(m).total);
-            const double s = static_cast<double>(m.seq_len);
-            const double d = static_cast<double>(m.hidden);
-            return batch * (6.0 * n * s + 12.0 * m.layers * d * s * s);
-        }
-        case FlopsConvention::none: return 0;
-    }
-    return 0;
-}
-
-double quantity_from_step_time(const FidelityEntry& e, Quantity q, double step_time_s, double peak_flops_per_gpu) {
-    if (step_time_s <= 0) return 0;
-    const double samples = e.plan.global_batch;
-    const double tokens = samples * static_cast<double>(e.model.seq_len);
-    const double gpus = e.gpus();
-    switch (q) {
-        case Quantity::step_time_s: return step_time_s;
-        case Quantity::tokens_per_s: return tokens / step_time_s;
-        case Quantity::tokens_per_s_per_gpu: return tokens / step_time_s / gpus;
-        case Quantity::samples_per_s: return samples / step_time_s;
-        case Quantity::tflops_per_gpu: return convention_flops_per_step(e) / step_time_s / gpus / 1e12;
-        case Quantity::mfu:
-            return peak_flops_per_gpu > 0 ? convention_flops_per_step(e) / step_time_s / gpus / peak_flops_per_gpu : 0;
-    }
-    return 0;
 }
 
 double published_step_time_s(const FidelityEntry& e) {

@@ -1,5 +1,5 @@
-// Running fidelity entries through simulate(), error statistics (MAPE, median, worst, OOM
-// agreement) and the coordinate-search fit of the Calibration multipliers. The objective of the
+// Running fidelity entries through simulate(), the sources' FLOP conventions applied to a step
+// time, error statistics (MAPE, median, worst, OOM agreement) and the coordinate-search fit of the Calibration multipliers. The objective of the
 // fit is a callable, so the fit is tested on synthetic data without the simulator. No I/O.
 #include <algorithm>
 #include <array>
@@ -9,6 +9,7 @@
 #include "strata/common/error.hpp"
 #include "strata/sim/fidelity.hpp"
 #include "strata/sim/memory.hpp"
+#include "strata/sim/model.hpp"
 #include "strata/sim/simulate.hpp"
 
 namespace strata::sim {
@@ -49,6 +50,42 @@ double comparable_peak_bytes(const FidelityEntry& e, const hwdb::HardwareView& h
 }
 
 }  // namespace
+
+double convention_flops_per_step(const FidelityEntry& e) {
+    const ModelSpec& m = e.model;
+    const double batch = e.plan.global_batch;
+    switch (e.convention) {
+        case FlopsConvention::model: return model_flops_per_step(m, e.plan);
+        case FlopsConvention::megatron_model: return megatron_flops_per_step(m, batch, false);
+        case FlopsConvention::megatron_recompute: return megatron_flops_per_step(m, batch, true);
+        case FlopsConvention::mpt: {
+            // llm-foundry README, "MFU and HFU": per sequence 6 N s + 12 L d s^2, N = all parameters.
+            const double n = static_cast<double>(param_counts(m).total);
+            const double s = static_cast<double>(m.seq_len);
+            const double d = static_cast<double>(m.hidden);
+            return batch * (6.0 * n * s + 12.0 * m.layers * d * s * s);
+        }
+        case FlopsConvention::none: return 0;
+    }
+    return 0;
+}
+
+double quantity_from_step_time(const FidelityEntry& e, Quantity q, double step_time_s, double peak_flops_per_gpu) {
+    if (step_time_s <= 0) return 0;
+    const double samples = e.plan.global_batch;
+    const double tokens = samples * static_cast<double>(e.model.seq_len);
+    const double gpus = e.gpus();
+    switch (q) {
+        case Quantity::step_time_s: return step_time_s;
+        case Quantity::tokens_per_s: return tokens / step_time_s;
+        case Quantity::tokens_per_s_per_gpu: return tokens / step_time_s / gpus;
+        case Quantity::samples_per_s: return samples / step_time_s;
+        case Quantity::tflops_per_gpu: return convention_flops_per_step(e) / step_time_s / gpus / 1e12;
+        case Quantity::mfu:
+            return peak_flops_per_gpu > 0 ? convention_flops_per_step(e) / step_time_s / gpus / peak_flops_per_gpu : 0;
+    }
+    return 0;
+}
 
 bool calibration_supported() { return HasCalibration<SimOptions>; }
 
