@@ -129,7 +129,11 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
     arg("tensor-model-parallel-size", p.tp);
     arg("pipeline-model-parallel-size", p.pp);
     if (!p.virtual_layer_split.empty() && p.schedule != Schedule::dualpipe_v) {
-        arg("pipeline-model-parallel-layout", "\"" + megatron_layout(m, p) + "\"");
+        // Quoted by appending (GCC 12's -Wrestrict misreads const char* + std::string).
+        std::string quoted = "\"";
+        quoted += megatron_layout(m, p);
+        quoted += '"';
+        arg("pipeline-model-parallel-layout", quoted);
     } else if (p.schedule == Schedule::interleaved_1f1b && p.vpp > 1) {
         const int per_stage = m.layers / p.pp;
         // Megatron's flag gives every virtual stage the same layer count; an uneven split needs a
