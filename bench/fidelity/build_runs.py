@@ -78,9 +78,9 @@ def check(e):
     if reg is not None:
         # Only the publisher's own report of a regression of its software, with its address
         # (docs/fidelity-dataset.md, "Not scored"); never Strata's error.
-        if not (isinstance(reg, dict) and str(reg.get("source", "")).startswith("https://")
-                and reg.get("statement")):
-            errs.append("publisher_regression needs a source (https address) and a statement")
+        if not (isinstance(reg, dict) and set(reg) == {"source", "statement"}
+                and str(reg["source"]).startswith("https://") and reg["statement"]):
+            errs.append("publisher_regression needs exactly a source (https address) and a statement")
         if meas.get("outcome") != "ran":
             errs.append("publisher_regression applies to a run that ran")
     return errs

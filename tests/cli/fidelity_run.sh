@@ -32,7 +32,7 @@ for e in d["entries"]:
 cmp_ = [e for e in d["entries"] if "skipped" not in e and not e.get("memory_only")]
 scored = [abs(e["error"]) for e in cmp_ if e.get("scored", True)]
 s = d["summary"]["test"]
-assert s["compared"] == len(scored) and s["not_scored"] == len(cmp_) - len(scored), s
+assert s["scored"] == len(scored) and s["not_scored"] == len(cmp_) - len(scored), s
 assert abs(s["mape"] - sum(scored) / len(scored)) < 1e-5, s
 assert abs(s["mape_with_not_scored"] - sum(abs(e["error"]) for e in cmp_) / len(cmp_)) < 1e-5, s
 assert all(e["publisher_regression"].startswith("https://") for e in cmp_ if not e.get("scored", True))

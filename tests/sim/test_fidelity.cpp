@@ -139,7 +139,7 @@ TEST_CASE("fidelity statistics: memory-only rows count for memory, not for the M
     rows[2].published_peak_hbm_bytes = 50e9, rows[2].peak_hbm_bytes = 45e9, rows[2].peak_error = -0.10;
     rows[0].published_peak_hbm_bytes = 40e9, rows[0].peak_hbm_bytes = 48e9, rows[0].peak_error = 0.20;
     const FidelityStats s = fidelity_stats(rows, "train");
-    CHECK(s.compared == 1);
+    CHECK(s.scored == 1);
     CHECK(s.mape == Approx(0.10));
     CHECK(s.memory_compared == 3);
     CHECK(s.oom_agree == 2);
@@ -169,7 +169,7 @@ TEST_CASE("fidelity: a publisher-reported regression is printed, counted for mem
     CHECK(rows[2].compared());
     CHECK_FALSE(rows[2].scored());
     const FidelityStats s = fidelity_stats(rows, "test");
-    CHECK(s.compared == 2);
+    CHECK(s.scored == 2);
     CHECK(s.not_scored == 1);
     CHECK(s.mape == Approx(0.15));
     CHECK(s.worst_id == "b");
@@ -333,7 +333,7 @@ TEST_CASE("fidelity stats on hand-made numbers", "[fidelity]") {
     rows[2].fits = true;
     const FidelityStats all = fidelity_stats(rows);
     CHECK(all.entries == 5);
-    CHECK(all.compared == 4);
+    CHECK(all.scored == 4);
     CHECK(all.skipped == 1);
     CHECK(all.mape == Approx((0.10 + 0.20 + 0.05 + 0.30) / 4));  // 0.1625
     CHECK(all.median_ape == Approx((0.10 + 0.20) / 2));          // sorted 0.05 0.10 0.20 0.30
@@ -343,7 +343,7 @@ TEST_CASE("fidelity stats on hand-made numbers", "[fidelity]") {
     CHECK(all.oom_agree == 3);
     CHECK(all.fits_agree == 3);
     const FidelityStats test = fidelity_stats(rows, "test");
-    CHECK(test.compared == 2);
+    CHECK(test.scored == 2);
     CHECK(test.mape == Approx(0.175));
     CHECK(test.median_ape == Approx(0.175));
     CHECK(fidelity_stats(rows, "train").median_ape == Approx(0.15));
@@ -354,10 +354,10 @@ TEST_CASE("fidelity stats on hand-made numbers", "[fidelity]") {
     const auto by_pub = fidelity_stats_by(rows, "test", FidelityGroup::publisher);
     REQUIRE(by_pub.size() == 2);
     CHECK(by_pub[0].first == "P");
-    CHECK(by_pub[0].second.compared == 2);                 // c, e
+    CHECK(by_pub[0].second.scored == 2);                 // c, e
     CHECK(by_pub[0].second.mape == Approx(0.175));
     CHECK(by_pub[1].first == "Q");
-    CHECK(by_pub[1].second.compared == 0);                 // d is skipped
+    CHECK(by_pub[1].second.scored == 0);                 // d is skipped
     CHECK(by_pub[1].second.skipped == 1);
     const auto by_gpu = fidelity_stats_by(rows, "all", FidelityGroup::gpu);
     REQUIRE(by_gpu.size() == 2);

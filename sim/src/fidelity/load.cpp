@@ -90,14 +90,9 @@ FidelityEntry read_entry(const json& j, const std::string& file, const std::stri
         return j.at(key);
     };
     // Optional text fields: absent or null reads as "", anything but a string is an error.
-    auto text = [&](const char* key) -> std::string {
-        if (!j.contains(key) || j.at(key).is_null()) return "";
-        if (!j.at(key).is_string())
-            throw InputError(file, path + "." + key, "must be a string (got " + describe_json(j.at(key)) + ")");
-        return j.at(key).get<std::string>();
-    };
+    JsonReader fields(j, file, path);
     e.id = need("id", json::value_t::string).get<std::string>();
-    e.publisher = text("publisher");
+    e.publisher = fields.str_or("publisher", "");
     e.split = need("split", json::value_t::string).get<std::string>();
     if (e.split != "train" && e.split != "test") throw InputError(file, path + ".split", "must be \"train\" or \"test\"");
     const json& hw = need("hardware", json::value_t::object);
@@ -121,21 +116,19 @@ FidelityEntry read_entry(const json& j, const std::string& file, const std::stri
     if (e.peak_stage != "max" && e.peak_stage != "first" && e.peak_stage != "last")
         throw InputError(file, path + ".measured.peak_hbm_stage", "must be \"max\", \"first\" or \"last\"");
     if (e.outcome != "ran" && e.outcome != "oom") throw InputError(file, path + ".measured.outcome", "must be \"ran\" or \"oom\"");
-    if (j.contains("publisher_regression")) {
+    if (fields.has("publisher_regression")) {
         // The publisher's own report that this figure measures a regression of its software: its
         // address and what it says, both required, so that the flag always points at its evidence.
-        const std::string where = path + ".publisher_regression";
-        const json& reg = j.at("publisher_regression");
-        if (!reg.is_object()) throw InputError(file, where, "must be an object {source, statement} (got " + describe_json(reg) + ")");
+        JsonReader reg = fields.object("publisher_regression");
         for (const char* k : {"source", "statement"})
-            if (!reg.contains(k) || !reg.at(k).is_string() || reg.at(k).get<std::string>().empty())
-                throw InputError(file, where + "." + k, "is required (a non-empty string)");
-        const std::string source = reg.at("source").get<std::string>();
+            if (reg.str_or(k, "").empty()) reg.fail(k, "is required (a non-empty string)");
+        const std::string source = reg.str("source");
         if (!starts_with(source, "https://") && !starts_with(source, "http://"))
-            throw InputError(file, where + ".source", "must be the report's http(s) address (got \"" + source + "\")");
+            reg.fail("source", "must be the report's http(s) address (got \"" + source + "\")");
+        reg.reject_unknown();
         e.publisher_regression = source;
     }
-    e.convention = convention_from_text(text("flops_convention"));
+    e.convention = convention_from_text(fields.str_or("flops_convention", ""));
     for (Quantity q : kQuantityOrder) {
         auto it = e.measured.find(to_string(q));
         if (it != e.measured.end() && it->second > 0) {
@@ -219,7 +212,7 @@ std::vector<FidelityEntry> load_fidelity_runs(const std::string& text, const std
 }
 
 double published_step_time_s(const FidelityEntry& e) {
-    // Each time/throughput quantity is its step-time formula inverted (same algebra as above).
+    // Each time/throughput quantity is quantity_from_step_time's formula inverted (run.cpp).
     const double tokens = static_cast<double>(e.plan.global_batch) * static_cast<double>(e.model.seq_len);
     const double v = e.published;
     if (v <= 0) return 0;

@@ -54,7 +54,7 @@ std::string quantity_short(Quantity q) {
 }
 
 void stats_json(std::ostringstream& o, const FidelityStats& s) {
-    o << "{\"entries\": " << s.entries << ", \"compared\": " << s.compared << ", \"skipped\": " << s.skipped
+    o << "{\"entries\": " << s.entries << ", \"scored\": " << s.scored << ", \"skipped\": " << s.skipped
       << ", \"mape\": " << json_num(s.mape, 6) << ", \"median_ape\": " << json_num(s.median_ape, 6)
       << ", \"worst_ape\": " << json_num(s.worst_ape, 6) << ", \"worst_id\": " << json_quote(s.worst_id)
       << ", \"over_15pct\": " << s.over_15pct << ", \"memory_compared\": " << s.memory_compared
@@ -153,7 +153,7 @@ std::string fidelity_table_text(const std::vector<FidelityRow>& rows) {
           << fixed(r.hbm_capacity_bytes / 1e9, 1) << " GB";
         if (r.published_peak_hbm_bytes > 0)
             o << " (published " << fixed(r.published_peak_hbm_bytes / 1e9, 1) << " " << r.peak_counter << ", "
-              << (r.peak_error >= 0 ? "+" : "") << fixed(100.0 * r.peak_error, 1) << "%)";
+              << signed_percent(r.peak_error) << ")";
         o << (r.oom_agrees ? "" : " disagrees");
         if (!r.publisher_regression.empty()) o << "  not scored: publisher-reported regression";
         o << "\n";
@@ -166,16 +166,20 @@ std::string fidelity_summary_text(const std::vector<FidelityRow>& rows) {
     o << pad("split", 7) << pad("entries", 8, true) << pad("scored", 10, true) << pad("MAPE", 9, true)
       << pad("median", 9, true) << pad("worst", 9, true) << "  " << pad("worst entry", 36) << pad(">15%", 5, true)
       << pad("OOM agree", 11, true) << "\n";
-    for (const char* split : {"train", "test", "all"}) {
-        const FidelityStats s = fidelity_stats(rows, split);
+    const char* splits[] = {"train", "test", "all"};
+    const FidelityStats per_split[] = {fidelity_stats(rows, splits[0]), fidelity_stats(rows, splits[1]),
+                                       fidelity_stats(rows, splits[2])};
+    for (int i = 0; i < 3; ++i) {
+        const char* split = splits[i];
+        const FidelityStats& s = per_split[i];
         if (s.entries == 0) continue;
-        o << pad(split, 7) << pad(std::to_string(s.entries), 8, true) << pad(std::to_string(s.compared), 10, true)
+        o << pad(split, 7) << pad(std::to_string(s.entries), 8, true) << pad(std::to_string(s.scored), 10, true)
           << pad(fixed(100 * s.mape, 1) + "%", 9, true) << pad(fixed(100 * s.median_ape, 1) + "%", 9, true)
           << pad(fixed(100 * s.worst_ape, 1) + "%", 9, true) << "  " << pad(s.worst_id, 36)
           << pad(std::to_string(s.over_15pct), 5, true)
           << pad(std::to_string(s.oom_agree) + "/" + std::to_string(s.memory_compared), 11, true) << "\n";
     }
-    const FidelityStats all = fidelity_stats(rows, "all");
+    const FidelityStats& all = per_split[2];
     if (all.not_scored > 0) {
         // Never silent: which rows are out, and what the MAPE would be with them scored.
         o << "not scored: " << all.not_scored << " compared entr" << (all.not_scored == 1 ? "y" : "ies")
@@ -184,10 +188,8 @@ std::string fidelity_summary_text(const std::vector<FidelityRow>& rows) {
         for (const FidelityRow& r : rows)
             if (r.compared() && !r.scored()) o << (k++ ? ", " : "") << r.id;
         o << "); scored with them, MAPE";
-        for (const char* split : {"train", "test", "all"}) {
-            const FidelityStats s = fidelity_stats(rows, split);
-            if (s.entries > 0) o << " " << split << " " << fixed(100 * s.mape_with_not_scored, 1) << "%";
-        }
+        for (int i = 0; i < 3; ++i)
+            if (per_split[i].entries > 0) o << " " << splits[i] << " " << fixed(100 * per_split[i].mape_with_not_scored, 1) << "%";
         o << "\n";
     }
     if (all.peak_compared > 0)
@@ -201,8 +203,8 @@ std::string fidelity_summary_text(const std::vector<FidelityRow>& rows) {
             o << "\n" << pad(std::string(split) + " by " + label, 24) << pad("scored", 10, true) << pad("MAPE", 9, true)
               << pad("median", 9, true) << pad(">15%", 6, true) << "\n";
             for (const auto& [name, s] : groups) {
-                o << "  " << pad(name, 22) << pad(std::to_string(s.compared), 10, true);
-                if (s.compared == 0) {
+                o << "  " << pad(name, 22) << pad(std::to_string(s.scored), 10, true);
+                if (s.scored == 0) {
                     o << pad("-", 9, true) << pad("-", 9, true) << pad("-", 6, true) << "\n";
                     continue;
                 }

@@ -1,6 +1,5 @@
 // Running fidelity entries through simulate(), the sources' FLOP conventions applied to a step
-// time, error statistics (MAPE, median, worst, OOM agreement) and the coordinate-search fit of the Calibration multipliers. The objective of the
-// fit is a callable, so the fit is tested on synthetic data without the simulator. No I/O.
+// time, and the error statistics (MAPE, median, worst, OOM agreement) over the rows. No I/O.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -225,7 +224,7 @@ FidelityStats stats_of(const std::vector<FidelityRow>& rows, const Keep& keep) {
             ++s.not_scored;
             continue;
         }
-        ++s.compared;
+        ++s.scored;
         errors.push_back(r.error);
         const double ape = std::abs(r.error);
         if (ape > s.worst_ape || s.worst_id.empty()) {

@@ -137,9 +137,9 @@ bool calibration_supported();
 /// Entries of a split: "train", "test" or "all".
 std::vector<FidelityEntry> select_split(const std::vector<FidelityEntry>& all, const std::string& split);
 
-/// Error statistics over compared rows. Fractions, not percent.
+/// Error statistics over scored rows. Fractions, not percent.
 struct FidelityStats {
-    int entries = 0, compared = 0, skipped = 0;  ///< compared: scored rows, those the MAPE is over
+    int entries = 0, scored = 0, skipped = 0;  ///< scored: the rows the MAPE is over (FidelityRow::scored)
     double mape = 0;        ///< mean |error| over scored rows
     double median_ape = 0;  ///< median |error|
     double worst_ape = 0;
