@@ -60,6 +60,13 @@ BLOOM_PREQUEL = ("bigscience-workshop/bigscience train/tr11-176B-ml/chronicles-p
                  "'{s}' (Feb 2022; memory = nvidia-smi of the first node)")
 
 
+# nvidia-smi prints MiB; the tables' "GB" is that figure over 1024 (GiB): the card itself is the
+# "80GB" of 81920 MiB, and the one run the chronicle shows filling a GPU (18B, 10 layers on one
+# node) reads "80GB". Taken as 10^9 bytes until stop 25, which put every reading 7 % too low; the
+# other reading, MiB / 1000 with the last digits dropped, would be 2.3 % below this one.
+NVIDIA_SMI_GB = 2.0 ** 30
+
+
 def bloom_search_model(layers, hidden, heads):
     m = dict(M.BLOOM_176B)
     m.update(name=f"bloom-search-{layers}x{hidden}", layers=layers, hidden=hidden, heads=heads,
@@ -122,7 +129,7 @@ def bloom_search():
         if sec_it is not None:
             meas["step_time_s"] = sec_it
         if gb is not None:
-            meas.update(peak_hbm_bytes=gb * 1e9, peak_hbm_counter="device", peak_hbm_stage="first")
+            meas.update(peak_hbm_bytes=gb * NVIDIA_SMI_GB, peak_hbm_counter="device", peak_hbm_stage="first")
         plan = {"tp": tp, "pp": pp, "dp": dp, "cp": 1, "ep": 1, "vpp": 1, "micro_batch": mbs,
                 "global_batch": gbs, "sequence_parallel": False, "schedule": "1f1b",
                 "zero_stage": 1, "recompute": "full", "precision": "fp16", "flash_attention": False}
@@ -151,7 +158,9 @@ def bloom_search():
                 "gradients into param.grad with a separate kernel (autograd); declared since stop 19",
                 "flash_attention false: Megatron-DeepSpeed's fused softmax of early 2022 (s^2 scores)",
             ] + (["memory: an nvidia-smi snapshot of the first node (stage 0) around iteration 2, "
-                  "CUDA context and allocator cache included"] if gb is not None else []) + (
+                  "CUDA context and allocator cache included; its 'GB' read as GiB (nvidia-smi's "
+                  "MiB / 1024: the 80 GB card is 81920 MiB), 10^9 bytes before stop 25"]
+                 if gb is not None else []) + (
                 ["step time: the Sec/it of iteration 2, one snapshot; rows of 02-25 ran after the "
                  "PCIe/NUMA fix (1-5 % faster, the chronicle says)"] if sec_it is not None else []) + (
                 ["p2p_blocking, p2p_scatter_gather: DeepSpeed's PipelineEngine (blocking sends; "

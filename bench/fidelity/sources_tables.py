@@ -297,8 +297,16 @@ def bridge_cards():
                         "overlap is active (delayed weight-gradient compute disabled)",
                         "TE CUDA graphs on the moe_router and moe_preprocess scopes (not modelled: they "
                         "remove host launches and the dispatcher's host sync)",
-                        "the card states peak allocated memory below 65 GiB per GPU",
+                        "the card's gate is peak allocated memory below 65 GiB per GPU; the measured "
+                        "62.166 GiB is from NVIDIA-NeMo/Megatron-Bridge#5123 (merged 2026-07-27), the PR "
+                        "that refreshed this card item from the same commit 3a9559f and the same "
+                        "20,147.290 ms / 299.352 TFLOP/s over steps 41-50",
+                        "peak counter max_allocated: Megatron's 'max allocated' (torch max_memory_allocated); "
+                        "stage 'max': PP1 with forced balancing, every rank holds the same",
                     ])
+    e["source"] += "; peak allocated memory: NVIDIA-NeMo/Megatron-Bridge#5123"
+    e["measured"].update(peak_hbm_bytes=62.166 * 2.0 ** 30, peak_hbm_counter="max_allocated",
+                         peak_hbm_stage="max")
     e["plan"]["expert_tp"] = 1
     e["plan"]["moe_dispatcher"] = "deepep"
     e["plan"]["moe_a2a_overlap"] = True

@@ -93,12 +93,13 @@ TEST_CASE("fidelity loader: memory-only entries keep their counter, stage and ou
     CHECK(oom.outcome == "oom");
     CHECK(oom.measured.count("peak_hbm_bytes") == 0);
     // A topology-search row that ran publishes both: its Sec/it is compared, its nvidia-smi reading
-    // checked (chronicles-prequel.md, 02-25 TP variations: DP8 TP4 PP12 MBS2, 38 GB, 113.54 s).
+    // checked (chronicles-prequel.md, 02-25 TP variations: DP8 TP4 PP12 MBS2, 38 GB, 113.54 s);
+    // nvidia-smi's MiB over 1024, so the "38GB" is 38 GiB.
     const FidelityEntry& both = entry("bloom-search-181b-dp8-tp4-pp12-mbs2-run2");
     CHECK_FALSE(both.memory_only);
     CHECK(both.quantity == Quantity::step_time_s);
     CHECK(both.published == 113.54);
-    CHECK(both.measured.at("peak_hbm_bytes") == 38e9);
+    CHECK(both.measured.at("peak_hbm_bytes") == 38.0 * 1024 * 1024 * 1024);
     CHECK(both.peak_counter == "device");
     CHECK(both.plan.tp == 4);
     CHECK(both.plan.pp == 12);
