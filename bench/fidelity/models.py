@@ -73,12 +73,14 @@ NEMOTRON4_340B = {
     "linear_bias": False, "dropout": 0.0, "moe": None,
 }
 
-# Qwen3 MoE (public config.json): head_dim 128 is not hidden/heads for the 30B-A3B model.
-QWEN3_30B_A3B = dict(llama("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 151936, 4096), head_dim=128,
+# Qwen3 MoE (public config.json): head_dim 128 is not hidden/heads for the 30B-A3B model. Every
+# Qwen3 has an RMSNorm over each head's query and key (q_norm, k_norm; Megatron-Core qk_layernorm),
+# modelled since stop 25 (model.qk_norm).
+QWEN3_30B_A3B = dict(llama("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 151936, 4096), head_dim=128, qk_norm=True,
                      moe={"experts": 128, "top_k": 8, "expert_ffn_hidden": 768, "moe_every": 1,
                           "shared_experts": 0})
 QWEN3_235B_A22B = dict(llama("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 151936, 4096),
-                       head_dim=128,
+                       head_dim=128, qk_norm=True,
                        moe={"experts": 128, "top_k": 8, "expert_ffn_hidden": 1536, "moe_every": 1,
                             "shared_experts": 0})
 
@@ -97,9 +99,9 @@ DEEPSEEK_V3 = dict(llama("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 4096)
                         "router_group_topk": 4})
 
 # Qwen3-8B (Megatron-Bridge Qwen3ModelProvider8B and the public config.json): 36 layers, GQA 32/8
-# heads of 128, SwiGLU 12288, untied embeddings of 151936 rows (QK-layernorm: two tiny norms, not
-# modelled).
-QWEN3_8B = dict(llama("qwen3-8b", 36, 4096, 32, 8, 12288, 151936, 4096), head_dim=128)
+# heads of 128, SwiGLU 12288, untied embeddings of 151936 rows, QK-norm (tiny weights, but its
+# input is kept: model.qk_norm since stop 25).
+QWEN3_8B = dict(llama("qwen3-8b", 36, 4096, 32, 8, 12288, 151936, 4096), head_dim=128, qk_norm=True)
 
 # Moonlight-16B-A3B (moonshotai, DeepseekV3ForCausalLM config.json): MLA without query compression
 # (q_lora_rank null), kv_lora 512, nope 128 + rope 64, values 128, 16 heads; layer 0 dense (ffn

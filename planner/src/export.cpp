@@ -104,6 +104,8 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
     if (m.position == PositionKind::rope) arg("position-embedding-type", "rope");
     if (!m.tied_embeddings) flag("untie-embeddings-and-output-weights");
     if (!m.linear_bias) flag("disable-bias-linear");
+    if (!m.linear_bias && m.qkv_bias) flag("add-qkv-bias");  // Qwen2: biases on Q, K, V only
+    if (m.qk_norm) flag("qk-layernorm");                        // with --normalization, RMSNorm for Qwen3
     if (m.is_moe()) {
         arg("num-experts", m.moe->experts);
         arg("moe-router-topk", m.moe->top_k);

@@ -249,6 +249,28 @@ TEST_CASE("Megatron export of MLA, dense-first MoE layers and expert tensor para
     CHECK(q.ep == 8);
 }
 
+TEST_CASE("Megatron export of Qwen-style attention: QKV-only biases, QK-norm", "[planner][export]") {
+    ModelSpec m = test::gpt_shape("qwen", 4, 1024, 16, 1000, 512);
+    m.norm = NormKind::rmsnorm;
+    PlanSpec p;
+    p.dp = 1;
+    p.global_batch = 1;
+    const auto plain = planner::export_megatron(m, p).text;
+    CHECK(plain.find("--add-qkv-bias") == std::string::npos);
+    CHECK(plain.find("--qk-layernorm") == std::string::npos);
+    m.qkv_bias = true;  // Qwen2
+    CHECK(planner::export_megatron(m, p).text.find("--add-qkv-bias") != std::string::npos);
+    m.qkv_bias = false;
+    m.qk_norm = true;   // Qwen3
+    const auto q3 = planner::export_megatron(m, p).text;
+    CHECK(q3.find("--qk-layernorm") != std::string::npos);
+    CHECK(q3.find("--normalization RMSNorm") != std::string::npos);
+    CHECK(planner::plan_from_megatron_args(q3, 1, "args").global_batch == 1);  // the model flags do not disturb the plan
+    m.linear_bias = true;  // every linear has a bias already: no QKV-only flag on top
+    m.qkv_bias = true;
+    CHECK(planner::export_megatron(m, p).text.find("--add-qkv-bias") == std::string::npos);
+}
+
 TEST_CASE("Megatron export names the MTP modules; DeepSpeed reports them", "[planner][export][mtp]") {
     ModelSpec m = gpt3();
     m.mtp_depth = 1;

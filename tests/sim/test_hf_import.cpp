@@ -7,6 +7,7 @@
 
 #include "strata/common/error.hpp"
 #include "strata/common/json_reader.hpp"
+#include "strata/sim/model.hpp"
 #include "strata/sim/spec_io.hpp"
 
 using namespace strata::sim;
@@ -90,6 +91,45 @@ TEST_CASE("Qwen2-7B and Qwen1.5-MoE configs", "[hf]") {
     CHECK(qm.moe->top_k == 4);
     CHECK(qm.moe->expert_ffn_hidden == 1408);
     CHECK(qm.moe->shared_experts == 4);  // shared_expert_intermediate_size 5632 = 4 x 1408
+}
+
+TEST_CASE("Qwen3-235B-A22B config: QK-norm, no QKV bias, 128 experts", "[hf]") {
+    // Qwen/Qwen3-235B-A22B config.json (a verbatim copy found in public code).
+    ModelSpec m = import("qwen3-235b-a22b");
+    CHECK(m.layers == 94);
+    CHECK(m.hidden == 4096);
+    CHECK(m.heads == 64);
+    CHECK(m.kv_heads == 4);
+    CHECK(m.head_dim == 128);  // not 4096 / 64
+    CHECK(m.qk_norm);          // every Qwen3 normalises each head's query and key
+    CHECK_FALSE(m.qkv_bias);   // attention_bias false: Qwen2's biases are gone
+    REQUIRE(m.is_moe());
+    CHECK(m.moe->experts == 128);
+    CHECK(m.moe->top_k == 8);
+    CHECK(m.moe->expert_ffn_hidden == 1536);
+    CHECK(m.moe->shared_experts == 0);
+    CHECK_FALSE(m.tied_embeddings);
+    // Parameters by hand from the config's shapes: per layer Q 4096·8192, K and V 4096·512 each,
+    // O 8192·4096, q_norm and k_norm 128 each, two RMSNorms 4096 each, router 4096·128, experts
+    // 128·3·4096·1536 = 2,487,755,008; times 94, plus two 151936·4096 tables and the final norm:
+    // 235,093,634,560 ("235B in total"). Active: 8 of the 128 experts, 22,190,763,520 ("22B").
+    const ParamCounts c = param_counts(m);
+    CHECK(c.total == 235'093'634'560LL);
+    CHECK(c.active == 22'190'763'520LL);
+    // Dense Qwen3 shares the layout; Qwen2 keeps its biases and has no QK-norm.
+    const std::string dense = R"({"architectures": ["Qwen3ForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 36,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288,
+        "vocab_size": 151936, "attention_bias": false})";
+    ModelSpec d = model_from_hf_config_text(dense, "qwen3-8b/config.json");
+    CHECK(d.qk_norm);
+    CHECK_FALSE(d.is_moe());
+    CHECK_FALSE(import("qwen2-7b").qk_norm);
+    // Dense layers at chosen indices have no Strata form: refused, naming the key.
+    const std::string odd = R"({"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 2048, "num_hidden_layers": 4,
+        "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 6144,
+        "vocab_size": 151936, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 768,
+        "mlp_only_layers": [1]})";
+    CHECK_THROWS_WITH(model_from_hf_config_text(odd, "config.json"), Contains("mlp_only_layers"));
 }
 
 TEST_CASE("DeepSeek-V3 config: latent attention and dense-first MoE", "[hf][mla]") {

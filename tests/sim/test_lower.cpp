@@ -163,6 +163,31 @@ TEST_CASE("single GPU: instructions of one layer and micro-batch", "[lower]") {
     CHECK(p.tokens_per_step == 128);
 }
 
+TEST_CASE("QK-norm: one norm over Q and K each way, sized by the rank's heads", "[lower]") {
+    // h 64 in 4 heads of 16 (MHA): per token Q and K are 64 wide each. Forward reads and writes
+    // them (2 x 2 x 64 x 2 bytes per token), backward reads x and dy and writes dx (3 x ...); with
+    // TP 2 each rank holds half the heads. 32 tokens per micro-batch.
+    ModelSpec m = small_gpt();
+    m.qk_norm = true;
+    for (int tp : {1, 2}) {
+        Program p = lower(m, cluster(tp), plan(tp, 1, 1, 4));
+        const int id = p.name_id("qk_norm");
+        double fwd = 0, bwd = 0;
+        int n = 0;
+        for (const auto& in : p.ranks[0].instrs) {
+            if (in.kind != InstrKind::compute || in.name != id || in.layer != 1 || in.microbatch != 2) continue;
+            ++n;
+            (in.phase == Phase::forward ? fwd : bwd) += in.bytes;
+        }
+        CHECK(n == 2);
+        CHECK(fwd == Approx(2.0 * 32 * 2 * 64 / tp * 2));
+        CHECK(bwd == Approx(3.0 * 32 * 2 * 64 / tp * 2));
+    }
+    Program plain = lower(small_gpt(), cluster(1), plan(1, 1, 1, 4));
+    const int none = plain.name_id("qk_norm");  // interned here: no instruction can carry it
+    CHECK(count_if(plain.ranks[0], [&](const Instr& in) { return in.name == none; }) == 0);
+}
+
 TEST_CASE("FLOPs of the program equal the hand formula for every split", "[lower]") {
     const HandFlops hand;
     const double tokens = 16 * 32;

@@ -365,6 +365,9 @@ TEST_CASE("model reader: latent attention and dense-first MoE layers", "[spec][e
     CHECK_NOTHROW(model((base + ", " + mla + "}").c_str()));
     expect_error([&] { model((base + R"(, "kv_heads": 4, )" + mla + "}").c_str()); }, "m.json", "model.kv_heads",
                  "with model.mla: latent attention has one key and value per head (kv_heads = heads = 8)");
+    expect_error([&] { model((base + R"(, "qk_norm": true, )" + mla + "}").c_str()); }, "m.json", "model.qk_norm",
+                 "must be false with model.mla");
+    expect_error([&] { model((base + R"(, "qk_norm": 1})").c_str()); }, "m.json", "model.qk_norm", "true or false");
     expect_error([&] { model((base + R"(, "mla": {"q_lora_rank": 128, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32}})").c_str()); },
                  "m.json", "model.mla.kv_lora_rank", "is required");
     expect_error([&] { model((base + R"(, "moe": {"experts": 8, "top_k": 2, "first_k_dense": 4}})").c_str()); }, "m.json",

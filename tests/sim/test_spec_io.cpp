@@ -48,6 +48,7 @@ void same(const ModelSpec& a, const ModelSpec& b) {
     CHECK(a.tied_embeddings == b.tied_embeddings);
     CHECK(a.linear_bias == b.linear_bias);
     CHECK(a.qkv_bias == b.qkv_bias);
+    CHECK(a.qk_norm == b.qk_norm);
     CHECK(a.dropout == Approx(b.dropout));
     REQUIRE(a.moe.has_value() == b.moe.has_value());
     if (a.moe) {
@@ -271,6 +272,17 @@ TEST_CASE("group-limited routing and the DeepEP dispatcher round-trip through th
     same(p, plan_from_json_text(to_json_text(p), "rt.json"));
     // Defaults: unrestricted routing, Megatron's flat all-to-all dispatcher.
     CHECK(plan_from_json_text(R"({"global_batch": 4})", "p.json").moe_dispatcher == MoeDispatcher::alltoall);
+}
+
+TEST_CASE("QK-norm round-trips; off by default and left out of the canonical text then", "[spec][io]") {
+    const ModelSpec m = model_from_json_text(R"({"name": "q", "layers": 2, "hidden": 64, "heads": 4, "vocab": 100, "seq_len": 16,
+        "qk_norm": true})", "m.json");
+    CHECK(m.qk_norm);
+    CHECK(to_json_text(m).find("\"qk_norm\": true") != std::string::npos);
+    same(m, model_from_json_text(to_json_text(m), "rt.json"));
+    const ModelSpec d = model_from_json_text(R"({"name": "q", "layers": 2, "hidden": 64, "heads": 4, "vocab": 100, "seq_len": 16})", "m.json");
+    CHECK_FALSE(d.qk_norm);
+    CHECK(to_json_text(d).find("qk_norm") == std::string::npos);
 }
 
 TEST_CASE("fp32 gradients round-trip; they need mixed precision", "[spec][io]") {

@@ -169,6 +169,39 @@ TEST_CASE("Variants: no dropout, flash attention, GQA, SwiGLU, CP, MoE", "[tenso
     CHECK(mk["moe.experts.fc1_out"] == Approx(1.5 * mn["moe.experts.fc1_out"]));
 }
 
+TEST_CASE("QK-norm keeps the pre-norm query and key; its weights are replicated over TP", "[tensors]") {
+    // Qwen3-30B-A3B's attention (config.json): h 2048, 32 query heads and 4 key/value heads of 128,
+    // RMSNorm. Each head's query and key pass an RMSNorm over head_dim before RoPE; its backward
+    // needs its input, so a layer keeps 2·s·b·(a + k_v)·d bytes more: at s 4096, b 1, TP 1,
+    // 2·4096·36·128 = 37,748,736 bytes; over TP 4 with SP, (a/4 + k_v/4) heads per rank.
+    ModelSpec m = gpt(1, 2048, 32, 4096);
+    m.kv_heads = 4;
+    m.head_dim = 128;
+    m.norm = NormKind::rmsnorm;
+    m.dropout = 0;
+    m.linear_bias = false;
+    PlanSpec p = korthikanti_plan(1, false, Recompute::none);
+    p.flash_attention = true;
+    ModelSpec q = m;
+    q.qk_norm = true;
+    auto n = by_name(layer_activations(q, p, 0, false));
+    CHECK(n["attn.q_norm_in"] == Approx(2.0 * 4096 * 32 * 128));
+    CHECK(n["attn.k_norm_in"] == Approx(2.0 * 4096 * 4 * 128));
+    CHECK(sum(layer_activations(q, p, 0, false)) - sum(layer_activations(m, p, 0, false)) == Approx(37'748'736.0));
+    PlanSpec t4 = p;
+    t4.tp = 4;
+    t4.sequence_parallel = true;
+    CHECK(sum(layer_activations(q, t4, 0, false)) - sum(layer_activations(m, t4, 0, false)) == Approx(2.0 * 4096 * (8 + 1) * 128));
+    // Full recomputation keeps only the layer input, with or without the norms.
+    PlanSpec fr = p;
+    fr.recompute = Recompute::full;
+    CHECK(sum(layer_activations(q, fr, 0, true)) == Approx(sum(layer_activations(m, fr, 0, true))));
+    // Weights: one head_dim-wide RMSNorm for the queries, one for the keys (2·128 per layer), on
+    // every TP rank.
+    CHECK(layer_params(q, 0).attention - layer_params(m, 0).attention == 256);
+    CHECK(stage_params(q, t4, 0).dense - stage_params(m, t4, 0).dense == Approx(256));
+}
+
 // A stand-in with exactly 7.5e9 parameters (only the count matters to model states): no layers,
 // a tied (7,499,999 x 1000) embedding and a 1000-wide RMSNorm.
 static ModelSpec zero_paper_stand_in() {

@@ -15,7 +15,7 @@ namespace lower_detail {
 
 void Names::intern(Program& p) {
     auto id = [&](const char* s) { return p.name_id(s); };
-    norm1 = id("norm1"); qkv = id("qkv"); rope = id("rope"); attn = id("attention");
+    norm1 = id("norm1"); qkv = id("qkv"); qk_norm = id("qk_norm"); rope = id("rope"); attn = id("attention");
     attn_local = id("attention.local"); attn_remote = id("attention.remote"); proj = id("proj");
     residual1 = id("residual1"); norm2 = id("norm2"); fc1 = id("fc1"); act = id("act"); fc2 = id("fc2");
     residual2 = id("residual2"); router_gemm = id("router.gemm"); router = id("router.topk");
@@ -79,7 +79,7 @@ LayerParamsRank layer_params_rank(const ModelSpec& m, const PlanSpec& p, int lay
     const bool bias_qkv = m.linear_bias || m.qkv_bias;
     for (const AttentionLinear& a : attention_linears(m))
         r.dense += static_cast<double>(a.in) * static_cast<double>(a.out) / (a.tp_split ? d.tp : 1);
-    r.dense += static_cast<double>(mla_norm_params(m)) + (bias_qkv ? (d.q_w + 2 * d.kv_w) / d.tp : 0) + (m.linear_bias ? d.h : 0);
+    r.dense += static_cast<double>(attention_norm_params(m)) + (bias_qkv ? (d.q_w + 2 * d.kv_w) / d.tp : 0) + (m.linear_bias ? d.h : 0);
     r.dense += m.norm == NormKind::layernorm ? 4 * d.h : 2 * d.h;
     if (m.layer_is_moe(layer)) {
         r.dense += d.h * d.experts + d.shared * d.mats * d.h * d.expert_ffn / d.tp;

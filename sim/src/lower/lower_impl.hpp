@@ -17,7 +17,7 @@ namespace strata::sim::lower_detail {
 
 /// Labels, interned once per Program (Instr::name indexes Program::names).
 struct Names {
-    int norm1, qkv, rope, attn, attn_local, attn_remote, proj, residual1, norm2, fc1, act, fc2, residual2;
+    int norm1, qkv, qk_norm, rope, attn, attn_local, attn_remote, proj, residual1, norm2, fc1, act, fc2, residual2;
     int router_gemm, router, experts_fc1, experts_act, experts_fc2, shared_fc1, shared_act, shared_fc2;
     int moe_permute, moe_unpermute, moe_counts;
     int q_down, kv_down, q, q_up, kv_up, latent_norm;

@@ -31,10 +31,10 @@ std::vector<AttentionLinear> attention_linears(const ModelSpec& m) {
     return v;
 }
 
-std::int64_t mla_norm_params(const ModelSpec& m) {
-    if (!m.mla) return 0;
+std::int64_t attention_norm_params(const ModelSpec& m) {
     const std::int64_t per = m.norm == NormKind::layernorm ? 2 : 1;
-    return per * (m.mla->q_lora_rank + m.mla->kv_lora_rank);
+    if (m.mla) return per * (m.mla->q_lora_rank + m.mla->kv_lora_rank);
+    return m.qk_norm ? per * 2 * head_dim_of(m) : 0;
 }
 
 std::int64_t expert_ffn_of(const ModelSpec& m) {
@@ -74,7 +74,7 @@ LayerParams layer_params(const ModelSpec& m, int layer) {
     // MHA/GQA: Q (h x qw), K and V (h x kvw each), output projection (qw x h); MLA: its five
     // projections and two latent norms.
     for (const AttentionLinear& a : attention_linears(m)) p.attention += a.in * a.out;
-    p.attention += mla_norm_params(m);
+    p.attention += attention_norm_params(m);
     if (m.linear_bias) p.attention += qw + 2 * kvw + h;
     else if (m.qkv_bias) p.attention += qw + 2 * kvw;
     p.norms = 2 * norm_params(m);
@@ -162,6 +162,7 @@ LayerFlops layer_forward_flops(const ModelSpec& m, int layer, double seqs, bool 
     // divide) over heads x seq scores per token (half under causal halving).
     const double norm = m.norm == NormKind::layernorm ? 5.0 : 4.0;
     other_per_token += 2.0 * norm * h + 2.0 * h;
+    if (m.qk_norm) other_per_token += norm * (qw + kvw);  // over every query and key head
     if (m.linear_bias) other_per_token += qw + 2.0 * kvw + h;
     else if (m.qkv_bias) other_per_token += qw + 2.0 * kvw;
     const double scores = static_cast<double>(m.heads) * static_cast<double>(m.seq_len) * (causal_halved ? 0.5 : 1.0);

@@ -150,6 +150,10 @@ std::vector<TensorDesc> full_layer_activations(const ModelSpec& m, const PlanSpe
         out.push_back(act_tensor("attn.v", L.act * L.tokens * L.heads * dv, "(s/cp, b, heads/tp, v)", p));
     } else {
         out.push_back(act_tensor("attn.qkv_in", L.gemm_in * L.tok_rep * L.h, rep_shape, p));
+        if (m.qk_norm) {  // the norms' inputs; Q and K below are their outputs after RoPE
+            out.push_back(act_tensor("attn.q_norm_in", L.act * L.tokens * L.heads * L.hd, "(s/cp, b, heads/tp, d)", p));
+            out.push_back(act_tensor("attn.k_norm_in", L.act * L.tokens * L.kv_heads * L.hd, "(s/cp, b, kv_heads/tp, d)", p));
+        }
         out.push_back(act_tensor("attn.q", L.act * L.tokens * L.heads * L.hd, "(s/cp, b, heads/tp, d)", p));
         out.push_back(act_tensor("attn.k", L.act * L.tokens * L.kv_heads * L.hd, "(s/cp, b, kv_heads/tp, d)", p));
         out.push_back(act_tensor("attn.v", L.act * L.tokens * L.kv_heads * L.hd, "(s/cp, b, kv_heads/tp, d)", p));
@@ -203,10 +207,11 @@ StageParams layer_params_local(const ModelSpec& m, const PlanSpec& p, int layer)
     const LayerParams lp = layer_params(m, layer);
     double attn = h * qw / L.t + 2.0 * h * kvw_local + qw * h / L.t;
     if (m.mla) {  // down-projections and latent norms replicated, the rest split over TP
-        attn = static_cast<double>(mla_norm_params(m));
+        attn = 0;
         for (const AttentionLinear& a : attention_linears(m))
             attn += static_cast<double>(a.in) * static_cast<double>(a.out) / (a.tp_split ? L.t : 1.0);
     }
+    attn += static_cast<double>(attention_norm_params(m));
     if (m.linear_bias) attn += qw / L.t + 2.0 * kvw_local + h;
     else if (m.qkv_bias) attn += qw / L.t + 2.0 * kvw_local;
     sp.dense = attn + static_cast<double>(lp.norms);

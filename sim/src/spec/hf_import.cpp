@@ -21,7 +21,8 @@ using nlohmann::json;
 constexpr std::int64_t kMaxDefaultSeqLen = 8192;
 
 const std::vector<std::string> kSupported = {"LlamaForCausalLM",    "MistralForCausalLM",    "MixtralForCausalLM",
-                                             "Qwen2ForCausalLM",    "Qwen2MoeForCausalLM",   "GPT2LMHeadModel",
+                                             "Qwen2ForCausalLM",    "Qwen2MoeForCausalLM",   "Qwen3ForCausalLM",
+                                             "Qwen3MoeForCausalLM", "GPT2LMHeadModel",
                                              "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"};
 
 // Typed access to HF keys with errors that name the HF key (the file is the user's config.json).
@@ -84,8 +85,9 @@ std::string default_name(const Hf& hf) {
     return stem.empty() ? "imported" : stem;
 }
 
-// Llama, Mistral, Mixtral, Qwen2 and Qwen2-MoE share one layout: pre-norm RMSNorm, RoPE, gated
-// SiLU MLP (SwiGLU), untied embeddings by default, no linear biases.
+// Llama, Mistral, Mixtral, Qwen2, Qwen2-MoE, Qwen3 and Qwen3-MoE share one layout: pre-norm
+// RMSNorm, RoPE, gated SiLU MLP (SwiGLU), untied embeddings by default, no linear biases. Qwen3
+// drops Qwen2's QKV biases and adds an RMSNorm over each head's query and key (q_norm, k_norm).
 ModelSpec llama_like(const Hf& hf, const std::string& arch) {
     ModelSpec m;
     m.hidden = hf.pos("hidden_size");
@@ -104,6 +106,7 @@ ModelSpec llama_like(const Hf& hf, const std::string& arch) {
     m.linear_bias = hf.flag_or("mlp_bias", false);
     // Llama's attention_bias puts biases on q, k, v (and o); Qwen2 always has q, k, v biases.
     m.qkv_bias = arch.rfind("Qwen2", 0) == 0 ? true : hf.flag_or("attention_bias", false);
+    m.qk_norm = arch.rfind("Qwen3", 0) == 0;
     m.dropout = hf.prob_or("attention_dropout", 0.0);
     if (arch == "MixtralForCausalLM") {
         MoeSpec e;
@@ -111,12 +114,16 @@ ModelSpec llama_like(const Hf& hf, const std::string& arch) {
         e.top_k = static_cast<int>(hf.pos_or("num_experts_per_tok", 2));
         e.expert_ffn_hidden = m.ffn_hidden;
         m.moe = e;
-    } else if (arch == "Qwen2MoeForCausalLM") {
+    } else if (arch == "Qwen2MoeForCausalLM" || arch == "Qwen3MoeForCausalLM") {
         MoeSpec e;
         e.experts = static_cast<int>(hf.pos_or("num_experts", 60));
         e.top_k = static_cast<int>(hf.pos_or("num_experts_per_tok", 4));
         e.expert_ffn_hidden = hf.pos_or("moe_intermediate_size", m.ffn_hidden);
         e.moe_every = static_cast<int>(hf.pos_or("decoder_sparse_step", 1));
+        // Dense layers at arbitrary indices have no Strata equivalent (moe.first_k_dense and
+        // moe.moe_every place them); every released Qwen MoE leaves the list empty.
+        if (hf.has("mlp_only_layers") && !(hf.j.at("mlp_only_layers").is_array() && hf.j.at("mlp_only_layers").empty()))
+            hf.fail("mlp_only_layers", "must be empty: dense layers at chosen indices are not supported (use moe.first_k_dense / moe.moe_every in the Strata model)");
         // Qwen2-MoE has one shared expert of shared_expert_intermediate_size; Strata counts shared
         // experts in units of expert_ffn_hidden (Qwen1.5-MoE-A2.7B: 5632 = 4 x 1408).
         std::int64_t shared = hf.nonneg_or("shared_expert_intermediate_size", 0);

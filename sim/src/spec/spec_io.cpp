@@ -172,6 +172,7 @@ ModelSpec read_model(const json& j, const std::string& file, const std::string& 
     m.tied_embeddings = r.boolean_or("tied_embeddings", false);
     m.linear_bias = r.boolean_or("linear_bias", false);
     m.qkv_bias = r.boolean_or("qkv_bias", false);
+    m.qk_norm = r.boolean_or("qk_norm", false);
     m.dropout = r.num_or("dropout", 0.0);
     if (!(m.dropout >= 0.0 && m.dropout < 1.0))
         r.fail("dropout", "must be in [0, 1) (got " + describe_json(json(m.dropout)) + ")");
@@ -184,6 +185,7 @@ ModelSpec read_model(const json& j, const std::string& file, const std::string& 
             r.fail("kv_heads", "= " + std::to_string(m.kv_heads) + " with model.mla: latent attention has one key and value per head (kv_heads = heads = " +
                                    std::to_string(m.heads) + ")");
         if (m.linear_bias || m.qkv_bias) r.fail("mla", "has no linear biases (model.linear_bias and model.qkv_bias must be false)");
+        if (m.qk_norm) r.fail("qk_norm", "must be false with model.mla: latent attention normalises its latents (mla.q_lora_rank, mla.kv_lora_rank), not each head's query and key");
     } else {
         r.get("mla");
     }

@@ -29,6 +29,7 @@ ojson model_json(const ModelSpec& m) {
     j["tied_embeddings"] = m.tied_embeddings;
     j["linear_bias"] = m.linear_bias;
     j["qkv_bias"] = m.qkv_bias;
+    if (m.qk_norm) j["qk_norm"] = true;
     j["dropout"] = m.dropout;
     if (m.mtp_depth > 0) j["mtp_depth"] = m.mtp_depth;
     if (m.is_moe()) {

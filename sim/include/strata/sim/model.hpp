@@ -74,8 +74,10 @@ struct AttentionLinear {
 /// qkv, proj. MLA (Megatron-Core MLASelfAttention): q_down (or q without a query rank), kv_down
 /// (latent + the shared RoPE key), q_up, kv_up (keys' no-RoPE part and values), proj.
 std::vector<AttentionLinear> attention_linears(const ModelSpec& m);
-/// MLA's latent norms (q_layernorm over q_lora_rank, kv_layernorm over kv_lora_rank): their weights.
-std::int64_t mla_norm_params(const ModelSpec& m);
+/// The attention block's own norms, replicated over TP: MLA's latent norms (q_layernorm over
+/// q_lora_rank, kv_layernorm over kv_lora_rank), or QK-norm's two head_dim-wide norms, one for all
+/// query heads and one for all key heads (model.qk_norm).
+std::int64_t attention_norm_params(const ModelSpec& m);
 
 /// Score and value matmuls of attention (QK^T and PV) of one layer for one sequence of `seq`
 /// tokens: 2 flops x seq^2 x heads x (qk_head_dim + v_head_dim). `causal_halved`:

@@ -63,6 +63,9 @@ struct ModelSpec {
     bool tied_embeddings = false;
     bool linear_bias = false;       ///< biases in QKV/proj/MLP linears (GPT-2/3: true; LLaMA: false)
     bool qkv_bias = false;          ///< bias on QKV only (Qwen2)
+    /// A norm over each head's query and key before RoPE (Qwen3, OLMo 2, Gemma 3; Megatron-Core
+    /// --qk-layernorm): head_dim weights each, and the pre-norm Q and K kept for its backward.
+    bool qk_norm = false;
     double dropout = 0.0;           ///< dropout probability (GPT-3 in Megatron: 0.1); > 0 stores masks
     std::optional<MoeSpec> moe;
     std::optional<MlaSpec> mla;     ///< multi-head latent attention instead of MHA/GQA
