@@ -10,6 +10,15 @@ FLOPS_NEMO = (
     "attention quadratic term, GQA and gated MLP included; MoE counts routed top-k + shared "
     "experts) / step time / GPUs. FP8 runs use the same count, so compare with the FP8 peak.")
 
+# Megatron-Bridge (25.09 on) counts as Megatron-Core does: the causal attention core halved and
+# the router's GEMM left out (stop 25). Checked by hand on the two dense and MoE cards that publish
+# both figures: TFLOP/s over tokens/s is 49.0325 GFLOP a token for Qwen3-8B and 23.0063 for
+# Qwen3-30B-A3B, the formula's value to 0.01 %; NeMo 24.07's rows match the full count instead.
+FLOPS_MCORE = (
+    "Megatron-Core / Megatron-Bridge 'model TFLOP/s/GPU': three times the forward matmuls of one step "
+    "(no recompute; GQA, gated MLP, top-k routed + shared experts, logits, MTP; the causal attention "
+    "core counted half; the router GEMM not counted) / step time / GPUs. FP8 runs use the same count.")
+
 NEMO_2407 = "NVIDIA/NeMo docs/source/performance/performance_summary.md (NeMo 24.07, DGX-H100, FP8)"
 BRIDGE = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary{,-archive}.md, "
           "'{rel} NeMo Container', System DGX-H100")
@@ -114,6 +123,7 @@ def bridge():
         src = BRIDGE.replace("{rel}", rel)
         e = _nemo_entry(f"bridge{rel.replace('.', '')}-{tag}", src, model, gpus, gbs, mbs, tp,
                                pp, cp, vp, ep, tok, tf, prec, fsdp=fsdp, extra_assume=extra)
+        e["flops_convention"] = FLOPS_MCORE
         if model.get("moe"):
             e["plan"]["expert_tp"] = 1
         if tag.startswith("deepseek"):
@@ -305,6 +315,7 @@ def bridge_cards():
                         "stage 'max': PP1 with forced balancing, every rank holds the same",
                     ])
     e["source"] += "; peak allocated memory: NVIDIA-NeMo/Megatron-Bridge#5123"
+    e["flops_convention"] = FLOPS_MCORE
     e["measured"].update(peak_hbm_bytes=62.166 * 2.0 ** 30, peak_hbm_counter="max_allocated",
                          peak_hbm_stage="max")
     e["plan"]["expert_tp"] = 1
@@ -329,6 +340,7 @@ def _card(eid, m, section, date, model, gpus, gbs, mbs, tp, pp, vp, ep, tok, tf,
     e = _nemo_entry(eid, BRIDGE_CARD.replace("pretrain_performance", section).format(m=m, d=date),
                     model, gpus, gbs, mbs, tp, pp, 1, vp, ep, tok, tf, "bf16")
     e["assumptions"] = list(assume) + CARD_COMMON
+    e["flops_convention"] = FLOPS_MCORE
     e["plan"]["tp_comm_overlap"] = False
     e["plan"].update(plan)
     return e

@@ -36,6 +36,11 @@ assert s["scored"] == len(scored) and s["not_scored"] == len(cmp_) - len(scored)
 assert abs(s["mape"] - sum(scored) / len(scored)) < 1e-5, s
 assert abs(s["mape_with_not_scored"] - sum(abs(e["error"]) for e in cmp_) / len(cmp_)) < 1e-5, s
 assert all(e["publisher_regression"].startswith("https://") for e in cmp_ if not e.get("scored", True))
+# Megatron-Bridge publishes TFLOP/s and tokens/s of each run: Strata's Megatron-Core FLOP count
+# turns one into the other to within the tables' rounding (the cards print five digits).
+mc = [e for e in d["entries"] if e.get("flops_convention") == "megatron-core"]
+assert len(mc) >= 5, len(mc)
+assert all(abs(e["convention_check"]) < 0.005 for e in mc), [(e["id"], e["convention_check"]) for e in mc]
 PY
 grep -q "^not scored: " "$T/out" || fail "the summary does not say which entries are not scored"
 

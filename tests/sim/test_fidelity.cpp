@@ -255,6 +255,10 @@ TEST_CASE("fidelity loader: BLOOM-176B maps field by field", "[fidelity]") {
     CHECK(e.outcome == "ran");
     CHECK(e.convention == FlopsConvention::megatron_recompute);
     CHECK(e.gpus() == 384);
+    // NeMo 24.07 counted the full attention square; Megatron-Bridge counts Megatron-Core's way.
+    CHECK(entry("nemo2407-llama3-8b-8gpu").convention == FlopsConvention::model);
+    CHECK(entry("bridgecard-qwen3-8b-16gpu-bf16").convention == FlopsConvention::megatron_core);
+    CHECK(entry("bridge2602-llama3.1-405b-1024gpu").convention == FlopsConvention::megatron_core);
 }
 
 TEST_CASE("fidelity loader: DeepSeek-V3 reads MLA, dense-first layers and MTP; H800 in a DGX-H100 node", "[fidelity]") {

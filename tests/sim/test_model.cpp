@@ -274,3 +274,34 @@ TEST_CASE("MLA layer FLOPs: five projections, scores over 192 and values over 12
     CHECK(f.attention == Approx(2 * s * s * 128 * (192 + 128)));
     CHECK(attention_flops(m, 4096, true) == Approx(s * s * 128 * 320));
 }
+
+TEST_CASE("Megatron-Core's model FLOPs reproduce the Megatron-Bridge cards' TFLOP/s-to-tokens ratio", "[model]") {
+    // Megatron-Bridge's Qwen3 verification cards (2026) publish model TFLOP/s/GPU and tokens/s/GPU
+    // of one run each; their ratio is the count per token. By hand, per token forward: attention
+    // GEMMs 2·h·(q + 2kv) + 2·q·h, the causal score and value products 2·2·q·s/2, the MLP (or 8 of
+    // 128 experts) 3·2·h·f, times the layers, plus the logits 2·h·V; no router GEMM; times 3.
+    // Qwen3-8B (36 x 4096, q 4096, kv 1024, f 12288, V 151936, s 4096):
+    //   (83,886,080 + 33,554,432 + 301,989,888) x 36 + 1,244,659,712 = 16,344,154,112; x3 = 49,032,462,336
+    //   card: 512.7e12 / 10456.348 = 49.0325e9.
+    ModelSpec q8 = llama(36, 4096, 32, 8, 12288);
+    q8.head_dim = 128;
+    q8.vocab = 151936;
+    q8.seq_len = 4096;
+    q8.qk_norm = true;  // its norms are not matmuls
+    CHECK(megatron_core_flops_per_step(q8, 1) / 4096 == Approx(49'032'462'336.0).epsilon(1e-12));
+    CHECK(megatron_core_flops_per_step(q8, 1) / 4096 == Approx(512.7e12 / 10456.348).epsilon(1e-4));
+    // Qwen3-30B-A3B (48 x 2048, q 4096, kv 512, 8 of 128 experts of 768):
+    //   (37,748,736 + 33,554,432 + 75,497,472) x 48 + 622,329,856 = 7,668,760,576; x3 = 23,006,281,728
+    //   card: 299.352e12 / 13011.378 = 23.0073e9 (the router's 2·h·128 per token would add 0.3 %).
+    ModelSpec q30 = llama(48, 2048, 32, 4, 6144);
+    q30.head_dim = 128;
+    q30.vocab = 151936;
+    q30.seq_len = 4096;
+    q30.qk_norm = true;
+    q30.moe = MoeSpec{};
+    q30.moe->experts = 128;
+    q30.moe->top_k = 8;
+    q30.moe->expert_ffn_hidden = 768;
+    CHECK(megatron_core_flops_per_step(q30, 2) / (2 * 4096) == Approx(23'006'281'728.0).epsilon(1e-12));
+    CHECK(megatron_core_flops_per_step(q30, 1) / 4096 == Approx(299.352e12 / 13011.378).epsilon(1e-4));
+}

@@ -21,6 +21,7 @@ const char* to_string(FlopsConvention c) {
         case FlopsConvention::model: return "model";
         case FlopsConvention::megatron_model: return "megatron-72";
         case FlopsConvention::megatron_recompute: return "megatron-96";
+        case FlopsConvention::megatron_core: return "megatron-core";
         case FlopsConvention::mpt: return "mpt";
         case FlopsConvention::none: return "none";
     }
@@ -69,6 +70,7 @@ FlopsConvention convention_from_text(const std::string& t) {
     if (contains(t, "96*B*s*l*h^2") || contains(t, "recompute counted") || contains(t, "4*2 coefficient") ||
         contains(t, "hardware FLOPs incl. recompute"))
         return FlopsConvention::megatron_recompute;
+    if (starts_with(t, "Megatron-Core / Megatron-Bridge")) return FlopsConvention::megatron_core;
     if (starts_with(t, "NeMo / Megatron-Bridge") || starts_with(t, "Model FLOPs")) return FlopsConvention::model;
     return FlopsConvention::none;
 }

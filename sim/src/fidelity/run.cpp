@@ -57,6 +57,7 @@ double convention_flops_per_step(const FidelityEntry& e) {
         case FlopsConvention::model: return model_flops_per_step(m, e.plan);
         case FlopsConvention::megatron_model: return megatron_flops_per_step(m, batch, false);
         case FlopsConvention::megatron_recompute: return megatron_flops_per_step(m, batch, true);
+        case FlopsConvention::megatron_core: return megatron_core_flops_per_step(m, batch);
         case FlopsConvention::mpt: {
             // llm-foundry README, "MFU and HFU": per sequence 6 N s + 12 L d s^2, N = all parameters.
             const double n = static_cast<double>(param_counts(m).total);

@@ -237,6 +237,14 @@ double megatron_flops_per_step(const ModelSpec& m, double batch_seqs, bool full_
     return 72.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h));
 }
 
+double megatron_core_flops_per_step(const ModelSpec& m, double batch_seqs) {
+    const ForwardFlops f = forward_flops(m, batch_seqs, true);
+    double router = 0;
+    for (int l = 0; l < m.layers; ++l) router += layer_forward_flops(m, l, batch_seqs, true).router;
+    if (m.mtp_depth > 0 && m.layers > 0) router += m.mtp_depth * layer_forward_flops(m, mtp_layer_kind(m), batch_seqs, true).router;
+    return 3.0 * (f.matmul() - router);
+}
+
 double megatron_param_count(const ModelSpec& m) {
     const double l = m.layers, h = static_cast<double>(m.hidden);
     const double V = static_cast<double>(m.vocab), s = static_cast<double>(m.seq_len);

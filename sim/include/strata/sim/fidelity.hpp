@@ -20,6 +20,7 @@ enum class FlopsConvention {
     model,               ///< model FLOPs as NeMo/Megatron-Bridge and Meta count them: Strata's model_flops_per_step
     megatron_model,      ///< SC21 closed form without recompute: 72 B s l h^2 (1 + s/6h + V/12lh)
     megatron_recompute,  ///< SC21 Eq. (3), full recompute counted: 96 B s l h^2 (1 + s/6h + V/16lh)
+    megatron_core,       ///< Megatron-Core / Megatron-Bridge: causal attention halved, no router GEMM (megatron_core_flops_per_step)
     mpt,                 ///< llm-foundry: per sequence 6 N s + 12 L d s^2 (N = all parameters)
     none,                ///< the source publishes no FLOP figure
 };

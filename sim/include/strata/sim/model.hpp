@@ -126,5 +126,9 @@ double model_flops_per_token(const ModelSpec& m, bool causal_halved = false);
 /// V/16lh) with full recompute; P = 12 l h^2 (1 + 13/12h + (V+s)/12lh).
 double megatron_flops_per_step(const ModelSpec& m, double batch_seqs, bool full_recompute);
 double megatron_param_count(const ModelSpec& m);
+/// Megatron-Core's and Megatron-Bridge's "model TFLOP/s" count (2025-): three times the forward
+/// matmuls with the causal attention core halved, the top-k routed and the shared experts, the
+/// logits and MTP modules, but not the router's GEMM; no recomputation.
+double megatron_core_flops_per_step(const ModelSpec& m, double batch_seqs);
 
 }  // namespace strata::sim
