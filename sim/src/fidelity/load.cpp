@@ -62,8 +62,8 @@ bool starts_with(const std::string& s, const char* prefix) { return s.rfind(pref
 
 }  // namespace
 
-/// The convention named by an entry's free-text `flops_convention` (patterns from runs.json's
-/// nine distinct texts; docs/fidelity-dataset.md explains each source).
+/// The convention named by an entry's free-text `flops_convention` (patterns from the texts
+/// runs.json uses; docs/fidelity-dataset.md lists the conventions).
 FlopsConvention convention_from_text(const std::string& t) {
     if (contains(t, "llm-foundry")) return FlopsConvention::mpt;
     if (contains(t, "72*B*s*l*h^2")) return FlopsConvention::megatron_model;

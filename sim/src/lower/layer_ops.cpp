@@ -262,9 +262,9 @@ void RankLowering::layer_forward(int layer, Phase phase) {
         const int ag_qkv = tp_forward_in(!overlap);
         gemm(n_.qkv, d_.tokens, (d_.q_w + 2 * d_.kv_w) / d_.tp, d_.h);
         if (overlap) wait(Stream::compute, ag_qkv);
-        if (m_.qk_norm) compute(Op::norm, n_.qk_norm, 0, 2 * d_.tokens * (d_.q_w + d_.kv_w) / d_.tp * Dims::act_bytes);  // read, write Q and K
+        if (m_.qk_norm) compute(Op::norm, n_.qk_norm, 0, 2 * d_.qk_bytes());  // read, write Q and K
         if (m_.position == PositionKind::rope)
-            compute(Op::elementwise, n_.rope, 0, 2 * d_.tokens * (d_.q_w + d_.kv_w) / d_.tp * Dims::act_bytes);
+            compute(Op::elementwise, n_.rope, 0, 2 * d_.qk_bytes());
     }
     attention_core_forward(phase);
     const int rs_proj = overlap ? tp_out_collective() : -1;
@@ -415,8 +415,8 @@ void RankLowering::layer_backward(int layer, int layer_in_stage) {
         return;
     }
     if (m_.position == PositionKind::rope)
-        compute(Op::elementwise, n_.rope, 0, 2 * d_.tokens * (d_.q_w + d_.kv_w) / d_.tp * Dims::act_bytes);
-    if (m_.qk_norm) compute(Op::norm, n_.qk_norm, 0, 3 * d_.tokens * (d_.q_w + d_.kv_w) / d_.tp * Dims::act_bytes);  // x, dy -> dx
+        compute(Op::elementwise, n_.rope, 0, 2 * d_.qk_bytes());
+    if (m_.qk_norm) compute(Op::norm, n_.qk_norm, 0, 3 * d_.qk_bytes());  // x, dy -> dx
     int input_ev = -1;
     if (d_.tp > 1 && d_.sp) input_ev = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * Dims::act_bytes, n_.tp_ag_input);
     const double qkv_n = (d_.q_w + 2 * d_.kv_w) / d_.tp;

@@ -42,6 +42,8 @@ struct Dims {
     double experts = 0, top_k = 1, expert_ffn = 0, shared = 0;
     bool sp = false;
     static constexpr double act_bytes = 2;  ///< activations and comm payloads travel in bf16
+    /// One pass over this rank's queries and keys (RoPE, QK-norm): the K part as kv_w / tp.
+    double qk_bytes() const { return tokens * (q_w + kv_w) / tp * act_bytes; }
 };
 Dims make_dims(const ModelSpec& m, const PlanSpec& p);
 

@@ -177,6 +177,7 @@ ForwardFlops forward_flops(const ModelSpec& m, double seqs, bool causal_halved) 
         LayerFlops lf = layer_forward_flops(m, l, seqs, causal_halved);
         f.layers_matmul += lf.matmul();
         f.attention_core += lf.attention;
+        f.router += lf.router;
         f.other += lf.other;
     }
     const double tokens = seqs * static_cast<double>(m.seq_len);
@@ -192,6 +193,7 @@ ForwardFlops forward_flops(const ModelSpec& m, double seqs, bool causal_halved) 
         const double d = m.mtp_depth;
         f.mtp = d * (lf.matmul() + 2.0 * tokens * (2.0 * h) * h + f.logits);
         f.attention_core += d * lf.attention;
+        f.router += d * lf.router;
         f.mtp_other = d * (lf.other + head_other + tokens * 2.0 * (m.norm == NormKind::layernorm ? 5.0 : 4.0) * h);
         f.other += f.mtp_other;
     }
@@ -239,10 +241,7 @@ double megatron_flops_per_step(const ModelSpec& m, double batch_seqs, bool full_
 
 double megatron_core_flops_per_step(const ModelSpec& m, double batch_seqs) {
     const ForwardFlops f = forward_flops(m, batch_seqs, true);
-    double router = 0;
-    for (int l = 0; l < m.layers; ++l) router += layer_forward_flops(m, l, batch_seqs, true).router;
-    if (m.mtp_depth > 0 && m.layers > 0) router += m.mtp_depth * layer_forward_flops(m, mtp_layer_kind(m), batch_seqs, true).router;
-    return 3.0 * (f.matmul() - router);
+    return 3.0 * (f.matmul() - f.router);
 }
 
 double megatron_param_count(const ModelSpec& m) {

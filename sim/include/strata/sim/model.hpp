@@ -98,6 +98,7 @@ LayerFlops layer_forward_flops(const ModelSpec& m, int layer, double seqs, bool 
 struct ForwardFlops {
     double layers_matmul = 0;  ///< all layers' matmuls (incl. attention scores/values, router)
     double attention_core = 0; ///< the QK^T and PV part of layers_matmul
+    double router = 0;         ///< the routers' GEMMs, in layers_matmul and mtp
     double logits = 0;         ///< lm head: 2 x tokens x hidden x vocab
     double mtp = 0;            ///< MTP modules' matmuls: layer (incl. its attention core), projection, head
     double mtp_other = 0;      ///< their non-matmul part (also counted in `other`)
