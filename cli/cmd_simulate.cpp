@@ -49,7 +49,7 @@ void add_simulate(CLI::App& app) {
     cmd->add_option("--trace", a->trace, "write a Chrome trace (Perfetto, chrome://tracing) to FILE");
     cmd->add_flag("--full", a->full, "full mode: simulate every GPU (stragglers, expert skew), not one rank per stage");
     cmd->add_option("--steps", a->steps, "training steps to simulate (reported per step)")->check(CLI::Range(1, 100));
-    cmd->add_flag("--no-allocator-model", a->no_allocator, "charge allocations as requested (no caching-allocator rounding)");
+    cmd->add_flag("--no-allocator-model", a->no_allocator, "charge allocations as requested (no replay of PyTorch's caching allocator)");
     cmd->callback([a] { run_simulate(*a); });
 }
 

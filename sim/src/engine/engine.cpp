@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <queue>
 #include <unordered_map>
 
@@ -131,8 +132,13 @@ void Engine::setup() {
         g.tier = Tier::gpu;
         g.node = rp.node;
         g.capacity = opt_.memory.gpu_capacity_bytes;
+        if (opt_.memory.replay_caching_allocator) {
+            // cudaMalloc's limit in whole bytes; an unbounded GPU still needs a finite one.
+            constexpr double kUnbounded = 1e18;
+            g.allocator = std::make_unique<CachingAllocator>(static_cast<std::int64_t>(std::min(g.capacity, kUnbounded)));
+        }
         rank_pool_[r][0] = static_cast<int>(pools_.size());
-        pools_.push_back(g);
+        pools_.push_back(std::move(g));
         for (Tier t : {Tier::cpu, Tier::ssd}) {
             auto key = std::make_pair(static_cast<int>(t), rp.node);
             auto it = node_pools.find(key);
@@ -142,7 +148,7 @@ void Engine::setup() {
                 np.node = rp.node;
                 np.capacity = t == Tier::cpu ? opt_.memory.cpu_capacity_bytes : opt_.memory.ssd_capacity_bytes;
                 it = node_pools.emplace(key, static_cast<int>(pools_.size())).first;
-                pools_.push_back(np);
+                pools_.push_back(std::move(np));
             }
             rank_pool_[r][static_cast<int>(t)] = it->second;
         }
@@ -277,25 +283,42 @@ void Engine::memory(int r, int i, const Instr& in) {
             found = true;
         }
     }
+    Pool& pool = pools_[static_cast<std::size_t>(rank_pool_[ru][static_cast<int>(found ? a.tier : in.tier)])];
+    CachingAllocator* replay = pool.allocator.get();
+    bool failed = false;  // the replay could not serve this request
     if (!found) {
         a.tier = in.tier;
         a.tag = std::clamp(in.tag, 0, kTensorTagCount - 1);
-        a.charged = charged_bytes(in.bytes, in.tier, opt_.memory) * (in.tier == Tier::gpu ? 1.0 : node_scale_[ru]);
+        if (replay && in.kind == InstrKind::alloc && in.tensor >= 0) {
+            const CachingAllocator::Grant g = replay->malloc(static_cast<std::int64_t>(std::ceil(in.bytes)));
+            a.handle = g.handle;
+            a.charged = static_cast<double>(g.block_bytes);
+            failed = g.failed;
+        } else {
+            a.charged = charged_bytes(in.bytes, in.tier, opt_.memory) * (in.tier == Tier::gpu ? 1.0 : node_scale_[ru]);
+        }
         if (in.kind == InstrKind::alloc && in.tensor >= 0) {
             if (slot) *slot = LiveSlot{a, true};
             else live_[ru][in.tensor] = a;
         }
+    } else if (a.handle >= 0) {
+        replay->free(a.handle);
     }
-    Pool& pool = pools_[static_cast<std::size_t>(rank_pool_[ru][static_cast<int>(a.tier)])];
     const double sign = in.kind == InstrKind::alloc ? 1.0 : -1.0;
     const double before = pool.use;
-    pool.use += sign * a.charged;
     pool.tags[static_cast<std::size_t>(a.tag)] += sign * a.charged;
+    if (replay) {
+        if (a.handle < 0) pool.unpaired += sign * a.charged;
+        pool.use = static_cast<double>(replay->stats().reserved_bytes) + pool.unpaired;
+    } else {
+        pool.use += sign * a.charged;
+    }
     if (pool.use > pool.peak) {
         pool.peak = pool.use;
         pool.peak_tags = pool.tags;
     }
-    if (sign > 0 && pool.use > pool.capacity && before <= pool.capacity) {
+    const bool over = replay && a.handle >= 0 ? failed : pool.use > pool.capacity;
+    if (sign > 0 && over && before <= pool.capacity) {
         ++res_.oom_count;
         if (res_.ooms.size() < opt_.max_oom_records) {
             OomRecord o;

@@ -7,11 +7,13 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <memory>
 #include <queue>
 #include <unordered_map>
 #include <vector>
 
 #include "engine_internal.hpp"
+#include "strata/sim/caching_allocator.hpp"
 #include "strata/sim/engine.hpp"
 #include "strata/sim/maxmin.hpp"
 
@@ -74,10 +76,15 @@ struct Pool {
     int node = 0;
     double capacity = 0, use = 0, peak = 0;
     TagBytes tags{}, peak_tags{};
+    /// With the allocator replay (MemoryOptions::replay_caching_allocator), `use` is what its
+    /// segments reserve plus `unpaired` (allocations without a tensor id, charged as before).
+    std::unique_ptr<CachingAllocator> allocator;
+    double unpaired = 0;
 };
 
 struct Allocation {
     double charged = 0;
+    std::int64_t handle = -1;  ///< the allocator replay's block, when it serves this one
     int tag = 0;
     Tier tier = Tier::gpu;
 };

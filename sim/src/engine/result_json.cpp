@@ -53,6 +53,8 @@ std::string to_json_text(const SimResult& r, const JobFigures& job) {
         o += k ? ",\n    " : "\n    ";
         o += "{\"rank\": " + std::to_string(rs.id) + ", \"pp_stage\": " + std::to_string(rs.pp_stage) +
              ", \"node\": " + std::to_string(rs.node) + ", \"peak\": " + tiers_json(rs.peak_bytes) +
+             ", \"gpu_peak_allocated\": " + json_num(rs.gpu_peak_allocated_bytes, 0) +
+             ", \"gpu_cache_flushes\": " + std::to_string(rs.gpu_cache_flushes) +
              ", \"capacity\": " + tiers_json(rs.capacity_bytes) + ", \"breakdown\": {";
         for (int t = 0; t < kTierCount; ++t) {
             if (t) o += ", ";

@@ -27,23 +27,15 @@ void set_calibration(O& o, const Calibration& c) {
 }
 
 // The engine's peak in the published counter's terms, on the published stage. nvidia-smi sees the
-// whole process; PyTorch's counters exclude the CUDA context and NCCL's buffers (the framework
-// reserve), and max_allocated also the caching allocator's rounding and fragmentation, so that
-// one re-runs the engine without the allocator model.
-double comparable_peak_bytes(const FidelityEntry& e, const hwdb::HardwareView& hw, const Calibration& cal, const SimOutput& out) {
-    const SimResult* res = &out.result;
-    SimOutput plain;
-    if (e.peak_counter == "max_allocated") {
-        SimOptions o;
-        set_calibration(o, cal);  // the same timing, so the same order of allocations
-        o.allocator_model = false;
-        plain = simulate(e.model, e.cluster, e.plan, hw, o);
-        res = &plain.result;
-    }
+// whole process (the allocator replay's reserved segments and the framework reserve); PyTorch's
+// counters exclude the CUDA context and NCCL's buffers (the framework reserve), and
+// max_allocated also the cached but unused parts of the segments.
+double comparable_peak_bytes(const FidelityEntry& e, const SimOutput& out) {
     const int want = e.peak_stage == "first" ? 0 : e.peak_stage == "last" ? e.plan.pp - 1 : -1;
+    const bool allocated = e.peak_counter == "max_allocated";
     double peak = 0;
-    for (const RankStats& rs : res->ranks)
-        if (want < 0 || rs.pp_stage == want) peak = std::max(peak, rs.peak_bytes[0]);
+    for (const RankStats& rs : out.result.ranks)
+        if (want < 0 || rs.pp_stage == want) peak = std::max(peak, allocated ? rs.gpu_peak_allocated_bytes : rs.peak_bytes[0]);
     if (e.peak_counter != "device") peak -= kFrameworkReserveBytes;
     return peak;
 }
@@ -133,7 +125,7 @@ FidelityRow run_fidelity_entry(const FidelityEntry& e, const ViewResolver& views
     if (auto pk = e.measured.find("peak_hbm_bytes"); pk != e.measured.end() && pk->second > 0) {
         r.published_peak_hbm_bytes = pk->second;
         r.peak_counter = e.peak_counter + ", " + (e.peak_stage == "max" ? "any" : e.peak_stage) + " stage";
-        r.peak_hbm_bytes = comparable_peak_bytes(e, hw, cal, out);
+        r.peak_hbm_bytes = comparable_peak_bytes(e, out);
         r.peak_error = r.peak_hbm_bytes / pk->second - 1.0;
     }
     r.fits = out.memory.fits();

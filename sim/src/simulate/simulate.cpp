@@ -93,6 +93,10 @@ SimOutput simulate(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
     if (!o.allocator_model) {
         eo.memory.caching_allocator = false;
         eo.memory.fragmentation = 0;
+    } else {
+        // Fragmentation comes out of the replay, not a fixed allowance.
+        eo.memory.replay_caching_allocator = true;
+        eo.memory.fragmentation = 0;
     }
     // Flows share the cluster's concrete links (NVLink ports, rail NICs, PCIe switches, DRAM,
     // leaf uplinks) as the topology routes them.
@@ -168,6 +172,15 @@ std::string summary_text(const SimOutput& out) {
         ca.resize(13, ' ');
         s << line << peak << an << ca << (oom_here ? "OOM" : "ok") << "\n";
     }
+    double allocated = 0;
+    std::int64_t flushes = 0;
+    for (const RankStats& rs : r.ranks) {
+        allocated = std::max(allocated, rs.gpu_peak_allocated_bytes);
+        flushes = std::max(flushes, rs.gpu_cache_flushes);
+    }
+    if (allocated < r.peak_bytes_max[0])
+        s << "  of which allocated " << human_bytes(allocated) << " at most; the rest is the caching allocator's split segments"
+          << (flushes > 0 ? " (cache emptied " + std::to_string(flushes) + " times to make room)" : std::string()) << "\n";
     if (r.oom) {
         s << "\nOOM: " << r.oom_count << " allocation(s) past capacity; first:\n";
         const auto& e = r.ooms.front();

@@ -85,6 +85,10 @@ struct MemoryOptions {
     bool caching_allocator = true;
     /// Extra fraction charged on the GPU tier for fragmentation of the caching allocator's segments.
     double fragmentation = 0.02;
+    /// Replay PyTorch's caching allocator on each GPU (caching_allocator.hpp) instead of rounding
+    /// and a fixed fragmentation: the GPU pool's use and peak are then the bytes its segments
+    /// reserve, and an OOM is a request the allocator cannot serve after emptying its cache.
+    bool replay_caching_allocator = false;
 };
 
 struct EngineOptions {

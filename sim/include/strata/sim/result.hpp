@@ -33,7 +33,12 @@ struct RankStats {
     std::int64_t host_wait_ns = 0;       ///< compute kernels ready on the GPU but not yet issued by the host
     std::int64_t bubble_ns = 0;          ///< the rest of the idle time: pipeline dependencies
     std::array<double, kTierCount> peak_bytes{};        ///< gpu: this GPU; cpu/ssd: its node's pool
-    std::array<TagBytes, kTierCount> peak_breakdown{};  ///< by TensorTag at that peak
+    std::array<TagBytes, kTierCount> peak_breakdown{};  ///< by TensorTag at that peak (allocated bytes)
+    /// With the caching-allocator replay, peak_bytes[gpu] is what its segments reserved at most
+    /// (nvidia-smi's view) and this is the most its blocks held at once (max_memory_allocated);
+    /// without it the two are the same.
+    double gpu_peak_allocated_bytes = 0;
+    std::int64_t gpu_cache_flushes = 0;  ///< times the replay emptied its cache to make room
     std::array<double, kTierCount> capacity_bytes{};
 };
 

@@ -19,7 +19,7 @@ struct SimOptions {
     bool full = false;             ///< full mode: one RankProgram per GPU (stragglers, skew)
     int steps = 1;                 ///< training steps to lower (a lock-free update runs >= 2)
     bool critical_path = true;     ///< name what bounds the step
-    bool allocator_model = true;   ///< caching-allocator rounding + fragmentation on the GPU tier
+    bool allocator_model = true;   ///< replay PyTorch's caching allocator on the GPU tier (off: bytes as requested)
     Calibration calibration;       ///< cost multipliers (bench/fidelity); identity = uncalibrated
 };
 

@@ -1,0 +1,82 @@
+// A replay of PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp, default
+// settings: no max_split_size, no expandable segments, no garbage-collection threshold) over one
+// GPU's stream of allocations and frees. It answers what a flat byte count cannot: how much HBM
+// the cached segments hold (nvidia-smi's and max_reserved's figure), and whether a request fails
+// because the free bytes are scattered over segments that live tensors keep split.
+//
+// The rules replayed: sizes round up to 512 B; requests up to 1 MiB come from 2 MiB segments of a
+// small pool, larger ones from a large pool, whose new segments are 20 MiB below 10 MiB and the
+// request rounded up to 2 MiB otherwise; a request takes the smallest free block that fits
+// (best fit, ties to the lower address) and splits it when the rest is at least 512 B (small
+// pool) or over 1 MiB (large pool); a freed block merges with free neighbours of its segment;
+// when cudaMalloc would pass the limit, every free block that is a whole segment is returned to
+// CUDA and the request retried, and only then does the allocation fail.
+#pragma once
+#include <cstdint>
+#include <set>
+#include <tuple>
+#include <vector>
+
+namespace strata::sim {
+
+struct AllocatorStats {
+    std::int64_t allocated_bytes = 0;  ///< blocks handed out (rounded; a tail too small to split included)
+    std::int64_t reserved_bytes = 0;   ///< segments held from cudaMalloc
+    std::int64_t peak_allocated_bytes = 0;
+    std::int64_t peak_reserved_bytes = 0;
+    std::int64_t segments_allocated = 0;  ///< cudaMalloc calls
+    std::int64_t cache_flushes = 0;       ///< cudaMalloc failures answered by emptying the cache
+    std::int64_t failed_requests = 0;     ///< requests that failed even after the flush
+};
+
+class CachingAllocator {
+public:
+    static constexpr std::int64_t kMinBlockBytes = 512;
+    static constexpr std::int64_t kSmallSizeBytes = 1 << 20;    ///< largest small-pool request
+    static constexpr std::int64_t kSmallBufferBytes = 2 << 20;  ///< small-pool segment
+    static constexpr std::int64_t kLargeBufferBytes = 20 << 20; ///< segment for 1-10 MiB requests
+    static constexpr std::int64_t kMinLargeAllocBytes = 10 << 20;
+    static constexpr std::int64_t kRoundLargeBytes = 2 << 20;
+
+    /// `limit_bytes`: what cudaMalloc can hand out in total on this GPU.
+    explicit CachingAllocator(std::int64_t limit_bytes);
+
+    struct Grant {
+        std::int64_t handle = -1;
+        std::int64_t block_bytes = 0;  ///< what the request occupies (>= the rounded request)
+        bool failed = false;           ///< PyTorch would raise "CUDA out of memory" here
+    };
+    /// A failed request is still served (past the limit) so that a replay can run to its end and
+    /// report how far over it went.
+    Grant malloc(std::int64_t bytes);
+    void free(std::int64_t handle);
+
+    const AllocatorStats& stats() const { return stats_; }
+    std::int64_t limit_bytes() const { return limit_; }
+
+    static std::int64_t round_size(std::int64_t bytes);
+    /// cudaMalloc size for a rounded request that no cached block can serve.
+    static std::int64_t segment_size(std::int64_t rounded);
+
+private:
+    struct Block {
+        std::int64_t ptr = 0, size = 0;
+        int prev = -1, next = -1;  ///< neighbours in the same segment
+        bool allocated = false, small = false;
+    };
+    using Key = std::tuple<std::int64_t, std::int64_t, int>;  // (size, address, block): best fit, low address first
+    std::set<Key>& pool(bool small) { return small ? small_free_ : large_free_; }
+    static Key key(const Block& b, int id) { return {b.size, b.ptr, id}; }
+    int new_block();
+    void drop_block(int id);
+    void merge(int dst, int src);
+    void release_cached();
+
+    std::int64_t limit_ = 0, next_ptr_ = 0;
+    std::vector<Block> blocks_;
+    std::vector<int> spare_;  // recycled block slots
+    std::set<Key> small_free_, large_free_;
+    AllocatorStats stats_;
+};
+
+}  // namespace strata::sim
