@@ -183,9 +183,11 @@ RankLowering::RankLowering(const ModelSpec& m, const ClusterSpec& cl, const Plan
             const bool rec = p.recompute == Recompute::full && layer_recomputed(m, p, stage_, li_stage);
             act_desc_.push_back(layer_activations(m, p, layer, rec));
             ws_desc_.push_back(o.emit_memory ? layer_backward_workspace(m, p, layer, rec) : std::vector<TensorDesc>{});
+            fwd_ws_desc_.push_back(o.emit_memory && rec ? layer_forward_transients(m, p, layer) : std::vector<TensorDesc>{});
         }
     act_ids_.resize(act_desc_.size());
     ws_ids_.resize(ws_desc_.size());
+    fwd_ws_ids_.resize(fwd_ws_desc_.size());
     if (o.emit_memory && stage_ == 0) {
         emb_desc_ = embedding_activations(m, p);
         emb_ws_desc_ = embedding_backward_workspace(m, p);
@@ -316,17 +318,20 @@ int RankLowering::copy(Stream s, CopyKind k, double bytes, int name, int after_e
     return record(s);
 }
 
+void RankLowering::intern_names(const std::vector<TensorDesc>& list, std::vector<int>& ids) {
+    if (ids.size() == list.size()) return;
+    ids.clear();
+    for (const TensorDesc& t : list) {
+        auto it = tensor_names_.find(t.name);
+        if (it == tensor_names_.end()) it = tensor_names_.emplace(t.name, prog_.name_id(t.name)).first;
+        ids.push_back(it->second);
+    }
+}
+
 RankLowering::AllocRun RankLowering::alloc_list(const std::vector<TensorDesc>& list, std::vector<int>& ids) {
     AllocRun run{rp_.instrs.size(), 0};
     if (!o_.emit_memory) return run;
-    if (ids.size() != list.size()) {
-        ids.clear();
-        for (const TensorDesc& t : list) {
-            auto it = tensor_names_.find(t.name);
-            if (it == tensor_names_.end()) it = tensor_names_.emplace(t.name, prog_.name_id(t.name)).first;
-            ids.push_back(it->second);
-        }
-    }
+    intern_names(list, ids);
     for (std::size_t j = 0; j < list.size(); ++j) {
         const TensorDesc& t = list[j];
         for (Tier tier : {Tier::gpu, Tier::cpu, Tier::ssd}) {
@@ -342,6 +347,22 @@ RankLowering::AllocRun RankLowering::alloc_list(const std::vector<TensorDesc>& l
         }
     }
     return run;
+}
+
+void RankLowering::churn_list(const std::vector<TensorDesc>& list, std::vector<int>& ids) {
+    if (!o_.emit_memory || list.empty()) return;
+    std::vector<int> one_id;
+    AllocRun prev{};
+    bool have_prev = false;
+    intern_names(list, ids);
+    for (std::size_t j = 0; j < list.size(); ++j) {
+        one_id.assign(1, ids[j]);
+        const AllocRun run = alloc_list({list[j]}, one_id);
+        if (have_prev) free_list(prev);
+        prev = run;
+        have_prev = true;
+    }
+    free_list(prev);
 }
 
 void RankLowering::free_list(AllocRun run) {

@@ -207,7 +207,10 @@ private:
     /// `ids` caches the interned names of `list` (filled on first use, in list order, so that names
     /// are interned in the same order as without the cache).
     AllocRun alloc_list(const std::vector<TensorDesc>& list, std::vector<int>& ids);
+    void intern_names(const std::vector<TensorDesc>& list, std::vector<int>& ids);
     void free_list(AllocRun run);
+    /// Each tensor of `list` allocated in turn and freed once the next one is (a no_grad forward).
+    void churn_list(const std::vector<TensorDesc>& list, std::vector<int>& ids);
     int chunk_first_layer(int chunk) const { return chunk_start_[static_cast<std::size_t>(chunk)]; }
     int chunk_layers(int chunk) const { return chunk_count_[static_cast<std::size_t>(chunk)]; }
     /// Index of a layer among this rank's layers (chunk-major): indexes act_desc_, ws_desc_.
@@ -261,6 +264,8 @@ private:
 
     // memory
     std::vector<std::vector<TensorDesc>> act_desc_, ws_desc_;  ///< per layer of the stage
+    std::vector<std::vector<TensorDesc>> fwd_ws_desc_;  ///< per layer in stage: layer_forward_transients (recomputed only)
+    std::vector<std::vector<int>> fwd_ws_ids_;
     std::vector<TensorDesc> emb_desc_, emb_ws_desc_, logits_desc_, head_ws_desc_, head_fwd_ws_desc_;
     std::vector<std::vector<int>> act_ids_, ws_ids_;  ///< interned names of act_desc_, ws_desc_
     std::vector<int> emb_ids_, emb_ws_ids_, logits_ids_, head_ws_ids_, head_fwd_ws_ids_;

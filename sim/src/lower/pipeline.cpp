@@ -164,6 +164,7 @@ void RankLowering::forward_pass(int mb, int chunk) {
             layer_ready_[static_cast<std::size_t>(lis)] = -1;
         }
         stashed_[{mb_, chunk, li}] = alloc_list(act_desc_[static_cast<std::size_t>(lis)], act_ids_[static_cast<std::size_t>(lis)]);
+        churn_list(fwd_ws_desc_[static_cast<std::size_t>(lis)], fwd_ws_ids_[static_cast<std::size_t>(lis)]);
         layer_forward(layer, Phase::forward);
         if (li + 1 == count) join_deferred();  // MoE all-to-all overlapped with the pass
         const TierSplit& af = p_.offload.activations;

@@ -249,6 +249,20 @@ std::vector<TensorDesc> layer_activations(const ModelSpec& m, const PlanSpec& p,
     return {act_tensor("layer.input", L.act * L.tok_rep * L.h, shape, p)};
 }
 
+std::vector<TensorDesc> layer_forward_transients(const ModelSpec& m, const PlanSpec& p, int layer) {
+    PlanSpec no_sel = p;
+    no_sel.recompute = Recompute::none;
+    std::vector<TensorDesc> out;
+    for (TensorDesc d : full_layer_activations(m, no_sel, layer)) {
+        if (d.name == "attn.norm_in") continue;  // the stashed layer input itself
+        d.name = "forward." + d.name;
+        d.lifetime = Lifetime::transient;
+        d.tiers = TierSplit{};  // on the GPU whatever the activations' offload
+        out.push_back(std::move(d));
+    }
+    return out;
+}
+
 std::vector<TensorDesc> layer_backward_workspace(const ModelSpec& m, const PlanSpec& p, int layer, bool recomputed) {
     const Local L = local_of(m, p);
     std::vector<TensorDesc> out;

@@ -39,6 +39,12 @@ struct TensorDesc {
 /// Large Transformer Models" (MLSys 2023), Table 2 / Eqs. 1-5.
 std::vector<TensorDesc> layer_activations(const ModelSpec& m, const PlanSpec& p, int layer, bool recomputed);
 
+/// What a fully recomputed (checkpointed) layer's forward creates and drops at once under
+/// no_grad, in forward order: its activations but the stashed input. The lowering allocates each
+/// one and frees it after the next, as autograd-free PyTorch frees an op's input once its consumer
+/// has run; only the allocator replay sees the difference.
+std::vector<TensorDesc> layer_forward_transients(const ModelSpec& m, const PlanSpec& p, int layer);
+
 /// Transient peak of a layer's backward (recomputed activations, gradient of the layer's widest
 /// intermediate) on one rank: held only while that layer's backward runs.
 std::vector<TensorDesc> layer_backward_workspace(const ModelSpec& m, const PlanSpec& p, int layer, bool recomputed);
