@@ -229,6 +229,33 @@ TEST_CASE("engine GPU peak equals the memory model with SP, CP, ZeRO, interleavi
     }
 }
 
+// DeepSpeed's PipelineEngine keeps a 1/tp slice of each sent output until its micro-batch's
+// backward and regathers the whole output for it. gpt(8) at tp 2, pp 4, m = 8, 1F1B, recompute
+// full and not: stage r holds pp - r slices; the peak on stages 0-2 must grow by exactly
+// (pp - r) s b h / tp + s b h activation bytes over the same plan without DeepSpeed's engine, and
+// the engine must agree with the model on both.
+TEST_CASE("DeepSpeed's pipe engine: kept output slices and the regathered output", "[lower][engine][memory]") {
+    const ModelSpec m = gpt(8);
+    for (Recompute rc : {Recompute::none, Recompute::full}) {
+        PlanSpec p;
+        p.tp = 2, p.pp = 4;
+        p.global_batch = 8;
+        p.recompute = rc;
+        p.p2p_scatter_gather = true;
+        PlanSpec ds = p;
+        ds.p2p_blocking = true;
+        const MemoryReport plain = engine_matches_model(m, p);
+        const MemoryReport deep = engine_matches_model(m, ds);
+        const double sbh = 2.0 * m.seq_len * 1 * m.hidden;  // bytes of one (s, b, h) tensor, b = 1
+        for (int r = 0; r < 4; ++r) {
+            INFO("stage " << r << " recompute " << static_cast<int>(rc));
+            const double extra = r < 3 ? (4 - r) * sbh / 2 + sbh : 0.0;
+            CHECK(deep.stages[static_cast<std::size_t>(r)].tier_bytes[0] - plain.stages[static_cast<std::size_t>(r)].tier_bytes[0] ==
+                  Approx(extra).margin(1.0));
+        }
+    }
+}
+
 TEST_CASE("engine GPU peak equals the memory model when the embedding's backward sets it", "[lower][engine][memory]") {
     // A 64k vocabulary on a 256-wide model: stage 0's dense embedding gradient (32 MB at tp 1)
     // outweighs a recomputed layer's backward, so the peak falls at the embedding's backward,

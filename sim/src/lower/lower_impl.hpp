@@ -266,6 +266,8 @@ private:
     std::vector<std::vector<TensorDesc>> act_desc_, ws_desc_;  ///< per layer of the stage
     std::vector<std::vector<TensorDesc>> fwd_ws_desc_;  ///< per layer in stage: layer_forward_transients (recomputed only)
     std::vector<std::vector<int>> fwd_ws_ids_;
+    std::vector<TensorDesc> out_slice_desc_, out_full_desc_;  ///< pipe_output_slice / _regathered
+    std::vector<int> out_slice_ids_, out_full_ids_;
     std::vector<TensorDesc> emb_desc_, emb_ws_desc_, logits_desc_, head_ws_desc_, head_fwd_ws_desc_;
     std::vector<std::vector<int>> act_ids_, ws_ids_;  ///< interned names of act_desc_, ws_desc_
     std::vector<int> emb_ids_, emb_ws_ids_, logits_ids_, head_ws_ids_, head_fwd_ws_ids_;

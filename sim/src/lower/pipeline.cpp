@@ -188,6 +188,7 @@ void RankLowering::forward_pass(int mb, int chunk) {
         in.peer = program_of_stage(next);
         in.match_id = p2p_match(mb_, v, true, lane);
         if (p_.p2p_blocking) block_on_send();
+        if (!out_slice_desc_.empty()) stashed_[{mb_, chunk, -3}] = alloc_list(out_slice_desc_, out_slice_ids_);
     }
 }
 
@@ -271,6 +272,7 @@ void RankLowering::backward_pass(int mb, int chunk) {
     const int prev = v > 0 ? rank_of_virtual_stage(p_, v - 1) : -1, next = v < vlast ? rank_of_virtual_stage(p_, v + 1) : -1;
     const int lane = full_ ? co_.t + p_.tp * (co_.c + p_.cp * co_.d) : 0;
     const double p2p_bytes = d_.tokens_sp * d_.h * Dims::act_bytes;
+    AllocRun regathered{};  // DeepSpeed's whole output again, for this backward
     if (v < vlast) {
         if (next != stage_) {
             post_blocking_recv();
@@ -281,6 +283,7 @@ void RankLowering::backward_pass(int mb, int chunk) {
             wait(Stream::compute, record(recv_stream(chunk, false)));
             gather_received(p2p_bytes);
         }
+        if (!out_full_desc_.empty()) regathered = alloc_list(out_full_desc_, out_full_ids_);
     } else {
         for (int k = 0; k < m_.mtp_depth; ++k) mtp_backward();
         head_backward();
@@ -348,6 +351,11 @@ void RankLowering::backward_pass(int mb, int chunk) {
         in.peer = program_of_stage(prev);
         in.match_id = p2p_match(mb_, v, false, lane);
         if (p_.p2p_blocking) block_on_send();
+    }
+    free_list(regathered);
+    if (auto it = stashed_.find({mb_, chunk, -3}); it != stashed_.end()) {
+        free_list(it->second);
+        stashed_.erase(it);
     }
     if (bucketed) flush_buckets();  // the chunk's gradients are final
     else if (every_mb) reduce_chunk_grads(chunk, v == 0, v == vlast);

@@ -259,6 +259,9 @@ MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capaci
         }
         for (const TensorDesc& d : embedding) add_to(s, d, held.embedding);
         for (const TensorDesc& d : logits) add_to(s, d, held.logits);
+        const bool sends_output = stage < p.pp - 1;  // DeepSpeed's slices: one per micro-batch in flight
+        if (sends_output)
+            for (const TensorDesc& d : pipe_output_slice(m, p)) add_to(s, d, s.in_flight_microbatches);
         if (stage == 0) {
             // The embedding's backward comes after the micro-batch's chunk-0 layers have released
             // their activations (their GPU part): it adds to the peak only by what exceeds those.
@@ -270,6 +273,8 @@ MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capaci
         // The head's forward and backward run on the same held state as the last layer's backward
         // (the stash keeps the logits until the micro-batch's backward ends).
         if (stage == head_stage(p)) workspace = std::max(workspace, sum_bytes(head_workspace(m, p)));
+        // DeepSpeed's regathered output lives through the whole backward pass of the stage.
+        if (sends_output) workspace += sum_bytes(pipe_output_regathered(m, p));
         // The backward workspace is transient and always on the GPU.
         s.workspace_bytes = workspace;
         s.tier_bytes[0] += workspace;

@@ -343,6 +343,20 @@ std::vector<TensorDesc> head_workspace(const ModelSpec& m, const PlanSpec& p, bo
     return out;
 }
 
+std::vector<TensorDesc> pipe_output_slice(const ModelSpec& m, const PlanSpec& p) {
+    if (!(p.p2p_blocking && p.p2p_scatter_gather)) return {};
+    const Local L = local_of(m, p);
+    return {act_tensor("pp.sent_output_slice", L.act * L.tokens * L.h / L.t, "(s, b, h) / tp", p)};
+}
+
+std::vector<TensorDesc> pipe_output_regathered(const ModelSpec& m, const PlanSpec& p) {
+    if (!(p.p2p_blocking && p.p2p_scatter_gather)) return {};
+    const Local L = local_of(m, p);
+    TensorDesc d = buffer_tensor("pp.output_regathered", L.act * L.tokens * L.h, Lifetime::transient, "(s, b, h)");
+    d.tag = TensorTag::activations;
+    return {d};
+}
+
 std::vector<TensorDesc> logits_activations(const ModelSpec& m, const PlanSpec& p) {
     const Local L = local_of(m, p);
     const double V = static_cast<double>(m.vocab);

@@ -68,6 +68,14 @@ std::vector<TensorDesc> head_workspace(const ModelSpec& m, const PlanSpec& p, bo
 std::vector<TensorDesc> embedding_activations(const ModelSpec& m, const PlanSpec& p);
 std::vector<TensorDesc> logits_activations(const ModelSpec& m, const PlanSpec& p);
 
+/// DeepSpeed's PipelineEngine with partitioned pipe tensors (plan.p2p_blocking and
+/// plan.p2p_scatter_gather), on every stage but the last: it frees a sent output's data but keeps
+/// its local 1/tp slice until that micro-batch's backward (`pipe_buffers['outputs']`), and for the
+/// backward all-gathers the whole output again, held until the backward pass returns. Empty for
+/// any other plan.
+std::vector<TensorDesc> pipe_output_slice(const ModelSpec& m, const PlanSpec& p);
+std::vector<TensorDesc> pipe_output_regathered(const ModelSpec& m, const PlanSpec& p);
+
 /// Parameters held by one rank of pipeline stage `stage` (before ZeRO sharding), split into dense
 /// (replicated over dp) and expert (sharded over ep, replicated over dp/ep) counts.
 struct StageParams {
