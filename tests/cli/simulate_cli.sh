@@ -36,6 +36,13 @@ J
 [ $rc -eq 0 ] || { cat "$T/err"; fail "OOM plan: exit $rc"; }
 grep -q "^gpu (HBM).*OOM" "$T/oom" || fail "no HBM OOM in the summary"
 
+# The analytical memory command warns when the headroom is within the allocator's reach (Llama 3
+# 405B: 79.1 of 84.9 GB, 6.9 % left) and not with room to spare (Llama 3 8B: 50.9 GB).
+"$S" memory --scenario llama-3-405b-16k-h100 >"$T/mem" 2>"$T/err" || { cat "$T/err"; fail "memory: exit"; }
+grep -q "^note: .* of HBM left (6.9 %); PyTorch's caching allocator" "$T/mem" || { cat "$T/mem"; fail "no headroom note"; }
+"$S" memory --scenario llama-3-8b-8xh100 >"$T/mem2" 2>/dev/null || fail "memory 8b: exit"
+grep -q "^note:" "$T/mem2" && fail "headroom note with 40 % left"
+
 # Bad input: exit 2, nothing written.
 "$S" simulate --scenario no-such-scenario --json "$T/bad.json" >/dev/null 2>&1; rc=$?
 [ $rc -eq 2 ] || fail "unknown scenario: exit $rc (want 2)"
