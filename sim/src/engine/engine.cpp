@@ -307,6 +307,8 @@ void Engine::memory(int r, int i, const Instr& in) {
     const double sign = in.kind == InstrKind::alloc ? 1.0 : -1.0;
     const double before = pool.use;
     pool.tags[static_cast<std::size_t>(a.tag)] += sign * a.charged;
+    pool.allocated += sign * a.charged;
+    pool.peak_allocated = std::max(pool.peak_allocated, pool.allocated);
     if (replay) {
         if (a.handle < 0) pool.unpaired += sign * a.charged;
         pool.use = static_cast<double>(replay->stats().reserved_bytes) + pool.unpaired;

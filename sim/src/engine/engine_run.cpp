@@ -142,13 +142,8 @@ SimResult Engine::run() {
     }
     for (std::size_t r = 0; r < p_.ranks.size(); ++r) {
         const Pool& gpu = pools_[static_cast<std::size_t>(rank_pool_[r][0])];
-        auto& rs = res_.ranks[r];
-        rs.gpu_peak_allocated_bytes = gpu.peak;
-        if (gpu.allocator) {
-            // Blocks handed out at most, plus what bypassed the replay (untracked allocations).
-            rs.gpu_peak_allocated_bytes = static_cast<double>(gpu.allocator->stats().peak_allocated_bytes) + std::max(0.0, gpu.unpaired);
-            rs.gpu_cache_flushes = gpu.allocator->stats().cache_flushes;
-        }
+        res_.ranks[r].gpu_peak_allocated_bytes = gpu.peak_allocated;
+        if (gpu.allocator) res_.ranks[r].gpu_cache_flushes = gpu.allocator->stats().cache_flushes;
     }
     res_.oom = res_.oom_count > 0;
 

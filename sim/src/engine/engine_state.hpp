@@ -80,6 +80,7 @@ struct Pool {
     /// segments reserve plus `unpaired` (allocations without a tensor id, charged as before).
     std::unique_ptr<CachingAllocator> allocator;
     double unpaired = 0;
+    double allocated = 0, peak_allocated = 0;  ///< what the tensors hold (== use without the replay)
 };
 
 struct Allocation {

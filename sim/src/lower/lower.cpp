@@ -332,39 +332,39 @@ void RankLowering::intern_names(const std::vector<TensorDesc>& list, std::vector
     }
 }
 
+std::size_t RankLowering::alloc_tensor(const TensorDesc& t, int name) {
+    std::size_t pushed = 0;
+    for (Tier tier : {Tier::gpu, Tier::cpu, Tier::ssd}) {
+        const double frac = t.tiers.of(tier);
+        if (frac <= 0 || t.bytes <= 0) continue;
+        Instr& in = push(InstrKind::alloc, Stream::compute, name);
+        in.tier = tier;
+        in.tag = static_cast<std::int32_t>(t.tag);
+        in.bytes = t.bytes * frac;
+        STRATA_ASSERT(tensor_counter_ < std::numeric_limits<std::int32_t>::max(), "lower: more tensors than Instr::tensor holds");
+        in.tensor = static_cast<std::int32_t>(tensor_counter_++);
+        ++pushed;
+    }
+    return pushed;
+}
+
 RankLowering::AllocRun RankLowering::alloc_list(const std::vector<TensorDesc>& list, std::vector<int>& ids) {
     AllocRun run{rp_.instrs.size(), 0};
     if (!o_.emit_memory) return run;
     intern_names(list, ids);
-    for (std::size_t j = 0; j < list.size(); ++j) {
-        const TensorDesc& t = list[j];
-        for (Tier tier : {Tier::gpu, Tier::cpu, Tier::ssd}) {
-            const double frac = t.tiers.of(tier);
-            if (frac <= 0 || t.bytes <= 0) continue;
-            Instr& in = push(InstrKind::alloc, Stream::compute, ids[j]);
-            in.tier = tier;
-            in.tag = static_cast<std::int32_t>(t.tag);
-            in.bytes = t.bytes * frac;
-            STRATA_ASSERT(tensor_counter_ < std::numeric_limits<std::int32_t>::max(), "lower: more tensors than Instr::tensor holds");
-            in.tensor = static_cast<std::int32_t>(tensor_counter_++);
-            ++run.count;
-        }
-    }
+    for (std::size_t j = 0; j < list.size(); ++j) run.count += alloc_tensor(list[j], ids[j]);
     return run;
 }
 
 void RankLowering::churn_list(const std::vector<TensorDesc>& list, std::vector<int>& ids) {
-    if (!o_.emit_memory || list.empty()) return;
-    std::vector<int> one_id;
-    AllocRun prev{};
-    bool have_prev = false;
+    if (!o_.emit_memory) return;
     intern_names(list, ids);
+    AllocRun prev{};  // empty: freeing it is a no-op
     for (std::size_t j = 0; j < list.size(); ++j) {
-        one_id.assign(1, ids[j]);
-        const AllocRun run = alloc_list({list[j]}, one_id);
-        if (have_prev) free_list(prev);
+        const std::size_t first = rp_.instrs.size();
+        const AllocRun run{first, alloc_tensor(list[j], ids[j])};
+        free_list(prev);
         prev = run;
-        have_prev = true;
     }
     free_list(prev);
 }

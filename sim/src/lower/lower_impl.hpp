@@ -208,6 +208,7 @@ private:
     /// are interned in the same order as without the cache).
     AllocRun alloc_list(const std::vector<TensorDesc>& list, std::vector<int>& ids);
     void intern_names(const std::vector<TensorDesc>& list, std::vector<int>& ids);
+    std::size_t alloc_tensor(const TensorDesc& t, int name);  ///< one Alloc per tier it occupies; how many
     void free_list(AllocRun run);
     /// Each tensor of `list` allocated in turn and freed once the next one is (a no_grad forward).
     void churn_list(const std::vector<TensorDesc>& list, std::vector<int>& ids);
@@ -271,7 +272,8 @@ private:
     std::vector<TensorDesc> emb_desc_, emb_ws_desc_, logits_desc_, head_ws_desc_, head_fwd_ws_desc_;
     std::vector<std::vector<int>> act_ids_, ws_ids_;  ///< interned names of act_desc_, ws_desc_
     std::vector<int> emb_ids_, emb_ws_ids_, logits_ids_, head_ws_ids_, head_fwd_ws_ids_;
-    std::map<std::tuple<int, int, int>, AllocRun> stashed_;   ///< (mb, chunk, layer) -> allocs
+    /// (mb, chunk, layer) -> allocs; layer -1: the embedding's, -2: the logits', -3: DeepSpeed's sent-output slice
+    std::map<std::tuple<int, int, int>, AllocRun> stashed_;
     std::map<std::tuple<int, int, int>, int> act_offloaded_;  ///< (mb, chunk, layer) -> d2h event
     std::map<std::string, int> tensor_names_;
 

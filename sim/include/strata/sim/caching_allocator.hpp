@@ -52,7 +52,6 @@ public:
     void free(std::int64_t handle);
 
     const AllocatorStats& stats() const { return stats_; }
-    std::int64_t limit_bytes() const { return limit_; }
 
     static std::int64_t round_size(std::int64_t bytes);
     /// cudaMalloc size for a rounded request that no cached block can serve.
