@@ -16,6 +16,9 @@ using namespace strata::sim;
 
 namespace {
 
+constexpr const char* kExpandableNote =
+    "expandable allocator segments, an environment setting: launch with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True";
+
 std::string tier_device(const TierSplit& t) {
     if (t.ssd > 0) return "nvme";
     if (t.cpu > 0) return "cpu";
@@ -216,6 +219,7 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
         r.unsupported.push_back("pipeline scatter/gather without sequence parallelism (Megatron-LM before Megatron-Core; "
                                 "Megatron-Core sends whole tensors: enable --sequence-parallel instead)");
     if (p.eager_elementwise) r.unsupported.push_back("unfused eager elementwise ops (Megatron-LM fuses its norms and activations)");
+    if (p.expandable_segments) r.unsupported.push_back(kExpandableNote);
     if (!p.loss_upcast)
         r.unsupported.push_back("a loss that keeps the logits in their dtype (Megatron's vocab-parallel cross-entropy keeps an fp32 softmax)");
     if (p.moe_act_fp8_cache) r.unsupported.push_back("FP8 cache of the MoE SwiGLU inputs (DeepSeek-V3's own framework; Megatron keeps them in BF16)");
@@ -293,6 +297,7 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
     if (p.precision == Precision::fp8) r.unsupported.push_back("fp8 (needs Transformer Engine)");
     if (p.exp_avg_dtype != Precision::fp32 || p.exp_avg_sq_dtype != Precision::fp32)
         r.unsupported.push_back("Adam moments below fp32 (Megatron's precision-aware optimizer)");
+    if (p.expandable_segments) r.unsupported.push_back(kExpandableNote);
     if (p.lock_free_update) r.unsupported.push_back("lock-free optimizer update (Angel-PTM; DeepSpeed's ZeRO-Offload has a similar one-step delayed update)");
     if (!p.offload.activations.all_gpu() && p.recompute == Recompute::none) r.unsupported.push_back("activation offload without checkpointing");
     if (is_split(p.offload.params)) r.unsupported.push_back("fractional parameter offload");

@@ -122,6 +122,7 @@ void same(const PlanSpec& a, const PlanSpec& b) {
     CHECK(a.tp_comm_overlap == b.tp_comm_overlap);
     CHECK(a.p2p_blocking == b.p2p_blocking);
     CHECK(a.p2p_scatter_gather == b.p2p_scatter_gather);
+    CHECK(a.expandable_segments == b.expandable_segments);
     CHECK(a.moe_act_fp8_cache == b.moe_act_fp8_cache);
     CHECK(a.eager_elementwise == b.eager_elementwise);
     CHECK(a.attention_kernel == b.attention_kernel);
@@ -338,6 +339,19 @@ TEST_CASE("unfused gradient accumulation round-trips; fused is the default", "[s
         FAIL("accepted a string for a bool");
     } catch (const strata::InputError& e) {
         CHECK(e.path() == "plan.grad_accum_fusion");
+    }
+}
+
+TEST_CASE("expandable allocator segments round-trip; off by default", "[spec][io]") {
+    CHECK_FALSE(plan_from_json_text(R"({"global_batch": 4})", "p.json").expandable_segments);
+    const PlanSpec p = plan_from_json_text(R"({"global_batch": 4, "expandable_segments": true})", "p.json");
+    CHECK(p.expandable_segments);
+    same(p, plan_from_json_text(to_json_text(p), "rt.json"));
+    try {
+        plan_from_json_text(R"({"global_batch": 4, "expandable_segments": "True"})", "p.json");
+        FAIL("accepted a string for a bool");
+    } catch (const strata::InputError& e) {
+        CHECK(e.path() == "plan.expandable_segments");
     }
 }
 

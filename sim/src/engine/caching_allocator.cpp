@@ -8,7 +8,8 @@
 
 namespace strata::sim {
 
-CachingAllocator::CachingAllocator(std::int64_t limit_bytes) : limit_(limit_bytes) {}
+CachingAllocator::CachingAllocator(std::int64_t limit_bytes, bool expandable_segments)
+    : limit_(limit_bytes), expandable_(expandable_segments) {}
 
 std::int64_t CachingAllocator::round_size(std::int64_t bytes) {
     if (bytes < kMinBlockBytes) return kMinBlockBytes;
@@ -38,16 +39,52 @@ void CachingAllocator::drop_block(int id) {
     spare_.push_back(id);
 }
 
+// Inserts the new block `tail` right after `id` in its segment.
+void CachingAllocator::link_after(int id, int tail) {
+    Block& b = at(id);
+    Block& t = at(tail);
+    t.prev = id;
+    t.next = b.next;
+    if (b.next >= 0) at(b.next).prev = tail;
+    b.next = tail;
+}
+
+// The free block a request takes (removed from its pool), or -1: the smallest that fits, the lower
+// address on a tie. With expandable segments a block bordering unmapped space counts as that much
+// larger, so the scan moves on to a later block whose expandable size is smaller (PyTorch's
+// get_free_block).
+int CachingAllocator::best_fit(bool small, std::int64_t size) {
+    std::set<Key>& free_blocks = pool(small);
+    auto it = free_blocks.lower_bound(Key{size, std::numeric_limits<std::int64_t>::min(), -1});
+    if (it == free_blocks.end()) return -1;
+    if (expandable_) {
+        for (auto next = std::next(it); next != free_blocks.end() && expandable_size(std::get<2>(*next)) < expandable_size(std::get<2>(*it));
+             ++next)
+            it = next;
+    }
+    const int id = std::get<2>(*it);
+    free_blocks.erase(it);
+    return id;
+}
+
 CachingAllocator::Grant CachingAllocator::malloc(std::int64_t bytes) {
     const std::int64_t size = round_size(std::max<std::int64_t>(bytes, 1));
     const bool small = size <= kSmallSizeBytes;
-    std::set<Key>& free_blocks = pool(small);
     Grant g;
-    int id = -1;
-    if (auto it = free_blocks.lower_bound(Key{size, std::numeric_limits<std::int64_t>::min(), -1}); it != free_blocks.end()) {
-        id = std::get<2>(*it);
-        free_blocks.erase(it);
-    } else {
+    int id = best_fit(small, size);
+    if (id < 0 && expandable_) {
+        id = grow_expandable(small, size, false);
+        if (id < 0) {
+            release_cached();
+            ++stats_.cache_flushes;
+            id = grow_expandable(small, size, false);
+        }
+        if (id < 0) {
+            g.failed = true;
+            ++stats_.failed_requests;
+            id = grow_expandable(small, size, true);
+        }
+    } else if (id < 0) {
         const std::int64_t seg = segment_size(size);
         if (stats_.reserved_bytes + seg > limit_) {
             release_cached();
@@ -58,7 +95,7 @@ CachingAllocator::Grant CachingAllocator::malloc(std::int64_t bytes) {
             }
         }
         id = new_block();
-        Block& b = blocks_[static_cast<std::size_t>(id)];
+        Block& b = at(id);
         b.ptr = next_ptr_;
         b.size = seg;
         b.small = small;
@@ -67,22 +104,18 @@ CachingAllocator::Grant CachingAllocator::malloc(std::int64_t bytes) {
         ++stats_.segments_allocated;
     }
     // Split off the rest when it is worth a block of its own in this pool.
-    const std::int64_t rest = blocks_[static_cast<std::size_t>(id)].size - size;
-    if (small ? rest >= kMinBlockBytes : rest > kSmallSizeBytes) {
+    const std::int64_t rest = at(id).size - size;
+    if ((small || expandable_) ? rest >= kMinBlockBytes : rest > kSmallSizeBytes) {
         const int tail = new_block();  // may reallocate blocks_: index afresh below
-        Block& b = blocks_[static_cast<std::size_t>(id)];
-        Block& t = blocks_[static_cast<std::size_t>(tail)];
-        t.ptr = b.ptr + size;
+        Block& t = at(tail);
+        t.ptr = at(id).ptr + size;
         t.size = rest;
         t.small = small;
-        t.prev = id;
-        t.next = b.next;
-        if (b.next >= 0) blocks_[static_cast<std::size_t>(b.next)].prev = tail;
-        b.next = tail;
-        b.size = size;
-        free_blocks.insert(key(t, tail));
+        link_after(id, tail);
+        at(id).size = size;
+        pool(small).insert(key(t, tail));
     }
-    Block& b = blocks_[static_cast<std::size_t>(id)];
+    Block& b = at(id);
     b.allocated = true;
     stats_.allocated_bytes += b.size;
     stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
@@ -92,13 +125,17 @@ CachingAllocator::Grant CachingAllocator::malloc(std::int64_t bytes) {
     return g;
 }
 
-// Absorbs the free block `src` (a neighbour of `dst` in its segment) into `dst`.
+// Absorbs `src` (a neighbour of `dst` in its segment) into `dst` when it is free and mapped alike;
+// `dst` is in no set while this runs.
 void CachingAllocator::merge(int dst, int src) {
     if (src < 0) return;
-    Block& s = blocks_[static_cast<std::size_t>(src)];
-    if (s.allocated) return;
-    Block& d = blocks_[static_cast<std::size_t>(dst)];
-    pool(s.small).erase(key(s, src));
+    Block& s = at(src);
+    Block& d = at(dst);
+    if (s.allocated || s.mapped != d.mapped) return;
+    if (s.mapped)
+        pool(s.small).erase(key(s, src));
+    else
+        unmapped(s.small).erase({s.ptr, src});
     if (d.prev == src) {
         d.ptr = s.ptr;
         d.prev = s.prev;
@@ -125,8 +162,13 @@ void CachingAllocator::free(std::int64_t handle) {
     pool(m.small).insert(key(m, id));
 }
 
-// cudaFree of every cached block that is a whole segment (a split one still has a live part).
+// cudaFree of every cached block that is a whole segment (a split one still has a live part);
+// with expandable segments, unmapping every whole page of a free block.
 void CachingAllocator::release_cached() {
+    if (expandable_) {
+        release_expandable();
+        return;
+    }
     for (std::set<Key>* p : {&small_free_, &large_free_}) {
         for (auto it = p->begin(); it != p->end();) {
             const int id = std::get<2>(*it);

@@ -135,7 +135,8 @@ void Engine::setup() {
         if (opt_.memory.replay_caching_allocator) {
             // cudaMalloc's limit in whole bytes; an unbounded GPU still needs a finite one.
             constexpr double kUnbounded = 1e18;
-            g.allocator = std::make_unique<CachingAllocator>(static_cast<std::int64_t>(std::min(g.capacity, kUnbounded)));
+            g.allocator = std::make_unique<CachingAllocator>(static_cast<std::int64_t>(std::min(g.capacity, kUnbounded)),
+                                                             opt_.memory.expandable_segments);
         }
         rank_pool_[r][0] = static_cast<int>(pools_.size());
         pools_.push_back(std::move(g));

@@ -96,6 +96,7 @@ SimOutput simulate(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
     } else {
         // Fragmentation comes out of the replay, not a fixed allowance.
         eo.memory.replay_caching_allocator = true;
+        eo.memory.expandable_segments = p.expandable_segments;
         eo.memory.fragmentation = 0;
     }
     // Flows share the cluster's concrete links (NVLink ports, rail NICs, PCIe switches, DRAM,

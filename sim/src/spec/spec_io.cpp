@@ -354,6 +354,7 @@ PlanSpec read_plan(const json& j, const std::string& file, const std::string& pa
     p.tp_comm_overlap = r.boolean_or("tp_comm_overlap", false);
     p.p2p_blocking = r.boolean_or("p2p_blocking", false);
     p.p2p_scatter_gather = r.boolean_or("p2p_scatter_gather", false);
+    p.expandable_segments = r.boolean_or("expandable_segments", false);
     p.moe_act_fp8_cache = r.boolean_or("moe_act_fp8_cache", false);
     p.moe_a2a_overlap = r.boolean_or("moe_a2a_overlap", false);
     p.moe_dispatcher = r.choice_or("moe_dispatcher", {"alltoall", "deepep"}, "alltoall") == "deepep" ? MoeDispatcher::deepep : MoeDispatcher::alltoall;

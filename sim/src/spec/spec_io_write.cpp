@@ -143,6 +143,7 @@ ojson plan_json(const PlanSpec& p) {
     j["tp_comm_overlap"] = p.tp_comm_overlap;
     j["p2p_blocking"] = p.p2p_blocking;
     j["p2p_scatter_gather"] = p.p2p_scatter_gather;
+    j["expandable_segments"] = p.expandable_segments;
     j["moe_act_fp8_cache"] = p.moe_act_fp8_cache;
     j["moe_a2a_overlap"] = p.moe_a2a_overlap;
     j["moe_dispatcher"] = to_string(p.moe_dispatcher);

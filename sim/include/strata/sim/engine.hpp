@@ -89,6 +89,9 @@ struct MemoryOptions {
     /// and a fixed fragmentation: the GPU pool's use and peak are then the bytes its segments
     /// reserve, and an OOM is a request the allocator cannot serve after emptying its cache.
     bool replay_caching_allocator = false;
+    /// With the replay: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (pages mapped into one
+    /// growing virtual range per pool instead of cudaMalloc segments; caching_allocator.hpp).
+    bool expandable_segments = false;
 };
 
 struct EngineOptions {

@@ -217,6 +217,10 @@ struct PlanSpec {
     /// NVLink on arrival (Megatron-LM's scatter/gather of SC21 Sec. 4.1, DeepSpeed's partitioned
     /// pipe buffers). Megatron-Core sends whole tensors; with sequence parallelism they are sharded anyway.
     bool p2p_scatter_gather = false;
+    /// PyTorch's allocator runs with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (the
+    /// ENV_VARS of Megatron-LM's examples/moe_recipes set it): pages mapped on demand, so the
+    /// memory of a freed hole can be mapped again elsewhere. Only the allocator replay reads it.
+    bool expandable_segments = false;
     /// With moe_act recomputed under FP8: the routed experts' SwiGLU inputs (the fc1 outputs kept
     /// for the recompute) are cached in FP8, 1 byte per element instead of 2 (DeepSeek-V3,
     /// arXiv:2412.19437 Sec. 3.3.3, "Inputs of the SwiGLU operator in MoE").
