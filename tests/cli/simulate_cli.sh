@@ -36,6 +36,20 @@ J
 [ $rc -eq 0 ] || { cat "$T/err"; fail "OOM plan: exit $rc"; }
 grep -q "^gpu (HBM).*OOM" "$T/oom" || fail "no HBM OOM in the summary"
 
+# The allocator replay with expandable segments (plan.expandable_segments) says so in the summary;
+# the default one speaks of split segments. Time does not depend on the allocator.
+grep -q "of which allocated .* the caching allocator's split segments" "$T/out" || fail "no allocated line"
+python3 - "$SRC/scenarios/plans/llama-3-8b-8xh100.json" "$T/plan_exp.json" <<'PY' || fail "plan copy"
+import json, sys
+p = json.load(open(sys.argv[1]))
+(p["plan"] if "plan" in p else p)["expandable_segments"] = True
+json.dump(p, open(sys.argv[2], "w"))
+PY
+"$S" simulate --model "$SRC/scenarios/models/llama-3-8b.json" --cluster "$SRC/scenarios/clusters/dgx-h100-x1.json" \
+  --plan "$T/plan_exp.json" >"$T/exp" 2>"$T/err" || { cat "$T/err"; fail "expandable: exit"; }
+grep -q "of which allocated .* (expandable segments)" "$T/exp" || { cat "$T/exp"; fail "no expandable-segments line"; }
+[ "$(grep '^step time' "$T/out")" = "$(grep '^step time' "$T/exp")" ] || fail "step time depends on the allocator"
+
 # The analytical memory command warns when the headroom is within the allocator's reach (Llama 3
 # 405B: 79.1 of 84.9 GB, 6.9 % left) and not with room to spare (Llama 3 8B: 50.9 GB).
 "$S" memory --scenario llama-3-405b-16k-h100 >"$T/mem" 2>"$T/err" || { cat "$T/err"; fail "memory: exit"; }

@@ -97,6 +97,7 @@ SimOutput simulate(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
         // Fragmentation comes out of the replay, not a fixed allowance.
         eo.memory.replay_caching_allocator = true;
         eo.memory.expandable_segments = p.expandable_segments;
+        out.expandable_segments = p.expandable_segments;
         eo.memory.fragmentation = 0;
     }
     // Flows share the cluster's concrete links (NVLink ports, rail NICs, PCIe switches, DRAM,
@@ -180,7 +181,8 @@ std::string summary_text(const SimOutput& out) {
         flushes = std::max(flushes, rs.gpu_cache_flushes);
     }
     if (allocated < r.peak_bytes_max[0])
-        s << "  of which allocated " << human_bytes(allocated) << " at most; the rest is the caching allocator's split segments"
+        s << "  of which allocated " << human_bytes(allocated) << " at most; the rest is "
+          << (out.expandable_segments ? "free space in the allocator's mapped pages (expandable segments)" : "the caching allocator's split segments")
           << (flushes > 0 ? " (cache emptied " + std::to_string(flushes) + " times to make room)" : std::string()) << "\n";
     if (r.oom) {
         s << "\nOOM: " << r.oom_count << " allocation(s) past capacity; first:\n";

@@ -47,6 +47,7 @@ struct SimOutput {
     double model_flops_per_step = 0;
     double peak_flops_per_gpu = 0;
     std::string gpu;           ///< hwdb GPU id the costs came from
+    bool expandable_segments = false;  ///< the allocator replay mapped pages (plan.expandable_segments)
 };
 
 /// lower -> engine -> figures. The plan must already be validated (spec_io.hpp validate_plan).
