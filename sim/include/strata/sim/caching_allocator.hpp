@@ -1,5 +1,5 @@
 // A replay of PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp, default
-// settings: no max_split_size, no expandable segments, no garbage-collection threshold) over one
+// settings, or expandable segments; no max_split_size, no garbage-collection threshold) over one
 // GPU's stream of allocations and frees. It answers what a flat byte count cannot: how much HBM
 // the cached segments hold (nvidia-smi's and max_reserved's figure), and whether a request fails
 // because the free bytes are scattered over segments that live tensors keep split.
