@@ -23,7 +23,7 @@ struct CapArgs {
     double budget = 0;
     std::vector<std::string> gpus;
     int max_gpus = 4096, min_gpus = 8, global_batch = 0;
-    bool max_model = false, quiet = false, no_deepep = false;
+    bool max_model = false, quiet = false, no_deepep = false, expandable_segments = false;
 };
 
 /// "2T", "300B", "1.5e12" -> tokens.
@@ -140,6 +140,7 @@ void run_capacity(const CapArgs& a) {
     o.search.space.search_offload = false;
     o.search.space.zero_stages = {1};
     o.search.space.search_deepep = !a.no_deepep;
+    o.search.space.expandable_segments = a.expandable_segments;
     o.search.shortlist = 3;
     o.search.max_simulated = 3;
     o.search.shortlist_margin = 0.0;
@@ -205,6 +206,7 @@ void add_capacity(CLI::App& app) {
     cmd->add_flag("--max-model", a->max_model, "largest model of the --model family that trains on --cluster");
     cmd->add_flag("--quiet,-q", a->quiet, "no progress bar");
     cmd->add_flag("--no-deepep", a->no_deepep, "MoE: keep Megatron's flat all-to-all (no DeepEP dispatch across nodes)");
+    cmd->add_flag("--expandable-segments", a->expandable_segments, "the runs use PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True");
     cmd->callback([a] { run_capacity(*a); });
 }
 

@@ -25,6 +25,7 @@ struct PlanArgs {
     int top = 10;
     int threads = 0;
     bool quiet = false, no_simulate = false, no_offload = false, tp_across_nodes = false, no_deepep = false;
+    bool expandable_segments = false;
 };
 
 std::string offload_label(const sim::PlanSpec& p) {
@@ -94,6 +95,7 @@ void run_plan(const PlanArgs& a) {
     o.space.search_offload = !a.no_offload;
     o.space.tp_within_node = !a.tp_across_nodes;
     o.space.search_deepep = !a.no_deepep;
+    o.space.expandable_segments = a.expandable_segments || (s.plan && s.plan->expandable_segments);
     o.top_k = a.top;
     o.threads = a.threads;
     o.simulate = !a.no_simulate;
@@ -144,6 +146,8 @@ void add_plan(CLI::App& app) {
     cmd->add_flag("--no-offload", a->no_offload, "do not consider CPU/SSD offload");
     cmd->add_flag("--tp-across-nodes", a->tp_across_nodes, "allow tensor parallelism across nodes");
     cmd->add_flag("--no-deepep", a->no_deepep, "MoE: keep Megatron's flat all-to-all (no DeepEP dispatch across nodes)");
+    cmd->add_flag("--expandable-segments", a->expandable_segments,
+                  "the runs use PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (also taken from the plan given)");
     cmd->callback([a] { run_plan(*a); });
 
     auto files = std::make_shared<std::vector<std::string>>();

@@ -174,6 +174,7 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                                             p.precision = s.precision;
                                             p.offload = off.offload;
                                             p.lock_free_update = off.lock_free;
+                                            p.expandable_segments = s.expandable_segments;
                                             ++k.valid;
                                             if (!visit(p)) stop = true;
                                             if (stop) break;

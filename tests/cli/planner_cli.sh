@@ -40,6 +40,13 @@ grep -q -- "--tensor-model-parallel-size" "$T/args.txt" || fail "megatron args m
 "$S" export --from-plan-json "$T/all.json" --format deepspeed -o "$T/ds.json" 2>/dev/null || fail "export deepspeed"
 python3 -c "import json,sys; j=json.load(open('$T/ds.json')); assert 'zero_optimization' in j and 'train_micro_batch_size_per_gpu' in j" || fail "deepspeed json"
 
+# The allocator setting rides along: the best plan carries it, and the Megatron export names the
+# environment variable to launch with.
+"$S" plan "${common[@]}" --expandable-segments --json "$T/exp.json" >/dev/null || fail "plan --expandable-segments"
+python3 -c "import json; j=json.load(open('$T/exp.json')); assert j['plans'][0]['plan']['expandable_segments'] is True, j['plans'][0]['plan']" || fail "plan lacks expandable_segments"
+"$S" export --from-plan-json "$T/exp.json" --format megatron -o "$T/exp_args.txt" 2>"$T/exp_err" || fail "export expandable"
+grep -q "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" "$T/exp_err" || { cat "$T/exp_err"; fail "export does not name the allocator setting"; }
+
 # Ctrl-C: a long search interrupted by SIGINT exits non-zero and leaves no output file.
 # (GPT-3 175B over 1024 GPUs: about 8 s of work on an idle 2-core machine. 3 s in, it is busy and
 # past start-up (loading the CUDA libraries and installing the handler), even on a loaded machine:

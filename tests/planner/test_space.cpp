@@ -92,6 +92,22 @@ TEST_CASE("offload choices need the ZeRO stage that makes them possible", "[plan
     });
 }
 
+TEST_CASE("the allocator setting is carried into every plan, not searched", "[planner][space]") {
+    for (const bool expandable : {false, true}) {
+        planner::SearchSpace s;
+        s.global_batch = 32;
+        s.expandable_segments = expandable;
+        int plans = 0, carried = 0;
+        planner::enumerate_plans(small_gpt(), two_nodes(), s, [&](const PlanSpec& p) {
+            ++plans;
+            carried += p.expandable_segments == expandable;
+            return true;
+        });
+        CHECK(plans > 0);
+        CHECK(carried == plans);
+    }
+}
+
 TEST_CASE("interleaving is offered where pp does not divide the micro-batches, in Megatron-Core's smallest group", "[planner][space]") {
     // 40 sequences: on dp 4 at micro-batch 1, 10 micro-batches; pp 4 does not divide them, and
     // Megatron-Core's rule takes groups of 5 (5 + 5); a pp that divides them gets the default.

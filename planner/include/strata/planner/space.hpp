@@ -29,6 +29,9 @@ struct SearchSpace {
     bool offload_to_ssd = true;             ///< include the NVMe tier among the offload choices
     bool search_uneven_pipeline = true;     ///< pp that does not divide the layers
     sim::Precision precision = sim::Precision::bf16;
+    /// The allocator every plan runs with (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): a
+    /// setting of the user's stack, not a dimension searched.
+    bool expandable_segments = false;
 };
 
 struct SpaceCounters {
