@@ -64,6 +64,16 @@ LineFit fit_line_relative(const std::vector<double>& x, const std::vector<double
     return finish(a, b, xs, ts);
 }
 
+namespace {
+/// The highest bytes / time among the valid points (0 if none).
+double best_rate(const std::vector<double>& x, const std::vector<double>& time_s) {
+    double best = 0;
+    for (std::size_t i = 0; i < x.size() && i < time_s.size(); ++i)
+        if (time_s[i] > 0 && std::isfinite(time_s[i]) && x[i] > 0 && std::isfinite(x[i])) best = std::max(best, x[i] / time_s[i]);
+    return best;
+}
+}  // namespace
+
 AlphaBetaFit fit_alpha_beta(Collective c, int n, const std::vector<double>& S_bytes, const std::vector<double>& time_s) {
     AlphaBetaFit r;
     const double f = busbw_factor(c, n);
@@ -91,9 +101,15 @@ AlphaBetaFit fit_alpha_beta(Collective c, int n, const std::vector<double>& S_by
         }
         if (!(time_s[hi] > 0) || !std::isfinite(alpha)) return r;
         const double beta_t = time_s[hi] - alpha;
-        if (!(beta_t > 0)) return r;
-        r.alpha_s = alpha;
-        r.busbw_Bps = x[hi] / beta_t;
+        if (beta_t > 0) {
+            r.alpha_s = alpha;
+            r.busbw_Bps = x[hi] / beta_t;
+        } else {
+            // The largest message was itself the fastest (every point within the noise): no
+            // latency can be told apart, and the best rate seen bounds the bandwidth from below.
+            r.alpha_s = 0;
+            r.busbw_Bps = best_rate(x, time_s);
+        }
         double err = 0;
         for (std::size_t i = 0; i < x.size(); ++i) err += std::abs(alpha + x[i] / r.busbw_Bps - time_s[i]) / time_s[i];
         r.mape = err / static_cast<double>(x.size());
@@ -108,12 +124,32 @@ BandwidthCurve fit_bandwidth(const std::vector<double>& bytes, const std::vector
     BandwidthCurve r;
     const LineFit lf = fit_line_relative(bytes, time_s);
     r.n_points = lf.n_points;
-    if (!lf.ok || lf.slope <= 0) return r;
-    r.latency_s = lf.intercept;
-    r.Bps = 1.0 / lf.slope;
-    r.mape = lf.mape;
-    r.min_bytes = lf.x_min;
-    r.max_bytes = lf.x_max;
+    if (lf.ok && lf.slope > 0) {
+        r.latency_s = lf.intercept;
+        r.Bps = 1.0 / lf.slope;
+        r.mape = lf.mape;
+        r.min_bytes = lf.x_min;
+        r.max_bytes = lf.x_max;
+        r.ok = true;
+        return r;
+    }
+    // Times that do not grow with size (a page cache, a loaded host): no latency to tell apart;
+    // the best rate seen is what the device delivered at least.
+    const double rate = best_rate(bytes, time_s);
+    if (!(rate > 0)) return r;
+    r.latency_s = 0;
+    r.Bps = rate;
+    double err = 0;
+    int n = 0;
+    for (std::size_t i = 0; i < bytes.size(); ++i) {
+        if (!(time_s[i] > 0) || !(bytes[i] > 0)) continue;
+        err += std::abs(bytes[i] / rate - time_s[i]) / time_s[i];
+        ++n;
+    }
+    r.mape = n > 0 ? err / n : 0;
+    r.n_points = n;
+    r.min_bytes = *std::min_element(bytes.begin(), bytes.end());
+    r.max_bytes = *std::max_element(bytes.begin(), bytes.end());
     r.ok = true;
     return r;
 }

@@ -203,6 +203,26 @@ TEST_CASE("the fallback survives a smallest message slower than the largest", "[
     }
 }
 
+TEST_CASE("when the largest message is the fastest, the best rate seen is the bandwidth", "[profiler][fit]") {
+    // A loaded host: times fall with size, so neither the line nor the two-segment reading has a
+    // positive slope. alpha = 0 and busbw = the highest S x factor / t: 1 MiB / 1 ms (factor 1).
+    const std::vector<double> S{8, 4096, 1048576};
+    const std::vector<double> t{5e-3, 4e-3, 1e-3};
+    const auto f = fit_alpha_beta(Collective::all_reduce, 2, S, t);
+    REQUIRE(f.ok);
+    CHECK(f.alpha_s == 0.0);
+    CHECK(f.busbw_Bps == Approx(1048576.0 / 1e-3));
+    // The same for a bandwidth curve (an SSD read served from the page cache): 16 MB / 1 ms.
+    const auto c = fit_bandwidth({1e6, 4e6, 16e6}, {3e-3, 2e-3, 1e-3});
+    REQUIRE(c.ok);
+    CHECK(c.latency_s == 0.0);
+    CHECK(c.Bps == Approx(16e9));
+    // Relative errors of t = bytes / 16 GB/s: (3 - 0.0625) / 3, (2 - 0.25) / 2, 0 (ms).
+    CHECK(c.mape == Approx((2.9375 / 3 + 1.75 / 2 + 0.0) / 3));
+    // Nothing valid: still no fit.
+    CHECK_FALSE(fit_bandwidth({1e6, 2e6}, {0.0, -1.0}).ok);
+}
+
 TEST_CASE("fit_measurements: interference slope per stand-in, through the origin", "[profiler][fit]") {
     // Rows as bench_overlap writes them: value = slowdown, params.sm_fraction = S / SMs. The
     // `copy` rows lie exactly on 2 x share; the sm_target rows on 3 x share with +-0.01 noise of
