@@ -102,7 +102,7 @@ void run_capacity(const CapArgs& a) {
         using T = planner::OffloadTiers;
         for (T tiers : {T::none, T::cpu, T::cpu_and_ssd}) {
             bar.update(static_cast<double>(tiers) / 3.0, "searching");
-            auto r = planner::max_trainable_model(s.model, opt, tiers, gbs, &interrupted());
+            auto r = planner::max_trainable_model(s.model, opt, tiers, gbs, &interrupted(), a.expandable_segments);
             bar.finish();
             std::cout << (tiers == T::none ? "  GPU memory only:      " : tiers == T::cpu ? "  GPU + CPU offload:    " : "  GPU + CPU + SSD:      ");
             if (!r.found) {

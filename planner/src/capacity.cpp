@@ -120,10 +120,11 @@ ModelSpec gpt_family_member(const ModelSpec& base, std::int64_t hidden) {
 }
 
 MaxModelResult max_trainable_model(const ModelSpec& base, const ClusterOption& option, OffloadTiers tiers, int global_batch,
-                                   const std::atomic<bool>* cancel) {
+                                   const std::atomic<bool>* cancel, bool expandable_segments) {
     MaxModelResult best;
     SearchOptions so;
     so.space.global_batch = global_batch;
+    so.space.expandable_segments = expandable_segments;
     so.space.search_offload = tiers != OffloadTiers::none;
     so.space.offload_to_ssd = tiers == OffloadTiers::cpu_and_ssd;
     so.space.search_gpipe = false;

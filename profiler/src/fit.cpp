@@ -72,6 +72,19 @@ double best_rate(const std::vector<double>& x, const std::vector<double>& time_s
         if (time_s[i] > 0 && std::isfinite(time_s[i]) && x[i] > 0 && std::isfinite(x[i])) best = std::max(best, x[i] / time_s[i]);
     return best;
 }
+
+/// Mean |alpha + x / rate - t| / t over the points with a positive time.
+double relative_error(const std::vector<double>& x, const std::vector<double>& time_s, double alpha, double rate, int* points) {
+    double err = 0;
+    int n = 0;
+    for (std::size_t i = 0; i < x.size() && i < time_s.size(); ++i) {
+        if (!(time_s[i] > 0)) continue;
+        err += std::abs(alpha + x[i] / rate - time_s[i]) / time_s[i];
+        ++n;
+    }
+    if (points) *points = n;
+    return n > 0 ? err / n : 0;
+}
 }  // namespace
 
 AlphaBetaFit fit_alpha_beta(Collective c, int n, const std::vector<double>& S_bytes, const std::vector<double>& time_s) {
@@ -110,9 +123,7 @@ AlphaBetaFit fit_alpha_beta(Collective c, int n, const std::vector<double>& S_by
             r.alpha_s = 0;
             r.busbw_Bps = best_rate(x, time_s);
         }
-        double err = 0;
-        for (std::size_t i = 0; i < x.size(); ++i) err += std::abs(alpha + x[i] / r.busbw_Bps - time_s[i]) / time_s[i];
-        r.mape = err / static_cast<double>(x.size());
+        r.mape = relative_error(x, time_s, r.alpha_s, r.busbw_Bps, nullptr);
     }
     r.min_bytes = *std::min_element(S_bytes.begin(), S_bytes.end());
     r.max_bytes = *std::max_element(S_bytes.begin(), S_bytes.end());
@@ -139,15 +150,7 @@ BandwidthCurve fit_bandwidth(const std::vector<double>& bytes, const std::vector
     if (!(rate > 0)) return r;
     r.latency_s = 0;
     r.Bps = rate;
-    double err = 0;
-    int n = 0;
-    for (std::size_t i = 0; i < bytes.size(); ++i) {
-        if (!(time_s[i] > 0) || !(bytes[i] > 0)) continue;
-        err += std::abs(bytes[i] / rate - time_s[i]) / time_s[i];
-        ++n;
-    }
-    r.mape = n > 0 ? err / n : 0;
-    r.n_points = n;
+    r.mape = relative_error(bytes, time_s, 0, rate, &r.n_points);
     r.min_bytes = *std::min_element(bytes.begin(), bytes.end());
     r.max_bytes = *std::max_element(bytes.begin(), bytes.end());
     r.ok = true;
