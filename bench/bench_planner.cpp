@@ -5,7 +5,7 @@
 
 #include "strata/hwdb/hwdb.hpp"
 #include "strata/planner/search.hpp"
-#include "strata/sim/spec_io.hpp"
+#include "strata/lowering/spec_io.hpp"
 
 using namespace strata;
 

@@ -4,9 +4,9 @@
 #include <benchmark/benchmark.h>
 
 #include "strata/hwdb/hwdb.hpp"
-#include "strata/sim/lower.hpp"
+#include "strata/lowering/lower.hpp"
 #include "strata/sim/simulate.hpp"
-#include "strata/sim/spec_io.hpp"
+#include "strata/lowering/spec_io.hpp"
 
 using namespace strata;
 

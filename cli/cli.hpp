@@ -10,7 +10,7 @@
 
 #include "strata/hwdb/hwdb.hpp"
 #include "strata/sim/cost.hpp"
-#include "strata/sim/spec.hpp"
+#include "strata/lowering/spec.hpp"
 
 namespace strata::cli {
 

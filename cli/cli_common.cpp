@@ -6,7 +6,7 @@
 #include "strata/common/error.hpp"
 #include "strata/common/json_reader.hpp"
 #include "strata/sim/fidelity.hpp"
-#include "strata/sim/spec_io.hpp"
+#include "strata/lowering/spec_io.hpp"
 
 namespace strata::cli {
 

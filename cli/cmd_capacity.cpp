@@ -11,8 +11,8 @@
 #include "strata/common/error.hpp"
 #include "strata/common/text.hpp"
 #include "strata/planner/capacity.hpp"
-#include "strata/sim/model.hpp"
-#include "strata/sim/spec_io.hpp"
+#include "strata/lowering/model.hpp"
+#include "strata/lowering/spec_io.hpp"
 
 namespace strata::cli {
 namespace {

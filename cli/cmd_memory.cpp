@@ -8,8 +8,8 @@
 
 #include "cli.hpp"
 #include "strata/common/text.hpp"
-#include "strata/sim/memory.hpp"
-#include "strata/sim/model.hpp"
+#include "strata/lowering/memory.hpp"
+#include "strata/lowering/model.hpp"
 
 namespace strata::cli {
 namespace {

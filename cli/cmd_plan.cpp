@@ -12,7 +12,7 @@
 #include "strata/common/json_reader.hpp"
 #include "strata/common/text.hpp"
 #include "strata/planner/search.hpp"
-#include "strata/sim/spec_io.hpp"
+#include "strata/lowering/spec_io.hpp"
 
 namespace strata::cli {
 namespace {

@@ -7,8 +7,8 @@
 #include <cmath>
 #include <set>
 
-#include "strata/sim/model.hpp"
-#include "strata/sim/spec_io.hpp"
+#include "strata/lowering/model.hpp"
+#include "strata/lowering/spec_io.hpp"
 
 namespace strata::planner {
 

@@ -7,10 +7,10 @@
 
 #include "strata/sim/cost.hpp"
 #include "strata/sim/engine.hpp"
-#include "strata/sim/lower.hpp"
-#include "strata/sim/model.hpp"
+#include "strata/lowering/lower.hpp"
+#include "strata/lowering/model.hpp"
 #include "strata/sim/simulate.hpp"
-#include "strata/sim/tensors.hpp"
+#include "strata/lowering/tensors.hpp"
 
 namespace strata::planner {
 

@@ -5,7 +5,7 @@
 
 #include "strata/common/error.hpp"
 #include "strata/planner/search.hpp"
-#include "strata/sim/spec_io.hpp"
+#include "strata/lowering/spec_io.hpp"
 
 namespace strata::planner {
 

@@ -3,7 +3,7 @@
 // Megatron-LM and DeepSpeed enforce. Pruning by memory and time happens in search.cpp.
 #include "strata/planner/space.hpp"
 
-#include "strata/sim/cost.hpp"  // group_layout: does the EP group cross nodes?
+#include "strata/lowering/groups.hpp"  // group_layout: does the EP group cross nodes?
 
 #include <algorithm>
 #include <tuple>

@@ -7,7 +7,7 @@
 
 #include "strata/common/error.hpp"
 #include "strata/common/json_reader.hpp"
-#include "strata/sim/spec_io.hpp"
+#include "strata/lowering/spec_io.hpp"
 
 using namespace strata::sim;
 

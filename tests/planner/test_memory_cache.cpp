@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "strata/planner/space.hpp"
-#include "strata/sim/memory.hpp"
+#include "strata/lowering/memory.hpp"
 #include "support/gpt.hpp"
 
 using namespace strata;

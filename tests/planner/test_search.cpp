@@ -11,7 +11,7 @@
 #include "strata/planner/estimate.hpp"
 #include "strata/planner/search.hpp"
 #include "strata/sim/simulate.hpp"
-#include "strata/sim/spec_io.hpp"
+#include "strata/lowering/spec_io.hpp"
 #include "support/gpt.hpp"
 
 using namespace strata;

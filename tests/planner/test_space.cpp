@@ -7,7 +7,7 @@
 
 #include "strata/planner/space.hpp"
 #include "strata/sim/cost.hpp"
-#include "strata/sim/spec_io.hpp"
+#include "strata/lowering/spec_io.hpp"
 #include "support/gpt.hpp"
 
 using namespace strata;

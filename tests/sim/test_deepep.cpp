@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "cost_fixtures.hpp"
-#include "strata/sim/lower.hpp"
+#include "strata/lowering/lower.hpp"
 #include "support/gpt.hpp"
 
 using namespace strata::sim;

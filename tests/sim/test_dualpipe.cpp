@@ -9,11 +9,11 @@
 
 #include "cost_fixtures.hpp"
 #include "sim_modes.hpp"
-#include "strata/sim/lower.hpp"
-#include "strata/sim/memory.hpp"
+#include "strata/lowering/lower.hpp"
+#include "strata/lowering/memory.hpp"
 #include "strata/sim/simulate.hpp"
-#include "strata/sim/spec_io.hpp"
-#include "strata/sim/tensors.hpp"
+#include "strata/lowering/spec_io.hpp"
+#include "strata/lowering/tensors.hpp"
 #include "support/gpt.hpp"
 
 using namespace strata::sim;

@@ -5,9 +5,9 @@
 #include <catch2/catch.hpp>
 
 #include "strata/sim/engine.hpp"
-#include "strata/sim/lower.hpp"
-#include "strata/sim/memory.hpp"
-#include "strata/sim/spec.hpp"
+#include "strata/lowering/lower.hpp"
+#include "strata/lowering/memory.hpp"
+#include "strata/lowering/spec.hpp"
 #include "support/gpt.hpp"
 
 using namespace strata::sim;

@@ -8,7 +8,7 @@
 #include "cost_fixtures.hpp"
 #include "strata/hwdb/hwdb.hpp"
 #include "strata/sim/simulate.hpp"
-#include "strata/sim/tensors.hpp"
+#include "strata/lowering/tensors.hpp"
 #include "support/gpt.hpp"
 
 using namespace strata::sim;

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "strata/sim/spec.hpp"
+#include "strata/lowering/spec.hpp"
 
 namespace strata::test {
 

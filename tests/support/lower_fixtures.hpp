@@ -1,7 +1,7 @@
 // The small GPT, node and plan the lowering tests share; their hand-derived expectations refer to
 // these numbers.
 #pragma once
-#include "strata/sim/spec.hpp"
+#include "strata/lowering/spec.hpp"
 #include "support/gpt.hpp"
 
 namespace strata::test {

@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "huge_pages.hpp"
-#include "strata/sim/program.hpp"
+#include "strata/common/huge_pages.hpp"
+#include "strata/lowering/program.hpp"
 #include "strata/sim/result.hpp"
 
 namespace strata::sim::detail {

@@ -9,8 +9,8 @@
 #include "strata/common/error.hpp"
 #include "strata/common/json_reader.hpp"
 #include "strata/sim/fidelity.hpp"
-#include "strata/sim/model.hpp"
-#include "strata/sim/spec_io.hpp"
+#include "strata/lowering/model.hpp"
+#include "strata/lowering/spec_io.hpp"
 
 namespace strata::sim {
 

@@ -7,8 +7,8 @@
 
 #include "strata/common/error.hpp"
 #include "strata/sim/fidelity.hpp"
-#include "strata/sim/memory.hpp"
-#include "strata/sim/model.hpp"
+#include "strata/lowering/memory.hpp"
+#include "strata/lowering/model.hpp"
 #include "strata/sim/simulate.hpp"
 
 namespace strata::sim {

@@ -10,8 +10,8 @@
 #include "strata/common/text.hpp"
 #include "strata/sim/cost.hpp"
 #include "strata/sim/engine.hpp"
-#include "strata/sim/lower.hpp"
-#include "strata/sim/model.hpp"
+#include "strata/lowering/lower.hpp"
+#include "strata/lowering/model.hpp"
 #include "strata/sim/topology.hpp"
 #include "strata/sim/trace.hpp"
 

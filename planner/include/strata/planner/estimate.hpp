@@ -12,9 +12,9 @@
 
 #include "strata/hwdb/view.hpp"
 #include "strata/sim/cost.hpp"
-#include "strata/sim/memory.hpp"
-#include "strata/sim/spec.hpp"
-#include "strata/sim/tensors.hpp"
+#include "strata/lowering/memory.hpp"
+#include "strata/lowering/spec.hpp"
+#include "strata/lowering/tensors.hpp"
 
 namespace strata::planner {
 

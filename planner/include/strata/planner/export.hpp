@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "strata/sim/spec.hpp"
+#include "strata/lowering/spec.hpp"
 
 namespace strata::planner {
 

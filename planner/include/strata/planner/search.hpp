@@ -13,7 +13,7 @@
 #include "strata/hwdb/view.hpp"
 #include "strata/planner/estimate.hpp"
 #include "strata/planner/space.hpp"
-#include "strata/sim/spec.hpp"
+#include "strata/lowering/spec.hpp"
 
 namespace strata::planner {
 

@@ -6,7 +6,7 @@
 #include <functional>
 #include <vector>
 
-#include "strata/sim/spec.hpp"
+#include "strata/lowering/spec.hpp"
 
 namespace strata::planner {
 

@@ -13,8 +13,9 @@
 #include <cstdint>
 
 #include "strata/hwdb/view.hpp"
-#include "strata/sim/program.hpp"
-#include "strata/sim/spec.hpp"
+#include "strata/lowering/groups.hpp"
+#include "strata/lowering/program.hpp"
+#include "strata/lowering/spec.hpp"
 
 namespace strata::sim {
 
@@ -97,26 +98,6 @@ struct CostContext {
     int rank = -1;                     ///< index of this RankProgram in `program` (-1: unknown)
     Calibration calibration;           ///< applied by compute_cost / transfer_demand
 };
-
-/// How the GPUs of a collective's group are laid out: ranks per node and nodes spanned.
-struct GroupLayout {
-    int size = 1;            ///< ranks in the group
-    int per_node = 1;        ///< ranks of the group inside one node
-    int nodes = 1;           ///< nodes the group spans
-    bool crosses_leaf = false;  ///< fat tree: spans more than one leaf switch
-};
-
-/// Where the ranks of a parallel group sit, given Megatron's rank order (tp fastest, then cp,
-/// then dp, then pp; ep groups are formed inside dp x cp).
-GroupLayout group_layout(Group g, const ClusterSpec& c, const PlanSpec& p);
-
-/// Node-limited routing: the most nodes one token's experts can lie on when the EP group has the
-/// layout `ep` (Megatron places EP rank r's experts at [r E/ep, (r+1) E/ep) and the EP ranks of a
-/// node are consecutive, so node j holds experts [j E/N, (j+1) E/N)). Groups inside nodes
-/// (router_groups a multiple of N): router_group_topk nodes; nodes inside groups (N a multiple of
-/// router_groups): router_group_topk x N / router_groups. 0 = no limit (no group-limited routing,
-/// groups straddling node boundaries, a limit of N or more, or a group on one node).
-int moe_token_node_limit(const MoeSpec& moe, const GroupLayout& ep);
 
 /// Expected number of distinct nodes one token's top_k expert copies reach on an EP group over
 /// `nodes` nodes: N (1 - (1 - 1/N)^k) for experts drawn uniformly (each node is missed by all k

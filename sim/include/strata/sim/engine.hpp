@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "strata/sim/cost.hpp"
-#include "strata/sim/program.hpp"
+#include "strata/lowering/program.hpp"
 #include "strata/sim/result.hpp"
 
 namespace strata::sim {

@@ -11,7 +11,7 @@
 
 #include "strata/hwdb/view.hpp"
 #include "strata/sim/cost.hpp"
-#include "strata/sim/spec.hpp"
+#include "strata/lowering/spec.hpp"
 
 namespace strata::sim {
 

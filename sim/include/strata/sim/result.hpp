@@ -10,9 +10,9 @@
 
 #include "strata/common/text.hpp"
 #include "strata/sim/cost.hpp"
-#include "strata/sim/program.hpp"
-#include "strata/sim/spec.hpp"
-#include "strata/sim/tensors.hpp"
+#include "strata/lowering/program.hpp"
+#include "strata/lowering/spec.hpp"
+#include "strata/lowering/tensors.hpp"
 
 namespace strata::sim {
 

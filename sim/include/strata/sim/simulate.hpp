@@ -7,10 +7,10 @@
 
 #include "strata/hwdb/view.hpp"
 #include "strata/sim/cost.hpp"
-#include "strata/sim/memory.hpp"
-#include "strata/sim/program.hpp"
+#include "strata/lowering/memory.hpp"
+#include "strata/lowering/program.hpp"
 #include "strata/sim/result.hpp"
-#include "strata/sim/spec.hpp"
+#include "strata/lowering/spec.hpp"
 
 namespace strata::sim {
 

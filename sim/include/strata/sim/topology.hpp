@@ -13,7 +13,7 @@
 
 #include "strata/hwdb/view.hpp"
 #include "strata/sim/engine.hpp"
-#include "strata/sim/spec.hpp"
+#include "strata/lowering/spec.hpp"
 
 namespace strata::sim {
 

@@ -4,7 +4,7 @@
 #pragma once
 #include <string>
 
-#include "strata/sim/program.hpp"
+#include "strata/lowering/program.hpp"
 #include "strata/sim/result.hpp"
 
 namespace strata::sim {

@@ -1,0 +1,62 @@
+// Lowering: (model, cluster, plan) -> Program, the ordered per-rank instruction lists that both
+// the simulator's engine and the runtime execute. Pure functions: no hardware costs here (cost.hpp
+// prices each instruction later), no I/O, no global state. Design and formulas: docs/lowering.md.
+// Not here: validation of the plan (spec_io.hpp's validate_plan runs before), memory sizes (tensors.hpp).
+#pragma once
+#include <vector>
+
+#include "strata/lowering/program.hpp"
+#include "strata/lowering/spec.hpp"
+
+namespace strata::sim {
+
+struct LowerOptions {
+    /// false: one RankProgram per pipeline stage standing for its tp*cp*dp identical peers;
+    /// true: one RankProgram per global rank (stragglers, MoE load skew per EP rank), with every
+    /// collective matched across programs by match_id.
+    bool full_mode = false;
+    /// Emit Alloc/Free for every tensor of tensors.hpp (the engine's memory pools follow them).
+    bool emit_memory = true;
+    /// Training steps to emit. A lock-free update (plan.lock_free_update) always gets at least 2,
+    /// so that step i's CPU optimizer visibly overlaps step i+1's forward.
+    int steps = 1;
+    /// ZeRO-Infinity: parameters per optimizer sub-group swapped from SSD at a time (DeepSpeed's
+    /// sub_group_size default is 1e9).
+    double ssd_sub_group_params = 1e9;
+};
+
+/// One slot of a pipeline schedule: run the forward or the backward of `microbatch` through the
+/// virtual stage (model chunk) `chunk` of this pipeline rank.
+struct PipeSlot {
+    int microbatch = 0;
+    int chunk = 0;
+    bool forward = true;
+    bool operator==(const PipeSlot&) const = default;
+};
+
+/// The ordered slots pipeline rank `stage` (0..pp-1) runs in one step with `micro_batches`
+/// micro-batches and `vpp` chunks per rank. GPipe: all forwards, then all backwards. 1F1B
+/// (Megatron, non-interleaved): min(pp-stage-1, m) warm-up forwards, steady 1F+1B, cool-down.
+/// Interleaved 1F1B (Megatron-Core): micro-batches pass each chunk in groups of `group` (0 = pp;
+/// the last group takes the rest), warm-up (pp-stage-1)*2 + (vpp-1)*group capped at m*vpp (no
+/// all-forward case for m == pp); needs valid_microbatch_group(m, pp, group). Each (mb, chunk)
+/// appears once forward and once backward, forward first.
+std::vector<PipeSlot> pipeline_schedule(Schedule s, int pp, int stage, int micro_batches, int vpp, int group = 0);
+
+/// Lower one training step (or LowerOptions::steps of them). Conventions of the result:
+/// - Instr::microbatch = step * micro_batches + mb; Instr::chunk = virtual stage of the rank.
+/// - Event ids are per RankProgram, 0..Program::events-1, each recorded exactly once.
+/// - Pipeline sends sit on pp_p2p in the order compute produces them, receives on pp_recv in the
+///   order compute consumes them; a pair (same match_id; peer = the other RankProgram) moves its
+///   data once both sides have reached it (rendezvous). Keeping receives on their own stream makes
+///   this deadlock-free for every schedule (a receive never waits behind a blocked send).
+/// - A collective with match_id != 0 starts when `participants` (= group_size) programs have
+///   reached the instruction with that match_id (full mode: every collective; symmetric mode: only
+///   the tied-embedding all-reduce between first and last stage, Group::embedding, group_size 2).
+/// - Group::dp collectives run over the data-parallel ranks including context parallelism
+///   (Megatron's dp x cp group): group_size = dp * cp. Group::edp: dp * cp / ep.
+/// - Alloc/Free pair by Instr::tensor (unique over the Program); persistent model states and
+///   buffers are allocated at program start and never freed.
+Program lower(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, const LowerOptions& o = {});
+
+}  // namespace strata::sim

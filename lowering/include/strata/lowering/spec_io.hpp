@@ -1,0 +1,37 @@
+// Reading and writing specs as JSON, with validation that names the file, the JSON path and the
+// rule. Unknown keys are errors (with a did-you-mean). Cross-checks between model, cluster and plan
+// (tp divides heads, tp*pp*dp*cp = GPUs, ...) live in validate_plan().
+#pragma once
+#include <string>
+
+#include "strata/lowering/spec.hpp"
+
+namespace strata::sim {
+
+/// Parse from JSON text; `file` names the source in error messages.
+ModelSpec model_from_json_text(const std::string& text, const std::string& file);
+ClusterSpec cluster_from_json_text(const std::string& text, const std::string& file);
+PlanSpec plan_from_json_text(const std::string& text, const std::string& file);
+/// A scenario: {"model": {...} | "path", "cluster": ..., "plan": ...}; paths are relative to the file.
+Scenario scenario_from_json_text(const std::string& text, const std::string& file);
+
+/// Load from files. A file may hold the object itself or wrap it ({"model": {...}}).
+ModelSpec load_model(const std::string& path);
+ClusterSpec load_cluster(const std::string& path);
+PlanSpec load_plan(const std::string& path);
+Scenario load_scenario(const std::string& path);
+
+/// Cross-validate a plan against its model and cluster; throws InputError naming `file`.
+void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, const std::string& file);
+
+/// Canonical JSON (2-space indent, keys in a fixed order); parse(to_json(x)) == x.
+std::string to_json_text(const ModelSpec& m);
+std::string to_json_text(const ClusterSpec& c);
+std::string to_json_text(const PlanSpec& p);
+std::string to_json_text(const Scenario& s);
+
+/// Hugging Face config.json (LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM,
+/// Qwen2ForCausalLM, GPT2LMHeadModel, ...) to a ModelSpec.
+ModelSpec model_from_hf_config_text(const std::string& text, const std::string& file);
+
+}  // namespace strata::sim

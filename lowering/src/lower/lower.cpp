@@ -1,0 +1,556 @@
+// Lowering driver: builds each RankProgram from the pipeline schedule (schedule.cpp) and the
+// layer bodies (layer_ops.cpp), adding pipeline send/recv, data-parallel gradient reduction
+// (ZeRO 0-3), parameter/activation offload prefetch, the optimizer (GPU, CPU Adam, SSD) and
+// Alloc/Free from tensors.hpp. Costs are not computed here (cost.hpp); see docs/lowering.md.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "lower_impl.hpp"
+#include "strata/common/error.hpp"
+#include "strata/lowering/groups.hpp"
+
+namespace strata::sim {
+namespace lower_detail {
+
+void Names::intern(Program& p) {
+    auto id = [&](const char* s) { return p.name_id(s); };
+    norm1 = id("norm1"); qkv = id("qkv"); qk_norm = id("qk_norm"); rope = id("rope"); attn = id("attention");
+    attn_local = id("attention.local"); attn_remote = id("attention.remote"); proj = id("proj");
+    residual1 = id("residual1"); norm2 = id("norm2"); fc1 = id("fc1"); act = id("act"); fc2 = id("fc2");
+    residual2 = id("residual2"); router_gemm = id("router.gemm"); router = id("router.topk");
+    experts_fc1 = id("experts.fc1"); experts_act = id("experts.act"); experts_fc2 = id("experts.fc2");
+    q_down = id("q_down"); kv_down = id("kv_down"); q = id("q"); q_up = id("q_up"); kv_up = id("kv_up"); latent_norm = id("latent_norm");
+    moe_permute = id("moe.permute"); moe_unpermute = id("moe.unpermute"); moe_counts = id("moe.token_counts_to_host");
+    shared_fc1 = id("shared.fc1"); shared_act = id("shared.act"); shared_fc2 = id("shared.fc2");
+    embedding = id("embedding"); final_norm = id("final_norm"); logits = id("logits"); loss = id("loss");
+    mtp_embedding = id("mtp.embedding"); mtp_norms = id("mtp.norms"); mtp_proj = id("mtp.proj");
+    tp_ar = id("tp.all_reduce"); tp_ag = id("tp.all_gather"); tp_rs = id("tp.reduce_scatter");
+    tp_ag_input = id("tp.all_gather_input"); cp_kv_ag = id("cp.kv_all_gather"); cp_dkv_rs = id("cp.dkv_reduce_scatter");
+    ep_dispatch = id("ep.dispatch"); ep_combine = id("ep.combine"); pp_act = id("pp.activation");
+    pp_grad = id("pp.gradient"); pp_gather = id("pp.all_gather"); dp_grads = id("dp.grads"); edp_grads = id("edp.grads");
+    dp_params = id("dp.params"); edp_params = id("edp.params"); zero3_ag = id("zero3.params");
+    zero3_rs = id("zero3.grads"); zero3_ag_expert = id("zero3.expert_params");
+    zero3_rs_expert = id("zero3.expert_grads"); emb_ar = id("embedding.grad_all_reduce");
+    opt_gpu = id("optimizer.gpu"); opt_cpu = id("optimizer.cpu"); opt_ssd = id("optimizer.ssd");
+    grad_d2h = id("grads.d2h"); param_h2d = id("params.h2d"); state_read = id("optimizer_state.read");
+    state_write = id("optimizer_state.write"); fetch_ssd = id("params.fetch_ssd"); fetch_h2d = id("params.fetch_h2d");
+    act_d2h = id("activations.d2h"); act_h2d = id("activations.h2d"); act_ssd_write = id("activations.ssd_write");
+    act_ssd_read = id("activations.ssd_read"); grad_accum = id("grads.accumulate");
+}
+
+Dims make_dims(const ModelSpec& m, const PlanSpec& p) {
+    Dims d;
+    d.b = p.micro_batch;
+    d.s = static_cast<double>(m.seq_len);
+    d.tp = p.tp;
+    d.cp = p.cp;
+    d.ep = p.ep;
+    d.etp = p.etp();
+    d.sp = p.sequence_parallel && p.tp > 1;
+    d.tokens = d.b * d.s / d.cp;
+    d.tokens_sp = d.sp ? d.tokens / d.tp : d.tokens;
+    d.h = static_cast<double>(m.hidden);
+    d.heads = m.heads;
+    d.head_dim = static_cast<double>(m.head_dim > 0 ? m.head_dim : m.hidden / std::max(1, m.heads));
+    d.q_w = d.heads * d.head_dim;
+    d.kv_w = (m.kv_heads > 0 ? m.kv_heads : m.heads) * d.head_dim;
+    d.qk_dim = static_cast<double>(qk_head_dim_of(m));
+    d.v_dim = static_cast<double>(v_head_dim_of(m));
+    if (m.mla) {  // the core's widths: queries and keys qk_dim per head, values v_dim (K/V travel as one kv_w each way)
+        d.q_w = d.heads * d.qk_dim;
+        d.kv_w = d.heads * (d.qk_dim + d.v_dim) / 2;
+    }
+    d.ffn = static_cast<double>(m.ffn_hidden);
+    d.vocab = static_cast<double>(m.vocab);
+    d.mats = m.ffn == FfnKind::swiglu ? 3 : 2;
+    if (m.is_moe()) {
+        d.experts = m.moe->experts;
+        d.top_k = m.moe->top_k;
+        d.expert_ffn = static_cast<double>(m.moe->expert_ffn_hidden > 0 ? m.moe->expert_ffn_hidden : m.ffn_hidden);
+        d.shared = m.moe->shared_experts;
+    }
+    return d;
+}
+
+LayerParamsRank layer_params_rank(const ModelSpec& m, const PlanSpec& p, int layer) {
+    const Dims d = make_dims(m, p);
+    LayerParamsRank r;
+    const bool bias_qkv = m.linear_bias || m.qkv_bias;
+    for (const AttentionLinear& a : attention_linears(m))
+        r.dense += static_cast<double>(a.in) * static_cast<double>(a.out) / (a.tp_split ? d.tp : 1);
+    r.dense += static_cast<double>(attention_norm_params(m)) + (bias_qkv ? (d.q_w + 2 * d.kv_w) / d.tp : 0) + (m.linear_bias ? d.h : 0);
+    r.dense += m.norm == NormKind::layernorm ? 4 * d.h : 2 * d.h;
+    if (m.layer_is_moe(layer)) {
+        r.dense += d.h * d.experts + d.shared * d.mats * d.h * d.expert_ffn / d.tp;
+        r.expert = d.experts / d.ep * d.mats * d.h * d.expert_ffn / d.etp;
+    } else {
+        r.dense += d.mats * d.h * d.ffn / d.tp + (m.linear_bias ? (d.mats - 1) * d.ffn / d.tp + d.h : 0);
+    }
+    return r;
+}
+
+double embedding_params_rank(const ModelSpec& m, const PlanSpec& p) {
+    const double pos = m.position == PositionKind::learned
+                           ? static_cast<double>(m.max_position > 0 ? m.max_position : m.seq_len) * static_cast<double>(m.hidden)
+                           : 0;
+    return static_cast<double>(m.vocab) * static_cast<double>(m.hidden) / p.tp + pos;
+}
+
+double output_params_rank(const ModelSpec& m, const PlanSpec& p) {
+    const double norm = (m.norm == NormKind::layernorm ? 2.0 : 1.0) * static_cast<double>(m.hidden);
+    const double table = static_cast<double>(m.vocab) * static_cast<double>(m.hidden) / p.tp;
+    // An untied head, and the stage's copy of the embedding (tied, or for the MTP lookups).
+    return (m.tied_embeddings ? 0.0 : table) + (head_stage_embedding_copy(m, p) ? table : 0.0) + norm;
+}
+
+double forward_flops_per_step(const ModelSpec& m, const PlanSpec& p) {
+    PlanSpec unsplit;  // per-token counts of the whole model: no TP/EP division
+    const Dims d = make_dims(m, unsplit);
+    const auto layer = [&](int l) {
+        double f = d.s * d.heads * (d.qk_dim + d.v_dim);  // causal QK^T + PV: 2*s*heads*(dqk + dv) per token, halved
+        for (const AttentionLinear& a : attention_linears(m)) f += 2 * static_cast<double>(a.in) * static_cast<double>(a.out);
+        if (m.layer_is_moe(l)) return f + 2 * d.h * d.experts + 2 * (d.top_k + d.shared) * d.mats * d.h * d.expert_ffn;
+        return f + 2 * d.mats * d.h * d.ffn;
+    };
+    double per_token = 2 * d.h * d.vocab;  // logits
+    for (int l = 0; l < m.layers; ++l) per_token += layer(l);
+    // MTP modules: a layer, the 2h -> h projection and the head once more each.
+    if (m.layers > 0) per_token += m.mtp_depth * (layer(mtp_layer_kind(m)) + 2 * 2 * d.h * d.h + 2 * d.h * d.vocab);
+    return per_token * static_cast<double>(p.global_batch) * d.s;
+}
+
+// ---------------------------------------------------------------------------------------------
+RankLowering::RankLowering(const ModelSpec& m, const ClusterSpec& cl, const PlanSpec& p, const LowerOptions& o,
+                           Program& prog, RankProgram& rp, const Names& names, Coord coord, bool full,
+                           std::int64_t& tensor_counter)
+    : m_(m), cl_(cl), p_(p), o_(o), prog_(prog), rp_(rp), n_(names), co_(coord), full_(full),
+      tensor_counter_(tensor_counter), d_(make_dims(m, p)) {
+    last_record_ev_.fill(-1);
+    if (m.mla) {
+        for (const AttentionLinear& l : attention_linears(m)) {
+            const std::string n = l.name;
+            if (n == "proj") continue;
+            const int id = n == "q_down" ? n_.q_down : n == "kv_down" ? n_.kv_down : n == "q" ? n_.q : n == "q_up" ? n_.q_up : n_.kv_up;
+            (l.tp_split ? mla_up_ : mla_down_).push_back({id, static_cast<double>(l.in), static_cast<double>(l.out), l.fp8_cast});
+        }
+    }
+    dtype_ = p.precision == Precision::fp8 ? DType::fp8 : p.precision == Precision::fp16 ? DType::fp16
+             : p.precision == Precision::fp32 ? DType::fp32 : DType::bf16;
+    micro_ = std::max(1, p.micro_batches());
+    pp_ = std::max(1, p.pp);
+    vpp_ = std::max(1, p.vpp);
+    stage_ = coord.s;
+    // Virtual stage v (chunk * pp + stage, or DualPipeV's V) holds a contiguous run of layers, in
+    // model order: find where each of this rank's chunks starts.
+    const std::vector<int> vsize = virtual_stage_layers(m, p);
+    chunk_start_.assign(static_cast<std::size_t>(vpp_), 0);
+    chunk_count_.assign(static_cast<std::size_t>(vpp_), 0);
+    for (int c = 0; c < vpp_; ++c) {
+        const int v = virtual_stage_of(p, stage_, c);
+        for (int u = 0; u < v; ++u) chunk_start_[static_cast<std::size_t>(c)] += vsize[static_cast<std::size_t>(u)];
+        chunk_count_[static_cast<std::size_t>(c)] = vsize[static_cast<std::size_t>(v)];
+    }
+    schedule_ = pipeline_schedule(p.schedule, pp_, stage_, micro_, vpp_, p.vpp_group());
+    last_bwd_mb_.assign(static_cast<std::size_t>(vpp_), 0);
+    first_bwd_mb_.assign(static_cast<std::size_t>(vpp_), -1);
+    for (const PipeSlot& sl : schedule_)
+        if (!sl.forward) {
+            last_bwd_mb_[static_cast<std::size_t>(sl.chunk)] = sl.microbatch;
+            if (first_bwd_mb_[static_cast<std::size_t>(sl.chunk)] < 0) first_bwd_mb_[static_cast<std::size_t>(sl.chunk)] = sl.microbatch;
+        }
+
+    // MoE load skew: the hottest expert's EP rank gets (1 + skew) x the mean load. Symmetric mode
+    // models every rank as the hottest (the all-to-all makes everyone wait for it); full mode
+    // gives it to EP rank 0 of each group and spreads the rest evenly so the total is kept.
+    if (m.is_moe() && p.ep > 1) {
+        const double skew = m.moe->load_skew;
+        const int e = static_cast<int>(((coord.t + static_cast<std::int64_t>(p.tp) * (coord.c + p.cp * coord.d)) / p.etp()) % p.ep);
+        moe_factor_ = !full || e == 0 ? 1 + skew : std::max(0.0, (p.ep - 1 - skew) / (p.ep - 1));
+        // DeepEP's hierarchical dispatch differs from the flat all-to-all only across nodes; the
+        // cost model turns top_k and the node limit into NIC and NVLink bytes (docs/lowering.md).
+        const GroupLayout ep = group_layout(Group::ep, cl, p);
+        if (p.moe_dispatcher == MoeDispatcher::deepep && ep.nodes > 1) {
+            a2a_copies_ = m.moe->top_k;
+            a2a_node_limit_ = moe_token_node_limit(*m.moe, ep);
+        }
+    }
+
+    int li_stage = 0;
+    for (int c = 0; c < vpp_; ++c)
+        for (int li = 0; li < chunk_layers(c); ++li, ++li_stage) {
+            const int layer = chunk_first_layer(c) + li;
+            const bool rec = p.recompute == Recompute::full && layer_recomputed(m, p, stage_, li_stage);
+            act_desc_.push_back(layer_activations(m, p, layer, rec));
+            ws_desc_.push_back(o.emit_memory ? layer_backward_workspace(m, p, layer, rec) : std::vector<TensorDesc>{});
+            fwd_ws_desc_.push_back(o.emit_memory && rec ? layer_forward_transients(m, p, layer) : std::vector<TensorDesc>{});
+        }
+    act_ids_.resize(act_desc_.size());
+    ws_ids_.resize(ws_desc_.size());
+    fwd_ws_ids_.resize(fwd_ws_desc_.size());
+    if (o.emit_memory && stage_ == 0) {
+        emb_desc_ = embedding_activations(m, p);
+        emb_ws_desc_ = embedding_backward_workspace(m, p);
+    }
+    if (o.emit_memory && stage_ < p.pp - 1) {
+        out_slice_desc_ = pipe_output_slice(m, p);
+        out_full_desc_ = pipe_output_regathered(m, p);
+    }
+    if (o.emit_memory && stage_ == head_stage(p)) {
+        logits_desc_ = logits_activations(m, p);
+        head_ws_desc_ = head_workspace(m, p);
+        head_fwd_ws_desc_ = head_workspace(m, p, false);
+    }
+}
+
+Instr& RankLowering::gemm(int name, double m, double n, double k, double batch) {
+    // bytes: read A and B, write C once (bf16); the cost model may refine it.
+    Instr& in = compute(Op::gemm, name, 2 * batch * m * n * k, batch * (m * k + k * n + m * n) * Dims::act_bytes);
+    set_shape(in, static_cast<double>(std::llround(m)), static_cast<double>(std::llround(n)),
+              static_cast<double>(std::llround(k)), static_cast<double>(std::llround(batch)));
+    return in;
+}
+
+void RankLowering::set_shape(Instr& in, double m, double n, double k, double batch) {
+    constexpr double kMax = 2147483647.0;  // Instr's shape fields are int32
+    STRATA_ASSERT(m <= kMax && n <= kMax && k <= kMax && batch <= kMax, "lower: GEMM/attention shape past int32");
+    in.m = static_cast<std::int32_t>(m);
+    in.n = static_cast<std::int32_t>(n);
+    in.k = static_cast<std::int32_t>(k);
+    in.batch = static_cast<std::int32_t>(batch);
+}
+
+int RankLowering::record(Stream s) {
+    const auto si = static_cast<std::size_t>(s);
+    if (last_record_ev_[si] >= 0 && last_record_at_[si] == issued_[si]) return last_record_ev_[si];
+    Instr& in = push(InstrKind::record, s, 0);
+    in.event = next_event_++;
+    last_record_ev_[si] = in.event;
+    last_record_at_[si] = issued_[si];
+    return in.event;
+}
+
+void RankLowering::wait(Stream s, int ev) {
+    if (ev < 0) return;
+    push(InstrKind::wait, s, 0).event = ev;
+}
+
+int RankLowering::group_size(Group g) const {
+    switch (g) {
+        case Group::tp: return p_.tp;
+        case Group::cp: return p_.cp;
+        case Group::ep: return p_.ep;
+        case Group::dp: return p_.dp * p_.cp;
+        case Group::edp: return p_.edp();
+        case Group::etp: return p_.etp();
+        case Group::pp: return p_.pp;
+        case Group::embedding: return 2;
+        case Group::world: return p_.gpus();
+        case Group::count: break;
+    }
+    return 1;
+}
+
+// Matched collectives: every member of one group instance computes the same id from (group kind,
+// lowest global rank of the instance, how many collectives of that kind it has issued before).
+std::int64_t RankLowering::coll_match(Group g) {
+    const auto gi = static_cast<std::size_t>(g);
+    STRATA_ASSERT(gi < coll_seq_.size(), "coll_match: bad group");
+    const std::int64_t seq = coll_seq_[gi]++;
+    if (!full_ && g != Group::embedding) return 0;
+    const std::int64_t tp = p_.tp, cp = p_.cp, dp = p_.dp, ep = std::max(1, p_.ep);
+    const std::int64_t base = tp * cp * dp * co_.s, q = co_.c + cp * co_.d;
+    // Expert groups tile the stage's ranks r = t + tp (c + cp d) as etp (fastest) x ep x edp.
+    const std::int64_t etp = p_.etp(), r = co_.t + tp * q;
+    std::int64_t lo = 0;
+    switch (g) {
+        case Group::tp: lo = tp * q + base; break;
+        case Group::cp: lo = co_.t + tp * cp * co_.d + base; break;
+        case Group::dp: lo = co_.t + base; break;
+        case Group::ep: lo = r - ((r / etp) % ep) * etp + base; break;
+        case Group::edp: lo = r % (etp * ep) + base; break;
+        case Group::etp: lo = r - r % etp + base; break;
+        case Group::embedding: lo = full_ ? co_.t + tp * q : 0; break;
+        default: lo = 0; break;
+    }
+    const std::int64_t world = static_cast<std::int64_t>(p_.gpus()) + 1;
+    return ((seq * world + lo) * 16 + static_cast<std::int64_t>(gi)) + 1;
+}
+
+std::int64_t RankLowering::p2p_match(int mb_global, int sender_vstage, bool forward_dir, int lane) const {
+    const std::int64_t lanes = full_ ? static_cast<std::int64_t>(p_.tp) * p_.cp * p_.dp : 1;
+    const std::int64_t v = static_cast<std::int64_t>(pp_) * vpp_;
+    return ((((static_cast<std::int64_t>(mb_global) * v + sender_vstage) * 2 + (forward_dir ? 1 : 0)) * lanes + lane) * 16 + 15) + 1;
+}
+
+int RankLowering::program_of_stage(int stage) const {
+    if (!full_) return stage;
+    return co_.t + p_.tp * (co_.c + p_.cp * (co_.d + p_.dp * stage));
+}
+
+int RankLowering::collective(Stream s, CollKind k, Group g, double bytes, int name, int after) {
+    if (after == kAfterCompute) after = record(Stream::compute);
+    wait(s, after);
+    Instr& in = push(InstrKind::collective, s, name);
+    in.coll = k;
+    in.group = g;
+    in.group_size = group_size(g);
+    in.bytes = bytes;
+    in.match_id = coll_match(g);
+    in.participants = in.match_id != 0 ? in.group_size : 1;  // matched: every peer is its own RankProgram
+    last_collective_ = rp_.instrs.size() - 1;
+    return record(s);
+}
+
+int RankLowering::ep_all_to_all(double bytes, int name, int after) {
+    // An all-to-all ends when its busiest receiver does: the hottest expert's rank takes in (and
+    // sends back) (1 + skew) x the mean. Symmetric mode models every rank as that one; full mode
+    // keeps each rank's mean volume (the matched collective needs one size for all peers).
+    if (!full_) bytes *= moe_factor_;
+    const int ev = collective(Stream::ep_comm, CollKind::all_to_all, Group::ep, bytes, name, after);
+    Instr& in = rp_.instrs[last_collective_];
+    in.a2a_copies = a2a_copies_;
+    in.a2a_node_limit = a2a_node_limit_;
+    return ev;
+}
+
+int RankLowering::copy(Stream s, CopyKind k, double bytes, int name, int after_ev) {
+    wait(s, after_ev);
+    Instr& in = push(InstrKind::copy, s, name);
+    in.copy = k;
+    in.bytes = bytes;
+    return record(s);
+}
+
+void RankLowering::intern_names(const std::vector<TensorDesc>& list, std::vector<int>& ids) {
+    if (ids.size() == list.size()) return;
+    ids.clear();
+    for (const TensorDesc& t : list) {
+        auto it = tensor_names_.find(t.name);
+        if (it == tensor_names_.end()) it = tensor_names_.emplace(t.name, prog_.name_id(t.name)).first;
+        ids.push_back(it->second);
+    }
+}
+
+std::size_t RankLowering::alloc_tensor(const TensorDesc& t, int name) {
+    std::size_t pushed = 0;
+    for (Tier tier : {Tier::gpu, Tier::cpu, Tier::ssd}) {
+        const double frac = t.tiers.of(tier);
+        if (frac <= 0 || t.bytes <= 0) continue;
+        Instr& in = push(InstrKind::alloc, Stream::compute, name);
+        in.tier = tier;
+        in.tag = static_cast<std::int32_t>(t.tag);
+        in.bytes = t.bytes * frac;
+        STRATA_ASSERT(tensor_counter_ < std::numeric_limits<std::int32_t>::max(), "lower: more tensors than Instr::tensor holds");
+        in.tensor = static_cast<std::int32_t>(tensor_counter_++);
+        ++pushed;
+    }
+    return pushed;
+}
+
+RankLowering::AllocRun RankLowering::alloc_list(const std::vector<TensorDesc>& list, std::vector<int>& ids) {
+    AllocRun run{rp_.instrs.size(), 0};
+    if (!o_.emit_memory) return run;
+    intern_names(list, ids);
+    for (std::size_t j = 0; j < list.size(); ++j) run.count += alloc_tensor(list[j], ids[j]);
+    return run;
+}
+
+void RankLowering::churn_list(const std::vector<TensorDesc>& list, std::vector<int>& ids) {
+    if (!o_.emit_memory) return;
+    intern_names(list, ids);
+    AllocRun prev{};  // empty: freeing it is a no-op
+    for (std::size_t j = 0; j < list.size(); ++j) {
+        const std::size_t first = rp_.instrs.size();
+        const AllocRun run{first, alloc_tensor(list[j], ids[j])};
+        free_list(prev);
+        prev = run;
+    }
+    free_list(prev);
+}
+
+void RankLowering::free_list(AllocRun run) {
+    for (std::size_t j = run.first; j < run.first + run.count; ++j) {
+        const Instr a = rp_.instrs[j];  // a copy: push may reallocate
+        Instr& in = push(InstrKind::free, Stream::compute, a.name);
+        in.tier = a.tier;
+        in.tag = a.tag;
+        in.bytes = a.bytes;
+        in.tensor = a.tensor;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parameters a layer needs before it runs: SSD read and H2D of the offloaded fraction (ZeRO-
+// Infinity / Angel-PTM), then the ZeRO-3 all-gather of the full layer. Issued one layer ahead.
+int RankLowering::fetch_params(int layer, int after_ev) {
+    const TierSplit& pf = p_.offload.params;
+    const double off = pf.cpu + pf.ssd;
+    const bool zero3 = p_.zero_stage == 3 && p_.dp * p_.cp > 1;
+    if (off <= 0 && !zero3) return -1;
+    const int saved_layer = layer_;
+    layer_ = layer;  // the transfers are labelled with the layer they serve
+    const LayerParamsRank lp = layer_params_rank(m_, p_, layer);
+    const double shard = zero3 ? lp.dense / group_size(Group::dp) + lp.expert / group_size(Group::edp) : lp.dense + lp.expert;
+    // Each tier's share moves on its own link at once: the host share goes up at once while the
+    // SSD share is read into host memory, then follows it over PCIe (h2d is one serial stream).
+    int ev = after_ev;
+    if (pf.cpu > 0) ev = copy(Stream::h2d, CopyKind::h2d, shard * pf.cpu * Dims::act_bytes, n_.fetch_h2d, after_ev);
+    if (pf.ssd > 0) {
+        const int read = copy(Stream::ssd, CopyKind::ssd_read, shard * pf.ssd * Dims::act_bytes, n_.fetch_ssd, after_ev);
+        ev = copy(Stream::h2d, CopyKind::h2d, shard * pf.ssd * Dims::act_bytes, n_.fetch_h2d, read);
+    }
+    if (zero3) {
+        ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, lp.dense * Dims::act_bytes, n_.zero3_ag, ev);
+        if (lp.expert > 0 && group_size(Group::edp) > 1)
+            ev = collective(Stream::dp_comm, CollKind::all_gather, Group::edp, lp.expert * Dims::act_bytes, n_.zero3_ag_expert, -1);
+    }
+    layer_ = saved_layer;
+    return ev;
+}
+
+int RankLowering::fetch_activations(int mb, int chunk, int li, int after_ev) {
+    auto it = act_offloaded_.find({mb, chunk, li});
+    if (it == act_offloaded_.end()) return -1;
+    const TierSplit& af = p_.offload.activations;
+    double bytes = 0;
+    for (const TensorDesc& t : act_desc_[static_cast<std::size_t>(layer_in_stage(chunk, li))])
+        bytes += t.bytes;
+    int ev = it->second;
+    act_offloaded_.erase(it);
+    const int saved_layer = layer_;
+    layer_ = chunk_first_layer(chunk) + li;
+    // As for parameters: the host share and the SSD read proceed at once.
+    const int offloaded = ev;
+    wait(Stream::h2d, after_ev);
+    if (af.cpu > 0) ev = copy(Stream::h2d, CopyKind::h2d, bytes * af.cpu, n_.act_h2d, offloaded);
+    if (af.ssd > 0) {
+        wait(Stream::ssd, after_ev);
+        const int read = copy(Stream::ssd, CopyKind::ssd_read, bytes * af.ssd, n_.act_ssd_read, offloaded);
+        ev = copy(Stream::h2d, CopyKind::h2d, bytes * af.ssd, n_.act_h2d, read);
+    }
+    layer_ = saved_layer;
+    return ev;
+}
+
+// Data-parallel gradient reduction, bucketed as Megatron's DDP: a bucket is reduced (all-reduce
+// for ZeRO 0, reduce-scatter for the distributed optimizer) once dp_bucket_bytes of gradients
+// are final, i.e. during the last micro-batch's backward.
+void RankLowering::grads_ready(double dense_bytes, double expert_bytes, bool final_flush) {
+    const CollKind k = p_.zero_stage == 0 ? CollKind::all_reduce : CollKind::reduce_scatter;
+    bucket_dense_ += dense_bytes;
+    bucket_expert_ += expert_bytes;
+    const double cap = static_cast<double>(std::max<std::int64_t>(1, p_.dp_bucket_bytes));
+    if (bucket_dense_ > 0 && (bucket_dense_ >= cap || final_flush)) {
+        if (group_size(Group::dp) > 1) collective(Stream::dp_comm, k, Group::dp, bucket_dense_, n_.dp_grads);
+        bucket_dense_ = 0;
+    }
+    if (bucket_expert_ > 0 && (bucket_expert_ >= cap || final_flush)) {
+        if (group_size(Group::edp) > 1) collective(Stream::dp_comm, k, Group::edp, bucket_expert_, n_.edp_grads);
+        bucket_expert_ = 0;
+    }
+}
+
+void RankLowering::flush_buckets() { grads_ready(0, 0, true); }
+
+// Per-layer gradient handling after the layer's backward.
+void RankLowering::layer_grads(int layer) {
+    const LayerParamsRank lp = layer_params_rank(m_, p_, layer);
+    accumulate_grads(lp.dense, lp.expert);
+    if (p_.zero_stage == 3) {
+        // ZeRO-3 (DeepSpeed): every micro-batch reduce-scatters the layer's gradients into shards.
+        if (group_size(Group::dp) > 1)
+            collective(Stream::dp_comm, CollKind::reduce_scatter, Group::dp, lp.dense * p_.grad_bytes(), n_.zero3_rs);
+        if (lp.expert > 0 && group_size(Group::edp) > 1)
+            collective(Stream::dp_comm, CollKind::reduce_scatter, Group::edp, lp.expert * p_.grad_bytes(), n_.zero3_rs_expert);
+        return;
+    }
+    if (p_.overlap_grad_reduce && reduce_grads_) grads_ready(lp.dense * p_.grad_bytes(), lp.expert * p_.grad_bytes(), false);
+}
+
+// Unfused gradient accumulation (plan.grad_accum_fusion off): a memory-bound add of this
+// micro-batch's weight gradients into the accumulated ones, after the layer's backward. Under ZeRO
+// 2/3 the sum lives in the rank's shard, after the reduce-scatter: 1/N_d of the parameters.
+void RankLowering::accumulate_grads(double dense_params, double expert_params) {
+    if (p_.grad_accum_fusion) return;
+    const bool fp32_sum = p_.grad_bytes() > 2;
+    if (!fp32_sum && first_backward_) return;  // the first gradient becomes the sum itself
+    const double per_param = fp32_sum ? 2.0 + 4.0 + 4.0 : 3 * 2.0;
+    if (p_.zero_stage >= 2) {
+        dense_params /= std::max(1, group_size(Group::dp));
+        expert_params /= std::max(1, group_size(Group::edp));
+    }
+    const double params = dense_params + expert_params;
+    if (params > 0) compute(Op::grad_accum, n_.grad_accum, 0, per_param * params);
+}
+
+// ZeRO-2 without overlap: DeepSpeed reduces a full bucket as soon as it is filled, on the compute
+// stream, every micro-batch. Lowered as the chunk's gradients (with the embedding's on virtual
+// stage 0, the head's and MTP's on the last) in bucket-sized pieces after its backward, which the
+// compute stream waits for.
+void RankLowering::reduce_chunk_grads(int chunk, bool with_embedding, bool with_head) {
+    double dense = with_embedding ? embedding_params_rank(m_, p_) * p_.grad_bytes() : 0, expert = 0;
+    if (with_head) {
+        const StageParams mtp = mtp_params_local(m_, p_);
+        dense += (output_params_rank(m_, p_) + mtp.dense) * p_.grad_bytes();
+        expert += mtp.expert * p_.grad_bytes();
+    }
+    for (int li = 0; li < chunk_layers(chunk); ++li) {
+        const LayerParamsRank lp = layer_params_rank(m_, p_, chunk_first_layer(chunk) + li);
+        dense += lp.dense * p_.grad_bytes();
+        expert += lp.expert * p_.grad_bytes();
+    }
+    reduce_in_buckets(dense, expert);
+    wait(Stream::compute, record(Stream::dp_comm));
+}
+
+void RankLowering::reduce_in_buckets(double dense, double expert) {
+    const double cap = static_cast<double>(std::max<std::int64_t>(1, p_.dp_bucket_bytes));
+    while (dense > 0) {
+        grads_ready(std::min(dense, cap), 0, dense <= cap);
+        dense -= cap;
+    }
+    while (expert > 0) {
+        grads_ready(0, std::min(expert, cap), expert <= cap);
+        expert -= cap;
+    }
+}
+
+// Without overlap (or for ZeRO-3's embedding/head), reduce everything after the last backward.
+void RankLowering::dp_collectives_at_end() {
+    phase_ = Phase::backward;
+    layer_ = -1;
+    mb_ = -1;
+    double dense = 0, expert = 0;
+    // ZeRO-2 reduced every micro-batch's gradients in its backward (backward_pass).
+    const bool whole = p_.zero_stage == 3 || (!p_.overlap_grad_reduce && p_.zero_stage != 2);
+    if (!whole) {
+        flush_buckets();
+    } else {
+        if (stage_ == 0) dense += embedding_params_rank(m_, p_) * p_.grad_bytes();
+        if (stage_ == head_stage(p_)) {
+            const StageParams mtp = mtp_params_local(m_, p_);
+            dense += (output_params_rank(m_, p_) + mtp.dense) * p_.grad_bytes();
+            expert += mtp.expert * p_.grad_bytes();
+        }
+        if (p_.zero_stage != 3) {
+            for (int c = 0; c < vpp_; ++c)
+                for (int li = 0; li < chunk_layers(c); ++li) {
+                    const LayerParamsRank lp = layer_params_rank(m_, p_, chunk_first_layer(c) + li);
+                    dense += lp.dense * p_.grad_bytes();
+                    expert += lp.expert * p_.grad_bytes();
+                }
+        }
+        reduce_in_buckets(dense, expert);
+    }
+    // Tied embeddings across pipeline ends: sum the two copies' gradients (Megatron's
+    // _allreduce_embedding_grads, after the DP reduction).
+    // MTP's copy on the last stage is kept in step the same way (Megatron-Core's embedding group).
+    if (head_stage_embedding_copy(m_, p_) && (stage_ == 0 || stage_ == head_stage(p_))) {
+        const double bytes = d_.vocab * d_.h / d_.tp * p_.grad_bytes();
+        collective(Stream::dp_comm, CollKind::all_reduce, Group::embedding, bytes, n_.emb_ar);
+    }
+}
+
+}  // namespace lower_detail
+}  // namespace strata::sim

@@ -1,0 +1,292 @@
+// Internal to lowering: the per-rank builder shared by lower.cpp (steps, pipeline passes, data
+// parallelism, optimizer, offload, memory) and layer_ops.cpp (one transformer layer's forward,
+// backward and recomputation). Not a public API; nothing here outlives one lower() call.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "strata/lowering/lower.hpp"
+#include "strata/lowering/model.hpp"
+#include "strata/lowering/tensors.hpp"
+
+namespace strata::sim::lower_detail {
+
+/// Labels, interned once per Program (Instr::name indexes Program::names).
+struct Names {
+    int norm1, qkv, qk_norm, rope, attn, attn_local, attn_remote, proj, residual1, norm2, fc1, act, fc2, residual2;
+    int router_gemm, router, experts_fc1, experts_act, experts_fc2, shared_fc1, shared_act, shared_fc2;
+    int moe_permute, moe_unpermute, moe_counts;
+    int q_down, kv_down, q, q_up, kv_up, latent_norm;
+    int embedding, final_norm, logits, loss, mtp_embedding, mtp_norms, mtp_proj;
+    int tp_ar, tp_ag, tp_rs, tp_ag_input, cp_kv_ag, cp_dkv_rs, ep_dispatch, ep_combine;
+    int pp_act, pp_grad, pp_gather;
+    int dp_grads, edp_grads, dp_params, edp_params, zero3_ag, zero3_rs, zero3_ag_expert, zero3_rs_expert, emb_ar;
+    int opt_gpu, opt_cpu, opt_ssd, grad_d2h, param_h2d, state_read, state_write, grad_accum;
+    int fetch_ssd, fetch_h2d, act_d2h, act_h2d, act_ssd_write, act_ssd_read;
+    void intern(Program& p);
+};
+
+/// Per-rank sizes of one micro-batch (after TP/SP/CP), as doubles: products overflow int64 for
+/// large models only in FLOPs, but keeping one type avoids mixed arithmetic mistakes.
+struct Dims {
+    double b = 1, s = 1, tp = 1, cp = 1, ep = 1, etp = 1;
+    double tokens = 1;     ///< b * s / cp: tokens a rank's GEMMs see
+    double tokens_sp = 1;  ///< tokens / tp with sequence parallelism (norms, residuals), else tokens
+    double h = 0, q_w = 0, kv_w = 0, heads = 0, head_dim = 0, ffn = 0, vocab = 0;
+    double qk_dim = 0, v_dim = 0;  ///< per-head widths of scores and values (= head_dim unless MLA)
+    double mats = 2;       ///< MLP weight matrices: 2 (GELU), 3 (SwiGLU)
+    double experts = 0, top_k = 1, expert_ffn = 0, shared = 0;
+    bool sp = false;
+    static constexpr double act_bytes = 2;  ///< activations and comm payloads travel in bf16
+    /// One pass over this rank's queries and keys (RoPE, QK-norm): the K part as kv_w / tp.
+    double qk_bytes() const { return tokens * (q_w + kv_w) / tp * act_bytes; }
+};
+Dims make_dims(const ModelSpec& m, const PlanSpec& p);
+
+/// Parameters of one layer held by one rank (after TP and EP), split by reduction group.
+struct LayerParamsRank {
+    double dense = 0;   ///< reduced over dp x cp
+    double expert = 0;  ///< reduced over edp
+};
+LayerParamsRank layer_params_rank(const ModelSpec& m, const PlanSpec& p, int layer);
+double embedding_params_rank(const ModelSpec& m, const PlanSpec& p);  ///< first stage
+double output_params_rank(const ModelSpec& m, const PlanSpec& p);     ///< last stage (untied head, tied/MTP copy)
+
+/// Useful forward FLOPs of one step of the whole job (GEMMs + causal attention core, no skew, no
+/// recomputation): the basis of Program::model_flops_per_step = 3 x this.
+double forward_flops_per_step(const ModelSpec& m, const PlanSpec& p);
+
+/// Where a rank sits (Megatron order: tp fastest, then cp, then dp, then pp).
+struct Coord {
+    int t = 0, c = 0, d = 0, s = 0;
+};
+
+/// Builds one RankProgram.
+class RankLowering {
+public:
+    RankLowering(const ModelSpec& m, const ClusterSpec& cl, const PlanSpec& p, const LowerOptions& o,
+                 Program& prog, RankProgram& rp, const Names& names, Coord coord, bool full,
+                 std::int64_t& tensor_counter);
+    void run(int steps);
+    int events() const { return next_event_; }
+
+    // ---- used by layer_ops.cpp ----
+    void layer_forward(int layer, Phase phase);
+    void layer_backward(int layer, int layer_in_stage);
+
+private:
+    // instruction helpers (push and compute are defined here: every instruction goes through them)
+    Instr& push(InstrKind k, Stream s, int name) {
+        if (k != InstrKind::record) ++issued_[static_cast<std::size_t>(s)];
+        Instr& in = rp_.instrs.emplace_back();
+        in.kind = k;
+        in.stream = s;
+        in.name = static_cast<std::int16_t>(name);
+        in.phase = phase_;
+        in.chunk = static_cast<std::int16_t>(chunk_);
+        in.layer = static_cast<std::int16_t>(layer_);
+        in.microbatch = mb_;
+        in.dtype = dtype_;
+        return in;
+    }
+    Instr& compute(Op op, int name, double flops, double bytes) {
+        Instr& in = push(InstrKind::compute, Stream::compute, name);
+        in.op = op;
+        in.flops = flops;
+        in.bytes = bytes;
+        return in;
+    }
+    Instr& gemm(int name, double m, double n, double k, double batch = 1);
+    /// A GEMM whose m x k input is cast to FP8 first when the plan trains in FP8 (Transformer Engine
+    /// quantises a linear layer's input unless a fused norm wrote it in FP8, and every dgrad's dY):
+    /// Instr::count carries the elements cast, and the cost model charges the cast.
+    Instr& gemm_cast(int name, double m, double n, double k, double batch = 1) {
+        Instr& in = gemm(name, m, n, k, batch);
+        if (in.dtype == DType::fp8) in.count = m * k * batch;
+        return in;
+    }
+    /// A GEMM that stays in 16-bit under FP8 training (the output layer and the MoE router sit
+    /// outside Megatron's fp8_autocast region).
+    Instr& gemm_high(int name, double m, double n, double k, double batch = 1) {
+        Instr& in = gemm(name, m, n, k, batch);
+        if (in.dtype == DType::fp8) in.dtype = DType::bf16;
+        return in;
+    }
+    /// Sets a compute instruction's shape (m, n, k, batch), checking that it fits Instr's fields.
+    static void set_shape(Instr& in, double m, double n, double k, double batch);
+    int record(Stream s);
+    void wait(Stream s, int ev);
+    void host_sync(Stream s, int name) { push(InstrKind::host_sync, s, name); }
+    /// plan.moe_a2a_overlap: wait for `ev` at the end of the pass instead of now (-1: nothing).
+    void defer_or_wait(int ev) {
+        if (ev < 0) return;
+        if (p_.moe_a2a_overlap) deferred_.push_back(ev);
+        else wait(Stream::compute, ev);
+    }
+    void join_deferred() {
+        for (int ev : deferred_) wait(Stream::compute, ev);
+        deferred_.clear();
+    }
+    static constexpr int kAfterCompute = -2;
+    /// A collective on `s` that first waits for `after` (kAfterCompute: compute's progress so
+    /// far; -1: nothing); returns its completion event.
+    int collective(Stream s, CollKind k, Group g, double bytes, int name, int after = kAfterCompute);
+    /// The MoE dispatch or combine over EP: a collective all-to-all, marked as DeepEP's
+    /// hierarchical one (Instr::a2a_copies, a2a_node_limit) when plan.moe_dispatcher says so and
+    /// the EP group spans nodes.
+    int ep_all_to_all(double bytes, int name, int after = kAfterCompute);
+    int copy(Stream s, CopyKind k, double bytes, int name, int after_ev);
+    int group_size(Group g) const;
+    std::int64_t coll_match(Group g);
+    std::int64_t p2p_match(int mb_global, int sender_vstage, bool forward_dir, int lane) const;
+    int program_of_stage(int stage) const;
+
+    // layer pieces (layer_ops.cpp)
+    int tp_forward_in(bool wait_now);
+    int tp_out_collective();
+    void tp_forward_out();
+    bool tp_overlap() const { return p_.tp_comm_overlap && d_.tp > 1 && d_.sp; }
+    void attention_core_forward(Phase phase);
+    void mlp_forward(int pending_ag);
+    void moe_forward(int layer);
+    void shared_experts_forward();
+    void mla_up_projections_forward();
+    void recompute_modules_before_mlp(int layer);
+    void recompute_modules_before_attention();
+    void mlp_backward(int layer, int pending_ag);
+    void moe_backward(int layer);
+    void attention_core_backward();
+    double ring_step_bytes() const;
+    void mla_projections_forward();
+    void mla_projections_backward();
+    double expert_tokens() const;
+
+    // passes and step (lower.cpp)
+    void step(int s);
+    void forward_pass(int mb, int chunk);
+    void backward_pass(int mb, int chunk);
+    /// Pipeline streams of a chunk's forward or backward pass: DualPipeV's up leg has its own pair;
+    /// the other schedules put the gradients (the backward direction) on the second pair, as
+    /// Megatron posts the two directions as separate operations (to different peers when pp > 2),
+    /// so a gradient never queues behind an activation the peer will take later (interleaving with
+    /// micro-batch groups larger than pp orders the two differently on the two ends). DeepSpeed's
+    /// blocking p2p keeps one pair: it runs every transfer in line with compute.
+    bool second_pair(int chunk, bool forward) const {
+        if (p_.schedule == Schedule::dualpipe_v) return chunk == 1;
+        return !forward && !p_.p2p_blocking;
+    }
+    Stream send_stream(int chunk, bool forward) const { return second_pair(chunk, forward) ? Stream::pp_p2p_b : Stream::pp_p2p; }
+    Stream recv_stream(int chunk, bool forward) const { return second_pair(chunk, forward) ? Stream::pp_recv_b : Stream::pp_recv; }
+    void head_forward();        ///< final norm, vocab-parallel logits, cross-entropy
+    void head_backward();
+    void mtp_forward();         ///< one multi-token prediction module (model.mtp_depth), last stage
+    void mtp_backward();
+    void block_on_send();       ///< plan.p2p_blocking: DeepSpeed's parity-ordered blocking send
+    void post_blocking_recv();  ///< plan.p2p_blocking: a receive posted in line with compute
+    double p2p_wire_bytes(double tensor_bytes) const;  ///< what one rank sends: 1/tp with plan.p2p_scatter_gather
+    void gather_received(double tensor_bytes);         ///< plan.p2p_scatter_gather: rebuild the tensor over TP
+    int fetch_params(int layer, int after_ev);
+    int fetch_activations(int mb, int chunk, int li, int after_ev);
+    void layer_grads(int layer);
+    void accumulate_grads(double dense_params, double expert_params);  ///< plan.grad_accum_fusion off
+    void grads_ready(double dense_bytes, double expert_bytes, bool final_flush);
+    void flush_buckets();
+    void reduce_in_buckets(double dense_bytes, double expert_bytes);  ///< bucket-sized pieces, the last flushes
+    void reduce_chunk_grads(int chunk, bool with_embedding, bool with_head);  ///< ZeRO-2, no overlap
+    void dp_collectives_at_end();
+    void optimizer(int s);
+    void gather_params_overlapped();
+    /// Allocations of a list of tensors are pushed back to back: a run of instruction indices.
+    struct AllocRun {
+        std::size_t first = 0, count = 0;
+    };
+    /// `ids` caches the interned names of `list` (filled on first use, in list order, so that names
+    /// are interned in the same order as without the cache).
+    AllocRun alloc_list(const std::vector<TensorDesc>& list, std::vector<int>& ids);
+    void intern_names(const std::vector<TensorDesc>& list, std::vector<int>& ids);
+    std::size_t alloc_tensor(const TensorDesc& t, int name);  ///< one Alloc per tier it occupies; how many
+    void free_list(AllocRun run);
+    /// Each tensor of `list` allocated in turn and freed once the next one is (a no_grad forward).
+    void churn_list(const std::vector<TensorDesc>& list, std::vector<int>& ids);
+    int chunk_first_layer(int chunk) const { return chunk_start_[static_cast<std::size_t>(chunk)]; }
+    int chunk_layers(int chunk) const { return chunk_count_[static_cast<std::size_t>(chunk)]; }
+    /// Index of a layer among this rank's layers (chunk-major): indexes act_desc_, ws_desc_.
+    int layer_in_stage(int chunk, int li) const {
+        int n = li;
+        for (int c = 0; c < chunk; ++c) n += chunk_layers(c);
+        return n;
+    }
+
+    const ModelSpec& m_;
+    const ClusterSpec& cl_;
+    const PlanSpec& p_;
+    const LowerOptions& o_;
+    Program& prog_;
+    RankProgram& rp_;
+    const Names& n_;
+    Coord co_;
+    bool full_;
+    std::int64_t& tensor_counter_;
+    Dims d_;
+    std::vector<int> deferred_;  ///< MoE all-to-all events joined at the end of the pass (moe_a2a_overlap)
+    /// MLA's projections (attention_linears), resolved once per rank: the replicated
+    /// down-projections and the column-parallel up-projections (the output projection is proj).
+    struct MlaLinear {
+        int name = 0;
+        double in = 0, out = 0;
+        bool cast = true;  ///< AttentionLinear::fp8_cast
+    };
+    std::vector<MlaLinear> mla_down_, mla_up_;
+    DType dtype_ = DType::bf16;  ///< of the plan's precision, stamped on every instruction
+    int micro_ = 1, pp_ = 1, vpp_ = 1, stage_ = 0, stage_first_layer_ = 0;
+    std::vector<int> chunk_start_, chunk_count_;
+    std::vector<PipeSlot> schedule_;
+    std::vector<int> last_bwd_mb_;   ///< per chunk: micro-batch of its last backward in the step
+    std::vector<int> first_bwd_mb_;  ///< per chunk: micro-batch of its first backward in the step
+    double moe_factor_ = 1;         ///< token load of this rank's experts relative to the mean
+    int a2a_copies_ = 0;            ///< DeepEP across nodes: top_k (else 0, a flat all-to-all)
+    int a2a_node_limit_ = 0;        ///< DeepEP: most nodes a token reaches (0 = no limit)
+    std::size_t last_collective_ = 0;  ///< index in rp_.instrs of the last collective pushed
+    int next_event_ = 0;
+    // Record reuse: a record on a stream that has issued nothing since its last record returns
+    // that record's event (waits count as issued: they extend what a record stands for).
+    std::array<std::int64_t, kStreamCount> issued_{};
+    std::array<std::int64_t, kStreamCount> last_record_at_{};
+    std::array<int, kStreamCount> last_record_ev_{};
+    std::array<std::int64_t, kGroupCount> coll_seq_{};
+
+    // current context stamped on every instruction
+    Phase phase_ = Phase::other;
+    int chunk_ = 0, layer_ = -1, mb_ = -1, step_ = 0;
+
+    // memory
+    std::vector<std::vector<TensorDesc>> act_desc_, ws_desc_;  ///< per layer of the stage
+    std::vector<std::vector<TensorDesc>> fwd_ws_desc_;  ///< per layer in stage: layer_forward_transients (recomputed only)
+    std::vector<std::vector<int>> fwd_ws_ids_;
+    std::vector<TensorDesc> out_slice_desc_, out_full_desc_;  ///< pipe_output_slice / _regathered
+    std::vector<int> out_slice_ids_, out_full_ids_;
+    std::vector<TensorDesc> emb_desc_, emb_ws_desc_, logits_desc_, head_ws_desc_, head_fwd_ws_desc_;
+    std::vector<std::vector<int>> act_ids_, ws_ids_;  ///< interned names of act_desc_, ws_desc_
+    std::vector<int> emb_ids_, emb_ws_ids_, logits_ids_, head_ws_ids_, head_fwd_ws_ids_;
+    /// (mb, chunk, layer) -> allocs; layer -1: the embedding's, -2: the logits', -3: DeepSpeed's sent-output slice
+    std::map<std::tuple<int, int, int>, AllocRun> stashed_;
+    std::map<std::tuple<int, int, int>, int> act_offloaded_;  ///< (mb, chunk, layer) -> d2h event
+    std::map<std::string, int> tensor_names_;
+
+    // data-parallel gradient buckets
+    double bucket_dense_ = 0, bucket_expert_ = 0;
+    double total_dense_grad_bytes_ = 0, total_expert_grad_bytes_ = 0;
+    bool reduce_grads_ = false;    ///< this backward reduces its gradients (the last one, or every one under ZeRO-2)
+    bool first_backward_ = false;  ///< this backward is its chunk's first in the step
+    bool mtp_pass_ = false;     ///< lowering an MTP module's layer: never fully recomputed
+    int optimizer_done_ev_ = -1;    ///< next step's forward waits for this (-1: nothing)
+    int param_gather_ev_ = -1;
+    int pending_send_ = -1;  ///< p2p_blocking, odd stage: the send completed after the next receive
+    std::vector<int> layer_ready_;  ///< per layer of the stage: dist-opt gather its first forward waits for
+};
+
+}  // namespace strata::sim::lower_detail

@@ -1,0 +1,482 @@
+// The step of one rank: pipeline passes in schedule order (with send/recv, embedding, logits and
+// loss, per-layer prefetch of parameters and offloaded activations), then gradient reduction and
+// the optimizer on its tiers; and lower() itself, which builds every RankProgram. What one layer
+// does lives in layer_ops.cpp; buckets, fetches and memory helpers in lower.cpp.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "strata/common/huge_pages.hpp"
+#include "lower_impl.hpp"
+#include "strata/common/error.hpp"
+
+namespace strata::sim {
+namespace lower_detail {
+
+namespace {
+constexpr double kAdamGpuFixedBytesPerParam = 6;  // bf16 param (2), fp32 master (4); + grad, m, v
+constexpr double kMasterBytesPerParam = 4;         // fp32 master: with m, v what ZeRO-Infinity swaps per param
+constexpr double kParamBytesPerParam = 2;      // updated bf16 parameters back to the GPU
+}  // namespace
+
+void RankLowering::run(int steps) {
+    phase_ = Phase::other;
+    if (o_.emit_memory) {
+        std::vector<int> ids;
+        alloc_list(stage_model_states(m_, p_, stage_), ids);
+        ids.clear();
+        alloc_list(stage_buffers(m_, p_, stage_), ids);
+    }
+    for (int s = 0; s < steps; ++s) step(s);
+}
+
+void RankLowering::step(int s) {
+    step_ = s;
+    phase_ = Phase::forward;
+    chunk_ = 0;
+    layer_ = -1;
+    mb_ = s * micro_;
+    // The previous step's parameters must be in place: the dist-opt all-gather always, the CPU
+    // optimizer's H2D unless the update is lock-free (Angel-PTM: one step stale).
+    wait(Stream::compute, param_gather_ev_);
+    param_gather_ev_ = -1;
+    if ((p_.zero_stage == 1 || p_.zero_stage == 2) && p_.overlap_param_gather) gather_params_overlapped();
+    if (!p_.lock_free_update) wait(Stream::compute, optimizer_done_ev_);
+    optimizer_done_ev_ = -1;
+    bucket_dense_ = bucket_expert_ = 0;
+    for (const PipeSlot& sl : schedule_) {
+        if (sl.forward) forward_pass(sl.microbatch, sl.chunk);
+        else backward_pass(sl.microbatch, sl.chunk);
+    }
+    wait(Stream::compute, pending_send_);  // an odd stage's last send
+    pending_send_ = -1;
+    dp_collectives_at_end();
+    optimizer(s);
+}
+
+// DeepSpeed's pipeline engine (plan.p2p_blocking) runs its sends and receives on the compute
+// stream, each blocking until its peer's matching call runs, and orders them by stage parity to
+// avoid the 1F1B deadlock of two neighbours both sending first: an even stage finishes its send
+// before it posts the next receive; an odd stage posts the receive first and finishes the send
+// after it (deepspeed/runtime/pipe/schedule.py, TrainSchedule). Megatron pre-posts its receives
+// on a communication stream: there the receive is ready whenever the sender is.
+void RankLowering::block_on_send() {
+    const int sent = record(Stream::pp_p2p);
+    if (stage_ % 2 == 0) wait(Stream::compute, sent);
+    else pending_send_ = sent;
+}
+
+void RankLowering::post_blocking_recv() {
+    if (!p_.p2p_blocking) return;
+    wait(Stream::pp_recv, record(Stream::compute));  // posted when the compute stream reaches it
+    wait(Stream::compute, pending_send_);            // an odd stage's previous send completes after it
+    pending_send_ = -1;
+}
+
+// Megatron's distributed optimizer with overlap_param_gather: the all-gather of the updated
+// parameters is dispatched at the start of the next step's forward, bucket by bucket in forward
+// layer order, and a layer's first forward waits only for its own bucket. Emitted at the start of
+// every step (standing for the previous step's update), so one lowered step carries one gather.
+void RankLowering::gather_params_overlapped() {
+    layer_ready_.assign(act_desc_.size(), -1);
+    if (group_size(Group::dp) <= 1 && group_size(Group::edp) <= 1) return;
+    int after = record(Stream::compute);  // the previous step's GPU optimizer is done
+    if (!p_.lock_free_update) wait(Stream::dp_comm, optimizer_done_ev_);
+    const double cap = static_cast<double>(std::max<std::int64_t>(1, p_.dp_bucket_bytes));
+    double dense = stage_ == 0 ? embedding_params_rank(m_, p_) * Dims::act_bytes : 0, expert = 0;
+    std::vector<int> pending;
+    auto close = [&]() {
+        int ev = -1;
+        if (dense > 0 && group_size(Group::dp) > 1)
+            ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, dense, n_.dp_params, after);
+        if (expert > 0 && group_size(Group::edp) > 1)
+            ev = collective(Stream::dp_comm, CollKind::all_gather, Group::edp, expert, n_.edp_params, ev >= 0 ? -1 : after);
+        if (ev >= 0) after = -1;  // later buckets follow on the same stream
+        for (int lis : pending) layer_ready_[static_cast<std::size_t>(lis)] = ev;
+        pending.clear();
+        dense = expert = 0;
+    };
+    for (int c = 0; c < vpp_; ++c)
+        for (int li = 0; li < chunk_layers(c); ++li) {
+            const LayerParamsRank lp = layer_params_rank(m_, p_, chunk_first_layer(c) + li);
+            dense += lp.dense * Dims::act_bytes;
+            expert += lp.expert * Dims::act_bytes;
+            pending.push_back(layer_in_stage(c, li));
+            if (dense + expert >= cap) close();
+        }
+    if (stage_ == head_stage(p_)) dense += output_params_rank(m_, p_) * Dims::act_bytes;
+    close();
+}
+
+// Megatron-LM's scatter/gather (SC21 Sec. 4.1) and DeepSpeed's partitioned pipe buffers: each TP
+// rank sends its 1/tp slice over its own NIC, and the receivers rebuild the tensor over NVLink
+// before the stage can use it. The gather is on the critical path; the wire carries tp times less.
+double RankLowering::p2p_wire_bytes(double tensor_bytes) const {
+    return p_.p2p_scatter_gather ? tensor_bytes / d_.tp : tensor_bytes;
+}
+
+void RankLowering::gather_received(double tensor_bytes) {
+    if (!p_.p2p_scatter_gather) return;
+    wait(Stream::compute, collective(Stream::tp_comm, CollKind::all_gather, Group::tp, tensor_bytes, n_.pp_gather));
+}
+
+void RankLowering::forward_pass(int mb, int chunk) {
+    mb_ = step_ * micro_ + mb;
+    chunk_ = chunk;
+    layer_ = -1;
+    phase_ = Phase::forward;
+    const int v = virtual_stage_of(p_, stage_, chunk), vlast = pp_ * vpp_ - 1;
+    // Neighbouring virtual stages' ranks (-1 past the ends); at the turn of DualPipeV's V the
+    // neighbour is this rank and nothing moves.
+    const int prev = v > 0 ? rank_of_virtual_stage(p_, v - 1) : -1, next = v < vlast ? rank_of_virtual_stage(p_, v + 1) : -1;
+    const int lane = full_ ? co_.t + p_.tp * (co_.c + p_.cp * co_.d) : 0;
+    const double p2p_bytes = d_.tokens_sp * d_.h * Dims::act_bytes;  // b*s/cp*h*2 (/tp with SP)
+    if (v > 0) {
+        if (prev != stage_) {
+            post_blocking_recv();
+            Instr& in = push(InstrKind::recv, recv_stream(chunk, true), n_.pp_act);
+            in.bytes = p2p_wire_bytes(p2p_bytes);
+            in.peer = program_of_stage(prev);
+            in.match_id = p2p_match(mb_, v - 1, true, lane);
+            wait(Stream::compute, record(recv_stream(chunk, true)));
+            gather_received(p2p_bytes);
+        }
+    } else {
+        stashed_[{mb_, chunk, -1}] = alloc_list(emb_desc_, emb_ids_);
+        // Lookup: read the rows and write the (sequence-sharded with SP) output.
+        compute(Op::embedding, n_.embedding, 0, 2 * d_.tokens_sp * d_.h * Dims::act_bytes);
+    }
+    const int count = chunk_layers(chunk);
+    int pending = -1;
+    for (int li = 0; li < count; ++li) {
+        const int layer = chunk_first_layer(chunk) + li;
+        if (li == 0) pending = fetch_params(layer, -1);
+        wait(Stream::compute, pending);
+        pending = -1;
+        if (li + 1 < count && (p_.zero_stage == 3 || !p_.offload.params.all_gpu())) {
+            layer_ = layer;
+            pending = fetch_params(layer + 1, record(Stream::compute));
+        }
+        layer_ = layer;
+        const int lis = layer_in_stage(chunk, li);
+        if (!layer_ready_.empty() && layer_ready_[static_cast<std::size_t>(lis)] >= 0) {
+            wait(Stream::compute, layer_ready_[static_cast<std::size_t>(lis)]);  // its bucket's gather
+            layer_ready_[static_cast<std::size_t>(lis)] = -1;
+        }
+        stashed_[{mb_, chunk, li}] = alloc_list(act_desc_[static_cast<std::size_t>(lis)], act_ids_[static_cast<std::size_t>(lis)]);
+        churn_list(fwd_ws_desc_[static_cast<std::size_t>(lis)], fwd_ws_ids_[static_cast<std::size_t>(lis)]);
+        layer_forward(layer, Phase::forward);
+        if (li + 1 == count) join_deferred();  // MoE all-to-all overlapped with the pass
+        const TierSplit& af = p_.offload.activations;
+        if (af.cpu + af.ssd > 0) {
+            double bytes = 0;
+            for (const TensorDesc& t : act_desc_[static_cast<std::size_t>(lis)]) bytes += t.bytes;
+            int ev = copy(Stream::d2h, CopyKind::d2h, bytes * (af.cpu + af.ssd), n_.act_d2h, record(Stream::compute));
+            if (af.ssd > 0) ev = copy(Stream::ssd, CopyKind::ssd_write, bytes * af.ssd, n_.act_ssd_write, ev);
+            act_offloaded_[{mb_, chunk, li}] = ev;
+        }
+    }
+    layer_ = -1;
+    if (v == vlast) {
+        stashed_[{mb_, chunk, -2}] = alloc_list(logits_desc_, logits_ids_);  // incl. the MTP modules'
+        head_forward();
+        for (int k = 0; k < m_.mtp_depth; ++k) mtp_forward();
+    } else if (next != stage_) {
+        wait(send_stream(chunk, true), record(Stream::compute));
+        Instr& in = push(InstrKind::send, send_stream(chunk, true), n_.pp_act);
+        in.bytes = p2p_wire_bytes(p2p_bytes);
+        in.peer = program_of_stage(next);
+        in.match_id = p2p_match(mb_, v, true, lane);
+        if (p_.p2p_blocking) block_on_send();
+        if (!out_slice_desc_.empty()) stashed_[{mb_, chunk, -3}] = alloc_list(out_slice_desc_, out_slice_ids_);
+    }
+}
+
+void RankLowering::head_forward() {
+    compute(Op::norm, n_.final_norm, 0, 2 * d_.tokens_sp * d_.h * Dims::act_bytes);
+    tp_forward_in(true);
+    const AllocRun ws = alloc_list(head_fwd_ws_desc_, head_fwd_ws_ids_);  // the logits beside their fp32 copy
+    gemm_high(n_.logits, d_.tokens, d_.vocab / d_.tp, d_.h);  // vocab-parallel head
+    // Vocab-parallel cross-entropy: read the fp32 logits shard, write the softmax for backward.
+    compute(Op::loss, n_.loss, 0, 2 * d_.tokens * d_.vocab / d_.tp * 4);
+    free_list(ws);
+}
+
+void RankLowering::head_backward() {
+    const AllocRun ws = alloc_list(head_ws_desc_, head_ws_ids_);  // the gradient's cast, an unfused wgrad
+    compute(Op::loss, n_.loss, 0, 2 * d_.tokens * d_.vocab / d_.tp * 4);
+    gemm_high(n_.logits, d_.tokens, d_.h, d_.vocab / d_.tp);  // dgrad
+    gemm_high(n_.logits, d_.h, d_.vocab / d_.tp, d_.tokens);  // wgrad
+    free_list(ws);
+    if (d_.tp > 1) {
+        const double bytes = d_.tokens * d_.h * Dims::act_bytes;
+        wait(Stream::compute, collective(Stream::tp_comm, d_.sp ? CollKind::reduce_scatter : CollKind::all_reduce,
+                                         Group::tp, bytes, d_.sp ? n_.tp_rs : n_.tp_ar));
+    }
+    compute(Op::norm, n_.final_norm, 0, 3 * d_.tokens_sp * d_.h * Dims::act_bytes);
+}
+
+// One MTP module (Megatron-Core MultiTokenPredictionLayer, DeepSeek-V3 Sec. 2.2): look up the
+// next tokens in the embedding copy, normalise them and the main hidden state, project the
+// concatenation 2h -> h (column-parallel: with SP its input is gathered over the sequence, its
+// output over the hidden dimension), run a layer built like the last decoder layer, then the
+// shared head and loss.
+void RankLowering::mtp_forward() {
+    const double act = d_.tokens_sp * d_.h * Dims::act_bytes;
+    compute(Op::embedding, n_.mtp_embedding, 0, 2 * act);
+    compute(Op::norm, n_.mtp_norms, 0, 2 * 2 * act);
+    if (d_.tp > 1 && d_.sp)
+        wait(Stream::compute, collective(Stream::tp_comm, CollKind::all_gather, Group::tp, 2 * d_.tokens * d_.h * Dims::act_bytes, n_.tp_ag));
+    gemm_cast(n_.mtp_proj, d_.tokens, d_.h / d_.tp, 2 * d_.h);
+    if (d_.tp > 1)
+        wait(Stream::compute, collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * Dims::act_bytes, n_.tp_ag));
+    mtp_pass_ = true;
+    layer_forward(mtp_layer_kind(m_), Phase::forward);
+    join_deferred();
+    mtp_pass_ = false;
+    head_forward();
+}
+
+void RankLowering::mtp_backward() {
+    head_backward();
+    mtp_pass_ = true;
+    layer_backward(mtp_layer_kind(m_), 0);
+    join_deferred();
+    mtp_pass_ = false;
+    layer_ = -1;
+    // The projection's gradients: dgrad to the 2h input (reduced over TP: reduce-scatter with SP),
+    // wgrad; then the two norms and the embedding's gradient (scatter-add into the copy).
+    const double act = d_.tokens_sp * d_.h * Dims::act_bytes;
+    gemm_cast(n_.mtp_proj, d_.tokens, 2 * d_.h, d_.h / d_.tp);
+    gemm(n_.mtp_proj, 2 * d_.h, d_.h / d_.tp, d_.tokens);
+    if (d_.tp > 1)
+        wait(Stream::compute, collective(Stream::tp_comm, d_.sp ? CollKind::reduce_scatter : CollKind::all_reduce, Group::tp,
+                                         2 * d_.tokens * d_.h * Dims::act_bytes, d_.sp ? n_.tp_rs : n_.tp_ar));
+    compute(Op::norm, n_.mtp_norms, 0, 2 * 3 * act);
+    compute(Op::embedding, n_.mtp_embedding, 0, 3 * act);
+}
+
+void RankLowering::backward_pass(int mb, int chunk) {
+    mb_ = step_ * micro_ + mb;
+    chunk_ = chunk;
+    layer_ = -1;
+    phase_ = Phase::backward;
+    const bool last_backward = mb == last_bwd_mb_[static_cast<std::size_t>(chunk)];
+    first_backward_ = mb == first_bwd_mb_[static_cast<std::size_t>(chunk)];
+    // ZeRO-2 (DeepSpeed) keeps only its shard of the gradients, so every micro-batch's backward
+    // reduces into it; the distributed optimizer and ZeRO 0 reduce once, in the last backward.
+    const bool every_mb = p_.zero_stage == 2;
+    reduce_grads_ = p_.zero_stage != 3 && (last_backward || every_mb);
+    const bool bucketed = p_.overlap_grad_reduce && reduce_grads_;
+    const int v = virtual_stage_of(p_, stage_, chunk), vlast = pp_ * vpp_ - 1;
+    const int prev = v > 0 ? rank_of_virtual_stage(p_, v - 1) : -1, next = v < vlast ? rank_of_virtual_stage(p_, v + 1) : -1;
+    const int lane = full_ ? co_.t + p_.tp * (co_.c + p_.cp * co_.d) : 0;
+    const double p2p_bytes = d_.tokens_sp * d_.h * Dims::act_bytes;
+    AllocRun regathered{};  // DeepSpeed's whole output again, for this backward
+    if (v < vlast) {
+        if (next != stage_) {
+            post_blocking_recv();
+            Instr& in = push(InstrKind::recv, recv_stream(chunk, false), n_.pp_grad);
+            in.bytes = p2p_wire_bytes(p2p_bytes);
+            in.peer = program_of_stage(next);
+            in.match_id = p2p_match(mb_, v + 1, false, lane);
+            wait(Stream::compute, record(recv_stream(chunk, false)));
+            gather_received(p2p_bytes);
+        }
+        if (!out_full_desc_.empty()) regathered = alloc_list(out_full_desc_, out_full_ids_);
+    } else {
+        for (int k = 0; k < m_.mtp_depth; ++k) mtp_backward();
+        head_backward();
+        const StageParams mtp = mtp_params_local(m_, p_);
+        const double head_dense = output_params_rank(m_, p_) + mtp.dense;
+        accumulate_grads(head_dense, mtp.expert);
+        if (bucketed) grads_ready(head_dense * p_.grad_bytes(), mtp.expert * p_.grad_bytes(), false);
+    }
+    const int count = chunk_layers(chunk);
+    int pending_p = -1, pending_a = -1;
+    for (int li = count - 1; li >= 0; --li) {
+        const int layer = chunk_first_layer(chunk) + li;
+        if (li == count - 1) {
+            pending_p = fetch_params(layer, -1);
+            pending_a = fetch_activations(mb_, chunk, li, -1);
+        }
+        wait(Stream::compute, pending_p);
+        wait(Stream::compute, pending_a);
+        pending_p = pending_a = -1;
+        layer_ = layer;
+        const bool prefetch = p_.zero_stage == 3 || !p_.offload.params.all_gpu() || !p_.offload.activations.all_gpu();
+        if (li > 0 && prefetch) {
+            const int start = record(Stream::compute);
+            pending_p = fetch_params(layer - 1, start);
+            pending_a = fetch_activations(mb_, chunk, li - 1, start);
+        }
+        const int lis = layer_in_stage(chunk, li);
+        const AllocRun ws = alloc_list(ws_desc_[static_cast<std::size_t>(lis)], ws_ids_[static_cast<std::size_t>(lis)]);
+        layer_backward(layer, lis);
+        if (li == 0) join_deferred();
+        layer_ = layer;
+        free_list(ws);
+        auto it = stashed_.find({mb_, chunk, li});
+        if (it != stashed_.end()) {
+            free_list(it->second);
+            stashed_.erase(it);
+        }
+        layer_grads(layer);
+    }
+    layer_ = -1;
+    if (v == vlast) {
+        // The logits' activations are released with the micro-batch's backward, not right after
+        // the loss: the same (conservative) accounting as memory.hpp, so the peaks agree.
+        auto it = stashed_.find({mb_, chunk, -2});
+        if (it != stashed_.end()) {
+            free_list(it->second);
+            stashed_.erase(it);
+        }
+    }
+    if (v == 0) {
+        const AllocRun ws = alloc_list(emb_ws_desc_, emb_ws_ids_);
+        compute(Op::embedding, n_.embedding, 0, 3 * d_.tokens_sp * d_.h * Dims::act_bytes);
+        free_list(ws);
+        auto it = stashed_.find({mb_, chunk, -1});
+        if (it != stashed_.end()) {
+            free_list(it->second);
+            stashed_.erase(it);
+        }
+        accumulate_grads(embedding_params_rank(m_, p_), 0);
+        if (bucketed) grads_ready(embedding_params_rank(m_, p_) * p_.grad_bytes(), 0, false);
+    } else if (prev != stage_) {
+        wait(send_stream(chunk, false), record(Stream::compute));
+        Instr& in = push(InstrKind::send, send_stream(chunk, false), n_.pp_grad);
+        in.bytes = p2p_wire_bytes(p2p_bytes);
+        in.peer = program_of_stage(prev);
+        in.match_id = p2p_match(mb_, v, false, lane);
+        if (p_.p2p_blocking) block_on_send();
+    }
+    free_list(regathered);
+    if (auto it = stashed_.find({mb_, chunk, -3}); it != stashed_.end()) {
+        free_list(it->second);
+        stashed_.erase(it);
+    }
+    if (bucketed) flush_buckets();  // the chunk's gradients are final
+    else if (every_mb) reduce_chunk_grads(chunk, v == 0, v == vlast);
+}
+
+// Optimizer on its tiers (plan.offload.optimizer), each fraction its own way at once: the GPU
+// part as a fused Adam kernel; the CPU part as D2H of grads, CPU Adam, H2D of bf16 params
+// (ZeRO-Offload); the SSD part as ZeRO-Infinity's pipelined sub-groups: read state, CPU Adam,
+// write state back, with the next sub-group's read overlapping the current update.
+void RankLowering::optimizer(int s) {
+    phase_ = Phase::optimizer;
+    layer_ = -1;
+    mb_ = -1;
+    chunk_ = 0;
+    wait(Stream::compute, record(Stream::dp_comm));  // gradients reduced
+    const StageParams sp = stage_params(m_, p_, stage_);
+    const bool sharded = p_.zero_stage >= 1;
+    const double shard = sharded ? sp.dense / group_size(Group::dp) + sp.expert / group_size(Group::edp) : sp.total();
+    const TierSplit& of = p_.offload.optimizer;
+    if (of.gpu > 0) {
+        const double per_param = kAdamGpuFixedBytesPerParam + p_.grad_bytes() + p_.adam_moment_bytes();
+        Instr& in = compute(Op::optimizer_gpu, n_.opt_gpu, 0, per_param * shard * of.gpu);
+        in.count = shard * of.gpu;
+    }
+    const int grads_on_gpu = record(Stream::compute);
+    int done = -1;
+    if (of.cpu + of.ssd > 0) {
+        const int d2h = copy(Stream::d2h, CopyKind::d2h, p_.grad_bytes() * shard * (of.cpu + of.ssd), n_.grad_d2h, grads_on_gpu);
+        if (of.cpu > 0) {
+            wait(Stream::cpu, d2h);
+            Instr& in = push(InstrKind::optimizer, Stream::cpu, n_.opt_cpu);
+            in.count = shard * of.cpu;
+            done = copy(Stream::h2d, CopyKind::h2d, kParamBytesPerParam * shard * of.cpu, n_.param_h2d, record(Stream::cpu));
+        }
+        if (of.ssd > 0) {
+            const double params = shard * of.ssd;
+            const double sub = std::max(1.0, o_.ssd_sub_group_params);
+            const int groups = static_cast<int>(std::clamp(std::ceil(params / sub), 1.0, 4096.0));
+            const double per = params / groups;
+            std::vector<int> read_ev(static_cast<std::size_t>(groups), -1);
+            read_ev[0] = copy(Stream::ssd, CopyKind::ssd_read, (kMasterBytesPerParam + p_.adam_moment_bytes()) * per, n_.state_read, d2h);
+            int last_adam = -1;
+            for (int g = 0; g < groups; ++g) {
+                if (g + 1 < groups)
+                    read_ev[static_cast<std::size_t>(g + 1)] = copy(Stream::ssd, CopyKind::ssd_read, (kMasterBytesPerParam + p_.adam_moment_bytes()) * per, n_.state_read, -1);
+                wait(Stream::cpu, read_ev[static_cast<std::size_t>(g)]);
+                Instr& in = push(InstrKind::optimizer, Stream::cpu, n_.opt_ssd);
+                in.count = per;
+                last_adam = record(Stream::cpu);
+                copy(Stream::ssd, CopyKind::ssd_write, (kMasterBytesPerParam + p_.adam_moment_bytes()) * per, n_.state_write, last_adam);
+            }
+            done = copy(Stream::h2d, CopyKind::h2d, kParamBytesPerParam * params, n_.param_h2d, last_adam);
+        }
+    }
+    optimizer_done_ev_ = done;
+    // Distributed optimizer (ZeRO 1/2) without overlap_param_gather: gather the updated parameter
+    // shards at the end of the step; the next step's forward waits for it. (With the overlap, the
+    // gather is emitted at the start of the step: gather_params_overlapped.)
+    if ((p_.zero_stage == 1 || p_.zero_stage == 2) && !p_.overlap_param_gather) {
+        int after = record(Stream::compute);
+        wait(Stream::dp_comm, done);
+        int ev = -1;
+        if (group_size(Group::dp) > 1)
+            ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, sp.dense * Dims::act_bytes, n_.dp_params, after);
+        if (sp.expert > 0 && group_size(Group::edp) > 1)
+            ev = collective(Stream::dp_comm, CollKind::all_gather, Group::edp, sp.expert * Dims::act_bytes, n_.edp_params, after);
+        param_gather_ev_ = p_.lock_free_update ? -1 : ev;  // lock-free: the next step does not wait
+    }
+    (void)s;
+}
+
+}  // namespace lower_detail
+
+Program lower(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, const LowerOptions& o) {
+    using namespace lower_detail;
+    STRATA_ASSERT(p.tp >= 1 && p.pp >= 1 && p.dp >= 1 && p.cp >= 1 && p.ep >= 1 && p.vpp >= 1, "lower: bad plan degrees");
+    STRATA_ASSERT(p.micro_batches() >= 1, "lower: global_batch smaller than micro_batch * dp");
+    // A hand-laid split may leave a virtual stage empty (Megatron-Core's layouts give the embedding
+    // or the loss a chunk of their own); every rank still holds a layer (validated).
+    STRATA_ASSERT(m.layers >= p.pp, "lower: fewer layers than pipeline stages");
+    STRATA_ASSERT(m.layers <= std::numeric_limits<std::int16_t>::max(), "lower: more layers than Instr::layer holds");
+    Program prog;
+    prog.full_mode = o.full_mode;
+    prog.gpus = p.gpus();
+    prog.tokens_per_step = static_cast<double>(p.global_batch) * static_cast<double>(m.seq_len);
+    prog.model_flops_per_step = 3 * forward_flops_per_step(m, p);
+    Names names{};
+    names.intern(prog);
+    const int steps = std::max(o.steps, p.lock_free_update ? 2 : 1);
+    const int gpn = std::max(1, c.gpus_per_node);
+    std::int64_t tensor_counter = 0;
+
+    std::vector<Coord> coords;
+    if (o.full_mode) {
+        coords.reserve(static_cast<std::size_t>(p.gpus()));
+        for (int s = 0; s < p.pp; ++s)
+            for (int d = 0; d < p.dp; ++d)
+                for (int cc = 0; cc < p.cp; ++cc)
+                    for (int t = 0; t < p.tp; ++t) coords.push_back({t, cc, d, s});
+    } else {
+        for (int s = 0; s < p.pp; ++s) coords.push_back({0, 0, 0, s});
+    }
+    prog.ranks.resize(coords.size());
+    // Rough size: ~40 instructions per layer and micro-batch each way, to avoid regrowth.
+    const std::size_t per_rank = static_cast<std::size_t>(steps) * static_cast<std::size_t>(p.micro_batches()) *
+                                 static_cast<std::size_t>(m.layers / p.pp + 2) * 90 + 256;
+    for (std::size_t i = 0; i < coords.size(); ++i) {
+        const Coord& co = coords[i];
+        RankProgram& rp = prog.ranks[i];
+        rp.id = static_cast<int>(i);
+        rp.pp_stage = co.s;
+        rp.global_rank = co.t + p.tp * (co.c + p.cp * (co.d + p.dp * co.s));
+        rp.multiplicity = o.full_mode ? 1 : static_cast<std::int64_t>(p.tp) * p.cp * p.dp;
+        rp.node = rp.global_rank / gpn;
+        rp.instrs.reserve(per_rank);
+        prepare_write_once(rp.instrs.data(), rp.instrs.capacity() * sizeof(Instr));  // before the first write
+        RankLowering rl(m, c, p, o, prog, rp, names, co, o.full_mode, tensor_counter);
+        rl.run(steps);
+        prog.events = std::max(prog.events, rl.events());
+    }
+    return prog;
+}
+
+}  // namespace strata::sim

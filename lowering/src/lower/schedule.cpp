@@ -1,0 +1,115 @@
+// Pipeline schedules as pure functions: the ordered (micro-batch, chunk, fwd/bwd) slots one
+// pipeline rank runs in a step. Follows Megatron-LM's schedules.py (forward_backward_no_pipelining,
+// ..._pipelining_without_interleaving, ..._pipelining_with_interleaving). No timing here: the
+// engine discovers the bubbles by executing the send/recv dependencies.
+#include <algorithm>
+
+#include "strata/common/error.hpp"
+#include "strata/lowering/lower.hpp"
+
+namespace strata::sim {
+namespace {
+
+std::vector<PipeSlot> gpipe(int m, int vpp) {
+    std::vector<PipeSlot> out;
+    out.reserve(static_cast<std::size_t>(2 * m * vpp));
+    for (int c = 0; c < vpp; ++c)
+        for (int mb = 0; mb < m; ++mb) out.push_back({mb, c, true});
+    for (int c = vpp - 1; c >= 0; --c)
+        for (int mb = 0; mb < m; ++mb) out.push_back({mb, c, false});
+    return out;
+}
+
+// Megatron, non-interleaved: a rank holds at most pp - stage micro-batches in flight.
+std::vector<PipeSlot> one_f_one_b(int pp, int stage, int m) {
+    std::vector<PipeSlot> out;
+    out.reserve(static_cast<std::size_t>(2 * m));
+    const int warmup = std::min(pp - stage - 1, m);
+    const int steady = m - warmup;
+    for (int i = 0; i < warmup; ++i) out.push_back({i, 0, true});
+    for (int i = 0; i < steady; ++i) {
+        out.push_back({warmup + i, 0, true});
+        out.push_back({i, 0, false});
+    }
+    for (int i = steady; i < m; ++i) out.push_back({i, 0, false});
+    return out;
+}
+
+// Megatron-Core's get_schedule_table: micro-batches go through chunk 0 in groups of `group`, then
+// the same group through chunk 1, ...; the last group takes whatever is left (m mod group, or a
+// whole group). The k-th backward runs the k-th entry's micro-batch on the mirrored chunk.
+std::vector<PipeSlot> interleaved_table(int m, int vpp, int group) {
+    std::vector<PipeSlot> t;
+    t.reserve(static_cast<std::size_t>(m * vpp));
+    for (int first = 0; first < m; first += group) {
+        const int end = std::min(first + group, m);
+        for (int c = 0; c < vpp; ++c)
+            for (int mb = first; mb < end; ++mb) t.push_back({mb, c, true});
+    }
+    return t;
+}
+
+std::vector<PipeSlot> interleaved(int pp, int stage, int m, int vpp, int group) {
+    const std::vector<PipeSlot> table = interleaved_table(m, vpp, group);
+    const int total = m * vpp;
+    // Megatron-Core's get_pp_rank_microbatches. Megatron's older schedule ran every forward first
+    // whenever m == pp; the current one has no such case, so with m == pp the later ranks still
+    // reach 1F1B (the last after (vpp - 1)·pp forwards, holding one micro-batch's logits).
+    const int warmup = std::min((pp - stage - 1) * 2 + (vpp - 1) * group, total);
+    const int steady = total - warmup;
+    const auto fwd = [&](int k) { return table[static_cast<std::size_t>(k)]; };
+    const auto bwd = [&](int k) {
+        const PipeSlot& e = table[static_cast<std::size_t>(k)];
+        return PipeSlot{e.microbatch, vpp - 1 - e.chunk, false};
+    };
+    std::vector<PipeSlot> out;
+    out.reserve(static_cast<std::size_t>(2 * total));
+    for (int k = 0; k < warmup; ++k) out.push_back(fwd(k));
+    for (int k = 0; k < steady; ++k) {
+        out.push_back(fwd(warmup + k));
+        out.push_back(bwd(k));
+    }
+    for (int k = steady; k < total; ++k) out.push_back(bwd(k));
+    return out;
+}
+
+// DeepSeek's DualPipeV (deepseek-ai/DualPipe, dualpipev.py, "cut-in-half" DualPipe): chunk 0 is
+// the V's down leg (virtual stage r), chunk 1 its up leg (2pp - 1 - r). Its eight steps, with the
+// weight-gradient passes kept inside their backward (no zero-bubble split): warm-up forwards of
+// chunk 0, then F0 F1 pairs, B1 F1, the steady F0 B1 F1 B0, then the drain. Micro-batches go
+// through each chunk in order.
+std::vector<PipeSlot> dualpipe_v(int pp, int r, int m) {
+    std::vector<PipeSlot> out;
+    out.reserve(static_cast<std::size_t>(4 * m));
+    int next[2][2] = {{0, 0}, {0, 0}};  // [chunk][forward]
+    auto slot = [&](int chunk, bool fwd) { out.push_back({next[chunk][fwd ? 1 : 0]++, chunk, fwd}); };
+    for (int i = 0; i < (pp - r - 1) * 2; ++i) slot(0, true);
+    for (int i = 0; i < r + 1; ++i) slot(0, true), slot(1, true);
+    for (int i = 0; i < pp - r - 1; ++i) slot(1, false), slot(1, true);
+    for (int i = 0; i < m - 2 * pp + r + 1; ++i) slot(0, true), slot(1, false), slot(1, true), slot(0, false);
+    for (int i = 0; i < pp - r - 1; ++i) slot(1, false), slot(1, true), slot(0, false);
+    for (int i = 0; i < r + 1; ++i) slot(1, false), slot(0, false);
+    for (int i = 0; i < pp - r - 1; ++i) slot(0, false);
+    return out;
+}
+
+}  // namespace
+
+std::vector<PipeSlot> pipeline_schedule(Schedule s, int pp, int stage, int micro_batches, int vpp, int group) {
+    STRATA_ASSERT(pp >= 1 && stage >= 0 && stage < pp && micro_batches >= 1 && vpp >= 1,
+                  "pipeline_schedule: bad arguments");
+    if (s == Schedule::gpipe) return gpipe(micro_batches, vpp);
+    if (s == Schedule::dualpipe_v) {
+        STRATA_ASSERT(vpp == 2 && pp >= 2 && micro_batches >= 2 * pp, "DualPipeV needs vpp 2, pp >= 2 and 2 pp micro-batches");
+        return dualpipe_v(pp, stage, micro_batches);
+    }
+    if (vpp > 1) {  // 1F1B with virtual stages is Megatron's interleaved schedule
+        if (group <= 0) group = pp;
+        STRATA_ASSERT(valid_microbatch_group(micro_batches, pp, group),
+                      "interleaved 1F1B needs pp <= group <= micro_batches and a last group of 0 or >= pp");
+        return interleaved(pp, stage, micro_batches, vpp, group);
+    }
+    return one_f_one_b(pp, stage, micro_batches);
+}
+
+}  // namespace strata::sim

@@ -1,0 +1,487 @@
+// The tensor list (tensors.hpp): per-rank bytes of every activation a layer stashes, of the model
+// states and of the runtime buffers, after TP/SP/CP/EP/ZeRO. The itemisation follows Korthikanti
+// et al. (MLSys 2023) §4 so that GPT-like configs reproduce their Eqs. 1-5 exactly; GQA, SwiGLU,
+// flash attention, MoE and CP fall out of the same list (docs/formulas.md). No timing, no tiers'
+// capacities: only sizes and where plan.offload puts them.
+#include <algorithm>
+
+#include "strata/lowering/memory.hpp"
+#include "strata/lowering/model.hpp"
+#include "strata/lowering/tensors.hpp"
+
+namespace strata::sim {
+
+const char* to_string(TensorTag t) {
+    switch (t) {
+        case TensorTag::weights: return "weights";
+        case TensorTag::grads: return "grads";
+        case TensorTag::optimizer: return "optimizer";
+        case TensorTag::activations: return "activations";
+        case TensorTag::buffers: return "buffers";
+        case TensorTag::count: break;
+    }
+    return "?";
+}
+
+namespace {
+
+// Local sizes of one rank for one micro-batch.
+struct Local {
+    double t = 1;          // tensor-parallel degree
+    double tokens = 0;     // s/cp · b: tokens of this rank's sequence chunk
+    double tok_rep = 0;    // tokens in the TP-replicated regions (divided by t under SP)
+    double s_q = 0;        // query rows per sequence on this rank (s/cp)
+    double s_k = 0;        // key columns per sequence (the full s: CP exchanges K,V)
+    double b = 1;
+    double h = 0;
+    double heads = 0;      // query heads on this rank
+    double kv_heads = 0;   // K/V heads on this rank (replicated when kv_heads < tp)
+    double hd = 0;
+    double act = 2;        // bytes per activation element
+    double gemm_in = 2;    // bytes per element of a GEMM input saved for the backward
+    bool dropout = false;
+};
+
+Local local_of(const ModelSpec& m, const PlanSpec& p) {
+    Local L;
+    L.t = std::max(1, p.tp);
+    L.b = p.micro_batch;
+    L.s_k = static_cast<double>(m.seq_len);
+    L.s_q = L.s_k / std::max(1, p.cp);
+    L.tokens = L.s_q * L.b;
+    L.tok_rep = (p.sequence_parallel && p.tp > 1) ? L.tokens / L.t : L.tokens;
+    L.h = static_cast<double>(m.hidden);
+    L.heads = m.heads / L.t;
+    const double kv = kv_heads_of(m);
+    L.kv_heads = kv >= L.t ? kv / L.t : 1.0;
+    L.hd = static_cast<double>(head_dim_of(m));
+    // Activations are kept in the compute dtype; fp8 recipes keep bf16 activations between GEMMs,
+    // but Transformer Engine saves each FP8 GEMM's input for its weight gradient as the FP8 cast
+    // (1 byte): the inputs of QKV, the attention projection, fc1 and fc2.
+    L.act = p.precision == Precision::fp32 ? 4.0 : 2.0;
+    L.gemm_in = p.precision == Precision::fp8 ? 1.0 : L.act;
+    L.dropout = m.dropout > 0.0;
+    return L;
+}
+
+TensorDesc act_tensor(std::string name, double bytes, std::string shape, const PlanSpec& p) {
+    TensorDesc d;
+    d.name = std::move(name);
+    d.tag = TensorTag::activations;
+    d.lifetime = Lifetime::stashed;
+    d.bytes = bytes;
+    d.tiers = p.offload.activations;
+    d.shape = std::move(shape);
+    return d;
+}
+
+// The MLP intermediates of `rows` tokens through an MLP of width `ffn_local` on this rank.
+void mlp_intermediates(std::vector<TensorDesc>& out, const ModelSpec& m, const PlanSpec& p, const Local& L,
+                       const std::string& prefix, double rows, double ffn_local, const std::string& rows_shape) {
+    const double bytes = L.act * rows * ffn_local;
+    const std::string shape = "(" + rows_shape + ", ffn/tp)";
+    if (m.ffn == FfnKind::swiglu) {
+        // The fused SwiGLU (Megatron's bias_swiglu) keeps its input, the gate and up fc1 outputs,
+        // and recomputes silu(gate) in backward; fc2 keeps its input silu(gate)·up. Same
+        // convention as gelu: activation input + fc2 input.
+        out.push_back(act_tensor(prefix + ".gate_out", bytes, shape, p));
+        out.push_back(act_tensor(prefix + ".up_out", bytes, shape, p));
+        out.push_back(act_tensor(prefix + ".act_out", L.gemm_in * rows * ffn_local, shape, p));
+    } else {
+        // Korthikanti: GeLU input 8sbh and GeLU output (fc2 input) 8sbh for ffn = 4h.
+        out.push_back(act_tensor(prefix + ".fc1_out", bytes, shape, p));
+        out.push_back(act_tensor(prefix + ".act_out", L.gemm_in * rows * ffn_local, shape, p));
+    }
+}
+
+// Tokens one rank's experts process per micro-batch: each of this rank's tokens goes to top_k
+// experts; spread uniformly, an EP rank receives as many assignments as its tokens make
+// (tokens·top_k), the hottest rank (1 + load_skew) times that. With a capacity factor the
+// experts are padded/dropped to exactly capacity_factor · tokens · top_k.
+// Routed rows: with SP each TP rank routes its own tok_rep tokens and the expert-TP group gathers
+// etp ranks' worth (etp = tp: all the tokens, as without SP).
+double routed_rows(const ModelSpec& m, const PlanSpec& p, const Local& L) {
+    const auto& moe = *m.moe;
+    const double tokens = p.sequence_parallel && p.tp > 1 ? L.tok_rep * p.etp() : L.tokens;
+    if (moe.capacity_factor > 0.0) return moe.capacity_factor * tokens * moe.top_k;
+    return tokens * moe.top_k * (1.0 + moe.load_skew);
+}
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+// Which stashed tensors a selective recompute module drops (Megatron-Core's --recompute-modules;
+// each module keeps its input).
+bool recompute_drops(const std::string& name, const PlanSpec& p, bool moe_layer) {
+    if (p.recompute != Recompute::selective) return false;
+    if (p.recomputes(RecomputeModule::core_attn) && (starts_with(name, "attn.softmax") || name == "attn.lse"))
+        return true;  // the score matrix (or flash attention's log-sum-exp)
+    if (p.recomputes(RecomputeModule::layernorm) && (name == "attn.qkv_in" || name == "attn.down_in" || name == "mlp.fc1_in"))
+        return true;  // the norm outputs; the norms' inputs (attn.norm_in, mlp.norm_in) stay
+    if (p.recomputes(RecomputeModule::mla_up_proj) && (name == "attn.q" || name == "attn.k" || name == "attn.v"))
+        return true;  // rebuilt from attn.up_in (the gathered latents)
+    if (p.recomputes(RecomputeModule::mlp) && !moe_layer && starts_with(name, "mlp.") && name != "mlp.norm_in" &&
+        name != "mlp.fc1_in" && name != "mlp.dropout_mask")
+        return true;  // the dense MLP's intermediates; its input mlp.fc1_in stays
+    if (p.recomputes(RecomputeModule::moe_act) && name == "moe.experts.act_out") return true;  // fc2 input, from fc1's outputs
+    if (p.recomputes(RecomputeModule::shared_experts) && starts_with(name, "moe.shared.")) return true;
+    if (p.recomputes(RecomputeModule::moe) && starts_with(name, "moe.")) return true;  // all of the block but its input
+    return false;
+}
+
+std::vector<TensorDesc> full_layer_activations(const ModelSpec& m, const PlanSpec& p, int layer) {
+    const Local L = local_of(m, p);
+    std::vector<TensorDesc> out;
+    const double rep = L.act * L.tok_rep * L.h;  // one hidden-state tensor in a replicated region
+    const std::string rep_shape = (p.sequence_parallel && p.tp > 1) ? "(s/cp/tp, b, h)" : "(s/cp, b, h)";
+    // --- attention block ---
+    out.push_back(act_tensor("attn.norm_in", rep, rep_shape, p));
+    if (m.mla) {
+        // Multi-head latent attention: the down-projections read the (sequence-sharded) norm output;
+        // the latents (q_lora + kv_lora, and the shared RoPE key) are kept before their norms and,
+        // gathered over TP, as the up-projections' inputs; then Q, K (qk_dim per head) and V.
+        const MlaSpec& a = *m.mla;
+        const double lat = static_cast<double>(a.q_lora_rank + a.kv_lora_rank), rope = static_cast<double>(a.qk_rope_head_dim);
+        const double dqk = static_cast<double>(qk_head_dim_of(m)), dv = static_cast<double>(a.v_head_dim);
+        out.push_back(act_tensor("attn.down_in", L.gemm_in * L.tok_rep * L.h, rep_shape, p));
+        out.push_back(act_tensor("attn.latent", L.act * L.tok_rep * (lat + rope), "(tokens, q_lora + kv_lora + rope)", p));
+        out.push_back(act_tensor("attn.up_in", L.gemm_in * L.tokens * lat, "(s/cp, b, q_lora + kv_lora)", p));
+        out.push_back(act_tensor("attn.q", L.act * L.tokens * L.heads * dqk, "(s/cp, b, heads/tp, nope + rope)", p));
+        out.push_back(act_tensor("attn.k", L.act * L.tokens * L.heads * dqk, "(s/cp, b, heads/tp, nope + rope)", p));
+        out.push_back(act_tensor("attn.v", L.act * L.tokens * L.heads * dv, "(s/cp, b, heads/tp, v)", p));
+    } else {
+        out.push_back(act_tensor("attn.qkv_in", L.gemm_in * L.tok_rep * L.h, rep_shape, p));
+        if (m.qk_norm) {  // the norms' inputs; Q and K below are their outputs after RoPE
+            out.push_back(act_tensor("attn.q_norm_in", L.act * L.tokens * L.heads * L.hd, "(s/cp, b, heads/tp, d)", p));
+            out.push_back(act_tensor("attn.k_norm_in", L.act * L.tokens * L.kv_heads * L.hd, "(s/cp, b, kv_heads/tp, d)", p));
+        }
+        out.push_back(act_tensor("attn.q", L.act * L.tokens * L.heads * L.hd, "(s/cp, b, heads/tp, d)", p));
+        out.push_back(act_tensor("attn.k", L.act * L.tokens * L.kv_heads * L.hd, "(s/cp, b, kv_heads/tp, d)", p));
+        out.push_back(act_tensor("attn.v", L.act * L.tokens * L.kv_heads * L.hd, "(s/cp, b, kv_heads/tp, d)", p));
+    }
+    const double scores = L.heads * L.s_q * L.s_k * L.b;  // elements of the score matrix on this rank
+    if (!p.flash_attention) {
+        out.push_back(act_tensor("attn.softmax_out", L.act * scores, "(b, heads/tp, s/cp, s)", p));
+        if (L.dropout) {
+            out.push_back(act_tensor("attn.softmax_dropout_mask", 1.0 * scores, "(b, heads/tp, s/cp, s)", p));
+            out.push_back(act_tensor("attn.softmax_dropout_out", L.act * scores, "(b, heads/tp, s/cp, s)", p));
+        }
+    } else {
+        // Flash attention keeps only the fp32 log-sum-exp per query row; O is proj_in below.
+        out.push_back(act_tensor("attn.lse", 4.0 * L.heads * L.s_q * L.b, "(b, heads/tp, s/cp) fp32", p));
+    }
+    out.push_back(act_tensor("attn.proj_in", L.gemm_in * L.tokens * L.heads * static_cast<double>(v_head_dim_of(m)), "(s/cp, b, heads/tp, d)", p));
+    if (L.dropout) out.push_back(act_tensor("attn.dropout_mask", L.tok_rep * L.h, rep_shape + " u8", p));
+    // --- MLP / MoE block ---
+    out.push_back(act_tensor("mlp.norm_in", rep, rep_shape, p));
+    out.push_back(act_tensor("mlp.fc1_in", L.gemm_in * L.tok_rep * L.h, rep_shape, p));
+    if (m.layer_is_moe(layer)) {
+        const auto& moe = *m.moe;
+        const double eff_local = static_cast<double>(expert_ffn_of(m)) / p.etp();
+        const double rows = routed_rows(m, p, L);
+        out.push_back(act_tensor("moe.router_probs", 4.0 * L.tok_rep * moe.experts, "(tokens, experts) fp32", p));
+        out.push_back(act_tensor("moe.dispatched_in", L.gemm_in * rows * L.h, "(tokens·top_k, h)", p));  // expert fc1 input
+        Local experts = L;
+        if (p.moe_act_fp8_cache) experts.act = 1.0;  // the SwiGLU inputs cached in FP8 (DeepSeek-V3 Sec. 3.3.3)
+        mlp_intermediates(out, m, p, experts, "moe.experts", rows, eff_local, "tokens·top_k");
+        if (p.moe_probs_at == MoeProbsAt::fc2_output)  // kept for the router weights' gradient at the combine
+            out.push_back(act_tensor("moe.expert_out", L.act * rows * L.h, "(tokens·top_k, h)", p));
+        if (moe.shared_experts > 0)
+            mlp_intermediates(out, m, p, L, "moe.shared", L.tokens, static_cast<double>(expert_ffn_of(m)) / L.t * moe.shared_experts, "s/cp·b");
+    } else {
+        mlp_intermediates(out, m, p, L, "mlp", L.tokens, static_cast<double>(m.ffn_hidden) / L.t, "s/cp·b");
+    }
+    if (L.dropout) out.push_back(act_tensor("mlp.dropout_mask", L.tok_rep * L.h, rep_shape + " u8", p));
+    // Selective recomputation: the modules' tensors are rebuilt before the backward.
+    const bool moe_layer = m.layer_is_moe(layer);
+    std::erase_if(out, [&](const TensorDesc& d) { return recompute_drops(d.name, p, moe_layer); });
+    return out;
+}
+
+// Per-rank parameters of one layer (TP-split where Megatron splits them; norms, row-parallel
+// biases and the router are replicated).
+StageParams layer_params_local(const ModelSpec& m, const PlanSpec& p, int layer) {
+    const Local L = local_of(m, p);
+    StageParams sp;
+    const double h = L.h;
+    const double qw = L.heads * L.hd * L.t, kvw_local = L.kv_heads * L.hd;
+    const LayerParams lp = layer_params(m, layer);
+    double attn = h * qw / L.t + 2.0 * h * kvw_local + qw * h / L.t;
+    if (m.mla) {  // down-projections and latent norms replicated, the rest split over TP
+        attn = 0;
+        for (const AttentionLinear& a : attention_linears(m))
+            attn += static_cast<double>(a.in) * static_cast<double>(a.out) / (a.tp_split ? L.t : 1.0);
+    }
+    attn += static_cast<double>(attention_norm_params(m));
+    if (m.linear_bias) attn += qw / L.t + 2.0 * kvw_local + h;
+    else if (m.qkv_bias) attn += qw / L.t + 2.0 * kvw_local;
+    sp.dense = attn + static_cast<double>(lp.norms);
+    if (m.layer_is_moe(layer)) {
+        sp.dense += static_cast<double>(lp.router) + static_cast<double>(lp.shared_experts) / L.t;
+        sp.expert = static_cast<double>(lp.experts) / std::max(1, p.ep) / p.etp();
+    } else {
+        sp.dense += static_cast<double>(lp.mlp) / L.t;
+    }
+    return sp;
+}
+
+TensorDesc state_tensor(std::string name, TensorTag tag, double bytes, const TierSplit& tiers, std::string shape) {
+    TensorDesc d;
+    d.name = std::move(name);
+    d.tag = tag;
+    d.lifetime = Lifetime::persistent;
+    d.bytes = bytes;
+    d.tiers = tiers;
+    d.shape = std::move(shape);
+    return d;
+}
+
+TensorDesc buffer_tensor(std::string name, double bytes, Lifetime life, std::string shape) {
+    return TensorDesc{std::move(name), TensorTag::buffers, life, bytes, TierSplit{}, std::move(shape)};
+}
+
+}  // namespace
+
+std::vector<TensorDesc> layer_activations(const ModelSpec& m, const PlanSpec& p, int layer, bool recomputed) {
+    if (!recomputed) return full_layer_activations(m, p, layer);
+    // Full recompute keeps only the layer input (Korthikanti §5: 2sbh, /tp with SP).
+    const Local L = local_of(m, p);
+    const std::string shape = (p.sequence_parallel && p.tp > 1) ? "(s/cp/tp, b, h)" : "(s/cp, b, h)";
+    return {act_tensor("layer.input", L.act * L.tok_rep * L.h, shape, p)};
+}
+
+std::vector<TensorDesc> layer_forward_transients(const ModelSpec& m, const PlanSpec& p, int layer) {
+    PlanSpec no_sel = p;
+    no_sel.recompute = Recompute::none;
+    std::vector<TensorDesc> out;
+    for (TensorDesc d : full_layer_activations(m, no_sel, layer)) {
+        if (d.name == "attn.norm_in") continue;  // the stashed layer input itself
+        d.name = "forward." + d.name;
+        d.lifetime = Lifetime::transient;
+        d.tiers = TierSplit{};  // on the GPU whatever the activations' offload
+        out.push_back(std::move(d));
+    }
+    return out;
+}
+
+std::vector<TensorDesc> layer_backward_workspace(const ModelSpec& m, const PlanSpec& p, int layer, bool recomputed) {
+    const Local L = local_of(m, p);
+    std::vector<TensorDesc> out;
+    PlanSpec no_sel = p;
+    no_sel.recompute = Recompute::none;
+    const std::vector<TensorDesc> full = full_layer_activations(m, no_sel, layer);
+    if (recomputed) {
+        // The layer's forward runs again just before its backward: its whole list is live.
+        for (const TensorDesc& d : full) out.push_back(buffer_tensor("recompute." + d.name, d.bytes, Lifetime::transient, d.shape));
+    } else if (p.recompute == Recompute::selective) {
+        // Everything the selected modules dropped is live again while this layer's backward runs.
+        const bool moe_layer = m.layer_is_moe(layer);
+        for (const TensorDesc& d : full)
+            if (recompute_drops(d.name, p, moe_layer))
+                out.push_back(buffer_tensor("recompute." + d.name, d.bytes, Lifetime::transient, d.shape));
+    }
+    // Gradients: the incoming and outgoing hidden-state gradients, plus the gradient of the widest
+    // intermediate (the largest stashed tensor) while its matmul's backward runs.
+    double widest = 0;
+    for (const TensorDesc& d : full) widest = std::max(widest, d.bytes);
+    out.push_back(buffer_tensor("grad.widest", widest, Lifetime::transient, "widest intermediate"));
+    out.push_back(buffer_tensor("grad.hidden", 2.0 * L.act * L.tokens * L.h, Lifetime::transient, "2 x (s/cp, b, h)"));
+    // Unfused accumulation: autograd writes each weight's gradient to a new tensor before it is
+    // added into the sum. The widest dense weight is the largest such tensor; experts' weights are smaller.
+    if (p.adds_unfused_grads() && !m.mla) {
+        const double qkv = L.h * (L.heads + 2.0 * L.kv_heads) * L.hd, proj = L.heads * L.hd * L.h;
+        const double ffn = static_cast<double>(m.ffn_hidden) / L.t;
+        const double fc1 = L.h * ffn * (m.ffn == FfnKind::swiglu ? 2.0 : 1.0), fc2 = ffn * L.h;
+        const double widest_w = m.layer_is_moe(layer) ? std::max(qkv, proj) : std::max({qkv, proj, fc1, fc2});
+        out.push_back(buffer_tensor("grad.weight_unfused", widest_w * L.act, Lifetime::transient, "widest local weight"));
+    }
+    for (TensorDesc& d : out) d.tag = TensorTag::activations;
+    return out;
+}
+
+std::vector<TensorDesc> embedding_activations(const ModelSpec& m, const PlanSpec& p) {
+    const Local L = local_of(m, p);
+    std::vector<TensorDesc> out;
+    // The embedding output is the first layer's attn.norm_in; only the dropout mask is extra.
+    // Token ids (4-8 bytes per token) are not counted.
+    if (L.dropout) out.push_back(act_tensor("embed.dropout_mask", L.tok_rep * L.h, "(s/cp[/tp], b, h) u8", p));
+    return out;
+}
+
+std::vector<TensorDesc> embedding_backward_workspace(const ModelSpec& m, const PlanSpec& p) {
+    const Local L = local_of(m, p);
+    // The table's gradient comes in the activations' dtype (FP8 recipes keep the embedding in BF16).
+    const double table = static_cast<double>(edge_param_counts(m).embedding) / L.t;
+    std::vector<TensorDesc> out{buffer_tensor("embed.grad_table", table * L.act, Lifetime::transient, "(V/tp, h) dense"),
+                                buffer_tensor("embed.grad_out", L.act * L.tok_rep * L.h, Lifetime::transient, "(s/cp[/tp], b, h)")};
+    for (TensorDesc& d : out) d.tag = TensorTag::activations;
+    return out;
+}
+
+std::vector<TensorDesc> head_workspace(const ModelSpec& m, const PlanSpec& p, bool backward) {
+    const Local L = local_of(m, p);
+    std::vector<TensorDesc> out;
+    const double logits = L.tokens * static_cast<double>(m.vocab) / L.t;
+    const bool cast = p.loss_upcast && L.act < 4;
+    // Megatron's vocab-parallel cross-entropy (tensor_parallel/cross_entropy.py) upcasts the
+    // logits: in the forward the head's (s, b, V/tp) output and its fp32 copy live together, and
+    // in the backward the fp32 softmax, turned into the gradient in place, is cast back to the
+    // logits' dtype before the fp32 one is freed. Either way one logits-sized tensor in the
+    // activation dtype beside the stashed fp32 one; none when training in fp32. A loss that keeps
+    // the logits in their dtype (plan.loss_upcast off) writes their gradient to a new tensor.
+    if (cast) out.push_back(buffer_tensor("lm_head.logits_cast", L.act * logits, Lifetime::transient, "(s/cp, b, V/tp)"));
+    if (backward && !p.loss_upcast)
+        out.push_back(buffer_tensor("lm_head.logits_grad", L.act * logits, Lifetime::transient, "(s/cp, b, V/tp)"));
+    // Unfused accumulation: the head's (or the tied embedding copy's) weight gradient is a fresh
+    // tensor. After a cast it comes once the fp32 softmax is freed, and the stash keeps that (its
+    // GPU part) until the micro-batch's backward ends, so only what it exceeds that by is extra.
+    if (backward && p.adds_unfused_grads()) {
+        const double weight = L.act * static_cast<double>(m.vocab) / L.t * L.h;
+        const double over = cast ? weight - 4.0 * logits * p.offload.activations.gpu : weight;
+        if (over > 0) out.push_back(buffer_tensor("lm_head.weight_grad_unfused", over, Lifetime::transient, "(V/tp, h), less the freed fp32 logits"));
+    }
+    for (TensorDesc& d : out) d.tag = TensorTag::activations;
+    return out;
+}
+
+std::vector<TensorDesc> pipe_output_slice(const ModelSpec& m, const PlanSpec& p) {
+    if (!(p.p2p_blocking && p.p2p_scatter_gather)) return {};
+    const Local L = local_of(m, p);
+    return {act_tensor("pp.sent_output_slice", L.act * L.tokens * L.h / L.t, "(s, b, h) / tp", p)};
+}
+
+std::vector<TensorDesc> pipe_output_regathered(const ModelSpec& m, const PlanSpec& p) {
+    if (!(p.p2p_blocking && p.p2p_scatter_gather)) return {};
+    const Local L = local_of(m, p);
+    TensorDesc d = buffer_tensor("pp.output_regathered", L.act * L.tokens * L.h, Lifetime::transient, "(s, b, h)");
+    d.tag = TensorTag::activations;
+    return {d};
+}
+
+std::vector<TensorDesc> logits_activations(const ModelSpec& m, const PlanSpec& p) {
+    const Local L = local_of(m, p);
+    const double V = static_cast<double>(m.vocab);
+    // Korthikanti §4.3: final norm input and output-projection input (2sbh each, /tp with SP), and
+    // the cross-entropy's fp32 logits 4sbv/tp (vocab-parallel), or the logits in their own dtype
+    // under a loss that does not upcast (plan.loss_upcast off).
+    const auto head = [&](const std::string& pre) {
+        return std::vector<TensorDesc>{act_tensor(pre + "final.norm_in", L.act * L.tok_rep * L.h, "(s/cp[/tp], b, h)", p),
+                                       act_tensor(pre + "lm_head.in", L.act * L.tok_rep * L.h, "(s/cp[/tp], b, h)", p),
+                                       act_tensor(pre + "lm_head.logits", (p.loss_upcast ? 4.0 : L.act) * L.tokens * V / L.t,
+                                                  p.loss_upcast ? "(s/cp, b, V/tp) fp32" : "(s/cp, b, V/tp)", p)};
+    };
+    std::vector<TensorDesc> out = head("");
+    // Each MTP module keeps what its backward needs, never recomputed: the inputs of its two norms
+    // and of the 2h -> h projection, its layer's activations (built like the last decoder layer,
+    // selective recomputation honoured) and a second head's.
+    for (int k = 0; k < m.mtp_depth && m.layers > 0; ++k) {
+        const std::string pre = "mtp" + std::to_string(k) + ".";
+        out.push_back(act_tensor(pre + "norms_in", 2.0 * L.act * L.tok_rep * L.h, "2 x (s/cp[/tp], b, h)", p));
+        out.push_back(act_tensor(pre + "proj_in", L.gemm_in * L.tok_rep * 2.0 * L.h, "(s/cp[/tp], b, 2h)", p));
+        for (TensorDesc& d : full_layer_activations(m, p, mtp_layer_kind(m))) {
+            d.name = pre + d.name;
+            out.push_back(std::move(d));
+        }
+        for (TensorDesc& d : head(pre)) out.push_back(std::move(d));
+    }
+    return out;
+}
+
+StageParams mtp_params_local(const ModelSpec& m, const PlanSpec& p) {
+    StageParams sp;
+    if (m.mtp_depth <= 0 || m.layers <= 0) return sp;
+    const StageParams lp = layer_params_local(m, p, mtp_layer_kind(m));
+    const double t = std::max(1, p.tp), h = static_cast<double>(m.hidden);
+    const double norms = static_cast<double>(mtp_extra_params(m)) - 2.0 * h * h;
+    // The projection is column-parallel over TP; the norms are replicated.
+    sp.dense = m.mtp_depth * (lp.dense + 2.0 * h * h / t + norms);
+    sp.expert = m.mtp_depth * lp.expert;
+    return sp;
+}
+
+bool head_stage_embedding_copy(const ModelSpec& m, const PlanSpec& p) {
+    return head_stage(p) != 0 && (m.tied_embeddings || m.mtp_depth > 0);
+}
+
+StageParams stage_params(const ModelSpec& m, const PlanSpec& p, int stage) {
+    StageParams sp;
+    for (int l : stage_layer_ids(m, p, stage)) {
+        const StageParams lp = layer_params_local(m, p, l);
+        sp.dense += lp.dense;
+        sp.expert += lp.expert;
+    }
+    const ParamCounts pc = edge_param_counts(m);
+    const double t = std::max(1, p.tp);
+    if (stage == 0) sp.dense += static_cast<double>(pc.embedding) / t + static_cast<double>(pc.position);
+    if (stage == head_stage(p)) {
+        sp.dense += static_cast<double>(pc.final_norm);
+        // Untied: the lm head. Tied with pp > 1: Megatron keeps a copy of the word embedding on the
+        // last stage (its gradient is all-reduced with the first stage's).
+        if (!m.tied_embeddings) sp.dense += static_cast<double>(pc.lm_head) / t;
+        if (head_stage_embedding_copy(m, p)) sp.dense += static_cast<double>(pc.embedding) / t;
+        const StageParams mtp = mtp_params_local(m, p);
+        sp.dense += mtp.dense;
+        sp.expert += mtp.expert;
+    }
+    return sp;
+}
+
+std::vector<TensorDesc> stage_model_states(const ModelSpec& m, const PlanSpec& p, int stage) {
+    const StageParams sp = stage_params(m, p, stage);
+    // Mixed precision (ZeRO paper §3.1): 2-byte weights and grads, K = 12 bytes of fp32 Adam
+    // state (master copy, m, v); 8 with bf16 moments. Pure fp32: 4 + 4 + 8 (m, v; the weights are
+    // the master copy).
+    const bool fp32 = p.precision == Precision::fp32;
+    const double wb = fp32 ? 4.0 : 2.0, gb = p.grad_bytes();
+    const double nd = std::max(1, p.dp * p.cp);
+    const double nd_expert = p.edp();  // expert data parallel
+    auto sharded = [&](double per_param, bool shard) {
+        return per_param * (shard ? sp.dense / nd + sp.expert / nd_expert : sp.total());
+    };
+    const int z = p.zero_stage;
+    std::vector<TensorDesc> out;
+    out.push_back(state_tensor("weights", TensorTag::weights, sharded(wb, z >= 3), p.offload.params, "(params)"));
+    out.push_back(state_tensor("grads", TensorTag::grads, sharded(gb, z >= 2), p.offload.grads, "(params)"));
+    if (!fp32) out.push_back(state_tensor("optimizer.master", TensorTag::optimizer, sharded(4.0, z >= 1), p.offload.optimizer, "(params) fp32"));
+    // Moments fp32 unless the plan narrows them (Megatron's precision-aware optimizer).
+    const auto moment = [&](const char* name, Precision d) {
+        out.push_back(state_tensor(name, TensorTag::optimizer, sharded(bytes_per_element(d), z >= 1), p.offload.optimizer,
+                                   std::string("(params) ") + to_string(d)));
+    };
+    moment("optimizer.m", p.exp_avg_dtype);
+    moment("optimizer.v", p.exp_avg_sq_dtype);
+    return out;
+}
+
+std::vector<TensorDesc> stage_buffers(const ModelSpec& m, const PlanSpec& p, int stage) {
+    const Local L = local_of(m, p);
+    std::vector<TensorDesc> out;
+    const int nd = p.dp * p.cp;
+    const StageParams sp = stage_params(m, p, stage);
+    const double wb = p.precision == Precision::fp32 ? 4.0 : 2.0;  // weights (the ZeRO-3 gathers)
+    if (nd > 1 && p.overlap_grad_reduce) {
+        // One bucket being reduced while the next fills (Megatron's DDP), never more than all grads.
+        const double bucket = std::min(static_cast<double>(p.dp_bucket_bytes), p.grad_bytes() * sp.total());
+        out.push_back(buffer_tensor("dp.grad_buckets", 2.0 * bucket, Lifetime::persistent, "2 x bucket"));
+    }
+    if (p.zero_stage >= 3 && nd > 1) {
+        // ZeRO-3 gathers a layer's full (TP-local) weights before use; with prefetch the next
+        // layer's gather is in flight too.
+        double widest = 0;
+        for (int l : stage_layer_ids(m, p, stage)) widest = std::max(widest, layer_params_local(m, p, l).total());
+        const double depth = p.overlap_param_gather ? 2.0 : 1.0;
+        out.push_back(buffer_tensor("zero3.gathered_params", depth * wb * widest, Lifetime::transient, "depth x layer params"));
+    }
+    if (p.pp > 1) {
+        // One micro-batch's boundary activation, a send and a receive buffer.
+        out.push_back(buffer_tensor("pp.p2p", 2.0 * L.act * L.tok_rep * L.h, Lifetime::persistent, "2 x (s/cp[/tp], b, h)"));
+    }
+    out.push_back(buffer_tensor("framework.reserve", kFrameworkReserveBytes, Lifetime::persistent, "CUDA context + NCCL"));
+    return out;
+}
+
+bool layer_recomputed(const ModelSpec& m, const PlanSpec& p, int stage, int layer_in_stage) {
+    if (p.recompute != Recompute::full) return false;
+    return p.recompute_layers < 0 || layer_in_stage < p.recompute_layers;
+}
+
+}  // namespace strata::sim

@@ -1,0 +1,239 @@
+// Hugging Face config.json -> ModelSpec, for the decoder-only families Strata models: Llama,
+// Mistral, Mixtral, Qwen2, Qwen2-MoE and GPT-2. Only the keys that change the shape of the
+// training job are read; the rest of a config (tokenizer ids, rope scaling, ...) is ignored.
+// The mapping table, with the defaults HF applies when a key is missing, is in docs/formats.md.
+#include <algorithm>
+#include <climits>
+#include <filesystem>
+
+#include "strata/common/json_reader.hpp"
+#include "strata/lowering/spec_io.hpp"
+
+namespace strata::sim {
+
+namespace {
+
+using nlohmann::json;
+
+// The pre-training sequence length of these families is at most 8192 tokens (Llama 3 pre-trained
+// at 8192); configs advertise longer windows (32k-128k) reached by later long-context stages. A
+// simulation of pre-training should not silently use 128k tokens; `import-hf --seq-len` overrides.
+constexpr std::int64_t kMaxDefaultSeqLen = 8192;
+
+const std::vector<std::string> kSupported = {"LlamaForCausalLM",    "MistralForCausalLM",    "MixtralForCausalLM",
+                                             "Qwen2ForCausalLM",    "Qwen2MoeForCausalLM",   "Qwen3ForCausalLM",
+                                             "Qwen3MoeForCausalLM", "GPT2LMHeadModel",
+                                             "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"};
+
+// Typed access to HF keys with errors that name the HF key (the file is the user's config.json).
+struct Hf {
+    const json& j;
+    const std::string& file;
+
+    bool has(const char* k) const { return j.contains(k) && !j.at(k).is_null(); }
+    [[noreturn]] void fail(const std::string& k, const std::string& rule) const { throw InputError(file, k, rule); }
+
+    std::int64_t pos(const char* k) const {
+        if (!has(k)) fail(k, "is required");
+        const json& v = j.at(k);
+        if (!v.is_number_integer() || v.get<std::int64_t>() < 1 || v.get<std::int64_t>() > INT_MAX)
+            fail(k, "must be a positive integer (got " + describe_json(v) + ")");
+        return v.get<std::int64_t>();
+    }
+    std::int64_t pos_or(const char* k, std::int64_t dflt) const { return has(k) ? pos(k) : dflt; }
+    std::int64_t nonneg_or(const char* k, std::int64_t dflt) const {
+        if (!has(k)) return dflt;
+        const json& v = j.at(k);
+        if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > INT_MAX)
+            fail(k, "must be a non-negative integer (got " + describe_json(v) + ")");
+        return v.get<std::int64_t>();
+    }
+    bool flag_or(const char* k, bool dflt) const {
+        if (!has(k)) return dflt;
+        if (!j.at(k).is_boolean()) fail(k, "must be true or false (got " + describe_json(j.at(k)) + ")");
+        return j.at(k).get<bool>();
+    }
+    double prob_or(const char* k, double dflt) const {
+        if (!has(k)) return dflt;
+        const json& v = j.at(k);
+        if (!v.is_number() || !(v.get<double>() >= 0.0 && v.get<double>() < 1.0))
+            fail(k, "must be a probability in [0, 1) (got " + describe_json(v) + ")");
+        return v.get<double>();
+    }
+    std::string str_or(const char* k, const std::string& dflt) const {
+        if (!has(k)) return dflt;
+        if (!j.at(k).is_string()) fail(k, "must be a string (got " + describe_json(j.at(k)) + ")");
+        return j.at(k).get<std::string>();
+    }
+};
+
+std::string supported_list() {
+    std::string s;
+    for (const auto& a : kSupported) s += (s.empty() ? "" : ", ") + a;
+    return s;
+}
+
+std::string default_name(const Hf& hf) {
+    std::string n = hf.str_or("_name_or_path", "");
+    while (!n.empty() && n.back() == '/') n.pop_back();
+    if (auto slash = n.find_last_of('/'); slash != std::string::npos) n = n.substr(slash + 1);
+    if (!n.empty()) return n;
+    std::filesystem::path p(hf.file);
+    std::string stem = p.stem().string();
+    // A downloaded model folder holds "config.json": the folder names the model.
+    if ((stem == "config" || stem.empty()) && p.has_parent_path()) stem = p.parent_path().filename().string();
+    return stem.empty() ? "imported" : stem;
+}
+
+// Llama, Mistral, Mixtral, Qwen2, Qwen2-MoE, Qwen3 and Qwen3-MoE share one layout: pre-norm
+// RMSNorm, RoPE, gated SiLU MLP (SwiGLU), untied embeddings by default, no linear biases. Qwen3
+// drops Qwen2's QKV biases and adds an RMSNorm over each head's query and key (q_norm, k_norm).
+ModelSpec llama_like(const Hf& hf, const std::string& arch) {
+    ModelSpec m;
+    m.hidden = hf.pos("hidden_size");
+    m.layers = static_cast<int>(hf.pos("num_hidden_layers"));
+    m.heads = static_cast<int>(hf.pos("num_attention_heads"));
+    m.kv_heads = static_cast<int>(hf.pos_or("num_key_value_heads", m.heads));
+    m.head_dim = hf.pos_or("head_dim", m.hidden % m.heads == 0 ? m.hidden / m.heads : 0);
+    if (m.head_dim == 0) hf.fail("num_attention_heads", "does not divide hidden_size and no head_dim is given");
+    m.ffn_hidden = hf.pos("intermediate_size");
+    m.vocab = hf.pos("vocab_size");
+    m.max_position = hf.pos_or("max_position_embeddings", 4096);
+    m.ffn = FfnKind::swiglu;  // gated MLP whatever hidden_act says (SiLU in all of these)
+    m.norm = NormKind::rmsnorm;
+    m.position = PositionKind::rope;
+    m.tied_embeddings = hf.flag_or("tie_word_embeddings", false);
+    m.linear_bias = hf.flag_or("mlp_bias", false);
+    // Llama's attention_bias puts biases on q, k, v (and o); Qwen2 always has q, k, v biases.
+    m.qkv_bias = arch.rfind("Qwen2", 0) == 0 ? true : hf.flag_or("attention_bias", false);
+    m.qk_norm = arch.rfind("Qwen3", 0) == 0;
+    m.dropout = hf.prob_or("attention_dropout", 0.0);
+    if (arch == "MixtralForCausalLM") {
+        MoeSpec e;
+        e.experts = static_cast<int>(hf.pos_or("num_local_experts", 8));
+        e.top_k = static_cast<int>(hf.pos_or("num_experts_per_tok", 2));
+        e.expert_ffn_hidden = m.ffn_hidden;
+        m.moe = e;
+    } else if (arch == "Qwen2MoeForCausalLM" || arch == "Qwen3MoeForCausalLM") {
+        MoeSpec e;
+        e.experts = static_cast<int>(hf.pos_or("num_experts", 60));
+        e.top_k = static_cast<int>(hf.pos_or("num_experts_per_tok", 4));
+        e.expert_ffn_hidden = hf.pos_or("moe_intermediate_size", m.ffn_hidden);
+        e.moe_every = static_cast<int>(hf.pos_or("decoder_sparse_step", 1));
+        // Dense layers at arbitrary indices have no Strata equivalent (moe.first_k_dense and
+        // moe.moe_every place them); every released Qwen MoE leaves the list empty.
+        if (hf.has("mlp_only_layers") && !(hf.j.at("mlp_only_layers").is_array() && hf.j.at("mlp_only_layers").empty()))
+            hf.fail("mlp_only_layers", "must be empty: dense layers at chosen indices are not supported (use moe.first_k_dense / moe.moe_every in the Strata model)");
+        // Qwen2-MoE has one shared expert of shared_expert_intermediate_size; Strata counts shared
+        // experts in units of expert_ffn_hidden (Qwen1.5-MoE-A2.7B: 5632 = 4 x 1408).
+        std::int64_t shared = hf.nonneg_or("shared_expert_intermediate_size", 0);
+        if (shared % e.expert_ffn_hidden != 0)
+            hf.fail("shared_expert_intermediate_size", "= " + std::to_string(shared) +
+                                                           " is not a multiple of moe_intermediate_size = " +
+                                                           std::to_string(e.expert_ffn_hidden));
+        e.shared_experts = static_cast<int>(shared / e.expert_ffn_hidden);
+        m.moe = e;
+    }
+    return m;
+}
+
+// DeepSeek-V2/V3: the Llama layout with multi-head latent attention (q_lora_rank null = no query
+// compression, DeepSeek-V2-Lite), the first first_k_dense_replace layers dense, then MoE layers of
+// n_routed_experts (+ n_shared_experts) of moe_intermediate_size every moe_layer_freq layers.
+// head_dim is stored as v_head_dim (MLA's widths live in model.mla).
+ModelSpec deepseek(const Hf& hf) {
+    ModelSpec m;
+    m.hidden = hf.pos("hidden_size");
+    m.layers = static_cast<int>(hf.pos("num_hidden_layers"));
+    m.heads = static_cast<int>(hf.pos("num_attention_heads"));
+    m.kv_heads = m.heads;  // MLA: one key and value per head
+    MlaSpec a;
+    a.q_lora_rank = hf.nonneg_or("q_lora_rank", 0);
+    a.kv_lora_rank = hf.pos("kv_lora_rank");
+    a.qk_nope_head_dim = hf.pos("qk_nope_head_dim");
+    a.qk_rope_head_dim = hf.pos("qk_rope_head_dim");
+    a.v_head_dim = hf.pos("v_head_dim");
+    m.mla = a;
+    m.head_dim = a.v_head_dim;
+    m.ffn_hidden = hf.pos("intermediate_size");
+    m.vocab = hf.pos("vocab_size");
+    m.max_position = hf.pos_or("max_position_embeddings", 4096);
+    m.ffn = FfnKind::swiglu;
+    m.norm = NormKind::rmsnorm;
+    m.position = PositionKind::rope;
+    m.tied_embeddings = hf.flag_or("tie_word_embeddings", false);
+    if (hf.flag_or("attention_bias", false)) hf.fail("attention_bias", "must be false for multi-head latent attention");
+    m.dropout = hf.prob_or("attention_dropout", 0.0);
+    // DeepSeek-V3's multi-token prediction modules (0 in V2 configs, absent before).
+    m.mtp_depth = static_cast<int>(hf.nonneg_or("num_nextn_predict_layers", 0));
+    if (hf.has("n_routed_experts")) {
+        MoeSpec e;
+        e.experts = static_cast<int>(hf.pos("n_routed_experts"));
+        e.top_k = static_cast<int>(hf.pos_or("num_experts_per_tok", 1));
+        e.expert_ffn_hidden = hf.pos_or("moe_intermediate_size", m.ffn_hidden);
+        e.shared_experts = static_cast<int>(hf.nonneg_or("n_shared_experts", 0));
+        e.moe_every = static_cast<int>(hf.pos_or("moe_layer_freq", 1));
+        e.first_k_dense = static_cast<int>(hf.nonneg_or("first_k_dense_replace", 0));
+        // Group-limited routing (V2's device-limited "group_limited_greedy", V3's node-limited
+        // "noaux_tc"): n_group groups, each token's experts from its topk_group best groups. One
+        // group, or topk_method "greedy" (V2-Lite), routes without the limit.
+        const std::int64_t groups = hf.pos_or("n_group", 1);
+        if (groups > 1 && hf.str_or("topk_method", "") != "greedy") {
+            e.router_groups = static_cast<int>(groups);
+            e.router_group_topk = static_cast<int>(hf.pos("topk_group"));
+        }
+        m.moe = e;
+    }
+    return m;
+}
+
+// GPT-2: learned positions, LayerNorm, GELU MLP of n_inner (default 4 x n_embd), biases
+// everywhere, tied embeddings (HF's default for GPT-2).
+ModelSpec gpt2(const Hf& hf) {
+    ModelSpec m;
+    m.hidden = hf.pos_or("n_embd", 768);
+    m.layers = static_cast<int>(hf.pos_or("n_layer", 12));
+    m.heads = static_cast<int>(hf.pos_or("n_head", 12));
+    m.kv_heads = m.heads;
+    if (m.hidden % m.heads != 0) hf.fail("n_head", "does not divide n_embd");
+    m.head_dim = m.hidden / m.heads;
+    m.ffn_hidden = hf.pos_or("n_inner", 4 * m.hidden);
+    m.vocab = hf.pos_or("vocab_size", 50257);
+    m.max_position = hf.pos_or("n_positions", hf.pos_or("n_ctx", 1024));
+    m.ffn = FfnKind::gelu;
+    m.norm = NormKind::layernorm;
+    m.position = PositionKind::learned;
+    m.tied_embeddings = hf.flag_or("tie_word_embeddings", true);
+    m.linear_bias = true;
+    m.dropout = hf.prob_or("resid_pdrop", 0.1);
+    return m;
+}
+
+}  // namespace
+
+ModelSpec model_from_hf_config_text(const std::string& text, const std::string& file) {
+    json j;
+    try {
+        j = parse_json_text(text, file);
+    } catch (const nlohmann::json::exception& e) {  // e.g. a number beyond double range
+        throw InputError(file, "", std::string("is not valid JSON: ") + e.what());
+    }
+    if (!j.is_object()) throw InputError(file, "", "must be a JSON object (a Hugging Face config.json)");
+    Hf hf{j, file};
+    if (!hf.has("architectures") || !j.at("architectures").is_array() || j.at("architectures").empty() ||
+        !j.at("architectures")[0].is_string())
+        hf.fail("architectures", "must be a non-empty list naming the model class (supported: " + supported_list() + ")");
+    const std::string arch = j.at("architectures")[0].get<std::string>();
+    if (std::find(kSupported.begin(), kSupported.end(), arch) == kSupported.end())
+        hf.fail("architectures", "= \"" + arch + "\" is not supported (supported: " + supported_list() + ")");
+
+    ModelSpec m = arch == "GPT2LMHeadModel" ? gpt2(hf) : arch.rfind("Deepseek", 0) == 0 ? deepseek(hf) : llama_like(hf, arch);
+    m.name = default_name(hf);
+    m.seq_len = std::min(m.max_position, kMaxDefaultSeqLen);
+    m.description = "Imported from a Hugging Face config.json (" + arch + ")";
+    // Run the result through the strict reader: every ModelSpec rule (kv_heads divides heads,
+    // top_k <= experts, ...) applies to imported models too.
+    return model_from_json_text(to_json_text(m), file);
+}
+
+}  // namespace strata::sim

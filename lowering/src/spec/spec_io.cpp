@@ -1,0 +1,466 @@
+// Strict JSON readers for ModelSpec, ClusterSpec, PlanSpec and Scenario (the file formats of
+// docs/formats.md). Every field is range-checked here and every error names the file, the JSON
+// path and the rule; unknown keys are rejected with a did-you-mean. Cross-checks between model,
+// cluster and plan live in spec_io_validate.cpp; writing lives in spec_io_write.cpp.
+#include <climits>
+#include <cmath>
+#include <filesystem>
+#include <set>
+
+#include "strata/common/json_reader.hpp"
+#include "strata/lowering/spec_io.hpp"
+
+namespace strata::sim {
+
+namespace {
+
+using nlohmann::json;
+
+// ---- small typed readers (each knows its path through JsonReader) ----
+
+int int_in(JsonReader& r, const std::string& key, std::int64_t lo, std::int64_t hi, const std::string& what) {
+    std::int64_t v = r.i64(key);
+    if (v < lo || v > hi) r.fail(key, "must be " + what + " (got " + std::to_string(v) + ")");
+    return static_cast<int>(v);
+}
+
+// Upper limits keep every derived product (h^2, s^2 x heads, FLOPs per step) far from int64
+// overflow downstream; they are orders of magnitude above any real model (docs/formats.md).
+constexpr std::int64_t kMaxCount = 1 << 16;         // layers, heads, experts
+constexpr std::int64_t kMaxWidth = 1 << 20;         // hidden, head_dim
+constexpr std::int64_t kMaxFfn = 1 << 24;           // ffn_hidden, expert_ffn_hidden
+constexpr std::int64_t kMaxTokens = 1 << 24;        // seq_len, max_position
+constexpr std::int64_t kMaxVocab = INT_MAX;
+
+std::int64_t pos_i64(JsonReader& r, const std::string& key, std::int64_t max = INT_MAX) {
+    std::int64_t v = r.i64(key);
+    if (v < 1) r.fail(key, "must be a positive integer (got " + std::to_string(v) + ")");
+    if (v > max) r.fail(key, "= " + std::to_string(v) + " exceeds the limit of " + std::to_string(max));
+    return v;
+}
+std::int64_t pos_i64_or(JsonReader& r, const std::string& key, std::int64_t dflt, std::int64_t max = INT_MAX) {
+    return r.has(key) ? pos_i64(r, key, max) : (r.get(key), dflt);
+}
+int pos_int(JsonReader& r, const std::string& key, std::int64_t max = INT_MAX) { return static_cast<int>(pos_i64(r, key, max)); }
+int pos_int_or(JsonReader& r, const std::string& key, int dflt, std::int64_t max = INT_MAX) {
+    return static_cast<int>(pos_i64_or(r, key, dflt, max));
+}
+int nonneg_int_or(JsonReader& r, const std::string& key, int dflt) {
+    return r.has(key) ? int_in(r, key, 0, INT_MAX, "a non-negative integer") : (r.get(key), dflt);
+}
+
+double num_in(JsonReader& r, const std::string& key, double dflt, double lo, double hi, const std::string& what) {
+    double v = r.num_or(key, dflt);
+    if (!(v >= lo && v <= hi)) r.fail(key, "must be " + what + " (got " + describe_json(json(v)) + ")");
+    return v;
+}
+
+constexpr double kHuge = 1e300;
+
+// parse_json_text reports syntax errors; nlohmann also throws other exceptions for well-formed text
+// it cannot represent (out_of_range 406: a number beyond double range, found by fuzz_plan). Those
+// are bad input too.
+json parse(const std::string& text, const std::string& file) {
+    try {
+        return parse_json_text(text, file);
+    } catch (const nlohmann::json::exception& e) {
+        throw InputError(file, "", std::string("is not valid JSON: ") + e.what());
+    }
+}
+
+// A file may hold the object itself or wrap it: {"model": {...}}.
+const json& unwrap(const json& j, const char* key) {
+    if (j.is_object() && j.size() == 1 && j.contains(key) && j.at(key).is_object()) return j.at(key);
+    return j;
+}
+
+// ---- model ----
+
+// Group-limited routing: both fields or neither; the groups split the experts evenly, a token
+// picks from 1..groups of them, and those groups must hold at least top_k experts (Megatron's
+// group-limited top-k selects top_k among group_topk x experts/groups candidates).
+void read_router_groups(JsonReader& r, MoeSpec& m) {
+    const bool has_groups = r.has("router_groups"), has_topk = r.has("router_group_topk");
+    m.router_groups = has_groups ? int_in(r, "router_groups", 0, kMaxCount, "0 (no group-limited routing) or a positive number of groups") : (r.get("router_groups"), 0);
+    m.router_group_topk = has_topk ? int_in(r, "router_group_topk", 0, kMaxCount, "0 (no group-limited routing) or a positive number of groups") : (r.get("router_group_topk"), 0);
+    const std::string g = std::to_string(m.router_groups), t = std::to_string(m.router_group_topk);
+    if (m.router_groups == 0) {
+        if (m.router_group_topk > 0)
+            r.fail("router_group_topk", "= " + t + " needs model.moe.router_groups > 0 (group-limited routing sets both)");
+        return;
+    }
+    if (m.experts % m.router_groups != 0)
+        r.fail("router_groups", "= " + g + " does not divide model.moe.experts = " + std::to_string(m.experts));
+    if (m.router_group_topk < 1)
+        r.fail("router_group_topk", "must be in [1, model.moe.router_groups = " + g + "] with group-limited routing (got " + t + ")");
+    if (m.router_group_topk > m.router_groups)
+        r.fail("router_group_topk", "= " + t + " exceeds model.moe.router_groups = " + g);
+    const std::int64_t candidates = static_cast<std::int64_t>(m.router_group_topk) * (m.experts / m.router_groups);
+    if (m.top_k > candidates)
+        r.fail("top_k", "= " + std::to_string(m.top_k) + " exceeds the " + std::to_string(candidates) + " experts of the model.moe.router_group_topk = " + t +
+                            " groups a token may pick from");
+}
+
+MoeSpec read_moe(JsonReader r, int layers) {
+    MoeSpec m;
+    m.experts = pos_int(r, "experts", kMaxCount);
+    m.top_k = pos_int_or(r, "top_k", 1, kMaxCount);
+    if (m.top_k > m.experts)
+        r.fail("top_k", "= " + std::to_string(m.top_k) + " exceeds moe.experts = " + std::to_string(m.experts));
+    m.expert_ffn_hidden = pos_i64_or(r, "expert_ffn_hidden", 0, kMaxFfn);
+    m.moe_every = pos_int_or(r, "moe_every", 1, kMaxCount);
+    if (m.moe_every > layers)
+        r.fail("moe_every", "= " + std::to_string(m.moe_every) + " exceeds model.layers = " + std::to_string(layers) +
+                                " (no layer would be MoE)");
+    m.shared_experts = nonneg_int_or(r, "shared_experts", 0);
+    m.first_k_dense = nonneg_int_or(r, "first_k_dense", 0);
+    if (m.first_k_dense >= layers)
+        r.fail("first_k_dense", "= " + std::to_string(m.first_k_dense) + " leaves no MoE layer of model.layers = " + std::to_string(layers));
+    m.capacity_factor = num_in(r, "capacity_factor", 0.0, 0.0, kHuge, "0 (dropless) or a positive number");
+    if (m.capacity_factor > 0 && m.capacity_factor < 1.0)
+        r.fail("capacity_factor", "must be 0 (dropless) or at least 1 (got " + describe_json(json(m.capacity_factor)) + ")");
+    m.load_skew = num_in(r, "load_skew", 0.0, 0.0, kHuge, "a non-negative number");
+    read_router_groups(r, m);
+    r.reject_unknown();
+    return m;
+}
+
+MlaSpec read_mla(JsonReader r) {
+    MlaSpec a;
+    a.q_lora_rank = r.has("q_lora_rank") ? int_in(r, "q_lora_rank", 0, kMaxWidth, "0 (no query compression) or a positive rank") : (r.get("q_lora_rank"), 0);
+    a.kv_lora_rank = pos_i64(r, "kv_lora_rank", kMaxWidth);
+    a.qk_nope_head_dim = pos_i64(r, "qk_nope_head_dim", kMaxWidth);
+    a.qk_rope_head_dim = pos_i64(r, "qk_rope_head_dim", kMaxWidth);
+    a.v_head_dim = pos_i64(r, "v_head_dim", kMaxWidth);
+    r.reject_unknown();
+    return a;
+}
+
+ModelSpec read_model(const json& j, const std::string& file, const std::string& path) {
+    JsonReader r(j, file, path);
+    ModelSpec m;
+    m.name = r.str("name");
+    if (m.name.empty()) r.fail("name", "must not be empty");
+    m.description = r.str_or("description", "");
+    m.layers = pos_int(r, "layers", kMaxCount);
+    m.hidden = pos_i64(r, "hidden", kMaxWidth);
+    m.heads = pos_int(r, "heads", kMaxCount);
+    m.kv_heads = pos_int_or(r, "kv_heads", m.heads, kMaxCount);
+    if (m.heads % m.kv_heads != 0)
+        r.fail("kv_heads", "= " + std::to_string(m.kv_heads) + " does not divide model.heads = " + std::to_string(m.heads));
+    if (r.has("head_dim")) {
+        m.head_dim = pos_i64(r, "head_dim", kMaxWidth);
+    } else {
+        r.get("head_dim");
+        if (m.hidden % m.heads != 0)
+            r.fail("heads", "= " + std::to_string(m.heads) + " does not divide model.hidden = " + std::to_string(m.hidden) +
+                                " (give model.head_dim explicitly)");
+        m.head_dim = m.hidden / m.heads;
+    }
+    m.ffn = r.choice_or("ffn", {"gelu", "swiglu"}, "gelu") == "gelu" ? FfnKind::gelu : FfnKind::swiglu;
+    // Megatron's default FFN width is 4h (for SwiGLU models the width is always given explicitly).
+    m.ffn_hidden = pos_i64_or(r, "ffn_hidden", 4 * m.hidden, kMaxFfn);
+    m.vocab = pos_i64(r, "vocab", kMaxVocab);
+    m.seq_len = pos_i64(r, "seq_len", kMaxTokens);
+    std::string pos = r.choice_or("position", {"learned", "rope", "none"}, "learned");
+    m.position = pos == "learned" ? PositionKind::learned : pos == "rope" ? PositionKind::rope : PositionKind::none;
+    m.max_position = pos_i64_or(r, "max_position", m.seq_len, kMaxTokens);
+    if (m.position == PositionKind::learned && m.max_position < m.seq_len)
+        r.fail("max_position", "= " + std::to_string(m.max_position) + " is shorter than model.seq_len = " +
+                                   std::to_string(m.seq_len) + " (a learned position table needs a row per position)");
+    m.norm = r.choice_or("norm", {"layernorm", "rmsnorm"}, "layernorm") == "layernorm" ? NormKind::layernorm : NormKind::rmsnorm;
+    m.tied_embeddings = r.boolean_or("tied_embeddings", false);
+    m.linear_bias = r.boolean_or("linear_bias", false);
+    m.qkv_bias = r.boolean_or("qkv_bias", false);
+    m.qk_norm = r.boolean_or("qk_norm", false);
+    m.dropout = r.num_or("dropout", 0.0);
+    if (!(m.dropout >= 0.0 && m.dropout < 1.0))
+        r.fail("dropout", "must be in [0, 1) (got " + describe_json(json(m.dropout)) + ")");
+    if (r.has("moe")) m.moe = read_moe(r.object("moe"), m.layers);
+    else r.get("moe");
+    if (m.is_moe() && m.moe->expert_ffn_hidden == 0) m.moe->expert_ffn_hidden = m.ffn_hidden;
+    if (r.has("mla")) {
+        m.mla = read_mla(r.object("mla"));
+        if (m.kv_heads != m.heads)
+            r.fail("kv_heads", "= " + std::to_string(m.kv_heads) + " with model.mla: latent attention has one key and value per head (kv_heads = heads = " +
+                                   std::to_string(m.heads) + ")");
+        if (m.linear_bias || m.qkv_bias) r.fail("mla", "has no linear biases (model.linear_bias and model.qkv_bias must be false)");
+        if (m.qk_norm) r.fail("qk_norm", "must be false with model.mla: latent attention normalises its latents (mla.q_lora_rank, mla.kv_lora_rank), not each head's query and key");
+    } else {
+        r.get("mla");
+    }
+    m.mtp_depth = r.has("mtp_depth") ? int_in(r, "mtp_depth", 0, 16, "an integer from 0 (no multi-token prediction) to 16")
+                                     : (r.get("mtp_depth"), 0);
+    r.reject_unknown();
+    return m;
+}
+
+// ---- cluster ----
+
+ClusterSpec read_cluster(const json& j, const std::string& file, const std::string& path) {
+    JsonReader r(j, file, path);
+    ClusterSpec c;
+    c.name = r.str("name");
+    if (c.name.empty()) r.fail("name", "must not be empty");
+    c.description = r.str_or("description", "");
+    c.gpu = r.str("gpu");
+    if (c.gpu.empty()) r.fail("gpu", "must name a GPU of the hardware database (e.g. \"H100-SXM5-80GB\")");
+    c.nodes = pos_int_or(r, "nodes", 1);
+    c.gpus_per_node = pos_int_or(r, "gpus_per_node", 8);
+    if (static_cast<std::int64_t>(c.nodes) * c.gpus_per_node > INT_MAX)
+        r.fail("nodes", "x cluster.gpus_per_node is too large (more than 2^31-1 GPUs)");
+    c.node = r.str_or("node", "");
+    c.intra_link = r.str_or("intra_link", "");
+    c.nic = r.str_or("nic", "");
+    c.nics_per_node = nonneg_int_or(r, "nics_per_node", 0);
+    // Human unit at the edge: Gbit/s per NIC per direction -> bytes/s.
+    c.nic_Bps = num_in(r, "nic_gbit_per_s", 0.0, 0.0, 1e9, "a non-negative number of Gbit/s") * 1e9 / 8.0;
+    c.topology = r.choice_or("topology", {"fat-tree", "rail-optimized"}, "rail-optimized") == "fat-tree"
+                     ? NetTopology::fat_tree
+                     : NetTopology::rail_optimized;
+    c.oversubscription = num_in(r, "oversubscription", 1.0, 1.0, 1e6, "at least 1 (1 = non-blocking)");
+    c.nodes_per_leaf = pos_int_or(r, "nodes_per_leaf", 32);
+    c.gpus_per_pcie_switch = pos_int_or(r, "gpus_per_pcie_switch", 2);
+    c.host_dram_bytes = num_in(r, "host_dram_gb", 0.0, 0.0, 1e12, "a non-negative number of GB") * 1e9;
+    c.cpu = r.str_or("cpu", "");
+    c.ssd = r.str_or("ssd", "");
+    c.ssds_per_node = nonneg_int_or(r, "ssds_per_node", 0);
+    c.price_per_gpu_hour = num_in(r, "price_per_gpu_hour", 0.0, 0.0, 1e9, "a non-negative number of USD");
+    if (const json* sg = r.get("slow_gpus")) {
+        const std::string sp = r.child_path("slow_gpus");
+        if (!sg->is_array()) throw InputError(file, sp, "must be an array of {\"rank\", \"factor\"} (got " + describe_json(*sg) + ")");
+        std::set<int> ranks;
+        for (std::size_t i = 0; i < sg->size(); ++i) {
+            JsonReader e((*sg)[i], file, sp + "[" + std::to_string(i) + "]");
+            int rank = int_in(e, "rank", 0, c.gpu_count() - 1, "a GPU rank in [0, " + std::to_string(c.gpu_count() - 1) + "]");
+            double factor = e.num("factor");
+            if (!(factor > 0.0 && factor <= 1e6))
+                e.fail("factor", "must be a positive slowdown factor (1 = nominal; got " + describe_json(json(factor)) + ")");
+            e.reject_unknown();
+            if (!ranks.insert(rank).second) e.fail("rank", "= " + std::to_string(rank) + " is listed twice");
+            c.slow_gpus.emplace_back(rank, factor);
+        }
+    }
+    r.reject_unknown();
+    return c;
+}
+
+// ---- plan ----
+
+TierSplit read_tier_split(JsonReader& parent, const std::string& key) {
+    TierSplit t;
+    const json* v = parent.get(key);
+    if (!v) return t;
+    if (v->is_string()) {
+        std::string s = v->get<std::string>();
+        if (s == "gpu") return t;
+        if (s == "cpu") return TierSplit{0.0, 1.0, 0.0};
+        if (s == "ssd") return TierSplit{0.0, 0.0, 1.0};
+        parent.fail(key, "= \"" + s + "\" is not one of: gpu, cpu, ssd, or an object {\"gpu\": f, \"cpu\": f, \"ssd\": f}");
+    }
+    if (!v->is_object()) parent.fail(key, "must be \"gpu\", \"cpu\", \"ssd\" or an object of tier fractions (got " + describe_json(*v) + ")");
+    JsonReader r = parent.object(key);
+    t.gpu = num_in(r, "gpu", 0.0, 0.0, 1.0, "a fraction in [0, 1]");
+    t.cpu = num_in(r, "cpu", 0.0, 0.0, 1.0, "a fraction in [0, 1]");
+    t.ssd = num_in(r, "ssd", 0.0, 0.0, 1.0, "a fraction in [0, 1]");
+    r.reject_unknown();
+    double sum = t.gpu + t.cpu + t.ssd;
+    if (std::fabs(sum - 1.0) > 1e-6)
+        r.fail("", "tier fractions gpu + cpu + ssd = " + describe_json(json(sum)) + " must sum to 1");
+    return t;
+}
+
+PlanSpec read_plan(const json& j, const std::string& file, const std::string& path) {
+    JsonReader r(j, file, path);
+    PlanSpec p;
+    p.name = r.str_or("name", "");
+    p.description = r.str_or("description", "");
+    p.tp = pos_int_or(r, "tp", 1);
+    p.pp = pos_int_or(r, "pp", 1);
+    p.dp = pos_int_or(r, "dp", 1);
+    p.cp = pos_int_or(r, "cp", 1);
+    p.ep = pos_int_or(r, "ep", 1);
+    p.expert_tp = r.has("expert_tp") ? pos_int(r, "expert_tp") : (r.get("expert_tp"), 0);
+    p.vpp = pos_int_or(r, "vpp", 1);
+    p.microbatch_group = r.has("microbatch_group") ? pos_int(r, "microbatch_group") : (r.get("microbatch_group"), 0);
+    p.micro_batch = pos_int_or(r, "micro_batch", 1);
+    p.global_batch = pos_int(r, "global_batch");
+    p.sequence_parallel = r.boolean_or("sequence_parallel", false);
+    p.flash_attention = r.boolean_or("flash_attention", true);
+    const std::string kernel = r.choice_or("attention_kernel", {"fa3", "fa2", "fa1"}, "fa3");
+    p.attention_kernel = kernel == "fa2" ? AttentionKernel::fa2 : kernel == "fa1" ? AttentionKernel::fa1 : AttentionKernel::fa3;
+    std::string s = r.choice_or("schedule", {"gpipe", "1f1b", "interleaved-1f1b", "dualpipev"}, "1f1b");
+    p.schedule = s == "gpipe"  ? Schedule::gpipe
+                 : s == "1f1b" ? Schedule::one_f_one_b
+                 : s == "dualpipev" ? Schedule::dualpipe_v
+                                    : Schedule::interleaved_1f1b;
+    p.zero_stage = r.has("zero_stage") ? int_in(r, "zero_stage", 0, 3, "0, 1, 2 or 3") : (r.get("zero_stage"), 0);
+    std::string rc = r.choice_or("recompute", {"none", "selective", "full"}, "none");
+    p.recompute = rc == "none" ? Recompute::none : rc == "selective" ? Recompute::selective : Recompute::full;
+    p.recompute_layers = r.has("recompute_layers") ? int_in(r, "recompute_layers", -1, INT_MAX, "-1 (all) or a non-negative integer")
+                                                   : (r.get("recompute_layers"), -1);
+    if (p.recompute_layers != -1 && p.recompute != Recompute::full)
+        r.fail("recompute_layers", "= " + std::to_string(p.recompute_layers) + " needs plan.recompute = \"full\" (got \"" + rc + "\")");
+    // Megatron's --recompute-modules: names, each once; only with selective granularity.
+    if (const json* rm = r.get("recompute_modules")) {
+        const std::string mp = r.child_path("recompute_modules");
+        if (p.recompute != Recompute::selective)
+            throw InputError(file, mp, "needs plan.recompute = \"selective\" (got \"" + rc + "\")");
+        if (!rm->is_array() || rm->empty())
+            throw InputError(file, mp, "must be a non-empty array of module names (got " + describe_json(*rm) + ")");
+        p.recompute_modules = 0;
+        for (std::size_t i = 0; i < rm->size(); ++i) {
+            const json& e = (*rm)[i];
+            const std::string ep = mp + "[" + std::to_string(i) + "]";
+            RecomputeModule mod{};
+            if (!e.is_string() || !recompute_module_from(e.get<std::string>(), mod))
+                throw InputError(file, ep, "must be one of " + recompute_module_choices() + " (got " + describe_json(e) + ")");
+            const unsigned bit = recompute_bit(mod);
+            if (p.recompute_modules & bit) throw InputError(file, ep, "names " + describe_json(e) + " twice");
+            p.recompute_modules |= bit;
+        }
+    }
+    // The choice list guarantees a known name.
+    auto precision = [&](const char* key, const char* dflt) {
+        Precision out = Precision::bf16;
+        precision_from(r.choice_or(key, {"fp32", "bf16", "fp16", "fp8"}, dflt), out);
+        return out;
+    };
+    p.precision = precision("precision", "bf16");
+    // Precision-aware optimizer: Adam moments in a narrower type (Megatron --exp-avg[-sq]-dtype).
+    p.exp_avg_dtype = precision("exp_avg_dtype", "fp32");
+    p.exp_avg_sq_dtype = precision("exp_avg_sq_dtype", "fp32");
+    if (p.precision == Precision::fp32 && (p.exp_avg_dtype != Precision::fp32 || p.exp_avg_sq_dtype != Precision::fp32))
+        r.fail(p.exp_avg_dtype != Precision::fp32 ? "exp_avg_dtype" : "exp_avg_sq_dtype",
+               "needs mixed precision: with plan.precision = \"fp32\" the optimizer works on the fp32 weights themselves");
+    p.fp32_grads = r.boolean_or("fp32_grads", false);
+    p.grad_accum_fusion = r.boolean_or("grad_accum_fusion", true);
+    p.loss_upcast = r.boolean_or("loss_upcast", true);
+    if (p.precision == Precision::fp32 && p.fp32_grads)
+        r.fail("fp32_grads", "needs mixed precision: with plan.precision = \"fp32\" the gradients are fp32 already");
+    if (r.has("offload")) {
+        JsonReader o = r.object("offload");
+        p.offload.optimizer = read_tier_split(o, "optimizer");
+        p.offload.params = read_tier_split(o, "params");
+        p.offload.grads = read_tier_split(o, "grads");
+        p.offload.activations = read_tier_split(o, "activations");
+        o.reject_unknown();
+    } else {
+        r.get("offload");
+    }
+    p.lock_free_update = r.boolean_or("lock_free_update", false);
+    p.overlap_grad_reduce = r.boolean_or("overlap_grad_reduce", true);
+    p.overlap_param_gather = r.boolean_or("overlap_param_gather", true);
+    p.tp_comm_overlap = r.boolean_or("tp_comm_overlap", false);
+    p.p2p_blocking = r.boolean_or("p2p_blocking", false);
+    p.p2p_scatter_gather = r.boolean_or("p2p_scatter_gather", false);
+    p.expandable_segments = r.boolean_or("expandable_segments", false);
+    p.moe_act_fp8_cache = r.boolean_or("moe_act_fp8_cache", false);
+    p.moe_a2a_overlap = r.boolean_or("moe_a2a_overlap", false);
+    p.moe_dispatcher = r.choice_or("moe_dispatcher", {"alltoall", "deepep"}, "alltoall") == "deepep" ? MoeDispatcher::deepep : MoeDispatcher::alltoall;
+    p.moe_probs_at = r.choice_or("moe_probs_at", {"fc2_input", "fc2_output"}, "fc2_input") == "fc2_output" ? MoeProbsAt::fc2_output : MoeProbsAt::fc2_input;
+    p.eager_elementwise = r.boolean_or("eager_elementwise", false);
+    // Human unit at the edge: MB (1e6 bytes, as Megatron's --ddp-bucket-size counts) -> bytes.
+    double mb = num_in(r, "dp_bucket_mb", 40.0, 1e-6, 1e9, "a positive number of MB");
+    p.dp_bucket_bytes = std::llround(mb * 1e6);
+    if (p.dp_bucket_bytes < 1) r.fail("dp_bucket_mb", "must be at least one byte");
+    // [] (or absent) = an even split. Per pipeline stage each count is at least 1; per virtual
+    // stage 0 is allowed (a stage of only the embedding, or of MTP and the loss).
+    const auto layer_counts = [&](const char* key, int min, const char* per) {
+        std::vector<int> out;
+        const json* a = r.get(key);
+        if (!a) return out;
+        const std::string at = r.child_path(key);
+        if (!a->is_array()) throw InputError(file, at, std::string("must be an array of layer counts, one per ") + per + " (got " + describe_json(*a) + ")");
+        for (std::size_t i = 0; i < a->size(); ++i) {
+            const json& e = (*a)[i];
+            // Integers may be written 8 or 8.0, as everywhere else.
+            const double d = e.is_number() ? e.get<double>() : -1.0;
+            if (!e.is_number() || !(d >= min && d <= static_cast<double>(kMaxCount)) || d != std::floor(d))
+                throw InputError(file, at + "[" + std::to_string(i) + "]",
+                                 std::string(min >= 1 ? "must be a positive integer" : "must be a non-negative integer") + " (got " + describe_json(e) + ")");
+            out.push_back(static_cast<int>(d));
+        }
+        return out;
+    };
+    p.layer_split = layer_counts("layer_split", 1, "pipeline stage");
+    p.virtual_layer_split = layer_counts("virtual_layer_split", 0, "virtual stage");
+    r.reject_unknown();
+    return p;
+}
+
+std::string parent_dir(const std::string& file) {
+    std::filesystem::path p(file);
+    return p.has_parent_path() ? p.parent_path().string() : std::string(".");
+}
+
+// A scenario part: an inline object, or a path (relative to the scenario's folder) to a file that
+// holds the object or wraps it.
+template <class T, class Fn>
+T read_part(JsonReader& r, const std::string& key, const std::string& dir, Fn read) {
+    const json* v = r.get(key);
+    if (v->is_string()) {
+        std::string rel = v->get<std::string>();
+        std::filesystem::path full = std::filesystem::path(rel).is_absolute() ? std::filesystem::path(rel)
+                                                                               : std::filesystem::path(dir) / rel;
+        std::error_code ec;
+        if (!std::filesystem::is_regular_file(full, ec))
+            r.fail(key, "= \"" + rel + "\" names no file (looked for " + full.string() + ")");
+        std::string f = full.lexically_normal().string();
+        json j = parse(read_text_file(f), f);
+        return read(unwrap(j, key.c_str()), f, key);
+    }
+    if (!v->is_object()) r.fail(key, "must be an object or a path to a JSON file (got " + describe_json(*v) + ")");
+    return read(*v, r.file(), r.child_path(key));
+}
+
+}  // namespace
+
+ModelSpec model_from_json_text(const std::string& text, const std::string& file) {
+    json j = parse(text, file);
+    return read_model(unwrap(j, "model"), file, "model");
+}
+
+ClusterSpec cluster_from_json_text(const std::string& text, const std::string& file) {
+    json j = parse(text, file);
+    return read_cluster(unwrap(j, "cluster"), file, "cluster");
+}
+
+PlanSpec plan_from_json_text(const std::string& text, const std::string& file) {
+    json j = parse(text, file);
+    return read_plan(unwrap(j, "plan"), file, "plan");
+}
+
+Scenario scenario_from_json_text(const std::string& text, const std::string& file) {
+    json j = parse(text, file);
+    JsonReader r(j, file, "");
+    const std::string dir = parent_dir(file);
+    Scenario s;
+    s.name = r.has("name") ? r.str("name") : (r.get("name"), std::filesystem::path(file).stem().string());
+    s.description = r.str_or("description", "");
+    if (!r.has("model")) r.fail("model", "is required (an object or a path to a model file)");
+    if (!r.has("cluster")) r.fail("cluster", "is required (an object or a path to a cluster file)");
+    s.model = read_part<ModelSpec>(r, "model", dir, read_model);
+    s.cluster = read_part<ClusterSpec>(r, "cluster", dir, read_cluster);
+    std::string plan_file = file;
+    if (r.has("plan")) {
+        const json* pv = r.get("plan");
+        if (pv->is_string())
+            plan_file = (std::filesystem::path(dir) / pv->get<std::string>()).lexically_normal().string();
+        s.plan = read_part<PlanSpec>(r, "plan", dir, read_plan);
+    } else {
+        r.get("plan");
+    }
+    r.reject_unknown();
+    // A scenario is only useful if its plan fits its model and cluster: check it here, naming the
+    // file that holds the plan.
+    if (s.plan) validate_plan(s.model, s.cluster, *s.plan, plan_file);
+    return s;
+}
+
+ModelSpec load_model(const std::string& path) { return model_from_json_text(read_text_file(path), path); }
+ClusterSpec load_cluster(const std::string& path) { return cluster_from_json_text(read_text_file(path), path); }
+PlanSpec load_plan(const std::string& path) { return plan_from_json_text(read_text_file(path), path); }
+Scenario load_scenario(const std::string& path) { return scenario_from_json_text(read_text_file(path), path); }
+
+}  // namespace strata::sim
