@@ -254,8 +254,11 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     if (dpg > 1 && p.zero_stage == 3) {
         const double table = double(m_.vocab) * double(m_.hidden) / p.tp;
         const double end_params = (worst_stage == 0 ? table : 0) + (worst_stage == head_stage(p) && !m_.tied_embeddings ? table : 0);
+        // ... and gathers their parameters before the step's forward (the lowering's
+        // gather_edges_zero3), with nothing to hide behind.
         if (end_params > 0)
-            zero3_end_s = alone_s(transfer_demand(coll(CollKind::reduce_scatter, Group::dp, dpg, end_params * p.grad_bytes()), ctx));
+            zero3_end_s = alone_s(transfer_demand(coll(CollKind::reduce_scatter, Group::dp, dpg, end_params * p.grad_bytes()), ctx)) +
+                          alone_s(transfer_demand(coll(CollKind::all_gather, Group::dp, dpg, end_params * 2), ctx));
     }
     if (dpg > 1 && p.zero_stage < 3) {
         const CollKind k = p.zero_stage == 0 ? CollKind::all_reduce : CollKind::reduce_scatter;

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "cost_fixtures.hpp"
+#include "strata/lowering/lower.hpp"
 
 using namespace strata::sim;
 using namespace strata::sim::test;
@@ -27,6 +28,13 @@ Instr attn(std::int64_t seq, bool bwd, std::int64_t batch) {
     return in;
 }
 }  // namespace
+
+// The lowering stamps each instruction's kernel from the plan (kernel_of); hand-built ones here
+// take it the same way.
+Instr with_kernel(Instr in, const PlanSpec& p) {
+    in.kernel = kernel_of(in.op, p);
+    return in;
+}
 
 TEST_CASE("default GEMM curve reproduces measured H100 bf16 squares within 15%", "[cost][gemm]") {
     const auto hw = h100_view();
@@ -130,10 +138,10 @@ TEST_CASE("attention kernel families against an H100: FA3-class = cuDNN, FA2 abo
     CostContext c3{&h100}, c2{&h100};
     c2.plan = &fa2;
     auto attn = [](std::int64_t seq, bool bwd) { return ::attn(seq, bwd, 32 * 65536 / seq); };  // 2M tokens x 32 heads
-    CHECK(achieved_flops(attn(8192, false), c2) == Approx(342e12).epsilon(0.10));
-    CHECK(achieved_flops(attn(65536, false), c2) == Approx(330e12).epsilon(0.10));
-    CHECK(achieved_flops(attn(8192, true), c2) == Approx(285e12).epsilon(0.10));
-    CHECK(achieved_flops(attn(65536, true), c2) == Approx(323e12).epsilon(0.10));
+    CHECK(achieved_flops(with_kernel(attn(8192, false), fa2), c2) == Approx(342e12).epsilon(0.10));
+    CHECK(achieved_flops(with_kernel(attn(65536, false), fa2), c2) == Approx(330e12).epsilon(0.10));
+    CHECK(achieved_flops(with_kernel(attn(8192, true), fa2), c2) == Approx(285e12).epsilon(0.10));
+    CHECK(achieved_flops(with_kernel(attn(65536, true), fa2), c2) == Approx(323e12).epsilon(0.10));
     CHECK(achieved_flops(attn(8192, false), c3) == Approx(585e12).epsilon(0.10));
     CHECK(achieved_flops(attn(65536, false), c3) == Approx(622e12).epsilon(0.10));
     CHECK(achieved_flops(attn(8192, true), c3) == Approx(499e12).epsilon(0.10));
@@ -142,7 +150,7 @@ TEST_CASE("attention kernel families against an H100: FA3-class = cuDNN, FA2 abo
     const auto a100 = a100_view();
     CostContext a3{&a100}, a2{&a100};
     a2.plan = &fa2;
-    CHECK(compute_cost(attn(8192, true), a2).duration_ns == compute_cost(attn(8192, true), a3).duration_ns);
+    CHECK(compute_cost(with_kernel(attn(8192, true), fa2), a2).duration_ns == compute_cost(attn(8192, true), a3).duration_ns);
 }
 
 TEST_CASE("FlashAttention v1 / Triton family against the FA2 paper's A100 figures", "[cost][attention]") {
@@ -160,8 +168,8 @@ TEST_CASE("FlashAttention v1 / Triton family against the FA2 paper's A100 figure
         c1.plan = &fa1;
         c2.plan = &fa2;
         for (std::int64_t seq : {2048, 16384}) {
-            const double f1 = achieved_flops(attn(seq, false), c1), f2 = achieved_flops(attn(seq, false), c2);
-            const double b1 = achieved_flops(attn(seq, true), c1), b2 = achieved_flops(attn(seq, true), c2);
+            const double f1 = achieved_flops(with_kernel(attn(seq, false), fa1), c1), f2 = achieved_flops(with_kernel(attn(seq, false), fa2), c2);
+            const double b1 = achieved_flops(with_kernel(attn(seq, true), fa1), c1), b2 = achieved_flops(with_kernel(attn(seq, true), fa2), c2);
             CHECK(f2 / f1 >= 1.3);
             CHECK(f2 / f1 <= 1.5);
             CHECK(b2 / b1 == Approx(2.0).epsilon(0.01));
@@ -170,8 +178,8 @@ TEST_CASE("FlashAttention v1 / Triton family against the FA2 paper's A100 figure
     const double peak = 312e12;  // A100 BF16 dense
     CostContext a1{&a100};
     a1.plan = &fa1;
-    const double fwd = achieved_flops(attn(16384, false), a1) / peak;
-    const double bwd = achieved_flops(attn(16384, true), a1) / peak;
+    const double fwd = achieved_flops(with_kernel(attn(16384, false), fa1), a1) / peak;
+    const double bwd = achieved_flops(with_kernel(attn(16384, true), fa1), a1) / peak;
     CHECK(fwd >= 0.30);
     CHECK(fwd <= 0.50);
     CHECK(bwd >= 0.25);
@@ -224,14 +232,14 @@ TEST_CASE("eager elementwise: a layer's norms and elementwise ops cost the measu
         in.op = op;
         in.bytes = 1e9;
         const double f = static_cast<double>(compute_cost(in, cf).duration_ns);
-        const double e = static_cast<double>(compute_cost(in, ce).duration_ns);
+        const double e = static_cast<double>(compute_cost(with_kernel(in, eager), ce).duration_ns);
         INFO("op " << static_cast<int>(op));
         // Hand: 1e9 / (0.87 * 3.35e12) + 3 us fused (the test above).
         CHECK(f == Approx((1e9 / (0.87 * 3.35e12) + 3e-6) * 1e9).epsilon(1e-6));
         CHECK(e == Approx(op == Op::norm || op == Op::elementwise ? kEagerElementwiseFactor * f : f).epsilon(1e-6));
     }
     const Instr g = gemm(4096, 4096, 4096);
-    CHECK(compute_cost(g, ce).duration_ns == compute_cost(g, cf).duration_ns);
+    CHECK(compute_cost(with_kernel(g, eager), ce).duration_ns == compute_cost(g, cf).duration_ns);
 }
 
 TEST_CASE("a straggler's slowdown scales kernel time; non-compute instructions cost nothing here", "[cost]") {
@@ -256,6 +264,8 @@ TEST_CASE("unfused attention: batched GEMMs over the full square plus softmax tr
     in.op = Op::attention_fwd;
     in.m = in.n = 2048, in.k = 128, in.batch = 12;
     in.flops = 2.0 * 2048 * 2048 * 128 * 12;  // lower's causal-halved count: ignored here
+    in = with_kernel(in, p);
+    CHECK(in.kernel == Kernel::unfused_attention);
     // Hand: 2 x GEMM(2048, 2048, 128, batch 12) + 8 B per score element / HBM + 2 launches.
     const Instr g = gemm(2048, 2048, 128);
     Instr gb = g;
@@ -266,7 +276,7 @@ TEST_CASE("unfused attention: batched GEMMs over the full square plus softmax tr
     CHECK(compute_cost(in, ctx).duration_ns * 1e-9 == Approx(expect).epsilon(1e-4));
     // Fused (flash) attention of the same shape is faster.
     PlanSpec f;
-    CHECK(compute_cost(in, CostContext{&hw, nullptr, &f}).duration_ns < compute_cost(in, ctx).duration_ns);
+    CHECK(compute_cost(with_kernel(in, f), CostContext{&hw, nullptr, &f}).duration_ns < compute_cost(in, ctx).duration_ns);
     // Calibrated as its parts: GEMMs by the gemm factor, the score passes by memory_bound; the
     // fused-attention factor leaves it alone.
     CostContext cal = ctx;

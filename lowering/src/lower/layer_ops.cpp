@@ -23,32 +23,78 @@ double RankLowering::expert_tokens() const {
 // as ring steps interleaved with chunks of their GEMM, so the pair takes about max(GEMM,
 // collective). Modelled as the collective running beside the whole GEMM and the stream waiting
 // for both; the one-chunk fill of the ring and the SMs the copies take are not modelled.
-int RankLowering::tp_forward_in(bool wait_now) {
+int RankLowering::tp_forward_in(bool wait_now, int in, int out) {
     if (d_.tp <= 1 || !d_.sp) return -1;
     int ev = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * Dims::act_bytes, n_.tp_ag);
+    if (df_) io({in}, {out});
     if (wait_now) wait(Stream::compute, ev);
     return ev;
 }
 
 // After a row-parallel GEMM: all-reduce (Megatron "g" in forward), or reduce-scatter with SP.
 // nccl-tests' S = the full b*s/cp*h buffer either way.
-int RankLowering::tp_out_collective() {
+int RankLowering::tp_out_collective(int t, int shard) {
     if (d_.tp <= 1) return -1;
     const double bytes = d_.tokens * d_.h * Dims::act_bytes;
-    return d_.sp ? collective(Stream::tp_comm, CollKind::reduce_scatter, Group::tp, bytes, n_.tp_rs)
-                 : collective(Stream::tp_comm, CollKind::all_reduce, Group::tp, bytes, n_.tp_ar);
+    const int ev = d_.sp ? collective(Stream::tp_comm, CollKind::reduce_scatter, Group::tp, bytes, n_.tp_rs)
+                         : collective(Stream::tp_comm, CollKind::all_reduce, Group::tp, bytes, n_.tp_ar);
+    if (df_) io({t}, {d_.sp ? shard : t});
+    return ev;
 }
 
-void RankLowering::tp_forward_out() {
-    const int ev = tp_out_collective();
+void RankLowering::tp_forward_out(int t, int shard) {
+    const int ev = tp_out_collective(t, shard);
     if (ev >= 0) wait(Stream::compute, ev);
+}
+
+RankLowering::LayerTensors RankLowering::layer_tensors(int l) {
+    LayerTensors t{};
+    if (!df_) {
+        std::fill_n(&t.x, sizeof(LayerTensors) / sizeof(int), -1);
+        return t;
+    }
+    const double T = d_.tokens, S = d_.tokens_sp, H = d_.h, tp = d_.tp;
+    const bool sp = d_.sp;
+    auto a = [&](int name, double rows, double cols) { return act(name, l, rows, cols); };
+    auto g = [&](int name, double rows, double cols) { return grad(name, l, rows, cols); };
+    const double qkv = (d_.q_w + 2 * d_.kv_w) / tp, attn = d_.heads * d_.v_dim / tp, f = d_.ffn / tp;
+    t.x = a(n_.t_x, S, H);
+    t.ln1 = a(n_.t_ln1, S, H);
+    t.ln1_g = sp ? a(n_.t_ln1_g, T, H) : t.ln1;
+    t.qkv = a(n_.t_qkv, T, qkv);
+    t.attn = a(n_.t_attn, T, attn);
+    t.lse = act(n_.t_attn_lse, l, T, d_.heads / tp, TensorRole::stats);
+    t.proj = a(n_.t_proj, T, H);
+    t.proj_s = sp ? a(n_.t_proj_s, S, H) : t.proj;
+    t.x1 = a(n_.t_x1, S, H);
+    t.ln2 = a(n_.t_ln2, S, H);
+    t.ln2_g = sp ? a(n_.t_ln2_g, T, H) : t.ln2;
+    t.fc1 = a(n_.t_fc1, T, (d_.mats - 1) * f);
+    t.act = a(n_.t_act, T, f);
+    t.fc2 = a(n_.t_fc2, T, H);
+    t.fc2_s = sp ? a(n_.t_fc2_s, S, H) : t.fc2;
+    t.out = act(n_.t_x, l + 1, S, H);
+    t.dout = grad(n_.g_x, l + 1, S, H);
+    t.dout_g = sp ? g(n_.g_x_g, T, H) : t.dout;
+    t.dx1 = g(n_.g_x1, S, H);
+    t.dx1_g = sp ? g(n_.g_x1_g, T, H) : t.dx1;
+    t.dln2 = g(n_.g_ln2, T, H);
+    t.dln2_s = sp ? g(n_.g_ln2_s, S, H) : t.dln2;
+    t.dact = g(n_.g_act, T, f);
+    t.dfc1 = g(n_.g_fc1, T, (d_.mats - 1) * f);
+    t.dattn = g(n_.g_attn, T, attn);
+    t.dqkv = g(n_.g_qkv, T, qkv);
+    t.dln1 = g(n_.g_ln1, T, H);
+    t.dln1_s = sp ? g(n_.g_ln1_s, S, H) : t.dln1;
+    t.dx = g(n_.g_x, S, H);
+    return t;
 }
 
 // Flash-style causal attention: 2*b*sq*skv*heads*(dqk + dv)/tp flops for QK^T and PV, halved because
 // masked blocks are skipped. With CP each rank holds s/cp queries against all s keys; K/V of the
 // other cp-1 ranks arrive by an all-gather on cp_comm that overlaps the local block (Megatron's
 // ring attention moves the same bytes: cp-1 steps of 2*b*(s/cp)*kv_w/tp*2 bytes).
-void RankLowering::attention_core_forward(Phase phase) {
+void RankLowering::attention_core_forward(Phase phase, int qkv, int out, int lse) {
     const Phase saved = phase_;
     phase_ = phase;
     const double sq = d_.s / d_.cp;
@@ -73,6 +119,7 @@ void RankLowering::attention_core_forward(Phase phase) {
         }
     } else {
         emit(n_.attn, 1.0, d_.s);
+        if (df_) io({qkv}, {out, lse});
     }
     phase_ = saved;
 }
@@ -86,13 +133,16 @@ double RankLowering::ring_step_bytes() const {
 
 // `pending_ag`: the input all-gather overlapped with fc1 (-1: none). With TP overlap the output
 // reduce-scatter overlaps fc2 here; otherwise the caller reduces after.
-void RankLowering::mlp_forward(int pending_ag) {
+void RankLowering::mlp_forward(int pending_ag, const LayerTensors* t) {
     const double f = d_.ffn / d_.tp;
     gemm(n_.fc1, d_.tokens, (d_.mats - 1) * f, d_.h);  // SwiGLU: gate and up fused, n = 2*ffn/tp
+    if (df_ && t) io({t->ln2_g, prm("fc1.weight", layer_), bias("fc1.bias", layer_, false)}, {t->fc1});
     if (pending_ag >= 0) wait(Stream::compute, pending_ag);
     compute(Op::elementwise, n_.act, 0, d_.mats * d_.tokens * f * Dims::act_bytes);  // GELU: r+w; SwiGLU: 2r+w
+    if (df_ && t) io({t->fc1}, {t->act});
     const int rs = tp_overlap() ? tp_out_collective() : -1;
     gemm_cast(n_.fc2, d_.tokens, d_.h, f);
+    if (df_ && t) io({t->act, prm("fc2.weight", layer_)}, {t->fc2});
     if (rs >= 0) wait(Stream::compute, rs);
 }
 
@@ -160,7 +210,11 @@ void RankLowering::recompute_modules_before_mlp(int layer) {
     if (p_.recompute != Recompute::selective) return;
     const Phase saved = phase_;
     phase_ = Phase::recompute;
-    if (p_.recomputes(RecomputeModule::layernorm)) compute(Op::norm, n_.norm2, 0, 2 * d_.tokens_sp * d_.h * Dims::act_bytes);
+    const LayerTensors t = layer_tensors(layer);
+    if (p_.recomputes(RecomputeModule::layernorm)) {
+        compute(Op::norm, n_.norm2, 0, 2 * d_.tokens_sp * d_.h * Dims::act_bytes);
+        if (df_) io({t.x1, prm("ln2.weight", layer), bias("ln2.bias", layer, false)}, {t.ln2});
+    }
     if (m_.layer_is_moe(layer)) {
         if (p_.recomputes(RecomputeModule::moe)) {
             moe_forward(layer);
@@ -176,9 +230,9 @@ void RankLowering::recompute_modules_before_mlp(int layer) {
             }
         }
     } else if (p_.recomputes(RecomputeModule::mlp)) {
-        tp_forward_in(true);
-        mlp_forward(-1);
-        tp_forward_out();
+        tp_forward_in(true, t.ln2, t.ln2_g);
+        mlp_forward(-1, &t);
+        tp_forward_out(t.fc2, t.fc2_s);
     }
     phase_ = saved;
 }
@@ -187,11 +241,15 @@ void RankLowering::recompute_modules_before_attention() {
     if (p_.recompute != Recompute::selective) return;
     const Phase saved = phase_;
     phase_ = Phase::recompute;
-    if (p_.recomputes(RecomputeModule::layernorm)) compute(Op::norm, n_.norm1, 0, 2 * d_.tokens_sp * d_.h * Dims::act_bytes);
+    const LayerTensors t = layer_tensors(layer_);
+    if (p_.recomputes(RecomputeModule::layernorm)) {
+        compute(Op::norm, n_.norm1, 0, 2 * d_.tokens_sp * d_.h * Dims::act_bytes);
+        if (df_) io({t.x, prm("ln1.weight", layer_), bias("ln1.bias", layer_, false)}, {t.ln1});
+    }
     if (m_.mla && p_.recomputes(RecomputeModule::mla_up_proj)) {
         mla_up_projections_forward();  // Q, K, V from the stashed (gathered) latents
     }
-    if (p_.recomputes(RecomputeModule::core_attn)) attention_core_forward(Phase::recompute);
+    if (p_.recomputes(RecomputeModule::core_attn)) attention_core_forward(Phase::recompute, t.qkv, t.attn, t.lse);
     phase_ = saved;
 }
 
@@ -252,41 +310,50 @@ void RankLowering::layer_forward(int layer, Phase phase) {
     const int saved_layer = layer_;
     phase_ = phase;
     layer_ = layer;
+    const LayerTensors t = layer_tensors(layer);
     const double norm_bytes = 2 * d_.tokens_sp * d_.h * Dims::act_bytes;               // read x, write y
     const double resid_bytes = (3 + (m_.dropout > 0 ? 1 : 0)) * d_.tokens_sp * d_.h * Dims::act_bytes;  // x, dx, out (+mask)
     const bool overlap = tp_overlap();
     compute(Op::norm, n_.norm1, 0, norm_bytes);
+    if (df_) io({t.x, prm("ln1.weight", layer), bias("ln1.bias", layer, false)}, {t.ln1});
     if (m_.mla) {
         mla_projections_forward();
     } else {
-        const int ag_qkv = tp_forward_in(!overlap);
+        const int ag_qkv = tp_forward_in(!overlap, t.ln1, t.ln1_g);
         gemm(n_.qkv, d_.tokens, (d_.q_w + 2 * d_.kv_w) / d_.tp, d_.h);
+        if (df_) io({t.ln1_g, prm("qkv.weight", layer), bias("qkv.bias", layer, false)}, {t.qkv});
         if (overlap) wait(Stream::compute, ag_qkv);
         if (m_.qk_norm) compute(Op::norm, n_.qk_norm, 0, 2 * d_.qk_bytes());  // read, write Q and K
-        if (m_.position == PositionKind::rope)
+        if (m_.position == PositionKind::rope) {
             compute(Op::elementwise, n_.rope, 0, 2 * d_.qk_bytes());
+            if (df_) io({t.qkv}, {t.qkv});
+        }
     }
-    attention_core_forward(phase);
+    attention_core_forward(phase, t.qkv, t.attn, t.lse);
     const int rs_proj = overlap ? tp_out_collective() : -1;
     gemm_cast(n_.proj, d_.tokens, d_.h, d_.heads * d_.v_dim / d_.tp);
+    if (df_) io({t.attn, prm("proj.weight", layer)}, {t.proj});
     if (overlap) wait(Stream::compute, rs_proj);
-    else tp_forward_out();
+    else tp_forward_out(t.proj, t.proj_s);
     compute(Op::elementwise, n_.residual1, 0, resid_bytes);
+    if (df_) io({t.x, t.proj_s, bias("proj.bias", layer, false)}, {t.x1});
     compute(Op::norm, n_.norm2, 0, norm_bytes);
+    if (df_) io({t.x1, prm("ln2.weight", layer), bias("ln2.bias", layer, false)}, {t.ln2});
     if (m_.layer_is_moe(layer)) {
         moe_forward(layer);  // with SP it moves its own tokens over TP; without, reduce as a row-parallel GEMM
         if (!d_.sp) tp_forward_out();
     } else {
-        const int ag_fc1 = tp_forward_in(!overlap);
-        mlp_forward(overlap ? ag_fc1 : -1);
-        if (!overlap) tp_forward_out();
+        const int ag_fc1 = tp_forward_in(!overlap, t.ln2, t.ln2_g);
+        mlp_forward(overlap ? ag_fc1 : -1, &t);
+        if (!overlap) tp_forward_out(t.fc2, t.fc2_s);
     }
     compute(Op::elementwise, n_.residual2, 0, resid_bytes);
+    if (df_) io({t.x1, t.fc2_s, bias("fc2.bias", layer, false)}, {t.out});
     phase_ = saved;
     layer_ = saved_layer;
 }
 
-void RankLowering::attention_core_backward() {
+void RankLowering::attention_core_backward(const LayerTensors& t) {
     // FlashAttention-2 backward: 2.5x the forward FLOPs (Dao 2023: 5 matmuls in backward vs 2 in forward).
     const double sq = d_.s / d_.cp;
     const double flops = 2.5 * 2.0 * d_.b * sq * d_.s * d_.heads * (d_.qk_dim + d_.v_dim) / d_.tp / 2.0;
@@ -312,28 +379,38 @@ void RankLowering::attention_core_backward() {
         wait(Stream::compute, red);
     } else {
         emit(n_.attn, 1.0, d_.s);
+        if (df_) io({t.qkv, t.attn, t.lse, t.dattn}, {t.dqkv});
     }
 }
 
 // Backward of a column-parallel GEMM (fc1, qkv): the reduction of dX (all-reduce, or
 // reduce-scatter with SP) runs on tp_comm while wgrad computes (Megatron's async grad all-reduce).
 // With SP the wgrad needs the gathered input again, which is all-gathered meanwhile.
-void RankLowering::mlp_backward(int layer, int pending_ag) {
-    (void)layer;
+void RankLowering::mlp_backward(int layer, int pending_ag, const LayerTensors& t) {
     const double f = d_.ffn / d_.tp;
     gemm_cast(n_.fc2, d_.tokens, f, d_.h);   // dgrad
+    if (df_) io({t.dout_g, prm("fc2.weight", layer)}, {t.dact});
     if (pending_ag >= 0) wait(Stream::compute, pending_ag);  // TP overlap: dY's gather ran beside it
     gemm(n_.fc2, f, d_.h, d_.tokens);        // wgrad
+    if (df_) io({t.act, t.dout_g}, {prm_grad("fc2.weight", layer)});
     compute(Op::elementwise, n_.act, 0, 2 * d_.mats * d_.tokens * f * Dims::act_bytes);
+    if (df_) io({t.fc1, t.dact}, {t.dfc1});
     int input_ev = -1;
-    if (d_.tp > 1 && d_.sp) input_ev = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * Dims::act_bytes, n_.tp_ag_input);
+    if (d_.tp > 1 && d_.sp) {
+        input_ev = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * Dims::act_bytes, n_.tp_ag_input);
+        if (df_) io({t.ln2}, {t.ln2_g});
+    }
     gemm_cast(n_.fc1, d_.tokens, d_.h, (d_.mats - 1) * f);  // dgrad
+    if (df_) io({t.dfc1, prm("fc1.weight", layer)}, {t.dln2});
     int red_ev = -1;
-    if (d_.tp > 1)
+    if (d_.tp > 1) {
         red_ev = collective(Stream::tp_comm, d_.sp ? CollKind::reduce_scatter : CollKind::all_reduce, Group::tp,
                             d_.tokens * d_.h * Dims::act_bytes, d_.sp ? n_.tp_rs : n_.tp_ar);
+        if (df_) io({t.dln2}, {t.dln2_s});
+    }
     if (input_ev >= 0) wait(Stream::compute, input_ev);
     gemm(n_.fc1, d_.h, (d_.mats - 1) * f, d_.tokens);  // wgrad
+    if (df_) io({t.ln2_g, t.dfc1}, {prm_grad("fc1.weight", layer), bias("fc1.bias", layer, true)});
     if (red_ev >= 0) wait(Stream::compute, red_ev);
 }
 
@@ -387,48 +464,65 @@ void RankLowering::layer_backward(int layer, int layer_in_stage) {
     if (full_re) layer_forward(layer, Phase::recompute);  // keep only the input; rerun the layer
     const int saved_layer = layer_;
     layer_ = layer;
+    const LayerTensors t = layer_tensors(layer);
     const double norm_bytes = 3 * d_.tokens_sp * d_.h * Dims::act_bytes;  // read x, dy; write dx
     const double resid_bytes = (2 + (m_.dropout > 0 ? 1 : 0)) * d_.tokens_sp * d_.h * Dims::act_bytes;
-    // MLP block, mirrored.
+    // MLP block, mirrored. The residual's backward passes the gradient through; it only sums the
+    // row-parallel bias's gradient (the norm's backward adds the skip path).
     const bool overlap = tp_overlap() && !m_.layer_is_moe(layer);
     compute(Op::elementwise, n_.residual2, 0, resid_bytes);
+    if (df_) io({t.dout}, {bias("fc2.bias", layer, true)});
     if (!full_re) recompute_modules_before_mlp(layer);
     if (m_.layer_is_moe(layer)) {
         moe_backward(layer);  // moves its own tokens over TP (see moe_forward)
     } else {
-        const int ag_dy = tp_forward_in(!overlap);  // SP: gather dY (the mirror of the forward reduce-scatter)
-        mlp_backward(layer, overlap ? ag_dy : -1);
+        const int ag_dy = tp_forward_in(!overlap, t.dout, t.dout_g);  // SP: gather dY (the mirror of the forward reduce-scatter)
+        mlp_backward(layer, overlap ? ag_dy : -1, t);
     }
     compute(Op::norm, n_.norm2, 0, norm_bytes);
+    if (df_) io({t.x1, t.dln2_s, prm("ln2.weight", layer), t.dout}, {t.dx1, prm_grad("ln2.weight", layer), bias("ln2.bias", layer, true)});
     // Attention block.
     compute(Op::elementwise, n_.residual1, 0, resid_bytes);
-    const int ag_dproj = tp_forward_in(!tp_overlap());
+    if (df_) io({t.dx1}, {bias("proj.bias", layer, true)});
+    const int ag_dproj = tp_forward_in(!tp_overlap(), t.dx1, t.dx1_g);
     gemm_cast(n_.proj, d_.tokens, d_.heads * d_.v_dim / d_.tp, d_.h);  // dgrad
+    if (df_) io({t.dx1_g, prm("proj.weight", layer)}, {t.dattn});
     if (tp_overlap()) wait(Stream::compute, ag_dproj);
     gemm(n_.proj, d_.heads * d_.v_dim / d_.tp, d_.h, d_.tokens);  // wgrad
+    if (df_) io({t.attn, t.dx1_g}, {prm_grad("proj.weight", layer)});
     if (!full_re) recompute_modules_before_attention();
-    attention_core_backward();
+    attention_core_backward(t);
     if (m_.mla) {
         mla_projections_backward();
         compute(Op::norm, n_.norm1, 0, norm_bytes);
         layer_ = saved_layer;
         return;
     }
-    if (m_.position == PositionKind::rope)
+    if (m_.position == PositionKind::rope) {
         compute(Op::elementwise, n_.rope, 0, 2 * d_.qk_bytes());
+        if (df_) io({t.dqkv}, {t.dqkv});
+    }
     if (m_.qk_norm) compute(Op::norm, n_.qk_norm, 0, 3 * d_.qk_bytes());  // x, dy -> dx
     int input_ev = -1;
-    if (d_.tp > 1 && d_.sp) input_ev = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * Dims::act_bytes, n_.tp_ag_input);
+    if (d_.tp > 1 && d_.sp) {
+        input_ev = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * Dims::act_bytes, n_.tp_ag_input);
+        if (df_) io({t.ln1}, {t.ln1_g});
+    }
     const double qkv_n = (d_.q_w + 2 * d_.kv_w) / d_.tp;
     gemm_cast(n_.qkv, d_.tokens, d_.h, qkv_n);  // dgrad
+    if (df_) io({t.dqkv, prm("qkv.weight", layer)}, {t.dln1});
     int red_ev = -1;
-    if (d_.tp > 1)
+    if (d_.tp > 1) {
         red_ev = collective(Stream::tp_comm, d_.sp ? CollKind::reduce_scatter : CollKind::all_reduce, Group::tp,
                             d_.tokens * d_.h * Dims::act_bytes, d_.sp ? n_.tp_rs : n_.tp_ar);
+        if (df_) io({t.dln1}, {t.dln1_s});
+    }
     if (input_ev >= 0) wait(Stream::compute, input_ev);
     gemm(n_.qkv, d_.h, qkv_n, d_.tokens);  // wgrad
+    if (df_) io({t.ln1_g, t.dqkv}, {prm_grad("qkv.weight", layer), bias("qkv.bias", layer, true)});
     if (red_ev >= 0) wait(Stream::compute, red_ev);
     compute(Op::norm, n_.norm1, 0, norm_bytes);
+    if (df_) io({t.x, t.dln1_s, prm("ln1.weight", layer), t.dx1}, {t.dx, prm_grad("ln1.weight", layer), bias("ln1.bias", layer, true)});
     layer_ = saved_layer;
 }
 

@@ -37,7 +37,46 @@ void Names::intern(Program& p) {
     state_write = id("optimizer_state.write"); fetch_ssd = id("params.fetch_ssd"); fetch_h2d = id("params.fetch_h2d");
     act_d2h = id("activations.d2h"); act_h2d = id("activations.h2d"); act_ssd_write = id("activations.ssd_write");
     act_ssd_read = id("activations.ssd_read"); grad_accum = id("grads.accumulate");
+    emb_position = id("embedding.position"); loss_combine = id("loss.combine"); sp_grads = id("tp.sp_grads_all_reduce");
+    zero3_edges = id("zero3.edge_params");
+    // Dataflow tensors have their own label table, so interning them leaves Instr::name alone.
+    auto tid = [&](const char* n) { return tensor_name_id(p, n); };
+    t_tokens = tid("tokens"); t_x = tid("x"); t_ln1 = tid("ln1"); t_ln1_g = tid("ln1.gathered"); t_qkv = tid("qkv.out");
+    t_attn = tid("attn.out"); t_attn_lse = tid("attn.lse"); t_proj = tid("proj.out"); t_proj_s = tid("proj.out.shard");
+    t_x1 = tid("x1"); t_ln2 = tid("ln2"); t_ln2_g = tid("ln2.gathered"); t_fc1 = tid("fc1.out"); t_act = tid("act.out");
+    t_fc2 = tid("fc2.out"); t_fc2_s = tid("fc2.out.shard"); t_emb = tid("embedding.out"); t_xf = tid("final_norm.out");
+    t_xf_g = tid("final_norm.gathered"); t_logits = tid("logits.out"); t_loss_stats = tid("loss.stats");
+    t_loss_stats_g = tid("loss.stats.gathered"); t_loss = tid("loss.out");
+    g_x = tid("d.x"); g_x_g = tid("d.x.gathered"); g_x1 = tid("d.x1"); g_x1_g = tid("d.x1.gathered"); g_ln2 = tid("d.ln2");
+    g_ln2_s = tid("d.ln2.shard"); g_act = tid("d.act.out"); g_fc1 = tid("d.fc1.out"); g_attn = tid("d.attn.out");
+    g_qkv = tid("d.qkv.out"); g_ln1 = tid("d.ln1"); g_ln1_s = tid("d.ln1.shard"); g_xf = tid("d.final_norm.out");
+    g_xf_s = tid("d.final_norm.shard"); g_logits = tid("d.logits.out"); g_emb_g = tid("d.embedding.gathered");
+    t_grads = tid("grads"); t_params = tid("params"); t_state = tid("optimizer_state");
 }
+
+int tensor_name_id(Program& p, const std::string& s) {
+    for (std::size_t i = 0; i < p.tensor_names.size(); ++i)
+        if (p.tensor_names[i] == s) return static_cast<int>(i);
+    p.tensor_names.push_back(s);
+    return static_cast<int>(p.tensor_names.size() - 1);
+}
+
+}  // namespace lower_detail
+
+Kernel kernel_of(Op op, const PlanSpec& p) {
+    switch (op) {
+        case Op::attention_fwd:
+        case Op::attention_bwd:
+            if (!p.flash_attention) return Kernel::unfused_attention;
+            return p.attention_kernel == AttentionKernel::fa2 ? Kernel::flash_fa2
+                   : p.attention_kernel == AttentionKernel::fa1 ? Kernel::flash_fa1 : Kernel::flash_fa3;
+        case Op::norm:
+        case Op::elementwise: return p.eager_elementwise ? Kernel::eager : Kernel::fused;
+        default: return Kernel::fused;
+    }
+}
+
+namespace lower_detail {
 
 Dims make_dims(const ModelSpec& m, const PlanSpec& p) {
     Dims d;
@@ -123,9 +162,9 @@ double forward_flops_per_step(const ModelSpec& m, const PlanSpec& p) {
 // ---------------------------------------------------------------------------------------------
 RankLowering::RankLowering(const ModelSpec& m, const ClusterSpec& cl, const PlanSpec& p, const LowerOptions& o,
                            Program& prog, RankProgram& rp, const Names& names, Coord coord, bool full,
-                           std::int64_t& tensor_counter)
+                           std::int64_t& tensor_counter, TensorTable* table)
     : m_(m), cl_(cl), p_(p), o_(o), prog_(prog), rp_(rp), n_(names), co_(coord), full_(full),
-      tensor_counter_(tensor_counter), d_(make_dims(m, p)) {
+      tensor_counter_(tensor_counter), d_(make_dims(m, p)), df_(table != nullptr), table_(table) {
     last_record_ev_.fill(-1);
     if (m.mla) {
         for (const AttentionLinear& l : attention_linears(m)) {
@@ -185,6 +224,20 @@ RankLowering::RankLowering(const ModelSpec& m, const ClusterSpec& cl, const Plan
             ws_desc_.push_back(o.emit_memory ? layer_backward_workspace(m, p, layer, rec) : std::vector<TensorDesc>{});
             fwd_ws_desc_.push_back(o.emit_memory && rec ? layer_forward_transients(m, p, layer) : std::vector<TensorDesc>{});
         }
+    rank_ = coord.t + p.tp * (coord.c + p.cp * (coord.d + p.dp * coord.s));
+    build_units();
+    build_buckets();
+    if (df_) {
+        layout_ = param_layout(m, p, stage_);
+        // The layout and the byte counts must agree unit by unit: both describe one buffer.
+        std::vector<double> offs;
+        for (const GradUnit& g : layout_.units) offs.push_back(static_cast<double>(g.offset));
+        STRATA_ASSERT(offs.size() == units_.size(), "lower: parameter layout and gradient units differ");
+        for (std::size_t i = 0; i < offs.size(); ++i)
+            STRATA_ASSERT(offs[i] == units_[i].dense_off, "lower: parameter layout and gradient units differ");
+        for (int g = 0; g < kGroupCount; ++g)
+            if (static_cast<Group>(g) != Group::world) rp.groups[static_cast<std::size_t>(g)] = group_ranks(static_cast<Group>(g), p, rank_);
+    }
     act_ids_.resize(act_desc_.size());
     ws_ids_.resize(ws_desc_.size());
     fwd_ws_ids_.resize(fwd_ws_desc_.size());
@@ -402,6 +455,11 @@ int RankLowering::fetch_params(int layer, int after_ev) {
     }
     if (zero3) {
         ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, lp.dense * Dims::act_bytes, n_.zero3_ag, ev);
+        if (df_) {
+            const Unit& u = units_[static_cast<std::size_t>(unit_of_layer(layer))];
+            const int r = range(TensorRole::param, u.dense_off, u.dense);
+            io({r}, {r});
+        }
         if (lp.expert > 0 && group_size(Group::edp) > 1)
             ev = collective(Stream::dp_comm, CollKind::all_gather, Group::edp, lp.expert * Dims::act_bytes, n_.zero3_ag_expert, -1);
     }
@@ -433,39 +491,25 @@ int RankLowering::fetch_activations(int mb, int chunk, int li, int after_ev) {
     return ev;
 }
 
-// Data-parallel gradient reduction, bucketed as Megatron's DDP: a bucket is reduced (all-reduce
-// for ZeRO 0, reduce-scatter for the distributed optimizer) once dp_bucket_bytes of gradients
-// are final, i.e. during the last micro-batch's backward.
-void RankLowering::grads_ready(double dense_bytes, double expert_bytes, bool final_flush) {
-    const CollKind k = p_.zero_stage == 0 ? CollKind::all_reduce : CollKind::reduce_scatter;
-    bucket_dense_ += dense_bytes;
-    bucket_expert_ += expert_bytes;
-    const double cap = static_cast<double>(std::max<std::int64_t>(1, p_.dp_bucket_bytes));
-    if (bucket_dense_ > 0 && (bucket_dense_ >= cap || final_flush)) {
-        if (group_size(Group::dp) > 1) collective(Stream::dp_comm, k, Group::dp, bucket_dense_, n_.dp_grads);
-        bucket_dense_ = 0;
-    }
-    if (bucket_expert_ > 0 && (bucket_expert_ >= cap || final_flush)) {
-        if (group_size(Group::edp) > 1) collective(Stream::dp_comm, k, Group::edp, bucket_expert_, n_.edp_grads);
-        bucket_expert_ = 0;
-    }
-}
-
-void RankLowering::flush_buckets() { grads_ready(0, 0, true); }
-
 // Per-layer gradient handling after the layer's backward.
 void RankLowering::layer_grads(int layer) {
     const LayerParamsRank lp = layer_params_rank(m_, p_, layer);
     accumulate_grads(lp.dense, lp.expert);
     if (p_.zero_stage == 3) {
         // ZeRO-3 (DeepSpeed): every micro-batch reduce-scatters the layer's gradients into shards.
-        if (group_size(Group::dp) > 1)
+        const Unit& u = units_[static_cast<std::size_t>(unit_of_layer(layer))];
+        if (group_size(Group::dp) > 1) {
             collective(Stream::dp_comm, CollKind::reduce_scatter, Group::dp, lp.dense * p_.grad_bytes(), n_.zero3_rs);
+            if (df_) {
+                const int r = range(TensorRole::param_grad, u.dense_off, u.dense);
+                io({r}, {r});
+            }
+        }
         if (lp.expert > 0 && group_size(Group::edp) > 1)
             collective(Stream::dp_comm, CollKind::reduce_scatter, Group::edp, lp.expert * p_.grad_bytes(), n_.zero3_rs_expert);
         return;
     }
-    if (p_.overlap_grad_reduce && reduce_grads_) grads_ready(lp.dense * p_.grad_bytes(), lp.expert * p_.grad_bytes(), false);
+    if (p_.overlap_grad_reduce && reduce_grads_) unit_ready(unit_of_layer(layer));
 }
 
 // Unfused gradient accumulation (plan.grad_accum_fusion off): a memory-bound add of this
@@ -484,71 +528,27 @@ void RankLowering::accumulate_grads(double dense_params, double expert_params) {
     if (params > 0) compute(Op::grad_accum, n_.grad_accum, 0, per_param * params);
 }
 
-// ZeRO-2 without overlap: DeepSpeed reduces a full bucket as soon as it is filled, on the compute
-// stream, every micro-batch. Lowered as the chunk's gradients (with the embedding's on virtual
-// stage 0, the head's and MTP's on the last) in bucket-sized pieces after its backward, which the
-// compute stream waits for.
-void RankLowering::reduce_chunk_grads(int chunk, bool with_embedding, bool with_head) {
-    double dense = with_embedding ? embedding_params_rank(m_, p_) * p_.grad_bytes() : 0, expert = 0;
-    if (with_head) {
-        const StageParams mtp = mtp_params_local(m_, p_);
-        dense += (output_params_rank(m_, p_) + mtp.dense) * p_.grad_bytes();
-        expert += mtp.expert * p_.grad_bytes();
-    }
-    for (int li = 0; li < chunk_layers(chunk); ++li) {
-        const LayerParamsRank lp = layer_params_rank(m_, p_, chunk_first_layer(chunk) + li);
-        dense += lp.dense * p_.grad_bytes();
-        expert += lp.expert * p_.grad_bytes();
-    }
-    reduce_in_buckets(dense, expert);
-    wait(Stream::compute, record(Stream::dp_comm));
-}
-
-void RankLowering::reduce_in_buckets(double dense, double expert) {
-    const double cap = static_cast<double>(std::max<std::int64_t>(1, p_.dp_bucket_bytes));
-    while (dense > 0) {
-        grads_ready(std::min(dense, cap), 0, dense <= cap);
-        dense -= cap;
-    }
-    while (expert > 0) {
-        grads_ready(0, std::min(expert, cap), expert <= cap);
-        expert -= cap;
-    }
-}
-
-// Without overlap (or for ZeRO-3's embedding/head), reduce everything after the last backward.
+// Without overlap (or for ZeRO-3's embedding/head), reduce everything after the last backward;
+// then the sequence-parallel gradients over TP and the tied embedding over the embedding group.
 void RankLowering::dp_collectives_at_end() {
     phase_ = Phase::backward;
     layer_ = -1;
     mb_ = -1;
-    double dense = 0, expert = 0;
-    // ZeRO-2 reduced every micro-batch's gradients in its backward (backward_pass).
+    // ZeRO-2 reduced every micro-batch's gradients in its backward (backward_pass), and overlapped
+    // buckets went out as their last gradients became final.
     const bool whole = p_.zero_stage == 3 || (!p_.overlap_grad_reduce && p_.zero_stage != 2);
-    if (!whole) {
-        flush_buckets();
-    } else {
-        if (stage_ == 0) dense += embedding_params_rank(m_, p_) * p_.grad_bytes();
-        if (stage_ == head_stage(p_)) {
-            const StageParams mtp = mtp_params_local(m_, p_);
-            dense += (output_params_rank(m_, p_) + mtp.dense) * p_.grad_bytes();
-            expert += mtp.expert * p_.grad_bytes();
-        }
-        if (p_.zero_stage != 3) {
-            for (int c = 0; c < vpp_; ++c)
-                for (int li = 0; li < chunk_layers(c); ++li) {
-                    const LayerParamsRank lp = layer_params_rank(m_, p_, chunk_first_layer(c) + li);
-                    dense += lp.dense * p_.grad_bytes();
-                    expert += lp.expert * p_.grad_bytes();
-                }
-        }
-        reduce_in_buckets(dense, expert);
-    }
+    if (whole) reduce_buckets(-1);
+    sp_grads_all_reduce();
     // Tied embeddings across pipeline ends: sum the two copies' gradients (Megatron's
     // _allreduce_embedding_grads, after the DP reduction).
     // MTP's copy on the last stage is kept in step the same way (Megatron-Core's embedding group).
     if (head_stage_embedding_copy(m_, p_) && (stage_ == 0 || stage_ == head_stage(p_))) {
         const double bytes = d_.vocab * d_.h / d_.tp * p_.grad_bytes();
         collective(Stream::dp_comm, CollKind::all_reduce, Group::embedding, bytes, n_.emb_ar);
+        if (df_) {
+            const int g = prm_grad("word_embedding.weight", -1);
+            io({g}, {g});
+        }
     }
 }
 

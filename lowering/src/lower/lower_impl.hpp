@@ -4,6 +4,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <tuple>
@@ -11,6 +12,7 @@
 
 #include "strata/lowering/lower.hpp"
 #include "strata/lowering/model.hpp"
+#include "strata/lowering/params.hpp"
 #include "strata/lowering/tensors.hpp"
 
 namespace strata::sim::lower_detail {
@@ -27,7 +29,44 @@ struct Names {
     int dp_grads, edp_grads, dp_params, edp_params, zero3_ag, zero3_rs, zero3_ag_expert, zero3_rs_expert, emb_ar;
     int opt_gpu, opt_cpu, opt_ssd, grad_d2h, param_h2d, state_read, state_write, grad_accum;
     int fetch_ssd, fetch_h2d, act_d2h, act_h2d, act_ssd_write, act_ssd_read;
+    int emb_position, loss_combine, sp_grads, zero3_edges;
+    // Dataflow tensor names (LowerOptions::dataflow): activations and their gradients.
+    int t_tokens, t_x, t_ln1, t_ln1_g, t_qkv, t_attn, t_attn_lse, t_proj, t_proj_s, t_x1, t_ln2, t_ln2_g, t_fc1, t_act,
+        t_fc2, t_fc2_s, t_emb, t_xf, t_xf_g, t_logits, t_loss_stats, t_loss_stats_g, t_loss;
+    int g_x, g_x_g, g_x1, g_x1_g, g_ln2, g_ln2_s, g_act, g_fc1, g_attn, g_qkv, g_ln1, g_ln1_s, g_xf, g_xf_s, g_logits, g_emb_g;
+    int t_grads, t_params, t_state;
     void intern(Program& p);
+};
+
+/// Intern a dataflow tensor label (Program::tensor_names).
+int tensor_name_id(Program& p, const std::string& s);
+
+/// The dataflow's tensor table, shared by every RankLowering of one lower() call: the same key
+/// gives the same id on every rank.
+struct TensorTable {
+    Program& prog;
+    std::map<std::tuple<int, int, int, int, int, int, std::int64_t, std::int64_t, std::int64_t>, int> ids;
+    int intern(const DataTensor& t);
+};
+
+/// A unit of gradients that become final together (params.hpp GradUnit), with its sizes for the
+/// byte counts the engine needs (dense and expert parameters of this rank).
+struct Unit {
+    int chunk = 0;
+    int layer = -1;               ///< global layer; -1 for head / embedding / the shared table
+    bool head = false, embedding = false;
+    bool shared = false;          ///< the tied word-embedding table (or its head-stage copy), pp > 1
+    double dense = 0, expert = 0; ///< parameters
+    double dense_off = 0, expert_off = 0;  ///< first element in each flat buffer
+};
+
+/// A gradient bucket: a contiguous range of one flat buffer, reduced by one collective; the same
+/// ranges carry the distributed optimizer's parameter all-gathers.
+struct Bucket {
+    int chunk = 0;
+    bool expert = false;
+    double off = 0, count = 0;    ///< elements
+    int last_unit = -1;           ///< overlapped reduction: emitted once this unit's grads are final
 };
 
 /// Per-rank sizes of one micro-batch (after TP/SP/CP), as doubles: products overflow int64 for
@@ -70,18 +109,21 @@ class RankLowering {
 public:
     RankLowering(const ModelSpec& m, const ClusterSpec& cl, const PlanSpec& p, const LowerOptions& o,
                  Program& prog, RankProgram& rp, const Names& names, Coord coord, bool full,
-                 std::int64_t& tensor_counter);
+                 std::int64_t& tensor_counter, TensorTable* table);
     void run(int steps);
     int events() const { return next_event_; }
 
     // ---- used by layer_ops.cpp ----
     void layer_forward(int layer, Phase phase);
     void layer_backward(int layer, int layer_in_stage);
+    /// Pad the operand list to the instruction list (dataflow): instructions without operands.
+    void finish_operands();
 
 private:
     // instruction helpers (push and compute are defined here: every instruction goes through them)
     Instr& push(InstrKind k, Stream s, int name) {
         if (k != InstrKind::record) ++issued_[static_cast<std::size_t>(s)];
+        if (k != InstrKind::record && k != InstrKind::wait) last_op_ = rp_.instrs.size();
         Instr& in = rp_.instrs.emplace_back();
         in.kind = k;
         in.stream = s;
@@ -96,6 +138,7 @@ private:
     Instr& compute(Op op, int name, double flops, double bytes) {
         Instr& in = push(InstrKind::compute, Stream::compute, name);
         in.op = op;
+        in.kernel = kernel_of(op, p_);
         in.flops = flops;
         in.bytes = bytes;
         return in;
@@ -118,6 +161,23 @@ private:
     }
     /// Sets a compute instruction's shape (m, n, k, batch), checking that it fits Instr's fields.
     static void set_shape(Instr& in, double m, double n, double k, double batch);
+    // ---- dataflow (every helper returns -1 / does nothing without LowerOptions::dataflow) ----
+    /// Attach operands to the last instruction pushed that is not a record or wait (a collective
+    /// or copy helper records its completion after it).
+    void io(std::initializer_list<int> in, std::initializer_list<int> out);
+    void io_lists(const std::vector<int>& in, const std::vector<int>& out);
+    /// An activation (or its gradient, role grad) of the current micro-batch on `layer`.
+    int act(int name, int layer, double rows, double cols, TensorRole role = TensorRole::activation);
+    int grad(int name, int layer, double rows, double cols) { return act(name, layer, rows, cols, TensorRole::grad); }
+    /// A parameter of this rank (params.hpp name) as a range of the flat buffer, or its gradient.
+    int prm(const char* name, int layer);
+    int prm_grad(const char* name, int layer);
+    int opt(int id) const { return id; }  ///< an optional operand (-1: absent; io() skips it)
+    /// A flat range (role param, param_grad or optimizer_state) on a tier.
+    int range(TensorRole role, double off, double count, Tier tier = Tier::gpu, bool expert = false);
+    /// The bias of `name` if the model has it, else -1.
+    int bias(const char* name, int layer, bool grad_of);
+    int tokens();  ///< the micro-batch's token ids and targets
     int record(Stream s);
     void wait(Stream s, int ev);
     void host_sync(Stream s, int name) { push(InstrKind::host_sync, s, name); }
@@ -145,21 +205,32 @@ private:
     std::int64_t p2p_match(int mb_global, int sender_vstage, bool forward_dir, int lane) const;
     int program_of_stage(int stage) const;
 
+    /// The dataflow tensors of one layer for the current micro-batch (all -1 without dataflow).
+    /// With SP the gathered (".gathered") and reduce-scattered (".shard") forms are their own
+    /// tensors; without, they are the same tensor as their source.
+    struct LayerTensors {
+        int x, ln1, ln1_g, qkv, attn, lse, proj, proj_s, x1, ln2, ln2_g, fc1, act, fc2, fc2_s, out;
+        int dout, dout_g, dx1, dx1_g, dln2, dln2_s, dact, dfc1, dattn, dqkv, dln1, dln1_s, dx;
+    };
+    LayerTensors layer_tensors(int layer);
+
     // layer pieces (layer_ops.cpp)
-    int tp_forward_in(bool wait_now);
-    int tp_out_collective();
-    void tp_forward_out();
+    /// SP: all-gather `in` (a sequence shard) into `out` over TP. -1: nothing to do.
+    int tp_forward_in(bool wait_now, int in = -1, int out = -1);
+    /// After a row-parallel GEMM: all-reduce `t` in place, or with SP reduce-scatter it into `shard`.
+    int tp_out_collective(int t = -1, int shard = -1);
+    void tp_forward_out(int t = -1, int shard = -1);
     bool tp_overlap() const { return p_.tp_comm_overlap && d_.tp > 1 && d_.sp; }
-    void attention_core_forward(Phase phase);
-    void mlp_forward(int pending_ag);
+    void attention_core_forward(Phase phase, int qkv = -1, int out = -1, int lse = -1);
+    void mlp_forward(int pending_ag, const LayerTensors* t = nullptr);
     void moe_forward(int layer);
     void shared_experts_forward();
     void mla_up_projections_forward();
     void recompute_modules_before_mlp(int layer);
     void recompute_modules_before_attention();
-    void mlp_backward(int layer, int pending_ag);
+    void mlp_backward(int layer, int pending_ag, const LayerTensors& t);
     void moe_backward(int layer);
-    void attention_core_backward();
+    void attention_core_backward(const LayerTensors& t);
     double ring_step_bytes() const;
     void mla_projections_forward();
     void mla_projections_backward();
@@ -181,6 +252,9 @@ private:
     }
     Stream send_stream(int chunk, bool forward) const { return second_pair(chunk, forward) ? Stream::pp_p2p_b : Stream::pp_p2p; }
     Stream recv_stream(int chunk, bool forward) const { return second_pair(chunk, forward) ? Stream::pp_recv_b : Stream::pp_recv; }
+    void embedding_forward();   ///< word (+ position) lookup, summed over TP
+    void embedding_backward();
+    int head_weight(bool grad_of);
     void head_forward();        ///< final norm, vocab-parallel logits, cross-entropy
     void head_backward();
     void mtp_forward();         ///< one multi-token prediction module (model.mtp_depth), last stage
@@ -193,13 +267,37 @@ private:
     int fetch_activations(int mb, int chunk, int li, int after_ev);
     void layer_grads(int layer);
     void accumulate_grads(double dense_params, double expert_params);  ///< plan.grad_accum_fusion off
-    void grads_ready(double dense_bytes, double expert_bytes, bool final_flush);
-    void flush_buckets();
-    void reduce_in_buckets(double dense_bytes, double expert_bytes);  ///< bucket-sized pieces, the last flushes
-    void reduce_chunk_grads(int chunk, bool with_embedding, bool with_head);  ///< ZeRO-2, no overlap
+    /// The gradients of unit `u` are final: emit the overlapped reduction of every bucket it closes.
+    void unit_ready(int u);
+    void reduce_bucket(const Bucket& b);
+    void reduce_buckets(int chunk);  ///< every bucket of `chunk` (-1: all), in buffer order
+    void reduce_chunk_grads(int chunk);  ///< ZeRO-2, no overlap
+    /// Units and buckets of this rank (buckets.cpp): the ranges every reduction and gather uses.
+    void build_units();
+    void build_buckets();
+    int unit_of_layer(int layer) const;
+    int head_unit(int chunk) const;   ///< first head unit of `chunk` (-1: none)
+    int embedding_unit(int chunk) const;
+    /// This rank's slices (dp group) of the ranges the optimizer updates, in buffer order.
+    std::vector<std::pair<double, double>> owned_ranges() const;
+    /// The tensor ids of `ranges` split at element fractions [lo, hi) of their total.
+    std::vector<int> ranges_part(const std::vector<std::pair<double, double>>& ranges, double lo, double hi,
+                                 TensorRole role, Tier tier) const;
+    void sp_grads_all_reduce();  ///< SP: sum the sequence-parallel parameters' gradients over TP
     void dp_collectives_at_end();
     void optimizer(int s);
     void gather_params_overlapped();
+    void gather_edges_zero3();
+    void mark_ready(const Bucket& b, int ev);
+    /// Index among this rank's layers of global layer `layer` (-1: not here).
+    int layer_in_stage_of(int layer) const {
+        int n = 0;
+        for (int c = 0; c < vpp_; ++c) {
+            if (layer >= chunk_first_layer(c) && layer < chunk_first_layer(c) + chunk_layers(c)) return n + layer - chunk_first_layer(c);
+            n += chunk_layers(c);
+        }
+        return -1;
+    }
     /// Allocations of a list of tensors are pushed back to back: a run of instruction indices.
     struct AllocRun {
         std::size_t first = 0, count = 0;
@@ -278,8 +376,9 @@ private:
     std::map<std::string, int> tensor_names_;
 
     // data-parallel gradient buckets
-    double bucket_dense_ = 0, bucket_expert_ = 0;
-    double total_dense_grad_bytes_ = 0, total_expert_grad_bytes_ = 0;
+    std::vector<Unit> units_;
+    std::vector<Bucket> buckets_;
+    double dense_elements_ = 0, expert_elements_ = 0;
     bool reduce_grads_ = false;    ///< this backward reduces its gradients (the last one, or every one under ZeRO-2)
     bool first_backward_ = false;  ///< this backward is its chunk's first in the step
     bool mtp_pass_ = false;     ///< lowering an MTP module's layer: never fully recomputed
@@ -287,6 +386,14 @@ private:
     int param_gather_ev_ = -1;
     int pending_send_ = -1;  ///< p2p_blocking, odd stage: the send completed after the next receive
     std::vector<int> layer_ready_;  ///< per layer of the stage: dist-opt gather its first forward waits for
+    int emb_ready_ = -1, head_ready_ = -1;  ///< likewise for the embedding's and the head's parameters
+
+    // dataflow
+    bool df_ = false;
+    TensorTable* table_ = nullptr;
+    ParamLayout layout_;
+    int rank_ = 0;                 ///< global rank (full mode)
+    std::size_t last_op_ = 0;      ///< the last instruction pushed that is not a record or wait: io() names its operands
 };
 
 }  // namespace strata::sim::lower_detail

@@ -43,7 +43,7 @@ void RankLowering::step(int s) {
     if ((p_.zero_stage == 1 || p_.zero_stage == 2) && p_.overlap_param_gather) gather_params_overlapped();
     if (!p_.lock_free_update) wait(Stream::compute, optimizer_done_ev_);
     optimizer_done_ev_ = -1;
-    bucket_dense_ = bucket_expert_ = 0;
+    if (p_.zero_stage == 3) gather_edges_zero3();
     for (const PipeSlot& sl : schedule_) {
         if (sl.forward) forward_pass(sl.microbatch, sl.chunk);
         else backward_pass(sl.microbatch, sl.chunk);
@@ -75,37 +75,65 @@ void RankLowering::post_blocking_recv() {
 
 // Megatron's distributed optimizer with overlap_param_gather: the all-gather of the updated
 // parameters is dispatched at the start of the next step's forward, bucket by bucket in forward
-// layer order, and a layer's first forward waits only for its own bucket. Emitted at the start of
-// every step (standing for the previous step's update), so one lowered step carries one gather.
+// order (the gradient buckets, last first: Megatron shares them between the two), and a layer's
+// first forward waits only for the bucket holding its first parameters (the embedding and the head
+// wait for theirs). Emitted at the start of every step (standing for the previous step's update),
+// so one lowered step carries one gather.
 void RankLowering::gather_params_overlapped() {
     layer_ready_.assign(act_desc_.size(), -1);
+    emb_ready_ = head_ready_ = -1;
     if (group_size(Group::dp) <= 1 && group_size(Group::edp) <= 1) return;
     int after = record(Stream::compute);  // the previous step's GPU optimizer is done
     if (!p_.lock_free_update) wait(Stream::dp_comm, optimizer_done_ev_);
-    const double cap = static_cast<double>(std::max<std::int64_t>(1, p_.dp_bucket_bytes));
-    double dense = stage_ == 0 ? embedding_params_rank(m_, p_) * Dims::act_bytes : 0, expert = 0;
-    std::vector<int> pending;
-    auto close = [&]() {
-        int ev = -1;
-        if (dense > 0 && group_size(Group::dp) > 1)
-            ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, dense, n_.dp_params, after);
-        if (expert > 0 && group_size(Group::edp) > 1)
-            ev = collective(Stream::dp_comm, CollKind::all_gather, Group::edp, expert, n_.edp_params, ev >= 0 ? -1 : after);
-        if (ev >= 0) after = -1;  // later buckets follow on the same stream
-        for (int lis : pending) layer_ready_[static_cast<std::size_t>(lis)] = ev;
-        pending.clear();
-        dense = expert = 0;
-    };
-    for (int c = 0; c < vpp_; ++c)
-        for (int li = 0; li < chunk_layers(c); ++li) {
-            const LayerParamsRank lp = layer_params_rank(m_, p_, chunk_first_layer(c) + li);
-            dense += lp.dense * Dims::act_bytes;
-            expert += lp.expert * Dims::act_bytes;
-            pending.push_back(layer_in_stage(c, li));
-            if (dense + expert >= cap) close();
+    for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {
+        const Bucket& b = *it;
+        const Group g = b.expert ? Group::edp : Group::dp;
+        if (group_size(g) <= 1) continue;
+        const int ev = collective(Stream::dp_comm, CollKind::all_gather, g, b.count * Dims::act_bytes,
+                                  b.expert ? n_.edp_params : n_.dp_params, after);
+        after = -1;  // later buckets follow on the same stream
+        if (df_) {
+            const int r = range(TensorRole::param, b.off, b.count, Tier::gpu, b.expert);
+            io({r}, {r});
         }
-    if (stage_ == head_stage(p_)) dense += output_params_rank(m_, p_) * Dims::act_bytes;
-    close();
+        mark_ready(b, ev);
+    }
+}
+
+// The units whose first element a gathered bucket holds are ready once it arrives (buckets go out
+// last-first, so a unit's lower part is the last of it to arrive).
+void RankLowering::mark_ready(const Bucket& b, int ev) {
+    for (const Unit& u : units_) {
+        const double first = b.expert ? u.expert_off : u.dense_off, n = b.expert ? u.expert : u.dense;
+        if (n <= 0 || first < b.off || first >= b.off + b.count) continue;
+        if (u.layer >= 0) {
+            const int lis = layer_in_stage_of(u.layer);
+            if (lis >= 0) layer_ready_[static_cast<std::size_t>(lis)] = ev;
+        } else if (u.embedding) {
+            emb_ready_ = ev;
+        } else if (u.head) {
+            head_ready_ = ev;
+        }
+    }
+}
+
+// ZeRO-3 holds the embedding and the head sharded like every layer: gather them before the step's
+// forward uses them (DeepSpeed's parameter fetch; the layers fetch their own, fetch_params).
+void RankLowering::gather_edges_zero3() {
+    layer_ready_.assign(act_desc_.size(), -1);
+    emb_ready_ = head_ready_ = -1;
+    if (group_size(Group::dp) <= 1) return;
+    int after = record(Stream::compute);
+    for (const Bucket& b : buckets_) {
+        if (b.expert) continue;
+        const int ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, b.count * Dims::act_bytes, n_.zero3_edges, after);
+        after = -1;
+        if (df_) {
+            const int r = range(TensorRole::param, b.off, b.count);
+            io({r}, {r});
+        }
+        mark_ready(b, ev);
+    }
 }
 
 // Megatron-LM's scatter/gather (SC21 Sec. 4.1) and DeepSpeed's partitioned pipe buffers: each TP
@@ -131,6 +159,7 @@ void RankLowering::forward_pass(int mb, int chunk) {
     const int prev = v > 0 ? rank_of_virtual_stage(p_, v - 1) : -1, next = v < vlast ? rank_of_virtual_stage(p_, v + 1) : -1;
     const int lane = full_ ? co_.t + p_.tp * (co_.c + p_.cp * co_.d) : 0;
     const double p2p_bytes = d_.tokens_sp * d_.h * Dims::act_bytes;  // b*s/cp*h*2 (/tp with SP)
+    const int first_layer = chunk_first_layer(chunk);
     if (v > 0) {
         if (prev != stage_) {
             post_blocking_recv();
@@ -138,13 +167,13 @@ void RankLowering::forward_pass(int mb, int chunk) {
             in.bytes = p2p_wire_bytes(p2p_bytes);
             in.peer = program_of_stage(prev);
             in.match_id = p2p_match(mb_, v - 1, true, lane);
+            if (df_) io({}, {act(n_.t_x, first_layer, d_.tokens_sp, d_.h)});
             wait(Stream::compute, record(recv_stream(chunk, true)));
             gather_received(p2p_bytes);
         }
     } else {
         stashed_[{mb_, chunk, -1}] = alloc_list(emb_desc_, emb_ids_);
-        // Lookup: read the rows and write the (sequence-sharded with SP) output.
-        compute(Op::embedding, n_.embedding, 0, 2 * d_.tokens_sp * d_.h * Dims::act_bytes);
+        embedding_forward();
     }
     const int count = chunk_layers(chunk);
     int pending = -1;
@@ -177,6 +206,7 @@ void RankLowering::forward_pass(int mb, int chunk) {
         }
     }
     layer_ = -1;
+    const int out_layer = first_layer + count;  // the chunk's output is the next layer's input
     if (v == vlast) {
         stashed_[{mb_, chunk, -2}] = alloc_list(logits_desc_, logits_ids_);  // incl. the MTP modules'
         head_forward();
@@ -187,73 +217,10 @@ void RankLowering::forward_pass(int mb, int chunk) {
         in.bytes = p2p_wire_bytes(p2p_bytes);
         in.peer = program_of_stage(next);
         in.match_id = p2p_match(mb_, v, true, lane);
+        if (df_) io({act(n_.t_x, out_layer, d_.tokens_sp, d_.h)}, {});
         if (p_.p2p_blocking) block_on_send();
         if (!out_slice_desc_.empty()) stashed_[{mb_, chunk, -3}] = alloc_list(out_slice_desc_, out_slice_ids_);
     }
-}
-
-void RankLowering::head_forward() {
-    compute(Op::norm, n_.final_norm, 0, 2 * d_.tokens_sp * d_.h * Dims::act_bytes);
-    tp_forward_in(true);
-    const AllocRun ws = alloc_list(head_fwd_ws_desc_, head_fwd_ws_ids_);  // the logits beside their fp32 copy
-    gemm_high(n_.logits, d_.tokens, d_.vocab / d_.tp, d_.h);  // vocab-parallel head
-    // Vocab-parallel cross-entropy: read the fp32 logits shard, write the softmax for backward.
-    compute(Op::loss, n_.loss, 0, 2 * d_.tokens * d_.vocab / d_.tp * 4);
-    free_list(ws);
-}
-
-void RankLowering::head_backward() {
-    const AllocRun ws = alloc_list(head_ws_desc_, head_ws_ids_);  // the gradient's cast, an unfused wgrad
-    compute(Op::loss, n_.loss, 0, 2 * d_.tokens * d_.vocab / d_.tp * 4);
-    gemm_high(n_.logits, d_.tokens, d_.h, d_.vocab / d_.tp);  // dgrad
-    gemm_high(n_.logits, d_.h, d_.vocab / d_.tp, d_.tokens);  // wgrad
-    free_list(ws);
-    if (d_.tp > 1) {
-        const double bytes = d_.tokens * d_.h * Dims::act_bytes;
-        wait(Stream::compute, collective(Stream::tp_comm, d_.sp ? CollKind::reduce_scatter : CollKind::all_reduce,
-                                         Group::tp, bytes, d_.sp ? n_.tp_rs : n_.tp_ar));
-    }
-    compute(Op::norm, n_.final_norm, 0, 3 * d_.tokens_sp * d_.h * Dims::act_bytes);
-}
-
-// One MTP module (Megatron-Core MultiTokenPredictionLayer, DeepSeek-V3 Sec. 2.2): look up the
-// next tokens in the embedding copy, normalise them and the main hidden state, project the
-// concatenation 2h -> h (column-parallel: with SP its input is gathered over the sequence, its
-// output over the hidden dimension), run a layer built like the last decoder layer, then the
-// shared head and loss.
-void RankLowering::mtp_forward() {
-    const double act = d_.tokens_sp * d_.h * Dims::act_bytes;
-    compute(Op::embedding, n_.mtp_embedding, 0, 2 * act);
-    compute(Op::norm, n_.mtp_norms, 0, 2 * 2 * act);
-    if (d_.tp > 1 && d_.sp)
-        wait(Stream::compute, collective(Stream::tp_comm, CollKind::all_gather, Group::tp, 2 * d_.tokens * d_.h * Dims::act_bytes, n_.tp_ag));
-    gemm_cast(n_.mtp_proj, d_.tokens, d_.h / d_.tp, 2 * d_.h);
-    if (d_.tp > 1)
-        wait(Stream::compute, collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * Dims::act_bytes, n_.tp_ag));
-    mtp_pass_ = true;
-    layer_forward(mtp_layer_kind(m_), Phase::forward);
-    join_deferred();
-    mtp_pass_ = false;
-    head_forward();
-}
-
-void RankLowering::mtp_backward() {
-    head_backward();
-    mtp_pass_ = true;
-    layer_backward(mtp_layer_kind(m_), 0);
-    join_deferred();
-    mtp_pass_ = false;
-    layer_ = -1;
-    // The projection's gradients: dgrad to the 2h input (reduced over TP: reduce-scatter with SP),
-    // wgrad; then the two norms and the embedding's gradient (scatter-add into the copy).
-    const double act = d_.tokens_sp * d_.h * Dims::act_bytes;
-    gemm_cast(n_.mtp_proj, d_.tokens, 2 * d_.h, d_.h / d_.tp);
-    gemm(n_.mtp_proj, 2 * d_.h, d_.h / d_.tp, d_.tokens);
-    if (d_.tp > 1)
-        wait(Stream::compute, collective(Stream::tp_comm, d_.sp ? CollKind::reduce_scatter : CollKind::all_reduce, Group::tp,
-                                         2 * d_.tokens * d_.h * Dims::act_bytes, d_.sp ? n_.tp_rs : n_.tp_ar));
-    compute(Op::norm, n_.mtp_norms, 0, 2 * 3 * act);
-    compute(Op::embedding, n_.mtp_embedding, 0, 3 * act);
 }
 
 void RankLowering::backward_pass(int mb, int chunk) {
@@ -280,6 +247,7 @@ void RankLowering::backward_pass(int mb, int chunk) {
             in.bytes = p2p_wire_bytes(p2p_bytes);
             in.peer = program_of_stage(next);
             in.match_id = p2p_match(mb_, v + 1, false, lane);
+            if (df_) io({}, {grad(n_.g_x, chunk_first_layer(chunk) + chunk_layers(chunk), d_.tokens_sp, d_.h)});
             wait(Stream::compute, record(recv_stream(chunk, false)));
             gather_received(p2p_bytes);
         }
@@ -290,7 +258,9 @@ void RankLowering::backward_pass(int mb, int chunk) {
         const StageParams mtp = mtp_params_local(m_, p_);
         const double head_dense = output_params_rank(m_, p_) + mtp.dense;
         accumulate_grads(head_dense, mtp.expert);
-        if (bucketed) grads_ready(head_dense * p_.grad_bytes(), mtp.expert * p_.grad_bytes(), false);
+        if (bucketed)
+            for (std::size_t u = 0; u < units_.size(); ++u)
+                if (units_[u].chunk == chunk && units_[u].head) unit_ready(static_cast<int>(u));
     }
     const int count = chunk_layers(chunk);
     int pending_p = -1, pending_a = -1;
@@ -335,7 +305,7 @@ void RankLowering::backward_pass(int mb, int chunk) {
     }
     if (v == 0) {
         const AllocRun ws = alloc_list(emb_ws_desc_, emb_ws_ids_);
-        compute(Op::embedding, n_.embedding, 0, 3 * d_.tokens_sp * d_.h * Dims::act_bytes);
+        embedding_backward();
         free_list(ws);
         auto it = stashed_.find({mb_, chunk, -1});
         if (it != stashed_.end()) {
@@ -343,13 +313,16 @@ void RankLowering::backward_pass(int mb, int chunk) {
             stashed_.erase(it);
         }
         accumulate_grads(embedding_params_rank(m_, p_), 0);
-        if (bucketed) grads_ready(embedding_params_rank(m_, p_) * p_.grad_bytes(), 0, false);
+        if (bucketed)
+            for (std::size_t u = 0; u < units_.size(); ++u)
+                if (units_[u].chunk == chunk && units_[u].embedding) unit_ready(static_cast<int>(u));
     } else if (prev != stage_) {
         wait(send_stream(chunk, false), record(Stream::compute));
         Instr& in = push(InstrKind::send, send_stream(chunk, false), n_.pp_grad);
         in.bytes = p2p_wire_bytes(p2p_bytes);
         in.peer = program_of_stage(prev);
         in.match_id = p2p_match(mb_, v, false, lane);
+        if (df_) io({grad(n_.g_x, chunk_first_layer(chunk), d_.tokens_sp, d_.h)}, {});
         if (p_.p2p_blocking) block_on_send();
     }
     free_list(regathered);
@@ -357,8 +330,7 @@ void RankLowering::backward_pass(int mb, int chunk) {
         free_list(it->second);
         stashed_.erase(it);
     }
-    if (bucketed) flush_buckets();  // the chunk's gradients are final
-    else if (every_mb) reduce_chunk_grads(chunk, v == 0, v == vlast);
+    if (!bucketed && every_mb) reduce_chunk_grads(chunk);
 }
 
 // Optimizer on its tiers (plan.offload.optimizer), each fraction its own way at once: the GPU
@@ -375,53 +347,85 @@ void RankLowering::optimizer(int s) {
     const bool sharded = p_.zero_stage >= 1;
     const double shard = sharded ? sp.dense / group_size(Group::dp) + sp.expert / group_size(Group::edp) : sp.total();
     const TierSplit& of = p_.offload.optimizer;
+    // Dataflow: the element ranges this rank updates, cut into the tiers' parts in buffer order.
+    std::vector<std::pair<double, double>> owned;
+    if (df_) owned = owned_ranges();
+    using R = TensorRole;
+    auto part = [&](double lo, double hi, R role, Tier tier) { return ranges_part(owned, lo, hi, role, tier); };
     if (of.gpu > 0) {
         const double per_param = kAdamGpuFixedBytesPerParam + p_.grad_bytes() + p_.adam_moment_bytes();
         Instr& in = compute(Op::optimizer_gpu, n_.opt_gpu, 0, per_param * shard * of.gpu);
         in.count = shard * of.gpu;
+        if (df_) io_lists(part(0, of.gpu, R::param_grad, Tier::gpu), part(0, of.gpu, R::param, Tier::gpu));
     }
     const int grads_on_gpu = record(Stream::compute);
     int done = -1;
     if (of.cpu + of.ssd > 0) {
         const int d2h = copy(Stream::d2h, CopyKind::d2h, p_.grad_bytes() * shard * (of.cpu + of.ssd), n_.grad_d2h, grads_on_gpu);
+        if (df_) io_lists(part(of.gpu, 1, R::param_grad, Tier::gpu), part(of.gpu, 1, R::param_grad, Tier::cpu));
         if (of.cpu > 0) {
+            const double lo = of.gpu, hi = of.gpu + of.cpu;
             wait(Stream::cpu, d2h);
             Instr& in = push(InstrKind::optimizer, Stream::cpu, n_.opt_cpu);
             in.count = shard * of.cpu;
+            if (df_) io_lists(part(lo, hi, R::param_grad, Tier::cpu), part(lo, hi, R::param, Tier::cpu));
             done = copy(Stream::h2d, CopyKind::h2d, kParamBytesPerParam * shard * of.cpu, n_.param_h2d, record(Stream::cpu));
+            if (df_) io_lists(part(lo, hi, R::param, Tier::cpu), part(lo, hi, R::param, Tier::gpu));
         }
         if (of.ssd > 0) {
             const double params = shard * of.ssd;
             const double sub = std::max(1.0, o_.ssd_sub_group_params);
             const int groups = static_cast<int>(std::clamp(std::ceil(params / sub), 1.0, 4096.0));
             const double per = params / groups;
+            const double state_bytes = (kMasterBytesPerParam + p_.adam_moment_bytes()) * per;
+            const double base = of.gpu + of.cpu, width = of.ssd / groups;  // sub-group g: [base + g w, base + (g+1) w)
+            auto group_part = [&](int g, R role, Tier tier) { return part(base + g * width, base + (g + 1) * width, role, tier); };
             std::vector<int> read_ev(static_cast<std::size_t>(groups), -1);
-            read_ev[0] = copy(Stream::ssd, CopyKind::ssd_read, (kMasterBytesPerParam + p_.adam_moment_bytes()) * per, n_.state_read, d2h);
+            auto read = [&](int g, int after) {
+                read_ev[static_cast<std::size_t>(g)] = copy(Stream::ssd, CopyKind::ssd_read, state_bytes, n_.state_read, after);
+                if (df_) io_lists(group_part(g, R::optimizer_state, Tier::ssd), group_part(g, R::optimizer_state, Tier::cpu));
+            };
+            read(0, d2h);
             int last_adam = -1;
             for (int g = 0; g < groups; ++g) {
-                if (g + 1 < groups)
-                    read_ev[static_cast<std::size_t>(g + 1)] = copy(Stream::ssd, CopyKind::ssd_read, (kMasterBytesPerParam + p_.adam_moment_bytes()) * per, n_.state_read, -1);
+                if (g + 1 < groups) read(g + 1, -1);
                 wait(Stream::cpu, read_ev[static_cast<std::size_t>(g)]);
                 Instr& in = push(InstrKind::optimizer, Stream::cpu, n_.opt_ssd);
                 in.count = per;
+                if (df_) {
+                    std::vector<int> ins = group_part(g, R::param_grad, Tier::cpu), outs = group_part(g, R::optimizer_state, Tier::cpu);
+                    const std::vector<int> st = outs, hp = group_part(g, R::param, Tier::cpu);
+                    ins.insert(ins.end(), st.begin(), st.end());
+                    outs.insert(outs.end(), hp.begin(), hp.end());
+                    io_lists(ins, outs);
+                }
                 last_adam = record(Stream::cpu);
-                copy(Stream::ssd, CopyKind::ssd_write, (kMasterBytesPerParam + p_.adam_moment_bytes()) * per, n_.state_write, last_adam);
+                copy(Stream::ssd, CopyKind::ssd_write, state_bytes, n_.state_write, last_adam);
+                if (df_) io_lists(group_part(g, R::optimizer_state, Tier::cpu), group_part(g, R::optimizer_state, Tier::ssd));
             }
             done = copy(Stream::h2d, CopyKind::h2d, kParamBytesPerParam * params, n_.param_h2d, last_adam);
+            if (df_) io_lists(part(base, 1, R::param, Tier::cpu), part(base, 1, R::param, Tier::gpu));
         }
     }
     optimizer_done_ev_ = done;
     // Distributed optimizer (ZeRO 1/2) without overlap_param_gather: gather the updated parameter
-    // shards at the end of the step; the next step's forward waits for it. (With the overlap, the
-    // gather is emitted at the start of the step: gather_params_overlapped.)
+    // shards at the end of the step, bucket by bucket over the ranges they were reduced over; the
+    // next step's forward waits for it. (With the overlap, the gather is emitted at the start of the
+    // step: gather_params_overlapped.)
     if ((p_.zero_stage == 1 || p_.zero_stage == 2) && !p_.overlap_param_gather) {
         int after = record(Stream::compute);
         wait(Stream::dp_comm, done);
         int ev = -1;
-        if (group_size(Group::dp) > 1)
-            ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, sp.dense * Dims::act_bytes, n_.dp_params, after);
-        if (sp.expert > 0 && group_size(Group::edp) > 1)
-            ev = collective(Stream::dp_comm, CollKind::all_gather, Group::edp, sp.expert * Dims::act_bytes, n_.edp_params, after);
+        for (const Bucket& b : buckets_) {
+            const Group g = b.expert ? Group::edp : Group::dp;
+            if (group_size(g) <= 1) continue;
+            ev = collective(Stream::dp_comm, CollKind::all_gather, g, b.count * Dims::act_bytes, b.expert ? n_.edp_params : n_.dp_params, after);
+            after = -1;
+            if (df_) {
+                const int r = range(R::param, b.off, b.count, Tier::gpu, b.expert);
+                io({r}, {r});
+            }
+        }
         param_gather_ev_ = p_.lock_free_update ? -1 : ev;  // lock-free: the next step does not wait
     }
     (void)s;
@@ -445,8 +449,15 @@ Program lower(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, const
     Names names{};
     names.intern(prog);
     const int steps = std::max(o.steps, p.lock_free_update ? 2 : 1);
+    prog.steps = steps;
     const int gpn = std::max(1, c.gpus_per_node);
     std::int64_t tensor_counter = 0;
+    TensorTable table{prog, {}};
+    if (o.dataflow) {
+        STRATA_ASSERT(o.full_mode, "lower: dataflow needs full mode (one program per rank)");
+        const std::string why = dataflow_unsupported(m, p);
+        STRATA_ASSERT(why.empty(), "lower: " + why);
+    }
 
     std::vector<Coord> coords;
     if (o.full_mode) {
@@ -472,8 +483,9 @@ Program lower(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, const
         rp.node = rp.global_rank / gpn;
         rp.instrs.reserve(per_rank);
         prepare_write_once(rp.instrs.data(), rp.instrs.capacity() * sizeof(Instr));  // before the first write
-        RankLowering rl(m, c, p, o, prog, rp, names, co, o.full_mode, tensor_counter);
+        RankLowering rl(m, c, p, o, prog, rp, names, co, o.full_mode, tensor_counter, o.dataflow ? &table : nullptr);
         rl.run(steps);
+        rl.finish_operands();
         prog.events = std::max(prog.events, rl.events());
     }
     return prog;

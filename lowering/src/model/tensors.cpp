@@ -219,7 +219,8 @@ StageParams layer_params_local(const ModelSpec& m, const PlanSpec& p, int layer)
         sp.dense += static_cast<double>(lp.router) + static_cast<double>(lp.shared_experts) / L.t;
         sp.expert = static_cast<double>(lp.experts) / std::max(1, p.ep) / p.etp();
     } else {
-        sp.dense += static_cast<double>(lp.mlp) / L.t;
+        // fc2's bias is row-parallel: replicated, not split (h / tp of it was counted above).
+        sp.dense += static_cast<double>(lp.mlp) / L.t + (m.linear_bias ? h - h / L.t : 0.0);
     }
     return sp;
 }

@@ -37,6 +37,15 @@ const char* to_string(CopyKind c) {
     return names[static_cast<int>(c)];
 }
 
+const char* to_string(Kernel k) {
+    static const char* names[] = {"fused", "eager", "flash_fa3", "flash_fa2", "flash_fa1", "unfused_attention"};
+    return names[static_cast<int>(k)];
+}
+const char* to_string(TensorRole r) {
+    static const char* names[] = {"activation", "grad", "param", "param_grad", "tokens", "stats", "optimizer_state"};
+    return names[static_cast<int>(r)];
+}
+
 int Program::name_id(const std::string& s) {
     for (std::size_t i = 0; i < names.size(); ++i)
         if (names[i] == s) return static_cast<int>(i);

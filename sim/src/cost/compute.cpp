@@ -280,7 +280,7 @@ Estimate attention_cost(const Instr& in_fp, const CostContext& ctx) {
     const double hd = in.k > 0 ? static_cast<double>(in.k) : 128.0;
     const double batch = std::max<double>(1, static_cast<double>(in.batch));
     // Causal forward: 2 GEMMs of seq x kv x hd, half of them masked: 2 * seq * kv * hd per head.
-    if (ctx.plan && !ctx.plan->flash_attention) return unfused_attention_cost(in, ctx, seq, kv, hd, batch);
+    if (in.kernel == Kernel::unfused_attention) return unfused_attention_cost(in, ctx, seq, kv, hd, batch);
     double flops = in.flops;
     if (flops <= 0) flops = (backward ? 2.5 : 1.0) * 2.0 * seq * kv * hd * batch;
     const double peak = peak_flops(hw, in.dtype);
@@ -299,7 +299,9 @@ Estimate attention_cost(const Instr& in_fp, const CostContext& ctx) {
         achieved = a.value;
         prov = a.provenance;
     } else {
-        const AttentionKernel family = ctx.plan ? ctx.plan->attention_kernel : AttentionKernel::fa3;
+        const AttentionKernel family = in.kernel == Kernel::flash_fa2   ? AttentionKernel::fa2
+                                       : in.kernel == Kernel::flash_fa1 ? AttentionKernel::fa1
+                                                                        : AttentionKernel::fa3;
         const AttnAnchor* a = nullptr;
         if (family != AttentionKernel::fa3) a = find_attn_anchor(kAttnFa2, hw.gpu.id);
         if (!a) a = find_attn_anchor(kAttn, hw.gpu.id);
@@ -362,7 +364,7 @@ Estimate compute_cost(const Instr& in, const CostContext& ctx) {
     if (in.op == Op::attention_fwd || in.op == Op::attention_bwd) return attention_cost(in, ctx);
     // Eager frameworks run a layer's norms and elementwise ops unfused (embedding, loss and the
     // optimizer are single kernels either way).
-    const bool eager = ctx.plan && ctx.plan->eager_elementwise && (in.op == Op::norm || in.op == Op::elementwise);
+    const bool eager = in.kernel == Kernel::eager && (in.op == Op::norm || in.op == Op::elementwise);
     return scaled(memory_bound_cost(in, ctx), cal.memory_bound * (eager ? kEagerElementwiseFactor : 1.0));
 }
 

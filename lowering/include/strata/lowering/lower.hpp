@@ -23,6 +23,11 @@ struct LowerOptions {
     /// ZeRO-Infinity: parameters per optimizer sub-group swapped from SSD at a time (DeepSpeed's
     /// sub_group_size default is 1e9).
     double ssd_sub_group_params = 1e9;
+    /// Name every instruction's operands (Program::tensors, RankProgram::operands) and each rank's
+    /// groups, so the Program can be executed on real numbers (the runtime). Needs full_mode and a
+    /// model and plan the dataflow covers (params.hpp, dataflow_unsupported). The instructions are
+    /// the same with or without it.
+    bool dataflow = false;
 };
 
 /// One slot of a pipeline schedule: run the forward or the backward of `microbatch` through the
@@ -43,6 +48,10 @@ struct PipeSlot {
 /// appears once forward and once backward, forward first.
 std::vector<PipeSlot> pipeline_schedule(Schedule s, int pp, int stage, int micro_batches, int vpp, int group = 0);
 
+/// The kernel a compute instruction of `op` is under plan `p` (Instr::kernel): the attention
+/// family (flash_attention, attention_kernel), eager or fused memory-bound ops (eager_elementwise).
+Kernel kernel_of(Op op, const PlanSpec& p);
+
 /// Lower one training step (or LowerOptions::steps of them). Conventions of the result:
 /// - Instr::microbatch = step * micro_batches + mb; Instr::chunk = virtual stage of the rank.
 /// - Event ids are per RankProgram, 0..Program::events-1, each recorded exactly once.
@@ -57,6 +66,15 @@ std::vector<PipeSlot> pipeline_schedule(Schedule s, int pp, int stage, int micro
 ///   (Megatron's dp x cp group): group_size = dp * cp. Group::edp: dp * cp / ep.
 /// - Alloc/Free pair by Instr::tensor (unique over the Program); persistent model states and
 ///   buffers are allocated at program start and never freed.
+/// - Dataflow (LowerOptions::dataflow), the rules an executor of real numbers relies on:
+///   a GEMM's operands are {input, weight[, bias]} -> {output} forward, {output grad, weight} ->
+///   {input grad} for dgrad, {input, output grad} -> {weight grad[, bias grad]} for wgrad; a
+///   param_grad output is always accumulated into, never overwritten; an all-reduce reads and
+///   writes the same tensor; an all-gather concatenates rows (or a flat range's slices) in group
+///   order and a reduce-scatter leaves each member its slice (zeroing the rest of a gradient
+///   range, as ZeRO keeps only its shard); a flat range is sliced evenly by group rank.
+///   Gradient buckets are ranges, and every parameter all-gather uses the ranges its gradients
+///   were reduce-scattered over, so ZeRO shards agree.
 Program lower(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, const LowerOptions& o = {});
 
 }  // namespace strata::sim

@@ -8,6 +8,7 @@
 // peers) start when this rank reaches them; a collective or p2p with a match_id also waits for its
 // counterpart(s) in other RankPrograms.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -75,6 +76,15 @@ const char* to_string(CopyKind);
 /// Data type of a compute instruction's inputs.
 enum class DType : std::uint8_t { fp32, tf32, fp16, bf16, fp8 };
 
+/// Which kernel a compute instruction is: what the runtime launches and what the cost model
+/// prices. Stamped by the lowering from the plan (kernel_of), so neither executor reads plan fields
+/// to choose one. fused: Megatron-Core / Transformer Engine's fused memory-bound kernels (and every
+/// GEMM, embedding, loss, optimizer); eager: a norm or elementwise op as separate eager PyTorch
+/// kernels; flash_fa3/fa2/fa1: a fused attention family (docs/costs.md); unfused_attention: the
+/// score, softmax and value kernels of attention before flash.
+enum class Kernel : std::uint8_t { fused, eager, flash_fa3, flash_fa2, flash_fa1, unfused_attention };
+const char* to_string(Kernel);
+
 /// One instruction. A flat struct (not a variant) so programs of millions of instructions stay
 /// compact and cache-friendly: 64 bytes, one cache line (GPT-3 175B on 1024 GPUs lowers to 2.1M of
 /// them). Fields a kind does not use keep their defaults; fields of kinds that never meet share
@@ -89,8 +99,9 @@ struct Instr {
     Group group = Group::tp;
     CopyKind copy = CopyKind::h2d;
     DType dtype = DType::bf16;
-    Tier tier : 8 = Tier::gpu;        ///< alloc/free: which pool
-    std::int32_t tag : 8 = 0;         ///< alloc/free: TensorTag (tensors.hpp)
+    Tier tier : 4 = Tier::gpu;        ///< alloc/free: which pool
+    std::int32_t tag : 4 = 0;         ///< alloc/free: TensorTag (tensors.hpp)
+    Kernel kernel : 8 = Kernel::fused;  ///< compute: which kernel (kernel_of)
     std::int16_t chunk = 0;           ///< virtual pipeline stage of this rank
     std::int16_t layer = -1;          ///< global layer index (-1: not per layer)
     std::int16_t name = 0;            ///< index into Program::names (human label, e.g. "qkv")
@@ -129,6 +140,51 @@ struct Instr {
 };
 static_assert(sizeof(Instr) == 64, "Instr is one cache line: programs hold millions of them");
 
+// ---- Dataflow (LowerOptions::dataflow) ------------------------------------------------------
+// What each instruction reads and writes, so an executor that computes real numbers needs no
+// schedule or model knowledge of its own. Tensors are descriptors shared by all RankPrograms: the
+// same id on two ranks names each rank's own copy (a pipeline send and its receive carry the same
+// id). Model states are not separate tensors but ranges of a rank's flat buffers (Megatron's
+// contiguous parameter and gradient buffers, laid out by params.hpp), so a gradient bucket, a
+// ZeRO shard or a layer's weight is an (offset, count) range, and any bucketing is expressible.
+
+/// What a dataflow tensor holds.
+enum class TensorRole : std::uint8_t {
+    activation,  ///< a forward value of one micro-batch (rows = tokens on this rank)
+    grad,        ///< the gradient of an activation
+    param,       ///< a range of the flat parameter buffer
+    param_grad,  ///< a range of the flat gradient buffer (accumulated over micro-batches)
+    tokens,      ///< the micro-batch's input token ids and targets (rows = tokens, cols = 2)
+    stats,       ///< per-token statistics a kernel keeps (attention's log-sum-exp, the loss's)
+    optimizer_state  ///< a flat range's optimizer state (fp32 master, m, v per parameter)
+};
+const char* to_string(TensorRole);
+
+/// The flat buffers of a rank's model states (params.hpp lays them out).
+enum class FlatBuffer : std::uint8_t { none, dense, expert };
+
+struct DataTensor {
+    std::int32_t name = 0;         ///< Program::tensor_names: what it is ("ln1", "qkv.out", "grads", ...)
+    TensorRole role = TensorRole::activation;
+    FlatBuffer buffer = FlatBuffer::none;  ///< param / param_grad: which flat buffer
+    Tier tier = Tier::gpu;         ///< where it lives (an offloaded optimizer's host copy: cpu)
+    std::int16_t layer = -1;       ///< global layer index (-1: none)
+    std::int32_t microbatch = -1;  ///< step * micro_batches + mb (-1: none)
+    std::int64_t rows = 0;         ///< elements per rank: rows x cols (a flat range: 1 x count)
+    std::int64_t cols = 0;
+    std::int64_t offset = 0;       ///< param / param_grad: first element of the range
+    std::int64_t elements() const { return rows * cols; }
+};
+
+/// An instruction's operands: ids into Program::tensors, inputs then outputs, at
+/// RankProgram::operand_ids[first, first + n_in + n_out). A tensor both read and written (an
+/// all-reduce, an accumulation) appears on both sides.
+struct Operands {
+    std::uint32_t first = 0;
+    std::uint16_t n_in = 0;
+    std::uint16_t n_out = 0;
+};
+
 /// The instructions of one representative rank (a pipeline stage; in full mode, one global rank).
 struct RankProgram {
     int id = 0;
@@ -137,6 +193,11 @@ struct RankProgram {
     std::int64_t multiplicity = 1;    ///< how many global ranks behave identically (DP x TP x CP peers)
     int node = 0;                     ///< node index of global_rank
     std::vector<Instr> instrs;
+    /// Dataflow only: operands[i] belongs to instrs[i] (empty without LowerOptions::dataflow).
+    std::vector<Operands> operands;
+    std::vector<std::int32_t> operand_ids;
+    /// Dataflow only: the rank's place in each parallel group (group_ranks of groups.hpp, by Group).
+    std::array<std::vector<int>, kGroupCount> groups;
 };
 
 struct Program {
@@ -147,8 +208,12 @@ struct Program {
     int gpus = 0;                     ///< GPUs of the whole job
     double tokens_per_step = 0;
     double model_flops_per_step = 0;  ///< useful FLOPs (no recompute), for MFU
+    std::vector<DataTensor> tensors;  ///< dataflow only: the tensors operands name
+    std::vector<std::string> tensor_names;  ///< labels referenced by DataTensor::name
+    int steps = 1;                    ///< training steps lowered (LowerOptions::steps, or 2 lock-free)
 
     int name_id(const std::string& s);   ///< intern a label
+    bool has_dataflow() const { return !tensors.empty(); }
 };
 
 }  // namespace strata::sim

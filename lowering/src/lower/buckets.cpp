@@ -1,0 +1,367 @@
+// Gradient units and buckets of one rank, and the dataflow helpers. Every data-parallel
+// reduction and every distributed-optimizer gather of a rank uses the bucket ranges built here
+// once, so the slices a reduce-scatter leaves each rank are the slices its all-gather later
+// sends (the runtime depends on it; the engine only sees the byte counts).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "lower_impl.hpp"
+#include "strata/common/error.hpp"
+#include "strata/lowering/groups.hpp"
+
+namespace strata::sim::lower_detail {
+
+int TensorTable::intern(const DataTensor& t) {
+    const auto key = std::make_tuple(t.name, static_cast<int>(t.role), static_cast<int>(t.buffer), static_cast<int>(t.tier),
+                                     static_cast<int>(t.layer), t.microbatch, t.offset, t.rows, t.cols);
+    auto it = ids.find(key);
+    if (it != ids.end()) return it->second;
+    STRATA_ASSERT(prog.tensors.size() < static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()), "lower: too many dataflow tensors");
+    const int id = static_cast<int>(prog.tensors.size());
+    prog.tensors.push_back(t);
+    ids.emplace(key, id);
+    return id;
+}
+
+// ---- units and buckets --------------------------------------------------------------------
+
+void RankLowering::build_units() {
+    const int vlast = pp_ * vpp_ - 1;
+    const bool shared = head_stage_embedding_copy(m_, p_);
+    const double table = d_.vocab * d_.h / d_.tp;
+    double dense_off = 0, expert_off = 0;
+    auto push = [&](Unit u) {
+        u.dense_off = dense_off;
+        u.expert_off = expert_off;
+        dense_off += u.dense;
+        expert_off += u.expert;
+        units_.push_back(u);
+    };
+    for (int c = 0; c < vpp_; ++c) {
+        const int v = virtual_stage_of(p_, stage_, c);
+        if (v == vlast) {
+            const StageParams mtp = mtp_params_local(m_, p_);
+            Unit u;
+            u.chunk = c;
+            u.head = true;
+            u.dense = output_params_rank(m_, p_) - (shared ? table : 0) + mtp.dense;
+            u.expert = mtp.expert;
+            push(u);
+            if (shared) {
+                Unit t;
+                t.chunk = c;
+                t.head = true;
+                t.shared = true;
+                t.dense = table;
+                push(t);
+            }
+        }
+        for (int li = chunk_layers(c) - 1; li >= 0; --li) {
+            const int layer = chunk_first_layer(c) + li;
+            const LayerParamsRank lp = layer_params_rank(m_, p_, layer);
+            Unit u;
+            u.chunk = c;
+            u.layer = layer;
+            u.dense = lp.dense;
+            u.expert = lp.expert;
+            push(u);
+        }
+        if (v == 0) {
+            Unit u;
+            u.chunk = c;
+            u.embedding = true;
+            if (shared) {  // the position table alone, then the word table as its own unit
+                u.dense = embedding_params_rank(m_, p_) - table;
+                if (u.dense > 0) push(u);
+                u.shared = true;
+                u.dense = table;
+            } else {
+                u.dense = embedding_params_rank(m_, p_);
+            }
+            push(u);
+        }
+    }
+    dense_elements_ = dense_off;
+    expert_elements_ = expert_off;
+}
+
+// Megatron's DDP: a bucket closes once it holds dp_bucket_bytes of gradients or its chunk's
+// backward ends. Under the distributed optimizer the shared embedding table gets a bucket of its
+// own, so the first and the head stage slice it alike and its embedding-group all-reduce can follow
+// the reduce-scatter (Megatron-Core's _does_param_require_new_bucket). Without overlap the
+// gradients are cut into dp_bucket_bytes pieces (per chunk for ZeRO-2, whole stage otherwise);
+// ZeRO-3 reduces layers one by one (zero3_rs) and only the edges here.
+void RankLowering::build_buckets() {
+    buckets_.clear();
+    const double gb = p_.grad_bytes();
+    const double cap = static_cast<double>(std::max<std::int64_t>(1, p_.dp_bucket_bytes));
+    const bool dist_opt = p_.zero_stage == 1 || p_.zero_stage == 2;
+    const bool overlap = p_.overlap_grad_reduce && p_.zero_stage != 3;
+    if (overlap) {
+        double acc[2] = {0, 0}, start[2] = {0, 0};
+        int prev_unit = -1, chunk = -1;
+        auto close = [&](int k, int last) {
+            if (acc[k] <= 0) return;
+            Bucket b;
+            b.chunk = units_[static_cast<std::size_t>(last)].chunk;
+            b.expert = k == 1;
+            b.off = start[k];
+            b.count = acc[k] / gb;
+            b.last_unit = last;
+            buckets_.push_back(b);
+            start[k] += b.count;
+            acc[k] = 0;
+        };
+        for (std::size_t i = 0; i < units_.size(); ++i) {
+            const Unit& u = units_[i];
+            if (u.chunk != chunk && prev_unit >= 0) {  // a chunk's backward ends: flush
+                close(0, prev_unit);
+                close(1, prev_unit);
+            }
+            chunk = u.chunk;
+            if (u.shared && dist_opt) close(0, prev_unit);
+            acc[0] += u.dense * gb;
+            acc[1] += u.expert * gb;
+            if (acc[0] > 0 && (acc[0] >= cap || (u.shared && dist_opt))) close(0, static_cast<int>(i));
+            if (acc[1] > 0 && acc[1] >= cap) close(1, static_cast<int>(i));
+            prev_unit = static_cast<int>(i);
+        }
+        if (prev_unit >= 0) {
+            close(0, prev_unit);
+            close(1, prev_unit);
+        }
+        return;
+    }
+    // Pieces of at most cap bytes over a run of units, cut again around a shared table.
+    auto pieces = [&](std::size_t first, std::size_t last, bool expert, int chunk) {
+        double run_off = -1, run_len = 0;
+        auto flush = [&]() {
+            const double cap_elems = cap / gb;
+            for (double done = 0; done < run_len; done += cap_elems) {
+                Bucket b;
+                b.chunk = chunk;
+                b.expert = expert;
+                b.off = run_off + done;
+                b.count = std::min(cap_elems, run_len - done);
+                buckets_.push_back(b);
+            }
+            run_off = -1;
+            run_len = 0;
+        };
+        for (std::size_t i = first; i < last; ++i) {
+            const Unit& u = units_[i];
+            const double n = expert ? u.expert : u.dense;
+            const double off = expert ? u.expert_off : u.dense_off;
+            if (n <= 0) continue;
+            if ((u.shared && dist_opt) || (run_off >= 0 && off != run_off + run_len)) flush();
+            if (run_off < 0) run_off = off;
+            run_len += n;
+            if (u.shared && dist_opt) flush();
+        }
+        flush();
+    };
+    if (p_.zero_stage == 3) {  // the edges: head and embedding units (layers go one by one)
+        for (int k = 0; k < 2; ++k)
+            for (std::size_t i = 0; i < units_.size(); ++i)
+                if (units_[i].layer < 0) pieces(i, i + 1, k == 1, units_[i].chunk);
+    } else if (p_.zero_stage == 2) {
+        for (int c = 0; c < vpp_; ++c) {
+            std::size_t first = units_.size(), last = 0;
+            for (std::size_t i = 0; i < units_.size(); ++i)
+                if (units_[i].chunk == c) first = std::min(first, i), last = i + 1;
+            if (first >= last) continue;
+            pieces(first, last, false, c);
+            pieces(first, last, true, c);
+        }
+    } else {
+        pieces(0, units_.size(), false, -1);
+        pieces(0, units_.size(), true, -1);
+    }
+}
+
+int RankLowering::unit_of_layer(int layer) const {
+    for (std::size_t i = 0; i < units_.size(); ++i)
+        if (units_[i].layer == layer) return static_cast<int>(i);
+    return -1;
+}
+int RankLowering::head_unit(int chunk) const {
+    for (std::size_t i = 0; i < units_.size(); ++i)
+        if (units_[i].chunk == chunk && units_[i].head) return static_cast<int>(i);
+    return -1;
+}
+int RankLowering::embedding_unit(int chunk) const {
+    for (std::size_t i = 0; i < units_.size(); ++i)
+        if (units_[i].chunk == chunk && units_[i].embedding) return static_cast<int>(i);
+    return -1;
+}
+
+void RankLowering::reduce_bucket(const Bucket& b) {
+    const CollKind k = p_.zero_stage == 0 ? CollKind::all_reduce : CollKind::reduce_scatter;
+    const Group g = b.expert ? Group::edp : Group::dp;
+    if (group_size(g) <= 1) return;
+    collective(Stream::dp_comm, k, g, b.count * p_.grad_bytes(), b.expert ? n_.edp_grads : n_.dp_grads);
+    if (df_) {
+        const int r = range(TensorRole::param_grad, b.off, b.count, Tier::gpu, b.expert);
+        io({r}, {r});
+    }
+}
+
+void RankLowering::unit_ready(int u) {
+    if (u < 0) return;
+    for (const Bucket& b : buckets_)
+        if (b.last_unit == u) reduce_bucket(b);
+}
+
+void RankLowering::reduce_buckets(int chunk) {
+    for (const Bucket& b : buckets_)
+        if (chunk < 0 || b.chunk == chunk) reduce_bucket(b);
+}
+
+// ZeRO-2 without overlap: DeepSpeed reduces a full bucket as soon as it is filled, on the compute
+// stream, every micro-batch; lowered as the chunk's buckets after its backward, which the compute
+// stream waits for.
+void RankLowering::reduce_chunk_grads(int chunk) {
+    reduce_buckets(chunk);
+    wait(Stream::compute, record(Stream::dp_comm));
+}
+
+std::vector<std::pair<double, double>> RankLowering::owned_ranges() const {
+    std::vector<std::pair<double, double>> out;
+    if (p_.zero_stage == 0) {
+        if (dense_elements_ > 0) out.emplace_back(0.0, dense_elements_);
+        return out;
+    }
+    const std::vector<int> dpg = group_ranks(Group::dp, p_, rank_);
+    const int n = static_cast<int>(dpg.size()), r = group_rank_of(Group::dp, p_, rank_);
+    auto slice = [&](double off, double count) {
+        const double lo = std::floor(count * r / n), hi = std::floor(count * (r + 1) / n);
+        if (hi > lo) out.emplace_back(off + lo, hi - lo);
+    };
+    for (const Bucket& b : buckets_)
+        if (!b.expert) slice(b.off, b.count);
+    if (p_.zero_stage == 3)
+        for (const Unit& u : units_)
+            if (u.layer >= 0) slice(u.dense_off, u.dense);
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+std::vector<int> RankLowering::ranges_part(const std::vector<std::pair<double, double>>& ranges, double lo, double hi,
+                                           TensorRole role, Tier tier) const {
+    double total = 0;
+    for (const auto& r : ranges) total += r.second;
+    const double a = std::round(total * lo), b = std::round(total * hi);
+    std::vector<int> out;
+    double at = 0;
+    for (const auto& r : ranges) {
+        const double s = std::max(a, at), e = std::min(b, at + r.second);
+        if (e > s) out.push_back(const_cast<RankLowering*>(this)->range(role, r.first + (s - at), e - s, tier));
+        at += r.second;
+    }
+    return out;
+}
+
+// Sequence parallelism leaves each TP rank the gradient of its own tokens for the parameters it
+// replicates and applies token by token (norms, row-parallel biases): Megatron sums them over TP
+// after the data-parallel reduction (finalize_model_grads' _allreduce_layernorm_grads), one
+// coalesced all-reduce. Lowered on dp_comm, so the optimizer's wait on that stream covers it.
+void RankLowering::sp_grads_all_reduce() {
+    if (!(d_.sp && d_.tp > 1)) return;
+    double params = 0;
+    const double norm = m_.norm == NormKind::layernorm ? 2 * d_.h : d_.h;
+    for (int c = 0; c < vpp_; ++c) params += chunk_layers(c) * (2 * norm + (m_.linear_bias ? 2 * d_.h : 0));
+    if (stage_ == head_stage(p_)) params += norm;
+    if (params <= 0) return;
+    collective(Stream::dp_comm, CollKind::all_reduce, Group::tp, params * p_.grad_bytes(), n_.sp_grads, -1);
+    if (df_) {
+        std::vector<int> ids;
+        for (const ParamEntry& e : layout_.entries)
+            if (e.sequence_parallel) ids.push_back(range(TensorRole::param_grad, static_cast<double>(e.offset), static_cast<double>(e.elements())));
+        io_lists(ids, ids);
+    }
+}
+
+// ---- dataflow helpers -----------------------------------------------------------------------
+
+void RankLowering::io_lists(const std::vector<int>& in, const std::vector<int>& out) {
+    if (!df_) return;
+    STRATA_ASSERT(!rp_.instrs.empty() && last_op_ < rp_.instrs.size(), "io: no instruction");
+    rp_.operands.resize(rp_.instrs.size());  // instructions pushed without operands get none
+    STRATA_ASSERT(rp_.operands[last_op_].n_in + rp_.operands[last_op_].n_out == 0, "io: operands named twice");
+    Operands o;
+    o.first = static_cast<std::uint32_t>(rp_.operand_ids.size());
+    for (int t : in)
+        if (t >= 0) rp_.operand_ids.push_back(t), ++o.n_in;
+    for (int t : out)
+        if (t >= 0) rp_.operand_ids.push_back(t), ++o.n_out;
+    rp_.operands[last_op_] = o;
+}
+
+void RankLowering::io(std::initializer_list<int> in, std::initializer_list<int> out) {
+    if (!df_) return;
+    io_lists(std::vector<int>(in), std::vector<int>(out));
+}
+
+void RankLowering::finish_operands() {
+    if (df_) rp_.operands.resize(rp_.instrs.size());
+}
+
+int RankLowering::act(int name, int layer, double rows, double cols, TensorRole role) {
+    if (!df_) return -1;
+    DataTensor t;
+    t.name = name;
+    t.role = role;
+    t.layer = static_cast<std::int16_t>(layer);
+    t.microbatch = mb_;
+    t.rows = std::llround(rows);
+    t.cols = std::llround(cols);
+    return table_->intern(t);
+}
+
+int RankLowering::range(TensorRole role, double off, double count, Tier tier, bool expert) {
+    if (!df_) return -1;
+    DataTensor t;
+    t.name = role == TensorRole::param ? n_.t_params : role == TensorRole::optimizer_state ? n_.t_state : n_.t_grads;
+    t.role = role;
+    t.buffer = expert ? FlatBuffer::expert : FlatBuffer::dense;
+    t.tier = tier;
+    t.offset = std::llround(off);
+    t.rows = 1;
+    t.cols = std::llround(count);
+    return table_->intern(t);
+}
+
+int RankLowering::prm(const char* name, int layer) {
+    if (!df_) return -1;
+    const ParamEntry* e = layout_.find(name, layer);
+    STRATA_ASSERT(e != nullptr, "lower: dataflow names a parameter this rank does not hold");
+    DataTensor t;
+    t.name = tensor_name_id(prog_, e->name);
+    t.role = TensorRole::param;
+    t.buffer = e->buffer;
+    t.layer = static_cast<std::int16_t>(e->layer);
+    t.offset = e->offset;
+    t.rows = e->rows;
+    t.cols = e->cols;
+    return table_->intern(t);
+}
+
+int RankLowering::prm_grad(const char* name, int layer) {
+    if (!df_) return -1;
+    DataTensor t = prog_.tensors[static_cast<std::size_t>(prm(name, layer))];
+    t.role = TensorRole::param_grad;
+    return table_->intern(t);
+}
+
+int RankLowering::bias(const char* name, int layer, bool grad_of) {
+    if (!df_ || layout_.find(name, layer) == nullptr) return -1;
+    return grad_of ? prm_grad(name, layer) : prm(name, layer);
+}
+
+int RankLowering::tokens() {
+    if (!df_) return -1;
+    return act(n_.t_tokens, -1, d_.tokens, 2, TensorRole::tokens);
+}
+
+}  // namespace strata::sim::lower_detail

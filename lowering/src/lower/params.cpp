@@ -1,0 +1,155 @@
+// The flat parameter layout of a pipeline rank (params.hpp), and what the dataflow lowering does
+// not cover yet.
+#include "strata/lowering/params.hpp"
+
+#include <algorithm>
+
+#include "strata/common/error.hpp"
+#include "strata/lowering/model.hpp"
+#include "strata/lowering/tensors.hpp"
+
+namespace strata::sim {
+
+const ParamEntry* ParamLayout::find(const std::string& name, int layer) const {
+    for (const ParamEntry& e : entries)
+        if (e.layer == layer && e.name == name) return &e;
+    return nullptr;
+}
+
+namespace {
+
+class LayoutBuilder {
+public:
+    LayoutBuilder(const ModelSpec& m, const PlanSpec& p, ParamLayout& out) : m_(m), p_(p), out_(out) {}
+
+    void add(const char* name, int layer, int chunk, std::int64_t full_rows, std::int64_t full_cols, ParamSplit split,
+             bool decay, bool sp = false, bool shared = false) {
+        ParamEntry e;
+        e.name = name;
+        e.layer = layer;
+        e.chunk = chunk;
+        e.full_rows = full_rows;
+        e.full_cols = full_cols;
+        e.split = split;
+        const std::int64_t tp = p_.tp;
+        // A bias is a [1, n] row: a row split of the vector it stands for cuts its columns.
+        const bool vector_split = full_rows == 1 && split != ParamSplit::replicated;
+        e.rows = split == ParamSplit::cols || split == ParamSplit::replicated || vector_split ? full_rows : full_rows / tp;
+        e.cols = split == ParamSplit::cols || vector_split ? full_cols / tp : full_cols;
+        e.decay = decay;
+        e.sequence_parallel = sp && p_.sequence_parallel && p_.tp > 1;
+        e.shared_embedding = shared;
+        e.offset = out_.dense_elements;
+        out_.dense_elements += e.elements();
+        out_.entries.push_back(std::move(e));
+    }
+
+    void norm(const char* weight, const char* bias, int layer, int chunk) {
+        if (m_.norm == NormKind::layernorm) add(bias, layer, chunk, 1, m_.hidden, ParamSplit::replicated, false, true);
+        add(weight, layer, chunk, 1, m_.hidden, ParamSplit::replicated, false, true);
+    }
+
+    // Reverse registration order inside a layer, as Megatron's buffer holds it.
+    void layer(int l, int chunk) {
+        const std::int64_t h = m_.hidden, f = m_.ffn_hidden, qkv = q_width(m_) + 2 * kv_width(m_);
+        const bool swiglu = m_.ffn == FfnKind::swiglu;
+        if (m_.linear_bias) add("fc2.bias", l, chunk, 1, h, ParamSplit::replicated, false, true);
+        add("fc2.weight", l, chunk, h, f, ParamSplit::cols, true);
+        if (m_.linear_bias) add("fc1.bias", l, chunk, 1, (swiglu ? 2 : 1) * f, swiglu ? ParamSplit::gated_rows : ParamSplit::rows, false);
+        add("fc1.weight", l, chunk, (swiglu ? 2 : 1) * f, h, swiglu ? ParamSplit::gated_rows : ParamSplit::rows, true);
+        norm("ln2.weight", "ln2.bias", l, chunk);
+        if (m_.linear_bias) add("proj.bias", l, chunk, 1, h, ParamSplit::replicated, false, true);
+        add("proj.weight", l, chunk, h, q_width(m_), ParamSplit::cols, true);
+        if (m_.linear_bias || m_.qkv_bias) add("qkv.bias", l, chunk, 1, qkv, ParamSplit::qkv_rows, false);
+        add("qkv.weight", l, chunk, qkv, h, ParamSplit::qkv_rows, true);
+        norm("ln1.weight", "ln1.bias", l, chunk);
+    }
+
+private:
+    const ModelSpec& m_;
+    const PlanSpec& p_;
+    ParamLayout& out_;
+};
+
+}  // namespace
+
+ParamLayout param_layout(const ModelSpec& m, const PlanSpec& p, int stage) {
+    STRATA_ASSERT(dataflow_unsupported(m, p).empty(), "param_layout: model or plan outside the dataflow lowering");
+    ParamLayout L;
+    LayoutBuilder b(m, p, L);
+    const int pp = std::max(1, p.pp), vpp = std::max(1, p.vpp), vlast = pp * vpp - 1;
+    const std::vector<int> vsize = virtual_stage_layers(m, p);
+    for (int c = 0; c < vpp; ++c) {
+        const int v = virtual_stage_of(p, stage, c);
+        int first = 0;
+        for (int u = 0; u < v; ++u) first += vsize[static_cast<std::size_t>(u)];
+        const int count = vsize[static_cast<std::size_t>(v)];
+        auto unit = [&](int layer, bool head, bool emb, std::int64_t start) {
+            GradUnit g;
+            g.chunk = c;
+            g.layer = layer;
+            g.head = head;
+            g.embedding = emb;
+            g.offset = start;
+            g.count = L.dense_elements - start;
+            L.units.push_back(g);
+        };
+        // The shared word table (tied, pp > 1) is a unit of its own on both ends: under the
+        // distributed optimizer it gets its own bucket (lower's build_buckets).
+        const bool shared = head_stage_embedding_copy(m, p);
+        if (v == vlast) {
+            const std::int64_t start = L.dense_elements;
+            b.norm("final_norm.weight", "final_norm.bias", -1, c);
+            if (!m.tied_embeddings) b.add("lm_head.weight", -1, c, m.vocab, m.hidden, ParamSplit::rows, true);
+            unit(-1, true, false, start);
+            if (shared) {
+                const std::int64_t t = L.dense_elements;
+                b.add("word_embedding.weight", -1, c, m.vocab, m.hidden, ParamSplit::rows, true, false, true);
+                unit(-1, true, false, t);
+            }
+        }
+        for (int l = first + count - 1; l >= first; --l) {
+            const std::int64_t start = L.dense_elements;
+            b.layer(l, c);
+            unit(l, false, false, start);
+        }
+        if (v == 0) {
+            const std::int64_t start = L.dense_elements;
+            if (m.position == PositionKind::learned)
+                b.add("position_embedding.weight", -1, c, m.max_position > 0 ? m.max_position : m.seq_len, m.hidden,
+                      ParamSplit::replicated, false);
+            if (shared && L.dense_elements > start) unit(-1, false, true, start);
+            const std::int64_t t = shared ? L.dense_elements : start;
+            b.add("word_embedding.weight", -1, c, m.vocab, m.hidden, ParamSplit::rows, true, false, shared);
+            unit(-1, false, true, t);
+        }
+    }
+    return L;
+}
+
+std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
+    auto n = [](const char* field, const std::string& value) { return std::string(field) + " = " + value; };
+    if (m.is_moe()) return n("model.moe", "experts") + ": mixture-of-experts layers are not in the dataflow lowering yet";
+    if (m.mla) return "model.mla: multi-head latent attention is not in the dataflow lowering yet";
+    if (m.mtp_depth > 0) return n("model.mtp_depth", std::to_string(m.mtp_depth)) + ": MTP modules are not in the dataflow lowering yet";
+    if (m.qk_norm) return "model.qk_norm = true: QK-norm is not in the dataflow lowering yet";
+    if (m.dropout > 0) return n("model.dropout", std::to_string(m.dropout)) + ": dropout is not executed (set it to 0)";
+    if (p.cp > 1) return n("plan.cp", std::to_string(p.cp)) + ": context parallelism is not in the dataflow lowering yet";
+    if (p.precision == Precision::fp8) return "plan.precision = fp8: FP8 is not executed yet";
+    if (!p.offload.params.all_gpu() || !p.offload.grads.all_gpu() || !p.offload.activations.all_gpu())
+        return "plan.offload: only the optimizer may be offloaded (params, grads and activations stay on the GPU)";
+    if (p.lock_free_update) return "plan.lock_free_update = true: the delayed update is not executed yet";
+    if (!p.grad_accum_fusion) return "plan.grad_accum_fusion = false: unfused gradient accumulation is not executed yet";
+    if (p.p2p_scatter_gather) return "plan.p2p_scatter_gather = true: split pipeline transfers are not executed yet";
+    if (p.tp_comm_overlap) return "plan.tp_comm_overlap = true: a GEMM fed while its all-gather runs is not executed yet";
+    const std::int64_t tp = p.tp;
+    if (m.vocab % tp != 0) return n("model.vocab", std::to_string(m.vocab)) + ": must be a multiple of plan.tp = " + std::to_string(tp);
+    if (m.ffn_hidden % tp != 0) return n("model.ffn_hidden", std::to_string(m.ffn_hidden)) + ": must be a multiple of plan.tp = " + std::to_string(tp);
+    if (m.heads % tp != 0 || (m.kv_heads > 0 ? m.kv_heads : m.heads) % tp != 0)
+        return "model.heads / model.kv_heads: must be multiples of plan.tp = " + std::to_string(tp);
+    if (p.sequence_parallel && tp > 1 && (static_cast<std::int64_t>(p.micro_batch) * m.seq_len) % tp != 0)
+        return "plan.sequence_parallel: micro_batch x seq_len must be a multiple of plan.tp";
+    return {};
+}
+
+}  // namespace strata::sim

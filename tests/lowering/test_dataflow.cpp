@@ -1,0 +1,227 @@
+// The Program's dataflow (LowerOptions::dataflow): what each instruction reads and writes. The
+// checks are structural and by hand: the instructions do not change, the flat parameter layout
+// sums to the model's parameter counts, every tensor is written before it is read on its rank, a
+// pipeline send carries the tensor its receive writes, and ZeRO's reduce-scatter ranges are the
+// ranges its all-gathers use, with the optimizer's slices partitioning each buffer over the group.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "strata/lowering/groups.hpp"
+#include "strata/lowering/lower.hpp"
+#include "strata/lowering/model.hpp"
+#include "strata/lowering/params.hpp"
+#include "strata/lowering/tensors.hpp"
+#include "support/lower_fixtures.hpp"
+
+using namespace strata::sim;
+using namespace strata::test;
+
+namespace {
+
+Program lower_df(const ModelSpec& m, const PlanSpec& p, bool dataflow = true, int steps = 1) {
+    LowerOptions o;
+    o.full_mode = true;
+    o.dataflow = dataflow;
+    o.steps = steps;
+    return lower(m, cluster(p.gpus()), p, o);
+}
+
+std::vector<int> ins(const Program& prog, const RankProgram& r, std::size_t i) {
+    const Operands& o = r.operands[i];
+    return {r.operand_ids.begin() + o.first, r.operand_ids.begin() + o.first + o.n_in};
+}
+std::vector<int> outs(const Program& prog, const RankProgram& r, std::size_t i) {
+    const Operands& o = r.operands[i];
+    return {r.operand_ids.begin() + o.first + o.n_in, r.operand_ids.begin() + o.first + o.n_in + o.n_out};
+}
+
+bool is_range(const DataTensor& t) {
+    return t.role == TensorRole::param || t.role == TensorRole::param_grad || t.role == TensorRole::optimizer_state;
+}
+
+// Every activation, gradient and statistic is written on a rank before that rank reads it (a
+// receive writes what it receives; flat ranges and tokens exist from the start).
+void check_def_before_use(const Program& prog) {
+    for (const RankProgram& r : prog.ranks) {
+        REQUIRE(r.operands.size() == r.instrs.size());
+        std::set<int> written;
+        for (std::size_t i = 0; i < r.instrs.size(); ++i) {
+            for (int t : ins(prog, r, i)) {
+                REQUIRE(t >= 0);
+                REQUIRE(t < static_cast<int>(prog.tensors.size()));
+                const DataTensor& d = prog.tensors[static_cast<std::size_t>(t)];
+                if (is_range(d) || d.role == TensorRole::tokens) continue;
+                INFO("rank " << r.id << " instr " << i << " " << prog.names[static_cast<std::size_t>(r.instrs[i].name)]
+                              << " reads " << prog.names[static_cast<std::size_t>(d.name)] << " layer " << d.layer << " mb " << d.microbatch);
+                CHECK(written.count(t) == 1);
+            }
+            for (int t : outs(prog, r, i)) written.insert(t);
+        }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("dataflow adds operands and changes no instruction", "[dataflow]") {
+    ModelSpec m = small_gpt();
+    m.linear_bias = true;
+    m.tied_embeddings = true;
+    for (int variant = 0; variant < 5; ++variant) {
+        PlanSpec p = plan(2, 2, 2, 8);
+        if (variant == 1) p.sequence_parallel = true;
+        if (variant == 2) p.zero_stage = 1;
+        if (variant == 3) p.recompute = Recompute::full;
+        if (variant == 4) p.schedule = Schedule::gpipe;
+        const Program a = lower_df(m, p, false), b = lower_df(m, p, true);
+        REQUIRE(a.ranks.size() == b.ranks.size());
+        for (std::size_t r = 0; r < a.ranks.size(); ++r) {
+            REQUIRE(a.ranks[r].instrs.size() == b.ranks[r].instrs.size());
+            CHECK(std::memcmp(a.ranks[r].instrs.data(), b.ranks[r].instrs.data(), a.ranks[r].instrs.size() * sizeof(Instr)) == 0);
+            CHECK(a.ranks[r].operands.empty());
+        }
+        CHECK_FALSE(a.has_dataflow());
+        CHECK(b.has_dataflow());
+        INFO("variant " << variant);
+        check_def_before_use(b);
+    }
+}
+
+TEST_CASE("the flat parameter layout holds every parameter of the stage once", "[dataflow][params]") {
+    // Per stage and TP rank the layout must sum to stage_params (tensors.hpp), which the memory
+    // model and the engine already check against the model's exact counts (model.hpp).
+    for (const bool swiglu : {false, true})
+        for (const bool tied : {false, true})
+            for (const int tp : {1, 2})
+                for (const int pp : {1, 2}) {
+                    ModelSpec m = small_gpt();
+                    m.ffn = swiglu ? FfnKind::swiglu : FfnKind::gelu;
+                    m.norm = swiglu ? NormKind::rmsnorm : NormKind::layernorm;
+                    m.position = swiglu ? PositionKind::rope : PositionKind::learned;
+                    m.linear_bias = !swiglu;
+                    m.tied_embeddings = tied;
+                    PlanSpec p = plan(tp, pp, 1, 4);
+                    for (int s = 0; s < pp; ++s) {
+                        const ParamLayout L = param_layout(m, p, s);
+                        INFO("swiglu " << swiglu << " tied " << tied << " tp " << tp << " pp " << pp << " stage " << s);
+                        CHECK(static_cast<double>(L.dense_elements) == stage_params(m, p, s).dense);
+                        std::int64_t at = 0;
+                        for (const ParamEntry& e : L.entries) {
+                            CHECK(e.offset == at);  // contiguous, in order
+                            at = e.end();
+                            // The piece is the whole tensor cut tp ways where it is split.
+                            const std::int64_t whole = e.full_rows * e.full_cols;
+                            CHECK(e.elements() * (e.split == ParamSplit::replicated ? 1 : tp) == whole);
+                        }
+                        std::int64_t units = 0;
+                        for (const GradUnit& g : L.units) units += g.count;
+                        CHECK(units == L.dense_elements);
+                    }
+                }
+    // By hand, tp 1: GPT layer with biases = 4h (2 layernorms) + 3h^2 + 3h (qkv) + h^2 + h (proj) +
+    // 8h^2 + 4h + h (MLP) = 12h^2 + 13h; h = 64: 49152 + 832 = 49984.
+    ModelSpec m = small_gpt();
+    m.linear_bias = true;
+    const ParamLayout L = param_layout(m, plan(1, 1, 1, 1), 0);
+    std::int64_t layer0 = 0;
+    for (const ParamEntry& e : L.entries)
+        if (e.layer == 0) layer0 += e.elements();
+    CHECK(layer0 == 12 * 64 * 64 + 13 * 64);
+    // Vocab-parallel word embedding: 128 x 64 / 2 rows each on tp 2; qkv's piece: its 2 of 4 heads of
+    // Q, K and V = 3 x 32 rows.
+    const ParamLayout L2 = param_layout(m, plan(2, 1, 1, 1), 0);
+    CHECK(L2.find("word_embedding.weight")->rows == 64);
+    CHECK(L2.find("qkv.weight", 0)->rows == 96);
+    CHECK(L2.find("proj.weight", 0)->cols == 32);
+    CHECK(L2.find("qkv.bias", 0)->cols == 96);
+}
+
+TEST_CASE("pipeline sends carry the tensor their receive writes", "[dataflow]") {
+    ModelSpec m = small_gpt();
+    for (const Schedule sch : {Schedule::one_f_one_b, Schedule::gpipe, Schedule::interleaved_1f1b}) {
+        PlanSpec p = plan(1, 2, 1, 4);
+        p.schedule = sch;
+        if (sch == Schedule::interleaved_1f1b) p.vpp = 2;
+        const Program prog = lower_df(m, p);
+        std::map<std::int64_t, int> sent, received;
+        for (const RankProgram& r : prog.ranks)
+            for (std::size_t i = 0; i < r.instrs.size(); ++i) {
+                const Instr& in = r.instrs[i];
+                if (in.kind == InstrKind::send) sent[in.match_id] = ins(prog, r, i).at(0);
+                if (in.kind == InstrKind::recv) received[in.match_id] = outs(prog, r, i).at(0);
+            }
+        REQUIRE(sent.size() == received.size());
+        REQUIRE_FALSE(sent.empty());
+        for (const auto& [id, t] : sent) CHECK(received.at(id) == t);
+        check_def_before_use(prog);
+    }
+}
+
+TEST_CASE("ZeRO: each rank gathers the slices it reduced, and the slices partition the buffer", "[dataflow][zero]") {
+    ModelSpec m = small_gpt();
+    for (const int zero : {1, 2, 3})
+        for (const bool overlap : {true, false}) {
+            PlanSpec p = plan(1, 1, 2, 4);
+            p.zero_stage = zero;
+            p.overlap_grad_reduce = overlap;
+            p.overlap_param_gather = overlap;
+            p.dp_bucket_bytes = 100000;
+            const Program prog = lower_df(m, p, true, 2);
+            const std::int64_t total = param_layout(m, p, 0).dense_elements;
+            std::vector<std::int64_t> covered(static_cast<std::size_t>(total), 0);
+            for (const RankProgram& r : prog.ranks) {
+                std::set<std::pair<std::int64_t, std::int64_t>> reduced, gathered;
+                for (std::size_t i = 0; i < r.instrs.size(); ++i) {
+                    const Instr& in = r.instrs[i];
+                    if (in.kind == InstrKind::collective && in.group == Group::dp) {
+                        const DataTensor& t = prog.tensors[static_cast<std::size_t>(ins(prog, r, i).at(0))];
+                        if (in.coll == CollKind::reduce_scatter) reduced.insert({t.offset, t.elements()});
+                        if (in.coll == CollKind::all_gather) gathered.insert({t.offset, t.elements()});
+                    }
+                    // The optimizer updates this rank's slices: count them over both ranks.
+                    if (in.kind == InstrKind::compute && in.op == Op::optimizer_gpu && in.microbatch < 0 && r.id >= 0) {
+                        for (int id : outs(prog, r, i)) {
+                            const DataTensor& t = prog.tensors[static_cast<std::size_t>(id)];
+                            for (std::int64_t e = t.offset; e < t.offset + t.elements(); ++e) ++covered[static_cast<std::size_t>(e)];
+                        }
+                    }
+                }
+                INFO("zero " << zero << " overlap " << overlap << " rank " << r.id);
+                CHECK(reduced == gathered);
+                CHECK_FALSE(reduced.empty());
+            }
+            // Two optimizer steps (steps = 2) over two ranks: every element updated exactly twice.
+            for (std::int64_t c : covered) REQUIRE(c == 2);
+        }
+}
+
+TEST_CASE("ZeRO-0: the all-reduce buckets cover the gradient buffer once", "[dataflow][zero]") {
+    ModelSpec m = small_gpt();
+    m.tied_embeddings = true;
+    PlanSpec p = plan(1, 2, 2, 8);
+    p.dp_bucket_bytes = 100000;
+    const Program prog = lower_df(m, p);
+    for (const RankProgram& r : prog.ranks) {
+        const std::int64_t total = param_layout(m, p, r.pp_stage).dense_elements;
+        std::vector<int> seen(static_cast<std::size_t>(total), 0);
+        int emb = 0;
+        for (std::size_t i = 0; i < r.instrs.size(); ++i) {
+            const Instr& in = r.instrs[i];
+            if (in.kind != InstrKind::collective) continue;
+            const DataTensor& t = prog.tensors[static_cast<std::size_t>(ins(prog, r, i).at(0))];
+            if (in.group == Group::dp) {
+                CHECK(in.coll == CollKind::all_reduce);
+                for (std::int64_t e = t.offset; e < t.offset + t.elements(); ++e) ++seen[static_cast<std::size_t>(e)];
+            }
+            if (in.group == Group::embedding) {
+                ++emb;
+                CHECK(t.elements() == 128 * 64);  // the tied table (or its copy on the last stage)
+                CHECK(r.groups[static_cast<std::size_t>(Group::embedding)].size() == 2);
+            }
+        }
+        for (int c : seen) CHECK(c == 1);
+        CHECK(emb == 1);
+    }
+}
