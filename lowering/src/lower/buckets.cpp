@@ -273,7 +273,7 @@ void RankLowering::sp_grads_all_reduce() {
     for (int c = 0; c < vpp_; ++c) params += chunk_layers(c) * (2 * norm + (m_.linear_bias ? 2 * d_.h : 0));
     if (stage_ == head_stage(p_)) params += norm;
     if (params <= 0) return;
-    collective(Stream::dp_comm, CollKind::all_reduce, Group::tp, params * p_.grad_bytes(), n_.sp_grads, -1);
+    collective(Stream::dp_comm, CollKind::all_reduce, Group::tp, params * p_.grad_bytes(), n_.sp_grads);  // after the backward
     if (df_) {
         std::vector<int> ids;
         for (const ParamEntry& e : layout_.entries)

@@ -124,7 +124,8 @@ void RankLowering::gather_edges_zero3() {
     emb_ready_ = head_ready_ = -1;
     if (group_size(Group::dp) <= 1) return;
     int after = record(Stream::compute);
-    for (const Bucket& b : buckets_) {
+    for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {  // last first, as mark_ready assumes
+        const Bucket& b = *it;
         if (b.expert) continue;
         const int ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, b.count * Dims::act_bytes, n_.zero3_edges, after);
         after = -1;

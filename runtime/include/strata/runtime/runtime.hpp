@@ -1,0 +1,123 @@
+// The runtime: executes a lowered Program on real numbers, so every prediction of the simulator
+// can be checked against a measurement of the very same instructions. It keeps no schedule of its
+// own: each rank walks its RankProgram's streams with the engine's Record/Wait semantics, and the
+// Program's dataflow (lower.hpp, LowerOptions::dataflow) says what each instruction reads and
+// writes. Backends: cpu (ranks as threads, fp32 Eigen kernels, an in-process transport) and, on a
+// machine with a GPU, cuda. Design: docs/runtime.md.
+#pragma once
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strata/common/error.hpp"
+#include "strata/lowering/program.hpp"
+#include "strata/lowering/spec.hpp"
+
+namespace strata::runtime {
+
+enum class Backend { cpu, cuda };
+const char* to_string(Backend);
+
+/// Where the token stream comes from.
+struct DataOptions {
+    std::string text_path;      ///< a byte-level text file (vocab >= 256); empty: the synthetic stream
+    std::uint64_t seed = 1234;  ///< synthetic stream and sample order
+    bool fixed_batch = false;   ///< every step trains on the first step's samples (gradient checks)
+};
+
+struct RunOptions {
+    Backend backend = Backend::cpu;
+    int steps = 10;
+    // AdamW (fp32 master weights), constant learning rate after a linear warm-up; weight decay on
+    // matrices only. No gradient clipping (its global norm is not an instruction of the Program).
+    double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+    int warmup_steps = 0;
+    std::uint64_t seed = 42;    ///< parameter initialisation (independent of the parallel split)
+    DataOptions data;
+    std::string resume_dir;     ///< checkpoint to continue from ("" = fresh)
+    std::string ssd_dir;        ///< where the ssd tier's files go ("" = a temporary directory)
+    /// Capacities checked before anything is allocated and enforced while running: per rank for
+    /// the gpu tier, per node for cpu and ssd (bytes; 0 = unlimited).
+    std::array<double, sim::kTierCount> capacity_bytes{};
+    bool check_fit = true;      ///< refuse a plan the analytical memory model says cannot fit
+    bool record_spans = false;  ///< per-instruction timestamps and memory samples of every step
+    double peak_flops_per_rank = 0;  ///< for MFU (0: not reported)
+    const std::atomic<bool>* stop = nullptr;  ///< set (e.g. by SIGINT) to stop between steps
+};
+
+/// One executed instruction: when it started and ended, relative to its step's start.
+struct Span {
+    int instr = 0;
+    std::int64_t start_ns = 0, end_ns = 0;
+};
+struct MemorySample {
+    sim::Tier tier = sim::Tier::gpu;
+    std::int64_t time_ns = 0;
+    double bytes = 0;  ///< in use on this rank's tier after the change
+};
+struct RankTrace {
+    std::vector<Span> spans;
+    std::vector<MemorySample> memory;
+};
+
+struct StepReport {
+    int step = 0;             ///< 1-based, counting resumed steps
+    double loss = 0;          ///< mean cross-entropy over the step's tokens (nats)
+    double step_s = 0;
+    double tokens_per_s = 0;
+    double mfu = 0;           ///< 0 when RunOptions::peak_flops_per_rank is 0
+    /// Most bytes in use at once this step: gpu per rank (the worst rank), cpu and ssd per node.
+    std::array<double, sim::kTierCount> peak_bytes{};
+};
+
+/// A tier ran out: before the run (the analytical model says it cannot fit) or while running
+/// (RunOptions::capacity_bytes, or the allocator itself). The message names the tier, the rank,
+/// the instruction and the bytes.
+struct OutOfMemory : RuntimeError {
+    using RuntimeError::RuntimeError;
+};
+
+/// Why this runtime cannot execute (model, plan) on `backend`; empty when it can.
+std::string unsupported(const sim::ModelSpec& m, const sim::PlanSpec& p, Backend backend);
+
+/// A training run in progress: lowered, allocated, initialised (or resumed); steps on demand.
+class Session {
+public:
+    /// Throws InputError for a model/plan the runtime cannot execute or a checkpoint that does not
+    /// match, and OutOfMemory (before allocating anything) when the analytical memory model says
+    /// a tier cannot hold the plan.
+    Session(const sim::ModelSpec& m, const sim::ClusterSpec& c, const sim::PlanSpec& p, const RunOptions& o);
+    ~Session();
+    Session(const Session&) = delete;
+    Session& operator=(const Session&) = delete;
+
+    /// One optimizer step over the global batch. Throws OutOfMemory if a tier fills up.
+    StepReport step();
+    int steps_done() const;
+    /// Every rank's state (parameters, optimizer moments, step count) into `dir`; resumable.
+    void save(const std::string& dir) const;
+
+    const sim::Program& program() const;
+    /// Spans and memory samples of the last step (RunOptions::record_spans), per RankProgram.
+    const std::vector<RankTrace>& traces() const;
+    /// Peak bytes over all steps so far (as StepReport::peak_bytes).
+    std::array<double, sim::kTierCount> peak_bytes() const;
+
+    // For tests: one element of a parameter (name and layer as params.hpp lays them out), or of
+    // its accumulated gradient, as held by global rank `rank`; `index` counts within the rank's piece.
+    float param(int rank, const std::string& name, int layer, std::int64_t index) const;
+    void set_param(int rank, const std::string& name, int layer, std::int64_t index, float value);
+    float grad(int rank, const std::string& name, int layer, std::int64_t index) const;
+    std::int64_t param_elements(int rank, const std::string& name, int layer) const;
+
+    struct Impl;
+
+private:
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::runtime

@@ -1,0 +1,313 @@
+// The cpu backend's kernels (cpu_kernels.hpp). GEMMs through Eigen (single-threaded, so the same
+// shape always sums in the same order); the rest as plain loops in the style of llm.c.
+#include "cpu_kernels.hpp"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace strata::runtime::cpu {
+
+namespace {
+using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using Map = Eigen::Map<RowMat>;
+using CMap = Eigen::Map<const RowMat>;
+constexpr float kNormEps = 1e-5f;
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
+}  // namespace
+
+void matmul_forward(float* y, const float* x, const float* w, const float* b, i64 T, i64 K, i64 N) {
+    Map Y(y, T, N);
+    Y.noalias() = CMap(x, T, K) * CMap(w, N, K).transpose();
+    if (b)
+        for (i64 t = 0; t < T; ++t)
+            for (i64 n = 0; n < N; ++n) y[t * N + n] += b[n];
+}
+
+void matmul_dgrad(float* dx, const float* dy, const float* w, i64 T, i64 K, i64 N) {
+    Map(dx, T, K).noalias() = CMap(dy, T, N) * CMap(w, N, K);
+}
+
+void matmul_wgrad(float* dw, float* db, const float* x, const float* dy, i64 T, i64 K, i64 N) {
+    Map(dw, N, K).noalias() += CMap(dy, T, N).transpose() * CMap(x, T, K);
+    if (db) bias_grad(db, dy, T, N);
+}
+
+void bias_grad(float* db, const float* d, i64 T, i64 N) {
+    for (i64 t = 0; t < T; ++t)
+        for (i64 n = 0; n < N; ++n) db[n] += d[t * N + n];
+}
+
+void norm_forward(float* y, const float* x, const float* w, const float* b, i64 T, i64 C) {
+    for (i64 t = 0; t < T; ++t) {
+        const float* xr = x + t * C;
+        float mean = 0;
+        if (b) {
+            for (i64 c = 0; c < C; ++c) mean += xr[c];
+            mean /= static_cast<float>(C);
+        }
+        float var = 0;
+        for (i64 c = 0; c < C; ++c) var += (xr[c] - mean) * (xr[c] - mean);
+        const float rstd = 1.0f / std::sqrt(var / static_cast<float>(C) + kNormEps);
+        for (i64 c = 0; c < C; ++c) y[t * C + c] = (xr[c] - mean) * rstd * w[c] + (b ? b[c] : 0.0f);
+    }
+}
+
+void norm_backward(float* dx, float* dw, float* db, const float* x, const float* dy, const float* w,
+                   const float* residual, bool layernorm, i64 T, i64 C) {
+    std::vector<float> xhat(static_cast<std::size_t>(C));
+    for (i64 t = 0; t < T; ++t) {
+        const float* xr = x + t * C;
+        const float* dyr = dy + t * C;
+        float mean = 0;
+        if (layernorm) {
+            for (i64 c = 0; c < C; ++c) mean += xr[c];
+            mean /= static_cast<float>(C);
+        }
+        float var = 0;
+        for (i64 c = 0; c < C; ++c) var += (xr[c] - mean) * (xr[c] - mean);
+        const float rstd = 1.0f / std::sqrt(var / static_cast<float>(C) + kNormEps);
+        float dmean = 0, dproj = 0;  // mean(dxhat), mean(dxhat * xhat)
+        for (i64 c = 0; c < C; ++c) {
+            xhat[static_cast<std::size_t>(c)] = (xr[c] - mean) * rstd;
+            const float g = dyr[c] * w[c];
+            dmean += g;
+            dproj += g * xhat[static_cast<std::size_t>(c)];
+        }
+        dmean /= static_cast<float>(C);
+        dproj /= static_cast<float>(C);
+        for (i64 c = 0; c < C; ++c) {
+            const float xh = xhat[static_cast<std::size_t>(c)];
+            const float g = dyr[c] * w[c];
+            const float d = rstd * (g - (layernorm ? dmean : 0.0f) - xh * dproj);
+            dx[t * C + c] = (residual ? residual[t * C + c] : 0.0f) + d;
+            dw[c] += dyr[c] * xh;
+            if (db) db[c] += dyr[c];
+        }
+    }
+}
+
+void gelu_forward(float* y, const float* x, i64 n) {
+    for (i64 i = 0; i < n; ++i) {
+        const float v = x[i];
+        y[i] = 0.5f * v * (1.0f + std::tanh(kGeluC * (v + 0.044715f * v * v * v)));
+    }
+}
+
+void gelu_backward(float* dx, const float* x, const float* dy, i64 n) {
+    for (i64 i = 0; i < n; ++i) {
+        const float v = x[i];
+        const float u = kGeluC * (v + 0.044715f * v * v * v);
+        const float th = std::tanh(u);
+        const float sech2 = 1.0f - th * th;
+        const float du = kGeluC * (1.0f + 3.0f * 0.044715f * v * v);
+        dx[i] = dy[i] * (0.5f * (1.0f + th) + 0.5f * v * sech2 * du);
+    }
+}
+
+namespace {
+float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+}  // namespace
+
+void swiglu_forward(float* y, const float* x, i64 T, i64 F) {
+    for (i64 t = 0; t < T; ++t)
+        for (i64 f = 0; f < F; ++f) {
+            const float g = x[t * 2 * F + f], u = x[t * 2 * F + F + f];
+            y[t * F + f] = g * sigmoid(g) * u;
+        }
+}
+
+void swiglu_backward(float* dx, const float* x, const float* dy, i64 T, i64 F) {
+    for (i64 t = 0; t < T; ++t)
+        for (i64 f = 0; f < F; ++f) {
+            const float g = x[t * 2 * F + f], u = x[t * 2 * F + F + f], d = dy[t * F + f];
+            const float s = sigmoid(g);
+            dx[t * 2 * F + f] = d * u * s * (1.0f + g * (1.0f - s));
+            dx[t * 2 * F + F + f] = d * g * s;
+        }
+}
+
+void add(float* out, const float* a, const float* b, const float* bias, i64 T, i64 C) {
+    for (i64 t = 0; t < T; ++t)
+        for (i64 c = 0; c < C; ++c) out[t * C + c] = a[t * C + c] + b[t * C + c] + (bias ? bias[c] : 0.0f);
+}
+
+void rope(float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, bool inverse) {
+    const i64 row = (hq + 2 * hkv) * d, half = d / 2;
+    std::vector<float> cs(static_cast<std::size_t>(half)), sn(static_cast<std::size_t>(half));
+    for (i64 t = 0; t < T; ++t) {
+        const double pos = static_cast<double>(t % seq);
+        for (i64 i = 0; i < half; ++i) {
+            const double theta = pos * std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(d));
+            cs[static_cast<std::size_t>(i)] = static_cast<float>(std::cos(theta));
+            sn[static_cast<std::size_t>(i)] = static_cast<float>((inverse ? -1.0 : 1.0) * std::sin(theta));
+        }
+        for (i64 h = 0; h < hq + hkv; ++h) {  // query heads, then key heads
+            float* v = qkv + t * row + h * d;
+            for (i64 i = 0; i < half; ++i) {
+                const float a = v[i], b = v[i + half];
+                const float c = cs[static_cast<std::size_t>(i)], s = sn[static_cast<std::size_t>(i)];
+                v[i] = a * c - b * s;
+                v[i + half] = b * c + a * s;
+            }
+        }
+    }
+}
+
+void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d) {
+    const i64 row = (hq + 2 * hkv) * d, group = hq / hkv;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    std::vector<float> p(static_cast<std::size_t>(seq));
+    for (i64 t = 0; t < T; ++t) {
+        const i64 first = t - t % seq;  // the sequence's first row
+        for (i64 h = 0; h < hq; ++h) {
+            const float* q = qkv + t * row + h * d;
+            const i64 kh = hq + h / group, vh = hq + hkv + h / group;
+            float mx = -std::numeric_limits<float>::infinity();
+            for (i64 j = first; j <= t; ++j) {
+                const float* k = qkv + j * row + kh * d;
+                float s = 0;
+                for (i64 i = 0; i < d; ++i) s += q[i] * k[i];
+                s *= scale;
+                p[static_cast<std::size_t>(j - first)] = s;
+                mx = std::max(mx, s);
+            }
+            float sum = 0;
+            for (i64 j = first; j <= t; ++j) {
+                float& e = p[static_cast<std::size_t>(j - first)];
+                e = std::exp(e - mx);
+                sum += e;
+            }
+            float* o = out + t * hq * d + h * d;
+            std::fill(o, o + d, 0.0f);
+            for (i64 j = first; j <= t; ++j) {
+                const float* v = qkv + j * row + vh * d;
+                const float w = p[static_cast<std::size_t>(j - first)] / sum;
+                for (i64 i = 0; i < d; ++i) o[i] += w * v[i];
+            }
+            lse[t * hq + h] = mx + std::log(sum);
+        }
+    }
+}
+
+void attention_backward(float* dqkv, const float* qkv, const float* out, const float* lse, const float* dout, i64 T,
+                        i64 seq, i64 hq, i64 hkv, i64 d) {
+    const i64 row = (hq + 2 * hkv) * d, group = hq / hkv;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    std::fill(dqkv, dqkv + T * row, 0.0f);
+    for (i64 t = 0; t < T; ++t) {
+        const i64 first = t - t % seq;
+        for (i64 h = 0; h < hq; ++h) {
+            const float* q = qkv + t * row + h * d;
+            const float* o = out + t * hq * d + h * d;
+            const float* dO = dout + t * hq * d + h * d;
+            const i64 kh = hq + h / group, vh = hq + hkv + h / group;
+            float D = 0;
+            for (i64 i = 0; i < d; ++i) D += dO[i] * o[i];
+            float* dq = dqkv + t * row + h * d;
+            for (i64 j = first; j <= t; ++j) {
+                const float* k = qkv + j * row + kh * d;
+                const float* v = qkv + j * row + vh * d;
+                float s = 0, dp = 0;
+                for (i64 i = 0; i < d; ++i) {
+                    s += q[i] * k[i];
+                    dp += dO[i] * v[i];
+                }
+                const float pr = std::exp(s * scale - lse[t * hq + h]);
+                const float ds = pr * (dp - D) * scale;
+                float* dk = dqkv + j * row + kh * d;
+                float* dv = dqkv + j * row + vh * d;
+                for (i64 i = 0; i < d; ++i) {
+                    dq[i] += ds * k[i];
+                    dk[i] += ds * q[i];
+                    dv[i] += pr * dO[i];
+                }
+            }
+        }
+    }
+}
+
+void embedding_forward(float* out, const float* tokens, const float* table, i64 first, i64 rows, i64 T, i64 C) {
+    for (i64 t = 0; t < T; ++t) {
+        const i64 id = static_cast<i64>(tokens[t * 2]) - first;
+        float* o = out + t * C;
+        if (id >= 0 && id < rows) std::copy(table + id * C, table + id * C + C, o);
+        else std::fill(o, o + C, 0.0f);
+    }
+}
+
+void embedding_backward(float* dtable, const float* tokens, const float* dout, i64 first, i64 rows, i64 T, i64 C) {
+    for (i64 t = 0; t < T; ++t) {
+        const i64 id = static_cast<i64>(tokens[t * 2]) - first;
+        if (id < 0 || id >= rows) continue;
+        for (i64 c = 0; c < C; ++c) dtable[id * C + c] += dout[t * C + c];
+    }
+}
+
+void position_forward(float* out, const float* e, const float* pos, i64 row0, i64 rows_out, i64 seq, i64 C) {
+    for (i64 t = 0; t < rows_out; ++t) {
+        const i64 g = row0 + t;
+        for (i64 c = 0; c < C; ++c) out[t * C + c] = e[g * C + c] + pos[(g % seq) * C + c];
+    }
+}
+
+void position_backward(float* dpos, const float* d, i64 T, i64 seq, i64 C) {
+    for (i64 t = 0; t < T; ++t)
+        for (i64 c = 0; c < C; ++c) dpos[(t % seq) * C + c] += d[t * C + c];
+}
+
+void loss_stats(float* stats, const float* logits, const float* tokens, i64 first, i64 T, i64 V) {
+    for (i64 t = 0; t < T; ++t) {
+        const float* l = logits + t * V;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (i64 v = 0; v < V; ++v) mx = std::max(mx, l[v]);
+        float sum = 0;
+        for (i64 v = 0; v < V; ++v) sum += std::exp(l[v] - mx);
+        const i64 target = static_cast<i64>(tokens[t * 2 + 1]) - first;
+        stats[t * 3] = mx;
+        stats[t * 3 + 1] = sum;
+        stats[t * 3 + 2] = target >= 0 && target < V ? l[target] : 0.0f;
+    }
+}
+
+void loss_combine(float* loss, float* lse, const float* stats, i64 n, i64 T) {
+    for (i64 t = 0; t < T; ++t) {
+        float mx = -std::numeric_limits<float>::infinity(), target = 0;
+        for (i64 r = 0; r < n; ++r) mx = std::max(mx, stats[(r * T + t) * 3]);
+        float sum = 0;
+        for (i64 r = 0; r < n; ++r) {
+            const float* s = stats + (r * T + t) * 3;
+            sum += s[1] * std::exp(s[0] - mx);
+            target += s[2];
+        }
+        const float l = mx + std::log(sum);
+        if (lse) lse[t] = l;
+        if (loss) loss[t] = l - target;
+    }
+}
+
+void loss_backward(float* dlogits, const float* logits, const float* tokens, const float* lse, i64 first, i64 T, i64 V,
+                   float scale) {
+    for (i64 t = 0; t < T; ++t) {
+        const i64 target = static_cast<i64>(tokens[t * 2 + 1]) - first;
+        for (i64 v = 0; v < V; ++v) {
+            const float p = std::exp(logits[t * V + v] - lse[t]);
+            dlogits[t * V + v] = (p - (v == target ? 1.0f : 0.0f)) * scale;
+        }
+    }
+}
+
+void adamw(float* p, float* m, float* v, const float* g, const unsigned char* decay, i64 n, float lr, float b1, float b2,
+           float eps, float wd, int step) {
+    const float c1 = 1.0f - std::pow(b1, static_cast<float>(step)), c2 = 1.0f - std::pow(b2, static_cast<float>(step));
+    for (i64 i = 0; i < n; ++i) {
+        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+        const float mh = m[i] / c1, vh = v[i] / c2;
+        p[i] -= lr * (mh / (std::sqrt(vh) + eps) + (decay && decay[i] ? wd * p[i] : 0.0f));
+    }
+}
+
+}  // namespace strata::runtime::cpu

@@ -1,0 +1,67 @@
+// The cpu backend's kernels: fp32, single-threaded (each rank is a thread), deterministic for a
+// given shape. Row-major tensors: activations [tokens, features], weights [out, in] as the flat
+// parameter buffer holds them. Formulas follow llm.c's reference kernels; each backward was
+// checked against finite differences (tests/runtime/test_kernels.cpp).
+#pragma once
+#include <cstdint>
+
+namespace strata::runtime::cpu {
+
+using i64 = std::int64_t;
+
+// y[T, N] = x[T, K] w[N, K]^T (+ b[N])
+void matmul_forward(float* y, const float* x, const float* w, const float* b, i64 T, i64 K, i64 N);
+// dx[T, K] = dy[T, N] w[N, K]
+void matmul_dgrad(float* dx, const float* dy, const float* w, i64 T, i64 K, i64 N);
+// dw[N, K] += dy[T, N]^T x[T, K]; db[N] += sum_t dy[t, :] (db may be null)
+void matmul_wgrad(float* dw, float* db, const float* x, const float* dy, i64 T, i64 K, i64 N);
+// db[N] += sum over rows of d[T, N]
+void bias_grad(float* db, const float* d, i64 T, i64 N);
+
+// LayerNorm (b != null) or RMSNorm (b == null) over rows of width C, eps 1e-5.
+void norm_forward(float* y, const float* x, const float* w, const float* b, i64 T, i64 C);
+// dx = residual (may be null) + the norm's input gradient; dw += ..., db += ... (db may be null).
+void norm_backward(float* dx, float* dw, float* db, const float* x, const float* dy, const float* w,
+                   const float* residual, bool layernorm, i64 T, i64 C);
+
+// GELU (tanh form, GPT-2) and SwiGLU (silu(gate) * up over [gate | up] halves of width F).
+void gelu_forward(float* y, const float* x, i64 n);
+void gelu_backward(float* dx, const float* x, const float* dy, i64 n);
+void swiglu_forward(float* y, const float* x, i64 T, i64 F);
+void swiglu_backward(float* dx, const float* x, const float* dy, i64 T, i64 F);
+
+// out = a + b (+ bias broadcast over rows of width C)
+void add(float* out, const float* a, const float* b, const float* bias, i64 T, i64 C);
+
+/// Rotary position embedding in place on the query and key heads of a qkv row
+/// [q: hq x d | k: hkv x d | v: hkv x d], rotate-half form, base 10000; position = row % seq.
+/// inverse = the backward (rotation by -theta).
+void rope(float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, bool inverse);
+
+/// Causal attention over sequences of `seq` tokens (T = batch x seq rows), GQA by head groups.
+/// out [T, hq x d], lse [T, hq].
+void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d);
+void attention_backward(float* dqkv, const float* qkv, const float* out, const float* lse, const float* dout, i64 T,
+                        i64 seq, i64 hq, i64 hkv, i64 d);
+
+/// Vocab-parallel embedding: rows of `table` hold token ids [first, first + rows).
+void embedding_forward(float* out, const float* tokens, const float* table, i64 first, i64 rows, i64 T, i64 C);
+void embedding_backward(float* dtable, const float* tokens, const float* dout, i64 first, i64 rows, i64 T, i64 C);
+/// out[t] = e[row0 + t] + pos[(row0 + t) % seq] for t < rows_out; dpos[p] += d[t] likewise.
+void position_forward(float* out, const float* e, const float* pos, i64 row0, i64 rows_out, i64 seq, i64 C);
+void position_backward(float* dpos, const float* d, i64 T, i64 seq, i64 C);
+
+/// Vocab-parallel cross-entropy. stats[t] = {max logit, sum exp(logit - max), target logit if this
+/// shard holds the target else 0}; tokens[t] = {input, target}.
+void loss_stats(float* stats, const float* logits, const float* tokens, i64 first, i64 T, i64 V);
+/// From `n` shards' stats (shard-major [n][T][3]): per-token loss, and log-sum-exp into lse (may be null).
+void loss_combine(float* loss, float* lse, const float* stats, i64 n, i64 T);
+/// dlogits = (softmax - onehot) * scale, with lse per token.
+void loss_backward(float* dlogits, const float* logits, const float* tokens, const float* lse, i64 first, i64 T, i64 V,
+                   float scale);
+
+/// AdamW on n elements; step counts from 1. decay: per-element flag (null: none decays).
+void adamw(float* p, float* m, float* v, const float* g, const unsigned char* decay, i64 n, float lr, float b1, float b2,
+           float eps, float wd, int step);
+
+}  // namespace strata::runtime::cpu

@@ -1,0 +1,248 @@
+// What each instruction does on the cpu backend, read off its operands (lower.hpp's dataflow
+// conventions): compute kernels, collectives and transfers through the transport, copies between
+// tiers (the ssd tier is a file), and the optimizer on its tier.
+#include <cmath>
+#include <cstring>
+#include <unistd.h>
+
+#include "cpu_kernels.hpp"
+#include "rank.hpp"
+#include "strata/common/error.hpp"
+#include "strata/lowering/model.hpp"
+
+namespace strata::runtime {
+
+using namespace sim;
+
+namespace {
+struct Args {
+    const Program& prog;
+    const RankProgram& rp;
+    const Operands& o;
+    const DataTensor& in(int k) const { return prog.tensors[static_cast<std::size_t>(rp.operand_ids[o.first + static_cast<std::size_t>(k)])]; }
+    const DataTensor& out(int k) const { return in(o.n_in + k); }
+    int id(int k) const { return rp.operand_ids[o.first + static_cast<std::size_t>(k)]; }
+};
+bool backward(Phase p) { return p == Phase::backward; }
+}  // namespace
+
+void RankState::compute(std::size_t i) {
+    const Instr& in = rp_.instrs[i];
+    const Program& prog = w_.program;
+    const Args a{prog, rp_, rp_.operands[i]};
+    const int nin = a.o.n_in, nout = a.o.n_out;
+    if (nin + nout == 0) fail(i, "has no operands: the dataflow lowering did not name them");
+    auto I = [&](int k) { return tensor(a.id(k), false, i); };
+    auto O = [&](int k) { return tensor(a.id(nin + k), true, i); };
+    const std::string& name = prog.names[static_cast<std::size_t>(in.name)];
+    const ModelSpec& m = w_.model;
+    const i64 hd = head_dim_of(m);
+    switch (in.op) {
+        case Op::gemm: {
+            if (nout >= 1 && a.out(0).role == TensorRole::param_grad) {  // wgrad: dW += dY^T X
+                const DataTensor &x = a.in(0), &dy = a.in(1), &dw = a.out(0);
+                if (dw.rows != dy.cols || dw.cols != x.cols || x.rows != dy.rows) fail(i, "wgrad operand shapes disagree");
+                cpu::matmul_wgrad(O(0), nout > 1 ? O(1) : nullptr, I(0), I(1), x.rows, x.cols, dy.cols);
+            } else if (a.in(0).role == TensorRole::grad) {  // dgrad: dX = dY W
+                const DataTensor &dy = a.in(0), &w = a.in(1), &dx = a.out(0);
+                if (w.rows != dy.cols || dx.cols != w.cols || dx.rows != dy.rows) fail(i, "dgrad operand shapes disagree");
+                cpu::matmul_dgrad(O(0), I(0), I(1), dy.rows, w.cols, w.rows);
+            } else {  // forward: Y = X W^T + b
+                const DataTensor &x = a.in(0), &w = a.in(1), &y = a.out(0);
+                if (w.cols != x.cols || y.cols != w.rows || y.rows != x.rows) fail(i, "forward GEMM operand shapes disagree");
+                cpu::matmul_forward(O(0), I(0), I(1), nin > 2 ? I(2) : nullptr, x.rows, x.cols, w.rows);
+            }
+            return;
+        }
+        case Op::attention_fwd: {
+            const DataTensor &qkv = a.in(0), &out = a.out(0);
+            const i64 hq = out.cols / hd, hkv = (qkv.cols / hd - hq) / 2;
+            cpu::attention_forward(O(0), O(1), I(0), qkv.rows, m.seq_len, hq, hkv, hd);
+            return;
+        }
+        case Op::attention_bwd: {
+            const DataTensor &qkv = a.in(0), &out = a.in(1);
+            const i64 hq = out.cols / hd, hkv = (qkv.cols / hd - hq) / 2;
+            cpu::attention_backward(O(0), I(0), I(1), I(2), I(3), qkv.rows, m.seq_len, hq, hkv, hd);
+            return;
+        }
+        case Op::norm: {
+            const bool ln = m.norm == NormKind::layernorm;
+            const DataTensor& x = a.in(0);
+            if (!backward(in.phase)) {
+                cpu::norm_forward(O(0), I(0), I(1), ln && nin > 2 ? I(2) : nullptr, x.rows, x.cols);
+            } else {
+                float* db = ln && nout > 2 ? O(2) : nullptr;
+                cpu::norm_backward(O(0), O(1), db, I(0), I(1), I(2), nin > 3 ? I(3) : nullptr, ln, x.rows, x.cols);
+            }
+            return;
+        }
+        case Op::embedding: {
+            if (!backward(in.phase)) {
+                const DataTensor &tab = a.in(1), &e = a.out(0);
+                cpu::embedding_forward(O(0), I(0), I(1), tp_rank_ * tab.rows, tab.rows, e.rows, e.cols);
+            } else {
+                const DataTensor &g = a.in(1), &tab = a.out(0);
+                cpu::embedding_backward(O(0), I(0), I(1), tp_rank_ * tab.rows, tab.rows, g.rows, g.cols);
+                if (nout > 1) cpu::position_backward(O(1), I(1), g.rows, m.seq_len, g.cols);
+            }
+            return;
+        }
+        case Op::loss: {
+            const DataTensor& logits = a.in(0);
+            const i64 T = logits.rows, V = logits.cols;
+            if (!backward(in.phase)) {
+                cpu::loss_stats(O(0), I(0), I(1), tp_rank_ * V, T, V);
+                if (nout > 1) {  // one shard: the loss itself
+                    float* loss = O(1);
+                    cpu::loss_combine(loss, nullptr, O(0), 1, T);
+                    for (i64 t = 0; t < T; ++t) loss_sum_ += loss[t];
+                }
+            } else {
+                const i64 shards = a.in(2).elements() / (T * 3);
+                std::vector<float> lse(static_cast<std::size_t>(T));
+                cpu::loss_combine(nullptr, lse.data(), I(2), shards, T);
+                cpu::loss_backward(O(0), I(0), I(1), lse.data(), tp_rank_ * V, T, V,
+                                   static_cast<float>(1.0 / w_.program.tokens_per_step));
+            }
+            return;
+        }
+        case Op::optimizer_gpu: optimizer(i, false); return;
+        case Op::elementwise: break;
+        default: fail(i, std::string("op ") + to_string(in.op) + " is not executed by the runtime");
+    }
+    // Elementwise ops, by what the lowering calls them.
+    if (name == "act") {
+        const bool swiglu = m.ffn == FfnKind::swiglu;
+        if (!backward(in.phase)) {
+            const DataTensor& y = a.out(0);
+            if (swiglu) cpu::swiglu_forward(O(0), I(0), y.rows, y.cols);
+            else cpu::gelu_forward(O(0), I(0), y.elements());
+        } else {
+            const DataTensor& dy = a.in(1);
+            if (swiglu) cpu::swiglu_backward(O(0), I(0), I(1), dy.rows, dy.cols);
+            else cpu::gelu_backward(O(0), I(0), I(1), dy.elements());
+        }
+    } else if (name == "residual1" || name == "residual2") {
+        if (!backward(in.phase)) {
+            const DataTensor& c = a.out(0);
+            cpu::add(O(0), I(0), I(1), nin > 2 ? I(2) : nullptr, c.rows, c.cols);
+        } else if (nout > 0) {  // the skip path passes the gradient on; only a bias takes its sum
+            const DataTensor& d = a.in(0);
+            cpu::bias_grad(O(0), I(0), d.rows, d.cols);
+        }
+    } else if (name == "rope") {
+        const DataTensor& q = a.in(0);
+        const i64 hq = m.heads / tp_size_, hkv = (m.kv_heads > 0 ? m.kv_heads : m.heads) / tp_size_;
+        float* p = O(0);
+        if (p != I(0)) fail(i, "rope is applied in place");
+        cpu::rope(p, q.rows, m.seq_len, hq, hkv, hd, backward(in.phase));
+    } else if (name == "embedding.position") {
+        const DataTensor &e = a.in(0), &x = a.out(0);
+        const i64 row0 = x.rows < e.rows ? tp_rank_ * x.rows : 0;  // with SP the rank keeps its shard
+        cpu::position_forward(O(0), I(0), I(1), row0, x.rows, m.seq_len, x.cols);
+    } else if (name == "loss.combine") {
+        const DataTensor& loss = a.out(0);
+        const i64 T = loss.rows, shards = a.in(0).elements() / (T * 3);
+        float* l = O(0);
+        cpu::loss_combine(l, nullptr, I(0), shards, T);
+        if (tp_rank_ == 0)  // every TP rank holds the same loss: count it once
+            for (i64 t = 0; t < T; ++t) loss_sum_ += l[t];
+    } else {
+        fail(i, "elementwise op '" + name + "' is not executed by the runtime");
+    }
+}
+
+bool RankState::collective(std::size_t i, bool first) {
+    const Instr& in = rp_.instrs[i];
+    const Transport::Key key{w_.step, in.match_id};
+    if (!first) return w_.transport.collective_done(key);
+    if (in.match_id == 0) fail(i, "an unmatched collective (the runtime needs a full-mode Program)");
+    const Args a{w_.program, rp_, rp_.operands[i]};
+    const auto& members = rp_.groups[static_cast<std::size_t>(in.group)];
+    if (static_cast<int>(members.size()) != in.group_size) fail(i, "its group's rank list and size disagree");
+    CollPart part;
+    part.group_rank = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+    part.waker = &waker_;
+    for (int k = 0; k < a.o.n_in; ++k) {
+        part.in.push_back(tensor(a.id(k), false, i));
+        part.in_n.push_back(elements(a.id(k)));
+    }
+    for (int k = 0; k < a.o.n_out; ++k) {
+        part.out.push_back(tensor(a.id(a.o.n_in + k), true, i));
+        part.out_n.push_back(elements(a.id(a.o.n_in + k)));
+    }
+    if (part.in.empty()) fail(i, "has no operands: the dataflow lowering did not name them");
+    const TensorRole role = a.in(0).role;
+    part.ranges = (role == TensorRole::param || role == TensorRole::param_grad) && a.id(0) == a.id(a.o.n_in);
+    part.zero_rest = part.ranges && role == TensorRole::param_grad && in.coll == CollKind::reduce_scatter;
+    return w_.transport.collective(key, in.coll, in.group_size, std::move(part));
+}
+
+bool RankState::p2p(std::size_t i, bool first) {
+    const Instr& in = rp_.instrs[i];
+    const bool send = in.kind == InstrKind::send;
+    const Transport::Key key{w_.step, in.match_id};
+    if (!first) return w_.transport.p2p_done(key, send);
+    const Args a{w_.program, rp_, rp_.operands[i]};
+    const int id = send ? a.id(0) : a.id(a.o.n_in);
+    if (a.o.n_in + a.o.n_out != 1) fail(i, "a transfer names one tensor");
+    return w_.transport.p2p(key, send, tensor(id, !send, i), elements(id), &waker_);
+}
+
+void RankState::copy(std::size_t i) {
+    const Instr& in = rp_.instrs[i];
+    const Args a{w_.program, rp_, rp_.operands[i]};
+    if (a.o.n_in != a.o.n_out || a.o.n_in == 0) fail(i, "a copy pairs each input with an output");
+    for (int k = 0; k < a.o.n_in; ++k) {
+        const DataTensor &src = a.in(k), &dst = a.out(k);
+        if (src.elements() != dst.elements()) fail(i, "copy sizes disagree");
+        const i64 n = elements(a.id(k));
+        if (in.copy == CopyKind::ssd_read || in.copy == CopyKind::ssd_write) {
+            const int fd = ssd_fd();
+            const bool read = in.copy == CopyKind::ssd_read;
+            const DataTensor& ssd = read ? src : dst;
+            float* host = tensor(a.id(read ? a.o.n_in + k : k), read, i);
+            const off_t at = static_cast<off_t>(ssd.offset) * 2 * static_cast<off_t>(sizeof(float));
+            const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
+            const ssize_t got = read ? ::pread(fd, host, bytes, at) : ::pwrite(fd, host, bytes, at);
+            if (got != static_cast<ssize_t>(bytes)) fail(i, std::string("the ssd file ") + (read ? "read" : "write") + " failed: " + ssd_path_);
+            continue;
+        }
+        std::memcpy(tensor(a.id(a.o.n_in + k), true, i), tensor(a.id(k), false, i), static_cast<std::size_t>(n) * sizeof(float));
+    }
+}
+
+void RankState::optimizer(std::size_t i, bool cpu_stream) {
+    const Instr& in = rp_.instrs[i];
+    const Args a{w_.program, rp_, rp_.operands[i]};
+    const RunOptions& o = w_.options;
+    const double warm = o.warmup_steps > 0 ? std::min(1.0, static_cast<double>(adam_step_) / o.warmup_steps) : 1.0;
+    const auto lr = static_cast<float>(o.lr * warm);
+    auto step = [&](float* p, float* mo, float* v, const float* g, i64 offset, i64 n) {
+        cpu::adamw(p, mo, v, g, decay_.data() + offset, n, lr, static_cast<float>(o.beta1), static_cast<float>(o.beta2),
+                   static_cast<float>(o.eps), static_cast<float>(o.weight_decay), adam_step_);
+    };
+    const std::string& name = w_.program.names[static_cast<std::size_t>(in.name)];
+    if (!cpu_stream || name == "optimizer.cpu") {  // moments on the instruction's own tier
+        const Tier tier = cpu_stream ? Tier::cpu : Tier::gpu;
+        if (a.o.n_in != a.o.n_out) fail(i, "the optimizer pairs gradient and parameter ranges");
+        for (int k = 0; k < a.o.n_in; ++k) {
+            const DataTensor& p = a.out(k);
+            MomentBlock& mb = moments(p.offset, p.elements(), tier);
+            step(tensor(a.id(a.o.n_in + k), true, i), mb.m.data(), mb.v.data(), tensor(a.id(k), false, i), p.offset, p.elements());
+        }
+        return;
+    }
+    if (name != "optimizer.ssd") fail(i, "unknown CPU optimizer '" + name + "'");
+    // ZeRO-Infinity's sub-group: {host grads.., staged state..} -> {staged state.., host params..}.
+    const int n = a.o.n_in / 2;
+    if (a.o.n_in != 2 * n || a.o.n_out != 2 * n) fail(i, "the ssd optimizer pairs grads, state and params");
+    for (int k = 0; k < n; ++k) {
+        const DataTensor& p = a.out(n + k);
+        float* st = tensor(a.id(n + k), false, i);
+        step(tensor(a.id(a.o.n_in + n + k), true, i), st, st + p.elements(), tensor(a.id(k), false, i), p.offset, p.elements());
+    }
+}
+
+}  // namespace strata::runtime

@@ -1,0 +1,310 @@
+// A rank's executor: the RankProgram's instructions per stream, in order, with the engine's
+// semantics (a record completes when its stream reaches it, a wait blocks its stream until the
+// event is recorded, collectives and transfers complete when their peers have posted them). The
+// streams are interleaved on the rank's one thread; nothing here decides an order of its own.
+// Memory follows the dataflow: a tensor is allocated when first written and freed after the last
+// read of that value, so a recomputed layer's activations really are dropped in between.
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <unistd.h>
+
+#include "rank.hpp"
+#include "strata/common/error.hpp"
+
+namespace strata::runtime {
+
+using namespace sim;
+
+namespace {
+std::string gib(double b) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f MiB", b / (1 << 20));
+    return buf;
+}
+void atomic_max(std::atomic<double>& a, double v) {
+    double cur = a.load();
+    while (v > cur && !a.compare_exchange_weak(cur, v)) {
+    }
+}
+bool tracked(TensorRole r, Tier t) {
+    return r == TensorRole::activation || r == TensorRole::grad || r == TensorRole::stats || r == TensorRole::tokens ||
+           (r == TensorRole::optimizer_state && t == Tier::cpu);
+}
+}  // namespace
+
+TrackedBuffer::TrackedBuffer(i64 n, Pool* pool, const std::string& what) : n_(n), pool_(pool) {
+    const double bytes = static_cast<double>(n) * sizeof(float);
+    if (pool_) {
+        const double now = pool_->used.fetch_add(bytes) + bytes;
+        if (pool_->capacity > 0 && now > pool_->capacity) {
+            pool_->used.fetch_sub(bytes);
+            pool_ = nullptr;
+            throw OutOfMemory(what + ": " + gib(bytes) + " more would make " + gib(now) + " of " + gib(pool->capacity));
+        }
+        atomic_max(pool_->peak, now);
+    }
+    try {
+        data_.reset(new float[static_cast<std::size_t>(n)]());
+    } catch (const std::bad_alloc&) {
+        if (pool_) pool_->used.fetch_sub(bytes);
+        pool_ = nullptr;
+        throw OutOfMemory(what + ": the allocator refused " + gib(bytes));
+    }
+}
+
+TrackedBuffer::~TrackedBuffer() {
+    if (pool_) pool_->used.fetch_sub(static_cast<double>(n_) * sizeof(float));
+}
+
+TrackedBuffer& TrackedBuffer::operator=(TrackedBuffer&& o) noexcept {
+    if (this != &o) {
+        if (pool_) pool_->used.fetch_sub(static_cast<double>(n_) * sizeof(float));
+        data_ = std::move(o.data_);
+        n_ = o.n_;
+        pool_ = o.pool_;
+        o.n_ = 0;
+        o.pool_ = nullptr;
+    }
+    return *this;
+}
+
+World::World(const ModelSpec& m, const PlanSpec& p, const RunOptions& o, const Program& prog)
+    : model(m), plan(p), options(o), program(prog), data(o.data.text_path, m.vocab, o.data.seed) {}
+
+RankState::RankState(World& w, int rank) : w_(w), rp_(w.program.ranks[static_cast<std::size_t>(rank)]), rank_(rank) {
+    STRATA_ASSERT(rp_.global_rank == rank, "runtime: the Program is not in full mode");
+    layout_ = param_layout(w.model, w.plan, rp_.pp_stage);
+    const auto& tp = rp_.groups[static_cast<std::size_t>(Group::tp)];
+    tp_size_ = static_cast<int>(tp.size());
+    tp_rank_ = static_cast<int>(std::find(tp.begin(), tp.end(), rank) - tp.begin());
+    const auto& dp = rp_.groups[static_cast<std::size_t>(Group::dp)];
+    dp_rank_ = static_cast<int>(std::find(dp.begin(), dp.end(), rank) - dp.begin());
+    gpu_.capacity = w.options.capacity_bytes[0];
+    precompute();
+}
+
+RankState::~RankState() {
+    if (ssd_fd_ >= 0) {
+        ::close(ssd_fd_);
+        ::unlink(ssd_path_.c_str());
+        if (w_.node_ssd[static_cast<std::size_t>(rp_.node)]) w_.node_ssd[static_cast<std::size_t>(rp_.node)]->used.fetch_sub(static_cast<double>(ssd_bytes_));
+    }
+}
+
+// Per stream, its instructions in program order; per output operand, how many reads of the value
+// it writes follow before the tensor is written again (the rank's program order is the order the
+// lowering guarantees its data dependencies in).
+void RankState::precompute() {
+    const Program& prog = w_.program;
+    for (std::size_t i = 0; i < rp_.instrs.size(); ++i) streams_[static_cast<std::size_t>(rp_.instrs[i].stream)].push_back(i);
+    version_reads_.assign(rp_.operand_ids.size(), 0);
+    std::unordered_map<int, std::size_t> writer;  // tensor -> operand position of its current version's write
+    for (std::size_t i = 0; i < rp_.instrs.size(); ++i) {
+        const Operands& o = rp_.operands[i];
+        const auto* ids = rp_.operand_ids.data() + o.first;
+        for (int k = 0; k < o.n_in; ++k) {
+            const DataTensor& t = prog.tensors[static_cast<std::size_t>(ids[k])];
+            if (!tracked(t.role, t.tier)) continue;
+            if (t.role == TensorRole::tokens) {
+                ++token_reads_[ids[k]];
+                continue;
+            }
+            auto it = writer.find(ids[k]);
+            if (it == writer.end())
+                throw RuntimeError("runtime: rank " + std::to_string(rank_) + " instruction " + std::to_string(i) + " reads " +
+                                   prog.tensor_names[static_cast<std::size_t>(t.name)] + " before anything writes it");
+            ++version_reads_[it->second];  // an in-place update reads the old value too
+        }
+        for (int j = 0; j < o.n_out; ++j) {
+            const DataTensor& t = prog.tensors[static_cast<std::size_t>(ids[o.n_in + j])];
+            if (tracked(t.role, t.tier)) writer[ids[o.n_in + j]] = o.first + static_cast<std::size_t>(o.n_in + j);
+        }
+    }
+    recorded_.assign(static_cast<std::size_t>(std::max(1, prog.events)), 0);
+    posted_.assign(rp_.instrs.size(), 0);
+    started_ns_.assign(rp_.instrs.size(), 0);
+}
+
+Pool* RankState::pool_of(Tier t) {
+    if (t == Tier::gpu) return &gpu_;
+    auto& v = t == Tier::cpu ? w_.node_cpu : w_.node_ssd;
+    return v[static_cast<std::size_t>(rp_.node)].get();
+}
+
+void RankState::sample_memory(Tier t) {
+    if (!w_.options.record_spans) return;
+    const auto now = std::chrono::steady_clock::now() - w_.step_start;
+    trace_.memory.push_back({t, std::chrono::duration_cast<std::chrono::nanoseconds>(now).count(), pool_of(t)->used.load()});
+}
+
+i64 RankState::elements(int id) const {
+    const DataTensor& t = w_.program.tensors[static_cast<std::size_t>(id)];
+    return t.role == TensorRole::optimizer_state ? 2 * t.elements() : t.elements();
+}
+
+// The memory behind a tensor: a range of a flat buffer, or a live tensor of this step (allocated
+// here when written first; a tokens tensor is filled from the data on first read).
+float* RankState::tensor(int id, bool write, std::size_t at) {
+    const DataTensor& t = w_.program.tensors[static_cast<std::size_t>(id)];
+    switch (t.role) {
+        case TensorRole::param: return (t.tier == Tier::gpu ? params_.data() : host_params()) + t.offset;
+        case TensorRole::param_grad: return (t.tier == Tier::gpu ? grads_.data() : host_grads()) + t.offset;
+        default: break;
+    }
+    STRATA_ASSERT(!(t.role == TensorRole::optimizer_state && t.tier == Tier::ssd), "runtime: the ssd tier has no address");
+    auto it = live_.find(id);
+    if (it != live_.end()) return it->second.buf.data();
+    const std::string& name = w_.program.tensor_names[static_cast<std::size_t>(t.name)];
+    if (!write && t.role != TensorRole::tokens) fail(at, "reads " + name + ", which nothing has written this step");
+    const Tier tier = t.role == TensorRole::optimizer_state ? Tier::cpu : Tier::gpu;
+    Live l;
+    try {
+        l.buf = TrackedBuffer(elements(id), pool_of(tier), "rank " + std::to_string(rank_) + " tier " + to_string(tier) + ", " + name);
+    } catch (const OutOfMemory& e) {
+        fail(at, e.what());
+    }
+    if (t.role == TensorRole::tokens) {
+        // Rows of this micro-batch: Megatron's order, the data-parallel rank's contiguous slice.
+        const PlanSpec& p = w_.plan;
+        const i64 m = p.micro_batches(), b = p.micro_batch, s = w_.model.seq_len;
+        const i64 mb = t.microbatch % m;
+        const i64 step = w_.options.data.fixed_batch ? 0 : w_.step;
+        const i64 first = step * p.global_batch + static_cast<i64>(dp_rank_) * m * b + mb * b;
+        for (i64 i = 0; i < b; ++i) w_.data.sample(first + i, s, l.buf.data() + i * s * 2);
+        l.pending = token_reads_[id];
+    }
+    float* ptr = l.buf.data();
+    live_.emplace(id, std::move(l));
+    sample_memory(tier);
+    return ptr;
+}
+
+void RankState::fail(std::size_t i, const std::string& what) const {
+    const Instr& in = rp_.instrs[i];
+    const std::string name = in.name > 0 ? w_.program.names[static_cast<std::size_t>(in.name)] : to_string(in.kind);
+    const std::string where = "rank " + std::to_string(rank_) + ", instruction " + std::to_string(i) + " (" + name + ", " +
+                              to_string(in.phase) + ", layer " + std::to_string(in.layer) + ", micro-batch " +
+                              std::to_string(in.microbatch) + ", stream " + to_string(in.stream) + ")";
+    if (what.find("refused") != std::string::npos || what.find("would make") != std::string::npos)
+        throw OutOfMemory("out of memory at " + where + ": " + what);
+    throw RuntimeError(where + ": " + what);
+}
+
+bool RankState::try_execute(std::size_t i) {
+    const Instr& in = rp_.instrs[i];
+    auto now = [&]() {
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - w_.step_start).count();
+    };
+    switch (in.kind) {
+        case InstrKind::record: recorded_[static_cast<std::size_t>(in.event)] = 1; return true;
+        case InstrKind::wait: return recorded_[static_cast<std::size_t>(in.event)] != 0;
+        case InstrKind::alloc:
+        case InstrKind::free:  // the memory model's tensors: the runtime allocates the dataflow's own
+        case InstrKind::host_sync: started_ns_[i] = now(); return true;
+        case InstrKind::compute: started_ns_[i] = now(); compute(i); return true;
+        case InstrKind::copy: started_ns_[i] = now(); copy(i); return true;
+        case InstrKind::optimizer: started_ns_[i] = now(); optimizer(i, true); return true;
+        case InstrKind::collective:
+            if (!posted_[i]) {
+                posted_[i] = 1;
+                started_ns_[i] = now();
+                return collective(i, true);
+            }
+            return collective(i, false);
+        case InstrKind::send:
+        case InstrKind::recv:
+            if (!posted_[i]) {
+                posted_[i] = 1;
+                started_ns_[i] = now();
+                return p2p(i, true);
+            }
+            return p2p(i, false);
+    }
+    return false;
+}
+
+void RankState::finish(std::size_t i) {
+    const Instr& in = rp_.instrs[i];
+    if (w_.options.record_spans && in.kind != InstrKind::record && in.kind != InstrKind::wait) {
+        const auto end = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - w_.step_start).count();
+        trace_.spans.push_back({static_cast<int>(i), started_ns_[i], end});
+    }
+    if (rp_.operands.empty()) return;
+    const Operands& o = rp_.operands[i];
+    const auto* ids = rp_.operand_ids.data() + o.first;
+    // Inputs have been read; outputs start a new value with its own count of readers; a value
+    // nobody will read again is freed. An in-place update must be the old value's last reader.
+    for (int k = 0; k < o.n_in; ++k)
+        if (auto it = live_.find(ids[k]); it != live_.end()) --it->second.pending;
+    for (int j = 0; j < o.n_out; ++j) {
+        auto it = live_.find(ids[o.n_in + j]);
+        if (it == live_.end()) continue;
+        if (it->second.pending > 0) fail(i, "overwrites a value other instructions have yet to read");
+        it->second.pending = version_reads_[o.first + static_cast<std::size_t>(o.n_in + j)];
+    }
+    for (int k = 0; k < o.n_in + o.n_out; ++k) {
+        auto it = live_.find(ids[k]);
+        if (it == live_.end() || it->second.pending > 0) continue;
+        const Tier t = w_.program.tensors[static_cast<std::size_t>(ids[k])].role == TensorRole::optimizer_state ? Tier::cpu : Tier::gpu;
+        live_.erase(it);
+        sample_memory(t);
+    }
+}
+
+void RankState::run_step() {
+    adam_step_ = w_.step + 1;
+    pc_.fill(0);
+    std::fill(recorded_.begin(), recorded_.end(), 0);
+    std::fill(posted_.begin(), posted_.end(), 0);
+    std::fill(grads_.data(), grads_.data() + grads_.size(), 0.0f);  // Megatron's zero_grad_buffer
+    loss_sum_ = 0;
+    trace_ = RankTrace{};
+    gpu_.reset_peak();
+    std::uint64_t seen = 0;
+    auto idle_since = std::chrono::steady_clock::now();
+    for (;;) {
+        {
+            std::lock_guard<std::mutex> lk(waker_.mu);
+            seen = waker_.epoch;
+        }
+        bool done = true, progressed = false;
+        for (int s = 0; s < kStreamCount; ++s) {
+            auto& list = streams_[static_cast<std::size_t>(s)];
+            auto& pc = pc_[static_cast<std::size_t>(s)];
+            while (pc < list.size() && try_execute(list[pc])) {
+                finish(list[pc]);
+                ++pc;
+                progressed = true;
+            }
+            done = done && pc == list.size();
+        }
+        if (done) break;
+        if (w_.transport.aborted()) throw RuntimeError("stopped: " + w_.transport.why());
+        if (progressed) {
+            idle_since = std::chrono::steady_clock::now();
+            continue;
+        }
+        std::unique_lock<std::mutex> lk(waker_.mu);
+        waker_.cv.wait_for(lk, std::chrono::milliseconds(50), [&] { return waker_.epoch != seen || w_.transport.aborted(); });
+        if (std::chrono::steady_clock::now() - idle_since > std::chrono::seconds(120)) {
+            std::string stuck;
+            for (int s = 0; s < kStreamCount; ++s) {
+                const auto& list = streams_[static_cast<std::size_t>(s)];
+                const std::size_t pc = pc_[static_cast<std::size_t>(s)];
+                if (pc >= list.size()) continue;
+                stuck += ' ';  // appended piece by piece: GCC 12 misreads a chain of + here (-Wrestrict)
+                stuck += to_string(static_cast<Stream>(s));
+                stuck += '@';
+                stuck += std::to_string(list[pc]);
+            }
+            throw RuntimeError("rank " + std::to_string(rank_) + " made no progress for 120 s; streams waiting at" + stuck);
+        }
+    }
+    // Every value of the step has had its last reader: nothing of it may stay behind.
+    if (!live_.empty())
+        throw RuntimeError("rank " + std::to_string(rank_) + ": " + std::to_string(live_.size()) + " tensors outlived the step (first: " +
+                           w_.program.tensor_names[static_cast<std::size_t>(w_.program.tensors[static_cast<std::size_t>(live_.begin()->first)].name)] + ")");
+}
+
+}  // namespace strata::runtime

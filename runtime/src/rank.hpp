@@ -1,0 +1,151 @@
+// One rank of a run: its flat parameter, gradient and optimizer buffers, the live tensors of the
+// step with their remaining readers, the memory it holds per tier, and the executor that walks its
+// RankProgram's streams (rank.cpp) and dispatches each instruction (ops.cpp, state.cpp).
+#pragma once
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "data.hpp"
+#include "strata/lowering/params.hpp"
+#include "strata/lowering/program.hpp"
+#include "strata/runtime/runtime.hpp"
+#include "transport.hpp"
+
+namespace strata::runtime {
+
+using i64 = std::int64_t;
+
+/// Bytes in use on one pool (a rank's gpu tier, a node's cpu or ssd tier), with its peak.
+struct Pool {
+    std::atomic<double> used{0};
+    std::atomic<double> peak{0};
+    double capacity = 0;  ///< 0 = unlimited
+    void reset_peak() { peak = used.load(); }
+};
+
+/// A float buffer charged to a pool while it lives.
+class TrackedBuffer {
+public:
+    TrackedBuffer() = default;
+    TrackedBuffer(i64 n, Pool* pool, const std::string& what);  ///< zero-filled; throws OutOfMemory
+    ~TrackedBuffer();
+    TrackedBuffer(TrackedBuffer&& o) noexcept { *this = std::move(o); }
+    TrackedBuffer& operator=(TrackedBuffer&& o) noexcept;
+    TrackedBuffer(const TrackedBuffer&) = delete;
+    TrackedBuffer& operator=(const TrackedBuffer&) = delete;
+    float* data() const { return data_.get(); }
+    i64 size() const { return n_; }
+    bool empty() const { return n_ == 0; }
+
+private:
+    std::unique_ptr<float[]> data_;
+    i64 n_ = 0;
+    Pool* pool_ = nullptr;
+};
+
+/// What the whole run shares: the Program, options, transport, data, node pools.
+struct World {
+    const sim::ModelSpec& model;
+    const sim::PlanSpec& plan;
+    const RunOptions& options;
+    const sim::Program& program;
+    Transport transport;
+    TokenSource data;
+    std::vector<std::unique_ptr<Pool>> node_cpu, node_ssd;  ///< by node
+    std::string ssd_dir;
+    int step = 0;              ///< 0-based step being executed (all ranks)
+    std::chrono::steady_clock::time_point step_start;
+    World(const sim::ModelSpec& m, const sim::PlanSpec& p, const RunOptions& o, const sim::Program& prog);
+};
+
+/// Adam moments of the ranges one optimizer instruction updates, on that instruction's tier.
+struct MomentBlock {
+    i64 offset = 0, count = 0;
+    TrackedBuffer m, v;
+};
+
+class RankState {
+public:
+    RankState(World& w, int rank);
+    ~RankState();
+
+    /// Initialise parameters (or read them from a checkpoint) and size the optimizer state.
+    void init(const std::string& resume_dir);
+    /// Execute one step of the Program; throws on failure (the caller aborts the others).
+    void run_step();
+    void save(const std::string& dir) const;
+
+    int rank() const { return rank_; }
+    double loss_sum() const { return loss_sum_; }
+    const RankTrace& trace() const { return trace_; }
+    Pool& gpu_pool() { return gpu_; }
+    Waker& waker() { return waker_; }
+    float* param_ptr(const std::string& name, int layer, bool grad);
+    const sim::ParamEntry& entry(const std::string& name, int layer) const;
+    int adam_step() const { return adam_step_; }
+
+private:
+    friend struct Ops;
+    struct Live {
+        TrackedBuffer buf;
+        int pending = 0;  ///< reads of this version still to come
+    };
+    // executor (rank.cpp)
+    void precompute();
+    bool try_execute(std::size_t i);
+    void finish(std::size_t i);
+    float* tensor(int id, bool write, std::size_t at);
+    i64 elements(int id) const;
+    Pool* pool_of(sim::Tier t);
+    void sample_memory(sim::Tier t);
+    [[noreturn]] void fail(std::size_t i, const std::string& what) const;
+    // instruction kinds (ops.cpp)
+    void compute(std::size_t i);
+    bool collective(std::size_t i, bool first);
+    bool p2p(std::size_t i, bool first);
+    void copy(std::size_t i);
+    void optimizer(std::size_t i, bool on_cpu_stream);
+    // state (state.cpp)
+    void init_params();
+    MomentBlock& moments(i64 offset, i64 count, sim::Tier tier);
+    float* host_params();
+    float* host_grads();
+    int ssd_fd();
+
+    World& w_;
+    const sim::RankProgram& rp_;
+    const int rank_;
+    sim::ParamLayout layout_;
+    int tp_rank_ = 0, tp_size_ = 1, dp_rank_ = 0;
+    Pool gpu_;  ///< this rank's gpu tier
+    TrackedBuffer params_, grads_, params_host_, grads_host_;
+    std::vector<unsigned char> decay_;
+    std::vector<MomentBlock> gpu_moments_, cpu_moments_;
+    int adam_step_ = 0;
+    int ssd_fd_ = -1;
+    std::string ssd_path_;
+    i64 ssd_bytes_ = 0;
+
+    // per-program precomputation
+    std::array<std::vector<std::size_t>, sim::kStreamCount> streams_;
+    std::vector<int> version_reads_;  ///< parallel to rp_.operand_ids: reads of the version an output writes
+    std::unordered_map<int, int> token_reads_;  ///< tokens tensors: reads in the step
+    // per-step state
+    std::array<std::size_t, sim::kStreamCount> pc_{};
+    std::vector<char> recorded_;
+    std::vector<char> posted_;
+    std::vector<std::int64_t> started_ns_;
+    std::unordered_map<int, Live> live_;
+    double loss_sum_ = 0;
+    RankTrace trace_;
+    Waker waker_;
+};
+
+}  // namespace strata::runtime

@@ -1,0 +1,214 @@
+// Session: lowers the plan with its dataflow, refuses what cannot run or cannot fit before it
+// allocates anything, then runs each step with one thread per rank and gathers the figures.
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "rank.hpp"
+#include "strata/common/error.hpp"
+#include "strata/lowering/lower.hpp"
+#include "strata/lowering/memory.hpp"
+#include "strata/lowering/params.hpp"
+
+namespace strata::runtime {
+
+using namespace sim;
+
+const char* to_string(Backend b) { return b == Backend::cpu ? "cpu" : "cuda"; }
+
+std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend) {
+    if (backend == Backend::cuda) return "backend cuda: this build's runtime has no CUDA backend yet (use --backend cpu)";
+    return dataflow_unsupported(m, p);
+}
+
+struct Session::Impl {
+    ModelSpec model;
+    ClusterSpec cluster;
+    PlanSpec plan;
+    RunOptions options;
+    Program program;
+    std::unique_ptr<World> world;
+    std::vector<std::unique_ptr<RankState>> ranks;
+    std::vector<RankTrace> traces;
+    std::array<double, kTierCount> peaks{};
+    int steps_done = 0;
+    std::string broken;  ///< why the session cannot step any more
+    std::string tmp_ssd_dir;
+
+    ~Impl() {
+        ranks.clear();
+        if (!tmp_ssd_dir.empty()) {
+            std::error_code ec;
+            std::filesystem::remove_all(tmp_ssd_dir, ec);
+        }
+    }
+
+    RankState& at(int rank) const {
+        if (rank < 0 || rank >= static_cast<int>(ranks.size())) throw InputError("runtime", "rank", "no rank " + std::to_string(rank));
+        return *ranks[static_cast<std::size_t>(rank)];
+    }
+};
+
+namespace {
+
+std::string mib(double b) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1 << 20));
+    return buf;
+}
+
+// The analytical memory model (memory.hpp) against the capacities, before any allocation.
+void check_fits(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, const RunOptions& o) {
+    Capacities caps;
+    caps.hbm_bytes = o.capacity_bytes[0] > 0 ? o.capacity_bytes[0] : 1e300;
+    caps.cpu_bytes_per_node = o.capacity_bytes[1] > 0 ? o.capacity_bytes[1] : 1e300;
+    caps.ssd_bytes_per_node = o.capacity_bytes[2] > 0 ? o.capacity_bytes[2] : 1e300;
+    caps.gpus_per_node = c.gpus_per_node;
+    const MemoryReport r = memory_estimate(m, p, caps);
+    if (!r.fits_hbm)
+        throw OutOfMemory("the plan does not fit, refused before allocating: tier gpu needs " + mib(r.hbm_bytes) + " per rank (stage " +
+                          std::to_string(r.worst_hbm_stage) + ") of " + mib(caps.hbm_bytes));
+    if (!r.fits_cpu) throw OutOfMemory("the plan does not fit, refused before allocating: tier cpu needs " + mib(r.cpu_bytes) + " per node of " + mib(caps.cpu_bytes_per_node));
+    if (!r.fits_ssd) throw OutOfMemory("the plan does not fit, refused before allocating: tier ssd needs " + mib(r.ssd_bytes) + " per node of " + mib(caps.ssd_bytes_per_node));
+}
+
+}  // namespace
+
+Session::Session(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, const RunOptions& o) : impl_(std::make_unique<Impl>()) {
+    Impl& s = *impl_;
+    s.model = m;
+    s.cluster = c;
+    s.plan = p;
+    s.options = o;
+    if (const std::string why = unsupported(m, p, o.backend); !why.empty())
+        throw InputError(p.name.empty() ? "plan" : p.name, "", why + " (strata run executes what the dataflow lowering covers)");
+    if (o.check_fit) check_fits(m, c, p, o);
+    LowerOptions lo;
+    lo.full_mode = true;
+    lo.dataflow = true;
+    lo.steps = 1;
+    s.program = lower(s.model, s.cluster, s.plan, lo);
+    s.world = std::make_unique<World>(s.model, s.plan, s.options, s.program);
+    World& w = *s.world;
+    const int nodes = std::max(1, s.cluster.nodes);
+    for (int n = 0; n < nodes; ++n) {
+        w.node_cpu.push_back(std::make_unique<Pool>());
+        w.node_ssd.push_back(std::make_unique<Pool>());
+        w.node_cpu.back()->capacity = o.capacity_bytes[1];
+        w.node_ssd.back()->capacity = o.capacity_bytes[2];
+    }
+    w.ssd_dir = o.ssd_dir;
+    if (w.ssd_dir.empty()) {
+        std::string tmpl = (std::filesystem::temp_directory_path() / "strata-ssd-XXXXXX").string();
+        if (!::mkdtemp(tmpl.data())) throw RuntimeError("cannot create a directory for the ssd tier in " + std::filesystem::temp_directory_path().string());
+        w.ssd_dir = s.tmp_ssd_dir = tmpl;
+    } else {
+        std::filesystem::create_directories(w.ssd_dir);
+    }
+    for (std::size_t r = 0; r < s.program.ranks.size(); ++r) {
+        s.ranks.push_back(std::make_unique<RankState>(w, static_cast<int>(r)));
+        w.transport.add_waker(&s.ranks.back()->waker());
+    }
+    for (auto& r : s.ranks) r->init(o.resume_dir);
+    s.steps_done = s.ranks.empty() ? 0 : s.ranks[0]->adam_step();
+    for (auto& r : s.ranks)
+        if (r->adam_step() != s.steps_done) throw InputError(o.resume_dir, "checkpoint", "its ranks were saved at different steps");
+}
+
+Session::~Session() = default;
+
+StepReport Session::step() {
+    Impl& s = *impl_;
+    if (!s.broken.empty()) throw RuntimeError("the run cannot continue: " + s.broken);
+    World& w = *s.world;
+    w.step = s.steps_done;
+    for (auto& p : w.node_cpu) p->reset_peak();
+    for (auto& p : w.node_ssd) p->reset_peak();
+    std::vector<std::exception_ptr> errors(s.ranks.size());
+    w.step_start = std::chrono::steady_clock::now();
+    {
+        std::vector<std::thread> threads;
+        threads.reserve(s.ranks.size());
+        for (std::size_t r = 0; r < s.ranks.size(); ++r)
+            threads.emplace_back([&, r] {
+                try {
+                    s.ranks[r]->run_step();
+                } catch (const std::exception& e) {
+                    errors[r] = std::current_exception();
+                    w.transport.abort(e.what());
+                }
+            });
+        for (auto& t : threads) t.join();
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - w.step_start).count();
+    // The first rank's own failure (not another rank's "stopped" echo of it) is the one to report.
+    for (std::size_t r = 0; r < errors.size(); ++r) {
+        if (!errors[r]) continue;
+        try {
+            std::rethrow_exception(errors[r]);
+        } catch (const std::exception& e) {
+            if (std::string(e.what()).rfind("stopped: ", 0) == 0) continue;
+            s.broken = e.what();
+            throw;
+        }
+    }
+    for (auto& e : errors)
+        if (e) {
+            s.broken = w.transport.why();
+            std::rethrow_exception(e);
+        }
+    ++s.steps_done;
+    StepReport rep;
+    rep.step = s.steps_done;
+    double loss = 0;
+    for (auto& r : s.ranks) loss += r->loss_sum();
+    rep.loss = loss / s.program.tokens_per_step;
+    rep.step_s = secs;
+    rep.tokens_per_s = s.program.tokens_per_step / secs;
+    if (s.options.peak_flops_per_rank > 0)
+        rep.mfu = s.program.model_flops_per_step / (secs * s.program.gpus * s.options.peak_flops_per_rank);
+    for (auto& r : s.ranks) rep.peak_bytes[0] = std::max(rep.peak_bytes[0], r->gpu_pool().peak.load());
+    for (auto& p : w.node_cpu) rep.peak_bytes[1] = std::max(rep.peak_bytes[1], p->peak.load());
+    for (auto& p : w.node_ssd) rep.peak_bytes[2] = std::max(rep.peak_bytes[2], p->peak.load());
+    for (int t = 0; t < kTierCount; ++t) s.peaks[static_cast<std::size_t>(t)] = std::max(s.peaks[static_cast<std::size_t>(t)], rep.peak_bytes[static_cast<std::size_t>(t)]);
+    if (s.options.record_spans) {
+        s.traces.clear();
+        for (auto& r : s.ranks) s.traces.push_back(r->trace());
+    }
+    return rep;
+}
+
+int Session::steps_done() const { return impl_->steps_done; }
+
+void Session::save(const std::string& dir) const {
+    for (const auto& r : impl_->ranks) r->save(dir);
+}
+
+const Program& Session::program() const { return impl_->program; }
+const std::vector<RankTrace>& Session::traces() const { return impl_->traces; }
+std::array<double, kTierCount> Session::peak_bytes() const { return impl_->peaks; }
+
+float Session::param(int rank, const std::string& name, int layer, std::int64_t index) const {
+    RankState& r = impl_->at(rank);
+    if (index < 0 || index >= r.entry(name, layer).elements()) throw InputError("runtime", name, "index out of range");
+    return r.param_ptr(name, layer, false)[index];
+}
+
+void Session::set_param(int rank, const std::string& name, int layer, std::int64_t index, float value) {
+    RankState& r = impl_->at(rank);
+    if (index < 0 || index >= r.entry(name, layer).elements()) throw InputError("runtime", name, "index out of range");
+    r.param_ptr(name, layer, false)[index] = value;
+}
+
+float Session::grad(int rank, const std::string& name, int layer, std::int64_t index) const {
+    RankState& r = impl_->at(rank);
+    if (index < 0 || index >= r.entry(name, layer).elements()) throw InputError("runtime", name, "index out of range");
+    return r.param_ptr(name, layer, true)[index];
+}
+
+std::int64_t Session::param_elements(int rank, const std::string& name, int layer) const {
+    return impl_->at(rank).entry(name, layer).elements();
+}
+
+}  // namespace strata::runtime

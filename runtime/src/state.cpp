@@ -1,0 +1,259 @@
+// A rank's model states: initialisation that does not depend on the parallel split (every element
+// is drawn from its index in the whole tensor), Adam's moments created where each optimizer
+// instruction runs, the host copies of an offloaded optimizer, the ssd tier's file, and
+// checkpoints that resume bit for bit.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include "rank.hpp"
+#include "strata/common/error.hpp"
+#include "strata/lowering/spec_io.hpp"
+
+namespace strata::runtime {
+
+using namespace sim;
+
+namespace {
+
+constexpr double kInitStd = 0.02;  // GPT-2 / Megatron's init_method_std
+
+std::uint64_t hash_name(const std::string& s, int layer) {
+    std::uint64_t h = 1469598103934665603ull;  // FNV-1a
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+    return splitmix64(h ^ static_cast<std::uint64_t>(layer + 7));
+}
+
+// N(0, 1) from two counter-based uniforms (Box-Muller).
+double normal(std::uint64_t key, std::int64_t index) {
+    const std::uint64_t a = splitmix64(key + 2 * static_cast<std::uint64_t>(index));
+    const std::uint64_t b = splitmix64(key + 2 * static_cast<std::uint64_t>(index) + 1);
+    const double u1 = (static_cast<double>(a >> 11) + 1.0) * 0x1.0p-53, u2 = static_cast<double>(b >> 11) * 0x1.0p-53;
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+// The row of the whole tensor that row r of a rank's piece (rows_local of them) is, for the row
+// splits of params.hpp; the rank's heads of Q, K and V, or its halves of SwiGLU's gate and up.
+std::int64_t whole_row(ParamSplit split, const ModelSpec& m, std::int64_t r, std::int64_t rows_local, std::int64_t full_rows,
+                       int t, int tp) {
+    switch (split) {
+        case ParamSplit::rows: return t * rows_local + r;
+        case ParamSplit::gated_rows: {
+            const std::int64_t half = rows_local / 2;
+            return r < half ? t * half + r : full_rows / 2 + t * half + (r - half);
+        }
+        case ParamSplit::qkv_rows: {
+            const std::int64_t hd = m.head_dim > 0 ? m.head_dim : m.hidden / m.heads;
+            const std::int64_t kvh = m.kv_heads > 0 ? m.kv_heads : m.heads;
+            const std::int64_t q = m.heads / tp * hd, kv = kvh / tp * hd, qw = m.heads * hd, kvw = kvh * hd;
+            return r < q ? t * q + r : r < q + kv ? qw + t * kv + (r - q) : qw + kvw + t * kv + (r - q - kv);
+        }
+        default: return r;
+    }
+}
+
+// The element of the whole tensor (row-major) that a rank's piece holds at (r, c).
+std::int64_t whole_index(const ParamEntry& e, const ModelSpec& m, std::int64_t r, std::int64_t c, int t, int tp) {
+    if (e.split == ParamSplit::replicated) return r * e.full_cols + c;
+    if (e.full_rows == 1) return whole_row(e.split, m, c, e.cols, e.full_cols, t, tp);  // a split bias vector
+    if (e.split == ParamSplit::cols) return r * e.full_cols + t * e.cols + c;
+    return whole_row(e.split, m, r, e.rows, e.full_rows, t, tp) * e.full_cols + c;
+}
+
+std::string fingerprint(const ModelSpec& m, const PlanSpec& p) {
+    ModelSpec mm = m;
+    PlanSpec pp = p;
+    mm.name.clear();
+    mm.description.clear();
+    pp.name.clear();
+    pp.description.clear();
+    return to_json_text(mm) + to_json_text(pp);
+}
+
+template <typename T>
+void put(std::string& out, const T& v) {
+    out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+void put_floats(std::string& out, const float* p, std::int64_t n) {
+    out.append(reinterpret_cast<const char*>(p), static_cast<std::size_t>(n) * sizeof(float));
+}
+constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'C', '1'};
+
+}  // namespace
+
+void RankState::init_params() {
+    const std::string who = "rank " + std::to_string(rank_) + " tier gpu, ";
+    params_ = TrackedBuffer(layout_.dense_elements, &gpu_, who + "parameters");
+    grads_ = TrackedBuffer(layout_.dense_elements, &gpu_, who + "gradients");
+    decay_.assign(static_cast<std::size_t>(layout_.dense_elements), 0);
+    const double out_std = kInitStd / std::sqrt(2.0 * std::max(1, w_.model.layers));  // scaled residual projections
+    for (const ParamEntry& e : layout_.entries) {
+        float* p = params_.data() + e.offset;
+        std::fill(decay_.begin() + e.offset, decay_.begin() + e.end(), e.decay ? 1 : 0);
+        const bool norm = e.name.find("ln") == 0 || e.name.find("final_norm") == 0;
+        if (e.name.find(".bias") != std::string::npos) continue;  // zeros
+        if (norm) {
+            std::fill(p, p + e.elements(), 1.0f);
+            continue;
+        }
+        const double sd = e.name == "proj.weight" || e.name == "fc2.weight" ? out_std : kInitStd;
+        const std::uint64_t key = hash_name(e.name, e.layer) ^ w_.options.seed;
+        for (std::int64_t r = 0; r < e.rows; ++r)
+            for (std::int64_t c = 0; c < e.cols; ++c)
+                p[r * e.cols + c] = static_cast<float>(sd * normal(key, whole_index(e, w_.model, r, c, tp_rank_, tp_size_)));
+    }
+}
+
+void RankState::init(const std::string& resume_dir) {
+    init_params();
+    adam_step_ = 0;
+    if (resume_dir.empty()) return;
+    const std::string path = resume_dir + "/rank-" + std::to_string(rank_) + ".bin";
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw InputError(path, "checkpoint", "cannot read it (no checkpoint for this rank)");
+    std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::size_t at = 0;
+    auto get = [&](void* dst, std::size_t n) {
+        if (at + n > data.size()) throw InputError(path, "checkpoint", "is truncated");
+        std::memcpy(dst, data.data() + at, n);
+        at += n;
+    };
+    char magic[8];
+    get(magic, 8);
+    if (std::memcmp(magic, kMagic, 8) != 0) throw InputError(path, "checkpoint", "is not a Strata runtime checkpoint");
+    std::int64_t steps = 0, elems = 0, fp_len = 0;
+    get(&steps, sizeof steps);
+    get(&elems, sizeof elems);
+    get(&fp_len, sizeof fp_len);
+    if (fp_len < 0 || fp_len > (1 << 24)) throw InputError(path, "checkpoint", "is corrupt");
+    std::string fp(static_cast<std::size_t>(fp_len), '\0');
+    get(fp.data(), fp.size());
+    if (fp != fingerprint(w_.model, w_.plan) || elems != layout_.dense_elements)
+        throw InputError(path, "checkpoint", "was saved from a different model or plan");
+    adam_step_ = static_cast<int>(steps);
+    get(params_.data(), static_cast<std::size_t>(elems) * sizeof(float));
+    std::int64_t blocks = 0;
+    get(&blocks, sizeof blocks);
+    for (std::int64_t b = 0; b < blocks; ++b) {
+        std::int64_t off = 0, n = 0, tier = 0;
+        get(&off, sizeof off);
+        get(&n, sizeof n);
+        get(&tier, sizeof tier);
+        if (off < 0 || n <= 0 || off + n > elems || tier < 0 || tier > 1) throw InputError(path, "checkpoint", "is corrupt");
+        MomentBlock& mb = moments(off, n, static_cast<Tier>(tier));
+        get(mb.m.data(), static_cast<std::size_t>(n) * sizeof(float));
+        get(mb.v.data(), static_cast<std::size_t>(n) * sizeof(float));
+    }
+    std::int64_t ssd = 0;
+    get(&ssd, sizeof ssd);
+    if (ssd > 0) {
+        std::vector<char> buf(static_cast<std::size_t>(ssd));
+        get(buf.data(), buf.size());
+        if (::pwrite(ssd_fd(), buf.data(), buf.size(), 0) != static_cast<ssize_t>(buf.size()))
+            throw RuntimeError("cannot restore the ssd tier's file " + ssd_path_);
+    }
+}
+
+void RankState::save(const std::string& dir) const {
+    std::string out;
+    out.append(kMagic, 8);
+    const std::string fp = fingerprint(w_.model, w_.plan);
+    put(out, static_cast<std::int64_t>(adam_step_));
+    put(out, static_cast<std::int64_t>(layout_.dense_elements));
+    put(out, static_cast<std::int64_t>(fp.size()));
+    out += fp;
+    put_floats(out, params_.data(), layout_.dense_elements);
+    put(out, static_cast<std::int64_t>(gpu_moments_.size() + cpu_moments_.size()));
+    for (int tier = 0; tier < 2; ++tier)
+        for (const MomentBlock& mb : tier == 0 ? gpu_moments_ : cpu_moments_) {
+            put(out, mb.offset);
+            put(out, mb.count);
+            put(out, static_cast<std::int64_t>(tier));
+            put_floats(out, mb.m.data(), mb.count);
+            put_floats(out, mb.v.data(), mb.count);
+        }
+    std::int64_t ssd = 0;
+    std::vector<char> buf;
+    if (ssd_fd_ >= 0) {
+        ssd = 2 * layout_.dense_elements * static_cast<std::int64_t>(sizeof(float));
+        buf.resize(static_cast<std::size_t>(ssd));
+        if (::pread(ssd_fd_, buf.data(), buf.size(), 0) < 0) throw RuntimeError("cannot read the ssd tier's file " + ssd_path_);
+    }
+    put(out, ssd);
+    out.append(buf.data(), buf.size());
+    std::filesystem::create_directories(dir);
+    const std::string path = dir + "/rank-" + std::to_string(rank_) + ".bin", tmp = path + ".partial";
+    {
+        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+        f.write(out.data(), static_cast<std::streamsize>(out.size()));
+        if (!f) throw RuntimeError("cannot write checkpoint " + tmp);
+    }
+    std::filesystem::rename(tmp, path);
+}
+
+MomentBlock& RankState::moments(i64 offset, i64 count, Tier tier) {
+    auto& blocks = tier == Tier::gpu ? gpu_moments_ : cpu_moments_;
+    for (MomentBlock& b : blocks)
+        if (b.offset == offset && b.count == count) return b;
+    const std::string who = "rank " + std::to_string(rank_) + " tier " + to_string(tier) + ", Adam moments";
+    MomentBlock b;
+    b.offset = offset;
+    b.count = count;
+    b.m = TrackedBuffer(count, pool_of(tier), who);
+    b.v = TrackedBuffer(count, pool_of(tier), who);
+    blocks.push_back(std::move(b));
+    return blocks.back();
+}
+
+// The offloaded optimizer's fp32 parameters on the host start as the device's (and follow them
+// through every H2D after the update), so a resumed run needs nothing more in its checkpoint.
+float* RankState::host_params() {
+    if (params_host_.empty()) {
+        params_host_ = TrackedBuffer(layout_.dense_elements, pool_of(Tier::cpu), "rank " + std::to_string(rank_) + " tier cpu, parameters");
+        std::memcpy(params_host_.data(), params_.data(), static_cast<std::size_t>(layout_.dense_elements) * sizeof(float));
+    }
+    return params_host_.data();
+}
+
+float* RankState::host_grads() {
+    if (grads_host_.empty())
+        grads_host_ = TrackedBuffer(layout_.dense_elements, pool_of(Tier::cpu), "rank " + std::to_string(rank_) + " tier cpu, gradients");
+    return grads_host_.data();
+}
+
+// The ssd tier: one file per rank holding Adam's moments (m, v) for every element it may own,
+// sparse until written; its size is charged to the node's ssd pool.
+int RankState::ssd_fd() {
+    if (ssd_fd_ >= 0) return ssd_fd_;
+    ssd_path_ = w_.ssd_dir + "/rank-" + std::to_string(rank_) + ".optimizer-state";
+    ssd_fd_ = ::open(ssd_path_.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (ssd_fd_ < 0) throw RuntimeError("cannot create the ssd tier's file " + ssd_path_);
+    ssd_bytes_ = 2 * layout_.dense_elements * static_cast<i64>(sizeof(float));
+    if (::ftruncate(ssd_fd_, ssd_bytes_) != 0) throw RuntimeError("cannot size the ssd tier's file " + ssd_path_);
+    Pool* pool = pool_of(Tier::ssd);
+    const double now = pool->used.fetch_add(static_cast<double>(ssd_bytes_)) + static_cast<double>(ssd_bytes_);
+    if (pool->capacity > 0 && now > pool->capacity)
+        throw OutOfMemory("rank " + std::to_string(rank_) + " tier ssd: the optimizer state file needs " + std::to_string(ssd_bytes_) +
+                          " bytes more than the node's capacity");
+    double cur = pool->peak.load();
+    while (now > cur && !pool->peak.compare_exchange_weak(cur, now)) {
+    }
+    return ssd_fd_;
+}
+
+const ParamEntry& RankState::entry(const std::string& name, int layer) const {
+    const ParamEntry* e = layout_.find(name, layer);
+    if (!e) throw InputError("runtime", name, "rank " + std::to_string(rank_) + " holds no such parameter on layer " + std::to_string(layer));
+    return *e;
+}
+
+float* RankState::param_ptr(const std::string& name, int layer, bool grad) {
+    const ParamEntry& e = entry(name, layer);
+    return (grad ? grads_.data() : params_.data()) + e.offset;
+}
+
+}  // namespace strata::runtime

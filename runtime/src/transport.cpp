@@ -1,0 +1,164 @@
+#include "transport.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "strata/common/error.hpp"
+
+namespace strata::runtime {
+
+namespace {
+using i64 = std::int64_t;
+// Member r's slice of a flat range of n elements over `members` (the lowering's rule).
+std::pair<i64, i64> slice(i64 n, int r, int members) {
+    const i64 lo = n * r / members, hi = n * (r + 1) / members;
+    return {lo, hi};
+}
+}  // namespace
+
+void Transport::perform(Coll& c) {
+    std::sort(c.parts.begin(), c.parts.end(), [](const CollPart& a, const CollPart& b) { return a.group_rank < b.group_rank; });
+    const int n = c.members;
+    const CollPart& p0 = c.parts[0];
+    for (const CollPart& p : c.parts)
+        STRATA_ASSERT(p.in.size() == p0.in.size() && p.out.size() == p0.out.size(), "transport: members disagree on operands");
+    switch (c.kind) {
+        case sim::CollKind::all_reduce: {
+            STRATA_ASSERT(p0.in.size() == p0.out.size(), "all_reduce: inputs and outputs differ");
+            for (std::size_t k = 0; k < p0.in.size(); ++k) {
+                const i64 len = p0.in_n[k];
+                std::vector<float> sum(static_cast<std::size_t>(len), 0.0f);
+                for (const CollPart& p : c.parts) {
+                    STRATA_ASSERT(p.in_n[k] == len, "all_reduce: sizes differ");
+                    for (i64 i = 0; i < len; ++i) sum[static_cast<std::size_t>(i)] += p.in[k][i];
+                }
+                for (const CollPart& p : c.parts) std::memmove(p.out[k], sum.data(), static_cast<std::size_t>(len) * sizeof(float));
+            }
+            break;
+        }
+        case sim::CollKind::all_gather: {
+            for (std::size_t k = 0; k < p0.in.size(); ++k) {
+                if (p0.ranges) {  // each member's slice of the range, to everyone
+                    const i64 len = p0.in_n[k];
+                    for (const CollPart& src : c.parts) {
+                        const auto [lo, hi] = slice(len, src.group_rank, n);
+                        for (const CollPart& dst : c.parts)
+                            if (&dst != &src) std::memcpy(dst.out[k] + lo, src.in[k] + lo, static_cast<std::size_t>(hi - lo) * sizeof(float));
+                    }
+                } else {  // row blocks in group order
+                    const i64 len = p0.in_n[k];
+                    for (const CollPart& dst : c.parts) {
+                        STRATA_ASSERT(dst.out_n[k] == len * n, "all_gather: output is not members x input");
+                        for (const CollPart& src : c.parts)
+                            std::memcpy(dst.out[k] + len * src.group_rank, src.in[k], static_cast<std::size_t>(len) * sizeof(float));
+                    }
+                }
+            }
+            break;
+        }
+        case sim::CollKind::reduce_scatter: {
+            for (std::size_t k = 0; k < p0.in.size(); ++k) {
+                const i64 len = p0.in_n[k];
+                std::vector<float> sum(static_cast<std::size_t>(len), 0.0f);
+                for (const CollPart& p : c.parts)
+                    for (i64 i = 0; i < len; ++i) sum[static_cast<std::size_t>(i)] += p.in[k][i];
+                for (const CollPart& p : c.parts) {
+                    const auto [lo, hi] = slice(len, p.group_rank, n);
+                    if (p.ranges) {
+                        if (p.zero_rest) {
+                            std::fill(p.out[k], p.out[k] + lo, 0.0f);
+                            std::fill(p.out[k] + hi, p.out[k] + len, 0.0f);
+                        }
+                        std::memcpy(p.out[k] + lo, sum.data() + lo, static_cast<std::size_t>(hi - lo) * sizeof(float));
+                    } else {
+                        STRATA_ASSERT(p.out_n[k] * n == len, "reduce_scatter: output is not input / members");
+                        std::memcpy(p.out[k], sum.data() + lo, static_cast<std::size_t>(hi - lo) * sizeof(float));
+                    }
+                }
+            }
+            break;
+        }
+        default: STRATA_ASSERT(false, std::string("transport: ") + sim::to_string(c.kind) + " is not implemented");
+    }
+}
+
+bool Transport::collective(Key key, sim::CollKind kind, int members, CollPart part) {
+    Coll* ready = nullptr;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        Coll& c = colls_[key];
+        c.kind = kind;
+        c.members = members;
+        c.parts.push_back(std::move(part));
+        STRATA_ASSERT(static_cast<int>(c.parts.size()) <= members, "transport: more members than the group holds");
+        if (static_cast<int>(c.parts.size()) < members) return false;
+        ready = &c;  // map nodes are stable; no other member touches it until done
+    }
+    perform(*ready);
+    std::vector<Waker*> wake;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        ready->done = true;
+        ready->consumed = 1;  // the performer
+        for (const CollPart& p : ready->parts) wake.push_back(p.waker);
+        if (ready->consumed == ready->members) colls_.erase(key);
+    }
+    for (Waker* w : wake)
+        if (w) w->notify();
+    return true;
+}
+
+bool Transport::collective_done(Key key) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = colls_.find(key);
+    STRATA_ASSERT(it != colls_.end(), "transport: no such collective");
+    if (!it->second.done) return false;
+    if (++it->second.consumed == it->second.members) colls_.erase(it);
+    return true;
+}
+
+bool Transport::p2p(Key key, bool send, float* data, std::int64_t n, Waker* waker) {
+    Waker* other = nullptr;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        P2P& q = p2p_[key];
+        (send ? q.src : q.dst) = data;
+        (send ? q.src_n : q.dst_n) = n;
+        q.wakers[send ? 0 : 1] = waker;
+        if (!q.src || !q.dst) return false;
+        STRATA_ASSERT(q.src_n == q.dst_n, "p2p: send and receive sizes differ");
+        std::memcpy(q.dst, q.src, static_cast<std::size_t>(n) * sizeof(float));
+        q.done = true;
+        q.consumed = 1;
+        other = q.wakers[send ? 1 : 0];
+    }
+    if (other) other->notify();
+    return true;
+}
+
+bool Transport::p2p_done(Key key, bool send) {
+    (void)send;
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = p2p_.find(key);
+    STRATA_ASSERT(it != p2p_.end(), "transport: no such transfer");
+    if (!it->second.done) return false;
+    if (++it->second.consumed == 2) p2p_.erase(it);
+    return true;
+}
+
+void Transport::abort(const std::string& why) {
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (!aborted_.load()) why_ = why;
+        aborted_ = true;
+    }
+    for (Waker* w : wakers_) w->notify();
+}
+
+std::string Transport::why() const {
+    auto& self = const_cast<Transport&>(*this);
+    std::lock_guard<std::mutex> lk(self.mu_);
+    return why_;
+}
+
+}  // namespace strata::runtime

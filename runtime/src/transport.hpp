@@ -1,0 +1,88 @@
+// The cpu backend's transport: collectives and pipeline send/receive between ranks that are
+// threads of one process. A collective completes once every member has posted it; the last to
+// arrive performs it for all, summing in group order, so the result does not depend on who came
+// first. A send and its receive rendezvous as the engine assumes (lower.hpp). Keys are (step,
+// match_id), so a fast rank's next step never meets a slow rank's last one.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "strata/lowering/program.hpp"
+
+namespace strata::runtime {
+
+/// Wakes a rank's executor when something it waits for may have happened.
+struct Waker {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::uint64_t epoch = 0;
+    void notify() {
+        {
+            std::lock_guard<std::mutex> lk(mu);
+            ++epoch;
+        }
+        cv.notify_all();
+    }
+};
+
+/// One member's part of a collective: its buffers, element counts, and how a flat range is cut.
+struct CollPart {
+    int group_rank = 0;
+    std::vector<float*> in, out;
+    std::vector<std::int64_t> in_n, out_n;
+    bool ranges = false;      ///< operands are flat ranges (sliced by group rank), not row blocks
+    bool zero_rest = false;   ///< reduce-scatter of gradients: zero what the member does not keep
+    Waker* waker = nullptr;
+};
+
+class Transport {
+public:
+    using Key = std::pair<int, std::int64_t>;  ///< (step, match_id)
+
+    /// Post this member's part; true once the collective has completed for everyone.
+    bool collective(Key key, sim::CollKind kind, int members, CollPart part);
+    /// Whether the collective posted under `key` has completed (the member's second look).
+    bool collective_done(Key key);
+    /// Post a send (`data` of n elements) or a receive (into `data`); true once the pair has met
+    /// and the data moved.
+    bool p2p(Key key, bool send, float* data, std::int64_t n, Waker* waker);
+    bool p2p_done(Key key, bool send);
+
+    void abort(const std::string& why);
+    bool aborted() const { return aborted_.load(); }
+    std::string why() const;
+    void add_waker(Waker* w) { wakers_.push_back(w); }
+
+private:
+    struct Coll {
+        sim::CollKind kind = sim::CollKind::all_reduce;
+        int members = 0;
+        std::vector<CollPart> parts;
+        bool done = false;
+        int consumed = 0;
+    };
+    struct P2P {
+        float* src = nullptr;
+        float* dst = nullptr;
+        std::int64_t src_n = 0, dst_n = 0;
+        Waker* wakers[2] = {nullptr, nullptr};
+        bool done = false;
+        int consumed = 0;
+    };
+    static void perform(Coll& c);
+
+    std::mutex mu_;
+    std::map<Key, Coll> colls_;
+    std::map<Key, P2P> p2p_;
+    std::atomic<bool> aborted_{false};
+    std::string why_;
+    std::vector<Waker*> wakers_;
+};
+
+}  // namespace strata::runtime

@@ -1,0 +1,81 @@
+// Tiny models and plans for the runtime's tests: a GPT (learned positions, LayerNorm, GELU,
+// biases, tied embeddings) and a Llama (RoPE, RMSNorm, SwiGLU, GQA, untied, no biases), small
+// enough that every parallel variant runs on two cores in a second.
+#pragma once
+#include <vector>
+
+#include "strata/lowering/spec.hpp"
+#include "strata/runtime/runtime.hpp"
+
+namespace strata::test {
+
+inline sim::ModelSpec tiny_gpt(int layers = 2) {
+    sim::ModelSpec m;
+    m.name = "tiny-gpt";
+    m.layers = layers;
+    m.hidden = 32;
+    m.heads = 4;
+    m.kv_heads = 4;
+    m.head_dim = 8;
+    m.ffn_hidden = 64;
+    m.ffn = sim::FfnKind::gelu;
+    m.vocab = 64;
+    m.seq_len = 8;
+    m.max_position = 8;
+    m.norm = sim::NormKind::layernorm;
+    m.position = sim::PositionKind::learned;
+    m.tied_embeddings = true;
+    m.linear_bias = true;
+    return m;
+}
+
+inline sim::ModelSpec tiny_llama(int layers = 4) {
+    sim::ModelSpec m;
+    m.name = "tiny-llama";
+    m.layers = layers;
+    m.hidden = 32;
+    m.heads = 4;
+    m.kv_heads = 2;
+    m.head_dim = 8;
+    m.ffn_hidden = 48;
+    m.ffn = sim::FfnKind::swiglu;
+    m.vocab = 64;
+    m.seq_len = 8;
+    m.norm = sim::NormKind::rmsnorm;
+    m.position = sim::PositionKind::rope;
+    m.tied_embeddings = false;
+    return m;
+}
+
+inline sim::ClusterSpec cpu_cluster(int ranks) {
+    sim::ClusterSpec c;
+    c.name = "test-cpu";
+    c.gpu = "cpu";
+    c.nodes = 1;
+    c.gpus_per_node = ranks;
+    return c;
+}
+
+/// fp32, micro-batches of 2 sequences, 8 sequences a step.
+inline sim::PlanSpec cpu_plan(int tp = 1, int pp = 1, int dp = 1) {
+    sim::PlanSpec p;
+    p.tp = tp;
+    p.pp = pp;
+    p.dp = dp;
+    p.micro_batch = 2;
+    p.global_batch = 8;
+    p.precision = sim::Precision::fp32;
+    p.flash_attention = true;
+    return p;
+}
+
+/// The loss of each of `steps` steps.
+inline std::vector<double> losses(const sim::ModelSpec& m, const sim::PlanSpec& p, int steps, runtime::RunOptions o = {}) {
+    o.lr = 3e-3;
+    runtime::Session s(m, cpu_cluster(p.gpus()), p, o);
+    std::vector<double> out;
+    for (int i = 0; i < steps; ++i) out.push_back(s.step().loss);
+    return out;
+}
+
+}  // namespace strata::test
