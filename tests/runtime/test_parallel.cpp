@@ -47,7 +47,9 @@ std::vector<Variant> variants() {
     for (int z : {1, 2, 3}) {
         PlanSpec p = cpu_plan(1, 1, 2);
         p.zero_stage = z;
-        v.push_back({z == 1 ? "dp 2, ZeRO-1" : z == 2 ? "dp 2, ZeRO-2" : "dp 2, ZeRO-3", p});
+        if (z == 2) p.micro_batch = 4;  // one micro-batch a rank: ZeRO-2's overlapped reduction is safe
+        v.push_back({z == 1 ? "dp 2, ZeRO-1" : z == 2 ? "dp 2, ZeRO-2 (one micro-batch)" : "dp 2, ZeRO-3", p});
+        p.micro_batch = 2;
         p.overlap_grad_reduce = p.overlap_param_gather = false;
         p.dp_bucket_bytes = 4096;  // several buckets, cut through tensors
         v.push_back({z == 1 ? "dp 2, ZeRO-1, 4 kB buckets, no overlap" : z == 2 ? "dp 2, ZeRO-2, 4 kB buckets, no overlap"
@@ -77,10 +79,20 @@ std::vector<Variant> variants() {
         v.push_back({"dp 2, ZeRO-1, optimizer split GPU/CPU/SSD", p});
     }
     {
+        PlanSpec p = cpu_plan(1, 2);
+        p.recompute = Recompute::full;  // a chunk's last layer recomputes the output it sent
+        v.push_back({"pp 2, full recompute", p});
+    }
+    {
         PlanSpec p = cpu_plan(2, 2, 2);
         p.sequence_parallel = true;
         p.zero_stage = 1;
         v.push_back({"tp 2 pp 2 dp 2, SP, ZeRO-1 (8 ranks)", p});
+        p.zero_stage = 2;
+        p.micro_batch = 1;  // 4 micro-batches a rank, each reduced (after its backward: no overlap)
+        p.dp_bucket_bytes = 4096;
+        p.overlap_grad_reduce = false;
+        v.push_back({"tp 2 pp 2 dp 2, SP, ZeRO-2, 4 micro-batches, 4 kB buckets", p});
     }
     return v;
 }

@@ -348,7 +348,10 @@ void RankLowering::layer_forward(int layer, Phase phase) {
         if (!overlap) tp_forward_out(t.fc2, t.fc2_s);
     }
     compute(Op::elementwise, n_.residual2, 0, resid_bytes);
-    if (df_) io({t.x1, t.fc2_s, bias("fc2.bias", layer, false)}, {t.out});
+    // A recomputed layer's output is a fresh value nobody reads: the original may still be on its
+    // way to the next stage (a chunk's last layer), so it must not be written over.
+    const int out = phase == Phase::recompute ? act(n_.t_x_recomputed, layer + 1, d_.tokens_sp, d_.h) : t.out;
+    if (df_) io({t.x1, t.fc2_s, bias("fc2.bias", layer, false)}, {out});
     phase_ = saved;
     layer_ = saved_layer;
 }

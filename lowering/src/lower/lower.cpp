@@ -46,7 +46,7 @@ void Names::intern(Program& p) {
     t_x1 = tid("x1"); t_ln2 = tid("ln2"); t_ln2_g = tid("ln2.gathered"); t_fc1 = tid("fc1.out"); t_act = tid("act.out");
     t_fc2 = tid("fc2.out"); t_fc2_s = tid("fc2.out.shard"); t_emb = tid("embedding.out"); t_xf = tid("final_norm.out");
     t_xf_g = tid("final_norm.gathered"); t_logits = tid("logits.out"); t_loss_stats = tid("loss.stats");
-    t_loss_stats_g = tid("loss.stats.gathered"); t_loss = tid("loss.out");
+    t_loss_stats_g = tid("loss.stats.gathered"); t_loss = tid("loss.out"); t_x_recomputed = tid("x.recomputed");
     g_x = tid("d.x"); g_x_g = tid("d.x.gathered"); g_x1 = tid("d.x1"); g_x1_g = tid("d.x1.gathered"); g_ln2 = tid("d.ln2");
     g_ln2_s = tid("d.ln2.shard"); g_act = tid("d.act.out"); g_fc1 = tid("d.fc1.out"); g_attn = tid("d.attn.out");
     g_qkv = tid("d.qkv.out"); g_ln1 = tid("d.ln1"); g_ln1_s = tid("d.ln1.shard"); g_xf = tid("d.final_norm.out");

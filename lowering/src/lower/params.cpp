@@ -141,6 +141,10 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
     if (p.lock_free_update) return "plan.lock_free_update = true: the delayed update is not executed yet";
     if (!p.grad_accum_fusion) return "plan.grad_accum_fusion = false: unfused gradient accumulation is not executed yet";
     if (p.p2p_scatter_gather) return "plan.p2p_scatter_gather = true: split pipeline transfers are not executed yet";
+    if (p.zero_stage == 2 && p.overlap_grad_reduce && p.micro_batches() > 1)
+        return "plan.zero_stage = 2 with plan.overlap_grad_reduce: each micro-batch's reduce-scatter runs while the next backward "
+               "accumulates into the same buffer (DeepSpeed and FSDP reduce from a copy into a separate shard); not in the "
+               "dataflow yet (set overlap_grad_reduce to false)";
     if (p.tp_comm_overlap) return "plan.tp_comm_overlap = true: a GEMM fed while its all-gather runs is not executed yet";
     const std::int64_t tp = p.tp;
     if (m.vocab % tp != 0) return n("model.vocab", std::to_string(m.vocab)) + ": must be a multiple of plan.tp = " + std::to_string(tp);
