@@ -156,7 +156,12 @@ void RankState::compute(std::size_t i) {
 bool RankState::collective(std::size_t i, bool first) {
     const Instr& in = rp_.instrs[i];
     const Transport::Key key{w_.step, in.match_id};
-    if (!first) return w_.transport.collective_done(key);
+    if (!first) {
+        std::chrono::steady_clock::time_point at;
+        if (!w_.transport.collective_done(key, &at)) return false;
+        ended_ns_[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(at - w_.step_start).count();
+        return true;
+    }
     if (in.match_id == 0) fail(i, "an unmatched collective (the runtime needs a full-mode Program)");
     const Args a{w_.program, rp_, rp_.operands[i]};
     const auto& members = rp_.groups[static_cast<std::size_t>(in.group)];
@@ -176,18 +181,27 @@ bool RankState::collective(std::size_t i, bool first) {
     const TensorRole role = a.in(0).role;
     part.ranges = (role == TensorRole::param || role == TensorRole::param_grad) && a.id(0) == a.id(a.o.n_in);
     part.zero_rest = part.ranges && role == TensorRole::param_grad && in.coll == CollKind::reduce_scatter;
-    return w_.transport.collective(key, in.coll, in.group_size, std::move(part));
+    const bool done = w_.transport.collective(key, in.coll, in.group_size, std::move(part));
+    if (done) ended_ns_[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - w_.step_start).count();
+    return done;
 }
 
 bool RankState::p2p(std::size_t i, bool first) {
     const Instr& in = rp_.instrs[i];
     const bool send = in.kind == InstrKind::send;
     const Transport::Key key{w_.step, in.match_id};
-    if (!first) return w_.transport.p2p_done(key, send);
+    if (!first) {
+        std::chrono::steady_clock::time_point at;
+        if (!w_.transport.p2p_done(key, send, &at)) return false;
+        ended_ns_[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(at - w_.step_start).count();
+        return true;
+    }
     const Args a{w_.program, rp_, rp_.operands[i]};
     const int id = send ? a.id(0) : a.id(a.o.n_in);
     if (a.o.n_in + a.o.n_out != 1) fail(i, "a transfer names one tensor");
-    return w_.transport.p2p(key, send, tensor(id, !send, i), elements(id), &waker_);
+    const bool done = w_.transport.p2p(key, send, tensor(id, !send, i), elements(id), &waker_);
+    if (done) ended_ns_[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - w_.step_start).count();
+    return done;
 }
 
 void RankState::copy(std::size_t i) {

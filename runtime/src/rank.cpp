@@ -124,6 +124,7 @@ void RankState::precompute() {
     recorded_.assign(static_cast<std::size_t>(std::max(1, prog.events)), 0);
     posted_.assign(rp_.instrs.size(), 0);
     started_ns_.assign(rp_.instrs.size(), 0);
+    ended_ns_.assign(rp_.instrs.size(), -1);
 }
 
 Pool* RankState::pool_of(Tier t) {
@@ -227,8 +228,11 @@ bool RankState::try_execute(std::size_t i) {
 void RankState::finish(std::size_t i) {
     const Instr& in = rp_.instrs[i];
     if (w_.options.record_spans && in.kind != InstrKind::record && in.kind != InstrKind::wait) {
-        const auto end = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - w_.step_start).count();
-        trace_.spans.push_back({static_cast<int>(i), started_ns_[i], end});
+        // A transfer ends when the transport completed it, not when this rank's one thread, busy
+        // on another stream, noticed.
+        const auto end = ended_ns_[i] >= 0 ? ended_ns_[i]
+                                           : std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - w_.step_start).count();
+        trace_.spans.push_back({static_cast<int>(i), started_ns_[i], std::max(end, started_ns_[i])});
     }
     if (rp_.operands.empty()) return;
     const Operands& o = rp_.operands[i];
@@ -257,6 +261,7 @@ void RankState::run_step() {
     pc_.fill(0);
     std::fill(recorded_.begin(), recorded_.end(), 0);
     std::fill(posted_.begin(), posted_.end(), 0);
+    std::fill(ended_ns_.begin(), ended_ns_.end(), -1);
     std::fill(grads_.data(), grads_.data() + grads_.size(), 0.0f);  // Megatron's zero_grad_buffer
     loss_sum_ = 0;
     trace_ = RankTrace{};

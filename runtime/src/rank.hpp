@@ -142,6 +142,7 @@ private:
     std::vector<char> recorded_;
     std::vector<char> posted_;
     std::vector<std::int64_t> started_ns_;
+    std::vector<std::int64_t> ended_ns_;  ///< collectives and transfers: when the transport completed them (-1: at finish)
     std::unordered_map<int, Live> live_;
     double loss_sum_ = 0;
     RankTrace trace_;

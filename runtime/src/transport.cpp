@@ -99,6 +99,7 @@ bool Transport::collective(Key key, sim::CollKind kind, int members, CollPart pa
     {
         std::lock_guard<std::mutex> lk(mu_);
         ready->done = true;
+        ready->at = std::chrono::steady_clock::now();
         ready->consumed = 1;  // the performer
         for (const CollPart& p : ready->parts) wake.push_back(p.waker);
         if (ready->consumed == ready->members) colls_.erase(key);
@@ -108,11 +109,12 @@ bool Transport::collective(Key key, sim::CollKind kind, int members, CollPart pa
     return true;
 }
 
-bool Transport::collective_done(Key key) {
+bool Transport::collective_done(Key key, std::chrono::steady_clock::time_point* at) {
     std::lock_guard<std::mutex> lk(mu_);
     auto it = colls_.find(key);
     STRATA_ASSERT(it != colls_.end(), "transport: no such collective");
     if (!it->second.done) return false;
+    if (at) *at = it->second.at;
     if (++it->second.consumed == it->second.members) colls_.erase(it);
     return true;
 }
@@ -129,6 +131,7 @@ bool Transport::p2p(Key key, bool send, float* data, std::int64_t n, Waker* wake
         STRATA_ASSERT(q.src_n == q.dst_n, "p2p: send and receive sizes differ");
         std::memcpy(q.dst, q.src, static_cast<std::size_t>(n) * sizeof(float));
         q.done = true;
+        q.at = std::chrono::steady_clock::now();
         q.consumed = 1;
         other = q.wakers[send ? 1 : 0];
     }
@@ -136,12 +139,13 @@ bool Transport::p2p(Key key, bool send, float* data, std::int64_t n, Waker* wake
     return true;
 }
 
-bool Transport::p2p_done(Key key, bool send) {
+bool Transport::p2p_done(Key key, bool send, std::chrono::steady_clock::time_point* at) {
     (void)send;
     std::lock_guard<std::mutex> lk(mu_);
     auto it = p2p_.find(key);
     STRATA_ASSERT(it != p2p_.end(), "transport: no such transfer");
     if (!it->second.done) return false;
+    if (at) *at = it->second.at;
     if (++it->second.consumed == 2) p2p_.erase(it);
     return true;
 }

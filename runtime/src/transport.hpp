@@ -5,6 +5,7 @@
 // match_id), so a fast rank's next step never meets a slow rank's last one.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -47,12 +48,13 @@ public:
 
     /// Post this member's part; true once the collective has completed for everyone.
     bool collective(Key key, sim::CollKind kind, int members, CollPart part);
-    /// Whether the collective posted under `key` has completed (the member's second look).
-    bool collective_done(Key key);
+    /// Whether the collective posted under `key` has completed (the member's second look); `at`
+    /// gets the moment it completed (a rank may notice it later, busy on another stream).
+    bool collective_done(Key key, std::chrono::steady_clock::time_point* at = nullptr);
     /// Post a send (`data` of n elements) or a receive (into `data`); true once the pair has met
     /// and the data moved.
     bool p2p(Key key, bool send, float* data, std::int64_t n, Waker* waker);
-    bool p2p_done(Key key, bool send);
+    bool p2p_done(Key key, bool send, std::chrono::steady_clock::time_point* at = nullptr);
 
     void abort(const std::string& why);
     bool aborted() const { return aborted_.load(); }
@@ -66,6 +68,7 @@ private:
         std::vector<CollPart> parts;
         bool done = false;
         int consumed = 0;
+        std::chrono::steady_clock::time_point at;
     };
     struct P2P {
         float* src = nullptr;
@@ -74,6 +77,7 @@ private:
         Waker* wakers[2] = {nullptr, nullptr};
         bool done = false;
         int consumed = 0;
+        std::chrono::steady_clock::time_point at;
     };
     static void perform(Coll& c);
 

@@ -1,0 +1,114 @@
+// `strata run`: execute a scenario's plan for real with the runtime (docs/runtime.md), a line per
+// step: loss, step time, tokens/s, MFU, peak memory per tier. A plan that cannot fit is refused
+// before anything is allocated; a tier that fills mid-step is reported, not a crash; Ctrl-C stops
+// between steps (and saves with --save). --trace writes the last step's measured timeline in the
+// simulator's trace format, --json the per-step figures.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "cli.hpp"
+#include "run_support.hpp"
+#include "strata/common/error.hpp"
+#include "strata/common/text.hpp"
+#include "strata/sim/trace.hpp"
+
+namespace strata::cli {
+namespace {
+
+struct RunArgs {
+    SpecArgs specs;
+    RuntimeArgs rt;
+    std::string db, trace, json;
+};
+
+std::string step_line(const runtime::StepReport& r, int of) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "step %4d/%d  loss %8.4f  %9.2f ms  %12.0f tokens/s  MFU %6.2f%%  peak gpu %s cpu %s ssd %s", r.step, of,
+                  r.loss, r.step_s * 1e3, r.tokens_per_s, 100 * r.mfu, human_bytes(r.peak_bytes[0]).c_str(),
+                  human_bytes(r.peak_bytes[1]).c_str(), human_bytes(r.peak_bytes[2]).c_str());
+    return buf;
+}
+
+std::string steps_json(const std::vector<runtime::StepReport>& steps, const std::string& scenario, const std::string& backend) {
+    std::string o = "{\n  \"schema\": \"strata.run/1\",\n  \"scenario\": " + json_quote(scenario) + ",\n  \"backend\": " + json_quote(backend) +
+                    ",\n  \"steps\": [";
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+        const auto& r = steps[i];
+        o += std::string(i ? ",\n" : "\n") + "    {\"step\": " + std::to_string(r.step) + ", \"loss\": " + json_num(r.loss, 6) +
+             ", \"step_s\": " + json_num(r.step_s, 6) + ", \"tokens_per_s\": " + json_num(r.tokens_per_s, 1) + ", \"mfu\": " +
+             json_num(r.mfu, 6) + ", \"peak_bytes\": {\"gpu\": " + json_num(r.peak_bytes[0], 0) + ", \"cpu\": " +
+             json_num(r.peak_bytes[1], 0) + ", \"ssd\": " + json_num(r.peak_bytes[2], 0) + "}}";
+    }
+    return o + "\n  ]\n}\n";
+}
+
+void run_run(const RunArgs& a) {
+    const sim::Scenario s = resolve_specs(a.specs, true);
+    const hwdb::Database db = open_db(a.db);
+    const hwdb::HardwareView hw = view_for(db, s.cluster, a.specs);
+    runtime::RunOptions o = runtime_options(a.rt, s, hw);
+    o.record_spans = !a.trace.empty();
+    install_sigint();
+    o.stop = &g_run_interrupted;
+    runtime::Session session(s.model, s.cluster, *s.plan, o);
+    const bool tty = ::isatty(STDERR_FILENO);
+    std::cout << "running " << (s.name.empty() ? a.specs.scenario : s.name) << " on the " << runtime::to_string(o.backend) << " backend: "
+              << session.program().ranks.size() << " ranks, " << s.plan->micro_batches() << " micro-batches of " << s.plan->micro_batch
+              << " x " << s.model.seq_len << " tokens a step"
+              << (session.steps_done() > 0 ? ", resumed at step " + std::to_string(session.steps_done()) : std::string()) << "\n";
+    std::vector<runtime::StepReport> steps;
+    bool interrupted = false;
+    for (int i = 0; i < a.rt.steps; ++i) {
+        if (g_run_interrupted.load()) {
+            interrupted = true;
+            break;
+        }
+        if (tty) std::fprintf(stderr, "\rstep %d/%d ...", i + 1, a.rt.steps);
+        runtime::StepReport r;
+        try {
+            r = session.step();
+        } catch (...) {
+            if (tty) std::fprintf(stderr, "\r%40s\r", "");
+            restore_sigint();
+            throw;
+        }
+        if (tty) std::fprintf(stderr, "\r%40s\r", "");
+        steps.push_back(r);
+        std::cout << step_line(r, session.steps_done() - static_cast<int>(steps.size()) + a.rt.steps) << std::endl;
+        if (!std::isfinite(r.loss)) throw RuntimeError("the loss is not finite at step " + std::to_string(r.step) + " (lower --lr?)");
+    }
+    restore_sigint();
+    // Outputs are rendered before anything is written.
+    const std::string trace = a.trace.empty() || steps.empty() ? "" : sim::to_chrome_trace(session.program(), measured_result(session.program(), session.traces()));
+    const std::string json = a.json.empty() ? "" : steps_json(steps, s.name, runtime::to_string(o.backend));
+    if (!a.rt.save.empty()) {
+        session.save(a.rt.save);
+        std::cout << "saved a checkpoint at step " << session.steps_done() << " to " << a.rt.save << "\n";
+    }
+    if (!trace.empty()) write_output(a.trace, trace);
+    if (!json.empty()) write_output(a.json, json);
+    if (interrupted) {
+        std::cerr << "interrupted after step " << session.steps_done() << "\n";
+        std::exit(130);
+    }
+}
+
+void add_run(CLI::App& app) {
+    auto a = std::make_shared<RunArgs>();
+    auto* cmd = app.add_subcommand("run", "Train with the plan for real (the runtime): loss, step time, tokens/s, MFU, peak memory per tier");
+    add_spec_options(cmd, a->specs);
+    add_db_option(cmd, a->db);
+    add_runtime_options(cmd, a->rt, 10);
+    cmd->add_option("--trace", a->trace, "write the last step's measured timeline as a Chrome trace to FILE");
+    cmd->add_option("--json", a->json, "write the per-step figures as JSON to FILE ('-' = stdout)");
+    cmd->callback([a] { run_run(*a); });
+}
+
+STRATA_COMMAND(35, add_run);
+
+}  // namespace
+}  // namespace strata::cli

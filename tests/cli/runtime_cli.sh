@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# strata run and strata validate from the outside, on the bundled 2-rank CPU scenario: the loss
+# is printed per step and falls on the bundled text; JSON and traces parse; a checkpoint resumes
+# the same numbers; what the runtime cannot execute exits 2; Ctrl-C stops between steps (exit 130)
+# and saves; validate profiles a machine hwdb has not seen and writes its report with both
+# timelines. Args: $1 = strata binary, $2 = source dir.
+set -u
+S="$1"; SRC="$2"
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$S" run --scenario gpt-tiny-2cpu --steps 12 --data text --lr 3e-3 --json "$T/run.json" --trace "$T/trace.json" >"$T/out" 2>"$T/err"; rc=$?
+[ $rc -eq 0 ] || { cat "$T/err"; fail "run: exit $rc"; }
+[ "$(grep -c '^step ' "$T/out")" -eq 12 ] || fail "expected 12 step lines"
+for w in "loss" "ms" "tokens/s" "MFU" "peak gpu"; do grep -q "$w" "$T/out" || fail "step line lacks '$w'"; done
+python3 - "$T/run.json" "$T/trace.json" <<'PY' || fail "run JSON / trace content"
+import json, math, sys
+r = json.load(open(sys.argv[1]))
+assert r["schema"] == "strata.run/1"
+l = [s["loss"] for s in r["steps"]]
+assert len(l) == 12 and abs(l[0] - math.log(256)) < 0.1, l[0]   # chance, 256 bytes
+assert l[-1] < l[0] - 0.5, l                                     # it learns the text
+assert all(s["peak_bytes"]["gpu"] > 0 for s in r["steps"])
+t = json.load(open(sys.argv[2]))
+spans = [e for e in t["traceEvents"] if e.get("ph") == "X"]
+assert len(spans) > 100 and all(e["dur"] >= 0 for e in spans)
+assert {e["pid"] for e in spans} == {0, 1}
+PY
+
+# Checkpoint after 3 steps, then 2 more; resumed, the same 2 losses.
+"$S" run --scenario gpt-tiny-2cpu --steps 3 --save "$T/ck" >/dev/null 2>"$T/err" || { cat "$T/err"; fail "run --save"; }
+[ -f "$T/ck/rank-0.bin" ] && [ -f "$T/ck/rank-1.bin" ] || fail "checkpoint files missing"
+"$S" run --scenario gpt-tiny-2cpu --steps 2 --resume "$T/ck" --json "$T/a.json" >/dev/null 2>&1 || fail "resume A"
+"$S" run --scenario gpt-tiny-2cpu --steps 2 --resume "$T/ck" --json "$T/b.json" >/dev/null 2>&1 || fail "resume B"
+python3 - "$T/a.json" "$T/b.json" <<'PY' || fail "resumed losses differ"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert [s["step"] for s in a["steps"]] == [4, 5]
+assert [s["loss"] for s in a["steps"]] == [s["loss"] for s in b["steps"]]
+PY
+
+# What the runtime does not execute: exit 2, the field named.
+cat >"$T/moe.json" <<'J'
+{"name": "tiny-moe", "layers": 2, "hidden": 64, "heads": 4, "ffn_hidden": 128, "vocab": 256, "seq_len": 16,
+ "moe": {"experts": 4, "top_k": 2}}
+J
+"$S" run --model "$T/moe.json" --cluster local-cpu-2 --plan "$SRC/scenarios/plans/gpt-tiny-2cpu.json" --steps 1 >"$T/out" 2>"$T/err"; rc=$?
+[ $rc -eq 2 ] || { cat "$T/err"; fail "MoE model: exit $rc, expected 2"; }
+grep -q "model.moe" "$T/err" || fail "MoE refusal does not name model.moe"
+# A checkpoint that is not there: exit 2.
+"$S" run --model gpt-tiny --cluster local-cpu-2 --plan "$SRC/scenarios/plans/gpt-tiny-2cpu.json" --steps 1 --lr 0.5 --resume "$T/nosuch" >/dev/null 2>"$T/err"; rc=$?
+[ $rc -eq 2 ] || fail "missing checkpoint: exit $rc, expected 2"
+
+# Ctrl-C between steps: exit 130, a checkpoint saved, no partial JSON.
+"$S" run --scenario gpt-tiny-2cpu --steps 1000000 --save "$T/int" --json "$T/int.json" >"$T/out" 2>"$T/err" &
+pid=$!
+for _ in $(seq 1 100); do grep -q '^step ' "$T/out" 2>/dev/null && break; sleep 0.1; done
+kill -INT $pid; wait $pid; rc=$?
+[ $rc -eq 130 ] || { cat "$T/err"; fail "interrupted run: exit $rc, expected 130"; }
+grep -q "interrupted after step" "$T/err" || fail "no interruption message"
+[ -f "$T/int/rank-0.bin" ] || fail "no checkpoint saved on Ctrl-C"
+python3 -c "import json,sys; json.load(open(sys.argv[1]))" "$T/int.json" || fail "partial JSON on Ctrl-C"
+
+# validate: profiles a database that has never seen this machine, then reports.
+cp "$STRATA_HWDB" "$T/hw.db"
+"$S" validate --scenario gpt-tiny-2cpu --db "$T/hw.db" --steps 3 --json "$T/v.json" >"$T/out" 2>"$T/err"; rc=$?
+[ $rc -eq 0 ] || { cat "$T/err"; fail "validate: exit $rc"; }
+grep -q "profiling this machine first" "$T/out" || fail "validate did not profile an unseen machine"
+for w in "step time" "gemm" "attention" "memory-bound" "p2p" "peak memory gpu" "largest errors"; do
+  grep -q "$w" "$T/out" || fail "validate output lacks '$w'"
+done
+python3 - "$T/v.json" "$T" <<'PY' || fail "validate report content"
+import json, os, sys
+r = json.load(open(sys.argv[1]))
+assert r["schema"] == "strata.validate/1" and r["backend"] == "cpu"
+assert r["step_time"]["predicted_s"] > 0 and r["step_time"]["measured_s"] > 0
+names = {c["class"] for c in r["classes"]}
+assert {"gemm", "attention", "memory-bound", "p2p"} <= names, names
+assert all(c["provenance"] in ("measured", "fitted", "datasheet", "none") for c in r["classes"])
+gpu = [m for m in r["memory"] if m["tier"] == "gpu"][0]
+assert gpu["measured_bytes"] > 0 and abs(gpu["error_pct"]) < 25, gpu   # the memory model on the real tensors
+for k in ("predicted_trace", "measured_trace"):
+    t = json.load(open(os.path.join(sys.argv[2], r[k])))
+    assert any(e.get("ph") == "X" for e in t["traceEvents"])
+PY
+# A second validate finds the measurements and does not profile again.
+"$S" validate --scenario gpt-tiny-2cpu --db "$T/hw.db" --steps 2 >"$T/out2" 2>&1 || fail "second validate"
+grep -q "profiling this machine first" "$T/out2" && fail "validate profiled again"
+exit 0
