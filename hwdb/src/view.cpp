@@ -263,6 +263,10 @@ HardwareView Database::view(const std::string& gpu_id, const std::string& node_i
                 if (c.busbw_Bps > 0) v.collectives.push_back(c);
             } else if (f.key == "hbm") {
                 v.hbm = bandwidth(f);
+            } else if (f.key == "kernel/runtime") {
+                v.memory_bound = bandwidth(f);
+            } else if (f.key == "kernel/runtime_adam") {
+                v.optimizer_kernel = bandwidth(f);
             } else if (f.kind == "memcpy" && f.key == "h2d/pinned") {
                 v.h2d = bandwidth(f);
             } else if (f.kind == "memcpy" && f.key == "d2h/pinned") {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "strata/profiler/profiler.hpp"
+#include "strata/profiler/stats.hpp"
 
 namespace strata::profiler {
 
@@ -47,6 +48,21 @@ inline std::string make_key(const std::string& head, const std::vector<std::pair
         k += (r == v) ? std::to_string(static_cast<long long>(v)) : std::to_string(v);
     }
     return k;
+}
+
+/// A measured point of the run's device: the median of `s` with its spread.
+inline hwdb::Measurement point(const Context& ctx, const std::string& kind, const std::string& key, const std::string& unit,
+                               const Summary& s) {
+    hwdb::Measurement m;
+    m.kind = kind;
+    m.device = ctx.device;
+    m.key = key;
+    m.unit = unit;
+    m.value = s.median;
+    m.p10 = s.p10;
+    m.p90 = s.p90;
+    m.samples = s.samples;
+    return m;
 }
 
 }  // namespace strata::profiler

@@ -30,19 +30,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-hwdb::Measurement point(const Context& ctx, const std::string& kind, const std::string& key, const std::string& unit,
-                        const Summary& s) {
-    hwdb::Measurement m;
-    m.kind = kind;
-    m.device = ctx.device;
-    m.key = key;
-    m.unit = unit;
-    m.value = s.median;
-    m.p10 = s.p10;
-    m.p90 = s.p90;
-    m.samples = s.samples;
-    return m;
-}
+
 
 std::vector<double> geometric(double lo, double hi, double factor) {
     std::vector<double> v;
@@ -218,8 +206,8 @@ void bench_gemm_cpu(Context& ctx) {
     const bool quick = ctx.opt.quick;
     // The Transformer layer's GEMMs (tokens x out x in), scaled down for a CPU: QKV, attention
     // output, MLP up/down (4h), SwiGLU gate+up (2 x 8h/3), logits (vocab), each split by TP.
-    const std::vector<int> hiddens = quick ? std::vector<int>{256} : std::vector<int>{256, 512, 1024};
-    const std::vector<int> tokens = quick ? std::vector<int>{256} : std::vector<int>{256, 1024};
+    const std::vector<int> hiddens = quick ? std::vector<int>{64, 256} : std::vector<int>{64, 256, 512, 1024};
+    const std::vector<int> tokens = quick ? std::vector<int>{32, 256} : std::vector<int>{32, 256, 1024};
     const std::vector<int> tps = quick ? std::vector<int>{1} : std::vector<int>{1, 2};
     const int vocab = 4096;
     const int reps = quick ? 4 : 8;

@@ -12,6 +12,10 @@ void bench_gemm_cpu(Context& ctx);
 void bench_membw_cpu(Context& ctx);
 void bench_memcpy_cpu(Context& ctx);
 void bench_collectives_cpu(Context& ctx);
+/// The runtime's own cpu kernels (runtime_bench.cpp): attention points, and the memory-bound
+/// kernels' achieved bandwidth.
+void bench_runtime_attention_cpu(Context& ctx);
+void bench_runtime_memory_bound_cpu(Context& ctx);
 
 int thread_count(const Options& o);
 

@@ -125,7 +125,7 @@ std::vector<hwdb::Fit> fit_measurements(const std::vector<hwdb::Measurement>& ms
             p.t.push_back(time_of(m, param(m, "bytes")));
         } else if (m.kind == "membw") {
             const std::string kern = label(m, "kernel");
-            const std::string key = kern == "triad" ? "hbm" : "kernel/" + kern;
+            const std::string key = kern == "triad" ? "hbm" : "kernel/" + kern;  // the runtime's own: kernel/runtime
             auto& p = hbm[{m.device, key}];
             p.x.push_back(param(m, "bytes"));
             p.t.push_back(time_of(m, param(m, "bytes")));
@@ -249,11 +249,14 @@ Profile run_profile(const Options& o) {
         p.run.driver = "none";
         ctx.device = "cpu";
         if (ctx.want("gemm")) host::bench_gemm_cpu(ctx);
-        if (ctx.want("membw")) host::bench_membw_cpu(ctx);
+        if (ctx.want("attention")) host::bench_runtime_attention_cpu(ctx);
+        if (ctx.want("membw")) {
+            host::bench_membw_cpu(ctx);
+            host::bench_runtime_memory_bound_cpu(ctx);
+        }
         if (ctx.want("memcpy")) host::bench_memcpy_cpu(ctx);
         if (ctx.want("collective")) host::bench_collectives_cpu(ctx);
-        for (const char* k : {"attention", "overlap"})
-            if (ctx.want(k) && !o.only.empty()) ctx.warn(std::string(k) + ": not measured by the cpu backend");
+        if (ctx.want("overlap") && !o.only.empty()) ctx.warn("overlap: not measured by the cpu backend");
     } else {
 #ifdef STRATA_HAVE_CUDA
         const cudab::DeviceInfo di = cudab::query_devices();

@@ -1,6 +1,6 @@
 // The cpu backend's kernels (cpu_kernels.hpp). GEMMs through Eigen (single-threaded, so the same
 // shape always sums in the same order); the rest as plain loops in the style of llm.c.
-#include "cpu_kernels.hpp"
+#include "strata/runtime/cpu_kernels.hpp"
 
 #include <Eigen/Core>
 #include <algorithm>

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <unistd.h>
 
-#include "cpu_kernels.hpp"
+#include "strata/runtime/cpu_kernels.hpp"
 #include "rank.hpp"
 #include "strata/common/error.hpp"
 #include "strata/lowering/model.hpp"

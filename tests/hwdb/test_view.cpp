@@ -102,6 +102,8 @@ TEST_CASE("view attaches the newest representative run of that GPU", "[hwdb][vie
          fit("collective", h100, "all_gather/inter/16", "alpha_beta", {{"alpha_ns", 40000}, {"busbw_Bps", 45e9}}),
          fit("collective", h100, "malformed-key", "alpha_beta", {{"alpha_ns", 1}, {"busbw_Bps", 1}}),
          fit("membw", h100, "hbm", "bandwidth", {{"latency_ns", 3000}, {"Bps", 2.9e12}}),
+         fit("membw", h100, "kernel/runtime", "bandwidth", {{"latency_ns", 0}, {"Bps", 1.5e12}}),
+         fit("membw", h100, "kernel/runtime_adam", "bandwidth", {{"latency_ns", 0}, {"Bps", 1.1e12}}),
          fit("memcpy", h100, "h2d/pinned", "bandwidth", {{"latency_ns", 8000}, {"Bps", 50e9}}),
          fit("memcpy", h100, "d2h/pinned", "bandwidth", {{"latency_ns", 8000}, {"Bps", 52.8e9}})});
     // Newer, but not representative (e.g. collectives on one GPU): ignored.
@@ -141,6 +143,11 @@ TEST_CASE("view attaches the newest representative run of that GPU", "[hwdb][vie
     CHECK(v.collectives[1].provenance == Provenance::fitted);
     REQUIRE(v.hbm);
     CHECK(v.hbm->Bps == 2.9e12);
+    // The runtime's own memory-bound and optimizer kernels, where the profiler measured them.
+    REQUIRE(v.memory_bound);
+    CHECK(v.memory_bound->Bps == 1.5e12);
+    REQUIRE(v.optimizer_kernel);
+    CHECK(v.optimizer_kernel->Bps == 1.1e12);
     REQUIRE(v.h2d);
     CHECK(v.h2d->latency_ns == 8000);
     REQUIRE(v.d2h);

@@ -126,6 +126,9 @@ TEST_CASE("a quick CPU profile writes one run whose fits hwdb can read", "[profi
     CHECK(has_fit("collective", "all_reduce/intra/2"));
     CHECK(has_fit("memcpy", "h2h/pageable"));
     CHECK(has_fit("membw", "hbm"));
+    // The runtime's own memory-bound kernels and AdamW, fitted beside the triad.
+    CHECK(has_fit("membw", "kernel/runtime"));
+    CHECK(has_fit("membw", "kernel/runtime_adam"));
     CHECK(has_fit("ssd", "read"));
     CHECK(has_fit("ssd", "write"));
     CHECK(has_fit("cpu_adam", "adam"));
@@ -154,4 +157,23 @@ TEST_CASE("a quick CPU profile writes one run whose fits hwdb can read", "[profi
     CHECK(*v.cpu_adam_params_per_s > 0);
     REQUIRE(v.ssd_read.has_value());
     CHECK(v.ssd_read->Bps > 0);
+}
+
+TEST_CASE("the cpu backend times the runtime's attention kernel as attention points", "[profiler]") {
+    profiler::Options o;
+    o.backend = "cpu";
+    o.quick = true;
+    o.only = {"attention"};
+    const auto p = profiler::run_profile(o);
+    int fwd = 0, bwd = 0;
+    for (const auto& m : p.measurements) {
+        REQUIRE(m.kind == "attention");
+        CHECK(m.labels.at("dtype") == "fp32");
+        CHECK(m.labels.at("causal") == "1");
+        CHECK(m.value > 0);
+        (m.labels.at("direction") == "bwd" ? bwd : fwd)++;
+    }
+    CHECK(fwd == 6);  // 3 sequence lengths x 2 head dims
+    CHECK(bwd == 6);
+    CHECK(p.warnings.empty());
 }

@@ -338,3 +338,25 @@ TEST_CASE("FP8 GEMMs pay for casting their input: 4 bytes per element at HBM spe
     g16.count = 1e9;
     CHECK(compute_cost(g16, ctx).duration_ns == g16_0);
 }
+
+TEST_CASE("measured memory-bound kernels replace bandwidth for their class, not the GEMM roofline", "[cost][membound]") {
+    // A CPU's elementwise kernels are bound by arithmetic: the profiler measures the runtime's own
+    // (view.memory_bound, optimizer_kernel), and the cost model takes their rate for memory-bound
+    // ops and the GPU-side optimizer. Hand: 1e9 B / 2e9 B/s + 3 us launch.
+    auto hw = h100_view();
+    hw.memory_bound = strata::hwdb::BandwidthFit{0, 2e9, Provenance::fitted};
+    hw.optimizer_kernel = strata::hwdb::BandwidthFit{0, 4e9, Provenance::fitted};
+    CostContext ctx{&hw};
+    Instr in;
+    in.op = Op::norm;
+    in.bytes = 1e9;
+    const auto e = compute_cost(in, ctx);
+    CHECK(e.duration_ns * 1e-9 == Approx(1e9 / 2e9 + 3e-6).epsilon(1e-6));
+    CHECK(e.provenance == Provenance::fitted);
+    in.op = Op::optimizer_gpu;
+    CHECK(compute_cost(in, ctx).duration_ns * 1e-9 == Approx(1e9 / 4e9 + 3e-6).epsilon(1e-6));
+    // A GEMM's roofline still streams at the HBM rate: unchanged by the kernels' figure.
+    const auto hw0 = h100_view();
+    const Instr g = gemm(64, 64, 64);
+    CHECK(compute_cost(g, ctx).duration_ns == compute_cost(g, CostContext{&hw0}).duration_ns);
+}

@@ -320,7 +320,9 @@ Estimate attention_cost(const Instr& in_fp, const CostContext& ctx) {
 /// HBM bandwidth, or their FLOPs on the CUDA cores (fp32 peak) if that is slower, + launch overhead.
 Estimate memory_bound_cost(const Instr& in, const CostContext& ctx) {
     const auto& hw = *ctx.hw;
-    const Rate r = cost_detail::hbm_rate(hw);
+    // Where the kernels themselves were measured (a CPU's, bound by arithmetic), their rate.
+    const std::optional<hwdb::BandwidthFit>& own = in.op == Op::optimizer_gpu && hw.optimizer_kernel ? hw.optimizer_kernel : hw.memory_bound;
+    const Rate r = own && own->Bps > 0 ? Rate{own->Bps, own->latency_ns, own->provenance} : cost_detail::hbm_rate(hw);
     const double t_mem = in.bytes / r.Bps;
     const double vec_peak = hw.gpu.peak(hwdb::Dtype::fp32) > 0 ? hw.gpu.peak(hwdb::Dtype::fp32) : 1e13;
     const double t_flops = in.flops / vec_peak;

@@ -56,6 +56,13 @@ struct HardwareView {
     std::vector<AttentionPoint> attention_points;
     std::vector<CollectiveFit> collectives;
     std::optional<BandwidthFit> hbm;             ///< achieved HBM bandwidth of memory-bound kernels
+    /// The memory-bound kernels themselves, where they were measured and differ from raw bandwidth
+    /// (the cpu backend's, bound by arithmetic): their achieved rate, bytes as the lowering counts
+    /// them (fit key "kernel/runtime"). The memory-bound cost prefers it to hbm.
+    std::optional<BandwidthFit> memory_bound;
+    /// Likewise the GPU-side optimizer kernel (fit key "kernel/runtime_adam"; bytes as the lowering
+    /// charges Op::optimizer_gpu). The optimizer's cost prefers it to memory_bound and hbm.
+    std::optional<BandwidthFit> optimizer_kernel;
     std::optional<BandwidthFit> h2d, d2h;        ///< pinned copies
     std::optional<BandwidthFit> ssd_read, ssd_write;
     std::optional<double> cpu_adam_params_per_s;

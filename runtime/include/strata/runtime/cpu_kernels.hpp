@@ -1,7 +1,8 @@
 // The cpu backend's kernels: fp32, single-threaded (each rank is a thread), deterministic for a
 // given shape. Row-major tensors: activations [tokens, features], weights [out, in] as the flat
-// parameter buffer holds them. Formulas follow llm.c's reference kernels; each backward was
-// checked against finite differences (tests/runtime/test_kernels.cpp).
+// parameter buffer holds them. Formulas follow llm.c's reference kernels; their gradients are
+// checked against finite differences through the whole model (tests/runtime/test_runtime.cpp).
+// Public so that the profiler measures the kernels the runtime runs (profiler/src/host_bench.cpp).
 #pragma once
 #include <cstdint>
 

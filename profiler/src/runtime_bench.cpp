@@ -1,0 +1,126 @@
+// The cpu backend measures the kernels the runtime runs (runtime/include/strata/runtime/
+// cpu_kernels.hpp), single-threaded as a rank runs them: its causal attention forward and backward
+// (attention points, FLOPs counted as the lowering counts them), and its memory-bound kernels
+// (norms, activation, residual, forward and backward of one layer) as an achieved bandwidth,
+// bytes counted as the lowering charges them. On a CPU those kernels are bound by arithmetic
+// (tanh, exp, divisions), not by memory: a STREAM triad says nothing about them. Fit key
+// "kernel/runtime", which the cost model's memory-bound class prefers to the triad's "hbm" (the
+// GEMM roofline keeps the triad); docs/profiler.md.
+#include <chrono>
+#include <cmath>
+#include <vector>
+
+#include "host_bench.hpp"
+#include "strata/runtime/cpu_kernels.hpp"
+
+namespace strata::profiler::host {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+void fill(std::vector<float>& v, std::uint32_t seed) {
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        seed = seed * 1664525u + 1013904223u;
+        v[i] = static_cast<float>((seed >> 8) & 0xFFFF) / 65536.0f - 0.5f;
+    }
+}
+}  // namespace
+
+void bench_runtime_attention_cpu(Context& ctx) {
+    const bool quick = ctx.opt.quick;
+    const std::vector<int> seqs = quick ? std::vector<int>{16, 64, 256} : std::vector<int>{16, 64, 256, 1024};
+    const std::vector<int> dims = {16, 64};
+    const int heads = 4, reps = quick ? 3 : 5;
+    int done = 0;
+    for (int d : dims)
+        for (int s : seqs) {
+            ctx.progress("attention", done++, static_cast<int>(dims.size() * seqs.size()));
+            ctx.check();
+            const std::int64_t T = s, row = 3LL * heads * d;
+            std::vector<float> qkv(static_cast<std::size_t>(T * row)), out(static_cast<std::size_t>(T * heads * d)),
+                lse(static_cast<std::size_t>(T * heads)), dout(out.size()), dqkv(qkv.size());
+            fill(qkv, 7u + static_cast<std::uint32_t>(s));
+            fill(dout, 11u);
+            // The lowering's count: 2 b s^2 heads (dqk + dv) / 2 forward (causal), 2.5x that backward.
+            const double fwd_flops = 2.0 * s * s * heads * (2.0 * d) / 2.0;
+            for (const bool backward : {false, true}) {
+                std::vector<double> times;
+                for (int r = 0; r < reps + 1; ++r) {
+                    const auto t0 = Clock::now();
+                    if (!backward) runtime::cpu::attention_forward(out.data(), lse.data(), qkv.data(), T, s, heads, heads, d);
+                    else runtime::cpu::attention_backward(dqkv.data(), qkv.data(), out.data(), lse.data(), dout.data(), T, s, heads, heads, d);
+                    if (r > 0) times.push_back(since(t0));
+                }
+                const double flops = (backward ? 2.5 : 1.0) * fwd_flops;
+                hwdb::Measurement m = point(ctx, "attention", make_key(backward ? "bwd" : "fwd", {{"seq", s}, {"head_dim", d}}), "flop/s",
+                                            rate_summary(flops, times));
+                m.params = {{"seq", s}, {"head_dim", d}, {"heads", heads}};
+                m.labels = {{"dtype", "fp32"}, {"causal", "1"}, {"direction", backward ? "bwd" : "fwd"}, {"impl", "strata-runtime"}};
+                ctx.add(std::move(m));
+            }
+        }
+}
+
+void bench_runtime_memory_bound_cpu(Context& ctx) {
+    const bool quick = ctx.opt.quick;
+    // (tokens, hidden): from the runtime's tiny test models to small real layers.
+    const std::vector<std::pair<int, int>> shapes = quick ? std::vector<std::pair<int, int>>{{32, 64}, {256, 256}, {1024, 512}}
+                                                          : std::vector<std::pair<int, int>>{{32, 64}, {256, 256}, {1024, 512}, {2048, 1024}};
+    const int reps = quick ? 3 : 5;
+    for (std::size_t si = 0; si < shapes.size(); ++si) {
+        ctx.progress("memory-bound", static_cast<int>(si), static_cast<int>(shapes.size()));
+        ctx.check();
+        const std::int64_t T = shapes[si].first, h = shapes[si].second, f = 4 * h;
+        std::vector<float> x(static_cast<std::size_t>(T * h)), y(x.size()), dy(x.size()), dx(x.size()), w(static_cast<std::size_t>(h), 1.0f),
+            b(static_cast<std::size_t>(h)), dw(w.size()), db(w.size()), a(static_cast<std::size_t>(T * f)), ga(a.size()), da(a.size());
+        fill(x, 3u);
+        fill(dy, 5u);
+        fill(a, 9u);
+        // One GPT layer's memory-bound kernels, forward and backward, as the lowering emits them:
+        // two norms, two residual adds and the activation each way.
+        std::vector<double> times;
+        for (int r = 0; r < reps + 1; ++r) {
+            const auto t0 = Clock::now();
+            for (int k = 0; k < 2; ++k) {
+                runtime::cpu::norm_forward(y.data(), x.data(), w.data(), b.data(), T, h);
+                runtime::cpu::add(dx.data(), x.data(), y.data(), b.data(), T, h);
+            }
+            runtime::cpu::gelu_forward(ga.data(), a.data(), T * f);
+            for (int k = 0; k < 2; ++k) {
+                runtime::cpu::norm_backward(dx.data(), dw.data(), db.data(), x.data(), dy.data(), w.data(), y.data(), true, T, h);
+                runtime::cpu::bias_grad(db.data(), dy.data(), T, h);
+            }
+            runtime::cpu::gelu_backward(da.data(), a.data(), ga.data(), T * f);
+            if (r > 0) times.push_back(since(t0));
+        }
+        // Bytes as the lowering charges these ops (2-byte activations): forward 2 x 2Th (norms) +
+        // 2 x 3Th (residuals) + 2Tf (GELU), backward 2 x 3Th + 2 x 2Th + 4Tf.
+        const double bytes = 2.0 * (20.0 * T * h + 6.0 * T * f);
+        hwdb::Measurement m = point(ctx, "membw", make_key("runtime", {{"bytes", bytes}}), "B/s", rate_summary(bytes, times));
+        m.params = {{"bytes", bytes}, {"tokens", static_cast<double>(T)}, {"hidden", static_cast<double>(h)}};
+        m.labels = {{"kernel", "runtime"}, {"impl", "strata-runtime"}};
+        ctx.add(std::move(m));
+    }
+    // The runtime's fused AdamW over a flat range, bytes as the lowering charges Op::optimizer_gpu
+    // in fp32 (6 fixed + 4 gradient + 8 moments per parameter).
+    for (const std::int64_t n : {std::int64_t{1} << 14, std::int64_t{1} << 18, std::int64_t{1} << 21}) {
+        ctx.check();
+        std::vector<float> p(static_cast<std::size_t>(n)), mo(p.size()), v(p.size()), g(p.size());
+        fill(p, 13u);
+        fill(g, 17u);
+        std::vector<double> times;
+        for (int r = 0; r < reps + 1; ++r) {
+            const auto t0 = Clock::now();
+            runtime::cpu::adamw(p.data(), mo.data(), v.data(), g.data(), nullptr, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, r + 1);
+            if (r > 0) times.push_back(since(t0));
+        }
+        const double bytes = 18.0 * static_cast<double>(n);
+        hwdb::Measurement m = point(ctx, "membw", make_key("runtime_adam", {{"bytes", bytes}}), "B/s", rate_summary(bytes, times));
+        m.params = {{"bytes", bytes}, {"params", static_cast<double>(n)}};
+        m.labels = {{"kernel", "runtime_adam"}, {"impl", "strata-runtime"}};
+        ctx.add(std::move(m));
+    }
+}
+
+}  // namespace strata::profiler::host
