@@ -273,11 +273,25 @@ void RankState::run_step() {
             std::lock_guard<std::mutex> lk(waker_.mu);
             seen = waker_.epoch;
         }
+        // Like a GPU whose host issues in program order: records, waits and transfers go the
+        // moment their stream reaches them (a transfer is posted, then runs beside whatever the
+        // thread does next); of the kernels ready at their streams' heads, the earliest in program
+        // order runs, one at a time, since a rank has one thread.
         bool done = true, progressed = false;
+        std::size_t next = SIZE_MAX;
+        int next_stream = -1;
         for (int s = 0; s < kStreamCount; ++s) {
             auto& list = streams_[static_cast<std::size_t>(s)];
             auto& pc = pc_[static_cast<std::size_t>(s)];
-            while (pc < list.size() && try_execute(list[pc])) {
+            while (pc < list.size()) {
+                const InstrKind k = rp_.instrs[list[pc]].kind;
+                const bool eager = k == InstrKind::record || k == InstrKind::wait || k == InstrKind::collective ||
+                                   k == InstrKind::send || k == InstrKind::recv || k == InstrKind::alloc || k == InstrKind::free;
+                if (!eager) {
+                    if (list[pc] < next) next = list[pc], next_stream = s;
+                    break;
+                }
+                if (!try_execute(list[pc])) break;
                 finish(list[pc]);
                 ++pc;
                 progressed = true;
@@ -285,6 +299,13 @@ void RankState::run_step() {
             done = done && pc == list.size();
         }
         if (done) break;
+        if (!progressed && next_stream >= 0) {
+            auto& pc = pc_[static_cast<std::size_t>(next_stream)];
+            if (!try_execute(next)) fail(next, "a kernel could not run although it was ready");
+            finish(next);
+            ++pc;
+            progressed = true;
+        }
         if (w_.transport.aborted()) throw RuntimeError("stopped: " + w_.transport.why());
         if (progressed) {
             idle_since = std::chrono::steady_clock::now();
