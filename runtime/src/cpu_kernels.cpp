@@ -134,11 +134,11 @@ void add(float* out, const float* a, const float* b, const float* bias, i64 T, i
         for (i64 c = 0; c < C; ++c) out[t * C + c] = a[t * C + c] + b[t * C + c] + (bias ? bias[c] : 0.0f);
 }
 
-void rope(float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, bool inverse) {
+void rope(float* qkv, i64 T, const Positions& where, i64 hq, i64 hkv, i64 d, bool inverse) {
     const i64 row = (hq + 2 * hkv) * d, half = d / 2;
     std::vector<float> cs(static_cast<std::size_t>(half)), sn(static_cast<std::size_t>(half));
     for (i64 t = 0; t < T; ++t) {
-        const double pos = static_cast<double>(t % seq);
+        const double pos = static_cast<double>(where(t));
         for (i64 i = 0; i < half; ++i) {
             const double theta = pos * std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(d));
             cs[static_cast<std::size_t>(i)] = static_cast<float>(std::cos(theta));
@@ -246,16 +246,113 @@ void embedding_backward(float* dtable, const float* tokens, const float* dout, i
     }
 }
 
-void position_forward(float* out, const float* e, const float* pos, i64 row0, i64 rows_out, i64 seq, i64 C) {
+void position_forward(float* out, const float* e, const float* pos, i64 row0, i64 rows_out, const Positions& where, i64 C) {
     for (i64 t = 0; t < rows_out; ++t) {
-        const i64 g = row0 + t;
-        for (i64 c = 0; c < C; ++c) out[t * C + c] = e[g * C + c] + pos[(g % seq) * C + c];
+        const i64 g = row0 + t, p = where(g);
+        for (i64 c = 0; c < C; ++c) out[t * C + c] = e[g * C + c] + pos[p * C + c];
     }
 }
 
-void position_backward(float* dpos, const float* d, i64 T, i64 seq, i64 C) {
-    for (i64 t = 0; t < T; ++t)
-        for (i64 c = 0; c < C; ++c) dpos[(t % seq) * C + c] += d[t * C + c];
+void position_backward(float* dpos, const float* d, i64 T, const Positions& where, i64 C) {
+    for (i64 t = 0; t < T; ++t) {
+        const i64 p = where(t);
+        for (i64 c = 0; c < C; ++c) dpos[p * C + c] += d[t * C + c];
+    }
+}
+
+// Context parallelism: one block of keys, the rows of the same sequence only (a rank holds
+// local() rows of each sequence, in order), visible where the key's position is not after the
+// query's.
+void attention_block_forward(float* out, float* lse, const float* qkv, const float* kv, i64 kv_stride, const Positions& qpos,
+                             const Positions& kpos, i64 T, i64 hq, i64 hkv, i64 d, bool merge) {
+    const i64 row = (hq + 2 * hkv) * d, group = hq / hkv, Ls = qpos.local();
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    std::vector<float> p(static_cast<std::size_t>(Ls)), o(static_cast<std::size_t>(d));
+    for (i64 t = 0; t < T; ++t) {
+        const i64 first = t - t % Ls, qp = qpos(t);
+        for (i64 h = 0; h < hq; ++h) {
+            const float* q = qkv + t * row + h * d;
+            const i64 kh = h / group, vh = hkv + h / group;
+            float mx = -std::numeric_limits<float>::infinity();
+            for (i64 j = first; j < first + Ls; ++j) {
+                float& sc = p[static_cast<std::size_t>(j - first)];
+                sc = -std::numeric_limits<float>::infinity();
+                if (kpos(j) > qp) continue;
+                const float* k = kv + j * kv_stride + kh * d;
+                float dot = 0;
+                for (i64 i = 0; i < d; ++i) dot += q[i] * k[i];
+                sc = dot * scale;
+                mx = std::max(mx, sc);
+            }
+            if (mx == -std::numeric_limits<float>::infinity()) continue;  // nothing visible in this block
+            float sum = 0;
+            std::fill(o.begin(), o.end(), 0.0f);
+            for (i64 j = first; j < first + Ls; ++j) {
+                const float sc = p[static_cast<std::size_t>(j - first)];
+                if (sc == -std::numeric_limits<float>::infinity()) continue;
+                const float e = std::exp(sc - mx);
+                sum += e;
+                const float* v = kv + j * kv_stride + vh * d;
+                for (i64 i = 0; i < d; ++i) o[static_cast<std::size_t>(i)] += e * v[i];
+            }
+            const float lb = mx + std::log(sum);
+            float* dst = out + t * hq * d + h * d;
+            float& l = lse[t * hq + h];
+            if (!merge || l == -std::numeric_limits<float>::infinity()) {
+                for (i64 i = 0; i < d; ++i) dst[i] = o[static_cast<std::size_t>(i)] / sum;
+                l = lb;
+                continue;
+            }
+            const float ln = std::max(l, lb) + std::log1p(std::exp(-std::fabs(l - lb)));
+            const float a = std::exp(l - ln), b = std::exp(lb - ln);
+            for (i64 i = 0; i < d; ++i) dst[i] = a * dst[i] + b * o[static_cast<std::size_t>(i)] / sum;
+            l = ln;
+        }
+    }
+}
+
+void attention_block_backward(float* dqkv, float* dkv, i64 kv_stride, const float* qkv, const float* kv, const float* out,
+                              const float* lse, const float* dout, const Positions& qpos, const Positions& kpos, i64 T, i64 hq,
+                              i64 hkv, i64 d, bool accumulate) {
+    const i64 row = (hq + 2 * hkv) * d, group = hq / hkv, Ls = qpos.local();
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    // Where the key and value gradients go: the block's own buffer, or this rank's dqkv columns.
+    float* kvg = dkv ? dkv : dqkv + hq * d;
+    const i64 kvg_stride = dkv ? kv_stride : row;
+    if (!accumulate) std::fill(dqkv, dqkv + T * row, 0.0f);
+    if (dkv)
+        for (i64 t = 0; t < T; ++t) std::fill(dkv + t * kv_stride, dkv + t * kv_stride + 2 * hkv * d, 0.0f);
+    for (i64 t = 0; t < T; ++t) {
+        const i64 first = t - t % Ls, qp = qpos(t);
+        for (i64 h = 0; h < hq; ++h) {
+            const float* q = qkv + t * row + h * d;
+            const float* o = out + t * hq * d + h * d;
+            const float* dO = dout + t * hq * d + h * d;
+            const i64 kh = h / group, vh = hkv + h / group;
+            float D = 0;
+            for (i64 i = 0; i < d; ++i) D += dO[i] * o[i];
+            float* dq = dqkv + t * row + h * d;
+            for (i64 j = first; j < first + Ls; ++j) {
+                if (kpos(j) > qp) continue;
+                const float* k = kv + j * kv_stride + kh * d;
+                const float* v = kv + j * kv_stride + vh * d;
+                float sc = 0, dp = 0;
+                for (i64 i = 0; i < d; ++i) {
+                    sc += q[i] * k[i];
+                    dp += dO[i] * v[i];
+                }
+                const float pr = std::exp(sc * scale - lse[t * hq + h]);
+                const float ds = pr * (dp - D) * scale;
+                float* dk = kvg + j * kvg_stride + kh * d;
+                float* dv = kvg + j * kvg_stride + vh * d;
+                for (i64 i = 0; i < d; ++i) {
+                    dq[i] += ds * k[i];
+                    dk[i] += ds * q[i];
+                    dv[i] += pr * dO[i];
+                }
+            }
+        }
+    }
 }
 
 void loss_stats(float* stats, const float* logits, const float* tokens, i64 first, i64 T, i64 V) {

@@ -57,13 +57,32 @@ void RankState::compute(std::size_t i) {
         case Op::attention_fwd: {
             const DataTensor &qkv = a.in(0), &out = a.out(0);
             const i64 hq = out.cols / hd, hkv = (qkv.cols / hd - hq) / 2;
-            cpu::attention_forward(O(0), O(1), I(0), qkv.rows, m.seq_len, hq, hkv, hd);
+            if (name == "attention") {
+                cpu::attention_forward(O(0), O(1), I(0), qkv.rows, m.seq_len, hq, hkv, hd);
+            } else if (name == "attention.local") {  // context parallelism: this rank's own block
+                cpu::attention_block_forward(O(0), O(1), I(0), I(0) + hq * hd, qkv.cols, positions(), positions(), qkv.rows, hq, hkv, hd, false);
+            } else {  // a block passed along the ring, merged in
+                const DataTensor& kv = a.in(1);
+                cpu::attention_block_forward(O(0), O(1), I(0), I(1), kv.cols, positions(), positions(ring_source(kv.ring)), qkv.rows, hq, hkv,
+                                             hd, true);
+            }
             return;
         }
         case Op::attention_bwd: {
-            const DataTensor &qkv = a.in(0), &out = a.in(1);
+            // Inputs {qkv, out, lse, dout}, or for a ring block {qkv, kv, out, lse, dout, dqkv}.
+            const bool ring_block = name == "attention.remote";
+            const DataTensor &qkv = a.in(0), &out = a.in(ring_block ? 2 : 1);
             const i64 hq = out.cols / hd, hkv = (qkv.cols / hd - hq) / 2;
-            cpu::attention_backward(O(0), I(0), I(1), I(2), I(3), qkv.rows, m.seq_len, hq, hkv, hd);
+            if (name == "attention") {
+                cpu::attention_backward(O(0), I(0), I(1), I(2), I(3), qkv.rows, m.seq_len, hq, hkv, hd);
+            } else if (name == "attention.local") {
+                cpu::attention_block_backward(O(0), nullptr, qkv.cols, I(0), I(0) + hq * hd, I(1), I(2), I(3), positions(), positions(),
+                                              qkv.rows, hq, hkv, hd, false);
+            } else {  // ins {qkv, kv, out, lse, dout, dqkv} -> {dqkv, the block's K/V gradient}
+                const DataTensor& kv = a.in(1);
+                cpu::attention_block_backward(O(0), O(1), kv.cols, I(0), I(1), I(2), I(3), I(4), positions(),
+                                              positions(ring_source(kv.ring)), qkv.rows, hq, hkv, hd, true);
+            }
             return;
         }
         case Op::norm: {
@@ -84,7 +103,7 @@ void RankState::compute(std::size_t i) {
             } else {
                 const DataTensor &g = a.in(1), &tab = a.out(0);
                 cpu::embedding_backward(O(0), I(0), I(1), tp_rank_ * tab.rows, tab.rows, g.rows, g.cols);
-                if (nout > 1) cpu::position_backward(O(1), I(1), g.rows, m.seq_len, g.cols);
+                if (nout > 1) cpu::position_backward(O(1), I(1), g.rows, positions(), g.cols);
             }
             return;
         }
@@ -136,11 +155,17 @@ void RankState::compute(std::size_t i) {
         const i64 hq = m.heads / tp_size_, hkv = (m.kv_heads > 0 ? m.kv_heads : m.heads) / tp_size_;
         float* p = O(0);
         if (p != I(0)) fail(i, "rope is applied in place");
-        cpu::rope(p, q.rows, m.seq_len, hq, hkv, hd, backward(in.phase));
+        cpu::rope(p, q.rows, positions(), hq, hkv, hd, backward(in.phase));
     } else if (name == "embedding.position") {
         const DataTensor &e = a.in(0), &x = a.out(0);
         const i64 row0 = x.rows < e.rows ? tp_rank_ * x.rows : 0;  // with SP the rank keeps its shard
-        cpu::position_forward(O(0), I(0), I(1), row0, x.rows, m.seq_len, x.cols);
+        cpu::position_forward(O(0), I(0), I(1), row0, x.rows, positions(), x.cols);
+    } else if (name == "cp.dkv_combine") {  // ins {returned K/V gradients, dqkv} -> dqkv
+        const DataTensor &ret = a.in(0), &dq = a.out(0);
+        float* d = O(0);
+        const float* r = I(0);
+        for (i64 t = 0; t < dq.rows; ++t)
+            for (i64 c = 0; c < ret.cols; ++c) d[t * dq.cols + (dq.cols - ret.cols) + c] += r[t * ret.cols + c];
     } else if (name == "loss.combine") {
         const DataTensor& loss = a.out(0);
         const i64 T = loss.rows, shards = a.in(0).elements() / (T * 3);
@@ -179,6 +204,10 @@ bool RankState::collective(std::size_t i, bool first) {
     }
     if (part.in.empty()) fail(i, "has no operands: the dataflow lowering did not name them");
     const TensorRole role = a.in(0).role;
+    part.ring = in.coll == CollKind::all_gather ? a.out(0).ring : a.in(0).ring;
+    part.in_cols = a.in(0).cols;
+    part.out_cols = a.out(0).cols;
+    part.accumulate = a.o.n_in > 1;  // a ring return adds into what came before
     part.ranges = (role == TensorRole::param || role == TensorRole::param_grad) && a.id(0) == a.id(a.o.n_in);
     part.zero_rest = part.ranges && role == TensorRole::param_grad && in.coll == CollKind::reduce_scatter;
     const bool done = w_.transport.collective(key, in.coll, in.group_size, std::move(part));

@@ -78,8 +78,12 @@ RankState::RankState(World& w, int rank) : w_(w), rp_(w.program.ranks[static_cas
     const auto& tp = rp_.groups[static_cast<std::size_t>(Group::tp)];
     tp_size_ = static_cast<int>(tp.size());
     tp_rank_ = static_cast<int>(std::find(tp.begin(), tp.end(), rank) - tp.begin());
-    const auto& dp = rp_.groups[static_cast<std::size_t>(Group::dp)];
-    dp_rank_ = static_cast<int>(std::find(dp.begin(), dp.end(), rank) - dp.begin());
+    const auto& cp = rp_.groups[static_cast<std::size_t>(Group::cp)];
+    cp_size_ = static_cast<int>(cp.size());
+    cp_rank_ = static_cast<int>(std::find(cp.begin(), cp.end(), rank) - cp.begin());
+    // The data-parallel replica: Megatron's dp rank, shared by a CP group's members (they split
+    // one sequence), not the rank in the dp x cp gradient group.
+    dp_rank_ = (rank / (w.plan.tp * w.plan.cp)) % w.plan.dp;
     gpu_.capacity = w.options.capacity_bytes[0];
     precompute();
 }
@@ -172,7 +176,17 @@ float* RankState::tensor(int id, bool write, std::size_t at) {
         const i64 mb = t.microbatch % m;
         const i64 step = w_.options.data.fixed_batch ? 0 : w_.step;
         const i64 first = step * p.global_batch + static_cast<i64>(dp_rank_) * m * b + mb * b;
-        for (i64 i = 0; i < b; ++i) w_.data.sample(first + i, s, l.buf.data() + i * s * 2);
+        const cpu::Positions where = positions();
+        std::vector<float> whole(static_cast<std::size_t>(s * 2));
+        for (i64 i = 0; i < b; ++i) {
+            w_.data.sample(first + i, s, whole.data());
+            float* rows = l.buf.data() + i * where.local() * 2;  // this CP rank's rows of the sequence
+            for (i64 r = 0; r < where.local(); ++r) {
+                const i64 pos = where(r);
+                rows[r * 2] = whole[static_cast<std::size_t>(pos * 2)];
+                rows[r * 2 + 1] = whole[static_cast<std::size_t>(pos * 2 + 1)];
+            }
+        }
         l.pending = token_reads_[id];
     }
     float* ptr = l.buf.data();

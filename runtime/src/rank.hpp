@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "data.hpp"
+#include "strata/runtime/cpu_kernels.hpp"
 #include "strata/lowering/params.hpp"
 #include "strata/lowering/program.hpp"
 #include "strata/runtime/runtime.hpp"
@@ -123,7 +124,11 @@ private:
     const sim::RankProgram& rp_;
     const int rank_;
     sim::ParamLayout layout_;
-    int tp_rank_ = 0, tp_size_ = 1, dp_rank_ = 0;
+    int tp_rank_ = 0, tp_size_ = 1, dp_rank_ = 0, cp_rank_ = 0, cp_size_ = 1;
+    /// Where this rank's rows (or those of the CP rank `owner`) sit in their sequences.
+    cpu::Positions positions(int owner = -1) const { return {w_.model.seq_len, cp_size_, owner < 0 ? cp_rank_ : owner}; }
+    /// The CP rank whose block arrives `ring` places back along the ring.
+    int ring_source(int ring) const { return ((cp_rank_ - ring) % cp_size_ + cp_size_) % cp_size_; }
     Pool gpu_;  ///< this rank's gpu tier
     TrackedBuffer params_, grads_, params_host_, grads_host_;
     std::vector<unsigned char> decay_;

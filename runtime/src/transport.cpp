@@ -22,6 +22,24 @@ void Transport::perform(Coll& c) {
     const CollPart& p0 = c.parts[0];
     for (const CollPart& p : c.parts)
         STRATA_ASSERT(p.in.size() == p0.in.size() && p.out.size() == p0.out.size(), "transport: members disagree on operands");
+    if (p0.ring != 0) {  // context parallelism's ring: a block moves by `ring` places
+        const i64 rows = p0.in_n[0] / p0.in_cols;
+        for (const CollPart& dst : c.parts) {
+            const int from = c.kind == sim::CollKind::all_gather ? (dst.group_rank - p0.ring % n + n) % n : (dst.group_rank + p0.ring) % n;
+            const CollPart& src = c.parts[static_cast<std::size_t>(from)];
+            for (i64 r = 0; r < rows; ++r) {
+                if (c.kind == sim::CollKind::all_gather) {
+                    const float* a = src.in[0] + r * src.in_cols + (src.in_cols - dst.out_cols);
+                    std::memcpy(dst.out[0] + r * dst.out_cols, a, static_cast<std::size_t>(dst.out_cols) * sizeof(float));
+                } else {
+                    float* o = dst.out[0] + r * dst.out_cols;
+                    const float* a = src.in[0] + r * src.in_cols;
+                    for (i64 k = 0; k < dst.out_cols; ++k) o[k] = (dst.accumulate ? o[k] : 0.0f) + a[k];
+                }
+            }
+        }
+        return;
+    }
     switch (c.kind) {
         case sim::CollKind::all_reduce: {
             STRATA_ASSERT(p0.in.size() == p0.out.size(), "all_reduce: inputs and outputs differ");

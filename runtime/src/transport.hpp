@@ -39,6 +39,13 @@ struct CollPart {
     std::vector<std::int64_t> in_n, out_n;
     bool ranges = false;      ///< operands are flat ranges (sliced by group rank), not row blocks
     bool zero_rest = false;   ///< reduce-scatter of gradients: zero what the member does not keep
+    /// Context parallelism's ring (DataTensor::ring): an all-gather hands member r the trailing
+    /// out_cols columns of member r - ring's input (a K/V block); a reduce-scatter hands member r
+    /// member r + ring's input (the K/V gradient it computed for r's block), added to the output
+    /// when `accumulate`.
+    int ring = 0;
+    std::int64_t in_cols = 0, out_cols = 0;
+    bool accumulate = false;
     Waker* waker = nullptr;
 };
 

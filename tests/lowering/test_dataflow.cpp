@@ -263,6 +263,17 @@ TEST_CASE("no data races: every read waits for its write, every write for the re
                         ++plans;
                     }
     CHECK(plans > 100);
+    // Context parallelism: the ring's blocks and returns.
+    for (int cp : {2, 4}) {
+        PlanSpec c = plan(1, 1, 1, 4);
+        c.cp = cp;
+        CHECK(dataflow_hazards(lower_df(llama, c)).empty());
+        c.tp = 2;
+        c.sequence_parallel = true;
+        c.dp = 2;
+        c.zero_stage = 1;
+        CHECK(dataflow_hazards(lower_df(gpt, c)).empty());
+    }
     // Interleaving with micro-batch groups.
     PlanSpec p = plan(1, 2, 1, 8);
     p.schedule = Schedule::interleaved_1f1b;

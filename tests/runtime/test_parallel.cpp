@@ -79,6 +79,26 @@ std::vector<Variant> variants() {
         v.push_back({"dp 2, ZeRO-1, optimizer split GPU/CPU/SSD", p});
     }
     {
+        // Context parallelism: sequences in 2 cp load-balanced chunks, K/V blocks around the ring.
+        PlanSpec p = cpu_plan();
+        p.cp = 2;
+        v.push_back({"cp 2", p});
+        p.cp = 4;
+        v.push_back({"cp 4", p});
+        p = cpu_plan(2);
+        p.cp = 2;
+        p.sequence_parallel = true;
+        v.push_back({"tp 2 cp 2, SP", p});
+        p = cpu_plan(1, 1, 2);
+        p.cp = 2;
+        p.zero_stage = 1;
+        v.push_back({"cp 2 dp 2, ZeRO-1 (gradients over dp x cp)", p});
+        p = cpu_plan(1, 2);
+        p.cp = 2;
+        p.recompute = Recompute::full;
+        v.push_back({"cp 2 pp 2, full recompute", p});
+    }
+    {
         PlanSpec p = cpu_plan(1, 2);
         p.recompute = Recompute::full;  // a chunk's last layer recomputes the output it sent
         v.push_back({"pp 2, full recompute", p});

@@ -14,7 +14,7 @@ namespace strata::sim::lower_detail {
 
 int TensorTable::intern(const DataTensor& t) {
     const auto key = std::make_tuple(t.name, static_cast<int>(t.role), static_cast<int>(t.buffer), static_cast<int>(t.tier),
-                                     static_cast<int>(t.layer), t.microbatch, t.offset, t.rows, t.cols);
+                                     static_cast<int>(t.layer), t.microbatch, t.offset, t.rows, t.cols, static_cast<int>(t.ring));
     auto it = ids.find(key);
     if (it != ids.end()) return it->second;
     STRATA_ASSERT(prog.tensors.size() < static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()), "lower: too many dataflow tensors");
@@ -307,9 +307,10 @@ void RankLowering::finish_operands() {
     if (df_) rp_.operands.resize(rp_.instrs.size());
 }
 
-int RankLowering::act(int name, int layer, double rows, double cols, TensorRole role) {
+int RankLowering::act(int name, int layer, double rows, double cols, TensorRole role, int ring) {
     if (!df_) return -1;
     DataTensor t;
+    t.ring = static_cast<std::int16_t>(ring);
     t.name = name;
     t.role = role;
     t.layer = static_cast<std::int16_t>(layer);

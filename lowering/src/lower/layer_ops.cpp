@@ -109,13 +109,25 @@ void RankLowering::attention_core_forward(Phase phase, int qkv, int out, int lse
         // Ring attention: cp - 1 steps, each passing one rank's K/V chunk to the next rank while
         // the chunk received before is attended to. A step is costed as an all-gather whose
         // per-rank traffic is one chunk (S = chunk x cp / (cp - 1)); the steps chain on cp_comm.
+        // Dataflow: step j delivers the K/V block of the rank j places back along the ring
+        // (kv.ring, DataTensor::ring = j); the local block writes the output and its log-sum-exp,
+        // each remote block merges into them.
         const double step_bytes = ring_step_bytes();
+        auto ring_in = [&](int j) {
+            if (df_) io({qkv}, {act(n_.t_kv_ring, layer_, d_.tokens, 2 * d_.kv_w / d_.tp, TensorRole::activation, j)});
+        };
         int ev = collective(Stream::cp_comm, CollKind::all_gather, Group::cp, step_bytes, n_.cp_kv_ag);
+        ring_in(1);
         emit(n_.attn_local, 1.0 / d_.cp, sq);
+        if (df_) io({qkv}, {out, lse});
         for (int j = 1; j < static_cast<int>(d_.cp); ++j) {
             wait(Stream::compute, ev);
-            if (j + 1 < static_cast<int>(d_.cp)) ev = collective(Stream::cp_comm, CollKind::all_gather, Group::cp, step_bytes, n_.cp_kv_ag);
+            if (j + 1 < static_cast<int>(d_.cp)) {
+                ev = collective(Stream::cp_comm, CollKind::all_gather, Group::cp, step_bytes, n_.cp_kv_ag);
+                ring_in(j + 1);
+            }
             emit(n_.attn_remote, 1.0 / d_.cp, sq);
+            if (df_) io({qkv, act(n_.t_kv_ring, layer_, d_.tokens, 2 * d_.kv_w / d_.tp, TensorRole::activation, j), out, lse}, {out, lse});
         }
     } else {
         emit(n_.attn, 1.0, d_.s);
@@ -369,17 +381,38 @@ void RankLowering::attention_core_backward(const LayerTensors& t) {
     if (d_.cp > 1) {
         // Backward ring: K/V travel again step by step, and each step's dK/dV partial moves on
         // towards its owner (costed like the forward steps, as a reduce-scatter of one chunk).
+        // Dataflow: the remote blocks add their queries' gradient into d.qkv and leave the K/V
+        // gradient of the block they saw (d.kv.ring) to be returned to its owner, which sums the
+        // returns (d.kv.returned) and adds them into its own K/V gradient once the ring is done.
         const double step_bytes = ring_step_bytes();
+        const double kvw = 2 * d_.kv_w / d_.tp;
+        auto kv = [&](int j) { return act(n_.t_kv_ring, layer_, d_.tokens, kvw, TensorRole::activation, j); };
+        const int returned = grad(n_.g_kv_acc, layer_, d_.tokens, kvw);
         int ev = collective(Stream::cp_comm, CollKind::all_gather, Group::cp, step_bytes, n_.cp_kv_ag);
+        if (df_) io({t.qkv}, {kv(1)});
         emit(n_.attn_local, 1.0 / d_.cp, sq);
+        if (df_) io({t.qkv, t.attn, t.lse, t.dattn}, {t.dqkv});
         int red = -1;
         for (int j = 1; j < static_cast<int>(d_.cp); ++j) {
             wait(Stream::compute, ev);
-            if (j + 1 < static_cast<int>(d_.cp)) ev = collective(Stream::cp_comm, CollKind::all_gather, Group::cp, step_bytes, n_.cp_kv_ag);
+            if (j + 1 < static_cast<int>(d_.cp)) {
+                ev = collective(Stream::cp_comm, CollKind::all_gather, Group::cp, step_bytes, n_.cp_kv_ag);
+                if (df_) io({t.qkv}, {kv(j + 1)});
+            }
             emit(n_.attn_remote, 1.0 / d_.cp, sq);
+            const int part = act(n_.g_kv_ring, layer_, d_.tokens, kvw, TensorRole::grad, j);
+            if (df_) io({t.qkv, kv(j), t.attn, t.lse, t.dattn, t.dqkv}, {t.dqkv, part});
             red = collective(Stream::cp_comm, CollKind::reduce_scatter, Group::cp, step_bytes, n_.cp_dkv_rs);
+            if (df_) {
+                if (j == 1) io({part}, {returned});
+                else io({part, returned}, {returned});
+            }
         }
         wait(Stream::compute, red);
+        // Add the returned K/V gradients into this rank's own (Transformer Engine accumulates them
+        // step by step; one add after the ring here).
+        compute(Op::elementwise, n_.cp_dkv_combine, 0, 3 * d_.tokens * kvw * Dims::act_bytes);
+        if (df_) io({returned, t.dqkv}, {t.dqkv});
     } else {
         emit(n_.attn, 1.0, d_.s);
         if (df_) io({t.qkv, t.attn, t.lse, t.dattn}, {t.dqkv});

@@ -29,11 +29,11 @@ struct Names {
     int dp_grads, edp_grads, dp_params, edp_params, zero3_ag, zero3_rs, zero3_ag_expert, zero3_rs_expert, emb_ar;
     int opt_gpu, opt_cpu, opt_ssd, grad_d2h, param_h2d, state_read, state_write, grad_accum;
     int fetch_ssd, fetch_h2d, act_d2h, act_h2d, act_ssd_write, act_ssd_read;
-    int emb_position, loss_combine, sp_grads, zero3_edges;
+    int emb_position, loss_combine, sp_grads, zero3_edges, cp_dkv_combine;
     // Dataflow tensor names (LowerOptions::dataflow): activations and their gradients.
     int t_tokens, t_x, t_ln1, t_ln1_g, t_qkv, t_attn, t_attn_lse, t_proj, t_proj_s, t_x1, t_ln2, t_ln2_g, t_fc1, t_act,
-        t_fc2, t_fc2_s, t_emb, t_xf, t_xf_g, t_logits, t_loss_stats, t_loss_stats_g, t_loss, t_x_recomputed;
-    int g_x, g_x_g, g_x1, g_x1_g, g_ln2, g_ln2_s, g_act, g_fc1, g_attn, g_qkv, g_ln1, g_ln1_s, g_xf, g_xf_s, g_logits, g_emb_g;
+        t_fc2, t_fc2_s, t_emb, t_xf, t_xf_g, t_logits, t_loss_stats, t_loss_stats_g, t_loss, t_x_recomputed, t_kv_ring;
+    int g_x, g_x_g, g_x1, g_x1_g, g_ln2, g_ln2_s, g_act, g_fc1, g_attn, g_qkv, g_ln1, g_ln1_s, g_xf, g_xf_s, g_logits, g_emb_g, g_kv_ring, g_kv_acc;
     int t_grads, t_params, t_state;
     void intern(Program& p);
 };
@@ -45,7 +45,7 @@ int tensor_name_id(Program& p, const std::string& s);
 /// gives the same id on every rank.
 struct TensorTable {
     Program& prog;
-    std::map<std::tuple<int, int, int, int, int, int, std::int64_t, std::int64_t, std::int64_t>, int> ids;
+    std::map<std::tuple<int, int, int, int, int, int, std::int64_t, std::int64_t, std::int64_t, int>, int> ids;
     int intern(const DataTensor& t);
 };
 
@@ -167,7 +167,7 @@ private:
     void io(std::initializer_list<int> in, std::initializer_list<int> out);
     void io_lists(const std::vector<int>& in, const std::vector<int>& out);
     /// An activation (or its gradient, role grad) of the current micro-batch on `layer`.
-    int act(int name, int layer, double rows, double cols, TensorRole role = TensorRole::activation);
+    int act(int name, int layer, double rows, double cols, TensorRole role = TensorRole::activation, int ring = 0);
     int grad(int name, int layer, double rows, double cols) { return act(name, layer, rows, cols, TensorRole::grad); }
     /// A parameter of this rank (params.hpp name) as a range of the flat buffer, or its gradient.
     int prm(const char* name, int layer);

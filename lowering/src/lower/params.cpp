@@ -134,7 +134,9 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
     if (m.mtp_depth > 0) return n("model.mtp_depth", std::to_string(m.mtp_depth)) + ": MTP modules are not in the dataflow lowering yet";
     if (m.qk_norm) return "model.qk_norm = true: QK-norm is not in the dataflow lowering yet";
     if (m.dropout > 0) return n("model.dropout", std::to_string(m.dropout)) + ": dropout is not executed (set it to 0)";
-    if (p.cp > 1) return n("plan.cp", std::to_string(p.cp)) + ": context parallelism is not in the dataflow lowering yet";
+    if (p.cp > 1 && m.seq_len % (2 * p.cp) != 0)
+        return n("plan.cp", std::to_string(p.cp)) + ": model.seq_len = " + std::to_string(m.seq_len) +
+               " must split into 2 x cp equal chunks (the load-balanced layout context parallelism runs)";
     if (p.precision == Precision::fp8) return "plan.precision = fp8: FP8 is not executed yet";
     if (!p.offload.params.all_gpu() || !p.offload.grads.all_gpu() || !p.offload.activations.all_gpu())
         return "plan.offload: only the optimizer may be offloaded (params, grads and activations stay on the GPU)";

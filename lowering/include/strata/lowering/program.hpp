@@ -173,6 +173,9 @@ struct DataTensor {
     std::int64_t rows = 0;         ///< elements per rank: rows x cols (a flat range: 1 x count)
     std::int64_t cols = 0;
     std::int64_t offset = 0;       ///< param / param_grad: first element of the range
+    /// Context parallelism's ring: this value is what the rank `ring` places back along the CP
+    /// ring holds (a K/V block received, or a K/V gradient block to return); 0 = its own.
+    std::int16_t ring = 0;
     std::int64_t elements() const { return rows * cols; }
 };
 

@@ -9,6 +9,7 @@
 namespace strata::runtime::cpu {
 
 using i64 = std::int64_t;
+struct Positions;
 
 // y[T, N] = x[T, K] w[N, K]^T (+ b[N])
 void matmul_forward(float* y, const float* x, const float* w, const float* b, i64 T, i64 K, i64 N);
@@ -35,9 +36,9 @@ void swiglu_backward(float* dx, const float* x, const float* dy, i64 T, i64 F);
 void add(float* out, const float* a, const float* b, const float* bias, i64 T, i64 C);
 
 /// Rotary position embedding in place on the query and key heads of a qkv row
-/// [q: hq x d | k: hkv x d | v: hkv x d], rotate-half form, base 10000; position = row % seq.
+/// [q: hq x d | k: hkv x d | v: hkv x d], rotate-half form, base 10000, at where(row).
 /// inverse = the backward (rotation by -theta).
-void rope(float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, bool inverse);
+void rope(float* qkv, i64 T, const Positions& where, i64 hq, i64 hkv, i64 d, bool inverse);
 
 /// Causal attention over sequences of `seq` tokens (T = batch x seq rows), GQA by head groups.
 /// out [T, hq x d], lse [T, hq].
@@ -45,12 +46,41 @@ void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq,
 void attention_backward(float* dqkv, const float* qkv, const float* out, const float* lse, const float* dout, i64 T,
                         i64 seq, i64 hq, i64 hkv, i64 d);
 
+/// Where a rank's rows sit in their sequences. Without context parallelism row t is at position
+/// t % seq. With it (cp ranks, load-balanced as Megatron splits them) a sequence is cut into 2 cp
+/// chunks and rank c holds chunks c and 2cp - 1 - c: its seq / cp rows of a sequence start with
+/// chunk c's.
+struct Positions {
+    i64 seq = 0;           ///< whole sequence length
+    int cp = 1, rank = 0;  ///< context-parallel size and this block's owner
+    i64 local() const { return seq / cp; }  ///< rows of one sequence on a rank
+    i64 operator()(i64 row) const {
+        if (cp == 1) return row % seq;
+        const i64 L = seq / (2 * cp), i = row % local();
+        return (i < L ? rank : 2 * cp - 1 - rank) * L + i % L;
+    }
+};
+
+/// Context parallelism: causal attention of a rank's queries against one block of keys and values
+/// (its own, or a block from `kpos.rank` passed along the ring). q rows live in qkv (stride row);
+/// kv rows hold [k: hkv x d | v: hkv x d] at `kv` with stride kv_stride. merge = false writes out
+/// and lse; true folds this block into them (online softmax). Queries with no visible key in the
+/// block are left as they are.
+void attention_block_forward(float* out, float* lse, const float* qkv, const float* kv, i64 kv_stride, const Positions& qpos,
+                             const Positions& kpos, i64 T, i64 hq, i64 hkv, i64 d, bool merge);
+/// Its backward against the final out and lse: dq added into dqkv's query columns (accumulate) or
+/// written (with the block's own dk, dv into dqkv's key and value columns when dkv is null);
+/// dkv (stride kv_stride) receives the block's key and value gradients otherwise.
+void attention_block_backward(float* dqkv, float* dkv, i64 kv_stride, const float* qkv, const float* kv, const float* out,
+                              const float* lse, const float* dout, const Positions& qpos, const Positions& kpos, i64 T, i64 hq,
+                              i64 hkv, i64 d, bool accumulate);
+
 /// Vocab-parallel embedding: rows of `table` hold token ids [first, first + rows).
 void embedding_forward(float* out, const float* tokens, const float* table, i64 first, i64 rows, i64 T, i64 C);
 void embedding_backward(float* dtable, const float* tokens, const float* dout, i64 first, i64 rows, i64 T, i64 C);
-/// out[t] = e[row0 + t] + pos[(row0 + t) % seq] for t < rows_out; dpos[p] += d[t] likewise.
-void position_forward(float* out, const float* e, const float* pos, i64 row0, i64 rows_out, i64 seq, i64 C);
-void position_backward(float* dpos, const float* d, i64 T, i64 seq, i64 C);
+/// out[t] = e[row0 + t] + pos[where(row0 + t)] for t < rows_out; dpos[where(t)] += d[t].
+void position_forward(float* out, const float* e, const float* pos, i64 row0, i64 rows_out, const Positions& where, i64 C);
+void position_backward(float* dpos, const float* d, i64 T, const Positions& where, i64 C);
 
 /// Vocab-parallel cross-entropy. stats[t] = {max logit, sum exp(logit - max), target logit if this
 /// shard holds the target else 0}; tokens[t] = {input, target}.
