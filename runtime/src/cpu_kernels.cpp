@@ -156,77 +156,17 @@ void rope(float* qkv, i64 T, const Positions& where, i64 hq, i64 hkv, i64 d, boo
     }
 }
 
+// Without context parallelism a rank's block is all there is: the block kernels below, on the
+// rank's own keys.
 void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d) {
-    const i64 row = (hq + 2 * hkv) * d, group = hq / hkv;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-    std::vector<float> p(static_cast<std::size_t>(seq));
-    for (i64 t = 0; t < T; ++t) {
-        const i64 first = t - t % seq;  // the sequence's first row
-        for (i64 h = 0; h < hq; ++h) {
-            const float* q = qkv + t * row + h * d;
-            const i64 kh = hq + h / group, vh = hq + hkv + h / group;
-            float mx = -std::numeric_limits<float>::infinity();
-            for (i64 j = first; j <= t; ++j) {
-                const float* k = qkv + j * row + kh * d;
-                float s = 0;
-                for (i64 i = 0; i < d; ++i) s += q[i] * k[i];
-                s *= scale;
-                p[static_cast<std::size_t>(j - first)] = s;
-                mx = std::max(mx, s);
-            }
-            float sum = 0;
-            for (i64 j = first; j <= t; ++j) {
-                float& e = p[static_cast<std::size_t>(j - first)];
-                e = std::exp(e - mx);
-                sum += e;
-            }
-            float* o = out + t * hq * d + h * d;
-            std::fill(o, o + d, 0.0f);
-            for (i64 j = first; j <= t; ++j) {
-                const float* v = qkv + j * row + vh * d;
-                const float w = p[static_cast<std::size_t>(j - first)] / sum;
-                for (i64 i = 0; i < d; ++i) o[i] += w * v[i];
-            }
-            lse[t * hq + h] = mx + std::log(sum);
-        }
-    }
+    const Positions all{seq, 1, 0};
+    attention_block_forward(out, lse, qkv, qkv + hq * d, (hq + 2 * hkv) * d, all, all, T, hq, hkv, d, false);
 }
 
 void attention_backward(float* dqkv, const float* qkv, const float* out, const float* lse, const float* dout, i64 T,
                         i64 seq, i64 hq, i64 hkv, i64 d) {
-    const i64 row = (hq + 2 * hkv) * d, group = hq / hkv;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-    std::fill(dqkv, dqkv + T * row, 0.0f);
-    for (i64 t = 0; t < T; ++t) {
-        const i64 first = t - t % seq;
-        for (i64 h = 0; h < hq; ++h) {
-            const float* q = qkv + t * row + h * d;
-            const float* o = out + t * hq * d + h * d;
-            const float* dO = dout + t * hq * d + h * d;
-            const i64 kh = hq + h / group, vh = hq + hkv + h / group;
-            float D = 0;
-            for (i64 i = 0; i < d; ++i) D += dO[i] * o[i];
-            float* dq = dqkv + t * row + h * d;
-            for (i64 j = first; j <= t; ++j) {
-                const float* k = qkv + j * row + kh * d;
-                const float* v = qkv + j * row + vh * d;
-                float s = 0, dp = 0;
-                for (i64 i = 0; i < d; ++i) {
-                    s += q[i] * k[i];
-                    dp += dO[i] * v[i];
-                }
-                const float pr = std::exp(s * scale - lse[t * hq + h]);
-                const float ds = pr * (dp - D) * scale;
-                float* dk = dqkv + j * row + kh * d;
-                float* dv = dqkv + j * row + vh * d;
-                for (i64 i = 0; i < d; ++i) {
-                    dq[i] += ds * k[i];
-                    dk[i] += ds * q[i];
-                    dv[i] += pr * dO[i];
-                }
-            }
-        }
-    }
+    const Positions all{seq, 1, 0};
+    attention_block_backward(dqkv, nullptr, (hq + 2 * hkv) * d, qkv, qkv + hq * d, out, lse, dout, all, all, T, hq, hkv, d, false);
 }
 
 void embedding_forward(float* out, const float* tokens, const float* table, i64 first, i64 rows, i64 T, i64 C) {
