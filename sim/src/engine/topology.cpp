@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <deque>
 
+#include "cost/cost_detail.hpp"
+
 namespace strata::sim {
 
 const char* to_string(VertexKind k) {
@@ -31,8 +33,9 @@ void Topology::add_edge(int a, int b, EdgeKind k, double Bps, double latency_ns)
 Topology::Topology(const ClusterSpec& c, const hwdb::HardwareView& hw) {
     gpn_ = std::max(1, c.gpus_per_node);
     nodes_ = std::max(1, c.nodes);
-    nics_ = c.nics_per_node > 0 ? c.nics_per_node : hw.node.nic_count;
-    if (nics_ <= 0 && nodes_ > 1) nics_ = 1;
+    // The cost model's rule (cost_detail::nics_per_node): the cluster's count, else the node's,
+    // else one per GPU, as a generic GPU server is built (the planner's estimator assumes the same).
+    nics_ = cost_detail::nics_per_node(hw, c);
     nodes_per_leaf_ = std::max(1, c.nodes_per_leaf);
     const int per_sw = std::max(1, c.gpus_per_pcie_switch > 0 ? c.gpus_per_pcie_switch : hw.node.gpus_per_pcie_switch);
     const int switches = (gpn_ + per_sw - 1) / per_sw;
