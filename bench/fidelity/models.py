@@ -41,6 +41,8 @@ MEGATRON_1T = gpt("megatron-gpt-1t", 128, 25600, 160, 51200, 2048)
 MTNLG_530B = gpt("mt-nlg-530b", 105, 20480, 128, 50257, 2048)
 
 # OPT-175B (Zhang et al. 2022, Table 1): 96 layers, 96 heads, d_model 12288, seq 2048, vocab 50272.
+# Its MLP is ReLU (metaseq), written here as "gelu": the same two matrices, and model.ffn has no
+# plain ReLU; the elementwise difference is under 0.1 % of the layer's FLOPs.
 OPT_175B = gpt("opt-175b", 96, 12288, 96, 50272, 2048)
 
 # BLOOM-176B (bigscience tr11 README "Architecture"): ALiBi instead of a position table,
@@ -64,11 +66,11 @@ LLAMA3_8B = llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192)
 LLAMA3_70B = llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192)
 LLAMA3_405B = llama("llama3.1-405b", 126, 16384, 128, 8, 53248, 128256, 8192)
 
-# Nemotron-4 340B (Nemotron-4 340B technical report, Table 1): squared-ReLU MLP (two matrices, like
-# GeLU, so FLOPs match ffn "gelu"), LayerNorm, RoPE, GQA 8, untied, no biases.
+# Nemotron-4 340B (Nemotron-4 340B technical report, Table 1): squared-ReLU MLP (two matrices, no
+# gate: ffn "relu2"), LayerNorm, RoPE, GQA 8, untied, no biases.
 NEMOTRON4_340B = {
     "name": "nemotron4-340b", "layers": 96, "hidden": 18432, "heads": 96, "kv_heads": 8,
-    "ffn_hidden": 73728, "ffn": "gelu", "activation": "squared-relu", "vocab": 256000,
+    "ffn_hidden": 73728, "ffn": "relu2", "vocab": 256000,
     "seq_len": 4096, "norm": "layernorm", "position": "rope", "tied_embeddings": False,
     "linear_bias": False, "dropout": 0.0, "moe": None,
 }

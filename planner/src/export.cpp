@@ -103,6 +103,7 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
     arg("seq-length", m.seq_len);
     arg("max-position-embeddings", m.max_position > 0 ? m.max_position : m.seq_len);
     if (m.ffn == FfnKind::swiglu) flag("swiglu");
+    if (m.ffn == FfnKind::relu2) flag("squared-relu");
     if (m.norm == NormKind::rmsnorm) arg("normalization", "RMSNorm");
     if (m.position == PositionKind::rope) arg("position-embedding-type", "rope");
     if (!m.tied_embeddings) flag("untie-embeddings-and-output-weights");

@@ -136,10 +136,12 @@ void RankState::compute(std::size_t i) {
         if (!backward(in.phase)) {
             const DataTensor& y = a.out(0);
             if (swiglu) cpu::swiglu_forward(O(0), I(0), y.rows, y.cols);
+            else if (m.ffn == FfnKind::relu2) cpu::relu2_forward(O(0), I(0), y.elements());
             else cpu::gelu_forward(O(0), I(0), y.elements());
         } else {
             const DataTensor& dy = a.in(1);
             if (swiglu) cpu::swiglu_backward(O(0), I(0), I(1), dy.rows, dy.cols);
+            else if (m.ffn == FfnKind::relu2) cpu::relu2_backward(O(0), I(0), I(1), dy.elements());
             else cpu::gelu_backward(O(0), I(0), I(1), dy.elements());
         }
     } else if (name == "residual1" || name == "residual2") {

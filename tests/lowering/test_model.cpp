@@ -87,6 +87,35 @@ TEST_CASE("LLaMA-2 parameter counts are exact", "[model]") {
     CHECK(p70.attention == 80LL * (2 * 8192 * 8192 + 2 * 8192 * 1024));
 }
 
+TEST_CASE("Nemotron-4 340B: a squared-ReLU MLP has two matrices", "[model]") {
+    // Nemotron-4 340B technical report, Table 1: 96 layers, hidden 18432, 96 heads (192 wide), 8
+    // KV heads, MLP 73728 with squared ReLU (no gate), vocab 256000, untied, LayerNorm, no biases.
+    // By hand per layer: Q and output projection 2 h^2, K and V 2 h (8 x 192), MLP 2 h x 73728,
+    // two LayerNorms 4 h: 736,100,352 + 2,717,908,992 + 73,728 = 3,454,083,072; 96 of them, the
+    // two 256000 x h tables and the final norm (2 h): 341,029,195,776.
+    ModelSpec m;
+    m.layers = 96;
+    m.hidden = 18432;
+    m.heads = 96;
+    m.kv_heads = 8;
+    m.head_dim = 192;
+    m.ffn_hidden = 73728;
+    m.ffn = FfnKind::relu2;
+    m.vocab = 256000;
+    m.seq_len = 4096;
+    m.position = PositionKind::rope;
+    m.tied_embeddings = false;
+    const ParamCounts p = param_counts(m);
+    CHECK(p.total == 341'029'195'776LL);
+    CHECK(p.mlp == 96LL * 2 * 18432 * 73728);
+    // Two matrices like GELU: the same parameters and matmul FLOPs; only the activation is cheaper.
+    ModelSpec g = m;
+    g.ffn = FfnKind::gelu;
+    CHECK(param_counts(g).total == p.total);
+    CHECK(forward_flops(g, 1).matmul() == forward_flops(m, 1).matmul());
+    CHECK(forward_flops(m, 1).other < forward_flops(g, 1).other);
+}
+
 TEST_CASE("Mixtral-8x7B total and active parameters", "[model]") {
     // Mistral AI: 46.7B total, 12.9B active (top-2 of 8 experts).
     ParamCounts p = param_counts(mixtral());

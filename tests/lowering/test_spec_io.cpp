@@ -152,6 +152,14 @@ TEST_CASE("model defaults follow docs/formats.md", "[spec][io]") {
     CHECK(e.moe->expert_ffn_hidden == 96);  // 0/absent = model.ffn_hidden
     CHECK(e.moe->moe_every == 1);
     CHECK(e.moe->capacity_factor == 0.0);   // dropless
+
+    // Squared ReLU (Nemotron-4) reads, writes back and round-trips; an unknown activation is named.
+    const ModelSpec r = model_from_json_text(R"({"name": "r", "layers": 2, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 16,
+        "ffn": "relu2"})", "r.json");
+    CHECK(r.ffn == FfnKind::relu2);
+    CHECK(model_from_json_text(to_json_text(r), "r2.json").ffn == FfnKind::relu2);
+    CHECK_THROWS_WITH(model_from_json_text(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 16,
+        "ffn": "relu3"})", "x.json"), Catch::Contains("model.ffn"));
 }
 
 TEST_CASE("cluster and plan units are converted once, at the edge", "[spec][io]") {

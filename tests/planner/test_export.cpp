@@ -387,3 +387,15 @@ TEST_CASE("Megatron export of node-limited routing and the DeepEP dispatcher", "
     for (const auto& u : ds.unsupported) noted = noted || u.find("DeepEP") != std::string::npos;
     CHECK(noted);
 }
+
+TEST_CASE("Megatron export writes the MLP's activation", "[planner][export]") {
+    // Megatron-LM: --swiglu for a gated SiLU MLP, --squared-relu for Nemotron-4's squared ReLU,
+    // nothing for its GELU default.
+    ModelSpec m = gpt3();
+    CHECK(planner::export_megatron(m, gpt3_plan()).text.find("--squared-relu") == std::string::npos);
+    CHECK(planner::export_megatron(m, gpt3_plan()).text.find("--swiglu") == std::string::npos);
+    m.ffn = FfnKind::relu2;
+    CHECK(planner::export_megatron(m, gpt3_plan()).text.find("--squared-relu\n") != std::string::npos);
+    m.ffn = FfnKind::swiglu;
+    CHECK(planner::export_megatron(m, gpt3_plan()).text.find("--swiglu\n") != std::string::npos);
+}

@@ -71,6 +71,11 @@ TEST_CASE("gradients match finite differences", "[runtime][grad]") {
                         {{"word_embedding.weight", -1}, {"lm_head.weight", -1}, {"ln2.weight", 1}, {"qkv.weight", 1},
                          {"fc1.weight", 0}, {"fc2.weight", 1}});
     }
+    SECTION("squared ReLU MLP (Nemotron-4)") {
+        ModelSpec m = tiny_gpt();
+        m.ffn = FfnKind::relu2;
+        check_gradients(m, cpu_plan(), 0, {{"fc1.weight", 0}, {"fc1.bias", 1}, {"fc2.weight", 0}});
+    }
     SECTION("TP 2: a rank's shards of split weights") {
         PlanSpec p = cpu_plan(2);
         check_gradients(tiny_llama(2), p, 1, {{"qkv.weight", 0}, {"fc1.weight", 1}, {"proj.weight", 0}, {"lm_head.weight", -1}});

@@ -61,7 +61,7 @@ double mlp_flops_per_token(const ModelSpec& m, std::int64_t ffn) {
 // then the gating product ~5) and bias adds.
 double mlp_other_per_token(const ModelSpec& m, std::int64_t ffn) {
     const double f = static_cast<double>(ffn);
-    double act = m.ffn == FfnKind::swiglu ? 5.0 * f : 8.0 * f;
+    double act = m.ffn == FfnKind::swiglu ? 5.0 * f : m.ffn == FfnKind::relu2 ? 2.0 * f : 8.0 * f;  // relu2: max, square
     double bias = m.linear_bias ? (m.ffn == FfnKind::swiglu ? 2.0 * f : f) + static_cast<double>(m.hidden) : 0.0;
     return act + bias;
 }

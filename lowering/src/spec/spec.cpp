@@ -6,7 +6,7 @@
 
 namespace strata::sim {
 
-const char* to_string(FfnKind k) { return k == FfnKind::gelu ? "gelu" : "swiglu"; }
+const char* to_string(FfnKind k) { return k == FfnKind::gelu ? "gelu" : k == FfnKind::swiglu ? "swiglu" : "relu2"; }
 const char* to_string(NormKind k) { return k == NormKind::layernorm ? "layernorm" : "rmsnorm"; }
 const char* to_string(PositionKind k) {
     switch (k) {

@@ -30,6 +30,9 @@ void norm_backward(float* dx, float* dw, float* db, const float* x, const float*
 void gelu_forward(float* y, const float* x, i64 n);
 void gelu_backward(float* dx, const float* x, const float* dy, i64 n);
 void swiglu_forward(float* y, const float* x, i64 T, i64 F);
+/// Squared ReLU (Nemotron-4): max(x, 0)^2.
+void relu2_forward(float* y, const float* x, i64 n);
+void relu2_backward(float* dx, const float* x, const float* dy, i64 n);
 void swiglu_backward(float* dx, const float* x, const float* dy, i64 T, i64 F);
 
 // out = a + b (+ bias broadcast over rows of width C)
