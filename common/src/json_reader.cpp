@@ -48,26 +48,6 @@ std::string read_text_file(const std::string& path) {
 
 nlohmann::json read_json_file(const std::string& path) { return parse_json_text(read_text_file(path), path); }
 
-void write_file_atomic(const std::string& path, const std::string& text) {
-    std::string tmp = path + ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out) throw RuntimeError("cannot write " + tmp);
-        out << text;
-        out.flush();
-        if (!out) {
-            std::remove(tmp.c_str());
-            throw RuntimeError("failed writing " + tmp);
-        }
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) {
-        std::remove(tmp.c_str());
-        throw RuntimeError("cannot rename " + tmp + " to " + path + ": " + ec.message());
-    }
-}
-
 std::string describe_json(const nlohmann::json& v) {
     if (v.is_object()) return "an object";
     if (v.is_array()) return "an array";
