@@ -15,7 +15,9 @@
 
 namespace strata {
 
-/// Parse JSON text; a syntax error becomes an InputError naming the file, line and column.
+/// Parse JSON text; a syntax error becomes an InputError naming the file, line and column, and so
+/// does a key given twice in one object (both positions named: JSON leaves duplicates undefined,
+/// and "the last one wins" would silently drop a setting).
 nlohmann::json parse_json_text(const std::string& text, const std::string& file);
 /// Read and parse a file; a missing file is an InputError.
 nlohmann::json read_json_file(const std::string& path);
