@@ -13,10 +13,16 @@ namespace strata::planner {
 using namespace strata::sim;
 
 std::vector<int> divisors(int n) {
-    std::vector<int> d;
-    for (int i = 1; i <= n; ++i)
-        if (n % i == 0) d.push_back(i);
-    return d;
+    // Pairs (i, n / i) up to sqrt(n), in 64 bits: i * i never overflows, even at n = INT_MAX
+    // (an int loop to n overflowed there, and took minutes at 2^24).
+    std::vector<int> low, high;
+    for (std::int64_t i = 1; i * i <= n; ++i) {
+        if (n % i != 0) continue;
+        low.push_back(static_cast<int>(i));
+        if (i * i != n) high.push_back(static_cast<int>(n / i));
+    }
+    low.insert(low.end(), high.rbegin(), high.rend());
+    return low;
 }
 
 namespace {

@@ -349,6 +349,13 @@ TEST_CASE("plan reader rules", "[spec][errors]") {
     CHECK(p(R"(, "layer_split": [])").layer_split.empty());  // [] = even split
     expect_error([&] { p(R"(, "dp_bucket_mb": 0)"); }, "p.json", "plan.dp_bucket_mb", "must be a positive number of MB");
     expect_error([&] { p(R"(, "globl_batch": 8)"); }, "p.json", "plan.globl_batch", "(did you mean \"global_batch\"?)");
+    // The documented bound on the batch (issue #32, defect 1): 2^20 sequences.
+    CHECK(plan_from_json_text(R"({"global_batch": 1048576, "micro_batch": 1048576})", "p.json").global_batch == kMaxGlobalBatch);
+    expect_error([&] { plan_from_json_text(R"({"global_batch": 1048577})", "p.json"); }, "p.json", "plan.global_batch",
+                 "= 1048577 exceeds the limit of 1048576");
+    expect_error([&] { plan_from_json_text(R"({"global_batch": 2147483647})", "p.json"); }, "p.json", "plan.global_batch",
+                 "exceeds the limit");
+    expect_error([&] { p(R"(, "micro_batch": 2097152)"); }, "p.json", "plan.micro_batch", "exceeds the limit of 1048576");
     // A key given twice: the reader does not keep the last one (defect 7).
     expect_error([&] { plan_from_json_text(R"({"tp": 2, "global_batch": 8, "tp": 8})", "p.json"); }, "p.json", "tp",
                  "is given twice, at line 1, column 2 and at line 1, column 30");

@@ -2,6 +2,7 @@
 // the space exactly.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <set>
 #include <string>
 
@@ -201,4 +202,43 @@ TEST_CASE("MoE plans try DeepEP's dispatch exactly where the EP group crosses no
         return true;
     });
     CHECK(off == 0);
+}
+
+TEST_CASE("divisors: every divisor in order, in O(sqrt n), up to INT_MAX (issue #32, defect 1)", "[planner][space]") {
+    // The loop to n with a signed int overflowed at INT_MAX (SIGFPE) and took minutes at 2^24.
+    for (int n = 1; n <= 500; ++n) {
+        std::vector<int> brute;
+        for (int i = 1; i <= n; ++i)
+            if (n % i == 0) brute.push_back(i);
+        REQUIRE(planner::divisors(n) == brute);
+    }
+    CHECK(planner::divisors(2147483647) == std::vector<int>{1, 2147483647});  // a Mersenne prime
+    const std::vector<int> pow2 = planner::divisors(1 << 30);
+    REQUIRE(pow2.size() == 31);
+    for (int i = 0; i <= 30; ++i) CHECK(pow2[static_cast<std::size_t>(i)] == 1 << i);
+    // 46340^2 = 2^4 5^2 7^2 331^2, a square just below INT_MAX: (4+1)(2+1)^3 = 135 divisors, its
+    // root once.
+    const std::vector<int> sq = planner::divisors(46340 * 46340);
+    CHECK(sq.size() == 135);
+    CHECK(std::count(sq.begin(), sq.end(), 46340) == 1);
+    CHECK(std::is_sorted(sq.begin(), sq.end()));
+    CHECK(planner::divisors(0).empty());
+    CHECK(planner::divisors(-12).empty());
+}
+
+TEST_CASE("the largest global batch enumerates without overflow", "[planner][space]") {
+    planner::SearchSpace s;
+    s.global_batch = static_cast<int>(kMaxGlobalBatch);
+    s.search_offload = false;
+    s.zero_stages = {1};
+    s.recomputes = {Recompute::none};
+    std::int64_t n = 0;
+    const auto k = planner::enumerate_plans(small_gpt(), two_nodes(), s, [&](const PlanSpec& p) {
+        ++n;
+        REQUIRE(p.global_batch == kMaxGlobalBatch);
+        REQUIRE(p.micro_batches() * p.micro_batch * p.dp == p.global_batch);
+        return n < 2000;
+    });
+    CHECK(k.valid == n);
+    CHECK(n > 0);
 }

@@ -2,6 +2,7 @@
 // rule. Unknown keys are errors (with a did-you-mean). Cross-checks between model, cluster and plan
 // (tp divides heads, tp*pp*dp*cp = GPUs, ...) live in validate_plan().
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "strata/lowering/spec.hpp"
@@ -23,6 +24,15 @@ Scenario load_scenario(const std::string& path);
 
 /// Cross-validate a plan against its model and cluster; throws InputError naming `file`.
 void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, const std::string& file);
+
+/// The largest plan.global_batch (and micro_batch) the readers and the CLI accept: 2^20 =
+/// 1,048,576 sequences, 68x the largest published LLM batch (DeepSeek-V3: 15,360; GPT-3: 1,536;
+/// Llama 3 405B: 2,048) and 16x BERT's LAMB runs (65,536). The planner's analytical memory model
+/// walks the pipeline schedule of every micro-batch, so a search near the bound takes minutes (GPT-3
+/// 175B on 1024 GPUs: 106 s against 8 s at 1536).
+constexpr std::int64_t kMaxGlobalBatch = std::int64_t{1} << 20;
+/// The largest model.seq_len (and max_position) the readers and the CLI accept: 2^24 tokens.
+constexpr std::int64_t kMaxSeqLen = std::int64_t{1} << 24;
 
 /// Canonical JSON (2-space indent, keys in a fixed order); parse(to_json(x)) == x.
 std::string to_json_text(const ModelSpec& m);
