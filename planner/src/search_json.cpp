@@ -70,6 +70,7 @@ std::string search_to_json(const sim::ModelSpec& m, const sim::ClusterSpec& c, c
     k["estimated"] = r.estimated;
     k["simulated"] = r.simulated;
     k["simulated_oom"] = r.simulated_oom;
+    k["too_large_to_simulate"] = r.too_large_to_simulate;
     k["cancelled"] = r.cancelled;
     j["counts"] = k;
     ordered_json plans = ordered_json::array();
