@@ -1,5 +1,6 @@
 // strata: the command-line face of the library. Exit codes: 0 ok, 1 internal/environment failure,
-// 2 bad input (the message names the file, the field and the rule). Never writes a partial file.
+// 2 bad input (the message names the file, the field and the rule), 130 interrupted (Ctrl-C).
+// Never writes a partial file.
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -7,6 +8,7 @@
 
 #include "cli.hpp"
 #include "strata/common/error.hpp"
+#include "strata/common/text.hpp"
 
 namespace strata::cli {
 
@@ -22,15 +24,58 @@ bool register_command(int order, Registrar r) {
     return true;
 }
 
+// CLI11 answers `strata nosuch` with "A subcommand is required": the word was taken for an
+// argument. Walk the command words first: a word where a command must come that names none is an
+// unknown command, with a suggestion and the list.
+bool unknown_command(const CLI::App& app, int argc, char** argv, std::string& message) {
+    const CLI::App* level = &app;
+    std::string where = "strata";
+    for (int i = 1; i < argc; ++i) {
+        const std::string word = argv[i];
+        if (word.empty() || word[0] == '-') return false;  // options: CLI11's business
+        std::vector<std::string> names;
+        for (const CLI::App* sub : level->get_subcommands([](const CLI::App*) { return true; })) names.push_back(sub->get_name());
+        if (names.empty()) return false;
+        const CLI::App* next = nullptr;
+        for (const CLI::App* sub : level->get_subcommands([](const CLI::App*) { return true; }))
+            if (sub->check_name(word)) next = sub;
+        if (!next) {
+            if (level->get_require_subcommand_min() == 0) return false;
+            std::string list;
+            for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+            const std::string dym = strata::did_you_mean(word, names);
+            message = "\"" + word + "\" is not a command of " + where + (dym.empty() ? "" : " (did you mean \"" + dym + "\"?)") +
+                      "; commands: " + list + " (`" + where + " --help` says what each does)";
+            return true;
+        }
+        level = next;
+        where += " " + next->get_name();
+    }
+    if (level->get_require_subcommand_min() == 0) return false;
+    std::string list;
+    for (const CLI::App* sub : level->get_subcommands([](const CLI::App*) { return true; })) list += (list.empty() ? "" : ", ") + sub->get_name();
+    message = where + " needs a command: " + list + " (`" + where + " --help` says what each does)";
+    return true;
+}
+
 }  // namespace strata::cli
 
 int main(int argc, char** argv) {
     CLI::App app{"Strata: simulate and plan large-model training before paying for it"};
     app.set_version_flag("--version", std::string("strata ") + STRATA_VERSION);
     app.require_subcommand(1);
+    // Every error line starts the same way, CLI11's parse errors included.
+    app.failure_message([](const CLI::App*, const CLI::Error& e) {
+        return std::string("error: ") + e.what() + " (`strata COMMAND --help` lists the options and their ranges)\n";
+    });
     auto& reg = strata::cli::registry();
     std::stable_sort(reg.begin(), reg.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     for (auto& [order, fn] : reg) fn(app);
+    std::string unknown;
+    if (strata::cli::unknown_command(app, argc, argv, unknown)) {
+        std::cerr << "error: " << unknown << "\n";
+        return 2;
+    }
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -45,6 +90,9 @@ int main(int argc, char** argv) {
     } catch (const strata::InputError& e) {
         std::cerr << "error: " << e.what() << "\n";
         return 2;
+    } catch (const strata::cli::Interrupted& e) {
+        std::cerr << "interrupted: " << e.what() << "\n";
+        return 130;
     } catch (const strata::RuntimeError& e) {
         std::cerr << "error: " << e.what() << "\n";
         return 1;
