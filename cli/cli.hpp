@@ -21,6 +21,13 @@ namespace strata::cli {
 using Registrar = std::function<void(CLI::App&)>;
 /// Called from static initializers in cmd_*.cpp; `order` sorts the help listing.
 bool register_command(int order, Registrar r);
+/// The whole application: --version, CLI11's settings and every registered command.
+void build_app(CLI::App& app);
+/// When the command words of argv (those before the first option) name no command where one is
+/// required ("strata nosuch", "strata hwdb lst", "strata"): true, with the message to print.
+bool unknown_command(const CLI::App& app, int argc, const char* const* argv, std::string& message);
+/// main(): parse, run, map errors to exit codes.
+int run(int argc, char** argv);
 
 #define STRATA_COMMAND_CAT2(a, b) a##b
 #define STRATA_COMMAND_CAT(a, b) STRATA_COMMAND_CAT2(a, b)
@@ -61,7 +68,9 @@ struct NumericRange {
     double lo, hi;
     std::function<double()> value;
 };
+/// They describe the application build_app built last (build_app starts the list afresh).
 const std::vector<NumericRange>& numeric_ranges();
+void reset_numeric_ranges();
 
 /// --threads,-j N: one meaning, range and default on every command that runs work in parallel:
 /// N in [1, kMaxThreads] workers; left out, all cores (std::thread::hardware_concurrency).

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -90,9 +91,18 @@ CLI::Option* add_int_option(CLI::App* cmd, const std::string& flags, std::int64_
     return add_ranged(cmd, flags, v, lo, hi, help);
 }
 CLI::Option* add_num_option(CLI::App* cmd, const std::string& flags, double& v, double lo, double hi, const std::string& help) {
-    return add_ranged(cmd, flags, v, lo, hi, help);
+    // CLI::Range lets NaN through (every comparison with it is false): refuse it first.
+    const CLI::Validator finite(
+        [](std::string& text) -> std::string {
+            double x = 0;
+            if (CLI::detail::lexical_cast(text, x) && !std::isfinite(x)) return "Value " + text + " is not a finite number";
+            return "";
+        },
+        "", "finite");
+    return add_ranged(cmd, flags, v, lo, hi, help)->check(finite);
 }
 const std::vector<NumericRange>& numeric_ranges() { return ranges(); }
+void reset_numeric_ranges() { ranges().clear(); }
 
 void add_threads_option(CLI::App* cmd, int& threads, const std::string& what) {
     add_int_option(cmd, "--threads,-j", threads, 1, kMaxThreads, what + " (default: all cores)");
