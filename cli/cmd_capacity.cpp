@@ -23,7 +23,7 @@ struct CapArgs {
     std::string db, json, tokens, deadline, calibration;
     double budget = 0;
     std::vector<std::string> gpus;
-    int max_gpus = 4096, min_gpus = 8, global_batch = 0;
+    int max_gpus = 4096, min_gpus = 8, global_batch = 0, threads = 0;
     bool max_model = false, quiet = false, no_deepep = false, expandable_segments = false;
 };
 
@@ -119,7 +119,8 @@ void run_capacity(const CapArgs& a) {
         using T = planner::OffloadTiers;
         for (T tiers : {T::none, T::cpu, T::cpu_and_ssd}) {
             bar.update(static_cast<double>(tiers) / 3.0, "searching");
-            auto r = planner::max_trainable_model(s.model, opt, tiers, gbs, &interrupted(), a.expandable_segments);
+            auto r = planner::max_trainable_model(s.model, opt, tiers, gbs, &interrupted(), a.expandable_segments,
+                                                   thread_count(a.threads));
             bar.finish();
             report << (tiers == T::none ? "  GPU memory only:      " : tiers == T::cpu ? "  GPU + CPU offload:    " : "  GPU + CPU + SSD:      ");
             if (!r.found) {
@@ -162,6 +163,7 @@ void run_capacity(const CapArgs& a) {
     o.search.max_simulated = 3;
     o.search.shortlist_margin = 0.0;
     o.search.cancel = &interrupted();
+    o.search.threads = thread_count(a.threads);
     o.progress = [&](int done, int total) { bar.update(double(done) / total, "sizes"); };
     std::vector<planner::ClusterOption> options;
     std::vector<std::string> gpus = a.gpus.empty() ? std::vector<std::string>{"H100-SXM5-80GB", "A100-SXM4-80GB"} : a.gpus;
@@ -217,6 +219,7 @@ void add_capacity(CLI::App& app) {
     add_int_option(cmd, "--max-gpus", a->max_gpus, 1, 1 << 20, "largest cluster to consider (default 4096)");
     add_int_option(cmd, "--min-gpus", a->min_gpus, 1, 1 << 20, "smallest cluster to consider (default 8)");
     add_global_batch_option(cmd, a->global_batch, "1024; --max-model: 64");
+    add_threads_option(cmd, a->threads, "simulations run in parallel");
     cmd->add_option("--json", a->json, "also write the sweep as JSON to FILE ('-': stdout, the table then goes to stderr)");
     cmd->add_flag("--max-model", a->max_model, "largest model of the --model family that trains on --cluster");
     cmd->add_flag("--quiet,-q", a->quiet, "no progress bar");

@@ -52,7 +52,7 @@ expect 2 "--global-batch INT_MAX" timeout 60 "$S" plan --model gpt2-124m --clust
 says "--global-batch" "INT_MAX batch"
 says "1048576" "INT_MAX batch"
 # One meaning, range and default for --threads on every command that has it (issue #33).
-for c in plan profile fidelity; do
+for c in plan capacity profile fidelity; do
   "$S" $c --help | tr -s ' \n' ' ' | grep -q -- '-j,--threads INT:INT in \[1 - 1024\] [^-]*(default: all cores)' ||
     { "$S" $c --help | grep -A1 -- --threads; fail "$c: --threads is not the common option"; }
 done
