@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -105,12 +106,22 @@ TEST_CASE("a symbolic link is followed: the target is replaced, the link stays a
     CHECK(t.names() == std::set<std::string>{"real.json", "link.json", "dangling.json", "later.json"});
 }
 
-TEST_CASE("/dev/null stays a device", "[common][files]") {
-    write_file_atomic("/dev/null", "discarded");
+TEST_CASE("a null device stays a device", "[common][files]") {
+    // As root, a writer with the old bug replaces the device by a regular file: test on a null
+    // device of our own then, so that a regression cannot take the system's /dev/null with it. A
+    // normal user cannot replace /dev/null, so there it is used directly.
+    TempDir t;
+    std::string dev = "/dev/null";
+    if (::geteuid() == 0) {
+        dev = t.file("null");
+        REQUIRE(::mknod(dev.c_str(), S_IFCHR | 0666, ::makedev(1, 3)) == 0);
+    }
+    write_file_atomic(dev, "discarded");
     struct stat st {};
-    REQUIRE(::stat("/dev/null", &st) == 0);
+    REQUIRE(::stat(dev.c_str(), &st) == 0);
     CHECK(S_ISCHR(st.st_mode));
-    CHECK(unwritable_reason("/dev/null").empty());
+    CHECK(unwritable_reason(dev).empty());
+    if (dev != "/dev/null") CHECK(t.names() == std::set<std::string>{"null"});
 }
 
 TEST_CASE("a FIFO is written in place and stays a FIFO", "[common][files]") {
