@@ -3,6 +3,8 @@
 // (the message names the file, the field and the rule), 130 interrupted (Ctrl-C). Never writes a
 // partial file. main.cpp only calls run(); the tests build the same application (build_app).
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <cstdio>
 #include <iostream>
 #include <vector>
@@ -66,10 +68,24 @@ void build_app(CLI::App& app) {
     app.failure_message([](const CLI::App*, const CLI::Error& e) {
         return std::string("error: ") + e.what() + " (`strata COMMAND --help` lists the options and their ranges)\n";
     });
-    reset_numeric_ranges();
     auto& reg = registry();
     std::stable_sort(reg.begin(), reg.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     for (auto& [order, fn] : reg) fn(app);
+    // CLI::Range lets NaN through (every comparison with it is false), and a real option rarely
+    // means infinity: every real-valued option of every command refuses both.
+    const CLI::Validator finite(
+        [](std::string& text) -> std::string {
+            double x = 0;
+            if (CLI::detail::lexical_cast(text, x) && !std::isfinite(x)) return "Value " + text + " is not a finite number";
+            return "";
+        },
+        "", "finite");
+    std::function<void(CLI::App*)> harden = [&](CLI::App* a) {
+        for (CLI::Option* o : a->get_options())
+            if (o->get_type_name().rfind("FLOAT", 0) == 0) o->check(finite);
+        for (CLI::App* sub : a->get_subcommands([](CLI::App*) { return true; })) harden(sub);
+    };
+    harden(&app);
 }
 
 int run(int argc, char** argv) {

@@ -51,26 +51,18 @@ hwdb::Database open_db(const std::string& db_path);
 hwdb::Database open_db_for_write(const std::string& db_path);
 
 // ---- numeric options ----
-// Every numeric option carries its range, checked by CLI11 while parsing: a value outside it (or
-// not a number) is refused with exit 2, never replaced by a default. An option left out keeps the
-// variable's initial value (0 often meaning "the default").
+// Every numeric option carries its range (CLI::Range, shown in --help as "in [lo - hi]"), checked
+// by CLI11 while parsing: a value outside it (or not a number) is refused with exit 2, never
+// replaced by a default. An option left out keeps the variable's initial value (0 often meaning
+// "the default"). tests/cli/test_cli_flags.cpp holds every command to it.
 
 /// An integer option in [lo, hi].
 CLI::Option* add_int_option(CLI::App* cmd, const std::string& flags, int& v, int lo, int hi, const std::string& help);
 CLI::Option* add_int_option(CLI::App* cmd, const std::string& flags, std::int64_t& v, std::int64_t lo, std::int64_t hi,
                             const std::string& help);
-/// A real option in [lo, hi].
+/// A real option in [lo, hi]. (build_app also makes every real option of every command refuse a
+/// value that is not finite: CLI::Range lets NaN through.)
 CLI::Option* add_num_option(CLI::App* cmd, const std::string& flags, double& v, double lo, double hi, const std::string& help);
-/// The ranges declared through the helpers above, for the tests: each option's range and a way to
-/// read the value it parsed.
-struct NumericRange {
-    const CLI::Option* option;
-    double lo, hi;
-    std::function<double()> value;
-};
-/// They describe the application build_app built last (build_app starts the list afresh).
-const std::vector<NumericRange>& numeric_ranges();
-void reset_numeric_ranges();
 
 /// --threads,-j N: one meaning, range and default on every command that runs work in parallel:
 /// N in [1, kMaxThreads] workers; left out, all cores (std::thread::hardware_concurrency).

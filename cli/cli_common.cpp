@@ -67,42 +67,16 @@ hwdb::Database open_db_for_write(const std::string& db_path) {
 
 // ---- numeric options ----
 
-namespace {
-
-std::vector<NumericRange>& ranges() {
-    static std::vector<NumericRange> r;
-    return r;
-}
-
-template <class T>
-CLI::Option* add_ranged(CLI::App* cmd, const std::string& flags, T& v, T lo, T hi, const std::string& help) {
-    CLI::Option* o = cmd->add_option(flags, v, help)->check(CLI::Range(lo, hi));
-    ranges().push_back({o, static_cast<double>(lo), static_cast<double>(hi), [&v] { return static_cast<double>(v); }});
-    return o;
-}
-
-}  // namespace
-
 CLI::Option* add_int_option(CLI::App* cmd, const std::string& flags, int& v, int lo, int hi, const std::string& help) {
-    return add_ranged(cmd, flags, v, lo, hi, help);
+    return cmd->add_option(flags, v, help)->check(CLI::Range(lo, hi));
 }
 CLI::Option* add_int_option(CLI::App* cmd, const std::string& flags, std::int64_t& v, std::int64_t lo, std::int64_t hi,
                             const std::string& help) {
-    return add_ranged(cmd, flags, v, lo, hi, help);
+    return cmd->add_option(flags, v, help)->check(CLI::Range(lo, hi));
 }
 CLI::Option* add_num_option(CLI::App* cmd, const std::string& flags, double& v, double lo, double hi, const std::string& help) {
-    // CLI::Range lets NaN through (every comparison with it is false): refuse it first.
-    const CLI::Validator finite(
-        [](std::string& text) -> std::string {
-            double x = 0;
-            if (CLI::detail::lexical_cast(text, x) && !std::isfinite(x)) return "Value " + text + " is not a finite number";
-            return "";
-        },
-        "", "finite");
-    return add_ranged(cmd, flags, v, lo, hi, help)->check(finite);
+    return cmd->add_option(flags, v, help)->check(CLI::Range(lo, hi));
 }
-const std::vector<NumericRange>& numeric_ranges() { return ranges(); }
-void reset_numeric_ranges() { ranges().clear(); }
 
 void add_threads_option(CLI::App* cmd, int& threads, const std::string& what) {
     add_int_option(cmd, "--threads,-j", threads, 1, kMaxThreads, what + " (default: all cores)");
