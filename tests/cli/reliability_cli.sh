@@ -24,7 +24,7 @@ sanitized=0; ldd "$S" 2>/dev/null | grep -q 'libasan\|libubsan' && sanitized=1
 NULLDEV=/dev/null
 if [ "$(id -u)" -eq 0 ]; then mknod "$T/null" c 1 3 && NULLDEV="$T/null"; fi
 SIM=(simulate --scenario gpt2-124m-single-h100)
-PLAN=(plan --model gpt2-124m --cluster dgx-h100-x1 --global-batch 32 --no-offload --threads 2 --quiet)
+PLAN=(plan --model gpt2-124m --cluster single-h100 --global-batch 8 --no-offload --threads 2 --quiet)
 
 # ---- numeric flags carry their ranges: out of range is exit 2, never a silent default (defect 5)
 while read -r cmd; do
@@ -129,7 +129,7 @@ while IFS='|' read -r what report cmd; do
   [ -z "$report" ] || grep -q -- "$report" "$T/err" || { cat "$T/err"; fail "$what: the report did not go to stderr"; }
 done <<EOF
 plan|Plans for|\${PLAN[@]} --json -
-capacity|fewest GPUs|capacity --model gpt2-124m --tokens 1B --deadline 1d --max-gpus 16 --gpu H100-SXM5-80GB --quiet --json -
+capacity|fewest GPUs|capacity --model gpt2-124m --tokens 1B --deadline 1d --max-gpus 8 --gpu H100-SXM5-80GB --quiet --json -
 simulate|step time|\${SIM[@]} --json -
 simulate trace|step time|\${SIM[@]} --trace -
 memory|FITS|memory --scenario gpt2-124m-single-h100 --json -
