@@ -55,6 +55,21 @@ std::vector<OffloadChoice> offload_choices(bool search_offload, bool ssd) {
 
 namespace {
 
+// validate_plan's rule for virtual stages: every one but the last (which may hold only the head)
+// gets a layer. With MTP modules counted as layers of the last stage, the even split can leave the
+// last stage fewer layers than layers / pp (fuzz_plan_space: 96 layers + 2 MTP on 16 stages offered
+// vpp 6 to a last stage of 4 layers).
+bool virtual_stages_filled(const ModelSpec& m, int pp, int vpp) {
+    PlanSpec q;
+    q.pp = pp;
+    q.vpp = vpp;
+    q.schedule = Schedule::interleaved_1f1b;
+    const std::vector<int> per_virtual = virtual_stage_layers(m, q);
+    for (std::size_t v = 0; v + 1 < per_virtual.size(); ++v)
+        if (per_virtual[v] < 1) return false;
+    return true;
+}
+
 bool tp_ok(const ModelSpec& m, int tp) {
     if (m.heads % tp != 0) return false;
     // Megatron replicates KV heads when tp > kv_heads; otherwise they must split evenly.
@@ -134,7 +149,8 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                             if (m.layers % pp == 0) {
                                 int lps = m.layers / pp;
                                 for (int v : divisors(lps))
-                                    if (v > 1 && v <= s.max_vpp) scheds.push_back({Schedule::interleaved_1f1b, v});
+                                    if (v > 1 && v <= s.max_vpp && virtual_stages_filled(m, pp, v))
+                                        scheds.push_back({Schedule::interleaved_1f1b, v});
                             }
                         }
                         for (auto [sched, vpp] : scheds) {

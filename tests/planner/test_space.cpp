@@ -242,3 +242,26 @@ TEST_CASE("the largest global batch enumerates without overflow", "[planner][spa
     CHECK(k.valid == n);
     CHECK(n > 0);
 }
+
+TEST_CASE("interleaving is offered only where every virtual stage gets a layer, MTP modules counted", "[planner][space]") {
+    // Found by fuzz_plan_space: 96 layers and 2 MTP modules on 16 stages. The MTP modules count as
+    // layers of the last stage, whose even share is then 4 decoder layers, not 96 / 16 = 6; vpp 6
+    // was offered and validate_plan refused it.
+    ModelSpec m = test::gpt_shape("gpt-mtp", 96, 1024, 16, 32000, 2048);
+    m.mtp_depth = 2;
+    ClusterSpec c = two_nodes();
+    c.nodes = 4;  // 32 GPUs: pp 16 x dp 2
+    planner::SearchSpace s;
+    s.global_batch = 256;
+    s.max_vpp = 8;
+    s.search_offload = false;
+    s.zero_stages = {1};
+    s.recomputes = {Recompute::none};
+    std::set<int> vpps_at_pp16;
+    planner::enumerate_plans(m, c, s, [&](const PlanSpec& p) {
+        REQUIRE_NOTHROW(validate_plan(m, c, p, "enumerated"));
+        if (p.pp == 16 && p.schedule == Schedule::interleaved_1f1b) vpps_at_pp16.insert(p.vpp);
+        return true;
+    });
+    CHECK(vpps_at_pp16 == std::set<int>{2, 3});  // divisors of 6 that fit in the last stage's 4 layers
+}
