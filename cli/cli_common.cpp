@@ -1,10 +1,15 @@
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <thread>
 
 #include "cli.hpp"
 #include "strata/common/error.hpp"
+#include "strata/common/files.hpp"
 #include "strata/common/json_reader.hpp"
+#include "strata/common/text.hpp"
 #include "strata/sim/fidelity.hpp"
 #include "strata/lowering/spec_io.hpp"
 
@@ -53,7 +58,72 @@ sim::Calibration calibration_for(const std::string& calibration, const hwdb::Har
 }
 
 hwdb::Database open_db(const std::string& db_path) {
+    return hwdb::Database::open_read_only(db_path.empty() ? hwdb::default_db_path() : db_path);
+}
+
+hwdb::Database open_db_for_write(const std::string& db_path) {
     return hwdb::Database::open(db_path.empty() ? hwdb::default_db_path() : db_path, false);
+}
+
+// ---- numeric options ----
+
+CLI::Option* add_int_option(CLI::App* cmd, const std::string& flags, int& v, int lo, int hi, const std::string& help) {
+    return cmd->add_option(flags, v, help)->check(CLI::Range(lo, hi));
+}
+CLI::Option* add_int_option(CLI::App* cmd, const std::string& flags, std::int64_t& v, std::int64_t lo, std::int64_t hi,
+                            const std::string& help) {
+    return cmd->add_option(flags, v, help)->check(CLI::Range(lo, hi));
+}
+CLI::Option* add_num_option(CLI::App* cmd, const std::string& flags, double& v, double lo, double hi, const std::string& help) {
+    return cmd->add_option(flags, v, help)->check(CLI::Range(lo, hi));
+}
+
+void add_threads_option(CLI::App* cmd, int& threads, const std::string& what) {
+    add_int_option(cmd, "--threads,-j", threads, 1, kMaxThreads, what + " (default: all cores)");
+}
+
+int thread_count(int threads) {
+    if (threads > 0) return threads;
+    return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+void add_global_batch_option(CLI::App* cmd, int& global_batch, const std::string& default_text) {
+    add_int_option(cmd, "--global-batch,-b", global_batch, 1, static_cast<int>(sim::kMaxGlobalBatch),
+                   "sequences per step (default: " + default_text + ")");
+}
+
+// ---- outputs ----
+
+namespace {
+bool to_stdout(const std::string& path) { return path == "-" || standard_fd(path) == 1; }
+}  // namespace
+
+void check_outputs(const std::vector<Output>& outputs) {
+    const Output* on_stdout = nullptr;
+    std::vector<std::pair<const Output*, fs::path>> files;
+    for (const Output& o : outputs) {
+        if (o.path.empty()) continue;
+        if (to_stdout(o.path)) {
+            if (on_stdout)
+                throw InputError(o.option, "", "and " + on_stdout->option + " both write to stdout: give one of them a file");
+            on_stdout = &o;
+            continue;
+        }
+        const std::string why = unwritable_reason(o.path);
+        if (!why.empty()) throw InputError(o.option, "", "\"" + o.path + "\" " + why);
+        std::error_code ec;
+        fs::path canon = fs::weakly_canonical(o.path, ec);
+        if (ec) canon = fs::absolute(o.path, ec);
+        for (const auto& [other, p] : files)
+            if (p == canon) throw InputError(o.option, "", "\"" + o.path + "\" is also the file of " + other->option + ": give each output its own file");
+        files.emplace_back(&o, canon);
+    }
+}
+
+std::ostream& report_stream(const std::vector<Output>& outputs) {
+    for (const Output& o : outputs)
+        if (to_stdout(o.path)) return std::cerr;
+    return std::cout;
 }
 
 void add_spec_options(CLI::App* cmd, SpecArgs& a) {
@@ -73,13 +143,40 @@ std::string find_bundled(const std::string& kind, const std::string& name) {
     return "";
 }
 
-static std::string locate(const std::string& kind, const std::string& what, const std::string& option) {
+namespace {
+
+// Bundled names of one kind ("" = whole scenarios), for suggestions.
+std::vector<std::string> bundled_names(const std::string& kind) {
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(fs::path(STRATA_SCENARIOS_DIR) / kind, ec))
+        if (e.is_regular_file(ec) && e.path().extension() == ".json") names.push_back(e.path().stem().string());
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+std::string locate(const std::string& kind, const std::string& what, const std::string& option) {
+    const std::string noun = kind.empty() ? "scenario" : kind.substr(0, kind.size() - 1);  // "models" -> "model"
+    const std::string folder = kind.empty() ? "scenarios/" : "scenarios/" + kind + "/";
     std::error_code ec;
     if (fs::is_regular_file(what, ec)) return what;
+    if (fs::is_directory(what, ec)) throw InputError(option, "", "\"" + what + "\" is a directory, not a " + noun + " file");
     std::string b = find_bundled(kind, what);
     if (!b.empty()) return b;
-    throw InputError(option, "", "\"" + what + "\" is neither a file nor a bundled " + kind + " name (see scenarios/" + kind + "/)");
+    const std::vector<std::string> names = bundled_names(kind);
+    std::string hint;
+    const std::string dym = did_you_mean(what, names);
+    if (!dym.empty()) {
+        hint = " (did you mean \"" + dym + "\"?)";
+    } else if (!names.empty()) {
+        std::string list;
+        for (std::size_t i = 0; i < names.size() && i < 16; ++i) list += (i ? ", " : "") + names[i];
+        hint = "; bundled: " + list + (names.size() > 16 ? ", ..." : "");
+    }
+    throw InputError(option, "", "\"" + what + "\" is neither a file nor a bundled " + noun + " name (" + folder + ")" + hint);
 }
+
+}  // namespace
 
 sim::Scenario resolve_specs(const SpecArgs& a, bool need_plan) {
     sim::Scenario s;
@@ -124,9 +221,17 @@ void write_output(const std::string& path, const std::string& text) {
     if (path == "-") {
         std::cout << text;
         if (!text.empty() && text.back() != '\n') std::cout << "\n";
+        std::cout.flush();
+        if (!std::cout) throw RuntimeError("cannot write to stdout");
         return;
     }
     write_file_atomic(path, text);
+}
+
+std::string plan_source(const SpecArgs& a) {
+    if (!a.plan.empty()) return locate("plans", a.plan, "--plan");
+    if (!a.scenario.empty()) return locate("", a.scenario, "--scenario");
+    return "--plan";
 }
 
 }  // namespace strata::cli

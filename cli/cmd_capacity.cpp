@@ -2,6 +2,7 @@
 // budget, with the Pareto front; --max-model: the largest model of the family that trains on a
 // cluster at all, with and without CPU/SSD offload.
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -22,9 +23,19 @@ struct CapArgs {
     std::string db, json, tokens, deadline, calibration;
     double budget = 0;
     std::vector<std::string> gpus;
-    int max_gpus = 4096, min_gpus = 8, global_batch = 0;
+    int max_gpus = 4096, min_gpus = 8, global_batch = 0, threads = 0;
     bool max_model = false, quiet = false, no_deepep = false, expandable_segments = false;
 };
+
+std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
+std::string fmt(const char* f, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, f);
+    std::vsnprintf(buf, sizeof buf, f, ap);
+    va_end(ap);
+    return buf;
+}
 
 /// "2T", "300B", "1.5e12" -> tokens.
 double parse_count(const std::string& s, const std::string& opt) {
@@ -89,6 +100,12 @@ sim::ClusterSpec template_for(const std::string& gpu) {
 }
 
 void run_capacity(const CapArgs& a) {
+    const std::vector<Output> outputs{{"--json", a.json}};
+    check_outputs(outputs);
+    if (a.max_model && !a.json.empty()) throw InputError("--json", "", "is not available with --max-model (it prints its answer only)");
+    if (a.min_gpus > a.max_gpus)
+        throw InputError("--min-gpus", "", "= " + std::to_string(a.min_gpus) + " exceeds --max-gpus = " + std::to_string(a.max_gpus));
+    std::ostream& report = report_stream(outputs);
     auto db = open_db(a.db);
     install_interrupt_handler();
     ProgressBar bar(a.quiet);
@@ -97,26 +114,27 @@ void run_capacity(const CapArgs& a) {
         planner::ClusterOption opt{s.cluster, view_for(db, s.cluster, a.specs), {}};
         opt.calibration = calibration_for(a.calibration, opt.hw);
         const int gbs = a.global_batch > 0 ? a.global_batch : 64;
-        std::cout << "Largest trainable member of the " << s.model.name << " family on " << s.cluster.name << " ("
+        report << "Largest trainable member of the " << s.model.name << " family on " << s.cluster.name << " ("
                   << s.cluster.gpu_count() << " x " << s.cluster.gpu << "), global batch " << gbs << ", seq " << s.model.seq_len << ":\n";
         using T = planner::OffloadTiers;
         for (T tiers : {T::none, T::cpu, T::cpu_and_ssd}) {
             bar.update(static_cast<double>(tiers) / 3.0, "searching");
-            auto r = planner::max_trainable_model(s.model, opt, tiers, gbs, &interrupted(), a.expandable_segments);
+            auto r = planner::max_trainable_model(s.model, opt, tiers, gbs, &interrupted(), a.expandable_segments,
+                                                   thread_count(a.threads));
             bar.finish();
-            std::cout << (tiers == T::none ? "  GPU memory only:      " : tiers == T::cpu ? "  GPU + CPU offload:    " : "  GPU + CPU + SSD:      ");
+            report << (tiers == T::none ? "  GPU memory only:      " : tiers == T::cpu ? "  GPU + CPU offload:    " : "  GPU + CPU + SSD:      ");
             if (!r.found) {
-                std::cout << "no member fits\n";
+                report << "no member fits\n";
                 continue;
             }
             const auto& p = r.plan.plan;
-            std::printf("%s, %.1fB parameters (%d layers, hidden %lld); plan tp %d pp %d dp %d zero %d recompute %s%s%s, %.0f tokens/s\n",
+            report << fmt("%s, %.1fB parameters (%d layers, hidden %lld); plan tp %d pp %d dp %d zero %d recompute %s%s%s, %.0f tokens/s\n",
                         r.model.name.c_str(), r.params / 1e9, r.model.layers, static_cast<long long>(r.model.hidden), p.tp, p.pp, p.dp,
                         p.zero_stage, sim::to_string(p.recompute), p.offload.optimizer.all_gpu() ? "" : ", optimizer offloaded",
                         p.offload.params.all_gpu() ? "" : ", params offloaded", r.plan.sim.tokens_per_s);
-            std::fflush(stdout);
+            report.flush();
         }
-        if (interrupted().load()) throw RuntimeError("interrupted");
+        if (interrupted().load()) throw Interrupted("the members above were searched; the rest was not");
         return;
     }
     sim::Scenario s;
@@ -145,6 +163,7 @@ void run_capacity(const CapArgs& a) {
     o.search.max_simulated = 3;
     o.search.shortlist_margin = 0.0;
     o.search.cancel = &interrupted();
+    o.search.threads = thread_count(a.threads);
     o.progress = [&](int done, int total) { bar.update(double(done) / total, "sizes"); };
     std::vector<planner::ClusterOption> options;
     std::vector<std::string> gpus = a.gpus.empty() ? std::vector<std::string>{"H100-SXM5-80GB", "A100-SXM4-80GB"} : a.gpus;
@@ -155,37 +174,35 @@ void run_capacity(const CapArgs& a) {
     }
     auto r = planner::plan_capacity(s.model, options, o);
     bar.finish();
-    std::printf("Training %s on %s tokens", s.model.name.c_str(), fmt_sci(o.tokens, 3).c_str());
-    if (o.deadline_s > 0) std::printf(", deadline %.1f days", o.deadline_s / 86400);
-    if (o.budget_usd > 0) std::printf(", budget $%.0f", o.budget_usd);
-    std::printf(" (global batch %d):\n", o.search.space.global_batch);
-    std::printf("%-16s %6s %6s %12s %9s %13s %5s %6s  %s\n", "gpu", "nodes", "gpus", "tokens/s", "days", "cost $", "meets", "pareto", "plan (tp pp dp cp vpp mb recompute)");
+    report << fmt("Training %s on %s tokens", s.model.name.c_str(), fmt_sci(o.tokens, 3).c_str());
+    if (o.deadline_s > 0) report << fmt(", deadline %.1f days", o.deadline_s / 86400);
+    if (o.budget_usd > 0) report << fmt(", budget $%.0f", o.budget_usd);
+    report << fmt(" (global batch %d):\n", o.search.space.global_batch);
+    report << fmt("%-16s %6s %6s %12s %9s %13s %5s %6s  %s\n", "gpu", "nodes", "gpus", "tokens/s", "days", "cost $", "meets", "pareto", "plan (tp pp dp cp vpp mb recompute)");
     for (const auto& p : r.points) {
         if (!p.feasible) {
-            std::printf("%-16s %6d %6d %12s\n", p.cluster.gpu.c_str(), p.cluster.nodes, p.cluster.gpu_count(),
+            report << fmt("%-16s %6d %6d %12s\n", p.cluster.gpu.c_str(), p.cluster.nodes, p.cluster.gpu_count(),
                         p.valid_plans == 0 ? "no valid plan (batch/layers/heads do not divide)" : "no plan fits in memory");
             continue;
         }
         const auto& q = p.best.plan;
-        std::printf("%-16s %6d %6d %12.0f %9.2f %13.0f %5s %6s  %d %d %d %d %d %d %s\n", p.cluster.gpu.c_str(), p.cluster.nodes, p.cluster.gpu_count(),
+        report << fmt("%-16s %6d %6d %12.0f %9.2f %13.0f %5s %6s  %d %d %d %d %d %d %s\n", p.cluster.gpu.c_str(), p.cluster.nodes, p.cluster.gpu_count(),
                     p.tokens_per_s, p.time_s / 86400, p.cost_usd, p.meets ? "yes" : "no", p.pareto ? "*" : "", q.tp, q.pp, q.dp, q.cp, q.vpp,
                     q.micro_batch, sim::to_string(q.recompute));
     }
     auto say = [&](const char* what, int i) {
         if (i < 0) {
-            std::printf("%s: none meets the target within %d GPUs\n", what, o.max_gpus);
+            report << fmt("%s: none meets the target within %d GPUs\n", what, o.max_gpus);
             return;
         }
         const auto& p = r.points[static_cast<std::size_t>(i)];
-        std::printf("%s: %d x %s (%d nodes), %.1f days, $%.0f\n", what, p.cluster.gpu_count(), p.cluster.gpu.c_str(), p.cluster.nodes,
+        report << fmt("%s: %d x %s (%d nodes), %.1f days, $%.0f\n", what, p.cluster.gpu_count(), p.cluster.gpu.c_str(), p.cluster.nodes,
                     p.time_s / 86400, p.cost_usd);
     };
     say("fewest GPUs", r.fewest_gpus);
     say("cheapest", r.cheapest);
-    if (interrupted().load()) {
-        std::printf("interrupted: partial sweep shown; no output file written\n");
-        throw RuntimeError("interrupted");
-    }
+    report.flush();
+    if (interrupted().load()) throw Interrupted("partial sweep shown; no output file written");
     if (!a.json.empty()) write_output(a.json, planner::capacity_to_json(s.model, o, r));
 }
 
@@ -197,12 +214,13 @@ void add_capacity(CLI::App& app) {
     add_calibration_option(cmd, a->calibration);
     cmd->add_option("--tokens,-t", a->tokens, "tokens to train, e.g. 2T or 3e11");
     cmd->add_option("--deadline,-d", a->deadline, "wall-clock limit, e.g. 30d, 720h");
-    cmd->add_option("--budget", a->budget, "budget in USD");
+    add_num_option(cmd, "--budget", a->budget, 1e-6, 1e15, "budget in USD");
     cmd->add_option("--gpu", a->gpus, "GPU types to consider (hwdb ids; default H100-SXM5-80GB A100-SXM4-80GB)");
-    cmd->add_option("--max-gpus", a->max_gpus, "largest cluster to consider");
-    cmd->add_option("--min-gpus", a->min_gpus, "smallest cluster to consider");
-    cmd->add_option("--global-batch,-b", a->global_batch, "sequences per step (default 1024; --max-model: 64)");
-    cmd->add_option("--json", a->json, "write the sweep as JSON");
+    add_int_option(cmd, "--max-gpus", a->max_gpus, 1, 1 << 20, "largest cluster to consider (default 4096)");
+    add_int_option(cmd, "--min-gpus", a->min_gpus, 1, 1 << 20, "smallest cluster to consider (default 8)");
+    add_global_batch_option(cmd, a->global_batch, "1024; --max-model: 64");
+    add_threads_option(cmd, a->threads, "simulations run in parallel");
+    cmd->add_option("--json", a->json, "also write the sweep as JSON to FILE ('-': stdout, the table then goes to stderr)");
     cmd->add_flag("--max-model", a->max_model, "largest model of the --model family that trains on --cluster");
     cmd->add_flag("--quiet,-q", a->quiet, "no progress bar");
     cmd->add_flag("--no-deepep", a->no_deepep, "MoE: keep Megatron's flat all-to-all (no DeepEP dispatch across nodes)");

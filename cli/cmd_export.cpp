@@ -20,6 +20,7 @@ struct ExportArgs {
 };
 
 void run_export(const ExportArgs& a) {
+    check_outputs({{"--output", a.output}});
     sim::Scenario s;
     if (!a.plan_json.empty()) {
         // The planner's --json output holds the model, cluster and ranked plans.
@@ -47,7 +48,7 @@ void add_export(CLI::App& app) {
     add_spec_options(cmd, a->specs);
     cmd->add_option("--from-plan-json", a->plan_json, "take the best plan of a `strata plan --json` output");
     cmd->add_option("--format,-f", a->format, "megatron | deepspeed")->check(CLI::IsMember({"megatron", "deepspeed"}));
-    cmd->add_option("--output,-o", a->output, "output file (default: stdout)");
+    cmd->add_option("--output,-o", a->output, "output file (default '-': stdout)");
     cmd->callback([a] { run_export(*a); });
 }
 

@@ -28,7 +28,7 @@ namespace fs = std::filesystem;
 
 struct FidelityArgs {
     std::string runs, split = "all", json, calibration, fit_out, db, date;
-    int threads = 2;
+    int threads = 0;  // all cores
 };
 
 // runs.json from the working directory, else from the source tree this binary was built from.
@@ -109,11 +109,13 @@ std::vector<sim::FidelityRow> run_all(const std::vector<sim::FidelityEntry>& ent
 void run_fidelity(const FidelityArgs& a) {
     if (a.split != "train" && a.split != "test" && a.split != "all")
         throw InputError("--split", "", "must be train, test or all (got \"" + a.split + "\")");
+    const std::vector<Output> outputs{{"--json", a.json}, {"--fit-calibration", a.fit_out}};
+    check_outputs(outputs);
     const std::string runs_path = a.runs.empty() ? default_runs_path() : a.runs;
     const std::vector<sim::FidelityEntry> all = sim::load_fidelity_runs(read_text_file(runs_path), runs_path);
     const hwdb::Database db = open_db(a.db);
     const Views views = resolve_views(all, db);
-    const int threads = std::max(1, a.threads);
+    const int threads = thread_count(a.threads);
 
     sim::CalibrationRecord cal;
     std::string cal_text;  // calibration file to write (fit mode)
@@ -177,24 +179,23 @@ void run_fidelity(const FidelityArgs& a) {
     const std::string json = a.json.empty() ? "" : sim::fidelity_json_text(rows, cal);
     if (!a.fit_out.empty()) write_output(a.fit_out, cal_text);
     if (!a.json.empty()) write_output(a.json, json);
-    if (a.json == "-" || a.fit_out == "-") return;
-
-    std::cout << sim::fidelity_table_text(rows) << "\n" << sim::fidelity_summary_text(rows);
-    std::cout << std::fixed << std::setprecision(3);
-    std::cout << "calibration: " << (cal.fitted ? "fitted on train" : cal.groups.empty() ? "identity" : "loaded")
+    std::ostream& out = report_stream(outputs);
+    out << sim::fidelity_table_text(rows) << "\n" << sim::fidelity_summary_text(rows);
+    out << std::fixed << std::setprecision(3);
+    out << "calibration: " << (cal.fitted ? "fitted on train" : cal.groups.empty() ? "identity" : "loaded")
               << (sim::calibration_supported() ? "" : " (not applied: simulate() has no calibration input yet)") << "\n";
     for (const sim::CalibrationGroup& g : cal.groups) {
-        std::cout << "  " << std::left << std::setw(8) << (g.arch == "*" ? "other" : g.arch) << std::right;
+        out << "  " << std::left << std::setw(8) << (g.arch == "*" ? "other" : g.arch) << std::right;
         for (int i = 0; i < sim::Calibration::kFactors; ++i)
-            std::cout << "  " << sim::Calibration::name(i) << " " << g.factors.at(i);
-        std::cout << "  overlap " << g.factors.overlap;
-        if (g.factors.host_launch_us > 0) std::cout << "  host_launch_us " << g.factors.host_launch_us;
+            out << "  " << sim::Calibration::name(i) << " " << g.factors.at(i);
+        out << "  overlap " << g.factors.overlap;
+        if (g.factors.host_launch_us > 0) out << "  host_launch_us " << g.factors.host_launch_us;
         if (g.train_entries > 0)
-            std::cout << std::setprecision(1) << "  (train " << g.train_entries << ": " << 100 * g.train_mape_before << "% -> "
+            out << std::setprecision(1) << "  (train " << g.train_entries << ": " << 100 * g.train_mape_before << "% -> "
                       << 100 * g.train_mape_after << "%)" << std::setprecision(3);
-        std::cout << "\n";
+        out << "\n";
     }
-    if (!a.fit_out.empty()) std::cout << "written to " << a.fit_out << "\n";
+    if (!a.fit_out.empty()) out << "written to " << a.fit_out << "\n";
 }
 
 void add_fidelity(CLI::App& app) {
@@ -202,13 +203,12 @@ void add_fidelity(CLI::App& app) {
     auto* cmd = app.add_subcommand("fidelity", "Compare simulated with published training runs (bench/fidelity): error per entry, MAPE per split");
     cmd->add_option("--runs", a->runs, "the data set (default: bench/fidelity/runs.json)");
     cmd->add_option("--split", a->split, "train, test or all (default: all)");
-    cmd->add_option("--json", a->json, "write entries and summaries as JSON to FILE ('-' = stdout)");
+    cmd->add_option("--json", a->json, "also write entries and summaries as JSON to FILE ('-': stdout, the table then goes to stderr)");
     cmd->add_option("--calibration", a->calibration,
                     "calibration JSON to apply, or 'none' (default: calibration.json next to the runs file, if present)");
-    cmd->add_option("--fit-calibration", a->fit_out, "fit the multipliers on the train split and write them to FILE");
+    cmd->add_option("--fit-calibration", a->fit_out, "fit the multipliers on the train split and write them to FILE ('-': stdout)");
     cmd->add_option("--date", a->date, "date recorded by --fit-calibration (default: today, UTC)");
-    cmd->add_option("--threads", a->threads, "simulations run in parallel (default 2; results do not depend on it)")
-        ->check(CLI::Range(1, 256));
+    add_threads_option(cmd, a->threads, "simulations run in parallel (results do not depend on it)");
     add_db_option(cmd, a->db);
     cmd->callback([a] { run_fidelity(*a); });
 }

@@ -148,6 +148,7 @@ void run_show(const HwdbArgs& a) {
     std::string id = a.id;
     if (id == "run" && !a.id2.empty()) id = a.id2;
     if (all_digits(id) && (a.id == "run" || !db.gpu(id))) {
+        if (id.size() > 18) throw InputError("hwdb show", "", id + " is not a run in " + db.path() + " (see `strata hwdb list --kind runs`)");
         const json doc = json::parse(db.export_json(std::stoll(id)));
         const json& r = doc["runs"][0];
         std::ostringstream os;
@@ -205,6 +206,7 @@ std::map<std::string, double> run_values(const hwdb::Database& db, std::int64_t 
 }
 
 void run_diff(const HwdbArgs& a) {
+    check_outputs({{"--json", a.json_out}});
     hwdb::Database db = open_db(a.db);
     const auto va = run_values(db, a.run_a), vb = run_values(db, a.run_b);
     std::map<std::string, std::pair<std::optional<double>, std::optional<double>>> rows;
@@ -216,7 +218,7 @@ void run_diff(const HwdbArgs& a) {
         if (p.first && p.second && *p.first != 0) ratio = fmt_fixed(*p.second / *p.first, 3);
         t.add({k, p.first ? fmt_sci(*p.first, 4) : "-", p.second ? fmt_sci(*p.second, 4) : "-", ratio});
     }
-    std::cout << t.str();
+    report_stream({{"--json", a.json_out}}) << t.str();
     if (!a.json_out.empty()) {
         json j = json::array();
         for (const auto& [k, p] : rows)
@@ -234,11 +236,22 @@ void add_hwdb(CLI::App& app) {
     add_db_option(list, a->db);
     list->add_option("--kind,-k", a->kind, "gpus | links | nodes | ssds | cpus | runs")
         ->check(CLI::IsMember({"gpus", "links", "nodes", "ssds", "cpus", "runs"}));
-    list->add_option("--json", a->json_out, "also write the whole database as JSON to FILE");
+    list->add_option("--json", a->json_out,
+                     "also write the listed rows as JSON to FILE, a document `hwdb import` reads ('-': stdout, the table then goes to stderr)");
     list->callback([a] {
+        const std::vector<Output> outputs{{"--json", a->json_out}};
+        check_outputs(outputs);
         hwdb::Database db = open_db(a->db);
-        std::cout << list_text(db, a->kind);
-        if (!a->json_out.empty()) write_output(a->json_out, db.export_json());
+        const std::string table = list_text(db, a->kind);
+        if (!a->json_out.empty()) {
+            // The export document cut down to the listed kind (schema kept, so it imports).
+            const nlohmann::ordered_json all = nlohmann::ordered_json::parse(db.export_json());
+            nlohmann::ordered_json doc;
+            doc["schema"] = all.at("schema");
+            doc[a->kind] = all.at(a->kind);
+            write_output(a->json_out, doc.dump(2) + "\n");
+        }
+        report_stream(outputs) << table;
     });
 
     auto* show = hw->add_subcommand("show", "Every field of a GPU, link, node, SSD or CPU (by id), or of run N");
@@ -251,7 +264,7 @@ void add_hwdb(CLI::App& app) {
     add_db_option(imp, a->db);
     imp->add_option("file", a->file, "hwdb JSON document (format: docs/hwdb.md)")->required();
     imp->callback([a] {
-        hwdb::Database db = open_db(a->db);
+        hwdb::Database db = open_db_for_write(a->db);
         const std::size_t runs_before = db.runs().size();
         db.import_json(read_text_file(a->file), a->file);
         std::cout << "imported " << a->file << " into " << db.path() << " (" << db.runs().size() - runs_before << " new runs)\n";
@@ -259,18 +272,19 @@ void add_hwdb(CLI::App& app) {
 
     auto* exp = hw->add_subcommand("export", "Write the database (or one run) as a JSON document");
     add_db_option(exp, a->db);
-    exp->add_option("--run", a->run, "export only run N");
-    exp->add_option("--output,-o", a->output, "output file (default: stdout)");
+    add_int_option(exp, "--run", a->run, 1, INT64_MAX, "export only run N");
+    exp->add_option("--output,-o", a->output, "output file (default '-': stdout)");
     exp->callback([a] {
+        check_outputs({{"--output", a->output}});
         hwdb::Database db = open_db(a->db);
         write_output(a->output, a->run > 0 ? db.export_json(a->run) : db.export_json());
     });
 
     auto* diff = hw->add_subcommand("diff", "Compare two runs' measurements and fits by key (value A, value B, B/A)");
     add_db_option(diff, a->db);
-    diff->add_option("run_a", a->run_a, "first run number")->required();
-    diff->add_option("run_b", a->run_b, "second run number")->required();
-    diff->add_option("--json", a->json_out, "also write the comparison as JSON to FILE");
+    add_int_option(diff, "run_a", a->run_a, 1, INT64_MAX, "first run number")->required();
+    add_int_option(diff, "run_b", a->run_b, 1, INT64_MAX, "second run number")->required();
+    diff->add_option("--json", a->json_out, "also write the comparison as JSON to FILE ('-': stdout, the table then goes to stderr)");
     diff->callback([a] { run_diff(*a); });
 
     auto* init = hw->add_subcommand("init", "Create a new database holding the built-in datasheet seed");

@@ -21,12 +21,10 @@ struct ImportHfArgs {
 };
 
 void run_import_hf(const ImportHfArgs& a) {
+    check_outputs({{"--output", a.output}});
     sim::ModelSpec m = sim::model_from_hf_config_text(read_text_file(a.config), a.config);
     if (!a.name.empty()) m.name = a.name;
-    if (a.seq_len != 0) {
-        if (a.seq_len < 0) throw InputError("--seq-len", "", "must be a positive integer (got " + std::to_string(a.seq_len) + ")");
-        m.seq_len = a.seq_len;
-    }
+    if (a.seq_len != 0) m.seq_len = a.seq_len;
     // Re-read what will be written, so overrides obey the same rules (e.g. a learned position
     // table at least seq_len long) and the file is known to load.
     const std::string text = sim::to_json_text(m);
@@ -43,9 +41,10 @@ void register_import_hf(CLI::App& app) {
     auto args = std::make_shared<ImportHfArgs>();
     CLI::App* cmd = app.add_subcommand("import-hf", "Convert a Hugging Face config.json to a Strata model JSON");
     cmd->add_option("config", args->config, "Hugging Face config.json")->required();
-    cmd->add_option("-o,--output", args->output, "output model JSON (default: stdout)");
+    cmd->add_option("-o,--output", args->output, "output model JSON (default '-': stdout)");
     cmd->add_option("--name", args->name, "model name (default: from _name_or_path or the file name)");
-    cmd->add_option("--seq-len", args->seq_len, "training sequence length (default: max_position_embeddings, at most 8192)");
+    add_int_option(cmd, "--seq-len", args->seq_len, 1, sim::kMaxSeqLen,
+                   "training sequence length (default: max_position_embeddings, at most 8192)");
     cmd->callback([args] { run_import_hf(*args); });
 }
 

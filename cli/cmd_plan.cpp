@@ -1,6 +1,6 @@
 // strata plan: the best parallel plans for a model on a cluster; strata plan-merge: combine the
 // JSON outputs of a sharded search (--shard i/n). Ctrl-C stops the search cleanly, prints what was
-// found so far and writes no output file.
+// found so far, writes no output file and exits 130.
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -81,11 +81,15 @@ void print_table(const planner::SearchResult& r, int top, std::ostream& out) {
     out << "plans: " << r.space.considered << " considered, " << r.space.invalid << " invalid (divisibility), "
         << r.pruned_memory << " pruned by memory, " << r.estimated << " estimated, " << r.simulated << " simulated ("
         << r.simulated_oom << " OOM" << (r.follow_up_rounds > 0 ? ", " + std::to_string(r.follow_up_rounds) + " follow-up round(s) after OOMs" : "")
-        << ")\n";
+        << ")" << (r.too_large_to_simulate > 0 ? "; " + std::to_string(r.too_large_to_simulate) + " too large to simulate in memory here (ranked by estimate)" : "")
+        << "\n";
     if (r.ranked.empty()) out << "no plan fits this cluster (see `strata memory` for why)\n";
 }
 
 void run_plan(const PlanArgs& a) {
+    const std::vector<Output> outputs{{"--json", a.json}};
+    check_outputs(outputs);  // before the search, not after it
+    std::ostream& report = report_stream(outputs);
     sim::Scenario s = resolve_specs(a.specs, false);
     if (a.seq_len > 0) s.model.seq_len = a.seq_len;
     if (s.model.max_position > 0 && s.model.max_position < s.model.seq_len && s.model.position == sim::PositionKind::learned)
@@ -97,7 +101,7 @@ void run_plan(const PlanArgs& a) {
     o.space.search_deepep = !a.no_deepep;
     o.space.expandable_segments = a.expandable_segments || (s.plan && s.plan->expandable_segments);
     o.top_k = a.top;
-    o.threads = a.threads;
+    o.threads = thread_count(a.threads);
     o.simulate = !a.no_simulate;
     if (!a.shard.empty()) {
         int i = -1, n = -1;
@@ -118,14 +122,12 @@ void run_plan(const PlanArgs& a) {
     o.progress = [&](double f, const char* phase) { bar.update(f, phase); };
     planner::SearchResult r = planner::search_plans(s.model, s.cluster, hw, o);
     bar.finish();
-    std::cout << "Plans for " << s.model.name << " on " << s.cluster.name << " (" << s.cluster.gpu_count() << " x " << s.cluster.gpu
-              << "), global batch " << o.space.global_batch << ", seq " << s.model.seq_len << "\n";
-    print_table(r, a.top, std::cout);
-    std::cout << "calibration: " << cal_line << "\n";
-    if (r.cancelled) {
-        std::cout << "interrupted: the table shows what was found so far; no output file written\n";
-        throw RuntimeError("interrupted");
-    }
+    report << "Plans for " << s.model.name << " on " << s.cluster.name << " (" << s.cluster.gpu_count() << " x " << s.cluster.gpu
+           << "), global batch " << o.space.global_batch << ", seq " << s.model.seq_len << "\n";
+    print_table(r, a.top, report);
+    report << "calibration: " << cal_line << "\n";
+    report.flush();
+    if (r.cancelled) throw Interrupted("the table shows what was found so far; no output file written");
     if (!a.json.empty()) write_output(a.json, planner::search_to_json(s.model, s.cluster, r));
 }
 
@@ -135,11 +137,11 @@ void add_plan(CLI::App& app) {
     add_spec_options(cmd, a->specs);
     add_db_option(cmd, a->db);
     add_calibration_option(cmd, a->calibration);
-    cmd->add_option("--global-batch,-b", a->global_batch, "sequences per step (default: the scenario's plan, else 512)");
-    cmd->add_option("--seq-len", a->seq_len, "override the model's sequence length");
-    cmd->add_option("--top,-k", a->top, "plans to show");
-    cmd->add_option("--json", a->json, "write the ranked plans as JSON");
-    cmd->add_option("--threads,-j", a->threads, "simulation threads (default: all cores)");
+    add_global_batch_option(cmd, a->global_batch, "the scenario's plan, else 512");
+    add_int_option(cmd, "--seq-len", a->seq_len, 1, static_cast<int>(sim::kMaxSeqLen), "override the model's sequence length");
+    add_int_option(cmd, "--top,-k", a->top, 1, 100000, "plans to show (default 10)");
+    cmd->add_option("--json", a->json, "also write the ranked plans as JSON to FILE ('-': stdout, the table then goes to stderr)");
+    add_threads_option(cmd, a->threads, "simulations run in parallel");
     cmd->add_option("--shard", a->shard, "search only shard i of n (i/n); merge with plan-merge");
     cmd->add_flag("--quiet,-q", a->quiet, "no progress bar");
     cmd->add_flag("--no-simulate", a->no_simulate, "rank by the fast estimate only");
@@ -155,9 +157,10 @@ void add_plan(CLI::App& app) {
     auto top = std::make_shared<int>(10);
     auto* merge = app.add_subcommand("plan-merge", "Merge the --json outputs of a sharded `strata plan`");
     merge->add_option("files", *files, "shard outputs")->required()->check(CLI::ExistingFile);
-    merge->add_option("--output,-o", *out, "merged JSON (default: stdout)");
-    merge->add_option("--top,-k", *top, "plans to keep");
+    merge->add_option("--output,-o", *out, "merged JSON (default '-': stdout)");
+    add_int_option(merge, "--top,-k", *top, 0, 100000, "plans to keep (default 10; 0: all)");
     merge->callback([files, out, top] {
+        check_outputs({{"--output", *out}});
         std::vector<std::string> texts;
         for (const auto& f : *files) texts.push_back(read_text_file(f));
         write_output(*out, planner::merge_search_json(texts, *files, *top));

@@ -1,6 +1,7 @@
 // `strata profile`: run the profiler (cuda or cpu backend) and write ONE run with its measurements
-// and fits to the hardware database in one transaction at the end. Ctrl-C (SIGINT) sets a flag
-// the benchmark loops check; the command then exits 130 and the database is left untouched.
+// and fits to the hardware database in one transaction at the end. The database must exist (only
+// `strata hwdb init` creates one). Ctrl-C (SIGINT) sets a flag the benchmark loops check; the
+// command then exits 130 and the database is left untouched.
 #include <signal.h>
 #include <unistd.h>
 
@@ -55,24 +56,26 @@ void run_profile_command(const ProfileArgs& a) {
             std::fflush(stderr);
         };
     }
+    const std::vector<Output> outputs{{"--json", a.json}};
+    check_outputs(outputs);
+    // Fail before an eight-minute profile, not after: the database must exist, be a Strata
+    // database and be writable (only `strata hwdb init` creates one).
+    const std::string db_path = a.db.empty() ? hwdb::default_db_path() : a.db;
+    std::optional<hwdb::Database> db{open_db_for_write(db_path)};
+    db.reset();  // the profile takes minutes: hold no connection meanwhile
     // Install the handler first, so an early Ctrl-C is not lost.
     struct sigaction sa {}, old {};
     sa.sa_handler = strata_profile_on_sigint;
     sigemptyset(&sa.sa_mask);
     ::sigaction(SIGINT, &sa, &old);
-    const std::string db_path = a.db.empty() ? hwdb::default_db_path() : a.db;
-    // Fail before an eight-minute profile, not after, if an existing database cannot be opened.
-    std::error_code ec;
-    const bool db_exists = std::filesystem::exists(db_path, ec);
-    if (db_exists) (void)hwdb::Database::open(db_path, false);
 
     profiler::Profile p;
     try {
         p = profiler::run_profile(o);
     } catch (const profiler::Cancelled&) {
         ::sigaction(SIGINT, &old, nullptr);
-        std::fprintf(stderr, "\ninterrupted: nothing was written to %s\n", db_path.c_str());
-        std::exit(130);
+        if (o.progress) std::fprintf(stderr, "\n");
+        throw Interrupted("nothing was written to " + db_path);
     } catch (...) {
         ::sigaction(SIGINT, &old, nullptr);
         if (o.progress) std::fprintf(stderr, "\n");
@@ -81,20 +84,21 @@ void run_profile_command(const ProfileArgs& a) {
     ::sigaction(SIGINT, &old, nullptr);
     if (o.progress) std::fprintf(stderr, "\r%60s\r", "");
 
-    hwdb::Database db = db_exists ? hwdb::Database::open(db_path, false) : hwdb::Database::create_seeded(db_path);
-    const std::int64_t run_id = db.write_run(p.run, p.measurements, p.fits);
+    db.emplace(open_db_for_write(db_path));
+    const std::int64_t run_id = db->write_run(p.run, p.measurements, p.fits);
     p.run.id = run_id;
 
     std::optional<hwdb::Gpu> gpu;
     for (const auto& m : p.measurements)
         if (m.kind == "gemm") {
-            gpu = db.gpu(m.device);
+            gpu = db->gpu(m.device);
             break;
         }
-    std::cout << profiler::format_tables(p, gpu ? &*gpu : nullptr);
-    std::cout << "\nwrote run " << run_id << " (" << p.measurements.size() << " measurements, " << p.fits.size() << " fits) to "
-              << db_path << "\n";
     if (!a.json.empty()) write_output(a.json, profiler::to_json(p));
+    std::ostream& report = report_stream(outputs);
+    report << profiler::format_tables(p, gpu ? &*gpu : nullptr);
+    report << "\nwrote run " << run_id << " (" << p.measurements.size() << " measurements, " << p.fits.size() << " fits) to "
+           << db_path << "\n";
 }
 
 void register_profile(CLI::App& app) {
@@ -104,10 +108,10 @@ void register_profile(CLI::App& app) {
         ->check(CLI::IsMember({"cpu", "cuda"}));
     cmd->add_flag("--quick", args->quick, "small sweeps (CI; about a minute on two cores)");
     add_db_option(cmd, args->db);
-    cmd->add_option("--json", args->json, "also write the run (measurements and fits) as JSON to FILE");
+    cmd->add_option("--json", args->json, "also write the run (measurements and fits) as JSON to FILE ('-': stdout, the tables then go to stderr)");
     cmd->add_option("--ssd-dir", args->ssd_dir, "directory for the SSD benchmark's scratch file (default /tmp)");
     cmd->add_option("--only", args->only, "comma-separated kinds: gemm,attention,membw,memcpy,collective,overlap,ssd,cpu_adam");
-    cmd->add_option("--threads", args->threads, "CPU threads for Adam and CPU collectives (default: all)")->check(CLI::NonNegativeNumber);
+    add_threads_option(cmd, args->threads, "CPU threads for Adam and the CPU collectives");
     cmd->callback([args] { run_profile_command(*args); });
 }
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "strata/common/text.hpp"
@@ -12,9 +13,137 @@ namespace strata {
 
 using nlohmann::json;
 
+namespace {
+
+struct TextPos {
+    std::size_t line = 1, column = 1;
+    std::string str() const { return "line " + std::to_string(line) + ", column " + std::to_string(column); }
+};
+
+void append_utf8(std::string& out, std::uint32_t cp) {
+    if (cp < 0x80) {
+        out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+        out += static_cast<char>(0xC0 | (cp >> 6));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+        out += static_cast<char>(0xE0 | (cp >> 12));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+        out += static_cast<char>(0xF0 | (cp >> 18));
+        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+}
+
+// A key given twice in one object. nlohmann keeps the last silently, so this pass runs over text
+// the parser has already accepted (valid JSON: no error handling needed beyond staying in bounds)
+// and compares keys decoded as the parser decodes them ("tp" and "\u0074p" are the same key).
+void reject_duplicate_keys(const std::string& text, const std::string& file) {
+    struct Frame {
+        bool object = false;
+        bool expect_key = false;
+        std::size_t index = 0;  // arrays: the element being read
+        std::string key;        // objects: the member being read
+        std::map<std::string, TextPos> seen;
+    };
+    std::vector<Frame> stack;
+    auto path_of = [&](const std::string& key) {
+        std::string p;
+        for (const Frame& f : stack) {
+            if (&f == &stack.back()) break;
+            if (f.object) p += (p.empty() ? "" : ".") + f.key;
+            else p += "[" + std::to_string(f.index) + "]";
+        }
+        return p + (p.empty() ? "" : ".") + key;
+    };
+    auto hex = [&](std::size_t at) {
+        std::uint32_t v = 0;
+        for (std::size_t k = at; k < at + 4 && k < text.size(); ++k) {
+            const char c = text[k];
+            v = v * 16 + static_cast<std::uint32_t>(c >= 'a' ? c - 'a' + 10 : c >= 'A' ? c - 'A' + 10 : c - '0');
+        }
+        return v;
+    };
+    TextPos pos;
+    std::size_t i = 0;
+    if (text.compare(0, 3, "\xEF\xBB\xBF") == 0) i = 3;  // the byte-order mark nlohmann skips
+    auto advance = [&](std::size_t n) {
+        for (std::size_t k = 0; k < n && i < text.size(); ++k, ++i) {
+            if (text[i] == '\n') {
+                ++pos.line;
+                pos.column = 1;
+            } else if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) {
+                ++pos.column;  // columns count characters, not UTF-8 continuation bytes
+            }
+        }
+    };
+    while (i < text.size()) {
+        const char c = text[i];
+        if (c == '{' || c == '[') {
+            Frame f;
+            f.object = c == '{';
+            f.expect_key = f.object;
+            stack.push_back(std::move(f));
+            advance(1);
+        } else if (c == '}' || c == ']') {
+            if (!stack.empty()) stack.pop_back();
+            advance(1);
+        } else if (c == ',') {
+            if (!stack.empty()) {
+                if (stack.back().object) stack.back().expect_key = true;
+                else ++stack.back().index;
+            }
+            advance(1);
+        } else if (c == '"') {
+            const TextPos at = pos;
+            advance(1);
+            std::string s;
+            while (i < text.size() && text[i] != '"') {
+                if (text[i] != '\\') {
+                    s += text[i];
+                    advance(1);
+                    continue;
+                }
+                const char e = i + 1 < text.size() ? text[i + 1] : '"';
+                if (e != 'u') {
+                    s += e == 'b' ? '\b' : e == 'f' ? '\f' : e == 'n' ? '\n' : e == 'r' ? '\r' : e == 't' ? '\t' : e;
+                    advance(2);
+                    continue;
+                }
+                std::uint32_t cp = hex(i + 2);
+                advance(6);
+                if (cp >= 0xD800 && cp < 0xDC00 && i + 1 < text.size() && text[i] == '\\' && text[i + 1] == 'u') {
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (hex(i + 2) - 0xDC00);
+                    advance(6);
+                }
+                append_utf8(s, cp);
+            }
+            advance(1);  // the closing quote
+            if (!stack.empty() && stack.back().object && stack.back().expect_key) {
+                Frame& f = stack.back();
+                f.expect_key = false;
+                const auto [it, fresh] = f.seen.emplace(s, at);
+                if (!fresh)
+                    throw InputError(file, path_of(s), "is given twice, at " + it->second.str() + " and at " + at.str() +
+                                                           " (a key may appear once per object)");
+                f.key = s;
+            }
+        } else {
+            advance(1);
+        }
+    }
+}
+
+}  // namespace
+
 nlohmann::json parse_json_text(const std::string& text, const std::string& file) {
     try {
-        return json::parse(text);
+        json j = json::parse(text);
+        reject_duplicate_keys(text, file);
+        return j;
     } catch (const json::parse_error& e) {
         // e.byte is the 1-based offset of the failure; turn it into line:column.
         std::size_t line = 1, col = 1;
@@ -47,26 +176,6 @@ std::string read_text_file(const std::string& path) {
 }
 
 nlohmann::json read_json_file(const std::string& path) { return parse_json_text(read_text_file(path), path); }
-
-void write_file_atomic(const std::string& path, const std::string& text) {
-    std::string tmp = path + ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out) throw RuntimeError("cannot write " + tmp);
-        out << text;
-        out.flush();
-        if (!out) {
-            std::remove(tmp.c_str());
-            throw RuntimeError("failed writing " + tmp);
-        }
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) {
-        std::remove(tmp.c_str());
-        throw RuntimeError("cannot rename " + tmp + " to " + path + ": " + ec.message());
-    }
-}
 
 std::string describe_json(const nlohmann::json& v) {
     if (v.is_object()) return "an object";

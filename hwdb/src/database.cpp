@@ -2,8 +2,10 @@
 // migrations tracked in PRAGMA user_version, WAL mode, typed reads of every table, and the
 // transactional writers (write_run, upsert). The JSON format and view() live in their own files.
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <optional>
 #include <utility>
@@ -87,10 +89,11 @@ CREATE INDEX fit_run ON fit(run_id, device, kind);
     return m;
 }
 
-// Every statement against a file that is not SQLite fails with SQLITE_NOTADB; say so plainly.
+// Every statement against a file that is not SQLite fails with SQLITE_NOTADB; say so plainly. The
+// path came from the user (--db, $STRATA_HWDB), so this is bad input, like a broken JSON file.
 [[noreturn]] void not_a_database(const std::string& path, const std::string& why) {
-    throw RuntimeError("hwdb: " + path + " is not a readable Strata hardware database (" + why +
-                       "); restore it or create a new one with `strata hwdb init " + path + "`");
+    throw InputError(path, "", "is not a Strata hardware database (" + why +
+                                   "); point --db at one, or create a new one with `strata hwdb init NEW_PATH`");
 }
 
 int read_user_version(sqlite3* db, const std::string& path) {
@@ -98,6 +101,30 @@ int read_user_version(sqlite3* db, const std::string& path) {
     int v = st.step() ? st.integer(0) : 0;
     st.reset();
     return v;
+}
+
+bool has_table(sqlite3* db, const std::string& path, const char* name) {
+    Stmt st(db, path, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1");
+    st.bind(1, name);
+    return st.step() && st.integer(0) > 0;
+}
+
+// An existing file must already be a Strata database: schema version >= 1 with its tables. An
+// empty file, or someone else's SQLite database, is never turned into one (only creation, which
+// `strata hwdb init` does, starts from nothing).
+void require_strata_database(sqlite3* db, const std::string& path) {
+    const int v = read_user_version(db, path);
+    if (v >= 1 && has_table(db, path, "gpu") && has_table(db, path, "run")) return;
+    std::int64_t tables = 0;
+    {
+        Stmt st(db, path, "SELECT count(*) FROM sqlite_master");
+        if (st.step()) tables = st.i64(0);
+    }
+    std::error_code ec;
+    const auto size = fs::file_size(path, ec);
+    not_a_database(path, !ec && size == 0 ? "the file is empty"
+                         : tables == 0   ? "an empty SQLite database"
+                                         : "a SQLite database without Strata's tables");
 }
 
 void migrate(sqlite3* db, const std::string& path) {
@@ -207,12 +234,49 @@ Database::Database(Database&&) noexcept = default;
 Database& Database::operator=(Database&&) noexcept = default;
 Database::~Database() = default;
 
+namespace {
+
+// SQLite URI for a path (immutable=1 needs the URI form): every byte outside a safe set escaped.
+std::string file_uri(const std::string& path, const char* query) {
+    static const char* hex = "0123456789ABCDEF";
+    std::string u = "file:";
+    for (unsigned char c : path) {
+        if (std::isalnum(c) || c == '/' || c == '.' || c == '-' || c == '_' || c == '~') {
+            u += static_cast<char>(c);
+        } else {
+            u += '%';
+            u += hex[c >> 4];
+            u += hex[c & 15];
+        }
+    }
+    return u + "?" + query;
+}
+
+void check_openable(const std::string& path) {
+    std::error_code ec;
+    if (!fs::exists(path, ec))
+        throw InputError(path, "", "does not exist (run `strata hwdb init " + path +
+                                       "` to create a seeded database, or pass --db / set $STRATA_HWDB)");
+    if (fs::is_directory(path, ec)) throw InputError(path, "", "is a directory, not a hardware database file");
+}
+
+// Turn SQLite's verdict on a file that is not a database into InputError; rethrow the rest.
+[[noreturn]] void rethrow_open_error(sqlite3* db, const std::string& path, const RuntimeError& e) {
+    const int code = sqlite3_errcode(db) & 0xff;
+    const std::string what = e.what();
+    if (code == SQLITE_NOTADB || code == SQLITE_CORRUPT || what.find("not a database") != std::string::npos ||
+        what.find("malformed") != std::string::npos)
+        not_a_database(path, code == SQLITE_NOTADB || code == SQLITE_CORRUPT ? sqlite3_errmsg(db) : what);
+    throw e;
+}
+
+}  // namespace
+
 Database Database::open(const std::string& path, bool create) {
     std::error_code ec;
-    if (!create && !fs::exists(path, ec))
-        throw RuntimeError("hwdb: " + path + " does not exist (run `strata hwdb init " + path +
-                           "` to create a seeded database, or pass --db / set $STRATA_HWDB)");
-    if (fs::is_directory(path, ec)) throw RuntimeError("hwdb: " + path + " is a directory, not a database file");
+    const bool existed = fs::exists(path, ec);
+    if (!create) check_openable(path);
+    if (fs::is_directory(path, ec)) throw InputError(path, "", "is a directory, not a hardware database file");
     auto impl = std::make_unique<Impl>();
     impl->path = path;
     int flags = SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0) | SQLITE_OPEN_FULLMUTEX;
@@ -222,22 +286,81 @@ Database Database::open(const std::string& path, bool create) {
     }
     sqlite3_busy_timeout(impl->db, 10000);  // parallel tests and CLI calls share the default db
     sqlite3_extended_result_codes(impl->db, 1);
+    // SQLite falls back to read-only when the file may not be written, and keeps its journal (the
+    // -wal and -shm files) beside the database: this open is for writing, so both must be allowed.
+    const fs::path folder = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
+    if (sqlite3_db_readonly(impl->db, "main") == 1 || ::access(folder.c_str(), W_OK | X_OK) != 0)
+        throw RuntimeError("hwdb: " + path + " cannot be written by this user (" +
+                           (sqlite3_db_readonly(impl->db, "main") == 1 ? std::string("the file is read-only")
+                                                                       : "its folder " + folder.string() + " is read-only") +
+                           "); this command adds to the database, while commands that only read open it read-only");
     try {
         // The first real read is where SQLite notices garbage (SQLITE_NOTADB) or a damaged header.
         read_user_version(impl->db, path);
+        if (existed) require_strata_database(impl->db, path);
         ensure_wal(impl->db, path);
         exec(impl->db, path, "PRAGMA foreign_keys = ON");
         migrate(impl->db, path);
     } catch (const RuntimeError& e) {
-        int code = sqlite3_errcode(impl->db) & 0xff;
-        std::string what = e.what();
-        if (code == SQLITE_NOTADB || code == SQLITE_CORRUPT || what.find("not a database") != std::string::npos ||
-            what.find("malformed") != std::string::npos)
-            not_a_database(path, code == SQLITE_NOTADB || code == SQLITE_CORRUPT ? sqlite3_errmsg(impl->db) : what);
-        throw;
+        rethrow_open_error(impl->db, path, e);
     }
     return Database(std::move(impl));
 }
+
+Database Database::open_read_only(const std::string& path) {
+    check_openable(path);
+    int code = SQLITE_OK;  // the primary result code of the last failure
+    auto attempt = [&](bool immutable) {
+        auto impl = std::make_unique<Impl>();
+        impl->path = path;
+        const std::string name = immutable ? file_uri(path, "immutable=1") : path;
+        const int flags = SQLITE_OPEN_READONLY | SQLITE_OPEN_FULLMUTEX | (immutable ? SQLITE_OPEN_URI : 0);
+        if (sqlite3_open_v2(name.c_str(), &impl->db, flags, nullptr) != SQLITE_OK) {
+            code = impl->db ? sqlite3_errcode(impl->db) & 0xff : SQLITE_NOMEM;
+            std::string msg = impl->db ? sqlite3_errmsg(impl->db) : "out of memory";
+            throw RuntimeError("hwdb: cannot open " + path + ": " + msg);
+        }
+        sqlite3_busy_timeout(impl->db, 10000);
+        sqlite3_extended_result_codes(impl->db, 1);
+        try {
+            read_user_version(impl->db, path);
+            require_strata_database(impl->db, path);
+        } catch (const RuntimeError& e) {
+            code = sqlite3_errcode(impl->db) & 0xff;
+            rethrow_open_error(impl->db, path, e);
+        }
+        return impl;
+    };
+    std::unique_ptr<Impl> impl;
+    try {
+        impl = attempt(false);
+    } catch (const RuntimeError&) {
+        // A WAL database in a folder this user may not write has no shared-memory index to read
+        // through (SQLITE_CANTOPEN, SQLITE_READONLY_CANTINIT): read it as an immutable file
+        // instead; no one can be writing to it from here. Any other failure stands.
+        if (code != SQLITE_CANTOPEN && code != SQLITE_READONLY) throw;
+        impl = attempt(true);
+    }
+    const int v = read_user_version(impl->db, path);
+    const int target = static_cast<int>(migrations().size());
+    if (v > target)
+        throw RuntimeError("hwdb: " + path + " has schema version " + std::to_string(v) +
+                           ", newer than this build understands (" + std::to_string(target) + ")");
+    if (v < target) {
+        // An older schema: upgrading it is a write. Do it if this user may, then read.
+        impl.reset();
+        try {
+            (void)open(path, false);
+        } catch (const RuntimeError& e) {
+            throw RuntimeError("hwdb: " + path + " has schema version " + std::to_string(v) + " and this build needs " +
+                               std::to_string(target) + "; upgrading it needs write access (" + e.what() + ")");
+        }
+        return open_read_only(path);
+    }
+    return Database(std::move(impl));
+}
+
+bool Database::read_only() const { return sqlite3_db_readonly(impl_->db, "main") == 1; }
 
 const std::string& Database::path() const { return impl_->path; }
 int Database::schema_version() const { return read_user_version(impl_->db, impl_->path); }

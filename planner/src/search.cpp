@@ -10,7 +10,9 @@
 #include <queue>
 #include <thread>
 
+#include "strata/common/system.hpp"
 #include "strata/common/text.hpp"
+#include "strata/lowering/spec_io.hpp"
 
 namespace strata::planner {
 
@@ -138,11 +140,23 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, const hwdb::
         out[i].why = explain(sorted[i].est);
     }
     const auto t1 = std::chrono::steady_clock::now();
-    // Simulate the candidates `which` (indices into out) on a thread pool.
-    auto simulate_batch = [&](const std::vector<std::size_t>& which) {
+    const int pool_threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const double sim_budget = (o.memory_budget_bytes > 0 ? o.memory_budget_bytes : static_cast<double>(memory_limit_bytes())) / pool_threads;
+    std::vector<char> too_large(out.size(), 0);
+    // Simulate the candidates `which` (indices into out) on a thread pool; those whose simulation
+    // would not fit in this thread's share of memory keep their estimate.
+    auto simulate_batch = [&](std::vector<std::size_t> which) {
+        which.erase(std::remove_if(which.begin(), which.end(), [&](std::size_t k) {
+                        const SimulationSize z = simulation_size(m, c, out[k].plan, {}, sim_budget);
+                        if (z.bytes <= sim_budget) return false;
+                        too_large[k] = 1;
+                        out[k].why = "estimate only: simulating its " + std::to_string(z.micro_batches) + " micro-batches needs about " +
+                                     fmt_fixed(z.bytes / 1e9, 1) + " GB; " + explain(out[k].estimate);
+                        return true;
+                    }),
+                    which.end());
         if (which.empty()) return;
-        int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-        threads = std::min<int>(threads, static_cast<int>(which.size()));
+        int threads = std::min<int>(pool_threads, static_cast<int>(which.size()));
         std::atomic<std::size_t> next{0};
         std::atomic<std::size_t> done{0};
         std::vector<std::thread> pool;
@@ -188,7 +202,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, const hwdb::
             std::vector<std::size_t> next_batch;
             const std::size_t want = std::min(budget - spent, static_cast<std::size_t>(std::max(1, o.max_simulated)));
             for (; cursor < out.size() && next_batch.size() < want; ++cursor)
-                if (!out[cursor].simulated && out[cursor].estimate.hbm_bytes * ratio <= cap) next_batch.push_back(cursor);
+                if (!out[cursor].simulated && !too_large[cursor] && out[cursor].estimate.hbm_bytes * ratio <= cap) next_batch.push_back(cursor);
             if (next_batch.empty()) break;
             simulate_batch(next_batch);
             spent += next_batch.size();
@@ -196,11 +210,13 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, const hwdb::
         }
     }
     r.simulate_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-    for (const auto& rp : out)
-        if (rp.simulated) {
+    for (std::size_t i = 0; i < out.size(); ++i) {
+        if (too_large[i]) ++r.too_large_to_simulate;
+        if (out[i].simulated) {
             ++r.simulated;
-            if (rp.sim.oom) ++r.simulated_oom;
+            if (out[i].sim.oom) ++r.simulated_oom;
         }
+    }
 
     // Final order: simulated plans that fit, by simulated throughput; then the estimated rest;
     // simulated OOMs last. Stable, so ties keep the enumeration order.

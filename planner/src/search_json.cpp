@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "strata/common/error.hpp"
+#include "strata/common/json_reader.hpp"
 #include "strata/planner/search.hpp"
 #include "strata/lowering/spec_io.hpp"
 
@@ -69,6 +70,7 @@ std::string search_to_json(const sim::ModelSpec& m, const sim::ClusterSpec& c, c
     k["estimated"] = r.estimated;
     k["simulated"] = r.simulated;
     k["simulated_oom"] = r.simulated_oom;
+    k["too_large_to_simulate"] = r.too_large_to_simulate;
     k["cancelled"] = r.cancelled;
     j["counts"] = k;
     ordered_json plans = ordered_json::array();
@@ -82,25 +84,41 @@ std::string merge_search_json(const std::vector<std::string>& texts, const std::
     ordered_json counts = ordered_json::object();
     std::vector<ordered_json> plans;
     for (std::size_t i = 0; i < texts.size(); ++i) {
-        ordered_json j;
-        try {
-            j = ordered_json::parse(texts[i]);
-        } catch (const std::exception&) {
-            throw InputError(files[i], "", "is not valid JSON");
-        }
+        const std::string& file = files[i];
+        parse_json_text(texts[i], file);  // syntax and duplicate keys, with their positions
+        const ordered_json j = ordered_json::parse(texts[i]);  // again, keeping the key order
         if (!j.is_object() || !j.contains("counts") || !j.contains("plans") || !j.contains("model") || !j.contains("cluster"))
-            throw InputError(files[i], "", "is not a `strata plan --json` output (needs model, cluster, counts, plans)");
+            throw InputError(file, "", "is not a `strata plan --json` output (needs model, cluster, counts, plans)");
+        if (!j["counts"].is_object()) throw InputError(file, "counts", "must be an object");
+        if (!j["plans"].is_array()) throw InputError(file, "plans", "must be an array");
         if (i == 0) {
             out["model"] = j["model"];
             out["cluster"] = j["cluster"];
         } else if (j["model"] != out["model"] || j["cluster"] != out["cluster"]) {
-            throw InputError(files[i], "model", "differs from " + files[0] + ": shards of one search must share model and cluster");
+            throw InputError(file, "model", "differs from " + files[0] + ": shards of one search must share model and cluster");
         }
         for (auto it = j["counts"].begin(); it != j["counts"].end(); ++it) {
             if (it.value().is_boolean()) counts[it.key()] = counts.value(it.key(), false) || it.value().get<bool>();
-            else counts[it.key()] = counts.value(it.key(), 0LL) + it.value().get<long long>();
+            else if (it.value().is_number_integer() && it.value().get<long long>() >= 0)
+                counts[it.key()] = counts.value(it.key(), 0LL) + it.value().get<long long>();
+            else throw InputError(file, "counts." + it.key(), "must be a non-negative integer or true/false");
         }
-        for (auto& p : j["plans"]) plans.push_back(p);
+        for (std::size_t k = 0; k < j["plans"].size(); ++k) {
+            const ordered_json& p = j["plans"][k];
+            const std::string at = "plans[" + std::to_string(k) + "]";
+            if (!p.is_object() || !p.contains("estimate") || !p["estimate"].is_object() || !p["estimate"].contains("step_time_s") ||
+                !p["estimate"]["step_time_s"].is_number())
+                throw InputError(file, at + ".estimate.step_time_s", "must be a number");
+            if (p.contains("simulated") && !p["simulated"].is_boolean()) throw InputError(file, at + ".simulated", "must be true or false");
+            if (p.value("simulated", false)) {
+                if (!p.contains("simulation") || !p["simulation"].is_object()) throw InputError(file, at + ".simulation", "must be an object");
+                const ordered_json& sm = p["simulation"];
+                if (!sm.contains("tokens_per_s") || !sm["tokens_per_s"].is_number())
+                    throw InputError(file, at + ".simulation.tokens_per_s", "must be a number");
+                if (sm.contains("oom") && !sm["oom"].is_boolean()) throw InputError(file, at + ".simulation.oom", "must be true or false");
+            }
+            plans.push_back(p);
+        }
     }
     std::stable_sort(plans.begin(), plans.end(), [](const ordered_json& a, const ordered_json& b) {
         double ra = plan_rate(a), rb = plan_rate(b);

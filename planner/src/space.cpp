@@ -13,10 +13,16 @@ namespace strata::planner {
 using namespace strata::sim;
 
 std::vector<int> divisors(int n) {
-    std::vector<int> d;
-    for (int i = 1; i <= n; ++i)
-        if (n % i == 0) d.push_back(i);
-    return d;
+    // Pairs (i, n / i) up to sqrt(n), in 64 bits: i * i never overflows, even at n = INT_MAX
+    // (an int loop to n overflowed there, and took minutes at 2^24).
+    std::vector<int> low, high;
+    for (std::int64_t i = 1; i * i <= n; ++i) {
+        if (n % i != 0) continue;
+        low.push_back(static_cast<int>(i));
+        if (i * i != n) high.push_back(static_cast<int>(n / i));
+    }
+    low.insert(low.end(), high.rbegin(), high.rend());
+    return low;
 }
 
 namespace {
@@ -48,6 +54,21 @@ std::vector<OffloadChoice> offload_choices(bool search_offload, bool ssd) {
 }
 
 namespace {
+
+// validate_plan's rule for virtual stages: every one but the last (which may hold only the head)
+// gets a layer. With MTP modules counted as layers of the last stage, the even split can leave the
+// last stage fewer layers than layers / pp (fuzz_plan_space: 96 layers + 2 MTP on 16 stages offered
+// vpp 6 to a last stage of 4 layers).
+bool virtual_stages_filled(const ModelSpec& m, int pp, int vpp) {
+    PlanSpec q;
+    q.pp = pp;
+    q.vpp = vpp;
+    q.schedule = Schedule::interleaved_1f1b;
+    const std::vector<int> per_virtual = virtual_stage_layers(m, q);
+    for (std::size_t v = 0; v + 1 < per_virtual.size(); ++v)
+        if (per_virtual[v] < 1) return false;
+    return true;
+}
 
 bool tp_ok(const ModelSpec& m, int tp) {
     if (m.heads % tp != 0) return false;
@@ -128,7 +149,8 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                             if (m.layers % pp == 0) {
                                 int lps = m.layers / pp;
                                 for (int v : divisors(lps))
-                                    if (v > 1 && v <= s.max_vpp) scheds.push_back({Schedule::interleaved_1f1b, v});
+                                    if (v > 1 && v <= s.max_vpp && virtual_stages_filled(m, pp, v))
+                                        scheds.push_back({Schedule::interleaved_1f1b, v});
                             }
                         }
                         for (auto [sched, vpp] : scheds) {

@@ -9,6 +9,15 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
+# Only `strata hwdb init` creates a database: profiling into a path that does not exist is bad
+# input (exit 2), found before any benchmark runs, and creates nothing.
+"$strata" profile --backend cpu --quick --db "$tmp/tmp.db" --ssd-dir "$tmp" > /dev/null 2> "$tmp/err.txt"
+rc=$?
+[ $rc -eq 2 ] || fail "profile into a missing database exited $rc, expected 2"
+grep -q "hwdb init" "$tmp/err.txt" || { cat "$tmp/err.txt"; fail "the message does not say how to create one"; }
+[ ! -e "$tmp/tmp.db" ] || fail "profile created a database"
+"$strata" hwdb init "$tmp/tmp.db" > /dev/null || fail "hwdb init"
+
 start=$(date +%s)
 timeout 120 "$strata" profile --backend cpu --quick --db "$tmp/tmp.db" --ssd-dir "$tmp" --json "$tmp/run.json" > "$tmp/out.txt" 2> "$tmp/err.txt"
 rc=$?

@@ -55,3 +55,27 @@ TEST_CASE("edit distance and did-you-mean", "[common]") {
     CHECK(did_you_mean("H100", {"H100-SXM5-80GB", "A100-SXM4-80GB"}).empty());  // too far
     CHECK(did_you_mean("gpipe", {"gpipe", "1f1b"}) == "gpipe");
 }
+
+TEST_CASE("a key given twice is refused with both positions (issue #32, defect 7)", "[common]") {
+    // nlohmann keeps the last value: {"tp": 2, ..., "tp": 8} ran as tp 8.
+    try {
+        parse_json_text("{\"tp\": 2,\n \"pp\": 1,\n  \"tp\": 8}", "p.json");
+        FAIL("no error");
+    } catch (const InputError& e) {
+        CHECK(e.file() == "p.json");
+        CHECK(e.path() == "tp");
+        CHECK_THAT(e.rule(), Catch::Contains("given twice") && Catch::Contains("line 1, column 2") &&
+                                 Catch::Contains("line 3, column 3"));
+    }
+    // Nested objects and arrays are named by their path; escapes decode before comparing.
+    CHECK_THROWS_WITH(parse_json_text(R"({"plan": {"offload": {"optimizer": "cpu", "optimizer": "gpu"}}})", "s.json"),
+                      Catch::Contains("plan.offload.optimizer is given twice"));
+    CHECK_THROWS_WITH(parse_json_text(R"({"runs": [{"a": 1}, {"b": 1, "b": 2}]})", "h.json"),
+                      Catch::Contains("runs[1].b is given twice"));
+    CHECK_THROWS_WITH(parse_json_text(R"({"tp": 1, "t\u0070": 2})", "e.json"), Catch::Contains("tp is given twice"));
+    // The same key in different objects, or as a string value, is fine.
+    CHECK_NOTHROW(parse_json_text(R"({"a": {"x": 1}, "b": {"x": 2}, "c": ["x", "x"], "x": "x"})", "ok.json"));
+    CHECK_NOTHROW(parse_json_text("\xEF\xBB\xBF{\"k\": \"\\\"q\\\"\", \"k2\": \"{[\"}", "bom.json"));
+    // Columns count characters, not UTF-8 bytes.
+    CHECK_THROWS_WITH(parse_json_text("{\"\xC3\xA9\": 1, \"\xC3\xA9\": 2}", "u.json"), Catch::Contains("line 1, column 10"));
+}

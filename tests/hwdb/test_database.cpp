@@ -1,8 +1,11 @@
-// hwdb storage: opening missing and corrupt files fails with a RuntimeError naming the path,
-// migrations are idempotent, the file is in WAL mode, and write_run / upsert are all-or-nothing.
+// hwdb storage: opening a missing file, or one that is not a Strata database (garbage, an empty
+// file, issue #32 defect 4), is an InputError naming the path and changes nothing; readers open
+// read-only and leave the file as it was (defect 3); migrations are idempotent, a database opened
+// for writing is in WAL mode, and write_run / upsert are all-or-nothing.
 #include <catch2/catch.hpp>
 
 #include <fstream>
+#include <sstream>
 
 #include "hwdb/hwdb_fixture.hpp"
 #include "strata/common/error.hpp"
@@ -11,23 +14,85 @@ using namespace strata::hwdb;
 using namespace strata::hwdb::testing;
 using Catch::Matchers::Contains;
 
-TEST_CASE("opening a missing database without create is a RuntimeError naming the path", "[hwdb][db]") {
+namespace {
+
+std::string bytes_of(const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+std::size_t files_in(const std::string& dir) {
+    std::size_t n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+        (void)e;
+        ++n;
+    }
+    return n;
+}
+
+}  // namespace
+
+TEST_CASE("opening a missing database without create is an InputError naming the path", "[hwdb][db]") {
     TempDir t;
     const std::string p = t.file("nope.db");
-    CHECK_THROWS_AS(Database::open(p, false), strata::RuntimeError);
+    CHECK_THROWS_AS(Database::open(p, false), strata::InputError);
     CHECK_THROWS_WITH(Database::open(p, false), Contains(p) && Contains("does not exist") && Contains("hwdb init"));
+    CHECK_THROWS_AS(Database::open_read_only(p), strata::InputError);
     CHECK_FALSE(std::filesystem::exists(p));  // and nothing was created
 }
 
-TEST_CASE("opening a corrupt file is a RuntimeError naming the path, not a crash", "[hwdb][db]") {
+TEST_CASE("opening a corrupt file is an InputError naming the path, not a crash", "[hwdb][db]") {
     TempDir t;
     const std::string p = t.file("garbage.db");
     {
         std::ofstream out(p, std::ios::binary);
         for (int i = 0; i < 4096; ++i) out.put(static_cast<char>((i * 37 + 11) & 0xff));
     }
-    CHECK_THROWS_AS(Database::open(p, false), strata::RuntimeError);
-    CHECK_THROWS_WITH(Database::open(p, false), Contains(p) && Contains("not a readable"));
+    CHECK_THROWS_AS(Database::open(p, false), strata::InputError);
+    CHECK_THROWS_WITH(Database::open(p, false), Contains(p) && Contains("not a Strata hardware database"));
+    CHECK_THROWS_WITH(Database::open_read_only(p), Contains(p) && Contains("not a Strata hardware database"));
+}
+
+TEST_CASE("an existing empty file is not turned into a database (issue #32, defect 4)", "[hwdb][db]") {
+    // `--db empty.db` used to migrate it into an empty database; the next error then blamed the
+    // scenario ("cluster.gpu ... is not a GPU in the hardware database").
+    TempDir t;
+    const std::string p = t.file("empty.db");
+    { std::ofstream touch(p); }
+    CHECK_THROWS_AS(Database::open(p, false), strata::InputError);
+    CHECK_THROWS_WITH(Database::open(p, false), Contains(p) && Contains("not a Strata hardware database") && Contains("empty"));
+    CHECK_THROWS_WITH(Database::open(p, true), Contains("not a Strata hardware database"));  // create: only a missing file
+    CHECK_THROWS_AS(Database::open_read_only(p), strata::InputError);
+    CHECK(std::filesystem::file_size(p) == 0);
+    CHECK(files_in(t.file("")) == 1);  // no journal beside it either
+}
+
+TEST_CASE("a read-only open reads, refuses writes and leaves the file as it was (issue #32, defect 3)", "[hwdb][db]") {
+    TempDir t;
+    const std::string p = t.file("ro.db");
+    { Database db = Database::create_seeded(p); }
+    // Make it a rollback-journal database (header bytes 18 and 19 = 1; legal with no -wal file):
+    // a writing open switches it to WAL, a reading one must not touch it.
+    std::string before = bytes_of(p);
+    before[18] = 1, before[19] = 1;
+    { std::ofstream(p, std::ios::binary | std::ios::trunc) << before; }
+    {
+        Database db = Database::open_read_only(p);
+        CHECK(db.read_only());
+        CHECK(db.gpus().size() >= 10);
+        CHECK(db.gpu("H100-SXM5-80GB"));
+        CHECK_THROWS_AS(db.write_run(run("2026-01-01T00:00:00Z"), {}, {}), strata::RuntimeError);
+        CHECK_THROWS_AS(db.upsert({*db.gpu("H100-SXM5-80GB")}, {}, {}, {}, {}), strata::RuntimeError);
+    }
+    CHECK(bytes_of(p) == before);
+    CHECK(files_in(t.file("")) == 1);
+    {
+        Database db = Database::open(p, false);  // a writer: WAL from here on
+        CHECK_FALSE(db.read_only());
+    }
+    CHECK(static_cast<int>(bytes_of(p)[18]) == 2);
 }
 
 TEST_CASE("migrations are idempotent: opening twice keeps version and data", "[hwdb][db]") {
@@ -141,10 +206,5 @@ TEST_CASE("create_seeded never replaces an existing file", "[hwdb][db]") {
     CHECK_THROWS_AS(Database::create_seeded(p), strata::RuntimeError);
     CHECK(Database::open(p).gpus().size() >= 10);
     // No temporary files are left beside it.
-    int files = 0;
-    for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(p).parent_path())) {
-        (void)e;
-        ++files;
-    }
-    CHECK(files == 1);
+    CHECK(files_in(std::filesystem::path(p).parent_path().string()) == 1);
 }

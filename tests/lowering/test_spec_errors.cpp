@@ -5,6 +5,8 @@
 
 #include <functional>
 
+#include <nlohmann/json.hpp>
+
 #include "strata/common/error.hpp"
 #include "strata/lowering/spec_io.hpp"
 #include "support/gpt.hpp"
@@ -32,6 +34,17 @@ ClusterSpec cluster_for(const PlanSpec& p) {
     return c;
 }
 void validate(const ModelSpec& m, const PlanSpec& p) { validate_plan(m, cluster_for(p), p, "p.json"); }
+
+// `base` (an object's text) with the members of `extra` (", \"k\": v, ..."), which replace
+// base's members of the same name: the readers refuse a key given twice, so overriding a field
+// by appending it is not an option.
+std::string merged(const std::string& base, const std::string& extra) {
+    nlohmann::ordered_json b = nlohmann::ordered_json::parse(base);
+    if (extra.empty()) return b.dump();
+    const nlohmann::ordered_json e = nlohmann::ordered_json::parse("{" + extra.substr(extra.find(',') + 1) + "}");
+    for (auto it = e.begin(); it != e.end(); ++it) b[it.key()] = it.value();
+    return b.dump();
+}
 
 // The error must carry the file, the JSON path and the rule text.
 void expect_error(const std::function<void()>& f, const std::string& file, const std::string& path, const std::string& rule) {
@@ -267,7 +280,7 @@ TEST_CASE("validate_plan: recompute layers and programmatic plans", "[spec][erro
 
 TEST_CASE("model reader rules", "[spec][errors]") {
     auto m = [](const std::string& extra) {
-        return model_from_json_text(R"({"name": "m", "layers": 8, "hidden": 512, "heads": 8, "vocab": 100, "seq_len": 64)" + extra + "}", "m.json");
+        return model_from_json_text(merged(R"({"name": "m", "layers": 8, "hidden": 512, "heads": 8, "vocab": 100, "seq_len": 64})", extra), "m.json");
     };
     CHECK_NOTHROW(m(""));
     expect_error([&] { m(R"(, "kv_heads": 3)"); }, "m.json", "model.kv_heads", "= 3 does not divide model.heads = 8");
@@ -296,7 +309,7 @@ TEST_CASE("model reader rules", "[spec][errors]") {
 
 TEST_CASE("cluster reader rules", "[spec][errors]") {
     auto c = [](const std::string& extra) {
-        return cluster_from_json_text(R"({"name": "c", "gpu": "H100-SXM5-80GB", "nodes": 2)" + extra + "}", "c.json");
+        return cluster_from_json_text(merged(R"({"name": "c", "gpu": "H100-SXM5-80GB", "nodes": 2})", extra), "c.json");
     };
     CHECK_NOTHROW(c(""));
     expect_error([&] { c(R"(, "gpu": "")"); }, "c.json", "cluster.gpu", "must name a GPU");
@@ -314,7 +327,7 @@ TEST_CASE("cluster reader rules", "[spec][errors]") {
 }
 
 TEST_CASE("plan reader rules", "[spec][errors]") {
-    auto p = [](const std::string& extra) { return plan_from_json_text(R"({"global_batch": 8)" + extra + "}", "p.json"); };
+    auto p = [](const std::string& extra) { return plan_from_json_text(merged(R"({"global_batch": 8})", extra), "p.json"); };
     CHECK_NOTHROW(p(""));
     expect_error([&] { plan_from_json_text("{}", "p.json"); }, "p.json", "plan.global_batch", "is required");
     expect_error([&] { p(R"(, "tp": -1)"); }, "p.json", "plan.tp", "must be a positive integer (got -1)");
@@ -336,6 +349,16 @@ TEST_CASE("plan reader rules", "[spec][errors]") {
     CHECK(p(R"(, "layer_split": [])").layer_split.empty());  // [] = even split
     expect_error([&] { p(R"(, "dp_bucket_mb": 0)"); }, "p.json", "plan.dp_bucket_mb", "must be a positive number of MB");
     expect_error([&] { p(R"(, "globl_batch": 8)"); }, "p.json", "plan.globl_batch", "(did you mean \"global_batch\"?)");
+    // The documented bound on the batch (issue #32, defect 1): 2^20 sequences.
+    CHECK(plan_from_json_text(R"({"global_batch": 1048576, "micro_batch": 1048576})", "p.json").global_batch == kMaxGlobalBatch);
+    expect_error([&] { plan_from_json_text(R"({"global_batch": 1048577})", "p.json"); }, "p.json", "plan.global_batch",
+                 "= 1048577 exceeds the limit of 1048576");
+    expect_error([&] { plan_from_json_text(R"({"global_batch": 2147483647})", "p.json"); }, "p.json", "plan.global_batch",
+                 "exceeds the limit");
+    expect_error([&] { p(R"(, "micro_batch": 2097152)"); }, "p.json", "plan.micro_batch", "exceeds the limit of 1048576");
+    // A key given twice: the reader does not keep the last one (defect 7).
+    expect_error([&] { plan_from_json_text(R"({"tp": 2, "global_batch": 8, "tp": 8})", "p.json"); }, "p.json", "tp",
+                 "is given twice, at line 1, column 2 and at line 1, column 30");
 }
 
 TEST_CASE("syntax errors and scenarios", "[spec][errors]") {

@@ -2,6 +2,7 @@
 // the space exactly.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <set>
 #include <string>
 
@@ -201,4 +202,66 @@ TEST_CASE("MoE plans try DeepEP's dispatch exactly where the EP group crosses no
         return true;
     });
     CHECK(off == 0);
+}
+
+TEST_CASE("divisors: every divisor in order, in O(sqrt n), up to INT_MAX (issue #32, defect 1)", "[planner][space]") {
+    // The loop to n with a signed int overflowed at INT_MAX (SIGFPE) and took minutes at 2^24.
+    for (int n = 1; n <= 500; ++n) {
+        std::vector<int> brute;
+        for (int i = 1; i <= n; ++i)
+            if (n % i == 0) brute.push_back(i);
+        REQUIRE(planner::divisors(n) == brute);
+    }
+    CHECK(planner::divisors(2147483647) == std::vector<int>{1, 2147483647});  // a Mersenne prime
+    const std::vector<int> pow2 = planner::divisors(1 << 30);
+    REQUIRE(pow2.size() == 31);
+    for (int i = 0; i <= 30; ++i) CHECK(pow2[static_cast<std::size_t>(i)] == 1 << i);
+    // 46340^2 = 2^4 5^2 7^2 331^2, a square just below INT_MAX: (4+1)(2+1)^3 = 135 divisors, its
+    // root once.
+    const std::vector<int> sq = planner::divisors(46340 * 46340);
+    CHECK(sq.size() == 135);
+    CHECK(std::count(sq.begin(), sq.end(), 46340) == 1);
+    CHECK(std::is_sorted(sq.begin(), sq.end()));
+    CHECK(planner::divisors(0).empty());
+    CHECK(planner::divisors(-12).empty());
+}
+
+TEST_CASE("the largest global batch enumerates without overflow", "[planner][space]") {
+    planner::SearchSpace s;
+    s.global_batch = static_cast<int>(kMaxGlobalBatch);
+    s.search_offload = false;
+    s.zero_stages = {1};
+    s.recomputes = {Recompute::none};
+    std::int64_t n = 0;
+    const auto k = planner::enumerate_plans(small_gpt(), two_nodes(), s, [&](const PlanSpec& p) {
+        ++n;
+        REQUIRE(p.global_batch == kMaxGlobalBatch);
+        REQUIRE(p.micro_batches() * p.micro_batch * p.dp == p.global_batch);
+        return n < 2000;
+    });
+    CHECK(k.valid == n);
+    CHECK(n > 0);
+}
+
+TEST_CASE("interleaving is offered only where every virtual stage gets a layer, MTP modules counted", "[planner][space]") {
+    // Found by fuzz_plan_space: 96 layers and 2 MTP modules on 16 stages. The MTP modules count as
+    // layers of the last stage, whose even share is then 4 decoder layers, not 96 / 16 = 6; vpp 6
+    // was offered and validate_plan refused it.
+    ModelSpec m = test::gpt_shape("gpt-mtp", 96, 1024, 16, 32000, 2048);
+    m.mtp_depth = 2;
+    ClusterSpec c = two_nodes();
+    c.nodes = 4;  // 32 GPUs: pp 16 x dp 2
+    planner::SearchSpace s;
+    s.global_batch = 256;
+    s.max_vpp = 8;
+    s.search_offload = false;
+    s.zero_stages = {1};
+    s.recomputes = {Recompute::none};
+    std::set<int> vpps_at_pp16;
+    planner::enumerate_plans(m, c, s, [&](const PlanSpec& p) {
+        REQUIRE_NOTHROW(validate_plan(m, c, p, "enumerated"));
+        if (p.pp == 16 && p.schedule == Schedule::interleaved_1f1b) vpps_at_pp16.insert(p.vpp);
+        return true;
+    });
+    CHECK(vpps_at_pp16 == std::set<int>{2, 3});  // divisors of 6 that fit in the last stage's 4 layers
 }

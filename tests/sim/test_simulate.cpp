@@ -1,7 +1,8 @@
 // simulate() end to end on hand-built specs and the fixture hardware: pipeline bubble against the
 // closed forms, engine memory peak against the analytical model, OOM on the right tier, optimizer
 // offload (HBM saved = optimizer bytes; time >= the PCIe transfers), determinism; GPT-3 175B on
-// 1024 A100s ([.slow]) and one run over the seeded database.
+// 1024 A100s (2.1M instructions; tagged [slow] but run: a hidden [.slow] tag meant nothing ran it,
+// issue #32) and one run over the seeded database.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -324,7 +325,7 @@ TEST_CASE("job figures follow from the step time", "[simulate]") {
     CHECK(out.job.mfu < 0.9);
 }
 
-TEST_CASE("GPT-3 175B on 1024 A100-80GB (tp 8, pp 16, dp 8, interleaved) runs with JSON and trace", "[simulate][gpt3][.slow]") {
+TEST_CASE("GPT-3 175B on 1024 A100-80GB (tp 8, pp 16, dp 8, interleaved) runs with JSON and trace", "[simulate][gpt3][slow]") {
     // Narayanan et al. SC21's configuration: batch 1536, micro-batch 1, interleaved schedule; with
     // Korthikanti et al.'s sequence parallelism and selective recompute, no fused attention.
     ModelSpec m;
@@ -355,8 +356,12 @@ TEST_CASE("GPT-3 175B on 1024 A100-80GB (tp 8, pp 16, dp 8, interleaved) runs wi
     CHECK(out.job.mfu < 0.65);
     const std::string json = to_json_text(out.result, out.job);
     CHECK(nlohmann::json::parse(json).contains("step_time_s"));
+    // The trace is ~300 MB: validated without building a DOM (which took GBs), its events counted.
     const std::string trace = trace_text(out);
-    CHECK(nlohmann::json::parse(trace)["traceEvents"].size() > 1000);
+    CHECK(nlohmann::json::accept(trace));
+    std::size_t events = 0;
+    for (std::size_t at = trace.find("\"ph\""); at != std::string::npos; at = trace.find("\"ph\"", at + 1)) ++events;
+    CHECK(events > 1000);
 }
 
 TEST_CASE("the seeded database drives a small simulation", "[simulate][hwdb]") {

@@ -29,7 +29,7 @@ int int_in(JsonReader& r, const std::string& key, std::int64_t lo, std::int64_t 
 constexpr std::int64_t kMaxCount = 1 << 16;         // layers, heads, experts
 constexpr std::int64_t kMaxWidth = 1 << 20;         // hidden, head_dim
 constexpr std::int64_t kMaxFfn = 1 << 24;           // ffn_hidden, expert_ffn_hidden
-constexpr std::int64_t kMaxTokens = 1 << 24;        // seq_len, max_position
+constexpr std::int64_t kMaxTokens = kMaxSeqLen;      // seq_len, max_position (spec_io.hpp)
 constexpr std::int64_t kMaxVocab = INT_MAX;
 
 std::int64_t pos_i64(JsonReader& r, const std::string& key, std::int64_t max = INT_MAX) {
@@ -284,8 +284,8 @@ PlanSpec read_plan(const json& j, const std::string& file, const std::string& pa
     p.expert_tp = r.has("expert_tp") ? pos_int(r, "expert_tp") : (r.get("expert_tp"), 0);
     p.vpp = pos_int_or(r, "vpp", 1);
     p.microbatch_group = r.has("microbatch_group") ? pos_int(r, "microbatch_group") : (r.get("microbatch_group"), 0);
-    p.micro_batch = pos_int_or(r, "micro_batch", 1);
-    p.global_batch = pos_int(r, "global_batch");
+    p.micro_batch = pos_int_or(r, "micro_batch", 1, kMaxGlobalBatch);
+    p.global_batch = pos_int(r, "global_batch", kMaxGlobalBatch);
     p.sequence_parallel = r.boolean_or("sequence_parallel", false);
     p.flash_attention = r.boolean_or("flash_attention", true);
     const std::string kernel = r.choice_or("attention_kernel", {"fa3", "fa2", "fa1"}, "fa3");

@@ -11,17 +11,18 @@
 #include <vector>
 
 #include "strata/common/error.hpp"
+#include "strata/common/files.hpp"  // write_file_atomic, for the writers that read with this
 
 namespace strata {
 
-/// Parse JSON text; a syntax error becomes an InputError naming the file, line and column.
+/// Parse JSON text; a syntax error becomes an InputError naming the file, line and column, and so
+/// does a key given twice in one object (both positions named: JSON leaves duplicates undefined,
+/// and "the last one wins" would silently drop a setting).
 nlohmann::json parse_json_text(const std::string& text, const std::string& file);
 /// Read and parse a file; a missing file is an InputError.
 nlohmann::json read_json_file(const std::string& path);
 /// Read a whole file as text (InputError if unreadable).
 std::string read_text_file(const std::string& path);
-/// Write `text` atomically: to path.tmp, then rename. Never leaves a partial file.
-void write_file_atomic(const std::string& path, const std::string& text);
 
 /// A view of one JSON object at a path, which remembers the keys it was asked for.
 class JsonReader {

@@ -1,6 +1,7 @@
 // The hardware database: SQLite with versioned migrations, seeded with datasheet figures, plus the
 // profiler's runs, measurements and fits. Only this library speaks SQL. Writes are transactional,
-// the database opens in WAL mode, and a missing or corrupt file is a clear RuntimeError.
+// a database opened for writing is in WAL mode, readers open it read-only, and a missing file or
+// one that is not a Strata database is an InputError naming it.
 #pragma once
 #include <memory>
 #include <optional>
@@ -17,8 +18,15 @@ std::string default_db_path();
 
 class Database {
 public:
-    /// Open (and migrate) a database. create=false: a missing file is an error.
+    /// Open a database for writing (and migrate it). create=false: a missing file is an error. An
+    /// existing file must be a Strata database (InputError naming it otherwise: an empty file or
+    /// another SQLite database is never turned into one); a file this user may not write is a
+    /// RuntimeError.
     static Database open(const std::string& path, bool create = false);
+    /// Open an existing database for reading only: nothing is written (no WAL switch, no
+    /// migration unless the schema is older and the user may write), so it works on a file or
+    /// folder without write permission. Writes through it fail.
+    static Database open_read_only(const std::string& path);
     /// Create a database at path holding the built-in datasheet seed (replaces nothing that exists).
     static Database create_seeded(const std::string& path);
 
@@ -28,6 +36,7 @@ public:
 
     const std::string& path() const;
     int schema_version() const;
+    bool read_only() const;
 
     std::vector<Gpu> gpus() const;
     std::vector<Link> links() const;

@@ -57,6 +57,10 @@ struct SearchOptions {
     int shard = 0, shards = 1;
     bool simulate = true;            ///< false: rank by the fast estimate only
     sim::Calibration calibration;    ///< cost multipliers for the estimate and the simulations (identity: none)
+    /// Memory the simulations may use together (0: memory_limit_bytes()). Each of the `threads`
+    /// concurrent simulations gets its share; a plan whose simulation would need more
+    /// (sim::simulation_size: a huge global batch) is ranked by its estimate, and says so.
+    double memory_budget_bytes = 0;
     std::function<void(double fraction, const char* phase)> progress;  ///< called from the search thread
     const std::atomic<bool>* cancel = nullptr;  ///< set to stop early; the result says cancelled
 };
@@ -68,6 +72,7 @@ struct SearchResult {
     std::int64_t estimated = 0;
     std::int64_t simulated = 0;
     std::int64_t simulated_oom = 0;
+    std::int64_t too_large_to_simulate = 0;  ///< shortlisted, but the simulation would not fit in memory
     int follow_up_rounds = 0;        ///< extra simulation rounds after OOMs (SearchOptions::min_fitting)
     double estimate_seconds = 0, simulate_seconds = 0;  ///< wall time (reported, never asserted)
     bool cancelled = false;

@@ -54,7 +54,7 @@ std::vector<OffloadChoice> offload_choices(bool search_offload, bool ssd = true)
 SpaceCounters enumerate_plans(const sim::ModelSpec& m, const sim::ClusterSpec& c, const SearchSpace& s,
                               const std::function<bool(const sim::PlanSpec&)>& visit, int shard = 0, int shards = 1);
 
-/// Divisors of n in increasing order.
+/// Divisors of n in increasing order (none for n < 1), in O(sqrt(n)).
 std::vector<int> divisors(int n);
 
 }  // namespace strata::planner
