@@ -47,6 +47,9 @@ std::string steps_json(const std::vector<runtime::StepReport>& steps, const std:
 }
 
 void run_run(const RunArgs& a) {
+    const std::vector<Output> outputs{{"--trace", a.trace}, {"--json", a.json}};
+    check_outputs(outputs);  // before a step is run
+    std::ostream& report = report_stream(outputs);
     const sim::Scenario s = resolve_specs(a.specs, true);
     const hwdb::Database db = open_db(a.db);
     const hwdb::HardwareView hw = view_for(db, s.cluster, a.specs);
@@ -56,7 +59,7 @@ void run_run(const RunArgs& a) {
     o.stop = &g_run_interrupted;
     runtime::Session session(s.model, s.cluster, *s.plan, o);
     const bool tty = ::isatty(STDERR_FILENO);
-    std::cout << "running " << (s.name.empty() ? a.specs.scenario : s.name) << " on the " << runtime::to_string(o.backend) << " backend: "
+    report << "running " << (s.name.empty() ? a.specs.scenario : s.name) << " on the " << runtime::to_string(o.backend) << " backend: "
               << session.program().ranks.size() << " ranks, " << s.plan->micro_batches() << " micro-batches of " << s.plan->micro_batch
               << " x " << s.model.seq_len << " tokens a step"
               << (session.steps_done() > 0 ? ", resumed at step " + std::to_string(session.steps_done()) : std::string()) << "\n";
@@ -78,7 +81,7 @@ void run_run(const RunArgs& a) {
         }
         if (tty) std::fprintf(stderr, "\r%40s\r", "");
         steps.push_back(r);
-        std::cout << step_line(r, session.steps_done() - static_cast<int>(steps.size()) + a.rt.steps) << std::endl;
+        report << step_line(r, session.steps_done() - static_cast<int>(steps.size()) + a.rt.steps) << std::endl;
         if (!std::isfinite(r.loss)) throw RuntimeError("the loss is not finite at step " + std::to_string(r.step) + " (lower --lr?)");
     }
     restore_sigint();
@@ -87,7 +90,7 @@ void run_run(const RunArgs& a) {
     const std::string json = a.json.empty() ? "" : steps_json(steps, s.name, runtime::to_string(o.backend));
     if (!a.rt.save.empty()) {
         session.save(a.rt.save);
-        std::cout << "saved a checkpoint at step " << session.steps_done() << " to " << a.rt.save << "\n";
+        report << "saved a checkpoint at step " << session.steps_done() << " to " << a.rt.save << "\n";
     }
     if (!trace.empty()) write_output(a.trace, trace);
     if (!json.empty()) write_output(a.json, json);
@@ -103,7 +106,7 @@ void add_run(CLI::App& app) {
     add_spec_options(cmd, a->specs);
     add_db_option(cmd, a->db);
     add_runtime_options(cmd, a->rt, 10);
-    cmd->add_option("--trace", a->trace, "write the last step's measured timeline as a Chrome trace to FILE");
+    cmd->add_option("--trace", a->trace, "write the last step's measured timeline as a Chrome trace to FILE ('-' = stdout)");
     cmd->add_option("--json", a->json, "write the per-step figures as JSON to FILE ('-' = stdout)");
     cmd->callback([a] { run_run(*a); });
 }

@@ -77,6 +77,9 @@ std::string pct(double v) {
 bool has_measurements(const hwdb::HardwareView& hw) { return !hw.gemm_points.empty() || (hw.hbm && hw.hbm->provenance != hwdb::Provenance::datasheet); }
 
 void run_validate(const ValidateArgs& a) {
+    const std::vector<Output> outputs{{"--json", a.json}};
+    check_outputs(outputs);  // before the profile and the run
+    std::ostream& report = report_stream(outputs);
     const sim::Scenario s = resolve_specs(a.specs, true);
     const std::string db_path = a.db.empty() ? hwdb::default_db_path() : a.db;
     hwdb::HardwareView hw;
@@ -84,15 +87,15 @@ void run_validate(const ValidateArgs& a) {
         hwdb::Database db = open_db(a.db);
         hw = view_for(db, s.cluster, a.specs);
         if (a.rt.backend == "cpu" && !a.no_profile && (a.profile || !has_measurements(hw))) {
-            std::cout << "profiling this machine first (strata profile --backend cpu --quick): hwdb has no measurements of gpu '"
+            report << "profiling this machine first (strata profile --backend cpu --quick): hwdb has no measurements of gpu '"
                       << s.cluster.gpu << "'\n";
             profiler::Options po;
             po.backend = "cpu";
             po.quick = true;
             const profiler::Profile p = profiler::run_profile(po);
-            hwdb::Database w = hwdb::Database::open(db_path, false);
+            hwdb::Database w = open_db_for_write(a.db);
             const std::int64_t run = w.write_run(p.run, p.measurements, p.fits);
-            std::cout << "wrote run " << run << " (" << p.measurements.size() << " measurements) to " << db_path << "\n";
+            report << "wrote run " << run << " (" << p.measurements.size() << " measurements) to " << db_path << "\n";
             hw = view_for(w, s.cluster, a.specs);
         }
     }
@@ -218,7 +221,7 @@ void run_validate(const ValidateArgs& a) {
     if (!pred_path.empty()) write_output(pred_path, pred_trace);
     if (!meas_path.empty()) write_output(meas_path, meas_trace);
     if (!json.empty()) write_output(a.json, json);
-    if (a.json != "-") std::cout << t;
+    report << t;
 }
 
 void add_validate(CLI::App& app) {
