@@ -81,13 +81,13 @@ int run(QApplication& app, QCommandLineParser& cli) {
     else w.resize(1600, 1000);
     if (!w.wait_idle(timeout_ms)) fail(1, "timed out simulating the scenario");
     if (!w.last_error().isEmpty()) fail(2, w.last_error());
-    for (const QString& kv : cli.values("whatif")) {
+    for (const QString& kv : cli.values("edit")) {  // shown beside the field, not fatal: that is what the editor view is for
         const int eq = static_cast<int>(kv.indexOf('='));
-        if (eq <= 0) fail(2, "--whatif: \"" + kv + "\" must be KNOB=VALUE");
-        need(w.set_knob(parse_knob(kv.left(eq)), kv.mid(eq + 1)));
-        if (!w.wait_idle(timeout_ms)) fail(1, "timed out simulating the what-if");
+        if (eq <= 0) fail(2, "--edit: \"" + kv + "\" must be FIELD=VALUE, e.g. plan.tp=4");
+        w.edit_field(kv.left(eq), kv.mid(eq + 1));
+        if (!w.wait_idle(timeout_ms)) fail(1, "timed out simulating the edit");
     }
-    const bool search = cli.isSet("plans-json") || (view == "plans" && cli.isSet("screenshot"));
+    const bool search = cli.isSet("plans-json") || cli.isSet("pick") || (view == "plans" && cli.isSet("screenshot"));
     if (search) {
         if (w.document().scenario().model.layers == 0) fail(2, "--view plans: give --scenario or --model and --cluster");
         if (cli.isSet("plans-json")) w.export_plans_when_done(cli.value("plans-json"));
@@ -95,6 +95,17 @@ int run(QApplication& app, QCommandLineParser& cli) {
                                                    : (w.document().scenario().plan ? w.document().scenario().plan->global_batch : 512);
         w.start_search(gbs, !cli.isSet("no-offload"));
         if (!w.wait_idle(timeout_ms)) fail(1, "timed out searching plans");
+    }
+    if (cli.isSet("pick")) {
+        const int n = cli.value("pick").toInt();
+        if (!w.open_ranked_plan(n - 1)) fail(2, "--pick: no plan #" + cli.value("pick") + " in the table");
+        if (!w.wait_idle(timeout_ms)) fail(1, "timed out simulating the picked plan");
+    }
+    for (const QString& kv : cli.values("whatif")) {
+        const int eq = static_cast<int>(kv.indexOf('='));
+        if (eq <= 0) fail(2, "--whatif: \"" + kv + "\" must be KNOB=VALUE");
+        need(w.set_knob(parse_knob(kv.left(eq)), kv.mid(eq + 1)));
+        if (!w.wait_idle(timeout_ms)) fail(1, "timed out simulating the what-if");
     }
     if (view == "capacity") {
         CapacityRequest r;
@@ -112,6 +123,12 @@ int run(QApplication& app, QCommandLineParser& cli) {
     }
     if (view == "validation" && !cli.isSet("report")) fail(2, "--view validation: give --report FILE (a strata validate report)");
     w.show_view(view);
+    if (cli.isSet("streams")) {
+        const QStringList names{"all", "no-p2p", "compute"};
+        const int i = static_cast<int>(names.indexOf(cli.value("streams")));
+        if (i < 0) fail(2, "--streams: \"" + cli.value("streams") + "\" is not one of " + names.join(", "));
+        w.set_timeline_rows(static_cast<RowFilter>(i));
+    }
     if (cli.isSet("time")) {
         const auto [a, b] = parse_time(cli.value("time"));
         w.set_timeline_window(a, b);
@@ -160,6 +177,9 @@ int main(int argc, char** argv) {
         {"screenshot", "Render the view to FILE (.png or .svg) and exit; no display needed.", "file"},
         {"size", "Window size for --screenshot (default 1600x1000).", "WxH"},
         {"time", "Timeline range shown, in microseconds.", "start:end"},
+        {"streams", "Timeline rows shown: all, no-p2p (no pipeline send/recv), compute.", "which"},
+        {"edit", "Edit a scenario field as the editor does (repeatable), e.g. plan.tp=3; a problem is shown beside it.", "field=value"},
+        {"pick", "Search plans, then open the N-th ranked plan (as a double-click does).", "n"},
         {"whatif", "Move a what-if knob after the scenario is simulated (repeatable), e.g. micro_batch=2.", "knob=value"},
         {"global-batch", "Sequences per step for a plan search or a capacity sweep.", "n"},
         {"no-offload", "The plan search does not try CPU/SSD offload."},

@@ -2,7 +2,7 @@
 // load a scenario, refuse a bad one without changing anything, show a field's error, run a small
 // plan search to the end, move a what-if knob, cancel a long search, close during a search with
 // nothing written, and save a screenshot and a chart as PNG and SVG.
-#define CATCH_CONFIG_RUNNER
+#define CATCH_CONFIG_EXTERNAL_INTERFACES
 #include <catch2/catch.hpp>
 
 #include <QApplication>
@@ -170,8 +170,18 @@ TEST_CASE("smoke: closing the window during a search leaves no file behind", "[g
     CHECK(fs::exists(out.toStdString()));
 }
 
-int main(int argc, char** argv) {
-    qputenv("QT_QPA_PLATFORM", "offscreen");
-    QApplication app(argc, argv);
-    return Catch::Session().run(argc, argv);
-}
+// A QApplication on the offscreen platform for the run, made by a Catch2 listener so the test
+// shares the project's precompiled Catch2 main.
+struct QtWidgetsApp : Catch::TestEventListenerBase {
+    using TestEventListenerBase::TestEventListenerBase;
+    void testRunStarting(Catch::TestRunInfo const&) override {
+        qputenv("QT_QPA_PLATFORM", "offscreen");
+        app = std::make_unique<QApplication>(argc, argv);
+    }
+    void testRunEnded(Catch::TestRunStats const&) override { app.reset(); }
+    int argc = 1;
+    char name[10] = "gui_smoke";
+    char* argv[2] = {name, nullptr};
+    std::unique_ptr<QApplication> app;
+};
+CATCH_REGISTER_LISTENER(QtWidgetsApp)

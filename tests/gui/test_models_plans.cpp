@@ -61,7 +61,7 @@ TEST_CASE("plans: the table passes Qt's model checks and shows the planner's fig
     REQUIRE(table.rowCount() == static_cast<int>(r.ranked.size()));
     const auto& best = r.ranked.front();
     CHECK(table.data(table.index(0, PlanTableModel::Tp)).toInt() == best.plan.tp);
-    CHECK(table.data(table.index(0, PlanTableModel::Source)).toString() == (best.simulated ? "simulated" : "estimate"));
+    CHECK(table.data(table.index(0, PlanTableModel::Tp), PlanTableModel::EstimateRole).toBool() == !best.simulated);
     CHECK(table.data(table.index(0, PlanTableModel::StepTime), PlanTableModel::SortRole).toDouble() ==
           (best.simulated ? best.sim.step_time_s : best.estimate.step_time_s));
     CHECK(table.data(table.index(0, PlanTableModel::Why)).toString().toStdString() == (best.simulated && best.sim.oom ? "OOM (simulated)" : best.why));

@@ -184,3 +184,17 @@ TEST_CASE("timeline: a malformed trace names the file, the event and the rule", 
     CHECK(message(R"({"events": []})") == "bad.json: traceEvents is required (a Chrome Trace Event file)");
     CHECK(message("[1, 2") .find("bad.json: is not valid JSON") == 0);
 }
+
+TEST_CASE("timeline: the row filters keep what they say", "[gui][timeline]") {
+    const Timeline t = Timeline::from_simulation(test::tiny_snapshot().out);
+    const auto all = filtered_rows(t, RowFilter::all);
+    const auto no_p2p = filtered_rows(t, RowFilter::no_p2p);
+    const auto compute = filtered_rows(t, RowFilter::compute_only);
+    CHECK(all.size() == t.rows().size());
+    CHECK(compute.size() == test::tiny_snapshot().out->program.ranks.size());  // one compute row per rank program
+    CHECK(no_p2p.size() < all.size());
+    CHECK(no_p2p.size() > compute.size());
+    for (auto r : no_p2p) CHECK(t.rows()[r].stream.rfind("pp-", 0) != 0);
+    for (auto r : compute) CHECK(t.rows()[r].stream == "compute");
+    CHECK(std::is_sorted(no_p2p.begin(), no_p2p.end()));
+}

@@ -37,15 +37,14 @@ int PlanTableModel::columnCount(const QModelIndex& parent) const { return parent
 QVariant PlanTableModel::headerData(int section, Qt::Orientation o, int role) const {
     static const char* names[] = {"#",        "tp",   "pp",       "dp",       "cp",      "ep",     "vpp",
                                   "mb",       "schedule", "ZeRO", "recompute", "SP",     "offload", "step time",
-                                  "tokens/s", "MFU",  "peak HBM", "memory",   "source",  "why"};
+                                  "tokens/s", "MFU",  "peak HBM", "memory",   "why"};
     static const char* tips[] = {"rank by the planner (simulated plans by simulated throughput)", "tensor parallel",
                                  "pipeline parallel", "data parallel", "context parallel", "expert parallel",
                                  "virtual pipeline stages per rank", "micro-batch (sequences)", "pipeline schedule",
                                  "ZeRO stage (1 = distributed optimizer)", "activation recomputation", "sequence parallelism",
                                  "model state offload (the planner's variants)", "one optimizer step", "training throughput",
                                  "model FLOP utilisation", "peak GPU memory (simulated: caching allocator's reserve)",
-                                 "fits every tier, or out of memory", "simulated by the engine, or the fast estimate only",
-                                 "what bounds the step"};
+                                 "fits every tier, or out of memory", "what bounds the step"};
     if (o != Qt::Horizontal || section < 0 || section >= ColumnCount) return {};
     if (role == Qt::DisplayRole) return QString::fromLatin1(names[section]);
     if (role == Qt::ToolTipRole) return QString::fromLatin1(tips[section]);
@@ -74,7 +73,6 @@ QVariant PlanTableModel::data(const QModelIndex& index, int role) const {
             case Mfu: return f.mfu;
             case PeakHbm: return f.peak_hbm_bytes;
             case Fits: return f.fits ? 1 : 0;
-            case Source: return rp.simulated ? 1 : 0;
             default: break;  // text columns sort by their text
         }
         role = Qt::DisplayRole;
@@ -99,15 +97,15 @@ QVariant PlanTableModel::data(const QModelIndex& index, int role) const {
             case Mfu: return QString::fromStdString(fmt_fixed(100 * f.mfu, 1) + " %");
             case PeakHbm: return QString::fromStdString(human_bytes(f.peak_hbm_bytes));
             case Fits: return f.fits ? QStringLiteral("fits") : QStringLiteral("OOM");
-            case Source: return rp.simulated ? QStringLiteral("simulated") : QStringLiteral("estimate");
             case Why: return QString::fromStdString(rp.simulated && rp.sim.oom ? "OOM (simulated)" : rp.why);
             default: return {};
         }
     }
-    if (role == Qt::ToolTipRole && col == Why) return QString::fromStdString(rp.why);
+    if (role == Qt::ToolTipRole)
+        return QString::fromStdString((rp.simulated ? "simulated by the engine: " : "fast estimate only (not simulated): ") + rp.why);
     if (role == EstimateRole) return !rp.simulated;
     if (role == OomRole) return !f.fits;
-    if (role == Qt::TextAlignmentRole && col != Why && col != Schedule && col != Recompute && col != Offload && col != Source)
+    if (role == Qt::TextAlignmentRole && col != Why && col != Schedule && col != Recompute && col != Offload)
         return static_cast<int>(Qt::AlignRight | Qt::AlignVCenter);
     return {};
 }

@@ -186,6 +186,16 @@ void Timeline::finish() {
     }
 }
 
+std::vector<std::size_t> filtered_rows(const Timeline& t, RowFilter f) {
+    std::vector<std::size_t> out;
+    for (std::size_t r = 0; r < t.rows().size(); ++r) {
+        const std::string& s = t.rows()[r].stream;
+        const bool p2p = s.rfind("pp-", 0) == 0;  // pp-p2p, pp-recv and their -b twins
+        if (f == RowFilter::all || (f == RowFilter::no_p2p && !p2p) || (f == RowFilter::compute_only && s == "compute")) out.push_back(r);
+    }
+    return out;
+}
+
 std::size_t Timeline::span_count() const {
     std::size_t n = 0;
     for (const auto& r : rows_) n += r.spans.size();

@@ -15,7 +15,7 @@
 
 namespace strata::gui {
 
-using nlohmann::json;
+using TraceJson = nlohmann::json;
 
 std::string rank_label(const sim::RankProgram& rp) {
     std::string name = "stage " + std::to_string(rp.pp_stage);
@@ -62,25 +62,25 @@ public:
     [[noreturn]] void fail(std::size_t k, const std::string& key, const std::string& rule) const {
         throw InputError(file_, "traceEvents[" + std::to_string(k) + "]" + (key.empty() ? "" : "." + key), rule);
     }
-    const json& need(const json& e, std::size_t k, const char* key) const {
+    const TraceJson& need(const TraceJson& e, std::size_t k, const char* key) const {
         if (!e.contains(key)) fail(k, key, "is required");
         return e.at(key);
     }
-    std::int64_t integer(const json& e, std::size_t k, const char* key) const {
-        const json& v = need(e, k, key);
+    std::int64_t integer(const TraceJson& e, std::size_t k, const char* key) const {
+        const TraceJson& v = need(e, k, key);
         if (!v.is_number_integer()) fail(k, key, "must be an integer (got " + describe_json(v) + ")");
         return v.get<std::int64_t>();
     }
     /// Trace times are microseconds; the timeline counts nanoseconds.
-    std::int64_t micros_as_ns(const json& e, std::size_t k, const char* key) const {
-        const json& v = need(e, k, key);
+    std::int64_t micros_as_ns(const TraceJson& e, std::size_t k, const char* key) const {
+        const TraceJson& v = need(e, k, key);
         if (!v.is_number() || !std::isfinite(v.get<double>()) || std::fabs(v.get<double>()) > 9e12)
             fail(k, key, "must be a time in microseconds (got " + describe_json(v) + ")");
         return std::llround(v.get<double>() * 1000.0);
     }
-    std::string text(const json& e, std::size_t k, const char* key, const std::string& dflt) const {
+    std::string text(const TraceJson& e, std::size_t k, const char* key, const std::string& dflt) const {
         if (!e.contains(key)) return dflt;
-        const json& v = e.at(key);
+        const TraceJson& v = e.at(key);
         if (!v.is_string()) fail(k, key, "must be a string (got " + describe_json(v) + ")");
         return v.get<std::string>();
     }
@@ -104,8 +104,8 @@ std::int8_t provenance_index(const std::string& s) {
 }  // namespace
 
 Timeline Timeline::from_chrome_trace(const std::string& text, const std::string& file, std::vector<CounterTrack>* counters) {
-    const json doc = parse_json_text(text, file);
-    const json* events = &doc;
+    const TraceJson doc = parse_json_text(text, file);
+    const TraceJson* events = &doc;
     if (doc.is_object()) {
         if (!doc.contains("traceEvents")) throw InputError(file, "traceEvents", "is required (a Chrome Trace Event file)");
         events = &doc.at("traceEvents");
@@ -120,12 +120,12 @@ Timeline Timeline::from_chrome_trace(const std::string& text, const std::string&
     std::map<std::pair<int, std::string>, std::size_t> track_of;
     Timeline t;
     for (std::size_t k = 0; k < events->size(); ++k) {
-        const json& e = (*events)[k];
+        const TraceJson& e = (*events)[k];
         if (!e.is_object()) rd.fail(k, "", "must be an object (got " + describe_json(e) + ")");
         const std::string ph = rd.text(e, k, "ph", "");
         if (ph == "M") {
             const std::string what = rd.text(e, k, "name", "");
-            const json* args = e.contains("args") && e.at("args").is_object() ? &e.at("args") : nullptr;
+            const TraceJson* args = e.contains("args") && e.at("args").is_object() ? &e.at("args") : nullptr;
             if (!args || !args->contains("name") || !args->at("name").is_string()) continue;  // sort indices and the like
             const int pid = static_cast<int>(rd.integer(e, k, "pid"));
             if (what == "process_name") process_names[pid] = args->at("name").get<std::string>();
@@ -143,7 +143,7 @@ Timeline Timeline::from_chrome_trace(const std::string& text, const std::string&
             const std::string label = comma == std::string::npos ? cat : cat.substr(comma + 1);
             std::string kind, provenance;
             if (e.contains("args") && e.at("args").is_object()) {
-                const json& a = e.at("args");
+                const TraceJson& a = e.at("args");
                 auto num = [&](const char* key, double dflt) { return a.contains(key) && a.at(key).is_number() ? a.at(key).get<double>() : dflt; };
                 kind = a.contains("kind") && a.at("kind").is_string() ? a.at("kind").get<std::string>() : "";
                 provenance = a.contains("provenance") && a.at("provenance").is_string() ? a.at("provenance").get<std::string>() : "";
@@ -172,7 +172,7 @@ Timeline Timeline::from_chrome_trace(const std::string& text, const std::string&
             const int pid = static_cast<int>(rd.integer(e, k, "pid"));
             const std::string name = rd.text(e, k, "name", "");
             const std::int64_t ts = rd.micros_as_ns(e, k, "ts");
-            const json* args = e.contains("args") && e.at("args").is_object() ? &e.at("args") : nullptr;
+            const TraceJson* args = e.contains("args") && e.at("args").is_object() ? &e.at("args") : nullptr;
             if (!args || args->empty() || !args->begin()->is_number()) rd.fail(k, "args", "must hold the counter's value as a number");
             auto [it, added] = track_of.try_emplace({pid, name}, counters->size());
             if (added) counters->push_back(CounterTrack{pid, name, {}});

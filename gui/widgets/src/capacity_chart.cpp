@@ -13,7 +13,7 @@ namespace strata::gui {
 
 namespace {
 
-constexpr int kLeft = 64, kRight = 12, kTop = 24, kBottom = 40;
+constexpr int kCapLeft = 64, kCapRight = 12, kCapTop = 24, kCapBottom = 40;
 
 /// A log axis mapping [lo, hi] to [0, 1].
 struct LogScale {
@@ -57,7 +57,7 @@ void CapacityChart::render_chart(QPainter& p, const QRect& area) {
     paint_panel(p, QRect(body.left() + w, body.top(), w, body.height()), Panel::cost, on_screen);
     paint_panel(p, QRect(body.left() + 2 * w, body.top(), area.width() - 2 * w, body.height()), Panel::pareto, on_screen);
     // Legend: GPU types, then the marks.
-    int x = area.left() + kLeft;
+    int x = area.left() + kCapLeft;
     const int y = area.bottom() - legend_h + 6;
     for (std::size_t s = 0; s < layout_.series.size(); ++s) {
         const QString name = QString::fromStdString(layout_.series[s].gpu);
@@ -74,7 +74,7 @@ void CapacityChart::render_chart(QPainter& p, const QRect& area) {
 }
 
 void CapacityChart::paint_panel(QPainter& p, const QRect& r, Panel which, bool record_hits) {
-    const QRect plot(r.left() + kLeft, r.top() + kTop, r.width() - kLeft - kRight, r.height() - kTop - kBottom);
+    const QRect plot(r.left() + kCapLeft, r.top() + kCapTop, r.width() - kCapLeft - kCapRight, r.height() - kCapTop - kCapBottom);
     if (plot.width() < 20 || plot.height() < 20) return;
     double min_days = 1e300, min_cost = 1e300;
     for (const auto& pt : result_.points)
@@ -96,7 +96,7 @@ void CapacityChart::paint_panel(QPainter& p, const QRect& r, Panel which, bool r
     p.setFont(bold);
     p.setPen(QColor(30, 30, 30));
     const char* titles[] = {"time to train (days) vs GPUs", "cost (USD) vs GPUs", "cost vs time: the Pareto front"};
-    p.drawText(QRect(plot.left(), r.top(), plot.width(), kTop), Qt::AlignVCenter | Qt::AlignLeft, QString::fromLatin1(titles[static_cast<int>(which)]));
+    p.drawText(QRect(plot.left(), r.top(), plot.width(), kCapTop), Qt::AlignVCenter | Qt::AlignLeft, QString::fromLatin1(titles[static_cast<int>(which)]));
     bold.setBold(false);
     p.setFont(bold);
     // Axes.
@@ -116,7 +116,7 @@ void CapacityChart::paint_panel(QPainter& p, const QRect& r, Panel which, bool r
         p.setPen(QColor(0, 0, 0, 25));
         p.drawLine(QPointF(plot.left(), y), QPointF(plot.right(), y));
         p.setPen(QColor(60, 60, 60));
-        p.drawText(QRectF(r.left(), y - 8, kLeft - 6, 16), Qt::AlignVCenter | Qt::AlignRight, QString::fromStdString(t.label));
+        p.drawText(QRectF(r.left(), y - 8, kCapLeft - 6, 16), Qt::AlignVCenter | Qt::AlignRight, QString::fromStdString(t.label));
     }
     p.setPen(QColor(120, 120, 120));
     p.setBrush(Qt::NoBrush);

@@ -108,16 +108,21 @@ ExplorerPage::ExplorerPage(QWidget* parent) : QWidget(parent), model_(new PlanTa
     split->addWidget(build_whatif());
     split->setStretchFactor(0, 3);
     split->setStretchFactor(1, 1);
-    split->setSizes({1180, 400});
+    split->setSizes({1210, 370});
+    auto* hint = new QLabel(QStringLiteral("Plain rows: simulated by the engine, ranked by simulated throughput · italic grey: the fast "
+                                           "estimate only · click a header to sort · double-click a plan to open it (it becomes the "
+                                           "scenario's plan and the what-if's base)"));
+    hint->setStyleSheet(QStringLiteral("color: #555;"));
     auto* layout = new QVBoxLayout(this);
     layout->addLayout(controls);
     layout->addLayout(filters);
     layout->addWidget(split, 1);
+    layout->addWidget(hint);
 }
 
 QWidget* ExplorerPage::build_whatif() {
     auto* box = new QGroupBox(QStringLiteral("What if"));
-    box->setMaximumWidth(460);
+    box->setMaximumWidth(390);
     auto* v = new QVBoxLayout(box);
     base_title_ = new QLabel(QStringLiteral("Open a scenario or double-click a plan"));
     base_title_->setWordWrap(true);
@@ -234,13 +239,14 @@ void ExplorerPage::set_whatif_plan(const sim::PlanSpec& p, const QString& note) 
         set_knob_error(k.knob, {});
     }
     updating_ = false;
-    if (!note.isEmpty()) whatif_status_->setText(note);
+    note_ = note;
+    whatif_status_->setText(note);
 }
 
 void ExplorerPage::set_whatif_figures(const Figures& f, const QString& status) {
     now_ = f;
     have_now_ = true;
-    whatif_status_->setText(status);
+    whatif_status_->setText(note_.isEmpty() ? status : note_ + QStringLiteral("; ") + status);
     show_delta();
 }
 

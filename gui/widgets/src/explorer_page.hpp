@@ -74,6 +74,7 @@ private:
     std::map<Knob, QLabel*> knob_error_;
     QTableWidget* delta_ = nullptr;
     QLabel* whatif_status_ = nullptr;
+    QString note_;  ///< what else the last knob moved (dp followed tp)
     Figures base_{}, now_{};
     bool have_base_ = false, have_now_ = false, updating_ = false;
 };

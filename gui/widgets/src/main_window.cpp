@@ -308,6 +308,19 @@ QString MainWindow::export_plans(const QString& path) {
     return {};
 }
 
+QString MainWindow::edit_field(const QString& path, const QString& value) {
+    const std::string p = path.toStdString();
+    const Part part = p.rfind("model.", 0) == 0 ? Part::model : p.rfind("cluster.", 0) == 0 ? Part::cluster : Part::plan;
+    scenario_page_->edit_field(part, p, value);
+    return q(doc_->problem_at(p));
+}
+
+bool MainWindow::open_ranked_plan(int n) {
+    if (n < 0 || n >= explorer_->table_model()->rowCount()) return false;
+    activate_plan(n);
+    return true;
+}
+
 void MainWindow::activate_plan(int row) {
     if (row < 0 || row >= explorer_->table_model()->rowCount()) return;
     doc_->set_plan(explorer_->table_model()->plan(row).plan);
@@ -409,6 +422,8 @@ QString MainWindow::export_chart(const QString& path) {
 void MainWindow::set_timeline_window(std::int64_t start_ns, std::int64_t end_ns) {
     timeline_page_->chart()->set_window(TimeWindow{start_ns, end_ns});
 }
+
+void MainWindow::set_timeline_rows(RowFilter f) { timeline_page_->set_row_filter(f); }
 
 void MainWindow::closeEvent(QCloseEvent* e) {
     // Closing mid-search: stop the work and wait for it; its results, and any file they were

@@ -12,7 +12,7 @@ namespace strata::gui {
 
 namespace {
 
-constexpr int kLeft = 78, kRight = 16, kTitle = 20, kXAxis = 22, kLegend = 22;
+constexpr int kMemLeft = 78, kMemRight = 16, kMemTitle = 20, kMemXAxis = 22, kMemLegend = 22;
 
 QString tier_title(sim::Tier t) {
     switch (t) {
@@ -88,7 +88,7 @@ void MemoryTimeChart::render_chart(QPainter& p, const QRect& area) {
         return;
     }
     const int n = static_cast<int>(tiers_.size());
-    const int h = (area.height() - kLegend) / n;
+    const int h = (area.height() - kMemLegend) / n;
     for (int i = 0; i < n; ++i) {
         const TierMemory* ov = nullptr;
         for (const auto& o : overlay_)
@@ -97,14 +97,15 @@ void MemoryTimeChart::render_chart(QPainter& p, const QRect& area) {
     }
     p.setPen(QColor(80, 80, 80));
     const QString legend = overlay_.empty()
-                               ? QStringLiteral("bold: the fullest pool · thin: the others · dashed: capacity · red cross: first allocation past capacity")
+                               ? QStringLiteral("bold: the fullest pool · thin: the others · dashed: capacity · red cross: the first allocation "
+                                                "past capacity · GPU: what the caching allocator holds reserved (nvidia-smi's view)")
                                : QStringLiteral("blue dashed: predicted · orange solid: measured (bold: the fullest pool of each)");
-    p.drawText(QRect(area.left() + kLeft, area.bottom() - kLegend + 1, area.width() - kLeft, kLegend), Qt::AlignVCenter | Qt::AlignLeft, legend);
+    p.drawText(QRect(area.left() + kMemLeft, area.bottom() - kMemLegend + 1, area.width() - kMemLeft, kMemLegend), Qt::AlignVCenter | Qt::AlignLeft, legend);
     p.restore();
 }
 
 void MemoryTimeChart::paint_tier(QPainter& p, const QRect& r, const TierMemory& t, const TierMemory* overlay) const {
-    const QRect plot(r.left() + kLeft, r.top() + kTitle, r.width() - kLeft - kRight, r.height() - kTitle - kXAxis);
+    const QRect plot(r.left() + kMemLeft, r.top() + kMemTitle, r.width() - kMemLeft - kMemRight, r.height() - kMemTitle - kMemXAxis);
     if (plot.width() < 10 || plot.height() < 10) return;
     double peak = 0;
     for (const auto& c : t.curves) peak = std::max(peak, c.peak_bytes);
@@ -125,7 +126,7 @@ void MemoryTimeChart::paint_tier(QPainter& p, const QRect& r, const TierMemory& 
     QFont bold = p.font();
     bold.setBold(true);
     p.setFont(bold);
-    p.drawText(QRect(plot.left(), r.top(), plot.width(), kTitle), Qt::AlignVCenter | Qt::AlignLeft,
+    p.drawText(QRect(plot.left(), r.top(), plot.width(), kMemTitle), Qt::AlignVCenter | Qt::AlignLeft,
                p.fontMetrics().elidedText(title, Qt::ElideRight, plot.width()));
     bold.setBold(false);
     p.setFont(bold);
@@ -135,14 +136,14 @@ void MemoryTimeChart::paint_tier(QPainter& p, const QRect& r, const TierMemory& 
         p.setPen(QColor(0, 0, 0, 25));
         p.drawLine(plot.left(), y, plot.right(), y);
         p.setPen(QColor(60, 60, 60));
-        p.drawText(QRect(r.left(), y - 8, kLeft - 6, 16), Qt::AlignVCenter | Qt::AlignRight, QString::fromStdString(tk.label));
+        p.drawText(QRect(r.left(), y - 8, kMemLeft - 6, 16), Qt::AlignVCenter | Qt::AlignRight, QString::fromStdString(tk.label));
     }
     for (const Tick& tk : time_ticks(window_, plot.width(), 110)) {
         const int x = plot.left() + static_cast<int>(std::lround(window_.x_of(static_cast<std::int64_t>(tk.value), plot.width())));
         p.setPen(QColor(0, 0, 0, 25));
         p.drawLine(x, plot.top(), x, plot.bottom());
         p.setPen(QColor(60, 60, 60));
-        p.drawText(QRect(x - 60, plot.bottom() + 2, 120, kXAxis - 2), Qt::AlignHCenter | Qt::AlignTop, QString::fromStdString(tk.label));
+        p.drawText(QRect(x - 60, plot.bottom() + 2, 120, kMemXAxis - 2), Qt::AlignHCenter | Qt::AlignTop, QString::fromStdString(tk.label));
     }
     p.setPen(QColor(120, 120, 120));
     p.setBrush(Qt::NoBrush);
@@ -223,7 +224,7 @@ void BreakdownChart::render_chart(QPainter& p, const QRect& area) {
         return;
     }
     constexpr int kBottom = 58;
-    const QRect plot(area.left() + kLeft, area.top() + kTitle + 4, area.width() - kLeft - kRight, area.height() - kTitle - 4 - kBottom);
+    const QRect plot(area.left() + kMemLeft, area.top() + kMemTitle + 4, area.width() - kMemLeft - kMemRight, area.height() - kMemTitle - 4 - kBottom);
     double max_y = capacity_bytes_;
     const StageBreakdown* worst = &stages_.front();
     for (const auto& s : stages_) {
@@ -236,7 +237,7 @@ void BreakdownChart::render_chart(QPainter& p, const QRect& area) {
     bold.setBold(true);
     p.setFont(bold);
     p.setPen(QColor(30, 30, 30));
-    p.drawText(QRect(plot.left(), area.top(), plot.width(), kTitle), Qt::AlignVCenter | Qt::AlignLeft,
+    p.drawText(QRect(plot.left(), area.top(), plot.width(), kMemTitle), Qt::AlignVCenter | Qt::AlignLeft,
                p.fontMetrics().elidedText(QStringLiteral("GPU peak by stage, stacked by what holds it · worst: %1, %2")
                                               .arg(QString::fromStdString(worst->label), QString::fromStdString(human_bytes(worst->total()))),
                                           Qt::ElideRight, plot.width()));
@@ -247,7 +248,7 @@ void BreakdownChart::render_chart(QPainter& p, const QRect& area) {
         p.setPen(QColor(0, 0, 0, 25));
         p.drawLine(plot.left(), y, plot.right(), y);
         p.setPen(QColor(60, 60, 60));
-        p.drawText(QRect(area.left(), y - 8, kLeft - 6, 16), Qt::AlignVCenter | Qt::AlignRight, QString::fromStdString(tk.label));
+        p.drawText(QRect(area.left(), y - 8, kMemLeft - 6, 16), Qt::AlignVCenter | Qt::AlignRight, QString::fromStdString(tk.label));
     }
     const int n = static_cast<int>(stages_.size());
     const double slot = static_cast<double>(plot.width()) / n;

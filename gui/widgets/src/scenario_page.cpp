@@ -188,6 +188,13 @@ void ScenarioPage::reload() {
 }
 
 void ScenarioPage::edit_field(Part part, const std::string& path, const QString& text) {
+    // An edit that did not come from the field's own editor (tests, --edit) shows there too.
+    if (QWidget* editor = findChild<QWidget*>(QString::fromStdString(path))) {
+        const QSignalBlocker quiet(editor);
+        if (auto* e = qobject_cast<QLineEdit*>(editor); e && e->text() != text) e->setText(text);
+        if (auto* c = qobject_cast<QComboBox*>(editor)) c->setCurrentText(text);
+        if (auto* b = qobject_cast<QCheckBox*>(editor)) b->setChecked(text == QStringLiteral("true"));
+    }
     doc_->set_field(part, path, text.toStdString());
     parts_[part].json->setPlainText(QString::fromStdString(doc_->part_text(part)));
     refresh_errors();

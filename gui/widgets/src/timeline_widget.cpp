@@ -45,8 +45,16 @@ void TimelineWidget::set_timeline(std::shared_ptr<const Timeline> t, bool keep_w
     if (timeline_)
         for (std::size_t r = 0; r < timeline_->rows().size(); ++r)
             shade_.push_back(r == 0 ? 0 : shade_.back() ^ (timeline_->rows()[r - 1].rank != timeline_->rows()[r].rank ? 1 : 0));
+    shown_ = timeline_ ? filtered_rows(*timeline_, filter_) : std::vector<std::size_t>{};
     if (!keep_window || !timeline_ || window_.end_ns > std::max(timeline_->end_ns(), TimeWindow::kMinWindowNs)) fit();
-    first_row_ = std::clamp(first_row_, 0, timeline_ ? std::max(0, static_cast<int>(timeline_->rows().size()) - 1) : 0);
+    first_row_ = std::clamp(first_row_, 0, std::max(0, static_cast<int>(shown_.size()) - 1));
+    update();
+}
+
+void TimelineWidget::set_row_filter(RowFilter f) {
+    filter_ = f;
+    shown_ = timeline_ ? filtered_rows(*timeline_, filter_) : std::vector<std::size_t>{};
+    first_row_ = 0;
     update();
 }
 
@@ -71,7 +79,7 @@ void TimelineWidget::set_highlight_critical(bool on) {
 }
 
 void TimelineWidget::set_first_row(int row) {
-    const int rows = timeline_ ? static_cast<int>(timeline_->rows().size()) : 0;
+    const int rows = static_cast<int>(shown_.size());
     first_row_ = std::clamp(row, 0, std::max(0, rows - 1));
     update();
 }
@@ -108,7 +116,7 @@ void TimelineWidget::render_chart(QPainter& p, const QRect& area) {
 void TimelineWidget::paint_rows(QPainter& p, const Layout& l) const {
     const auto& rows = timeline_->rows();
     const double width = l.plot.width();
-    const int last = std::min(static_cast<int>(rows.size()), first_row_ + l.rows_visible);
+    const int last = std::min(static_cast<int>(shown_.size()), first_row_ + l.rows_visible);
     const bool fade = highlight_critical_;
     // Bars of one style are drawn in one call: a frame has up to a few hundred thousand of them.
     std::map<std::pair<int, int>, QVector<QRectF>> batches;  // (class, flags) -> rects
@@ -118,17 +126,18 @@ void TimelineWidget::paint_rows(QPainter& p, const Layout& l) const {
     // The stream names take the room they need (an overlay's "compute · predicted" is long); the
     // rank label gets the rest of the gutter.
     int stream_w = 60;
-    for (int r = first_row_; r < last; ++r) {
-        const auto& row = rows[static_cast<std::size_t>(r)];
+    for (int d = first_row_; d < last; ++d) {
+        const auto& row = rows[shown_[static_cast<std::size_t>(d)]];
         stream_w = std::max(stream_w, p.fontMetrics().horizontalAdvance(QString::fromStdString(row.stream + (row.tag.empty() ? "" : " · " + row.tag))) + 2);
     }
     stream_w = std::min(stream_w, kGutterWidth - 80);
-    for (int r = first_row_; r < last; ++r) {
-        const auto& row = rows[static_cast<std::size_t>(r)];
-        const int y = l.plot.top() + (r - first_row_) * kRowHeight;
-        const bool new_rank = r == first_row_ || rows[static_cast<std::size_t>(r - 1)].rank != row.rank;
+    for (int d = first_row_; d < last; ++d) {
+        const std::size_t r = shown_[static_cast<std::size_t>(d)];
+        const auto& row = rows[r];
+        const int y = l.plot.top() + (d - first_row_) * kRowHeight;
+        const bool new_rank = d == first_row_ || rows[shown_[static_cast<std::size_t>(d - 1)]].rank != row.rank;
         // Alternate shading per rank makes stages easy to tell apart.
-        const QColor bg = shade_[static_cast<std::size_t>(r)] ? QColor(238, 241, 246) : QColor(248, 248, 250);
+        const QColor bg = shade_[r] ? QColor(238, 241, 246) : QColor(248, 248, 250);
         p.fillRect(QRect(l.gutter.left(), y, l.gutter.width() + l.plot.width(), kRowHeight), bg);
         if (row.tag == "measured") p.fillRect(QRect(l.plot.left(), y, l.plot.width(), kRowHeight), QColor(255, 248, 235));
         p.setPen(QColor(40, 40, 40));
@@ -141,7 +150,7 @@ void TimelineWidget::paint_rows(QPainter& p, const Layout& l) const {
             p.setPen(QColor(40, 40, 40));
         }
         p.drawText(QRect(l.gutter.right() - stream_w - 4, y, stream_w, kRowHeight), Qt::AlignVCenter | Qt::AlignRight, stream);
-        for (const Bar& b : timeline_->bars(static_cast<std::size_t>(r), window_, width)) {
+        for (const Bar& b : timeline_->bars(r, window_, width)) {
             const double x0 = l.plot.left() + std::max(0.0, b.x0);
             const double w = std::max(1.0, std::min(width, b.x1) - std::max(0.0, b.x0));
             if (b.cls == BarClass::wait) {
@@ -153,7 +162,7 @@ void TimelineWidget::paint_rows(QPainter& p, const Layout& l) const {
             if (b.flags & kRecompute) hatched.push_back(rect);
         }
         if (!fade) continue;
-        for (const Bar& b : timeline_->critical_bars(static_cast<std::size_t>(r), window_, width)) {
+        for (const Bar& b : timeline_->critical_bars(r, window_, width)) {
             const double x0 = l.plot.left() + std::max(0.0, b.x0);
             const double w = std::max(1.0, std::min(width, b.x1) - std::max(0.0, b.x0));
             critical[{static_cast<int>(b.cls), b.flags & kBackward}].push_back(QRectF(x0, y + 2, w, kRowHeight - 6));
@@ -185,10 +194,10 @@ void TimelineWidget::paint_rows(QPainter& p, const Layout& l) const {
     p.setPen(QPen(QColor(20, 20, 20), 1));
     p.drawRects(critical_outline);
     p.setClipping(false);
-    if (last - first_row_ < static_cast<int>(rows.size())) {
+    if (last - first_row_ < static_cast<int>(shown_.size())) {
         p.setPen(Qt::darkGray);
         p.drawText(l.gutter.adjusted(4, 0, -4, 0), Qt::AlignBottom | Qt::AlignLeft,
-                   QStringLiteral("rows %1-%2 of %3 (shift+wheel)").arg(first_row_ + 1).arg(last).arg(rows.size()));
+                   QStringLiteral("rows %1-%2 of %3 (shift+wheel)").arg(first_row_ + 1).arg(last).arg(shown_.size()));
     }
 }
 
@@ -240,13 +249,14 @@ std::optional<std::pair<std::size_t, std::size_t>> TimelineWidget::span_at(QPoin
     if (!timeline_) return std::nullopt;
     const Layout l = layout_for(rect());
     if (!l.plot.contains(pos)) return std::nullopt;
-    const int r = first_row_ + (pos.y() - l.plot.top()) / kRowHeight;
-    if (r < 0 || r >= static_cast<int>(timeline_->rows().size())) return std::nullopt;
+    const int d = first_row_ + (pos.y() - l.plot.top()) / kRowHeight;
+    if (d < 0 || d >= static_cast<int>(shown_.size())) return std::nullopt;
+    const std::size_t r = shown_[static_cast<std::size_t>(d)];
     const double ns_per_px = static_cast<double>(window_.length_ns()) / std::max(1, l.plot.width());
     const std::int64_t t = window_.t_of(pos.x() - l.plot.left(), l.plot.width());
-    auto s = timeline_->span_at(static_cast<std::size_t>(r), t, static_cast<std::int64_t>(2 * ns_per_px));
+    auto s = timeline_->span_at(r, t, static_cast<std::int64_t>(2 * ns_per_px));
     if (!s) return std::nullopt;
-    return std::make_pair(static_cast<std::size_t>(r), *s);
+    return std::make_pair(r, *s);
 }
 
 QString TimelineWidget::describe(std::size_t row, std::size_t span) const {
@@ -302,7 +312,7 @@ void TimelineWidget::mouseMoveEvent(QMouseEvent* e) {
         const QPoint d = e->pos() - *drag_from_;
         const auto dt = static_cast<std::int64_t>(-static_cast<double>(d.x()) * drag_window_.length_ns() / std::max(1, l.plot.width()));
         window_ = drag_window_.panned(dt, timeline_->end_ns());
-        first_row_ = std::clamp(drag_row_ - d.y() / kRowHeight, 0, std::max(0, static_cast<int>(timeline_->rows().size()) - 1));
+        first_row_ = std::clamp(drag_row_ - d.y() / kRowHeight, 0, std::max(0, static_cast<int>(shown_.size()) - 1));
         emit windowChanged();
         update();
         return;

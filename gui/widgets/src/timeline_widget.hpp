@@ -22,6 +22,7 @@ public:
     const TimeWindow& window() const { return window_; }
     void fit();
     void set_highlight_critical(bool on);
+    void set_row_filter(RowFilter f);
     void set_first_row(int row);
     int first_row() const { return first_row_; }
     void render_chart(QPainter& p, const QRect& area) override;
@@ -56,7 +57,9 @@ private:
 
     std::shared_ptr<const Timeline> timeline_;
     std::array<std::int64_t, kBarClassCount> busy_{};
-    std::vector<int> shade_;  ///< per row: 0/1 alternating with the rank, for the background
+    std::vector<int> shade_;           ///< per row: 0/1 alternating with the rank, for the background
+    RowFilter filter_ = RowFilter::all;
+    std::vector<std::size_t> shown_;   ///< the rows the filter keeps; display row i is rows()[shown_[i]]
     TimeWindow window_;
     int first_row_ = 0;
     bool highlight_critical_ = true;

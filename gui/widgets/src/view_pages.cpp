@@ -1,6 +1,7 @@
 #include "view_pages.hpp"
 
 #include <QCheckBox>
+#include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QFormLayout>
 #include <QHBoxLayout>
@@ -30,13 +31,18 @@ QPushButton* tool(const QString& text, const QString& tip) {
 }  // namespace
 
 TimelinePage::TimelinePage(QWidget* parent) : QWidget(parent), chart_(new TimelineWidget), title_(new QLabel), details_(new QTextBrowser) {
+    title_->setWordWrap(true);
     auto* bar = new QHBoxLayout;
     auto* fit = tool(QStringLiteral("Fit"), QStringLiteral("The whole step (double-click, Home)"));
     auto* in = tool(QStringLiteral("Zoom in"), QStringLiteral("Wheel or +; down to a microsecond across the view"));
     auto* out = tool(QStringLiteral("Zoom out"), QStringLiteral("Wheel or -"));
     auto* critical = new QCheckBox(QStringLiteral("highlight the critical path"));
     critical->setChecked(true);
+    rows_ = new QComboBox;
+    rows_->addItems({QStringLiteral("all streams"), QStringLiteral("no pipeline send/recv"), QStringLiteral("compute only")});
+    rows_->setToolTip(QStringLiteral("Which rows to show: a deep pipeline's send and receive streams take most of the rows"));
     bar->addWidget(title_, 1);
+    bar->addWidget(rows_);
     bar->addWidget(critical);
     bar->addWidget(fit);
     bar->addWidget(in);
@@ -49,6 +55,7 @@ TimelinePage::TimelinePage(QWidget* parent) : QWidget(parent), chart_(new Timeli
         chart_->set_window(chart_->window().zoomed(2.0, (chart_->window().start_ns + chart_->window().end_ns) / 2, chart_->timeline() ? chart_->timeline()->end_ns() : 1));
     });
     connect(critical, &QCheckBox::toggled, chart_, &TimelineWidget::set_highlight_critical);
+    connect(rows_, &QComboBox::currentIndexChanged, this, [this](int i) { chart_->set_row_filter(static_cast<RowFilter>(i)); });
     details_->setMinimumWidth(300);
     details_->setMaximumWidth(480);
     connect(chart_, &TimelineWidget::spanHovered, this, [this](const QString& html) {
@@ -72,6 +79,8 @@ void TimelinePage::set_timeline(std::shared_ptr<const Timeline> t, const QString
     details_->setHtml(QStringLiteral("<i>Hover a bar for its instruction.</i><hr><pre style='font-size:7.5pt; white-space: pre-wrap'>") + summary.toHtmlEscaped() +
                       QStringLiteral("</pre>"));
 }
+
+void TimelinePage::set_row_filter(RowFilter f) { rows_->setCurrentIndex(static_cast<int>(f)); }
 
 MemoryPage::MemoryPage(QWidget* parent)
     : QWidget(parent), title_(new QLabel), follow_(new QCheckBox(QStringLiteral("follow the timeline's zoom"))),

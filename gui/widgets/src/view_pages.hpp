@@ -13,6 +13,7 @@
 #include "timeline_widget.hpp"
 
 class QCheckBox;
+class QComboBox;
 class QDoubleSpinBox;
 class QLabel;
 class QListWidget;
@@ -30,10 +31,12 @@ public:
     explicit TimelinePage(QWidget* parent = nullptr);
     void set_timeline(std::shared_ptr<const Timeline> t, const QString& title, const QString& summary, bool keep_window);
     TimelineWidget* chart() { return chart_; }
+    void set_row_filter(RowFilter f);
 
 private:
     TimelineWidget* chart_;
     QLabel* title_;
+    QComboBox* rows_ = nullptr;
     QTextBrowser* details_;
     QString summary_;
 };

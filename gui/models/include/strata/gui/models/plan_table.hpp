@@ -1,5 +1,5 @@
 // The plan explorer's table: the planner's ranked plans with their figures (the engine's where the
-// plan was simulated, the fast estimate's otherwise, and the column says which), sortable by the
+// plan was simulated, the fast estimate's otherwise: EstimateRole says which), sortable by the
 // numbers behind the text, and a filter proxy (fits only, ZeRO stage, offload, schedule).
 #pragma once
 #include <QAbstractTableModel>
@@ -21,7 +21,7 @@ class PlanTableModel : public QAbstractTableModel {
 public:
     enum Column {
         Rank, Tp, Pp, Dp, Cp, Ep, Vpp, MicroBatch, Schedule, Zero, Recompute, SeqParallel, Offload,
-        StepTime, TokensPerS, Mfu, PeakHbm, Fits, Source, Why, ColumnCount
+        StepTime, TokensPerS, Mfu, PeakHbm, Fits, Why, ColumnCount
     };
     /// SortRole: the number behind a cell; EstimateRole: the row's figures are the fast estimate's
     /// (the view sets them apart); OomRole: the plan does not fit. (QtCore only: no colours here.)

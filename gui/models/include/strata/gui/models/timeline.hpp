@@ -89,6 +89,14 @@ struct TimeWindow {
     TimeWindow panned(std::int64_t delta_ns, std::int64_t limit_ns) const;
 };
 
+/// Which rows a view shows: all of them, all but the pipeline's send/receive streams (whose
+/// waits fill a deep pipeline's rows), or the compute streams only.
+enum class RowFilter { all, no_p2p, compute_only };
+
+class Timeline;
+/// Indices of the rows the filter keeps, in order.
+std::vector<std::size_t> filtered_rows(const Timeline& t, RowFilter f);
+
 class Timeline {
 public:
     Timeline() = default;

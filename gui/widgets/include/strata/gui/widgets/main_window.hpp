@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "strata/gui/models/capacity_view.hpp"
+#include "strata/gui/models/timeline.hpp"
 #include "strata/gui/models/whatif.hpp"
 #include "strata/gui/models/workbench.hpp"
 
@@ -39,6 +40,11 @@ public:
     void cancel_search();
     void start_capacity(const CapacityRequest& r);
     void cancel_capacity();
+    /// Edits one scenario field ("plan.tp") as its editor does; returns the problem now shown beside
+    /// it ("" if none).
+    QString edit_field(const QString& path, const QString& value);
+    /// Opens the n-th plan of the table (0-based, in the planner's order) as a double-click does.
+    bool open_ranked_plan(int n);
     /// Moves one what-if knob as its control does; returns the error shown beside it ("" if none).
     QString set_knob(Knob k, const QString& value, bool keep_gpus = true);
     /// Writes the last complete search as the planner's JSON (refused while one runs or was cancelled).
@@ -59,8 +65,9 @@ public:
     /// The visible view's chart alone (timeline, memory over time, capacity, validation overlay) as
     /// .png or .svg; "" or why not.
     QString export_chart(const QString& path);
-    /// Sets the timeline's visible range (headless screenshots of a zoomed region).
+    /// Sets the timeline's visible range and rows (headless screenshots of a zoomed region).
     void set_timeline_window(std::int64_t start_ns, std::int64_t end_ns);
+    void set_timeline_rows(RowFilter f);
 
     ScenarioDocument& document() { return *doc_; }
     ExplorerPage* explorer() { return explorer_; }
