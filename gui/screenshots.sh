@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 gui=build/strata-gui
 out=docs/img
-shot() { local name="$1"; shift; echo "  $name"; "$gui" "$@" --screenshot "$out/$name" --size 1600x1000; }
+shot() { local name="$1"; shift; echo "  $name"; "$gui" --size 1600x1000 "$@" --screenshot "$out/$name"; }
 
 # GPT-3 175B on 1024 A100 (Megatron-LM's SC21 plan).
 gpt3=(--scenario scenarios/gpt3-175b-1024xa100.json)
@@ -16,7 +16,7 @@ shot gui-memory-gpt3.png "${gpt3[@]}" --view memory
 
 # LLaMA-3 70B on 64 H100 (scripts/plan.sh's job): the search, the best plan opened, a what-if.
 llama=(--model llama-3-70b --cluster dgx-h100-x8 --global-batch 512)
-shot gui-plans-llama3-70b.png "${llama[@]}" --view plans --pick 1 --whatif tp=2
+shot gui-plans-llama3-70b.png "${llama[@]}" --view plans --pick 1 --whatif tp=2 --size 1920x1080
 shot gui-memory-llama3-70b-oom.png "${llama[@]}" --view memory --pick 1 --whatif micro_batch=4
 shot gui-capacity-llama3-70b.png --model llama-3-70b --cluster dgx-h100-x8 --view capacity --tokens 2000 --deadline 30 --max-gpus 2048 --timeout 3000
 

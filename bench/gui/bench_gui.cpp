@@ -61,15 +61,17 @@ void BM_WhatIfEdit_Llama3_70B_64xH100(benchmark::State& state) {
     const auto view = hardware().view(c, "dgx-h100-x8");
     const auto cal = hardware().calibration(view);
     sim::PlanSpec plan = llama_plan(state.range(0) != 0);
+    const Knob knob = state.range(1) == 0 ? Knob::micro_batch : Knob::tp;
     TimelineWidget timeline;
     MemoryTimeChart memory;
     timeline.resize(kSize);
     memory.resize(kSize);
     std::int64_t spans = 0;
-    int mb = 1;
+    const std::string values[2] = {knob_value(plan, knob), "2"};
+    int k = 0;
     for (auto _ : state) {
-        mb = 3 - mb;  // 1 <-> 2: every edit is a new plan
-        const WhatIfEdit e = apply_knob(m, c, plan, Knob::micro_batch, std::to_string(mb), true);
+        k = 1 - k;  // back and forth between two values: every edit is a new plan
+        const WhatIfEdit e = apply_knob(m, c, plan, knob, values[k], true);
         const Snapshot s = simulate_snapshot(m, c, e.plan, view, cal, "what-if");
         auto t = std::make_shared<const Timeline>(Timeline::from_simulation(s.out));
         spans = static_cast<std::int64_t>(t->span_count());
@@ -81,7 +83,10 @@ void BM_WhatIfEdit_Llama3_70B_64xH100(benchmark::State& state) {
     }
     state.counters["spans"] = static_cast<double>(spans);
 }
-BENCHMARK(BM_WhatIfEdit_Llama3_70B_64xH100)->Arg(0)->Arg(1)->ArgName("pipelined")->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(6);
+// Args: the plan (0: the planner's best, 1: the deep pipeline), the knob (0: micro-batch 1 <-> 2,
+// 1: tp 1 <-> 2 with dp following).
+BENCHMARK(BM_WhatIfEdit_Llama3_70B_64xH100)
+    ->Args({0, 0})->Args({0, 1})->Args({1, 0})->ArgNames({"pipelined", "knob_tp"})->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(6);
 
 struct Gpt3 {
     std::shared_ptr<const Timeline> timeline;

@@ -25,9 +25,9 @@ for v in scenario plans timeline memory capacity validation; do grep -q "$v" "$t
 grep -q "<svg" "$tmp/m.svg" || fail "m.svg is not an SVG"
 
 # Bad input: a scenario with an unknown key. Same message and exit code as the CLI, no file.
-sed 's/"plan":/"plam":/' "$src/scenarios/gpt-tiny-cpu.json" >"$src/scenarios/.gui-cli-bad-$$.json"
-bad="$src/scenarios/.gui-cli-bad-$$.json"
-trap 'rm -rf "$tmp" "$bad"' EXIT
+bad="$tmp/bad.json"
+sed -e "s|\"models/|\"$src/scenarios/models/|; s|\"clusters/|\"$src/scenarios/clusters/|; s|\"plans/|\"$src/scenarios/plans/|" \
+    -e 's/"plan":/"plam":/' "$src/scenarios/gpt-tiny-cpu.json" >"$bad"
 "$strata" simulate --scenario "$bad" >/dev/null 2>"$tmp/cli.err"
 cli_rc=$?
 "$gui" --scenario "$bad" --view timeline --screenshot "$tmp/bad.png" >/dev/null 2>"$tmp/gui.err"

@@ -68,7 +68,8 @@ TEST_CASE("document: a bundled scenario opens with every canonical field and no 
     CHECK(sched->kind == Field::Kind::choice);
     CHECK(sched->choices == std::vector<std::string>{"gpipe", "1f1b", "interleaved-1f1b", "dualpipev"});
     CHECK(find_field(plan, "plan.offload.optimizer"));  // nested objects are flattened one level
-    const Field* gpu = find_field(d.fields(Part::cluster), "cluster.gpu");
+    const auto cluster = d.fields(Part::cluster);
+    const Field* gpu = find_field(cluster, "cluster.gpu");
     REQUIRE(gpu);
     CHECK(gpu->kind == Field::Kind::text);  // a free hwdb id, not a fixed list
     CHECK(d.scenario().plan->tp == 2);

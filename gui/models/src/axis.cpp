@@ -1,5 +1,6 @@
 #include "strata/gui/models/axis.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -55,7 +56,8 @@ std::string time_label(std::int64_t t_ns, std::int64_t step_ns) {
         const char* name;
     };
     static const Unit units[] = {{1'000'000'000, "s"}, {1'000'000, "ms"}, {1'000, "us"}, {1, "ns"}};
-    const std::int64_t mag = std::llabs(t_ns) > std::llabs(step_ns) ? std::llabs(t_ns) : std::llabs(step_ns);
+    // The unit follows the larger of the time and ten steps, so a window's 0 reads "0.0 ms", not "0 us".
+    const std::int64_t mag = std::max(std::llabs(t_ns), 10 * std::llabs(step_ns));
     const Unit* u = &units[3];
     for (const auto& c : units)
         if (mag >= c.ns) {

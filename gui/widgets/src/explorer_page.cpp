@@ -208,12 +208,21 @@ void ExplorerPage::set_progress(double fraction, const QString& phase) {
 
 void ExplorerPage::set_results(const planner::SearchResult& r, const QString& summary) {
     model_->set_plans(r.ranked);
+    // A dimension that is the same in every plan (ep of a dense model) gives its room to "why".
+    QStringList same;
+    for (int col : {PlanTableModel::Cp, PlanTableModel::Ep, PlanTableModel::Vpp}) {
+        bool constant = model_->rowCount() > 0;
+        const QVariant first = model_->data(model_->index(0, col));
+        for (int row = 1; row < model_->rowCount() && constant; ++row) constant = model_->data(model_->index(row, col)) == first;
+        table_->setColumnHidden(col, constant);
+        if (constant) same << model_->headerData(col, Qt::Horizontal).toString() + " " + first.toString();
+    }
     table_->resizeColumnsToContents();
     table_->setColumnWidth(PlanTableModel::Why, std::min(table_->columnWidth(PlanTableModel::Why), 480));
     progress_->setValue(r.cancelled ? progress_->value() : 1000);
     progress_->setFormat(r.cancelled ? QStringLiteral("cancelled") : QStringLiteral("done"));
     export_->setEnabled(!r.cancelled && !r.ranked.empty());
-    summary_->setText(summary);
+    summary_->setText(same.isEmpty() ? summary : summary + QStringLiteral(" · in every plan: ") + same.join(", "));
 }
 
 void ExplorerPage::set_global_batch(int gbs) { gbs_->setValue(gbs); }

@@ -148,7 +148,14 @@ void MainWindow::update_title() {
 }
 
 QString MainWindow::open_scenario(const QString& path) {
-    const std::string err = doc_->open(path.toStdString());
+    std::string file;
+    try {
+        file = locate(settings_.scenarios_dir, "", path.toStdString(), "--scenario");  // a file, or a bundled name
+    } catch (const InputError& e) {
+        report(q(e.what()), true);
+        return q(e.what());
+    }
+    const std::string err = doc_->open(file);
     if (!err.empty()) {
         report(q(err), true);
         return q(err);

@@ -90,7 +90,9 @@ TimelineWidget::Layout TimelineWidget::layout_for(const QRect& a) const {
     l.legend = QRect(a.left(), a.bottom() - kLegendHeight + 1, a.width(), kLegendHeight);
     l.plot = QRect(a.left() + kGutterWidth, a.top() + kAxisHeight, a.width() - kGutterWidth, a.height() - kAxisHeight - kLegendHeight);
     l.gutter = QRect(a.left(), l.plot.top(), kGutterWidth, l.plot.height());
-    l.rows_visible = std::max(0, l.plot.height() / kRowHeight);
+    const int rows = std::max<int>(1, static_cast<int>(shown_.size()));
+    l.row_h = std::clamp(l.plot.height() / rows, kRowHeight, 2 * kRowHeight);
+    l.rows_visible = std::max(0, l.plot.height() / l.row_h);
     return l;
 }
 
@@ -134,30 +136,31 @@ void TimelineWidget::paint_rows(QPainter& p, const Layout& l) const {
     for (int d = first_row_; d < last; ++d) {
         const std::size_t r = shown_[static_cast<std::size_t>(d)];
         const auto& row = rows[r];
-        const int y = l.plot.top() + (d - first_row_) * kRowHeight;
+        const int rh = l.row_h;
+        const int y = l.plot.top() + (d - first_row_) * rh;
         const bool new_rank = d == first_row_ || rows[shown_[static_cast<std::size_t>(d - 1)]].rank != row.rank;
         // Alternate shading per rank makes stages easy to tell apart.
         const QColor bg = shade_[r] ? QColor(238, 241, 246) : QColor(248, 248, 250);
-        p.fillRect(QRect(l.gutter.left(), y, l.gutter.width() + l.plot.width(), kRowHeight), bg);
-        if (row.tag == "measured") p.fillRect(QRect(l.plot.left(), y, l.plot.width(), kRowHeight), QColor(255, 248, 235));
+        p.fillRect(QRect(l.gutter.left(), y, l.gutter.width() + l.plot.width(), rh), bg);
+        if (row.tag == "measured") p.fillRect(QRect(l.plot.left(), y, l.plot.width(), rh), QColor(255, 248, 235));
         p.setPen(QColor(40, 40, 40));
         const QString stream = QString::fromStdString(row.stream) + (row.tag.empty() ? QString() : " · " + QString::fromStdString(row.tag));
         if (new_rank) {
-            p.drawText(QRect(l.gutter.left() + 4, y, kGutterWidth - stream_w - 8, kRowHeight), Qt::AlignVCenter | Qt::AlignLeft,
+            p.drawText(QRect(l.gutter.left() + 4, y, kGutterWidth - stream_w - 8, rh), Qt::AlignVCenter | Qt::AlignLeft,
                        p.fontMetrics().elidedText(QString::fromStdString(row.rank_label), Qt::ElideRight, kGutterWidth - stream_w - 8));
             p.setPen(QColor(200, 200, 210));
             p.drawLine(l.gutter.left(), y, l.plot.right(), y);
             p.setPen(QColor(40, 40, 40));
         }
-        p.drawText(QRect(l.gutter.right() - stream_w - 4, y, stream_w, kRowHeight), Qt::AlignVCenter | Qt::AlignRight, stream);
+        p.drawText(QRect(l.gutter.right() - stream_w - 4, y, stream_w, rh), Qt::AlignVCenter | Qt::AlignRight, stream);
         for (const Bar& b : timeline_->bars(r, window_, width)) {
             const double x0 = l.plot.left() + std::max(0.0, b.x0);
             const double w = std::max(1.0, std::min(width, b.x1) - std::max(0.0, b.x0));
             if (b.cls == BarClass::wait) {
-                waits.push_back(QRectF(x0, y + kRowHeight / 2.0 - 1, w, 2));
+                waits.push_back(QRectF(x0, y + rh / 2.0 - 1, w, 2));
                 continue;
             }
-            const QRectF rect(x0, y + 2, w, kRowHeight - 4);
+            const QRectF rect(x0, y + 2, w, rh - 4);
             batches[{static_cast<int>(b.cls), b.flags & kBackward}].push_back(rect);
             if (b.flags & kRecompute) hatched.push_back(rect);
         }
@@ -165,13 +168,13 @@ void TimelineWidget::paint_rows(QPainter& p, const Layout& l) const {
         for (const Bar& b : timeline_->critical_bars(r, window_, width)) {
             const double x0 = l.plot.left() + std::max(0.0, b.x0);
             const double w = std::max(1.0, std::min(width, b.x1) - std::max(0.0, b.x0));
-            critical[{static_cast<int>(b.cls), b.flags & kBackward}].push_back(QRectF(x0, y + 2, w, kRowHeight - 6));
+            critical[{static_cast<int>(b.cls), b.flags & kBackward}].push_back(QRectF(x0, y + 2, w, rh - 6));
             // The path itself: a red line under its bars, unbroken where they touch.
-            if (!critical_line.empty() && critical_line.back().top() == y + kRowHeight - 4 && x0 <= critical_line.back().right() + 1.0)
+            if (!critical_line.empty() && critical_line.back().top() == y + rh - 4 && x0 <= critical_line.back().right() + 1.0)
                 critical_line.back().setRight(std::max(critical_line.back().right(), x0 + w));
             else
-                critical_line.push_back(QRectF(x0, y + kRowHeight - 4, w, 3));
-            if (w >= 6) critical_outline.push_back(QRectF(x0, y + 2, w, kRowHeight - 6));
+                critical_line.push_back(QRectF(x0, y + rh - 4, w, 3));
+            if (w >= 6) critical_outline.push_back(QRectF(x0, y + 2, w, rh - 6));
         }
     }
     p.setClipRect(l.plot);
@@ -249,7 +252,7 @@ std::optional<std::pair<std::size_t, std::size_t>> TimelineWidget::span_at(QPoin
     if (!timeline_) return std::nullopt;
     const Layout l = layout_for(rect());
     if (!l.plot.contains(pos)) return std::nullopt;
-    const int d = first_row_ + (pos.y() - l.plot.top()) / kRowHeight;
+    const int d = first_row_ + (pos.y() - l.plot.top()) / l.row_h;
     if (d < 0 || d >= static_cast<int>(shown_.size())) return std::nullopt;
     const std::size_t r = shown_[static_cast<std::size_t>(d)];
     const double ns_per_px = static_cast<double>(window_.length_ns()) / std::max(1, l.plot.width());
@@ -312,7 +315,7 @@ void TimelineWidget::mouseMoveEvent(QMouseEvent* e) {
         const QPoint d = e->pos() - *drag_from_;
         const auto dt = static_cast<std::int64_t>(-static_cast<double>(d.x()) * drag_window_.length_ns() / std::max(1, l.plot.width()));
         window_ = drag_window_.panned(dt, timeline_->end_ns());
-        first_row_ = std::clamp(drag_row_ - d.y() / kRowHeight, 0, std::max(0, static_cast<int>(shown_.size()) - 1));
+        first_row_ = std::clamp(drag_row_ - d.y() / l.row_h, 0, std::max(0, static_cast<int>(shown_.size()) - 1));
         emit windowChanged();
         update();
         return;

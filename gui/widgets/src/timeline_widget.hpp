@@ -47,6 +47,7 @@ protected:
 private:
     struct Layout {
         QRect plot, gutter, axis, legend;
+        int row_h = 16;        ///< rows grow to fill the height when there are few of them
         int rows_visible = 0;
     };
     Layout layout_for(const QRect& area) const;
