@@ -142,6 +142,34 @@ TEST_CASE("smoke: the window loads a scenario, refuses a bad one, searches, canc
     CHECK_FALSE(w.export_chart(tmp.file("none.png")).isEmpty());
 }
 
+TEST_CASE("smoke: a capacity sweep's point opens its plan; a validate report opens", "[gui][smoke]") {
+    MainWindow w(Settings{});
+    REQUIRE(w.open_specs(QStringLiteral("gpt2-124m"), QStringLiteral("dgx-h100-x1"), {}).isEmpty());
+    CapacityRequest r;
+    r.tokens = 1e9;
+    r.deadline_s = 86400;
+    r.gpus = {"H100-SXM5-80GB"};
+    r.max_gpus = 16;
+    r.global_batch = 64;
+    w.start_capacity(r);
+    REQUIRE(w.wait_idle(120000));
+    REQUIRE(w.last_capacity());
+    int feasible = -1;
+    for (std::size_t i = 0; i < w.last_capacity()->points.size(); ++i)
+        if (w.last_capacity()->points[i].feasible) feasible = static_cast<int>(i);
+    REQUIRE(feasible >= 0);
+    const auto& pt = w.last_capacity()->points[static_cast<std::size_t>(feasible)];
+    REQUIRE(w.open_capacity_point(feasible));
+    REQUIRE(w.wait_idle(120000));
+    CHECK(w.document().scenario().cluster.gpu_count() == pt.cluster.gpu_count());
+    REQUIRE(w.current());
+    CHECK(w.current()->plan.dp == pt.best.plan.dp);
+    CHECK(w.current()->plan.tp == pt.best.plan.tp);
+
+    CHECK(w.open_report(QString::fromStdString(kSrc + "/tests/data/gui/validate/report.json")).isEmpty());
+    CHECK(w.open_report(QString::fromStdString(kSrc + "/tests/data/gui/validate/nowhere.json")).contains("cannot be opened"));
+}
+
 TEST_CASE("smoke: closing the window during a search leaves no file behind", "[gui][smoke]") {
     TempDir tmp;
     const QString out = tmp.file("plans.json");

@@ -366,15 +366,19 @@ void MainWindow::start_capacity(const CapacityRequest& req) {
 
 void MainWindow::cancel_capacity() { capacity_job_->cancel(); }
 
-void MainWindow::open_capacity_point(int index) {
-    if (!last_capacity_ || index < 0 || index >= static_cast<int>(last_capacity_->points.size())) return;
+bool MainWindow::open_capacity_point(int index) {
+    if (!last_capacity_ || index < 0 || index >= static_cast<int>(last_capacity_->points.size())) return false;
     const auto& pt = last_capacity_->points[static_cast<std::size_t>(index)];
-    if (!pt.feasible) return report(q(describe_point(pt)), true);
+    if (!pt.feasible) {
+        report(q(describe_point(pt)), true);
+        return false;
+    }
     doc_->set_cluster(pt.cluster);
     doc_->set_plan(pt.best.plan);
     scenario_page_->reload();
     document_changed();
     show_view(QStringLiteral("plans"));
+    return true;
 }
 
 QString MainWindow::open_report(const QString& path) {

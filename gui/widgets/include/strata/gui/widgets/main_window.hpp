@@ -40,6 +40,10 @@ public:
     void cancel_search();
     void start_capacity(const CapacityRequest& r);
     void cancel_capacity();
+    /// Opens a point of the last sweep as a click on it does: its cluster and plan become the
+    /// scenario's. False if there is no such feasible point.
+    bool open_capacity_point(int index);
+    const planner::CapacityResult* last_capacity() const { return last_capacity_.get(); }
     /// Edits one scenario field ("plan.tp") as its editor does; returns the problem now shown beside
     /// it ("" if none).
     QString edit_field(const QString& path, const QString& value);
@@ -86,7 +90,6 @@ private:
     void simulate(const sim::PlanSpec& plan, bool as_base);
     void show_snapshot(Snapshot s, bool as_base);
     void activate_plan(int row);
-    void open_capacity_point(int index);
     void report(const QString& message, bool error);
     void update_title();
 
