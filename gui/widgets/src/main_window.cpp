@@ -236,8 +236,9 @@ void MainWindow::show_snapshot(Snapshot s, bool as_base) {
                               .arg(current_.cluster.gpu_count())
                               .arg(q(current_.cluster.gpu), plan_label(current_.plan), q(human_seconds(out.step_time_s)),
                                    out.result.oom ? QStringLiteral(" · OOM") : QString());
-    timeline_page_->set_timeline(std::make_shared<const Timeline>(Timeline::from_simulation(current_.out)), title, q(sim::summary_text(out)),
-                                 !as_base);
+    // The summary strata simulate prints, with its calibration line.
+    const std::string summary = sim::summary_text(out) + "calibration        " + hw_->calibration_note(hw_->view(current_.cluster, "")) + "\n";
+    timeline_page_->set_timeline(std::make_shared<const Timeline>(Timeline::from_simulation(current_.out)), title, q(summary), !as_base);
     memory_page_->set_view(memory_view(out), title);
     if (as_base) {
         base_plan_ = whatif_plan_ = current_.plan;
