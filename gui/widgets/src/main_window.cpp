@@ -62,7 +62,7 @@ MainWindow::MainWindow(const Settings& settings, QWidget* parent)
     resize(1500, 950);
 
     connect(scenario_page_, &ScenarioPage::documentChanged, this, &MainWindow::document_changed);
-    connect(scenario_page_, &ScenarioPage::message, this, [this](const QString& m) { report(m, true); });
+    connect(scenario_page_, &ScenarioPage::message, this, [this](const QString& m) { refuse(QStringLiteral("Scenario"), m); });
     connect(explorer_, &ExplorerPage::searchRequested, this, &MainWindow::start_search);
     connect(explorer_, &ExplorerPage::cancelRequested, this, &MainWindow::cancel_search);
     connect(explorer_, &ExplorerPage::planActivated, this, &MainWindow::activate_plan);
@@ -143,6 +143,13 @@ void MainWindow::report(const QString& message, bool error) {
     statusBar()->showMessage(message);
 }
 
+void MainWindow::refuse(const QString& title, const QString& message) {
+    report(message, true);
+    // A person who opened a file is told at once; a headless run or a test (no window shown) is not
+    // held up by a dialog: it reads the returned message.
+    if (isVisible()) QMessageBox::warning(this, title, message);
+}
+
 void MainWindow::update_title() {
     setWindowTitle(QStringLiteral("strata-gui · %1%2").arg(q(doc_->display_name()), doc_->modified() ? QStringLiteral(" *") : QString()));
 }
@@ -152,12 +159,12 @@ QString MainWindow::open_scenario(const QString& path) {
     try {
         file = locate(settings_.scenarios_dir, "", path.toStdString(), "--scenario");  // a file, or a bundled name
     } catch (const InputError& e) {
-        report(q(e.what()), true);
+        refuse(QStringLiteral("Open scenario"), q(e.what()));
         return q(e.what());
     }
     const std::string err = doc_->open(file);
     if (!err.empty()) {
-        report(q(err), true);
+        refuse(QStringLiteral("Open scenario"), q(err));
         return q(err);
     }
     scenario_page_->reload();
@@ -386,10 +393,10 @@ QString MainWindow::open_report(const QString& path) {
     try {
         validation_page_->set_validation(load_validation(path.toStdString()));
     } catch (const InputError& e) {
-        report(q(e.what()), true);
+        refuse(QStringLiteral("Open validation report"), q(e.what()));
         return q(e.what());
     } catch (const RuntimeError& e) {
-        report(q(e.what()), true);
+        refuse(QStringLiteral("Open validation report"), q(e.what()));
         return q(e.what());
     }
     show_view(QStringLiteral("validation"));

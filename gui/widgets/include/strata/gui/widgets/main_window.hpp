@@ -91,6 +91,7 @@ private:
     void show_snapshot(Snapshot s, bool as_base);
     void activate_plan(int row);
     void report(const QString& message, bool error);
+    void refuse(const QString& title, const QString& message);  ///< a file not opened: says why
     void update_title();
 
     Settings settings_;
