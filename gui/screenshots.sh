@@ -25,5 +25,10 @@ mix=(--scenario scenarios/mixtral-8x7b-64xh100.json)
 shot gui-timeline-mixtral.png "${mix[@]}" --view timeline --streams no-p2p --time 0:400000
 shot gui-memory-mixtral.png "${mix[@]}" --view memory
 
-# A strata validate report (the hand-made fixture of the tests until the runtime writes real ones).
-shot gui-validation-fixture.png --report tests/data/gui/validate/report.json --view validation
+# A strata validate report: gpt-tiny on 2 CPU ranks, predicted against the runtime's run. The
+# profile validate takes first goes to a copy of the hardware database, not the build's own.
+val="$(mktemp -d)"
+trap 'rm -rf "$val"' EXIT
+cp build/hwdb/strata.db "$val/hw.db"
+build/strata validate --scenario gpt-tiny-2cpu --steps 20 --db "$val/hw.db" --json "$val/report.json" >/dev/null
+shot gui-validation-gpt-tiny-2cpu.png --report "$val/report.json" --view validation

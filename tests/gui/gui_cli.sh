@@ -53,6 +53,14 @@ grep -q "is not one of" "$tmp/err" || fail "--view nowhere: no list of views"
 [ $? -eq 2 ] || fail "--view validation without --report does not exit 2"
 [ ! -e "$tmp/x.png" ] || fail "a screenshot was written for a usage error"
 
+# A report written by the runtime's `strata validate` (the real writer, not the fixture) opens in
+# the validation view: the two ends of strata.validate/1 agree.
+mkdir -p "$tmp/val"
+"$strata" validate --scenario gpt-tiny-2cpu --steps 3 --no-profile --json "$tmp/val/r.json" >/dev/null 2>"$tmp/val.err" ||
+    { cat "$tmp/val.err"; fail "strata validate exits $?"; }
+"$gui" --report "$tmp/val/r.json" --view validation --screenshot "$tmp/val.png" 2>"$tmp/err" || { cat "$tmp/err"; fail "strata-gui refuses strata validate's report"; }
+[ -s "$tmp/val.png" ] || fail "no screenshot of the validation view"
+
 # A plan search written as the planner's JSON.
 "$gui" --scenario "$src/scenarios/gpt-tiny-cpu.json" --plans-json "$tmp/plans.json" --no-offload || fail "--plans-json exits $?"
 grep -q '"ranked"\|"plans"' "$tmp/plans.json" || fail "plans.json has no ranked plans"

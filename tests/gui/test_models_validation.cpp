@@ -37,6 +37,7 @@ TEST_CASE("validation: the fixture report reads, with both traces overlaid", "[g
     const Validation v = load_validation(kReport);
     CHECK(v.report.backend == "cpu");
     CHECK(v.report.steps == 3);
+    CHECK(v.report.calibration == "none (uncalibrated datasheet model)");
     CHECK(v.report.step_time_s.predicted == Approx(v.predicted.end_ns() * 1e-9).epsilon(1e-6));
     CHECK(v.report.step_time_s.measured == Approx(v.measured.end_ns() * 1e-9).epsilon(1e-6));
     CHECK(v.report.classes.size() == 5);
@@ -81,6 +82,8 @@ TEST_CASE("validation: a bad report names the file, the path and the rule", "[gu
           "r.json: step_time.measured_s must not be negative (got -1.0)");
     CHECK(report_error([](nlohmann::json& j) { j["steps"] = 0; }) == "r.json: steps must be a positive integer (got 0)");
     CHECK(report_error([](nlohmann::json&) {}).empty());
+    CHECK(report_error([](nlohmann::json& j) { j.erase("calibration"); }).empty());  // optional
+    CHECK(report_error([](nlohmann::json& j) { j["calibration"] = 1; }) == "r.json: calibration must be a string (got 1)");
 }
 
 TEST_CASE("validation: a report whose trace is missing says which file", "[gui][validation]") {

@@ -14,7 +14,7 @@ namespace strata::gui {
 const char* to_string(BarClass c) {
     static const char* names[] = {"GEMM",   "attention",  "memory-bound", "GPU optimizer", "TP comm", "CP comm",
                                   "EP comm", "DP comm",   "PP p2p",       "H2D/D2H copy", "SSD I/O", "CPU optimizer",
-                                  "waiting", "other"};
+                                  "waiting", "alloc/free, other"};
     const auto i = static_cast<int>(c);
     return i >= 0 && i < kBarClassCount ? names[i] : "?";
 }

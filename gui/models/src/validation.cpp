@@ -56,6 +56,7 @@ ValidationReport validation_report_from_json_text(const std::string& text, const
     const std::int64_t steps = r.i64("steps");
     if (steps < 1) r.fail("steps", "must be a positive integer (got " + std::to_string(steps) + ")");
     v.steps = static_cast<int>(std::min<std::int64_t>(steps, 1 << 30));
+    v.calibration = r.str_or("calibration", "");
     {
         JsonReader st = r.object("step_time");
         v.step_time_s = compared(st, "predicted_s", "measured_s");

@@ -75,6 +75,11 @@ void MemoryTimeChart::set_window(const TimeWindow& w) {
     update();
 }
 
+void MemoryTimeChart::set_note(const QString& note) {
+    note_ = note;
+    update();
+}
+
 void MemoryTimeChart::render_chart(QPainter& p, const QRect& area) {
     p.save();
     p.fillRect(area, Qt::white);
@@ -100,7 +105,8 @@ void MemoryTimeChart::render_chart(QPainter& p, const QRect& area) {
                                ? QStringLiteral("bold: the fullest pool · thin: the others · dashed: capacity · red cross: the first allocation "
                                                 "past capacity · GPU: what the caching allocator holds reserved (nvidia-smi's view)")
                                : QStringLiteral("blue dashed: predicted · orange solid: measured (bold: the fullest pool of each)");
-    p.drawText(QRect(area.left() + kMemLeft, area.bottom() - kMemLegend + 1, area.width() - kMemLeft, kMemLegend), Qt::AlignVCenter | Qt::AlignLeft, legend);
+    p.drawText(QRect(area.left() + kMemLeft, area.bottom() - kMemLegend + 1, area.width() - kMemLeft, kMemLegend), Qt::AlignVCenter | Qt::AlignLeft,
+               p.fontMetrics().elidedText(note_.isEmpty() ? legend : legend + QStringLiteral(" · ") + note_, Qt::ElideRight, area.width() - kMemLeft));
     p.restore();
 }
 

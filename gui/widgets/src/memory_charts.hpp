@@ -18,6 +18,8 @@ public:
     /// `overlay`: measured curves drawn solid over `tiers` drawn dashed (validation); empty otherwise.
     void set_data(std::vector<TierMemory> tiers, std::int64_t end_ns, std::vector<TierMemory> overlay = {});
     void set_window(const TimeWindow& w);
+    /// A line under the legend (what the curves include).
+    void set_note(const QString& note);
     void render_chart(QPainter& p, const QRect& area) override;
 
 protected:
@@ -26,6 +28,7 @@ protected:
 private:
     void paint_tier(QPainter& p, const QRect& r, const TierMemory& t, const TierMemory* overlay) const;
     std::vector<TierMemory> tiers_, overlay_;
+    QString note_;
     std::int64_t end_ns_ = 1;
     TimeWindow window_;
 };

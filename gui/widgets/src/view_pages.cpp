@@ -17,6 +17,7 @@
 #include <QVBoxLayout>
 
 #include "strata/common/text.hpp"
+#include "strata/lowering/memory.hpp"
 
 namespace strata::gui {
 
@@ -251,11 +252,18 @@ void ValidationPage::set_validation(const Validation& v) {
                           .arg(r.steps)
                           .arg(QString::fromStdString(human_seconds(r.step_time_s.predicted)), QString::fromStdString(human_seconds(r.step_time_s.measured)))
                           .arg(r.step_time_s.error_pct, 0, 'f', 1)
-                          .arg(QStringLiteral("%")));
+                          .arg(QStringLiteral("%")) +
+                      (r.calibration.empty() ? QString() : QStringLiteral(" · calibration ") + QString::fromStdString(r.calibration).toHtmlEscaped()));
     table_model_->set_report(r);
     table_->resizeColumnsToContents();
     timeline_->set_timeline(std::make_shared<const Timeline>(v.overlay));
     memory_->set_data(v.predicted_memory, std::max(v.predicted.end_ns(), v.measured.end_ns()), v.measured_memory);
+    // The engine's GPU pool starts with the CUDA context and NCCL buffers (lowering/memory.hpp); a
+    // CPU rank has neither, and strata validate's table leaves them out. The curves are the traces'.
+    memory_->set_note(r.backend == "cpu" ? QStringLiteral("predicted GPU curves include the %1 CUDA-context and NCCL reserve a CPU rank "
+                                                          "does not have (the table leaves it out)")
+                                               .arg(QString::fromStdString(human_bytes(sim::kFrameworkReserveBytes)))
+                                         : QString());
 }
 
 }  // namespace strata::gui

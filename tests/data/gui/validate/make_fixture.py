@@ -69,6 +69,7 @@ def main():
         "backend": "cpu",
         "device": "hand-made fixture (no runtime)",
         "steps": 3,
+        "calibration": "none (uncalibrated datasheet model)",
         "step_time": {"predicted_s": pe, "measured_s": me, "error_pct": err(pe, me)},
         "classes": [{"class": c, "predicted_s": pc[c], "measured_s": mc[c], "error_pct": err(pc[c], mc[c]),
                      "provenance": "datasheet"} for c in sorted(pc)],

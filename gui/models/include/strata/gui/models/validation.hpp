@@ -1,4 +1,4 @@
-// A `strata validate` report (schema "strata.validate/1", written by the runtime of issue #29):
+// A `strata validate` report (schema "strata.validate/1", written by `strata validate --json`):
 // step time, time per instruction class and memory per tier, predicted against measured, plus
 // the two Chrome traces it points at (paths relative to the report's folder). Read as strictly
 // as every other input: an unknown key, a missing field or a wrong type names the file, the JSON
@@ -21,6 +21,7 @@ struct Compared {
 struct ValidationReport {
     std::string file;  ///< the report's path
     std::string scenario, backend, device;
+    std::string calibration;  ///< optional: the cost multipliers the prediction used (strata validate writes it)
     int steps = 0;
     Compared step_time_s;
     struct ClassRow {
