@@ -4,7 +4,9 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build ccache pkg-config git
       nlohmann-json3-dev libcli11-dev libsqlite3-dev sqlite3 libeigen3-dev libboost-graph-dev
-      catch2 libbenchmark-dev clang libclang-rt-14-dev python3)
+      catch2 libbenchmark-dev clang libclang-rt-14-dev python3
+      # strata-gui (Qt6 Widgets, SVG export) and a font for its offscreen rendering in tests
+      qt6-base-dev qt6-svg-dev fonts-dejavu-core)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

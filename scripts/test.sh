@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
+# strata-gui's tests (where Qt6 is installed) draw on Qt's offscreen platform: no display needed.
+export QT_QPA_PLATFORM=offscreen
 bash scripts/build.sh release
 (cd build && ctest --output-on-failure -j "$(nproc)")
 if [ "${1:-}" = "--fast" ]; then exit 0; fi

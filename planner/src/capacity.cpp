@@ -87,6 +87,31 @@ CapacityResult plan_capacity(const ModelSpec& m, const std::vector<ClusterOption
     return r;
 }
 
+SearchOptions capacity_sweep_search(int global_batch) {
+    SearchOptions s;
+    s.space.global_batch = global_batch;
+    s.space.search_gpipe = false;
+    s.space.search_offload = false;
+    s.space.zero_stages = {1};
+    s.shortlist = 3;
+    s.max_simulated = 3;
+    s.shortlist_margin = 0.0;
+    return s;
+}
+
+ClusterSpec capacity_template(const std::vector<ClusterSpec>& clusters, const std::string& gpu) {
+    const ClusterSpec* best = nullptr;
+    for (const auto& c : clusters)
+        if (c.gpu == gpu && c.gpus_per_node >= 8 && (!best || c.nodes < best->nodes)) best = &c;
+    if (best) return *best;
+    ClusterSpec generic;
+    generic.gpu = gpu;
+    generic.nodes = 1;
+    generic.gpus_per_node = 8;
+    generic.name = gpu;
+    return generic;
+}
+
 ModelSpec gpt_family_member(const ModelSpec& base, std::int64_t hidden) {
     // (hidden, layers) of Narayanan et al., SC21, Table 1 (1.7B ... 1T).
     static const double pts[][2] = {{2304, 24}, {3072, 30}, {4096, 36}, {6144, 40}, {8192, 48},

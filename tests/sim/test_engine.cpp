@@ -240,6 +240,13 @@ TEST_CASE("engine: an overlapped DP reduce adds nothing, an exposed one adds its
     CHECK(r2.critical_path.segments[0].share == Approx(3000.0 / 3500));
     CHECK(r2.critical_path.segments[1].label == "all_reduce(dp)");
     CHECK(r2.critical_path.segments[1].link == "nic");
+    // The path's instructions in time order: the first GEMM (instr 0), the reduce (3), the second
+    // GEMM (6); records and waits take no time and are left out.
+    REQUIRE(r2.critical_path.steps.size() == 3);
+    CHECK(r2.critical_path.steps[0].instr == 0);
+    CHECK(r2.critical_path.steps[1].instr == 3);
+    CHECK(r2.critical_path.steps[2].instr == 6);
+    for (const auto& st : r2.critical_path.steps) CHECK(st.rank == 0);
 }
 
 TEST_CASE("engine: record/wait orders streams", "[engine]") {

@@ -180,7 +180,9 @@ CriticalPath critical_path(const Program& p, const Timings& t, int groups, std::
         const auto i = v - base[r];
         const auto& in = p.ranks[r].instrs[i];
         groups_time[{static_cast<int>(r), static_cast<int>(in.stream), instr_label(in), t[r][i].link}] += w;
+        out.steps.push_back(CriticalStep{static_cast<int>(r), static_cast<int>(i)});
     }
+    std::reverse(out.steps.begin(), out.steps.end());  // walked from the end: put it in time order
     const double total = static_cast<double>(std::max<std::int64_t>(1, step_time_ns));
     for (const auto& [key, ns] : groups_time) {
         CriticalSegment s;

@@ -54,6 +54,16 @@ std::vector<int> node_counts(int gpus_per_node, int min_gpus, int max_gpus);
 
 CapacityResult plan_capacity(const sim::ModelSpec& m, const std::vector<ClusterOption>& options, const CapacityOptions& o);
 
+/// The search run for each size of a sweep, as `strata capacity` runs it: a reduced space
+/// (no GPipe, ZeRO-1 only, no offload) and a three-plan shortlist, which keeps a sweep of dozens of
+/// cluster sizes to seconds per size.
+SearchOptions capacity_sweep_search(int global_batch);
+
+/// The cluster a GPU type is swept as: the one of `clusters` with that GPU and at least 8 GPUs per
+/// node that has the fewest nodes (its node type, fabric and price; the first such in the order
+/// given), else a generic node of 8 such GPUs named after the GPU.
+sim::ClusterSpec capacity_template(const std::vector<sim::ClusterSpec>& clusters, const std::string& gpu);
+
 /// A model family scaled by hidden size, shaped like Megatron-LM's GPT ladder (Narayanan et al.,
 /// SC21, Table 1: layers interpolated log-linearly in hidden between 1.7B and 1T).
 sim::ModelSpec gpt_family_member(const sim::ModelSpec& base, std::int64_t hidden);

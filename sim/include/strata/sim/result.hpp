@@ -73,10 +73,18 @@ struct CriticalSegment {
     double share = 0;        ///< of the path length
 };
 
+/// One instruction of the critical path: `rank` indexes Program::ranks, `instr` that rank's instrs.
+struct CriticalStep {
+    int rank = 0;
+    int instr = 0;
+};
+
 struct CriticalPath {
     std::int64_t length_ns = 0;
     std::string summary;                    ///< one readable line
     std::vector<CriticalSegment> segments;  ///< sorted by duration, largest first
+    /// The instructions on the path that took time, in time order (a timeline highlights them).
+    std::vector<CriticalStep> steps;
 };
 
 /// A span of the timeline, kept only when EngineOptions::record_trace is set.

@@ -1,0 +1,142 @@
+#include "strata/gui/models/whatif.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+
+#include "strata/common/error.hpp"
+#include "strata/common/text.hpp"
+#include "strata/gui/models/scenario_document.hpp"
+#include "strata/lowering/spec_io.hpp"
+#include "strata/planner/space.hpp"
+
+namespace strata::gui {
+
+namespace {
+
+std::vector<std::string> offload_names() {
+    std::vector<std::string> out;
+    for (const auto& c : planner::offload_choices(true, true)) out.emplace_back(c.label);
+    return out;
+}
+
+bool same_split(const sim::TierSplit& a, const sim::TierSplit& b) { return a.gpu == b.gpu && a.cpu == b.cpu && a.ssd == b.ssd; }
+
+}  // namespace
+
+const std::vector<KnobInfo>& whatif_knobs() {
+    static const std::vector<KnobInfo> knobs = [] {
+        std::vector<KnobInfo> k{
+            {Knob::tp, "tp", "tp", true, {}},
+            {Knob::pp, "pp", "pp", true, {}},
+            {Knob::dp, "dp", "dp", true, {}},
+            {Knob::cp, "cp", "cp", true, {}},
+            {Knob::ep, "ep", "ep", true, {}},
+            {Knob::micro_batch, "micro_batch", "micro-batch", true, {}},
+            {Knob::vpp, "vpp", "vpp", true, {}},
+            {Knob::schedule, "schedule", "schedule", false, accepted_choices(Part::plan, "schedule")},
+            {Knob::recompute, "recompute", "recompute", false, accepted_choices(Part::plan, "recompute")},
+            {Knob::zero_stage, "zero_stage", "ZeRO stage", true, {}},
+            {Knob::offload, "offload", "offload", false, offload_names()},
+            {Knob::sequence_parallel, "sequence_parallel", "sequence parallel", false, {"false", "true"}},
+        };
+        return k;
+    }();
+    return knobs;
+}
+
+const KnobInfo& knob_info(Knob k) { return whatif_knobs().at(static_cast<std::size_t>(k)); }
+
+std::string offload_label(const sim::PlanSpec& p) {
+    for (const auto& c : planner::offload_choices(true, true))
+        if (same_split(c.offload.optimizer, p.offload.optimizer) && same_split(c.offload.params, p.offload.params) &&
+            p.offload.grads.all_gpu() && p.offload.activations.all_gpu() && c.lock_free == p.lock_free_update)
+            return c.label;
+    return "custom";
+}
+
+std::string knob_value(const sim::PlanSpec& p, Knob k) {
+    switch (k) {
+        case Knob::tp: return std::to_string(p.tp);
+        case Knob::pp: return std::to_string(p.pp);
+        case Knob::dp: return std::to_string(p.dp);
+        case Knob::cp: return std::to_string(p.cp);
+        case Knob::ep: return std::to_string(p.ep);
+        case Knob::micro_batch: return std::to_string(p.micro_batch);
+        case Knob::vpp: return std::to_string(p.vpp);
+        case Knob::schedule: return sim::to_string(p.schedule);
+        case Knob::recompute: return sim::to_string(p.recompute);
+        case Knob::zero_stage: return std::to_string(p.zero_stage);
+        case Knob::offload: return offload_label(p);
+        case Knob::sequence_parallel: return p.sequence_parallel ? "true" : "false";
+        case Knob::count: break;
+    }
+    return "";
+}
+
+WhatIfEdit apply_knob(const sim::ModelSpec& m, const sim::ClusterSpec& c, const sim::PlanSpec& base, Knob k,
+                      const std::string& value, bool keep_gpus, const std::string& file) {
+    const KnobInfo& info = knob_info(k);
+    sim::PlanSpec p = base;
+    if (k == Knob::offload) {
+        bool found = false;
+        for (const auto& ch : planner::offload_choices(true, true))
+            if (value == ch.label) {
+                p.offload = ch.offload;
+                p.lock_free_update = ch.lock_free;
+                found = true;
+            }
+        if (!found) throw InputError(file, "plan.offload", "= \"" + value + "\" is not one of the planner's offload variants");
+    }
+    // Through the reader: the same checks, and the same words, as a plan file.
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(sim::to_json_text(p));
+    if (k != Knob::offload) {
+        nlohmann::ordered_json v = nlohmann::ordered_json::parse(value, nullptr, false);
+        j[info.key] = v.is_discarded() ? nlohmann::ordered_json(value) : v;
+    }
+    if (k == Knob::recompute && value != sim::to_string(base.recompute)) {
+        // The layer count and module list belong to the old granularity: back to its defaults.
+        j["recompute_layers"] = -1;
+        j.erase("recompute_modules");
+    }
+    WhatIfEdit e;
+    e.plan = sim::plan_from_json_text(j.dump(), file);
+    const bool layout = k == Knob::tp || k == Knob::pp || k == Knob::cp;
+    const int rest = e.plan.tp * e.plan.pp * e.plan.cp;
+    if (keep_gpus && layout && rest > 0 && c.gpu_count() % rest == 0 && e.plan.dp != c.gpu_count() / rest) {
+        const int dp = c.gpu_count() / rest;
+        e.note = "dp " + std::to_string(e.plan.dp) + " -> " + std::to_string(dp) + " (keeps " + std::to_string(c.gpu_count()) + " GPUs)";
+        e.plan.dp = dp;
+    }
+    sim::validate_plan(m, c, e.plan, file);
+    return e;
+}
+
+std::vector<DeltaLine> delta_lines(const Figures& b, const Figures& a) {
+    auto pct = [](double before, double after) -> std::string {
+        if (!(before > 0) || !std::isfinite(after)) return "";
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%+.1f %%", 100.0 * (after / before - 1.0));
+        return buf;
+    };
+    auto sign = [](double before, double after, bool higher_is_better) {
+        if (after == before) return 0;
+        return (after > before) == higher_is_better ? 1 : -1;
+    };
+    char buf[64];
+    std::vector<DeltaLine> out;
+    out.push_back({"step time", human_seconds(b.step_time_s), human_seconds(a.step_time_s), pct(b.step_time_s, a.step_time_s),
+                   sign(b.step_time_s, a.step_time_s, false)});
+    out.push_back({"tokens/s", fmt_fixed(b.tokens_per_s, 0), fmt_fixed(a.tokens_per_s, 0), pct(b.tokens_per_s, a.tokens_per_s),
+                   sign(b.tokens_per_s, a.tokens_per_s, true)});
+    std::snprintf(buf, sizeof buf, "%+.1f pt", 100.0 * (a.mfu - b.mfu));
+    out.push_back({"MFU", fmt_fixed(100 * b.mfu, 1) + " %", fmt_fixed(100 * a.mfu, 1) + " %", buf, sign(b.mfu, a.mfu, true)});
+    out.push_back({"peak HBM", human_bytes(b.peak_hbm_bytes), human_bytes(a.peak_hbm_bytes), pct(b.peak_hbm_bytes, a.peak_hbm_bytes),
+                   sign(b.peak_hbm_bytes, a.peak_hbm_bytes, false)});
+    out.push_back({"memory", b.fits ? "fits" : "OOM", a.fits ? "fits" : "OOM", b.fits == a.fits ? "" : a.fits ? "now fits" : "now OOM",
+                   b.fits == a.fits ? 0 : a.fits ? 1 : -1});
+    return out;
+}
+
+}  // namespace strata::gui
