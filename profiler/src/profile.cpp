@@ -16,7 +16,12 @@
 #include "strata/profiler/profiler.hpp"
 #include "strata/common/text.hpp"
 #ifdef STRATA_HAVE_CUDA
+#include <dlfcn.h>
+
+#include <climits>
+
 #include "cuda_backend.hpp"
+#include "strata/common/error.hpp"
 #endif
 
 namespace strata::profiler {
@@ -55,6 +60,53 @@ std::string gpu_id_for_name(const std::string& name) {
 }
 
 namespace {
+
+#ifdef STRATA_HAVE_CUDA
+// The CUDA module, opened on first use and kept for the life of the process. Looked for in order:
+// $STRATA_PROFILER_CUDA (a path), beside the running executable (an installed or built strata),
+// and this build's own folder (the test executables live in a subfolder).
+const cudab::Api& cuda_api() {
+    static const cudab::Api* api = [] {
+        std::vector<std::string> tried;
+        std::vector<std::string> paths;
+        if (const char* env = std::getenv("STRATA_PROFILER_CUDA"); env != nullptr && *env != '\0') paths.emplace_back(env);
+        char exe[PATH_MAX];
+        const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+        if (n > 0) {
+            std::string dir(exe, static_cast<std::size_t>(n));
+            dir = dir.substr(0, dir.find_last_of('/'));
+            paths.push_back(dir + "/" + cudab::kModuleFile);
+        }
+        paths.push_back(std::string(STRATA_PROFILER_CUDA_BUILD_DIR) + "/" + cudab::kModuleFile);
+        // The first candidate that exists is the one: a broken file is an error naming it, not a
+        // reason to load another build's module behind the user's back.
+        for (const std::string& path : paths) {
+            if (::access(path.c_str(), F_OK) != 0) {
+                tried.push_back(path + ": no such file");
+                continue;
+            }
+            void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+            if (h == nullptr) {
+                const char* e = ::dlerror();
+                throw RuntimeError("the CUDA profiler backend could not be loaded: " + (e != nullptr ? std::string(e) : path));
+            }
+            using Entry = const cudab::Api* (*)();
+            auto entry = reinterpret_cast<Entry>(::dlsym(h, cudab::kApiSymbol));
+            const cudab::Api* a = entry != nullptr ? entry() : nullptr;
+            if (a == nullptr || a->version != cudab::kApiVersion) {
+                ::dlclose(h);
+                throw RuntimeError("the CUDA profiler backend could not be loaded: " + path +
+                                   " is not this build's module (its entry point is missing or of another version; rebuild)");
+            }
+            return a;
+        }
+        std::string why;
+        for (const std::string& t : tried) why += "\n  " + t;
+        throw RuntimeError("the CUDA profiler backend could not be loaded:" + why);
+    }();
+    return *api;
+}
+#endif
 
 std::string iso_utc_now() {
     const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
@@ -259,19 +311,20 @@ Profile run_profile(const Options& o) {
         if (ctx.want("overlap") && !o.only.empty()) ctx.warn("overlap: not measured by the cpu backend");
     } else {
 #ifdef STRATA_HAVE_CUDA
-        const cudab::DeviceInfo di = cudab::query_devices();
+        const cudab::Api& cu = cuda_api();
+        const cudab::DeviceInfo di = cu.query_devices();
         ctx.device = gpu_id_for_name(di.name);
         p.run.devices = di.names;
         p.run.driver = "driver " + di.driver + "; cuda runtime " + di.runtime + "; cublasLt " + di.cublaslt + "; nccl " + di.nccl +
                        "; sm " + std::to_string(di.cc_major) + "." + std::to_string(di.cc_minor) + "; SMs " +
                        std::to_string(di.sm_count) + "; sm_clock_mhz " + fmt_fixed(di.sm_clock_mhz, 0) + "; mem_clock_mhz " +
                        fmt_fixed(di.mem_clock_mhz, 0) + "; l2_bytes " + fmt_fixed(di.l2_bytes, 0);
-        if (ctx.want("gemm")) cudab::bench_gemm(ctx, ctx.device);
-        if (ctx.want("attention")) cudab::bench_attention(ctx, ctx.device);
-        if (ctx.want("membw")) cudab::bench_membw(ctx, ctx.device);
-        if (ctx.want("memcpy")) cudab::bench_memcpy(ctx, ctx.device);
-        if (ctx.want("collective")) cudab::bench_collectives(ctx, ctx.device);
-        if (ctx.want("overlap")) cudab::bench_overlap(ctx, ctx.device);
+        if (ctx.want("gemm")) cu.bench_gemm(ctx, ctx.device);
+        if (ctx.want("attention")) cu.bench_attention(ctx, ctx.device);
+        if (ctx.want("membw")) cu.bench_membw(ctx, ctx.device);
+        if (ctx.want("memcpy")) cu.bench_memcpy(ctx, ctx.device);
+        if (ctx.want("collective")) cu.bench_collectives(ctx, ctx.device);
+        if (ctx.want("overlap")) cu.bench_overlap(ctx, ctx.device);
         if (di.count < 2 && ctx.want("collective"))
             p.run.notes += "collectives ran with 1 rank (one visible GPU): rows labelled representative=0, no collective fits. ";
 #endif
