@@ -54,13 +54,14 @@ void BM_SearchWholeSpaceNoSim(benchmark::State& state) {
         planner::SearchOptions o;
         o.space.global_batch = 1536;
         o.simulate = false;
+        o.threads = static_cast<int>(state.range(0));  // the estimate phase's workers
         auto r = planner::search_plans(s.model, s.cluster, s.hw, o);
         state.counters["considered"] = static_cast<double>(r.space.considered);
         state.counters["estimated"] = static_cast<double>(r.estimated);
         state.counters["plans_per_s"] = static_cast<double>(r.estimated) / r.estimate_seconds;
     }
 }
-BENCHMARK(BM_SearchWholeSpaceNoSim)->Unit(benchmark::kSecond)->Iterations(1);
+BENCHMARK(BM_SearchWholeSpaceNoSim)->Unit(benchmark::kSecond)->Iterations(1)->ArgName("threads")->Arg(1)->Arg(2);
 
 void BM_SimulatePlan(benchmark::State& state) {
     auto& s = setup();

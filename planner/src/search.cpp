@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <memory>
 #include <cmath>
 #include <mutex>
 #include <queue>
@@ -74,30 +75,78 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, const hwdb::
     std::int64_t total = 0;
     if (o.progress) enumerate_plans(m, c, o.space, [&](const PlanSpec&) { ++total; return true; }, o.shard, o.shards);
 
+    // The estimate phase runs on `threads` workers, each with its own Estimator (its caches are
+    // not shared) and its own best-`keep` heap. Plans go out in batches in enumeration order, a
+    // worker takes every threads-th plan of a batch, and the heaps merge by (time, enumeration
+    // index): a total order, so the result does not depend on the thread count.
+    const int pool_threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     Estimator est(m, c, hw, o.memory_margin, o.calibration);
     const std::size_t keep = static_cast<std::size_t>(std::max({o.max_simulated, o.top_k, o.shortlist}) * 4);
-    std::priority_queue<Candidate, std::vector<Candidate>, ByTime> best;  // max-heap: worst kept on top
-    std::int64_t index = 0;
+    using Heap = std::priority_queue<Candidate, std::vector<Candidate>, ByTime>;  // max-heap: worst kept on top
+    struct Worker {
+        std::unique_ptr<Estimator> est;
+        Heap best;
+        std::int64_t estimated = 0, pruned = 0;
+    };
+    std::vector<Worker> workers(static_cast<std::size_t>(pool_threads));
+    for (std::size_t w = 1; w < workers.size(); ++w) workers[w].est = std::make_unique<Estimator>(m, c, hw, o.memory_margin, o.calibration);
+    auto consider = [&](Worker& w, Estimator& e_, const PlanSpec& p, std::int64_t i) {
+        FastEstimate e = e_.estimate(p);
+        ++w.estimated;
+        if (!e.fits && !e.near_fit) {
+            ++w.pruned;
+            return;
+        }
+        Candidate cand{e.step_time_s, i, p, e};
+        if (w.best.size() < keep) {
+            w.best.push(std::move(cand));
+        } else if (ByTime{}(cand, w.best.top())) {
+            w.best.pop();
+            w.best.push(std::move(cand));
+        }
+    };
+    constexpr std::size_t kBatch = 4096;
+    std::vector<PlanSpec> batch;
+    batch.reserve(kBatch);
+    std::int64_t index = 0;  // enumeration index of batch[0]
+    auto run_batch = [&] {
+        const std::size_t n = batch.size(), T = std::min(workers.size(), std::max<std::size_t>(1, n / 64));
+        auto part = [&](std::size_t w) {
+            Estimator& e_ = w == 0 ? est : *workers[w].est;
+            for (std::size_t k = w; k < n; k += T) consider(workers[w], e_, batch[k], index + static_cast<std::int64_t>(k));
+        };
+        std::vector<std::thread> pool;
+        for (std::size_t w = 1; w < T; ++w) pool.emplace_back(part, w);
+        part(0);
+        for (auto& t : pool) t.join();
+        index += static_cast<std::int64_t>(n);
+        batch.clear();
+    };
     const auto t0 = std::chrono::steady_clock::now();
     r.space = enumerate_plans(m, c, o.space, [&](const PlanSpec& p) {
         if (cancelled()) return false;
-        const std::int64_t i = index++;
-        if (o.progress && total > 0 && (i & 1023) == 0) o.progress(double(i) / double(total), "estimating");
-        FastEstimate e = est.estimate(p);
-        ++r.estimated;
-        if (!e.fits && !e.near_fit) {
-            ++r.pruned_memory;
-            return true;
-        }
-        Candidate cand{e.step_time_s, i, p, e};
-        if (best.size() < keep) {
-            best.push(std::move(cand));
-        } else if (ByTime{}(cand, best.top())) {
-            best.pop();
-            best.push(std::move(cand));
+        batch.push_back(p);
+        if (batch.size() == kBatch) {
+            if (o.progress && total > 0) o.progress(double(index) / double(total), "estimating");
+            run_batch();
         }
         return true;
     }, o.shard, o.shards);
+    if (!batch.empty() && !cancelled()) run_batch();
+    Heap best;
+    for (Worker& w : workers) {
+        r.estimated += w.estimated;
+        r.pruned_memory += w.pruned;
+        while (!w.best.empty()) {
+            const Candidate& cand = w.best.top();
+            if (best.size() < keep) best.push(cand);
+            else if (ByTime{}(cand, best.top())) {
+                best.pop();
+                best.push(cand);
+            }
+            w.best.pop();
+        }
+    }
     r.estimate_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     r.cancelled = cancelled();
 
@@ -114,11 +163,20 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, const hwdb::
     // pipelines' bubbles), so one family can fill the budget while another's best, a few percent
     // behind by estimate, simulates faster (GPT-3 175B on 1024 A100, docs/planner.md): the best
     // `family_quota` of every family present among the eligible go first, then estimate order.
+    //
+    // Plans whose estimate fits go first; a near fit (over capacity by the estimate, within
+    // memory_margin) is shortlisted only where fewer plans fit than the budget. The replay's peak
+    // is at or above the analytical one (allocator rounding and transients: 0-4 % on LLaMA-3 70B /
+    // 64 H100), so a plan the estimate already puts over capacity almost always runs out of memory
+    // in simulation: taking them first spent 17 of that search's 24 simulations on OOMs.
     std::vector<std::size_t> first;
     if (o.simulate && !sorted.empty() && !r.cancelled) {
-        const double cut = sorted.front().step_s * (1.0 + o.shortlist_margin);
+        std::vector<std::size_t> order(sorted.size());
+        for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+        std::stable_partition(order.begin(), order.end(), [&](std::size_t i) { return sorted[i].est.fits; });
+        const double cut = sorted[order.front()].step_s * (1.0 + o.shortlist_margin);
         std::size_t eligible = 0;
-        while (eligible < sorted.size() && (eligible < static_cast<std::size_t>(o.shortlist) || sorted[eligible].step_s <= cut)) ++eligible;
+        while (eligible < order.size() && (eligible < static_cast<std::size_t>(o.shortlist) || sorted[order[eligible]].step_s <= cut)) ++eligible;
         const std::size_t budget = std::min(eligible, static_cast<std::size_t>(std::max(0, o.max_simulated)));
         // Round q takes every family's q-th best estimate, so a small budget still sees each
         // family's best before any family's second.
@@ -126,10 +184,10 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, const hwdb::
         for (int q = 1; q <= o.family_quota; ++q) {
             std::map<int, int> seen;
             for (std::size_t i = 0; i < eligible && first.size() < budget; ++i)
-                if (++seen[plan_family(sorted[i].plan)] == q && !picked[i]) first.push_back(i), picked[i] = 1;
+                if (++seen[plan_family(sorted[order[i]].plan)] == q && !picked[i]) first.push_back(order[i]), picked[i] = 1;
         }
         for (std::size_t i = 0; i < eligible && first.size() < budget; ++i)
-            if (!picked[i]) first.push_back(i);
+            if (!picked[i]) first.push_back(order[i]);
         std::sort(first.begin(), first.end());
     }
     const std::size_t n_sim = first.size();
@@ -140,7 +198,6 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, const hwdb::
         out[i].why = explain(sorted[i].est);
     }
     const auto t1 = std::chrono::steady_clock::now();
-    const int pool_threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const double sim_budget = (o.memory_budget_bytes > 0 ? o.memory_budget_bytes : static_cast<double>(memory_limit_bytes())) / pool_threads;
     std::vector<char> too_large(out.size(), 0);
     // Simulate the candidates `which` (indices into out) on a thread pool; those whose simulation
