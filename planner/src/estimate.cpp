@@ -96,7 +96,8 @@ LayerTimes Estimator::layer_times(const PlanSpec& p, bool dense_first) {
     p1.global_batch = p.micro_batch * p.dp;
     p1.layer_split.clear();
     p1.virtual_layer_split.clear();
-    p1.zero_stage = p.zero_stage == 3 ? 3 : 0;
+    // Pipelined FSDP gathers and reduces once a step: a closed form below, not a per-layer bound.
+    p1.zero_stage = p.zero_stage == 3 && !p.pipelined_fsdp() ? 3 : 0;
     p1.offload = OffloadSpec{};
     p1.lock_free_update = false;
     p1.recompute_layers = -1;
@@ -200,7 +201,7 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     ctx.calibration = cal_;
 
     // Per stage, per micro-batch: forward and backward compute (the head on first/last stage).
-    double worst = 0, sum = 0, worst_b = 0;
+    double worst = 0, sum = 0, worst_b = 0, worst_f = 0;
     int worst_stage = 0;
     for (int s = 0; s < pp; ++s) {
         const int nd = dense[static_cast<std::size_t>(s)], nm = layers[static_cast<std::size_t>(s)] - nd;
@@ -214,6 +215,7 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         if (f + b > worst) {
             worst = f + b;
             worst_b = b;
+            worst_f = f;
             worst_stage = s;
         }
     }
@@ -277,6 +279,19 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         // reductions share the comm stream under the step's compute and only the last one's tail
         // shows, unless they outlast the compute; without overlap each one blocks.
         dp_exposed = p.overlap_grad_reduce ? std::max(dp_exposed, m * dp_s - e.compute_s * (1 - 1 / buckets)) : m * dp_s;
+    }
+    if (dpg > 1 && p.pipelined_fsdp()) {
+        // Pipelined FSDP (lowering: fetch_params, layer_grads): each layer's parameters are
+        // gathered at its first forward, one layer ahead of use, and its gradients reduce-scattered
+        // as the last backward leaves it; the rest of the first forward and of the last backward
+        // hide all but one layer's share of each.
+        const double n_layers = std::max(1, layers[static_cast<std::size_t>(worst_stage)]);
+        const double rs_s = alone_s(transfer_demand(coll(CollKind::reduce_scatter, Group::dp, dpg, sp.dense * p.grad_bytes()), ctx));
+        const double gather_s = alone_s(transfer_demand(coll(CollKind::all_gather, Group::dp, dpg, sp.dense * 2), ctx));
+        const double rs_exposed = std::max(rs_s / n_layers, rs_s - worst_b * (1 - 1 / n_layers));
+        const double ag_exposed = std::max(gather_s / n_layers, gather_s - worst_f * (1 - 1 / n_layers));
+        dp_exposed = rs_exposed + ag_exposed;
+        e.compute_s += cal_.overlap * std::max(0.0, rs_s + gather_s - dp_exposed);
     }
     e.exposed_comm_s = dp_exposed + ag_s + zero3_end_s;  // lowering gathers parameters at the end of the step
     // Interference: the compute that hides a reduction runs 1 + overlap times slower beside it

@@ -169,7 +169,7 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                                             ++k.considered;
                                             bool ok = true;
                                             if (sched == Schedule::interleaved_1f1b && group == 0) ok = false;
-                                            if (zero == 3 && pp > 1) ok = false;          // DeepSpeed: no ZeRO-3 with PP
+                                            if (zero == 3 && pp > 1) ok = false;          // pipelined FSDP: a plan file may ask for it; the exports (Megatron, DeepSpeed) cannot say it
                                             if (dp * cp == 1 && zero > 0) ok = false;     // nothing to shard over
                                             if (sp == 1 && (m.seq_len / cp) % tp != 0) ok = false;  // SP splits the sequence over tp
                                             if (zero < off.min_zero_stage) ok = false;

@@ -208,6 +208,50 @@ TEST_CASE("ZeRO-2 reduce-scatters every micro-batch's gradients, ZeRO 1 once", "
     }
 }
 
+TEST_CASE("ZeRO-3 under a pipeline gathers and reduces each layer once a step (FSDP)", "[lower][zero]") {
+    // torch.distributed.pipelining with FSDP2 (torchtitan's default with pp > 1): no reshard after
+    // forward, reshard and gradient sync only at the last backward. Small GPT without biases: 4
+    // layers of 49408 parameters, pp 2 (2 layers a stage), dp 2, global batch 8: 4 micro-batches.
+    // Stage 0 gathers its 2 layers once (2 x 49408 bf16 = 197632 bytes) and reduce-scatters them
+    // once; without the pipeline, ZeRO-3 gathers all 4 layers in each of the 4 forwards and 4
+    // backwards and reduce-scatters them in each of the 4 backwards.
+    ModelSpec m = small_gpt();
+    m.linear_bias = false;
+    m.tied_embeddings = false;
+    const double layer_params = 49408;
+    auto count = [&](const PlanSpec& p, int rank) {
+        const Program prog = lower(m, cluster(4), p);
+        struct {
+            int gathers = 0, reductions = 0;
+            double gathered = 0, reduced = 0;
+        } c;
+        for (const Instr& in : prog.ranks[static_cast<std::size_t>(rank)].instrs) {
+            if (in.kind != InstrKind::collective) continue;
+            const std::string& name = prog.names[static_cast<std::size_t>(in.name)];
+            if (name == "zero3.params") ++c.gathers, c.gathered += in.bytes;
+            if (name == "zero3.grads") ++c.reductions, c.reduced += in.bytes;
+        }
+        return c;
+    };
+    PlanSpec piped = plan(1, 2, 2, 8);
+    piped.zero_stage = 3;
+    REQUIRE(piped.pipelined_fsdp());
+    const auto c = count(piped, 0);
+    CHECK(c.gathers == 2);
+    CHECK(c.gathered == Approx(2 * layer_params * 2));
+    CHECK(c.reductions == 2);
+    CHECK(c.reduced == Approx(2 * layer_params * piped.grad_bytes()));
+    const auto last = count(piped, 1);  // the last stage likewise (its head is an edge, gathered apart)
+    CHECK(last.gathers == 2);
+    CHECK(last.reductions == 2);
+    PlanSpec flat = plan(1, 1, 2, 8);
+    flat.zero_stage = 3;
+    REQUIRE_FALSE(flat.pipelined_fsdp());
+    const auto f = count(flat, 0);
+    CHECK(f.gathers == 4 * 4 * 2);
+    CHECK(f.reductions == 4 * 4);
+}
+
 TEST_CASE("unfused gradient accumulation: one add per micro-batch, 6 or 10 bytes per parameter", "[lower][zero]") {
     // plan.grad_accum_fusion off (DeepSpeed's engine, PyTorch DDP: autograd adds each micro-batch's
     // weight gradients into the accumulated ones). The same small GPT as above: 216192 parameters

@@ -311,9 +311,22 @@ TEST_CASE("Buffers: buckets, ZeRO-3 gathers, p2p, reserve", "[tensors]") {
     CHECK(b["framework.reserve"] == Approx(kFrameworkReserveBytes));
     CHECK(b.count("zero3.gathered_params") == 0);
     p.zero_stage = 3;
+    p.pp = 1;
     auto b3 = by_name(stage_buffers(m, p, 0));
     // Two layers of 12h² + 13h parameters in bf16.
     CHECK(b3["zero3.gathered_params"] == Approx(2 * 2 * (12.0 * 4096 * 4096 + 13 * 4096)));
+    // Under a pipeline (FSDP, PlanSpec::pipelined_fsdp) stage 0 holds its 4 layers, the word
+    // embedding (51200 x h) and the learned positions (2048 x h) gathered for the whole step;
+    // its gradients are not sharded (compare ZeRO-2 on the same stage).
+    p.pp = 2;
+    auto bp = by_name(stage_buffers(m, p, 0));
+    const double h = 4096;
+    CHECK(bp["zero3.gathered_params"] == Approx(2 * (4 * (12.0 * h * h + 13 * h) + 51200 * h + 2048 * h)));
+    PlanSpec z2 = p;
+    z2.zero_stage = 2;
+    const auto s3 = by_name(stage_model_states(m, p, 0)), s2 = by_name(stage_model_states(m, z2, 0));
+    CHECK(s3.at("grads") == Approx(4 * s2.at("grads")));  // dp 4: unsharded against a quarter
+    CHECK(s3.at("weights") == Approx(s2.at("weights") / 4));
 }
 
 TEST_CASE("Embedding, logits, capacity factor, shared experts, workspace", "[tensors]") {

@@ -114,6 +114,15 @@ std::vector<Variant> variants() {
         p.overlap_grad_reduce = false;
         v.push_back({"tp 2 pp 2 dp 2, SP, ZeRO-2, 4 micro-batches, 4 kB buckets", p});
     }
+    {
+        // FSDP under a pipeline: gathered at the first forward, reduced at the last backward.
+        PlanSpec p = cpu_plan(1, 2, 2);
+        p.zero_stage = 3;
+        v.push_back({"pp 2 dp 2, ZeRO-3 (pipelined FSDP)", p});
+        p.overlap_grad_reduce = p.overlap_param_gather = false;
+        p.dp_bucket_bytes = 4096;
+        v.push_back({"pp 2 dp 2, ZeRO-3 (pipelined FSDP), 4 kB buckets, no overlap", p});
+    }
     return v;
 }
 

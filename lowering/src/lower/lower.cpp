@@ -440,7 +440,8 @@ void RankLowering::free_list(AllocRun run) {
 int RankLowering::fetch_params(int layer, int after_ev) {
     const TierSplit& pf = p_.offload.params;
     const double off = pf.cpu + pf.ssd;
-    const bool zero3 = p_.zero_stage == 3 && p_.dp * p_.cp > 1;
+    // Pipelined FSDP gathers once a step: at the layer's first forward (micro-batch 0).
+    const bool zero3 = p_.zero_stage == 3 && p_.dp * p_.cp > 1 && (!pipelined_fsdp() || (phase_ == Phase::forward && mb_ == step_ * micro_));
     if (off <= 0 && !zero3) return -1;
     const int saved_layer = layer_;
     layer_ = layer;  // the transfers are labelled with the layer they serve
@@ -496,6 +497,8 @@ int RankLowering::fetch_activations(int mb, int chunk, int li, int after_ev) {
 void RankLowering::layer_grads(int layer) {
     const LayerParamsRank lp = layer_params_rank(m_, p_, layer);
     accumulate_grads(lp.dense, lp.expert);
+    // Pipelined FSDP accumulates the unsharded gradients and reduce-scatters at the last backward.
+    if (p_.zero_stage == 3 && pipelined_fsdp() && mb_ != step_ * micro_ + micro_ - 1) return;
     if (p_.zero_stage == 3) {
         // ZeRO-3 (DeepSpeed): every micro-batch reduce-scatters the layer's gradients into shards.
         const Unit& u = units_[static_cast<std::size_t>(unit_of_layer(layer))];

@@ -221,6 +221,10 @@ private:
     int tp_out_collective(int t = -1, int shard = -1);
     void tp_forward_out(int t = -1, int shard = -1);
     bool tp_overlap() const { return p_.tp_comm_overlap && d_.tp > 1 && d_.sp; }
+    /// FSDP (ZeRO-3) under a pipeline schedule: a layer's parameters are gathered at its first
+    /// forward of the step and kept until its last backward, whose gradients alone are
+    /// reduce-scattered (params.hpp: pipelined_fsdp).
+    bool pipelined_fsdp() const { return p_.pipelined_fsdp(); }
     void attention_core_forward(Phase phase, int qkv = -1, int out = -1, int lse = -1);
     void mlp_forward(int pending_ag, const LayerTensors* t = nullptr);
     void moe_forward(int layer);

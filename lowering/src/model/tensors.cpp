@@ -441,7 +441,8 @@ std::vector<TensorDesc> stage_model_states(const ModelSpec& m, const PlanSpec& p
     const int z = p.zero_stage;
     std::vector<TensorDesc> out;
     out.push_back(state_tensor("weights", TensorTag::weights, sharded(wb, z >= 3), p.offload.params, "(params)"));
-    out.push_back(state_tensor("grads", TensorTag::grads, sharded(gb, z >= 2), p.offload.grads, "(params)"));
+    // Pipelined FSDP accumulates unsharded gradients over the step's micro-batches.
+    out.push_back(state_tensor("grads", TensorTag::grads, sharded(gb, z >= 2 && !p.pipelined_fsdp()), p.offload.grads, "(params)"));
     if (!fp32) out.push_back(state_tensor("optimizer.master", TensorTag::optimizer, sharded(4.0, z >= 1), p.offload.optimizer, "(params) fp32"));
     // Moments fp32 unless the plan narrows them (Megatron's precision-aware optimizer).
     const auto moment = [&](const char* name, Precision d) {
@@ -464,7 +465,12 @@ std::vector<TensorDesc> stage_buffers(const ModelSpec& m, const PlanSpec& p, int
         const double bucket = std::min(static_cast<double>(p.dp_bucket_bytes), p.grad_bytes() * sp.total());
         out.push_back(buffer_tensor("dp.grad_buckets", 2.0 * bucket, Lifetime::persistent, "2 x bucket"));
     }
-    if (p.zero_stage >= 3 && nd > 1) {
+    if (p.pipelined_fsdp() && nd > 1) {
+        // Pipelined FSDP holds every layer of the stage gathered from its first forward to its
+        // last backward, and the embedding and head from the step's start: the stage's whole
+        // (TP-local) weights, besides the shards.
+        out.push_back(buffer_tensor("zero3.gathered_params", wb * sp.total(), Lifetime::persistent, "stage params"));
+    } else if (p.zero_stage >= 3 && nd > 1) {
         // ZeRO-3 gathers a layer's full (TP-local) weights before use; with prefetch the next
         // layer's gather is in flight too.
         double widest = 0;

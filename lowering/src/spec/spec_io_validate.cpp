@@ -228,8 +228,13 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
                                        ": needs plan.sequence_parallel = true (Megatron requires it for TP with expert parallelism)");
     }
 
-    // DeepSpeed rejects ZeRO-3 together with pipeline parallelism.
-    if (p.zero_stage == 3 && p.pp > 1) fail("plan.zero_stage", "= 3 cannot be combined with plan.pp = " + s(p.pp) + " > 1");
+    // DeepSpeed's PipelineEngine (plan.p2p_blocking) refuses ZeRO-3 ("ZeRO-2 and ZeRO-3 are
+    // incompatible with pipeline parallelism", deepspeed/runtime/pipe/engine.py); FSDP under a
+    // pipeline schedule (torchtitan, Megatron-Core's FSDP) runs it: PlanSpec::pipelined_fsdp.
+    if (p.zero_stage == 3 && p.pp > 1 && p.p2p_blocking)
+        fail("plan.zero_stage", "= 3 cannot be combined with plan.pp = " + s(p.pp) +
+                                    " > 1 under DeepSpeed's pipeline engine (plan.p2p_blocking = true): its PipelineEngine accepts "
+                                    "ZeRO stage 0 or 1 only; FSDP under a pipeline schedule (torchtitan) runs ZeRO-3 with pp > 1");
     // Offloading parameters or gradients needs them partitioned first (ZeRO-Offload / ZeRO-Infinity).
     if (p.zero_stage < 1) {
         if (!p.offload.params.all_gpu()) fail("plan.offload.params", "off the GPU needs plan.zero_stage >= 1 (got 0)");

@@ -252,6 +252,12 @@ struct PlanSpec {
     /// Expert data parallelism: the stage's ranks over the expert groups (tp cp dp / (etp ep)).
     int edp() const { return std::max(1, tp * cp * dp / std::max(1, etp() * ep)); }
     int micro_batches() const { return global_batch / (micro_batch * dp); }
+    /// ZeRO-3 under a pipeline schedule runs as FSDP does there (torch.distributed.pipelining with
+    /// FSDP2, torchtitan's default reshard_after_forward = not pp_enabled): a stage's layers are
+    /// gathered at their first forward of the step and stay gathered until their last backward;
+    /// gradients accumulate unsharded and are reduce-scattered once, at that last backward.
+    /// DeepSpeed's PipelineEngine refuses ZeRO-3 (validation).
+    bool pipelined_fsdp() const { return zero_stage == 3 && pp > 1; }
     /// Selective recomputation of this module is on.
     bool recomputes(RecomputeModule mod) const {
         return recompute == Recompute::selective && ((recompute_modules >> static_cast<unsigned>(mod)) & 1u) != 0;
