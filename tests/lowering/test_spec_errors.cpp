@@ -263,6 +263,9 @@ TEST_CASE("validate_plan: ZeRO and offload", "[spec][errors]") {
     CHECK_NOTHROW(validate(model(), plan(R"({"pp": 2, "dp": 2, "global_batch": 8, "zero_stage": 3})")));
     expect_error([] { validate(model(), plan(R"({"pp": 2, "global_batch": 8, "zero_stage": 3, "p2p_blocking": true})")); }, "p.json",
                  "plan.zero_stage", "= 3 cannot be combined with plan.pp = 2 > 1 under DeepSpeed's pipeline engine");
+    expect_error([] { validate(model(), plan(R"({"pp": 2, "dp": 2, "global_batch": 8, "zero_stage": 2, "p2p_blocking": true})")); },
+                 "p.json", "plan.zero_stage", "= 2 cannot be combined with plan.pp = 2 > 1 under DeepSpeed's pipeline engine");
+    CHECK_NOTHROW(validate(model(), plan(R"({"pp": 2, "dp": 2, "global_batch": 8, "zero_stage": 1, "p2p_blocking": true})")));
     expect_error([] { validate(model(), plan(R"({"global_batch": 8, "offload": {"params": "cpu"}})")); }, "p.json",
                  "plan.offload.params", "needs plan.zero_stage >= 1");
     expect_error([] { validate(model(), plan(R"({"global_batch": 8, "offload": {"grads": {"gpu": 0.5, "ssd": 0.5}}})")); },

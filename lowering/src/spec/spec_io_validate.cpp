@@ -228,11 +228,11 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
                                        ": needs plan.sequence_parallel = true (Megatron requires it for TP with expert parallelism)");
     }
 
-    // DeepSpeed's PipelineEngine (plan.p2p_blocking) refuses ZeRO-3 ("ZeRO-2 and ZeRO-3 are
+    // DeepSpeed's PipelineEngine (plan.p2p_blocking) refuses ZeRO 2 and 3 ("ZeRO-2 and ZeRO-3 are
     // incompatible with pipeline parallelism", deepspeed/runtime/pipe/engine.py); FSDP under a
-    // pipeline schedule (torchtitan, Megatron-Core's FSDP) runs it: PlanSpec::pipelined_fsdp.
-    if (p.zero_stage == 3 && p.pp > 1 && p.p2p_blocking)
-        fail("plan.zero_stage", "= 3 cannot be combined with plan.pp = " + s(p.pp) +
+    // pipeline schedule (torchtitan, Megatron-Core's FSDP) runs ZeRO-3: PlanSpec::pipelined_fsdp.
+    if (p.p2p_blocking && p.pp > 1 && p.zero_stage >= 2)
+        fail("plan.zero_stage", "= " + s(p.zero_stage) + " cannot be combined with plan.pp = " + s(p.pp) +
                                     " > 1 under DeepSpeed's pipeline engine (plan.p2p_blocking = true): its PipelineEngine accepts "
                                     "ZeRO stage 0 or 1 only; FSDP under a pipeline schedule (torchtitan) runs ZeRO-3 with pp > 1");
     // Offloading parameters or gradients needs them partitioned first (ZeRO-Offload / ZeRO-Infinity).
