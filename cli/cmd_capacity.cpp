@@ -173,6 +173,9 @@ void run_capacity(const CapArgs& a) {
     std::vector<std::string> gpus = a.gpus.empty() ? std::vector<std::string>{"H100-SXM5-80GB", "A100-SXM4-80GB"} : a.gpus;
     for (const auto& g : gpus) {
         sim::ClusterSpec c = template_for(g);
+        // A given cluster (--cluster, --scenario) lends its operations keys (failures, checkpoints,
+        // power, PUE, energy price) to every swept size; its node and price stay the template's.
+        if (!a.specs.cluster.empty() || !a.specs.scenario.empty()) c.ops = s.cluster.ops;
         const hwdb::HardwareView hw = view_for(db, c);
         options.push_back({c, hw, calibration_for(a.calibration, hw)});
     }
