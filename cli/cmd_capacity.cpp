@@ -226,9 +226,10 @@ void run_capacity(const CapArgs& a) {
         report << fmt("  failures: %.1f expected (one every %.1f h at %.3g per GPU-hour), %.0f s restart + %.0f s lost work each\n",
                       ol.goodput.failures, ol.goodput.mtbf_s / 3600, ol.goodput_in.interruptions_per_gpu_hour, ol.goodput_in.restart_s,
                       ol.goodput.lost_per_failure_s);
-        report << fmt("  checkpoints: %s every %.0f min (%s), %.0f s to write, %.1f s stall each\n",
+        report << fmt("  checkpoints: %s every %.1f min (%s), %.3g s to write to %s, %.3g s stall each\n",
                       human_bytes(planner::checkpoint_bytes(s.model, p.best.plan)).c_str(), ol.goodput.interval_s / 60,
-                      p.cluster.ops.checkpoint_interval_s ? "fixed" : "Young/Daly", ol.goodput_in.checkpoint_write_s, ol.goodput_in.checkpoint_stall_s);
+                      p.cluster.ops.checkpoint_interval_s ? "fixed" : "Young/Daly", ol.goodput_in.checkpoint_write_s, ol.goodput_in.storage,
+                      ol.goodput_in.checkpoint_stall_s);
         report << fmt("  energy: %.3g MJ per step, %.3g J per token, %.2f MW mean (PUE %.2f); %.0f MWh, $%.0f at $%.3f/kWh%s\n",
                       ol.energy.facility_j / 1e6, ol.energy.per_token_j, ol.energy.mean_power_w / 1e6, ol.power.pue, ol.run_energy.kwh / 1e3,
                       ol.run_energy.usd, ol.power.usd_per_kwh, o.owned ? " (in the cost: owned hardware)" : " (in the rental price; --owned adds it)");
@@ -243,7 +244,8 @@ void run_capacity(const CapArgs& a) {
         else
             report << "  (judged at the pessimistic end of the 80% interval)\n";
     }
-    say("cheapest", r.cheapest);
+    if (r.cheapest >= 0 && r.cheapest == r.fewest_gpus) report << "cheapest: the same cluster\n";
+    else say("cheapest", r.cheapest);
     report << "residuals: " << residuals_line << "\n";
     report.flush();
     if (interrupted().load()) throw Interrupted("partial sweep shown; no output file written");
