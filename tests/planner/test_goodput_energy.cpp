@@ -332,3 +332,49 @@ TEST_CASE("residual table: canonical JSON round trip and strict reading", "[plan
     const std::string builtin = default_residuals_json();
     if (!builtin.empty()) CHECK(residuals_from_json_text(builtin, "built-in").step.size() >= kMinClassSize);
 }
+
+TEST_CASE("a run's outlook scales by the interval and adds the energy bill when owned", "[planner][interval][energy]") {
+    ModelSpec m = test::gpt_shape("g", 4, 1024, 16, 32000, 1000);
+    ClusterSpec c;
+    c.name = "c";
+    c.gpu = "H100-SXM5-80GB";
+    c.nodes = 2;
+    c.gpus_per_node = 8;
+    c.price_per_gpu_hour = 3;
+    hwdb::HardwareView hw;
+    hw.gpu.arch = "Hopper (sm_90)";
+    hw.gpu.tdp_w = 700;
+    hw.gpu.hbm_bytes = 80e9;
+    hw.node.nic_count = 8;
+    RankedPlan rp;
+    rp.plan.dp = 16;
+    rp.plan.global_batch = 16;
+    rp.estimate.step_time_s = 10;          // 16 x 1000 tokens per 10 s step
+    rp.estimate.tokens_per_s = 1600;
+    rp.estimate.compute_s = 8;
+    rp.estimate.exposed_comm_s = 1;
+    rp.estimate.hbm_bytes = 40e9;
+    ResidualTable t;
+    for (int i = 1; i <= 8; ++i) t.step.push_back({std::to_string(i), "Hopper", false, 16, 1.0 + 0.1 * i});  // 1.17 .. 1.73
+    const RunOutlook o = run_outlook(m, c, hw, rp, 1.6e7, &t, true);
+    REQUIRE(o.interval.available);
+    CHECK(o.step_time_s.lo == Approx(11.7));
+    CHECK(o.step_time_s.hi == Approx(17.3));
+    CHECK(o.tokens_per_s.lo == Approx(1600 / 1.73));  // the slow end
+    CHECK(o.tokens_per_s.hi == Approx(1600 / 1.17));
+    CHECK(o.wall_s.hi / o.wall_s.mid == Approx(1.73));
+    CHECK(o.goodput.wall_s == Approx(1e4 / o.goodput.goodput));  // work = 1.6e7 / 1600 = 1e4 s
+    // Per state, from the estimate: 8 s computing, 1 s communicating, 1 s idle on each of 16 GPUs;
+    // 2 nodes x 5000 W; x 1.58.
+    CHECK(o.energy.gpu_j == Approx(16 * (8 * 700 + 1 * 350 + 1 * 105)));
+    CHECK(o.energy.facility_j == Approx((16 * 6055.0 + 2 * 5000 * 10) * 1.58));
+    // Owned: 16 GPUs x $3/h over the wall time, plus the energy.
+    CHECK(o.rental_usd.mid == Approx(16 * 3 * o.goodput.wall_s / 3600));
+    CHECK(o.cost_usd.mid == Approx(o.rental_usd.mid + o.run_energy.usd));
+    CHECK(std::string(o.memory) == "fits");
+    // Without residuals: no interval, lo = mid = hi.
+    const RunOutlook p = run_outlook(m, c, hw, rp, 1.6e7, nullptr, false);
+    CHECK_FALSE(p.interval.available);
+    CHECK(p.wall_s.lo == p.wall_s.hi);
+    CHECK(p.cost_usd.mid == p.rental_usd.mid);
+}
