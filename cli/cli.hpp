@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "strata/hwdb/hwdb.hpp"
+#include "strata/planner/interval.hpp"
 #include "strata/sim/cost.hpp"
 #include "strata/lowering/spec.hpp"
 
@@ -106,6 +107,11 @@ std::string find_bundled(const std::string& kind, const std::string& name);
 /// the view's GPU architecture family; `described` gets one line saying which set and factors.
 void add_calibration_option(CLI::App* cmd, std::string& calibration);
 sim::Calibration calibration_for(const std::string& calibration, const hwdb::HardwareView& hw, std::string* described = nullptr);
+/// --residuals FILE|none (plan, capacity): the held-out residuals behind the prediction intervals.
+void add_residuals_option(CLI::App* cmd, std::string& residuals);
+/// The table `--residuals` names: built-in bench/fidelity/residuals.json when empty, none for "none"
+/// (then no interval is shown); `described` says which.
+std::optional<planner::ResidualTable> residuals_for(const std::string& residuals, std::string* described = nullptr);
 
 /// The hardware view for a cluster (resolving node/link defaults through hwdb).
 hwdb::HardwareView view_for(const hwdb::Database& db, const sim::ClusterSpec& c);

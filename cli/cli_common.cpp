@@ -27,6 +27,30 @@ void add_calibration_option(CLI::App* cmd, std::string& calibration) {
                     "uncalibrated datasheet model (default: bench/fidelity/calibration.json as built in)");
 }
 
+void add_residuals_option(CLI::App* cmd, std::string& residuals) {
+    cmd->add_option("--residuals", residuals,
+                    "held-out fidelity residuals behind the prediction intervals: a residuals JSON (strata fidelity "
+                    "--residuals), or 'none' for no interval (default: bench/fidelity/residuals.json as built in)");
+}
+
+std::optional<planner::ResidualTable> residuals_for(const std::string& residuals, std::string* described) {
+    if (residuals == "none") {
+        if (described) *described = "none (no prediction interval)";
+        return std::nullopt;
+    }
+    if (residuals.empty()) {
+        const std::string text = planner::default_residuals_json();
+        if (text.empty()) {
+            if (described) *described = "none built in (bench/fidelity/residuals.json was absent at build time)";
+            return std::nullopt;
+        }
+        if (described) *described = "built-in bench/fidelity/residuals.json";
+        return planner::residuals_from_json_text(text, "built-in bench/fidelity/residuals.json");
+    }
+    if (described) *described = residuals;
+    return planner::residuals_from_json_text(read_text_file(residuals), residuals);
+}
+
 sim::Calibration calibration_for(const std::string& calibration, const hwdb::HardwareView& hw, std::string* described) {
     if (calibration == "none") {
         if (described) *described = "none (uncalibrated datasheet model)";

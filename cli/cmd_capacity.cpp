@@ -20,11 +20,11 @@ namespace {
 
 struct CapArgs {
     SpecArgs specs;
-    std::string db, json, tokens, deadline, calibration;
+    std::string db, json, tokens, deadline, calibration, residuals;
     double budget = 0;
     std::vector<std::string> gpus;
     int max_gpus = 4096, min_gpus = 8, global_batch = 0, threads = 0;
-    bool max_model = false, quiet = false, no_deepep = false, expandable_segments = false;
+    bool max_model = false, quiet = false, no_deepep = false, expandable_segments = false, owned = false;
 };
 
 std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
@@ -165,10 +165,17 @@ void run_capacity(const CapArgs& a) {
     o.search.cancel = &interrupted();
     o.search.threads = thread_count(a.threads);
     o.progress = [&](int done, int total) { bar.update(double(done) / total, "sizes"); };
+    std::string residuals_line;
+    const std::optional<planner::ResidualTable> residuals = residuals_for(a.residuals, &residuals_line);
+    o.residuals = residuals ? &*residuals : nullptr;
+    o.owned = a.owned;
     std::vector<planner::ClusterOption> options;
     std::vector<std::string> gpus = a.gpus.empty() ? std::vector<std::string>{"H100-SXM5-80GB", "A100-SXM4-80GB"} : a.gpus;
     for (const auto& g : gpus) {
         sim::ClusterSpec c = template_for(g);
+        // A given cluster (--cluster, --scenario) lends its operations keys (failures, checkpoints,
+        // power, PUE, energy price) to every swept size; its node and price stay the template's.
+        if (!a.specs.cluster.empty() || !a.specs.scenario.empty()) c.ops = s.cluster.ops;
         const hwdb::HardwareView hw = view_for(db, c);
         options.push_back({c, hw, calibration_for(a.calibration, hw)});
     }
@@ -178,7 +185,9 @@ void run_capacity(const CapArgs& a) {
     if (o.deadline_s > 0) report << fmt(", deadline %.1f days", o.deadline_s / 86400);
     if (o.budget_usd > 0) report << fmt(", budget $%.0f", o.budget_usd);
     report << fmt(" (global batch %d):\n", o.search.space.global_batch);
-    report << fmt("%-16s %6s %6s %12s %9s %13s %5s %6s  %s\n", "gpu", "nodes", "gpus", "tokens/s", "days", "cost $", "meets", "pareto", "plan (tp pp dp cp vpp mb recompute)");
+    const bool iv = o.residuals != nullptr;
+    report << fmt("%-16s %6s %6s %12s %7s %17s %15s %10s %5s %6s  %s\n", "gpu", "nodes", "gpus", "tokens/s", "goodput",
+                  iv ? "days (80% interval)" : "days", iv ? "cost $ (hi)" : "cost $", "MWh", "meets", "pareto", "plan (tp pp dp cp vpp mb recompute)");
     for (const auto& p : r.points) {
         if (!p.feasible) {
             report << fmt("%-16s %6d %6d %12s\n", p.cluster.gpu.c_str(), p.cluster.nodes, p.cluster.gpu_count(),
@@ -186,9 +195,19 @@ void run_capacity(const CapArgs& a) {
             continue;
         }
         const auto& q = p.best.plan;
-        report << fmt("%-16s %6d %6d %12.0f %9.2f %13.0f %5s %6s  %d %d %d %d %d %d %s\n", p.cluster.gpu.c_str(), p.cluster.nodes, p.cluster.gpu_count(),
-                    p.tokens_per_s, p.time_s / 86400, p.cost_usd, p.meets ? "yes" : "no", p.pareto ? "*" : "", q.tp, q.pp, q.dp, q.cp, q.vpp,
-                    q.micro_batch, sim::to_string(q.recompute));
+        const auto& ol = p.outlook;
+        if (!ol.goodput.converges) {
+            report << fmt("%-16s %6d %6d %12.0f %7s  never finishes: an interruption every %.0f s, sooner than a restart and its lost work\n",
+                          p.cluster.gpu.c_str(), p.cluster.nodes, p.cluster.gpu_count(), p.tokens_per_s, "0%", ol.goodput.mtbf_s);
+            continue;
+        }
+        const std::string days = iv ? fmt("%.1f (%.1f-%.1f)", p.time_s / 86400, ol.wall_s.lo / 86400, ol.wall_s.hi / 86400)
+                                    : fmt("%.2f", p.time_s / 86400);
+        const std::string cost = iv ? fmt("%.2fM (%.2fM)", p.cost_usd / 1e6, p.cost_hi_usd / 1e6) : fmt("%.0f", p.cost_usd);
+        report << fmt("%-16s %6d %6d %12.0f %6.1f%% %17s %15s %10.0f %5s %6s  %d %d %d %d %d %d %s%s\n", p.cluster.gpu.c_str(), p.cluster.nodes,
+                    p.cluster.gpu_count(), p.tokens_per_s, 100 * ol.goodput.goodput, days.c_str(), cost.c_str(), ol.run_energy.kwh / 1e3,
+                    p.meets ? "yes" : "no", p.pareto ? "*" : "", q.tp, q.pp, q.dp, q.cp, q.vpp, q.micro_batch, sim::to_string(q.recompute),
+                    std::string(ol.memory) == "borderline" ? ", memory borderline" : "");
     }
     auto say = [&](const char* what, int i) {
         if (i < 0) {
@@ -196,11 +215,38 @@ void run_capacity(const CapArgs& a) {
             return;
         }
         const auto& p = r.points[static_cast<std::size_t>(i)];
-        report << fmt("%s: %d x %s (%d nodes), %.1f days, $%.0f\n", what, p.cluster.gpu_count(), p.cluster.gpu.c_str(), p.cluster.nodes,
-                    p.time_s / 86400, p.cost_usd);
+        const auto& ol = p.outlook;
+        report << fmt("%s: %d x %s (%d nodes), %.1f days", what, p.cluster.gpu_count(), p.cluster.gpu.c_str(), p.cluster.nodes, p.time_s / 86400);
+        if (iv && ol.interval.available) report << fmt(" (80%% interval %.1f-%.1f)", ol.wall_s.lo / 86400, ol.wall_s.hi / 86400);
+        report << fmt(", $%.0f", p.cost_usd);
+        if (iv && ol.interval.available) report << fmt(" ($%.0f-%.0f)", ol.cost_usd.lo, ol.cost_usd.hi);
+        report << "\n";
+        report << fmt("  throughput %.0f tokens/s (%.0f-%.0f); goodput %.1f%%: %.0f tokens/s kept\n", ol.tokens_per_s.mid, ol.tokens_per_s.lo,
+                      ol.tokens_per_s.hi, 100 * ol.goodput.goodput, ol.tokens_per_s.mid * ol.goodput.goodput);
+        report << fmt("  failures: %.1f expected (one every %.1f h at %.3g per GPU-hour), %.0f s restart + %.0f s lost work each\n",
+                      ol.goodput.failures, ol.goodput.mtbf_s / 3600, ol.goodput_in.interruptions_per_gpu_hour, ol.goodput_in.restart_s,
+                      ol.goodput.lost_per_failure_s);
+        report << fmt("  checkpoints: %s every %.1f min (%s), %.3g s to write to %s, %.3g s stall each\n",
+                      human_bytes(planner::checkpoint_bytes(s.model, p.best.plan)).c_str(), ol.goodput.interval_s / 60,
+                      p.cluster.ops.checkpoint_interval_s ? "fixed" : "Young/Daly", ol.goodput_in.checkpoint_write_s, ol.goodput_in.storage,
+                      ol.goodput_in.checkpoint_stall_s);
+        report << fmt("  energy: %.3g MJ per step, %.3g J per token, %.2f MW mean (PUE %.2f); %.0f MWh, $%.0f at $%.3f/kWh%s\n",
+                      ol.energy.facility_j / 1e6, ol.energy.per_token_j, ol.energy.mean_power_w / 1e6, ol.power.pue, ol.run_energy.kwh / 1e3,
+                      ol.run_energy.usd, ol.power.usd_per_kwh, o.owned ? " (in the cost: owned hardware)" : " (in the rental price; --owned adds it)");
+        report << fmt("  memory: %s (peak %s of %s; suite's memory error %.1f%%)\n", ol.memory, human_bytes(ol.peak_hbm_bytes).c_str(),
+                      human_bytes(ol.hbm_capacity_bytes).c_str(), 100 * ol.memory_error);
     };
     say("fewest GPUs", r.fewest_gpus);
-    say("cheapest", r.cheapest);
+    if (iv) {
+        if (r.fewest_gpus_predicted >= 0 && r.fewest_gpus_predicted != r.fewest_gpus)
+            report << fmt("  (judged at the pessimistic end of the 80%% interval; at the predicted time %d GPUs would do)\n",
+                          r.points[static_cast<std::size_t>(r.fewest_gpus_predicted)].cluster.gpu_count());
+        else
+            report << "  (judged at the pessimistic end of the 80% interval)\n";
+    }
+    if (r.cheapest >= 0 && r.cheapest == r.fewest_gpus) report << "cheapest: the same cluster\n";
+    else say("cheapest", r.cheapest);
+    report << "residuals: " << residuals_line << "\n";
     report.flush();
     if (interrupted().load()) throw Interrupted("partial sweep shown; no output file written");
     if (!a.json.empty()) write_output(a.json, planner::capacity_to_json(s.model, o, r));
@@ -212,6 +258,7 @@ void add_capacity(CLI::App& app) {
     add_spec_options(cmd, a->specs);
     add_db_option(cmd, a->db);
     add_calibration_option(cmd, a->calibration);
+    add_residuals_option(cmd, a->residuals);
     cmd->add_option("--tokens,-t", a->tokens, "tokens to train, e.g. 2T or 3e11");
     cmd->add_option("--deadline,-d", a->deadline, "wall-clock limit, e.g. 30d, 720h");
     add_num_option(cmd, "--budget", a->budget, 1e-6, 1e15, "budget in USD");
@@ -225,6 +272,7 @@ void add_capacity(CLI::App& app) {
     cmd->add_flag("--quiet,-q", a->quiet, "no progress bar");
     cmd->add_flag("--no-deepep", a->no_deepep, "MoE: keep Megatron's flat all-to-all (no DeepEP dispatch across nodes)");
     cmd->add_flag("--expandable-segments", a->expandable_segments, "the runs use PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True");
+    cmd->add_flag("--owned", a->owned, "owned hardware: the cost is the price per GPU-hour (amortised) plus the energy bill");
     cmd->callback([a] { run_capacity(*a); });
 }
 

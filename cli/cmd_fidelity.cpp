@@ -19,6 +19,7 @@
 #include "cli.hpp"
 #include "strata/common/error.hpp"
 #include "strata/common/json_reader.hpp"
+#include "strata/planner/interval.hpp"
 #include "strata/sim/fidelity.hpp"
 
 namespace strata::cli {
@@ -27,7 +28,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct FidelityArgs {
-    std::string runs, split = "all", json, calibration, fit_out, db, date;
+    std::string runs, split = "all", json, calibration, fit_out, db, date, residuals_out;
     int threads = 0;  // all cores
 };
 
@@ -109,7 +110,9 @@ std::vector<sim::FidelityRow> run_all(const std::vector<sim::FidelityEntry>& ent
 void run_fidelity(const FidelityArgs& a) {
     if (a.split != "train" && a.split != "test" && a.split != "all")
         throw InputError("--split", "", "must be train, test or all (got \"" + a.split + "\")");
-    const std::vector<Output> outputs{{"--json", a.json}, {"--fit-calibration", a.fit_out}};
+    const std::vector<Output> outputs{{"--json", a.json}, {"--fit-calibration", a.fit_out}, {"--residuals", a.residuals_out}};
+    if (!a.residuals_out.empty() && a.split != "test")
+        throw InputError("--residuals", "", "needs --split test: the intervals come from held-out runs only");
     check_outputs(outputs);
     const std::string runs_path = a.runs.empty() ? default_runs_path() : a.runs;
     const std::vector<sim::FidelityEntry> all = sim::load_fidelity_runs(read_text_file(runs_path), runs_path);
@@ -179,6 +182,10 @@ void run_fidelity(const FidelityArgs& a) {
     const std::string json = a.json.empty() ? "" : sim::fidelity_json_text(rows, cal);
     if (!a.fit_out.empty()) write_output(a.fit_out, cal_text);
     if (!a.json.empty()) write_output(a.json, json);
+    if (!a.residuals_out.empty()) {
+        const std::string described = a.calibration == "none" ? "none" : cal.groups.empty() ? "identity" : cal.date.empty() ? "loaded" : "fitted " + cal.date;
+        write_output(a.residuals_out, planner::to_json_text(planner::residuals_from_rows(all, rows, a.split, described)));
+    }
     std::ostream& out = report_stream(outputs);
     out << sim::fidelity_table_text(rows) << "\n" << sim::fidelity_summary_text(rows);
     out << std::fixed << std::setprecision(3);
@@ -207,6 +214,9 @@ void add_fidelity(CLI::App& app) {
     cmd->add_option("--calibration", a->calibration,
                     "calibration JSON to apply, or 'none' (default: calibration.json next to the runs file, if present)");
     cmd->add_option("--fit-calibration", a->fit_out, "fit the multipliers on the train split and write them to FILE ('-': stdout)");
+    cmd->add_option("--residuals", a->residuals_out,
+                    "with --split test: write the held-out residuals (published / predicted step time, memory peak errors) "
+                    "behind plan's and capacity's prediction intervals to FILE (bench/fidelity/residuals.json)");
     cmd->add_option("--date", a->date, "date recorded by --fit-calibration (default: today, UTC)");
     add_threads_option(cmd, a->threads, "simulations run in parallel (results do not depend on it)");
     add_db_option(cmd, a->db);

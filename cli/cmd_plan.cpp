@@ -1,6 +1,8 @@
 // strata plan: the best parallel plans for a model on a cluster; strata plan-merge: combine the
 // JSON outputs of a sharded search (--shard i/n). Ctrl-C stops the search cleanly, prints what was
 // found so far, writes no output file and exits 130.
+#include <nlohmann/json.hpp>
+
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -11,6 +13,7 @@
 #include "strata/common/error.hpp"
 #include "strata/common/json_reader.hpp"
 #include "strata/common/text.hpp"
+#include "strata/planner/outlook.hpp"
 #include "strata/planner/search.hpp"
 #include "strata/lowering/spec_io.hpp"
 
@@ -19,7 +22,7 @@ namespace {
 
 struct PlanArgs {
     SpecArgs specs;
-    std::string db, json, shard, calibration;
+    std::string db, json, shard, calibration, residuals;
     int global_batch = 0;
     int seq_len = 0;
     int top = 10;
@@ -54,10 +57,10 @@ std::string sched_label(const sim::PlanSpec& p) {
     return "?";
 }
 
-void print_table(const planner::SearchResult& r, int top, std::ostream& out) {
+void print_table(const planner::SearchResult& r, const std::vector<planner::RunOutlook>& outlooks, int top, std::ostream& out) {
     char line[512];
-    std::snprintf(line, sizeof line, "%4s %3s %3s %4s %3s %3s %3s %-6s %3s %3s %-6s %4s %-9s %2s %-14s %9s %11s %6s %9s  %s\n", "#", "tp", "pp", "dp",
-                  "cp", "ep", "etp", "a2a", "vpp", "mb", "sched", "zero", "recompute", "sp", "offload", "step", "tokens/s", "MFU", "peak HBM", "why");
+    std::snprintf(line, sizeof line, "%4s %3s %3s %4s %3s %3s %3s %-6s %3s %3s %-6s %4s %-9s %2s %-14s %9s %11s %7s %6s %9s  %s\n", "#", "tp", "pp", "dp",
+                  "cp", "ep", "etp", "a2a", "vpp", "mb", "sched", "zero", "recompute", "sp", "offload", "step", "tokens/s", "goodput", "MFU", "peak HBM", "why");
     out << line;
     int shown = 0;
     for (const auto& rp : r.ranked) {
@@ -69,11 +72,13 @@ void print_table(const planner::SearchResult& r, int top, std::ostream& out) {
         const double mfu = sim ? rp.sim.mfu : rp.estimate.mfu;
         const double hbm = sim ? rp.sim.peak_hbm_bytes : rp.estimate.hbm_bytes;
         std::string note = sim ? (rp.sim.oom ? "OOM (simulated)" : rp.why) : ("estimate only; " + rp.why);
+        const planner::RunOutlook& ol = outlooks[static_cast<std::size_t>(shown)];
+        if (std::string(ol.memory) == "borderline") note = "memory borderline; " + note;
         const std::string etp = p.ep > 1 || p.expert_tp > 0 ? std::to_string(p.etp()) : "-";  // experts only
         const char* a2a = p.ep < 2 ? "-" : p.moe_dispatcher == sim::MoeDispatcher::deepep ? "deepep" : "flat";
-        std::snprintf(line, sizeof line, "%4d %3d %3d %4d %3d %3d %3s %-6s %3d %3d %-6s %4d %-9s %2s %-14s %9s %11.0f %5.1f%% %9s  %s\n", shown + 1, p.tp, p.pp,
+        std::snprintf(line, sizeof line, "%4d %3d %3d %4d %3d %3d %3s %-6s %3d %3d %-6s %4d %-9s %2s %-14s %9s %11.0f %6.1f%% %5.1f%% %9s  %s\n", shown + 1, p.tp, p.pp,
                       p.dp, p.cp, p.ep, etp.c_str(), a2a, p.vpp, p.micro_batch, sched_label(p).c_str(), p.zero_stage, sim::to_string(p.recompute),
-                      p.sequence_parallel ? "y" : "n", offload_label(p).c_str(), human_seconds(step).c_str(), tps, 100 * mfu,
+                      p.sequence_parallel ? "y" : "n", offload_label(p).c_str(), human_seconds(step).c_str(), tps, 100 * ol.goodput.goodput, 100 * mfu,
                       human_bytes(hbm).c_str(), note.c_str());
         out << line;
         ++shown;
@@ -84,6 +89,39 @@ void print_table(const planner::SearchResult& r, int top, std::ostream& out) {
         << ")" << (r.too_large_to_simulate > 0 ? "; " + std::to_string(r.too_large_to_simulate) + " too large to simulate in memory here (ranked by estimate)" : "")
         << "\n";
     if (r.ranked.empty()) out << "no plan fits this cluster (see `strata memory` for why)\n";
+}
+
+// The best plan's interval, goodput and energy, and where the ranking cannot tell plans apart.
+void print_outlook(const std::vector<planner::RunOutlook>& outlooks, int top, std::ostream& out) {
+    const planner::RunOutlook& o = outlooks[0];
+    char line[512];
+    if (o.interval.available) {
+        const std::size_t shown = std::min<std::size_t>(outlooks.size(), static_cast<std::size_t>(std::max(1, top)));
+        std::snprintf(line, sizeof line, "best plan: step %s (80%% interval %s-%s), %.0f tokens/s (%.0f-%.0f); residuals of %d held-out runs, class %s\n",
+                      human_seconds(o.step_time_s.mid).c_str(), human_seconds(o.step_time_s.lo).c_str(), human_seconds(o.step_time_s.hi).c_str(),
+                      o.tokens_per_s.mid, o.tokens_per_s.lo, o.tokens_per_s.hi, o.interval.n, o.interval.cls.c_str());
+        out << line;
+        // Plans whose intervals overlap the best one's are not told apart by the prediction.
+        int within = 0;
+        for (std::size_t i = 1; i < shown; ++i)
+            if (outlooks[i].tokens_per_s.hi >= o.tokens_per_s.lo) ++within;
+        if (within > 0)
+            out << "  " << within << " of the other " << shown - 1
+                << " plans shown lie within each other's interval with it: the prediction cannot tell them apart\n";
+    }
+    std::snprintf(line, sizeof line, "  goodput %.1f%% (one interruption every %.1f h; %s checkpoint to %s every %.0f min, %.1f s stall; %.0f s restart): %.0f tokens/s kept\n",
+                  100 * o.goodput.goodput, o.goodput.mtbf_s / 3600, human_bytes(o.goodput_in.checkpoint_bytes).c_str(),
+                  o.goodput_in.storage, o.goodput.interval_s / 60, o.goodput_in.checkpoint_stall_s, o.goodput_in.restart_s,
+                  o.tokens_per_s.mid * o.goodput.goodput);
+    out << line;
+    if (o.power.known) {
+        std::snprintf(line, sizeof line, "  energy %.3g MJ per step, %.3g J per token, %.1f kW mean (PUE %.2f, GPUs %.0f W computing)\n",
+                      o.energy.facility_j / 1e6, o.energy.per_token_j, o.energy.mean_power_w / 1e3, o.power.pue, o.power.gpu_compute_w);
+        out << line;
+    }
+    std::snprintf(line, sizeof line, "  memory %s (peak %s of %s; the suite's memory error %.1f%%)\n", o.memory, human_bytes(o.peak_hbm_bytes).c_str(),
+                  human_bytes(o.hbm_capacity_bytes).c_str(), 100 * o.memory_error);
+    out << line;
 }
 
 void run_plan(const PlanArgs& a) {
@@ -120,15 +158,27 @@ void run_plan(const PlanArgs& a) {
     o.cancel = &interrupted();
     ProgressBar bar(a.quiet);
     o.progress = [&](double f, const char* phase) { bar.update(f, phase); };
+    std::string residuals_line;
+    const std::optional<planner::ResidualTable> residuals = residuals_for(a.residuals, &residuals_line);
     planner::SearchResult r = planner::search_plans(s.model, s.cluster, hw, o);
     bar.finish();
+    std::vector<planner::RunOutlook> outlooks;
+    for (const auto& rp : r.ranked)
+        outlooks.push_back(planner::run_outlook(s.model, s.cluster, hw, rp, 0, residuals ? &*residuals : nullptr, false));
     report << "Plans for " << s.model.name << " on " << s.cluster.name << " (" << s.cluster.gpu_count() << " x " << s.cluster.gpu
            << "), global batch " << o.space.global_batch << ", seq " << s.model.seq_len << "\n";
-    print_table(r, a.top, report);
+    print_table(r, outlooks, a.top, report);
+    if (!r.ranked.empty()) print_outlook(outlooks, a.top, report);
     report << "calibration: " << cal_line << "\n";
+    report << "residuals: " << residuals_line << "\n";
     report.flush();
     if (r.cancelled) throw Interrupted("the table shows what was found so far; no output file written");
-    if (!a.json.empty()) write_output(a.json, planner::search_to_json(s.model, s.cluster, r));
+    if (!a.json.empty()) {
+        // Each ranked plan carries its run outlook (interval, goodput, energy) beside its figures.
+        nlohmann::ordered_json j = nlohmann::ordered_json::parse(planner::search_to_json(s.model, s.cluster, r));
+        for (std::size_t i = 0; i < outlooks.size() && i < j["plans"].size(); ++i) j["plans"][i]["outlook"] = planner::outlook_json(outlooks[i]);
+        write_output(a.json, j.dump(2) + "\n");
+    }
 }
 
 void add_plan(CLI::App& app) {
@@ -137,6 +187,7 @@ void add_plan(CLI::App& app) {
     add_spec_options(cmd, a->specs);
     add_db_option(cmd, a->db);
     add_calibration_option(cmd, a->calibration);
+    add_residuals_option(cmd, a->residuals);
     add_global_batch_option(cmd, a->global_batch, "the scenario's plan, else 512");
     add_int_option(cmd, "--seq-len", a->seq_len, 1, static_cast<int>(sim::kMaxSeqLen), "override the model's sequence length");
     add_int_option(cmd, "--top,-k", a->top, 1, 100000, "plans to show (default 10)");

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "strata/lowering/model.hpp"
@@ -52,9 +53,20 @@ CapacityResult plan_capacity(const ModelSpec& m, const std::vector<ClusterOption
             break;
         }
         if (pt.feasible && pt.tokens_per_s > 0) {
-            pt.time_s = o.tokens / pt.tokens_per_s;
-            pt.cost_usd = pt.cluster.gpu_count() * pt.cluster.price_per_gpu_hour * pt.time_s / 3600.0;
-            pt.meets = (o.deadline_s <= 0 || pt.time_s <= o.deadline_s) && (o.budget_usd <= 0 || pt.cost_usd <= o.budget_usd);
+            pt.outlook = run_outlook(m, pt.cluster, opt->hw, pt.best, o.tokens, o.residuals, o.owned);
+            if (pt.outlook.goodput.converges) {
+                pt.time_s = pt.outlook.wall_s.mid;
+                pt.time_hi_s = pt.outlook.wall_s.hi;
+                pt.cost_usd = pt.outlook.cost_usd.mid;
+                pt.cost_hi_usd = pt.outlook.cost_usd.hi;
+                auto meets = [&](double t, double usd) {
+                    return (o.deadline_s <= 0 || t <= o.deadline_s) && (o.budget_usd <= 0 || usd <= o.budget_usd);
+                };
+                pt.meets = meets(pt.time_hi_s, pt.cost_hi_usd);
+                pt.meets_predicted = meets(pt.time_s, pt.cost_usd);
+            } else {  // failures come faster than restarts: it never finishes
+                pt.time_s = pt.time_hi_s = pt.cost_usd = pt.cost_hi_usd = std::numeric_limits<double>::infinity();
+            }
         }
         r.points.push_back(std::move(pt));
         ++done;
@@ -77,6 +89,9 @@ CapacityResult plan_capacity(const ModelSpec& m, const std::vector<ClusterOption
         if (!p.feasible) continue;
         const int ii = static_cast<int>(i);
         if (r.fastest < 0 || p.time_s < r.points[static_cast<std::size_t>(r.fastest)].time_s) r.fastest = ii;
+        if (p.meets_predicted && (r.fewest_gpus_predicted < 0 ||
+                                  p.cluster.gpu_count() < r.points[static_cast<std::size_t>(r.fewest_gpus_predicted)].cluster.gpu_count()))
+            r.fewest_gpus_predicted = ii;
         if (!p.meets) continue;
         if (r.fewest_gpus < 0 || p.cluster.gpu_count() < r.points[static_cast<std::size_t>(r.fewest_gpus)].cluster.gpu_count() ||
             (p.cluster.gpu_count() == r.points[static_cast<std::size_t>(r.fewest_gpus)].cluster.gpu_count() &&
@@ -205,16 +220,21 @@ std::string capacity_to_json(const ModelSpec& m, const CapacityOptions& o, const
         q["valid_plans"] = p.valid_plans;
         if (p.feasible) {
             q["tokens_per_s"] = std::round(p.tokens_per_s);
-            q["days"] = std::round(p.time_s / 86400.0 * 1000) / 1000;
-            q["cost_usd"] = std::round(p.cost_usd);
+            q["days"] = std::isfinite(p.time_s) ? std::round(p.time_s / 86400.0 * 1000) / 1000 : -1;
+            q["cost_usd"] = std::isfinite(p.cost_usd) ? std::round(p.cost_usd) : -1;
             q["meets"] = p.meets;
+            q["meets_predicted"] = p.meets_predicted;
+            q["outlook"] = outlook_json(p.outlook);
             q["pareto"] = p.pareto;
             q["plan"] = nlohmann::ordered_json::parse(to_json_text(p.best.plan));
             q["simulated"] = p.best.simulated;
         }
         return q;
     };
+    j["owned"] = o.owned;
+    j["meets_judged_at"] = o.residuals ? "the pessimistic end of the 80 % prediction interval" : "the prediction";
     j["fewest_gpus"] = point(r.fewest_gpus);
+    j["fewest_gpus_predicted"] = point(r.fewest_gpus_predicted);
     j["cheapest"] = point(r.cheapest);
     nlohmann::ordered_json pts = nlohmann::ordered_json::array();
     for (std::size_t i = 0; i < r.points.size(); ++i) pts.push_back(point(static_cast<int>(i)));

@@ -24,6 +24,15 @@ SimSummary simulate_plan(const sim::ModelSpec& m, const sim::ClusterSpec& c, con
     s.peak_ssd_bytes = r.peak_bytes_max[2];
     s.oom = r.oom || r.deadlock;
     s.critical_path = r.critical_path.summary;
+    // Each rank program stands for `multiplicity` GPUs; its compute stream's idle time splits
+    // exactly into exposed comm + exposed copy + host wait + bubble (docs/engine.md).
+    const double steps = std::max(1, out.steps);
+    for (const sim::RankStats& k : r.ranks) {
+        const double n = static_cast<double>(k.multiplicity) * 1e-9 / steps;
+        s.gpu_compute_s += n * static_cast<double>(r.step_time_ns - k.compute_idle_ns);
+        s.gpu_comm_s += n * static_cast<double>(k.exposed_comm_ns + k.exposed_copy_ns);
+        s.gpu_idle_s += n * static_cast<double>(k.host_wait_ns + k.bubble_ns);
+    }
     return s;
 }
 

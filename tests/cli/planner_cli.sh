@@ -47,6 +47,35 @@ python3 -c "import json; j=json.load(open('$T/exp.json')); assert j['plans'][0][
 "$S" export --from-plan-json "$T/exp.json" --format megatron -o "$T/exp_args.txt" 2>"$T/exp_err" || fail "export expandable"
 grep -q "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" "$T/exp_err" || { cat "$T/exp_err"; fail "export does not name the allocator setting"; }
 
+# Issue #34: a cluster file's operations keys are checked (exit 2, the key named, nothing
+# written) and, when valid, reach the goodput and energy of plan and capacity.
+cl() { printf '{"name": "ops", "gpu": "H100-SXM5-80GB", "node": "DGX-H100", "nodes": 1, %s}' "$1" > "$T/ops.json"; }
+for bad in '"interruptions_per_gpu_hour": -0.1' '"pue": 0.8' '"energy_usd_per_kwh": "NaN"'; do
+  cl "$bad"
+  key=${bad%%\":*}; key=${key#\"}
+  for cmd in "plan --model gpt2-124m --global-batch 32 --quiet --no-offload" "capacity --model gpt2-124m --tokens 1B --deadline 1d --max-gpus 8 --gpu H100-SXM5-80GB --quiet"; do
+    # shellcheck disable=SC2086
+    "$S" $cmd --cluster "$T/ops.json" --json "$T/ops_out.json" >/dev/null 2>"$T/err"; rc=$?
+    [ $rc -eq 2 ] || fail "$cmd with $bad: exit $rc (want 2)"
+    grep -q "ops.json: cluster.$key" "$T/err" || { cat "$T/err"; fail "$cmd: the error does not name cluster.$key"; }
+    [ ! -e "$T/ops_out.json" ] || fail "$cmd: output written on bad input"
+  done
+done
+cl '"pue": 1.1, "energy_usd_per_kwh": 0.2, "interruptions_per_gpu_hour": 0.001, "restart_s": 60'
+"$S" capacity --model gpt2-124m --tokens 1B --deadline 1d --max-gpus 8 --gpu H100-SXM5-80GB --quiet --owned \
+  --cluster "$T/ops.json" --json "$T/cap.json" >/dev/null 2>&1 || fail "capacity with operations keys"
+python3 - "$T/cap.json" <<'PY' || fail "capacity JSON lacks the cluster's operations"
+import json, sys
+p = json.load(open(sys.argv[1]))["points"][0]
+o = p["outlook"]
+assert o["energy"]["pue"] == 1.1 and o["energy"]["usd_per_kwh"] == 0.2, o["energy"]
+assert o["goodput"]["interruptions_per_gpu_hour"] == 0.001 and o["goodput"]["restart_s"] == 60, o["goodput"]
+assert 0 < o["goodput"]["goodput"] < 1
+r = o["run"]
+# Owned: the cost is the rental plus the energy bill.
+assert r["owned"] and abs(r["cost_usd"]["mid"] - r["rental_usd"]["mid"] - r["energy_usd"]) <= 1e-6 * r["cost_usd"]["mid"] + 1, r
+PY
+
 # Ctrl-C: a long search interrupted by SIGINT exits 130, as `profile` does (issue #32), and leaves
 # no output file.
 # (GPT-3 175B over 1024 GPUs: about 8 s of work on an idle 2-core machine. 3 s in, it is busy and

@@ -198,6 +198,26 @@ ModelSpec read_model(const json& j, const std::string& file, const std::string& 
 
 // ---- cluster ----
 
+// Optional keys of a run's operations: absent (or null) leaves the planner's default; a value
+// outside its range (NaN included) is refused naming the key.
+void read_cluster_operations(JsonReader& r, ClusterOperations& o) {
+    auto opt = [&](const char* key, double lo, double hi, const char* what, double scale = 1.0) -> std::optional<double> {
+        const json* v = r.get(key);
+        if (!v || v->is_null()) return std::nullopt;
+        return num_in(r, key, 0.0, lo, hi, what) * scale;
+    };
+    o.interruptions_per_gpu_hour = opt("interruptions_per_gpu_hour", 0.0, 1.0, "a rate in [0, 1] interruptions per GPU-hour");
+    o.restart_s = opt("restart_s", 0.0, 1e7, "a non-negative number of seconds");
+    o.checkpoint_Bps = opt("checkpoint_gbyte_per_s", 1e-6, 1e9, "a positive number of GB/s", 1e9);
+    o.checkpoint_async = r.boolean_or("checkpoint_async", false);
+    o.checkpoint_interval_s = opt("checkpoint_interval_s", 1e-3, 1e9, "a positive number of seconds");
+    o.pue = opt("pue", 1.0, 10.0, "a power usage effectiveness in [1, 10] (facility power / IT power)");
+    o.usd_per_kwh = opt("energy_usd_per_kwh", 0.0, 1e3, "a non-negative number of USD per kWh");
+    o.host_power_w = opt("host_power_w_per_node", 0.0, 1e6, "a non-negative number of watts");
+    o.network_power_w = opt("network_power_w_per_node", 0.0, 1e6, "a non-negative number of watts");
+    o.gpu_power_w = opt("gpu_power_w", 1.0, 1e5, "a positive number of watts");
+}
+
 ClusterSpec read_cluster(const json& j, const std::string& file, const std::string& path) {
     JsonReader r(j, file, path);
     ClusterSpec c;
@@ -242,6 +262,7 @@ ClusterSpec read_cluster(const json& j, const std::string& file, const std::stri
             c.slow_gpus.emplace_back(rank, factor);
         }
     }
+    read_cluster_operations(r, c.ops);
     r.reject_unknown();
     return c;
 }

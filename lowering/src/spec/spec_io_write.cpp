@@ -84,6 +84,21 @@ ojson cluster_json(const ClusterSpec& c) {
     ojson sg = ojson::array();
     for (const auto& [rank, factor] : c.slow_gpus) sg.push_back(ojson{{"rank", rank}, {"factor", factor}});
     j["slow_gpus"] = sg;
+    // Operations keys only where given, so a cluster without them is written as before.
+    const ClusterOperations& o = c.ops;
+    auto put = [&](const char* key, const std::optional<double>& v, double scale = 1.0) {
+        if (v) j[key] = *v / scale;
+    };
+    put("interruptions_per_gpu_hour", o.interruptions_per_gpu_hour);
+    put("restart_s", o.restart_s);
+    put("checkpoint_gbyte_per_s", o.checkpoint_Bps, 1e9);
+    if (o.checkpoint_async) j["checkpoint_async"] = true;
+    put("checkpoint_interval_s", o.checkpoint_interval_s);
+    put("pue", o.pue);
+    put("energy_usd_per_kwh", o.usd_per_kwh);
+    put("host_power_w_per_node", o.host_power_w);
+    put("network_power_w_per_node", o.network_power_w);
+    put("gpu_power_w", o.gpu_power_w);
     return j;
 }
 

@@ -86,6 +86,21 @@ struct ModelSpec {
 enum class NetTopology { fat_tree, rail_optimized };
 
 /// A pool of identical nodes. Fields left 0/empty take the hwdb node/GPU defaults when resolved.
+/// How a cluster behaves over a whole run: failures, checkpoints and energy (planner/goodput.hpp,
+/// planner/energy.hpp; docs/formats.md). Absent: the planner's published defaults.
+struct ClusterOperations {
+    std::optional<double> interruptions_per_gpu_hour;  ///< unexpected job interruptions, per GPU-hour
+    std::optional<double> restart_s;                    ///< detect, reschedule, reload after one
+    std::optional<double> checkpoint_Bps;               ///< a parallel file system's write rate for the job (else the node SSDs)
+    bool checkpoint_async = false;                      ///< training stalls only for the copy to host memory
+    std::optional<double> checkpoint_interval_s;        ///< fixed interval (else Young/Daly)
+    std::optional<double> pue;                          ///< facility power / IT power, >= 1
+    std::optional<double> usd_per_kwh;                  ///< energy price
+    std::optional<double> host_power_w;                 ///< per node: CPUs, DRAM, fans, NVSwitches
+    std::optional<double> network_power_w;              ///< per node: NICs and its share of the switches
+    std::optional<double> gpu_power_w;                  ///< one GPU computing (a measured figure; else TDP)
+};
+
 struct ClusterSpec {
     std::string name;
     std::string gpu;                  ///< hwdb GPU id, e.g. "H100-SXM5-80GB"
@@ -108,6 +123,7 @@ struct ClusterSpec {
     /// Full-mode heterogeneity: per-GPU slowdown factors (1 = nominal), applied by global rank.
     std::vector<std::pair<int, double>> slow_gpus;
     std::string description;          ///< free text: sources of prices and figures
+    ClusterOperations ops;            ///< failures, checkpoints, energy (optional keys)
 
     int gpu_count() const { return nodes * gpus_per_node; }
 };

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "strata/hwdb/view.hpp"
+#include "strata/planner/outlook.hpp"
 #include "strata/planner/search.hpp"
 
 namespace strata::planner {
@@ -27,6 +28,9 @@ struct CapacityOptions {
     int max_gpus = 4096;
     int min_gpus = 8;
     SearchOptions search;       ///< per-size search (a reduced space keeps sweeps fast)
+    /// Held-out residuals for the prediction intervals (null: none; the point prediction decides).
+    const ResidualTable* residuals = nullptr;
+    bool owned = false;         ///< owned hardware: cost = the price per GPU-hour (amortised) + energy
     std::function<void(int done, int total)> progress;
 };
 
@@ -36,15 +40,20 @@ struct CapacityPoint {
     bool feasible = false;      ///< some plan fits
     std::int64_t valid_plans = 0;  ///< 0: nothing divides (batch, layers, heads), not a memory verdict
     double tokens_per_s = 0;
-    double time_s = 0;          ///< tokens / tokens_per_s
-    double cost_usd = 0;        ///< GPUs x hours x price
-    bool meets = false;         ///< meets the deadline and the budget
+    RunOutlook outlook;         ///< interval, goodput, energy of the best plan over the run
+    double time_s = 0;          ///< time to train, goodput included (predicted)
+    double time_hi_s = 0;       ///< ... at the interval's pessimistic end
+    double cost_usd = 0;        ///< GPUs x hours x price (+ energy when owned), predicted
+    double cost_hi_usd = 0;     ///< ... at the pessimistic end
+    bool meets = false;         ///< meets the deadline and the budget at the pessimistic end
+    bool meets_predicted = false;  ///< ... at the predicted time and cost
     bool pareto = false;        ///< on the time/cost Pareto front
 };
 
 struct CapacityResult {
     std::vector<CapacityPoint> points;
-    int fewest_gpus = -1;       ///< index of the point meeting the target with the fewest GPUs
+    int fewest_gpus = -1;       ///< index of the point meeting the target with the fewest GPUs (pessimistic end)
+    int fewest_gpus_predicted = -1;  ///< the same judged by the predicted time and cost
     int cheapest = -1;          ///< index of the cheapest point meeting the target
     int fastest = -1;
 };

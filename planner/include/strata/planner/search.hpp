@@ -24,6 +24,9 @@ struct SimSummary {
     double peak_hbm_bytes = 0, peak_cpu_bytes = 0, peak_ssd_bytes = 0;
     bool oom = false;
     std::string critical_path;
+    /// GPU-seconds of one step over every GPU of the job, by state (energy.hpp): the compute
+    /// stream running kernels, waiting on communication or copies, or idle (bubble, host waits).
+    double gpu_compute_s = 0, gpu_comm_s = 0, gpu_idle_s = 0;
 };
 
 struct RankedPlan {
