@@ -148,6 +148,13 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
     }
     if (p.schedule == Schedule::interleaved_1f1b && p.microbatch_group > 0 && p.microbatch_group != p.pp)
         arg("microbatch-group-size-per-virtual-pipeline-stage", p.microbatch_group);
+    // DualPipeV runs any micro-batch count; Megatron's interleaving needs groups of at least pp
+    // with a last group of 0 or >= pp, so a count pp does not divide gets the smallest such group.
+    if (p.schedule == Schedule::dualpipe_v && p.micro_batches() % p.pp != 0) {
+        const int group = smallest_microbatch_group(p.micro_batches(), p.pp);
+        if (group > 0) arg("microbatch-group-size-per-virtual-pipeline-stage", group);
+        else r.unsupported.push_back("fewer micro-batches than pipeline stages under interleaving");
+    }
     if (p.cp > 1) arg("context-parallel-size", p.cp);
     if (p.ep > 1) arg("expert-model-parallel-size", p.ep);
     if (p.expert_tp > 0 && p.expert_tp != p.tp) arg("expert-tensor-parallel-size", p.expert_tp);

@@ -168,6 +168,9 @@ std::vector<std::string> megatron_problems(const std::string& text, int world_si
     const double tp = num("tensor_model_parallel_size", 1), pp = num("pipeline_model_parallel_size", 1), cp = num("context_parallel_size", 1);
     given["world_size"] = RuleValue::of(static_cast<double>(world_size));
     given["data_parallel_size"] = RuleValue::of(std::floor(world_size / (tp * pp * cp)));
+    const double micro = num("micro_batch_size", 1);
+    if (given.count("global_batch_size") && micro > 0)
+        given["num_microbatches"] = RuleValue::of(std::floor(num("global_batch_size", 0) / (micro * given["data_parallel_size"].n)));
     double vpp = 0;
     if (given.count("pipeline_model_parallel_layout")) {
         const std::string lay = expand_layout(given["pipeline_model_parallel_layout"].s);
@@ -285,6 +288,11 @@ TEST_CASE("the Megatron conformance checker rejects what Megatron-LM rejects", "
     CHECK(has_problem(problems("--num-experts 8 --moe-router-topk 1"), "rule top1-softmax"));
     CHECK(has_problem(problems("--num-experts 8 --moe-layer-freq \"[0,1,1]\""), "rule moe-layer-freq"));
     CHECK(has_problem(problems("--global-batch-size 12"), "rule batch"));
+    // 120 micro-batches on an interleaved pp 16 need a group (20) that leaves no short last group
+    const std::string dualpipe = "--pipeline-model-parallel-size 16 --num-layers 32 --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 120 ";
+    CHECK(has_problem(problems(dualpipe, 16), "rule microbatch-group"));
+    CHECK(has_problem(problems(dualpipe + "--microbatch-group-size-per-virtual-pipeline-stage 17", 16), "rule microbatch-group"));
+    CHECK(problems(dualpipe + "--microbatch-group-size-per-virtual-pipeline-stage 20", 16).empty());
     CHECK(has_problem(problems("--mock-data --data-path x"), "rule one-data-source"));
 }
 
