@@ -118,6 +118,9 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
     if (p.precision == Precision::fp8) r.unsupported.push_back("fp8 (needs Transformer Engine)");
     if (p.exp_avg_dtype != Precision::fp32 || p.exp_avg_sq_dtype != Precision::fp32)
         r.unsupported.push_back("Adam moments below fp32 (Megatron's precision-aware optimizer)");
+    // Tensor parallelism in the model code (Megatron-DeepSpeed's layers) orders its collectives on
+    // one hardware queue, as Megatron does.
+    if (p.tp > 1) r.env.emplace_back("CUDA_DEVICE_MAX_CONNECTIONS", "1");
     if (p.expandable_segments) r.env.emplace_back("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True");
     if (p.lock_free_update) r.unsupported.push_back("lock-free optimizer update (Angel-PTM; DeepSpeed's ZeRO-Offload has a similar one-step delayed update)");
     if (!p.offload.activations.all_gpu() && p.recompute == Recompute::none) r.unsupported.push_back("activation offload without checkpointing");

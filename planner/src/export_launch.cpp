@@ -111,6 +111,8 @@ std::string deepspeed_launch(const ModelSpec& m, const ClusterSpec& c, const Pla
     if (config.model_code.empty()) o << "#   (none: a plain data-parallel model)\n";
     const std::string entry = opt.entry == "pretrain_gpt.py" ? std::string("train.py") : opt.entry;
     o << "\ncat > ds_config.json <<'STRATA_DS_CONFIG'\n" << config.text << "STRATA_DS_CONFIG\n\n";
+    o << "# " << entry << ": the training script that builds the model code above (--entry); the arguments after the\n"
+      << "# config are a sketch of what it should take (data, iterations, learning rate), not DeepSpeed's.\n";
     if (opt.launcher == "torchrun") {
         o << "# One line of the hostfile per node: \"<host> slots=" << c.gpus_per_node << "\".\n"
           << "HOSTFILE=${HOSTFILE:-hostfile}\n"
