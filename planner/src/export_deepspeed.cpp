@@ -6,6 +6,8 @@
 // returned as `model_code`, never as config keys DeepSpeed would ignore.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 #include "strata/common/error.hpp"
 #include "strata/common/json_reader.hpp"
 #include "strata/planner/export.hpp"
@@ -38,11 +40,17 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
     j["train_micro_batch_size_per_gpu"] = p.micro_batch;
     j["gradient_accumulation_steps"] = gas;
     nlohmann::ordered_json z;
-    z["stage"] = p.zero_stage;
+    // DeepSpeed's PipelineEngine asserts a stage below 2 ("ZeRO-2 and ZeRO-3 are incompatible with
+    // pipeline parallelism", pipe/engine.py): a pipelined plan with ZeRO-2/3 gets stage 1 and a note.
+    const int stage = p.pp > 1 ? std::min(p.zero_stage, 1) : p.zero_stage;
+    if (stage != p.zero_stage)
+        r.unsupported.push_back("ZeRO stage " + std::to_string(p.zero_stage) + " with " + std::to_string(p.pp) +
+                                " pipeline stages (DeepSpeed's pipeline engine allows stages 0 and 1): written as stage 1");
+    z["stage"] = stage;
     z["overlap_comm"] = p.overlap_grad_reduce;
     z["contiguous_gradients"] = true;
     z["reduce_bucket_size"] = p.dp_bucket_bytes / 2;  // elements of bf16
-    if (p.zero_stage == 3) {
+    if (stage == 3) {
         z["stage3_prefetch_bucket_size"] = p.dp_bucket_bytes / 2;
         z["stage3_param_persistence_threshold"] = 100000;
     }
@@ -54,15 +62,15 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
         if (od == "nvme") o["nvme_path"] = "/local_nvme";
         // DeepSpeed offloads part of the optimizer (ratio < 1) only under ZeRO-3.
         if (is_split(p.offload.optimizer)) {
-            if (p.zero_stage == 3) o["ratio"] = 1.0 - p.offload.optimizer.gpu;
+            if (stage == 3) o["ratio"] = 1.0 - p.offload.optimizer.gpu;
             else r.unsupported.push_back("a partial optimizer offload below ZeRO-3 (DeepSpeed's ratio needs stage 3): the whole optimizer goes to " + od);
         }
         z["offload_optimizer"] = o;
     }
     const std::string pd = tier_device(p.offload.params);
     // DeepSpeed hands offload_param to the ZeRO-3 optimizer only.
-    if (pd != "none" && p.zero_stage != 3) r.unsupported.push_back("parameter offload below ZeRO-3 (DeepSpeed offloads parameters only under stage 3)");
-    if (pd != "none" && p.zero_stage == 3) {
+    if (pd != "none" && stage != 3) r.unsupported.push_back("parameter offload below ZeRO-3 (DeepSpeed offloads parameters only under stage 3)");
+    if (pd != "none" && stage == 3) {
         nlohmann::ordered_json o;
         o["device"] = pd;
         o["pin_memory"] = true;
@@ -199,7 +207,9 @@ PlanSpec read_deepspeed(const nlohmann::json& j, int gpus, const DeepSpeedModelC
     // Recomputation is on when the model code checkpoints its layers, or the PipelineEngine does.
     const bool pipe_checkpoints = j.contains("pipeline") && j.at("pipeline").is_object() && j.at("pipeline").value("activation_checkpoint_interval", 0) > 0;
     if (code.checkpoint_layers || (pipe_checkpoints && p.pp > 1)) p.recompute = Recompute::full;
-    if (p.zero_stage == 3 && p.pp > 1) throw InputError(file, "zero_optimization.stage", "3 does not run with pipeline stages (DeepSpeed refuses ZeRO-3 with a PipelineModule)");
+    if (p.zero_stage >= 2 && p.pp > 1)
+        throw InputError(file, "zero_optimization.stage", "= " + std::to_string(p.zero_stage) + " does not run with pipeline stages "
+                                                         "(DeepSpeed's pipeline engine: ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism)");
     return p;
 }
 

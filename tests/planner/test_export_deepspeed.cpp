@@ -51,12 +51,13 @@ void check_schema(const nlohmann::json& v, const nlohmann::json& schema, const s
     if (v.is_number() && schema.contains("max") && v.get<double>() > schema.at("max").get<double>()) problems.push_back(where + " is above its maximum");
 }
 
-std::vector<std::string> deepspeed_problems(const std::string& text, int data_parallel_size, const nlohmann::json& data) {
+std::vector<std::string> deepspeed_problems(const std::string& text, int data_parallel_size, const nlohmann::json& data, int pipeline_stages = 1) {
     std::vector<std::string> problems;
     const nlohmann::json config = nlohmann::json::parse(text);
     check_schema(config, data.at("schema"), "", problems);
     auto lookup = [&](const std::string& name) -> RuleValue {
         if (name == "data_parallel_size") return RuleValue::of(static_cast<double>(data_parallel_size));
+        if (name == "pipeline_stages") return RuleValue::of(static_cast<double>(pipeline_stages));
         const nlohmann::json* at = &config;
         for (std::size_t start = 0; start <= name.size();) {
             const std::size_t dot = std::min(name.find('.', start), name.size());
@@ -107,6 +108,24 @@ TEST_CASE("the DeepSpeed conformance checker rejects what DeepSpeed rejects or i
     CHECK(has_problem(deepspeed_problems(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
                                             "bf16": {"enabled": true}, "fp16": {"enabled": true}})", 8, data),
                       "rule precision"));
+    CHECK(has_problem(deepspeed_problems(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+                                            "zero_optimization": {"stage": 2}})", 8, data, 4),
+                      "rule pipeline-zero"));
+}
+
+TEST_CASE("a pipelined ZeRO-2/3 plan exports as stage 1, with a note", "[planner][export]") {
+    const sim::Scenario s = sim::load_scenario(std::string(STRATA_SOURCE_DIR) + "/scenarios/llama-2-70b-512xa100.json");
+    sim::PlanSpec p = *s.plan;
+    REQUIRE(p.pp > 1);
+    p.zero_stage = 2;
+    const auto r = planner::export_deepspeed(s.model, p);
+    CHECK(nlohmann::json::parse(r.text).at("zero_optimization").at("stage") == 1);
+    CHECK(std::any_of(r.unsupported.begin(), r.unsupported.end(), [](const std::string& u) { return u.find("ZeRO stage 2") != std::string::npos; }));
+    planner::DeepSpeedModelCode code;
+    code.tp = p.tp;
+    code.pp = p.pp;
+    const std::string bad = "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 2}}";
+    CHECK_THROWS_AS(planner::plan_from_deepspeed_config(bad, s.cluster.gpu_count(), code, "ds.json"), InputError);
 }
 
 TEST_CASE("every bundled scenario's DeepSpeed export holds only what DeepSpeed reads and passes its checks", "[planner][export][conformance]") {
@@ -121,7 +140,7 @@ TEST_CASE("every bundled scenario's DeepSpeed export holds only what DeepSpeed r
         // DeepSpeed's data-parallel world: the GPUs over the model code's tp x pp x cp groups.
         const int dp = s.cluster.gpu_count() / (s.plan->tp * s.plan->pp * s.plan->cp);
         std::string all;
-        for (const auto& p : deepspeed_problems(r.text, dp, data)) all += p + "\n";
+        for (const auto& p : deepspeed_problems(r.text, dp, data, s.plan->pp)) all += p + "\n";
         INFO(all);
         CHECK(all.empty());
         // A pipelined plan names its stage count where DeepSpeed takes it from: the model code.
