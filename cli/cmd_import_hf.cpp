@@ -18,13 +18,16 @@ struct ImportHfArgs {
     std::string output = "-";
     std::string name;
     std::int64_t seq_len = 0;
+    bool windows_as_full = false;
 };
 
 void run_import_hf(const ImportHfArgs& a) {
     check_outputs({{"--output", a.output}});
-    sim::ModelSpec m = sim::model_from_hf_config_text(read_text_file(a.config), a.config);
+    sim::HfImportOptions options;
+    options.seq_len = a.seq_len;  // decided before the import: a sliding window is checked against it
+    options.windows_as_full = a.windows_as_full;
+    sim::ModelSpec m = sim::model_from_hf_config_text(read_text_file(a.config), a.config, options);
     if (!a.name.empty()) m.name = a.name;
-    if (a.seq_len != 0) m.seq_len = a.seq_len;
     // Re-read what will be written, so overrides obey the same rules (e.g. a learned position
     // table at least seq_len long) and the file is known to load.
     const std::string text = sim::to_json_text(m);
@@ -45,6 +48,9 @@ void register_import_hf(CLI::App& app) {
     cmd->add_option("--name", args->name, "model name (default: from _name_or_path or the file name)");
     add_int_option(cmd, "--seq-len", args->seq_len, 1, sim::kMaxSeqLen,
                    "training sequence length (default: max_position_embeddings, at most 8192)");
+    cmd->add_flag("--sliding-window-as-full", args->windows_as_full,
+                  "import a model whose sliding attention window is shorter than the sequence, costing those layers as full "
+                  "attention (an overestimate; without it such a config is refused)");
     cmd->callback([args] { run_import_hf(*args); });
 }
 

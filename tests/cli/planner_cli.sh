@@ -40,6 +40,29 @@ grep -q -- "--tensor-model-parallel-size" "$T/args.txt" || fail "megatron args m
 "$S" export --from-plan-json "$T/all.json" --format deepspeed -o "$T/ds.json" 2>/dev/null || fail "export deepspeed"
 python3 -c "import json,sys; j=json.load(open('$T/ds.json')); assert 'zero_optimization' in j and 'train_micro_batch_size_per_gpu' in j" || fail "deepspeed json"
 
+# The exports import back (issue #33): DeepSeek-V3's Megatron arguments give a plan that validates
+# against its model and cluster; a DeepSpeed config with the model-code sizes gives the same dp.
+"$S" export --scenario deepseek-v3-2048xh800-dualpipev --format megatron -o "$T/ds3.args" 2>/dev/null || fail "export deepseek"
+"$S" import-megatron "$T/ds3.args" --scenario deepseek-v3-2048xh800-dualpipev -o "$T/ds3_plan.json" 2>/dev/null || fail "import-megatron"
+python3 -c "import json; j=json.load(open('$T/ds3_plan.json')); assert (j['pp'], j['dp'], j['ep'], j['vpp']) == (16, 128, 64, 2), j" || fail "import-megatron plan"
+"$S" export --scenario hunyuan-1t-moe-512xh100 --format deepspeed 2>/dev/null | "$S" import-deepspeed - --scenario hunyuan-1t-moe-512xh100 --tp 8 --pp 8 --ep 8 >"$T/hy.json" 2>/dev/null || fail "import-deepspeed"
+python3 -c "import json; j=json.load(open('$T/hy.json')); assert (j['dp'], j['global_batch'], j['recompute']) == (8, 1024, 'full'), j" || fail "import-deepspeed plan"
+# Bad input: exit 2, nothing written.
+echo "--micro-batch-size 1 --global-batch-size 8 --tensor-model-parallel-size 3" >"$T/bad.args"
+"$S" import-megatron "$T/bad.args" --gpus 8 -o "$T/bad_plan.json" >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] || fail "import-megatron bad tp: exit $rc (want 2)"
+[ ! -e "$T/bad_plan.json" ] || fail "import-megatron wrote a plan on bad input"
+echo '{"train_batch_size": 10, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1}' >"$T/bad_ds.json"
+"$S" import-deepspeed "$T/bad_ds.json" --gpus 8 -o "$T/bad_plan.json" >/dev/null 2>"$T/err"; rc=$?
+[ $rc -eq 2 ] || fail "import-deepspeed bad batch: exit $rc (want 2)"
+grep -q "train_batch_size" "$T/err" || fail "import-deepspeed error does not name the key"
+# A launch script is valid bash and launches on every node.
+"$S" export --scenario gpt3-175b-1024xa100 --launch -o "$T/launch.sh" 2>/dev/null || fail "export --launch"
+bash -n "$T/launch.sh" || fail "launch script is not valid bash"
+grep -q "torchrun --nnodes 128 --nproc-per-node 8" "$T/launch.sh" || fail "launch script lacks torchrun"
+"$S" export --scenario llama-2-70b-512xa100 --format deepspeed --launch --launcher srun -o "$T/ds_launch.sh" 2>/dev/null || fail "deepspeed --launch"
+bash -n "$T/ds_launch.sh" || fail "deepspeed launch script is not valid bash"
+
 # The allocator setting rides along: the best plan carries it, and the Megatron export names the
 # environment variable to launch with.
 "$S" plan "${common[@]}" --expandable-segments --json "$T/exp.json" >/dev/null || fail "plan --expandable-segments"

@@ -371,12 +371,14 @@ TEST_CASE("Megatron export of node-limited routing and the DeepEP dispatcher", "
     CHECK(r.text.find("--moe-flex-dispatcher-backend deepep\n") != std::string::npos);
     CHECK(planner::plan_from_megatron_args(r.text, 16, "args").moe_dispatcher == MoeDispatcher::deepep);
     CHECK(planner::plan_from_megatron_args("--moe-enable-deepep", 8, "args").moe_dispatcher == MoeDispatcher::deepep);
-    // The default dispatcher and unrestricted routing write none of these flags.
+    // The flat all-to-all is written too: Megatron's own default is the allgather dispatcher,
+    // which Strata does not simulate. Unrestricted routing writes no group flags.
     p.moe_dispatcher = MoeDispatcher::alltoall;
     m.moe->router_groups = 0;
     m.moe->router_group_topk = 0;
     const auto plain = planner::export_megatron(m, p);
-    CHECK(plain.text.find("--moe-token-dispatcher-type") == std::string::npos);
+    CHECK(plain.text.find("--moe-token-dispatcher-type alltoall\n") != std::string::npos);
+    CHECK(plain.text.find("--moe-flex-dispatcher-backend") == std::string::npos);
     CHECK(plain.text.find("--moe-router-num-groups") == std::string::npos);
     CHECK(planner::plan_from_megatron_args(plain.text, 16, "args").moe_dispatcher == MoeDispatcher::alltoall);
     // DeepSpeed has no such dispatcher: a valid config plus a note.

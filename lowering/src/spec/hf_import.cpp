@@ -1,6 +1,9 @@
 // Hugging Face config.json -> ModelSpec, for the decoder-only families Strata models: Llama,
-// Mistral, Mixtral, Qwen2, Qwen2-MoE and GPT-2. Only the keys that change the shape of the
-// training job are read; the rest of a config (tokenizer ids, rope scaling, ...) is ignored.
+// Mistral, Mixtral, Qwen2/3 (and MoE), DeepSeek-V2/V3, GPT-2, gpt-oss, Gemma 2/3, Phi-3/4 and
+// OLMo 2. Only the keys that change the shape of the training job are read; the rest of a config
+// (tokenizer ids, rope scaling, soft-capping, ...) is ignored. Sliding-window attention is not
+// modelled: a window shorter than the training sequence is refused unless the caller asks for
+// the windowed layers to be costed as full attention (HfImportOptions::windows_as_full).
 // The mapping table, with the defaults HF applies when a key is missing, is in docs/formats.md.
 #include <algorithm>
 #include <climits>
@@ -23,15 +26,18 @@ constexpr std::int64_t kMaxDefaultSeqLen = 8192;
 const std::vector<std::string> kSupported = {"LlamaForCausalLM",    "MistralForCausalLM",    "MixtralForCausalLM",
                                              "Qwen2ForCausalLM",    "Qwen2MoeForCausalLM",   "Qwen3ForCausalLM",
                                              "Qwen3MoeForCausalLM", "GPT2LMHeadModel",
-                                             "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"};
+                                             "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM",
+                                             "GptOssForCausalLM",   "Gemma2ForCausalLM",     "Gemma3ForCausalLM",
+                                             "Gemma3ForConditionalGeneration", "Phi3ForCausalLM", "Olmo2ForCausalLM"};
 
 // Typed access to HF keys with errors that name the HF key (the file is the user's config.json).
 struct Hf {
     const json& j;
     const std::string& file;
+    std::string prefix;  ///< "text_config." when reading a multimodal config's language model
 
     bool has(const char* k) const { return j.contains(k) && !j.at(k).is_null(); }
-    [[noreturn]] void fail(const std::string& k, const std::string& rule) const { throw InputError(file, k, rule); }
+    [[noreturn]] void fail(const std::string& k, const std::string& rule) const { throw InputError(file, prefix + k, rule); }
 
     std::int64_t pos(const char* k) const {
         if (!has(k)) fail(k, "is required");
@@ -106,7 +112,9 @@ ModelSpec llama_like(const Hf& hf, const std::string& arch) {
     m.linear_bias = hf.flag_or("mlp_bias", false);
     // Llama's attention_bias puts biases on q, k, v (and o); Qwen2 always has q, k, v biases.
     m.qkv_bias = arch.rfind("Qwen2", 0) == 0 ? true : hf.flag_or("attention_bias", false);
-    m.qk_norm = arch.rfind("Qwen3", 0) == 0;
+    // Qwen3 and OLMo 2 normalise the query and key before RoPE (q_norm, k_norm; OLMo 2's span all
+    // heads, a few thousand parameters more than Qwen3's per-head norms).
+    m.qk_norm = arch.rfind("Qwen3", 0) == 0 || arch == "Olmo2ForCausalLM";
     m.dropout = hf.prob_or("attention_dropout", 0.0);
     if (arch == "MixtralForCausalLM") {
         MoeSpec e;
@@ -187,6 +195,35 @@ ModelSpec deepseek(const Hf& hf) {
     return m;
 }
 
+
+// gpt-oss: the Llama layout with every layer a MoE of num_local_experts SwiGLU experts of
+// intermediate_size (top num_experts_per_tok; the clamped SwiGLU costed as SwiGLU), biases on the
+// attention projections and the experts (attention_bias; written as linear_bias, which also puts
+// them on the MLP), per-head attention sinks (64 scalars a layer, not counted) and a router bias.
+ModelSpec gpt_oss(const Hf& hf) {
+    ModelSpec m = llama_like(hf, "GptOssForCausalLM");
+    m.linear_bias = hf.flag_or("attention_bias", true);
+    m.qkv_bias = false;
+    MoeSpec e;
+    e.experts = static_cast<int>(hf.pos("num_local_experts"));
+    e.top_k = static_cast<int>(hf.has("num_experts_per_tok") ? hf.pos("num_experts_per_tok") : hf.pos_or("experts_per_token", 4));
+    e.expert_ffn_hidden = m.ffn_hidden;
+    m.moe = e;
+    return m;
+}
+
+// Gemma 2 and 3: a gated GELU MLP (GeGLU, costed as SwiGLU: the same three matrices), RMSNorm
+// before and after each sub-layer (four norms a layer; two are counted), tied embeddings by
+// default, explicit head_dim; Gemma 3 adds q_norm/k_norm. Logit soft-capping has no parameters
+// and its elementwise cost is not modelled.
+ModelSpec gemma(const Hf& hf, bool gemma3) {
+    ModelSpec m = llama_like(hf, gemma3 ? "Gemma3" : "Gemma2");
+    m.tied_embeddings = hf.flag_or("tie_word_embeddings", true);
+    m.qkv_bias = hf.flag_or("attention_bias", false);
+    m.qk_norm = gemma3;
+    return m;
+}
+
 // GPT-2: learned positions, LayerNorm, GELU MLP of n_inner (default 4 x n_embd), biases
 // everywhere, tied embeddings (HF's default for GPT-2).
 ModelSpec gpt2(const Hf& hf) {
@@ -209,9 +246,27 @@ ModelSpec gpt2(const Hf& hf) {
     return m;
 }
 
+/// The shortest attention window any layer uses (0: every layer attends to the whole sequence).
+std::int64_t sliding_window(const Hf& hf, const std::string& arch) {
+    if (!hf.has("sliding_window")) return 0;
+    // Qwen2/3 carry a window they use only with use_sliding_window; Llama, DeepSeek and GPT-2 none.
+    if (arch.rfind("Qwen", 0) == 0 && !hf.flag_or("use_sliding_window", false)) return 0;
+    if (arch.rfind("Llama", 0) == 0 || arch.rfind("Deepseek", 0) == 0 || arch == "GPT2LMHeadModel" || arch == "Olmo2ForCausalLM") return 0;
+    if (hf.has("layer_types")) {
+        // gpt-oss, newer Gemma configs: per-layer "sliding_attention" / "full_attention"
+        const json& types = hf.j.at("layer_types");
+        if (!types.is_array()) hf.fail("layer_types", "must be a list of attention kinds");
+        const bool any = std::any_of(types.begin(), types.end(), [](const json& t) { return t.is_string() && t.get<std::string>() == "sliding_attention"; });
+        if (!any) return 0;
+    }
+    return hf.pos("sliding_window");
+}
+
 }  // namespace
 
-ModelSpec model_from_hf_config_text(const std::string& text, const std::string& file) {
+ModelSpec model_from_hf_config_text(const std::string& text, const std::string& file) { return model_from_hf_config_text(text, file, {}); }
+
+ModelSpec model_from_hf_config_text(const std::string& text, const std::string& file, const HfImportOptions& options) {
     json j;
     try {
         j = parse_json_text(text, file);
@@ -219,18 +274,37 @@ ModelSpec model_from_hf_config_text(const std::string& text, const std::string& 
         throw InputError(file, "", std::string("is not valid JSON: ") + e.what());
     }
     if (!j.is_object()) throw InputError(file, "", "must be a JSON object (a Hugging Face config.json)");
-    Hf hf{j, file};
-    if (!hf.has("architectures") || !j.at("architectures").is_array() || j.at("architectures").empty() ||
+    Hf top{j, file, ""};
+    if (!top.has("architectures") || !j.at("architectures").is_array() || j.at("architectures").empty() ||
         !j.at("architectures")[0].is_string())
-        hf.fail("architectures", "must be a non-empty list naming the model class (supported: " + supported_list() + ")");
+        top.fail("architectures", "must be a non-empty list naming the model class (supported: " + supported_list() + ")");
     const std::string arch = j.at("architectures")[0].get<std::string>();
     if (std::find(kSupported.begin(), kSupported.end(), arch) == kSupported.end())
-        hf.fail("architectures", "= \"" + arch + "\" is not supported (supported: " + supported_list() + ")");
+        top.fail("architectures", "= \"" + arch + "\" is not supported (supported: " + supported_list() + ")");
+    // Gemma 3's multimodal checkpoints hold the language model in text_config (the vision tower
+    // is not imported).
+    const bool nested = arch == "Gemma3ForConditionalGeneration";
+    if (nested && !(j.contains("text_config") && j.at("text_config").is_object())) top.fail("text_config", "is required (the language model's config)");
+    Hf hf{nested ? j.at("text_config") : j, file, nested ? "text_config." : ""};
 
-    ModelSpec m = arch == "GPT2LMHeadModel" ? gpt2(hf) : arch.rfind("Deepseek", 0) == 0 ? deepseek(hf) : llama_like(hf, arch);
-    m.name = default_name(hf);
-    m.seq_len = std::min(m.max_position, kMaxDefaultSeqLen);
+    ModelSpec m = arch == "GPT2LMHeadModel"            ? gpt2(hf)
+                  : arch.rfind("Deepseek", 0) == 0     ? deepseek(hf)
+                  : arch == "GptOssForCausalLM"        ? gpt_oss(hf)
+                  : arch.rfind("Gemma", 0) == 0        ? gemma(hf, arch.rfind("Gemma3", 0) == 0)
+                                                       : llama_like(hf, arch);
+    m.name = default_name(top);
+    m.seq_len = options.seq_len > 0 ? options.seq_len : std::min(m.max_position, kMaxDefaultSeqLen);
     m.description = "Imported from a Hugging Face config.json (" + arch + ")";
+    if (nested) m.description += "; the language model only, without the vision encoder";
+    const std::int64_t window = sliding_window(hf, arch);
+    if (window > 0 && window < m.seq_len) {
+        if (!options.windows_as_full)
+            hf.fail("sliding_window", "= " + std::to_string(window) + " tokens is shorter than the training sequence (" + std::to_string(m.seq_len) +
+                                          " tokens), and Strata does not model windowed attention: import with a sequence of at most " +
+                                          std::to_string(window) + " tokens (then the window covers it and attention is full), or cost the "
+                                          "windowed layers as full attention, an overestimate (import-hf --sliding-window-as-full)");
+        m.description += "; its sliding-window layers (window " + std::to_string(window) + ") are costed as full attention, an overestimate";
+    }
     // Run the result through the strict reader: every ModelSpec rule (kv_heads divides heads,
     // top_k <= experts, ...) applies to imported models too.
     return model_from_json_text(to_json_text(m), file);

@@ -69,5 +69,13 @@ std::string to_json_text(const Scenario& s);
 /// Hugging Face config.json (LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM,
 /// Qwen2ForCausalLM, GPT2LMHeadModel, ...) to a ModelSpec.
 ModelSpec model_from_hf_config_text(const std::string& text, const std::string& file);
+/// Choices an import cannot take from the config alone.
+struct HfImportOptions {
+    std::int64_t seq_len = 0;      ///< training sequence length; 0 = min(max_position_embeddings, 8192)
+    /// Strata does not model sliding-window attention: a config whose window is shorter than
+    /// seq_len is refused, unless this costs its windowed layers as full attention (an overestimate).
+    bool windows_as_full = false;
+};
+ModelSpec model_from_hf_config_text(const std::string& text, const std::string& file, const HfImportOptions& options);
 
 }  // namespace strata::sim

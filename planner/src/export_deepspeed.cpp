@@ -1,0 +1,228 @@
+// DeepSpeed export and import. The config holds only keys DeepSpeed's engine reads
+// (deepspeed/runtime/config.py, zero/config.py, zero/offload_config.py, precision_config.py,
+// activation_checkpointing/config.py; the commit and the key list are data in
+// tests/planner/data/deepspeed_config.json). What DeepSpeed takes from the model code instead, the
+// pipeline's stage count (PipelineModule(num_stages=...)) and which layers are checkpointed, is
+// returned as `model_code`, never as config keys DeepSpeed would ignore.
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+
+#include "strata/common/error.hpp"
+#include "strata/common/json_reader.hpp"
+#include "strata/planner/export.hpp"
+
+namespace strata::planner {
+
+using namespace strata::sim;
+
+namespace {
+
+std::string tier_device(const TierSplit& t) {
+    if (t.ssd > 0) return "nvme";
+    if (t.cpu > 0) return "cpu";
+    return "none";
+}
+
+bool is_split(const TierSplit& t) {
+    int n = (t.gpu > 0) + (t.cpu > 0) + (t.ssd > 0);
+    return n > 1;
+}
+
+}  // namespace
+
+ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
+    ExportResult r;
+    nlohmann::ordered_json j;
+    const int gas = p.micro_batches();
+    // DeepSpeed asserts train_batch_size = micro x gas x its data-parallel world size.
+    j["train_batch_size"] = p.global_batch;
+    j["train_micro_batch_size_per_gpu"] = p.micro_batch;
+    j["gradient_accumulation_steps"] = gas;
+    nlohmann::ordered_json z;
+    // DeepSpeed's PipelineEngine asserts a stage below 2 ("ZeRO-2 and ZeRO-3 are incompatible with
+    // pipeline parallelism", pipe/engine.py): a pipelined plan with ZeRO-2/3 gets stage 1 and a note.
+    const int stage = p.pp > 1 ? std::min(p.zero_stage, 1) : p.zero_stage;
+    if (stage != p.zero_stage)
+        r.unsupported.push_back("ZeRO stage " + std::to_string(p.zero_stage) + " with " + std::to_string(p.pp) +
+                                " pipeline stages (DeepSpeed's pipeline engine allows stages 0 and 1): written as stage 1");
+    z["stage"] = stage;
+    z["overlap_comm"] = p.overlap_grad_reduce;
+    z["contiguous_gradients"] = true;
+    z["reduce_bucket_size"] = p.dp_bucket_bytes / 2;  // elements of bf16
+    if (stage == 3) {
+        z["stage3_prefetch_bucket_size"] = p.dp_bucket_bytes / 2;
+        z["stage3_param_persistence_threshold"] = 100000;
+    }
+    const std::string od = tier_device(p.offload.optimizer);
+    if (od != "none") {
+        nlohmann::ordered_json o;
+        o["device"] = od;
+        o["pin_memory"] = true;
+        if (od == "nvme") o["nvme_path"] = "/local_nvme";
+        // DeepSpeed offloads part of the optimizer (ratio < 1) only under ZeRO-3.
+        if (is_split(p.offload.optimizer)) {
+            if (stage == 3) o["ratio"] = 1.0 - p.offload.optimizer.gpu;
+            else r.unsupported.push_back("a partial optimizer offload below ZeRO-3 (DeepSpeed's ratio needs stage 3): the whole optimizer goes to " + od);
+        }
+        z["offload_optimizer"] = o;
+    }
+    const std::string pd = tier_device(p.offload.params);
+    // DeepSpeed hands offload_param to the ZeRO-3 optimizer only.
+    if (pd != "none" && stage != 3) r.unsupported.push_back("parameter offload below ZeRO-3 (DeepSpeed offloads parameters only under stage 3)");
+    if (pd != "none" && stage == 3) {
+        nlohmann::ordered_json o;
+        o["device"] = pd;
+        o["pin_memory"] = true;
+        if (pd == "nvme") o["nvme_path"] = "/local_nvme";
+        z["offload_param"] = o;
+    }
+    j["zero_optimization"] = z;
+    if (p.precision == Precision::bf16 || p.precision == Precision::fp8) j["bf16"] = {{"enabled", true}};
+    if (p.fp32_grads) {
+        j["data_types"] = {{"grad_accum_dtype", "fp32"}};
+        j["communication_data_type"] = "fp32";
+    }
+    if (p.precision == Precision::fp16) j["fp16"] = {{"enabled", true}, {"loss_scale", 0}};
+    if (p.recompute != Recompute::none) {
+        // Read by deepspeed.checkpointing.configure(); the recompute itself is the model code's
+        // checkpoint() calls.
+        j["activation_checkpointing"] = {{"partition_activations", p.sequence_parallel},
+                                         {"contiguous_memory_optimization", false},
+                                         {"cpu_checkpointing", !p.offload.activations.all_gpu()}};
+        const int layers = p.recompute == Recompute::full && p.recompute_layers >= 0 ? p.recompute_layers : -1;
+        if (layers >= 0)
+            r.model_code.push_back("checkpoint the first " + std::to_string(layers) + " layers of each stage with deepspeed.checkpointing.checkpoint");
+        else if (p.pp == 1)
+            r.model_code.push_back("checkpoint every layer with deepspeed.checkpointing.checkpoint, after deepspeed.checkpointing.configure(mpu, deepspeed_config=...)");
+    }
+    if (p.pp > 1 && p.recompute != Recompute::none && p.recompute_layers < 0) {
+        // Read by the PipelineEngine: it checkpoints every `interval` layers of the PipelineModule.
+        j["pipeline"] = {{"activation_checkpoint_interval", 1}};
+    }
+    if (p.pp > 1) {
+        std::string split;
+        for (int n : stage_layers(m, p)) {
+            if (!split.empty()) split += ',';
+            split += std::to_string(n);
+        }
+        r.model_code.push_back("PipelineModule(num_stages=" + std::to_string(p.pp) + ", partition_method='uniform') over the " +
+                               std::to_string(m.layers) + " layers; the plan's layers per stage: " + split);
+    }
+    if (p.tp > 1) r.model_code.push_back("tensor parallelism " + std::to_string(p.tp) + " (Megatron-DeepSpeed: --tensor-model-parallel-size " + std::to_string(p.tp) + ")");
+    if (p.ep > 1) r.model_code.push_back("expert parallelism: deepspeed.moe.layer.MoE(..., ep_size=" + std::to_string(p.ep) + ")");
+    if (m.mtp_depth > 0) r.unsupported.push_back("multi-token prediction modules (configured in the model code)");
+    if (p.cp > 1) r.unsupported.push_back("context parallelism (DeepSpeed-Ulysses is configured in the model code)");
+    if (p.moe_dispatcher == MoeDispatcher::deepep) r.unsupported.push_back("DeepEP token dispatcher (Megatron-Core's flex dispatcher)");
+    if (m.is_moe() && p.moe_probs_at == MoeProbsAt::fc2_input)
+        r.unsupported.push_back("router weights applied before fc2 (DeepSpeed-MoE weights the expert outputs at its combine and keeps them)");
+    if (p.sequence_parallel && p.tp > 1) r.unsupported.push_back("Megatron sequence parallelism");
+    if (p.schedule == Schedule::interleaved_1f1b) r.unsupported.push_back("interleaved 1F1B (virtual stages)");
+    if (p.schedule == Schedule::dualpipe_v) r.unsupported.push_back("DualPipeV schedule (deepseek-ai/DualPipe)");
+    if (p.recompute == Recompute::selective) r.unsupported.push_back("selective recomputation (DeepSpeed checkpoints whole layers)");
+    if (p.grad_accum_fusion && p.zero_stage <= 1 && p.micro_batches() > 1)
+        r.unsupported.push_back("fused gradient accumulation (DeepSpeed's engine adds each micro-batch's gradients with a separate kernel: "
+                                "simulate with plan.grad_accum_fusion false)");
+    if (p.precision == Precision::fp8) r.unsupported.push_back("fp8 (needs Transformer Engine)");
+    if (p.exp_avg_dtype != Precision::fp32 || p.exp_avg_sq_dtype != Precision::fp32)
+        r.unsupported.push_back("Adam moments below fp32 (Megatron's precision-aware optimizer)");
+    // Tensor parallelism in the model code (Megatron-DeepSpeed's layers) orders its collectives on
+    // one hardware queue, as Megatron does.
+    if (p.tp > 1) r.env.emplace_back("CUDA_DEVICE_MAX_CONNECTIONS", "1");
+    if (p.expandable_segments) r.env.emplace_back("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True");
+    if (p.lock_free_update) r.unsupported.push_back("lock-free optimizer update (Angel-PTM; DeepSpeed's ZeRO-Offload has a similar one-step delayed update)");
+    if (!p.offload.activations.all_gpu() && p.recompute == Recompute::none) r.unsupported.push_back("activation offload without checkpointing");
+    if (is_split(p.offload.params)) r.unsupported.push_back("fractional parameter offload");
+    if (is_split(p.offload.optimizer) && od == "nvme") r.unsupported.push_back("fractional NVMe optimizer offload");
+    r.text = j.dump(2) + "\n";
+    return r;
+}
+
+namespace {
+
+PlanSpec read_deepspeed(const nlohmann::json& j, int gpus, const DeepSpeedModelCode& code, const std::string& file) {
+    if (!j.is_object()) throw InputError(file, "", "is not a DeepSpeed config (a JSON object)");
+    auto positive = [&](const char* key, bool required) -> int {
+        if (!j.contains(key)) {
+            if (required) throw InputError(file, key, "is required");
+            return 0;
+        }
+        const auto& v = j.at(key);
+        if (!v.is_number_integer() || v.get<long long>() <= 0 || v.get<long long>() > (1LL << 30))
+            throw InputError(file, key, "must be a positive integer (got " + v.dump() + ")");
+        return v.get<int>();
+    };
+    PlanSpec p;
+    p.tp = code.tp;
+    p.pp = code.pp;
+    p.ep = code.ep;
+    const int model_ranks = p.tp * p.pp;
+    if (gpus % model_ranks != 0)
+        throw InputError(file, "--tp x --pp", std::to_string(model_ranks) + " does not divide the GPU count " + std::to_string(gpus));
+    p.dp = gpus / model_ranks;
+    const int train = positive("train_batch_size", false), micro = positive("train_micro_batch_size_per_gpu", true);
+    int gas = positive("gradient_accumulation_steps", false);
+    // DeepSpeed fills in one of the three from the other two and the data-parallel size.
+    if (gas == 0) gas = train > 0 ? train / std::max(1, micro * p.dp) : 1;
+    const long long expect = static_cast<long long>(micro) * gas * p.dp;
+    if (train > 0 && train != expect)
+        throw InputError(file, "train_batch_size",
+                         "= " + std::to_string(train) + " is not train_micro_batch_size_per_gpu x gradient_accumulation_steps x the " +
+                             std::to_string(p.dp) + " data-parallel ranks (" + std::to_string(expect) + "), as DeepSpeed requires");
+    if (expect > (1LL << 20)) throw InputError(file, "train_batch_size", "exceeds 2^20 sequences");
+    p.micro_batch = micro;
+    p.global_batch = static_cast<int>(expect);
+    p.precision = Precision::fp32;
+    auto enabled = [&](const char* key) { return j.contains(key) && j.at(key).is_object() && j.at(key).value("enabled", false); };
+    if (enabled("bf16") && enabled("fp16")) throw InputError(file, "bf16.enabled", "and fp16.enabled cannot both be true (DeepSpeed asserts it)");
+    if (enabled("bf16")) p.precision = Precision::bf16;
+    if (enabled("fp16")) p.precision = Precision::fp16;
+    if (j.contains("data_types") && j.at("data_types").is_object())
+        p.fp32_grads = j.at("data_types").value("grad_accum_dtype", "") == "fp32" && p.precision != Precision::fp32;
+    // DeepSpeed's engine accumulates with a separate add (docs/formats.md, grad_accum_fusion).
+    p.grad_accum_fusion = false;
+    p.overlap_grad_reduce = false;
+    if (j.contains("zero_optimization")) {
+        const auto& z = j.at("zero_optimization");
+        if (!z.is_object()) throw InputError(file, "zero_optimization", "must be an object");
+        const auto stage = z.value("stage", 0);
+        if (stage < 0 || stage > 3) throw InputError(file, "zero_optimization.stage", "must be 0..3 (got " + std::to_string(stage) + ")");
+        p.zero_stage = stage;
+        // DeepSpeed's default: overlap_comm on for ZeRO-3 only.
+        p.overlap_grad_reduce = z.contains("overlap_comm") && z.at("overlap_comm").is_boolean() ? z.at("overlap_comm").get<bool>() : stage == 3;
+        if (z.contains("reduce_bucket_size") && z.at("reduce_bucket_size").is_number() && z.at("reduce_bucket_size").get<double>() > 0)
+            p.dp_bucket_bytes = static_cast<std::int64_t>(z.at("reduce_bucket_size").get<double>() * 2);
+        auto tier = [&](const char* key, TierSplit& t) {
+            if (!z.contains(key) || !z.at(key).is_object()) return;
+            const std::string dev = z.at(key).value("device", "none");
+            const double ratio = z.at(key).value("ratio", 1.0);
+            if (ratio < 0 || ratio > 1) throw InputError(file, std::string("zero_optimization.") + key + ".ratio", "must be in [0, 1]");
+            if (dev == "cpu") t = {1.0 - ratio, ratio, 0.0};
+            else if (dev == "nvme") t = {1.0 - ratio, 0.0, ratio};
+            else if (dev != "none") throw InputError(file, std::string("zero_optimization.") + key + ".device", "must be none, cpu or nvme (got \"" + dev + "\")");
+        };
+        tier("offload_optimizer", p.offload.optimizer);
+        tier("offload_param", p.offload.params);
+    }
+    // Recomputation is on when the model code checkpoints its layers, or the PipelineEngine does.
+    const bool pipe_checkpoints = j.contains("pipeline") && j.at("pipeline").is_object() && j.at("pipeline").value("activation_checkpoint_interval", 0) > 0;
+    if (code.checkpoint_layers || (pipe_checkpoints && p.pp > 1)) p.recompute = Recompute::full;
+    if (p.zero_stage >= 2 && p.pp > 1)
+        throw InputError(file, "zero_optimization.stage", "= " + std::to_string(p.zero_stage) + " does not run with pipeline stages "
+                                                         "(DeepSpeed's pipeline engine: ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism)");
+    return p;
+}
+
+}  // namespace
+
+PlanSpec plan_from_deepspeed_config(const std::string& json_text, int gpus, const DeepSpeedModelCode& code, const std::string& file) {
+    const nlohmann::json j = parse_json_text(json_text, file);
+    try {
+        return read_deepspeed(j, gpus, code, file);
+    } catch (const nlohmann::json::exception& e) {
+        // a key of the wrong JSON type (e.g. "stage": "3")
+        throw InputError(file, "", std::string("has a value of the wrong type for DeepSpeed: ") + e.what());
+    }
+}
+
+}  // namespace strata::planner

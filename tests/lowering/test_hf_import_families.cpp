@@ -1,0 +1,128 @@
+// Hugging Face import of the 2024-25 families (issue #33): gpt-oss, Gemma 2, Phi-3/4, OLMo 2, and
+// the sliding windows Strata does not model, refused unless the caller accepts full attention.
+// The configs in tests/data/hf/ are the published config.json files' shape keys:
+//   gpt-oss-120b.json, gpt-oss-20b.json   huggingface.co/openai/gpt-oss-{120b,20b}/blob/main/config.json
+//   gemma-2-9b.json, gemma-2-27b.json     huggingface.co/google/gemma-2-{9b,27b}/blob/main/config.json
+//   phi-4.json                            huggingface.co/microsoft/phi-4/blob/main/config.json
+//   phi-3-mini-4k.json                    huggingface.co/microsoft/Phi-3-mini-4k-instruct/blob/main/config.json
+//   olmo-2-1124-7b.json                   huggingface.co/allenai/OLMo-2-1124-7B/blob/main/config.json
+// The parameter totals they are checked against are the publishers' own, cited per case.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "strata/common/error.hpp"
+#include "strata/common/json_reader.hpp"
+#include "strata/lowering/model.hpp"
+#include "strata/lowering/spec_io.hpp"
+
+using namespace strata::sim;
+using Catch::Matchers::Contains;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kHf = fs::path(STRATA_SOURCE_DIR) / "tests" / "data" / "hf";
+
+ModelSpec import(const std::string& name, HfImportOptions o = {}) {
+    const std::string path = (kHf / (name + ".json")).string();
+    return model_from_hf_config_text(strata::read_text_file(path), path, o);
+}
+
+/// The model's total parameters as Strata counts them, against a published total: within 0.5 %.
+void check_total(const ModelSpec& m, double published) {
+    INFO(m.name << ": " << param_counts(m).total << " against " << published);
+    CHECK(static_cast<double>(param_counts(m).total) == Approx(published).epsilon(0.005));
+}
+
+HfImportOptions full_attention() {
+    HfImportOptions o;
+    o.windows_as_full = true;
+    return o;
+}
+
+}  // namespace
+
+TEST_CASE("gpt-oss imports as a MoE with biases, and its 128-token window is refused unless costed as full", "[hf]") {
+    // 128 tokens of window against the default 8192-token sequence: never silently dropped.
+    try {
+        import("gpt-oss-120b");
+        FAIL("a 128-token sliding window was accepted at 8192 tokens");
+    } catch (const strata::InputError& e) {
+        CHECK_THAT(std::string(e.what()), Contains("gpt-oss-120b.json") && Contains("sliding_window") && Contains("128"));
+    }
+    const ModelSpec m = import("gpt-oss-120b", full_attention());
+    CHECK(m.layers == 36);
+    CHECK(m.heads == 64);
+    CHECK(m.kv_heads == 8);
+    CHECK(m.head_dim == 64);
+    CHECK(m.linear_bias);
+    CHECK_FALSE(m.tied_embeddings);
+    REQUIRE(m.is_moe());
+    CHECK(m.moe->experts == 128);
+    CHECK(m.moe->top_k == 4);
+    CHECK(m.moe->expert_ffn_hidden == 2880);
+    CHECK_THAT(m.description, Contains("costed as full attention"));
+    // OpenAI's gpt-oss model card (2025-08), Table 1: 116.83B total, 5.13B active; 20.91B / 3.61B.
+    check_total(m, 116.83e9);
+    // OpenAI's active count leaves out the embedding table (a lookup, no FLOPs); Strata's keeps it.
+    const ParamCounts c = param_counts(m);
+    CHECK(static_cast<double>(c.active - c.embedding) == Approx(5.13e9).epsilon(0.005));
+    check_total(import("gpt-oss-20b", full_attention()), 20.91e9);
+    // At a sequence inside the window, attention is full anyway: no option needed.
+    HfImportOptions short_seq;
+    short_seq.seq_len = 128;
+    CHECK(import("gpt-oss-20b", short_seq).seq_len == 128);
+}
+
+TEST_CASE("Gemma 2 imports with tied embeddings and a gated MLP; its window is checked", "[hf]") {
+    CHECK_THROWS_WITH(import("gemma-2-9b"), Contains("sliding_window") && Contains("4096"));
+    HfImportOptions at_window;
+    at_window.seq_len = 4096;  // the local layers' window covers the whole sequence
+    const ModelSpec m = import("gemma-2-9b", at_window);
+    CHECK(m.tied_embeddings);
+    CHECK(m.ffn == FfnKind::swiglu);  // GeGLU: the same three matrices
+    CHECK(m.head_dim == 256);         // 16 heads x 256 = 4096 != hidden 3584
+    CHECK(m.kv_heads == 8);
+    // Gemma 2 report (arXiv:2408.00118), Table 1: embedding + non-embedding parameters,
+    // 917,504,000 + 8,324,201,984 (9B) and 1,179,648,000 + 26,047,480,320 (27B).
+    check_total(m, 917'504'000.0 + 8'324'201'984.0);
+    check_total(import("gemma-2-27b", full_attention()), 1'179'648'000.0 + 26'047'480'320.0);
+}
+
+TEST_CASE("Phi-4 and OLMo 2 import as Llama-like models", "[hf]") {
+    const ModelSpec phi = import("phi-4");  // sliding_window null: nothing to refuse
+    CHECK(phi.name == "phi-4");
+    CHECK(phi.kv_heads == 10);
+    CHECK(phi.vocab == 100352);
+    CHECK_FALSE(phi.tied_embeddings);
+    // microsoft/phi-4 model card: 14.7B parameters (its safetensors index: 14,659,507,200).
+    check_total(phi, 14.7e9);
+    const ModelSpec olmo = import("olmo-2-1124-7b");
+    CHECK(olmo.qk_norm);  // OLMo 2's q_norm / k_norm
+    CHECK(olmo.kv_heads == 32);
+    // allenai/OLMo-2-1124-7B model card: 7.30B parameters (Table "Model Details": 7B, 4T tokens).
+    check_total(olmo, 7.30e9);
+}
+
+TEST_CASE("a sliding window shorter than the sequence is refused with its remedy, never dropped", "[hf]") {
+    // Mistral-7B v0.1: every layer windowed at 4096; Phi-3-mini-4k at 2047.
+    try {
+        import("mistral-7b");
+        FAIL("accepted");
+    } catch (const strata::InputError& e) {
+        const std::string what = e.what();
+        CHECK_THAT(what, Contains("mistral-7b.json") && Contains("sliding_window") && Contains("8192") && Contains("--sliding-window-as-full"));
+    }
+    HfImportOptions at_window;
+    at_window.seq_len = 4096;
+    CHECK(import("mistral-7b", at_window).seq_len == 4096);
+    CHECK_THROWS_AS(import("phi-3-mini-4k"), strata::InputError);
+    at_window.seq_len = 2047;
+    CHECK_NOTHROW(import("phi-3-mini-4k", at_window));
+    // Qwen2 carries a window it uses only with use_sliding_window (false in Qwen2-7B).
+    CHECK_NOTHROW(import("qwen2-7b"));
+    // The two-argument import keeps its defaults (and so refuses Mistral's window too).
+    const std::string path = (kHf / "mistral-7b.json").string();
+    CHECK_THROWS_AS(model_from_hf_config_text(strata::read_text_file(path), path), strata::InputError);
+}
