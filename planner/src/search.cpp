@@ -80,7 +80,6 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, const hwdb::
     // worker takes every threads-th plan of a batch, and the heaps merge by (time, enumeration
     // index): a total order, so the result does not depend on the thread count.
     const int pool_threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    Estimator est(m, c, hw, o.memory_margin, o.calibration);
     const std::size_t keep = static_cast<std::size_t>(std::max({o.max_simulated, o.top_k, o.shortlist}) * 4);
     using Heap = std::priority_queue<Candidate, std::vector<Candidate>, ByTime>;  // max-heap: worst kept on top
     struct Worker {
@@ -89,9 +88,10 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, const hwdb::
         std::int64_t estimated = 0, pruned = 0;
     };
     std::vector<Worker> workers(static_cast<std::size_t>(pool_threads));
-    for (std::size_t w = 1; w < workers.size(); ++w) workers[w].est = std::make_unique<Estimator>(m, c, hw, o.memory_margin, o.calibration);
-    auto consider = [&](Worker& w, Estimator& e_, const PlanSpec& p, std::int64_t i) {
-        FastEstimate e = e_.estimate(p);
+    for (Worker& w : workers) w.est = std::make_unique<Estimator>(m, c, hw, o.memory_margin, o.calibration);
+    const Estimator& est = *workers[0].est;  // capacities for the follow-up rounds
+    auto consider = [&](Worker& w, const PlanSpec& p, std::int64_t i) {
+        FastEstimate e = w.est->estimate(p);
         ++w.estimated;
         if (!e.fits && !e.near_fit) {
             ++w.pruned;
@@ -112,8 +112,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, const hwdb::
     auto run_batch = [&] {
         const std::size_t n = batch.size(), T = std::min(workers.size(), std::max<std::size_t>(1, n / 64));
         auto part = [&](std::size_t w) {
-            Estimator& e_ = w == 0 ? est : *workers[w].est;
-            for (std::size_t k = w; k < n; k += T) consider(workers[w], e_, batch[k], index + static_cast<std::int64_t>(k));
+            for (std::size_t k = w; k < n; k += T) consider(workers[w], batch[k], index + static_cast<std::int64_t>(k));
         };
         std::vector<std::thread> pool;
         for (std::size_t w = 1; w < T; ++w) pool.emplace_back(part, w);
