@@ -34,22 +34,13 @@ void CapacityChart::set_result(const planner::CapacityResult& r, double deadline
 }
 
 void CapacityChart::render_chart(QPainter& p, const QRect& area) {
-    p.save();
-    p.fillRect(area, Qt::white);
+    begin_chart(p, area);
     p.setRenderHint(QPainter::Antialiasing, true);
-    QFont f = p.font();
-    f.setPointSizeF(8.5);
-    p.setFont(f);
     const bool on_screen = p.device() == this;
     if (on_screen) hits_.clear();
-    if (layout_.pareto.empty()) {
-        p.setPen(Qt::darkGray);
-        p.drawText(area, Qt::AlignCenter,
-                   result_.points.empty() ? QStringLiteral("Run a sweep: tokens, deadline and GPU types above")
-                                          : QStringLiteral("No cluster size in the sweep fits this model"));
-        p.restore();
-        return;
-    }
+    if (layout_.pareto.empty())
+        return end_empty_chart(p, area, result_.points.empty() ? QStringLiteral("Run a sweep: tokens, deadline and GPU types above")
+                                                               : QStringLiteral("No cluster size in the sweep fits this model"));
     const int w = area.width() / 3;
     const int legend_h = 26;
     const QRect body(area.left(), area.top(), area.width(), area.height() - legend_h);

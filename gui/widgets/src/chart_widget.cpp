@@ -42,6 +42,20 @@ ChartWidget::ChartWidget(QWidget* parent) : QWidget(parent) {
     setMouseTracking(true);
 }
 
+void ChartWidget::begin_chart(QPainter& p, const QRect& area) {
+    p.save();
+    p.fillRect(area, Qt::white);
+    QFont f = p.font();
+    f.setPointSizeF(8.5);
+    p.setFont(f);
+}
+
+void ChartWidget::end_empty_chart(QPainter& p, const QRect& area, const QString& message) {
+    p.setPen(Qt::darkGray);
+    p.drawText(area, Qt::AlignCenter, message);
+    p.restore();
+}
+
 void ChartWidget::paintEvent(QPaintEvent*) {
     QPainter p(this);
     render_chart(p, rect());

@@ -81,17 +81,8 @@ void MemoryTimeChart::set_note(const QString& note) {
 }
 
 void MemoryTimeChart::render_chart(QPainter& p, const QRect& area) {
-    p.save();
-    p.fillRect(area, Qt::white);
-    QFont f = p.font();
-    f.setPointSizeF(8.5);
-    p.setFont(f);
-    if (tiers_.empty()) {
-        p.setPen(Qt::darkGray);
-        p.drawText(area, Qt::AlignCenter, QStringLiteral("No memory samples yet: simulate a plan"));
-        p.restore();
-        return;
-    }
+    begin_chart(p, area);
+    if (tiers_.empty()) return end_empty_chart(p, area, QStringLiteral("No memory samples yet: simulate a plan"));
     const int n = static_cast<int>(tiers_.size());
     const int h = (area.height() - kMemLegend) / n;
     for (int i = 0; i < n; ++i) {
@@ -218,17 +209,8 @@ void BreakdownChart::set_data(std::vector<StageBreakdown> stages, double capacit
 }
 
 void BreakdownChart::render_chart(QPainter& p, const QRect& area) {
-    p.save();
-    p.fillRect(area, Qt::white);
-    QFont f = p.font();
-    f.setPointSizeF(8.5);
-    p.setFont(f);
-    if (stages_.empty()) {
-        p.setPen(Qt::darkGray);
-        p.drawText(area, Qt::AlignCenter, QStringLiteral("No breakdown yet"));
-        p.restore();
-        return;
-    }
+    begin_chart(p, area);
+    if (stages_.empty()) return end_empty_chart(p, area, QStringLiteral("No breakdown yet"));
     constexpr int kBottom = 58;
     const QRect plot(area.left() + kMemLeft, area.top() + kMemTitle + 4, area.width() - kMemLeft - kMemRight, area.height() - kMemTitle - 4 - kBottom);
     double max_y = capacity_bytes_;

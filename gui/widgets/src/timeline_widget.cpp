@@ -97,18 +97,10 @@ TimelineWidget::Layout TimelineWidget::layout_for(const QRect& a) const {
 }
 
 void TimelineWidget::render_chart(QPainter& p, const QRect& area) {
-    p.save();
-    p.fillRect(area, Qt::white);
-    QFont f = p.font();
-    f.setPointSizeF(8.5);
-    p.setFont(f);
+    begin_chart(p, area);
     const Layout l = layout_for(area);
-    if (!timeline_ || timeline_->rows().empty()) {
-        p.setPen(Qt::darkGray);
-        p.drawText(area, Qt::AlignCenter, QStringLiteral("No timeline yet: open a scenario, or pick a plan"));
-        p.restore();
-        return;
-    }
+    if (!timeline_ || timeline_->rows().empty())
+        return end_empty_chart(p, area, QStringLiteral("No timeline yet: open a scenario, or pick a plan"));
     paint_rows(p, l);
     paint_axis(p, l);
     paint_legend(p, l);
