@@ -2,7 +2,6 @@
 // budget, with the Pareto front; --max-model: the largest model of the family that trains on a
 // cluster at all, with and without CPU/SSD offload.
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -26,16 +25,6 @@ struct CapArgs {
     int max_gpus = 4096, min_gpus = 8, global_batch = 0, threads = 0;
     bool max_model = false, quiet = false, no_deepep = false, expandable_segments = false, owned = false;
 };
-
-std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
-std::string fmt(const char* f, ...) {
-    char buf[1024];
-    va_list ap;
-    va_start(ap, f);
-    std::vsnprintf(buf, sizeof buf, f, ap);
-    va_end(ap);
-    return buf;
-}
 
 /// "2T", "300B", "1.5e12" -> tokens.
 double parse_count(const std::string& s, const std::string& opt) {
@@ -128,7 +117,7 @@ void run_capacity(const CapArgs& a) {
                 continue;
             }
             const auto& p = r.plan.plan;
-            report << fmt("%s, %.1fB parameters (%d layers, hidden %lld); plan tp %d pp %d dp %d zero %d recompute %s%s%s, %.0f tokens/s\n",
+            report << format("%s, %.1fB parameters (%d layers, hidden %lld); plan tp %d pp %d dp %d zero %d recompute %s%s%s, %.0f tokens/s\n",
                         r.model.name.c_str(), r.params / 1e9, r.model.layers, static_cast<long long>(r.model.hidden), p.tp, p.pp, p.dp,
                         p.zero_stage, sim::to_string(p.recompute), p.offload.optimizer.all_gpu() ? "" : ", optimizer offloaded",
                         p.offload.params.all_gpu() ? "" : ", params offloaded", r.plan.sim.tokens_per_s);
@@ -181,65 +170,65 @@ void run_capacity(const CapArgs& a) {
     }
     auto r = planner::plan_capacity(s.model, options, o);
     bar.finish();
-    report << fmt("Training %s on %s tokens", s.model.name.c_str(), fmt_sci(o.tokens, 3).c_str());
-    if (o.deadline_s > 0) report << fmt(", deadline %.1f days", o.deadline_s / 86400);
-    if (o.budget_usd > 0) report << fmt(", budget $%.0f", o.budget_usd);
-    report << fmt(" (global batch %d):\n", o.search.space.global_batch);
+    report << format("Training %s on %s tokens", s.model.name.c_str(), fmt_sci(o.tokens, 3).c_str());
+    if (o.deadline_s > 0) report << format(", deadline %.1f days", o.deadline_s / 86400);
+    if (o.budget_usd > 0) report << format(", budget $%.0f", o.budget_usd);
+    report << format(" (global batch %d):\n", o.search.space.global_batch);
     const bool iv = o.residuals != nullptr;
-    report << fmt("%-16s %6s %6s %12s %7s %17s %15s %10s %5s %6s  %s\n", "gpu", "nodes", "gpus", "tokens/s", "goodput",
+    report << format("%-16s %6s %6s %12s %7s %17s %15s %10s %5s %6s  %s\n", "gpu", "nodes", "gpus", "tokens/s", "goodput",
                   iv ? "days (80% interval)" : "days", iv ? "cost $ (hi)" : "cost $", "MWh", "meets", "pareto", "plan (tp pp dp cp vpp mb recompute)");
     for (const auto& p : r.points) {
         if (!p.feasible) {
-            report << fmt("%-16s %6d %6d %12s\n", p.cluster.gpu.c_str(), p.cluster.nodes, p.cluster.gpu_count(),
+            report << format("%-16s %6d %6d %12s\n", p.cluster.gpu.c_str(), p.cluster.nodes, p.cluster.gpu_count(),
                         p.valid_plans == 0 ? "no valid plan (batch/layers/heads do not divide)" : "no plan fits in memory");
             continue;
         }
         const auto& q = p.best.plan;
         const auto& ol = p.outlook;
         if (!ol.goodput.converges) {
-            report << fmt("%-16s %6d %6d %12.0f %7s  never finishes: an interruption every %.0f s, sooner than a restart and its lost work\n",
+            report << format("%-16s %6d %6d %12.0f %7s  never finishes: an interruption every %.0f s, sooner than a restart and its lost work\n",
                           p.cluster.gpu.c_str(), p.cluster.nodes, p.cluster.gpu_count(), p.tokens_per_s, "0%", ol.goodput.mtbf_s);
             continue;
         }
-        const std::string days = iv ? fmt("%.1f (%.1f-%.1f)", p.time_s / 86400, ol.wall_s.lo / 86400, ol.wall_s.hi / 86400)
-                                    : fmt("%.2f", p.time_s / 86400);
-        const std::string cost = iv ? fmt("%.2fM (%.2fM)", p.cost_usd / 1e6, p.cost_hi_usd / 1e6) : fmt("%.0f", p.cost_usd);
-        report << fmt("%-16s %6d %6d %12.0f %6.1f%% %17s %15s %10.0f %5s %6s  %d %d %d %d %d %d %s%s\n", p.cluster.gpu.c_str(), p.cluster.nodes,
+        const std::string days = iv ? format("%.1f (%.1f-%.1f)", p.time_s / 86400, ol.wall_s.lo / 86400, ol.wall_s.hi / 86400)
+                                    : format("%.2f", p.time_s / 86400);
+        const std::string cost = iv ? format("%.2fM (%.2fM)", p.cost_usd / 1e6, p.cost_hi_usd / 1e6) : format("%.0f", p.cost_usd);
+        report << format("%-16s %6d %6d %12.0f %6.1f%% %17s %15s %10.0f %5s %6s  %d %d %d %d %d %d %s%s\n", p.cluster.gpu.c_str(), p.cluster.nodes,
                     p.cluster.gpu_count(), p.tokens_per_s, 100 * ol.goodput.goodput, days.c_str(), cost.c_str(), ol.run_energy.kwh / 1e3,
                     p.meets ? "yes" : "no", p.pareto ? "*" : "", q.tp, q.pp, q.dp, q.cp, q.vpp, q.micro_batch, sim::to_string(q.recompute),
                     std::string(ol.memory) == "borderline" ? ", memory borderline" : "");
     }
     auto say = [&](const char* what, int i) {
         if (i < 0) {
-            report << fmt("%s: none meets the target within %d GPUs\n", what, o.max_gpus);
+            report << format("%s: none meets the target within %d GPUs\n", what, o.max_gpus);
             return;
         }
         const auto& p = r.points[static_cast<std::size_t>(i)];
         const auto& ol = p.outlook;
-        report << fmt("%s: %d x %s (%d nodes), %.1f days", what, p.cluster.gpu_count(), p.cluster.gpu.c_str(), p.cluster.nodes, p.time_s / 86400);
-        if (iv && ol.interval.available) report << fmt(" (80%% interval %.1f-%.1f)", ol.wall_s.lo / 86400, ol.wall_s.hi / 86400);
-        report << fmt(", $%.0f", p.cost_usd);
-        if (iv && ol.interval.available) report << fmt(" ($%.0f-%.0f)", ol.cost_usd.lo, ol.cost_usd.hi);
+        report << format("%s: %d x %s (%d nodes), %.1f days", what, p.cluster.gpu_count(), p.cluster.gpu.c_str(), p.cluster.nodes, p.time_s / 86400);
+        if (iv && ol.interval.available) report << format(" (80%% interval %.1f-%.1f)", ol.wall_s.lo / 86400, ol.wall_s.hi / 86400);
+        report << format(", $%.0f", p.cost_usd);
+        if (iv && ol.interval.available) report << format(" ($%.0f-%.0f)", ol.cost_usd.lo, ol.cost_usd.hi);
         report << "\n";
-        report << fmt("  throughput %.0f tokens/s (%.0f-%.0f); goodput %.1f%%: %.0f tokens/s kept\n", ol.tokens_per_s.mid, ol.tokens_per_s.lo,
+        report << format("  throughput %.0f tokens/s (%.0f-%.0f); goodput %.1f%%: %.0f tokens/s kept\n", ol.tokens_per_s.mid, ol.tokens_per_s.lo,
                       ol.tokens_per_s.hi, 100 * ol.goodput.goodput, ol.tokens_per_s.mid * ol.goodput.goodput);
-        report << fmt("  failures: %.1f expected (one every %.1f h at %.3g per GPU-hour), %.0f s restart + %.0f s lost work each\n",
+        report << format("  failures: %.1f expected (one every %.1f h at %.3g per GPU-hour), %.0f s restart + %.0f s lost work each\n",
                       ol.goodput.failures, ol.goodput.mtbf_s / 3600, ol.goodput_in.interruptions_per_gpu_hour, ol.goodput_in.restart_s,
                       ol.goodput.lost_per_failure_s);
-        report << fmt("  checkpoints: %s every %.1f min (%s), %.3g s to write to %s, %.3g s stall each\n",
+        report << format("  checkpoints: %s every %.1f min (%s), %.3g s to write to %s, %.3g s stall each\n",
                       human_bytes(planner::checkpoint_bytes(s.model, p.best.plan)).c_str(), ol.goodput.interval_s / 60,
                       p.cluster.ops.checkpoint_interval_s ? "fixed" : "Young/Daly", ol.goodput_in.checkpoint_write_s, ol.goodput_in.storage,
                       ol.goodput_in.checkpoint_stall_s);
-        report << fmt("  energy: %.3g MJ per step, %.3g J per token, %.2f MW mean (PUE %.2f); %.0f MWh, $%.0f at $%.3f/kWh%s\n",
+        report << format("  energy: %.3g MJ per step, %.3g J per token, %.2f MW mean (PUE %.2f); %.0f MWh, $%.0f at $%.3f/kWh%s\n",
                       ol.energy.facility_j / 1e6, ol.energy.per_token_j, ol.energy.mean_power_w / 1e6, ol.power.pue, ol.run_energy.kwh / 1e3,
                       ol.run_energy.usd, ol.power.usd_per_kwh, o.owned ? " (in the cost: owned hardware)" : " (in the rental price; --owned adds it)");
-        report << fmt("  memory: %s (peak %s of %s; suite's memory error %.1f%%)\n", ol.memory, human_bytes(ol.peak_hbm_bytes).c_str(),
+        report << format("  memory: %s (peak %s of %s; suite's memory error %.1f%%)\n", ol.memory, human_bytes(ol.peak_hbm_bytes).c_str(),
                       human_bytes(ol.hbm_capacity_bytes).c_str(), 100 * ol.memory_error);
     };
     say("fewest GPUs", r.fewest_gpus);
     if (iv) {
         if (r.fewest_gpus_predicted >= 0 && r.fewest_gpus_predicted != r.fewest_gpus)
-            report << fmt("  (judged at the pessimistic end of the 80%% interval; at the predicted time %d GPUs would do)\n",
+            report << format("  (judged at the pessimistic end of the 80%% interval; at the predicted time %d GPUs would do)\n",
                           r.points[static_cast<std::size_t>(r.fewest_gpus_predicted)].cluster.gpu_count());
         else
             report << "  (judged at the pessimistic end of the 80% interval)\n";

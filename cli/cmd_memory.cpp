@@ -1,7 +1,6 @@
 // strata memory: the analytical per-rank memory of a plan (sim/memory.hpp) as a per-stage table,
 // the worst stage per tier, the capacities from hwdb and a FITS / DOES NOT FIT verdict (exit 0
 // either way: not fitting is an answer, not an error). --json writes the report atomically.
-#include <cstdarg>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -36,16 +35,6 @@ sim::Capacities capacities_for(const hwdb::HardwareView& v, const sim::ClusterSp
 // the allocator replay held up to 11 % more than the tensors on the fidelity suite's runs.
 constexpr double kTightHeadroom = 0.10;
 
-std::string row(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string row(const char* fmt, ...) {
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    std::vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    return buf;
-}
-
 std::string gb(double bytes) { return fmt_fixed(bytes / 1e9, 2); }
 
 void print_report(const sim::Scenario& s, const sim::MemoryReport& r, std::ostream& out) {
@@ -58,10 +47,10 @@ void print_report(const sim::Scenario& s, const sim::MemoryReport& r, std::ostre
     out << "; schedule " << sim::to_string(p.schedule) << ", " << p.micro_batches() << " micro-batches, ZeRO "
               << p.zero_stage << ", recompute " << sim::to_string(p.recompute) << "\n\n";
     out << "  per rank, GB (decimal)\n";
-    out << row("  %5s %6s %8s %9s %9s %9s %9s %9s %9s | %9s %9s %9s\n", "stage", "layers", "in-fl", "weights",
+    out << format("  %5s %6s %8s %9s %9s %9s %9s %9s %9s | %9s %9s %9s\n", "stage", "layers", "in-fl", "weights",
                      "grads", "optim", "activ", "worksp", "buffers", "hbm", "cpu", "ssd");
     for (const sim::StageMemory& st : r.stages)
-        out << row("  %5d %6d %8.2f %9s %9s %9s %9s %9s %9s | %9s %9s %9s\n", st.stage, st.layers,
+        out << format("  %5d %6d %8.2f %9s %9s %9s %9s %9s %9s | %9s %9s %9s\n", st.stage, st.layers,
                          st.in_flight_microbatches, gb(st.weights_bytes).c_str(), gb(st.grads_bytes).c_str(),
                          gb(st.optimizer_bytes).c_str(), gb(st.activations_bytes).c_str(),
                          gb(st.workspace_bytes).c_str(), gb(st.buffers_bytes).c_str(), gb(st.tier_bytes[0]).c_str(),
@@ -73,19 +62,19 @@ void print_report(const sim::Scenario& s, const sim::MemoryReport& r, std::ostre
               << human_bytes(w.buffers_bytes) << " (incl. " << human_bytes(sim::kFrameworkReserveBytes)
               << " framework reserve)\n\n";
     auto verdict = [](bool ok) { return ok ? "fits" : "DOES NOT FIT"; };
-    out << row("  %-16s %12s %12s  %s\n", "tier", "needed", "capacity", "");
-    out << row("  %-16s %12s %12s  %s\n", "HBM per GPU", human_bytes(r.hbm_bytes).c_str(),
+    out << format("  %-16s %12s %12s  %s\n", "tier", "needed", "capacity", "");
+    out << format("  %-16s %12s %12s  %s\n", "HBM per GPU", human_bytes(r.hbm_bytes).c_str(),
                      human_bytes(r.capacities.hbm_bytes).c_str(), verdict(r.fits_hbm));
-    out << row("  %-16s %12s %12s  %s\n", "host DRAM/node", human_bytes(r.cpu_bytes).c_str(),
+    out << format("  %-16s %12s %12s  %s\n", "host DRAM/node", human_bytes(r.cpu_bytes).c_str(),
                      human_bytes(r.capacities.cpu_bytes_per_node).c_str(), verdict(r.fits_cpu));
-    out << row("  %-16s %12s %12s  %s\n", "SSD per node", human_bytes(r.ssd_bytes).c_str(),
+    out << format("  %-16s %12s %12s  %s\n", "SSD per node", human_bytes(r.ssd_bytes).c_str(),
                      human_bytes(r.capacities.ssd_bytes_per_node).c_str(), verdict(r.fits_ssd));
     out << "\n" << (r.fits() ? "FITS" : "DOES NOT FIT") << "\n";
     // These are the tensors' bytes; PyTorch's caching allocator holds more (split segments), which
     // decides plans this close to the limit. The engine replays it.
     const double headroom = r.capacities.hbm_bytes - r.hbm_bytes;
     if (r.fits_hbm && headroom < kTightHeadroom * r.capacities.hbm_bytes)
-        out << "note: " << human_bytes(headroom) << " of HBM left (" << row("%.1f", 100.0 * headroom / r.capacities.hbm_bytes)
+        out << "note: " << human_bytes(headroom) << " of HBM left (" << format("%.1f", 100.0 * headroom / r.capacities.hbm_bytes)
                   << " %); PyTorch's caching allocator held 0-11 % more than the tensors in the fidelity runs "
                      "(docs/fidelity.md): `strata simulate` replays it\n";
 }

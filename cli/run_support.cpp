@@ -28,15 +28,6 @@ void install_sigint() {
 
 void restore_sigint() { ::sigaction(SIGINT, &g_old_sigint, nullptr); }
 
-std::string human_bytes(double b) {
-    char buf[32];
-    if (b >= 1e9) std::snprintf(buf, sizeof buf, "%.2f GB", b / 1e9);
-    else if (b >= 1e6) std::snprintf(buf, sizeof buf, "%.2f MB", b / 1e6);
-    else if (b >= 1e3) std::snprintf(buf, sizeof buf, "%.1f kB", b / 1e3);
-    else std::snprintf(buf, sizeof buf, "%.0f B", b);
-    return buf;
-}
-
 void add_runtime_options(CLI::App* cmd, RuntimeArgs& a, int default_steps) {
     a.steps = default_steps;
     cmd->add_option("--backend", a.backend, "cpu (ranks as threads) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));

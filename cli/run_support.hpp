@@ -33,6 +33,5 @@ extern std::atomic<bool> g_run_interrupted;
 void install_sigint();
 void restore_sigint();
 
-std::string human_bytes(double b);
 
 }  // namespace strata::cli

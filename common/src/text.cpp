@@ -1,6 +1,7 @@
 #include "strata/common/text.hpp"
 
 #include <algorithm>
+#include <cstdarg>
 #include <cmath>
 #include <cstdio>
 
@@ -37,6 +38,15 @@ std::string did_you_mean(std::string_view word, const std::vector<std::string>& 
 static std::string printf_str(const char* fmt, double v) {
     char buf[64];
     std::snprintf(buf, sizeof buf, fmt, v);
+    return buf;
+}
+
+std::string format(const char* fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
     return buf;
 }
 

@@ -13,6 +13,8 @@ std::size_t edit_distance(std::string_view a, std::string_view b);
 /// The closest candidate to `word` within a distance of max(2, |word|/3), or "" if none.
 std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates);
 
+/// printf into a std::string (the text tables of the CLI; at most 1023 characters).
+std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 /// "80.0 GB", "1.50 TB" (decimal units, as datasheets use).
 std::string human_bytes(double bytes);
 /// "12.3 ms", "4.56 s", "789 ns".
