@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build ccache pkg-config git
       nlohmann-json3-dev libcli11-dev libsqlite3-dev sqlite3 libeigen3-dev libboost-graph-dev
-      catch2 libbenchmark-dev clang libclang-rt-14-dev python3
+      catch2 libbenchmark-dev clang libclang-rt-14-dev lld python3
       # strata-gui (Qt6 Widgets, SVG export) and a font for its offscreen rendering in tests
       qt6-base-dev qt6-svg-dev fonts-dejavu-core)
 missing=()

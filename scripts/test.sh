@@ -18,5 +18,5 @@ if [ -f tests/fuzz/CMakeLists.txt ]; then
   # Only the fuzz targets (the readers and the plan space, instrumented), not the whole project again.
   bash scripts/build.sh fuzz fuzz_model fuzz_cluster fuzz_plan fuzz_scenario fuzz_hf_import fuzz_calibration fuzz_fidelity_runs \
     fuzz_plan_space
-  (cd build-fuzz && ctest --output-on-failure -L fuzz)
+  (cd build-fuzz && ctest --output-on-failure -j "$(nproc)" -L fuzz)
 fi
