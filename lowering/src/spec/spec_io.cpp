@@ -9,6 +9,7 @@
 
 #include "strata/common/json_reader.hpp"
 #include "strata/lowering/spec_io.hpp"
+#include "strata/lowering/frameworks.hpp"
 
 namespace strata::sim {
 
@@ -292,9 +293,36 @@ TierSplit read_tier_split(JsonReader& parent, const std::string& key) {
     return t;
 }
 
+PlanSpec read_plan_keys(const json& j, const std::string& file, const std::string& path);
+
+/// plan.framework: the preset's knobs fill the keys the plan does not set (they may depend on the
+/// stated fields, so the plan is read once without them first), then the plan is read again.
 PlanSpec read_plan(const json& j, const std::string& file, const std::string& path) {
+    PlanSpec stated = read_plan_keys(j, file, path);
+    if (j.is_object())
+        for (const auto& [key, value] : j.items()) stated.keys_in_file.push_back(key);
+    if (stated.framework.empty()) return stated;
+    json merged = j;
+    std::vector<std::string> filled;
+    for (const FrameworkKnob& k : framework_knobs(stated.framework, stated))
+        if (!merged.contains(k.key)) {
+            merged[k.key] = json::parse(k.value_json);
+            filled.push_back(k.key);
+        }
+    PlanSpec p = read_plan_keys(merged, file, path);
+    p.keys_in_file = std::move(stated.keys_in_file);
+    p.keys_from_preset = std::move(filled);
+    return p;
+}
+
+PlanSpec read_plan_keys(const json& j, const std::string& file, const std::string& path) {
     JsonReader r(j, file, path);
     PlanSpec p;
+    if (const json* f = r.get("framework")) {
+        if (!f->is_string() || canonical_framework(f->get<std::string>()).empty())
+            r.fail("framework", "must be one of " + framework_choices() + " (got " + describe_json(*f) + ")");
+        p.framework = canonical_framework(f->get<std::string>());
+    }
     p.name = r.str_or("name", "");
     p.description = r.str_or("description", "");
     p.tp = pos_int_or(r, "tp", 1);

@@ -10,6 +10,7 @@
 
 #include "strata/common/error.hpp"
 #include "strata/lowering/spec_io.hpp"
+#include "strata/lowering/frameworks.hpp"
 
 namespace strata::sim {
 
@@ -30,6 +31,7 @@ std::string s(i64 v) { return std::to_string(v); }
 
 void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, const std::string& file) {
     auto fail = [&](const std::string& path, const std::string& rule) { throw InputError(file, path, rule); };
+    if (auto no = framework_refusal(p)) fail(no->field, no->rule);
 
     // Degrees and batch sizes are positive (the reader guarantees it; programmatic plans may not).
     const std::pair<const char*, int> positives[] = {{"plan.tp", p.tp}, {"plan.pp", p.pp}, {"plan.dp", p.dp},

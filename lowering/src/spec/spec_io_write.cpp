@@ -3,6 +3,9 @@
 // parse(to_json(x)) == x. Doubles print in nlohmann's shortest round-trip form (deterministic).
 #include "strata/common/json_reader.hpp"
 #include "strata/lowering/spec_io.hpp"
+#include "strata/lowering/frameworks.hpp"
+
+#include <algorithm>
 
 namespace strata::sim {
 
@@ -118,6 +121,8 @@ ojson plan_json(const PlanSpec& p) {
     ojson j;
     j["name"] = p.name;
     j["description"] = p.description;
+    // Written with every knob explicit as well: reading it back gives the same plan.
+    if (!p.framework.empty()) j["framework"] = p.framework;
     j["tp"] = p.tp;
     j["pp"] = p.pp;
     j["dp"] = p.dp;
@@ -143,9 +148,12 @@ ojson plan_json(const PlanSpec& p) {
     j["precision"] = to_string(p.precision);
     if (p.exp_avg_dtype != Precision::fp32) j["exp_avg_dtype"] = to_string(p.exp_avg_dtype);
     if (p.exp_avg_sq_dtype != Precision::fp32) j["exp_avg_sq_dtype"] = to_string(p.exp_avg_sq_dtype);
-    if (p.fp32_grads) j["fp32_grads"] = true;
-    if (!p.grad_accum_fusion) j["grad_accum_fusion"] = false;
-    if (!p.loss_upcast) j["loss_upcast"] = false;
+    // Written when not the default, and always under a framework, whose preset would otherwise
+    // supply its own value on reading back.
+    const bool preset = !p.framework.empty();
+    if (p.fp32_grads || preset) j["fp32_grads"] = p.fp32_grads;
+    if (!p.grad_accum_fusion || preset) j["grad_accum_fusion"] = p.grad_accum_fusion;
+    if (!p.loss_upcast || preset) j["loss_upcast"] = p.loss_upcast;
     ojson o;
     o["optimizer"] = tier_json(p.offload.optimizer);
     o["params"] = tier_json(p.offload.params);
@@ -183,6 +191,26 @@ std::string dump(const ojson& j) { return j.dump(2) + "\n"; }
 std::string to_json_text(const ModelSpec& m) { return dump(model_json(m)); }
 std::string to_json_text(const ClusterSpec& c) { return dump(cluster_json(c)); }
 std::string to_json_text(const PlanSpec& p) { return dump(plan_json(p)); }
+
+std::vector<PlanValueOrigin> explain_plan(const PlanSpec& p) {
+    const auto has = [](const std::vector<std::string>& v, const std::string& k) {
+        return std::find(v.begin(), v.end(), k) != v.end();
+    };
+    const std::vector<FrameworkKnob> knobs = p.framework.empty() ? std::vector<FrameworkKnob>{} : framework_knobs(p.framework, p);
+    std::vector<PlanValueOrigin> out;
+    const ojson canonical = plan_json(p);
+    for (const auto& [key, value] : canonical.items()) {
+        std::string origin = "default";
+        if (has(p.keys_in_file, key)) {
+            origin = "plan";
+        } else if (has(p.keys_from_preset, key)) {
+            for (const FrameworkKnob& k : knobs)
+                if (k.key == key) origin = "framework " + p.framework + ": " + k.source;
+        }
+        out.push_back({key, value.dump(), origin});
+    }
+    return out;
+}
 
 std::string to_json_text(const Scenario& s) {
     ojson j;

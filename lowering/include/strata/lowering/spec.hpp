@@ -260,6 +260,12 @@ struct PlanSpec {
     /// pp x vpp entries; 0 is allowed (a stage of only the embedding, or of MTP and the loss).
     /// Excludes layer_split; empty = from layer_split.
     std::vector<int> virtual_layer_split;
+    /// The training framework that runs the plan (plan.framework, lowering/frameworks.hpp): its
+    /// preset supplied the knobs the plan file did not set. Empty = none stated.
+    std::string framework;
+    /// Where the reader found each key (explain_plan): written in the plan, or filled in by the
+    /// framework's preset. Neither is written back or compared.
+    std::vector<std::string> keys_in_file, keys_from_preset;
     std::string name;                     ///< optional label (JSON "name")
     std::string description;              ///< free text: where the plan comes from
 

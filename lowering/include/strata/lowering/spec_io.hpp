@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "strata/lowering/spec.hpp"
 
@@ -21,6 +22,16 @@ ModelSpec load_model(const std::string& path);
 ClusterSpec load_cluster(const std::string& path);
 PlanSpec load_plan(const std::string& path);
 Scenario load_scenario(const std::string& path);
+
+/// One effective plan value and where it came from: "plan" (written in the file), "framework
+/// NAME: SOURCE" (its preset), or "default".
+struct PlanValueOrigin {
+    std::string key;
+    std::string value_json;
+    std::string origin;
+};
+/// Every key of the plan's canonical JSON with its origin (strata explain-plan).
+std::vector<PlanValueOrigin> explain_plan(const PlanSpec& p);
 
 /// Cross-validate a plan against its model and cluster; throws InputError naming `file`.
 void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, const std::string& file);

@@ -1,0 +1,46 @@
+#pragma once
+// Framework presets (plan.framework): the plan knobs a training framework fixes, each with the
+// source that says so, and the configurations it cannot run. A user states what a paper or recipe
+// states (the parallel sizes, batch, recompute, precision, framework); the preset supplies
+// p2p style, gradient accumulation, kernels and overlap flags. Keys written in the plan win.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "strata/lowering/spec.hpp"
+
+namespace strata::sim {
+
+/// One knob a framework fixes: the plan key, its value as JSON text, and where that comes from.
+struct FrameworkKnob {
+    std::string key;
+    std::string value_json;
+    std::string source;
+};
+
+/// The known framework names, in a fixed order (aliases excluded).
+const std::vector<std::string>& framework_names();
+/// "a, b, c" for error messages and --help.
+std::string framework_choices();
+/// The canonical name for `name` or an alias ("nemo" is "megatron-bridge"); empty if unknown.
+std::string canonical_framework(const std::string& name);
+/// One line on what the preset describes (its era and parts).
+std::string framework_summary(const std::string& name);
+
+/// The knobs `framework` fixes for a plan whose stated fields (tp, sequence_parallel, zero_stage,
+/// precision) are those of `stated`. Knob values may depend on them (e.g. fp32 gradient
+/// accumulation only under bf16). Empty for an unknown name.
+std::vector<FrameworkKnob> framework_knobs(const std::string& framework, const PlanSpec& stated);
+
+/// Every plan key some preset sets: what a presets-only reading of a plan leaves to the preset.
+const std::vector<std::string>& framework_knob_keys();
+
+/// Why plan.framework cannot run this plan: the plan field and the rule (naming the framework),
+/// or nothing when it can. validate_plan and the planner's search both call it.
+struct FrameworkRefusal {
+    std::string field;  ///< e.g. "plan.cp"
+    std::string rule;
+};
+std::optional<FrameworkRefusal> framework_refusal(const PlanSpec& p);
+
+}  // namespace strata::sim

@@ -1,0 +1,261 @@
+// Framework presets: one table of what each framework fixes, with sources (docs/frameworks.md).
+// Upstream revisions read: Megatron-LM d98e8a64, Megatron-Bridge 067f987d, DeepSpeed edaa7221.
+#include "strata/lowering/frameworks.hpp"
+
+#include <algorithm>
+
+namespace strata::sim {
+
+namespace {
+
+/// When a knob applies, in terms of the plan's stated fields.
+enum class When { always, mixed16, tp_sp, zero3, below_zero3, pipelined, pipelined_tp };
+
+struct Knob {
+    const char* key;
+    const char* value_json;
+    When when;
+    const char* source;
+};
+
+struct Preset {
+    const char* name;
+    const char* summary;
+    std::vector<Knob> knobs;
+};
+
+bool applies(When w, const PlanSpec& p) {
+    switch (w) {
+    case When::always: return true;
+    case When::mixed16: return p.precision == Precision::bf16 || p.precision == Precision::fp8;
+    case When::tp_sp: return p.tp > 1 && p.sequence_parallel;
+    case When::zero3: return p.zero_stage == 3;
+    case When::below_zero3: return p.zero_stage < 3;
+    case When::pipelined: return p.pp > 1;
+    case When::pipelined_tp: return p.pp > 1 && p.tp > 1;
+    }
+    return false;
+}
+
+// Sources quoted once, used by several presets.
+constexpr const char* kNoFlash2021 =
+    "the run predates fused attention in its framework: FlashAttention appeared in May 2022 (arXiv:2205.14135) and "
+    "Megatron-LM gained --use-flash-attn in 2023; before, the s x s scores are batched GEMMs with a fused scale-mask-softmax";
+constexpr const char* kMegatronBf16Grads =
+    "Megatron-LM megatron/training/arguments.py: under --bf16, gradients are accumulated and all-reduced in fp32 "
+    "(accumulate_allreduce_grads_in_fp32 forced on) unless --grad-reduce-in-bf16";
+constexpr const char* kAutogradAccum =
+    "autograd adds each micro-batch's weight gradients into param.grad with a separate kernel (no "
+    "gradient-accumulation fusion into the GEMM)";
+constexpr const char* kPipelineEngineP2p =
+    "DeepSpeed runtime/pipe/engine.py: blocking NCCL send/recv on the compute stream, activations and gradients "
+    "partitioned over the model-parallel group (pipe_partitioned / grad_partitioned)";
+constexpr const char* kPipelineEngineReduce =
+    "DeepSpeed runtime/pipe/schedule.py TrainSchedule: ReduceGrads runs after the last backward of the step, "
+    "not overlapped with it";
+
+const std::vector<Preset>& presets() {
+    static const std::vector<Preset> table = {
+        {"megatron-lm-2021",
+         "Megatron-LM before Megatron-Core (SC21, arXiv:2104.04473; Korthikanti et al., arXiv:2205.05198)",
+         {{"flash_attention", "false", When::always, kNoFlash2021},
+          {"p2p_scatter_gather", "true", When::pipelined_tp,
+           "SC21 Sec. 4.1: pipeline tensors cross stages in 1/tp pieces and are all-gathered over NVLink"},
+          {"fp32_grads", "true", When::mixed16, kMegatronBf16Grads},
+          {"overlap_grad_reduce", "false", When::always,
+           "Megatron-LM 2021 (--DDP-impl local, the default): model.allreduce_gradients() after forward_backward in "
+           "train_step; overlapped reduction came with Megatron-Core's DDP (--overlap-grad-reduce, 2023)"}}},
+        {"megatron-deepspeed-2022",
+         "Megatron-DeepSpeed as BLOOM and MT-NLG ran it (2021-22): DeepSpeed's PipelineEngine and ZeRO-1 around Megatron layers",
+         {{"flash_attention", "false", When::always, kNoFlash2021},
+          {"p2p_blocking", "true", When::pipelined, kPipelineEngineP2p},
+          {"p2p_scatter_gather", "true", When::pipelined_tp, kPipelineEngineP2p},
+          {"grad_accum_fusion", "false", When::always, kAutogradAccum},
+          {"fp32_grads", "true", When::mixed16,
+           "DeepSpeed runtime/bf16_optimizer.py (BF16_Optimizer, which bf16 pipelines use): fp32 gradient accumulation buffers"},
+          {"overlap_grad_reduce", "false", When::always, kPipelineEngineReduce}}},
+        {"deepspeed",
+         "DeepSpeed's engine with ZeRO (and PipelineEngine when pp > 1), 2023 or later: FlashAttention-2 from the model code",
+         {{"attention_kernel", "\"fa2\"", When::always,
+           "DeepSpeed ships no fused attention for training; Megatron-DeepSpeed (--use-flash-attn-v2) and Hugging Face "
+           "models call FlashAttention-2"},
+          {"p2p_blocking", "true", When::pipelined, kPipelineEngineP2p},
+          {"p2p_scatter_gather", "true", When::pipelined_tp, kPipelineEngineP2p},
+          {"grad_accum_fusion", "false", When::always, kAutogradAccum},
+          {"overlap_grad_reduce", "false", When::below_zero3,
+           "DeepSpeed runtime/zero/config.py: zero_optimization.overlap_comm defaults to false below stage 3 "
+           "(and PipelineEngine reduces after the schedule)"},
+          {"overlap_grad_reduce", "true", When::zero3,
+           "DeepSpeed runtime/zero/config.py: overlap_comm defaults to true for ZeRO stage 3"}}},
+        {"megatron-core",
+         "Megatron-LM with Megatron-Core and Transformer Engine (2023 or later), its command-line defaults",
+         {{"flash_attention", "true", When::always,
+           "Transformer Engine's fused attention (cuDNN flash kernels), Megatron-Core's default attention backend"},
+          {"attention_kernel", "\"fa3\"", When::always,
+           "Transformer Engine's cuDNN fused attention is FlashAttention-3-class on Hopper (docs/costs.md)"},
+          {"fp32_grads", "true", When::mixed16, kMegatronBf16Grads},
+          {"overlap_grad_reduce", "false", When::always,
+           "Megatron-LM megatron/training/arguments.py: --overlap-grad-reduce is off unless given"},
+          {"overlap_param_gather", "false", When::always,
+           "Megatron-LM megatron/training/arguments.py: --overlap-param-gather is off unless given"}}},
+        {"megatron-bridge",
+         "NVIDIA's NeMo 2 / Megatron-Bridge performance recipes on Megatron-Core (2024 or later)",
+         {{"flash_attention", "true", When::always, "Transformer Engine's fused attention (cuDNN flash kernels)"},
+          {"attention_kernel", "\"fa3\"", When::always,
+           "Transformer Engine's cuDNN fused attention is FlashAttention-3-class on Hopper (docs/costs.md)"},
+          {"fp32_grads", "true", When::mixed16,
+           "Megatron-Bridge src/megatron/bridge/training/mixed_precision.py: bf16_mixed (and the FP8 recipes built on "
+           "it) set grad_reduce_in_fp32=True"},
+          {"overlap_grad_reduce", "true", When::always,
+           "Megatron-Bridge src/megatron/bridge/recipes/common.py: DistributedDataParallelConfig(overlap_grad_reduce=True)"},
+          {"overlap_param_gather", "true", When::always,
+           "Megatron-Bridge src/megatron/bridge/recipes/common.py: DistributedDataParallelConfig(overlap_param_gather=True)"},
+          {"tp_comm_overlap", "true", When::tp_sp,
+           "NeMo / Megatron-Bridge performance recipes turn on TP communication overlap (userbuffers) with "
+           "sequence parallelism (MegatronCommOverlapCallback / CommOverlapConfig)"}}},
+        {"torchtitan",
+         "torchtitan: FSDP2 x TP x PP x CP in eager PyTorch (torch.compile off, its default)",
+         {{"attention_kernel", "\"fa2\"", When::always,
+           "torchtitan's default attention is F.scaled_dot_product_attention, whose flash backend is FlashAttention-2"},
+          {"grad_accum_fusion", "false", When::always, kAutogradAccum},
+          {"eager_elementwise", "true", When::always,
+           "without torch.compile, RMSNorm, SiLU, the gating product, RoPE and residual adds run as separate eager kernels"},
+          {"loss_upcast", "true", When::always,
+           "torchtitan's cross_entropy_loss upcasts the logits: pred.flatten(0, 1).float()"},
+          {"fp32_grads", "true", When::mixed16,
+           "torchtitan's FSDP2 MixedPrecisionPolicy reduces gradients in fp32 (training.mixed_precision_reduce = \"float32\")"}}},
+        {"torchtitan-compile",
+         "torchtitan with torch.compile on each block: elementwise ops fused by Inductor",
+         {{"attention_kernel", "\"fa2\"", When::always,
+           "torchtitan's default attention is F.scaled_dot_product_attention, whose flash backend is FlashAttention-2"},
+          {"grad_accum_fusion", "false", When::always, kAutogradAccum},
+          {"eager_elementwise", "false", When::always, "torch.compile (Inductor) fuses the elementwise ops of each block"},
+          {"loss_upcast", "true", When::always,
+           "torchtitan's cross_entropy_loss upcasts the logits: pred.flatten(0, 1).float()"},
+          {"fp32_grads", "true", When::mixed16,
+           "torchtitan's FSDP2 MixedPrecisionPolicy reduces gradients in fp32 (training.mixed_precision_reduce = \"float32\")"}}},
+        {"llm-foundry",
+         "MosaicML llm-foundry on Composer with PyTorch FSDP",
+         {{"attention_kernel", "\"fa2\"", When::always,
+           "llm-foundry attn_config.attn_impl: flash (FlashAttention-2 since llm-foundry 0.4)"},
+          {"eager_elementwise", "true", When::always,
+           "MPT's modeling code runs torch LayerNorm, GELU and residual adds as eager PyTorch ops; only attention and "
+           "the loss are fused kernels"},
+          {"loss_upcast", "false", When::always,
+           "llm-foundry's default loss_fn fused_crossentropy (flash_attn.losses.cross_entropy) reads bf16 logits, no fp32 copy"},
+          {"grad_accum_fusion", "false", When::always, kAutogradAccum}}},
+        {"llm.c",
+         "karpathy/llm.c train_gpt2.cu built with USE_CUDNN=1, as its GPT-2 reproductions ran",
+         {{"flash_attention", "true", When::always, "llm.c's cuDNN build calls cuDNN's fused flash attention"},
+          {"attention_kernel", "\"fa3\"", When::always, "cuDNN's fused flash attention (FlashAttention-3-class on Hopper)"},
+          {"loss_upcast", "false", When::always,
+           "llm.c's fused_classifier kernel computes the softmax, loss and dlogits in place over the bf16 logits"},
+          {"grad_accum_fusion", "true", When::always,
+           "llm.c's matmul_backward accumulates weight gradients in the cuBLASLt GEMM (beta = 1)"},
+          {"eager_elementwise", "false", When::always, "llm.c's own fused kernels for LayerNorm, GELU and residuals"}}},
+        {"hf-trainer",
+         "Hugging Face Transformers Trainer (Accelerate: DDP or FSDP)",
+         {{"attention_kernel", "\"fa2\"", When::always,
+           "attn_implementation flash_attention_2 or sdpa (whose flash backend is FlashAttention-2)"},
+          {"eager_elementwise", "true", When::always,
+           "Transformers' modeling code runs norms, activations and residual adds as eager PyTorch ops"},
+          {"grad_accum_fusion", "false", When::always, kAutogradAccum},
+          {"loss_upcast", "true", When::always,
+           "Transformers' ForCausalLMLoss upcasts the logits to fp32 before the cross-entropy"}}},
+    };
+    return table;
+}
+
+const Preset* find(const std::string& name) {
+    const std::string canon = canonical_framework(name);
+    for (const Preset& p : presets())
+        if (canon == p.name) return &p;
+    return nullptr;
+}
+
+std::string q(const std::string& s) { return "\"" + s + "\""; }
+
+}  // namespace
+
+const std::vector<std::string>& framework_names() {
+    static const std::vector<std::string> names = [] {
+        std::vector<std::string> out;
+        for (const Preset& p : presets()) out.push_back(p.name);
+        return out;
+    }();
+    return names;
+}
+
+std::string framework_choices() {
+    std::string out;
+    for (const std::string& n : framework_names()) out += (out.empty() ? "" : ", ") + n;
+    return out + " (nemo = megatron-bridge)";
+}
+
+std::string canonical_framework(const std::string& name) {
+    if (name == "nemo") return "megatron-bridge";
+    for (const Preset& p : presets())
+        if (name == p.name) return name;
+    return "";
+}
+
+std::string framework_summary(const std::string& name) {
+    const Preset* p = find(name);
+    return p ? p->summary : "";
+}
+
+std::vector<FrameworkKnob> framework_knobs(const std::string& framework, const PlanSpec& stated) {
+    std::vector<FrameworkKnob> out;
+    const Preset* p = find(framework);
+    if (!p) return out;
+    for (const Knob& k : p->knobs)
+        if (applies(k.when, stated)) out.push_back({k.key, k.value_json, k.source});
+    return out;
+}
+
+const std::vector<std::string>& framework_knob_keys() {
+    static const std::vector<std::string> keys = [] {
+        std::vector<std::string> out;
+        for (const Preset& p : presets())
+            for (const Knob& k : p.knobs)
+                if (std::find(out.begin(), out.end(), k.key) == out.end()) out.push_back(k.key);
+        return out;
+    }();
+    return keys;
+}
+
+std::optional<FrameworkRefusal> framework_refusal(const PlanSpec& p) {
+    const std::string fw = canonical_framework(p.framework);
+    if (fw.empty()) return std::nullopt;
+    const std::string who = "plan.framework = " + q(fw);
+    auto refuse = [&](const std::string& field, const std::string& why) {
+        return std::optional<FrameworkRefusal>(FrameworkRefusal{field, why + " (" + who + ")"});
+    };
+    const bool megatron_like = fw == "megatron-core" || fw == "megatron-bridge";
+    const bool deepspeed_like = fw == "deepspeed" || fw == "megatron-deepspeed-2022";
+    const bool data_parallel_only = fw == "llm.c" || fw == "hf-trainer";
+    if (p.cp > 1 && !megatron_like && fw != "torchtitan" && fw != "torchtitan-compile")
+        return refuse("plan.cp", "must be 1: context parallelism is Megatron-Core's and torchtitan's, not this framework's");
+    if (p.pp > 1 && (data_parallel_only || fw == "llm-foundry"))
+        return refuse("plan.pp", "must be 1: this framework has no pipeline parallelism");
+    if (p.tp > 1 && data_parallel_only)
+        return refuse("plan.tp", "must be 1: this framework has no tensor parallelism");
+    if (p.ep > 1 && (fw == "megatron-lm-2021" || fw == "megatron-deepspeed-2022" || fw == "llm.c"))
+        return refuse("plan.ep", "must be 1: this framework has no expert parallelism");
+    if (p.zero_stage > 1 && (fw == "megatron-lm-2021" || fw == "llm.c"))
+        return refuse("plan.zero_stage", "must be 0 or 1: this framework shards at most the optimizer states (ZeRO-1)");
+    if (p.zero_stage == 1 && (fw == "torchtitan" || fw == "torchtitan-compile" || fw == "llm-foundry"))
+        return refuse("plan.zero_stage", "must be 0, 2 or 3: FSDP shards gradients with the optimizer states (ZeRO-2 as "
+                                         "reshard_after_forward = False, ZeRO-3 by default), there is no ZeRO-1");
+    if (deepspeed_like && (p.schedule == Schedule::interleaved_1f1b || p.schedule == Schedule::dualpipe_v))
+        return refuse("plan.schedule", "must be gpipe or 1f1b: DeepSpeed's PipelineEngine has no interleaved schedule");
+    if (p.schedule == Schedule::dualpipe_v && !megatron_like)
+        return refuse("plan.schedule", "must not be dualpipev: DualPipeV runs in Megatron-Core and DeepSeek's own code");
+    if (p.tp_comm_overlap && !megatron_like)
+        return refuse("plan.tp_comm_overlap", "must be false: userbuffer TP overlap is Transformer Engine's under Megatron-Core");
+    if (p.moe_dispatcher == MoeDispatcher::deepep && !megatron_like)
+        return refuse("plan.moe_dispatcher", "must be \"alltoall\": the DeepEP dispatcher is Megatron-Core's here");
+    return std::nullopt;
+}
+
+}  // namespace strata::sim

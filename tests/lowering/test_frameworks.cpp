@@ -1,0 +1,144 @@
+// plan.framework presets: the knobs each framework fixes come from its source (the expected
+// values below are read from the frameworks' code, cited in lowering/src/spec/frameworks.cpp),
+// explicit keys win, and a framework refuses what it cannot run, naming itself and the field.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "strata/common/error.hpp"
+#include "strata/lowering/frameworks.hpp"
+#include "strata/lowering/spec_io.hpp"
+
+using namespace strata::sim;
+using Catch::Matchers::Contains;
+
+namespace {
+
+const char* kModel = R"({"name": "m", "layers": 8, "hidden": 512, "heads": 8, "kv_heads": 4, "ffn_hidden": 1536,
+                         "vocab": 1000, "seq_len": 256, "position": "rope"})";
+
+PlanSpec plan(const std::string& fields) {
+    return plan_from_json_text("{\"global_batch\": 64" + fields + "}", "p.json");
+}
+
+ClusterSpec cluster_for(const PlanSpec& p) {
+    ClusterSpec c;
+    c.name = "c";
+    c.gpu = "H100-SXM5-80GB";
+    c.nodes = 1;
+    c.gpus_per_node = p.gpus();
+    return c;
+}
+
+std::string refusal(const PlanSpec& p) {
+    try {
+        validate_plan(model_from_json_text(kModel, "m.json"), cluster_for(p), p, "p.json");
+    } catch (const strata::InputError& e) {
+        return e.path() + ": " + e.rule();
+    }
+    return "";
+}
+
+const PlanValueOrigin& origin_of(const std::vector<PlanValueOrigin>& all, const std::string& key) {
+    for (const PlanValueOrigin& v : all)
+        if (v.key == key) return v;
+    FAIL("no key " << key);
+    return all.front();
+}
+
+}  // namespace
+
+TEST_CASE("a preset fills the knobs its framework fixes", "[frameworks]") {
+    // Megatron-DeepSpeed of 2022 with TP and a pipeline: blocking p2p partitioned over TP (PipelineEngine),
+    // autograd's unfused accumulation, fp32 accumulation under bf16 (BF16_Optimizer), no fused attention.
+    const PlanSpec ds = plan(R"(, "framework": "megatron-deepspeed-2022", "tp": 2, "pp": 4, "zero_stage": 1)");
+    CHECK(ds.framework == "megatron-deepspeed-2022");
+    CHECK(ds.p2p_blocking);
+    CHECK(ds.p2p_scatter_gather);
+    CHECK_FALSE(ds.grad_accum_fusion);
+    CHECK(ds.fp32_grads);
+    CHECK_FALSE(ds.flash_attention);
+    CHECK_FALSE(ds.overlap_grad_reduce);
+
+    // The same framework in fp16 keeps 16-bit gradients; without a pipeline it sets no p2p knob.
+    const PlanSpec fp16 = plan(R"(, "framework": "megatron-deepspeed-2022", "dp": 8, "precision": "fp16")");
+    CHECK_FALSE(fp16.fp32_grads);
+    CHECK_FALSE(fp16.p2p_blocking);
+
+    // llm-foundry: eager elementwise ops, flash-attn's fused loss (no fp32 logits), FA2.
+    const PlanSpec foundry = plan(R"(, "framework": "llm-foundry", "dp": 8, "zero_stage": 3)");
+    CHECK(foundry.eager_elementwise);
+    CHECK_FALSE(foundry.loss_upcast);
+    CHECK(foundry.attention_kernel == AttentionKernel::fa2);
+    CHECK_FALSE(foundry.grad_accum_fusion);
+
+    // Megatron-Bridge's performance recipes: TP overlap only with tp > 1 and sequence parallelism.
+    CHECK(plan(R"(, "framework": "megatron-bridge", "tp": 4, "sequence_parallel": true)").tp_comm_overlap);
+    CHECK_FALSE(plan(R"(, "framework": "megatron-bridge", "tp": 1, "dp": 4)").tp_comm_overlap);
+    // "nemo" is the same preset.
+    CHECK(plan(R"(, "framework": "nemo", "dp": 4)").framework == "megatron-bridge");
+
+    // Megatron-Core's command line: overlap flags off unless given; fp32 gradients under bf16.
+    const PlanSpec mc = plan(R"(, "framework": "megatron-core", "dp": 4)");
+    CHECK_FALSE(mc.overlap_grad_reduce);
+    CHECK(mc.fp32_grads);
+    CHECK(mc.grad_accum_fusion);
+}
+
+TEST_CASE("keys written in the plan win over the preset, and explain-plan says which is which", "[frameworks]") {
+    const PlanSpec p = plan(R"(, "framework": "torchtitan", "dp": 8, "zero_stage": 3, "eager_elementwise": false)");
+    CHECK_FALSE(p.eager_elementwise);  // the user's torch.compile
+    CHECK(p.attention_kernel == AttentionKernel::fa2);
+    const std::vector<PlanValueOrigin> why = explain_plan(p);
+    CHECK(origin_of(why, "eager_elementwise").origin == "plan");
+    CHECK_THAT(origin_of(why, "attention_kernel").origin, Contains("framework torchtitan") && Contains("scaled_dot_product_attention"));
+    CHECK(origin_of(why, "attention_kernel").value_json == "\"fa2\"");
+    CHECK(origin_of(why, "cp").origin == "default");
+    CHECK(origin_of(why, "dp").origin == "plan");
+}
+
+TEST_CASE("a plan with a framework round-trips through its canonical JSON", "[frameworks]") {
+    for (const std::string& fw : framework_names()) {
+        const std::string pp = fw == "llm.c" || fw == "hf-trainer" || fw == "llm-foundry" ? "1" : "2";
+        const std::string zero = fw == "torchtitan" || fw == "torchtitan-compile" || fw == "llm-foundry" ? "0" : "1";
+        const PlanSpec p = plan(", \"framework\": \"" + fw + "\", \"pp\": " + pp + ", \"dp\": 4, \"zero_stage\": " + zero);
+        CAPTURE(fw);
+        CHECK(refusal(p).empty());
+        const std::string text = to_json_text(p);
+        CHECK(to_json_text(plan_from_json_text(text, "again.json")) == text);
+        // Every knob the preset names is a plan key whose value the reader accepts as written.
+        for (const FrameworkKnob& k : framework_knobs(fw, p)) {
+            CAPTURE(k.key);
+            CHECK(text.find("\"" + k.key + "\": " + k.value_json) != std::string::npos);
+        }
+    }
+}
+
+TEST_CASE("a framework refuses what it cannot run, naming itself and the field", "[frameworks]") {
+    // DeepSpeed's PipelineEngine has no interleaved schedule.
+    CHECK_THAT(refusal(plan(R"(, "framework": "deepspeed", "pp": 2, "vpp": 2, "schedule": "interleaved-1f1b", "dp": 2)")),
+               Contains("plan.schedule") && Contains("\"deepspeed\""));
+    // ZeRO-2 under DeepSpeed's pipeline engine: upstream asserts (the p2p rule names it).
+    CHECK_THAT(refusal(plan(R"(, "framework": "deepspeed", "pp": 2, "dp": 2, "zero_stage": 2)")), Contains("zero_stage"));
+    // torchtitan runs FSDP (ZeRO-3) under a pipeline; there is no ZeRO-1 in FSDP.
+    CHECK(refusal(plan(R"(, "framework": "torchtitan", "pp": 2, "dp": 4, "zero_stage": 3)")).empty());
+    CHECK_THAT(refusal(plan(R"(, "framework": "torchtitan", "dp": 4, "zero_stage": 1)")), Contains("plan.zero_stage"));
+    // Data-parallel-only frameworks.
+    CHECK_THAT(refusal(plan(R"(, "framework": "llm.c", "tp": 2, "dp": 4)")), Contains("plan.tp") && Contains("llm.c"));
+    CHECK_THAT(refusal(plan(R"(, "framework": "hf-trainer", "pp": 2, "dp": 4)")), Contains("plan.pp"));
+    // Context parallelism before Megatron-Core.
+    CHECK_THAT(refusal(plan(R"(, "framework": "megatron-lm-2021", "cp": 2, "dp": 2)")), Contains("plan.cp"));
+    CHECK(refusal(plan(R"(, "framework": "megatron-core", "cp": 2, "dp": 2)")).empty());
+    // No framework: no framework rule.
+    CHECK(refusal(plan(R"(, "dp": 4, "zero_stage": 1)")).empty());
+}
+
+TEST_CASE("an unknown framework is an input error listing the known ones", "[frameworks]") {
+    try {
+        plan(R"(, "framework": "megatron", "dp": 4)");
+        FAIL("accepted an unknown framework");
+    } catch (const strata::InputError& e) {
+        CHECK(e.path() == "plan.framework");
+        CHECK_THAT(e.rule(), Contains("megatron-core") && Contains("torchtitan") && Contains("\"megatron\""));
+    }
+}
