@@ -28,6 +28,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct FidelityArgs {
+    bool presets_only = false;
     std::string runs, split = "all", json, calibration, fit_out, db, date, residuals_out;
     int threads = 0;  // all cores
 };
@@ -115,7 +116,7 @@ void run_fidelity(const FidelityArgs& a) {
         throw InputError("--residuals", "", "needs --split test: the intervals come from held-out runs only");
     check_outputs(outputs);
     const std::string runs_path = a.runs.empty() ? default_runs_path() : a.runs;
-    const std::vector<sim::FidelityEntry> all = sim::load_fidelity_runs(read_text_file(runs_path), runs_path);
+    const std::vector<sim::FidelityEntry> all = sim::load_fidelity_runs(read_text_file(runs_path), runs_path, sim::FidelityLoadOptions{a.presets_only});
     const hwdb::Database db = open_db(a.db);
     const Views views = resolve_views(all, db);
     const int threads = thread_count(a.threads);
@@ -210,6 +211,9 @@ void add_fidelity(CLI::App& app) {
     auto* cmd = app.add_subcommand("fidelity", "Compare simulated with published training runs (bench/fidelity): error per entry, MAPE per split");
     cmd->add_option("--runs", a->runs, "the data set (default: bench/fidelity/runs.json)");
     cmd->add_option("--split", a->split, "train, test or all (default: all)");
+    cmd->add_flag("--presets-only", a->presets_only,
+                  "read each entry with a framework from its stated fields and its framework's preset, without the "
+                  "knobs set by hand (docs/fidelity.md, \"Presets\")");
     cmd->add_option("--json", a->json, "also write entries and summaries as JSON to FILE ('-': stdout, the table then goes to stderr)");
     cmd->add_option("--calibration", a->calibration,
                     "calibration JSON to apply, or 'none' (default: calibration.json next to the runs file, if present)");

@@ -22,6 +22,32 @@ HWDB_GPUS = {"V100-SXM2-32GB", "A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80
 HWDB_NICS = {None, "ib-hdr", "ib-ndr", "roce-200g", "roce-400g", "omni-path-100g"}
 SCHEDULES = {"1f1b", "interleaved-1f1b", "gpipe", "dualpipev"}
 RECOMPUTE = {"none", "selective", "full"}
+# The framework that ran each family of entries (a plan.framework preset: lowering/src/spec/
+# frameworks.cpp), by id prefix, with why. Entries of frameworks without a preset (Meta's own for
+# OPT and Llama 3, DeepSeek's HAI-LLM) get none. `strata fidelity --presets-only` reads these entries
+# with the preset in place of their hand-set knobs.
+FRAMEWORK_BY_PREFIX = [
+    ("bloom-", "megatron-deepspeed-2022", "BigScience's Megatron-DeepSpeed (tr11 scripts)"),
+    ("mtnlg-", "megatron-deepspeed-2022", "MT-NLG paper: Megatron-LM layers in DeepSpeed's pipeline engine"),
+    ("zero-offload-", "megatron-deepspeed-2022", "ZeRO-Offload paper: DeepSpeed with Megatron's GPT-2 model (2021)"),
+    ("korthikanti-", "megatron-lm-2021", "Megatron-LM before Megatron-Core (arXiv:2205.05198)"),
+    ("megatron-ci-", "megatron-core", "Megatron-LM's functional tests on Megatron-Core"),
+    ("bridge", "megatron-bridge", "Megatron-Bridge performance recipes"),
+    ("nemo", "nemo", "NeMo 1.x performance configs of the NeMo Framework Launcher (24.03, 24.07)"),
+    ("mpt-", "llm-foundry", "MosaicML's llm-foundry benchmarks"),
+]
+FRAMEWORKS = {"megatron-lm-2021", "megatron-deepspeed-2022", "deepspeed", "megatron-core", "megatron-bridge", "nemo",
+              "torchtitan", "torchtitan-compile", "llm-foundry", "llm.c", "hf-trainer"}
+
+
+def assign_framework(e):
+    """Sets e["framework"] from FRAMEWORK_BY_PREFIX unless the source module set it."""
+    if "framework" in e:
+        return
+    for prefix, name, _why in FRAMEWORK_BY_PREFIX:
+        if e["id"].startswith(prefix):
+            e["framework"] = name
+            return
 PRECISION = {"fp32", "bf16", "fp16", "fp8"}
 
 
@@ -74,6 +100,8 @@ def check(e):
         errs.append(f"parameter count {mpt_param_count(m)} != published {e['_num_params']}")
     if "mfu" in meas and "hfu" in meas and meas["hfu"] + 1e-9 < meas["mfu"]:
         errs.append("hfu < mfu")
+    if e.get("framework") is not None and e["framework"] not in FRAMEWORKS:
+        errs.append(f"unknown framework {e['framework']}")
     reg = e.get("publisher_regression")
     if reg is not None:
         # Only the publisher's own report of a regression of its software, with its address
@@ -110,6 +138,7 @@ def build():
     dup = {i for i in ids if ids.count(i) > 1}
     problems = [f"duplicate id {d}" for d in sorted(dup)]
     for e in entries:
+        assign_framework(e)
         problems += [f"{e['id']}: {msg}" for msg in check(e)]
     if problems:
         raise SystemExit("inconsistent entries:\n  " + "\n  ".join(problems))

@@ -75,8 +75,10 @@ TEST_CASE("a preset fills the knobs its framework fixes", "[frameworks]") {
     // Megatron-Bridge's performance recipes: TP overlap only with tp > 1 and sequence parallelism.
     CHECK(plan(R"(, "framework": "megatron-bridge", "tp": 4, "sequence_parallel": true)").tp_comm_overlap);
     CHECK_FALSE(plan(R"(, "framework": "megatron-bridge", "tp": 1, "dp": 4)").tp_comm_overlap);
-    // "nemo" is the same preset.
-    CHECK(plan(R"(, "framework": "nemo", "dp": 4)").framework == "megatron-bridge");
+    // "nemo2" is the same preset; NeMo 1.x's launcher reduced gradients in bf16 instead.
+    CHECK(plan(R"(, "framework": "nemo2", "dp": 4)").framework == "megatron-bridge");
+    CHECK(plan(R"(, "framework": "megatron-bridge", "dp": 4)").fp32_grads);
+    CHECK_FALSE(plan(R"(, "framework": "nemo", "dp": 4)").fp32_grads);
 
     // Megatron-Core's command line: overlap flags off unless given; fp32 gradients under bf16.
     const PlanSpec mc = plan(R"(, "framework": "megatron-core", "dp": 4)");

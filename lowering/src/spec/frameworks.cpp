@@ -32,7 +32,7 @@ bool applies(When w, const PlanSpec& p) {
     case When::zero3: return p.zero_stage == 3;
     case When::below_zero3: return p.zero_stage < 3;
     case When::pipelined: return p.pp > 1;
-    case When::pipelined_tp: return p.pp > 1 && p.tp > 1;
+    case When::pipelined_tp: return p.pp > 1 && p.tp > 1 && !p.sequence_parallel;  // with SP the tensors are split already
     }
     return false;
 }
@@ -99,7 +99,7 @@ const std::vector<Preset>& presets() {
           {"overlap_param_gather", "false", When::always,
            "Megatron-LM megatron/training/arguments.py: --overlap-param-gather is off unless given"}}},
         {"megatron-bridge",
-         "NVIDIA's NeMo 2 / Megatron-Bridge performance recipes on Megatron-Core (2024 or later)",
+         "NVIDIA's NeMo 2 / Megatron-Bridge performance recipes on Megatron-Core (2025 or later)",
          {{"flash_attention", "true", When::always, "Transformer Engine's fused attention (cuDNN flash kernels)"},
           {"attention_kernel", "\"fa3\"", When::always,
            "Transformer Engine's cuDNN fused attention is FlashAttention-3-class on Hopper (docs/costs.md)"},
@@ -113,6 +113,20 @@ const std::vector<Preset>& presets() {
           {"tp_comm_overlap", "true", When::tp_sp,
            "NeMo / Megatron-Bridge performance recipes turn on TP communication overlap (userbuffers) with "
            "sequence parallelism (MegatronCommOverlapCallback / CommOverlapConfig)"}}},
+        {"nemo",
+         "NeMo 1.x through the NeMo Framework Launcher (2023-24): Megatron-Core models, Apex's distributed fused Adam",
+         {{"flash_attention", "true", When::always, "Transformer Engine's fused attention (cuDNN flash kernels)"},
+          {"attention_kernel", "\"fa3\"", When::always,
+           "Transformer Engine's cuDNN fused attention is FlashAttention-3-class on Hopper (docs/costs.md)"},
+          {"fp32_grads", "false", When::always,
+           "NeMo-Framework-Launcher examples/training/*/h100/*.sh pass +training.model.optim.grad_sync_dtype=bf16 "
+           "(distributed_fused_adam reduces gradients in bf16)"},
+          {"overlap_grad_reduce", "true", When::always,
+           "NeMo-Framework-Launcher's distributed_fused_adam optimizer config: overlap_grad_sync: true"},
+          {"overlap_param_gather", "true", When::always,
+           "NeMo-Framework-Launcher's distributed_fused_adam optimizer config: overlap_param_sync: true"},
+          {"tp_comm_overlap", "true", When::tp_sp,
+           "NeMo-Framework-Launcher performance configs set ub_tp_comm_overlap: true with sequence parallelism"}}},
         {"torchtitan",
          "torchtitan: FSDP2 x TP x PP x CP in eager PyTorch (torch.compile off, its default)",
          {{"attention_kernel", "\"fa2\"", When::always,
@@ -189,11 +203,11 @@ const std::vector<std::string>& framework_names() {
 std::string framework_choices() {
     std::string out;
     for (const std::string& n : framework_names()) out += (out.empty() ? "" : ", ") + n;
-    return out + " (nemo = megatron-bridge)";
+    return out + " (nemo2 = megatron-bridge)";
 }
 
 std::string canonical_framework(const std::string& name) {
-    if (name == "nemo") return "megatron-bridge";
+    if (name == "nemo2" || name == "nemo-2") return "megatron-bridge";
     for (const Preset& p : presets())
         if (name == p.name) return name;
     return "";
@@ -231,7 +245,7 @@ std::optional<FrameworkRefusal> framework_refusal(const PlanSpec& p) {
     auto refuse = [&](const std::string& field, const std::string& why) {
         return std::optional<FrameworkRefusal>(FrameworkRefusal{field, why + " (" + who + ")"});
     };
-    const bool megatron_like = fw == "megatron-core" || fw == "megatron-bridge";
+    const bool megatron_like = fw == "megatron-core" || fw == "megatron-bridge" || fw == "nemo";
     const bool deepspeed_like = fw == "deepspeed" || fw == "megatron-deepspeed-2022";
     const bool data_parallel_only = fw == "llm.c" || fw == "hf-trainer";
     if (p.cp > 1 && !megatron_like && fw != "torchtitan" && fw != "torchtitan-compile")

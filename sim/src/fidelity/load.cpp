@@ -11,6 +11,7 @@
 #include "strata/sim/fidelity.hpp"
 #include "strata/lowering/model.hpp"
 #include "strata/lowering/spec_io.hpp"
+#include "strata/lowering/frameworks.hpp"
 
 namespace strata::sim {
 
@@ -84,7 +85,7 @@ std::string node_for_gpu(const std::string& gpu) {
 
 namespace {
 
-FidelityEntry read_entry(const json& j, const std::string& file, const std::string& path) {
+FidelityEntry read_entry(const json& j, const std::string& file, const std::string& path, const FidelityLoadOptions& options) {
     FidelityEntry e;
     auto need = [&](const char* key, json::value_t type) -> const json& {
         if (!j.contains(key) || j.at(key).type() != type)
@@ -95,6 +96,12 @@ FidelityEntry read_entry(const json& j, const std::string& file, const std::stri
     JsonReader fields(j, file, path);
     e.id = need("id", json::value_t::string).get<std::string>();
     e.publisher = fields.str_or("publisher", "");
+    const std::string framework = fields.str_or("framework", "");
+    if (!framework.empty()) {
+        e.framework = canonical_framework(framework);
+        if (e.framework.empty())
+            throw InputError(file, path + ".framework", "must be one of " + framework_choices() + " (got \"" + framework + "\")");
+    }
     e.split = need("split", json::value_t::string).get<std::string>();
     if (e.split != "train" && e.split != "test") throw InputError(file, path + ".split", "must be \"train\" or \"test\"");
     const json& hw = need("hardware", json::value_t::object);
@@ -175,7 +182,12 @@ FidelityEntry read_entry(const json& j, const std::string& file, const std::stri
         }
         e.cluster = cluster_from_json_text(cluster.dump(), where);
 
-        e.plan = plan_from_json_text(plan.dump(), where);
+        json read = plan;
+        if (options.presets_only && !e.framework.empty()) {
+            for (const std::string& k : framework_knob_keys()) read.erase(k);
+            read["framework"] = e.framework;
+        }
+        e.plan = plan_from_json_text(read.dump(), where);
         validate_plan(e.model, e.cluster, e.plan, where);
     } catch (const InputError& err) {
         e.skipped = err.path().empty() ? err.rule() : err.path() + " " + err.rule();
@@ -195,7 +207,7 @@ FidelityEntry read_entry(const json& j, const std::string& file, const std::stri
 
 }  // namespace
 
-std::vector<FidelityEntry> load_fidelity_runs(const std::string& text, const std::string& file) {
+std::vector<FidelityEntry> load_fidelity_runs(const std::string& text, const std::string& file, const FidelityLoadOptions& options) {
     const json root = parse_json_text(text, file);
     if (!root.is_object() || !root.contains("entries") || !root.at("entries").is_array())
         throw InputError(file, "entries", "is required (an array of runs)");
@@ -204,7 +216,7 @@ std::vector<FidelityEntry> load_fidelity_runs(const std::string& text, const std
     for (std::size_t i = 0; i < entries.size(); ++i) {
         const std::string path = "entries[" + std::to_string(i) + "]";
         if (!entries[i].is_object()) throw InputError(file, path, "must be an object");
-        out.push_back(read_entry(entries[i], file, path));
+        out.push_back(read_entry(entries[i], file, path, options));
     }
     // Sorted by id so output order never depends on the file's order.
     std::sort(out.begin(), out.end(), [](const FidelityEntry& a, const FidelityEntry& b) { return a.id < b.id; });

@@ -84,7 +84,8 @@ std::string fidelity_json_text(const std::vector<FidelityRow>& rows, const Calib
     for (int i = 0; i < 2; ++i) {
         o << (i ? ", " : "") << "\"" << splits[i] << "\": {";
         int g = 0;
-        for (const auto& [label, by] : {std::pair{"publisher", FidelityGroup::publisher}, std::pair{"gpu", FidelityGroup::gpu}}) {
+        for (const auto& [label, by] : {std::pair{"publisher", FidelityGroup::publisher}, std::pair{"gpu", FidelityGroup::gpu},
+                                        std::pair{"framework", FidelityGroup::framework}}) {
             o << (g++ ? ", " : "") << "\"" << label << "\": {";
             const auto groups = fidelity_stats_by(rows, splits[i], by);
             for (std::size_t k = 0; k < groups.size(); ++k) {
@@ -197,7 +198,8 @@ std::string fidelity_summary_text(const std::vector<FidelityRow>& rows) {
           << fixed(100 * all.peak_mape, 1) << "%, worst " << fixed(100 * all.peak_worst_ape, 1) << "%\n";
     // Per publisher and per GPU (docs/fidelity-dataset.md): where the error lives.
     for (const char* split : {"test", "train"}) {
-        for (const auto& [label, by] : {std::pair{"publisher", FidelityGroup::publisher}, std::pair{"GPU", FidelityGroup::gpu}}) {
+        for (const auto& [label, by] : {std::pair{"publisher", FidelityGroup::publisher}, std::pair{"GPU", FidelityGroup::gpu},
+                                        std::pair{"framework", FidelityGroup::framework}}) {
             const auto groups = fidelity_stats_by(rows, split, by);
             if (groups.empty()) continue;
             o << "\n" << pad(std::string(split) + " by " + label, 24) << pad("scored", 10, true) << pad("MAPE", 9, true)

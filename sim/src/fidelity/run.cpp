@@ -90,6 +90,7 @@ FidelityRow run_fidelity_entry(const FidelityEntry& e, const ViewResolver& views
     FidelityRow r;
     r.id = e.id;
     r.publisher = e.publisher;
+    r.framework = e.framework;
     r.split = e.split;
     r.gpu = e.cluster.gpu;
     r.gpus = e.gpus();
@@ -242,7 +243,10 @@ FidelityStats fidelity_stats(const std::vector<FidelityRow>& rows, const std::st
 
 std::vector<std::pair<std::string, FidelityStats>> fidelity_stats_by(const std::vector<FidelityRow>& rows,
                                                                      const std::string& split, FidelityGroup by) {
-    auto key = [by](const FidelityRow& r) { return by == FidelityGroup::publisher ? r.publisher : r.gpu; };
+    auto key = [by](const FidelityRow& r) {
+        if (by == FidelityGroup::framework) return r.framework.empty() ? std::string("(none)") : r.framework;
+        return by == FidelityGroup::publisher ? r.publisher : r.gpu;
+    };
     std::set<std::string> keys;
     for (const FidelityRow& r : rows)
         if (split == "all" || r.split == split) keys.insert(key(r));

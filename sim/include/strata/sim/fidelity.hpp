@@ -33,6 +33,9 @@ const char* to_string(Quantity q);
 /// One published run, mapped onto Strata's specs.
 struct FidelityEntry {
     std::string id, publisher, split;  ///< split: "train" or "test"
+    /// The framework that ran it (runs.json "framework", a plan.framework preset name; "" = none
+    /// has a preset). Kept beside the plan: the entry's plan states its knobs by hand.
+    std::string framework;
     ModelSpec model;
     ClusterSpec cluster;
     PlanSpec plan;
@@ -64,7 +67,13 @@ struct FidelityEntry {
 
 /// Parse runs.json. Malformed structure (missing id, measured not an object, ...) is an InputError;
 /// an entry whose specs fail Strata's parser or validate_plan is kept with `skipped` set.
-std::vector<FidelityEntry> load_fidelity_runs(const std::string& text, const std::string& file);
+/// presets_only: each entry with a framework is read with the knobs its preset covers removed from
+/// the plan and plan.framework set, so the preset alone supplies them (docs/fidelity.md, "Presets").
+struct FidelityLoadOptions {
+    bool presets_only = false;
+};
+std::vector<FidelityEntry> load_fidelity_runs(const std::string& text, const std::string& file,
+                                              const FidelityLoadOptions& options = {});
 
 /// Node type the loader infers from the GPU id (A100 -> DGX-A100, H100/H800 -> DGX-H100, V100 ->
 /// DGX-1-V100; "" when unknown).
@@ -114,6 +123,7 @@ struct FidelityRow {
                                             ///< peak_hbm_bytes is the engine's in the same terms
     double peak_error = 0;                  ///< peak_hbm_bytes / published - 1 (0 if not published)
     std::string publisher_regression;       ///< FidelityEntry::publisher_regression
+    std::string framework;                  ///< FidelityEntry::framework ("" = none)
 
     bool simulated() const { return skipped.empty(); }
     /// Simulated with a published throughput: its error is printed.
@@ -160,7 +170,7 @@ struct FidelityStats {
 FidelityStats fidelity_stats(const std::vector<FidelityRow>& rows, const std::string& split = "all");
 /// The same per publisher or per GPU id, in name order (docs/fidelity-dataset.md: report the test
 /// error per publisher and per GPU type).
-enum class FidelityGroup { publisher, gpu };
+enum class FidelityGroup { publisher, gpu, framework };
 std::vector<std::pair<std::string, FidelityStats>> fidelity_stats_by(const std::vector<FidelityRow>& rows,
                                                                      const std::string& split, FidelityGroup by);
 double mean_abs(const std::vector<double>& v);
