@@ -265,6 +265,43 @@ void RankLowering::recompute_modules_before_attention() {
     phase_ = saved;
 }
 
+// torchtitan's op-level SAC (plan.recompute_policy "op"; tp = cp = 1): before the layer's
+// backward the checkpoint reruns its forward; ops whose outputs the policy saved return the cached
+// tensor (the odd matmuls, SDPA), the rest run again: the norms, RoPE, the residual add, the
+// activation and the even matmuls (op_sac_matmuls: wk, wo, w3 for SwiGLU). Recomputation stops
+// once every tensor the backward reads is rebuilt (torch.utils.checkpoint's early stop), so a
+// trailing matmul whose output nothing reads (fc2 of a GeLU MLP) is not rerun.
+void RankLowering::op_sac_recompute(int layer) {
+    const Phase saved = phase_;
+    phase_ = Phase::recompute;
+    const LayerTensors t = layer_tensors(layer);
+    const double norm_bytes = 2 * d_.tokens * d_.h * Dims::act_bytes;
+    bool rerun[8] = {};
+    const std::vector<SacMatmul> mms = op_sac_matmuls(m_);
+    for (std::size_t i = 0; i < mms.size() && i < 8; ++i) rerun[i] = !mms[i].saved;
+    const bool swiglu = m_.ffn == FfnKind::swiglu;
+    compute(Op::norm, n_.norm1, 0, norm_bytes);
+    if (df_) io({t.x, prm("ln1.weight", layer)}, {t.ln1});
+    const double qkv_n = (rerun[0] ? d_.q_w : 0) + (rerun[1] ? d_.kv_w : 0) + (rerun[2] ? d_.kv_w : 0);
+    if (qkv_n > 0) gemm(n_.qkv, d_.tokens, qkv_n, d_.h);
+    if (df_) io({t.ln1, prm("qkv.weight", layer)}, {t.qkv});
+    if (m_.qk_norm) compute(Op::norm, n_.qk_norm, 0, 2 * d_.qk_bytes());
+    if (m_.position == PositionKind::rope) compute(Op::elementwise, n_.rope, 0, 2 * d_.qk_bytes());
+    if (rerun[3]) gemm_cast(n_.proj, d_.tokens, d_.h, d_.heads * d_.v_dim);
+    if (df_) io({t.attn, prm("proj.weight", layer)}, {t.proj});
+    compute(Op::elementwise, n_.residual1, 0, 3 * d_.tokens * d_.h * Dims::act_bytes);
+    if (df_) io({t.x, t.proj}, {t.x1});
+    compute(Op::norm, n_.norm2, 0, norm_bytes);
+    if (df_) io({t.x1, prm("ln2.weight", layer)}, {t.ln2});
+    const double fc1_n = swiglu ? (rerun[4] ? d_.ffn : 0) + (rerun[5] ? d_.ffn : 0) : (rerun[4] ? d_.ffn : 0);
+    if (fc1_n > 0) gemm(n_.fc1, d_.tokens, fc1_n, d_.h);
+    if (df_) io({t.ln2, prm("fc1.weight", layer)}, {t.fc1});
+    compute(Op::elementwise, n_.act, 0, d_.mats * d_.tokens * d_.ffn * Dims::act_bytes);
+    if (df_) io({t.fc1}, {t.act});
+    // w2 (SwiGLU's 7th matmul) is kept; fc2 (GeLU's 6th) is past the early stop.
+    phase_ = saved;
+}
+
 // Multi-head latent attention (Megatron-Core MLASelfAttention): the down-projections are
 // replicated over TP and run on the rank's sequence shard (all tokens without SP); their latents
 // are normed and, with SP, all-gathered over TP (q_lora + kv_lora + rope wide instead of h); the
@@ -498,6 +535,7 @@ void RankLowering::moe_backward(int layer) {
 void RankLowering::layer_backward(int layer, int layer_in_stage) {
     const bool full_re = !mtp_pass_ && p_.recompute == Recompute::full && layer_recomputed(m_, p_, stage_, layer_in_stage);
     if (full_re) layer_forward(layer, Phase::recompute);  // keep only the input; rerun the layer
+    else if (p_.op_sac() && !mtp_pass_) op_sac_recompute(layer);
     const int saved_layer = layer_;
     layer_ = layer;
     const LayerTensors t = layer_tensors(layer);

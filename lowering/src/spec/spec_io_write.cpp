@@ -135,7 +135,9 @@ ojson plan_json(const PlanSpec& p) {
     j["zero_stage"] = p.zero_stage;
     j["recompute"] = to_string(p.recompute);
     j["recompute_layers"] = p.recompute_layers;
-    if (p.recompute == Recompute::selective) {
+    if (p.recompute_every > 0) j["recompute_every"] = p.recompute_every;
+    if (p.op_sac()) j["recompute_policy"] = to_string(p.recompute_policy);
+    if (p.recompute == Recompute::selective && !p.op_sac()) {
         ojson mods = ojson::array();
         for (const std::string& n : recompute_module_names(p)) mods.push_back(n);
         j["recompute_modules"] = mods;
