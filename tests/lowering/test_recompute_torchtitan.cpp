@@ -166,3 +166,26 @@ TEST_CASE("recompute_policy and recompute_every: spec rules and round trip", "[r
     tp2.global_batch = 4;
     CHECK_THROWS_WITH(validate_plan(gpt, c, tp2, "plan.json"), Catch::Contains("tp = cp = 1"));
 }
+
+TEST_CASE("eager cross-entropy: three fp32 logits-sized tensors in the loss backward, by hand", "[torchtitan][memory]") {
+    // F.cross_entropy(pred.float(), labels) = log_softmax + nll_loss as eager ops: log_softmax's
+    // fp32 output is saved; the backward allocates nll_loss's gradient (zeros, then the -1/N
+    // scatter) and _log_softmax_backward_data's output while it is held.
+    const ModelSpec m = llama3_8b();
+    PlanSpec p = op_sac(2);
+    p.eager_cross_entropy = true;
+    const double tv = 2.0 * 8192 * 128256;  // tokens x vocab of one micro-batch
+    double held = 0, bwd = 0, fwd = 0;
+    for (const TensorDesc& d : logits_activations(m, p))
+        if (d.name == "lm_head.logits") held += d.bytes;
+    for (const TensorDesc& d : head_workspace(m, p)) bwd += d.bytes;
+    for (const TensorDesc& d : head_workspace(m, p, false)) fwd += d.bytes;
+    CHECK(held == Approx(4 * tv));
+    CHECK(held + bwd == Approx(12 * tv));
+    CHECK(held + fwd == Approx((4 + 4 + 2) * tv));  // the bf16 head output, its fp32 copy, log_softmax's output
+    // The fused loss (Megatron's): the fp32 softmax becomes the gradient in place, cast back to bf16.
+    p.eager_cross_entropy = false;
+    double fused = 0;
+    for (const TensorDesc& d : head_workspace(m, p)) fused += d.bytes;
+    CHECK(held + fused == Approx(6 * tv));
+}

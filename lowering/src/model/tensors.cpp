@@ -364,8 +364,23 @@ std::vector<TensorDesc> head_workspace(const ModelSpec& m, const PlanSpec& p, bo
     // logits' dtype before the fp32 one is freed. Either way one logits-sized tensor in the
     // activation dtype beside the stashed fp32 one; none when training in fp32. A loss that keeps
     // the logits in their dtype (plan.loss_upcast off) writes their gradient to a new tensor.
-    if (cast) out.push_back(buffer_tensor("lm_head.logits_cast", L.act * logits, Lifetime::transient, "(s/cp, b, V/tp)"));
-    if (backward && !p.loss_upcast)
+    if (p.eager_cross_entropy) {
+        // F.cross_entropy(logits.float(), labels) as eager ops (torchtitan's loss_fn): the stash
+        // keeps log_softmax's output (lm_head.logits); its backward allocates nll_loss's gradient
+        // and then log_softmax's, both logits-sized in the loss dtype, while the stashed output is
+        // still held. In the forward the head's output and its fp32 copy live beside it.
+        const double d = p.loss_upcast ? 4.0 : L.act;
+        if (backward) {
+            out.push_back(buffer_tensor("lm_head.nll_grad", d * logits, Lifetime::transient, "(s/cp, b, V/tp)"));
+            out.push_back(buffer_tensor("lm_head.log_softmax_grad", d * logits, Lifetime::transient, "(s/cp, b, V/tp)"));
+        } else {
+            out.push_back(buffer_tensor("lm_head.logits_out", L.act * logits, Lifetime::transient, "(s/cp, b, V/tp)"));
+            if (cast) out.push_back(buffer_tensor("lm_head.logits_fp32", 4.0 * logits, Lifetime::transient, "(s/cp, b, V/tp) fp32"));
+        }
+    } else if (cast) {
+        out.push_back(buffer_tensor("lm_head.logits_cast", L.act * logits, Lifetime::transient, "(s/cp, b, V/tp)"));
+    }
+    if (backward && !p.loss_upcast && !p.eager_cross_entropy)
         out.push_back(buffer_tensor("lm_head.logits_grad", L.act * logits, Lifetime::transient, "(s/cp, b, V/tp)"));
     // Unfused accumulation: the head's (or the tied embedding copy's) weight gradient is a fresh
     // tensor. After a cast it comes once the fp32 softmax is freed, and the stash keeps that (its

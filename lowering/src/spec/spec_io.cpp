@@ -367,6 +367,7 @@ PlanSpec read_plan(const json& j, const std::string& file, const std::string& pa
     p.fp32_grads = r.boolean_or("fp32_grads", false);
     p.grad_accum_fusion = r.boolean_or("grad_accum_fusion", true);
     p.loss_upcast = r.boolean_or("loss_upcast", true);
+    p.eager_cross_entropy = r.boolean_or("eager_cross_entropy", false);
     if (p.precision == Precision::fp32 && p.fp32_grads)
         r.fail("fp32_grads", "needs mixed precision: with plan.precision = \"fp32\" the gradients are fp32 already");
     if (r.has("offload")) {

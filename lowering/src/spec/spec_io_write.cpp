@@ -148,6 +148,7 @@ ojson plan_json(const PlanSpec& p) {
     if (p.fp32_grads) j["fp32_grads"] = true;
     if (!p.grad_accum_fusion) j["grad_accum_fusion"] = false;
     if (!p.loss_upcast) j["loss_upcast"] = false;
+    if (p.eager_cross_entropy) j["eager_cross_entropy"] = true;
     ojson o;
     o["optimizer"] = tier_json(p.offload.optimizer);
     o["params"] = tier_json(p.offload.params);

@@ -233,6 +233,12 @@ struct PlanSpec {
     /// dtype and keeps only them (flash-attn's CrossEntropyLoss, llm-foundry's default). Memory
     /// only: the loss's time is costed the same either way.
     bool loss_upcast = true;
+    /// The cross-entropy runs as eager PyTorch ops, F.cross_entropy(logits.float(), labels)
+    /// (torchtitan's loss_fn, Hugging Face models): log_softmax keeps its output for the backward,
+    /// and the backward holds it beside nll_loss's logits-sized gradient and log_softmax's
+    /// (three fp32 logits-sized tensors at once). Off: a fused kernel (Megatron's vocab-parallel
+    /// cross-entropy) that turns the softmax into the gradient in place. Memory only, like loss_upcast.
+    bool eager_cross_entropy = false;
     OffloadSpec offload;
     bool lock_free_update = false;        ///< Angel-PTM: step i's optimizer overlaps step i+1's forward
     bool overlap_grad_reduce = true;      ///< DP reduce bucketed and overlapped with backward
