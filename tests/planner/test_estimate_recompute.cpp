@@ -8,6 +8,7 @@
 #include "strata/hwdb/hwdb.hpp"
 #include "strata/lowering/spec_io.hpp"
 #include "strata/planner/estimate.hpp"
+#include "strata/planner/export.hpp"
 #include "strata/planner/search.hpp"
 #include "support/gpt.hpp"
 
@@ -98,4 +99,33 @@ TEST_CASE("estimate: op-level SAC reruns less than full recompute and follows th
     const planner::SimSummary s = planner::simulate_plan(m, c, op, hw);
     INFO("estimate " << eo.step_time_s << " s, engine " << s.step_time_s << " s");
     CHECK(std::fabs(eo.step_time_s / s.step_time_s - 1.0) <= 0.25);
+}
+
+TEST_CASE("exports name torchtitan's recomputation they cannot express", "[planner][export][torchtitan]") {
+    const ModelSpec m = llama_like();
+    PlanSpec op = fsdp8();
+    op.zero_stage = 1;
+    op.recompute = Recompute::selective;
+    op.recompute_policy = RecomputePolicy::op;
+    op.eager_cross_entropy = true;
+    const auto r = planner::export_megatron(m, op);
+    CHECK(r.text.find("--recompute-granularity") == std::string::npos);  // not Megatron's core_attn selective
+    auto has = [](const std::vector<std::string>& v, const char* s) {
+        for (const std::string& u : v)
+            if (u.find(s) != std::string::npos) return true;
+        return false;
+    };
+    CHECK(has(r.unsupported, "op-level selective"));
+    CHECK(has(r.unsupported, "eager PyTorch cross-entropy"));
+    // Every 3rd of 8 layers: 2 recomputed, written as Megatron's block method over 2 layers.
+    PlanSpec every = fsdp8();
+    every.zero_stage = 1;
+    every.recompute = Recompute::full;
+    every.recompute_every = 3;
+    const auto e = planner::export_megatron(m, every);
+    CHECK(e.text.find("--recompute-method block\n") != std::string::npos);
+    CHECK(e.text.find("--recompute-num-layers 2\n") != std::string::npos);
+    CHECK(has(e.unsupported, "every 3-th layer"));
+    const auto d = planner::export_deepspeed(m, every);
+    CHECK(has(d.model_code, "every 3-th layer"));
 }
