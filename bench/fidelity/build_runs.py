@@ -14,9 +14,10 @@ import models  # noqa: E402
 import sources_memory  # noqa: E402
 import sources_papers  # noqa: E402
 import sources_tables  # noqa: E402
+import sources_torchtitan  # noqa: E402
 
 HWDB_GPUS = {"V100-SXM2-32GB", "A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB",
-             "H800-SXM5-80GB", "H200-SXM-141GB"}
+             "H800-SXM5-80GB", "H200-SXM-141GB", "H100-SXM5-96GB-HBM2e"}
 # NIC ids: hwdb link ids, plus "omni-path-100g" (BLOOM's Jean Zay fabric, not in hwdb; noted
 # in that entry) and None where the source does not say.
 HWDB_NICS = {None, "ib-hdr", "ib-ndr", "roce-200g", "roce-400g", "omni-path-100g"}
@@ -43,6 +44,10 @@ FRAMEWORKS = {"megatron-lm-2021", "megatron-deepspeed-2022", "deepspeed", "megat
 def assign_framework(e):
     """Sets e["framework"] from FRAMEWORK_BY_PREFIX unless the source module set it."""
     if "framework" in e:
+        return
+    if e["id"].startswith("torchtitan-"):
+        # torchtitan's benchmark rows state whether torch.compile was on.
+        e["framework"] = "torchtitan-compile" if "-compile-" in e["id"] else "torchtitan"
         return
     for prefix, name, _why in FRAMEWORK_BY_PREFIX:
         if e["id"].startswith(prefix):
@@ -133,7 +138,8 @@ def apply_frozen_splits(entries):
 
 
 def build():
-    entries = sources_papers.all_entries() + sources_tables.all_entries() + sources_memory.all_entries()
+    entries = (sources_papers.all_entries() + sources_tables.all_entries() + sources_memory.all_entries()
+               + sources_torchtitan.all_entries())
     ids = [e["id"] for e in entries]
     dup = {i for i in ids if ids.count(i) > 1}
     problems = [f"duplicate id {d}" for d in sorted(dup)]

@@ -101,6 +101,36 @@ for g in ref["gpus"]:
         "confidence": g["confidence"],
     })
 
+# Meta's Grand Teton H100 (torchtitan's benchmark GPU), not in NVIDIA's datasheets and absent from
+# the shared reference. Sources disagree on its capacity (96 GB vs 95 GB) and give no peak FLOPs:
+# the notes say what each source states and what was inferred.
+SXM_BF16 = 989e12        # H100 SXM5 dense bf16 (the 80GB row above)
+NVL_BF16 = 835e12        # H100 NVL dense bf16 (NVIDIA H100 datasheet: 1,671 TFLOPS with sparsity)
+TT_BF16 = (SXM_BF16 + NVL_BF16) / 2  # torchtitan: "between SXM and NVL"; the midpoint, not a measurement
+gpus.append({
+    "id": "H100-SXM5-96GB-HBM2e", "vendor": "NVIDIA", "arch": "Hopper", "compute_capability": "9.0",
+    "sm_count": 132, "boost_clock_mhz": 1830.0 * TT_BF16 / SXM_BF16, "l2_bytes": 50e6,
+    "hbm_bytes": num(95.0, GIB), "hbm_Bps": 2.4 * TB,
+    "peak_flops": {"fp32": 67e12 * TT_BF16 / SXM_BF16, "tf32": TT_BF16 / 2, "fp16": TT_BF16, "bf16": TT_BF16,
+                   "fp8": 2 * TT_BF16},
+    "scale_up_link": "nvlink4", "scale_up_per_dir_Bps": 450 * GB, "host_link": "pcie5-x16", "tdp_w": 500.0,
+    "notes": "HBM2e. Meta's Grand Teton H100 (torchtitan's benchmarks). Sources: torchtitan "
+             "benchmarks/llama3_h100_202412_torchtitan.md (2025-01-30, commit d4c86e3) says '96GB HBM2e with "
+             "2.4 TB/sec peak memory bandwidth', 'the default 500W power limit, although tuning it up to 700W TDP "
+             "can potentially provide further speedups', and 'HBM2e-based SXM H100 with lower TDP, the actual peak "
+             "TFLOPs number is between SXM and NVL, and we don't know its exact value'; the earlier torchtitan "
+             "docs/performance.md (2024-08, commits 9515a14 to 3faaa1a) says 'HBM2e based lower TDP SXM H100(95GB)'. "
+             "NVIDIA's H100 datasheet lists no 96 GB HBM2e SXM part (SXM 80 GB HBM3 3.35 TB/s; PCIe 80 GB HBM2e "
+             "2.0 TB/s; NVL 94 GB HBM3 3.9 TB/s). hbm_bytes = 95.0 GiB, taking the '95GB' as the CUDA-visible "
+             "total torchtitan logs in GiB (an 80 GB part shows 79.11 GiB); 96 GB read as six 16 GB stacks is an "
+             "inference. Peak FLOPs = the midpoint of SXM (989) and NVL (835) dense bf16, 912 TFLOPS, boost clock "
+             "scaled to match: an assumption standing in for the unknown value; tdp_w = the 500 W limit used.",
+    "source": "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md (Hardware section and footnote 2) | "
+              "pytorch/torchtitan docs/performance.md @3faaa1a (footnote 1) | NVIDIA H100 Tensor Core GPU datasheet "
+              "(SXM / NVL columns)",
+    "confidence": "low",
+})
+
 # The CPU backend's "accelerator": the cores of this machine, ranks as threads. Placeholder figures
 # (a 2-core AVX2 machine) so a CPU-only machine simulates out of the box; `strata profile --backend
 # cpu` measures the real ones (device "cpu") and the view prefers them.

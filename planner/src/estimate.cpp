@@ -71,7 +71,7 @@ Estimator::~Estimator() = default;
 LayerTimes Estimator::layer_times(const PlanSpec& p, bool dense_first) {
     // Every plan field the one-layer program below reads (the rest are reset in p1).
     const Key key{p.tp, p.cp, p.ep * 4096 + p.etp(), p.micro_batch, p.sequence_parallel ? 1 : 0, static_cast<int>(p.recompute),
-                  static_cast<int>(p.recompute_modules), p.zero_stage == 3 ? 2 * p.dp + (p.fp32_grads ? 1 : 0) : 0, p.overlap_param_gather ? 1 : 0,
+                  static_cast<int>(p.recompute_modules | (p.op_sac() ? 1u << 30 : 0u)), p.zero_stage == 3 ? 2 * p.dp + (p.fp32_grads ? 1 : 0) : 0, p.overlap_param_gather ? 1 : 0,
                   static_cast<int>(p.precision), p.flash_attention ? 1 : 0, static_cast<int>(p.attention_kernel),
                   static_cast<int>(p.moe_dispatcher), (p.tp_comm_overlap ? 1 : 0) + (p.moe_a2a_overlap ? 2 : 0),
                   p.eager_elementwise ? 1 : 0, dense_first ? 1 : 0};
@@ -100,7 +100,8 @@ LayerTimes Estimator::layer_times(const PlanSpec& p, bool dense_first) {
     p1.zero_stage = p.zero_stage == 3 && !p.pipelined_fsdp() ? 3 : 0;
     p1.offload = OffloadSpec{};
     p1.lock_free_update = false;
-    p1.recompute_layers = -1;
+    p1.recompute_layers = -1;  // the probe's layer is recomputed; estimate() scales to the stage's share
+    p1.recompute_every = 0;
     p1.grad_accum_fusion = true;  // a closed form below
     // The DP reduction (ZeRO 0-2) is a closed form below, its interference included: overlapped in
     // this one-micro-batch probe it would slow every micro-batch's backward, not only the last.
@@ -200,12 +201,24 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     ctx.plan = &p;
     ctx.calibration = cal_;
 
+    // The share of a stage's layers full recompute reruns (1 for every other kind: the probe's
+    // recompute time is what each layer pays).
+    auto recomputed_share = [&](int s) {
+        const int n = layers[static_cast<std::size_t>(s)];
+        if (p.recompute != Recompute::full || (p.recompute_layers < 0 && p.recompute_every == 0) || n == 0) return 1.0;
+        int rec = 0;
+        for (int i = 0; i < n; ++i) rec += layer_recomputed(m_, p, s, i) ? 1 : 0;
+        return static_cast<double>(rec) / n;
+    };
     // Per stage, per micro-batch: forward and backward compute (the head on first/last stage).
     double worst = 0, sum = 0, worst_b = 0, worst_f = 0;
     int worst_stage = 0;
     for (int s = 0; s < pp; ++s) {
         const int nd = dense[static_cast<std::size_t>(s)], nm = layers[static_cast<std::size_t>(s)] - nd;
         double f = nm * lt.fwd_s + nd * ld.fwd_s, b = nm * lt.bwd_s + nd * ld.bwd_s;
+        // Full recompute of some layers only (recompute_layers, recompute_every): the others skip
+        // the rerun the probe's layer timed.
+        b -= (1.0 - recomputed_share(s)) * (nm * lt.recompute_s + nd * ld.recompute_s);
         if (s == head_stage(p)) {
             // Each MTP module: about one more layer and one more pass through the head.
             f += lt.head_fwd_s + m_.mtp_depth * (lt.fwd_s + lt.head_fwd_s);
@@ -237,7 +250,7 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     e.bubble_s = pp > 1 ? fill : 0;
     {
         const int nd = dense[static_cast<std::size_t>(worst_stage)], nm = layers[static_cast<std::size_t>(worst_stage)] - nd;
-        e.recompute_s = m * (nm * lt.recompute_s + nd * ld.recompute_s);
+        e.recompute_s = m * recomputed_share(worst_stage) * (nm * lt.recompute_s + nd * ld.recompute_s);
     }
 
     // Data parallelism over dp x cp (Megatron's grad reduction group); experts over edp.

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "strata/common/error.hpp"
+#include "strata/lowering/tensors.hpp"
 
 namespace strata::planner {
 
@@ -162,7 +163,9 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
     arg("micro-batch-size", p.micro_batch);
     arg("global-batch-size", p.global_batch);
     if (p.zero_stage >= 1) flag("use-distributed-optimizer");
-    if (p.recompute == Recompute::selective) {
+    if (p.op_sac()) {
+        r.unsupported.push_back("torchtitan's op-level selective checkpointing (Megatron's selective granularity recomputes modules)");
+    } else if (p.recompute == Recompute::selective) {
         arg("recompute-granularity", "selective");
         if (p.recompute_modules != recompute_bit(RecomputeModule::core_attn)) {
             std::string names;
@@ -170,7 +173,22 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
             arg("recompute-modules", names);
         }
     }
-    if (p.recompute == Recompute::full) {
+    if (p.recompute == Recompute::full && p.recompute_every > 0) {
+        // Megatron recomputes the first N layers of a stage, not every n-th: as many layers as the
+        // largest stage recomputes (the same memory, other layers).
+        int most = 0;
+        for (int s = 0; s < p.pp; ++s) {
+            const int n = static_cast<int>(stage_layer_ids(m, p, s).size());
+            int rec = 0;
+            for (int i = 0; i < n; ++i) rec += layer_recomputed(m, p, s, i) ? 1 : 0;
+            most = std::max(most, rec);
+        }
+        arg("recompute-granularity", "full");
+        arg("recompute-method", "block");
+        arg("recompute-num-layers", most);
+        r.unsupported.push_back("every " + std::to_string(p.recompute_every) +
+                                "-th layer recomputed (torchtitan): written as Megatron's block method over as many layers");
+    } else if (p.recompute == Recompute::full) {
         arg("recompute-granularity", "full");
         arg("recompute-method", p.recompute_layers >= 0 ? "block" : "uniform");
         arg("recompute-num-layers", p.recompute_layers >= 0 ? p.recompute_layers : 1);
@@ -229,6 +247,7 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
     if (p.eager_elementwise) r.unsupported.push_back("unfused eager elementwise ops (Megatron-LM fuses its norms and activations)");
     if (!p.loss_upcast)
         r.unsupported.push_back("a loss that keeps the logits in their dtype (Megatron's vocab-parallel cross-entropy keeps an fp32 softmax)");
+    if (p.eager_cross_entropy) r.unsupported.push_back("an eager PyTorch cross-entropy (Megatron's vocab-parallel one is fused)");
     if (p.moe_act_fp8_cache) r.unsupported.push_back("FP8 cache of the MoE SwiGLU inputs (DeepSeek-V3's own framework; Megatron keeps them in BF16)");
     if (p.moe_probs_at == MoeProbsAt::fc2_output)
         r.unsupported.push_back("router weights applied to the expert outputs (Megatron-Core applies them before fc2, in its weighted SwiGLU)");

@@ -91,12 +91,16 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
                                          {"contiguous_memory_optimization", false},
                                          {"cpu_checkpointing", !p.offload.activations.all_gpu()}};
         const int layers = p.recompute == Recompute::full && p.recompute_layers >= 0 ? p.recompute_layers : -1;
-        if (layers >= 0)
+        if (p.recompute == Recompute::full && p.recompute_every > 0)
+            r.model_code.push_back("checkpoint every " + std::to_string(p.recompute_every) + "-th layer of each stage (its " +
+                                   std::to_string(p.recompute_every) + "th, " + std::to_string(2 * p.recompute_every) +
+                                   "th, ...) with deepspeed.checkpointing.checkpoint");
+        else if (layers >= 0)
             r.model_code.push_back("checkpoint the first " + std::to_string(layers) + " layers of each stage with deepspeed.checkpointing.checkpoint");
         else if (p.pp == 1)
             r.model_code.push_back("checkpoint every layer with deepspeed.checkpointing.checkpoint, after deepspeed.checkpointing.configure(mpu, deepspeed_config=...)");
     }
-    if (p.pp > 1 && p.recompute != Recompute::none && p.recompute_layers < 0) {
+    if (p.pp > 1 && p.recompute != Recompute::none && p.recompute_layers < 0 && p.recompute_every == 0) {
         // Read by the PipelineEngine: it checkpoints every `interval` layers of the PipelineModule.
         j["pipeline"] = {{"activation_checkpoint_interval", 1}};
     }

@@ -10,7 +10,7 @@ RUNS="$SRC/bench/fidelity/runs.json"
 # Under ASan+UBSan a simulation costs about 20 times more (the whole suite took 21 minutes): the
 # instrumented binary runs the 8 cheapest test entries and 4 train ones (micro-batches x layers),
 # and the cheapest test entry with MoE, MLA, DualPipeV, interleaving, context parallelism, Megatron-
-# Core's FLOP count and a published peak; the release build runs all 108.
+# Core's FLOP count and a published peak; the release build runs all 112.
 full=1
 if ldd "$S" 2>/dev/null | grep -q 'libasan\|libubsan'; then
   full=0

@@ -208,3 +208,16 @@ TEST_CASE("create_seeded never replaces an existing file", "[hwdb][db]") {
     // No temporary files are left beside it.
     CHECK(files_in(std::filesystem::path(p).parent_path().string()) == 1);
 }
+
+TEST_CASE("the seed has torchtitan's H100 96GB HBM2e with its sources' numbers", "[hwdb][db]") {
+    TempDir t;
+    Database db = Database::create_seeded(t.file("s.db"));
+    const auto g = db.gpu("H100-SXM5-96GB-HBM2e");
+    REQUIRE(g);
+    // torchtitan: 2.4 TB/s HBM2e; "H100(95GB)"; peak between SXM (989) and NVL (835) dense bf16.
+    CHECK(g->hbm_Bps == Approx(2.4e12));
+    CHECK(g->hbm_bytes == Approx(95.0 * 1024 * 1024 * 1024));
+    CHECK(g->peak(Dtype::bf16) == Approx((989e12 + 835e12) / 2));
+    CHECK(g->notes.find("96GB HBM2e") != std::string::npos);
+    CHECK(g->notes.find("H100(95GB)") != std::string::npos);
+}

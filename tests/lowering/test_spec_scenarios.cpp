@@ -88,10 +88,12 @@ TEST_CASE("bundled models match their published parameter counts", "[spec][scena
 
 TEST_CASE("bundled clusters use hwdb ids and the documented sizes", "[spec][scenarios]") {
     // GPU, node and link ids as in hwdb-seed.json (+ hwdb's node angel-ptm-a100-40g, and the CPU
-    // backend's placeholder rows: gpu "cpu", node "local-cpu", link "shared-memory").
-    const std::vector<std::string> gpus = {"A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB", "H800-SXM5-80GB", "H200-SXM-141GB", "cpu"};
+    // backend's placeholder rows: gpu "cpu", node "local-cpu", link "shared-memory"; make_seed.py's
+    // H100-SXM5-96GB-HBM2e for torchtitan's Grand Teton hosts on RoCE).
+    const std::vector<std::string> gpus = {"A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB", "H800-SXM5-80GB", "H200-SXM-141GB",
+                                           "H100-SXM5-96GB-HBM2e", "cpu"};
     const std::vector<std::string> nodes = {"", "DGX-A100", "DGX-H100", "HGX-H200", "angel-ptm-a100-40g", "local-cpu"};
-    const std::vector<std::string> links = {"", "nvlink3", "nvlink4", "ib-hdr", "ib-ndr", "shared-memory"};
+    const std::vector<std::string> links = {"", "nvlink3", "nvlink4", "ib-hdr", "ib-ndr", "roce-400g", "shared-memory"};
     auto in = [](const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); };
     for (const auto& e : fs::directory_iterator(kScenarios / "clusters")) {
         INFO(e.path().string());

@@ -215,56 +215,6 @@ void RankLowering::shared_experts_forward() {
     gemm_cast(n_.shared_fc2, d_.tokens, d_.h, f);
 }
 
-// Selective recomputation (plan.recompute_modules): before a block's backward, rerun the forward
-// of what its modules dropped (tensors.cpp recompute_drops), as Megatron-Core's checkpointed
-// modules do: a checkpointed module reruns whole, its TP / EP communication included.
-void RankLowering::recompute_modules_before_mlp(int layer) {
-    if (p_.recompute != Recompute::selective) return;
-    const Phase saved = phase_;
-    phase_ = Phase::recompute;
-    const LayerTensors t = layer_tensors(layer);
-    if (p_.recomputes(RecomputeModule::layernorm)) {
-        compute(Op::norm, n_.norm2, 0, 2 * d_.tokens_sp * d_.h * Dims::act_bytes);
-        if (df_) io({t.x1, prm("ln2.weight", layer), bias("ln2.bias", layer, false)}, {t.ln2});
-    }
-    if (m_.layer_is_moe(layer)) {
-        if (p_.recomputes(RecomputeModule::moe)) {
-            moe_forward(layer);
-            if (!d_.sp) tp_forward_out();
-        } else {
-            if (p_.recomputes(RecomputeModule::moe_act)) {
-                const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.etp;
-                compute(Op::elementwise, n_.experts_act, 0, batch * d_.mats * te * f * Dims::act_bytes);
-            }
-            if (p_.recomputes(RecomputeModule::shared_experts) && d_.shared > 0) {
-                shared_experts_forward();
-                if (d_.tp > 1 && d_.sp) wait(Stream::compute, tp_out_collective());
-            }
-        }
-    } else if (p_.recomputes(RecomputeModule::mlp)) {
-        tp_forward_in(true, t.ln2, t.ln2_g);
-        mlp_forward(-1, &t);
-        tp_forward_out(t.fc2, t.fc2_s);
-    }
-    phase_ = saved;
-}
-
-void RankLowering::recompute_modules_before_attention() {
-    if (p_.recompute != Recompute::selective) return;
-    const Phase saved = phase_;
-    phase_ = Phase::recompute;
-    const LayerTensors t = layer_tensors(layer_);
-    if (p_.recomputes(RecomputeModule::layernorm)) {
-        compute(Op::norm, n_.norm1, 0, 2 * d_.tokens_sp * d_.h * Dims::act_bytes);
-        if (df_) io({t.x, prm("ln1.weight", layer_), bias("ln1.bias", layer_, false)}, {t.ln1});
-    }
-    if (m_.mla && p_.recomputes(RecomputeModule::mla_up_proj)) {
-        mla_up_projections_forward();  // Q, K, V from the stashed (gathered) latents
-    }
-    if (p_.recomputes(RecomputeModule::core_attn)) attention_core_forward(Phase::recompute, t.qkv, t.attn, t.lse);
-    phase_ = saved;
-}
-
 // Multi-head latent attention (Megatron-Core MLASelfAttention): the down-projections are
 // replicated over TP and run on the rank's sequence shard (all tokens without SP); their latents
 // are normed and, with SP, all-gathered over TP (q_lora + kv_lora + rope wide instead of h); the
@@ -498,6 +448,7 @@ void RankLowering::moe_backward(int layer) {
 void RankLowering::layer_backward(int layer, int layer_in_stage) {
     const bool full_re = !mtp_pass_ && p_.recompute == Recompute::full && layer_recomputed(m_, p_, stage_, layer_in_stage);
     if (full_re) layer_forward(layer, Phase::recompute);  // keep only the input; rerun the layer
+    else if (p_.op_sac() && !mtp_pass_) op_sac_recompute(layer);
     const int saved_layer = layer_;
     layer_ = layer;
     const LayerTensors t = layer_tensors(layer);

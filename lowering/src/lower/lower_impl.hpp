@@ -232,6 +232,7 @@ private:
     void mla_up_projections_forward();
     void recompute_modules_before_mlp(int layer);
     void recompute_modules_before_attention();
+    void op_sac_recompute(int layer);
     void mlp_backward(int layer, int pending_ag, const LayerTensors& t);
     void moe_backward(int layer);
     void attention_core_backward(const LayerTensors& t);

@@ -77,7 +77,7 @@ using LayerKey = std::tuple<int, int, int, int, int, int, int, int, int, int, in
 LayerKey layer_key(const PlanSpec& p, bool moe, bool recomputed) {
     return {moe ? 1 : 0, recomputed ? 1 : 0, p.tp, p.cp, p.ep, p.micro_batch, p.sequence_parallel ? 1 : 0,
             p.flash_attention ? 1 : 0, static_cast<int>(p.recompute), static_cast<int>(p.precision), p.etp(),
-            p.recompute_modules, p.moe_act_fp8_cache ? 1 : 0, static_cast<int>(p.moe_probs_at), p.adds_unfused_grads() ? 1 : 0};
+            p.recompute_modules | (p.op_sac() ? 1u << 31 : 0u), p.moe_act_fp8_cache ? 1 : 0, static_cast<int>(p.moe_probs_at), p.adds_unfused_grads() ? 1 : 0};
 }
 
 // What a rank's schedule can hold at once: the distinct per-chunk counts of micro-batches between

@@ -200,6 +200,20 @@ ForwardFlops forward_flops(const ModelSpec& m, double seqs, bool causal_halved) 
     return f;
 }
 
+std::vector<SacMatmul> op_sac_matmuls(const ModelSpec& m) {
+    const std::int64_t h = m.hidden, q = q_width(m), kv = kv_width(m), f = m.ffn_hidden;
+    std::vector<SacMatmul> out = {{"wq", h, q}, {"wk", h, kv}, {"wv", h, kv}, {"wo", q, h}};
+    if (m.ffn == FfnKind::swiglu) {
+        // w2(silu(w1(x)) * w3(x)): Python evaluates w1 before w3.
+        out.insert(out.end(), {{"w1", h, f}, {"w3", h, f}, {"w2", f, h}});
+    } else {
+        out.insert(out.end(), {{"fc1", h, f}, {"fc2", f, h}});
+    }
+    // The count restarts in each layer's checkpoint context: the 1st, 3rd, ... are kept.
+    for (std::size_t i = 0; i < out.size(); ++i) out[i].saved = i % 2 == 0;
+    return out;
+}
+
 StepFlops step_flops(const ModelSpec& m, double batch_seqs, Recompute r, bool causal_halved, bool matmul_only) {
     const ForwardFlops f = forward_flops(m, batch_seqs, causal_halved);
     StepFlops s;

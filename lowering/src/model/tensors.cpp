@@ -240,9 +240,39 @@ TensorDesc buffer_tensor(std::string name, double bytes, Lifetime life, std::str
     return TensorDesc{std::move(name), TensorTag::buffers, life, bytes, TierSplit{}, std::move(shape)};
 }
 
+// torchtitan's op-level SAC (activation_checkpoint.py): the checkpoint keeps the layer's input
+// and the outputs of the ops its policy marks MUST_SAVE: the odd matmuls (op_sac_matmuls) and
+// SDPA's output and fp32 log-sum-exp. Norms, RoPE, the activation, the residual adds and the even
+// matmuls are rerun in the backward (tp = cp = 1, validation).
+std::vector<TensorDesc> op_sac_layer_activations(const ModelSpec& m, const PlanSpec& p) {
+    const Local L = local_of(m, p);
+    std::vector<TensorDesc> out;
+    out.push_back(act_tensor("sac.layer_in", L.act * L.tokens * L.h, "(s, b, h)", p));
+    for (const SacMatmul& mm : op_sac_matmuls(m))
+        if (mm.saved)
+            out.push_back(act_tensor(std::string("sac.") + mm.name + "_out", L.act * L.tokens * static_cast<double>(mm.out), "(s·b, out)", p));
+    out.push_back(act_tensor("sac.sdpa_out", L.act * L.tokens * L.heads * L.hd, "(b, heads, s, d)", p));
+    out.push_back(act_tensor("sac.sdpa_lse", 4.0 * L.heads * L.tokens, "(b, heads, s) fp32", p));
+    return out;
+}
+
+// The tensors of the Megatron-style list that the op-level SAC cache already holds (so the
+// recompute does not build them again): the layer input, SDPA's output and log-sum-exp, and a
+// kept matmul output that the list stashes as is (V; the gate or fc1 output).
+bool op_sac_cached(const ModelSpec& m, const std::string& name) {
+    if (name == "attn.norm_in" || name == "attn.lse" || name == "attn.proj_in") return true;
+    for (const SacMatmul& mm : op_sac_matmuls(m)) {
+        if (!mm.saved) continue;
+        const std::string n = mm.name;
+        if ((n == "wv" && name == "attn.v") || (n == "w1" && name == "mlp.gate_out") || (n == "fc1" && name == "mlp.fc1_out")) return true;
+    }
+    return false;
+}
+
 }  // namespace
 
 std::vector<TensorDesc> layer_activations(const ModelSpec& m, const PlanSpec& p, int layer, bool recomputed) {
+    if (!recomputed && p.op_sac()) return op_sac_layer_activations(m, p);
     if (!recomputed) return full_layer_activations(m, p, layer);
     // Full recompute keeps only the layer input (Korthikanti §5: 2sbh, /tp with SP).
     const Local L = local_of(m, p);
@@ -273,6 +303,11 @@ std::vector<TensorDesc> layer_backward_workspace(const ModelSpec& m, const PlanS
     if (recomputed) {
         // The layer's forward runs again just before its backward: its whole list is live.
         for (const TensorDesc& d : full) out.push_back(buffer_tensor("recompute." + d.name, d.bytes, Lifetime::transient, d.shape));
+    } else if (p.op_sac()) {
+        // The checkpoint reruns the layer's forward before its backward: everything but what its
+        // cache holds is live again.
+        for (const TensorDesc& d : full)
+            if (!op_sac_cached(m, d.name)) out.push_back(buffer_tensor("recompute." + d.name, d.bytes, Lifetime::transient, d.shape));
     } else if (p.recompute == Recompute::selective) {
         // Everything the selected modules dropped is live again while this layer's backward runs.
         const bool moe_layer = m.layer_is_moe(layer);
@@ -329,8 +364,23 @@ std::vector<TensorDesc> head_workspace(const ModelSpec& m, const PlanSpec& p, bo
     // logits' dtype before the fp32 one is freed. Either way one logits-sized tensor in the
     // activation dtype beside the stashed fp32 one; none when training in fp32. A loss that keeps
     // the logits in their dtype (plan.loss_upcast off) writes their gradient to a new tensor.
-    if (cast) out.push_back(buffer_tensor("lm_head.logits_cast", L.act * logits, Lifetime::transient, "(s/cp, b, V/tp)"));
-    if (backward && !p.loss_upcast)
+    if (p.eager_cross_entropy) {
+        // F.cross_entropy(logits.float(), labels) as eager ops (torchtitan's loss_fn): the stash
+        // keeps log_softmax's output (lm_head.logits); its backward allocates nll_loss's gradient
+        // and then log_softmax's, both logits-sized in the loss dtype, while the stashed output is
+        // still held. In the forward the head's output and its fp32 copy live beside it.
+        const double d = p.loss_upcast ? 4.0 : L.act;
+        if (backward) {
+            out.push_back(buffer_tensor("lm_head.nll_grad", d * logits, Lifetime::transient, "(s/cp, b, V/tp)"));
+            out.push_back(buffer_tensor("lm_head.log_softmax_grad", d * logits, Lifetime::transient, "(s/cp, b, V/tp)"));
+        } else {
+            out.push_back(buffer_tensor("lm_head.logits_out", L.act * logits, Lifetime::transient, "(s/cp, b, V/tp)"));
+            if (cast) out.push_back(buffer_tensor("lm_head.logits_fp32", 4.0 * logits, Lifetime::transient, "(s/cp, b, V/tp) fp32"));
+        }
+    } else if (cast) {
+        out.push_back(buffer_tensor("lm_head.logits_cast", L.act * logits, Lifetime::transient, "(s/cp, b, V/tp)"));
+    }
+    if (backward && !p.loss_upcast && !p.eager_cross_entropy)
         out.push_back(buffer_tensor("lm_head.logits_grad", L.act * logits, Lifetime::transient, "(s/cp, b, V/tp)"));
     // Unfused accumulation: the head's (or the tied embedding copy's) weight gradient is a fresh
     // tensor. After a cast it comes once the fp32 softmax is freed, and the stash keeps that (its
@@ -488,6 +538,9 @@ std::vector<TensorDesc> stage_buffers(const ModelSpec& m, const PlanSpec& p, int
 
 bool layer_recomputed(const ModelSpec& m, const PlanSpec& p, int stage, int layer_in_stage) {
     if (p.recompute != Recompute::full) return false;
+    // torchtitan's layer-level SAC wraps the blocks whose running count (1-based, across the
+    // rank's chunks in build order) is a multiple of n (parallelize.py's ptd_checkpoint_wrapper._count).
+    if (p.recompute_every > 0) return (layer_in_stage + 1) % p.recompute_every == 0;
     return p.recompute_layers < 0 || layer_in_stage < p.recompute_layers;
 }
 

@@ -136,6 +136,9 @@ const std::vector<Preset>& presets() {
            "without torch.compile, RMSNorm, SiLU, the gating product, RoPE and residual adds run as separate eager kernels"},
           {"loss_upcast", "true", When::always,
            "torchtitan's cross_entropy_loss upcasts the logits: pred.flatten(0, 1).float()"},
+          {"eager_cross_entropy", "true", When::always,
+           "torchtitan's loss is F.cross_entropy(pred.float()) in eager PyTorch: log_softmax keeps an fp32 output and "
+           "its backward allocates two more fp32 logits-sized tensors (docs/lowering.md)"},
           {"fp32_grads", "true", When::mixed16,
            "torchtitan's FSDP2 MixedPrecisionPolicy reduces gradients in fp32 (training.mixed_precision_reduce = \"float32\")"}}},
         {"torchtitan-compile",
@@ -146,6 +149,9 @@ const std::vector<Preset>& presets() {
           {"eager_elementwise", "false", When::always, "torch.compile (Inductor) fuses the elementwise ops of each block"},
           {"loss_upcast", "true", When::always,
            "torchtitan's cross_entropy_loss upcasts the logits: pred.flatten(0, 1).float()"},
+          {"eager_cross_entropy", "true", When::always,
+           "torchtitan's loss is F.cross_entropy(pred.float()) in eager PyTorch: log_softmax keeps an fp32 output and "
+           "its backward allocates two more fp32 logits-sized tensors (docs/lowering.md)"},
           {"fp32_grads", "true", When::mixed16,
            "torchtitan's FSDP2 MixedPrecisionPolicy reduces gradients in fp32 (training.mixed_precision_reduce = \"float32\")"}}},
         {"llm-foundry",

@@ -80,6 +80,7 @@ const char* to_string(Recompute r) {
     }
     return "?";
 }
+const char* to_string(RecomputePolicy r) { return r == RecomputePolicy::op ? "op" : "modules"; }
 const char* to_string(Precision p) {
     switch (p) {
         case Precision::fp32: return "fp32";

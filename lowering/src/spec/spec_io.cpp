@@ -351,6 +351,15 @@ PlanSpec read_plan_keys(const json& j, const std::string& file, const std::strin
                                                    : (r.get("recompute_layers"), -1);
     if (p.recompute_layers != -1 && p.recompute != Recompute::full)
         r.fail("recompute_layers", "= " + std::to_string(p.recompute_layers) + " needs plan.recompute = \"full\" (got \"" + rc + "\")");
+    // torchtitan's layer-level and op-level selective checkpointing (docs/formats.md).
+    p.recompute_every = r.has("recompute_every") ? int_in(r, "recompute_every", 1, INT_MAX, "a positive integer")
+                                                 : (r.get("recompute_every"), 0);
+    if (p.recompute_every > 0 && (p.recompute != Recompute::full || p.recompute_layers != -1))
+        r.fail("recompute_every", "needs plan.recompute = \"full\" without recompute_layers");
+    const std::string pol = r.choice_or("recompute_policy", {"modules", "op"}, "modules");
+    p.recompute_policy = pol == "op" ? RecomputePolicy::op : RecomputePolicy::modules;
+    if (p.recompute_policy == RecomputePolicy::op && (p.recompute != Recompute::selective || r.get("recompute_modules")))
+        r.fail("recompute_policy", "= \"op\" needs plan.recompute = \"selective\" and no recompute_modules");
     // Megatron's --recompute-modules: names, each once; only with selective granularity.
     if (const json* rm = r.get("recompute_modules")) {
         const std::string mp = r.child_path("recompute_modules");
@@ -386,6 +395,7 @@ PlanSpec read_plan_keys(const json& j, const std::string& file, const std::strin
     p.fp32_grads = r.boolean_or("fp32_grads", false);
     p.grad_accum_fusion = r.boolean_or("grad_accum_fusion", true);
     p.loss_upcast = r.boolean_or("loss_upcast", true);
+    p.eager_cross_entropy = r.boolean_or("eager_cross_entropy", false);
     if (p.precision == Precision::fp32 && p.fp32_grads)
         r.fail("fp32_grads", "needs mixed precision: with plan.precision = \"fp32\" the gradients are fp32 already");
     if (r.has("offload")) {

@@ -181,6 +181,16 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
         for (int l = 0; l < m.layers && !dense; ++l) dense = !m.layer_is_moe(l);
         if (!dense) fail("plan.recompute_modules", "names mlp, which recomputes dense MLP layers; every layer of this model is MoE (use moe or moe_act)");
     }
+    // Op-level SAC is modelled for what torchtitan runs it on: dense bias-free decoders with
+    // separate Q/K/V matmuls and fused attention, without TP or CP (whose collectives and
+    // attention kernels the policy would save or rerun differently).
+    if (p.op_sac()) {
+        if (m.is_moe() || m.mla || m.linear_bias || m.qkv_bias)
+            fail("plan.recompute_policy", "= \"op\" is modelled for dense models without MLA or linear biases");
+        if (p.tp > 1 || p.cp > 1)
+            fail("plan.recompute_policy", "= \"op\" is modelled for tp = cp = 1 (got tp " + s(p.tp) + ", cp " + s(p.cp) + ")");
+        if (!p.flash_attention) fail("plan.recompute_policy", "= \"op\" needs plan.flash_attention (it saves the SDPA output and log-sum-exp)");
+    }
     if (p.p2p_blocking && p.pp < 2) fail("plan.p2p_blocking", "needs plan.pp >= 2 (got pp " + s(p.pp) + "): it describes pipeline send/recv");
     if (p.p2p_blocking && (p.schedule == Schedule::interleaved_1f1b || p.schedule == Schedule::dualpipe_v))
         fail("plan.p2p_blocking", "needs plan.schedule gpipe or 1f1b (DeepSpeed's pipeline engine has no interleaved schedule; "

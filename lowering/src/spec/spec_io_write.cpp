@@ -140,7 +140,9 @@ ojson plan_json(const PlanSpec& p) {
     j["zero_stage"] = p.zero_stage;
     j["recompute"] = to_string(p.recompute);
     j["recompute_layers"] = p.recompute_layers;
-    if (p.recompute == Recompute::selective) {
+    if (p.recompute_every > 0) j["recompute_every"] = p.recompute_every;
+    if (p.op_sac()) j["recompute_policy"] = to_string(p.recompute_policy);
+    if (p.recompute == Recompute::selective && !p.op_sac()) {
         ojson mods = ojson::array();
         for (const std::string& n : recompute_module_names(p)) mods.push_back(n);
         j["recompute_modules"] = mods;
@@ -154,6 +156,7 @@ ojson plan_json(const PlanSpec& p) {
     if (p.fp32_grads || preset) j["fp32_grads"] = p.fp32_grads;
     if (!p.grad_accum_fusion || preset) j["grad_accum_fusion"] = p.grad_accum_fusion;
     if (!p.loss_upcast || preset) j["loss_upcast"] = p.loss_upcast;
+    if (p.eager_cross_entropy) j["eager_cross_entropy"] = true;
     ojson o;
     o["optimizer"] = tier_json(p.offload.optimizer);
     o["params"] = tier_json(p.offload.params);

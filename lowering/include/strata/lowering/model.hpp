@@ -74,6 +74,16 @@ struct AttentionLinear {
 /// qkv, proj. MLA (Megatron-Core MLASelfAttention): q_down (or q without a query rank), kv_down
 /// (latent + the shared RoPE key), q_up, kv_up (keys' no-RoPE part and values), proj.
 std::vector<AttentionLinear> attention_linears(const ModelSpec& m);
+/// One matmul of a dense layer's forward as torchtitan's op-level SAC counts them (aten.mm in
+/// forward order, torchtitan models/llama3/model.py: wq, wk, wv, wo, then w1, w3, w2 for SwiGLU,
+/// or fc1, fc2): in x out weights. saved = odd position (1st, 3rd, ...), whose output the policy
+/// keeps; the even ones are rerun in the backward (activation_checkpoint.py, mm_count % 2 == 0).
+struct SacMatmul {
+    const char* name = "";
+    std::int64_t in = 0, out = 0;
+    bool saved = false;
+};
+std::vector<SacMatmul> op_sac_matmuls(const ModelSpec& m);
 /// The attention block's own norms, replicated over TP: MLA's latent norms (q_layernorm over
 /// q_lora_rank, kv_layernorm over kv_lora_rank), or QK-norm's two head_dim-wide norms, one for all
 /// query heads and one for all key heads (model.qk_norm).

@@ -156,6 +156,12 @@ enum class Recompute { none, selective, full };
 /// shared_experts (the shared experts' intermediates) and moe (the whole MoE block, dispatch
 /// included).
 enum class RecomputeModule { core_attn, layernorm, mla_up_proj, mlp, moe_act, shared_experts, moe, count };
+/// How selective recomputation chooses what a layer keeps. modules: Megatron-Core's
+/// --recompute-modules (plan.recompute_modules). op: torchtitan's op-level selective activation
+/// checkpointing (selective_ac_option = "op"): every layer keeps its input and the outputs of the
+/// matmuls, SDPA and reduce-scatters, except every second matmul of the layer in forward order,
+/// and reruns the rest (norms, RoPE, activations, the even matmuls) before its backward.
+enum class RecomputePolicy { modules, op };
 enum class Precision { fp32, bf16, fp16, fp8 };
 enum class Tier { gpu = 0, cpu = 1, ssd = 2 };
 constexpr int kTierCount = 3;
@@ -194,6 +200,10 @@ struct PlanSpec {
     int zero_stage = 0;                   ///< 0..3; 1 = Megatron's distributed optimizer
     Recompute recompute = Recompute::none;
     int recompute_layers = -1;            ///< full recompute: layers per stage recomputed (-1 = all)
+    /// Full recompute of every n-th layer a pipeline rank holds, counted across its chunks in
+    /// order (torchtitan's selective_ac_option = n: layers n, 2n, ... of the rank); 0 = unset.
+    int recompute_every = 0;
+    RecomputePolicy recompute_policy = RecomputePolicy::modules;  ///< selective recompute only
     /// Selective recompute: bit i set = RecomputeModule i is recomputed (default core_attn only).
     unsigned recompute_modules = 1u << static_cast<unsigned>(RecomputeModule::core_attn);  // recompute_bit(core_attn)
     Precision precision = Precision::bf16;
@@ -223,6 +233,12 @@ struct PlanSpec {
     /// dtype and keeps only them (flash-attn's CrossEntropyLoss, llm-foundry's default). Memory
     /// only: the loss's time is costed the same either way.
     bool loss_upcast = true;
+    /// The cross-entropy runs as eager PyTorch ops, F.cross_entropy(logits.float(), labels)
+    /// (torchtitan's loss_fn, Hugging Face models): log_softmax keeps its output for the backward,
+    /// and the backward holds it beside nll_loss's logits-sized gradient and log_softmax's
+    /// (three fp32 logits-sized tensors at once). Off: a fused kernel (Megatron's vocab-parallel
+    /// cross-entropy) that turns the softmax into the gradient in place. Memory only, like loss_upcast.
+    bool eager_cross_entropy = false;
     OffloadSpec offload;
     bool lock_free_update = false;        ///< Angel-PTM: step i's optimizer overlaps step i+1's forward
     bool overlap_grad_reduce = true;      ///< DP reduce bucketed and overlapped with backward
@@ -282,8 +298,11 @@ struct PlanSpec {
     bool pipelined_fsdp() const { return zero_stage == 3 && pp > 1; }
     /// Selective recomputation of this module is on.
     bool recomputes(RecomputeModule mod) const {
-        return recompute == Recompute::selective && ((recompute_modules >> static_cast<unsigned>(mod)) & 1u) != 0;
+        return recompute == Recompute::selective && recompute_policy == RecomputePolicy::modules &&
+               ((recompute_modules >> static_cast<unsigned>(mod)) & 1u) != 0;
     }
+    /// torchtitan's op-level selective activation checkpointing is on.
+    bool op_sac() const { return recompute == Recompute::selective && recompute_policy == RecomputePolicy::op; }
 };
 
 /// A scenario file: a model, a cluster and (optionally) a plan.
@@ -344,6 +363,7 @@ std::vector<std::string> recompute_module_names(const PlanSpec& p);
 /// All module names, comma-separated, for error messages.
 std::string recompute_module_choices();
 const char* to_string(Recompute);
+const char* to_string(RecomputePolicy);
 const char* to_string(Precision);
 const char* to_string(Tier);
 const char* to_string(NetTopology);

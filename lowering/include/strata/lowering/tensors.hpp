@@ -99,7 +99,8 @@ std::vector<TensorDesc> stage_model_states(const ModelSpec& m, const PlanSpec& p
 /// buffers, framework reserve).
 std::vector<TensorDesc> stage_buffers(const ModelSpec& m, const PlanSpec& p, int stage);
 
-/// Layers of `stage` that full recompute applies to (plan.recompute_layers of them, first ones).
+/// Layers of `stage` that full recompute applies to: plan.recompute_layers of them (the first
+/// ones), or every plan.recompute_every-th counted across the rank's chunks.
 bool layer_recomputed(const ModelSpec& m, const PlanSpec& p, int stage, int layer_in_stage);
 
 }  // namespace strata::sim

@@ -1,0 +1,94 @@
+// Recomputation before a layer's backward, besides full recompute (layer_forward with
+// Phase::recompute): Megatron-Core's checkpointed modules and torchtitan's op-level SAC.
+#include "lower_impl.hpp"
+
+namespace strata::sim::lower_detail {
+
+// Selective recomputation (plan.recompute_modules): before a block's backward, rerun the forward
+// of what its modules dropped (tensors.cpp recompute_drops), as Megatron-Core's checkpointed
+// modules do: a checkpointed module reruns whole, its TP / EP communication included.
+void RankLowering::recompute_modules_before_mlp(int layer) {
+    if (p_.recompute != Recompute::selective) return;
+    const Phase saved = phase_;
+    phase_ = Phase::recompute;
+    const LayerTensors t = layer_tensors(layer);
+    if (p_.recomputes(RecomputeModule::layernorm)) {
+        compute(Op::norm, n_.norm2, 0, 2 * d_.tokens_sp * d_.h * Dims::act_bytes);
+        if (df_) io({t.x1, prm("ln2.weight", layer), bias("ln2.bias", layer, false)}, {t.ln2});
+    }
+    if (m_.layer_is_moe(layer)) {
+        if (p_.recomputes(RecomputeModule::moe)) {
+            moe_forward(layer);
+            if (!d_.sp) tp_forward_out();
+        } else {
+            if (p_.recomputes(RecomputeModule::moe_act)) {
+                const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.etp;
+                compute(Op::elementwise, n_.experts_act, 0, batch * d_.mats * te * f * Dims::act_bytes);
+            }
+            if (p_.recomputes(RecomputeModule::shared_experts) && d_.shared > 0) {
+                shared_experts_forward();
+                if (d_.tp > 1 && d_.sp) wait(Stream::compute, tp_out_collective());
+            }
+        }
+    } else if (p_.recomputes(RecomputeModule::mlp)) {
+        tp_forward_in(true, t.ln2, t.ln2_g);
+        mlp_forward(-1, &t);
+        tp_forward_out(t.fc2, t.fc2_s);
+    }
+    phase_ = saved;
+}
+
+void RankLowering::recompute_modules_before_attention() {
+    if (p_.recompute != Recompute::selective) return;
+    const Phase saved = phase_;
+    phase_ = Phase::recompute;
+    const LayerTensors t = layer_tensors(layer_);
+    if (p_.recomputes(RecomputeModule::layernorm)) {
+        compute(Op::norm, n_.norm1, 0, 2 * d_.tokens_sp * d_.h * Dims::act_bytes);
+        if (df_) io({t.x, prm("ln1.weight", layer_), bias("ln1.bias", layer_, false)}, {t.ln1});
+    }
+    if (m_.mla && p_.recomputes(RecomputeModule::mla_up_proj)) {
+        mla_up_projections_forward();  // Q, K, V from the stashed (gathered) latents
+    }
+    if (p_.recomputes(RecomputeModule::core_attn)) attention_core_forward(Phase::recompute, t.qkv, t.attn, t.lse);
+    phase_ = saved;
+}
+
+// torchtitan's op-level SAC (plan.recompute_policy "op"; tp = cp = 1): before the layer's
+// backward the checkpoint reruns its forward; ops whose outputs the policy saved return the cached
+// tensor (the odd matmuls, SDPA), the rest run again: the norms, RoPE, the residual add, the
+// activation and the even matmuls (op_sac_matmuls: wk, wo, w3 for SwiGLU). Recomputation stops
+// once every tensor the backward reads is rebuilt (torch.utils.checkpoint's early stop), so a
+// trailing matmul whose output nothing reads (fc2 of a GeLU MLP) is not rerun.
+void RankLowering::op_sac_recompute(int layer) {
+    const Phase saved = phase_;
+    phase_ = Phase::recompute;
+    const LayerTensors t = layer_tensors(layer);
+    const double norm_bytes = 2 * d_.tokens * d_.h * Dims::act_bytes;
+    bool rerun[8] = {};
+    const std::vector<SacMatmul> mms = op_sac_matmuls(m_);
+    for (std::size_t i = 0; i < mms.size() && i < 8; ++i) rerun[i] = !mms[i].saved;
+    const bool swiglu = m_.ffn == FfnKind::swiglu;
+    compute(Op::norm, n_.norm1, 0, norm_bytes);
+    if (df_) io({t.x, prm("ln1.weight", layer)}, {t.ln1});
+    const double qkv_n = (rerun[0] ? d_.q_w : 0) + (rerun[1] ? d_.kv_w : 0) + (rerun[2] ? d_.kv_w : 0);
+    if (qkv_n > 0) gemm(n_.qkv, d_.tokens, qkv_n, d_.h);
+    if (df_) io({t.ln1, prm("qkv.weight", layer)}, {t.qkv});
+    if (m_.qk_norm) compute(Op::norm, n_.qk_norm, 0, 2 * d_.qk_bytes());
+    if (m_.position == PositionKind::rope) compute(Op::elementwise, n_.rope, 0, 2 * d_.qk_bytes());
+    if (rerun[3]) gemm_cast(n_.proj, d_.tokens, d_.h, d_.heads * d_.v_dim);
+    if (df_) io({t.attn, prm("proj.weight", layer)}, {t.proj});
+    compute(Op::elementwise, n_.residual1, 0, 3 * d_.tokens * d_.h * Dims::act_bytes);
+    if (df_) io({t.x, t.proj}, {t.x1});
+    compute(Op::norm, n_.norm2, 0, norm_bytes);
+    if (df_) io({t.x1, prm("ln2.weight", layer)}, {t.ln2});
+    const double fc1_n = swiglu ? (rerun[4] ? d_.ffn : 0) + (rerun[5] ? d_.ffn : 0) : (rerun[4] ? d_.ffn : 0);
+    if (fc1_n > 0) gemm(n_.fc1, d_.tokens, fc1_n, d_.h);
+    if (df_) io({t.ln2, prm("fc1.weight", layer)}, {t.fc1});
+    compute(Op::elementwise, n_.act, 0, d_.mats * d_.tokens * d_.ffn * Dims::act_bytes);
+    if (df_) io({t.fc1}, {t.act});
+    // w2 (SwiGLU's 7th matmul) is kept; fc2 (GeLU's 6th) is past the early stop.
+    phase_ = saved;
+}
+
+}  // namespace strata::sim::lower_detail

@@ -1,0 +1,191 @@
+// torchtitan's activation checkpointing (torchtitan/distributed/activation_checkpoint.py, and
+// models/llama3/infra/parallelize.py of the 2024-12 benchmarks, commit 9dec370): op-level SAC
+// (plan.recompute_policy "op") and "every n-th layer" (plan.recompute_every). The expectations
+// are derived by hand from that source, not read off Strata's output:
+//  - the policy saves the outputs of aten.mm, SDPA (flash: output and fp32 logsumexp) and
+//    reduce-scatters, except every second mm counted in forward order per layer
+//    (mm_count % 2 == 0 -> PREFER_RECOMPUTE), and recomputes everything else;
+//  - Llama's forward order is wq, wk, wv (xq, xk, xv = self.wq(x), self.wk(x), self.wv(x)), wo,
+//    then w1, w3, w2 (self.w2(F.silu(self.w1(x)) * self.w3(x))): kept wq, wv, w1, w2; rerun wk, wo, w3;
+//  - the checkpoint also holds the block's input x.
+#include <catch2/catch.hpp>
+
+#include "strata/common/error.hpp"
+#include "strata/lowering/lower.hpp"
+#include "strata/lowering/memory.hpp"
+#include "strata/lowering/model.hpp"
+#include "strata/lowering/spec_io.hpp"
+#include "strata/lowering/tensors.hpp"
+#include "support/lower_fixtures.hpp"
+
+using namespace strata::sim;
+
+namespace {
+
+double stashed(const ModelSpec& m, const PlanSpec& p, int layer) {
+    double b = 0;
+    for (const TensorDesc& d : layer_activations(m, p, layer, false)) b += d.bytes;
+    return b;
+}
+
+double recompute_gemm_flops(const Program& prog) {
+    double f = 0;
+    for (const auto& r : prog.ranks)
+        for (const auto& in : r.instrs)
+            if (in.kind == InstrKind::compute && in.phase == Phase::recompute) f += in.flops * static_cast<double>(r.multiplicity);
+    return f;
+}
+
+ModelSpec llama3_8b() {
+    ModelSpec m = strata::test::gpt_shape("llama-3-8b", 32, 4096, 32, 128256, 8192);
+    m.kv_heads = 8;
+    m.head_dim = 128;
+    m.ffn_hidden = 14336;
+    m.ffn = FfnKind::swiglu;
+    m.norm = NormKind::rmsnorm;
+    m.position = PositionKind::rope;
+    return m;
+}
+
+PlanSpec op_sac(int micro_batch) {
+    PlanSpec p = strata::test::plan(1, 1, 8, 8 * micro_batch);
+    p.micro_batch = micro_batch;
+    p.zero_stage = 3;
+    p.recompute = Recompute::selective;
+    p.recompute_policy = RecomputePolicy::op;
+    return p;
+}
+
+}  // namespace
+
+TEST_CASE("op SAC: the matmul order and which are kept (Llama, GPT)", "[recompute][torchtitan]") {
+    std::vector<std::string> kept, rerun;
+    for (const SacMatmul& mm : op_sac_matmuls(llama3_8b())) (mm.saved ? kept : rerun).emplace_back(mm.name);
+    CHECK(kept == std::vector<std::string>{"wq", "wv", "w1", "w2"});
+    CHECK(rerun == std::vector<std::string>{"wk", "wo", "w3"});
+    ModelSpec gpt = strata::test::small_gpt();
+    gpt.ffn = FfnKind::gelu;
+    kept.clear();
+    rerun.clear();
+    for (const SacMatmul& mm : op_sac_matmuls(gpt)) (mm.saved ? kept : rerun).emplace_back(mm.name);
+    CHECK(kept == std::vector<std::string>{"wq", "wv", "fc1"});
+    CHECK(rerun == std::vector<std::string>{"wk", "wo", "fc2"});
+}
+
+TEST_CASE("op SAC: Llama 3 8B saved bytes per layer, by hand", "[recompute][torchtitan][memory]") {
+    // Per token, bf16 (h = 4096, 32 heads x 128, 8 KV heads x 128, ffn 14336):
+    //   x (block input) 2h = 8192, wq out 2·4096 = 8192, wv out 2·1024 = 2048,
+    //   SDPA out 2·4096 = 8192, logsumexp 4 B x 32 heads = 128, w1 out 2·14336 = 28672,
+    //   w2 out 2h = 8192: 63 616 bytes.
+    const double per_token = 8192 + 8192 + 2048 + 8192 + 128 + 28672 + 8192;
+    REQUIRE(per_token == 63616);
+    const ModelSpec m = llama3_8b();
+    CHECK(stashed(m, op_sac(2), 0) == Approx(per_token * 2 * 8192));  // local batch 2, seq 8192
+    CHECK(stashed(m, op_sac(1), 5) == Approx(per_token * 8192));
+    // Against no recompute (the Megatron-style list: 139 392 B/token) and full (2h = 8192 B/token).
+    PlanSpec none = op_sac(1);
+    none.recompute = Recompute::none;
+    CHECK(stashed(m, none, 0) / 8192 == Approx(2.0 * (4 * 4096 + 4096 + 2 * 1024 + 4096 + 3 * 14336) + 128));
+    CHECK(stashed(m, op_sac(1), 0) < 0.46 * stashed(m, none, 0));
+}
+
+TEST_CASE("op SAC: the backward reruns the even matmuls, by hand", "[recompute][torchtitan][lower]") {
+    // Small Llama: 2 layers, h = 64, 4 heads of 16, 2 KV heads, ffn 160, s = 32; 4 micro-batches.
+    ModelSpec m = strata::test::gpt_shape("tiny-llama", 2, 64, 4, 128, 32);
+    m.kv_heads = 2;
+    m.ffn_hidden = 160;
+    m.ffn = FfnKind::swiglu;
+    m.norm = NormKind::rmsnorm;
+    m.position = PositionKind::rope;
+    m.max_position = 32;
+    const ClusterSpec c = strata::test::cluster(1);
+    PlanSpec p = strata::test::plan(1, 1, 1, 4);
+    p.recompute = Recompute::selective;
+    p.recompute_policy = RecomputePolicy::op;
+    // wk (h -> 2·16), wo (64 -> h), w3 (h -> 160): 2 flops per multiply-add; no attention core.
+    const double tokens = 4 * 32.0;
+    const double per_layer = 2.0 * tokens * (64 * 32 + 64 * 64 + 64 * 160);
+    CHECK(recompute_gemm_flops(lower(m, c, p)) == Approx(2 * per_layer));
+    // GeLU: wk and wo; fc2 (the 6th) is past the checkpoint's early stop, nothing reads its output.
+    ModelSpec g = m;
+    g.ffn = FfnKind::gelu;
+    CHECK(recompute_gemm_flops(lower(g, c, p)) == Approx(2 * 2.0 * tokens * (64 * 32 + 64 * 64)));
+}
+
+TEST_CASE("recompute_every: torchtitan's every n-th layer is full recompute of layers n, 2n, ...", "[recompute][torchtitan]") {
+    ModelSpec m = strata::test::small_gpt();
+    m.layers = 8;
+    PlanSpec p = strata::test::plan(1, 1, 1, 4);
+    p.recompute = Recompute::full;
+    p.recompute_every = 3;
+    // ptd_checkpoint_wrapper._count runs 1..8: layers 3 and 6 (0-based 2 and 5) are wrapped.
+    std::vector<int> wrapped;
+    for (int i = 0; i < 8; ++i)
+        if (layer_recomputed(m, p, 0, i)) wrapped.push_back(i);
+    CHECK(wrapped == std::vector<int>{2, 5});
+    // Memory: 2 layers keep their input only, 6 keep everything.
+    PlanSpec none = p;
+    none.recompute = Recompute::none;
+    none.recompute_every = 0;
+    const double full_layer = stashed(m, none, 0);
+    const double input_only = layer_activations(m, p, 0, true)[0].bytes;
+    const MemoryReport mem = memory_estimate(m, p, {});
+    const MemoryReport mem_none = memory_estimate(m, none, {});
+    CHECK(mem_none.stages[0].activations_bytes - mem.stages[0].activations_bytes == Approx(2 * (full_layer - input_only)));
+}
+
+TEST_CASE("recompute_policy and recompute_every: spec rules and round trip", "[recompute][torchtitan][spec]") {
+    auto parse = [](const std::string& text) { return plan_from_json_text(text, "plan.json"); };
+    const PlanSpec p = parse(R"({"global_batch": 4, "recompute": "selective", "recompute_policy": "op"})");
+    CHECK(p.op_sac());
+    CHECK_FALSE(p.recomputes(RecomputeModule::core_attn));  // the Megatron modules are off
+    CHECK(parse(to_json_text(p)).op_sac());
+    const PlanSpec e = parse(R"({"global_batch": 4, "recompute": "full", "recompute_every": 2})");
+    CHECK(e.recompute_every == 2);
+    CHECK(parse(to_json_text(e)).recompute_every == 2);
+    CHECK_FALSE(parse(to_json_text(e)).op_sac());
+    auto rule = [&](const std::string& text) {
+        try {
+            parse(text);
+        } catch (const strata::InputError& err) {
+            return err.path() + ": " + err.rule();
+        }
+        return std::string("accepted");
+    };
+    CHECK(rule(R"({"global_batch": 4, "recompute": "full", "recompute_policy": "op"})").find("needs plan.recompute") != std::string::npos);
+    CHECK(rule(R"({"global_batch": 4, "recompute": "selective", "recompute_policy": "op", "recompute_modules": ["mlp"]})")
+              .find("no recompute_modules") != std::string::npos);
+    CHECK(rule(R"({"global_batch": 4, "recompute": "selective", "recompute_every": 2})").find("needs plan.recompute") != std::string::npos);
+    CHECK(rule(R"({"global_batch": 4, "recompute": "full", "recompute_every": 0})").find("positive") != std::string::npos);
+    // Modelled for dense, bias-free models without TP or CP.
+    ClusterSpec c = strata::test::cluster(2);
+    c.gpus_per_node = 2;
+    const ModelSpec gpt = strata::test::small_gpt();
+    PlanSpec tp2 = p;
+    tp2.tp = 2;
+    tp2.global_batch = 4;
+    CHECK_THROWS_WITH(validate_plan(gpt, c, tp2, "plan.json"), Catch::Contains("tp = cp = 1"));
+}
+
+TEST_CASE("eager cross-entropy: three fp32 logits-sized tensors in the loss backward, by hand", "[torchtitan][memory]") {
+    // F.cross_entropy(pred.float(), labels) = log_softmax + nll_loss as eager ops: log_softmax's
+    // fp32 output is saved; the backward allocates nll_loss's gradient (zeros, then the -1/N
+    // scatter) and _log_softmax_backward_data's output while it is held.
+    const ModelSpec m = llama3_8b();
+    PlanSpec p = op_sac(2);
+    p.eager_cross_entropy = true;
+    const double tv = 2.0 * 8192 * 128256;  // tokens x vocab of one micro-batch
+    double held = 0, bwd = 0, fwd = 0;
+    for (const TensorDesc& d : logits_activations(m, p))
+        if (d.name == "lm_head.logits") held += d.bytes;
+    for (const TensorDesc& d : head_workspace(m, p)) bwd += d.bytes;
+    for (const TensorDesc& d : head_workspace(m, p, false)) fwd += d.bytes;
+    CHECK(held == Approx(4 * tv));
+    CHECK(held + bwd == Approx(12 * tv));
+    CHECK(held + fwd == Approx((4 + 4 + 2) * tv));  // the bf16 head output, its fp32 copy, log_softmax's output
+    // The fused loss (Megatron's): the fp32 softmax becomes the gradient in place, cast back to bf16.
+    p.eager_cross_entropy = false;
+    double fused = 0;
+    for (const TensorDesc& d : head_workspace(m, p)) fused += d.bytes;
+    CHECK(held + fused == Approx(6 * tv));
+}
