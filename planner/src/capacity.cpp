@@ -56,6 +56,7 @@ CapacityResult plan_capacity(const ModelSpec& m, const std::vector<ClusterOption
     so_base.threads = 1;
     so_base.memory_budget_bytes = (o.search.memory_budget_bytes > 0 ? o.search.memory_budget_bytes : static_cast<double>(memory_limit_bytes())) / threads;
     so_base.critical_path = false;  // a sweep prints no `why`
+    so_base.progress = nullptr;     // sizes run side by side: the sweep reports sizes done (o.progress)
     std::vector<CapacityPoint> points(work.size());
     std::vector<char> finished(work.size(), 0);
     std::atomic<std::size_t> next{0};
