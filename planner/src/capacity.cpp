@@ -6,8 +6,12 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <atomic>
+#include <mutex>
 #include <set>
+#include <thread>
 
+#include "strata/common/system.hpp"
 #include "strata/lowering/model.hpp"
 #include "strata/lowering/spec_io.hpp"
 
@@ -30,17 +34,40 @@ std::vector<int> node_counts(int gpus_per_node, int min_gpus, int max_gpus) {
 
 CapacityResult plan_capacity(const ModelSpec& m, const std::vector<ClusterOption>& options, const CapacityOptions& o) {
     CapacityResult r;
+    // Sizes by node count, the GPU types interleaved: the small (slow: hundreds of micro-batches
+    // per simulated plan) sizes start first.
     std::vector<std::pair<const ClusterOption*, int>> work;
-    for (const auto& opt : options)
-        for (int nodes : node_counts(opt.cluster.gpus_per_node, o.min_gpus, o.max_gpus)) work.emplace_back(&opt, nodes);
+    std::vector<std::vector<int>> counts;
+    std::size_t most = 0;
+    for (const auto& opt : options) {
+        counts.push_back(node_counts(opt.cluster.gpus_per_node, o.min_gpus, o.max_gpus));
+        most = std::max(most, counts.back().size());
+    }
+    for (std::size_t i = 0; i < most; ++i)
+        for (std::size_t k = 0; k < options.size(); ++k)
+            if (i < counts[k].size()) work.emplace_back(&options[k], counts[k][i]);
+    auto cancelled = [&] { return o.search.cancel && o.search.cancel->load(); };
+    // The sizes run on the search's threads, one search each: a size's three simulations on two
+    // threads left one idle for a third of the time. Each simulation keeps the memory share it
+    // had (memory_budget_bytes / threads), so the same plans are simulated; the points come out
+    // in the old order whatever finishes first.
+    const int threads = std::max(1, o.search.threads > 0 ? o.search.threads : static_cast<int>(std::thread::hardware_concurrency()));
+    SearchOptions so_base = o.search;
+    so_base.threads = 1;
+    so_base.memory_budget_bytes = (o.search.memory_budget_bytes > 0 ? o.search.memory_budget_bytes : static_cast<double>(memory_limit_bytes())) / threads;
+    so_base.critical_path = false;  // a sweep prints no `why`
+    so_base.progress = nullptr;     // sizes run side by side: the sweep reports sizes done (o.progress)
+    std::vector<CapacityPoint> points(work.size());
+    std::vector<char> finished(work.size(), 0);
+    std::atomic<std::size_t> next{0};
+    std::mutex progress_mutex;
     int done = 0;
-    for (const auto& [opt, nodes] : work) {
-        if (o.search.cancel && o.search.cancel->load()) break;
+    auto size_point = [&](const ClusterOption* opt, int nodes) {
         CapacityPoint pt;
         pt.cluster = opt->cluster;
         pt.cluster.nodes = nodes;
         pt.cluster.name = opt->cluster.gpu + " x" + std::to_string(nodes * opt->cluster.gpus_per_node);
-        SearchOptions so = o.search;
+        SearchOptions so = so_base;
         so.calibration = opt->calibration;
         SearchResult s = search_plans(m, pt.cluster, opt->hw, so);
         pt.valid_plans = s.space.valid;
@@ -68,10 +95,29 @@ CapacityResult plan_capacity(const ModelSpec& m, const std::vector<ClusterOption
                 pt.time_s = pt.time_hi_s = pt.cost_usd = pt.cost_hi_usd = std::numeric_limits<double>::infinity();
             }
         }
-        r.points.push_back(std::move(pt));
-        ++done;
-        if (o.progress) o.progress(done, static_cast<int>(work.size()));
-    }
+        return pt;
+    };
+    auto worker = [&] {
+        for (;;) {
+            const std::size_t i = next.fetch_add(1);
+            if (i >= work.size() || cancelled()) return;
+            points[i] = size_point(work[i].first, work[i].second);
+            // A search stopped part-way is not a point (as before: the sweep ended at the cancel).
+            if (cancelled()) return;
+            finished[i] = 1;
+            std::lock_guard<std::mutex> lock(progress_mutex);
+            ++done;
+            if (o.progress) o.progress(done, static_cast<int>(work.size()));
+        }
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < std::min<int>(threads, static_cast<int>(work.size())); ++t) pool.emplace_back(worker);
+    worker();
+    for (auto& th : pool) th.join();
+    // The points in option order, each option's sizes ascending, as the JSON and table list them.
+    for (std::size_t k = 0; k < options.size(); ++k)
+        for (std::size_t i = 0; i < work.size(); ++i)
+            if (work[i].first == &options[k] && finished[i]) r.points.push_back(std::move(points[i]));
     // Pareto front over (time, cost): no other feasible point is at least as good in both and
     // better in one.
     for (std::size_t i = 0; i < r.points.size(); ++i) {

@@ -64,7 +64,8 @@ Capacities capacities_of(const ClusterSpec& c, const hwdb::HardwareView& hw) {
 
 Estimator::Estimator(const ModelSpec& m, const ClusterSpec& c, const hwdb::HardwareView& hw, double memory_margin,
                      const sim::Calibration& calibration)
-    : m_(m), c_(c), hw_(hw), caps_(capacities_of(c, hw)), margin_(memory_margin), cal_(calibration) {}
+    : m_(m), c_(c), hw_(hw), caps_(capacities_of(c, hw)), margin_(memory_margin), cal_(calibration),
+      flops_per_token_(model_flops_per_token(m)) {}
 
 Estimator::~Estimator() = default;
 
@@ -375,7 +376,7 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     e.step_time_s = pipe + e.exposed_comm_s + e.optimizer_s + e.offload_s;
     const double tokens = double(p.global_batch) * double(m_.seq_len);
     e.tokens_per_s = e.step_time_s > 0 ? tokens / e.step_time_s : 0;
-    const double flops = model_flops_per_token(m_) * tokens;
+    const double flops = flops_per_token_ * tokens;
     e.tflops_per_gpu = e.step_time_s > 0 ? flops / e.step_time_s / p.gpus() / 1e12 : 0;
     const double peak = peak_flops_for(hw_, p.precision);
     e.mfu = peak > 0 ? e.tflops_per_gpu * 1e12 / peak : 0;

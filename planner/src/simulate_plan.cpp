@@ -6,10 +6,10 @@
 namespace strata::planner {
 
 SimSummary simulate_plan(const sim::ModelSpec& m, const sim::ClusterSpec& c, const sim::PlanSpec& p, const hwdb::HardwareView& hw,
-                         const sim::Calibration& calibration) {
+                         const sim::Calibration& calibration, bool critical_path) {
     sim::SimOptions so;
     so.calibration = calibration;
-    so.critical_path = true;
+    so.critical_path = critical_path;
     sim::SimOutput out = sim::simulate(m, c, p, hw, so);
     const sim::SimResult& r = out.result;
     SimSummary s;

@@ -1,38 +1,87 @@
-// The planner's memory cache must not change a single byte: compare cached and uncached
-// estimates over a whole enumerated plan space (dense and MoE).
+// The planner's fast path must not change a single byte or second: the cached memory estimate
+// (byte-only tensor lists, memoised layer sizes) against the uncached one over whole enumerated
+// plan spaces (dense, MoE, DeepSeek-V3's MLA/MTP/dense-first layers, DualPipeV), and the
+// Estimator's warm caches against a fresh Estimator.
 #include <catch2/catch.hpp>
 
+#include "strata/hwdb/hwdb.hpp"
+#include "strata/planner/estimate.hpp"
 #include "strata/planner/space.hpp"
+#include "strata/lowering/spec_io.hpp"
 #include "strata/lowering/memory.hpp"
 #include "support/gpt.hpp"
 
 using namespace strata;
 using namespace strata::sim;
 
-static void compare_space(const ModelSpec& m, const ClusterSpec& c, int global_batch) {
+namespace {
+
+Capacities test_caps(int gpus_per_node) {
     Capacities caps;
     caps.hbm_bytes = 80e9;
     caps.cpu_bytes_per_node = 2e12;
     caps.ssd_bytes_per_node = 30e12;
-    caps.gpus_per_node = c.gpus_per_node;
+    caps.gpus_per_node = gpus_per_node;
+    return caps;
+}
+
+// Every number of the report, exactly: the cached path sums byte-only lists (stage_tensor_bytes),
+// the uncached one the named tensor lists, and the planner's ranking must not move by one ulp.
+void require_same(const MemoryReport& a, const MemoryReport& b) {
+    REQUIRE(a.stages.size() == b.stages.size());
+    for (std::size_t i = 0; i < a.stages.size(); ++i) {
+        const StageMemory &x = a.stages[i], &y = b.stages[i];
+        REQUIRE(x.stage == y.stage);
+        REQUIRE(x.layers == y.layers);
+        REQUIRE(x.in_flight_microbatches == y.in_flight_microbatches);
+        REQUIRE(x.weights_bytes == y.weights_bytes);
+        REQUIRE(x.grads_bytes == y.grads_bytes);
+        REQUIRE(x.optimizer_bytes == y.optimizer_bytes);
+        REQUIRE(x.activations_bytes == y.activations_bytes);
+        REQUIRE(x.workspace_bytes == y.workspace_bytes);
+        REQUIRE(x.buffers_bytes == y.buffers_bytes);
+        for (int t = 0; t < kTierCount; ++t) REQUIRE(x.tier_bytes[t] == y.tier_bytes[t]);
+    }
+    REQUIRE(a.worst_hbm_stage == b.worst_hbm_stage);
+    REQUIRE(a.hbm_bytes == b.hbm_bytes);
+    REQUIRE(a.cpu_bytes == b.cpu_bytes);
+    REQUIRE(a.ssd_bytes == b.ssd_bytes);
+    REQUIRE(a.fits() == b.fits());
+}
+
+// Plan settings the space does not enumerate but the byte-only lists branch on.
+std::vector<PlanSpec> variants(const PlanSpec& p) {
+    std::vector<PlanSpec> out;
+    PlanSpec q = p;
+    q.p2p_blocking = q.p2p_scatter_gather = true;  // DeepSpeed's partitioned pipe tensors
+    out.push_back(q);
+    q = p;
+    q.precision = Precision::fp32;
+    out.push_back(q);
+    q = p;
+    q.exp_avg_dtype = q.exp_avg_sq_dtype = Precision::bf16;
+    q.fp32_grads = true;
+    q.overlap_param_gather = !q.overlap_param_gather;
+    out.push_back(q);
+    return out;
+}
+
+int compare_space(const ModelSpec& m, const ClusterSpec& c, int global_batch, int max_plans = 20000) {
+    const Capacities caps = test_caps(c.gpus_per_node);
     MemoryCache cache;
     planner::SearchSpace s;
     s.global_batch = global_batch;
     int n = 0;
     planner::enumerate_plans(m, c, s, [&](const PlanSpec& p) {
-        const MemoryReport a = memory_estimate(m, p, caps);
-        const MemoryReport b = memory_estimate(m, p, caps, &cache);
-        REQUIRE(a.stages.size() == b.stages.size());
-        for (std::size_t i = 0; i < a.stages.size(); ++i)
-            for (int t = 0; t < kTierCount; ++t) REQUIRE(a.stages[i].tier_bytes[t] == b.stages[i].tier_bytes[t]);
-        REQUIRE(a.hbm_bytes == b.hbm_bytes);
-        REQUIRE(a.cpu_bytes == b.cpu_bytes);
-        REQUIRE(a.ssd_bytes == b.ssd_bytes);
-        REQUIRE(a.fits() == b.fits());
-        return ++n < 20000;
+        require_same(memory_estimate(m, p, caps), memory_estimate(m, p, caps, &cache));
+        if (n % 7 == 0)
+            for (const PlanSpec& q : variants(p)) require_same(memory_estimate(m, q, caps), memory_estimate(m, q, caps, &cache));
+        return ++n < max_plans;
     });
-    CHECK(n > 1000);
+    return n;
 }
+
+}  // namespace
 
 TEST_CASE("cached memory estimates equal uncached ones (dense)", "[planner][memory]") {
     ModelSpec m = test::gpt_shape("gpt", 24, 2048, 16, 50304, 2048);
@@ -41,7 +90,7 @@ TEST_CASE("cached memory estimates equal uncached ones (dense)", "[planner][memo
     c.gpu = "H100-SXM5-80GB";
     c.nodes = 4;
     c.gpus_per_node = 8;
-    compare_space(m, c, 128);
+    CHECK(compare_space(m, c, 128) > 1000);
 }
 
 TEST_CASE("cached memory estimates equal uncached ones (MoE)", "[planner][memory]") {
@@ -57,7 +106,7 @@ TEST_CASE("cached memory estimates equal uncached ones (MoE)", "[planner][memory
     c.gpu = "H100-SXM5-80GB";
     c.nodes = 2;
     c.gpus_per_node = 8;
-    compare_space(m, c, 64);
+    CHECK(compare_space(m, c, 64) > 1000);
 }
 
 TEST_CASE("the cache tells apart plans that differ only in what a selective recompute keeps", "[planner][memory]") {
@@ -85,4 +134,84 @@ TEST_CASE("the cache tells apart plans that differ only in what a selective reco
     const double a = with(core, false), b = with(act, false), c = with(act, true);
     CHECK(b < a);
     CHECK(c < b);
+}
+
+TEST_CASE("cached memory estimates equal uncached ones (MLA, MTP, dense-first layers, DualPipeV)", "[planner][memory]") {
+    ModelSpec m = load_model(std::string(STRATA_SOURCE_DIR) + "/scenarios/models/deepseek-v3.json");
+    m.layers = 12;  // small enough to enumerate; first_k_dense and the MTP module stay
+    m.seq_len = 1024;
+    ClusterSpec c;
+    c.gpu = "H100-SXM5-80GB";
+    c.nodes = 4;
+    c.gpus_per_node = 8;
+    CHECK(compare_space(m, c, 64, 6000) > 1000);
+
+    const ModelSpec full = load_model(std::string(STRATA_SOURCE_DIR) + "/scenarios/models/deepseek-v3.json");
+    const PlanSpec dualpipe = load_plan(std::string(STRATA_SOURCE_DIR) + "/scenarios/plans/deepseek-v3-2048-dualpipev.json");
+    REQUIRE(dualpipe.schedule == Schedule::dualpipe_v);
+    MemoryCache cache;
+    const Capacities caps = test_caps(8);
+    for (const PlanSpec& q : variants(dualpipe)) require_same(memory_estimate(full, q, caps), memory_estimate(full, q, caps, &cache));
+    require_same(memory_estimate(full, dualpipe, caps), memory_estimate(full, dualpipe, caps, &cache));
+}
+
+TEST_CASE("cached memory estimates equal uncached ones (explicit layer splits)", "[planner][memory]") {
+    ModelSpec m = test::gpt_shape("gpt", 10, 1024, 8, 32000, 1024);
+    PlanSpec p;
+    p.pp = 4;
+    p.global_batch = 32;
+    p.layer_split = {1, 3, 4, 2};
+    MemoryCache cache;
+    const Capacities caps = test_caps(8);
+    require_same(memory_estimate(m, p, caps), memory_estimate(m, p, caps, &cache));
+    p.layer_split.clear();
+    p.vpp = 2;
+    p.schedule = Schedule::interleaved_1f1b;
+    p.virtual_layer_split = {1, 2, 1, 1, 2, 1, 1, 1};
+    require_same(memory_estimate(m, p, caps), memory_estimate(m, p, caps, &cache));
+    p.zero_stage = 3;
+    p.dp = 2;
+    p.global_batch = 64;
+    require_same(memory_estimate(m, p, caps), memory_estimate(m, p, caps, &cache));  // pipelined FSDP
+}
+
+TEST_CASE("the estimator's warm caches give a fresh estimator's answers", "[planner][memory]") {
+    const ModelSpec m = test::gpt_shape("gpt", 8, 1024, 8, 32000, 1024);
+    ClusterSpec c;
+    c.gpu = "A100-SXM4-80GB";
+    c.node = "DGX-A100";
+    c.nodes = 2;
+    c.gpus_per_node = 8;
+    auto db = hwdb::Database::open(hwdb::default_db_path());
+    const hwdb::HardwareView hw = db.view(c.gpu, c.node, c.intra_link, c.nic, c.ssd, c.cpu);
+    planner::Estimator warm(m, c, hw);
+    planner::SearchSpace s;
+    s.global_batch = 64;
+    int n = 0, checked = 0;
+    planner::enumerate_plans(m, c, s, [&](const PlanSpec& p) {
+        const planner::FastEstimate a = warm.estimate(p);
+        if (n++ % 53 != 0) return true;
+        planner::Estimator fresh(m, c, hw);
+        const planner::FastEstimate b = fresh.estimate(p);
+        REQUIRE(a.step_time_s == b.step_time_s);
+        REQUIRE(a.tokens_per_s == b.tokens_per_s);
+        REQUIRE(a.tflops_per_gpu == b.tflops_per_gpu);
+        REQUIRE(a.mfu == b.mfu);
+        REQUIRE(a.compute_s == b.compute_s);
+        REQUIRE(a.bubble_s == b.bubble_s);
+        REQUIRE(a.exposed_comm_s == b.exposed_comm_s);
+        REQUIRE(a.recompute_s == b.recompute_s);
+        REQUIRE(a.optimizer_s == b.optimizer_s);
+        REQUIRE(a.offload_s == b.offload_s);
+        REQUIRE(a.hbm_bytes == b.hbm_bytes);
+        REQUIRE(a.fits == b.fits);
+        REQUIRE(a.near_fit == b.near_fit);
+        // ... and its bytes are the named tensor lists' (the uncached memory estimate).
+        const MemoryReport r = memory_estimate(m, p, warm.capacities());
+        REQUIRE(a.hbm_bytes == r.hbm_bytes);
+        REQUIRE(a.fits == r.fits());
+        ++checked;
+        return true;
+    });
+    CHECK(checked > 50);
 }

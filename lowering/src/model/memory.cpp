@@ -46,17 +46,19 @@ double in_flight_microbatches(const PlanSpec& p, int stage) {
 
 namespace {
 
-void add_to(StageMemory& s, const TensorDesc& d, double times) {
-    const double bytes = d.bytes * times;
-    switch (d.tag) {
+void add_to(StageMemory& s, TensorTag tag, double tensor_bytes, const TierSplit& tiers, double times) {
+    const double bytes = tensor_bytes * times;
+    switch (tag) {
         case TensorTag::weights: s.weights_bytes += bytes; break;
         case TensorTag::grads: s.grads_bytes += bytes; break;
         case TensorTag::optimizer: s.optimizer_bytes += bytes; break;
         case TensorTag::activations: s.activations_bytes += bytes; break;
         default: s.buffers_bytes += bytes; break;
     }
-    for (int t = 0; t < kTierCount; ++t) s.tier_bytes[static_cast<std::size_t>(t)] += bytes * d.tiers.of(static_cast<Tier>(t));
+    for (int t = 0; t < kTierCount; ++t) s.tier_bytes[static_cast<std::size_t>(t)] += bytes * tiers.of(static_cast<Tier>(t));
 }
+
+void add_to(StageMemory& s, const TensorDesc& d, double times) { add_to(s, d.tag, d.bytes, d.tiers, times); }
 
 double sum_bytes(const std::vector<TensorDesc>& v) {
     double b = 0;
@@ -206,6 +208,20 @@ StageMemory stage_states_and_buffers(const ModelSpec& m, const PlanSpec& p, int 
     return sums;
 }
 
+// The same sums from the byte-only list (the cached path): no names, no per-layer parameter
+// walks. tests/planner/test_memory_cache.cpp holds it equal to the named lists, byte for byte.
+StageMemory stage_states_and_buffers(const ModelSpec& m, const PlanSpec& p, int stage, const std::vector<int>& layer_ids,
+                                     LayerParamsByKind& layers) {
+    StageTensorBytes list;
+    stage_tensor_bytes(m, p, stage, layer_ids, layers, list);
+    StageMemory sums;
+    for (int i = 0; i < list.count; ++i) {
+        const TensorBytes& b = list.items[static_cast<std::size_t>(i)];
+        add_to(sums, b.tag, b.bytes, b.tiers, 1.0);
+    }
+    return sums;
+}
+
 }  // namespace
 
 MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capacities& caps) {
@@ -216,18 +232,37 @@ MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capaci
     MemoryReport r;
     r.capacities = caps;
     const std::vector<int> sl = stage_layers(m, p);
-    const std::vector<int> vsl = p.vpp > 1 ? virtual_stage_layers(m, p) : std::vector<int>{};
+    // The cached (planner) path lays every stage's layer ids out from one virtual_stage_layers
+    // (stage_layer_ids rebuilds it for each stage: O(pp^2) per plan).
+    const std::vector<int> vsl = p.vpp > 1 || cache ? virtual_stage_layers(m, p) : std::vector<int>{};
+    std::vector<int> first_layer;  // of each virtual stage, then the layer count
+    if (cache) {
+        first_layer.assign(vsl.size() + 1, 0);
+        for (std::size_t v = 0; v < vsl.size(); ++v) first_layer[v + 1] = first_layer[v] + vsl[v];
+    }
     HeldStates held_scratch;
     LayerKinds kinds;
     kinds.cache = cache ? &cache->impl() : nullptr;
+    LayerParamsByKind layer_params;
+    std::vector<int> ids;
+    std::vector<double> layer_bytes;
+    r.stages.reserve(static_cast<std::size_t>(std::max(0, p.pp)));
     for (int stage = 0; stage < p.pp; ++stage) {
-        const std::vector<int> ids = stage_layer_ids(m, p, stage);
-        StageMemory s = stage_states_and_buffers(m, p, stage);
+        if (cache) {  // as stage_layer_ids
+            ids.clear();
+            for (int c = 0; c < std::max(1, p.vpp); ++c) {
+                const std::size_t v = static_cast<std::size_t>(virtual_stage_of(p, stage, c));
+                for (int l = first_layer[v]; l < first_layer[v + 1]; ++l) ids.push_back(l);
+            }
+        } else {
+            ids = stage_layer_ids(m, p, stage);
+        }
+        StageMemory s = cache ? stage_states_and_buffers(m, p, stage, ids, layer_params) : stage_states_and_buffers(m, p, stage);
         s.stage = stage;
         s.layers = sl[static_cast<std::size_t>(stage)];
         s.in_flight_microbatches = in_flight_microbatches(p, stage);
         double workspace = 0;
-        std::vector<double> layer_bytes(static_cast<std::size_t>(s.layers));
+        layer_bytes.assign(static_cast<std::size_t>(s.layers), 0.0);
         for (int i = 0; i < s.layers; ++i) {
             const bool rc = layer_recomputed(m, p, stage, i);
             const LayerKindBytes& k = kinds.get(m, p, ids[static_cast<std::size_t>(i)], rc);

@@ -5,6 +5,7 @@
 // capacities: only sizes and where plan.offload puts them.
 #include <algorithm>
 
+#include "strata/common/error.hpp"
 #include "strata/lowering/memory.hpp"
 #include "strata/lowering/model.hpp"
 #include "strata/lowering/tensors.hpp"
@@ -225,17 +226,6 @@ StageParams layer_params_local(const ModelSpec& m, const PlanSpec& p, int layer)
     return sp;
 }
 
-TensorDesc state_tensor(std::string name, TensorTag tag, double bytes, const TierSplit& tiers, std::string shape) {
-    TensorDesc d;
-    d.name = std::move(name);
-    d.tag = tag;
-    d.lifetime = Lifetime::persistent;
-    d.bytes = bytes;
-    d.tiers = tiers;
-    d.shape = std::move(shape);
-    return d;
-}
-
 TensorDesc buffer_tensor(std::string name, double bytes, Lifetime life, std::string shape) {
     return TensorDesc{std::move(name), TensorTag::buffers, life, bytes, TierSplit{}, std::move(shape)};
 }
@@ -453,10 +443,15 @@ bool head_stage_embedding_copy(const ModelSpec& m, const PlanSpec& p) {
     return head_stage(p) != 0 && (m.tied_embeddings || m.mtp_depth > 0);
 }
 
-StageParams stage_params(const ModelSpec& m, const PlanSpec& p, int stage) {
+namespace {
+
+// One definition of the stage's parameters, model states and buffers for both the named lists and
+// the planner's byte-only lists (stage_tensor_bytes): `layer` gives one layer's local parameters.
+template <class LayerParamsFn>
+StageParams stage_params_of(const ModelSpec& m, const PlanSpec& p, int stage, const std::vector<int>& layer_ids, LayerParamsFn&& layer) {
     StageParams sp;
-    for (int l : stage_layer_ids(m, p, stage)) {
-        const StageParams lp = layer_params_local(m, p, l);
+    for (int l : layer_ids) {
+        const StageParams lp = layer(l);
         sp.dense += lp.dense;
         sp.expert += lp.expert;
     }
@@ -476,8 +471,9 @@ StageParams stage_params(const ModelSpec& m, const PlanSpec& p, int stage) {
     return sp;
 }
 
-std::vector<TensorDesc> stage_model_states(const ModelSpec& m, const PlanSpec& p, int stage) {
-    const StageParams sp = stage_params(m, p, stage);
+// `emit(name, tag, lifetime, bytes, tiers, shape, shape_suffix)`, in list order.
+template <class Emit>
+void emit_model_states(const PlanSpec& p, const StageParams& sp, Emit&& emit) {
     // Mixed precision (ZeRO paper §3.1): 2-byte weights and grads, K = 12 bytes of fp32 Adam
     // state (master copy, m, v); 8 with bf16 moments. Pure fp32: 4 + 4 + 8 (m, v; the weights are
     // the master copy).
@@ -489,51 +485,101 @@ std::vector<TensorDesc> stage_model_states(const ModelSpec& m, const PlanSpec& p
         return per_param * (shard ? sp.dense / nd + sp.expert / nd_expert : sp.total());
     };
     const int z = p.zero_stage;
-    std::vector<TensorDesc> out;
-    out.push_back(state_tensor("weights", TensorTag::weights, sharded(wb, z >= 3), p.offload.params, "(params)"));
+    const Lifetime life = Lifetime::persistent;
+    emit("weights", TensorTag::weights, life, sharded(wb, z >= 3), p.offload.params, "(params)", nullptr);
     // Pipelined FSDP accumulates unsharded gradients over the step's micro-batches.
-    out.push_back(state_tensor("grads", TensorTag::grads, sharded(gb, z >= 2 && !p.pipelined_fsdp()), p.offload.grads, "(params)"));
-    if (!fp32) out.push_back(state_tensor("optimizer.master", TensorTag::optimizer, sharded(4.0, z >= 1), p.offload.optimizer, "(params) fp32"));
+    emit("grads", TensorTag::grads, life, sharded(gb, z >= 2 && !p.pipelined_fsdp()), p.offload.grads, "(params)", nullptr);
+    if (!fp32) emit("optimizer.master", TensorTag::optimizer, life, sharded(4.0, z >= 1), p.offload.optimizer, "(params) fp32", nullptr);
     // Moments fp32 unless the plan narrows them (Megatron's precision-aware optimizer).
-    const auto moment = [&](const char* name, Precision d) {
-        out.push_back(state_tensor(name, TensorTag::optimizer, sharded(bytes_per_element(d), z >= 1), p.offload.optimizer,
-                                   std::string("(params) ") + to_string(d)));
-    };
-    moment("optimizer.m", p.exp_avg_dtype);
-    moment("optimizer.v", p.exp_avg_sq_dtype);
-    return out;
+    emit("optimizer.m", TensorTag::optimizer, life, sharded(bytes_per_element(p.exp_avg_dtype), z >= 1), p.offload.optimizer, "(params) ",
+         to_string(p.exp_avg_dtype));
+    emit("optimizer.v", TensorTag::optimizer, life, sharded(bytes_per_element(p.exp_avg_sq_dtype), z >= 1), p.offload.optimizer, "(params) ",
+         to_string(p.exp_avg_sq_dtype));
 }
 
-std::vector<TensorDesc> stage_buffers(const ModelSpec& m, const PlanSpec& p, int stage) {
-    const Local L = local_of(m, p);
-    std::vector<TensorDesc> out;
+template <class LayerParamsFn, class Emit>
+void emit_buffers(const ModelSpec& m, const PlanSpec& p, const std::vector<int>& layer_ids, const StageParams& sp, LayerParamsFn&& layer,
+                  Emit&& emit) {
     const int nd = p.dp * p.cp;
-    const StageParams sp = stage_params(m, p, stage);
     const double wb = p.precision == Precision::fp32 ? 4.0 : 2.0;  // weights (the ZeRO-3 gathers)
+    const TierSplit gpu{};
     if (nd > 1 && p.overlap_grad_reduce) {
         // One bucket being reduced while the next fills (Megatron's DDP), never more than all grads.
         const double bucket = std::min(static_cast<double>(p.dp_bucket_bytes), p.grad_bytes() * sp.total());
-        out.push_back(buffer_tensor("dp.grad_buckets", 2.0 * bucket, Lifetime::persistent, "2 x bucket"));
+        emit("dp.grad_buckets", TensorTag::buffers, Lifetime::persistent, 2.0 * bucket, gpu, "2 x bucket", nullptr);
     }
     if (p.pipelined_fsdp() && nd > 1) {
         // Pipelined FSDP holds every layer of the stage gathered from its first forward to its
         // last backward, and the embedding and head from the step's start: the stage's whole
         // (TP-local) weights, besides the shards.
-        out.push_back(buffer_tensor("zero3.gathered_params", wb * sp.total(), Lifetime::persistent, "stage params"));
+        emit("zero3.gathered_params", TensorTag::buffers, Lifetime::persistent, wb * sp.total(), gpu, "stage params", nullptr);
     } else if (p.zero_stage >= 3 && nd > 1) {
         // ZeRO-3 gathers a layer's full (TP-local) weights before use; with prefetch the next
         // layer's gather is in flight too.
         double widest = 0;
-        for (int l : stage_layer_ids(m, p, stage)) widest = std::max(widest, layer_params_local(m, p, l).total());
+        for (int l : layer_ids) widest = std::max(widest, layer(l).total());
         const double depth = p.overlap_param_gather ? 2.0 : 1.0;
-        out.push_back(buffer_tensor("zero3.gathered_params", depth * wb * widest, Lifetime::transient, "depth x layer params"));
+        emit("zero3.gathered_params", TensorTag::buffers, Lifetime::transient, depth * wb * widest, gpu, "depth x layer params", nullptr);
     }
     if (p.pp > 1) {
         // One micro-batch's boundary activation, a send and a receive buffer.
-        out.push_back(buffer_tensor("pp.p2p", 2.0 * L.act * L.tok_rep * L.h, Lifetime::persistent, "2 x (s/cp[/tp], b, h)"));
+        const Local L = local_of(m, p);
+        emit("pp.p2p", TensorTag::buffers, Lifetime::persistent, 2.0 * L.act * L.tok_rep * L.h, gpu, "2 x (s/cp[/tp], b, h)", nullptr);
     }
-    out.push_back(buffer_tensor("framework.reserve", kFrameworkReserveBytes, Lifetime::persistent, "CUDA context + NCCL"));
+    emit("framework.reserve", TensorTag::buffers, Lifetime::persistent, kFrameworkReserveBytes, gpu, "CUDA context + NCCL", nullptr);
+}
+
+// Appends to a named list.
+struct ListEmit {
+    std::vector<TensorDesc>& out;
+    void operator()(const char* name, TensorTag tag, Lifetime life, double bytes, const TierSplit& tiers, const char* shape,
+                    const char* shape_suffix) const {
+        out.push_back(TensorDesc{name, tag, life, bytes, tiers, shape_suffix ? std::string(shape) + shape_suffix : std::string(shape)});
+    }
+};
+
+// Appends to a byte-only list.
+struct BytesEmit {
+    StageTensorBytes& out;
+    void operator()(const char*, TensorTag tag, Lifetime, double bytes, const TierSplit& tiers, const char*, const char*) const {
+        STRATA_ASSERT(out.count < static_cast<int>(out.items.size()), "StageTensorBytes holds every model state and buffer");
+        out.items[static_cast<std::size_t>(out.count++)] = TensorBytes{tag, bytes, tiers};
+    }
+};
+
+}  // namespace
+
+StageParams stage_params(const ModelSpec& m, const PlanSpec& p, int stage) {
+    return stage_params_of(m, p, stage, stage_layer_ids(m, p, stage), [&](int l) { return layer_params_local(m, p, l); });
+}
+
+std::vector<TensorDesc> stage_model_states(const ModelSpec& m, const PlanSpec& p, int stage) {
+    std::vector<TensorDesc> out;
+    emit_model_states(p, stage_params(m, p, stage), ListEmit{out});
     return out;
+}
+
+std::vector<TensorDesc> stage_buffers(const ModelSpec& m, const PlanSpec& p, int stage) {
+    std::vector<TensorDesc> out;
+    const std::vector<int> ids = stage_layer_ids(m, p, stage);
+    const auto layer = [&](int l) { return layer_params_local(m, p, l); };
+    emit_buffers(m, p, ids, stage_params_of(m, p, stage, ids, layer), layer, ListEmit{out});
+    return out;
+}
+
+const StageParams& LayerParamsByKind::get(const ModelSpec& m, const PlanSpec& p, int layer) {
+    const std::size_t k = m.layer_is_moe(layer) ? 1 : 0;
+    if (!known_[k]) kinds_[k] = layer_params_local(m, p, layer), known_[k] = true;
+    return kinds_[k];
+}
+
+void stage_tensor_bytes(const ModelSpec& m, const PlanSpec& p, int stage, const std::vector<int>& layer_ids, LayerParamsByKind& layers,
+                        StageTensorBytes& out) {
+    out.count = 0;
+    const auto layer = [&](int l) -> const StageParams& { return layers.get(m, p, l); };
+    const StageParams sp = stage_params_of(m, p, stage, layer_ids, layer);
+    emit_model_states(p, sp, BytesEmit{out});
+    emit_buffers(m, p, layer_ids, sp, layer, BytesEmit{out});
 }
 
 bool layer_recomputed(const ModelSpec& m, const PlanSpec& p, int stage, int layer_in_stage) {

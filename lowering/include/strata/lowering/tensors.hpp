@@ -3,6 +3,7 @@
 // model, the lowering's Alloc/Free instructions and the runtime's arenas all read these lists, so
 // predicted and allocated bytes agree by construction. Sizes are per rank, after TP/SP/CP/EP/ZeRO.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -98,6 +99,32 @@ std::vector<TensorDesc> stage_model_states(const ModelSpec& m, const PlanSpec& p
 /// Communication and runtime buffers of one rank (DP buckets, ZeRO-3 gathered layer, PP p2p
 /// buffers, framework reserve).
 std::vector<TensorDesc> stage_buffers(const ModelSpec& m, const PlanSpec& p, int stage);
+
+/// A tensor's size and place without its name or shape: the planner's fast path sums these.
+struct TensorBytes {
+    TensorTag tag = TensorTag::buffers;
+    double bytes = 0;
+    TierSplit tiers;
+};
+/// stage_model_states followed by stage_buffers, byte counts only and in the same order (no
+/// strings, no allocation): the planner's memory estimate runs this for every stage of every plan.
+struct StageTensorBytes {
+    std::array<TensorBytes, 12> items{};
+    int count = 0;
+};
+/// One rank's parameters of a dense and of an MoE layer under one plan, each worked out once: a
+/// layer's local parameters depend on the layer only through which kind it is. One per plan.
+class LayerParamsByKind {
+public:
+    const StageParams& get(const ModelSpec& m, const PlanSpec& p, int layer);
+
+private:
+    StageParams kinds_[2];
+    bool known_[2] = {false, false};
+};
+/// `layer_ids`: stage_layer_ids(m, p, stage), which the caller has at hand; `layers`: this plan's.
+void stage_tensor_bytes(const ModelSpec& m, const PlanSpec& p, int stage, const std::vector<int>& layer_ids, LayerParamsByKind& layers,
+                        StageTensorBytes& out);
 
 /// Layers of `stage` that full recompute applies to: plan.recompute_layers of them (the first
 /// ones), or every plan.recompute_every-th counted across the rank's chunks.

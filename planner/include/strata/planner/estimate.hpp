@@ -60,7 +60,7 @@ private:
     sim::Capacities caps_;
     double margin_;
     sim::Calibration cal_;
-    double peak_flops_ = 0;
+    double flops_per_token_ = 0;  ///< model_flops_per_token(m_): a walk over every layer, once
     std::map<Key, LayerTimes> cache_;
     sim::MemoryCache mem_cache_;
     std::map<std::tuple<int, int, int, int>, sim::StageParams> stage_params_;

@@ -60,6 +60,9 @@ struct SearchOptions {
     int shard = 0, shards = 1;
     bool simulate = true;            ///< false: rank by the fast estimate only
     sim::Calibration calibration;    ///< cost multipliers for the estimate and the simulations (identity: none)
+    /// Name what bounds each simulated plan (SimSummary::critical_path, its `why`); off where no
+    /// one reads it (capacity sweeps): the analysis is about a tenth of a simulation's time.
+    bool critical_path = true;
     /// Memory the simulations may use together (0: memory_limit_bytes()). Each of the `threads`
     /// concurrent simulations gets its share; a plan whose simulation would need more
     /// (sim::simulation_size: a huge global batch) is ranked by its estimate, and says so.
@@ -83,7 +86,7 @@ struct SearchResult {
 
 /// Simulates one plan with the engine (lower -> costs -> engine), as `strata simulate` does.
 SimSummary simulate_plan(const sim::ModelSpec& m, const sim::ClusterSpec& c, const sim::PlanSpec& p,
-                         const hwdb::HardwareView& hw, const sim::Calibration& calibration = {});
+                         const hwdb::HardwareView& hw, const sim::Calibration& calibration = {}, bool critical_path = true);
 
 SearchResult search_plans(const sim::ModelSpec& m, const sim::ClusterSpec& c, const hwdb::HardwareView& hw,
                           const SearchOptions& o);
