@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli.hpp"
+#include "strata/lowering/frameworks.hpp"
 #include "progress.hpp"
 #include "strata/common/error.hpp"
 #include "strata/common/json_reader.hpp"
@@ -29,6 +30,7 @@ struct PlanArgs {
     int threads = 0;
     bool quiet = false, no_simulate = false, no_offload = false, tp_across_nodes = false, no_deepep = false;
     bool expandable_segments = false;
+    std::string framework;
 };
 
 std::string offload_label(const sim::PlanSpec& p) {
@@ -57,7 +59,8 @@ std::string sched_label(const sim::PlanSpec& p) {
     return "?";
 }
 
-void print_table(const planner::SearchResult& r, const std::vector<planner::RunOutlook>& outlooks, int top, std::ostream& out) {
+void print_table(const planner::SearchResult& r, const std::vector<planner::RunOutlook>& outlooks, int top, const std::string& framework,
+                 std::ostream& out) {
     char line[512];
     std::snprintf(line, sizeof line, "%4s %3s %3s %4s %3s %3s %3s %-6s %3s %3s %-6s %4s %-9s %2s %-14s %9s %11s %7s %6s %9s  %s\n", "#", "tp", "pp", "dp",
                   "cp", "ep", "etp", "a2a", "vpp", "mb", "sched", "zero", "recompute", "sp", "offload", "step", "tokens/s", "goodput", "MFU", "peak HBM", "why");
@@ -83,7 +86,7 @@ void print_table(const planner::SearchResult& r, const std::vector<planner::RunO
         out << line;
         ++shown;
     }
-    out << "plans: " << r.space.considered << " considered, " << r.space.invalid << " invalid (divisibility), "
+    out << "plans: " << r.space.considered << " considered, " << r.space.invalid << (framework.empty() ? std::string(" invalid (divisibility), ") : " invalid (divisibility, or not run by " + framework + "), ")
         << r.pruned_memory << " pruned by memory, " << r.estimated << " estimated, " << r.simulated << " simulated ("
         << r.simulated_oom << " OOM" << (r.follow_up_rounds > 0 ? ", " + std::to_string(r.follow_up_rounds) + " follow-up round(s) after OOMs" : "")
         << ")" << (r.too_large_to_simulate > 0 ? "; " + std::to_string(r.too_large_to_simulate) + " too large to simulate in memory here (ranked by estimate)" : "")
@@ -138,6 +141,7 @@ void run_plan(const PlanArgs& a) {
     o.space.tp_within_node = !a.tp_across_nodes;
     o.space.search_deepep = !a.no_deepep;
     o.space.expandable_segments = a.expandable_segments || (s.plan && s.plan->expandable_segments);
+    o.space.framework = !a.framework.empty() ? a.framework : (s.plan ? s.plan->framework : "");
     o.top_k = a.top;
     o.threads = thread_count(a.threads);
     o.simulate = !a.no_simulate;
@@ -167,7 +171,7 @@ void run_plan(const PlanArgs& a) {
         outlooks.push_back(planner::run_outlook(s.model, s.cluster, hw, rp, 0, residuals ? &*residuals : nullptr, false));
     report << "Plans for " << s.model.name << " on " << s.cluster.name << " (" << s.cluster.gpu_count() << " x " << s.cluster.gpu
            << "), global batch " << o.space.global_batch << ", seq " << s.model.seq_len << "\n";
-    print_table(r, outlooks, a.top, report);
+    print_table(r, outlooks, a.top, o.space.framework, report);
     if (!r.ranked.empty()) print_outlook(outlooks, a.top, report);
     report << "calibration: " << cal_line << "\n";
     report << "residuals: " << residuals_line << "\n";
@@ -199,6 +203,13 @@ void add_plan(CLI::App& app) {
     cmd->add_flag("--no-offload", a->no_offload, "do not consider CPU/SSD offload");
     cmd->add_flag("--tp-across-nodes", a->tp_across_nodes, "allow tensor parallelism across nodes");
     cmd->add_flag("--no-deepep", a->no_deepep, "MoE: keep Megatron's flat all-to-all (no DeepEP dispatch across nodes)");
+    cmd->add_option("--framework", a->framework,
+                    "search only what this framework runs, with its preset's knobs (strata explain-plan --frameworks; "
+                    "also taken from the plan given)")
+        ->check([](const std::string& v) {
+            return sim::canonical_framework(v).empty() ? "must be one of " + sim::framework_choices() : std::string();
+        })
+        ->transform([](const std::string& v) { return sim::canonical_framework(v); });
     cmd->add_flag("--expandable-segments", a->expandable_segments,
                   "the runs use PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (also taken from the plan given)");
     cmd->callback([a] { run_plan(*a); });

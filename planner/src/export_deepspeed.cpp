@@ -214,6 +214,7 @@ PlanSpec read_deepspeed(const nlohmann::json& j, int gpus, const DeepSpeedModelC
     if (p.zero_stage >= 2 && p.pp > 1)
         throw InputError(file, "zero_optimization.stage", "= " + std::to_string(p.zero_stage) + " does not run with pipeline stages "
                                                          "(DeepSpeed's pipeline engine: ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism)");
+    p.framework = "deepspeed";
     return p;
 }
 

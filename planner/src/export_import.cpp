@@ -246,6 +246,8 @@ PlanSpec plan_from_megatron_args(const std::string& args, int gpus, const std::s
     int denom = p.tp * p.pp * p.cp;
     if (gpus % denom != 0) throw InputError(file, "--tensor-model-parallel-size", "tp x pp x cp = " + std::to_string(denom) + " does not divide the GPU count " + std::to_string(gpus));
     p.dp = gpus / denom;
+    // The arguments set every knob the import reads; the framework says what ran them.
+    p.framework = "megatron-core";
     return p;
 }
 

@@ -3,6 +3,7 @@
 // Megatron-LM and DeepSpeed enforce. Pruning by memory and time happens in search.cpp.
 #include "strata/planner/space.hpp"
 
+#include "strata/lowering/frameworks.hpp"
 #include "strata/lowering/groups.hpp"  // group_layout: does the EP group cross nodes?
 
 #include <algorithm>
@@ -89,6 +90,7 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
     const auto offloads = offload_choices(s.search_offload, s.offload_to_ssd);
     std::int64_t layout_index = 0;
     bool stop = false;
+    const bool pipelined_fsdp_ok = s.framework == "torchtitan" || s.framework == "torchtitan-compile";
 
     for (int tp : divisors(gpus)) {
         if (stop) break;
@@ -169,7 +171,9 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                                             ++k.considered;
                                             bool ok = true;
                                             if (sched == Schedule::interleaved_1f1b && group == 0) ok = false;
-                                            if (zero == 3 && pp > 1) ok = false;          // pipelined FSDP: a plan file may ask for it; the exports (Megatron, DeepSpeed) cannot say it
+                                            // Pipelined FSDP: a plan file may ask for it; the Megatron and DeepSpeed
+                                            // exports cannot say it, so only torchtitan's searches include it.
+                                            if (zero == 3 && pp > 1 && !pipelined_fsdp_ok) ok = false;
                                             if (dp * cp == 1 && zero > 0) ok = false;     // nothing to shard over
                                             if (sp == 1 && (m.seq_len / cp) % tp != 0) ok = false;  // SP splits the sequence over tp
                                             if (zero < off.min_zero_stage) ok = false;
@@ -197,6 +201,14 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                                             p.offload = off.offload;
                                             p.lock_free_update = off.lock_free;
                                             p.expandable_segments = s.expandable_segments;
+                                            if (!s.framework.empty()) {
+                                                p.framework = s.framework;
+                                                apply_framework(p);
+                                                if (framework_refusal(p)) {
+                                                    ++k.invalid;
+                                                    continue;
+                                                }
+                                            }
                                             ++k.valid;
                                             if (!visit(p)) stop = true;
                                             if (stop) break;

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "strata/common/error.hpp"
+#include "strata/lowering/spec_io.hpp"
 #include "strata/planner/export.hpp"
 #include "support/gpt.hpp"
 
@@ -48,6 +49,9 @@ TEST_CASE("Megatron arguments round-trip into the plan", "[planner][export]") {
     CHECK(r.text.find("--num-layers-per-virtual-pipeline-stage 2") != std::string::npos);  // 96/16/3
     CHECK(r.unsupported.empty());
     PlanSpec q = planner::plan_from_megatron_args(r.text, 1024, "args");
+    // Imported arguments name their framework, and the plan file written from them reads back whole.
+    CHECK(q.framework == "megatron-core");
+    CHECK(sim::to_json_text(sim::plan_from_json_text(sim::to_json_text(q), "imported.json")) == sim::to_json_text(q));
     CHECK(q.tp == 8);
     CHECK(q.pp == 16);
     CHECK(q.dp == 8);  // 1024 / (8*16)

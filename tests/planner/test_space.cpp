@@ -6,8 +6,11 @@
 #include <set>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "strata/planner/space.hpp"
 #include "strata/sim/cost.hpp"
+#include "strata/lowering/frameworks.hpp"
 #include "strata/lowering/spec_io.hpp"
 #include "support/gpt.hpp"
 
@@ -264,4 +267,61 @@ TEST_CASE("interleaving is offered only where every virtual stage gets a layer, 
         return true;
     });
     CHECK(vpps_at_pp16 == std::set<int>{2, 3});  // divisors of 6 that fit in the last stage's 4 layers
+}
+
+TEST_CASE("a framework's search yields only plans it runs, each equal to its plan file read back", "[planner][space][frameworks]") {
+    // The planner sets knobs with apply_framework (no JSON); a plan written with only its stated
+    // fields and plan.framework must read back to the same plan, or exports would lie.
+    const ModelSpec m = small_gpt();
+    const ClusterSpec c = two_nodes();
+    for (const std::string& fw : framework_names()) {
+        CAPTURE(fw);
+        planner::SearchSpace s;
+        s.global_batch = 32;
+        s.framework = fw;
+        std::int64_t n = 0, pipelined_fsdp = 0;
+        const auto k = planner::enumerate_plans(m, c, s, [&](const PlanSpec& p) {
+            CHECK(p.framework == fw);
+            CHECK_FALSE(framework_refusal(p));
+            REQUIRE_NOTHROW(validate_plan(m, c, p, "enumerated"));
+            pipelined_fsdp += p.pipelined_fsdp();
+            if (n++ % 97 == 0) {
+                // Stated fields only: what a user copies from a recipe.
+                PlanSpec stated = p;
+                const PlanSpec defaults;
+                stated.flash_attention = defaults.flash_attention;
+                stated.attention_kernel = defaults.attention_kernel;
+                stated.p2p_blocking = stated.p2p_scatter_gather = false;
+                stated.grad_accum_fusion = defaults.grad_accum_fusion;
+                stated.fp32_grads = defaults.fp32_grads;
+                stated.overlap_grad_reduce = defaults.overlap_grad_reduce;
+                stated.overlap_param_gather = defaults.overlap_param_gather;
+                stated.tp_comm_overlap = defaults.tp_comm_overlap;
+                stated.eager_elementwise = defaults.eager_elementwise;
+                stated.loss_upcast = defaults.loss_upcast;
+                stated.eager_cross_entropy = defaults.eager_cross_entropy;
+                stated.framework.clear();
+                // Written without a framework, the defaults are omitted or explicit; strip the knobs.
+                nlohmann::json j = nlohmann::json::parse(to_json_text(stated));
+                for (const std::string& key : framework_knob_keys()) j.erase(key);
+                j["framework"] = fw;
+                CHECK(to_json_text(plan_from_json_text(j.dump(), "stated.json")) == to_json_text(p));
+            }
+            return true;
+        });
+        CHECK(n == k.valid);
+        CHECK(n > 0);
+        // Only torchtitan runs FSDP under a pipeline here (the exports cannot say it).
+        CHECK((pipelined_fsdp > 0) == (fw == "torchtitan" || fw == "torchtitan-compile"));
+    }
+    // A data-parallel-only framework leaves no tp or pp in the space.
+    planner::SearchSpace s;
+    s.global_batch = 32;
+    s.framework = "llm.c";
+    planner::enumerate_plans(m, c, s, [&](const PlanSpec& p) {
+        CHECK(p.tp == 1);
+        CHECK(p.pp == 1);
+        CHECK(p.zero_stage <= 1);
+        return true;
+    });
 }

@@ -244,6 +244,30 @@ const std::vector<std::string>& framework_knob_keys() {
     return keys;
 }
 
+void apply_framework(PlanSpec& p) {
+    const Preset* preset = find(p.framework);
+    if (!preset) return;
+    for (const Knob& k : preset->knobs) {
+        if (!applies(k.when, p)) continue;
+        const std::string key = k.key, v = k.value_json;
+        const bool on = v == "true";
+        if (key == "flash_attention") p.flash_attention = on;
+        else if (key == "attention_kernel") p.attention_kernel = v == "\"fa1\"" ? AttentionKernel::fa1 : v == "\"fa2\"" ? AttentionKernel::fa2 : AttentionKernel::fa3;
+        else if (key == "p2p_blocking") p.p2p_blocking = on;
+        else if (key == "p2p_scatter_gather") p.p2p_scatter_gather = on;
+        else if (key == "grad_accum_fusion") p.grad_accum_fusion = on;
+        else if (key == "fp32_grads") p.fp32_grads = on;
+        else if (key == "overlap_grad_reduce") p.overlap_grad_reduce = on;
+        else if (key == "overlap_param_gather") p.overlap_param_gather = on;
+        else if (key == "tp_comm_overlap") p.tp_comm_overlap = on;
+        else if (key == "eager_elementwise") p.eager_elementwise = on;
+        else if (key == "loss_upcast") p.loss_upcast = on;
+        else if (key == "eager_cross_entropy") p.eager_cross_entropy = on;
+        // A key without a setter here would make the planner's plans differ from the files it
+        // writes; tests/lowering/test_frameworks.cpp compares both for every preset.
+    }
+}
+
 std::optional<FrameworkRefusal> framework_refusal(const PlanSpec& p) {
     const std::string fw = canonical_framework(p.framework);
     if (fw.empty()) return std::nullopt;
@@ -267,6 +291,9 @@ std::optional<FrameworkRefusal> framework_refusal(const PlanSpec& p) {
     if (p.zero_stage == 1 && (fw == "torchtitan" || fw == "torchtitan-compile" || fw == "llm-foundry"))
         return refuse("plan.zero_stage", "must be 0, 2 or 3: FSDP shards gradients with the optimizer states (ZeRO-2 as "
                                          "reshard_after_forward = False, ZeRO-3 by default), there is no ZeRO-1");
+    if (deepspeed_like && p.pp > 1 && p.zero_stage >= 2)
+        return refuse("plan.zero_stage", "must be 0 or 1 with pp > 1: DeepSpeed's PipelineEngine asserts that ZeRO-2 "
+                                         "and ZeRO-3 are incompatible with pipeline parallelism");
     if (deepspeed_like && (p.schedule == Schedule::interleaved_1f1b || p.schedule == Schedule::dualpipe_v))
         return refuse("plan.schedule", "must be gpipe or 1f1b: DeepSpeed's PipelineEngine has no interleaved schedule");
     if (p.schedule == Schedule::dualpipe_v && !megatron_like)
@@ -275,6 +302,20 @@ std::optional<FrameworkRefusal> framework_refusal(const PlanSpec& p) {
         return refuse("plan.tp_comm_overlap", "must be false: userbuffer TP overlap is Transformer Engine's under Megatron-Core");
     if (p.moe_dispatcher == MoeDispatcher::deepep && !megatron_like)
         return refuse("plan.moe_dispatcher", "must be \"alltoall\": the DeepEP dispatcher is Megatron-Core's here");
+    if (p.lock_free_update)
+        return refuse("plan.lock_free_update", "must be false: the lock-free update is Angel-PTM's own");
+    const OffloadSpec& o = p.offload;
+    const bool any_ssd = o.optimizer.ssd > 0 || o.params.ssd > 0 || o.grads.ssd > 0 || o.activations.ssd > 0;
+    if (any_ssd && !deepspeed_like)
+        return refuse("plan.offload", "must keep everything off the SSD: NVMe offload is DeepSpeed's ZeRO-Infinity");
+    const bool states_off = !o.params.all_gpu() || !o.grads.all_gpu();
+    if (!o.optimizer.all_gpu() && (fw == "llm.c" || fw == "megatron-lm-2021"))
+        return refuse("plan.offload.optimizer", "must be \"gpu\": this framework has no optimizer offload");
+    if (states_off && (megatron_like || fw == "llm.c" || fw == "megatron-lm-2021"))
+        return refuse("plan.offload", "may move only the optimizer (Megatron-Core's --optimizer-cpu-offload): this "
+                                      "framework keeps parameters and gradients on the GPU");
+    if (!o.activations.all_gpu() && !deepspeed_like && !megatron_like)
+        return refuse("plan.offload.activations", "must be \"gpu\": this framework does not offload activations");
     return std::nullopt;
 }
 

@@ -32,6 +32,10 @@ std::string framework_summary(const std::string& name);
 /// accumulation only under bf16). Empty for an unknown name.
 std::vector<FrameworkKnob> framework_knobs(const std::string& framework, const PlanSpec& stated);
 
+/// Sets p's knobs to p.framework's preset in place (the planner's fast path: no JSON), as reading
+/// a plan with only its stated fields and plan.framework would.
+void apply_framework(PlanSpec& p);
+
 /// Every plan key some preset sets: what a presets-only reading of a plan leaves to the preset.
 const std::vector<std::string>& framework_knob_keys();
 

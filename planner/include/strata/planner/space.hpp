@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "strata/lowering/spec.hpp"
@@ -32,6 +33,9 @@ struct SearchSpace {
     /// The allocator every plan runs with (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True): a
     /// setting of the user's stack, not a dimension searched.
     bool expandable_segments = false;
+    /// The framework that will run the plan (a plan.framework preset, "" = none): every plan gets
+    /// its knobs, and what it cannot run (framework_refusal) is dropped as invalid.
+    std::string framework;
 };
 
 struct SpaceCounters {
