@@ -31,6 +31,7 @@ struct PlanArgs {
     bool quiet = false, no_simulate = false, no_offload = false, tp_across_nodes = false, no_deepep = false;
     bool expandable_segments = false;
     std::string framework;
+    std::string precision;
 };
 
 std::string offload_label(const sim::PlanSpec& p) {
@@ -142,6 +143,8 @@ void run_plan(const PlanArgs& a) {
     o.space.search_deepep = !a.no_deepep;
     o.space.expandable_segments = a.expandable_segments || (s.plan && s.plan->expandable_segments);
     o.space.framework = !a.framework.empty() ? a.framework : (s.plan ? s.plan->framework : "");
+    if (!a.precision.empty()) sim::precision_from(a.precision, o.space.precision);
+    else if (s.plan) o.space.precision = s.plan->precision;
     o.top_k = a.top;
     o.threads = thread_count(a.threads);
     o.simulate = !a.no_simulate;
@@ -203,6 +206,8 @@ void add_plan(CLI::App& app) {
     cmd->add_flag("--no-offload", a->no_offload, "do not consider CPU/SSD offload");
     cmd->add_flag("--tp-across-nodes", a->tp_across_nodes, "allow tensor parallelism across nodes");
     cmd->add_flag("--no-deepep", a->no_deepep, "MoE: keep Megatron's flat all-to-all (no DeepEP dispatch across nodes)");
+    cmd->add_option("--precision", a->precision, "the precision every plan trains in (default: the plan given, else bf16)")
+        ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}));
     cmd->add_option("--framework", a->framework,
                     "search only what this framework runs, with its preset's knobs (strata explain-plan --frameworks; "
                     "also taken from the plan given)")
