@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "cli.hpp"
+#include "strata/lowering/frameworks.hpp"
 #include "progress.hpp"
 #include "strata/common/error.hpp"
 #include "strata/common/text.hpp"
@@ -24,6 +25,7 @@ struct CapArgs {
     std::vector<std::string> gpus;
     int max_gpus = 4096, min_gpus = 8, global_batch = 0, threads = 0;
     bool max_model = false, quiet = false, no_deepep = false, expandable_segments = false, owned = false;
+    std::string framework;
 };
 
 /// "2T", "300B", "1.5e12" -> tokens.
@@ -146,6 +148,12 @@ void run_capacity(const CapArgs& a) {
     o.search.space.search_gpipe = false;
     o.search.space.search_offload = false;
     o.search.space.zero_stages = {1};
+    if (!a.framework.empty()) {
+        // FSDP frameworks have no ZeRO-1: their sweep takes full sharding, as they default to.
+        o.search.space.framework = a.framework;
+        if (a.framework == "torchtitan" || a.framework == "torchtitan-compile" || a.framework == "llm-foundry")
+            o.search.space.zero_stages = {3};
+    }
     o.search.space.search_deepep = !a.no_deepep;
     o.search.space.expandable_segments = a.expandable_segments;
     o.search.shortlist = 3;
@@ -261,6 +269,11 @@ void add_capacity(CLI::App& app) {
     cmd->add_flag("--quiet,-q", a->quiet, "no progress bar");
     cmd->add_flag("--no-deepep", a->no_deepep, "MoE: keep Megatron's flat all-to-all (no DeepEP dispatch across nodes)");
     cmd->add_flag("--expandable-segments", a->expandable_segments, "the runs use PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True");
+    cmd->add_option("--framework", a->framework, "size the cluster for plans this framework runs, with its preset's knobs (docs/frameworks.md)")
+        ->check([](const std::string& v) {
+            return sim::canonical_framework(v).empty() ? "must be one of " + sim::framework_choices() : std::string();
+        })
+        ->transform([](const std::string& v) { return sim::canonical_framework(v); });
     cmd->add_flag("--owned", a->owned, "owned hardware: the cost is the price per GPU-hour (amortised) plus the energy bill");
     cmd->callback([a] { run_capacity(*a); });
 }

@@ -34,6 +34,33 @@ best = lambda j: j["plans"][0]["simulation"]["tokens_per_s"]
 assert best(m) >= best(a) * 0.999, (best(m), best(a))
 PY
 
+# A framework's search (docs/frameworks.md): llm.c runs data parallelism only, and every plan in
+# the JSON names it and carries its preset (cuDNN flash attention, in-place loss); an unknown
+# framework is refused with exit 2 and the known ones listed.
+"$S" plan --model gpt2-124m --cluster dgx-h100-x1 --global-batch 32 --quiet --no-offload --framework llm.c \
+    --json "$T/llmc.json" >/dev/null || fail "plan --framework llm.c failed"
+python3 - "$T/llmc.json" <<'PY' || fail "llm.c search gave a plan llm.c cannot run"
+import json, sys
+plans = json.load(open(sys.argv[1]))["plans"]
+assert plans
+for p in plans:
+    q = p["plan"]
+    assert q["framework"] == "llm.c" and q["tp"] == 1 and q["pp"] == 1, q
+    assert q["loss_upcast"] is False and q["attention_kernel"] == "fa3", q
+PY
+"$S" plan --model gpt2-124m --cluster dgx-h100-x1 --framework megatron >/dev/null 2>"$T/err"; rc=$?
+[ $rc -eq 2 ] || fail "unknown --framework: exit $rc (want 2)"
+grep -q "torchtitan" "$T/err" || fail "unknown framework error does not list the known ones"
+# explain-plan names each value's origin.
+cat > "$T/tt.json" <<JSON
+{"model": "$SRC/scenarios/models/llama-3-8b.json", "cluster": "$SRC/scenarios/clusters/dgx-h100-x1.json",
+ "plan": {"framework": "torchtitan", "dp": 8, "zero_stage": 3, "global_batch": 8, "eager_elementwise": false}}
+JSON
+"$S" explain-plan --scenario "$T/tt.json" > "$T/explain.txt" || fail "explain-plan failed"
+grep -Eq '^  eager_elementwise +false +plan' "$T/explain.txt" || fail "explain-plan: the plan's own key"
+grep -Eq '^  attention_kernel +"fa2" +framework torchtitan' "$T/explain.txt" || fail "explain-plan: the preset's key"
+grep -Eq '^  cp +1 +default' "$T/explain.txt" || fail "explain-plan: a default"
+
 # Export of the best plan parses back.
 "$S" export --from-plan-json "$T/all.json" --format megatron -o "$T/args.txt" 2>/dev/null || fail "export megatron"
 grep -q -- "--tensor-model-parallel-size" "$T/args.txt" || fail "megatron args missing tp"
