@@ -79,7 +79,7 @@ planner::SearchOptions memory_bound_options() {
 
 }  // namespace
 
-TEST_CASE("search finds the brute-force best plan (H100 node)", "[planner][search]") {
+TEST_CASE("search finds the brute-force best plan (H100 node)", "[planner][search][slow]") {
     const ModelSpec m = gpt(8, 1024, 1024);
     const ClusterSpec c = node("H100-SXM5-80GB", 1);
     const auto hw = view(c);
@@ -99,7 +99,7 @@ TEST_CASE("search finds the brute-force best plan (H100 node)", "[planner][searc
     CHECK(r.ranked[0].sim.tokens_per_s == Approx(b.best_tps).epsilon(1e-12));
 }
 
-TEST_CASE("search finds the brute-force best when memory binds (A100-40GB node)", "[planner][search]") {
+TEST_CASE("search finds the brute-force best when memory binds (A100-40GB node)", "[planner][search][slow]") {
     // ~2.5 B parameters: 16 B/param of model states (40 GB) do not fit one 40 GB GPU unsharded,
     // so only sharded / pipelined / recomputed plans survive.
     const ModelSpec m = gpt(12, 4096, 1024);
