@@ -3,6 +3,7 @@
 #include "strata/lowering/frameworks.hpp"
 
 #include <algorithm>
+#include <string_view>
 
 namespace strata::sim {
 
@@ -54,6 +55,31 @@ constexpr const char* kPipelineEngineReduce =
     "DeepSpeed runtime/pipe/schedule.py TrainSchedule: ReduceGrads runs after the last backward of the step, "
     "not overlapped with it";
 
+// Knobs several presets share, spelled once.
+const Knob kTeFlash{"flash_attention", "true", When::always,
+                    "Transformer Engine's fused attention (cuDNN flash kernels), Megatron-Core's default attention backend"};
+const Knob kTeFa3{"attention_kernel", "\"fa3\"", When::always,
+                  "Transformer Engine's cuDNN fused attention is FlashAttention-3-class on Hopper (docs/costs.md)"};
+const Knob kAutogradAccumKnob{"grad_accum_fusion", "false", When::always, kAutogradAccum};
+const Knob kTpOverlapWithSp{"tp_comm_overlap", "true", When::tp_sp,
+                            "NeMo / Megatron-Bridge performance recipes turn on TP communication overlap (userbuffers) "
+                            "with sequence parallelism (NeMo 1.x ub_tp_comm_overlap, MegatronCommOverlapCallback / CommOverlapConfig)"};
+// torchtitan with or without torch.compile: the same knobs but the elementwise ops.
+std::vector<Knob> torchtitan_knobs(bool compiled) {
+    return {{"attention_kernel", "\"fa2\"", When::always,
+             "torchtitan's default attention is F.scaled_dot_product_attention, whose flash backend is FlashAttention-2"},
+            kAutogradAccumKnob,
+            compiled ? Knob{"eager_elementwise", "false", When::always, "torch.compile (Inductor) fuses the elementwise ops of each block"}
+                     : Knob{"eager_elementwise", "true", When::always,
+                            "without torch.compile, RMSNorm, SiLU, the gating product, RoPE and residual adds run as separate eager kernels"},
+            {"loss_upcast", "true", When::always, "torchtitan's cross_entropy_loss upcasts the logits: pred.flatten(0, 1).float()"},
+            {"eager_cross_entropy", "true", When::always,
+             "torchtitan's loss is F.cross_entropy(pred.float()) in eager PyTorch: log_softmax keeps an fp32 output and "
+             "its backward allocates two more fp32 logits-sized tensors (docs/lowering.md)"},
+            {"fp32_grads", "true", When::mixed16,
+             "torchtitan's FSDP2 MixedPrecisionPolicy reduces gradients in fp32 (training.mixed_precision_reduce = \"float32\")"}};
+}
+
 const std::vector<Preset>& presets() {
     static const std::vector<Preset> table = {
         {"megatron-lm-2021",
@@ -70,7 +96,7 @@ const std::vector<Preset>& presets() {
          {{"flash_attention", "false", When::always, kNoFlash2021},
           {"p2p_blocking", "true", When::pipelined, kPipelineEngineP2p},
           {"p2p_scatter_gather", "true", When::pipelined_tp, kPipelineEngineP2p},
-          {"grad_accum_fusion", "false", When::always, kAutogradAccum},
+          kAutogradAccumKnob,
           {"fp32_grads", "true", When::mixed16,
            "DeepSpeed runtime/bf16_optimizer.py (BF16_Optimizer, which bf16 pipelines use): fp32 gradient accumulation buffers"},
           {"overlap_grad_reduce", "false", When::always, kPipelineEngineReduce}}},
@@ -81,7 +107,7 @@ const std::vector<Preset>& presets() {
            "models call FlashAttention-2"},
           {"p2p_blocking", "true", When::pipelined, kPipelineEngineP2p},
           {"p2p_scatter_gather", "true", When::pipelined_tp, kPipelineEngineP2p},
-          {"grad_accum_fusion", "false", When::always, kAutogradAccum},
+          kAutogradAccumKnob,
           {"overlap_grad_reduce", "false", When::below_zero3,
            "DeepSpeed runtime/zero/config.py: zero_optimization.overlap_comm defaults to false below stage 3 "
            "(and PipelineEngine reduces after the schedule)"},
@@ -89,10 +115,8 @@ const std::vector<Preset>& presets() {
            "DeepSpeed runtime/zero/config.py: overlap_comm defaults to true for ZeRO stage 3"}}},
         {"megatron-core",
          "Megatron-LM with Megatron-Core and Transformer Engine (2023 or later), its command-line defaults",
-         {{"flash_attention", "true", When::always,
-           "Transformer Engine's fused attention (cuDNN flash kernels), Megatron-Core's default attention backend"},
-          {"attention_kernel", "\"fa3\"", When::always,
-           "Transformer Engine's cuDNN fused attention is FlashAttention-3-class on Hopper (docs/costs.md)"},
+         {kTeFlash,
+          kTeFa3,
           {"fp32_grads", "true", When::mixed16, kMegatronBf16Grads},
           {"overlap_grad_reduce", "false", When::always,
            "Megatron-LM megatron/training/arguments.py: --overlap-grad-reduce is off unless given"},
@@ -100,9 +124,8 @@ const std::vector<Preset>& presets() {
            "Megatron-LM megatron/training/arguments.py: --overlap-param-gather is off unless given"}}},
         {"megatron-bridge",
          "NVIDIA's NeMo 2 / Megatron-Bridge performance recipes on Megatron-Core (2025 or later)",
-         {{"flash_attention", "true", When::always, "Transformer Engine's fused attention (cuDNN flash kernels)"},
-          {"attention_kernel", "\"fa3\"", When::always,
-           "Transformer Engine's cuDNN fused attention is FlashAttention-3-class on Hopper (docs/costs.md)"},
+         {kTeFlash,
+          kTeFa3,
           {"fp32_grads", "true", When::mixed16,
            "Megatron-Bridge src/megatron/bridge/training/mixed_precision.py: bf16_mixed (and the FP8 recipes built on "
            "it) set grad_reduce_in_fp32=True"},
@@ -110,14 +133,11 @@ const std::vector<Preset>& presets() {
            "Megatron-Bridge src/megatron/bridge/recipes/common.py: DistributedDataParallelConfig(overlap_grad_reduce=True)"},
           {"overlap_param_gather", "true", When::always,
            "Megatron-Bridge src/megatron/bridge/recipes/common.py: DistributedDataParallelConfig(overlap_param_gather=True)"},
-          {"tp_comm_overlap", "true", When::tp_sp,
-           "NeMo / Megatron-Bridge performance recipes turn on TP communication overlap (userbuffers) with "
-           "sequence parallelism (MegatronCommOverlapCallback / CommOverlapConfig)"}}},
+          kTpOverlapWithSp}},
         {"nemo",
          "NeMo 1.x through the NeMo Framework Launcher (2023-24): Megatron-Core models, Apex's distributed fused Adam",
-         {{"flash_attention", "true", When::always, "Transformer Engine's fused attention (cuDNN flash kernels)"},
-          {"attention_kernel", "\"fa3\"", When::always,
-           "Transformer Engine's cuDNN fused attention is FlashAttention-3-class on Hopper (docs/costs.md)"},
+         {kTeFlash,
+          kTeFa3,
           {"fp32_grads", "false", When::always,
            "NeMo-Framework-Launcher examples/training/*/h100/*.sh pass +training.model.optim.grad_sync_dtype=bf16 "
            "(distributed_fused_adam reduces gradients in bf16)"},
@@ -125,35 +145,11 @@ const std::vector<Preset>& presets() {
            "NeMo-Framework-Launcher's distributed_fused_adam optimizer config: overlap_grad_sync: true"},
           {"overlap_param_gather", "true", When::always,
            "NeMo-Framework-Launcher's distributed_fused_adam optimizer config: overlap_param_sync: true"},
-          {"tp_comm_overlap", "true", When::tp_sp,
-           "NeMo-Framework-Launcher performance configs set ub_tp_comm_overlap: true with sequence parallelism"}}},
-        {"torchtitan",
-         "torchtitan: FSDP2 x TP x PP x CP in eager PyTorch (torch.compile off, its default)",
-         {{"attention_kernel", "\"fa2\"", When::always,
-           "torchtitan's default attention is F.scaled_dot_product_attention, whose flash backend is FlashAttention-2"},
-          {"grad_accum_fusion", "false", When::always, kAutogradAccum},
-          {"eager_elementwise", "true", When::always,
-           "without torch.compile, RMSNorm, SiLU, the gating product, RoPE and residual adds run as separate eager kernels"},
-          {"loss_upcast", "true", When::always,
-           "torchtitan's cross_entropy_loss upcasts the logits: pred.flatten(0, 1).float()"},
-          {"eager_cross_entropy", "true", When::always,
-           "torchtitan's loss is F.cross_entropy(pred.float()) in eager PyTorch: log_softmax keeps an fp32 output and "
-           "its backward allocates two more fp32 logits-sized tensors (docs/lowering.md)"},
-          {"fp32_grads", "true", When::mixed16,
-           "torchtitan's FSDP2 MixedPrecisionPolicy reduces gradients in fp32 (training.mixed_precision_reduce = \"float32\")"}}},
-        {"torchtitan-compile",
-         "torchtitan with torch.compile on each block: elementwise ops fused by Inductor",
-         {{"attention_kernel", "\"fa2\"", When::always,
-           "torchtitan's default attention is F.scaled_dot_product_attention, whose flash backend is FlashAttention-2"},
-          {"grad_accum_fusion", "false", When::always, kAutogradAccum},
-          {"eager_elementwise", "false", When::always, "torch.compile (Inductor) fuses the elementwise ops of each block"},
-          {"loss_upcast", "true", When::always,
-           "torchtitan's cross_entropy_loss upcasts the logits: pred.flatten(0, 1).float()"},
-          {"eager_cross_entropy", "true", When::always,
-           "torchtitan's loss is F.cross_entropy(pred.float()) in eager PyTorch: log_softmax keeps an fp32 output and "
-           "its backward allocates two more fp32 logits-sized tensors (docs/lowering.md)"},
-          {"fp32_grads", "true", When::mixed16,
-           "torchtitan's FSDP2 MixedPrecisionPolicy reduces gradients in fp32 (training.mixed_precision_reduce = \"float32\")"}}},
+          kTpOverlapWithSp}},
+        {"torchtitan", "torchtitan: FSDP2 x TP x PP x CP in eager PyTorch (torch.compile off, its default)",
+         torchtitan_knobs(false)},
+        {"torchtitan-compile", "torchtitan with torch.compile on each block: elementwise ops fused by Inductor",
+         torchtitan_knobs(true)},
         {"llm-foundry",
          "MosaicML llm-foundry on Composer with PyTorch FSDP",
          {{"attention_kernel", "\"fa2\"", When::always,
@@ -163,7 +159,7 @@ const std::vector<Preset>& presets() {
            "the loss are fused kernels"},
           {"loss_upcast", "false", When::always,
            "llm-foundry's default loss_fn fused_crossentropy (flash_attn.losses.cross_entropy) reads bf16 logits, no fp32 copy"},
-          {"grad_accum_fusion", "false", When::always, kAutogradAccum}}},
+          kAutogradAccumKnob}},
         {"llm.c",
          "karpathy/llm.c train_gpt2.cu built with USE_CUDNN=1, as its GPT-2 reproductions ran",
          {{"flash_attention", "true", When::always, "llm.c's cuDNN build calls cuDNN's fused flash attention"},
@@ -179,7 +175,7 @@ const std::vector<Preset>& presets() {
            "attn_implementation flash_attention_2 or sdpa (whose flash backend is FlashAttention-2)"},
           {"eager_elementwise", "true", When::always,
            "Transformers' modeling code runs norms, activations and residual adds as eager PyTorch ops"},
-          {"grad_accum_fusion", "false", When::always, kAutogradAccum},
+          kAutogradAccumKnob,
           {"loss_upcast", "true", When::always,
            "Transformers' ForCausalLMLoss upcasts the logits to fp32 before the cross-entropy"}}},
     };
@@ -249,7 +245,7 @@ void apply_framework(PlanSpec& p) {
     if (!preset) return;
     for (const Knob& k : preset->knobs) {
         if (!applies(k.when, p)) continue;
-        const std::string key = k.key, v = k.value_json;
+        const std::string_view key = k.key, v = k.value_json;
         const bool on = v == "true";
         if (key == "flash_attention") p.flash_attention = on;
         else if (key == "attention_kernel") p.attention_kernel = v == "\"fa1\"" ? AttentionKernel::fa1 : v == "\"fa2\"" ? AttentionKernel::fa2 : AttentionKernel::fa3;
