@@ -1,6 +1,7 @@
 // What each instruction does on the cpu backend, read off its operands (lower.hpp's dataflow
 // conventions): compute kernels, collectives and transfers through the transport, copies between
 // tiers (the ssd tier is a file), and the optimizer on its tier.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <unistd.h>
@@ -26,6 +27,10 @@ struct Args {
 bool backward(Phase p) { return p == Phase::backward; }
 }  // namespace
 
+// The kernels whose contract is the same on both backends (device.hpp): the device's when there
+// is one, else the cpu backend's.
+#define KERNEL(fn, ...) (dev_ ? dev_->fn(__VA_ARGS__) : cpu::fn(__VA_ARGS__))
+
 void RankState::compute(std::size_t i) {
     const Instr& in = rp_.instrs[i];
     const Program& prog = w_.program;
@@ -42,15 +47,15 @@ void RankState::compute(std::size_t i) {
             if (nout >= 1 && a.out(0).role == TensorRole::param_grad) {  // wgrad: dW += dY^T X
                 const DataTensor &x = a.in(0), &dy = a.in(1), &dw = a.out(0);
                 if (dw.rows != dy.cols || dw.cols != x.cols || x.rows != dy.rows) fail(i, "wgrad operand shapes disagree");
-                cpu::matmul_wgrad(O(0), nout > 1 ? O(1) : nullptr, I(0), I(1), x.rows, x.cols, dy.cols);
+                KERNEL(matmul_wgrad, O(0), nout > 1 ? O(1) : nullptr, I(0), I(1), x.rows, x.cols, dy.cols);
             } else if (a.in(0).role == TensorRole::grad) {  // dgrad: dX = dY W
                 const DataTensor &dy = a.in(0), &w = a.in(1), &dx = a.out(0);
                 if (w.rows != dy.cols || dx.cols != w.cols || dx.rows != dy.rows) fail(i, "dgrad operand shapes disagree");
-                cpu::matmul_dgrad(O(0), I(0), I(1), dy.rows, w.cols, w.rows);
+                KERNEL(matmul_dgrad, O(0), I(0), I(1), dy.rows, w.cols, w.rows);
             } else {  // forward: Y = X W^T + b
                 const DataTensor &x = a.in(0), &w = a.in(1), &y = a.out(0);
                 if (w.cols != x.cols || y.cols != w.rows || y.rows != x.rows) fail(i, "forward GEMM operand shapes disagree");
-                cpu::matmul_forward(O(0), I(0), I(1), nin > 2 ? I(2) : nullptr, x.rows, x.cols, w.rows);
+                KERNEL(matmul_forward, O(0), I(0), I(1), nin > 2 ? I(2) : nullptr, x.rows, x.cols, w.rows);
             }
             return;
         }
@@ -58,7 +63,9 @@ void RankState::compute(std::size_t i) {
             const DataTensor &qkv = a.in(0), &out = a.out(0);
             const i64 hq = out.cols / hd, hkv = (qkv.cols / hd - hq) / 2;
             if (name == "attention") {
-                cpu::attention_forward(O(0), O(1), I(0), qkv.rows, m.seq_len, hq, hkv, hd);
+                KERNEL(attention_forward, O(0), O(1), I(0), qkv.rows, m.seq_len, hq, hkv, hd);
+            } else if (dev_) {
+                fail(i, "context parallelism is not executed by the cuda backend");
             } else if (name == "attention.local") {  // context parallelism: this rank's own block
                 cpu::attention_block_forward(O(0), O(1), I(0), I(0) + hq * hd, qkv.cols, positions(), positions(), qkv.rows, hq, hkv, hd, false);
             } else {  // a block passed along the ring, merged in
@@ -74,7 +81,9 @@ void RankState::compute(std::size_t i) {
             const DataTensor &qkv = a.in(0), &out = a.in(ring_block ? 2 : 1);
             const i64 hq = out.cols / hd, hkv = (qkv.cols / hd - hq) / 2;
             if (name == "attention") {
-                cpu::attention_backward(O(0), I(0), I(1), I(2), I(3), qkv.rows, m.seq_len, hq, hkv, hd);
+                KERNEL(attention_backward, O(0), I(0), I(1), I(2), I(3), qkv.rows, m.seq_len, hq, hkv, hd);
+            } else if (dev_) {
+                fail(i, "context parallelism is not executed by the cuda backend");
             } else if (name == "attention.local") {
                 cpu::attention_block_backward(O(0), nullptr, qkv.cols, I(0), I(0) + hq * hd, I(1), I(2), I(3), positions(), positions(),
                                               qkv.rows, hq, hkv, hd, false);
@@ -89,21 +98,22 @@ void RankState::compute(std::size_t i) {
             const bool ln = m.norm == NormKind::layernorm;
             const DataTensor& x = a.in(0);
             if (!backward(in.phase)) {
-                cpu::norm_forward(O(0), I(0), I(1), ln && nin > 2 ? I(2) : nullptr, x.rows, x.cols);
+                KERNEL(norm_forward, O(0), I(0), I(1), ln && nin > 2 ? I(2) : nullptr, x.rows, x.cols);
             } else {
                 float* db = ln && nout > 2 ? O(2) : nullptr;
-                cpu::norm_backward(O(0), O(1), db, I(0), I(1), I(2), nin > 3 ? I(3) : nullptr, ln, x.rows, x.cols);
+                KERNEL(norm_backward, O(0), O(1), db, I(0), I(1), I(2), nin > 3 ? I(3) : nullptr, ln, x.rows, x.cols);
             }
             return;
         }
         case Op::embedding: {
             if (!backward(in.phase)) {
                 const DataTensor &tab = a.in(1), &e = a.out(0);
-                cpu::embedding_forward(O(0), I(0), I(1), tp_rank_ * tab.rows, tab.rows, e.rows, e.cols);
+                KERNEL(embedding_forward, O(0), I(0), I(1), tp_rank_ * tab.rows, tab.rows, e.rows, e.cols);
             } else {
                 const DataTensor &g = a.in(1), &tab = a.out(0);
-                cpu::embedding_backward(O(0), I(0), I(1), tp_rank_ * tab.rows, tab.rows, g.rows, g.cols);
-                if (nout > 1) cpu::position_backward(O(1), I(1), g.rows, positions(), g.cols);
+                KERNEL(embedding_backward, O(0), I(0), I(1), tp_rank_ * tab.rows, tab.rows, g.rows, g.cols);
+                if (nout > 1 && dev_) dev_->position_backward(O(1), I(1), g.rows, m.seq_len, g.cols);
+                else if (nout > 1) cpu::position_backward(O(1), I(1), g.rows, positions(), g.cols);
             }
             return;
         }
@@ -111,16 +121,22 @@ void RankState::compute(std::size_t i) {
             const DataTensor& logits = a.in(0);
             const i64 T = logits.rows, V = logits.cols;
             if (!backward(in.phase)) {
-                cpu::loss_stats(O(0), I(0), I(1), tp_rank_ * V, T, V);
+                KERNEL(loss_stats, O(0), I(0), I(1), tp_rank_ * V, T, V);
                 if (nout > 1) {  // one shard: the loss itself
                     float* loss = O(1);
-                    cpu::loss_combine(loss, nullptr, O(0), 1, T);
-                    for (i64 t = 0; t < T; ++t) loss_sum_ += loss[t];
+                    KERNEL(loss_combine, loss, nullptr, O(0), 1, T);
+                    if (dev_) loss_sum_ += dev_->sum(loss, T);
+                    else
+                        for (i64 t = 0; t < T; ++t) loss_sum_ += loss[t];
                 }
             } else {
                 const i64 shards = a.in(2).elements() / (T * 3);
+                if (dev_) {
+                    dev_->loss_backward(O(0), I(0), I(1), I(2), shards, tp_rank_ * V, T, V, static_cast<float>(1.0 / w_.program.tokens_per_step));
+                    return;
+                }
                 std::vector<float> lse(static_cast<std::size_t>(T));
-                cpu::loss_combine(nullptr, lse.data(), I(2), shards, T);
+                KERNEL(loss_combine, nullptr, lse.data(), I(2), shards, T);
                 cpu::loss_backward(O(0), I(0), I(1), lse.data(), tp_rank_ * V, T, V,
                                    static_cast<float>(1.0 / w_.program.tokens_per_step));
             }
@@ -135,34 +151,37 @@ void RankState::compute(std::size_t i) {
         const bool swiglu = m.ffn == FfnKind::swiglu;
         if (!backward(in.phase)) {
             const DataTensor& y = a.out(0);
-            if (swiglu) cpu::swiglu_forward(O(0), I(0), y.rows, y.cols);
-            else if (m.ffn == FfnKind::relu2) cpu::relu2_forward(O(0), I(0), y.elements());
-            else cpu::gelu_forward(O(0), I(0), y.elements());
+            if (swiglu) KERNEL(swiglu_forward, O(0), I(0), y.rows, y.cols);
+            else if (m.ffn == FfnKind::relu2) KERNEL(relu2_forward, O(0), I(0), y.elements());
+            else KERNEL(gelu_forward, O(0), I(0), y.elements());
         } else {
             const DataTensor& dy = a.in(1);
-            if (swiglu) cpu::swiglu_backward(O(0), I(0), I(1), dy.rows, dy.cols);
-            else if (m.ffn == FfnKind::relu2) cpu::relu2_backward(O(0), I(0), I(1), dy.elements());
-            else cpu::gelu_backward(O(0), I(0), I(1), dy.elements());
+            if (swiglu) KERNEL(swiglu_backward, O(0), I(0), I(1), dy.rows, dy.cols);
+            else if (m.ffn == FfnKind::relu2) KERNEL(relu2_backward, O(0), I(0), I(1), dy.elements());
+            else KERNEL(gelu_backward, O(0), I(0), I(1), dy.elements());
         }
     } else if (name == "residual1" || name == "residual2") {
         if (!backward(in.phase)) {
             const DataTensor& c = a.out(0);
-            cpu::add(O(0), I(0), I(1), nin > 2 ? I(2) : nullptr, c.rows, c.cols);
+            KERNEL(add, O(0), I(0), I(1), nin > 2 ? I(2) : nullptr, c.rows, c.cols);
         } else if (nout > 0) {  // the skip path passes the gradient on; only a bias takes its sum
             const DataTensor& d = a.in(0);
-            cpu::bias_grad(O(0), I(0), d.rows, d.cols);
+            KERNEL(bias_grad, O(0), I(0), d.rows, d.cols);
         }
     } else if (name == "rope") {
         const DataTensor& q = a.in(0);
         const i64 hq = m.heads / tp_size_, hkv = (m.kv_heads > 0 ? m.kv_heads : m.heads) / tp_size_;
         float* p = O(0);
         if (p != I(0)) fail(i, "rope is applied in place");
-        cpu::rope(p, q.rows, positions(), hq, hkv, hd, backward(in.phase));
+        if (dev_) dev_->rope(p, q.rows, m.seq_len, hq, hkv, hd, backward(in.phase));
+        else cpu::rope(p, q.rows, positions(), hq, hkv, hd, backward(in.phase));
     } else if (name == "embedding.position") {
         const DataTensor &e = a.in(0), &x = a.out(0);
         const i64 row0 = x.rows < e.rows ? tp_rank_ * x.rows : 0;  // with SP the rank keeps its shard
-        cpu::position_forward(O(0), I(0), I(1), row0, x.rows, positions(), x.cols);
+        if (dev_) dev_->position_forward(O(0), I(0), I(1), row0, x.rows, m.seq_len, x.cols);
+        else cpu::position_forward(O(0), I(0), I(1), row0, x.rows, positions(), x.cols);
     } else if (name == "cp.dkv_combine") {  // ins {returned K/V gradients, dqkv} -> dqkv
+        if (dev_) fail(i, "context parallelism is not executed by the cuda backend");
         const DataTensor &ret = a.in(0), &dq = a.out(0);
         float* d = O(0);
         const float* r = I(0);
@@ -172,8 +191,9 @@ void RankState::compute(std::size_t i) {
         const DataTensor& loss = a.out(0);
         const i64 T = loss.rows, shards = a.in(0).elements() / (T * 3);
         float* l = O(0);
-        cpu::loss_combine(l, nullptr, I(0), shards, T);
-        if (tp_rank_ == 0)  // every TP rank holds the same loss: count it once
+        KERNEL(loss_combine, l, nullptr, I(0), shards, T);
+        if (tp_rank_ == 0 && dev_) loss_sum_ += dev_->sum(l, T);
+        else if (tp_rank_ == 0)  // every TP rank holds the same loss: count it once
             for (i64 t = 0; t < T; ++t) loss_sum_ += l[t];
     } else {
         fail(i, "elementwise op '" + name + "' is not executed by the runtime");
@@ -190,6 +210,14 @@ bool RankState::collective(std::size_t i, bool first) {
         return true;
     }
     if (in.match_id == 0) fail(i, "an unmatched collective (the runtime needs a full-mode Program)");
+    if (dev_) {  // the cuda backend runs one rank: a group of one only moves its data in place
+        if (in.group_size != 1) fail(i, "collectives across GPUs are not executed by the cuda backend yet");
+        const Args a{w_.program, rp_, rp_.operands[i]};
+        for (int k = 0; k < a.o.n_in && k < a.o.n_out; ++k)
+            dev_->copy(tensor(a.id(a.o.n_in + k), true, i), tensor(a.id(k), false, i), std::min(elements(a.id(k)), elements(a.id(a.o.n_in + k))));
+        ended_ns_[i] = -1;
+        return true;
+    }
     const Args a{w_.program, rp_, rp_.operands[i]};
     const auto& members = rp_.groups[static_cast<std::size_t>(in.group)];
     if (static_cast<int>(members.size()) != in.group_size) fail(i, "its group's rank list and size disagree");
@@ -220,6 +248,7 @@ bool RankState::collective(std::size_t i, bool first) {
 bool RankState::p2p(std::size_t i, bool first) {
     const Instr& in = rp_.instrs[i];
     const bool send = in.kind == InstrKind::send;
+    if (dev_) fail(i, "pipeline transfers between GPUs are not executed by the cuda backend yet");
     const Transport::Key key{w_.step, in.match_id};
     if (!first) {
         std::chrono::steady_clock::time_point at;
@@ -254,7 +283,10 @@ void RankState::copy(std::size_t i) {
             if (got != static_cast<ssize_t>(bytes)) fail(i, std::string("the ssd file ") + (read ? "read" : "write") + " failed: " + ssd_path_);
             continue;
         }
-        std::memcpy(tensor(a.id(a.o.n_in + k), true, i), tensor(a.id(k), false, i), static_cast<std::size_t>(n) * sizeof(float));
+        float* to = tensor(a.id(a.o.n_in + k), true, i);
+        const float* from = tensor(a.id(k), false, i);
+        if (dev_) dev_->copy(to, from, n);
+        else std::memcpy(to, from, static_cast<std::size_t>(n) * sizeof(float));
     }
 }
 
@@ -264,9 +296,22 @@ void RankState::optimizer(std::size_t i, bool cpu_stream) {
     const RunOptions& o = w_.options;
     const double warm = o.warmup_steps > 0 ? std::min(1.0, static_cast<double>(adam_step_) / o.warmup_steps) : 1.0;
     const auto lr = static_cast<float>(o.lr * warm);
-    auto step = [&](float* p, float* mo, float* v, const float* g, i64 offset, i64 n) {
-        cpu::adamw(p, mo, v, g, decay_.data() + offset, n, lr, static_cast<float>(o.beta1), static_cast<float>(o.beta2),
-                   static_cast<float>(o.eps), static_cast<float>(o.weight_decay), adam_step_);
+    auto step = [&](float* p, float* mo, float* v, const float* g, i64 offset, i64 n, bool on_device) {
+        if (on_device) {  // per parameter, with its weight decay or none: no mask on the device
+            for (const ParamEntry& e : layout_.entries) {
+                const i64 lo = std::max(offset, e.offset), hi = std::min(offset + n, e.end());
+                if (lo >= hi) continue;
+                dev_->adamw(p + (lo - offset), mo + (lo - offset), v + (lo - offset), g + (lo - offset), nullptr, hi - lo, lr,
+                            static_cast<float>(o.beta1), static_cast<float>(o.beta2), static_cast<float>(o.eps),
+                            e.decay ? static_cast<float>(o.weight_decay) : 0.0f, adam_step_);
+            }
+            return;
+        }
+        // The host's AdamW on all the cores a lone rank has (DeepSpeed's CPU Adam is multi-threaded too).
+        parallel_chunks(n, host_threads(), [&](i64 lo, i64 hi) {
+            cpu::adamw(p + lo, mo + lo, v + lo, g + lo, decay_.data() + offset + lo, hi - lo, lr, static_cast<float>(o.beta1),
+                       static_cast<float>(o.beta2), static_cast<float>(o.eps), static_cast<float>(o.weight_decay), adam_step_);
+        });
     };
     const std::string& name = w_.program.names[static_cast<std::size_t>(in.name)];
     if (!cpu_stream || name == "optimizer.cpu") {  // moments on the instruction's own tier
@@ -275,7 +320,8 @@ void RankState::optimizer(std::size_t i, bool cpu_stream) {
         for (int k = 0; k < a.o.n_in; ++k) {
             const DataTensor& p = a.out(k);
             MomentBlock& mb = moments(p.offset, p.elements(), tier);
-            step(tensor(a.id(a.o.n_in + k), true, i), mb.m.data(), mb.v.data(), tensor(a.id(k), false, i), p.offset, p.elements());
+            step(tensor(a.id(a.o.n_in + k), true, i), mb.m.data(), mb.v.data(), tensor(a.id(k), false, i), p.offset, p.elements(),
+                 dev_ && tier == Tier::gpu);
         }
         return;
     }
@@ -286,7 +332,7 @@ void RankState::optimizer(std::size_t i, bool cpu_stream) {
     for (int k = 0; k < n; ++k) {
         const DataTensor& p = a.out(n + k);
         float* st = tensor(a.id(n + k), false, i);
-        step(tensor(a.id(a.o.n_in + n + k), true, i), st, st + p.elements(), tensor(a.id(k), false, i), p.offset, p.elements());
+        step(tensor(a.id(a.o.n_in + n + k), true, i), st, st + p.elements(), tensor(a.id(k), false, i), p.offset, p.elements(), false);
     }
 }
 

@@ -33,7 +33,8 @@ bool tracked(TensorRole r, Tier t) {
 }
 }  // namespace
 
-TrackedBuffer::TrackedBuffer(i64 n, Pool* pool, const std::string& what) : n_(n), pool_(pool) {
+TrackedBuffer::TrackedBuffer(i64 n, Pool* pool, const std::string& what, Device* dev, bool on_device)
+    : n_(n), pool_(pool), dev_(dev), on_device_(on_device) {
     const double bytes = static_cast<double>(n) * sizeof(float);
     if (pool_) {
         const double now = pool_->used.fetch_add(bytes) + bytes;
@@ -45,24 +46,42 @@ TrackedBuffer::TrackedBuffer(i64 n, Pool* pool, const std::string& what) : n_(n)
         atomic_max(pool_->peak, now);
     }
     try {
-        data_.reset(new float[static_cast<std::size_t>(n)]());
+        if (!dev_) data_ = new float[static_cast<std::size_t>(n)]();
+        else data_ = on_device_ ? dev_->alloc(n) : dev_->alloc_host(n);
     } catch (const std::bad_alloc&) {
+        data_ = nullptr;
+    }
+    if (data_ == nullptr) {
         if (pool_) pool_->used.fetch_sub(bytes);
         pool_ = nullptr;
-        throw OutOfMemory(what + ": the allocator refused " + gib(bytes));
+        n_ = 0;
+        throw OutOfMemory(what + ": the " + std::string(dev_ && on_device_ ? "device's" : "host's") + " allocator refused " + gib(bytes));
     }
 }
 
-TrackedBuffer::~TrackedBuffer() {
+void TrackedBuffer::release() {
     if (pool_) pool_->used.fetch_sub(static_cast<double>(n_) * sizeof(float));
+    if (data_) {
+        if (!dev_) delete[] data_;
+        else if (on_device_) dev_->release(data_, n_);
+        else dev_->release_host(data_);
+    }
+    data_ = nullptr;
+    pool_ = nullptr;
+    n_ = 0;
 }
+
+TrackedBuffer::~TrackedBuffer() { release(); }
 
 TrackedBuffer& TrackedBuffer::operator=(TrackedBuffer&& o) noexcept {
     if (this != &o) {
-        if (pool_) pool_->used.fetch_sub(static_cast<double>(n_) * sizeof(float));
-        data_ = std::move(o.data_);
+        release();
+        data_ = o.data_;
         n_ = o.n_;
         pool_ = o.pool_;
+        dev_ = o.dev_;
+        on_device_ = o.on_device_;
+        o.data_ = nullptr;
         o.n_ = 0;
         o.pool_ = nullptr;
     }
@@ -85,6 +104,7 @@ RankState::RankState(World& w, int rank) : w_(w), rp_(w.program.ranks[static_cas
     // one sequence), not the rank in the dp x cp gradient group.
     dp_rank_ = (rank / (w.plan.tp * w.plan.cp)) % w.plan.dp;
     gpu_.capacity = w.options.capacity_bytes[0];
+    dev_ = w.device;
     precompute();
 }
 
@@ -137,6 +157,37 @@ Pool* RankState::pool_of(Tier t) {
     return v[static_cast<std::size_t>(rp_.node)].get();
 }
 
+TrackedBuffer RankState::buffer(i64 n, Tier t, const std::string& what) {
+    return TrackedBuffer(n, pool_of(t), what, dev_, t == Tier::gpu);
+}
+
+void RankState::to_host(float* host, const float* src, i64 n) const {
+    if (dev_) dev_->copy(host, src, n);
+    else std::memcpy(host, src, static_cast<std::size_t>(n) * sizeof(float));
+}
+
+void RankState::from_host(float* dst, const float* host, i64 n) const {
+    if (dev_) dev_->copy(dst, host, n);
+    else std::memcpy(dst, host, static_cast<std::size_t>(n) * sizeof(float));
+}
+
+// What runs on the GPU (timed there by events): kernels, device copies, a one-rank collective's
+// copy. The offloaded optimizer and the ssd tier's file I/O run on the host.
+bool RankState::device_instr(std::size_t i) const {
+    const Instr& in = rp_.instrs[i];
+    switch (in.kind) {
+        case InstrKind::compute:
+        case InstrKind::collective: return true;
+        case InstrKind::copy: return in.copy != CopyKind::ssd_read && in.copy != CopyKind::ssd_write;
+        default: return false;
+    }
+}
+
+int RankState::host_threads() const {
+    if (w_.program.ranks.size() > 1) return 1;
+    return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 void RankState::sample_memory(Tier t) {
     if (!w_.options.record_spans) return;
     const auto now = std::chrono::steady_clock::now() - w_.step_start;
@@ -165,7 +216,7 @@ float* RankState::tensor(int id, bool write, std::size_t at) {
     const Tier tier = t.role == TensorRole::optimizer_state ? Tier::cpu : Tier::gpu;
     Live l;
     try {
-        l.buf = TrackedBuffer(elements(id), pool_of(tier), "rank " + std::to_string(rank_) + " tier " + to_string(tier) + ", " + name);
+        l.buf = buffer(elements(id), tier, "rank " + std::to_string(rank_) + " tier " + to_string(tier) + ", " + name);
     } catch (const OutOfMemory& e) {
         fail(at, e.what());
     }
@@ -178,15 +229,18 @@ float* RankState::tensor(int id, bool write, std::size_t at) {
         const i64 first = step * p.global_batch + static_cast<i64>(dp_rank_) * m * b + mb * b;
         const cpu::Positions where = positions();
         std::vector<float> whole(static_cast<std::size_t>(s * 2));
+        std::vector<float> staged(dev_ ? static_cast<std::size_t>(l.buf.size()) : 0);  // the device's tokens, built here
+        float* dst = dev_ ? staged.data() : l.buf.data();
         for (i64 i = 0; i < b; ++i) {
             w_.data.sample(first + i, s, whole.data());
-            float* rows = l.buf.data() + i * where.local() * 2;  // this CP rank's rows of the sequence
+            float* rows = dst + i * where.local() * 2;  // this CP rank's rows of the sequence
             for (i64 r = 0; r < where.local(); ++r) {
                 const i64 pos = where(r);
                 rows[r * 2] = whole[static_cast<std::size_t>(pos * 2)];
                 rows[r * 2 + 1] = whole[static_cast<std::size_t>(pos * 2 + 1)];
             }
         }
+        if (dev_) dev_->copy(l.buf.data(), staged.data(), l.buf.size());
         l.pending = token_reads_[id];
     }
     float* ptr = l.buf.data();
@@ -209,6 +263,7 @@ void RankState::fail(std::size_t i, const std::string& what) const {
 bool RankState::try_execute(std::size_t i) {
     const Instr& in = rp_.instrs[i];
     auto now = [&]() {
+        if (dev_ && w_.options.record_spans && device_instr(i)) dev_->mark(1 + 2 * i);
         return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - w_.step_start).count();
     };
     switch (in.kind) {
@@ -242,6 +297,7 @@ bool RankState::try_execute(std::size_t i) {
 void RankState::finish(std::size_t i) {
     const Instr& in = rp_.instrs[i];
     if (w_.options.record_spans && in.kind != InstrKind::record && in.kind != InstrKind::wait) {
+        if (dev_ && device_instr(i)) dev_->mark(2 + 2 * i);
         // A transfer ends when the transport completed it, not when this rank's one thread, busy
         // on another stream, noticed.
         const auto end = ended_ns_[i] >= 0 ? ended_ns_[i]
@@ -276,7 +332,13 @@ void RankState::run_step() {
     std::fill(recorded_.begin(), recorded_.end(), 0);
     std::fill(posted_.begin(), posted_.end(), 0);
     std::fill(ended_ns_.begin(), ended_ns_.end(), -1);
-    std::fill(grads_.data(), grads_.data() + grads_.size(), 0.0f);  // Megatron's zero_grad_buffer
+    // Megatron's zero_grad_buffer
+    if (dev_) dev_->zero(grads_.data(), grads_.size());
+    else std::fill(grads_.data(), grads_.data() + grads_.size(), 0.0f);
+    if (dev_ && w_.options.record_spans) {
+        dev_->timing_reset(1 + 2 * rp_.instrs.size());
+        dev_->mark(0);
+    }
     loss_sum_ = 0;
     trace_ = RankTrace{};
     gpu_.reset_peak();
@@ -339,6 +401,20 @@ void RankState::run_step() {
                 stuck += std::to_string(list[pc]);
             }
             throw RuntimeError("rank " + std::to_string(rank_) + " made no progress for 120 s; streams waiting at" + stuck);
+        }
+    }
+    if (dev_) {
+        dev_->sync();  // the step ends when the GPU has done its work
+        if (w_.options.record_spans) {
+            // Device instructions take the GPU's own times (events), the host's the host clock.
+            std::vector<std::int64_t> t;
+            dev_->times(t);
+            for (Span& sp : trace_.spans) {
+                const std::size_t k = static_cast<std::size_t>(sp.instr);
+                if (!device_instr(k) || t[1 + 2 * k] < 0 || t[2 + 2 * k] < 0) continue;
+                sp.start_ns = t[1 + 2 * k];
+                sp.end_ns = std::max(t[2 + 2 * k], sp.start_ns);
+            }
         }
     }
     // Every value of the step has had its last reader: nothing of it may stay behind.

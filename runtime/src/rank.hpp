@@ -2,6 +2,7 @@
 // step with their remaining readers, the memory it holds per tier, and the executor that walks its
 // RankProgram's streams (rank.cpp) and dispatches each instruction (ops.cpp, state.cpp).
 #pragma once
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -9,10 +10,12 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "data.hpp"
+#include "device.hpp"
 #include "strata/runtime/cpu_kernels.hpp"
 #include "strata/lowering/params.hpp"
 #include "strata/lowering/program.hpp"
@@ -23,6 +26,25 @@ namespace strata::runtime {
 
 using i64 = std::int64_t;
 
+/// f(lo, hi) over [0, n) in `threads` contiguous chunks, one thread each (the caller's among them).
+/// Each element is computed alone, so the result does not depend on the split.
+template <typename F>
+void parallel_chunks(i64 n, int threads, F f) {
+    threads = static_cast<int>(std::max<i64>(1, std::min<i64>(threads, n / 65536)));
+    if (threads <= 1) {
+        f(i64{0}, n);
+        return;
+    }
+    std::vector<std::thread> pool;
+    const i64 per = (n + threads - 1) / threads;
+    for (int t = 1; t < threads; ++t) {
+        const i64 lo = std::min(n, t * per), hi = std::min(n, lo + per);
+        pool.emplace_back([=, &f] { f(lo, hi); });
+    }
+    f(i64{0}, std::min(n, per));
+    for (auto& th : pool) th.join();
+}
+
 /// Bytes in use on one pool (a rank's gpu tier, a node's cpu or ssd tier), with its peak.
 struct Pool {
     std::atomic<double> used{0};
@@ -31,24 +53,29 @@ struct Pool {
     void reset_peak() { peak = used.load(); }
 };
 
-/// A float buffer charged to a pool while it lives.
+/// A float buffer charged to a pool while it lives: host memory, or on the cuda backend device
+/// memory (the gpu tier) or pinned host memory (the cpu tier) from the Device.
 class TrackedBuffer {
 public:
     TrackedBuffer() = default;
-    TrackedBuffer(i64 n, Pool* pool, const std::string& what);  ///< zero-filled; throws OutOfMemory
+    /// Zero-filled; throws OutOfMemory. dev null: plain host memory.
+    TrackedBuffer(i64 n, Pool* pool, const std::string& what, Device* dev = nullptr, bool on_device = false);
     ~TrackedBuffer();
     TrackedBuffer(TrackedBuffer&& o) noexcept { *this = std::move(o); }
     TrackedBuffer& operator=(TrackedBuffer&& o) noexcept;
     TrackedBuffer(const TrackedBuffer&) = delete;
     TrackedBuffer& operator=(const TrackedBuffer&) = delete;
-    float* data() const { return data_.get(); }
+    float* data() const { return data_; }
     i64 size() const { return n_; }
     bool empty() const { return n_ == 0; }
 
 private:
-    std::unique_ptr<float[]> data_;
+    void release();
+    float* data_ = nullptr;
     i64 n_ = 0;
     Pool* pool_ = nullptr;
+    Device* dev_ = nullptr;
+    bool on_device_ = false;
 };
 
 /// What the whole run shares: the Program, options, transport, data, node pools.
@@ -61,6 +88,7 @@ struct World {
     TokenSource data;
     std::vector<std::unique_ptr<Pool>> node_cpu, node_ssd;  ///< by node
     std::string ssd_dir;
+    Device* device = nullptr;  ///< the cuda backend's GPU; null on the cpu backend
     int step = 0;              ///< 0-based step being executed (all ranks)
     std::chrono::steady_clock::time_point step_start;
     World(const sim::ModelSpec& m, const sim::PlanSpec& p, const RunOptions& o, const sim::Program& prog);
@@ -89,6 +117,9 @@ public:
     Pool& gpu_pool() { return gpu_; }
     Waker& waker() { return waker_; }
     float* param_ptr(const std::string& name, int layer, bool grad);
+    /// One element of a parameter or its gradient (wherever it lives).
+    float read_param(const std::string& name, int layer, bool grad, i64 index) const;
+    void write_param(const std::string& name, int layer, i64 index, float value);
     const sim::ParamEntry& entry(const std::string& name, int layer) const;
     int adam_step() const { return adam_step_; }
 
@@ -106,6 +137,14 @@ private:
     i64 elements(int id) const;
     Pool* pool_of(sim::Tier t);
     void sample_memory(sim::Tier t);
+    /// A buffer on tier t: the device's memory for the gpu tier on the cuda backend.
+    TrackedBuffer buffer(i64 n, sim::Tier t, const std::string& what);
+    /// Host <-> the memory behind a tensor or buffer (a plain copy on the cpu backend).
+    void to_host(float* host, const float* src, i64 n) const;
+    void from_host(float* dst, const float* host, i64 n) const;
+    bool device_instr(std::size_t i) const;
+    /// Host threads this rank may use for its own loops: all cores when it is the only rank.
+    int host_threads() const;
     [[noreturn]] void fail(std::size_t i, const std::string& what) const;
     // instruction kinds (ops.cpp)
     void compute(std::size_t i);
@@ -131,6 +170,7 @@ private:
     int ring_source(int ring) const { return ((cp_rank_ - ring) % cp_size_ + cp_size_) % cp_size_; }
     Pool gpu_;  ///< this rank's gpu tier
     TrackedBuffer params_, grads_, params_host_, grads_host_;
+    Device* dev_ = nullptr;  ///< w_.device
     std::vector<unsigned char> decay_;
     std::vector<MomentBlock> gpu_moments_, cpu_moments_;
     int adam_step_ = 0;

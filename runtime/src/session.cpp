@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "device.hpp"
 #include "rank.hpp"
 #include "strata/common/error.hpp"
 #include "strata/lowering/lower.hpp"
@@ -18,8 +19,12 @@ using namespace sim;
 const char* to_string(Backend b) { return b == Backend::cpu ? "cpu" : "cuda"; }
 
 std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend) {
-    if (backend == Backend::cuda) return "backend cuda: this build's runtime has no CUDA backend yet (use --backend cpu)";
-    return dataflow_unsupported(m, p);
+    if (std::string why = dataflow_unsupported(m, p); !why.empty()) return why;
+    if (backend == Backend::cuda && p.gpus() > 1)
+        return "backend cuda: the plan has " + std::to_string(p.gpus()) +
+               " ranks (dp x tp x pp x cp); the cuda backend runs one rank on one GPU (collectives and pipeline transfers "
+               "through NCCL are not written yet: use --backend cpu for a parallel plan)";
+    return {};
 }
 
 struct Session::Impl {
@@ -35,9 +40,11 @@ struct Session::Impl {
     int steps_done = 0;
     std::string broken;  ///< why the session cannot step any more
     std::string tmp_ssd_dir;
+    std::unique_ptr<Device> device;  ///< the cuda backend's GPU
 
     ~Impl() {
         ranks.clear();
+        device.reset();  // after the ranks: their buffers go back to it
         if (!tmp_ssd_dir.empty()) {
             std::error_code ec;
             std::filesystem::remove_all(tmp_ssd_dir, ec);
@@ -91,6 +98,10 @@ Session::Session(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, co
     s.program = lower(s.model, s.cluster, s.plan, lo);
     s.world = std::make_unique<World>(s.model, s.plan, s.options, s.program);
     World& w = *s.world;
+    if (o.backend == Backend::cuda) {
+        s.device = open_cuda_device();
+        w.device = s.device.get();
+    }
     const int nodes = std::max(1, s.cluster.nodes);
     for (int n = 0; n < nodes; ++n) {
         w.node_cpu.push_back(std::make_unique<Pool>());
@@ -192,19 +203,19 @@ std::array<double, kTierCount> Session::peak_bytes() const { return impl_->peaks
 float Session::param(int rank, const std::string& name, int layer, std::int64_t index) const {
     RankState& r = impl_->at(rank);
     if (index < 0 || index >= r.entry(name, layer).elements()) throw InputError("runtime", name, "index out of range");
-    return r.param_ptr(name, layer, false)[index];
+    return r.read_param(name, layer, false, index);
 }
 
 void Session::set_param(int rank, const std::string& name, int layer, std::int64_t index, float value) {
     RankState& r = impl_->at(rank);
     if (index < 0 || index >= r.entry(name, layer).elements()) throw InputError("runtime", name, "index out of range");
-    r.param_ptr(name, layer, false)[index] = value;
+    r.write_param(name, layer, index, value);
 }
 
 float Session::grad(int rank, const std::string& name, int layer, std::int64_t index) const {
     RankState& r = impl_->at(rank);
     if (index < 0 || index >= r.entry(name, layer).elements()) throw InputError("runtime", name, "index out of range");
-    return r.param_ptr(name, layer, true)[index];
+    return r.read_param(name, layer, true, index);
 }
 
 std::int64_t Session::param_elements(int rank, const std::string& name, int layer) const {

@@ -87,12 +87,15 @@ constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'C', '1'};
 
 void RankState::init_params() {
     const std::string who = "rank " + std::to_string(rank_) + " tier gpu, ";
-    params_ = TrackedBuffer(layout_.dense_elements, &gpu_, who + "parameters");
-    grads_ = TrackedBuffer(layout_.dense_elements, &gpu_, who + "gradients");
+    params_ = buffer(layout_.dense_elements, Tier::gpu, who + "parameters");
+    grads_ = buffer(layout_.dense_elements, Tier::gpu, who + "gradients");
     decay_.assign(static_cast<std::size_t>(layout_.dense_elements), 0);
+    // Drawn on the host; on the cuda backend copied to the device afterwards.
+    std::vector<float> staged(dev_ ? static_cast<std::size_t>(layout_.dense_elements) : 0);
+    float* base = dev_ ? staged.data() : params_.data();
     const double out_std = kInitStd / std::sqrt(2.0 * std::max(1, w_.model.layers));  // scaled residual projections
     for (const ParamEntry& e : layout_.entries) {
-        float* p = params_.data() + e.offset;
+        float* p = base + e.offset;
         std::fill(decay_.begin() + e.offset, decay_.begin() + e.end(), e.decay ? 1 : 0);
         const bool norm = e.name.find("ln") == 0 || e.name.find("final_norm") == 0;
         if (e.name.find(".bias") != std::string::npos) continue;  // zeros
@@ -102,10 +105,13 @@ void RankState::init_params() {
         }
         const double sd = e.name == "proj.weight" || e.name == "fc2.weight" ? out_std : kInitStd;
         const std::uint64_t key = hash_name(e.name, e.layer) ^ w_.options.seed;
-        for (std::int64_t r = 0; r < e.rows; ++r)
-            for (std::int64_t c = 0; c < e.cols; ++c)
-                p[r * e.cols + c] = static_cast<float>(sd * normal(key, whole_index(e, w_.model, r, c, tp_rank_, tp_size_)));
+        // Rows on all cores where this rank has them to itself (billions of draws for a 7B model).
+        parallel_chunks(e.rows * e.cols, host_threads(), [&](std::int64_t lo, std::int64_t hi) {
+            for (std::int64_t i = lo; i < hi; ++i)
+                p[i] = static_cast<float>(sd * normal(key, whole_index(e, w_.model, i / e.cols, i % e.cols, tp_rank_, tp_size_)));
+        });
     }
+    if (dev_) dev_->copy(params_.data(), staged.data(), layout_.dense_elements);
 }
 
 void RankState::init(const std::string& resume_dir) {
@@ -135,7 +141,13 @@ void RankState::init(const std::string& resume_dir) {
     if (fp != fingerprint(w_.model, w_.plan) || elems != layout_.dense_elements)
         throw InputError(path, "checkpoint", "was saved from a different model or plan");
     adam_step_ = static_cast<int>(steps);
-    get(params_.data(), static_cast<std::size_t>(elems) * sizeof(float));
+    // Read into host memory, then to wherever the buffer lives.
+    auto get_floats = [&](float* dst, std::int64_t n) {
+        std::vector<float> h(static_cast<std::size_t>(n));
+        get(h.data(), h.size() * sizeof(float));
+        from_host(dst, h.data(), n);
+    };
+    get_floats(params_.data(), elems);
     std::int64_t blocks = 0;
     get(&blocks, sizeof blocks);
     for (std::int64_t b = 0; b < blocks; ++b) {
@@ -145,8 +157,8 @@ void RankState::init(const std::string& resume_dir) {
         get(&tier, sizeof tier);
         if (off < 0 || n <= 0 || off + n > elems || tier < 0 || tier > 1) throw InputError(path, "checkpoint", "is corrupt");
         MomentBlock& mb = moments(off, n, static_cast<Tier>(tier));
-        get(mb.m.data(), static_cast<std::size_t>(n) * sizeof(float));
-        get(mb.v.data(), static_cast<std::size_t>(n) * sizeof(float));
+        get_floats(mb.m.data(), n);
+        get_floats(mb.v.data(), n);
     }
     std::int64_t ssd = 0;
     get(&ssd, sizeof ssd);
@@ -166,15 +178,20 @@ void RankState::save(const std::string& dir) const {
     put(out, static_cast<std::int64_t>(layout_.dense_elements));
     put(out, static_cast<std::int64_t>(fp.size()));
     out += fp;
-    put_floats(out, params_.data(), layout_.dense_elements);
+    auto put_from = [&](const float* src, std::int64_t n) {
+        std::vector<float> h(static_cast<std::size_t>(n));
+        to_host(h.data(), src, n);
+        put_floats(out, h.data(), n);
+    };
+    put_from(params_.data(), layout_.dense_elements);
     put(out, static_cast<std::int64_t>(gpu_moments_.size() + cpu_moments_.size()));
     for (int tier = 0; tier < 2; ++tier)
         for (const MomentBlock& mb : tier == 0 ? gpu_moments_ : cpu_moments_) {
             put(out, mb.offset);
             put(out, mb.count);
             put(out, static_cast<std::int64_t>(tier));
-            put_floats(out, mb.m.data(), mb.count);
-            put_floats(out, mb.v.data(), mb.count);
+            put_from(mb.m.data(), mb.count);
+            put_from(mb.v.data(), mb.count);
         }
     std::int64_t ssd = 0;
     std::vector<char> buf;
@@ -203,8 +220,8 @@ MomentBlock& RankState::moments(i64 offset, i64 count, Tier tier) {
     MomentBlock b;
     b.offset = offset;
     b.count = count;
-    b.m = TrackedBuffer(count, pool_of(tier), who);
-    b.v = TrackedBuffer(count, pool_of(tier), who);
+    b.m = buffer(count, tier, who);
+    b.v = buffer(count, tier, who);
     blocks.push_back(std::move(b));
     return blocks.back();
 }
@@ -213,15 +230,15 @@ MomentBlock& RankState::moments(i64 offset, i64 count, Tier tier) {
 // through every H2D after the update), so a resumed run needs nothing more in its checkpoint.
 float* RankState::host_params() {
     if (params_host_.empty()) {
-        params_host_ = TrackedBuffer(layout_.dense_elements, pool_of(Tier::cpu), "rank " + std::to_string(rank_) + " tier cpu, parameters");
-        std::memcpy(params_host_.data(), params_.data(), static_cast<std::size_t>(layout_.dense_elements) * sizeof(float));
+        params_host_ = buffer(layout_.dense_elements, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, parameters");
+        to_host(params_host_.data(), params_.data(), layout_.dense_elements);
     }
     return params_host_.data();
 }
 
 float* RankState::host_grads() {
     if (grads_host_.empty())
-        grads_host_ = TrackedBuffer(layout_.dense_elements, pool_of(Tier::cpu), "rank " + std::to_string(rank_) + " tier cpu, gradients");
+        grads_host_ = buffer(layout_.dense_elements, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, gradients");
     return grads_host_.data();
 }
 
@@ -254,6 +271,17 @@ const ParamEntry& RankState::entry(const std::string& name, int layer) const {
 float* RankState::param_ptr(const std::string& name, int layer, bool grad) {
     const ParamEntry& e = entry(name, layer);
     return (grad ? grads_.data() : params_.data()) + e.offset;
+}
+
+float RankState::read_param(const std::string& name, int layer, bool grad, i64 index) const {
+    const ParamEntry& e = entry(name, layer);
+    float v = 0;
+    to_host(&v, (grad ? grads_.data() : params_.data()) + e.offset + index, 1);
+    return v;
+}
+
+void RankState::write_param(const std::string& name, int layer, i64 index, float value) {
+    from_host(param_ptr(name, layer, false) + index, &value, 1);
 }
 
 }  // namespace strata::runtime

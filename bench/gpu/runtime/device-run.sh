@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# On a lent GPU machine: the cuda backend's test, a quick profile of this GPU into a fresh hwdb,
+# then `strata validate` of four single-GPU plans (docs/validation/). Each step is bounded and
+# logged; everything lands in $OUT/results.tgz (the tool brings back at most 8 files).
+# Usage: OUT=DIR bench/gpu/runtime/device-run.sh PKG [CASE...]   (PKG from package.sh)
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+pkg="$(cd "${1:?package directory}" && pwd)"; shift
+OUT="${OUT:-./out}"; mkdir -p "$OUT"
+res=/tmp/strata-results; rm -rf "$res"; mkdir -p "$res"
+export LD_LIBRARY_PATH="$pkg:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export STRATA_RUNTIME_CUDA="$pkg/libstrata_runtime_cuda.so" STRATA_PROFILER_CUDA="$pkg/libstrata_profiler_cuda.so"
+S="$pkg/strata"; D=bench/gpu/runtime
+t0=$(date +%s); stamp() { echo "[+$(( $(date +%s) - t0 ))s] $*" | tee -a "$res/log.txt"; }
+finish() { tar czf "$OUT/results.tgz" -C "$res" . ; cp "$res/log.txt" "$OUT/" 2>/dev/null; }
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit,memory.total --format=csv > "$res/gpu-info.txt" 2>&1
+nproc >> "$res/gpu-info.txt"; free -g >> "$res/gpu-info.txt"; df -h /tmp >> "$res/gpu-info.txt"
+cat "$res/gpu-info.txt"
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+case "$gpu" in *H200*) cluster=$D/cluster-lent-h200.json ;; *) cluster=$D/cluster-lent-h100.json ;; esac
+
+cases="${*:-test profile gpt2-124m gpt2-1.5b llama-2-7b-offload gpt2-774m-ssd}"
+db="$res/hwdb.db"
+"$S" hwdb init --db "$db" > /dev/null
+for c in $cases; do
+  case "$c" in
+    test) stamp "cuda backend test"; timeout 120 "$pkg/runtime_test_cuda" > "$res/test-cuda.txt" 2>&1; stamp "test rc=$?"; tail -5 "$res/test-cuda.txt" ;;
+    profile)
+      stamp "quick CUDA profile"
+      timeout 150 "$S" profile --backend cuda --quick --only gemm,attention,membw,memcpy --db "$db" --json "$res/cuda-quick.json" > "$res/profile-cuda.txt" 2>&1; stamp "profile rc=$?"
+      timeout 60 "$S" profile --backend cpu --quick --only ssd,cpu_adam --ssd-dir /tmp --db "$db" --json "$res/cpu-quick.json" > "$res/profile-cpu.txt" 2>&1; stamp "cpu profile rc=$?" ;;
+    *)
+      case "$c" in
+        gpt2-124m) m=gpt2-124m steps=6 lim=90 ;;
+        gpt2-1.5b) m=gpt2-1.5b steps=4 lim=120 ;;
+        llama-2-7b-offload) m=llama-2-7b steps=3 lim=200 ;;
+        gpt2-774m-ssd) m=gpt2-774m steps=3 lim=120 ;;
+      esac
+      stamp "validate $c"
+      timeout "$lim" "$S" validate --model $D/model-$m.json --plan $D/plan-$c.json --cluster "$cluster" --backend cuda --steps $steps \
+        --data text --no-profile --calibration none --db "$db" --ssd-dir /tmp --json "$res/$c.json" > "$res/$c.txt" 2>&1
+      stamp "validate $c rc=$?"; cat "$res/$c.txt" ;;
+  esac
+  finish  # after every case: a run stopped at its limit still brings back what it did
+done

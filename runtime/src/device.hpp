@@ -1,0 +1,100 @@
+// Private: what the executor asks of a GPU. The cuda backend implements it in a loadable module
+// (runtime/cuda/, libstrata_runtime_cuda.so beside the strata binary), opened with dlopen only when
+// a run asks for `--backend cuda`, so that no other command maps cuBLAS. The module needs no symbol
+// back from strata: this header and cpu_kernels.hpp's Positions are all it shares.
+//
+// Every kernel keeps the contract of its namesake in cpu_kernels.hpp (same shapes, same formulas,
+// fp32), on device pointers, queued in order on the device's one stream. Errors are thrown as
+// std::runtime_error naming the call, the file and line and the library's message.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strata/runtime/cpu_kernels.hpp"
+
+namespace strata::runtime {
+
+class Device {
+public:
+    using i64 = std::int64_t;
+    virtual ~Device() = default;
+
+    /// "NVIDIA H100 80GB HBM3, sm_90, 132 SMs, driver 13.0, cuBLAS 13.1".
+    virtual std::string describe() const = 0;
+    virtual double memory_bytes() const = 0;  ///< the device's total memory
+
+    // Memory. The device tier comes zero-filled from a caching allocator (a freed block is reused
+    // by the next request of its size, which the stream's order makes safe); nullptr when refused.
+    virtual float* alloc(i64 n) = 0;
+    virtual void release(float* p, i64 n) = 0;
+    virtual float* alloc_host(i64 n) = 0;  ///< pinned host memory, zero-filled
+    virtual void release_host(float* p) = 0;
+    /// n floats between any two of device and (pinned or pageable) host memory. Returns once the
+    /// host may use a host-side buffer, so host code that follows reads the result.
+    virtual void copy(float* dst, const float* src, i64 n) = 0;
+    virtual void zero(float* p, i64 n) = 0;
+    virtual void sync() = 0;                        ///< the host waits for everything queued
+    virtual double sum(const float* p, i64 n) = 0;  ///< sum of n device floats, to the host
+    /// Bytes the device's allocator holds (cached blocks included) and its peak since the last reset.
+    virtual double reserved_bytes() const = 0;
+    virtual double reserved_peak_bytes() = 0;
+    virtual void reset_reserved_peak() = 0;
+
+    // Timing: an event at this point of the stream. After sync(), times() gives every slot marked
+    // since timing_reset in nanoseconds after slot 0 (-1 for a slot not marked).
+    virtual void timing_reset(std::size_t slots) = 0;
+    virtual void mark(std::size_t slot) = 0;
+    virtual void times(std::vector<std::int64_t>& out_ns) = 0;
+
+    // Kernels (cpu_kernels.hpp).
+    virtual void matmul_forward(float* y, const float* x, const float* w, const float* b, i64 T, i64 K, i64 N) = 0;
+    virtual void matmul_dgrad(float* dx, const float* dy, const float* w, i64 T, i64 K, i64 N) = 0;
+    virtual void matmul_wgrad(float* dw, float* db, const float* x, const float* dy, i64 T, i64 K, i64 N) = 0;
+    virtual void bias_grad(float* db, const float* d, i64 T, i64 N) = 0;
+    virtual void norm_forward(float* y, const float* x, const float* w, const float* b, i64 T, i64 C) = 0;
+    virtual void norm_backward(float* dx, float* dw, float* db, const float* x, const float* dy, const float* w,
+                               const float* residual, bool layernorm, i64 T, i64 C) = 0;
+    virtual void gelu_forward(float* y, const float* x, i64 n) = 0;
+    virtual void gelu_backward(float* dx, const float* x, const float* dy, i64 n) = 0;
+    virtual void swiglu_forward(float* y, const float* x, i64 T, i64 F) = 0;
+    virtual void swiglu_backward(float* dx, const float* x, const float* dy, i64 T, i64 F) = 0;
+    virtual void relu2_forward(float* y, const float* x, i64 n) = 0;
+    virtual void relu2_backward(float* dx, const float* x, const float* dy, i64 n) = 0;
+    virtual void add(float* out, const float* a, const float* b, const float* bias, i64 T, i64 C) = 0;
+    /// Without context parallelism only (where(t) = t % seq).
+    virtual void rope(float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, bool inverse) = 0;
+    virtual void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d) = 0;
+    virtual void attention_backward(float* dqkv, const float* qkv, const float* out, const float* lse, const float* dout, i64 T,
+                                    i64 seq, i64 hq, i64 hkv, i64 d) = 0;
+    virtual void embedding_forward(float* out, const float* tokens, const float* table, i64 first, i64 rows, i64 T, i64 C) = 0;
+    virtual void embedding_backward(float* dtable, const float* tokens, const float* dout, i64 first, i64 rows, i64 T, i64 C) = 0;
+    /// Without context parallelism (where(t) = t % seq).
+    virtual void position_forward(float* out, const float* e, const float* pos, i64 row0, i64 rows_out, i64 seq, i64 C) = 0;
+    virtual void position_backward(float* dpos, const float* d, i64 T, i64 seq, i64 C) = 0;
+    virtual void loss_stats(float* stats, const float* logits, const float* tokens, i64 first, i64 T, i64 V) = 0;
+    virtual void loss_combine(float* loss, float* lse, const float* stats, i64 n, i64 T) = 0;
+    /// loss_combine's lse from `shards` shards' stats, then loss_backward (in one call: no scratch).
+    virtual void loss_backward(float* dlogits, const float* logits, const float* tokens, const float* stats, i64 shards, i64 first,
+                               i64 T, i64 V, float scale) = 0;
+    /// decay: a device array of n bytes (1 = decays), or null: every element decays by wd (the
+    /// executor calls it per parameter, with wd 0 for those that do not decay).
+    virtual void adamw(float* p, float* m, float* v, const float* g, const unsigned char* decay, i64 n, float lr, float b1,
+                       float b2, float eps, float wd, int step) = 0;
+};
+
+/// The module's entry point: a new device on GPU 0, or null with the reason in `why`.
+constexpr int kDeviceApiVersion = 1;
+constexpr const char* kCudaModuleFile = "libstrata_runtime_cuda.so";
+constexpr const char* kCudaModuleSymbol = "strata_runtime_cuda_create";
+using CreateDevice = Device* (*)(int api_version, std::string* why);
+
+/// Opens the cuda module (once per process) and creates a device; throws RuntimeError naming every
+/// place looked in, or the module's reason (no GPU, a driver too old). device_loader.cpp.
+std::unique_ptr<Device> open_cuda_device();
+/// Empty when a cuda device can be opened here, else why not (without throwing).
+std::string cuda_unavailable();
+
+}  // namespace strata::runtime

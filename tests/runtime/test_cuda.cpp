@@ -1,0 +1,336 @@
+// The runtime's cuda backend against its cpu backend, which finite differences check
+// (test_runtime.cpp): every kernel on random inputs, then whole runs (GPT and Llama, the optimizer
+// on the GPU, on the CPU and on SSD, recompute, checkpoints). Both are fp32; they differ only in
+// summation order, so they agree to about 1e-5 relative. On a machine without a GPU the test
+// prints "skipped: no CUDA device" and ctest counts it as skipped (tests/CMakeLists.txt); any other
+// reason the backend cannot open (a module that does not load) fails it.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+
+#include "device.hpp"
+#include "runtime_fixtures.hpp"
+#include "strata/runtime/cpu_kernels.hpp"
+
+using namespace strata;
+using namespace strata::sim;
+using namespace strata::test;
+using runtime::Device;
+namespace cpu = strata::runtime::cpu;
+
+namespace {
+
+// The device, or null where there is none (then every case returns at once; the message makes
+// ctest report the test as skipped).
+Device* device() {
+    static std::unique_ptr<Device> dev;
+    static bool tried = false;
+    if (!tried) {
+        tried = true;
+        try {
+            dev = runtime::open_cuda_device();
+        } catch (const std::exception& e) {
+            const std::string why = e.what();
+            if (why.find("no CUDA device") != std::string::npos || why.find("built without CUDA") != std::string::npos) {
+                std::printf("skipped: no CUDA device (%s)\n", why.c_str());
+                return nullptr;
+            }
+            FAIL("the cuda backend did not open: " << why);
+        }
+        std::printf("device: %s\n", dev->describe().c_str());
+    }
+    return dev.get();
+}
+
+std::vector<float> randoms(std::size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f) {
+    std::mt19937 g(seed);
+    std::uniform_real_distribution<float> u(lo, hi);
+    std::vector<float> v(n);
+    for (float& x : v) x = u(g);
+    return v;
+}
+
+// A device copy of a host vector, freed with the test.
+struct Dev {
+    Device& d;
+    float* p = nullptr;
+    std::int64_t n = 0;
+    Dev(Device& dev, const std::vector<float>& h) : d(dev), n(static_cast<std::int64_t>(h.size())) {
+        p = d.alloc(std::max<std::int64_t>(n, 1));
+        REQUIRE(p != nullptr);
+        d.copy(p, h.data(), n);
+    }
+    ~Dev() { d.release(p, std::max<std::int64_t>(n, 1)); }
+    std::vector<float> get() const {
+        std::vector<float> h(static_cast<std::size_t>(n));
+        d.copy(h.data(), p, n);
+        return h;
+    }
+};
+
+// Largest difference, relative to the reference's largest magnitude.
+void same(const std::vector<float>& ref, const std::vector<float>& got, const char* what, double tol = 2e-5) {
+    REQUIRE(ref.size() == got.size());
+    double worst = 0, scale = 1e-30;
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+        scale = std::max(scale, std::fabs(static_cast<double>(ref[i])));
+        const double d = std::fabs(static_cast<double>(ref[i]) - got[i]);
+        if (d > worst) worst = d, at = i;
+    }
+    INFO(what << ": largest difference " << worst << " at " << at << " (cpu " << ref[at] << ", cuda " << got[at] << "), scale " << scale);
+    CHECK(worst <= tol * scale);
+}
+
+}  // namespace
+
+TEST_CASE("cuda kernels match the cpu kernels", "[runtime][cuda]") {
+    Device* dp = device();
+    if (!dp) return;
+    Device& d = *dp;
+    using i64 = std::int64_t;
+
+    SECTION("GEMMs: forward with bias, input gradient, weight and bias gradients accumulated") {
+        const i64 T = 37, K = 48, N = 80;
+        const auto x = randoms(T * K, 1), w = randoms(N * K, 2), b = randoms(N, 3), dy = randoms(T * N, 4);
+        const auto dw0 = randoms(N * K, 5), db0 = randoms(N, 6);
+        std::vector<float> y(T * N), dx(T * K), dw = dw0, db = db0;
+        cpu::matmul_forward(y.data(), x.data(), w.data(), b.data(), T, K, N);
+        cpu::matmul_dgrad(dx.data(), dy.data(), w.data(), T, K, N);
+        cpu::matmul_wgrad(dw.data(), db.data(), x.data(), dy.data(), T, K, N);
+        Dev X(d, x), W(d, w), B(d, b), DY(d, dy), Y(d, std::vector<float>(T * N)), DX(d, std::vector<float>(T * K)), DW(d, dw0), DB(d, db0);
+        d.matmul_forward(Y.p, X.p, W.p, B.p, T, K, N);
+        d.matmul_dgrad(DX.p, DY.p, W.p, T, K, N);
+        d.matmul_wgrad(DW.p, DB.p, X.p, DY.p, T, K, N);
+        same(y, Y.get(), "forward");
+        same(dx, DX.get(), "dgrad");
+        same(dw, DW.get(), "wgrad");
+        same(db, DB.get(), "bias grad");
+    }
+    SECTION("LayerNorm and RMSNorm, forward and backward") {
+        const i64 T = 19, C = 300;
+        const auto x = randoms(T * C, 7, -2, 3), w = randoms(C, 8), b = randoms(C, 9), dy = randoms(T * C, 10), res = randoms(T * C, 11);
+        for (bool ln : {true, false}) {
+            std::vector<float> y(T * C), dx(T * C), dw = randoms(C, 12), db = randoms(C, 13);
+            const auto dw0 = dw, db0 = db;
+            cpu::norm_forward(y.data(), x.data(), w.data(), ln ? b.data() : nullptr, T, C);
+            cpu::norm_backward(dx.data(), dw.data(), ln ? db.data() : nullptr, x.data(), dy.data(), w.data(), ln ? res.data() : nullptr, ln, T, C);
+            Dev X(d, x), W(d, w), B(d, b), DY(d, dy), R(d, res), Y(d, std::vector<float>(T * C)), DX(d, std::vector<float>(T * C)), DW(d, dw0), DB(d, db0);
+            d.norm_forward(Y.p, X.p, W.p, ln ? B.p : nullptr, T, C);
+            d.norm_backward(DX.p, DW.p, ln ? DB.p : nullptr, X.p, DY.p, W.p, ln ? R.p : nullptr, ln, T, C);
+            same(y, Y.get(), ln ? "layernorm forward" : "rmsnorm forward");
+            same(dx, DX.get(), ln ? "layernorm dx" : "rmsnorm dx", 5e-5);
+            same(dw, DW.get(), ln ? "layernorm dw" : "rmsnorm dw", 5e-5);
+            if (ln) same(db, DB.get(), "layernorm db");
+        }
+    }
+    SECTION("activations and the residual add") {
+        const i64 T = 13, F = 70, n = T * F;
+        const auto x = randoms(n, 14, -4, 4), x2 = randoms(2 * n, 15, -4, 4), dy = randoms(n, 16), b = randoms(F, 17);
+        std::vector<float> y(n), dx(n), y2(n), dx2(2 * n), s(n);
+        Dev X(d, x), X2(d, x2), DY(d, dy), B(d, b), Y(d, y), DX(d, dx), DX2(d, dx2);
+        cpu::gelu_forward(y.data(), x.data(), n);
+        d.gelu_forward(Y.p, X.p, n);
+        same(y, Y.get(), "gelu");
+        cpu::gelu_backward(dx.data(), x.data(), dy.data(), n);
+        d.gelu_backward(DX.p, X.p, DY.p, n);
+        same(dx, DX.get(), "gelu backward");
+        cpu::relu2_forward(y.data(), x.data(), n);
+        d.relu2_forward(Y.p, X.p, n);
+        same(y, Y.get(), "relu2");
+        cpu::relu2_backward(dx.data(), x.data(), dy.data(), n);
+        d.relu2_backward(DX.p, X.p, DY.p, n);
+        same(dx, DX.get(), "relu2 backward");
+        cpu::swiglu_forward(y2.data(), x2.data(), T, F);
+        d.swiglu_forward(Y.p, X2.p, T, F);
+        same(y2, Y.get(), "swiglu");
+        cpu::swiglu_backward(dx2.data(), x2.data(), dy.data(), T, F);
+        d.swiglu_backward(DX2.p, X2.p, DY.p, T, F);
+        same(dx2, DX2.get(), "swiglu backward");
+        cpu::add(s.data(), x.data(), dy.data(), b.data(), T, F);
+        d.add(Y.p, X.p, DY.p, B.p, T, F);
+        same(s, Y.get(), "add with bias");
+    }
+    SECTION("rotary embedding and its inverse") {
+        const i64 seq = 16, T = 2 * seq, hq = 4, hkv = 2, hd = 16, row = (hq + 2 * hkv) * hd;
+        const auto qkv = randoms(T * row, 18);
+        for (bool inverse : {false, true}) {
+            auto ref = qkv;
+            cpu::rope(ref.data(), T, cpu::Positions{seq, 1, 0}, hq, hkv, hd, inverse);
+            Dev Q(d, qkv);
+            d.rope(Q.p, T, seq, hq, hkv, hd, inverse);
+            same(ref, Q.get(), inverse ? "rope inverse" : "rope");
+        }
+    }
+    SECTION("causal attention, forward and backward, MHA and GQA, head dims 16 and 64") {
+        struct Shape {
+            i64 seq, batch, hq, hkv, hd;
+        };
+        for (const Shape sh : {Shape{24, 2, 4, 2, 16}, Shape{40, 3, 2, 2, 64}, Shape{7, 1, 3, 1, 8}}) {
+            const i64 T = sh.seq * sh.batch, row = (sh.hq + 2 * sh.hkv) * sh.hd, od = sh.hq * sh.hd;
+            const auto qkv = randoms(T * row, 19), dout = randoms(T * od, 20);
+            std::vector<float> out(T * od), lse(T * sh.hq), dqkv(T * row);
+            cpu::attention_forward(out.data(), lse.data(), qkv.data(), T, sh.seq, sh.hq, sh.hkv, sh.hd);
+            cpu::attention_backward(dqkv.data(), qkv.data(), out.data(), lse.data(), dout.data(), T, sh.seq, sh.hq, sh.hkv, sh.hd);
+            Dev Q(d, qkv), DO(d, dout), O(d, std::vector<float>(T * od)), L(d, std::vector<float>(T * sh.hq)), DQ(d, randoms(T * row, 21));
+            d.attention_forward(O.p, L.p, Q.p, T, sh.seq, sh.hq, sh.hkv, sh.hd);
+            d.attention_backward(DQ.p, Q.p, O.p, L.p, DO.p, T, sh.seq, sh.hq, sh.hkv, sh.hd);
+            INFO("seq " << sh.seq << " batch " << sh.batch << " heads " << sh.hq << "/" << sh.hkv << " dim " << sh.hd);
+            same(out, O.get(), "attention out");
+            same(lse, L.get(), "attention lse");
+            same(dqkv, DQ.get(), "attention dqkv", 5e-5);
+        }
+    }
+    SECTION("embedding (a vocab shard), positions, loss and its gradient") {
+        const i64 T = 40, C = 24, V = 50, first = 10, seq = 8;
+        std::vector<float> tokens(2 * T);
+        std::mt19937 g(22);
+        for (auto& t : tokens) t = static_cast<float>(g() % 70);  // some outside the shard
+        const auto table = randoms(V * C, 23), dout = randoms(T * C, 24), pos = randoms(seq * C, 25), logits = randoms(T * V, 26, -5, 5);
+        std::vector<float> e(T * C), dtab = randoms(V * C, 27), px(T * C), dpos = randoms(seq * C, 28), stats(3 * T), loss(T), lse(T), dl(T * V);
+        const auto dtab0 = dtab, dpos0 = dpos;
+        cpu::embedding_forward(e.data(), tokens.data(), table.data(), first, V, T, C);
+        cpu::embedding_backward(dtab.data(), tokens.data(), dout.data(), first, V, T, C);
+        const cpu::Positions where{seq, 1, 0};
+        cpu::position_forward(px.data(), e.data(), pos.data(), 0, T, where, C);
+        cpu::position_backward(dpos.data(), dout.data(), T, where, C);
+        cpu::loss_stats(stats.data(), logits.data(), tokens.data(), first, T, V);
+        cpu::loss_combine(loss.data(), lse.data(), stats.data(), 1, T);
+        cpu::loss_backward(dl.data(), logits.data(), tokens.data(), lse.data(), first, T, V, 0.25f);
+        Dev TK(d, tokens), TB(d, table), DO(d, dout), P(d, pos), LG(d, logits), E(d, e), DT(d, dtab0), PX(d, px), DP(d, dpos0), ST(d, stats),
+            LS(d, loss), LE(d, lse), DL(d, dl);
+        d.embedding_forward(E.p, TK.p, TB.p, first, V, T, C);
+        d.embedding_backward(DT.p, TK.p, DO.p, first, V, T, C);
+        d.position_forward(PX.p, E.p, P.p, 0, T, seq, C);
+        d.position_backward(DP.p, DO.p, T, seq, C);
+        d.loss_stats(ST.p, LG.p, TK.p, first, T, V);
+        d.loss_combine(LS.p, LE.p, ST.p, 1, T);
+        d.loss_backward(DL.p, LG.p, TK.p, ST.p, 1, first, T, V, 0.25f);
+        same(e, E.get(), "embedding");
+        same(dtab, DT.get(), "embedding backward");
+        same(px, PX.get(), "positions");
+        same(dpos, DP.get(), "positions backward");
+        same(stats, ST.get(), "loss stats");
+        same(loss, LS.get(), "loss");
+        same(lse, LE.get(), "loss lse");
+        same(dl, DL.get(), "loss backward");
+        double total = 0;
+        for (float l : loss) total += l;
+        CHECK(d.sum(LS.p, T) == Approx(total).epsilon(1e-5));
+    }
+    SECTION("AdamW with and without weight decay") {
+        const i64 n = 1000;
+        const auto p0 = randoms(n, 29), g = randoms(n, 30), m0 = randoms(n, 31, -0.1f, 0.1f), v0 = randoms(n, 32, 0.0f, 0.1f);
+        for (float wd : {0.1f, 0.0f}) {
+            auto p = p0, m = m0, v = v0;
+            const std::vector<unsigned char> all(n, 1);
+            cpu::adamw(p.data(), m.data(), v.data(), g.data(), all.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, wd, 3);
+            Dev P(d, p0), M(d, m0), Vv(d, v0), G(d, g);
+            d.adamw(P.p, M.p, Vv.p, G.p, nullptr, n, 1e-3f, 0.9f, 0.95f, 1e-8f, wd, 3);
+            same(p, P.get(), "adamw parameters", 1e-6);
+            same(m, M.get(), "adamw m", 1e-6);
+            same(v, Vv.get(), "adamw v", 1e-6);
+        }
+    }
+}
+
+namespace {
+std::vector<double> run_losses(const ModelSpec& m, const PlanSpec& p, runtime::Backend b, int steps, runtime::RunOptions o = {}) {
+    o.backend = b;
+    o.lr = 3e-3;
+    runtime::Session s(m, cpu_cluster(1), p, o);
+    std::vector<double> out;
+    for (int i = 0; i < steps; ++i) out.push_back(s.step().loss);
+    return out;
+}
+void close_curves(const std::vector<double>& a, const std::vector<double>& b, double tol = 1e-4) {
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        INFO("step " << i + 1 << ": cpu " << a[i] << ", cuda " << b[i]);
+        CHECK(std::fabs(a[i] - b[i]) <= tol * std::fabs(a[i]));
+    }
+}
+}  // namespace
+
+TEST_CASE("a run on the cuda backend follows the cpu backend's loss curve", "[runtime][cuda]") {
+    if (!device()) return;
+    struct Variant {
+        const char* name;
+        ModelSpec model;
+        PlanSpec plan;
+    };
+    std::vector<Variant> v;
+    v.push_back({"GPT", tiny_gpt(), cpu_plan()});
+    v.push_back({"Llama", tiny_llama(2), cpu_plan()});
+    {
+        PlanSpec p = cpu_plan();
+        p.recompute = Recompute::full;
+        v.push_back({"GPT, full recompute", tiny_gpt(), p});
+        p = cpu_plan();
+        p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+        v.push_back({"Llama, optimizer on the CPU", tiny_llama(2), p});
+        p.offload.optimizer = TierSplit{0.0, 0.0, 1.0};
+        v.push_back({"Llama, optimizer on SSD", tiny_llama(2), p});
+        p.offload.optimizer = TierSplit{0.5, 0.25, 0.25};
+        v.push_back({"GPT, optimizer split GPU/CPU/SSD", tiny_gpt(), p});
+    }
+    for (const Variant& x : v) {
+        INFO(x.name);
+        const auto a = run_losses(x.model, x.plan, runtime::Backend::cpu, 6);
+        const auto b = run_losses(x.model, x.plan, runtime::Backend::cuda, 6);
+        CHECK(b.back() < b.front());  // it learns
+        close_curves(a, b);
+    }
+}
+
+TEST_CASE("the cuda backend: checkpoints, timelines, memory and refusals", "[runtime][cuda]") {
+    if (!device()) return;
+    const ModelSpec m = tiny_llama(2);
+    PlanSpec p = cpu_plan();
+    p.offload.optimizer = TierSplit{0.5, 0.5, 0.0};
+    runtime::RunOptions o;
+    o.backend = runtime::Backend::cuda;
+    o.lr = 3e-3;
+    o.record_spans = true;
+    const std::string dir = (std::filesystem::temp_directory_path() / "strata-test-cuda-checkpoint").string();
+    std::filesystem::remove_all(dir);
+    std::vector<double> a, b;
+    {
+        runtime::Session s(m, cpu_cluster(1), p, o);
+        s.step();
+        s.save(dir);
+        a.push_back(s.step().loss);
+        a.push_back(s.step().loss);
+        // Every executed instruction has a span, on the GPU's clock or the host's, in order.
+        const auto& t = s.traces();
+        REQUIRE(t.size() == 1);
+        CHECK(t[0].spans.size() > 20);
+        std::int64_t busy = 0;
+        for (const auto& sp : t[0].spans) {
+            CHECK(sp.end_ns >= sp.start_ns);
+            busy += sp.end_ns - sp.start_ns;
+        }
+        CHECK(busy > 0);
+        // The gpu tier's peak is what the dataflow holds: parameters, gradients and half the moments at least.
+        const std::int64_t params = s.param_elements(0, "qkv.weight", 0);
+        CHECK(s.peak_bytes()[0] > 2.0 * 4 * params);
+        CHECK(s.peak_bytes()[1] > 0);
+    }
+    o.resume_dir = dir;
+    runtime::Session r(m, cpu_cluster(1), p, o);
+    CHECK(r.steps_done() == 1);
+    b.push_back(r.step().loss);
+    b.push_back(r.step().loss);
+    close_curves(a, b, 1e-6);  // the embedding's gradient adds atomically: not bit for bit
+    std::filesystem::remove_all(dir);
+
+    // Parameters read and written through the session reach the device.
+    r.set_param(0, "qkv.weight", 0, 3, 0.125f);
+    CHECK(r.param(0, "qkv.weight", 0, 3) == 0.125f);
+
+    // A plan of several ranks is refused by name.
+    CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), cpu_plan(1, 1, 2), o), Catch::Contains("one rank on one GPU"));
+}
