@@ -23,6 +23,7 @@ struct RunArgs {
     SpecArgs specs;
     RuntimeArgs rt;
     std::string db, trace, json;
+    bool memory_only = false;
 };
 
 std::string step_line(const runtime::StepReport& r, int of) {
@@ -55,6 +56,25 @@ void run_run(const RunArgs& a) {
     const hwdb::HardwareView hw = view_for(db, s.cluster, a.specs);
     runtime::RunOptions o = runtime_options(a.rt, s, hw);
     o.record_spans = !a.trace.empty();
+    if (a.memory_only) {
+        // One step's dataflow, walked whatever it needs: no capacity stops it, nothing is allocated.
+        o.memory_only = true;
+        o.check_fit = false;
+        o.capacity_bytes = {};
+        // Two steps: the first creates Adam's moments at its end, the second holds them throughout.
+        runtime::Session session(s.model, s.cluster, *s.plan, o);
+        session.step();
+        runtime::StepReport r = session.step();
+        r.peak_bytes = session.peak_bytes();
+        report << "memory only (the dataflow of two steps walked, nothing computed or allocated), " << session.program().ranks.size()
+               << " ranks: peak gpu " << human_bytes(r.peak_bytes[0]) << " per rank, cpu " << human_bytes(r.peak_bytes[1]) << " per node, ssd "
+               << human_bytes(r.peak_bytes[2]) << " per node\n";
+        const std::string trace = a.trace.empty() ? "" : sim::to_chrome_trace(session.program(), measured_result(session.program(), session.traces()));
+        const std::string json = a.json.empty() ? "" : steps_json({r}, s.name, "memory-only");
+        if (!trace.empty()) write_output(a.trace, trace);
+        if (!json.empty()) write_output(a.json, json);
+        return;
+    }
     install_sigint();
     o.stop = &g_run_interrupted;
     runtime::Session session(s.model, s.cluster, *s.plan, o);
@@ -108,6 +128,9 @@ void add_run(CLI::App& app) {
     add_runtime_options(cmd, a->rt, 10);
     cmd->add_option("--trace", a->trace, "write the last step's measured timeline as a Chrome trace to FILE ('-' = stdout)");
     cmd->add_option("--json", a->json, "write the per-step figures as JSON to FILE ('-' = stdout)");
+    cmd->add_flag("--memory-only", a->memory_only,
+                  "walk two steps' dataflow without computing or allocating anything: the peak memory per tier a run reaches, "
+                  "in seconds, also for a plan this machine cannot hold");
     cmd->callback([a] { run_run(*a); });
 }
 

@@ -139,16 +139,17 @@ void run_validate(const ValidateArgs& a) {
         rows[c].name = c;
         rows[c].measured_s += static_cast<double>(sp.end_ns - sp.start_ns) * 1e-9 / ranks;
     }
-    // Memory: the engine's peaks (blocks allocated on the gpu tier) against the runtime's. A cpu
-    // rank has no CUDA context or NCCL buffers: the model's reserve for them is left out there.
+    // Memory: the engine's peaks (blocks allocated on the gpu tier) against the runtime's.
     std::array<double, 3> pm{};
     for (const sim::RankStats& r : pred.result.ranks) {
         pm[0] = std::max(pm[0], r.gpu_peak_allocated_bytes);
         pm[1] = std::max(pm[1], r.peak_bytes[1]);
         pm[2] = std::max(pm[2], r.peak_bytes[2]);
     }
-    const bool cpu = a.rt.backend == "cpu";
-    if (cpu) pm[0] = std::max(0.0, pm[0] - sim::kFrameworkReserveBytes);
+    // The runtime's gpu tier counts the dataflow's tensors: neither backend's pool holds a CUDA
+    // context or NCCL buffers (the cuda backend's context, cuBLAS workspace and attention scratch
+    // sit outside it), so the model's reserve for them is left out of the prediction on both.
+    pm[0] = std::max(0.0, pm[0] - sim::kFrameworkReserveBytes);
     const std::array<double, 3> mm = session.peak_bytes();
 
     // Report.

@@ -15,6 +15,8 @@ void bench_collectives_cpu(Context& ctx);
 /// The runtime's own cpu kernels (runtime_bench.cpp): attention points, and the memory-bound
 /// kernels' achieved bandwidth.
 void bench_runtime_attention_cpu(Context& ctx);
+/// The runtime's cuda attention as fp32 attention points (runtime_bench.cpp).
+void bench_runtime_attention_cuda(Context& ctx);
 void bench_runtime_memory_bound_cpu(Context& ctx);
 
 int thread_count(const Options& o);

@@ -320,7 +320,10 @@ Profile run_profile(const Options& o) {
                        std::to_string(di.sm_count) + "; sm_clock_mhz " + fmt_fixed(di.sm_clock_mhz, 0) + "; mem_clock_mhz " +
                        fmt_fixed(di.mem_clock_mhz, 0) + "; l2_bytes " + fmt_fixed(di.l2_bytes, 0);
         if (ctx.want("gemm")) cu.bench_gemm(ctx, ctx.device);
-        if (ctx.want("attention")) cu.bench_attention(ctx, ctx.device);
+        if (ctx.want("attention")) {
+            cu.bench_attention(ctx, ctx.device);
+            host::bench_runtime_attention_cuda(ctx);
+        }
         if (ctx.want("membw")) cu.bench_membw(ctx, ctx.device);
         if (ctx.want("memcpy")) cu.bench_memcpy(ctx, ctx.device);
         if (ctx.want("collective")) cu.bench_collectives(ctx, ctx.device);

@@ -12,6 +12,7 @@
 
 #include "host_bench.hpp"
 #include "strata/runtime/cpu_kernels.hpp"
+#include "strata/runtime/runtime.hpp"
 
 namespace strata::profiler::host {
 
@@ -60,6 +61,41 @@ void bench_runtime_attention_cpu(Context& ctx) {
                 ctx.add(std::move(m));
             }
         }
+}
+
+// The cuda backend's attention (exact, as batched fp32 SGEMMs in causal row blocks; not a flash
+// kernel), as fp32 attention points: a plan of precision fp32, the one the runtime executes, is
+// priced by the kernel it runs. Frameworks' bf16 attention keeps the cuda profile's own points.
+// Sequences x heads near the validation plans' (GPT-2 124M: 8 x 12 heads of 64; Llama 2 7B: 1 x 32
+// of 128 at 4096). FLOPs counted as the lowering counts them (causal: half of 4 b s^2 h d).
+void bench_runtime_attention_cuda(Context& ctx) {
+    struct Shape {
+        int batch, seq, heads, d;
+    };
+    std::vector<Shape> shapes{{8, 1024, 12, 64}, {4, 1024, 16, 128}, {1, 4096, 32, 128}, {2, 4096, 16, 64}};
+    if (!ctx.opt.quick) {
+        shapes.push_back({4, 2048, 16, 128});
+        shapes.push_back({1, 8192, 16, 128});
+    }
+    const int reps = ctx.opt.quick ? 3 : 5;
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+        ctx.progress("attention (runtime)", static_cast<int>(i), static_cast<int>(shapes.size()));
+        ctx.check();
+        const Shape& s = shapes[i];
+        const runtime::AttentionTiming t = runtime::time_cuda_attention(s.batch, s.seq, s.heads, s.d, reps);
+        const double fwd_flops = 2.0 * s.batch * static_cast<double>(s.seq) * s.seq * s.heads * s.d;
+        for (const bool backward : {false, true}) {
+            const double secs = backward ? t.backward_s : t.forward_s;
+            if (secs <= 0) continue;
+            hwdb::Measurement m = point(ctx, "attention",
+                                        make_key(backward ? "fp32 runtime bwd" : "fp32 runtime fwd",
+                                                 {{"seq", s.seq}, {"head_dim", s.d}, {"batch", s.batch}, {"heads", s.heads}}),
+                                        "flop/s", rate_summary((backward ? 2.5 : 1.0) * fwd_flops, {secs}));
+            m.params = {{"seq", s.seq}, {"head_dim", s.d}, {"heads", s.heads}, {"batch", s.batch}};
+            m.labels = {{"dtype", "fp32"}, {"causal", "1"}, {"direction", backward ? "bwd" : "fwd"}, {"impl", "strata-runtime"}};
+            ctx.add(std::move(m));
+        }
+    }
 }
 
 void bench_runtime_memory_bound_cpu(Context& ctx) {

@@ -84,13 +84,28 @@ __global__ void k_bias_rows(float* y, const float* b, i64 T, i64 N) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i < T * N) y[i] += b[i % N];
 }
-// db[n] += sum over rows; one thread per column, rows in order (coalesced across threads).
+// Column sums over rows (a bias gradient, a norm's weight gradients): blocks of 32 columns x 8
+// row lanes, each over kRowsPerBlock rows, added into the result atomically. One thread per
+// column walking all rows was latency-bound: 24 threads' worth of blocks for a 768-wide bias.
+constexpr int kColLanes = 8;
+constexpr i64 kRowsPerBlock = 256;
+dim3 col_grid(i64 T, i64 N) {
+    return dim3(static_cast<unsigned>((N + 31) / 32), static_cast<unsigned>(std::max<i64>(1, (T + kRowsPerBlock - 1) / kRowsPerBlock)));
+}
 __global__ void k_col_sum(float* db, const float* d, i64 T, i64 N) {
-    const i64 n = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
-    if (n >= N) return;
+    __shared__ float sh[kColLanes][33];
+    const i64 n = blockIdx.x * 32 + threadIdx.x;
+    const i64 r0 = blockIdx.y * kRowsPerBlock, r1 = min(T, r0 + kRowsPerBlock);
     float s = 0;
-    for (i64 t = 0; t < T; ++t) s += d[t * N + n];
-    db[n] += s;
+    if (n < N)
+        for (i64 t = r0 + threadIdx.y; t < r1; t += kColLanes) s += d[t * N + n];
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && n < N) {
+        float tot = 0;
+        for (int k = 0; k < kColLanes; ++k) tot += sh[k][threadIdx.x];
+        atomicAdd(db + n, tot);
+    }
 }
 __global__ void k_gelu_fwd(float* y, const float* x, i64 n) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
@@ -186,18 +201,27 @@ __global__ void k_norm_bwd_dx(float* dx, float* stats, const float* x, const flo
         stats[2 * t + 1] = rstd;
     }
 }
-// dw[c] += sum_t dy * xhat; db[c] += sum_t dy: a thread per column, rows in order.
+// dw[c] += sum_t dy * xhat; db[c] += sum_t dy: column sums as k_col_sum's.
 __global__ void k_norm_bwd_dw(float* dw, float* db, const float* x, const float* dy, const float* stats, i64 T, i64 C) {
-    const i64 c = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
-    if (c >= C) return;
+    __shared__ float shw[kColLanes][33], shb[kColLanes][33];
+    const i64 c = blockIdx.x * 32 + threadIdx.x;
+    const i64 r0 = blockIdx.y * kRowsPerBlock, r1 = min(T, r0 + kRowsPerBlock);
     float sw = 0, sb = 0;
-    for (i64 t = 0; t < T; ++t) {
-        const float g = dy[t * C + c];
-        sw += g * (x[t * C + c] - stats[2 * t]) * stats[2 * t + 1];
-        sb += g;
+    if (c < C)
+        for (i64 t = r0 + threadIdx.y; t < r1; t += kColLanes) {
+            const float g = dy[t * C + c];
+            sw += g * (x[t * C + c] - stats[2 * t]) * stats[2 * t + 1];
+            sb += g;
+        }
+    shw[threadIdx.y][threadIdx.x] = sw;
+    shb[threadIdx.y][threadIdx.x] = sb;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float tw = 0, tb = 0;
+        for (int k = 0; k < kColLanes; ++k) tw += shw[k][threadIdx.x], tb += shb[k][threadIdx.x];
+        atomicAdd(dw + c, tw);
+        if (db) atomicAdd(db + c, tb);
     }
-    dw[c] += sw;
-    if (db) db[c] += sb;
 }
 
 // ---- rotary embedding, in place on query and key heads: a thread per (row, head, pair) ----
@@ -214,13 +238,53 @@ __global__ void k_rope(float* qkv, i64 T, i64 seq, i64 heads, i64 row, i64 d, fl
     v[k + half] = b * c + a * s;
 }
 
-// ---- attention: scores of one head for `batch` sequences, [batch][seq][seq] ----
-// In place: S -> P = exp(S * scale - lse), masked above the diagonal; lse[(b*seq + i)*hq + h].
-__global__ void k_softmax_causal(float* S, float* lse, i64 seq, i64 hq, i64 h, i64 b0, float scale) {
+// ---- attention ----
+// Per head, contiguous: the query, key and value heads of item (b, h) as [seq, d] blocks
+// (items b * hq + h; a GQA key/value head copied to each query head of its group), so that one
+// strided-batched SGEMM covers every sequence and head.
+__global__ void k_attn_split(float* Q, float* K, float* V, const float* qkv, i64 seq, i64 hq, i64 hkv, i64 d, i64 n) {
+    const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (i >= n) return;
+    const i64 c = i % d, t = (i / d) % seq, h = (i / (d * seq)) % hq, b = i / (d * seq * hq);
+    const i64 R = (hq + 2 * hkv) * d, g = hq / hkv;
+    const float* row = qkv + (b * seq + t) * R;
+    Q[i] = row[h * d + c];
+    K[i] = row[hq * d + (h / g) * d + c];
+    V[i] = row[(hq + hkv) * d + (h / g) * d + c];
+}
+// [items, seq, d] <-> the [B*seq, hq*d] layout of out / dout.
+__global__ void k_attn_heads(float* dst, const float* src, i64 seq, i64 hq, i64 d, i64 n, bool to_rows) {
+    const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (i >= n) return;
+    const i64 c = i % d, t = (i / d) % seq, h = (i / (d * seq)) % hq, b = i / (d * seq * hq);
+    const i64 r = (b * seq + t) * hq * d + h * d + c;
+    if (to_rows) dst[r] = src[i];
+    else dst[i] = src[r];
+}
+// dqkv from the per-head gradients: a key/value head sums the gradients of its group's heads.
+__global__ void k_attn_merge_grads(float* dqkv, const float* dQ, const float* dK, const float* dV, i64 seq, i64 hq, i64 hkv, i64 d,
+                                   i64 n) {
+    const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (i >= n) return;
+    const i64 R = (hq + 2 * hkv) * d, g = hq / hkv;
+    const i64 col = i % R, row = i / R, b = row / seq, t = row % seq, c = col % d;
+    auto at = [&](i64 h) { return ((b * hq + h) * seq + t) * d + c; };
+    if (col < hq * d) {
+        dqkv[i] = dQ[at(col / d)];
+        return;
+    }
+    const bool key = col < (hq + hkv) * d;
+    const i64 kvh = (key ? col - hq * d : col - (hq + hkv) * d) / d;
+    float s = 0;
+    for (i64 h = kvh * g; h < (kvh + 1) * g; ++h) s += (key ? dK : dV)[at(h)];
+    dqkv[i] = s;
+}
+// Scores of `items` heads from item0, [item][seq][seq]: S -> P = exp(S scale - lse) on and below
+// the diagonal, 0 above; lse[(b seq + i) hq + h]. A block per row (gridDim.y: items).
+__global__ void k_softmax_causal(float* S, float* lse, i64 seq, i64 hq, i64 item0, float scale) {
     __shared__ float sh[32];
-    const i64 r = blockIdx.x;  // b * seq + i within the chunk
-    const i64 i = r % seq;
-    float* row = S + r * seq;
+    const i64 i = blockIdx.x, item = item0 + blockIdx.y;
+    float* row = S + (static_cast<i64>(blockIdx.y) * seq + i) * seq;
     float mx = -INFINITY;
     for (i64 j = threadIdx.x; j <= i; j += blockDim.x) mx = fmaxf(mx, row[j] * scale);
     mx = block_max(mx, sh);
@@ -229,26 +293,28 @@ __global__ void k_softmax_causal(float* S, float* lse, i64 seq, i64 hq, i64 h, i
     s = block_sum(s, sh);
     const float l = mx + logf(s);
     for (i64 j = threadIdx.x; j < seq; j += blockDim.x) row[j] = j <= i ? expf(row[j] * scale - l) : 0.0f;
-    if (threadIdx.x == 0) lse[((b0 * seq) + r) * hq + h] = l;
+    if (threadIdx.x == 0) lse[((item / hq) * seq + i) * hq + item % hq] = l;
 }
-// Backward: S -> P from the saved lse (as above), and dP -> dS = P (dP - D) scale with
-// D = dout . out over the head's columns (in a block per row).
-__global__ void k_softmax_causal_bwd(float* S, float* dP, const float* lse, const float* out, const float* dout, i64 seq, i64 hq,
-                                     i64 h, i64 d, i64 b0, float scale) {
-    __shared__ float sh[32];
-    const i64 r = blockIdx.x;
-    const i64 i = r % seq, g = b0 * seq + r;  // g: the row of the whole tensor
-    const float l = lse[g * hq + h];
-    float D = 0;
-    for (i64 c = threadIdx.x; c < d; c += blockDim.x) D += dout[g * hq * d + h * d + c] * out[g * hq * d + h * d + c];
-    D = block_sum(D, sh);
-    float* prow = S + r * seq;
-    float* drow = dP + r * seq;
+// Backward: S -> P from the saved lse, dP -> dS = P (dP - D) scale, D[item][i] = dout . out.
+__global__ void k_softmax_causal_bwd(float* S, float* dP, const float* lse, const float* D, i64 seq, i64 hq, i64 item0, float scale) {
+    const i64 i = blockIdx.x, item = item0 + blockIdx.y;
+    const float l = lse[((item / hq) * seq + i) * hq + item % hq], Di = D[item * seq + i];
+    float* prow = S + (static_cast<i64>(blockIdx.y) * seq + i) * seq;
+    float* drow = dP + (static_cast<i64>(blockIdx.y) * seq + i) * seq;
     for (i64 j = threadIdx.x; j < seq; j += blockDim.x) {
         const float p = j <= i ? expf(prow[j] * scale - l) : 0.0f;
         prow[j] = p;
-        drow[j] = p * (drow[j] - D) * scale;
+        drow[j] = j <= i ? p * (drow[j] - Di) * scale : 0.0f;  // never read above the diagonal: no stale NaN
     }
+}
+// D[item][t] = sum over the head's columns of dout * out (per-head layout).
+__global__ void k_attn_rowdot(float* D, const float* dO, const float* O, i64 d, i64 rows) {
+    const i64 r = blockIdx.x * static_cast<i64>(blockDim.y) + threadIdx.y;
+    if (r >= rows) return;
+    float s = 0;
+    for (i64 c = threadIdx.x; c < d; c += 32) s += dO[r * d + c] * O[r * d + c];
+    s = warp_sum(s);
+    if (threadIdx.x == 0) D[r] = s;
 }
 
 // ---- embedding, positions, loss ----
@@ -495,7 +561,8 @@ public:
         if (db) bias_grad(db, dy, T, N);
     }
     void bias_grad(float* db, const float* d, i64 T, i64 N) override {
-        k_col_sum<<<blocks_for(N), kThreads, 0, stream_>>>(db, d, T, N);
+        if (T == 0 || N == 0) return;
+        k_col_sum<<<col_grid(T, N), dim3(32, kColLanes), 0, stream_>>>(db, d, T, N);
         LAUNCHED();
     }
     void norm_forward(float* y, const float* x, const float* w, const float* b, i64 T, i64 C) override {
@@ -509,7 +576,7 @@ public:
         float* stats = scratch(2 * T);
         k_norm_bwd_dx<<<static_cast<unsigned>(T), kThreads, 0, stream_>>>(dx, stats, x, dy, w, residual, layernorm, C);
         LAUNCHED();
-        k_norm_bwd_dw<<<blocks_for(C), kThreads, 0, stream_>>>(dw, db, x, dy, stats, T, C);
+        k_norm_bwd_dw<<<col_grid(T, C), dim3(32, kColLanes), 0, stream_>>>(dw, db, x, dy, stats, T, C);
         LAUNCHED();
     }
     void gelu_forward(float* y, const float* x, i64 n) override { launch1(k_gelu_fwd, n, y, x, n); }
@@ -527,56 +594,78 @@ public:
         launch1(k_rope, T * (hq + hkv) * (d / 2), qkv, T, seq, hq + hkv, (hq + 2 * hkv) * d, d, inverse ? -1.0f : 1.0f);
     }
 
-    // Sequences per chunk so that the seq x seq scores (two buffers in the backward) stay under
-    // 1 GiB of scratch.
-    i64 chunk_for(i64 B, i64 seq) const {
-        const i64 per = 2 * seq * seq * static_cast<i64>(sizeof(float));
-        return std::max<i64>(1, std::min<i64>(B, (i64{1} << 30) / std::max<i64>(per, 1)));
+    // Causal attention as batched SGEMMs over every (sequence, head), in row blocks of queries so
+    // that keys after a block's last query are never multiplied: with blocks of `rows` queries the
+    // GEMMs do (n + 1) / 2n of the full seq x seq work (n blocks), near the causal half a flash
+    // kernel does. Scores live in scratch for `chunk` heads at a time (at most 1 GiB).
+    struct AttnPlan {
+        i64 items, chunk, rows, blocks;
+    };
+    static AttnPlan attn_plan(i64 T, i64 seq, i64 hq, int score_buffers) {
+        AttnPlan a;
+        a.items = T / seq * hq;
+        const i64 per = score_buffers * seq * seq * static_cast<i64>(sizeof(float));
+        a.chunk = std::max<i64>(1, std::min<i64>({a.items, i64{65535}, (i64{1} << 30) / std::max<i64>(per, 1)}));  // grid.y
+        a.rows = std::max<i64>(std::min<i64>(seq, 128), (seq + 15) / 16);
+        a.blocks = (seq + a.rows - 1) / a.rows;
+        return a;
     }
     void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d) override {
-        const i64 R = (hq + 2 * hkv) * d, B = T / seq, group = hq / hkv, chunk = chunk_for(B, seq);
+        const AttnPlan a = attn_plan(T, seq, hq, 1);
+        const i64 n = a.items * seq * d, hs = seq * d, ss = seq * seq;
         const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-        float* S = scratch(chunk * seq * seq);
-        for (i64 b0 = 0; b0 < B; b0 += chunk) {
-            const i64 nb = std::min(chunk, B - b0);
-            const float* base = qkv + b0 * seq * R;
-            for (i64 h = 0; h < hq; ++h) {
-                const float* q = base + h * d;
-                const float* k = base + hq * d + (h / group) * d;
-                const float* v = base + (hq + hkv) * d + (h / group) * d;
-                gemm(false, true, seq, seq, d, q, R, seq * R, k, R, seq * R, S, seq, seq * seq, nb, 1.0f, 0.0f);
-                k_softmax_causal<<<static_cast<unsigned>(nb * seq), kThreads, 0, stream_>>>(S, lse, seq, hq, h, b0, scale);
-                LAUNCHED();
-                gemm(false, false, seq, d, seq, S, seq, seq * seq, v, R, seq * R, out + b0 * seq * hq * d + h * d, hq * d, seq * hq * d,
-                     nb, 1.0f, 0.0f);
+        float* Q = scratch(4 * n + a.chunk * ss);
+        float *K = Q + n, *V = K + n, *O = V + n, *S = O + n;
+        launch1(k_attn_split, n, Q, K, V, qkv, seq, hq, hkv, d, n);
+        for (i64 i0 = 0; i0 < a.items; i0 += a.chunk) {
+            const i64 ni = std::min(a.chunk, a.items - i0);
+            for (i64 k = 0; k < a.blocks; ++k) {  // S[rows of block k, keys up to its last query]
+                const i64 r0 = k * a.rows, m = std::min(a.rows, seq - r0), keys = r0 + m;
+                gemm(false, true, m, keys, d, Q + i0 * hs + r0 * d, d, hs, K + i0 * hs, d, hs, S + r0 * seq, seq, ss, ni, 1.0f, 0.0f);
+            }
+            k_softmax_causal<<<dim3(static_cast<unsigned>(seq), static_cast<unsigned>(ni)), kThreads, 0, stream_>>>(S, lse, seq, hq, i0, scale);
+            LAUNCHED();
+            for (i64 k = 0; k < a.blocks; ++k) {  // O[block k] = P[block k, keys] V[keys]
+                const i64 r0 = k * a.rows, m = std::min(a.rows, seq - r0), keys = r0 + m;
+                gemm(false, false, m, d, keys, S + r0 * seq, seq, ss, V + i0 * hs, d, hs, O + i0 * hs + r0 * d, d, hs, ni, 1.0f, 0.0f);
             }
         }
+        launch1(k_attn_heads, n, out, O, seq, hq, d, n, true);
     }
     void attention_backward(float* dqkv, const float* qkv, const float* out, const float* lse, const float* dout, i64 T, i64 seq,
                             i64 hq, i64 hkv, i64 d) override {
-        const i64 R = (hq + 2 * hkv) * d, B = T / seq, group = hq / hkv, chunk = chunk_for(B, seq);
+        const AttnPlan a = attn_plan(T, seq, hq, 2);
+        const i64 n = a.items * seq * d, hs = seq * d, ss = seq * seq;
         const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-        float* S = scratch(2 * chunk * seq * seq);
-        float* dP = S + chunk * seq * seq;
-        zero(dqkv, T * R);  // key and value gradients accumulate over a group's query heads
-        for (i64 b0 = 0; b0 < B; b0 += chunk) {
-            const i64 nb = std::min(chunk, B - b0);
-            const i64 off = b0 * seq * R, ooff = b0 * seq * hq * d;
-            for (i64 h = 0; h < hq; ++h) {
-                const i64 qc = h * d, kc = hq * d + (h / group) * d, vc = (hq + hkv) * d + (h / group) * d;
-                const float* dO = dout + ooff + h * d;
-                gemm(false, true, seq, seq, d, qkv + off + qc, R, seq * R, qkv + off + kc, R, seq * R, S, seq, seq * seq, nb, 1.0f, 0.0f);
-                gemm(false, true, seq, seq, d, dO, hq * d, seq * hq * d, qkv + off + vc, R, seq * R, dP, seq, seq * seq, nb, 1.0f, 0.0f);
-                k_softmax_causal_bwd<<<static_cast<unsigned>(nb * seq), kThreads, 0, stream_>>>(S, dP, lse, out, dout, seq, hq, h, d, b0,
-                                                                                                 scale);
-                LAUNCHED();
-                // dV += P^T dO; dQ = dS K; dK += dS^T Q.
-                gemm(true, false, seq, d, seq, S, seq, seq * seq, dO, hq * d, seq * hq * d, dqkv + off + vc, R, seq * R, nb, 1.0f, 1.0f);
-                gemm(false, false, seq, d, seq, dP, seq, seq * seq, qkv + off + kc, R, seq * R, dqkv + off + qc, R, seq * R, nb, 1.0f,
-                     0.0f);
-                gemm(true, false, seq, d, seq, dP, seq, seq * seq, qkv + off + qc, R, seq * R, dqkv + off + kc, R, seq * R, nb, 1.0f, 1.0f);
+        float* Q = scratch(8 * n + a.items * seq + 2 * a.chunk * ss);
+        float *K = Q + n, *V = K + n, *O = V + n, *dO = O + n, *dQ = dO + n, *dK = dQ + n, *dV = dK + n;
+        float *D = dV + n, *S = D + a.items * seq, *dP = S + a.chunk * ss;
+        launch1(k_attn_split, n, Q, K, V, qkv, seq, hq, hkv, d, n);
+        launch1(k_attn_heads, n, O, out, seq, hq, d, n, false);
+        launch1(k_attn_heads, n, dO, dout, seq, hq, d, n, false);
+        zero(dK, 2 * n);  // dK and dV accumulate over the query blocks
+        const i64 rows = a.items * seq;
+        k_attn_rowdot<<<static_cast<unsigned>((rows + 7) / 8), dim3(32, 8), 0, stream_>>>(D, dO, O, d, rows);
+        LAUNCHED();
+        for (i64 i0 = 0; i0 < a.items; i0 += a.chunk) {
+            const i64 ni = std::min(a.chunk, a.items - i0), q0 = i0 * hs;
+            for (i64 k = 0; k < a.blocks; ++k) {
+                const i64 r0 = k * a.rows, m = std::min(a.rows, seq - r0), keys = r0 + m;
+                gemm(false, true, m, keys, d, Q + q0 + r0 * d, d, hs, K + q0, d, hs, S + r0 * seq, seq, ss, ni, 1.0f, 0.0f);
+                gemm(false, true, m, keys, d, dO + q0 + r0 * d, d, hs, V + q0, d, hs, dP + r0 * seq, seq, ss, ni, 1.0f, 0.0f);
+            }
+            k_softmax_causal_bwd<<<dim3(static_cast<unsigned>(seq), static_cast<unsigned>(ni)), kThreads, 0, stream_>>>(S, dP, lse, D, seq, hq,
+                                                                                                                      i0, scale);
+            LAUNCHED();
+            for (i64 k = 0; k < a.blocks; ++k) {
+                const i64 r0 = k * a.rows, m = std::min(a.rows, seq - r0), keys = r0 + m;
+                // dV[keys] += P[block]^T dO[block]; dQ[block] = dS[block] K[keys]; dK[keys] += dS[block]^T Q[block]
+                gemm(true, false, keys, d, m, S + r0 * seq, seq, ss, dO + q0 + r0 * d, d, hs, dV + q0, d, hs, ni, 1.0f, 1.0f);
+                gemm(false, false, m, d, keys, dP + r0 * seq, seq, ss, K + q0, d, hs, dQ + q0 + r0 * d, d, hs, ni, 1.0f, 0.0f);
+                gemm(true, false, keys, d, m, dP + r0 * seq, seq, ss, Q + q0 + r0 * d, d, hs, dK + q0, d, hs, ni, 1.0f, 1.0f);
             }
         }
+        launch1(k_attn_merge_grads, T * (hq + 2 * hkv) * d, dqkv, dQ, dK, dV, seq, hq, hkv, d, T * (hq + 2 * hkv) * d);
     }
     void embedding_forward(float* out, const float* tokens, const float* table, i64 first, i64 rows, i64 T, i64 C) override {
         launch1(k_embedding_fwd, T * C, out, tokens, table, first, rows, T, C);

@@ -2,6 +2,7 @@
 // conventions): compute kernels, collectives and transfers through the transport, copies between
 // tiers (the ssd tier is a file), and the optimizer on its tier.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <unistd.h>
@@ -48,7 +49,7 @@ void RankState::compute(std::size_t i) {
                 const DataTensor &x = a.in(0), &dy = a.in(1), &dw = a.out(0);
                 if (dw.rows != dy.cols || dw.cols != x.cols || x.rows != dy.rows) fail(i, "wgrad operand shapes disagree");
                 KERNEL(matmul_wgrad, O(0), nout > 1 ? O(1) : nullptr, I(0), I(1), x.rows, x.cols, dy.cols);
-            } else if (a.in(0).role == TensorRole::grad) {  // dgrad: dX = dY W
+            } else if (a.out(0).role == TensorRole::grad) {  // dgrad: dX = dY W (dY may be the logits, turned into their gradient in place)
                 const DataTensor &dy = a.in(0), &w = a.in(1), &dx = a.out(0);
                 if (w.rows != dy.cols || dx.cols != w.cols || dx.rows != dy.rows) fail(i, "dgrad operand shapes disagree");
                 KERNEL(matmul_dgrad, O(0), I(0), I(1), dy.rows, w.cols, w.rows);
@@ -200,6 +201,33 @@ void RankState::compute(std::size_t i) {
     }
 }
 
+// Memory only: the operands an instruction reads must exist, the ones it writes come to life, an
+// optimizer's moments are created on its tier (the ssd tier's file is sized, sparse), and nothing
+// is computed, moved or waited for.
+void RankState::touch(std::size_t i) {
+    const Instr& in = rp_.instrs[i];
+    const Args a{w_.program, rp_, rp_.operands[i]};
+    for (int k = 0; k < a.o.n_in; ++k) {
+        const DataTensor& t = a.in(k);
+        if (!(t.role == TensorRole::optimizer_state && t.tier == Tier::ssd)) tensor(a.id(k), false, i);
+        else ssd_fd();
+    }
+    for (int k = 0; k < a.o.n_out; ++k) {
+        const DataTensor& t = a.out(k);
+        if (!(t.role == TensorRole::optimizer_state && t.tier == Tier::ssd)) tensor(a.id(a.o.n_in + k), true, i);
+        else ssd_fd();
+    }
+    const bool cpu_stream = in.kind == InstrKind::optimizer;
+    if (in.op == Op::optimizer_gpu || cpu_stream) {
+        const std::string& name = w_.program.names[static_cast<std::size_t>(in.name)];
+        if (cpu_stream && name == "optimizer.ssd") return;  // its state is staged from the file
+        for (int k = 0; k < a.o.n_out; ++k) {
+            const DataTensor& p = a.out(k);
+            if (p.role == TensorRole::param) moments(p.offset, p.elements(), cpu_stream ? Tier::cpu : Tier::gpu);
+        }
+    }
+}
+
 bool RankState::collective(std::size_t i, bool first) {
     const Instr& in = rp_.instrs[i];
     const Transport::Key key{w_.step, in.match_id};
@@ -277,10 +305,15 @@ void RankState::copy(std::size_t i) {
             const bool read = in.copy == CopyKind::ssd_read;
             const DataTensor& ssd = read ? src : dst;
             float* host = tensor(a.id(read ? a.o.n_in + k : k), read, i);
-            const off_t at = static_cast<off_t>(ssd.offset) * 2 * static_cast<off_t>(sizeof(float));
+            const std::int64_t at = ssd.offset * 2 * static_cast<std::int64_t>(sizeof(float));
             const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
-            const ssize_t got = read ? ::pread(fd, host, bytes, at) : ::pwrite(fd, host, bytes, at);
-            if (got != static_cast<ssize_t>(bytes)) fail(i, std::string("the ssd file ") + (read ? "read" : "write") + " failed: " + ssd_path_);
+            // In parallel pieces where the rank has the cores: the queue depth ZeRO-Infinity's
+            // asynchronous I/O keeps, where one synchronous stream waits on each request in turn.
+            std::atomic<bool> ok{true};
+            parallel_chunks(static_cast<i64>(bytes), std::min(8, host_threads()), [&](i64 lo, i64 hi) {
+                if (!full_pio(fd, reinterpret_cast<char*>(host) + lo, static_cast<std::size_t>(hi - lo), at + lo, read)) ok = false;
+            });
+            if (!ok) fail(i, std::string("the ssd file ") + (read ? "read" : "write") + " failed: " + ssd_path_);
             continue;
         }
         float* to = tensor(a.id(a.o.n_in + k), true, i);

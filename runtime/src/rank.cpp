@@ -33,8 +33,12 @@ bool tracked(TensorRole r, Tier t) {
 }
 }  // namespace
 
-TrackedBuffer::TrackedBuffer(i64 n, Pool* pool, const std::string& what, Device* dev, bool on_device)
-    : n_(n), pool_(pool), dev_(dev), on_device_(on_device) {
+namespace {
+float g_unbacked[1];  // what an unbacked buffer's data() points at (never read or written)
+}  // namespace
+
+TrackedBuffer::TrackedBuffer(i64 n, Pool* pool, const std::string& what, Device* dev, bool on_device, bool backed)
+    : n_(n), pool_(pool), dev_(dev), on_device_(on_device), backed_(backed) {
     const double bytes = static_cast<double>(n) * sizeof(float);
     if (pool_) {
         const double now = pool_->used.fetch_add(bytes) + bytes;
@@ -44,6 +48,10 @@ TrackedBuffer::TrackedBuffer(i64 n, Pool* pool, const std::string& what, Device*
             throw OutOfMemory(what + ": " + gib(bytes) + " more would make " + gib(now) + " of " + gib(pool->capacity));
         }
         atomic_max(pool_->peak, now);
+    }
+    if (!backed_) {
+        data_ = g_unbacked;
+        return;
     }
     try {
         if (!dev_) data_ = new float[static_cast<std::size_t>(n)]();
@@ -61,7 +69,7 @@ TrackedBuffer::TrackedBuffer(i64 n, Pool* pool, const std::string& what, Device*
 
 void TrackedBuffer::release() {
     if (pool_) pool_->used.fetch_sub(static_cast<double>(n_) * sizeof(float));
-    if (data_) {
+    if (data_ && backed_) {
         if (!dev_) delete[] data_;
         else if (on_device_) dev_->release(data_, n_);
         else dev_->release_host(data_);
@@ -81,6 +89,7 @@ TrackedBuffer& TrackedBuffer::operator=(TrackedBuffer&& o) noexcept {
         pool_ = o.pool_;
         dev_ = o.dev_;
         on_device_ = o.on_device_;
+        backed_ = o.backed_;
         o.data_ = nullptr;
         o.n_ = 0;
         o.pool_ = nullptr;
@@ -158,7 +167,7 @@ Pool* RankState::pool_of(Tier t) {
 }
 
 TrackedBuffer RankState::buffer(i64 n, Tier t, const std::string& what) {
-    return TrackedBuffer(n, pool_of(t), what, dev_, t == Tier::gpu);
+    return TrackedBuffer(n, pool_of(t), what, dev_, t == Tier::gpu, !w_.options.memory_only);
 }
 
 void RankState::to_host(float* host, const float* src, i64 n) const {
@@ -220,7 +229,9 @@ float* RankState::tensor(int id, bool write, std::size_t at) {
     } catch (const OutOfMemory& e) {
         fail(at, e.what());
     }
-    if (t.role == TensorRole::tokens) {
+    if (t.role == TensorRole::tokens && w_.options.memory_only) {
+        l.pending = token_reads_[id];
+    } else if (t.role == TensorRole::tokens) {
         // Rows of this micro-batch: Megatron's order, the data-parallel rank's contiguous slice.
         const PlanSpec& p = w_.plan;
         const i64 m = p.micro_batches(), b = p.micro_batch, s = w_.model.seq_len;
@@ -272,6 +283,19 @@ bool RankState::try_execute(std::size_t i) {
         case InstrKind::alloc:
         case InstrKind::free:  // the memory model's tensors: the runtime allocates the dataflow's own
         case InstrKind::host_sync: started_ns_[i] = now(); return true;
+        case InstrKind::compute:
+        case InstrKind::copy:
+        case InstrKind::optimizer:
+        case InstrKind::collective:
+        case InstrKind::send:
+        case InstrKind::recv:
+            if (!w_.options.memory_only) break;
+            started_ns_[i] = now();
+            touch(i);
+            return true;
+        default: break;
+    }
+    switch (in.kind) {
         case InstrKind::compute: started_ns_[i] = now(); compute(i); return true;
         case InstrKind::copy: started_ns_[i] = now(); copy(i); return true;
         case InstrKind::optimizer: started_ns_[i] = now(); optimizer(i, true); return true;
@@ -290,6 +314,7 @@ bool RankState::try_execute(std::size_t i) {
                 return p2p(i, true);
             }
             return p2p(i, false);
+        default: break;
     }
     return false;
 }
@@ -333,7 +358,8 @@ void RankState::run_step() {
     std::fill(posted_.begin(), posted_.end(), 0);
     std::fill(ended_ns_.begin(), ended_ns_.end(), -1);
     // Megatron's zero_grad_buffer
-    if (dev_) dev_->zero(grads_.data(), grads_.size());
+    if (w_.options.memory_only) {
+    } else if (dev_) dev_->zero(grads_.data(), grads_.size());
     else std::fill(grads_.data(), grads_.data() + grads_.size(), 0.0f);
     if (dev_ && w_.options.record_spans) {
         dev_->timing_reset(1 + 2 * rp_.instrs.size());

@@ -45,6 +45,9 @@ void parallel_chunks(i64 n, int threads, F f) {
     for (auto& th : pool) th.join();
 }
 
+/// pread/pwrite of all `bytes` (one call moves at most 2 GiB - 4 KiB on Linux); false on failure.
+bool full_pio(int fd, void* buf, std::size_t bytes, std::int64_t at, bool read);
+
 /// Bytes in use on one pool (a rank's gpu tier, a node's cpu or ssd tier), with its peak.
 struct Pool {
     std::atomic<double> used{0};
@@ -58,8 +61,9 @@ struct Pool {
 class TrackedBuffer {
 public:
     TrackedBuffer() = default;
-    /// Zero-filled; throws OutOfMemory. dev null: plain host memory.
-    TrackedBuffer(i64 n, Pool* pool, const std::string& what, Device* dev = nullptr, bool on_device = false);
+    /// Zero-filled; throws OutOfMemory. dev null: plain host memory. backed false: charged to the
+    /// pool only (RunOptions::memory_only), data() points at no usable memory.
+    TrackedBuffer(i64 n, Pool* pool, const std::string& what, Device* dev = nullptr, bool on_device = false, bool backed = true);
     ~TrackedBuffer();
     TrackedBuffer(TrackedBuffer&& o) noexcept { *this = std::move(o); }
     TrackedBuffer& operator=(TrackedBuffer&& o) noexcept;
@@ -76,6 +80,7 @@ private:
     Pool* pool_ = nullptr;
     Device* dev_ = nullptr;
     bool on_device_ = false;
+    bool backed_ = true;
 };
 
 /// What the whole run shares: the Program, options, transport, data, node pools.
@@ -151,6 +156,8 @@ private:
     bool collective(std::size_t i, bool first);
     bool p2p(std::size_t i, bool first);
     void copy(std::size_t i);
+    /// RunOptions::memory_only: what instruction i would allocate and read, nothing more.
+    void touch(std::size_t i);
     void optimizer(std::size_t i, bool on_cpu_stream);
     // state (state.cpp)
     void init_params();

@@ -98,7 +98,7 @@ Session::Session(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, co
     s.program = lower(s.model, s.cluster, s.plan, lo);
     s.world = std::make_unique<World>(s.model, s.plan, s.options, s.program);
     World& w = *s.world;
-    if (o.backend == Backend::cuda) {
+    if (o.backend == Backend::cuda && !o.memory_only) {
         s.device = open_cuda_device();
         w.device = s.device.get();
     }

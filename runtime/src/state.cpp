@@ -2,6 +2,7 @@
 // is drawn from its index in the whole tensor), Adam's moments created where each optimizer
 // instruction runs, the host copies of an offloaded optimizer, the ssd tier's file, and
 // checkpoints that resume bit for bit.
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -85,10 +86,24 @@ constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'C', '1'};
 
 }  // namespace
 
+bool full_pio(int fd, void* buf, std::size_t bytes, std::int64_t at, bool read) {
+    auto* p = static_cast<char*>(buf);
+    while (bytes > 0) {
+        const ssize_t got = read ? ::pread(fd, p, bytes, static_cast<off_t>(at)) : ::pwrite(fd, p, bytes, static_cast<off_t>(at));
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return false;
+        p += got;
+        at += got;
+        bytes -= static_cast<std::size_t>(got);
+    }
+    return true;
+}
+
 void RankState::init_params() {
     const std::string who = "rank " + std::to_string(rank_) + " tier gpu, ";
     params_ = buffer(layout_.dense_elements, Tier::gpu, who + "parameters");
     grads_ = buffer(layout_.dense_elements, Tier::gpu, who + "gradients");
+    if (w_.options.memory_only) return;
     decay_.assign(static_cast<std::size_t>(layout_.dense_elements), 0);
     // Drawn on the host; on the cuda backend copied to the device afterwards.
     std::vector<float> staged(dev_ ? static_cast<std::size_t>(layout_.dense_elements) : 0);
@@ -165,7 +180,7 @@ void RankState::init(const std::string& resume_dir) {
     if (ssd > 0) {
         std::vector<char> buf(static_cast<std::size_t>(ssd));
         get(buf.data(), buf.size());
-        if (::pwrite(ssd_fd(), buf.data(), buf.size(), 0) != static_cast<ssize_t>(buf.size()))
+        if (!full_pio(ssd_fd(), buf.data(), buf.size(), 0, false))
             throw RuntimeError("cannot restore the ssd tier's file " + ssd_path_);
     }
 }
@@ -198,7 +213,7 @@ void RankState::save(const std::string& dir) const {
     if (ssd_fd_ >= 0) {
         ssd = 2 * layout_.dense_elements * static_cast<std::int64_t>(sizeof(float));
         buf.resize(static_cast<std::size_t>(ssd));
-        if (::pread(ssd_fd_, buf.data(), buf.size(), 0) < 0) throw RuntimeError("cannot read the ssd tier's file " + ssd_path_);
+        if (!full_pio(ssd_fd_, buf.data(), buf.size(), 0, true)) throw RuntimeError("cannot read the ssd tier's file " + ssd_path_);
     }
     put(out, ssd);
     out.append(buf.data(), buf.size());
@@ -231,7 +246,7 @@ MomentBlock& RankState::moments(i64 offset, i64 count, Tier tier) {
 float* RankState::host_params() {
     if (params_host_.empty()) {
         params_host_ = buffer(layout_.dense_elements, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, parameters");
-        to_host(params_host_.data(), params_.data(), layout_.dense_elements);
+        if (!w_.options.memory_only) to_host(params_host_.data(), params_.data(), layout_.dense_elements);
     }
     return params_host_.data();
 }

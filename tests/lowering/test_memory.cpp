@@ -3,6 +3,8 @@
 // bytes/param rule, tier placement under offload, the verdict and deterministic JSON.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include "strata/lowering/memory.hpp"
 #include "strata/lowering/model.hpp"
 #include "support/gpt.hpp"
@@ -160,18 +162,43 @@ TEST_CASE("Offload moves bytes between tiers exactly", "[memory]") {
     const MemoryReport base = memory_estimate(m, p, a100_80());
     p.offload.optimizer = TierSplit{0.25, 0.5, 0.25};
     const MemoryReport off = memory_estimate(m, p, a100_80());
+    // ZeRO-Offload (Ren et al. 2021, Fig. 2): the optimizer's 12 bytes a parameter move to the CPU,
+    // and the fp16 gradients of the offloaded share are copied there for the update. ZeRO-Infinity
+    // (DeepSpeed's sub_group_size, 1e9 parameters) stages the SSD share's 12 bytes a parameter
+    // through host buffers, two sub-groups at once when there are several (read-ahead).
+    auto extra_cpu = [&](int s) {
+        const double params = stage_params(m, p, s).total();  // ZeRO 0: unsharded
+        const double host_grads = 0.75 * p.grad_bytes() * params;
+        const double ssd_params = 0.25 * params, groups = std::ceil(ssd_params / 1e9);
+        const double staging = std::min(groups, 2.0) * ssd_params / groups * 12.0;
+        return std::pair{host_grads, staging};
+    };
     for (int s = 0; s < 16; ++s) {
         const StageMemory& a = base.stages[static_cast<std::size_t>(s)];
         const StageMemory& o = off.stages[static_cast<std::size_t>(s)];
-        CHECK(o.optimizer_bytes == Approx(a.optimizer_bytes));
+        const auto [host_grads, staging] = extra_cpu(s);
+        CHECK(o.optimizer_bytes == Approx(a.optimizer_bytes + staging));
         CHECK(a.tier_bytes[0] - o.tier_bytes[0] == Approx(0.75 * a.optimizer_bytes));
-        CHECK(o.tier_bytes[1] == Approx(0.5 * a.optimizer_bytes));
+        CHECK(o.tier_bytes[1] == Approx(0.5 * a.optimizer_bytes + host_grads + staging));
         CHECK(o.tier_bytes[2] == Approx(0.25 * a.optimizer_bytes));
-        CHECK(o.total_bytes() == Approx(a.total_bytes()));
+        CHECK(o.total_bytes() == Approx(a.total_bytes() + host_grads + staging));
     }
     // Host DRAM is per node: with tp = 8 a node holds 8 ranks of one stage.
-    CHECK(off.cpu_bytes == Approx(8 * 0.5 * base.stages[0].optimizer_bytes));
+    const auto [g0, s0] = extra_cpu(0);
+    CHECK(off.cpu_bytes == Approx(8 * (0.5 * base.stages[0].optimizer_bytes + g0 + s0)));
     CHECK(base.cpu_bytes == 0);
+}
+
+TEST_CASE("An fp32 optimizer on the CPU holds weights, gradients and moments there", "[memory]") {
+    // What the runtime's dataflow moves (the gradients down, the updated weights up): 16 bytes a
+    // parameter on the host, 8 (weights and gradients) staying on the GPU.
+    const ModelSpec m = gpt3();
+    PlanSpec p = gpt3_plan();
+    p.precision = Precision::fp32;
+    p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+    const MemoryReport r = memory_estimate(m, p, a100_80());
+    const double params = stage_params(m, p, 0).total() / (p.zero_stage >= 1 ? p.dp : 1);
+    CHECK(r.stages[0].tier_bytes[1] == Approx(16.0 * params));
 }
 
 TEST_CASE("Verdict and JSON", "[memory]") {

@@ -169,7 +169,7 @@ TEST_CASE("cuda kernels match the cpu kernels", "[runtime][cuda]") {
         struct Shape {
             i64 seq, batch, hq, hkv, hd;
         };
-        for (const Shape sh : {Shape{24, 2, 4, 2, 16}, Shape{40, 3, 2, 2, 64}, Shape{7, 1, 3, 1, 8}}) {
+        for (const Shape sh : {Shape{24, 2, 4, 2, 16}, Shape{40, 3, 2, 2, 64}, Shape{7, 1, 3, 1, 8}, Shape{200, 2, 8, 2, 32}}) {
             const i64 T = sh.seq * sh.batch, row = (sh.hq + 2 * sh.hkv) * sh.hd, od = sh.hq * sh.hd;
             const auto qkv = randoms(T * row, 19), dout = randoms(T * od, 20);
             std::vector<float> out(T * od), lse(T * sh.hq), dqkv(T * row);

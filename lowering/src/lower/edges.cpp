@@ -97,7 +97,11 @@ void RankLowering::head_backward() {
     const int logits = act(n_.t_logits, -1, d_.tokens, d_.vocab / d_.tp);
     const int stats = d_.tp > 1 ? act(n_.t_loss_stats_g, -1, d_.tokens, 3 * d_.tp, TensorRole::stats)
                                 : act(n_.t_loss_stats, -1, d_.tokens, 3, TensorRole::stats);
-    const int dlogits = grad(n_.g_logits, -1, d_.tokens, d_.vocab / d_.tp);
+    // Megatron's cross-entropy turns its fp32 softmax into the gradient in place (the memory
+    // model's rule, tensors.cpp head_workspace); a loss in the logits' own dtype or an eager one
+    // writes a new tensor.
+    const bool in_place = p_.loss_upcast && !p_.eager_cross_entropy;
+    const int dlogits = in_place ? logits : grad(n_.g_logits, -1, d_.tokens, d_.vocab / d_.tp);
     const int dxf = grad(n_.g_xf, -1, d_.tokens, d_.h);
     const AllocRun ws = alloc_list(head_ws_desc_, head_ws_ids_);  // the gradient's cast, an unfused wgrad
     compute(Op::loss, n_.loss, 0, 2 * d_.tokens * d_.vocab / d_.tp * 4);

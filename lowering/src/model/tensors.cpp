@@ -4,8 +4,10 @@
 // flash attention, MoE and CP fall out of the same list (docs/formulas.md). No timing, no tiers'
 // capacities: only sizes and where plan.offload puts them.
 #include <algorithm>
+#include <cmath>
 
 #include "strata/common/error.hpp"
+#include "strata/lowering/lower.hpp"
 #include "strata/lowering/memory.hpp"
 #include "strata/lowering/model.hpp"
 #include "strata/lowering/tensors.hpp"
@@ -495,6 +497,26 @@ void emit_model_states(const PlanSpec& p, const StageParams& sp, Emit&& emit) {
          to_string(p.exp_avg_dtype));
     emit("optimizer.v", TensorTag::optimizer, life, sharded(bytes_per_element(p.exp_avg_sq_dtype), z >= 1), p.offload.optimizer, "(params) ",
          to_string(p.exp_avg_sq_dtype));
+    // An optimizer updated on the host (ZeRO-Offload, ZeRO-Infinity's sub-groups) reads its
+    // gradients there: the offloaded share of them is copied into host memory (the ZeRO-Offload
+    // paper's g16 on the CPU; DeepSpeed keeps a pinned buffer). In pure fp32 the host also holds
+    // the fp32 weights it updates and copies back, which mixed precision counts as optimizer.master.
+    const double off = p.offload.optimizer.cpu + p.offload.optimizer.ssd;
+    if (off > 0) {
+        const TierSplit host{0.0, 1.0, 0.0};
+        emit("grads.host", TensorTag::grads, life, off * sharded(gb, z >= 1), host, "(params) offloaded share", nullptr);
+        if (fp32) emit("optimizer.host_weights", TensorTag::optimizer, life, off * sharded(4.0, z >= 1), host, "(params) offloaded share fp32", nullptr);
+    }
+    // ZeRO-Infinity stages the SSD share's optimizer state through host buffers, a sub-group at a
+    // time (DeepSpeed's sub_group_size), reading the next while the current one updates.
+    if (p.offload.optimizer.ssd > 0) {
+        const double params = p.offload.optimizer.ssd * sharded(1.0, z >= 1);
+        const double sub = std::max(1.0, LowerOptions{}.ssd_sub_group_params);
+        const double groups = std::clamp(std::ceil(params / sub), 1.0, 4096.0);
+        const double state = (fp32 ? 0.0 : 4.0) + bytes_per_element(p.exp_avg_dtype) + bytes_per_element(p.exp_avg_sq_dtype);
+        emit("optimizer.ssd_staging", TensorTag::optimizer, life, std::min(groups, 2.0) * params / groups * state, TierSplit{0.0, 1.0, 0.0},
+             "min(2, sub-groups) x sub-group state", nullptr);
+    }
 }
 
 template <class LayerParamsFn, class Emit>

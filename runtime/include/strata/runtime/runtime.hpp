@@ -45,6 +45,11 @@ struct RunOptions {
     std::array<double, sim::kTierCount> capacity_bytes{};
     bool check_fit = true;      ///< refuse a plan the analytical memory model says cannot fit
     bool record_spans = false;  ///< per-instruction timestamps and memory samples of every step
+    /// Walk the dataflow without running it: every tensor is charged to its tier when written and
+    /// released after its last read, as in a run, but nothing is allocated, computed or moved.
+    /// The peaks per tier are a real run's, in seconds, for a plan this machine could not hold
+    /// (on a pipeline, ranks meet at no rendezvous: each rank goes in its program's order).
+    bool memory_only = false;
     double peak_flops_per_rank = 0;  ///< for MFU (0: not reported)
     const std::atomic<bool>* stop = nullptr;  ///< set (e.g. by SIGINT) to stop between steps
 };
@@ -80,6 +85,16 @@ struct StepReport {
 struct OutOfMemory : RuntimeError {
     using RuntimeError::RuntimeError;
 };
+
+/// The cuda backend's causal attention timed on this machine's GPU 0 (the profiler stores it as
+/// attention points of its dtype, fp32, so that the prediction of a plan this runtime executes
+/// prices the kernel it runs): median seconds per call of `reps` after a warm-up, for `batch`
+/// sequences of `seq` tokens and `heads` heads of `head_dim` (MHA). Throws RuntimeError without a
+/// usable cuda backend.
+struct AttentionTiming {
+    double forward_s = 0, backward_s = 0;
+};
+AttentionTiming time_cuda_attention(int batch, int seq, int heads, int head_dim, int reps);
 
 /// Why this runtime cannot execute (model, plan) on `backend`; empty when it can.
 std::string unsupported(const sim::ModelSpec& m, const sim::PlanSpec& p, Backend backend);
