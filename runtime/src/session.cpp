@@ -88,7 +88,7 @@ Session::Session(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, co
     s.cluster = c;
     s.plan = p;
     s.options = o;
-    if (const std::string why = unsupported(m, p, o.backend); !why.empty())
+    if (const std::string why = unsupported(m, p, o.memory_only ? Backend::cpu : o.backend); !why.empty())  // a walk needs no GPU
         throw InputError(p.name.empty() ? "plan" : p.name, "", why + " (strata run executes what the dataflow lowering covers)");
     if (o.check_fit) check_fits(m, c, p, o);
     LowerOptions lo;

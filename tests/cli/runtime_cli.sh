@@ -27,6 +27,23 @@ assert len(spans) > 100 and all(e["dur"] >= 0 for e in spans)
 assert {e["pid"] for e in spans} == {0, 1}
 PY
 
+# The memory-only walk gives the run's peak (the run's largest over its 12 steps), in no time, and
+# --backend cuda needs no GPU for it. On this 2-stage pipeline a run's order depends on when the
+# peer's transfers arrive (its peak moves by about 1 % from step to step), the walk takes program
+# order: within 5 % (equal to the byte without a pipeline: tests/runtime/test_runtime.cpp).
+for b in cpu cuda; do
+  "$S" run --scenario gpt-tiny-2cpu --memory-only --backend $b --json "$T/walk-$b.json" >"$T/walk" 2>"$T/err" || { cat "$T/err"; fail "run --memory-only --backend $b"; }
+  grep -q "memory only" "$T/walk" || fail "memory-only report"
+done
+python3 - "$T/run.json" "$T/walk-cpu.json" <<'PY' || fail "memory-only peaks differ from the run's"
+import json, sys
+run = json.load(open(sys.argv[1]))["steps"]
+walk = json.load(open(sys.argv[2]))["steps"][0]["peak_bytes"]
+for tier in ("gpu", "cpu", "ssd"):
+    peak = max(s["peak_bytes"][tier] for s in run)
+    assert abs(walk[tier] - peak) <= 0.05 * peak, (tier, walk[tier], peak)
+PY
+
 # Checkpoint after 3 steps, then 2 more; resumed, the same 2 losses.
 "$S" run --scenario gpt-tiny-2cpu --steps 3 --save "$T/ck" >/dev/null 2>"$T/err" || { cat "$T/err"; fail "run --save"; }
 [ -f "$T/ck/rank-0.bin" ] && [ -f "$T/ck/rank-1.bin" ] || fail "checkpoint files missing"
