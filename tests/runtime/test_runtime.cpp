@@ -210,10 +210,11 @@ TEST_CASE("memory only: walking the dataflow gives a run's peaks without running
         PlanSpec p = cpu_plan();
         p.recompute = Recompute::full;
         v.push_back({"GPT, full recompute", tiny_gpt(), p});
-        p = cpu_plan(1, 1, 2);
-        p.zero_stage = 1;
+        // One rank: the cpu and ssd pools are per node, and two ranks' host buffers come and go in
+        // an order that depends on their threads' timing.
+        p = cpu_plan();
         p.offload.optimizer = TierSplit{0.5, 0.25, 0.25};
-        v.push_back({"Llama, dp 2, ZeRO-1, optimizer on GPU, CPU and SSD", tiny_llama(2), p});
+        v.push_back({"Llama, optimizer on GPU, CPU and SSD", tiny_llama(2), p});
     }
     for (const Variant& x : v) {
         INFO(x.name);
