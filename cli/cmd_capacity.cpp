@@ -106,12 +106,13 @@ void run_capacity(const CapArgs& a) {
         opt.calibration = calibration_for(a.calibration, opt.hw);
         const int gbs = a.global_batch > 0 ? a.global_batch : 64;
         report << "Largest trainable member of the " << s.model.name << " family on " << s.cluster.name << " ("
-                  << s.cluster.gpu_count() << " x " << s.cluster.gpu << "), global batch " << gbs << ", seq " << s.model.seq_len << ":\n";
+                  << s.cluster.gpu_count() << " x " << s.cluster.gpu << "), global batch " << gbs << ", seq " << s.model.seq_len
+                  << (a.framework.empty() ? std::string() : ", plans " + a.framework + " runs") << ":\n";
         using T = planner::OffloadTiers;
         for (T tiers : {T::none, T::cpu, T::cpu_and_ssd}) {
             bar.update(static_cast<double>(tiers) / 3.0, "searching");
             auto r = planner::max_trainable_model(s.model, opt, tiers, gbs, &interrupted(), a.expandable_segments,
-                                                   thread_count(a.threads));
+                                                   thread_count(a.threads), a.framework);
             bar.finish();
             report << (tiers == T::none ? "  GPU memory only:      " : tiers == T::cpu ? "  GPU + CPU offload:    " : "  GPU + CPU + SSD:      ");
             if (!r.found) {

@@ -178,6 +178,15 @@ void run_validate(const ValidateArgs& a) {
                       human_bytes(mm[static_cast<std::size_t>(k)]).c_str(), pct(signed_pct(pm[static_cast<std::size_t>(k)], mm[static_cast<std::size_t>(k)])).c_str());
         t += buf;
     }
+    if (const double dev = session.device_reserved_peak_bytes(); dev > 0) {
+        // What the device gave the run, beside the dataflow's tensors: the allocator's cached
+        // blocks and the kernels' workspace (not the CUDA context), against the model's whole
+        // prediction, its context and NCCL reserve included.
+        std::snprintf(buf, sizeof buf, "device memory reserved       %14s %14s %9s  (allocator and workspace; the prediction with its %s reserve)\n",
+                      human_bytes(pm[0] + sim::kFrameworkReserveBytes).c_str(), human_bytes(dev).c_str(),
+                      pct(signed_pct(pm[0] + sim::kFrameworkReserveBytes, dev)).c_str(), human_bytes(sim::kFrameworkReserveBytes).c_str());
+        t += buf;
+    }
     // The classes that account for most of the step time's error.
     std::vector<ClassRow> worst = list;
     std::sort(worst.begin(), worst.end(), [](const ClassRow& x, const ClassRow& y) {

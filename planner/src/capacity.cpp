@@ -206,10 +206,11 @@ ModelSpec gpt_family_member(const ModelSpec& base, std::int64_t hidden) {
 }
 
 MaxModelResult max_trainable_model(const ModelSpec& base, const ClusterOption& option, OffloadTiers tiers, int global_batch,
-                                   const std::atomic<bool>* cancel, bool expandable_segments, int threads) {
+                                   const std::atomic<bool>* cancel, bool expandable_segments, int threads, const std::string& framework) {
     MaxModelResult best;
     SearchOptions so;
     so.threads = threads;
+    so.space.framework = framework;
     so.space.global_batch = global_batch;
     so.space.expandable_segments = expandable_segments;
     so.space.search_offload = tiers != OffloadTiers::none;

@@ -199,6 +199,7 @@ void Session::save(const std::string& dir) const {
 const Program& Session::program() const { return impl_->program; }
 const std::vector<RankTrace>& Session::traces() const { return impl_->traces; }
 std::array<double, kTierCount> Session::peak_bytes() const { return impl_->peaks; }
+double Session::device_reserved_peak_bytes() const { return impl_->device ? impl_->device->reserved_peak_bytes() : 0.0; }
 
 float Session::param(int rank, const std::string& name, int layer, std::int64_t index) const {
     RankState& r = impl_->at(rank);

@@ -49,3 +49,23 @@ TEST_CASE("a capacity sweep gives the same points on one thread and on three", "
         if (i % 5 > 0) CHECK(one.points[i].cluster.nodes > one.points[i - 1].cluster.nodes);
     }
 }
+
+TEST_CASE("the largest trainable model: offload only adds, a framework only takes away", "[capacity][slow]") {
+    const ModelSpec base = test::gpt_shape("gpt", 24, 2048, 16, 32000, 2048);
+    const planner::ClusterOption opt = option("H100-SXM5-80GB", "DGX-H100");
+    using T = planner::OffloadTiers;
+    const planner::MaxModelResult gpu = planner::max_trainable_model(base, opt, T::none, 64);
+    REQUIRE(gpu.found);
+    CHECK_FALSE(gpu.plan.sim.oom);
+    CHECK(gpu.plan.plan.offload.optimizer.all_gpu());
+    // The offload tiers widen the space: never a smaller answer.
+    const planner::MaxModelResult cpu = planner::max_trainable_model(base, opt, T::cpu, 64);
+    REQUIRE(cpu.found);
+    CHECK(cpu.params >= gpu.params);
+    // Megatron-LM of 2021 shards at most the optimizer (ZeRO-1): its plans are a subset.
+    const planner::MaxModelResult old = planner::max_trainable_model(base, opt, T::none, 64, nullptr, false, 0, "megatron-lm-2021");
+    REQUIRE(old.found);
+    CHECK(old.plan.plan.framework == "megatron-lm-2021");
+    CHECK(old.plan.plan.zero_stage <= 1);
+    CHECK(old.params <= gpu.params);
+}

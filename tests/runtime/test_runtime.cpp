@@ -88,7 +88,7 @@ TEST_CASE("the loss falls on the bundled text", "[runtime][text]") {
     m.seq_len = m.max_position = 16;
     runtime::RunOptions o;
     o.lr = 3e-3;
-    o.data.text_path = std::string(STRATA_SOURCE_DIR) + "/scenarios/data/public-domain.txt";
+    o.data.text_path = STRATA_SOURCE_DIR "/scenarios/data/public-domain.txt";
     runtime::Session s(m, cpu_cluster(2), cpu_plan(1, 1, 2), o);
     std::vector<double> l;
     for (int i = 0; i < 60; ++i) l.push_back(s.step().loss);

@@ -89,10 +89,11 @@ enum class OffloadTiers { none, cpu, cpu_and_ssd };
 /// Largest member of the family (hidden multiples of 512) that has a plan that fits and simulates
 /// without OOM on `option`, using only the given offload tiers; `expandable_segments`: the
 /// allocator the runs use (SearchSpace::expandable_segments); `threads`: simulations in parallel
-/// (0: all cores).
+/// (0: all cores); `framework`: only plans that framework runs, with its preset's knobs
+/// (SearchSpace::framework; "" = any).
 MaxModelResult max_trainable_model(const sim::ModelSpec& base, const ClusterOption& option, OffloadTiers tiers,
                                    int global_batch, const std::atomic<bool>* cancel = nullptr,
-                                   bool expandable_segments = false, int threads = 0);
+                                   bool expandable_segments = false, int threads = 0, const std::string& framework = {});
 
 std::string capacity_to_json(const sim::ModelSpec& m, const CapacityOptions& o, const CapacityResult& r);
 

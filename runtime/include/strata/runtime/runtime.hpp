@@ -121,6 +121,10 @@ public:
     const std::vector<RankTrace>& traces() const;
     /// Peak bytes over all steps so far (as StepReport::peak_bytes).
     std::array<double, sim::kTierCount> peak_bytes() const;
+    /// The cuda backend's device memory at its most: every block its allocator took from the
+    /// driver (cached ones too) and the kernels' workspace (attention scores), not the CUDA
+    /// context. 0 on the cpu backend.
+    double device_reserved_peak_bytes() const;
 
     // For tests: one element of a parameter (name and layer as params.hpp lays them out), or of
     // its accumulated gradient, as held by global rank `rank`; `index` counts within the rank's piece.
