@@ -180,6 +180,12 @@ TEST_CASE("what the runtime cannot execute is refused with the field named", "[r
     PlanSpec p = cpu_plan();
     p.precision = Precision::fp8;
     CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(1), p, {}), Catch::Contains("plan.precision"));
+    // bf16 would run in fp32 with twice the plan's bytes: refused, not silently widened, the walk too.
+    p.precision = Precision::bf16;
+    CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(1), p, {}), Catch::Contains("plan.precision = bf16"));
+    runtime::RunOptions walk;
+    walk.memory_only = true;
+    CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(1), p, walk), Catch::Contains("fp32 only"));
 }
 
 TEST_CASE("spans cover every executed instruction of the step", "[runtime][trace]") {
