@@ -13,6 +13,10 @@
 #include "strata/gui/models/job.hpp"
 #include "strata/gui/models/plan_table.hpp"
 #include "strata/gui/models/whatif.hpp"
+#include "strata/lowering/spec_io.hpp"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 using namespace strata;
 using namespace strata::gui;
@@ -210,4 +214,36 @@ TEST_CASE("what-if: the delta says which way each figure moved", "[gui][whatif]"
     CHECK(lines[3].better == -1);
     CHECK(lines[4].change == "now OOM");
     CHECK(lines[4].better == -1);
+}
+
+TEST_CASE("what-if: a framework applies its preset, gives way to another, and follows later edits", "[gui][whatif]") {
+    Small sm;
+    const sim::PlanSpec& base = *sm.s.plan;  // the file states tp, pp, dp, batch, SP, schedule, ZeRO, recompute, precision
+    CHECK(knob_value(base, Knob::framework) == "none");
+    // The reference: the plan file itself with plan.framework (and other stated fields) added, read as the CLI reads it.
+    auto as_file = [&](const std::string& framework, int tp, int dp) {
+        std::ifstream f(test::kSrc + "/scenarios/plans/llama-2-7b-8xh100-pp4.json");
+        nlohmann::ordered_json j = nlohmann::ordered_json::parse(f);
+        if (!framework.empty()) j["framework"] = framework;
+        j["tp"] = tp;
+        j["dp"] = dp;
+        return sim::to_json_text(sim::plan_from_json_text(j.dump(), "t"));
+    };
+    const WhatIfEdit old = apply_knob(sm.s.model, sm.s.cluster, base, Knob::framework, "megatron-lm-2021", true);
+    CHECK(knob_value(old.plan, Knob::framework) == "megatron-lm-2021");
+    CHECK(sim::to_json_text(old.plan) == as_file("megatron-lm-2021", 2, 1));
+    CHECK_FALSE(old.plan.flash_attention);  // the preset's: no fused attention in 2021
+    CHECK(old.plan.fp32_grads);
+    // Another framework replaces the first one's knobs; none brings the defaults back.
+    const WhatIfEdit core = apply_knob(sm.s.model, sm.s.cluster, old.plan, Knob::framework, "megatron-core", true);
+    CHECK(sim::to_json_text(core.plan) == as_file("megatron-core", 2, 1));
+    const WhatIfEdit none = apply_knob(sm.s.model, sm.s.cluster, core.plan, Knob::framework, "none", true);
+    CHECK(sim::to_json_text(none.plan) == sim::to_json_text(base));
+    // A later edit re-derives what the preset supplied from the edited plan (tp 1: dp 2 keeps 8 GPUs).
+    const WhatIfEdit tp1 = apply_knob(sm.s.model, sm.s.cluster, core.plan, Knob::tp, "1", true);
+    CHECK(sim::to_json_text(tp1.plan) == as_file("megatron-core", 1, 2));
+    // A framework that cannot run the plan is refused with the framework named, as the CLI does.
+    sim::PlanSpec z2 = base;
+    z2.zero_stage = 2;
+    CHECK_THROWS_WITH(apply_knob(sm.s.model, sm.s.cluster, z2, Knob::framework, "megatron-lm-2021", true), Catch::Contains("plan.zero_stage"));
 }

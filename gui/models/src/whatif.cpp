@@ -2,12 +2,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
 #include "strata/common/error.hpp"
 #include "strata/common/text.hpp"
 #include "strata/gui/models/scenario_document.hpp"
+#include "strata/lowering/frameworks.hpp"
 #include "strata/lowering/spec_io.hpp"
 #include "strata/planner/space.hpp"
 
@@ -22,6 +24,14 @@ std::vector<std::string> offload_names() {
 }
 
 bool same_split(const sim::TierSplit& a, const sim::TierSplit& b) { return a.gpu == b.gpu && a.cpu == b.cpu && a.ssd == b.ssd; }
+
+constexpr const char* kNoFramework = "none";
+
+std::vector<std::string> framework_list() {
+    std::vector<std::string> out{kNoFramework};
+    for (const auto& n : sim::framework_names()) out.push_back(n);
+    return out;
+}
 
 }  // namespace
 
@@ -40,6 +50,7 @@ const std::vector<KnobInfo>& whatif_knobs() {
             {Knob::zero_stage, "zero_stage", "ZeRO stage", true, {}},
             {Knob::offload, "offload", "offload", false, offload_names()},
             {Knob::sequence_parallel, "sequence_parallel", "sequence parallel", false, {"false", "true"}},
+            {Knob::framework, "framework", "framework", false, framework_list()},
         };
         return k;
     }();
@@ -70,6 +81,7 @@ std::string knob_value(const sim::PlanSpec& p, Knob k) {
         case Knob::zero_stage: return std::to_string(p.zero_stage);
         case Knob::offload: return offload_label(p);
         case Knob::sequence_parallel: return p.sequence_parallel ? "true" : "false";
+        case Knob::framework: return p.framework.empty() ? kNoFramework : p.framework;
         case Knob::count: break;
     }
     return "";
@@ -91,7 +103,21 @@ WhatIfEdit apply_knob(const sim::ModelSpec& m, const sim::ClusterSpec& c, const 
     }
     // Through the reader: the same checks, and the same words, as a plan file.
     nlohmann::ordered_json j = nlohmann::ordered_json::parse(sim::to_json_text(p));
-    if (k != Knob::offload) {
+    // Under a framework, or switching one, every knob a preset may set that the user did not state
+    // (in the plan file or an earlier edit) is left to the preset again: it follows the edit (a
+    // knob that depends on tp, say) or gives way to another framework's or to the default.
+    // strata explain-plan shows which is which.
+    const bool presets = k == Knob::framework || !base.framework.empty();
+    auto stated = [&](const std::string& key) {
+        return std::find(base.keys_in_file.begin(), base.keys_in_file.end(), key) != base.keys_in_file.end();
+    };
+    if (presets)
+        for (const std::string& key : sim::framework_knob_keys())
+            if (!stated(key)) j.erase(key);
+    if (k == Knob::framework) {
+        if (value == kNoFramework) j.erase("framework");
+        else j["framework"] = value;
+    } else if (k != Knob::offload) {
         nlohmann::ordered_json v = nlohmann::ordered_json::parse(value, nullptr, false);
         j[info.key] = v.is_discarded() ? nlohmann::ordered_json(value) : v;
     }
@@ -102,6 +128,11 @@ WhatIfEdit apply_knob(const sim::ModelSpec& m, const sim::ClusterSpec& c, const 
     }
     WhatIfEdit e;
     e.plan = sim::plan_from_json_text(j.dump(), file);
+    if (presets) {
+        // The reader saw every key the writer wrote; what the user stated is the file's and this edit's.
+        e.plan.keys_in_file = base.keys_in_file;
+        if (!stated(info.key)) e.plan.keys_in_file.push_back(info.key);
+    }
     const bool layout = k == Knob::tp || k == Knob::pp || k == Knob::cp;
     const int rest = e.plan.tp * e.plan.pp * e.plan.cp;
     if (keep_gpus && layout && rest > 0 && c.gpu_count() % rest == 0 && e.plan.dp != c.gpu_count() / rest) {

@@ -11,7 +11,7 @@
 
 namespace strata::gui {
 
-enum class Knob { tp, pp, dp, cp, ep, micro_batch, vpp, schedule, recompute, zero_stage, offload, sequence_parallel, count };
+enum class Knob { tp, pp, dp, cp, ep, micro_batch, vpp, schedule, recompute, zero_stage, offload, sequence_parallel, framework, count };
 
 struct KnobInfo {
     Knob knob = Knob::tp;
