@@ -16,12 +16,9 @@
 #include "strata/profiler/profiler.hpp"
 #include "strata/common/text.hpp"
 #ifdef STRATA_HAVE_CUDA
-#include <dlfcn.h>
-
-#include <climits>
-
 #include "cuda_backend.hpp"
 #include "strata/common/error.hpp"
+#include "strata/common/module.hpp"
 #endif
 
 namespace strata::profiler {
@@ -62,47 +59,19 @@ std::string gpu_id_for_name(const std::string& name) {
 namespace {
 
 #ifdef STRATA_HAVE_CUDA
-// The CUDA module, opened on first use and kept for the life of the process. Looked for in order:
-// $STRATA_PROFILER_CUDA (a path), beside the running executable (an installed or built strata),
-// and this build's own folder (the test executables live in a subfolder).
+// The CUDA module, opened on first use and kept for the life of the process: $STRATA_PROFILER_CUDA,
+// beside the running executable, or this build's own folder (common/module.hpp).
 const cudab::Api& cuda_api() {
     static const cudab::Api* api = [] {
-        std::vector<std::string> tried;
-        std::vector<std::string> paths;
-        if (const char* env = std::getenv("STRATA_PROFILER_CUDA"); env != nullptr && *env != '\0') paths.emplace_back(env);
-        char exe[PATH_MAX];
-        const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
-        if (n > 0) {
-            std::string dir(exe, static_cast<std::size_t>(n));
-            dir = dir.substr(0, dir.find_last_of('/'));
-            paths.push_back(dir + "/" + cudab::kModuleFile);
-        }
-        paths.push_back(std::string(STRATA_PROFILER_CUDA_BUILD_DIR) + "/" + cudab::kModuleFile);
-        // The first candidate that exists is the one: a broken file is an error naming it, not a
-        // reason to load another build's module behind the user's back.
-        for (const std::string& path : paths) {
-            if (::access(path.c_str(), F_OK) != 0) {
-                tried.push_back(path + ": no such file");
-                continue;
-            }
-            void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-            if (h == nullptr) {
-                const char* e = ::dlerror();
-                throw RuntimeError("the CUDA profiler backend could not be loaded: " + (e != nullptr ? std::string(e) : path));
-            }
-            using Entry = const cudab::Api* (*)();
-            auto entry = reinterpret_cast<Entry>(::dlsym(h, cudab::kApiSymbol));
-            const cudab::Api* a = entry != nullptr ? entry() : nullptr;
-            if (a == nullptr || a->version != cudab::kApiVersion) {
-                ::dlclose(h);
-                throw RuntimeError("the CUDA profiler backend could not be loaded: " + path +
-                                   " is not this build's module (its entry point is missing or of another version; rebuild)");
-            }
-            return a;
-        }
-        std::string why;
-        for (const std::string& t : tried) why += "\n  " + t;
-        throw RuntimeError("the CUDA profiler backend could not be loaded:" + why);
+        std::string path;
+        using Entry = const cudab::Api* (*)();
+        auto entry = reinterpret_cast<Entry>(load_module_symbol(cudab::kModuleFile, "STRATA_PROFILER_CUDA", STRATA_PROFILER_CUDA_BUILD_DIR,
+                                                                cudab::kApiSymbol, "the CUDA profiler backend", &path));
+        const cudab::Api* a = entry();
+        if (a == nullptr || a->version != cudab::kApiVersion)
+            throw RuntimeError("the CUDA profiler backend could not be loaded: " + path +
+                               " is not this build's module (its entry point is of another version; rebuild)");
+        return a;
     }();
     return *api;
 }
