@@ -24,7 +24,6 @@ public:
 
     /// "NVIDIA H100 80GB HBM3, sm_90, 132 SMs, driver 13.0, cuBLAS 13.1".
     virtual std::string describe() const = 0;
-    virtual double memory_bytes() const = 0;  ///< the device's total memory
 
     // Memory. The device tier comes zero-filled from a caching allocator (a freed block is reused
     // by the next request of its size, which the stream's order makes safe); nullptr when refused.
@@ -38,10 +37,8 @@ public:
     virtual void zero(float* p, i64 n) = 0;
     virtual void sync() = 0;                        ///< the host waits for everything queued
     virtual double sum(const float* p, i64 n) = 0;  ///< sum of n device floats, to the host
-    /// Bytes the device's allocator holds (cached blocks included) and its peak since the last reset.
-    virtual double reserved_bytes() const = 0;
+    /// The most bytes the device's allocator held at once: cached blocks and workspace included.
     virtual double reserved_peak_bytes() = 0;
-    virtual void reset_reserved_peak() = 0;
 
     // Timing: an event at this point of the stream. After sync(), times() gives every slot marked
     // since timing_reset in nanoseconds after slot 0 (-1 for a slot not marked).
@@ -94,7 +91,5 @@ using CreateDevice = Device* (*)(int api_version, std::string* why);
 /// Opens the cuda module (once per process) and creates a device; throws RuntimeError naming every
 /// place looked in, or the module's reason (no GPU, a driver too old). device_loader.cpp.
 std::unique_ptr<Device> open_cuda_device();
-/// Empty when a cuda device can be opened here, else why not (without throwing).
-std::string cuda_unavailable();
 
 }  // namespace strata::runtime

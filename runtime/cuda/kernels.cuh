@@ -1,0 +1,367 @@
+// The cuda backend's kernels (device_cuda.cu launches them): each keeps the contract of its
+// namesake in cpu_kernels.hpp, fp32, in the style of llm.c's reference kernels. Included by the one
+// .cu file of the module, inside its unnamed namespace.
+#pragma once
+
+constexpr float kNormEps = 1e-5f;
+constexpr float kGeluC = 0.7978845608028654f;
+constexpr int kThreads = 256;
+
+unsigned blocks_for(i64 n, int threads = kThreads) { return static_cast<unsigned>(std::max<i64>(1, (n + threads - 1) / threads)); }
+
+// ---- reductions within a block (blockDim.x a multiple of 32, at most 1024) ----
+__device__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+// Every thread gets the block's total. `sh` holds 32 floats.
+__device__ float block_sum(float v, float* sh) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    float t = lane < warps ? sh[lane] : 0.0f;
+    return warp_sum(t);
+}
+__device__ float block_max(float v, float* sh) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    float t = lane < warps ? sh[lane] : -INFINITY;
+    return warp_max(t);
+}
+
+// ---- elementwise ----
+__global__ void k_bias_rows(float* y, const float* b, i64 T, i64 N) {
+    const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (i < T * N) y[i] += b[i % N];
+}
+// Column sums over rows (a bias gradient, a norm's weight gradients): blocks of 32 columns x 8
+// row lanes, each over kRowsPerBlock rows, added into the result atomically. One thread per
+// column walking all rows was latency-bound: 24 threads' worth of blocks for a 768-wide bias.
+constexpr int kColLanes = 8;
+constexpr i64 kRowsPerBlock = 256;
+dim3 col_grid(i64 T, i64 N) {
+    return dim3(static_cast<unsigned>((N + 31) / 32), static_cast<unsigned>(std::max<i64>(1, (T + kRowsPerBlock - 1) / kRowsPerBlock)));
+}
+__global__ void k_col_sum(float* db, const float* d, i64 T, i64 N) {
+    __shared__ float sh[kColLanes][33];
+    const i64 n = blockIdx.x * 32 + threadIdx.x;
+    const i64 r0 = blockIdx.y * kRowsPerBlock, r1 = min(T, r0 + kRowsPerBlock);
+    float s = 0;
+    if (n < N)
+        for (i64 t = r0 + threadIdx.y; t < r1; t += kColLanes) s += d[t * N + n];
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && n < N) {
+        float tot = 0;
+        for (int k = 0; k < kColLanes; ++k) tot += sh[k][threadIdx.x];
+        atomicAdd(db + n, tot);
+    }
+}
+__global__ void k_gelu_fwd(float* y, const float* x, i64 n) {
+    const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (i >= n) return;
+    const float v = x[i];
+    y[i] = 0.5f * v * (1.0f + tanhf(kGeluC * (v + 0.044715f * v * v * v)));
+}
+__global__ void k_gelu_bwd(float* dx, const float* x, const float* dy, i64 n) {
+    const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (i >= n) return;
+    const float v = x[i];
+    const float th = tanhf(kGeluC * (v + 0.044715f * v * v * v));
+    const float du = kGeluC * (1.0f + 3.0f * 0.044715f * v * v);
+    dx[i] = dy[i] * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du);
+}
+__global__ void k_swiglu_fwd(float* y, const float* x, i64 T, i64 F) {
+    const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (i >= T * F) return;
+    const i64 t = i / F, f = i % F;
+    const float g = x[t * 2 * F + f], u = x[t * 2 * F + F + f];
+    y[i] = g / (1.0f + expf(-g)) * u;
+}
+__global__ void k_swiglu_bwd(float* dx, const float* x, const float* dy, i64 T, i64 F) {
+    const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (i >= T * F) return;
+    const i64 t = i / F, f = i % F;
+    const float g = x[t * 2 * F + f], u = x[t * 2 * F + F + f], d = dy[i];
+    const float s = 1.0f / (1.0f + expf(-g));
+    dx[t * 2 * F + f] = d * u * s * (1.0f + g * (1.0f - s));
+    dx[t * 2 * F + F + f] = d * g * s;
+}
+__global__ void k_relu2_fwd(float* y, const float* x, i64 n) {
+    const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (i < n) y[i] = x[i] > 0 ? x[i] * x[i] : 0.0f;
+}
+__global__ void k_relu2_bwd(float* dx, const float* x, const float* dy, i64 n) {
+    const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (i < n) dx[i] = x[i] > 0 ? 2.0f * x[i] * dy[i] : 0.0f;
+}
+__global__ void k_add(float* out, const float* a, const float* b, const float* bias, i64 T, i64 C) {
+    const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (i < T * C) out[i] = a[i] + b[i] + (bias ? bias[i % C] : 0.0f);
+}
+
+// ---- norms: one block per row ----
+// A row's mean (LayerNorm; 0 for RMSNorm) and 1 / sqrt(variance + eps), in every thread of the block.
+__device__ void row_stats(const float* xr, i64 C, bool ln, float* sh, float* mean, float* rstd) {
+    float s = 0;
+    if (ln) {
+        for (i64 c = threadIdx.x; c < C; c += blockDim.x) s += xr[c];
+        s = block_sum(s, sh);
+    }
+    const float m = ln ? s / static_cast<float>(C) : 0.0f;
+    float v = 0;
+    for (i64 c = threadIdx.x; c < C; c += blockDim.x) v += (xr[c] - m) * (xr[c] - m);
+    v = block_sum(v, sh);
+    *mean = m;
+    *rstd = rsqrtf(v / static_cast<float>(C) + kNormEps);
+}
+__global__ void k_norm_fwd(float* y, const float* x, const float* w, const float* b, i64 C) {
+    __shared__ float sh[32];
+    const float* xr = x + blockIdx.x * C;
+    float mean = 0, rstd = 0;
+    row_stats(xr, C, b != nullptr, sh, &mean, &rstd);
+    for (i64 c = threadIdx.x; c < C; c += blockDim.x) y[blockIdx.x * C + c] = (xr[c] - mean) * rstd * w[c] + (b ? b[c] : 0.0f);
+}
+// dx per row; the row's mean and rstd to `stats` for the weight gradients.
+__global__ void k_norm_bwd_dx(float* dx, float* stats, const float* x, const float* dy, const float* w, const float* residual,
+                              bool ln, i64 C) {
+    __shared__ float sh[32];
+    const i64 t = blockIdx.x;
+    const float* xr = x + t * C;
+    const float* dyr = dy + t * C;
+    float mean = 0, rstd = 0;
+    row_stats(xr, C, ln, sh, &mean, &rstd);
+    float dm = 0, dp = 0;
+    for (i64 c = threadIdx.x; c < C; c += blockDim.x) {
+        const float g = dyr[c] * w[c];
+        dm += g;
+        dp += g * (xr[c] - mean) * rstd;
+    }
+    dm = block_sum(dm, sh) / static_cast<float>(C);
+    dp = block_sum(dp, sh) / static_cast<float>(C);
+    for (i64 c = threadIdx.x; c < C; c += blockDim.x) {
+        const float xh = (xr[c] - mean) * rstd;
+        const float d = rstd * (dyr[c] * w[c] - (ln ? dm : 0.0f) - xh * dp);
+        dx[t * C + c] = (residual ? residual[t * C + c] : 0.0f) + d;
+    }
+    if (threadIdx.x == 0) {
+        stats[2 * t] = mean;
+        stats[2 * t + 1] = rstd;
+    }
+}
+// dw[c] += sum_t dy * xhat; db[c] += sum_t dy: column sums as k_col_sum's.
+__global__ void k_norm_bwd_dw(float* dw, float* db, const float* x, const float* dy, const float* stats, i64 T, i64 C) {
+    __shared__ float shw[kColLanes][33], shb[kColLanes][33];
+    const i64 c = blockIdx.x * 32 + threadIdx.x;
+    const i64 r0 = blockIdx.y * kRowsPerBlock, r1 = min(T, r0 + kRowsPerBlock);
+    float sw = 0, sb = 0;
+    if (c < C)
+        for (i64 t = r0 + threadIdx.y; t < r1; t += kColLanes) {
+            const float g = dy[t * C + c];
+            sw += g * (x[t * C + c] - stats[2 * t]) * stats[2 * t + 1];
+            sb += g;
+        }
+    shw[threadIdx.y][threadIdx.x] = sw;
+    shb[threadIdx.y][threadIdx.x] = sb;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float tw = 0, tb = 0;
+        for (int k = 0; k < kColLanes; ++k) tw += shw[k][threadIdx.x], tb += shb[k][threadIdx.x];
+        atomicAdd(dw + c, tw);
+        if (db) atomicAdd(db + c, tb);
+    }
+}
+
+// ---- rotary embedding, in place on query and key heads: a thread per (row, head, pair) ----
+__global__ void k_rope(float* qkv, i64 T, i64 seq, i64 heads, i64 row, i64 d, float sign) {
+    const i64 half = d / 2;
+    const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (i >= T * heads * half) return;
+    const i64 t = i / (heads * half), h = (i / half) % heads, k = i % half;
+    const double theta = static_cast<double>(t % seq) * pow(10000.0, -2.0 * static_cast<double>(k) / static_cast<double>(d));
+    const float c = static_cast<float>(cos(theta)), s = sign * static_cast<float>(sin(theta));
+    float* v = qkv + t * row + h * d;
+    const float a = v[k], b = v[k + half];
+    v[k] = a * c - b * s;
+    v[k + half] = b * c + a * s;
+}
+
+// ---- attention ----
+// Per head, contiguous: the query, key and value heads of item (b, h) as [seq, d] blocks
+// (items b * hq + h; a GQA key/value head copied to each query head of its group), so that one
+// strided-batched SGEMM covers every sequence and head.
+__global__ void k_attn_split(float* Q, float* K, float* V, const float* qkv, i64 seq, i64 hq, i64 hkv, i64 d, i64 n) {
+    const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (i >= n) return;
+    const i64 c = i % d, t = (i / d) % seq, h = (i / (d * seq)) % hq, b = i / (d * seq * hq);
+    const i64 R = (hq + 2 * hkv) * d, g = hq / hkv;
+    const float* row = qkv + (b * seq + t) * R;
+    Q[i] = row[h * d + c];
+    K[i] = row[hq * d + (h / g) * d + c];
+    V[i] = row[(hq + hkv) * d + (h / g) * d + c];
+}
+// [items, seq, d] <-> the [B*seq, hq*d] layout of out / dout.
+__global__ void k_attn_heads(float* dst, const float* src, i64 seq, i64 hq, i64 d, i64 n, bool to_rows) {
+    const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (i >= n) return;
+    const i64 c = i % d, t = (i / d) % seq, h = (i / (d * seq)) % hq, b = i / (d * seq * hq);
+    const i64 r = (b * seq + t) * hq * d + h * d + c;
+    if (to_rows) dst[r] = src[i];
+    else dst[i] = src[r];
+}
+// dqkv from the per-head gradients: a key/value head sums the gradients of its group's heads.
+__global__ void k_attn_merge_grads(float* dqkv, const float* dQ, const float* dK, const float* dV, i64 seq, i64 hq, i64 hkv, i64 d,
+                                   i64 n) {
+    const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (i >= n) return;
+    const i64 R = (hq + 2 * hkv) * d, g = hq / hkv;
+    const i64 col = i % R, row = i / R, b = row / seq, t = row % seq, c = col % d;
+    auto at = [&](i64 h) { return ((b * hq + h) * seq + t) * d + c; };
+    if (col < hq * d) {
+        dqkv[i] = dQ[at(col / d)];
+        return;
+    }
+    const bool key = col < (hq + hkv) * d;
+    const i64 kvh = (key ? col - hq * d : col - (hq + hkv) * d) / d;
+    float s = 0;
+    for (i64 h = kvh * g; h < (kvh + 1) * g; ++h) s += (key ? dK : dV)[at(h)];
+    dqkv[i] = s;
+}
+// Scores of `items` heads from item0, [item][seq][seq]: S -> P = exp(S scale - lse) on and below
+// the diagonal, 0 above; lse[(b seq + i) hq + h]. A block per row (gridDim.y: items).
+__global__ void k_softmax_causal(float* S, float* lse, i64 seq, i64 hq, i64 item0, float scale) {
+    __shared__ float sh[32];
+    const i64 i = blockIdx.x, item = item0 + blockIdx.y;
+    float* row = S + (static_cast<i64>(blockIdx.y) * seq + i) * seq;
+    float mx = -INFINITY;
+    for (i64 j = threadIdx.x; j <= i; j += blockDim.x) mx = fmaxf(mx, row[j] * scale);
+    mx = block_max(mx, sh);
+    float s = 0;
+    for (i64 j = threadIdx.x; j <= i; j += blockDim.x) s += expf(row[j] * scale - mx);
+    s = block_sum(s, sh);
+    const float l = mx + logf(s);
+    for (i64 j = threadIdx.x; j < seq; j += blockDim.x) row[j] = j <= i ? expf(row[j] * scale - l) : 0.0f;
+    if (threadIdx.x == 0) lse[((item / hq) * seq + i) * hq + item % hq] = l;
+}
+// Backward: S -> P from the saved lse, dP -> dS = P (dP - D) scale, D[item][i] = dout . out.
+__global__ void k_softmax_causal_bwd(float* S, float* dP, const float* lse, const float* D, i64 seq, i64 hq, i64 item0, float scale) {
+    const i64 i = blockIdx.x, item = item0 + blockIdx.y;
+    const float l = lse[((item / hq) * seq + i) * hq + item % hq], Di = D[item * seq + i];
+    float* prow = S + (static_cast<i64>(blockIdx.y) * seq + i) * seq;
+    float* drow = dP + (static_cast<i64>(blockIdx.y) * seq + i) * seq;
+    for (i64 j = threadIdx.x; j < seq; j += blockDim.x) {
+        const float p = j <= i ? expf(prow[j] * scale - l) : 0.0f;
+        prow[j] = p;
+        drow[j] = j <= i ? p * (drow[j] - Di) * scale : 0.0f;  // never read above the diagonal: no stale NaN
+    }
+}
+// D[item][t] = sum over the head's columns of dout * out (per-head layout).
+__global__ void k_attn_rowdot(float* D, const float* dO, const float* O, i64 d, i64 rows) {
+    const i64 r = blockIdx.x * static_cast<i64>(blockDim.y) + threadIdx.y;
+    if (r >= rows) return;
+    float s = 0;
+    for (i64 c = threadIdx.x; c < d; c += 32) s += dO[r * d + c] * O[r * d + c];
+    s = warp_sum(s);
+    if (threadIdx.x == 0) D[r] = s;
+}
+
+// ---- embedding, positions, loss ----
+__global__ void k_embedding_fwd(float* out, const float* tokens, const float* table, i64 first, i64 rows, i64 T, i64 C) {
+    const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (i >= T * C) return;
+    const i64 t = i / C, c = i % C, id = static_cast<i64>(tokens[t * 2]) - first;
+    out[i] = id >= 0 && id < rows ? table[id * C + c] : 0.0f;
+}
+__global__ void k_embedding_bwd(float* dtable, const float* tokens, const float* dout, i64 first, i64 rows, i64 T, i64 C) {
+    const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (i >= T * C) return;
+    const i64 t = i / C, c = i % C, id = static_cast<i64>(tokens[t * 2]) - first;
+    if (id >= 0 && id < rows) atomicAdd(dtable + id * C + c, dout[i]);
+}
+__global__ void k_position_fwd(float* out, const float* e, const float* pos, i64 row0, i64 rows_out, i64 seq, i64 C) {
+    const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (i >= rows_out * C) return;
+    const i64 t = i / C, c = i % C, g = row0 + t;
+    out[i] = e[g * C + c] + pos[(g % seq) * C + c];
+}
+// dpos[p] += sum over the rows at position p: a thread per (position, column), sequences in order.
+__global__ void k_position_bwd(float* dpos, const float* d, i64 T, i64 seq, i64 C) {
+    const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (i >= seq * C) return;
+    const i64 p = i / C, c = i % C;
+    float s = 0;
+    for (i64 t = p; t < T; t += seq) s += d[t * C + c];
+    dpos[i] += s;
+}
+__global__ void k_loss_stats(float* stats, const float* logits, const float* tokens, i64 first, i64 V) {
+    __shared__ float sh[32];
+    const i64 t = blockIdx.x;
+    const float* l = logits + t * V;
+    float mx = -INFINITY;
+    for (i64 v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, l[v]);
+    mx = block_max(mx, sh);
+    float s = 0;
+    for (i64 v = threadIdx.x; v < V; v += blockDim.x) s += expf(l[v] - mx);
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) {
+        const i64 target = static_cast<i64>(tokens[t * 2 + 1]) - first;
+        stats[t * 3] = mx;
+        stats[t * 3 + 1] = s;
+        stats[t * 3 + 2] = target >= 0 && target < V ? l[target] : 0.0f;
+    }
+}
+__device__ float combine_lse(const float* stats, i64 n, i64 T, i64 t, float* target) {
+    float mx = -INFINITY, tg = 0;
+    for (i64 r = 0; r < n; ++r) mx = fmaxf(mx, stats[(r * T + t) * 3]);
+    float sum = 0;
+    for (i64 r = 0; r < n; ++r) {
+        const float* s = stats + (r * T + t) * 3;
+        sum += s[1] * expf(s[0] - mx);
+        tg += s[2];
+    }
+    *target = tg;
+    return mx + logf(sum);
+}
+__global__ void k_loss_combine(float* loss, float* lse, const float* stats, i64 n, i64 T) {
+    const i64 t = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (t >= T) return;
+    float tg = 0;
+    const float l = combine_lse(stats, n, T, t, &tg);
+    if (lse) lse[t] = l;
+    if (loss) loss[t] = l - tg;
+}
+__global__ void k_loss_bwd(float* dlogits, const float* logits, const float* tokens, const float* stats, i64 shards, i64 first,
+                           i64 T, i64 V, float scale) {
+    const i64 t = blockIdx.x;
+    float tg = 0;
+    const float l = combine_lse(stats, shards, T, t, &tg);
+    const i64 target = static_cast<i64>(tokens[t * 2 + 1]) - first;
+    for (i64 v = threadIdx.x; v < V; v += blockDim.x)
+        dlogits[t * V + v] = (expf(logits[t * V + v] - l) - (v == target ? 1.0f : 0.0f)) * scale;
+}
+__global__ void k_adamw(float* p, float* m, float* v, const float* g, const unsigned char* decay, i64 n, float lr, float b1,
+                        float b2, float eps, float wd, float c1, float c2) {
+    const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (i >= n) return;
+    const float gi = g[i];
+    const float mi = b1 * m[i] + (1.0f - b1) * gi, vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] -= lr * ((mi / c1) / (sqrtf(vi / c2) + eps) + (decay == nullptr || decay[i] ? wd * p[i] : 0.0f));
+}
+__global__ void k_sum(double* out, const float* p, i64 n) {
+    __shared__ float sh[32];
+    float s = 0;
+    for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i < n; i += static_cast<i64>(gridDim.x) * blockDim.x) s += p[i];
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) atomicAdd(out, static_cast<double>(s));
+}
