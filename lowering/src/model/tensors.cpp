@@ -4,46 +4,16 @@
 // flash attention, MoE and CP fall out of the same list (docs/formulas.md). No timing, no tiers'
 // capacities: only sizes and where plan.offload puts them.
 #include <algorithm>
-#include <cmath>
 
 #include "strata/common/error.hpp"
-#include "strata/lowering/lower.hpp"
 #include "strata/lowering/memory.hpp"
 #include "strata/lowering/model.hpp"
 #include "strata/lowering/tensors.hpp"
+#include "tensors_local.hpp"
 
 namespace strata::sim {
 
-const char* to_string(TensorTag t) {
-    switch (t) {
-        case TensorTag::weights: return "weights";
-        case TensorTag::grads: return "grads";
-        case TensorTag::optimizer: return "optimizer";
-        case TensorTag::activations: return "activations";
-        case TensorTag::buffers: return "buffers";
-        case TensorTag::count: break;
-    }
-    return "?";
-}
-
-namespace {
-
-// Local sizes of one rank for one micro-batch.
-struct Local {
-    double t = 1;          // tensor-parallel degree
-    double tokens = 0;     // s/cp · b: tokens of this rank's sequence chunk
-    double tok_rep = 0;    // tokens in the TP-replicated regions (divided by t under SP)
-    double s_q = 0;        // query rows per sequence on this rank (s/cp)
-    double s_k = 0;        // key columns per sequence (the full s: CP exchanges K,V)
-    double b = 1;
-    double h = 0;
-    double heads = 0;      // query heads on this rank
-    double kv_heads = 0;   // K/V heads on this rank (replicated when kv_heads < tp)
-    double hd = 0;
-    double act = 2;        // bytes per activation element
-    double gemm_in = 2;    // bytes per element of a GEMM input saved for the backward
-    bool dropout = false;
-};
+namespace detail {
 
 Local local_of(const ModelSpec& m, const PlanSpec& p) {
     Local L;
@@ -66,6 +36,54 @@ Local local_of(const ModelSpec& m, const PlanSpec& p) {
     L.dropout = m.dropout > 0.0;
     return L;
 }
+
+// Per-rank parameters of one layer (TP-split where Megatron splits them; norms, row-parallel
+// biases and the router are replicated).
+StageParams layer_params_local(const ModelSpec& m, const PlanSpec& p, int layer) {
+    const Local L = local_of(m, p);
+    StageParams sp;
+    const double h = L.h;
+    const double qw = L.heads * L.hd * L.t, kvw_local = L.kv_heads * L.hd;
+    const LayerParams lp = layer_params(m, layer);
+    double attn = h * qw / L.t + 2.0 * h * kvw_local + qw * h / L.t;
+    if (m.mla) {  // down-projections and latent norms replicated, the rest split over TP
+        attn = 0;
+        for (const AttentionLinear& a : attention_linears(m))
+            attn += static_cast<double>(a.in) * static_cast<double>(a.out) / (a.tp_split ? L.t : 1.0);
+    }
+    attn += static_cast<double>(attention_norm_params(m));
+    if (m.linear_bias) attn += qw / L.t + 2.0 * kvw_local + h;
+    else if (m.qkv_bias) attn += qw / L.t + 2.0 * kvw_local;
+    sp.dense = attn + static_cast<double>(lp.norms);
+    if (m.layer_is_moe(layer)) {
+        sp.dense += static_cast<double>(lp.router) + static_cast<double>(lp.shared_experts) / L.t;
+        sp.expert = static_cast<double>(lp.experts) / std::max(1, p.ep) / p.etp();
+    } else {
+        // fc2's bias is row-parallel: replicated, not split (h / tp of it was counted above).
+        sp.dense += static_cast<double>(lp.mlp) / L.t + (m.linear_bias ? h - h / L.t : 0.0);
+    }
+    return sp;
+}
+
+}  // namespace detail
+
+using detail::Local;
+using detail::local_of;
+using detail::layer_params_local;
+
+const char* to_string(TensorTag t) {
+    switch (t) {
+        case TensorTag::weights: return "weights";
+        case TensorTag::grads: return "grads";
+        case TensorTag::optimizer: return "optimizer";
+        case TensorTag::activations: return "activations";
+        case TensorTag::buffers: return "buffers";
+        case TensorTag::count: break;
+    }
+    return "?";
+}
+
+namespace {
 
 TensorDesc act_tensor(std::string name, double bytes, std::string shape, const PlanSpec& p) {
     TensorDesc d;
@@ -198,34 +216,6 @@ std::vector<TensorDesc> full_layer_activations(const ModelSpec& m, const PlanSpe
     const bool moe_layer = m.layer_is_moe(layer);
     std::erase_if(out, [&](const TensorDesc& d) { return recompute_drops(d.name, p, moe_layer); });
     return out;
-}
-
-// Per-rank parameters of one layer (TP-split where Megatron splits them; norms, row-parallel
-// biases and the router are replicated).
-StageParams layer_params_local(const ModelSpec& m, const PlanSpec& p, int layer) {
-    const Local L = local_of(m, p);
-    StageParams sp;
-    const double h = L.h;
-    const double qw = L.heads * L.hd * L.t, kvw_local = L.kv_heads * L.hd;
-    const LayerParams lp = layer_params(m, layer);
-    double attn = h * qw / L.t + 2.0 * h * kvw_local + qw * h / L.t;
-    if (m.mla) {  // down-projections and latent norms replicated, the rest split over TP
-        attn = 0;
-        for (const AttentionLinear& a : attention_linears(m))
-            attn += static_cast<double>(a.in) * static_cast<double>(a.out) / (a.tp_split ? L.t : 1.0);
-    }
-    attn += static_cast<double>(attention_norm_params(m));
-    if (m.linear_bias) attn += qw / L.t + 2.0 * kvw_local + h;
-    else if (m.qkv_bias) attn += qw / L.t + 2.0 * kvw_local;
-    sp.dense = attn + static_cast<double>(lp.norms);
-    if (m.layer_is_moe(layer)) {
-        sp.dense += static_cast<double>(lp.router) + static_cast<double>(lp.shared_experts) / L.t;
-        sp.expert = static_cast<double>(lp.experts) / std::max(1, p.ep) / p.etp();
-    } else {
-        // fc2's bias is row-parallel: replicated, not split (h / tp of it was counted above).
-        sp.dense += static_cast<double>(lp.mlp) / L.t + (m.linear_bias ? h - h / L.t : 0.0);
-    }
-    return sp;
 }
 
 TensorDesc buffer_tensor(std::string name, double bytes, Lifetime life, std::string shape) {
@@ -443,165 +433,6 @@ StageParams mtp_params_local(const ModelSpec& m, const PlanSpec& p) {
 
 bool head_stage_embedding_copy(const ModelSpec& m, const PlanSpec& p) {
     return head_stage(p) != 0 && (m.tied_embeddings || m.mtp_depth > 0);
-}
-
-namespace {
-
-// One definition of the stage's parameters, model states and buffers for both the named lists and
-// the planner's byte-only lists (stage_tensor_bytes): `layer` gives one layer's local parameters.
-template <class LayerParamsFn>
-StageParams stage_params_of(const ModelSpec& m, const PlanSpec& p, int stage, const std::vector<int>& layer_ids, LayerParamsFn&& layer) {
-    StageParams sp;
-    for (int l : layer_ids) {
-        const StageParams lp = layer(l);
-        sp.dense += lp.dense;
-        sp.expert += lp.expert;
-    }
-    const ParamCounts pc = edge_param_counts(m);
-    const double t = std::max(1, p.tp);
-    if (stage == 0) sp.dense += static_cast<double>(pc.embedding) / t + static_cast<double>(pc.position);
-    if (stage == head_stage(p)) {
-        sp.dense += static_cast<double>(pc.final_norm);
-        // Untied: the lm head. Tied with pp > 1: Megatron keeps a copy of the word embedding on the
-        // last stage (its gradient is all-reduced with the first stage's).
-        if (!m.tied_embeddings) sp.dense += static_cast<double>(pc.lm_head) / t;
-        if (head_stage_embedding_copy(m, p)) sp.dense += static_cast<double>(pc.embedding) / t;
-        const StageParams mtp = mtp_params_local(m, p);
-        sp.dense += mtp.dense;
-        sp.expert += mtp.expert;
-    }
-    return sp;
-}
-
-// `emit(name, tag, lifetime, bytes, tiers, shape, shape_suffix)`, in list order.
-template <class Emit>
-void emit_model_states(const PlanSpec& p, const StageParams& sp, Emit&& emit) {
-    // Mixed precision (ZeRO paper §3.1): 2-byte weights and grads, K = 12 bytes of fp32 Adam
-    // state (master copy, m, v); 8 with bf16 moments. Pure fp32: 4 + 4 + 8 (m, v; the weights are
-    // the master copy).
-    const bool fp32 = p.precision == Precision::fp32;
-    const double wb = fp32 ? 4.0 : 2.0, gb = p.grad_bytes();
-    const double nd = std::max(1, p.dp * p.cp);
-    const double nd_expert = p.edp();  // expert data parallel
-    auto sharded = [&](double per_param, bool shard) {
-        return per_param * (shard ? sp.dense / nd + sp.expert / nd_expert : sp.total());
-    };
-    const int z = p.zero_stage;
-    const Lifetime life = Lifetime::persistent;
-    emit("weights", TensorTag::weights, life, sharded(wb, z >= 3), p.offload.params, "(params)", nullptr);
-    // Pipelined FSDP accumulates unsharded gradients over the step's micro-batches.
-    emit("grads", TensorTag::grads, life, sharded(gb, z >= 2 && !p.pipelined_fsdp()), p.offload.grads, "(params)", nullptr);
-    if (!fp32) emit("optimizer.master", TensorTag::optimizer, life, sharded(4.0, z >= 1), p.offload.optimizer, "(params) fp32", nullptr);
-    // Moments fp32 unless the plan narrows them (Megatron's precision-aware optimizer).
-    emit("optimizer.m", TensorTag::optimizer, life, sharded(bytes_per_element(p.exp_avg_dtype), z >= 1), p.offload.optimizer, "(params) ",
-         to_string(p.exp_avg_dtype));
-    emit("optimizer.v", TensorTag::optimizer, life, sharded(bytes_per_element(p.exp_avg_sq_dtype), z >= 1), p.offload.optimizer, "(params) ",
-         to_string(p.exp_avg_sq_dtype));
-    // An optimizer updated on the host (ZeRO-Offload, ZeRO-Infinity's sub-groups) reads its
-    // gradients there: the offloaded share of them is copied into host memory (the ZeRO-Offload
-    // paper's g16 on the CPU; DeepSpeed keeps a pinned buffer). In pure fp32 the host also holds
-    // the fp32 weights it updates and copies back, which mixed precision counts as optimizer.master.
-    const double off = p.offload.optimizer.cpu + p.offload.optimizer.ssd;
-    if (off > 0) {
-        const TierSplit host{0.0, 1.0, 0.0};
-        emit("grads.host", TensorTag::grads, life, off * sharded(gb, z >= 1), host, "(params) offloaded share", nullptr);
-        if (fp32) emit("optimizer.host_weights", TensorTag::optimizer, life, off * sharded(4.0, z >= 1), host, "(params) offloaded share fp32", nullptr);
-    }
-    // ZeRO-Infinity stages the SSD share's optimizer state through host buffers, a sub-group at a
-    // time (DeepSpeed's sub_group_size), reading the next while the current one updates.
-    if (p.offload.optimizer.ssd > 0) {
-        const double params = p.offload.optimizer.ssd * sharded(1.0, z >= 1);
-        const double sub = std::max(1.0, LowerOptions{}.ssd_sub_group_params);
-        const double groups = std::clamp(std::ceil(params / sub), 1.0, 4096.0);
-        const double state = (fp32 ? 0.0 : 4.0) + bytes_per_element(p.exp_avg_dtype) + bytes_per_element(p.exp_avg_sq_dtype);
-        emit("optimizer.ssd_staging", TensorTag::optimizer, life, std::min(groups, 2.0) * params / groups * state, TierSplit{0.0, 1.0, 0.0},
-             "min(2, sub-groups) x sub-group state", nullptr);
-    }
-}
-
-template <class LayerParamsFn, class Emit>
-void emit_buffers(const ModelSpec& m, const PlanSpec& p, const std::vector<int>& layer_ids, const StageParams& sp, LayerParamsFn&& layer,
-                  Emit&& emit) {
-    const int nd = p.dp * p.cp;
-    const double wb = p.precision == Precision::fp32 ? 4.0 : 2.0;  // weights (the ZeRO-3 gathers)
-    const TierSplit gpu{};
-    if (nd > 1 && p.overlap_grad_reduce) {
-        // One bucket being reduced while the next fills (Megatron's DDP), never more than all grads.
-        const double bucket = std::min(static_cast<double>(p.dp_bucket_bytes), p.grad_bytes() * sp.total());
-        emit("dp.grad_buckets", TensorTag::buffers, Lifetime::persistent, 2.0 * bucket, gpu, "2 x bucket", nullptr);
-    }
-    if (p.pipelined_fsdp() && nd > 1) {
-        // Pipelined FSDP holds every layer of the stage gathered from its first forward to its
-        // last backward, and the embedding and head from the step's start: the stage's whole
-        // (TP-local) weights, besides the shards.
-        emit("zero3.gathered_params", TensorTag::buffers, Lifetime::persistent, wb * sp.total(), gpu, "stage params", nullptr);
-    } else if (p.zero_stage >= 3 && nd > 1) {
-        // ZeRO-3 gathers a layer's full (TP-local) weights before use; with prefetch the next
-        // layer's gather is in flight too.
-        double widest = 0;
-        for (int l : layer_ids) widest = std::max(widest, layer(l).total());
-        const double depth = p.overlap_param_gather ? 2.0 : 1.0;
-        emit("zero3.gathered_params", TensorTag::buffers, Lifetime::transient, depth * wb * widest, gpu, "depth x layer params", nullptr);
-    }
-    if (p.pp > 1) {
-        // One micro-batch's boundary activation, a send and a receive buffer.
-        const Local L = local_of(m, p);
-        emit("pp.p2p", TensorTag::buffers, Lifetime::persistent, 2.0 * L.act * L.tok_rep * L.h, gpu, "2 x (s/cp[/tp], b, h)", nullptr);
-    }
-    emit("framework.reserve", TensorTag::buffers, Lifetime::persistent, kFrameworkReserveBytes, gpu, "CUDA context + NCCL", nullptr);
-}
-
-// Appends to a named list.
-struct ListEmit {
-    std::vector<TensorDesc>& out;
-    void operator()(const char* name, TensorTag tag, Lifetime life, double bytes, const TierSplit& tiers, const char* shape,
-                    const char* shape_suffix) const {
-        out.push_back(TensorDesc{name, tag, life, bytes, tiers, shape_suffix ? std::string(shape) + shape_suffix : std::string(shape)});
-    }
-};
-
-// Appends to a byte-only list.
-struct BytesEmit {
-    StageTensorBytes& out;
-    void operator()(const char*, TensorTag tag, Lifetime, double bytes, const TierSplit& tiers, const char*, const char*) const {
-        STRATA_ASSERT(out.count < static_cast<int>(out.items.size()), "StageTensorBytes holds every model state and buffer");
-        out.items[static_cast<std::size_t>(out.count++)] = TensorBytes{tag, bytes, tiers};
-    }
-};
-
-}  // namespace
-
-StageParams stage_params(const ModelSpec& m, const PlanSpec& p, int stage) {
-    return stage_params_of(m, p, stage, stage_layer_ids(m, p, stage), [&](int l) { return layer_params_local(m, p, l); });
-}
-
-std::vector<TensorDesc> stage_model_states(const ModelSpec& m, const PlanSpec& p, int stage) {
-    std::vector<TensorDesc> out;
-    emit_model_states(p, stage_params(m, p, stage), ListEmit{out});
-    return out;
-}
-
-std::vector<TensorDesc> stage_buffers(const ModelSpec& m, const PlanSpec& p, int stage) {
-    std::vector<TensorDesc> out;
-    const std::vector<int> ids = stage_layer_ids(m, p, stage);
-    const auto layer = [&](int l) { return layer_params_local(m, p, l); };
-    emit_buffers(m, p, ids, stage_params_of(m, p, stage, ids, layer), layer, ListEmit{out});
-    return out;
-}
-
-const StageParams& LayerParamsByKind::get(const ModelSpec& m, const PlanSpec& p, int layer) {
-    const std::size_t k = m.layer_is_moe(layer) ? 1 : 0;
-    if (!known_[k]) kinds_[k] = layer_params_local(m, p, layer), known_[k] = true;
-    return kinds_[k];
-}
-
-void stage_tensor_bytes(const ModelSpec& m, const PlanSpec& p, int stage, const std::vector<int>& layer_ids, LayerParamsByKind& layers,
-                        StageTensorBytes& out) {
-    out.count = 0;
-    const auto layer = [&](int l) -> const StageParams& { return layers.get(m, p, l); };
-    const StageParams sp = stage_params_of(m, p, stage, layer_ids, layer);
-    emit_model_states(p, sp, BytesEmit{out});
-    emit_buffers(m, p, layer_ids, sp, layer, BytesEmit{out});
 }
 
 bool layer_recomputed(const ModelSpec& m, const PlanSpec& p, int stage, int layer_in_stage) {
