@@ -114,6 +114,7 @@ RankState::RankState(World& w, int rank) : w_(w), rp_(w.program.ranks[static_cas
     dp_rank_ = (rank / (w.plan.tp * w.plan.cp)) % w.plan.dp;
     gpu_.capacity = w.options.capacity_bytes[0];
     dev_ = w.device;
+    params_on_host_ = !w.plan.offload.params.all_gpu();
     precompute();
 }
 
@@ -158,6 +159,81 @@ void RankState::precompute() {
     posted_.assign(rp_.instrs.size(), 0);
     started_ns_.assign(rp_.instrs.size(), 0);
     ended_ns_.assign(rp_.instrs.size(), -1);
+    if (params_on_host_) precompute_fetches();
+}
+
+int RankState::unit_at(i64 offset) const {
+    const auto& u = layout_.units;
+    auto it = std::upper_bound(u.begin(), u.end(), offset, [](i64 v, const GradUnit& g) { return v < g.offset; });
+    STRATA_ASSERT(it != u.begin(), "runtime: no parameter unit holds an element");
+    return static_cast<int>(it - u.begin()) - 1;
+}
+
+// Parameters homed on the host reach the GPU a unit at a time (lower's fetch_params/fetch_edge):
+// a fetch writes the unit's range there, compute reads it. Reads are counted per fetch in program
+// order, so a unit's GPU copy lives from its fetch to its fetch's last reader. A fetch that comes
+// while an earlier one still has readers refills the same copy: the values do not change within a
+// step, and the earlier readers' count carries over.
+void RankState::precompute_fetches() {
+    const Program& prog = w_.program;
+    const std::size_t n_units = layout_.units.size();
+    fetched_.clear();
+    fetched_.resize(n_units);
+    unit_uses_.assign(rp_.instrs.size(), {});
+    std::vector<int> reads(n_units, 0);
+    std::vector<std::pair<std::size_t, std::size_t>> first_write(n_units, {SIZE_MAX, 0});  // instruction, use index
+    auto close = [&](std::size_t u) {
+        if (first_write[u].first != SIZE_MAX) unit_uses_[first_write[u].first][first_write[u].second].add = reads[u];
+        first_write[u].first = SIZE_MAX;
+        reads[u] = 0;
+    };
+    for (std::size_t i = 0; i < rp_.instrs.size(); ++i) {
+        const Operands& o = rp_.operands[i];
+        const auto* ids = rp_.operand_ids.data() + o.first;
+        std::vector<int> written, read;
+        for (int k = 0; k < o.n_in + o.n_out; ++k) {
+            const DataTensor& t = prog.tensors[static_cast<std::size_t>(ids[k])];
+            if (t.role != TensorRole::param || t.tier != Tier::gpu || t.buffer != FlatBuffer::dense) continue;
+            const int u = unit_at(t.offset);
+            const GradUnit& g = layout_.units[static_cast<std::size_t>(u)];
+            if (t.offset + t.elements() > g.offset + g.count)
+                throw RuntimeError("runtime: rank " + std::to_string(rank_) + " instruction " + std::to_string(i) +
+                                   " names parameters across two units, which are fetched apart");
+            auto& list = k >= o.n_in ? written : read;
+            if (std::find(list.begin(), list.end(), u) == list.end()) list.push_back(u);
+        }
+        for (int u : written) {
+            const auto su = static_cast<std::size_t>(u);
+            if (first_write[su].first == SIZE_MAX || reads[su] > 0) {  // a new fetch
+                close(su);
+                first_write[su] = {i, unit_uses_[i].size()};
+                unit_uses_[i].push_back({u, 0, false});
+            }
+        }
+        for (int u : read) {
+            if (std::find(written.begin(), written.end(), u) != written.end()) continue;  // in place (a gather)
+            if (first_write[static_cast<std::size_t>(u)].first == SIZE_MAX)
+                throw RuntimeError("runtime: rank " + std::to_string(rank_) + " instruction " + std::to_string(i) +
+                                   " reads host-homed parameters no fetch brought to the GPU");
+            ++reads[static_cast<std::size_t>(u)];
+            unit_uses_[i].push_back({u, 0, true});
+        }
+    }
+    for (std::size_t u = 0; u < n_units; ++u) close(u);
+}
+
+void RankState::finish_fetches(std::size_t i) {
+    if (unit_uses_.empty()) return;
+    for (const UnitUse& use : unit_uses_[i]) {
+        Live& f = fetched_[static_cast<std::size_t>(use.unit)];
+        if (use.read) --f.pending;
+        else f.pending += use.add;
+        if (f.pending <= 0 && !f.buf.empty()) {
+            f.buf = TrackedBuffer{};
+            f.pending = 0;
+            sample_memory(Tier::gpu);
+        }
+    }
 }
 
 Pool* RankState::pool_of(Tier t) {
@@ -213,7 +289,24 @@ i64 RankState::elements(int id) const {
 float* RankState::tensor(int id, bool write, std::size_t at) {
     const DataTensor& t = w_.program.tensors[static_cast<std::size_t>(id)];
     switch (t.role) {
-        case TensorRole::param: return (t.tier == Tier::gpu ? params_.data() : host_params()) + t.offset;
+        case TensorRole::param:
+            if (t.tier != Tier::gpu) return host_params() + t.offset;
+            if (params_on_host_ && t.buffer == FlatBuffer::dense) {  // the unit's fetched copy
+                const int u = unit_at(t.offset);
+                const GradUnit& g = layout_.units[static_cast<std::size_t>(u)];
+                Live& f = fetched_[static_cast<std::size_t>(u)];
+                if (f.buf.empty()) {
+                    if (!write) fail(at, "reads parameters of unit " + std::to_string(u) + " while none is fetched to the GPU");
+                    try {
+                        f.buf = buffer(g.count, Tier::gpu, "rank " + std::to_string(rank_) + " tier gpu, fetched parameters");
+                    } catch (const OutOfMemory& e) {
+                        fail(at, e.what());
+                    }
+                    sample_memory(Tier::gpu);
+                }
+                return f.buf.data() + (t.offset - g.offset);
+            }
+            return params_.data() + t.offset;
         case TensorRole::param_grad: return (t.tier == Tier::gpu ? grads_.data() : host_grads()) + t.offset;
         default: break;
     }
@@ -321,6 +414,7 @@ bool RankState::try_execute(std::size_t i) {
 
 void RankState::finish(std::size_t i) {
     const Instr& in = rp_.instrs[i];
+    finish_fetches(i);
     if (w_.options.record_spans && in.kind != InstrKind::record && in.kind != InstrKind::wait) {
         if (dev_ && device_instr(i)) dev_->mark(2 + 2 * i);
         // A transfer ends when the transport completed it, not when this rank's one thread, busy
@@ -444,6 +538,9 @@ void RankState::run_step() {
         }
     }
     // Every value of the step has had its last reader: nothing of it may stay behind.
+    for (std::size_t u = 0; u < fetched_.size(); ++u)
+        if (!fetched_[u].buf.empty())
+            throw RuntimeError("rank " + std::to_string(rank_) + ": the fetched parameters of unit " + std::to_string(u) + " outlived the step");
     if (!live_.empty())
         throw RuntimeError("rank " + std::to_string(rank_) + ": " + std::to_string(live_.size()) + " tensors outlived the step (first: " +
                            w_.program.tensor_names[static_cast<std::size_t>(w_.program.tensors[static_cast<std::size_t>(live_.begin()->first)].name)] + ")");

@@ -134,6 +134,13 @@ private:
         TrackedBuffer buf;
         int pending = 0;  ///< reads of this version still to come
     };
+    /// What an instruction does to a fetched parameter unit (plan.offload.params on the host):
+    /// its first write of a fetch adds that fetch's reads; a read takes one off.
+    struct UnitUse {
+        int unit = 0;
+        int add = 0;
+        bool read = false;
+    };
     // executor (rank.cpp)
     void precompute();
     bool try_execute(std::size_t i);
@@ -164,6 +171,13 @@ private:
     MomentBlock& moments(i64 offset, i64 count, sim::Tier tier);
     float* host_params();
     float* host_grads();
+    /// Where the parameters' values live: the gpu tier, or the host when the plan homes them there.
+    float* params_home() { return params_on_host_ ? host_params() : params_.data(); }
+    const float* params_home() const { return params_on_host_ ? params_host_.data() : params_.data(); }
+    /// The layout unit holding element `offset` of the dense buffer.
+    int unit_at(i64 offset) const;
+    void precompute_fetches();
+    void finish_fetches(std::size_t i);
     int ssd_fd();
 
     World& w_;
@@ -177,6 +191,9 @@ private:
     int ring_source(int ring) const { return ((cp_rank_ - ring) % cp_size_ + cp_size_) % cp_size_; }
     Pool gpu_;  ///< this rank's gpu tier
     TrackedBuffer params_, grads_, params_host_, grads_host_;
+    bool params_on_host_ = false;  ///< plan.offload.params: the GPU holds a unit only while fetched
+    std::vector<Live> fetched_;    ///< by layout unit: its GPU copy and the reads still to come
+    std::vector<std::vector<UnitUse>> unit_uses_;  ///< by instruction
     Device* dev_ = nullptr;  ///< w_.device
     std::vector<unsigned char> decay_;
     std::vector<MomentBlock> gpu_moments_, cpu_moments_;

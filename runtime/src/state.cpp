@@ -101,13 +101,16 @@ bool full_pio(int fd, void* buf, std::size_t bytes, std::int64_t at, bool read) 
 
 void RankState::init_params() {
     const std::string who = "rank " + std::to_string(rank_) + " tier gpu, ";
-    params_ = buffer(layout_.dense_elements, Tier::gpu, who + "parameters");
+    // Parameters homed on the host (plan.offload.params) live there; the GPU fetches them a unit at a time.
+    if (params_on_host_) params_host_ = buffer(layout_.dense_elements, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, parameters");
+    else params_ = buffer(layout_.dense_elements, Tier::gpu, who + "parameters");
     grads_ = buffer(layout_.dense_elements, Tier::gpu, who + "gradients");
     if (w_.options.memory_only) return;
     decay_.assign(static_cast<std::size_t>(layout_.dense_elements), 0);
     // Drawn on the host; on the cuda backend copied to the device afterwards.
-    std::vector<float> staged(dev_ ? static_cast<std::size_t>(layout_.dense_elements) : 0);
-    float* base = dev_ ? staged.data() : params_.data();
+    const bool stage = dev_ && !params_on_host_;
+    std::vector<float> staged(stage ? static_cast<std::size_t>(layout_.dense_elements) : 0);
+    float* base = stage ? staged.data() : params_home();
     const double out_std = kInitStd / std::sqrt(2.0 * std::max(1, w_.model.layers));  // scaled residual projections
     for (const ParamEntry& e : layout_.entries) {
         float* p = base + e.offset;
@@ -126,7 +129,7 @@ void RankState::init_params() {
                 p[i] = static_cast<float>(sd * normal(key, whole_index(e, w_.model, i / e.cols, i % e.cols, tp_rank_, tp_size_)));
         });
     }
-    if (dev_) dev_->copy(params_.data(), staged.data(), layout_.dense_elements);
+    if (stage) dev_->copy(params_.data(), staged.data(), layout_.dense_elements);
 }
 
 void RankState::init(const std::string& resume_dir) {
@@ -162,7 +165,7 @@ void RankState::init(const std::string& resume_dir) {
         get(h.data(), h.size() * sizeof(float));
         from_host(dst, h.data(), n);
     };
-    get_floats(params_.data(), elems);
+    get_floats(params_home(), elems);
     std::int64_t blocks = 0;
     get(&blocks, sizeof blocks);
     for (std::int64_t b = 0; b < blocks; ++b) {
@@ -198,7 +201,7 @@ void RankState::save(const std::string& dir) const {
         to_host(h.data(), src, n);
         put_floats(out, h.data(), n);
     };
-    put_from(params_.data(), layout_.dense_elements);
+    put_from(params_home(), layout_.dense_elements);
     put(out, static_cast<std::int64_t>(gpu_moments_.size() + cpu_moments_.size()));
     for (int tier = 0; tier < 2; ++tier)
         for (const MomentBlock& mb : tier == 0 ? gpu_moments_ : cpu_moments_) {
@@ -285,13 +288,13 @@ const ParamEntry& RankState::entry(const std::string& name, int layer) const {
 
 float* RankState::param_ptr(const std::string& name, int layer, bool grad) {
     const ParamEntry& e = entry(name, layer);
-    return (grad ? grads_.data() : params_.data()) + e.offset;
+    return (grad ? grads_.data() : params_home()) + e.offset;
 }
 
 float RankState::read_param(const std::string& name, int layer, bool grad, i64 index) const {
     const ParamEntry& e = entry(name, layer);
     float v = 0;
-    to_host(&v, (grad ? grads_.data() : params_.data()) + e.offset + index, 1);
+    to_host(&v, (grad ? grads_.data() : params_home()) + e.offset + index, 1);
     return v;
 }
 

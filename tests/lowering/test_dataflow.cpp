@@ -297,3 +297,72 @@ TEST_CASE("the hazard check sees a missing wait", "[dataflow][hazards]") {
     REQUIRE_FALSE(h.empty());
     CHECK(h[0].find("without waiting for") != std::string::npos);
 }
+
+TEST_CASE("parameters homed on the host are fetched a unit at a time and stay home after the update", "[dataflow][offload]") {
+    ModelSpec m = small_gpt();
+    m.tied_embeddings = true;  // the head reads the embedding's unit too
+    for (int tp : {1, 2})
+        for (int pp : {1, 2})
+            for (bool recompute : {false, true}) {
+                PlanSpec p = plan(tp, pp, 1, 4);
+                p.zero_stage = 1;
+                p.recompute = recompute ? Recompute::full : Recompute::none;
+                p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+                p.offload.params = TierSplit{0.0, 1.0, 0.0};
+                INFO("tp " << tp << " pp " << pp << " recompute " << recompute);
+                REQUIRE(dataflow_unsupported(m, p).empty());
+                const Program prog = lower_df(m, p);
+                const std::vector<std::string> h = dataflow_hazards(prog, 3);
+                INFO((h.empty() ? "" : h[0]));
+                CHECK(h.empty());
+                for (const RankProgram& r : prog.ranks) {
+                    const ParamLayout L = param_layout(m, p, r.pp_stage);
+                    const double bytes = 2;  // bf16 weights
+                    // Per micro-batch: every layer forward and backward; the embedding before its
+                    // lookup; the head (with the tied table on a single stage) forward and backward.
+                    double expected = 0;
+                    for (const GradUnit& u : L.units) {
+                        const bool tied_in_head = u.embedding && pp == 1;
+                        const int uses = u.layer >= 0 ? 2 : u.head ? 2 : tied_in_head ? 3 : 1;
+                        expected += uses * static_cast<double>(u.count) * bytes;
+                    }
+                    expected *= p.micro_batches();
+                    double fetched = 0;
+                    int param_h2d = 0;
+                    for (std::size_t i = 0; i < r.instrs.size(); ++i) {
+                        const Instr& in = r.instrs[i];
+                        if (in.kind != InstrKind::copy) continue;
+                        const std::string& name = prog.names[static_cast<std::size_t>(in.name)];
+                        param_h2d += name == "params.h2d";
+                        if (name != "params.fetch_h2d") continue;
+                        fetched += in.bytes;
+                        // Host range in, the same range on the GPU out: one whole unit.
+                        const auto a = ins(prog, r, i), b = outs(prog, r, i);
+                        REQUIRE(a.size() == 1);
+                        REQUIRE(b.size() == 1);
+                        const DataTensor &src = prog.tensors[static_cast<std::size_t>(a[0])], &dst = prog.tensors[static_cast<std::size_t>(b[0])];
+                        CHECK(src.tier == Tier::cpu);
+                        CHECK(dst.tier == Tier::gpu);
+                        CHECK(src.offset == dst.offset);
+                        bool whole_unit = false;
+                        for (const GradUnit& u : L.units) whole_unit = whole_unit || (u.offset == dst.offset && u.count == dst.elements());
+                        CHECK(whole_unit);
+                    }
+                    CHECK(fetched == Approx(expected));
+                    CHECK(param_h2d == 0);  // the update writes the parameters' home; nothing goes back up
+                }
+            }
+    // Homed on the SSD: the update writes them back there instead.
+    PlanSpec p = plan(1, 1, 1, 4);
+    p.zero_stage = 3;
+    p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+    p.offload.params = TierSplit{0.0, 0.0, 1.0};
+    const Program prog = lower_df(m, p, false);
+    double written = 0;
+    for (const Instr& in : prog.ranks[0].instrs)
+        if (in.kind == InstrKind::copy && prog.names[static_cast<std::size_t>(in.name)] == "params.ssd_write") written += in.bytes;
+    PlanSpec homed_on_host = p;  // the same layout, one the dataflow lowering takes
+    homed_on_host.offload.params = TierSplit{0.0, 1.0, 0.0};
+    CHECK(written == Approx(param_layout(m, homed_on_host, 0).dense_elements * 2.0));  // bf16 weights
+    CHECK_THAT(dataflow_unsupported(m, p), Catch::Contains("plan.offload.params"));
+}

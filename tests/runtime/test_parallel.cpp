@@ -79,6 +79,24 @@ std::vector<Variant> variants() {
         v.push_back({"dp 2, ZeRO-1, optimizer split GPU/CPU/SSD", p});
     }
     {
+        // Parameters homed in host memory, fetched to the GPU a unit at a time (ZeRO-Offload's
+        // offload_param on one data-parallel rank), with the optimizer on the host or on SSD.
+        PlanSpec p = cpu_plan();
+        p.zero_stage = 3;
+        p.offload.params = TierSplit{0.0, 1.0, 0.0};
+        p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+        v.push_back({"parameters and optimizer on the CPU", p});
+        p.offload.optimizer = TierSplit{0.0, 0.0, 1.0};
+        v.push_back({"parameters on the CPU, optimizer on SSD", p});
+        p = cpu_plan(2, 2);
+        p.sequence_parallel = true;
+        p.zero_stage = 1;
+        p.recompute = Recompute::full;
+        p.offload.params = TierSplit{0.0, 1.0, 0.0};
+        p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+        v.push_back({"tp 2 pp 2, SP, full recompute, parameters and optimizer on the CPU", p});
+    }
+    {
         // Context parallelism: sequences in 2 cp load-balanced chunks, K/V blocks around the ring.
         PlanSpec p = cpu_plan();
         p.cp = 2;

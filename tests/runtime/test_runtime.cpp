@@ -3,6 +3,7 @@
 // per-tier peaks the dataflow's frees produce.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <numeric>
@@ -171,6 +172,35 @@ TEST_CASE("memory follows the dataflow: recompute, ZeRO and offload move the pea
     CHECK(ssd[2] > 0);
 }
 
+TEST_CASE("parameters homed on the host: the GPU holds only the units being fetched", "[runtime][memory]") {
+    auto peaks = [](const ModelSpec& m, const PlanSpec& p) {
+        runtime::Session s(m, cpu_cluster(p.gpus()), p, {});
+        s.step();
+        return s.step().peak_bytes;
+    };
+    // By hand, tiny_llama(4): a layer holds qkv (4 + 2 x 2 heads of 8) x 32 = 2048, proj 1024,
+    // gate and up 96 x 32 = 3072, down 1536 and two norms of 32: 7744. The edges: embedding and
+    // head 64 x 32 each, the final norm 32.
+    const double layer = 7744, edges = 2 * 2048 + 32, n = 4 * layer + edges;
+    ModelSpec m = tiny_llama(4);
+    m.seq_len = 64;
+    PlanSpec p = cpu_plan();
+    p.zero_stage = 1;
+    p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+    const auto resident = peaks(m, p);
+    p.offload.params = TierSplit{0.0, 1.0, 0.0};
+    const auto homed = peaks(m, p);
+    // ZeRO-Offload's fp32 host side either way: weights, gradients, m and v, 16 bytes a parameter.
+    CHECK(resident[1] == 16 * n);
+    CHECK(homed[1] == 16 * n);
+    // The GPU gives up the 4-byte weights but holds a fetched layer with the next one prefetched,
+    // or the edges beside a layer.
+    const double saved = resident[0] - homed[0];
+    INFO("saved " << saved << " of " << 4 * n);
+    CHECK(saved <= 4 * n);
+    CHECK(saved >= 4 * n - 4 * std::max(2 * layer, layer + edges));
+}
+
 TEST_CASE("what the runtime cannot execute is refused with the field named", "[runtime]") {
     ModelSpec m = tiny_gpt();
     m.moe = MoeSpec{};
@@ -183,6 +213,16 @@ TEST_CASE("what the runtime cannot execute is refused with the field named", "[r
     // bf16 would run in fp32 with twice the plan's bytes: refused, not silently widened, the walk too.
     p.precision = Precision::bf16;
     CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(1), p, {}), Catch::Contains("plan.precision = bf16"));
+    // Parameters: homed wholly on the host with the update there, on one data-parallel rank.
+    PlanSpec q = cpu_plan();
+    q.zero_stage = 3;
+    q.offload.params = TierSplit{0.5, 0.5, 0.0};
+    CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(1), q, {}), Catch::Contains("plan.offload.params"));
+    q.offload.params = TierSplit{0.0, 1.0, 0.0};
+    CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(1), q, {}), Catch::Contains("plan.offload.optimizer"));
+    q.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+    q.dp = 2;
+    CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(2), q, {}), Catch::Contains("dp x cp = 2"));
     runtime::RunOptions walk;
     walk.memory_only = true;
     CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(1), p, walk), Catch::Contains("fp32 only"));
@@ -221,6 +261,10 @@ TEST_CASE("memory only: walking the dataflow gives a run's peaks without running
         p = cpu_plan();
         p.offload.optimizer = TierSplit{0.5, 0.25, 0.25};
         v.push_back({"Llama, optimizer on GPU, CPU and SSD", tiny_llama(2), p});
+        p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+        p.offload.params = TierSplit{0.0, 1.0, 0.0};
+        p.zero_stage = 3;
+        v.push_back({"Llama, parameters and optimizer on the CPU", tiny_llama(2), p});
     }
     for (const Variant& x : v) {
         INFO(x.name);

@@ -12,6 +12,7 @@ namespace strata::sim::lower_detail {
 void RankLowering::embedding_forward() {
     wait(Stream::compute, emb_ready_);
     emb_ready_ = -1;
+    fetch_edge(false);
     const bool learned = m_.position == PositionKind::learned;
     const bool rs_direct = d_.tp > 1 && d_.sp && !learned;
     const int x0 = act(n_.t_x, 0, d_.tokens_sp, d_.h);
@@ -66,6 +67,7 @@ int RankLowering::head_weight(bool grad_of) {
 void RankLowering::head_forward() {
     wait(Stream::compute, head_ready_);
     head_ready_ = -1;
+    fetch_edge(true);
     const int xl = act(n_.t_x, m_.layers, d_.tokens_sp, d_.h), xf = act(n_.t_xf, -1, d_.tokens_sp, d_.h);
     compute(Op::norm, n_.final_norm, 0, 2 * d_.tokens_sp * d_.h * Dims::act_bytes);
     if (df_) io({xl, prm("final_norm.weight", -1), bias("final_norm.bias", -1, false)}, {xf});
@@ -92,6 +94,7 @@ void RankLowering::head_forward() {
 }
 
 void RankLowering::head_backward() {
+    fetch_edge(true);
     const int xl = act(n_.t_x, m_.layers, d_.tokens_sp, d_.h), xf = act(n_.t_xf, -1, d_.tokens_sp, d_.h);
     const int xfg = d_.tp > 1 && d_.sp ? act(n_.t_xf_g, -1, d_.tokens, d_.h) : xf;
     const int logits = act(n_.t_logits, -1, d_.tokens, d_.vocab / d_.tp);

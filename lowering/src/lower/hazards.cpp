@@ -98,10 +98,13 @@ private:
     }
     // A parameter all-gather inside a step rewrites the values earlier readers saw (ZeRO-3 gathers a
     // layer again for its backward; a real implementation gathers into a fresh buffer), so it
-    // conflicts with earlier writes but not with earlier reads.
+    // conflicts with earlier writes but not with earlier reads. So does the fetch of offloaded
+    // parameters to the GPU (the runtime gives each fetch its own buffer).
     bool regather(std::size_t i, const DataTensor& t) const {
         const Instr& in = r_.instrs[i];
-        return t.role == TensorRole::param && in.kind == InstrKind::collective && in.coll == CollKind::all_gather;
+        if (t.role != TensorRole::param) return false;
+        return (in.kind == InstrKind::collective && in.coll == CollKind::all_gather) ||
+               (in.kind == InstrKind::copy && in.copy == CopyKind::h2d && t.tier == Tier::gpu);
     }
     void range_access(std::size_t i, const DataTensor& t, bool write) {
         const int key = static_cast<int>(t.role) * 64 + static_cast<int>(t.buffer) * 8 + static_cast<int>(t.tier);

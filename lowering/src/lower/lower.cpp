@@ -33,7 +33,7 @@ void Names::intern(Program& p) {
     zero3_rs = id("zero3.grads"); zero3_ag_expert = id("zero3.expert_params");
     zero3_rs_expert = id("zero3.expert_grads"); emb_ar = id("embedding.grad_all_reduce");
     opt_gpu = id("optimizer.gpu"); opt_cpu = id("optimizer.cpu"); opt_ssd = id("optimizer.ssd");
-    grad_d2h = id("grads.d2h"); param_h2d = id("params.h2d"); state_read = id("optimizer_state.read");
+    grad_d2h = id("grads.d2h"); param_h2d = id("params.h2d"); param_ssd_write = id("params.ssd_write"); state_read = id("optimizer_state.read");
     state_write = id("optimizer_state.write"); fetch_ssd = id("params.fetch_ssd"); fetch_h2d = id("params.fetch_h2d");
     act_d2h = id("activations.d2h"); act_h2d = id("activations.h2d"); act_ssd_write = id("activations.ssd_write");
     act_ssd_read = id("activations.ssd_read"); grad_accum = id("grads.accumulate");
@@ -447,19 +447,12 @@ int RankLowering::fetch_params(int layer, int after_ev) {
     layer_ = layer;  // the transfers are labelled with the layer they serve
     const LayerParamsRank lp = layer_params_rank(m_, p_, layer);
     const double shard = zero3 ? lp.dense / group_size(Group::dp) + lp.expert / group_size(Group::edp) : lp.dense + lp.expert;
-    // Each tier's share moves on its own link at once: the host share goes up at once while the
-    // SSD share is read into host memory, then follows it over PCIe (h2d is one serial stream).
-    int ev = after_ev;
-    if (pf.cpu > 0) ev = copy(Stream::h2d, CopyKind::h2d, shard * pf.cpu * Dims::act_bytes, n_.fetch_h2d, after_ev);
-    if (pf.ssd > 0) {
-        const int read = copy(Stream::ssd, CopyKind::ssd_read, shard * pf.ssd * Dims::act_bytes, n_.fetch_ssd, after_ev);
-        ev = copy(Stream::h2d, CopyKind::h2d, shard * pf.ssd * Dims::act_bytes, n_.fetch_h2d, read);
-    }
+    const Unit* u = df_ ? &units_[static_cast<std::size_t>(unit_of_layer(layer))] : nullptr;
+    int ev = fetch_offloaded(shard, u, after_ev);
     if (zero3) {
         ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, lp.dense * Dims::act_bytes, n_.zero3_ag, ev);
         if (df_) {
-            const Unit& u = units_[static_cast<std::size_t>(unit_of_layer(layer))];
-            const int r = range(TensorRole::param, u.dense_off, u.dense);
+            const int r = range(TensorRole::param, u->dense_off, u->dense);
             io({r}, {r});
         }
         if (lp.expert > 0 && group_size(Group::edp) > 1)
@@ -467,6 +460,48 @@ int RankLowering::fetch_params(int layer, int after_ev) {
     }
     layer_ = saved_layer;
     return ev;
+}
+
+// The offloaded share of `params` parameters to the GPU: each tier's share moves on its own link
+// at once (the host share goes up while the SSD share is read into host memory, then follows it
+// over PCIe; h2d is one serial stream). In the dataflow each H2D fills its part of the unit's
+// range on the GPU from the host's copy: the host share first, the SSD share after it.
+int RankLowering::fetch_offloaded(double params, const Unit* u, int after_ev) {
+    const TierSplit& pf = p_.offload.params;
+    const double off = pf.cpu + pf.ssd;
+    if (off <= 0) return after_ev;
+    int ev = after_ev;
+    auto part = [&](double lo, double hi) {
+        if (!df_ || u == nullptr) return;
+        const double a = u->dense_off + std::round(u->dense * lo / off), b = u->dense_off + std::round(u->dense * hi / off);
+        if (b <= a) return;
+        io({range(TensorRole::param, a, b - a, Tier::cpu)}, {range(TensorRole::param, a, b - a, Tier::gpu)});
+    };
+    if (pf.cpu > 0) {
+        ev = copy(Stream::h2d, CopyKind::h2d, params * pf.cpu * Dims::act_bytes, n_.fetch_h2d, after_ev);
+        part(0, pf.cpu);
+    }
+    if (pf.ssd > 0) {
+        const int read = copy(Stream::ssd, CopyKind::ssd_read, params * pf.ssd * Dims::act_bytes, n_.fetch_ssd, after_ev);
+        ev = copy(Stream::h2d, CopyKind::h2d, params * pf.ssd * Dims::act_bytes, n_.fetch_h2d, read);
+        part(pf.cpu, off);
+    }
+    return ev;
+}
+
+// The embedding's or the head's parameters, offloaded like a layer's, fetched before their use
+// (DeepSpeed's ZeRO-3 hooks fetch every module; the layers are prefetched, these are not). The
+// head of a single stage with a tied table reads the embedding's unit as well.
+void RankLowering::fetch_edge(bool head) {
+    if (p_.offload.params.all_gpu()) return;
+    const int saved_layer = layer_;
+    layer_ = -1;
+    for (const Unit& u : units_) {
+        if (u.chunk != chunk_ || u.layer >= 0) continue;
+        const bool wanted = head ? u.head || (u.embedding && m_.tied_embeddings && !head_stage_embedding_copy(m_, p_)) : u.embedding;
+        if (wanted) wait(Stream::compute, fetch_offloaded(u.dense + u.expert, &u, record(Stream::compute)));
+    }
+    layer_ = saved_layer;
 }
 
 int RankLowering::fetch_activations(int mb, int chunk, int li, int after_ev) {

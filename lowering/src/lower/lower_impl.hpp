@@ -27,7 +27,7 @@ struct Names {
     int tp_ar, tp_ag, tp_rs, tp_ag_input, cp_kv_ag, cp_dkv_rs, ep_dispatch, ep_combine;
     int pp_act, pp_grad, pp_gather;
     int dp_grads, edp_grads, dp_params, edp_params, zero3_ag, zero3_rs, zero3_ag_expert, zero3_rs_expert, emb_ar;
-    int opt_gpu, opt_cpu, opt_ssd, grad_d2h, param_h2d, state_read, state_write, grad_accum;
+    int opt_gpu, opt_cpu, opt_ssd, grad_d2h, param_h2d, param_ssd_write, state_read, state_write, grad_accum;
     int fetch_ssd, fetch_h2d, act_d2h, act_h2d, act_ssd_write, act_ssd_read;
     int emb_position, loss_combine, sp_grads, zero3_edges, cp_dkv_combine;
     // Dataflow tensor names (LowerOptions::dataflow): activations and their gradients.
@@ -269,6 +269,10 @@ private:
     double p2p_wire_bytes(double tensor_bytes) const;  ///< what one rank sends: 1/tp with plan.p2p_scatter_gather
     void gather_received(double tensor_bytes);         ///< plan.p2p_scatter_gather: rebuild the tensor over TP
     int fetch_params(int layer, int after_ev);
+    int fetch_offloaded(double params, const Unit* u, int after_ev);
+    void fetch_edge(bool head);
+    template <class DataflowH2D>
+    int params_home(double params, int after_ev, DataflowH2D&& dataflow_h2d);
     int fetch_activations(int mb, int chunk, int li, int after_ev);
     void layer_grads(int layer);
     void accumulate_grads(double dense_params, double expert_params);  ///< plan.grad_accum_fusion off

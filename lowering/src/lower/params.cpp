@@ -138,8 +138,20 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
         return n("plan.cp", std::to_string(p.cp)) + ": model.seq_len = " + std::to_string(m.seq_len) +
                " must split into 2 x cp equal chunks (the load-balanced layout context parallelism runs)";
     if (p.precision == Precision::fp8) return "plan.precision = fp8: FP8 is not executed yet";
-    if (!p.offload.params.all_gpu() || !p.offload.grads.all_gpu() || !p.offload.activations.all_gpu())
-        return "plan.offload: only the optimizer may be offloaded (params, grads and activations stay on the GPU)";
+    if (!p.offload.grads.all_gpu() || !p.offload.activations.all_gpu())
+        return "plan.offload: only the optimizer and the parameters may be offloaded (grads and activations stay on the GPU)";
+    if (!p.offload.params.all_gpu()) {
+        if (p.offload.params.cpu < 1.0)
+            return "plan.offload.params: parameters homed wholly in host memory (\"cpu\") are executed; a share kept on the GPU or "
+                   "on the SSD is not executed yet";
+        if (p.offload.optimizer.gpu > 0)
+            return "plan.offload.params = cpu: needs plan.offload.optimizer wholly off the GPU (the update runs where the "
+                   "parameters live)";
+        if (p.dp * p.cp > 1)
+            return "plan.offload.params = cpu with dp x cp = " + std::to_string(p.dp * p.cp) +
+                   ": fetching host-homed shards and gathering them (ZeRO-3 with offload_param) is not executed yet; "
+                   "parameters in host memory run with dp x cp = 1";
+    }
     if (p.lock_free_update) return "plan.lock_free_update = true: the delayed update is not executed yet";
     if (!p.grad_accum_fusion) return "plan.grad_accum_fusion = false: unfused gradient accumulation is not executed yet";
     if (p.p2p_scatter_gather) return "plan.p2p_scatter_gather = true: split pipeline transfers are not executed yet";

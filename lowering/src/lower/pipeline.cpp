@@ -334,6 +334,21 @@ void RankLowering::backward_pass(int mb, int chunk) {
     if (!bucketed && every_mb) reduce_chunk_grads(chunk);
 }
 
+// The updated parameters of a host-side update go where the plan keeps them: the share resident
+// on the GPU is copied up (ZeRO-Offload); an offloaded share stays in host memory, its home, or is
+// written back to the SSD (ZeRO-Infinity's parameter swap), and the next fetch brings it.
+template <class DataflowH2D>
+int RankLowering::params_home(double params, int after_ev, DataflowH2D&& dataflow_h2d) {
+    const TierSplit& pf = p_.offload.params;
+    int done = after_ev;
+    if (pf.gpu > 0) {
+        done = copy(Stream::h2d, CopyKind::h2d, kParamBytesPerParam * params * pf.gpu, n_.param_h2d, after_ev);
+        if (df_) dataflow_h2d();
+    }
+    if (pf.ssd > 0) done = copy(Stream::ssd, CopyKind::ssd_write, Dims::act_bytes * params * pf.ssd, n_.param_ssd_write, after_ev);
+    return done;
+}
+
 // Optimizer on its tiers (plan.offload.optimizer), each fraction its own way at once: the GPU
 // part as a fused Adam kernel; the CPU part as D2H of grads, CPU Adam, H2D of bf16 params
 // (ZeRO-Offload); the SSD part as ZeRO-Infinity's pipelined sub-groups: read state, CPU Adam,
@@ -370,8 +385,7 @@ void RankLowering::optimizer(int s) {
             Instr& in = push(InstrKind::optimizer, Stream::cpu, n_.opt_cpu);
             in.count = shard * of.cpu;
             if (df_) io_lists(part(lo, hi, R::param_grad, Tier::cpu), part(lo, hi, R::param, Tier::cpu));
-            done = copy(Stream::h2d, CopyKind::h2d, kParamBytesPerParam * shard * of.cpu, n_.param_h2d, record(Stream::cpu));
-            if (df_) io_lists(part(lo, hi, R::param, Tier::cpu), part(lo, hi, R::param, Tier::gpu));
+            done = params_home(shard * of.cpu, record(Stream::cpu), [&] { io_lists(part(lo, hi, R::param, Tier::cpu), part(lo, hi, R::param, Tier::gpu)); });
         }
         if (of.ssd > 0) {
             const double params = shard * of.ssd;
@@ -406,8 +420,7 @@ void RankLowering::optimizer(int s) {
                 copy(Stream::ssd, CopyKind::ssd_write, state_bytes, n_.state_write, last_adam);
                 if (df_) io_lists(group_part(g, R::optimizer_state, Tier::cpu), group_part(g, R::optimizer_state, Tier::ssd));
             }
-            done = copy(Stream::h2d, CopyKind::h2d, kParamBytesPerParam * params, n_.param_h2d, last_adam);
-            if (df_) io_lists(part(base, 1, R::param, Tier::cpu), part(base, 1, R::param, Tier::gpu));
+            done = params_home(params, last_adam, [&] { io_lists(part(base, 1, R::param, Tier::cpu), part(base, 1, R::param, Tier::gpu)); });
         }
     }
     optimizer_done_ev_ = done;

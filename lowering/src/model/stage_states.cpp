@@ -78,7 +78,10 @@ void emit_model_states(const PlanSpec& p, const StageParams& sp, Emit&& emit) {
     if (off > 0) {
         const TierSplit host{0.0, 1.0, 0.0};
         emit("grads.host", TensorTag::grads, life, off * sharded(gb, z >= 1), host, "(params) offloaded share", nullptr);
-        if (fp32) emit("optimizer.host_weights", TensorTag::optimizer, life, off * sharded(4.0, z >= 1), host, "(params) offloaded share fp32", nullptr);
+        // Weights homed in host memory (plan.offload.params) are the ones the update writes.
+        const double homed = std::min(off, p.offload.params.cpu);
+        if (fp32 && off > homed)
+            emit("optimizer.host_weights", TensorTag::optimizer, life, (off - homed) * sharded(4.0, z >= 1), host, "(params) offloaded share fp32", nullptr);
     }
     // ZeRO-Infinity stages the SSD share's optimizer state through host buffers, a sub-group at a
     // time (DeepSpeed's sub_group_size), reading the next while the current one updates.
@@ -115,6 +118,17 @@ void emit_buffers(const ModelSpec& m, const PlanSpec& p, const std::vector<int>&
         for (int l : layer_ids) widest = std::max(widest, layer(l).total());
         const double depth = p.overlap_param_gather ? 2.0 : 1.0;
         emit("zero3.gathered_params", TensorTag::buffers, Lifetime::transient, depth * wb * widest, gpu, "depth x layer params", nullptr);
+    } else if (!p.offload.params.all_gpu()) {
+        // Offloaded parameters are fetched to the GPU before use: a layer while the next one is
+        // prefetched, or the embedding and head (fetched when used) beside one layer.
+        double widest = 0, layers = 0;
+        for (int l : layer_ids) {
+            widest = std::max(widest, layer(l).total());
+            layers += layer(l).total();
+        }
+        const double edges = std::max(0.0, sp.total() - layers);
+        emit("params.fetched", TensorTag::buffers, Lifetime::transient, wb * std::max(2.0 * widest, widest + edges), gpu,
+             "max(2 x layer, layer + edges) params", nullptr);
     }
     if (p.pp > 1) {
         // One micro-batch's boundary activation, a send and a receive buffer.
