@@ -233,15 +233,17 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
             worst_stage = s;
         }
     }
-    // Pipeline p2p of one micro-batch's boundary activation (bf16, split over tp by SP or by the
+    // Pipeline p2p of one micro-batch's boundary activation (split over tp by SP or by the
     // scatter/gather; the NVLink gather after it is left out).
+    // Activations, weights and their transfers: bf16, or 4 bytes in a pure fp32 plan (the lowering's Dims).
+    const double wb = p.precision == Precision::fp32 ? 4.0 : 2.0;
     double p2p = 0;
     if (pp > 1) {
         Instr in;
         in.kind = InstrKind::send;
         in.stream = Stream::pp_p2p;
         const bool split = p.sequence_parallel || p.p2p_scatter_gather;
-        in.bytes = double(p.micro_batch) * double(m_.seq_len) / p.cp * double(m_.hidden) * 2 / (split ? p.tp : 1);
+        in.bytes = double(p.micro_batch) * double(m_.seq_len) / p.cp * double(m_.hidden) * wb / (split ? p.tp : 1);
         p2p = alone_s(transfer_demand(in, ctx));
     }
     // Fill and drain: the other stages' share of one micro-batch (1/vpp of it with interleaving),
@@ -274,15 +276,15 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         // gather_edges_zero3), with nothing to hide behind.
         if (end_params > 0)
             zero3_end_s = alone_s(transfer_demand(coll(CollKind::reduce_scatter, Group::dp, dpg, end_params * p.grad_bytes()), ctx)) +
-                          alone_s(transfer_demand(coll(CollKind::all_gather, Group::dp, dpg, end_params * 2), ctx));
+                          alone_s(transfer_demand(coll(CollKind::all_gather, Group::dp, dpg, end_params * wb), ctx));
     }
     if (dpg > 1 && p.zero_stage < 3) {
         const CollKind k = p.zero_stage == 0 ? CollKind::all_reduce : CollKind::reduce_scatter;
         dp_s = alone_s(transfer_demand(coll(k, Group::dp, dpg, sp.dense * p.grad_bytes()), ctx));
         if (sp.expert > 0 && edp > 1) dp_s += alone_s(transfer_demand(coll(k, Group::edp, edp, sp.expert * p.grad_bytes()), ctx));
         if (p.zero_stage >= 1) {
-            ag_s = alone_s(transfer_demand(coll(CollKind::all_gather, Group::dp, dpg, sp.dense * 2), ctx));
-            if (sp.expert > 0 && edp > 1) ag_s += alone_s(transfer_demand(coll(CollKind::all_gather, Group::edp, edp, sp.expert * 2), ctx));
+            ag_s = alone_s(transfer_demand(coll(CollKind::all_gather, Group::dp, dpg, sp.dense * wb), ctx));
+            if (sp.expert > 0 && edp > 1) ag_s += alone_s(transfer_demand(coll(CollKind::all_gather, Group::edp, edp, sp.expert * wb), ctx));
         }
     }
     // Overlapped with the last micro-batch's backward, bucket by bucket: the last bucket is exposed.
@@ -301,7 +303,7 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         // hide all but one layer's share of each.
         const double n_layers = std::max(1, layers[static_cast<std::size_t>(worst_stage)]);
         const double rs_s = alone_s(transfer_demand(coll(CollKind::reduce_scatter, Group::dp, dpg, sp.dense * p.grad_bytes()), ctx));
-        const double gather_s = alone_s(transfer_demand(coll(CollKind::all_gather, Group::dp, dpg, sp.dense * 2), ctx));
+        const double gather_s = alone_s(transfer_demand(coll(CollKind::all_gather, Group::dp, dpg, sp.dense * wb), ctx));
         const double rs_exposed = std::max(rs_s / n_layers, rs_s - worst_b * (1 - 1 / n_layers));
         const double ag_exposed = std::max(gather_s / n_layers, gather_s - worst_f * (1 - 1 / n_layers));
         dp_exposed = rs_exposed + ag_exposed;
@@ -346,14 +348,14 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         if (of.cpu > 0) {
             adam.count = shard * of.cpu;
             opt_cpu = d2h + shared_s(transfer_demand(adam, ctx), c_) +
-                      shared_s(transfer_demand(copy_instr(CopyKind::h2d, 2 * shard * of.cpu), ctx), c_);
+                      shared_s(transfer_demand(copy_instr(CopyKind::h2d, wb * shard * of.cpu * p.offload.params.gpu), ctx), c_);
         }
         if (of.ssd > 0) {
             adam.count = shard * of.ssd;
             const double rd = shared_s(transfer_demand(copy_instr(CopyKind::ssd_read, 12 * shard * of.ssd), ctx), c_);
             const double wr = shared_s(transfer_demand(copy_instr(CopyKind::ssd_write, 12 * shard * of.ssd), ctx), c_);
             opt_ssd = d2h + std::max({rd, wr, shared_s(transfer_demand(adam, ctx), c_)}) +
-                      shared_s(transfer_demand(copy_instr(CopyKind::h2d, 2 * shard * of.ssd), ctx), c_);
+                      shared_s(transfer_demand(copy_instr(CopyKind::h2d, wb * shard * of.ssd * p.offload.params.gpu), ctx), c_);
         }
     }
     const double opt = std::max({opt_gpu, opt_cpu, opt_ssd});
@@ -365,7 +367,7 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     // every micro-batch, prefetched one layer ahead: only what exceeds the layer's compute shows.
     if (!p.offload.params.all_gpu()) {
         const double layer_params = sp.total() / std::max(1, layers[static_cast<std::size_t>(worst_stage)]);
-        const double bytes = 2 * layer_params;  // bf16
+        const double bytes = wb * layer_params;
         double fetch = shared_s(transfer_demand(copy_instr(CopyKind::h2d, bytes * (1 - p.offload.params.gpu)), ctx), c_);
         if (p.offload.params.ssd > 0)
             fetch = std::max(fetch, shared_s(transfer_demand(copy_instr(CopyKind::ssd_read, bytes * p.offload.params.ssd), ctx), c_));

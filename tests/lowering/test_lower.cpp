@@ -465,6 +465,22 @@ TEST_CASE("communication byte counts follow the formulas", "[lower]") {
     for (const auto& r : pp.ranks)
         for (const auto& in : r.instrs)
             if (in.kind == InstrKind::send || in.kind == InstrKind::recv) CHECK(in.bytes == 4096);
+    // A pure fp32 plan moves 4-byte activations: twice that, and the TP all-reduce of one layer's
+    // output b*s*h*4 = 2*32*64*4 = 16384 bytes (without SP).
+    p.precision = Precision::fp32;
+    const Program pp32 = lower(small_gpt(), cluster(4), p);
+    for (const auto& r : pp32.ranks)
+        for (const auto& in : r.instrs)
+            if (in.kind == InstrKind::send || in.kind == InstrKind::recv) CHECK(in.bytes == 8192);
+    p.sequence_parallel = false;
+    const Program tp32 = lower(small_gpt(), cluster(4), p);
+    int tp_reduces = 0;
+    for (const auto& in : tp32.ranks[0].instrs)
+        if (in.kind == InstrKind::collective && in.group == Group::tp && in.coll == CollKind::all_reduce && in.layer == 0) {
+            CHECK(in.bytes == 16384);
+            ++tp_reduces;
+        }
+    CHECK(tp_reduces == 2 * 2 * 2);  // 2 forward + 2 backward, 2 micro-batches
     // CP = 2: K/V all-gather output = cp * 2*b*(s/cp)*kv_w/tp*2 = 2 * 2*1*16*64*2 = 8192 bytes,
     // the bytes of Megatron's ring: (cp-1) steps of 4096 sent per rank, gathered buffer 8192.
     PlanSpec pc = plan(1, 1, 1, 2);

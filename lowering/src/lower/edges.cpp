@@ -18,10 +18,10 @@ void RankLowering::embedding_forward() {
     const int x0 = act(n_.t_x, 0, d_.tokens_sp, d_.h);
     const int e = learned || rs_direct ? act(n_.t_emb, -1, d_.tokens, d_.h) : x0;
     // Lookup: read the rows and write the (sequence-sharded with SP) output.
-    compute(Op::embedding, n_.embedding, 0, 2 * d_.tokens_sp * d_.h * Dims::act_bytes);
+    compute(Op::embedding, n_.embedding, 0, 2 * d_.tokens_sp * d_.h * d_.act_bytes);
     if (df_) io({tokens(), prm("word_embedding.weight", -1)}, {e});
     if (d_.tp > 1) {
-        const double bytes = d_.tokens * d_.h * Dims::act_bytes;
+        const double bytes = d_.tokens * d_.h * d_.act_bytes;
         if (rs_direct) {
             wait(Stream::compute, collective(Stream::tp_comm, CollKind::reduce_scatter, Group::tp, bytes, n_.tp_rs));
             if (df_) io({e}, {x0});
@@ -31,7 +31,7 @@ void RankLowering::embedding_forward() {
         }
     }
     if (learned) {  // read the summed rows and the positions, write the (shard of the) sum
-        compute(Op::elementwise, n_.emb_position, 0, 3 * d_.tokens_sp * d_.h * Dims::act_bytes);
+        compute(Op::elementwise, n_.emb_position, 0, 3 * d_.tokens_sp * d_.h * d_.act_bytes);
         if (df_) io({e, prm("position_embedding.weight", -1)}, {x0});
     }
 }
@@ -43,10 +43,10 @@ void RankLowering::embedding_backward() {
     int g = g0;
     if (d_.tp > 1 && d_.sp) {
         g = grad(n_.g_emb_g, -1, d_.tokens, d_.h);
-        wait(Stream::compute, collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * Dims::act_bytes, n_.tp_ag));
+        wait(Stream::compute, collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * d_.act_bytes, n_.tp_ag));
         if (df_) io({g0}, {g});
     }
-    compute(Op::embedding, n_.embedding, 0, 3 * d_.tokens_sp * d_.h * Dims::act_bytes);
+    compute(Op::embedding, n_.embedding, 0, 3 * d_.tokens_sp * d_.h * d_.act_bytes);
     if (df_)
         io({tokens(), g}, {prm_grad("word_embedding.weight", -1),
                            m_.position == PositionKind::learned ? prm_grad("position_embedding.weight", -1) : -1});
@@ -69,7 +69,7 @@ void RankLowering::head_forward() {
     head_ready_ = -1;
     fetch_edge(true);
     const int xl = act(n_.t_x, m_.layers, d_.tokens_sp, d_.h), xf = act(n_.t_xf, -1, d_.tokens_sp, d_.h);
-    compute(Op::norm, n_.final_norm, 0, 2 * d_.tokens_sp * d_.h * Dims::act_bytes);
+    compute(Op::norm, n_.final_norm, 0, 2 * d_.tokens_sp * d_.h * d_.act_bytes);
     if (df_) io({xl, prm("final_norm.weight", -1), bias("final_norm.bias", -1, false)}, {xf});
     const int xfg = d_.tp > 1 && d_.sp ? act(n_.t_xf_g, -1, d_.tokens, d_.h) : xf;
     tp_forward_in(true, xf, xfg);
@@ -116,13 +116,13 @@ void RankLowering::head_backward() {
     free_list(ws);
     int dxf_in = dxf;
     if (d_.tp > 1) {
-        const double bytes = d_.tokens * d_.h * Dims::act_bytes;
+        const double bytes = d_.tokens * d_.h * d_.act_bytes;
         wait(Stream::compute, collective(Stream::tp_comm, d_.sp ? CollKind::reduce_scatter : CollKind::all_reduce,
                                          Group::tp, bytes, d_.sp ? n_.tp_rs : n_.tp_ar));
         if (d_.sp) dxf_in = grad(n_.g_xf_s, -1, d_.tokens_sp, d_.h);
         if (df_) io({dxf}, {dxf_in});
     }
-    compute(Op::norm, n_.final_norm, 0, 3 * d_.tokens_sp * d_.h * Dims::act_bytes);
+    compute(Op::norm, n_.final_norm, 0, 3 * d_.tokens_sp * d_.h * d_.act_bytes);
     if (df_)
         io({xl, dxf_in, prm("final_norm.weight", -1)},
            {grad(n_.g_x, m_.layers, d_.tokens_sp, d_.h), prm_grad("final_norm.weight", -1), bias("final_norm.bias", -1, true)});
@@ -134,14 +134,14 @@ void RankLowering::head_backward() {
 // output over the hidden dimension), run a layer built like the last decoder layer, then the
 // shared head and loss.
 void RankLowering::mtp_forward() {
-    const double act = d_.tokens_sp * d_.h * Dims::act_bytes;
+    const double act = d_.tokens_sp * d_.h * d_.act_bytes;
     compute(Op::embedding, n_.mtp_embedding, 0, 2 * act);
     compute(Op::norm, n_.mtp_norms, 0, 2 * 2 * act);
     if (d_.tp > 1 && d_.sp)
-        wait(Stream::compute, collective(Stream::tp_comm, CollKind::all_gather, Group::tp, 2 * d_.tokens * d_.h * Dims::act_bytes, n_.tp_ag));
+        wait(Stream::compute, collective(Stream::tp_comm, CollKind::all_gather, Group::tp, 2 * d_.tokens * d_.h * d_.act_bytes, n_.tp_ag));
     gemm_cast(n_.mtp_proj, d_.tokens, d_.h / d_.tp, 2 * d_.h);
     if (d_.tp > 1)
-        wait(Stream::compute, collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * Dims::act_bytes, n_.tp_ag));
+        wait(Stream::compute, collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * d_.act_bytes, n_.tp_ag));
     mtp_pass_ = true;
     layer_forward(mtp_layer_kind(m_), Phase::forward);
     join_deferred();
@@ -158,12 +158,12 @@ void RankLowering::mtp_backward() {
     layer_ = -1;
     // The projection's gradients: dgrad to the 2h input (reduced over TP: reduce-scatter with SP),
     // wgrad; then the two norms and the embedding's gradient (scatter-add into the copy).
-    const double act = d_.tokens_sp * d_.h * Dims::act_bytes;
+    const double act = d_.tokens_sp * d_.h * d_.act_bytes;
     gemm_cast(n_.mtp_proj, d_.tokens, 2 * d_.h, d_.h / d_.tp);
     gemm(n_.mtp_proj, 2 * d_.h, d_.h / d_.tp, d_.tokens);
     if (d_.tp > 1)
         wait(Stream::compute, collective(Stream::tp_comm, d_.sp ? CollKind::reduce_scatter : CollKind::all_reduce, Group::tp,
-                                         2 * d_.tokens * d_.h * Dims::act_bytes, d_.sp ? n_.tp_rs : n_.tp_ar));
+                                         2 * d_.tokens * d_.h * d_.act_bytes, d_.sp ? n_.tp_rs : n_.tp_ar));
     compute(Op::norm, n_.mtp_norms, 0, 2 * 3 * act);
     compute(Op::embedding, n_.mtp_embedding, 0, 3 * act);
 }

@@ -25,7 +25,7 @@ double RankLowering::expert_tokens() const {
 // for both; the one-chunk fill of the ring and the SMs the copies take are not modelled.
 int RankLowering::tp_forward_in(bool wait_now, int in, int out) {
     if (d_.tp <= 1 || !d_.sp) return -1;
-    int ev = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * Dims::act_bytes, n_.tp_ag);
+    int ev = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * d_.act_bytes, n_.tp_ag);
     if (df_) io({in}, {out});
     if (wait_now) wait(Stream::compute, ev);
     return ev;
@@ -35,7 +35,7 @@ int RankLowering::tp_forward_in(bool wait_now, int in, int out) {
 // nccl-tests' S = the full b*s/cp*h buffer either way.
 int RankLowering::tp_out_collective(int t, int shard) {
     if (d_.tp <= 1) return -1;
-    const double bytes = d_.tokens * d_.h * Dims::act_bytes;
+    const double bytes = d_.tokens * d_.h * d_.act_bytes;
     const int ev = d_.sp ? collective(Stream::tp_comm, CollKind::reduce_scatter, Group::tp, bytes, n_.tp_rs)
                          : collective(Stream::tp_comm, CollKind::all_reduce, Group::tp, bytes, n_.tp_ar);
     if (df_) io({t}, {d_.sp ? shard : t});
@@ -99,7 +99,7 @@ void RankLowering::attention_core_forward(Phase phase, int qkv, int out, int lse
     phase_ = phase;
     const double sq = d_.s / d_.cp;
     const double flops = 2.0 * d_.b * sq * d_.s * d_.heads * (d_.qk_dim + d_.v_dim) / d_.tp / 2.0;
-    const double io_bytes = d_.tokens * (d_.q_w + 2 * d_.kv_w + d_.heads * d_.v_dim) / d_.tp * Dims::act_bytes;
+    const double io_bytes = d_.tokens * (d_.q_w + 2 * d_.kv_w + d_.heads * d_.v_dim) / d_.tp * d_.act_bytes;
     auto emit = [&](int name, double frac, double kv_len) {
         Instr& in = compute(Op::attention_fwd, name, flops * frac, io_bytes * frac);
         auto whole = [](double x) { return static_cast<double>(static_cast<std::int64_t>(x)); };  // truncates
@@ -139,7 +139,7 @@ void RankLowering::attention_core_forward(Phase phase, int qkv, int out, int lse
 // One ring step's all-gather size: every rank sends its 2 b (s/cp) kv_w / tp K/V chunk (bf16) to
 // its neighbour, which an all-gather of S = chunk x cp / (cp - 1) bytes moves per rank.
 double RankLowering::ring_step_bytes() const {
-    const double chunk = 2 * d_.b * (d_.s / d_.cp) * d_.kv_w / d_.tp * Dims::act_bytes;
+    const double chunk = 2 * d_.b * (d_.s / d_.cp) * d_.kv_w / d_.tp * d_.act_bytes;
     return chunk * d_.cp / (d_.cp - 1);
 }
 
@@ -150,7 +150,7 @@ void RankLowering::mlp_forward(int pending_ag, const LayerTensors* t) {
     gemm(n_.fc1, d_.tokens, (d_.mats - 1) * f, d_.h);  // SwiGLU: gate and up fused, n = 2*ffn/tp
     if (df_ && t) io({t->ln2_g, prm("fc1.weight", layer_), bias("fc1.bias", layer_, false)}, {t->fc1});
     if (pending_ag >= 0) wait(Stream::compute, pending_ag);
-    compute(Op::elementwise, n_.act, 0, d_.mats * d_.tokens * f * Dims::act_bytes);  // GELU: r+w; SwiGLU: 2r+w
+    compute(Op::elementwise, n_.act, 0, d_.mats * d_.tokens * f * d_.act_bytes);  // GELU: r+w; SwiGLU: 2r+w
     if (df_ && t) io({t->fc1}, {t->act});
     const int rs = tp_overlap() ? tp_out_collective() : -1;
     gemm_cast(n_.fc2, d_.tokens, d_.h, f);
@@ -178,10 +178,10 @@ void RankLowering::moe_forward(int layer) {
     gemm_high(n_.router_gemm, routed, d_.experts, d_.h);
     compute(Op::router, n_.router, 0, 2 * routed * d_.experts * 4);
     host_sync(Stream::compute, n_.moe_counts);
-    const double permute_bytes = routed * (1 + d_.top_k) * d_.h * Dims::act_bytes;
+    const double permute_bytes = routed * (1 + d_.top_k) * d_.h * d_.act_bytes;
     compute(Op::elementwise, n_.moe_permute, 0, permute_bytes);
-    const double a2a_bytes = routed * d_.top_k * d_.h * Dims::act_bytes;
-    const double tp_bytes = d_.tokens_sp * d_.etp * d_.top_k * d_.h * Dims::act_bytes;  // the expert-TP group's assignments
+    const double a2a_bytes = routed * d_.top_k * d_.h * d_.act_bytes;
+    const double tp_bytes = d_.tokens_sp * d_.etp * d_.top_k * d_.h * d_.act_bytes;  // the expert-TP group's assignments
     const bool etp_comm = sp && d_.etp > 1;
     int dispatched = -1;
     if (d_.ep > 1) dispatched = ep_all_to_all(a2a_bytes, n_.ep_dispatch);
@@ -194,7 +194,7 @@ void RankLowering::moe_forward(int layer) {
     defer_or_wait(dispatched);
     const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.etp;
     gemm_cast(n_.experts_fc1, te, (d_.mats - 1) * f, d_.h, batch);
-    compute(Op::elementwise, n_.experts_act, 0, batch * d_.mats * te * f * Dims::act_bytes);
+    compute(Op::elementwise, n_.experts_act, 0, batch * d_.mats * te * f * d_.act_bytes);
     gemm_cast(n_.experts_fc2, te, d_.h, f, batch);
     int combined = -1;
     if (etp_comm) combined = collective(Stream::tp_comm, CollKind::reduce_scatter, Group::etp, tp_bytes, n_.tp_rs);
@@ -211,7 +211,7 @@ void RankLowering::shared_experts_forward() {
     tp_forward_in(true);
     const double f = d_.shared * d_.expert_ffn / d_.tp;
     gemm_cast(n_.shared_fc1, d_.tokens, (d_.mats - 1) * f, d_.h);
-    compute(Op::elementwise, n_.shared_act, 0, d_.mats * d_.tokens * f * Dims::act_bytes);
+    compute(Op::elementwise, n_.shared_act, 0, d_.mats * d_.tokens * f * d_.act_bytes);
     gemm_cast(n_.shared_fc2, d_.tokens, d_.h, f);
 }
 
@@ -225,8 +225,8 @@ void RankLowering::mla_projections_forward() {
     const double lat = static_cast<double>(a.q_lora_rank + a.kv_lora_rank), rope = static_cast<double>(a.qk_rope_head_dim);
     const bool sp = d_.tp > 1 && d_.sp;
     for (const MlaLinear& l : mla_down_) gemm_cast(l.name, d_.tokens_sp, l.out, l.in);
-    compute(Op::norm, n_.latent_norm, 0, 2 * d_.tokens_sp * lat * Dims::act_bytes);
-    if (sp) wait(Stream::compute, collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * (lat + rope) * Dims::act_bytes, n_.tp_ag));
+    compute(Op::norm, n_.latent_norm, 0, 2 * d_.tokens_sp * lat * d_.act_bytes);
+    if (sp) wait(Stream::compute, collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * (lat + rope) * d_.act_bytes, n_.tp_ag));
     if (a.q_lora_rank == 0) tp_forward_in(true);  // an uncompressed query projection reads the gathered hidden states
     mla_up_projections_forward();
 }
@@ -239,7 +239,7 @@ void RankLowering::mla_up_projections_forward() {
     }
     if (m_.position == PositionKind::rope)
         compute(Op::elementwise, n_.rope, 0,
-                2 * d_.tokens * (d_.heads / d_.tp + 1) * static_cast<double>(m_.mla->qk_rope_head_dim) * Dims::act_bytes);
+                2 * d_.tokens * (d_.heads / d_.tp + 1) * static_cast<double>(m_.mla->qk_rope_head_dim) * d_.act_bytes);
 }
 
 // The mirror: RoPE, the up-projections' dgrad and wgrad, the latents' gradient reduced over TP
@@ -250,7 +250,7 @@ void RankLowering::mla_projections_backward() {
     const double lat = static_cast<double>(a.q_lora_rank + a.kv_lora_rank), rope = static_cast<double>(a.qk_rope_head_dim);
     const bool sp = d_.tp > 1 && d_.sp;
     if (m_.position == PositionKind::rope)
-        compute(Op::elementwise, n_.rope, 0, 2 * d_.tokens * (d_.heads / d_.tp + 1) * rope * Dims::act_bytes);
+        compute(Op::elementwise, n_.rope, 0, 2 * d_.tokens * (d_.heads / d_.tp + 1) * rope * d_.act_bytes);
     for (auto it = mla_up_.rbegin(); it != mla_up_.rend(); ++it) {
         const double out = it->out / d_.tp;
         gemm_cast(it->name, d_.tokens, it->in, out);  // dgrad
@@ -258,9 +258,9 @@ void RankLowering::mla_projections_backward() {
     }
     if (d_.tp > 1)
         wait(Stream::compute, collective(Stream::tp_comm, sp ? CollKind::reduce_scatter : CollKind::all_reduce, Group::tp,
-                                         d_.tokens * (lat + rope + (a.q_lora_rank == 0 ? d_.h : 0)) * Dims::act_bytes,
+                                         d_.tokens * (lat + rope + (a.q_lora_rank == 0 ? d_.h : 0)) * d_.act_bytes,
                                          sp ? n_.tp_rs : n_.tp_ar));
-    compute(Op::norm, n_.latent_norm, 0, 3 * d_.tokens_sp * lat * Dims::act_bytes);
+    compute(Op::norm, n_.latent_norm, 0, 3 * d_.tokens_sp * lat * d_.act_bytes);
     for (auto it = mla_down_.rbegin(); it != mla_down_.rend(); ++it) {
         gemm_cast(it->name, d_.tokens_sp, d_.h, it->out);  // dgrad
         gemm(it->name, d_.h, it->out, d_.tokens_sp);       // wgrad
@@ -273,8 +273,8 @@ void RankLowering::layer_forward(int layer, Phase phase) {
     phase_ = phase;
     layer_ = layer;
     const LayerTensors t = layer_tensors(layer);
-    const double norm_bytes = 2 * d_.tokens_sp * d_.h * Dims::act_bytes;               // read x, write y
-    const double resid_bytes = (3 + (m_.dropout > 0 ? 1 : 0)) * d_.tokens_sp * d_.h * Dims::act_bytes;  // x, dx, out (+mask)
+    const double norm_bytes = 2 * d_.tokens_sp * d_.h * d_.act_bytes;               // read x, write y
+    const double resid_bytes = (3 + (m_.dropout > 0 ? 1 : 0)) * d_.tokens_sp * d_.h * d_.act_bytes;  // x, dx, out (+mask)
     const bool overlap = tp_overlap();
     compute(Op::norm, n_.norm1, 0, norm_bytes);
     if (df_) io({t.x, prm("ln1.weight", layer), bias("ln1.bias", layer, false)}, {t.ln1});
@@ -322,7 +322,7 @@ void RankLowering::attention_core_backward(const LayerTensors& t) {
     // FlashAttention-2 backward: 2.5x the forward FLOPs (Dao 2023: 5 matmuls in backward vs 2 in forward).
     const double sq = d_.s / d_.cp;
     const double flops = 2.5 * 2.0 * d_.b * sq * d_.s * d_.heads * (d_.qk_dim + d_.v_dim) / d_.tp / 2.0;
-    const double io_bytes = 2 * d_.tokens * (d_.q_w + 2 * d_.kv_w + d_.heads * d_.v_dim) / d_.tp * Dims::act_bytes;
+    const double io_bytes = 2 * d_.tokens * (d_.q_w + 2 * d_.kv_w + d_.heads * d_.v_dim) / d_.tp * d_.act_bytes;
     auto emit = [&](int name, double frac, double kv_len) {
         Instr& in = compute(Op::attention_bwd, name, flops * frac, io_bytes * frac);
         auto whole = [](double x) { return static_cast<double>(static_cast<std::int64_t>(x)); };  // truncates
@@ -361,7 +361,7 @@ void RankLowering::attention_core_backward(const LayerTensors& t) {
         wait(Stream::compute, red);
         // Add the returned K/V gradients into this rank's own (Transformer Engine accumulates them
         // step by step; one add after the ring here).
-        compute(Op::elementwise, n_.cp_dkv_combine, 0, 3 * d_.tokens * kvw * Dims::act_bytes);
+        compute(Op::elementwise, n_.cp_dkv_combine, 0, 3 * d_.tokens * kvw * d_.act_bytes);
         if (df_) io({returned, t.dqkv}, {t.dqkv});
     } else {
         emit(n_.attn, 1.0, d_.s);
@@ -379,11 +379,11 @@ void RankLowering::mlp_backward(int layer, int pending_ag, const LayerTensors& t
     if (pending_ag >= 0) wait(Stream::compute, pending_ag);  // TP overlap: dY's gather ran beside it
     gemm(n_.fc2, f, d_.h, d_.tokens);        // wgrad
     if (df_) io({t.act, t.dout_g}, {prm_grad("fc2.weight", layer)});
-    compute(Op::elementwise, n_.act, 0, 2 * d_.mats * d_.tokens * f * Dims::act_bytes);
+    compute(Op::elementwise, n_.act, 0, 2 * d_.mats * d_.tokens * f * d_.act_bytes);
     if (df_) io({t.fc1, t.dact}, {t.dfc1});
     int input_ev = -1;
     if (d_.tp > 1 && d_.sp) {
-        input_ev = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * Dims::act_bytes, n_.tp_ag_input);
+        input_ev = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * d_.act_bytes, n_.tp_ag_input);
         if (df_) io({t.ln2}, {t.ln2_g});
     }
     gemm_cast(n_.fc1, d_.tokens, d_.h, (d_.mats - 1) * f);  // dgrad
@@ -391,7 +391,7 @@ void RankLowering::mlp_backward(int layer, int pending_ag, const LayerTensors& t
     int red_ev = -1;
     if (d_.tp > 1) {
         red_ev = collective(Stream::tp_comm, d_.sp ? CollKind::reduce_scatter : CollKind::all_reduce, Group::tp,
-                            d_.tokens * d_.h * Dims::act_bytes, d_.sp ? n_.tp_rs : n_.tp_ar);
+                            d_.tokens * d_.h * d_.act_bytes, d_.sp ? n_.tp_rs : n_.tp_ar);
         if (df_) io({t.dln2}, {t.dln2_s});
     }
     if (input_ev >= 0) wait(Stream::compute, input_ev);
@@ -406,10 +406,10 @@ void RankLowering::moe_backward(int layer) {
     (void)layer;
     const bool sp = d_.tp > 1 && d_.sp;
     const double routed = sp ? d_.tokens_sp : d_.tokens;
-    const double a2a_bytes = routed * d_.top_k * d_.h * Dims::act_bytes;
-    const double tp_bytes = d_.tokens_sp * d_.etp * d_.top_k * d_.h * Dims::act_bytes;
+    const double a2a_bytes = routed * d_.top_k * d_.h * d_.act_bytes;
+    const double tp_bytes = d_.tokens_sp * d_.etp * d_.top_k * d_.h * d_.act_bytes;
     const bool etp_comm = sp && d_.etp > 1;
-    const double permute_bytes = routed * (1 + d_.top_k) * d_.h * Dims::act_bytes;
+    const double permute_bytes = routed * (1 + d_.top_k) * d_.h * d_.act_bytes;
     compute(Op::elementwise, n_.moe_unpermute, 0, permute_bytes);  // the un-permute's gradient: copy dY to each top_k slot
     int arrived = -1;
     if (d_.ep > 1) arrived = ep_all_to_all(a2a_bytes, n_.ep_combine);
@@ -418,7 +418,7 @@ void RankLowering::moe_backward(int layer) {
     const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.etp;
     gemm_cast(n_.experts_fc2, te, f, d_.h, batch);
     gemm(n_.experts_fc2, f, d_.h, te, batch);
-    compute(Op::elementwise, n_.experts_act, 0, 2 * batch * d_.mats * te * f * Dims::act_bytes);
+    compute(Op::elementwise, n_.experts_act, 0, 2 * batch * d_.mats * te * f * d_.act_bytes);
     gemm_cast(n_.experts_fc1, te, d_.h, (d_.mats - 1) * f, batch);
     gemm(n_.experts_fc1, d_.h, (d_.mats - 1) * f, te, batch);
     int back = -1;
@@ -431,7 +431,7 @@ void RankLowering::moe_backward(int layer) {
         const double fs = d_.shared * d_.expert_ffn / d_.tp;
         gemm_cast(n_.shared_fc2, d_.tokens, fs, d_.h);
         gemm(n_.shared_fc2, fs, d_.h, d_.tokens);
-        compute(Op::elementwise, n_.shared_act, 0, 2 * d_.mats * d_.tokens * fs * Dims::act_bytes);
+        compute(Op::elementwise, n_.shared_act, 0, 2 * d_.mats * d_.tokens * fs * d_.act_bytes);
         gemm_cast(n_.shared_fc1, d_.tokens, d_.h, (d_.mats - 1) * fs);
         gemm(n_.shared_fc1, d_.h, (d_.mats - 1) * fs, d_.tokens);
         if (sp) shared_back = tp_out_collective();
@@ -452,8 +452,8 @@ void RankLowering::layer_backward(int layer, int layer_in_stage) {
     const int saved_layer = layer_;
     layer_ = layer;
     const LayerTensors t = layer_tensors(layer);
-    const double norm_bytes = 3 * d_.tokens_sp * d_.h * Dims::act_bytes;  // read x, dy; write dx
-    const double resid_bytes = (2 + (m_.dropout > 0 ? 1 : 0)) * d_.tokens_sp * d_.h * Dims::act_bytes;
+    const double norm_bytes = 3 * d_.tokens_sp * d_.h * d_.act_bytes;  // read x, dy; write dx
+    const double resid_bytes = (2 + (m_.dropout > 0 ? 1 : 0)) * d_.tokens_sp * d_.h * d_.act_bytes;
     // MLP block, mirrored. The residual's backward passes the gradient through; it only sums the
     // row-parallel bias's gradient (the norm's backward adds the skip path).
     const bool overlap = tp_overlap() && !m_.layer_is_moe(layer);
@@ -492,7 +492,7 @@ void RankLowering::layer_backward(int layer, int layer_in_stage) {
     if (m_.qk_norm) compute(Op::norm, n_.qk_norm, 0, 3 * d_.qk_bytes());  // x, dy -> dx
     int input_ev = -1;
     if (d_.tp > 1 && d_.sp) {
-        input_ev = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * Dims::act_bytes, n_.tp_ag_input);
+        input_ev = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * d_.act_bytes, n_.tp_ag_input);
         if (df_) io({t.ln1}, {t.ln1_g});
     }
     const double qkv_n = (d_.q_w + 2 * d_.kv_w) / d_.tp;
@@ -501,7 +501,7 @@ void RankLowering::layer_backward(int layer, int layer_in_stage) {
     int red_ev = -1;
     if (d_.tp > 1) {
         red_ev = collective(Stream::tp_comm, d_.sp ? CollKind::reduce_scatter : CollKind::all_reduce, Group::tp,
-                            d_.tokens * d_.h * Dims::act_bytes, d_.sp ? n_.tp_rs : n_.tp_ar);
+                            d_.tokens * d_.h * d_.act_bytes, d_.sp ? n_.tp_rs : n_.tp_ar);
         if (df_) io({t.dln1}, {t.dln1_s});
     }
     if (input_ev >= 0) wait(Stream::compute, input_ev);

@@ -104,6 +104,7 @@ Dims make_dims(const ModelSpec& m, const PlanSpec& p) {
     d.ffn = static_cast<double>(m.ffn_hidden);
     d.vocab = static_cast<double>(m.vocab);
     d.mats = m.ffn == FfnKind::swiglu ? 3 : 2;
+    d.act_bytes = p.precision == Precision::fp32 ? 4 : 2;
     if (m.is_moe()) {
         d.experts = m.moe->experts;
         d.top_k = m.moe->top_k;
@@ -259,7 +260,7 @@ RankLowering::RankLowering(const ModelSpec& m, const ClusterSpec& cl, const Plan
 
 Instr& RankLowering::gemm(int name, double m, double n, double k, double batch) {
     // bytes: read A and B, write C once (bf16); the cost model may refine it.
-    Instr& in = compute(Op::gemm, name, 2 * batch * m * n * k, batch * (m * k + k * n + m * n) * Dims::act_bytes);
+    Instr& in = compute(Op::gemm, name, 2 * batch * m * n * k, batch * (m * k + k * n + m * n) * d_.act_bytes);
     set_shape(in, static_cast<double>(std::llround(m)), static_cast<double>(std::llround(n)),
               static_cast<double>(std::llround(k)), static_cast<double>(std::llround(batch)));
     return in;
@@ -450,13 +451,13 @@ int RankLowering::fetch_params(int layer, int after_ev) {
     const Unit* u = df_ ? &units_[static_cast<std::size_t>(unit_of_layer(layer))] : nullptr;
     int ev = fetch_offloaded(shard, u, after_ev);
     if (zero3) {
-        ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, lp.dense * Dims::act_bytes, n_.zero3_ag, ev);
+        ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, lp.dense * d_.act_bytes, n_.zero3_ag, ev);
         if (df_) {
             const int r = range(TensorRole::param, u->dense_off, u->dense);
             io({r}, {r});
         }
         if (lp.expert > 0 && group_size(Group::edp) > 1)
-            ev = collective(Stream::dp_comm, CollKind::all_gather, Group::edp, lp.expert * Dims::act_bytes, n_.zero3_ag_expert, -1);
+            ev = collective(Stream::dp_comm, CollKind::all_gather, Group::edp, lp.expert * d_.act_bytes, n_.zero3_ag_expert, -1);
     }
     layer_ = saved_layer;
     return ev;
@@ -478,12 +479,12 @@ int RankLowering::fetch_offloaded(double params, const Unit* u, int after_ev) {
         io({range(TensorRole::param, a, b - a, Tier::cpu)}, {range(TensorRole::param, a, b - a, Tier::gpu)});
     };
     if (pf.cpu > 0) {
-        ev = copy(Stream::h2d, CopyKind::h2d, params * pf.cpu * Dims::act_bytes, n_.fetch_h2d, after_ev);
+        ev = copy(Stream::h2d, CopyKind::h2d, params * pf.cpu * d_.act_bytes, n_.fetch_h2d, after_ev);
         part(0, pf.cpu);
     }
     if (pf.ssd > 0) {
-        const int read = copy(Stream::ssd, CopyKind::ssd_read, params * pf.ssd * Dims::act_bytes, n_.fetch_ssd, after_ev);
-        ev = copy(Stream::h2d, CopyKind::h2d, params * pf.ssd * Dims::act_bytes, n_.fetch_h2d, read);
+        const int read = copy(Stream::ssd, CopyKind::ssd_read, params * pf.ssd * d_.act_bytes, n_.fetch_ssd, after_ev);
+        ev = copy(Stream::h2d, CopyKind::h2d, params * pf.ssd * d_.act_bytes, n_.fetch_h2d, read);
         part(pf.cpu, off);
     }
     return ev;

@@ -80,7 +80,7 @@ struct Dims {
     double mats = 2;       ///< MLP weight matrices: 2 (GELU), 3 (SwiGLU)
     double experts = 0, top_k = 1, expert_ffn = 0, shared = 0;
     bool sp = false;
-    static constexpr double act_bytes = 2;  ///< activations and comm payloads travel in bf16
+    double act_bytes = 2;  ///< activations, weights and comm payloads: bf16 (fp16, fp8 plans too), 4 in a pure fp32 plan
     /// One pass over this rank's queries and keys (RoPE, QK-norm): the K part as kv_w / tp.
     double qk_bytes() const { return tokens * (q_w + kv_w) / tp * act_bytes; }
 };

@@ -16,7 +16,6 @@ namespace lower_detail {
 namespace {
 constexpr double kAdamGpuFixedBytesPerParam = 6;  // bf16 param (2), fp32 master (4); + grad, m, v
 constexpr double kMasterBytesPerParam = 4;         // fp32 master: with m, v what ZeRO-Infinity swaps per param
-constexpr double kParamBytesPerParam = 2;      // updated bf16 parameters back to the GPU
 }  // namespace
 
 void RankLowering::run(int steps) {
@@ -89,7 +88,7 @@ void RankLowering::gather_params_overlapped() {
         const Bucket& b = *it;
         const Group g = b.expert ? Group::edp : Group::dp;
         if (group_size(g) <= 1) continue;
-        const int ev = collective(Stream::dp_comm, CollKind::all_gather, g, b.count * Dims::act_bytes,
+        const int ev = collective(Stream::dp_comm, CollKind::all_gather, g, b.count * d_.act_bytes,
                                   b.expert ? n_.edp_params : n_.dp_params, after);
         after = -1;  // later buckets follow on the same stream
         if (df_) {
@@ -127,7 +126,7 @@ void RankLowering::gather_edges_zero3() {
     for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {  // last first, as mark_ready assumes
         const Bucket& b = *it;
         if (b.expert) continue;
-        const int ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, b.count * Dims::act_bytes, n_.zero3_edges, after);
+        const int ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, b.count * d_.act_bytes, n_.zero3_edges, after);
         after = -1;
         if (df_) {
             const int r = range(TensorRole::param, b.off, b.count);
@@ -159,7 +158,7 @@ void RankLowering::forward_pass(int mb, int chunk) {
     // neighbour is this rank and nothing moves.
     const int prev = v > 0 ? rank_of_virtual_stage(p_, v - 1) : -1, next = v < vlast ? rank_of_virtual_stage(p_, v + 1) : -1;
     const int lane = full_ ? co_.t + p_.tp * (co_.c + p_.cp * co_.d) : 0;
-    const double p2p_bytes = d_.tokens_sp * d_.h * Dims::act_bytes;  // b*s/cp*h*2 (/tp with SP)
+    const double p2p_bytes = d_.tokens_sp * d_.h * d_.act_bytes;  // b*s/cp*h*2 (/tp with SP)
     const int first_layer = chunk_first_layer(chunk);
     if (v > 0) {
         if (prev != stage_) {
@@ -239,7 +238,7 @@ void RankLowering::backward_pass(int mb, int chunk) {
     const int v = virtual_stage_of(p_, stage_, chunk), vlast = pp_ * vpp_ - 1;
     const int prev = v > 0 ? rank_of_virtual_stage(p_, v - 1) : -1, next = v < vlast ? rank_of_virtual_stage(p_, v + 1) : -1;
     const int lane = full_ ? co_.t + p_.tp * (co_.c + p_.cp * co_.d) : 0;
-    const double p2p_bytes = d_.tokens_sp * d_.h * Dims::act_bytes;
+    const double p2p_bytes = d_.tokens_sp * d_.h * d_.act_bytes;
     AllocRun regathered{};  // DeepSpeed's whole output again, for this backward
     if (v < vlast) {
         if (next != stage_) {
@@ -342,10 +341,10 @@ int RankLowering::params_home(double params, int after_ev, DataflowH2D&& dataflo
     const TierSplit& pf = p_.offload.params;
     int done = after_ev;
     if (pf.gpu > 0) {
-        done = copy(Stream::h2d, CopyKind::h2d, kParamBytesPerParam * params * pf.gpu, n_.param_h2d, after_ev);
+        done = copy(Stream::h2d, CopyKind::h2d, d_.act_bytes * params * pf.gpu, n_.param_h2d, after_ev);
         if (df_) dataflow_h2d();
     }
-    if (pf.ssd > 0) done = copy(Stream::ssd, CopyKind::ssd_write, Dims::act_bytes * params * pf.ssd, n_.param_ssd_write, after_ev);
+    if (pf.ssd > 0) done = copy(Stream::ssd, CopyKind::ssd_write, d_.act_bytes * params * pf.ssd, n_.param_ssd_write, after_ev);
     return done;
 }
 
@@ -435,7 +434,7 @@ void RankLowering::optimizer(int s) {
         for (const Bucket& b : buckets_) {
             const Group g = b.expert ? Group::edp : Group::dp;
             if (group_size(g) <= 1) continue;
-            ev = collective(Stream::dp_comm, CollKind::all_gather, g, b.count * Dims::act_bytes, b.expert ? n_.edp_params : n_.dp_params, after);
+            ev = collective(Stream::dp_comm, CollKind::all_gather, g, b.count * d_.act_bytes, b.expert ? n_.edp_params : n_.dp_params, after);
             after = -1;
             if (df_) {
                 const int r = range(R::param, b.off, b.count, Tier::gpu, b.expert);

@@ -13,7 +13,7 @@ void RankLowering::recompute_modules_before_mlp(int layer) {
     phase_ = Phase::recompute;
     const LayerTensors t = layer_tensors(layer);
     if (p_.recomputes(RecomputeModule::layernorm)) {
-        compute(Op::norm, n_.norm2, 0, 2 * d_.tokens_sp * d_.h * Dims::act_bytes);
+        compute(Op::norm, n_.norm2, 0, 2 * d_.tokens_sp * d_.h * d_.act_bytes);
         if (df_) io({t.x1, prm("ln2.weight", layer), bias("ln2.bias", layer, false)}, {t.ln2});
     }
     if (m_.layer_is_moe(layer)) {
@@ -23,7 +23,7 @@ void RankLowering::recompute_modules_before_mlp(int layer) {
         } else {
             if (p_.recomputes(RecomputeModule::moe_act)) {
                 const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.etp;
-                compute(Op::elementwise, n_.experts_act, 0, batch * d_.mats * te * f * Dims::act_bytes);
+                compute(Op::elementwise, n_.experts_act, 0, batch * d_.mats * te * f * d_.act_bytes);
             }
             if (p_.recomputes(RecomputeModule::shared_experts) && d_.shared > 0) {
                 shared_experts_forward();
@@ -44,7 +44,7 @@ void RankLowering::recompute_modules_before_attention() {
     phase_ = Phase::recompute;
     const LayerTensors t = layer_tensors(layer_);
     if (p_.recomputes(RecomputeModule::layernorm)) {
-        compute(Op::norm, n_.norm1, 0, 2 * d_.tokens_sp * d_.h * Dims::act_bytes);
+        compute(Op::norm, n_.norm1, 0, 2 * d_.tokens_sp * d_.h * d_.act_bytes);
         if (df_) io({t.x, prm("ln1.weight", layer_), bias("ln1.bias", layer_, false)}, {t.ln1});
     }
     if (m_.mla && p_.recomputes(RecomputeModule::mla_up_proj)) {
@@ -64,7 +64,7 @@ void RankLowering::op_sac_recompute(int layer) {
     const Phase saved = phase_;
     phase_ = Phase::recompute;
     const LayerTensors t = layer_tensors(layer);
-    const double norm_bytes = 2 * d_.tokens * d_.h * Dims::act_bytes;
+    const double norm_bytes = 2 * d_.tokens * d_.h * d_.act_bytes;
     bool rerun[8] = {};
     const std::vector<SacMatmul> mms = op_sac_matmuls(m_);
     for (std::size_t i = 0; i < mms.size() && i < 8; ++i) rerun[i] = !mms[i].saved;
@@ -78,14 +78,14 @@ void RankLowering::op_sac_recompute(int layer) {
     if (m_.position == PositionKind::rope) compute(Op::elementwise, n_.rope, 0, 2 * d_.qk_bytes());
     if (rerun[3]) gemm_cast(n_.proj, d_.tokens, d_.h, d_.heads * d_.v_dim);
     if (df_) io({t.attn, prm("proj.weight", layer)}, {t.proj});
-    compute(Op::elementwise, n_.residual1, 0, 3 * d_.tokens * d_.h * Dims::act_bytes);
+    compute(Op::elementwise, n_.residual1, 0, 3 * d_.tokens * d_.h * d_.act_bytes);
     if (df_) io({t.x, t.proj}, {t.x1});
     compute(Op::norm, n_.norm2, 0, norm_bytes);
     if (df_) io({t.x1, prm("ln2.weight", layer)}, {t.ln2});
     const double fc1_n = swiglu ? (rerun[4] ? d_.ffn : 0) + (rerun[5] ? d_.ffn : 0) : (rerun[4] ? d_.ffn : 0);
     if (fc1_n > 0) gemm(n_.fc1, d_.tokens, fc1_n, d_.h);
     if (df_) io({t.ln2, prm("fc1.weight", layer)}, {t.fc1});
-    compute(Op::elementwise, n_.act, 0, d_.mats * d_.tokens * d_.ffn * Dims::act_bytes);
+    compute(Op::elementwise, n_.act, 0, d_.mats * d_.tokens * d_.ffn * d_.act_bytes);
     if (df_) io({t.fc1}, {t.act});
     // w2 (SwiGLU's 7th matmul) is kept; fc2 (GeLU's 6th) is past the early stop.
     phase_ = saved;
