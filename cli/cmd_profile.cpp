@@ -110,7 +110,7 @@ void register_profile(CLI::App& app) {
     add_db_option(cmd, args->db);
     cmd->add_option("--json", args->json, "also write the run (measurements and fits) as JSON to FILE ('-': stdout, the tables then go to stderr)");
     cmd->add_option("--ssd-dir", args->ssd_dir, "directory for the SSD benchmark's scratch file (default /tmp)");
-    cmd->add_option("--only", args->only, "comma-separated kinds: gemm,attention,membw,memcpy,collective,overlap,ssd,cpu_adam");
+    cmd->add_option("--only", args->only, "comma-separated kinds: gemm,attention,membw,memcpy,collective,overlap,ssd,cpu_adam,host_mem");
     add_threads_option(cmd, args->threads, "CPU threads for Adam and the CPU collectives");
     cmd->callback([args] { run_profile_command(*args); });
 }

@@ -115,12 +115,13 @@ bool parse_collective_key(const std::string& key, CollectiveFit& c) {
     return true;
 }
 
-// Host-side figures (CPU Adam, SSD) from one run's rows of one device; fills only what is unset.
+// Host-side figures (CPU Adam, SSD, DRAM) from one run's rows of one device; fills only what is unset.
 void attach_host(HardwareView& v, const std::vector<Measurement>& ms, const std::vector<Fit>& fs, const std::string& dev) {
     for (const Fit& f : fs) {
         if (f.device != dev) continue;
         if (f.kind == "ssd" && f.key == "read" && !v.ssd_read) v.ssd_read = bandwidth(f);
         if (f.kind == "ssd" && f.key == "write" && !v.ssd_write) v.ssd_write = bandwidth(f);
+        if (f.kind == "host_mem" && f.key == "dram" && !v.host_dram) v.host_dram = bandwidth(f);
         if (f.kind == "cpu_adam" && !v.cpu_adam_params_per_s && param(f.params, "params_per_s") > 0)
             v.cpu_adam_params_per_s = param(f.params, "params_per_s");
     }

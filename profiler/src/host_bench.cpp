@@ -203,6 +203,48 @@ void bench_cpu_adam(Context& ctx) {
     }
 }
 
+// ---------------------------------------------------------------------------- host DRAM bandwidth
+// What host memory sustains when every core streams (McCalpin's STREAM copy): the bound on a
+// DMA copy between GPU and host beside CPU Adam, which the cost model charges to host_mem. Arrays
+// far beyond any last-level cache; bytes count the read and the write, as STREAM does.
+void bench_host_dram(Context& ctx) {
+    const bool quick = ctx.opt.quick;
+    const std::size_t bytes = quick ? (std::size_t{256} << 20) : (std::size_t{1} << 30);
+    const int reps = quick ? 3 : 5;
+    const int T = thread_count(ctx.opt);
+    std::vector<int> configs{1};
+    if (T > 1) configs.push_back(T);
+    AlignedBuf src = aligned_buffer(bytes), dst = aligned_buffer(bytes);
+    for (std::size_t ci = 0; ci < configs.size(); ++ci) {
+        const int threads = configs[ci];
+        ctx.progress("host_mem", static_cast<int>(ci), static_cast<int>(configs.size()));
+        std::vector<double> times;
+        for (int r = 0; r < reps + 1; ++r) {
+            ctx.check();
+            const auto t0 = Clock::now();
+            {
+                std::vector<std::jthread> th;
+                for (int t = 0; t < threads; ++t)
+                    th.emplace_back([&, t, r] {
+                        // Each thread first-touches (r == 0, the warm-up) and then copies its own slice.
+                        const std::size_t b = bytes * static_cast<std::size_t>(t) / static_cast<std::size_t>(threads);
+                        const std::size_t e = bytes * static_cast<std::size_t>(t + 1) / static_cast<std::size_t>(threads);
+                        if (r == 0) std::memset(src.get() + b, 1 + t, e - b);
+                        std::memcpy(dst.get() + b, src.get() + b, e - b);
+                    });
+            }
+            const double dt = since(t0);
+            if (static_cast<unsigned char>(dst.get()[bytes - 1]) != static_cast<unsigned char>(threads)) std::abort();  // observable
+            if (r > 0) times.push_back(dt);
+        }
+        hwdb::Measurement m = point(ctx, "host_mem", make_key("copy", {{"bytes", static_cast<double>(bytes)}, {"threads", threads}}),
+                                    "B/s", rate_summary(2.0 * static_cast<double>(bytes), times));
+        m.params = {{"bytes", static_cast<double>(bytes)}, {"threads", threads}};
+        m.labels = {{"kernel", "copy"}};
+        ctx.add(std::move(m));
+    }
+}
+
 // ------------------------------------------------------------------------------- CPU GEMM (Eigen)
 void bench_gemm_cpu(Context& ctx) {
     const bool quick = ctx.opt.quick;

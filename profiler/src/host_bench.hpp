@@ -1,4 +1,4 @@
-// Private: benchmarks of the host side, shared by both backends (SSD I/O, CPU Adam), and the CPU
+// Private: benchmarks of the host side, shared by both backends (SSD I/O, CPU Adam, DRAM), and the CPU
 // backend's stand-ins for the GPU kinds (Eigen GEMM, memcpy, triad bandwidth, thread collectives).
 #pragma once
 #include "context.hpp"
@@ -7,6 +7,7 @@ namespace strata::profiler::host {
 
 void bench_ssd(Context& ctx);
 void bench_cpu_adam(Context& ctx);
+void bench_host_dram(Context& ctx);
 
 void bench_gemm_cpu(Context& ctx);
 void bench_membw_cpu(Context& ctx);

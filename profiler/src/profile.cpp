@@ -24,7 +24,7 @@
 namespace strata::profiler {
 
 const std::vector<std::string>& all_kinds() {
-    static const std::vector<std::string> k{"gemm", "attention", "membw", "memcpy", "collective", "overlap", "ssd", "cpu_adam"};
+    static const std::vector<std::string> k{"gemm", "attention", "membw", "memcpy", "collective", "overlap", "ssd", "cpu_adam", "host_mem"};
     return k;
 }
 
@@ -129,6 +129,7 @@ std::vector<hwdb::Fit> fit_measurements(const std::vector<hwdb::Measurement>& ms
     std::map<std::tuple<std::string, std::string>, Pts> coll, copy, hbm, ssd_qd1;
     std::map<std::tuple<std::string, std::string>, double> ssd_best;
     std::map<std::string, std::pair<double, double>> adam;  // device -> (params, best rate)
+    std::map<std::string, double> dram;                     // device -> best host copy B/s
     std::map<std::tuple<std::string, std::string>, Pts> interference;  // (device, proxy): x = SM share, t = slowdown
     for (const auto& m : ms) {
         if (m.kind == "collective") {
@@ -165,6 +166,9 @@ std::vector<hwdb::Fit> fit_measurements(const std::vector<hwdb::Measurement>& ms
             auto& p = interference[{m.device, label(m, "proxy") + (label(m, "gemm_sms") == "target" ? " sm_target" : "")}];
             p.x.push_back(share);
             p.t.push_back(m.value);
+        } else if (m.kind == "host_mem") {
+            double& best = dram[m.device];
+            best = std::max(best, m.value);
         } else if (m.kind == "cpu_adam") {
             auto& [P, rate] = adam[m.device];
             const double np = param(m, "params");
@@ -230,6 +234,17 @@ std::vector<hwdb::Fit> fit_measurements(const std::vector<hwdb::Measurement>& ms
         f.valid_max = *std::max_element(p.x.begin(), p.x.end());
         f.n_points = static_cast<int>(p.x.size());
         f.mape = err / static_cast<double>(p.x.size());
+        out.push_back(std::move(f));
+    }
+    for (const auto& [device, Bps] : dram) {
+        // The best over thread counts: what the memory system gives when the cores are free.
+        hwdb::Fit f;
+        f.kind = "host_mem";
+        f.device = device;
+        f.key = "dram";
+        f.model = "bandwidth";
+        f.params = {{"Bps", Bps}, {"latency_ns", 0.0}};
+        f.n_points = 1;
         out.push_back(std::move(f));
     }
     for (const auto& [device, pr] : adam) {
@@ -303,6 +318,7 @@ Profile run_profile(const Options& o) {
     }
     if (ctx.want("ssd")) host::bench_ssd(ctx);
     if (ctx.want("cpu_adam")) host::bench_cpu_adam(ctx);
+    if (ctx.want("host_mem")) host::bench_host_dram(ctx);
     ctx.check();
 
     p.measurements = std::move(ctx.ms);

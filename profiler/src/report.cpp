@@ -92,15 +92,17 @@ std::string format_tables(const Profile& p, const hwdb::Gpu* peak) {
     }
     head = false;
     for (const auto& m : p.measurements) {
-        if (m.kind != "ssd" && m.kind != "cpu_adam") continue;
+        if (m.kind != "ssd" && m.kind != "cpu_adam" && m.kind != "host_mem") continue;
         if (!head) {
-            o << "\n# Host: SSD (GB/s) and CPU AdamW (Mparams/s)\n";
+            o << "\n# Host: SSD (GB/s), CPU AdamW (Mparams/s), DRAM copy (GB/s, read + write)\n";
             head = true;
         }
         char b[200];
         if (m.kind == "ssd")
             std::snprintf(b, sizeof b, "  ssd %-5s block %8.0f KiB qd %3.0f  %8.3f GB/s  (O_DIRECT %s)\n", label(m, "op").c_str(),
                           param(m, "block_bytes") / 1024, param(m, "queue_depth"), m.value / 1e9, label(m, "direct") == "1" ? "yes" : "no");
+        else if (m.kind == "host_mem")
+            std::snprintf(b, sizeof b, "  dram copy %10.0f bytes  %2.0f threads  %8.2f GB/s\n", param(m, "bytes"), param(m, "threads"), m.value / 1e9);
         else
             std::snprintf(b, sizeof b, "  adamw %10.0f params  %2.0f threads  %10.1f Mparams/s\n", param(m, "params"), param(m, "threads"),
                           m.value / 1e6);

@@ -34,7 +34,7 @@ profiler::Options small_cpu_options() {
     o.quick = true;
     o.threads = 2;
     o.ssd_dir = fs::temp_directory_path().string();
-    o.only = {"memcpy", "membw", "collective", "ssd", "cpu_adam"};
+    o.only = {"memcpy", "membw", "collective", "ssd", "cpu_adam", "host_mem"};
     return o;
 }
 
@@ -132,6 +132,13 @@ TEST_CASE("a quick CPU profile writes one run whose fits hwdb can read", "[profi
     CHECK(has_fit("ssd", "read"));
     CHECK(has_fit("ssd", "write"));
     CHECK(has_fit("cpu_adam", "adam"));
+    CHECK(has_fit("host_mem", "dram"));
+    // STREAM copy over all threads: at least what one thread's copy of the same arrays reached.
+    double one = 0, all = 0;
+    for (const auto& m : p.measurements)
+        if (m.kind == "host_mem") (m.params.at("threads") == 1 ? one : all) = m.value;
+    CHECK(one > 1e8);
+    CHECK(all > 0.8 * one);
 
     const std::int64_t id = db.write_run(p.run, p.measurements, p.fits);
     CHECK(id > 0);
@@ -157,6 +164,8 @@ TEST_CASE("a quick CPU profile writes one run whose fits hwdb can read", "[profi
     CHECK(*v.cpu_adam_params_per_s > 0);
     REQUIRE(v.ssd_read.has_value());
     CHECK(v.ssd_read->Bps > 0);
+    REQUIRE(v.host_dram.has_value());
+    CHECK(v.host_dram->Bps >= one);
 }
 
 TEST_CASE("the cpu backend times the runtime's attention kernel as attention points", "[profiler]") {

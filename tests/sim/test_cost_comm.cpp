@@ -197,6 +197,16 @@ TEST_CASE("host and SSD copies load PCIe, SSD and DRAM", "[cost][copy]") {
     in.copy = CopyKind::ssd_write;
     d = transfer_demand(in, ctx);
     CHECK(busy(d, LinkClass::ssd_write) == Approx(1e9 / (8 * 3.8e9)));
+    // A measured host memory bandwidth (the profiler's STREAM copy) replaces the CPU's datasheet
+    // figure: a host of unknown CPU no longer bounds its copies by a desktop's DRAM.
+    hw.cpu.dram_Bps = 35.84e9;
+    in.copy = CopyKind::h2d;
+    CHECK(busy(transfer_demand(in, ctx), LinkClass::host_mem) == Approx(1e9 / 35.84e9));
+    // A measured CPU Adam moved 28 bytes a parameter through DRAM: 2.5e9 x 28 = 70 GB/s at least.
+    hw.cpu_adam_params_per_s = 2.5e9;
+    CHECK(busy(transfer_demand(in, ctx), LinkClass::host_mem) == Approx(1e9 / 70e9));
+    hw.host_dram = strata::hwdb::BandwidthFit{0, 150e9, Provenance::fitted};
+    CHECK(busy(transfer_demand(in, ctx), LinkClass::host_mem) == Approx(1e9 / 150e9));
 }
 
 TEST_CASE("CPU Adam: DRAM-bound at 30 bytes per parameter unless a rate is known", "[cost][cpu]") {

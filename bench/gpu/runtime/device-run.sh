@@ -16,6 +16,7 @@ finish() { tar czf "$OUT/results.tgz" -C "$res" . ; cp "$res/log.txt" "$OUT/" 2>
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit,memory.total --format=csv > "$res/gpu-info.txt" 2>&1
 nproc >> "$res/gpu-info.txt"; free -g >> "$res/gpu-info.txt"; df -h /tmp >> "$res/gpu-info.txt"
+lscpu >> "$res/gpu-info.txt" 2>&1  # the host CPU: its DRAM bounds the copies beside CPU Adam
 cat "$res/gpu-info.txt"
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 case "$gpu" in *H200*) cluster=$D/cluster-lent-h200.json ;; *) cluster=$D/cluster-lent-h100.json ;; esac
@@ -29,7 +30,7 @@ for c in $cases; do
     profile)
       stamp "quick CUDA profile"
       timeout 150 "$S" profile --backend cuda --quick --only gemm,attention,membw,memcpy --db "$db" --json "$res/cuda-quick.json" > "$res/profile-cuda.txt" 2>&1; stamp "profile rc=$?"
-      timeout 60 "$S" profile --backend cpu --quick --only ssd,cpu_adam --ssd-dir /tmp --db "$db" --json "$res/cpu-quick.json" > "$res/profile-cpu.txt" 2>&1; stamp "cpu profile rc=$?" ;;
+      timeout 60 "$S" profile --backend cpu --quick --only ssd,cpu_adam,host_mem --ssd-dir /tmp --db "$db" --json "$res/cpu-quick.json" > "$res/profile-cpu.txt" 2>&1; stamp "cpu profile rc=$?" ;;
     *)
       case "$c" in
         gpt2-124m) m=gpt2-124m steps=6 lim=90 ;;

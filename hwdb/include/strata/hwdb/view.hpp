@@ -66,6 +66,7 @@ struct HardwareView {
     std::optional<BandwidthFit> h2d, d2h;        ///< pinned copies
     std::optional<BandwidthFit> ssd_read, ssd_write;
     std::optional<double> cpu_adam_params_per_s;
+    std::optional<BandwidthFit> host_dram;       ///< measured host memory bandwidth (read + write), all cores
     std::int64_t measured_run = 0;               ///< newest run the measured figures come from (0 = none)
     std::string measured_device;                 ///< the GPU id those measurements were taken on
 };
