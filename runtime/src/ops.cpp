@@ -305,14 +305,11 @@ void RankState::copy(std::size_t i) {
             const bool read = in.copy == CopyKind::ssd_read;
             const DataTensor& ssd = read ? src : dst;
             float* host = tensor(a.id(read ? a.o.n_in + k : k), read, i);
-            const std::int64_t at = ssd.offset * 2 * static_cast<std::int64_t>(sizeof(float));
-            const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
-            // In parallel pieces where the rank has the cores: the queue depth ZeRO-Infinity's
-            // asynchronous I/O keeps, where one synchronous stream waits on each request in turn.
-            std::atomic<bool> ok{true};
-            parallel_chunks(static_cast<i64>(bytes), std::min(8, host_threads()), [&](i64 lo, i64 hi) {
-                if (!full_pio(fd, reinterpret_cast<char*>(host) + lo, static_cast<std::size_t>(hi - lo), at + lo, read)) ok = false;
-            });
+            const i64 at = ssd_slot(ssd);
+            if (reinterpret_cast<std::uintptr_t>(host) % kSsdAlign != 0) fail(i, "a host buffer of the ssd tier is not page-aligned");
+            // Whole pages (the slot and the host buffer are padded to them), in the request shape
+            // of ZeRO-Infinity's asynchronous I/O (state.cpp ssd_io).
+            const bool ok = ssd_io(fd, reinterpret_cast<char*>(host), ssd_padded_bytes(n), at, read);
             if (!ok) fail(i, std::string("the ssd file ") + (read ? "read" : "write") + " failed: " + ssd_path_);
             continue;
         }

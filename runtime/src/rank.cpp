@@ -5,6 +5,7 @@
 // Memory follows the dataflow: a tensor is allocated when first written and freed after the last
 // read of that value, so a recomputed layer's activations really are dropped in between.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <unistd.h>
@@ -37,8 +38,45 @@ namespace {
 float g_unbacked[1];  // what an unbacked buffer's data() points at (never read or written)
 }  // namespace
 
-TrackedBuffer::TrackedBuffer(i64 n, Pool* pool, const std::string& what, Device* dev, bool on_device, bool backed)
-    : n_(n), pool_(pool), dev_(dev), on_device_(on_device), backed_(backed) {
+// Host memory on whole 4 KiB pages: the ssd tier's O_DIRECT reads and writes move whole pages
+// into and out of these buffers (as DeepSpeed's aligned swap buffers).
+float* HostCache::take(std::size_t bytes, bool zero) {
+    float* p = nullptr;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        auto it = free_.find(bytes);
+        if (it != free_.end()) {
+            p = it->second;
+            free_.erase(it);
+        }
+    }
+    if (p == nullptr) {
+        zero = true;  // fresh memory is zeroed anyway (and touched here, not in the first copy)
+        p = dev_ ? dev_->alloc_host(static_cast<i64>(bytes / sizeof(float)))  // pinned: page-aligned
+                 : static_cast<float*>(std::aligned_alloc(kSsdAlign, std::max<std::size_t>(bytes, kSsdAlign)));
+        if (p == nullptr) return nullptr;
+    }
+    if (zero) std::memset(p, 0, bytes);
+    return p;
+}
+
+void HostCache::give(float* p, std::size_t bytes) {
+    std::lock_guard<std::mutex> lk(mu_);
+    free_.emplace(bytes, p);
+}
+
+void HostCache::clear() {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& [bytes, p] : free_) {
+        if (dev_) dev_->release_host(p);
+        else std::free(p);
+    }
+    free_.clear();
+}
+
+TrackedBuffer::TrackedBuffer(i64 n, Pool* pool, const std::string& what, Device* dev, bool on_device, bool backed, HostCache* cache,
+                             bool zero)
+    : n_(n), pool_(pool), dev_(dev), on_device_(on_device && dev != nullptr), backed_(backed), cache_(on_device_ ? nullptr : cache) {
     const double bytes = static_cast<double>(n) * sizeof(float);
     if (pool_) {
         const double now = pool_->used.fetch_add(bytes) + bytes;
@@ -54,8 +92,9 @@ TrackedBuffer::TrackedBuffer(i64 n, Pool* pool, const std::string& what, Device*
         return;
     }
     try {
-        if (!dev_) data_ = new float[static_cast<std::size_t>(n)]();
-        else data_ = on_device_ ? dev_->alloc(n) : dev_->alloc_host(n);
+        if (on_device_) data_ = dev_->alloc(n);
+        else if (cache_) data_ = cache_->take(ssd_padded_bytes(n), zero);
+        else data_ = HostCache(dev_).take(ssd_padded_bytes(n), true);  // its own: given back to no cache
     } catch (const std::bad_alloc&) {
         data_ = nullptr;
     }
@@ -70,9 +109,10 @@ TrackedBuffer::TrackedBuffer(i64 n, Pool* pool, const std::string& what, Device*
 void TrackedBuffer::release() {
     if (pool_) pool_->used.fetch_sub(static_cast<double>(n_) * sizeof(float));
     if (data_ && backed_) {
-        if (!dev_) delete[] data_;
-        else if (on_device_) dev_->release(data_, n_);
-        else dev_->release_host(data_);
+        if (on_device_) dev_->release(data_, n_);
+        else if (cache_) cache_->give(data_, ssd_padded_bytes(n_));
+        else if (dev_) dev_->release_host(data_);
+        else std::free(data_);
     }
     data_ = nullptr;
     pool_ = nullptr;
@@ -90,6 +130,7 @@ TrackedBuffer& TrackedBuffer::operator=(TrackedBuffer&& o) noexcept {
         dev_ = o.dev_;
         on_device_ = o.on_device_;
         backed_ = o.backed_;
+        cache_ = o.cache_;
         o.data_ = nullptr;
         o.n_ = 0;
         o.pool_ = nullptr;
@@ -160,6 +201,14 @@ void RankState::precompute() {
     started_ns_.assign(rp_.instrs.size(), 0);
     ended_ns_.assign(rp_.instrs.size(), -1);
     if (params_on_host_) precompute_fetches();
+    // The ssd tier's file: a page-aligned slot per range of optimizer state, in program order.
+    i64 at = 0;
+    for (std::size_t i = 0; i < rp_.operand_ids.size(); ++i) {
+        const DataTensor& t = prog.tensors[static_cast<std::size_t>(rp_.operand_ids[i])];
+        if (t.role != TensorRole::optimizer_state || t.tier != Tier::ssd) continue;
+        if (ssd_slot_.emplace(std::make_pair(t.offset, t.elements()), at).second) at += static_cast<i64>(ssd_padded_bytes(2 * t.elements()));
+    }
+    ssd_bytes_ = at;
 }
 
 int RankState::unit_at(i64 offset) const {
@@ -242,8 +291,8 @@ Pool* RankState::pool_of(Tier t) {
     return v[static_cast<std::size_t>(rp_.node)].get();
 }
 
-TrackedBuffer RankState::buffer(i64 n, Tier t, const std::string& what) {
-    return TrackedBuffer(n, pool_of(t), what, dev_, t == Tier::gpu, !w_.options.memory_only);
+TrackedBuffer RankState::buffer(i64 n, Tier t, const std::string& what, bool zero) {
+    return TrackedBuffer(n, pool_of(t), what, dev_, t == Tier::gpu, !w_.options.memory_only, w_.host_cache.get(), zero);
 }
 
 void RankState::to_host(float* host, const float* src, i64 n) const {
@@ -318,7 +367,9 @@ float* RankState::tensor(int id, bool write, std::size_t at) {
     const Tier tier = t.role == TensorRole::optimizer_state ? Tier::cpu : Tier::gpu;
     Live l;
     try {
-        l.buf = buffer(elements(id), tier, "rank " + std::to_string(rank_) + " tier " + to_string(tier) + ", " + name);
+        // Zero-filled like the device's allocations, which some kernels accumulate into; the host
+        // tier's staging buffers are written whole by their first writer (an SSD read).
+        l.buf = buffer(elements(id), tier, "rank " + std::to_string(rank_) + " tier " + to_string(tier) + ", " + name, tier != Tier::cpu);
     } catch (const OutOfMemory& e) {
         fail(at, e.what());
     }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -29,8 +30,8 @@ using i64 = std::int64_t;
 /// f(lo, hi) over [0, n) in `threads` contiguous chunks, one thread each (the caller's among them).
 /// Each element is computed alone, so the result does not depend on the split.
 template <typename F>
-void parallel_chunks(i64 n, int threads, F f) {
-    threads = static_cast<int>(std::max<i64>(1, std::min<i64>(threads, n / 65536)));
+void parallel_chunks(i64 n, int threads, F f, i64 min_per_thread = 65536) {
+    threads = static_cast<int>(std::max<i64>(1, std::min<i64>(threads, n / min_per_thread)));
     if (threads <= 1) {
         f(i64{0}, n);
         return;
@@ -48,12 +49,41 @@ void parallel_chunks(i64 n, int threads, F f) {
 /// pread/pwrite of all `bytes` (one call moves at most 2 GiB - 4 KiB on Linux); false on failure.
 bool full_pio(int fd, void* buf, std::size_t bytes, std::int64_t at, bool read);
 
+/// The ssd tier's file is read and written with O_DIRECT in whole 4 KiB pages: each range of
+/// optimizer state has its own page-aligned slot, and host buffers are page-aligned and padded.
+constexpr std::size_t kSsdAlign = 4096;
+/// Read or write `bytes` (whole pages) of the ssd file at `at`: 1 MiB requests, 8 in flight.
+bool ssd_io(int fd, char* host, std::size_t bytes, i64 at, bool read);
+inline std::size_t ssd_padded_bytes(i64 floats) {
+    return (static_cast<std::size_t>(floats) * sizeof(float) + kSsdAlign - 1) / kSsdAlign * kSsdAlign;
+}
+
 /// Bytes in use on one pool (a rank's gpu tier, a node's cpu or ssd tier), with its peak.
 struct Pool {
     std::atomic<double> used{0};
     std::atomic<double> peak{0};
     double capacity = 0;  ///< 0 = unlimited
     void reset_peak() { peak = used.load(); }
+};
+
+/// Host buffers given back, kept for the next request of the same size: a step allocates the same
+/// staging buffers every time, and page faults (or cudaHostAlloc's pinning) on every step would
+/// price the allocator into the copies. DeepSpeed allocates its swap buffers once.
+class HostCache {
+public:
+    explicit HostCache(Device* dev) : dev_(dev) {}
+    ~HostCache() { clear(); }
+    HostCache(const HostCache&) = delete;
+    HostCache& operator=(const HostCache&) = delete;
+    /// Page-aligned, whole pages; zero-filled when `zero`; nullptr if the allocator refuses.
+    float* take(std::size_t bytes, bool zero);
+    void give(float* p, std::size_t bytes);
+    void clear();
+
+private:
+    std::mutex mu_;
+    std::multimap<std::size_t, float*> free_;
+    Device* dev_;
 };
 
 /// A float buffer charged to a pool while it lives: host memory, or on the cuda backend device
@@ -63,7 +93,8 @@ public:
     TrackedBuffer() = default;
     /// Zero-filled; throws OutOfMemory. dev null: plain host memory. backed false: charged to the
     /// pool only (RunOptions::memory_only), data() points at no usable memory.
-    TrackedBuffer(i64 n, Pool* pool, const std::string& what, Device* dev = nullptr, bool on_device = false, bool backed = true);
+    TrackedBuffer(i64 n, Pool* pool, const std::string& what, Device* dev = nullptr, bool on_device = false, bool backed = true,
+                  HostCache* cache = nullptr, bool zero = true);
     ~TrackedBuffer();
     TrackedBuffer(TrackedBuffer&& o) noexcept { *this = std::move(o); }
     TrackedBuffer& operator=(TrackedBuffer&& o) noexcept;
@@ -81,6 +112,7 @@ private:
     Device* dev_ = nullptr;
     bool on_device_ = false;
     bool backed_ = true;
+    HostCache* cache_ = nullptr;  ///< host memory comes from and goes back to it
 };
 
 /// What the whole run shares: the Program, options, transport, data, node pools.
@@ -94,6 +126,7 @@ struct World {
     std::vector<std::unique_ptr<Pool>> node_cpu, node_ssd;  ///< by node
     std::string ssd_dir;
     Device* device = nullptr;  ///< the cuda backend's GPU; null on the cpu backend
+    std::unique_ptr<HostCache> host_cache;  ///< cleared before the device goes
     int step = 0;              ///< 0-based step being executed (all ranks)
     std::chrono::steady_clock::time_point step_start;
     World(const sim::ModelSpec& m, const sim::PlanSpec& p, const RunOptions& o, const sim::Program& prog);
@@ -150,7 +183,7 @@ private:
     Pool* pool_of(sim::Tier t);
     void sample_memory(sim::Tier t);
     /// A buffer on tier t: the device's memory for the gpu tier on the cuda backend.
-    TrackedBuffer buffer(i64 n, sim::Tier t, const std::string& what);
+    TrackedBuffer buffer(i64 n, sim::Tier t, const std::string& what, bool zero = true);
     /// Host <-> the memory behind a tensor or buffer (a plain copy on the cpu backend).
     void to_host(float* host, const float* src, i64 n) const;
     void from_host(float* dst, const float* host, i64 n) const;
@@ -179,6 +212,8 @@ private:
     void precompute_fetches();
     void finish_fetches(std::size_t i);
     int ssd_fd();
+    i64 ssd_slot(const sim::DataTensor& t) const;
+    bool ssd_whole_file(std::vector<char>& buf, bool read) const;
 
     World& w_;
     const sim::RankProgram& rp_;
@@ -199,8 +234,10 @@ private:
     std::vector<MomentBlock> gpu_moments_, cpu_moments_;
     int adam_step_ = 0;
     int ssd_fd_ = -1;
+    bool ssd_direct_ = false;  ///< O_DIRECT (false where the filesystem refuses it, e.g. tmpfs)
     std::string ssd_path_;
     i64 ssd_bytes_ = 0;
+    std::map<std::pair<i64, i64>, i64> ssd_slot_;  ///< (state offset, elements) -> byte offset in the file
 
     // per-program precomputation
     std::array<std::vector<std::size_t>, sim::kStreamCount> streams_;

@@ -49,6 +49,7 @@ struct Session::Impl {
 
     ~Impl() {
         ranks.clear();
+        if (world && world->host_cache) world->host_cache->clear();  // pinned host buffers go back to the device
         device.reset();  // after the ranks: their buffers go back to it
         if (!tmp_ssd_dir.empty()) {
             std::error_code ec;
@@ -107,6 +108,7 @@ Session::Session(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, co
         s.device = open_cuda_device();
         w.device = s.device.get();
     }
+    w.host_cache = std::make_unique<HostCache>(w.device);
     const int nodes = std::max(1, s.cluster.nodes);
     for (int n = 0; n < nodes; ++n) {
         w.node_cpu.push_back(std::make_unique<Pool>());

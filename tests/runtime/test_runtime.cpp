@@ -131,6 +131,24 @@ TEST_CASE("a checkpoint resumes bit for bit", "[runtime][checkpoint]") {
     std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("the ssd tier: O_DIRECT where the filesystem allows it, the page cache where it does not", "[runtime][ssd]") {
+    // Adam's moments in the ssd file: the loss curve of the optimizer on the GPU, wherever the file is.
+    ModelSpec m = tiny_llama(2);
+    PlanSpec p = cpu_plan();
+    const std::vector<double> ref = losses(m, p, 3);
+    p.zero_stage = 1;
+    p.offload.optimizer = TierSplit{0.0, 0.0, 1.0};
+    std::vector<std::string> dirs{std::filesystem::temp_directory_path().string()};
+    if (std::filesystem::is_directory("/dev/shm")) dirs.push_back("/dev/shm");  // tmpfs: O_DIRECT refused
+    for (const std::string& dir : dirs) {
+        INFO(dir);
+        runtime::RunOptions o;
+        o.ssd_dir = dir;
+        const std::vector<double> got = losses(m, p, 3, o);
+        for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(ref[i]).epsilon(1e-5));
+    }
+}
+
 TEST_CASE("memory: refused before allocating, caught during a step", "[runtime][memory]") {
     runtime::RunOptions o;
     o.capacity_bytes[0] = 1e6;  // 1 MB of "HBM": the analytical model alone says no
