@@ -4,6 +4,7 @@
 // InputErrors with a did-you-mean. Reads only; never writes.
 #include <algorithm>
 #include <cctype>
+#include <set>
 #include <sstream>
 
 #include "impl.hpp"
@@ -115,6 +116,15 @@ bool parse_collective_key(const std::string& key, CollectiveFit& c) {
     return true;
 }
 
+// The kind of GPU figure a fit gives (view(): each kind comes from the newest run measuring it);
+// "" for host figures, which attach_host takes.
+std::string fit_category(const Fit& f) {
+    if (f.kind == "collective") return "collective";
+    if (f.key == "hbm" || f.key == "kernel/runtime" || f.key == "kernel/runtime_adam") return f.key;
+    if (f.kind == "memcpy" && (f.key == "h2d/pinned" || f.key == "d2h/pinned")) return f.key;
+    return "";
+}
+
 // Host-side figures (CPU Adam, SSD, DRAM) from one run's rows of one device; fills only what is unset.
 void attach_host(HardwareView& v, const std::vector<Measurement>& ms, const std::vector<Fit>& fs, const std::string& dev) {
     for (const Fit& f : fs) {
@@ -219,16 +229,27 @@ HardwareView Database::view(const std::string& gpu_id, const std::string& node_i
     }
 
     // ---- measured and fitted figures ----
-    // GPU figures come from ONE run (the newest), so they describe one software stack together.
-    const auto gpu_runs = runs_for(impl_->db, impl_->path, v.gpu.id);
-    const std::int64_t gpu_run = gpu_runs.empty() ? 0 : gpu_runs.front();
-    if (gpu_run) {
-        v.measured_run = gpu_run;
-        v.measured_device = v.gpu.id;
+    // Each kind of GPU figure (GEMM points, attention points, collective fits, HBM, each copy
+    // direction, the runtime's kernels) comes whole from the newest run that measured that kind,
+    // so the points of one curve describe one software stack together, and a partial profile
+    // (`--only ssd`) leaves the kinds it did not measure as they were.
+    std::set<std::string> taken;
+    for (const std::int64_t gpu_run : runs_for(impl_->db, impl_->path, v.gpu.id)) {
         const auto ms = measurements(gpu_run);
         const auto fs = fits(gpu_run);
+        std::set<std::string> here;
+        for (const Measurement& m : ms)
+            if (m.device == v.gpu.id && (m.kind == "gemm" || m.kind == "attention")) here.insert(m.kind);
+        for (const Fit& f : fs)
+            if (f.device == v.gpu.id) here.insert(fit_category(f));
+        here.erase("");
+        auto fresh = [&](const std::string& cat) { return !cat.empty() && taken.count(cat) == 0; };
+        if (!v.measured_run) {  // the newest run of this GPU
+            v.measured_run = gpu_run;
+            v.measured_device = v.gpu.id;
+        }
         for (const Measurement& m : ms) {
-            if (m.device != v.gpu.id) continue;
+            if (m.device != v.gpu.id || !fresh(m.kind)) continue;
             auto lab = m.labels.find("dtype");
             auto dt = dtype_from_string(lab == m.labels.end() ? "bf16" : lab->second);
             if (!dt || m.value <= 0) continue;
@@ -255,7 +276,7 @@ HardwareView Database::view(const std::string& gpu_id, const std::string& node_i
             }
         }
         for (const Fit& f : fs) {
-            if (f.device != v.gpu.id) continue;
+            if (f.device != v.gpu.id || !fresh(fit_category(f))) continue;
             if (f.kind == "collective") {
                 CollectiveFit c;
                 if (!parse_collective_key(f.key, c)) continue;
@@ -275,6 +296,7 @@ HardwareView Database::view(const std::string& gpu_id, const std::string& node_i
             }
         }
         attach_host(v, ms, fs, v.gpu.id);
+        taken.insert(here.begin(), here.end());
     }
     // Host-side figures on device "cpu" apply to any GPU (they describe the host). Each figure comes
     // from the newest run that has it, so a run measuring only CPU Adam hides no older SSD figure.

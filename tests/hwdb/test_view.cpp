@@ -214,3 +214,29 @@ TEST_CASE("view: host rows of a CUDA run (recorded under the GPU id) are used fi
     CHECK(*v.cpu_adam_params_per_s == 5e8);     // missing there: from the CPU run
     CHECK_FALSE(v.ssd_write);                   // measured nowhere
 }
+
+TEST_CASE("view: a partial profile leaves the kinds it did not measure as they were", "[hwdb][view]") {
+    TempDir t;
+    Database db = Database::create_seeded(t.file("v.db"));
+    // A full run (GEMM points, an HBM fit, an H2D fit), then `--only memcpy` (a new H2D fit),
+    // then `--only ssd`: each kind comes from the newest run that measured it.
+    Measurement g = measurement("gemm", "H100-SXM5-80GB", "m=4096", {{"m", 4096}, {"n", 4096}, {"k", 4096}}, 600e12, "FLOP/s");
+    g.labels = {{"dtype", "bf16"}};
+    db.write_run(run("2026-01-01T00:00:00Z"), {g},
+                 {fit("membw", "H100-SXM5-80GB", "hbm", "bandwidth", {{"latency_ns", 2000}, {"Bps", 3e12}}),
+                  fit("memcpy", "H100-SXM5-80GB", "h2d/pinned", "bandwidth", {{"latency_ns", 5000}, {"Bps", 50e9}})});
+    db.write_run(run("2026-01-02T00:00:00Z"), {},
+                 {fit("memcpy", "H100-SXM5-80GB", "h2d/pinned", "bandwidth", {{"latency_ns", 5000}, {"Bps", 53e9}})});
+    const auto ssd_run = db.write_run(run("2026-01-03T00:00:00Z"), {},
+                                      {fit("ssd", "H100-SXM5-80GB", "read", "bandwidth", {{"latency_ns", 70000}, {"Bps", 6e9}})});
+    const HardwareView v = db.view("H100-SXM5-80GB", "", "", "", "", "");
+    CHECK(v.measured_run == ssd_run);
+    REQUIRE(v.gemm_points.size() == 1);     // from the first run: nothing newer measured GEMMs
+    CHECK(v.gemm_points[0].efficiency == Approx(600e12 / v.gpu.peak(Dtype::bf16)));
+    REQUIRE(v.hbm);
+    CHECK(v.hbm->Bps == 3e12);
+    REQUIRE(v.h2d);
+    CHECK(v.h2d->Bps == 53e9);              // the second run's, the newest H2D fit
+    REQUIRE(v.ssd_read);
+    CHECK(v.ssd_read->Bps == 6e9);
+}
