@@ -45,7 +45,7 @@ void RankState::compute(std::size_t i) {
     const i64 hd = head_dim_of(m);
     switch (in.op) {
         case Op::gemm: {
-            if (nout >= 1 && a.out(0).role == TensorRole::param_grad) {  // wgrad: dW += dY^T X
+            if (nout >= 1 && (a.out(0).role == TensorRole::param_grad || a.out(0).role == TensorRole::weight_grad)) {  // wgrad: dW += dY^T X
                 const DataTensor &x = a.in(0), &dy = a.in(1), &dw = a.out(0);
                 if (dw.rows != dy.cols || dw.cols != x.cols || x.rows != dy.rows) fail(i, "wgrad operand shapes disagree");
                 KERNEL(matmul_wgrad, O(0), nout > 1 ? O(1) : nullptr, I(0), I(1), x.rows, x.cols, dy.cols);
@@ -144,6 +144,16 @@ void RankState::compute(std::size_t i) {
             return;
         }
         case Op::optimizer_gpu: optimizer(i, false); return;
+        case Op::grad_accum: {  // autograd's accumulation: {fresh gradients.., ranges..} -> {ranges..}, each range += its gradient
+            if (nin != 2 * nout) fail(i, "grads.accumulate pairs each fresh gradient with its range");
+            for (int k = 0; k < nout; ++k) {
+                if (a.id(nout + k) != a.id(nin + k) || a.in(k).elements() != a.out(k).elements())
+                    fail(i, "grads.accumulate adds a gradient into a range of its own size, in place");
+                float* sum = O(k);
+                KERNEL(add, sum, sum, I(k), nullptr, 1, a.out(k).elements());
+            }
+            return;
+        }
         case Op::elementwise: break;
         default: fail(i, std::string("op ") + to_string(in.op) + " is not executed by the runtime");
     }

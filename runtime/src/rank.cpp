@@ -29,7 +29,7 @@ void atomic_max(std::atomic<double>& a, double v) {
     }
 }
 bool tracked(TensorRole r, Tier t) {
-    return r == TensorRole::activation || r == TensorRole::grad || r == TensorRole::stats || r == TensorRole::tokens ||
+    return r == TensorRole::activation || r == TensorRole::grad || r == TensorRole::weight_grad || r == TensorRole::stats || r == TensorRole::tokens ||
            (r == TensorRole::optimizer_state && t == Tier::cpu);
 }
 }  // namespace

@@ -366,3 +366,55 @@ TEST_CASE("parameters homed on the host are fetched a unit at a time and stay ho
     CHECK(written == Approx(param_layout(m, homed_on_host, 0).dense_elements * 2.0));  // bf16 weights
     CHECK_THAT(dataflow_unsupported(m, p), Catch::Contains("plan.offload.params"));
 }
+
+TEST_CASE("unfused accumulation: each micro-batch's weight gradients are added into their ranges", "[dataflow][grads]") {
+    ModelSpec m = small_gpt();
+    m.linear_bias = true;
+    m.tied_embeddings = true;
+    for (int tp : {1, 2})
+        for (int pp : {1, 2})
+            for (int zero : {0, 1}) {
+                PlanSpec p = plan(tp, pp, 2, 8);
+                p.zero_stage = zero;
+                p.sequence_parallel = tp > 1;
+                p.grad_accum_fusion = false;
+                if (zero == 1) p.precision = Precision::fp32;  // fp32 sums: the first micro-batch is added too
+                INFO("tp " << tp << " pp " << pp << " zero " << zero);
+                REQUIRE(dataflow_unsupported(m, p).empty());
+                const Program prog = lower_df(m, p);
+                const std::vector<std::string> h = dataflow_hazards(prog, 3);
+                INFO((h.empty() ? "" : h[0]));
+                CHECK(h.empty());
+                check_def_before_use(prog);
+                for (const RankProgram& r : prog.ranks) {
+                    // Every parameter's gradient is accumulated once per micro-batch (the embedding
+                    // and the tied head table twice: the lookup's and the head's), but the first in
+                    // bf16: its gradient becomes the sum itself.
+                    std::map<std::int64_t, int> adds;  // range offset -> additions
+                    for (std::size_t i = 0; i < r.instrs.size(); ++i) {
+                        if (r.instrs[i].op != Op::grad_accum) continue;
+                        const auto a = ins(prog, r, i), b = outs(prog, r, i);
+                        REQUIRE(a.size() == 2 * b.size());
+                        for (std::size_t k = 0; k < b.size(); ++k) {
+                            const DataTensor &g = prog.tensors[static_cast<std::size_t>(a[k])], &sum = prog.tensors[static_cast<std::size_t>(b[k])];
+                            CHECK(g.role == TensorRole::weight_grad);
+                            CHECK(sum.role == TensorRole::param_grad);
+                            CHECK(a[b.size() + k] == b[k]);  // in place
+                            CHECK(g.elements() == sum.elements());
+                            ++adds[sum.offset];
+                        }
+                    }
+                    const ParamLayout L = param_layout(m, p, r.pp_stage);
+                    for (const ParamEntry& e : L.entries) {
+                        INFO(e.name << " layer " << e.layer);
+                        const int twice = e.name == "word_embedding.weight" && pp == 1 ? 2 : 1;
+                        CHECK(adds[e.offset] == twice * (p.micro_batches() - (p.grad_bytes() > 2 ? 0 : 1)));
+                    }
+                }
+            }
+    PlanSpec z2 = plan(1, 1, 2, 8);
+    z2.zero_stage = 2;
+    z2.overlap_grad_reduce = false;
+    z2.grad_accum_fusion = false;
+    CHECK_THAT(dataflow_unsupported(m, z2), Catch::Contains("plan.grad_accum_fusion"));
+}

@@ -79,6 +79,18 @@ std::vector<Variant> variants() {
         v.push_back({"dp 2, ZeRO-1, optimizer split GPU/CPU/SSD", p});
     }
     {
+        // Autograd's unfused accumulation (DeepSpeed, torchtitan, Hugging Face): each micro-batch's
+        // weight gradients are fresh tensors, added into the accumulated ones after the layer.
+        PlanSpec p = cpu_plan();
+        p.grad_accum_fusion = false;
+        v.push_back({"unfused gradient accumulation", p});
+        p = cpu_plan(2, 2, 2);
+        p.sequence_parallel = true;
+        p.zero_stage = 1;
+        p.grad_accum_fusion = false;
+        v.push_back({"tp 2 pp 2 dp 2, SP, ZeRO-1, unfused gradient accumulation", p});
+    }
+    {
         // Parameters homed in host memory, fetched to the GPU a unit at a time (ZeRO-Offload's
         // offload_param on one data-parallel rank), with the optimizer on the host or on SSD.
         PlanSpec p = cpu_plan();

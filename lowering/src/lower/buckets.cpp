@@ -352,7 +352,20 @@ int RankLowering::prm_grad(const char* name, int layer) {
     if (!df_) return -1;
     DataTensor t = prog_.tensors[static_cast<std::size_t>(prm(name, layer))];
     t.role = TensorRole::param_grad;
-    return table_->intern(t);
+    const int range_id = table_->intern(t);
+    if (!unfused_capture_) return range_id;
+    // Unfused accumulation (autograd's): this micro-batch's gradient is a tensor of its own, added
+    // into the accumulated one by the layer's grads.accumulate (accumulate_grads).
+    DataTensor g;
+    g.name = tensor_name_id(prog_, std::string("grad.") + name);
+    g.role = TensorRole::weight_grad;
+    g.layer = t.layer;
+    g.microbatch = mb_;
+    g.rows = t.rows;
+    g.cols = t.cols;
+    const int fresh = table_->intern(g);
+    unfused_grads_.emplace_back(fresh, range_id);
+    return fresh;
 }
 
 int RankLowering::bias(const char* name, int layer, bool grad_of) {

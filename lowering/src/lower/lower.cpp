@@ -555,7 +555,17 @@ void RankLowering::layer_grads(int layer) {
 // Unfused gradient accumulation (plan.grad_accum_fusion off): a memory-bound add of this
 // micro-batch's weight gradients into the accumulated ones, after the layer's backward. Under ZeRO
 // 2/3 the sum lives in the rank's shard, after the reduce-scatter: 1/N_d of the parameters.
+// In the dataflow (ZeRO 0/1: the sum is the whole gradient buffer) the instruction adds each
+// gradient the layer's backward wrote into its range (begin_unfused_capture).
+void RankLowering::begin_unfused_capture() {
+    const bool fp32_sum = p_.grad_bytes() > 2;
+    unfused_capture_ = df_ && !p_.grad_accum_fusion && p_.zero_stage <= 1 && (fp32_sum || !first_backward_);
+    unfused_grads_.clear();
+}
+
 void RankLowering::accumulate_grads(double dense_params, double expert_params) {
+    const bool captured = unfused_capture_;
+    unfused_capture_ = false;
     if (p_.grad_accum_fusion) return;
     const bool fp32_sum = p_.grad_bytes() > 2;
     if (!fp32_sum && first_backward_) return;  // the first gradient becomes the sum itself
@@ -566,6 +576,16 @@ void RankLowering::accumulate_grads(double dense_params, double expert_params) {
     }
     const double params = dense_params + expert_params;
     if (params > 0) compute(Op::grad_accum, n_.grad_accum, 0, per_param * params);
+    if (captured && params > 0) {  // {fresh gradients.., ranges..} -> {ranges..}
+        std::vector<int> ins, outs;
+        for (const auto& [fresh, range_id] : unfused_grads_) ins.push_back(fresh);
+        for (const auto& [fresh, range_id] : unfused_grads_) {
+            ins.push_back(range_id);
+            outs.push_back(range_id);
+        }
+        io_lists(ins, outs);
+    }
+    unfused_grads_.clear();
 }
 
 // Without overlap (or for ZeRO-3's embedding/head), reduce everything after the last backward;

@@ -276,6 +276,11 @@ private:
     int fetch_activations(int mb, int chunk, int li, int after_ev);
     void layer_grads(int layer);
     void accumulate_grads(double dense_params, double expert_params);  ///< plan.grad_accum_fusion off
+    /// Dataflow of unfused accumulation: while set, prm_grad names a fresh gradient tensor and
+    /// remembers it with its range, for accumulate_grads to add in.
+    bool unfused_capture_ = false;
+    std::vector<std::pair<int, int>> unfused_grads_;  ///< (this micro-batch's gradient, the range it is added to)
+    void begin_unfused_capture();
     /// The gradients of unit `u` are final: emit the overlapped reduction of every bucket it closes.
     void unit_ready(int u);
     void reduce_bucket(const Bucket& b);

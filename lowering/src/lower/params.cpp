@@ -153,7 +153,10 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
                    "parameters in host memory run with dp x cp = 1";
     }
     if (p.lock_free_update) return "plan.lock_free_update = true: the delayed update is not executed yet";
-    if (!p.grad_accum_fusion) return "plan.grad_accum_fusion = false: unfused gradient accumulation is not executed yet";
+    if (!p.grad_accum_fusion && p.zero_stage >= 2)
+        return "plan.grad_accum_fusion = false with plan.zero_stage = " + std::to_string(p.zero_stage) +
+               ": unfused accumulation into a gradient shard (after each micro-batch's reduce-scatter) is not executed yet; "
+               "it is with ZeRO 0 and 1";
     if (p.p2p_scatter_gather) return "plan.p2p_scatter_gather = true: split pipeline transfers are not executed yet";
     if (p.zero_stage == 2 && p.overlap_grad_reduce && p.micro_batches() > 1)
         return "plan.zero_stage = 2 with plan.overlap_grad_reduce: each micro-batch's reduce-scatter runs while the next backward "

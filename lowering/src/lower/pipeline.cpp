@@ -253,6 +253,7 @@ void RankLowering::backward_pass(int mb, int chunk) {
         }
         if (!out_full_desc_.empty()) regathered = alloc_list(out_full_desc_, out_full_ids_);
     } else {
+        begin_unfused_capture();
         for (int k = 0; k < m_.mtp_depth; ++k) mtp_backward();
         head_backward();
         const StageParams mtp = mtp_params_local(m_, p_);
@@ -282,6 +283,7 @@ void RankLowering::backward_pass(int mb, int chunk) {
         }
         const int lis = layer_in_stage(chunk, li);
         const AllocRun ws = alloc_list(ws_desc_[static_cast<std::size_t>(lis)], ws_ids_[static_cast<std::size_t>(lis)]);
+        begin_unfused_capture();
         layer_backward(layer, lis);
         if (li == 0) join_deferred();
         layer_ = layer;
@@ -305,6 +307,7 @@ void RankLowering::backward_pass(int mb, int chunk) {
     }
     if (v == 0) {
         const AllocRun ws = alloc_list(emb_ws_desc_, emb_ws_ids_);
+        begin_unfused_capture();
         embedding_backward();
         free_list(ws);
         auto it = stashed_.find({mb_, chunk, -1});
