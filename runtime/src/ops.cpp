@@ -297,7 +297,14 @@ bool RankState::p2p(std::size_t i, bool first) {
     const Args a{w_.program, rp_, rp_.operands[i]};
     const int id = send ? a.id(0) : a.id(a.o.n_in);
     if (a.o.n_in + a.o.n_out != 1) fail(i, "a transfer names one tensor");
-    const bool done = w_.transport.p2p(key, send, tensor(id, !send, i), elements(id), &waker_);
+    float* data = tensor(id, !send, i);
+    i64 n = elements(id);
+    if (send && w_.plan.p2p_scatter_gather && tp_size_ > 1) {  // this TP rank's 1/tp of the rows; the receivers gather them
+        if (n % tp_size_ != 0) fail(i, "a scatter/gather transfer must split into tp equal slices");
+        n /= tp_size_;
+        data += static_cast<i64>(tp_rank_) * n;
+    }
+    const bool done = w_.transport.p2p(key, send, data, n, &waker_);
     if (done) ended_ns_[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - w_.step_start).count();
     return done;
 }

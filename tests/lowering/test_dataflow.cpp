@@ -418,3 +418,31 @@ TEST_CASE("unfused accumulation: each micro-batch's weight gradients are added i
     z2.grad_accum_fusion = false;
     CHECK_THAT(dataflow_unsupported(m, z2), Catch::Contains("plan.grad_accum_fusion"));
 }
+
+TEST_CASE("scatter/gather pipeline transfers: a slice on the wire, the whole tensor after the TP gather", "[dataflow]") {
+    ModelSpec m = small_gpt();
+    for (bool blocking : {false, true}) {
+        PlanSpec p = plan(2, 2, 1, 4);
+        p.p2p_scatter_gather = true;
+        p.p2p_blocking = blocking;  // DeepSpeed's PipelineEngine
+        REQUIRE(dataflow_unsupported(m, p).empty());
+        const Program prog = lower_df(m, p);
+        CHECK(dataflow_hazards(prog, 3).empty());
+        check_def_before_use(prog);
+        for (const RankProgram& r : prog.ranks)
+            for (std::size_t i = 0; i < r.instrs.size(); ++i) {
+                const Instr& in = r.instrs[i];
+                if (in.kind != InstrKind::recv) continue;
+                // b*s*h*2/tp = 1*32*64*2/2 bytes: the receive writes half of the rows.
+                const auto o = outs(prog, r, i);
+                REQUIRE(o.size() == 1);
+                const DataTensor& t = prog.tensors[static_cast<std::size_t>(o[0])];
+                CHECK(t.rows == 16);
+                CHECK(t.elements() * 2 == static_cast<std::int64_t>(in.bytes));
+            }
+    }
+    PlanSpec sp = plan(2, 2, 1, 4);
+    sp.p2p_scatter_gather = true;
+    sp.sequence_parallel = true;
+    CHECK_THAT(dataflow_unsupported(m, sp), Catch::Contains("plan.p2p_scatter_gather"));
+}

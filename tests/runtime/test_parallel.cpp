@@ -79,6 +79,19 @@ std::vector<Variant> variants() {
         v.push_back({"dp 2, ZeRO-1, optimizer split GPU/CPU/SSD", p});
     }
     {
+        // Megatron-LM 2021 and DeepSpeed's pipeline: each TP rank sends 1/tp of the boundary
+        // tensor, the receivers all-gather it over TP (SC21 Sec. 4.1).
+        PlanSpec p = cpu_plan(2, 2);
+        p.p2p_scatter_gather = true;
+        v.push_back({"tp 2 pp 2, scatter/gather pipeline transfers", p});
+        p = cpu_plan(2, 2, 2);
+        p.p2p_scatter_gather = true;
+        p.grad_accum_fusion = false;
+        p.zero_stage = 1;
+        p.overlap_grad_reduce = false;
+        v.push_back({"tp 2 pp 2 dp 2, scatter/gather, unfused accumulation, ZeRO-1 (DeepSpeed's pipeline)", p});
+    }
+    {
         // Autograd's unfused accumulation (DeepSpeed, torchtitan, Hugging Face): each micro-batch's
         // weight gradients are fresh tensors, added into the accumulated ones after the layer.
         PlanSpec p = cpu_plan();

@@ -267,7 +267,8 @@ private:
     void block_on_send();       ///< plan.p2p_blocking: DeepSpeed's parity-ordered blocking send
     void post_blocking_recv();  ///< plan.p2p_blocking: a receive posted in line with compute
     double p2p_wire_bytes(double tensor_bytes) const;  ///< what one rank sends: 1/tp with plan.p2p_scatter_gather
-    void gather_received(double tensor_bytes);         ///< plan.p2p_scatter_gather: rebuild the tensor over TP
+    void gather_received(double tensor_bytes, int slice, int whole);  ///< plan.p2p_scatter_gather: rebuild the tensor over TP
+    int received(int whole);
     int fetch_params(int layer, int after_ev);
     int fetch_offloaded(double params, const Unit* u, int after_ev);
     void fetch_edge(bool head);

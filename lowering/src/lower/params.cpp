@@ -157,7 +157,11 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
         return "plan.grad_accum_fusion = false with plan.zero_stage = " + std::to_string(p.zero_stage) +
                ": unfused accumulation into a gradient shard (after each micro-batch's reduce-scatter) is not executed yet; "
                "it is with ZeRO 0 and 1";
-    if (p.p2p_scatter_gather) return "plan.p2p_scatter_gather = true: split pipeline transfers are not executed yet";
+    if (p.p2p_scatter_gather && p.tp > 1 && p.sequence_parallel)
+        return "plan.p2p_scatter_gather = true with plan.sequence_parallel: a sequence shard split again over TP is not executed "
+               "(Megatron-Core turns the scatter/gather off under sequence parallelism)";
+    if (p.p2p_scatter_gather && p.tp > 1 && (static_cast<std::int64_t>(p.micro_batch) * m.seq_len / std::max(1, p.cp)) % p.tp != 0)
+        return "plan.p2p_scatter_gather = true: micro_batch x seq_len / cp must be a multiple of plan.tp (each TP rank sends 1/tp of the rows)";
     if (p.zero_stage == 2 && p.overlap_grad_reduce && p.micro_batches() > 1)
         return "plan.zero_stage = 2 with plan.overlap_grad_reduce: each micro-batch's reduce-scatter runs while the next backward "
                "accumulates into the same buffer (DeepSpeed and FSDP reduce from a copy into a separate shard); not in the "

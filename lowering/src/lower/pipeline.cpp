@@ -143,9 +143,20 @@ double RankLowering::p2p_wire_bytes(double tensor_bytes) const {
     return p_.p2p_scatter_gather ? tensor_bytes / d_.tp : tensor_bytes;
 }
 
-void RankLowering::gather_received(double tensor_bytes) {
+// In the dataflow the receive wrote this rank's slice (`slice`, 1/tp of the rows) and the gather
+// rebuilds the whole tensor (`whole`); the sender sent its TP rank's slice of its whole tensor.
+void RankLowering::gather_received(double tensor_bytes, int slice, int whole) {
     if (!p_.p2p_scatter_gather) return;
     wait(Stream::compute, collective(Stream::tp_comm, CollKind::all_gather, Group::tp, tensor_bytes, n_.pp_gather));
+    if (df_) io({slice}, {whole});
+}
+
+// The tensor a receive writes: the whole one, or with the scatter/gather this rank's slice of it.
+int RankLowering::received(int whole) {
+    if (!df_ || !p_.p2p_scatter_gather || d_.tp <= 1) return whole;
+    DataTensor t = prog_.tensors[static_cast<std::size_t>(whole)];
+    t.rows /= static_cast<std::int64_t>(d_.tp);
+    return table_->intern(t);
 }
 
 void RankLowering::forward_pass(int mb, int chunk) {
@@ -167,9 +178,10 @@ void RankLowering::forward_pass(int mb, int chunk) {
             in.bytes = p2p_wire_bytes(p2p_bytes);
             in.peer = program_of_stage(prev);
             in.match_id = p2p_match(mb_, v - 1, true, lane);
-            if (df_) io({}, {act(n_.t_x, first_layer, d_.tokens_sp, d_.h)});
+            const int x = act(n_.t_x, first_layer, d_.tokens_sp, d_.h), slice = received(x);
+            if (df_) io({}, {slice});
             wait(Stream::compute, record(recv_stream(chunk, true)));
-            gather_received(p2p_bytes);
+            gather_received(p2p_bytes, slice, x);
         }
     } else {
         stashed_[{mb_, chunk, -1}] = alloc_list(emb_desc_, emb_ids_);
@@ -247,9 +259,10 @@ void RankLowering::backward_pass(int mb, int chunk) {
             in.bytes = p2p_wire_bytes(p2p_bytes);
             in.peer = program_of_stage(next);
             in.match_id = p2p_match(mb_, v + 1, false, lane);
-            if (df_) io({}, {grad(n_.g_x, chunk_first_layer(chunk) + chunk_layers(chunk), d_.tokens_sp, d_.h)});
+            const int g = grad(n_.g_x, chunk_first_layer(chunk) + chunk_layers(chunk), d_.tokens_sp, d_.h), slice = received(g);
+            if (df_) io({}, {slice});
             wait(Stream::compute, record(recv_stream(chunk, false)));
-            gather_received(p2p_bytes);
+            gather_received(p2p_bytes, slice, g);
         }
         if (!out_full_desc_.empty()) regathered = alloc_list(out_full_desc_, out_full_ids_);
     } else {
