@@ -373,12 +373,14 @@ TEST_CASE("unfused accumulation: each micro-batch's weight gradients are added i
     m.tied_embeddings = true;
     for (int tp : {1, 2})
         for (int pp : {1, 2})
-            for (int zero : {0, 1}) {
+            for (int zero : {0, 1, 2, 3}) {
+                if (zero == 3 && pp > 1) continue;  // refused by validation without a framework that runs it
                 PlanSpec p = plan(tp, pp, 2, 8);
                 p.zero_stage = zero;
                 p.sequence_parallel = tp > 1;
                 p.grad_accum_fusion = false;
-                if (zero == 1) p.precision = Precision::fp32;  // fp32 sums: the first micro-batch is added too
+                if (zero == 2) p.overlap_grad_reduce = false;  // overlapped ZeRO-2 over micro-batches: refused
+                if (zero % 2 == 1) p.precision = Precision::fp32;  // fp32 sums: the first micro-batch is added too
                 INFO("tp " << tp << " pp " << pp << " zero " << zero);
                 REQUIRE(dataflow_unsupported(m, p).empty());
                 const Program prog = lower_df(m, p);
@@ -412,11 +414,6 @@ TEST_CASE("unfused accumulation: each micro-batch's weight gradients are added i
                     }
                 }
             }
-    PlanSpec z2 = plan(1, 1, 2, 8);
-    z2.zero_stage = 2;
-    z2.overlap_grad_reduce = false;
-    z2.grad_accum_fusion = false;
-    CHECK_THAT(dataflow_unsupported(m, z2), Catch::Contains("plan.grad_accum_fusion"));
 }
 
 TEST_CASE("scatter/gather pipeline transfers: a slice on the wire, the whole tensor after the TP gather", "[dataflow]") {

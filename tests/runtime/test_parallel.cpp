@@ -102,6 +102,17 @@ std::vector<Variant> variants() {
         p.zero_stage = 1;
         p.grad_accum_fusion = false;
         v.push_back({"tp 2 pp 2 dp 2, SP, ZeRO-1, unfused gradient accumulation", p});
+        p = cpu_plan(2, 1, 2);
+        p.zero_stage = 3;
+        p.grad_accum_fusion = false;
+        v.push_back({"tp 2 dp 2, ZeRO-3, unfused gradient accumulation (torchtitan's FSDP)", p});
+        p.zero_stage = 2;
+        p.overlap_grad_reduce = false;
+        v.push_back({"tp 2 dp 2, ZeRO-2 without overlap, unfused gradient accumulation", p});
+        p = cpu_plan(1, 2, 2);
+        p.zero_stage = 3;
+        p.grad_accum_fusion = false;
+        v.push_back({"pp 2 dp 2, ZeRO-3 (pipelined FSDP), unfused gradient accumulation", p});
     }
     {
         // Parameters homed in host memory, fetched to the GPU a unit at a time (ZeRO-Offload's

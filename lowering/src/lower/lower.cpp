@@ -555,11 +555,13 @@ void RankLowering::layer_grads(int layer) {
 // Unfused gradient accumulation (plan.grad_accum_fusion off): a memory-bound add of this
 // micro-batch's weight gradients into the accumulated ones, after the layer's backward. Under ZeRO
 // 2/3 the sum lives in the rank's shard, after the reduce-scatter: 1/N_d of the parameters.
-// In the dataflow (ZeRO 0/1: the sum is the whole gradient buffer) the instruction adds each
-// gradient the layer's backward wrote into its range (begin_unfused_capture).
+// In the dataflow the instruction adds each gradient the layer's backward wrote into its range
+// (begin_unfused_capture). Under ZeRO 2/3 the range is then reduce-scattered in place as with fused
+// accumulation, which leaves the rank's slice summed and zeroes the rest, so the next micro-batch's
+// additions sum correctly: the numbers of a shard-side sum, with the cost model's shard bytes.
 void RankLowering::begin_unfused_capture() {
     const bool fp32_sum = p_.grad_bytes() > 2;
-    unfused_capture_ = df_ && !p_.grad_accum_fusion && p_.zero_stage <= 1 && (fp32_sum || !first_backward_);
+    unfused_capture_ = df_ && !p_.grad_accum_fusion && (fp32_sum || !first_backward_);
     unfused_grads_.clear();
 }
 

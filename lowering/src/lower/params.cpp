@@ -153,10 +153,6 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
                    "parameters in host memory run with dp x cp = 1";
     }
     if (p.lock_free_update) return "plan.lock_free_update = true: the delayed update is not executed yet";
-    if (!p.grad_accum_fusion && p.zero_stage >= 2)
-        return "plan.grad_accum_fusion = false with plan.zero_stage = " + std::to_string(p.zero_stage) +
-               ": unfused accumulation into a gradient shard (after each micro-batch's reduce-scatter) is not executed yet; "
-               "it is with ZeRO 0 and 1";
     if (p.p2p_scatter_gather && p.tp > 1 && p.sequence_parallel)
         return "plan.p2p_scatter_gather = true with plan.sequence_parallel: a sequence shard split again over TP is not executed "
                "(Megatron-Core turns the scatter/gather off under sequence parallelism)";
