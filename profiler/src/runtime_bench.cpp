@@ -130,9 +130,10 @@ void bench_runtime_memory_bound_cpu(Context& ctx) {
             runtime::cpu::gelu_backward(da.data(), a.data(), ga.data(), T * f);
             if (r > 0) times.push_back(since(t0));
         }
-        // Bytes as the lowering charges these ops (2-byte activations): forward 2 x 2Th (norms) +
-        // 2 x 3Th (residuals) + 2Tf (GELU), backward 2 x 3Th + 2 x 2Th + 4Tf.
-        const double bytes = 2.0 * (20.0 * T * h + 6.0 * T * f);
+        // Bytes as the lowering charges these ops in an fp32 plan, the runtime's precision (4-byte
+        // activations): forward 2 x 2Th (norms) + 2 x 3Th (residuals) + 2Tf (GELU), backward
+        // 2 x 3Th + 2 x 2Th + 4Tf elements.
+        const double bytes = 4.0 * (20.0 * T * h + 6.0 * T * f);
         hwdb::Measurement m = point(ctx, "membw", make_key("runtime", {{"bytes", bytes}}), "B/s", rate_summary(bytes, times));
         m.params = {{"bytes", bytes}, {"tokens", static_cast<double>(T)}, {"hidden", static_cast<double>(h)}};
         m.labels = {{"kernel", "runtime"}, {"impl", "strata-runtime"}};
