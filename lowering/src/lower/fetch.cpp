@@ -1,0 +1,104 @@
+// What a layer, the embedding or the head needs brought to the GPU before it runs: parameters
+// offloaded to host memory or SSD (ZeRO-Infinity, Angel-PTM) and ZeRO-3's gathers, and offloaded
+// activations before their backward.
+#include <cmath>
+
+#include "lower_impl.hpp"
+
+namespace strata::sim::lower_detail {
+
+// ---------------------------------------------------------------------------------------------
+// Parameters a layer needs before it runs: SSD read and H2D of the offloaded fraction (ZeRO-
+// Infinity / Angel-PTM), then the ZeRO-3 all-gather of the full layer. Issued one layer ahead.
+int RankLowering::fetch_params(int layer, int after_ev) {
+    const TierSplit& pf = p_.offload.params;
+    const double off = pf.cpu + pf.ssd;
+    // Pipelined FSDP gathers once a step: at the layer's first forward (micro-batch 0).
+    const bool zero3 = p_.zero_stage == 3 && p_.dp * p_.cp > 1 && (!pipelined_fsdp() || (phase_ == Phase::forward && mb_ == step_ * micro_));
+    if (off <= 0 && !zero3) return -1;
+    const int saved_layer = layer_;
+    layer_ = layer;  // the transfers are labelled with the layer they serve
+    const LayerParamsRank lp = layer_params_rank(m_, p_, layer);
+    const double shard = zero3 ? lp.dense / group_size(Group::dp) + lp.expert / group_size(Group::edp) : lp.dense + lp.expert;
+    const Unit* u = df_ ? &units_[static_cast<std::size_t>(unit_of_layer(layer))] : nullptr;
+    int ev = fetch_offloaded(shard, u, after_ev);
+    if (zero3) {
+        ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, lp.dense * d_.act_bytes, n_.zero3_ag, ev);
+        if (df_) {
+            const int r = range(TensorRole::param, u->dense_off, u->dense);
+            io({r}, {r});
+        }
+        if (lp.expert > 0 && group_size(Group::edp) > 1)
+            ev = collective(Stream::dp_comm, CollKind::all_gather, Group::edp, lp.expert * d_.act_bytes, n_.zero3_ag_expert, -1);
+    }
+    layer_ = saved_layer;
+    return ev;
+}
+
+// The offloaded share of `params` parameters to the GPU: each tier's share moves on its own link
+// at once (the host share goes up while the SSD share is read into host memory, then follows it
+// over PCIe; h2d is one serial stream). In the dataflow each H2D fills its part of the unit's
+// range on the GPU from the host's copy: the host share first, the SSD share after it.
+int RankLowering::fetch_offloaded(double params, const Unit* u, int after_ev) {
+    const TierSplit& pf = p_.offload.params;
+    const double off = pf.cpu + pf.ssd;
+    if (off <= 0) return after_ev;
+    int ev = after_ev;
+    auto part = [&](double lo, double hi) {
+        if (!df_ || u == nullptr) return;
+        const double a = u->dense_off + std::round(u->dense * lo / off), b = u->dense_off + std::round(u->dense * hi / off);
+        if (b <= a) return;
+        io({range(TensorRole::param, a, b - a, Tier::cpu)}, {range(TensorRole::param, a, b - a, Tier::gpu)});
+    };
+    if (pf.cpu > 0) {
+        ev = copy(Stream::h2d, CopyKind::h2d, params * pf.cpu * d_.act_bytes, n_.fetch_h2d, after_ev);
+        part(0, pf.cpu);
+    }
+    if (pf.ssd > 0) {
+        const int read = copy(Stream::ssd, CopyKind::ssd_read, params * pf.ssd * d_.act_bytes, n_.fetch_ssd, after_ev);
+        ev = copy(Stream::h2d, CopyKind::h2d, params * pf.ssd * d_.act_bytes, n_.fetch_h2d, read);
+        part(pf.cpu, off);
+    }
+    return ev;
+}
+
+// The embedding's or the head's parameters, offloaded like a layer's, fetched before their use
+// (DeepSpeed's ZeRO-3 hooks fetch every module; the layers are prefetched, these are not). The
+// head of a single stage with a tied table reads the embedding's unit as well.
+void RankLowering::fetch_edge(bool head) {
+    if (p_.offload.params.all_gpu()) return;
+    const int saved_layer = layer_;
+    layer_ = -1;
+    for (const Unit& u : units_) {
+        if (u.chunk != chunk_ || u.layer >= 0) continue;
+        const bool wanted = head ? u.head || (u.embedding && m_.tied_embeddings && !head_stage_embedding_copy(m_, p_)) : u.embedding;
+        if (wanted) wait(Stream::compute, fetch_offloaded(u.dense + u.expert, &u, record(Stream::compute)));
+    }
+    layer_ = saved_layer;
+}
+
+int RankLowering::fetch_activations(int mb, int chunk, int li, int after_ev) {
+    auto it = act_offloaded_.find({mb, chunk, li});
+    if (it == act_offloaded_.end()) return -1;
+    const TierSplit& af = p_.offload.activations;
+    double bytes = 0;
+    for (const TensorDesc& t : act_desc_[static_cast<std::size_t>(layer_in_stage(chunk, li))])
+        bytes += t.bytes;
+    int ev = it->second;
+    act_offloaded_.erase(it);
+    const int saved_layer = layer_;
+    layer_ = chunk_first_layer(chunk) + li;
+    // As for parameters: the host share and the SSD read proceed at once.
+    const int offloaded = ev;
+    wait(Stream::h2d, after_ev);
+    if (af.cpu > 0) ev = copy(Stream::h2d, CopyKind::h2d, bytes * af.cpu, n_.act_h2d, offloaded);
+    if (af.ssd > 0) {
+        wait(Stream::ssd, after_ev);
+        const int read = copy(Stream::ssd, CopyKind::ssd_read, bytes * af.ssd, n_.act_ssd_read, offloaded);
+        ev = copy(Stream::h2d, CopyKind::h2d, bytes * af.ssd, n_.act_h2d, read);
+    }
+    layer_ = saved_layer;
+    return ev;
+}
+
+}  // namespace strata::sim::lower_detail

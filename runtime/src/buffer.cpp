@@ -1,0 +1,129 @@
+// Buffers charged to a memory pool while they live (TrackedBuffer), and the cache of host buffers
+// they come from: page-aligned, whole pages, kept for the next request of the same size.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "rank.hpp"
+
+namespace strata::runtime {
+
+namespace {
+std::string gib(double b) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f MiB", b / (1 << 20));
+    return buf;
+}
+void atomic_max(std::atomic<double>& a, double v) {
+    double cur = a.load();
+    while (v > cur && !a.compare_exchange_weak(cur, v)) {
+    }
+}
+}  // namespace
+
+namespace {
+float g_unbacked[1];  // what an unbacked buffer's data() points at (never read or written)
+}  // namespace
+
+// Host memory on whole 4 KiB pages: the ssd tier's O_DIRECT reads and writes move whole pages
+// into and out of these buffers (as DeepSpeed's aligned swap buffers).
+float* HostCache::take(std::size_t bytes, bool zero) {
+    float* p = nullptr;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        auto it = free_.find(bytes);
+        if (it != free_.end()) {
+            p = it->second;
+            free_.erase(it);
+        }
+    }
+    if (p == nullptr) {
+        zero = true;  // fresh memory is zeroed anyway (and touched here, not in the first copy)
+        p = dev_ ? dev_->alloc_host(static_cast<i64>(bytes / sizeof(float)))  // pinned: page-aligned
+                 : static_cast<float*>(std::aligned_alloc(kSsdAlign, std::max<std::size_t>(bytes, kSsdAlign)));
+        if (p == nullptr) return nullptr;
+    }
+    if (zero) std::memset(p, 0, bytes);
+    return p;
+}
+
+void HostCache::give(float* p, std::size_t bytes) {
+    std::lock_guard<std::mutex> lk(mu_);
+    free_.emplace(bytes, p);
+}
+
+void HostCache::clear() {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& [bytes, p] : free_) {
+        if (dev_) dev_->release_host(p);
+        else std::free(p);
+    }
+    free_.clear();
+}
+
+TrackedBuffer::TrackedBuffer(i64 n, Pool* pool, const std::string& what, Device* dev, bool on_device, bool backed, HostCache* cache,
+                             bool zero)
+    : n_(n), pool_(pool), dev_(dev), on_device_(on_device && dev != nullptr), backed_(backed), cache_(on_device_ ? nullptr : cache) {
+    const double bytes = static_cast<double>(n) * sizeof(float);
+    if (pool_) {
+        const double now = pool_->used.fetch_add(bytes) + bytes;
+        if (pool_->capacity > 0 && now > pool_->capacity) {
+            pool_->used.fetch_sub(bytes);
+            pool_ = nullptr;
+            throw OutOfMemory(what + ": " + gib(bytes) + " more would make " + gib(now) + " of " + gib(pool->capacity));
+        }
+        atomic_max(pool_->peak, now);
+    }
+    if (!backed_) {
+        data_ = g_unbacked;
+        return;
+    }
+    try {
+        if (on_device_) data_ = dev_->alloc(n);
+        else if (cache_) data_ = cache_->take(ssd_padded_bytes(n), zero);
+        else data_ = HostCache(dev_).take(ssd_padded_bytes(n), true);  // its own: given back to no cache
+    } catch (const std::bad_alloc&) {
+        data_ = nullptr;
+    }
+    if (data_ == nullptr) {
+        if (pool_) pool_->used.fetch_sub(bytes);
+        pool_ = nullptr;
+        n_ = 0;
+        throw OutOfMemory(what + ": the " + std::string(dev_ && on_device_ ? "device's" : "host's") + " allocator refused " + gib(bytes));
+    }
+}
+
+void TrackedBuffer::release() {
+    if (pool_) pool_->used.fetch_sub(static_cast<double>(n_) * sizeof(float));
+    if (data_ && backed_) {
+        if (on_device_) dev_->release(data_, n_);
+        else if (cache_) cache_->give(data_, ssd_padded_bytes(n_));
+        else if (dev_) dev_->release_host(data_);
+        else std::free(data_);
+    }
+    data_ = nullptr;
+    pool_ = nullptr;
+    n_ = 0;
+}
+
+TrackedBuffer::~TrackedBuffer() { release(); }
+
+TrackedBuffer& TrackedBuffer::operator=(TrackedBuffer&& o) noexcept {
+    if (this != &o) {
+        release();
+        data_ = o.data_;
+        n_ = o.n_;
+        pool_ = o.pool_;
+        dev_ = o.dev_;
+        on_device_ = o.on_device_;
+        backed_ = o.backed_;
+        cache_ = o.cache_;
+        o.data_ = nullptr;
+        o.n_ = 0;
+        o.pool_ = nullptr;
+    }
+    return *this;
+}
+
+}  // namespace strata::runtime
