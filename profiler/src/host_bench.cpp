@@ -86,7 +86,7 @@ void bench_ssd(Context& ctx) {
     // over enough bytes that each thread keeps many requests in turn, rewritten in place (the
     // median of 3 passes: the first allocates the blocks, a swapped state rewrites them), and not
     // synced: a swapper does not wait for the device's write cache to drain.
-    shapes.push_back({1024.0 * 1024, quick ? 256.0 * (1 << 20) : 1024.0 * (1 << 20), 8, 3, false});
+    shapes.push_back({1024.0 * 1024, quick ? 128.0 * (1 << 20) : 1024.0 * (1 << 20), 8, 3, false});
     namespace fs = std::filesystem;
     std::error_code ec;
     if (!fs::is_directory(ctx.opt.ssd_dir, ec))
