@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On a lent GPU machine: the cuda backend's test, a quick profile of this GPU into a fresh hwdb,
-# then `strata validate` of four single-GPU plans (docs/validation/). Each step is bounded and
+# then `strata validate` of six single-GPU plans (docs/validation/). Each step is bounded and
 # logged; everything lands in $OUT/results.tgz (the tool brings back at most 8 files).
 # Usage: OUT=DIR bench/gpu/runtime/device-run.sh PKG [CASE...]   (PKG from package.sh)
 set -uo pipefail
@@ -21,7 +21,7 @@ cat "$res/gpu-info.txt"
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 case "$gpu" in *H200*) cluster=$D/cluster-lent-h200.json ;; *) cluster=$D/cluster-lent-h100.json ;; esac
 
-cases="${*:-test profile gpt2-124m gpt2-1.5b llama-2-7b-offload gpt2-774m-ssd}"
+cases="${*:-test profile gpt2-124m gpt2-1.5b llama-2-7b-offload gpt2-774m-ssd llama-2-7b-params-cpu gpt2-1.5b-unfused}"
 db="$res/hwdb.db"
 "$S" hwdb init --db "$db" > /dev/null
 for c in $cases; do
@@ -37,6 +37,8 @@ for c in $cases; do
         gpt2-1.5b) m=gpt2-1.5b steps=4 lim=120 ;;
         llama-2-7b-offload) m=llama-2-7b steps=3 lim=200 ;;
         gpt2-774m-ssd) m=gpt2-774m steps=3 lim=120 ;;
+        llama-2-7b-params-cpu) m=llama-2-7b steps=3 lim=200 ;;
+        gpt2-1.5b-unfused) m=gpt2-1.5b steps=4 lim=120 ;;
       esac
       stamp "validate $c"
       timeout "$lim" "$S" validate --model $D/model-$m.json --plan $D/plan-$c.json --cluster "$cluster" --backend cuda --steps $steps \
