@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <tuple>
 
 #include "strata/common/json_reader.hpp"
 
@@ -19,6 +20,17 @@ double quantile(std::vector<double> x, double q) {
     const std::size_t i = static_cast<std::size_t>(std::floor(h));
     if (i + 1 >= x.size()) return x.back();
     return x[i] + (h - static_cast<double>(i)) * (x[i + 1] - x[i]);
+}
+
+std::pair<double, double> conformal_bounds(std::vector<double> x, double level) {
+    if (x.empty()) return {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()};
+    std::sort(x.begin(), x.end());
+    const double n = static_cast<double>(x.size()), tail = (1.0 - level) / 2.0;
+    // 1-based order statistics of split conformal prediction; past the sample, its extreme.
+    // (A hair of tolerance: (n + 1) x 0.1 must floor to 2 at n = 19, not to 1 by rounding.)
+    const auto lo = static_cast<std::size_t>(std::clamp(std::floor((n + 1.0) * tail + 1e-9), 1.0, n));
+    const auto hi = static_cast<std::size_t>(std::clamp(std::ceil((n + 1.0) * (1.0 - tail) - 1e-9), 1.0, n));
+    return {x[lo - 1], x[hi - 1]};
 }
 
 const char* scale_class(int gpus) { return gpus <= 64 ? "<=64 GPUs" : gpus <= 1024 ? "<=1024 GPUs" : ">1024 GPUs"; }
@@ -48,8 +60,7 @@ StepInterval step_interval(const ResidualTable& t, const std::string& arch, bool
         if (static_cast<int>(v.size()) < kMinClassSize) continue;
         StepInterval iv;
         iv.available = true;
-        iv.lo = quantile(v, (1.0 - level) / 2.0);
-        iv.hi = quantile(v, (1.0 + level) / 2.0);
+        std::tie(iv.lo, iv.hi) = conformal_bounds(v, level);
         iv.n = static_cast<int>(v.size());
         iv.cls = r.name;
         return iv;

@@ -270,19 +270,31 @@ TEST_CASE("quantiles, classes and coverage on a synthetic residual set", "[plann
     ResidualTable t;
     for (int i = 1; i <= 8; ++i) t.step.push_back({"s" + std::to_string(i), "Hopper", false, 16, 1.0 + 0.1 * i});
     for (int i = 1; i <= 3; ++i) t.step.push_back({"l" + std::to_string(i), "Hopper", false, 2048, 2.0});
-    // 8 small Hopper runs: their own class, ratios 1.1..1.8; 10 % -> h = 0.7 -> 1.17; 90 % -> h = 6.3 -> 1.73.
+    // Split conformal, 80 %: the floor((n+1) 0.1)-th and ceil((n+1) 0.9)-th smallest, clamped to 1..n.
+    // On 1..19 (n 19): the 2nd and 18th; on 1..10: floor 1.1 = 1st, ceil 9.9 = 10th.
+    std::vector<double> y;
+    for (int i = 19; i >= 1; --i) y.push_back(i);
+    CHECK(conformal_bounds(y, 0.8).first == 2.0);
+    CHECK(conformal_bounds(y, 0.8).second == 18.0);
+    CHECK(conformal_bounds(x, 0.8).first == 1.0);
+    CHECK(conformal_bounds(x, 0.8).second == 10.0);
+    CHECK(conformal_bounds(x, 0.5).first == 2.0);  // floor(11 x 0.25) = 2nd, ceil(11 x 0.75) = 9th
+    CHECK(conformal_bounds(x, 0.5).second == 9.0);
+
+    // 8 small Hopper runs: their own class, ratios 1.1..1.8; floor(0.9) = 0 -> the 1st, ceil(8.1) =
+    // 9 -> the 8th: 1.1 and 1.8.
     StepInterval iv = step_interval(t, "Hopper", false, 32);
     REQUIRE(iv.available);
     CHECK(iv.cls == "Hopper dense <=64 GPUs");
     CHECK(iv.n == 8);
-    CHECK(iv.lo == Approx(1.17));
-    CHECK(iv.hi == Approx(1.73));
+    CHECK(iv.lo == Approx(1.1));
+    CHECK(iv.hi == Approx(1.8));
     // 3 large runs are too few: the class widens to every Hopper dense run (11): sorted
-    // 1.1..1.8, 2, 2, 2; 10 % -> h = 1.0 -> 1.2; 90 % -> h = 9.0 -> 2.0.
+    // 1.1..1.8, 2, 2, 2; floor(1.2) = 1st -> 1.1, ceil(10.8) = 11th -> 2.0.
     iv = step_interval(t, "Hopper", false, 4096);
     CHECK(iv.cls == "Hopper dense");
     CHECK(iv.n == 11);
-    CHECK(iv.lo == Approx(1.2));
+    CHECK(iv.lo == Approx(1.1));
     CHECK(iv.hi == Approx(2.0));
     // No Ampere run: all 11.
     CHECK(step_interval(t, "Ampere", true, 64).cls == "all");
@@ -291,12 +303,11 @@ TEST_CASE("quantiles, classes and coverage on a synthetic residual set", "[plann
     few.step.push_back({"a", "Hopper", false, 8, 1.0});
     CHECK_FALSE(step_interval(few, "Hopper", false, 8).available);
 
-    // Leave-one-out on ratios 1..9 (one class of 9): leaving out 1, 2, 8 or 9 puts it outside the
-    // others' interval (leaving out 2: others 1,3..9, lo = 1 + 0.7 x 2 = 2.4 > 2); 3..7 stay inside
-    // (leaving out 3: lo = 1.7, hi = 8 + 0.3 = 8.3). Coverage 5 / 9.
+    // Leave-one-out on ratios 1..9 (one class of 9): the other 8 give [their min, their max], so
+    // only leaving out 1 or 9 puts it outside. Coverage 7 / 9 (type-7 quantiles gave 5 / 9).
     ResidualTable loo;
     for (int i = 1; i <= 9; ++i) loo.step.push_back({std::to_string(i), "Hopper", false, 8, static_cast<double>(i)});
-    CHECK(coverage(loo) == Approx(5.0 / 9.0));
+    CHECK(coverage(loo) == Approx(7.0 / 9.0));
 }
 
 TEST_CASE("memory verdicts against the suite's memory error", "[planner][interval]") {
@@ -355,14 +366,14 @@ TEST_CASE("a run's outlook scales by the interval and adds the energy bill when 
     rp.estimate.exposed_comm_s = 1;
     rp.estimate.hbm_bytes = 40e9;
     ResidualTable t;
-    for (int i = 1; i <= 8; ++i) t.step.push_back({std::to_string(i), "Hopper", false, 16, 1.0 + 0.1 * i});  // 1.17 .. 1.73
+    for (int i = 1; i <= 8; ++i) t.step.push_back({std::to_string(i), "Hopper", false, 16, 1.0 + 0.1 * i});  // 1.1 .. 1.8 (8 runs: min, max)
     const RunOutlook o = run_outlook(m, c, hw, rp, 1.6e7, &t, true);
     REQUIRE(o.interval.available);
-    CHECK(o.step_time_s.lo == Approx(11.7));
-    CHECK(o.step_time_s.hi == Approx(17.3));
-    CHECK(o.tokens_per_s.lo == Approx(1600 / 1.73));  // the slow end
-    CHECK(o.tokens_per_s.hi == Approx(1600 / 1.17));
-    CHECK(o.wall_s.hi / o.wall_s.mid == Approx(1.73));
+    CHECK(o.step_time_s.lo == Approx(11.0));
+    CHECK(o.step_time_s.hi == Approx(18.0));
+    CHECK(o.tokens_per_s.lo == Approx(1600 / 1.8));  // the slow end
+    CHECK(o.tokens_per_s.hi == Approx(1600 / 1.1));
+    CHECK(o.wall_s.hi / o.wall_s.mid == Approx(1.8));
     CHECK(o.goodput.wall_s == Approx(1e4 / o.goodput.goodput));  // work = 1.6e7 / 1600 = 1e4 s
     // Per state, from the estimate: 8 s computing, 1 s communicating, 1 s idle on each of 16 GPUs;
     // 2 nodes x 5000 W; x 1.58.
