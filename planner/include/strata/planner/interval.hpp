@@ -1,8 +1,9 @@
 // Prediction intervals from the fidelity suite's held-out residuals (docs/planner.md, "Prediction
 // intervals"; the table: bench/fidelity/residuals.json, written by `strata fidelity --residuals`).
 // A residual is how much longer a published run's step took than Strata predicted; the interval
-// of a new prediction is the empirical quantiles of the residuals of its nearest class of runs
-// (GPU architecture, dense or MoE, scale). No normal distribution is assumed.
+// of a new prediction is two order statistics of the residuals of its nearest class of runs (GPU
+// architecture, dense or MoE, scale), by split conformal prediction. No normal distribution is
+// assumed.
 #pragma once
 #include <string>
 #include <utility>
