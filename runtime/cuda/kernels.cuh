@@ -18,25 +18,19 @@ __device__ float warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
-// Every thread gets the block's total. `sh` holds 32 floats.
-__device__ float block_sum(float v, float* sh) {
+// Every thread gets the block's reduction: each warp's, then the warps' own. `sh` holds 32 floats;
+// `identity` fills the lanes past the last warp.
+template <float (*WarpOp)(float)>
+__device__ float block_reduce(float v, float* sh, float identity) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-    v = warp_sum(v);
+    v = WarpOp(v);
     __syncthreads();
     if (lane == 0) sh[warp] = v;
     __syncthreads();
-    float t = lane < warps ? sh[lane] : 0.0f;
-    return warp_sum(t);
+    return WarpOp(lane < warps ? sh[lane] : identity);
 }
-__device__ float block_max(float v, float* sh) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0) sh[warp] = v;
-    __syncthreads();
-    float t = lane < warps ? sh[lane] : -INFINITY;
-    return warp_max(t);
-}
+__device__ float block_sum(float v, float* sh) { return block_reduce<warp_sum>(v, sh, 0.0f); }
+__device__ float block_max(float v, float* sh) { return block_reduce<warp_max>(v, sh, -INFINITY); }
 
 // ---- elementwise ----
 __global__ void k_bias_rows(float* y, const float* b, i64 T, i64 N) {
