@@ -24,10 +24,22 @@ void atomic_max(std::atomic<double>& a, double v) {
 
 namespace {
 float g_unbacked[1];  // what an unbacked buffer's data() points at (never read or written)
+
+// Host memory on whole 4 KiB pages, zero-filled: the ssd tier's O_DIRECT reads and writes move
+// whole pages into and out of these buffers (as DeepSpeed's aligned swap buffers). Pinned when
+// there is a device. nullptr if refused.
+float* alloc_host_pages(Device* dev, std::size_t bytes) {
+    float* p = dev ? dev->alloc_host(static_cast<i64>(bytes / sizeof(float)))  // pinned: page-aligned
+                   : static_cast<float*>(std::aligned_alloc(kSsdAlign, std::max<std::size_t>(bytes, kSsdAlign)));
+    if (p) std::memset(p, 0, bytes);
+    return p;
+}
+void free_host_pages(Device* dev, float* p) {
+    if (dev) dev->release_host(p);
+    else std::free(p);
+}
 }  // namespace
 
-// Host memory on whole 4 KiB pages: the ssd tier's O_DIRECT reads and writes move whole pages
-// into and out of these buffers (as DeepSpeed's aligned swap buffers).
 float* HostCache::take(std::size_t bytes, bool zero) {
     float* p = nullptr;
     {
@@ -38,12 +50,7 @@ float* HostCache::take(std::size_t bytes, bool zero) {
             free_.erase(it);
         }
     }
-    if (p == nullptr) {
-        zero = true;  // fresh memory is zeroed anyway (and touched here, not in the first copy)
-        p = dev_ ? dev_->alloc_host(static_cast<i64>(bytes / sizeof(float)))  // pinned: page-aligned
-                 : static_cast<float*>(std::aligned_alloc(kSsdAlign, std::max<std::size_t>(bytes, kSsdAlign)));
-        if (p == nullptr) return nullptr;
-    }
+    if (p == nullptr) return alloc_host_pages(dev_, bytes);  // touched here, not in the first copy
     if (zero) std::memset(p, 0, bytes);
     return p;
 }
@@ -55,10 +62,7 @@ void HostCache::give(float* p, std::size_t bytes) {
 
 void HostCache::clear() {
     std::lock_guard<std::mutex> lk(mu_);
-    for (auto& [bytes, p] : free_) {
-        if (dev_) dev_->release_host(p);
-        else std::free(p);
-    }
+    for (auto& [bytes, p] : free_) free_host_pages(dev_, p);
     free_.clear();
 }
 
@@ -82,7 +86,7 @@ TrackedBuffer::TrackedBuffer(i64 n, Pool* pool, const std::string& what, Device*
     try {
         if (on_device_) data_ = dev_->alloc(n);
         else if (cache_) data_ = cache_->take(ssd_padded_bytes(n), zero);
-        else data_ = HostCache(dev_).take(ssd_padded_bytes(n), true);  // its own: given back to no cache
+        else data_ = alloc_host_pages(dev_, ssd_padded_bytes(n));
     } catch (const std::bad_alloc&) {
         data_ = nullptr;
     }
@@ -99,8 +103,7 @@ void TrackedBuffer::release() {
     if (data_ && backed_) {
         if (on_device_) dev_->release(data_, n_);
         else if (cache_) cache_->give(data_, ssd_padded_bytes(n_));
-        else if (dev_) dev_->release_host(data_);
-        else std::free(data_);
+        else free_host_pages(dev_, data_);
     }
     data_ = nullptr;
     pool_ = nullptr;
