@@ -44,6 +44,8 @@ Rate ssd_write_rate(const hwdb::HardwareView& hw, const ClusterSpec& c);
 /// Bytes of node DRAM traffic per parameter of a CPU Adam step (see docs/costs.md):
 /// read fp32 param, m, v, grad (16) + write param, m, v (12) + write the bf16 copy (2) = 30.
 constexpr double kCpuAdamBytesPerParam = 30.0;
+/// The same in the profiler's fp32 AdamW benchmark: read p, g, m, v (16), write p, m, v (12).
+constexpr double kCpuAdamBenchBytesPerParam = 28.0;
 
 inline std::int64_t to_ns(double seconds) {
     if (!(seconds > 0)) return 0;

@@ -86,10 +86,11 @@ Rate dram_rate(const hwdb::HardwareView& hw) {
     if (hw.host_dram && hw.host_dram->Bps > 0) return from_fit(*hw.host_dram);  // the profiler's STREAM copy
     Rate r;
     r.Bps = hw.cpu.dram_Bps > 0 ? hw.cpu.dram_Bps : 200e9;  // ~8-channel DDR4 socket pair, estimate
-    // A host whose CPU Adam was measured sustained that benchmark's traffic (fp32 AdamW: reads p,
-    // g, m, v, writes p, m, v: 28 bytes a parameter): a datasheet figure below it (a cluster that
-    // names no CPU gets a desktop's) is wrong for this host, and the measurement is a lower bound.
-    if (hw.cpu_adam_params_per_s && *hw.cpu_adam_params_per_s > 0) r.Bps = std::max(r.Bps, *hw.cpu_adam_params_per_s * 28.0);
+    // A host whose CPU Adam was measured sustained that benchmark's traffic: a datasheet figure
+    // below it (a cluster that names no CPU gets a desktop's) is wrong for this host, and the
+    // measurement is a lower bound.
+    if (hw.cpu_adam_params_per_s && *hw.cpu_adam_params_per_s > 0)
+        r.Bps = std::max(r.Bps, *hw.cpu_adam_params_per_s * kCpuAdamBenchBytesPerParam);
     return r;
 }
 
