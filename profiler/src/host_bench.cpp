@@ -32,6 +32,15 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 
 
 
+// f(t, lo, hi) on `threads` threads at once, thread t over its contiguous slice of [0, n); returns
+// when all are done.
+template <class F>
+void on_slices(std::size_t n, int threads, F f) {
+    std::vector<std::jthread> th;
+    const auto k = static_cast<std::size_t>(threads);
+    for (std::size_t t = 0; t < k; ++t) th.emplace_back([&f, n, k, t] { f(static_cast<int>(t), n * t / k, n * (t + 1) / k); });
+}
+
 std::vector<double> geometric(double lo, double hi, double factor) {
     std::vector<double> v;
     for (double x = lo; x <= hi * 1.0000001; x *= factor) v.push_back(std::round(x));
@@ -191,22 +200,16 @@ void bench_cpu_adam(Context& ctx) {
             const float c1 = 1.f / (1.f - std::pow(b1, static_cast<float>(step_no)));
             const float c2 = 1.f / (1.f - std::pow(b2, static_cast<float>(step_no)));
             const auto t0 = Clock::now();
-            {
-                std::vector<std::jthread> th;
-                for (int t = 0; t < threads; ++t)
-                    th.emplace_back([&, t] {
-                        const std::size_t b = P * static_cast<std::size_t>(t) / static_cast<std::size_t>(threads);
-                        const std::size_t e = P * static_cast<std::size_t>(t + 1) / static_cast<std::size_t>(threads);
-                        for (std::size_t i = b; i < e; ++i) {
-                            const float gi = g[i];
-                            const float mi = b1 * m[i] + (1.f - b1) * gi;
-                            const float vi = b2 * v[i] + (1.f - b2) * gi * gi;
-                            m[i] = mi;
-                            v[i] = vi;
-                            p[i] -= lr * ((mi * c1) / (std::sqrt(vi * c2) + eps) + wd * p[i]);
-                        }
-                    });
-            }
+            on_slices(P, threads, [&](int, std::size_t b, std::size_t e) {
+                for (std::size_t i = b; i < e; ++i) {
+                    const float gi = g[i];
+                    const float mi = b1 * m[i] + (1.f - b1) * gi;
+                    const float vi = b2 * v[i] + (1.f - b2) * gi * gi;
+                    m[i] = mi;
+                    v[i] = vi;
+                    p[i] -= lr * ((mi * c1) / (std::sqrt(vi * c2) + eps) + wd * p[i]);
+                }
+            });
             if (r > 0) times.push_back(since(t0));  // the first step is the warm-up (page faults)
         }
         hwdb::Measurement mm = point(ctx, "cpu_adam", make_key("adamw", {{"params", static_cast<double>(P)}, {"threads", threads}}),
@@ -236,17 +239,11 @@ void bench_host_dram(Context& ctx) {
         for (int r = 0; r < reps + 1; ++r) {
             ctx.check();
             const auto t0 = Clock::now();
-            {
-                std::vector<std::jthread> th;
-                for (int t = 0; t < threads; ++t)
-                    th.emplace_back([&, t, r] {
-                        // Each thread first-touches (r == 0, the warm-up) and then copies its own slice.
-                        const std::size_t b = bytes * static_cast<std::size_t>(t) / static_cast<std::size_t>(threads);
-                        const std::size_t e = bytes * static_cast<std::size_t>(t + 1) / static_cast<std::size_t>(threads);
-                        if (r == 0) std::memset(src.get() + b, 1 + t, e - b);
-                        std::memcpy(dst.get() + b, src.get() + b, e - b);
-                    });
-            }
+            // Each thread first-touches its slice (r == 0, the warm-up), then copies it.
+            on_slices(bytes, threads, [&](int t, std::size_t b, std::size_t e) {
+                if (r == 0) std::memset(src.get() + b, 1 + t, e - b);
+                std::memcpy(dst.get() + b, src.get() + b, e - b);
+            });
             const double dt = since(t0);
             if (static_cast<unsigned char>(dst.get()[bytes - 1]) != static_cast<unsigned char>(threads)) std::abort();  // observable
             if (r > 0) times.push_back(dt);
