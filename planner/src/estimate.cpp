@@ -332,6 +332,7 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     const double shard = p.zero_stage >= 1 ? sp.dense / dpg + sp.expert / edp : sp.total();
     const TierSplit& of = p.offload.optimizer;
     double opt_gpu = 0, opt_cpu = 0, opt_ssd = 0;
+    double d2h = 0, host_update = 0, h2d = 0;  // the host shares' legs, for the lock-free update
     if (of.gpu > 0) {
         Instr in;
         in.kind = InstrKind::compute;
@@ -341,27 +342,35 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         opt_gpu = static_cast<double>(compute_cost(in, ctx).duration_ns) * 1e-9;
     }
     if (of.cpu > 0 || of.ssd > 0) {
-        const double d2h = shared_s(transfer_demand(copy_instr(CopyKind::d2h, p.grad_bytes() * shard * (of.cpu + of.ssd)), ctx), c_);
+        d2h = shared_s(transfer_demand(copy_instr(CopyKind::d2h, p.grad_bytes() * shard * (of.cpu + of.ssd)), ctx), c_);
         Instr adam;
         adam.kind = InstrKind::optimizer;
         adam.stream = Stream::cpu;
         if (of.cpu > 0) {
             adam.count = shard * of.cpu;
-            opt_cpu = d2h + shared_s(transfer_demand(adam, ctx), c_) +
-                      shared_s(transfer_demand(copy_instr(CopyKind::h2d, wb * shard * of.cpu * p.offload.params.gpu), ctx), c_);
+            const double update = shared_s(transfer_demand(adam, ctx), c_);
+            const double up = shared_s(transfer_demand(copy_instr(CopyKind::h2d, wb * shard * of.cpu * p.offload.params.gpu), ctx), c_);
+            opt_cpu = d2h + update + up;
+            host_update += update;  // the ssd share's sub-groups follow on the same host stream
+            h2d += up;
         }
         if (of.ssd > 0) {
             adam.count = shard * of.ssd;
             const double rd = shared_s(transfer_demand(copy_instr(CopyKind::ssd_read, 12 * shard * of.ssd), ctx), c_);
             const double wr = shared_s(transfer_demand(copy_instr(CopyKind::ssd_write, 12 * shard * of.ssd), ctx), c_);
-            opt_ssd = d2h + std::max({rd, wr, shared_s(transfer_demand(adam, ctx), c_)}) +
-                      shared_s(transfer_demand(copy_instr(CopyKind::h2d, wb * shard * of.ssd * p.offload.params.gpu), ctx), c_);
+            const double update = std::max({rd, wr, shared_s(transfer_demand(adam, ctx), c_)});
+            const double up = shared_s(transfer_demand(copy_instr(CopyKind::h2d, wb * shard * of.ssd * p.offload.params.gpu), ctx), c_);
+            opt_ssd = d2h + update + up;
+            host_update += update;
+            h2d += up;
         }
     }
     const double opt = std::max({opt_gpu, opt_cpu, opt_ssd});
     const double pipe = e.compute_s + e.bubble_s;
-    // Lock-free update: the CPU step of step i runs under step i+1's compute (one step stale).
-    e.optimizer_s = p.lock_free_update ? std::max(opt_gpu, std::max(opt_cpu, opt_ssd) - pipe) : opt;
+    // Lock-free update (the lowering's step()): the host's update of step i's gradients runs under
+    // step i+1's forward and backward; what shows is its excess over them, then the D2H of the new
+    // gradients beside the H2D of the update (each way its own PCIe direction).
+    e.optimizer_s = p.lock_free_update ? std::max(opt_gpu, std::max(d2h, h2d) + std::max(0.0, host_update - pipe)) : opt;
 
     // Parameters on cpu/ssd: every layer's parameters come in before its forward and backward of
     // every micro-batch, prefetched one layer ahead: only what exceeds the layer's compute shows.

@@ -341,7 +341,12 @@ void RankState::optimizer(std::size_t i, bool cpu_stream) {
     const Instr& in = rp_.instrs[i];
     const Args a{w_.program, rp_, rp_.operands[i]};
     const RunOptions& o = w_.options;
-    const double warm = o.warmup_steps > 0 ? std::min(1.0, static_cast<double>(adam_step_) / o.warmup_steps) : 1.0;
+    // Lock-free (plan.lock_free_update): the host's update at a step's start is the previous
+    // step's, so it is update number w_.step; the first step has no gradients to apply yet.
+    const bool delayed = cpu_stream && w_.plan.lock_free_update;
+    if (delayed && w_.step == 0) return;
+    const int update = delayed ? w_.step : adam_step_;
+    const double warm = o.warmup_steps > 0 ? std::min(1.0, static_cast<double>(update) / o.warmup_steps) : 1.0;
     const auto lr = static_cast<float>(o.lr * warm);
     auto step = [&](float* p, float* mo, float* v, const float* g, i64 offset, i64 n, bool on_device) {
         if (on_device) {  // per parameter, with its weight decay or none: no mask on the device
@@ -350,14 +355,14 @@ void RankState::optimizer(std::size_t i, bool cpu_stream) {
                 if (lo >= hi) continue;
                 dev_->adamw(p + (lo - offset), mo + (lo - offset), v + (lo - offset), g + (lo - offset), nullptr, hi - lo, lr,
                             static_cast<float>(o.beta1), static_cast<float>(o.beta2), static_cast<float>(o.eps),
-                            e.decay ? static_cast<float>(o.weight_decay) : 0.0f, adam_step_);
+                            e.decay ? static_cast<float>(o.weight_decay) : 0.0f, update);
             }
             return;
         }
         // The host's AdamW on all the cores a lone rank has (DeepSpeed's CPU Adam is multi-threaded too).
         parallel_chunks(n, host_threads(), [&](i64 lo, i64 hi) {
             cpu::adamw(p + lo, mo + lo, v + lo, g + lo, decay_.data() + offset + lo, hi - lo, lr, static_cast<float>(o.beta1),
-                       static_cast<float>(o.beta2), static_cast<float>(o.eps), static_cast<float>(o.weight_decay), adam_step_);
+                       static_cast<float>(o.beta2), static_cast<float>(o.eps), static_cast<float>(o.weight_decay), update);
         });
     };
     const std::string& name = w_.program.names[static_cast<std::size_t>(in.name)];

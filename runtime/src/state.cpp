@@ -187,6 +187,12 @@ void RankState::init(const std::string& resume_dir) {
         ssd_fd();
         if (!ssd_whole_file(buf, false)) throw RuntimeError("cannot restore the ssd tier's file " + ssd_path_);
     }
+    // Lock-free: the last step's gradients, which the next step's host update applies.
+    std::int64_t pending = 0;
+    get(&pending, sizeof pending);
+    if (pending != 0 && pending != elems) throw InputError(path, "checkpoint", "is corrupt");
+    if (pending > 0) get_floats(host_grads(), pending);
+    if (at != data.size()) throw InputError(path, "checkpoint", "has bytes after its end");
 }
 
 void RankState::save(const std::string& dir) const {
@@ -221,6 +227,9 @@ void RankState::save(const std::string& dir) const {
     }
     put(out, ssd);
     out.append(buf.data(), buf.size());
+    const bool pending = w_.plan.lock_free_update && !grads_host_.empty() && adam_step_ > 0;
+    put(out, static_cast<std::int64_t>(pending ? layout_.dense_elements : 0));
+    if (pending) put_from(grads_host_.data(), layout_.dense_elements);
     std::filesystem::create_directories(dir);
     const std::string path = dir + "/rank-" + std::to_string(rank_) + ".bin", tmp = path + ".partial";
     {

@@ -282,6 +282,55 @@ TEST_CASE("no data races: every read waits for its write, every write for the re
     CHECK(dataflow_hazards(lower_df(llama, p)).empty());
 }
 
+TEST_CASE("lock-free update: no races across two steps, and the update runs under the next step's compute", "[dataflow][hazards]") {
+    // The host's update of step i's gradients runs at step i+1's start, beside its forward and
+    // backward, which read the parameters it has not changed yet; its result goes up at step
+    // i+1's end, and the D2H of step i+1's gradients waits for it to have read step i's. Two
+    // steps, so the hazards between them are checked too.
+    ModelSpec m = small_gpt();
+    int plans = 0;
+    for (int tp : {1, 2})
+        for (int pp : {1, 2})
+            for (int zero : {0, 1})
+                for (int tiers = 0; tiers < 3; ++tiers)
+                    for (bool lock_free : {false, true}) {
+                        PlanSpec p = plan(tp, pp, 2, 16);
+                        p.zero_stage = zero;
+                        p.dp_bucket_bytes = 60000;
+                        p.offload.optimizer = tiers == 0 ? TierSplit{0, 1, 0} : tiers == 1 ? TierSplit{0, 0, 1} : TierSplit{0.5, 0.25, 0.25};
+                        p.lock_free_update = lock_free;
+                        REQUIRE(dataflow_unsupported(m, p).empty());
+                        const Program prog = lower_df(m, p, true, 2);
+                        const std::vector<std::string> h = dataflow_hazards(prog, 3);
+                        INFO("tp " << tp << " pp " << pp << " zero " << zero << " tiers " << tiers << " lock-free " << lock_free
+                                   << (h.empty() ? "" : "\n" + h[0]));
+                        CHECK(h.empty());
+                        ++plans;
+                        // Where the host update sits: lock-free, before the step's first forward
+                        // GEMM in program order, else after its last backward one.
+                        const RankProgram& r = prog.ranks[0];
+                        std::size_t first_adam = r.instrs.size(), first_gemm = r.instrs.size(), last_gemm = 0;
+                        for (std::size_t i = 0; i < r.instrs.size(); ++i) {
+                            const Instr& in = r.instrs[i];
+                            if (in.kind == InstrKind::optimizer && first_adam == r.instrs.size()) first_adam = i;
+                            if (in.kind == InstrKind::compute && in.op == Op::gemm) {
+                                if (first_gemm == r.instrs.size()) first_gemm = i;
+                                if (in.microbatch < p.micro_batches()) last_gemm = i;  // step 0's
+                            }
+                        }
+                        CHECK((first_adam < first_gemm) == lock_free);
+                        if (!lock_free) CHECK(first_adam > last_gemm);
+                    }
+    CHECK(plans == 48);
+    // Parameters homed on the host with a delayed update would be written while being fetched.
+    PlanSpec q = plan(1, 1, 1, 4);
+    q.zero_stage = 3;
+    q.offload.params = TierSplit{0, 1, 0};
+    q.offload.optimizer = TierSplit{0, 1, 0};
+    q.lock_free_update = true;
+    CHECK(dataflow_unsupported(m, q).find("plan.lock_free_update") != std::string::npos);
+}
+
 TEST_CASE("the hazard check sees a missing wait", "[dataflow][hazards]") {
     // Remove the wait that orders the first TP all-reduce after the GEMM writing its input.
     PlanSpec p = plan(2, 1, 1, 2);

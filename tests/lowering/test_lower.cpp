@@ -3,6 +3,7 @@
 // lock-free overlap and determinism. Expected values are derived by hand in the comments.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <map>
 #include <set>
 
@@ -366,29 +367,41 @@ TEST_CASE("CPU and SSD optimizer offload, and lock-free update", "[lower]") {
     CHECK(count_if(r, [](const Instr& in) { return in.kind == InstrKind::copy && in.copy == CopyKind::ssd_read; }) >= 1);
     CHECK(count_if(r, [](const Instr& in) { return in.kind == InstrKind::copy && in.copy == CopyKind::ssd_write; }) >= 1);
 
-    // Lock-free: two steps; the second step's compute never waits for an event the CPU optimizer
-    // path (cpu or h2d stream) recorded. Without lock-free it does, once.
-    auto waits_on_optimizer = [](const Program& pr) {
+    // Lock-free, two steps: each step's host update (of the previous step's gradients) is emitted
+    // at its start and waits for no compute of its own step; synchronous, it waits for the step's
+    // backward. The next step's compute waits for the update's H2D either way.
+    // Each step's update (one a step here): does the cpu stream, through any chain of waits, know
+    // of a compute record after the step's first GEMM (its own step's compute)?
+    auto update_waits_for_compute = [](const Program& pr, int micro) {
         const auto& rr = pr.ranks[0];
-        std::set<int> opt_events;
-        for (const auto& in : rr.instrs)
-            if (in.kind == InstrKind::record && in.phase == Phase::optimizer && (in.stream == Stream::h2d || in.stream == Stream::cpu))
-                opt_events.insert(in.event);
-        int n = 0;
-        for (const auto& in : rr.instrs)
-            if (in.kind == InstrKind::wait && in.stream == Stream::compute && opt_events.count(in.event)) ++n;
-        return n;
+        std::map<int, std::size_t> first_gemm;
+        for (std::size_t i = 0; i < rr.instrs.size(); ++i)
+            if (rr.instrs[i].kind == InstrKind::compute && rr.instrs[i].op == Op::gemm) first_gemm.emplace(rr.instrs[i].microbatch / micro, i);
+        std::array<long, kStreamCount> known;
+        known.fill(-1);
+        std::map<int, long> at_record;
+        std::vector<bool> out;
+        for (std::size_t i = 0; i < rr.instrs.size(); ++i) {
+            const Instr& in = rr.instrs[i];
+            const auto s = static_cast<std::size_t>(in.stream);
+            if (in.kind == InstrKind::record) at_record[in.event] = in.stream == Stream::compute ? static_cast<long>(i) : known[s];
+            if (in.kind == InstrKind::wait && at_record.count(in.event)) known[s] = std::max(known[s], at_record[in.event]);
+            if (in.kind == InstrKind::optimizer) {
+                const int step = static_cast<int>(out.size());
+                out.push_back(known[s] > static_cast<long>(first_gemm.at(step)));
+            }
+        }
+        return out;
     };
     PlanSpec lf = plan(1, 1, 1, 2);
     lf.offload.optimizer = TierSplit{0, 1, 0};
     lf.lock_free_update = true;
-    const Program plf = lower(small_gpt(), cluster(1), lf);
-    CHECK(count_if(plf.ranks[0], [](const Instr& in) { return in.kind == InstrKind::optimizer; }) == 2);  // 2 steps
-    CHECK(waits_on_optimizer(plf) == 0);
-    lf.lock_free_update = false;
     LowerOptions two;
     two.steps = 2;
-    CHECK(waits_on_optimizer(lower(small_gpt(), cluster(1), lf, two)) == 1);
+    CHECK(lower(small_gpt(), cluster(1), lf).steps == 1);  // one step is the steady state
+    CHECK(update_waits_for_compute(lower(small_gpt(), cluster(1), lf, two), lf.micro_batches()) == std::vector<bool>{false, false});
+    lf.lock_free_update = false;
+    CHECK(update_waits_for_compute(lower(small_gpt(), cluster(1), lf, two), lf.micro_batches()) == std::vector<bool>{true, true});
 }
 
 TEST_CASE("full mode: one program per GPU, matched collectives, MoE skew", "[lower]") {

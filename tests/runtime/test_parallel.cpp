@@ -186,6 +186,42 @@ TEST_CASE("GPT: every parallel variant follows the single-rank loss curve", "[ru
     check_against_single_rank(tiny_gpt(), variants());
 }
 
+TEST_CASE("lock-free update: every parallel variant follows the single-rank lock-free curve", "[runtime][parallel][lockfree]") {
+    // The host's share of the update is one step stale (test_runtime.cpp pins that on one rank);
+    // split over ranks it must stay the same update.
+    const ModelSpec m = tiny_llama();
+    struct Case {
+        const char* name;
+        PlanSpec plan;
+    };
+    std::vector<Case> cases;
+    // (A split over tiers cuts each rank's ZeRO shard, not the whole buffer: other elements would
+    // be delayed than on one rank, so only whole tiers compare.)
+    for (const TierSplit& t : {TierSplit{0, 1, 0}, TierSplit{0, 0, 1}}) {
+        PlanSpec p = cpu_plan(2, 2, 2);
+        p.sequence_parallel = true;
+        p.zero_stage = 1;
+        p.offload.optimizer = t;
+        p.lock_free_update = true;
+        cases.push_back({t.cpu > 0 ? "tp 2 pp 2 dp 2, SP, ZeRO-1, optimizer on the CPU" : "tp 2 pp 2 dp 2, SP, ZeRO-1, optimizer on SSD", p});
+    }
+    PlanSpec p = cpu_plan(1, 1, 2);
+    p.offload.optimizer = TierSplit{0, 1, 0};
+    p.lock_free_update = true;
+    cases.push_back({"dp 2, ZeRO-0, optimizer on the CPU", p});
+    for (const Case& c : cases) {
+        INFO(c.name);
+        PlanSpec single = cpu_plan();
+        single.offload.optimizer = c.plan.offload.optimizer;
+        single.lock_free_update = true;
+        const std::vector<double> ref = losses(m, single, kSteps), got = losses(m, c.plan, kSteps);
+        for (int i = 0; i < kSteps; ++i) {
+            INFO("step " << i + 1 << ": " << got[static_cast<std::size_t>(i)] << " against " << ref[static_cast<std::size_t>(i)]);
+            CHECK(got[static_cast<std::size_t>(i)] == Approx(ref[static_cast<std::size_t>(i)]).epsilon(kTol));
+        }
+    }
+}
+
 TEST_CASE("Llama: every parallel variant follows the single-rank loss curve", "[runtime][parallel]") {
     std::vector<Variant> v = variants();
     PlanSpec p = cpu_plan(1, 2);

@@ -131,6 +131,53 @@ TEST_CASE("a checkpoint resumes bit for bit", "[runtime][checkpoint]") {
     std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("lock-free update: the host's update is one step stale", "[runtime][lockfree]") {
+    // DeepSpeed's delayed parameter update (ZeRO-Offload, Sec. 5) and Angel-PTM's lock-free one:
+    // step t computes its gradients at the parameters before step t-1's update, so on one fixed
+    // batch, with W1 = AdamW(W0, g(W0)) the synchronous run's second parameters:
+    //   synchronous: L(W0), L(W1), L(W2), ...
+    //   lock-free:   L(W0), L(W0), L(W1), L(W2'), where W2' = AdamW(W1, g(W0)) != W2.
+    ModelSpec m = tiny_llama(2);
+    PlanSpec p = cpu_plan();
+    p.offload.optimizer = TierSplit{0, 1, 0};
+    runtime::RunOptions o;
+    o.data.fixed_batch = true;
+    const std::vector<double> sync = losses(m, p, 4, o);
+    p.lock_free_update = true;
+    const std::vector<double> lf = losses(m, p, 4, o);
+    CHECK(lf[0] == sync[0]);
+    CHECK(lf[1] == sync[0]);
+    CHECK(lf[2] == sync[1]);
+    CHECK(std::fabs(lf[3] - sync[2]) > 1e-6 * sync[2]);  // stale gradients: another third update
+    CHECK(lf[3] < lf[0]);
+    SECTION("the optimizer state on SSD: the same curve") {
+        p.offload.optimizer = TierSplit{0, 0, 1};
+        CHECK(losses(m, p, 4, o) == lf);
+    }
+    SECTION("a checkpoint holds the pending gradients and resumes bit for bit") {
+        const std::string dir = (std::filesystem::temp_directory_path() / "strata-test-checkpoint-lockfree").string();
+        std::filesystem::remove_all(dir);
+        runtime::RunOptions r;
+        r.lr = 3e-3;
+        std::vector<double> a, b;
+        {
+            runtime::Session s(m, cpu_cluster(1), p, r);
+            s.step();
+            s.step();
+            s.save(dir);
+            a.push_back(s.step().loss);
+            a.push_back(s.step().loss);
+        }
+        r.resume_dir = dir;
+        runtime::Session s(m, cpu_cluster(1), p, r);
+        CHECK(s.steps_done() == 2);
+        b.push_back(s.step().loss);
+        b.push_back(s.step().loss);
+        CHECK(a == b);
+        std::filesystem::remove_all(dir);
+    }
+}
+
 TEST_CASE("the ssd tier: O_DIRECT where the filesystem allows it, the page cache where it does not", "[runtime][ssd]") {
     // Adam's moments in the ssd file: the loss curve of the optimizer on the GPU, wherever the file is.
     ModelSpec m = tiny_llama(2);

@@ -301,6 +301,10 @@ private:
     void sp_grads_all_reduce();  ///< SP: sum the sequence-parallel parameters' gradients over TP
     void dp_collectives_at_end();
     void optimizer(int s);
+    /// The host's share of the update (cpu, then ssd sub-groups) once `after_ev` has the gradients
+    /// in host memory; each share's "parameters updated" event, -1 where it has none.
+    void host_update(int after_ev, int& cpu_done, int& ssd_done);
+    double optimizer_shard() const;  ///< parameters this rank updates (its ZeRO shard)
     void gather_params_overlapped();
     void gather_edges_zero3();
     void mark_ready(const Bucket& b, int ev);
@@ -399,6 +403,8 @@ private:
     bool mtp_pass_ = false;     ///< lowering an MTP module's layer: never fully recomputed
     int optimizer_done_ev_ = -1;    ///< next step's forward waits for this (-1: nothing)
     int param_gather_ev_ = -1;
+    int host_grads_ev_ = -1;                  ///< lock-free: the D2H of a step's gradients, for the next step's update
+    int lf_cpu_done_ = -1, lf_ssd_done_ = -1;  ///< lock-free: the host update emitted at this step's start
     int pending_send_ = -1;  ///< p2p_blocking, odd stage: the send completed after the next receive
     std::vector<int> layer_ready_;  ///< per layer of the stage: dist-opt gather its first forward waits for
     int emb_ready_ = -1, head_ready_ = -1;  ///< likewise for the embedding's and the head's parameters

@@ -152,7 +152,9 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
                    ": fetching host-homed shards and gathering them (ZeRO-3 with offload_param) is not executed yet; "
                    "parameters in host memory run with dp x cp = 1";
     }
-    if (p.lock_free_update) return "plan.lock_free_update = true: the delayed update is not executed yet";
+    if (p.lock_free_update && !p.offload.params.all_gpu())
+        return "plan.lock_free_update = true with plan.offload.params off the GPU: the delayed update would write the host "
+               "parameters while the step fetches them (lock-free runs with the parameters on the GPU)";
     if (p.p2p_scatter_gather && p.tp > 1 && p.sequence_parallel)
         return "plan.p2p_scatter_gather = true with plan.sequence_parallel: a sequence shard split again over TP is not executed "
                "(Megatron-Core turns the scatter/gather off under sequence parallelism)";

@@ -31,16 +31,25 @@ void RankLowering::run(int steps) {
 
 void RankLowering::step(int s) {
     step_ = s;
+    // Lock-free (Angel-PTM, as DeepSpeed's one-step-delayed update): the host's update of the
+    // previous step's gradients runs under this step's forward and backward, which read the
+    // parameters it has not yet changed; its result goes up at this step's end (optimizer()).
+    if (p_.lock_free_update && p_.offload.optimizer.gpu < 1.0) {
+        wait(Stream::cpu, optimizer_done_ev_);  // the host parameters it overwrites have gone up
+        host_update(host_grads_ev_, lf_cpu_done_, lf_ssd_done_);
+        wait(Stream::compute, host_grads_ev_);  // the gradients this step accumulates anew are out
+    }
+    host_grads_ev_ = -1;
     phase_ = Phase::forward;
     chunk_ = 0;
     layer_ = -1;
     mb_ = s * micro_;
-    // The previous step's parameters must be in place: the dist-opt all-gather always, the CPU
-    // optimizer's H2D unless the update is lock-free (Angel-PTM: one step stale).
+    // The previous step's parameters must be in place: the dist-opt all-gather and the host
+    // optimizer's H2D (lock-free too: what it copies up at a step's end is the update before).
     wait(Stream::compute, param_gather_ev_);
     param_gather_ev_ = -1;
     if ((p_.zero_stage == 1 || p_.zero_stage == 2) && p_.overlap_param_gather) gather_params_overlapped();
-    if (!p_.lock_free_update) wait(Stream::compute, optimizer_done_ev_);
+    wait(Stream::compute, optimizer_done_ev_);
     optimizer_done_ev_ = -1;
     if (p_.zero_stage == 3) gather_edges_zero3();
     for (const PipeSlot& sl : schedule_) {
@@ -83,7 +92,7 @@ void RankLowering::gather_params_overlapped() {
     emb_ready_ = head_ready_ = -1;
     if (group_size(Group::dp) <= 1 && group_size(Group::edp) <= 1) return;
     int after = record(Stream::compute);  // the previous step's GPU optimizer is done
-    if (!p_.lock_free_update) wait(Stream::dp_comm, optimizer_done_ev_);
+    wait(Stream::dp_comm, optimizer_done_ev_);
     for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {
         const Bucket& b = *it;
         const Group g = b.expert ? Group::edp : Group::dp;
@@ -364,19 +373,84 @@ int RankLowering::params_home(double params, int after_ev, DataflowH2D&& dataflo
     return done;
 }
 
+// The host's share of the update (plan.offload.optimizer cpu and ssd), once the gradients are in
+// host memory (after_ev): CPU Adam over the cpu share; over the ssd share ZeRO-Infinity's
+// pipelined sub-groups (read state, CPU Adam, write state back, the next sub-group's read
+// overlapping the current update). Sets the events after which each share's parameters are
+// updated in host memory (-1 for a share of none).
+void RankLowering::host_update(int after_ev, int& cpu_done, int& ssd_done) {
+    cpu_done = ssd_done = -1;
+    const Phase was = phase_;
+    phase_ = Phase::optimizer;
+    layer_ = -1;
+    mb_ = -1;
+    chunk_ = 0;
+    const double shard = optimizer_shard();
+    const TierSplit& of = p_.offload.optimizer;
+    std::vector<std::pair<double, double>> owned;
+    if (df_) owned = owned_ranges();
+    using R = TensorRole;
+    auto part = [&](double lo, double hi, R role, Tier tier) { return ranges_part(owned, lo, hi, role, tier); };
+    if (of.cpu > 0) {
+        const double lo = of.gpu, hi = of.gpu + of.cpu;
+        wait(Stream::cpu, after_ev);
+        Instr& in = push(InstrKind::optimizer, Stream::cpu, n_.opt_cpu);
+        in.count = shard * of.cpu;
+        if (df_) io_lists(part(lo, hi, R::param_grad, Tier::cpu), part(lo, hi, R::param, Tier::cpu));
+        cpu_done = record(Stream::cpu);
+    }
+    if (of.ssd > 0) {
+        const double params = shard * of.ssd;
+        const double sub = std::max(1.0, o_.ssd_sub_group_params);
+        const int groups = static_cast<int>(std::clamp(std::ceil(params / sub), 1.0, 4096.0));
+        const double per = params / groups;
+        // fp32 weights are their own master: only the moments go to the SSD (memory.hpp's list).
+        const double master = p_.precision == Precision::fp32 ? 0.0 : kMasterBytesPerParam;
+        const double state_bytes = (master + p_.adam_moment_bytes()) * per;
+        const double base = of.gpu + of.cpu, width = of.ssd / groups;  // sub-group g: [base + g w, base + (g+1) w)
+        auto group_part = [&](int g, R role, Tier tier) { return part(base + g * width, base + (g + 1) * width, role, tier); };
+        std::vector<int> read_ev(static_cast<std::size_t>(groups), -1);
+        auto read = [&](int g, int after) {
+            read_ev[static_cast<std::size_t>(g)] = copy(Stream::ssd, CopyKind::ssd_read, state_bytes, n_.state_read, after);
+            if (df_) io_lists(group_part(g, R::optimizer_state, Tier::ssd), group_part(g, R::optimizer_state, Tier::cpu));
+        };
+        read(0, after_ev);
+        for (int g = 0; g < groups; ++g) {
+            if (g + 1 < groups) read(g + 1, -1);
+            wait(Stream::cpu, read_ev[static_cast<std::size_t>(g)]);
+            Instr& in = push(InstrKind::optimizer, Stream::cpu, n_.opt_ssd);
+            in.count = per;
+            if (df_) {
+                std::vector<int> ins = group_part(g, R::param_grad, Tier::cpu), outs = group_part(g, R::optimizer_state, Tier::cpu);
+                const std::vector<int> st = outs, hp = group_part(g, R::param, Tier::cpu);
+                ins.insert(ins.end(), st.begin(), st.end());
+                outs.insert(outs.end(), hp.begin(), hp.end());
+                io_lists(ins, outs);
+            }
+            ssd_done = record(Stream::cpu);
+            copy(Stream::ssd, CopyKind::ssd_write, state_bytes, n_.state_write, ssd_done);
+            if (df_) io_lists(group_part(g, R::optimizer_state, Tier::cpu), group_part(g, R::optimizer_state, Tier::ssd));
+        }
+    }
+    phase_ = was;
+}
+
+double RankLowering::optimizer_shard() const {
+    const StageParams sp = stage_params(m_, p_, stage_);
+    return p_.zero_stage >= 1 ? sp.dense / group_size(Group::dp) + sp.expert / group_size(Group::edp) : sp.total();
+}
+
 // Optimizer on its tiers (plan.offload.optimizer), each fraction its own way at once: the GPU
-// part as a fused Adam kernel; the CPU part as D2H of grads, CPU Adam, H2D of bf16 params
-// (ZeRO-Offload); the SSD part as ZeRO-Infinity's pipelined sub-groups: read state, CPU Adam,
-// write state back, with the next sub-group's read overlapping the current update.
+// part as a fused Adam kernel; the host parts as D2H of grads, the host update (host_update) and
+// the parameters' way home (params_home). Lock-free, the host update of this step's gradients is
+// emitted at the next step's start; what goes home here is the update emitted at this step's start.
 void RankLowering::optimizer(int s) {
     phase_ = Phase::optimizer;
     layer_ = -1;
     mb_ = -1;
     chunk_ = 0;
     wait(Stream::compute, record(Stream::dp_comm));  // gradients reduced
-    const StageParams sp = stage_params(m_, p_, stage_);
-    const bool sharded = p_.zero_stage >= 1;
-    const double shard = sharded ? sp.dense / group_size(Group::dp) + sp.expert / group_size(Group::edp) : sp.total();
+    const double shard = optimizer_shard();
     const TierSplit& of = p_.offload.optimizer;
     // Dataflow: the element ranges this rank updates, cut into the tiers' parts in buffer order.
     std::vector<std::pair<double, double>> owned;
@@ -392,50 +466,28 @@ void RankLowering::optimizer(int s) {
     const int grads_on_gpu = record(Stream::compute);
     int done = -1;
     if (of.cpu + of.ssd > 0) {
+        const bool lock_free = p_.lock_free_update;
+        // Lock-free: the D2H overwrites the host gradients this step's host update reads.
+        if (lock_free) wait(Stream::d2h, of.ssd > 0 ? lf_ssd_done_ : lf_cpu_done_);
         const int d2h = copy(Stream::d2h, CopyKind::d2h, p_.grad_bytes() * shard * (of.cpu + of.ssd), n_.grad_d2h, grads_on_gpu);
         if (df_) io_lists(part(of.gpu, 1, R::param_grad, Tier::gpu), part(of.gpu, 1, R::param_grad, Tier::cpu));
+        int cpu_done = lf_cpu_done_, ssd_done = lf_ssd_done_;
+        if (lock_free) {
+            host_grads_ev_ = d2h;  // the next step's host update
+            // The update goes up once this step's forward and backward have read the old values.
+            wait(Stream::h2d, grads_on_gpu);
+            wait(Stream::ssd, grads_on_gpu);
+        } else {
+            host_update(d2h, cpu_done, ssd_done);
+        }
+        lf_cpu_done_ = lf_ssd_done_ = -1;
         if (of.cpu > 0) {
             const double lo = of.gpu, hi = of.gpu + of.cpu;
-            wait(Stream::cpu, d2h);
-            Instr& in = push(InstrKind::optimizer, Stream::cpu, n_.opt_cpu);
-            in.count = shard * of.cpu;
-            if (df_) io_lists(part(lo, hi, R::param_grad, Tier::cpu), part(lo, hi, R::param, Tier::cpu));
-            done = params_home(shard * of.cpu, record(Stream::cpu), [&] { io_lists(part(lo, hi, R::param, Tier::cpu), part(lo, hi, R::param, Tier::gpu)); });
+            done = params_home(shard * of.cpu, cpu_done, [&] { io_lists(part(lo, hi, R::param, Tier::cpu), part(lo, hi, R::param, Tier::gpu)); });
         }
         if (of.ssd > 0) {
-            const double params = shard * of.ssd;
-            const double sub = std::max(1.0, o_.ssd_sub_group_params);
-            const int groups = static_cast<int>(std::clamp(std::ceil(params / sub), 1.0, 4096.0));
-            const double per = params / groups;
-            // fp32 weights are their own master: only the moments go to the SSD (memory.hpp's list).
-            const double master = p_.precision == Precision::fp32 ? 0.0 : kMasterBytesPerParam;
-            const double state_bytes = (master + p_.adam_moment_bytes()) * per;
-            const double base = of.gpu + of.cpu, width = of.ssd / groups;  // sub-group g: [base + g w, base + (g+1) w)
-            auto group_part = [&](int g, R role, Tier tier) { return part(base + g * width, base + (g + 1) * width, role, tier); };
-            std::vector<int> read_ev(static_cast<std::size_t>(groups), -1);
-            auto read = [&](int g, int after) {
-                read_ev[static_cast<std::size_t>(g)] = copy(Stream::ssd, CopyKind::ssd_read, state_bytes, n_.state_read, after);
-                if (df_) io_lists(group_part(g, R::optimizer_state, Tier::ssd), group_part(g, R::optimizer_state, Tier::cpu));
-            };
-            read(0, d2h);
-            int last_adam = -1;
-            for (int g = 0; g < groups; ++g) {
-                if (g + 1 < groups) read(g + 1, -1);
-                wait(Stream::cpu, read_ev[static_cast<std::size_t>(g)]);
-                Instr& in = push(InstrKind::optimizer, Stream::cpu, n_.opt_ssd);
-                in.count = per;
-                if (df_) {
-                    std::vector<int> ins = group_part(g, R::param_grad, Tier::cpu), outs = group_part(g, R::optimizer_state, Tier::cpu);
-                    const std::vector<int> st = outs, hp = group_part(g, R::param, Tier::cpu);
-                    ins.insert(ins.end(), st.begin(), st.end());
-                    outs.insert(outs.end(), hp.begin(), hp.end());
-                    io_lists(ins, outs);
-                }
-                last_adam = record(Stream::cpu);
-                copy(Stream::ssd, CopyKind::ssd_write, state_bytes, n_.state_write, last_adam);
-                if (df_) io_lists(group_part(g, R::optimizer_state, Tier::cpu), group_part(g, R::optimizer_state, Tier::ssd));
-            }
-            done = params_home(params, last_adam, [&] { io_lists(part(base, 1, R::param, Tier::cpu), part(base, 1, R::param, Tier::gpu)); });
+            const double base = of.gpu + of.cpu;
+            done = params_home(shard * of.ssd, ssd_done, [&] { io_lists(part(base, 1, R::param, Tier::cpu), part(base, 1, R::param, Tier::gpu)); });
         }
     }
     optimizer_done_ev_ = done;
@@ -457,7 +509,7 @@ void RankLowering::optimizer(int s) {
                 io({r}, {r});
             }
         }
-        param_gather_ev_ = p_.lock_free_update ? -1 : ev;  // lock-free: the next step does not wait
+        param_gather_ev_ = ev;
     }
     (void)s;
 }
@@ -479,7 +531,7 @@ Program lower(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, const
     prog.model_flops_per_step = 3 * forward_flops_per_step(m, p);
     Names names{};
     names.intern(prog);
-    const int steps = std::max(o.steps, p.lock_free_update ? 2 : 1);
+    const int steps = std::max(o.steps, 1);
     prog.steps = steps;
     const int gpn = std::max(1, c.gpus_per_node);
     std::int64_t tensor_counter = 0;

@@ -49,7 +49,7 @@ SimulationSize simulation_size(const ModelSpec& m, const ClusterSpec& c, const P
     SimulationSize out;
     out.micro_batches = p.micro_batches();
     const double per_instr = shape.trace ? kBytesPerInstrTrace : kBytesPerInstr;
-    const double steps = std::max(1, shape.steps) * (p.lock_free_update && shape.steps < 2 ? 2.0 : 1.0);
+    const double steps = std::max(1, shape.steps);
     // Full mode lowers every GPU; its peers run the same instructions as their stage's program.
     const double peers = shape.full ? static_cast<double>(p.tp) * p.cp * p.dp : 1.0;
     const double layers = static_cast<double>(m.layers) + m.mtp_depth;
@@ -76,7 +76,7 @@ SimulationSize simulation_size(const ModelSpec& m, const ClusterSpec& c, const P
             const Program prog = lower(m, c, q, o);
             double n = 0;
             for (const RankProgram& r : prog.ranks) n += static_cast<double>(r.instrs.size());
-            return n / (q.lock_free_update ? 2.0 : 1.0);  // a lock-free plan lowers two steps
+            return n;
         };
         const double n0 = count(m0), n1 = count(m1);
         const double slope = (n1 - n0) / static_cast<double>(m1 - m0);

@@ -71,7 +71,7 @@ SimOutput simulate(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
     LowerOptions lo;
     lo.full_mode = o.full;
     lo.steps = std::max(1, o.steps);
-    out.steps = p.lock_free_update ? std::max(2, lo.steps) : lo.steps;  // lower.hpp: lock-free runs >= 2
+    out.steps = lo.steps;
     out.program = lower(m, c, p, lo);
 
     CostContext ctx;

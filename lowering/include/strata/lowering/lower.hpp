@@ -17,8 +17,8 @@ struct LowerOptions {
     bool full_mode = false;
     /// Emit Alloc/Free for every tensor of tensors.hpp (the engine's memory pools follow them).
     bool emit_memory = true;
-    /// Training steps to emit. A lock-free update (plan.lock_free_update) always gets at least 2,
-    /// so that step i's CPU optimizer visibly overlaps step i+1's forward.
+    /// Training steps to emit. One is the steady state, lock-free too: its host update (of the
+    /// previous step's gradients) runs under the step's own forward and backward.
     int steps = 1;
     /// ZeRO-Infinity: parameters per optimizer sub-group swapped from SSD at a time (DeepSpeed's
     /// sub_group_size default is 1e9).

@@ -214,7 +214,7 @@ struct Program {
     double model_flops_per_step = 0;  ///< useful FLOPs (no recompute), for MFU
     std::vector<DataTensor> tensors;  ///< dataflow only: the tensors operands name
     std::vector<std::string> tensor_names;  ///< labels referenced by DataTensor::name
-    int steps = 1;                    ///< training steps lowered (LowerOptions::steps, or 2 lock-free)
+    int steps = 1;                    ///< training steps lowered (LowerOptions::steps)
 
     int name_id(const std::string& s);   ///< intern a label
     bool has_dataflow() const { return !tensors.empty(); }
