@@ -67,9 +67,10 @@ void HostCache::clear() {
 }
 
 TrackedBuffer::TrackedBuffer(i64 n, Pool* pool, const std::string& what, Device* dev, bool on_device, bool backed, HostCache* cache,
-                             bool zero)
-    : n_(n), pool_(pool), dev_(dev), on_device_(on_device && dev != nullptr), backed_(backed), cache_(on_device_ ? nullptr : cache) {
-    const double bytes = static_cast<double>(n) * sizeof(float);
+                             bool zero, double elem_bytes)
+    : n_(n), charged_bytes_(static_cast<double>(n) * elem_bytes), pool_(pool), dev_(dev), on_device_(on_device && dev != nullptr),
+      backed_(backed), cache_(on_device_ ? nullptr : cache) {
+    const double bytes = charged_bytes_;
     if (pool_) {
         const double now = pool_->used.fetch_add(bytes) + bytes;
         if (pool_->capacity > 0 && now > pool_->capacity) {
@@ -99,7 +100,7 @@ TrackedBuffer::TrackedBuffer(i64 n, Pool* pool, const std::string& what, Device*
 }
 
 void TrackedBuffer::release() {
-    if (pool_) pool_->used.fetch_sub(static_cast<double>(n_) * sizeof(float));
+    if (pool_) pool_->used.fetch_sub(charged_bytes_);
     if (data_ && backed_) {
         if (on_device_) dev_->release(data_, n_);
         else if (cache_) cache_->give(data_, ssd_padded_bytes(n_));
@@ -117,6 +118,7 @@ TrackedBuffer& TrackedBuffer::operator=(TrackedBuffer&& o) noexcept {
         release();
         data_ = o.data_;
         n_ = o.n_;
+        charged_bytes_ = o.charged_bytes_;
         pool_ = o.pool_;
         dev_ = o.dev_;
         on_device_ = o.on_device_;

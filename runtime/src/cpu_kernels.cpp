@@ -5,6 +5,8 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -341,6 +343,20 @@ void loss_backward(float* dlogits, const float* logits, const float* tokens, con
             const float p = std::exp(logits[t * V + v] - lse[t]);
             dlogits[t * V + v] = (p - (v == target ? 1.0f : 0.0f)) * scale;
         }
+    }
+}
+
+void round_bf16(float* p, i64 n) {
+    for (i64 i = 0; i < n; ++i) {
+        std::uint32_t b;
+        std::memcpy(&b, p + i, 4);
+        if ((b & 0x7F800000u) == 0x7F800000u) {  // infinities as they are; a NaN keeps a mantissa bit
+            if (b & 0x007FFFFFu) b |= 0x00400000u;
+        } else {
+            b += 0x7FFFu + ((b >> 16) & 1u);  // round to nearest, ties to even (may carry into inf)
+        }
+        b &= 0xFFFF0000u;
+        std::memcpy(p + i, &b, 4);
     }
 }
 

@@ -372,8 +372,13 @@ void RankState::optimizer(std::size_t i, bool cpu_stream) {
         for (int k = 0; k < a.o.n_in; ++k) {
             const DataTensor& p = a.out(k);
             MomentBlock& mb = moments(p.offset, p.elements(), tier);
-            step(tensor(a.id(a.o.n_in + k), true, i), mb.m.data(), mb.v.data(), tensor(a.id(k), false, i), p.offset, p.elements(),
-                 dev_ && tier == Tier::gpu);
+            float* weights = tensor(a.id(a.o.n_in + k), true, i);
+            // bf16 on the GPU: AdamW on the fp32 master, whose bf16 rounding (finish) the weights take.
+            float* updated = mb.master.empty() ? weights : mb.master.data();
+            step(updated, mb.m.data(), mb.v.data(), tensor(a.id(k), false, i), p.offset, p.elements(), dev_ && tier == Tier::gpu);
+            if (updated == weights) continue;
+            if (dev_) dev_->copy(weights, updated, p.elements());
+            else std::memcpy(weights, updated, static_cast<std::size_t>(p.elements()) * sizeof(float));
         }
         return;
     }

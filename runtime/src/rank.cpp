@@ -177,8 +177,24 @@ Pool* RankState::pool_of(Tier t) {
     return v[static_cast<std::size_t>(rp_.node)].get();
 }
 
-TrackedBuffer RankState::buffer(i64 n, Tier t, const std::string& what, bool zero) {
-    return TrackedBuffer(n, pool_of(t), what, dev_, t == Tier::gpu, !w_.options.memory_only, w_.host_cache.get(), zero);
+TrackedBuffer RankState::buffer(i64 n, Tier t, const std::string& what, bool zero, double elem_bytes) {
+    return TrackedBuffer(n, pool_of(t), what, dev_, t == Tier::gpu, !w_.options.memory_only, w_.host_cache.get(), zero, elem_bytes);
+}
+
+double RankState::elem_bytes(const DataTensor& t) const {
+    const PlanSpec& p = w_.plan;
+    if (p.precision == Precision::fp32) return 4.0;
+    switch (t.role) {
+        case TensorRole::activation:
+        case TensorRole::grad:
+        case TensorRole::weight_grad: return 2.0;
+        case TensorRole::param: return t.tier == Tier::gpu ? 2.0 : 4.0;  // the host's are the fp32 master weights
+        case TensorRole::param_grad: return p.grad_bytes();
+        case TensorRole::tokens:
+        case TensorRole::stats:
+        case TensorRole::optimizer_state: return 4.0;
+    }
+    return 4.0;
 }
 
 void RankState::to_host(float* host, const float* src, i64 n) const {
@@ -255,7 +271,8 @@ float* RankState::tensor(int id, bool write, std::size_t at) {
     try {
         // Zero-filled like the device's allocations, which some kernels accumulate into; the host
         // tier's staging buffers are written whole by their first writer (an SSD read).
-        l.buf = buffer(elements(id), tier, "rank " + std::to_string(rank_) + " tier " + to_string(tier) + ", " + name, tier != Tier::cpu);
+        l.buf = buffer(elements(id), tier, "rank " + std::to_string(rank_) + " tier " + to_string(tier) + ", " + name, tier != Tier::cpu,
+                       elem_bytes(t));
     } catch (const OutOfMemory& e) {
         fail(at, e.what());
     }
@@ -363,6 +380,12 @@ void RankState::finish(std::size_t i) {
     if (rp_.operands.empty()) return;
     const Operands& o = rp_.operands[i];
     const auto* ids = rp_.operand_ids.data() + o.first;
+    // A bf16 plan's 2-byte values are bf16 once written (the kernels computed them in fp32).
+    if (w_.plan.precision != Precision::fp32 && !w_.options.memory_only && !dev_)
+        for (int j = 0; j < o.n_out; ++j) {
+            const DataTensor& t = w_.program.tensors[static_cast<std::size_t>(ids[o.n_in + j])];
+            if (elem_bytes(t) == 2.0) cpu::round_bf16(tensor(ids[o.n_in + j], false, i), elements(ids[o.n_in + j]));
+        }
     // Inputs have been read; outputs start a new value with its own count of readers; a value
     // nobody will read again is freed. An in-place update must be the old value's last reader.
     for (int k = 0; k < o.n_in; ++k)

@@ -92,9 +92,10 @@ class TrackedBuffer {
 public:
     TrackedBuffer() = default;
     /// Zero-filled; throws OutOfMemory. dev null: plain host memory. backed false: charged to the
-    /// pool only (RunOptions::memory_only), data() points at no usable memory.
+    /// pool only (RunOptions::memory_only), data() points at no usable memory. Charged at
+    /// elem_bytes an element: the plan's width of what it holds (floats, whatever that is).
     TrackedBuffer(i64 n, Pool* pool, const std::string& what, Device* dev = nullptr, bool on_device = false, bool backed = true,
-                  HostCache* cache = nullptr, bool zero = true);
+                  HostCache* cache = nullptr, bool zero = true, double elem_bytes = sizeof(float));
     ~TrackedBuffer();
     TrackedBuffer(TrackedBuffer&& o) noexcept { *this = std::move(o); }
     TrackedBuffer& operator=(TrackedBuffer&& o) noexcept;
@@ -108,6 +109,7 @@ private:
     void release();
     float* data_ = nullptr;
     i64 n_ = 0;
+    double charged_bytes_ = 0;  ///< what the pool was charged
     Pool* pool_ = nullptr;
     Device* dev_ = nullptr;
     bool on_device_ = false;
@@ -136,6 +138,7 @@ struct World {
 struct MomentBlock {
     i64 offset = 0, count = 0;
     TrackedBuffer m, v;
+    TrackedBuffer master;  ///< bf16 plans, on the gpu tier: the fp32 weights (the host's are its params)
 };
 
 class RankState {
@@ -183,7 +186,13 @@ private:
     Pool* pool_of(sim::Tier t);
     void sample_memory(sim::Tier t);
     /// A buffer on tier t: the device's memory for the gpu tier on the cuda backend.
-    TrackedBuffer buffer(i64 n, sim::Tier t, const std::string& what, bool zero = true);
+    TrackedBuffer buffer(i64 n, sim::Tier t, const std::string& what, bool zero = true, double elem_bytes = sizeof(float));
+    /// Bytes an element of t takes in the plan: 2 for a bf16 plan's activations, their gradients
+    /// and the GPU's weights (gradients: plan.grad_bytes()), 4 for fp32 values (the loss and the
+    /// kernels' statistics, tokens, host weights, optimizer state). The cpu backend holds every
+    /// element as a float; a 2-byte one is rounded to bf16 each time it is written (finish()).
+    double elem_bytes(const sim::DataTensor& t) const;
+    double weight_bytes() const { return w_.plan.precision == sim::Precision::fp32 ? 4.0 : 2.0; }
     /// Host <-> the memory behind a tensor or buffer (a plain copy on the cpu backend).
     void to_host(float* host, const float* src, i64 n) const;
     void from_host(float* dst, const float* host, i64 n) const;

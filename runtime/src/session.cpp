@@ -20,11 +20,21 @@ const char* to_string(Backend b) { return b == Backend::cpu ? "cpu" : "cuda"; }
 
 std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend) {
     if (std::string why = dataflow_unsupported(m, p); !why.empty()) return why;
-    // Both backends hold every tensor as fp32 (params.hpp's flat buffers have no separate master
-    // copy): a bf16 plan would run with other bytes and other kernels than the plan's.
-    if (p.precision != Precision::fp32)
+    // bf16: the cpu backend holds 2-byte values as floats rounded to bf16 (computing in fp32, as a
+    // GPU's kernels do), with fp32 master weights for the update; the cuda kernels are fp32 only.
+    if (p.precision != Precision::fp32 && p.precision != Precision::bf16)
         return std::string("plan.precision = ") + to_string(p.precision) +
-               ": the runtime executes fp32 only (its tensors and model states are 4-byte; bf16 is not written yet): set it to fp32";
+               ": the runtime executes fp32 and bf16 (fp16 needs loss scaling, which no instruction expresses): set it to bf16 or fp32";
+    if (p.precision == Precision::bf16) {
+        if (backend == Backend::cuda)
+            return "plan.precision = bf16: the cuda backend's kernels are fp32 only (bf16 runs on --backend cpu, or as a memory walk)";
+        if (p.exp_avg_dtype != Precision::fp32 || p.exp_avg_sq_dtype != Precision::fp32)
+            return "plan.exp_avg_dtype / exp_avg_sq_dtype: narrowed Adam moments are not executed (set them to fp32)";
+        if (p.offload.optimizer.ssd > 0)
+            return "plan.offload.optimizer.ssd with plan.precision = bf16: the master weights in the SSD state are not executed yet";
+        if (!p.offload.params.all_gpu())
+            return "plan.offload.params with plan.precision = bf16: host-homed bf16 weights beside their fp32 master are not executed yet";
+    }
     if (backend == Backend::cuda && p.gpus() > 1)
         return "backend cuda: the plan has " + std::to_string(p.gpus()) +
                " ranks (dp x tp x pp x cp); the cuda backend runs one rank on one GPU (collectives and pipeline transfers "

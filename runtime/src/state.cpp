@@ -103,8 +103,8 @@ void RankState::init_params() {
     const std::string who = "rank " + std::to_string(rank_) + " tier gpu, ";
     // Parameters homed on the host (plan.offload.params) live there; the GPU fetches them a unit at a time.
     if (params_on_host_) params_host_ = buffer(layout_.dense_elements, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, parameters");
-    else params_ = buffer(layout_.dense_elements, Tier::gpu, who + "parameters");
-    grads_ = buffer(layout_.dense_elements, Tier::gpu, who + "gradients");
+    else params_ = buffer(layout_.dense_elements, Tier::gpu, who + "parameters", true, weight_bytes());
+    grads_ = buffer(layout_.dense_elements, Tier::gpu, who + "gradients", true, w_.plan.grad_bytes());
     if (w_.options.memory_only) return;
     decay_.assign(static_cast<std::size_t>(layout_.dense_elements), 0);
     // Drawn on the host; on the cuda backend copied to the device afterwards.
@@ -129,6 +129,9 @@ void RankState::init_params() {
                 p[i] = static_cast<float>(sd * normal(key, whole_index(e, w_.model, i / e.cols, i % e.cols, tp_rank_, tp_size_)));
         });
     }
+    // A bf16 plan's weights are bf16 from the start; the optimizer's fp32 master copies start from
+    // them (Megatron casts the model, then clones its weights to fp32).
+    if (w_.plan.precision != Precision::fp32) cpu::round_bf16(base, layout_.dense_elements);
     if (stage) dev_->copy(params_.data(), staged.data(), layout_.dense_elements);
 }
 
@@ -177,6 +180,7 @@ void RankState::init(const std::string& resume_dir) {
         MomentBlock& mb = moments(off, n, static_cast<Tier>(tier));
         get_floats(mb.m.data(), n);
         get_floats(mb.v.data(), n);
+        if (!mb.master.empty()) get_floats(mb.master.data(), n);
     }
     std::int64_t ssd = 0;
     get(&ssd, sizeof ssd);
@@ -217,6 +221,7 @@ void RankState::save(const std::string& dir) const {
             put(out, static_cast<std::int64_t>(tier));
             put_from(mb.m.data(), mb.count);
             put_from(mb.v.data(), mb.count);
+            if (!mb.master.empty()) put_from(mb.master.data(), mb.count);
         }
     std::int64_t ssd = 0;
     std::vector<char> buf;
@@ -250,6 +255,15 @@ MomentBlock& RankState::moments(i64 offset, i64 count, Tier tier) {
     b.count = count;
     b.m = buffer(count, tier, who);
     b.v = buffer(count, tier, who);
+    // A bf16 plan's update on the GPU keeps fp32 master weights beside the moments, from the
+    // bf16 weights at the first update (or the checkpoint's).
+    if (w_.plan.precision != Precision::fp32 && tier == Tier::gpu) {
+        b.master = buffer(count, tier, "rank " + std::to_string(rank_) + " tier gpu, master weights");
+        if (!w_.options.memory_only) {
+            if (dev_) dev_->copy(b.master.data(), params_.data() + offset, count);
+            else std::memcpy(b.master.data(), params_.data() + offset, static_cast<std::size_t>(count) * sizeof(float));
+        }
+    }
     blocks.push_back(std::move(b));
     return blocks.back();
 }
@@ -266,7 +280,7 @@ float* RankState::host_params() {
 
 float* RankState::host_grads() {
     if (grads_host_.empty())
-        grads_host_ = buffer(layout_.dense_elements, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, gradients");
+        grads_host_ = buffer(layout_.dense_elements, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, gradients", true, w_.plan.grad_bytes());
     return grads_host_.data();
 }
 

@@ -78,7 +78,8 @@ void RankLowering::head_forward() {
     gemm_high(n_.logits, d_.tokens, d_.vocab / d_.tp, d_.h);  // vocab-parallel head
     if (df_) io({xfg, head_weight(false)}, {logits});
     // Vocab-parallel cross-entropy: read the fp32 logits shard, write the softmax for backward.
-    const int stats = act(n_.t_loss_stats, -1, d_.tokens, 3, TensorRole::stats), loss = act(n_.t_loss, -1, d_.tokens, 1);
+    // The per-token loss is fp32 whatever the plan's precision: a statistic, not an activation.
+    const int stats = act(n_.t_loss_stats, -1, d_.tokens, 3, TensorRole::stats), loss = act(n_.t_loss, -1, d_.tokens, 1, TensorRole::stats);
     compute(Op::loss, n_.loss, 0, 2 * d_.tokens * d_.vocab / d_.tp * 4);
     if (d_.tp > 1) {
         if (df_) io({logits, tokens()}, {stats});

@@ -94,6 +94,10 @@ void loss_combine(float* loss, float* lse, const float* stats, i64 n, i64 T);
 void loss_backward(float* dlogits, const float* logits, const float* tokens, const float* lse, i64 first, i64 T, i64 V,
                    float scale);
 
+/// Each of n floats to the nearest bfloat16 (ties to even; NaN stays NaN, infinities stay): how
+/// the cpu backend holds a 2-byte tensor of a bf16 plan, computing on it in fp32 as a GPU does.
+void round_bf16(float* p, i64 n);
+
 /// AdamW on n elements; step counts from 1. decay: per-element flag (null: none decays).
 void adamw(float* p, float* m, float* v, const float* g, const unsigned char* decay, i64 n, float lr, float b1, float b2,
            float eps, float wd, int step);
