@@ -24,7 +24,7 @@ struct CapArgs {
     double budget = 0;
     std::vector<std::string> gpus;
     int max_gpus = 4096, min_gpus = 8, global_batch = 0, threads = 0;
-    bool max_model = false, quiet = false, no_deepep = false, expandable_segments = false, owned = false;
+    bool max_model = false, quiet = false, no_deepep = false, whole_simulations = false, expandable_segments = false, owned = false;
     std::string framework;
 };
 
@@ -162,6 +162,7 @@ void run_capacity(const CapArgs& a) {
     o.search.shortlist_margin = 0.0;
     o.search.cancel = &interrupted();
     o.search.threads = thread_count(a.threads);
+    o.search.steady_state = !a.whole_simulations;
     o.progress = [&](int done, int total) { bar.update(double(done) / total, "sizes"); };
     std::string residuals_line;
     const std::optional<planner::ResidualTable> residuals = residuals_for(a.residuals, &residuals_line);
@@ -269,6 +270,9 @@ void add_capacity(CLI::App& app) {
     cmd->add_flag("--max-model", a->max_model, "largest model of the --model family that trains on --cluster");
     cmd->add_flag("--quiet,-q", a->quiet, "no progress bar");
     cmd->add_flag("--no-deepep", a->no_deepep, "MoE: keep Megatron's flat all-to-all (no DeepEP dispatch across nodes)");
+    cmd->add_flag("--whole-simulations", a->whole_simulations,
+                  "simulate every shortlisted plan whole, never extended from three shorter simulations of its steady state "
+                  "(the same figures, slower: a check)");
     cmd->add_flag("--expandable-segments", a->expandable_segments, "the runs use PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True");
     cmd->add_option("--framework", a->framework, "size the cluster for plans this framework runs, with its preset's knobs (docs/frameworks.md)")
         ->check([](const std::string& v) {

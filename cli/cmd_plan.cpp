@@ -28,7 +28,7 @@ struct PlanArgs {
     int seq_len = 0;
     int top = 10;
     int threads = 0;
-    bool quiet = false, no_simulate = false, no_offload = false, tp_across_nodes = false, no_deepep = false;
+    bool quiet = false, no_simulate = false, no_offload = false, tp_across_nodes = false, no_deepep = false, whole_simulations = false;
     bool expandable_segments = false;
     std::string framework;
     std::string precision;
@@ -148,6 +148,7 @@ void run_plan(const PlanArgs& a) {
     o.top_k = a.top;
     o.threads = thread_count(a.threads);
     o.simulate = !a.no_simulate;
+    o.steady_state = !a.whole_simulations;
     if (!a.shard.empty()) {
         int i = -1, n = -1;
         char slash = 0;
@@ -206,6 +207,9 @@ void add_plan(CLI::App& app) {
     cmd->add_flag("--no-offload", a->no_offload, "do not consider CPU/SSD offload");
     cmd->add_flag("--tp-across-nodes", a->tp_across_nodes, "allow tensor parallelism across nodes");
     cmd->add_flag("--no-deepep", a->no_deepep, "MoE: keep Megatron's flat all-to-all (no DeepEP dispatch across nodes)");
+    cmd->add_flag("--whole-simulations", a->whole_simulations,
+                  "simulate every shortlisted plan whole, never extended from three shorter simulations of its steady state "
+                  "(the same figures, slower: a check)");
     cmd->add_option("--precision", a->precision, "the precision every plan trains in (default: the plan given, else bf16)")
         ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}));
     cmd->add_option("--framework", a->framework,

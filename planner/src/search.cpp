@@ -223,7 +223,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, const hwdb::
                     const std::size_t k = next.fetch_add(1);
                     if (k >= which.size()) return;
                     RankedPlan& rp = out[which[k]];
-                    rp.sim = simulate_plan(m, c, rp.plan, hw, o.calibration, o.critical_path);
+                    rp.sim = simulate_plan(m, c, rp.plan, hw, o.calibration, o.critical_path, o.steady_state);
                     rp.simulated = true;
                     rp.why = explain(rp.sim);
                     done.fetch_add(1);

@@ -1,16 +1,26 @@
 // One plan through the engine (the same sim::simulate as `strata simulate`), summarised for ranking.
+//
+// A plan of many micro-batches is simulated at three smaller counts in its steady state and
+// extended along the line they lie on, when they do lie on one (steady_state below): the lowering
+// and the engine cost time and memory per micro-batch, and a 1F1B pipeline's steady state adds the
+// same work per micro-batch whatever comes before it.
 #include <algorithm>
+#include <array>
+#include <cmath>
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "strata/common/error.hpp"
 #include "strata/planner/search.hpp"
+#include "strata/lowering/spec_io.hpp"
 #include "strata/sim/simulate.hpp"
 
 namespace strata::planner {
 
-SimSummary simulate_plan(const sim::ModelSpec& m, const sim::ClusterSpec& c, const sim::PlanSpec& p, const hwdb::HardwareView& hw,
-                         const sim::Calibration& calibration, bool critical_path) {
-    sim::SimOptions so;
-    so.calibration = calibration;
-    so.critical_path = critical_path;
-    sim::SimOutput out = sim::simulate(m, c, p, hw, so);
+namespace {
+
+SimSummary summarise(const sim::SimOutput& out) {
     const sim::SimResult& r = out.result;
     SimSummary s;
     s.step_time_s = out.step_time_s;
@@ -33,6 +43,164 @@ SimSummary simulate_plan(const sim::ModelSpec& m, const sim::ClusterSpec& c, con
         s.gpu_comm_s += n * static_cast<double>(k.exposed_comm_ns + k.exposed_copy_ns);
         s.gpu_idle_s += n * static_cast<double>(k.host_wait_ns + k.bubble_ns);
     }
+    return s;
+}
+
+// The figures of a result that grow (or stay) linearly with the micro-batch count in a steady
+// state: the step, its mean exposed communication, the peaks per tier, and per rank the split of
+// its compute stream's idle time. Written back by set_figures in the same order.
+std::vector<double> figures(const sim::SimResult& r) {
+    std::vector<double> v{static_cast<double>(r.step_time_ns), static_cast<double>(r.exposed_comm_ns), r.peak_bytes_max[0],
+                          r.peak_bytes_max[1], r.peak_bytes_max[2]};
+    for (const sim::RankStats& k : r.ranks)
+        for (std::int64_t x : {k.compute_idle_ns, k.exposed_comm_ns, k.exposed_copy_ns, k.host_wait_ns, k.bubble_ns})
+            v.push_back(static_cast<double>(x));
+    return v;
+}
+
+void set_figures(sim::SimResult& r, const std::vector<double>& v) {
+    auto ns = [](double x) { return static_cast<std::int64_t>(std::llround(x)); };
+    std::size_t i = 0;
+    r.step_time_ns = ns(v[i++]);
+    r.exposed_comm_ns = ns(v[i++]);
+    for (int t = 0; t < 3; ++t) r.peak_bytes_max[static_cast<std::size_t>(t)] = v[i++];
+    // The means over ranks with compute work, as the engine takes them (engine_run.cpp).
+    double bubble = 0, comm = 0, copy = 0, host = 0;
+    int working = 0;
+    for (sim::RankStats& k : r.ranks) {
+        for (std::int64_t* x : {&k.compute_idle_ns, &k.exposed_comm_ns, &k.exposed_copy_ns, &k.host_wait_ns, &k.bubble_ns}) *x = ns(v[i++]);
+        if (k.compute_idle_ns < r.step_time_ns && r.step_time_ns > 0) {
+            bubble += static_cast<double>(k.bubble_ns) / static_cast<double>(r.step_time_ns);
+            comm += static_cast<double>(k.exposed_comm_ns);
+            copy += static_cast<double>(k.exposed_copy_ns);
+            host += static_cast<double>(k.host_wait_ns);
+            ++working;
+        }
+    }
+    if (working > 0) {
+        r.bubble_fraction = bubble / working;
+        r.exposed_comm_ns = ns(comm / working);
+        r.exposed_copy_ns = ns(copy / working);
+        r.host_wait_ns = ns(host / working);
+    }
+}
+
+// Micro-batches the schedule adds in whole: an interleaved group, DualPipeV's 2 x pp, a 1F1B
+// pipeline's pp (as sim_size.cpp's measurement).
+std::int64_t schedule_unit(const sim::PlanSpec& p) {
+    if (p.schedule == sim::Schedule::interleaved_1f1b) return p.microbatch_group > 0 ? p.microbatch_group : p.pp;
+    if (p.schedule == sim::Schedule::dualpipe_v) return 2 * static_cast<std::int64_t>(p.pp);
+    return std::max(1, p.pp);
+}
+
+}  // namespace
+
+bool steady_state_applies(const sim::PlanSpec& p) {
+    const std::int64_t u = schedule_unit(p), m = p.micro_batches();
+    return m >= kSteadyStateMinUnits * u;
+}
+
+SimSummary simulate_plan(const sim::ModelSpec& m, const sim::ClusterSpec& c, const sim::PlanSpec& p, const hwdb::HardwareView& hw,
+                         const sim::Calibration& calibration, bool critical_path, bool steady_state) {
+    sim::SimOptions so;
+    so.calibration = calibration;
+    so.critical_path = critical_path;
+    if (!steady_state || !steady_state_applies(p)) return summarise(sim::simulate(m, c, p, hw, so));
+
+    // Three counts a unit apart, from two units on, congruent to the plan's own count.
+    const std::int64_t u = schedule_unit(p), mb = p.micro_batches();
+    const std::int64_t first = 2 * u + mb % u;
+    std::vector<sim::SimOutput> probes;
+    try {
+        for (int k = 0; k < 3; ++k) {
+            sim::PlanSpec q = p;
+            q.global_batch = static_cast<int>((first + k * u) * q.micro_batch * q.dp);
+            sim::validate_plan(m, c, q, "");
+            probes.push_back(sim::simulate(m, c, q, hw, so));
+            if (probes.back().result.deadlock) return summarise(sim::simulate(m, c, p, hw, so));
+        }
+    } catch (const InputError&) {
+        return summarise(sim::simulate(m, c, p, hw, so));  // a reduced plan the rules refuse
+    }
+    std::vector<double> a = figures(probes[0].result), b = figures(probes[1].result), z = figures(probes[2].result);
+    // The critical path's groups, matched by (rank, stream, label, link), and its length.
+    if (critical_path) {
+        auto key = [](const sim::CriticalSegment& s) { return std::make_tuple(s.rank, static_cast<int>(s.stream), s.label, s.link); };
+        std::map<std::tuple<int, int, std::string, std::string>, std::array<double, 3>> seg;
+        for (int k = 0; k < 3; ++k)
+            for (const sim::CriticalSegment& s : probes[static_cast<std::size_t>(k)].result.critical_path.segments)
+                seg[key(s)][static_cast<std::size_t>(k)] = static_cast<double>(s.duration_ns);
+        for (const auto& [k, d] : seg) {
+            a.push_back(d[0]);
+            b.push_back(d[1]);
+            z.push_back(d[2]);
+        }
+        for (int k = 0; k < 3; ++k) {
+            auto& f = k == 0 ? a : k == 1 ? b : z;
+            f.push_back(static_cast<double>(probes[static_cast<std::size_t>(k)].result.critical_path.length_ns));
+        }
+    }
+    if (a.size() != b.size() || b.size() != z.size()) return summarise(sim::simulate(m, c, p, hw, so));
+    // On a line: equal steps, to the nanosecond or byte (and a millionth of the value, for the
+    // rounding of shared-link rates).
+    for (std::size_t i = 0; i < z.size(); ++i)
+        if (std::fabs((z[i] - b[i]) - (b[i] - a[i])) > 2.0 + 1e-6 * std::fabs(z[i])) return summarise(sim::simulate(m, c, p, hw, so));
+    // A step is the max of its dependency chains, so it is convex in the micro-batches: a chain
+    // that does not run through them (a host update beside them, a lock-free one) can bound the
+    // probes' steps and then fall behind those of the plan, and the line through the probes would
+    // be too low. Every stream's busy time lies on a line too (checked above through the step
+    // only), and no stream may grow faster than the step: else there is a bend ahead.
+    const double step_slope = z[0] - b[0];
+    for (std::size_t r = 0; r < probes[2].result.ranks.size(); ++r)
+        for (std::size_t st = 0; st < sim::kStreamCount; ++st) {
+            const double busy_b = static_cast<double>(probes[1].result.ranks[r].busy_ns[st]);
+            const double busy_z = static_cast<double>(probes[2].result.ranks[r].busy_ns[st]);
+            if (busy_z - busy_b > step_slope + 2.0 + 1e-6 * std::fabs(z[0])) return summarise(sim::simulate(m, c, p, hw, so));
+        }
+    const double units = static_cast<double>(mb - (first + 2 * u)) / static_cast<double>(u);
+    std::vector<double> v(z.size());
+    for (std::size_t i = 0; i < z.size(); ++i) v[i] = z[i] + units * (z[i] - b[i]);
+
+    // More micro-batches never hold less: a probe out of memory is the plan out of memory.
+    const bool probe_oom = std::any_of(probes.begin(), probes.end(), [](const sim::SimOutput& q) { return q.result.oom; });
+    sim::SimOutput out = std::move(probes[2]);
+    set_figures(out.result, v);
+    if (critical_path) {
+        // The extended groups, largest first (ties in the map's key order, as the engine's).
+        sim::CriticalPath& cp = out.result.critical_path;
+        auto ns = [](double x) { return static_cast<std::int64_t>(std::llround(x)); };
+        std::map<std::tuple<int, int, std::string, std::string>, std::int64_t> ext;
+        std::size_t i = figures(out.result).size();  // where the groups start in v
+        std::map<std::tuple<int, int, std::string, std::string>, sim::CriticalSegment> proto;
+        for (const sim::CriticalSegment& s : cp.segments) proto[std::make_tuple(s.rank, static_cast<int>(s.stream), s.label, s.link)] = s;
+        for (int k = 0; k < 2; ++k)
+            for (const sim::CriticalSegment& s : probes[static_cast<std::size_t>(k)].result.critical_path.segments)
+                proto.emplace(std::make_tuple(s.rank, static_cast<int>(s.stream), s.label, s.link), s);
+        cp.segments.clear();
+        for (auto& [k, s] : proto) {
+            s.duration_ns = ns(v[i++]);
+            s.share = static_cast<double>(s.duration_ns) / static_cast<double>(std::max<std::int64_t>(1, out.result.step_time_ns));
+            if (s.duration_ns > 0) cp.segments.push_back(s);
+        }
+        cp.length_ns = ns(v[i]);
+        std::stable_sort(cp.segments.begin(), cp.segments.end(),
+                         [](const sim::CriticalSegment& x, const sim::CriticalSegment& y) { return x.duration_ns > y.duration_ns; });
+        cp.steps.clear();  // the instructions are the probe's, not the plan's
+        cp.summary = sim::critical_path_summary(cp.segments, out.result.step_time_ns, cp.length_ns);
+    }
+    out.step_time_s = out.result.step_time_s() / std::max(1, out.steps);
+    out.model_flops_per_step = sim::model_flops_per_step(m, p);
+    const double tokens = static_cast<double>(p.global_batch) * static_cast<double>(m.seq_len);
+    out.job.tokens_per_s = out.step_time_s > 0 ? tokens / out.step_time_s : 0;
+    out.job.tflops_per_gpu = out.step_time_s > 0 ? out.model_flops_per_step / out.step_time_s / p.gpus() / 1e12 : 0;
+    out.job.mfu = out.peak_flops_per_gpu > 0 ? out.job.tflops_per_gpu * 1e12 / out.peak_flops_per_gpu : 0;
+    SimSummary s = summarise(out);
+    s.oom = s.oom || probe_oom;
+    // A peak that grows with the micro-batches (GPipe holds them all) may pass its tier's capacity.
+    const std::array<double, 3> caps{out.capacities.gpu_bytes, out.capacities.cpu_bytes, out.capacities.ssd_bytes};
+    for (std::size_t t = 0; t < 3; ++t)
+        if (caps[t] > 0 && out.result.peak_bytes_max[t] > caps[t]) s.oom = true;
+    s.steady_state = true;
     return s;
 }
 

@@ -198,12 +198,22 @@ CriticalPath critical_path(const Program& p, const Timings& t, int groups, std::
     std::stable_sort(out.segments.begin(), out.segments.end(),
                      [](const CriticalSegment& a, const CriticalSegment& b) { return a.duration_ns > b.duration_ns; });
 
+    out.summary = critical_path_summary(out.segments, step_time_ns, out.length_ns);
+    return out;
+}
+
+}  // namespace strata::sim::detail
+
+namespace strata::sim {
+
+std::string critical_path_summary(const std::vector<CriticalSegment>& segments, std::int64_t step_time_ns, std::int64_t length_ns) {
+    const double total = static_cast<double>(std::max<std::int64_t>(1, step_time_ns));
     // One line: the heaviest streams (summed over stages), each with the stages it spans and its
     // heaviest label (summed over stages too).
     std::map<int, std::int64_t> by_stream;
     std::map<int, std::pair<int, int>> stage_span;  // stream -> (min stage, max stage)
     std::map<std::tuple<int, std::string, std::string>, std::int64_t> by_label;
-    for (const auto& s : out.segments) {
+    for (const auto& s : segments) {
         const int st = static_cast<int>(s.stream);
         by_stream[st] += s.duration_ns;
         auto it = stage_span.find(st);
@@ -219,7 +229,7 @@ CriticalPath critical_path(const Program& p, const Timings& t, int groups, std::
         const auto [lo, hi] = stage_span[st];
         if (!line.empty()) line += ", ";
         line += (lo == hi ? "stage " + std::to_string(lo) : "stages " + std::to_string(lo) + "-" + std::to_string(hi)) + " " +
-                to_string(static_cast<Stream>(st)) + " " + percent(static_cast<double>(ns) / total);
+                to_string(static_cast<Stream>(st)) + " " + detail::percent(static_cast<double>(ns) / total);
         const std::tuple<int, std::string, std::string>* top = nullptr;
         std::int64_t top_ns = -1;
         for (const auto& [key, lns] : by_label)
@@ -227,13 +237,12 @@ CriticalPath critical_path(const Program& p, const Timings& t, int groups, std::
         if (top) {
             line += " (" + std::get<1>(*top);
             if (!std::get<2>(*top).empty()) line += " on " + std::get<2>(*top);
-            line += " " + percent(static_cast<double>(top_ns) / total) + ")";
+            line += " " + detail::percent(static_cast<double>(top_ns) / total) + ")";
         }
     }
-    const std::int64_t rest = step_time_ns - out.length_ns;
-    if (rest > 0) line += (line.empty() ? "" : ", ") + std::string("unexplained ") + percent(static_cast<double>(rest) / total);
-    out.summary = line.empty() ? "empty step" : line;
-    return out;
+    const std::int64_t rest = step_time_ns - length_ns;
+    if (rest > 0) line += (line.empty() ? "" : ", ") + std::string("unexplained ") + detail::percent(static_cast<double>(rest) / total);
+    return line.empty() ? "empty step" : line;
 }
 
-}  // namespace strata::sim::detail
+}  // namespace strata::sim

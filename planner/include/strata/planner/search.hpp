@@ -27,6 +27,9 @@ struct SimSummary {
     /// GPU-seconds of one step over every GPU of the job, by state (energy.hpp): the compute
     /// stream running kernels, waiting on communication or copies, or idle (bubble, host waits).
     double gpu_compute_s = 0, gpu_comm_s = 0, gpu_idle_s = 0;
+    /// Extended from three simulations of fewer micro-batches in the schedule's steady state
+    /// (simulate_plan); the critical path is then the largest of those three's.
+    bool steady_state = false;
 };
 
 struct RankedPlan {
@@ -63,6 +66,9 @@ struct SearchOptions {
     /// Name what bounds each simulated plan (SimSummary::critical_path, its `why`); off where no
     /// one reads it (capacity sweeps): the analysis is about a tenth of a simulation's time.
     bool critical_path = true;
+    /// Simulate a plan of many micro-batches at three smaller counts and extend (simulate_plan):
+    /// the same figures for a fraction of the time. Off: every plan simulated whole.
+    bool steady_state = true;
     /// Memory the simulations may use together (0: memory_limit_bytes()). Each of the `threads`
     /// concurrent simulations gets its share; a plan whose simulation would need more
     /// (sim::simulation_size: a huge global batch) is ranked by its estimate, and says so.
@@ -84,9 +90,18 @@ struct SearchResult {
     bool cancelled = false;
 };
 
-/// Simulates one plan with the engine (lower -> costs -> engine), as `strata simulate` does.
+/// Simulates one plan with the engine (lower -> costs -> engine), as `strata simulate` does. With
+/// `steady_state`, a plan of at least kSteadyStateMinUnits schedule units of micro-batches (a 1F1B
+/// pipeline's pp, an interleaved group, DualPipeV's 2 pp) is simulated at 2, 3 and 4 units instead
+/// (plus the plan's remainder) and its figures extended along the line those three lie on:
+/// exactly the full simulation's, when they do lie on a line to the nanosecond and byte; else, and
+/// when a reduced plan is invalid or deadlocks, the plan is simulated whole. A probe out of memory
+/// is the plan out of memory (more micro-batches never hold less).
+inline constexpr int kSteadyStateMinUnits = 12;
+bool steady_state_applies(const sim::PlanSpec& p);
 SimSummary simulate_plan(const sim::ModelSpec& m, const sim::ClusterSpec& c, const sim::PlanSpec& p,
-                         const hwdb::HardwareView& hw, const sim::Calibration& calibration = {}, bool critical_path = true);
+                         const hwdb::HardwareView& hw, const sim::Calibration& calibration = {}, bool critical_path = true,
+                         bool steady_state = true);
 
 SearchResult search_plans(const sim::ModelSpec& m, const sim::ClusterSpec& c, const hwdb::HardwareView& hw,
                           const SearchOptions& o);

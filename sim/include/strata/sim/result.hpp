@@ -103,6 +103,10 @@ struct MemorySample {
     double bytes = 0;
 };
 
+/// The one readable line of a critical path: its heaviest streams (summed over stages), each with
+/// the stages it spans and its heaviest label, then what the path leaves unexplained.
+std::string critical_path_summary(const std::vector<CriticalSegment>& segments, std::int64_t step_time_ns, std::int64_t length_ns);
+
 struct SimResult {
     std::int64_t step_time_ns = 0;
     std::vector<RankStats> ranks;
