@@ -35,24 +35,29 @@ std::pair<double, double> conformal_bounds(std::vector<double> x, double level) 
 
 const char* scale_class(int gpus) { return gpus <= 64 ? "<=64 GPUs" : gpus <= 1024 ? "<=1024 GPUs" : ">1024 GPUs"; }
 
-StepInterval step_interval(const ResidualTable& t, const std::string& arch, bool moe, int gpus, double level,
-                           const std::string& skip_id) {
+StepInterval step_interval(const ResidualTable& t, const std::string& arch, bool moe, int gpus, const std::string& framework,
+                           double level, const std::string& skip_id) {
     const std::string kind = moe ? "MoE" : "dense";
     const std::string scale = scale_class(gpus);
     // Finest class first; a class is used once it holds enough residuals for its tails to mean something.
     struct Rule {
         std::string name;
-        bool by_arch, by_moe, by_scale;
+        bool by_arch, by_framework, by_moe, by_scale;
     };
-    const Rule rules[] = {{arch + " " + kind + " " + scale, true, true, true},
-                          {arch + " " + kind, true, true, false},
-                          {arch, true, false, false},
-                          {"all", false, false, false}};
+    std::vector<Rule> rules;
+    if (!framework.empty()) {
+        rules.push_back({arch + " " + framework + " " + kind + " " + scale, true, true, true, true});
+        rules.push_back({arch + " " + framework + " " + kind, true, true, true, false});
+    }
+    for (const Rule& r : {Rule{arch + " " + kind + " " + scale, true, false, true, true}, Rule{arch + " " + kind, true, false, true, false},
+                          Rule{arch, true, false, false, false}, Rule{"all", false, false, false, false}})
+        rules.push_back(r);
     for (const Rule& r : rules) {
         std::vector<double> v;
         for (const StepResidual& s : t.step) {
             if (s.id == skip_id) continue;
             if (r.by_arch && s.arch != arch) continue;
+            if (r.by_framework && s.framework != framework) continue;
             if (r.by_moe && s.moe != moe) continue;
             if (r.by_scale && scale_class(s.gpus) != scale) continue;
             v.push_back(s.ratio);
@@ -82,7 +87,7 @@ const char* memory_verdict(double peak_bytes, double capacity_bytes, double erro
 double coverage(const ResidualTable& t, double level) {
     int inside = 0, n = 0;
     for (const StepResidual& s : t.step) {
-        const StepInterval iv = step_interval(t, s.arch, s.moe, s.gpus, level, s.id);
+        const StepInterval iv = step_interval(t, s.arch, s.moe, s.gpus, s.framework, level, s.id);
         if (!iv.available) continue;
         ++n;
         if (s.ratio >= iv.lo && s.ratio <= iv.hi) ++inside;
@@ -103,7 +108,7 @@ ResidualTable residuals_from_rows(const std::vector<sim::FidelityEntry>& entries
             // error = predicted / published - 1 of a time (too fast: < 0) or of a rate (too fast: > 0);
             // either way, published time / predicted time.
             const double ratio = r.quantity == sim::Quantity::step_time_s ? 1.0 / (1.0 + r.error) : 1.0 + r.error;
-            t.step.push_back({r.id, r.arch, e->model.moe.has_value(), r.gpus, ratio});
+            t.step.push_back({r.id, r.arch, r.framework, e->model.moe.has_value(), r.gpus, ratio});
         }
         if (r.simulated() && r.published_peak_hbm_bytes > 0) t.memory.push_back({r.id, r.peak_error});
     }
@@ -130,7 +135,7 @@ std::string to_json_text(const ResidualTable& t) {
     j["memory_error"] = round6(memory_error(t));
     nlohmann::ordered_json step = nlohmann::ordered_json::array();
     for (const StepResidual& s : t.step)
-        step.push_back({{"id", s.id}, {"arch", s.arch}, {"moe", s.moe}, {"gpus", s.gpus}, {"ratio", round6(s.ratio)}});
+        step.push_back({{"id", s.id}, {"arch", s.arch}, {"framework", s.framework}, {"moe", s.moe}, {"gpus", s.gpus}, {"ratio", round6(s.ratio)}});
     j["step"] = step;
     nlohmann::ordered_json mem = nlohmann::ordered_json::array();
     for (const MemoryResidual& m : t.memory) mem.push_back({{"id", m.id}, {"error", round6(m.error)}});
@@ -160,6 +165,7 @@ ResidualTable residuals_from_json_text(const std::string& text, const std::strin
         StepResidual s;
         s.id = e.str("id");
         s.arch = e.str("arch");
+        s.framework = e.str_or("framework", "");
         s.moe = e.boolean_or("moe", false);
         s.gpus = static_cast<int>(e.i64("gpus"));
         s.ratio = e.num("ratio");

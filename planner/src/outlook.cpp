@@ -33,7 +33,7 @@ RunOutlook run_outlook(const sim::ModelSpec& m, const sim::ClusterSpec& c, const
     const double step = sim ? rp.sim.step_time_s : rp.estimate.step_time_s;
     const double tps = sim ? rp.sim.tokens_per_s : rp.estimate.tokens_per_s;
     if (residuals) {
-        o.interval = step_interval(*residuals, sim::arch_family(hw.gpu.arch), m.moe.has_value(), c.gpu_count());
+        o.interval = step_interval(*residuals, sim::arch_family(hw.gpu.arch), m.moe.has_value(), c.gpu_count(), rp.plan.framework);
         o.memory_error = memory_error(*residuals);
     }
     const double lo = o.interval.available ? o.interval.lo : 1.0, hi = o.interval.available ? o.interval.hi : 1.0;

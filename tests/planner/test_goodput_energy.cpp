@@ -268,8 +268,8 @@ TEST_CASE("quantiles, classes and coverage on a synthetic residual set", "[plann
     CHECK(std::isnan(quantile({}, 0.5)));
 
     ResidualTable t;
-    for (int i = 1; i <= 8; ++i) t.step.push_back({"s" + std::to_string(i), "Hopper", false, 16, 1.0 + 0.1 * i});
-    for (int i = 1; i <= 3; ++i) t.step.push_back({"l" + std::to_string(i), "Hopper", false, 2048, 2.0});
+    for (int i = 1; i <= 8; ++i) t.step.push_back({"s" + std::to_string(i), "Hopper", "", false, 16, 1.0 + 0.1 * i});
+    for (int i = 1; i <= 3; ++i) t.step.push_back({"l" + std::to_string(i), "Hopper", "", false, 2048, 2.0});
     // Split conformal, 80 %: the floor((n+1) 0.1)-th and ceil((n+1) 0.9)-th smallest, clamped to 1..n.
     // On 1..19 (n 19): the 2nd and 18th; on 1..10: floor 1.1 = 1st, ceil 9.9 = 10th.
     std::vector<double> y;
@@ -298,15 +298,30 @@ TEST_CASE("quantiles, classes and coverage on a synthetic residual set", "[plann
     CHECK(iv.hi == Approx(2.0));
     // No Ampere run: all 11.
     CHECK(step_interval(t, "Ampere", true, 64).cls == "all");
+    // A framework preset: its own class once it holds 8 runs. Eight nemo runs at 1.0..1.7 beside
+    // the 11 above: a nemo plan on 16 GPUs takes them (the 1st and 8th: 1.0, 1.7); a plan of
+    // another framework, or of none, skips them for the classes above, which now hold the nemo
+    // runs too (19 Hopper dense: 1.0..1.8, 1.1.., 2, 2, 2).
+    ResidualTable f = t;
+    for (int i = 0; i < 8; ++i) f.step.push_back({"n" + std::to_string(i), "Hopper", "nemo", false, 16, 1.0 + 0.1 * i});
+    iv = step_interval(f, "Hopper", false, 16, "nemo");
+    CHECK(iv.cls == "Hopper nemo dense <=64 GPUs");
+    CHECK(iv.n == 8);
+    CHECK(iv.lo == Approx(1.0));
+    CHECK(iv.hi == Approx(1.7));
+    CHECK(step_interval(f, "Hopper", false, 4096, "nemo").cls == "Hopper nemo dense");  // the scale class has none
+    CHECK(step_interval(f, "Hopper", false, 16, "torchtitan").cls == "Hopper dense <=64 GPUs");
+    CHECK(step_interval(f, "Hopper", false, 16, "torchtitan").n == 16);
+    CHECK(step_interval(f, "Hopper", false, 16).n == 16);
     // Fewer than 8 in all: no interval.
     ResidualTable few;
-    few.step.push_back({"a", "Hopper", false, 8, 1.0});
+    few.step.push_back({"a", "Hopper", "", false, 8, 1.0});
     CHECK_FALSE(step_interval(few, "Hopper", false, 8).available);
 
     // Leave-one-out on ratios 1..9 (one class of 9): the other 8 give [their min, their max], so
     // only leaving out 1 or 9 puts it outside. Coverage 7 / 9 (type-7 quantiles gave 5 / 9).
     ResidualTable loo;
-    for (int i = 1; i <= 9; ++i) loo.step.push_back({std::to_string(i), "Hopper", false, 8, static_cast<double>(i)});
+    for (int i = 1; i <= 9; ++i) loo.step.push_back({std::to_string(i), "Hopper", "", false, 8, static_cast<double>(i)});
     CHECK(coverage(loo) == Approx(7.0 / 9.0));
 }
 
@@ -324,13 +339,14 @@ TEST_CASE("memory verdicts against the suite's memory error", "[planner][interva
 TEST_CASE("residual table: canonical JSON round trip and strict reading", "[planner][interval]") {
     ResidualTable t;
     t.calibration = "fitted";
-    t.step = {{"x", "Hopper", true, 64, 1.25}, {"y", "Ampere", false, 1024, 0.9}};
+    t.step = {{"x", "Hopper", "nemo", true, 64, 1.25}, {"y", "Ampere", "", false, 1024, 0.9}};
     t.memory = {{"x", -0.05}};
     const std::string text = to_json_text(t);
     const ResidualTable back = residuals_from_json_text(text, "r.json");
     CHECK(to_json_text(back) == text);
     REQUIRE(back.step.size() == 2);
     CHECK(back.step[0].moe);
+    CHECK(back.step[0].framework == "nemo");
     CHECK(back.step[1].ratio == 0.9);
     try {
         residuals_from_json_text(R"({"schema": 1, "split": "test", "step": [{"id": "a", "arch": "H", "gpus": 8, "ratio": -1}], "memory": []})",
@@ -366,7 +382,7 @@ TEST_CASE("a run's outlook scales by the interval and adds the energy bill when 
     rp.estimate.exposed_comm_s = 1;
     rp.estimate.hbm_bytes = 40e9;
     ResidualTable t;
-    for (int i = 1; i <= 8; ++i) t.step.push_back({std::to_string(i), "Hopper", false, 16, 1.0 + 0.1 * i});  // 1.1 .. 1.8 (8 runs: min, max)
+    for (int i = 1; i <= 8; ++i) t.step.push_back({std::to_string(i), "Hopper", "", false, 16, 1.0 + 0.1 * i});  // 1.1 .. 1.8 (8 runs: min, max)
     const RunOutlook o = run_outlook(m, c, hw, rp, 1.6e7, &t, true);
     REQUIRE(o.interval.available);
     CHECK(o.step_time_s.lo == Approx(11.0));

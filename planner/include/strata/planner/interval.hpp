@@ -2,8 +2,8 @@
 // intervals"; the table: bench/fidelity/residuals.json, written by `strata fidelity --residuals`).
 // A residual is how much longer a published run's step took than Strata predicted; the interval
 // of a new prediction is two order statistics of the residuals of its nearest class of runs (GPU
-// architecture, dense or MoE, scale), by split conformal prediction. No normal distribution is
-// assumed.
+// architecture, framework preset, dense or MoE, scale), by split conformal prediction. No normal
+// distribution is assumed.
 #pragma once
 #include <string>
 #include <utility>
@@ -16,6 +16,7 @@ namespace strata::planner {
 /// One held-out run: published step time / predicted step time (> 1: Strata was too fast).
 struct StepResidual {
     std::string id, arch;
+    std::string framework;  ///< the run's plan.framework preset ("" = none stated)
     bool moe = false;
     int gpus = 0;
     double ratio = 1;
@@ -57,13 +58,14 @@ struct StepInterval {
     bool available = false;
     double lo = 1, hi = 1;   ///< multipliers of a predicted step time (or time, or cost)
     int n = 0;               ///< residuals behind it
-    std::string cls;         ///< the class used, e.g. "Hopper dense <=1024 GPUs", "Hopper", "all"
+    std::string cls;         ///< the class used, e.g. "Hopper nemo dense", "Hopper dense <=1024 GPUs", "all"
 };
 
-/// The interval of the nearest class with at least kMinClassSize residuals: (arch, dense/MoE,
-/// scale), then (arch, dense/MoE), then arch, then every residual. `skip_id`: leave one run out
-/// (the coverage check).
-StepInterval step_interval(const ResidualTable& t, const std::string& arch, bool moe, int gpus,
+/// The interval of the nearest class with at least kMinClassSize residuals: with a framework
+/// preset, (arch, framework, dense/MoE, scale), then (arch, framework, dense/MoE); then (arch,
+/// dense/MoE, scale), (arch, dense/MoE), arch, every residual. `skip_id`: leave one run out (the
+/// coverage check).
+StepInterval step_interval(const ResidualTable& t, const std::string& arch, bool moe, int gpus, const std::string& framework = "",
                            double level = kIntervalLevel, const std::string& skip_id = "");
 
 /// The suite's memory error: the mean |predicted / published peak - 1| over the held-out published
