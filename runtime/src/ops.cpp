@@ -337,34 +337,27 @@ void RankState::copy(std::size_t i) {
     }
 }
 
-void RankState::optimizer(std::size_t i, bool cpu_stream) {
+void RankState::optimizer(std::size_t i, bool cpu_stream) { optimizer_job(i, cpu_stream)(); }
+
+// The operands are resolved here, on the rank's thread (tensor() and moments() keep the rank's
+// books); the returned job only computes, so that a host update can run on a thread of its own
+// beside the kernels the rank goes on issuing (rank.cpp).
+std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
     const Instr& in = rp_.instrs[i];
     const Args a{w_.program, rp_, rp_.operands[i]};
     const RunOptions& o = w_.options;
     // Lock-free (plan.lock_free_update): the host's update at a step's start is the previous
     // step's, so it is update number w_.step; the first step has no gradients to apply yet.
     const bool delayed = cpu_stream && w_.plan.lock_free_update;
-    if (delayed && w_.step == 0) return;
-    const int update = delayed ? w_.step : adam_step_;
-    const double warm = o.warmup_steps > 0 ? std::min(1.0, static_cast<double>(update) / o.warmup_steps) : 1.0;
-    const auto lr = static_cast<float>(o.lr * warm);
-    auto step = [&](float* p, float* mo, float* v, const float* g, i64 offset, i64 n, bool on_device) {
-        if (on_device) {  // per parameter, with its weight decay or none: no mask on the device
-            for (const ParamEntry& e : layout_.entries) {
-                const i64 lo = std::max(offset, e.offset), hi = std::min(offset + n, e.end());
-                if (lo >= hi) continue;
-                dev_->adamw(p + (lo - offset), mo + (lo - offset), v + (lo - offset), g + (lo - offset), nullptr, hi - lo, lr,
-                            static_cast<float>(o.beta1), static_cast<float>(o.beta2), static_cast<float>(o.eps),
-                            e.decay ? static_cast<float>(o.weight_decay) : 0.0f, update);
-            }
-            return;
-        }
-        // The host's AdamW on all the cores a lone rank has (DeepSpeed's CPU Adam is multi-threaded too).
-        parallel_chunks(n, host_threads(), [&](i64 lo, i64 hi) {
-            cpu::adamw(p + lo, mo + lo, v + lo, g + lo, decay_.data() + offset + lo, hi - lo, lr, static_cast<float>(o.beta1),
-                       static_cast<float>(o.beta2), static_cast<float>(o.eps), static_cast<float>(o.weight_decay), update);
-        });
+    if (delayed && w_.step == 0) return [] {};
+    struct Update {
+        float *p, *m, *v;
+        const float* g;
+        i64 offset, n;
+        bool on_device;
+        float* weights;  ///< bf16 on the GPU: the weights the fp32 master p is copied to (null: p is them)
     };
+    std::vector<Update> updates;
     const std::string& name = w_.program.names[static_cast<std::size_t>(in.name)];
     if (!cpu_stream || name == "optimizer.cpu") {  // moments on the instruction's own tier
         const Tier tier = cpu_stream ? Tier::cpu : Tier::gpu;
@@ -374,23 +367,47 @@ void RankState::optimizer(std::size_t i, bool cpu_stream) {
             MomentBlock& mb = moments(p.offset, p.elements(), tier);
             float* weights = tensor(a.id(a.o.n_in + k), true, i);
             // bf16 on the GPU: AdamW on the fp32 master, whose bf16 rounding (finish) the weights take.
-            float* updated = mb.master.empty() ? weights : mb.master.data();
-            step(updated, mb.m.data(), mb.v.data(), tensor(a.id(k), false, i), p.offset, p.elements(), dev_ && tier == Tier::gpu);
-            if (updated == weights) continue;
-            if (dev_) dev_->copy(weights, updated, p.elements());
-            else std::memcpy(weights, updated, static_cast<std::size_t>(p.elements()) * sizeof(float));
+            float* master = mb.master.empty() ? nullptr : mb.master.data();
+            updates.push_back({master ? master : weights, mb.m.data(), mb.v.data(), tensor(a.id(k), false, i), p.offset, p.elements(),
+                               dev_ && tier == Tier::gpu, master ? weights : nullptr});
         }
-        return;
+    } else {
+        if (name != "optimizer.ssd") fail(i, "unknown CPU optimizer '" + name + "'");
+        // ZeRO-Infinity's sub-group: {host grads.., staged state..} -> {staged state.., host params..}.
+        const int n = a.o.n_in / 2;
+        if (a.o.n_in != 2 * n || a.o.n_out != 2 * n) fail(i, "the ssd optimizer pairs grads, state and params");
+        for (int k = 0; k < n; ++k) {
+            const DataTensor& p = a.out(n + k);
+            float* st = tensor(a.id(n + k), false, i);
+            updates.push_back({tensor(a.id(a.o.n_in + n + k), true, i), st, st + p.elements(), tensor(a.id(k), false, i), p.offset,
+                               p.elements(), false, nullptr});
+        }
     }
-    if (name != "optimizer.ssd") fail(i, "unknown CPU optimizer '" + name + "'");
-    // ZeRO-Infinity's sub-group: {host grads.., staged state..} -> {staged state.., host params..}.
-    const int n = a.o.n_in / 2;
-    if (a.o.n_in != 2 * n || a.o.n_out != 2 * n) fail(i, "the ssd optimizer pairs grads, state and params");
-    for (int k = 0; k < n; ++k) {
-        const DataTensor& p = a.out(n + k);
-        float* st = tensor(a.id(n + k), false, i);
-        step(tensor(a.id(a.o.n_in + n + k), true, i), st, st + p.elements(), tensor(a.id(k), false, i), p.offset, p.elements(), false);
-    }
+    const int update = delayed ? w_.step : adam_step_;
+    const double warm = o.warmup_steps > 0 ? std::min(1.0, static_cast<double>(update) / o.warmup_steps) : 1.0;
+    const auto lr = static_cast<float>(o.lr * warm), b1 = static_cast<float>(o.beta1), b2 = static_cast<float>(o.beta2),
+               eps = static_cast<float>(o.eps), wd = static_cast<float>(o.weight_decay);
+    const int threads = host_threads();
+    return [this, updates = std::move(updates), lr, b1, b2, eps, wd, update, threads] {
+        for (const Update& u : updates) {
+            if (u.on_device) {  // per parameter, with its weight decay or none: no mask on the device
+                for (const ParamEntry& e : layout_.entries) {
+                    const i64 lo = std::max(u.offset, e.offset), hi = std::min(u.offset + u.n, e.end());
+                    if (lo >= hi) continue;
+                    const i64 at = lo - u.offset;
+                    dev_->adamw(u.p + at, u.m + at, u.v + at, u.g + at, nullptr, hi - lo, lr, b1, b2, eps, e.decay ? wd : 0.0f, update);
+                }
+            } else {
+                // The host's AdamW on all the cores a lone rank has (DeepSpeed's CPU Adam is multi-threaded too).
+                parallel_chunks(u.n, threads, [&](i64 lo, i64 hi) {
+                    cpu::adamw(u.p + lo, u.m + lo, u.v + lo, u.g + lo, decay_.data() + u.offset + lo, hi - lo, lr, b1, b2, eps, wd, update);
+                });
+            }
+            if (!u.weights) continue;
+            if (dev_) dev_->copy(u.weights, u.p, u.n);
+            else std::memcpy(u.weights, u.p, static_cast<std::size_t>(u.n) * sizeof(float));
+        }
+    };
 }
 
 }  // namespace strata::runtime

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <utility>
 #include <unistd.h>
 
 #include "rank.hpp"
@@ -46,6 +47,7 @@ RankState::RankState(World& w, int rank) : w_(w), rp_(w.program.ranks[static_cas
 }
 
 RankState::~RankState() {
+    join_host_job();
     if (ssd_fd_ >= 0) {
         ::close(ssd_fd_);
         ::unlink(ssd_path_.c_str());
@@ -345,7 +347,13 @@ bool RankState::try_execute(std::size_t i) {
     switch (in.kind) {
         case InstrKind::compute: started_ns_[i] = now(); compute(i); return true;
         case InstrKind::copy: started_ns_[i] = now(); copy(i); return true;
-        case InstrKind::optimizer: started_ns_[i] = now(); optimizer(i, true); return true;
+        case InstrKind::optimizer:
+            if (!posted_[i]) {
+                posted_[i] = 1;
+                started_ns_[i] = now();
+                start_host_job(i, optimizer_job(i, true));
+            }
+            return host_job_done();
         case InstrKind::collective:
             if (!posted_[i]) {
                 posted_[i] = 1;
@@ -405,7 +413,39 @@ void RankState::finish(std::size_t i) {
     }
 }
 
+void RankState::start_host_job(std::size_t i, std::function<void()> job) {
+    join_host_job();
+    host_job_done_.store(false);
+    host_job_error_ = nullptr;
+    host_job_ = std::thread([this, i, job = std::move(job)] {
+        try {
+            job();
+        } catch (...) {
+            host_job_error_ = std::current_exception();
+        }
+        ended_ns_[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - w_.step_start).count();
+        host_job_done_.store(true, std::memory_order_release);
+        waker_.notify();
+    });
+}
+
+bool RankState::host_job_done() {
+    if (!host_job_done_.load(std::memory_order_acquire)) return false;
+    join_host_job();
+    if (host_job_error_) std::rethrow_exception(std::exchange(host_job_error_, nullptr));
+    return true;
+}
+
+void RankState::join_host_job() {
+    if (host_job_.joinable()) host_job_.join();
+}
+
 void RankState::run_step() {
+    // A step that fails leaves no host job running on this rank's buffers.
+    struct JoinOnExit {
+        RankState& r;
+        ~JoinOnExit() { r.join_host_job(); }
+    } join_on_exit{*this};
     adam_step_ = w_.step + 1;
     pc_.fill(0);
     std::fill(recorded_.begin(), recorded_.end(), 0);
@@ -442,7 +482,8 @@ void RankState::run_step() {
             while (pc < list.size()) {
                 const InstrKind k = rp_.instrs[list[pc]].kind;
                 const bool eager = k == InstrKind::record || k == InstrKind::wait || k == InstrKind::collective ||
-                                   k == InstrKind::send || k == InstrKind::recv || k == InstrKind::alloc || k == InstrKind::free;
+                                   k == InstrKind::send || k == InstrKind::recv || k == InstrKind::alloc || k == InstrKind::free ||
+                                   k == InstrKind::optimizer;
                 if (!eager) {
                     if (list[pc] < next) next = list[pc], next_stream = s;
                     break;

@@ -7,6 +7,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -208,6 +210,14 @@ private:
     /// RunOptions::memory_only: what instruction i would allocate and read, nothing more.
     void touch(std::size_t i);
     void optimizer(std::size_t i, bool on_cpu_stream);
+    /// The update of instruction i with its operands resolved: a job that only computes.
+    std::function<void()> optimizer_job(std::size_t i, bool on_cpu_stream);
+    // A host update runs on a thread of its own, as DeepSpeed's CPU Adam runs beside the GPU's
+    // queue: the rank's thread goes on issuing kernels and transfers, and finishes the
+    // instruction once the job is done (one at a time: the cpu stream runs in order).
+    void start_host_job(std::size_t i, std::function<void()> job);
+    bool host_job_done();
+    void join_host_job();
     // state (state.cpp)
     void init_params();
     MomentBlock& moments(i64 offset, i64 count, sim::Tier tier);
@@ -262,6 +272,9 @@ private:
     double loss_sum_ = 0;
     RankTrace trace_;
     Waker waker_;
+    std::thread host_job_;
+    std::atomic<bool> host_job_done_{false};
+    std::exception_ptr host_job_error_;
 };
 
 }  // namespace strata::runtime

@@ -36,6 +36,7 @@ for c in $cases; do
         gpt2-124m) m=gpt2-124m steps=6 lim=90 ;;
         gpt2-1.5b) m=gpt2-1.5b steps=4 lim=120 ;;
         llama-2-7b-offload) m=llama-2-7b steps=3 lim=200 ;;
+        llama-2-7b-offload-lockfree) m=llama-2-7b steps=4 lim=200 ;;  # not in the default list: name it
         gpt2-774m-ssd) m=gpt2-774m steps=3 lim=120 ;;
         llama-2-7b-params-cpu) m=llama-2-7b steps=3 lim=200 ;;
         gpt2-1.5b-unfused) m=gpt2-1.5b steps=4 lim=120 ;;
