@@ -339,6 +339,10 @@ void RankState::copy(std::size_t i) {
 
 void RankState::optimizer(std::size_t i, bool cpu_stream) { optimizer_job(i, cpu_stream)(); }
 
+// Lock-free (plan.lock_free_update): the host's update at a step's start is the previous step's,
+// so it is update number w_.step, and the first step has none (0).
+int RankState::update_number(bool cpu_stream) const { return cpu_stream && w_.plan.lock_free_update ? w_.step : adam_step_; }
+
 // The operands are resolved here, on the rank's thread (tensor() and moments() keep the rank's
 // books); the returned job only computes, so that a host update can run on a thread of its own
 // beside the kernels the rank goes on issuing (rank.cpp).
@@ -346,10 +350,7 @@ std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
     const Instr& in = rp_.instrs[i];
     const Args a{w_.program, rp_, rp_.operands[i]};
     const RunOptions& o = w_.options;
-    // Lock-free (plan.lock_free_update): the host's update at a step's start is the previous
-    // step's, so it is update number w_.step; the first step has no gradients to apply yet.
-    const bool delayed = cpu_stream && w_.plan.lock_free_update;
-    if (delayed && w_.step == 0) return [] {};
+    if (update_number(cpu_stream) == 0) return [] {};  // a lock-free run's first step: no gradients yet
     struct Update {
         float *p, *m, *v;
         const float* g;
@@ -376,14 +377,20 @@ std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
         // ZeRO-Infinity's sub-group: {host grads.., staged state..} -> {staged state.., host params..}.
         const int n = a.o.n_in / 2;
         if (a.o.n_in != 2 * n || a.o.n_out != 2 * n) fail(i, "the ssd optimizer pairs grads, state and params");
+        // A bf16 plan's staged state is {master, m, v}: AdamW on the master, copied to the host's
+        // weights; the first update starts the master from those weights (the file holds none yet).
+        const bool master = w_.plan.precision != Precision::fp32;
         for (int k = 0; k < n; ++k) {
             const DataTensor& p = a.out(n + k);
+            const i64 e = p.elements();
             float* st = tensor(a.id(n + k), false, i);
-            updates.push_back({tensor(a.id(a.o.n_in + n + k), true, i), st, st + p.elements(), tensor(a.id(k), false, i), p.offset,
-                               p.elements(), false, nullptr});
+            float* weights = tensor(a.id(a.o.n_in + n + k), true, i);
+            if (master && update_number(cpu_stream) == 1) std::memcpy(st, weights, static_cast<std::size_t>(e) * sizeof(float));
+            if (master) updates.push_back({st, st + e, st + 2 * e, tensor(a.id(k), false, i), p.offset, e, false, weights});
+            else updates.push_back({weights, st, st + e, tensor(a.id(k), false, i), p.offset, e, false, nullptr});
         }
     }
-    const int update = delayed ? w_.step : adam_step_;
+    const int update = update_number(cpu_stream);
     const double warm = o.warmup_steps > 0 ? std::min(1.0, static_cast<double>(update) / o.warmup_steps) : 1.0;
     const auto lr = static_cast<float>(o.lr * warm), b1 = static_cast<float>(o.beta1), b2 = static_cast<float>(o.beta2),
                eps = static_cast<float>(o.eps), wd = static_cast<float>(o.weight_decay);

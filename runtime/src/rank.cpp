@@ -94,7 +94,7 @@ void RankState::precompute() {
     for (std::size_t i = 0; i < rp_.operand_ids.size(); ++i) {
         const DataTensor& t = prog.tensors[static_cast<std::size_t>(rp_.operand_ids[i])];
         if (t.role != TensorRole::optimizer_state || t.tier != Tier::ssd) continue;
-        if (ssd_slot_.emplace(std::make_pair(t.offset, t.elements()), at).second) at += static_cast<i64>(ssd_padded_bytes(2 * t.elements()));
+        if (ssd_slot_.emplace(std::make_pair(t.offset, t.elements()), at).second) at += static_cast<i64>(ssd_padded_bytes(state_floats() * t.elements()));
     }
     ssd_bytes_ = at;
 }
@@ -234,7 +234,7 @@ void RankState::sample_memory(Tier t) {
 
 i64 RankState::elements(int id) const {
     const DataTensor& t = w_.program.tensors[static_cast<std::size_t>(id)];
-    return t.role == TensorRole::optimizer_state ? 2 * t.elements() : t.elements();
+    return t.role == TensorRole::optimizer_state ? state_floats() * t.elements() : t.elements();
 }
 
 // The memory behind a tensor: a range of a flat buffer, or a live tensor of this step (allocated

@@ -195,6 +195,9 @@ private:
     /// element as a float; a 2-byte one is rounded to bf16 each time it is written (finish()).
     double elem_bytes(const sim::DataTensor& t) const;
     double weight_bytes() const { return w_.plan.precision == sim::Precision::fp32 ? 4.0 : 2.0; }
+    /// Floats of optimizer state per parameter in the ssd tier: m and v, and before them the fp32
+    /// master weights of a bf16 plan (fp32 weights are their own master).
+    i64 state_floats() const { return w_.plan.precision == sim::Precision::fp32 ? 2 : 3; }
     /// Host <-> the memory behind a tensor or buffer (a plain copy on the cpu backend).
     void to_host(float* host, const float* src, i64 n) const;
     void from_host(float* dst, const float* host, i64 n) const;
@@ -212,6 +215,7 @@ private:
     void optimizer(std::size_t i, bool on_cpu_stream);
     /// The update of instruction i with its operands resolved: a job that only computes.
     std::function<void()> optimizer_job(std::size_t i, bool on_cpu_stream);
+    int update_number(bool on_cpu_stream) const;  ///< AdamW's step count of this update (0: none)
     // A host update runs on a thread of its own, as DeepSpeed's CPU Adam runs beside the GPU's
     // queue: the rank's thread goes on issuing kernels and transfers, and finishes the
     // instruction once the job is done (one at a time: the cpu stream runs in order).

@@ -253,6 +253,8 @@ TEST_CASE("bf16: parallel variants follow the single-rank bf16 curve", "[runtime
         v.push_back({"tp 2 pp 2 dp 2, SP, ZeRO-1, full recompute", bf16(p)});
         p.offload.optimizer = TierSplit{0, 1, 0};
         v.push_back({"tp 2 pp 2 dp 2, SP, ZeRO-1, full recompute, optimizer on the CPU", bf16(p)});
+        p.offload.optimizer = TierSplit{0, 0, 1};
+        v.push_back({"tp 2 pp 2 dp 2, SP, ZeRO-1, full recompute, optimizer on SSD", bf16(p)});
     }
     const std::vector<double> ref = losses(m, bf16(cpu_plan()), kSteps);
     for (const Variant& x : v) {
