@@ -190,7 +190,9 @@ double RankState::elem_bytes(const DataTensor& t) const {
         case TensorRole::activation:
         case TensorRole::grad:
         case TensorRole::weight_grad: return 2.0;
-        case TensorRole::param: return t.tier == Tier::gpu ? 2.0 : 4.0;  // the host's are the fp32 master weights
+        // The host's weights are the fp32 master, unless the weights are homed there (bf16; the
+        // master beside the moments).
+        case TensorRole::param: return t.tier == Tier::gpu || params_on_host_ ? 2.0 : 4.0;
         case TensorRole::param_grad: return p.grad_bytes();
         case TensorRole::tokens:
         case TensorRole::stats:

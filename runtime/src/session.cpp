@@ -30,8 +30,6 @@ std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend) 
             return "plan.precision = bf16: the cuda backend's kernels are fp32 only (bf16 runs on --backend cpu, or as a memory walk)";
         if (p.exp_avg_dtype != Precision::fp32 || p.exp_avg_sq_dtype != Precision::fp32)
             return "plan.exp_avg_dtype / exp_avg_sq_dtype: narrowed Adam moments are not executed (set them to fp32)";
-        if (!p.offload.params.all_gpu())
-            return "plan.offload.params with plan.precision = bf16: host-homed bf16 weights beside their fp32 master are not executed yet";
     }
     if (backend == Backend::cuda && p.gpus() > 1)
         return "backend cuda: the plan has " + std::to_string(p.gpus()) +

@@ -102,7 +102,9 @@ bool full_pio(int fd, void* buf, std::size_t bytes, std::int64_t at, bool read) 
 void RankState::init_params() {
     const std::string who = "rank " + std::to_string(rank_) + " tier gpu, ";
     // Parameters homed on the host (plan.offload.params) live there; the GPU fetches them a unit at a time.
-    if (params_on_host_) params_host_ = buffer(layout_.dense_elements, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, parameters");
+    // Homed on the host, a bf16 plan's weights are bf16 there; their fp32 master sits with the moments.
+    if (params_on_host_)
+        params_host_ = buffer(layout_.dense_elements, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, parameters", true, weight_bytes());
     else params_ = buffer(layout_.dense_elements, Tier::gpu, who + "parameters", true, weight_bytes());
     grads_ = buffer(layout_.dense_elements, Tier::gpu, who + "gradients", true, w_.plan.grad_bytes());
     if (w_.options.memory_only) return;
@@ -255,13 +257,15 @@ MomentBlock& RankState::moments(i64 offset, i64 count, Tier tier) {
     b.count = count;
     b.m = buffer(count, tier, who);
     b.v = buffer(count, tier, who);
-    // A bf16 plan's update on the GPU keeps fp32 master weights beside the moments, from the
-    // bf16 weights at the first update (or the checkpoint's).
-    if (w_.plan.precision != Precision::fp32 && tier == Tier::gpu) {
-        b.master = buffer(count, tier, "rank " + std::to_string(rank_) + " tier gpu, master weights");
+    // A bf16 plan's update keeps fp32 master weights beside the moments, from the bf16 weights at
+    // the first update (or the checkpoint's): on the GPU, and on the host where the weights are
+    // homed there (else the host's copy of the weights is the fp32 master itself).
+    if (w_.plan.precision != Precision::fp32 && (tier == Tier::gpu || params_on_host_)) {
+        b.master = buffer(count, tier, "rank " + std::to_string(rank_) + " tier " + to_string(tier) + ", master weights");
         if (!w_.options.memory_only) {
-            if (dev_) dev_->copy(b.master.data(), params_.data() + offset, count);
-            else std::memcpy(b.master.data(), params_.data() + offset, static_cast<std::size_t>(count) * sizeof(float));
+            const float* from = params_home() + offset;
+            if (dev_ && tier == Tier::gpu) dev_->copy(b.master.data(), from, count);
+            else std::memcpy(b.master.data(), from, static_cast<std::size_t>(count) * sizeof(float));
         }
     }
     blocks.push_back(std::move(b));

@@ -235,6 +235,12 @@ TEST_CASE("bf16: 2-byte values, fp32 master weights, the fp32 curve within bf16'
         q.offload.optimizer = where;
         INFO("optimizer gpu/cpu/ssd " << where.gpu << "/" << where.cpu << "/" << where.ssd);
         CHECK(losses(m, q, 4) == bf16);
+        if (where.gpu > 0) continue;
+        // The weights homed on the host too (bf16 there, the fp32 master beside the moments),
+        // fetched to the GPU a unit at a time.
+        q.zero_stage = 3;
+        q.offload.params = TierSplit{0, 1, 0};
+        CHECK(losses(m, q, 4) == bf16);
     }
     // The update runs on fp32 master weights: an RMSNorm weight (1.0, where bf16's spacing is
     // 2^-8 below and 2^-7 above) moves by AdamW steps of ~lr = 1e-3 a step. Updated in bf16
@@ -315,6 +321,23 @@ TEST_CASE("bf16: the memory walk charges the plan's bytes", "[runtime][bf16][mem
             CHECK(walked[1] - r.cpu_bytes == Approx(4 * params).epsilon(1e-12));
         }
     }
+    // The weights homed on the host as well (ZeRO-Offload's offload_param): bf16 weights, fp32
+    // master, m, v and gradients there, 18 B a parameter, to the byte.
+    PlanSpec q = p;
+    q.precision = Precision::bf16;
+    q.zero_stage = 3;
+    q.offload.optimizer = TierSplit{0, 1, 0};
+    q.offload.params = TierSplit{0, 1, 0};
+    runtime::Session s(m, cpu_cluster(1), q, o);
+    s.step();
+    s.step();
+    Capacities caps;
+    caps.gpus_per_node = 1;
+    const MemoryReport r = memory_estimate(m, q, caps);
+    CHECK(s.peak_bytes()[1] == Approx(r.cpu_bytes).epsilon(1e-12));
+    CHECK(r.cpu_bytes == Approx(18 * params).epsilon(1e-12));
+    INFO("gpu: walk " << s.peak_bytes()[0] << " B, model " << r.hbm_bytes - kFrameworkReserveBytes << " B");
+    CHECK(s.peak_bytes()[0] == Approx(r.hbm_bytes - kFrameworkReserveBytes).epsilon(0.05));
     CHECK(walk[1] != walk[0]);
     CHECK(walk[1] - walk[0] == Approx(model[1] - model[0]).epsilon(0.10));
 }
@@ -416,16 +439,13 @@ TEST_CASE("what the runtime cannot execute is refused with the field named", "[r
     PlanSpec p = cpu_plan();
     p.precision = Precision::fp8;
     CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(1), p, {}), Catch::Contains("plan.precision"));
-    // fp16 needs loss scaling; bf16 weights homed on the host beside their master are not written.
+    // fp16 needs loss scaling; bf16's Adam moments stay fp32.
     p.precision = Precision::fp16;
     CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(1), p, {}), Catch::Contains("plan.precision = fp16"));
     p.precision = Precision::bf16;
-    p.zero_stage = 3;
-    p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
-    p.offload.params = TierSplit{0.0, 1.0, 0.0};
-    CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(1), p, {}), Catch::Contains("plan.offload.params with plan.precision = bf16"));
-    p.zero_stage = 0;
-    p.offload = OffloadSpec{};
+    p.exp_avg_dtype = Precision::bf16;
+    CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(1), p, {}), Catch::Contains("plan.exp_avg_dtype"));
+    p.exp_avg_dtype = Precision::fp32;
     // Parameters: homed wholly on the host with the update there, on one data-parallel rank.
     PlanSpec q = cpu_plan();
     q.zero_stage = 3;
