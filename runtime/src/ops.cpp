@@ -395,7 +395,8 @@ std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
     const auto lr = static_cast<float>(o.lr * warm), b1 = static_cast<float>(o.beta1), b2 = static_cast<float>(o.beta2),
                eps = static_cast<float>(o.eps), wd = static_cast<float>(o.weight_decay);
     const int threads = host_threads();
-    return [this, updates = std::move(updates), lr, b1, b2, eps, wd, update, threads] {
+    const bool narrow_m = w_.plan.exp_avg_dtype == Precision::bf16, narrow_v = w_.plan.exp_avg_sq_dtype == Precision::bf16;
+    return [this, updates = std::move(updates), lr, b1, b2, eps, wd, update, threads, narrow_m, narrow_v] {
         for (const Update& u : updates) {
             if (u.on_device) {  // per parameter, with its weight decay or none: no mask on the device
                 for (const ParamEntry& e : layout_.entries) {
@@ -408,6 +409,8 @@ std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
                 // The host's AdamW on all the cores a lone rank has (DeepSpeed's CPU Adam is multi-threaded too).
                 parallel_chunks(u.n, threads, [&](i64 lo, i64 hi) {
                     cpu::adamw(u.p + lo, u.m + lo, u.v + lo, u.g + lo, decay_.data() + u.offset + lo, hi - lo, lr, b1, b2, eps, wd, update);
+                    if (narrow_m) cpu::round_bf16(u.m + lo, hi - lo);  // stored in bf16, updated in fp32
+                    if (narrow_v) cpu::round_bf16(u.v + lo, hi - lo);
                 });
             }
             if (!u.weights) continue;

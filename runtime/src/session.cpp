@@ -28,8 +28,14 @@ std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend) 
     if (p.precision == Precision::bf16) {
         if (backend == Backend::cuda)
             return "plan.precision = bf16: the cuda backend's kernels are fp32 only (bf16 runs on --backend cpu, or as a memory walk)";
-        if (p.exp_avg_dtype != Precision::fp32 || p.exp_avg_sq_dtype != Precision::fp32)
-            return "plan.exp_avg_dtype / exp_avg_sq_dtype: narrowed Adam moments are not executed (set them to fp32)";
+        for (const auto& [field, dtype] : {std::pair<const char*, Precision>{"plan.exp_avg_dtype", p.exp_avg_dtype},
+                                           std::pair<const char*, Precision>{"plan.exp_avg_sq_dtype", p.exp_avg_sq_dtype}}) {
+            if (dtype != Precision::fp32 && dtype != Precision::bf16)
+                return std::string(field) + " = " + to_string(dtype) + ": Adam moments are executed in fp32 or bf16";
+            if (dtype != Precision::fp32 && p.offload.optimizer.ssd > 0)
+                return std::string(field) + " = bf16 with plan.offload.optimizer.ssd: the SSD file's moments are fp32 (narrowed ones on SSD "
+                       "are not executed yet)";
+        }
     }
     if (backend == Backend::cuda && p.gpus() > 1)
         return "backend cuda: the plan has " + std::to_string(p.gpus()) +

@@ -255,8 +255,10 @@ MomentBlock& RankState::moments(i64 offset, i64 count, Tier tier) {
     MomentBlock b;
     b.offset = offset;
     b.count = count;
-    b.m = buffer(count, tier, who);
-    b.v = buffer(count, tier, who);
+    // Moments at their plan's width (Megatron's precision-aware optimizer narrows them to bf16;
+    // the update rounds them each step, optimizer_job).
+    b.m = buffer(count, tier, who, true, bytes_per_element(w_.plan.exp_avg_dtype));
+    b.v = buffer(count, tier, who, true, bytes_per_element(w_.plan.exp_avg_sq_dtype));
     // A bf16 plan's update keeps fp32 master weights beside the moments, from the bf16 weights at
     // the first update (or the checkpoint's): on the GPU, and on the host where the weights are
     // homed there (else the host's copy of the weights is the fp32 master itself).
