@@ -117,6 +117,7 @@ SimSummary simulate_plan(const sim::ModelSpec& m, const sim::ClusterSpec& c, con
             q.global_batch = static_cast<int>((first + k * u) * q.micro_batch * q.dp);
             sim::validate_plan(m, c, q, "");
             probes.push_back(sim::simulate(m, c, q, hw, so));
+            probes.back().program = sim::Program{};  // only the figures are kept: free the instructions
             if (probes.back().result.deadlock) return summarise(sim::simulate(m, c, p, hw, so));
         }
     } catch (const InputError&) {
