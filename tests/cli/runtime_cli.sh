@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # strata run and strata validate from the outside, on the bundled 2-rank CPU scenario: the loss
-# is printed per step and falls on the bundled text; JSON and traces parse; a checkpoint resumes
-# the same numbers; what the runtime cannot execute exits 2; Ctrl-C stops between steps (exit 130)
-# and saves; validate profiles a machine hwdb has not seen and writes its report with both
-# timelines. Args: $1 = strata binary, $2 = source dir.
+# is printed per step and falls on the bundled text, in fp32 and bf16; JSON and traces parse; the
+# memory-only walk gives the run's peaks; a checkpoint resumes the same numbers; what the runtime
+# cannot execute exits 2; Ctrl-C stops between steps (exit 130) and saves; validate profiles a
+# machine hwdb has not seen and writes its report with both timelines. Args: $1 = strata binary, $2 = source dir.
 set -u
 S="$1"; SRC="$2"
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
@@ -42,6 +42,28 @@ walk = json.load(open(sys.argv[2]))["steps"][0]["peak_bytes"]
 for tier in ("gpu", "cpu", "ssd"):
     peak = max(s["peak_bytes"][tier] for s in run)
     assert abs(walk[tier] - peak) <= 0.05 * peak, (tier, walk[tier], peak)
+PY
+
+# bf16 (2-byte values rounded as written, fp32 master weights): it trains, and its walk holds less
+# on the GPU than fp32's (2-byte activations and weights, though the masters add 4 B a parameter).
+python3 - "$SRC/scenarios/plans/gpt-tiny-2cpu.json" "$T/bf16.json" <<'PY' || fail "bf16 plan"
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["precision"] = "bf16"
+p["name"] += "-bf16"
+json.dump(p, open(sys.argv[2], "w"))
+PY
+"$S" run --model gpt-tiny --cluster local-cpu-2 --plan "$T/bf16.json" --steps 6 --data text --lr 3e-3 --json "$T/bf.json" >/dev/null 2>"$T/err" \
+  || { cat "$T/err"; fail "bf16 run"; }
+"$S" run --model gpt-tiny --cluster local-cpu-2 --plan "$T/bf16.json" --memory-only --json "$T/bfw.json" >/dev/null 2>"$T/err" \
+  || { cat "$T/err"; fail "bf16 memory-only walk"; }
+python3 - "$T/bf.json" "$T/bfw.json" "$T/walk-cpu.json" <<'PY' || fail "bf16 run / walk"
+import json, math, sys
+l = [s["loss"] for s in json.load(open(sys.argv[1]))["steps"]]
+assert len(l) == 6 and abs(l[0] - math.log(256)) < 0.1 and l[-1] < l[0], l
+bf = json.load(open(sys.argv[2]))["steps"][0]["peak_bytes"]["gpu"]
+fp = json.load(open(sys.argv[3]))["steps"][0]["peak_bytes"]["gpu"]
+assert 0 < bf < fp, (bf, fp)
 PY
 
 # Checkpoint after 3 steps, then 2 more; resumed, the same 2 losses.
