@@ -62,6 +62,30 @@ void check_gradients(const ModelSpec& m, const PlanSpec& p, int rank, const std:
     }
 }
 
+// Two steps, a checkpoint, two more; then a session resumed from the checkpoint: the losses of
+// its two steps against those of the first session's last two (bitwise), and its step count.
+struct Resumed {
+    std::vector<double> before, after;
+    int steps_done = 0;
+};
+Resumed save_and_resume(const ModelSpec& m, const PlanSpec& p, runtime::RunOptions o, const std::string& dir) {
+    Resumed out;
+    {
+        runtime::Session s(m, cpu_cluster(p.gpus()), p, o);
+        s.step();
+        s.step();
+        s.save(dir);
+        out.before.push_back(s.step().loss);
+        out.before.push_back(s.step().loss);
+    }
+    o.resume_dir = dir;
+    runtime::Session r(m, cpu_cluster(p.gpus()), p, o);
+    out.steps_done = r.steps_done();
+    out.after.push_back(r.step().loss);
+    out.after.push_back(r.step().loss);
+    return out;
+}
+
 }  // namespace
 
 TEST_CASE("gradients match finite differences", "[runtime][grad]") {
@@ -113,22 +137,11 @@ TEST_CASE("a checkpoint resumes bit for bit", "[runtime][checkpoint]") {
     p.offload.optimizer = TierSplit{0.5, 0.25, 0.25};  // moments on the GPU, the CPU and in the SSD file
     runtime::RunOptions o;
     o.lr = 3e-3;
-    std::vector<double> a, b;
-    {
-        runtime::Session s(m, cpu_cluster(2), p, o);
-        s.step();
-        s.step();
-        s.save(dir);
-        a.push_back(s.step().loss);
-        a.push_back(s.step().loss);
-    }
-    o.resume_dir = dir;
-    runtime::Session r(m, cpu_cluster(2), p, o);
-    CHECK(r.steps_done() == 2);
-    b.push_back(r.step().loss);
-    b.push_back(r.step().loss);
-    CHECK(a == b);  // bitwise: the same numbers in the same order
+    const Resumed r = save_and_resume(m, p, o, dir);
+    CHECK(r.steps_done == 2);
+    CHECK(r.before == r.after);  // bitwise: the same numbers in the same order
     // Another plan cannot resume it.
+    o.resume_dir = dir;
     PlanSpec q = p;
     q.zero_stage = 0;
     CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), q, o), Catch::Contains("different model or plan"));
@@ -163,21 +176,9 @@ TEST_CASE("lock-free update: the host's update is one step stale", "[runtime][lo
         std::filesystem::remove_all(dir);
         runtime::RunOptions r;
         r.lr = 3e-3;
-        std::vector<double> a, b;
-        {
-            runtime::Session s(m, cpu_cluster(1), p, r);
-            s.step();
-            s.step();
-            s.save(dir);
-            a.push_back(s.step().loss);
-            a.push_back(s.step().loss);
-        }
-        r.resume_dir = dir;
-        runtime::Session s(m, cpu_cluster(1), p, r);
-        CHECK(s.steps_done() == 2);
-        b.push_back(s.step().loss);
-        b.push_back(s.step().loss);
-        CHECK(a == b);
+        const Resumed res = save_and_resume(m, p, r, dir);
+        CHECK(res.steps_done == 2);
+        CHECK(res.before == res.after);
         std::filesystem::remove_all(dir);
     }
 }
