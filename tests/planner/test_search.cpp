@@ -13,6 +13,7 @@
 #include "strata/sim/simulate.hpp"
 #include "strata/sim/topology.hpp"
 #include "strata/lowering/spec_io.hpp"
+#include "support/dgx.hpp"
 #include "support/gpt.hpp"
 
 using namespace strata;
@@ -26,15 +27,7 @@ ModelSpec gpt(int layers, std::int64_t hidden, std::int64_t seq) {
     return m;
 }
 
-ClusterSpec node(const std::string& gpu, int nodes) {
-    ClusterSpec c;
-    c.name = gpu + "-test";
-    c.gpu = gpu;
-    c.nodes = nodes;
-    c.gpus_per_node = 8;
-    c.node = gpu.rfind("H100", 0) == 0 ? "DGX-H100" : "DGX-A100";
-    return c;
-}
+ClusterSpec node(const std::string& gpu, int nodes) { return test::dgx_cluster(gpu, nodes); }
 
 hwdb::HardwareView view(const ClusterSpec& c) {
     auto db = hwdb::Database::open(hwdb::default_db_path());

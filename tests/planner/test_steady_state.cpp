@@ -8,24 +8,11 @@
 #include "strata/hwdb/hwdb.hpp"
 #include "strata/lowering/spec_io.hpp"
 #include "strata/planner/search.hpp"
+#include "support/dgx.hpp"
 #include "support/gpt.hpp"
 
 using namespace strata;
 using namespace strata::sim;
-
-namespace {
-
-ClusterSpec dgx(const std::string& gpu, int nodes) {
-    ClusterSpec c;
-    c.name = gpu + "-test";
-    c.gpu = gpu;
-    c.nodes = nodes;
-    c.gpus_per_node = 8;
-    c.node = gpu.rfind("H100", 0) == 0 ? "DGX-H100" : "DGX-A100";
-    return c;
-}
-
-}  // namespace
 
 TEST_CASE("steady state: the extended figures are the whole simulation's", "[planner][steady]") {
     ModelSpec gpt = test::gpt_shape("gpt-ss", 16, 2048, 16, 32000, 2048);
@@ -59,7 +46,7 @@ TEST_CASE("steady state: the extended figures are the whole simulation's", "[pla
         // steps are equal while the compute grows, a bend the line would miss. Simulated whole.
         {"lock-free update beside few micro-batches", gpt, 1, 1, 32, 1, 2048, Schedule::one_f_one_b, 1, 0, true, false, true, false},
     };
-    const ClusterSpec c = dgx("H100-SXM5-80GB", 4);
+    const ClusterSpec c = test::dgx_cluster("H100-SXM5-80GB", 4);
     auto db = hwdb::Database::open(hwdb::default_db_path());
     const auto hw = db.view(c.gpu, c.node, c.intra_link, c.nic, c.ssd, c.cpu);
     int extended = 0, oom = 0;
