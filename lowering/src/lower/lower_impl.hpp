@@ -302,8 +302,10 @@ private:
     void dp_collectives_at_end();
     void optimizer(int s);
     /// The host's share of the update (cpu, then ssd sub-groups) once `after_ev` has the gradients
-    /// in host memory; each share's "parameters updated" event, -1 where it has none.
-    void host_update(int after_ev, int& cpu_done, int& ssd_done);
+    /// in host memory, over `owned` (owned_ranges(), dataflow only); each share's "parameters
+    /// updated" event, -1 where it has none.
+    void host_update(int after_ev, const std::vector<std::pair<double, double>>& owned, int& cpu_done, int& ssd_done);
+    void enter_optimizer_phase();  ///< what follows is the optimizer's: no layer, micro-batch or chunk
     double optimizer_shard() const;  ///< parameters this rank updates (its ZeRO shard)
     void gather_params_overlapped();
     void gather_edges_zero3();

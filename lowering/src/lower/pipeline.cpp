@@ -36,7 +36,7 @@ void RankLowering::step(int s) {
     // parameters it has not yet changed; its result goes up at this step's end (optimizer()).
     if (p_.lock_free_update && p_.offload.optimizer.gpu < 1.0) {
         wait(Stream::cpu, optimizer_done_ev_);  // the host parameters it overwrites have gone up
-        host_update(host_grads_ev_, lf_cpu_done_, lf_ssd_done_);
+        host_update(host_grads_ev_, df_ ? owned_ranges() : std::vector<std::pair<double, double>>{}, lf_cpu_done_, lf_ssd_done_);
         wait(Stream::compute, host_grads_ev_);  // the gradients this step accumulates anew are out
     }
     host_grads_ev_ = -1;
@@ -378,17 +378,12 @@ int RankLowering::params_home(double params, int after_ev, DataflowH2D&& dataflo
 // pipelined sub-groups (read state, CPU Adam, write state back, the next sub-group's read
 // overlapping the current update). Sets the events after which each share's parameters are
 // updated in host memory (-1 for a share of none).
-void RankLowering::host_update(int after_ev, int& cpu_done, int& ssd_done) {
+void RankLowering::host_update(int after_ev, const std::vector<std::pair<double, double>>& owned, int& cpu_done, int& ssd_done) {
     cpu_done = ssd_done = -1;
     const Phase was = phase_;
-    phase_ = Phase::optimizer;
-    layer_ = -1;
-    mb_ = -1;
-    chunk_ = 0;
+    enter_optimizer_phase();
     const double shard = optimizer_shard();
     const TierSplit& of = p_.offload.optimizer;
-    std::vector<std::pair<double, double>> owned;
-    if (df_) owned = owned_ranges();
     using R = TensorRole;
     auto part = [&](double lo, double hi, R role, Tier tier) { return ranges_part(owned, lo, hi, role, tier); };
     if (of.cpu > 0) {
@@ -435,6 +430,13 @@ void RankLowering::host_update(int after_ev, int& cpu_done, int& ssd_done) {
     phase_ = was;
 }
 
+void RankLowering::enter_optimizer_phase() {
+    phase_ = Phase::optimizer;
+    layer_ = -1;
+    mb_ = -1;
+    chunk_ = 0;
+}
+
 double RankLowering::optimizer_shard() const {
     const StageParams sp = stage_params(m_, p_, stage_);
     return p_.zero_stage >= 1 ? sp.dense / group_size(Group::dp) + sp.expert / group_size(Group::edp) : sp.total();
@@ -445,10 +447,7 @@ double RankLowering::optimizer_shard() const {
 // the parameters' way home (params_home). Lock-free, the host update of this step's gradients is
 // emitted at the next step's start; what goes home here is the update emitted at this step's start.
 void RankLowering::optimizer(int s) {
-    phase_ = Phase::optimizer;
-    layer_ = -1;
-    mb_ = -1;
-    chunk_ = 0;
+    enter_optimizer_phase();
     wait(Stream::compute, record(Stream::dp_comm));  // gradients reduced
     const double shard = optimizer_shard();
     const TierSplit& of = p_.offload.optimizer;
@@ -478,7 +477,7 @@ void RankLowering::optimizer(int s) {
             wait(Stream::h2d, grads_on_gpu);
             wait(Stream::ssd, grads_on_gpu);
         } else {
-            host_update(d2h, cpu_done, ssd_done);
+            host_update(d2h, owned, cpu_done, ssd_done);
         }
         lf_cpu_done_ = lf_ssd_done_ = -1;
         if (of.cpu > 0) {
