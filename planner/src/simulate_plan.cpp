@@ -105,7 +105,8 @@ SimSummary simulate_plan(const sim::ModelSpec& m, const sim::ClusterSpec& c, con
     sim::SimOptions so;
     so.calibration = calibration;
     so.critical_path = critical_path;
-    if (!steady_state || !steady_state_applies(p)) return summarise(sim::simulate(m, c, p, hw, so));
+    auto whole = [&] { return summarise(sim::simulate(m, c, p, hw, so)); };  // the plan simulated whole
+    if (!steady_state || !steady_state_applies(p)) return whole();
 
     // Three counts a unit apart, from two units on, congruent to the plan's own count.
     const std::int64_t u = schedule_unit(p), mb = p.micro_batches();
@@ -118,34 +119,40 @@ SimSummary simulate_plan(const sim::ModelSpec& m, const sim::ClusterSpec& c, con
             sim::validate_plan(m, c, q, "");
             probes.push_back(sim::simulate(m, c, q, hw, so));
             probes.back().program = sim::Program{};  // only the figures are kept: free the instructions
-            if (probes.back().result.deadlock) return summarise(sim::simulate(m, c, p, hw, so));
+            if (probes.back().result.deadlock) return whole();
         }
     } catch (const InputError&) {
-        return summarise(sim::simulate(m, c, p, hw, so));  // a reduced plan the rules refuse
+        return whole();  // a reduced plan the rules refuse
     }
     std::vector<double> a = figures(probes[0].result), b = figures(probes[1].result), z = figures(probes[2].result);
-    // The critical path's groups, matched by (rank, stream, label, link), and its length.
+    const std::size_t groups_at = z.size();  // where the critical path's groups start in the figures
+    // The critical path's groups, matched by (rank, stream, label, link) over the probes (a group
+    // one probe lacks counts 0 there, and then lies on no line), and its length.
+    struct Group {
+        sim::CriticalSegment seg;
+        std::array<double, 3> ns{};
+    };
+    std::map<std::tuple<int, int, std::string, std::string>, Group> groups;
     if (critical_path) {
-        auto key = [](const sim::CriticalSegment& s) { return std::make_tuple(s.rank, static_cast<int>(s.stream), s.label, s.link); };
-        std::map<std::tuple<int, int, std::string, std::string>, std::array<double, 3>> seg;
-        for (int k = 0; k < 3; ++k)
-            for (const sim::CriticalSegment& s : probes[static_cast<std::size_t>(k)].result.critical_path.segments)
-                seg[key(s)][static_cast<std::size_t>(k)] = static_cast<double>(s.duration_ns);
-        for (const auto& [k, d] : seg) {
-            a.push_back(d[0]);
-            b.push_back(d[1]);
-            z.push_back(d[2]);
+        for (std::size_t k = 0; k < 3; ++k)
+            for (const sim::CriticalSegment& s : probes[k].result.critical_path.segments) {
+                Group& g = groups[std::make_tuple(s.rank, static_cast<int>(s.stream), s.label, s.link)];
+                g.seg = s;
+                g.ns[k] = static_cast<double>(s.duration_ns);
+            }
+        for (const auto& [key, g] : groups) {
+            a.push_back(g.ns[0]);
+            b.push_back(g.ns[1]);
+            z.push_back(g.ns[2]);
         }
-        for (int k = 0; k < 3; ++k) {
-            auto& f = k == 0 ? a : k == 1 ? b : z;
-            f.push_back(static_cast<double>(probes[static_cast<std::size_t>(k)].result.critical_path.length_ns));
-        }
+        a.push_back(static_cast<double>(probes[0].result.critical_path.length_ns));
+        b.push_back(static_cast<double>(probes[1].result.critical_path.length_ns));
+        z.push_back(static_cast<double>(probes[2].result.critical_path.length_ns));
     }
-    if (a.size() != b.size() || b.size() != z.size()) return summarise(sim::simulate(m, c, p, hw, so));
     // On a line: equal steps, to the nanosecond or byte (and a millionth of the value, for the
     // rounding of shared-link rates).
     for (std::size_t i = 0; i < z.size(); ++i)
-        if (std::fabs((z[i] - b[i]) - (b[i] - a[i])) > 2.0 + 1e-6 * std::fabs(z[i])) return summarise(sim::simulate(m, c, p, hw, so));
+        if (std::fabs((z[i] - b[i]) - (b[i] - a[i])) > 2.0 + 1e-6 * std::fabs(z[i])) return whole();
     // A step is the max of its dependency chains, so it is convex in the micro-batches: a chain
     // that does not run through them (a host update beside them, a lock-free one) can bound the
     // probes' steps and then fall behind those of the plan, and the line through the probes would
@@ -156,7 +163,7 @@ SimSummary simulate_plan(const sim::ModelSpec& m, const sim::ClusterSpec& c, con
         for (std::size_t st = 0; st < sim::kStreamCount; ++st) {
             const double busy_b = static_cast<double>(probes[1].result.ranks[r].busy_ns[st]);
             const double busy_z = static_cast<double>(probes[2].result.ranks[r].busy_ns[st]);
-            if (busy_z - busy_b > step_slope + 2.0 + 1e-6 * std::fabs(z[0])) return summarise(sim::simulate(m, c, p, hw, so));
+            if (busy_z - busy_b > step_slope + 2.0 + 1e-6 * std::fabs(z[0])) return whole();
         }
     const double units = static_cast<double>(mb - (first + 2 * u)) / static_cast<double>(u);
     std::vector<double> v(z.size());
@@ -170,18 +177,13 @@ SimSummary simulate_plan(const sim::ModelSpec& m, const sim::ClusterSpec& c, con
         // The extended groups, largest first (ties in the map's key order, as the engine's).
         sim::CriticalPath& cp = out.result.critical_path;
         auto ns = [](double x) { return static_cast<std::int64_t>(std::llround(x)); };
-        std::map<std::tuple<int, int, std::string, std::string>, std::int64_t> ext;
-        std::size_t i = figures(out.result).size();  // where the groups start in v
-        std::map<std::tuple<int, int, std::string, std::string>, sim::CriticalSegment> proto;
-        for (const sim::CriticalSegment& s : cp.segments) proto[std::make_tuple(s.rank, static_cast<int>(s.stream), s.label, s.link)] = s;
-        for (int k = 0; k < 2; ++k)
-            for (const sim::CriticalSegment& s : probes[static_cast<std::size_t>(k)].result.critical_path.segments)
-                proto.emplace(std::make_tuple(s.rank, static_cast<int>(s.stream), s.label, s.link), s);
+        std::size_t i = groups_at;
         cp.segments.clear();
-        for (auto& [k, s] : proto) {
+        for (auto& [key, g] : groups) {
+            sim::CriticalSegment s = g.seg;
             s.duration_ns = ns(v[i++]);
             s.share = static_cast<double>(s.duration_ns) / static_cast<double>(std::max<std::int64_t>(1, out.result.step_time_ns));
-            if (s.duration_ns > 0) cp.segments.push_back(s);
+            if (s.duration_ns > 0) cp.segments.push_back(std::move(s));
         }
         cp.length_ns = ns(v[i]);
         std::stable_sort(cp.segments.begin(), cp.segments.end(),
