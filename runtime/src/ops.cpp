@@ -356,7 +356,8 @@ std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
         const float* g;
         i64 offset, n;
         bool on_device;
-        float* weights;  ///< bf16 on the GPU: the weights the fp32 master p is copied to (null: p is them)
+        float* weights;  ///< bf16: the weights the fp32 master p is copied to (null: p is them)
+        bool start_master = false;  ///< first update of a master staged from the SSD: start it from the weights
     };
     std::vector<Update> updates;
     const std::string& name = w_.program.names[static_cast<std::size_t>(in.name)];
@@ -385,8 +386,7 @@ std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
             const i64 e = p.elements();
             float* st = tensor(a.id(n + k), false, i);
             float* weights = tensor(a.id(a.o.n_in + n + k), true, i);
-            if (master && update_number(cpu_stream) == 1) std::memcpy(st, weights, static_cast<std::size_t>(e) * sizeof(float));
-            if (master) updates.push_back({st, st + e, st + 2 * e, tensor(a.id(k), false, i), p.offset, e, false, weights});
+            if (master) updates.push_back({st, st + e, st + 2 * e, tensor(a.id(k), false, i), p.offset, e, false, weights, update_number(cpu_stream) == 1});
             else updates.push_back({weights, st, st + e, tensor(a.id(k), false, i), p.offset, e, false, nullptr});
         }
     }
@@ -398,6 +398,7 @@ std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
     const bool narrow_m = w_.plan.exp_avg_dtype == Precision::bf16, narrow_v = w_.plan.exp_avg_sq_dtype == Precision::bf16;
     return [this, updates = std::move(updates), lr, b1, b2, eps, wd, update, threads, narrow_m, narrow_v] {
         for (const Update& u : updates) {
+            if (u.start_master) std::memcpy(u.p, u.weights, static_cast<std::size_t>(u.n) * sizeof(float));
             if (u.on_device) {  // per parameter, with its weight decay or none: no mask on the device
                 for (const ParamEntry& e : layout_.entries) {
                     const i64 lo = std::max(u.offset, e.offset), hi = std::min(u.offset + u.n, e.end());
