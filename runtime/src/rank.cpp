@@ -88,6 +88,7 @@ void RankState::precompute() {
     posted_.assign(rp_.instrs.size(), 0);
     started_ns_.assign(rp_.instrs.size(), 0);
     ended_ns_.assign(rp_.instrs.size(), -1);
+    precompute_host_ranges();
     if (params_on_host_) precompute_fetches();
     // The ssd tier's file: a page-aligned slot per range of optimizer state, in program order.
     i64 at = 0;
@@ -97,6 +98,44 @@ void RankState::precompute() {
         if (ssd_slot_.emplace(std::make_pair(t.offset, t.elements()), at).second) at += static_cast<i64>(ssd_padded_bytes(state_floats() * t.elements()));
     }
     ssd_bytes_ = at;
+}
+
+// The host copies of the flat parameters and gradients hold what the program names on the cpu
+// tier: a data-parallel rank's ZeRO shard of the offloaded optimizer, or every parameter it homes
+// there. dp copies of the whole model would hold dp times what the ZeRO paper's partitioning keeps.
+void RankState::precompute_host_ranges() {
+    const Program& prog = w_.program;
+    std::vector<std::pair<i64, i64>> r;
+    for (const int id : rp_.operand_ids) {
+        const DataTensor& t = prog.tensors[static_cast<std::size_t>(id)];
+        if ((t.role != TensorRole::param && t.role != TensorRole::param_grad) || t.tier != Tier::cpu) continue;
+        if (t.buffer != FlatBuffer::dense) throw RuntimeError("runtime: host copies of the expert buffer are not executed");
+        r.emplace_back(t.offset, t.offset + t.elements());
+    }
+    std::sort(r.begin(), r.end());
+    host_segs_.clear();
+    for (const auto& [lo, hi] : r) {
+        if (!host_segs_.empty() && lo <= host_segs_.back().offset + host_segs_.back().count) {
+            HostSeg& b = host_segs_.back();
+            b.count = std::max(b.count, hi - b.offset);
+        } else {
+            host_segs_.push_back({lo, hi - lo, 0});
+        }
+    }
+    host_elems_ = 0;
+    for (HostSeg& g : host_segs_) {
+        g.at = host_elems_;
+        host_elems_ += g.count;
+    }
+}
+
+i64 RankState::host_index(i64 offset, i64 n) const {
+    auto it = std::upper_bound(host_segs_.begin(), host_segs_.end(), offset, [](i64 v, const HostSeg& g) { return v < g.offset; });
+    if (it == host_segs_.begin() || offset + n > std::prev(it)->offset + std::prev(it)->count)
+        throw RuntimeError("runtime: rank " + std::to_string(rank_) + " keeps no host copy of elements [" + std::to_string(offset) + ", " +
+                           std::to_string(offset + n) + ") of its parameters (another data-parallel rank's shard)");
+    --it;
+    return it->at + (offset - it->offset);
 }
 
 int RankState::unit_at(i64 offset) const {
@@ -245,7 +284,7 @@ float* RankState::tensor(int id, bool write, std::size_t at) {
     const DataTensor& t = w_.program.tensors[static_cast<std::size_t>(id)];
     switch (t.role) {
         case TensorRole::param:
-            if (t.tier != Tier::gpu) return host_params() + t.offset;
+            if (t.tier != Tier::gpu) return host_params() + host_index(t.offset, t.elements());
             if (params_on_host_ && t.buffer == FlatBuffer::dense) {  // the unit's fetched copy
                 const int u = unit_at(t.offset);
                 const GradUnit& g = layout_.units[static_cast<std::size_t>(u)];
@@ -262,7 +301,7 @@ float* RankState::tensor(int id, bool write, std::size_t at) {
                 return f.buf.data() + (t.offset - g.offset);
             }
             return params_.data() + t.offset;
-        case TensorRole::param_grad: return (t.tier == Tier::gpu ? grads_.data() : host_grads()) + t.offset;
+        case TensorRole::param_grad: return t.tier == Tier::gpu ? grads_.data() + t.offset : host_grads() + host_index(t.offset, t.elements());
         default: break;
     }
     STRATA_ASSERT(!(t.role == TensorRole::optimizer_state && t.tier == Tier::ssd), "runtime: the ssd tier has no address");

@@ -230,6 +230,14 @@ private:
     /// Where the parameters' values live: the gpu tier, or the host when the plan homes them there.
     float* params_home() { return params_on_host_ ? host_params() : params_.data(); }
     const float* params_home() const { return params_on_host_ ? params_host_.data() : params_.data(); }
+    i64 home_elements() const { return params_on_host_ ? host_elems_ : layout_.dense_elements; }
+    /// Elements [offset, offset + n) of the flat parameters, wherever they live.
+    float* home_at(i64 offset, i64 n) { return params_on_host_ ? host_params() + host_index(offset, n) : params_.data() + offset; }
+    const float* home_at(i64 offset, i64 n) const;
+    /// Where elements [offset, offset + n) of the flat buffers sit in this rank's host copies, which
+    /// hold only the ranges its program touches on the cpu tier (its ZeRO shard: host_segs_).
+    i64 host_index(i64 offset, i64 n) const;
+    void precompute_host_ranges();
     /// The layout unit holding element `offset` of the dense buffer.
     int unit_at(i64 offset) const;
     void precompute_fetches();
@@ -249,6 +257,11 @@ private:
     int ring_source(int ring) const { return ((cp_rank_ - ring) % cp_size_ + cp_size_) % cp_size_; }
     Pool gpu_;  ///< this rank's gpu tier
     TrackedBuffer params_, grads_, params_host_, grads_host_;
+    struct HostSeg {
+        i64 offset = 0, count = 0, at = 0;  ///< a range of the flat buffers, and where it starts in the host copies
+    };
+    std::vector<HostSeg> host_segs_;  ///< by offset, merged where they touch
+    i64 host_elems_ = 0;              ///< elements of each host copy (parameters, gradients)
     bool params_on_host_ = false;  ///< plan.offload.params: the GPU holds a unit only while fetched
     std::vector<Live> fetched_;    ///< by layout unit: its GPU copy and the reads still to come
     std::vector<std::vector<UnitUse>> unit_uses_;  ///< by instruction

@@ -104,13 +104,15 @@ void RankState::init_params() {
     // Parameters homed on the host (plan.offload.params) live there; the GPU fetches them a unit at a time.
     // Homed on the host, a bf16 plan's weights are bf16 there; their fp32 master sits with the moments.
     if (params_on_host_)
-        params_host_ = buffer(layout_.dense_elements, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, parameters", true, weight_bytes());
+        params_host_ = buffer(host_elems_, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, parameters", true, weight_bytes());
     else params_ = buffer(layout_.dense_elements, Tier::gpu, who + "parameters", true, weight_bytes());
     grads_ = buffer(layout_.dense_elements, Tier::gpu, who + "gradients", true, w_.plan.grad_bytes());
     if (w_.options.memory_only) return;
     decay_.assign(static_cast<std::size_t>(layout_.dense_elements), 0);
-    // Drawn on the host; on the cuda backend copied to the device afterwards.
-    const bool stage = dev_ && !params_on_host_;
+    // Drawn on the host; on the cuda backend copied to the device afterwards, and where the host
+    // homes only this rank's shard, packed into it.
+    const bool whole_home = host_segs_.size() == 1 && host_elems_ == layout_.dense_elements;
+    const bool stage = params_on_host_ ? !whole_home : dev_ != nullptr;
     std::vector<float> staged(stage ? static_cast<std::size_t>(layout_.dense_elements) : 0);
     float* base = stage ? staged.data() : params_home();
     const double out_std = kInitStd / std::sqrt(2.0 * std::max(1, w_.model.layers));  // scaled residual projections
@@ -134,7 +136,12 @@ void RankState::init_params() {
     // A bf16 plan's weights are bf16 from the start; the optimizer's fp32 master copies start from
     // them (Megatron casts the model, then clones its weights to fp32).
     if (w_.plan.precision != Precision::fp32) cpu::round_bf16(base, layout_.dense_elements);
-    if (stage) dev_->copy(params_.data(), staged.data(), layout_.dense_elements);
+    if (stage && params_on_host_) {
+        for (const HostSeg& g : host_segs_)
+            std::memcpy(params_host_.data() + g.at, staged.data() + g.offset, static_cast<std::size_t>(g.count) * sizeof(float));
+    } else if (stage) {
+        dev_->copy(params_.data(), staged.data(), layout_.dense_elements);
+    }
 }
 
 void RankState::init(const std::string& resume_dir) {
@@ -170,7 +177,7 @@ void RankState::init(const std::string& resume_dir) {
         get(h.data(), h.size() * sizeof(float));
         from_host(dst, h.data(), n);
     };
-    get_floats(params_home(), elems);
+    get_floats(params_home(), home_elements());
     std::int64_t blocks = 0;
     get(&blocks, sizeof blocks);
     for (std::int64_t b = 0; b < blocks; ++b) {
@@ -196,7 +203,7 @@ void RankState::init(const std::string& resume_dir) {
     // Lock-free: the last step's gradients, which the next step's host update applies.
     std::int64_t pending = 0;
     get(&pending, sizeof pending);
-    if (pending != 0 && pending != elems) throw InputError(path, "checkpoint", "is corrupt");
+    if (pending != 0 && pending != host_elems_) throw InputError(path, "checkpoint", "is corrupt");
     if (pending > 0) get_floats(host_grads(), pending);
     if (at != data.size()) throw InputError(path, "checkpoint", "has bytes after its end");
 }
@@ -214,7 +221,7 @@ void RankState::save(const std::string& dir) const {
         to_host(h.data(), src, n);
         put_floats(out, h.data(), n);
     };
-    put_from(params_home(), layout_.dense_elements);
+    put_from(params_home(), home_elements());
     put(out, static_cast<std::int64_t>(gpu_moments_.size() + cpu_moments_.size()));
     for (int tier = 0; tier < 2; ++tier)
         for (const MomentBlock& mb : tier == 0 ? gpu_moments_ : cpu_moments_) {
@@ -235,8 +242,8 @@ void RankState::save(const std::string& dir) const {
     put(out, ssd);
     out.append(buf.data(), buf.size());
     const bool pending = w_.plan.lock_free_update && !grads_host_.empty() && adam_step_ > 0;
-    put(out, static_cast<std::int64_t>(pending ? layout_.dense_elements : 0));
-    if (pending) put_from(grads_host_.data(), layout_.dense_elements);
+    put(out, static_cast<std::int64_t>(pending ? host_elems_ : 0));
+    if (pending) put_from(grads_host_.data(), host_elems_);
     std::filesystem::create_directories(dir);
     const std::string path = dir + "/rank-" + std::to_string(rank_) + ".bin", tmp = path + ".partial";
     {
@@ -265,7 +272,7 @@ MomentBlock& RankState::moments(i64 offset, i64 count, Tier tier) {
     if (w_.plan.precision != Precision::fp32 && (tier == Tier::gpu || params_on_host_)) {
         b.master = buffer(count, tier, "rank " + std::to_string(rank_) + " tier " + to_string(tier) + ", master weights");
         if (!w_.options.memory_only) {
-            const float* from = params_home() + offset;
+            const float* from = home_at(offset, count);
             if (dev_ && tier == Tier::gpu) dev_->copy(b.master.data(), from, count);
             else std::memcpy(b.master.data(), from, static_cast<std::size_t>(count) * sizeof(float));
         }
@@ -278,15 +285,20 @@ MomentBlock& RankState::moments(i64 offset, i64 count, Tier tier) {
 // through every H2D after the update), so a resumed run needs nothing more in its checkpoint.
 float* RankState::host_params() {
     if (params_host_.empty()) {
-        params_host_ = buffer(layout_.dense_elements, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, parameters");
-        if (!w_.options.memory_only) to_host(params_host_.data(), params_.data(), layout_.dense_elements);
+        params_host_ = buffer(host_elems_, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, parameters");
+        if (!w_.options.memory_only)
+            for (const HostSeg& g : host_segs_) to_host(params_host_.data() + g.at, params_.data() + g.offset, g.count);
     }
     return params_host_.data();
 }
 
+const float* RankState::home_at(i64 offset, i64 n) const {
+    return params_on_host_ ? params_host_.data() + host_index(offset, n) : params_.data() + offset;
+}
+
 float* RankState::host_grads() {
     if (grads_host_.empty())
-        grads_host_ = buffer(layout_.dense_elements, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, gradients", true, w_.plan.grad_bytes());
+        grads_host_ = buffer(host_elems_, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, gradients", true, w_.plan.grad_bytes());
     return grads_host_.data();
 }
 
@@ -366,13 +378,13 @@ const ParamEntry& RankState::entry(const std::string& name, int layer) const {
 
 float* RankState::param_ptr(const std::string& name, int layer, bool grad) {
     const ParamEntry& e = entry(name, layer);
-    return (grad ? grads_.data() : params_home()) + e.offset;
+    return grad ? grads_.data() + e.offset : home_at(e.offset, e.elements());
 }
 
 float RankState::read_param(const std::string& name, int layer, bool grad, i64 index) const {
     const ParamEntry& e = entry(name, layer);
     float v = 0;
-    to_host(&v, (grad ? grads_.data() : params_home()) + e.offset + index, 1);
+    to_host(&v, (grad ? grads_.data() + e.offset : home_at(e.offset, e.elements())) + index, 1);
     return v;
 }
 
