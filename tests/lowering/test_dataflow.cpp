@@ -416,6 +416,84 @@ TEST_CASE("parameters homed on the host are fetched a unit at a time and stay ho
     CHECK_THAT(dataflow_unsupported(m, p), Catch::Contains("plan.offload.params"));
 }
 
+TEST_CASE("ZeRO-3 offload_param: each data-parallel rank fetches its own slice and the gather fills the rest", "[dataflow][offload]") {
+    // ZeRO-Infinity's parameters homed on the host, sharded over dp: the slices two data-parallel
+    // peers bring up partition every unit; each fetch is followed by the all-gather of what it
+    // fetched; the host holds the rank's shard only; the bytes brought up are 1/dp of dp 1's.
+    ModelSpec m = small_gpt();
+    m.tied_embeddings = true;
+    for (int tp : {1, 2})
+        for (int pp : {1, 2}) {
+            PlanSpec p = plan(tp, pp, 2, 4);
+            p.zero_stage = 3;
+            p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+            p.offload.params = TierSplit{0.0, 1.0, 0.0};
+            INFO("tp " << tp << " pp " << pp << " dp 2");
+            REQUIRE(dataflow_unsupported(m, p).empty());
+            const Program prog = lower_df(m, p);
+            const std::vector<std::string> h = dataflow_hazards(prog, 3);
+            INFO((h.empty() ? "" : h[0]));
+            CHECK(h.empty());
+            // Per (stage, tp rank): each dp rank's fetched ranges, as element intervals.
+            std::map<std::pair<int, int>, std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>>> fetched;
+            for (const RankProgram& r : prog.ranks) {
+                auto& mine = fetched[{r.pp_stage, group_rank_of(Group::tp, p, r.global_rank)}];
+                mine.emplace_back();
+                double host_elems = 0;
+                std::set<std::pair<std::int64_t, std::int64_t>> host;
+                for (std::size_t i = 0; i < r.instrs.size(); ++i) {
+                    for (int id : ins(prog, r, i)) {
+                        const DataTensor& t = prog.tensors[static_cast<std::size_t>(id)];
+                        if (t.role == TensorRole::param && t.tier == Tier::cpu) host.insert({t.offset, t.elements()});
+                    }
+                    const Instr& in = r.instrs[i];
+                    if (in.kind != InstrKind::copy || prog.names[static_cast<std::size_t>(in.name)] != "params.fetch_h2d") continue;
+                    const auto a = ins(prog, r, i), b = outs(prog, r, i);
+                    REQUIRE(a.size() == b.size());
+                    std::int64_t lo = INT64_MAX, hi = 0;
+                    for (std::size_t k = 0; k < a.size(); ++k) {
+                        const DataTensor &src = prog.tensors[static_cast<std::size_t>(a[k])], &dst = prog.tensors[static_cast<std::size_t>(b[k])];
+                        CHECK(src.tier == Tier::cpu);
+                        CHECK(dst.tier == Tier::gpu);
+                        CHECK(src.offset == dst.offset);
+                        mine.back().push_back({dst.offset, dst.offset + dst.elements()});
+                        lo = std::min(lo, dst.offset);
+                        hi = std::max(hi, dst.offset + dst.elements());
+                    }
+                    // The next gather on the dp stream covers what this fetch brought up, and more.
+                    bool gathered = false;
+                    for (std::size_t j = i + 1; j < r.instrs.size() && !gathered; ++j) {
+                        const Instr& g = r.instrs[j];
+                        if (g.kind != InstrKind::collective || g.coll != CollKind::all_gather) continue;
+                        const auto o = outs(prog, r, j);
+                        for (int id : o) {
+                            const DataTensor& t = prog.tensors[static_cast<std::size_t>(id)];
+                            gathered = gathered || (t.offset <= lo && t.offset + t.elements() >= hi && t.elements() > hi - lo);
+                        }
+                    }
+                    CHECK(gathered);
+                }
+                for (const auto& [off, n] : host) host_elems += static_cast<double>(n);
+                const ParamLayout L = param_layout(m, p, r.pp_stage);
+                CHECK(host_elems == Approx(static_cast<double>(L.dense_elements) / 2).epsilon(0.01));  // its shard
+            }
+            // The two peers' slices: disjoint, and together every element of the stage.
+            for (const auto& [key, peers] : fetched) {
+                REQUIRE(peers.size() == 2);
+                std::set<std::pair<std::int64_t, std::int64_t>> a(peers[0].begin(), peers[0].end()), b(peers[1].begin(), peers[1].end());
+                std::vector<std::pair<std::int64_t, std::int64_t>> all(a.begin(), a.end());
+                all.insert(all.end(), b.begin(), b.end());
+                std::sort(all.begin(), all.end());
+                std::int64_t at = 0;
+                for (const auto& [lo, hi] : all) {
+                    CHECK(lo == at);
+                    at = hi;
+                }
+                CHECK(at == param_layout(m, p, key.first).dense_elements);
+            }
+        }
+}
+
 TEST_CASE("unfused accumulation: each micro-batch's weight gradients are added into their ranges", "[dataflow][grads]") {
     ModelSpec m = small_gpt();
     m.linear_bias = true;

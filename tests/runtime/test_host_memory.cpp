@@ -58,3 +58,26 @@ TEST_CASE("host memory: data-parallel ranks hold their own shard of the offloade
     INFO("bf16 tp 2 dp 2 ZeRO-2: walk " << walk_b << " B, model " << model_b << " B");
     CHECK(walk_b == Approx(model_b).epsilon(1e-12));
 }
+
+TEST_CASE("host memory: ZeRO-3's offload_param over data-parallel ranks homes a shard on each", "[runtime][memory][host]") {
+    // ZeRO-Infinity with the weights and the optimizer in host memory, over 2 data-parallel ranks:
+    // each rank homes its slice of every layer and edge (fp32: weights, gradients, m, v, 16 B a
+    // parameter; bf16: 2-byte weights beside the fp32 master, 18 B), and the node holds one model.
+    // The GPU holds the units being fetched, gathered whole from the two slices.
+    ModelSpec m = tiny_llama(2);
+    for (const Precision prec : {Precision::fp32, Precision::bf16}) {
+        PlanSpec p = cpu_plan(1, 1, 2);
+        p.precision = prec;
+        p.zero_stage = 3;
+        p.offload.params = TierSplit{0, 1, 0};
+        p.offload.optimizer = TierSplit{0, 1, 0};
+        const auto [walk, model] = host_bytes(m, p);
+        INFO(to_string(prec) << " dp 2: walk " << walk << " B, model " << model << " B");
+        CHECK(walk == Approx(model).epsilon(1e-12));
+        PlanSpec one = p;
+        one.dp = 1;
+        one.global_batch /= 2;
+        const auto [walk1, model1] = host_bytes(m, one);
+        CHECK(walk == Approx(walk1).epsilon(1e-12));  // two halves make one model
+    }
+}

@@ -131,6 +131,27 @@ std::vector<Variant> variants() {
         p.offload.params = TierSplit{0.0, 1.0, 0.0};
         p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
         v.push_back({"tp 2 pp 2, SP, full recompute, parameters and optimizer on the CPU", p});
+        // Sharded over data-parallel ranks (ZeRO-Infinity's offload_param with ZeRO-3): each rank
+        // homes its slice, brings it up and gathers the rest, layer by layer and for the edges.
+        p = cpu_plan(1, 1, 2);
+        p.zero_stage = 3;
+        p.offload.params = TierSplit{0.0, 1.0, 0.0};
+        p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+        v.push_back({"dp 2, ZeRO-3, parameters and optimizer on the CPU", p});
+        p.offload.optimizer = TierSplit{0.0, 0.0, 1.0};
+        v.push_back({"dp 2, ZeRO-3, parameters on the CPU, optimizer on SSD", p});
+        p = cpu_plan(2, 1, 2);
+        p.sequence_parallel = true;
+        p.zero_stage = 3;
+        p.recompute = Recompute::full;
+        p.offload.params = TierSplit{0.0, 1.0, 0.0};
+        p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+        v.push_back({"tp 2 dp 2, SP, ZeRO-3, full recompute, parameters and optimizer on the CPU", p});
+        p = cpu_plan(1, 2, 2);  // pipelined FSDP: a layer's slice comes up for its one gather a step
+        p.zero_stage = 3;
+        p.offload.params = TierSplit{0.0, 1.0, 0.0};
+        p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+        v.push_back({"pp 2 dp 2, ZeRO-3 (pipelined FSDP), parameters and optimizer on the CPU", p});
     }
     {
         // Context parallelism: sequences in 2 cp load-balanced chunks, K/V blocks around the ring.

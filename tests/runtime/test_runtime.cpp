@@ -480,7 +480,8 @@ TEST_CASE("what the runtime cannot execute is refused with the field named", "[r
     CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(1), p, {}), Catch::Contains("plan.exp_avg_sq_dtype = bf16 with plan.offload.optimizer.ssd"));
     p.exp_avg_sq_dtype = Precision::fp32;
     p.offload.optimizer = TierSplit{};
-    // Parameters: homed wholly on the host with the update there, on one data-parallel rank.
+    // Parameters: homed wholly on the host with the update there, or each data-parallel rank's
+    // ZeRO-3 shard of them.
     PlanSpec q = cpu_plan();
     q.zero_stage = 3;
     q.offload.params = TierSplit{0.5, 0.5, 0.0};
@@ -489,7 +490,8 @@ TEST_CASE("what the runtime cannot execute is refused with the field named", "[r
     CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(1), q, {}), Catch::Contains("plan.offload.optimizer"));
     q.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
     q.dp = 2;
-    CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(2), q, {}), Catch::Contains("dp x cp = 2"));
+    q.zero_stage = 1;
+    CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(2), q, {}), Catch::Contains("plan.zero_stage"));
     runtime::RunOptions walk;
     walk.memory_only = true;
     p.precision = Precision::fp16;

@@ -226,17 +226,21 @@ void RankLowering::reduce_chunk_grads(int chunk) {
     wait(Stream::compute, record(Stream::dp_comm));
 }
 
+std::pair<double, double> RankLowering::dp_slice(double off, double count) const {
+    const int n = group_size(Group::dp), r = group_rank_of(Group::dp, p_, rank_);
+    const double lo = std::floor(count * r / n), hi = std::floor(count * (r + 1) / n);
+    return {off + lo, hi - lo};
+}
+
 std::vector<std::pair<double, double>> RankLowering::owned_ranges() const {
     std::vector<std::pair<double, double>> out;
     if (p_.zero_stage == 0) {
         if (dense_elements_ > 0) out.emplace_back(0.0, dense_elements_);
         return out;
     }
-    const std::vector<int> dpg = group_ranks(Group::dp, p_, rank_);
-    const int n = static_cast<int>(dpg.size()), r = group_rank_of(Group::dp, p_, rank_);
     auto slice = [&](double off, double count) {
-        const double lo = std::floor(count * r / n), hi = std::floor(count * (r + 1) / n);
-        if (hi > lo) out.emplace_back(off + lo, hi - lo);
+        const auto [lo, n] = dp_slice(off, count);
+        if (n > 0) out.emplace_back(lo, n);
     };
     for (const Bucket& b : buckets_)
         if (!b.expert) slice(b.off, b.count);

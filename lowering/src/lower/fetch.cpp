@@ -13,15 +13,20 @@ namespace strata::sim::lower_detail {
 int RankLowering::fetch_params(int layer, int after_ev) {
     const TierSplit& pf = p_.offload.params;
     const double off = pf.cpu + pf.ssd;
-    // Pipelined FSDP gathers once a step: at the layer's first forward (micro-batch 0).
-    const bool zero3 = p_.zero_stage == 3 && p_.dp * p_.cp > 1 && (!pipelined_fsdp() || (phase_ == Phase::forward && mb_ == step_ * micro_));
-    if (off <= 0 && !zero3) return -1;
+    // Pipelined FSDP gathers once a step, at the layer's first forward (micro-batch 0), and keeps
+    // the layer until its last backward: offloaded, its slice comes up for that gather only.
+    const bool sharded = p_.zero_stage == 3 && p_.dp * p_.cp > 1;
+    const bool zero3 = sharded && (!pipelined_fsdp() || (phase_ == Phase::forward && mb_ == step_ * micro_));
+    if ((off <= 0 || sharded) && !zero3) return -1;
     const int saved_layer = layer_;
     layer_ = layer;  // the transfers are labelled with the layer they serve
     const LayerParamsRank lp = layer_params_rank(m_, p_, layer);
     const double shard = zero3 ? lp.dense / group_size(Group::dp) + lp.expert / group_size(Group::edp) : lp.dense + lp.expert;
     const Unit* u = df_ ? &units_[static_cast<std::size_t>(unit_of_layer(layer))] : nullptr;
-    int ev = fetch_offloaded(shard, u, after_ev);
+    // Sharded (ZeRO-3's offload_param), a rank brings its own slice up and the gather fills the rest.
+    std::vector<std::pair<double, double>> slices;
+    if (u) slices.push_back(zero3 ? dp_slice(u->dense_off, u->dense) : std::make_pair(u->dense_off, u->dense));
+    int ev = fetch_offloaded(shard, slices, after_ev);
     if (zero3) {
         ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, lp.dense * d_.act_bytes, n_.zero3_ag, ev);
         if (df_) {
@@ -37,18 +42,24 @@ int RankLowering::fetch_params(int layer, int after_ev) {
 
 // The offloaded share of `params` parameters to the GPU: each tier's share moves on its own link
 // at once (the host share goes up while the SSD share is read into host memory, then follows it
-// over PCIe; h2d is one serial stream). In the dataflow each H2D fills its part of the unit's
-// range on the GPU from the host's copy: the host share first, the SSD share after it.
-int RankLowering::fetch_offloaded(double params, const Unit* u, int after_ev) {
+// over PCIe; h2d is one serial stream). In the dataflow each H2D fills its part of `slices` (a
+// unit's range, or a rank's slices of it) on the GPU from the host's copy: the host share first,
+// the SSD share after it.
+int RankLowering::fetch_offloaded(double params, const std::vector<std::pair<double, double>>& slices, int after_ev) {
     const TierSplit& pf = p_.offload.params;
     const double off = pf.cpu + pf.ssd;
     if (off <= 0) return after_ev;
     int ev = after_ev;
     auto part = [&](double lo, double hi) {
-        if (!df_ || u == nullptr) return;
-        const double a = u->dense_off + std::round(u->dense * lo / off), b = u->dense_off + std::round(u->dense * hi / off);
-        if (b <= a) return;
-        io({range(TensorRole::param, a, b - a, Tier::cpu)}, {range(TensorRole::param, a, b - a, Tier::gpu)});
+        if (!df_ || slices.empty()) return;
+        std::vector<int> from, to;
+        for (const auto& [s_off, s_count] : slices) {
+            const double a = s_off + std::round(s_count * lo / off), b = s_off + std::round(s_count * hi / off);
+            if (b <= a) continue;
+            from.push_back(range(TensorRole::param, a, b - a, Tier::cpu));
+            to.push_back(range(TensorRole::param, a, b - a, Tier::gpu));
+        }
+        if (!from.empty()) io_lists(from, to);
     };
     if (pf.cpu > 0) {
         ev = copy(Stream::h2d, CopyKind::h2d, params * pf.cpu * d_.act_bytes, n_.fetch_h2d, after_ev);
@@ -64,15 +75,37 @@ int RankLowering::fetch_offloaded(double params, const Unit* u, int after_ev) {
 
 // The embedding's or the head's parameters, offloaded like a layer's, fetched before their use
 // (DeepSpeed's ZeRO-3 hooks fetch every module; the layers are prefetched, these are not). The
-// head of a single stage with a tied table reads the embedding's unit as well.
+// head of a single stage with a tied table reads the embedding's unit as well. Sharded over dp
+// (ZeRO-3), each rank brings up its slice of each of the unit's buckets, which are then gathered.
 void RankLowering::fetch_edge(bool head) {
     if (p_.offload.params.all_gpu()) return;
     const int saved_layer = layer_;
     layer_ = -1;
+    const bool zero3 = p_.zero_stage == 3 && group_size(Group::dp) > 1;
     for (const Unit& u : units_) {
         if (u.chunk != chunk_ || u.layer >= 0) continue;
         const bool wanted = head ? u.head || (u.embedding && m_.tied_embeddings && !head_stage_embedding_copy(m_, p_)) : u.embedding;
-        if (wanted) wait(Stream::compute, fetch_offloaded(u.dense + u.expert, &u, record(Stream::compute)));
+        if (!wanted) continue;
+        if (!zero3) {
+            wait(Stream::compute, fetch_offloaded(u.dense + u.expert, {{u.dense_off, u.dense}}, record(Stream::compute)));
+            continue;
+        }
+        std::vector<const Bucket*> in_unit;
+        std::vector<std::pair<double, double>> slices;
+        for (const Bucket& b : buckets_)
+            if (!b.expert && b.off >= u.dense_off && b.off < u.dense_off + u.dense) {
+                in_unit.push_back(&b);
+                slices.push_back(dp_slice(b.off, b.count));
+            }
+        int ev = fetch_offloaded(u.dense / group_size(Group::dp), slices, record(Stream::compute));
+        for (const Bucket* b : in_unit) {
+            ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, b->count * d_.act_bytes, n_.zero3_edges, ev);
+            if (df_) {
+                const int r = range(TensorRole::param, b->off, b->count);
+                io({r}, {r});
+            }
+        }
+        wait(Stream::compute, ev);
     }
     layer_ = saved_layer;
 }

@@ -270,7 +270,7 @@ private:
     void gather_received(double tensor_bytes, int slice, int whole);  ///< plan.p2p_scatter_gather: rebuild the tensor over TP
     int received(int whole);
     int fetch_params(int layer, int after_ev);
-    int fetch_offloaded(double params, const Unit* u, int after_ev);
+    int fetch_offloaded(double params, const std::vector<std::pair<double, double>>& slices, int after_ev);
     void fetch_edge(bool head);
     template <class DataflowH2D>
     int params_home(double params, int after_ev, DataflowH2D&& dataflow_h2d);
@@ -295,6 +295,8 @@ private:
     int embedding_unit(int chunk) const;
     /// This rank's slices (dp group) of the ranges the optimizer updates, in buffer order.
     std::vector<std::pair<double, double>> owned_ranges() const;
+    /// This rank's slice of elements [off, off + count) sharded over the dp group (as owned_ranges cuts them).
+    std::pair<double, double> dp_slice(double off, double count) const;
     /// The tensor ids of `ranges` split at element fractions [lo, hi) of their total.
     std::vector<int> ranges_part(const std::vector<std::pair<double, double>>& ranges, double lo, double hi,
                                  TensorRole role, Tier tier) const;

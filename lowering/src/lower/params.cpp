@@ -147,10 +147,10 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
         if (p.offload.optimizer.gpu > 0)
             return "plan.offload.params = cpu: needs plan.offload.optimizer wholly off the GPU (the update runs where the "
                    "parameters live)";
-        if (p.dp * p.cp > 1)
+        if (p.dp * p.cp > 1 && p.zero_stage != 3)
             return "plan.offload.params = cpu with dp x cp = " + std::to_string(p.dp * p.cp) +
-                   ": fetching host-homed shards and gathering them (ZeRO-3 with offload_param) is not executed yet; "
-                   "parameters in host memory run with dp x cp = 1";
+                   ": data-parallel ranks home their shard of the parameters on the host under ZeRO-3 (offload_param); "
+                   "set plan.zero_stage = 3";
     }
     if (p.lock_free_update && !p.offload.params.all_gpu())
         return "plan.lock_free_update = true with plan.offload.params off the GPU: the delayed update would write the host "

@@ -130,7 +130,8 @@ void RankLowering::mark_ready(const Bucket& b, int ev) {
 void RankLowering::gather_edges_zero3() {
     layer_ready_.assign(act_desc_.size(), -1);
     emb_ready_ = head_ready_ = -1;
-    if (group_size(Group::dp) <= 1) return;
+    // Homed off the GPU they are fetched and gathered before each use instead (fetch_edge).
+    if (group_size(Group::dp) <= 1 || !p_.offload.params.all_gpu()) return;
     int after = record(Stream::compute);
     for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {  // last first, as mark_ready assumes
         const Bucket& b = *it;
