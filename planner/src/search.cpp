@@ -203,7 +203,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, const hwdb::
     // would not fit in this thread's share of memory keep their estimate.
     auto simulate_batch = [&](std::vector<std::size_t> which) {
         which.erase(std::remove_if(which.begin(), which.end(), [&](std::size_t k) {
-                        const SimulationSize z = simulation_size(m, c, out[k].plan, {}, sim_budget);
+                        const SimulationSize z = plan_simulation_size(m, c, out[k].plan, o.steady_state, sim_budget);
                         if (z.bytes <= sim_budget) return false;
                         too_large[k] = 1;
                         out[k].why = "estimate only: simulating its " + std::to_string(z.micro_batches) + " micro-batches needs about " +
@@ -223,9 +223,17 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, const hwdb::
                     const std::size_t k = next.fetch_add(1);
                     if (k >= which.size()) return;
                     RankedPlan& rp = out[which[k]];
-                    rp.sim = simulate_plan(m, c, rp.plan, hw, o.calibration, o.critical_path, o.steady_state);
-                    rp.simulated = true;
-                    rp.why = explain(rp.sim);
+                    rp.sim = simulate_plan(m, c, rp.plan, hw, o.calibration, o.critical_path, o.steady_state, sim_budget);
+                    if (rp.sim.too_large) {  // its probes fit, but they did not lie on a line
+                        const SimulationSize z = simulation_size(m, c, rp.plan, {}, sim_budget);
+                        too_large[which[k]] = 1;
+                        rp.sim = SimSummary{};
+                        rp.why = "estimate only: its steady state did not extend, and simulating its " + std::to_string(z.micro_batches) +
+                                 " micro-batches whole needs about " + fmt_fixed(z.bytes / 1e9, 1) + " GB; " + explain(rp.estimate);
+                    } else {
+                        rp.simulated = true;
+                        rp.why = explain(rp.sim);
+                    }
                     done.fetch_add(1);
                 }
             });

@@ -100,17 +100,37 @@ bool steady_state_applies(const sim::PlanSpec& p) {
     return m >= kSteadyStateMinUnits * u;
 }
 
+// Three counts a unit apart, from two units on, congruent to the plan's own count.
+static std::int64_t first_probe(const sim::PlanSpec& p) {
+    const std::int64_t u = schedule_unit(p);
+    return 2 * u + p.micro_batches() % u;
+}
+
+sim::SimulationSize plan_simulation_size(const sim::ModelSpec& m, const sim::ClusterSpec& c, const sim::PlanSpec& p, bool steady_state,
+                                         double budget_bytes) {
+    if (!steady_state || !steady_state_applies(p)) return sim::simulation_size(m, c, p, {}, budget_bytes);
+    sim::PlanSpec q = p;
+    q.global_batch = static_cast<int>((first_probe(p) + 2 * schedule_unit(p)) * q.micro_batch * q.dp);
+    return sim::simulation_size(m, c, q, {}, budget_bytes);
+}
+
 SimSummary simulate_plan(const sim::ModelSpec& m, const sim::ClusterSpec& c, const sim::PlanSpec& p, const hwdb::HardwareView& hw,
-                         const sim::Calibration& calibration, bool critical_path, bool steady_state) {
+                         const sim::Calibration& calibration, bool critical_path, bool steady_state, double whole_budget_bytes) {
     sim::SimOptions so;
     so.calibration = calibration;
     so.critical_path = critical_path;
-    auto whole = [&] { return summarise(sim::simulate(m, c, p, hw, so)); };  // the plan simulated whole
+    auto whole = [&] {  // the plan simulated whole, if that fits
+        if (whole_budget_bytes > 0 && sim::simulation_size(m, c, p, {}, whole_budget_bytes).bytes > whole_budget_bytes) {
+            SimSummary s;
+            s.too_large = true;
+            return s;
+        }
+        return summarise(sim::simulate(m, c, p, hw, so));
+    };
     if (!steady_state || !steady_state_applies(p)) return whole();
 
-    // Three counts a unit apart, from two units on, congruent to the plan's own count.
     const std::int64_t u = schedule_unit(p), mb = p.micro_batches();
-    const std::int64_t first = 2 * u + mb % u;
+    const std::int64_t first = first_probe(p);
     std::vector<sim::SimOutput> probes;
     try {
         for (int k = 0; k < 3; ++k) {

@@ -94,3 +94,84 @@ TEST_CASE("steady state: the extended figures are the whole simulation's", "[pla
     CHECK(extended == static_cast<int>(cases.size()) - 2);
     CHECK(oom == 1);
 }
+
+TEST_CASE("steady state: a plan too large to simulate whole is simulated by its probes", "[planner][steady]") {
+    // A memory budget that a plan's largest probe fits and its whole simulation does not
+    // (sim::simulation_size under that budget, as the search sizes them): the steady state
+    // simulates the plan; a plan whose probes do not extend (GPipe) would need the whole
+    // simulation, and is left to its estimate, both in simulate_plan and in the search.
+    ModelSpec gpt = test::gpt_shape("gpt-big-batch", 16, 2048, 16, 32000, 2048);
+    gpt.max_position = 2048;
+    const ClusterSpec c = test::dgx_cluster("H100-SXM5-80GB", 4);
+    auto db = hwdb::Database::open(hwdb::default_db_path());
+    const auto hw = db.view(c.gpu, c.node, c.intra_link, c.nic, c.ssd, c.cpu);
+    // The first budget on a 2 % grid between the two sizes, for every plan given.
+    auto budget_between = [&](const std::vector<PlanSpec>& plans) {
+        for (double b = 1e8; b < 1e11; b *= 1.02) {
+            bool ok = true;
+            for (const PlanSpec& q : plans)
+                ok = ok && planner::plan_simulation_size(gpt, c, q, true, b).bytes <= b && simulation_size(gpt, c, q, {}, b).bytes > b;
+            if (ok) return b;
+        }
+        return 0.0;
+    };
+    PlanSpec p;
+    p.tp = 4;
+    p.pp = 2;
+    p.dp = 4;
+    p.micro_batch = 1;
+    p.global_batch = 4096;  // 1024 micro-batches a pipeline
+    p.sequence_parallel = true;
+    p.zero_stage = 1;
+    validate_plan(gpt, c, p, "test");
+    const double budget = budget_between({p});
+    REQUIRE(budget > 0);
+    const planner::SimSummary ext = planner::simulate_plan(gpt, c, p, hw, {}, false, true, budget);
+    CHECK_FALSE(ext.too_large);
+    CHECK(ext.steady_state);
+    CHECK(ext.step_time_s > 0);
+    CHECK(planner::simulate_plan(gpt, c, p, hw, {}, false, false, budget).too_large);
+    PlanSpec g = p;
+    g.schedule = Schedule::gpipe;
+    g.global_batch = 512;  // GPipe keeps every micro-batch's activations: fewer, to stay small
+    validate_plan(gpt, c, g, "test");
+    const double g_budget = budget_between({g});
+    REQUIRE(g_budget > 0);
+    const planner::SimSummary gs = planner::simulate_plan(gpt, c, g, hw, {}, false, true, g_budget);
+    CHECK(gs.too_large);
+    CHECK(gs.step_time_s == 0);
+
+    // The search over a small space under a budget every plan's probes fit and no plan's whole
+    // simulation does: with the steady state the shortlist is simulated; without it, none of it.
+    planner::SearchOptions o;
+    o.space.global_batch = p.global_batch;
+    o.space.max_tp = 4;
+    o.space.max_pp = 2;
+    o.space.max_vpp = 1;
+    o.space.max_micro_batch = 1;
+    o.space.zero_stages = {1};
+    o.space.recomputes = {Recompute::none};
+    o.space.search_gpipe = false;
+    o.space.search_sequence_parallel = false;
+    std::vector<PlanSpec> space;
+    planner::enumerate_plans(gpt, c, o.space, [&](const PlanSpec& q) {
+        space.push_back(q);
+        return true;
+    });
+    REQUIRE(space.size() >= 3);
+    o.memory_budget_bytes = budget_between(space);
+    REQUIRE(o.memory_budget_bytes > 0);
+    o.threads = 1;
+    o.top_k = 3;
+    o.shortlist = 3;
+    o.max_simulated = 3;
+    const planner::SearchResult with = planner::search_plans(gpt, c, hw, o);
+    REQUIRE(!with.ranked.empty());
+    CHECK(with.ranked[0].simulated);
+    CHECK(with.too_large_to_simulate == 0);
+    o.steady_state = false;
+    const planner::SearchResult without = planner::search_plans(gpt, c, hw, o);
+    REQUIRE(!without.ranked.empty());
+    CHECK_FALSE(without.ranked[0].simulated);
+    CHECK(without.too_large_to_simulate > 0);
+}

@@ -14,6 +14,7 @@
 #include "strata/planner/estimate.hpp"
 #include "strata/planner/space.hpp"
 #include "strata/lowering/spec.hpp"
+#include "strata/lowering/spec_io.hpp"
 
 namespace strata::planner {
 
@@ -30,6 +31,9 @@ struct SimSummary {
     /// Extended from three simulations of fewer micro-batches in the schedule's steady state
     /// (simulate_plan); the critical path is then the largest of those three's.
     bool steady_state = false;
+    /// Not simulated: the steady state's check failed and the whole simulation would not fit the
+    /// memory it was given (simulate_plan's whole_budget_bytes). Nothing else is set.
+    bool too_large = false;
 };
 
 struct RankedPlan {
@@ -97,11 +101,17 @@ struct SearchResult {
 /// exactly the full simulation's, when they do lie on a line to the nanosecond and byte; else, and
 /// when a reduced plan is invalid or deadlocks, the plan is simulated whole. A probe out of memory
 /// is the plan out of memory (more micro-batches never hold less).
+/// Given whole_budget_bytes > 0, a plan whose whole simulation would need more memory than that is
+/// not simulated whole (SimSummary::too_large).
 inline constexpr int kSteadyStateMinUnits = 12;
 bool steady_state_applies(const sim::PlanSpec& p);
 SimSummary simulate_plan(const sim::ModelSpec& m, const sim::ClusterSpec& c, const sim::PlanSpec& p,
                          const hwdb::HardwareView& hw, const sim::Calibration& calibration = {}, bool critical_path = true,
-                         bool steady_state = true);
+                         bool steady_state = true, double whole_budget_bytes = 0);
+/// The memory simulate_plan needs for a plan: its largest steady-state probe's where the steady
+/// state applies (steady_state on), else the whole plan's (sim::simulation_size).
+sim::SimulationSize plan_simulation_size(const sim::ModelSpec& m, const sim::ClusterSpec& c, const sim::PlanSpec& p,
+                                         bool steady_state, double budget_bytes);
 
 SearchResult search_plans(const sim::ModelSpec& m, const sim::ClusterSpec& c, const hwdb::HardwareView& hw,
                           const SearchOptions& o);
