@@ -100,44 +100,6 @@ void RankState::precompute() {
     ssd_bytes_ = at;
 }
 
-// The host copies of the flat parameters and gradients hold what the program names on the cpu
-// tier: a data-parallel rank's ZeRO shard of the offloaded optimizer, or every parameter it homes
-// there. dp copies of the whole model would hold dp times what the ZeRO paper's partitioning keeps.
-void RankState::precompute_host_ranges() {
-    const Program& prog = w_.program;
-    std::vector<std::pair<i64, i64>> r;
-    for (const int id : rp_.operand_ids) {
-        const DataTensor& t = prog.tensors[static_cast<std::size_t>(id)];
-        if ((t.role != TensorRole::param && t.role != TensorRole::param_grad) || t.tier != Tier::cpu) continue;
-        if (t.buffer != FlatBuffer::dense) throw RuntimeError("runtime: host copies of the expert buffer are not executed");
-        r.emplace_back(t.offset, t.offset + t.elements());
-    }
-    std::sort(r.begin(), r.end());
-    host_segs_.clear();
-    for (const auto& [lo, hi] : r) {
-        if (!host_segs_.empty() && lo <= host_segs_.back().offset + host_segs_.back().count) {
-            HostSeg& b = host_segs_.back();
-            b.count = std::max(b.count, hi - b.offset);
-        } else {
-            host_segs_.push_back({lo, hi - lo, 0});
-        }
-    }
-    host_elems_ = 0;
-    for (HostSeg& g : host_segs_) {
-        g.at = host_elems_;
-        host_elems_ += g.count;
-    }
-}
-
-i64 RankState::host_index(i64 offset, i64 n) const {
-    auto it = std::upper_bound(host_segs_.begin(), host_segs_.end(), offset, [](i64 v, const HostSeg& g) { return v < g.offset; });
-    if (it == host_segs_.begin() || offset + n > std::prev(it)->offset + std::prev(it)->count)
-        throw RuntimeError("runtime: rank " + std::to_string(rank_) + " keeps no host copy of elements [" + std::to_string(offset) + ", " +
-                           std::to_string(offset + n) + ") of its parameters (another data-parallel rank's shard)");
-    --it;
-    return it->at + (offset - it->offset);
-}
-
 int RankState::unit_at(i64 offset) const {
     const auto& u = layout_.units;
     auto it = std::upper_bound(u.begin(), u.end(), offset, [](i64 v, const GradUnit& g) { return v < g.offset; });
