@@ -11,6 +11,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <unistd.h>
 
 #include "cli.hpp"
 #include "run_support.hpp"
@@ -82,6 +83,15 @@ void run_validate(const ValidateArgs& a) {
     std::ostream& report = report_stream(outputs);
     const sim::Scenario s = resolve_specs(a.specs, true);
     const std::string db_path = a.db.empty() ? hwdb::default_db_path() : a.db;
+    fs::path scratch_db;  // a private copy of a database this user cannot write, removed at the end
+    struct RemoveOnExit {
+        const fs::path& path;
+        ~RemoveOnExit() {
+            std::error_code ec;
+            if (!path.empty())
+                for (const char* tail : {"", "-wal", "-shm"}) fs::remove(path.string() + tail, ec);
+        }
+    } remove_scratch{scratch_db};
     hwdb::HardwareView hw;
     {
         hwdb::Database db = open_db(a.db);
@@ -89,13 +99,26 @@ void run_validate(const ValidateArgs& a) {
         if (a.rt.backend == "cpu" && !a.no_profile && (a.profile || !has_measurements(hw))) {
             report << "profiling this machine first (strata profile --backend cpu --quick): hwdb has no measurements of gpu '"
                       << s.cluster.gpu << "'\n";
+            // Where this user may not write the database, the profile goes into a private copy
+            // for this run: its figures are used, not kept (checked before the profile's minute).
+            // (The rule of hwdb's writer: the file and its folder, which holds SQLite's journal.)
+            std::string write_path = db_path;
+            const fs::path folder = fs::path(db_path).has_parent_path() ? fs::path(db_path).parent_path() : fs::path(".");
+            if (::access(db_path.c_str(), W_OK) != 0 || ::access(folder.c_str(), W_OK | X_OK) != 0) {
+                scratch_db = fs::temp_directory_path() / ("strata-validate-" + std::to_string(::getpid()) + ".db");
+                fs::copy_file(db_path, scratch_db, fs::copy_options::overwrite_existing);
+                fs::permissions(scratch_db, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::add);
+                write_path = scratch_db.string();
+                report << "hwdb " << db_path << " cannot be written by this user: the profile goes into a copy for this run and is "
+                       << "not kept (--db a writable file keeps it)\n";
+            }
             profiler::Options po;
             po.backend = "cpu";
             po.quick = true;
             const profiler::Profile p = profiler::run_profile(po);
-            hwdb::Database w = open_db_for_write(a.db);
+            hwdb::Database w = open_db_for_write(write_path);
             const std::int64_t run = w.write_run(p.run, p.measurements, p.fits);
-            report << "wrote run " << run << " (" << p.measurements.size() << " measurements) to " << db_path << "\n";
+            report << "wrote run " << run << " (" << p.measurements.size() << " measurements) to " << write_path << "\n";
             hw = view_for(w, s.cluster, a.specs);
         }
     }

@@ -197,6 +197,17 @@ if [ ${#as_other[@]} -gt 0 ]; then
   [ $rc -eq 1 ] || { cat "$T/err"; fail "import into a read-only database: exit $rc (want 1)"; }
   says "cannot be written by this user" "import into a read-only database"
   [ "$(ls -A "$T/rodir")" = "hw.db" ] || fail "files appeared beside a read-only database"
+  # validate profiles a machine the database has not seen: into a copy for the run, left nowhere.
+  mkdir "$T/rodir2"; cp "$STRATA_HWDB" "$T/rodir2/hw.db"; cp "$T/rodir2/hw.db" "$T/rodir2.before"
+  [ "$(id -u)" -eq 0 ] || { chmod 444 "$T/rodir2/hw.db"; chmod 555 "$T/rodir2"; }
+  mkdir "$T/tmp"; chmod 777 "$T/tmp"
+  "${as_other[@]}" env TMPDIR="$T/tmp" "$S" validate --scenario gpt-tiny-2cpu --db "$T/rodir2/hw.db" --steps 2 >"$T/out" 2>"$T/err"; rc=$?
+  [ $rc -eq 0 ] || { cat "$T/err" "$T/out"; fail "validate on a read-only database: exit $rc (want 0)"; }
+  grep -q "is not kept" "$T/out" || fail "validate did not say its profile is not kept"
+  grep -q "largest errors" "$T/out" || fail "validate on a read-only database gave no report"
+  [ "$(ls -A "$T/rodir2")" = "hw.db" ] || fail "files appeared beside a read-only database (validate)"
+  cmp -s "$T/rodir2/hw.db" "$T/rodir2.before" || fail "validate changed a database it may not write"
+  [ -z "$(ls -A "$T/tmp")" ] || fail "validate left its scratch database behind: $(ls -A "$T/tmp")"
 else
   echo "note: running as root without setpriv: the no-write-permission check is skipped"
 fi
