@@ -248,7 +248,6 @@ TEST_CASE("no data races: every read waits for its write, every write for the re
                     for (int flags = 0; flags < 8; ++flags) {
                         PlanSpec p = plan(tp, pp, 2, 16);
                         p.zero_stage = zero;
-                        if (zero == 3 && pp > 1) continue;  // refused by validation (DeepSpeed's pipeline)
                         p.sequence_parallel = tp > 1 && (flags & 1);
                         p.overlap_grad_reduce = p.overlap_param_gather = (flags & 2) == 0;
                         p.recompute = (flags & 4) ? Recompute::full : Recompute::none;
