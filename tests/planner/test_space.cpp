@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
+#include "strata/common/error.hpp"
 #include "strata/planner/space.hpp"
 #include "strata/sim/cost.hpp"
 #include "strata/lowering/frameworks.hpp"
@@ -324,4 +326,56 @@ TEST_CASE("a framework's search yields only plans it runs, each equal to its pla
         CHECK(p.zero_stage <= 1);
         return true;
     });
+}
+
+TEST_CASE("the enumeration misses no layout the plan rules accept", "[planner][space]") {
+    // The converse of "every enumerated plan is valid": the enumerator prunes with rules of its own
+    // (space.cpp's tp_ok, the micro-batch and sequence splits) for speed; none may be stricter
+    // than validate_plan. Every (tp, cp, pp, micro_batch) inside the space's bounds that
+    // validate_plan accepts for a plain plan (1F1B, SP where tp > 1, ZeRO-1) must be enumerated,
+    // on a dense GPT and on GQA and MoE variants whose head and expert shapes prune tp.
+    ModelSpec gqa = small_gpt();
+    gqa.kv_heads = 4;
+    ModelSpec odd = small_gpt();
+    odd.heads = 12;  // tp 8 does not divide it
+    odd.ffn_hidden = 4 * 1024 + 512;
+    for (const ModelSpec& m : {small_gpt(), gqa, odd, small_moe()}) {
+        const ClusterSpec c = two_nodes();
+        planner::SearchSpace s;
+        s.global_batch = 96;
+        s.max_micro_batch = 4;
+        std::set<std::tuple<int, int, int, int>> seen;
+        planner::enumerate_plans(m, c, s, [&](const PlanSpec& p) {
+            seen.insert({p.tp, p.cp, p.pp, p.micro_batch});
+            return true;
+        });
+        int accepted = 0;
+        const int gpus = c.gpu_count();
+        for (int tp = 1; tp <= std::min(s.max_tp, c.gpus_per_node); ++tp)
+            for (int cp = 1; cp <= s.max_cp; ++cp)
+                for (int pp = 1; pp <= s.max_pp; ++pp)
+                    for (int mb = 1; mb <= s.max_micro_batch; ++mb) {
+                        if (gpus % (tp * cp * pp) != 0) continue;
+                        PlanSpec p;
+                        p.tp = tp;
+                        p.cp = cp;
+                        p.pp = pp;
+                        p.dp = gpus / (tp * cp * pp);
+                        p.micro_batch = mb;
+                        p.global_batch = s.global_batch;
+                        p.sequence_parallel = tp > 1;
+                        p.zero_stage = 1;
+                        if (m.is_moe()) p.ep = 1;
+                        try {
+                            validate_plan(m, c, p, "brute force");
+                        } catch (const InputError&) {
+                            continue;
+                        }
+                        ++accepted;
+                        INFO(m.name << " heads " << m.heads << " kv " << m.kv_heads << ": tp " << tp << " cp " << cp << " pp " << pp
+                                    << " micro_batch " << mb << " is valid but not enumerated");
+                        CHECK(seen.count({tp, cp, pp, mb}) == 1);
+                    }
+        CHECK(accepted > 20);
+    }
 }
