@@ -97,7 +97,7 @@ void RankLowering::fetch_edge(bool head) {
                 in_unit.push_back(&b);
                 slices.push_back(dp_slice(b.off, b.count));
             }
-        int ev = fetch_offloaded(u.dense / group_size(Group::dp), slices, record(Stream::compute));
+        int ev = fetch_offloaded(u.dense / group_size(Group::dp) + u.expert / group_size(Group::edp), slices, record(Stream::compute));
         for (const Bucket* b : in_unit) {
             ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, b->count * d_.act_bytes, n_.zero3_edges, ev);
             if (df_) {
