@@ -298,9 +298,21 @@ HardwareView Database::view(const std::string& gpu_id, const std::string& node_i
         attach_host(v, ms, fs, v.gpu.id);
         taken.insert(here.begin(), here.end());
     }
-    // Host-side figures on device "cpu" apply to any GPU (they describe the host). Each figure comes
-    // from the newest run that has it, so a run measuring only CPU Adam hides no older SSD figure.
+    // Host-side figures on device "cpu" (a CPU-backend profile: CPU Adam, SSD, host DRAM) describe
+    // the host they ran on: they apply to the cpu backend's own view, and to a GPU profiled on that
+    // same host (the device workflow profiles the GPU, then its host). A GPU never profiled keeps
+    // its datasheet host, so profiling a laptop does not move a DGX cluster's offload predictions.
+    // Each figure comes from the newest run that has it, so a run measuring only CPU Adam hides no
+    // older SSD figure.
+    auto run_host = [&](std::int64_t id) {
+        detail::Stmt q(impl_->db, impl_->path, "SELECT host FROM run WHERE id = ?1");
+        q.bind(1, id);
+        return q.step() ? q.text(0) : std::string();
+    };
+    std::set<std::string> gpu_hosts;
+    for (const std::int64_t r : runs_for(impl_->db, impl_->path, v.gpu.id)) gpu_hosts.insert(run_host(r));
     for (std::int64_t cpu_run : runs_for(impl_->db, impl_->path, "cpu")) {
+        if (v.gpu.id != "cpu" && gpu_hosts.count(run_host(cpu_run)) == 0) continue;
         attach_host(v, measurements(cpu_run), fits(cpu_run), "cpu");
         if (!v.measured_run) {
             v.measured_run = cpu_run;

@@ -6,7 +6,8 @@ set -u
 S="$1"; SRC="$2"
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
-"$S" simulate --scenario "$SRC/scenarios/gpt-tiny-cpu.json" --json "$T/before.json" >/dev/null || fail "simulate on the seed db"
+"$S" hwdb init "$T/seed.db" >/dev/null || fail "hwdb init"  # the seed alone (a by-hand profile may sit in the build's db)
+"$S" simulate --scenario "$SRC/scenarios/gpt-tiny-cpu.json" --db "$T/seed.db" --json "$T/before.json" >/dev/null || fail "simulate on the seed db"
 "$S" hwdb init "$T/p.db" >/dev/null || fail "hwdb init"
 "$S" profile --backend cpu --quick --db "$T/p.db" --ssd-dir "$T" >/dev/null 2>&1 || fail "cpu profile"
 "$S" simulate --scenario "$SRC/scenarios/gpt-tiny-cpu.json" --db "$T/p.db" --json "$T/after.json" >/dev/null || fail "simulate with the profile"

@@ -198,7 +198,7 @@ if [ ${#as_other[@]} -gt 0 ]; then
   says "cannot be written by this user" "import into a read-only database"
   [ "$(ls -A "$T/rodir")" = "hw.db" ] || fail "files appeared beside a read-only database"
   # validate profiles a machine the database has not seen: into a copy for the run, left nowhere.
-  mkdir "$T/rodir2"; cp "$STRATA_HWDB" "$T/rodir2/hw.db"; cp "$T/rodir2/hw.db" "$T/rodir2.before"
+  mkdir "$T/rodir2"; "$S" hwdb init "$T/rodir2/hw.db" >/dev/null; cp "$T/rodir2/hw.db" "$T/rodir2.before"
   [ "$(id -u)" -eq 0 ] || { chmod 444 "$T/rodir2/hw.db"; chmod 555 "$T/rodir2"; }
   mkdir "$T/tmp"; chmod 777 "$T/tmp"
   "${as_other[@]}" env TMPDIR="$T/tmp" "$S" validate --scenario gpt-tiny-2cpu --db "$T/rodir2/hw.db" --steps 2 >"$T/out" 2>"$T/err"; rc=$?

@@ -160,7 +160,7 @@ TEST_CASE("view attaches the newest representative run of that GPU", "[hwdb][vie
     CHECK(a.collectives.empty());
 }
 
-TEST_CASE("view: a CPU-backend run supplies host figures for any GPU", "[hwdb][view]") {
+TEST_CASE("view: a CPU-backend run supplies host figures to the GPUs profiled on its host", "[hwdb][view]") {
     TempDir t;
     Database db = Database::create_seeded(t.file("v.db"));
     const auto cpu_run = db.write_run(
@@ -170,20 +170,28 @@ TEST_CASE("view: a CPU-backend run supplies host figures for any GPU", "[hwdb][v
         {fit("ssd", "cpu", "read", "bandwidth", {{"latency_ns", 80000}, {"Bps", 6.5e9}}),
          fit("ssd", "cpu", "write", "bandwidth", {{"latency_ns", 20000}, {"Bps", 3.5e9}})});
 
-    // No GPU run: the CPU run is the measured run; cpu_adam is the best measured rate (no fit).
+    // The cpu backend's own view: the CPU run is the measured run; cpu_adam is the best measured
+    // rate (no fit).
+    HardwareView c = db.view("cpu", "", "", "", "", "");
+    CHECK(c.measured_run == cpu_run);
+    CHECK(c.measured_device == "cpu");
+    REQUIRE(c.cpu_adam_params_per_s);
+    CHECK(*c.cpu_adam_params_per_s == 1.4e9);
+    REQUIRE(c.ssd_read);
+    CHECK(c.ssd_read->Bps == 6.5e9);
+    REQUIRE(c.ssd_write);
+    CHECK(c.ssd_write->latency_ns == 20000);
+
+    // A GPU never profiled keeps its datasheet host: this machine's CPU and SSD say nothing of
+    // another cluster's nodes (a laptop's profile must not move a DGX plan).
     HardwareView v = db.view("A100-SXM4-40GB", "angel-ptm-a100-40g", "", "", "", "");
-    CHECK(v.measured_run == cpu_run);
-    CHECK(v.measured_device == "cpu");
-    REQUIRE(v.cpu_adam_params_per_s);
-    CHECK(*v.cpu_adam_params_per_s == 1.4e9);
-    REQUIRE(v.ssd_read);
-    CHECK(v.ssd_read->Bps == 6.5e9);
-    REQUIRE(v.ssd_write);
-    CHECK(v.ssd_write->latency_ns == 20000);
+    CHECK(v.measured_run == 0);
+    CHECK_FALSE(v.cpu_adam_params_per_s);
+    CHECK_FALSE(v.ssd_read);
     CHECK(v.gemm_points.empty());
 
-    // With a GPU run too, the GPU run is the measured run and the CPU figures still apply; a
-    // cpu_adam fit beats raw measurements.
+    // A GPU profiled on the same host (the device workflow: the GPU, then its host) takes them;
+    // the GPU run is the measured run, and a cpu_adam fit beats raw measurements.
     const auto gpu_run = db.write_run(run("2026-01-06T00:00:00Z"), {},
                                       {fit("memcpy", "H100-SXM5-80GB", "h2d/pinned", "bandwidth", {{"latency_ns", 1}, {"Bps", 5e10}}),
                                        fit("cpu_adam", "cpu", "adamw", "rate", {{"params_per_s", 2e9}})});
@@ -195,6 +203,16 @@ TEST_CASE("view: a CPU-backend run supplies host figures for any GPU", "[hwdb][v
     CHECK(h.ssd_read->Bps == 6.5e9);
     REQUIRE(h.h2d);
     CHECK(h.h2d->Bps == 5e10);
+
+    // A GPU profiled on another host does not take this host's figures.
+    Run elsewhere = run("2026-01-07T00:00:00Z");
+    elsewhere.host = "another-machine";
+    db.write_run(elsewhere, {}, {fit("memcpy", "H200-SXM-141GB", "h2d/pinned", "bandwidth", {{"latency_ns", 1}, {"Bps", 5.5e10}})});
+    HardwareView o = db.view("H200-SXM-141GB", "", "", "", "", "");
+    REQUIRE(o.h2d);
+    CHECK(o.h2d->Bps == 5.5e10);
+    CHECK_FALSE(o.cpu_adam_params_per_s);
+    CHECK_FALSE(o.ssd_read);
 }
 
 TEST_CASE("view: host rows of a CUDA run (recorded under the GPU id) are used first", "[hwdb][view]") {

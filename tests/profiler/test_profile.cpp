@@ -154,10 +154,13 @@ TEST_CASE("a quick CPU profile writes one run whose fits hwdb can read", "[profi
     CHECK(db.measurements(again).size() == p.measurements.size());
     CHECK(db.fits(again).size() == p.fits.size());
 
-    // The view attaches measured figures of device "cpu" (hwdb docs): Adam and SSD come back, from
-    // the newest run. (This used to return with a WARN when nothing was attached, so it could not
-    // fail; issue #32.)
-    const hwdb::HardwareView v = db.view("H100-SXM5-80GB", "", "", "", "", "");
+    // The cpu backend's view attaches measured figures of device "cpu" (hwdb docs): Adam and SSD
+    // come back, from the newest run. (This used to return with a WARN when nothing was attached,
+    // so it could not fail; issue #32.) A GPU never profiled on this host keeps its datasheet host.
+    const hwdb::HardwareView h100 = db.view("H100-SXM5-80GB", "", "", "", "", "");
+    CHECK(h100.measured_run == 0);
+    CHECK_FALSE(h100.cpu_adam_params_per_s.has_value());
+    const hwdb::HardwareView v = db.view("cpu", "", "", "", "", "");
     REQUIRE(v.measured_run != 0);
     CHECK(v.measured_run == again);
     REQUIRE(v.cpu_adam_params_per_s.has_value());
