@@ -13,6 +13,7 @@
 #include "strata/lowering/frameworks.hpp"
 #include "strata/lowering/spec_io.hpp"
 #include "strata/lowering/memory.hpp"
+#include "support/dgx.hpp"
 #include "support/gpt.hpp"
 
 using namespace strata;
@@ -181,11 +182,7 @@ TEST_CASE("cached memory estimates equal uncached ones (explicit layer splits)",
 
 TEST_CASE("the estimator's warm caches give a fresh estimator's answers", "[planner][memory]") {
     const ModelSpec m = test::gpt_shape("gpt", 8, 1024, 8, 32000, 1024);
-    ClusterSpec c;
-    c.gpu = "A100-SXM4-80GB";
-    c.node = "DGX-A100";
-    c.nodes = 2;
-    c.gpus_per_node = 8;
+    const ClusterSpec c = test::dgx_cluster("A100-SXM4-80GB", 2);
     auto db = hwdb::Database::open(hwdb::default_db_path());
     const hwdb::HardwareView hw = db.view(c.gpu, c.node, c.intra_link, c.nic, c.ssd, c.cpu);
     planner::Estimator warm(m, c, hw);
@@ -297,11 +294,7 @@ TEST_CASE("the estimator's caches tell apart plans one knob apart, for every kno
     ModelSpec dense = test::gpt_shape("gpt", 8, 1024, 8, 32000, 1024);
     ModelSpec moe = dense;
     moe.moe = test::moe_spec(8, 2);
-    ClusterSpec c;
-    c.gpu = "H100-SXM5-80GB";
-    c.node = "DGX-H100";
-    c.nodes = 2;
-    c.gpus_per_node = 8;
+    const ClusterSpec c = test::dgx_cluster("H100-SXM5-80GB", 2);
     auto db = hwdb::Database::open(hwdb::default_db_path());
     const hwdb::HardwareView hw = db.view(c.gpu, c.node, c.intra_link, c.nic, c.ssd, c.cpu);
     int turned = 0;

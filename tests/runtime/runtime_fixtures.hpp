@@ -2,6 +2,7 @@
 // biases, tied embeddings) and a Llama (RoPE, RMSNorm, SwiGLU, GQA, untied, no biases), small
 // enough that every parallel variant runs on two cores in a second.
 #pragma once
+#include <string>
 #include <vector>
 
 #include "strata/lowering/spec.hpp"
@@ -75,6 +76,30 @@ inline std::vector<double> losses(const sim::ModelSpec& m, const sim::PlanSpec& 
     runtime::Session s(m, cpu_cluster(p.gpus()), p, o);
     std::vector<double> out;
     for (int i = 0; i < steps; ++i) out.push_back(s.step().loss);
+    return out;
+}
+
+// Two steps, a checkpoint, two more; then a session resumed from the checkpoint: the losses of
+// its two steps against those of the first session's last two (bitwise), and its step count.
+struct Resumed {
+    std::vector<double> before, after;
+    int steps_done = 0;
+};
+inline Resumed save_and_resume(const sim::ModelSpec& m, const sim::PlanSpec& p, runtime::RunOptions o, const std::string& dir) {
+    Resumed out;
+    {
+        runtime::Session s(m, cpu_cluster(p.gpus()), p, o);
+        s.step();
+        s.step();
+        s.save(dir);
+        out.before.push_back(s.step().loss);
+        out.before.push_back(s.step().loss);
+    }
+    o.resume_dir = dir;
+    runtime::Session r(m, cpu_cluster(p.gpus()), p, o);
+    out.steps_done = r.steps_done();
+    out.after.push_back(r.step().loss);
+    out.after.push_back(r.step().loss);
     return out;
 }
 

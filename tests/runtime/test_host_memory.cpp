@@ -98,20 +98,8 @@ TEST_CASE("host memory: a rank's shard of host-homed weights resumes from a chec
     p.offload.optimizer = TierSplit{0, 1, 0};
     runtime::RunOptions o;
     o.lr = 3e-3;
-    std::vector<double> before, after;
-    {
-        runtime::Session s(m, cpu_cluster(2), p, o);
-        s.step();
-        s.step();
-        s.save(dir);
-        before.push_back(s.step().loss);
-        before.push_back(s.step().loss);
-    }
-    o.resume_dir = dir;
-    runtime::Session r(m, cpu_cluster(2), p, o);
-    CHECK(r.steps_done() == 2);
-    after.push_back(r.step().loss);
-    after.push_back(r.step().loss);
-    CHECK(before == after);
+    const Resumed r = save_and_resume(m, p, o, dir);
+    CHECK(r.steps_done == 2);
+    CHECK(r.before == r.after);
     std::filesystem::remove_all(dir);
 }

@@ -116,42 +116,29 @@ std::vector<Variant> variants() {
     }
     {
         // Parameters homed in host memory, fetched to the GPU a unit at a time (ZeRO-Offload's
-        // offload_param on one data-parallel rank), with the optimizer on the host or on SSD.
-        PlanSpec p = cpu_plan();
-        p.zero_stage = 3;
-        p.offload.params = TierSplit{0.0, 1.0, 0.0};
-        p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
-        v.push_back({"parameters and optimizer on the CPU", p});
-        p.offload.optimizer = TierSplit{0.0, 0.0, 1.0};
-        v.push_back({"parameters on the CPU, optimizer on SSD", p});
-        p = cpu_plan(2, 2);
-        p.sequence_parallel = true;
-        p.zero_stage = 1;
-        p.recompute = Recompute::full;
-        p.offload.params = TierSplit{0.0, 1.0, 0.0};
-        p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
-        v.push_back({"tp 2 pp 2, SP, full recompute, parameters and optimizer on the CPU", p});
-        // Sharded over data-parallel ranks (ZeRO-Infinity's offload_param with ZeRO-3): each rank
-        // homes its slice, brings it up and gathers the rest, layer by layer and for the edges.
-        p = cpu_plan(1, 1, 2);
-        p.zero_stage = 3;
-        p.offload.params = TierSplit{0.0, 1.0, 0.0};
-        p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
-        v.push_back({"dp 2, ZeRO-3, parameters and optimizer on the CPU", p});
-        p.offload.optimizer = TierSplit{0.0, 0.0, 1.0};
-        v.push_back({"dp 2, ZeRO-3, parameters on the CPU, optimizer on SSD", p});
-        p = cpu_plan(2, 1, 2);
-        p.sequence_parallel = true;
-        p.zero_stage = 3;
-        p.recompute = Recompute::full;
-        p.offload.params = TierSplit{0.0, 1.0, 0.0};
-        p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
-        v.push_back({"tp 2 dp 2, SP, ZeRO-3, full recompute, parameters and optimizer on the CPU", p});
-        p = cpu_plan(1, 2, 2);  // pipelined FSDP: a layer's slice comes up for its one gather a step
-        p.zero_stage = 3;
-        p.offload.params = TierSplit{0.0, 1.0, 0.0};
-        p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
-        v.push_back({"pp 2 dp 2, ZeRO-3 (pipelined FSDP), parameters and optimizer on the CPU", p});
+        // offload_param), with the update on the host (or on SSD): on one data-parallel rank, and
+        // sharded over data-parallel ranks (ZeRO-Infinity's offload_param with ZeRO-3: each rank
+        // homes its slice, brings it up and gathers the rest, layer by layer and for the edges).
+        auto homed = [](PlanSpec p, int zero, TierSplit optimizer = TierSplit{0.0, 1.0, 0.0}) {
+            p.zero_stage = zero;
+            p.offload.params = TierSplit{0.0, 1.0, 0.0};
+            p.offload.optimizer = optimizer;
+            return p;
+        };
+        PlanSpec sp = cpu_plan(2, 2);
+        sp.sequence_parallel = true;
+        sp.recompute = Recompute::full;
+        PlanSpec sp_dp = cpu_plan(2, 1, 2);
+        sp_dp.sequence_parallel = true;
+        sp_dp.recompute = Recompute::full;
+        v.push_back({"parameters and optimizer on the CPU", homed(cpu_plan(), 3)});
+        v.push_back({"parameters on the CPU, optimizer on SSD", homed(cpu_plan(), 3, TierSplit{0.0, 0.0, 1.0})});
+        v.push_back({"tp 2 pp 2, SP, full recompute, parameters and optimizer on the CPU", homed(sp, 1)});
+        v.push_back({"dp 2, ZeRO-3, parameters and optimizer on the CPU", homed(cpu_plan(1, 1, 2), 3)});
+        v.push_back({"dp 2, ZeRO-3, parameters on the CPU, optimizer on SSD", homed(cpu_plan(1, 1, 2), 3, TierSplit{0.0, 0.0, 1.0})});
+        v.push_back({"tp 2 dp 2, SP, ZeRO-3, full recompute, parameters and optimizer on the CPU", homed(sp_dp, 3)});
+        // Pipelined FSDP: a layer's slice comes up for its one gather a step.
+        v.push_back({"pp 2 dp 2, ZeRO-3 (pipelined FSDP), parameters and optimizer on the CPU", homed(cpu_plan(1, 2, 2), 3)});
     }
     {
         // Context parallelism: sequences in 2 cp load-balanced chunks, K/V blocks around the ring.

@@ -62,30 +62,6 @@ void check_gradients(const ModelSpec& m, const PlanSpec& p, int rank, const std:
     }
 }
 
-// Two steps, a checkpoint, two more; then a session resumed from the checkpoint: the losses of
-// its two steps against those of the first session's last two (bitwise), and its step count.
-struct Resumed {
-    std::vector<double> before, after;
-    int steps_done = 0;
-};
-Resumed save_and_resume(const ModelSpec& m, const PlanSpec& p, runtime::RunOptions o, const std::string& dir) {
-    Resumed out;
-    {
-        runtime::Session s(m, cpu_cluster(p.gpus()), p, o);
-        s.step();
-        s.step();
-        s.save(dir);
-        out.before.push_back(s.step().loss);
-        out.before.push_back(s.step().loss);
-    }
-    o.resume_dir = dir;
-    runtime::Session r(m, cpu_cluster(p.gpus()), p, o);
-    out.steps_done = r.steps_done();
-    out.after.push_back(r.step().loss);
-    out.after.push_back(r.step().loss);
-    return out;
-}
-
 }  // namespace
 
 TEST_CASE("gradients match finite differences", "[runtime][grad]") {
