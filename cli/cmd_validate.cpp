@@ -101,16 +101,15 @@ void run_validate(const ValidateArgs& a) {
                       << s.cluster.gpu << "'\n";
             // Where this user may not write the database, the profile goes into a private copy
             // for this run: its figures are used, not kept (checked before the profile's minute).
-            // (The rule of hwdb's writer: the file and its folder, which holds SQLite's journal.)
             std::string write_path = db_path;
-            const fs::path folder = fs::path(db_path).has_parent_path() ? fs::path(db_path).parent_path() : fs::path(".");
-            if (::access(db_path.c_str(), W_OK) != 0 || ::access(folder.c_str(), W_OK | X_OK) != 0) {
+            const std::string refusal = hwdb::write_refusal(db_path);
+            if (!refusal.empty()) {
                 scratch_db = fs::temp_directory_path() / ("strata-validate-" + std::to_string(::getpid()) + ".db");
                 fs::copy_file(db_path, scratch_db, fs::copy_options::overwrite_existing);
                 fs::permissions(scratch_db, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::add);
                 write_path = scratch_db.string();
-                report << "hwdb " << db_path << " cannot be written by this user: the profile goes into a copy for this run and is "
-                       << "not kept (--db a writable file keeps it)\n";
+                report << "hwdb " << db_path << " cannot be written by this user (" << refusal
+                       << "): the profile goes into a copy for this run and is not kept (--db a writable file keeps it)\n";
             }
             profiler::Options po;
             po.backend = "cpu";

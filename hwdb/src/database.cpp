@@ -272,6 +272,14 @@ void check_openable(const std::string& path) {
 
 }  // namespace
 
+std::string write_refusal(const std::string& path) {
+    const fs::path folder = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
+    std::error_code ec;
+    if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0) return "the file is read-only";
+    if (::access(folder.c_str(), W_OK | X_OK) != 0) return "its folder " + folder.string() + " is read-only";
+    return {};
+}
+
 Database Database::open(const std::string& path, bool create) {
     std::error_code ec;
     const bool existed = fs::exists(path, ec);
@@ -288,11 +296,10 @@ Database Database::open(const std::string& path, bool create) {
     sqlite3_extended_result_codes(impl->db, 1);
     // SQLite falls back to read-only when the file may not be written, and keeps its journal (the
     // -wal and -shm files) beside the database: this open is for writing, so both must be allowed.
-    const fs::path folder = fs::path(path).has_parent_path() ? fs::path(path).parent_path() : fs::path(".");
-    if (sqlite3_db_readonly(impl->db, "main") == 1 || ::access(folder.c_str(), W_OK | X_OK) != 0)
-        throw RuntimeError("hwdb: " + path + " cannot be written by this user (" +
-                           (sqlite3_db_readonly(impl->db, "main") == 1 ? std::string("the file is read-only")
-                                                                       : "its folder " + folder.string() + " is read-only") +
+    // (SQLite's own verdict on the file also covers what access() cannot see, a read-only mount.)
+    std::string refusal = sqlite3_db_readonly(impl->db, "main") == 1 ? "the file is read-only" : write_refusal(path);
+    if (!refusal.empty())
+        throw RuntimeError("hwdb: " + path + " cannot be written by this user (" + refusal +
                            "); this command adds to the database, while commands that only read open it read-only");
     try {
         // The first real read is where SQLite notices garbage (SQLITE_NOTADB) or a damaged header.

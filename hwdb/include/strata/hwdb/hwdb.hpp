@@ -15,6 +15,10 @@ namespace strata::hwdb {
 
 /// The path of the seeded default database of this build (or $STRATA_HWDB when set).
 std::string default_db_path();
+/// Why this user may not write the database file at `path`: "the file is read-only", or its
+/// folder (which holds SQLite's journal) is; empty when both may be written. The rule a writer's
+/// open applies, for callers that decide before they open (strata validate's profile).
+std::string write_refusal(const std::string& path);
 
 class Database {
 public:
