@@ -4,6 +4,7 @@
 // InputErrors with a did-you-mean. Reads only; never writes.
 #include <algorithm>
 #include <cctype>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -304,15 +305,12 @@ HardwareView Database::view(const std::string& gpu_id, const std::string& node_i
     // its datasheet host, so profiling a laptop does not move a DGX cluster's offload predictions.
     // Each figure comes from the newest run that has it, so a run measuring only CPU Adam hides no
     // older SSD figure.
-    auto run_host = [&](std::int64_t id) {
-        detail::Stmt q(impl_->db, impl_->path, "SELECT host FROM run WHERE id = ?1");
-        q.bind(1, id);
-        return q.step() ? q.text(0) : std::string();
-    };
+    std::map<std::int64_t, std::string> host_of;
+    for (const Run& r : runs()) host_of[r.id] = r.host;
     std::set<std::string> gpu_hosts;
-    for (const std::int64_t r : runs_for(impl_->db, impl_->path, v.gpu.id)) gpu_hosts.insert(run_host(r));
+    for (const std::int64_t r : runs_for(impl_->db, impl_->path, v.gpu.id)) gpu_hosts.insert(host_of[r]);
     for (std::int64_t cpu_run : runs_for(impl_->db, impl_->path, "cpu")) {
-        if (v.gpu.id != "cpu" && gpu_hosts.count(run_host(cpu_run)) == 0) continue;
+        if (v.gpu.id != "cpu" && gpu_hosts.count(host_of[cpu_run]) == 0) continue;
         attach_host(v, measurements(cpu_run), fits(cpu_run), "cpu");
         if (!v.measured_run) {
             v.measured_run = cpu_run;
