@@ -278,6 +278,11 @@ bool RankState::collective(std::size_t i, bool first) {
     part.accumulate = a.o.n_in > 1;  // a ring return adds into what came before
     part.ranges = (role == TensorRole::param || role == TensorRole::param_grad) && a.id(0) == a.id(a.o.n_in);
     part.zero_rest = part.ranges && role == TensorRole::param_grad && in.coll == CollKind::reduce_scatter;
+    // A reduction into the rank's gradient shard (DataTensor::shard) adds its slice there.
+    if (role == TensorRole::param_grad && in.coll == CollKind::reduce_scatter && a.out(0).shard) {
+        if (a.o.n_in != a.o.n_out) fail(i, "a reduce-scatter into the gradient shard pairs each range with its slice");
+        part.ranges = part.into_slice = true;
+    }
     const bool done = w_.transport.collective(key, in.coll, in.group_size, std::move(part));
     if (done) ended_ns_[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - w_.step_start).count();
     return done;

@@ -89,6 +89,7 @@ void RankState::precompute() {
     started_ns_.assign(rp_.instrs.size(), 0);
     ended_ns_.assign(rp_.instrs.size(), -1);
     precompute_host_ranges();
+    precompute_grad_values();
     if (params_on_host_) precompute_fetches();
     // The ssd tier's file: a page-aligned slot per range of optimizer state, in program order.
     i64 at = 0;
@@ -263,7 +264,14 @@ float* RankState::tensor(int id, bool write, std::size_t at) {
                 return f.buf.data() + (t.offset - g.offset);
             }
             return params_.data() + t.offset;
-        case TensorRole::param_grad: return t.tier == Tier::gpu ? grads_.data() + t.offset : host_grads() + host_index(t.offset, t.elements());
+        case TensorRole::param_grad:
+            if (t.tier != Tier::gpu) return host_grads() + host_index(t.offset, t.elements());
+            if (!grads_sharded_) return grads_.data() + t.offset;
+            if (t.version >= 0) return grad_value(t, at);
+            if (!t.shard) fail(at, "names whole gradients of a rank that keeps a shard of them");
+            if (const i64 k = grad_shard_.index(t.offset, t.elements()); k >= 0) return grads_.data() + k;
+            fail(at, "names gradients outside this rank's shard");
+            break;
         default: break;
     }
     STRATA_ASSERT(!(t.role == TensorRole::optimizer_state && t.tier == Tier::ssd), "runtime: the ssd tier has no address");
@@ -380,6 +388,7 @@ bool RankState::try_execute(std::size_t i) {
 void RankState::finish(std::size_t i) {
     const Instr& in = rp_.instrs[i];
     finish_fetches(i);
+    finish_grad_values(i);
     if (w_.options.record_spans && in.kind != InstrKind::record && in.kind != InstrKind::wait) {
         if (dev_ && device_instr(i)) dev_->mark(2 + 2 * i);
         // A transfer ends when the transport completed it, not when this rank's one thread, busy
@@ -454,7 +463,8 @@ void RankState::run_step() {
     std::fill(recorded_.begin(), recorded_.end(), 0);
     std::fill(posted_.begin(), posted_.end(), 0);
     std::fill(ended_ns_.begin(), ended_ns_.end(), -1);
-    // Megatron's zero_grad_buffer
+    grad_reduced_.clear();
+    // Megatron's zero_grad_buffer (sharded: the shard the reduce-scatters add into)
     if (w_.options.memory_only) {
     } else if (dev_) dev_->zero(grads_.data(), grads_.size());
     else std::fill(grads_.data(), grads_.data() + grads_.size(), 0.0f);
@@ -545,6 +555,9 @@ void RankState::run_step() {
     for (std::size_t u = 0; u < fetched_.size(); ++u)
         if (!fetched_[u].buf.empty())
             throw RuntimeError("rank " + std::to_string(rank_) + ": the fetched parameters of unit " + std::to_string(u) + " outlived the step");
+    if (!grad_live_.empty())
+        throw RuntimeError("rank " + std::to_string(rank_) + ": gradients of " + std::to_string(grad_live_.size()) +
+                           " reductions outlived the step, never reduce-scattered");
     if (!live_.empty())
         throw RuntimeError("rank " + std::to_string(rank_) + ": " + std::to_string(live_.size()) + " tensors outlived the step (first: " +
                            w_.program.tensor_names[static_cast<std::size_t>(w_.program.tensors[static_cast<std::size_t>(live_.begin()->first)].name)] + ")");

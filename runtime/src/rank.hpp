@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -143,6 +144,19 @@ struct MomentBlock {
     TrackedBuffer master;  ///< bf16 plans, on the gpu tier: the fp32 weights (the host's are its params)
 };
 
+/// Ranges of a flat buffer that a rank holds, packed back to back: its host copies, its shard
+/// of the gradients.
+struct PackedRanges {
+    struct Seg {
+        i64 offset = 0, count = 0, at = 0;  ///< a range of the flat buffer, and where it starts packed
+    };
+    std::vector<Seg> segs;  ///< by offset, merged where they touch
+    i64 elements = 0;
+    void build(std::vector<std::pair<i64, i64>> lo_hi);
+    /// Where [offset, offset + n) starts packed; -1 where it is not held whole.
+    i64 index(i64 offset, i64 n) const;
+};
+
 class RankState {
 public:
     RankState(World& w, int rank);
@@ -159,7 +173,7 @@ public:
     const RankTrace& trace() const { return trace_; }
     Pool& gpu_pool() { return gpu_; }
     Waker& waker() { return waker_; }
-    float* param_ptr(const std::string& name, int layer, bool grad);
+    float* param_ptr(const std::string& name, int layer);  ///< a parameter where it lives
     /// One element of a parameter or its gradient (wherever it lives).
     float read_param(const std::string& name, int layer, bool grad, i64 index) const;
     void write_param(const std::string& name, int layer, i64 index, float value);
@@ -230,12 +244,12 @@ private:
     /// Where the parameters' values live: the gpu tier, or the host when the plan homes them there.
     float* params_home() { return params_on_host_ ? host_params() : params_.data(); }
     const float* params_home() const { return params_on_host_ ? params_host_.data() : params_.data(); }
-    i64 home_elements() const { return params_on_host_ ? host_elems_ : layout_.dense_elements; }
+    i64 home_elements() const { return params_on_host_ ? host_ranges_.elements : layout_.dense_elements; }
     /// Elements [offset, offset + n) of the flat parameters, wherever they live.
     float* home_at(i64 offset, i64 n) { return params_on_host_ ? host_params() + host_index(offset, n) : params_.data() + offset; }
     const float* home_at(i64 offset, i64 n) const;
     /// Where elements [offset, offset + n) of the flat buffers sit in this rank's host copies, which
-    /// hold only the ranges its program touches on the cpu tier (its ZeRO shard: host_segs_).
+    /// hold only the ranges its program touches on the cpu tier (its ZeRO shard: host_ranges_.segs).
     i64 host_index(i64 offset, i64 n) const;
     void precompute_host_ranges();
     /// The layout unit holding element `offset` of the dense buffer.
@@ -257,11 +271,19 @@ private:
     int ring_source(int ring) const { return ((cp_rank_ - ring) % cp_size_ + cp_size_) % cp_size_; }
     Pool gpu_;  ///< this rank's gpu tier
     TrackedBuffer params_, grads_, params_host_, grads_host_;
-    struct HostSeg {
-        i64 offset = 0, count = 0, at = 0;  ///< a range of the flat buffers, and where it starts in the host copies
-    };
-    std::vector<HostSeg> host_segs_;  ///< by offset, merged where they touch
-    i64 host_elems_ = 0;              ///< elements of each host copy (parameters, gradients)
+    PackedRanges host_ranges_;  ///< what each host copy (parameters, gradients) holds
+    /// Gradients kept as shards (ZeRO 2/3; DataTensor::version): grads_ holds the rank's shard;
+    /// each reduction's whole range is a value of its own, from its first use to its reduce-scatter.
+    bool grads_sharded_ = false;
+    PackedRanges grad_shard_;
+    std::vector<std::pair<i64, i64>> grad_values_;  ///< the values' ranges, (offset, count) by offset
+    std::map<std::pair<int, int>, int> grad_reductions_;  ///< (value, version) -> reduce-scatters reading it
+    std::map<std::pair<int, int>, Live> grad_live_;       ///< (value, version) -> its buffer, reductions to come
+    std::set<std::pair<int, int>> grad_reduced_;          ///< (value, version) consumed this step
+    void precompute_grad_values();
+    int value_at(i64 offset) const;
+    float* grad_value(const sim::DataTensor& t, std::size_t at);
+    void finish_grad_values(std::size_t i);
     bool params_on_host_ = false;  ///< plan.offload.params: the GPU holds a unit only while fetched
     std::vector<Live> fetched_;    ///< by layout unit: its GPU copy and the reads still to come
     std::vector<std::vector<UnitUse>> unit_uses_;  ///< by instruction

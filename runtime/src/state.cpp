@@ -105,14 +105,15 @@ void RankState::init_params() {
     // Parameters homed on the host (plan.offload.params) live there; the GPU fetches them a unit at a time.
     // Homed on the host, a bf16 plan's weights are bf16 there; their fp32 master sits with the moments.
     if (params_on_host_)
-        params_host_ = buffer(host_elems_, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, parameters", true, weight_bytes());
+        params_host_ = buffer(host_ranges_.elements, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, parameters", true, weight_bytes());
     else params_ = buffer(layout_.dense_elements, Tier::gpu, who + "parameters", true, weight_bytes());
-    grads_ = buffer(layout_.dense_elements, Tier::gpu, who + "gradients", true, w_.plan.grad_bytes());
+    grads_ = buffer(grads_sharded_ ? grad_shard_.elements : layout_.dense_elements, Tier::gpu, who + (grads_sharded_ ? "gradient shard" : "gradients"),
+                    true, w_.plan.grad_bytes());
     if (w_.options.memory_only) return;
     decay_.assign(static_cast<std::size_t>(layout_.dense_elements), 0);
     // Drawn on the host; on the cuda backend copied to the device afterwards, and where the host
     // homes only this rank's shard, packed into it.
-    const bool whole_home = host_segs_.size() == 1 && host_elems_ == layout_.dense_elements;
+    const bool whole_home = host_ranges_.segs.size() == 1 && host_ranges_.elements == layout_.dense_elements;
     const bool stage = params_on_host_ ? !whole_home : dev_ != nullptr;
     std::vector<float> staged(stage ? static_cast<std::size_t>(layout_.dense_elements) : 0);
     float* base = stage ? staged.data() : params_home();
@@ -138,7 +139,7 @@ void RankState::init_params() {
     // them (Megatron casts the model, then clones its weights to fp32).
     if (w_.plan.precision != Precision::fp32) cpu::round_bf16(base, layout_.dense_elements);
     if (stage && params_on_host_) {
-        for (const HostSeg& g : host_segs_)
+        for (const PackedRanges::Seg& g : host_ranges_.segs)
             std::memcpy(params_host_.data() + g.at, staged.data() + g.offset, static_cast<std::size_t>(g.count) * sizeof(float));
     } else if (stage) {
         dev_->copy(params_.data(), staged.data(), layout_.dense_elements);
@@ -204,7 +205,7 @@ void RankState::init(const std::string& resume_dir) {
     // Lock-free: the last step's gradients, which the next step's host update applies.
     std::int64_t pending = 0;
     get(&pending, sizeof pending);
-    if (pending != 0 && pending != host_elems_) throw InputError(path, "checkpoint", "is corrupt");
+    if (pending != 0 && pending != host_ranges_.elements) throw InputError(path, "checkpoint", "is corrupt");
     if (pending > 0) get_floats(host_grads(), pending);
     if (at != data.size()) throw InputError(path, "checkpoint", "has bytes after its end");
 }
@@ -243,8 +244,8 @@ void RankState::save(const std::string& dir) const {
     put(out, ssd);
     out.append(buf.data(), buf.size());
     const bool pending = w_.plan.lock_free_update && !grads_host_.empty() && adam_step_ > 0;
-    put(out, static_cast<std::int64_t>(pending ? host_elems_ : 0));
-    if (pending) put_from(grads_host_.data(), host_elems_);
+    put(out, static_cast<std::int64_t>(pending ? host_ranges_.elements : 0));
+    if (pending) put_from(grads_host_.data(), host_ranges_.elements);
     std::filesystem::create_directories(dir);
     const std::string path = dir + "/rank-" + std::to_string(rank_) + ".bin", tmp = path + ".partial";
     {
@@ -286,9 +287,9 @@ MomentBlock& RankState::moments(i64 offset, i64 count, Tier tier) {
 // through every H2D after the update), so a resumed run needs nothing more in its checkpoint.
 float* RankState::host_params() {
     if (params_host_.empty()) {
-        params_host_ = buffer(host_elems_, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, parameters");
+        params_host_ = buffer(host_ranges_.elements, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, parameters");
         if (!w_.options.memory_only)
-            for (const HostSeg& g : host_segs_) to_host(params_host_.data() + g.at, params_.data() + g.offset, g.count);
+            for (const PackedRanges::Seg& g : host_ranges_.segs) to_host(params_host_.data() + g.at, params_.data() + g.offset, g.count);
     }
     return params_host_.data();
 }
@@ -300,6 +301,27 @@ const float* RankState::home_at(i64 offset, i64 n) const {
 // The host copies of the flat parameters and gradients hold what the program names on the cpu
 // tier: a data-parallel rank's ZeRO shard of the offloaded optimizer, or every parameter it homes
 // there. dp copies of the whole model would hold dp times what the ZeRO paper's partitioning keeps.
+void PackedRanges::build(std::vector<std::pair<i64, i64>> lo_hi) {
+    std::sort(lo_hi.begin(), lo_hi.end());
+    segs.clear();
+    for (const auto& [lo, hi] : lo_hi) {
+        if (!segs.empty() && lo <= segs.back().offset + segs.back().count) segs.back().count = std::max(segs.back().count, hi - segs.back().offset);
+        else segs.push_back({lo, hi - lo, 0});
+    }
+    elements = 0;
+    for (Seg& g : segs) {
+        g.at = elements;
+        elements += g.count;
+    }
+}
+
+i64 PackedRanges::index(i64 offset, i64 n) const {
+    auto it = std::upper_bound(segs.begin(), segs.end(), offset, [](i64 v, const Seg& g) { return v < g.offset; });
+    if (it == segs.begin() || offset + n > std::prev(it)->offset + std::prev(it)->count) return -1;
+    --it;
+    return it->at + (offset - it->offset);
+}
+
 void RankState::precompute_host_ranges() {
     const Program& prog = w_.program;
     std::vector<std::pair<i64, i64>> r;
@@ -309,35 +331,101 @@ void RankState::precompute_host_ranges() {
         if (t.buffer != FlatBuffer::dense) throw RuntimeError("runtime: host copies of the expert buffer are not executed");
         r.emplace_back(t.offset, t.offset + t.elements());
     }
-    std::sort(r.begin(), r.end());
-    host_segs_.clear();
-    for (const auto& [lo, hi] : r) {
-        if (!host_segs_.empty() && lo <= host_segs_.back().offset + host_segs_.back().count) {
-            HostSeg& b = host_segs_.back();
-            b.count = std::max(b.count, hi - b.offset);
-        } else {
-            host_segs_.push_back({lo, hi - lo, 0});
-        }
-    }
-    host_elems_ = 0;
-    for (HostSeg& g : host_segs_) {
-        g.at = host_elems_;
-        host_elems_ += g.count;
-    }
+    host_ranges_.build(std::move(r));
 }
 
 i64 RankState::host_index(i64 offset, i64 n) const {
-    auto it = std::upper_bound(host_segs_.begin(), host_segs_.end(), offset, [](i64 v, const HostSeg& g) { return v < g.offset; });
-    if (it == host_segs_.begin() || offset + n > std::prev(it)->offset + std::prev(it)->count)
+    const i64 at = host_ranges_.index(offset, n);
+    if (at < 0)
         throw RuntimeError("runtime: rank " + std::to_string(rank_) + " keeps no host copy of elements [" + std::to_string(offset) + ", " +
                            std::to_string(offset + n) + ") of its parameters (another data-parallel rank's shard)");
-    --it;
-    return it->at + (offset - it->offset);
+    return at;
+}
+
+// Sharded gradients (DeepSpeed's ZeRO-2/3, FSDP): the flat gradient buffer on the GPU holds the
+// ranges the program names as the rank's shard. Whole ranges are values per reduction, which the
+// lowering numbers (DataTensor::version): a value spans the ranges its tensors overlap (buckets
+// cut through a tensor are one), and lives until the last of its reduce-scatters.
+void RankState::precompute_grad_values() {
+    const Program& prog = w_.program;
+    std::vector<std::pair<i64, i64>> shard, whole;
+    for (std::size_t k = 0; k < rp_.operand_ids.size(); ++k) {
+        const DataTensor& t = prog.tensors[static_cast<std::size_t>(rp_.operand_ids[k])];
+        if (t.role != TensorRole::param_grad || t.tier != Tier::gpu) continue;
+        if (t.shard) shard.emplace_back(t.offset, t.offset + t.elements());
+        else if (t.version >= 0) whole.emplace_back(t.offset, t.offset + t.elements());
+    }
+    grads_sharded_ = !shard.empty();
+    grad_shard_.build(std::move(shard));
+    std::sort(whole.begin(), whole.end());
+    grad_values_.clear();
+    for (const auto& [lo, hi] : whole) {
+        if (!grad_values_.empty() && lo < grad_values_.back().first + grad_values_.back().second)
+            grad_values_.back().second = std::max(grad_values_.back().second, hi - grad_values_.back().first);
+        else grad_values_.emplace_back(lo, hi - lo);
+    }
+    grad_reductions_.clear();
+    for (std::size_t i = 0; i < rp_.instrs.size(); ++i) {
+        const Instr& in = rp_.instrs[i];
+        if (rp_.operands.empty() || in.kind != InstrKind::collective || in.coll != CollKind::reduce_scatter) continue;
+        const Operands& o = rp_.operands[i];
+        for (int k = 0; k < o.n_in; ++k) {
+            const DataTensor& t = prog.tensors[static_cast<std::size_t>(rp_.operand_ids[o.first + static_cast<std::size_t>(k)])];
+            if (t.role == TensorRole::param_grad && t.version >= 0) ++grad_reductions_[{value_at(t.offset), t.version}];
+        }
+    }
+}
+
+int RankState::value_at(i64 offset) const {
+    auto it = std::upper_bound(grad_values_.begin(), grad_values_.end(), offset, [](i64 v, const std::pair<i64, i64>& r) { return v < r.first; });
+    STRATA_ASSERT(it != grad_values_.begin(), "runtime: a gradient outside every reduced range");
+    return static_cast<int>(it - grad_values_.begin()) - 1;
+}
+
+// A range of one reduction's gradients: a buffer of the whole value, zeroed when first used (the
+// kernels accumulate into it), freed when its last reduce-scatter completes.
+float* RankState::grad_value(const DataTensor& t, std::size_t at) {
+    const int v = value_at(t.offset);
+    const auto& [off, count] = grad_values_[static_cast<std::size_t>(v)];
+    const std::pair<int, int> key{v, t.version};
+    if (t.offset + t.elements() > off + count || !grad_reductions_.count(key))
+        fail(at, "names gradients [" + std::to_string(t.offset) + ", " + std::to_string(t.offset + t.elements()) +
+                     ") of version " + std::to_string(t.version) + " that no reduce-scatter of this rank consumes");
+    if (grad_reduced_.count(key)) fail(at, "uses gradients of version " + std::to_string(t.version) + " after their reduce-scatter");
+    auto live = grad_live_.find(key);
+    if (live == grad_live_.end()) {
+        try {
+            Live l;
+            l.buf = buffer(count, Tier::gpu, "rank " + std::to_string(rank_) + " tier gpu, gradients being reduced", true, w_.plan.grad_bytes());
+            l.pending = grad_reductions_.at(key);
+            live = grad_live_.emplace(key, std::move(l)).first;
+        } catch (const OutOfMemory& e) {
+            fail(at, e.what());
+        }
+        sample_memory(Tier::gpu);
+    }
+    return live->second.buf.data() + (t.offset - off);
+}
+
+void RankState::finish_grad_values(std::size_t i) {
+    const Instr& in = rp_.instrs[i];
+    if (grad_values_.empty() || in.kind != InstrKind::collective || in.coll != CollKind::reduce_scatter) return;
+    const Operands& o = rp_.operands[i];
+    for (int k = 0; k < o.n_in; ++k) {
+        const DataTensor& t = w_.program.tensors[static_cast<std::size_t>(rp_.operand_ids[o.first + static_cast<std::size_t>(k)])];
+        if (t.role != TensorRole::param_grad || t.version < 0) continue;
+        const std::pair<int, int> key{value_at(t.offset), t.version};
+        auto it = grad_live_.find(key);
+        if (it == grad_live_.end() || --it->second.pending > 0) continue;
+        grad_live_.erase(it);
+        grad_reduced_.insert(key);
+        sample_memory(Tier::gpu);
+    }
 }
 
 float* RankState::host_grads() {
     if (grads_host_.empty())
-        grads_host_ = buffer(host_elems_, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, gradients", true, w_.plan.grad_bytes());
+        grads_host_ = buffer(host_ranges_.elements, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, gradients", true, w_.plan.grad_bytes());
     return grads_host_.data();
 }
 
@@ -415,20 +503,27 @@ const ParamEntry& RankState::entry(const std::string& name, int layer) const {
     return *e;
 }
 
-float* RankState::param_ptr(const std::string& name, int layer, bool grad) {
+float* RankState::param_ptr(const std::string& name, int layer) {
     const ParamEntry& e = entry(name, layer);
-    return grad ? grads_.data() + e.offset : home_at(e.offset, e.elements());
+    return home_at(e.offset, e.elements());
 }
 
 float RankState::read_param(const std::string& name, int layer, bool grad, i64 index) const {
     const ParamEntry& e = entry(name, layer);
     float v = 0;
+    if (grad && grads_sharded_) {  // the rank's shard holds only its slice of the reduced gradients
+        const i64 at = grad_shard_.index(e.offset + index, 1);
+        if (at < 0) throw InputError("runtime", name, "rank " + std::to_string(rank_) + " keeps only its shard of the gradients; element " +
+                                                          std::to_string(index) + " is another data-parallel rank's");
+        to_host(&v, grads_.data() + at, 1);
+        return v;
+    }
     to_host(&v, (grad ? grads_.data() + e.offset : home_at(e.offset, e.elements())) + index, 1);
     return v;
 }
 
 void RankState::write_param(const std::string& name, int layer, i64 index, float value) {
-    from_host(param_ptr(name, layer, false) + index, &value, 1);
+    from_host(param_ptr(name, layer) + index, &value, 1);
 }
 
 }  // namespace strata::runtime

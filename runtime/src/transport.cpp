@@ -82,7 +82,10 @@ void Transport::perform(Coll& c) {
                     for (i64 i = 0; i < len; ++i) sum[static_cast<std::size_t>(i)] += p.in[k][i];
                 for (const CollPart& p : c.parts) {
                     const auto [lo, hi] = slice(len, p.group_rank, n);
-                    if (p.ranges) {
+                    if (p.into_slice) {
+                        STRATA_ASSERT(p.out_n[k] == hi - lo, "reduce_scatter: the slice's size is not the member's share");
+                        for (i64 i = lo; i < hi; ++i) p.out[k][i - lo] += sum[static_cast<std::size_t>(i)];
+                    } else if (p.ranges) {
                         if (p.zero_rest) {
                             std::fill(p.out[k], p.out[k] + lo, 0.0f);
                             std::fill(p.out[k] + hi, p.out[k] + len, 0.0f);

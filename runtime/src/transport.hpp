@@ -39,6 +39,7 @@ struct CollPart {
     std::vector<std::int64_t> in_n, out_n;
     bool ranges = false;      ///< operands are flat ranges (sliced by group rank), not row blocks
     bool zero_rest = false;   ///< reduce-scatter of gradients: zero what the member does not keep
+    bool into_slice = false;  ///< reduce-scatter of a range: `out` is the member's slice alone, added to
     /// Context parallelism's ring (DataTensor::ring): an all-gather hands member r the trailing
     /// out_cols columns of member r - ring's input (a K/V block); a reduce-scatter hands member r
     /// member r + ring's input (the K/V gradient it computed for r's block), added to the output

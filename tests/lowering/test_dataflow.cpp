@@ -254,7 +254,7 @@ TEST_CASE("no data races: every read waits for its write, every write for the re
                         p.dp_bucket_bytes = 60000;  // several buckets per stage
                         if (pp > 1 && (flags & 1)) p.schedule = Schedule::gpipe;
                         if (zero >= 1 && (flags & 4)) p.offload.optimizer = TierSplit{0.5, 0.25, 0.25};
-                        if (!dataflow_unsupported(*m, p).empty()) continue;  // ZeRO-2 overlapped: refused
+                        if (!dataflow_unsupported(*m, p).empty()) continue;
                         const Program prog = lower_df(*m, p);
                         const std::vector<std::string> h = dataflow_hazards(prog, 3);
                         INFO("tp " << tp << " pp " << pp << " zero " << zero << " flags " << flags << (h.empty() ? "" : "\n" + h[0]));

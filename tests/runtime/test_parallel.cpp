@@ -55,6 +55,25 @@ std::vector<Variant> variants() {
         v.push_back({z == 1 ? "dp 2, ZeRO-1, 4 kB buckets, no overlap" : z == 2 ? "dp 2, ZeRO-2, 4 kB buckets, no overlap"
                                                                                 : "dp 2, ZeRO-3, 4 kB buckets, no overlap", p});
     }
+    {
+        // ZeRO-2 with overlapped reduction over several micro-batches (DeepSpeed's default): each
+        // micro-batch's buckets are their own values, reduce-scattered into the rank's gradient
+        // shard while the next micro-batch's backward fills new ones.
+        PlanSpec p = cpu_plan(1, 1, 2);
+        p.zero_stage = 2;
+        v.push_back({"dp 2, ZeRO-2, overlapped, 2 micro-batches", p});
+        p.dp_bucket_bytes = 4096;
+        v.push_back({"dp 2, ZeRO-2, overlapped, 2 micro-batches, 4 kB buckets", p});
+        p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+        v.push_back({"dp 2, ZeRO-2, overlapped, optimizer on the CPU", p});
+        p = cpu_plan(2, 1, 2);
+        p.sequence_parallel = true;
+        p.zero_stage = 2;
+        v.push_back({"tp 2 dp 2, SP, ZeRO-2, overlapped (SP gradients summed over TP in the shard)", p});
+        p = cpu_plan(1, 2, 2);
+        p.zero_stage = 2;
+        v.push_back({"pp 2 dp 2, ZeRO-2, overlapped (tied embedding summed in the shard)", p});
+    }
     v.push_back({"pp 2, 1F1B", cpu_plan(1, 2)});
     {
         PlanSpec p = cpu_plan(1, 2);

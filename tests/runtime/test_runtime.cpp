@@ -436,6 +436,43 @@ TEST_CASE("parameters homed on the host: the GPU holds only the units being fetc
     CHECK(saved >= 4 * n - 4 * std::max(2 * layer, layer + edges));
 }
 
+TEST_CASE("ZeRO-2 and 3 keep a shard of the gradients on the GPU", "[runtime][memory]") {
+    // The ZeRO paper's partitioned gradients (Sec. 5.2): over 2 data-parallel ranks each keeps half
+    // of them, 4 B a parameter in fp32, where ZeRO-1 keeps them whole. A reduction's whole range
+    // lives from its first gradient to its reduce-scatter: with buckets closed at 30,976 B (a
+    // layer), one bucket (whole units: the head and a layer at most) or, under ZeRO-3, the edges
+    // (reduced once a step) and a layer beside the shard.
+    const double layer = 7744, edges = 2 * 2048 + 32, n = 4 * layer + edges;  // tiny_llama(4), as above
+    ModelSpec m = tiny_llama(4);
+    m.seq_len = 64;
+    runtime::RunOptions o;
+    o.memory_only = true;
+    auto gpu_peak = [&](const PlanSpec& p) {
+        runtime::Session s(m, cpu_cluster(p.gpus()), p, o);
+        s.step();
+        s.step();
+        return s.peak_bytes()[0];
+    };
+    PlanSpec p = cpu_plan(1, 1, 2);
+    p.zero_stage = 1;
+    p.dp_bucket_bytes = static_cast<std::int64_t>(4 * layer);
+    const double whole = gpu_peak(p);
+    for (int zero : {2, 3}) {
+        for (bool overlap : {true, false}) {
+            PlanSpec q = p;
+            q.zero_stage = zero;
+            q.overlap_grad_reduce = overlap;
+            const double saved = whole - gpu_peak(q);
+            INFO("ZeRO-" << zero << (overlap ? ", overlapped" : "") << ": saved " << saved << " B of the " << 4 * n / 2 << " B the shard saves");
+            CHECK(saved <= 4 * n / 2 + 8);  // slices of odd ranges round by an element
+            // Without overlap ZeRO-2 reduces a whole chunk after its backward.
+            const double live = zero == 3 || overlap ? 4 * (edges + layer) : 4 * n;
+            CHECK(saved >= 4 * n / 2 - live - 8);
+            if (zero == 3 || overlap) CHECK(saved > 0);
+        }
+    }
+}
+
 TEST_CASE("what the runtime cannot execute is refused with the field named", "[runtime]") {
     ModelSpec m = tiny_gpt();
     m.moe = MoeSpec{};

@@ -14,7 +14,7 @@ namespace strata::sim::lower_detail {
 
 int TensorTable::intern(const DataTensor& t) {
     const auto key = std::make_tuple(t.name, static_cast<int>(t.role), static_cast<int>(t.buffer), static_cast<int>(t.tier),
-                                     static_cast<int>(t.layer), t.microbatch, t.offset, t.rows, t.cols, static_cast<int>(t.ring));
+                                     static_cast<int>(t.layer), t.microbatch, t.offset, t.rows, t.cols, static_cast<int>(t.ring), t.version, t.shard);
     auto it = ids.find(key);
     if (it != ids.end()) return it->second;
     STRATA_ASSERT(prog.tensors.size() < static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()), "lower: too many dataflow tensors");
@@ -201,10 +201,79 @@ void RankLowering::reduce_bucket(const Bucket& b) {
     const Group g = b.expert ? Group::edp : Group::dp;
     if (group_size(g) <= 1) return;
     collective(Stream::dp_comm, k, g, b.count * p_.grad_bytes(), b.expert ? n_.edp_grads : n_.dp_grads);
-    if (df_) {
-        const int r = range(TensorRole::param_grad, b.off, b.count, Tier::gpu, b.expert);
-        io({r}, {r});
+    if (!df_) return;
+    if (shard_grads_ && !b.expert) {
+        reduce_scatter_operands(b.off, b.count);
+        return;
     }
+    const int r = range(TensorRole::param_grad, b.off, b.count, Tier::gpu, b.expert);
+    io({r}, {r});
+}
+
+// Gradients kept as shards (DataTensor::version): the ranges a reduce-scatter consumes, each a
+// value per reduction. ZeRO-2 reduces its buckets, ZeRO-3 its layers one by one and the edges'
+// buckets; pipelined FSDP accumulates whole gradients and keeps the flat buffer.
+void RankLowering::build_grad_values() {
+    grad_values_.clear();
+    shard_grads_ = df_ && p_.zero_stage >= 2 && group_size(Group::dp) > 1 && !pipelined_fsdp();
+    if (!shard_grads_) return;
+    for (const Bucket& b : buckets_)
+        if (!b.expert) grad_values_.emplace_back(b.off, b.count);
+    if (p_.zero_stage == 3)
+        for (const Unit& u : units_)
+            if (u.layer >= 0 && u.dense > 0) grad_values_.emplace_back(u.dense_off, u.dense);
+    std::sort(grad_values_.begin(), grad_values_.end());
+    // Buckets cut through a tensor (no overlap: dp_bucket_bytes pieces) are one value: a kernel
+    // writes the tensor's gradient whole. Its reduce-scatters are the bucket's, in buffer order.
+    std::vector<std::pair<double, double>> merged;
+    for (const auto& r : grad_values_) {
+        STRATA_ASSERT(merged.empty() || merged.back().first + merged.back().second <= r.first, "lower: reduced gradient ranges overlap");
+        const double x = r.first;
+        const bool crossed = !merged.empty() && merged.back().first + merged.back().second == x &&
+                             std::any_of(layout_.entries.begin(), layout_.entries.end(), [&](const ParamEntry& e) {
+                                 return e.buffer == FlatBuffer::dense && static_cast<double>(e.offset) < x && x < static_cast<double>(e.end());
+                             });
+        if (crossed) merged.back().second += r.second;
+        else merged.push_back(r);
+    }
+    grad_values_ = std::move(merged);
+    grad_version_.assign(grad_values_.size(), 0);
+}
+
+int RankLowering::grad_value_of(double off, double count) const {
+    auto it = std::upper_bound(grad_values_.begin(), grad_values_.end(), off,
+                               [](double v, const std::pair<double, double>& r) { return v < r.first; });
+    STRATA_ASSERT(it != grad_values_.begin(), "lower: a gradient outside every reduced range");
+    --it;
+    STRATA_ASSERT(off + count <= it->first + it->second, "lower: a gradient across two reduced ranges");
+    return static_cast<int>(it - grad_values_.begin());
+}
+
+// {this reduction's whole range} -> {the rank's slice of it, in the shard}; the next gradients of
+// the range are a new value.
+void RankLowering::reduce_scatter_operands(double off, double count) {
+    if (!df_) return;
+    if (!shard_grads_) {
+        const int r = range(TensorRole::param_grad, off, count);
+        io({r}, {r});
+        return;
+    }
+    const int v = grad_value_of(off, count);
+    const int whole = range(TensorRole::param_grad, off, count, Tier::gpu, false, grad_version_[static_cast<std::size_t>(v)]);
+    const auto [lo, n] = dp_slice(off, count);
+    io({whole}, {range(TensorRole::param_grad, lo, n, Tier::gpu, false, -1, true)});
+    const auto& value = grad_values_[static_cast<std::size_t>(v)];
+    if (off + count == value.first + value.second) ++grad_version_[static_cast<std::size_t>(v)];  // its last bucket
+}
+
+// The rank's shard of [off, off + count): its intersections with the owned ranges.
+std::vector<int> RankLowering::grad_shard(double off, double count) {
+    std::vector<int> out;
+    for (const auto& [o, n] : owned_ranges()) {
+        const double a = std::max(o, off), b = std::min(o + n, off + count);
+        if (b > a) out.push_back(range(TensorRole::param_grad, a, b - a, Tier::gpu, false, -1, true));
+    }
+    return out;
 }
 
 void RankLowering::unit_ready(int u) {
@@ -260,7 +329,9 @@ std::vector<int> RankLowering::ranges_part(const std::vector<std::pair<double, d
     double at = 0;
     for (const auto& r : ranges) {
         const double s = std::max(a, at), e = std::min(b, at + r.second);
-        if (e > s) out.push_back(const_cast<RankLowering*>(this)->range(role, r.first + (s - at), e - s, tier));
+        if (e > s)
+            out.push_back(const_cast<RankLowering*>(this)->range(role, r.first + (s - at), e - s, tier, false, -1,
+                                                                  shard_grads_ && role == TensorRole::param_grad && tier == Tier::gpu));
         at += r.second;
     }
     return out;
@@ -280,8 +351,16 @@ void RankLowering::sp_grads_all_reduce() {
     collective(Stream::dp_comm, CollKind::all_reduce, Group::tp, params * p_.grad_bytes(), n_.sp_grads);  // after the backward
     if (df_) {
         std::vector<int> ids;
-        for (const ParamEntry& e : layout_.entries)
-            if (e.sequence_parallel) ids.push_back(range(TensorRole::param_grad, static_cast<double>(e.offset), static_cast<double>(e.elements())));
+        for (const ParamEntry& e : layout_.entries) {
+            if (!e.sequence_parallel) continue;
+            const double off = static_cast<double>(e.offset), n = static_cast<double>(e.elements());
+            if (!shard_grads_) {
+                ids.push_back(range(TensorRole::param_grad, off, n));
+                continue;
+            }
+            const std::vector<int> part = grad_shard(off, n);  // the TP peers' shards are cut alike
+            ids.insert(ids.end(), part.begin(), part.end());
+        }
         io_lists(ids, ids);
     }
 }
@@ -324,9 +403,11 @@ int RankLowering::act(int name, int layer, double rows, double cols, TensorRole 
     return table_->intern(t);
 }
 
-int RankLowering::range(TensorRole role, double off, double count, Tier tier, bool expert) {
+int RankLowering::range(TensorRole role, double off, double count, Tier tier, bool expert, int version, bool shard) {
     if (!df_) return -1;
     DataTensor t;
+    t.version = version;
+    t.shard = shard;
     t.name = role == TensorRole::param ? n_.t_params : role == TensorRole::optimizer_state ? n_.t_state : n_.t_grads;
     t.role = role;
     t.buffer = expert ? FlatBuffer::expert : FlatBuffer::dense;
@@ -356,6 +437,10 @@ int RankLowering::prm_grad(const char* name, int layer) {
     if (!df_) return -1;
     DataTensor t = prog_.tensors[static_cast<std::size_t>(prm(name, layer))];
     t.role = TensorRole::param_grad;
+    if (shard_grads_ && t.buffer == FlatBuffer::dense) {  // this reduction's value of its range
+        const int v = grad_value_of(static_cast<double>(t.offset), static_cast<double>(t.elements()));
+        t.version = grad_version_[static_cast<std::size_t>(v)];
+    }
     const int range_id = table_->intern(t);
     if (!unfused_capture_) return range_id;
     // Unfused accumulation (autograd's): this micro-batch's gradient is a tensor of its own, added

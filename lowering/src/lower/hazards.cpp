@@ -19,7 +19,8 @@ struct Access {
 };
 
 struct RangeAccess {
-    int key = 0;  ///< role, buffer and tier packed
+    int key = 0;  ///< role, buffer, tier and shard packed
+    std::int32_t version = -1;  ///< a sharded gradient's value (DataTensor::version): versions are apart
     std::int64_t lo = 0, hi = 0;
     std::size_t instr = 0;
     bool write = false;
@@ -107,13 +108,13 @@ private:
                (in.kind == InstrKind::copy && in.copy == CopyKind::h2d && t.tier == Tier::gpu);
     }
     void range_access(std::size_t i, const DataTensor& t, bool write) {
-        const int key = static_cast<int>(t.role) * 64 + static_cast<int>(t.buffer) * 8 + static_cast<int>(t.tier);
+        const int key = (static_cast<int>(t.role) * 64 + static_cast<int>(t.buffer) * 8 + static_cast<int>(t.tier)) * 2 + (t.shard ? 1 : 0);
         const std::int64_t lo = t.offset, hi = t.offset + t.elements();
         const bool gather = write && regather(i, t);
         for (const RangeAccess& a : ranges_)
-            if (a.key == key && a.lo < hi && lo < a.hi && (a.write || (write && !gather)) && !before(a.instr, i))
+            if (a.key == key && a.version == t.version && a.lo < hi && lo < a.hi && (a.write || (write && !gather)) && !before(a.instr, i))
                 report(a.instr, i, t, write ? "writes" : "reads");
-        ranges_.push_back({key, lo, hi, i, write});
+        ranges_.push_back({key, t.version, lo, hi, i, write});
     }
 
     const Program& p_;

@@ -239,6 +239,7 @@ RankLowering::RankLowering(const ModelSpec& m, const ClusterSpec& cl, const Plan
             STRATA_ASSERT(offs[i] == units_[i].dense_off, "lower: parameter layout and gradient units differ");
         for (int g = 0; g < kGroupCount; ++g)
             if (static_cast<Group>(g) != Group::world) rp.groups[static_cast<std::size_t>(g)] = group_ranks(static_cast<Group>(g), p, rank_);
+        build_grad_values();
     }
     act_ids_.resize(act_desc_.size());
     ws_ids_.resize(ws_desc_.size());
@@ -446,10 +447,7 @@ void RankLowering::layer_grads(int layer) {
         const Unit& u = units_[static_cast<std::size_t>(unit_of_layer(layer))];
         if (group_size(Group::dp) > 1) {
             collective(Stream::dp_comm, CollKind::reduce_scatter, Group::dp, lp.dense * p_.grad_bytes(), n_.zero3_rs);
-            if (df_) {
-                const int r = range(TensorRole::param_grad, u.dense_off, u.dense);
-                io({r}, {r});
-            }
+            reduce_scatter_operands(u.dense_off, u.dense);
         }
         if (lp.expert > 0 && group_size(Group::edp) > 1)
             collective(Stream::dp_comm, CollKind::reduce_scatter, Group::edp, lp.expert * p_.grad_bytes(), n_.zero3_rs_expert);
@@ -515,7 +513,13 @@ void RankLowering::dp_collectives_at_end() {
         collective(Stream::dp_comm, CollKind::all_reduce, Group::embedding, bytes, n_.emb_ar);
         if (df_) {
             const int g = prm_grad("word_embedding.weight", -1);
-            io({g}, {g});
+            if (!shard_grads_) {
+                io({g}, {g});
+            } else {  // the two copies' shards, cut alike (the table is a bucket of its own on both ends)
+                const DataTensor& t = prog_.tensors[static_cast<std::size_t>(g)];
+                const std::vector<int> ids = grad_shard(static_cast<double>(t.offset), static_cast<double>(t.elements()));
+                io_lists(ids, ids);
+            }
         }
     }
 }

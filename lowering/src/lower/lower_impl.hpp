@@ -45,7 +45,7 @@ int tensor_name_id(Program& p, const std::string& s);
 /// gives the same id on every rank.
 struct TensorTable {
     Program& prog;
-    std::map<std::tuple<int, int, int, int, int, int, std::int64_t, std::int64_t, std::int64_t, int>, int> ids;
+    std::map<std::tuple<int, int, int, int, int, int, std::int64_t, std::int64_t, std::int64_t, int, std::int32_t, bool>, int> ids;
     int intern(const DataTensor& t);
 };
 
@@ -174,7 +174,7 @@ private:
     int prm_grad(const char* name, int layer);
     int opt(int id) const { return id; }  ///< an optional operand (-1: absent; io() skips it)
     /// A flat range (role param, param_grad or optimizer_state) on a tier.
-    int range(TensorRole role, double off, double count, Tier tier = Tier::gpu, bool expert = false);
+    int range(TensorRole role, double off, double count, Tier tier = Tier::gpu, bool expert = false, int version = -1, bool shard = false);
     /// The bias of `name` if the model has it, else -1.
     int bias(const char* name, int layer, bool grad_of);
     int tokens();  ///< the micro-batch's token ids and targets
@@ -287,6 +287,12 @@ private:
     void reduce_bucket(const Bucket& b);
     void reduce_buckets(int chunk);  ///< every bucket of `chunk` (-1: all), in buffer order
     void reduce_chunk_grads(int chunk);  ///< ZeRO-2, no overlap
+    /// Sharded gradients (DataTensor::version, shard_grads_): the reduced ranges, the value a
+    /// gradient range belongs to, a reduce-scatter's operands, the rank's shard of a range.
+    void build_grad_values();
+    int grad_value_of(double off, double count) const;
+    void reduce_scatter_operands(double off, double count);
+    std::vector<int> grad_shard(double off, double count);
     /// Units and buckets of this rank (buckets.cpp): the ranges every reduction and gather uses.
     void build_units();
     void build_buckets();
@@ -402,6 +408,9 @@ private:
     std::vector<Unit> units_;
     std::vector<Bucket> buckets_;
     double dense_elements_ = 0, expert_elements_ = 0;
+    bool shard_grads_ = false;  ///< the rank keeps a shard of its gradients (DataTensor::version)
+    std::vector<std::pair<double, double>> grad_values_;  ///< ranges reduce-scattered, in buffer order
+    std::vector<int> grad_version_;                        ///< per range: reductions emitted so far
     bool reduce_grads_ = false;    ///< this backward reduces its gradients (the last one, or every one under ZeRO-2)
     bool first_backward_ = false;  ///< this backward is its chunk's first in the step
     bool mtp_pass_ = false;     ///< lowering an MTP module's layer: never fully recomputed

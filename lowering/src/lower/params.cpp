@@ -160,10 +160,6 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
                "(Megatron-Core turns the scatter/gather off under sequence parallelism)";
     if (p.p2p_scatter_gather && p.tp > 1 && (static_cast<std::int64_t>(p.micro_batch) * m.seq_len / std::max(1, p.cp)) % p.tp != 0)
         return "plan.p2p_scatter_gather = true: micro_batch x seq_len / cp must be a multiple of plan.tp (each TP rank sends 1/tp of the rows)";
-    if (p.zero_stage == 2 && p.overlap_grad_reduce && p.micro_batches() > 1)
-        return "plan.zero_stage = 2 with plan.overlap_grad_reduce: each micro-batch's reduce-scatter runs while the next backward "
-               "accumulates into the same buffer (DeepSpeed and FSDP reduce from a copy into a separate shard); not in the "
-               "dataflow yet (set overlap_grad_reduce to false)";
     if (p.tp_comm_overlap) return "plan.tp_comm_overlap = true: a GEMM fed while its all-gather runs is not executed yet";
     const std::int64_t tp = p.tp;
     if (m.vocab % tp != 0) return n("model.vocab", std::to_string(m.vocab)) + ": must be a multiple of plan.tp = " + std::to_string(tp);

@@ -177,6 +177,15 @@ struct DataTensor {
     /// Context parallelism's ring: this value is what the rank `ring` places back along the CP
     /// ring holds (a K/V block received, or a K/V gradient block to return); 0 = its own.
     std::int16_t ring = 0;
+    /// param_grad where the rank keeps only its shard of the gradients (ZeRO 2/3 over dp x cp > 1,
+    /// pipelined FSDP aside; DeepSpeed's and FSDP's layout): a whole range is one micro-batch's
+    /// (or, reduced once a step, one step's) gradients of a bucket, a value of its own that the
+    /// bucket's reduce-scatter consumes. `version` counts the bucket's earlier reductions on this
+    /// rank, so two micro-batches' gradients are two values (-1: gradients kept whole). `shard`:
+    /// the range is of the rank's persistent shard, where the reduce-scatters add their slices
+    /// and the optimizer reads.
+    std::int32_t version = -1;
+    bool shard = false;
     std::int64_t elements() const { return rows * cols; }
 };
 
