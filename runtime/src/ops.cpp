@@ -278,6 +278,11 @@ bool RankState::collective(std::size_t i, bool first) {
     part.accumulate = a.o.n_in > 1;  // a ring return adds into what came before
     part.ranges = (role == TensorRole::param || role == TensorRole::param_grad) && a.id(0) == a.id(a.o.n_in);
     part.zero_rest = part.ranges && role == TensorRole::param_grad && in.coll == CollKind::reduce_scatter;
+    // ZeRO-3's gather from the rank's parameter shard (DataTensor::shard) into the whole range.
+    if (role == TensorRole::param && in.coll == CollKind::all_gather && a.in(0).shard) {
+        if (a.o.n_in != a.o.n_out) fail(i, "a gather from the parameter shard pairs each slice with its range");
+        part.ranges = part.from_slice = true;
+    }
     // A reduction into the rank's gradient shard (DataTensor::shard) adds its slice there.
     if (role == TensorRole::param_grad && in.coll == CollKind::reduce_scatter && a.out(0).shard) {
         if (a.o.n_in != a.o.n_out) fail(i, "a reduce-scatter into the gradient shard pairs each range with its slice");

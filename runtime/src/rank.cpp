@@ -90,7 +90,7 @@ void RankState::precompute() {
     ended_ns_.assign(rp_.instrs.size(), -1);
     precompute_host_ranges();
     precompute_grad_values();
-    if (params_on_host_) precompute_fetches();
+    if (units_fetched()) precompute_fetches();
     // The ssd tier's file: a page-aligned slot per range of optimizer state, in program order.
     i64 at = 0;
     for (std::size_t i = 0; i < rp_.operand_ids.size(); ++i) {
@@ -132,7 +132,7 @@ void RankState::precompute_fetches() {
         std::vector<int> written, read;
         for (int k = 0; k < o.n_in + o.n_out; ++k) {
             const DataTensor& t = prog.tensors[static_cast<std::size_t>(ids[k])];
-            if (t.role != TensorRole::param || t.tier != Tier::gpu || t.buffer != FlatBuffer::dense) continue;
+            if (t.role != TensorRole::param || t.tier != Tier::gpu || t.buffer != FlatBuffer::dense || t.shard) continue;
             const int u = unit_at(t.offset);
             const GradUnit& g = layout_.units[static_cast<std::size_t>(u)];
             if (t.offset + t.elements() > g.offset + g.count)
@@ -153,7 +153,7 @@ void RankState::precompute_fetches() {
             if (std::find(written.begin(), written.end(), u) != written.end()) continue;  // in place (a gather)
             if (first_write[static_cast<std::size_t>(u)].first == SIZE_MAX)
                 throw RuntimeError("runtime: rank " + std::to_string(rank_) + " instruction " + std::to_string(i) +
-                                   " reads host-homed parameters no fetch brought to the GPU");
+                                   " reads parameters no fetch or gather brought to the GPU whole");
             ++reads[static_cast<std::size_t>(u)];
             unit_uses_[i].push_back({u, 0, true});
         }
@@ -161,12 +161,19 @@ void RankState::precompute_fetches() {
     for (std::size_t u = 0; u < n_units; ++u) close(u);
 }
 
+// A fetch's reads are added when it starts: a gather runs while the rank goes on, and the last
+// reader of the previous fetch must not free the buffer it is filling.
+void RankState::start_fetches(std::size_t i) {
+    if (unit_uses_.empty()) return;
+    for (const UnitUse& use : unit_uses_[i])
+        if (!use.read) fetched_[static_cast<std::size_t>(use.unit)].pending += use.add;
+}
+
 void RankState::finish_fetches(std::size_t i) {
     if (unit_uses_.empty()) return;
     for (const UnitUse& use : unit_uses_[i]) {
         Live& f = fetched_[static_cast<std::size_t>(use.unit)];
         if (use.read) --f.pending;
-        else f.pending += use.add;
         if (f.pending <= 0 && !f.buf.empty()) {
             f.buf = TrackedBuffer{};
             f.pending = 0;
@@ -248,14 +255,19 @@ float* RankState::tensor(int id, bool write, std::size_t at) {
     switch (t.role) {
         case TensorRole::param:
             if (t.tier != Tier::gpu) return host_params() + host_index(t.offset, t.elements());
-            if (params_on_host_ && t.buffer == FlatBuffer::dense) {  // the unit's fetched copy
+            if (t.shard) {
+                if (const i64 k = param_shard_.index(t.offset, t.elements()); params_sharded_ && k >= 0) return params_.data() + k;
+                fail(at, "names parameters outside this rank's shard");
+            }
+            if (units_fetched() && t.buffer == FlatBuffer::dense) {  // the unit's fetched or gathered copy
                 const int u = unit_at(t.offset);
                 const GradUnit& g = layout_.units[static_cast<std::size_t>(u)];
                 Live& f = fetched_[static_cast<std::size_t>(u)];
                 if (f.buf.empty()) {
                     if (!write) fail(at, "reads parameters of unit " + std::to_string(u) + " while none is fetched to the GPU");
                     try {
-                        f.buf = buffer(g.count, Tier::gpu, "rank " + std::to_string(rank_) + " tier gpu, fetched parameters");
+                        f.buf = buffer(g.count, Tier::gpu, "rank " + std::to_string(rank_) + " tier gpu, " + (params_on_host_ ? "fetched" : "gathered") + " parameters",
+                                       true, weight_bytes());
                     } catch (const OutOfMemory& e) {
                         fail(at, e.what());
                     }
@@ -351,13 +363,14 @@ bool RankState::try_execute(std::size_t i) {
         case InstrKind::recv:
             if (!w_.options.memory_only) break;
             started_ns_[i] = now();
+            start_fetches(i);
             touch(i);
             return true;
         default: break;
     }
     switch (in.kind) {
-        case InstrKind::compute: started_ns_[i] = now(); compute(i); return true;
-        case InstrKind::copy: started_ns_[i] = now(); copy(i); return true;
+        case InstrKind::compute: started_ns_[i] = now(); start_fetches(i); compute(i); return true;
+        case InstrKind::copy: started_ns_[i] = now(); start_fetches(i); copy(i); return true;
         case InstrKind::optimizer:
             if (!posted_[i]) {
                 posted_[i] = 1;
@@ -369,6 +382,7 @@ bool RankState::try_execute(std::size_t i) {
             if (!posted_[i]) {
                 posted_[i] = 1;
                 started_ns_[i] = now();
+                start_fetches(i);
                 return collective(i, true);
             }
             return collective(i, false);

@@ -244,9 +244,11 @@ private:
     /// Where the parameters' values live: the gpu tier, or the host when the plan homes them there.
     float* params_home() { return params_on_host_ ? host_params() : params_.data(); }
     const float* params_home() const { return params_on_host_ ? params_host_.data() : params_.data(); }
-    i64 home_elements() const { return params_on_host_ ? host_ranges_.elements : layout_.dense_elements; }
+    i64 home_elements() const { return params_on_host_ ? host_ranges_.elements : params_sharded_ ? param_shard_.elements : layout_.dense_elements; }
     /// Elements [offset, offset + n) of the flat parameters, wherever they live.
-    float* home_at(i64 offset, i64 n) { return params_on_host_ ? host_params() + host_index(offset, n) : params_.data() + offset; }
+    float* home_at(i64 offset, i64 n) { return params_on_host_ ? host_params() + host_index(offset, n) : params_.data() + gpu_index(offset, n); }
+    /// Where elements [offset, offset + n) sit in params_: the whole buffer, or the rank's shard.
+    i64 gpu_index(i64 offset, i64 n) const;
     const float* home_at(i64 offset, i64 n) const;
     /// Where elements [offset, offset + n) of the flat buffers sit in this rank's host copies, which
     /// hold only the ranges its program touches on the cpu tier (its ZeRO shard: host_ranges_.segs).
@@ -255,6 +257,7 @@ private:
     /// The layout unit holding element `offset` of the dense buffer.
     int unit_at(i64 offset) const;
     void precompute_fetches();
+    void start_fetches(std::size_t i);
     void finish_fetches(std::size_t i);
     int ssd_fd();
     i64 ssd_slot(const sim::DataTensor& t) const;
@@ -276,6 +279,11 @@ private:
     /// each reduction's whole range is a value of its own, from its first use to its reduce-scatter.
     bool grads_sharded_ = false;
     PackedRanges grad_shard_;
+    /// ZeRO-3 on the GPU over dp > 1: params_ holds the rank's shard, and each gather's range is
+    /// a unit's GPU copy held until its last reader, as host-homed parameters' fetches are.
+    bool params_sharded_ = false;
+    PackedRanges param_shard_;
+    bool units_fetched() const { return params_on_host_ || params_sharded_; }
     std::vector<std::pair<i64, i64>> grad_values_;  ///< the values' ranges, (offset, count) by offset
     std::map<std::pair<int, int>, int> grad_reductions_;  ///< (value, version) -> reduce-scatters reading it
     std::map<std::pair<int, int>, Live> grad_live_;       ///< (value, version) -> its buffer, reductions to come

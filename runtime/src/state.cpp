@@ -106,7 +106,7 @@ void RankState::init_params() {
     // Homed on the host, a bf16 plan's weights are bf16 there; their fp32 master sits with the moments.
     if (params_on_host_)
         params_host_ = buffer(host_ranges_.elements, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, parameters", true, weight_bytes());
-    else params_ = buffer(layout_.dense_elements, Tier::gpu, who + "parameters", true, weight_bytes());
+    else params_ = buffer(home_elements(), Tier::gpu, who + (params_sharded_ ? "parameter shard" : "parameters"), true, weight_bytes());
     grads_ = buffer(grads_sharded_ ? grad_shard_.elements : layout_.dense_elements, Tier::gpu, who + (grads_sharded_ ? "gradient shard" : "gradients"),
                     true, w_.plan.grad_bytes());
     if (w_.options.memory_only) return;
@@ -114,7 +114,7 @@ void RankState::init_params() {
     // Drawn on the host; on the cuda backend copied to the device afterwards, and where the host
     // homes only this rank's shard, packed into it.
     const bool whole_home = host_ranges_.segs.size() == 1 && host_ranges_.elements == layout_.dense_elements;
-    const bool stage = params_on_host_ ? !whole_home : dev_ != nullptr;
+    const bool stage = params_on_host_ ? !whole_home : dev_ != nullptr || params_sharded_;
     std::vector<float> staged(stage ? static_cast<std::size_t>(layout_.dense_elements) : 0);
     float* base = stage ? staged.data() : params_home();
     const double out_std = kInitStd / std::sqrt(2.0 * std::max(1, w_.model.layers));  // scaled residual projections
@@ -141,6 +141,8 @@ void RankState::init_params() {
     if (stage && params_on_host_) {
         for (const PackedRanges::Seg& g : host_ranges_.segs)
             std::memcpy(params_host_.data() + g.at, staged.data() + g.offset, static_cast<std::size_t>(g.count) * sizeof(float));
+    } else if (stage && params_sharded_) {
+        for (const PackedRanges::Seg& g : param_shard_.segs) from_host(params_.data() + g.at, staged.data() + g.offset, g.count);
     } else if (stage) {
         dev_->copy(params_.data(), staged.data(), layout_.dense_elements);
     }
@@ -289,13 +291,22 @@ float* RankState::host_params() {
     if (params_host_.empty()) {
         params_host_ = buffer(host_ranges_.elements, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, parameters");
         if (!w_.options.memory_only)
-            for (const PackedRanges::Seg& g : host_ranges_.segs) to_host(params_host_.data() + g.at, params_.data() + g.offset, g.count);
+            for (const PackedRanges::Seg& g : host_ranges_.segs) to_host(params_host_.data() + g.at, params_.data() + gpu_index(g.offset, g.count), g.count);
     }
     return params_host_.data();
 }
 
 const float* RankState::home_at(i64 offset, i64 n) const {
-    return params_on_host_ ? params_host_.data() + host_index(offset, n) : params_.data() + offset;
+    return params_on_host_ ? params_host_.data() + host_index(offset, n) : params_.data() + gpu_index(offset, n);
+}
+
+i64 RankState::gpu_index(i64 offset, i64 n) const {
+    if (!params_sharded_) return offset;
+    const i64 at = param_shard_.index(offset, n);
+    if (at < 0)
+        throw RuntimeError("runtime: rank " + std::to_string(rank_) + " keeps no copy of elements [" + std::to_string(offset) + ", " +
+                           std::to_string(offset + n) + ") of its parameters (another data-parallel rank's shard)");
+    return at;
 }
 
 // The host copies of the flat parameters and gradients hold what the program names on the cpu
@@ -348,13 +359,17 @@ i64 RankState::host_index(i64 offset, i64 n) const {
 // cut through a tensor are one), and lives until the last of its reduce-scatters.
 void RankState::precompute_grad_values() {
     const Program& prog = w_.program;
-    std::vector<std::pair<i64, i64>> shard, whole;
+    std::vector<std::pair<i64, i64>> shard, whole, param_shard;
     for (std::size_t k = 0; k < rp_.operand_ids.size(); ++k) {
         const DataTensor& t = prog.tensors[static_cast<std::size_t>(rp_.operand_ids[k])];
-        if (t.role != TensorRole::param_grad || t.tier != Tier::gpu) continue;
+        if (t.tier != Tier::gpu) continue;
+        if (t.role == TensorRole::param && t.shard) param_shard.emplace_back(t.offset, t.offset + t.elements());
+        if (t.role != TensorRole::param_grad) continue;
         if (t.shard) shard.emplace_back(t.offset, t.offset + t.elements());
         else if (t.version >= 0) whole.emplace_back(t.offset, t.offset + t.elements());
     }
+    params_sharded_ = !param_shard.empty();
+    param_shard_.build(std::move(param_shard));
     grads_sharded_ = !shard.empty();
     grad_shard_.build(std::move(shard));
     std::sort(whole.begin(), whole.end());

@@ -57,11 +57,13 @@ void Transport::perform(Coll& c) {
         case sim::CollKind::all_gather: {
             for (std::size_t k = 0; k < p0.in.size(); ++k) {
                 if (p0.ranges) {  // each member's slice of the range, to everyone
-                    const i64 len = p0.in_n[k];
+                    const i64 len = p0.from_slice ? p0.out_n[k] : p0.in_n[k];
                     for (const CollPart& src : c.parts) {
                         const auto [lo, hi] = slice(len, src.group_rank, n);
+                        STRATA_ASSERT(!src.from_slice || src.in_n[k] == hi - lo, "all_gather: the slice's size is not the member's share");
+                        const float* from = src.from_slice ? src.in[k] : src.in[k] + lo;
                         for (const CollPart& dst : c.parts)
-                            if (&dst != &src) std::memcpy(dst.out[k] + lo, src.in[k] + lo, static_cast<std::size_t>(hi - lo) * sizeof(float));
+                            if (&dst != &src || src.from_slice) std::memcpy(dst.out[k] + lo, from, static_cast<std::size_t>(hi - lo) * sizeof(float));
                     }
                 } else {  // row blocks in group order
                     const i64 len = p0.in_n[k];

@@ -178,9 +178,12 @@ TEST_CASE("ZeRO: each rank gathers the slices it reduced, and the slices partiti
                 for (std::size_t i = 0; i < r.instrs.size(); ++i) {
                     const Instr& in = r.instrs[i];
                     if (in.kind == InstrKind::collective && in.group == Group::dp) {
+                        // The reduce-scatter's whole range in, the gather's whole range out (its
+                        // input is the rank's slice where ZeRO-3 keeps a parameter shard).
                         const DataTensor& t = prog.tensors[static_cast<std::size_t>(ins(prog, r, i).at(0))];
+                        const DataTensor& g = prog.tensors[static_cast<std::size_t>(outs(prog, r, i).at(0))];
                         if (in.coll == CollKind::reduce_scatter) reduced.insert({t.offset, t.elements()});
-                        if (in.coll == CollKind::all_gather) gathered.insert({t.offset, t.elements()});
+                        if (in.coll == CollKind::all_gather) gathered.insert({g.offset, g.elements()});
                     }
                     // The optimizer updates this rank's slices: count them over both ranks.
                     if (in.kind == InstrKind::compute && in.op == Op::optimizer_gpu && in.microbatch < 0 && r.id >= 0) {

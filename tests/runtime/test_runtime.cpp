@@ -342,8 +342,12 @@ TEST_CASE("bf16: the memory walk charges the plan's bytes", "[runtime][bf16][mem
     const MemoryReport r = memory_estimate(m, q, caps);
     CHECK(s.peak_bytes()[1] == Approx(r.cpu_bytes).epsilon(1e-12));
     CHECK(r.cpu_bytes == Approx(18 * params).epsilon(1e-12));
-    INFO("gpu: walk " << s.peak_bytes()[0] << " B, model " << r.hbm_bytes - kFrameworkReserveBytes << " B");
-    CHECK(s.peak_bytes()[0] == Approx(r.hbm_bytes - kFrameworkReserveBytes).epsilon(0.05));
+    // On the GPU the fetched units are 2-byte weights; the model's fp32 softmax of the logits
+    // (micro-batch 2 x 32 tokens x vocab 64 x 4 B), which the runtime never holds, is a tenth of
+    // what is left here, so it is taken off.
+    const double softmax = 2.0 * 32 * 64 * 4;
+    INFO("gpu: walk " << s.peak_bytes()[0] << " B, model " << r.hbm_bytes - kFrameworkReserveBytes << " B less the fp32 softmax " << softmax);
+    CHECK(s.peak_bytes()[0] == Approx(r.hbm_bytes - kFrameworkReserveBytes - softmax).epsilon(0.05));
     CHECK(walk[1] != walk[0]);
     CHECK(walk[1] - walk[0] == Approx(model[1] - model[0]).epsilon(0.10));
 }
@@ -436,7 +440,7 @@ TEST_CASE("parameters homed on the host: the GPU holds only the units being fetc
     CHECK(saved >= 4 * n - 4 * std::max(2 * layer, layer + edges));
 }
 
-TEST_CASE("ZeRO-2 and 3 keep a shard of the gradients on the GPU", "[runtime][memory]") {
+TEST_CASE("ZeRO-2 and 3 keep a shard of the gradients (and ZeRO-3 of the weights) on the GPU", "[runtime][memory]") {
     // The ZeRO paper's partitioned gradients (Sec. 5.2): over 2 data-parallel ranks each keeps half
     // of them, 4 B a parameter in fp32, where ZeRO-1 keeps them whole. A reduction's whole range
     // lives from its first gradient to its reduce-scatter: with buckets closed at 30,976 B (a
@@ -463,11 +467,15 @@ TEST_CASE("ZeRO-2 and 3 keep a shard of the gradients on the GPU", "[runtime][me
             q.zero_stage = zero;
             q.overlap_grad_reduce = overlap;
             const double saved = whole - gpu_peak(q);
-            INFO("ZeRO-" << zero << (overlap ? ", overlapped" : "") << ": saved " << saved << " B of the " << 4 * n / 2 << " B the shard saves");
-            CHECK(saved <= 4 * n / 2 + 8);  // slices of odd ranges round by an element
+            // ZeRO-3 keeps half the weights too, and holds gathered units whole while they are
+            // read: the edges (gathered at the step's start) and two layers (one prefetched).
+            const double shards = zero == 3 ? 4 * n : 4 * n / 2;
+            INFO("ZeRO-" << zero << (overlap ? ", overlapped" : "") << ": saved " << saved << " B of the " << shards << " B the shards save");
+            CHECK(saved <= shards + 16);  // slices of odd ranges round by an element
             // Without overlap ZeRO-2 reduces a whole chunk after its backward.
             const double live = zero == 3 || overlap ? 4 * (edges + layer) : 4 * n;
-            CHECK(saved >= 4 * n / 2 - live - 8);
+            const double gathered = zero == 3 ? 4 * (edges + 2 * layer) : 0;
+            CHECK(saved >= shards - live - gathered - 16);
             if (zero == 3 || overlap) CHECK(saved > 0);
         }
     }

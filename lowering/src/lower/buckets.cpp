@@ -216,6 +216,7 @@ void RankLowering::reduce_bucket(const Bucket& b) {
 void RankLowering::build_grad_values() {
     grad_values_.clear();
     shard_grads_ = df_ && p_.zero_stage >= 2 && group_size(Group::dp) > 1 && !pipelined_fsdp();
+    shard_params_ = shard_grads_ && p_.zero_stage == 3 && p_.offload.params.all_gpu();
     if (!shard_grads_) return;
     for (const Bucket& b : buckets_)
         if (!b.expert) grad_values_.emplace_back(b.off, b.count);
@@ -264,6 +265,20 @@ void RankLowering::reduce_scatter_operands(double off, double count) {
     io({whole}, {range(TensorRole::param_grad, lo, n, Tier::gpu, false, -1, true)});
     const auto& value = grad_values_[static_cast<std::size_t>(v)];
     if (off + count == value.first + value.second) ++grad_version_[static_cast<std::size_t>(v)];  // its last bucket
+}
+
+// ZeRO-3's gather of [off, off + count): in place, or with the parameters kept as shards
+// (shard_params_) {the rank's slice, from the shard} -> {the whole range}, which an executor holds
+// only until its last reader (FSDP's unsharded parameters, freed after use).
+void RankLowering::gather_operands(double off, double count) {
+    if (!df_) return;
+    const int whole = range(TensorRole::param, off, count);
+    if (!shard_params_) {
+        io({whole}, {whole});
+        return;
+    }
+    const auto [lo, n] = dp_slice(off, count);
+    io({range(TensorRole::param, lo, n, Tier::gpu, false, -1, true)}, {whole});
 }
 
 // The rank's shard of [off, off + count): its intersections with the owned ranges.
@@ -330,8 +345,9 @@ std::vector<int> RankLowering::ranges_part(const std::vector<std::pair<double, d
     for (const auto& r : ranges) {
         const double s = std::max(a, at), e = std::min(b, at + r.second);
         if (e > s)
-            out.push_back(const_cast<RankLowering*>(this)->range(role, r.first + (s - at), e - s, tier, false, -1,
-                                                                  shard_grads_ && role == TensorRole::param_grad && tier == Tier::gpu));
+            out.push_back(const_cast<RankLowering*>(this)->range(
+                role, r.first + (s - at), e - s, tier, false, -1,
+                tier == Tier::gpu && ((shard_grads_ && role == TensorRole::param_grad) || (shard_params_ && role == TensorRole::param))));
         at += r.second;
     }
     return out;

@@ -29,10 +29,7 @@ int RankLowering::fetch_params(int layer, int after_ev) {
     int ev = fetch_offloaded(shard, slices, after_ev);
     if (zero3) {
         ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, lp.dense * d_.act_bytes, n_.zero3_ag, ev);
-        if (df_) {
-            const int r = range(TensorRole::param, u->dense_off, u->dense);
-            io({r}, {r});
-        }
+        gather_operands(u ? u->dense_off : 0, u ? u->dense : 0);
         if (lp.expert > 0 && group_size(Group::edp) > 1)
             ev = collective(Stream::dp_comm, CollKind::all_gather, Group::edp, lp.expert * d_.act_bytes, n_.zero3_ag_expert, -1);
     }

@@ -293,6 +293,7 @@ private:
     int grad_value_of(double off, double count) const;
     void reduce_scatter_operands(double off, double count);
     std::vector<int> grad_shard(double off, double count);
+    void gather_operands(double off, double count);  ///< ZeRO-3's parameter gather
     /// Units and buckets of this rank (buckets.cpp): the ranges every reduction and gather uses.
     void build_units();
     void build_buckets();
@@ -409,6 +410,7 @@ private:
     std::vector<Bucket> buckets_;
     double dense_elements_ = 0, expert_elements_ = 0;
     bool shard_grads_ = false;  ///< the rank keeps a shard of its gradients (DataTensor::version)
+    bool shard_params_ = false;  ///< ZeRO-3 on the GPU: a shard of the parameters, layers gathered for use
     std::vector<std::pair<double, double>> grad_values_;  ///< ranges reduce-scattered, in buffer order
     std::vector<int> grad_version_;                        ///< per range: reductions emitted so far
     bool reduce_grads_ = false;    ///< this backward reduces its gradients (the last one, or every one under ZeRO-2)

@@ -138,10 +138,7 @@ void RankLowering::gather_edges_zero3() {
         if (b.expert) continue;
         const int ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, b.count * d_.act_bytes, n_.zero3_edges, after);
         after = -1;
-        if (df_) {
-            const int r = range(TensorRole::param, b.off, b.count);
-            io({r}, {r});
-        }
+        gather_operands(b.off, b.count);
         mark_ready(b, ev);
     }
 }

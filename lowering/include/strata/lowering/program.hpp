@@ -183,7 +183,8 @@ struct DataTensor {
     /// bucket's reduce-scatter consumes. `version` counts the bucket's earlier reductions on this
     /// rank, so two micro-batches' gradients are two values (-1: gradients kept whole). `shard`:
     /// the range is of the rank's persistent shard, where the reduce-scatters add their slices
-    /// and the optimizer reads.
+    /// and the optimizer reads; for param (ZeRO-3 on the GPU, the same plans), the shard the
+    /// update writes and the gathers read, each gather's whole range held only while it is read.
     std::int32_t version = -1;
     bool shard = false;
     std::int64_t elements() const { return rows * cols; }
