@@ -508,7 +508,6 @@ TEST_CASE("unfused accumulation: each micro-batch's weight gradients are added i
                 p.zero_stage = zero;
                 p.sequence_parallel = tp > 1;
                 p.grad_accum_fusion = false;
-                if (zero == 2) p.overlap_grad_reduce = false;  // overlapped ZeRO-2 over micro-batches: refused
                 if (zero % 2 == 1) p.precision = Precision::fp32;  // fp32 sums: the first micro-batch is added too
                 INFO("tp " << tp << " pp " << pp << " zero " << zero);
                 REQUIRE(dataflow_unsupported(m, p).empty());
