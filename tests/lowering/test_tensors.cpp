@@ -315,6 +315,10 @@ TEST_CASE("Buffers: buckets, ZeRO-3 gathers, p2p, reserve", "[tensors]") {
     auto b3 = by_name(stage_buffers(m, p, 0));
     // Two layers of 12h² + 13h parameters in bf16.
     CHECK(b3["zero3.gathered_params"] == Approx(2 * 2 * (12.0 * 4096 * 4096 + 13 * 4096)));
+    // The edges stay gathered all step (FSDP's root module): the tied word embedding (51200 x h),
+    // the learned positions (2048 x h) and the final LayerNorm (2h), in bf16.
+    CHECK(b3["zero3.gathered_edges"] == Approx(2 * (51200.0 * 4096 + 2048.0 * 4096 + 2 * 4096)));
+    CHECK(b.count("zero3.gathered_edges") == 0);
     // Under a pipeline (FSDP, PlanSpec::pipelined_fsdp) stage 0 holds its 4 layers, the word
     // embedding (51200 x h) and the learned positions (2048 x h) gathered for the whole step;
     // its gradients are not sharded (compare ZeRO-2 on the same stage).
@@ -322,6 +326,7 @@ TEST_CASE("Buffers: buckets, ZeRO-3 gathers, p2p, reserve", "[tensors]") {
     auto bp = by_name(stage_buffers(m, p, 0));
     const double h = 4096;
     CHECK(bp["zero3.gathered_params"] == Approx(2 * (4 * (12.0 * h * h + 13 * h) + 51200 * h + 2048 * h)));
+    CHECK(bp.count("zero3.gathered_edges") == 0);  // counted in the whole stage's
     PlanSpec z2 = p;
     z2.zero_stage = 2;
     const auto s3 = by_name(stage_model_states(m, p, 0)), s2 = by_name(stage_model_states(m, z2, 0));

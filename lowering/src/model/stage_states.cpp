@@ -114,10 +114,19 @@ void emit_buffers(const ModelSpec& m, const PlanSpec& p, const std::vector<int>&
     } else if (p.zero_stage >= 3 && nd > 1) {
         // ZeRO-3 gathers a layer's full (TP-local) weights before use; with prefetch the next
         // layer's gather is in flight too.
-        double widest = 0;
-        for (int l : layer_ids) widest = std::max(widest, layer(l).total());
+        double widest = 0, layers = 0;
+        for (int l : layer_ids) {
+            widest = std::max(widest, layer(l).total());
+            layers += layer(l).total();
+        }
         const double depth = p.overlap_param_gather ? 2.0 : 1.0;
         emit("zero3.gathered_params", TensorTag::buffers, Lifetime::transient, depth * wb * widest, gpu, "depth x layer params", nullptr);
+        // The embedding, the head and the final norm are gathered at the step's start and held to
+        // its end (the lowering's gather_edges_zero3; FSDP's root module, which it does not
+        // reshard after forward): with a large vocabulary, gigabytes.
+        const double edges = std::max(0.0, sp.total() - layers);
+        if (edges > 0 && p.offload.params.all_gpu())
+            emit("zero3.gathered_edges", TensorTag::buffers, Lifetime::persistent, wb * edges, gpu, "embedding + head params", nullptr);
     } else if (!p.offload.params.all_gpu()) {
         // Offloaded parameters are fetched to the GPU before use: a layer while the next one is
         // prefetched, or the embedding and head (fetched when used) beside one layer.
