@@ -174,6 +174,10 @@ std::vector<Variant> variants() {
         p.cp = 2;
         p.zero_stage = 1;
         v.push_back({"cp 2 dp 2, ZeRO-1 (gradients over dp x cp)", p});
+        p.zero_stage = 3;  // the README's top plan's shape: shards of weights and gradients over dp x cp
+        v.push_back({"cp 2 dp 2, ZeRO-3 (shards over dp x cp)", p});
+        p.zero_stage = 2;
+        v.push_back({"cp 2 dp 2, ZeRO-2, overlapped", p});
         p = cpu_plan(1, 2);
         p.cp = 2;
         p.recompute = Recompute::full;
