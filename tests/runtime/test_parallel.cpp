@@ -240,6 +240,8 @@ TEST_CASE("lock-free update: every parallel variant follows the single-rank lock
     p.offload.optimizer = TierSplit{0, 1, 0};
     p.lock_free_update = true;
     cases.push_back({"dp 2, ZeRO-0, optimizer on the CPU", p});
+    p.zero_stage = 2;  // the gradients copied down from the rank's shard
+    cases.push_back({"dp 2, ZeRO-2 overlapped, optimizer on the CPU", p});
     for (const Case& c : cases) {
         INFO(c.name);
         PlanSpec single = cpu_plan();
