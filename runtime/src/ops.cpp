@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 #include <unistd.h>
 
 #include "strata/runtime/cpu_kernels.hpp"
@@ -371,13 +372,22 @@ std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
     };
     std::vector<Update> updates;
     const std::string& name = w_.program.names[static_cast<std::size_t>(in.name)];
+    if (name == "optimizer.publish") {  // lock-free: {fp32 masters..} -> {homed weights..}, rounded by finish
+        if (a.o.n_in != a.o.n_out) fail(i, "the publish pairs each master with its weights");
+        std::vector<std::tuple<const float*, float*, i64>> copies;
+        for (int k = 0; k < a.o.n_in; ++k)
+            copies.emplace_back(tensor(a.id(k), false, i), tensor(a.id(a.o.n_in + k), true, i), a.out(k).elements());
+        return [copies = std::move(copies)] {
+            for (const auto& [from, to, n] : copies) std::memcpy(to, from, static_cast<std::size_t>(n) * sizeof(float));
+        };
+    }
     if (!cpu_stream || name == "optimizer.cpu") {  // moments on the instruction's own tier
         const Tier tier = cpu_stream ? Tier::cpu : Tier::gpu;
         if (a.o.n_in != a.o.n_out) fail(i, "the optimizer pairs gradient and parameter ranges");
         for (int k = 0; k < a.o.n_in; ++k) {
             const DataTensor& p = a.out(k);
             MomentBlock& mb = moments(p.offset, p.elements(), tier);
-            float* weights = tensor(a.id(a.o.n_in + k), true, i);
+            float* weights = p.version == 1 ? nullptr : tensor(a.id(a.o.n_in + k), true, i);  // lock-free: the master alone
             // bf16 on the GPU: AdamW on the fp32 master, whose bf16 rounding (finish) the weights take.
             float* master = mb.master.empty() ? nullptr : mb.master.data();
             updates.push_back({master ? master : weights, mb.m.data(), mb.v.data(), tensor(a.id(k), false, i), p.offset, p.elements(),

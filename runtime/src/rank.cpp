@@ -201,7 +201,7 @@ double RankState::elem_bytes(const DataTensor& t) const {
         case TensorRole::weight_grad: return 2.0;
         // The host's weights are the fp32 master, unless the weights are homed there (bf16; the
         // master beside the moments).
-        case TensorRole::param: return t.tier == Tier::gpu || params_on_host_ ? 2.0 : 4.0;
+        case TensorRole::param: return t.version == 1 ? 4.0 : t.tier == Tier::gpu || params_on_host_ ? 2.0 : 4.0;
         case TensorRole::param_grad: return p.grad_bytes();
         case TensorRole::tokens:
         case TensorRole::stats:
@@ -254,6 +254,11 @@ float* RankState::tensor(int id, bool write, std::size_t at) {
     const DataTensor& t = w_.program.tensors[static_cast<std::size_t>(id)];
     switch (t.role) {
         case TensorRole::param:
+            if (t.tier != Tier::gpu && t.version == 1) {  // the lock-free update's fp32 master
+                MomentBlock& mb = moments(t.offset, t.elements(), Tier::cpu);
+                if (mb.master.empty()) fail(at, "names the fp32 master of a plan that keeps none");
+                return mb.master.data();
+            }
             if (t.tier != Tier::gpu) return host_params() + host_index(t.offset, t.elements());
             if (t.shard) {
                 if (const i64 k = param_shard_.index(t.offset, t.elements()); params_sharded_ && k >= 0) return params_.data() + k;

@@ -1,6 +1,7 @@
 // The host tier of data-parallel ranks: each rank keeps in host memory only the ranges of the
 // flat buffers its program touches there (its ZeRO shard of the offloaded optimizer, or the
-// parameters it homes), so a node's host pool holds the ZeRO paper's sharded states, not dp copies.
+// parameters it homes), so a node's host pool holds the ZeRO paper's sharded states, not dp copies;
+// and the lock-free update over weights homed there (Angel-PTM).
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -102,4 +103,35 @@ TEST_CASE("host memory: a rank's shard of host-homed weights resumes from a chec
     CHECK(r.steps_done == 2);
     CHECK(r.before == r.after);
     std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("lock-free update with the weights homed on the host (Angel-PTM)", "[runtime][lockfree]") {
+    // bf16: the delayed update writes the fp32 master while the step fetches the homed bf16
+    // weights, and the master is published to them at the step's end. The weights each step reads
+    // are then those of the lock-free run with the weights on the GPU (its H2D at the step's end),
+    // so the two curves are one; the stale pattern L(W0), L(W0), L(W1) of the test above holds.
+    ModelSpec m = tiny_llama(2);
+    PlanSpec p = cpu_plan();
+    p.precision = Precision::bf16;
+    p.offload.optimizer = TierSplit{0, 1, 0};
+    runtime::RunOptions o;
+    o.data.fixed_batch = true;
+    const std::vector<double> sync = losses(m, p, 4, o);
+    p.lock_free_update = true;
+    const std::vector<double> on_gpu = losses(m, p, 4, o);
+    PlanSpec h = p;
+    h.zero_stage = 3;
+    h.offload.params = TierSplit{0, 1, 0};
+    const std::vector<double> homed = losses(m, h, 4, o);
+    CHECK(homed == on_gpu);
+    CHECK(homed[1] == sync[0]);
+    CHECK(homed[2] == sync[1]);
+    // Over 2 data-parallel ranks (each homing its shard) the same curve, to bf16's rounding.
+    PlanSpec d = h;
+    d.dp = 2;
+    const std::vector<double> two = losses(m, d, 4, o);
+    for (int i = 0; i < 4; ++i) CHECK(two[static_cast<std::size_t>(i)] == Approx(homed[static_cast<std::size_t>(i)]).epsilon(1e-3));
+    // fp32 would need a second copy of the weights: refused, naming the field.
+    h.precision = Precision::fp32;
+    CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(1), h, o), Catch::Contains("plan.lock_free_update"));
 }

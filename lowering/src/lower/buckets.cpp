@@ -281,6 +281,16 @@ void RankLowering::gather_operands(double off, double count) {
     io({range(TensorRole::param, lo, n, Tier::gpu, false, -1, true)}, {whole});
 }
 
+std::vector<int> RankLowering::lf_master(std::vector<int> ids) {
+    if (!df_ || !p_.lock_free_update || p_.offload.params.all_gpu()) return ids;
+    for (int& id : ids) {
+        DataTensor t = prog_.tensors[static_cast<std::size_t>(id)];
+        t.version = 1;
+        id = table_->intern(t);
+    }
+    return ids;
+}
+
 // The rank's shard of [off, off + count): its intersections with the owned ranges.
 std::vector<int> RankLowering::grad_shard(double off, double count) {
     std::vector<int> out;

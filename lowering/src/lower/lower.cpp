@@ -32,7 +32,7 @@ void Names::intern(Program& p) {
     dp_params = id("dp.params"); edp_params = id("edp.params"); zero3_ag = id("zero3.params");
     zero3_rs = id("zero3.grads"); zero3_ag_expert = id("zero3.expert_params");
     zero3_rs_expert = id("zero3.expert_grads"); emb_ar = id("embedding.grad_all_reduce");
-    opt_gpu = id("optimizer.gpu"); opt_cpu = id("optimizer.cpu"); opt_ssd = id("optimizer.ssd");
+    opt_gpu = id("optimizer.gpu"); opt_cpu = id("optimizer.cpu"); opt_ssd = id("optimizer.ssd"); opt_publish = id("optimizer.publish");
     grad_d2h = id("grads.d2h"); param_h2d = id("params.h2d"); param_ssd_write = id("params.ssd_write"); state_read = id("optimizer_state.read");
     state_write = id("optimizer_state.write"); fetch_ssd = id("params.fetch_ssd"); fetch_h2d = id("params.fetch_h2d");
     act_d2h = id("activations.d2h"); act_h2d = id("activations.h2d"); act_ssd_write = id("activations.ssd_write");

@@ -27,7 +27,7 @@ struct Names {
     int tp_ar, tp_ag, tp_rs, tp_ag_input, cp_kv_ag, cp_dkv_rs, ep_dispatch, ep_combine;
     int pp_act, pp_grad, pp_gather;
     int dp_grads, edp_grads, dp_params, edp_params, zero3_ag, zero3_rs, zero3_ag_expert, zero3_rs_expert, emb_ar;
-    int opt_gpu, opt_cpu, opt_ssd, grad_d2h, param_h2d, param_ssd_write, state_read, state_write, grad_accum;
+    int opt_gpu, opt_cpu, opt_ssd, opt_publish, grad_d2h, param_h2d, param_ssd_write, state_read, state_write, grad_accum;
     int fetch_ssd, fetch_h2d, act_d2h, act_h2d, act_ssd_write, act_ssd_read;
     int emb_position, loss_combine, sp_grads, zero3_edges, cp_dkv_combine;
     // Dataflow tensor names (LowerOptions::dataflow): activations and their gradients.
@@ -294,6 +294,9 @@ private:
     void reduce_scatter_operands(double off, double count);
     std::vector<int> grad_shard(double off, double count);
     void gather_operands(double off, double count);  ///< ZeRO-3's parameter gather
+    /// Lock-free with host-homed weights: host parameter ranges as the fp32 master the delayed
+    /// update writes (DataTensor::version 1); unchanged otherwise.
+    std::vector<int> lf_master(std::vector<int> ids);
     /// Units and buckets of this rank (buckets.cpp): the ranges every reduction and gather uses.
     void build_units();
     void build_buckets();

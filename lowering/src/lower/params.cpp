@@ -152,9 +152,10 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
                    ": data-parallel ranks home their shard of the parameters on the host under ZeRO-3 (offload_param); "
                    "set plan.zero_stage = 3";
     }
-    if (p.lock_free_update && !p.offload.params.all_gpu())
-        return "plan.lock_free_update = true with plan.offload.params off the GPU: the delayed update would write the host "
-               "parameters while the step fetches them (lock-free runs with the parameters on the GPU)";
+    if (p.lock_free_update && !p.offload.params.all_gpu() && (p.precision == Precision::fp32 || p.offload.optimizer.ssd > 0))
+        return "plan.lock_free_update = true with plan.offload.params on the host: executed in bf16 with the optimizer in host "
+               "memory (the delayed update writes the fp32 master, published to the weights at the step's end); in fp32, "
+               "or with the optimizer on SSD, it would need a second copy of the weights";
     if (p.p2p_scatter_gather && p.tp > 1 && p.sequence_parallel)
         return "plan.p2p_scatter_gather = true with plan.sequence_parallel: a sequence shard split again over TP is not executed "
                "(Megatron-Core turns the scatter/gather off under sequence parallelism)";

@@ -389,7 +389,9 @@ void RankLowering::host_update(int after_ev, const std::vector<std::pair<double,
         wait(Stream::cpu, after_ev);
         Instr& in = push(InstrKind::optimizer, Stream::cpu, n_.opt_cpu);
         in.count = shard * of.cpu;
-        if (df_) io_lists(part(lo, hi, R::param_grad, Tier::cpu), part(lo, hi, R::param, Tier::cpu));
+        // Lock-free with the weights homed on the host: the update writes the fp32 master
+        // (DataTensor::version 1), which optimizer() publishes to the weights at the step's end.
+        if (df_) io_lists(part(lo, hi, R::param_grad, Tier::cpu), lf_master(part(lo, hi, R::param, Tier::cpu)));
         cpu_done = record(Stream::cpu);
     }
     if (of.ssd > 0) {
@@ -478,6 +480,16 @@ void RankLowering::optimizer(int s) {
             host_update(d2h, owned, cpu_done, ssd_done);
         }
         lf_cpu_done_ = lf_ssd_done_ = -1;
+        if (lock_free && of.cpu > 0 && !p_.offload.params.all_gpu()) {
+            // The master goes to the homed weights once this step's fetches have read them: a host
+            // copy of the master (4 B) into the weights (2 B) a parameter, which the next step waits for.
+            const double lo = of.gpu, hi = of.gpu + of.cpu;
+            wait(Stream::cpu, grads_on_gpu);
+            Instr& in = push(InstrKind::optimizer, Stream::cpu, n_.opt_publish);
+            in.bytes = shard * of.cpu * (kMasterBytesPerParam + d_.act_bytes);
+            if (df_) io_lists(lf_master(part(lo, hi, R::param, Tier::cpu)), part(lo, hi, R::param, Tier::cpu));
+            cpu_done = record(Stream::cpu);
+        }
         if (of.cpu > 0) {
             const double lo = of.gpu, hi = of.gpu + of.cpu;
             done = params_home(shard * of.cpu, cpu_done, [&] { io_lists(part(lo, hi, R::param, Tier::cpu), part(lo, hi, R::param, Tier::gpu)); });

@@ -266,8 +266,11 @@ Demand copy_demand(const Instr& in, const CostContext& ctx) {
 Demand cpu_optimizer_demand(const Instr& in, const CostContext& ctx) {
     const auto& hw = *ctx.hw;
     Demand d;
-    if (in.count <= 0) return d;
     const Rate dram = cost_detail::dram_rate(hw);
+    if (in.count <= 0) {  // a host copy (the lock-free master published to host-homed weights)
+        if (in.bytes > 0) busy(d, LinkClass::host_mem) = in.bytes / dram.Bps;
+        return d;
+    }
     const double dram_bytes = in.count * cost_detail::kCpuAdamBytesPerParam;
     double rate = 0;
     if (hw.cpu_adam_params_per_s && *hw.cpu_adam_params_per_s > 0) {

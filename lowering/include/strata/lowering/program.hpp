@@ -185,6 +185,8 @@ struct DataTensor {
     /// the range is of the rank's persistent shard, where the reduce-scatters add their slices
     /// and the optimizer reads; for param (ZeRO-3 on the GPU, the same plans), the shard the
     /// update writes and the gathers read, each gather's whole range held only while it is read.
+    /// A param range on the cpu tier with version 1: the fp32 master a lock-free update writes
+    /// while the step reads the homed weights (published to them at the step's end).
     std::int32_t version = -1;
     bool shard = false;
     std::int64_t elements() const { return rows * cols; }
