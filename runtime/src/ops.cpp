@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <tuple>
+#include <vector>
 #include <unistd.h>
 
 #include "strata/runtime/cpu_kernels.hpp"
@@ -44,6 +45,7 @@ void RankState::compute(std::size_t i) {
     const std::string& name = prog.names[static_cast<std::size_t>(in.name)];
     const ModelSpec& m = w_.model;
     const i64 hd = head_dim_of(m);
+    if (m.is_moe() && moe_compute(i)) return;
     switch (in.op) {
         case Op::gemm: {
             if (nout >= 1 && (a.out(0).role == TensorRole::param_grad || a.out(0).role == TensorRole::weight_grad)) {  // wgrad: dW += dY^T X
@@ -53,6 +55,14 @@ void RankState::compute(std::size_t i) {
             } else if (a.out(0).role == TensorRole::grad) {  // dgrad: dX = dY W (dY may be the logits, turned into their gradient in place)
                 const DataTensor &dy = a.in(0), &w = a.in(1), &dx = a.out(0);
                 if (w.rows != dy.cols || dx.cols != w.cols || dx.rows != dy.rows) fail(i, "dgrad operand shapes disagree");
+                if (nin > 2 && a.id(2) == a.id(nin)) {  // {dy, W, dx} -> dx: adds into dx (the MoE router's)
+                    if (dev_) fail(i, "an accumulating dgrad is not executed by the cuda backend");
+                    std::vector<float> part(static_cast<std::size_t>(dx.elements()));
+                    cpu::matmul_dgrad(part.data(), I(0), I(1), dy.rows, w.cols, w.rows);
+                    float* sum = O(0);
+                    cpu::add(sum, sum, part.data(), nullptr, dx.rows, dx.cols);
+                    return;
+                }
                 KERNEL(matmul_dgrad, O(0), I(0), I(1), dy.rows, w.cols, w.rows);
             } else {  // forward: Y = X W^T + b
                 const DataTensor &x = a.in(0), &w = a.in(1), &y = a.out(0);
@@ -159,7 +169,7 @@ void RankState::compute(std::size_t i) {
         default: fail(i, std::string("op ") + to_string(in.op) + " is not executed by the runtime");
     }
     // Elementwise ops, by what the lowering calls them.
-    if (name == "act") {
+    if (name == "act" || name == "experts.act") {
         const bool swiglu = m.ffn == FfnKind::swiglu;
         if (!backward(in.phase)) {
             const DataTensor& y = a.out(0);

@@ -221,6 +221,8 @@ private:
     [[noreturn]] void fail(std::size_t i, const std::string& what) const;
     // instruction kinds (ops.cpp)
     void compute(std::size_t i);
+    /// The MoE block's instructions (moe_ops.cpp); false when i is none of them.
+    bool moe_compute(std::size_t i);
     bool collective(std::size_t i, bool first);
     bool p2p(std::size_t i, bool first);
     void copy(std::size_t i);
@@ -244,7 +246,7 @@ private:
     /// Where the parameters' values live: the gpu tier, or the host when the plan homes them there.
     float* params_home() { return params_on_host_ ? host_params() : params_.data(); }
     const float* params_home() const { return params_on_host_ ? params_host_.data() : params_.data(); }
-    i64 home_elements() const { return params_on_host_ ? host_ranges_.elements : params_sharded_ ? param_shard_.elements : layout_.dense_elements; }
+    i64 home_elements() const { return params_on_host_ ? host_ranges_.elements : params_sharded_ ? param_shard_.elements : layout_.elements(); }
     /// Elements [offset, offset + n) of the flat parameters, wherever they live.
     float* home_at(i64 offset, i64 n) { return params_on_host_ ? host_params() + host_index(offset, n) : params_.data() + gpu_index(offset, n); }
     /// Where elements [offset, offset + n) sit in params_: the whole buffer, or the rank's shard.

@@ -37,6 +37,8 @@ std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend) 
                        "are not executed yet)";
         }
     }
+    if (backend == Backend::cuda && m.is_moe())
+        return "model.moe: the cuda backend has no MoE kernels yet (the router, the token moves, the grouped GEMMs): use --backend cpu";
     if (backend == Backend::cuda && p.gpus() > 1)
         return "backend cuda: the plan has " + std::to_string(p.gpus()) +
                " ranks (dp x tp x pp x cp); the cuda backend runs one rank on one GPU (collectives and pipeline transfers "

@@ -107,15 +107,15 @@ void RankState::init_params() {
     if (params_on_host_)
         params_host_ = buffer(host_ranges_.elements, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, parameters", true, weight_bytes());
     else params_ = buffer(home_elements(), Tier::gpu, who + (params_sharded_ ? "parameter shard" : "parameters"), true, weight_bytes());
-    grads_ = buffer(grads_sharded_ ? grad_shard_.elements : layout_.dense_elements, Tier::gpu, who + (grads_sharded_ ? "gradient shard" : "gradients"),
+    grads_ = buffer(grads_sharded_ ? grad_shard_.elements : layout_.elements(), Tier::gpu, who + (grads_sharded_ ? "gradient shard" : "gradients"),
                     true, w_.plan.grad_bytes());
     if (w_.options.memory_only) return;
-    decay_.assign(static_cast<std::size_t>(layout_.dense_elements), 0);
+    decay_.assign(static_cast<std::size_t>(layout_.elements()), 0);
     // Drawn on the host; on the cuda backend copied to the device afterwards, and where the host
     // homes only this rank's shard, packed into it.
-    const bool whole_home = host_ranges_.segs.size() == 1 && host_ranges_.elements == layout_.dense_elements;
+    const bool whole_home = host_ranges_.segs.size() == 1 && host_ranges_.elements == layout_.elements();
     const bool stage = params_on_host_ ? !whole_home : dev_ != nullptr || params_sharded_;
-    std::vector<float> staged(stage ? static_cast<std::size_t>(layout_.dense_elements) : 0);
+    std::vector<float> staged(stage ? static_cast<std::size_t>(layout_.elements()) : 0);
     float* base = stage ? staged.data() : params_home();
     const double out_std = kInitStd / std::sqrt(2.0 * std::max(1, w_.model.layers));  // scaled residual projections
     for (const ParamEntry& e : layout_.entries) {
@@ -127,7 +127,7 @@ void RankState::init_params() {
             std::fill(p, p + e.elements(), 1.0f);
             continue;
         }
-        const double sd = e.name == "proj.weight" || e.name == "fc2.weight" ? out_std : kInitStd;
+        const double sd = e.name == "proj.weight" || e.name == "fc2.weight" || e.name == "experts.fc2.weight" ? out_std : kInitStd;
         const std::uint64_t key = hash_name(e.name, e.layer) ^ w_.options.seed;
         // Rows on all cores where this rank has them to itself (billions of draws for a 7B model).
         parallel_chunks(e.rows * e.cols, host_threads(), [&](std::int64_t lo, std::int64_t hi) {
@@ -137,14 +137,14 @@ void RankState::init_params() {
     }
     // A bf16 plan's weights are bf16 from the start; the optimizer's fp32 master copies start from
     // them (Megatron casts the model, then clones its weights to fp32).
-    if (w_.plan.precision != Precision::fp32) cpu::round_bf16(base, layout_.dense_elements);
+    if (w_.plan.precision != Precision::fp32) cpu::round_bf16(base, layout_.elements());
     if (stage && params_on_host_) {
         for (const PackedRanges::Seg& g : host_ranges_.segs)
             std::memcpy(params_host_.data() + g.at, staged.data() + g.offset, static_cast<std::size_t>(g.count) * sizeof(float));
     } else if (stage && params_sharded_) {
         for (const PackedRanges::Seg& g : param_shard_.segs) from_host(params_.data() + g.at, staged.data() + g.offset, g.count);
     } else if (stage) {
-        dev_->copy(params_.data(), staged.data(), layout_.dense_elements);
+        dev_->copy(params_.data(), staged.data(), layout_.elements());
     }
 }
 
@@ -172,7 +172,7 @@ void RankState::init(const std::string& resume_dir) {
     if (fp_len < 0 || fp_len > (1 << 24)) throw InputError(path, "checkpoint", "is corrupt");
     std::string fp(static_cast<std::size_t>(fp_len), '\0');
     get(fp.data(), fp.size());
-    if (fp != fingerprint(w_.model, w_.plan) || elems != layout_.dense_elements)
+    if (fp != fingerprint(w_.model, w_.plan) || elems != layout_.elements())
         throw InputError(path, "checkpoint", "was saved from a different model or plan");
     adam_step_ = static_cast<int>(steps);
     // Read into host memory, then to wherever the buffer lives.
@@ -217,7 +217,7 @@ void RankState::save(const std::string& dir) const {
     out.append(kMagic, 8);
     const std::string fp = fingerprint(w_.model, w_.plan);
     put(out, static_cast<std::int64_t>(adam_step_));
-    put(out, static_cast<std::int64_t>(layout_.dense_elements));
+    put(out, static_cast<std::int64_t>(layout_.elements()));
     put(out, static_cast<std::int64_t>(fp.size()));
     out += fp;
     auto put_from = [&](const float* src, std::int64_t n) {

@@ -78,14 +78,23 @@ assert [s["step"] for s in a["steps"]] == [4, 5]
 assert [s["loss"] for s in a["steps"]] == [s["loss"] for s in b["steps"]]
 PY
 
-# What the runtime does not execute: exit 2, the field named.
+# A MoE model runs over the pipeline (routed experts, ep = 1)...
 cat >"$T/moe.json" <<'J'
 {"name": "tiny-moe", "layers": 2, "hidden": 64, "heads": 4, "ffn_hidden": 128, "vocab": 256, "seq_len": 16,
  "moe": {"experts": 4, "top_k": 2}}
 J
-"$S" run --model "$T/moe.json" --cluster local-cpu-2 --plan "$SRC/scenarios/plans/gpt-tiny-2cpu.json" --steps 1 >"$T/out" 2>"$T/err"; rc=$?
-[ $rc -eq 2 ] || { cat "$T/err"; fail "MoE model: exit $rc, expected 2"; }
-grep -q "model.moe" "$T/err" || fail "MoE refusal does not name model.moe"
+"$S" run --model "$T/moe.json" --cluster local-cpu-2 --plan "$SRC/scenarios/plans/gpt-tiny-2cpu.json" --steps 2 --json "$T/moe-run.json" >"$T/out" 2>"$T/err"; rc=$?
+[ $rc -eq 0 ] || { cat "$T/err"; fail "MoE model: exit $rc, expected 0"; }
+python3 - "$T/moe-run.json" <<'PY' || fail "MoE run: no finite loss for each step"
+import json, math, sys
+r = json.load(open(sys.argv[1]))
+assert len(r["steps"]) == 2 and all(math.isfinite(s["loss"]) and s["loss"] > 0 for s in r["steps"])
+PY
+# ...what the runtime does not execute is refused: exit 2, the field named.
+sed 's/"top_k": 2}/"top_k": 2, "shared_experts": 1}/' "$T/moe.json" >"$T/moe-shared.json"
+"$S" run --model "$T/moe-shared.json" --cluster local-cpu-2 --plan "$SRC/scenarios/plans/gpt-tiny-2cpu.json" --steps 1 >"$T/out" 2>"$T/err"; rc=$?
+[ $rc -eq 2 ] || { cat "$T/err"; fail "MoE model with a shared expert: exit $rc, expected 2"; }
+grep -q "model.moe.shared_experts" "$T/err" || fail "MoE refusal does not name model.moe.shared_experts"
 # A checkpoint that is not there: exit 2.
 "$S" run --model gpt-tiny --cluster local-cpu-2 --plan "$SRC/scenarios/plans/gpt-tiny-2cpu.json" --steps 1 --lr 0.5 --resume "$T/nosuch" >/dev/null 2>"$T/err"; rc=$?
 [ $rc -eq 2 ] || fail "missing checkpoint: exit $rc, expected 2"

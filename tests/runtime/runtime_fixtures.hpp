@@ -48,6 +48,20 @@ inline sim::ModelSpec tiny_llama(int layers = 4) {
     return m;
 }
 
+/// The tiny Llama with routed experts (Mixtral-style: 4 experts, top 2, no shared expert) in
+/// every layer but the first (DeepSeek's first_k_dense).
+inline sim::ModelSpec tiny_moe(int layers = 3) {
+    sim::ModelSpec m = tiny_llama(layers);
+    m.name = "tiny-moe";
+    sim::MoeSpec e;
+    e.experts = 4;
+    e.top_k = 2;
+    e.expert_ffn_hidden = 24;
+    e.first_k_dense = 1;
+    m.moe = e;
+    return m;
+}
+
 inline sim::ClusterSpec cpu_cluster(int ranks) {
     sim::ClusterSpec c;
     c.name = "test-cpu";

@@ -311,3 +311,37 @@ TEST_CASE("Llama: every parallel variant follows the single-rank loss curve", "[
     v.push_back({"pp 2, interleaved, 8 micro-batches", p});
     check_against_single_rank(tiny_llama(), v);
 }
+
+TEST_CASE("MoE: every parallel variant follows the single-rank loss curve", "[runtime][parallel][moe]") {
+    // The routed experts live in their own buffer, reduced over the expert-data-parallel group
+    // (with ep = 1 the same ranks as dp x cp, but its own collectives and ZeRO-1 slices).
+    std::vector<Variant> v;
+    v.push_back({"dp 2", cpu_plan(1, 1, 2)});
+    {
+        PlanSpec p = cpu_plan(1, 1, 2);
+        p.zero_stage = 1;
+        v.push_back({"dp 2, ZeRO-1", p});
+        p.overlap_grad_reduce = p.overlap_param_gather = false;
+        p.dp_bucket_bytes = 4096;  // several buckets of each buffer, cut through tensors
+        v.push_back({"dp 2, ZeRO-1, 4 kB buckets, no overlap", p});
+        p.grad_accum_fusion = false;  // autograd's accumulation of each micro-batch's gradients
+        v.push_back({"dp 2, ZeRO-1, unfused gradient accumulation", p});
+    }
+    v.push_back({"pp 2", cpu_plan(1, 2)});
+    {
+        PlanSpec p = cpu_plan();
+        p.cp = 2;
+        v.push_back({"cp 2", p});
+        p = cpu_plan(1, 2, 2);
+        p.recompute = Recompute::full;
+        p.zero_stage = 1;
+        v.push_back({"pp 2 dp 2, ZeRO-1, full recompute", p});
+        p = cpu_plan(1, 1, 2);
+        p.recompute = Recompute::selective;
+        p.recompute_modules = recompute_bit(RecomputeModule::moe_act) | recompute_bit(RecomputeModule::layernorm);
+        v.push_back({"dp 2, selective recompute of moe_act and layernorm", p});
+        p.recompute_modules = recompute_bit(RecomputeModule::moe);
+        v.push_back({"dp 2, selective recompute of the whole MoE block", p});
+    }
+    check_against_single_rank(tiny_moe(), v);
+}

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <numeric>
 
 #include "runtime_fixtures.hpp"
@@ -24,12 +25,14 @@ namespace {
 // The directional derivative of the loss along a random +-1 direction over a whole parameter
 // tensor (on one rank's piece of a split one), by central differences, against the backward's
 // gradient dotted with that direction. lr 0 keeps the parameters, a fixed batch the data.
-void check_gradients(const ModelSpec& m, const PlanSpec& p, int rank, const std::vector<std::pair<std::string, int>>& params) {
+void check_gradients(const ModelSpec& m, const PlanSpec& p, int rank, const std::vector<std::pair<std::string, int>>& params,
+                     const std::function<void(runtime::Session&)>& prepare = {}, bool along_sign = false) {
     runtime::RunOptions o;
     o.lr = 0;
     o.weight_decay = 0;
     o.data.fixed_batch = true;
     runtime::Session s(m, cpu_cluster(p.gpus()), p, o);
+    if (prepare) prepare(s);
     const double eps = 1e-3;
     for (const auto& [name, layer] : params) {
         s.step();  // the gradient at the unperturbed parameters (the differences below step too)
@@ -39,8 +42,11 @@ void check_gradients(const ModelSpec& m, const PlanSpec& p, int rank, const std:
         double g_dot = 0;
         for (std::int64_t i = 0; i < n; ++i) {
             x[static_cast<std::size_t>(i)] = s.param(rank, name, layer, i);
-            dir[static_cast<std::size_t>(i)] = ((i * 2654435761u) >> 7) % 2 ? 1 : -1;
-            g_dot += dir[static_cast<std::size_t>(i)] * static_cast<double>(s.grad(rank, name, layer, i));
+            const float g = s.grad(rank, name, layer, i);
+            // along_sign: the direction of the gradient's signs, so that a small gradient (a
+            // router's at initialisation) sums to a derivative well above the differences' noise.
+            dir[static_cast<std::size_t>(i)] = along_sign ? (g < 0 ? -1 : 1) : ((i * 2654435761u) >> 7) % 2 ? 1 : -1;
+            g_dot += dir[static_cast<std::size_t>(i)] * static_cast<double>(g);
         }
         // A TP replica or the tied copy holds the same elements: move every holder alike (split
         // weights are perturbed on `rank` only).
@@ -80,6 +86,31 @@ TEST_CASE("gradients match finite differences", "[runtime][grad]") {
         ModelSpec m = tiny_gpt();
         m.ffn = FfnKind::relu2;
         check_gradients(m, cpu_plan(), 0, {{"fc1.weight", 0}, {"fc1.bias", 1}, {"fc2.weight", 0}});
+    }
+    SECTION("MoE: the router, the token moves and the grouped experts") {
+        // Top-k is piecewise constant: a difference that moves a token across a tie of its k-th
+        // and (k+1)-th logits measures a jump, not the gradient. Choosing every expert leaves the
+        // softmax, the token moves, the grouped GEMMs and the router's dgrad, all differentiable.
+        // Router weights 10x the initial scale make the weights uneven, so the router's own
+        // gradient is not lost in the differences' noise.
+        ModelSpec m = tiny_moe();
+        m.moe->top_k = m.moe->experts;
+        auto spread = [&](double by) {
+            return [&m, by](runtime::Session& s) {
+                for (int l = 1; l < m.layers; ++l)
+                    for (std::int64_t i = 0; i < s.param_elements(0, "router.weight", l); ++i)
+                        s.set_param(0, "router.weight", l, i, static_cast<float>(by * s.param(0, "router.weight", l, i)));
+            };
+        };
+        check_gradients(m, cpu_plan(), 0,
+                        {{"router.weight", 1}, {"router.weight", 2}, {"experts.fc1.weight", 1}, {"experts.fc2.weight", 2},
+                         {"ln2.weight", 2}, {"qkv.weight", 1}, {"fc1.weight", 0}, {"word_embedding.weight", -1}},
+                        spread(10), true);
+        // Top 2 of 4: router weights 40x part the logits by ~4 while a perturbation of the
+        // router or of an expert moves them by ~0.03 at most, so no token changes experts.
+        m.moe->top_k = 2;
+        check_gradients(m, cpu_plan(), 0, {{"router.weight", 1}, {"experts.fc1.weight", 1}, {"experts.fc2.weight", 2}, {"router.weight", 2}},
+                        spread(40), true);
     }
     SECTION("TP 2: a rank's shards of split weights") {
         PlanSpec p = cpu_plan(2);
@@ -495,7 +526,25 @@ TEST_CASE("what the runtime cannot execute is refused with the field named", "[r
     m.moe = MoeSpec{};
     m.moe->experts = 4;
     m.moe->top_k = 2;
-    CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(1), cpu_plan(), {}), Catch::Contains("model.moe"));
+    CHECK_NOTHROW(runtime::Session(m, cpu_cluster(1), cpu_plan(), {}));
+    // MoE runs with ep = 1, without TP, dropless, without shared experts, ZeRO 0-1, states on the GPU.
+    CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), cpu_plan(2), {}), Catch::Contains("plan.tp = 2"));
+    {
+        PlanSpec p = cpu_plan(1, 1, 2);
+        p.ep = 2;
+        CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), p, {}), Catch::Contains("plan.ep = 2"));
+        p.ep = 1;
+        p.zero_stage = 2;
+        CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), p, {}), Catch::Contains("plan.zero_stage = 2"));
+        p.zero_stage = 1;
+        p.offload.optimizer = TierSplit{0, 1, 0};
+        CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), p, {}), Catch::Contains("plan.offload"));
+    }
+    m.moe->shared_experts = 1;
+    CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(1), cpu_plan(), {}), Catch::Contains("model.moe.shared_experts"));
+    m.moe->shared_experts = 0;
+    m.moe->capacity_factor = 1.25;
+    CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(1), cpu_plan(), {}), Catch::Contains("model.moe.capacity_factor"));
     PlanSpec p = cpu_plan();
     p.precision = Precision::fp8;
     CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(1), p, {}), Catch::Contains("plan.precision"));

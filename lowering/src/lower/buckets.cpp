@@ -320,24 +320,26 @@ void RankLowering::reduce_chunk_grads(int chunk) {
     wait(Stream::compute, record(Stream::dp_comm));
 }
 
-std::pair<double, double> RankLowering::dp_slice(double off, double count) const {
-    const int n = group_size(Group::dp), r = group_rank_of(Group::dp, p_, rank_);
+std::pair<double, double> RankLowering::dp_slice(double off, double count, bool expert) const {
+    const Group g = expert ? Group::edp : Group::dp;
+    const int n = group_size(g), r = group_rank_of(g, p_, rank_);
     const double lo = std::floor(count * r / n), hi = std::floor(count * (r + 1) / n);
     return {off + lo, hi - lo};
 }
 
 std::vector<std::pair<double, double>> RankLowering::owned_ranges() const {
+    // The expert buffer follows the dense one (ParamLayout): its ranges are offset past it.
     std::vector<std::pair<double, double>> out;
     if (p_.zero_stage == 0) {
         if (dense_elements_ > 0) out.emplace_back(0.0, dense_elements_);
+        if (expert_elements_ > 0) out.emplace_back(dense_elements_, expert_elements_);
         return out;
     }
-    auto slice = [&](double off, double count) {
-        const auto [lo, n] = dp_slice(off, count);
-        if (n > 0) out.emplace_back(lo, n);
+    auto slice = [&](double off, double count, bool expert = false) {
+        const auto [lo, n] = dp_slice(off, count, expert);
+        if (n > 0) out.emplace_back(lo + (expert ? dense_elements_ : 0), n);
     };
-    for (const Bucket& b : buckets_)
-        if (!b.expert) slice(b.off, b.count);
+    for (const Bucket& b : buckets_) slice(b.off, b.count, b.expert);
     if (p_.zero_stage == 3)
         for (const Unit& u : units_)
             if (u.layer >= 0) slice(u.dense_off, u.dense);
@@ -436,7 +438,10 @@ int RankLowering::range(TensorRole role, double off, double count, Tier tier, bo
     t.shard = shard;
     t.name = role == TensorRole::param ? n_.t_params : role == TensorRole::optimizer_state ? n_.t_state : n_.t_grads;
     t.role = role;
-    t.buffer = expert ? FlatBuffer::expert : FlatBuffer::dense;
+    // One address space: an expert-buffer offset counts past the dense buffer (ParamLayout), and
+    // a range there belongs to the expert buffer whichever way it was named.
+    if (expert) off += dense_elements_;
+    t.buffer = off >= dense_elements_ && expert_elements_ > 0 ? FlatBuffer::expert : FlatBuffer::dense;
     t.tier = tier;
     t.offset = std::llround(off);
     t.rows = 1;

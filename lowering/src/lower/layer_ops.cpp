@@ -172,14 +172,24 @@ void RankLowering::mlp_forward(int pending_ag, const LayerTensors* t) {
 // the grouped GEMM's m_splits are Python ints): the CPU waits for the router (host_sync). Tokens
 // are permuted into expert order before the dispatch (read each token, write its top_k copies)
 // and un-permuted after the combine (read the copies, write their weighted sum).
+//
+// Dataflow (ep = 1, tp = 1; dataflow_unsupported): the router writes its logits and, per token,
+// the top_k experts and their weights (router.routing, Megatron's softmax over the chosen logits).
+// The permuted tokens are ordered by expert, then token; the grouped GEMMs read the routing for
+// each expert's rows, and the un-permute writes the layer's fc2 output.
 void RankLowering::moe_forward(int layer) {
     const bool sp = d_.tp > 1 && d_.sp;
     const double routed = sp ? d_.tokens_sp : d_.tokens;
+    const LayerTensors lt = layer_tensors(layer);
+    const MoeTensors mt = moe_tensors(layer);
     gemm_high(n_.router_gemm, routed, d_.experts, d_.h);
+    if (df_) io({lt.ln2, prm("router.weight", layer)}, {mt.logits});
     compute(Op::router, n_.router, 0, 2 * routed * d_.experts * 4);
+    if (df_) io({mt.logits}, {mt.routing});
     host_sync(Stream::compute, n_.moe_counts);
     const double permute_bytes = routed * (1 + d_.top_k) * d_.h * d_.act_bytes;
     compute(Op::elementwise, n_.moe_permute, 0, permute_bytes);
+    if (df_) io({lt.ln2, mt.routing}, {mt.in});
     const double a2a_bytes = routed * d_.top_k * d_.h * d_.act_bytes;
     const double tp_bytes = d_.tokens_sp * d_.etp * d_.top_k * d_.h * d_.act_bytes;  // the expert-TP group's assignments
     const bool etp_comm = sp && d_.etp > 1;
@@ -194,16 +204,43 @@ void RankLowering::moe_forward(int layer) {
     defer_or_wait(dispatched);
     const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.etp;
     gemm_cast(n_.experts_fc1, te, (d_.mats - 1) * f, d_.h, batch);
+    if (df_) io({mt.in, prm("experts.fc1.weight", layer), mt.routing}, {mt.fc1});
     compute(Op::elementwise, n_.experts_act, 0, batch * d_.mats * te * f * d_.act_bytes);
+    if (df_) io({mt.fc1}, {mt.act});
     gemm_cast(n_.experts_fc2, te, d_.h, f, batch);
+    if (df_) io({mt.act, prm("experts.fc2.weight", layer), mt.routing}, {mt.fc2});
     int combined = -1;
     if (etp_comm) combined = collective(Stream::tp_comm, CollKind::reduce_scatter, Group::etp, tp_bytes, n_.tp_rs);
     if (d_.ep > 1)
         combined = ep_all_to_all(a2a_bytes, n_.ep_combine, combined >= 0 ? combined : kAfterCompute);
     defer_or_wait(combined);
     compute(Op::elementwise, n_.moe_unpermute, 0, permute_bytes);
+    if (df_) io({mt.fc2, mt.routing}, {lt.fc2});
     wait(Stream::compute, shared_out);
-    (void)layer;
+}
+
+RankLowering::MoeTensors RankLowering::moe_tensors(int l) {
+    MoeTensors t{};
+    if (!df_) {
+        std::fill_n(&t.logits, sizeof(MoeTensors) / sizeof(int), -1);
+        return t;
+    }
+    const double T = d_.tokens, H = d_.h, E = d_.experts, k = d_.top_k, f = d_.expert_ffn, tk = T * k;
+    // The router's values stay fp32 (Megatron's router runs in fp32 under bf16 too): stats.
+    auto fp32 = [&](int name, double cols) { return act(name, l, T, cols, TensorRole::stats); };
+    t.logits = fp32(n_.t_router_logits, E);
+    t.routing = fp32(n_.t_routing, 2 * k);  // the top_k expert ids (exact in a float), then their weights
+    t.in = act(n_.t_moe_in, l, tk, H);
+    t.fc1 = act(n_.t_efc1, l, tk, (d_.mats - 1) * f);
+    t.act = act(n_.t_eact, l, tk, f);
+    t.fc2 = act(n_.t_efc2, l, tk, H);
+    t.dlogits = fp32(n_.g_router_logits, E);
+    t.dprobs = fp32(n_.g_probs, k);
+    t.din = grad(n_.g_moe_in, l, tk, H);
+    t.dfc1 = grad(n_.g_efc1, l, tk, (d_.mats - 1) * f);
+    t.dact = grad(n_.g_eact, l, tk, f);
+    t.dfc2 = grad(n_.g_efc2, l, tk, H);
+    return t;
 }
 
 // The shared experts: a TP MLP on the (with SP, gathered) input.
@@ -402,25 +439,35 @@ void RankLowering::mlp_backward(int layer, int pending_ag, const LayerTensors& t
 
 // The mirror of moe_forward: combine's gradient comes back over EP (and is all-gathered over TP
 // with SP), expert backward, reduce-scatter over TP and all-to-all back, then the router.
+// Dataflow: the un-permute's backward gives each expert row its weighted dY and each weight its
+// gradient (dY . the expert's output); the permute's backward sums a token's rows into d.ln2, and
+// the router's GEMM adds its dgrad there.
 void RankLowering::moe_backward(int layer) {
-    (void)layer;
     const bool sp = d_.tp > 1 && d_.sp;
+    const LayerTensors lt = layer_tensors(layer);
+    const MoeTensors mt = moe_tensors(layer);
     const double routed = sp ? d_.tokens_sp : d_.tokens;
     const double a2a_bytes = routed * d_.top_k * d_.h * d_.act_bytes;
     const double tp_bytes = d_.tokens_sp * d_.etp * d_.top_k * d_.h * d_.act_bytes;
     const bool etp_comm = sp && d_.etp > 1;
     const double permute_bytes = routed * (1 + d_.top_k) * d_.h * d_.act_bytes;
     compute(Op::elementwise, n_.moe_unpermute, 0, permute_bytes);  // the un-permute's gradient: copy dY to each top_k slot
+    if (df_) io({lt.dout, mt.routing, mt.fc2}, {mt.dfc2, mt.dprobs});
     int arrived = -1;
     if (d_.ep > 1) arrived = ep_all_to_all(a2a_bytes, n_.ep_combine);
     if (etp_comm) arrived = collective(Stream::tp_comm, CollKind::all_gather, Group::etp, tp_bytes, n_.tp_ag, arrived >= 0 ? arrived : kAfterCompute);
     defer_or_wait(arrived);
     const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.etp;
     gemm_cast(n_.experts_fc2, te, f, d_.h, batch);
+    if (df_) io({mt.dfc2, prm("experts.fc2.weight", layer), mt.routing}, {mt.dact});
     gemm(n_.experts_fc2, f, d_.h, te, batch);
+    if (df_) io({mt.act, mt.dfc2, mt.routing}, {prm_grad("experts.fc2.weight", layer)});
     compute(Op::elementwise, n_.experts_act, 0, 2 * batch * d_.mats * te * f * d_.act_bytes);
+    if (df_) io({mt.fc1, mt.dact}, {mt.dfc1});
     gemm_cast(n_.experts_fc1, te, d_.h, (d_.mats - 1) * f, batch);
+    if (df_) io({mt.dfc1, prm("experts.fc1.weight", layer), mt.routing}, {mt.din});
     gemm(n_.experts_fc1, d_.h, (d_.mats - 1) * f, te, batch);
+    if (df_) io({mt.in, mt.dfc1, mt.routing}, {prm_grad("experts.fc1.weight", layer)});
     int back = -1;
     if (etp_comm) back = collective(Stream::tp_comm, CollKind::reduce_scatter, Group::etp, tp_bytes, n_.tp_rs);
     if (d_.ep > 1)
@@ -438,9 +485,13 @@ void RankLowering::moe_backward(int layer) {
     }
     defer_or_wait(back);
     compute(Op::elementwise, n_.moe_permute, 0, permute_bytes);  // the permute's gradient: sum the top_k copies
+    if (df_) io({mt.din, mt.routing}, {lt.dln2});
     compute(Op::router, n_.router, 0, 2 * routed * d_.experts * 4);
+    if (df_) io({mt.routing, mt.dprobs}, {mt.dlogits});
     gemm_high(n_.router_gemm, routed, d_.h, d_.experts);
+    if (df_) io({mt.dlogits, prm("router.weight", layer), lt.dln2}, {lt.dln2});  // adds into d.ln2
     gemm_high(n_.router_gemm, d_.h, d_.experts, routed);
+    if (df_) io({lt.ln2, mt.dlogits}, {prm_grad("router.weight", layer)});
     wait(Stream::compute, shared_back);
     if (d_.tp > 1 && !sp) wait(Stream::compute, tp_out_collective());  // no SP: all-reduce dX
 }

@@ -52,6 +52,10 @@ void Names::intern(Program& p) {
     g_qkv = tid("d.qkv.out"); g_ln1 = tid("d.ln1"); g_ln1_s = tid("d.ln1.shard"); g_xf = tid("d.final_norm.out");
     g_xf_s = tid("d.final_norm.shard"); g_logits = tid("d.logits.out"); g_emb_g = tid("d.embedding.gathered");
     g_kv_ring = tid("d.kv.ring"); g_kv_acc = tid("d.kv.returned");
+    t_router_logits = tid("router.logits"); t_routing = tid("router.routing"); t_moe_in = tid("moe.permuted");
+    t_efc1 = tid("experts.fc1.out"); t_eact = tid("experts.act.out"); t_efc2 = tid("experts.fc2.out");
+    g_router_logits = tid("d.router.logits"); g_probs = tid("d.router.probs"); g_moe_in = tid("d.moe.permuted");
+    g_efc1 = tid("d.experts.fc1.out"); g_eact = tid("d.experts.act.out"); g_efc2 = tid("d.experts.fc2.out");
     t_grads = tid("grads"); t_params = tid("params"); t_state = tid("optimizer_state");
 }
 

@@ -34,6 +34,8 @@ struct Names {
     int t_tokens, t_x, t_ln1, t_ln1_g, t_qkv, t_attn, t_attn_lse, t_proj, t_proj_s, t_x1, t_ln2, t_ln2_g, t_fc1, t_act,
         t_fc2, t_fc2_s, t_emb, t_xf, t_xf_g, t_logits, t_loss_stats, t_loss_stats_g, t_loss, t_x_recomputed, t_kv_ring;
     int g_x, g_x_g, g_x1, g_x1_g, g_ln2, g_ln2_s, g_act, g_fc1, g_attn, g_qkv, g_ln1, g_ln1_s, g_xf, g_xf_s, g_logits, g_emb_g, g_kv_ring, g_kv_acc;
+    // The MoE block's (ep = 1): router logits and choices, tokens in expert order, the experts' outputs.
+    int t_router_logits, t_routing, t_moe_in, t_efc1, t_eact, t_efc2, g_router_logits, g_probs, g_moe_in, g_efc1, g_eact, g_efc2;
     int t_grads, t_params, t_state;
     void intern(Program& p);
 };
@@ -213,6 +215,11 @@ private:
         int dout, dout_g, dx1, dx1_g, dln2, dln2_s, dact, dfc1, dattn, dqkv, dln1, dln1_s, dx;
     };
     LayerTensors layer_tensors(int layer);
+    /// The MoE block's dataflow tensors (ep = 1, tp = 1): routing and the tokens in expert order.
+    struct MoeTensors {
+        int logits, routing, in, fc1, act, fc2, dlogits, dprobs, din, dfc1, dact, dfc2;
+    };
+    MoeTensors moe_tensors(int layer);
 
     // layer pieces (layer_ops.cpp)
     /// SP: all-gather `in` (a sequence shard) into `out` over TP. -1: nothing to do.
@@ -305,8 +312,9 @@ private:
     int embedding_unit(int chunk) const;
     /// This rank's slices (dp group) of the ranges the optimizer updates, in buffer order.
     std::vector<std::pair<double, double>> owned_ranges() const;
-    /// This rank's slice of elements [off, off + count) sharded over the dp group (as owned_ranges cuts them).
-    std::pair<double, double> dp_slice(double off, double count) const;
+    /// This rank's slice of elements [off, off + count) sharded over the dp group, or the expert
+    /// buffer's over the edp group (as owned_ranges cuts them).
+    std::pair<double, double> dp_slice(double off, double count, bool expert = false) const;
     /// The tensor ids of `ranges` split at element fractions [lo, hi) of their total.
     std::vector<int> ranges_part(const std::vector<std::pair<double, double>>& ranges, double lo, double hi,
                                  TensorRole role, Tier tier) const;

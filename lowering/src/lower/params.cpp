@@ -23,7 +23,7 @@ public:
     LayoutBuilder(const ModelSpec& m, const PlanSpec& p, ParamLayout& out) : m_(m), p_(p), out_(out) {}
 
     void add(const char* name, int layer, int chunk, std::int64_t full_rows, std::int64_t full_cols, ParamSplit split,
-             bool decay, bool sp = false, bool shared = false) {
+             bool decay, bool sp = false, bool shared = false, bool expert = false) {
         ParamEntry e;
         e.name = name;
         e.layer = layer;
@@ -39,9 +39,21 @@ public:
         e.decay = decay;
         e.sequence_parallel = sp && p_.sequence_parallel && p_.tp > 1;
         e.shared_embedding = shared;
-        e.offset = out_.dense_elements;
-        out_.dense_elements += e.elements();
+        if (expert) {  // placed after the dense buffer once its size is known (finish)
+            e.buffer = FlatBuffer::expert;
+            e.offset = out_.expert_elements;
+            out_.expert_elements += e.elements();
+        } else {
+            e.offset = out_.dense_elements;
+            out_.dense_elements += e.elements();
+        }
         out_.entries.push_back(std::move(e));
+    }
+
+    /// The expert buffer follows the dense one in a rank's flat address space (ParamLayout).
+    void finish() {
+        for (ParamEntry& e : out_.entries)
+            if (e.buffer == FlatBuffer::expert) e.offset += out_.dense_elements;
     }
 
     void norm(const char* weight, const char* bias, int layer, int chunk) {
@@ -53,16 +65,27 @@ public:
     void layer(int l, int chunk) {
         const std::int64_t h = m_.hidden, f = m_.ffn_hidden, qkv = q_width(m_) + 2 * kv_width(m_);
         const bool swiglu = m_.ffn == FfnKind::swiglu;
-        if (m_.linear_bias) add("fc2.bias", l, chunk, 1, h, ParamSplit::replicated, false, true);
-        add("fc2.weight", l, chunk, h, f, ParamSplit::cols, true);
-        if (m_.linear_bias) add("fc1.bias", l, chunk, 1, (swiglu ? 2 : 1) * f, swiglu ? ParamSplit::gated_rows : ParamSplit::rows, false);
-        add("fc1.weight", l, chunk, (swiglu ? 2 : 1) * f, h, swiglu ? ParamSplit::gated_rows : ParamSplit::rows, true);
+        if (m_.layer_is_moe(l)) {  // Megatron-Core's router and grouped experts: no biases
+            const std::int64_t E = m_.moe->experts, fe = m_.moe->expert_ffn_hidden > 0 ? m_.moe->expert_ffn_hidden : f;
+            add("experts.fc2.weight", l, chunk, E * h, fe, ParamSplit::replicated, true, false, false, true);
+            add("experts.fc1.weight", l, chunk, E * (swiglu ? 2 : 1) * fe, h, ParamSplit::replicated, true, false, false, true);
+            add("router.weight", l, chunk, E, h, ParamSplit::replicated, true);
+        } else {
+            mlp(l, chunk, h, f, swiglu);
+        }
         norm("ln2.weight", "ln2.bias", l, chunk);
         if (m_.linear_bias) add("proj.bias", l, chunk, 1, h, ParamSplit::replicated, false, true);
         add("proj.weight", l, chunk, h, q_width(m_), ParamSplit::cols, true);
         if (m_.linear_bias || m_.qkv_bias) add("qkv.bias", l, chunk, 1, qkv, ParamSplit::qkv_rows, false);
         add("qkv.weight", l, chunk, qkv, h, ParamSplit::qkv_rows, true);
         norm("ln1.weight", "ln1.bias", l, chunk);
+    }
+
+    void mlp(int l, int chunk, std::int64_t h, std::int64_t f, bool swiglu) {
+        if (m_.linear_bias) add("fc2.bias", l, chunk, 1, h, ParamSplit::replicated, false, true);
+        add("fc2.weight", l, chunk, h, f, ParamSplit::cols, true);
+        if (m_.linear_bias) add("fc1.bias", l, chunk, 1, (swiglu ? 2 : 1) * f, swiglu ? ParamSplit::gated_rows : ParamSplit::rows, false);
+        add("fc1.weight", l, chunk, (swiglu ? 2 : 1) * f, h, swiglu ? ParamSplit::gated_rows : ParamSplit::rows, true);
     }
 
 private:
@@ -124,12 +147,33 @@ ParamLayout param_layout(const ModelSpec& m, const PlanSpec& p, int stage) {
             unit(-1, false, true, t);
         }
     }
+    b.finish();
     return L;
 }
 
 std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
     auto n = [](const char* field, const std::string& value) { return std::string(field) + " = " + value; };
-    if (m.is_moe()) return n("model.moe", "experts") + ": mixture-of-experts layers are not in the dataflow lowering yet";
+    if (m.is_moe()) {
+        // Routed experts on every rank of a stage (ep = 1, no TP): their own buffer, reduced over
+        // the expert-data-parallel group like Megatron-Core's.
+        const MoeSpec& e = *m.moe;
+        if (p.ep > 1) return n("plan.ep", std::to_string(p.ep)) + ": expert parallelism (the all-to-all dispatch) is not executed yet";
+        if (p.tp > 1 || p.etp() > 1)
+            return n("plan.tp", std::to_string(p.tp)) + ": MoE layers are executed without tensor parallelism (set plan.tp and "
+                   "plan.expert_tp to 1)";
+        if (e.shared_experts > 0) return n("model.moe.shared_experts", std::to_string(e.shared_experts)) + ": shared experts are not executed yet";
+        if (e.capacity_factor > 0)
+            return n("model.moe.capacity_factor", std::to_string(e.capacity_factor)) + ": token dropping is not executed (dropless only: set it to 0)";
+        if (e.router_groups > 0) return n("model.moe.router_groups", std::to_string(e.router_groups)) + ": group-limited routing is not executed yet";
+        if (e.top_k < 1 || e.top_k > e.experts)
+            return n("model.moe.top_k", std::to_string(e.top_k)) + ": must be between 1 and model.moe.experts";
+        if (p.zero_stage >= 2)
+            return n("plan.zero_stage", std::to_string(p.zero_stage)) + ": with MoE layers ZeRO-0 and 1 are executed (a shard of the "
+                   "expert buffer's gradients is not yet)";
+        if (!p.offload.params.all_gpu() || !p.offload.optimizer.all_gpu())
+            return "plan.offload: with MoE layers the model states stay on the GPU (host copies of the expert buffer are not executed yet)";
+        if (p.op_sac()) return "plan.recompute_policy = op: torchtitan's op-level SAC of MoE layers is not executed yet";
+    }
     if (m.mla) return "model.mla: multi-head latent attention is not in the dataflow lowering yet";
     if (m.mtp_depth > 0) return n("model.mtp_depth", std::to_string(m.mtp_depth)) + ": MTP modules are not in the dataflow lowering yet";
     if (m.qk_norm) return "model.qk_norm = true: QK-norm is not in the dataflow lowering yet";

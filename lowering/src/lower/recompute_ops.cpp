@@ -24,6 +24,10 @@ void RankLowering::recompute_modules_before_mlp(int layer) {
             if (p_.recomputes(RecomputeModule::moe_act)) {
                 const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.etp;
                 compute(Op::elementwise, n_.experts_act, 0, batch * d_.mats * te * f * d_.act_bytes);
+                if (df_) {
+                    const MoeTensors mt = moe_tensors(layer);
+                    io({mt.fc1}, {mt.act});
+                }
             }
             if (p_.recomputes(RecomputeModule::shared_experts) && d_.shared > 0) {
                 shared_experts_forward();

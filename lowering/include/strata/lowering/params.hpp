@@ -3,7 +3,7 @@
 // is cut from the whole tensor under tensor parallelism. The order is the order gradients become
 // final in the backward pass (per model chunk: the head, the layers from last to first, then the
 // embedding), so every gradient bucket is a contiguous range. The lowering names its ranges; the
-// runtime allocates, initialises and updates them. Dense models only (dataflow_unsupported).
+// runtime allocates, initialises and updates them.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -56,7 +56,11 @@ struct ParamLayout {
     std::vector<ParamEntry> entries;   ///< in buffer order
     std::vector<GradUnit> units;       ///< in buffer order
     std::int64_t dense_elements = 0;
+    /// The routed experts' parameters (Megatron-Core's expert-parallel buffer, reduced over the
+    /// expert-data-parallel group). They follow the dense buffer in one address space: an expert
+    /// entry's offset counts from the dense buffer's start, past its dense_elements.
     std::int64_t expert_elements = 0;
+    std::int64_t elements() const { return dense_elements + expert_elements; }
     /// The entry of `name` on `layer` (nullptr if this rank holds none).
     const ParamEntry* find(const std::string& name, int layer = -1) const;
 };

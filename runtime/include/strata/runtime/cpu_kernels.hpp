@@ -94,6 +94,26 @@ void loss_combine(float* loss, float* lse, const float* stats, i64 n, i64 T);
 void loss_backward(float* dlogits, const float* logits, const float* tokens, const float* lse, i64 first, i64 T, i64 V,
                    float scale);
 
+// Mixture of experts (moe_kernels.cpp). routing [T, 2k] holds each token's top_k choices: the
+// expert ids (exact in a float), then their weights.
+/// The top k of each token's E logits (ties to the lower id), best first, and the softmax over
+/// the chosen logits (Mixtral's; Megatron-Core's default router, softmax after top-k).
+void moe_route(float* routing, const float* logits, i64 T, i64 E, i64 k);
+/// dlogits [T, E] from the weights' gradient dprobs [T, k]; zero off the chosen experts.
+void moe_route_backward(float* dlogits, const float* routing, const float* dprobs, i64 T, i64 E, i64 k);
+/// Expert order (by expert, then token): the row of each (token, choice) in pos [T k], and the
+/// rows of each expert in counts [E]. Throws std::out_of_range on an id outside [0, E).
+void moe_order(i64* pos, i64* counts, const float* routing, i64 T, i64 E, i64 k);
+/// xp[pos[t k + j]] = x[t]: each token copied to the rows of its choices.
+void moe_permute(float* xp, const float* x, const i64* pos, i64 T, i64 k, i64 C);
+/// dx[t] = the sum of its k rows of dxp.
+void moe_permute_backward(float* dx, const float* dxp, const i64* pos, i64 T, i64 k, i64 C);
+/// y[t] = sum_j weight_j ye[pos[t k + j]].
+void moe_unpermute(float* y, const float* ye, const float* routing, const i64* pos, i64 T, i64 k, i64 C);
+/// dye[pos[t k + j]] = weight_j dy[t]; dprobs[t, j] = dy[t] . ye[pos[t k + j]].
+void moe_unpermute_backward(float* dye, float* dprobs, const float* dy, const float* ye, const float* routing, const i64* pos, i64 T,
+                            i64 k, i64 C);
+
 /// Each of n floats to the nearest bfloat16 (ties to even; NaN stays NaN, infinities stay): how
 /// the cpu backend holds a 2-byte tensor of a bf16 plan, computing on it in fp32 as a GPU does.
 void round_bf16(float* p, i64 n);

@@ -1,0 +1,104 @@
+// The cpu backend's mixture-of-experts kernels: the router's top-k and its softmax, and the moves
+// of tokens into and out of expert order (cpu_kernels.hpp). Deterministic: a token's choices are
+// visited in order, and expert order keeps tokens in their order within an expert.
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <vector>
+
+#include "strata/runtime/cpu_kernels.hpp"
+
+namespace strata::runtime::cpu {
+
+void moe_route(float* routing, const float* logits, i64 T, i64 E, i64 k) {
+    std::vector<i64> ids(static_cast<std::size_t>(E));
+    for (i64 t = 0; t < T; ++t) {
+        const float* l = logits + t * E;
+        for (i64 e = 0; e < E; ++e) ids[static_cast<std::size_t>(e)] = e;
+        // Best first; equal logits keep the lower id first.
+        std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [l](i64 a, i64 b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+        float* r = routing + t * 2 * k;
+        const float top = l[ids[0]];
+        double sum = 0;
+        for (i64 j = 0; j < k; ++j) sum += std::exp(static_cast<double>(l[ids[static_cast<std::size_t>(j)]] - top));
+        for (i64 j = 0; j < k; ++j) {
+            const i64 e = ids[static_cast<std::size_t>(j)];
+            r[j] = static_cast<float>(e);
+            r[k + j] = static_cast<float>(std::exp(static_cast<double>(l[e] - top)) / sum);
+        }
+    }
+}
+
+void moe_route_backward(float* dlogits, const float* routing, const float* dprobs, i64 T, i64 E, i64 k) {
+    std::fill(dlogits, dlogits + T * E, 0.0f);
+    for (i64 t = 0; t < T; ++t) {
+        const float *r = routing + t * 2 * k, *p = r + k, *dp = dprobs + t * k;
+        double dot = 0;
+        for (i64 j = 0; j < k; ++j) dot += static_cast<double>(p[j]) * dp[j];
+        // Softmax over the chosen logits: dl_j = p_j (dp_j - sum_i p_i dp_i).
+        for (i64 j = 0; j < k; ++j) dlogits[t * E + static_cast<i64>(r[j])] = static_cast<float>(p[j] * (dp[j] - dot));
+    }
+}
+
+void moe_order(i64* pos, i64* counts, const float* routing, i64 T, i64 E, i64 k) {
+    std::fill(counts, counts + E, i64{0});
+    for (i64 t = 0; t < T; ++t)
+        for (i64 j = 0; j < k; ++j) {
+            const float id = routing[t * 2 * k + j];
+            if (!(id >= 0 && id < static_cast<float>(E))) throw std::out_of_range("moe_order: an expert id outside [0, experts)");
+            ++counts[static_cast<i64>(id)];
+        }
+    std::vector<i64> next(static_cast<std::size_t>(E));
+    for (i64 e = 0, at = 0; e < E; at += counts[e], ++e) next[static_cast<std::size_t>(e)] = at;
+    for (i64 t = 0; t < T; ++t)
+        for (i64 j = 0; j < k; ++j) pos[t * k + j] = next[static_cast<std::size_t>(routing[t * 2 * k + j])]++;
+}
+
+void moe_permute(float* xp, const float* x, const i64* pos, i64 T, i64 k, i64 C) {
+    for (i64 t = 0; t < T; ++t)
+        for (i64 j = 0; j < k; ++j) std::copy(x + t * C, x + (t + 1) * C, xp + pos[t * k + j] * C);
+}
+
+void moe_permute_backward(float* dx, const float* dxp, const i64* pos, i64 T, i64 k, i64 C) {
+    for (i64 t = 0; t < T; ++t) {
+        float* d = dx + t * C;
+        std::copy(dxp + pos[t * k] * C, dxp + (pos[t * k] + 1) * C, d);
+        for (i64 j = 1; j < k; ++j) {
+            const float* s = dxp + pos[t * k + j] * C;
+            for (i64 c = 0; c < C; ++c) d[c] += s[c];
+        }
+    }
+}
+
+void moe_unpermute(float* y, const float* ye, const float* routing, const i64* pos, i64 T, i64 k, i64 C) {
+    for (i64 t = 0; t < T; ++t) {
+        float* out = y + t * C;
+        std::fill(out, out + C, 0.0f);
+        const float* w = routing + t * 2 * k + k;
+        for (i64 j = 0; j < k; ++j) {
+            const float* s = ye + pos[t * k + j] * C;
+            for (i64 c = 0; c < C; ++c) out[c] += w[j] * s[c];
+        }
+    }
+}
+
+void moe_unpermute_backward(float* dye, float* dprobs, const float* dy, const float* ye, const float* routing, const i64* pos, i64 T,
+                            i64 k, i64 C) {
+    for (i64 t = 0; t < T; ++t) {
+        const float* d = dy + t * C;
+        const float* w = routing + t * 2 * k + k;
+        for (i64 j = 0; j < k; ++j) {
+            const i64 row = pos[t * k + j];
+            float* o = dye + row * C;
+            const float* s = ye + row * C;
+            double dot = 0;
+            for (i64 c = 0; c < C; ++c) {
+                o[c] = w[j] * d[c];
+                dot += static_cast<double>(d[c]) * s[c];
+            }
+            dprobs[t * k + j] = static_cast<float>(dot);
+        }
+    }
+}
+
+}  // namespace strata::runtime::cpu
