@@ -169,7 +169,7 @@ void RankState::compute(std::size_t i) {
         default: fail(i, std::string("op ") + to_string(in.op) + " is not executed by the runtime");
     }
     // Elementwise ops, by what the lowering calls them.
-    if (name == "act" || name == "experts.act") {
+    if (name == "act") {
         const bool swiglu = m.ffn == FfnKind::swiglu;
         if (!backward(in.phase)) {
             const DataTensor& y = a.out(0);
@@ -256,9 +256,19 @@ bool RankState::collective(std::size_t i, bool first) {
         std::chrono::steady_clock::time_point at;
         if (!w_.transport.collective_done(key, &at)) return false;
         ended_ns_[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(at - w_.step_start).count();
+        if (in.coll == CollKind::all_to_all) finish_all_to_all(i);
         return true;
     }
     if (in.match_id == 0) fail(i, "an unmatched collective (the runtime needs a full-mode Program)");
+    if (in.coll == CollKind::all_to_all) {
+        if (dev_) fail(i, "all-to-alls are not executed by the cuda backend yet");
+        const bool done = w_.transport.collective(key, in.coll, in.group_size, all_to_all_part(i));
+        if (done) {
+            ended_ns_[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - w_.step_start).count();
+            finish_all_to_all(i);
+        }
+        return done;
+    }
     if (dev_) {  // the cuda backend runs one rank: a group of one only moves its data in place
         if (in.group_size != 1) fail(i, "collectives across GPUs are not executed by the cuda backend yet");
         const Args a{w_.program, rp_, rp_.operands[i]};

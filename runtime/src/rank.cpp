@@ -37,6 +37,9 @@ RankState::RankState(World& w, int rank) : w_(w), rp_(w.program.ranks[static_cas
     const auto& cp = rp_.groups[static_cast<std::size_t>(Group::cp)];
     cp_size_ = static_cast<int>(cp.size());
     cp_rank_ = static_cast<int>(std::find(cp.begin(), cp.end(), rank) - cp.begin());
+    const auto& ep = rp_.groups[static_cast<std::size_t>(Group::ep)];
+    ep_size_ = static_cast<int>(ep.size());
+    ep_rank_ = static_cast<int>(std::find(ep.begin(), ep.end(), rank) - ep.begin());
     // The data-parallel replica: Megatron's dp rank, shared by a CP group's members (they split
     // one sequence), not the rank in the dp x cp gradient group.
     dp_rank_ = (rank / (w.plan.tp * w.plan.cp)) % w.plan.dp;
@@ -245,7 +248,12 @@ void RankState::sample_memory(Tier t) {
 
 i64 RankState::elements(int id) const {
     const DataTensor& t = w_.program.tensors[static_cast<std::size_t>(id)];
-    return t.role == TensorRole::optimizer_state ? state_floats() * t.elements() : t.elements();
+    return t.role == TensorRole::optimizer_state ? state_floats() * t.elements() : rows_of(id) * t.cols;
+}
+
+i64 RankState::rows_of(int id) const {
+    if (auto it = dyn_rows_.find(id); it != dyn_rows_.end()) return it->second;
+    return w_.program.tensors[static_cast<std::size_t>(id)].rows;
 }
 
 // The memory behind a tensor: a range of a flat buffer, or a live tensor of this step (allocated

@@ -223,6 +223,12 @@ private:
     void compute(std::size_t i);
     /// The MoE block's instructions (moe_ops.cpp); false when i is none of them.
     bool moe_compute(std::size_t i);
+    /// MoE's all-to-all (moe_ops.cpp): this rank's part, and on completion its output, sized by
+    /// what arrived.
+    CollPart all_to_all_part(std::size_t i);
+    void finish_all_to_all(std::size_t i);
+    /// Rows of a tensor: what arrived for one sized by an all-to-all this step, else its DataTensor's.
+    i64 rows_of(int id) const;
     bool collective(std::size_t i, bool first);
     bool p2p(std::size_t i, bool first);
     void copy(std::size_t i);
@@ -269,7 +275,11 @@ private:
     const sim::RankProgram& rp_;
     const int rank_;
     sim::ParamLayout layout_;
-    int tp_rank_ = 0, tp_size_ = 1, dp_rank_ = 0, cp_rank_ = 0, cp_size_ = 1;
+    int tp_rank_ = 0, tp_size_ = 1, dp_rank_ = 0, cp_rank_ = 0, cp_size_ = 1, ep_rank_ = 0, ep_size_ = 1;
+    // MoE under expert parallelism: the rows a rank's experts receive vary with the routing.
+    std::unordered_map<int, i64> dyn_rows_;  ///< tensor id -> rows, for those sized by what arrived
+    std::map<std::pair<int, int>, std::vector<i64>> moe_recv_;  ///< (layer, micro-batch) -> rows from each sender per local expert
+    std::unordered_map<std::size_t, A2aReceived> a2a_;          ///< by instruction: where a posted all-to-all's rows land
     /// Where this rank's rows (or those of the CP rank `owner`) sit in their sequences.
     cpu::Positions positions(int owner = -1) const { return {w_.model.seq_len, cp_size_, owner < 0 ? cp_rank_ : owner}; }
     /// The CP rank whose block arrives `ring` places back along the ring.

@@ -61,6 +61,7 @@ std::int64_t whole_row(ParamSplit split, const ModelSpec& m, std::int64_t r, std
 // The element of the whole tensor (row-major) that a rank's piece holds at (r, c).
 std::int64_t whole_index(const ParamEntry& e, const ModelSpec& m, std::int64_t r, std::int64_t c, int t, int tp) {
     if (e.split == ParamSplit::replicated) return r * e.full_cols + c;
+    if (e.split == ParamSplit::experts) return (t * e.rows + r) * e.full_cols + c;  // t: the EP rank
     if (e.full_rows == 1) return whole_row(e.split, m, c, e.cols, e.full_cols, t, tp);  // a split bias vector
     if (e.split == ParamSplit::cols) return r * e.full_cols + t * e.cols + c;
     return whole_row(e.split, m, r, e.rows, e.full_rows, t, tp) * e.full_cols + c;
@@ -132,7 +133,7 @@ void RankState::init_params() {
         // Rows on all cores where this rank has them to itself (billions of draws for a 7B model).
         parallel_chunks(e.rows * e.cols, host_threads(), [&](std::int64_t lo, std::int64_t hi) {
             for (std::int64_t i = lo; i < hi; ++i)
-                p[i] = static_cast<float>(sd * normal(key, whole_index(e, w_.model, i / e.cols, i % e.cols, tp_rank_, tp_size_)));
+                p[i] = static_cast<float>(sd * normal(key, whole_index(e, w_.model, i / e.cols, i % e.cols, e.split == ParamSplit::experts ? ep_rank_ : tp_rank_, tp_size_)));
         });
     }
     // A bf16 plan's weights are bf16 from the start; the optimizer's fp32 master copies start from

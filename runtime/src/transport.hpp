@@ -32,6 +32,14 @@ struct Waker {
     }
 };
 
+/// What an all-to-all hands one member: the rows every member sent it, by sender in group order,
+/// and how many of each sender's rows go to each of the member's experts.
+struct A2aReceived {
+    std::vector<float> data;
+    std::int64_t rows = 0;
+    std::vector<std::int64_t> counts;  ///< [sender][local expert]
+};
+
 /// One member's part of a collective: its buffers, element counts, and how a flat range is cut.
 struct CollPart {
     int group_rank = 0;
@@ -48,6 +56,12 @@ struct CollPart {
     int ring = 0;
     std::int64_t in_cols = 0, out_cols = 0;
     bool accumulate = false;
+    /// An all-to-all (MoE's dispatch and combine): in[0]'s rows (in_cols wide) go out in group
+    /// order, send_rows[d] of them to member d, with their counts per expert of member d
+    /// (send_counts[d * local_experts + j]); what arrives lands in `received`, sized by the sends.
+    std::vector<std::int64_t> send_rows, send_counts;
+    std::int64_t local_experts = 0;
+    A2aReceived* received = nullptr;
     Waker* waker = nullptr;
 };
 

@@ -5,6 +5,7 @@
 // ranges its all-gathers use, with the optimizer's slices partitioning each buffer over the group.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
@@ -622,10 +623,12 @@ TEST_CASE("MoE (ep 1): the experts' own buffer, its reductions over edp, no race
     CHECK(param_layout(m, plan(1, 1, 1, 4), 0).find("router.weight", 1)->elements() == 4 * 64);
     CHECK(param_layout(m, plan(1, 1, 1, 4), 0).find("router.weight", 0) == nullptr);  // the first layer is dense
     int plans = 0;
+    for (int ep : {1, 2})
     for (int pp : {1, 2})
         for (int zero : {0, 1})
             for (int flags = 0; flags < 8; ++flags) {
-                PlanSpec p = plan(1, pp, 2, 16);
+                PlanSpec p = plan(1, pp, 2 * ep, 16);  // edp = 2: the experts are reduced over two ranks
+                p.ep = ep;
                 p.zero_stage = zero;
                 p.overlap_grad_reduce = p.overlap_param_gather = (flags & 1) == 0;
                 p.recompute = (flags & 2) ? Recompute::full : Recompute::none;
@@ -636,7 +639,7 @@ TEST_CASE("MoE (ep 1): the experts' own buffer, its reductions over edp, no race
                 p.dp_bucket_bytes = 60000;
                 REQUIRE(dataflow_unsupported(m, p).empty());
                 const Program a = lower_df(m, p, false, 2), b = lower_df(m, p, true, 2);
-                INFO("pp " << pp << " zero " << zero << " flags " << flags);
+                INFO("ep " << ep << " pp " << pp << " zero " << zero << " flags " << flags);
                 for (std::size_t r = 0; r < a.ranks.size(); ++r) {
                     REQUIRE(a.ranks[r].instrs.size() == b.ranks[r].instrs.size());
                     CHECK(std::memcmp(a.ranks[r].instrs.data(), b.ranks[r].instrs.data(), a.ranks[r].instrs.size() * sizeof(Instr)) == 0);
@@ -645,8 +648,9 @@ TEST_CASE("MoE (ep 1): the experts' own buffer, its reductions over edp, no race
                 const std::vector<std::string> h = dataflow_hazards(b, 3);
                 INFO((h.empty() ? "" : h[0]));
                 CHECK(h.empty());
-                // Each rank reduces the expert buffer over edp (with ep 1 the dp ranks) and gathers
-                // the same ranges back; its ranges lie past the dense buffer.
+                // Each rank reduces the expert buffer over edp and gathers the same ranges back;
+                // its ranges lie past the dense buffer. With EP the dispatch and combine move
+                // the routed rows over the ep group, four all-to-alls a MoE layer and micro-batch.
                 for (const RankProgram& r : b.ranks) {
                     const ParamLayout L = param_layout(m, p, r.pp_stage);
                     std::set<std::pair<std::int64_t, std::int64_t>> reduced, gathered;
@@ -661,10 +665,23 @@ TEST_CASE("MoE (ep 1): the experts' own buffer, its reductions over edp, no race
                         else reduced.insert({t.offset, t.elements()});
                     }
                     CHECK(r.groups[static_cast<std::size_t>(Group::edp)].size() == 2);
+                    int a2a = 0;
+                    for (const Instr& in : r.instrs)
+                        if (in.kind == InstrKind::collective && in.coll == CollKind::all_to_all) {
+                            CHECK(in.group == Group::ep);
+                            ++a2a;
+                        }
+                    const bool recomputed = p.recompute == Recompute::full || (flags & 6) == 6;  // the dispatch and combine again
+                    int moe_layers = 0;
+                    for (int l = 0; l < m.layers; ++l)
+                        if (m.layer_is_moe(l) && std::find_if(L.entries.begin(), L.entries.end(), [&](const ParamEntry& x) { return x.layer == l; }) != L.entries.end())
+                            ++moe_layers;
+                    const int per_mb = ep > 1 ? 4 + (recomputed ? 2 : 0) : 0;
+                    CHECK(a2a == per_mb * moe_layers * p.micro_batches() * 2);  // two steps
                     if (zero == 1) CHECK(reduced == gathered);
                     CHECK_FALSE(reduced.empty());
                 }
                 ++plans;
             }
-    CHECK(plans == 32);
+    CHECK(plans == 64);
 }

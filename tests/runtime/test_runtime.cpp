@@ -527,12 +527,16 @@ TEST_CASE("what the runtime cannot execute is refused with the field named", "[r
     m.moe->experts = 4;
     m.moe->top_k = 2;
     CHECK_NOTHROW(runtime::Session(m, cpu_cluster(1), cpu_plan(), {}));
-    // MoE runs with ep = 1, without TP, dropless, without shared experts, ZeRO 0-1, states on the GPU.
+    // MoE runs without TP, dropless, without shared experts, ZeRO 0-1, states on the GPU, its
+    // all-to-alls not overlapped with another micro-batch.
     CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), cpu_plan(2), {}), Catch::Contains("plan.tp = 2"));
     {
         PlanSpec p = cpu_plan(1, 1, 2);
         p.ep = 2;
-        CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), p, {}), Catch::Contains("plan.ep = 2"));
+        CHECK_NOTHROW(runtime::Session(m, cpu_cluster(2), p, {}));
+        p.moe_a2a_overlap = true;
+        CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), p, {}), Catch::Contains("plan.moe_a2a_overlap"));
+        p.moe_a2a_overlap = false;
         p.ep = 1;
         p.zero_stage = 2;
         CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), p, {}), Catch::Contains("plan.zero_stage = 2"));

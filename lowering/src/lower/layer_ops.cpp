@@ -173,10 +173,12 @@ void RankLowering::mlp_forward(int pending_ag, const LayerTensors* t) {
 // are permuted into expert order before the dispatch (read each token, write its top_k copies)
 // and un-permuted after the combine (read the copies, write their weighted sum).
 //
-// Dataflow (ep = 1, tp = 1; dataflow_unsupported): the router writes its logits and, per token,
-// the top_k experts and their weights (router.routing, Megatron's softmax over the chosen logits).
-// The permuted tokens are ordered by expert, then token; the grouped GEMMs read the routing for
-// each expert's rows, and the un-permute writes the layer's fc2 output.
+// Dataflow (tp = 1; dataflow_unsupported): the router writes its logits and, per token, the
+// top_k experts and their weights (router.routing, Megatron's softmax over the chosen logits).
+// The permuted tokens are ordered by expert, then token. With EP the dispatch hands each rank the
+// rows for its experts (by source rank, then expert) and the combine returns their outputs in the
+// permuted order; the grouped GEMMs run each expert's rows, and the un-permute writes the layer's
+// fc2 output.
 void RankLowering::moe_forward(int layer) {
     const bool sp = d_.tp > 1 && d_.sp;
     const double routed = sp ? d_.tokens_sp : d_.tokens;
@@ -194,7 +196,10 @@ void RankLowering::moe_forward(int layer) {
     const double tp_bytes = d_.tokens_sp * d_.etp * d_.top_k * d_.h * d_.act_bytes;  // the expert-TP group's assignments
     const bool etp_comm = sp && d_.etp > 1;
     int dispatched = -1;
-    if (d_.ep > 1) dispatched = ep_all_to_all(a2a_bytes, n_.ep_dispatch);
+    if (d_.ep > 1) {
+        dispatched = ep_all_to_all(a2a_bytes, n_.ep_dispatch);
+        if (df_) io({mt.in, mt.routing}, {mt.disp});  // each rank's rows for the experts it holds
+    }
     if (etp_comm) dispatched = collective(Stream::tp_comm, CollKind::all_gather, Group::etp, tp_bytes, n_.tp_ag, dispatched >= 0 ? dispatched : kAfterCompute);
     int shared_out = -1;
     if (d_.shared > 0) {
@@ -204,18 +209,20 @@ void RankLowering::moe_forward(int layer) {
     defer_or_wait(dispatched);
     const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.etp;
     gemm_cast(n_.experts_fc1, te, (d_.mats - 1) * f, d_.h, batch);
-    if (df_) io({mt.in, prm("experts.fc1.weight", layer), mt.routing}, {mt.fc1});
+    if (df_) io({mt.disp, prm("experts.fc1.weight", layer), mt.routing}, {mt.fc1});
     compute(Op::elementwise, n_.experts_act, 0, batch * d_.mats * te * f * d_.act_bytes);
     if (df_) io({mt.fc1}, {mt.act});
     gemm_cast(n_.experts_fc2, te, d_.h, f, batch);
     if (df_) io({mt.act, prm("experts.fc2.weight", layer), mt.routing}, {mt.fc2});
     int combined = -1;
     if (etp_comm) combined = collective(Stream::tp_comm, CollKind::reduce_scatter, Group::etp, tp_bytes, n_.tp_rs);
-    if (d_.ep > 1)
+    if (d_.ep > 1) {
         combined = ep_all_to_all(a2a_bytes, n_.ep_combine, combined >= 0 ? combined : kAfterCompute);
+        if (df_) io({mt.fc2}, {mt.comb});  // the outputs back to their tokens' ranks, in expert order
+    }
     defer_or_wait(combined);
     compute(Op::elementwise, n_.moe_unpermute, 0, permute_bytes);
-    if (df_) io({mt.fc2, mt.routing}, {lt.fc2});
+    if (df_) io({mt.comb, mt.routing}, {lt.fc2});
     wait(Stream::compute, shared_out);
 }
 
@@ -240,6 +247,13 @@ RankLowering::MoeTensors RankLowering::moe_tensors(int l) {
     t.dfc1 = grad(n_.g_efc1, l, tk, (d_.mats - 1) * f);
     t.dact = grad(n_.g_eact, l, tk, f);
     t.dfc2 = grad(n_.g_efc2, l, tk, H);
+    // With EP the rows a rank's experts receive vary with the routing: tk is their mean (the
+    // executor sizes them by what arrives).
+    const bool ep = d_.ep > 1;
+    t.disp = ep ? act(n_.t_moe_disp, l, tk, H) : t.in;
+    t.comb = ep ? act(n_.t_moe_comb, l, tk, H) : t.fc2;
+    t.ddisp = ep ? grad(n_.g_moe_disp, l, tk, H) : t.din;
+    t.dcomb = ep ? grad(n_.g_moe_comb, l, tk, H) : t.dfc2;
     return t;
 }
 
@@ -452,9 +466,12 @@ void RankLowering::moe_backward(int layer) {
     const bool etp_comm = sp && d_.etp > 1;
     const double permute_bytes = routed * (1 + d_.top_k) * d_.h * d_.act_bytes;
     compute(Op::elementwise, n_.moe_unpermute, 0, permute_bytes);  // the un-permute's gradient: copy dY to each top_k slot
-    if (df_) io({lt.dout, mt.routing, mt.fc2}, {mt.dfc2, mt.dprobs});
+    if (df_) io({lt.dout, mt.routing, mt.comb}, {mt.dcomb, mt.dprobs});
     int arrived = -1;
-    if (d_.ep > 1) arrived = ep_all_to_all(a2a_bytes, n_.ep_combine);
+    if (d_.ep > 1) {
+        arrived = ep_all_to_all(a2a_bytes, n_.ep_combine);
+        if (df_) io({mt.dcomb, mt.routing}, {mt.dfc2});
+    }
     if (etp_comm) arrived = collective(Stream::tp_comm, CollKind::all_gather, Group::etp, tp_bytes, n_.tp_ag, arrived >= 0 ? arrived : kAfterCompute);
     defer_or_wait(arrived);
     const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.etp;
@@ -465,13 +482,15 @@ void RankLowering::moe_backward(int layer) {
     compute(Op::elementwise, n_.experts_act, 0, 2 * batch * d_.mats * te * f * d_.act_bytes);
     if (df_) io({mt.fc1, mt.dact}, {mt.dfc1});
     gemm_cast(n_.experts_fc1, te, d_.h, (d_.mats - 1) * f, batch);
-    if (df_) io({mt.dfc1, prm("experts.fc1.weight", layer), mt.routing}, {mt.din});
+    if (df_) io({mt.dfc1, prm("experts.fc1.weight", layer), mt.routing}, {mt.ddisp});
     gemm(n_.experts_fc1, d_.h, (d_.mats - 1) * f, te, batch);
-    if (df_) io({mt.in, mt.dfc1, mt.routing}, {prm_grad("experts.fc1.weight", layer)});
+    if (df_) io({mt.disp, mt.dfc1, mt.routing}, {prm_grad("experts.fc1.weight", layer)});
     int back = -1;
     if (etp_comm) back = collective(Stream::tp_comm, CollKind::reduce_scatter, Group::etp, tp_bytes, n_.tp_rs);
-    if (d_.ep > 1)
+    if (d_.ep > 1) {
         back = ep_all_to_all(a2a_bytes, n_.ep_dispatch, back >= 0 ? back : kAfterCompute);
+        if (df_) io({mt.ddisp}, {mt.din});  // the rows' gradients home, in expert order
+    }
     int shared_back = -1;
     if (d_.shared > 0) {
         tp_forward_in(true);  // SP: gather dY for the shared experts' TP MLP

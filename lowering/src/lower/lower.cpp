@@ -56,6 +56,8 @@ void Names::intern(Program& p) {
     t_efc1 = tid("experts.fc1.out"); t_eact = tid("experts.act.out"); t_efc2 = tid("experts.fc2.out");
     g_router_logits = tid("d.router.logits"); g_probs = tid("d.router.probs"); g_moe_in = tid("d.moe.permuted");
     g_efc1 = tid("d.experts.fc1.out"); g_eact = tid("d.experts.act.out"); g_efc2 = tid("d.experts.fc2.out");
+    t_moe_disp = tid("moe.dispatched"); t_moe_comb = tid("moe.combined"); g_moe_disp = tid("d.moe.dispatched");
+    g_moe_comb = tid("d.moe.combined");
     t_grads = tid("grads"); t_params = tid("params"); t_state = tid("optimizer_state");
 }
 

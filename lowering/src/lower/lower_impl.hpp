@@ -36,6 +36,7 @@ struct Names {
     int g_x, g_x_g, g_x1, g_x1_g, g_ln2, g_ln2_s, g_act, g_fc1, g_attn, g_qkv, g_ln1, g_ln1_s, g_xf, g_xf_s, g_logits, g_emb_g, g_kv_ring, g_kv_acc;
     // The MoE block's (ep = 1): router logits and choices, tokens in expert order, the experts' outputs.
     int t_router_logits, t_routing, t_moe_in, t_efc1, t_eact, t_efc2, g_router_logits, g_probs, g_moe_in, g_efc1, g_eact, g_efc2;
+    int t_moe_disp, t_moe_comb, g_moe_disp, g_moe_comb;
     int t_grads, t_params, t_state;
     void intern(Program& p);
 };
@@ -215,9 +216,12 @@ private:
         int dout, dout_g, dx1, dx1_g, dln2, dln2_s, dact, dfc1, dattn, dqkv, dln1, dln1_s, dx;
     };
     LayerTensors layer_tensors(int layer);
-    /// The MoE block's dataflow tensors (ep = 1, tp = 1): routing and the tokens in expert order.
+    /// The MoE block's dataflow tensors (tp = 1): routing, the tokens in expert order, and with
+    /// ep > 1 what the all-to-alls deliver (disp: the rows for this rank's experts, comb: their
+    /// outputs back in expert order; without EP they are `in` and `fc2` themselves).
     struct MoeTensors {
         int logits, routing, in, fc1, act, fc2, dlogits, dprobs, din, dfc1, dact, dfc2;
+        int disp, comb, ddisp, dcomb;
     };
     MoeTensors moe_tensors(int layer);
 

@@ -34,7 +34,9 @@ public:
         const std::int64_t tp = p_.tp;
         // A bias is a [1, n] row: a row split of the vector it stands for cuts its columns.
         const bool vector_split = full_rows == 1 && split != ParamSplit::replicated;
-        e.rows = split == ParamSplit::cols || split == ParamSplit::replicated || vector_split ? full_rows : full_rows / tp;
+        e.rows = split == ParamSplit::experts                                                 ? full_rows / p_.ep
+                 : split == ParamSplit::cols || split == ParamSplit::replicated || vector_split ? full_rows
+                                                                                               : full_rows / tp;
         e.cols = split == ParamSplit::cols || vector_split ? full_cols / tp : full_cols;
         e.decay = decay;
         e.sequence_parallel = sp && p_.sequence_parallel && p_.tp > 1;
@@ -67,8 +69,8 @@ public:
         const bool swiglu = m_.ffn == FfnKind::swiglu;
         if (m_.layer_is_moe(l)) {  // Megatron-Core's router and grouped experts: no biases
             const std::int64_t E = m_.moe->experts, fe = m_.moe->expert_ffn_hidden > 0 ? m_.moe->expert_ffn_hidden : f;
-            add("experts.fc2.weight", l, chunk, E * h, fe, ParamSplit::replicated, true, false, false, true);
-            add("experts.fc1.weight", l, chunk, E * (swiglu ? 2 : 1) * fe, h, ParamSplit::replicated, true, false, false, true);
+            add("experts.fc2.weight", l, chunk, E * h, fe, ParamSplit::experts, true, false, false, true);
+            add("experts.fc1.weight", l, chunk, E * (swiglu ? 2 : 1) * fe, h, ParamSplit::experts, true, false, false, true);
             add("router.weight", l, chunk, E, h, ParamSplit::replicated, true);
         } else {
             mlp(l, chunk, h, f, swiglu);
@@ -154,10 +156,12 @@ ParamLayout param_layout(const ModelSpec& m, const PlanSpec& p, int stage) {
 std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
     auto n = [](const char* field, const std::string& value) { return std::string(field) + " = " + value; };
     if (m.is_moe()) {
-        // Routed experts on every rank of a stage (ep = 1, no TP): their own buffer, reduced over
-        // the expert-data-parallel group like Megatron-Core's.
+        // Routed experts spread over EP ranks (all-to-all dispatch), without TP: their own buffer,
+        // reduced over the expert-data-parallel group like Megatron-Core's.
         const MoeSpec& e = *m.moe;
-        if (p.ep > 1) return n("plan.ep", std::to_string(p.ep)) + ": expert parallelism (the all-to-all dispatch) is not executed yet";
+        if (e.experts % p.ep != 0) return n("plan.ep", std::to_string(p.ep)) + ": must divide model.moe.experts";
+        if (p.ep > 1 && p.moe_a2a_overlap)
+            return "plan.moe_a2a_overlap = true: the all-to-all overlapped with another micro-batch's compute is not executed yet";
         if (p.tp > 1 || p.etp() > 1)
             return n("plan.tp", std::to_string(p.tp)) + ": MoE layers are executed without tensor parallelism (set plan.tp and "
                    "plan.expert_tp to 1)";

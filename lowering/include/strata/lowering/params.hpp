@@ -20,7 +20,8 @@ enum class ParamSplit : std::uint8_t {
     rows,        ///< rows t * rows/tp .. (column-parallel weight and bias; the vocabulary)
     cols,        ///< columns (row-parallel weight)
     qkv_rows,    ///< the rank's query heads, then its key heads, then its value heads
-    gated_rows   ///< SwiGLU's fc1: the rank's rows of the gate, then of the up projection
+    gated_rows,  ///< SwiGLU's fc1: the rank's rows of the gate, then of the up projection
+    experts      ///< stacked experts' weights: the experts of the rank's EP group rank, rows e * rows ..
 };
 
 struct ParamEntry {
