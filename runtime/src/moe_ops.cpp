@@ -70,16 +70,30 @@ bool RankState::moe_compute(std::size_t i) {
     const i64 tokens = routing.rows;
     std::vector<i64> pos(static_cast<std::size_t>(tokens * k)), counts(static_cast<std::size_t>(E));
     if (!grouped || ep_size_ == 1) cpu::moe_order(pos.data(), counts.data(), I(routing_at), tokens, E, k);
-    if (name == "moe.permute") {  // {x, routing} -> permuted, or {d.permuted, routing} -> dx
+    // The shared experts' output (forward) or dX (backward), when the block has them, is added in.
+    auto add_shared = [&](int at) {
+        if (o.n_in <= at) return;
+        float* y = O(0);
+        cpu::add(y, y, I(at), nullptr, tokens, T(at).cols);
+    };
+    if (name == "moe.permute") {  // {x, routing} -> permuted, or {d.permuted, routing[, d.shared.x]} -> dx
         const i64 C = T(0).cols;
-        if (!bwd) cpu::moe_permute(O(0), I(0), pos.data(), tokens, k, C);
-        else cpu::moe_permute_backward(O(0), I(0), pos.data(), tokens, k, C);
+        if (!bwd) {
+            cpu::moe_permute(O(0), I(0), pos.data(), tokens, k, C);
+        } else {
+            cpu::moe_permute_backward(O(0), I(0), pos.data(), tokens, k, C);
+            add_shared(2);
+        }
         return true;
     }
-    if (name == "moe.unpermute") {  // {experts' out, routing} -> y, or {dy, routing, experts' out} -> {d.out, d.weights}
+    if (name == "moe.unpermute") {  // {experts' out, routing[, shared out]} -> y, or {dy, routing, experts' out} -> {d.out, d.weights}
         const i64 C = T(0).cols;
-        if (!bwd) cpu::moe_unpermute(O(0), I(0), I(1), pos.data(), tokens, k, C);
-        else cpu::moe_unpermute_backward(O(0), O(1), I(0), I(2), I(1), pos.data(), tokens, k, C);
+        if (!bwd) {
+            cpu::moe_unpermute(O(0), I(0), I(1), pos.data(), tokens, k, C);
+            add_shared(2);
+        } else {
+            cpu::moe_unpermute_backward(O(0), O(1), I(0), I(2), I(1), pos.data(), tokens, k, C);
+        }
         return true;
     }
     // Grouped GEMMs: the stacked weights [experts of the rank x out, in].

@@ -169,7 +169,7 @@ void RankState::compute(std::size_t i) {
         default: fail(i, std::string("op ") + to_string(in.op) + " is not executed by the runtime");
     }
     // Elementwise ops, by what the lowering calls them.
-    if (name == "act") {
+    if (name == "act" || name == "shared.act") {
         const bool swiglu = m.ffn == FfnKind::swiglu;
         if (!backward(in.phase)) {
             const DataTensor& y = a.out(0);

@@ -128,7 +128,7 @@ void RankState::init_params() {
             std::fill(p, p + e.elements(), 1.0f);
             continue;
         }
-        const double sd = e.name == "proj.weight" || e.name == "fc2.weight" || e.name == "experts.fc2.weight" ? out_std : kInitStd;
+        const double sd = e.name == "proj.weight" || e.name == "fc2.weight" || e.name == "experts.fc2.weight" || e.name == "shared.fc2.weight" ? out_std : kInitStd;
         const std::uint64_t key = hash_name(e.name, e.layer) ^ w_.options.seed;
         // Rows on all cores where this rank has them to itself (billions of draws for a 7B model).
         parallel_chunks(e.rows * e.cols, host_threads(), [&](std::int64_t lo, std::int64_t hi) {

@@ -91,10 +91,10 @@ r = json.load(open(sys.argv[1]))
 assert len(r["steps"]) == 2 and all(math.isfinite(s["loss"]) and s["loss"] > 0 for s in r["steps"])
 PY
 # ...what the runtime does not execute is refused: exit 2, the field named.
-sed 's/"top_k": 2}/"top_k": 2, "shared_experts": 1}/' "$T/moe.json" >"$T/moe-shared.json"
-"$S" run --model "$T/moe-shared.json" --cluster local-cpu-2 --plan "$SRC/scenarios/plans/gpt-tiny-2cpu.json" --steps 1 >"$T/out" 2>"$T/err"; rc=$?
-[ $rc -eq 2 ] || { cat "$T/err"; fail "MoE model with a shared expert: exit $rc, expected 2"; }
-grep -q "model.moe.shared_experts" "$T/err" || fail "MoE refusal does not name model.moe.shared_experts"
+sed 's/"top_k": 2}/"top_k": 2, "router_groups": 2, "router_group_topk": 1}/' "$T/moe.json" >"$T/moe-groups.json"
+"$S" run --model "$T/moe-groups.json" --cluster local-cpu-2 --plan "$SRC/scenarios/plans/gpt-tiny-2cpu.json" --steps 1 >"$T/out" 2>"$T/err"; rc=$?
+[ $rc -eq 2 ] || { cat "$T/err"; fail "MoE model with group-limited routing: exit $rc, expected 2"; }
+grep -q "model.moe.router_groups" "$T/err" || fail "MoE refusal does not name model.moe.router_groups"
 # A checkpoint that is not there: exit 2.
 "$S" run --model gpt-tiny --cluster local-cpu-2 --plan "$SRC/scenarios/plans/gpt-tiny-2cpu.json" --steps 1 --lr 0.5 --resume "$T/nosuch" >/dev/null 2>"$T/err"; rc=$?
 [ $rc -eq 2 ] || fail "missing checkpoint: exit $rc, expected 2"

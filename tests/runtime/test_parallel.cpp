@@ -415,6 +415,22 @@ TEST_CASE("MoE: every parallel variant follows the single-rank loss curve", "[ru
     }
     const ModelSpec m = tiny_moe();
     check_against_single_rank(m, v);
+    {
+        // With a shared expert beside the routed ones (DeepSeek's, Qwen's).
+        ModelSpec shared = m;
+        shared.moe->shared_experts = 1;
+        std::vector<Variant> s;
+        PlanSpec p = cpu_plan(1, 1, 2);
+        p.zero_stage = 1;
+        s.push_back({"shared expert, dp 2, ZeRO-1", p});
+        p.ep = 2;
+        s.push_back({"shared expert, dp 2, ep 2, ZeRO-1", p});
+        p.recompute = Recompute::selective;
+        p.recompute_modules = recompute_bit(RecomputeModule::shared_experts) | recompute_bit(RecomputeModule::moe_act);
+        s.push_back({"shared expert, dp 2, ep 2, selective recompute of the shared experts and moe_act", p});
+        s.push_back({"shared expert, pp 2", cpu_plan(1, 2)});
+        check_against_single_rank(shared, s);
+    }
     const char* names[] = {"experts.fc1.weight", "experts.fc2.weight", "router.weight"};
     for (const char* name : names) {
         const std::vector<float> ref = replicas_after(m, cpu_plan(), kSteps, name, 2).at(0);

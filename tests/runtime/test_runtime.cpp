@@ -106,6 +106,13 @@ TEST_CASE("gradients match finite differences", "[runtime][grad]") {
                         {{"router.weight", 1}, {"router.weight", 2}, {"experts.fc1.weight", 1}, {"experts.fc2.weight", 2},
                          {"ln2.weight", 2}, {"qkv.weight", 1}, {"fc1.weight", 0}, {"word_embedding.weight", -1}},
                         spread(10), true);
+        // A shared expert (DeepSeek's, Qwen's): an MLP beside the routed ones, added in.
+        ModelSpec shared = m;
+        shared.moe->shared_experts = 1;
+        check_gradients(shared, cpu_plan(), 0,
+                        {{"shared.fc1.weight", 1}, {"shared.fc2.weight", 2}, {"router.weight", 2}, {"experts.fc1.weight", 2},
+                         {"ln2.weight", 1}, {"qkv.weight", 1}},
+                        spread(10), true);
         // Top 2 of 4: router weights 40x part the logits by ~4 while a perturbation of the
         // router or of an expert moves them by ~0.03 at most, so no token changes experts.
         m.moe->top_k = 2;
@@ -527,7 +534,7 @@ TEST_CASE("what the runtime cannot execute is refused with the field named", "[r
     m.moe->experts = 4;
     m.moe->top_k = 2;
     CHECK_NOTHROW(runtime::Session(m, cpu_cluster(1), cpu_plan(), {}));
-    // MoE runs without TP, dropless, without shared experts, ZeRO 0-1, states on the GPU, its
+    // MoE runs without TP, dropless, without group-limited routing, ZeRO 0-1, states on the GPU, its
     // all-to-alls not overlapped with another micro-batch.
     CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), cpu_plan(2), {}), Catch::Contains("plan.tp = 2"));
     {
@@ -544,9 +551,10 @@ TEST_CASE("what the runtime cannot execute is refused with the field named", "[r
         p.offload.optimizer = TierSplit{0, 1, 0};
         CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), p, {}), Catch::Contains("plan.offload"));
     }
-    m.moe->shared_experts = 1;
-    CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(1), cpu_plan(), {}), Catch::Contains("model.moe.shared_experts"));
-    m.moe->shared_experts = 0;
+    m.moe->router_groups = 2;
+    m.moe->router_group_topk = 1;
+    CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(1), cpu_plan(), {}), Catch::Contains("model.moe.router_groups"));
+    m.moe->router_groups = m.moe->router_group_topk = 0;
     m.moe->capacity_factor = 1.25;
     CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(1), cpu_plan(), {}), Catch::Contains("model.moe.capacity_factor"));
     PlanSpec p = cpu_plan();

@@ -203,7 +203,7 @@ void RankLowering::moe_forward(int layer) {
     if (etp_comm) dispatched = collective(Stream::tp_comm, CollKind::all_gather, Group::etp, tp_bytes, n_.tp_ag, dispatched >= 0 ? dispatched : kAfterCompute);
     int shared_out = -1;
     if (d_.shared > 0) {
-        shared_experts_forward();
+        shared_experts_forward(layer);
         if (sp) shared_out = tp_out_collective();
     }
     defer_or_wait(dispatched);
@@ -222,7 +222,7 @@ void RankLowering::moe_forward(int layer) {
     }
     defer_or_wait(combined);
     compute(Op::elementwise, n_.moe_unpermute, 0, permute_bytes);
-    if (df_) io({mt.comb, mt.routing}, {lt.fc2});
+    if (df_) io({mt.comb, mt.routing, opt(mt.sfc2)}, {lt.fc2});  // plus the shared experts' output
     wait(Stream::compute, shared_out);
 }
 
@@ -254,16 +254,30 @@ RankLowering::MoeTensors RankLowering::moe_tensors(int l) {
     t.comb = ep ? act(n_.t_moe_comb, l, tk, H) : t.fc2;
     t.ddisp = ep ? grad(n_.g_moe_disp, l, tk, H) : t.din;
     t.dcomb = ep ? grad(n_.g_moe_comb, l, tk, H) : t.dfc2;
+    const double fs = d_.shared * f;
+    const bool shared = fs > 0;
+    t.sfc1 = shared ? act(n_.t_sfc1, l, T, (d_.mats - 1) * fs) : -1;
+    t.sact = shared ? act(n_.t_sact, l, T, fs) : -1;
+    t.sfc2 = shared ? act(n_.t_sfc2, l, T, H) : -1;
+    t.dsfc1 = shared ? grad(n_.g_sfc1, l, T, (d_.mats - 1) * fs) : -1;
+    t.dsact = shared ? grad(n_.g_sact, l, T, fs) : -1;
+    t.dsx = shared ? grad(n_.g_shared_x, l, T, H) : -1;
     return t;
 }
 
-// The shared experts: a TP MLP on the (with SP, gathered) input.
-void RankLowering::shared_experts_forward() {
+// The shared experts: a TP MLP on the (with SP, gathered) input. Dataflow (tp 1): its output is
+// added by the un-permute.
+void RankLowering::shared_experts_forward(int layer) {
     tp_forward_in(true);
+    const LayerTensors lt = layer_tensors(layer);
+    const MoeTensors mt = moe_tensors(layer);
     const double f = d_.shared * d_.expert_ffn / d_.tp;
     gemm_cast(n_.shared_fc1, d_.tokens, (d_.mats - 1) * f, d_.h);
+    if (df_) io({lt.ln2, prm("shared.fc1.weight", layer)}, {mt.sfc1});
     compute(Op::elementwise, n_.shared_act, 0, d_.mats * d_.tokens * f * d_.act_bytes);
+    if (df_) io({mt.sfc1}, {mt.sact});
     gemm_cast(n_.shared_fc2, d_.tokens, d_.h, f);
+    if (df_) io({mt.sact, prm("shared.fc2.weight", layer)}, {mt.sfc2});
 }
 
 // Multi-head latent attention (Megatron-Core MLASelfAttention): the down-projections are
@@ -496,15 +510,20 @@ void RankLowering::moe_backward(int layer) {
         tp_forward_in(true);  // SP: gather dY for the shared experts' TP MLP
         const double fs = d_.shared * d_.expert_ffn / d_.tp;
         gemm_cast(n_.shared_fc2, d_.tokens, fs, d_.h);
+        if (df_) io({lt.dout, prm("shared.fc2.weight", layer)}, {mt.dsact});
         gemm(n_.shared_fc2, fs, d_.h, d_.tokens);
+        if (df_) io({mt.sact, lt.dout}, {prm_grad("shared.fc2.weight", layer)});
         compute(Op::elementwise, n_.shared_act, 0, 2 * d_.mats * d_.tokens * fs * d_.act_bytes);
+        if (df_) io({mt.sfc1, mt.dsact}, {mt.dsfc1});
         gemm_cast(n_.shared_fc1, d_.tokens, d_.h, (d_.mats - 1) * fs);
+        if (df_) io({mt.dsfc1, prm("shared.fc1.weight", layer)}, {mt.dsx});
         gemm(n_.shared_fc1, d_.h, (d_.mats - 1) * fs, d_.tokens);
+        if (df_) io({lt.ln2, mt.dsfc1}, {prm_grad("shared.fc1.weight", layer)});
         if (sp) shared_back = tp_out_collective();
     }
     defer_or_wait(back);
     compute(Op::elementwise, n_.moe_permute, 0, permute_bytes);  // the permute's gradient: sum the top_k copies
-    if (df_) io({mt.din, mt.routing}, {lt.dln2});
+    if (df_) io({mt.din, mt.routing, opt(mt.dsx)}, {lt.dln2});  // plus the shared experts' dX
     compute(Op::router, n_.router, 0, 2 * routed * d_.experts * 4);
     if (df_) io({mt.routing, mt.dprobs}, {mt.dlogits});
     gemm_high(n_.router_gemm, routed, d_.h, d_.experts);

@@ -37,6 +37,7 @@ struct Names {
     // The MoE block's (ep = 1): router logits and choices, tokens in expert order, the experts' outputs.
     int t_router_logits, t_routing, t_moe_in, t_efc1, t_eact, t_efc2, g_router_logits, g_probs, g_moe_in, g_efc1, g_eact, g_efc2;
     int t_moe_disp, t_moe_comb, g_moe_disp, g_moe_comb;
+    int t_sfc1, t_sact, t_sfc2, g_sfc1, g_sact, g_shared_x;
     int t_grads, t_params, t_state;
     void intern(Program& p);
 };
@@ -222,6 +223,7 @@ private:
     struct MoeTensors {
         int logits, routing, in, fc1, act, fc2, dlogits, dprobs, din, dfc1, dact, dfc2;
         int disp, comb, ddisp, dcomb;
+        int sfc1, sact, sfc2, dsfc1, dsact, dsx;  ///< the shared experts' (-1: none)
     };
     MoeTensors moe_tensors(int layer);
 
@@ -239,7 +241,7 @@ private:
     void attention_core_forward(Phase phase, int qkv = -1, int out = -1, int lse = -1);
     void mlp_forward(int pending_ag, const LayerTensors* t = nullptr);
     void moe_forward(int layer);
-    void shared_experts_forward();
+    void shared_experts_forward(int layer);
     void mla_up_projections_forward();
     void recompute_modules_before_mlp(int layer);
     void recompute_modules_before_attention();

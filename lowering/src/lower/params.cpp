@@ -72,6 +72,10 @@ public:
             add("experts.fc2.weight", l, chunk, E * h, fe, ParamSplit::experts, true, false, false, true);
             add("experts.fc1.weight", l, chunk, E * (swiglu ? 2 : 1) * fe, h, ParamSplit::experts, true, false, false, true);
             add("router.weight", l, chunk, E, h, ParamSplit::replicated, true);
+            if (const std::int64_t fs = m_.moe->shared_experts * fe; fs > 0) {  // an MLP of shared x fe
+                add("shared.fc2.weight", l, chunk, h, fs, ParamSplit::cols, true);
+                add("shared.fc1.weight", l, chunk, (swiglu ? 2 : 1) * fs, h, swiglu ? ParamSplit::gated_rows : ParamSplit::rows, true);
+            }
         } else {
             mlp(l, chunk, h, f, swiglu);
         }
@@ -165,7 +169,6 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
         if (p.tp > 1 || p.etp() > 1)
             return n("plan.tp", std::to_string(p.tp)) + ": MoE layers are executed without tensor parallelism (set plan.tp and "
                    "plan.expert_tp to 1)";
-        if (e.shared_experts > 0) return n("model.moe.shared_experts", std::to_string(e.shared_experts)) + ": shared experts are not executed yet";
         if (e.capacity_factor > 0)
             return n("model.moe.capacity_factor", std::to_string(e.capacity_factor)) + ": token dropping is not executed (dropless only: set it to 0)";
         if (e.router_groups > 0) return n("model.moe.router_groups", std::to_string(e.router_groups)) + ": group-limited routing is not executed yet";

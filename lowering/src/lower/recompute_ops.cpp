@@ -30,7 +30,7 @@ void RankLowering::recompute_modules_before_mlp(int layer) {
                 }
             }
             if (p_.recomputes(RecomputeModule::shared_experts) && d_.shared > 0) {
-                shared_experts_forward();
+                shared_experts_forward(layer);
                 if (d_.tp > 1 && d_.sp) wait(Stream::compute, tp_out_collective());
             }
         }
