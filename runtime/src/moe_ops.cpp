@@ -69,7 +69,9 @@ bool RankState::moe_compute(std::size_t i) {
     if (routing.cols != 2 * k) fail(i, "its routing operand is not [tokens, 2 top_k]");
     const i64 tokens = routing.rows;
     std::vector<i64> pos(static_cast<std::size_t>(tokens * k)), counts(static_cast<std::size_t>(E));
-    if (!grouped || ep_size_ == 1) cpu::moe_order(pos.data(), counts.data(), I(routing_at), tokens, E, k);
+    if (!grouped) cpu::moe_order(pos.data(), counts.data(), I(routing_at), tokens, E, k);
+    // Without EP the rank's own rows in expert order are what its experts see.
+    if (name == "moe.permute" && !bwd && ep_size_ == 1) moe_recv_[{in.layer, in.microbatch}] = counts;
     // The shared experts' output (forward) or dX (backward), when the block has them, is added in.
     auto add_shared = [&](int at) {
         if (o.n_in <= at) return;
@@ -97,21 +99,19 @@ bool RankState::moe_compute(std::size_t i) {
         return true;
     }
     // Grouped GEMMs: the stacked weights [experts of the rank x out, in].
+    // The rows, in order: (expert-TP rank,) sender, the rank's expert; how many of each the
+    // permute, the dispatch and the expert-TP gather recorded.
     const i64 local = E / ep_size_;
     std::vector<Segment> segs;
-    if (ep_size_ == 1) {
-        for (i64 e = 0, first = 0; e < E; first += counts[static_cast<std::size_t>(e)], ++e)
-            segs.push_back({first, counts[static_cast<std::size_t>(e)], e});
-    } else {
-        const auto it = moe_recv_.find({in.layer, in.microbatch});
-        if (it == moe_recv_.end()) fail(i, "runs before its layer's dispatch delivered anything");
-        i64 first = 0;
-        for (std::size_t c = 0; c < it->second.size(); ++c) {
-            segs.push_back({first, it->second[c], static_cast<i64>(c) % local});
-            first += it->second[c];
-        }
-        if (first != rows_of(id(0))) fail(i, "its rows are not what the dispatch delivered");
+    const auto& layouts = tp_size_ > 1 ? moe_gath_ : moe_recv_;
+    const auto it = layouts.find({in.layer, in.microbatch});
+    if (it == layouts.end()) fail(i, "runs before its layer's tokens reached its experts");
+    i64 first = 0;
+    for (std::size_t c = 0; c < it->second.size(); ++c) {
+        segs.push_back({first, it->second[c], static_cast<i64>(c) % local});
+        first += it->second[c];
     }
+    if (first != rows_of(id(0))) fail(i, "its rows are not what reached its experts");
     const DataTensor& out0 = T(o.n_in);
     const bool wgrad = out0.role == TensorRole::param_grad || out0.role == TensorRole::weight_grad;
     const DataTensor& w = wgrad ? out0 : T(1);
@@ -135,29 +135,39 @@ bool RankState::moe_compute(std::size_t i) {
     return true;
 }
 
-// {rows in expert order, routing} -> {the rows for this rank's experts}: each row to its expert's
-// rank. {rows that arrived} -> {rows in expert order}: each back to its sender (the combine, and
-// the dispatch's backward).
-CollPart RankState::all_to_all_part(std::size_t i) {
+// The MoE block's collectives, whose rows vary with the routing (all through the transport's
+// all-to-all):
+// * EP all-to-all {rows in expert order, routing} -> {the rows for this rank's experts}: each row
+//   to its expert's rank; {rows that arrived} -> {rows in expert order}: each back to its sender
+//   (the combine, and the dispatch's backward);
+// * expert-TP all-gather {this rank's expert-side rows} -> {the group's, rank after rank};
+// * expert-TP reduce-scatter {the group's rows, partial sums} -> {this rank's rows, summed}.
+CollPart RankState::moe_collective_part(std::size_t i) {
     const Instr& in = rp_.instrs[i];
     const Operands& o = rp_.operands[i];
-    if (!w_.model.is_moe() || o.n_out != 1 || o.n_in < 1 || o.n_in > 2)
-        fail(i, "an all-to-all moves one MoE tensor: {rows[, routing]} -> {rows}");
+    const bool a2a = in.coll == CollKind::all_to_all;
+    if (!w_.model.is_moe() || o.n_out != 1 || o.n_in < 1 || o.n_in > (a2a ? 2 : 1))
+        fail(i, "a MoE collective moves one tensor: {rows[, routing]} -> {rows}");
     auto id = [&](int k) { return rp_.operand_ids[o.first + static_cast<std::size_t>(k)]; };
     const auto& members = rp_.groups[static_cast<std::size_t>(in.group)];
     const int n = static_cast<int>(members.size());
-    if (n != in.group_size || n != ep_size_) fail(i, "an all-to-all spans the expert-parallel group");
-    const i64 E = w_.model.moe->experts, L = E / n, k = w_.model.moe->top_k;
+    if (n != in.group_size || n != (a2a ? ep_size_ : tp_size_)) fail(i, "its group is not the expert-parallel or expert-TP group");
+    const i64 E = w_.model.moe->experts, L = E / ep_size_, k = w_.model.moe->top_k;
     CollPart part;
     part.group_rank = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
     part.waker = &waker_;
     part.in.push_back(tensor(id(0), false, i));
     part.in_n.push_back(elements(id(0)));
     part.in_cols = w_.program.tensors[static_cast<std::size_t>(id(0))].cols;
-    part.local_experts = L;
     part.send_rows.assign(static_cast<std::size_t>(n), 0);
-    part.send_counts.assign(static_cast<std::size_t>(n * L), 0);
-    if (o.n_in == 2) {
+    auto layout = [&](const std::map<std::pair<int, int>, std::vector<i64>>& of) -> const std::vector<i64>& {
+        const auto it = of.find({in.layer, in.microbatch});
+        if (it == of.end()) fail(i, "moves rows its layer's earlier collectives never delivered");
+        return it->second;
+    };
+    if (a2a && o.n_in == 2) {
+        part.local_experts = L;
+        part.send_counts.assign(static_cast<std::size_t>(E), 0);
         const DataTensor& routing = w_.program.tensors[static_cast<std::size_t>(id(1))];
         std::vector<i64> pos(static_cast<std::size_t>(routing.rows * k)), counts(static_cast<std::size_t>(E));
         cpu::moe_order(pos.data(), counts.data(), tensor(id(1), false, i), routing.rows, E, k);
@@ -165,38 +175,61 @@ CollPart RankState::all_to_all_part(std::size_t i) {
             part.send_rows[static_cast<std::size_t>(e / L)] += counts[static_cast<std::size_t>(e)];
             part.send_counts[static_cast<std::size_t>(e)] = counts[static_cast<std::size_t>(e)];
         }
-    } else {
-        const auto it = moe_recv_.find({in.layer, in.microbatch});
-        if (it == moe_recv_.end()) fail(i, "returns rows its layer's dispatch never delivered");
-        for (i64 c = 0; c < n * L; ++c) {
-            part.send_rows[static_cast<std::size_t>(c / L)] += it->second[static_cast<std::size_t>(c)];
-            part.send_counts[static_cast<std::size_t>(c)] = it->second[static_cast<std::size_t>(c)];
+    } else if (a2a) {
+        const std::vector<i64>& got = layout(moe_recv_);
+        for (i64 c = 0; c < n * L; ++c) part.send_rows[static_cast<std::size_t>(c / L)] += got[static_cast<std::size_t>(c)];
+    } else if (in.coll == CollKind::all_gather) {
+        const std::vector<i64>& mine = layout(moe_recv_);
+        const i64 rows = rows_of(id(0));
+        part.broadcast = true;
+        part.local_experts = static_cast<i64>(mine.size());
+        for (int d = 0; d < n; ++d) {
+            part.send_rows[static_cast<std::size_t>(d)] = rows;
+            part.send_counts.insert(part.send_counts.end(), mine.begin(), mine.end());
         }
+    } else if (in.coll == CollKind::reduce_scatter) {
+        const std::vector<i64>& all = layout(moe_gath_);
+        const std::size_t per = all.size() / static_cast<std::size_t>(n);
+        for (std::size_t c = 0; c < all.size(); ++c) part.send_rows[c / per] += all[c];
+    } else {
+        fail(i, std::string("a MoE ") + to_string(in.coll) + " is not executed");
     }
     i64 total = 0;
     for (i64 r : part.send_rows) total += r;
-    if (total != rows_of(id(0))) fail(i, "sends other than the rows it holds");
+    if (total != rows_of(id(0)) * (part.broadcast ? n : 1)) fail(i, "sends other than the rows it holds");
     A2aReceived& got = a2a_[i];
     got = A2aReceived{};
     part.received = &got;
     return part;
 }
 
-void RankState::finish_all_to_all(std::size_t i) {
+void RankState::finish_moe_collective(std::size_t i) {
     const Instr& in = rp_.instrs[i];
     const Operands& o = rp_.operands[i];
     const int out = rp_.operand_ids[o.first + static_cast<std::size_t>(o.n_in)];
     const DataTensor& y = w_.program.tensors[static_cast<std::size_t>(out)];
-    const A2aReceived got = std::move(a2a_.at(i));
+    A2aReceived got = std::move(a2a_.at(i));
     a2a_.erase(i);
-    if (o.n_in == 2) {  // rows for this rank's experts: as many as arrived
-        dyn_rows_[out] = got.rows;
-        moe_recv_[{in.layer, in.microbatch}] = got.counts;
-    } else if (got.rows != y.rows) {
-        fail(i, "got back " + std::to_string(got.rows) + " rows of its " + std::to_string(y.rows) + " routed tokens");
+    const std::pair<int, int> key{in.layer, in.microbatch};
+    i64 rows = got.rows;
+    if (in.coll == CollKind::reduce_scatter) {  // one block of this rank's rows from each member: their sum
+        const auto n = static_cast<i64>(rp_.groups[static_cast<std::size_t>(in.group)].size());
+        rows = got.rows / n;
+        const i64 len = rows * y.cols;
+        for (i64 b = 1; b < n; ++b)
+            for (i64 e = 0; e < len; ++e) got.data[static_cast<std::size_t>(e)] += got.data[static_cast<std::size_t>(b * len + e)];
+        dyn_rows_[out] = rows;
+    } else if (in.coll == CollKind::all_gather) {
+        dyn_rows_[out] = rows;
+        moe_gath_[key] = got.counts;
+    } else if (o.n_in == 2) {  // rows for this rank's experts: as many as arrived
+        dyn_rows_[out] = rows;
+        moe_recv_[key] = got.counts;
+    } else if (rows != y.rows) {
+        fail(i, "got back " + std::to_string(rows) + " rows of its " + std::to_string(y.rows) + " routed tokens");
     }
     float* to = tensor(out, true, i);
-    std::memcpy(to, got.data.data(), got.data.size() * sizeof(float));
+    std::memcpy(to, got.data.data(), static_cast<std::size_t>(rows * y.cols) * sizeof(float));
 }
 
 }  // namespace strata::runtime

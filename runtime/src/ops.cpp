@@ -256,16 +256,16 @@ bool RankState::collective(std::size_t i, bool first) {
         std::chrono::steady_clock::time_point at;
         if (!w_.transport.collective_done(key, &at)) return false;
         ended_ns_[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(at - w_.step_start).count();
-        if (in.coll == CollKind::all_to_all) finish_all_to_all(i);
+        if (moe_collective(in)) finish_moe_collective(i);
         return true;
     }
     if (in.match_id == 0) fail(i, "an unmatched collective (the runtime needs a full-mode Program)");
-    if (in.coll == CollKind::all_to_all) {
-        if (dev_) fail(i, "all-to-alls are not executed by the cuda backend yet");
-        const bool done = w_.transport.collective(key, in.coll, in.group_size, all_to_all_part(i));
+    if (moe_collective(in)) {  // rows that vary with the routing, exchanged as an all-to-all
+        if (dev_) fail(i, "MoE's collectives are not executed by the cuda backend yet");
+        const bool done = w_.transport.collective(key, CollKind::all_to_all, in.group_size, moe_collective_part(i));
         if (done) {
             ended_ns_[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - w_.step_start).count();
-            finish_all_to_all(i);
+            finish_moe_collective(i);
         }
         return done;
     }

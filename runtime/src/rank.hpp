@@ -223,10 +223,13 @@ private:
     void compute(std::size_t i);
     /// The MoE block's instructions (moe_ops.cpp); false when i is none of them.
     bool moe_compute(std::size_t i);
-    /// MoE's all-to-all (moe_ops.cpp): this rank's part, and on completion its output, sized by
-    /// what arrived.
-    CollPart all_to_all_part(std::size_t i);
-    void finish_all_to_all(std::size_t i);
+    /// MoE's collectives (moe_ops.cpp: the EP all-to-alls, the expert-TP gather and reduce-scatter):
+    /// this rank's part, and on completion its output, sized by what arrived.
+    CollPart moe_collective_part(std::size_t i);
+    void finish_moe_collective(std::size_t i);
+    bool moe_collective(const sim::Instr& in) const {
+        return in.coll == sim::CollKind::all_to_all || (in.group == sim::Group::etp && w_.model.is_moe());
+    }
     /// Rows of a tensor: what arrived for one sized by an all-to-all this step, else its DataTensor's.
     i64 rows_of(int id) const;
     bool collective(std::size_t i, bool first);
@@ -278,7 +281,10 @@ private:
     int tp_rank_ = 0, tp_size_ = 1, dp_rank_ = 0, cp_rank_ = 0, cp_size_ = 1, ep_rank_ = 0, ep_size_ = 1;
     // MoE under expert parallelism: the rows a rank's experts receive vary with the routing.
     std::unordered_map<int, i64> dyn_rows_;  ///< tensor id -> rows, for those sized by what arrived
-    std::map<std::pair<int, int>, std::vector<i64>> moe_recv_;  ///< (layer, micro-batch) -> rows from each sender per local expert
+    /// (layer, micro-batch) -> the rows the rank's experts see, before the expert-TP gather: from
+    /// each sender per local expert (without EP: per expert of its own tokens), and after it:
+    /// [expert-TP rank][that rank's moe_recv_].
+    std::map<std::pair<int, int>, std::vector<i64>> moe_recv_, moe_gath_;
     std::unordered_map<std::size_t, A2aReceived> a2a_;          ///< by instruction: where a posted all-to-all's rows land
     /// Where this rank's rows (or those of the CP rank `owner`) sit in their sequences.
     cpu::Positions positions(int owner = -1) const { return {w_.model.seq_len, cp_size_, owner < 0 ? cp_rank_ : owner}; }

@@ -61,10 +61,21 @@ std::int64_t whole_row(ParamSplit split, const ModelSpec& m, std::int64_t r, std
 // The element of the whole tensor (row-major) that a rank's piece holds at (r, c).
 std::int64_t whole_index(const ParamEntry& e, const ModelSpec& m, std::int64_t r, std::int64_t c, int t, int tp) {
     if (e.split == ParamSplit::replicated) return r * e.full_cols + c;
-    if (e.split == ParamSplit::experts) return (t * e.rows + r) * e.full_cols + c;  // t: the EP rank
+    STRATA_ASSERT(e.split != ParamSplit::expert_rows && e.split != ParamSplit::expert_cols, "whole_index: experts need expert_whole_index");
     if (e.full_rows == 1) return whole_row(e.split, m, c, e.cols, e.full_cols, t, tp);  // a split bias vector
     if (e.split == ParamSplit::cols) return r * e.full_cols + t * e.cols + c;
     return whole_row(e.split, m, r, e.rows, e.full_rows, t, tp) * e.full_cols + c;
+}
+
+// Stacked experts [experts x out, in]: element (r, c) of the piece of EP rank `e` and expert-TP
+// rank `t` of `etp` (params.hpp's expert_rows / expert_cols).
+std::int64_t expert_whole_index(const ParamEntry& p, const ModelSpec& m, std::int64_t r, std::int64_t c, int e, int t, int etp) {
+    const std::int64_t out = p.full_rows / m.moe->experts;  // one expert's rows in the whole tensor
+    if (p.split == ParamSplit::expert_cols) return (e * p.rows + r) * p.full_cols + t * p.cols + c;
+    const std::int64_t out_local = out / etp, experts_local = p.rows / out_local;
+    const std::int64_t j = r / out_local, q = r % out_local;
+    const ParamSplit within = m.ffn == FfnKind::swiglu ? ParamSplit::gated_rows : ParamSplit::rows;
+    return ((e * experts_local + j) * out + whole_row(within, m, q, out_local, out, t, etp)) * p.full_cols + c;
 }
 
 std::string fingerprint(const ModelSpec& m, const PlanSpec& p) {
@@ -130,10 +141,12 @@ void RankState::init_params() {
         }
         const double sd = e.name == "proj.weight" || e.name == "fc2.weight" || e.name == "experts.fc2.weight" || e.name == "shared.fc2.weight" ? out_std : kInitStd;
         const std::uint64_t key = hash_name(e.name, e.layer) ^ w_.options.seed;
+        const bool expert = e.split == ParamSplit::expert_rows || e.split == ParamSplit::expert_cols;  // etp = tp (dataflow_unsupported)
         // Rows on all cores where this rank has them to itself (billions of draws for a 7B model).
         parallel_chunks(e.rows * e.cols, host_threads(), [&](std::int64_t lo, std::int64_t hi) {
             for (std::int64_t i = lo; i < hi; ++i)
-                p[i] = static_cast<float>(sd * normal(key, whole_index(e, w_.model, i / e.cols, i % e.cols, e.split == ParamSplit::experts ? ep_rank_ : tp_rank_, tp_size_)));
+                p[i] = static_cast<float>(sd * normal(key, expert ? expert_whole_index(e, w_.model, i / e.cols, i % e.cols, ep_rank_, tp_rank_, tp_size_)
+                                                                   : whole_index(e, w_.model, i / e.cols, i % e.cols, tp_rank_, tp_size_)));
         });
     }
     // A bf16 plan's weights are bf16 from the start; the optimizer's fp32 master copies start from

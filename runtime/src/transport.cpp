@@ -115,7 +115,7 @@ void Transport::perform(Coll& c) {
                 for (const CollPart& src : c.parts) {
                     STRATA_ASSERT(static_cast<int>(src.send_rows.size()) == n && src.in_cols == C, "all_to_all: members disagree on the split");
                     i64 from = 0;
-                    for (std::size_t k = 0; k < d; ++k) from += src.send_rows[k];
+                    for (std::size_t k = 0; k < d && !src.broadcast; ++k) from += src.send_rows[k];
                     const i64 rows = src.send_rows[d];
                     std::memcpy(r.data.data() + at * C, src.in[0] + from * C, static_cast<std::size_t>(rows * C) * sizeof(float));
                     at += rows;

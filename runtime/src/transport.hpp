@@ -61,6 +61,7 @@ struct CollPart {
     /// (send_counts[d * local_experts + j]); what arrives lands in `received`, sized by the sends.
     std::vector<std::int64_t> send_rows, send_counts;
     std::int64_t local_experts = 0;
+    bool broadcast = false;  ///< every member gets all of in[0] (a gather of rows that vary per member)
     A2aReceived* received = nullptr;
     Waker* waker = nullptr;
 };

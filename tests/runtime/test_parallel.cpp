@@ -321,8 +321,24 @@ TEST_CASE("Llama: every parallel variant follows the single-rank loss curve", "[
 
 namespace {
 
-// A MoE layer's weights after `steps` steps, whole (every expert's rows in expert order), as each
-// data-parallel replica holds them: a rank of EP group rank e holds experts e x experts / ep ..
+// Where element (r, c) of a rank's piece of a MoE layer's weight sits in the whole tensor, for EP
+// group rank e and TP rank t of tp, written from Megatron-Core's layout (not the runtime's): the
+// rank holds experts e x E/ep ..; each expert's fc1 is cut over TP by rows, SwiGLU's gate and up
+// halves each in tp parts, its fc2 by columns; the router is whole on every rank.
+std::int64_t whole_of(const ModelSpec& m, const std::string& name, std::int64_t rows, std::int64_t cols, std::int64_t r, std::int64_t c,
+                      std::int64_t e, std::int64_t t, std::int64_t tp) {
+    const std::int64_t E = m.moe->experts, h = m.hidden, fe = m.moe->expert_ffn_hidden;
+    if (name == "router.weight") return r * cols + c;
+    if (name == "experts.fc2.weight") return (e * rows + r) * (fe) + t * cols + c;  // [E h, fe]
+    const std::int64_t out = 2 * fe, out_local = out / tp, half = out_local / 2, local = rows / out_local;  // SwiGLU fc1 [E 2fe, h]
+    const std::int64_t j = r / out_local, q = r % out_local;
+    const std::int64_t row = q < half ? t * half + q : fe + t * half + (q - half);
+    (void)E;
+    (void)h;
+    return ((e * local + j) * out + row) * cols + c;
+}
+
+// A MoE layer's weights after `steps` steps, whole, as each data-parallel replica holds them.
 // Under ZeRO-1 a replica holds the last update only for its own slice until the next step's
 // gather, so the caller takes, element by element, the replica that holds it fresh.
 std::vector<std::vector<float>> replicas_after(const ModelSpec& m, const PlanSpec& p, int steps, const std::string& name, int layer) {
@@ -330,8 +346,9 @@ std::vector<std::vector<float>> replicas_after(const ModelSpec& m, const PlanSpe
     o.lr = 3e-3;
     runtime::Session s(m, cpu_cluster(p.gpus()), p, o);
     for (int i = 0; i < steps; ++i) s.step();
+    const std::int64_t whole = param_layout(m, cpu_plan(), 0).find(name, layer)->elements();
     std::vector<std::vector<float>> out;
-    std::map<std::int64_t, int> seen;  // expert block -> replicas read
+    std::map<std::pair<std::int64_t, std::int64_t>, int> seen;  // (EP rank, TP rank) -> replicas read
     for (int r = 0; r < p.gpus(); ++r) {
         std::int64_t n = 0;
         try {
@@ -339,12 +356,16 @@ std::vector<std::vector<float>> replicas_after(const ModelSpec& m, const PlanSpe
         } catch (const InputError&) {
             continue;  // another stage's layer
         }
-        const bool split = name.rfind("experts.", 0) == 0;
-        const std::vector<int> ep = group_ranks(Group::ep, p, r);
-        const std::int64_t e = split ? std::find(ep.begin(), ep.end(), r) - ep.begin() : 0;
-        const auto replica = static_cast<std::size_t>(seen[e]++);
-        if (out.size() <= replica) out.emplace_back(static_cast<std::size_t>(n * (split ? static_cast<std::int64_t>(ep.size()) : 1)), NAN);
-        for (std::int64_t i = 0; i < n; ++i) out[replica][static_cast<std::size_t>(e * n + i)] = s.param(r, name, layer, i);
+        const std::vector<int> ep = group_ranks(Group::ep, p, r), tp = group_ranks(Group::tp, p, r);
+        const std::int64_t e = std::find(ep.begin(), ep.end(), r) - ep.begin(), t = std::find(tp.begin(), tp.end(), r) - tp.begin();
+        const std::vector<int> pp = group_ranks(Group::pp, p, r);
+        const auto stage = static_cast<int>(std::find(pp.begin(), pp.end(), r) - pp.begin());
+        const ParamEntry& piece = *param_layout(m, p, stage).find(name, layer);
+        const auto replica = static_cast<std::size_t>(seen[{name == "router.weight" ? 0 : e, name == "router.weight" ? 0 : t}]++);
+        if (out.size() <= replica) out.emplace_back(static_cast<std::size_t>(whole), NAN);
+        for (std::int64_t i = 0; i < n; ++i)
+            out[replica][static_cast<std::size_t>(whole_of(m, name, piece.rows, piece.cols, i / piece.cols, i % piece.cols, e, t, p.tp))] =
+                s.param(r, name, layer, i);
     }
     return out;
 }
@@ -356,8 +377,10 @@ TEST_CASE("MoE: every parallel variant follows the single-rank loss curve", "[ru
     // (with ep = 1 the same ranks as dp x cp, but its own collectives and ZeRO-1 slices). At
     // initialisation the experts add little to the loss (their output projections start small),
     // so the curve alone would hardly see a token sent to the wrong expert: each expert's weights
-    // after the steps are compared too. An update moves a weight by ~lr = 3e-3; rounding
-    // differences stay below 1e-6.
+    // after the steps are compared too. An update moves a weight by ~lr = 3e-3, and a misrouted
+    // expert is that far off (checked by breaking the expert index). Adam divides each update by
+    // the gradient's own scale, so where a gradient is near zero the rounding of a split that sums
+    // tokens in another order (cp, tp) shows at up to ~1e-5 (dp alone: ~4e-7): tolerance 1e-4.
     std::vector<Variant> v;
     v.push_back({"dp 2", cpu_plan(1, 1, 2)});
     {
@@ -431,6 +454,30 @@ TEST_CASE("MoE: every parallel variant follows the single-rank loss curve", "[ru
         s.push_back({"shared expert, pp 2", cpu_plan(1, 2)});
         check_against_single_rank(shared, s);
     }
+    {
+        // Under TP with SP (Megatron-Core requires it for MoE): each TP rank routes its own tokens,
+        // the expert-TP group gathers its rows for the experts' split GEMMs and reduce-scatters
+        // their partial outputs back.
+        PlanSpec p = cpu_plan(2);
+        p.sequence_parallel = true;
+        v.push_back({"tp 2 SP", p});
+        p.dp = 2;
+        p.ep = 2;
+        v.push_back({"tp 2 SP, dp 2 ep 2", p});
+        p.zero_stage = 1;
+        p.ep = 1;
+        p.recompute = Recompute::full;
+        v.push_back({"tp 2 SP, dp 2 (experts reduced over 2 ranks), ZeRO-1, full recompute", p});
+        p = cpu_plan(2, 2);
+        p.sequence_parallel = true;
+        v.push_back({"tp 2 SP, pp 2", p});
+        p = cpu_plan(2);
+        p.sequence_parallel = true;
+        p.cp = 2;
+        p.ep = 2;
+        v.push_back({"tp 2 SP, cp 2 ep 2", p});
+        check_against_single_rank(m, {v.end() - 5, v.end()});
+    }
     const char* names[] = {"experts.fc1.weight", "experts.fc2.weight", "router.weight"};
     for (const char* name : names) {
         const std::vector<float> ref = replicas_after(m, cpu_plan(), kSteps, name, 2).at(0);
@@ -448,7 +495,7 @@ TEST_CASE("MoE: every parallel variant follows the single-rank loss curve", "[ru
                 }
                 worst = std::max(worst, best);
             }
-            CHECK(worst < 1e-5);
+            CHECK(worst < 1e-4);
         }
     }
 }

@@ -113,6 +113,10 @@ TEST_CASE("gradients match finite differences", "[runtime][grad]") {
                         {{"shared.fc1.weight", 1}, {"shared.fc2.weight", 2}, {"router.weight", 2}, {"experts.fc1.weight", 2},
                          {"ln2.weight", 1}, {"qkv.weight", 1}},
                         spread(10), true);
+        // TP 2 with SP: rank 1's halves of every expert (the gathered rows through split GEMMs).
+        PlanSpec tp = cpu_plan(2);
+        tp.sequence_parallel = true;
+        check_gradients(m, tp, 1, {{"experts.fc1.weight", 1}, {"experts.fc2.weight", 2}}, spread(10), true);
         // Top 2 of 4: router weights 40x part the logits by ~4 while a perturbation of the
         // router or of an expert moves them by ~0.03 at most, so no token changes experts.
         m.moe->top_k = 2;

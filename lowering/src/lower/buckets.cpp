@@ -373,7 +373,13 @@ void RankLowering::sp_grads_all_reduce() {
     if (!(d_.sp && d_.tp > 1)) return;
     double params = 0;
     const double norm = m_.norm == NormKind::layernorm ? 2 * d_.h : d_.h;
-    for (int c = 0; c < vpp_; ++c) params += chunk_layers(c) * (2 * norm + (m_.linear_bias ? 2 * d_.h : 0));
+    // Per layer its two norms and row-parallel biases (an MoE layer has no fc2 bias), and an MoE
+    // layer's router, which routes each TP rank's own tokens under SP.
+    for (int c = 0; c < vpp_; ++c)
+        for (int li = 0; li < chunk_layers(c); ++li) {
+            const bool moe = m_.layer_is_moe(chunk_first_layer(c) + li);
+            params += 2 * norm + (m_.linear_bias ? (moe ? 1 : 2) * d_.h : 0) + (moe ? d_.experts * d_.h : 0);
+        }
     if (stage_ == head_stage(p_)) params += norm;
     if (params <= 0) return;
     collective(Stream::dp_comm, CollKind::all_reduce, Group::tp, params * p_.grad_bytes(), n_.sp_grads);  // after the backward

@@ -173,12 +173,12 @@ void RankLowering::mlp_forward(int pending_ag, const LayerTensors* t) {
 // are permuted into expert order before the dispatch (read each token, write its top_k copies)
 // and un-permuted after the combine (read the copies, write their weighted sum).
 //
-// Dataflow (tp = 1; dataflow_unsupported): the router writes its logits and, per token, the
-// top_k experts and their weights (router.routing, Megatron's softmax over the chosen logits).
-// The permuted tokens are ordered by expert, then token. With EP the dispatch hands each rank the
-// rows for its experts (by source rank, then expert) and the combine returns their outputs in the
-// permuted order; the grouped GEMMs run each expert's rows, and the un-permute writes the layer's
-// fc2 output.
+// Dataflow (moe_tensors): the router writes its logits and, per token, the top_k experts and
+// their weights (router.routing, Megatron's softmax over the chosen logits). The permuted tokens
+// are ordered by expert, then token. With EP the dispatch hands each rank the rows for its experts
+// (by source rank, then expert) and the combine returns their outputs in the permuted order; with
+// expert TP the group's rows are gathered for the experts' split GEMMs and their partial outputs
+// reduce-scattered back. The un-permute writes the layer's fc2 output (with SP its shard).
 void RankLowering::moe_forward(int layer) {
     const bool sp = d_.tp > 1 && d_.sp;
     const double routed = sp ? d_.tokens_sp : d_.tokens;
@@ -200,7 +200,10 @@ void RankLowering::moe_forward(int layer) {
         dispatched = ep_all_to_all(a2a_bytes, n_.ep_dispatch);
         if (df_) io({mt.in, mt.routing}, {mt.disp});  // each rank's rows for the experts it holds
     }
-    if (etp_comm) dispatched = collective(Stream::tp_comm, CollKind::all_gather, Group::etp, tp_bytes, n_.tp_ag, dispatched >= 0 ? dispatched : kAfterCompute);
+    if (etp_comm) {
+        dispatched = collective(Stream::tp_comm, CollKind::all_gather, Group::etp, tp_bytes, n_.tp_ag, dispatched >= 0 ? dispatched : kAfterCompute);
+        if (df_) io({mt.disp}, {mt.gath});  // the expert-TP group's rows, each rank's after the other
+    }
     int shared_out = -1;
     if (d_.shared > 0) {
         shared_experts_forward(layer);
@@ -209,20 +212,23 @@ void RankLowering::moe_forward(int layer) {
     defer_or_wait(dispatched);
     const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.etp;
     gemm_cast(n_.experts_fc1, te, (d_.mats - 1) * f, d_.h, batch);
-    if (df_) io({mt.disp, prm("experts.fc1.weight", layer), mt.routing}, {mt.fc1});
+    if (df_) io({mt.gath, prm("experts.fc1.weight", layer), mt.routing}, {mt.fc1});
     compute(Op::elementwise, n_.experts_act, 0, batch * d_.mats * te * f * d_.act_bytes);
     if (df_) io({mt.fc1}, {mt.act});
     gemm_cast(n_.experts_fc2, te, d_.h, f, batch);
     if (df_) io({mt.act, prm("experts.fc2.weight", layer), mt.routing}, {mt.fc2});
     int combined = -1;
-    if (etp_comm) combined = collective(Stream::tp_comm, CollKind::reduce_scatter, Group::etp, tp_bytes, n_.tp_rs);
+    if (etp_comm) {
+        combined = collective(Stream::tp_comm, CollKind::reduce_scatter, Group::etp, tp_bytes, n_.tp_rs);
+        if (df_) io({mt.fc2}, {mt.scat});  // the partial sums over the experts' width, each rank its own rows
+    }
     if (d_.ep > 1) {
         combined = ep_all_to_all(a2a_bytes, n_.ep_combine, combined >= 0 ? combined : kAfterCompute);
-        if (df_) io({mt.fc2}, {mt.comb});  // the outputs back to their tokens' ranks, in expert order
+        if (df_) io({mt.scat}, {mt.comb});  // the outputs back to their tokens' ranks, in expert order
     }
     defer_or_wait(combined);
     compute(Op::elementwise, n_.moe_unpermute, 0, permute_bytes);
-    if (df_) io({mt.comb, mt.routing, opt(mt.sfc2)}, {lt.fc2});  // plus the shared experts' output
+    if (df_) io({mt.comb, mt.routing, opt(mt.sfc2)}, {sp ? lt.fc2_s : lt.fc2});  // plus the shared experts' output
     wait(Stream::compute, shared_out);
 }
 
@@ -232,36 +238,45 @@ RankLowering::MoeTensors RankLowering::moe_tensors(int l) {
         std::fill_n(&t.logits, sizeof(MoeTensors) / sizeof(int), -1);
         return t;
     }
-    const double T = d_.tokens, H = d_.h, E = d_.experts, k = d_.top_k, f = d_.expert_ffn, tk = T * k;
+    // Routed tokens: with SP each TP rank routes its own sequence shard.
+    const bool sp = d_.tp > 1 && d_.sp;
+    const double R = sp ? d_.tokens_sp : d_.tokens, H = d_.h, E = d_.experts, k = d_.top_k, f = d_.expert_ffn, tk = R * k;
+    const bool ep = d_.ep > 1, etp = sp && d_.etp > 1;
+    const double g = etp ? d_.etp : 1, fl = f / d_.etp;  // the expert-TP group's rows; a rank's share of an expert's width
     // The router's values stay fp32 (Megatron's router runs in fp32 under bf16 too): stats.
-    auto fp32 = [&](int name, double cols) { return act(name, l, T, cols, TensorRole::stats); };
+    auto fp32 = [&](int name, double cols) { return act(name, l, R, cols, TensorRole::stats); };
     t.logits = fp32(n_.t_router_logits, E);
     t.routing = fp32(n_.t_routing, 2 * k);  // the top_k expert ids (exact in a float), then their weights
-    t.in = act(n_.t_moe_in, l, tk, H);
-    t.fc1 = act(n_.t_efc1, l, tk, (d_.mats - 1) * f);
-    t.act = act(n_.t_eact, l, tk, f);
-    t.fc2 = act(n_.t_efc2, l, tk, H);
     t.dlogits = fp32(n_.g_router_logits, E);
     t.dprobs = fp32(n_.g_probs, k);
-    t.din = grad(n_.g_moe_in, l, tk, H);
-    t.dfc1 = grad(n_.g_efc1, l, tk, (d_.mats - 1) * f);
-    t.dact = grad(n_.g_eact, l, tk, f);
-    t.dfc2 = grad(n_.g_efc2, l, tk, H);
-    // With EP the rows a rank's experts receive vary with the routing: tk is their mean (the
-    // executor sizes them by what arrives).
-    const bool ep = d_.ep > 1;
+    // Forward: in -[EP dispatch]-> disp -[expert-TP gather]-> gath -> fc1 -> act -> fc2
+    // -[expert-TP reduce-scatter]-> scat -[EP combine]-> comb; backward the mirror. Without EP or
+    // expert TP a step is the tensor itself. Rows past the dispatch are the mean (tokens x top_k a
+    // rank); an executor sizes them by what arrives.
+    t.in = act(n_.t_moe_in, l, tk, H);
     t.disp = ep ? act(n_.t_moe_disp, l, tk, H) : t.in;
-    t.comb = ep ? act(n_.t_moe_comb, l, tk, H) : t.fc2;
+    t.gath = etp ? act(n_.t_moe_gath, l, g * tk, H) : t.disp;
+    t.fc1 = act(n_.t_efc1, l, g * tk, (d_.mats - 1) * fl);
+    t.act = act(n_.t_eact, l, g * tk, fl);
+    t.fc2 = act(n_.t_efc2, l, g * tk, H);
+    t.scat = etp ? act(n_.t_moe_scat, l, tk, H) : t.fc2;
+    t.comb = ep ? act(n_.t_moe_comb, l, tk, H) : t.scat;
+    t.din = grad(n_.g_moe_in, l, tk, H);
     t.ddisp = ep ? grad(n_.g_moe_disp, l, tk, H) : t.din;
-    t.dcomb = ep ? grad(n_.g_moe_comb, l, tk, H) : t.dfc2;
-    const double fs = d_.shared * f;
+    t.dgath = etp ? grad(n_.g_moe_gath, l, g * tk, H) : t.ddisp;
+    t.dfc1 = grad(n_.g_efc1, l, g * tk, (d_.mats - 1) * fl);
+    t.dact = grad(n_.g_eact, l, g * tk, fl);
+    t.dfc2 = grad(n_.g_efc2, l, g * tk, H);
+    t.dscat = etp ? grad(n_.g_moe_scat, l, tk, H) : t.dfc2;
+    t.dcomb = ep ? grad(n_.g_moe_comb, l, tk, H) : t.dscat;
+    const double fs = d_.shared * f;  // tp 1 (dataflow_unsupported)
     const bool shared = fs > 0;
-    t.sfc1 = shared ? act(n_.t_sfc1, l, T, (d_.mats - 1) * fs) : -1;
-    t.sact = shared ? act(n_.t_sact, l, T, fs) : -1;
-    t.sfc2 = shared ? act(n_.t_sfc2, l, T, H) : -1;
-    t.dsfc1 = shared ? grad(n_.g_sfc1, l, T, (d_.mats - 1) * fs) : -1;
-    t.dsact = shared ? grad(n_.g_sact, l, T, fs) : -1;
-    t.dsx = shared ? grad(n_.g_shared_x, l, T, H) : -1;
+    t.sfc1 = shared ? act(n_.t_sfc1, l, R, (d_.mats - 1) * fs) : -1;
+    t.sact = shared ? act(n_.t_sact, l, R, fs) : -1;
+    t.sfc2 = shared ? act(n_.t_sfc2, l, R, H) : -1;
+    t.dsfc1 = shared ? grad(n_.g_sfc1, l, R, (d_.mats - 1) * fs) : -1;
+    t.dsact = shared ? grad(n_.g_sact, l, R, fs) : -1;
+    t.dsx = shared ? grad(n_.g_shared_x, l, R, H) : -1;
     return t;
 }
 
@@ -484,9 +499,12 @@ void RankLowering::moe_backward(int layer) {
     int arrived = -1;
     if (d_.ep > 1) {
         arrived = ep_all_to_all(a2a_bytes, n_.ep_combine);
-        if (df_) io({mt.dcomb, mt.routing}, {mt.dfc2});
+        if (df_) io({mt.dcomb, mt.routing}, {mt.dscat});
     }
-    if (etp_comm) arrived = collective(Stream::tp_comm, CollKind::all_gather, Group::etp, tp_bytes, n_.tp_ag, arrived >= 0 ? arrived : kAfterCompute);
+    if (etp_comm) {
+        arrived = collective(Stream::tp_comm, CollKind::all_gather, Group::etp, tp_bytes, n_.tp_ag, arrived >= 0 ? arrived : kAfterCompute);
+        if (df_) io({mt.dscat}, {mt.dfc2});
+    }
     defer_or_wait(arrived);
     const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.etp;
     gemm_cast(n_.experts_fc2, te, f, d_.h, batch);
@@ -496,11 +514,14 @@ void RankLowering::moe_backward(int layer) {
     compute(Op::elementwise, n_.experts_act, 0, 2 * batch * d_.mats * te * f * d_.act_bytes);
     if (df_) io({mt.fc1, mt.dact}, {mt.dfc1});
     gemm_cast(n_.experts_fc1, te, d_.h, (d_.mats - 1) * f, batch);
-    if (df_) io({mt.dfc1, prm("experts.fc1.weight", layer), mt.routing}, {mt.ddisp});
+    if (df_) io({mt.dfc1, prm("experts.fc1.weight", layer), mt.routing}, {mt.dgath});
     gemm(n_.experts_fc1, d_.h, (d_.mats - 1) * f, te, batch);
-    if (df_) io({mt.disp, mt.dfc1, mt.routing}, {prm_grad("experts.fc1.weight", layer)});
+    if (df_) io({mt.gath, mt.dfc1, mt.routing}, {prm_grad("experts.fc1.weight", layer)});
     int back = -1;
-    if (etp_comm) back = collective(Stream::tp_comm, CollKind::reduce_scatter, Group::etp, tp_bytes, n_.tp_rs);
+    if (etp_comm) {
+        back = collective(Stream::tp_comm, CollKind::reduce_scatter, Group::etp, tp_bytes, n_.tp_rs);
+        if (df_) io({mt.dgath}, {mt.ddisp});
+    }
     if (d_.ep > 1) {
         back = ep_all_to_all(a2a_bytes, n_.ep_dispatch, back >= 0 ? back : kAfterCompute);
         if (df_) io({mt.ddisp}, {mt.din});  // the rows' gradients home, in expert order
@@ -523,11 +544,12 @@ void RankLowering::moe_backward(int layer) {
     }
     defer_or_wait(back);
     compute(Op::elementwise, n_.moe_permute, 0, permute_bytes);  // the permute's gradient: sum the top_k copies
-    if (df_) io({mt.din, mt.routing, opt(mt.dsx)}, {lt.dln2});  // plus the shared experts' dX
+    const int dln2 = sp ? lt.dln2_s : lt.dln2;  // with SP the rank's own tokens' gradient, no reduce-scatter
+    if (df_) io({mt.din, mt.routing, opt(mt.dsx)}, {dln2});  // plus the shared experts' dX
     compute(Op::router, n_.router, 0, 2 * routed * d_.experts * 4);
     if (df_) io({mt.routing, mt.dprobs}, {mt.dlogits});
     gemm_high(n_.router_gemm, routed, d_.h, d_.experts);
-    if (df_) io({mt.dlogits, prm("router.weight", layer), lt.dln2}, {lt.dln2});  // adds into d.ln2
+    if (df_) io({mt.dlogits, prm("router.weight", layer), dln2}, {dln2});  // adds into d.ln2
     gemm_high(n_.router_gemm, d_.h, d_.experts, routed);
     if (df_) io({lt.ln2, mt.dlogits}, {prm_grad("router.weight", layer)});
     wait(Stream::compute, shared_back);

@@ -36,7 +36,7 @@ struct Names {
     int g_x, g_x_g, g_x1, g_x1_g, g_ln2, g_ln2_s, g_act, g_fc1, g_attn, g_qkv, g_ln1, g_ln1_s, g_xf, g_xf_s, g_logits, g_emb_g, g_kv_ring, g_kv_acc;
     // The MoE block's (ep = 1): router logits and choices, tokens in expert order, the experts' outputs.
     int t_router_logits, t_routing, t_moe_in, t_efc1, t_eact, t_efc2, g_router_logits, g_probs, g_moe_in, g_efc1, g_eact, g_efc2;
-    int t_moe_disp, t_moe_comb, g_moe_disp, g_moe_comb;
+    int t_moe_disp, t_moe_comb, g_moe_disp, g_moe_comb, t_moe_gath, t_moe_scat, g_moe_gath, g_moe_scat;
     int t_sfc1, t_sact, t_sfc2, g_sfc1, g_sact, g_shared_x;
     int t_grads, t_params, t_state;
     void intern(Program& p);
@@ -222,7 +222,7 @@ private:
     /// outputs back in expert order; without EP they are `in` and `fc2` themselves).
     struct MoeTensors {
         int logits, routing, in, fc1, act, fc2, dlogits, dprobs, din, dfc1, dact, dfc2;
-        int disp, comb, ddisp, dcomb;
+        int disp, gath, scat, comb, ddisp, dgath, dscat, dcomb;
         int sfc1, sact, sfc2, dsfc1, dsact, dsx;  ///< the shared experts' (-1: none)
     };
     MoeTensors moe_tensors(int layer);

@@ -34,10 +34,14 @@ public:
         const std::int64_t tp = p_.tp;
         // A bias is a [1, n] row: a row split of the vector it stands for cuts its columns.
         const bool vector_split = full_rows == 1 && split != ParamSplit::replicated;
-        e.rows = split == ParamSplit::experts                                                 ? full_rows / p_.ep
-                 : split == ParamSplit::cols || split == ParamSplit::replicated || vector_split ? full_rows
-                                                                                               : full_rows / tp;
-        e.cols = split == ParamSplit::cols || vector_split ? full_cols / tp : full_cols;
+        const std::int64_t etp = p_.etp();
+        if (split == ParamSplit::expert_rows || split == ParamSplit::expert_cols) {
+            e.rows = full_rows / p_.ep / (split == ParamSplit::expert_rows ? etp : 1);
+            e.cols = full_cols / (split == ParamSplit::expert_cols ? etp : 1);
+        } else {
+            e.rows = split == ParamSplit::cols || split == ParamSplit::replicated || vector_split ? full_rows : full_rows / tp;
+            e.cols = split == ParamSplit::cols || vector_split ? full_cols / tp : full_cols;
+        }
         e.decay = decay;
         e.sequence_parallel = sp && p_.sequence_parallel && p_.tp > 1;
         e.shared_embedding = shared;
@@ -69,9 +73,11 @@ public:
         const bool swiglu = m_.ffn == FfnKind::swiglu;
         if (m_.layer_is_moe(l)) {  // Megatron-Core's router and grouped experts: no biases
             const std::int64_t E = m_.moe->experts, fe = m_.moe->expert_ffn_hidden > 0 ? m_.moe->expert_ffn_hidden : f;
-            add("experts.fc2.weight", l, chunk, E * h, fe, ParamSplit::experts, true, false, false, true);
-            add("experts.fc1.weight", l, chunk, E * (swiglu ? 2 : 1) * fe, h, ParamSplit::experts, true, false, false, true);
-            add("router.weight", l, chunk, E, h, ParamSplit::replicated, true);
+            add("experts.fc2.weight", l, chunk, E * h, fe, ParamSplit::expert_cols, true, false, false, true);
+            add("experts.fc1.weight", l, chunk, E * (swiglu ? 2 : 1) * fe, h, ParamSplit::expert_rows, true, false, false, true);
+            // Under SP each TP rank routes its own tokens: the router's gradient is summed over TP
+            // (Megatron-Core marks its weight sequence_parallel).
+            add("router.weight", l, chunk, E, h, ParamSplit::replicated, true, true);
             if (const std::int64_t fs = m_.moe->shared_experts * fe; fs > 0) {  // an MLP of shared x fe
                 add("shared.fc2.weight", l, chunk, h, fs, ParamSplit::cols, true);
                 add("shared.fc1.weight", l, chunk, (swiglu ? 2 : 1) * fs, h, swiglu ? ParamSplit::gated_rows : ParamSplit::rows, true);
@@ -166,9 +172,15 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
         if (e.experts % p.ep != 0) return n("plan.ep", std::to_string(p.ep)) + ": must divide model.moe.experts";
         if (p.ep > 1 && p.moe_a2a_overlap)
             return "plan.moe_a2a_overlap = true: the all-to-all overlapped with another micro-batch's compute is not executed yet";
-        if (p.tp > 1 || p.etp() > 1)
-            return n("plan.tp", std::to_string(p.tp)) + ": MoE layers are executed without tensor parallelism (set plan.tp and "
-                   "plan.expert_tp to 1)";
+        if (p.etp() != p.tp)
+            return n("plan.expert_tp", std::to_string(p.etp())) + ": MoE layers are executed with the experts split like the dense "
+                   "MLP (expert_tp = tp; MoE parallel folding is not executed yet)";
+        if (p.tp > 1 && !p.sequence_parallel)
+            return n("plan.tp", std::to_string(p.tp)) + ": MoE layers under TP need plan.sequence_parallel (as Megatron-Core does)";
+        if (p.tp > 1 && e.shared_experts > 0)
+            return n("model.moe.shared_experts", std::to_string(e.shared_experts)) + ": shared experts under TP are not executed yet";
+        const std::int64_t fe = e.expert_ffn_hidden > 0 ? e.expert_ffn_hidden : m.ffn_hidden;
+        if (fe % p.tp != 0) return n("model.moe.expert_ffn_hidden", std::to_string(fe)) + ": must be a multiple of plan.tp";
         if (e.capacity_factor > 0)
             return n("model.moe.capacity_factor", std::to_string(e.capacity_factor)) + ": token dropping is not executed (dropless only: set it to 0)";
         if (e.router_groups > 0) return n("model.moe.router_groups", std::to_string(e.router_groups)) + ": group-limited routing is not executed yet";

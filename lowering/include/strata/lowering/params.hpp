@@ -21,7 +21,11 @@ enum class ParamSplit : std::uint8_t {
     cols,        ///< columns (row-parallel weight)
     qkv_rows,    ///< the rank's query heads, then its key heads, then its value heads
     gated_rows,  ///< SwiGLU's fc1: the rank's rows of the gate, then of the up projection
-    experts      ///< stacked experts' weights: the experts of the rank's EP group rank, rows e * rows ..
+    /// Stacked experts' weights [experts x out, in]: the experts of the rank's EP group rank
+    /// (experts/ep of them), each cut over the expert-TP group like the dense MLP: fc1's rows
+    /// (per half for SwiGLU), fc2's columns.
+    expert_rows,
+    expert_cols
 };
 
 struct ParamEntry {
