@@ -37,7 +37,7 @@ bool RankState::moe_compute(std::size_t i) {
     auto O = [&](int k) { return tensor(id(o.n_in + k), true, i); };
     // An expert-side output has the rows of the expert-side input it is computed from.
     auto rows_like = [&](int out, int from) {
-        if (ep_size_ > 1) dyn_rows_[id(o.n_in + out)] = rows_of(id(from));
+        dyn_rows_[id(o.n_in + out)] = rows_of(id(from));
         return rows_of(id(from));
     };
     const bool bwd = in.phase == Phase::backward;
@@ -48,19 +48,50 @@ bool RankState::moe_compute(std::size_t i) {
         else cpu::moe_route_backward(O(0), I(0), I(1), T(0).rows, E, k);
         return true;
     }
-    if (name == "experts.act") {  // {fc1} -> act, or {fc1, d.act} -> d.fc1
-        const i64 rows = rows_like(0, bwd ? 1 : 0), f = T(o.n_in).cols;
-        const bool swiglu = m.ffn == FfnKind::swiglu;
+    if (name == "experts.act") {
+        // {fc1[, weights]} -> act, or {fc1, d.act[, weights]} -> {d.fc1[, d.weights]}. Under
+        // fc2_input each row's activation is scaled by its router weight (Megatron-Core's
+        // weighted SwiGLU); backward the weight's gradient is the row's act(x) . dY.
+        const bool weighted = o.n_in == (bwd ? 3 : 2);
+        const i64 rows = rows_like(0, bwd ? 1 : 0);
+        if (bwd && weighted) rows_like(1, 1);
+        const i64 f = bwd ? T(1).cols : T(o.n_in).cols;  // the activation's width
+        auto act = [&](float* y, const float* x) {
+            if (m.ffn == FfnKind::swiglu) cpu::swiglu_forward(y, x, rows, f);
+            else if (m.ffn == FfnKind::relu2) cpu::relu2_forward(y, x, rows * f);
+            else cpu::gelu_forward(y, x, rows * f);
+        };
         if (!bwd) {
-            if (swiglu) cpu::swiglu_forward(O(0), I(0), rows, f);
-            else if (m.ffn == FfnKind::relu2) cpu::relu2_forward(O(0), I(0), rows * f);
-            else cpu::gelu_forward(O(0), I(0), rows * f);
-        } else {
-            const i64 fd = T(1).cols;
-            if (swiglu) cpu::swiglu_backward(O(0), I(0), I(1), rows, fd);
-            else if (m.ffn == FfnKind::relu2) cpu::relu2_backward(O(0), I(0), I(1), rows * fd);
-            else cpu::gelu_backward(O(0), I(0), I(1), rows * fd);
+            float* y = O(0);
+            act(y, I(0));
+            if (weighted) {
+                const float* w = I(1);
+                for (i64 r = 0; r < rows; ++r)
+                    for (i64 c = 0; c < f; ++c) y[r * f + c] *= w[r];
+            }
+            return true;
         }
+        const float* dy = I(1);
+        std::vector<float> scaled;
+        if (weighted) {  // d.weights from act(x) recomputed; dY scaled by the weight for act's backward
+            std::vector<float> a(static_cast<std::size_t>(rows * f));
+            act(a.data(), I(0));
+            const float* w = I(2);
+            float* dw = O(1);
+            scaled.assign(dy, dy + rows * f);
+            for (i64 r = 0; r < rows; ++r) {
+                double dot = 0;
+                for (i64 c = 0; c < f; ++c) {
+                    dot += static_cast<double>(a[static_cast<std::size_t>(r * f + c)]) * dy[r * f + c];
+                    scaled[static_cast<std::size_t>(r * f + c)] *= w[r];
+                }
+                dw[r] = static_cast<float>(dot);
+            }
+            dy = scaled.data();
+        }
+        if (m.ffn == FfnKind::swiglu) cpu::swiglu_backward(O(0), I(0), dy, rows, f);
+        else if (m.ffn == FfnKind::relu2) cpu::relu2_backward(O(0), I(0), dy, rows * f);
+        else cpu::gelu_backward(O(0), I(0), dy, rows * f);
         return true;
     }
     // The routing is the last input of the grouped GEMMs and the second of the moves.
@@ -72,29 +103,62 @@ bool RankState::moe_compute(std::size_t i) {
     if (!grouped) cpu::moe_order(pos.data(), counts.data(), I(routing_at), tokens, E, k);
     // Without EP the rank's own rows in expert order are what its experts see.
     if (name == "moe.permute" && !bwd && ep_size_ == 1) moe_recv_[{in.layer, in.microbatch}] = counts;
-    // The shared experts' output (forward) or dX (backward), when the block has them, is added in.
-    auto add_shared = [&](int at) {
-        if (o.n_in <= at) return;
+    // Optional inputs after the routing: a row weight's gradient (one column) and the shared
+    // experts' output or dX (hidden wide), which is added in.
+    int probs_at = -1, shared_at = -1;
+    for (int q = 2; q < o.n_in; ++q) (T(q).cols == 1 ? probs_at : shared_at) = q;
+    auto add_shared = [&] {
+        if (shared_at < 0) return;
         float* y = O(0);
-        cpu::add(y, y, I(at), nullptr, tokens, T(at).cols);
+        cpu::add(y, y, I(shared_at), nullptr, tokens, T(shared_at).cols);
     };
-    if (name == "moe.permute") {  // {x, routing} -> permuted, or {d.permuted, routing[, d.shared.x]} -> dx
+    // fc2_input: the router's weights were applied inside the experts, so the un-permute only sums.
+    const bool at_input = w_.plan.moe_probs_at == MoeProbsAt::fc2_input;
+    const float* route_w = I(1);  // the routing: ids, then weights (the un-permute reads the weights)
+    std::vector<float> ones;
+    if (at_input) {
+        ones.assign(static_cast<std::size_t>(tokens * 2 * k), 1.0f);
+        route_w = ones.data();
+    }
+    if (name == "moe.permute") {
+        // {x, routing} -> {permuted[, each row's weight]}, or {d.permuted, routing[, d.row
+        // weights][, d.shared.x]} -> {dx[, d.weights]}
         const i64 C = T(0).cols;
         if (!bwd) {
             cpu::moe_permute(O(0), I(0), pos.data(), tokens, k, C);
+            if (o.n_out > 1) {
+                float* pr = O(1);
+                const float* r = I(1);
+                for (i64 t = 0; t < tokens; ++t)
+                    for (i64 j = 0; j < k; ++j) pr[pos[static_cast<std::size_t>(t * k + j)]] = r[t * 2 * k + k + j];
+            }
         } else {
             cpu::moe_permute_backward(O(0), I(0), pos.data(), tokens, k, C);
-            add_shared(2);
+            add_shared();
+            if (o.n_out > 1) {
+                if (probs_at < 0) fail(i, "writes the weights' gradient without the rows'");
+                float* dp = O(1);
+                const float* dr = I(probs_at);
+                for (i64 t = 0; t < tokens * k; ++t) dp[t] = dr[pos[static_cast<std::size_t>(t)]];
+            }
         }
         return true;
     }
-    if (name == "moe.unpermute") {  // {experts' out, routing[, shared out]} -> y, or {dy, routing, experts' out} -> {d.out, d.weights}
+    if (name == "moe.unpermute") {
+        // {experts' out, routing[, shared out]} -> y; backward {dy, routing[, experts' out]} ->
+        // {d.out[, d.weights]} (the weights' gradient here only under fc2_output).
         const i64 C = T(0).cols;
         if (!bwd) {
-            cpu::moe_unpermute(O(0), I(0), I(1), pos.data(), tokens, k, C);
-            add_shared(2);
-        } else {
-            cpu::moe_unpermute_backward(O(0), O(1), I(0), I(2), I(1), pos.data(), tokens, k, C);
+            cpu::moe_unpermute(O(0), I(0), route_w, pos.data(), tokens, k, C);
+            add_shared();
+        } else if (o.n_out > 1) {
+            cpu::moe_unpermute_backward(O(0), O(1), I(0), I(2), route_w, pos.data(), tokens, k, C);
+        } else {  // each row gets its token's dY
+            if (!at_input) fail(i, "drops the weights' gradient although the weights are applied here");
+            float* d = O(0);
+            const float* dy = I(0);
+            for (i64 t = 0; t < tokens; ++t)
+                for (i64 j = 0; j < k; ++j) std::memcpy(d + pos[static_cast<std::size_t>(t * k + j)] * C, dy + t * C, static_cast<std::size_t>(C) * sizeof(float));
         }
         return true;
     }
@@ -146,8 +210,11 @@ CollPart RankState::moe_collective_part(std::size_t i) {
     const Instr& in = rp_.instrs[i];
     const Operands& o = rp_.operands[i];
     const bool a2a = in.coll == CollKind::all_to_all;
-    if (!w_.model.is_moe() || o.n_out != 1 || o.n_in < 1 || o.n_in > (a2a ? 2 : 1))
-        fail(i, "a MoE collective moves one tensor: {rows[, routing]} -> {rows}");
+    // {rows.. [, routing]} -> {rows..}: the rows' tensors (hidden states, and under fc2_input each
+    // row's router weight) move together.
+    const bool by_routing = o.n_in == o.n_out + 1;
+    if (!w_.model.is_moe() || o.n_out < 1 || (o.n_in != o.n_out && !(a2a && by_routing)))
+        fail(i, "a MoE collective moves rows: {rows..[, routing]} -> {rows..}");
     auto id = [&](int k) { return rp_.operand_ids[o.first + static_cast<std::size_t>(k)]; };
     const auto& members = rp_.groups[static_cast<std::size_t>(in.group)];
     const int n = static_cast<int>(members.size());
@@ -156,21 +223,25 @@ CollPart RankState::moe_collective_part(std::size_t i) {
     CollPart part;
     part.group_rank = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
     part.waker = &waker_;
-    part.in.push_back(tensor(id(0), false, i));
-    part.in_n.push_back(elements(id(0)));
-    part.in_cols = w_.program.tensors[static_cast<std::size_t>(id(0))].cols;
+    for (int q = 0; q < o.n_out; ++q) {
+        if (rows_of(id(q)) != rows_of(id(0))) fail(i, "moves tensors of different rows together");
+        part.in.push_back(tensor(id(q), false, i));
+        part.in_n.push_back(elements(id(q)));
+        part.row_cols.push_back(w_.program.tensors[static_cast<std::size_t>(id(q))].cols);
+    }
     part.send_rows.assign(static_cast<std::size_t>(n), 0);
     auto layout = [&](const std::map<std::pair<int, int>, std::vector<i64>>& of) -> const std::vector<i64>& {
         const auto it = of.find({in.layer, in.microbatch});
         if (it == of.end()) fail(i, "moves rows its layer's earlier collectives never delivered");
         return it->second;
     };
-    if (a2a && o.n_in == 2) {
+    if (a2a && by_routing) {
         part.local_experts = L;
         part.send_counts.assign(static_cast<std::size_t>(E), 0);
-        const DataTensor& routing = w_.program.tensors[static_cast<std::size_t>(id(1))];
+        const int r = o.n_in - 1;
+        const DataTensor& routing = w_.program.tensors[static_cast<std::size_t>(id(r))];
         std::vector<i64> pos(static_cast<std::size_t>(routing.rows * k)), counts(static_cast<std::size_t>(E));
-        cpu::moe_order(pos.data(), counts.data(), tensor(id(1), false, i), routing.rows, E, k);
+        cpu::moe_order(pos.data(), counts.data(), tensor(id(r), false, i), routing.rows, E, k);
         for (i64 e = 0; e < E; ++e) {
             part.send_rows[static_cast<std::size_t>(e / L)] += counts[static_cast<std::size_t>(e)];
             part.send_counts[static_cast<std::size_t>(e)] = counts[static_cast<std::size_t>(e)];
@@ -206,30 +277,29 @@ CollPart RankState::moe_collective_part(std::size_t i) {
 void RankState::finish_moe_collective(std::size_t i) {
     const Instr& in = rp_.instrs[i];
     const Operands& o = rp_.operands[i];
-    const int out = rp_.operand_ids[o.first + static_cast<std::size_t>(o.n_in)];
-    const DataTensor& y = w_.program.tensors[static_cast<std::size_t>(out)];
     A2aReceived got = std::move(a2a_.at(i));
     a2a_.erase(i);
     const std::pair<int, int> key{in.layer, in.microbatch};
-    i64 rows = got.rows;
-    if (in.coll == CollKind::reduce_scatter) {  // one block of this rank's rows from each member: their sum
-        const auto n = static_cast<i64>(rp_.groups[static_cast<std::size_t>(in.group)].size());
-        rows = got.rows / n;
+    const bool reduce = in.coll == CollKind::reduce_scatter;  // one block of this rank's rows from each member: their sum
+    const auto n = static_cast<i64>(rp_.groups[static_cast<std::size_t>(in.group)].size());
+    const i64 rows = reduce ? got.rows / n : got.rows;
+    if (in.coll == CollKind::all_gather) moe_gath_[key] = got.counts;
+    if (in.coll == CollKind::all_to_all && o.n_in == o.n_out + 1) moe_recv_[key] = got.counts;  // rows for this rank's experts
+    const bool home = in.coll == CollKind::all_to_all && o.n_in == o.n_out;  // back to the rank's own routed rows
+    for (int q = 0; q < o.n_out; ++q) {
+        const int out = rp_.operand_ids[o.first + static_cast<std::size_t>(o.n_in + q)];
+        const DataTensor& y = w_.program.tensors[static_cast<std::size_t>(out)];
+        std::vector<float>& data = got.data[static_cast<std::size_t>(q)];
         const i64 len = rows * y.cols;
-        for (i64 b = 1; b < n; ++b)
-            for (i64 e = 0; e < len; ++e) got.data[static_cast<std::size_t>(e)] += got.data[static_cast<std::size_t>(b * len + e)];
-        dyn_rows_[out] = rows;
-    } else if (in.coll == CollKind::all_gather) {
-        dyn_rows_[out] = rows;
-        moe_gath_[key] = got.counts;
-    } else if (o.n_in == 2) {  // rows for this rank's experts: as many as arrived
-        dyn_rows_[out] = rows;
-        moe_recv_[key] = got.counts;
-    } else if (rows != y.rows) {
-        fail(i, "got back " + std::to_string(rows) + " rows of its " + std::to_string(y.rows) + " routed tokens");
+        if (reduce)
+            for (i64 b = 1; b < n; ++b)
+                for (i64 e = 0; e < len; ++e) data[static_cast<std::size_t>(e)] += data[static_cast<std::size_t>(b * len + e)];
+        if (home && rows != y.rows)
+            fail(i, "got back " + std::to_string(rows) + " rows of its " + std::to_string(y.rows) + " routed tokens");
+        if (!home) dyn_rows_[out] = rows;
+        float* to = tensor(out, true, i);
+        std::memcpy(to, data.data(), static_cast<std::size_t>(len) * sizeof(float));
     }
-    float* to = tensor(out, true, i);
-    std::memcpy(to, got.data.data(), static_cast<std::size_t>(rows * y.cols) * sizeof(float));
 }
 
 }  // namespace strata::runtime

@@ -102,22 +102,27 @@ void Transport::perform(Coll& c) {
             break;
         }
         case sim::CollKind::all_to_all: {
-            const i64 L = p0.local_experts, C = p0.in_cols;
+            const i64 L = p0.local_experts;
+            const std::size_t tensors = p0.in.size();
             for (const CollPart& dst : c.parts) {
                 STRATA_ASSERT(dst.received != nullptr, "all_to_all: a member has nowhere to receive");
                 A2aReceived& r = *dst.received;
                 const auto d = static_cast<std::size_t>(dst.group_rank);
                 r.rows = 0;
                 for (const CollPart& src : c.parts) r.rows += src.send_rows[d];
-                r.data.assign(static_cast<std::size_t>(r.rows * C), 0.0f);
+                r.data.assign(tensors, {});
+                for (std::size_t q = 0; q < tensors; ++q) r.data[q].assign(static_cast<std::size_t>(r.rows * p0.row_cols[q]), 0.0f);
                 r.counts.assign(static_cast<std::size_t>(n * L), 0);
                 i64 at = 0;
                 for (const CollPart& src : c.parts) {
-                    STRATA_ASSERT(static_cast<int>(src.send_rows.size()) == n && src.in_cols == C, "all_to_all: members disagree on the split");
+                    STRATA_ASSERT(static_cast<int>(src.send_rows.size()) == n && src.row_cols == p0.row_cols, "all_to_all: members disagree on the split");
                     i64 from = 0;
                     for (std::size_t k = 0; k < d && !src.broadcast; ++k) from += src.send_rows[k];
                     const i64 rows = src.send_rows[d];
-                    std::memcpy(r.data.data() + at * C, src.in[0] + from * C, static_cast<std::size_t>(rows * C) * sizeof(float));
+                    for (std::size_t q = 0; q < tensors; ++q) {
+                        const i64 C = p0.row_cols[q];
+                        std::memcpy(r.data[q].data() + at * C, src.in[q] + from * C, static_cast<std::size_t>(rows * C) * sizeof(float));
+                    }
                     at += rows;
                     for (i64 j = 0; j < L; ++j)
                         r.counts[static_cast<std::size_t>(src.group_rank * L + j)] = src.send_counts[static_cast<std::size_t>(static_cast<i64>(d) * L + j)];

@@ -35,7 +35,7 @@ struct Waker {
 /// What an all-to-all hands one member: the rows every member sent it, by sender in group order,
 /// and how many of each sender's rows go to each of the member's experts.
 struct A2aReceived {
-    std::vector<float> data;
+    std::vector<std::vector<float>> data;  ///< per tensor moved (CollPart::in)
     std::int64_t rows = 0;
     std::vector<std::int64_t> counts;  ///< [sender][local expert]
 };
@@ -56,10 +56,11 @@ struct CollPart {
     int ring = 0;
     std::int64_t in_cols = 0, out_cols = 0;
     bool accumulate = false;
-    /// An all-to-all (MoE's dispatch and combine): in[0]'s rows (in_cols wide) go out in group
-    /// order, send_rows[d] of them to member d, with their counts per expert of member d
-    /// (send_counts[d * local_experts + j]); what arrives lands in `received`, sized by the sends.
-    std::vector<std::int64_t> send_rows, send_counts;
+    /// An all-to-all (MoE's dispatch and combine): the rows of each in[q] (row_cols[q] wide, all
+    /// with the same rows) go out in group order, send_rows[d] of them to member d, with their
+    /// counts per expert of member d (send_counts[d * local_experts + j]); what arrives lands in
+    /// `received`, sized by the sends.
+    std::vector<std::int64_t> send_rows, send_counts, row_cols;
     std::int64_t local_experts = 0;
     bool broadcast = false;  ///< every member gets all of in[0] (a gather of rows that vary per member)
     A2aReceived* received = nullptr;

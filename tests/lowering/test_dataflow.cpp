@@ -57,7 +57,7 @@ void check_def_before_use(const Program& prog) {
                 const DataTensor& d = prog.tensors[static_cast<std::size_t>(t)];
                 if (is_range(d) || d.role == TensorRole::tokens) continue;
                 INFO("rank " << r.id << " instr " << i << " " << prog.names[static_cast<std::size_t>(r.instrs[i].name)]
-                              << " reads " << prog.names[static_cast<std::size_t>(d.name)] << " layer " << d.layer << " mb " << d.microbatch);
+                              << " reads " << prog.tensor_names[static_cast<std::size_t>(d.name)] << " layer " << d.layer << " mb " << d.microbatch);
                 CHECK(written.count(t) == 1);
             }
             for (int t : outs(prog, r, i)) written.insert(t);

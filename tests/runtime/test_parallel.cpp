@@ -478,6 +478,19 @@ TEST_CASE("MoE: every parallel variant follows the single-rank loss curve", "[ru
         v.push_back({"tp 2 SP, cp 2 ep 2", p});
         check_against_single_rank(m, {v.end() - 5, v.end()});
     }
+    {
+        // The router's weights at the experts' output (fc2_output) rather than inside them.
+        std::vector<Variant> s;
+        PlanSpec p = cpu_plan(1, 1, 2);
+        p.ep = 2;
+        p.moe_probs_at = MoeProbsAt::fc2_output;
+        s.push_back({"fc2_output, dp 2 ep 2", p});
+        p = cpu_plan(2);
+        p.sequence_parallel = true;
+        p.moe_probs_at = MoeProbsAt::fc2_output;
+        s.push_back({"fc2_output, tp 2 SP", p});
+        check_against_single_rank(m, s);
+    }
     const char* names[] = {"experts.fc1.weight", "experts.fc2.weight", "router.weight"};
     for (const char* name : names) {
         const std::vector<float> ref = replicas_after(m, cpu_plan(), kSteps, name, 2).at(0);

@@ -113,6 +113,11 @@ TEST_CASE("gradients match finite differences", "[runtime][grad]") {
                         {{"shared.fc1.weight", 1}, {"shared.fc2.weight", 2}, {"router.weight", 2}, {"experts.fc1.weight", 2},
                          {"ln2.weight", 1}, {"qkv.weight", 1}},
                         spread(10), true);
+        // The router's weights at the experts' output (plan.moe_probs_at fc2_output): the weights'
+        // gradient at the un-permute instead of inside the experts.
+        PlanSpec out = cpu_plan();
+        out.moe_probs_at = MoeProbsAt::fc2_output;
+        check_gradients(m, out, 0, {{"router.weight", 1}, {"experts.fc2.weight", 2}, {"qkv.weight", 1}}, spread(10), true);
         // TP 2 with SP: rank 1's halves of every expert (the gathered rows through split GEMMs).
         PlanSpec tp = cpu_plan(2);
         tp.sequence_parallel = true;

@@ -191,18 +191,18 @@ void RankLowering::moe_forward(int layer) {
     host_sync(Stream::compute, n_.moe_counts);
     const double permute_bytes = routed * (1 + d_.top_k) * d_.h * d_.act_bytes;
     compute(Op::elementwise, n_.moe_permute, 0, permute_bytes);
-    if (df_) io({lt.ln2, mt.routing}, {mt.in});
+    if (df_) io({lt.ln2, mt.routing}, {mt.in, opt(mt.in_p)});
     const double a2a_bytes = routed * d_.top_k * d_.h * d_.act_bytes;
     const double tp_bytes = d_.tokens_sp * d_.etp * d_.top_k * d_.h * d_.act_bytes;  // the expert-TP group's assignments
     const bool etp_comm = sp && d_.etp > 1;
     int dispatched = -1;
     if (d_.ep > 1) {
         dispatched = ep_all_to_all(a2a_bytes, n_.ep_dispatch);
-        if (df_) io({mt.in, mt.routing}, {mt.disp});  // each rank's rows for the experts it holds
+        if (df_) io({mt.in, opt(mt.in_p), mt.routing}, {mt.disp, opt(mt.disp_p)});  // each rank's rows for the experts it holds
     }
     if (etp_comm) {
         dispatched = collective(Stream::tp_comm, CollKind::all_gather, Group::etp, tp_bytes, n_.tp_ag, dispatched >= 0 ? dispatched : kAfterCompute);
-        if (df_) io({mt.disp}, {mt.gath});  // the expert-TP group's rows, each rank's after the other
+        if (df_) io({mt.disp, opt(mt.disp_p)}, {mt.gath, opt(mt.gath_p)});  // the expert-TP group's rows, each rank's after the other
     }
     int shared_out = -1;
     if (d_.shared > 0) {
@@ -214,7 +214,7 @@ void RankLowering::moe_forward(int layer) {
     gemm_cast(n_.experts_fc1, te, (d_.mats - 1) * f, d_.h, batch);
     if (df_) io({mt.gath, prm("experts.fc1.weight", layer), mt.routing}, {mt.fc1});
     compute(Op::elementwise, n_.experts_act, 0, batch * d_.mats * te * f * d_.act_bytes);
-    if (df_) io({mt.fc1}, {mt.act});
+    if (df_) io({mt.fc1, opt(mt.gath_p)}, {mt.act});  // fc2_input: times each row's router weight
     gemm_cast(n_.experts_fc2, te, d_.h, f, batch);
     if (df_) io({mt.act, prm("experts.fc2.weight", layer), mt.routing}, {mt.fc2});
     int combined = -1;
@@ -269,6 +269,16 @@ RankLowering::MoeTensors RankLowering::moe_tensors(int l) {
     t.dfc2 = grad(n_.g_efc2, l, g * tk, H);
     t.dscat = etp ? grad(n_.g_moe_scat, l, tk, H) : t.dfc2;
     t.dcomb = ep ? grad(n_.g_moe_comb, l, tk, H) : t.dscat;
+    // The router's weights inside the experts (fc2_input, Megatron-Core's default): each row's
+    // weight goes with it to the experts, and its gradient comes back the same way.
+    const bool at_input = p_.moe_probs_at == MoeProbsAt::fc2_input;
+    auto rowp = [&](int name, double rows) { return at_input ? act(name, l, rows, 1, TensorRole::stats) : -1; };
+    t.in_p = rowp(n_.t_moe_p, tk);
+    t.disp_p = ep ? rowp(n_.t_moe_disp_p, tk) : t.in_p;
+    t.gath_p = etp ? rowp(n_.t_moe_gath_p, g * tk) : t.disp_p;
+    t.din_p = rowp(n_.g_moe_p, tk);
+    t.ddisp_p = ep ? rowp(n_.g_moe_disp_p, tk) : t.din_p;
+    t.dgath_p = etp ? rowp(n_.g_moe_gath_p, g * tk) : t.ddisp_p;
     const double fs = d_.shared * f;  // tp 1 (dataflow_unsupported)
     const bool shared = fs > 0;
     t.sfc1 = shared ? act(n_.t_sfc1, l, R, (d_.mats - 1) * fs) : -1;
@@ -495,7 +505,12 @@ void RankLowering::moe_backward(int layer) {
     const bool etp_comm = sp && d_.etp > 1;
     const double permute_bytes = routed * (1 + d_.top_k) * d_.h * d_.act_bytes;
     compute(Op::elementwise, n_.moe_unpermute, 0, permute_bytes);  // the un-permute's gradient: copy dY to each top_k slot
-    if (df_) io({lt.dout, mt.routing, mt.comb}, {mt.dcomb, mt.dprobs});
+    // fc2_output: the weights' gradient is dY . the expert's output; fc2_input: the experts' act
+    // backward gives it, per row.
+    if (df_) {
+        if (mt.in_p >= 0) io({lt.dout, mt.routing}, {mt.dcomb});
+        else io({lt.dout, mt.routing, mt.comb}, {mt.dcomb, mt.dprobs});
+    }
     int arrived = -1;
     if (d_.ep > 1) {
         arrived = ep_all_to_all(a2a_bytes, n_.ep_combine);
@@ -512,7 +527,7 @@ void RankLowering::moe_backward(int layer) {
     gemm(n_.experts_fc2, f, d_.h, te, batch);
     if (df_) io({mt.act, mt.dfc2, mt.routing}, {prm_grad("experts.fc2.weight", layer)});
     compute(Op::elementwise, n_.experts_act, 0, 2 * batch * d_.mats * te * f * d_.act_bytes);
-    if (df_) io({mt.fc1, mt.dact}, {mt.dfc1});
+    if (df_) io({mt.fc1, mt.dact, opt(mt.gath_p)}, {mt.dfc1, opt(mt.dgath_p)});
     gemm_cast(n_.experts_fc1, te, d_.h, (d_.mats - 1) * f, batch);
     if (df_) io({mt.dfc1, prm("experts.fc1.weight", layer), mt.routing}, {mt.dgath});
     gemm(n_.experts_fc1, d_.h, (d_.mats - 1) * f, te, batch);
@@ -520,11 +535,11 @@ void RankLowering::moe_backward(int layer) {
     int back = -1;
     if (etp_comm) {
         back = collective(Stream::tp_comm, CollKind::reduce_scatter, Group::etp, tp_bytes, n_.tp_rs);
-        if (df_) io({mt.dgath}, {mt.ddisp});
+        if (df_) io({mt.dgath, opt(mt.dgath_p)}, {mt.ddisp, opt(mt.ddisp_p)});
     }
     if (d_.ep > 1) {
         back = ep_all_to_all(a2a_bytes, n_.ep_dispatch, back >= 0 ? back : kAfterCompute);
-        if (df_) io({mt.ddisp}, {mt.din});  // the rows' gradients home, in expert order
+        if (df_) io({mt.ddisp, opt(mt.ddisp_p)}, {mt.din, opt(mt.din_p)});  // the rows' gradients home, in expert order
     }
     int shared_back = -1;
     if (d_.shared > 0) {
@@ -545,7 +560,7 @@ void RankLowering::moe_backward(int layer) {
     defer_or_wait(back);
     compute(Op::elementwise, n_.moe_permute, 0, permute_bytes);  // the permute's gradient: sum the top_k copies
     const int dln2 = sp ? lt.dln2_s : lt.dln2;  // with SP the rank's own tokens' gradient, no reduce-scatter
-    if (df_) io({mt.din, mt.routing, opt(mt.dsx)}, {dln2});  // plus the shared experts' dX
+    if (df_) io({mt.din, mt.routing, opt(mt.din_p), opt(mt.dsx)}, {dln2, opt(mt.din_p >= 0 ? mt.dprobs : -1)});  // plus the shared experts' dX
     compute(Op::router, n_.router, 0, 2 * routed * d_.experts * 4);
     if (df_) io({mt.routing, mt.dprobs}, {mt.dlogits});
     gemm_high(n_.router_gemm, routed, d_.h, d_.experts);

@@ -26,7 +26,7 @@ void RankLowering::recompute_modules_before_mlp(int layer) {
                 compute(Op::elementwise, n_.experts_act, 0, batch * d_.mats * te * f * d_.act_bytes);
                 if (df_) {
                     const MoeTensors mt = moe_tensors(layer);
-                    io({mt.fc1}, {mt.act});
+                    io({mt.fc1, opt(mt.gath_p)}, {mt.act});
                 }
             }
             if (p_.recomputes(RecomputeModule::shared_experts) && d_.shared > 0) {
