@@ -375,6 +375,17 @@ bool RankState::try_execute(std::size_t i) {
         case InstrKind::send:
         case InstrKind::recv:
             if (!w_.options.memory_only) break;
+            if (in.kind == InstrKind::send || in.kind == InstrKind::recv) {
+                // A walk's transfer still meets its peer (with no data): a receive posted far
+                // ahead would otherwise hold every micro-batch's buffer at once.
+                if (!posted_[i]) {
+                    posted_[i] = 1;
+                    started_ns_[i] = now();
+                    touch(i);
+                    return w_.transport.p2p({w_.step, in.match_id}, in.kind == InstrKind::send, nullptr, 0, &waker_);
+                }
+                return w_.transport.p2p_done({w_.step, in.match_id}, in.kind == InstrKind::send);
+            }
             started_ns_[i] = now();
             start_fetches(i);
             touch(i);

@@ -178,10 +178,11 @@ bool Transport::p2p(Key key, bool send, float* data, std::int64_t n, Waker* wake
         P2P& q = p2p_[key];
         (send ? q.src : q.dst) = data;
         (send ? q.src_n : q.dst_n) = n;
+        q.posted[send ? 0 : 1] = true;
         q.wakers[send ? 0 : 1] = waker;
-        if (!q.src || !q.dst) return false;
+        if (!q.posted[0] || !q.posted[1]) return false;
         STRATA_ASSERT(q.src_n == q.dst_n, "p2p: send and receive sizes differ");
-        std::memcpy(q.dst, q.src, static_cast<std::size_t>(n) * sizeof(float));
+        if (n > 0) std::memcpy(q.dst, q.src, static_cast<std::size_t>(n) * sizeof(float));
         q.done = true;
         q.at = std::chrono::steady_clock::now();
         q.consumed = 1;

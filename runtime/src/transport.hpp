@@ -77,7 +77,7 @@ public:
     /// gets the moment it completed (a rank may notice it later, busy on another stream).
     bool collective_done(Key key, std::chrono::steady_clock::time_point* at = nullptr);
     /// Post a send (`data` of n elements) or a receive (into `data`); true once the pair has met
-    /// and the data moved.
+    /// and the data moved. A memory walk posts n = 0 (no data): the pair only meets.
     bool p2p(Key key, bool send, float* data, std::int64_t n, Waker* waker);
     bool p2p_done(Key key, bool send, std::chrono::steady_clock::time_point* at = nullptr);
 
@@ -99,6 +99,7 @@ private:
         float* src = nullptr;
         float* dst = nullptr;
         std::int64_t src_n = 0, dst_n = 0;
+        bool posted[2] = {false, false};  ///< send, receive (a memory walk posts no data)
         Waker* wakers[2] = {nullptr, nullptr};
         bool done = false;
         int consumed = 0;

@@ -167,6 +167,17 @@ TEST_CASE("Variants: no dropout, flash attention, GQA, SwiGLU, CP, MoE", "[tenso
     moe.moe->load_skew = 0.5;
     auto mk = by_name(layer_activations(moe, pe, 0, false));
     CHECK(mk["moe.experts.fc1_out"] == Approx(1.5 * mn["moe.experts.fc1_out"]));
+    // The router's weights applied at the un-permute (fc2_output): the combined expert outputs
+    // are kept on the tokens' rank, s·top_k rows of h whatever the skew; under TP 2 with SP the
+    // rank's own s/2 tokens (the experts' rows are gathered over TP, the kept outputs are not).
+    PlanSpec po = pe;
+    po.moe_probs_at = MoeProbsAt::fc2_output;
+    CHECK(by_name(layer_activations(moe, po, 0, false))["moe.expert_out"] == Approx(2 * (s * 2) * h));
+    po.tp = 2;
+    po.sequence_parallel = true;
+    auto mt = by_name(layer_activations(moe, po, 0, false));
+    CHECK(mt["moe.expert_out"] == Approx(2 * (s / 2 * 2) * h));
+    CHECK(mt["moe.dispatched_in"] == Approx(2 * (s * 2) * h));  // gathered: both TP ranks' rows
 }
 
 TEST_CASE("QK-norm keeps the pre-norm query and key; its weights are replicated over TP", "[tensors]") {

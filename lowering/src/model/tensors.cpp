@@ -204,8 +204,14 @@ std::vector<TensorDesc> full_layer_activations(const ModelSpec& m, const PlanSpe
         Local experts = L;
         if (p.moe_act_fp8_cache) experts.act = 1.0;  // the SwiGLU inputs cached in FP8 (DeepSeek-V3 Sec. 3.3.3)
         mlp_intermediates(out, m, p, experts, "moe.experts", rows, eff_local, "tokens·top_k");
-        if (p.moe_probs_at == MoeProbsAt::fc2_output)  // kept for the router weights' gradient at the combine
-            out.push_back(act_tensor("moe.expert_out", L.act * rows * L.h, "(tokens·top_k, h)", p));
+        if (p.moe_probs_at == MoeProbsAt::fc2_output) {
+            // Kept for the router weights' gradient at the un-permute: the experts' outputs once
+            // combined on the tokens' own rank, so the rank's routed rows (no expert-TP gather, no
+            // load skew: each rank gets back exactly its own).
+            const double own = (p.sequence_parallel && p.tp > 1 ? L.tok_rep : L.tokens) * moe.top_k;
+            const double kept = moe.capacity_factor > 0.0 ? moe.capacity_factor * own : own;
+            out.push_back(act_tensor("moe.expert_out", L.act * kept * L.h, "(tokens·top_k, h)", p));
+        }
         if (moe.shared_experts > 0)
             mlp_intermediates(out, m, p, L, "moe.shared", L.tokens, static_cast<double>(expert_ffn_of(m)) / L.t * moe.shared_experts, "s/cp·b");
     } else {
