@@ -113,7 +113,15 @@ void RankState::compute(std::size_t i) {
                 KERNEL(norm_forward, O(0), I(0), I(1), ln && nin > 2 ? I(2) : nullptr, x.rows, x.cols);
             } else {
                 float* db = ln && nout > 2 ? O(2) : nullptr;
-                KERNEL(norm_backward, O(0), O(1), db, I(0), I(1), I(2), nin > 3 ? I(3) : nullptr, ln, x.rows, x.cols);
+                const float* dy = I(1);
+                std::vector<float> sum;
+                if (nin > 4) {  // a second gradient of the norm's output (MoE's shared experts under SP): summed first
+                    if (dev_) fail(i, "a norm backward of two output gradients is not executed by the cuda backend");
+                    sum.assign(dy, dy + x.elements());
+                    cpu::add(sum.data(), sum.data(), I(4), nullptr, x.rows, x.cols);
+                    dy = sum.data();
+                }
+                KERNEL(norm_backward, O(0), O(1), db, I(0), dy, I(2), nin > 3 ? I(3) : nullptr, ln, x.rows, x.cols);
             }
             return;
         }
@@ -184,8 +192,21 @@ void RankState::compute(std::size_t i) {
         }
     } else if (name == "residual1" || name == "residual2") {
         if (!backward(in.phase)) {
+            // {x, y[, bias][, z]}: a bias is one row; a whole tensor beside them (MoE's shared
+            // experts under SP) is added too.
             const DataTensor& c = a.out(0);
-            KERNEL(add, O(0), I(0), I(1), nin > 2 ? I(2) : nullptr, c.rows, c.cols);
+            const float* b = nullptr;
+            int whole = -1;
+            for (int k = 2; k < nin; ++k) {
+                if (a.in(k).rows == 1) b = I(k);
+                else whole = k;
+            }
+            KERNEL(add, O(0), I(0), I(1), b, c.rows, c.cols);
+            if (whole >= 0) {
+                if (dev_) fail(i, "a residual add of three tensors is not executed by the cuda backend");
+                float* y = O(0);
+                cpu::add(y, y, I(whole), nullptr, c.rows, c.cols);
+            }
         } else if (nout > 0) {  // the skip path passes the gradient on; only a bias takes its sum
             const DataTensor& d = a.in(0);
             KERNEL(bias_grad, O(0), I(0), d.rows, d.cols);

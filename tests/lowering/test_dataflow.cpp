@@ -686,15 +686,18 @@ TEST_CASE("MoE (ep 1): the experts' own buffer, its reductions over edp, no race
                 ++plans;
             }
     CHECK(plans == 64);
-    // TP 2 with SP: the expert-TP gather and reduce-scatter, with EP and a pipeline.
+    // TP 2 with SP: the expert-TP gather and reduce-scatter, with EP and a pipeline, with and
+    // without a shared expert (its output and dX reduce-scattered past the MoE block).
     for (int ep : {1, 2})
         for (int pp : {1, 2}) {
             PlanSpec p = plan(2, pp, 2, 16);
             p.sequence_parallel = true;
             p.ep = ep;
             p.zero_stage = 1;
-            REQUIRE(dataflow_unsupported(m, p).empty());
-            const Program b = lower_df(m, p, true, 2);
+            ModelSpec mm = m;
+            mm.moe->shared_experts = pp - 1;
+            REQUIRE(dataflow_unsupported(mm, p).empty());
+            const Program b = lower_df(mm, p, true, 2);
             check_def_before_use(b);
             const std::vector<std::string> h = dataflow_hazards(b, 3);
             INFO("tp 2 ep " << ep << " pp " << pp << (h.empty() ? "" : "\n" + h[0]));

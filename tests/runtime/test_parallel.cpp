@@ -452,6 +452,16 @@ TEST_CASE("MoE: every parallel variant follows the single-rank loss curve", "[ru
         p.recompute_modules = recompute_bit(RecomputeModule::shared_experts) | recompute_bit(RecomputeModule::moe_act);
         s.push_back({"shared expert, dp 2, ep 2, selective recompute of the shared experts and moe_act", p});
         s.push_back({"shared expert, pp 2", cpu_plan(1, 2)});
+        // Under TP with SP the shared experts' output and dX reach the rank's shard by a
+        // reduce-scatter: the residual add and the norm's backward take them.
+        p = cpu_plan(2);
+        p.sequence_parallel = true;
+        s.push_back({"shared expert, tp 2 SP", p});
+        p.dp = 2;
+        p.ep = 2;
+        p.recompute = Recompute::selective;
+        p.recompute_modules = recompute_bit(RecomputeModule::shared_experts);
+        s.push_back({"shared expert, tp 2 SP, dp 2 ep 2, selective recompute of the shared experts", p});
         check_against_single_rank(shared, s);
     }
     {

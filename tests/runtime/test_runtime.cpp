@@ -122,6 +122,7 @@ TEST_CASE("gradients match finite differences", "[runtime][grad]") {
         PlanSpec tp = cpu_plan(2);
         tp.sequence_parallel = true;
         check_gradients(m, tp, 1, {{"experts.fc1.weight", 1}, {"experts.fc2.weight", 2}}, spread(10), true);
+        check_gradients(shared, tp, 1, {{"shared.fc1.weight", 1}, {"shared.fc2.weight", 2}, {"experts.fc2.weight", 1}}, spread(10), true);
         // Top 2 of 4: router weights 40x part the logits by ~4 while a perturbation of the
         // router or of an expert moves them by ~0.03 at most, so no token changes experts.
         m.moe->top_k = 2;

@@ -207,7 +207,7 @@ void RankLowering::moe_forward(int layer) {
     int shared_out = -1;
     if (d_.shared > 0) {
         shared_experts_forward(layer);
-        if (sp) shared_out = tp_out_collective();
+        if (sp) shared_out = tp_out_collective(mt.sfc2, mt.sfc2_s);
     }
     defer_or_wait(dispatched);
     const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.etp;
@@ -228,7 +228,9 @@ void RankLowering::moe_forward(int layer) {
     }
     defer_or_wait(combined);
     compute(Op::elementwise, n_.moe_unpermute, 0, permute_bytes);
-    if (df_) io({mt.comb, mt.routing, opt(mt.sfc2)}, {sp ? lt.fc2_s : lt.fc2});  // plus the shared experts' output
+    // Plus the shared experts' output; with SP it is still being reduce-scattered, so the residual
+    // add takes it (layer_forward).
+    if (df_) io({mt.comb, mt.routing, opt(sp ? -1 : mt.sfc2)}, {sp ? lt.fc2_s : lt.fc2});
     wait(Stream::compute, shared_out);
 }
 
@@ -279,26 +281,39 @@ RankLowering::MoeTensors RankLowering::moe_tensors(int l) {
     t.din_p = rowp(n_.g_moe_p, tk);
     t.ddisp_p = ep ? rowp(n_.g_moe_disp_p, tk) : t.din_p;
     t.dgath_p = etp ? rowp(n_.g_moe_gath_p, g * tk) : t.ddisp_p;
-    const double fs = d_.shared * f;  // tp 1 (dataflow_unsupported)
+    // The shared experts: a TP MLP on all the tokens (with SP gathered), whose output (with SP
+    // reduce-scattered to the rank's shard) joins the routed experts'.
+    const double fs = d_.shared * f / d_.tp, Tg = d_.tokens;
     const bool shared = fs > 0;
-    t.sfc1 = shared ? act(n_.t_sfc1, l, R, (d_.mats - 1) * fs) : -1;
-    t.sact = shared ? act(n_.t_sact, l, R, fs) : -1;
-    t.sfc2 = shared ? act(n_.t_sfc2, l, R, H) : -1;
-    t.dsfc1 = shared ? grad(n_.g_sfc1, l, R, (d_.mats - 1) * fs) : -1;
-    t.dsact = shared ? grad(n_.g_sact, l, R, fs) : -1;
-    t.dsx = shared ? grad(n_.g_shared_x, l, R, H) : -1;
+    t.sfc1 = shared ? act(n_.t_sfc1, l, Tg, (d_.mats - 1) * fs) : -1;
+    t.sact = shared ? act(n_.t_sact, l, Tg, fs) : -1;
+    t.sfc2 = shared ? act(n_.t_sfc2, l, Tg, H) : -1;
+    t.dsfc1 = shared ? grad(n_.g_sfc1, l, Tg, (d_.mats - 1) * fs) : -1;
+    t.dsact = shared ? grad(n_.g_sact, l, Tg, fs) : -1;
+    t.dsx = shared ? grad(n_.g_shared_x, l, Tg, H) : -1;
+    t.sfc2_s = shared && sp ? act(n_.t_sfc2_s, l, R, H) : t.sfc2;
+    t.dsx_s = shared && sp ? grad(n_.g_shared_x_s, l, R, H) : t.dsx;
     return t;
+}
+
+// Under SP the shared experts' output (grad: dX) reaches the rank's shard by a reduce-scatter
+// that runs past the MoE block: the residual add takes the output, and the norm's backward adds
+// the gradient into d.ln2 (-1 where there is none).
+int RankLowering::shared_shard(int layer, bool grad_of) {
+    if (!df_ || !(d_.tp > 1 && d_.sp) || d_.shared <= 0 || !m_.layer_is_moe(layer)) return -1;
+    const MoeTensors mt = moe_tensors(layer);
+    return grad_of ? mt.dsx_s : mt.sfc2_s;
 }
 
 // The shared experts: a TP MLP on the (with SP, gathered) input. Dataflow (tp 1): its output is
 // added by the un-permute.
 void RankLowering::shared_experts_forward(int layer) {
-    tp_forward_in(true);
     const LayerTensors lt = layer_tensors(layer);
     const MoeTensors mt = moe_tensors(layer);
+    tp_forward_in(true, lt.ln2, lt.ln2_g);
     const double f = d_.shared * d_.expert_ffn / d_.tp;
     gemm_cast(n_.shared_fc1, d_.tokens, (d_.mats - 1) * f, d_.h);
-    if (df_) io({lt.ln2, prm("shared.fc1.weight", layer)}, {mt.sfc1});
+    if (df_) io({lt.ln2_g, prm("shared.fc1.weight", layer)}, {mt.sfc1});
     compute(Op::elementwise, n_.shared_act, 0, d_.mats * d_.tokens * f * d_.act_bytes);
     if (df_) io({mt.sfc1}, {mt.sact});
     gemm_cast(n_.shared_fc2, d_.tokens, d_.h, f);
@@ -403,7 +418,7 @@ void RankLowering::layer_forward(int layer, Phase phase) {
     // A recomputed layer's output is a fresh value nobody reads: the original may still be on its
     // way to the next stage (a chunk's last layer), so it must not be written over.
     const int out = phase == Phase::recompute ? act(n_.t_x_recomputed, layer + 1, d_.tokens_sp, d_.h) : t.out;
-    if (df_) io({t.x1, t.fc2_s, bias("fc2.bias", layer, false)}, {out});
+    if (df_) io({t.x1, t.fc2_s, bias("fc2.bias", layer, false), shared_shard(layer, false)}, {out});
     phase_ = saved;
     layer_ = saved_layer;
 }
@@ -543,24 +558,24 @@ void RankLowering::moe_backward(int layer) {
     }
     int shared_back = -1;
     if (d_.shared > 0) {
-        tp_forward_in(true);  // SP: gather dY for the shared experts' TP MLP
+        tp_forward_in(true, lt.dout, lt.dout_g);  // SP: gather dY for the shared experts' TP MLP
         const double fs = d_.shared * d_.expert_ffn / d_.tp;
         gemm_cast(n_.shared_fc2, d_.tokens, fs, d_.h);
-        if (df_) io({lt.dout, prm("shared.fc2.weight", layer)}, {mt.dsact});
+        if (df_) io({lt.dout_g, prm("shared.fc2.weight", layer)}, {mt.dsact});
         gemm(n_.shared_fc2, fs, d_.h, d_.tokens);
-        if (df_) io({mt.sact, lt.dout}, {prm_grad("shared.fc2.weight", layer)});
+        if (df_) io({mt.sact, lt.dout_g}, {prm_grad("shared.fc2.weight", layer)});
         compute(Op::elementwise, n_.shared_act, 0, 2 * d_.mats * d_.tokens * fs * d_.act_bytes);
         if (df_) io({mt.sfc1, mt.dsact}, {mt.dsfc1});
         gemm_cast(n_.shared_fc1, d_.tokens, d_.h, (d_.mats - 1) * fs);
         if (df_) io({mt.dsfc1, prm("shared.fc1.weight", layer)}, {mt.dsx});
         gemm(n_.shared_fc1, d_.h, (d_.mats - 1) * fs, d_.tokens);
-        if (df_) io({lt.ln2, mt.dsfc1}, {prm_grad("shared.fc1.weight", layer)});
-        if (sp) shared_back = tp_out_collective();
+        if (df_) io({lt.ln2_g, mt.dsfc1}, {prm_grad("shared.fc1.weight", layer)});
+        if (sp) shared_back = tp_out_collective(mt.dsx, mt.dsx_s);  // summed into d.ln2 by the norm's backward (layer_backward)
     }
     defer_or_wait(back);
     compute(Op::elementwise, n_.moe_permute, 0, permute_bytes);  // the permute's gradient: sum the top_k copies
     const int dln2 = sp ? lt.dln2_s : lt.dln2;  // with SP the rank's own tokens' gradient, no reduce-scatter
-    if (df_) io({mt.din, mt.routing, opt(mt.din_p), opt(mt.dsx)}, {dln2, opt(mt.din_p >= 0 ? mt.dprobs : -1)});  // plus the shared experts' dX
+    if (df_) io({mt.din, mt.routing, opt(mt.din_p), opt(sp ? -1 : mt.dsx)}, {dln2, opt(mt.din_p >= 0 ? mt.dprobs : -1)});  // plus the shared experts' dX
     compute(Op::router, n_.router, 0, 2 * routed * d_.experts * 4);
     if (df_) io({mt.routing, mt.dprobs}, {mt.dlogits});
     gemm_high(n_.router_gemm, routed, d_.h, d_.experts);
@@ -593,7 +608,9 @@ void RankLowering::layer_backward(int layer, int layer_in_stage) {
         mlp_backward(layer, overlap ? ag_dy : -1, t);
     }
     compute(Op::norm, n_.norm2, 0, norm_bytes);
-    if (df_) io({t.x1, t.dln2_s, prm("ln2.weight", layer), t.dout}, {t.dx1, prm_grad("ln2.weight", layer), bias("ln2.bias", layer, true)});
+    if (df_)
+        io({t.x1, t.dln2_s, prm("ln2.weight", layer), t.dout, shared_shard(layer, true)},
+           {t.dx1, prm_grad("ln2.weight", layer), bias("ln2.bias", layer, true)});
     // Attention block.
     compute(Op::elementwise, n_.residual1, 0, resid_bytes);
     if (df_) io({t.dx1}, {bias("proj.bias", layer, true)});

@@ -61,6 +61,7 @@ void Names::intern(Program& p) {
     g_moe_gath = tid("d.moe.gathered"); g_moe_scat = tid("d.moe.scattered");
     t_sfc1 = tid("shared.fc1.out"); t_sact = tid("shared.act.out"); t_sfc2 = tid("shared.fc2.out");
     g_sfc1 = tid("d.shared.fc1.out"); g_sact = tid("d.shared.act.out"); g_shared_x = tid("d.shared.x");
+    t_sfc2_s = tid("shared.fc2.out.shard"); g_shared_x_s = tid("d.shared.x.shard");
     t_moe_p = tid("moe.permuted.probs"); t_moe_disp_p = tid("moe.dispatched.probs"); t_moe_gath_p = tid("moe.gathered.probs");
     g_moe_p = tid("d.moe.permuted.probs"); g_moe_disp_p = tid("d.moe.dispatched.probs"); g_moe_gath_p = tid("d.moe.gathered.probs");
     t_grads = tid("grads"); t_params = tid("params"); t_state = tid("optimizer_state");

@@ -37,7 +37,7 @@ struct Names {
     // The MoE block's (ep = 1): router logits and choices, tokens in expert order, the experts' outputs.
     int t_router_logits, t_routing, t_moe_in, t_efc1, t_eact, t_efc2, g_router_logits, g_probs, g_moe_in, g_efc1, g_eact, g_efc2;
     int t_moe_disp, t_moe_comb, g_moe_disp, g_moe_comb, t_moe_gath, t_moe_scat, g_moe_gath, g_moe_scat;
-    int t_sfc1, t_sact, t_sfc2, g_sfc1, g_sact, g_shared_x, t_moe_p, t_moe_disp_p, t_moe_gath_p, g_moe_p, g_moe_disp_p, g_moe_gath_p;
+    int t_sfc1, t_sact, t_sfc2, g_sfc1, g_sact, g_shared_x, t_sfc2_s, g_shared_x_s, t_moe_p, t_moe_disp_p, t_moe_gath_p, g_moe_p, g_moe_disp_p, g_moe_gath_p;
     int t_grads, t_params, t_state;
     void intern(Program& p);
 };
@@ -224,11 +224,13 @@ private:
         int logits, routing, in, fc1, act, fc2, dlogits, dprobs, din, dfc1, dact, dfc2;
         int disp, gath, scat, comb, ddisp, dgath, dscat, dcomb;
         int sfc1, sact, sfc2, dsfc1, dsact, dsx;  ///< the shared experts' (-1: none)
+        int sfc2_s, dsx_s;                        ///< with SP, their output and dX on the rank's shard
         /// moe_probs_at fc2_input: each row's router weight, travelling with it (and backward its
         /// gradient); -1 under fc2_output.
         int in_p, disp_p, gath_p, din_p, ddisp_p, dgath_p;
     };
     MoeTensors moe_tensors(int layer);
+    int shared_shard(int layer, bool grad_of);
 
     // layer pieces (layer_ops.cpp)
     /// SP: all-gather `in` (a sequence shard) into `out` over TP. -1: nothing to do.

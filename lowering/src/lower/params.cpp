@@ -177,8 +177,6 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
                    "MLP (expert_tp = tp; MoE parallel folding is not executed yet)";
         if (p.tp > 1 && !p.sequence_parallel)
             return n("plan.tp", std::to_string(p.tp)) + ": MoE layers under TP need plan.sequence_parallel (as Megatron-Core does)";
-        if (p.tp > 1 && e.shared_experts > 0)
-            return n("model.moe.shared_experts", std::to_string(e.shared_experts)) + ": shared experts under TP are not executed yet";
         const std::int64_t fe = e.expert_ffn_hidden > 0 ? e.expert_ffn_hidden : m.ffn_hidden;
         if (fe % p.tp != 0) return n("model.moe.expert_ffn_hidden", std::to_string(fe)) + ": must be a multiple of plan.tp";
         if (e.capacity_factor > 0)

@@ -31,7 +31,10 @@ void RankLowering::recompute_modules_before_mlp(int layer) {
             }
             if (p_.recomputes(RecomputeModule::shared_experts) && d_.shared > 0) {
                 shared_experts_forward(layer);
-                if (d_.tp > 1 && d_.sp) wait(Stream::compute, tp_out_collective());
+                if (d_.tp > 1 && d_.sp) {
+                    const MoeTensors mt = moe_tensors(layer);
+                    wait(Stream::compute, tp_out_collective(mt.sfc2, mt.sfc2_s));
+                }
             }
         }
     } else if (p_.recomputes(RecomputeModule::mlp)) {
