@@ -66,8 +66,10 @@ void run_run(const RunArgs& a) {
         session.step();
         runtime::StepReport r = session.step();
         r.peak_bytes = session.peak_bytes();
-        report << "memory only (the dataflow of two steps walked, nothing computed or allocated), " << session.program().ranks.size()
-               << " ranks: peak gpu " << human_bytes(r.peak_bytes[0]) << " per rank, cpu " << human_bytes(r.peak_bytes[1]) << " per node, ssd "
+        const std::size_t walked = session.program().ranks.size(), all = static_cast<std::size_t>(s.plan->gpus());
+        report << "memory only (the dataflow of two steps walked, nothing computed or allocated), "
+               << (walked == all ? std::to_string(all) + " ranks" : std::to_string(walked) + " representative ranks of " + std::to_string(all))
+               << ": peak gpu " << human_bytes(r.peak_bytes[0]) << " per rank, cpu " << human_bytes(r.peak_bytes[1]) << " per node, ssd "
                << human_bytes(r.peak_bytes[2]) << " per node\n";
         const std::string trace = a.trace.empty() ? "" : sim::to_chrome_trace(session.program(), measured_result(session.program(), session.traces()));
         const std::string json = a.json.empty() ? "" : steps_json({r}, s.name, "memory-only");

@@ -28,8 +28,9 @@ bool tracked(TensorRole r, Tier t) {
 World::World(const ModelSpec& m, const PlanSpec& p, const RunOptions& o, const Program& prog)
     : model(m), plan(p), options(o), program(prog), data(o.data.text_path, m.vocab, o.data.seed) {}
 
-RankState::RankState(World& w, int rank) : w_(w), rp_(w.program.ranks[static_cast<std::size_t>(rank)]), rank_(rank) {
-    STRATA_ASSERT(rp_.global_rank == rank, "runtime: the Program is not in full mode");
+RankState::RankState(World& w, int index) : w_(w), rp_(w.program.ranks[static_cast<std::size_t>(index)]), rank_(rp_.global_rank) {
+    STRATA_ASSERT(w.program.full_mode, "runtime: the Program is not in full mode");
+    const int rank = rank_;
     layout_ = param_layout(w.model, w.plan, rp_.pp_stage);
     const auto& tp = rp_.groups[static_cast<std::size_t>(Group::tp)];
     tp_size_ = static_cast<int>(tp.size());

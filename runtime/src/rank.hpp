@@ -159,7 +159,8 @@ struct PackedRanges {
 
 class RankState {
 public:
-    RankState(World& w, int rank);
+    /// The rank of program `index` of the world's Program (its global rank is the program's).
+    RankState(World& w, int index);
     ~RankState();
 
     /// Initialise parameters (or read them from a checkpoint) and size the optimizer state.

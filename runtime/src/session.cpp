@@ -71,9 +71,12 @@ struct Session::Impl {
         }
     }
 
-    RankState& at(int rank) const {
-        if (rank < 0 || rank >= static_cast<int>(ranks.size())) throw InputError("runtime", "rank", "no rank " + std::to_string(rank));
-        return *ranks[static_cast<std::size_t>(rank)];
+    RankState& at(int rank) const {  // by global rank (a memory walk may hold only some)
+        if (rank >= 0 && rank < static_cast<int>(ranks.size()) && ranks[static_cast<std::size_t>(rank)]->rank() == rank)
+            return *ranks[static_cast<std::size_t>(rank)];
+        for (const auto& r : ranks)
+            if (r->rank() == rank) return *r;
+        throw InputError("runtime", "rank", "no rank " + std::to_string(rank) + " in this session");
     }
 };
 
@@ -100,6 +103,20 @@ void check_fits(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, con
     if (!r.fits_ssd) throw OutOfMemory("the plan does not fit, refused before allocating: tier ssd needs " + mib(r.ssd_bytes) + " per node of " + mib(caps.ssd_bytes_per_node));
 }
 
+// A memory walk's representative ranks (RunOptions::walk_all_ranks): every pipeline stage, TP
+// and CP rank, and the first data-parallel replicas, enough to fill a node, since the cpu and ssd
+// tiers are per node. Empty: all ranks.
+std::vector<int> walk_ranks(const ClusterSpec& c, const PlanSpec& p) {
+    const int per_replica = p.tp * p.cp, gpn = std::max(1, c.gpus_per_node);
+    const int replicas = std::min(p.dp, std::max(1, (gpn + per_replica - 1) / per_replica));
+    std::vector<int> out;
+    if (replicas == p.dp) return out;
+    for (int s = 0; s < p.pp; ++s)
+        for (int d = 0; d < replicas; ++d)
+            for (int r = 0; r < per_replica; ++r) out.push_back(r + per_replica * (d + p.dp * s));
+    return out;
+}
+
 }  // namespace
 
 Session::Session(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, const RunOptions& o) : impl_(std::make_unique<Impl>()) {
@@ -115,6 +132,7 @@ Session::Session(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, co
     lo.full_mode = true;
     lo.dataflow = true;
     lo.steps = 1;
+    if (o.memory_only && !o.walk_all_ranks) lo.ranks = walk_ranks(c, p);
     s.program = lower(s.model, s.cluster, s.plan, lo);
     s.world = std::make_unique<World>(s.model, s.plan, s.options, s.program);
     World& w = *s.world;

@@ -557,7 +557,12 @@ Program lower(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, const
         for (int s = 0; s < p.pp; ++s)
             for (int d = 0; d < p.dp; ++d)
                 for (int cc = 0; cc < p.cp; ++cc)
-                    for (int t = 0; t < p.tp; ++t) coords.push_back({t, cc, d, s});
+                    for (int t = 0; t < p.tp; ++t) {
+                        const int g = t + p.tp * (cc + p.cp * (d + p.dp * s));
+                        if (o.ranks.empty() || std::binary_search(o.ranks.begin(), o.ranks.end(), g)) coords.push_back({t, cc, d, s});
+                    }
+        STRATA_ASSERT(std::is_sorted(o.ranks.begin(), o.ranks.end()) && (o.ranks.empty() || o.ranks.back() < p.gpus()),
+                      "lower: LowerOptions::ranks must be ascending global ranks of the plan");
     } else {
         for (int s = 0; s < p.pp; ++s) coords.push_back({0, 0, 0, s});
     }

@@ -28,6 +28,10 @@ struct LowerOptions {
     /// model and plan the dataflow covers (params.hpp, dataflow_unsupported). The instructions are
     /// the same with or without it.
     bool dataflow = false;
+    /// Full mode: lower only these global ranks (ascending; empty: all of them). Program::ranks
+    /// then holds only their programs, each with its RankProgram::global_rank; a memory walk of a
+    /// representative set of ranks needs no others (runtime.hpp, RunOptions::walk_all_ranks).
+    std::vector<int> ranks;
 };
 
 /// One slot of a pipeline schedule: run the forward or the backward of `microbatch` through the

@@ -48,8 +48,13 @@ struct RunOptions {
     /// Walk the dataflow without running it: every tensor is charged to its tier when written and
     /// released after its last read, as in a run, but nothing is allocated, computed or moved.
     /// The peaks per tier are a real run's, in seconds, for a plan this machine could not hold
-    /// (on a pipeline, ranks meet at no rendezvous: each rank goes in its program's order).
+    /// (pipeline transfers still meet their peers, with no data).
     bool memory_only = false;
+    /// A memory walk goes through a representative set of ranks (every pipeline stage, TP and CP
+    /// rank, and the first data-parallel replicas, enough to fill a node: the others differ only
+    /// in which ZeRO slice or experts they hold), so a plan of thousands of GPUs walks in seconds.
+    /// true: every rank.
+    bool walk_all_ranks = false;
     double peak_flops_per_rank = 0;  ///< for MFU (0: not reported)
     const std::atomic<bool>* stop = nullptr;  ///< set (e.g. by SIGINT) to stop between steps
 };
