@@ -109,6 +109,27 @@ void RankState::compute(std::size_t i) {
         case Op::norm: {
             const bool ln = m.norm == NormKind::layernorm;
             const DataTensor& x = a.in(0);
+            if (name == "qk_norm") {  // per head over Q's and K's columns of the fused QKV rows; V passes through
+                if (dev_) fail(i, "QK-norm is not executed by the cuda backend yet");
+                const i64 W = x.cols, hq = m.heads / tp_size_, hkv = (m.kv_heads > 0 ? m.kv_heads : m.heads) / tp_size_;
+                const int per = ln ? 2 : 1;  // weight[, bias] of each norm
+                const int w0 = backward(in.phase) ? 2 : 1;
+                const float *wq = I(w0), *bq = ln ? I(w0 + 1) : nullptr, *wk = I(w0 + per), *bk = ln ? I(w0 + per + 1) : nullptr;
+                float* y = O(0);
+                const float* src = backward(in.phase) ? I(1) : I(0);
+                std::memcpy(y, src, static_cast<std::size_t>(x.elements()) * sizeof(float));
+                for (i64 t = 0; t < x.rows; ++t) {
+                    const i64 q = t * W, k = q + hq * hd;
+                    if (!backward(in.phase)) {
+                        cpu::norm_forward(y + q, I(0) + q, wq, bq, hq, hd);
+                        cpu::norm_forward(y + k, I(0) + k, wk, bk, hkv, hd);
+                    } else {  // outputs {dx, dwq[, dbq], dwk[, dbk]}, accumulated into
+                        cpu::norm_backward(y + q, O(1), ln ? O(2) : nullptr, I(0) + q, I(1) + q, wq, nullptr, ln, hq, hd);
+                        cpu::norm_backward(y + k, O(1 + per), ln ? O(2 + per) : nullptr, I(0) + k, I(1) + k, wk, nullptr, ln, hkv, hd);
+                    }
+                }
+                return;
+            }
             if (!backward(in.phase)) {
                 KERNEL(norm_forward, O(0), I(0), I(1), ln && nin > 2 ? I(2) : nullptr, x.rows, x.cols);
             } else {

@@ -133,7 +133,7 @@ void RankState::init_params() {
     for (const ParamEntry& e : layout_.entries) {
         float* p = base + e.offset;
         std::fill(decay_.begin() + e.offset, decay_.begin() + e.end(), e.decay ? 1 : 0);
-        const bool norm = e.name.find("ln") == 0 || e.name.find("final_norm") == 0;
+        const bool norm = e.name.find("ln") == 0 || e.name.find("final_norm") == 0 || e.name.find("_norm.weight") != std::string::npos;
         if (e.name.find(".bias") != std::string::npos) continue;  // zeros
         if (norm) {
             std::fill(p, p + e.elements(), 1.0f);

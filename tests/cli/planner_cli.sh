@@ -128,10 +128,10 @@ PY
 
 # Ctrl-C: a long search interrupted by SIGINT exits 130, as `profile` does (issue #32), and leaves
 # no output file.
-# (GPT-3 175B over 1024 GPUs on one thread: 5.2 s on the idle 2-core VM since the estimate phase
-# got 4x faster at stop 37; on two threads it finished in 3.2 s and this check, at 3 s, failed.
+# (GPT-3 175B over 1024 GPUs on one thread took 5.2 s at stop 37 and 1.9 s on 2026-11-26, when this
+# check, 2 s in, failed; LLaMA-3 405B over 16,384 GPUs on one thread: 5.8 s on the idle 2-core VM.
 # Start-up is 0.05 s since the CUDA profiler became a module, so 2 s in, the handler is installed.)
-"$S" plan --model gpt3-175b --cluster dgx-a100-80g-x128 --global-batch 1536 --threads 1 --quiet --json "$T/int.json" >"$T/int.out" 2>&1 &
+"$S" plan --model llama-3-405b --cluster dgx-h100-x2048 --threads 1 --quiet --json "$T/int.json" >"$T/int.out" 2>&1 &
 pid=$!
 sleep 2
 kill -0 $pid 2>/dev/null || fail "the search finished before it could be interrupted; pick a longer one"

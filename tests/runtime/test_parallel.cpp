@@ -307,6 +307,23 @@ TEST_CASE("bf16: parallel variants follow the single-rank bf16 curve", "[runtime
     }
 }
 
+TEST_CASE("QK-norm: parallel variants follow the single-rank loss curve", "[runtime][parallel]") {
+    ModelSpec m = tiny_llama();
+    m.qk_norm = true;
+    std::vector<Variant> v;
+    PlanSpec p = cpu_plan(1, 1, 2);
+    p.zero_stage = 1;
+    v.push_back({"dp 2, ZeRO-1", p});
+    p.zero_stage = 3;
+    v.push_back({"dp 2, ZeRO-3", p});
+    v.push_back({"pp 2", cpu_plan(1, 2)});
+    p = cpu_plan();
+    p.cp = 2;
+    p.recompute = Recompute::full;
+    v.push_back({"cp 2, full recompute", p});
+    check_against_single_rank(m, v);
+}
+
 TEST_CASE("Llama: every parallel variant follows the single-rank loss curve", "[runtime][parallel]") {
     std::vector<Variant> v = variants();
     PlanSpec p = cpu_plan(1, 2);
@@ -360,7 +377,8 @@ std::vector<std::vector<float>> replicas_after(const ModelSpec& m, const PlanSpe
         const std::int64_t e = std::find(ep.begin(), ep.end(), r) - ep.begin(), t = std::find(tp.begin(), tp.end(), r) - tp.begin();
         const std::vector<int> pp = group_ranks(Group::pp, p, r);
         const auto stage = static_cast<int>(std::find(pp.begin(), pp.end(), r) - pp.begin());
-        const ParamEntry& piece = *param_layout(m, p, stage).find(name, layer);
+        const ParamLayout layout = param_layout(m, p, stage);
+        const ParamEntry& piece = *layout.find(name, layer);
         const auto replica = static_cast<std::size_t>(seen[{name == "router.weight" ? 0 : e, name == "router.weight" ? 0 : t}]++);
         if (out.size() <= replica) out.emplace_back(static_cast<std::size_t>(whole), NAN);
         for (std::int64_t i = 0; i < n; ++i)

@@ -54,6 +54,7 @@ RankLowering::LayerTensors RankLowering::layer_tensors(int l) {
     t.ln1 = a(n_.t_ln1, S, H);
     t.ln1_g = sp ? a(n_.t_ln1_g, T, H) : t.ln1;
     t.qkv = a(n_.t_qkv, T, qkv);
+    t.qkv_pre = m_.qk_norm ? a(n_.t_qkv_pre, T, qkv) : t.qkv;
     t.attn = a(n_.t_attn, T, attn);
     t.lse = act(n_.t_attn_lse, l, T, d_.heads / tp, TensorRole::stats);
     t.proj = a(n_.t_proj, T, H);
@@ -76,6 +77,7 @@ RankLowering::LayerTensors RankLowering::layer_tensors(int l) {
     t.dfc1 = g(n_.g_fc1, T, (d_.mats - 1) * f);
     t.dattn = g(n_.g_attn, T, attn);
     t.dqkv = g(n_.g_qkv, T, qkv);
+    t.dqkv_pre = m_.qk_norm ? g(n_.g_qkv_pre, T, qkv) : t.dqkv;
     t.dln1 = g(n_.g_ln1, T, H);
     t.dln1_s = sp ? g(n_.g_ln1_s, S, H) : t.dln1;
     t.dx = g(n_.g_x, S, H);
@@ -218,9 +220,15 @@ void RankLowering::layer_forward(int layer, Phase phase) {
     } else {
         const int ag_qkv = tp_forward_in(!overlap, t.ln1, t.ln1_g);
         gemm(n_.qkv, d_.tokens, (d_.q_w + 2 * d_.kv_w) / d_.tp, d_.h);
-        if (df_) io({t.ln1_g, prm("qkv.weight", layer), bias("qkv.bias", layer, false)}, {t.qkv});
+        if (df_) io({t.ln1_g, prm("qkv.weight", layer), bias("qkv.bias", layer, false)}, {t.qkv_pre});
         if (overlap) wait(Stream::compute, ag_qkv);
-        if (m_.qk_norm) compute(Op::norm, n_.qk_norm, 0, 2 * d_.qk_bytes());  // read, write Q and K
+        if (m_.qk_norm) {  // read, write Q and K; V passes through (the dataflow keeps the norms' input)
+            compute(Op::norm, n_.qk_norm, 0, 2 * d_.qk_bytes());
+            if (df_)
+                io({t.qkv_pre, prm("q_norm.weight", layer), bias("q_norm.bias", layer, false), prm("k_norm.weight", layer),
+                    bias("k_norm.bias", layer, false)},
+                   {t.qkv});
+        }
         if (m_.position == PositionKind::rope) {
             compute(Op::elementwise, n_.rope, 0, 2 * d_.qk_bytes());
             if (df_) io({t.qkv}, {t.qkv});
@@ -381,7 +389,14 @@ void RankLowering::layer_backward(int layer, int layer_in_stage) {
         compute(Op::elementwise, n_.rope, 0, 2 * d_.qk_bytes());
         if (df_) io({t.dqkv}, {t.dqkv});
     }
-    if (m_.qk_norm) compute(Op::norm, n_.qk_norm, 0, 3 * d_.qk_bytes());  // x, dy -> dx
+    if (m_.qk_norm) {  // x, dy -> dx
+        compute(Op::norm, n_.qk_norm, 0, 3 * d_.qk_bytes());
+        if (df_)
+            io({t.qkv_pre, t.dqkv, prm("q_norm.weight", layer), bias("q_norm.bias", layer, false), prm("k_norm.weight", layer),
+                bias("k_norm.bias", layer, false)},
+               {t.dqkv_pre, prm_grad("q_norm.weight", layer), bias("q_norm.bias", layer, true), prm_grad("k_norm.weight", layer),
+                bias("k_norm.bias", layer, true)});
+    }
     int input_ev = -1;
     if (d_.tp > 1 && d_.sp) {
         input_ev = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * d_.act_bytes, n_.tp_ag_input);
@@ -389,7 +404,7 @@ void RankLowering::layer_backward(int layer, int layer_in_stage) {
     }
     const double qkv_n = (d_.q_w + 2 * d_.kv_w) / d_.tp;
     gemm_cast(n_.qkv, d_.tokens, d_.h, qkv_n);  // dgrad
-    if (df_) io({t.dqkv, prm("qkv.weight", layer)}, {t.dln1});
+    if (df_) io({t.dqkv_pre, prm("qkv.weight", layer)}, {t.dln1});
     int red_ev = -1;
     if (d_.tp > 1) {
         red_ev = collective(Stream::tp_comm, d_.sp ? CollKind::reduce_scatter : CollKind::all_reduce, Group::tp,
@@ -398,7 +413,7 @@ void RankLowering::layer_backward(int layer, int layer_in_stage) {
     }
     if (input_ev >= 0) wait(Stream::compute, input_ev);
     gemm(n_.qkv, d_.h, qkv_n, d_.tokens);  // wgrad
-    if (df_) io({t.ln1_g, t.dqkv}, {prm_grad("qkv.weight", layer), bias("qkv.bias", layer, true)});
+    if (df_) io({t.ln1_g, t.dqkv_pre}, {prm_grad("qkv.weight", layer), bias("qkv.bias", layer, true)});
     if (red_ev >= 0) wait(Stream::compute, red_ev);
     compute(Op::norm, n_.norm1, 0, norm_bytes);
     if (df_) io({t.x, t.dln1_s, prm("ln1.weight", layer), t.dx1}, {t.dx, prm_grad("ln1.weight", layer), bias("ln1.bias", layer, true)});

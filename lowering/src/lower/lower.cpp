@@ -57,6 +57,7 @@ void Names::intern(Program& p) {
     g_router_logits = tid("d.router.logits"); g_probs = tid("d.router.probs"); g_moe_in = tid("d.moe.permuted");
     g_efc1 = tid("d.experts.fc1.out"); g_eact = tid("d.experts.act.out"); g_efc2 = tid("d.experts.fc2.out");
     t_moe_disp = tid("moe.dispatched"); t_moe_comb = tid("moe.combined"); g_moe_disp = tid("d.moe.dispatched");
+    t_qkv_pre = tid("qkv.pre_norm"); g_qkv_pre = tid("d.qkv.pre_norm");
     g_moe_comb = tid("d.moe.combined"); t_moe_gath = tid("moe.gathered"); t_moe_scat = tid("moe.scattered");
     g_moe_gath = tid("d.moe.gathered"); g_moe_scat = tid("d.moe.scattered");
     t_sfc1 = tid("shared.fc1.out"); t_sact = tid("shared.act.out"); t_sfc2 = tid("shared.fc2.out");

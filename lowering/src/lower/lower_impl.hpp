@@ -31,6 +31,7 @@ struct Names {
     int fetch_ssd, fetch_h2d, act_d2h, act_h2d, act_ssd_write, act_ssd_read;
     int emb_position, loss_combine, sp_grads, zero3_edges, cp_dkv_combine;
     // Dataflow tensor names (LowerOptions::dataflow): activations and their gradients.
+    int t_qkv_pre, g_qkv_pre;
     int t_tokens, t_x, t_ln1, t_ln1_g, t_qkv, t_attn, t_attn_lse, t_proj, t_proj_s, t_x1, t_ln2, t_ln2_g, t_fc1, t_act,
         t_fc2, t_fc2_s, t_emb, t_xf, t_xf_g, t_logits, t_loss_stats, t_loss_stats_g, t_loss, t_x_recomputed, t_kv_ring;
     int g_x, g_x_g, g_x1, g_x1_g, g_ln2, g_ln2_s, g_act, g_fc1, g_attn, g_qkv, g_ln1, g_ln1_s, g_xf, g_xf_s, g_logits, g_emb_g, g_kv_ring, g_kv_acc;
@@ -214,6 +215,7 @@ private:
     /// tensors; without, they are the same tensor as their source.
     struct LayerTensors {
         int x, ln1, ln1_g, qkv, attn, lse, proj, proj_s, x1, ln2, ln2_g, fc1, act, fc2, fc2_s, out;
+        int qkv_pre, dqkv_pre;  ///< QK-norm: the projection's output before the norms, and its gradient (else qkv, dqkv)
         int dout, dout_g, dx1, dx1_g, dln2, dln2_s, dact, dfc1, dattn, dqkv, dln1, dln1_s, dx;
     };
     LayerTensors layer_tensors(int layer);

@@ -88,6 +88,13 @@ public:
         norm("ln2.weight", "ln2.bias", l, chunk);
         if (m_.linear_bias) add("proj.bias", l, chunk, 1, h, ParamSplit::replicated, false, true);
         add("proj.weight", l, chunk, h, q_width(m_), ParamSplit::cols, true);
+        if (m_.qk_norm) {  // one weight of head_dim each, shared by the heads (tp 1: dataflow_unsupported)
+            const std::int64_t hd = head_dim_of(m_);
+            if (m_.norm == NormKind::layernorm) add("k_norm.bias", l, chunk, 1, hd, ParamSplit::replicated, false);
+            add("k_norm.weight", l, chunk, 1, hd, ParamSplit::replicated, false);
+            if (m_.norm == NormKind::layernorm) add("q_norm.bias", l, chunk, 1, hd, ParamSplit::replicated, false);
+            add("q_norm.weight", l, chunk, 1, hd, ParamSplit::replicated, false);
+        }
         if (m_.linear_bias || m_.qkv_bias) add("qkv.bias", l, chunk, 1, qkv, ParamSplit::qkv_rows, false);
         add("qkv.weight", l, chunk, qkv, h, ParamSplit::qkv_rows, true);
         norm("ln1.weight", "ln1.bias", l, chunk);
@@ -193,7 +200,10 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
     }
     if (m.mla) return "model.mla: multi-head latent attention is not in the dataflow lowering yet";
     if (m.mtp_depth > 0) return n("model.mtp_depth", std::to_string(m.mtp_depth)) + ": MTP modules are not in the dataflow lowering yet";
-    if (m.qk_norm) return "model.qk_norm = true: QK-norm is not in the dataflow lowering yet";
+    if (m.qk_norm && p.tp > 1)
+        return "model.qk_norm = true with plan.tp > 1: the QK-norms' weights would need their gradients summed over TP, which no "
+               "instruction does yet";
+    if (m.qk_norm && p.op_sac()) return "model.qk_norm = true with plan.recompute_policy = op: torchtitan's op-level SAC reruns the norms outside the dataflow yet";
     if (m.dropout > 0) return n("model.dropout", std::to_string(m.dropout)) + ": dropout is not executed (set it to 0)";
     if (p.cp > 1 && m.seq_len % (2 * p.cp) != 0)
         return n("plan.cp", std::to_string(p.cp)) + ": model.seq_len = " + std::to_string(m.seq_len) +
