@@ -579,6 +579,11 @@ TEST_CASE("what the runtime cannot execute is refused with the field named", "[r
         q.qk_norm = true;
         CHECK_NOTHROW(runtime::Session(q, cpu_cluster(1), cpu_plan(), {}));
         CHECK_THROWS_WITH(runtime::Session(q, cpu_cluster(2), cpu_plan(2), {}), Catch::Contains("model.qk_norm"));
+        // The cuda backend has neither QK-norm's nor MoE's kernels: refused before any device is opened.
+        runtime::RunOptions cuda;
+        cuda.backend = runtime::Backend::cuda;
+        CHECK_THROWS_WITH(runtime::Session(q, cpu_cluster(1), cpu_plan(), cuda), Catch::Contains("model.qk_norm"));
+        CHECK_THROWS_WITH(runtime::Session(tiny_moe(), cpu_cluster(1), cpu_plan(), cuda), Catch::Contains("model.moe"));
     }
     m.moe->router_groups = 2;
     m.moe->router_group_topk = 1;
