@@ -3,6 +3,7 @@
 // visited in order, and expert order keeps tokens in their order within an expert.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <stdexcept>
 #include <vector>
 
@@ -10,13 +11,34 @@
 
 namespace strata::runtime::cpu {
 
-void moe_route(float* routing, const float* logits, i64 T, i64 E, i64 k) {
-    std::vector<i64> ids(static_cast<std::size_t>(E));
+void moe_route(float* routing, const float* logits, i64 T, i64 E, i64 k, i64 groups, i64 group_topk) {
+    std::vector<i64> ids(static_cast<std::size_t>(E)), gids(static_cast<std::size_t>(std::max<i64>(groups, 1)));
+    std::vector<float> group_score(gids.size()), in_group;
+    const i64 per = groups > 0 ? E / groups : E, best_of_group = std::max<i64>(1, groups > 0 ? k / group_topk : 1);
     for (i64 t = 0; t < T; ++t) {
         const float* l = logits + t * E;
+        auto better = [l](i64 a, i64 b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };  // best first; ties to the lower id
         for (i64 e = 0; e < E; ++e) ids[static_cast<std::size_t>(e)] = e;
-        // Best first; equal logits keep the lower id first.
-        std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [l](i64 a, i64 b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+        auto candidates_end = ids.end();
+        if (groups > 0) {
+            // Group-limited: a group scores the sum of its best k / group_topk logits; the token
+            // picks its experts from its group_topk best groups only.
+            for (i64 g = 0; g < groups; ++g) {
+                in_group.assign(l + g * per, l + (g + 1) * per);
+                std::partial_sort(in_group.begin(), in_group.begin() + best_of_group, in_group.end(), std::greater<float>());
+                double sum = 0;
+                for (i64 j = 0; j < best_of_group; ++j) sum += in_group[static_cast<std::size_t>(j)];
+                group_score[static_cast<std::size_t>(g)] = static_cast<float>(sum);
+                gids[static_cast<std::size_t>(g)] = g;
+            }
+            const float* gs = group_score.data();
+            std::partial_sort(gids.begin(), gids.begin() + group_topk, gids.end(),
+                              [gs](i64 a, i64 b) { return gs[a] > gs[b] || (gs[a] == gs[b] && a < b); });
+            candidates_end = std::stable_partition(ids.begin(), ids.end(), [&](i64 e) {
+                return std::find(gids.begin(), gids.begin() + group_topk, e / per) != gids.begin() + group_topk;
+            });
+        }
+        std::partial_sort(ids.begin(), ids.begin() + k, candidates_end, better);
         float* r = routing + t * 2 * k;
         const float top = l[ids[0]];
         double sum = 0;

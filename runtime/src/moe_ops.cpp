@@ -44,7 +44,7 @@ bool RankState::moe_compute(std::size_t i) {
     const ModelSpec& m = w_.model;
     const i64 E = m.moe->experts, k = m.moe->top_k;
     if (in.op == Op::router) {
-        if (!bwd) cpu::moe_route(O(0), I(0), T(0).rows, E, k);
+        if (!bwd) cpu::moe_route(O(0), I(0), T(0).rows, E, k, m.moe->router_groups, m.moe->router_group_topk);
         else cpu::moe_route_backward(O(0), I(0), I(1), T(0).rows, E, k);
         return true;
     }

@@ -91,10 +91,10 @@ r = json.load(open(sys.argv[1]))
 assert len(r["steps"]) == 2 and all(math.isfinite(s["loss"]) and s["loss"] > 0 for s in r["steps"])
 PY
 # ...what the runtime does not execute is refused: exit 2, the field named.
-sed 's/"top_k": 2}/"top_k": 2, "router_groups": 2, "router_group_topk": 1}/' "$T/moe.json" >"$T/moe-groups.json"
-"$S" run --model "$T/moe-groups.json" --cluster local-cpu-2 --plan "$SRC/scenarios/plans/gpt-tiny-2cpu.json" --steps 1 >"$T/out" 2>"$T/err"; rc=$?
-[ $rc -eq 2 ] || { cat "$T/err"; fail "MoE model with group-limited routing: exit $rc, expected 2"; }
-grep -q "model.moe.router_groups" "$T/err" || fail "MoE refusal does not name model.moe.router_groups"
+sed 's/"top_k": 2}/"top_k": 2, "capacity_factor": 1.25}/' "$T/moe.json" >"$T/moe-capacity.json"
+"$S" run --model "$T/moe-capacity.json" --cluster local-cpu-2 --plan "$SRC/scenarios/plans/gpt-tiny-2cpu.json" --steps 1 >"$T/out" 2>"$T/err"; rc=$?
+[ $rc -eq 2 ] || { cat "$T/err"; fail "MoE model with token dropping: exit $rc, expected 2"; }
+grep -q "model.moe.capacity_factor" "$T/err" || fail "MoE refusal does not name model.moe.capacity_factor"
 # A checkpoint that is not there: exit 2.
 "$S" run --model gpt-tiny --cluster local-cpu-2 --plan "$SRC/scenarios/plans/gpt-tiny-2cpu.json" --steps 1 --lr 0.5 --resume "$T/nosuch" >/dev/null 2>"$T/err"; rc=$?
 [ $rc -eq 2 ] || fail "missing checkpoint: exit $rc, expected 2"

@@ -507,6 +507,20 @@ TEST_CASE("MoE: every parallel variant follows the single-rank loss curve", "[ru
         check_against_single_rank(m, {v.end() - 5, v.end()});
     }
     {
+        // Group-limited routing (DeepSeek's): 2 groups of 2 experts, one group a token.
+        ModelSpec g = m;
+        g.moe->router_groups = 2;
+        g.moe->router_group_topk = 1;
+        std::vector<Variant> s;
+        PlanSpec p = cpu_plan(1, 1, 2);
+        p.ep = 2;
+        s.push_back({"group-limited, dp 2 ep 2", p});
+        p = cpu_plan(2);
+        p.sequence_parallel = true;
+        s.push_back({"group-limited, tp 2 SP", p});
+        check_against_single_rank(g, s);
+    }
+    {
         // The router's weights at the experts' output (fc2_output) rather than inside them.
         std::vector<Variant> s;
         PlanSpec p = cpu_plan(1, 1, 2);

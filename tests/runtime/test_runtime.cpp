@@ -229,6 +229,43 @@ TEST_CASE("lock-free update: the host's update is one step stale", "[runtime][lo
     }
 }
 
+TEST_CASE("MoE routing by hand: top-k, the softmax over the chosen, group-limited choice", "[runtime][moe]") {
+    // Two tokens, 4 experts, top 2. Token 0's best are experts 0 (3.0) and 2 (2.5): weights
+    // softmax(3.0, 2.5). Token 1 ties experts 1 and 3 at 1.0 behind expert 2: the lower id wins.
+    const float logits[] = {3.0f, -5.0f, 2.5f, 2.4f, 0.0f, 1.0f, 2.0f, 1.0f};
+    float r[8];
+    runtime::cpu::moe_route(r, logits, 2, 4, 2);
+    const double w0 = 1 / (1 + std::exp(-0.5)), w1 = 1 / (1 + std::exp(-1.0));
+    CHECK(r[0] == 0);
+    CHECK(r[1] == 2);
+    CHECK(r[2] == Approx(w0));
+    CHECK(r[3] == Approx(1 - w0));
+    CHECK(r[4] == 2);
+    CHECK(r[5] == 1);
+    CHECK(r[6] == Approx(w1));
+    // Group-limited (groups {0, 1} and {2, 3}, one group a token): a group scores the sum of its
+    // best k / group_topk = 2 logits. Token 0: group 0 scores 3.0 - 5.0 = -2.0, group 1 4.9, so
+    // experts 2 and 3 although expert 0 is the best; token 1: 1.0 against 3.0, experts 2 and 3.
+    runtime::cpu::moe_route(r, logits, 2, 4, 2, 2, 1);
+    CHECK(r[0] == 2);
+    CHECK(r[1] == 3);
+    CHECK(r[2] == Approx(1 / (1 + std::exp(-0.1))));
+    CHECK(r[4] == 2);
+    CHECK(r[5] == 3);
+    CHECK(r[6] == Approx(w1));
+    // The weights' gradient through the softmax over the chosen: dl_j = p_j (dp_j - sum p_i dp_i),
+    // zero for the others.
+    const float dp[] = {1.0f, 0.0f, 0.0f, 0.0f};
+    float dl[8];
+    runtime::cpu::moe_route_backward(dl, r, dp, 2, 4, 2);
+    const double p = 1 / (1 + std::exp(-0.1));
+    CHECK(dl[0] == 0);
+    CHECK(dl[1] == 0);
+    CHECK(dl[2] == Approx(p * (1 - p)));
+    CHECK(dl[3] == Approx(-(1 - p) * p));
+    for (int j = 4; j < 8; ++j) CHECK(dl[j] == 0);
+}
+
 TEST_CASE("bf16 rounding: to nearest, ties to even", "[runtime][bf16]") {
     // bfloat16 keeps the top 16 bits of an fp32: these by hand from the bit patterns.
     auto bits = [](std::uint32_t b) {
@@ -557,7 +594,7 @@ TEST_CASE("what the runtime cannot execute is refused with the field named", "[r
     m.moe->experts = 4;
     m.moe->top_k = 2;
     CHECK_NOTHROW(runtime::Session(m, cpu_cluster(1), cpu_plan(), {}));
-    // MoE runs without TP, dropless, without group-limited routing, ZeRO 0-1, states on the GPU, its
+    // MoE runs under TP only with SP, dropless, ZeRO 0-1, states on the GPU, its
     // all-to-alls not overlapped with another micro-batch.
     CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), cpu_plan(2), {}), Catch::Contains("plan.tp = 2"));
     {
@@ -585,10 +622,6 @@ TEST_CASE("what the runtime cannot execute is refused with the field named", "[r
         CHECK_THROWS_WITH(runtime::Session(q, cpu_cluster(1), cpu_plan(), cuda), Catch::Contains("model.qk_norm"));
         CHECK_THROWS_WITH(runtime::Session(tiny_moe(), cpu_cluster(1), cpu_plan(), cuda), Catch::Contains("model.moe"));
     }
-    m.moe->router_groups = 2;
-    m.moe->router_group_topk = 1;
-    CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(1), cpu_plan(), {}), Catch::Contains("model.moe.router_groups"));
-    m.moe->router_groups = m.moe->router_group_topk = 0;
     m.moe->capacity_factor = 1.25;
     CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(1), cpu_plan(), {}), Catch::Contains("model.moe.capacity_factor"));
     PlanSpec p = cpu_plan();

@@ -188,7 +188,6 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
         if (fe % p.tp != 0) return n("model.moe.expert_ffn_hidden", std::to_string(fe)) + ": must be a multiple of plan.tp";
         if (e.capacity_factor > 0)
             return n("model.moe.capacity_factor", std::to_string(e.capacity_factor)) + ": token dropping is not executed (dropless only: set it to 0)";
-        if (e.router_groups > 0) return n("model.moe.router_groups", std::to_string(e.router_groups)) + ": group-limited routing is not executed yet";
         if (e.top_k < 1 || e.top_k > e.experts)
             return n("model.moe.top_k", std::to_string(e.top_k)) + ": must be between 1 and model.moe.experts";
         if (p.zero_stage >= 2)

@@ -97,8 +97,11 @@ void loss_backward(float* dlogits, const float* logits, const float* tokens, con
 // Mixture of experts (moe_kernels.cpp). routing [T, 2k] holds each token's top_k choices: the
 // expert ids (exact in a float), then their weights.
 /// The top k of each token's E logits (ties to the lower id), best first, and the softmax over
-/// the chosen logits (Mixtral's; Megatron-Core's default router, softmax after top-k).
-void moe_route(float* routing, const float* logits, i64 T, i64 E, i64 k);
+/// the chosen logits (Mixtral's; Megatron-Core's default router, softmax after top-k). With
+/// `groups` > 0 (DeepSeek's group-limited routing, Megatron-Core's group_limited_topk) the E
+/// experts form equal groups, each scored by the sum of its best k / group_topk logits, and the
+/// top k come from the token's group_topk best groups only.
+void moe_route(float* routing, const float* logits, i64 T, i64 E, i64 k, i64 groups = 0, i64 group_topk = 0);
 /// dlogits [T, E] from the weights' gradient dprobs [T, k]; zero off the chosen experts.
 void moe_route_backward(float* dlogits, const float* routing, const float* dprobs, i64 T, i64 E, i64 k);
 /// Expert order (by expert, then token): the row of each (token, choice) in pos [T k], and the
