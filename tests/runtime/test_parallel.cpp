@@ -507,6 +507,31 @@ TEST_CASE("MoE: every parallel variant follows the single-rank loss curve", "[ru
         check_against_single_rank(m, {v.end() - 5, v.end()});
     }
     {
+        // ZeRO-2: each rank keeps a shard of the gradients, the expert buffer's too (over edp;
+        // with ep = dp, edp 1, a rank's expert gradients are its shard already).
+        std::vector<Variant> s;
+        PlanSpec p = cpu_plan(1, 1, 2);
+        p.zero_stage = 2;
+        p.micro_batch = 4;  // one micro-batch a rank: the overlapped reduction
+        s.push_back({"ZeRO-2, dp 2", p});
+        p.ep = 2;
+        s.push_back({"ZeRO-2, dp 2 ep 2 (edp 1)", p});
+        p = cpu_plan(1, 1, 4);
+        p.zero_stage = 2;
+        p.ep = 2;
+        p.micro_batch = 1;  // 2 micro-batches a rank, each reduced (DeepSpeed's separate partition)
+        s.push_back({"ZeRO-2, dp 4 ep 2 (edp 2), 2 micro-batches", p});
+        p.overlap_grad_reduce = false;
+        p.dp_bucket_bytes = 4096;
+        s.push_back({"ZeRO-2, dp 4 ep 2, 4 kB buckets, no overlap", p});
+        p = cpu_plan(2, 1, 2);
+        p.sequence_parallel = true;
+        p.zero_stage = 2;
+        p.ep = 2;
+        s.push_back({"ZeRO-2, tp 2 SP, dp 2 ep 2", p});
+        check_against_single_rank(m, s);
+    }
+    {
         // Group-limited routing (DeepSeek's): 2 groups of 2 experts, one group a token.
         ModelSpec g = m;
         g.moe->router_groups = 2;

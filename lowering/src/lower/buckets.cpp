@@ -202,8 +202,8 @@ void RankLowering::reduce_bucket(const Bucket& b) {
     if (group_size(g) <= 1) return;
     collective(Stream::dp_comm, k, g, b.count * p_.grad_bytes(), b.expert ? n_.edp_grads : n_.dp_grads);
     if (!df_) return;
-    if (shard_grads_ && !b.expert) {
-        reduce_scatter_operands(b.off, b.count);
+    if (shard_grads_) {  // the expert buffer's ranges count past the dense one's (range())
+        reduce_scatter_operands(b.off + (b.expert ? dense_elements_ : 0), b.count, b.expert);
         return;
     }
     const int r = range(TensorRole::param_grad, b.off, b.count, Tier::gpu, b.expert);
@@ -218,8 +218,12 @@ void RankLowering::build_grad_values() {
     shard_grads_ = df_ && p_.zero_stage >= 2 && group_size(Group::dp) > 1 && !pipelined_fsdp();
     shard_params_ = shard_grads_ && p_.zero_stage == 3 && p_.offload.params.all_gpu();
     if (!shard_grads_) return;
+    // The expert buffer's buckets are values too where the edp group reduces them (with edp 1 a
+    // rank's expert gradients are its shard already: expert_shard_whole_).
+    expert_shard_whole_ = group_size(Group::edp) <= 1;
     for (const Bucket& b : buckets_)
         if (!b.expert) grad_values_.emplace_back(b.off, b.count);
+        else if (!expert_shard_whole_) grad_values_.emplace_back(b.off + dense_elements_, b.count);
     if (p_.zero_stage == 3)
         for (const Unit& u : units_)
             if (u.layer >= 0 && u.dense > 0) grad_values_.emplace_back(u.dense_off, u.dense);
@@ -232,7 +236,7 @@ void RankLowering::build_grad_values() {
         const double x = r.first;
         const bool crossed = !merged.empty() && merged.back().first + merged.back().second == x &&
                              std::any_of(layout_.entries.begin(), layout_.entries.end(), [&](const ParamEntry& e) {
-                                 return e.buffer == FlatBuffer::dense && static_cast<double>(e.offset) < x && x < static_cast<double>(e.end());
+                                 return static_cast<double>(e.offset) < x && x < static_cast<double>(e.end());
                              });
         if (crossed) merged.back().second += r.second;
         else merged.push_back(r);
@@ -252,7 +256,7 @@ int RankLowering::grad_value_of(double off, double count) const {
 
 // {this reduction's whole range} -> {the rank's slice of it, in the shard}; the next gradients of
 // the range are a new value.
-void RankLowering::reduce_scatter_operands(double off, double count) {
+void RankLowering::reduce_scatter_operands(double off, double count, bool expert) {
     if (!df_) return;
     if (!shard_grads_) {
         const int r = range(TensorRole::param_grad, off, count);
@@ -261,7 +265,7 @@ void RankLowering::reduce_scatter_operands(double off, double count) {
     }
     const int v = grad_value_of(off, count);
     const int whole = range(TensorRole::param_grad, off, count, Tier::gpu, false, grad_version_[static_cast<std::size_t>(v)]);
-    const auto [lo, n] = dp_slice(off, count);
+    const auto [lo, n] = dp_slice(off, count, expert);
     io({whole}, {range(TensorRole::param_grad, lo, n, Tier::gpu, false, -1, true)});
     const auto& value = grad_values_[static_cast<std::size_t>(v)];
     if (off + count == value.first + value.second) ++grad_version_[static_cast<std::size_t>(v)];  // its last bucket
@@ -474,7 +478,9 @@ int RankLowering::prm_grad(const char* name, int layer) {
     if (!df_) return -1;
     DataTensor t = prog_.tensors[static_cast<std::size_t>(prm(name, layer))];
     t.role = TensorRole::param_grad;
-    if (shard_grads_ && t.buffer == FlatBuffer::dense) {  // this reduction's value of its range
+    if (shard_grads_ && t.buffer == FlatBuffer::expert && expert_shard_whole_) {
+        t.shard = true;  // no edp reduction: the rank's expert gradients are its shard
+    } else if (shard_grads_) {  // this reduction's value of its range
         const int v = grad_value_of(static_cast<double>(t.offset), static_cast<double>(t.elements()));
         t.version = grad_version_[static_cast<std::size_t>(v)];
     }

@@ -311,7 +311,7 @@ private:
     /// gradient range belongs to, a reduce-scatter's operands, the rank's shard of a range.
     void build_grad_values();
     int grad_value_of(double off, double count) const;
-    void reduce_scatter_operands(double off, double count);
+    void reduce_scatter_operands(double off, double count, bool expert = false);
     std::vector<int> grad_shard(double off, double count);
     void gather_operands(double off, double count);  ///< ZeRO-3's parameter gather
     /// Lock-free with host-homed weights: host parameter ranges as the fp32 master the delayed
@@ -433,6 +433,7 @@ private:
     std::vector<Unit> units_;
     std::vector<Bucket> buckets_;
     double dense_elements_ = 0, expert_elements_ = 0;
+    bool expert_shard_whole_ = false;  ///< sharded gradients over edp 1: the expert buffer's are the rank's own
     bool shard_grads_ = false;  ///< the rank keeps a shard of its gradients (DataTensor::version)
     bool shard_params_ = false;  ///< ZeRO-3 on the GPU: a shard of the parameters, layers gathered for use
     std::vector<std::pair<double, double>> grad_values_;  ///< ranges reduce-scattered, in buffer order

@@ -190,9 +190,9 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
             return n("model.moe.capacity_factor", std::to_string(e.capacity_factor)) + ": token dropping is not executed (dropless only: set it to 0)";
         if (e.top_k < 1 || e.top_k > e.experts)
             return n("model.moe.top_k", std::to_string(e.top_k)) + ": must be between 1 and model.moe.experts";
-        if (p.zero_stage >= 2)
-            return n("plan.zero_stage", std::to_string(p.zero_stage)) + ": with MoE layers ZeRO-0 and 1 are executed (a shard of the "
-                   "expert buffer's gradients is not yet)";
+        if (p.zero_stage >= 3)
+            return n("plan.zero_stage", std::to_string(p.zero_stage)) + ": with MoE layers ZeRO-0 to 2 are executed (ZeRO-3's gathers "
+                   "of the expert buffer are not yet)";
         if (!p.offload.params.all_gpu() || !p.offload.optimizer.all_gpu())
             return "plan.offload: with MoE layers the model states stay on the GPU (host copies of the expert buffer are not executed yet)";
         if (p.op_sac()) return "plan.recompute_policy = op: torchtitan's op-level SAC of MoE layers is not executed yet";
