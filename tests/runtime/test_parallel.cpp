@@ -532,6 +532,23 @@ TEST_CASE("MoE: every parallel variant follows the single-rank loss curve", "[ru
         check_against_single_rank(m, s);
     }
     {
+        // The optimizer off the GPU (ZeRO-Offload, ZeRO-Infinity): the expert buffer's host copies
+        // and SSD state beside the dense ones.
+        std::vector<Variant> s;
+        PlanSpec p = cpu_plan(1, 1, 2);
+        p.ep = 2;
+        p.zero_stage = 1;
+        p.offload.optimizer = TierSplit{0, 1, 0};
+        s.push_back({"optimizer on the CPU, dp 2 ep 2, ZeRO-1", p});
+        p.zero_stage = 2;
+        p.micro_batch = 4;
+        s.push_back({"optimizer on the CPU, dp 2 ep 2, ZeRO-2", p});
+        p = cpu_plan();
+        p.offload.optimizer = TierSplit{0.5, 0.25, 0.25};
+        s.push_back({"optimizer on GPU, CPU and SSD, one rank", p});
+        check_against_single_rank(m, s);
+    }
+    {
         // Group-limited routing (DeepSeek's): 2 groups of 2 experts, one group a token.
         ModelSpec g = m;
         g.moe->router_groups = 2;

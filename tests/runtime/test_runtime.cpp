@@ -627,7 +627,16 @@ TEST_CASE("what the runtime cannot execute is refused with the field named", "[r
         CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), p, {}), Catch::Contains("plan.zero_stage = 3"));
         p.zero_stage = 1;
         p.offload.optimizer = TierSplit{0, 1, 0};
-        CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), p, {}), Catch::Contains("plan.offload"));
+        CHECK_NOTHROW(runtime::Session(m, cpu_cluster(2), p, {}));
+        p.offload.params = TierSplit{0, 1, 0};
+        p.zero_stage = 3;
+        CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), p, {}), Catch::Contains("plan.zero_stage = 3"));
+        CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(1), [&] {
+                              PlanSpec one = cpu_plan();
+                              one.offload.optimizer = one.offload.params = TierSplit{0, 1, 0};
+                              return one;
+                          }(), {}),
+                          Catch::Contains("plan.offload.params"));
     }
     {
         ModelSpec q = tiny_llama();

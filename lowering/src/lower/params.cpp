@@ -193,8 +193,9 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
         if (p.zero_stage >= 3)
             return n("plan.zero_stage", std::to_string(p.zero_stage)) + ": with MoE layers ZeRO-0 to 2 are executed (ZeRO-3's gathers "
                    "of the expert buffer are not yet)";
-        if (!p.offload.params.all_gpu() || !p.offload.optimizer.all_gpu())
-            return "plan.offload: with MoE layers the model states stay on the GPU (host copies of the expert buffer are not executed yet)";
+        if (!p.offload.params.all_gpu())
+            return "plan.offload.params: with MoE layers the parameters stay on the GPU (fetching the expert buffer's units is not "
+                   "executed yet; the optimizer may be offloaded)";
         if (p.op_sac()) return "plan.recompute_policy = op: torchtitan's op-level SAC of MoE layers is not executed yet";
     }
     if (m.mla) return "model.mla: multi-head latent attention is not in the dataflow lowering yet";
