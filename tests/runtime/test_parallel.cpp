@@ -227,7 +227,7 @@ TEST_CASE("GPT: every parallel variant follows the single-rank loss curve", "[ru
 TEST_CASE("lock-free update: every parallel variant follows the single-rank lock-free curve", "[runtime][parallel][lockfree]") {
     // The host's share of the update is one step stale (test_runtime.cpp pins that on one rank);
     // split over ranks it must stay the same update.
-    const ModelSpec m = tiny_llama();
+    const ModelSpec m = tiny_llama(), moe = tiny_moe();
     struct Case {
         const char* name;
         PlanSpec plan;
@@ -249,12 +249,18 @@ TEST_CASE("lock-free update: every parallel variant follows the single-rank lock
     cases.push_back({"dp 2, ZeRO-0, optimizer on the CPU", p});
     p.zero_stage = 2;  // the gradients copied down from the rank's shard
     cases.push_back({"dp 2, ZeRO-2 overlapped, optimizer on the CPU", p});
+    p = cpu_plan(1, 1, 2);
+    p.ep = 2;
+    p.offload.optimizer = TierSplit{0, 1, 0};
+    p.lock_free_update = true;
+    cases.push_back({"MoE: dp 2 ep 2, ZeRO-0, optimizer on the CPU", p});
     for (const Case& c : cases) {
         INFO(c.name);
         PlanSpec single = cpu_plan();
         single.offload.optimizer = c.plan.offload.optimizer;
         single.lock_free_update = true;
-        const std::vector<double> ref = losses(m, single, kSteps), got = losses(m, c.plan, kSteps);
+        const ModelSpec& model = c.plan.ep > 1 ? moe : m;
+        const std::vector<double> ref = losses(model, single, kSteps), got = losses(model, c.plan, kSteps);
         for (int i = 0; i < kSteps; ++i) {
             INFO("step " << i + 1 << ": " << got[static_cast<std::size_t>(i)] << " against " << ref[static_cast<std::size_t>(i)]);
             CHECK(got[static_cast<std::size_t>(i)] == Approx(ref[static_cast<std::size_t>(i)]).epsilon(kTol));
@@ -304,6 +310,19 @@ TEST_CASE("bf16: parallel variants follow the single-rank bf16 curve", "[runtime
             INFO("step " << i + 1 << ": " << got[static_cast<std::size_t>(i)] << " against " << ref[static_cast<std::size_t>(i)]);
             CHECK(got[static_cast<std::size_t>(i)] == Approx(ref[static_cast<std::size_t>(i)]).epsilon(1e-3));
         }
+    }
+    // MoE in bf16: the router's logits and weights stay fp32, the rows the experts see are bf16.
+    const ModelSpec moe = tiny_moe();
+    const std::vector<double> moe_ref = losses(moe, bf16(cpu_plan()), kSteps);
+    PlanSpec q = cpu_plan(1, 1, 2);
+    q.ep = 2;
+    q.zero_stage = 1;
+    PlanSpec t = cpu_plan(2);
+    t.sequence_parallel = true;
+    for (const Variant& x : {Variant{"MoE, dp 2 ep 2, ZeRO-1", bf16(q)}, Variant{"MoE, tp 2 SP", bf16(t)}}) {
+        INFO(x.name);
+        const std::vector<double> got = losses(moe, x.plan, kSteps);
+        for (int i = 0; i < kSteps; ++i) CHECK(got[static_cast<std::size_t>(i)] == Approx(moe_ref[static_cast<std::size_t>(i)]).epsilon(1e-3));
     }
 }
 
