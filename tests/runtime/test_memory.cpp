@@ -1,0 +1,233 @@
+// The runtime's memory: refused before allocating and caught during a step, the per-tier peaks the
+// dataflow's frees produce (recompute, ZeRO's shards, offload), and the memory-only walk against a
+// run's peaks and through representative ranks.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "runtime_fixtures.hpp"
+#include "strata/common/error.hpp"
+#include "strata/lowering/memory.hpp"
+
+using namespace strata;
+using namespace strata::sim;
+using namespace strata::test;
+
+TEST_CASE("memory: refused before allocating, caught during a step", "[runtime][memory]") {
+    runtime::RunOptions o;
+    o.capacity_bytes[0] = 1e6;  // 1 MB of "HBM": the analytical model alone says no
+    CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(1), cpu_plan(), o),
+                      Catch::Contains("refused before allocating") && Catch::Contains("tier gpu"));
+    // Skip the check: parameters and gradients (2 x 77 kB) fit in 170 kB; Adam's moments, which
+    // the first optimizer instruction allocates, do not.
+    o.check_fit = false;
+    o.capacity_bytes[0] = 1.7e5;
+    runtime::Session s(tiny_gpt(), cpu_cluster(1), cpu_plan(), o);
+    CHECK_THROWS_AS(s.step(), runtime::OutOfMemory);
+    CHECK_THROWS_WITH(s.step(), Catch::Contains("cannot continue") && Catch::Contains("tier gpu"));
+}
+
+TEST_CASE("memory follows the dataflow: recompute, ZeRO and offload move the peaks", "[runtime][memory]") {
+    auto peaks = [](const ModelSpec& m, const PlanSpec& p) {
+        runtime::Session s(m, cpu_cluster(p.gpus()), p, {});
+        s.step();
+        return s.step().peak_bytes;  // the second step: Adam's moments exist from the start
+    };
+    ModelSpec m = tiny_llama(4);
+    m.seq_len = 64;  // activations well above the model states
+    PlanSpec p = cpu_plan();
+    const auto none = peaks(m, p);
+    p.recompute = Recompute::full;
+    const auto full = peaks(m, p);
+    CHECK(full[0] < none[0]);  // a checkpointed layer keeps only its input between passes
+    PlanSpec d = cpu_plan(1, 1, 2);
+    const auto z0 = peaks(m, d);
+    d.zero_stage = 1;
+    const auto z1 = peaks(m, d);
+    CHECK(z1[0] < z0[0]);  // Adam's moments for half the parameters
+    d.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+    const auto cpu = peaks(m, d);
+    CHECK(cpu[0] < z1[0]);
+    CHECK(cpu[1] > 0);
+    d.offload.optimizer = TierSplit{0.0, 0.0, 1.0};
+    const auto ssd = peaks(m, d);
+    CHECK(ssd[2] > 0);
+}
+
+TEST_CASE("parameters homed on the host: the GPU holds only the units being fetched", "[runtime][memory]") {
+    auto peaks = [](const ModelSpec& m, const PlanSpec& p) {
+        runtime::Session s(m, cpu_cluster(p.gpus()), p, {});
+        s.step();
+        return s.step().peak_bytes;
+    };
+    // By hand, tiny_llama(4): a layer holds qkv (4 + 2 x 2 heads of 8) x 32 = 2048, proj 1024,
+    // gate and up 96 x 32 = 3072, down 1536 and two norms of 32: 7744. The edges: embedding and
+    // head 64 x 32 each, the final norm 32.
+    const double layer = 7744, edges = 2 * 2048 + 32, n = 4 * layer + edges;
+    ModelSpec m = tiny_llama(4);
+    m.seq_len = 64;
+    PlanSpec p = cpu_plan();
+    p.zero_stage = 1;
+    p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+    const auto resident = peaks(m, p);
+    p.offload.params = TierSplit{0.0, 1.0, 0.0};
+    const auto homed = peaks(m, p);
+    // ZeRO-Offload's fp32 host side either way: weights, gradients, m and v, 16 bytes a parameter.
+    CHECK(resident[1] == 16 * n);
+    CHECK(homed[1] == 16 * n);
+    // The GPU gives up the 4-byte weights but holds a fetched layer with the next one prefetched,
+    // or the edges beside a layer.
+    const double saved = resident[0] - homed[0];
+    INFO("saved " << saved << " of " << 4 * n);
+    CHECK(saved <= 4 * n);
+    CHECK(saved >= 4 * n - 4 * std::max(2 * layer, layer + edges));
+}
+
+TEST_CASE("ZeRO-2 and 3 keep a shard of the gradients (and ZeRO-3 of the weights) on the GPU", "[runtime][memory]") {
+    // The ZeRO paper's partitioned gradients (Sec. 5.2): over 2 data-parallel ranks each keeps half
+    // of them, 4 B a parameter in fp32, where ZeRO-1 keeps them whole. A reduction's whole range
+    // lives from its first gradient to its reduce-scatter: with buckets closed at 30,976 B (a
+    // layer), one bucket (whole units: the head and a layer at most) or, under ZeRO-3, the edges
+    // (reduced once a step) and a layer beside the shard.
+    const double layer = 7744, edges = 2 * 2048 + 32, n = 4 * layer + edges;  // tiny_llama(4), as above
+    ModelSpec m = tiny_llama(4);
+    m.seq_len = 64;
+    runtime::RunOptions o;
+    o.memory_only = true;
+    auto gpu_peak = [&](const PlanSpec& p) {
+        runtime::Session s(m, cpu_cluster(p.gpus()), p, o);
+        s.step();
+        s.step();
+        return s.peak_bytes()[0];
+    };
+    PlanSpec p = cpu_plan(1, 1, 2);
+    p.zero_stage = 1;
+    p.dp_bucket_bytes = static_cast<std::int64_t>(4 * layer);
+    const double whole = gpu_peak(p);
+    for (int zero : {2, 3}) {
+        for (bool overlap : {true, false}) {
+            PlanSpec q = p;
+            q.zero_stage = zero;
+            q.overlap_grad_reduce = overlap;
+            const double saved = whole - gpu_peak(q);
+            // ZeRO-3 keeps half the weights too, and holds gathered units whole while they are
+            // read: the edges (gathered at the step's start) and two layers (one prefetched).
+            const double shards = zero == 3 ? 4 * n : 4 * n / 2;
+            INFO("ZeRO-" << zero << (overlap ? ", overlapped" : "") << ": saved " << saved << " B of the " << shards << " B the shards save");
+            CHECK(saved <= shards + 16);  // slices of odd ranges round by an element
+            // Without overlap ZeRO-2 reduces a whole chunk after its backward.
+            const double live = zero == 3 || overlap ? 4 * (edges + layer) : 4 * n;
+            const double gathered = zero == 3 ? 4 * (edges + 2 * layer) : 0;
+            CHECK(saved >= shards - live - gathered - 16);
+            if (zero == 3 || overlap) CHECK(saved > 0);
+        }
+    }
+    // MoE: the expert buffer's gradients are sharded over edp too. dp 4 ep 2 (edp 2), one
+    // micro-batch a rank, 16 kB buckets: ZeRO-2 saves at least half the expert gradients (a rank
+    // holds 2 experts of 3 x 24 x 32 floats in each of 2 MoE layers) less one layer's value.
+    PlanSpec q = cpu_plan(1, 1, 4);
+    q.ep = 2;
+    q.dp_bucket_bytes = 16384;  // buckets smaller than the model, as above
+    const ModelSpec moe = tiny_moe();
+    auto moe_peak = [&](int zero) {
+        q.zero_stage = zero;
+        runtime::Session s(moe, cpu_cluster(q.gpus()), q, o);
+        s.step();
+        s.step();
+        return s.peak_bytes()[0];
+    };
+    const double experts = 2.0 * 2 * 3 * 24 * 32 * 4;  // bytes
+    const double z1 = moe_peak(1), z2 = moe_peak(2);
+    INFO("MoE ZeRO-1 " << z1 << " B, ZeRO-2 " << z2 << " B");
+    CHECK(z1 - z2 >= experts / 2 / 2);
+}
+
+TEST_CASE("memory only: walking the dataflow gives a run's peaks without running it", "[runtime][memory]") {
+    struct Variant {
+        const char* name;
+        ModelSpec m;
+        PlanSpec p;
+    };
+    std::vector<Variant> v{{"GPT", tiny_gpt(), cpu_plan()}, {"Llama, TP 2", tiny_llama(2), cpu_plan(2)}};
+    {
+        PlanSpec p = cpu_plan();
+        p.recompute = Recompute::full;
+        v.push_back({"GPT, full recompute", tiny_gpt(), p});
+        // One rank: the cpu and ssd pools are per node, and two ranks' host buffers come and go in
+        // an order that depends on their threads' timing.
+        p = cpu_plan();
+        p.offload.optimizer = TierSplit{0.5, 0.25, 0.25};
+        v.push_back({"Llama, optimizer on GPU, CPU and SSD", tiny_llama(2), p});
+        p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+        p.offload.params = TierSplit{0.0, 1.0, 0.0};
+        p.zero_stage = 3;
+        v.push_back({"Llama, parameters and optimizer on the CPU", tiny_llama(2), p});
+        // A pipeline: a walk's receive meets its send as a run's does, so it holds one buffer at a
+        // time (until 2026-11-26 the walk's receive stream ran ahead and held a gradient for every
+        // micro-batch; Mixtral 8x7B's plan walked 1.04 GB high).
+        v.push_back({"Llama, pp 2, 4 micro-batches", tiny_llama(), cpu_plan(1, 2)});
+        p = cpu_plan(1, 2);
+        p.micro_batch = 1;
+        v.push_back({"Llama, pp 2, 8 micro-batches", tiny_llama(), p});
+        v.push_back({"MoE, pp 2 dp 2", tiny_moe(), cpu_plan(1, 2, 2)});
+    }
+    for (const Variant& x : v) {
+        INFO(x.name);
+        runtime::RunOptions o;
+        auto peaks = [&](bool walk) {
+            o.memory_only = walk;
+            runtime::Session s(x.m, cpu_cluster(x.p.gpus()), x.p, o);
+            s.step();
+            s.step();  // the second step holds the moments the first created at its end
+            return s.peak_bytes();
+        };
+        const auto run = peaks(false), walk = peaks(true);
+        CHECK(run[0] > 0);
+        // Under a pipeline a receive's buffer comes to life when its stream posts it, which is
+        // when the one before it met its send: the peer's timing, in a run and in a walk alike.
+        // The peaks may differ by that one transfer (a micro-batch's hidden states, fp32).
+        const double transfer = x.p.pp > 1 ? 4.0 * x.p.micro_batch * x.m.seq_len * x.m.hidden : 0.0;
+        for (int t = 0; t < 3; ++t) CHECK(std::fabs(walk[static_cast<std::size_t>(t)] - run[static_cast<std::size_t>(t)]) <= transfer);
+    }
+    {
+        // A walk goes through representative ranks: every stage, TP and CP rank, and the first
+        // data-parallel replicas, enough to fill a node. On 4 nodes of 2, pp 2 x dp 4 with ZeRO-1
+        // and the optimizer in host memory: 4 of 8 ranks, the same peaks per rank and per node.
+        PlanSpec p = cpu_plan(1, 2, 4);
+        p.micro_batch = 1;
+        p.zero_stage = 1;
+        p.offload.optimizer = TierSplit{0, 1, 0};
+        sim::ClusterSpec c = cpu_cluster(8);
+        c.gpus_per_node = 2;
+        c.nodes = 4;
+        runtime::RunOptions o;
+        o.memory_only = true;
+        runtime::Session some(tiny_llama(), c, p, o);
+        o.walk_all_ranks = true;
+        runtime::Session all(tiny_llama(), c, p, o);
+        CHECK(some.program().ranks.size() == 4);
+        CHECK(all.program().ranks.size() == 8);
+        for (int i = 0; i < 2; ++i) {
+            some.step();
+            all.step();
+        }
+        // (GPU: within one pipeline transfer, as above; the host's model states are persistent.)
+        CHECK(std::fabs(some.peak_bytes()[0] - all.peak_bytes()[0]) <= 4.0 * 1 * 8 * 32);
+        for (int t = 1; t < 3; ++t) CHECK(some.peak_bytes()[static_cast<std::size_t>(t)] == all.peak_bytes()[static_cast<std::size_t>(t)]);
+        CHECK(some.peak_bytes()[1] > 0);
+    }
+    // Under EP the rows a rank's experts receive follow the routing; a walk moves nothing and
+    // charges their mean (tokens x top_k a rank, the memory model's balanced routing). At
+    // initialisation the router is nearly uniform, so the run stays close: measured 0 to 0.6 %.
+    PlanSpec p = cpu_plan(1, 2, 2);
+    p.ep = 2;
+    runtime::RunOptions o;
+    runtime::Session run(tiny_moe(), cpu_cluster(4), p, o);
+    run.step();
+    o.memory_only = true;
+    runtime::Session walk(tiny_moe(), cpu_cluster(4), p, o);
+    walk.step();
+    CHECK(walk.peak_bytes()[0] == Approx(run.peak_bytes()[0]).epsilon(0.03));
+}

@@ -1,0 +1,361 @@
+// The runtime's MoE layers: the router, the token moves and the grouped experts against central
+// differences and by hand, and every parallel variant (DP, ZeRO, PP, CP, recompute, EP, expert TP
+// under SP, shared experts, the router's weights at either end, the optimizer off the GPU) against
+// the single rank: its loss curve, and each expert's weights after the steps.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "runtime_checks.hpp"
+#include "runtime_fixtures.hpp"
+#include "strata/common/error.hpp"
+#include "strata/lowering/groups.hpp"
+#include "strata/lowering/params.hpp"
+#include "strata/runtime/cpu_kernels.hpp"
+
+using namespace strata;
+using namespace strata::sim;
+using namespace strata::test;
+
+TEST_CASE("MoE gradients match finite differences", "[runtime][grad][moe]") {
+    // Top-k is piecewise constant: a difference that moves a token across a tie of its k-th
+    // and (k+1)-th logits measures a jump, not the gradient. Choosing every expert leaves the
+    // softmax, the token moves, the grouped GEMMs and the router's dgrad, all differentiable.
+    // Router weights 10x the initial scale make the weights uneven, so the router's own
+    // gradient is not lost in the differences' noise.
+    ModelSpec m = tiny_moe();
+    m.moe->top_k = m.moe->experts;
+    auto spread = [&](double by) {
+        return [&m, by](runtime::Session& s) {
+            for (int l = 1; l < m.layers; ++l)
+                for (std::int64_t i = 0; i < s.param_elements(0, "router.weight", l); ++i)
+                    s.set_param(0, "router.weight", l, i, static_cast<float>(by * s.param(0, "router.weight", l, i)));
+        };
+    };
+    check_gradients(m, cpu_plan(), 0,
+                    {{"router.weight", 1}, {"router.weight", 2}, {"experts.fc1.weight", 1}, {"experts.fc2.weight", 2},
+                     {"ln2.weight", 2}, {"qkv.weight", 1}, {"fc1.weight", 0}, {"word_embedding.weight", -1}},
+                    spread(10), true);
+    // A shared expert (DeepSeek's, Qwen's): an MLP beside the routed ones, added in.
+    ModelSpec shared = m;
+    shared.moe->shared_experts = 1;
+    check_gradients(shared, cpu_plan(), 0,
+                    {{"shared.fc1.weight", 1}, {"shared.fc2.weight", 2}, {"router.weight", 2}, {"experts.fc1.weight", 2},
+                     {"ln2.weight", 1}, {"qkv.weight", 1}},
+                    spread(10), true);
+    // The router's weights at the experts' output (plan.moe_probs_at fc2_output): the weights'
+    // gradient at the un-permute instead of inside the experts.
+    PlanSpec out = cpu_plan();
+    out.moe_probs_at = MoeProbsAt::fc2_output;
+    check_gradients(m, out, 0, {{"router.weight", 1}, {"experts.fc2.weight", 2}, {"qkv.weight", 1}}, spread(10), true);
+    // TP 2 with SP: rank 1's halves of every expert (the gathered rows through split GEMMs).
+    PlanSpec tp = cpu_plan(2);
+    tp.sequence_parallel = true;
+    check_gradients(m, tp, 1, {{"experts.fc1.weight", 1}, {"experts.fc2.weight", 2}}, spread(10), true);
+    check_gradients(shared, tp, 1, {{"shared.fc1.weight", 1}, {"shared.fc2.weight", 2}, {"experts.fc2.weight", 1}}, spread(10), true);
+    // Top 2 of 4: router weights 40x part the logits by ~4 while a perturbation of the
+    // router or of an expert moves them by ~0.03 at most, so no token changes experts.
+    m.moe->top_k = 2;
+    check_gradients(m, cpu_plan(), 0, {{"router.weight", 1}, {"experts.fc1.weight", 1}, {"experts.fc2.weight", 2}, {"router.weight", 2}},
+                    spread(40), true);
+}
+
+TEST_CASE("MoE routing by hand: top-k, the softmax over the chosen, group-limited choice", "[runtime][moe]") {
+    // Two tokens, 4 experts, top 2. Token 0's best are experts 0 (3.0) and 2 (2.5): weights
+    // softmax(3.0, 2.5). Token 1 ties experts 1 and 3 at 1.0 behind expert 2: the lower id wins.
+    const float logits[] = {3.0f, -5.0f, 2.5f, 2.4f, 0.0f, 1.0f, 2.0f, 1.0f};
+    float r[8];
+    runtime::cpu::moe_route(r, logits, 2, 4, 2);
+    const double w0 = 1 / (1 + std::exp(-0.5)), w1 = 1 / (1 + std::exp(-1.0));
+    CHECK(r[0] == 0);
+    CHECK(r[1] == 2);
+    CHECK(r[2] == Approx(w0));
+    CHECK(r[3] == Approx(1 - w0));
+    CHECK(r[4] == 2);
+    CHECK(r[5] == 1);
+    CHECK(r[6] == Approx(w1));
+    // Group-limited (groups {0, 1} and {2, 3}, one group a token): a group scores the sum of its
+    // best k / group_topk = 2 logits. Token 0: group 0 scores 3.0 - 5.0 = -2.0, group 1 4.9, so
+    // experts 2 and 3 although expert 0 is the best; token 1: 1.0 against 3.0, experts 2 and 3.
+    runtime::cpu::moe_route(r, logits, 2, 4, 2, 2, 1);
+    CHECK(r[0] == 2);
+    CHECK(r[1] == 3);
+    CHECK(r[2] == Approx(1 / (1 + std::exp(-0.1))));
+    CHECK(r[4] == 2);
+    CHECK(r[5] == 3);
+    CHECK(r[6] == Approx(w1));
+    // The weights' gradient through the softmax over the chosen: dl_j = p_j (dp_j - sum p_i dp_i),
+    // zero for the others.
+    const float dp[] = {1.0f, 0.0f, 0.0f, 0.0f};
+    float dl[8];
+    runtime::cpu::moe_route_backward(dl, r, dp, 2, 4, 2);
+    const double p = 1 / (1 + std::exp(-0.1));
+    CHECK(dl[0] == 0);
+    CHECK(dl[1] == 0);
+    CHECK(dl[2] == Approx(p * (1 - p)));
+    CHECK(dl[3] == Approx(-(1 - p) * p));
+    for (int j = 4; j < 8; ++j) CHECK(dl[j] == 0);
+}
+
+namespace {
+
+// Where element (r, c) of a rank's piece of a MoE layer's weight sits in the whole tensor, for EP
+// group rank e and TP rank t of tp, written from Megatron-Core's layout (not the runtime's): the
+// rank holds experts e x E/ep ..; each expert's fc1 is cut over TP by rows, SwiGLU's gate and up
+// halves each in tp parts, its fc2 by columns; the router is whole on every rank.
+std::int64_t whole_of(const ModelSpec& m, const std::string& name, std::int64_t rows, std::int64_t cols, std::int64_t r, std::int64_t c,
+                      std::int64_t e, std::int64_t t, std::int64_t tp) {
+    const std::int64_t E = m.moe->experts, h = m.hidden, fe = m.moe->expert_ffn_hidden;
+    if (name == "router.weight") return r * cols + c;
+    if (name == "experts.fc2.weight") return (e * rows + r) * (fe) + t * cols + c;  // [E h, fe]
+    const std::int64_t out = 2 * fe, out_local = out / tp, half = out_local / 2, local = rows / out_local;  // SwiGLU fc1 [E 2fe, h]
+    const std::int64_t j = r / out_local, q = r % out_local;
+    const std::int64_t row = q < half ? t * half + q : fe + t * half + (q - half);
+    (void)E;
+    (void)h;
+    return ((e * local + j) * out + row) * cols + c;
+}
+
+// A MoE layer's weights after `steps` steps, whole, as each data-parallel replica holds them.
+// Under ZeRO-1 a replica holds the last update only for its own slice until the next step's
+// gather, so the caller takes, element by element, the replica that holds it fresh.
+std::vector<std::vector<float>> replicas_after(const ModelSpec& m, const PlanSpec& p, int steps, const std::string& name, int layer) {
+    runtime::RunOptions o;
+    o.lr = 3e-3;
+    runtime::Session s(m, cpu_cluster(p.gpus()), p, o);
+    for (int i = 0; i < steps; ++i) s.step();
+    const std::int64_t whole = param_layout(m, cpu_plan(), 0).find(name, layer)->elements();
+    std::vector<std::vector<float>> out;
+    std::map<std::pair<std::int64_t, std::int64_t>, int> seen;  // (EP rank, TP rank) -> replicas read
+    for (int r = 0; r < p.gpus(); ++r) {
+        std::int64_t n = 0;
+        try {
+            n = s.param_elements(r, name, layer);
+        } catch (const InputError&) {
+            continue;  // another stage's layer
+        }
+        const std::vector<int> ep = group_ranks(Group::ep, p, r), tp = group_ranks(Group::tp, p, r);
+        const std::int64_t e = std::find(ep.begin(), ep.end(), r) - ep.begin(), t = std::find(tp.begin(), tp.end(), r) - tp.begin();
+        const std::vector<int> pp = group_ranks(Group::pp, p, r);
+        const auto stage = static_cast<int>(std::find(pp.begin(), pp.end(), r) - pp.begin());
+        const ParamLayout layout = param_layout(m, p, stage);
+        const ParamEntry& piece = *layout.find(name, layer);
+        const auto replica = static_cast<std::size_t>(seen[{name == "router.weight" ? 0 : e, name == "router.weight" ? 0 : t}]++);
+        if (out.size() <= replica) out.emplace_back(static_cast<std::size_t>(whole), NAN);
+        for (std::int64_t i = 0; i < n; ++i)
+            out[replica][static_cast<std::size_t>(whole_of(m, name, piece.rows, piece.cols, i / piece.cols, i % piece.cols, e, t, p.tp))] =
+                s.param(r, name, layer, i);
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("MoE: every parallel variant follows the single-rank loss curve", "[runtime][parallel][moe]") {
+    // The routed experts live in their own buffer, reduced over the expert-data-parallel group
+    // (with ep = 1 the same ranks as dp x cp, but its own collectives and ZeRO-1 slices). At
+    // initialisation the experts add little to the loss (their output projections start small),
+    // so the curve alone would hardly see a token sent to the wrong expert: each expert's weights
+    // after the steps are compared too. An update moves a weight by ~lr = 3e-3, and a misrouted
+    // expert is that far off (checked by breaking the expert index). Adam divides each update by
+    // the gradient's own scale, so where a gradient is near zero the rounding of a split that sums
+    // tokens in another order (cp, tp) shows at up to ~1e-5 (dp alone: ~4e-7): tolerance 1e-4.
+    std::vector<Variant> v;
+    v.push_back({"dp 2", cpu_plan(1, 1, 2)});
+    {
+        PlanSpec p = cpu_plan(1, 1, 2);
+        p.zero_stage = 1;
+        v.push_back({"dp 2, ZeRO-1", p});
+        p.overlap_grad_reduce = p.overlap_param_gather = false;
+        p.dp_bucket_bytes = 4096;  // several buckets of each buffer, cut through tensors
+        v.push_back({"dp 2, ZeRO-1, 4 kB buckets, no overlap", p});
+        p.grad_accum_fusion = false;  // autograd's accumulation of each micro-batch's gradients
+        v.push_back({"dp 2, ZeRO-1, unfused gradient accumulation", p});
+    }
+    v.push_back({"pp 2", cpu_plan(1, 2)});
+    {
+        PlanSpec p = cpu_plan();
+        p.cp = 2;
+        v.push_back({"cp 2", p});
+        p = cpu_plan(1, 2, 2);
+        p.recompute = Recompute::full;
+        p.zero_stage = 1;
+        v.push_back({"pp 2 dp 2, ZeRO-1, full recompute", p});
+        p = cpu_plan(1, 1, 2);
+        p.recompute = Recompute::selective;
+        p.recompute_modules = recompute_bit(RecomputeModule::moe_act) | recompute_bit(RecomputeModule::layernorm);
+        v.push_back({"dp 2, selective recompute of moe_act and layernorm", p});
+        p.recompute_modules = recompute_bit(RecomputeModule::moe);
+        v.push_back({"dp 2, selective recompute of the whole MoE block", p});
+    }
+    {
+        // Expert parallelism: each rank holds 2 of the 4 experts; tokens go to them and back by
+        // all-to-all, as many as the routing sends.
+        PlanSpec p = cpu_plan(1, 1, 2);
+        p.ep = 2;
+        v.push_back({"dp 2, ep 2", p});
+        p.recompute = Recompute::full;
+        v.push_back({"dp 2, ep 2, full recompute (the dispatch runs again)", p});
+        p = cpu_plan(1, 1, 4);
+        p.ep = 2;
+        p.zero_stage = 1;
+        p.micro_batch = 1;  // 2 micro-batches a rank
+        v.push_back({"dp 4, ep 2 (experts reduced over 2 ranks), ZeRO-1", p});
+        p = cpu_plan(1, 2, 2);
+        p.ep = 2;
+        p.zero_stage = 1;
+        v.push_back({"pp 2 dp 2, ep 2, ZeRO-1", p});
+        p = cpu_plan();
+        p.cp = 2;
+        p.ep = 2;
+        v.push_back({"cp 2, ep 2 (experts over the halves of each sequence)", p});
+        p = cpu_plan(1, 1, 4);
+        p.ep = 4;
+        p.recompute = Recompute::selective;
+        p.recompute_modules = recompute_bit(RecomputeModule::moe);
+        v.push_back({"dp 4, ep 4 (one expert a rank), selective recompute of the MoE block", p});
+    }
+    const ModelSpec m = tiny_moe();
+    check_against_single_rank(m, v);
+    {
+        // With a shared expert beside the routed ones (DeepSeek's, Qwen's).
+        ModelSpec shared = m;
+        shared.moe->shared_experts = 1;
+        std::vector<Variant> s;
+        PlanSpec p = cpu_plan(1, 1, 2);
+        p.zero_stage = 1;
+        s.push_back({"shared expert, dp 2, ZeRO-1", p});
+        p.ep = 2;
+        s.push_back({"shared expert, dp 2, ep 2, ZeRO-1", p});
+        p.recompute = Recompute::selective;
+        p.recompute_modules = recompute_bit(RecomputeModule::shared_experts) | recompute_bit(RecomputeModule::moe_act);
+        s.push_back({"shared expert, dp 2, ep 2, selective recompute of the shared experts and moe_act", p});
+        s.push_back({"shared expert, pp 2", cpu_plan(1, 2)});
+        // Under TP with SP the shared experts' output and dX reach the rank's shard by a
+        // reduce-scatter: the residual add and the norm's backward take them.
+        p = cpu_plan(2);
+        p.sequence_parallel = true;
+        s.push_back({"shared expert, tp 2 SP", p});
+        p.dp = 2;
+        p.ep = 2;
+        p.recompute = Recompute::selective;
+        p.recompute_modules = recompute_bit(RecomputeModule::shared_experts);
+        s.push_back({"shared expert, tp 2 SP, dp 2 ep 2, selective recompute of the shared experts", p});
+        check_against_single_rank(shared, s);
+    }
+    {
+        // Under TP with SP (Megatron-Core requires it for MoE): each TP rank routes its own tokens,
+        // the expert-TP group gathers its rows for the experts' split GEMMs and reduce-scatters
+        // their partial outputs back.
+        PlanSpec p = cpu_plan(2);
+        p.sequence_parallel = true;
+        v.push_back({"tp 2 SP", p});
+        p.dp = 2;
+        p.ep = 2;
+        v.push_back({"tp 2 SP, dp 2 ep 2", p});
+        p.zero_stage = 1;
+        p.ep = 1;
+        p.recompute = Recompute::full;
+        v.push_back({"tp 2 SP, dp 2 (experts reduced over 2 ranks), ZeRO-1, full recompute", p});
+        p = cpu_plan(2, 2);
+        p.sequence_parallel = true;
+        v.push_back({"tp 2 SP, pp 2", p});
+        p = cpu_plan(2);
+        p.sequence_parallel = true;
+        p.cp = 2;
+        p.ep = 2;
+        v.push_back({"tp 2 SP, cp 2 ep 2", p});
+        check_against_single_rank(m, {v.end() - 5, v.end()});
+    }
+    {
+        // ZeRO-2: each rank keeps a shard of the gradients, the expert buffer's too (over edp;
+        // with ep = dp, edp 1, a rank's expert gradients are its shard already).
+        std::vector<Variant> s;
+        PlanSpec p = cpu_plan(1, 1, 2);
+        p.zero_stage = 2;
+        p.micro_batch = 4;  // one micro-batch a rank: the overlapped reduction
+        s.push_back({"ZeRO-2, dp 2", p});
+        p.ep = 2;
+        s.push_back({"ZeRO-2, dp 2 ep 2 (edp 1)", p});
+        p = cpu_plan(1, 1, 4);
+        p.zero_stage = 2;
+        p.ep = 2;
+        p.micro_batch = 1;  // 2 micro-batches a rank, each reduced (DeepSpeed's separate partition)
+        s.push_back({"ZeRO-2, dp 4 ep 2 (edp 2), 2 micro-batches", p});
+        p.overlap_grad_reduce = false;
+        p.dp_bucket_bytes = 4096;
+        s.push_back({"ZeRO-2, dp 4 ep 2, 4 kB buckets, no overlap", p});
+        p = cpu_plan(2, 1, 2);
+        p.sequence_parallel = true;
+        p.zero_stage = 2;
+        p.ep = 2;
+        s.push_back({"ZeRO-2, tp 2 SP, dp 2 ep 2", p});
+        check_against_single_rank(m, s);
+    }
+    {
+        // The optimizer off the GPU (ZeRO-Offload, ZeRO-Infinity): the expert buffer's host copies
+        // and SSD state beside the dense ones.
+        std::vector<Variant> s;
+        PlanSpec p = cpu_plan(1, 1, 2);
+        p.ep = 2;
+        p.zero_stage = 1;
+        p.offload.optimizer = TierSplit{0, 1, 0};
+        s.push_back({"optimizer on the CPU, dp 2 ep 2, ZeRO-1", p});
+        p.zero_stage = 2;
+        p.micro_batch = 4;
+        s.push_back({"optimizer on the CPU, dp 2 ep 2, ZeRO-2", p});
+        p = cpu_plan();
+        p.offload.optimizer = TierSplit{0.5, 0.25, 0.25};
+        s.push_back({"optimizer on GPU, CPU and SSD, one rank", p});
+        check_against_single_rank(m, s);
+    }
+    {
+        // Group-limited routing (DeepSeek's): 2 groups of 2 experts, one group a token.
+        ModelSpec g = m;
+        g.moe->router_groups = 2;
+        g.moe->router_group_topk = 1;
+        std::vector<Variant> s;
+        PlanSpec p = cpu_plan(1, 1, 2);
+        p.ep = 2;
+        s.push_back({"group-limited, dp 2 ep 2", p});
+        p = cpu_plan(2);
+        p.sequence_parallel = true;
+        s.push_back({"group-limited, tp 2 SP", p});
+        check_against_single_rank(g, s);
+    }
+    {
+        // The router's weights at the experts' output (fc2_output) rather than inside them.
+        std::vector<Variant> s;
+        PlanSpec p = cpu_plan(1, 1, 2);
+        p.ep = 2;
+        p.moe_probs_at = MoeProbsAt::fc2_output;
+        s.push_back({"fc2_output, dp 2 ep 2", p});
+        p = cpu_plan(2);
+        p.sequence_parallel = true;
+        p.moe_probs_at = MoeProbsAt::fc2_output;
+        s.push_back({"fc2_output, tp 2 SP", p});
+        check_against_single_rank(m, s);
+    }
+    const char* names[] = {"experts.fc1.weight", "experts.fc2.weight", "router.weight"};
+    for (const char* name : names) {
+        const std::vector<float> ref = replicas_after(m, cpu_plan(), kSteps, name, 2).at(0);
+        REQUIRE(ref.size() == static_cast<std::size_t>(param_layout(m, cpu_plan(), 0).find(name, 2)->elements()));
+        for (const Variant& x : v) {
+            const std::vector<std::vector<float>> got = replicas_after(m, x.plan, kSteps, name, 2);
+            INFO(x.name << ", " << name);
+            REQUIRE_FALSE(got.empty());
+            for (const std::vector<float>& g : got) REQUIRE(g.size() == ref.size());
+            double worst = 0;
+            for (std::size_t i = 0; i < ref.size(); ++i) {
+                double best = INFINITY;
+                for (const std::vector<float>& g : got) {
+                    if (!std::isnan(g[i])) best = std::min(best, static_cast<double>(std::fabs(g[i] - ref[i])));
+                }
+                worst = std::max(worst, best);
+            }
+            CHECK(worst < 1e-4);
+        }
+    }
+}
