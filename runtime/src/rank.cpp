@@ -32,6 +32,8 @@ RankState::RankState(World& w, int index) : w_(w), rp_(w.program.ranks[static_ca
     STRATA_ASSERT(w.program.full_mode, "runtime: the Program is not in full mode");
     const int rank = rank_;
     layout_ = param_layout(w.model, w.plan, rp_.pp_stage);
+    units_ = layout_.units;  // by offset: the dense buffer's, then the expert buffer's
+    units_.insert(units_.end(), layout_.expert_units.begin(), layout_.expert_units.end());
     const auto& tp = rp_.groups[static_cast<std::size_t>(Group::tp)];
     tp_size_ = static_cast<int>(tp.size());
     tp_rank_ = static_cast<int>(std::find(tp.begin(), tp.end(), rank) - tp.begin());
@@ -106,7 +108,7 @@ void RankState::precompute() {
 }
 
 int RankState::unit_at(i64 offset) const {
-    const auto& u = layout_.units;
+    const auto& u = units_;
     auto it = std::upper_bound(u.begin(), u.end(), offset, [](i64 v, const GradUnit& g) { return v < g.offset; });
     STRATA_ASSERT(it != u.begin(), "runtime: no parameter unit holds an element");
     return static_cast<int>(it - u.begin()) - 1;
@@ -119,7 +121,7 @@ int RankState::unit_at(i64 offset) const {
 // step, and the earlier readers' count carries over.
 void RankState::precompute_fetches() {
     const Program& prog = w_.program;
-    const std::size_t n_units = layout_.units.size();
+    const std::size_t n_units = units_.size();
     fetched_.clear();
     fetched_.resize(n_units);
     unit_uses_.assign(rp_.instrs.size(), {});
@@ -136,9 +138,9 @@ void RankState::precompute_fetches() {
         std::vector<int> written, read;
         for (int k = 0; k < o.n_in + o.n_out; ++k) {
             const DataTensor& t = prog.tensors[static_cast<std::size_t>(ids[k])];
-            if (t.role != TensorRole::param || t.tier != Tier::gpu || t.buffer != FlatBuffer::dense || t.shard) continue;
+            if (t.role != TensorRole::param || t.tier != Tier::gpu || t.shard) continue;
             const int u = unit_at(t.offset);
-            const GradUnit& g = layout_.units[static_cast<std::size_t>(u)];
+            const GradUnit& g = units_[static_cast<std::size_t>(u)];
             if (t.offset + t.elements() > g.offset + g.count)
                 throw RuntimeError("runtime: rank " + std::to_string(rank_) + " instruction " + std::to_string(i) +
                                    " names parameters across two units, which are fetched apart");
@@ -273,9 +275,9 @@ float* RankState::tensor(int id, bool write, std::size_t at) {
                 if (const i64 k = param_shard_.index(t.offset, t.elements()); params_sharded_ && k >= 0) return params_.data() + k;
                 fail(at, "names parameters outside this rank's shard");
             }
-            if (units_fetched() && t.buffer == FlatBuffer::dense) {  // the unit's fetched or gathered copy
+            if (units_fetched()) {  // the unit's fetched or gathered copy
                 const int u = unit_at(t.offset);
-                const GradUnit& g = layout_.units[static_cast<std::size_t>(u)];
+                const GradUnit& g = units_[static_cast<std::size_t>(u)];
                 Live& f = fetched_[static_cast<std::size_t>(u)];
                 if (f.buf.empty()) {
                     if (!write) fail(at, "reads parameters of unit " + std::to_string(u) + " while none is fetched to the GPU");

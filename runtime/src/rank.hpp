@@ -266,7 +266,7 @@ private:
     /// hold only the ranges its program touches on the cpu tier (its ZeRO shard: host_ranges_.segs).
     i64 host_index(i64 offset, i64 n) const;
     void precompute_host_ranges();
-    /// The layout unit holding element `offset` of the dense buffer.
+    /// The unit (units_) holding element `offset` of the flat buffers.
     int unit_at(i64 offset) const;
     void precompute_fetches();
     void start_fetches(std::size_t i);
@@ -279,6 +279,7 @@ private:
     const sim::RankProgram& rp_;
     const int rank_;
     sim::ParamLayout layout_;
+    std::vector<sim::GradUnit> units_;  ///< what is fetched or gathered whole: layout_'s units, then its expert units
     int tp_rank_ = 0, tp_size_ = 1, dp_rank_ = 0, cp_rank_ = 0, cp_size_ = 1, ep_rank_ = 0, ep_size_ = 1;
     // MoE under expert parallelism: the rows a rank's experts receive vary with the routing.
     std::unordered_map<int, i64> dyn_rows_;  ///< tensor id -> rows, for those sized by what arrived

@@ -142,6 +142,10 @@ TEST_CASE("ZeRO-2 and 3 keep a shard of the gradients (and ZeRO-3 of the weights
     const double z1 = moe_peak(1), z2 = moe_peak(2);
     INFO("MoE ZeRO-1 " << z1 << " B, ZeRO-2 " << z2 << " B");
     CHECK(z1 - z2 >= experts / 2 / 2);
+    // ZeRO-3 shards the weights too, the experts' over edp: a layer's gathered at a time.
+    const double z3 = moe_peak(3);
+    INFO("MoE ZeRO-3 " << z3 << " B");
+    CHECK(z3 < z2);
 }
 
 TEST_CASE("memory only: walking the dataflow gives a run's peaks without running it", "[runtime][memory]") {

@@ -312,6 +312,31 @@ TEST_CASE("MoE: every parallel variant follows the single-rank loss curve", "[ru
         check_against_single_rank(m, s);
     }
     {
+        // ZeRO-3 (FSDP's sharded parameters): each layer's expert range is gathered over edp and
+        // reduce-scattered back like its dense unit; with edp 1 a rank's experts are its shard.
+        std::vector<Variant> s;
+        PlanSpec p = cpu_plan(1, 1, 2);
+        p.zero_stage = 3;
+        s.push_back({"ZeRO-3, dp 2 (edp 2)", p});
+        p.ep = 2;
+        s.push_back({"ZeRO-3, dp 2 ep 2 (edp 1)", p});
+        p = cpu_plan(1, 1, 4);
+        p.zero_stage = 3;
+        p.ep = 2;
+        p.micro_batch = 1;
+        s.push_back({"ZeRO-3, dp 4 ep 2 (edp 2), 2 micro-batches", p});
+        p.overlap_grad_reduce = p.overlap_param_gather = false;
+        s.push_back({"ZeRO-3, dp 4 ep 2, no overlap", p});
+        p = cpu_plan(1, 2, 2);
+        p.zero_stage = 3;
+        s.push_back({"ZeRO-3 under a pipeline (pipelined FSDP), pp 2 dp 2", p});
+        p = cpu_plan(2, 1, 2);
+        p.sequence_parallel = true;
+        p.zero_stage = 3;
+        s.push_back({"ZeRO-3, tp 2 SP, dp 2", p});
+        check_against_single_rank(m, s);
+    }
+    {
         // Group-limited routing (DeepSeek's): 2 groups of 2 experts, one group a token.
         ModelSpec g = m;
         g.moe->router_groups = 2;

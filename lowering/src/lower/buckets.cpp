@@ -225,8 +225,10 @@ void RankLowering::build_grad_values() {
         if (!b.expert) grad_values_.emplace_back(b.off, b.count);
         else if (!expert_shard_whole_) grad_values_.emplace_back(b.off + dense_elements_, b.count);
     if (p_.zero_stage == 3)
-        for (const Unit& u : units_)
+        for (const Unit& u : units_) {
             if (u.layer >= 0 && u.dense > 0) grad_values_.emplace_back(u.dense_off, u.dense);
+            if (u.layer >= 0 && u.expert > 0 && !expert_shard_whole_) grad_values_.emplace_back(u.expert_off + dense_elements_, u.expert);
+        }
     std::sort(grad_values_.begin(), grad_values_.end());
     // Buckets cut through a tensor (no overlap: dp_bucket_bytes pieces) are one value: a kernel
     // writes the tensor's gradient whole. Its reduce-scatters are the bucket's, in buffer order.
@@ -274,14 +276,14 @@ void RankLowering::reduce_scatter_operands(double off, double count, bool expert
 // ZeRO-3's gather of [off, off + count): in place, or with the parameters kept as shards
 // (shard_params_) {the rank's slice, from the shard} -> {the whole range}, which an executor holds
 // only until its last reader (FSDP's unsharded parameters, freed after use).
-void RankLowering::gather_operands(double off, double count) {
+void RankLowering::gather_operands(double off, double count, bool expert) {
     if (!df_) return;
     const int whole = range(TensorRole::param, off, count);
     if (!shard_params_) {
         io({whole}, {whole});
         return;
     }
-    const auto [lo, n] = dp_slice(off, count);
+    const auto [lo, n] = dp_slice(off, count, expert);
     io({range(TensorRole::param, lo, n, Tier::gpu, false, -1, true)}, {whole});
 }
 
@@ -345,8 +347,10 @@ std::vector<std::pair<double, double>> RankLowering::owned_ranges() const {
     };
     for (const Bucket& b : buckets_) slice(b.off, b.count, b.expert);
     if (p_.zero_stage == 3)
-        for (const Unit& u : units_)
+        for (const Unit& u : units_) {
             if (u.layer >= 0) slice(u.dense_off, u.dense);
+            if (u.layer >= 0 && u.expert > 0) slice(u.expert_off, u.expert, true);
+        }
     std::sort(out.begin(), out.end());
     return out;
 }
@@ -467,6 +471,7 @@ int RankLowering::prm(const char* name, int layer) {
     t.name = tensor_name_id(prog_, e->name);
     t.role = TensorRole::param;
     t.buffer = e->buffer;
+    t.shard = shard_params_ && e->buffer == FlatBuffer::expert && expert_shard_whole_;  // no edp gather: the shard is whole
     t.layer = static_cast<std::int16_t>(e->layer);
     t.offset = e->offset;
     t.rows = e->rows;

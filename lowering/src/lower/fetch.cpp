@@ -30,8 +30,10 @@ int RankLowering::fetch_params(int layer, int after_ev) {
     if (zero3) {
         ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, lp.dense * d_.act_bytes, n_.zero3_ag, ev);
         gather_operands(u ? u->dense_off : 0, u ? u->dense : 0);
-        if (lp.expert > 0 && group_size(Group::edp) > 1)
+        if (lp.expert > 0 && group_size(Group::edp) > 1) {
             ev = collective(Stream::dp_comm, CollKind::all_gather, Group::edp, lp.expert * d_.act_bytes, n_.zero3_ag_expert, -1);
+            if (u) gather_operands(u->expert_off + dense_elements_, u->expert, true);
+        }
     }
     layer_ = saved_layer;
     return ev;

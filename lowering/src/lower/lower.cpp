@@ -462,8 +462,10 @@ void RankLowering::layer_grads(int layer) {
             collective(Stream::dp_comm, CollKind::reduce_scatter, Group::dp, lp.dense * p_.grad_bytes(), n_.zero3_rs);
             reduce_scatter_operands(u.dense_off, u.dense);
         }
-        if (lp.expert > 0 && group_size(Group::edp) > 1)
+        if (lp.expert > 0 && group_size(Group::edp) > 1) {
             collective(Stream::dp_comm, CollKind::reduce_scatter, Group::edp, lp.expert * p_.grad_bytes(), n_.zero3_rs_expert);
+            reduce_scatter_operands(u.expert_off + dense_elements_, u.expert, true);
+        }
         return;
     }
     if (p_.overlap_grad_reduce && reduce_grads_) unit_ready(unit_of_layer(layer));

@@ -313,7 +313,7 @@ private:
     int grad_value_of(double off, double count) const;
     void reduce_scatter_operands(double off, double count, bool expert = false);
     std::vector<int> grad_shard(double off, double count);
-    void gather_operands(double off, double count);  ///< ZeRO-3's parameter gather
+    void gather_operands(double off, double count, bool expert = false);  ///< ZeRO-3's parameter gather
     /// Lock-free with host-homed weights: host parameter ranges as the fp32 master the delayed
     /// update writes (DataTensor::version 1); unchanged otherwise.
     std::vector<int> lf_master(std::vector<int> ids);

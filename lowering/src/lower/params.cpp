@@ -60,6 +60,7 @@ public:
     void finish() {
         for (ParamEntry& e : out_.entries)
             if (e.buffer == FlatBuffer::expert) e.offset += out_.dense_elements;
+        for (GradUnit& g : out_.expert_units) g.offset += out_.dense_elements;
     }
 
     void norm(const char* weight, const char* bias, int layer, int chunk) {
@@ -151,9 +152,17 @@ ParamLayout param_layout(const ModelSpec& m, const PlanSpec& p, int stage) {
             }
         }
         for (int l = first + count - 1; l >= first; --l) {
-            const std::int64_t start = L.dense_elements;
+            const std::int64_t start = L.dense_elements, expert_start = L.expert_elements;
             b.layer(l, c);
             unit(l, false, false, start);
+            if (L.expert_elements > expert_start) {  // offset made absolute by finish()
+                GradUnit g;
+                g.chunk = c;
+                g.layer = l;
+                g.offset = expert_start;
+                g.count = L.expert_elements - expert_start;
+                L.expert_units.push_back(g);
+            }
         }
         if (v == 0) {
             const std::int64_t start = L.dense_elements;
@@ -190,9 +199,6 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
             return n("model.moe.capacity_factor", std::to_string(e.capacity_factor)) + ": token dropping is not executed (dropless only: set it to 0)";
         if (e.top_k < 1 || e.top_k > e.experts)
             return n("model.moe.top_k", std::to_string(e.top_k)) + ": must be between 1 and model.moe.experts";
-        if (p.zero_stage >= 3)
-            return n("plan.zero_stage", std::to_string(p.zero_stage)) + ": with MoE layers ZeRO-0 to 2 are executed (ZeRO-3's gathers "
-                   "of the expert buffer are not yet)";
         if (!p.offload.params.all_gpu())
             return "plan.offload.params: with MoE layers the parameters stay on the GPU (fetching the expert buffer's units is not "
                    "executed yet; the optimizer may be offloaded)";

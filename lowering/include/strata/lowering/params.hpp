@@ -60,6 +60,9 @@ struct GradUnit {
 struct ParamLayout {
     std::vector<ParamEntry> entries;   ///< in buffer order
     std::vector<GradUnit> units;       ///< in buffer order
+    /// The expert buffer's ranges, one per MoE layer (offsets past the dense buffer): what ZeRO-3
+    /// gathers and reduces of a layer besides its dense unit.
+    std::vector<GradUnit> expert_units;
     std::int64_t dense_elements = 0;
     /// The routed experts' parameters (Megatron-Core's expert-parallel buffer, reduced over the
     /// expert-data-parallel group). They follow the dense buffer in one address space: an expert
