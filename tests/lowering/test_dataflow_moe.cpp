@@ -118,6 +118,20 @@ TEST_CASE("MoE (ep 1): the experts' own buffer, its reductions over edp, no race
                 ++plans;
             }
     CHECK(plans == 128);
+    // ZeRO-3's offload_param: each rank fetches its slices of a layer's dense and expert ranges
+    // from the host, and the gathers fill the rest.
+    for (int ep : {1, 2}) {
+        PlanSpec p = plan(1, 1, 2, 16);
+        p.ep = ep;
+        p.zero_stage = 3;
+        p.offload.optimizer = p.offload.params = TierSplit{0, 1, 0};
+        REQUIRE(dataflow_unsupported(m, p).empty());
+        const Program b = lower_df(m, p, true, 2);
+        check_def_before_use(b);
+        const std::vector<std::string> h = dataflow_hazards(b, 3);
+        INFO("offload_param ep " << ep << (h.empty() ? "" : "\n" + h[0]));
+        CHECK(h.empty());
+    }
     // TP 2 with SP: the expert-TP gather and reduce-scatter, with EP and a pipeline, with and
     // without a shared expert (its output and dX reduce-scattered past the MoE block).
     for (int ep : {1, 2})

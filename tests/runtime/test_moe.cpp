@@ -309,6 +309,17 @@ TEST_CASE("MoE: every parallel variant follows the single-rank loss curve", "[ru
         p = cpu_plan();
         p.offload.optimizer = TierSplit{0.5, 0.25, 0.25};
         s.push_back({"optimizer on GPU, CPU and SSD, one rank", p});
+        // The parameters homed on the host too, fetched a layer at a time, the experts with it.
+        p.offload.optimizer = p.offload.params = TierSplit{0, 1, 0};
+        s.push_back({"parameters and optimizer on the CPU, one rank", p});
+        p.offload.optimizer = TierSplit{0, 0, 1};
+        s.push_back({"parameters on the CPU, optimizer on SSD, one rank", p});
+        p = cpu_plan(1, 1, 2);
+        p.zero_stage = 3;
+        p.offload.optimizer = p.offload.params = TierSplit{0, 1, 0};
+        s.push_back({"ZeRO-3 offload_param, dp 2 (edp 2)", p});
+        p.ep = 2;
+        s.push_back({"ZeRO-3 offload_param, dp 2 ep 2 (edp 1)", p});
         check_against_single_rank(m, s);
     }
     {

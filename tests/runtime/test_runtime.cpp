@@ -355,7 +355,7 @@ TEST_CASE("what the runtime cannot execute is refused with the field named", "[r
     m.moe->experts = 4;
     m.moe->top_k = 2;
     CHECK_NOTHROW(runtime::Session(m, cpu_cluster(1), cpu_plan(), {}));
-    // MoE runs under TP only with SP, dropless, with the parameters on the GPU, its
+    // MoE runs under TP only with SP, dropless, its
     // all-to-alls not overlapped with another micro-batch.
     CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), cpu_plan(2), {}), Catch::Contains("plan.tp = 2"));
     {
@@ -373,13 +373,7 @@ TEST_CASE("what the runtime cannot execute is refused with the field named", "[r
         CHECK_NOTHROW(runtime::Session(m, cpu_cluster(2), p, {}));
         p.offload.params = TierSplit{0, 1, 0};
         p.zero_stage = 3;
-        CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), p, {}), Catch::Contains("plan.offload.params"));
-        CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(1), [&] {
-                              PlanSpec one = cpu_plan();
-                              one.offload.optimizer = one.offload.params = TierSplit{0, 1, 0};
-                              return one;
-                          }(), {}),
-                          Catch::Contains("plan.offload.params"));
+        CHECK_NOTHROW(runtime::Session(m, cpu_cluster(2), p, {}));
     }
     {
         ModelSpec q = tiny_llama();

@@ -26,6 +26,10 @@ int RankLowering::fetch_params(int layer, int after_ev) {
     // Sharded (ZeRO-3's offload_param), a rank brings its own slice up and the gather fills the rest.
     std::vector<std::pair<double, double>> slices;
     if (u) slices.push_back(zero3 ? dp_slice(u->dense_off, u->dense) : std::make_pair(u->dense_off, u->dense));
+    if (u && u->expert > 0) {  // the layer's expert range (past the dense buffer), sharded over edp
+        const double e = u->expert_off + dense_elements_;
+        slices.push_back(zero3 ? dp_slice(e, u->expert, true) : std::make_pair(e, u->expert));
+    }
     int ev = fetch_offloaded(shard, slices, after_ev);
     if (zero3) {
         ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, lp.dense * d_.act_bytes, n_.zero3_ag, ev);

@@ -199,9 +199,6 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
             return n("model.moe.capacity_factor", std::to_string(e.capacity_factor)) + ": token dropping is not executed (dropless only: set it to 0)";
         if (e.top_k < 1 || e.top_k > e.experts)
             return n("model.moe.top_k", std::to_string(e.top_k)) + ": must be between 1 and model.moe.experts";
-        if (!p.offload.params.all_gpu())
-            return "plan.offload.params: with MoE layers the parameters stay on the GPU (fetching the expert buffer's units is not "
-                   "executed yet; the optimizer may be offloaded)";
         if (p.op_sac()) return "plan.recompute_policy = op: torchtitan's op-level SAC of MoE layers is not executed yet";
     }
     if (m.mla) return "model.mla: multi-head latent attention is not in the dataflow lowering yet";
