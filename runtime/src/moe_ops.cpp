@@ -167,7 +167,7 @@ bool RankState::moe_compute(std::size_t i) {
     // permute, the dispatch and the expert-TP gather recorded.
     const i64 local = E / ep_size_;
     std::vector<Segment> segs;
-    const auto& layouts = tp_size_ > 1 ? moe_gath_ : moe_recv_;
+    const auto& layouts = etp_size_ > 1 ? moe_gath_ : moe_recv_;
     const auto it = layouts.find({in.layer, in.microbatch});
     if (it == layouts.end()) fail(i, "runs before its layer's tokens reached its experts");
     i64 first = 0;
@@ -218,7 +218,7 @@ CollPart RankState::moe_collective_part(std::size_t i) {
     auto id = [&](int k) { return rp_.operand_ids[o.first + static_cast<std::size_t>(k)]; };
     const auto& members = rp_.groups[static_cast<std::size_t>(in.group)];
     const int n = static_cast<int>(members.size());
-    if (n != in.group_size || n != (a2a ? ep_size_ : tp_size_)) fail(i, "its group is not the expert-parallel or expert-TP group");
+    if (n != in.group_size || n != (a2a ? ep_size_ : etp_size_)) fail(i, "its group is not the expert-parallel or expert-TP group");
     const i64 E = w_.model.moe->experts, L = E / ep_size_, k = w_.model.moe->top_k;
     CollPart part;
     part.group_rank = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());

@@ -43,6 +43,9 @@ RankState::RankState(World& w, int index) : w_(w), rp_(w.program.ranks[static_ca
     const auto& ep = rp_.groups[static_cast<std::size_t>(Group::ep)];
     ep_size_ = static_cast<int>(ep.size());
     ep_rank_ = static_cast<int>(std::find(ep.begin(), ep.end(), rank) - ep.begin());
+    const auto& etp = rp_.groups[static_cast<std::size_t>(Group::etp)];
+    etp_size_ = static_cast<int>(etp.size());
+    etp_rank_ = static_cast<int>(std::find(etp.begin(), etp.end(), rank) - etp.begin());
     // The data-parallel replica: Megatron's dp rank, shared by a CP group's members (they split
     // one sequence), not the rank in the dp x cp gradient group.
     dp_rank_ = (rank / (w.plan.tp * w.plan.cp)) % w.plan.dp;

@@ -280,7 +280,7 @@ private:
     const int rank_;
     sim::ParamLayout layout_;
     std::vector<sim::GradUnit> units_;  ///< what is fetched or gathered whole: layout_'s units, then its expert units
-    int tp_rank_ = 0, tp_size_ = 1, dp_rank_ = 0, cp_rank_ = 0, cp_size_ = 1, ep_rank_ = 0, ep_size_ = 1;
+    int tp_rank_ = 0, tp_size_ = 1, dp_rank_ = 0, cp_rank_ = 0, cp_size_ = 1, ep_rank_ = 0, ep_size_ = 1, etp_rank_ = 0, etp_size_ = 1;
     // MoE under expert parallelism: the rows a rank's experts receive vary with the routing.
     std::unordered_map<int, i64> dyn_rows_;  ///< tensor id -> rows, for those sized by what arrived
     /// (layer, micro-batch) -> the rows the rank's experts see, before the expert-TP gather: from

@@ -141,11 +141,11 @@ void RankState::init_params() {
         }
         const double sd = e.name == "proj.weight" || e.name == "fc2.weight" || e.name == "experts.fc2.weight" || e.name == "shared.fc2.weight" ? out_std : kInitStd;
         const std::uint64_t key = hash_name(e.name, e.layer) ^ w_.options.seed;
-        const bool expert = e.split == ParamSplit::expert_rows || e.split == ParamSplit::expert_cols;  // etp = tp (dataflow_unsupported)
+        const bool expert = e.split == ParamSplit::expert_rows || e.split == ParamSplit::expert_cols;  // cut over the expert-TP group
         // Rows on all cores where this rank has them to itself (billions of draws for a 7B model).
         parallel_chunks(e.rows * e.cols, host_threads(), [&](std::int64_t lo, std::int64_t hi) {
             for (std::int64_t i = lo; i < hi; ++i)
-                p[i] = static_cast<float>(sd * normal(key, expert ? expert_whole_index(e, w_.model, i / e.cols, i % e.cols, ep_rank_, tp_rank_, tp_size_)
+                p[i] = static_cast<float>(sd * normal(key, expert ? expert_whole_index(e, w_.model, i / e.cols, i % e.cols, ep_rank_, etp_rank_, etp_size_)
                                                                    : whole_index(e, w_.model, i / e.cols, i % e.cols, tp_rank_, tp_size_)));
         });
     }

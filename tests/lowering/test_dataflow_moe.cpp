@@ -118,6 +118,21 @@ TEST_CASE("MoE (ep 1): the experts' own buffer, its reductions over edp, no race
                 ++plans;
             }
     CHECK(plans == 128);
+    // MoE parallel folding: attention under tp 2 with SP, the experts whole (etp 1) over EP groups
+    // that take in the TP ranks.
+    for (int ep : {1, 2, 4}) {
+        PlanSpec p = plan(2, 1, 2, 16);
+        p.sequence_parallel = true;
+        p.expert_tp = 1;
+        p.ep = ep;
+        p.zero_stage = 1;
+        REQUIRE(dataflow_unsupported(m, p).empty());
+        const Program b = lower_df(m, p, true, 2);
+        check_def_before_use(b);
+        const std::vector<std::string> h = dataflow_hazards(b, 3);
+        INFO("etp 1 ep " << ep << (h.empty() ? "" : "\n" + h[0]));
+        CHECK(h.empty());
+    }
     // ZeRO-3's offload_param: each rank fetches its slices of a layer's dense and expert ranges
     // from the host, and the gathers fill the rest.
     for (int ep : {1, 2}) {

@@ -270,6 +270,23 @@ TEST_CASE("MoE: every parallel variant follows the single-rank loss curve", "[ru
         check_against_single_rank(m, {v.end() - 5, v.end()});
     }
     {
+        // MoE parallel folding (plan.expert_tp other than tp): attention under tp 2 with SP, the
+        // experts whole (etp 1) and spread over EP groups that take in the TP ranks.
+        std::vector<Variant> s;
+        PlanSpec p = cpu_plan(2);
+        p.sequence_parallel = true;
+        p.expert_tp = 1;
+        p.ep = 2;
+        s.push_back({"tp 2 SP, etp 1, ep 2 (over the TP ranks)", p});
+        p.dp = 2;
+        p.ep = 4;
+        s.push_back({"tp 2 SP dp 2, etp 1, ep 4", p});
+        p.ep = 1;
+        p.zero_stage = 1;
+        s.push_back({"tp 2 SP dp 2, etp 1, ep 1 (experts reduced over 4 ranks), ZeRO-1", p});
+        check_against_single_rank(m, s);
+    }
+    {
         // ZeRO-2: each rank keeps a shard of the gradients, the expert buffer's too (over edp;
         // with ep = dp, edp 1, a rank's expert gradients are its shard already).
         std::vector<Variant> s;

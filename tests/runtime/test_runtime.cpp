@@ -366,6 +366,9 @@ TEST_CASE("what the runtime cannot execute is refused with the field named", "[r
         CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), p, {}), Catch::Contains("plan.moe_a2a_overlap"));
         p.moe_a2a_overlap = false;
         p.ep = 1;
+        p.expert_tp = 2;  // an expert-TP group without TP and SP: the lowering gathers nothing over it
+        CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), p, {}), Catch::Contains("plan.expert_tp = 2"));
+        p.expert_tp = 0;
         p.zero_stage = 3;
         CHECK_NOTHROW(runtime::Session(m, cpu_cluster(2), p, {}));
         p.zero_stage = 1;

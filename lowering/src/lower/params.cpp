@@ -188,13 +188,16 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
         if (e.experts % p.ep != 0) return n("plan.ep", std::to_string(p.ep)) + ": must divide model.moe.experts";
         if (p.ep > 1 && p.moe_a2a_overlap)
             return "plan.moe_a2a_overlap = true: the all-to-all overlapped with another micro-batch's compute is not executed yet";
-        if (p.etp() != p.tp)
-            return n("plan.expert_tp", std::to_string(p.etp())) + ": MoE layers are executed with the experts split like the dense "
-                   "MLP (expert_tp = tp; MoE parallel folding is not executed yet)";
         if (p.tp > 1 && !p.sequence_parallel)
             return n("plan.tp", std::to_string(p.tp)) + ": MoE layers under TP need plan.sequence_parallel (as Megatron-Core does)";
+        if (p.etp() > 1 && p.tp == 1)
+            return n("plan.expert_tp", std::to_string(p.etp())) + ": experts split over an expert-TP group need TP with sequence "
+                   "parallelism (the lowering gathers the group's rows under SP)";
         const std::int64_t fe = e.expert_ffn_hidden > 0 ? e.expert_ffn_hidden : m.ffn_hidden;
-        if (fe % p.tp != 0) return n("model.moe.expert_ffn_hidden", std::to_string(fe)) + ": must be a multiple of plan.tp";
+        if (fe % p.etp() != 0)
+            return n("model.moe.expert_ffn_hidden", std::to_string(fe)) + ": must be a multiple of plan.expert_tp = " + std::to_string(p.etp());
+        if (p.tp > 1 && e.shared_experts > 0 && (e.shared_experts * fe) % p.tp != 0)
+            return n("model.moe.shared_experts", std::to_string(e.shared_experts)) + ": the shared experts' width must be a multiple of plan.tp";
         if (e.capacity_factor > 0)
             return n("model.moe.capacity_factor", std::to_string(e.capacity_factor)) + ": token dropping is not executed (dropless only: set it to 0)";
         if (e.top_k < 1 || e.top_k > e.experts)
