@@ -103,23 +103,16 @@ bool RankState::moe_compute(std::size_t i) {
     if (!grouped) cpu::moe_order(pos.data(), counts.data(), I(routing_at), tokens, E, k);
     // Without EP the rank's own rows in expert order are what its experts see.
     if (name == "moe.permute" && !bwd && ep_size_ == 1) moe_recv_[{in.layer, in.microbatch}] = counts;
-    // Optional inputs after the routing: a row weight's gradient (one column) and the shared
-    // experts' output or dX (hidden wide), which is added in.
+    // The moves' optional inputs after the routing: a row weight's gradient (one column) and the
+    // shared experts' output or dX (hidden wide), which is added in.
     int probs_at = -1, shared_at = -1;
-    for (int q = 2; q < o.n_in; ++q) (T(q).cols == 1 ? probs_at : shared_at) = q;
+    if (!grouped)
+        for (int q = 2; q < o.n_in; ++q) (T(q).cols == 1 ? probs_at : shared_at) = q;
     auto add_shared = [&] {
         if (shared_at < 0) return;
         float* y = O(0);
         cpu::add(y, y, I(shared_at), nullptr, tokens, T(shared_at).cols);
     };
-    // fc2_input: the router's weights were applied inside the experts, so the un-permute only sums.
-    const bool at_input = w_.plan.moe_probs_at == MoeProbsAt::fc2_input;
-    const float* route_w = I(1);  // the routing: ids, then weights (the un-permute reads the weights)
-    std::vector<float> ones;
-    if (at_input) {
-        ones.assign(static_cast<std::size_t>(tokens * 2 * k), 1.0f);
-        route_w = ones.data();
-    }
     if (name == "moe.permute") {
         // {x, routing} -> {permuted[, each row's weight]}, or {d.permuted, routing[, d.row
         // weights][, d.shared.x]} -> {dx[, d.weights]}
@@ -148,6 +141,14 @@ bool RankState::moe_compute(std::size_t i) {
         // {experts' out, routing[, shared out]} -> y; backward {dy, routing[, experts' out]} ->
         // {d.out[, d.weights]} (the weights' gradient here only under fc2_output).
         const i64 C = T(0).cols;
+        // fc2_input: the router's weights were applied inside the experts, so it only sums.
+        const bool at_input = w_.plan.moe_probs_at == MoeProbsAt::fc2_input;
+        const float* route_w = I(1);  // the routing: ids, then weights
+        std::vector<float> ones;
+        if (at_input) {
+            ones.assign(static_cast<std::size_t>(tokens * 2 * k), 1.0f);
+            route_w = ones.data();
+        }
         if (!bwd) {
             cpu::moe_unpermute(O(0), I(0), route_w, pos.data(), tokens, k, C);
             add_shared();
