@@ -318,7 +318,36 @@ TEST_CASE("QK-norm: parallel variants follow the single-rank loss curve", "[runt
     p.cp = 2;
     p.recompute = Recompute::full;
     v.push_back({"cp 2, full recompute", p});
+    // Under TP each rank's heads give part of the norms' weight gradient, summed over TP with or
+    // without SP.
+    v.push_back({"tp 2", cpu_plan(2)});
+    p = cpu_plan(2, 2, 2);
+    p.sequence_parallel = true;
+    p.zero_stage = 1;
+    v.push_back({"tp 2 pp 2 dp 2, SP, ZeRO-1", p});
     check_against_single_rank(m, v);
+    // Adam's update hardly depends on its gradient's scale, so the curve would not see a rank that
+    // kept only its heads' part of the norms' gradient: the weights themselves must agree on
+    // every TP rank and with one rank's (a part alone moves them by ~lr a step: checked).
+    auto weights_after = [&](const PlanSpec& plan, int rank) {
+        runtime::RunOptions o;
+        o.lr = 3e-3;
+        runtime::Session s(m, cpu_cluster(plan.gpus()), plan, o);
+        for (int i = 0; i < kSteps; ++i) s.step();
+        std::vector<float> w;
+        for (const char* name : {"q_norm.weight", "k_norm.weight"})
+            for (std::int64_t i = 0; i < s.param_elements(rank, name, 0); ++i) w.push_back(s.param(rank, name, 0, i));
+        return w;
+    };
+    const std::vector<float> one = weights_after(cpu_plan(), 0);
+    for (int rank : {0, 1}) {
+        const std::vector<float> tp = weights_after(cpu_plan(2), rank);
+        REQUIRE(tp.size() == one.size());
+        double worst = 0;
+        for (std::size_t i = 0; i < one.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(tp[i] - one[i])));
+        INFO("tp 2, rank " << rank << ": the norms' weights differ from one rank's by up to " << worst);
+        CHECK(worst < 1e-4);
+    }
 }
 
 TEST_CASE("Llama: every parallel variant follows the single-rank loss curve", "[runtime][parallel]") {

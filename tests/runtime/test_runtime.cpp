@@ -45,6 +45,9 @@ TEST_CASE("gradients match finite differences", "[runtime][grad]") {
         // weights: a step of 1e-3 along the gradient's signs measured 6.450 against 6.655, 3e-4
         // 6.633, 1e-4 6.653 (the differences converge on the backward's value).
         check_gradients(g, cpu_plan(), 0, {{"qkv.weight", 1}}, {}, true, 1e-4);
+        // TP 2: rank 1's heads of the projection, normed per head (along the signs with the small
+        // step, as above: a random direction's 1e-3 step measured 1.2 % off).
+        check_gradients(m, cpu_plan(2), 1, {{"qkv.weight", 0}, {"qkv.weight", 1}}, {}, true, 1e-4);
     }
     SECTION("squared ReLU MLP (Nemotron-4)") {
         ModelSpec m = tiny_gpt();
@@ -382,7 +385,7 @@ TEST_CASE("what the runtime cannot execute is refused with the field named", "[r
         ModelSpec q = tiny_llama();
         q.qk_norm = true;
         CHECK_NOTHROW(runtime::Session(q, cpu_cluster(1), cpu_plan(), {}));
-        CHECK_THROWS_WITH(runtime::Session(q, cpu_cluster(2), cpu_plan(2), {}), Catch::Contains("model.qk_norm"));
+        CHECK_NOTHROW(runtime::Session(q, cpu_cluster(2), cpu_plan(2), {}));
         // The cuda backend has neither QK-norm's nor MoE's kernels: refused before any device is opened.
         runtime::RunOptions cuda;
         cuda.backend = runtime::Backend::cuda;

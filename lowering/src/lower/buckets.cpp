@@ -378,17 +378,21 @@ std::vector<int> RankLowering::ranges_part(const std::vector<std::pair<double, d
 // after the data-parallel reduction (finalize_model_grads' _allreduce_layernorm_grads), one
 // coalesced all-reduce. Lowered on dp_comm, so the optimizer's wait on that stream covers it.
 void RankLowering::sp_grads_all_reduce() {
-    if (!(d_.sp && d_.tp > 1)) return;
+    // QK-norm's per-head norms: each TP rank's heads give part of their weights' gradient, with or
+    // without SP (Megatron-Core runs _allreduce_layernorm_grads for qk_layernorm too).
+    const bool qk = m_.qk_norm && !m_.mla;
+    if (d_.tp <= 1 || !(d_.sp || qk)) return;
     double params = 0;
     const double norm = m_.norm == NormKind::layernorm ? 2 * d_.h : d_.h;
-    // Per layer its two norms and row-parallel biases (an MoE layer has no fc2 bias), and an MoE
-    // layer's router, which routes each TP rank's own tokens under SP.
+    // Per layer (SP) its two norms and row-parallel biases (an MoE layer has no fc2 bias), and an
+    // MoE layer's router, which routes each TP rank's own tokens under SP.
     for (int c = 0; c < vpp_; ++c)
         for (int li = 0; li < chunk_layers(c); ++li) {
             const bool moe = m_.layer_is_moe(chunk_first_layer(c) + li);
-            params += 2 * norm + (m_.linear_bias ? (moe ? 1 : 2) * d_.h : 0) + (moe ? d_.experts * d_.h : 0);
+            if (d_.sp) params += 2 * norm + (m_.linear_bias ? (moe ? 1 : 2) * d_.h : 0) + (moe ? d_.experts * d_.h : 0);
+            if (qk) params += static_cast<double>(attention_norm_params(m_));
         }
-    if (stage_ == head_stage(p_)) params += norm;
+    if (d_.sp && stage_ == head_stage(p_)) params += norm;
     if (params <= 0) return;
     collective(Stream::dp_comm, CollKind::all_reduce, Group::tp, params * p_.grad_bytes(), n_.sp_grads);  // after the backward
     if (df_) {

@@ -89,12 +89,19 @@ public:
         norm("ln2.weight", "ln2.bias", l, chunk);
         if (m_.linear_bias) add("proj.bias", l, chunk, 1, h, ParamSplit::replicated, false, true);
         add("proj.weight", l, chunk, h, q_width(m_), ParamSplit::cols, true);
-        if (m_.qk_norm) {  // one weight of head_dim each, shared by the heads (tp 1: dataflow_unsupported)
+        if (m_.qk_norm) {
+            // One weight of head_dim each, shared by the heads: a TP rank's heads give part of its
+            // gradient, summed over TP like the sequence-parallel norms' (Megatron-Core's
+            // _allreduce_layernorm_grads runs for qk_layernorm too).
             const std::int64_t hd = head_dim_of(m_);
-            if (m_.norm == NormKind::layernorm) add("k_norm.bias", l, chunk, 1, hd, ParamSplit::replicated, false);
-            add("k_norm.weight", l, chunk, 1, hd, ParamSplit::replicated, false);
-            if (m_.norm == NormKind::layernorm) add("q_norm.bias", l, chunk, 1, hd, ParamSplit::replicated, false);
-            add("q_norm.weight", l, chunk, 1, hd, ParamSplit::replicated, false);
+            auto per_head = [&](const char* name) {
+                add(name, l, chunk, 1, hd, ParamSplit::replicated, false);
+                out_.entries.back().sequence_parallel = p_.tp > 1;
+            };
+            if (m_.norm == NormKind::layernorm) per_head("k_norm.bias");
+            per_head("k_norm.weight");
+            if (m_.norm == NormKind::layernorm) per_head("q_norm.bias");
+            per_head("q_norm.weight");
         }
         if (m_.linear_bias || m_.qkv_bias) add("qkv.bias", l, chunk, 1, qkv, ParamSplit::qkv_rows, false);
         add("qkv.weight", l, chunk, qkv, h, ParamSplit::qkv_rows, true);
@@ -206,9 +213,6 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
     }
     if (m.mla) return "model.mla: multi-head latent attention is not in the dataflow lowering yet";
     if (m.mtp_depth > 0) return n("model.mtp_depth", std::to_string(m.mtp_depth)) + ": MTP modules are not in the dataflow lowering yet";
-    if (m.qk_norm && p.tp > 1)
-        return "model.qk_norm = true with plan.tp > 1: the QK-norms' weights would need their gradients summed over TP, which no "
-               "instruction does yet";
     if (m.qk_norm && p.op_sac()) return "model.qk_norm = true with plan.recompute_policy = op: torchtitan's op-level SAC reruns the norms outside the dataflow yet";
     if (m.dropout > 0) return n("model.dropout", std::to_string(m.dropout)) + ": dropout is not executed (set it to 0)";
     if (p.cp > 1 && m.seq_len % (2 * p.cp) != 0)

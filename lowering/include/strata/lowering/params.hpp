@@ -38,8 +38,9 @@ struct ParamEntry {
     std::int64_t full_rows = 0, full_cols = 0;  ///< the whole tensor
     ParamSplit split = ParamSplit::replicated;
     bool decay = false;            ///< weight decay applies (matrices; not norms, biases)
-    /// Under sequence parallelism each TP rank sees only its tokens, so this gradient is partial
-    /// and is summed over TP before the optimizer (Megatron's _allreduce_layernorm_grads).
+    /// Under sequence parallelism each TP rank sees only its tokens (QK-norm's weights: only its
+    /// heads), so this gradient is partial and is summed over TP before the optimizer (Megatron's
+    /// _allreduce_layernorm_grads).
     bool sequence_parallel = false;
     /// The word embedding (first stage) or its copy on the head stage: kept in step over the
     /// embedding group.
