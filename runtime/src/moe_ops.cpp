@@ -31,8 +31,9 @@ bool RankState::moe_compute(std::size_t i) {
     if (!grouped && in.op != Op::router && name != "moe.permute" && name != "moe.unpermute" && name != "experts.act") return false;
     if (dev_) fail(i, "mixture-of-experts layers are not executed by the cuda backend yet");
     const Operands& o = rp_.operands[i];
-    auto id = [&](int k) { return rp_.operand_ids[o.first + static_cast<std::size_t>(k)]; };
-    auto T = [&](int k) -> const DataTensor& { return prog.tensors[static_cast<std::size_t>(id(k))]; };
+    const OperandView a{prog, rp_, o};
+    auto id = [&](int k) { return a.id(k); };
+    auto T = [&](int k) -> const DataTensor& { return a.in(k); };
     auto I = [&](int k) { return tensor(id(k), false, i); };
     auto O = [&](int k) { return tensor(id(o.n_in + k), true, i); };
     // An expert-side output has the rows of the expert-side input it is computed from.
@@ -210,13 +211,14 @@ bool RankState::moe_compute(std::size_t i) {
 CollPart RankState::moe_collective_part(std::size_t i) {
     const Instr& in = rp_.instrs[i];
     const Operands& o = rp_.operands[i];
+    const OperandView a{w_.program, rp_, o};
     const bool a2a = in.coll == CollKind::all_to_all;
     // {rows.. [, routing]} -> {rows..}: the rows' tensors (hidden states, and under fc2_input each
     // row's router weight) move together.
     const bool by_routing = o.n_in == o.n_out + 1;
     if (!w_.model.is_moe() || o.n_out < 1 || (o.n_in != o.n_out && !(a2a && by_routing)))
         fail(i, "a MoE collective moves rows: {rows..[, routing]} -> {rows..}");
-    auto id = [&](int k) { return rp_.operand_ids[o.first + static_cast<std::size_t>(k)]; };
+    auto id = [&](int k) { return a.id(k); };
     const auto& members = rp_.groups[static_cast<std::size_t>(in.group)];
     const int n = static_cast<int>(members.size());
     if (n != in.group_size || n != (a2a ? ep_size_ : etp_size_)) fail(i, "its group is not the expert-parallel or expert-TP group");
@@ -228,7 +230,7 @@ CollPart RankState::moe_collective_part(std::size_t i) {
         if (rows_of(id(q)) != rows_of(id(0))) fail(i, "moves tensors of different rows together");
         part.in.push_back(tensor(id(q), false, i));
         part.in_n.push_back(elements(id(q)));
-        part.row_cols.push_back(w_.program.tensors[static_cast<std::size_t>(id(q))].cols);
+        part.row_cols.push_back(a.in(q).cols);
     }
     part.send_rows.assign(static_cast<std::size_t>(n), 0);
     auto layout = [&](const std::map<std::pair<int, int>, std::vector<i64>>& of) -> const std::vector<i64>& {
@@ -240,7 +242,7 @@ CollPart RankState::moe_collective_part(std::size_t i) {
         part.local_experts = L;
         part.send_counts.assign(static_cast<std::size_t>(E), 0);
         const int r = o.n_in - 1;
-        const DataTensor& routing = w_.program.tensors[static_cast<std::size_t>(id(r))];
+        const DataTensor& routing = a.in(r);
         std::vector<i64> pos(static_cast<std::size_t>(routing.rows * k)), counts(static_cast<std::size_t>(E));
         cpu::moe_order(pos.data(), counts.data(), tensor(id(r), false, i), routing.rows, E, k);
         for (i64 e = 0; e < E; ++e) {
@@ -287,9 +289,10 @@ void RankState::finish_moe_collective(std::size_t i) {
     if (in.coll == CollKind::all_gather) moe_gath_[key] = got.counts;
     if (in.coll == CollKind::all_to_all && o.n_in == o.n_out + 1) moe_recv_[key] = got.counts;  // rows for this rank's experts
     const bool home = in.coll == CollKind::all_to_all && o.n_in == o.n_out;  // back to the rank's own routed rows
+    const OperandView a{w_.program, rp_, o};
     for (int q = 0; q < o.n_out; ++q) {
-        const int out = rp_.operand_ids[o.first + static_cast<std::size_t>(o.n_in + q)];
-        const DataTensor& y = w_.program.tensors[static_cast<std::size_t>(out)];
+        const int out = a.id(o.n_in + q);
+        const DataTensor& y = a.out(q);
         std::vector<float>& data = got.data[static_cast<std::size_t>(q)];
         const i64 len = rows * y.cols;
         if (reduce)

@@ -19,14 +19,7 @@ namespace strata::runtime {
 using namespace sim;
 
 namespace {
-struct Args {
-    const Program& prog;
-    const RankProgram& rp;
-    const Operands& o;
-    const DataTensor& in(int k) const { return prog.tensors[static_cast<std::size_t>(rp.operand_ids[o.first + static_cast<std::size_t>(k)])]; }
-    const DataTensor& out(int k) const { return in(o.n_in + k); }
-    int id(int k) const { return rp.operand_ids[o.first + static_cast<std::size_t>(k)]; }
-};
+using Args = OperandView;
 bool backward(Phase p) { return p == Phase::backward; }
 }  // namespace
 

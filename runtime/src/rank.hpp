@@ -49,6 +49,16 @@ void parallel_chunks(i64 n, int threads, F f, i64 min_per_thread = 65536) {
     for (auto& th : pool) th.join();
 }
 
+/// An instruction's operands (lower.hpp's dataflow): inputs, then outputs.
+struct OperandView {
+    const sim::Program& prog;
+    const sim::RankProgram& rp;
+    const sim::Operands& o;
+    int id(int k) const { return rp.operand_ids[o.first + static_cast<std::size_t>(k)]; }
+    const sim::DataTensor& in(int k) const { return prog.tensors[static_cast<std::size_t>(id(k))]; }
+    const sim::DataTensor& out(int k) const { return in(o.n_in + k); }
+};
+
 /// pread/pwrite of all `bytes` (one call moves at most 2 GiB - 4 KiB on Linux); false on failure.
 bool full_pio(int fd, void* buf, std::size_t bytes, std::int64_t at, bool read);
 

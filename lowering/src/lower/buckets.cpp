@@ -219,15 +219,14 @@ void RankLowering::build_grad_values() {
     shard_params_ = shard_grads_ && p_.zero_stage == 3 && p_.offload.params.all_gpu();
     if (!shard_grads_) return;
     // The expert buffer's buckets are values too where the edp group reduces them (with edp 1 a
-    // rank's expert gradients are its shard already: expert_shard_whole_).
-    expert_shard_whole_ = group_size(Group::edp) <= 1;
+    // rank's expert gradients are its shard already: expert_shard_whole()).
     for (const Bucket& b : buckets_)
         if (!b.expert) grad_values_.emplace_back(b.off, b.count);
-        else if (!expert_shard_whole_) grad_values_.emplace_back(b.off + dense_elements_, b.count);
+        else if (!expert_shard_whole()) grad_values_.emplace_back(b.off + dense_elements_, b.count);
     if (p_.zero_stage == 3)
         for (const Unit& u : units_) {
             if (u.layer >= 0 && u.dense > 0) grad_values_.emplace_back(u.dense_off, u.dense);
-            if (u.layer >= 0 && u.expert > 0 && !expert_shard_whole_) grad_values_.emplace_back(u.expert_off + dense_elements_, u.expert);
+            if (u.layer >= 0 && u.expert > 0 && !expert_shard_whole()) grad_values_.emplace_back(u.expert_off + dense_elements_, u.expert);
         }
     std::sort(grad_values_.begin(), grad_values_.end());
     // Buckets cut through a tensor (no overlap: dp_bucket_bytes pieces) are one value: a kernel
@@ -475,7 +474,7 @@ int RankLowering::prm(const char* name, int layer) {
     t.name = tensor_name_id(prog_, e->name);
     t.role = TensorRole::param;
     t.buffer = e->buffer;
-    t.shard = shard_params_ && e->buffer == FlatBuffer::expert && expert_shard_whole_;  // no edp gather: the shard is whole
+    t.shard = shard_params_ && e->buffer == FlatBuffer::expert && expert_shard_whole();  // no edp gather: the shard is whole
     t.layer = static_cast<std::int16_t>(e->layer);
     t.offset = e->offset;
     t.rows = e->rows;
@@ -487,7 +486,7 @@ int RankLowering::prm_grad(const char* name, int layer) {
     if (!df_) return -1;
     DataTensor t = prog_.tensors[static_cast<std::size_t>(prm(name, layer))];
     t.role = TensorRole::param_grad;
-    if (shard_grads_ && t.buffer == FlatBuffer::expert && expert_shard_whole_) {
+    if (shard_grads_ && t.buffer == FlatBuffer::expert && expert_shard_whole()) {
         t.shard = true;  // no edp reduction: the rank's expert gradients are its shard
     } else if (shard_grads_) {  // this reduction's value of its range
         const int v = grad_value_of(static_cast<double>(t.offset), static_cast<double>(t.elements()));

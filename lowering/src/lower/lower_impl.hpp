@@ -433,7 +433,8 @@ private:
     std::vector<Unit> units_;
     std::vector<Bucket> buckets_;
     double dense_elements_ = 0, expert_elements_ = 0;
-    bool expert_shard_whole_ = false;  ///< sharded gradients over edp 1: the expert buffer's are the rank's own
+    /// Sharded states over edp 1: nothing reduces or gathers the expert buffer, a rank's is its shard.
+    bool expert_shard_whole() const { return group_size(Group::edp) <= 1; }
     bool shard_grads_ = false;  ///< the rank keeps a shard of its gradients (DataTensor::version)
     bool shard_params_ = false;  ///< ZeRO-3 on the GPU: a shard of the parameters, layers gathered for use
     std::vector<std::pair<double, double>> grad_values_;  ///< ranges reduce-scattered, in buffer order
