@@ -3,7 +3,13 @@
 #include "strata/lowering/frameworks.hpp"
 
 #include <algorithm>
+#include <map>
 #include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "strata/common/error.hpp"
+#include "strata/lowering/plan_knobs.hpp"
 
 namespace strata::sim {
 
@@ -243,25 +249,25 @@ const std::vector<std::string>& framework_knob_keys() {
 void apply_framework(PlanSpec& p) {
     const Preset* preset = find(p.framework);
     if (!preset) return;
-    for (const Knob& k : preset->knobs) {
-        if (!applies(k.when, p)) continue;
-        const std::string_view key = k.key, v = k.value_json;
-        const bool on = v == "true";
-        if (key == "flash_attention") p.flash_attention = on;
-        else if (key == "attention_kernel") p.attention_kernel = v == "\"fa1\"" ? AttentionKernel::fa1 : v == "\"fa2\"" ? AttentionKernel::fa2 : AttentionKernel::fa3;
-        else if (key == "p2p_blocking") p.p2p_blocking = on;
-        else if (key == "p2p_scatter_gather") p.p2p_scatter_gather = on;
-        else if (key == "grad_accum_fusion") p.grad_accum_fusion = on;
-        else if (key == "fp32_grads") p.fp32_grads = on;
-        else if (key == "overlap_grad_reduce") p.overlap_grad_reduce = on;
-        else if (key == "overlap_param_gather") p.overlap_param_gather = on;
-        else if (key == "tp_comm_overlap") p.tp_comm_overlap = on;
-        else if (key == "eager_elementwise") p.eager_elementwise = on;
-        else if (key == "loss_upcast") p.loss_upcast = on;
-        else if (key == "eager_cross_entropy") p.eager_cross_entropy = on;
-        // A key without a setter here would make the planner's plans differ from the files it
-        // writes; tests/lowering/test_frameworks.cpp compares both for every preset.
-    }
+    // Each preset's values parsed once, with the knob table's setter for each key (the reader's
+    // own assignment, so the planner's plans equal the files it writes).
+    struct Setting {
+        PlanKnobAssign assign;
+        nlohmann::json value;
+    };
+    static const std::map<const Preset*, std::vector<Setting>> parsed = [] {
+        std::map<const Preset*, std::vector<Setting>> out;
+        for (const Preset& pr : presets())
+            for (const Knob& k : pr.knobs) {
+                const PlanKnobAssign assign = plan_knob_assign(k.key);
+                STRATA_ASSERT(assign != nullptr, "every preset key is a plan knob a preset may set");
+                out[&pr].push_back({assign, nlohmann::json::parse(k.value_json)});
+            }
+        return out;
+    }();
+    const std::vector<Setting>& settings = parsed.at(preset);
+    for (std::size_t i = 0; i < preset->knobs.size(); ++i)
+        if (applies(preset->knobs[i].when, p)) settings[i].assign(p, settings[i].value);
 }
 
 std::optional<FrameworkRefusal> framework_refusal(const PlanSpec& p) {

@@ -10,53 +10,15 @@
 #include "strata/common/json_reader.hpp"
 #include "strata/lowering/spec_io.hpp"
 #include "strata/lowering/frameworks.hpp"
+#include "plan_knobs_io.hpp"
+#include "readers.hpp"
 
 namespace strata::sim {
 
 namespace {
 
 using nlohmann::json;
-
-// ---- small typed readers (each knows its path through JsonReader) ----
-
-int int_in(JsonReader& r, const std::string& key, std::int64_t lo, std::int64_t hi, const std::string& what) {
-    std::int64_t v = r.i64(key);
-    if (v < lo || v > hi) r.fail(key, "must be " + what + " (got " + std::to_string(v) + ")");
-    return static_cast<int>(v);
-}
-
-// Upper limits keep every derived product (h^2, s^2 x heads, FLOPs per step) far from int64
-// overflow downstream; they are orders of magnitude above any real model (docs/formats.md).
-constexpr std::int64_t kMaxCount = 1 << 16;         // layers, heads, experts
-constexpr std::int64_t kMaxWidth = 1 << 20;         // hidden, head_dim
-constexpr std::int64_t kMaxFfn = 1 << 24;           // ffn_hidden, expert_ffn_hidden
-constexpr std::int64_t kMaxTokens = kMaxSeqLen;      // seq_len, max_position (spec_io.hpp)
-constexpr std::int64_t kMaxVocab = INT_MAX;
-
-std::int64_t pos_i64(JsonReader& r, const std::string& key, std::int64_t max = INT_MAX) {
-    std::int64_t v = r.i64(key);
-    if (v < 1) r.fail(key, "must be a positive integer (got " + std::to_string(v) + ")");
-    if (v > max) r.fail(key, "= " + std::to_string(v) + " exceeds the limit of " + std::to_string(max));
-    return v;
-}
-std::int64_t pos_i64_or(JsonReader& r, const std::string& key, std::int64_t dflt, std::int64_t max = INT_MAX) {
-    return r.has(key) ? pos_i64(r, key, max) : (r.get(key), dflt);
-}
-int pos_int(JsonReader& r, const std::string& key, std::int64_t max = INT_MAX) { return static_cast<int>(pos_i64(r, key, max)); }
-int pos_int_or(JsonReader& r, const std::string& key, int dflt, std::int64_t max = INT_MAX) {
-    return static_cast<int>(pos_i64_or(r, key, dflt, max));
-}
-int nonneg_int_or(JsonReader& r, const std::string& key, int dflt) {
-    return r.has(key) ? int_in(r, key, 0, INT_MAX, "a non-negative integer") : (r.get(key), dflt);
-}
-
-double num_in(JsonReader& r, const std::string& key, double dflt, double lo, double hi, const std::string& what) {
-    double v = r.num_or(key, dflt);
-    if (!(v >= lo && v <= hi)) r.fail(key, "must be " + what + " (got " + describe_json(json(v)) + ")");
-    return v;
-}
-
-constexpr double kHuge = 1e300;
+using namespace spec_readers;
 
 // parse_json_text reports syntax errors; nlohmann also throws other exceptions for well-formed text
 // it cannot represent (out_of_range 406: a number beyond double range, found by fuzz_plan). Those
@@ -268,30 +230,7 @@ ClusterSpec read_cluster(const json& j, const std::string& file, const std::stri
     return c;
 }
 
-// ---- plan ----
-
-TierSplit read_tier_split(JsonReader& parent, const std::string& key) {
-    TierSplit t;
-    const json* v = parent.get(key);
-    if (!v) return t;
-    if (v->is_string()) {
-        std::string s = v->get<std::string>();
-        if (s == "gpu") return t;
-        if (s == "cpu") return TierSplit{0.0, 1.0, 0.0};
-        if (s == "ssd") return TierSplit{0.0, 0.0, 1.0};
-        parent.fail(key, "= \"" + s + "\" is not one of: gpu, cpu, ssd, or an object {\"gpu\": f, \"cpu\": f, \"ssd\": f}");
-    }
-    if (!v->is_object()) parent.fail(key, "must be \"gpu\", \"cpu\", \"ssd\" or an object of tier fractions (got " + describe_json(*v) + ")");
-    JsonReader r = parent.object(key);
-    t.gpu = num_in(r, "gpu", 0.0, 0.0, 1.0, "a fraction in [0, 1]");
-    t.cpu = num_in(r, "cpu", 0.0, 0.0, 1.0, "a fraction in [0, 1]");
-    t.ssd = num_in(r, "ssd", 0.0, 0.0, 1.0, "a fraction in [0, 1]");
-    r.reject_unknown();
-    double sum = t.gpu + t.cpu + t.ssd;
-    if (std::fabs(sum - 1.0) > 1e-6)
-        r.fail("", "tier fractions gpu + cpu + ssd = " + describe_json(json(sum)) + " must sum to 1");
-    return t;
-}
+// ---- plan: the knobs are read by the table in plan_knobs.cpp ----
 
 PlanSpec read_plan_keys(const json& j, const std::string& file, const std::string& path);
 
@@ -318,133 +257,7 @@ PlanSpec read_plan(const json& j, const std::string& file, const std::string& pa
 PlanSpec read_plan_keys(const json& j, const std::string& file, const std::string& path) {
     JsonReader r(j, file, path);
     PlanSpec p;
-    if (const json* f = r.get("framework")) {
-        if (!f->is_string() || canonical_framework(f->get<std::string>()).empty())
-            r.fail("framework", "must be one of " + framework_choices() + " (got " + describe_json(*f) + ")");
-        p.framework = canonical_framework(f->get<std::string>());
-    }
-    p.name = r.str_or("name", "");
-    p.description = r.str_or("description", "");
-    p.tp = pos_int_or(r, "tp", 1);
-    p.pp = pos_int_or(r, "pp", 1);
-    p.dp = pos_int_or(r, "dp", 1);
-    p.cp = pos_int_or(r, "cp", 1);
-    p.ep = pos_int_or(r, "ep", 1);
-    p.expert_tp = r.has("expert_tp") ? pos_int(r, "expert_tp") : (r.get("expert_tp"), 0);
-    p.vpp = pos_int_or(r, "vpp", 1);
-    p.microbatch_group = r.has("microbatch_group") ? pos_int(r, "microbatch_group") : (r.get("microbatch_group"), 0);
-    p.micro_batch = pos_int_or(r, "micro_batch", 1, kMaxGlobalBatch);
-    p.global_batch = pos_int(r, "global_batch", kMaxGlobalBatch);
-    p.sequence_parallel = r.boolean_or("sequence_parallel", false);
-    p.flash_attention = r.boolean_or("flash_attention", true);
-    const std::string kernel = r.choice_or("attention_kernel", {"fa3", "fa2", "fa1"}, "fa3");
-    p.attention_kernel = kernel == "fa2" ? AttentionKernel::fa2 : kernel == "fa1" ? AttentionKernel::fa1 : AttentionKernel::fa3;
-    std::string s = r.choice_or("schedule", {"gpipe", "1f1b", "interleaved-1f1b", "dualpipev"}, "1f1b");
-    p.schedule = s == "gpipe"  ? Schedule::gpipe
-                 : s == "1f1b" ? Schedule::one_f_one_b
-                 : s == "dualpipev" ? Schedule::dualpipe_v
-                                    : Schedule::interleaved_1f1b;
-    p.zero_stage = r.has("zero_stage") ? int_in(r, "zero_stage", 0, 3, "0, 1, 2 or 3") : (r.get("zero_stage"), 0);
-    std::string rc = r.choice_or("recompute", {"none", "selective", "full"}, "none");
-    p.recompute = rc == "none" ? Recompute::none : rc == "selective" ? Recompute::selective : Recompute::full;
-    p.recompute_layers = r.has("recompute_layers") ? int_in(r, "recompute_layers", -1, INT_MAX, "-1 (all) or a non-negative integer")
-                                                   : (r.get("recompute_layers"), -1);
-    if (p.recompute_layers != -1 && p.recompute != Recompute::full)
-        r.fail("recompute_layers", "= " + std::to_string(p.recompute_layers) + " needs plan.recompute = \"full\" (got \"" + rc + "\")");
-    // torchtitan's layer-level and op-level selective checkpointing (docs/formats.md).
-    p.recompute_every = r.has("recompute_every") ? int_in(r, "recompute_every", 1, INT_MAX, "a positive integer")
-                                                 : (r.get("recompute_every"), 0);
-    if (p.recompute_every > 0 && (p.recompute != Recompute::full || p.recompute_layers != -1))
-        r.fail("recompute_every", "needs plan.recompute = \"full\" without recompute_layers");
-    const std::string pol = r.choice_or("recompute_policy", {"modules", "op"}, "modules");
-    p.recompute_policy = pol == "op" ? RecomputePolicy::op : RecomputePolicy::modules;
-    if (p.recompute_policy == RecomputePolicy::op && (p.recompute != Recompute::selective || r.get("recompute_modules")))
-        r.fail("recompute_policy", "= \"op\" needs plan.recompute = \"selective\" and no recompute_modules");
-    // Megatron's --recompute-modules: names, each once; only with selective granularity.
-    if (const json* rm = r.get("recompute_modules")) {
-        const std::string mp = r.child_path("recompute_modules");
-        if (p.recompute != Recompute::selective)
-            throw InputError(file, mp, "needs plan.recompute = \"selective\" (got \"" + rc + "\")");
-        if (!rm->is_array() || rm->empty())
-            throw InputError(file, mp, "must be a non-empty array of module names (got " + describe_json(*rm) + ")");
-        p.recompute_modules = 0;
-        for (std::size_t i = 0; i < rm->size(); ++i) {
-            const json& e = (*rm)[i];
-            const std::string ep = mp + "[" + std::to_string(i) + "]";
-            RecomputeModule mod{};
-            if (!e.is_string() || !recompute_module_from(e.get<std::string>(), mod))
-                throw InputError(file, ep, "must be one of " + recompute_module_choices() + " (got " + describe_json(e) + ")");
-            const unsigned bit = recompute_bit(mod);
-            if (p.recompute_modules & bit) throw InputError(file, ep, "names " + describe_json(e) + " twice");
-            p.recompute_modules |= bit;
-        }
-    }
-    // The choice list guarantees a known name.
-    auto precision = [&](const char* key, const char* dflt) {
-        Precision out = Precision::bf16;
-        precision_from(r.choice_or(key, {"fp32", "bf16", "fp16", "fp8"}, dflt), out);
-        return out;
-    };
-    p.precision = precision("precision", "bf16");
-    // Precision-aware optimizer: Adam moments in a narrower type (Megatron --exp-avg[-sq]-dtype).
-    p.exp_avg_dtype = precision("exp_avg_dtype", "fp32");
-    p.exp_avg_sq_dtype = precision("exp_avg_sq_dtype", "fp32");
-    if (p.precision == Precision::fp32 && (p.exp_avg_dtype != Precision::fp32 || p.exp_avg_sq_dtype != Precision::fp32))
-        r.fail(p.exp_avg_dtype != Precision::fp32 ? "exp_avg_dtype" : "exp_avg_sq_dtype",
-               "needs mixed precision: with plan.precision = \"fp32\" the optimizer works on the fp32 weights themselves");
-    p.fp32_grads = r.boolean_or("fp32_grads", false);
-    p.grad_accum_fusion = r.boolean_or("grad_accum_fusion", true);
-    p.loss_upcast = r.boolean_or("loss_upcast", true);
-    p.eager_cross_entropy = r.boolean_or("eager_cross_entropy", false);
-    if (p.precision == Precision::fp32 && p.fp32_grads)
-        r.fail("fp32_grads", "needs mixed precision: with plan.precision = \"fp32\" the gradients are fp32 already");
-    if (r.has("offload")) {
-        JsonReader o = r.object("offload");
-        p.offload.optimizer = read_tier_split(o, "optimizer");
-        p.offload.params = read_tier_split(o, "params");
-        p.offload.grads = read_tier_split(o, "grads");
-        p.offload.activations = read_tier_split(o, "activations");
-        o.reject_unknown();
-    } else {
-        r.get("offload");
-    }
-    p.lock_free_update = r.boolean_or("lock_free_update", false);
-    p.overlap_grad_reduce = r.boolean_or("overlap_grad_reduce", true);
-    p.overlap_param_gather = r.boolean_or("overlap_param_gather", true);
-    p.tp_comm_overlap = r.boolean_or("tp_comm_overlap", false);
-    p.p2p_blocking = r.boolean_or("p2p_blocking", false);
-    p.p2p_scatter_gather = r.boolean_or("p2p_scatter_gather", false);
-    p.expandable_segments = r.boolean_or("expandable_segments", false);
-    p.moe_act_fp8_cache = r.boolean_or("moe_act_fp8_cache", false);
-    p.moe_a2a_overlap = r.boolean_or("moe_a2a_overlap", false);
-    p.moe_dispatcher = r.choice_or("moe_dispatcher", {"alltoall", "deepep"}, "alltoall") == "deepep" ? MoeDispatcher::deepep : MoeDispatcher::alltoall;
-    p.moe_probs_at = r.choice_or("moe_probs_at", {"fc2_input", "fc2_output"}, "fc2_input") == "fc2_output" ? MoeProbsAt::fc2_output : MoeProbsAt::fc2_input;
-    p.eager_elementwise = r.boolean_or("eager_elementwise", false);
-    // Human unit at the edge: MB (1e6 bytes, as Megatron's --ddp-bucket-size counts) -> bytes.
-    double mb = num_in(r, "dp_bucket_mb", 40.0, 1e-6, 1e9, "a positive number of MB");
-    p.dp_bucket_bytes = std::llround(mb * 1e6);
-    if (p.dp_bucket_bytes < 1) r.fail("dp_bucket_mb", "must be at least one byte");
-    // [] (or absent) = an even split. Per pipeline stage each count is at least 1; per virtual
-    // stage 0 is allowed (a stage of only the embedding, or of MTP and the loss).
-    const auto layer_counts = [&](const char* key, int min, const char* per) {
-        std::vector<int> out;
-        const json* a = r.get(key);
-        if (!a) return out;
-        const std::string at = r.child_path(key);
-        if (!a->is_array()) throw InputError(file, at, std::string("must be an array of layer counts, one per ") + per + " (got " + describe_json(*a) + ")");
-        for (std::size_t i = 0; i < a->size(); ++i) {
-            const json& e = (*a)[i];
-            // Integers may be written 8 or 8.0, as everywhere else.
-            const double d = e.is_number() ? e.get<double>() : -1.0;
-            if (!e.is_number() || !(d >= min && d <= static_cast<double>(kMaxCount)) || d != std::floor(d))
-                throw InputError(file, at + "[" + std::to_string(i) + "]",
-                                 std::string(min >= 1 ? "must be a positive integer" : "must be a non-negative integer") + " (got " + describe_json(e) + ")");
-            out.push_back(static_cast<int>(d));
-        }
-        return out;
-    };
-    p.layer_split = layer_counts("layer_split", 1, "pipeline stage");
-    p.virtual_layer_split = layer_counts("virtual_layer_split", 0, "virtual stage");
+    read_plan_knobs(r, p);
     r.reject_unknown();
     return p;
 }

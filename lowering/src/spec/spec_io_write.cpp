@@ -4,6 +4,7 @@
 #include "strata/common/json_reader.hpp"
 #include "strata/lowering/spec_io.hpp"
 #include "strata/lowering/frameworks.hpp"
+#include "plan_knobs_io.hpp"
 
 #include <algorithm>
 
@@ -106,86 +107,7 @@ ojson cluster_json(const ClusterSpec& c) {
 }
 
 // A split wholly on one tier is written as that tier's name; anything else as the fractions.
-ojson tier_json(const TierSplit& t) {
-    if (t.gpu == 1.0 && t.cpu == 0.0 && t.ssd == 0.0) return "gpu";
-    if (t.gpu == 0.0 && t.cpu == 1.0 && t.ssd == 0.0) return "cpu";
-    if (t.gpu == 0.0 && t.cpu == 0.0 && t.ssd == 1.0) return "ssd";
-    ojson j;
-    j["gpu"] = t.gpu;
-    j["cpu"] = t.cpu;
-    j["ssd"] = t.ssd;
-    return j;
-}
-
-ojson plan_json(const PlanSpec& p) {
-    ojson j;
-    j["name"] = p.name;
-    j["description"] = p.description;
-    // Written with every knob explicit as well: reading it back gives the same plan.
-    if (!p.framework.empty()) j["framework"] = p.framework;
-    j["tp"] = p.tp;
-    j["pp"] = p.pp;
-    j["dp"] = p.dp;
-    j["cp"] = p.cp;
-    j["ep"] = p.ep;
-    if (p.expert_tp > 0) j["expert_tp"] = p.expert_tp;
-    j["vpp"] = p.vpp;
-    if (p.microbatch_group > 0) j["microbatch_group"] = p.microbatch_group;
-    j["micro_batch"] = p.micro_batch;
-    j["global_batch"] = p.global_batch;
-    j["sequence_parallel"] = p.sequence_parallel;
-    j["flash_attention"] = p.flash_attention;
-    j["attention_kernel"] = to_string(p.attention_kernel);
-    j["schedule"] = to_string(p.schedule);
-    j["zero_stage"] = p.zero_stage;
-    j["recompute"] = to_string(p.recompute);
-    j["recompute_layers"] = p.recompute_layers;
-    if (p.recompute_every > 0) j["recompute_every"] = p.recompute_every;
-    if (p.op_sac()) j["recompute_policy"] = to_string(p.recompute_policy);
-    if (p.recompute == Recompute::selective && !p.op_sac()) {
-        ojson mods = ojson::array();
-        for (const std::string& n : recompute_module_names(p)) mods.push_back(n);
-        j["recompute_modules"] = mods;
-    }
-    j["precision"] = to_string(p.precision);
-    if (p.exp_avg_dtype != Precision::fp32) j["exp_avg_dtype"] = to_string(p.exp_avg_dtype);
-    if (p.exp_avg_sq_dtype != Precision::fp32) j["exp_avg_sq_dtype"] = to_string(p.exp_avg_sq_dtype);
-    // Written when not the default, and always under a framework, whose preset would otherwise
-    // supply its own value on reading back.
-    const bool preset = !p.framework.empty();
-    if (p.fp32_grads || preset) j["fp32_grads"] = p.fp32_grads;
-    if (!p.grad_accum_fusion || preset) j["grad_accum_fusion"] = p.grad_accum_fusion;
-    if (!p.loss_upcast || preset) j["loss_upcast"] = p.loss_upcast;
-    if (p.eager_cross_entropy) j["eager_cross_entropy"] = true;
-    ojson o;
-    o["optimizer"] = tier_json(p.offload.optimizer);
-    o["params"] = tier_json(p.offload.params);
-    o["grads"] = tier_json(p.offload.grads);
-    o["activations"] = tier_json(p.offload.activations);
-    j["offload"] = o;
-    j["lock_free_update"] = p.lock_free_update;
-    j["overlap_grad_reduce"] = p.overlap_grad_reduce;
-    j["overlap_param_gather"] = p.overlap_param_gather;
-    j["tp_comm_overlap"] = p.tp_comm_overlap;
-    j["p2p_blocking"] = p.p2p_blocking;
-    j["p2p_scatter_gather"] = p.p2p_scatter_gather;
-    j["expandable_segments"] = p.expandable_segments;
-    j["moe_act_fp8_cache"] = p.moe_act_fp8_cache;
-    j["moe_a2a_overlap"] = p.moe_a2a_overlap;
-    j["moe_dispatcher"] = to_string(p.moe_dispatcher);
-    j["moe_probs_at"] = to_string(p.moe_probs_at);
-    j["eager_elementwise"] = p.eager_elementwise;
-    j["dp_bucket_mb"] = static_cast<double>(p.dp_bucket_bytes) / 1e6;
-    ojson ls = ojson::array();
-    for (int n : p.layer_split) ls.push_back(n);
-    j["layer_split"] = ls;
-    if (!p.virtual_layer_split.empty()) {
-        ojson vs = ojson::array();
-        for (int n : p.virtual_layer_split) vs.push_back(n);
-        j["virtual_layer_split"] = vs;
-    }
-    return j;
-}
+ojson plan_json(const PlanSpec& p) { return plan_knobs_json(p); }
 
 std::string dump(const ojson& j) { return j.dump(2) + "\n"; }
 
