@@ -9,6 +9,7 @@
 #include "strata/sim/engine.hpp"
 #include "strata/lowering/lower.hpp"
 #include "strata/lowering/model.hpp"
+#include "strata/lowering/plan_knobs.hpp"
 #include "strata/sim/simulate.hpp"
 #include "strata/lowering/tensors.hpp"
 
@@ -69,30 +70,16 @@ Estimator::Estimator(const ModelSpec& m, const ClusterSpec& c, const hwdb::Hardw
 
 Estimator::~Estimator() = default;
 
-LayerTimes Estimator::layer_times(const PlanSpec& p, bool dense_first) {
-    // Every plan field the one-layer program below reads (the rest are reset in p1).
-    const Key key{p.tp, p.cp, p.ep * 4096 + p.etp(), p.micro_batch, p.sequence_parallel ? 1 : 0, static_cast<int>(p.recompute),
-                  static_cast<int>(p.recompute_modules | (p.op_sac() ? 1u << 30 : 0u)), p.zero_stage == 3 ? 2 * p.dp + (p.fp32_grads ? 1 : 0) : 0, p.overlap_param_gather ? 1 : 0,
-                  static_cast<int>(p.precision), p.flash_attention ? 1 : 0, static_cast<int>(p.attention_kernel),
-                  static_cast<int>(p.moe_dispatcher), (p.tp_comm_overlap ? 1 : 0) + (p.moe_a2a_overlap ? 2 : 0),
-                  p.eager_elementwise ? 1 : 0, dense_first ? 1 : 0};
-    auto it = cache_.find(key);
-    if (it != cache_.end()) return it->second;
+namespace {
 
-    // One layer period (dense, or dense+MoE when MoE is every n-th layer), one micro-batch, no
-    // pipeline; ZeRO-3 kept (its per-layer gathers are part of a layer's time), other DP work
-    // and offload are closed forms below.
-    ModelSpec m1 = m_;
-    m1.layers = m_.is_moe() ? std::max(1, m_.moe->moe_every) : 1;
-    m1.mtp_depth = 0;  // its layer would blur the layer window; costed below as a layer and a head
-    if (m1.is_moe()) m1.moe->first_k_dense = 0;  // the period of the MoE part
-    if (dense_first) {
-        m1.moe.reset();
-        m1.layers = 1;
-    }
+// The one-layer, one-micro-batch plan the probe lowers: one layer period, no pipeline; ZeRO-3 kept
+// (its per-layer gathers are part of a layer's time), other DP work and offload are closed forms
+// in estimate().
+PlanSpec probe_plan(const PlanSpec& p) {
     PlanSpec p1 = p;
     p1.pp = 1;
     p1.vpp = 1;
+    p1.microbatch_group = 0;
     p1.schedule = Schedule::one_f_one_b;
     p1.global_batch = p.micro_batch * p.dp;
     p1.layer_split.clear();
@@ -107,6 +94,64 @@ LayerTimes Estimator::layer_times(const PlanSpec& p, bool dense_first) {
     // The DP reduction (ZeRO 0-2) is a closed form below, its interference included: overlapped in
     // this one-micro-batch probe it would slow every micro-batch's backward, not only the last.
     if (p1.zero_stage != 3) p1.overlap_grad_reduce = false;
+    return p1;
+}
+
+// What the probe's windows cannot see, left out of its cache key: the labels and the framework
+// (its preset set the knobs already), the optimizer's moment types, the loss kernel and the
+// allocator (no memory is emitted), pipeline send/recv (one stage). Without ZeRO-3 the DP degree,
+// the gradients' type and the buckets feed only the closed forms as well.
+const PlanKnobSet& probe_unseen(bool zero3) {
+    static const PlanKnobSet with_zero3{"framework", "exp_avg_dtype", "exp_avg_sq_dtype", "loss_upcast", "eager_cross_entropy",
+                                        "expandable_segments", "p2p_blocking", "p2p_scatter_gather"};
+    static const PlanKnobSet without{"framework", "exp_avg_dtype", "exp_avg_sq_dtype", "loss_upcast", "eager_cross_entropy",
+                                     "expandable_segments", "p2p_blocking", "p2p_scatter_gather", "dp", "global_batch", "fp32_grads",
+                                     "dp_bucket_mb"};
+    return zero3 ? with_zero3 : without;
+}
+
+// A stage's parameter counts depend on its layers (the pipeline, its schedule and splits) and on
+// how TP and EP cut them; the key is the plan less every other knob.
+const PlanKnobSet& stage_params_unread() {
+    static const PlanKnobSet unread{
+        "framework", "dp", "cp", "microbatch_group", "micro_batch", "global_batch", "sequence_parallel", "flash_attention",
+        "attention_kernel", "zero_stage", "recompute", "recompute_layers", "recompute_every", "recompute_policy", "recompute_modules",
+        "precision", "exp_avg_dtype", "exp_avg_sq_dtype", "fp32_grads", "grad_accum_fusion", "loss_upcast", "eager_cross_entropy",
+        "offload", "lock_free_update", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "p2p_blocking",
+        "p2p_scatter_gather", "expandable_segments", "moe_act_fp8_cache", "moe_a2a_overlap", "moe_dispatcher", "moe_probs_at",
+        "eager_elementwise", "dp_bucket_mb"};
+    return unread;
+}
+
+void probe_key(const PlanSpec& p1, bool dense_first, std::vector<std::int64_t>& key) {
+    key.clear();
+    key.push_back(dense_first ? 1 : 0);
+    encode_plan(p1, key, &probe_unseen(p1.zero_stage == 3));
+}
+
+}  // namespace
+
+std::vector<std::int64_t> layer_times_key(const PlanSpec& p, bool dense_first) {
+    std::vector<std::int64_t> key;
+    probe_key(probe_plan(p), dense_first, key);
+    return key;
+}
+
+LayerTimes Estimator::layer_times(const PlanSpec& p, bool dense_first) {
+    const PlanSpec p1 = probe_plan(p);
+    std::vector<std::int64_t>& key = key_scratch_;
+    probe_key(p1, dense_first, key);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+
+    ModelSpec m1 = m_;
+    m1.layers = m_.is_moe() ? std::max(1, m_.moe->moe_every) : 1;
+    m1.mtp_depth = 0;  // its layer would blur the layer window; costed below as a layer and a head
+    if (m1.is_moe()) m1.moe->first_k_dense = 0;  // the period of the MoE part
+    if (dense_first) {
+        m1.moe.reset();
+        m1.layers = 1;
+    }
     LowerOptions lo;
     lo.emit_memory = false;
     Program prog = lower(m1, c_, p1, lo);
@@ -257,14 +302,12 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     }
 
     // Data parallelism over dp x cp (Megatron's grad reduction group); experts over edp.
-    StageParams sp;
-    if (p.layer_split.empty() && p.virtual_layer_split.empty()) {
-        auto [it, inserted] = stage_params_.try_emplace(std::make_tuple(p.tp, p.pp, p.ep * 4096 + p.etp(), worst_stage));
-        if (inserted) it->second = stage_params(m_, p, worst_stage);
-        sp = it->second;
-    } else {
-        sp = stage_params(m_, p, worst_stage);
-    }
+    Key& key = stage_key_scratch_;
+    key.assign({worst_stage});
+    encode_plan(p, key, &stage_params_unread());
+    auto sit = stage_params_.find(key);
+    if (sit == stage_params_.end()) sit = stage_params_.emplace(key, stage_params(m_, p, worst_stage)).first;
+    const StageParams sp = sit->second;
     const int dpg = p.dp * p.cp;
     const int edp = p.edp();
     double dp_s = 0, ag_s = 0;

@@ -3,6 +3,7 @@
 // tensor over tiers by its TierSplit, and checks the worst GPU and the worst node against the
 // capacities. Does not simulate time: the engine's simulated peak is the reference for that.
 #include "strata/lowering/memory.hpp"
+#include "strata/lowering/plan_knobs.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -75,17 +76,27 @@ struct LayerKindBytes {
 
 // Everything full_layer_activations reads from the plan (tensors.cpp), selective modules included.
 // The last entry: whether the workspace holds an unfused weight gradient (layer_backward_workspace).
-using LayerKey = std::tuple<int, int, int, int, int, int, int, int, int, int, int, unsigned, int, int, int>;
-LayerKey layer_key(const PlanSpec& p, bool moe, bool recomputed) {
-    return {moe ? 1 : 0, recomputed ? 1 : 0, p.tp, p.cp, p.ep, p.micro_batch, p.sequence_parallel ? 1 : 0,
-            p.flash_attention ? 1 : 0, static_cast<int>(p.recompute), static_cast<int>(p.precision), p.etp(),
-            p.recompute_modules | (p.op_sac() ? 1u << 31 : 0u), p.moe_act_fp8_cache ? 1 : 0, static_cast<int>(p.moe_probs_at), p.adds_unfused_grads() ? 1 : 0};
+// A layer's activations and backward workspace read the layer's shape (tp, cp, ep, etp, micro_batch,
+// SP), its kernels and precision, and what is recomputed. The key is the plan's encoding
+// (plan_knobs.hpp) less what they are known not to read: the pipeline and its schedule, the batch
+// and DP (but whether unfused gradient sums arise, appended), ZeRO and offload, the optimizer's
+// types, the loss, overlap flags and buckets. tests/planner/test_cache_keys.cpp checks each.
+using LayerKey = std::vector<std::int64_t>;
+void layer_key(const PlanSpec& p, bool moe, bool recomputed, LayerKey& k) {
+    static const PlanKnobSet unread{"framework", "pp", "dp", "vpp", "microbatch_group", "global_batch", "schedule", "zero_stage",
+                                    "recompute_layers", "recompute_every", "exp_avg_dtype", "exp_avg_sq_dtype", "fp32_grads",
+                                    "grad_accum_fusion", "loss_upcast", "eager_cross_entropy", "offload", "lock_free_update",
+                                    "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "p2p_blocking",
+                                    "p2p_scatter_gather", "expandable_segments", "moe_a2a_overlap", "moe_dispatcher",
+                                    "eager_elementwise", "dp_bucket_mb", "layer_split", "virtual_layer_split"};
+    k.assign({moe ? 1 : 0, recomputed ? 1 : 0, p.adds_unfused_grads() ? 1 : 0});
+    encode_plan(p, k, &unread);
 }
 
 // What a rank's schedule can hold at once: the distinct per-chunk counts of micro-batches between
 // forward and backward that no other state of the step dominates (few: the warm-up's last state
-// and the steady state's). Keyed by schedule, pp, stage, micro-batches, vpp.
-using HeldKey = std::tuple<int, int, int, int, int>;
+// and the steady state's). Keyed by pipeline_schedule()'s arguments.
+using HeldKey = std::tuple<int, int, int, int, int, int>;  // exactly pipeline_schedule()'s arguments
 using HeldStates = std::vector<std::vector<int>>;
 
 HeldStates held_states(const PlanSpec& p, int stage) {
@@ -118,6 +129,7 @@ HeldStates held_states(const PlanSpec& p, int stage) {
 
 struct MemoryCache::Impl {
     std::map<LayerKey, LayerKindBytes> layers;
+    LayerKey scratch;  // the key being looked up (no allocation on a hit)
     std::map<HeldKey, HeldStates> held;
 };
 
@@ -131,7 +143,7 @@ struct LayerKinds {
     MemoryCache::Impl* cache = nullptr;
     const HeldStates& held(const PlanSpec& p, int stage, HeldStates& scratch) {
         if (!cache) return scratch = held_states(p, stage);
-        auto [it, inserted] = cache->held.try_emplace(HeldKey{static_cast<int>(p.schedule), p.pp, stage, p.micro_batches(), p.vpp});
+        auto [it, inserted] = cache->held.try_emplace(HeldKey{static_cast<int>(p.schedule), p.pp, stage, p.micro_batches(), p.vpp, p.vpp_group()});
         if (inserted) it->second = held_states(p, stage);
         return it->second;
     }
@@ -140,8 +152,10 @@ struct LayerKinds {
         LayerKindBytes& k = kinds[moe ? 1 : 0][recomputed ? 1 : 0];
         if (k.known) return k;
         if (cache) {
-            auto [it, inserted] = cache->layers.try_emplace(layer_key(p, moe, recomputed));
-            if (inserted) {
+            layer_key(p, moe, recomputed, cache->scratch);
+            auto it = cache->layers.find(cache->scratch);
+            if (it == cache->layers.end()) {
+                it = cache->layers.emplace(cache->scratch, LayerKindBytes{}).first;
                 it->second.activations = sum_bytes(layer_activations(m, p, layer, recomputed));
                 it->second.workspace = sum_bytes(layer_backward_workspace(m, p, layer, recomputed));
                 it->second.known = true;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <array>
 #include <tuple>
+#include <vector>
 
 #include "strata/hwdb/view.hpp"
 #include "strata/sim/cost.hpp"
@@ -53,7 +54,7 @@ public:
     std::size_t cache_size() const { return cache_.size(); }
 
 private:
-    using Key = std::array<int, 16>;
+    using Key = std::vector<std::int64_t>;  // layer_times_key
     sim::ModelSpec m_;
     sim::ClusterSpec c_;
     hwdb::HardwareView hw_;
@@ -62,9 +63,14 @@ private:
     sim::Calibration cal_;
     double flops_per_token_ = 0;  ///< model_flops_per_token(m_): a walk over every layer, once
     std::map<Key, LayerTimes> cache_;
+    Key key_scratch_, stage_key_scratch_;  // keys being looked up (no allocation on a hit)
     sim::MemoryCache mem_cache_;
-    std::map<std::tuple<int, int, int, int>, sim::StageParams> stage_params_;
+    std::map<Key, sim::StageParams> stage_params_;  // the worst stage and the plan's layout
 };
+
+/// What Estimator::layer_times caches on: the knobs of the one-layer probe's plan (plan_knobs.hpp),
+/// less those its windows cannot see.
+std::vector<std::int64_t> layer_times_key(const sim::PlanSpec& p, bool dense_first = false);
 
 /// HBM/DRAM/SSD capacities of a cluster from its hardware view.
 sim::Capacities capacities_of(const sim::ClusterSpec& c, const hwdb::HardwareView& hw);
