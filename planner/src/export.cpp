@@ -6,6 +6,7 @@
 #include "strata/planner/export.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "strata/common/error.hpp"
@@ -218,6 +219,11 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
     if (p.flash_attention && p.attention_kernel == AttentionKernel::fa1)
         r.unsupported.push_back("FlashAttention v1 kernels (Megatron's flash backend runs FlashAttention-2 or later)");
     if (p.overlap_grad_reduce) flag("overlap-grad-reduce");
+    // Megatron counts a bucket in parameters (DistributedDataParallelConfig.bucket_size); the plan
+    // in bytes of gradients. Written only when the plan chose one: Megatron's own default is
+    // max(4e7, 1e6 x dp x cp) parameters.
+    if (p.dp_bucket_bytes != PlanSpec{}.dp_bucket_bytes)
+        arg("ddp-bucket-size", std::max<long long>(1, std::llround(static_cast<double>(p.dp_bucket_bytes) / p.grad_bytes())));
     // Megatron overlaps the parameter all-gather only under the distributed optimizer and with the
     // gradient reduce-scatter overlapped as well.
     if (p.overlap_param_gather && p.zero_stage >= 1) {

@@ -10,6 +10,7 @@
 
 #include "strata/common/error.hpp"
 #include "strata/common/json_reader.hpp"
+#include "strata/lowering/frameworks.hpp"
 #include "strata/planner/export.hpp"
 
 namespace strata::planner {
@@ -51,7 +52,8 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
     z["contiguous_gradients"] = true;
     z["reduce_bucket_size"] = p.dp_bucket_bytes / 2;  // elements of bf16
     if (stage == 3) {
-        z["stage3_prefetch_bucket_size"] = p.dp_bucket_bytes / 2;
+        // A prefetch bucket of 0 turns ZeRO-3's parameter prefetch off (stage3_prefetch_bucket_size).
+        z["stage3_prefetch_bucket_size"] = p.overlap_param_gather ? p.dp_bucket_bytes / 2 : 0;
         z["stage3_param_persistence_threshold"] = 100000;
     }
     const std::string od = tier_device(p.offload.optimizer);
@@ -124,10 +126,32 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
     if (p.schedule == Schedule::interleaved_1f1b) r.unsupported.push_back("interleaved 1F1B (virtual stages)");
     if (p.schedule == Schedule::dualpipe_v) r.unsupported.push_back("DualPipeV schedule (deepseek-ai/DualPipe)");
     if (p.recompute == Recompute::selective) r.unsupported.push_back("selective recomputation (DeepSpeed checkpoints whole layers)");
-    if (p.grad_accum_fusion && p.zero_stage <= 1 && p.micro_batches() > 1)
+    // Fused or not matters where a sum is kept: several micro-batches, or fp32 sums (also under
+    // ZeRO-2/3, whose unfused adds go into the shard).
+    if (p.grad_accum_fusion && (p.micro_batches() > 1 || p.grad_bytes() > 2))
         r.unsupported.push_back("fused gradient accumulation (DeepSpeed's engine adds each micro-batch's gradients with a separate kernel: "
                                 "simulate with plan.grad_accum_fusion false)");
     if (p.precision == Precision::fp8) r.unsupported.push_back("fp8 (needs Transformer Engine)");
+    if (p.pp > 1 && !p.p2p_blocking)
+        r.unsupported.push_back("pipeline send/recv beside the compute (DeepSpeed's PipelineEngine sends and receives on the compute stream)");
+    if (p.pp > 1 && p.tp > 1 && !p.sequence_parallel && !p.p2p_scatter_gather)
+        r.unsupported.push_back("whole pipeline tensors on every TP rank (DeepSpeed's PipelineEngine partitions them over the TP group)");
+    if (p.pp > 1 && p.schedule == Schedule::gpipe)
+        r.unsupported.push_back("the GPipe schedule (DeepSpeed's PipelineEngine runs its own 1F1B TrainSchedule)");
+    if (stage >= 1 && stage < 3 && p.overlap_param_gather && p.dp * p.cp > 1)
+        r.unsupported.push_back("an overlapped parameter all-gather below ZeRO-3 (DeepSpeed gathers the updated parameters inside the optimizer step)");
+    const std::string fw = p.framework.empty() ? "" : canonical_framework(p.framework);
+    if (fw == "megatron-deepspeed-2022")
+        r.model_code.push_back("Megatron-DeepSpeed's model code (2022): its kernels, and the knobs of plan.framework = \"megatron-deepspeed-2022\"");
+    else if (!fw.empty() && fw != "deepspeed")
+        r.unsupported.push_back("plan.framework = \"" + fw + "\" (the simulation assumed its engine; this config runs DeepSpeed's)");
+    // The kernels the plan was simulated with live in the model code, not in the config.
+    r.model_code.push_back(!p.flash_attention ? std::string("attention without a fused kernel (the s x s scores materialised)")
+                                              : std::string("fused attention: FlashAttention ") + (p.attention_kernel == AttentionKernel::fa1 ? "1" : p.attention_kernel == AttentionKernel::fa2 ? "2" : "3"));
+    r.model_code.push_back(p.eager_elementwise ? "norms, activations and residual adds as eager PyTorch ops" : "fused norm, activation and residual kernels");
+    r.model_code.push_back(p.eager_cross_entropy ? "the loss as F.cross_entropy(logits.float(), labels)"
+                           : p.loss_upcast       ? "a fused cross-entropy on fp32 logits"
+                                                 : "a fused cross-entropy on the logits in their own type");
     if (p.exp_avg_dtype != Precision::fp32 || p.exp_avg_sq_dtype != Precision::fp32)
         r.unsupported.push_back("Adam moments below fp32 (Megatron's precision-aware optimizer)");
     // Tensor parallelism in the model code (Megatron-DeepSpeed's layers) orders its collectives on
@@ -183,8 +207,9 @@ PlanSpec read_deepspeed(const nlohmann::json& j, int gpus, const DeepSpeedModelC
     if (enabled("fp16")) p.precision = Precision::fp16;
     if (j.contains("data_types") && j.at("data_types").is_object())
         p.fp32_grads = j.at("data_types").value("grad_accum_dtype", "") == "fp32" && p.precision != Precision::fp32;
-    // DeepSpeed's engine accumulates with a separate add (docs/formats.md, grad_accum_fusion).
-    p.grad_accum_fusion = false;
+    // What the config does not say is DeepSpeed's (its preset, with the stated fields above and
+    // the ZeRO stage below); the config's own keys override it.
+    p.framework = "deepspeed";
     p.overlap_grad_reduce = false;
     if (j.contains("zero_optimization")) {
         const auto& z = j.at("zero_optimization");
@@ -208,13 +233,23 @@ PlanSpec read_deepspeed(const nlohmann::json& j, int gpus, const DeepSpeedModelC
         tier("offload_optimizer", p.offload.optimizer);
         tier("offload_param", p.offload.params);
     }
+    const bool overlap_comm_stated = j.contains("zero_optimization") && j.at("zero_optimization").contains("overlap_comm");
+    const bool overlap_comm = p.overlap_grad_reduce;
+    apply_framework(p);
+    if (overlap_comm_stated) p.overlap_grad_reduce = overlap_comm;
+    // Below ZeRO-3 DeepSpeed gathers the updated parameters inside the optimizer step; ZeRO-3
+    // prefetches them unless its prefetch bucket is 0.
+    const bool prefetch = !j.contains("zero_optimization") || j.at("zero_optimization").value("stage3_prefetch_bucket_size", 1.0) != 0.0;
+    p.overlap_param_gather = p.zero_stage == 3 && prefetch;
     // Recomputation is on when the model code checkpoints its layers, or the PipelineEngine does.
     const bool pipe_checkpoints = j.contains("pipeline") && j.at("pipeline").is_object() && j.at("pipeline").value("activation_checkpoint_interval", 0) > 0;
     if (code.checkpoint_layers || (pipe_checkpoints && p.pp > 1)) p.recompute = Recompute::full;
+    // deepspeed.checkpointing's cpu_checkpointing keeps the checkpointed layer inputs in host memory.
+    const auto& ac = j.contains("activation_checkpointing") && j.at("activation_checkpointing").is_object() ? j.at("activation_checkpointing") : nlohmann::json::object();
+    if (p.recompute != Recompute::none && ac.value("cpu_checkpointing", false)) p.offload.activations = TierSplit{0.0, 1.0, 0.0};
     if (p.zero_stage >= 2 && p.pp > 1)
         throw InputError(file, "zero_optimization.stage", "= " + std::to_string(p.zero_stage) + " does not run with pipeline stages "
                                                          "(DeepSpeed's pipeline engine: ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism)");
-    p.framework = "deepspeed";
     return p;
 }
 

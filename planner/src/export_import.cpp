@@ -3,6 +3,7 @@
 #include "strata/planner/export.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cctype>
 #include <sstream>
 
@@ -105,6 +106,7 @@ PlanSpec plan_from_megatron_args(const std::string& args, int gpus, const std::s
     int layers_per_virtual = 0, virtual_stages = 0, first_layers = 0, last_layers = 0;
     int num_layers = 0;
     bool grad_reduce_bf16 = false, accumulate_fp32 = false;
+    int bucket_params = 0;  // --ddp-bucket-size: parameters, turned into bytes once the gradients' type is known
     auto value = [&](std::size_t& i) -> int {
         if (i + 1 >= tok.size()) throw InputError(file, tok[i], "needs a value");
         try {
@@ -159,6 +161,7 @@ PlanSpec plan_from_megatron_args(const std::string& args, int gpus, const std::s
             ++i;
         }
         else if (t == "--overlap-grad-reduce") p.overlap_grad_reduce = true;
+        else if (t == "--ddp-bucket-size") bucket_params = value(i);
         else if (t == "--overlap-param-gather") p.overlap_param_gather = true;
         else if (t == "--tp-comm-overlap") p.tp_comm_overlap = true;
         else if (t == "--overlap-moe-expert-parallel-comm") p.moe_a2a_overlap = true;
@@ -205,6 +208,7 @@ PlanSpec plan_from_megatron_args(const std::string& args, int gpus, const std::s
     // --grad-reduce-in-bf16; fp16 weights only with --accumulate-allreduce-grads-in-fp32.
     if (p.precision == Precision::bf16 || p.precision == Precision::fp8) p.fp32_grads = !grad_reduce_bf16;
     else if (p.precision == Precision::fp16) p.fp32_grads = accumulate_fp32;
+    if (bucket_params > 0) p.dp_bucket_bytes = std::llround(bucket_params * p.grad_bytes());
     if (layers_per_virtual > 0) {
         if (num_layers == 0) throw InputError(file, "--num-layers-per-virtual-pipeline-stage", "needs --num-layers");
         int per_stage = num_layers / p.pp;
