@@ -317,17 +317,31 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         const double end_params = (worst_stage == 0 ? table : 0) + (worst_stage == head_stage(p) && !m_.tied_embeddings ? table : 0);
         // ... and gathers their parameters before the step's forward (the lowering's
         // gather_edges_zero3), with nothing to hide behind.
-        if (end_params > 0)
-            zero3_end_s = alone_s(transfer_demand(coll(CollKind::reduce_scatter, Group::dp, dpg, end_params * p.grad_bytes()), ctx)) +
-                          alone_s(transfer_demand(coll(CollKind::all_gather, Group::dp, dpg, end_params * wb), ctx));
+        // Both go in dp_bucket_bytes pieces (the lowering's edge buckets), each a collective.
+        if (end_params > 0) {
+            const double n = std::max(1.0, std::ceil(end_params * p.grad_bytes() / double(std::max<std::int64_t>(1, p.dp_bucket_bytes))));
+            zero3_end_s = n * (alone_s(transfer_demand(coll(CollKind::reduce_scatter, Group::dp, dpg, end_params * p.grad_bytes() / n), ctx)) +
+                               alone_s(transfer_demand(coll(CollKind::all_gather, Group::dp, dpg, end_params * wb / n), ctx)));
+        }
     }
     if (dpg > 1 && p.zero_stage < 3) {
+        // One collective per bucket (the lowering's build_buckets; the parameter all-gather reuses
+        // the gradient buckets, as Megatron does). Run back to back after the backward (no
+        // overlap), each bucket's fixed cost adds up on the critical path; overlapped, the buckets
+        // go out as their gradients are ready and those costs hide under the compute (the engine:
+        // 1 MB buckets cost an overlapped MoE plan nothing; 24 buckets per micro-batch are 27 % of
+        // a non-overlapped ZeRO-2 plan's step), so the whole volume is one transfer there.
+        const double cap = double(std::max<std::int64_t>(1, p.dp_bucket_bytes));
+        const auto reduce = [&](CollKind k, Group g, int size, double params, double bytes_per, bool hidden) {
+            const double n = hidden ? 1.0 : std::max(1.0, std::ceil(params * p.grad_bytes() / cap));
+            return n * alone_s(transfer_demand(coll(k, g, size, params * bytes_per / n), ctx));
+        };
         const CollKind k = p.zero_stage == 0 ? CollKind::all_reduce : CollKind::reduce_scatter;
-        dp_s = alone_s(transfer_demand(coll(k, Group::dp, dpg, sp.dense * p.grad_bytes()), ctx));
-        if (sp.expert > 0 && edp > 1) dp_s += alone_s(transfer_demand(coll(k, Group::edp, edp, sp.expert * p.grad_bytes()), ctx));
+        dp_s = reduce(k, Group::dp, dpg, sp.dense, p.grad_bytes(), p.overlap_grad_reduce);
+        if (sp.expert > 0 && edp > 1) dp_s += reduce(k, Group::edp, edp, sp.expert, p.grad_bytes(), p.overlap_grad_reduce);
         if (p.zero_stage >= 1) {
-            ag_s = alone_s(transfer_demand(coll(CollKind::all_gather, Group::dp, dpg, sp.dense * wb), ctx));
-            if (sp.expert > 0 && edp > 1) ag_s += alone_s(transfer_demand(coll(CollKind::all_gather, Group::edp, edp, sp.expert * wb), ctx));
+            ag_s = reduce(CollKind::all_gather, Group::dp, dpg, sp.dense, wb, p.overlap_param_gather);
+            if (sp.expert > 0 && edp > 1) ag_s += reduce(CollKind::all_gather, Group::edp, edp, sp.expert, wb, p.overlap_param_gather);
         }
     }
     // Overlapped with the last micro-batch's backward, bucket by bucket: the last bucket is exposed.
@@ -352,7 +366,16 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         dp_exposed = rs_exposed + ag_exposed;
         e.compute_s += cal_.overlap * std::max(0.0, rs_s + gather_s - dp_exposed);
     }
-    e.exposed_comm_s = dp_exposed + ag_s + zero3_end_s;  // lowering gathers parameters at the end of the step
+    // The distributed optimizer's parameter all-gather: with overlap_param_gather it goes out
+    // bucket by bucket at the next step's start and each layer waits only for its own bucket (the
+    // lowering's gather_params_overlapped), so the first forward hides all but one bucket of it;
+    // without, it runs after the update, exposed.
+    double ag_exposed = ag_s;
+    if (ag_s > 0 && p.overlap_param_gather) {
+        ag_exposed = std::max(ag_s / buckets, ag_s - worst_f * (1 - 1 / buckets));
+        e.compute_s += cal_.overlap * (ag_s - ag_exposed);
+    }
+    e.exposed_comm_s = dp_exposed + ag_exposed + zero3_end_s;
     // Interference: the compute that hides a reduction runs 1 + overlap times slower beside it
     // (the engine's overlap_slowdown), so the hidden part costs overlap x itself.
     if (p.overlap_grad_reduce) {
@@ -399,9 +422,13 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         }
         if (of.ssd > 0) {
             adam.count = shard * of.ssd;
-            const double rd = shared_s(transfer_demand(copy_instr(CopyKind::ssd_read, 12 * shard * of.ssd), ctx), c_);
-            const double wr = shared_s(transfer_demand(copy_instr(CopyKind::ssd_write, 12 * shard * of.ssd), ctx), c_);
-            const double update = std::max({rd, wr, shared_s(transfer_demand(adam, ctx), c_)});
+            // The fp32 master (none in a pure fp32 plan) and the moments come in and go back in
+            // sub-groups on one SSD stream (the lowering's optimizer step): reads and writes add up,
+            // and the host's update runs under them.
+            const double state = ((p.precision == Precision::fp32 ? 0.0 : 4.0) + p.adam_moment_bytes()) * shard * of.ssd;
+            const double rd = shared_s(transfer_demand(copy_instr(CopyKind::ssd_read, state), ctx), c_);
+            const double wr = shared_s(transfer_demand(copy_instr(CopyKind::ssd_write, state), ctx), c_);
+            const double update = std::max(rd + wr, shared_s(transfer_demand(adam, ctx), c_));
             const double up = shared_s(transfer_demand(copy_instr(CopyKind::h2d, wb * shard * of.ssd * p.offload.params.gpu), ctx), c_);
             opt_ssd = d2h + update + up;
             host_update += update;
@@ -417,14 +444,43 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
 
     // Parameters on cpu/ssd: every layer's parameters come in before its forward and backward of
     // every micro-batch, prefetched one layer ahead: only what exceeds the layer's compute shows.
+    // Under ZeRO-3 a rank brings up only its shard, which the layer's all-gather completes (the
+    // lowering's fetch_params); pipelined FSDP does so once a step, at the first forward.
+    const int stage_layers_n = std::max(1, layers[static_cast<std::size_t>(worst_stage)]);
     if (!p.offload.params.all_gpu()) {
-        const double layer_params = sp.total() / std::max(1, layers[static_cast<std::size_t>(worst_stage)]);
+        const bool sharded = p.zero_stage == 3 && dpg > 1;
+        const double layer_params = (sharded ? sp.dense / dpg + sp.expert / edp : sp.total()) / stage_layers_n;
         const double bytes = wb * layer_params;
         double fetch = shared_s(transfer_demand(copy_instr(CopyKind::h2d, bytes * (1 - p.offload.params.gpu)), ctx), c_);
         if (p.offload.params.ssd > 0)
             fetch = std::max(fetch, shared_s(transfer_demand(copy_instr(CopyKind::ssd_read, bytes * p.offload.params.ssd), ctx), c_));
-        const double per_layer = std::max(0.0, fetch - lt.fwd_s) + std::max(0.0, fetch - lt.bwd_s);
-        e.offload_s = m * layers[static_cast<std::size_t>(worst_stage)] * per_layer;
+        // Sharded, the layer's all-gather follows its slice's H2D in one chain, one layer ahead.
+        if (sharded) fetch += alone_s(transfer_demand(coll(CollKind::all_gather, Group::dp, dpg, wb * sp.dense / stage_layers_n), ctx));
+        const bool once = sharded && p.pipelined_fsdp();
+        const double per_layer = std::max(0.0, fetch - lt.fwd_s) + (once ? 0.0 : std::max(0.0, fetch - lt.bwd_s));
+        e.offload_s = (once ? 1 : m) * stage_layers_n * per_layer;
+    }
+    // Activations on cpu/ssd: each layer's kept activations go down after its forward and come back
+    // before its backward, prefetched one layer ahead (the lowering's forward pass and
+    // fetch_activations). A chunk's backward starts from its last layer, whose activations went
+    // down last: the way up waits for the chunk's whole way down. With one chunk per rank the two
+    // add up; with vpp chunks one chunk's share is serialised and the rest overlap.
+    const TierSplit& af = p.offload.activations;
+    if (!af.all_gpu()) {
+        double act_bytes = 0;
+        const std::vector<int> ids = stage_layer_ids(m_, p, worst_stage);
+        for (std::size_t i = 0; i < ids.size(); ++i)
+            for (const TensorDesc& t : layer_activations(m_, p, ids[i], layer_recomputed(m_, p, worst_stage, static_cast<int>(i))))
+                act_bytes += t.bytes;
+        const double off = act_bytes * (af.cpu + af.ssd);
+        double down = shared_s(transfer_demand(copy_instr(CopyKind::d2h, off), ctx), c_);
+        double up = shared_s(transfer_demand(copy_instr(CopyKind::h2d, off), ctx), c_);
+        if (af.ssd > 0) {
+            down += shared_s(transfer_demand(copy_instr(CopyKind::ssd_write, act_bytes * af.ssd), ctx), c_);
+            up += shared_s(transfer_demand(copy_instr(CopyKind::ssd_read, act_bytes * af.ssd), ctx), c_);
+        }
+        const double per_mb = std::max(down, up) + std::min(down, up) / vpp;
+        e.offload_s += m * std::max(0.0, per_mb - worst);
     }
 
     e.step_time_s = pipe + e.exposed_comm_s + e.optimizer_s + e.offload_s;

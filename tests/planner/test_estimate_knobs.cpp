@@ -1,0 +1,99 @@
+// The planner's closed-form estimate against the engine, knob by knob. The estimator re-derives
+// the pipeline, DP/ZeRO and offload terms in closed form for speed (estimate.cpp); a knob it
+// ignored would leave every plan that sets it mis-ranked. Every knob of the plan table is changed
+// one at a time from several base plans, and the estimate must move as the simulation does:
+// est(variant) / est(base) within a stated band of sim(variant) / sim(base). A knob added to the
+// table later is tried here too.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "strata/common/error.hpp"
+#include "strata/hwdb/hwdb.hpp"
+#include "strata/lowering/plan_knobs.hpp"
+#include "strata/lowering/spec_io.hpp"
+#include "strata/planner/estimate.hpp"
+#include "strata/sim/simulate.hpp"
+#include "support/dgx.hpp"
+#include "support/gpt.hpp"
+
+using namespace strata;
+using namespace strata::sim;
+using nlohmann::json;
+
+namespace {
+
+struct Row {
+    std::string what;
+    double sim_ratio, est_ratio;
+};
+
+std::vector<Row> sensitivities(const ModelSpec& m, const ClusterSpec& c, const json& base) {
+    auto db = hwdb::Database::open(hwdb::default_db_path());
+    const hwdb::HardwareView hw = db.view(c.gpu, c.node, c.intra_link, c.nic, c.ssd, c.cpu);
+    const PlanSpec b = plan_from_json_text(base.dump(), "base.json");
+    validate_plan(m, c, b, "base.json");
+    planner::Estimator est(m, c, hw);
+    const double sim_b = simulate(m, c, b, hw).step_time_s, est_b = est.estimate(b).step_time_s;
+    std::vector<Row> rows;
+    for (const std::string& key : plan_knob_keys()) {
+        for (const json& sample : json::parse(plan_knob_samples(key))) {
+            json j = base;
+            j[key] = sample;
+            PlanSpec q;
+            try {
+                q = plan_from_json_text(j.dump(), "variant.json");
+                validate_plan(m, c, q, "variant.json");
+            } catch (const InputError&) {
+                continue;
+            }
+            if (encode_plan(q) == encode_plan(b)) continue;
+            const double sim_q = simulate(m, c, q, hw).step_time_s, est_q = est.estimate(q).step_time_s;
+            rows.push_back({key + " = " + sample.dump(), sim_q / sim_b, est_q / est_b});
+        }
+    }
+    return rows;
+}
+
+}  // namespace
+
+TEST_CASE("the estimate follows the engine when any one knob changes", "[planner][estimate][plan_knobs]") {
+    ModelSpec m = test::gpt_shape("gpt", 8, 2048, 16, 32000, 2048);
+    const ClusterSpec c = test::dgx_cluster("H100-SXM5-80GB", 2);
+    for (const char* base : {
+             R"({"global_batch": 64, "tp": 2, "pp": 2, "dp": 4, "sequence_parallel": true, "zero_stage": 1})",
+             R"({"global_batch": 64, "dp": 16, "zero_stage": 3})",
+             R"({"global_batch": 64, "tp": 2, "pp": 2, "dp": 4, "vpp": 2, "schedule": "interleaved-1f1b", "recompute": "selective"})",
+         }) {
+        const std::vector<Row> rows = sensitivities(m, c, json::parse(base));
+        CHECK(rows.size() > 30);
+        for (const Row& r : rows) {
+            INFO(base << " with " << r.what << ": simulated x" << r.sim_ratio << ", estimated x" << r.est_ratio);
+            CHECK(std::fabs(r.est_ratio / r.sim_ratio - 1.0) <= 0.10);
+        }
+    }
+}
+
+TEST_CASE("the estimate follows the engine when any one knob of a MoE plan changes", "[planner][estimate][plan_knobs][moe]") {
+    ModelSpec m = test::gpt_shape("moe", 4, 2048, 16, 32000, 2048);
+    m.ffn = FfnKind::swiglu;
+    m.norm = NormKind::rmsnorm;
+    m.position = PositionKind::rope;
+    m.moe = test::moe_spec(8, 2, 2048);
+    const ClusterSpec c = test::dgx_cluster("H100-SXM5-80GB", 2);
+    for (const char* base : {
+             R"({"global_batch": 64, "tp": 2, "dp": 8, "ep": 4, "sequence_parallel": true, "zero_stage": 1})",
+             R"({"global_batch": 64, "tp": 2, "pp": 2, "dp": 4, "ep": 8, "expert_tp": 1, "sequence_parallel": true, "zero_stage": 1})",
+         }) {
+        const std::vector<Row> rows = sensitivities(m, c, json::parse(base));
+        CHECK(rows.size() > 30);
+        for (const Row& r : rows) {
+            INFO(base << " with " << r.what << ": simulated x" << r.sim_ratio << ", estimated x" << r.est_ratio);
+            // Wider than the dense band: one micro-batch (the expert gathers and reductions over a
+            // cross-node edp then hide behind one pass; -16 %) and parameters on the host without
+            // ZeRO-3 (+14 %) are estimated less well (docs/planner.md).
+            CHECK(std::fabs(r.est_ratio / r.sim_ratio - 1.0) <= 0.20);
+        }
+    }
+}
