@@ -311,6 +311,7 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     const int dpg = p.dp * p.cp;
     const int edp = p.edp();
     double dp_s = 0, ag_s = 0;
+    double dp_tail_s = 0, ag_tail_s = 0;  // the expert buffer's share over edp, apart until its buckets are counted
     double zero3_end_s = 0;  // ZeRO-3 reduce-scatters the embedding's and head's gradients at the end
     if (dpg > 1 && p.zero_stage == 3) {
         const double table = double(m_.vocab) * double(m_.hidden) / p.tp;
@@ -338,15 +339,27 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         };
         const CollKind k = p.zero_stage == 0 ? CollKind::all_reduce : CollKind::reduce_scatter;
         dp_s = reduce(k, Group::dp, dpg, sp.dense, p.grad_bytes(), p.overlap_grad_reduce);
-        if (sp.expert > 0 && edp > 1) dp_s += reduce(k, Group::edp, edp, sp.expert, p.grad_bytes(), p.overlap_grad_reduce);
+        if (sp.expert > 0 && edp > 1) dp_tail_s = reduce(k, Group::edp, edp, sp.expert, p.grad_bytes(), p.overlap_grad_reduce);
         if (p.zero_stage >= 1) {
             ag_s = reduce(CollKind::all_gather, Group::dp, dpg, sp.dense, wb, p.overlap_param_gather);
-            if (sp.expert > 0 && edp > 1) ag_s += reduce(CollKind::all_gather, Group::edp, edp, sp.expert, wb, p.overlap_param_gather);
+            if (sp.expert > 0 && edp > 1) ag_tail_s = reduce(CollKind::all_gather, Group::edp, edp, sp.expert, wb, p.overlap_param_gather);
         }
     }
-    // Overlapped with the last micro-batch's backward, bucket by bucket: the last bucket is exposed.
-    const double buckets = std::max(1.0, std::ceil(sp.total() * p.grad_bytes() / double(std::max<std::int64_t>(1, p.dp_bucket_bytes))));
-    double dp_exposed = p.overlap_grad_reduce ? std::max(dp_s / buckets, dp_s - worst_b * (1 - 1 / buckets)) : dp_s;
+    // Overlapped, bucket by bucket: the dense and the expert gradients fill buckets of their own
+    // (the lowering's build_buckets), and the last of each closes as the backward ends (the first
+    // layer's and the embedding's), so one bucket of each is exposed after it; the gathers mirror
+    // it, the first layer waiting for one bucket of each before the forward can go on.
+    const double cap = double(std::max<std::int64_t>(1, p.dp_bucket_bytes));
+    const double dense_buckets = std::max(1.0, std::ceil(sp.dense * p.grad_bytes() / cap));
+    const double expert_buckets = dp_tail_s + ag_tail_s > 0 ? std::max(1.0, std::ceil(sp.expert * p.grad_bytes() / cap)) : 0.0;
+    const double buckets = dense_buckets + expert_buckets;
+    const auto last_buckets = [&](double dense_s, double expert_s) {
+        return dense_s / dense_buckets + (expert_buckets > 0 ? expert_s / expert_buckets : 0.0);
+    };
+    const double dp_last = last_buckets(dp_s, dp_tail_s), ag_last = last_buckets(ag_s, ag_tail_s);
+    dp_s += dp_tail_s;
+    ag_s += ag_tail_s;
+    double dp_exposed = p.overlap_grad_reduce ? std::max(dp_last, dp_s - worst_b * (1 - 1 / buckets)) : dp_s;
     if (p.zero_stage == 2) {
         // ZeRO-2 reduces every micro-batch (the lowering's backward_pass). Overlapped, the m
         // reductions share the comm stream under the step's compute and only the last one's tail
@@ -372,10 +385,11 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     // without, it runs after the update, exposed.
     double ag_exposed = ag_s;
     if (ag_s > 0 && p.overlap_param_gather) {
-        ag_exposed = std::max(ag_s / buckets, ag_s - worst_f * (1 - 1 / buckets));
+        ag_exposed = std::max(ag_last, ag_s - worst_f * (1 - 1 / buckets));
         e.compute_s += cal_.overlap * (ag_s - ag_exposed);
     }
     e.exposed_comm_s = dp_exposed + ag_exposed + zero3_end_s;
+
     // Interference: the compute that hides a reduction runs 1 + overlap times slower beside it
     // (the engine's overlap_slowdown), so the hidden part costs overlap x itself.
     if (p.overlap_grad_reduce) {

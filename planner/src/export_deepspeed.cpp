@@ -50,10 +50,11 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
     z["stage"] = stage;
     z["overlap_comm"] = p.overlap_grad_reduce;
     z["contiguous_gradients"] = true;
-    z["reduce_bucket_size"] = p.dp_bucket_bytes / 2;  // elements of bf16
+    const auto bucket_elements = static_cast<std::int64_t>(static_cast<double>(p.dp_bucket_bytes) / p.grad_bytes());  // DeepSpeed counts elements
+    z["reduce_bucket_size"] = bucket_elements;
     if (stage == 3) {
         // A prefetch bucket of 0 turns ZeRO-3's parameter prefetch off (stage3_prefetch_bucket_size).
-        z["stage3_prefetch_bucket_size"] = p.overlap_param_gather ? p.dp_bucket_bytes / 2 : 0;
+        z["stage3_prefetch_bucket_size"] = p.overlap_param_gather ? bucket_elements : 0;
         z["stage3_param_persistence_threshold"] = 100000;
     }
     const std::string od = tier_device(p.offload.optimizer);
@@ -220,7 +221,7 @@ PlanSpec read_deepspeed(const nlohmann::json& j, int gpus, const DeepSpeedModelC
         // DeepSpeed's default: overlap_comm on for ZeRO-3 only.
         p.overlap_grad_reduce = z.contains("overlap_comm") && z.at("overlap_comm").is_boolean() ? z.at("overlap_comm").get<bool>() : stage == 3;
         if (z.contains("reduce_bucket_size") && z.at("reduce_bucket_size").is_number() && z.at("reduce_bucket_size").get<double>() > 0)
-            p.dp_bucket_bytes = static_cast<std::int64_t>(z.at("reduce_bucket_size").get<double>() * 2);
+            p.dp_bucket_bytes = static_cast<std::int64_t>(z.at("reduce_bucket_size").get<double>() * p.grad_bytes());
         auto tier = [&](const char* key, TierSplit& t) {
             if (!z.contains(key) || !z.at(key).is_object()) return;
             const std::string dev = z.at(key).value("device", "none");

@@ -90,10 +90,9 @@ TEST_CASE("the estimate follows the engine when any one knob of a MoE plan chang
         CHECK(rows.size() > 30);
         for (const Row& r : rows) {
             INFO(base << " with " << r.what << ": simulated x" << r.sim_ratio << ", estimated x" << r.est_ratio);
-            // Wider than the dense band: one micro-batch (the expert gathers and reductions over a
-            // cross-node edp then hide behind one pass; -16 %) and parameters on the host without
-            // ZeRO-3 (+14 %) are estimated less well (docs/planner.md).
-            CHECK(std::fabs(r.est_ratio / r.sim_ratio - 1.0) <= 0.20);
+            // Wider than the dense band: parameters on the host without ZeRO-3 (+12 %) and one
+            // micro-batch (-9 %) are estimated less well (docs/planner.md).
+            CHECK(std::fabs(r.est_ratio / r.sim_ratio - 1.0) <= 0.15);
         }
     }
 }
