@@ -15,6 +15,7 @@
 #include "strata/planner/estimate.hpp"
 #include "support/dgx.hpp"
 #include "support/gpt.hpp"
+#include "support/knob_variants.hpp"
 
 using namespace strata;
 using namespace strata::sim;
@@ -47,50 +48,35 @@ Counts check_variants(const ModelSpec& m, const ClusterSpec& c, const json& base
     validate_plan(m, c, b, "base.json");
     Counts n;
     // One knob at a time, and the degrees two at a time (their product is the cluster's size).
-    std::vector<std::pair<std::string, json>> changes;
-    for (const std::string& key : plan_knob_keys())
-        for (const json& sample : json::parse(plan_knob_samples(key))) changes.emplace_back(key, json{{key, sample}});
-    for (const char* a : {"tp", "pp", "cp"})
-        for (int x : {1, 2, 4})
-            for (int dp : {1, 2, 4, 8}) changes.emplace_back(std::string(a) + "+dp", json{{a, x}, {"dp", dp}});
-    for (const auto& [key, change] : changes) {
-        {
-            json j = base;
-            j.update(change);
-            const json sample = change;
-            PlanSpec q;
-            try {
-                q = plan_from_json_text(j.dump(), "variant.json");
-                validate_plan(m, c, q, "variant.json");
-            } catch (const InputError&) {
-                continue;
-            }
-            if (encode_plan(q) == encode_plan(b)) continue;
-            INFO(base.dump() << " with plan." << key << " = " << sample.dump());
-            ++n.variants;
-            // The estimator: warmed by the base, then asked the variant.
-            planner::Estimator warm(m, c, hw), fresh(m, c, hw);
-            (void)warm.estimate(b);
-            require_same(warm.estimate(q), fresh.estimate(q));
-            for (bool dense_first : {false, true}) {
-                if (dense_first && !(m.is_moe() && m.moe->first_k_dense > 0)) continue;
-                if (planner::layer_times_key(q, dense_first) != planner::layer_times_key(b, dense_first)) continue;
-                ++n.shared_probe;
-                if (shared_keys) shared_keys->push_back(key);
-            }
-            // The memory model's cache, likewise.
-            const Capacities caps = planner::capacities_of(c, hw);
-            MemoryCache cache;
-            (void)memory_estimate(m, b, caps, &cache);
-            const MemoryReport cached = memory_estimate(m, q, caps, &cache), uncached = memory_estimate(m, q, caps);
-            REQUIRE(cached.hbm_bytes == uncached.hbm_bytes);
-            REQUIRE(cached.cpu_bytes == uncached.cpu_bytes);
-            REQUIRE(cached.ssd_bytes == uncached.ssd_bytes);
-            REQUIRE(cached.worst_hbm_stage == uncached.worst_hbm_stage);
-            for (std::size_t s = 0; s < cached.stages.size(); ++s) {
-                REQUIRE(cached.stages[s].activations_bytes == uncached.stages[s].activations_bytes);
-                REQUIRE(cached.stages[s].workspace_bytes == uncached.stages[s].workspace_bytes);
-            }
+    std::vector<std::pair<std::string, json>> changes = test::knob_changes(), pairs = test::degree_pairs();
+    changes.insert(changes.end(), pairs.begin(), pairs.end());
+    for (const test::KnobVariant& v : test::knob_variants(base, changes, &m, &c)) {
+        const std::string& key = v.key;
+        const PlanSpec& q = v.plan;
+        INFO(base.dump() << " with " << v.change.dump());
+        ++n.variants;
+        // The estimator: warmed by the base, then asked the variant.
+        planner::Estimator warm(m, c, hw), fresh(m, c, hw);
+        (void)warm.estimate(b);
+        require_same(warm.estimate(q), fresh.estimate(q));
+        for (bool dense_first : {false, true}) {
+            if (dense_first && !(m.is_moe() && m.moe->first_k_dense > 0)) continue;
+            if (planner::layer_times_key(q, dense_first) != planner::layer_times_key(b, dense_first)) continue;
+            ++n.shared_probe;
+            if (shared_keys) shared_keys->push_back(key);
+        }
+        // The memory model's cache, likewise.
+        const Capacities caps = planner::capacities_of(c, hw);
+        MemoryCache cache;
+        (void)memory_estimate(m, b, caps, &cache);
+        const MemoryReport cached = memory_estimate(m, q, caps, &cache), uncached = memory_estimate(m, q, caps);
+        REQUIRE(cached.hbm_bytes == uncached.hbm_bytes);
+        REQUIRE(cached.cpu_bytes == uncached.cpu_bytes);
+        REQUIRE(cached.ssd_bytes == uncached.ssd_bytes);
+        REQUIRE(cached.worst_hbm_stage == uncached.worst_hbm_stage);
+        for (std::size_t s = 0; s < cached.stages.size(); ++s) {
+            REQUIRE(cached.stages[s].activations_bytes == uncached.stages[s].activations_bytes);
+            REQUIRE(cached.stages[s].workspace_bytes == uncached.stages[s].workspace_bytes);
         }
     }
     return n;

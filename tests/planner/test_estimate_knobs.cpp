@@ -17,6 +17,7 @@
 #include "strata/sim/simulate.hpp"
 #include "support/dgx.hpp"
 #include "support/gpt.hpp"
+#include "support/knob_variants.hpp"
 
 using namespace strata;
 using namespace strata::sim;
@@ -37,21 +38,10 @@ std::vector<Row> sensitivities(const ModelSpec& m, const ClusterSpec& c, const j
     planner::Estimator est(m, c, hw);
     const double sim_b = simulate(m, c, b, hw).step_time_s, est_b = est.estimate(b).step_time_s;
     std::vector<Row> rows;
-    for (const std::string& key : plan_knob_keys()) {
-        for (const json& sample : json::parse(plan_knob_samples(key))) {
-            json j = base;
-            j[key] = sample;
-            PlanSpec q;
-            try {
-                q = plan_from_json_text(j.dump(), "variant.json");
-                validate_plan(m, c, q, "variant.json");
-            } catch (const InputError&) {
-                continue;
-            }
-            if (encode_plan(q) == encode_plan(b)) continue;
-            const double sim_q = simulate(m, c, q, hw).step_time_s, est_q = est.estimate(q).step_time_s;
-            rows.push_back({key + " = " + sample.dump(), sim_q / sim_b, est_q / est_b});
-        }
+    for (const test::KnobVariant& v : test::knob_variants(base, test::knob_changes(), &m, &c)) {
+        if (encode_plan(v.plan) == encode_plan(b)) continue;  // a label only
+        const double sim_q = simulate(m, c, v.plan, hw).step_time_s, est_q = est.estimate(v.plan).step_time_s;
+        rows.push_back({v.change.dump(), sim_q / sim_b, est_q / est_b});
     }
     return rows;
 }
