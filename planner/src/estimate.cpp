@@ -323,6 +323,9 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
             const double n = std::max(1.0, std::ceil(end_params * p.grad_bytes() / double(std::max<std::int64_t>(1, p.dp_bucket_bytes))));
             zero3_end_s = n * (alone_s(transfer_demand(coll(CollKind::reduce_scatter, Group::dp, dpg, end_params * p.grad_bytes() / n), ctx)) +
                                alone_s(transfer_demand(coll(CollKind::all_gather, Group::dp, dpg, end_params * wb / n), ctx)));
+            // Parameters homed on the host: each bucket's slice comes up before its gather.
+            const double off = 1 - p.offload.params.gpu;
+            if (off > 0) zero3_end_s += shared_s(transfer_demand(copy_instr(CopyKind::h2d, end_params * wb / dpg * off), ctx), c_);
         }
     }
     if (dpg > 1 && p.zero_stage < 3) {
@@ -470,9 +473,11 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
             fetch = std::max(fetch, shared_s(transfer_demand(copy_instr(CopyKind::ssd_read, bytes * p.offload.params.ssd), ctx), c_));
         // Sharded, the layer's all-gather follows its slice's H2D in one chain, one layer ahead.
         if (sharded) fetch += alone_s(transfer_demand(coll(CollKind::all_gather, Group::dp, dpg, wb * sp.dense / stage_layers_n), ctx));
+        // Pipelined FSDP fetches once a step, at each stage's first forward: those lie one after
+        // another on the pipeline's fill, so every stage's wait adds up.
         const bool once = sharded && p.pipelined_fsdp();
         const double per_layer = std::max(0.0, fetch - lt.fwd_s) + (once ? 0.0 : std::max(0.0, fetch - lt.bwd_s));
-        e.offload_s = (once ? 1 : m) * stage_layers_n * per_layer;
+        e.offload_s = (once ? pp : m) * stage_layers_n * per_layer;
     }
     // Activations on cpu/ssd: each layer's kept activations go down after its forward and come back
     // before its backward, prefetched one layer ahead (the lowering's forward pass and
