@@ -202,6 +202,19 @@ TEST_CASE("what-if: a knob is read and validated as the CLI would, dp follows tp
     CHECK(knob_value(cpu.plan, Knob::offload) == "opt->cpu");
     CHECK(knob_value(base, Knob::offload) == "gpu");
     for (const auto& k : whatif_knobs()) CHECK(knob_info(k.knob).key == k.key);
+    // Values as the explorer shows them: the plan file's, unquoted.
+    CHECK(knob_value(base, Knob::tp) == "2");
+    CHECK(knob_value(base, Knob::pp) == "4");
+    CHECK(knob_value(off.plan, Knob::zero_stage) == "1");
+    CHECK(knob_value(base, Knob::schedule) == sim::to_string(base.schedule));
+    CHECK(knob_value(base, Knob::recompute) == sim::to_string(base.recompute));
+    CHECK(knob_value(base, Knob::sequence_parallel) == (base.sequence_parallel ? "true" : "false"));
+    // Each shown value is one the knob accepts back.
+    for (const auto& k : whatif_knobs()) {
+        if (k.knob == Knob::offload || k.knob == Knob::framework) continue;
+        INFO(k.key);
+        CHECK(knob_value(apply_knob(sm.s.model, sm.s.cluster, base, k.knob, knob_value(base, k.knob), true).plan, k.knob) == knob_value(base, k.knob));
+    }
 }
 
 TEST_CASE("what-if: the delta says which way each figure moved", "[gui][whatif]") {

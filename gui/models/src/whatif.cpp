@@ -10,6 +10,7 @@
 #include "strata/common/text.hpp"
 #include "strata/gui/models/scenario_document.hpp"
 #include "strata/lowering/frameworks.hpp"
+#include "strata/lowering/plan_knobs.hpp"
 #include "strata/lowering/spec_io.hpp"
 #include "strata/planner/space.hpp"
 
@@ -67,24 +68,14 @@ std::string offload_label(const sim::PlanSpec& p) {
     return "custom";
 }
 
+// The plan knob table's value (plan_knobs.hpp), unquoted; the offload variant and "no framework"
+// are the explorer's own labels.
 std::string knob_value(const sim::PlanSpec& p, Knob k) {
-    switch (k) {
-        case Knob::tp: return std::to_string(p.tp);
-        case Knob::pp: return std::to_string(p.pp);
-        case Knob::dp: return std::to_string(p.dp);
-        case Knob::cp: return std::to_string(p.cp);
-        case Knob::ep: return std::to_string(p.ep);
-        case Knob::micro_batch: return std::to_string(p.micro_batch);
-        case Knob::vpp: return std::to_string(p.vpp);
-        case Knob::schedule: return sim::to_string(p.schedule);
-        case Knob::recompute: return sim::to_string(p.recompute);
-        case Knob::zero_stage: return std::to_string(p.zero_stage);
-        case Knob::offload: return offload_label(p);
-        case Knob::sequence_parallel: return p.sequence_parallel ? "true" : "false";
-        case Knob::framework: return p.framework.empty() ? kNoFramework : p.framework;
-        case Knob::count: break;
-    }
-    return "";
+    if (k == Knob::offload) return offload_label(p);
+    if (k == Knob::framework) return p.framework.empty() ? kNoFramework : p.framework;
+    if (k == Knob::count) return "";
+    const nlohmann::json v = nlohmann::json::parse(sim::plan_knob_value(p, knob_info(k).key));
+    return v.is_string() ? v.get<std::string>() : v.dump();
 }
 
 WhatIfEdit apply_knob(const sim::ModelSpec& m, const sim::ClusterSpec& c, const sim::PlanSpec& base, Knob k,
