@@ -59,6 +59,11 @@ TEST_CASE("a preset fills the knobs its framework fixes", "[frameworks]") {
     CHECK(ds.fp32_grads);
     CHECK_FALSE(ds.flash_attention);
     CHECK_FALSE(ds.overlap_grad_reduce);
+    // ZeRO-1/2's optimizer step all-gathers the updated parameters itself (stage_1_and_2.py,
+    // bf16_optimizer.py: all_gather_dp_groups in step()); ZeRO-3 fetches per module.
+    CHECK_FALSE(ds.overlap_param_gather);
+    CHECK_FALSE(plan(R"(, "framework": "deepspeed", "dp": 8, "zero_stage": 2)").overlap_param_gather);
+    CHECK(plan(R"(, "framework": "deepspeed", "dp": 8, "zero_stage": 3)").overlap_param_gather);
 
     // The same framework in fp16 keeps 16-bit gradients; without a pipeline it sets no p2p knob.
     const PlanSpec fp16 = plan(R"(, "framework": "megatron-deepspeed-2022", "dp": 8, "precision": "fp16")");

@@ -57,6 +57,10 @@ constexpr const char* kAutogradAccum =
 constexpr const char* kPipelineEngineP2p =
     "DeepSpeed runtime/pipe/engine.py: blocking NCCL send/recv on the compute stream, activations and gradients "
     "partitioned over the model-parallel group (pipe_partitioned / grad_partitioned)";
+constexpr const char* kZeroStepGather =
+    "DeepSpeed runtime/zero/stage_1_and_2.py step() and runtime/bf16_optimizer.py step(): the updated 16-bit "
+    "partitions are all-gathered (all_gather_dp_groups) inside the optimizer step, \"ready for next round forward\", "
+    "not overlapped with it; ZeRO-3 fetches per module instead";
 constexpr const char* kPipelineEngineReduce =
     "DeepSpeed runtime/pipe/schedule.py TrainSchedule: ReduceGrads runs after the last backward of the step, "
     "not overlapped with it";
@@ -105,7 +109,8 @@ const std::vector<Preset>& presets() {
           kAutogradAccumKnob,
           {"fp32_grads", "true", When::mixed16,
            "DeepSpeed runtime/bf16_optimizer.py (BF16_Optimizer, which bf16 pipelines use): fp32 gradient accumulation buffers"},
-          {"overlap_grad_reduce", "false", When::always, kPipelineEngineReduce}}},
+          {"overlap_grad_reduce", "false", When::always, kPipelineEngineReduce},
+          {"overlap_param_gather", "false", When::below_zero3, kZeroStepGather}}},
         {"deepspeed",
          "DeepSpeed's engine with ZeRO (and PipelineEngine when pp > 1), 2023 or later: FlashAttention-2 from the model code",
          {{"attention_kernel", "\"fa2\"", When::always,
@@ -118,7 +123,8 @@ const std::vector<Preset>& presets() {
            "DeepSpeed runtime/zero/config.py: zero_optimization.overlap_comm defaults to false below stage 3 "
            "(and PipelineEngine reduces after the schedule)"},
           {"overlap_grad_reduce", "true", When::zero3,
-           "DeepSpeed runtime/zero/config.py: overlap_comm defaults to true for ZeRO stage 3"}}},
+           "DeepSpeed runtime/zero/config.py: overlap_comm defaults to true for ZeRO stage 3"},
+          {"overlap_param_gather", "false", When::below_zero3, kZeroStepGather}}},
         {"megatron-core",
          "Megatron-LM with Megatron-Core and Transformer Engine (2023 or later), its command-line defaults",
          {kTeFlash,
