@@ -311,7 +311,10 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     const int dpg = p.dp * p.cp;
     const int edp = p.edp();
     double dp_s = 0, ag_s = 0;
-    double dp_tail_s = 0, ag_tail_s = 0;  // the expert buffer's share over edp, apart until its buckets are counted
+    double dp_expert_s = 0, ag_expert_s = 0;  // the expert buffer's, over edp (its own buckets)
+    // DP buckets of dp_bucket_bytes of gradients (the lowering's build_buckets).
+    const double cap = double(std::max<std::int64_t>(1, p.dp_bucket_bytes));
+    const auto bucket_count = [&](double params) { return std::max(1.0, std::ceil(params * p.grad_bytes() / cap)); };
     double zero3_end_s = 0;  // ZeRO-3 reduce-scatters the embedding's and head's gradients at the end
     if (dpg > 1 && p.zero_stage == 3) {
         const double table = double(m_.vocab) * double(m_.hidden) / p.tp;
@@ -320,7 +323,7 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         // gather_edges_zero3), with nothing to hide behind.
         // Both go in dp_bucket_bytes pieces (the lowering's edge buckets), each a collective.
         if (end_params > 0) {
-            const double n = std::max(1.0, std::ceil(end_params * p.grad_bytes() / double(std::max<std::int64_t>(1, p.dp_bucket_bytes))));
+            const double n = bucket_count(end_params);
             zero3_end_s = n * (alone_s(transfer_demand(coll(CollKind::reduce_scatter, Group::dp, dpg, end_params * p.grad_bytes() / n), ctx)) +
                                alone_s(transfer_demand(coll(CollKind::all_gather, Group::dp, dpg, end_params * wb / n), ctx)));
             // Parameters homed on the host: each bucket's slice comes up before its gather.
@@ -335,33 +338,31 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         // go out as their gradients are ready and those costs hide under the compute (the engine:
         // 1 MB buckets cost an overlapped MoE plan nothing; 24 buckets per micro-batch are 27 % of
         // a non-overlapped ZeRO-2 plan's step), so the whole volume is one transfer there.
-        const double cap = double(std::max<std::int64_t>(1, p.dp_bucket_bytes));
         const auto reduce = [&](CollKind k, Group g, int size, double params, double bytes_per, bool hidden) {
-            const double n = hidden ? 1.0 : std::max(1.0, std::ceil(params * p.grad_bytes() / cap));
+            const double n = hidden ? 1.0 : bucket_count(params);
             return n * alone_s(transfer_demand(coll(k, g, size, params * bytes_per / n), ctx));
         };
         const CollKind k = p.zero_stage == 0 ? CollKind::all_reduce : CollKind::reduce_scatter;
         dp_s = reduce(k, Group::dp, dpg, sp.dense, p.grad_bytes(), p.overlap_grad_reduce);
-        if (sp.expert > 0 && edp > 1) dp_tail_s = reduce(k, Group::edp, edp, sp.expert, p.grad_bytes(), p.overlap_grad_reduce);
+        if (sp.expert > 0 && edp > 1) dp_expert_s = reduce(k, Group::edp, edp, sp.expert, p.grad_bytes(), p.overlap_grad_reduce);
         if (p.zero_stage >= 1) {
             ag_s = reduce(CollKind::all_gather, Group::dp, dpg, sp.dense, wb, p.overlap_param_gather);
-            if (sp.expert > 0 && edp > 1) ag_tail_s = reduce(CollKind::all_gather, Group::edp, edp, sp.expert, wb, p.overlap_param_gather);
+            if (sp.expert > 0 && edp > 1) ag_expert_s = reduce(CollKind::all_gather, Group::edp, edp, sp.expert, wb, p.overlap_param_gather);
         }
     }
     // Overlapped, bucket by bucket: the dense and the expert gradients fill buckets of their own
     // (the lowering's build_buckets), and the last of each closes as the backward ends (the first
     // layer's and the embedding's), so one bucket of each is exposed after it; the gathers mirror
     // it, the first layer waiting for one bucket of each before the forward can go on.
-    const double cap = double(std::max<std::int64_t>(1, p.dp_bucket_bytes));
-    const double dense_buckets = std::max(1.0, std::ceil(sp.dense * p.grad_bytes() / cap));
-    const double expert_buckets = dp_tail_s + ag_tail_s > 0 ? std::max(1.0, std::ceil(sp.expert * p.grad_bytes() / cap)) : 0.0;
+    const double dense_buckets = bucket_count(sp.dense);
+    const double expert_buckets = dp_expert_s + ag_expert_s > 0 ? bucket_count(sp.expert) : 0.0;
     const double buckets = dense_buckets + expert_buckets;
     const auto last_buckets = [&](double dense_s, double expert_s) {
         return dense_s / dense_buckets + (expert_buckets > 0 ? expert_s / expert_buckets : 0.0);
     };
-    const double dp_last = last_buckets(dp_s, dp_tail_s), ag_last = last_buckets(ag_s, ag_tail_s);
-    dp_s += dp_tail_s;
-    ag_s += ag_tail_s;
+    const double dp_last = last_buckets(dp_s, dp_expert_s), ag_last = last_buckets(ag_s, ag_expert_s);
+    dp_s += dp_expert_s;
+    ag_s += ag_expert_s;
     double dp_exposed = p.overlap_grad_reduce ? std::max(dp_last, dp_s - worst_b * (1 - 1 / buckets)) : dp_s;
     if (p.zero_stage == 2) {
         // ZeRO-2 reduces every micro-batch (the lowering's backward_pass). Overlapped, the m

@@ -14,6 +14,7 @@
 #include "strata/lowering/spec_io.hpp"
 #include "strata/planner/estimate.hpp"
 #include "support/dgx.hpp"
+#include "support/estimate_checks.hpp"
 #include "support/gpt.hpp"
 #include "support/knob_variants.hpp"
 
@@ -22,18 +23,6 @@ using namespace strata::sim;
 using nlohmann::json;
 
 namespace {
-
-void require_same(const planner::FastEstimate& a, const planner::FastEstimate& b) {
-    REQUIRE(a.step_time_s == b.step_time_s);
-    REQUIRE(a.compute_s == b.compute_s);
-    REQUIRE(a.bubble_s == b.bubble_s);
-    REQUIRE(a.exposed_comm_s == b.exposed_comm_s);
-    REQUIRE(a.recompute_s == b.recompute_s);
-    REQUIRE(a.optimizer_s == b.optimizer_s);
-    REQUIRE(a.offload_s == b.offload_s);
-    REQUIRE(a.hbm_bytes == b.hbm_bytes);
-    REQUIRE(a.fits == b.fits);
-}
 
 struct Counts {
     int variants = 0;        // valid one-knob variants tried
@@ -58,7 +47,7 @@ Counts check_variants(const ModelSpec& m, const ClusterSpec& c, const json& base
         // The estimator: warmed by the base, then asked the variant.
         planner::Estimator warm(m, c, hw), fresh(m, c, hw);
         (void)warm.estimate(b);
-        require_same(warm.estimate(q), fresh.estimate(q));
+        test::require_same_estimate(warm.estimate(q), fresh.estimate(q));
         for (bool dense_first : {false, true}) {
             if (dense_first && !(m.is_moe() && m.moe->first_k_dense > 0)) continue;
             if (planner::layer_times_key(q, dense_first) != planner::layer_times_key(b, dense_first)) continue;
@@ -113,11 +102,7 @@ TEST_CASE("every knob's variant of a dense plan gets a fresh estimator's answer 
 }
 
 TEST_CASE("every knob's variant of a MoE plan gets a fresh estimator's answer from warm caches", "[planner][cache]") {
-    ModelSpec m = test::gpt_shape("moe", 4, 1024, 8, 32000, 1024);
-    m.ffn = FfnKind::swiglu;
-    m.norm = NormKind::rmsnorm;
-    m.position = PositionKind::rope;
-    m.moe = test::moe_spec(8, 2, 1024);
+    ModelSpec m = test::llama_moe(4, 1024, 8, 1024, 8, 2, 1024);
     m.moe->first_k_dense = 1;
     m.moe->shared_experts = 1;
     const ClusterSpec c = test::dgx_cluster("H100-SXM5-80GB", 2);

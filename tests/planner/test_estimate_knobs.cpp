@@ -72,11 +72,7 @@ TEST_CASE("the estimate follows the engine when any one knob changes", "[planner
 }
 
 TEST_CASE("the estimate follows the engine when any one knob of a MoE plan changes", "[planner][estimate][plan_knobs][moe]") {
-    ModelSpec m = test::gpt_shape("moe", 4, 2048, 16, 32000, 2048);
-    m.ffn = FfnKind::swiglu;
-    m.norm = NormKind::rmsnorm;
-    m.position = PositionKind::rope;
-    m.moe = test::moe_spec(8, 2, 2048);
+    const ModelSpec m = test::llama_moe(4, 2048, 16, 2048, 8, 2, 2048);
     const ClusterSpec c = test::dgx_cluster("H100-SXM5-80GB", 2);
     for (const char* base : {
              R"({"global_batch": 64, "tp": 2, "dp": 8, "ep": 4, "sequence_parallel": true, "zero_stage": 1})",

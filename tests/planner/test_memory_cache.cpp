@@ -14,6 +14,7 @@
 #include "strata/lowering/spec_io.hpp"
 #include "strata/lowering/memory.hpp"
 #include "support/dgx.hpp"
+#include "support/estimate_checks.hpp"
 #include "support/gpt.hpp"
 
 using namespace strata;
@@ -194,19 +195,7 @@ TEST_CASE("the estimator's warm caches give a fresh estimator's answers", "[plan
         if (n++ % 53 != 0) return true;
         planner::Estimator fresh(m, c, hw);
         const planner::FastEstimate b = fresh.estimate(p);
-        REQUIRE(a.step_time_s == b.step_time_s);
-        REQUIRE(a.tokens_per_s == b.tokens_per_s);
-        REQUIRE(a.tflops_per_gpu == b.tflops_per_gpu);
-        REQUIRE(a.mfu == b.mfu);
-        REQUIRE(a.compute_s == b.compute_s);
-        REQUIRE(a.bubble_s == b.bubble_s);
-        REQUIRE(a.exposed_comm_s == b.exposed_comm_s);
-        REQUIRE(a.recompute_s == b.recompute_s);
-        REQUIRE(a.optimizer_s == b.optimizer_s);
-        REQUIRE(a.offload_s == b.offload_s);
-        REQUIRE(a.hbm_bytes == b.hbm_bytes);
-        REQUIRE(a.fits == b.fits);
-        REQUIRE(a.near_fit == b.near_fit);
+        test::require_same_estimate(a, b);
         // ... and its bytes are the named tensor lists' (the uncached memory estimate).
         const MemoryReport r = memory_estimate(m, p, warm.capacities());
         REQUIRE(a.hbm_bytes == r.hbm_bytes);

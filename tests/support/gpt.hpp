@@ -34,4 +34,16 @@ inline sim::MoeSpec moe_spec(int experts, int top_k, std::int64_t expert_ffn_hid
     return moe;
 }
 
+/// A Llama-style MoE model (SwiGLU, RMSNorm, RoPE) of `experts` experts of width `expert_ffn_hidden`,
+/// top-`top_k`, every layer MoE; the vocabulary 32000.
+inline sim::ModelSpec llama_moe(int layers, std::int64_t hidden, int heads, std::int64_t seq, int experts, int top_k,
+                                std::int64_t expert_ffn_hidden) {
+    sim::ModelSpec m = gpt_shape("moe", layers, hidden, heads, 32000, seq);
+    m.ffn = sim::FfnKind::swiglu;
+    m.norm = sim::NormKind::rmsnorm;
+    m.position = sim::PositionKind::rope;
+    m.moe = moe_spec(experts, top_k, expert_ffn_hidden);
+    return m;
+}
+
 }  // namespace strata::test

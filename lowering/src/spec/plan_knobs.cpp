@@ -182,8 +182,9 @@ ojson list_json(const std::vector<int>& v) {
 
 // ---- rows with rules of their own ----
 
-void read_label(JsonReader& r, const char* key, PlanSpec& p) {
-    (std::string_view(key) == "name" ? p.name : p.description) = r.str_or(key, "");
+template <auto M>
+void read_text(JsonReader& r, const char* key, PlanSpec& p) {
+    p.*M = r.str_or(key, "");
 }
 
 void read_framework(JsonReader& r, const char* key, PlanSpec& p) {
@@ -361,8 +362,8 @@ const std::vector<Knob>& table() {
         using P = PlanSpec;
         const auto nothing = [](const PlanSpec&, std::vector<i64>&) {};
         std::vector<Knob> t;
-        t.push_back({"name", read_label, [](const P& p) -> ojson { return p.name; }, nothing, nullptr, Written::always, nullptr, "[\"a\"]"});
-        t.push_back({"description", read_label, [](const P& p) -> ojson { return p.description; }, nothing, nullptr, Written::always, nullptr, "[\"a\"]"});
+        t.push_back({"name", read_text<&P::name>, write_scalar<&P::name>, nothing, nullptr, Written::always, nullptr, "[\"a\"]"});
+        t.push_back({"description", read_text<&P::description>, write_scalar<&P::description>, nothing, nullptr, Written::always, nullptr, "[\"a\"]"});
         t.push_back({"framework", read_framework, [](const P& p) -> ojson { return p.framework; },
                      [](const P& p, std::vector<i64>& k) { encode_text(p.framework, k); }, nullptr, Written::custom,
                      [](const P& p) { return !p.framework.empty(); }, "[\"megatron-core\", \"torchtitan\", \"deepspeed\"]"});
