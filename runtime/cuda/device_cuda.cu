@@ -243,7 +243,7 @@ public:
         a.blocks = (seq + a.rows - 1) / a.rows;
         return a;
     }
-    void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d) override {
+    void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop) override {
         const AttnPlan a = attn_plan(T, seq, hq, 1);
         const i64 n = a.items * seq * d, hs = seq * d, ss = seq * seq;
         const float scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -256,7 +256,7 @@ public:
                 const i64 r0 = k * a.rows, m = std::min(a.rows, seq - r0), keys = r0 + m;
                 gemm(false, true, m, keys, d, Q + i0 * hs + r0 * d, d, hs, K + i0 * hs, d, hs, S + r0 * seq, seq, ss, ni, 1.0f, 0.0f);
             }
-            k_softmax_causal<<<dim3(static_cast<unsigned>(seq), static_cast<unsigned>(ni)), kThreads, 0, stream_>>>(S, lse, seq, hq, i0, scale);
+            k_softmax_causal<<<dim3(static_cast<unsigned>(seq), static_cast<unsigned>(ni)), kThreads, 0, stream_>>>(S, lse, seq, hq, i0, scale, drop);
             LAUNCHED();
             for (i64 k = 0; k < a.blocks; ++k) {  // O[block k] = P[block k, keys] V[keys]
                 const i64 r0 = k * a.rows, m = std::min(a.rows, seq - r0), keys = r0 + m;
@@ -266,7 +266,7 @@ public:
         launch1(k_attn_heads, n, out, O, seq, hq, d, n, true);
     }
     void attention_backward(float* dqkv, const float* qkv, const float* out, const float* lse, const float* dout, i64 T, i64 seq,
-                            i64 hq, i64 hkv, i64 d) override {
+                            i64 hq, i64 hkv, i64 d, const Dropout& drop) override {
         const AttnPlan a = attn_plan(T, seq, hq, 2);
         const i64 n = a.items * seq * d, hs = seq * d, ss = seq * seq;
         const float scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -288,7 +288,7 @@ public:
                 gemm(false, true, m, keys, d, dO + q0 + r0 * d, d, hs, V + q0, d, hs, dP + r0 * seq, seq, ss, ni, 1.0f, 0.0f);
             }
             k_softmax_causal_bwd<<<dim3(static_cast<unsigned>(seq), static_cast<unsigned>(ni)), kThreads, 0, stream_>>>(S, dP, lse, D, seq, hq,
-                                                                                                                      i0, scale);
+                                                                                                                      i0, scale, drop);
             LAUNCHED();
             for (i64 k = 0; k < a.blocks; ++k) {
                 const i64 r0 = k * a.rows, m = std::min(a.rows, seq - r0), keys = r0 + m;
@@ -300,6 +300,14 @@ public:
         }
         launch1(k_attn_merge_grads, T * (hq + 2 * hkv) * d, dqkv, dQ, dK, dV, seq, hq, hkv, d, T * (hq + 2 * hkv) * d);
     }
+    void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, i64 seq, const Dropout& drop) override {
+        launch1(k_dropout_fwd, T * C, y, mask, x, T * C, C, seq, drop);
+    }
+    void dropout_add(float* out, float* mask, const float* a, const float* b, const float* bias, i64 T, i64 C, i64 seq,
+                     const Dropout& drop) override {
+        launch1(k_dropout_add, T * C, out, mask, a, b, bias, T * C, C, seq, drop);
+    }
+    void mul(float* out, const float* a, const float* b, i64 n) override { launch1(k_mul, n, out, a, b, n); }
     void embedding_forward(float* out, const float* tokens, const float* table, i64 first, i64 rows, i64 T, i64 C) override {
         launch1(k_embedding_fwd, T * C, out, tokens, table, first, rows, T, C);
     }

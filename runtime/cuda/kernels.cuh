@@ -103,6 +103,32 @@ __global__ void k_add(float* out, const float* a, const float* b, const float* b
     if (i < T * C) out[i] = a[i] + b[i] + (bias ? bias[i % C] : 0.0f);
 }
 
+// ---- dropout (dropout.hpp; without context parallelism a row's position is row % seq) ----
+__device__ float hidden_drop(const Dropout& d, i64 i, i64 C, i64 seq) {
+    const i64 row = d.row0 + i / C;
+    const auto tok = static_cast<std::uint64_t>((d.sample0 + row / seq) * seq + row % seq);
+    return dropout_scale(d.key, tok, static_cast<std::uint64_t>(i % C), d.p);
+}
+__global__ void k_dropout_fwd(float* y, float* mask, const float* x, i64 n, i64 C, i64 seq, Dropout d) {
+    const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (i >= n) return;
+    const float z = hidden_drop(d, i, C, seq);
+    mask[i] = z;
+    y[i] = x[i] * z;
+}
+__global__ void k_dropout_add(float* out, float* mask, const float* a, const float* b, const float* bias, i64 n, i64 C, i64 seq,
+                              Dropout d) {
+    const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (i >= n) return;
+    const float z = hidden_drop(d, i, C, seq);
+    mask[i] = z;
+    out[i] = a[i] + z * (b[i] + (bias ? bias[i % C] : 0.0f));
+}
+__global__ void k_mul(float* out, const float* a, const float* b, i64 n) {
+    const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (i < n) out[i] = a[i] * b[i];
+}
+
 // ---- norms: one block per row ----
 // A row's mean (LayerNorm; 0 for RMSNorm) and 1 / sqrt(variance + eps), in every thread of the block.
 __device__ void row_stats(const float* xr, i64 C, bool ln, float* sh, float* mean, float* rstd) {
@@ -232,7 +258,14 @@ __global__ void k_attn_merge_grads(float* dqkv, const float* dQ, const float* dK
 }
 // Scores of `items` heads from item0, [item][seq][seq]: S -> P = exp(S scale - lse) on and below
 // the diagonal, 0 above; lse[(b seq + i) hq + h]. A block per row (gridDim.y: items).
-__global__ void k_softmax_causal(float* S, float* lse, i64 seq, i64 hq, i64 item0, float scale) {
+// The attention dropout of row i, key j of item (dropout.hpp): 1 when off.
+__device__ float attn_drop(const Dropout& d, i64 item, i64 hq, i64 seq, i64 i, i64 j) {
+    if (!(d.p > 0)) return 1.0f;
+    const auto row = static_cast<std::uint64_t>(((d.sample0 + item / hq) * d.heads + d.head0 + item % hq) * seq + i);
+    return dropout_scale(d.key, row, static_cast<std::uint64_t>(j), d.p);
+}
+// With dropout the probabilities are dropped once lse is taken (P z feeds P V).
+__global__ void k_softmax_causal(float* S, float* lse, i64 seq, i64 hq, i64 item0, float scale, Dropout d) {
     __shared__ float sh[32];
     const i64 i = blockIdx.x, item = item0 + blockIdx.y;
     float* row = S + (static_cast<i64>(blockIdx.y) * seq + i) * seq;
@@ -243,19 +276,22 @@ __global__ void k_softmax_causal(float* S, float* lse, i64 seq, i64 hq, i64 item
     for (i64 j = threadIdx.x; j <= i; j += blockDim.x) s += expf(row[j] * scale - mx);
     s = block_sum(s, sh);
     const float l = mx + logf(s);
-    for (i64 j = threadIdx.x; j < seq; j += blockDim.x) row[j] = j <= i ? expf(row[j] * scale - l) : 0.0f;
+    for (i64 j = threadIdx.x; j < seq; j += blockDim.x) row[j] = j <= i ? expf(row[j] * scale - l) * attn_drop(d, item, hq, seq, i, j) : 0.0f;
     if (threadIdx.x == 0) lse[((item / hq) * seq + i) * hq + item % hq] = l;
 }
-// Backward: S -> P from the saved lse, dP -> dS = P (dP - D) scale, D[item][i] = dout . out.
-__global__ void k_softmax_causal_bwd(float* S, float* dP, const float* lse, const float* D, i64 seq, i64 hq, i64 item0, float scale) {
+// Backward: S -> P z from the saved lse (what dV needs), dP -> dS = P (z dP - D) scale,
+// D[item][i] = dout . out.
+__global__ void k_softmax_causal_bwd(float* S, float* dP, const float* lse, const float* D, i64 seq, i64 hq, i64 item0, float scale,
+                                     Dropout d) {
     const i64 i = blockIdx.x, item = item0 + blockIdx.y;
     const float l = lse[((item / hq) * seq + i) * hq + item % hq], Di = D[item * seq + i];
     float* prow = S + (static_cast<i64>(blockIdx.y) * seq + i) * seq;
     float* drow = dP + (static_cast<i64>(blockIdx.y) * seq + i) * seq;
     for (i64 j = threadIdx.x; j < seq; j += blockDim.x) {
         const float p = j <= i ? expf(prow[j] * scale - l) : 0.0f;
-        prow[j] = p;
-        drow[j] = j <= i ? p * (drow[j] - Di) * scale : 0.0f;  // never read above the diagonal: no stale NaN
+        const float z = j <= i ? attn_drop(d, item, hq, seq, i, j) : 1.0f;
+        prow[j] = p * z;
+        drow[j] = j <= i ? p * (drow[j] * z - Di) * scale : 0.0f;  // never read above the diagonal: no stale NaN
     }
 }
 // D[item][t] = sum over the head's columns of dout * out (per-head layout).

@@ -168,15 +168,56 @@ void rope(float* qkv, i64 T, const Positions& where, i64 hq, i64 hkv, i64 d, boo
 
 // Without context parallelism a rank's block is all there is: the block kernels below, on the
 // rank's own keys.
-void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d) {
+void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop) {
     const Positions all{seq, 1, 0};
-    attention_block_forward(out, lse, qkv, qkv + hq * d, (hq + 2 * hkv) * d, all, all, T, hq, hkv, d, false);
+    attention_block_forward(out, lse, qkv, qkv + hq * d, (hq + 2 * hkv) * d, all, all, T, hq, hkv, d, false, drop);
 }
 
 void attention_backward(float* dqkv, const float* qkv, const float* out, const float* lse, const float* dout, i64 T,
-                        i64 seq, i64 hq, i64 hkv, i64 d) {
+                        i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop) {
     const Positions all{seq, 1, 0};
-    attention_block_backward(dqkv, nullptr, (hq + 2 * hkv) * d, qkv, qkv + hq * d, out, lse, dout, all, all, T, hq, hkv, d, false);
+    attention_block_backward(dqkv, nullptr, (hq + 2 * hkv) * d, qkv, qkv + hq * d, out, lse, dout, all, all, T, hq, hkv, d, false, drop);
+}
+
+namespace {
+// The attention dropout's first hash word for query row t, head h (dropout.hpp); the key's
+// position is the second.
+std::uint64_t attn_drop_row(const Dropout& drop, const Positions& qpos, i64 t, i64 h) {
+    const i64 sample = drop.sample0 + t / qpos.local();
+    return static_cast<std::uint64_t>((sample * drop.heads + drop.head0 + h) * qpos.seq + qpos(t));
+}
+// Sequence and position of a hidden-state row, as one token number.
+std::uint64_t token_of(const Dropout& drop, const Positions& where, i64 r) {
+    const i64 row = drop.row0 + r;
+    return static_cast<std::uint64_t>((drop.sample0 + row / where.local()) * where.seq + where(row));
+}
+}  // namespace
+
+void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, const Dropout& drop, const Positions& where) {
+    for (i64 t = 0; t < T; ++t) {
+        const std::uint64_t a = token_of(drop, where, t);
+        for (i64 c = 0; c < C; ++c) {
+            const float z = dropout_scale(drop.key, a, static_cast<std::uint64_t>(c), drop.p);
+            mask[t * C + c] = z;
+            y[t * C + c] = x[t * C + c] * z;
+        }
+    }
+}
+
+void dropout_add(float* out, float* mask, const float* a, const float* b, const float* bias, i64 T, i64 C, const Dropout& drop,
+                 const Positions& where) {
+    for (i64 t = 0; t < T; ++t) {
+        const std::uint64_t tok = token_of(drop, where, t);
+        for (i64 c = 0; c < C; ++c) {
+            const float z = dropout_scale(drop.key, tok, static_cast<std::uint64_t>(c), drop.p);
+            mask[t * C + c] = z;
+            out[t * C + c] = a[t * C + c] + z * (b[t * C + c] + (bias ? bias[c] : 0.0f));
+        }
+    }
+}
+
+void mul(float* out, const float* a, const float* b, i64 n) {
+    for (i64 i = 0; i < n; ++i) out[i] = a[i] * b[i];
 }
 
 void embedding_forward(float* out, const float* tokens, const float* table, i64 first, i64 rows, i64 T, i64 C) {
@@ -214,7 +255,7 @@ void position_backward(float* dpos, const float* d, i64 T, const Positions& wher
 // local() rows of each sequence, in order), visible where the key's position is not after the
 // query's.
 void attention_block_forward(float* out, float* lse, const float* qkv, const float* kv, i64 kv_stride, const Positions& qpos,
-                             const Positions& kpos, i64 T, i64 hq, i64 hkv, i64 d, bool merge) {
+                             const Positions& kpos, i64 T, i64 hq, i64 hkv, i64 d, bool merge, const Dropout& drop) {
     const i64 row = (hq + 2 * hkv) * d, group = hq / hkv, Ls = qpos.local();
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
     std::vector<float> p(static_cast<std::size_t>(Ls)), o(static_cast<std::size_t>(d));
@@ -237,13 +278,15 @@ void attention_block_forward(float* out, float* lse, const float* qkv, const flo
             if (mx == -std::numeric_limits<float>::infinity()) continue;  // nothing visible in this block
             float sum = 0;
             std::fill(o.begin(), o.end(), 0.0f);
+            const std::uint64_t drow = drop.on() ? attn_drop_row(drop, qpos, t, h) : 0;
             for (i64 j = first; j < first + Ls; ++j) {
                 const float sc = p[static_cast<std::size_t>(j - first)];
                 if (sc == -std::numeric_limits<float>::infinity()) continue;
                 const float e = std::exp(sc - mx);
-                sum += e;
+                sum += e;  // the softmax's sum is of the undropped probabilities
+                const float ez = drop.on() ? e * dropout_scale(drop.key, drow, static_cast<std::uint64_t>(kpos(j)), drop.p) : e;
                 const float* v = kv + j * kv_stride + vh * d;
-                for (i64 i = 0; i < d; ++i) o[static_cast<std::size_t>(i)] += e * v[i];
+                for (i64 i = 0; i < d; ++i) o[static_cast<std::size_t>(i)] += ez * v[i];
             }
             const float lb = mx + std::log(sum);
             float* dst = out + t * hq * d + h * d;
@@ -263,7 +306,7 @@ void attention_block_forward(float* out, float* lse, const float* qkv, const flo
 
 void attention_block_backward(float* dqkv, float* dkv, i64 kv_stride, const float* qkv, const float* kv, const float* out,
                               const float* lse, const float* dout, const Positions& qpos, const Positions& kpos, i64 T, i64 hq,
-                              i64 hkv, i64 d, bool accumulate) {
+                              i64 hkv, i64 d, bool accumulate, const Dropout& drop) {
     const i64 row = (hq + 2 * hkv) * d, group = hq / hkv, Ls = qpos.local();
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
     // Where the key and value gradients go: the block's own buffer, or this rank's dqkv columns.
@@ -282,6 +325,7 @@ void attention_block_backward(float* dqkv, float* dkv, i64 kv_stride, const floa
             float D = 0;
             for (i64 i = 0; i < d; ++i) D += dO[i] * o[i];
             float* dq = dqkv + t * row + h * d;
+            const std::uint64_t drow = drop.on() ? attn_drop_row(drop, qpos, t, h) : 0;
             for (i64 j = first; j < first + Ls; ++j) {
                 if (kpos(j) > qp) continue;
                 const float* k = kv + j * kv_stride + kh * d;
@@ -292,13 +336,16 @@ void attention_block_backward(float* dqkv, float* dkv, i64 kv_stride, const floa
                     dp += dO[i] * v[i];
                 }
                 const float pr = std::exp(sc * scale - lse[t * hq + h]);
-                const float ds = pr * (dp - D) * scale;
+                // Through the mask z: out used P z, so dP = z (dO . v) and dV gets P z dO; D = dO . out
+                // is still the sum of P dP (FlashAttention's backward with dropout).
+                const float z = drop.on() ? dropout_scale(drop.key, drow, static_cast<std::uint64_t>(kpos(j)), drop.p) : 1.0f;
+                const float ds = pr * (dp * z - D) * scale;
                 float* dk = kvg + j * kvg_stride + kh * d;
                 float* dv = kvg + j * kvg_stride + vh * d;
                 for (i64 i = 0; i < d; ++i) {
                     dq[i] += ds * k[i];
                     dk[i] += ds * q[i];
-                    dv[i] += pr * dO[i];
+                    dv[i] += pr * z * dO[i];
                 }
             }
         }

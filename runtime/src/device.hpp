@@ -63,9 +63,15 @@ public:
     virtual void add(float* out, const float* a, const float* b, const float* bias, i64 T, i64 C) = 0;
     /// Without context parallelism only (where(t) = t % seq).
     virtual void rope(float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, bool inverse) = 0;
-    virtual void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d) = 0;
+    virtual void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d,
+                                   const Dropout& drop) = 0;
     virtual void attention_backward(float* dqkv, const float* qkv, const float* out, const float* lse, const float* dout, i64 T,
-                                    i64 seq, i64 hq, i64 hkv, i64 d) = 0;
+                                    i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop) = 0;
+    /// Hidden-state dropout without context parallelism (row r at position (drop.row0 + r) % seq).
+    virtual void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, i64 seq, const Dropout& drop) = 0;
+    virtual void dropout_add(float* out, float* mask, const float* a, const float* b, const float* bias, i64 T, i64 C, i64 seq,
+                             const Dropout& drop) = 0;
+    virtual void mul(float* out, const float* a, const float* b, i64 n) = 0;
     virtual void embedding_forward(float* out, const float* tokens, const float* table, i64 first, i64 rows, i64 T, i64 C) = 0;
     virtual void embedding_backward(float* dtable, const float* tokens, const float* dout, i64 first, i64 rows, i64 T, i64 C) = 0;
     /// Without context parallelism (where(t) = t % seq).
@@ -83,7 +89,7 @@ public:
 };
 
 /// The module's entry point: a new device on GPU 0, or null with the reason in `why`.
-constexpr int kDeviceApiVersion = 1;
+constexpr int kDeviceApiVersion = 2;  // 2: dropout
 constexpr const char* kCudaModuleFile = "libstrata_runtime_cuda.so";
 constexpr const char* kCudaModuleSymbol = "strata_runtime_cuda_create";
 using CreateDevice = Device* (*)(int api_version, std::string* why);

@@ -67,16 +67,18 @@ void RankState::compute(std::size_t i) {
         case Op::attention_fwd: {
             const DataTensor &qkv = a.in(0), &out = a.out(0);
             const i64 hq = out.cols / hd, hkv = (qkv.cols / hd - hq) / 2;
+            const Dropout drop = dropout(in, DropoutSite::attention_probs, qkv);
             if (name == "attention") {
-                KERNEL(attention_forward, O(0), O(1), I(0), qkv.rows, m.seq_len, hq, hkv, hd);
+                KERNEL(attention_forward, O(0), O(1), I(0), qkv.rows, m.seq_len, hq, hkv, hd, drop);
             } else if (dev_) {
                 fail(i, "context parallelism is not executed by the cuda backend");
             } else if (name == "attention.local") {  // context parallelism: this rank's own block
-                cpu::attention_block_forward(O(0), O(1), I(0), I(0) + hq * hd, qkv.cols, positions(), positions(), qkv.rows, hq, hkv, hd, false);
+                cpu::attention_block_forward(O(0), O(1), I(0), I(0) + hq * hd, qkv.cols, positions(), positions(), qkv.rows, hq, hkv, hd, false,
+                                             drop);
             } else {  // a block passed along the ring, merged in
                 const DataTensor& kv = a.in(1);
                 cpu::attention_block_forward(O(0), O(1), I(0), I(1), kv.cols, positions(), positions(ring_source(kv.ring)), qkv.rows, hq, hkv,
-                                             hd, true);
+                                             hd, true, drop);
             }
             return;
         }
@@ -85,17 +87,18 @@ void RankState::compute(std::size_t i) {
             const bool ring_block = name == "attention.remote";
             const DataTensor &qkv = a.in(0), &out = a.in(ring_block ? 2 : 1);
             const i64 hq = out.cols / hd, hkv = (qkv.cols / hd - hq) / 2;
+            const Dropout drop = dropout(in, DropoutSite::attention_probs, qkv);
             if (name == "attention") {
-                KERNEL(attention_backward, O(0), I(0), I(1), I(2), I(3), qkv.rows, m.seq_len, hq, hkv, hd);
+                KERNEL(attention_backward, O(0), I(0), I(1), I(2), I(3), qkv.rows, m.seq_len, hq, hkv, hd, drop);
             } else if (dev_) {
                 fail(i, "context parallelism is not executed by the cuda backend");
             } else if (name == "attention.local") {
                 cpu::attention_block_backward(O(0), nullptr, qkv.cols, I(0), I(0) + hq * hd, I(1), I(2), I(3), positions(), positions(),
-                                              qkv.rows, hq, hkv, hd, false);
+                                              qkv.rows, hq, hkv, hd, false, drop);
             } else {  // ins {qkv, kv, out, lse, dout, dqkv} -> {dqkv, the block's K/V gradient}
                 const DataTensor& kv = a.in(1);
                 cpu::attention_block_backward(O(0), O(1), kv.cols, I(0), I(1), I(2), I(3), I(4), positions(),
-                                              positions(ring_source(kv.ring)), qkv.rows, hq, hkv, hd, true);
+                                              positions(ring_source(kv.ring)), qkv.rows, hq, hkv, hd, true, drop);
             }
             return;
         }
@@ -206,8 +209,8 @@ void RankState::compute(std::size_t i) {
         }
     } else if (name == "residual1" || name == "residual2") {
         if (!backward(in.phase)) {
-            // {x, y[, bias][, z]}: a bias is one row; a whole tensor beside them (MoE's shared
-            // experts under SP) is added too.
+            // {x, y[, bias][, z]} -> {out[, dropout mask]}: a bias is one row; a whole tensor beside
+            // them (MoE's shared experts under SP) is added too.
             const DataTensor& c = a.out(0);
             const float* b = nullptr;
             int whole = -1;
@@ -215,15 +218,41 @@ void RankState::compute(std::size_t i) {
                 if (a.in(k).rows == 1) b = I(k);
                 else whole = k;
             }
+            if (whole >= 0 && dev_) fail(i, "a residual add of three tensors is not executed by the cuda backend");
+            if (nout > 1) {  // bias-dropout-add: the branch (with its bias) through the mask
+                const float* y = I(1);
+                std::vector<float> branch;
+                if (whole >= 0) {
+                    branch.assign(y, y + c.elements());
+                    cpu::add(branch.data(), branch.data(), I(whole), nullptr, c.rows, c.cols);
+                    y = branch.data();
+                }
+                const Dropout drop = dropout(in, name == "residual1" ? DropoutSite::attention_out : DropoutSite::mlp_out, c);
+                if (dev_) dev_->dropout_add(O(0), O(1), I(0), y, b, c.rows, c.cols, m.seq_len, drop);
+                else cpu::dropout_add(O(0), O(1), I(0), y, b, c.rows, c.cols, drop, positions());
+                return;
+            }
             KERNEL(add, O(0), I(0), I(1), b, c.rows, c.cols);
             if (whole >= 0) {
-                if (dev_) fail(i, "a residual add of three tensors is not executed by the cuda backend");
                 float* y = O(0);
                 cpu::add(y, y, I(whole), nullptr, c.rows, c.cols);
             }
+        } else if (nin > 1) {  // {dy, mask} -> {the branch's gradient[, bias grad]}
+            const DataTensor& d = a.in(0);
+            KERNEL(mul, O(0), I(0), I(1), d.elements());
+            if (nout > 1) KERNEL(bias_grad, O(1), O(0), d.rows, d.cols);
         } else if (nout > 0) {  // the skip path passes the gradient on; only a bias takes its sum
             const DataTensor& d = a.in(0);
             KERNEL(bias_grad, O(0), I(0), d.rows, d.cols);
+        }
+    } else if (name == "embedding.dropout") {  // {x} -> {x, mask}; backward {dx, mask} -> {dx}, in place
+        const DataTensor& x = a.in(0);
+        if (!backward(in.phase)) {
+            const Dropout drop = dropout(in, DropoutSite::embedding, x);
+            if (dev_) dev_->dropout_forward(O(0), O(1), I(0), x.rows, x.cols, m.seq_len, drop);
+            else cpu::dropout_forward(O(0), O(1), I(0), x.rows, x.cols, drop, positions());
+        } else {
+            KERNEL(mul, O(0), I(0), I(1), x.elements());
         }
     } else if (name == "rope") {
         const DataTensor& q = a.in(0);

@@ -21,6 +21,7 @@ using namespace sim;
 namespace {
 bool tracked(TensorRole r, Tier t) {
     return r == TensorRole::activation || r == TensorRole::grad || r == TensorRole::weight_grad || r == TensorRole::stats || r == TensorRole::tokens ||
+           r == TensorRole::mask ||
            (r == TensorRole::optimizer_state && t == Tier::cpu);
 }
 }  // namespace
@@ -122,6 +123,7 @@ TrackedBuffer RankState::buffer(i64 n, Tier t, const std::string& what, bool zer
 
 double RankState::elem_bytes(const DataTensor& t) const {
     const PlanSpec& p = w_.plan;
+    if (t.role == TensorRole::mask) return 1.0;  // PyTorch's bool mask, whatever the precision
     if (p.precision == Precision::fp32) return 4.0;
     switch (t.role) {
         case TensorRole::activation:
@@ -134,8 +136,32 @@ double RankState::elem_bytes(const DataTensor& t) const {
         case TensorRole::tokens:
         case TensorRole::stats:
         case TensorRole::optimizer_state: return 4.0;
+        case TensorRole::mask: return 1.0;
     }
     return 4.0;
+}
+
+i64 RankState::first_sample(int microbatch) const {
+    const PlanSpec& p = w_.plan;
+    const i64 m = p.micro_batches(), b = p.micro_batch;
+    const i64 step = w_.options.data.fixed_batch ? 0 : w_.step;
+    return step * p.global_batch + static_cast<i64>(dp_rank_) * m * b + (microbatch % m) * b;
+}
+
+// Keyed by what the elements are, not by who holds them (dropout.hpp); a fixed batch keeps its
+// masks too, so that a gradient check sees one function of the parameters.
+Dropout RankState::dropout(const Instr& in, DropoutSite site, const DataTensor& t) const {
+    Dropout d;
+    if (!(w_.model.dropout > 0)) return d;
+    const i64 step = w_.options.data.fixed_batch ? 0 : w_.step;
+    d.p = static_cast<float>(w_.model.dropout);
+    d.key = dropout_key(w_.options.seed, step, in.layer, site);
+    d.sample0 = first_sample(t.microbatch);
+    const i64 rows = w_.plan.micro_batch * positions().local();
+    d.row0 = t.rows < rows ? tp_rank_ * t.rows : 0;  // a sequence-parallel shard
+    d.heads = w_.model.heads;
+    d.head0 = tp_rank_ * (d.heads / tp_size_);
+    return d;
 }
 
 void RankState::to_host(float* host, const float* src, i64 n) const {
@@ -242,12 +268,8 @@ float* RankState::tensor(int id, bool write, std::size_t at) {
     if (t.role == TensorRole::tokens && w_.options.memory_only) {
         l.pending = token_reads_[id];
     } else if (t.role == TensorRole::tokens) {
-        // Rows of this micro-batch: Megatron's order, the data-parallel rank's contiguous slice.
-        const PlanSpec& p = w_.plan;
-        const i64 m = p.micro_batches(), b = p.micro_batch, s = w_.model.seq_len;
-        const i64 mb = t.microbatch % m;
-        const i64 step = w_.options.data.fixed_batch ? 0 : w_.step;
-        const i64 first = step * p.global_batch + static_cast<i64>(dp_rank_) * m * b + mb * b;
+        const i64 b = w_.plan.micro_batch, s = w_.model.seq_len;
+        const i64 first = first_sample(t.microbatch);
         const cpu::Positions where = positions();
         std::vector<float> whole(static_cast<std::size_t>(s * 2));
         std::vector<float> staged(dev_ ? static_cast<std::size_t>(l.buf.size()) : 0);  // the device's tokens, built here

@@ -300,6 +300,11 @@ private:
     std::unordered_map<std::size_t, A2aReceived> a2a_;          ///< by instruction: where a posted all-to-all's rows land
     /// Where this rank's rows (or those of the CP rank `owner`) sit in their sequences.
     cpu::Positions positions(int owner = -1) const { return {w_.model.seq_len, cp_size_, owner < 0 ? cp_rank_ : owner}; }
+    /// Global index of the first sequence of a micro-batch (DataTensor::microbatch) on this rank:
+    /// Megatron's order, the data-parallel rank's contiguous slice of the global batch.
+    i64 first_sample(int microbatch) const;
+    /// The dropout of instruction `in` at `site` over the rows of tensor t (off without dropout).
+    Dropout dropout(const sim::Instr& in, DropoutSite site, const sim::DataTensor& t) const;
     /// The CP rank whose block arrives `ring` places back along the ring.
     int ring_source(int ring) const { return ((cp_rank_ - ring) % cp_size_ + cp_size_) % cp_size_; }
     Pool gpu_;  ///< this rank's gpu tier

@@ -20,6 +20,9 @@ using namespace strata::sim;
 using namespace strata::test;
 using runtime::Device;
 namespace cpu = strata::runtime::cpu;
+using runtime::Dropout;
+using runtime::DropoutSite;
+using runtime::dropout_key;
 
 namespace {
 
@@ -154,6 +157,23 @@ TEST_CASE("cuda kernels match the cpu kernels", "[runtime][cuda]") {
         d.add(Y.p, X.p, DY.p, B.p, T, F);
         same(s, Y.get(), "add with bias");
     }
+    SECTION("dropout: the same mask on both backends, a shard's rows at their place") {
+        const i64 seq = 12, T = 3 * seq, C = 20;
+        const auto x = randoms(T * C, 40), y = randoms(T * C, 41), b = randoms(C, 42);
+        const Dropout drop{0.25f, dropout_key(9, 2, 3, DropoutSite::mlp_out), 4, seq / 2, 0, 0};  // a shard from mid-sequence
+        std::vector<float> out(T * C), mask(T * C), dx(T * C);
+        cpu::dropout_add(out.data(), mask.data(), x.data(), y.data(), b.data(), T, C, drop, cpu::Positions{seq, 1, 0});
+        Dev X(d, x), Y(d, y), B(d, b), O(d, std::vector<float>(T * C)), M(d, std::vector<float>(T * C));
+        d.dropout_add(O.p, M.p, X.p, Y.p, B.p, T, C, seq, drop);
+        same(mask, M.get(), "dropout mask");
+        same(out, O.get(), "bias-dropout-add");
+        cpu::dropout_forward(dx.data(), mask.data(), x.data(), T, C, drop, cpu::Positions{seq, 1, 0});
+        d.dropout_forward(O.p, M.p, X.p, T, C, seq, drop);
+        same(dx, O.get(), "dropout");
+        cpu::mul(dx.data(), y.data(), mask.data(), T * C);
+        d.mul(O.p, Y.p, M.p, T * C);
+        same(dx, O.get(), "through the mask");
+    }
     SECTION("rotary embedding and its inverse") {
         const i64 seq = 16, T = 2 * seq, hq = 4, hkv = 2, hd = 16, row = (hq + 2 * hkv) * hd;
         const auto qkv = randoms(T * row, 18);
@@ -169,16 +189,19 @@ TEST_CASE("cuda kernels match the cpu kernels", "[runtime][cuda]") {
         struct Shape {
             i64 seq, batch, hq, hkv, hd;
         };
-        for (const Shape sh : {Shape{24, 2, 4, 2, 16}, Shape{40, 3, 2, 2, 64}, Shape{7, 1, 3, 1, 8}, Shape{200, 2, 8, 2, 32}}) {
+        for (const Shape sh : {Shape{24, 2, 4, 2, 16}, Shape{40, 3, 2, 2, 64}, Shape{7, 1, 3, 1, 8}, Shape{200, 2, 8, 2, 32}})
+        for (const float p : {0.0f, 0.1f}) {
             const i64 T = sh.seq * sh.batch, row = (sh.hq + 2 * sh.hkv) * sh.hd, od = sh.hq * sh.hd;
             const auto qkv = randoms(T * row, 19), dout = randoms(T * od, 20);
+            // With dropout: the rank's heads start at 1 of 2 hq, its sequences at global index 5.
+            const Dropout drop{p, dropout_key(7, 3, 1, DropoutSite::attention_probs), 5, 0, 1, 2 * sh.hq};
             std::vector<float> out(T * od), lse(T * sh.hq), dqkv(T * row);
-            cpu::attention_forward(out.data(), lse.data(), qkv.data(), T, sh.seq, sh.hq, sh.hkv, sh.hd);
-            cpu::attention_backward(dqkv.data(), qkv.data(), out.data(), lse.data(), dout.data(), T, sh.seq, sh.hq, sh.hkv, sh.hd);
+            cpu::attention_forward(out.data(), lse.data(), qkv.data(), T, sh.seq, sh.hq, sh.hkv, sh.hd, drop);
+            cpu::attention_backward(dqkv.data(), qkv.data(), out.data(), lse.data(), dout.data(), T, sh.seq, sh.hq, sh.hkv, sh.hd, drop);
             Dev Q(d, qkv), DO(d, dout), O(d, std::vector<float>(T * od)), L(d, std::vector<float>(T * sh.hq)), DQ(d, randoms(T * row, 21));
-            d.attention_forward(O.p, L.p, Q.p, T, sh.seq, sh.hq, sh.hkv, sh.hd);
-            d.attention_backward(DQ.p, Q.p, O.p, L.p, DO.p, T, sh.seq, sh.hq, sh.hkv, sh.hd);
-            INFO("seq " << sh.seq << " batch " << sh.batch << " heads " << sh.hq << "/" << sh.hkv << " dim " << sh.hd);
+            d.attention_forward(O.p, L.p, Q.p, T, sh.seq, sh.hq, sh.hkv, sh.hd, drop);
+            d.attention_backward(DQ.p, Q.p, O.p, L.p, DO.p, T, sh.seq, sh.hq, sh.hkv, sh.hd, drop);
+            INFO("seq " << sh.seq << " batch " << sh.batch << " heads " << sh.hq << "/" << sh.hkv << " dim " << sh.hd << " dropout " << p);
             same(out, O.get(), "attention out");
             same(lse, L.get(), "attention lse");
             same(dqkv, DQ.get(), "attention dqkv", 5e-5);
@@ -269,6 +292,10 @@ TEST_CASE("a run on the cuda backend follows the cpu backend's loss curve", "[ru
         PlanSpec p = cpu_plan();
         p.recompute = Recompute::full;
         v.push_back({"GPT, full recompute", tiny_gpt(), p});
+        ModelSpec g = tiny_gpt();
+        g.dropout = 0.3;  // both backends draw the same masks (dropout.hpp)
+        v.push_back({"GPT with dropout, full recompute", g, p});
+        v.push_back({"GPT with dropout", g, cpu_plan()});
         p = cpu_plan();
         p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
         v.push_back({"Llama, optimizer on the CPU", tiny_llama(2), p});

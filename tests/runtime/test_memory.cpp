@@ -56,6 +56,40 @@ TEST_CASE("memory follows the dataflow: recompute, ZeRO and offload move the pea
     CHECK(ssd[2] > 0);
 }
 
+TEST_CASE("dropout: a byte a masked element, held from the forward to the backward", "[runtime][memory][dropout]") {
+    // Korthikanti et al. 2022, Sec. 4.1: the masks of the two residual branches, sbh bytes each
+    // a layer, and the embedding's (Sec. 4.3); FlashAttention redraws its own and keeps none.
+    auto peak = [](const ModelSpec& m, const PlanSpec& p) {
+        runtime::RunOptions o;
+        o.memory_only = true;
+        runtime::Session s(m, cpu_cluster(p.gpus()), p, o);
+        s.step();
+        return s.step().peak_bytes[0];
+    };
+    ModelSpec m = tiny_gpt(4);
+    m.seq_len = m.max_position = 64;  // activations well above the model states
+    ModelSpec d = m;
+    d.dropout = 0.1;
+    for (const Precision prec : {Precision::fp32, Precision::bf16}) {
+        PlanSpec p = cpu_plan();
+        p.precision = prec;
+        const double sbh = static_cast<double>(p.micro_batch) * m.seq_len * m.hidden;
+        const double masks = (2.0 * m.layers + 1) * sbh;
+        INFO(to_string(prec) << ": " << peak(d, p) - peak(m, p) << " B more with dropout, masks " << masks << " B");
+        CHECK(peak(d, p) - peak(m, p) == Approx(masks));
+        // Full recompute: a checkpointed layer redraws its masks before its backward, so the
+        // embedding's and one layer's are held; the backward's peak moves besides, by up to the
+        // branch's own gradient that the masked residual adds (sbh activations; Megatron's
+        // bias-dropout-add returns one too), where without dropout the branch reads the stream's.
+        p.recompute = Recompute::full;
+        const double held = 3 * sbh, branch = sbh * (prec == Precision::fp32 ? 4 : 2);
+        const double more = peak(d, p) - peak(m, p);
+        INFO("full recompute: " << more << " B more");
+        CHECK(more >= held);
+        CHECK(more <= held + branch);
+    }
+}
+
 TEST_CASE("parameters homed on the host: the GPU holds only the units being fetched", "[runtime][memory]") {
     auto peaks = [](const ModelSpec& m, const PlanSpec& p) {
         runtime::Session s(m, cpu_cluster(p.gpus()), p, {});

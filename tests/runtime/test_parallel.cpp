@@ -361,3 +361,26 @@ TEST_CASE("Llama: every parallel variant follows the single-rank loss curve", "[
     v.push_back({"pp 2, interleaved, 8 micro-batches", p});
     check_against_single_rank(tiny_llama(), v);
 }
+
+TEST_CASE("dropout: every parallel variant draws the single rank's masks", "[runtime][parallel][dropout]") {
+    // A mask is a function of what an element is (dropout.hpp), so a split, a recomputation or a
+    // pipeline draws the same one and the curves agree as without dropout.
+    ModelSpec m = tiny_gpt();
+    m.dropout = 0.3;  // well above GPT's 0.1, so that a wrong mask moves the curve beyond the tolerance
+    const std::vector<double> plain = losses(tiny_gpt(), cpu_plan(), kSteps), dropped = losses(m, cpu_plan(), kSteps);
+    for (int i = 0; i < kSteps; ++i) {  // the masks move the loss far beyond the variants' tolerance
+        INFO("step " << i + 1 << ": " << dropped[static_cast<std::size_t>(i)] << " with dropout, " << plain[static_cast<std::size_t>(i)]
+                     << " without");
+        CHECK(std::fabs(dropped[static_cast<std::size_t>(i)] / plain[static_cast<std::size_t>(i)] - 1) > 5 * kTol);
+    }
+    check_against_single_rank(m, variants());
+    // MoE: the mask is on the routed and shared experts' sum, under EP and under TP with SP.
+    ModelSpec moe = tiny_moe();
+    moe.dropout = 0.3;
+    moe.moe->shared_experts = 1;
+    PlanSpec ep = cpu_plan(1, 1, 2);
+    ep.ep = 2;
+    PlanSpec tp = cpu_plan(2);
+    tp.sequence_parallel = true;
+    check_against_single_rank(moe, {{"MoE, dp 2 ep 2", ep}, {"MoE, tp 2 SP", tp}});
+}

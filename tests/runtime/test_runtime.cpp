@@ -54,6 +54,18 @@ TEST_CASE("gradients match finite differences", "[runtime][grad]") {
         m.ffn = FfnKind::relu2;
         check_gradients(m, cpu_plan(), 0, {{"fc1.weight", 0}, {"fc1.bias", 1}, {"fc2.weight", 0}});
     }
+    SECTION("dropout: the embedding's, the attention probabilities', both residual branches'") {
+        // A fixed batch keeps its masks (RankState::dropout), so the loss is one function of the
+        // weights; the masks' zeros make it piecewise smooth, not less differentiable.
+        ModelSpec m = tiny_gpt();
+        m.dropout = 0.2;
+        check_gradients(m, cpu_plan(), 0,
+                        {{"word_embedding.weight", -1}, {"position_embedding.weight", -1}, {"qkv.weight", 0}, {"qkv.bias", 1},
+                         {"proj.weight", 1}, {"proj.bias", 0}, {"fc1.weight", 1}, {"fc2.weight", 0}, {"fc2.bias", 1}});
+        PlanSpec p = cpu_plan(2);
+        p.sequence_parallel = true;  // rank 1's shard of the sequence, its heads
+        check_gradients(m, p, 1, {{"qkv.weight", 0}, {"proj.weight", 1}, {"fc1.weight", 0}, {"fc2.weight", 1}});
+    }
     SECTION("TP 2: a rank's shards of split weights") {
         PlanSpec p = cpu_plan(2);
         check_gradients(tiny_llama(2), p, 1, {{"qkv.weight", 0}, {"fc1.weight", 1}, {"proj.weight", 0}, {"lm_head.weight", -1}});
@@ -104,6 +116,12 @@ TEST_CASE("a checkpoint resumes bit for bit", "[runtime][checkpoint]") {
     CHECK(rz.steps_done == 2);
     CHECK(rz.before == rz.after);
     std::filesystem::remove_all(dir);
+    // Dropout keeps no RNG state to save: a resumed step draws its masks from its step number.
+    ModelSpec g = tiny_gpt();
+    g.dropout = 0.1;
+    const Resumed rd = save_and_resume(g, cpu_plan(2), o, dir);
+    CHECK(rd.before == rd.after);
+    std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("lock-free update: the host's update is one step stale", "[runtime][lockfree]") {
@@ -139,6 +157,85 @@ TEST_CASE("lock-free update: the host's update is one step stale", "[runtime][lo
         CHECK(res.before == res.after);
         std::filesystem::remove_all(dir);
     }
+}
+
+TEST_CASE("dropout masks: p of the elements dropped, the rest scaled, keyed by what an element is", "[runtime][dropout]") {
+    using runtime::Dropout;
+    using runtime::DropoutSite;
+    using runtime::dropout_key;
+    namespace cpu = runtime::cpu;
+    const float p = 0.1f;
+    const std::int64_t seq = 64, T = 4 * seq, C = 256, n = T * C;
+    const cpu::Positions whole{seq, 1, 0};
+    const Dropout d{p, dropout_key(42, 3, 1, DropoutSite::mlp_out), 10, 0, 0, 0};
+    const std::vector<float> ones(static_cast<std::size_t>(n), 1.0f);
+    auto draw = [&](const Dropout& x, std::int64_t rows, const cpu::Positions& where) {
+        std::vector<float> y(static_cast<std::size_t>(rows * C)), mask(y.size());
+        cpu::dropout_forward(y.data(), mask.data(), ones.data(), rows, C, x, where);
+        CHECK(y == mask);
+        return mask;
+    };
+    const std::vector<float> mask = draw(d, T, whole);
+    const auto zeros = std::count(mask.begin(), mask.end(), 0.0f);
+    const auto kept = std::count(mask.begin(), mask.end(), 1.0f / (1.0f - p));
+    CHECK(zeros + kept == n);  // nothing but 0 and 1 / (1 - p): the mean is kept
+    // Binomial(n, p): mean 6553.6, standard deviation 76.8; five of them either way.
+    CHECK(std::fabs(static_cast<double>(zeros) - n * p) < 5 * std::sqrt(n * p * (1 - p)));
+    // Another step or another site is another mask: both drop an element p^2 of the time.
+    const Dropout other{p, dropout_key(42, 4, 1, DropoutSite::mlp_out), 10, 0, 0, 0};
+    const std::vector<float> next = draw(other, T, whole);
+    std::int64_t both = 0;
+    for (std::int64_t i = 0; i < n; ++i) both += mask[static_cast<std::size_t>(i)] == 0 && next[static_cast<std::size_t>(i)] == 0;
+    CHECK(std::fabs(static_cast<double>(both) - n * p * p) < 5 * std::sqrt(n * p * p));
+    CHECK(next != mask);
+    // A sequence-parallel shard (rows from row0 on) draws the whole's rows.
+    Dropout shard = d;
+    shard.row0 = T / 2 + seq / 4;
+    const std::vector<float> half = draw(shard, T / 4, whole);
+    CHECK(std::equal(half.begin(), half.end(), mask.begin() + shard.row0 * C));
+    // Context parallelism: rank 1 of 2 holds chunks 1 and 2 of 4 of each sequence; its rows draw
+    // the whole's rows at those positions.
+    const cpu::Positions cp{seq, 2, 1};
+    const std::vector<float> mine = draw(d, T / 2, cp);
+    for (std::int64_t r = 0; r < T / 2; ++r) {
+        const std::int64_t row = r / cp.local() * seq + cp(r);
+        INFO("cp row " << r << " is the whole's row " << row);
+        CHECK(std::equal(mine.begin() + r * C, mine.begin() + (r + 1) * C, mask.begin() + row * C));
+    }
+    // Attention: out = (P z) V with P the undropped softmax and z drawn for (sequence, model head,
+    // query position, key position), against a direct evaluation; the rank's heads start at 2 of 8.
+    const std::int64_t s = 6, b = 2, hq = 2, hkv = 1, hd = 4, row = (hq + 2 * hkv) * hd;
+    std::vector<float> qkv(static_cast<std::size_t>(b * s * row));
+    for (std::size_t i = 0; i < qkv.size(); ++i) qkv[i] = static_cast<float>(std::sin(0.7 * static_cast<double>(i)));
+    const Dropout a{0.3f, dropout_key(42, 0, 0, DropoutSite::attention_probs), 3, 0, 2, 8};
+    std::vector<float> out(static_cast<std::size_t>(b * s * hq * hd)), lse(static_cast<std::size_t>(b * s * hq));
+    cpu::attention_forward(out.data(), lse.data(), qkv.data(), b * s, s, hq, hkv, hd, a);
+    std::int64_t dropped = 0;
+    for (std::int64_t t = 0; t < b * s; ++t)
+        for (std::int64_t h = 0; h < hq; ++h) {
+            const std::int64_t seq_i = t / s, qp = t % s;
+            std::vector<double> sc;
+            for (std::int64_t j = 0; j <= qp; ++j) {
+                double dot = 0;
+                for (std::int64_t i = 0; i < hd; ++i)
+                    dot += qkv[static_cast<std::size_t>(t * row + h * hd + i)] * qkv[static_cast<std::size_t>((seq_i * s + j) * row + hq * hd + i)];
+                sc.push_back(dot / std::sqrt(static_cast<double>(hd)));
+            }
+            const double mx = *std::max_element(sc.begin(), sc.end());
+            double sum = 0;
+            for (double& x : sc) sum += (x = std::exp(x - mx));
+            for (std::int64_t i = 0; i < hd; ++i) {
+                double o = 0;
+                for (std::int64_t j = 0; j <= qp; ++j) {
+                    const auto key = static_cast<std::uint64_t>(((a.sample0 + seq_i) * a.heads + a.head0 + h) * s + qp);
+                    const float z = runtime::dropout_scale(a.key, key, static_cast<std::uint64_t>(j), a.p);
+                    dropped += i == 0 && z == 0;
+                    o += sc[static_cast<std::size_t>(j)] / sum * z * qkv[static_cast<std::size_t>((seq_i * s + j) * row + (hq + hkv) * hd + i)];
+                }
+                CHECK(out[static_cast<std::size_t>(t * hq * hd + h * hd + i)] == Approx(o).margin(1e-5));
+            }
+        }
+    CHECK(dropped > 0);  // the case drops some probabilities
 }
 
 TEST_CASE("bf16 rounding: to nearest, ties to even", "[runtime][bf16]") {
@@ -394,6 +491,14 @@ TEST_CASE("what the runtime cannot execute is refused with the field named", "[r
     }
     m.moe->capacity_factor = 1.25;
     CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(1), cpu_plan(), {}), Catch::Contains("model.moe.capacity_factor"));
+    {  // Dropout runs (test_parallel.cpp), but not under torchtitan's op-level SAC.
+        ModelSpec g = tiny_gpt();
+        g.dropout = 0.1;
+        PlanSpec sac = cpu_plan();
+        sac.recompute = Recompute::selective;
+        sac.recompute_policy = RecomputePolicy::op;
+        CHECK_THROWS_WITH(runtime::Session(g, cpu_cluster(1), sac, {}), Catch::Contains("model.dropout") && Catch::Contains("op-level SAC"));
+    }
     PlanSpec p = cpu_plan();
     p.precision = Precision::fp8;
     CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(1), p, {}), Catch::Contains("plan.precision"));

@@ -8,7 +8,7 @@ namespace strata::sim::lower_detail {
 // others) and position embeddings; with TP the partial lookups are summed (Megatron's
 // VocabParallelEmbedding all-reduce; with SP and no position table, a reduce-scatter straight
 // into the sequence shard), then the position table is added and, with SP, the rank keeps its
-// shard of the sequence (Megatron-Core's LanguageModelEmbedding).
+// shard of the sequence (Megatron-Core's LanguageModelEmbedding); last, the embedding dropout.
 void RankLowering::embedding_forward() {
     wait(Stream::compute, emb_ready_);
     emb_ready_ = -1;
@@ -34,12 +34,20 @@ void RankLowering::embedding_forward() {
         compute(Op::elementwise, n_.emb_position, 0, 3 * d_.tokens_sp * d_.h * d_.act_bytes);
         if (df_) io({e, prm("position_embedding.weight", -1)}, {x0});
     }
+    if (m_.dropout > 0) {  // Megatron's embedding_dropout, its own kernel: read, write, and a 1-byte mask
+        compute(Op::elementwise, n_.emb_dropout, 0, (2 * d_.act_bytes + 1) * d_.tokens_sp * d_.h);
+        if (df_) io({x0}, {x0, act(n_.t_mask_emb, -1, d_.tokens_sp, d_.h, TensorRole::mask)});
+    }
 }
 
 // The backward of embedding_forward: with SP the sequence shards' gradients are gathered over TP
 // first; the word rows this rank holds and the position rows accumulate them.
 void RankLowering::embedding_backward() {
     const int g0 = grad(n_.g_x, 0, d_.tokens_sp, d_.h);
+    if (m_.dropout > 0) {  // through the mask: read the gradient and the mask, write the gradient
+        compute(Op::elementwise, n_.emb_dropout, 0, (2 * d_.act_bytes + 1) * d_.tokens_sp * d_.h);
+        if (df_) io({g0, act(n_.t_mask_emb, -1, d_.tokens_sp, d_.h, TensorRole::mask)}, {g0});
+    }
     int g = g0;
     if (d_.tp > 1 && d_.sp) {
         g = grad(n_.g_emb_g, -1, d_.tokens, d_.h);

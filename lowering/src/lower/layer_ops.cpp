@@ -81,6 +81,17 @@ RankLowering::LayerTensors RankLowering::layer_tensors(int l) {
     t.dln1 = g(n_.g_ln1, T, H);
     t.dln1_s = sp ? g(n_.g_ln1_s, S, H) : t.dln1;
     t.dx = g(n_.g_x, S, H);
+    if (m_.dropout > 0) {
+        t.mask1 = act(n_.t_mask_attn, l, S, H, TensorRole::mask);
+        t.mask2 = act(n_.t_mask_mlp, l, S, H, TensorRole::mask);
+        t.dbr1 = g(sp ? n_.g_proj_s : n_.g_proj, S, H);
+        t.dbr1_g = sp ? g(n_.g_proj, T, H) : t.dbr1;
+        t.dbr2 = g(sp ? n_.g_fc2_s : n_.g_fc2, S, H);
+        t.dbr2_g = sp ? g(n_.g_fc2, T, H) : t.dbr2;
+    } else {
+        t.mask1 = t.mask2 = -1;
+        t.dbr1 = t.dx1, t.dbr1_g = t.dx1_g, t.dbr2 = t.dout, t.dbr2_g = t.dout_g;
+    }
     return t;
 }
 
@@ -241,7 +252,7 @@ void RankLowering::layer_forward(int layer, Phase phase) {
     if (overlap) wait(Stream::compute, rs_proj);
     else tp_forward_out(t.proj, t.proj_s);
     compute(Op::elementwise, n_.residual1, 0, resid_bytes);
-    if (df_) io({t.x, t.proj_s, bias("proj.bias", layer, false)}, {t.x1});
+    if (df_) io({t.x, t.proj_s, bias("proj.bias", layer, false)}, {t.x1, t.mask1});  // Megatron's bias-dropout-add
     compute(Op::norm, n_.norm2, 0, norm_bytes);
     if (df_) io({t.x1, prm("ln2.weight", layer), bias("ln2.bias", layer, false)}, {t.ln2});
     if (m_.layer_is_moe(layer)) {
@@ -256,7 +267,7 @@ void RankLowering::layer_forward(int layer, Phase phase) {
     // A recomputed layer's output is a fresh value nobody reads: the original may still be on its
     // way to the next stage (a chunk's last layer), so it must not be written over.
     const int out = phase == Phase::recompute ? act(n_.t_x_recomputed, layer + 1, d_.tokens_sp, d_.h) : t.out;
-    if (df_) io({t.x1, t.fc2_s, bias("fc2.bias", layer, false), shared_shard(layer, false)}, {out});
+    if (df_) io({t.x1, t.fc2_s, bias("fc2.bias", layer, false), shared_shard(layer, false)}, {out, t.mask2});
     phase_ = saved;
     layer_ = saved_layer;
 }
@@ -318,10 +329,10 @@ void RankLowering::attention_core_backward(const LayerTensors& t) {
 void RankLowering::mlp_backward(int layer, int pending_ag, const LayerTensors& t) {
     const double f = d_.ffn / d_.tp;
     gemm_cast(n_.fc2, d_.tokens, f, d_.h);   // dgrad
-    if (df_) io({t.dout_g, prm("fc2.weight", layer)}, {t.dact});
+    if (df_) io({t.dbr2_g, prm("fc2.weight", layer)}, {t.dact});
     if (pending_ag >= 0) wait(Stream::compute, pending_ag);  // TP overlap: dY's gather ran beside it
     gemm(n_.fc2, f, d_.h, d_.tokens);        // wgrad
-    if (df_) io({t.act, t.dout_g}, {prm_grad("fc2.weight", layer)});
+    if (df_) io({t.act, t.dbr2_g}, {prm_grad("fc2.weight", layer)});
     compute(Op::elementwise, n_.act, 0, 2 * d_.mats * d_.tokens * f * d_.act_bytes);
     if (df_) io({t.fc1, t.dact}, {t.dfc1});
     int input_ev = -1;
@@ -352,16 +363,17 @@ void RankLowering::layer_backward(int layer, int layer_in_stage) {
     const LayerTensors t = layer_tensors(layer);
     const double norm_bytes = 3 * d_.tokens_sp * d_.h * d_.act_bytes;  // read x, dy; write dx
     const double resid_bytes = (2 + (m_.dropout > 0 ? 1 : 0)) * d_.tokens_sp * d_.h * d_.act_bytes;
-    // MLP block, mirrored. The residual's backward passes the gradient through; it only sums the
-    // row-parallel bias's gradient (the norm's backward adds the skip path).
+    // MLP block, mirrored. The residual's backward passes the gradient through (through the
+    // dropout mask into the branch); it only sums the row-parallel bias's gradient (the norm's
+    // backward adds the skip path).
     const bool overlap = tp_overlap() && !m_.layer_is_moe(layer);
     compute(Op::elementwise, n_.residual2, 0, resid_bytes);
-    if (df_) io({t.dout}, {bias("fc2.bias", layer, true)});
+    if (df_) io({t.dout, t.mask2}, {t.mask2 >= 0 ? t.dbr2 : -1, bias("fc2.bias", layer, true)});
     if (!full_re) recompute_modules_before_mlp(layer);
     if (m_.layer_is_moe(layer)) {
         moe_backward(layer);  // moves its own tokens over TP (see moe_forward)
     } else {
-        const int ag_dy = tp_forward_in(!overlap, t.dout, t.dout_g);  // SP: gather dY (the mirror of the forward reduce-scatter)
+        const int ag_dy = tp_forward_in(!overlap, t.dbr2, t.dbr2_g);  // SP: gather dY (the mirror of the forward reduce-scatter)
         mlp_backward(layer, overlap ? ag_dy : -1, t);
     }
     compute(Op::norm, n_.norm2, 0, norm_bytes);
@@ -370,13 +382,13 @@ void RankLowering::layer_backward(int layer, int layer_in_stage) {
            {t.dx1, prm_grad("ln2.weight", layer), bias("ln2.bias", layer, true)});
     // Attention block.
     compute(Op::elementwise, n_.residual1, 0, resid_bytes);
-    if (df_) io({t.dx1}, {bias("proj.bias", layer, true)});
-    const int ag_dproj = tp_forward_in(!tp_overlap(), t.dx1, t.dx1_g);
+    if (df_) io({t.dx1, t.mask1}, {t.mask1 >= 0 ? t.dbr1 : -1, bias("proj.bias", layer, true)});
+    const int ag_dproj = tp_forward_in(!tp_overlap(), t.dbr1, t.dbr1_g);
     gemm_cast(n_.proj, d_.tokens, d_.heads * d_.v_dim / d_.tp, d_.h);  // dgrad
-    if (df_) io({t.dx1_g, prm("proj.weight", layer)}, {t.dattn});
+    if (df_) io({t.dbr1_g, prm("proj.weight", layer)}, {t.dattn});
     if (tp_overlap()) wait(Stream::compute, ag_dproj);
     gemm(n_.proj, d_.heads * d_.v_dim / d_.tp, d_.h, d_.tokens);  // wgrad
-    if (df_) io({t.attn, t.dx1_g}, {prm_grad("proj.weight", layer)});
+    if (df_) io({t.attn, t.dbr1_g}, {prm_grad("proj.weight", layer)});
     if (!full_re) recompute_modules_before_attention();
     attention_core_backward(t);
     if (m_.mla) {

@@ -38,7 +38,7 @@ void Names::intern(Program& p) {
     act_d2h = id("activations.d2h"); act_h2d = id("activations.h2d"); act_ssd_write = id("activations.ssd_write");
     act_ssd_read = id("activations.ssd_read"); grad_accum = id("grads.accumulate");
     emb_position = id("embedding.position"); loss_combine = id("loss.combine"); sp_grads = id("tp.sp_grads_all_reduce");
-    zero3_edges = id("zero3.edge_params"); cp_dkv_combine = id("cp.dkv_combine");
+    zero3_edges = id("zero3.edge_params"); cp_dkv_combine = id("cp.dkv_combine"); emb_dropout = id("embedding.dropout");
     // Dataflow tensors have their own label table, so interning them leaves Instr::name alone.
     auto tid = [&](const char* n) { return tensor_name_id(p, n); };
     t_tokens = tid("tokens"); t_x = tid("x"); t_ln1 = tid("ln1"); t_ln1_g = tid("ln1.gathered"); t_qkv = tid("qkv.out");
@@ -52,6 +52,8 @@ void Names::intern(Program& p) {
     g_qkv = tid("d.qkv.out"); g_ln1 = tid("d.ln1"); g_ln1_s = tid("d.ln1.shard"); g_xf = tid("d.final_norm.out");
     g_xf_s = tid("d.final_norm.shard"); g_logits = tid("d.logits.out"); g_emb_g = tid("d.embedding.gathered");
     g_kv_ring = tid("d.kv.ring"); g_kv_acc = tid("d.kv.returned");
+    t_mask_emb = tid("embed.dropout_mask"); t_mask_attn = tid("attn.dropout_mask"); t_mask_mlp = tid("mlp.dropout_mask");
+    g_proj = tid("d.proj.out"); g_proj_s = tid("d.proj.out.shard"); g_fc2 = tid("d.fc2.out"); g_fc2_s = tid("d.fc2.out.shard");
     t_router_logits = tid("router.logits"); t_routing = tid("router.routing"); t_moe_in = tid("moe.permuted");
     t_efc1 = tid("experts.fc1.out"); t_eact = tid("experts.act.out"); t_efc2 = tid("experts.fc2.out");
     g_router_logits = tid("d.router.logits"); g_probs = tid("d.router.probs"); g_moe_in = tid("d.moe.permuted");

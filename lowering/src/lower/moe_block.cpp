@@ -194,8 +194,8 @@ void RankLowering::moe_backward(int layer) {
     // fc2_output: the weights' gradient is dY . the expert's output; fc2_input: the experts' act
     // backward gives it, per row.
     if (df_) {
-        if (mt.in_p >= 0) io({lt.dout, mt.routing}, {mt.dcomb});
-        else io({lt.dout, mt.routing, mt.comb}, {mt.dcomb, mt.dprobs});
+        if (mt.in_p >= 0) io({lt.dbr2, mt.routing}, {mt.dcomb});
+        else io({lt.dbr2, mt.routing, mt.comb}, {mt.dcomb, mt.dprobs});
     }
     int arrived = -1;
     if (d_.ep > 1) {
@@ -229,12 +229,12 @@ void RankLowering::moe_backward(int layer) {
     }
     int shared_back = -1;
     if (d_.shared > 0) {
-        tp_forward_in(true, lt.dout, lt.dout_g);  // SP: gather dY for the shared experts' TP MLP
+        tp_forward_in(true, lt.dbr2, lt.dbr2_g);  // SP: gather dY for the shared experts' TP MLP
         const double fs = d_.shared * d_.expert_ffn / d_.tp;
         gemm_cast(n_.shared_fc2, d_.tokens, fs, d_.h);
-        if (df_) io({lt.dout_g, prm("shared.fc2.weight", layer)}, {mt.dsact});
+        if (df_) io({lt.dbr2_g, prm("shared.fc2.weight", layer)}, {mt.dsact});
         gemm(n_.shared_fc2, fs, d_.h, d_.tokens);
-        if (df_) io({mt.sact, lt.dout_g}, {prm_grad("shared.fc2.weight", layer)});
+        if (df_) io({mt.sact, lt.dbr2_g}, {prm_grad("shared.fc2.weight", layer)});
         compute(Op::elementwise, n_.shared_act, 0, 2 * d_.mats * d_.tokens * fs * d_.act_bytes);
         if (df_) io({mt.sfc1, mt.dsact}, {mt.dsfc1});
         gemm_cast(n_.shared_fc1, d_.tokens, d_.h, (d_.mats - 1) * fs);

@@ -42,7 +42,7 @@ const char* to_string(Kernel k) {
     return names[static_cast<int>(k)];
 }
 const char* to_string(TensorRole r) {
-    static const char* names[] = {"activation", "grad", "param", "param_grad", "tokens", "stats", "optimizer_state", "weight_grad"};
+    static const char* names[] = {"activation", "grad", "param", "param_grad", "tokens", "stats", "optimizer_state", "weight_grad", "mask"};
     return names[static_cast<int>(r)];
 }
 

@@ -157,7 +157,8 @@ enum class TensorRole : std::uint8_t {
     tokens,      ///< the micro-batch's input token ids and targets (rows = tokens, cols = 2)
     stats,       ///< per-token statistics a kernel keeps (attention's log-sum-exp, the loss's)
     optimizer_state,  ///< a flat range's optimizer state (fp32 master, m, v per parameter)
-    weight_grad       ///< one micro-batch's gradient of a parameter, before it is accumulated (plan.grad_accum_fusion off)
+    weight_grad,      ///< one micro-batch's gradient of a parameter, before it is accumulated (plan.grad_accum_fusion off)
+    mask              ///< a dropout mask kept for the backward (a byte an element in the frameworks)
 };
 const char* to_string(TensorRole);
 

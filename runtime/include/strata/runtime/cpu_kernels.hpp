@@ -6,6 +6,8 @@
 #pragma once
 #include <cstdint>
 
+#include "strata/runtime/dropout.hpp"
+
 namespace strata::runtime::cpu {
 
 using i64 = std::int64_t;
@@ -44,10 +46,11 @@ void add(float* out, const float* a, const float* b, const float* bias, i64 T, i
 void rope(float* qkv, i64 T, const Positions& where, i64 hq, i64 hkv, i64 d, bool inverse);
 
 /// Causal attention over sequences of `seq` tokens (T = batch x seq rows), GQA by head groups.
-/// out [T, hq x d], lse [T, hq].
-void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d);
+/// out [T, hq x d], lse [T, hq]. With dropout on, the probabilities are dropped after the softmax
+/// (lse stays the undropped one), as FlashAttention does; the backward redraws the same mask.
+void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop = {});
 void attention_backward(float* dqkv, const float* qkv, const float* out, const float* lse, const float* dout, i64 T,
-                        i64 seq, i64 hq, i64 hkv, i64 d);
+                        i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop = {});
 
 /// Where a rank's rows sit in their sequences. Without context parallelism row t is at position
 /// t % seq. With it (cp ranks, load-balanced as Megatron splits them) a sequence is cut into 2 cp
@@ -70,13 +73,24 @@ struct Positions {
 /// and lse; true folds this block into them (online softmax). Queries with no visible key in the
 /// block are left as they are.
 void attention_block_forward(float* out, float* lse, const float* qkv, const float* kv, i64 kv_stride, const Positions& qpos,
-                             const Positions& kpos, i64 T, i64 hq, i64 hkv, i64 d, bool merge);
+                             const Positions& kpos, i64 T, i64 hq, i64 hkv, i64 d, bool merge, const Dropout& drop = {});
 /// Its backward against the final out and lse: dq added into dqkv's query columns (accumulate) or
 /// written (with the block's own dk, dv into dqkv's key and value columns when dkv is null);
 /// dkv (stride kv_stride) receives the block's key and value gradients otherwise.
 void attention_block_backward(float* dqkv, float* dkv, i64 kv_stride, const float* qkv, const float* kv, const float* out,
                               const float* lse, const float* dout, const Positions& qpos, const Positions& kpos, i64 T, i64 hq,
-                              i64 hkv, i64 d, bool accumulate);
+                              i64 hkv, i64 d, bool accumulate, const Dropout& drop = {});
+
+/// Hidden-state dropout over rows of width C (dropout.hpp): row r is token where(drop.row0 + r)
+/// of sequence drop.sample0 + (drop.row0 + r) / where.local(). mask receives each element's
+/// factor (0 or 1 / (1 - p)), kept for the backward.
+/// y = x * mask (the embedding's dropout; y may be x).
+void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, const Dropout& drop, const Positions& where);
+/// out = a + mask * (b + bias): Megatron's bias-dropout-add of a residual branch (bias may be null).
+void dropout_add(float* out, float* mask, const float* a, const float* b, const float* bias, i64 T, i64 C, const Dropout& drop,
+                 const Positions& where);
+/// out = a * b, elementwise (a gradient through a kept mask; out may be a).
+void mul(float* out, const float* a, const float* b, i64 n);
 
 /// Vocab-parallel embedding: rows of `table` hold token ids [first, first + rows).
 void embedding_forward(float* out, const float* tokens, const float* table, i64 first, i64 rows, i64 T, i64 C);
