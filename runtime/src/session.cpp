@@ -11,6 +11,7 @@
 #include "strata/lowering/lower.hpp"
 #include "strata/lowering/memory.hpp"
 #include "strata/lowering/params.hpp"
+#include "strata/lowering/spec_io.hpp"
 
 namespace strata::runtime {
 
@@ -127,6 +128,9 @@ Session::Session(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, co
     s.cluster = c;
     s.plan = p;
     s.options = o;
+    // A plan built in code has not met the file reader's rules: check them here too (a plan the
+    // lowering cannot schedule would otherwise fail inside it).
+    validate_plan(m, c, p, p.name.empty() ? "plan" : p.name);
     if (const std::string why = unsupported(m, p, o.memory_only ? Backend::cpu : o.backend); !why.empty())  // a walk needs no GPU
         throw InputError(p.name.empty() ? "plan" : p.name, "", why + " (strata run executes what the dataflow lowering covers)");
     if (o.check_fit) check_fits(m, c, p, o);

@@ -328,6 +328,7 @@ TEST_CASE("MoE: every parallel variant follows the single-rank loss curve", "[ru
         s.push_back({"optimizer on GPU, CPU and SSD, one rank", p});
         // The parameters homed on the host too, fetched a layer at a time, the experts with it.
         p.offload.optimizer = p.offload.params = TierSplit{0, 1, 0};
+        p.zero_stage = 3;  // DeepSpeed's offload_param is ZeRO-3's (validate_plan)
         s.push_back({"parameters and optimizer on the CPU, one rank", p});
         p.offload.optimizer = TierSplit{0, 0, 1};
         s.push_back({"parameters on the CPU, optimizer on SSD, one rank", p});

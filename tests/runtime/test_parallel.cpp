@@ -359,6 +359,17 @@ TEST_CASE("Llama: every parallel variant follows the single-rank loss curve", "[
     p.micro_batch = 1;  // 8 micro-batches: a group of 2 passes a chunk at a time
     p.microbatch_group = 2;
     v.push_back({"pp 2, interleaved, 8 micro-batches", p});
+    // DeepSeek's DualPipeV: each rank holds the V's down leg and its up leg (the head on rank 0).
+    p = cpu_plan(1, 2);
+    p.schedule = Schedule::dualpipe_v;
+    p.vpp = 2;
+    v.push_back({"pp 2, DualPipeV", p});
+    p = cpu_plan(1, 2, 2);
+    p.schedule = Schedule::dualpipe_v;
+    p.vpp = 2;
+    p.zero_stage = 1;
+    p.micro_batch = 1;
+    v.push_back({"pp 2 dp 2, DualPipeV, ZeRO-1", p});
     check_against_single_rank(tiny_llama(), v);
 }
 

@@ -492,7 +492,7 @@ TEST_CASE("what the runtime cannot execute is refused with the field named", "[r
     m.moe->capacity_factor = 1.25;
     CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(1), cpu_plan(), {}), Catch::Contains("model.moe.capacity_factor"));
     {  // Dropout runs (test_parallel.cpp), but not under torchtitan's op-level SAC.
-        ModelSpec g = tiny_gpt();
+        ModelSpec g = tiny_llama(2);  // op-level SAC is modelled without linear biases
         g.dropout = 0.1;
         PlanSpec sac = cpu_plan();
         sac.recompute = Recompute::selective;
