@@ -19,6 +19,10 @@ namespace strata::runtime {
 using namespace sim;
 
 namespace {
+// Where a live tensor of the step sits: optimizer state staged on the host, an offloaded
+// activation's host copy, everything else on the GPU.
+Tier live_tier(const DataTensor& t) { return t.role == TensorRole::optimizer_state ? Tier::cpu : t.tier == Tier::cpu ? Tier::cpu : Tier::gpu; }
+
 bool tracked(TensorRole r, Tier t) {
     return r == TensorRole::activation || r == TensorRole::grad || r == TensorRole::weight_grad || r == TensorRole::stats || r == TensorRole::tokens ||
            r == TensorRole::mask ||
@@ -255,7 +259,7 @@ float* RankState::tensor(int id, bool write, std::size_t at) {
     if (it != live_.end()) return it->second.buf.data();
     const std::string& name = w_.program.tensor_names[static_cast<std::size_t>(t.name)];
     if (!write && t.role != TensorRole::tokens) fail(at, "reads " + name + ", which nothing has written this step");
-    const Tier tier = t.role == TensorRole::optimizer_state ? Tier::cpu : Tier::gpu;
+    const Tier tier = live_tier(t);
     Live l;
     try {
         // Zero-filled like the device's allocations, which some kernels accumulate into; the host
@@ -404,7 +408,7 @@ void RankState::finish(std::size_t i) {
     for (int k = 0; k < o.n_in + o.n_out; ++k) {
         auto it = live_.find(ids[k]);
         if (it == live_.end() || it->second.pending > 0) continue;
-        const Tier t = w_.program.tensors[static_cast<std::size_t>(ids[k])].role == TensorRole::optimizer_state ? Tier::cpu : Tier::gpu;
+        const Tier t = live_tier(w_.program.tensors[static_cast<std::size_t>(ids[k])]);
         live_.erase(it);
         sample_memory(t);
     }

@@ -296,6 +296,10 @@ TEST_CASE("a run on the cuda backend follows the cpu backend's loss curve", "[ru
         g.dropout = 0.3;  // both backends draw the same masks (dropout.hpp)
         v.push_back({"GPT with dropout, full recompute", g, p});
         v.push_back({"GPT with dropout", g, cpu_plan()});
+        p.offload.activations = TierSplit{0.0, 1.0, 0.0};  // pinned host copies of the checkpoints
+        v.push_back({"GPT, full recompute, activations on the CPU", tiny_gpt(), p});
+        p.recompute = Recompute::none;
+        v.push_back({"GPT, activations on the CPU", tiny_gpt(), p});
         p = cpu_plan();
         p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
         v.push_back({"Llama, optimizer on the CPU", tiny_llama(2), p});

@@ -90,6 +90,39 @@ TEST_CASE("dropout: a byte a masked element, held from the forward to the backwa
     }
 }
 
+TEST_CASE("activations offloaded: the host holds what the backward reads, the GPU lets it go", "[runtime][memory][host]") {
+    auto peaks = [](const ModelSpec& m, const PlanSpec& p) {
+        runtime::Session s(m, cpu_cluster(p.gpus()), p, {});
+        s.step();
+        return s.step().peak_bytes;
+    };
+    ModelSpec m = tiny_llama(4);
+    m.seq_len = 64;  // activations well above the model states
+    PlanSpec p = cpu_plan();
+    p.recompute = Recompute::full;
+    const auto kept = peaks(m, p);
+    p.offload.activations = TierSplit{0.0, 1.0, 0.0};
+    const auto off = peaks(m, p);
+    // DeepSpeed's cpu_checkpointing: each checkpointed layer's input, b s h fp32 values, on the
+    // host for one micro-batch at a time (one rank runs a micro-batch's forward and backward in
+    // turn).
+    const double inputs = 4.0 * m.layers * p.micro_batch * m.seq_len * m.hidden;
+    INFO("GPU " << kept[0] << " -> " << off[0] << " B, host " << off[1] << " B");
+    CHECK(kept[1] == 0);
+    CHECK(off[1] == Approx(inputs));
+    // The GPU no longer holds the checkpoints between the passes; it holds two again at the
+    // backward's peak: the input of the layer recomputing, and the next one's, prefetched
+    // beside it (the lowering brings a layer's activations up one layer ahead).
+    CHECK(off[0] <= kept[0] - inputs * (m.layers - 2) / m.layers);
+    // Without recompute the whole stash goes down: the host holds more than the inputs and the
+    // GPU saves more.
+    p.recompute = Recompute::none;
+    const auto all = peaks(m, p), none = peaks(m, cpu_plan());
+    INFO("no recompute: GPU " << none[0] << " -> " << all[0] << " B, host " << all[1] << " B");
+    CHECK(all[1] > 4 * inputs);
+    CHECK(none[0] - all[0] > inputs);
+}
+
 TEST_CASE("parameters homed on the host: the GPU holds only the units being fetched", "[runtime][memory]") {
     auto peaks = [](const ModelSpec& m, const PlanSpec& p) {
         runtime::Session s(m, cpu_cluster(p.gpus()), p, {});
@@ -210,6 +243,9 @@ TEST_CASE("memory only: walking the dataflow gives a run's peaks without running
         p.micro_batch = 1;
         v.push_back({"Llama, pp 2, 8 micro-batches", tiny_llama(), p});
         v.push_back({"MoE, pp 2 dp 2", tiny_moe(), cpu_plan(1, 2, 2)});
+        p = cpu_plan();
+        p.offload.activations = TierSplit{0.0, 1.0, 0.0};
+        v.push_back({"GPT, activations on the CPU", tiny_gpt(), p});
     }
     for (const Variant& x : v) {
         INFO(x.name);

@@ -145,6 +145,28 @@ std::vector<Variant> variants() {
         v.push_back({"pp 2 dp 2, ZeRO-3 (pipelined FSDP), parameters and optimizer on the CPU", homed(cpu_plan(1, 2, 2), 3)});
     }
     {
+        // Activations offloaded to host memory: what a layer's backward reads of its forward goes
+        // down after the forward and comes back before the backward (the layer's input alone under
+        // full recompute: DeepSpeed's cpu_checkpointing).
+        PlanSpec p = cpu_plan();
+        p.offload.activations = TierSplit{0.0, 1.0, 0.0};
+        v.push_back({"activations on the CPU", p});
+        p.recompute = Recompute::full;
+        v.push_back({"full recompute, activations on the CPU (cpu_checkpointing)", p});
+        p.recompute = Recompute::selective;
+        v.push_back({"selective recompute, activations on the CPU", p});
+        p = cpu_plan(2, 2, 2);
+        p.sequence_parallel = true;
+        p.zero_stage = 1;
+        p.recompute = Recompute::full;
+        p.offload.activations = TierSplit{0.0, 1.0, 0.0};
+        v.push_back({"tp 2 pp 2 dp 2, SP, ZeRO-1, full recompute, activations on the CPU", p});
+        p = cpu_plan();
+        p.cp = 2;
+        p.offload.activations = TierSplit{0.0, 1.0, 0.0};
+        v.push_back({"cp 2, activations on the CPU", p});
+    }
+    {
         // Context parallelism: sequences in 2 cp load-balanced chunks, K/V blocks around the ring.
         PlanSpec p = cpu_plan();
         p.cp = 2;

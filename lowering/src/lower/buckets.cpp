@@ -424,6 +424,13 @@ void RankLowering::io_lists(const std::vector<int>& in, const std::vector<int>& 
     for (int t : out)
         if (t >= 0) rp_.operand_ids.push_back(t), ++o.n_out;
     rp_.operands[last_op_] = o;
+    if (touch_)
+        for (const std::vector<int>* list : {&in, &out})
+            for (int t : *list)
+                if (t >= 0) {
+                    const TensorRole r = table_->prog.tensors[static_cast<std::size_t>(t)].role;
+                    if (r == TensorRole::activation || r == TensorRole::stats || r == TensorRole::mask) touch_->push_back(t);
+                }
 }
 
 void RankLowering::io(std::initializer_list<int> in, std::initializer_list<int> out) {

@@ -2,6 +2,7 @@
 // offloaded to host memory or SSD (ZeRO-Infinity, Angel-PTM) and ZeRO-3's gathers, and offloaded
 // activations before their backward.
 #include <cmath>
+#include <unordered_set>
 
 #include "lower_impl.hpp"
 
@@ -128,6 +129,10 @@ int RankLowering::fetch_activations(int mb, int chunk, int li, int after_ev) {
     const int offloaded = ev;
     wait(Stream::h2d, after_ev);
     if (af.cpu > 0) ev = copy(Stream::h2d, CopyKind::h2d, bytes * af.cpu, n_.act_h2d, offloaded);
+    if (auto c = act_copies_.find({mb, chunk, li}); c != act_copies_.end() && af.cpu > 0) {
+        c->second.h2d = last_op_;
+        c->second.fetched = true;
+    }
     if (af.ssd > 0) {
         wait(Stream::ssd, after_ev);
         const int read = copy(Stream::ssd, CopyKind::ssd_read, bytes * af.ssd, n_.act_ssd_read, offloaded);
@@ -135,6 +140,46 @@ int RankLowering::fetch_activations(int mb, int chunk, int li, int after_ev) {
     }
     layer_ = saved_layer;
     return ev;
+}
+
+// The dataflow of a layer's activation offload (to host memory; the runtime executes no SSD
+// share): of what its forward touched, the values its backward reads before writing them (the
+// recomputation's input alone under full recompute) go down to a host copy after the forward and
+// come back before the backward. Named once the backward is lowered, on the copies already in
+// the program, so that nothing in the pass itself has to know the stash.
+void RankLowering::name_act_copies(int mb, int chunk, int li, std::size_t backward_begin) {
+    auto it = act_copies_.find({mb, chunk, li});
+    if (it == act_copies_.end()) return;
+    const ActCopies c = std::move(it->second);
+    act_copies_.erase(it);
+    if (!c.fetched) return;
+    std::unordered_set<int> touched(c.touched.begin(), c.touched.end()), written, stash_set;
+    std::vector<int> stash;
+    rp_.operands.resize(rp_.instrs.size());
+    for (std::size_t i = backward_begin; i < rp_.instrs.size(); ++i) {
+        const Operands& o = rp_.operands[i];
+        const auto* ids = rp_.operand_ids.data() + o.first;
+        for (int k = 0; k < o.n_in; ++k)
+            if (touched.count(ids[k]) && !written.count(ids[k]) && stash_set.insert(ids[k]).second) stash.push_back(ids[k]);
+        for (int k = 0; k < o.n_out; ++k) written.insert(ids[o.n_in + k]);
+    }
+    std::vector<int> host;
+    for (int id : stash) {
+        DataTensor t = prog_.tensors[static_cast<std::size_t>(id)];
+        t.tier = Tier::cpu;
+        host.push_back(table_->intern(t));
+    }
+    auto name = [&](std::size_t at, const std::vector<int>& in, const std::vector<int>& out) {
+        Operands o;
+        o.first = static_cast<std::uint32_t>(rp_.operand_ids.size());
+        o.n_in = static_cast<std::uint16_t>(in.size());
+        o.n_out = static_cast<std::uint16_t>(out.size());
+        rp_.operand_ids.insert(rp_.operand_ids.end(), in.begin(), in.end());
+        rp_.operand_ids.insert(rp_.operand_ids.end(), out.begin(), out.end());
+        rp_.operands[at] = o;
+    };
+    name(c.d2h, stash, host);
+    name(c.h2d, host, stash);
 }
 
 }  // namespace strata::sim::lower_detail

@@ -432,6 +432,16 @@ private:
     /// (mb, chunk, layer) -> allocs; layer -1: the embedding's, -2: the logits', -3: DeepSpeed's sent-output slice
     std::map<std::tuple<int, int, int>, AllocRun> stashed_;
     std::map<std::tuple<int, int, int>, int> act_offloaded_;  ///< (mb, chunk, layer) -> d2h event
+    /// Dataflow of activation offload: what a layer's forward touched, and the copies that take
+    /// the part its backward reads down and back up (named once that backward is lowered).
+    struct ActCopies {
+        std::vector<int> touched;
+        std::size_t d2h = 0, h2d = 0;
+        bool fetched = false;
+    };
+    std::map<std::tuple<int, int, int>, ActCopies> act_copies_;
+    std::vector<int>* touch_ = nullptr;  ///< io_lists adds the activations it names here (a layer's forward)
+    void name_act_copies(int mb, int chunk, int li, std::size_t backward_begin);
     std::map<std::string, int> tensor_names_;
 
     // data-parallel gradient buckets

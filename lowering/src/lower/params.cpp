@@ -221,8 +221,13 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
         return n("plan.cp", std::to_string(p.cp)) + ": model.seq_len = " + std::to_string(m.seq_len) +
                " must split into 2 x cp equal chunks (the load-balanced layout context parallelism runs)";
     if (p.precision == Precision::fp8) return "plan.precision = fp8: FP8 is not executed yet";
-    if (!p.offload.grads.all_gpu() || !p.offload.activations.all_gpu())
-        return "plan.offload: only the optimizer and the parameters may be offloaded (grads and activations stay on the GPU)";
+    if (!p.offload.grads.all_gpu()) return "plan.offload.grads: gradients offloaded are not executed yet (they stay on the GPU)";
+    if (!p.offload.activations.all_gpu()) {
+        if (p.offload.activations.cpu < 1.0)
+            return "plan.offload.activations: activations offloaded wholly to host memory (\"cpu\", DeepSpeed's cpu_checkpointing) are "
+                   "executed; a share kept on the GPU or on the SSD is not executed yet";
+        if (m.is_moe()) return "plan.offload.activations with MoE layers: their rows vary with the routing, and are not offloaded yet";
+    }
     if (!p.offload.params.all_gpu()) {
         if (p.offload.params.cpu < 1.0)
             return "plan.offload.params: parameters homed wholly in host memory (\"cpu\") are executed; a share kept on the GPU or "

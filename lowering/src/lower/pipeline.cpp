@@ -213,13 +213,18 @@ void RankLowering::forward_pass(int mb, int chunk) {
         }
         stashed_[{mb_, chunk, li}] = alloc_list(act_desc_[static_cast<std::size_t>(lis)], act_ids_[static_cast<std::size_t>(lis)]);
         churn_list(fwd_ws_desc_[static_cast<std::size_t>(lis)], fwd_ws_ids_[static_cast<std::size_t>(lis)]);
-        layer_forward(layer, Phase::forward);
-        if (li + 1 == count) join_deferred();  // MoE all-to-all overlapped with the pass
         const TierSplit& af = p_.offload.activations;
-        if (af.cpu + af.ssd > 0) {
+        const bool offload = af.cpu + af.ssd > 0;
+        ActCopies* copies = offload && df_ ? &act_copies_[{mb_, chunk, li}] : nullptr;
+        if (copies) touch_ = &copies->touched;
+        layer_forward(layer, Phase::forward);
+        touch_ = nullptr;
+        if (li + 1 == count) join_deferred();  // MoE all-to-all overlapped with the pass
+        if (offload) {
             double bytes = 0;
             for (const TensorDesc& t : act_desc_[static_cast<std::size_t>(lis)]) bytes += t.bytes;
             int ev = copy(Stream::d2h, CopyKind::d2h, bytes * (af.cpu + af.ssd), n_.act_d2h, record(Stream::compute));
+            if (copies) copies->d2h = last_op_;  // its operands: once the layer's backward is lowered
             if (af.ssd > 0) ev = copy(Stream::ssd, CopyKind::ssd_write, bytes * af.ssd, n_.act_ssd_write, ev);
             act_offloaded_[{mb_, chunk, li}] = ev;
         }
@@ -304,7 +309,9 @@ void RankLowering::backward_pass(int mb, int chunk) {
         const int lis = layer_in_stage(chunk, li);
         const AllocRun ws = alloc_list(ws_desc_[static_cast<std::size_t>(lis)], ws_ids_[static_cast<std::size_t>(lis)]);
         begin_unfused_capture();
+        const std::size_t backward_begin = rp_.instrs.size();
         layer_backward(layer, lis);
+        if (df_) name_act_copies(mb_, chunk, li, backward_begin);
         if (li == 0) join_deferred();
         layer_ = layer;
         free_list(ws);
