@@ -113,6 +113,7 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
         if (m.moe->shared_experts > 0)
             arg("moe-shared-expert-intermediate-size", m.moe->shared_experts * (m.moe->expert_ffn_hidden > 0 ? m.moe->expert_ffn_hidden : m.ffn_hidden));
         if (m.moe->capacity_factor > 0) arg("moe-expert-capacity-factor", m.moe->capacity_factor);
+        if (m.moe->capacity_factor > 0 && p.moe_pad_to_capacity) flag("moe-pad-expert-input-to-capacity");
         if (m.moe->router_groups > 0) {
             arg("moe-router-num-groups", m.moe->router_groups);
             arg("moe-router-group-topk", m.moe->router_group_topk);
@@ -240,6 +241,9 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
     if ((p.tp > 1 || p.cp > 1) && !p.moe_a2a_overlap) r.env.emplace_back("CUDA_DEVICE_MAX_CONNECTIONS", "1");
     if (p.moe_a2a_overlap) r.env.emplace_back("CUDA_DEVICE_MAX_CONNECTIONS", "32");
     if (p.expandable_segments) r.env.emplace_back("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True");
+    if (p.moe_pad_to_capacity && !(m.is_moe() && m.moe->capacity_factor > 0))
+        r.unsupported.push_back("padding to an expert capacity without a capacity factor (Megatron-LM refuses "
+                                "--moe-pad-expert-input-to-capacity without --moe-expert-capacity-factor; it has no effect here)");
     if (p.schedule == Schedule::gpipe) r.unsupported.push_back("GPipe schedule (Megatron-LM runs 1F1B)");
     if (p.schedule == Schedule::dualpipe_v)
         r.unsupported.push_back("DualPipeV schedule (deepseek-ai/DualPipe): written as Megatron-Core's interleaved 1F1B with 2 virtual "

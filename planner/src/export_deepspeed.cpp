@@ -119,6 +119,10 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
     if (p.tp > 1) r.model_code.push_back("tensor parallelism " + std::to_string(p.tp) + " (Megatron-DeepSpeed: --tensor-model-parallel-size " + std::to_string(p.tp) + ")");
     if (p.ep > 1) r.model_code.push_back("expert parallelism: deepspeed.moe.layer.MoE(..., ep_size=" + std::to_string(p.ep) + ")");
     if (m.mtp_depth > 0) r.unsupported.push_back("multi-token prediction modules (configured in the model code)");
+    const bool drops = m.is_moe() && m.moe->capacity_factor > 0;
+    if (!p.moe_pad_to_capacity && (drops || p.framework == "deepspeed" || p.framework == "megatron-deepspeed-2022"))
+        r.unsupported.push_back("token dropping without padding to the capacity (DeepSpeed-MoE's gating pads every expert to its "
+                                "capacity; Megatron-Core's --moe-pad-expert-input-to-capacity off)");
     if (p.cp > 1) r.unsupported.push_back("context parallelism (DeepSpeed-Ulysses is configured in the model code)");
     if (p.moe_dispatcher == MoeDispatcher::deepep) r.unsupported.push_back("DeepEP token dispatcher (Megatron-Core's flex dispatcher)");
     if (m.is_moe() && p.moe_probs_at == MoeProbsAt::fc2_input)

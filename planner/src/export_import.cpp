@@ -165,6 +165,7 @@ PlanSpec plan_from_megatron_args(const std::string& args, int gpus, const std::s
         else if (t == "--overlap-param-gather") p.overlap_param_gather = true;
         else if (t == "--tp-comm-overlap") p.tp_comm_overlap = true;
         else if (t == "--overlap-moe-expert-parallel-comm") p.moe_a2a_overlap = true;
+        else if (t == "--moe-pad-expert-input-to-capacity") p.moe_pad_to_capacity = true;
         else if (t == "--moe-enable-deepep") p.moe_dispatcher = MoeDispatcher::deepep;
         else if (t == "--moe-flex-dispatcher-backend") {
             if (i + 1 >= tok.size()) throw InputError(file, t, "needs a value");

@@ -51,41 +51,78 @@ void moe_route(float* routing, const float* logits, i64 T, i64 E, i64 k, i64 gro
     }
 }
 
+void moe_drop(float* routing, i64 T, i64 E, i64 k, i64 capacity) {
+    std::vector<std::vector<std::pair<float, i64>>> by_expert(static_cast<std::size_t>(E));  // (weight, choice)
+    for (i64 c = 0; c < T * k; ++c) {
+        const float* r = routing + (c / k) * 2 * k;
+        by_expert[static_cast<std::size_t>(r[c % k])].push_back({r[k + c % k], c});
+    }
+    for (auto& list : by_expert) {
+        if (static_cast<i64>(list.size()) <= capacity) continue;
+        // Highest weight first, ties to the earlier token: the kept ones are the first `capacity`.
+        std::stable_sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+        for (std::size_t q = static_cast<std::size_t>(capacity); q < list.size(); ++q) {
+            float& id = routing[(list[q].second / k) * 2 * k + list[q].second % k];
+            id = -(id + 1);
+        }
+    }
+}
+
+i64 moe_capacity(i64 T, i64 E, i64 k, double capacity_factor) {
+    if (!(capacity_factor > 0)) return 0;
+    return static_cast<i64>(std::ceil(static_cast<double>(T * k) / static_cast<double>(E) * capacity_factor));
+}
+
 void moe_route_backward(float* dlogits, const float* routing, const float* dprobs, i64 T, i64 E, i64 k) {
     std::fill(dlogits, dlogits + T * E, 0.0f);
     for (i64 t = 0; t < T; ++t) {
         const float *r = routing + t * 2 * k, *p = r + k, *dp = dprobs + t * k;
         double dot = 0;
         for (i64 j = 0; j < k; ++j) dot += static_cast<double>(p[j]) * dp[j];
-        // Softmax over the chosen logits: dl_j = p_j (dp_j - sum_i p_i dp_i).
-        for (i64 j = 0; j < k; ++j) dlogits[t * E + static_cast<i64>(r[j])] = static_cast<float>(p[j] * (dp[j] - dot));
+        // Softmax over the chosen logits: dl_j = p_j (dp_j - sum_i p_i dp_i); a dropped choice's
+        // weight was multiplied by 0 after the softmax, so its dp_j is 0, but it is still in it.
+        for (i64 j = 0; j < k; ++j) {
+            const i64 e = r[j] < 0 ? static_cast<i64>(-r[j]) - 1 : static_cast<i64>(r[j]);
+            dlogits[t * E + e] = static_cast<float>(p[j] * (dp[j] - dot));
+        }
     }
 }
 
-void moe_order(i64* pos, i64* counts, const float* routing, i64 T, i64 E, i64 k) {
+void moe_order(i64* pos, i64* counts, const float* routing, i64 T, i64 E, i64 k, i64 capacity) {
     std::fill(counts, counts + E, i64{0});
     for (i64 t = 0; t < T; ++t)
         for (i64 j = 0; j < k; ++j) {
             const float id = routing[t * 2 * k + j];
+            if (id < 0 && capacity > 0 && -id - 1 < static_cast<float>(E)) continue;  // dropped
             if (!(id >= 0 && id < static_cast<float>(E))) throw std::out_of_range("moe_order: an expert id outside [0, experts)");
             ++counts[static_cast<i64>(id)];
+        }
+    if (capacity > 0)
+        for (i64 e = 0; e < E; ++e) {
+            if (counts[e] > capacity) throw std::out_of_range("moe_order: an expert keeps more choices than its capacity");
+            counts[e] = capacity;  // padded
         }
     std::vector<i64> next(static_cast<std::size_t>(E));
     for (i64 e = 0, at = 0; e < E; at += counts[e], ++e) next[static_cast<std::size_t>(e)] = at;
     for (i64 t = 0; t < T; ++t)
-        for (i64 j = 0; j < k; ++j) pos[t * k + j] = next[static_cast<std::size_t>(routing[t * 2 * k + j])]++;
+        for (i64 j = 0; j < k; ++j) {
+            const float id = routing[t * 2 * k + j];
+            pos[t * k + j] = id < 0 ? -1 : next[static_cast<std::size_t>(id)]++;
+        }
 }
 
 void moe_permute(float* xp, const float* x, const i64* pos, i64 T, i64 k, i64 C) {
     for (i64 t = 0; t < T; ++t)
-        for (i64 j = 0; j < k; ++j) std::copy(x + t * C, x + (t + 1) * C, xp + pos[t * k + j] * C);
+        for (i64 j = 0; j < k; ++j)
+            if (pos[t * k + j] >= 0) std::copy(x + t * C, x + (t + 1) * C, xp + pos[t * k + j] * C);
 }
 
 void moe_permute_backward(float* dx, const float* dxp, const i64* pos, i64 T, i64 k, i64 C) {
     for (i64 t = 0; t < T; ++t) {
         float* d = dx + t * C;
-        std::copy(dxp + pos[t * k] * C, dxp + (pos[t * k] + 1) * C, d);
-        for (i64 j = 1; j < k; ++j) {
+        std::fill(d, d + C, 0.0f);
+        for (i64 j = 0; j < k; ++j) {
+            if (pos[t * k + j] < 0) continue;
             const float* s = dxp + pos[t * k + j] * C;
             for (i64 c = 0; c < C; ++c) d[c] += s[c];
         }
@@ -98,6 +135,7 @@ void moe_unpermute(float* y, const float* ye, const float* routing, const i64* p
         std::fill(out, out + C, 0.0f);
         const float* w = routing + t * 2 * k + k;
         for (i64 j = 0; j < k; ++j) {
+            if (pos[t * k + j] < 0) continue;
             const float* s = ye + pos[t * k + j] * C;
             for (i64 c = 0; c < C; ++c) out[c] += w[j] * s[c];
         }
@@ -111,6 +149,10 @@ void moe_unpermute_backward(float* dye, float* dprobs, const float* dy, const fl
         const float* w = routing + t * 2 * k + k;
         for (i64 j = 0; j < k; ++j) {
             const i64 row = pos[t * k + j];
+            if (row < 0) {
+                dprobs[t * k + j] = 0.0f;
+                continue;
+            }
             float* o = dye + row * C;
             const float* s = ye + row * C;
             double dot = 0;

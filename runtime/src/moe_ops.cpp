@@ -45,8 +45,12 @@ bool RankState::moe_compute(std::size_t i) {
     const ModelSpec& m = w_.model;
     const i64 E = m.moe->experts, k = m.moe->top_k;
     if (in.op == Op::router) {
-        if (!bwd) cpu::moe_route(O(0), I(0), T(0).rows, E, k, m.moe->router_groups, m.moe->router_group_topk);
-        else cpu::moe_route_backward(O(0), I(0), I(1), T(0).rows, E, k);
+        if (!bwd) {
+            cpu::moe_route(O(0), I(0), T(0).rows, E, k, m.moe->router_groups, m.moe->router_group_topk);
+            if (const i64 cap = cpu::moe_capacity(T(0).rows, E, k, m.moe->capacity_factor); cap > 0) cpu::moe_drop(O(0), T(0).rows, E, k, cap);
+        } else {
+            cpu::moe_route_backward(O(0), I(0), I(1), T(0).rows, E, k);
+        }
         return true;
     }
     if (name == "experts.act") {
@@ -100,8 +104,14 @@ bool RankState::moe_compute(std::size_t i) {
     const DataTensor& routing = T(routing_at);
     if (routing.cols != 2 * k) fail(i, "its routing operand is not [tokens, 2 top_k]");
     const i64 tokens = routing.rows;
+    // With a capacity factor every expert's rows are padded to the capacity; the moves write only
+    // the rows a choice names, so the padding is zeroed first.
+    const i64 cap = cpu::moe_capacity(tokens, E, k, m.moe->capacity_factor);
+    auto zero_out = [&](int q) {
+        if (cap > 0) std::fill_n(O(q), elements(id(o.n_in + q)), 0.0f);
+    };
     std::vector<i64> pos(static_cast<std::size_t>(tokens * k)), counts(static_cast<std::size_t>(E));
-    if (!grouped) cpu::moe_order(pos.data(), counts.data(), I(routing_at), tokens, E, k);
+    if (!grouped) cpu::moe_order(pos.data(), counts.data(), I(routing_at), tokens, E, k, cap);
     // Without EP the rank's own rows in expert order are what its experts see.
     if (name == "moe.permute" && !bwd && ep_size_ == 1) moe_recv_[{in.layer, in.microbatch}] = counts;
     // The moves' optional inputs after the routing: a row weight's gradient (one column) and the
@@ -119,12 +129,15 @@ bool RankState::moe_compute(std::size_t i) {
         // weights][, d.shared.x]} -> {dx[, d.weights]}
         const i64 C = T(0).cols;
         if (!bwd) {
+            zero_out(0);
             cpu::moe_permute(O(0), I(0), pos.data(), tokens, k, C);
             if (o.n_out > 1) {
+                zero_out(1);
                 float* pr = O(1);
                 const float* r = I(1);
                 for (i64 t = 0; t < tokens; ++t)
-                    for (i64 j = 0; j < k; ++j) pr[pos[static_cast<std::size_t>(t * k + j)]] = r[t * 2 * k + k + j];
+                    for (i64 j = 0; j < k; ++j)
+                        if (const i64 row = pos[static_cast<std::size_t>(t * k + j)]; row >= 0) pr[row] = r[t * 2 * k + k + j];
             }
         } else {
             cpu::moe_permute_backward(O(0), I(0), pos.data(), tokens, k, C);
@@ -133,7 +146,7 @@ bool RankState::moe_compute(std::size_t i) {
                 if (probs_at < 0) fail(i, "writes the weights' gradient without the rows'");
                 float* dp = O(1);
                 const float* dr = I(probs_at);
-                for (i64 t = 0; t < tokens * k; ++t) dp[t] = dr[pos[static_cast<std::size_t>(t)]];
+                for (i64 t = 0; t < tokens * k; ++t) dp[t] = pos[static_cast<std::size_t>(t)] < 0 ? 0.0f : dr[pos[static_cast<std::size_t>(t)]];
             }
         }
         return true;
@@ -154,13 +167,17 @@ bool RankState::moe_compute(std::size_t i) {
             cpu::moe_unpermute(O(0), I(0), route_w, pos.data(), tokens, k, C);
             add_shared();
         } else if (o.n_out > 1) {
+            zero_out(0);
             cpu::moe_unpermute_backward(O(0), O(1), I(0), I(2), route_w, pos.data(), tokens, k, C);
         } else {  // each row gets its token's dY
             if (!at_input) fail(i, "drops the weights' gradient although the weights are applied here");
+            zero_out(0);
             float* d = O(0);
             const float* dy = I(0);
             for (i64 t = 0; t < tokens; ++t)
-                for (i64 j = 0; j < k; ++j) std::memcpy(d + pos[static_cast<std::size_t>(t * k + j)] * C, dy + t * C, static_cast<std::size_t>(C) * sizeof(float));
+                for (i64 j = 0; j < k; ++j)
+                    if (const i64 row = pos[static_cast<std::size_t>(t * k + j)]; row >= 0)
+                        std::memcpy(d + row * C, dy + t * C, static_cast<std::size_t>(C) * sizeof(float));
         }
         return true;
     }
@@ -244,7 +261,8 @@ CollPart RankState::moe_collective_part(std::size_t i) {
         const int r = o.n_in - 1;
         const DataTensor& routing = a.in(r);
         std::vector<i64> pos(static_cast<std::size_t>(routing.rows * k)), counts(static_cast<std::size_t>(E));
-        cpu::moe_order(pos.data(), counts.data(), tensor(id(r), false, i), routing.rows, E, k);
+        cpu::moe_order(pos.data(), counts.data(), tensor(id(r), false, i), routing.rows, E, k,
+                       cpu::moe_capacity(routing.rows, E, k, w_.model.moe->capacity_factor));
         for (i64 e = 0; e < E; ++e) {
             part.send_rows[static_cast<std::size_t>(e / L)] += counts[static_cast<std::size_t>(e)];
             part.send_counts[static_cast<std::size_t>(e)] = counts[static_cast<std::size_t>(e)];

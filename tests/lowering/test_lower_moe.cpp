@@ -224,3 +224,46 @@ TEST_CASE("Expert load skew: the hottest rank's all-to-alls carry (1 + skew) x t
     CHECK(even.a2a_bytes == Approx(32.0 * 2 * 64 * 2));
     CHECK(hot.a2a_bytes == Approx(1.5 * 32.0 * 2 * 64 * 2));
 }
+
+TEST_CASE("Token dropping: padded experts take their capacity, unpadded at most the factor times the mean", "[lower][moe]") {
+    // 32 tokens x top-2 over 4 experts: 16 a expert on average; the hottest rank takes 1.5 x that
+    // (load_skew 0.5). A capacity factor of 1.1 caps it at 17.6 rows (Megatron-Core's default,
+    // dropped choices leave); padded, every expert takes exactly ceil(17.6) = 18 (GShard,
+    // DeepSpeed-MoE, --moe-pad-expert-input-to-capacity), whatever the skew.
+    PlanSpec p = moe_plan(1, 2, 2);
+    ModelSpec m = moe_model();
+    m.moe->load_skew = 0.5;
+    auto experts_m = [](const Program& prog) {
+        for (const Instr& in : prog.ranks[0].instrs)
+            if (in.kind == InstrKind::compute && in.op == Op::gemm && in.layer == 0 && in.phase == Phase::forward &&
+                prog.names[static_cast<std::size_t>(in.name)] == "experts.fc1")
+                return static_cast<double>(in.m);
+        return -1.0;
+    };
+    const double mean_bytes = 32.0 * 2 * 64 * 2;
+    const Program dropless = lower(m, node(), p);
+    CHECK(forward_comm(dropless).a2a_bytes == Approx(1.5 * mean_bytes));
+    CHECK(experts_m(dropless) == 2 * 16 * 1.5);  // from each of the 2 EP ranks
+    m.moe->capacity_factor = 1.1;
+    const Program capped = lower(m, node(), p);
+    CHECK(forward_comm(capped).a2a_bytes == Approx(1.1 * mean_bytes));
+    CHECK(experts_m(capped) == Approx(2 * 16 * 1.1).margin(1));  // the GEMM's m is whole rows
+    p.moe_pad_to_capacity = true;
+    const Program padded = lower(m, node(), p);
+    CHECK(forward_comm(padded).a2a_bytes == Approx(4 * 18 * 64 * 2));
+    CHECK(experts_m(padded) == 2 * 18);
+    // The memory model holds the padded rows too (the experts' fc1 output).
+    m.moe->load_skew = 0;
+    const PlanSpec none = [&] {
+        PlanSpec q = p;
+        q.moe_pad_to_capacity = false;
+        return q;
+    }();
+    auto fc1_bytes = [&](const PlanSpec& q) {
+        for (const TensorDesc& t : layer_activations(m, q, 0, false))
+            if (t.name == "moe.experts.fc1_out") return t.bytes;
+        return -1.0;
+    };
+    INFO("padded " << fc1_bytes(p) << " B, unpadded " << fc1_bytes(none) << " B");
+    CHECK(fc1_bytes(p) / fc1_bytes(none) == Approx(72.0 / 64.0));  // E x 18 rows against 32 x 2
+}

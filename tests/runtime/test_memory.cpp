@@ -246,6 +246,14 @@ TEST_CASE("memory only: walking the dataflow gives a run's peaks without running
         p = cpu_plan();
         p.offload.activations = TierSplit{0.0, 1.0, 0.0};
         v.push_back({"GPT, activations on the CPU", tiny_gpt(), p});
+        // Token dropping pads every expert to its capacity: the rows an expert-parallel rank
+        // receives no longer depend on the routing, so the walk knows them.
+        ModelSpec capped = tiny_moe();
+        capped.moe->capacity_factor = 1.0;
+        p = cpu_plan(1, 1, 2);
+        p.ep = 2;
+        p.moe_pad_to_capacity = true;
+        v.push_back({"MoE, capacity 1.0 padded, dp 2 ep 2", capped, p});
     }
     for (const Variant& x : v) {
         INFO(x.name);

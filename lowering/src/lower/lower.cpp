@@ -375,9 +375,10 @@ int RankLowering::collective(Stream s, CollKind k, Group g, double bytes, int na
 
 int RankLowering::ep_all_to_all(double bytes, int name, int after) {
     // An all-to-all ends when its busiest receiver does: the hottest expert's rank takes in (and
-    // sends back) (1 + skew) x the mean. Symmetric mode models every rank as that one; full mode
-    // keeps each rank's mean volume (the matched collective needs one size for all peers).
-    if (!full_) bytes *= moe_factor_;
+    // sends back) (1 + skew) x the mean, at most the capacity (expert_load). Symmetric mode models
+    // every rank as that one; full mode keeps each rank's mean volume (the matched collective needs
+    // one size for all peers).
+    if (!full_) bytes *= expert_load();
     const int ev = collective(Stream::ep_comm, CollKind::all_to_all, Group::ep, bytes, name, after);
     Instr& in = rp_.instrs[last_collective_];
     in.a2a_copies = a2a_copies_;

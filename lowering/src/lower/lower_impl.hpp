@@ -265,6 +265,8 @@ private:
     void mla_projections_forward();
     void mla_projections_backward();
     double expert_tokens() const;
+    double routed_rows_k(double tokens) const;
+    double expert_load() const;
 
     // passes and step (lower.cpp)
     void step(int s);

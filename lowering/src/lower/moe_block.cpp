@@ -2,6 +2,8 @@
 // dispatcher): the router, the token moves, the EP all-to-alls, the expert-TP gather and
 // reduce-scatter, the grouped experts and the shared experts, forward and backward, with the
 // dataflow an executor runs (layer_ops.cpp holds the rest of the layer).
+#include <cmath>
+
 #include "lower_impl.hpp"
 
 namespace strata::sim::lower_detail {
@@ -10,8 +12,29 @@ double RankLowering::expert_tokens() const {
     // Each EP rank routes tokens*top_k assignments into E experts; a rank hosts E/ep of them and
     // receives ep*tokens*top_k/E tokens per expert on average, times its load factor.
     // With SP the expert-TP group gathers etp ranks' shards (etp = tp: all the tokens).
+    // A capacity factor caps what an expert keeps of each sender's; padded, it is exactly the
+    // capacity, however the load falls.
     const double tokens = d_.tp > 1 && d_.sp ? d_.tokens_sp * d_.etp : d_.tokens;
-    return d_.ep * tokens * d_.top_k / d_.experts * moe_factor_;
+    if (m_.moe->capacity_factor > 0 && p_.moe_pad_to_capacity) return routed_rows_k(tokens) / d_.experts * d_.ep;
+    return d_.ep * tokens * d_.top_k / d_.experts * expert_load();
+}
+
+// What the hottest expert's rank takes in, over the mean: 1 + load_skew (moe_factor_), capped by
+// the capacity factor, which drops the rest; padded, every expert takes its capacity alike.
+double RankLowering::expert_load() const {
+    const double cf = m_.moe->capacity_factor;
+    if (cf > 0 && p_.moe_pad_to_capacity) return 1.0;
+    return cf > 0 ? std::min(moe_factor_, cf) : moe_factor_;
+}
+
+// The rows a rank's routing of `tokens` sends towards the experts: tokens x top_k, or with a
+// padded capacity every expert's capacity, ceil(tokens k / E x factor) (Megatron-Core's
+// get_capacity on the rows the rank routes; GShard's [E, C] dispatch). Without padding the
+// dropped choices leave, which the mean does not see.
+double RankLowering::routed_rows_k(double tokens) const {
+    const double cf = m_.moe->capacity_factor, E = d_.experts, k = d_.top_k;
+    if (cf > 0 && p_.moe_pad_to_capacity) return E * std::ceil(tokens * k / E * cf);
+    return tokens * k;
 }
 
 // MoE block (Megatron's all-to-all token dispatcher): router GEMM + top-k on the rank's tokens,
@@ -45,11 +68,11 @@ void RankLowering::moe_forward(int layer) {
     compute(Op::router, n_.router, 0, 2 * routed * d_.experts * 4);
     if (df_) io({mt.logits}, {mt.routing});
     host_sync(Stream::compute, n_.moe_counts);
-    const double permute_bytes = routed * (1 + d_.top_k) * d_.h * d_.act_bytes;
+    const double permute_bytes = (routed + routed_rows_k(routed)) * d_.h * d_.act_bytes;
     compute(Op::elementwise, n_.moe_permute, 0, permute_bytes);
     if (df_) io({lt.ln2, mt.routing}, {mt.in, opt(mt.in_p)});
-    const double a2a_bytes = routed * d_.top_k * d_.h * d_.act_bytes;
-    const double tp_bytes = d_.tokens_sp * d_.etp * d_.top_k * d_.h * d_.act_bytes;  // the expert-TP group's assignments
+    const double a2a_bytes = routed_rows_k(routed) * d_.h * d_.act_bytes;
+    const double tp_bytes = d_.etp * routed_rows_k(d_.tokens_sp) * d_.h * d_.act_bytes;  // the expert-TP group's assignments
     const bool etp_comm = sp && d_.etp > 1;
     int dispatched = -1;
     if (d_.ep > 1) {
@@ -98,7 +121,7 @@ RankLowering::MoeTensors RankLowering::moe_tensors(int l) {
     }
     // Routed tokens: with SP each TP rank routes its own sequence shard.
     const bool sp = d_.tp > 1 && d_.sp;
-    const double R = sp ? d_.tokens_sp : d_.tokens, H = d_.h, E = d_.experts, k = d_.top_k, f = d_.expert_ffn, tk = R * k;
+    const double R = sp ? d_.tokens_sp : d_.tokens, H = d_.h, E = d_.experts, k = d_.top_k, f = d_.expert_ffn, tk = routed_rows_k(R);
     const bool ep = d_.ep > 1, etp = sp && d_.etp > 1;
     const double g = etp ? d_.etp : 1, fl = f / d_.etp;  // the expert-TP group's rows; a rank's share of an expert's width
     // The router's values stay fp32 (Megatron's router runs in fp32 under bf16 too): stats.
@@ -186,10 +209,10 @@ void RankLowering::moe_backward(int layer) {
     const LayerTensors lt = layer_tensors(layer);
     const MoeTensors mt = moe_tensors(layer);
     const double routed = sp ? d_.tokens_sp : d_.tokens;
-    const double a2a_bytes = routed * d_.top_k * d_.h * d_.act_bytes;
-    const double tp_bytes = d_.tokens_sp * d_.etp * d_.top_k * d_.h * d_.act_bytes;
+    const double a2a_bytes = routed_rows_k(routed) * d_.h * d_.act_bytes;
+    const double tp_bytes = d_.etp * routed_rows_k(d_.tokens_sp) * d_.h * d_.act_bytes;
     const bool etp_comm = sp && d_.etp > 1;
-    const double permute_bytes = routed * (1 + d_.top_k) * d_.h * d_.act_bytes;
+    const double permute_bytes = (routed + routed_rows_k(routed)) * d_.h * d_.act_bytes;
     compute(Op::elementwise, n_.moe_unpermute, 0, permute_bytes);  // the un-permute's gradient: copy dY to each top_k slot
     // fc2_output: the weights' gradient is dY . the expert's output; fc2_input: the experts' act
     // backward gives it, per row.

@@ -4,6 +4,7 @@
 // flash attention, MoE and CP fall out of the same list (docs/formulas.md). No timing, no tiers'
 // capacities: only sizes and where plan.offload puts them.
 #include <algorithm>
+#include <cmath>
 
 #include "strata/common/error.hpp"
 #include "strata/lowering/memory.hpp"
@@ -117,14 +118,18 @@ void mlp_intermediates(std::vector<TensorDesc>& out, const ModelSpec& m, const P
 
 // Tokens one rank's experts process per micro-batch: each of this rank's tokens goes to top_k
 // experts; spread uniformly, an EP rank receives as many assignments as its tokens make
-// (tokens·top_k), the hottest rank (1 + load_skew) times that. With a capacity factor the
-// experts are padded/dropped to exactly capacity_factor · tokens · top_k.
+// (tokens·top_k), the hottest rank (1 + load_skew) times that. With a capacity factor an expert
+// keeps at most capacity_factor times its mean; padded (plan.moe_pad_to_capacity), exactly that.
 // Routed rows: with SP each TP rank routes its own tok_rep tokens and the expert-TP group gathers
 // etp ranks' worth (etp = tp: all the tokens, as without SP).
 double routed_rows(const ModelSpec& m, const PlanSpec& p, const Local& L) {
     const auto& moe = *m.moe;
     const double tokens = p.sequence_parallel && p.tp > 1 ? L.tok_rep * p.etp() : L.tokens;
-    if (moe.capacity_factor > 0.0) return moe.capacity_factor * tokens * moe.top_k;
+    if (moe.capacity_factor > 0.0 && p.moe_pad_to_capacity) {  // every expert its capacity, ceil(tokens k / E x factor)
+        const double E = static_cast<double>(moe.experts);
+        return E * std::ceil(tokens * moe.top_k / E * moe.capacity_factor);
+    }
+    if (moe.capacity_factor > 0.0) return tokens * moe.top_k * std::min(1.0 + moe.load_skew, moe.capacity_factor);
     return tokens * moe.top_k * (1.0 + moe.load_skew);
 }
 
@@ -209,7 +214,7 @@ std::vector<TensorDesc> full_layer_activations(const ModelSpec& m, const PlanSpe
             // combined on the tokens' own rank, so the rank's routed rows (no expert-TP gather, no
             // load skew: each rank gets back exactly its own).
             const double own = (p.sequence_parallel && p.tp > 1 ? L.tok_rep : L.tokens) * moe.top_k;
-            const double kept = moe.capacity_factor > 0.0 ? moe.capacity_factor * own : own;
+            const double kept = moe.capacity_factor > 0.0 && p.moe_pad_to_capacity ? moe.capacity_factor * own : own;
             out.push_back(act_tensor("moe.expert_out", L.act * kept * L.h, "(tokens·top_k, h)", p));
         }
         if (moe.shared_experts > 0)

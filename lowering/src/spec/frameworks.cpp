@@ -71,6 +71,9 @@ const Knob kTeFlash{"flash_attention", "true", When::always,
 const Knob kTeFa3{"attention_kernel", "\"fa3\"", When::always,
                   "Transformer Engine's cuDNN fused attention is FlashAttention-3-class on Hopper (docs/costs.md)"};
 const Knob kAutogradAccumKnob{"grad_accum_fusion", "false", When::always, kAutogradAccum};
+const Knob kDeepSpeedMoePad{"moe_pad_to_capacity", "true", When::always,
+                            "DeepSpeed moe/sharded_moe.py: top1gating/top2gating build [tokens, experts, capacity] masks and "
+                            "MOELayer dispatches einsum('sec,sm->ecm'): every expert gets its whole capacity (drop_tokens)"};
 const Knob kTpOverlapWithSp{"tp_comm_overlap", "true", When::tp_sp,
                             "NeMo / Megatron-Bridge performance recipes turn on TP communication overlap (userbuffers) "
                             "with sequence parallelism (NeMo 1.x ub_tp_comm_overlap, MegatronCommOverlapCallback / CommOverlapConfig)"};
@@ -110,7 +113,8 @@ const std::vector<Preset>& presets() {
           {"fp32_grads", "true", When::mixed16,
            "DeepSpeed runtime/bf16_optimizer.py (BF16_Optimizer, which bf16 pipelines use): fp32 gradient accumulation buffers"},
           {"overlap_grad_reduce", "false", When::always, kPipelineEngineReduce},
-          {"overlap_param_gather", "false", When::below_zero3, kZeroStepGather}}},
+          {"overlap_param_gather", "false", When::below_zero3, kZeroStepGather},
+          kDeepSpeedMoePad}},
         {"deepspeed",
          "DeepSpeed's engine with ZeRO (and PipelineEngine when pp > 1), 2023 or later: FlashAttention-2 from the model code",
          {{"attention_kernel", "\"fa2\"", When::always,
@@ -124,7 +128,8 @@ const std::vector<Preset>& presets() {
            "(and PipelineEngine reduces after the schedule)"},
           {"overlap_grad_reduce", "true", When::zero3,
            "DeepSpeed runtime/zero/config.py: overlap_comm defaults to true for ZeRO stage 3"},
-          {"overlap_param_gather", "false", When::below_zero3, kZeroStepGather}}},
+          {"overlap_param_gather", "false", When::below_zero3, kZeroStepGather},
+          kDeepSpeedMoePad}},
         {"megatron-core",
          "Megatron-LM with Megatron-Core and Transformer Engine (2023 or later), its command-line defaults",
          {kTeFlash,

@@ -415,6 +415,7 @@ const std::vector<Knob>& table() {
         t.push_back(bool_knob<&P::expandable_segments>("expandable_segments", Written::always));
         t.push_back(bool_knob<&P::moe_act_fp8_cache>("moe_act_fp8_cache", Written::always));
         t.push_back(bool_knob<&P::moe_a2a_overlap>("moe_a2a_overlap", Written::always));
+        t.push_back(bool_knob<&P::moe_pad_to_capacity>("moe_pad_to_capacity", Written::if_changed));
         t.push_back(enum_knob<&P::moe_dispatcher>("moe_dispatcher", Written::always));
         t.push_back(enum_knob<&P::moe_probs_at>("moe_probs_at", Written::always));
         t.push_back(bool_knob<&P::eager_elementwise>("eager_elementwise", Written::always));

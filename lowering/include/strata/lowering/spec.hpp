@@ -263,6 +263,11 @@ struct PlanSpec {
     /// --overlap-moe-expert-parallel-comm batch-level overlap, DeepSeek's DualPipe): the dispatch
     /// and combine run beside the compute stream and are joined at the end of the pass.
     bool moe_a2a_overlap = false;
+    /// With model.moe.capacity_factor: every expert processes exactly its capacity of rows, the
+    /// empty slots padded (GShard's and DeepSpeed-MoE's [experts, capacity] dispatch; Megatron-Core's
+    /// --moe-pad-expert-input-to-capacity). Off: the dropped choices leave and the experts process
+    /// what is kept (Megatron-Core's default). Ignored without a capacity factor.
+    bool moe_pad_to_capacity = false;
     MoeDispatcher moe_dispatcher = MoeDispatcher::alltoall;  ///< how MoE tokens cross the EP group
     MoeProbsAt moe_probs_at = MoeProbsAt::fc2_input;
     /// Memory-bound ops (norms, activations, residual adds, RoPE, permutes) run as separate eager

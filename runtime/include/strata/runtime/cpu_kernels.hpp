@@ -116,12 +116,21 @@ void loss_backward(float* dlogits, const float* logits, const float* tokens, con
 /// experts form equal groups, each scored by the sum of its best k / group_topk logits, and the
 /// top k come from the token's group_topk best groups only.
 void moe_route(float* routing, const float* logits, i64 T, i64 E, i64 k, i64 groups = 0, i64 group_topk = 0);
+/// Token dropping (GShard, Switch; Megatron-Core's capacity factor with its "probs" policy): an
+/// expert keeps the `capacity` choices of highest weight (ties to the earlier token); a dropped
+/// choice's id becomes -(id + 1), its weight stays (the router's backward needs it).
+void moe_drop(float* routing, i64 T, i64 E, i64 k, i64 capacity);
+/// Megatron-Core's get_capacity: ceil(T k / E x factor); 0 without a factor (dropless).
+i64 moe_capacity(i64 T, i64 E, i64 k, double capacity_factor);
 /// dlogits [T, E] from the weights' gradient dprobs [T, k]; zero off the chosen experts.
 void moe_route_backward(float* dlogits, const float* routing, const float* dprobs, i64 T, i64 E, i64 k);
 /// Expert order (by expert, then token): the row of each (token, choice) in pos [T k], and the
-/// rows of each expert in counts [E]. Throws std::out_of_range on an id outside [0, E).
-void moe_order(i64* pos, i64* counts, const float* routing, i64 T, i64 E, i64 k);
-/// xp[pos[t k + j]] = x[t]: each token copied to the rows of its choices.
+/// rows of each expert in counts [E]. With a capacity every expert has exactly `capacity` rows
+/// (padded, GShard's [E, C] dispatch) and a dropped choice's row is -1. Throws std::out_of_range
+/// on an id outside [0, E).
+void moe_order(i64* pos, i64* counts, const float* routing, i64 T, i64 E, i64 k, i64 capacity = 0);
+/// xp[pos[t k + j]] = x[t]: each token copied to the rows of its choices (row -1: dropped). The
+/// moves leave rows no choice names (a capacity's padding) as they are: the caller zeroes them.
 void moe_permute(float* xp, const float* x, const i64* pos, i64 T, i64 k, i64 C);
 /// dx[t] = the sum of its k rows of dxp.
 void moe_permute_backward(float* dx, const float* dxp, const i64* pos, i64 T, i64 k, i64 C);
