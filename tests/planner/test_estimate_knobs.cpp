@@ -63,10 +63,7 @@ TEST_CASE("the estimate follows the engine when any one knob changes", "[planner
         CHECK(rows.size() > 25);
         for (const Row& r : rows) {
             INFO(base << " with " << r.what << ": simulated x" << r.sim_ratio << ", estimated x" << r.est_ratio);
-            // One known exception, kept visible: parameters on the host under pipelined FSDP, which
-            // the engine finds 15 % slower than the estimate (docs/planner.md).
-            const bool known = std::string(base).find("torchtitan") != std::string::npos && r.what.find("\"params\":\"cpu\"") != std::string::npos;
-            CHECK(std::fabs(r.est_ratio / r.sim_ratio - 1.0) <= (known ? 0.20 : 0.10));
+            CHECK(std::fabs(r.est_ratio / r.sim_ratio - 1.0) <= 0.10);
         }
     }
 }

@@ -78,14 +78,19 @@ int RankLowering::fetch_offloaded(double params, const std::vector<std::pair<dou
 }
 
 // The embedding's or the head's parameters, offloaded like a layer's, fetched before their use
-// (DeepSpeed's ZeRO-3 hooks fetch every module; the layers are prefetched, these are not). The
+// (DeepSpeed's ZeRO-3 hooks fetch every module; the layers are prefetched, these are not; under
+// pipelined FSDP once a step). The
 // head of a single stage with a tied table reads the embedding's unit as well. Sharded over dp
 // (ZeRO-3), each rank brings up its slice of each of the unit's buckets, which are then gathered.
 void RankLowering::fetch_edge(bool head) {
     if (p_.offload.params.all_gpu()) return;
+    const bool zero3 = p_.zero_stage == 3 && group_size(Group::dp) > 1;
+    // Pipelined FSDP keeps the root module (embedding, final norm, head) gathered from the step's
+    // first forward to its end, as it keeps the layers (torchtitan: reshard_after_forward off
+    // under PP): homed on the host, it comes up once a step, not once a pass.
+    if (zero3 && pipelined_fsdp() && !(phase_ == Phase::forward && mb_ == step_ * micro_)) return;
     const int saved_layer = layer_;
     layer_ = -1;
-    const bool zero3 = p_.zero_stage == 3 && group_size(Group::dp) > 1;
     for (const Unit& u : units_) {
         if (u.chunk != chunk_ || u.layer >= 0) continue;
         const bool wanted = head ? u.head || (u.embedding && m_.tied_embeddings && !head_stage_embedding_copy(m_, p_)) : u.embedding;
