@@ -93,7 +93,7 @@ void moe_order(i64* pos, i64* counts, const float* routing, i64 T, i64 E, i64 k,
     for (i64 t = 0; t < T; ++t)
         for (i64 j = 0; j < k; ++j) {
             const float id = routing[t * 2 * k + j];
-            if (id < 0 && capacity > 0 && -id - 1 < static_cast<float>(E)) continue;  // dropped
+            if (id < 0 && -id - 1 < static_cast<float>(E)) continue;  // dropped (moe_drop)
             if (!(id >= 0 && id < static_cast<float>(E))) throw std::out_of_range("moe_order: an expert id outside [0, experts)");
             ++counts[static_cast<i64>(id)];
         }

@@ -104,14 +104,23 @@ bool RankState::moe_compute(std::size_t i) {
     const DataTensor& routing = T(routing_at);
     if (routing.cols != 2 * k) fail(i, "its routing operand is not [tokens, 2 top_k]");
     const i64 tokens = routing.rows;
-    // With a capacity factor every expert's rows are padded to the capacity; the moves write only
-    // the rows a choice names, so the padding is zeroed first.
-    const i64 cap = cpu::moe_capacity(tokens, E, k, m.moe->capacity_factor);
+    // Padded to the capacity (plan.moe_pad_to_capacity) every expert's rows are its capacity; the
+    // moves write only the rows a choice names, so the padding is zeroed first. Unpadded, the
+    // dropped choices leave: the rows in expert order are the kept ones, however many.
+    const bool pad = w_.plan.moe_pad_to_capacity;
+    const i64 cap = pad ? cpu::moe_capacity(tokens, E, k, m.moe->capacity_factor) : 0;
     auto zero_out = [&](int q) {
         if (cap > 0) std::fill_n(O(q), elements(id(o.n_in + q)), 0.0f);
     };
     std::vector<i64> pos(static_cast<std::size_t>(tokens * k)), counts(static_cast<std::size_t>(E));
     if (!grouped) cpu::moe_order(pos.data(), counts.data(), I(routing_at), tokens, E, k, cap);
+    const bool kept_rows = !grouped && !pad && m.moe->capacity_factor > 0;
+    i64 kept = 0;
+    for (i64 c : counts) kept += c;
+    // The expert-order outputs of the moves have the kept rows (before the dispatch, or without EP).
+    auto size_kept = [&](int q) {
+        if (kept_rows) dyn_rows_[id(o.n_in + q)] = kept;
+    };
     // Without EP the rank's own rows in expert order are what its experts see.
     if (name == "moe.permute" && !bwd && ep_size_ == 1) moe_recv_[{in.layer, in.microbatch}] = counts;
     // The moves' optional inputs after the routing: a row weight's gradient (one column) and the
@@ -129,9 +138,12 @@ bool RankState::moe_compute(std::size_t i) {
         // weights][, d.shared.x]} -> {dx[, d.weights]}
         const i64 C = T(0).cols;
         if (!bwd) {
+            if (kept_rows) moe_kept_[{in.layer, in.microbatch}] = kept;
+            size_kept(0);
             zero_out(0);
             cpu::moe_permute(O(0), I(0), pos.data(), tokens, k, C);
             if (o.n_out > 1) {
+                size_kept(1);
                 zero_out(1);
                 float* pr = O(1);
                 const float* r = I(1);
@@ -167,10 +179,12 @@ bool RankState::moe_compute(std::size_t i) {
             cpu::moe_unpermute(O(0), I(0), route_w, pos.data(), tokens, k, C);
             add_shared();
         } else if (o.n_out > 1) {
+            size_kept(0);
             zero_out(0);
             cpu::moe_unpermute_backward(O(0), O(1), I(0), I(2), route_w, pos.data(), tokens, k, C);
         } else {  // each row gets its token's dY
             if (!at_input) fail(i, "drops the weights' gradient although the weights are applied here");
+            size_kept(0);
             zero_out(0);
             float* d = O(0);
             const float* dy = I(0);
@@ -262,7 +276,7 @@ CollPart RankState::moe_collective_part(std::size_t i) {
         const DataTensor& routing = a.in(r);
         std::vector<i64> pos(static_cast<std::size_t>(routing.rows * k)), counts(static_cast<std::size_t>(E));
         cpu::moe_order(pos.data(), counts.data(), tensor(id(r), false, i), routing.rows, E, k,
-                       cpu::moe_capacity(routing.rows, E, k, w_.model.moe->capacity_factor));
+                       w_.plan.moe_pad_to_capacity ? cpu::moe_capacity(routing.rows, E, k, w_.model.moe->capacity_factor) : 0);
         for (i64 e = 0; e < E; ++e) {
             part.send_rows[static_cast<std::size_t>(e / L)] += counts[static_cast<std::size_t>(e)];
             part.send_counts[static_cast<std::size_t>(e)] = counts[static_cast<std::size_t>(e)];
@@ -316,9 +330,11 @@ void RankState::finish_moe_collective(std::size_t i) {
         if (reduce)
             for (i64 b = 1; b < n; ++b)
                 for (i64 e = 0; e < len; ++e) data[static_cast<std::size_t>(e)] += data[static_cast<std::size_t>(b * len + e)];
-        if (home && rows != y.rows)
-            fail(i, "got back " + std::to_string(rows) + " rows of its " + std::to_string(y.rows) + " routed tokens");
-        if (!home) dyn_rows_[out] = rows;
+        const auto kept = moe_kept_.find(key);
+        const i64 routed = kept != moe_kept_.end() ? kept->second : y.rows;
+        if (home && rows != routed)
+            fail(i, "got back " + std::to_string(rows) + " rows of its " + std::to_string(routed) + " routed tokens");
+        if (!home || rows != y.rows) dyn_rows_[out] = rows;
         float* to = tensor(out, true, i);
         std::memcpy(to, data.data(), static_cast<std::size_t>(len) * sizeof(float));
     }

@@ -297,6 +297,9 @@ private:
     /// each sender per local expert (without EP: per expert of its own tokens), and after it:
     /// [expert-TP rank][that rank's moe_recv_].
     std::map<std::pair<int, int>, std::vector<i64>> moe_recv_, moe_gath_;
+    /// (layer, micro-batch) -> the routed rows the rank kept, where token dropping without padding
+    /// makes them fewer than tokens x top_k: what the combine must bring back.
+    std::map<std::pair<int, int>, i64> moe_kept_;
     std::unordered_map<std::size_t, A2aReceived> a2a_;          ///< by instruction: where a posted all-to-all's rows land
     /// Where this rank's rows (or those of the CP rank `owner`) sit in their sequences.
     cpu::Positions positions(int owner = -1) const { return {w_.model.seq_len, cp_size_, owner < 0 ? cp_rank_ : owner}; }

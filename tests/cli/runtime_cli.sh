@@ -90,11 +90,15 @@ import json, math, sys
 r = json.load(open(sys.argv[1]))
 assert len(r["steps"]) == 2 and all(math.isfinite(s["loss"]) and s["loss"] > 0 for s in r["steps"])
 PY
-# ...what the runtime does not execute is refused: exit 2, the field named.
+# ...and with token dropping (a capacity factor)...
 sed 's/"top_k": 2}/"top_k": 2, "capacity_factor": 1.25}/' "$T/moe.json" >"$T/moe-capacity.json"
 "$S" run --model "$T/moe-capacity.json" --cluster local-cpu-2 --plan "$SRC/scenarios/plans/gpt-tiny-2cpu.json" --steps 1 >"$T/out" 2>"$T/err"; rc=$?
-[ $rc -eq 2 ] || { cat "$T/err"; fail "MoE model with token dropping: exit $rc, expected 2"; }
-grep -q "model.moe.capacity_factor" "$T/err" || fail "MoE refusal does not name model.moe.capacity_factor"
+[ $rc -eq 0 ] || { cat "$T/err"; fail "MoE model with token dropping: exit $rc, expected 0"; }
+# ...what the runtime does not execute is refused: exit 2, the field named.
+sed 's/"seq_len": 16,/"seq_len": 16, "mtp_depth": 1,/' "$T/moe.json" >"$T/moe-mtp.json"
+"$S" run --model "$T/moe-mtp.json" --cluster local-cpu-2 --plan "$SRC/scenarios/plans/gpt-tiny-2cpu.json" --steps 1 >"$T/out" 2>"$T/err"; rc=$?
+[ $rc -eq 2 ] || { cat "$T/err"; fail "MoE model with MTP: exit $rc, expected 2"; }
+grep -q "model.mtp_depth" "$T/err" || fail "the refusal does not name model.mtp_depth"
 # A checkpoint that is not there: exit 2.
 "$S" run --model gpt-tiny --cluster local-cpu-2 --plan "$SRC/scenarios/plans/gpt-tiny-2cpu.json" --steps 1 --lr 0.5 --resume "$T/nosuch" >/dev/null 2>"$T/err"; rc=$?
 [ $rc -eq 2 ] || fail "missing checkpoint: exit $rc, expected 2"

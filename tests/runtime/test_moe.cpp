@@ -538,6 +538,35 @@ TEST_CASE("MoE token dropping: capacity, the probs policy, padding, and its grad
     out_ep.moe_probs_at = MoeProbsAt::fc2_output;
     const std::vector<double> out_ref = losses(m, out, kSteps), out_got = losses(m, out_ep, kSteps);
     for (int i = 0; i < kSteps; ++i) CHECK(out_got[static_cast<std::size_t>(i)] == Approx(out_ref[static_cast<std::size_t>(i)]).epsilon(kTol));
-    // Without padding (Megatron-Core's default) the runtime refuses, naming the knob.
-    CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(1), cpu_plan(), {}), Catch::Contains("plan.moe_pad_to_capacity"));
+    // Without padding (Megatron-Core's default) the dropped choices leave: the experts see the kept
+    // rows only, however many, and the all-to-alls carry them; the same splits follow the single
+    // rank's unpadded curve, which differs from the padded one only where padding changes sums
+    // (it adds zero rows), so the two agree closely too.
+    const std::vector<double> unpadded = losses(m, cpu_plan(), kSteps);
+    for (int i = 0; i < kSteps; ++i) CHECK(unpadded[static_cast<std::size_t>(i)] == Approx(ref[static_cast<std::size_t>(i)]).epsilon(kTol));
+    std::vector<Variant> u;
+    PlanSpec q = cpu_plan(1, 1, 2);
+    q.zero_stage = 1;
+    u.push_back({"unpadded, dp 2, ZeRO-1", q});
+    q.ep = 2;
+    u.push_back({"unpadded, dp 2 ep 2, ZeRO-1", q});
+    q.recompute = Recompute::full;
+    u.push_back({"unpadded, dp 2 ep 2, full recompute", q});
+    q = cpu_plan(1, 2, 2);
+    q.ep = 2;
+    u.push_back({"unpadded, pp 2 dp 2 ep 2", q});
+    for (const Variant& x : u) {
+        INFO(x.name);
+        const std::vector<double> got = losses(m, x.plan, kSteps);
+        for (int i = 0; i < kSteps; ++i)
+            CHECK(got[static_cast<std::size_t>(i)] == Approx(unpadded[static_cast<std::size_t>(i)]).epsilon(kTol));
+    }
+    // By hand: unpadded, the expert order holds the kept choices only.
+    float r2[4 * 2] = {0, 0.9f, 0, 0.6f, 0, 0.9f, 1, 0.7f};
+    cpu::moe_drop(r2, 4, 2, 1, 2);
+    cpu::moe_order(pos, counts, r2, 4, 2, 1, 0);
+    CHECK(counts[0] == 2);
+    CHECK(counts[1] == 1);
+    CHECK(pos[1] == -1);
+    CHECK(pos[3] == 2);
 }

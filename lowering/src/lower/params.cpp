@@ -205,10 +205,6 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
             return n("model.moe.expert_ffn_hidden", std::to_string(fe)) + ": must be a multiple of plan.expert_tp = " + std::to_string(p.etp());
         if (p.tp > 1 && e.shared_experts > 0 && (e.shared_experts * fe) % p.tp != 0)
             return n("model.moe.shared_experts", std::to_string(e.shared_experts)) + ": the shared experts' width must be a multiple of plan.tp";
-        if (e.capacity_factor > 0 && !p.moe_pad_to_capacity)
-            return n("model.moe.capacity_factor", std::to_string(e.capacity_factor)) +
-                   ": token dropping is executed padded to the capacity (set plan.moe_pad_to_capacity); dropping without padding "
-                   "is not executed yet";
         if (e.top_k < 1 || e.top_k > e.experts)
             return n("model.moe.top_k", std::to_string(e.top_k)) + ": must be between 1 and model.moe.experts";
         if (p.op_sac()) return "plan.recompute_policy = op: torchtitan's op-level SAC of MoE layers is not executed yet";

@@ -125,9 +125,9 @@ i64 moe_capacity(i64 T, i64 E, i64 k, double capacity_factor);
 /// dlogits [T, E] from the weights' gradient dprobs [T, k]; zero off the chosen experts.
 void moe_route_backward(float* dlogits, const float* routing, const float* dprobs, i64 T, i64 E, i64 k);
 /// Expert order (by expert, then token): the row of each (token, choice) in pos [T k], and the
-/// rows of each expert in counts [E]. With a capacity every expert has exactly `capacity` rows
-/// (padded, GShard's [E, C] dispatch) and a dropped choice's row is -1. Throws std::out_of_range
-/// on an id outside [0, E).
+/// rows of each expert in counts [E]; a dropped choice's row is -1. With a capacity every expert
+/// has exactly `capacity` rows (padded, GShard's [E, C] dispatch); without, the kept ones.
+/// Throws std::out_of_range on an id outside [0, E).
 void moe_order(i64* pos, i64* counts, const float* routing, i64 T, i64 E, i64 k, i64 capacity = 0);
 /// xp[pos[t k + j]] = x[t]: each token copied to the rows of its choices (row -1: dropped). The
 /// moves leave rows no choice names (a capacity's padding) as they are: the caller zeroes them.
