@@ -258,7 +258,11 @@ void RankState::compute(std::size_t i) {
         const DataTensor& q = a.in(0);
         const i64 hq = m.heads / tp_size_, hkv = (m.kv_heads > 0 ? m.kv_heads : m.heads) / tp_size_;
         float* p = O(0);
-        if (p != I(0)) fail(i, "rope is applied in place");
+        if (p != I(0)) {  // out of the projection op-level SAC keeps: copy, then rotate in place
+            if (backward(in.phase)) fail(i, "rope's backward is applied in place");
+            if (dev_) dev_->copy(p, I(0), q.elements());
+            else std::memcpy(p, I(0), static_cast<std::size_t>(q.elements()) * sizeof(float));
+        }
         if (dev_) dev_->rope(p, q.rows, m.seq_len, hq, hkv, hd, backward(in.phase));
         else cpu::rope(p, q.rows, positions(), hq, hkv, hd, backward(in.phase));
     } else if (name == "embedding.position") {

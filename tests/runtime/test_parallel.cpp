@@ -417,3 +417,33 @@ TEST_CASE("dropout: every parallel variant draws the single rank's masks", "[run
     tp.sequence_parallel = true;
     check_against_single_rank(moe, {{"MoE, dp 2 ep 2", ep}, {"MoE, tp 2 SP", tp}});
 }
+
+TEST_CASE("op-level SAC (torchtitan): the recomputation rebuilds what the policy did not keep", "[runtime][parallel][recompute]") {
+    // The odd matmuls and SDPA's outputs are kept; the norms, RoPE (from the kept projection),
+    // the residual add (with its dropout mask), the activation and the even matmuls rerun. A value
+    // rebuilt differently from the forward's moves the curve off the single rank's.
+    auto sac = [](PlanSpec p) {
+        p.recompute = Recompute::selective;
+        p.recompute_policy = RecomputePolicy::op;
+        return p;
+    };
+    std::vector<Variant> v;
+    v.push_back({"op-level SAC", sac(cpu_plan())});
+    PlanSpec z3 = sac(cpu_plan(1, 1, 2));
+    z3.zero_stage = 3;
+    z3.grad_accum_fusion = false;
+    v.push_back({"op-level SAC, dp 2 ZeRO-3, unfused accumulation (torchtitan's FSDP)", z3});
+    PlanSpec pp = sac(cpu_plan(1, 2, 2));
+    pp.zero_stage = 3;
+    v.push_back({"op-level SAC, pp 2 dp 2, pipelined FSDP", pp});
+    ModelSpec llama = tiny_llama();
+    check_against_single_rank(llama, v);
+    llama.qk_norm = true;  // the norms rerun from the kept projection, RoPE after them
+    check_against_single_rank(llama, v);
+    // LayerNorm with its biases, learned positions, a GeLU MLP whose fc1 output is kept, and
+    // dropout on the residual branches (no linear biases: the policy is modelled without them).
+    ModelSpec gpt = tiny_gpt();
+    gpt.linear_bias = false;
+    gpt.dropout = 0.3;
+    check_against_single_rank(gpt, v);
+}

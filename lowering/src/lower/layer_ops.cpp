@@ -54,7 +54,10 @@ RankLowering::LayerTensors RankLowering::layer_tensors(int l) {
     t.ln1 = a(n_.t_ln1, S, H);
     t.ln1_g = sp ? a(n_.t_ln1_g, T, H) : t.ln1;
     t.qkv = a(n_.t_qkv, T, qkv);
-    t.qkv_pre = m_.qk_norm ? a(n_.t_qkv_pre, T, qkv) : t.qkv;
+    // The projection's output before the norms, or, under op-level SAC with RoPE, before the
+    // rotation: the value the checkpoint keeps and reruns them from.
+    const bool pre = m_.qk_norm || (p_.op_sac() && m_.position == PositionKind::rope);
+    t.qkv_pre = pre ? a(n_.t_qkv_pre, T, qkv) : t.qkv;
     t.attn = a(n_.t_attn, T, attn);
     t.lse = act(n_.t_attn_lse, l, T, d_.heads / tp, TensorRole::stats);
     t.proj = a(n_.t_proj, T, H);
@@ -242,7 +245,7 @@ void RankLowering::layer_forward(int layer, Phase phase) {
         }
         if (m_.position == PositionKind::rope) {
             compute(Op::elementwise, n_.rope, 0, 2 * d_.qk_bytes());
-            if (df_) io({t.qkv}, {t.qkv});
+            if (df_) io({m_.qk_norm ? t.qkv : t.qkv_pre}, {t.qkv});  // in place, but out of the kept projection under op-level SAC
         }
     }
     attention_core_forward(phase, t.qkv, t.attn, t.lse);

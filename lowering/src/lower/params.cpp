@@ -211,10 +211,6 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
     }
     if (m.mla) return "model.mla: multi-head latent attention is not in the dataflow lowering yet";
     if (m.mtp_depth > 0) return n("model.mtp_depth", std::to_string(m.mtp_depth)) + ": MTP modules are not in the dataflow lowering yet";
-    if (m.qk_norm && p.op_sac()) return "model.qk_norm = true with plan.recompute_policy = op: torchtitan's op-level SAC reruns the norms outside the dataflow yet";
-    if (m.dropout > 0 && p.op_sac())
-        return n("model.dropout", std::to_string(m.dropout)) + " with plan.recompute_policy = op: torchtitan's op-level SAC "
-               "reruns the residual adds without their dropout masks in the dataflow yet";
     if (p.cp > 1 && m.seq_len % (2 * p.cp) != 0)
         return n("plan.cp", std::to_string(p.cp)) + ": model.seq_len = " + std::to_string(m.seq_len) +
                " must split into 2 x cp equal chunks (the load-balanced layout context parallelism runs)";

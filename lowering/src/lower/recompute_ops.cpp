@@ -77,21 +77,39 @@ void RankLowering::op_sac_recompute(int layer) {
     for (std::size_t i = 0; i < mms.size() && i < 8; ++i) rerun[i] = !mms[i].saved;
     const bool swiglu = m_.ffn == FfnKind::swiglu;
     compute(Op::norm, n_.norm1, 0, norm_bytes);
-    if (df_) io({t.x, prm("ln1.weight", layer)}, {t.ln1});
+    if (df_) io({t.x, prm("ln1.weight", layer), bias("ln1.bias", layer, false)}, {t.ln1});
+    // Dataflow: a GEMM with any part rerun rewrites its whole output (the cost counts the rerun
+    // part only); one wholly kept keeps its forward value. The norms and RoPE rerun from the kept
+    // projection (qkv_pre under QK-norm or RoPE), the residual add redraws its dropout mask.
     const double qkv_n = (rerun[0] ? d_.q_w : 0) + (rerun[1] ? d_.kv_w : 0) + (rerun[2] ? d_.kv_w : 0);
-    if (qkv_n > 0) gemm(n_.qkv, d_.tokens, qkv_n, d_.h);
-    if (df_) io({t.ln1, prm("qkv.weight", layer)}, {t.qkv});
-    if (m_.qk_norm) compute(Op::norm, n_.qk_norm, 0, 2 * d_.qk_bytes());
-    if (m_.position == PositionKind::rope) compute(Op::elementwise, n_.rope, 0, 2 * d_.qk_bytes());
-    if (rerun[3]) gemm_cast(n_.proj, d_.tokens, d_.h, d_.heads * d_.v_dim);
-    if (df_) io({t.attn, prm("proj.weight", layer)}, {t.proj});
+    if (qkv_n > 0) {
+        gemm(n_.qkv, d_.tokens, qkv_n, d_.h);
+        if (df_) io({t.ln1, prm("qkv.weight", layer)}, {t.qkv_pre});
+    }
+    if (m_.qk_norm) {
+        compute(Op::norm, n_.qk_norm, 0, 2 * d_.qk_bytes());
+        if (df_)
+            io({t.qkv_pre, prm("q_norm.weight", layer), bias("q_norm.bias", layer, false), prm("k_norm.weight", layer),
+                bias("k_norm.bias", layer, false)},
+               {t.qkv});
+    }
+    if (m_.position == PositionKind::rope) {
+        compute(Op::elementwise, n_.rope, 0, 2 * d_.qk_bytes());
+        if (df_) io({m_.qk_norm ? t.qkv : t.qkv_pre}, {t.qkv});
+    }
+    if (rerun[3]) {
+        gemm_cast(n_.proj, d_.tokens, d_.h, d_.heads * d_.v_dim);
+        if (df_) io({t.attn, prm("proj.weight", layer)}, {t.proj});
+    }
     compute(Op::elementwise, n_.residual1, 0, 3 * d_.tokens * d_.h * d_.act_bytes);
-    if (df_) io({t.x, t.proj}, {t.x1});
+    if (df_) io({t.x, t.proj}, {t.x1, t.mask1});
     compute(Op::norm, n_.norm2, 0, norm_bytes);
-    if (df_) io({t.x1, prm("ln2.weight", layer)}, {t.ln2});
+    if (df_) io({t.x1, prm("ln2.weight", layer), bias("ln2.bias", layer, false)}, {t.ln2});
     const double fc1_n = swiglu ? (rerun[4] ? d_.ffn : 0) + (rerun[5] ? d_.ffn : 0) : (rerun[4] ? d_.ffn : 0);
-    if (fc1_n > 0) gemm(n_.fc1, d_.tokens, fc1_n, d_.h);
-    if (df_) io({t.ln2, prm("fc1.weight", layer)}, {t.fc1});
+    if (fc1_n > 0) {
+        gemm(n_.fc1, d_.tokens, fc1_n, d_.h);
+        if (df_) io({t.ln2, prm("fc1.weight", layer)}, {t.fc1});
+    }
     compute(Op::elementwise, n_.act, 0, d_.mats * d_.tokens * d_.ffn * d_.act_bytes);
     if (df_) io({t.fc1}, {t.act});
     // w2 (SwiGLU's 7th matmul) is kept; fc2 (GeLU's 6th) is past the early stop.
