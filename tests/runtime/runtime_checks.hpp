@@ -73,8 +73,9 @@ struct Variant {
     runtime::RunOptions options{};
 };
 
-inline void check_against_single_rank(const ModelSpec& m, const std::vector<Variant>& variants) {
-    const std::vector<double> ref = losses(m, cpu_plan(), kSteps);
+/// Each variant's curve against `one`'s (a single-rank plan), step by step.
+inline void check_against(const ModelSpec& m, const PlanSpec& one, const std::vector<Variant>& variants) {
+    const std::vector<double> ref = losses(m, one, kSteps);
     REQUIRE(ref.front() == Approx(std::log(static_cast<double>(m.vocab))).epsilon(0.02));  // starts at chance
     REQUIRE(ref.back() < ref.front());
     for (const Variant& v : variants) {
@@ -86,5 +87,7 @@ inline void check_against_single_rank(const ModelSpec& m, const std::vector<Vari
         }
     }
 }
+
+inline void check_against_single_rank(const ModelSpec& m, const std::vector<Variant>& variants) { check_against(m, cpu_plan(), variants); }
 
 }  // namespace strata::test

@@ -218,6 +218,23 @@ void RankLowering::mla_projections_backward() {
     }
 }
 
+// After the QKV projection: QK-norm (read, write Q and K; V passes through, and the dataflow
+// keeps the norms' input) and RoPE, in place, or out of the kept projection under op-level SAC
+// (layer_tensors' qkv_pre). Forward, and again in op-level SAC's recomputation.
+void RankLowering::qk_norm_and_rope(const LayerTensors& t, int layer) {
+    if (m_.qk_norm) {
+        compute(Op::norm, n_.qk_norm, 0, 2 * d_.qk_bytes());
+        if (df_)
+            io({t.qkv_pre, prm("q_norm.weight", layer), bias("q_norm.bias", layer, false), prm("k_norm.weight", layer),
+                bias("k_norm.bias", layer, false)},
+               {t.qkv});
+    }
+    if (m_.position == PositionKind::rope) {
+        compute(Op::elementwise, n_.rope, 0, 2 * d_.qk_bytes());
+        if (df_) io({m_.qk_norm ? t.qkv : t.qkv_pre}, {t.qkv});
+    }
+}
+
 void RankLowering::layer_forward(int layer, Phase phase) {
     const Phase saved = phase_;
     const int saved_layer = layer_;
@@ -236,17 +253,7 @@ void RankLowering::layer_forward(int layer, Phase phase) {
         gemm(n_.qkv, d_.tokens, (d_.q_w + 2 * d_.kv_w) / d_.tp, d_.h);
         if (df_) io({t.ln1_g, prm("qkv.weight", layer), bias("qkv.bias", layer, false)}, {t.qkv_pre});
         if (overlap) wait(Stream::compute, ag_qkv);
-        if (m_.qk_norm) {  // read, write Q and K; V passes through (the dataflow keeps the norms' input)
-            compute(Op::norm, n_.qk_norm, 0, 2 * d_.qk_bytes());
-            if (df_)
-                io({t.qkv_pre, prm("q_norm.weight", layer), bias("q_norm.bias", layer, false), prm("k_norm.weight", layer),
-                    bias("k_norm.bias", layer, false)},
-                   {t.qkv});
-        }
-        if (m_.position == PositionKind::rope) {
-            compute(Op::elementwise, n_.rope, 0, 2 * d_.qk_bytes());
-            if (df_) io({m_.qk_norm ? t.qkv : t.qkv_pre}, {t.qkv});  // in place, but out of the kept projection under op-level SAC
-        }
+        qk_norm_and_rope(t, layer);
     }
     attention_core_forward(phase, t.qkv, t.attn, t.lse);
     const int rs_proj = overlap ? tp_out_collective() : -1;

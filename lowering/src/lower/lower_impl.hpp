@@ -224,6 +224,7 @@ private:
         int mask1, mask2, dbr1, dbr1_g, dbr2, dbr2_g;
     };
     LayerTensors layer_tensors(int layer);
+    void qk_norm_and_rope(const LayerTensors& t, int layer);  ///< after the QKV projection
     /// The MoE block's dataflow tensors (tp = 1): routing, the tokens in expert order, and with
     /// ep > 1 what the all-to-alls deliver (disp: the rows for this rank's experts, comb: their
     /// outputs back in expert order; without EP they are `in` and `fc2` themselves).

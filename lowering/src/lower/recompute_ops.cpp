@@ -86,17 +86,7 @@ void RankLowering::op_sac_recompute(int layer) {
         gemm(n_.qkv, d_.tokens, qkv_n, d_.h);
         if (df_) io({t.ln1, prm("qkv.weight", layer)}, {t.qkv_pre});
     }
-    if (m_.qk_norm) {
-        compute(Op::norm, n_.qk_norm, 0, 2 * d_.qk_bytes());
-        if (df_)
-            io({t.qkv_pre, prm("q_norm.weight", layer), bias("q_norm.bias", layer, false), prm("k_norm.weight", layer),
-                bias("k_norm.bias", layer, false)},
-               {t.qkv});
-    }
-    if (m_.position == PositionKind::rope) {
-        compute(Op::elementwise, n_.rope, 0, 2 * d_.qk_bytes());
-        if (df_) io({m_.qk_norm ? t.qkv : t.qkv_pre}, {t.qkv});
-    }
+    qk_norm_and_rope(t, layer);
     if (rerun[3]) {
         gemm_cast(n_.proj, d_.tokens, d_.h, d_.heads * d_.v_dim);
         if (df_) io({t.attn, prm("proj.weight", layer)}, {t.proj});
