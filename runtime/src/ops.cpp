@@ -429,6 +429,8 @@ void RankState::copy(std::size_t i) {
             if (!ok) fail(i, std::string("the ssd file ") + (read ? "read" : "write") + " failed: " + ssd_path_);
             continue;
         }
+        // Rows sized by what arrived (MoE's routed rows) go with their values to the copy.
+        if (rows_of(a.id(k)) != src.rows) dyn_rows_[a.id(a.o.n_in + k)] = rows_of(a.id(k));
         float* to = tensor(a.id(a.o.n_in + k), true, i);
         const float* from = tensor(a.id(k), false, i);
         if (dev_) dev_->copy(to, from, n);

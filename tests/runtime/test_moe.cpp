@@ -213,6 +213,12 @@ TEST_CASE("MoE: every parallel variant follows the single-rank loss curve", "[ru
         v.push_back({"dp 2, ep 2", p});
         p.recompute = Recompute::full;
         v.push_back({"dp 2, ep 2, full recompute (the dispatch runs again)", p});
+        // Activations on the host: the routed rows go down and come back with their row counts.
+        p.offload.activations = TierSplit{0.0, 1.0, 0.0};
+        v.push_back({"dp 2, ep 2, full recompute, activations on the CPU", p});
+        p.recompute = Recompute::none;
+        v.push_back({"dp 2, ep 2, activations on the CPU", p});
+        p.offload.activations = TierSplit{};
         p = cpu_plan(1, 1, 4);
         p.ep = 2;
         p.zero_stage = 1;

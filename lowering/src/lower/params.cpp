@@ -220,7 +220,6 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
         if (p.offload.activations.cpu < 1.0)
             return "plan.offload.activations: activations offloaded wholly to host memory (\"cpu\", DeepSpeed's cpu_checkpointing) are "
                    "executed; a share kept on the GPU or on the SSD is not executed yet";
-        if (m.is_moe()) return "plan.offload.activations with MoE layers: their rows vary with the routing, and are not offloaded yet";
     }
     if (!p.offload.params.all_gpu()) {
         if (p.offload.params.cpu < 1.0)
