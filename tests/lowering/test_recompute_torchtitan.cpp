@@ -157,7 +157,7 @@ TEST_CASE("recompute_policy and recompute_every: spec rules and round trip", "[r
               .find("no recompute_modules") != std::string::npos);
     CHECK(rule(R"({"global_batch": 4, "recompute": "selective", "recompute_every": 2})").find("needs plan.recompute") != std::string::npos);
     CHECK(rule(R"({"global_batch": 4, "recompute": "full", "recompute_every": 0})").find("positive") != std::string::npos);
-    // Modelled for dense, bias-free models without TP or CP.
+    // Modelled for bias-free models without TP or CP.
     ClusterSpec c = strata::test::cluster(2);
     c.gpus_per_node = 2;
     const ModelSpec gpt = strata::test::small_gpt();
@@ -188,4 +188,59 @@ TEST_CASE("eager cross-entropy: three fp32 logits-sized tensors in the loss back
     double fused = 0;
     for (const TensorDesc& d : head_workspace(m, p)) fused += d.bytes;
     CHECK(held + fused == Approx(6 * tv));
+}
+
+TEST_CASE("op SAC of a MoE layer (torchtitan's Qwen3 and DeepSeek-V3 default), by hand", "[recompute][torchtitan][moe]") {
+    // torchtitan activation_checkpoint.py (SelectiveAC, 2025-26): the router's gate is forced to
+    // recompute by its shape and not counted; the routed experts' torch._grouped_mm is not on the
+    // save list (torch's compute_intensive_ops: mm, bmm, addmm, SDPA, _scaled_mm, ...);
+    // all_to_all_single's outputs are; the shared experts' matmuls count on after wq wk wv wo:
+    // kept wq, wv, shared w1, shared w2; rerun wk, wo, shared w3.
+    ModelSpec m = strata::test::gpt_shape("tiny-moe", 2, 64, 4, 128, 32);
+    m.kv_heads = 2;
+    m.ffn = FfnKind::swiglu;
+    m.norm = NormKind::rmsnorm;
+    m.position = PositionKind::rope;
+    m.linear_bias = false;
+    m.max_position = 32;
+    m.moe = strata::test::moe_spec(4, 2, 48);
+    m.moe->shared_experts = 1;
+    std::vector<std::string> kept, rerun;
+    for (const SacMatmul& mm : op_sac_matmuls(m, true)) (mm.saved ? kept : rerun).emplace_back(mm.name);
+    CHECK(kept == std::vector<std::string>{"wq", "wv", "shared.w1", "shared.w2"});
+    CHECK(rerun == std::vector<std::string>{"wk", "wo", "shared.w3"});
+    // The plan: one rank's micro-batch of 2 x 32 tokens, bf16, experts over ep 2.
+    PlanSpec p = strata::test::plan(1, 1, 2, 4);
+    p.micro_batch = 2;
+    p.ep = 2;
+    p.recompute = Recompute::selective;
+    p.recompute_policy = RecomputePolicy::op;
+    ClusterSpec c = strata::test::cluster(1);
+    c.gpus_per_node = 2;
+    validate_plan(m, c, p, "plan.json");  // MoE is modelled now; MLA is not
+    // Per token, bf16: x 2 x 64, wq out 2 x 64, wv out 2 x 32, shared w1 out 2 x 48, shared w2 out
+    // 2 x 64, SDPA out 2 x 64, logsumexp 4 x 4 heads; and the all-to-alls' outputs, top-2 rows of
+    // 64 each way: 2 x (2 x 2 x 64).
+    const double per_token = 128 + 128 + 64 + 96 + 128 + 128 + 16 + 2 * (2 * 2 * 64);
+    CHECK(stashed(m, p, 0) == Approx(per_token * 2 * 32));
+    ModelSpec mla = m;
+    mla.mla = MlaSpec{};
+    CHECK_THROWS_WITH(validate_plan(mla, c, p, "plan.json"), Catch::Contains("without MLA"));
+    // The backward reruns the router's gate, both grouped GEMMs and shared w3, and sends nothing
+    // again: no all-to-all in the recompute phase.
+    const Program prog = lower(m, c, p);
+    int router = 0, experts = 0, shared = 0, a2a = 0;
+    for (const Instr& in : prog.ranks[0].instrs) {
+        if (in.phase != Phase::recompute) continue;
+        const std::string& name = prog.names[static_cast<std::size_t>(in.name)];
+        router += name == "router.gemm";
+        experts += name == "experts.fc1" || name == "experts.fc2";
+        shared += name == "shared.fc1" || name == "shared.fc2";
+        a2a += in.kind == InstrKind::collective && in.coll == CollKind::all_to_all;
+    }
+    const int micro_batches = 1, layers = 2;  // global batch 4 over dp 2 in micro-batches of 2
+    CHECK(router == layers * micro_batches);
+    CHECK(experts == 2 * layers * micro_batches);
+    CHECK(shared == layers * micro_batches);  // w3 (w1's part of the fused gate/up is kept), not w2
+    CHECK(a2a == 0);
 }

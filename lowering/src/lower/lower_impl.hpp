@@ -267,6 +267,7 @@ private:
     void mla_projections_backward();
     double expert_tokens() const;
     double routed_rows_k(double tokens) const;
+    void op_sac_recompute_moe(const bool* shared_rerun);
     double expert_load() const;
 
     // passes and step (lower.cpp)

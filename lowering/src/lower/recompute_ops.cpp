@@ -73,7 +73,8 @@ void RankLowering::op_sac_recompute(int layer) {
     const LayerTensors t = layer_tensors(layer);
     const double norm_bytes = 2 * d_.tokens * d_.h * d_.act_bytes;
     bool rerun[8] = {};
-    const std::vector<SacMatmul> mms = op_sac_matmuls(m_);
+    const bool moe_layer = m_.layer_is_moe(layer);
+    const std::vector<SacMatmul> mms = op_sac_matmuls(m_, moe_layer);
     for (std::size_t i = 0; i < mms.size() && i < 8; ++i) rerun[i] = !mms[i].saved;
     const bool swiglu = m_.ffn == FfnKind::swiglu;
     compute(Op::norm, n_.norm1, 0, norm_bytes);
@@ -95,6 +96,11 @@ void RankLowering::op_sac_recompute(int layer) {
     if (df_) io({t.x, t.proj}, {t.x1, t.mask1});
     compute(Op::norm, n_.norm2, 0, norm_bytes);
     if (df_) io({t.x1, prm("ln2.weight", layer), bias("ln2.bias", layer, false)}, {t.ln2});
+    if (moe_layer) {
+        op_sac_recompute_moe(rerun + 4);
+        phase_ = saved;
+        return;
+    }
     const double fc1_n = swiglu ? (rerun[4] ? d_.ffn : 0) + (rerun[5] ? d_.ffn : 0) : (rerun[4] ? d_.ffn : 0);
     if (fc1_n > 0) {
         gemm(n_.fc1, d_.tokens, fc1_n, d_.h);
@@ -104,6 +110,32 @@ void RankLowering::op_sac_recompute(int layer) {
     if (df_) io({t.fc1}, {t.act});
     // w2 (SwiGLU's 7th matmul) is kept; fc2 (GeLU's 6th) is past the early stop.
     phase_ = saved;
+}
+
+// A MoE block under op-level SAC (costs only: the runtime does not execute it). torchtitan's
+// checkpoint reruns the router's gate (forced by its shape), the routing and the token moves, the
+// routed experts' grouped GEMMs (torch._grouped_mm is not on the save list) and activation, and
+// the shared experts' rerun matmuls; the all-to-alls' outputs are kept, so nothing is sent again.
+// SelectiveAC wraps blocks with early_stop off (activation_checkpoint.py), so the whole block
+// reruns, the experts' fc2 included. `shared_rerun`: the shared experts' matmuls, in order.
+void RankLowering::op_sac_recompute_moe(const bool* shared_rerun) {
+    const double routed = d_.tokens, batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.etp;
+    gemm_high(n_.router_gemm, routed, d_.experts, d_.h);
+    compute(Op::router, n_.router, 0, 2 * routed * d_.experts * 4);
+    const double permute_bytes = (routed + routed_rows_k(routed)) * d_.h * d_.act_bytes;
+    compute(Op::elementwise, n_.moe_permute, 0, permute_bytes);
+    gemm_cast(n_.experts_fc1, te, (d_.mats - 1) * f, d_.h, batch);
+    compute(Op::elementwise, n_.experts_act, 0, batch * d_.mats * te * f * d_.act_bytes);
+    gemm_cast(n_.experts_fc2, te, d_.h, f, batch);
+    compute(Op::elementwise, n_.moe_unpermute, 0, permute_bytes);
+    if (d_.shared > 0) {
+        const double fs = d_.shared * d_.expert_ffn;
+        const bool swiglu = m_.ffn == FfnKind::swiglu;
+        const double in_n = swiglu ? (shared_rerun[0] ? fs : 0) + (shared_rerun[1] ? fs : 0) : (shared_rerun[0] ? fs : 0);
+        if (in_n > 0) gemm_cast(n_.shared_fc1, d_.tokens, in_n, d_.h);
+        compute(Op::elementwise, n_.shared_act, 0, d_.mats * d_.tokens * fs * d_.act_bytes);
+        if (shared_rerun[swiglu ? 2 : 1]) gemm_cast(n_.shared_fc2, d_.tokens, d_.h, fs);
+    }
 }
 
 }  // namespace strata::sim::lower_detail

@@ -200,10 +200,20 @@ ForwardFlops forward_flops(const ModelSpec& m, double seqs, bool causal_halved) 
     return f;
 }
 
-std::vector<SacMatmul> op_sac_matmuls(const ModelSpec& m) {
+std::vector<SacMatmul> op_sac_matmuls(const ModelSpec& m, bool moe_layer) {
     const std::int64_t h = m.hidden, q = q_width(m), kv = kv_width(m), f = m.ffn_hidden;
     std::vector<SacMatmul> out = {{"wq", h, q}, {"wk", h, kv}, {"wv", h, kv}, {"wo", q, h}};
-    if (m.ffn == FfnKind::swiglu) {
+    if (moe_layer) {
+        // A MoE block's matmuls (torchtitan moe.py): the router's gate is forced to recompute by
+        // its shape (SelectiveAC's force_recompute_mm_shapes_by_fqns, ["moe.router.gate"]) and is
+        // not counted; the routed experts run torch._grouped_mm, which is not on the save list;
+        // the shared experts are plain matmuls and count on (w1, w3, w2).
+        if (m.moe->shared_experts > 0) {
+            const std::int64_t fs = m.moe->shared_experts * (m.moe->expert_ffn_hidden > 0 ? m.moe->expert_ffn_hidden : f);
+            if (m.ffn == FfnKind::swiglu) out.insert(out.end(), {{"shared.w1", h, fs}, {"shared.w3", h, fs}, {"shared.w2", fs, h}});
+            else out.insert(out.end(), {{"shared.fc1", h, fs}, {"shared.fc2", fs, h}});
+        }
+    } else if (m.ffn == FfnKind::swiglu) {
         // w2(silu(w1(x)) * w3(x)): Python evaluates w1 before w3.
         out.insert(out.end(), {{"w1", h, f}, {"w3", h, f}, {"w2", f, h}});
     } else {

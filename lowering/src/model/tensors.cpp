@@ -237,27 +237,40 @@ TensorDesc buffer_tensor(std::string name, double bytes, Lifetime life, std::str
 // and the outputs of the ops its policy marks MUST_SAVE: the odd matmuls (op_sac_matmuls) and
 // SDPA's output and fp32 log-sum-exp. Norms, RoPE, the activation, the residual adds and the even
 // matmuls are rerun in the backward (tp = cp = 1, validation).
-std::vector<TensorDesc> op_sac_layer_activations(const ModelSpec& m, const PlanSpec& p) {
+// A MoE layer (torchtitan's DeepSeek-V3 and Qwen3 run SelectiveAC by default): its attention's
+// and shared experts' kept matmuls, and the outputs of all_to_all_single, which the save list
+// keeps so as not to communicate again: the rows the dispatch delivered and those the combine
+// returned. The routed experts' grouped GEMMs, the router and the token moves are rerun.
+std::vector<TensorDesc> op_sac_layer_activations(const ModelSpec& m, const PlanSpec& p, int layer) {
     const Local L = local_of(m, p);
+    const bool moe_layer = m.layer_is_moe(layer);
     std::vector<TensorDesc> out;
     out.push_back(act_tensor("sac.layer_in", L.act * L.tokens * L.h, "(s, b, h)", p));
-    for (const SacMatmul& mm : op_sac_matmuls(m))
+    for (const SacMatmul& mm : op_sac_matmuls(m, moe_layer))
         if (mm.saved)
             out.push_back(act_tensor(std::string("sac.") + mm.name + "_out", L.act * L.tokens * static_cast<double>(mm.out), "(s·b, out)", p));
     out.push_back(act_tensor("sac.sdpa_out", L.act * L.tokens * L.heads * L.hd, "(b, heads, s, d)", p));
     out.push_back(act_tensor("sac.sdpa_lse", 4.0 * L.heads * L.tokens, "(b, heads, s) fp32", p));
+    if (moe_layer && p.ep > 1) {
+        out.push_back(act_tensor("sac.moe_dispatched", L.act * routed_rows(m, p, L) * L.h, "(tokens·top_k, h)", p));
+        out.push_back(act_tensor("sac.moe_combined", L.act * L.tokens * m.moe->top_k * L.h, "(tokens·top_k, h)", p));
+    }
     return out;
 }
 
 // The tensors of the Megatron-style list that the op-level SAC cache already holds (so the
-// recompute does not build them again): the layer input, SDPA's output and log-sum-exp, and a
-// kept matmul output that the list stashes as is (V; the gate or fc1 output).
-bool op_sac_cached(const ModelSpec& m, const std::string& name) {
+// recompute does not build them again): the layer input, SDPA's output and log-sum-exp, a kept
+// matmul output that the list stashes as is (V; the gate or fc1 output, the shared experts'), and
+// under EP the dispatched rows.
+bool op_sac_cached(const ModelSpec& m, const PlanSpec& p, bool moe_layer, const std::string& name) {
     if (name == "attn.norm_in" || name == "attn.lse" || name == "attn.proj_in") return true;
-    for (const SacMatmul& mm : op_sac_matmuls(m)) {
+    if (moe_layer && p.ep > 1 && name == "moe.dispatched_in") return true;
+    for (const SacMatmul& mm : op_sac_matmuls(m, moe_layer)) {
         if (!mm.saved) continue;
         const std::string n = mm.name;
-        if ((n == "wv" && name == "attn.v") || (n == "w1" && name == "mlp.gate_out") || (n == "fc1" && name == "mlp.fc1_out")) return true;
+        if ((n == "wv" && name == "attn.v") || (n == "w1" && name == "mlp.gate_out") || (n == "fc1" && name == "mlp.fc1_out") ||
+            (n == "shared.w1" && name == "moe.shared.gate_out") || (n == "shared.fc1" && name == "moe.shared.fc1_out"))
+            return true;
     }
     return false;
 }
@@ -265,7 +278,7 @@ bool op_sac_cached(const ModelSpec& m, const std::string& name) {
 }  // namespace
 
 std::vector<TensorDesc> layer_activations(const ModelSpec& m, const PlanSpec& p, int layer, bool recomputed) {
-    if (!recomputed && p.op_sac()) return op_sac_layer_activations(m, p);
+    if (!recomputed && p.op_sac()) return op_sac_layer_activations(m, p, layer);
     if (!recomputed) return full_layer_activations(m, p, layer);
     // Full recompute keeps only the layer input (Korthikanti §5: 2sbh, /tp with SP).
     const Local L = local_of(m, p);
@@ -300,7 +313,8 @@ std::vector<TensorDesc> layer_backward_workspace(const ModelSpec& m, const PlanS
         // The checkpoint reruns the layer's forward before its backward: everything but what its
         // cache holds is live again.
         for (const TensorDesc& d : full)
-            if (!op_sac_cached(m, d.name)) out.push_back(buffer_tensor("recompute." + d.name, d.bytes, Lifetime::transient, d.shape));
+            if (!op_sac_cached(m, p, m.layer_is_moe(layer), d.name))
+                out.push_back(buffer_tensor("recompute." + d.name, d.bytes, Lifetime::transient, d.shape));
     } else if (p.recompute == Recompute::selective) {
         // Everything the selected modules dropped is live again while this layer's backward runs.
         const bool moe_layer = m.layer_is_moe(layer);

@@ -83,7 +83,9 @@ struct SacMatmul {
     std::int64_t in = 0, out = 0;
     bool saved = false;
 };
-std::vector<SacMatmul> op_sac_matmuls(const ModelSpec& m);
+/// The matmuls of a layer's checkpoint in call order, the odd ones kept (torchtitan's op-level
+/// SAC); a MoE layer's are its attention's and its shared experts'.
+std::vector<SacMatmul> op_sac_matmuls(const ModelSpec& m, bool moe_layer = false);
 /// The attention block's own norms, replicated over TP: MLA's latent norms (q_layernorm over
 /// q_lora_rank, kv_layernorm over kv_lora_rank), or QK-norm's two head_dim-wide norms, one for all
 /// query heads and one for all key heads (model.qk_norm).
