@@ -223,9 +223,25 @@ TEST_CASE("op SAC of a MoE layer (torchtitan's Qwen3 and DeepSeek-V3 default), b
     // 64 each way: 2 x (2 x 2 x 64).
     const double per_token = 128 + 128 + 64 + 96 + 128 + 128 + 16 + 2 * (2 * 2 * 64);
     CHECK(stashed(m, p, 0) == Approx(per_token * 2 * 32));
+    // DeepSeek-V3's MLA (torchtitan models/deepseek_v3/model.py): wq (no query rank), wkv_a, wkv_b,
+    // wo, then the shared experts: kept wq, wkv_b, shared w1; rerun wkv_a, wo, shared w3; kept w2.
     ModelSpec mla = m;
-    mla.mla = MlaSpec{};
-    CHECK_THROWS_WITH(validate_plan(mla, c, p, "plan.json"), Catch::Contains("without MLA"));
+    mla.mla = MlaSpec{0, 32, 16, 8, 16};
+    validate_plan(mla, c, p, "plan.json");
+    kept.clear();
+    rerun.clear();
+    for (const SacMatmul& mm : op_sac_matmuls(mla, true)) (mm.saved ? kept : rerun).emplace_back(mm.name);
+    CHECK(kept == std::vector<std::string>{"wq", "wkv_b", "shared.w1", "shared.w2"});
+    CHECK(rerun == std::vector<std::string>{"wkv_a", "wo", "shared.w3"});
+    // Per token: x 128, wq out 2 x 4 x (16 + 8), wkv_b out 2 x 4 x (16 + 16), shared w1 96, w2 128,
+    // SDPA out 2 x 4 heads x v 16, logsumexp 16, the all-to-alls' 512.
+    CHECK(stashed(mla, p, 0) == Approx((128 + 192 + 256 + 96 + 128 + 128 + 16 + 512) * 2.0 * 32));
+    // With a query rank: wq_a, wq_b, wkv_a, wkv_b, wo: kept wq_a, wkv_a, wo.
+    mla.mla->q_lora_rank = 24;
+    kept.clear();
+    for (const SacMatmul& mm : op_sac_matmuls(mla, false)) if (mm.saved) kept.emplace_back(mm.name);
+    CHECK(kept == std::vector<std::string>{"wq_a", "wkv_a", "wo", "w3"});
+    CHECK_NOTHROW(lower(mla, c, p));
     // The backward reruns the router's gate, both grouped GEMMs and shared w3, and sends nothing
     // again: no all-to-all in the recompute phase.
     const Program prog = lower(m, c, p);

@@ -82,13 +82,18 @@ void RankLowering::op_sac_recompute(int layer) {
     // Dataflow: a GEMM with any part rerun rewrites its whole output (the cost counts the rerun
     // part only); one wholly kept keeps its forward value. The norms and RoPE rerun from the kept
     // projection (qkv_pre under QK-norm or RoPE), the residual add redraws its dropout mask.
-    const double qkv_n = (rerun[0] ? d_.q_w : 0) + (rerun[1] ? d_.kv_w : 0) + (rerun[2] ? d_.kv_w : 0);
-    if (qkv_n > 0) {
-        gemm(n_.qkv, d_.tokens, qkv_n, d_.h);
-        if (df_) io({t.ln1, prm("qkv.weight", layer)}, {t.qkv_pre});
+    const std::size_t attn_mms = m_.mla ? (m_.mla->q_lora_rank > 0 ? 5 : 4) : 4;  // the attention's, then the MLP's
+    if (m_.mla) {
+        op_sac_recompute_mla(rerun);
+    } else {
+        const double qkv_n = (rerun[0] ? d_.q_w : 0) + (rerun[1] ? d_.kv_w : 0) + (rerun[2] ? d_.kv_w : 0);
+        if (qkv_n > 0) {
+            gemm(n_.qkv, d_.tokens, qkv_n, d_.h);
+            if (df_) io({t.ln1, prm("qkv.weight", layer)}, {t.qkv_pre});
+        }
+        qk_norm_and_rope(t, layer);
     }
-    qk_norm_and_rope(t, layer);
-    if (rerun[3]) {
+    if (rerun[attn_mms - 1]) {
         gemm_cast(n_.proj, d_.tokens, d_.h, d_.heads * d_.v_dim);
         if (df_) io({t.attn, prm("proj.weight", layer)}, {t.proj});
     }
@@ -97,11 +102,12 @@ void RankLowering::op_sac_recompute(int layer) {
     compute(Op::norm, n_.norm2, 0, norm_bytes);
     if (df_) io({t.x1, prm("ln2.weight", layer), bias("ln2.bias", layer, false)}, {t.ln2});
     if (moe_layer) {
-        op_sac_recompute_moe(rerun + 4);
+        op_sac_recompute_moe(rerun + attn_mms);
         phase_ = saved;
         return;
     }
-    const double fc1_n = swiglu ? (rerun[4] ? d_.ffn : 0) + (rerun[5] ? d_.ffn : 0) : (rerun[4] ? d_.ffn : 0);
+    const bool* mlp = rerun + attn_mms;
+    const double fc1_n = swiglu ? (mlp[0] ? d_.ffn : 0) + (mlp[1] ? d_.ffn : 0) : (mlp[0] ? d_.ffn : 0);
     if (fc1_n > 0) {
         gemm(n_.fc1, d_.tokens, fc1_n, d_.h);
         if (df_) io({t.ln2, prm("fc1.weight", layer)}, {t.fc1});
@@ -110,6 +116,29 @@ void RankLowering::op_sac_recompute(int layer) {
     if (df_) io({t.fc1}, {t.act});
     // w2 (SwiGLU's 7th matmul) is kept; fc2 (GeLU's 6th) is past the early stop.
     phase_ = saved;
+}
+
+// MLA's projections under op-level SAC (costs only), in torchtitan's order: wq (or wq_a, q_norm,
+// wq_b), wkv_a, kv_norm, wkv_b; the rerun ones again, the latent norms and RoPE always (tp = 1:
+// every projection sees all the tokens). wo is the caller's.
+void RankLowering::op_sac_recompute_mla(const bool* rerun) {
+    const MlaSpec& a = *m_.mla;
+    std::size_t i = 0;
+    auto linear = [&](int name, double in, double out) {
+        if (rerun[i++]) gemm_cast(name, d_.tokens, out, in);
+    };
+    const double heads = d_.heads, qk = heads * static_cast<double>(a.qk_nope_head_dim + a.qk_rope_head_dim);
+    const double lat = static_cast<double>(a.q_lora_rank + a.kv_lora_rank), rope = static_cast<double>(a.qk_rope_head_dim);
+    if (a.q_lora_rank > 0) {
+        linear(n_.q_down, d_.h, static_cast<double>(a.q_lora_rank));
+        linear(n_.q_up, static_cast<double>(a.q_lora_rank), qk);
+    } else {
+        linear(n_.q, d_.h, qk);
+    }
+    linear(n_.kv_down, d_.h, static_cast<double>(a.kv_lora_rank) + rope);
+    compute(Op::norm, n_.latent_norm, 0, 2 * d_.tokens * lat * d_.act_bytes);
+    linear(n_.kv_up, static_cast<double>(a.kv_lora_rank), heads * static_cast<double>(a.qk_nope_head_dim + a.v_head_dim));
+    if (m_.position == PositionKind::rope) compute(Op::elementwise, n_.rope, 0, 2 * d_.tokens * (heads + 1) * rope * d_.act_bytes);
 }
 
 // A MoE block under op-level SAC (costs only: the runtime does not execute it). torchtitan's

@@ -203,6 +203,18 @@ ForwardFlops forward_flops(const ModelSpec& m, double seqs, bool causal_halved) 
 std::vector<SacMatmul> op_sac_matmuls(const ModelSpec& m, bool moe_layer) {
     const std::int64_t h = m.hidden, q = q_width(m), kv = kv_width(m), f = m.ffn_hidden;
     std::vector<SacMatmul> out = {{"wq", h, q}, {"wk", h, kv}, {"wv", h, kv}, {"wo", q, h}};
+    if (m.mla) {
+        // torchtitan models/deepseek_v3/model.py: wq (or wq_a, then wq_b after q_norm), wkv_a,
+        // wkv_b after kv_norm, wo.
+        const MlaSpec& a = *m.mla;
+        const std::int64_t heads = m.heads, qk = heads * (a.qk_nope_head_dim + a.qk_rope_head_dim);
+        out.clear();
+        if (a.q_lora_rank > 0) out.insert(out.end(), {{"wq_a", h, a.q_lora_rank}, {"wq_b", a.q_lora_rank, qk}});
+        else out.push_back({"wq", h, qk});
+        out.insert(out.end(), {{"wkv_a", h, a.kv_lora_rank + a.qk_rope_head_dim},
+                               {"wkv_b", a.kv_lora_rank, heads * (a.qk_nope_head_dim + a.v_head_dim)},
+                               {"wo", heads * a.v_head_dim, h}});
+    }
     if (moe_layer) {
         // A MoE block's matmuls (torchtitan moe.py): the router's gate is forced to recompute by
         // its shape (SelectiveAC's force_recompute_mm_shapes_by_fqns, ["moe.router.gate"]) and is

@@ -249,7 +249,7 @@ std::vector<TensorDesc> op_sac_layer_activations(const ModelSpec& m, const PlanS
     for (const SacMatmul& mm : op_sac_matmuls(m, moe_layer))
         if (mm.saved)
             out.push_back(act_tensor(std::string("sac.") + mm.name + "_out", L.act * L.tokens * static_cast<double>(mm.out), "(s·b, out)", p));
-    out.push_back(act_tensor("sac.sdpa_out", L.act * L.tokens * L.heads * L.hd, "(b, heads, s, d)", p));
+    out.push_back(act_tensor("sac.sdpa_out", L.act * L.tokens * L.heads * static_cast<double>(v_head_dim_of(m)), "(b, heads, s, d_v)", p));
     out.push_back(act_tensor("sac.sdpa_lse", 4.0 * L.heads * L.tokens, "(b, heads, s) fp32", p));
     if (moe_layer && p.ep > 1) {
         out.push_back(act_tensor("sac.moe_dispatched", L.act * routed_rows(m, p, L) * L.h, "(tokens·top_k, h)", p));

@@ -181,13 +181,12 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
         for (int l = 0; l < m.layers && !dense; ++l) dense = !m.layer_is_moe(l);
         if (!dense) fail("plan.recompute_modules", "names mlp, which recomputes dense MLP layers; every layer of this model is MoE (use moe or moe_act)");
     }
-    // Op-level SAC is modelled for what torchtitan runs it on: bias-free decoders with separate
-    // Q/K/V matmuls and fused attention, dense or MoE (its Qwen3 and DeepSeek-V3 configurations),
-    // without TP or CP (whose collectives and attention kernels the policy would save or rerun
-    // differently) and without MLA (whose matmul order is DeepSeek's own).
+    // Op-level SAC is modelled for what torchtitan runs it on: bias-free decoders (separate Q/K/V
+    // matmuls or DeepSeek's MLA) with fused attention, dense or MoE (its Qwen3 and DeepSeek-V3
+    // configurations), without TP or CP (whose collectives and attention kernels the policy
+    // would save or rerun differently).
     if (p.op_sac()) {
-        if (m.mla || m.linear_bias || m.qkv_bias)
-            fail("plan.recompute_policy", "= \"op\" is modelled for models without MLA or linear biases");
+        if (m.linear_bias || m.qkv_bias) fail("plan.recompute_policy", "= \"op\" is modelled for models without linear biases");
         if (p.tp > 1 || p.cp > 1)
             fail("plan.recompute_policy", "= \"op\" is modelled for tp = cp = 1 (got tp " + s(p.tp) + ", cp " + s(p.cp) + ")");
         if (!p.flash_attention) fail("plan.recompute_policy", "= \"op\" needs plan.flash_attention (it saves the SDPA output and log-sum-exp)");
