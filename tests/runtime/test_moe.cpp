@@ -219,6 +219,15 @@ TEST_CASE("MoE: every parallel variant follows the single-rank loss curve", "[ru
         p.recompute = Recompute::none;
         v.push_back({"dp 2, ep 2, activations on the CPU", p});
         p.offload.activations = TierSplit{};
+        // torchtitan's op-level SAC: the router, the token moves and the grouped GEMMs rerun, the
+        // all-to-alls' rows are kept (nothing is sent again).
+        PlanSpec sac = cpu_plan(1, 1, 2);
+        sac.ep = 2;
+        sac.recompute = Recompute::selective;
+        sac.recompute_policy = RecomputePolicy::op;
+        v.push_back({"dp 2, ep 2, op-level SAC", sac});
+        sac.pp = 2;
+        v.push_back({"pp 2 dp 2, ep 2, op-level SAC", sac});
         p = cpu_plan(1, 1, 4);
         p.ep = 2;
         p.zero_stage = 1;
@@ -254,6 +263,11 @@ TEST_CASE("MoE: every parallel variant follows the single-rank loss curve", "[ru
         p.recompute_modules = recompute_bit(RecomputeModule::shared_experts) | recompute_bit(RecomputeModule::moe_act);
         s.push_back({"shared expert, dp 2, ep 2, selective recompute of the shared experts and moe_act", p});
         s.push_back({"shared expert, pp 2", cpu_plan(1, 2)});
+        PlanSpec sac = cpu_plan(1, 1, 2);
+        sac.ep = 2;
+        sac.recompute = Recompute::selective;
+        sac.recompute_policy = RecomputePolicy::op;  // shared w3 reruns, w1 and w2 are kept
+        s.push_back({"shared expert, dp 2, ep 2, op-level SAC", sac});
         // Under TP with SP the shared experts' output and dX reach the rank's shard by a
         // reduce-scatter: the residual add and the norm's backward take them.
         p = cpu_plan(2);

@@ -491,12 +491,6 @@ TEST_CASE("what the runtime cannot execute is refused with the field named", "[r
     }
     m.moe->capacity_factor = 1.25;  // token dropping runs, padded or not (test_moe.cpp)
     CHECK_NOTHROW(runtime::Session(m, cpu_cluster(1), cpu_plan(), {}));
-    {  // torchtitan's op-level SAC of MoE layers is not executed yet.
-        PlanSpec sac = cpu_plan();
-        sac.recompute = Recompute::selective;
-        sac.recompute_policy = RecomputePolicy::op;
-        CHECK_THROWS_WITH(runtime::Session(tiny_moe(), cpu_cluster(1), sac, {}), Catch::Contains("plan.recompute_policy"));
-    }
     PlanSpec p = cpu_plan();
     p.precision = Precision::fp8;
     CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(1), p, {}), Catch::Contains("plan.precision"));

@@ -267,7 +267,7 @@ private:
     void mla_projections_backward();
     double expert_tokens() const;
     double routed_rows_k(double tokens) const;
-    void op_sac_recompute_moe(const bool* shared_rerun);
+    void op_sac_recompute_moe(const bool* shared_rerun, int layer);
     void op_sac_recompute_mla(const bool* rerun);
     double expert_load() const;
 

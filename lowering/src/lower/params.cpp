@@ -207,7 +207,6 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
             return n("model.moe.shared_experts", std::to_string(e.shared_experts)) + ": the shared experts' width must be a multiple of plan.tp";
         if (e.top_k < 1 || e.top_k > e.experts)
             return n("model.moe.top_k", std::to_string(e.top_k)) + ": must be between 1 and model.moe.experts";
-        if (p.op_sac()) return "plan.recompute_policy = op: torchtitan's op-level SAC of MoE layers is not executed yet";
     }
     if (m.mla) return "model.mla: multi-head latent attention is not in the dataflow lowering yet";
     if (m.mtp_depth > 0) return n("model.mtp_depth", std::to_string(m.mtp_depth)) + ": MTP modules are not in the dataflow lowering yet";

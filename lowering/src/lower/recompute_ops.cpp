@@ -102,7 +102,7 @@ void RankLowering::op_sac_recompute(int layer) {
     compute(Op::norm, n_.norm2, 0, norm_bytes);
     if (df_) io({t.x1, prm("ln2.weight", layer), bias("ln2.bias", layer, false)}, {t.ln2});
     if (moe_layer) {
-        op_sac_recompute_moe(rerun + attn_mms);
+        op_sac_recompute_moe(rerun + attn_mms, layer);
         phase_ = saved;
         return;
     }
@@ -147,24 +147,43 @@ void RankLowering::op_sac_recompute_mla(const bool* rerun) {
 // the shared experts' rerun matmuls; the all-to-alls' outputs are kept, so nothing is sent again.
 // SelectiveAC wraps blocks with early_stop off (activation_checkpoint.py), so the whole block
 // reruns, the experts' fc2 included. `shared_rerun`: the shared experts' matmuls, in order.
-void RankLowering::op_sac_recompute_moe(const bool* shared_rerun) {
+void RankLowering::op_sac_recompute_moe(const bool* shared_rerun, int layer) {
     const double routed = d_.tokens, batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.etp;
+    const LayerTensors lt = layer_tensors(layer);
+    const MoeTensors mt = moe_tensors(layer);
+    // Dataflow (tp = 1): the routing is rebuilt as it was (deterministic), the expert-side rows
+    // the dispatch delivered are the forward's (kept), and so are the combined rows and a kept
+    // shared matmul's output; what reruns writes its tensors again.
     gemm_high(n_.router_gemm, routed, d_.experts, d_.h);
+    if (df_) io({lt.ln2, prm("router.weight", layer)}, {mt.logits});
     compute(Op::router, n_.router, 0, 2 * routed * d_.experts * 4);
+    if (df_) io({mt.logits}, {mt.routing});
     const double permute_bytes = (routed + routed_rows_k(routed)) * d_.h * d_.act_bytes;
     compute(Op::elementwise, n_.moe_permute, 0, permute_bytes);
+    if (df_) io({lt.ln2, mt.routing}, {mt.in, opt(mt.in_p)});  // under EP nothing reads it: the dispatch is kept
     gemm_cast(n_.experts_fc1, te, (d_.mats - 1) * f, d_.h, batch);
+    if (df_) io({mt.gath, prm("experts.fc1.weight", layer), mt.routing}, {mt.fc1});
     compute(Op::elementwise, n_.experts_act, 0, batch * d_.mats * te * f * d_.act_bytes);
+    if (df_) io({mt.fc1, opt(mt.gath_p)}, {mt.act});
     gemm_cast(n_.experts_fc2, te, d_.h, f, batch);
-    compute(Op::elementwise, n_.moe_unpermute, 0, permute_bytes);
+    if (df_) io({mt.act, prm("experts.fc2.weight", layer), mt.routing}, {mt.fc2});  // under EP the combine's rows are kept
     if (d_.shared > 0) {
         const double fs = d_.shared * d_.expert_ffn;
         const bool swiglu = m_.ffn == FfnKind::swiglu;
         const double in_n = swiglu ? (shared_rerun[0] ? fs : 0) + (shared_rerun[1] ? fs : 0) : (shared_rerun[0] ? fs : 0);
-        if (in_n > 0) gemm_cast(n_.shared_fc1, d_.tokens, in_n, d_.h);
+        if (in_n > 0) {
+            gemm_cast(n_.shared_fc1, d_.tokens, in_n, d_.h);
+            if (df_) io({lt.ln2, prm("shared.fc1.weight", layer)}, {mt.sfc1});
+        }
         compute(Op::elementwise, n_.shared_act, 0, d_.mats * d_.tokens * fs * d_.act_bytes);
-        if (shared_rerun[swiglu ? 2 : 1]) gemm_cast(n_.shared_fc2, d_.tokens, d_.h, fs);
+        if (df_) io({mt.sfc1}, {mt.sact});
+        if (shared_rerun[swiglu ? 2 : 1]) {
+            gemm_cast(n_.shared_fc2, d_.tokens, d_.h, fs);
+            if (df_) io({mt.sact, prm("shared.fc2.weight", layer)}, {mt.sfc2});
+        }
     }
+    compute(Op::elementwise, n_.moe_unpermute, 0, permute_bytes);
+    if (df_) io({mt.comb, mt.routing, opt(mt.sfc2)}, {lt.fc2});
 }
 
 }  // namespace strata::sim::lower_detail
