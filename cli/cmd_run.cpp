@@ -31,7 +31,9 @@ std::string step_line(const runtime::StepReport& r, int of) {
     std::snprintf(buf, sizeof buf, "step %4d/%d  loss %8.4f  %9.2f ms  %12.0f tokens/s  MFU %6.2f%%  peak gpu %s cpu %s ssd %s", r.step, of,
                   r.loss, r.step_s * 1e3, r.tokens_per_s, 100 * r.mfu, human_bytes(r.peak_bytes[0]).c_str(),
                   human_bytes(r.peak_bytes[1]).c_str(), human_bytes(r.peak_bytes[2]).c_str());
-    return buf;
+    std::string line = buf;
+    if (r.skipped) line += "  (update skipped: fp16 overflow at loss scale " + json_num(r.loss_scale, 0) + ")";
+    return line;
 }
 
 std::string steps_json(const std::vector<runtime::StepReport>& steps, const std::string& scenario, const std::string& backend) {
@@ -42,7 +44,8 @@ std::string steps_json(const std::vector<runtime::StepReport>& steps, const std:
         o += std::string(i ? ",\n" : "\n") + "    {\"step\": " + std::to_string(r.step) + ", \"loss\": " + json_num(r.loss, 6) +
              ", \"step_s\": " + json_num(r.step_s, 6) + ", \"tokens_per_s\": " + json_num(r.tokens_per_s, 1) + ", \"mfu\": " +
              json_num(r.mfu, 6) + ", \"peak_bytes\": {\"gpu\": " + json_num(r.peak_bytes[0], 0) + ", \"cpu\": " +
-             json_num(r.peak_bytes[1], 0) + ", \"ssd\": " + json_num(r.peak_bytes[2], 0) + "}}";
+             json_num(r.peak_bytes[1], 0) + ", \"ssd\": " + json_num(r.peak_bytes[2], 0) + "}, \"loss_scale\": " +
+             json_num(r.loss_scale, 0) + ", \"skipped\": " + (r.skipped ? "true" : "false") + "}";
     }
     return o + "\n  ]\n}\n";
 }

@@ -37,6 +37,9 @@ void add_runtime_options(CLI::App* cmd, RuntimeArgs& a, int default_steps) {
     cmd->add_option("--lr", a.lr, "AdamW learning rate (constant after --warmup steps)")->check(CLI::Range(0.0, 10.0));
     cmd->add_option("--warmup", a.warmup, "linear learning-rate warm-up steps")->check(CLI::Range(0, 1000000));
     cmd->add_option("--seed", a.seed, "parameter initialisation seed");
+    cmd->add_option("--initial-loss-scale", a.initial_loss_scale,
+                    "fp16 plans: the dynamic loss scale to start from (Megatron's default 2^32; window 1000, hysteresis 2)")
+        ->check(CLI::Range(1.0, 1e12));
     cmd->add_option("--save", a.save, "write a checkpoint to DIR after the last step (or on Ctrl-C)");
     cmd->add_option("--resume", a.resume, "continue from the checkpoint in DIR");
     cmd->add_option("--ssd-dir", a.ssd_dir, "where the ssd tier's files go (default: a temporary directory)");
@@ -49,6 +52,7 @@ runtime::RunOptions runtime_options(const RuntimeArgs& a, const sim::Scenario& s
     o.lr = a.lr;
     o.warmup_steps = a.warmup;
     o.seed = a.seed;
+    o.initial_loss_scale = a.initial_loss_scale;
     o.resume_dir = a.resume;
     o.ssd_dir = a.ssd_dir;
     if (a.data == "text") o.data.text_path = find_bundled("data", "public-domain.txt");

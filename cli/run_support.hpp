@@ -16,6 +16,7 @@ struct RuntimeArgs {
     double lr = 1e-3;
     int warmup = 0;
     unsigned long long seed = 42;
+    double initial_loss_scale = 4294967296.0;  ///< fp16 plans (Megatron's --initial-loss-scale)
 };
 void add_runtime_options(CLI::App* cmd, RuntimeArgs& a, int default_steps);
 

@@ -418,4 +418,21 @@ void adamw(float* p, float* m, float* v, const float* g, const unsigned char* de
     }
 }
 
+void round_fp16(float* p, i64 n) {
+    for (i64 i = 0; i < n; ++i) {
+        const float x = p[i];
+        if (!std::isfinite(x)) continue;  // infinities and NaN as they are
+        const float a = std::fabs(x);
+        if (a >= 65520.0f) {  // halfway between 65504 and the next step rounds to infinity
+            p[i] = std::copysign(std::numeric_limits<float>::infinity(), x);
+            continue;
+        }
+        // The spacing of halves near a: 2^(e - 10) for a normal a in [2^e, 2^(e+1)), 2^-24 below 2^-14.
+        int e = 0;
+        std::frexp(a, &e);  // a = f 2^e, f in [0.5, 1)
+        const float ulp = std::ldexp(1.0f, std::max(e - 1, -14) - 10);
+        p[i] = std::copysign(std::nearbyint(a / ulp) * ulp, x);  // the default rounding: to nearest, ties to even
+    }
+}
+
 }  // namespace strata::runtime::cpu

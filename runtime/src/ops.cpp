@@ -169,13 +169,14 @@ void RankState::compute(std::size_t i) {
             } else {
                 const i64 shards = a.in(2).elements() / (T * 3);
                 if (dev_) {
-                    dev_->loss_backward(O(0), I(0), I(1), I(2), shards, tp_rank_ * V, T, V, static_cast<float>(1.0 / w_.program.tokens_per_step));
+                    dev_->loss_backward(O(0), I(0), I(1), I(2), shards, tp_rank_ * V, T, V, static_cast<float>(w_.loss_scale / w_.program.tokens_per_step));
                     return;
                 }
                 std::vector<float> lse(static_cast<std::size_t>(T));
                 KERNEL(loss_combine, nullptr, lse.data(), I(2), shards, T);
+                // fp16: the loss scaled up (Megatron's scale_loss) so that small gradients survive fp16.
                 cpu::loss_backward(O(0), I(0), I(1), lse.data(), tp_rank_ * V, T, V,
-                                   static_cast<float>(1.0 / w_.program.tokens_per_step));
+                                   static_cast<float>(w_.loss_scale / w_.program.tokens_per_step));
             }
             return;
         }
@@ -245,6 +246,20 @@ void RankState::compute(std::size_t i) {
             const DataTensor& d = a.in(0);
             KERNEL(bias_grad, O(0), I(0), d.rows, d.cols);
         }
+    } else if (name == "optimizer.unscale") {  // fp16: {grads..} -> {grads.., found_inf}: unscale in place, flag inf/NaN
+        if (dev_) fail(i, "fp16's loss scaling is not executed by the cuda backend");
+        if (nout != nin + 1) fail(i, "the unscale pairs each gradient range with itself and writes one flag");
+        const float inv = static_cast<float>(1.0 / w_.loss_scale);
+        bool bad = false;
+        for (int k = 0; k < nin; ++k) {
+            float* g = O(k);
+            const i64 n = a.in(k).elements();
+            for (i64 e = 0; e < n; ++e) {
+                bad |= !std::isfinite(g[e]);
+                g[e] *= inv;
+            }
+        }
+        *O(nin) = bad ? 1.0f : 0.0f;
     } else if (name == "embedding.dropout") {  // {x} -> {x, mask}; backward {dx, mask} -> {dx}, in place
         const DataTensor& x = a.in(0);
         if (!backward(in.phase)) {
@@ -442,7 +457,7 @@ void RankState::optimizer(std::size_t i, bool cpu_stream) { optimizer_job(i, cpu
 
 // Lock-free (plan.lock_free_update): the host's update at a step's start is the previous step's,
 // so it is update number w_.step, and the first step has none (0).
-int RankState::update_number(bool cpu_stream) const { return cpu_stream && w_.plan.lock_free_update ? w_.step : adam_step_; }
+int RankState::update_number(bool cpu_stream) const { return cpu_stream && w_.plan.lock_free_update ? w_.step : adam_step_ - w_.skipped; }
 
 // The operands are resolved here, on the rank's thread (tensor() and moments() keep the rank's
 // books); the returned job only computes, so that a host update can run on a thread of its own
@@ -452,6 +467,18 @@ std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
     const Args a{w_.program, rp_, rp_.operands[i]};
     const RunOptions& o = w_.options;
     if (update_number(cpu_stream) == 0) return [] {};  // a lock-free run's first step: no gradients yet
+    // fp16: the step's overflow flag, summed over the ranks, comes last; a step that found an
+    // inf or NaN is skipped (Megatron's optimizer.step returns before the update).
+    int nin = a.o.n_in;
+    if (nin > 0 && a.in(nin - 1).role == TensorRole::stats) {
+        --nin;
+        float flag = 0;
+        to_host(&flag, tensor(a.id(nin), false, i), 1);
+        if (flag > 0) {
+            skipped_ = true;
+            return [] {};
+        }
+    }
     struct Update {
         float *p, *m, *v;
         const float* g;
@@ -473,8 +500,8 @@ std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
     }
     if (!cpu_stream || name == "optimizer.cpu") {  // moments on the instruction's own tier
         const Tier tier = cpu_stream ? Tier::cpu : Tier::gpu;
-        if (a.o.n_in != a.o.n_out) fail(i, "the optimizer pairs gradient and parameter ranges");
-        for (int k = 0; k < a.o.n_in; ++k) {
+        if (nin != a.o.n_out) fail(i, "the optimizer pairs gradient and parameter ranges");
+        for (int k = 0; k < nin; ++k) {
             const DataTensor& p = a.out(k);
             MomentBlock& mb = moments(p.offset, p.elements(), tier);
             float* weights = p.version == 1 ? nullptr : tensor(a.id(a.o.n_in + k), true, i);  // lock-free: the master alone
@@ -486,8 +513,8 @@ std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
     } else {
         if (name != "optimizer.ssd") fail(i, "unknown CPU optimizer '" + name + "'");
         // ZeRO-Infinity's sub-group: {host grads.., staged state..} -> {staged state.., host params..}.
-        const int n = a.o.n_in / 2;
-        if (a.o.n_in != 2 * n || a.o.n_out != 2 * n) fail(i, "the ssd optimizer pairs grads, state and params");
+        const int n = nin / 2;
+        if (nin != 2 * n || a.o.n_out != 2 * n) fail(i, "the ssd optimizer pairs grads, state and params");
         // A bf16 plan's staged state is {master, m, v}: AdamW on the master, copied to the host's
         // weights; the first update starts the master from those weights (the file holds none yet).
         const bool master = w_.plan.precision != Precision::fp32;

@@ -145,6 +145,11 @@ double RankState::elem_bytes(const DataTensor& t) const {
     return 4.0;
 }
 
+void RankState::round_half(float* p, i64 n) const {
+    if (w_.plan.precision == Precision::fp16) cpu::round_fp16(p, n);
+    else cpu::round_bf16(p, n);
+}
+
 i64 RankState::first_sample(int microbatch) const {
     const PlanSpec& p = w_.plan;
     const i64 m = p.micro_batches(), b = p.micro_batch;
@@ -393,7 +398,7 @@ void RankState::finish(std::size_t i) {
     if (w_.plan.precision != Precision::fp32 && !w_.options.memory_only && !dev_)
         for (int j = 0; j < o.n_out; ++j) {
             const DataTensor& t = w_.program.tensors[static_cast<std::size_t>(ids[o.n_in + j])];
-            if (elem_bytes(t) == 2.0) cpu::round_bf16(tensor(ids[o.n_in + j], false, i), elements(ids[o.n_in + j]));
+            if (elem_bytes(t) == 2.0) round_half(tensor(ids[o.n_in + j], false, i), elements(ids[o.n_in + j]));
         }
     // Inputs have been read; outputs start a new value with its own count of readers; a value
     // nobody will read again is freed. An in-place update must be the old value's last reader.
@@ -448,6 +453,7 @@ void RankState::run_step() {
         ~JoinOnExit() { r.join_host_job(); }
     } join_on_exit{*this};
     adam_step_ = w_.step + 1;
+    skipped_ = false;
     pc_.fill(0);
     std::fill(recorded_.begin(), recorded_.end(), 0);
     std::fill(posted_.begin(), posted_.end(), 0);

@@ -143,6 +143,10 @@ struct World {
     Device* device = nullptr;  ///< the cuda backend's GPU; null on the cpu backend
     std::unique_ptr<HostCache> host_cache;  ///< cleared before the device goes
     int step = 0;              ///< 0-based step being executed (all ranks)
+    /// fp16 plans: Megatron's dynamic loss scaler (DynamicGradScaler), and the steps it skipped
+    /// for an overflow, which AdamW's step count leaves out. Updated between steps (Session).
+    double loss_scale = 1;
+    int growth_tracker = 0, hysteresis_tracker = 0, skipped = 0;
     std::chrono::steady_clock::time_point step_start;
     World(const sim::ModelSpec& m, const sim::PlanSpec& p, const RunOptions& o, const sim::Program& prog);
 };
@@ -181,6 +185,7 @@ public:
 
     int rank() const { return rank_; }
     double loss_sum() const { return loss_sum_; }
+    bool skipped() const { return skipped_; }  ///< fp16: this step's update was skipped for an overflow
     const RankTrace& trace() const { return trace_; }
     Pool& gpu_pool() { return gpu_; }
     Waker& waker() { return waker_; }
@@ -220,6 +225,8 @@ private:
     /// element as a float; a 2-byte one is rounded to bf16 each time it is written (finish()).
     double elem_bytes(const sim::DataTensor& t) const;
     double weight_bytes() const { return w_.plan.precision == sim::Precision::fp32 ? 4.0 : 2.0; }
+    /// A 2-byte value of the plan: bf16, or IEEE half for an fp16 plan.
+    void round_half(float* p, i64 n) const;
     /// Floats of optimizer state per parameter in the ssd tier: m and v, and before them the fp32
     /// master weights of a bf16 plan (fp32 weights are their own master).
     i64 state_floats() const { return w_.plan.precision == sim::Precision::fp32 ? 2 : 3; }
@@ -355,6 +362,7 @@ private:
     std::vector<std::int64_t> ended_ns_;  ///< collectives and transfers: when the transport completed them (-1: at finish)
     std::unordered_map<int, Live> live_;
     double loss_sum_ = 0;
+    bool skipped_ = false;
     RankTrace trace_;
     Waker waker_;
     std::thread host_job_;

@@ -19,16 +19,39 @@ using namespace sim;
 
 const char* to_string(Backend b) { return b == Backend::cpu ? "cpu" : "cuda"; }
 
+namespace {
+// Megatron's DynamicGradScaler.update: an overflow resets the growth count and spends one unit of
+// hysteresis, halving the scale (down to the minimum) once it is spent; `window` clean steps in a
+// row double it and restore the hysteresis. The skipped steps leave AdamW's step count.
+void update_loss_scale(World& w, const RunOptions& o, bool found_inf) {
+    if (found_inf) {
+        ++w.skipped;
+        w.growth_tracker = 0;
+        if (--w.hysteresis_tracker <= 0) w.loss_scale = std::max(w.loss_scale * 0.5, o.min_loss_scale);
+        return;
+    }
+    if (++w.growth_tracker == o.loss_scale_window) {
+        w.growth_tracker = 0;
+        w.hysteresis_tracker = o.hysteresis;
+        w.loss_scale *= 2.0;
+    }
+}
+}  // namespace
+
 std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend) {
     if (std::string why = dataflow_unsupported(m, p); !why.empty()) return why;
-    // bf16: the cpu backend holds 2-byte values as floats rounded to bf16 (computing in fp32, as a
-    // GPU's kernels do), with fp32 master weights for the update; the cuda kernels are fp32 only.
-    if (p.precision != Precision::fp32 && p.precision != Precision::bf16)
-        return std::string("plan.precision = ") + to_string(p.precision) +
-               ": the runtime executes fp32 and bf16 (fp16 needs loss scaling, which no instruction expresses): set it to bf16 or fp32";
-    if (p.precision == Precision::bf16) {
+    // bf16 and fp16: the cpu backend holds 2-byte values as floats rounded to their format
+    // (computing in fp32, as a GPU's kernels do), with fp32 master weights for the update, and
+    // fp16 with Megatron's dynamic loss scaling; the cuda kernels are fp32 only.
+    if (p.precision != Precision::fp32 && p.precision != Precision::bf16 && p.precision != Precision::fp16)
+        return std::string("plan.precision = ") + to_string(p.precision) + ": the runtime executes fp32, bf16 and fp16: set one of them";
+    if (p.precision == Precision::fp16 && p.lock_free_update)
+        return "plan.precision = fp16 with plan.lock_free_update: a delayed host update of a step skipped for an overflow is not "
+               "executed";
+    if (p.precision != Precision::fp32) {
         if (backend == Backend::cuda)
-            return "plan.precision = bf16: the cuda backend's kernels are fp32 only (bf16 runs on --backend cpu, or as a memory walk)";
+            return std::string("plan.precision = ") + to_string(p.precision) +
+                   ": the cuda backend's kernels are fp32 only (it runs on --backend cpu, or as a memory walk)";
         for (const auto& [field, dtype] : {std::pair<const char*, Precision>{"plan.exp_avg_dtype", p.exp_avg_dtype},
                                            std::pair<const char*, Precision>{"plan.exp_avg_sq_dtype", p.exp_avg_sq_dtype}}) {
             if (dtype != Precision::fp32 && dtype != Precision::bf16)
@@ -142,6 +165,10 @@ Session::Session(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, co
     s.program = lower(s.model, s.cluster, s.plan, lo);
     s.world = std::make_unique<World>(s.model, s.plan, s.options, s.program);
     World& w = *s.world;
+    if (p.precision == Precision::fp16) {  // a resumed run's checkpoint overrides these
+        w.loss_scale = o.initial_loss_scale;
+        w.hysteresis_tracker = o.hysteresis;
+    }
     if (o.backend == Backend::cuda && !o.memory_only) {
         s.device = open_cuda_device();
         w.device = s.device.get();
@@ -217,6 +244,11 @@ StepReport Session::step() {
     ++s.steps_done;
     StepReport rep;
     rep.step = s.steps_done;
+    rep.loss_scale = w.loss_scale;
+    if (s.plan.precision == Precision::fp16 && !s.options.memory_only) {
+        for (auto& r : s.ranks) rep.skipped = rep.skipped || r->skipped();
+        update_loss_scale(w, s.options, rep.skipped);
+    }
     double loss = 0;
     for (auto& r : s.ranks) loss += r->loss_sum();
     rep.loss = loss / s.program.tokens_per_step;

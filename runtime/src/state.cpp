@@ -151,7 +151,7 @@ void RankState::init_params() {
     }
     // A bf16 plan's weights are bf16 from the start; the optimizer's fp32 master copies start from
     // them (Megatron casts the model, then clones its weights to fp32).
-    if (w_.plan.precision != Precision::fp32) cpu::round_bf16(base, layout_.elements());
+    if (w_.plan.precision != Precision::fp32) round_half(base, layout_.elements());
     if (stage && params_on_host_) {
         for (const PackedRanges::Seg& g : host_ranges_.segs)
             std::memcpy(params_host_.data() + g.at, staged.data() + g.offset, static_cast<std::size_t>(g.count) * sizeof(float));
@@ -223,6 +223,19 @@ void RankState::init(const std::string& resume_dir) {
     get(&pending, sizeof pending);
     if (pending != 0 && pending != host_ranges_.elements) throw InputError(path, "checkpoint", "is corrupt");
     if (pending > 0) get_floats(host_grads(), pending);
+    if (w_.plan.precision == Precision::fp16) {  // the loss scaler, the same on every rank
+        std::int64_t skipped = 0, growth = 0, hysteresis = 0;
+        double scale = 0;
+        get(&skipped, sizeof skipped);
+        get(&scale, sizeof scale);
+        get(&growth, sizeof growth);
+        get(&hysteresis, sizeof hysteresis);
+        if (!(scale > 0) || skipped < 0 || skipped > steps) throw InputError(path, "checkpoint", "is corrupt");
+        w_.skipped = static_cast<int>(skipped);
+        w_.loss_scale = scale;
+        w_.growth_tracker = static_cast<int>(growth);
+        w_.hysteresis_tracker = static_cast<int>(hysteresis);
+    }
     if (at != data.size()) throw InputError(path, "checkpoint", "has bytes after its end");
 }
 
@@ -262,6 +275,12 @@ void RankState::save(const std::string& dir) const {
     const bool pending = w_.plan.lock_free_update && !grads_host_.empty() && adam_step_ > 0;
     put(out, static_cast<std::int64_t>(pending ? host_ranges_.elements : 0));
     if (pending) put_from(grads_host_.data(), host_ranges_.elements);
+    if (w_.plan.precision == Precision::fp16) {
+        put(out, static_cast<std::int64_t>(w_.skipped));
+        put(out, w_.loss_scale);
+        put(out, static_cast<std::int64_t>(w_.growth_tracker));
+        put(out, static_cast<std::int64_t>(w_.hysteresis_tracker));
+    }
     std::filesystem::create_directories(dir);
     const std::string path = dir + "/rank-" + std::to_string(rank_) + ".bin", tmp = path + ".partial";
     {

@@ -66,6 +66,22 @@ fp = json.load(open(sys.argv[3]))["steps"][0]["peak_bytes"]["gpu"]
 assert 0 < bf < fp, (bf, fp)
 PY
 
+# fp16 with Megatron's loss scaling: from 2^32 the first steps overflow and are skipped (the line
+# says so); from --initial-loss-scale 1024 it trains.
+sed 's/"precision": "bf16"/"precision": "fp16"/; s/-bf16"/-fp16"/' "$T/bf16.json" >"$T/fp16.json"
+"$S" run --model gpt-tiny --cluster local-cpu-2 --plan "$T/fp16.json" --steps 2 --json "$T/f16a.json" >"$T/out" 2>"$T/err" \
+  || { cat "$T/err"; fail "fp16 run"; }
+grep -q "update skipped: fp16 overflow" "$T/out" || fail "fp16: the skipped step is not reported"
+"$S" run --model gpt-tiny --cluster local-cpu-2 --plan "$T/fp16.json" --steps 4 --data text --lr 3e-3 --initial-loss-scale 1024 \
+  --json "$T/f16b.json" >/dev/null 2>"$T/err" || { cat "$T/err"; fail "fp16 run from 1024"; }
+python3 - "$T/f16a.json" "$T/f16b.json" <<'PY' || fail "fp16 steps"
+import json, sys
+a = json.load(open(sys.argv[1]))["steps"]
+assert all(s["skipped"] for s in a) and a[0]["loss_scale"] == 2 ** 32, a
+b = json.load(open(sys.argv[2]))["steps"]
+assert not any(s["skipped"] for s in b) and b[-1]["loss"] < b[0]["loss"], b
+PY
+
 # Checkpoint after 3 steps, then 2 more; resumed, the same 2 losses.
 "$S" run --scenario gpt-tiny-2cpu --steps 3 --save "$T/ck" >/dev/null 2>"$T/err" || { cat "$T/err"; fail "run --save"; }
 [ -f "$T/ck/rank-0.bin" ] && [ -f "$T/ck/rank-1.bin" ] || fail "checkpoint files missing"

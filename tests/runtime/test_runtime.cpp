@@ -494,9 +494,14 @@ TEST_CASE("what the runtime cannot execute is refused with the field named", "[r
     PlanSpec p = cpu_plan();
     p.precision = Precision::fp8;
     CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(1), p, {}), Catch::Contains("plan.precision"));
-    // fp16 needs loss scaling; Adam's moments are fp32 or bf16, and fp32 in the SSD file.
+    // fp16 runs with loss scaling (test_fp16.cpp), not under a delayed host update; Adam's moments
+    // are fp32 or bf16, and fp32 in the SSD file.
     p.precision = Precision::fp16;
-    CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(1), p, {}), Catch::Contains("plan.precision = fp16"));
+    p.offload.optimizer = TierSplit{0, 1, 0};
+    p.lock_free_update = true;
+    CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(1), p, {}), Catch::Contains("plan.lock_free_update"));
+    p.offload.optimizer = TierSplit{};
+    p.lock_free_update = false;
     p.precision = Precision::bf16;
     p.exp_avg_sq_dtype = Precision::fp16;
     CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(1), p, {}), Catch::Contains("plan.exp_avg_sq_dtype = fp16"));
@@ -529,8 +534,8 @@ TEST_CASE("what the runtime cannot execute is refused with the field named", "[r
     CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(1), a, {}), Catch::Contains("plan.offload.grads"));
     runtime::RunOptions walk;
     walk.memory_only = true;
-    p.precision = Precision::fp16;
-    CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(1), p, walk), Catch::Contains("loss scaling"));
+    p.precision = Precision::fp8;
+    CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(1), p, walk), Catch::Contains("FP8"));
 }
 
 TEST_CASE("spans cover every executed instruction of the step", "[runtime][trace]") {

@@ -39,6 +39,7 @@ void Names::intern(Program& p) {
     act_ssd_read = id("activations.ssd_read"); grad_accum = id("grads.accumulate");
     emb_position = id("embedding.position"); loss_combine = id("loss.combine"); sp_grads = id("tp.sp_grads_all_reduce");
     zero3_edges = id("zero3.edge_params"); cp_dkv_combine = id("cp.dkv_combine"); emb_dropout = id("embedding.dropout");
+    grad_unscale = id("optimizer.unscale"); found_inf = id("optimizer.found_inf");
     // Dataflow tensors have their own label table, so interning them leaves Instr::name alone.
     auto tid = [&](const char* n) { return tensor_name_id(p, n); };
     t_tokens = tid("tokens"); t_x = tid("x"); t_ln1 = tid("ln1"); t_ln1_g = tid("ln1.gathered"); t_qkv = tid("qkv.out");
@@ -54,6 +55,7 @@ void Names::intern(Program& p) {
     g_kv_ring = tid("d.kv.ring"); g_kv_acc = tid("d.kv.returned");
     t_mask_emb = tid("embed.dropout_mask"); t_mask_attn = tid("attn.dropout_mask"); t_mask_mlp = tid("mlp.dropout_mask");
     g_proj = tid("d.proj.out"); g_proj_s = tid("d.proj.out.shard"); g_fc2 = tid("d.fc2.out"); g_fc2_s = tid("d.fc2.out.shard");
+    t_found_inf = tid("found_inf");
     t_router_logits = tid("router.logits"); t_routing = tid("router.routing"); t_moe_in = tid("moe.permuted");
     t_efc1 = tid("experts.fc1.out"); t_eact = tid("experts.act.out"); t_efc2 = tid("experts.fc2.out");
     g_router_logits = tid("d.router.logits"); g_probs = tid("d.router.probs"); g_moe_in = tid("d.moe.permuted");
@@ -342,6 +344,7 @@ std::int64_t RankLowering::coll_match(Group g) {
         case Group::edp: lo = r % (etp * ep) + base; break;
         case Group::etp: lo = r - r % etp + base; break;
         case Group::embedding: lo = full_ ? co_.t + tp * q : 0; break;
+        case Group::pp: lo = co_.t + tp * q; break;  // the rank's place in its stage: one pp group each
         default: lo = 0; break;
     }
     const std::int64_t world = static_cast<std::int64_t>(p_.gpus()) + 1;

@@ -29,13 +29,13 @@ struct Names {
     int dp_grads, edp_grads, dp_params, edp_params, zero3_ag, zero3_rs, zero3_ag_expert, zero3_rs_expert, emb_ar;
     int opt_gpu, opt_cpu, opt_ssd, opt_publish, grad_d2h, param_h2d, param_ssd_write, state_read, state_write, grad_accum;
     int fetch_ssd, fetch_h2d, act_d2h, act_h2d, act_ssd_write, act_ssd_read;
-    int emb_position, loss_combine, sp_grads, zero3_edges, cp_dkv_combine, emb_dropout;
+    int emb_position, loss_combine, sp_grads, zero3_edges, cp_dkv_combine, emb_dropout, grad_unscale, found_inf;
     // Dataflow tensor names (LowerOptions::dataflow): activations and their gradients.
     int t_qkv_pre, g_qkv_pre;
     int t_tokens, t_x, t_ln1, t_ln1_g, t_qkv, t_attn, t_attn_lse, t_proj, t_proj_s, t_x1, t_ln2, t_ln2_g, t_fc1, t_act,
         t_fc2, t_fc2_s, t_emb, t_xf, t_xf_g, t_logits, t_loss_stats, t_loss_stats_g, t_loss, t_x_recomputed, t_kv_ring;
     int g_x, g_x_g, g_x1, g_x1_g, g_ln2, g_ln2_s, g_act, g_fc1, g_attn, g_qkv, g_ln1, g_ln1_s, g_xf, g_xf_s, g_logits, g_emb_g, g_kv_ring, g_kv_acc;
-    int t_mask_emb, t_mask_attn, t_mask_mlp, g_proj, g_proj_s, g_fc2, g_fc2_s;
+    int t_mask_emb, t_mask_attn, t_mask_mlp, g_proj, g_proj_s, g_fc2, g_fc2_s, t_found_inf;
     // The MoE block's (ep = 1): router logits and choices, tokens in expert order, the experts' outputs.
     int t_router_logits, t_routing, t_moe_in, t_efc1, t_eact, t_efc2, g_router_logits, g_probs, g_moe_in, g_efc1, g_eact, g_efc2;
     int t_moe_disp, t_moe_comb, g_moe_disp, g_moe_comb, t_moe_gath, t_moe_scat, g_moe_gath, g_moe_scat;
@@ -437,6 +437,7 @@ private:
     /// (mb, chunk, layer) -> allocs; layer -1: the embedding's, -2: the logits', -3: DeepSpeed's sent-output slice
     std::map<std::tuple<int, int, int>, AllocRun> stashed_;
     std::map<std::tuple<int, int, int>, int> act_offloaded_;  ///< (mb, chunk, layer) -> d2h event
+    int found_inf_ = -1;  ///< fp16: the step's overflow flag every update reads (-1: none)
     /// Dataflow of activation offload: what a layer's forward touched, and the copies that take
     /// the part its backward reads down and back up (named once that backward is lowered).
     struct ActCopies {

@@ -1,7 +1,7 @@
 // The step of one rank: pipeline passes in schedule order (with send/recv, embedding, logits and
 // loss, per-layer prefetch of parameters and offloaded activations), then gradient reduction and
 // the optimizer on its tiers; and lower() itself, which builds every RankProgram. What one layer
-// does lives in layer_ops.cpp; buckets, fetches and memory helpers in lower.cpp.
+// does lives in layer_ops.cpp; the update in optimizer.cpp; buckets, fetches and memory helpers in lower.cpp.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -12,11 +12,6 @@
 
 namespace strata::sim {
 namespace lower_detail {
-
-namespace {
-constexpr double kAdamGpuFixedBytesPerParam = 6;  // bf16 param (2), fp32 master (4); + grad, m, v
-constexpr double kMasterBytesPerParam = 4;         // fp32 master: with m, v what ZeRO-Infinity swaps per param
-}  // namespace
 
 void RankLowering::run(int steps) {
     phase_ = Phase::other;
@@ -361,173 +356,6 @@ void RankLowering::backward_pass(int mb, int chunk) {
         stashed_.erase(it);
     }
     if (!bucketed && every_mb) reduce_chunk_grads(chunk);
-}
-
-// The updated parameters of a host-side update go where the plan keeps them: the share resident
-// on the GPU is copied up (ZeRO-Offload); an offloaded share stays in host memory, its home, or is
-// written back to the SSD (ZeRO-Infinity's parameter swap), and the next fetch brings it.
-template <class DataflowH2D>
-int RankLowering::params_home(double params, int after_ev, DataflowH2D&& dataflow_h2d) {
-    const TierSplit& pf = p_.offload.params;
-    int done = after_ev;
-    if (pf.gpu > 0) {
-        done = copy(Stream::h2d, CopyKind::h2d, d_.act_bytes * params * pf.gpu, n_.param_h2d, after_ev);
-        if (df_) dataflow_h2d();
-    }
-    if (pf.ssd > 0) done = copy(Stream::ssd, CopyKind::ssd_write, d_.act_bytes * params * pf.ssd, n_.param_ssd_write, after_ev);
-    return done;
-}
-
-// The host's share of the update (plan.offload.optimizer cpu and ssd), once the gradients are in
-// host memory (after_ev): CPU Adam over the cpu share; over the ssd share ZeRO-Infinity's
-// pipelined sub-groups (read state, CPU Adam, write state back, the next sub-group's read
-// overlapping the current update). Sets the events after which each share's parameters are
-// updated in host memory (-1 for a share of none).
-void RankLowering::host_update(int after_ev, const std::vector<std::pair<double, double>>& owned, int& cpu_done, int& ssd_done) {
-    cpu_done = ssd_done = -1;
-    const Phase was = phase_;
-    enter_optimizer_phase();
-    const double shard = optimizer_shard();
-    const TierSplit& of = p_.offload.optimizer;
-    using R = TensorRole;
-    auto part = [&](double lo, double hi, R role, Tier tier) { return ranges_part(owned, lo, hi, role, tier); };
-    if (of.cpu > 0) {
-        const double lo = of.gpu, hi = of.gpu + of.cpu;
-        wait(Stream::cpu, after_ev);
-        Instr& in = push(InstrKind::optimizer, Stream::cpu, n_.opt_cpu);
-        in.count = shard * of.cpu;
-        // Lock-free with the weights homed on the host: the update writes the fp32 master
-        // (DataTensor::version 1), which optimizer() publishes to the weights at the step's end.
-        if (df_) io_lists(part(lo, hi, R::param_grad, Tier::cpu), lf_master(part(lo, hi, R::param, Tier::cpu)));
-        cpu_done = record(Stream::cpu);
-    }
-    if (of.ssd > 0) {
-        const double params = shard * of.ssd;
-        const double sub = std::max(1.0, o_.ssd_sub_group_params);
-        const int groups = static_cast<int>(std::clamp(std::ceil(params / sub), 1.0, 4096.0));
-        const double per = params / groups;
-        // fp32 weights are their own master: only the moments go to the SSD (memory.hpp's list).
-        const double master = p_.precision == Precision::fp32 ? 0.0 : kMasterBytesPerParam;
-        const double state_bytes = (master + p_.adam_moment_bytes()) * per;
-        const double base = of.gpu + of.cpu, width = of.ssd / groups;  // sub-group g: [base + g w, base + (g+1) w)
-        auto group_part = [&](int g, R role, Tier tier) { return part(base + g * width, base + (g + 1) * width, role, tier); };
-        std::vector<int> read_ev(static_cast<std::size_t>(groups), -1);
-        auto read = [&](int g, int after) {
-            read_ev[static_cast<std::size_t>(g)] = copy(Stream::ssd, CopyKind::ssd_read, state_bytes, n_.state_read, after);
-            if (df_) io_lists(group_part(g, R::optimizer_state, Tier::ssd), group_part(g, R::optimizer_state, Tier::cpu));
-        };
-        read(0, after_ev);
-        for (int g = 0; g < groups; ++g) {
-            if (g + 1 < groups) read(g + 1, -1);
-            wait(Stream::cpu, read_ev[static_cast<std::size_t>(g)]);
-            Instr& in = push(InstrKind::optimizer, Stream::cpu, n_.opt_ssd);
-            in.count = per;
-            if (df_) {
-                std::vector<int> ins = group_part(g, R::param_grad, Tier::cpu), outs = group_part(g, R::optimizer_state, Tier::cpu);
-                const std::vector<int> st = outs, hp = group_part(g, R::param, Tier::cpu);
-                ins.insert(ins.end(), st.begin(), st.end());
-                outs.insert(outs.end(), hp.begin(), hp.end());
-                io_lists(ins, outs);
-            }
-            ssd_done = record(Stream::cpu);
-            copy(Stream::ssd, CopyKind::ssd_write, state_bytes, n_.state_write, ssd_done);
-            if (df_) io_lists(group_part(g, R::optimizer_state, Tier::cpu), group_part(g, R::optimizer_state, Tier::ssd));
-        }
-    }
-    phase_ = was;
-}
-
-void RankLowering::enter_optimizer_phase() {
-    phase_ = Phase::optimizer;
-    layer_ = -1;
-    mb_ = -1;
-    chunk_ = 0;
-}
-
-double RankLowering::optimizer_shard() const {
-    const StageParams sp = stage_params(m_, p_, stage_);
-    return p_.zero_stage >= 1 ? sp.dense / group_size(Group::dp) + sp.expert / group_size(Group::edp) : sp.total();
-}
-
-// Optimizer on its tiers (plan.offload.optimizer), each fraction its own way at once: the GPU
-// part as a fused Adam kernel; the host parts as D2H of grads, the host update (host_update) and
-// the parameters' way home (params_home). Lock-free, the host update of this step's gradients is
-// emitted at the next step's start; what goes home here is the update emitted at this step's start.
-void RankLowering::optimizer(int s) {
-    enter_optimizer_phase();
-    wait(Stream::compute, record(Stream::dp_comm));  // gradients reduced
-    const double shard = optimizer_shard();
-    const TierSplit& of = p_.offload.optimizer;
-    // Dataflow: the element ranges this rank updates, cut into the tiers' parts in buffer order.
-    std::vector<std::pair<double, double>> owned;
-    if (df_) owned = owned_ranges();
-    using R = TensorRole;
-    auto part = [&](double lo, double hi, R role, Tier tier) { return ranges_part(owned, lo, hi, role, tier); };
-    if (of.gpu > 0) {
-        const double per_param = kAdamGpuFixedBytesPerParam + p_.grad_bytes() + p_.adam_moment_bytes();
-        Instr& in = compute(Op::optimizer_gpu, n_.opt_gpu, 0, per_param * shard * of.gpu);
-        in.count = shard * of.gpu;
-        if (df_) io_lists(part(0, of.gpu, R::param_grad, Tier::gpu), part(0, of.gpu, R::param, Tier::gpu));
-    }
-    const int grads_on_gpu = record(Stream::compute);
-    int done = -1;
-    if (of.cpu + of.ssd > 0) {
-        const bool lock_free = p_.lock_free_update;
-        // Lock-free: the D2H overwrites the host gradients this step's host update reads.
-        if (lock_free) wait(Stream::d2h, of.ssd > 0 ? lf_ssd_done_ : lf_cpu_done_);
-        const int d2h = copy(Stream::d2h, CopyKind::d2h, p_.grad_bytes() * shard * (of.cpu + of.ssd), n_.grad_d2h, grads_on_gpu);
-        if (df_) io_lists(part(of.gpu, 1, R::param_grad, Tier::gpu), part(of.gpu, 1, R::param_grad, Tier::cpu));
-        int cpu_done = lf_cpu_done_, ssd_done = lf_ssd_done_;
-        if (lock_free) {
-            host_grads_ev_ = d2h;  // the next step's host update
-            // The update goes up once this step's forward and backward have read the old values.
-            wait(Stream::h2d, grads_on_gpu);
-            wait(Stream::ssd, grads_on_gpu);
-        } else {
-            host_update(d2h, owned, cpu_done, ssd_done);
-        }
-        lf_cpu_done_ = lf_ssd_done_ = -1;
-        if (lock_free && of.cpu > 0 && !p_.offload.params.all_gpu()) {
-            // The master goes to the homed weights once this step's fetches have read them: a host
-            // copy of the master (4 B) into the weights (2 B) a parameter, which the next step waits for.
-            const double lo = of.gpu, hi = of.gpu + of.cpu;
-            wait(Stream::cpu, grads_on_gpu);
-            Instr& in = push(InstrKind::optimizer, Stream::cpu, n_.opt_publish);
-            in.bytes = shard * of.cpu * (kMasterBytesPerParam + d_.act_bytes);
-            if (df_) io_lists(lf_master(part(lo, hi, R::param, Tier::cpu)), part(lo, hi, R::param, Tier::cpu));
-            cpu_done = record(Stream::cpu);
-        }
-        if (of.cpu > 0) {
-            const double lo = of.gpu, hi = of.gpu + of.cpu;
-            done = params_home(shard * of.cpu, cpu_done, [&] { io_lists(part(lo, hi, R::param, Tier::cpu), part(lo, hi, R::param, Tier::gpu)); });
-        }
-        if (of.ssd > 0) {
-            const double base = of.gpu + of.cpu;
-            done = params_home(shard * of.ssd, ssd_done, [&] { io_lists(part(base, 1, R::param, Tier::cpu), part(base, 1, R::param, Tier::gpu)); });
-        }
-    }
-    optimizer_done_ev_ = done;
-    // Distributed optimizer (ZeRO 1/2) without overlap_param_gather: gather the updated parameter
-    // shards at the end of the step, bucket by bucket over the ranges they were reduced over; the
-    // next step's forward waits for it. (With the overlap, the gather is emitted at the start of the
-    // step: gather_params_overlapped.)
-    if ((p_.zero_stage == 1 || p_.zero_stage == 2) && !p_.overlap_param_gather) {
-        int after = record(Stream::compute);
-        wait(Stream::dp_comm, done);
-        int ev = -1;
-        for (const Bucket& b : buckets_) {
-            const Group g = b.expert ? Group::edp : Group::dp;
-            if (group_size(g) <= 1) continue;
-            ev = collective(Stream::dp_comm, CollKind::all_gather, g, b.count * d_.act_bytes, b.expert ? n_.edp_params : n_.dp_params, after);
-            after = -1;
-            if (df_) {
-                const int r = range(R::param, b.off, b.count, Tier::gpu, b.expert);
-                io({r}, {r});
-            }
-        }
-        param_gather_ev_ = ev;
-    }
-    (void)s;
 }
 
 }  // namespace lower_detail

@@ -143,6 +143,9 @@ void moe_unpermute_backward(float* dye, float* dprobs, const float* dy, const fl
 /// Each of n floats to the nearest bfloat16 (ties to even; NaN stays NaN, infinities stay): how
 /// the cpu backend holds a 2-byte tensor of a bf16 plan, computing on it in fp32 as a GPU does.
 void round_bf16(float* p, i64 n);
+/// Each of n floats to the nearest IEEE half (binary16: ties to even, subnormals down to 2^-24,
+/// beyond 65504 +-infinity; NaN stays NaN): a 2-byte tensor of an fp16 plan.
+void round_fp16(float* p, i64 n);
 
 /// AdamW on n elements; step counts from 1. decay: per-element flag (null: none decays).
 void adamw(float* p, float* m, float* v, const float* g, const unsigned char* decay, i64 n, float lr, float b1, float b2,

@@ -36,6 +36,12 @@ struct RunOptions {
     // matrices only. No gradient clipping (its global norm is not an instruction of the Program).
     double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
     int warmup_steps = 0;
+    /// fp16 plans: Megatron's dynamic loss scaling (--initial-loss-scale 2^32, --loss-scale-window
+    /// 1000, --hysteresis 2, --min-loss-scale 1): the loss is scaled up before the backward; a step
+    /// whose gradients overflow is skipped, and after `hysteresis` overflows the scale halves; after
+    /// `loss_scale_window` clean steps it doubles.
+    double initial_loss_scale = 4294967296.0, min_loss_scale = 1.0;
+    int loss_scale_window = 1000, hysteresis = 2;
     std::uint64_t seed = 42;    ///< parameter initialisation (independent of the parallel split)
     DataOptions data;
     std::string resume_dir;     ///< checkpoint to continue from ("" = fresh)
@@ -80,6 +86,8 @@ struct StepReport {
     double step_s = 0;
     double tokens_per_s = 0;
     double mfu = 0;           ///< 0 when RunOptions::peak_flops_per_rank is 0
+    double loss_scale = 1;    ///< fp16: the scale this step's backward ran with (1 otherwise)
+    bool skipped = false;     ///< fp16: its gradients overflowed and the update was skipped
     /// Most bytes in use at once this step: gpu per rank (the worst rank), cpu and ssd per node.
     std::array<double, sim::kTierCount> peak_bytes{};
 };
