@@ -238,6 +238,7 @@ private:
         int in_p, disp_p, gath_p, din_p, ddisp_p, dgath_p;
     };
     MoeTensors moe_tensors(int layer);
+    void router_forward(const LayerTensors& lt, const MoeTensors& mt, int layer, double routed);
     int shared_shard(int layer, bool grad_of);
 
     // layer pieces (layer_ops.cpp)

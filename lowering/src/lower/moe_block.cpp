@@ -63,10 +63,7 @@ void RankLowering::moe_forward(int layer) {
     const double routed = sp ? d_.tokens_sp : d_.tokens;
     const LayerTensors lt = layer_tensors(layer);
     const MoeTensors mt = moe_tensors(layer);
-    gemm_high(n_.router_gemm, routed, d_.experts, d_.h);
-    if (df_) io({lt.ln2, prm("router.weight", layer)}, {mt.logits});
-    compute(Op::router, n_.router, 0, 2 * routed * d_.experts * 4);
-    if (df_) io({mt.logits}, {mt.routing});
+    router_forward(lt, mt, layer, routed);
     host_sync(Stream::compute, n_.moe_counts);
     const double permute_bytes = (routed + routed_rows_k(routed)) * d_.h * d_.act_bytes;
     compute(Op::elementwise, n_.moe_permute, 0, permute_bytes);
@@ -111,6 +108,14 @@ void RankLowering::moe_forward(int layer) {
     // add takes it (layer_forward).
     if (df_) io({mt.comb, mt.routing, opt(sp ? -1 : mt.sfc2)}, {sp ? lt.fc2_s : lt.fc2});
     wait(Stream::compute, shared_out);
+}
+
+// The router: its fp32 gate GEMM over the rank's routed tokens, then the top-k and its softmax.
+void RankLowering::router_forward(const LayerTensors& lt, const MoeTensors& mt, int layer, double routed) {
+    gemm_high(n_.router_gemm, routed, d_.experts, d_.h);
+    if (df_) io({lt.ln2, prm("router.weight", layer)}, {mt.logits});
+    compute(Op::router, n_.router, 0, 2 * routed * d_.experts * 4);
+    if (df_) io({mt.logits}, {mt.routing});
 }
 
 RankLowering::MoeTensors RankLowering::moe_tensors(int l) {

@@ -154,10 +154,7 @@ void RankLowering::op_sac_recompute_moe(const bool* shared_rerun, int layer) {
     // Dataflow (tp = 1): the routing is rebuilt as it was (deterministic), the expert-side rows
     // the dispatch delivered are the forward's (kept), and so are the combined rows and a kept
     // shared matmul's output; what reruns writes its tensors again.
-    gemm_high(n_.router_gemm, routed, d_.experts, d_.h);
-    if (df_) io({lt.ln2, prm("router.weight", layer)}, {mt.logits});
-    compute(Op::router, n_.router, 0, 2 * routed * d_.experts * 4);
-    if (df_) io({mt.logits}, {mt.routing});
+    router_forward(lt, mt, layer, routed);
     const double permute_bytes = (routed + routed_rows_k(routed)) * d_.h * d_.act_bytes;
     compute(Op::elementwise, n_.moe_permute, 0, permute_bytes);
     if (df_) io({lt.ln2, mt.routing}, {mt.in, opt(mt.in_p)});  // under EP nothing reads it: the dispatch is kept
