@@ -106,8 +106,7 @@ __global__ void k_add(float* out, const float* a, const float* b, const float* b
 // ---- dropout (dropout.hpp; without context parallelism a row's position is row % seq) ----
 __device__ float hidden_drop(const Dropout& d, i64 i, i64 C, i64 seq) {
     const i64 row = d.row0 + i / C;
-    const auto tok = static_cast<std::uint64_t>((d.sample0 + row / seq) * seq + row % seq);
-    return dropout_scale(d.key, tok, static_cast<std::uint64_t>(i % C), d.p);
+    return dropout_scale(d.key, dropout_token(d, row / seq, seq, row % seq), static_cast<std::uint64_t>(i % C), d.p);
 }
 __global__ void k_dropout_fwd(float* y, float* mask, const float* x, i64 n, i64 C, i64 seq, Dropout d) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
@@ -261,8 +260,7 @@ __global__ void k_attn_merge_grads(float* dqkv, const float* dQ, const float* dK
 // The attention dropout of row i, key j of item (dropout.hpp): 1 when off.
 __device__ float attn_drop(const Dropout& d, i64 item, i64 hq, i64 seq, i64 i, i64 j) {
     if (!(d.p > 0)) return 1.0f;
-    const auto row = static_cast<std::uint64_t>(((d.sample0 + item / hq) * d.heads + d.head0 + item % hq) * seq + i);
-    return dropout_scale(d.key, row, static_cast<std::uint64_t>(j), d.p);
+    return dropout_scale(d.key, dropout_attention_row(d, item / hq, item % hq, seq, i), static_cast<std::uint64_t>(j), d.p);
 }
 // With dropout the probabilities are dropped once lse is taken (P z feeds P V).
 __global__ void k_softmax_causal(float* S, float* lse, i64 seq, i64 hq, i64 item0, float scale, Dropout d) {

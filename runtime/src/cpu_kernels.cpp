@@ -183,13 +183,12 @@ namespace {
 // The attention dropout's first hash word for query row t, head h (dropout.hpp); the key's
 // position is the second.
 std::uint64_t attn_drop_row(const Dropout& drop, const Positions& qpos, i64 t, i64 h) {
-    const i64 sample = drop.sample0 + t / qpos.local();
-    return static_cast<std::uint64_t>((sample * drop.heads + drop.head0 + h) * qpos.seq + qpos(t));
+    return dropout_attention_row(drop, t / qpos.local(), h, qpos.seq, qpos(t));
 }
 // Sequence and position of a hidden-state row, as one token number.
 std::uint64_t token_of(const Dropout& drop, const Positions& where, i64 r) {
     const i64 row = drop.row0 + r;
-    return static_cast<std::uint64_t>((drop.sample0 + row / where.local()) * where.seq + where(row));
+    return dropout_token(drop, row / where.local(), where.seq, where(row));
 }
 }  // namespace
 

@@ -79,15 +79,15 @@ bool RankState::moe_compute(std::size_t i) {
         const float* dy = I(1);
         std::vector<float> scaled;
         if (weighted) {  // d.weights from act(x) recomputed; dY scaled by the weight for act's backward
-            std::vector<float> a(static_cast<std::size_t>(rows * f));
-            act(a.data(), I(0));
+            std::vector<float> y(static_cast<std::size_t>(rows * f));
+            act(y.data(), I(0));
             const float* w = I(2);
             float* dw = O(1);
             scaled.assign(dy, dy + rows * f);
             for (i64 r = 0; r < rows; ++r) {
                 double dot = 0;
                 for (i64 c = 0; c < f; ++c) {
-                    dot += static_cast<double>(a[static_cast<std::size_t>(r * f + c)]) * dy[r * f + c];
+                    dot += static_cast<double>(y[static_cast<std::size_t>(r * f + c)]) * dy[r * f + c];
                     scaled[static_cast<std::size_t>(r * f + c)] *= w[r];
                 }
                 dw[r] = static_cast<float>(dot);

@@ -127,8 +127,7 @@ TrackedBuffer RankState::buffer(i64 n, Tier t, const std::string& what, bool zer
 
 double RankState::elem_bytes(const DataTensor& t) const {
     const PlanSpec& p = w_.plan;
-    if (t.role == TensorRole::mask) return 1.0;  // PyTorch's bool mask, whatever the precision
-    if (p.precision == Precision::fp32) return 4.0;
+    if (p.precision == Precision::fp32 && t.role != TensorRole::mask) return 4.0;
     switch (t.role) {
         case TensorRole::activation:
         case TensorRole::grad:
@@ -140,7 +139,7 @@ double RankState::elem_bytes(const DataTensor& t) const {
         case TensorRole::tokens:
         case TensorRole::stats:
         case TensorRole::optimizer_state: return 4.0;
-        case TensorRole::mask: return 1.0;
+        case TensorRole::mask: return 1.0;  // PyTorch's bool mask, whatever the precision
     }
     return 4.0;
 }

@@ -412,18 +412,22 @@ void RankLowering::sp_grads_all_reduce() {
 
 // ---- dataflow helpers -----------------------------------------------------------------------
 
-void RankLowering::io_lists(const std::vector<int>& in, const std::vector<int>& out) {
-    if (!df_) return;
-    STRATA_ASSERT(!rp_.instrs.empty() && last_op_ < rp_.instrs.size(), "io: no instruction");
+void RankLowering::set_operands(std::size_t at, const std::vector<int>& in, const std::vector<int>& out) {
     rp_.operands.resize(rp_.instrs.size());  // instructions pushed without operands get none
-    STRATA_ASSERT(rp_.operands[last_op_].n_in + rp_.operands[last_op_].n_out == 0, "io: operands named twice");
+    STRATA_ASSERT(rp_.operands[at].n_in + rp_.operands[at].n_out == 0, "io: operands named twice");
     Operands o;
     o.first = static_cast<std::uint32_t>(rp_.operand_ids.size());
     for (int t : in)
         if (t >= 0) rp_.operand_ids.push_back(t), ++o.n_in;
     for (int t : out)
         if (t >= 0) rp_.operand_ids.push_back(t), ++o.n_out;
-    rp_.operands[last_op_] = o;
+    rp_.operands[at] = o;
+}
+
+void RankLowering::io_lists(const std::vector<int>& in, const std::vector<int>& out) {
+    if (!df_) return;
+    STRATA_ASSERT(!rp_.instrs.empty() && last_op_ < rp_.instrs.size(), "io: no instruction");
+    set_operands(last_op_, in, out);
     if (touch_)
         for (const std::vector<int>* list : {&in, &out})
             for (int t : *list)

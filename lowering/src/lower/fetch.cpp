@@ -160,7 +160,7 @@ void RankLowering::name_act_copies(int mb, int chunk, int li, std::size_t backwa
     if (!c.fetched) return;
     std::unordered_set<int> touched(c.touched.begin(), c.touched.end()), written, stash_set;
     std::vector<int> stash;
-    rp_.operands.resize(rp_.instrs.size());
+    rp_.operands.resize(rp_.instrs.size());  // the backward's last instructions may have none yet
     for (std::size_t i = backward_begin; i < rp_.instrs.size(); ++i) {
         const Operands& o = rp_.operands[i];
         const auto* ids = rp_.operand_ids.data() + o.first;
@@ -174,17 +174,8 @@ void RankLowering::name_act_copies(int mb, int chunk, int li, std::size_t backwa
         t.tier = Tier::cpu;
         host.push_back(table_->intern(t));
     }
-    auto name = [&](std::size_t at, const std::vector<int>& in, const std::vector<int>& out) {
-        Operands o;
-        o.first = static_cast<std::uint32_t>(rp_.operand_ids.size());
-        o.n_in = static_cast<std::uint16_t>(in.size());
-        o.n_out = static_cast<std::uint16_t>(out.size());
-        rp_.operand_ids.insert(rp_.operand_ids.end(), in.begin(), in.end());
-        rp_.operand_ids.insert(rp_.operand_ids.end(), out.begin(), out.end());
-        rp_.operands[at] = o;
-    };
-    name(c.d2h, stash, host);
-    name(c.h2d, host, stash);
+    set_operands(c.d2h, stash, host);
+    set_operands(c.h2d, host, stash);
 }
 
 }  // namespace strata::sim::lower_detail

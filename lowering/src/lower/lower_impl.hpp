@@ -172,6 +172,8 @@ private:
     /// or copy helper records its completion after it).
     void io(std::initializer_list<int> in, std::initializer_list<int> out);
     void io_lists(const std::vector<int>& in, const std::vector<int>& out);
+    /// Names instruction `at`'s operands (-1s skipped); io_lists names the last one's.
+    void set_operands(std::size_t at, const std::vector<int>& in, const std::vector<int>& out);
     /// An activation (or its gradient, role grad) of the current micro-batch on `layer`.
     int act(int name, int layer, double rows, double cols, TensorRole role = TensorRole::activation, int ring = 0);
     int grad(int name, int layer, double rows, double cols) { return act(name, layer, rows, cols, TensorRole::grad); }
@@ -239,6 +241,7 @@ private:
     };
     MoeTensors moe_tensors(int layer);
     void router_forward(const LayerTensors& lt, const MoeTensors& mt, int layer, double routed);
+    void routed_experts_forward(const MoeTensors& mt, int layer);
     int shared_shard(int layer, bool grad_of);
 
     // layer pieces (layer_ops.cpp)
@@ -268,8 +271,8 @@ private:
     void mla_projections_backward();
     double expert_tokens() const;
     double routed_rows_k(double tokens) const;
-    void op_sac_recompute_moe(const bool* shared_rerun, int layer);
-    void op_sac_recompute_mla(const bool* rerun);
+    void op_sac_recompute_moe(const char* shared_rerun, int layer);
+    void op_sac_recompute_mla(const char* rerun);
     double expert_load() const;
 
     // passes and step (lower.cpp)

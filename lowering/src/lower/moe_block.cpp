@@ -86,13 +86,7 @@ void RankLowering::moe_forward(int layer) {
         if (sp) shared_out = tp_out_collective(mt.sfc2, mt.sfc2_s);
     }
     defer_or_wait(dispatched);
-    const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.etp;
-    gemm_cast(n_.experts_fc1, te, (d_.mats - 1) * f, d_.h, batch);
-    if (df_) io({mt.gath, prm("experts.fc1.weight", layer), mt.routing}, {mt.fc1});
-    compute(Op::elementwise, n_.experts_act, 0, batch * d_.mats * te * f * d_.act_bytes);
-    if (df_) io({mt.fc1, opt(mt.gath_p)}, {mt.act});  // fc2_input: times each row's router weight
-    gemm_cast(n_.experts_fc2, te, d_.h, f, batch);
-    if (df_) io({mt.act, prm("experts.fc2.weight", layer), mt.routing}, {mt.fc2});
+    routed_experts_forward(mt, layer);
     int combined = -1;
     if (etp_comm) {
         combined = collective(Stream::tp_comm, CollKind::reduce_scatter, Group::etp, tp_bytes, n_.tp_rs);
@@ -108,6 +102,18 @@ void RankLowering::moe_forward(int layer) {
     // add takes it (layer_forward).
     if (df_) io({mt.comb, mt.routing, opt(sp ? -1 : mt.sfc2)}, {sp ? lt.fc2_s : lt.fc2});
     wait(Stream::compute, shared_out);
+}
+
+// The routed experts on the rows that reached them: grouped fc1, the activation (fc2_input:
+// times each row's router weight), grouped fc2.
+void RankLowering::routed_experts_forward(const MoeTensors& mt, int layer) {
+    const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.etp;
+    gemm_cast(n_.experts_fc1, te, (d_.mats - 1) * f, d_.h, batch);
+    if (df_) io({mt.gath, prm("experts.fc1.weight", layer), mt.routing}, {mt.fc1});
+    compute(Op::elementwise, n_.experts_act, 0, batch * d_.mats * te * f * d_.act_bytes);
+    if (df_) io({mt.fc1, opt(mt.gath_p)}, {mt.act});
+    gemm_cast(n_.experts_fc2, te, d_.h, f, batch);
+    if (df_) io({mt.act, prm("experts.fc2.weight", layer), mt.routing}, {mt.fc2});
 }
 
 // The router: its fp32 gate GEMM over the rank's routed tokens, then the top-k and its softmax.

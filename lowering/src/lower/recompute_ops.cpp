@@ -1,5 +1,7 @@
 // Recomputation before a layer's backward, besides full recompute (layer_forward with
 // Phase::recompute): Megatron-Core's checkpointed modules and torchtitan's op-level SAC.
+#include <string_view>
+
 #include "lower_impl.hpp"
 
 namespace strata::sim::lower_detail {
@@ -72,19 +74,22 @@ void RankLowering::op_sac_recompute(int layer) {
     phase_ = Phase::recompute;
     const LayerTensors t = layer_tensors(layer);
     const double norm_bytes = 2 * d_.tokens * d_.h * d_.act_bytes;
-    bool rerun[8] = {};
     const bool moe_layer = m_.layer_is_moe(layer);
     const std::vector<SacMatmul> mms = op_sac_matmuls(m_, moe_layer);
-    for (std::size_t i = 0; i < mms.size() && i < 8; ++i) rerun[i] = !mms[i].saved;
+    std::vector<char> rerun(mms.size());
+    std::size_t attn_mms = 0;  // the attention's matmuls end with wo; the MLP's (or shared experts') follow
+    for (std::size_t i = 0; i < mms.size(); ++i) {
+        rerun[i] = !mms[i].saved;
+        if (std::string_view(mms[i].name) == "wo") attn_mms = i + 1;
+    }
     const bool swiglu = m_.ffn == FfnKind::swiglu;
     compute(Op::norm, n_.norm1, 0, norm_bytes);
     if (df_) io({t.x, prm("ln1.weight", layer), bias("ln1.bias", layer, false)}, {t.ln1});
     // Dataflow: a GEMM with any part rerun rewrites its whole output (the cost counts the rerun
     // part only); one wholly kept keeps its forward value. The norms and RoPE rerun from the kept
     // projection (qkv_pre under QK-norm or RoPE), the residual add redraws its dropout mask.
-    const std::size_t attn_mms = m_.mla ? (m_.mla->q_lora_rank > 0 ? 5 : 4) : 4;  // the attention's, then the MLP's
     if (m_.mla) {
-        op_sac_recompute_mla(rerun);
+        op_sac_recompute_mla(rerun.data());
     } else {
         const double qkv_n = (rerun[0] ? d_.q_w : 0) + (rerun[1] ? d_.kv_w : 0) + (rerun[2] ? d_.kv_w : 0);
         if (qkv_n > 0) {
@@ -102,11 +107,11 @@ void RankLowering::op_sac_recompute(int layer) {
     compute(Op::norm, n_.norm2, 0, norm_bytes);
     if (df_) io({t.x1, prm("ln2.weight", layer), bias("ln2.bias", layer, false)}, {t.ln2});
     if (moe_layer) {
-        op_sac_recompute_moe(rerun + attn_mms, layer);
+        op_sac_recompute_moe(rerun.data() + attn_mms, layer);
         phase_ = saved;
         return;
     }
-    const bool* mlp = rerun + attn_mms;
+    const char* mlp = rerun.data() + attn_mms;
     const double fc1_n = swiglu ? (mlp[0] ? d_.ffn : 0) + (mlp[1] ? d_.ffn : 0) : (mlp[0] ? d_.ffn : 0);
     if (fc1_n > 0) {
         gemm(n_.fc1, d_.tokens, fc1_n, d_.h);
@@ -121,7 +126,7 @@ void RankLowering::op_sac_recompute(int layer) {
 // MLA's projections under op-level SAC (costs only), in torchtitan's order: wq (or wq_a, q_norm,
 // wq_b), wkv_a, kv_norm, wkv_b; the rerun ones again, the latent norms and RoPE always (tp = 1:
 // every projection sees all the tokens). wo is the caller's.
-void RankLowering::op_sac_recompute_mla(const bool* rerun) {
+void RankLowering::op_sac_recompute_mla(const char* rerun) {
     const MlaSpec& a = *m_.mla;
     std::size_t i = 0;
     auto linear = [&](int name, double in, double out) {
@@ -147,8 +152,8 @@ void RankLowering::op_sac_recompute_mla(const bool* rerun) {
 // the shared experts' rerun matmuls; the all-to-alls' outputs are kept, so nothing is sent again.
 // SelectiveAC wraps blocks with early_stop off (activation_checkpoint.py), so the whole block
 // reruns, the experts' fc2 included. `shared_rerun`: the shared experts' matmuls, in order.
-void RankLowering::op_sac_recompute_moe(const bool* shared_rerun, int layer) {
-    const double routed = d_.tokens, batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.etp;
+void RankLowering::op_sac_recompute_moe(const char* shared_rerun, int layer) {
+    const double routed = d_.tokens;
     const LayerTensors lt = layer_tensors(layer);
     const MoeTensors mt = moe_tensors(layer);
     // Dataflow (tp = 1): the routing is rebuilt as it was (deterministic), the expert-side rows
@@ -158,12 +163,7 @@ void RankLowering::op_sac_recompute_moe(const bool* shared_rerun, int layer) {
     const double permute_bytes = (routed + routed_rows_k(routed)) * d_.h * d_.act_bytes;
     compute(Op::elementwise, n_.moe_permute, 0, permute_bytes);
     if (df_) io({lt.ln2, mt.routing}, {mt.in, opt(mt.in_p)});  // under EP nothing reads it: the dispatch is kept
-    gemm_cast(n_.experts_fc1, te, (d_.mats - 1) * f, d_.h, batch);
-    if (df_) io({mt.gath, prm("experts.fc1.weight", layer), mt.routing}, {mt.fc1});
-    compute(Op::elementwise, n_.experts_act, 0, batch * d_.mats * te * f * d_.act_bytes);
-    if (df_) io({mt.fc1, opt(mt.gath_p)}, {mt.act});
-    gemm_cast(n_.experts_fc2, te, d_.h, f, batch);
-    if (df_) io({mt.act, prm("experts.fc2.weight", layer), mt.routing}, {mt.fc2});  // under EP the combine's rows are kept
+    routed_experts_forward(mt, layer);  // under EP the combine's rows are kept: nothing reads this fc2 output
     if (d_.shared > 0) {
         const double fs = d_.shared * d_.expert_ffn;
         const bool swiglu = m_.ffn == FfnKind::swiglu;

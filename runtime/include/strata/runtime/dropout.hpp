@@ -44,6 +44,18 @@ inline std::uint64_t dropout_key(std::uint64_t seed, std::int64_t step, int laye
                  static_cast<std::uint64_t>(site));
 }
 
+/// The first hash word of a hidden-state element: its token, sequence (the rank's `seq_index`-th
+/// after d.sample0) times seq plus its position. The column is the second.
+STRATA_HD std::uint64_t dropout_token(const Dropout& d, std::int64_t seq_index, std::int64_t seq, std::int64_t pos) {
+    return static_cast<std::uint64_t>((d.sample0 + seq_index) * seq + pos);
+}
+/// The first hash word of an attention probability: (sequence, the model's head, query
+/// position); the key's position is the second. `head` counts the rank's heads (from d.head0).
+STRATA_HD std::uint64_t dropout_attention_row(const Dropout& d, std::int64_t seq_index, std::int64_t head, std::int64_t seq,
+                                              std::int64_t qpos) {
+    return static_cast<std::uint64_t>(((d.sample0 + seq_index) * d.heads + d.head0 + head) * seq + qpos);
+}
+
 /// The factor element (a, b) of a site is multiplied by: 0 with probability p, else 1 / (1 - p).
 /// Hidden states: a = the token (sequence x seq + position), b = the column; attention
 /// probabilities: a = (sequence x heads + head) x seq + query position, b = the key's.
