@@ -7,13 +7,6 @@
 
 namespace strata::runtime {
 
-std::uint64_t splitmix64(std::uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
 TokenSource::TokenSource(const std::string& path, std::int64_t vocab, std::uint64_t seed) : vocab_(vocab), seed_(seed) {
     if (!path.empty()) {
         std::ifstream f(path, std::ios::binary);

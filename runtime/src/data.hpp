@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "strata/runtime/splitmix.hpp"
+
 namespace strata::runtime {
 
 class TokenSource {
@@ -24,8 +26,5 @@ private:
     std::vector<std::int64_t> next_;  ///< synthetic: the successor most tokens take
 };
 
-/// splitmix64: the counter-based generator behind sample order, the synthetic stream and
-/// parameter initialisation (a value depends only on its counter, never on who draws it).
-std::uint64_t splitmix64(std::uint64_t x);
 
 }  // namespace strata::runtime

@@ -7,22 +7,9 @@
 #pragma once
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define STRATA_HD __host__ __device__ __forceinline__
-#else
-#define STRATA_HD inline
-#endif
+#include "strata/runtime/splitmix.hpp"
 
 namespace strata::runtime {
-
-/// SplitMix64's finaliser (Steele, Lea and Flood 2014): a bijection on 64 bits whose output bits
-/// each depend on every input bit.
-STRATA_HD std::uint64_t mix64(std::uint64_t z) {
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 /// What a dropout site needs to name its elements: the probability, the site's key
 /// (dropout_key), and where the kernel's rows sit among every rank's.
@@ -40,7 +27,7 @@ struct Dropout {
 enum class DropoutSite : int { embedding = 0, attention_probs = 1, attention_out = 2, mlp_out = 3 };
 
 inline std::uint64_t dropout_key(std::uint64_t seed, std::int64_t step, int layer, DropoutSite site) {
-    return mix64(mix64(mix64(seed) + static_cast<std::uint64_t>(step)) + static_cast<std::uint64_t>(layer + 2) * 4u +
+    return splitmix64(splitmix64(splitmix64(seed) + static_cast<std::uint64_t>(step)) + static_cast<std::uint64_t>(layer + 2) * 4u +
                  static_cast<std::uint64_t>(site));
 }
 
@@ -60,7 +47,7 @@ STRATA_HD std::uint64_t dropout_attention_row(const Dropout& d, std::int64_t seq
 /// Hidden states: a = the token (sequence x seq + position), b = the column; attention
 /// probabilities: a = (sequence x heads + head) x seq + query position, b = the key's.
 STRATA_HD float dropout_scale(std::uint64_t key, std::uint64_t a, std::uint64_t b, float p) {
-    const std::uint64_t h = mix64(mix64(key + a) ^ (b * 0xd6e8feb86659fd93ull));
+    const std::uint64_t h = splitmix64(splitmix64(key + a) ^ (b * 0xd6e8feb86659fd93ull));
     const std::uint32_t u = static_cast<std::uint32_t>(h >> 40);  // 24 uniform bits
     return static_cast<float>(u) >= p * 16777216.0f ? 1.0f / (1.0f - p) : 0.0f;
 }
