@@ -5,8 +5,11 @@
 // scratch of seq x seq scores by a batched SGEMM, a causal softmax kernel that also writes the
 // log-sum-exp, then P V; the backward recomputes P from the log-sum-exp (the forward saves only
 // out and lse, as the memory model assumes) and runs four more SGEMMs. Everything else is an own
-// kernel in the style of llm.c's reference kernels. One stream; the host thread issues in the
-// Program's order, so a freed block can be handed to the next request at once.
+// kernel in the style of llm.c's reference kernels. Three lanes, each a CUDA stream: kernels, H2D
+// copies and D2H copies, as the Program's compute, h2d and d2h streams, ordered by its record/wait
+// pairs (events). A block freed on one lane is fenced: the lane that gets it next waits for the
+// last work that touched it on the others (its last copies, and the kernels issued before it was
+// freed), as PyTorch's caching allocator does with record_stream.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -47,12 +50,25 @@ std::string where(const char* file, int line) { return std::string(file) + ":" +
 #include "kernels.cuh"  // inside this unnamed namespace
 
 class CudaDevice final : public Device {
+    // Every cudaEvent_t below is owned by one place: a Use's last copy on a lane, a FreeBlock's
+    // fence, or spare_ (re-recording an event others already waited for is safe: a wait takes the
+    // event's state when it is queued).
+    struct Use {
+        std::size_t bytes = 0;
+        cudaEvent_t last[lane_count] = {};  ///< after the last copy on each lane that touched it
+    };
+    struct FreeBlock {
+        void* p = nullptr;
+        cudaEvent_t fence[lane_count] = {};
+    };
+
 public:
     CudaDevice() {
         CK(cudaSetDevice(0));
-        CK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+        for (auto& l : lanes_) CK(cudaStreamCreateWithFlags(&l, cudaStreamNonBlocking));
+        stream_ = lanes_[lane_compute];
         CB(cublasCreate(&blas_));
-        CB(cublasSetStream(blas_, stream_));
+        CB(cublasSetStream(blas_, lanes_[lane_compute]));  // kernels run on the compute lane only
         CB(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));  // plain fp32 SGEMM: no TF32 behind the plan's back
         CK(cudaMalloc(&sum_, sizeof(double)));
         cudaDeviceProp prop{};
@@ -68,14 +84,20 @@ public:
         desc_ = buf;
     }
     ~CudaDevice() override {
-        cudaStreamSynchronize(stream_);
+        cudaDeviceSynchronize();
         for (auto& [bytes, list] : cache_)
-            for (void* p : list) cudaFree(p);
+            for (FreeBlock& b : list) cudaFree(b.p);
         for (cudaEvent_t e : events_) cudaEventDestroy(e);
+        for (cudaEvent_t e : program_events_) cudaEventDestroy(e);
+        for (cudaEvent_t e : spare_) cudaEventDestroy(e);
+        for (auto& [p, u] : live_)
+            for (cudaEvent_t e : u.last) if (e) cudaEventDestroy(e);
+        for (auto& [p, u] : pinned_)
+            for (cudaEvent_t e : u.last) if (e) cudaEventDestroy(e);
         cudaFree(sum_);
         cudaFree(scratch_);
         cublasDestroy(blas_);
-        cudaStreamDestroy(stream_);
+        for (auto& l : lanes_) cudaStreamDestroy(l);
     }
 
     std::string describe() const override { return desc_; }
@@ -85,8 +107,15 @@ public:
         void* p = nullptr;
         auto& list = cache_[bytes];
         if (!list.empty()) {
-            p = list.back();
+            FreeBlock b = list.back();
             list.pop_back();
+            p = b.p;
+            // What touched the block on another lane finishes before this lane writes it.
+            for (int l = 0; l < lane_count; ++l) {
+                if (!b.fence[l]) continue;
+                if (l != lane_) CK(cudaStreamWaitEvent(stream_, b.fence[l], 0));
+                spare_.push_back(b.fence[l]);
+            }
         } else {
             if (cudaMalloc(&p, bytes) != cudaSuccess) {
                 cudaGetLastError();
@@ -99,11 +128,21 @@ public:
             reserved_ += static_cast<double>(bytes);
             reserved_peak_ = std::max(reserved_peak_, reserved_);
         }
+        live_[static_cast<char*>(p)] = Use{bytes, {}};
         CK(cudaMemsetAsync(p, 0, bytes, stream_));
         return static_cast<float*>(p);
     }
     void release(float* p, i64 n) override {
-        if (p) cache_[round_up(static_cast<std::size_t>(std::max<i64>(n, 1)) * sizeof(float))].push_back(p);
+        if (!p) return;
+        FreeBlock b{p, {}};
+        if (auto it = live_.find(reinterpret_cast<char*>(p)); it != live_.end()) {
+            for (int l = 0; l < lane_count; ++l) b.fence[l] = it->second.last[l];
+            live_.erase(it);
+        }
+        // Kernels do not say what they touch: everything the compute lane was given so far.
+        if (!b.fence[lane_compute]) b.fence[lane_compute] = event();
+        CK(cudaEventRecord(b.fence[lane_compute], lanes_[lane_compute]));
+        cache_[round_up(static_cast<std::size_t>(std::max<i64>(n, 1)) * sizeof(float))].push_back(b);
     }
     float* alloc_host(i64 n) override {
         void* p = nullptr;
@@ -113,11 +152,17 @@ public:
             return nullptr;
         }
         std::memset(p, 0, bytes);
+        pinned_[static_cast<char*>(p)] = Use{bytes, {}};
         return static_cast<float*>(p);
     }
     void release_host(float* p) override {
         if (!p) return;
-        cudaStreamSynchronize(stream_);  // no queued copy may still read it
+        sync();  // no queued copy may still read it
+        if (auto it = pinned_.find(reinterpret_cast<char*>(p)); it != pinned_.end()) {
+            for (cudaEvent_t e : it->second.last)
+                if (e) spare_.push_back(e);
+            pinned_.erase(it);
+        }
         cudaFreeHost(p);
     }
     void copy(float* dst, const float* src, i64 n) override {
@@ -128,19 +173,73 @@ public:
         CK(cudaPointerGetAttributes(&b, src));
         if (a.type != cudaMemoryTypeDevice || b.type != cudaMemoryTypeDevice) CK(cudaStreamSynchronize(stream_));
     }
-    void zero(float* p, i64 n) override {
-        if (n > 0) CK(cudaMemsetAsync(p, 0, static_cast<std::size_t>(n) * sizeof(float), stream_));
+    void copy_async(float* dst, const float* src, i64 n) override {
+        if (n <= 0 || dst == src) return;
+        const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
+        CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
+        // The allocations at both ends remember this copy (an event each: one owner an event):
+        // their next user on another lane waits for it.
+        for (const void* end : {static_cast<const void*>(dst), static_cast<const void*>(src)}) {
+            Use* u = use_of(end);
+            if (!u) continue;
+            cudaEvent_t& slot = u->last[lane_];
+            if (!slot) slot = event();
+            CK(cudaEventRecord(slot, stream_));
+        }
     }
-    void sync() override { CK(cudaStreamSynchronize(stream_)); }
+    void host_settle(const float* host) override {
+        Use* u = use_of(host);
+        if (!u) return;
+        for (cudaEvent_t& e : u->last)
+            if (e) {
+                CK(cudaEventSynchronize(e));
+                spare_.push_back(e);
+                e = nullptr;
+            }
+    }
+    void set_lane(int lane) override {
+        if (lane < 0 || lane >= lane_count) throw std::runtime_error("cuda: no lane " + std::to_string(lane));
+        lane_ = lane;
+        stream_ = lanes_[lane];
+    }
+    void record(std::size_t event_id) override {
+        while (program_events_.size() <= event_id) {
+            cudaEvent_t e;
+            CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+            program_events_.push_back(e);
+        }
+        CK(cudaEventRecord(program_events_[event_id], stream_));
+    }
+    void wait(std::size_t event_id) override {
+        if (event_id >= program_events_.size()) throw std::runtime_error("cuda: a wait for an event never recorded");
+        CK(cudaStreamWaitEvent(stream_, program_events_[event_id], 0));
+    }
+    bool reached(std::size_t event_id) override {
+        if (event_id >= program_events_.size()) throw std::runtime_error("cuda: a query of an event never recorded");
+        const cudaError_t e = cudaEventQuery(program_events_[event_id]);
+        if (e == cudaErrorNotReady) {
+            cudaGetLastError();
+            return false;
+        }
+        CK(e);
+        return true;
+    }
+    void zero(float* p, i64 n) override {  // a kernel's: on the compute lane
+        if (n > 0) CK(cudaMemsetAsync(p, 0, static_cast<std::size_t>(n) * sizeof(float), lanes_[lane_compute]));
+    }
+    void sync() override {
+        for (auto& l : lanes_) CK(cudaStreamSynchronize(l));
+    }
     double sum(const float* p, i64 n) override {
-        CK(cudaMemsetAsync(sum_, 0, sizeof(double), stream_));
+        cudaStream_t ks = lanes_[lane_compute];  // a kernel's
+        CK(cudaMemsetAsync(sum_, 0, sizeof(double), ks));
         if (n > 0) {
-            k_sum<<<std::min<unsigned>(blocks_for(n), 1024), kThreads, 0, stream_>>>(sum_, p, n);
+            k_sum<<<std::min<unsigned>(blocks_for(n), 1024), kThreads, 0, ks>>>(sum_, p, n);
             LAUNCHED();
         }
         double h = 0;
-        CK(cudaMemcpyAsync(&h, sum_, sizeof(double), cudaMemcpyDeviceToHost, stream_));
-        CK(cudaStreamSynchronize(stream_));
+        CK(cudaMemcpyAsync(&h, sum_, sizeof(double), cudaMemcpyDeviceToHost, ks));
+        CK(cudaStreamSynchronize(ks));
         return h;
     }
     double reserved_peak_bytes() override { return reserved_peak_; }
@@ -182,7 +281,7 @@ public:
     void matmul_forward(float* y, const float* x, const float* w, const float* b, i64 T, i64 K, i64 N) override {
         gemm(false, true, T, N, K, x, K, 0, w, K, 0, y, N, 0, 1, 1.0f, 0.0f);
         if (b) {
-            k_bias_rows<<<blocks_for(T * N), kThreads, 0, stream_>>>(y, b, T, N);
+            k_bias_rows<<<blocks_for(T * N), kThreads, 0, lanes_[lane_compute]>>>(y, b, T, N);
             LAUNCHED();
         }
     }
@@ -195,21 +294,21 @@ public:
     }
     void bias_grad(float* db, const float* d, i64 T, i64 N) override {
         if (T == 0 || N == 0) return;
-        k_col_sum<<<col_grid(T, N), dim3(32, kColLanes), 0, stream_>>>(db, d, T, N);
+        k_col_sum<<<col_grid(T, N), dim3(32, kColLanes), 0, lanes_[lane_compute]>>>(db, d, T, N);
         LAUNCHED();
     }
     void norm_forward(float* y, const float* x, const float* w, const float* b, i64 T, i64 C) override {
         if (T == 0) return;
-        k_norm_fwd<<<static_cast<unsigned>(T), kThreads, 0, stream_>>>(y, x, w, b, C);
+        k_norm_fwd<<<static_cast<unsigned>(T), kThreads, 0, lanes_[lane_compute]>>>(y, x, w, b, C);
         LAUNCHED();
     }
     void norm_backward(float* dx, float* dw, float* db, const float* x, const float* dy, const float* w, const float* residual,
                        bool layernorm, i64 T, i64 C) override {
         if (T == 0) return;
         float* stats = scratch(2 * T);
-        k_norm_bwd_dx<<<static_cast<unsigned>(T), kThreads, 0, stream_>>>(dx, stats, x, dy, w, residual, layernorm, C);
+        k_norm_bwd_dx<<<static_cast<unsigned>(T), kThreads, 0, lanes_[lane_compute]>>>(dx, stats, x, dy, w, residual, layernorm, C);
         LAUNCHED();
-        k_norm_bwd_dw<<<col_grid(T, C), dim3(32, kColLanes), 0, stream_>>>(dw, db, x, dy, stats, T, C);
+        k_norm_bwd_dw<<<col_grid(T, C), dim3(32, kColLanes), 0, lanes_[lane_compute]>>>(dw, db, x, dy, stats, T, C);
         LAUNCHED();
     }
     void gelu_forward(float* y, const float* x, i64 n) override { launch1(k_gelu_fwd, n, y, x, n); }
@@ -256,7 +355,7 @@ public:
                 const i64 r0 = k * a.rows, m = std::min(a.rows, seq - r0), keys = r0 + m;
                 gemm(false, true, m, keys, d, Q + i0 * hs + r0 * d, d, hs, K + i0 * hs, d, hs, S + r0 * seq, seq, ss, ni, 1.0f, 0.0f);
             }
-            k_softmax_causal<<<dim3(static_cast<unsigned>(seq), static_cast<unsigned>(ni)), kThreads, 0, stream_>>>(S, lse, seq, hq, i0, scale, drop);
+            k_softmax_causal<<<dim3(static_cast<unsigned>(seq), static_cast<unsigned>(ni)), kThreads, 0, lanes_[lane_compute]>>>(S, lse, seq, hq, i0, scale, drop);
             LAUNCHED();
             for (i64 k = 0; k < a.blocks; ++k) {  // O[block k] = P[block k, keys] V[keys]
                 const i64 r0 = k * a.rows, m = std::min(a.rows, seq - r0), keys = r0 + m;
@@ -278,7 +377,7 @@ public:
         launch1(k_attn_heads, n, dO, dout, seq, hq, d, n, false);
         zero(dK, 2 * n);  // dK and dV accumulate over the query blocks
         const i64 rows = a.items * seq;
-        k_attn_rowdot<<<static_cast<unsigned>((rows + 7) / 8), dim3(32, 8), 0, stream_>>>(D, dO, O, d, rows);
+        k_attn_rowdot<<<static_cast<unsigned>((rows + 7) / 8), dim3(32, 8), 0, lanes_[lane_compute]>>>(D, dO, O, d, rows);
         LAUNCHED();
         for (i64 i0 = 0; i0 < a.items; i0 += a.chunk) {
             const i64 ni = std::min(a.chunk, a.items - i0), q0 = i0 * hs;
@@ -287,7 +386,7 @@ public:
                 gemm(false, true, m, keys, d, Q + q0 + r0 * d, d, hs, K + q0, d, hs, S + r0 * seq, seq, ss, ni, 1.0f, 0.0f);
                 gemm(false, true, m, keys, d, dO + q0 + r0 * d, d, hs, V + q0, d, hs, dP + r0 * seq, seq, ss, ni, 1.0f, 0.0f);
             }
-            k_softmax_causal_bwd<<<dim3(static_cast<unsigned>(seq), static_cast<unsigned>(ni)), kThreads, 0, stream_>>>(S, dP, lse, D, seq, hq,
+            k_softmax_causal_bwd<<<dim3(static_cast<unsigned>(seq), static_cast<unsigned>(ni)), kThreads, 0, lanes_[lane_compute]>>>(S, dP, lse, D, seq, hq,
                                                                                                                       i0, scale, drop);
             LAUNCHED();
             for (i64 k = 0; k < a.blocks; ++k) {
@@ -322,14 +421,14 @@ public:
     }
     void loss_stats(float* stats, const float* logits, const float* tokens, i64 first, i64 T, i64 V) override {
         if (T == 0) return;
-        k_loss_stats<<<static_cast<unsigned>(T), 1024, 0, stream_>>>(stats, logits, tokens, first, V);
+        k_loss_stats<<<static_cast<unsigned>(T), 1024, 0, lanes_[lane_compute]>>>(stats, logits, tokens, first, V);
         LAUNCHED();
     }
     void loss_combine(float* loss, float* lse, const float* stats, i64 n, i64 T) override { launch1(k_loss_combine, T, loss, lse, stats, n, T); }
     void loss_backward(float* dlogits, const float* logits, const float* tokens, const float* stats, i64 shards, i64 first, i64 T,
                        i64 V, float scale) override {
         if (T == 0) return;
-        k_loss_bwd<<<static_cast<unsigned>(T), 1024, 0, stream_>>>(dlogits, logits, tokens, stats, shards, first, T, V, scale);
+        k_loss_bwd<<<static_cast<unsigned>(T), 1024, 0, lanes_[lane_compute]>>>(dlogits, logits, tokens, stats, shards, first, T, V, scale);
         LAUNCHED();
     }
     void adamw(float* p, float* m, float* v, const float* g, const unsigned char* decay, i64 n, float lr, float b1, float b2, float eps,
@@ -342,25 +441,48 @@ private:
     template <typename... K, typename... A>
     void launch1(void (*kernel)(K...), i64 n, A... args) {
         if (n <= 0) return;
-        kernel<<<blocks_for(n), kThreads, 0, stream_>>>(args...);
+        kernel<<<blocks_for(n), kThreads, 0, lanes_[lane_compute]>>>(args...);
         LAUNCHED();
     }
     static std::size_t round_up(std::size_t b) { return (b + 511) / 512 * 512; }
     void drop_cache() {
-        cudaStreamSynchronize(stream_);
+        sync();
         for (auto& [bytes, list] : cache_)
-            for (void* p : list) {
-                cudaFree(p);
+            for (FreeBlock& b : list) {
+                cudaFree(b.p);
                 reserved_ -= static_cast<double>(bytes);
+                for (cudaEvent_t e : b.fence)
+                    if (e) spare_.push_back(e);
             }
         cache_.clear();
+    }
+    cudaEvent_t event() {
+        if (!spare_.empty()) {
+            cudaEvent_t e = spare_.back();
+            spare_.pop_back();
+            return e;
+        }
+        cudaEvent_t e;
+        CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        return e;
+    }
+    // The allocation (device block or pinned host buffer) that holds an address, or null.
+    Use* use_of(const void* at) {
+        const char* c = static_cast<const char*>(at);
+        for (auto* m : {&live_, &pinned_}) {
+            auto it = m->upper_bound(const_cast<char*>(c));
+            if (it == m->begin()) continue;
+            --it;
+            if (c < it->first + it->second.bytes) return &it->second;
+        }
+        return nullptr;
     }
     // The kernels' own workspace (attention's scores, a norm's row statistics): grown when needed,
     // outside the tiers the Program accounts for (reserved_bytes counts it).
     float* scratch(i64 n) {
         const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
         if (bytes > scratch_bytes_) {
-            CK(cudaStreamSynchronize(stream_));
+            sync();
             if (scratch_) cudaFree(scratch_);
             reserved_ -= static_cast<double>(scratch_bytes_);
             scratch_ = nullptr;
@@ -377,12 +499,16 @@ private:
         return static_cast<float*>(scratch_);
     }
 
-    cudaStream_t stream_ = nullptr;
+    cudaStream_t lanes_[lane_count] = {};
+    cudaStream_t stream_ = nullptr;  ///< the current lane's
+    int lane_ = lane_compute;
+    std::map<char*, Use> live_, pinned_;
+    std::vector<cudaEvent_t> program_events_, spare_;
     cublasHandle_t blas_ = nullptr;
     double* sum_ = nullptr;
     void* scratch_ = nullptr;
     std::size_t scratch_bytes_ = 0;
-    std::map<std::size_t, std::vector<void*>> cache_;
+    std::map<std::size_t, std::vector<FreeBlock>> cache_;
     double reserved_ = 0, reserved_peak_ = 0;
     std::vector<cudaEvent_t> events_;
     std::vector<char> marked_;

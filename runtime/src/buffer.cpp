@@ -51,6 +51,7 @@ float* HostCache::take(std::size_t bytes, bool zero) {
         }
     }
     if (p == nullptr) return alloc_host_pages(dev_, bytes);  // touched here, not in the first copy
+    if (dev_) dev_->host_settle(p);  // a copy given before it was given back may still run
     if (zero) std::memset(p, 0, bytes);
     return p;
 }

@@ -4,8 +4,10 @@
 // back from strata: this header and cpu_kernels.hpp's Positions are all it shares.
 //
 // Every kernel keeps the contract of its namesake in cpu_kernels.hpp (same shapes, same formulas,
-// fp32), on device pointers, queued in order on the device's one stream. Errors are thrown as
-// std::runtime_error naming the call, the file and line and the library's message.
+// fp32), on device pointers, queued in order on the compute lane. Copies may go on lanes of their
+// own (the Program's h2d and d2h streams), ordered against the others by the Program's events.
+// Calls come from one thread. Errors are thrown as std::runtime_error naming the call, the file
+// and line and the library's message.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -25,8 +27,17 @@ public:
     /// "NVIDIA H100 80GB HBM3, sm_90, 132 SMs, driver 13.0, cuBLAS 13.1".
     virtual std::string describe() const = 0;
 
-    // Memory. The device tier comes zero-filled from a caching allocator (a freed block is reused
-    // by the next request of its size, which the stream's order makes safe); nullptr when refused.
+    // Lanes: where the calls that follow queue their work. Kernels always go on lane_compute.
+    enum Lane : int { lane_compute = 0, lane_h2d = 1, lane_d2h = 2, lane_count = 3 };
+    virtual void set_lane(int lane) = 0;
+    /// The Program's event `id` at this point of the current lane; a lane waits for it (on the
+    /// device); the host asks whether the device has passed it.
+    virtual void record(std::size_t id) = 0;
+    virtual void wait(std::size_t id) = 0;
+    virtual bool reached(std::size_t id) = 0;
+
+    // Memory. The device tier comes zero-filled from a caching allocator: a freed block is reused
+    // by the next request of its size, after what touched it on other lanes; nullptr when refused.
     virtual float* alloc(i64 n) = 0;
     virtual void release(float* p, i64 n) = 0;
     virtual float* alloc_host(i64 n) = 0;  ///< pinned host memory, zero-filled
@@ -34,8 +45,14 @@ public:
     /// n floats between any two of device and (pinned or pageable) host memory. Returns once the
     /// host may use a host-side buffer, so host code that follows reads the result.
     virtual void copy(float* dst, const float* src, i64 n) = 0;
+    /// The same, queued on the current lane; the host may touch a host-side buffer once an event
+    /// recorded after it is reached (or after host_settle).
+    virtual void copy_async(float* dst, const float* src, i64 n) = 0;
+    /// Returns when no queued copy touches the pinned buffer that holds `host` (before the host
+    /// reuses a buffer it gave back).
+    virtual void host_settle(const float* host) = 0;
     virtual void zero(float* p, i64 n) = 0;
-    virtual void sync() = 0;                        ///< the host waits for everything queued
+    virtual void sync() = 0;                        ///< the host waits for everything queued, every lane
     virtual double sum(const float* p, i64 n) = 0;  ///< sum of n device floats, to the host
     /// The most bytes the device's allocator held at once: cached blocks and workspace included.
     virtual double reserved_peak_bytes() = 0;
@@ -89,7 +106,7 @@ public:
 };
 
 /// The module's entry point: a new device on GPU 0, or null with the reason in `why`.
-constexpr int kDeviceApiVersion = 2;  // 2: dropout
+constexpr int kDeviceApiVersion = 3;  // 2: dropout; 3: lanes
 constexpr const char* kCudaModuleFile = "libstrata_runtime_cuda.so";
 constexpr const char* kCudaModuleSymbol = "strata_runtime_cuda_create";
 using CreateDevice = Device* (*)(int api_version, std::string* why);

@@ -448,7 +448,9 @@ void RankState::copy(std::size_t i) {
         if (rows_of(a.id(k)) != src.rows) dyn_rows_[a.id(a.o.n_in + k)] = rows_of(a.id(k));
         float* to = tensor(a.id(a.o.n_in + k), true, i);
         const float* from = tensor(a.id(k), false, i);
-        if (dev_) dev_->copy(to, from, n);
+        // On a copy lane the copy runs beside the kernels; its readers wait for the Program's events.
+        if (dev_ && lane_of(in.stream) > Device::lane_compute) dev_->copy_async(to, from, n);
+        else if (dev_) dev_->copy(to, from, n);
         else std::memcpy(to, from, static_cast<std::size_t>(n) * sizeof(float));
     }
 }

@@ -56,6 +56,7 @@ RankState::RankState(World& w, int index) : w_(w), rp_(w.program.ranks[static_ca
     dp_rank_ = (rank / (w.plan.tp * w.plan.cp)) % w.plan.dp;
     gpu_.capacity = w.options.capacity_bytes[0];
     dev_ = w.device;
+    lanes_ = dev_ != nullptr && !w.options.memory_only;
     params_on_host_ = !w.plan.offload.params.all_gpu();
     precompute();
 }
@@ -184,6 +185,18 @@ void RankState::from_host(float* dst, const float* host, i64 n) const {
 
 // What runs on the GPU (timed there by events): kernels, device copies, a one-rank collective's
 // copy. The offloaded optimizer and the ssd tier's file I/O run on the host.
+// The device lane of a Program stream: copies to and from the host on lanes of their own, beside
+// the kernels; -1 for the streams the host runs (the CPU optimizer, SSD I/O).
+int RankState::lane_of(Stream s) {
+    switch (s) {
+        case Stream::h2d: return Device::lane_h2d;
+        case Stream::d2h: return Device::lane_d2h;
+        case Stream::cpu:
+        case Stream::ssd: return -1;
+        default: return Device::lane_compute;
+    }
+}
+
 bool RankState::device_instr(std::size_t i) const {
     const Instr& in = rp_.instrs[i];
     switch (in.kind) {
@@ -317,9 +330,24 @@ bool RankState::try_execute(std::size_t i) {
         if (dev_ && w_.options.record_spans && device_instr(i)) dev_->mark(1 + 2 * i);
         return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - w_.step_start).count();
     };
+    const int lane = lane_of(in.stream);
+    if (lanes_) dev_->set_lane(lane < 0 ? Device::lane_compute : lane);
+    const auto ev = static_cast<std::size_t>(in.event);
     switch (in.kind) {
-        case InstrKind::record: recorded_[static_cast<std::size_t>(in.event)] = 1; return true;
-        case InstrKind::wait: return recorded_[static_cast<std::size_t>(in.event)] != 0;
+        // On the cuda backend an event of a device lane is a CUDA event: a lane waits for it on the
+        // device, a host stream (the CPU optimizer, SSD I/O) until the device has passed it.
+        case InstrKind::record:
+            if (lanes_ && lane >= 0) dev_->record(ev);
+            recorded_[ev] = lanes_ && lane >= 0 ? 2 : 1;
+            return true;
+        case InstrKind::wait:
+            if (recorded_[ev] == 0) return false;
+            if (recorded_[ev] == 2 && lane >= 0) dev_->wait(ev);
+            if (recorded_[ev] == 2 && lane < 0 && !dev_->reached(ev)) {
+                polling_ = true;
+                return false;
+            }
+            return true;
         case InstrKind::alloc:
         case InstrKind::free:  // the memory model's tensors: the runtime allocates the dataflow's own
         case InstrKind::host_sync: started_ns_[i] = now(); return true;
@@ -383,7 +411,10 @@ void RankState::finish(std::size_t i) {
     finish_fetches(i);
     finish_grad_values(i);
     if (w_.options.record_spans && in.kind != InstrKind::record && in.kind != InstrKind::wait) {
-        if (dev_ && device_instr(i)) dev_->mark(2 + 2 * i);
+        if (dev_ && device_instr(i)) {
+            if (lanes_) dev_->set_lane(std::max(lane_of(in.stream), 0));
+            dev_->mark(2 + 2 * i);
+        }
         // A transfer ends when the transport completed it, not when this rank's one thread, busy
         // on another stream, noticed.
         const auto end = ended_ns_[i] >= 0 ? ended_ns_[i]
@@ -462,6 +493,7 @@ void RankState::run_step() {
     if (w_.options.memory_only) {
     } else if (dev_) dev_->zero(grads_.data(), grads_.size());
     else std::fill(grads_.data(), grads_.data() + grads_.size(), 0.0f);
+    if (lanes_) dev_->set_lane(Device::lane_compute);
     if (dev_ && w_.options.record_spans) {
         dev_->timing_reset(1 + 2 * rp_.instrs.size());
         dev_->mark(0);
@@ -481,6 +513,7 @@ void RankState::run_step() {
         // thread does next); of the kernels ready at their streams' heads, the earliest in program
         // order runs, one at a time, since a rank has one thread.
         bool done = true, progressed = false;
+        polling_ = false;
         std::size_t next = SIZE_MAX;
         int next_stream = -1;
         for (int s = 0; s < kStreamCount; ++s) {
@@ -516,7 +549,9 @@ void RankState::run_step() {
             continue;
         }
         std::unique_lock<std::mutex> lk(waker_.mu);
-        waker_.cv.wait_for(lk, std::chrono::milliseconds(50), [&] { return waker_.epoch != seen || w_.transport.aborted(); });
+        // A host stream waiting for the device polls it (the device notifies nobody).
+        const auto nap = polling_ ? std::chrono::microseconds(20) : std::chrono::microseconds(50000);
+        waker_.cv.wait_for(lk, nap, [&] { return waker_.epoch != seen || w_.transport.aborted(); });
         if (std::chrono::steady_clock::now() - idle_since > std::chrono::seconds(120)) {
             std::string stuck;
             for (int s = 0; s < kStreamCount; ++s) {

@@ -234,6 +234,7 @@ private:
     void to_host(float* host, const float* src, i64 n) const;
     void from_host(float* dst, const float* host, i64 n) const;
     bool device_instr(std::size_t i) const;
+    static int lane_of(sim::Stream s);
     /// Host threads this rank may use for its own loops: all cores when it is the only rank.
     int host_threads() const;
     [[noreturn]] void fail(std::size_t i, const std::string& what) const;
@@ -341,6 +342,7 @@ private:
     std::vector<Live> fetched_;    ///< by layout unit: its GPU copy and the reads still to come
     std::vector<std::vector<UnitUse>> unit_uses_;  ///< by instruction
     Device* dev_ = nullptr;  ///< w_.device
+    bool lanes_ = false;     ///< a device that runs the Program's work (not a memory walk): copies on lanes
     std::vector<unsigned char> decay_;
     std::vector<MomentBlock> gpu_moments_, cpu_moments_;
     int adam_step_ = 0;
@@ -356,7 +358,8 @@ private:
     std::unordered_map<int, int> token_reads_;  ///< tokens tensors: reads in the step
     // per-step state
     std::array<std::size_t, sim::kStreamCount> pc_{};
-    std::vector<char> recorded_;
+    std::vector<char> recorded_;  ///< 1: on the host; 2: on a device lane (a CUDA event)
+    bool polling_ = false;        ///< a host stream waits for the device
     std::vector<char> posted_;
     std::vector<std::int64_t> started_ns_;
     std::vector<std::int64_t> ended_ns_;  ///< collectives and transfers: when the transport completed them (-1: at finish)

@@ -307,6 +307,19 @@ TEST_CASE("a run on the cuda backend follows the cpu backend's loss curve", "[ru
         v.push_back({"Llama, optimizer on SSD", tiny_llama(2), p});
         p.offload.optimizer = TierSplit{0.5, 0.25, 0.25};
         v.push_back({"GPT, optimizer split GPU/CPU/SSD", tiny_gpt(), p});
+        // Copies on lanes of their own beside the kernels (device.hpp): parameters fetched a
+        // layer at a time, and Angel-PTM's update running beside the next step.
+        p = cpu_plan();
+        p.zero_stage = 3;
+        p.offload.params = p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+        v.push_back({"Llama, parameters and optimizer on the CPU", tiny_llama(2), p});
+        p.recompute = Recompute::full;
+        p.offload.activations = TierSplit{0.0, 1.0, 0.0};
+        v.push_back({"Llama, parameters, optimizer and activations on the CPU", tiny_llama(2), p});
+        p = cpu_plan();
+        p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+        p.lock_free_update = true;
+        v.push_back({"Llama, lock-free update", tiny_llama(2), p});
     }
     for (const Variant& x : v) {
         INFO(x.name);
