@@ -421,7 +421,7 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         Instr in;
         in.kind = InstrKind::compute;
         in.op = Op::optimizer_gpu;
-        in.bytes = (6 + p.grad_bytes() + p.adam_moment_bytes()) * shard * of.gpu;  // as the lowering's step
+        in.bytes = p.adam_gpu_bytes_per_param() * shard * of.gpu;  // as the lowering's step
         in.count = shard * of.gpu;
         opt_gpu = static_cast<double>(compute_cost(in, ctx).duration_ns) * 1e-9;
     }

@@ -159,6 +159,15 @@ TEST_CASE("single GPU: instructions of one layer and micro-batch", "[lower]") {
     for (const auto& in : r.instrs)
         if (in.kind == InstrKind::compute && in.op == Op::optimizer_gpu) opt_params += in.count;
     CHECK(opt_params == 216192.0);  // exact: a hand count has no tolerance (issue #32)
+    // A fused AdamW (apex multi_tensor_adam) reads p, g, m, v and writes p, m, v. The plan here
+    // is bf16 with bf16 gradients: the fp32 master read and written (8), the bf16 weights written
+    // (2), the gradient read (2), both fp32 moments read and written (16) = 28 bytes a parameter.
+    double opt_bytes = 0;
+    for (const auto& in : r.instrs)
+        if (in.kind == InstrKind::compute && in.op == Op::optimizer_gpu) opt_bytes += in.bytes;
+    REQUIRE(plan(1, 1, 1, 4).precision == Precision::bf16);
+    REQUIRE(!plan(1, 1, 1, 4).fp32_grads);
+    CHECK(opt_bytes == Approx(28.0 * 216192.0).epsilon(1e-12));
     // Useful FLOPs: 3 x forward, tokens = 4 * 32 = 128.
     CHECK(p.model_flops_per_step == Approx(3 * HandFlops{}.forward() * 128).epsilon(1e-9));
     CHECK(p.tokens_per_step == 128);

@@ -255,6 +255,12 @@ TEST_CASE("Precision-aware optimizer: bf16 moments take K from 12 to 8 bytes", "
     p.exp_avg_dtype = Precision::bf16;
     p.exp_avg_sq_dtype = Precision::bf16;
     CHECK(p.adam_moment_bytes() == 4.0);
+    // A fused AdamW's traffic a parameter, by hand: fp32 master read + written (8), bf16 weights
+    // written (2), the bf16 gradient read (2), the bf16 moments read + written (2 x 4).
+    CHECK(p.adam_gpu_bytes_per_param() == 8.0 + 2.0 + 2.0 + 8.0);
+    PlanSpec f;
+    f.precision = Precision::fp32;  // the weights are their own master: 8 + 4 + 16
+    CHECK(f.adam_gpu_bytes_per_param() == 28.0);
     CHECK(states(m, p, 0) == Approx(4 * 7.5e9 + 8 * 7.5e9 / 64));
     auto st = by_name(stage_model_states(m, p, 0));
     CHECK(st["optimizer.master"] == Approx(4 * 7.5e9 / 64));

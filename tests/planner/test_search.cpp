@@ -242,7 +242,7 @@ TEST_CASE("the estimate phase gives the same ranking on any number of threads", 
 }
 
 TEST_CASE("the shortlist simulates plans whose estimate fits before near fits", "[planner][search]") {
-    const ModelSpec m = gpt(12, 4096, 2048);
+    const ModelSpec m = gpt(12, 4096, 4096);
     const ClusterSpec c = node("A100-SXM4-40GB", 1);
     const auto hw = view(c);
     planner::SearchOptions o = memory_bound_options();

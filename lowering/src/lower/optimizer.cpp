@@ -10,7 +10,6 @@
 namespace strata::sim::lower_detail {
 
 namespace {
-constexpr double kAdamGpuFixedBytesPerParam = 6;  // bf16 param (2), fp32 master (4); + grad, m, v
 constexpr double kMasterBytesPerParam = 4;         // fp32 master: with m, v what ZeRO-Infinity swaps per param
 }  // namespace
 
@@ -143,8 +142,7 @@ void RankLowering::optimizer(int s) {
         return ins;
     };
     if (of.gpu > 0) {
-        const double per_param = kAdamGpuFixedBytesPerParam + p_.grad_bytes() + p_.adam_moment_bytes();
-        Instr& in = compute(Op::optimizer_gpu, n_.opt_gpu, 0, per_param * shard * of.gpu);
+        Instr& in = compute(Op::optimizer_gpu, n_.opt_gpu, 0, p_.adam_gpu_bytes_per_param() * shard * of.gpu);
         in.count = shard * of.gpu;
         if (df_) io_lists(with_found(part(0, of.gpu, R::param_grad, Tier::gpu)), part(0, of.gpu, R::param, Tier::gpu));
     }

@@ -115,6 +115,11 @@ double PlanSpec::adam_moment_bytes() const {
     return bytes_per_element(exp_avg_dtype) + bytes_per_element(exp_avg_sq_dtype);
 }
 
+double PlanSpec::adam_gpu_bytes_per_param() const {
+    const double weights = 2 * 4.0 + (precision == Precision::fp32 ? 0.0 : 2.0);
+    return weights + grad_bytes() + 2 * adam_moment_bytes();
+}
+
 int bytes_per_element(Precision p) {
     switch (p) {
         case Precision::fp32: return 4;

@@ -213,6 +213,10 @@ struct PlanSpec {
     Precision exp_avg_sq_dtype = Precision::fp32;
     /// Bytes per parameter of the two moments together.
     double adam_moment_bytes() const;
+    /// Bytes a fused GPU AdamW moves per parameter it updates (apex's multi_tensor_adam, torch's
+    /// fused AdamW): the fp32 weights (the master under mixed precision) and both moments read and
+    /// written, the gradient read, and under mixed precision the 2-byte weights written.
+    double adam_gpu_bytes_per_param() const;
     /// Gradients accumulated and data-parallel reduced in fp32 under mixed precision (Megatron's
     /// --accumulate-allreduce-grads-in-fp32, its default for bf16): 4 bytes per parameter instead
     /// of the weights' 2 (the ZeRO paper's convention, Megatron's --grad-reduce-in-bf16).
