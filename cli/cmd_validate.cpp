@@ -75,6 +75,34 @@ std::string pct(double v) {
     return b;
 }
 
+/// The profile of a Program's own fp32 GEMM and attention shapes (the runtime computes in fp32;
+/// other dtypes keep the grid). At most 64 GEMMs and 16 attention shapes, largest work first.
+profiler::Options plan_shape_profile(const sim::Program& prog) {
+    std::map<std::array<long, 3>, double> gemms;
+    std::map<std::array<long, 3>, double> attn;  // heads (x sequences), seq, head_dim
+    for (const sim::RankProgram& r : prog.ranks)
+        for (const sim::Instr& in : r.instrs) {
+            if (in.kind != sim::InstrKind::compute || in.dtype != sim::DType::fp32) continue;
+            const long b = std::max<long>(1, static_cast<long>(in.batch));
+            if (in.op == sim::Op::gemm && in.m > 0 && in.n > 0 && in.k > 0) gemms[{static_cast<long>(in.m) * b, static_cast<long>(in.n), static_cast<long>(in.k)}] += in.flops;
+            if ((in.op == sim::Op::attention_fwd || in.op == sim::Op::attention_bwd) && in.m > 0 && in.m == in.n && in.k > 0)
+                attn[{b, static_cast<long>(in.m), static_cast<long>(in.k)}] += in.flops;
+        }
+    auto largest = [](const auto& m, std::size_t cap) {
+        std::vector<std::pair<double, std::array<long, 3>>> v;
+        for (const auto& [k, f] : m) v.push_back({-f, k});
+        std::sort(v.begin(), v.end());
+        if (v.size() > cap) v.resize(cap);
+        return v;
+    };
+    profiler::Options po;
+    po.plan_shapes = true;
+    po.only = {"gemm", "attention"};
+    for (const auto& [f, k] : largest(gemms, 64)) po.gemm_shapes.push_back({k[0], k[1], k[2]});
+    for (const auto& [f, k] : largest(attn, 16)) po.attention_shapes.push_back({1, k[0], k[1], k[2]});
+    return po;
+}
+
 bool has_measurements(const hwdb::HardwareView& hw) { return !hw.gemm_points.empty() || (hw.hbm && hw.hbm->provenance != hwdb::Provenance::datasheet); }
 
 void run_validate(const ValidateArgs& a) {
@@ -96,12 +124,13 @@ void run_validate(const ValidateArgs& a) {
     {
         hwdb::Database db = open_db(a.db);
         hw = view_for(db, s.cluster, a.specs);
-        if (a.rt.backend == "cpu" && !a.no_profile && (a.profile || !has_measurements(hw))) {
-            report << "profiling this machine first (strata profile --backend cpu --quick): hwdb has no measurements of gpu '"
-                      << s.cluster.gpu << "'\n";
-            // Where this user may not write the database, the profile goes into a private copy
-            // for this run: its figures are used, not kept (checked before the profile's minute).
-            std::string write_path = db_path;
+    }
+    // A profile goes into hwdb; where this user may not write it, into a private copy for this
+    // run: its figures are used, not kept.
+    std::string write_path;
+    auto store = [&](const profiler::Profile& p) {
+        if (write_path.empty()) {
+            write_path = db_path;
             const std::string refusal = hwdb::write_refusal(db_path);
             if (!refusal.empty()) {
                 scratch_db = fs::temp_directory_path() / ("strata-validate-" + std::to_string(::getpid()) + ".db");
@@ -111,14 +140,31 @@ void run_validate(const ValidateArgs& a) {
                 report << "hwdb " << db_path << " cannot be written by this user (" << refusal
                        << "): the profile goes into a copy for this run and is not kept (--db a writable file keeps it)\n";
             }
-            profiler::Options po;
-            po.backend = "cpu";
-            po.quick = true;
-            const profiler::Profile p = profiler::run_profile(po);
-            hwdb::Database w = open_db_for_write(write_path);
-            const std::int64_t run = w.write_run(p.run, p.measurements, p.fits);
-            report << "wrote run " << run << " (" << p.measurements.size() << " measurements) to " << write_path << "\n";
-            hw = view_for(w, s.cluster, a.specs);
+        }
+        hwdb::Database w = open_db_for_write(write_path);
+        const std::int64_t run = w.write_run(p.run, p.measurements, p.fits);
+        report << "wrote run " << run << " (" << p.measurements.size() << " measurements) to " << write_path << "\n";
+        hw = view_for(w, s.cluster, a.specs);
+    };
+    if (a.rt.backend == "cpu" && !a.no_profile && (a.profile || !has_measurements(hw))) {
+        report << "profiling this machine first (strata profile --backend cpu --quick): hwdb has no measurements of gpu '"
+               << s.cluster.gpu << "'\n";
+        profiler::Options po;
+        po.backend = "cpu";
+        po.quick = true;
+        store(profiler::run_profile(po));
+    }
+    // The plan's own GEMM and attention shapes, timed as the runtime runs them: a grid's nearest
+    // points describe other shapes (a micro-batch of one sequence fills fewer SMs).
+    if (!a.no_profile) {
+        sim::SimOptions probe;
+        probe.full = true;
+        profiler::Options po = plan_shape_profile(sim::simulate(s.model, s.cluster, *s.plan, hw, probe).program);
+        if (!po.gemm_shapes.empty() || !po.attention_shapes.empty()) {
+            po.backend = a.rt.backend;
+            report << "timing the plan's own shapes on the " << po.backend << " backend: " << po.gemm_shapes.size() << " GEMMs, "
+                   << po.attention_shapes.size() << " attention\n";
+            store(profiler::run_profile(po));
         }
     }
     // The prediction: the full-mode Program (the instructions the runtime executes).

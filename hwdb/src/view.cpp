@@ -239,8 +239,14 @@ HardwareView Database::view(const std::string& gpu_id, const std::string& node_i
         const auto ms = measurements(gpu_run);
         const auto fs = fits(gpu_run);
         std::set<std::string> here;
+        // A plan's own shapes (`strata validate`, origin "plan") are a kind of their own: they
+        // join the newest grid's points rather than replace them.
+        auto category = [](const Measurement& m) {
+            auto o = m.labels.find("origin");
+            return o != m.labels.end() && o->second == "plan" ? m.kind + "/plan" : m.kind;
+        };
         for (const Measurement& m : ms)
-            if (m.device == v.gpu.id && (m.kind == "gemm" || m.kind == "attention")) here.insert(m.kind);
+            if (m.device == v.gpu.id && (m.kind == "gemm" || m.kind == "attention")) here.insert(category(m));
         for (const Fit& f : fs)
             if (f.device == v.gpu.id) here.insert(fit_category(f));
         here.erase("");
@@ -250,7 +256,7 @@ HardwareView Database::view(const std::string& gpu_id, const std::string& node_i
             v.measured_device = v.gpu.id;
         }
         for (const Measurement& m : ms) {
-            if (m.device != v.gpu.id || !fresh(m.kind)) continue;
+            if (m.device != v.gpu.id || !fresh(category(m))) continue;
             auto lab = m.labels.find("dtype");
             auto dt = dtype_from_string(lab == m.labels.end() ? "bf16" : lab->second);
             if (!dt || m.value <= 0) continue;
@@ -260,6 +266,7 @@ HardwareView Database::view(const std::string& gpu_id, const std::string& node_i
                 GemmPoint p;
                 p.m = static_cast<std::int64_t>(param(m.params, "m")), p.n = static_cast<std::int64_t>(param(m.params, "n"));
                 p.k = static_cast<std::int64_t>(param(m.params, "k")), p.dtype = *dt, p.efficiency = m.value / peak;
+                p.plan = category(m) != m.kind;
                 if (p.m > 0 && p.n > 0 && p.k > 0) v.gemm_points.push_back(p);
             } else if (m.kind == "attention") {
                 AttentionPoint a;
@@ -273,6 +280,8 @@ HardwareView Database::view(const std::string& gpu_id, const std::string& node_i
                                                     : param(m.params, "causal", 1) != 0;
                 a.backward = dir != m.labels.end() ? dir->second == "bwd" : param(m.params, "backward", 0) != 0;
                 a.dtype = *dt, a.flops_per_s = m.value;
+                a.batch_heads = static_cast<std::int64_t>(param(m.params, "batch", 1) * param(m.params, "heads", 0));
+                a.plan = category(m) != m.kind;
                 if (a.seq > 0 && a.head_dim > 0) v.attention_points.push_back(a);
             }
         }
@@ -319,12 +328,21 @@ HardwareView Database::view(const std::string& gpu_id, const std::string& node_i
     }
 
     // Deterministic order for consumers that interpolate or print.
+    // A shape timed both by the grid and for a plan keeps the plan's (the newer, and the one
+    // measured for what will run).
     std::sort(v.gemm_points.begin(), v.gemm_points.end(), [](const GemmPoint& a, const GemmPoint& b) {
-        return std::tie(a.dtype, a.m, a.n, a.k) < std::tie(b.dtype, b.m, b.n, b.k);
+        return std::tie(a.dtype, a.m, a.n, a.k, b.plan) < std::tie(b.dtype, b.m, b.n, b.k, a.plan);
     });
-    std::sort(v.attention_points.begin(), v.attention_points.end(), [](const AttentionPoint& a, const AttentionPoint& b) {
-        return std::tie(a.dtype, a.backward, a.causal, a.head_dim, a.seq) < std::tie(b.dtype, b.backward, b.causal, b.head_dim, b.seq);
+    v.gemm_points.erase(std::unique(v.gemm_points.begin(), v.gemm_points.end(),
+                                    [](const GemmPoint& a, const GemmPoint& b) { return std::tie(a.dtype, a.m, a.n, a.k) == std::tie(b.dtype, b.m, b.n, b.k); }),
+                        v.gemm_points.end());
+    auto attn_key = [](const AttentionPoint& a) { return std::tie(a.dtype, a.backward, a.causal, a.head_dim, a.seq, a.batch_heads); };
+    std::sort(v.attention_points.begin(), v.attention_points.end(), [&](const AttentionPoint& a, const AttentionPoint& b) {
+        return attn_key(a) < attn_key(b) || (attn_key(a) == attn_key(b) && a.plan && !b.plan);
     });
+    v.attention_points.erase(std::unique(v.attention_points.begin(), v.attention_points.end(),
+                                         [&](const AttentionPoint& a, const AttentionPoint& b) { return attn_key(a) == attn_key(b); }),
+                             v.attention_points.end());
     std::sort(v.collectives.begin(), v.collectives.end(), [](const CollectiveFit& a, const CollectiveFit& b) {
         return std::tie(a.collective, a.scope, a.group) < std::tie(b.collective, b.scope, b.group);
     });

@@ -87,6 +87,11 @@ void bench_gemm(Context& ctx, const std::string& device) {
         dts.pop_back();
         ctx.warn("gemm: fp8 skipped (needs sm_89 or newer)");
     }
+    if (ctx.opt.plan_shapes) {  // a plan's own GEMMs, in fp32 as the runtime runs them
+        shapes.clear();
+        for (const Options::GemmShape& g : ctx.opt.gemm_shapes) shapes.push_back({g.m, g.n, g.k});
+        dts = {{Dt::fp32, 60}};
+    }
     const int top_algos = quick ? 2 : 3;
     const int min_timed = quick ? 10 : 10, max_timed = quick ? 10 : 20;
     const double l2 = l2_bytes();
@@ -159,6 +164,7 @@ void bench_gemm(Context& ctx, const std::string& device) {
                                               "flop/s", flops, times);
             mm.params = {{"m", double(m)}, {"n", double(n)}, {"k", double(k)}, {"algos_tried", double(algos.size())}};
             mm.labels = {{"dtype", dt_name(dt)}, {"layout", "TN"}, {"cache", "cold"}, {"impl", "cublaslt"}};
+            if (ctx.opt.plan_shapes) mm.labels["origin"] = "plan";
             ctx.add(std::move(mm));
         }
         if (skipped > 0)

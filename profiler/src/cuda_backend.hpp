@@ -36,7 +36,7 @@ void bench_overlap(Context& ctx, const std::string& device);
 
 /// The module's entry points. kApiVersion changes whenever this table or the types it passes do,
 /// so that a stale module from an older build is refused rather than called.
-constexpr int kApiVersion = 1;
+constexpr int kApiVersion = 2;  // 2: Options carries a plan's shapes
 struct Api {
     int version = kApiVersion;
     DeviceInfo (*query_devices)() = nullptr;

@@ -275,6 +275,10 @@ void bench_gemm_cpu(Context& ctx) {
                          {3L * h / tp, h}, {h, h / tp}, {ffn / tp, h}, {h, ffn / tp}, {swiglu / tp, h}, {vocab / tp, h}})
                     shapes.push_back({T, n, k});
             }
+    if (ctx.opt.plan_shapes) {  // a plan's own GEMMs instead of the grid
+        shapes.clear();
+        for (const Options::GemmShape& g : ctx.opt.gemm_shapes) shapes.push_back({g.m, g.n, g.k});
+    }
     std::sort(shapes.begin(), shapes.end());
     shapes.erase(std::unique(shapes.begin(), shapes.end()), shapes.end());
     for (std::size_t si = 0; si < shapes.size(); ++si) {
@@ -294,6 +298,7 @@ void bench_gemm_cpu(Context& ctx) {
         hwdb::Measurement mm = point(ctx, "gemm", make_key("fp32", {{"m", m}, {"n", n}, {"k", k}}), "flop/s", rate_summary(flops, times));
         mm.params = {{"m", m}, {"n", n}, {"k", k}};
         mm.labels = {{"dtype", "fp32"}, {"impl", "eigen"}};
+        if (ctx.opt.plan_shapes) mm.labels["origin"] = "plan";
         ctx.add(std::move(mm));
     }
 }

@@ -305,7 +305,7 @@ Profile run_profile(const Options& o) {
                        fmt_fixed(di.mem_clock_mhz, 0) + "; l2_bytes " + fmt_fixed(di.l2_bytes, 0);
         if (ctx.want("gemm")) cu.bench_gemm(ctx, ctx.device);
         if (ctx.want("attention")) {
-            cu.bench_attention(ctx, ctx.device);
+            if (!o.plan_shapes) cu.bench_attention(ctx, ctx.device);  // a plan's shapes: the runtime's kernel only
             host::bench_runtime_attention_cuda(ctx);
         }
         if (ctx.want("membw")) cu.bench_membw(ctx, ctx.device);

@@ -30,37 +30,46 @@ void fill(std::vector<float>& v, std::uint32_t seed) {
 
 void bench_runtime_attention_cpu(Context& ctx) {
     const bool quick = ctx.opt.quick;
-    const std::vector<int> seqs = quick ? std::vector<int>{16, 64, 256} : std::vector<int>{16, 64, 256, 1024};
-    const std::vector<int> dims = {16, 64};
-    const int heads = 4, reps = quick ? 3 : 5;
+    struct Shape {
+        std::int64_t batch, heads, seq, d;
+    };
+    std::vector<Shape> shapes;
+    if (ctx.opt.plan_shapes) {  // a plan's own
+        for (const Options::AttentionShape& a : ctx.opt.attention_shapes) shapes.push_back({a.batch, a.heads, a.seq, a.head_dim});
+    } else {
+        for (int d : {16, 64})
+            for (int s : quick ? std::vector<int>{16, 64, 256} : std::vector<int>{16, 64, 256, 1024}) shapes.push_back({1, 4, s, d});
+    }
+    const int reps = quick ? 3 : 5;
     int done = 0;
-    for (int d : dims)
-        for (int s : seqs) {
-            ctx.progress("attention", done++, static_cast<int>(dims.size() * seqs.size()));
-            ctx.check();
-            const std::int64_t T = s, row = 3LL * heads * d;
-            std::vector<float> qkv(static_cast<std::size_t>(T * row)), out(static_cast<std::size_t>(T * heads * d)),
-                lse(static_cast<std::size_t>(T * heads)), dout(out.size()), dqkv(qkv.size());
-            fill(qkv, 7u + static_cast<std::uint32_t>(s));
-            fill(dout, 11u);
-            // The lowering's count: 2 b s^2 heads (dqk + dv) / 2 forward (causal), 2.5x that backward.
-            const double fwd_flops = 2.0 * s * s * heads * (2.0 * d) / 2.0;
-            for (const bool backward : {false, true}) {
-                std::vector<double> times;
-                for (int r = 0; r < reps + 1; ++r) {
-                    const auto t0 = Clock::now();
-                    if (!backward) runtime::cpu::attention_forward(out.data(), lse.data(), qkv.data(), T, s, heads, heads, d);
-                    else runtime::cpu::attention_backward(dqkv.data(), qkv.data(), out.data(), lse.data(), dout.data(), T, s, heads, heads, d);
-                    if (r > 0) times.push_back(since(t0));
-                }
-                const double flops = (backward ? 2.5 : 1.0) * fwd_flops;
-                hwdb::Measurement m = point(ctx, "attention", make_key(backward ? "bwd" : "fwd", {{"seq", s}, {"head_dim", d}}), "flop/s",
-                                            rate_summary(flops, times));
-                m.params = {{"seq", s}, {"head_dim", d}, {"heads", heads}};
-                m.labels = {{"dtype", "fp32"}, {"causal", "1"}, {"direction", backward ? "bwd" : "fwd"}, {"impl", "strata-runtime"}};
-                ctx.add(std::move(m));
+    for (const Shape& sh : shapes) {
+        ctx.progress("attention", done++, static_cast<int>(shapes.size()));
+        ctx.check();
+        const std::int64_t s = sh.seq, d = sh.d, heads = sh.heads, T = sh.batch * s, row = 3LL * heads * d;
+        std::vector<float> qkv(static_cast<std::size_t>(T * row)), out(static_cast<std::size_t>(T * heads * d)),
+            lse(static_cast<std::size_t>(T * heads)), dout(out.size()), dqkv(qkv.size());
+        fill(qkv, 7u + static_cast<std::uint32_t>(s));
+        fill(dout, 11u);
+        // The lowering's count: 2 b s^2 heads (dqk + dv) / 2 forward (causal), 2.5x that backward.
+        const double fwd_flops = 2.0 * static_cast<double>(sh.batch) * s * s * heads * (2.0 * d) / 2.0;
+        for (const bool backward : {false, true}) {
+            std::vector<double> times;
+            for (int r = 0; r < reps + 1; ++r) {
+                const auto t0 = Clock::now();
+                if (!backward) runtime::cpu::attention_forward(out.data(), lse.data(), qkv.data(), T, s, heads, heads, d);
+                else runtime::cpu::attention_backward(dqkv.data(), qkv.data(), out.data(), lse.data(), dout.data(), T, s, heads, heads, d);
+                if (r > 0) times.push_back(since(t0));
             }
+            const double flops = (backward ? 2.5 : 1.0) * fwd_flops;
+            std::vector<std::pair<std::string, double>> key{{"seq", static_cast<double>(s)}, {"head_dim", static_cast<double>(d)}};
+            if (ctx.opt.plan_shapes) key.insert(key.end(), {{"batch", static_cast<double>(sh.batch)}, {"heads", static_cast<double>(heads)}});
+            hwdb::Measurement m = point(ctx, "attention", make_key(backward ? "bwd" : "fwd", key), "flop/s", rate_summary(flops, times));
+            m.params = {{"seq", static_cast<double>(s)}, {"head_dim", static_cast<double>(d)}, {"heads", static_cast<double>(heads)}, {"batch", static_cast<double>(sh.batch)}};
+            m.labels = {{"dtype", "fp32"}, {"causal", "1"}, {"direction", backward ? "bwd" : "fwd"}, {"impl", "strata-runtime"}};
+            if (ctx.opt.plan_shapes) m.labels["origin"] = "plan";
+            ctx.add(std::move(m));
         }
+    }
 }
 
 // The cuda backend's attention (exact, as batched fp32 SGEMMs in causal row blocks; not a flash
@@ -76,6 +85,11 @@ void bench_runtime_attention_cuda(Context& ctx) {
     if (!ctx.opt.quick) {
         shapes.push_back({4, 2048, 16, 128});
         shapes.push_back({1, 8192, 16, 128});
+    }
+    if (ctx.opt.plan_shapes) {  // a plan's own
+        shapes.clear();
+        for (const Options::AttentionShape& a : ctx.opt.attention_shapes)
+            shapes.push_back({static_cast<int>(a.batch), static_cast<int>(a.seq), static_cast<int>(a.heads), static_cast<int>(a.head_dim)});
     }
     const int reps = ctx.opt.quick ? 3 : 5;
     for (std::size_t i = 0; i < shapes.size(); ++i) {
@@ -93,6 +107,7 @@ void bench_runtime_attention_cuda(Context& ctx) {
                                         "flop/s", rate_summary((backward ? 2.5 : 1.0) * fwd_flops, {secs}));
             m.params = {{"seq", s.seq}, {"head_dim", s.d}, {"heads", s.heads}, {"batch", s.batch}};
             m.labels = {{"dtype", "fp32"}, {"causal", "1"}, {"direction", backward ? "bwd" : "fwd"}, {"impl", "strata-runtime"}};
+            if (ctx.opt.plan_shapes) m.labels["origin"] = "plan";
             ctx.add(std::move(m));
         }
     }

@@ -134,6 +134,7 @@ python3 -c "import json,sys; json.load(open(sys.argv[1]))" "$T/int.json" || fail
 "$S" validate --scenario gpt-tiny-2cpu --db "$T/hw.db" --steps 3 --json "$T/v.json" >"$T/out" 2>"$T/err"; rc=$?
 [ $rc -eq 0 ] || { cat "$T/err"; fail "validate: exit $rc"; }
 grep -q "profiling this machine first" "$T/out" || fail "validate did not profile an unseen machine"
+grep -q "timing the plan's own shapes on the cpu backend" "$T/out" || fail "validate did not time the plan's shapes"
 for w in "step time" "gemm" "attention" "memory-bound" "p2p" "peak memory gpu" "largest errors"; do
   grep -q "$w" "$T/out" || fail "validate output lacks '$w'"
 done
@@ -145,6 +146,9 @@ assert r["step_time"]["predicted_s"] > 0 and r["step_time"]["measured_s"] > 0
 names = {c["class"] for c in r["classes"]}
 assert {"gemm", "attention", "memory-bound", "p2p"} <= names, names
 assert all(c["provenance"] in ("measured", "fitted", "datasheet", "none") for c in r["classes"])
+# The plan's own GEMM and attention shapes were timed: their predictions read measured points.
+prov = {c["class"]: c["provenance"] for c in r["classes"]}
+assert prov["gemm"] == "measured" and prov["attention"] == "measured", prov
 gpu = [m for m in r["memory"] if m["tier"] == "gpu"][0]
 assert gpu["measured_bytes"] > 0 and abs(gpu["error_pct"]) < 25, gpu   # the memory model on the real tensors
 for k in ("predicted_trace", "measured_trace"):
@@ -154,4 +158,6 @@ PY
 # A second validate finds the measurements and does not profile again.
 "$S" validate --scenario gpt-tiny-2cpu --db "$T/hw.db" --steps 2 >"$T/out2" 2>&1 || fail "second validate"
 grep -q "profiling this machine first" "$T/out2" && fail "validate profiled again"
+"$S" validate --scenario gpt-tiny-2cpu --db "$T/hw.db" --steps 2 --no-profile >"$T/out3" 2>&1 || fail "validate --no-profile"
+grep -q "timing the plan's own shapes" "$T/out3" && fail "validate --no-profile timed shapes"
 exit 0

@@ -80,6 +80,45 @@ TEST_CASE("view: unknown ids are InputErrors with the field and a did-you-mean",
     CHECK_THROWS_WITH(db.view("", "", "", "", "", ""), Contains("cluster.gpu") && Contains("required"));
 }
 
+TEST_CASE("view: a plan's own shapes join the newest grid, and win where they meet it", "[hwdb][view]") {
+    TempDir t;
+    Database db = Database::create_seeded(t.file("p.db"));
+    const std::string h100 = "H100-SXM5-80GB";
+    auto gemm = [&](long m, double v, bool plan) {
+        Measurement g = measurement("gemm", h100, "fp32 m=" + std::to_string(m), {{"m", double(m)}, {"n", 4096}, {"k", 4096}}, v, "flop/s");
+        g.labels["dtype"] = "fp32";
+        if (plan) g.labels["origin"] = "plan";
+        return g;
+    };
+    auto attn = [&](double batch, double heads, double v, bool plan) {
+        Measurement a = measurement("attention", h100, "fp32 runtime fwd b=" + std::to_string(batch),
+                                    {{"seq", 1024}, {"head_dim", 64}, {"batch", batch}, {"heads", heads}}, v, "flop/s");
+        a.labels = {{"dtype", "fp32"}, {"causal", "1"}, {"direction", "fwd"}};
+        if (plan) a.labels["origin"] = "plan";
+        return a;
+    };
+    db.write_run(run("2026-01-01T00:00:00Z"), {gemm(4096, 50e12, false), gemm(1024, 40e12, false), attn(8, 12, 12e12, false)}, {});
+    // The plan's run is newer and times one shape the grid has and one it lacks.
+    db.write_run(run("2026-02-01T00:00:00Z"), {gemm(1024, 44e12, true), gemm(512, 30e12, true), attn(1, 25, 8e12, true)}, {});
+    const HardwareView v = db.view(h100, "DGX-H100", "", "", "", "");
+    REQUIRE(v.gemm_points.size() == 3);  // 512 (plan), 1024 (plan's, not the grid's), 4096 (grid)
+    CHECK(v.gemm_points[0].m == 512);
+    CHECK(v.gemm_points[1].m == 1024);
+    CHECK(v.gemm_points[1].plan);
+    CHECK(v.gemm_points[1].efficiency * 67e12 == Approx(44e12).epsilon(1e-9));  // H100 fp32 datasheet 67 TFLOP/s
+    CHECK(v.gemm_points[2].m == 4096);
+    CHECK_FALSE(v.gemm_points[2].plan);
+    REQUIRE(v.attention_points.size() == 2);  // sorted by sequences x heads: the plan's 25, the grid's 96
+    CHECK(v.attention_points[0].batch_heads == 25);
+    CHECK(v.attention_points[0].plan);
+    CHECK(v.attention_points[1].batch_heads == 96);
+    // A newer grid still keeps the plan's points beside it.
+    db.write_run(run("2026-03-01T00:00:00Z"), {gemm(4096, 51e12, false)}, {});
+    const HardwareView w = db.view(h100, "DGX-H100", "", "", "", "");
+    REQUIRE(w.gemm_points.size() == 3);
+    CHECK(w.gemm_points[2].efficiency * 67e12 == Approx(51e12).epsilon(1e-9));
+}
+
 TEST_CASE("view attaches the newest representative run of that GPU", "[hwdb][view]") {
     TempDir t;
     Database db = Database::create_seeded(t.file("v.db"));

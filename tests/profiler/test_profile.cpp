@@ -172,6 +172,34 @@ TEST_CASE("a quick CPU profile writes one run whose fits hwdb can read", "[profi
     CHECK(v.host_dram->Bps >= one);
 }
 
+TEST_CASE("a plan's own shapes: exactly those, in fp32, labelled origin plan", "[profiler]") {
+    profiler::Options o;
+    o.backend = "cpu";
+    o.plan_shapes = true;
+    o.only = {"gemm", "attention"};
+    o.gemm_shapes = {{64, 192, 64}, {64, 64, 64}, {64, 192, 64}};  // a repeat is timed once
+    o.attention_shapes = {{1, 8, 16, 16}};
+    const auto p = profiler::run_profile(o);
+    int gemms = 0, attn = 0;
+    for (const auto& m : p.measurements) {
+        CHECK(m.labels.at("origin") == "plan");
+        CHECK(m.labels.at("dtype") == "fp32");
+        CHECK(m.value > 0);
+        if (m.kind == "gemm") {
+            ++gemms;
+            CHECK(m.params.at("m") == 64);
+            CHECK(m.params.at("k") == 64);
+        } else {
+            REQUIRE(m.kind == "attention");
+            ++attn;
+            CHECK(m.params.at("batch") * m.params.at("heads") == 8);
+            CHECK(m.params.at("seq") == 16);
+        }
+    }
+    CHECK(gemms == 2);
+    CHECK(attn == 2);  // forward and backward
+}
+
 TEST_CASE("the cpu backend times the runtime's attention kernel as attention points", "[profiler]") {
     profiler::Options o;
     o.backend = "cpu";

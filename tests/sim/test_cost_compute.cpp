@@ -200,6 +200,36 @@ TEST_CASE("attention points replace the default curve", "[cost][attention]") {
     CHECK(e.duration_ns * 1e-9 == Approx(1e12 / 500e12).epsilon(1e-6));
 }
 
+TEST_CASE("attention points that say their sequences x heads are read at the instruction's", "[cost][attention]") {
+    // Two points at one (seq, head_dim): a kernel that fills the GPU with 96 (sequences x heads)
+    // and one that runs 25 (a micro-batch of one GPT-2 1.5B sequence), 1.5x slower.
+    auto hw = h100_view();
+    strata::hwdb::AttentionPoint wide, narrow;
+    wide.seq = narrow.seq = 1024, wide.head_dim = narrow.head_dim = 64, wide.causal = narrow.causal = true;
+    wide.batch_heads = 96, wide.flops_per_s = 12e12;
+    narrow.batch_heads = 25, narrow.flops_per_s = 8e12;
+    hw.attention_points = {narrow, wide};
+    CostContext ctx{&hw};
+    Instr in;
+    in.op = Op::attention_fwd;
+    in.m = in.n = 1024, in.k = 64, in.flops = 1e12;
+    for (const auto& [bh, rate] : {std::pair<std::int64_t, double>{25, 8e12}, {96, 12e12}}) {
+        in.batch = bh;
+        const auto e = compute_cost(in, ctx);
+        CHECK(e.provenance == Provenance::measured);
+        CHECK(e.duration_ns * 1e-9 == Approx(1e12 / rate).epsilon(1e-6));
+    }
+    in.batch = 50;  // between them (in log): between their rates
+    const double t = static_cast<double>(compute_cost(in, ctx).duration_ns) * 1e-9;
+    CHECK(t < 1e12 / 8e12);
+    CHECK(t > 1e12 / 12e12);
+    // A point that does not say its sequences x heads: the two-dimensional reading, as before.
+    hw.attention_points[0].batch_heads = 0;
+    in.batch = 25;
+    const double flat = static_cast<double>(compute_cost(in, ctx).duration_ns) * 1e-9;
+    CHECK((flat == Approx(1e12 / 8e12).epsilon(1e-6) || flat == Approx(1e12 / 12e12).epsilon(1e-6)));
+}
+
 TEST_CASE("memory-bound kernels: bytes over achieved HBM bandwidth plus launch overhead", "[cost][membound]") {
     auto hw = h100_view();
     Instr in;

@@ -47,7 +47,7 @@ for c in $cases; do
       esac
       stamp "validate $c"
       timeout "$lim" "$S" validate --model "${model:-$D/model-$m.json}" --plan "${plan:-$D/plan-$c.json}" --cluster "$cluster" --backend cuda --steps $steps \
-        --data text --no-profile --calibration none --db "$db" --ssd-dir /tmp --json "$res/$c.json" > "$res/$c.txt" 2>&1
+        --data text --calibration none --db "$db" --ssd-dir /tmp --json "$res/$c.json" > "$res/$c.txt" 2>&1
       stamp "validate $c rc=$?"; cat "$res/$c.txt" ;;
   esac
   finish  # after every case: a run stopped at its limit still brings back what it did

@@ -287,15 +287,24 @@ Estimate attention_cost(const Instr& in_fp, const CostContext& ctx) {
 
     double achieved = 0;
     Provenance prov = Provenance::datasheet;
-    std::vector<std::array<double, 2>> pts;
+    std::vector<std::array<double, 3>> pts;
     std::vector<double> vals;
+    bool all_bh = true;  // every point says the sequences x heads it ran (a kernel fills the GPU with them)
     for (const auto& p : hw.attention_points)
         if (p.dtype == to_hw(in.dtype) && p.backward == backward && p.causal && p.flops_per_s > 0) {
-            pts.push_back({lg(static_cast<double>(p.seq)), lg(static_cast<double>(p.head_dim))});
+            pts.push_back({lg(static_cast<double>(p.seq)), lg(static_cast<double>(p.head_dim)), lg(static_cast<double>(p.batch_heads))});
             vals.push_back(p.flops_per_s);
+            all_bh = all_bh && p.batch_heads > 0;
         }
     if (!pts.empty()) {
-        const GridAnswer a = idw<2>(pts, vals, {lg(seq), lg(hd)});
+        GridAnswer a;
+        if (all_bh) {
+            a = idw<3>(pts, vals, {lg(seq), lg(hd), lg(batch)});
+        } else {
+            std::vector<std::array<double, 2>> flat;
+            for (const auto& p : pts) flat.push_back({p[0], p[1]});
+            a = idw<2>(flat, vals, {lg(seq), lg(hd)});
+        }
         achieved = a.value;
         prov = a.provenance;
     } else {

@@ -15,6 +15,7 @@ struct GemmPoint {
     std::int64_t m = 0, n = 0, k = 0;
     Dtype dtype = Dtype::bf16;
     double efficiency = 0;
+    bool plan = false;  ///< timed at a plan's own shape (`strata validate`); wins over a grid point
 };
 
 /// Achieved TFLOP/s of attention (forward or backward) at one (seq, head_dim, causal).
@@ -23,6 +24,8 @@ struct AttentionPoint {
     bool causal = true, backward = false;
     Dtype dtype = Dtype::bf16;
     double flops_per_s = 0;
+    std::int64_t batch_heads = 0;  ///< sequences x query heads it was timed at (0: not recorded)
+    bool plan = false;             ///< timed at a plan's own shape; wins over a grid point
 };
 
 /// Alpha-beta collective model: t = alpha_ns + bytes * factor(n) / busbw_Bps (nccl-tests' busbw).
