@@ -155,7 +155,7 @@ void bench_runtime_memory_bound_cpu(Context& ctx) {
         ctx.add(std::move(m));
     }
     // The runtime's fused AdamW over a flat range, bytes as the lowering charges Op::optimizer_gpu
-    // in fp32 (6 fixed + 4 gradient + 8 moments per parameter).
+    // in fp32 (PlanSpec::adam_gpu_bytes_per_param: 28 a parameter, read and written).
     for (const std::int64_t n : {std::int64_t{1} << 14, std::int64_t{1} << 18, std::int64_t{1} << 21}) {
         ctx.check();
         std::vector<float> p(static_cast<std::size_t>(n)), mo(p.size()), v(p.size()), g(p.size());
@@ -167,7 +167,9 @@ void bench_runtime_memory_bound_cpu(Context& ctx) {
             runtime::cpu::adamw(p.data(), mo.data(), v.data(), g.data(), nullptr, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, r + 1);
             if (r > 0) times.push_back(since(t0));
         }
-        const double bytes = 18.0 * static_cast<double>(n);
+        sim::PlanSpec fp32;
+        fp32.precision = sim::Precision::fp32;
+        const double bytes = fp32.adam_gpu_bytes_per_param() * static_cast<double>(n);
         hwdb::Measurement m = point(ctx, "membw", make_key("runtime_adam", {{"bytes", bytes}}), "B/s", rate_summary(bytes, times));
         m.params = {{"bytes", bytes}, {"params", static_cast<double>(n)}};
         m.labels = {{"kernel", "runtime_adam"}, {"impl", "strata-runtime"}};
