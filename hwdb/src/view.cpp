@@ -121,7 +121,9 @@ bool parse_collective_key(const std::string& key, CollectiveFit& c) {
 // "" for host figures, which attach_host takes.
 std::string fit_category(const Fit& f) {
     if (f.kind == "collective") return "collective";
-    if (f.key == "hbm" || f.key == "kernel/runtime" || f.key == "kernel/runtime_adam") return f.key;
+    if (f.key == "hbm" || f.key == "kernel/runtime" || f.key == "kernel/runtime_adam" || f.key == "kernel/runtime_fp32" ||
+        f.key == "kernel/runtime_adam_fp32")
+        return f.key;
     if (f.kind == "memcpy" && (f.key == "h2d/pinned" || f.key == "d2h/pinned")) return f.key;
     return "";
 }
@@ -299,6 +301,10 @@ HardwareView Database::view(const std::string& gpu_id, const std::string& node_i
                 v.memory_bound = bandwidth(f);
             } else if (f.key == "kernel/runtime_adam") {
                 v.optimizer_kernel = bandwidth(f);
+            } else if (f.key == "kernel/runtime_fp32") {
+                v.memory_bound_fp32 = bandwidth(f);
+            } else if (f.key == "kernel/runtime_adam_fp32") {
+                v.optimizer_kernel_fp32 = bandwidth(f);
             } else if (f.kind == "memcpy" && f.key == "h2d/pinned") {
                 v.h2d = bandwidth(f);
             } else if (f.kind == "memcpy" && f.key == "d2h/pinned") {

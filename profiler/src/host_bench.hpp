@@ -19,6 +19,7 @@ void bench_runtime_attention_cpu(Context& ctx);
 /// The runtime's cuda attention as fp32 attention points (runtime_bench.cpp).
 void bench_runtime_attention_cuda(Context& ctx);
 void bench_runtime_memory_bound_cpu(Context& ctx);
+void bench_runtime_memory_bound_cuda(Context& ctx);
 
 int thread_count(const Options& o);
 

@@ -308,7 +308,10 @@ Profile run_profile(const Options& o) {
             if (!o.plan_shapes) cu.bench_attention(ctx, ctx.device);  // a plan's shapes: the runtime's kernel only
             host::bench_runtime_attention_cuda(ctx);
         }
-        if (ctx.want("membw")) cu.bench_membw(ctx, ctx.device);
+        if (ctx.want("membw")) {
+            cu.bench_membw(ctx, ctx.device);
+            host::bench_runtime_memory_bound_cuda(ctx);
+        }
         if (ctx.want("memcpy")) cu.bench_memcpy(ctx, ctx.device);
         if (ctx.want("collective")) cu.bench_collectives(ctx, ctx.device);
         if (ctx.want("overlap")) cu.bench_overlap(ctx, ctx.device);

@@ -8,6 +8,7 @@
 // GEMM roofline keeps the triad); docs/profiler.md.
 #include <chrono>
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 #include "host_bench.hpp"
@@ -174,6 +175,40 @@ void bench_runtime_memory_bound_cpu(Context& ctx) {
         m.params = {{"bytes", bytes}, {"params", static_cast<double>(n)}};
         m.labels = {{"kernel", "runtime_adam"}, {"impl", "strata-runtime"}};
         ctx.add(std::move(m));
+    }
+}
+
+// The cuda backend's memory-bound kernels and AdamW, as the cpu backend's above (same kernel
+// sequence, bytes as the lowering charges them in fp32), in membw rows of kernel "runtime_fp32"
+// and "runtime_adam_fp32": on a GPU only a plan of precision fp32, the one this runtime executes,
+// is priced by them; frameworks' bf16 kernels keep the HBM fit (docs/profiler.md).
+void bench_runtime_memory_bound_cuda(Context& ctx) {
+    const bool quick = ctx.opt.quick;
+    struct Shape {
+        int tokens, hidden;
+        std::int64_t adam;
+    };
+    // GPT-2 124M's and 1.5B's layers, a 4096-wide one; AdamW over 4 M to 64 M parameters.
+    std::vector<Shape> shapes{{8192, 768, std::int64_t{1} << 22}, {4096, 1600, std::int64_t{1} << 24}, {4096, 4096, std::int64_t{1} << 26}};
+    if (!quick) shapes.push_back({16384, 4096, std::int64_t{1} << 27});
+    const int reps = quick ? 3 : 5;
+    sim::PlanSpec fp32;
+    fp32.precision = sim::Precision::fp32;
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+        ctx.progress("memory-bound (runtime)", static_cast<int>(i), static_cast<int>(shapes.size()));
+        ctx.check();
+        const Shape& s = shapes[i];
+        const runtime::KernelTiming t = runtime::time_cuda_kernels(s.tokens, s.hidden, s.adam, reps);
+        const double T = s.tokens, h = s.hidden, f = 4.0 * h;
+        const double layer_bytes = 4.0 * (20.0 * T * h + 6.0 * T * f), adam_bytes = fp32.adam_gpu_bytes_per_param() * static_cast<double>(s.adam);
+        for (const auto& [kern, bytes, secs] : {std::tuple<const char*, double, double>{"runtime_fp32", layer_bytes, t.layer_s},
+                                                 {"runtime_adam_fp32", adam_bytes, t.adamw_s}}) {
+            if (secs <= 0) continue;
+            hwdb::Measurement m = point(ctx, "membw", make_key(kern, {{"bytes", bytes}}), "B/s", rate_summary(bytes, {secs}));
+            m.params = {{"bytes", bytes}, {"tokens", T}, {"hidden", h}};
+            m.labels = {{"kernel", kern}, {"impl", "strata-runtime"}, {"dtype", "fp32"}};
+            ctx.add(std::move(m));
+        }
     }
 }
 

@@ -56,4 +56,64 @@ AttentionTiming time_cuda_attention(int batch, int seq, int heads, int head_dim,
     return {median(fwd), median(bwd)};
 }
 
+KernelTiming time_cuda_kernels(int tokens, int hidden, std::int64_t adam_params, int reps) {
+    if (tokens < 1 || hidden < 1 || adam_params < 1 || reps < 1) throw InputError("time_cuda_kernels", "shape", "must be positive");
+    std::unique_ptr<Device> dev = open_cuda_device();
+    using i64 = std::int64_t;
+    const i64 T = tokens, h = hidden, f = 4 * h, n = adam_params;
+    struct Buf {
+        Device& d;
+        float* p;
+        i64 n;
+        ~Buf() { d.release(p, n); }
+    };
+    auto make = [&](i64 count) {
+        float* p = dev->alloc(count);
+        if (!p) throw RuntimeError("time_cuda_kernels: the device refused " + std::to_string(count * 4) + " bytes");
+        return p;
+    };
+    Buf x{*dev, make(T * h), T * h}, y{*dev, make(T * h), T * h}, dy{*dev, make(T * h), T * h}, dx{*dev, make(T * h), T * h},
+        w{*dev, make(h), h}, b{*dev, make(h), h}, dw{*dev, make(h), h}, db{*dev, make(h), h}, a{*dev, make(T * f), T * f},
+        ga{*dev, make(T * f), T * f}, da{*dev, make(T * f), T * f}, p{*dev, make(n), n}, m{*dev, make(n), n}, v{*dev, make(n), n},
+        g{*dev, make(n), n};
+    std::vector<float> host(static_cast<std::size_t>(std::max(T * f, n)));
+    std::mt19937 gen(11);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (float& e : host) e = u(gen);
+    dev->copy(x.p, host.data(), T * h);
+    dev->copy(dy.p, host.data(), T * h);
+    dev->copy(a.p, host.data(), T * f);
+    dev->copy(w.p, host.data(), h);
+    dev->copy(g.p, host.data(), n);
+    std::vector<double> layer, adam;
+    std::vector<std::int64_t> t;
+    for (int r = 0; r < reps + 1; ++r) {
+        dev->timing_reset(3);
+        dev->mark(0);
+        for (int k = 0; k < 2; ++k) {
+            dev->norm_forward(y.p, x.p, w.p, b.p, T, h);
+            dev->add(dx.p, x.p, y.p, b.p, T, h);
+        }
+        dev->gelu_forward(ga.p, a.p, T * f);
+        for (int k = 0; k < 2; ++k) {
+            dev->norm_backward(dx.p, dw.p, db.p, x.p, dy.p, w.p, y.p, true, T, h);
+            dev->bias_grad(db.p, dy.p, T, h);
+        }
+        dev->gelu_backward(da.p, a.p, ga.p, T * f);
+        dev->mark(1);
+        dev->adamw(p.p, m.p, v.p, g.p, nullptr, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, r + 1);
+        dev->mark(2);
+        dev->sync();
+        dev->times(t);
+        if (r == 0) continue;  // warm-up
+        layer.push_back(static_cast<double>(t[1] - t[0]) * 1e-9);
+        adam.push_back(static_cast<double>(t[2] - t[1]) * 1e-9);
+    }
+    auto median = [](std::vector<double> d) {
+        std::sort(d.begin(), d.end());
+        return d[d.size() / 2];
+    };
+    return {median(layer), median(adam)};
+}
+
 }  // namespace strata::runtime

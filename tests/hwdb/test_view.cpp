@@ -143,6 +143,8 @@ TEST_CASE("view attaches the newest representative run of that GPU", "[hwdb][vie
          fit("membw", h100, "hbm", "bandwidth", {{"latency_ns", 3000}, {"Bps", 2.9e12}}),
          fit("membw", h100, "kernel/runtime", "bandwidth", {{"latency_ns", 0}, {"Bps", 1.5e12}}),
          fit("membw", h100, "kernel/runtime_adam", "bandwidth", {{"latency_ns", 0}, {"Bps", 1.1e12}}),
+         fit("membw", h100, "kernel/runtime_fp32", "bandwidth", {{"latency_ns", 0}, {"Bps", 1.6e12}}),
+         fit("membw", h100, "kernel/runtime_adam_fp32", "bandwidth", {{"latency_ns", 0}, {"Bps", 2.2e12}}),
          fit("memcpy", h100, "h2d/pinned", "bandwidth", {{"latency_ns", 8000}, {"Bps", 50e9}}),
          fit("memcpy", h100, "d2h/pinned", "bandwidth", {{"latency_ns", 8000}, {"Bps", 52.8e9}})});
     // Newer, but not representative (e.g. collectives on one GPU): ignored.
@@ -187,6 +189,10 @@ TEST_CASE("view attaches the newest representative run of that GPU", "[hwdb][vie
     CHECK(v.memory_bound->Bps == 1.5e12);
     REQUIRE(v.optimizer_kernel);
     CHECK(v.optimizer_kernel->Bps == 1.1e12);
+    REQUIRE(v.memory_bound_fp32);
+    CHECK(v.memory_bound_fp32->Bps == 1.6e12);
+    REQUIRE(v.optimizer_kernel_fp32);
+    CHECK(v.optimizer_kernel_fp32->Bps == 2.2e12);
     REQUIRE(v.h2d);
     CHECK(v.h2d->latency_ns == 8000);
     REQUIRE(v.d2h);

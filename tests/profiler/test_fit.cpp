@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <map>
 #include <random>
 
 #include "strata/profiler/busbw.hpp"
@@ -169,6 +170,27 @@ TEST_CASE("fit_measurements: copy bandwidth and the SSD rule", "[profiler][fit]"
     CHECK(ssd.key == "read");
     CHECK(ssd.params.at("latency_ns") == Approx(100000).epsilon(1e-6));  // from the qd-1 line
     CHECK(ssd.params.at("Bps") == Approx(6e9));                          // the best sustained rate
+}
+
+TEST_CASE("fit_measurements: the runtime's own GPU kernels get fit keys of their own", "[profiler][fit]") {
+    // membw rows of kernel runtime_fp32 / runtime_adam_fp32 (the cuda backend's): t = bytes / rate.
+    std::vector<strata::hwdb::Measurement> ms;
+    for (const auto& [kern, rate] : {std::pair<const char*, double>{"runtime_fp32", 1.6e12}, {"runtime_adam_fp32", 2.2e12}})
+        for (double b : {1e8, 1e9, 1e10}) {
+            strata::hwdb::Measurement m;
+            m.kind = "membw";
+            m.device = "H200-SXM-141GB";
+            m.params = {{"bytes", b}};
+            m.labels = {{"kernel", kern}, {"dtype", "fp32"}};
+            m.value = rate;
+            ms.push_back(m);
+        }
+    std::map<std::string, double> got;
+    for (const auto& f : fit_measurements(ms)) got[f.key] = f.params.at("Bps");
+    REQUIRE(got.count("kernel/runtime_fp32") == 1);
+    REQUIRE(got.count("kernel/runtime_adam_fp32") == 1);
+    CHECK(got["kernel/runtime_fp32"] == Approx(1.6e12).epsilon(1e-6));
+    CHECK(got["kernel/runtime_adam_fp32"] == Approx(2.2e12).epsilon(1e-6));
 }
 
 TEST_CASE("noisy small sizes fall back to the two-segment alpha-beta reading", "[profiler][fit]") {

@@ -390,3 +390,24 @@ TEST_CASE("measured memory-bound kernels replace bandwidth for their class, not 
     const Instr g = gemm(64, 64, 64);
     CHECK(compute_cost(g, ctx).duration_ns == compute_cost(g, CostContext{&hw0}).duration_ns);
 }
+
+TEST_CASE("on a GPU the runtime's own kernels price fp32 instructions only", "[cost][membound]") {
+    // The cuda profile times Strata's runtime (fp32) apart: an fp32 plan, the one it executes, is
+    // priced by them; a framework's bf16 kernels keep the HBM fit. Hand: 1e9 B / rate + 3 us.
+    auto hw = h100_view();
+    hw.hbm = strata::hwdb::BandwidthFit{0, 3e12, Provenance::fitted};
+    hw.memory_bound_fp32 = strata::hwdb::BandwidthFit{0, 1.5e12, Provenance::fitted};
+    hw.optimizer_kernel_fp32 = strata::hwdb::BandwidthFit{0, 2e12, Provenance::fitted};
+    CostContext ctx{&hw};
+    Instr in;
+    in.op = Op::norm;
+    in.bytes = 1e9;
+    in.dtype = DType::fp32;
+    CHECK(compute_cost(in, ctx).duration_ns * 1e-9 == Approx(1e9 / 1.5e12 + 3e-6).epsilon(1e-6));
+    in.op = Op::optimizer_gpu;
+    CHECK(compute_cost(in, ctx).duration_ns * 1e-9 == Approx(1e9 / 2e12 + 3e-6).epsilon(1e-6));
+    in.dtype = DType::bf16;
+    CHECK(compute_cost(in, ctx).duration_ns * 1e-9 == Approx(1e9 / 3e12 + 3e-6).epsilon(1e-6));
+    in.op = Op::norm;
+    CHECK(compute_cost(in, ctx).duration_ns * 1e-9 == Approx(1e9 / 3e12 + 3e-6).epsilon(1e-6));
+}

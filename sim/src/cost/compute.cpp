@@ -330,7 +330,13 @@ Estimate attention_cost(const Instr& in_fp, const CostContext& ctx) {
 Estimate memory_bound_cost(const Instr& in, const CostContext& ctx) {
     const auto& hw = *ctx.hw;
     // Where the kernels themselves were measured (a CPU's, bound by arithmetic), their rate.
-    const std::optional<hwdb::BandwidthFit>& own = in.op == Op::optimizer_gpu && hw.optimizer_kernel ? hw.optimizer_kernel : hw.memory_bound;
+    const bool adam = in.op == Op::optimizer_gpu;
+    std::optional<hwdb::BandwidthFit> own = adam && hw.optimizer_kernel ? hw.optimizer_kernel : hw.memory_bound;
+    // On a GPU, fp32 is the precision of Strata's runtime: its own kernels, where they were timed.
+    if (in.dtype == DType::fp32) {
+        const std::optional<hwdb::BandwidthFit>& rt = adam ? hw.optimizer_kernel_fp32 : hw.memory_bound_fp32;
+        if (rt) own = rt;
+    }
     const Rate r = own && own->Bps > 0 ? Rate{own->Bps, own->latency_ns, own->provenance} : cost_detail::hbm_rate(hw);
     const double t_mem = in.bytes / r.Bps;
     const double vec_peak = hw.gpu.peak(hwdb::Dtype::fp32) > 0 ? hw.gpu.peak(hwdb::Dtype::fp32) : 1e13;

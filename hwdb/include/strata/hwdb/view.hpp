@@ -66,6 +66,10 @@ struct HardwareView {
     /// Likewise the GPU-side optimizer kernel (fit key "kernel/runtime_adam"; bytes as the lowering
     /// charges Op::optimizer_gpu). The optimizer's cost prefers it to memory_bound and hbm.
     std::optional<BandwidthFit> optimizer_kernel;
+    /// On a GPU, Strata's own runtime's kernels (fit keys "kernel/runtime_fp32",
+    /// "kernel/runtime_adam_fp32"): they price fp32 instructions only, the precision the runtime
+    /// executes; frameworks' bf16 kernels keep hbm.
+    std::optional<BandwidthFit> memory_bound_fp32, optimizer_kernel_fp32;
     std::optional<BandwidthFit> h2d, d2h;        ///< pinned copies
     std::optional<BandwidthFit> ssd_read, ssd_write;
     std::optional<double> cpu_adam_params_per_s;

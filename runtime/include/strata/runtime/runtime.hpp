@@ -109,6 +109,16 @@ struct AttentionTiming {
 };
 AttentionTiming time_cuda_attention(int batch, int seq, int heads, int head_dim, int reps);
 
+/// The cuda backend's memory-bound kernels and AdamW timed on GPU 0, as the profiler's cpu
+/// backend times the cpu kernels (profiler/src/runtime_bench.cpp): median seconds for one GPT
+/// layer's memory-bound kernels, forward and backward (two norms, two residual adds, GELU; two
+/// norm and bias gradients, GELU's), at `tokens` x `hidden` (ffn 4 hidden), and for one AdamW
+/// over `adam_params` parameters. Throws RuntimeError without a usable cuda backend.
+struct KernelTiming {
+    double layer_s = 0, adamw_s = 0;
+};
+KernelTiming time_cuda_kernels(int tokens, int hidden, std::int64_t adam_params, int reps);
+
 /// Why this runtime cannot execute (model, plan) on `backend`; empty when it can.
 std::string unsupported(const sim::ModelSpec& m, const sim::PlanSpec& p, Backend backend);
 
