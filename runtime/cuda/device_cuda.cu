@@ -89,6 +89,7 @@ public:
             for (FreeBlock& b : list) cudaFree(b.p);
         for (cudaEvent_t e : events_) cudaEventDestroy(e);
         for (cudaEvent_t e : program_events_) cudaEventDestroy(e);
+        for (auto& [key, t] : adam_tables_) cudaFree(t.dev);
         for (cudaEvent_t e : spare_) cudaEventDestroy(e);
         for (auto& [p, u] : live_)
             for (cudaEvent_t e : u.last) if (e) cudaEventDestroy(e);
@@ -436,6 +437,30 @@ public:
         const float c1 = 1.0f - std::pow(b1, static_cast<float>(step)), c2 = 1.0f - std::pow(b2, static_cast<float>(step));
         launch1(k_adamw, n, p, m, v, g, decay, n, lr, b1, b2, eps, wd, c1, c2);
     }
+    void adamw_ranges(float* p, float* m, float* v, const float* g, const std::vector<i64>& begin, const std::vector<i64>& len,
+                      const std::vector<float>& wd, float lr, float b1, float b2, float eps, int step) override {
+        if (begin.size() != len.size() || begin.size() != wd.size()) throw std::runtime_error("cuda: adamw_ranges: tables of different lengths");
+        std::vector<AdamChunk> chunks;
+        for (std::size_t r = 0; r < begin.size(); ++r)
+            for (i64 at = 0; at < len[r]; at += kAdamChunk)
+                chunks.push_back({begin[r] + at, static_cast<int>(std::min<i64>(kAdamChunk, len[r] - at)), wd[r]});
+        if (chunks.empty()) return;
+        // The same parameters are updated every step: the table is uploaded once.
+        auto& cached = adam_tables_[p];
+        const std::size_t bytes = chunks.size() * sizeof(AdamChunk);
+        if (cached.host.size() != chunks.size() ||
+            std::memcmp(cached.host.data(), chunks.data(), bytes) != 0) {
+            if (cached.dev) cudaFree(cached.dev);
+            cached.dev = nullptr;
+            CK(cudaMalloc(&cached.dev, bytes));
+            CK(cudaMemcpy(cached.dev, chunks.data(), bytes, cudaMemcpyHostToDevice));
+            cached.host = std::move(chunks);
+        }
+        const float c1 = 1.0f - std::pow(b1, static_cast<float>(step)), c2 = 1.0f - std::pow(b2, static_cast<float>(step));
+        k_adamw_chunks<<<static_cast<unsigned>(cached.host.size()), kThreads, 0, lanes_[lane_compute]>>>(
+            p, m, v, g, static_cast<const AdamChunk*>(cached.dev), lr, b1, b2, eps, c1, c2);
+        LAUNCHED();
+    }
 
 private:
     template <typename... K, typename... A>
@@ -512,6 +537,11 @@ private:
     double reserved_ = 0, reserved_peak_ = 0;
     std::vector<cudaEvent_t> events_;
     std::vector<char> marked_;
+    struct AdamTable {
+        std::vector<AdamChunk> host;
+        void* dev = nullptr;
+    };
+    std::map<const float*, AdamTable> adam_tables_;  ///< adamw_ranges' chunks, by parameter array
     std::string desc_;
 };
 

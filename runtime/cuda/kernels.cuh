@@ -386,6 +386,25 @@ __global__ void k_adamw(float* p, float* m, float* v, const float* g, const unsi
     v[i] = vi;
     p[i] -= lr * ((mi / c1) / (sqrtf(vi / c2) + eps) + (decay == nullptr || decay[i] ? wd * p[i] : 0.0f));
 }
+// One block per chunk of at most kAdamChunk elements of one range (multi_tensor_apply's shape).
+struct AdamChunk {
+    i64 begin;
+    int len;
+    float wd;
+};
+constexpr int kAdamChunk = 16384;
+__global__ void k_adamw_chunks(float* p, float* m, float* v, const float* g, const AdamChunk* chunks, float lr, float b1, float b2,
+                               float eps, float c1, float c2) {
+    const AdamChunk c = chunks[blockIdx.x];
+    for (int k = threadIdx.x; k < c.len; k += blockDim.x) {
+        const i64 i = c.begin + k;
+        const float gi = g[i];
+        const float mi = b1 * m[i] + (1.0f - b1) * gi, vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] -= lr * ((mi / c1) / (sqrtf(vi / c2) + eps) + c.wd * p[i]);
+    }
+}
 __global__ void k_sum(double* out, const float* p, i64 n) {
     __shared__ float sh[32];
     float s = 0;

@@ -538,13 +538,17 @@ std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
     return [this, updates = std::move(updates), lr, b1, b2, eps, wd, update, threads, narrow_m, narrow_v] {
         for (const Update& u : updates) {
             if (u.start_master) std::memcpy(u.p, u.weights, static_cast<std::size_t>(u.n) * sizeof(float));
-            if (u.on_device) {  // per parameter, with its weight decay or none: no mask on the device
+            if (u.on_device) {  // each parameter with its weight decay or none, in one launch
+                std::vector<i64> begin, len;
+                std::vector<float> decay;
                 for (const ParamEntry& e : layout_.entries) {
                     const i64 lo = std::max(u.offset, e.offset), hi = std::min(u.offset + u.n, e.end());
                     if (lo >= hi) continue;
-                    const i64 at = lo - u.offset;
-                    dev_->adamw(u.p + at, u.m + at, u.v + at, u.g + at, nullptr, hi - lo, lr, b1, b2, eps, e.decay ? wd : 0.0f, update);
+                    begin.push_back(lo - u.offset);
+                    len.push_back(hi - lo);
+                    decay.push_back(e.decay ? wd : 0.0f);
                 }
+                dev_->adamw_ranges(u.p, u.m, u.v, u.g, begin, len, decay, lr, b1, b2, eps, update);
             } else {
                 // The host's AdamW on all the cores a lone rank has (DeepSpeed's CPU Adam is multi-threaded too).
                 parallel_chunks(u.n, threads, [&](i64 lo, i64 hi) {

@@ -257,6 +257,27 @@ TEST_CASE("cuda kernels match the cpu kernels", "[runtime][cuda]") {
             same(m, M.get(), "adamw m", 1e-6);
             same(v, Vv.get(), "adamw v", 1e-6);
         }
+        // One launch over ranges with their own decay (a range longer than a chunk of 16384, one
+        // element long, and a gap left alone) against the cpu kernel's decay mask.
+        const i64 big = 40000;
+        const auto q0 = randoms(big, 33), h = randoms(big, 34), a0 = randoms(big, 35, -0.1f, 0.1f), b0 = randoms(big, 36, 0.0f, 0.1f);
+        const std::vector<i64> begin{0, 20000, 20001}, len{20000, 1, 19000};
+        const std::vector<float> wds{0.1f, 0.0f, 0.1f};
+        auto q = q0, a = a0, b = b0;
+        std::vector<unsigned char> mask(static_cast<std::size_t>(big), 0);
+        for (i64 i = 0; i < 20000; ++i) mask[static_cast<std::size_t>(i)] = 1;
+        for (i64 i = 20001; i < 39001; ++i) mask[static_cast<std::size_t>(i)] = 1;
+        cpu::adamw(q.data(), a.data(), b.data(), h.data(), mask.data(), 39001, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+        Dev Q(d, q0), A(d, a0), B(d, b0), H(d, h);
+        for (int twice = 0; twice < 2; ++twice) {  // the second call reuses the uploaded table
+            if (twice == 1) {
+                cpu::adamw(q.data(), a.data(), b.data(), h.data(), mask.data(), 39001, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 4);
+            }
+            d.adamw_ranges(Q.p, A.p, B.p, H.p, begin, len, wds, 1e-3f, 0.9f, 0.95f, 1e-8f, 3 + twice);
+        }
+        same(q, Q.get(), "adamw_ranges parameters", 1e-6);
+        same(a, A.get(), "adamw_ranges m", 1e-6);
+        same(b, B.get(), "adamw_ranges v", 1e-6);
     }
 }
 
