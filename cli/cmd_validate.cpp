@@ -164,7 +164,14 @@ void run_validate(const ValidateArgs& a) {
             po.backend = a.rt.backend;
             report << "timing the plan's own shapes on the " << po.backend << " backend: " << po.gemm_shapes.size() << " GEMMs, "
                    << po.attention_shapes.size() << " attention\n";
-            store(profiler::run_profile(po));
+            // A failure here costs the prediction its exact points, not the validation.
+            try {
+                store(profiler::run_profile(po));
+            } catch (const profiler::Cancelled&) {
+                throw;
+            } catch (const RuntimeError& e) {
+                report << "could not time them (" << e.what() << "): predicting from the grid\n";
+            }
         }
     }
     // The prediction: the full-mode Program (the instructions the runtime executes).
