@@ -183,8 +183,6 @@ void RankState::from_host(float* dst, const float* host, i64 n) const {
     else std::memcpy(dst, host, static_cast<std::size_t>(n) * sizeof(float));
 }
 
-// What runs on the GPU (timed there by events): kernels, device copies, a one-rank collective's
-// copy. The offloaded optimizer and the ssd tier's file I/O run on the host.
 // The device lane of a Program stream: copies to and from the host on lanes of their own, beside
 // the kernels; -1 for the streams the host runs (the CPU optimizer, SSD I/O).
 int RankState::lane_of(Stream s) {
@@ -197,6 +195,8 @@ int RankState::lane_of(Stream s) {
     }
 }
 
+// What runs on the GPU (timed there by events): kernels, device copies, a one-rank collective's
+// copy. The offloaded optimizer and the ssd tier's file I/O run on the host.
 bool RankState::device_instr(std::size_t i) const {
     const Instr& in = rp_.instrs[i];
     switch (in.kind) {
@@ -548,6 +548,7 @@ void RankState::run_step() {
             idle_since = std::chrono::steady_clock::now();
             continue;
         }
+        if (polling_) idle_since = std::chrono::steady_clock::now();  // the device is working, not stuck
         std::unique_lock<std::mutex> lk(waker_.mu);
         // A host stream waiting for the device polls it (the device notifies nobody).
         const auto nap = polling_ ? std::chrono::microseconds(20) : std::chrono::microseconds(50000);
