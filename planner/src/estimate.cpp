@@ -467,18 +467,33 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     const int stage_layers_n = std::max(1, layers[static_cast<std::size_t>(worst_stage)]);
     if (!p.offload.params.all_gpu()) {
         const bool sharded = p.zero_stage == 3 && dpg > 1;
-        const double layer_params = (sharded ? sp.dense / dpg + sp.expert / edp : sp.total()) / stage_layers_n;
-        const double bytes = wb * layer_params;
-        double fetch = shared_s(transfer_demand(copy_instr(CopyKind::h2d, bytes * (1 - p.offload.params.gpu)), ctx), c_);
-        if (p.offload.params.ssd > 0)
-            fetch = std::max(fetch, shared_s(transfer_demand(copy_instr(CopyKind::ssd_read, bytes * p.offload.params.ssd), ctx), c_));
+        const auto up_s = [&](double params) {  // params homed off the GPU, brought up
+            const double bytes = wb * params;
+            double t = shared_s(transfer_demand(copy_instr(CopyKind::h2d, bytes * (1 - p.offload.params.gpu)), ctx), c_);
+            if (p.offload.params.ssd > 0)
+                t = std::max(t, shared_s(transfer_demand(copy_instr(CopyKind::ssd_read, bytes * p.offload.params.ssd), ctx), c_));
+            return t;
+        };
+        // Unsharded, the embedding's and head's units come up apart from the layers, each just
+        // before it is used, with nothing to hide behind (the lowering's fetch_edge): the
+        // embedding before each forward, the head before each forward and backward (one stage
+        // with a tied table: the table comes with the head as well).
+        double edges = 0, edge_s = 0;
+        if (!sharded) {
+            const StageEdgeParams ep = stage_edge_params(m_, p, worst_stage);
+            edges = ep.embedding + ep.head;
+            const double head_fetch = ep.head + (ep.head > 0 && m_.tied_embeddings && !head_stage_embedding_copy(m_, p) ? ep.embedding : 0.0);
+            edge_s = (ep.embedding > 0 ? up_s(ep.embedding) : 0.0) + (ep.head > 0 ? 2 * up_s(head_fetch) : 0.0);
+        }
+        const double layer_params = (sharded ? sp.dense / dpg + sp.expert / edp : sp.total() - edges) / stage_layers_n;
+        double fetch = up_s(layer_params);
         // Sharded, the layer's all-gather follows its slice's H2D in one chain, one layer ahead.
         if (sharded) fetch += alone_s(transfer_demand(coll(CollKind::all_gather, Group::dp, dpg, wb * sp.dense / stage_layers_n), ctx));
         // Pipelined FSDP fetches once a step, at each stage's first forward: those lie one after
         // another on the pipeline's fill, so every stage's wait adds up.
         const bool once = sharded && p.pipelined_fsdp();
         const double per_layer = std::max(0.0, fetch - lt.fwd_s) + (once ? 0.0 : std::max(0.0, fetch - lt.bwd_s));
-        e.offload_s = (once ? pp : m) * stage_layers_n * per_layer;
+        e.offload_s = (once ? pp : m) * stage_layers_n * per_layer + m * edge_s;
     }
     // Activations on cpu/ssd: each layer's kept activations go down after its forward and come back
     // before its backward, prefetched one layer ahead (the lowering's forward pass and

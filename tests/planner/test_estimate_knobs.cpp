@@ -79,9 +79,9 @@ TEST_CASE("the estimate follows the engine when any one knob of a MoE plan chang
         CHECK(rows.size() > 30);
         for (const Row& r : rows) {
             INFO(base << " with " << r.what << ": simulated x" << r.sim_ratio << ", estimated x" << r.est_ratio);
-            // Wider than the dense band: parameters on the host without ZeRO-3 (+12 %) and one
-            // micro-batch (-9 %) are estimated less well (docs/planner.md).
-            CHECK(std::fabs(r.est_ratio / r.sim_ratio - 1.0) <= 0.15);
+            // The dense band. Parameters on the host without ZeRO-3 were +12 % until the estimate
+            // fetched the embedding and head apart from the layers, as the lowering does.
+            CHECK(std::fabs(r.est_ratio / r.sim_ratio - 1.0) <= 0.10);
         }
     }
 }

@@ -171,6 +171,19 @@ StageParams stage_params(const ModelSpec& m, const PlanSpec& p, int stage) {
     return stage_params_of(m, p, stage, stage_layer_ids(m, p, stage), [&](int l) { return layer_params_local(m, p, l); });
 }
 
+StageEdgeParams stage_edge_params(const ModelSpec& m, const PlanSpec& p, int stage) {
+    // The edge terms of stage_params_of, the same counts.
+    StageEdgeParams e;
+    const ParamCounts pc = edge_param_counts(m);
+    const double t = std::max(1, p.tp);
+    if (stage == 0) e.embedding = static_cast<double>(pc.embedding) / t + static_cast<double>(pc.position);
+    if (stage == head_stage(p)) {
+        e.head = static_cast<double>(pc.final_norm) + (m.tied_embeddings ? 0.0 : static_cast<double>(pc.lm_head) / t) +
+                 (head_stage_embedding_copy(m, p) ? static_cast<double>(pc.embedding) / t : 0.0) + mtp_params_local(m, p).total();
+    }
+    return e;
+}
+
 std::vector<TensorDesc> stage_model_states(const ModelSpec& m, const PlanSpec& p, int stage) {
     std::vector<TensorDesc> out;
     emit_model_states(p, stage_params(m, p, stage), ListEmit{out});

@@ -85,6 +85,13 @@ struct StageParams {
     double total() const { return dense + expert; }
 };
 StageParams stage_params(const ModelSpec& m, const PlanSpec& p, int stage);
+/// Of those, the parameters one rank of `stage` holds outside its layers: the embedding (first
+/// stage: word and position tables) and the head (head stage: final norm, untied head or the
+/// tied table's copy, MTP modules). Homed on the host they come up apart from the layers.
+struct StageEdgeParams {
+    double embedding = 0, head = 0;
+};
+StageEdgeParams stage_edge_params(const ModelSpec& m, const PlanSpec& p, int stage);
 /// The head's stage keeps its own copy of the word embedding (Megatron: tied embeddings across
 /// stages, or MTP looking the next tokens up), kept in step with the first stage's over the
 /// embedding group; not when the head sits beside the embedding (pp 1, DualPipeV's rank 0).
