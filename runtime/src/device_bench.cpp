@@ -10,28 +10,38 @@
 
 namespace strata::runtime {
 
+namespace {
+using i64 = std::int64_t;
+
+/// A device buffer of n floats for one timing, given back at scope end.
+struct Buf {
+    Device& d;
+    float* p;
+    i64 n;
+    Buf(Device& dev, i64 count, const char* who) : d(dev), p(dev.alloc(count)), n(count) {
+        if (!p) throw RuntimeError(std::string(who) + ": the device refused " + std::to_string(count * 4) + " bytes");
+    }
+    ~Buf() { d.release(p, n); }
+    Buf(const Buf&) = delete;
+    Buf& operator=(const Buf&) = delete;
+};
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+}  // namespace
+
 AttentionTiming time_cuda_attention(int batch, int seq, int heads, int head_dim, int reps) {
     if (batch < 1 || seq < 1 || heads < 1 || head_dim < 1 || reps < 1) throw InputError("time_cuda_attention", "shape", "must be positive");
     std::unique_ptr<Device> dev = open_cuda_device();
-    using i64 = std::int64_t;
     const i64 T = static_cast<i64>(batch) * seq, row = 3LL * heads * head_dim, od = static_cast<i64>(heads) * head_dim;
     std::vector<float> h(static_cast<std::size_t>(T * row));
     std::mt19937 g(7);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     for (float& x : h) x = u(g);
-    struct Buf {
-        Device& d;
-        float* p;
-        i64 n;
-        ~Buf() { d.release(p, n); }
-    };
-    auto make = [&](i64 n) {
-        float* p = dev->alloc(n);
-        if (!p) throw RuntimeError("time_cuda_attention: the device refused " + std::to_string(n * 4) + " bytes");
-        return p;
-    };
-    Buf qkv{*dev, make(T * row), T * row}, out{*dev, make(T * od), T * od}, lse{*dev, make(T * heads), T * heads},
-        dout{*dev, make(T * od), T * od}, dqkv{*dev, make(T * row), T * row};
+    const char* who = "time_cuda_attention";
+    Buf qkv(*dev, T * row, who), out(*dev, T * od, who), lse(*dev, T * heads, who), dout(*dev, T * od, who), dqkv(*dev, T * row, who);
     dev->copy(qkv.p, h.data(), T * row);
     dev->copy(dout.p, h.data(), T * od);
     std::vector<double> fwd, bwd;
@@ -49,33 +59,17 @@ AttentionTiming time_cuda_attention(int batch, int seq, int heads, int head_dim,
         fwd.push_back(static_cast<double>(t[1] - t[0]) * 1e-9);
         bwd.push_back(static_cast<double>(t[2] - t[1]) * 1e-9);
     }
-    auto median = [](std::vector<double> v) {
-        std::sort(v.begin(), v.end());
-        return v[v.size() / 2];
-    };
     return {median(fwd), median(bwd)};
 }
 
 KernelTiming time_cuda_kernels(int tokens, int hidden, std::int64_t adam_params, int reps) {
     if (tokens < 1 || hidden < 1 || adam_params < 1 || reps < 1) throw InputError("time_cuda_kernels", "shape", "must be positive");
     std::unique_ptr<Device> dev = open_cuda_device();
-    using i64 = std::int64_t;
     const i64 T = tokens, h = hidden, f = 4 * h, n = adam_params;
-    struct Buf {
-        Device& d;
-        float* p;
-        i64 n;
-        ~Buf() { d.release(p, n); }
-    };
-    auto make = [&](i64 count) {
-        float* p = dev->alloc(count);
-        if (!p) throw RuntimeError("time_cuda_kernels: the device refused " + std::to_string(count * 4) + " bytes");
-        return p;
-    };
-    Buf x{*dev, make(T * h), T * h}, y{*dev, make(T * h), T * h}, dy{*dev, make(T * h), T * h}, dx{*dev, make(T * h), T * h},
-        w{*dev, make(h), h}, b{*dev, make(h), h}, dw{*dev, make(h), h}, db{*dev, make(h), h}, a{*dev, make(T * f), T * f},
-        ga{*dev, make(T * f), T * f}, da{*dev, make(T * f), T * f}, p{*dev, make(n), n}, m{*dev, make(n), n}, v{*dev, make(n), n},
-        g{*dev, make(n), n};
+    const char* who = "time_cuda_kernels";
+    Buf x(*dev, T * h, who), y(*dev, T * h, who), dy(*dev, T * h, who), dx(*dev, T * h, who), w(*dev, h, who), b(*dev, h, who),
+        dw(*dev, h, who), db(*dev, h, who), a(*dev, T * f, who), ga(*dev, T * f, who), da(*dev, T * f, who), p(*dev, n, who),
+        m(*dev, n, who), v(*dev, n, who), g(*dev, n, who);
     std::vector<float> host(static_cast<std::size_t>(std::max(T * f, n)));
     std::mt19937 gen(11);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -109,10 +103,6 @@ KernelTiming time_cuda_kernels(int tokens, int hidden, std::int64_t adam_params,
         layer.push_back(static_cast<double>(t[1] - t[0]) * 1e-9);
         adam.push_back(static_cast<double>(t[2] - t[1]) * 1e-9);
     }
-    auto median = [](std::vector<double> d) {
-        std::sort(d.begin(), d.end());
-        return d[d.size() / 2];
-    };
     return {median(layer), median(adam)};
 }
 
