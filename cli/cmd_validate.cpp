@@ -17,6 +17,7 @@
 #include "run_support.hpp"
 #include "strata/common/error.hpp"
 #include "strata/common/text.hpp"
+#include "strata/lowering/lower.hpp"
 #include "strata/lowering/memory.hpp"
 #include "strata/profiler/profiler.hpp"
 #include "strata/sim/simulate.hpp"
@@ -157,9 +158,10 @@ void run_validate(const ValidateArgs& a) {
     // The plan's own GEMM and attention shapes, timed as the runtime runs them: a grid's nearest
     // points describe other shapes (a micro-batch of one sequence fills fewer SMs).
     if (!a.no_profile) {
-        sim::SimOptions probe;
-        probe.full = true;
-        profiler::Options po = plan_shape_profile(sim::simulate(s.model, s.cluster, *s.plan, hw, probe).program);
+        sim::LowerOptions lo;  // the instructions alone: no simulation, no memory events
+        lo.full_mode = true;
+        lo.emit_memory = false;
+        profiler::Options po = plan_shape_profile(sim::lower(s.model, s.cluster, *s.plan, lo));
         if (!po.gemm_shapes.empty() || !po.attention_shapes.empty()) {
             po.backend = a.rt.backend;
             report << "timing the plan's own shapes on the " << po.backend << " backend: " << po.gemm_shapes.size() << " GEMMs, "

@@ -18,6 +18,22 @@ using detail::Local;
 using detail::local_of;
 using detail::layer_params_local;
 
+StageEdgeParams stage_edge_params(const ModelSpec& m, const PlanSpec& p, int stage) {
+    StageEdgeParams e;
+    const ParamCounts pc = edge_param_counts(m);
+    const double t = std::max(1, p.tp);
+    if (stage == 0) e.embedding = static_cast<double>(pc.embedding) / t + static_cast<double>(pc.position);
+    if (stage == head_stage(p)) {
+        // Untied: the lm head. Tied with pp > 1: Megatron keeps a copy of the word embedding on the
+        // last stage (its gradient is all-reduced with the first stage's).
+        const StageParams mtp = mtp_params_local(m, p);
+        e.head = static_cast<double>(pc.final_norm) + (m.tied_embeddings ? 0.0 : static_cast<double>(pc.lm_head) / t) +
+                 (head_stage_embedding_copy(m, p) ? static_cast<double>(pc.embedding) / t : 0.0) + mtp.dense;
+        e.head_expert = mtp.expert;
+    }
+    return e;
+}
+
 namespace {
 
 // One definition of the stage's parameters, model states and buffers for both the named lists and
@@ -30,19 +46,9 @@ StageParams stage_params_of(const ModelSpec& m, const PlanSpec& p, int stage, co
         sp.dense += lp.dense;
         sp.expert += lp.expert;
     }
-    const ParamCounts pc = edge_param_counts(m);
-    const double t = std::max(1, p.tp);
-    if (stage == 0) sp.dense += static_cast<double>(pc.embedding) / t + static_cast<double>(pc.position);
-    if (stage == head_stage(p)) {
-        sp.dense += static_cast<double>(pc.final_norm);
-        // Untied: the lm head. Tied with pp > 1: Megatron keeps a copy of the word embedding on the
-        // last stage (its gradient is all-reduced with the first stage's).
-        if (!m.tied_embeddings) sp.dense += static_cast<double>(pc.lm_head) / t;
-        if (head_stage_embedding_copy(m, p)) sp.dense += static_cast<double>(pc.embedding) / t;
-        const StageParams mtp = mtp_params_local(m, p);
-        sp.dense += mtp.dense;
-        sp.expert += mtp.expert;
-    }
+    const StageEdgeParams e = stage_edge_params(m, p, stage);
+    sp.dense += e.embedding + e.head;
+    sp.expert += e.head_expert;
     return sp;
 }
 
@@ -169,19 +175,6 @@ struct BytesEmit {
 
 StageParams stage_params(const ModelSpec& m, const PlanSpec& p, int stage) {
     return stage_params_of(m, p, stage, stage_layer_ids(m, p, stage), [&](int l) { return layer_params_local(m, p, l); });
-}
-
-StageEdgeParams stage_edge_params(const ModelSpec& m, const PlanSpec& p, int stage) {
-    // The edge terms of stage_params_of, the same counts.
-    StageEdgeParams e;
-    const ParamCounts pc = edge_param_counts(m);
-    const double t = std::max(1, p.tp);
-    if (stage == 0) e.embedding = static_cast<double>(pc.embedding) / t + static_cast<double>(pc.position);
-    if (stage == head_stage(p)) {
-        e.head = static_cast<double>(pc.final_norm) + (m.tied_embeddings ? 0.0 : static_cast<double>(pc.lm_head) / t) +
-                 (head_stage_embedding_copy(m, p) ? static_cast<double>(pc.embedding) / t : 0.0) + mtp_params_local(m, p).total();
-    }
-    return e;
 }
 
 std::vector<TensorDesc> stage_model_states(const ModelSpec& m, const PlanSpec& p, int stage) {

@@ -90,6 +90,8 @@ StageParams stage_params(const ModelSpec& m, const PlanSpec& p, int stage);
 /// tied table's copy, MTP modules). Homed on the host they come up apart from the layers.
 struct StageEdgeParams {
     double embedding = 0, head = 0;
+    double head_expert = 0;  ///< the MTP modules' experts (reduced over edp, not dp)
+    double total() const { return embedding + head + head_expert; }
 };
 StageEdgeParams stage_edge_params(const ModelSpec& m, const PlanSpec& p, int stage);
 /// The head's stage keeps its own copy of the word embedding (Megatron: tied embeddings across
