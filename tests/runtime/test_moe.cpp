@@ -2,6 +2,7 @@
 // differences and by hand, and every parallel variant (DP, ZeRO, PP, CP, recompute, EP, expert TP
 // under SP, shared experts, the router's weights at either end, the optimizer off the GPU) against
 // the single rank: its loss curve, and each expert's weights after the steps.
+#include <array>
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -523,17 +524,24 @@ TEST_CASE("MoE token dropping: capacity, the probs policy, padding, and its grad
     // Splits that route the same tokens follow the single rank's curve and end on its experts'
     // weights: data and expert parallelism and pipelines. (TP with SP and CP route a shard of the
     // tokens each, so their capacities and drops differ, as Megatron-Core's do.)
-    std::vector<Variant> v;
-    PlanSpec p = padded(cpu_plan(1, 1, 2));
-    p.zero_stage = 1;
-    v.push_back({"capacity 1.0, dp 2, ZeRO-1", p});
-    p.ep = 2;
-    v.push_back({"capacity 1.0, dp 2 ep 2, ZeRO-1 (padded rows over the all-to-all)", p});
-    p.recompute = Recompute::full;
-    v.push_back({"capacity 1.0, dp 2 ep 2, full recompute", p});
-    p = padded(cpu_plan(1, 2, 2));
-    p.ep = 2;
-    v.push_back({"capacity 1.0, pp 2 dp 2 ep 2", p});
+    // The same four splits, padded or not: dp 2 with ZeRO-1, then ep 2 (with full recompute), then pp 2.
+    auto splits = [](const std::array<const char*, 4>& names, PlanSpec (*make)(PlanSpec)) {
+        std::vector<Variant> out;
+        PlanSpec p = make(cpu_plan(1, 1, 2));
+        p.zero_stage = 1;
+        out.push_back({names[0], p});
+        p.ep = 2;
+        out.push_back({names[1], p});
+        p.recompute = Recompute::full;
+        out.push_back({names[2], p});
+        p = make(cpu_plan(1, 2, 2));
+        p.ep = 2;
+        out.push_back({names[3], p});
+        return out;
+    };
+    const std::vector<Variant> v = splits({"capacity 1.0, dp 2, ZeRO-1", "capacity 1.0, dp 2 ep 2, ZeRO-1 (padded rows over the all-to-all)",
+                                           "capacity 1.0, dp 2 ep 2, full recompute", "capacity 1.0, pp 2 dp 2 ep 2"},
+                                          padded);
     check_against(m, one, v);
     for (const char* name : {"experts.fc1.weight", "router.weight"}) {
         const std::vector<float> w = replicas_after(m, one, kSteps, name, 2).at(0);
@@ -553,18 +561,11 @@ TEST_CASE("MoE token dropping: capacity, the probs policy, padding, and its grad
     // rows only, however many, and the all-to-alls carry them; the same splits follow the single
     // rank's unpadded curve, which differs from the padded one only where padding changes sums
     // (it adds zero rows), so the two agree closely too.
-    std::vector<Variant> u;
-    u.push_back({"padded, one rank", one});
-    PlanSpec q = cpu_plan(1, 1, 2);
-    q.zero_stage = 1;
-    u.push_back({"unpadded, dp 2, ZeRO-1", q});
-    q.ep = 2;
-    u.push_back({"unpadded, dp 2 ep 2, ZeRO-1", q});
-    q.recompute = Recompute::full;
-    u.push_back({"unpadded, dp 2 ep 2, full recompute", q});
-    q = cpu_plan(1, 2, 2);
-    q.ep = 2;
-    u.push_back({"unpadded, pp 2 dp 2 ep 2", q});
+    std::vector<Variant> u{{"padded, one rank", one}};
+    for (const Variant& x : splits({"unpadded, dp 2, ZeRO-1", "unpadded, dp 2 ep 2, ZeRO-1", "unpadded, dp 2 ep 2, full recompute",
+                                    "unpadded, pp 2 dp 2 ep 2"},
+                                   [](PlanSpec p) { return p; }))
+        u.push_back(x);
     check_against(m, cpu_plan(), u);
     // By hand: unpadded, the expert order holds the kept choices only.
     float r2[4 * 2] = {0, 0.9f, 0, 0.6f, 0, 0.9f, 1, 0.7f};
