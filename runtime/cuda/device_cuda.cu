@@ -1,7 +1,9 @@
-// The runtime's cuda backend (device.hpp): fp32 throughout, as the cpu backend, so that the two
-// backends agree to rounding and the cpu kernels are the reference of every kernel here
-// (tests/runtime/test_cuda.cpp). GEMMs are cuBLAS SGEMMs (plain fp32 math, no TF32, which is what
-// a plan of precision fp32 is priced as). Attention is exact, not flash: per head, Q K^T into a
+// The runtime's cuda backend (device.hpp). Arithmetic is fp32, as the cpu backend's, so that the
+// two backends agree to rounding and the cpu kernels are the reference of every kernel here
+// (tests/runtime/test_cuda.cpp); storage is fp32 or bf16 per buffer, as the plan's precision
+// gives each tensor (bf16 buffers are handed out as handles: see Halves below). GEMMs go through
+// cublasGemmEx: fp32 operands in plain fp32 math (no TF32, which is what a plan of precision fp32
+// is priced as), bf16 operands on the tensor cores with fp32 accumulation. Attention is exact, not flash: per head, Q K^T into a
 // scratch of seq x seq scores by a batched SGEMM, a causal softmax kernel that also writes the
 // log-sum-exp, then P V; the backward recomputes P from the log-sum-exp (the forward saves only
 // out and lse, as the memory model assumes) and runs four more SGEMMs. Everything else is an own
@@ -11,7 +13,9 @@
 // last work that touched it on the others (its last copies, and the kernels issued before it was
 // freed), as PyTorch's caching allocator does with record_stream.
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
@@ -48,6 +52,77 @@ std::string where(const char* file, int line) { return std::string(file) + ":" +
 #define LAUNCHED() CK(cudaGetLastError())
 
 #include "kernels.cuh"  // inside this unnamed namespace
+
+// bf16 buffers. The executor addresses every buffer in floats (the cpu backend holds 2-byte values
+// as rounded floats), so a bf16 buffer of n elements is handed out as a handle: n floats of
+// address space reserved (never mapped, so never touched) for it, whose float k stands for element
+// k of the real 2n bytes on the GPU. resolve() turns an address inside a handle into the real one;
+// an address outside the reservation is fp32 storage as it is.
+class Halves {
+public:
+    Halves() = default;
+    Halves(const Halves&) = delete;
+    Halves& operator=(const Halves&) = delete;
+    ~Halves() {
+        if (base_) munmap(base_, size_);
+    }
+    /// A handle of `span` bytes for the real buffer, or null when the reservation is spent.
+    char* add(char* real, std::size_t span) {
+        if (!base_) reserve();
+        char* h = nullptr;
+        if (auto& spare = free_[span]; !spare.empty()) {
+            h = spare.back();
+            spare.pop_back();
+        } else if (used_ + span <= size_) {
+            h = base_ + used_;
+            used_ += span;
+        } else {
+            return nullptr;
+        }
+        map_[h] = Entry{real, span};
+        return h;
+    }
+    /// The real buffer of a handle, which is given up; null for an address that is no handle.
+    char* remove(char* h) {
+        if (!inside(h)) return nullptr;
+        auto it = map_.find(h);
+        if (it == map_.end()) throw std::runtime_error("cuda: a bf16 buffer released twice, or from its middle");
+        char* real = it->second.real;
+        free_[it->second.span].push_back(h);
+        map_.erase(it);
+        return real;
+    }
+    TV resolve(const void* p) const {
+        char* c = static_cast<char*>(const_cast<void*>(p));
+        if (!inside(c)) return TV{c, 0};
+        auto it = map_.upper_bound(c);
+        if (it == map_.begin() || c > std::prev(it)->first + std::prev(it)->second.span)
+            throw std::runtime_error("cuda: an address in no live bf16 buffer");
+        --it;
+        return TV{it->second.real + (c - it->first) / 2, 1};  // float k of the handle: bf16 k
+    }
+
+private:
+    struct Entry {
+        char* real;
+        std::size_t span;
+    };
+    void reserve() {
+        for (std::size_t size : {std::size_t{1} << 40, std::size_t{1} << 38}) {
+            void* p = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (p == MAP_FAILED) continue;
+            base_ = static_cast<char*>(p);
+            size_ = size;
+            return;
+        }
+        throw std::runtime_error("cuda: no address space could be reserved for bf16 buffers (mmap)");
+    }
+    bool inside(const char* c) const { return base_ && c >= base_ && c < base_ + size_; }
+    char* base_ = nullptr;
+    std::size_t size_ = 0, used_ = 0;
+    std::map<char*, Entry> map_;
+    std::map<std::size_t, std::vector<char*>> free_;
+};
 
 class CudaDevice final : public Device {
     // Every cudaEvent_t below is owned by one place: a Use's last copy on a lane, a FreeBlock's
@@ -97,14 +172,28 @@ public:
             for (cudaEvent_t e : u.last) if (e) cudaEventDestroy(e);
         cudaFree(sum_);
         cudaFree(scratch_);
+        cudaFree(wide_);
+        for (float* st : staging_) cudaFree(st);
         cublasDestroy(blas_);
         for (auto& l : lanes_) cudaStreamDestroy(l);
     }
 
     std::string describe() const override { return desc_; }
 
-    float* alloc(i64 n) override {
-        const std::size_t bytes = round_up(static_cast<std::size_t>(std::max<i64>(n, 1)) * sizeof(float));
+    float* alloc(i64 n, bool bf16) override {
+        if (!bf16) return static_cast<float*>(alloc_block(elem_bytes(n, false)));
+        void* real = alloc_block(elem_bytes(n, true));
+        if (!real) return nullptr;
+        char* handle = halves_.add(static_cast<char*>(real), elem_bytes(n, false));
+        if (!handle) release_block(real, elem_bytes(n, true));
+        return reinterpret_cast<float*>(handle);
+    }
+    void release(float* p, i64 n) override {
+        if (!p) return;
+        if (char* real = halves_.remove(reinterpret_cast<char*>(p))) release_block(real, elem_bytes(n, true));
+        else release_block(p, elem_bytes(n, false));
+    }
+    void* alloc_block(std::size_t bytes) {
         void* p = nullptr;
         auto& list = cache_[bytes];
         if (!list.empty()) {
@@ -131,10 +220,9 @@ public:
         }
         live_[static_cast<char*>(p)] = Use{bytes, {}};
         CK(cudaMemsetAsync(p, 0, bytes, stream_));
-        return static_cast<float*>(p);
+        return p;
     }
-    void release(float* p, i64 n) override {
-        if (!p) return;
+    void release_block(void* p, std::size_t bytes) {
         FreeBlock b{p, {}};
         if (auto it = live_.find(reinterpret_cast<char*>(p)); it != live_.end()) {
             for (int l = 0; l < lane_count; ++l) b.fence[l] = it->second.last[l];
@@ -143,7 +231,7 @@ public:
         // Kernels do not say what they touch: everything the compute lane was given so far.
         if (!b.fence[lane_compute]) b.fence[lane_compute] = event();
         CK(cudaEventRecord(b.fence[lane_compute], lanes_[lane_compute]));
-        cache_[round_up(static_cast<std::size_t>(std::max<i64>(n, 1)) * sizeof(float))].push_back(b);
+        cache_[bytes].push_back(b);
     }
     float* alloc_host(i64 n) override {
         void* p = nullptr;
@@ -168,19 +256,17 @@ public:
     }
     void copy(float* dst, const float* src, i64 n) override {
         if (n <= 0 || dst == src) return;
-        CK(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * sizeof(float), cudaMemcpyDefault, stream_));
-        cudaPointerAttributes a{}, b{};
-        CK(cudaPointerGetAttributes(&a, dst));
-        CK(cudaPointerGetAttributes(&b, src));
-        if (a.type != cudaMemoryTypeDevice || b.type != cudaMemoryTypeDevice) CK(cudaStreamSynchronize(stream_));
+        const TV a = tv(dst), b = tv(src);
+        move(a, b, n);
+        if (!on_device(a.p) || !on_device(b.p)) CK(cudaStreamSynchronize(stream_));
     }
     void copy_async(float* dst, const float* src, i64 n) override {
         if (n <= 0 || dst == src) return;
-        const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
-        CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
+        const TV a = tv(dst), b = tv(src);
+        move(a, b, n);
         // The allocations at both ends remember this copy (an event each: one owner an event):
         // their next user on another lane waits for it.
-        for (const void* end : {static_cast<const void*>(dst), static_cast<const void*>(src)}) {
+        for (const void* end : {static_cast<const void*>(a.p), static_cast<const void*>(b.p)}) {
             Use* u = use_of(end);
             if (!u) continue;
             cudaEvent_t& slot = u->last[lane_];
@@ -226,7 +312,8 @@ public:
         return true;
     }
     void zero(float* p, i64 n) override {  // a kernel's: on the compute lane
-        if (n > 0) CK(cudaMemsetAsync(p, 0, static_cast<std::size_t>(n) * sizeof(float), lanes_[lane_compute]));
+        const TV t = tv(p);
+        if (n > 0) CK(cudaMemsetAsync(t.p, 0, static_cast<std::size_t>(n) * (t.bf16 ? 2 : 4), lanes_[lane_compute]));
     }
     void sync() override {
         for (auto& l : lanes_) CK(cudaStreamSynchronize(l));
@@ -235,7 +322,7 @@ public:
         cudaStream_t ks = lanes_[lane_compute];  // a kernel's
         CK(cudaMemsetAsync(sum_, 0, sizeof(double), ks));
         if (n > 0) {
-            k_sum<<<std::min<unsigned>(blocks_for(n), 1024), kThreads, 0, ks>>>(sum_, p, n);
+            k_sum<<<std::min<unsigned>(blocks_for(n), 1024), kThreads, 0, ks>>>(sum_, tv(p), n);
             LAUNCHED();
         }
         double h = 0;
@@ -271,60 +358,79 @@ public:
         }
     }
 
-    // Row-major C[M,N] = op(A) op(B) (batched with strides): cuBLAS sees the transposes.
+    // Row-major C[M,N] = op(A) op(B) (batched with strides): cuBLAS sees the transposes. fp32
+    // operands in plain fp32 math; bf16 A and B on the tensor cores into a bf16 or fp32 C (the fp32
+    // gradient accumulated in place: Megatron's fused wgrad into main_grad). Other mixes (none in
+    // today's dataflow) are widened to fp32 first.
+    void gemm(bool ta, bool tb, i64 M, i64 N, i64 K, TV A, i64 lda, i64 sa, TV B, i64 ldb, i64 sb, TV C, i64 ldc, i64 sc, i64 batch,
+              float alpha, float beta) {
+        if (A.bf16 != B.bf16 || (C.bf16 && !A.bf16)) {
+            if (batch != 1) throw std::runtime_error("cuda: a batched GEMM of mixed widths");
+            const i64 na = (ta ? K : M) * lda, nb = (tb ? N : K) * ldb, nc = M * ldc;
+            float* w = wide_scratch(na + nb + nc);
+            const TV wa{w, 0}, wb{w + na, 0}, wc{w + na + nb, 0};
+            for (auto [to, from, n] : {std::tuple<TV, TV, i64>{wa, A, na}, {wb, B, nb}, {wc, C, beta != 0 ? nc : 0}})
+                launch1(k_convert, n, to, from, n);
+            gemm(ta, tb, M, N, K, wa, lda, 0, wb, ldb, 0, wc, ldc, 0, 1, alpha, beta);
+            launch1(k_convert, nc, C, wc, nc);
+            return;
+        }
+        const cudaDataType ab = A.bf16 ? CUDA_R_16BF : CUDA_R_32F, c = C.bf16 ? CUDA_R_16BF : CUDA_R_32F;
+        CB(cublasGemmStridedBatchedEx(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(N),
+                                      static_cast<int>(M), static_cast<int>(K), &alpha, B.p, ab, static_cast<int>(ldb), sb, A.p, ab,
+                                      static_cast<int>(lda), sa, &beta, C.p, c, static_cast<int>(ldc), sc, static_cast<int>(batch),
+                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
     void gemm(bool ta, bool tb, i64 M, i64 N, i64 K, const float* A, i64 lda, i64 sa, const float* B, i64 ldb, i64 sb, float* C,
-              i64 ldc, i64 sc, i64 batch, float alpha, float beta) {
-        CB(cublasSgemmStridedBatched(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(N),
-                                     static_cast<int>(M), static_cast<int>(K), &alpha, B, static_cast<int>(ldb), sb, A,
-                                     static_cast<int>(lda), sa, &beta, C, static_cast<int>(ldc), sc, static_cast<int>(batch)));
+              i64 ldc, i64 sc, i64 batch, float alpha, float beta) {  // the kernels' own fp32 scratch
+        gemm(ta, tb, M, N, K, TV{const_cast<float*>(A), 0}, lda, sa, TV{const_cast<float*>(B), 0}, ldb, sb, TV{C, 0}, ldc, sc, batch,
+             alpha, beta);
     }
 
     void matmul_forward(float* y, const float* x, const float* w, const float* b, i64 T, i64 K, i64 N) override {
-        gemm(false, true, T, N, K, x, K, 0, w, K, 0, y, N, 0, 1, 1.0f, 0.0f);
-        if (b) {
-            k_bias_rows<<<blocks_for(T * N), kThreads, 0, lanes_[lane_compute]>>>(y, b, T, N);
-            LAUNCHED();
-        }
+        gemm(false, true, T, N, K, tv(x), K, 0, tv(w), K, 0, tv(y), N, 0, 1, 1.0f, 0.0f);
+        if (b) launch1(k_bias_rows, T * N, tv(y), tv(b), T, N);
     }
     void matmul_dgrad(float* dx, const float* dy, const float* w, i64 T, i64 K, i64 N) override {
-        gemm(false, false, T, K, N, dy, N, 0, w, K, 0, dx, K, 0, 1, 1.0f, 0.0f);
+        gemm(false, false, T, K, N, tv(dy), N, 0, tv(w), K, 0, tv(dx), K, 0, 1, 1.0f, 0.0f);
     }
     void matmul_wgrad(float* dw, float* db, const float* x, const float* dy, i64 T, i64 K, i64 N) override {
-        gemm(true, false, N, K, T, dy, N, 0, x, K, 0, dw, K, 0, 1, 1.0f, 1.0f);
+        gemm(true, false, N, K, T, tv(dy), N, 0, tv(x), K, 0, tv(dw), K, 0, 1, 1.0f, 1.0f);
         if (db) bias_grad(db, dy, T, N);
     }
     void bias_grad(float* db, const float* d, i64 T, i64 N) override {
         if (T == 0 || N == 0) return;
-        k_col_sum<<<col_grid(T, N), dim3(32, kColLanes), 0, lanes_[lane_compute]>>>(db, d, T, N);
+        k_col_sum<<<col_grid(T, N), dim3(32, kColLanes), 0, lanes_[lane_compute]>>>(tv(db), tv(d), T, N);
         LAUNCHED();
     }
     void norm_forward(float* y, const float* x, const float* w, const float* b, i64 T, i64 C) override {
         if (T == 0) return;
-        k_norm_fwd<<<static_cast<unsigned>(T), kThreads, 0, lanes_[lane_compute]>>>(y, x, w, b, C);
+        k_norm_fwd<<<static_cast<unsigned>(T), kThreads, 0, lanes_[lane_compute]>>>(tv(y), tv(x), tv(w), tv(b), C);
         LAUNCHED();
     }
     void norm_backward(float* dx, float* dw, float* db, const float* x, const float* dy, const float* w, const float* residual,
                        bool layernorm, i64 T, i64 C) override {
         if (T == 0) return;
-        float* stats = scratch(2 * T);
-        k_norm_bwd_dx<<<static_cast<unsigned>(T), kThreads, 0, lanes_[lane_compute]>>>(dx, stats, x, dy, w, residual, layernorm, C);
+        const TV stats{scratch(2 * T), 0};
+        k_norm_bwd_dx<<<static_cast<unsigned>(T), kThreads, 0, lanes_[lane_compute]>>>(tv(dx), stats, tv(x), tv(dy), tv(w), tv(residual),
+                                                                                         layernorm, C);
         LAUNCHED();
-        k_norm_bwd_dw<<<col_grid(T, C), dim3(32, kColLanes), 0, lanes_[lane_compute]>>>(dw, db, x, dy, stats, T, C);
+        k_norm_bwd_dw<<<col_grid(T, C), dim3(32, kColLanes), 0, lanes_[lane_compute]>>>(tv(dw), tv(db), tv(x), tv(dy), stats, T, C);
         LAUNCHED();
     }
-    void gelu_forward(float* y, const float* x, i64 n) override { launch1(k_gelu_fwd, n, y, x, n); }
-    void gelu_backward(float* dx, const float* x, const float* dy, i64 n) override { launch1(k_gelu_bwd, n, dx, x, dy, n); }
-    void swiglu_forward(float* y, const float* x, i64 T, i64 F) override { launch1(k_swiglu_fwd, T * F, y, x, T, F); }
+    void gelu_forward(float* y, const float* x, i64 n) override { launch1(k_gelu_fwd, n, tv(y), tv(x), n); }
+    void gelu_backward(float* dx, const float* x, const float* dy, i64 n) override { launch1(k_gelu_bwd, n, tv(dx), tv(x), tv(dy), n); }
+    void swiglu_forward(float* y, const float* x, i64 T, i64 F) override { launch1(k_swiglu_fwd, T * F, tv(y), tv(x), T, F); }
     void swiglu_backward(float* dx, const float* x, const float* dy, i64 T, i64 F) override {
-        launch1(k_swiglu_bwd, T * F, dx, x, dy, T, F);
+        launch1(k_swiglu_bwd, T * F, tv(dx), tv(x), tv(dy), T, F);
     }
-    void relu2_forward(float* y, const float* x, i64 n) override { launch1(k_relu2_fwd, n, y, x, n); }
-    void relu2_backward(float* dx, const float* x, const float* dy, i64 n) override { launch1(k_relu2_bwd, n, dx, x, dy, n); }
+    void relu2_forward(float* y, const float* x, i64 n) override { launch1(k_relu2_fwd, n, tv(y), tv(x), n); }
+    void relu2_backward(float* dx, const float* x, const float* dy, i64 n) override { launch1(k_relu2_bwd, n, tv(dx), tv(x), tv(dy), n); }
     void add(float* out, const float* a, const float* b, const float* bias, i64 T, i64 C) override {
-        launch1(k_add, T * C, out, a, b, bias, T, C);
+        launch1(k_add, T * C, tv(out), tv(a), tv(b), tv(bias), T, C);
     }
     void rope(float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, bool inverse) override {
-        launch1(k_rope, T * (hq + hkv) * (d / 2), qkv, T, seq, hq + hkv, (hq + 2 * hkv) * d, d, inverse ? -1.0f : 1.0f);
+        launch1(k_rope, T * (hq + hkv) * (d / 2), tv(qkv), T, seq, hq + hkv, (hq + 2 * hkv) * d, d, inverse ? -1.0f : 1.0f);
     }
 
     // Causal attention as batched SGEMMs over every (sequence, head), in row blocks of queries so
@@ -349,21 +455,21 @@ public:
         const float scale = 1.0f / std::sqrt(static_cast<float>(d));
         float* Q = scratch(4 * n + a.chunk * ss);
         float *K = Q + n, *V = K + n, *O = V + n, *S = O + n;
-        launch1(k_attn_split, n, Q, K, V, qkv, seq, hq, hkv, d, n);
+        launch1(k_attn_split, n, Q, K, V, tv(qkv), seq, hq, hkv, d, n);
         for (i64 i0 = 0; i0 < a.items; i0 += a.chunk) {
             const i64 ni = std::min(a.chunk, a.items - i0);
             for (i64 k = 0; k < a.blocks; ++k) {  // S[rows of block k, keys up to its last query]
                 const i64 r0 = k * a.rows, m = std::min(a.rows, seq - r0), keys = r0 + m;
                 gemm(false, true, m, keys, d, Q + i0 * hs + r0 * d, d, hs, K + i0 * hs, d, hs, S + r0 * seq, seq, ss, ni, 1.0f, 0.0f);
             }
-            k_softmax_causal<<<dim3(static_cast<unsigned>(seq), static_cast<unsigned>(ni)), kThreads, 0, lanes_[lane_compute]>>>(S, lse, seq, hq, i0, scale, drop);
+            k_softmax_causal<<<dim3(static_cast<unsigned>(seq), static_cast<unsigned>(ni)), kThreads, 0, lanes_[lane_compute]>>>(S, tv(lse), seq, hq, i0, scale, drop);
             LAUNCHED();
             for (i64 k = 0; k < a.blocks; ++k) {  // O[block k] = P[block k, keys] V[keys]
                 const i64 r0 = k * a.rows, m = std::min(a.rows, seq - r0), keys = r0 + m;
                 gemm(false, false, m, d, keys, S + r0 * seq, seq, ss, V + i0 * hs, d, hs, O + i0 * hs + r0 * d, d, hs, ni, 1.0f, 0.0f);
             }
         }
-        launch1(k_attn_heads, n, out, O, seq, hq, d, n, true);
+        launch1(k_attn_heads, n, tv(out), TV{O, 0}, seq, hq, d, n, true);
     }
     void attention_backward(float* dqkv, const float* qkv, const float* out, const float* lse, const float* dout, i64 T, i64 seq,
                             i64 hq, i64 hkv, i64 d, const Dropout& drop) override {
@@ -373,9 +479,9 @@ public:
         float* Q = scratch(8 * n + a.items * seq + 2 * a.chunk * ss);
         float *K = Q + n, *V = K + n, *O = V + n, *dO = O + n, *dQ = dO + n, *dK = dQ + n, *dV = dK + n;
         float *D = dV + n, *S = D + a.items * seq, *dP = S + a.chunk * ss;
-        launch1(k_attn_split, n, Q, K, V, qkv, seq, hq, hkv, d, n);
-        launch1(k_attn_heads, n, O, out, seq, hq, d, n, false);
-        launch1(k_attn_heads, n, dO, dout, seq, hq, d, n, false);
+        launch1(k_attn_split, n, Q, K, V, tv(qkv), seq, hq, hkv, d, n);
+        launch1(k_attn_heads, n, TV{O, 0}, tv(out), seq, hq, d, n, false);
+        launch1(k_attn_heads, n, TV{dO, 0}, tv(dout), seq, hq, d, n, false);
         zero(dK, 2 * n);  // dK and dV accumulate over the query blocks
         const i64 rows = a.items * seq;
         k_attn_rowdot<<<static_cast<unsigned>((rows + 7) / 8), dim3(32, 8), 0, lanes_[lane_compute]>>>(D, dO, O, d, rows);
@@ -387,7 +493,7 @@ public:
                 gemm(false, true, m, keys, d, Q + q0 + r0 * d, d, hs, K + q0, d, hs, S + r0 * seq, seq, ss, ni, 1.0f, 0.0f);
                 gemm(false, true, m, keys, d, dO + q0 + r0 * d, d, hs, V + q0, d, hs, dP + r0 * seq, seq, ss, ni, 1.0f, 0.0f);
             }
-            k_softmax_causal_bwd<<<dim3(static_cast<unsigned>(seq), static_cast<unsigned>(ni)), kThreads, 0, lanes_[lane_compute]>>>(S, dP, lse, D, seq, hq,
+            k_softmax_causal_bwd<<<dim3(static_cast<unsigned>(seq), static_cast<unsigned>(ni)), kThreads, 0, lanes_[lane_compute]>>>(S, dP, tv(lse), D, seq, hq,
                                                                                                                       i0, scale, drop);
             LAUNCHED();
             for (i64 k = 0; k < a.blocks; ++k) {
@@ -398,44 +504,44 @@ public:
                 gemm(true, false, keys, d, m, dP + r0 * seq, seq, ss, Q + q0 + r0 * d, d, hs, dK + q0, d, hs, ni, 1.0f, 1.0f);
             }
         }
-        launch1(k_attn_merge_grads, T * (hq + 2 * hkv) * d, dqkv, dQ, dK, dV, seq, hq, hkv, d, T * (hq + 2 * hkv) * d);
+        launch1(k_attn_merge_grads, T * (hq + 2 * hkv) * d, tv(dqkv), dQ, dK, dV, seq, hq, hkv, d, T * (hq + 2 * hkv) * d);
     }
     void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, i64 seq, const Dropout& drop) override {
-        launch1(k_dropout_fwd, T * C, y, mask, x, T * C, C, seq, drop);
+        launch1(k_dropout_fwd, T * C, tv(y), tv(mask), tv(x), T * C, C, seq, drop);
     }
     void dropout_add(float* out, float* mask, const float* a, const float* b, const float* bias, i64 T, i64 C, i64 seq,
                      const Dropout& drop) override {
-        launch1(k_dropout_add, T * C, out, mask, a, b, bias, T * C, C, seq, drop);
+        launch1(k_dropout_add, T * C, tv(out), tv(mask), tv(a), tv(b), tv(bias), T * C, C, seq, drop);
     }
-    void mul(float* out, const float* a, const float* b, i64 n) override { launch1(k_mul, n, out, a, b, n); }
+    void mul(float* out, const float* a, const float* b, i64 n) override { launch1(k_mul, n, tv(out), tv(a), tv(b), n); }
     void embedding_forward(float* out, const float* tokens, const float* table, i64 first, i64 rows, i64 T, i64 C) override {
-        launch1(k_embedding_fwd, T * C, out, tokens, table, first, rows, T, C);
+        launch1(k_embedding_fwd, T * C, tv(out), tv(tokens), tv(table), first, rows, T, C);
     }
     void embedding_backward(float* dtable, const float* tokens, const float* dout, i64 first, i64 rows, i64 T, i64 C) override {
-        launch1(k_embedding_bwd, T * C, dtable, tokens, dout, first, rows, T, C);
+        launch1(k_embedding_bwd, T * C, tv(dtable), tv(tokens), tv(dout), first, rows, T, C);
     }
     void position_forward(float* out, const float* e, const float* pos, i64 row0, i64 rows_out, i64 seq, i64 C) override {
-        launch1(k_position_fwd, rows_out * C, out, e, pos, row0, rows_out, seq, C);
+        launch1(k_position_fwd, rows_out * C, tv(out), tv(e), tv(pos), row0, rows_out, seq, C);
     }
     void position_backward(float* dpos, const float* d, i64 T, i64 seq, i64 C) override {
-        launch1(k_position_bwd, std::min(T, seq) * C, dpos, d, T, seq, C);
+        launch1(k_position_bwd, std::min(T, seq) * C, tv(dpos), tv(d), T, seq, C);
     }
     void loss_stats(float* stats, const float* logits, const float* tokens, i64 first, i64 T, i64 V) override {
         if (T == 0) return;
-        k_loss_stats<<<static_cast<unsigned>(T), 1024, 0, lanes_[lane_compute]>>>(stats, logits, tokens, first, V);
+        k_loss_stats<<<static_cast<unsigned>(T), 1024, 0, lanes_[lane_compute]>>>(tv(stats), tv(logits), tv(tokens), first, V);
         LAUNCHED();
     }
-    void loss_combine(float* loss, float* lse, const float* stats, i64 n, i64 T) override { launch1(k_loss_combine, T, loss, lse, stats, n, T); }
+    void loss_combine(float* loss, float* lse, const float* stats, i64 n, i64 T) override { launch1(k_loss_combine, T, tv(loss), tv(lse), tv(stats), n, T); }
     void loss_backward(float* dlogits, const float* logits, const float* tokens, const float* stats, i64 shards, i64 first, i64 T,
                        i64 V, float scale) override {
         if (T == 0) return;
-        k_loss_bwd<<<static_cast<unsigned>(T), 1024, 0, lanes_[lane_compute]>>>(dlogits, logits, tokens, stats, shards, first, T, V, scale);
+        k_loss_bwd<<<static_cast<unsigned>(T), 1024, 0, lanes_[lane_compute]>>>(tv(dlogits), tv(logits), tv(tokens), tv(stats), shards, first, T, V, scale);
         LAUNCHED();
     }
     void adamw(float* p, float* m, float* v, const float* g, const unsigned char* decay, i64 n, float lr, float b1, float b2, float eps,
                float wd, int step) override {
         const float c1 = 1.0f - std::pow(b1, static_cast<float>(step)), c2 = 1.0f - std::pow(b2, static_cast<float>(step));
-        launch1(k_adamw, n, p, m, v, g, decay, n, lr, b1, b2, eps, wd, c1, c2);
+        launch1(k_adamw, n, tv(p), tv(m), tv(v), tv(g), decay, n, lr, b1, b2, eps, wd, c1, c2);
     }
     void adamw_ranges(float* p, float* m, float* v, const float* g, const std::vector<i64>& begin, const std::vector<i64>& len,
                       const std::vector<float>& wd, float lr, float b1, float b2, float eps, int step) override {
@@ -458,7 +564,7 @@ public:
         }
         const float c1 = 1.0f - std::pow(b1, static_cast<float>(step)), c2 = 1.0f - std::pow(b2, static_cast<float>(step));
         k_adamw_chunks<<<static_cast<unsigned>(cached.host.size()), kThreads, 0, lanes_[lane_compute]>>>(
-            p, m, v, g, static_cast<const AdamChunk*>(cached.dev), lr, b1, b2, eps, c1, c2);
+            tv(p), tv(m), tv(v), tv(g), static_cast<const AdamChunk*>(cached.dev), lr, b1, b2, eps, c1, c2);
         LAUNCHED();
     }
 
@@ -470,6 +576,52 @@ private:
         LAUNCHED();
     }
     static std::size_t round_up(std::size_t b) { return (b + 511) / 512 * 512; }
+    static std::size_t elem_bytes(i64 n, bool bf16) { return round_up(static_cast<std::size_t>(std::max<i64>(n, 1)) * (bf16 ? 2 : 4)); }
+    TV tv(const float* p) const { return halves_.resolve(p); }
+    static bool on_device(const void* p) {
+        cudaPointerAttributes a{};
+        CK(cudaPointerGetAttributes(&a, p));
+        return a.type == cudaMemoryTypeDevice;
+    }
+    // n elements from b to a on the current lane: a byte copy when both have one width, else a
+    // conversion on the GPU, through this lane's staging buffer where one end is host memory (the
+    // host's buffers hold fp32). The staging buffer is reused in the lane's order.
+    void move(TV a, TV b, i64 n) {
+        if (a.bf16 == b.bf16) {
+            CK(cudaMemcpyAsync(a.p, b.p, static_cast<std::size_t>(n) * (a.bf16 ? 2 : 4), cudaMemcpyDefault, stream_));
+            return;
+        }
+        const bool da = on_device(a.p), db = on_device(b.p);
+        if (da && db) {
+            k_convert<<<blocks_for(n), kThreads, 0, stream_>>>(a, b, n);
+            LAUNCHED();
+            return;
+        }
+        float*& st = staging_[lane_];
+        if (!st) {
+            if (cudaMalloc(&st, kStagingFloats * sizeof(float)) != cudaSuccess) {
+                cudaGetLastError();
+                drop_cache();
+                CK(cudaMalloc(&st, kStagingFloats * sizeof(float)));
+            }
+            reserved_ += static_cast<double>(kStagingFloats * sizeof(float));
+            reserved_peak_ = std::max(reserved_peak_, reserved_);
+        }
+        for (i64 at = 0; at < n; at += kStagingFloats) {
+            const i64 k = std::min<i64>(kStagingFloats, n - at);
+            if (da) {  // host fp32 -> device bf16
+                CK(cudaMemcpyAsync(st, static_cast<const float*>(b.p) + at, static_cast<std::size_t>(k) * sizeof(float), cudaMemcpyDefault,
+                                   stream_));
+                k_convert<<<blocks_for(k), kThreads, 0, stream_>>>(a + at, TV{st, 0}, k);
+                LAUNCHED();
+            } else {  // device bf16 -> host fp32
+                k_convert<<<blocks_for(k), kThreads, 0, stream_>>>(TV{st, 0}, b + at, k);
+                LAUNCHED();
+                CK(cudaMemcpyAsync(static_cast<float*>(a.p) + at, st, static_cast<std::size_t>(k) * sizeof(float), cudaMemcpyDefault,
+                                   stream_));
+            }
+        }
+    }
     void drop_cache() {
         sync();
         for (auto& [bytes, list] : cache_)
@@ -504,24 +656,26 @@ private:
     }
     // The kernels' own workspace (attention's scores, a norm's row statistics): grown when needed,
     // outside the tiers the Program accounts for (reserved_bytes counts it).
-    float* scratch(i64 n) {
+    float* scratch(i64 n) { return grow(scratch_, scratch_bytes_, n); }
+    float* wide_scratch(i64 n) { return grow(wide_, wide_bytes_, n); }  ///< a mixed-width GEMM's fp32 operands
+    float* grow(void*& buf, std::size_t& have, i64 n) {
         const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
-        if (bytes > scratch_bytes_) {
+        if (bytes > have) {
             sync();
-            if (scratch_) cudaFree(scratch_);
-            reserved_ -= static_cast<double>(scratch_bytes_);
-            scratch_ = nullptr;
-            scratch_bytes_ = 0;
-            if (cudaMalloc(&scratch_, bytes) != cudaSuccess) {
+            if (buf) cudaFree(buf);
+            reserved_ -= static_cast<double>(have);
+            buf = nullptr;
+            have = 0;
+            if (cudaMalloc(&buf, bytes) != cudaSuccess) {
                 cudaGetLastError();
                 drop_cache();
-                CK(cudaMalloc(&scratch_, bytes));
+                CK(cudaMalloc(&buf, bytes));
             }
-            scratch_bytes_ = bytes;
+            have = bytes;
             reserved_ += static_cast<double>(bytes);
             reserved_peak_ = std::max(reserved_peak_, reserved_);
         }
-        return static_cast<float*>(scratch_);
+        return static_cast<float*>(buf);
     }
 
     cudaStream_t lanes_[lane_count] = {};
@@ -531,8 +685,11 @@ private:
     std::vector<cudaEvent_t> program_events_, spare_;
     cublasHandle_t blas_ = nullptr;
     double* sum_ = nullptr;
-    void* scratch_ = nullptr;
-    std::size_t scratch_bytes_ = 0;
+    void *scratch_ = nullptr, *wide_ = nullptr;
+    std::size_t scratch_bytes_ = 0, wide_bytes_ = 0;
+    static constexpr i64 kStagingFloats = i64{1} << 24;  ///< 64 MiB a lane, for copies that convert
+    float* staging_[lane_count] = {};
+    Halves halves_;
     std::map<std::size_t, std::vector<FreeBlock>> cache_;
     double reserved_ = 0, reserved_peak_ = 0;
     std::vector<cudaEvent_t> events_;

@@ -1,7 +1,41 @@
 // The cuda backend's kernels (device_cuda.cu launches them): each keeps the contract of its
-// namesake in cpu_kernels.hpp, fp32, in the style of llm.c's reference kernels. Included by the one
-// .cu file of the module, inside its unnamed namespace.
+// namesake in cpu_kernels.hpp, in the style of llm.c's reference kernels. Included by the one .cu
+// file of the module, inside its unnamed namespace. Operands the executor owns are TVs: fp32 or
+// bf16 storage, each read as float and written rounded to its width (llm.c's floatX, chosen per
+// operand at run time, since a bf16 plan keeps statistics, masters and some gradients in fp32).
+// Arithmetic is fp32 throughout, as the cpu backend's, which rounds what it writes to bf16.
 #pragma once
+
+// One element of a TV: reads as float, assignment rounds to the storage (to nearest even).
+struct TRef {
+    void* p;
+    int bf16;
+    i64 i;
+    __device__ operator float() const {
+        return bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]) : static_cast<const float*>(p)[i];
+    }
+    __device__ const TRef& operator=(float v) const {
+        if (bf16) static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+        else static_cast<float*>(p)[i] = v;
+        return *this;
+    }
+    __device__ const TRef& operator=(const TRef& o) const { return *this = static_cast<float>(o); }
+    __device__ const TRef& operator+=(float v) const { return *this = static_cast<float>(*this) + v; }
+    __device__ const TRef& operator-=(float v) const { return *this = static_cast<float>(*this) - v; }
+};
+struct TV {
+    void* p = nullptr;
+    int bf16 = 0;
+    __host__ __device__ TRef operator[](i64 i) const { return TRef{p, bf16, i}; }
+    __host__ __device__ TV operator+(i64 k) const {
+        return TV{p ? static_cast<char*>(p) + k * (bf16 ? 2 : 4) : nullptr, bf16};
+    }
+    __host__ __device__ explicit operator bool() const { return p != nullptr; }
+};
+__device__ void atomic_add(TV t, i64 i, float v) {
+    if (t.bf16) atomicAdd(static_cast<__nv_bfloat16*>(t.p) + i, __float2bfloat16_rn(v));
+    else atomicAdd(static_cast<float*>(t.p) + i, v);
+}
 
 constexpr float kNormEps = 1e-5f;
 constexpr float kGeluC = 0.7978845608028654f;
@@ -33,7 +67,7 @@ __device__ float block_sum(float v, float* sh) { return block_reduce<warp_sum>(v
 __device__ float block_max(float v, float* sh) { return block_reduce<warp_max>(v, sh, -INFINITY); }
 
 // ---- elementwise ----
-__global__ void k_bias_rows(float* y, const float* b, i64 T, i64 N) {
+__global__ void k_bias_rows(TV y, TV b, i64 T, i64 N) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i < T * N) y[i] += b[i % N];
 }
@@ -45,7 +79,7 @@ constexpr i64 kRowsPerBlock = 256;
 dim3 col_grid(i64 T, i64 N) {
     return dim3(static_cast<unsigned>((N + 31) / 32), static_cast<unsigned>(std::max<i64>(1, (T + kRowsPerBlock - 1) / kRowsPerBlock)));
 }
-__global__ void k_col_sum(float* db, const float* d, i64 T, i64 N) {
+__global__ void k_col_sum(TV db, TV d, i64 T, i64 N) {
     __shared__ float sh[kColLanes][33];
     const i64 n = blockIdx.x * 32 + threadIdx.x;
     const i64 r0 = blockIdx.y * kRowsPerBlock, r1 = min(T, r0 + kRowsPerBlock);
@@ -57,16 +91,16 @@ __global__ void k_col_sum(float* db, const float* d, i64 T, i64 N) {
     if (threadIdx.y == 0 && n < N) {
         float tot = 0;
         for (int k = 0; k < kColLanes; ++k) tot += sh[k][threadIdx.x];
-        atomicAdd(db + n, tot);
+        atomic_add(db, n, tot);
     }
 }
-__global__ void k_gelu_fwd(float* y, const float* x, i64 n) {
+__global__ void k_gelu_fwd(TV y, TV x, i64 n) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i >= n) return;
     const float v = x[i];
     y[i] = 0.5f * v * (1.0f + tanhf(kGeluC * (v + 0.044715f * v * v * v)));
 }
-__global__ void k_gelu_bwd(float* dx, const float* x, const float* dy, i64 n) {
+__global__ void k_gelu_bwd(TV dx, TV x, TV dy, i64 n) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i >= n) return;
     const float v = x[i];
@@ -74,14 +108,14 @@ __global__ void k_gelu_bwd(float* dx, const float* x, const float* dy, i64 n) {
     const float du = kGeluC * (1.0f + 3.0f * 0.044715f * v * v);
     dx[i] = dy[i] * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du);
 }
-__global__ void k_swiglu_fwd(float* y, const float* x, i64 T, i64 F) {
+__global__ void k_swiglu_fwd(TV y, TV x, i64 T, i64 F) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i >= T * F) return;
     const i64 t = i / F, f = i % F;
     const float g = x[t * 2 * F + f], u = x[t * 2 * F + F + f];
     y[i] = g / (1.0f + expf(-g)) * u;
 }
-__global__ void k_swiglu_bwd(float* dx, const float* x, const float* dy, i64 T, i64 F) {
+__global__ void k_swiglu_bwd(TV dx, TV x, TV dy, i64 T, i64 F) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i >= T * F) return;
     const i64 t = i / F, f = i % F;
@@ -90,15 +124,15 @@ __global__ void k_swiglu_bwd(float* dx, const float* x, const float* dy, i64 T, 
     dx[t * 2 * F + f] = d * u * s * (1.0f + g * (1.0f - s));
     dx[t * 2 * F + F + f] = d * g * s;
 }
-__global__ void k_relu2_fwd(float* y, const float* x, i64 n) {
+__global__ void k_relu2_fwd(TV y, TV x, i64 n) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i < n) y[i] = x[i] > 0 ? x[i] * x[i] : 0.0f;
 }
-__global__ void k_relu2_bwd(float* dx, const float* x, const float* dy, i64 n) {
+__global__ void k_relu2_bwd(TV dx, TV x, TV dy, i64 n) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i < n) dx[i] = x[i] > 0 ? 2.0f * x[i] * dy[i] : 0.0f;
 }
-__global__ void k_add(float* out, const float* a, const float* b, const float* bias, i64 T, i64 C) {
+__global__ void k_add(TV out, TV a, TV b, TV bias, i64 T, i64 C) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i < T * C) out[i] = a[i] + b[i] + (bias ? bias[i % C] : 0.0f);
 }
@@ -108,14 +142,14 @@ __device__ float hidden_drop(const Dropout& d, i64 i, i64 C, i64 seq) {
     const i64 row = d.row0 + i / C;
     return dropout_scale(d.key, dropout_token(d, row / seq, seq, row % seq), static_cast<std::uint64_t>(i % C), d.p);
 }
-__global__ void k_dropout_fwd(float* y, float* mask, const float* x, i64 n, i64 C, i64 seq, Dropout d) {
+__global__ void k_dropout_fwd(TV y, TV mask, TV x, i64 n, i64 C, i64 seq, Dropout d) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i >= n) return;
     const float z = hidden_drop(d, i, C, seq);
     mask[i] = z;
     y[i] = x[i] * z;
 }
-__global__ void k_dropout_add(float* out, float* mask, const float* a, const float* b, const float* bias, i64 n, i64 C, i64 seq,
+__global__ void k_dropout_add(TV out, TV mask, TV a, TV b, TV bias, i64 n, i64 C, i64 seq,
                               Dropout d) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i >= n) return;
@@ -123,14 +157,18 @@ __global__ void k_dropout_add(float* out, float* mask, const float* a, const flo
     mask[i] = z;
     out[i] = a[i] + z * (b[i] + (bias ? bias[i % C] : 0.0f));
 }
-__global__ void k_mul(float* out, const float* a, const float* b, i64 n) {
+__global__ void k_convert(TV dst, TV src, i64 n) {
+    const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (i < n) dst[i] = src[i];
+}
+__global__ void k_mul(TV out, TV a, TV b, i64 n) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i < n) out[i] = a[i] * b[i];
 }
 
 // ---- norms: one block per row ----
 // A row's mean (LayerNorm; 0 for RMSNorm) and 1 / sqrt(variance + eps), in every thread of the block.
-__device__ void row_stats(const float* xr, i64 C, bool ln, float* sh, float* mean, float* rstd) {
+__device__ void row_stats(TV xr, i64 C, bool ln, float* sh, float* mean, float* rstd) {
     float s = 0;
     if (ln) {
         for (i64 c = threadIdx.x; c < C; c += blockDim.x) s += xr[c];
@@ -143,20 +181,20 @@ __device__ void row_stats(const float* xr, i64 C, bool ln, float* sh, float* mea
     *mean = m;
     *rstd = rsqrtf(v / static_cast<float>(C) + kNormEps);
 }
-__global__ void k_norm_fwd(float* y, const float* x, const float* w, const float* b, i64 C) {
+__global__ void k_norm_fwd(TV y, TV x, TV w, TV b, i64 C) {
     __shared__ float sh[32];
-    const float* xr = x + blockIdx.x * C;
+    TV xr = x + blockIdx.x * C;
     float mean = 0, rstd = 0;
-    row_stats(xr, C, b != nullptr, sh, &mean, &rstd);
+    row_stats(xr, C, b.p != nullptr, sh, &mean, &rstd);
     for (i64 c = threadIdx.x; c < C; c += blockDim.x) y[blockIdx.x * C + c] = (xr[c] - mean) * rstd * w[c] + (b ? b[c] : 0.0f);
 }
 // dx per row; the row's mean and rstd to `stats` for the weight gradients.
-__global__ void k_norm_bwd_dx(float* dx, float* stats, const float* x, const float* dy, const float* w, const float* residual,
+__global__ void k_norm_bwd_dx(TV dx, TV stats, TV x, TV dy, TV w, TV residual,
                               bool ln, i64 C) {
     __shared__ float sh[32];
     const i64 t = blockIdx.x;
-    const float* xr = x + t * C;
-    const float* dyr = dy + t * C;
+    TV xr = x + t * C;
+    TV dyr = dy + t * C;
     float mean = 0, rstd = 0;
     row_stats(xr, C, ln, sh, &mean, &rstd);
     float dm = 0, dp = 0;
@@ -178,7 +216,7 @@ __global__ void k_norm_bwd_dx(float* dx, float* stats, const float* x, const flo
     }
 }
 // dw[c] += sum_t dy * xhat; db[c] += sum_t dy: column sums as k_col_sum's.
-__global__ void k_norm_bwd_dw(float* dw, float* db, const float* x, const float* dy, const float* stats, i64 T, i64 C) {
+__global__ void k_norm_bwd_dw(TV dw, TV db, TV x, TV dy, TV stats, i64 T, i64 C) {
     __shared__ float shw[kColLanes][33], shb[kColLanes][33];
     const i64 c = blockIdx.x * 32 + threadIdx.x;
     const i64 r0 = blockIdx.y * kRowsPerBlock, r1 = min(T, r0 + kRowsPerBlock);
@@ -195,20 +233,20 @@ __global__ void k_norm_bwd_dw(float* dw, float* db, const float* x, const float*
     if (threadIdx.y == 0 && c < C) {
         float tw = 0, tb = 0;
         for (int k = 0; k < kColLanes; ++k) tw += shw[k][threadIdx.x], tb += shb[k][threadIdx.x];
-        atomicAdd(dw + c, tw);
-        if (db) atomicAdd(db + c, tb);
+        atomic_add(dw, c, tw);
+        if (db) atomic_add(db, c, tb);
     }
 }
 
 // ---- rotary embedding, in place on query and key heads: a thread per (row, head, pair) ----
-__global__ void k_rope(float* qkv, i64 T, i64 seq, i64 heads, i64 row, i64 d, float sign) {
+__global__ void k_rope(TV qkv, i64 T, i64 seq, i64 heads, i64 row, i64 d, float sign) {
     const i64 half = d / 2;
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i >= T * heads * half) return;
     const i64 t = i / (heads * half), h = (i / half) % heads, k = i % half;
     const double theta = static_cast<double>(t % seq) * pow(10000.0, -2.0 * static_cast<double>(k) / static_cast<double>(d));
     const float c = static_cast<float>(cos(theta)), s = sign * static_cast<float>(sin(theta));
-    float* v = qkv + t * row + h * d;
+    TV v = qkv + t * row + h * d;
     const float a = v[k], b = v[k + half];
     v[k] = a * c - b * s;
     v[k + half] = b * c + a * s;
@@ -218,18 +256,18 @@ __global__ void k_rope(float* qkv, i64 T, i64 seq, i64 heads, i64 row, i64 d, fl
 // Per head, contiguous: the query, key and value heads of item (b, h) as [seq, d] blocks
 // (items b * hq + h; a GQA key/value head copied to each query head of its group), so that one
 // strided-batched SGEMM covers every sequence and head.
-__global__ void k_attn_split(float* Q, float* K, float* V, const float* qkv, i64 seq, i64 hq, i64 hkv, i64 d, i64 n) {
+__global__ void k_attn_split(float* Q, float* K, float* V, TV qkv, i64 seq, i64 hq, i64 hkv, i64 d, i64 n) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i >= n) return;
     const i64 c = i % d, t = (i / d) % seq, h = (i / (d * seq)) % hq, b = i / (d * seq * hq);
     const i64 R = (hq + 2 * hkv) * d, g = hq / hkv;
-    const float* row = qkv + (b * seq + t) * R;
+    TV row = qkv + (b * seq + t) * R;
     Q[i] = row[h * d + c];
     K[i] = row[hq * d + (h / g) * d + c];
     V[i] = row[(hq + hkv) * d + (h / g) * d + c];
 }
 // [items, seq, d] <-> the [B*seq, hq*d] layout of out / dout.
-__global__ void k_attn_heads(float* dst, const float* src, i64 seq, i64 hq, i64 d, i64 n, bool to_rows) {
+__global__ void k_attn_heads(TV dst, TV src, i64 seq, i64 hq, i64 d, i64 n, bool to_rows) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i >= n) return;
     const i64 c = i % d, t = (i / d) % seq, h = (i / (d * seq)) % hq, b = i / (d * seq * hq);
@@ -238,7 +276,7 @@ __global__ void k_attn_heads(float* dst, const float* src, i64 seq, i64 hq, i64 
     else dst[i] = src[r];
 }
 // dqkv from the per-head gradients: a key/value head sums the gradients of its group's heads.
-__global__ void k_attn_merge_grads(float* dqkv, const float* dQ, const float* dK, const float* dV, i64 seq, i64 hq, i64 hkv, i64 d,
+__global__ void k_attn_merge_grads(TV dqkv, const float* dQ, const float* dK, const float* dV, i64 seq, i64 hq, i64 hkv, i64 d,
                                    i64 n) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i >= n) return;
@@ -263,7 +301,7 @@ __device__ float attn_drop(const Dropout& d, i64 item, i64 hq, i64 seq, i64 i, i
     return dropout_scale(d.key, dropout_attention_row(d, item / hq, item % hq, seq, i), static_cast<std::uint64_t>(j), d.p);
 }
 // With dropout the probabilities are dropped once lse is taken (P z feeds P V).
-__global__ void k_softmax_causal(float* S, float* lse, i64 seq, i64 hq, i64 item0, float scale, Dropout d) {
+__global__ void k_softmax_causal(float* S, TV lse, i64 seq, i64 hq, i64 item0, float scale, Dropout d) {
     __shared__ float sh[32];
     const i64 i = blockIdx.x, item = item0 + blockIdx.y;
     float* row = S + (static_cast<i64>(blockIdx.y) * seq + i) * seq;
@@ -279,7 +317,7 @@ __global__ void k_softmax_causal(float* S, float* lse, i64 seq, i64 hq, i64 item
 }
 // Backward: S -> P z from the saved lse (what dV needs), dP -> dS = P (z dP - D) scale,
 // D[item][i] = dout . out.
-__global__ void k_softmax_causal_bwd(float* S, float* dP, const float* lse, const float* D, i64 seq, i64 hq, i64 item0, float scale,
+__global__ void k_softmax_causal_bwd(float* S, float* dP, TV lse, const float* D, i64 seq, i64 hq, i64 item0, float scale,
                                      Dropout d) {
     const i64 i = blockIdx.x, item = item0 + blockIdx.y;
     const float l = lse[((item / hq) * seq + i) * hq + item % hq], Di = D[item * seq + i];
@@ -303,26 +341,26 @@ __global__ void k_attn_rowdot(float* D, const float* dO, const float* O, i64 d, 
 }
 
 // ---- embedding, positions, loss ----
-__global__ void k_embedding_fwd(float* out, const float* tokens, const float* table, i64 first, i64 rows, i64 T, i64 C) {
+__global__ void k_embedding_fwd(TV out, TV tokens, TV table, i64 first, i64 rows, i64 T, i64 C) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i >= T * C) return;
     const i64 t = i / C, c = i % C, id = static_cast<i64>(tokens[t * 2]) - first;
     out[i] = id >= 0 && id < rows ? table[id * C + c] : 0.0f;
 }
-__global__ void k_embedding_bwd(float* dtable, const float* tokens, const float* dout, i64 first, i64 rows, i64 T, i64 C) {
+__global__ void k_embedding_bwd(TV dtable, TV tokens, TV dout, i64 first, i64 rows, i64 T, i64 C) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i >= T * C) return;
     const i64 t = i / C, c = i % C, id = static_cast<i64>(tokens[t * 2]) - first;
-    if (id >= 0 && id < rows) atomicAdd(dtable + id * C + c, dout[i]);
+    if (id >= 0 && id < rows) atomic_add(dtable, id * C + c, dout[i]);
 }
-__global__ void k_position_fwd(float* out, const float* e, const float* pos, i64 row0, i64 rows_out, i64 seq, i64 C) {
+__global__ void k_position_fwd(TV out, TV e, TV pos, i64 row0, i64 rows_out, i64 seq, i64 C) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i >= rows_out * C) return;
     const i64 t = i / C, c = i % C, g = row0 + t;
     out[i] = e[g * C + c] + pos[(g % seq) * C + c];
 }
 // dpos[p] += sum over the rows at position p: a thread per (position, column), sequences in order.
-__global__ void k_position_bwd(float* dpos, const float* d, i64 T, i64 seq, i64 C) {
+__global__ void k_position_bwd(TV dpos, TV d, i64 T, i64 seq, i64 C) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i >= seq * C) return;
     const i64 p = i / C, c = i % C;
@@ -330,10 +368,10 @@ __global__ void k_position_bwd(float* dpos, const float* d, i64 T, i64 seq, i64 
     for (i64 t = p; t < T; t += seq) s += d[t * C + c];
     dpos[i] += s;
 }
-__global__ void k_loss_stats(float* stats, const float* logits, const float* tokens, i64 first, i64 V) {
+__global__ void k_loss_stats(TV stats, TV logits, TV tokens, i64 first, i64 V) {
     __shared__ float sh[32];
     const i64 t = blockIdx.x;
-    const float* l = logits + t * V;
+    TV l = logits + t * V;
     float mx = -INFINITY;
     for (i64 v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, l[v]);
     mx = block_max(mx, sh);
@@ -347,19 +385,19 @@ __global__ void k_loss_stats(float* stats, const float* logits, const float* tok
         stats[t * 3 + 2] = target >= 0 && target < V ? l[target] : 0.0f;
     }
 }
-__device__ float combine_lse(const float* stats, i64 n, i64 T, i64 t, float* target) {
+__device__ float combine_lse(TV stats, i64 n, i64 T, i64 t, float* target) {
     float mx = -INFINITY, tg = 0;
     for (i64 r = 0; r < n; ++r) mx = fmaxf(mx, stats[(r * T + t) * 3]);
     float sum = 0;
     for (i64 r = 0; r < n; ++r) {
-        const float* s = stats + (r * T + t) * 3;
+        TV s = stats + (r * T + t) * 3;
         sum += s[1] * expf(s[0] - mx);
         tg += s[2];
     }
     *target = tg;
     return mx + logf(sum);
 }
-__global__ void k_loss_combine(float* loss, float* lse, const float* stats, i64 n, i64 T) {
+__global__ void k_loss_combine(TV loss, TV lse, TV stats, i64 n, i64 T) {
     const i64 t = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (t >= T) return;
     float tg = 0;
@@ -367,7 +405,7 @@ __global__ void k_loss_combine(float* loss, float* lse, const float* stats, i64 
     if (lse) lse[t] = l;
     if (loss) loss[t] = l - tg;
 }
-__global__ void k_loss_bwd(float* dlogits, const float* logits, const float* tokens, const float* stats, i64 shards, i64 first,
+__global__ void k_loss_bwd(TV dlogits, TV logits, TV tokens, TV stats, i64 shards, i64 first,
                            i64 T, i64 V, float scale) {
     const i64 t = blockIdx.x;
     float tg = 0;
@@ -376,7 +414,7 @@ __global__ void k_loss_bwd(float* dlogits, const float* logits, const float* tok
     for (i64 v = threadIdx.x; v < V; v += blockDim.x)
         dlogits[t * V + v] = (expf(logits[t * V + v] - l) - (v == target ? 1.0f : 0.0f)) * scale;
 }
-__global__ void k_adamw(float* p, float* m, float* v, const float* g, const unsigned char* decay, i64 n, float lr, float b1,
+__global__ void k_adamw(TV p, TV m, TV v, TV g, const unsigned char* decay, i64 n, float lr, float b1,
                         float b2, float eps, float wd, float c1, float c2) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i >= n) return;
@@ -393,7 +431,7 @@ struct AdamChunk {
     float wd;
 };
 constexpr int kAdamChunk = 16384;
-__global__ void k_adamw_chunks(float* p, float* m, float* v, const float* g, const AdamChunk* chunks, float lr, float b1, float b2,
+__global__ void k_adamw_chunks(TV p, TV m, TV v, TV g, const AdamChunk* chunks, float lr, float b1, float b2,
                                float eps, float c1, float c2) {
     const AdamChunk c = chunks[blockIdx.x];
     for (int k = threadIdx.x; k < c.len; k += blockDim.x) {
@@ -405,7 +443,7 @@ __global__ void k_adamw_chunks(float* p, float* m, float* v, const float* g, con
         p[i] -= lr * ((mi / c1) / (sqrtf(vi / c2) + eps) + c.wd * p[i]);
     }
 }
-__global__ void k_sum(double* out, const float* p, i64 n) {
+__global__ void k_sum(double* out, TV p, i64 n) {
     __shared__ float sh[32];
     float s = 0;
     for (i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x; i < n; i += static_cast<i64>(gridDim.x) * blockDim.x) s += p[i];

@@ -86,7 +86,7 @@ TrackedBuffer::TrackedBuffer(i64 n, Pool* pool, const std::string& what, Device*
         return;
     }
     try {
-        if (on_device_) data_ = dev_->alloc(n);
+        if (on_device_) data_ = dev_->alloc(n, elem_bytes == 2.0);
         else if (cache_) data_ = cache_->take(ssd_padded_bytes(n), zero);
         else data_ = alloc_host_pages(dev_, ssd_padded_bytes(n));
     } catch (const std::bad_alloc&) {

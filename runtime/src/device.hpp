@@ -38,7 +38,9 @@ public:
 
     // Memory. The device tier comes zero-filled from a caching allocator: a freed block is reused
     // by the next request of its size, after what touched it on other lanes; nullptr when refused.
-    virtual float* alloc(i64 n) = 0;
+    /// bf16: the buffer holds 2-byte values (the cpu backend rounds floats instead); its pointer is
+    /// still addressed in floats, as every other, and the kernels read and write it in its width.
+    virtual float* alloc(i64 n, bool bf16) = 0;
     virtual void release(float* p, i64 n) = 0;
     virtual float* alloc_host(i64 n) = 0;  ///< pinned host memory, zero-filled
     virtual void release_host(float* p) = 0;
@@ -111,7 +113,7 @@ public:
 };
 
 /// The module's entry point: a new device on GPU 0, or null with the reason in `why`.
-constexpr int kDeviceApiVersion = 4;  // 2: dropout; 3: lanes; 4: adamw_ranges
+constexpr int kDeviceApiVersion = 5;  // 2: dropout; 3: lanes; 4: adamw_ranges; 5: bf16 buffers
 constexpr const char* kCudaModuleFile = "libstrata_runtime_cuda.so";
 constexpr const char* kCudaModuleSymbol = "strata_runtime_cuda_create";
 using CreateDevice = Device* (*)(int api_version, std::string* why);

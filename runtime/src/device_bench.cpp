@@ -18,7 +18,7 @@ struct Buf {
     Device& d;
     float* p;
     i64 n;
-    Buf(Device& dev, i64 count, const char* who) : d(dev), p(dev.alloc(count)), n(count) {
+    Buf(Device& dev, i64 count, const char* who) : d(dev), p(dev.alloc(count, false)), n(count) {
         if (!p) throw RuntimeError(std::string(who) + ": the device refused " + std::to_string(count * 4) + " bytes");
     }
     ~Buf() { d.release(p, n); }

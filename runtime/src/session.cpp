@@ -42,16 +42,23 @@ std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend) 
     if (std::string why = dataflow_unsupported(m, p); !why.empty()) return why;
     // bf16 and fp16: the cpu backend holds 2-byte values as floats rounded to their format
     // (computing in fp32, as a GPU's kernels do), with fp32 master weights for the update, and
-    // fp16 with Megatron's dynamic loss scaling; the cuda kernels are fp32 only.
+    // fp16 with Megatron's dynamic loss scaling. The cuda backend stores bf16 (device.hpp).
     if (p.precision != Precision::fp32 && p.precision != Precision::bf16 && p.precision != Precision::fp16)
         return std::string("plan.precision = ") + to_string(p.precision) + ": the runtime executes fp32, bf16 and fp16: set one of them";
     if (p.precision == Precision::fp16 && p.lock_free_update)
         return "plan.precision = fp16 with plan.lock_free_update: a delayed host update of a step skipped for an overflow is not "
                "executed";
     if (p.precision != Precision::fp32) {
-        if (backend == Backend::cuda)
-            return std::string("plan.precision = ") + to_string(p.precision) +
-                   ": the cuda backend's kernels are fp32 only (it runs on --backend cpu, or as a memory walk)";
+        if (backend == Backend::cuda && p.precision == Precision::fp16)
+            return "plan.precision = fp16: the cuda backend stores fp32 or bf16 (fp16 with its loss scaling runs on --backend cpu, or "
+                   "as a memory walk)";
+        if (backend == Backend::cuda && !(p.offload.optimizer.all_gpu() && p.offload.params.all_gpu() && p.offload.grads.all_gpu() &&
+                                          p.offload.activations.all_gpu()))
+            return "plan.offload with plan.precision = bf16: on the cuda backend the host's buffers hold fp32, so its copies would "
+                   "move twice the bytes the plan prices (offloaded bf16 plans run on --backend cpu; fp32 ones on either)";
+        if (backend == Backend::cuda && (p.exp_avg_dtype != Precision::fp32 || p.exp_avg_sq_dtype != Precision::fp32))
+            return "plan.exp_avg_dtype / plan.exp_avg_sq_dtype = bf16: the cuda backend's AdamW keeps fp32 moments (narrowed ones run "
+                   "on --backend cpu)";
         for (const auto& [field, dtype] : {std::pair<const char*, Precision>{"plan.exp_avg_dtype", p.exp_avg_dtype},
                                            std::pair<const char*, Precision>{"plan.exp_avg_sq_dtype", p.exp_avg_sq_dtype}}) {
             if (dtype != Precision::fp32 && dtype != Precision::bf16)

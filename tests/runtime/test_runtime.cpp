@@ -488,6 +488,17 @@ TEST_CASE("what the runtime cannot execute is refused with the field named", "[r
         cuda.backend = runtime::Backend::cuda;
         CHECK_THROWS_WITH(runtime::Session(q, cpu_cluster(1), cpu_plan(), cuda), Catch::Contains("model.qk_norm"));
         CHECK_THROWS_WITH(runtime::Session(tiny_moe(), cpu_cluster(1), cpu_plan(), cuda), Catch::Contains("model.moe"));
+        // It stores bf16 where everything stays on the GPU; fp16, bf16 copies to the host's fp32
+        // buffers and narrowed moments are refused, also before a device is opened.
+        PlanSpec h = cpu_plan();
+        h.precision = Precision::fp16;
+        CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(1), h, cuda), Catch::Contains("plan.precision = fp16"));
+        h.precision = Precision::bf16;
+        h.offload.optimizer = TierSplit{0, 1, 0};
+        CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(1), h, cuda), Catch::Contains("plan.offload with plan.precision = bf16"));
+        h.offload.optimizer = TierSplit{};
+        h.exp_avg_dtype = Precision::bf16;
+        CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(1), h, cuda), Catch::Contains("plan.exp_avg_dtype"));
     }
     m.moe->capacity_factor = 1.25;  // token dropping runs, padded or not (test_moe.cpp)
     CHECK_NOTHROW(runtime::Session(m, cpu_cluster(1), cpu_plan(), {}));
