@@ -315,6 +315,9 @@ public:
         const TV t = tv(p);
         if (n > 0) CK(cudaMemsetAsync(t.p, 0, static_cast<std::size_t>(n) * (t.bf16 ? 2 : 4), lanes_[lane_compute]));
     }
+    void zero_raw(TV t, i64 n) {
+        if (n > 0) CK(cudaMemsetAsync(t.p, 0, static_cast<std::size_t>(n) * (t.bf16 ? 2 : 4), lanes_[lane_compute]));
+    }
     void sync() override {
         for (auto& l : lanes_) CK(cudaStreamSynchronize(l));
     }
@@ -381,11 +384,6 @@ public:
                                       static_cast<int>(lda), sa, &beta, C.p, c, static_cast<int>(ldc), sc, static_cast<int>(batch),
                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
-    void gemm(bool ta, bool tb, i64 M, i64 N, i64 K, const float* A, i64 lda, i64 sa, const float* B, i64 ldb, i64 sb, float* C,
-              i64 ldc, i64 sc, i64 batch, float alpha, float beta) {  // the kernels' own fp32 scratch
-        gemm(ta, tb, M, N, K, TV{const_cast<float*>(A), 0}, lda, sa, TV{const_cast<float*>(B), 0}, ldb, sb, TV{C, 0}, ldc, sc, batch,
-             alpha, beta);
-    }
 
     void matmul_forward(float* y, const float* x, const float* w, const float* b, i64 T, i64 K, i64 N) override {
         gemm(false, true, T, N, K, tv(x), K, 0, tv(w), K, 0, tv(y), N, 0, 1, 1.0f, 0.0f);
@@ -433,56 +431,77 @@ public:
         launch1(k_rope, T * (hq + hkv) * (d / 2), tv(qkv), T, seq, hq + hkv, (hq + 2 * hkv) * d, d, inverse ? -1.0f : 1.0f);
     }
 
-    // Causal attention as batched SGEMMs over every (sequence, head), in row blocks of queries so
+    // Causal attention as batched GEMMs over every (sequence, head), in row blocks of queries so
     // that keys after a block's last query are never multiplied: with blocks of `rows` queries the
     // GEMMs do (n + 1) / 2n of the full seq x seq work (n blocks), near the causal half a flash
-    // kernel does. Scores live in scratch for `chunk` heads at a time (at most 1 GiB).
+    // kernel does. Scores live in scratch for `chunk` heads at a time (at most 1 GiB). With bf16
+    // Q, K and V (a bf16 plan) the per-head copies, the probabilities and the score gradients
+    // that feed a GEMM are bf16 (tensor cores, fp32 accumulation, as FlashAttention feeds P V);
+    // scores, the softmax and the accumulated dQ, dK, dV stay fp32.
     struct AttnPlan {
         i64 items, chunk, rows, blocks;
     };
-    static AttnPlan attn_plan(i64 T, i64 seq, i64 hq, int score_buffers) {
+    static AttnPlan attn_plan(i64 T, i64 seq, i64 hq, i64 bytes_per_score) {
         AttnPlan a;
         a.items = T / seq * hq;
-        const i64 per = score_buffers * seq * seq * static_cast<i64>(sizeof(float));
+        const i64 per = bytes_per_score * seq * seq;
         a.chunk = std::max<i64>(1, std::min<i64>({a.items, i64{65535}, (i64{1} << 30) / std::max<i64>(per, 1)}));  // grid.y
         a.rows = std::max<i64>(std::min<i64>(seq, 128), (seq + 15) / 16);
         a.blocks = (seq + a.rows - 1) / a.rows;
         return a;
     }
+    // Carves the scratch into buffers of the given widths and lengths, each 256-byte aligned.
+    std::vector<TV> carve(const std::vector<std::pair<bool, i64>>& parts) {
+        std::vector<std::size_t> at;
+        std::size_t bytes = 0;
+        for (const auto& [half, n] : parts) {
+            at.push_back(bytes);
+            bytes += (static_cast<std::size_t>(n) * (half ? 2 : 4) + 255) / 256 * 256;
+        }
+        char* base = reinterpret_cast<char*>(scratch(static_cast<i64>((bytes + 3) / 4)));
+        std::vector<TV> out;
+        for (std::size_t k = 0; k < parts.size(); ++k) out.push_back(TV{base + at[k], parts[k].first ? 1 : 0});
+        return out;
+    }
     void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop) override {
-        const AttnPlan a = attn_plan(T, seq, hq, 1);
+        const bool h = tv(qkv).bf16 != 0;
+        const AttnPlan a = attn_plan(T, seq, hq, h ? 6 : 4);
         const i64 n = a.items * seq * d, hs = seq * d, ss = seq * seq;
         const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-        float* Q = scratch(4 * n + a.chunk * ss);
-        float *K = Q + n, *V = K + n, *O = V + n, *S = O + n;
+        const auto b = carve({{h, n}, {h, n}, {h, n}, {false, n}, {false, a.chunk * ss}, {h, h ? a.chunk * ss : 0}});
+        const TV Q = b[0], K = b[1], V = b[2], O = b[3], S = b[4], P = h ? b[5] : S;
         launch1(k_attn_split, n, Q, K, V, tv(qkv), seq, hq, hkv, d, n);
         for (i64 i0 = 0; i0 < a.items; i0 += a.chunk) {
             const i64 ni = std::min(a.chunk, a.items - i0);
             for (i64 k = 0; k < a.blocks; ++k) {  // S[rows of block k, keys up to its last query]
                 const i64 r0 = k * a.rows, m = std::min(a.rows, seq - r0), keys = r0 + m;
-                gemm(false, true, m, keys, d, Q + i0 * hs + r0 * d, d, hs, K + i0 * hs, d, hs, S + r0 * seq, seq, ss, ni, 1.0f, 0.0f);
+                gemm(false, true, m, keys, d, Q + (i0 * hs + r0 * d), d, hs, K + i0 * hs, d, hs, S + r0 * seq, seq, ss, ni, 1.0f, 0.0f);
             }
-            k_softmax_causal<<<dim3(static_cast<unsigned>(seq), static_cast<unsigned>(ni)), kThreads, 0, lanes_[lane_compute]>>>(S, tv(lse), seq, hq, i0, scale, drop);
+            k_softmax_causal<<<dim3(static_cast<unsigned>(seq), static_cast<unsigned>(ni)), kThreads, 0, lanes_[lane_compute]>>>(
+                static_cast<float*>(S.p), P, tv(lse), seq, hq, i0, scale, drop);
             LAUNCHED();
             for (i64 k = 0; k < a.blocks; ++k) {  // O[block k] = P[block k, keys] V[keys]
                 const i64 r0 = k * a.rows, m = std::min(a.rows, seq - r0), keys = r0 + m;
-                gemm(false, false, m, d, keys, S + r0 * seq, seq, ss, V + i0 * hs, d, hs, O + i0 * hs + r0 * d, d, hs, ni, 1.0f, 0.0f);
+                gemm(false, false, m, d, keys, P + r0 * seq, seq, ss, V + i0 * hs, d, hs, O + (i0 * hs + r0 * d), d, hs, ni, 1.0f, 0.0f);
             }
         }
-        launch1(k_attn_heads, n, tv(out), TV{O, 0}, seq, hq, d, n, true);
+        launch1(k_attn_heads, n, tv(out), O, seq, hq, d, n, true);
     }
     void attention_backward(float* dqkv, const float* qkv, const float* out, const float* lse, const float* dout, i64 T, i64 seq,
                             i64 hq, i64 hkv, i64 d, const Dropout& drop) override {
-        const AttnPlan a = attn_plan(T, seq, hq, 2);
-        const i64 n = a.items * seq * d, hs = seq * d, ss = seq * seq;
+        const bool h = tv(qkv).bf16 != 0;
+        const AttnPlan a = attn_plan(T, seq, hq, h ? 12 : 8);
+        const i64 n = a.items * seq * d, hs = seq * d, ss = seq * seq, cs = a.chunk * ss;
         const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-        float* Q = scratch(8 * n + a.items * seq + 2 * a.chunk * ss);
-        float *K = Q + n, *V = K + n, *O = V + n, *dO = O + n, *dQ = dO + n, *dK = dQ + n, *dV = dK + n;
-        float *D = dV + n, *S = D + a.items * seq, *dP = S + a.chunk * ss;
+        const auto b = carve({{h, n}, {h, n}, {h, n}, {h, n}, {h, n}, {false, n}, {false, 2 * n}, {false, a.items * seq}, {false, cs},
+                              {false, cs}, {h, h ? cs : 0}, {h, h ? cs : 0}});
+        const TV Q = b[0], K = b[1], V = b[2], O = b[3], dO = b[4], dQ = b[5], dK = b[6], dV = dK + n, S = b[8], dP = b[9];
+        const TV P = h ? b[10] : S, dS = h ? b[11] : dP;
+        float* D = static_cast<float*>(b[7].p);
         launch1(k_attn_split, n, Q, K, V, tv(qkv), seq, hq, hkv, d, n);
-        launch1(k_attn_heads, n, TV{O, 0}, tv(out), seq, hq, d, n, false);
-        launch1(k_attn_heads, n, TV{dO, 0}, tv(dout), seq, hq, d, n, false);
-        zero(dK, 2 * n);  // dK and dV accumulate over the query blocks
+        launch1(k_attn_heads, n, O, tv(out), seq, hq, d, n, false);
+        launch1(k_attn_heads, n, dO, tv(dout), seq, hq, d, n, false);
+        zero_raw(dK, 2 * n);  // dK and dV accumulate over the query blocks
         const i64 rows = a.items * seq;
         k_attn_rowdot<<<static_cast<unsigned>((rows + 7) / 8), dim3(32, 8), 0, lanes_[lane_compute]>>>(D, dO, O, d, rows);
         LAUNCHED();
@@ -490,21 +509,22 @@ public:
             const i64 ni = std::min(a.chunk, a.items - i0), q0 = i0 * hs;
             for (i64 k = 0; k < a.blocks; ++k) {
                 const i64 r0 = k * a.rows, m = std::min(a.rows, seq - r0), keys = r0 + m;
-                gemm(false, true, m, keys, d, Q + q0 + r0 * d, d, hs, K + q0, d, hs, S + r0 * seq, seq, ss, ni, 1.0f, 0.0f);
-                gemm(false, true, m, keys, d, dO + q0 + r0 * d, d, hs, V + q0, d, hs, dP + r0 * seq, seq, ss, ni, 1.0f, 0.0f);
+                gemm(false, true, m, keys, d, Q + (q0 + r0 * d), d, hs, K + q0, d, hs, S + r0 * seq, seq, ss, ni, 1.0f, 0.0f);
+                gemm(false, true, m, keys, d, dO + (q0 + r0 * d), d, hs, V + q0, d, hs, dP + r0 * seq, seq, ss, ni, 1.0f, 0.0f);
             }
-            k_softmax_causal_bwd<<<dim3(static_cast<unsigned>(seq), static_cast<unsigned>(ni)), kThreads, 0, lanes_[lane_compute]>>>(S, dP, tv(lse), D, seq, hq,
-                                                                                                                      i0, scale, drop);
+            k_softmax_causal_bwd<<<dim3(static_cast<unsigned>(seq), static_cast<unsigned>(ni)), kThreads, 0, lanes_[lane_compute]>>>(
+                static_cast<const float*>(S.p), static_cast<const float*>(dP.p), P, dS, tv(lse), D, seq, hq, i0, scale, drop);
             LAUNCHED();
             for (i64 k = 0; k < a.blocks; ++k) {
                 const i64 r0 = k * a.rows, m = std::min(a.rows, seq - r0), keys = r0 + m;
-                // dV[keys] += P[block]^T dO[block]; dQ[block] = dS[block] K[keys]; dK[keys] += dS[block]^T Q[block]
-                gemm(true, false, keys, d, m, S + r0 * seq, seq, ss, dO + q0 + r0 * d, d, hs, dV + q0, d, hs, ni, 1.0f, 1.0f);
-                gemm(false, false, m, d, keys, dP + r0 * seq, seq, ss, K + q0, d, hs, dQ + q0 + r0 * d, d, hs, ni, 1.0f, 0.0f);
-                gemm(true, false, keys, d, m, dP + r0 * seq, seq, ss, Q + q0 + r0 * d, d, hs, dK + q0, d, hs, ni, 1.0f, 1.0f);
+                // dV[keys] += P^T[block] dO[block]; dQ[block] = dS[block] K[keys]; dK[keys] += dS^T[block] Q[block]
+                gemm(true, false, keys, d, m, P + r0 * seq, seq, ss, dO + (q0 + r0 * d), d, hs, dV + q0, d, hs, ni, 1.0f, 1.0f);
+                gemm(false, false, m, d, keys, dS + r0 * seq, seq, ss, K + q0, d, hs, dQ + (q0 + r0 * d), d, hs, ni, 1.0f, 0.0f);
+                gemm(true, false, keys, d, m, dS + r0 * seq, seq, ss, Q + (q0 + r0 * d), d, hs, dK + q0, d, hs, ni, 1.0f, 1.0f);
             }
         }
-        launch1(k_attn_merge_grads, T * (hq + 2 * hkv) * d, tv(dqkv), dQ, dK, dV, seq, hq, hkv, d, T * (hq + 2 * hkv) * d);
+        launch1(k_attn_merge_grads, T * (hq + 2 * hkv) * d, tv(dqkv), static_cast<const float*>(dQ.p), static_cast<const float*>(dK.p),
+                static_cast<const float*>(dV.p), seq, hq, hkv, d, T * (hq + 2 * hkv) * d);
     }
     void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, i64 seq, const Dropout& drop) override {
         launch1(k_dropout_fwd, T * C, tv(y), tv(mask), tv(x), T * C, C, seq, drop);

@@ -256,7 +256,7 @@ __global__ void k_rope(TV qkv, i64 T, i64 seq, i64 heads, i64 row, i64 d, float 
 // Per head, contiguous: the query, key and value heads of item (b, h) as [seq, d] blocks
 // (items b * hq + h; a GQA key/value head copied to each query head of its group), so that one
 // strided-batched SGEMM covers every sequence and head.
-__global__ void k_attn_split(float* Q, float* K, float* V, TV qkv, i64 seq, i64 hq, i64 hkv, i64 d, i64 n) {
+__global__ void k_attn_split(TV Q, TV K, TV V, TV qkv, i64 seq, i64 hq, i64 hkv, i64 d, i64 n) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i >= n) return;
     const i64 c = i % d, t = (i / d) % seq, h = (i / (d * seq)) % hq, b = i / (d * seq * hq);
@@ -301,10 +301,13 @@ __device__ float attn_drop(const Dropout& d, i64 item, i64 hq, i64 seq, i64 i, i
     return dropout_scale(d.key, dropout_attention_row(d, item / hq, item % hq, seq, i), static_cast<std::uint64_t>(j), d.p);
 }
 // With dropout the probabilities are dropped once lse is taken (P z feeds P V).
-__global__ void k_softmax_causal(float* S, TV lse, i64 seq, i64 hq, i64 item0, float scale, Dropout d) {
+// P: S itself (fp32) or a bf16 copy for a tensor-core P V.
+__global__ void k_softmax_causal(float* S, TV P, TV lse, i64 seq, i64 hq, i64 item0, float scale, Dropout d) {
     __shared__ float sh[32];
     const i64 i = blockIdx.x, item = item0 + blockIdx.y;
-    float* row = S + (static_cast<i64>(blockIdx.y) * seq + i) * seq;
+    const i64 at = (static_cast<i64>(blockIdx.y) * seq + i) * seq;
+    const float* row = S + at;
+    const TV prow = P + at;
     float mx = -INFINITY;
     for (i64 j = threadIdx.x; j <= i; j += blockDim.x) mx = fmaxf(mx, row[j] * scale);
     mx = block_max(mx, sh);
@@ -312,26 +315,29 @@ __global__ void k_softmax_causal(float* S, TV lse, i64 seq, i64 hq, i64 item0, f
     for (i64 j = threadIdx.x; j <= i; j += blockDim.x) s += expf(row[j] * scale - mx);
     s = block_sum(s, sh);
     const float l = mx + logf(s);
-    for (i64 j = threadIdx.x; j < seq; j += blockDim.x) row[j] = j <= i ? expf(row[j] * scale - l) * attn_drop(d, item, hq, seq, i, j) : 0.0f;
+    for (i64 j = threadIdx.x; j < seq; j += blockDim.x) prow[j] = j <= i ? expf(row[j] * scale - l) * attn_drop(d, item, hq, seq, i, j) : 0.0f;
     if (threadIdx.x == 0) lse[((item / hq) * seq + i) * hq + item % hq] = l;
 }
 // Backward: S -> P z from the saved lse (what dV needs), dP -> dS = P (z dP - D) scale,
-// D[item][i] = dout . out.
-__global__ void k_softmax_causal_bwd(float* S, float* dP, TV lse, const float* D, i64 seq, i64 hq, i64 item0, float scale,
-                                     Dropout d) {
+// D[item][i] = dout . out. P and dS: S and dP themselves (fp32), or bf16 copies.
+__global__ void k_softmax_causal_bwd(const float* S, const float* dP, TV P, TV dS, TV lse, const float* D, i64 seq, i64 hq, i64 item0,
+                                     float scale, Dropout d) {
     const i64 i = blockIdx.x, item = item0 + blockIdx.y;
     const float l = lse[((item / hq) * seq + i) * hq + item % hq], Di = D[item * seq + i];
-    float* prow = S + (static_cast<i64>(blockIdx.y) * seq + i) * seq;
-    float* drow = dP + (static_cast<i64>(blockIdx.y) * seq + i) * seq;
+    const i64 at = (static_cast<i64>(blockIdx.y) * seq + i) * seq;
+    const float* srow = S + at;
+    const float* drow = dP + at;
+    const TV prow = P + at, dsrow = dS + at;
     for (i64 j = threadIdx.x; j < seq; j += blockDim.x) {
-        const float p = j <= i ? expf(prow[j] * scale - l) : 0.0f;
+        const float p = j <= i ? expf(srow[j] * scale - l) : 0.0f;
         const float z = j <= i ? attn_drop(d, item, hq, seq, i, j) : 1.0f;
+        const float ds = j <= i ? p * (drow[j] * z - Di) * scale : 0.0f;  // never read above the diagonal: no stale NaN
         prow[j] = p * z;
-        drow[j] = j <= i ? p * (drow[j] * z - Di) * scale : 0.0f;  // never read above the diagonal: no stale NaN
+        dsrow[j] = ds;
     }
 }
 // D[item][t] = sum over the head's columns of dout * out (per-head layout).
-__global__ void k_attn_rowdot(float* D, const float* dO, const float* O, i64 d, i64 rows) {
+__global__ void k_attn_rowdot(float* D, TV dO, TV O, i64 d, i64 rows) {
     const i64 r = blockIdx.x * static_cast<i64>(blockDim.y) + threadIdx.y;
     if (r >= rows) return;
     float s = 0;
