@@ -76,14 +76,15 @@ std::string pct(double v) {
     return b;
 }
 
-/// The profile of a Program's own fp32 GEMM and attention shapes (the runtime computes in fp32;
-/// other dtypes keep the grid). At most 64 GEMMs and 16 attention shapes, largest work first.
-profiler::Options plan_shape_profile(const sim::Program& prog) {
+/// The profile of a Program's own GEMM and attention shapes, in the dtype the runtime runs them:
+/// bf16 for a bf16 plan on the cuda backend, else fp32 (the cpu backend computes a bf16 plan in
+/// fp32). At most 64 GEMMs and 16 attention shapes, largest work first.
+profiler::Options plan_shape_profile(const sim::Program& prog, const std::string& dtype) {
     std::map<std::array<long, 3>, double> gemms;
     std::map<std::array<long, 3>, double> attn;  // heads (x sequences), seq, head_dim
     for (const sim::RankProgram& r : prog.ranks)
         for (const sim::Instr& in : r.instrs) {
-            if (in.kind != sim::InstrKind::compute || in.dtype != sim::DType::fp32) continue;
+            if (in.kind != sim::InstrKind::compute) continue;
             const long b = std::max<long>(1, static_cast<long>(in.batch));
             if (in.op == sim::Op::gemm && in.m > 0 && in.n > 0 && in.k > 0) gemms[{static_cast<long>(in.m) * b, static_cast<long>(in.n), static_cast<long>(in.k)}] += in.flops;
             if ((in.op == sim::Op::attention_fwd || in.op == sim::Op::attention_bwd) && in.m > 0 && in.m == in.n && in.k > 0)
@@ -98,6 +99,7 @@ profiler::Options plan_shape_profile(const sim::Program& prog) {
     };
     profiler::Options po;
     po.plan_shapes = true;
+    po.plan_dtype = dtype;
     po.only = {"gemm", "attention"};
     for (const auto& [f, k] : largest(gemms, 64)) po.gemm_shapes.push_back({k[0], k[1], k[2]});
     for (const auto& [f, k] : largest(attn, 16)) po.attention_shapes.push_back({1, k[0], k[1], k[2]});
@@ -161,7 +163,8 @@ void run_validate(const ValidateArgs& a) {
         sim::LowerOptions lo;  // the instructions alone: no simulation, no memory events
         lo.full_mode = true;
         lo.emit_memory = false;
-        profiler::Options po = plan_shape_profile(sim::lower(s.model, s.cluster, *s.plan, lo));
+        const bool bf16 = a.rt.backend == "cuda" && s.plan->precision == sim::Precision::bf16;
+        profiler::Options po = plan_shape_profile(sim::lower(s.model, s.cluster, *s.plan, lo), bf16 ? "bf16" : "fp32");
         if (!po.gemm_shapes.empty() || !po.attention_shapes.empty()) {
             po.backend = a.rt.backend;
             report << "timing the plan's own shapes on the " << po.backend << " backend: " << po.gemm_shapes.size() << " GEMMs, "
@@ -182,6 +185,7 @@ void run_validate(const ValidateArgs& a) {
     so.trace = true;
     std::string cal = a.calibration.empty() && a.rt.backend == "cpu" ? std::string("none") : a.calibration, cal_line;
     so.calibration = calibration_for(cal, hw, &cal_line);
+    so.runtime_kernels = true;  // the runtime's kernels, where hwdb timed them, not a framework's
     const sim::SimOutput pred = sim::simulate(s.model, s.cluster, *s.plan, hw, so);
 
     // The measurement: warm-up step(s), then the median of the rest; the last step's timeline.

@@ -122,7 +122,7 @@ bool parse_collective_key(const std::string& key, CollectiveFit& c) {
 std::string fit_category(const Fit& f) {
     if (f.kind == "collective") return "collective";
     if (f.key == "hbm" || f.key == "kernel/runtime" || f.key == "kernel/runtime_adam" || f.key == "kernel/runtime_fp32" ||
-        f.key == "kernel/runtime_adam_fp32")
+        f.key == "kernel/runtime_adam_fp32" || f.key == "kernel/runtime_bf16")
         return f.key;
     if (f.kind == "memcpy" && (f.key == "h2d/pinned" || f.key == "d2h/pinned")) return f.key;
     return "";
@@ -284,6 +284,8 @@ HardwareView Database::view(const std::string& gpu_id, const std::string& node_i
                 a.dtype = *dt, a.flops_per_s = m.value;
                 a.batch_heads = static_cast<std::int64_t>(param(m.params, "batch", 1) * param(m.params, "heads", 0));
                 a.plan = category(m) != m.kind;
+                auto impl = m.labels.find("impl");
+                a.runtime = impl != m.labels.end() && impl->second == "strata-runtime";
                 if (a.seq > 0 && a.head_dim > 0) v.attention_points.push_back(a);
             }
         }
@@ -305,6 +307,8 @@ HardwareView Database::view(const std::string& gpu_id, const std::string& node_i
                 v.memory_bound_fp32 = bandwidth(f);
             } else if (f.key == "kernel/runtime_adam_fp32") {
                 v.optimizer_kernel_fp32 = bandwidth(f);
+            } else if (f.key == "kernel/runtime_bf16") {
+                v.memory_bound_bf16 = bandwidth(f);
             } else if (f.kind == "memcpy" && f.key == "h2d/pinned") {
                 v.h2d = bandwidth(f);
             } else if (f.kind == "memcpy" && f.key == "d2h/pinned") {
@@ -342,7 +346,7 @@ HardwareView Database::view(const std::string& gpu_id, const std::string& node_i
     v.gemm_points.erase(std::unique(v.gemm_points.begin(), v.gemm_points.end(),
                                     [](const GemmPoint& a, const GemmPoint& b) { return std::tie(a.dtype, a.m, a.n, a.k) == std::tie(b.dtype, b.m, b.n, b.k); }),
                         v.gemm_points.end());
-    auto attn_key = [](const AttentionPoint& a) { return std::tie(a.dtype, a.backward, a.causal, a.head_dim, a.seq, a.batch_heads); };
+    auto attn_key = [](const AttentionPoint& a) { return std::tie(a.runtime, a.dtype, a.backward, a.causal, a.head_dim, a.seq, a.batch_heads); };
     std::sort(v.attention_points.begin(), v.attention_points.end(), [&](const AttentionPoint& a, const AttentionPoint& b) {
         return attn_key(a) < attn_key(b) || (attn_key(a) == attn_key(b) && a.plan && !b.plan);
     });

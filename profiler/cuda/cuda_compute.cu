@@ -87,10 +87,10 @@ void bench_gemm(Context& ctx, const std::string& device) {
         dts.pop_back();
         ctx.warn("gemm: fp8 skipped (needs sm_89 or newer)");
     }
-    if (ctx.opt.plan_shapes) {  // a plan's own GEMMs, in fp32 as the runtime runs them
+    if (ctx.opt.plan_shapes) {  // a plan's own GEMMs, in the dtype the runtime runs them
         shapes.clear();
         for (const Options::GemmShape& g : ctx.opt.gemm_shapes) shapes.push_back({g.m, g.n, g.k});
-        dts = {{Dt::fp32, 60}};
+        dts = {{ctx.opt.plan_dtype == "bf16" ? Dt::bf16 : Dt::fp32, 60}};
     }
     const int top_algos = quick ? 2 : 3;
     const int min_timed = quick ? 10 : 10, max_timed = quick ? 10 : 20;

@@ -73,9 +73,10 @@ void bench_runtime_attention_cpu(Context& ctx) {
     }
 }
 
-// The cuda backend's attention (exact, as batched fp32 SGEMMs in causal row blocks; not a flash
-// kernel), as fp32 attention points: a plan of precision fp32, the one the runtime executes, is
-// priced by the kernel it runs. Frameworks' bf16 attention keeps the cuda profile's own points.
+// The cuda backend's attention (exact, as batched GEMMs in causal row blocks; not a flash kernel),
+// in fp32 and bf16, as attention points of impl "strata-runtime": a plan of precision fp32 (only
+// the runtime runs those on a GPU), and any plan `strata validate` runs, is priced by the kernel it
+// runs (CostContext::runtime_kernels); frameworks' attention keeps the cuda profile's own points.
 // Sequences x heads near the validation plans' (GPT-2 124M: 8 x 12 heads of 64; Llama 2 7B: 1 x 32
 // of 128 at 4096). FLOPs counted as the lowering counts them (causal: half of 4 b s^2 h d).
 void bench_runtime_attention_cuda(Context& ctx) {
@@ -93,21 +94,24 @@ void bench_runtime_attention_cuda(Context& ctx) {
             shapes.push_back({static_cast<int>(a.batch), static_cast<int>(a.seq), static_cast<int>(a.heads), static_cast<int>(a.head_dim)});
     }
     const int reps = ctx.opt.quick ? 3 : 5;
-    for (std::size_t i = 0; i < shapes.size(); ++i) {
-        ctx.progress("attention (runtime)", static_cast<int>(i), static_cast<int>(shapes.size()));
+    const std::vector<std::string> dtypes = ctx.opt.plan_shapes ? std::vector<std::string>{ctx.opt.plan_dtype} : std::vector<std::string>{"fp32", "bf16"};
+    const int total = static_cast<int>(shapes.size() * dtypes.size());
+    int done = 0;
+    for (const std::string& dt : dtypes)
+    for (const Shape& s : shapes) {
+        ctx.progress("attention (runtime)", done++, total);
         ctx.check();
-        const Shape& s = shapes[i];
-        const runtime::AttentionTiming t = runtime::time_cuda_attention(s.batch, s.seq, s.heads, s.d, reps);
+        const runtime::AttentionTiming t = runtime::time_cuda_attention(s.batch, s.seq, s.heads, s.d, reps, dt == "bf16");
         const double fwd_flops = 2.0 * s.batch * static_cast<double>(s.seq) * s.seq * s.heads * s.d;
         for (const bool backward : {false, true}) {
             const double secs = backward ? t.backward_s : t.forward_s;
             if (secs <= 0) continue;
             hwdb::Measurement m = point(ctx, "attention",
-                                        make_key(backward ? "fp32 runtime bwd" : "fp32 runtime fwd",
+                                        make_key(dt + (backward ? " runtime bwd" : " runtime fwd"),
                                                  {{"seq", s.seq}, {"head_dim", s.d}, {"batch", s.batch}, {"heads", s.heads}}),
                                         "flop/s", rate_summary((backward ? 2.5 : 1.0) * fwd_flops, {secs}));
             m.params = {{"seq", s.seq}, {"head_dim", s.d}, {"heads", s.heads}, {"batch", s.batch}};
-            m.labels = {{"dtype", "fp32"}, {"causal", "1"}, {"direction", backward ? "bwd" : "fwd"}, {"impl", "strata-runtime"}};
+            m.labels = {{"dtype", dt}, {"causal", "1"}, {"direction", backward ? "bwd" : "fwd"}, {"impl", "strata-runtime"}};
             if (ctx.opt.plan_shapes) m.labels["origin"] = "plan";
             ctx.add(std::move(m));
         }
@@ -179,9 +183,10 @@ void bench_runtime_memory_bound_cpu(Context& ctx) {
 }
 
 // The cuda backend's memory-bound kernels and AdamW, as the cpu backend's above (same kernel
-// sequence, bytes as the lowering charges them in fp32), in membw rows of kernel "runtime_fp32"
-// and "runtime_adam_fp32": on a GPU only a plan of precision fp32, the one this runtime executes,
-// is priced by them; frameworks' bf16 kernels keep the HBM fit (docs/profiler.md).
+// sequence, bytes as the lowering charges them), in membw rows of kernel "runtime_fp32",
+// "runtime_bf16" (the layer on bf16 buffers) and "runtime_adam_fp32": they price fp32 plans (only
+// this runtime runs those on a GPU) and what `strata validate` runs; frameworks' kernels keep the
+// HBM fit (docs/profiler.md).
 void bench_runtime_memory_bound_cuda(Context& ctx) {
     const bool quick = ctx.opt.quick;
     struct Shape {
@@ -199,14 +204,16 @@ void bench_runtime_memory_bound_cuda(Context& ctx) {
         ctx.check();
         const Shape& s = shapes[i];
         const runtime::KernelTiming t = runtime::time_cuda_kernels(s.tokens, s.hidden, s.adam, reps);
+        const runtime::KernelTiming th = runtime::time_cuda_kernels(s.tokens, s.hidden, 1, reps, true);
         const double T = s.tokens, h = s.hidden, f = 4.0 * h;
-        const double layer_bytes = 4.0 * (20.0 * T * h + 6.0 * T * f), adam_bytes = fp32.adam_gpu_bytes_per_param() * static_cast<double>(s.adam);
-        for (const auto& [kern, bytes, secs] : {std::tuple<const char*, double, double>{"runtime_fp32", layer_bytes, t.layer_s},
+        const double layer_elems = 20.0 * T * h + 6.0 * T * f, adam_bytes = fp32.adam_gpu_bytes_per_param() * static_cast<double>(s.adam);
+        for (const auto& [kern, bytes, secs] : {std::tuple<const char*, double, double>{"runtime_fp32", 4.0 * layer_elems, t.layer_s},
+                                                 {"runtime_bf16", 2.0 * layer_elems, th.layer_s},
                                                  {"runtime_adam_fp32", adam_bytes, t.adamw_s}}) {
             if (secs <= 0) continue;
             hwdb::Measurement m = point(ctx, "membw", make_key(kern, {{"bytes", bytes}}), "B/s", rate_summary(bytes, {secs}));
             m.params = {{"bytes", bytes}, {"tokens", T}, {"hidden", h}};
-            m.labels = {{"kernel", kern}, {"impl", "strata-runtime"}, {"dtype", "fp32"}};
+            m.labels = {{"kernel", kern}, {"impl", "strata-runtime"}, {"dtype", std::string(kern) == "runtime_bf16" ? "bf16" : "fp32"}};
             ctx.add(std::move(m));
         }
     }

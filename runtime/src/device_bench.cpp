@@ -13,13 +13,13 @@ namespace strata::runtime {
 namespace {
 using i64 = std::int64_t;
 
-/// A device buffer of n floats for one timing, given back at scope end.
+/// A device buffer of n elements (fp32, or bf16) for one timing, given back at scope end.
 struct Buf {
     Device& d;
     float* p;
     i64 n;
-    Buf(Device& dev, i64 count, const char* who) : d(dev), p(dev.alloc(count, false)), n(count) {
-        if (!p) throw RuntimeError(std::string(who) + ": the device refused " + std::to_string(count * 4) + " bytes");
+    Buf(Device& dev, i64 count, const char* who, bool bf16 = false) : d(dev), p(dev.alloc(count, bf16)), n(count) {
+        if (!p) throw RuntimeError(std::string(who) + ": the device refused " + std::to_string(count * (bf16 ? 2 : 4)) + " bytes");
     }
     ~Buf() { d.release(p, n); }
     Buf(const Buf&) = delete;
@@ -32,7 +32,7 @@ double median(std::vector<double> v) {
 }
 }  // namespace
 
-AttentionTiming time_cuda_attention(int batch, int seq, int heads, int head_dim, int reps) {
+AttentionTiming time_cuda_attention(int batch, int seq, int heads, int head_dim, int reps, bool bf16) {
     if (batch < 1 || seq < 1 || heads < 1 || head_dim < 1 || reps < 1) throw InputError("time_cuda_attention", "shape", "must be positive");
     std::unique_ptr<Device> dev = open_cuda_device();
     const i64 T = static_cast<i64>(batch) * seq, row = 3LL * heads * head_dim, od = static_cast<i64>(heads) * head_dim;
@@ -41,7 +41,8 @@ AttentionTiming time_cuda_attention(int batch, int seq, int heads, int head_dim,
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     for (float& x : h) x = u(g);
     const char* who = "time_cuda_attention";
-    Buf qkv(*dev, T * row, who), out(*dev, T * od, who), lse(*dev, T * heads, who), dout(*dev, T * od, who), dqkv(*dev, T * row, who);
+    Buf qkv(*dev, T * row, who, bf16), out(*dev, T * od, who, bf16), lse(*dev, T * heads, who), dout(*dev, T * od, who, bf16),
+        dqkv(*dev, T * row, who, bf16);
     dev->copy(qkv.p, h.data(), T * row);
     dev->copy(dout.p, h.data(), T * od);
     std::vector<double> fwd, bwd;
@@ -62,14 +63,15 @@ AttentionTiming time_cuda_attention(int batch, int seq, int heads, int head_dim,
     return {median(fwd), median(bwd)};
 }
 
-KernelTiming time_cuda_kernels(int tokens, int hidden, std::int64_t adam_params, int reps) {
+KernelTiming time_cuda_kernels(int tokens, int hidden, std::int64_t adam_params, int reps, bool bf16) {
     if (tokens < 1 || hidden < 1 || adam_params < 1 || reps < 1) throw InputError("time_cuda_kernels", "shape", "must be positive");
     std::unique_ptr<Device> dev = open_cuda_device();
     const i64 T = tokens, h = hidden, f = 4 * h, n = adam_params;
     const char* who = "time_cuda_kernels";
-    Buf x(*dev, T * h, who), y(*dev, T * h, who), dy(*dev, T * h, who), dx(*dev, T * h, who), w(*dev, h, who), b(*dev, h, who),
-        dw(*dev, h, who), db(*dev, h, who), a(*dev, T * f, who), ga(*dev, T * f, who), da(*dev, T * f, who), p(*dev, n, who),
-        m(*dev, n, who), v(*dev, n, who), g(*dev, n, who);
+    const bool H = bf16;
+    Buf x(*dev, T * h, who, H), y(*dev, T * h, who, H), dy(*dev, T * h, who, H), dx(*dev, T * h, who, H), w(*dev, h, who, H),
+        b(*dev, h, who, H), dw(*dev, h, who), db(*dev, h, who), a(*dev, T * f, who, H), ga(*dev, T * f, who, H), da(*dev, T * f, who, H),
+        p(*dev, n, who), m(*dev, n, who), v(*dev, n, who), g(*dev, n, who);
     std::vector<float> host(static_cast<std::size_t>(std::max(T * f, n)));
     std::mt19937 gen(11);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);

@@ -112,6 +112,17 @@ TEST_CASE("view: a plan's own shapes join the newest grid, and win where they me
     CHECK(v.attention_points[0].batch_heads == 25);
     CHECK(v.attention_points[0].plan);
     CHECK(v.attention_points[1].batch_heads == 96);
+    CHECK_FALSE(v.attention_points[0].runtime);  // no impl label: a framework's kernel
+    // The runtime's own kernel at the same shape is a point of its own, marked, not a duplicate
+    // (timed beside a framework's by a newer plan's run, which replaces the older plan's).
+    Measurement rt = attn(1, 25, 5e12, true);
+    rt.key += " strata-runtime";
+    rt.labels["impl"] = "strata-runtime";
+    db.write_run(run("2026-02-15T00:00:00Z"), {gemm(1024, 44e12, true), gemm(512, 30e12, true), attn(1, 25, 8e12, true), rt}, {});
+    const HardwareView r = db.view(h100, "DGX-H100", "", "", "", "");
+    REQUIRE(r.attention_points.size() == 3);
+    CHECK(std::count_if(r.attention_points.begin(), r.attention_points.end(), [](const auto& p) { return p.runtime && p.flops_per_s == 5e12; }) == 1);
+    CHECK(std::count_if(r.attention_points.begin(), r.attention_points.end(), [](const auto& p) { return !p.runtime && p.flops_per_s == 8e12; }) == 1);
     // A newer grid still keeps the plan's points beside it.
     db.write_run(run("2026-03-01T00:00:00Z"), {gemm(4096, 51e12, false)}, {});
     const HardwareView w = db.view(h100, "DGX-H100", "", "", "", "");
@@ -145,6 +156,7 @@ TEST_CASE("view attaches the newest representative run of that GPU", "[hwdb][vie
          fit("membw", h100, "kernel/runtime_adam", "bandwidth", {{"latency_ns", 0}, {"Bps", 1.1e12}}),
          fit("membw", h100, "kernel/runtime_fp32", "bandwidth", {{"latency_ns", 0}, {"Bps", 1.6e12}}),
          fit("membw", h100, "kernel/runtime_adam_fp32", "bandwidth", {{"latency_ns", 0}, {"Bps", 2.2e12}}),
+         fit("membw", h100, "kernel/runtime_bf16", "bandwidth", {{"latency_ns", 0}, {"Bps", 1.3e12}}),
          fit("memcpy", h100, "h2d/pinned", "bandwidth", {{"latency_ns", 8000}, {"Bps", 50e9}}),
          fit("memcpy", h100, "d2h/pinned", "bandwidth", {{"latency_ns", 8000}, {"Bps", 52.8e9}})});
     // Newer, but not representative (e.g. collectives on one GPU): ignored.
@@ -193,6 +205,8 @@ TEST_CASE("view attaches the newest representative run of that GPU", "[hwdb][vie
     CHECK(v.memory_bound_fp32->Bps == 1.6e12);
     REQUIRE(v.optimizer_kernel_fp32);
     CHECK(v.optimizer_kernel_fp32->Bps == 2.2e12);
+    REQUIRE(v.memory_bound_bf16);
+    CHECK(v.memory_bound_bf16->Bps == 1.3e12);
     REQUIRE(v.h2d);
     CHECK(v.h2d->latency_ns == 8000);
     REQUIRE(v.d2h);

@@ -230,6 +230,47 @@ TEST_CASE("attention points that say their sequences x heads are read at the ins
     CHECK((flat == Approx(1e12 / 8e12).epsilon(1e-6) || flat == Approx(1e12 / 12e12).epsilon(1e-6)));
 }
 
+TEST_CASE("a Program Strata's runtime runs is priced by the runtime's attention, a framework's by its own", "[cost][attention]") {
+    // One shape timed three ways: a framework's bf16 kernel (500 TFLOP/s), the runtime's on bf16
+    // buffers (100) and in fp32 (40). Hand: 1e12 FLOPs / the rate chosen.
+    auto hw = h100_view();
+    strata::hwdb::AttentionPoint fw, rt16, rt32;
+    for (auto* p : {&fw, &rt16, &rt32}) p->seq = 2048, p->head_dim = 128, p->causal = true;
+    fw.flops_per_s = 500e12;
+    rt16.flops_per_s = 100e12, rt16.runtime = true;
+    rt32.flops_per_s = 40e12, rt32.runtime = true, rt32.dtype = strata::hwdb::Dtype::fp32;
+    hw.attention_points = {fw, rt16, rt32};
+    Instr in;
+    in.op = Op::attention_fwd;
+    in.m = in.n = 2048, in.k = 128, in.flops = 1e12, in.dtype = DType::bf16;
+    auto secs = [&](const CostContext& c) { return static_cast<double>(compute_cost(in, c).duration_ns) * 1e-9; };
+    CostContext framework{&hw}, runtime{&hw};
+    runtime.runtime_kernels = true;
+    CHECK(secs(framework) == Approx(1e12 / 500e12).epsilon(1e-6));
+    CHECK(secs(runtime) == Approx(1e12 / 100e12).epsilon(1e-6));
+    // Without its bf16 points, the runtime's fp32 ones (its kernels compute in fp32).
+    hw.attention_points = {fw, rt32};
+    CHECK(secs(runtime) == Approx(1e12 / 40e12).epsilon(1e-6));
+    CHECK(secs(framework) == Approx(1e12 / 500e12).epsilon(1e-6));
+    // An fp32 instruction: only the runtime runs fp32 on a GPU, either way.
+    in.dtype = DType::fp32;
+    CHECK(secs(framework) == Approx(1e12 / 40e12).epsilon(1e-6));
+    // The runtime's memory-bound kernels on bf16 buffers price its bf16 instructions; a framework's keep HBM.
+    hw.hbm = strata::hwdb::BandwidthFit{0, 3e12, Provenance::fitted};
+    hw.memory_bound_bf16 = strata::hwdb::BandwidthFit{0, 1e12, Provenance::fitted};
+    Instr n;
+    n.op = Op::norm;
+    n.bytes = 1e9;
+    n.dtype = DType::bf16;
+    n.kernel = Kernel::eager;  // a framework's unfused kernels; the runtime runs its own
+    CHECK(compute_cost(n, runtime).duration_ns * 1e-9 == Approx(1e9 / 1e12 + 3e-6).epsilon(1e-6));
+    const auto eager = compute_cost(n, framework).duration_ns;
+    n.kernel = Kernel::fused;
+    CHECK(compute_cost(n, framework).duration_ns * 1e-9 == Approx(1e9 / 3e12 + 3e-6).epsilon(1e-6));
+    CHECK(eager > compute_cost(n, framework).duration_ns);  // the framework's unfused passes cost more
+    CHECK(compute_cost(n, runtime).duration_ns * 1e-9 == Approx(1e9 / 1e12 + 3e-6).epsilon(1e-6));
+}
+
 TEST_CASE("memory-bound kernels: bytes over achieved HBM bandwidth plus launch overhead", "[cost][membound]") {
     auto hw = h100_view();
     Instr in;

@@ -162,14 +162,21 @@ Estimate gemm_cost(const Instr& in, const CostContext& ctx) {
     const double k = std::max<double>(1, static_cast<double>(in.k));
     const double batch = std::max<double>(1, static_cast<double>(in.batch));
     const double flops = in.flops > 0 ? in.flops : 2.0 * m * n * k * batch;
-    const double peak = peak_flops(hw, in.dtype);
+    // Strata's runtime on a machine that timed only fp32 GEMMs (its cpu backend, which computes a
+    // bf16 plan in fp32 and rounds): the fp32 rate.
+    DType dt = in.dtype;
+    auto has = [&](DType d) {
+        return std::any_of(hw.gemm_points.begin(), hw.gemm_points.end(), [&](const hwdb::GemmPoint& p) { return p.dtype == to_hw(d) && p.efficiency > 0; });
+    };
+    if (ctx.runtime_kernels && dt != DType::fp32 && !has(dt) && has(DType::fp32)) dt = DType::fp32;
+    const double peak = peak_flops(hw, dt);
 
     double eta = 0;
     Provenance prov = Provenance::datasheet;
     std::vector<std::array<double, 3>> pts;
     std::vector<double> vals;
     for (const auto& p : hw.gemm_points)
-        if (p.dtype == to_hw(in.dtype) && p.efficiency > 0) {
+        if (p.dtype == to_hw(dt) && p.efficiency > 0) {
             pts.push_back({lg(static_cast<double>(p.m)), lg(static_cast<double>(p.n)), lg(static_cast<double>(p.k))});
             vals.push_back(p.efficiency);
         }
@@ -179,7 +186,7 @@ Estimate gemm_cost(const Instr& in, const CostContext& ctx) {
         eta = a.value;
         prov = a.provenance;
     } else {
-        eta = eta_max(hw, in.dtype) * wave_efficiency(m, n, batch, sm_count(hw)) * depth_efficiency(k);
+        eta = eta_max(hw, dt) * wave_efficiency(m, n, batch, sm_count(hw)) * depth_efficiency(k);
     }
     eta = std::max(eta, 1e-4);
     const double t_compute = flops / (peak * eta);
@@ -267,6 +274,33 @@ Estimate unfused_attention_cost(const Instr& in, const CostContext& ctx, double 
     return Estimate{cost_detail::to_ns(t * ctx.gpu_slowdown), qk.provenance};
 }
 
+/// The attention points that price `in`. A framework's kernel: its dtype's points, not the
+/// runtime's (fp32 excepted: on a GPU only the runtime runs fp32, and a CPU's points are all the
+/// runtime's). Strata's runtime (ctx.runtime_kernels): its own points of the dtype, else its own
+/// of any dtype (its kernels compute in fp32 whatever they store), else the dtype's.
+std::vector<const hwdb::AttentionPoint*> attention_candidates(const Instr& in, const CostContext& ctx) {
+    const bool backward = in.op == Op::attention_bwd;
+    auto pick = [&](bool any_dtype, int runtime) {  // runtime: 1 only the runtime's, 0 only others, -1 either
+        std::vector<const hwdb::AttentionPoint*> out;
+        for (const auto& p : ctx.hw->attention_points)
+            if ((any_dtype || p.dtype == to_hw(in.dtype)) && (runtime < 0 || p.runtime == (runtime == 1)) && p.backward == backward &&
+                p.causal && p.flops_per_s > 0)
+                out.push_back(&p);
+        return out;
+    };
+    if (!ctx.runtime_kernels) return pick(false, in.dtype == DType::fp32 ? -1 : 0);
+    for (const auto& [any_dtype, runtime] : {std::pair<bool, int>{false, 1}, {true, 1}, {false, -1}})
+        if (auto v = pick(any_dtype, runtime); !v.empty()) {
+            if (!any_dtype) return v;
+            // Of any dtype: the runtime's fp32 points (the phase its kernels compute in).
+            std::vector<const hwdb::AttentionPoint*> fp32;
+            for (const auto* p : v)
+                if (p->dtype == hwdb::Dtype::fp32) fp32.push_back(p);
+            return fp32.empty() ? v : fp32;
+        }
+    return {};
+}
+
 Estimate attention_cost(const Instr& in_fp, const CostContext& ctx) {
     const auto& hw = *ctx.hw;
     // FP8 training (Transformer Engine's fp8_autocast, NeMo/Megatron recipes) runs the attention
@@ -290,12 +324,11 @@ Estimate attention_cost(const Instr& in_fp, const CostContext& ctx) {
     std::vector<std::array<double, 3>> pts;
     std::vector<double> vals;
     bool all_bh = true;  // every point says the sequences x heads it ran (a kernel fills the GPU with them)
-    for (const auto& p : hw.attention_points)
-        if (p.dtype == to_hw(in.dtype) && p.backward == backward && p.causal && p.flops_per_s > 0) {
-            pts.push_back({lg(static_cast<double>(p.seq)), lg(static_cast<double>(p.head_dim)), lg(static_cast<double>(p.batch_heads))});
-            vals.push_back(p.flops_per_s);
-            all_bh = all_bh && p.batch_heads > 0;
-        }
+    for (const hwdb::AttentionPoint* p : attention_candidates(in, ctx)) {
+        pts.push_back({lg(static_cast<double>(p->seq)), lg(static_cast<double>(p->head_dim)), lg(static_cast<double>(p->batch_heads))});
+        vals.push_back(p->flops_per_s);
+        all_bh = all_bh && p->batch_heads > 0;
+    }
     if (!pts.empty()) {
         GridAnswer a;
         if (all_bh) {
@@ -332,9 +365,13 @@ Estimate memory_bound_cost(const Instr& in, const CostContext& ctx) {
     // Where the kernels themselves were measured (a CPU's, bound by arithmetic), their rate.
     const bool adam = in.op == Op::optimizer_gpu;
     std::optional<hwdb::BandwidthFit> own = adam && hw.optimizer_kernel ? hw.optimizer_kernel : hw.memory_bound;
-    // On a GPU, fp32 is the precision of Strata's runtime: its own kernels, where they were timed.
-    if (in.dtype == DType::fp32) {
-        const std::optional<hwdb::BandwidthFit>& rt = adam ? hw.optimizer_kernel_fp32 : hw.memory_bound_fp32;
+    // On a GPU, fp32 is the precision of Strata's runtime: its own kernels, where they were timed;
+    // a Program the runtime runs (validate) in bf16 too (its AdamW updates fp32 masters either way).
+    if (in.dtype == DType::fp32 || ctx.runtime_kernels) {
+        const std::optional<hwdb::BandwidthFit>& rt = adam                       ? hw.optimizer_kernel_fp32
+                                                      : in.dtype == DType::fp32 ? hw.memory_bound_fp32
+                                                      : in.dtype == DType::bf16 ? hw.memory_bound_bf16
+                                                                                : std::optional<hwdb::BandwidthFit>{};
         if (rt) own = rt;
     }
     const Rate r = own && own->Bps > 0 ? Rate{own->Bps, own->latency_ns, own->provenance} : cost_detail::hbm_rate(hw);
@@ -381,7 +418,8 @@ Estimate compute_cost(const Instr& in, const CostContext& ctx) {
     if (in.op == Op::attention_fwd || in.op == Op::attention_bwd) return attention_cost(in, ctx);
     // Eager frameworks run a layer's norms and elementwise ops unfused (embedding, loss and the
     // optimizer are single kernels either way).
-    const bool eager = in.kernel == Kernel::eager && (in.op == Op::norm || in.op == Op::elementwise);
+    // Strata's runtime runs its own kernels whatever a framework would (its fit prices them).
+    const bool eager = in.kernel == Kernel::eager && (in.op == Op::norm || in.op == Op::elementwise) && !ctx.runtime_kernels;
     return scaled(memory_bound_cost(in, ctx), cal.memory_bound * (eager ? kEagerElementwiseFactor : 1.0));
 }
 

@@ -79,6 +79,7 @@ SimOutput simulate(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
     ctx.cluster = &c;
     ctx.plan = &p;
     ctx.calibration = o.calibration;
+    ctx.runtime_kernels = o.runtime_kernels;
     ProgramCostModel costs(ctx, out.program);
 
     out.capacities = tier_capacities(c, hw);

@@ -26,6 +26,7 @@ struct AttentionPoint {
     double flops_per_s = 0;
     std::int64_t batch_heads = 0;  ///< sequences x query heads it was timed at (0: not recorded)
     bool plan = false;             ///< timed at a plan's own shape; wins over a grid point
+    bool runtime = false;          ///< Strata's runtime's own kernel (impl "strata-runtime"), not a framework's
 };
 
 /// Alpha-beta collective model: t = alpha_ns + bytes * factor(n) / busbw_Bps (nccl-tests' busbw).
@@ -67,9 +68,10 @@ struct HardwareView {
     /// charges Op::optimizer_gpu). The optimizer's cost prefers it to memory_bound and hbm.
     std::optional<BandwidthFit> optimizer_kernel;
     /// On a GPU, Strata's own runtime's kernels (fit keys "kernel/runtime_fp32",
-    /// "kernel/runtime_adam_fp32"): they price fp32 instructions only, the precision the runtime
-    /// executes; frameworks' bf16 kernels keep hbm.
-    std::optional<BandwidthFit> memory_bound_fp32, optimizer_kernel_fp32;
+    /// "kernel/runtime_adam_fp32", "kernel/runtime_bf16"): they price fp32 instructions (only the
+    /// runtime runs those on a GPU), and bf16 ones where the cost model is told the runtime runs
+    /// the Program (CostContext::runtime_kernels); frameworks' bf16 kernels keep hbm.
+    std::optional<BandwidthFit> memory_bound_fp32, optimizer_kernel_fp32, memory_bound_bf16;
     std::optional<BandwidthFit> h2d, d2h;        ///< pinned copies
     std::optional<BandwidthFit> ssd_read, ssd_write;
     std::optional<double> cpu_adam_params_per_s;

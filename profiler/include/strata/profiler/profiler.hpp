@@ -37,8 +37,8 @@ struct Options {
     std::function<void(const hwdb::Measurement&)> on_measurement;
 
     /// A plan's own shapes (`strata validate`): with plan_shapes set, the gemm and attention
-    /// kinds time exactly these, in fp32 as the runtime runs them, instead of their grids, and
-    /// label them origin "plan" (hwdb's view adds them to the grid's points, docs/profiler.md).
+    /// kinds time exactly these, in plan_dtype as the runtime runs them, instead of their grids,
+    /// and label them origin "plan" (hwdb's view adds them to the grid's points, docs/profiler.md).
     struct GemmShape {
         long m = 0, n = 0, k = 0;  ///< rows (x batch), columns, depth
     };
@@ -46,6 +46,7 @@ struct Options {
         long batch = 0, heads = 0, seq = 0, head_dim = 0;  ///< heads: a rank's query heads (MHA)
     };
     bool plan_shapes = false;
+    std::string plan_dtype = "fp32";  ///< fp32, or bf16 (the cuda backend's bf16 plans); the cpu backend times fp32
     std::vector<GemmShape> gemm_shapes;
     std::vector<AttentionShape> attention_shapes;
 };

@@ -107,17 +107,20 @@ struct OutOfMemory : RuntimeError {
 struct AttentionTiming {
     double forward_s = 0, backward_s = 0;
 };
-AttentionTiming time_cuda_attention(int batch, int seq, int heads, int head_dim, int reps);
+/// bf16: Q, K, V and the outputs in bf16 buffers, as a bf16 plan runs it (tensor cores).
+AttentionTiming time_cuda_attention(int batch, int seq, int heads, int head_dim, int reps, bool bf16 = false);
 
 /// The cuda backend's memory-bound kernels and AdamW timed on GPU 0, as the profiler's cpu
 /// backend times the cpu kernels (profiler/src/runtime_bench.cpp): median seconds for one GPT
 /// layer's memory-bound kernels, forward and backward (two norms, two residual adds, GELU; two
 /// norm and bias gradients, GELU's), at `tokens` x `hidden` (ffn 4 hidden), and for one AdamW
-/// over `adam_params` parameters. Throws RuntimeError without a usable cuda backend.
+/// over `adam_params` parameters (fp32 master, moments and gradients). bf16: the layer's
+/// activations and weights in bf16 buffers, their gradients fp32, as a bf16 plan holds them.
+/// Throws RuntimeError without a usable cuda backend.
 struct KernelTiming {
     double layer_s = 0, adamw_s = 0;
 };
-KernelTiming time_cuda_kernels(int tokens, int hidden, std::int64_t adam_params, int reps);
+KernelTiming time_cuda_kernels(int tokens, int hidden, std::int64_t adam_params, int reps, bool bf16 = false);
 
 /// Why this runtime cannot execute (model, plan) on `backend`; empty when it can.
 std::string unsupported(const sim::ModelSpec& m, const sim::PlanSpec& p, Backend backend);

@@ -97,6 +97,9 @@ struct CostContext {
     const Program* program = nullptr;  ///< optional: lets p2p see whether its peer shares the node
     int rank = -1;                     ///< index of this RankProgram in `program` (-1: unknown)
     Calibration calibration;           ///< applied by compute_cost / transfer_demand
+    /// The Program runs on Strata's own runtime (`strata validate`), not on a framework: attention
+    /// and memory-bound kernels are priced by the runtime's own where hwdb has them timed.
+    bool runtime_kernels = false;
 };
 
 /// Expected number of distinct nodes one token's top_k expert copies reach on an EP group over

@@ -21,6 +21,7 @@ struct SimOptions {
     bool critical_path = true;     ///< name what bounds the step
     bool allocator_model = true;   ///< replay PyTorch's caching allocator on the GPU tier (off: bytes as requested)
     Calibration calibration;       ///< cost multipliers (bench/fidelity); identity = uncalibrated
+    bool runtime_kernels = false;  ///< priced as Strata's runtime runs it (CostContext::runtime_kernels)
 };
 
 /// Pool capacities of a cluster: HBM per GPU, host DRAM and SSD per node.
