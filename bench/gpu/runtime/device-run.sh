@@ -23,7 +23,7 @@ cat "$res/gpu-info.txt"
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 case "$gpu" in *H200*) cluster=$D/cluster-lent-h200.json ;; *) cluster=$D/cluster-lent-h100.json ;; esac
 
-cases="${*:-test profile gpt2-124m gpt2-1.5b llama-2-7b-offload gpt2-774m-ssd llama-2-7b-params-cpu gpt2-1.5b-unfused}"
+cases="${*:-test profile gpt2-124m-bf16 gpt2-1.5b-bf16 gpt2-124m gpt2-1.5b llama-2-7b-offload gpt2-774m-ssd llama-2-7b-params-cpu gpt2-1.5b-unfused}"
 db="$res/hwdb.db"
 "$S" hwdb init --db "$db" > /dev/null
 for c in $cases; do
@@ -41,6 +41,9 @@ for c in $cases; do
         # against the same plan without dropout. Not in the default list: name it.
         gpt2-124m-dropout) m=gpt2-124m steps=6 lim=90 model=scenarios/models/gpt2-124m.json plan=$D/plan-gpt2-124m.json ;;
         gpt2-1.5b) m=gpt2-1.5b steps=4 lim=120 ;;
+        # bf16 on the GPU (fp32 masters, gradients and moments): the MFU target's plan.
+        gpt2-124m-bf16) m=gpt2-124m steps=6 lim=90 ;;
+        gpt2-1.5b-bf16) m=gpt2-1.5b steps=5 lim=120 ;;
         llama-2-7b-offload) m=llama-2-7b steps=3 lim=260 ;;
         llama-2-7b-offload-lockfree) m=llama-2-7b steps=4 lim=260 ;;  # not in the default list: name it
         gpt2-774m-ssd) m=gpt2-774m steps=3 lim=120 ;;
