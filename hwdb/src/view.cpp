@@ -286,6 +286,7 @@ HardwareView Database::view(const std::string& gpu_id, const std::string& node_i
                 a.plan = category(m) != m.kind;
                 auto impl = m.labels.find("impl");
                 a.runtime = impl != m.labels.end() && impl->second == "strata-runtime";
+                a.unfused = impl != m.labels.end() && impl->second == "unfused";
                 if (a.seq > 0 && a.head_dim > 0) v.attention_points.push_back(a);
             }
         }
@@ -346,7 +347,7 @@ HardwareView Database::view(const std::string& gpu_id, const std::string& node_i
     v.gemm_points.erase(std::unique(v.gemm_points.begin(), v.gemm_points.end(),
                                     [](const GemmPoint& a, const GemmPoint& b) { return std::tie(a.dtype, a.m, a.n, a.k) == std::tie(b.dtype, b.m, b.n, b.k); }),
                         v.gemm_points.end());
-    auto attn_key = [](const AttentionPoint& a) { return std::tie(a.runtime, a.dtype, a.backward, a.causal, a.head_dim, a.seq, a.batch_heads); };
+    auto attn_key = [](const AttentionPoint& a) { return std::tie(a.runtime, a.unfused, a.dtype, a.backward, a.causal, a.head_dim, a.seq, a.batch_heads); };
     std::sort(v.attention_points.begin(), v.attention_points.end(), [&](const AttentionPoint& a, const AttentionPoint& b) {
         return attn_key(a) < attn_key(b) || (attn_key(a) == attn_key(b) && a.plan && !b.plan);
     });

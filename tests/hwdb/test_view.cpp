@@ -112,15 +112,20 @@ TEST_CASE("view: a plan's own shapes join the newest grid, and win where they me
     CHECK(v.attention_points[0].batch_heads == 25);
     CHECK(v.attention_points[0].plan);
     CHECK(v.attention_points[1].batch_heads == 96);
-    CHECK_FALSE(v.attention_points[0].runtime);  // no impl label: a framework's kernel
+    CHECK_FALSE(v.attention_points[0].runtime);  // no impl label: a framework's fused kernel
+    CHECK_FALSE(v.attention_points[0].unfused);
     // The runtime's own kernel at the same shape is a point of its own, marked, not a duplicate
     // (timed beside a framework's by a newer plan's run, which replaces the older plan's).
     Measurement rt = attn(1, 25, 5e12, true);
     rt.key += " strata-runtime";
     rt.labels["impl"] = "strata-runtime";
-    db.write_run(run("2026-02-15T00:00:00Z"), {gemm(1024, 44e12, true), gemm(512, 30e12, true), attn(1, 25, 8e12, true), rt}, {});
+    Measurement floor = attn(1, 25, 3e12, true);  // the cuda profile's unfused GEMMs + softmax
+    floor.key += " unfused";
+    floor.labels["impl"] = "unfused";
+    db.write_run(run("2026-02-15T00:00:00Z"), {gemm(1024, 44e12, true), gemm(512, 30e12, true), attn(1, 25, 8e12, true), rt, floor}, {});
     const HardwareView r = db.view(h100, "DGX-H100", "", "", "", "");
-    REQUIRE(r.attention_points.size() == 3);
+    REQUIRE(r.attention_points.size() == 4);
+    CHECK(std::count_if(r.attention_points.begin(), r.attention_points.end(), [](const auto& p) { return p.unfused && !p.runtime && p.flops_per_s == 3e12; }) == 1);
     CHECK(std::count_if(r.attention_points.begin(), r.attention_points.end(), [](const auto& p) { return p.runtime && p.flops_per_s == 5e12; }) == 1);
     CHECK(std::count_if(r.attention_points.begin(), r.attention_points.end(), [](const auto& p) { return !p.runtime && p.flops_per_s == 8e12; }) == 1);
     // A newer grid still keeps the plan's points beside it.

@@ -1,7 +1,8 @@
 // The runtime's cuda backend against its cpu backend, which finite differences check
 // (test_runtime.cpp): every kernel on random inputs, then whole runs (GPT and Llama, the optimizer
-// on the GPU, on the CPU and on SSD, recompute, checkpoints). Both are fp32; they differ only in
-// summation order, so they agree to about 1e-5 relative. On a machine without a GPU the test
+// on the GPU, on the CPU and on SSD, recompute, checkpoints). In fp32 they differ only in
+// summation order, so they agree to about 1e-5 relative; in bf16 (2-byte storage, fp32 arithmetic
+// on both) to a rounding step of bf16. On a machine without a GPU the test
 // prints "skipped: no CUDA device" and ctest counts it as skipped (tests/CMakeLists.txt); any other
 // reason the backend cannot open (a module that does not load) fails it.
 #include <catch2/catch.hpp>

@@ -230,6 +230,28 @@ TEST_CASE("attention points that say their sequences x heads are read at the ins
     CHECK((flat == Approx(1e12 / 8e12).epsilon(1e-6) || flat == Approx(1e12 / 12e12).epsilon(1e-6)));
 }
 
+TEST_CASE("the cuda profile's unfused attention floor never prices a fused kernel", "[cost][attention]") {
+    // `strata profile --backend cuda` times attention as cuBLASLt GEMMs over the full square plus a
+    // softmax (impl "unfused", docs/profiler.md: "a floor"). Imported, it priced Llama 3 8B's flash
+    // attention on 8 H100s at 20.7 s of a 34.9 s step (the datasheet model: 3.3 of 15.7).
+    auto hw = h100_view();
+    strata::hwdb::AttentionPoint floor;
+    floor.seq = 4096, floor.head_dim = 128, floor.causal = true, floor.flops_per_s = 100e12, floor.unfused = true;
+    Instr in;
+    in.op = Op::attention_fwd;
+    in.m = in.n = 4096, in.k = 128, in.flops = 1e12, in.dtype = DType::bf16;
+    const auto anchors = compute_cost(in, CostContext{&hw});
+    hw.attention_points = {floor};
+    const auto with_floor = compute_cost(in, CostContext{&hw});
+    CHECK(with_floor.duration_ns == anchors.duration_ns);
+    CHECK(with_floor.provenance == Provenance::datasheet);
+    // A fused kernel's measured point at the same shape does price it.
+    strata::hwdb::AttentionPoint fused = floor;
+    fused.unfused = false, fused.flops_per_s = 500e12;
+    hw.attention_points = {floor, fused};
+    CHECK(compute_cost(in, CostContext{&hw}).duration_ns * 1e-9 == Approx(1e12 / 500e12).epsilon(1e-6));
+}
+
 TEST_CASE("a Program Strata's runtime runs is priced by the runtime's attention, a framework's by its own", "[cost][attention]") {
     // One shape timed three ways: a framework's bf16 kernel (500 TFLOP/s), the runtime's on bf16
     // buffers (100) and in fp32 (40). Hand: 1e12 FLOPs / the rate chosen.

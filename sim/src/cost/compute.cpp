@@ -274,17 +274,18 @@ Estimate unfused_attention_cost(const Instr& in, const CostContext& ctx, double 
     return Estimate{cost_detail::to_ns(t * ctx.gpu_slowdown), qk.provenance};
 }
 
-/// The attention points that price `in`. A framework's kernel: its dtype's points, not the
-/// runtime's (fp32 excepted: on a GPU only the runtime runs fp32, and a CPU's points are all the
-/// runtime's). Strata's runtime (ctx.runtime_kernels): its own points of the dtype, else its own
-/// of any dtype (its kernels compute in fp32 whatever they store), else the dtype's.
+/// The attention points that price `in`. A framework's fused kernel: its dtype's points of fused
+/// kernels, never the runtime's (fp32 excepted: on a GPU only the runtime runs fp32, and a CPU's
+/// points are all the runtime's) nor the cuda profile's unfused floor. Strata's runtime
+/// (ctx.runtime_kernels): its own points of the dtype, else its own of any dtype (its kernels
+/// compute in fp32 whatever they store), else a framework's of the dtype.
 std::vector<const hwdb::AttentionPoint*> attention_candidates(const Instr& in, const CostContext& ctx) {
     const bool backward = in.op == Op::attention_bwd;
     auto pick = [&](bool any_dtype, int runtime) {  // runtime: 1 only the runtime's, 0 only others, -1 either
         std::vector<const hwdb::AttentionPoint*> out;
         for (const auto& p : ctx.hw->attention_points)
-            if ((any_dtype || p.dtype == to_hw(in.dtype)) && (runtime < 0 || p.runtime == (runtime == 1)) && p.backward == backward &&
-                p.causal && p.flops_per_s > 0)
+            if ((any_dtype || p.dtype == to_hw(in.dtype)) && (runtime < 0 || p.runtime == (runtime == 1)) && !p.unfused &&
+                p.backward == backward && p.causal && p.flops_per_s > 0)
                 out.push_back(&p);
         return out;
     };

@@ -27,6 +27,9 @@ struct AttentionPoint {
     std::int64_t batch_heads = 0;  ///< sequences x query heads it was timed at (0: not recorded)
     bool plan = false;             ///< timed at a plan's own shape; wins over a grid point
     bool runtime = false;          ///< Strata's runtime's own kernel (impl "strata-runtime"), not a framework's
+    /// The cuda profile's unfused floor (impl "unfused": cuBLASLt GEMMs over the full square and a
+    /// softmax kernel): not what a fused kernel achieves, so it never prices one.
+    bool unfused = false;
 };
 
 /// Alpha-beta collective model: t = alpha_ns + bytes * factor(n) / busbw_Bps (nccl-tests' busbw).
