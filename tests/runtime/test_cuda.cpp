@@ -387,19 +387,31 @@ TEST_CASE("cuda kernels on bf16 operands match the cpu kernels rounded to bf16",
         d.rope(Q.p, 2 * seq, seq, hq, hkv, hd, false);
         same(rounded(qkv), Q.get(), "bf16 rope", ulp);
     }
-    SECTION("attention: bf16 Q, K, V and outputs, fp32 log-sum-exp") {
-        const i64 seq = 40, batch = 2, hq = 4, hkv = 2, hd = 32, T = seq * batch, row = (hq + 2 * hkv) * hd, od = hq * hd;
-        const auto qkv = rounded(randoms(T * row, 19)), dout = rounded(randoms(T * od, 20));
-        std::vector<float> out(T * od), lse(T * hq), dqkv(T * row);
-        cpu::attention_forward(out.data(), lse.data(), qkv.data(), T, seq, hq, hkv, hd, {});
-        out = rounded(out);
-        cpu::attention_backward(dqkv.data(), qkv.data(), out.data(), lse.data(), dout.data(), T, seq, hq, hkv, hd, {});
-        Dev Q(d, qkv, H), DO(d, dout, H), O(d, std::vector<float>(T * od), H), L(d, std::vector<float>(T * hq)), DQ(d, std::vector<float>(T * row), H);
-        d.attention_forward(O.p, L.p, Q.p, T, seq, hq, hkv, hd, {});
-        d.attention_backward(DQ.p, Q.p, O.p, L.p, DO.p, T, seq, hq, hkv, hd, {});
-        same(out, O.get(), "bf16 attention out", ulp);
-        same(lse, L.get(), "bf16 attention lse", 1e-5);
-        same(rounded(dqkv), DQ.get(), "bf16 attention dqkv", 2 * ulp);
+    SECTION("attention: bf16 Q, K, V and outputs, fp32 log-sum-exp; the flash kernels at 64- and 128-wide heads") {
+        struct Shape {
+            i64 seq, batch, hq, hkv, hd;
+            float p;
+        };
+        // Head dim 32: the exact kernels; 64 and 128: flash.cuh, with a sequence that is not a
+        // multiple of its 64-row tiles, one shorter than a tile, GQA and dropout.
+        for (const Shape sh : {Shape{40, 2, 4, 2, 32, 0.0f}, Shape{100, 2, 4, 2, 64, 0.0f}, Shape{64, 1, 2, 1, 128, 0.0f},
+                               Shape{200, 1, 2, 2, 64, 0.1f}, Shape{30, 3, 2, 1, 128, 0.1f}}) {
+            const i64 seq = sh.seq, hq = sh.hq, hkv = sh.hkv, hd = sh.hd, T = seq * sh.batch, row = (hq + 2 * hkv) * hd, od = hq * hd;
+            const Dropout drop{sh.p, dropout_key(7, 3, 1, DropoutSite::attention_probs), 5, 0, 0, hq};
+            const auto qkv = rounded(randoms(T * row, 19)), dout = rounded(randoms(T * od, 20));
+            std::vector<float> out(T * od), lse(T * hq), dqkv(T * row);
+            cpu::attention_forward(out.data(), lse.data(), qkv.data(), T, seq, hq, hkv, hd, drop);
+            out = rounded(out);
+            cpu::attention_backward(dqkv.data(), qkv.data(), out.data(), lse.data(), dout.data(), T, seq, hq, hkv, hd, drop);
+            Dev Q(d, qkv, H), DO(d, dout, H), O(d, std::vector<float>(T * od), H), L(d, std::vector<float>(T * hq)),
+                DQ(d, std::vector<float>(T * row), H);
+            d.attention_forward(O.p, L.p, Q.p, T, seq, hq, hkv, hd, drop);
+            d.attention_backward(DQ.p, Q.p, O.p, L.p, DO.p, T, seq, hq, hkv, hd, drop);
+            INFO("seq " << seq << " batch " << sh.batch << " heads " << hq << "/" << hkv << " dim " << hd << " dropout " << sh.p);
+            same(out, O.get(), "bf16 attention out", ulp);
+            same(lse, L.get(), "bf16 attention lse", 1e-5);
+            same(rounded(dqkv), DQ.get(), "bf16 attention dqkv", 2 * ulp);
+        }
     }
     SECTION("embedding, loss on bf16 logits, AdamW on an fp32 master from bf16 gradients") {
         const i64 T = 40, C = 24, V = 50;
@@ -513,10 +525,15 @@ TEST_CASE("a run on the cuda backend follows the cpu backend's loss curve", "[ru
     p.precision = Precision::bf16;
     v.push_back({"GPT, bf16", tiny_gpt(), p});
     v.push_back({"Llama, bf16", tiny_llama(2), p});
+    ModelSpec wide = tiny_llama(2);  // 64-wide heads over 80 positions: the flash kernels
+    wide.hidden = 128, wide.heads = 2, wide.kv_heads = 1, wide.head_dim = 64, wide.ffn_hidden = 96, wide.seq_len = 80;
+    v.push_back({"Llama with 64-wide heads, bf16", wide, p});
     p.recompute = Recompute::full;
     ModelSpec g = tiny_gpt();
     g.dropout = 0.3;
     v.push_back({"GPT with dropout, bf16, full recompute", g, p});
+    g.hidden = 128, g.heads = 2, g.kv_heads = 2, g.head_dim = 64, g.ffn_hidden = 256, g.seq_len = g.max_position = 72;
+    v.push_back({"GPT with dropout and 64-wide heads, bf16, full recompute", g, p});
     for (const Variant& x : v) {
         INFO(x.name);
         const auto a = run_losses(x.model, x.plan, runtime::Backend::cpu, 6);

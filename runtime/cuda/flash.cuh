@@ -1,0 +1,240 @@
+// The cuda backend's flash attention for bf16 Q, K, V (FlashAttention-2's schedule, Dao 2023,
+// arXiv:2307.08691, Algorithms 1 and 2), on the tensor cores through WMMA 16x16x16 bf16 fragments
+// with fp32 accumulation. Scores never reach global memory: a block of 64 queries (forward) or 64
+// keys (backward), one warp per 16 of them, walks the other side's blocks in 64-row tiles held in
+// shared memory. Same contract as the exact kernels in device_cuda.cu (per-head [item][seq][d]
+// layouts, the executor's lse layout, dropout.hpp's masks), so the cpu kernels stay the reference.
+// Included by device_cuda.cu inside its unnamed namespace, after kernels.cuh.
+#pragma once
+
+#include <mma.h>
+
+constexpr int kFlashTile = 64;  ///< queries or keys per block and per tile: 4 warps of 16
+constexpr int kFlashThreads = 128;
+using bf16 = __nv_bfloat16;
+namespace wmma = nvcuda::wmma;
+using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>;
+using FragAT = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::col_major>;
+using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
+using FragBT = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>;
+using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+
+/// Shared memory of the forward kernel: Q, K, V tiles, then per warp scores (fp32), probabilities
+/// (bf16) and the output accumulator (fp32).
+template <int D>
+constexpr std::size_t flash_fwd_smem() {
+    return 3 * kFlashTile * D * sizeof(bf16) + 4 * 16 * (kFlashTile * (sizeof(float) + sizeof(bf16)) + D * sizeof(float));
+}
+/// Backward: K, V, Q, dO tiles; per warp S^T, dP^T (fp32), P^T, dS^T (bf16) and a 16x16 scratch;
+/// the query tile's lse and D.
+template <int D>
+constexpr std::size_t flash_bwd_smem() {
+    return 4 * kFlashTile * D * sizeof(bf16) + 4 * (16 * kFlashTile * (2 * sizeof(float) + 2 * sizeof(bf16)) + 256 * sizeof(float)) +
+           2 * kFlashTile * sizeof(float);
+}
+
+// Rows [row0, row0 + 64) of a [seq][D] head into shared memory, zeros past seq; 16 bytes a thread.
+template <int D>
+__device__ void flash_load(bf16* dst, const bf16* src, i64 row0, i64 seq) {
+    constexpr int per_row = D / 8;
+    for (int e = threadIdx.x; e < kFlashTile * per_row; e += blockDim.x) {
+        const int r = e / per_row, c = (e % per_row) * 8;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (row0 + r < seq) v = *reinterpret_cast<const uint4*>(src + (row0 + r) * D + c);
+        *reinterpret_cast<uint4*>(dst + r * D + c) = v;
+    }
+}
+
+__device__ i64 lse_at(i64 item, i64 hq, i64 seq, i64 i) { return ((item / hq) * seq + i) * hq + item % hq; }
+
+// Forward: O = softmax(Q K^T scale, causal) (x dropout) V and the log-sum-exp, online over key
+// tiles. A lane pair owns one query row of its warp's 16 (lane / 2), each lane half of its columns.
+template <int D>
+__global__ void __launch_bounds__(kFlashThreads) k_flash_fwd(const bf16* Q, const bf16* K, const bf16* V, bf16* O, TV lse, i64 seq, i64 hq,
+                                                             float scale, Dropout drop) {
+    constexpr int B = kFlashTile;
+    extern __shared__ __align__(128) unsigned char smem[];
+    bf16* Qs = reinterpret_cast<bf16*>(smem);
+    bf16* Ks = Qs + B * D;
+    bf16* Vs = Ks + B * D;
+    float* Ss = reinterpret_cast<float*>(Vs + B * D);
+    bf16* Ps = reinterpret_cast<bf16*>(Ss + 4 * 16 * B);
+    float* Os = reinterpret_cast<float*>(Ps + 4 * 16 * B);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+    const i64 item = blockIdx.y, q0 = static_cast<i64>(blockIdx.x) * B, qi = q0 + warp * 16 + r;
+    const i64 head = item * seq * D;
+    float* Sw = Ss + warp * 16 * B;
+    bf16* Pw = Ps + warp * 16 * B;
+    float* Ow = Os + warp * 16 * D;
+    flash_load<D>(Qs, Q + head, q0, seq);
+    for (int e = lane; e < 16 * D; e += 32) Ow[e] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    for (i64 kt = 0; kt <= static_cast<i64>(blockIdx.x); ++kt) {  // causal: key tiles up to the query tile
+        __syncthreads();  // every warp is done with the previous K and V
+        flash_load<D>(Ks, K + head, kt * B, seq);
+        flash_load<D>(Vs, V + head, kt * B, seq);
+        __syncthreads();
+        for (int nt = 0; nt < B / 16; ++nt) {  // S_w = Q_w K^T
+            FragC acc;
+            wmma::fill_fragment(acc, 0.0f);
+            for (int ks = 0; ks < D / 16; ++ks) {
+                FragA a;
+                FragBT b;
+                wmma::load_matrix_sync(a, Qs + warp * 16 * D + ks * 16, D);
+                wmma::load_matrix_sync(b, Ks + nt * 16 * D + ks * 16, D);
+                wmma::mma_sync(acc, a, b, acc);
+            }
+            wmma::store_matrix_sync(Sw + nt * 16, acc, B, wmma::mem_row_major);
+        }
+        __syncwarp();
+        float mt = -INFINITY;
+        for (int c = half * 32; c < half * 32 + 32; ++c) {
+            const i64 kj = kt * B + c;
+            if (kj <= qi && qi < seq) mt = fmaxf(mt, Sw[r * B + c] * scale);
+        }
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+        const float mn = fmaxf(m, mt);
+        const float alpha = mn == -INFINITY ? 1.0f : expf(m - mn);
+        float rs = 0.0f;
+        for (int c = half * 32; c < half * 32 + 32; ++c) {
+            const i64 kj = kt * B + c;
+            const bool ok = kj <= qi && qi < seq;
+            const float p = ok ? expf(Sw[r * B + c] * scale - mn) : 0.0f;
+            rs += p;
+            Pw[r * B + c] = __float2bfloat16_rn(ok ? p * attn_drop(drop, item, hq, seq, qi, kj) : 0.0f);
+        }
+        rs += __shfl_xor_sync(0xffffffffu, rs, 1);
+        l = l * alpha + rs;
+        m = mn;
+        for (int c = half * (D / 2); c < (half + 1) * (D / 2); ++c) Ow[r * D + c] *= alpha;
+        __syncwarp();
+        for (int dt = 0; dt < D / 16; ++dt) {  // O_w = O_w alpha + P_w V
+            FragC acc;
+            wmma::load_matrix_sync(acc, Ow + dt * 16, D, wmma::mem_row_major);
+            for (int ks = 0; ks < B / 16; ++ks) {
+                FragA a;
+                FragB b;
+                wmma::load_matrix_sync(a, Pw + ks * 16, B);
+                wmma::load_matrix_sync(b, Vs + ks * 16 * D + dt * 16, D);
+                wmma::mma_sync(acc, a, b, acc);
+            }
+            wmma::store_matrix_sync(Ow + dt * 16, acc, D, wmma::mem_row_major);
+        }
+        __syncwarp();
+    }
+    if (qi >= seq) return;
+    const float inv = 1.0f / l;  // key 0 is always seen: l > 0
+    for (int c = half * (D / 2); c < (half + 1) * (D / 2); ++c) O[head + qi * D + c] = __float2bfloat16_rn(Ow[r * D + c] * inv);
+    if (half == 0) lse[lse_at(item, hq, seq, qi)] = m + logf(l);
+}
+
+// Backward (FlashAttention-2's Algorithm 2): a block owns 64 keys, a warp 16 of them, and walks the
+// query tiles that see them (causal: from its own). P is recomputed from the saved lse; dK and dV
+// stay in fragments for the whole walk; dQ is added atomically (fp32). Dd[item][i] = dO . O.
+template <int D>
+__global__ void __launch_bounds__(kFlashThreads) k_flash_bwd(const bf16* Q, const bf16* K, const bf16* V, const bf16* dO, TV lse,
+                                                             const float* Dd, float* dQ, float* dK, float* dV, i64 seq, i64 hq, float scale,
+                                                             Dropout drop) {
+    constexpr int B = kFlashTile;
+    extern __shared__ __align__(128) unsigned char smem[];
+    bf16* Ks = reinterpret_cast<bf16*>(smem);
+    bf16* Vs = Ks + B * D;
+    bf16* Qs = Vs + B * D;
+    bf16* dOs = Qs + B * D;
+    float* region = reinterpret_cast<float*>(dOs + B * D);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+    // Per warp: S^T, dP^T (fp32 16 x B), scratch (16 x 16 fp32), P^T, dS^T (bf16 16 x B).
+    float* STw = region + warp * (2 * 16 * B + 256);
+    float* dPTw = STw + 16 * B;
+    float* scr = dPTw + 16 * B;
+    bf16* PTw = reinterpret_cast<bf16*>(region + 4 * (2 * 16 * B + 256)) + warp * 2 * 16 * B;
+    bf16* dSTw = PTw + 16 * B;
+    float* Ls = reinterpret_cast<float*>(reinterpret_cast<bf16*>(region + 4 * (2 * 16 * B + 256)) + 4 * 2 * 16 * B);
+    float* Ds = Ls + B;
+    const i64 item = blockIdx.y, k0 = static_cast<i64>(blockIdx.x) * B, kj = k0 + warp * 16 + r;
+    const i64 head = item * seq * D;
+    flash_load<D>(Ks, K + head, k0, seq);
+    flash_load<D>(Vs, V + head, k0, seq);
+    FragC dk[D / 16], dv[D / 16];
+    for (int dt = 0; dt < D / 16; ++dt) {
+        wmma::fill_fragment(dk[dt], 0.0f);
+        wmma::fill_fragment(dv[dt], 0.0f);
+    }
+    const i64 tiles = (seq + B - 1) / B;
+    for (i64 qt = blockIdx.x; qt < tiles; ++qt) {
+        __syncthreads();  // every warp is done with the previous Q and dO
+        flash_load<D>(Qs, Q + head, qt * B, seq);
+        flash_load<D>(dOs, dO + head, qt * B, seq);
+        for (int e = threadIdx.x; e < B; e += blockDim.x) {
+            const i64 i = qt * B + e;
+            Ls[e] = i < seq ? static_cast<float>(lse[lse_at(item, hq, seq, i)]) : 0.0f;
+            Ds[e] = i < seq ? Dd[item * seq + i] : 0.0f;
+        }
+        __syncthreads();
+        for (int nt = 0; nt < B / 16; ++nt) {  // S^T_w = K_w Q^T, dP^T_w = V_w dO^T
+            FragC s, dp;
+            wmma::fill_fragment(s, 0.0f);
+            wmma::fill_fragment(dp, 0.0f);
+            for (int ks = 0; ks < D / 16; ++ks) {
+                FragA a;
+                FragBT b;
+                wmma::load_matrix_sync(a, Ks + warp * 16 * D + ks * 16, D);
+                wmma::load_matrix_sync(b, Qs + nt * 16 * D + ks * 16, D);
+                wmma::mma_sync(s, a, b, s);
+                wmma::load_matrix_sync(a, Vs + warp * 16 * D + ks * 16, D);
+                wmma::load_matrix_sync(b, dOs + nt * 16 * D + ks * 16, D);
+                wmma::mma_sync(dp, a, b, dp);
+            }
+            wmma::store_matrix_sync(STw + nt * 16, s, B, wmma::mem_row_major);
+            wmma::store_matrix_sync(dPTw + nt * 16, dp, B, wmma::mem_row_major);
+        }
+        __syncwarp();
+        for (int c = half * 32; c < half * 32 + 32; ++c) {  // row r: key kj; column c: query qt B + c
+            const i64 qi = qt * B + c;
+            const bool ok = kj <= qi && qi < seq && kj < seq;
+            const float p = ok ? expf(STw[r * B + c] * scale - Ls[c]) : 0.0f;
+            const float z = ok ? attn_drop(drop, item, hq, seq, qi, kj) : 1.0f;
+            PTw[r * B + c] = __float2bfloat16_rn(p * z);
+            dSTw[r * B + c] = __float2bfloat16_rn(ok ? p * (dPTw[r * B + c] * z - Ds[c]) * scale : 0.0f);
+        }
+        __syncwarp();
+        for (int dt = 0; dt < D / 16; ++dt)  // dV_w += P^T_w dO, dK_w += dS^T_w Q
+            for (int ks = 0; ks < B / 16; ++ks) {
+                FragA a;
+                FragB b;
+                wmma::load_matrix_sync(a, PTw + ks * 16, B);
+                wmma::load_matrix_sync(b, dOs + ks * 16 * D + dt * 16, D);
+                wmma::mma_sync(dv[dt], a, b, dv[dt]);
+                wmma::load_matrix_sync(a, dSTw + ks * 16, B);
+                wmma::load_matrix_sync(b, Qs + ks * 16 * D + dt * 16, D);
+                wmma::mma_sync(dk[dt], a, b, dk[dt]);
+            }
+        for (int mt = 0; mt < B / 16; ++mt)  // dQ[queries] += dS (queries x the warp's 16 keys) K_w
+            for (int dt = 0; dt < D / 16; ++dt) {
+                FragC acc;
+                wmma::fill_fragment(acc, 0.0f);
+                FragAT a;
+                FragB b;
+                wmma::load_matrix_sync(a, dSTw + mt * 16, B);
+                wmma::load_matrix_sync(b, Ks + warp * 16 * D + dt * 16, D);
+                wmma::mma_sync(acc, a, b, acc);
+                wmma::store_matrix_sync(scr, acc, 16, wmma::mem_row_major);
+                __syncwarp();
+                for (int e = lane; e < 256; e += 32) {
+                    const i64 q = qt * B + mt * 16 + e / 16;
+                    if (q < seq) atomicAdd(dQ + head + q * D + dt * 16 + e % 16, scr[e]);
+                }
+                __syncwarp();
+            }
+    }
+    for (int dt = 0; dt < D / 16; ++dt)
+        for (int which = 0; which < 2; ++which) {
+            wmma::store_matrix_sync(scr, which ? dv[dt] : dk[dt], 16, wmma::mem_row_major);
+            __syncwarp();
+            for (int e = lane; e < 256; e += 32) {
+                const i64 key = k0 + warp * 16 + e / 16;
+                if (key < seq) (which ? dV : dK)[head + key * D + dt * 16 + e % 16] = scr[e];
+            }
+            __syncwarp();
+        }
+}
