@@ -4,10 +4,16 @@
 // keys (backward), one warp per 16 of them, walks the other side's blocks in 64-row tiles held in
 // shared memory. Same contract as the exact kernels in device_cuda.cu (per-head [item][seq][d]
 // layouts, the executor's lse layout, dropout.hpp's masks), so the cpu kernels stay the reference.
-// Included by device_cuda.cu inside its unnamed namespace, after kernels.cuh.
+// Included by device_cuda.cu inside its unnamed namespace, after kernels.cuh; and by
+// tests/runtime/test_flash_emulated.cpp, which runs these kernels' schedule on the CPU (threads
+// for lanes, WMMA on whole 16x16 tiles) against the cpu kernels in CI, where no GPU is.
 #pragma once
 
+#ifdef __CUDACC__
 #include <mma.h>
+#define STRATA_FLASH_BOUNDS __launch_bounds__(128)
+#define STRATA_FLASH_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
+#endif
 
 constexpr int kFlashTile = 64;  ///< queries or keys per block and per tile: 4 warps of 16
 constexpr int kFlashThreads = 128;
@@ -50,10 +56,10 @@ __device__ i64 lse_at(i64 item, i64 hq, i64 seq, i64 i) { return ((item / hq) * 
 // Forward: O = softmax(Q K^T scale, causal) (x dropout) V and the log-sum-exp, online over key
 // tiles. A lane pair owns one query row of its warp's 16 (lane / 2), each lane half of its columns.
 template <int D>
-__global__ void __launch_bounds__(kFlashThreads) k_flash_fwd(const bf16* Q, const bf16* K, const bf16* V, bf16* O, TV lse, i64 seq, i64 hq,
+__global__ void STRATA_FLASH_BOUNDS k_flash_fwd(const bf16* Q, const bf16* K, const bf16* V, bf16* O, TV lse, i64 seq, i64 hq,
                                                              float scale, Dropout drop) {
     constexpr int B = kFlashTile;
-    extern __shared__ __align__(128) unsigned char smem[];
+    STRATA_FLASH_SMEM(smem);
     bf16* Qs = reinterpret_cast<bf16*>(smem);
     bf16* Ks = Qs + B * D;
     bf16* Vs = Ks + B * D;
@@ -132,11 +138,11 @@ __global__ void __launch_bounds__(kFlashThreads) k_flash_fwd(const bf16* Q, cons
 // query tiles that see them (causal: from its own). P is recomputed from the saved lse; dK and dV
 // stay in fragments for the whole walk; dQ is added atomically (fp32). Dd[item][i] = dO . O.
 template <int D>
-__global__ void __launch_bounds__(kFlashThreads) k_flash_bwd(const bf16* Q, const bf16* K, const bf16* V, const bf16* dO, TV lse,
+__global__ void STRATA_FLASH_BOUNDS k_flash_bwd(const bf16* Q, const bf16* K, const bf16* V, const bf16* dO, TV lse,
                                                              const float* Dd, float* dQ, float* dK, float* dV, i64 seq, i64 hq, float scale,
                                                              Dropout drop) {
     constexpr int B = kFlashTile;
-    extern __shared__ __align__(128) unsigned char smem[];
+    STRATA_FLASH_SMEM(smem);
     bf16* Ks = reinterpret_cast<bf16*>(smem);
     bf16* Vs = Ks + B * D;
     bf16* Qs = Vs + B * D;

@@ -1,0 +1,94 @@
+// runtime/cuda/flash.cuh's kernels, run on the CPU (cuda_emulation.hpp), against the cpu kernels
+// on bf16-rounded inputs: the flash schedule's tiles, causal bounds, online softmax, dropout and
+// backward accumulation are checked in CI, where no GPU is; test_cuda.cpp checks the same kernels
+// on a GPU. A wrong operand layout (row- for column-major K in the forward) fails every case here.
+#include <catch2/catch.hpp>
+
+#include <random>
+
+#include "cuda_emulation.hpp"
+
+namespace strata::runtime::emulated {
+#include "flash.cuh"
+
+namespace {
+std::vector<float> randoms(std::size_t n, unsigned seed) {
+    std::mt19937 g(seed);
+    std::uniform_real_distribution<float> u(-1, 1);
+    std::vector<float> v(n);
+    for (auto& x : v) x = u(g);
+    cpu::round_bf16(v.data(), static_cast<i64>(n));
+    return v;
+}
+
+// Per-head layout [item][seq][d] from qkv rows, as k_attn_split.
+template <int D>
+void check(i64 seq, i64 batch, i64 hq, i64 hkv, float p) {
+    const i64 T = seq * batch, row = (hq + 2 * hkv) * D, od = hq * D, items = batch * hq, n = items * seq * D, g = hq / hkv;
+    const Dropout drop{p, dropout_key(7, 3, 1, DropoutSite::attention_probs), 5, 0, 0, hq};
+    const auto qkv = randoms(T * row, 19), dout = randoms(T * od, 20);
+    std::vector<float> out(T * od), lse(T * hq), dqkv(T * row);
+    cpu::attention_forward(out.data(), lse.data(), qkv.data(), T, seq, hq, hkv, D, drop);
+    cpu::round_bf16(out.data(), T * od);
+    cpu::attention_backward(dqkv.data(), qkv.data(), out.data(), lse.data(), dout.data(), T, seq, hq, hkv, D, drop);
+    std::vector<__nv_bfloat16> Q(n), K(n), V(n), O(n), dO(n);
+    for (i64 i = 0; i < n; ++i) {
+        const i64 c = i % D, t = (i / D) % seq, h = (i / (D * seq)) % hq, b = i / (D * seq * hq);
+        const float* r = qkv.data() + (b * seq + t) * row;
+        Q[i] = __float2bfloat16_rn(r[h * D + c]);
+        K[i] = __float2bfloat16_rn(r[hq * D + (h / g) * D + c]);
+        V[i] = __float2bfloat16_rn(r[(hq + hkv) * D + (h / g) * D + c]);
+        dO[i] = __float2bfloat16_rn(dout[(b * seq + t) * od + h * D + c]);
+    }
+    std::vector<float> L(T * hq), dQ(n), dK(n), dV(n), Dd(items * seq);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    const Dim3 grid{static_cast<unsigned>((seq + 63) / 64), static_cast<unsigned>(items), 1};
+    launch(grid, flash_fwd_smem<D>(), [&] { k_flash_fwd<D>(Q.data(), K.data(), V.data(), O.data(), TV{L.data(), 0}, seq, hq, scale, drop); });
+    double worst_o = 0, worst_l = 0, scale_o = 0;
+    for (i64 i = 0; i < n; ++i) {
+        const i64 c = i % D, t = (i / D) % seq, h = (i / (D * seq)) % hq, b = i / (D * seq * hq);
+        const float ref = out[(b * seq + t) * od + h * D + c];
+        scale_o = std::max(scale_o, std::fabs(static_cast<double>(ref)));
+        worst_o = std::max(worst_o, std::fabs(static_cast<double>(ref) - __bfloat162float(O[i])));
+    }
+    for (i64 i = 0; i < T * hq; ++i) worst_l = std::max(worst_l, std::fabs(static_cast<double>(lse[i]) - L[i]));
+    // D = dO . O (per head, from the kernel's own bf16 O), as k_attn_rowdot.
+    for (i64 r = 0; r < items * seq; ++r) {
+        float s = 0;
+        for (int c = 0; c < D; ++c) s += __bfloat162float(dO[r * D + c]) * __bfloat162float(O[r * D + c]);
+        Dd[r] = s;
+    }
+    launch(grid, flash_bwd_smem<D>(), [&] {
+        k_flash_bwd<D>(Q.data(), K.data(), V.data(), dO.data(), TV{L.data(), 0}, Dd.data(), dQ.data(), dK.data(), dV.data(), seq, hq, scale, drop);
+    });
+    // Merge as k_attn_merge_grads, compare with dqkv.
+    double worst_g = 0, scale_g = 0;
+    for (i64 i = 0; i < T * row; ++i) {
+        const i64 col = i % row, rw = i / row, b = rw / seq, t = rw % seq, c = col % D;
+        auto at = [&](i64 h) { return ((b * hq + h) * seq + t) * D + c; };
+        float v;
+        if (col < hq * D) v = dQ[at(col / D)];
+        else {
+            const bool key = col < (hq + hkv) * D;
+            const i64 kvh = (key ? col - hq * D : col - (hq + hkv) * D) / D;
+            v = 0;
+            for (i64 h = kvh * g; h < (kvh + 1) * g; ++h) v += (key ? dK : dV)[at(h)];
+        }
+        scale_g = std::max(scale_g, std::fabs(static_cast<double>(dqkv[i])));
+        worst_g = std::max(worst_g, std::fabs(static_cast<double>(dqkv[i]) - v));
+    }
+    INFO("head dim " << D << ", seq " << seq << ", batch " << batch << ", heads " << hq << "/" << hkv << ", dropout " << p);
+    CHECK(worst_o <= 1e-2 * scale_o);  // one bf16 rounding of the output
+    CHECK(worst_l <= 1e-4);
+    CHECK(worst_g <= 2e-2 * scale_g);  // P and dS rounded to bf16 for the tensor cores
+}
+
+}  // namespace
+}  // namespace strata::runtime::emulated
+
+TEST_CASE("flash attention's kernels, emulated on the CPU, match the cpu kernels", "[runtime][flash]") {
+    using namespace strata::runtime::emulated;
+    check<64>(100, 1, 2, 1, 0.1f);  // two tiles, the second partial; dropout
+    check<128>(70, 2, 4, 2, 0.0f);  // 128-wide heads, GQA, two sequences
+    check<64>(30, 2, 2, 2, 0.0f);   // shorter than one tile
+}
