@@ -33,10 +33,12 @@ void bench_memcpy(Context& ctx, const std::string& device);
 void bench_collectives(Context& ctx, const std::string& device);
 // cuda_overlap.cu: GEMM slowdown while a stand-in communication kernel holds S SMs.
 void bench_overlap(Context& ctx, const std::string& device);
+// cuda_moe.cu: the routed experts' GEMMs at MoE token counts (batched, grouped, sequential).
+void bench_grouped_gemm(Context& ctx, const std::string& device);
 
 /// The module's entry points. kApiVersion changes whenever this table or the types it passes do,
 /// so that a stale module from an older build is refused rather than called.
-constexpr int kApiVersion = 2;  // 2: Options carries a plan's shapes
+constexpr int kApiVersion = 3;  // 2: Options carries a plan's shapes; 3: plan_dtype, grouped GEMMs
 struct Api {
     int version = kApiVersion;
     DeviceInfo (*query_devices)() = nullptr;
@@ -46,6 +48,7 @@ struct Api {
     void (*bench_memcpy)(Context&, const std::string&) = nullptr;
     void (*bench_collectives)(Context&, const std::string&) = nullptr;
     void (*bench_overlap)(Context&, const std::string&) = nullptr;
+    void (*bench_grouped_gemm)(Context&, const std::string&) = nullptr;
 };
 constexpr const char* kModuleFile = "libstrata_profiler_cuda.so";
 constexpr const char* kApiSymbol = "strata_profiler_cuda_api";

@@ -24,7 +24,8 @@
 namespace strata::profiler {
 
 const std::vector<std::string>& all_kinds() {
-    static const std::vector<std::string> k{"gemm", "attention", "membw", "memcpy", "collective", "overlap", "ssd", "cpu_adam", "host_mem"};
+    static const std::vector<std::string> k{"gemm",    "attention", "membw", "memcpy",   "collective",  "overlap",
+                                            "grouped_gemm", "ssd",  "cpu_adam", "host_mem"};
     return k;
 }
 
@@ -292,7 +293,8 @@ Profile run_profile(const Options& o) {
         }
         if (ctx.want("memcpy")) host::bench_memcpy_cpu(ctx);
         if (ctx.want("collective")) host::bench_collectives_cpu(ctx);
-        if (ctx.want("overlap") && !o.only.empty()) ctx.warn("overlap: not measured by the cpu backend");
+        for (const char* gpu_only : {"overlap", "grouped_gemm"})
+            if (ctx.want(gpu_only) && !o.only.empty()) ctx.warn(std::string(gpu_only) + ": not measured by the cpu backend");
     } else {
 #ifdef STRATA_HAVE_CUDA
         const cudab::Api& cu = cuda_api();
@@ -304,25 +306,27 @@ Profile run_profile(const Options& o) {
                        std::to_string(di.sm_count) + "; sm_clock_mhz " + fmt_fixed(di.sm_clock_mhz, 0) + "; mem_clock_mhz " +
                        fmt_fixed(di.mem_clock_mhz, 0) + "; l2_bytes " + fmt_fixed(di.l2_bytes, 0);
         if (ctx.want("gemm")) cu.bench_gemm(ctx, ctx.device);
-        if (ctx.want("attention")) {
-            if (!o.plan_shapes) cu.bench_attention(ctx, ctx.device);  // a plan's shapes: the runtime's kernel only
-            host::bench_runtime_attention_cuda(ctx);
-        }
-        if (ctx.want("membw")) {
-            cu.bench_membw(ctx, ctx.device);
-            // The runtime's own kernels load its cuda module: a build without it, or a module of
-            // another build, loses these rows only (warned), not the profile.
-            try {
-                host::bench_runtime_memory_bound_cuda(ctx);
-            } catch (const Cancelled&) {
-                throw;
-            } catch (const std::exception& e) {
-                ctx.warn(std::string("membw: the runtime's kernels not timed (") + e.what() + ")");
-            }
-        }
+        if (ctx.want("attention") && !o.plan_shapes) cu.bench_attention(ctx, ctx.device);  // a plan's shapes: the runtime's kernel only
+        if (ctx.want("membw")) cu.bench_membw(ctx, ctx.device);
         if (ctx.want("memcpy")) cu.bench_memcpy(ctx, ctx.device);
         if (ctx.want("collective")) cu.bench_collectives(ctx, ctx.device);
         if (ctx.want("overlap")) cu.bench_overlap(ctx, ctx.device);
+        if (ctx.want("grouped_gemm")) cu.bench_grouped_gemm(ctx, ctx.device);
+        // The runtime's own kernels, last: they load its cuda module, and a build without it, a
+        // module of another build or a kernel that faults (a CUDA context does not recover from
+        // that) loses these rows only, warned, not the profile's others.
+        auto runtime_rows = [&](const char* kind, void (*bench)(Context&)) {
+            try {
+                bench(ctx);
+            } catch (const Cancelled&) {
+                throw;
+            } catch (const std::exception& e) {
+                if (o.plan_shapes && std::string(kind) == "attention") throw;  // validate reports it and predicts from the grid
+                ctx.warn(std::string(kind) + ": the runtime's kernels not timed (" + e.what() + ")");
+            }
+        };
+        if (ctx.want("attention")) runtime_rows("attention", host::bench_runtime_attention_cuda);
+        if (ctx.want("membw")) runtime_rows("membw", host::bench_runtime_memory_bound_cuda);
         if (di.count < 2 && ctx.want("collective"))
             p.run.notes += "collectives ran with 1 rank (one visible GPU): rows labelled representative=0, no collective fits. ";
 #endif
