@@ -1,17 +1,17 @@
 // The runtime's cuda backend (device.hpp). Arithmetic is fp32, as the cpu backend's, so that the
 // two backends agree to rounding and the cpu kernels are the reference of every kernel here
 // (tests/runtime/test_cuda.cpp); storage is fp32 or bf16 per buffer, as the plan's precision
-// gives each tensor (bf16 buffers are handed out as handles: see Halves below). GEMMs go through
+// gives each tensor (bf16 buffers are handed out as handles: halves.cuh). GEMMs go through
 // cublasGemmEx: fp32 operands in plain fp32 math (no TF32, which is what a plan of precision fp32
-// is priced as), bf16 operands on the tensor cores with fp32 accumulation. Attention is exact, not flash: per head, Q K^T into a
-// scratch of seq x seq scores by a batched SGEMM, a causal softmax kernel that also writes the
-// log-sum-exp, then P V; the backward recomputes P from the log-sum-exp (the forward saves only
-// out and lse, as the memory model assumes) and runs four more SGEMMs. Everything else is an own
-// kernel in the style of llm.c's reference kernels. Three lanes, each a CUDA stream: kernels, H2D
-// copies and D2H copies, as the Program's compute, h2d and d2h streams, ordered by its record/wait
-// pairs (events). A block freed on one lane is fenced: the lane that gets it next waits for the
-// last work that touched it on the others (its last copies, and the kernels issued before it was
-// freed), as PyTorch's caching allocator does with record_stream.
+// is priced as), bf16 operands on the tensor cores with fp32 accumulation. Attention
+// (attention.cuh): flash kernels for bf16 with 64- or 128-wide heads (flash.cuh), else exact
+// batched GEMMs over causal row blocks with the scores in scratch. Everything else is an own
+// kernel in the style of llm.c's reference kernels (kernels.cuh). Three lanes, each a CUDA stream:
+// kernels, H2D copies and D2H copies, as the Program's compute, h2d and d2h streams, ordered by
+// its record/wait pairs (events). A block freed on one lane is fenced: the lane that gets it next
+// waits for the last work that touched it on the others (its last copies, and the kernels issued
+// before it was freed), as PyTorch's caching allocator does with record_stream. One translation
+// unit: the .cuh files are parts of it, included in order.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -55,76 +55,7 @@ std::string where(const char* file, int line) { return std::string(file) + ":" +
 #include "kernels.cuh"  // inside this unnamed namespace
 #include "flash.cuh"
 
-// bf16 buffers. The executor addresses every buffer in floats (the cpu backend holds 2-byte values
-// as rounded floats), so a bf16 buffer of n elements is handed out as a handle: n floats of
-// address space reserved (never mapped, so never touched) for it, whose float k stands for element
-// k of the real 2n bytes on the GPU. resolve() turns an address inside a handle into the real one;
-// an address outside the reservation is fp32 storage as it is.
-class Halves {
-public:
-    Halves() = default;
-    Halves(const Halves&) = delete;
-    Halves& operator=(const Halves&) = delete;
-    ~Halves() {
-        if (base_) munmap(base_, size_);
-    }
-    /// A handle of `span` bytes for the real buffer, or null when the reservation is spent.
-    char* add(char* real, std::size_t span) {
-        if (!base_) reserve();
-        char* h = nullptr;
-        if (auto& spare = free_[span]; !spare.empty()) {
-            h = spare.back();
-            spare.pop_back();
-        } else if (used_ + span <= size_) {
-            h = base_ + used_;
-            used_ += span;
-        } else {
-            return nullptr;
-        }
-        map_[h] = Entry{real, span};
-        return h;
-    }
-    /// The real buffer of a handle, which is given up; null for an address that is no handle.
-    char* remove(char* h) {
-        if (!inside(h)) return nullptr;
-        auto it = map_.find(h);
-        if (it == map_.end()) throw std::runtime_error("cuda: a bf16 buffer released twice, or from its middle");
-        char* real = it->second.real;
-        free_[it->second.span].push_back(h);
-        map_.erase(it);
-        return real;
-    }
-    TV resolve(const void* p) const {
-        char* c = static_cast<char*>(const_cast<void*>(p));
-        if (!inside(c)) return TV{c, 0};
-        auto it = map_.upper_bound(c);
-        if (it == map_.begin() || c > std::prev(it)->first + std::prev(it)->second.span)
-            throw std::runtime_error("cuda: an address in no live bf16 buffer");
-        --it;
-        return TV{it->second.real + (c - it->first) / 2, 1};  // float k of the handle: bf16 k
-    }
-
-private:
-    struct Entry {
-        char* real;
-        std::size_t span;
-    };
-    void reserve() {
-        for (std::size_t size : {std::size_t{1} << 40, std::size_t{1} << 38}) {
-            void* p = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-            if (p == MAP_FAILED) continue;
-            base_ = static_cast<char*>(p);
-            size_ = size;
-            return;
-        }
-        throw std::runtime_error("cuda: no address space could be reserved for bf16 buffers (mmap)");
-    }
-    bool inside(const char* c) const { return base_ && c >= base_ && c < base_ + size_; }
-    char* base_ = nullptr;
-    std::size_t size_ = 0, used_ = 0;
-    std::map<char*, Entry> map_;
-    std::map<std::size_t, std::vector<char*>> free_;
-};
+#include "halves.cuh"
 
 class CudaDevice final : public Device {
     // Every cudaEvent_t below is owned by one place: a Use's last copy on a lane, a FreeBlock's
@@ -433,168 +364,20 @@ public:
         launch1(k_rope, T * (hq + hkv) * (d / 2), tv(qkv), T, seq, hq + hkv, (hq + 2 * hkv) * d, d, inverse ? -1.0f : 1.0f);
     }
 
-    // Causal attention as batched GEMMs over every (sequence, head), in row blocks of queries so
-    // that keys after a block's last query are never multiplied: with blocks of `rows` queries the
-    // GEMMs do (n + 1) / 2n of the full seq x seq work (n blocks), near the causal half a flash
-    // kernel does. Scores live in scratch for `chunk` heads at a time (at most 1 GiB). With bf16
-    // Q, K and V (a bf16 plan) the per-head copies, the probabilities and the score gradients
-    // that feed a GEMM are bf16 (tensor cores, fp32 accumulation, as FlashAttention feeds P V);
-    // scores, the softmax and the accumulated dQ, dK, dV stay fp32.
+    // Attention (attention.cuh): flash kernels for bf16 with 64- or 128-wide heads, else exact
+    // batched GEMMs in causal row blocks.
     struct AttnPlan {
         i64 items, chunk, rows, blocks;
     };
-    static AttnPlan attn_plan(i64 T, i64 seq, i64 hq, i64 bytes_per_score) {
-        AttnPlan a;
-        a.items = T / seq * hq;
-        const i64 per = bytes_per_score * seq * seq;
-        a.chunk = std::max<i64>(1, std::min<i64>({a.items, i64{65535}, (i64{1} << 30) / std::max<i64>(per, 1)}));  // grid.y
-        a.rows = std::max<i64>(std::min<i64>(seq, 128), (seq + 15) / 16);
-        a.blocks = (seq + a.rows - 1) / a.rows;
-        return a;
-    }
-    // Carves the scratch into buffers of the given widths and lengths, each 256-byte aligned.
-    std::vector<TV> carve(const std::vector<std::pair<bool, i64>>& parts) {
-        std::vector<std::size_t> at;
-        std::size_t bytes = 0;
-        for (const auto& [half, n] : parts) {
-            at.push_back(bytes);
-            bytes += (static_cast<std::size_t>(n) * (half ? 2 : 4) + 255) / 256 * 256;
-        }
-        char* base = reinterpret_cast<char*>(scratch(static_cast<i64>((bytes + 3) / 4)));
-        std::vector<TV> out;
-        for (std::size_t k = 0; k < parts.size(); ++k) out.push_back(TV{base + at[k], parts[k].first ? 1 : 0});
-        return out;
-    }
-    // bf16 with 64- or 128-wide heads: the flash kernels (flash.cuh); STRATA_RUNTIME_EXACT_ATTENTION=1
-    // keeps the exact ones below (to compare, or should a flash kernel misbehave on a new GPU).
-    bool flash_for(bool bf16, i64 d, i64 items) const { return bf16 && (d == 64 || d == 128) && items <= 65535 && !exact_attention_; }
-    void flash_forward(TV O, float* lse, TV Q, TV K, TV V, i64 seq, i64 items, i64 hq, i64 d, float scale, const Dropout& drop) {
-        const dim3 grid(static_cast<unsigned>((seq + kFlashTile - 1) / kFlashTile), static_cast<unsigned>(items));
-        auto* q = static_cast<const bf16*>(Q.p);
-        auto* k = static_cast<const bf16*>(K.p);
-        auto* v = static_cast<const bf16*>(V.p);
-        auto* o = static_cast<bf16*>(O.p);
-        if (d == 64) {
-            constexpr std::size_t smem = flash_fwd_smem<64>();
-            if (!opted_[0]) CK(cudaFuncSetAttribute(k_flash_fwd<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-            opted_[0] = true;
-            k_flash_fwd<64><<<grid, kFlashThreads, smem, lanes_[lane_compute]>>>(q, k, v, o, tv(lse), seq, hq, scale, drop);
-        } else {
-            constexpr std::size_t smem = flash_fwd_smem<128>();
-            if (!opted_[1]) CK(cudaFuncSetAttribute(k_flash_fwd<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-            opted_[1] = true;
-            k_flash_fwd<128><<<grid, kFlashThreads, smem, lanes_[lane_compute]>>>(q, k, v, o, tv(lse), seq, hq, scale, drop);
-        }
-        LAUNCHED();
-    }
+    static AttnPlan attn_plan(i64 T, i64 seq, i64 hq, i64 bytes_per_score);
+    std::vector<TV> carve(const std::vector<std::pair<bool, i64>>& parts);
+    bool flash_for(bool bf16, i64 d, i64 items) const;
+    void flash_forward(TV O, float* lse, TV Q, TV K, TV V, i64 seq, i64 items, i64 hq, i64 d, float scale, const Dropout& drop);
     void flash_backward(TV Q, TV K, TV V, TV dO, const float* lse, const float* D, float* dQ, float* dK, float* dV, i64 seq, i64 items,
-                        i64 hq, i64 d, float scale, const Dropout& drop) {
-        const dim3 grid(static_cast<unsigned>((seq + kFlashTile - 1) / kFlashTile), static_cast<unsigned>(items));
-        auto* q = static_cast<const bf16*>(Q.p);
-        auto* k = static_cast<const bf16*>(K.p);
-        auto* v = static_cast<const bf16*>(V.p);
-        auto* o = static_cast<const bf16*>(dO.p);
-        if (d == 64) {
-            constexpr std::size_t smem = flash_bwd_smem<64>();
-            if (!opted_[2]) CK(cudaFuncSetAttribute(k_flash_bwd<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-            opted_[2] = true;
-            k_flash_bwd<64><<<grid, kFlashThreads, smem, lanes_[lane_compute]>>>(q, k, v, o, tv(lse), D, dQ, dK, dV, seq, hq, scale, drop);
-        } else {
-            constexpr std::size_t smem = flash_bwd_smem<128>();
-            if (!opted_[3]) CK(cudaFuncSetAttribute(k_flash_bwd<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-            opted_[3] = true;
-            k_flash_bwd<128><<<grid, kFlashThreads, smem, lanes_[lane_compute]>>>(q, k, v, o, tv(lse), D, dQ, dK, dV, seq, hq, scale, drop);
-        }
-        LAUNCHED();
-    }
-    void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop) override {
-        const bool h = tv(qkv).bf16 != 0;
-        if (flash_for(h, d, T / seq * hq)) {
-            const i64 n = T / seq * hq * seq * d;
-            const auto b = carve({{true, n}, {true, n}, {true, n}, {true, n}});
-            launch1(k_attn_split, n, b[0], b[1], b[2], tv(qkv), seq, hq, hkv, d, n);
-            flash_forward(b[3], lse, b[0], b[1], b[2], seq, T / seq * hq, hq, d, 1.0f / std::sqrt(static_cast<float>(d)), drop);
-            launch1(k_attn_heads, n, tv(out), b[3], seq, hq, d, n, true);
-            return;
-        }
-        const AttnPlan a = attn_plan(T, seq, hq, h ? 6 : 4);
-        const i64 n = a.items * seq * d, hs = seq * d, ss = seq * seq;
-        const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-        const auto b = carve({{h, n}, {h, n}, {h, n}, {false, n}, {false, a.chunk * ss}, {h, h ? a.chunk * ss : 0}});
-        const TV Q = b[0], K = b[1], V = b[2], O = b[3], S = b[4], P = h ? b[5] : S;
-        launch1(k_attn_split, n, Q, K, V, tv(qkv), seq, hq, hkv, d, n);
-        for (i64 i0 = 0; i0 < a.items; i0 += a.chunk) {
-            const i64 ni = std::min(a.chunk, a.items - i0);
-            for (i64 k = 0; k < a.blocks; ++k) {  // S[rows of block k, keys up to its last query]
-                const i64 r0 = k * a.rows, m = std::min(a.rows, seq - r0), keys = r0 + m;
-                gemm(false, true, m, keys, d, Q + (i0 * hs + r0 * d), d, hs, K + i0 * hs, d, hs, S + r0 * seq, seq, ss, ni, 1.0f, 0.0f);
-            }
-            k_softmax_causal<<<dim3(static_cast<unsigned>(seq), static_cast<unsigned>(ni)), kThreads, 0, lanes_[lane_compute]>>>(
-                static_cast<float*>(S.p), P, tv(lse), seq, hq, i0, scale, drop);
-            LAUNCHED();
-            for (i64 k = 0; k < a.blocks; ++k) {  // O[block k] = P[block k, keys] V[keys]
-                const i64 r0 = k * a.rows, m = std::min(a.rows, seq - r0), keys = r0 + m;
-                gemm(false, false, m, d, keys, P + r0 * seq, seq, ss, V + i0 * hs, d, hs, O + (i0 * hs + r0 * d), d, hs, ni, 1.0f, 0.0f);
-            }
-        }
-        launch1(k_attn_heads, n, tv(out), O, seq, hq, d, n, true);
-    }
+                        i64 hq, i64 d, float scale, const Dropout& drop);
+    void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop) override;
     void attention_backward(float* dqkv, const float* qkv, const float* out, const float* lse, const float* dout, i64 T, i64 seq,
-                            i64 hq, i64 hkv, i64 d, const Dropout& drop) override {
-        const bool h = tv(qkv).bf16 != 0;
-        if (flash_for(h, d, T / seq * hq)) {
-            const i64 items = T / seq * hq, n = items * seq * d;
-            const auto b = carve({{true, n}, {true, n}, {true, n}, {true, n}, {true, n}, {false, n}, {false, 2 * n}, {false, items * seq}});
-            const TV Q = b[0], K = b[1], V = b[2], O = b[3], dO = b[4], dQ = b[5], dK = b[6], dV = dK + n;
-            float* D = static_cast<float*>(b[7].p);
-            launch1(k_attn_split, n, Q, K, V, tv(qkv), seq, hq, hkv, d, n);
-            launch1(k_attn_heads, n, O, tv(out), seq, hq, d, n, false);
-            launch1(k_attn_heads, n, dO, tv(dout), seq, hq, d, n, false);
-            zero_raw(dQ, n);  // added atomically
-            k_attn_rowdot<<<static_cast<unsigned>((items * seq + 7) / 8), dim3(32, 8), 0, lanes_[lane_compute]>>>(D, dO, O, d, items * seq);
-            LAUNCHED();
-            flash_backward(Q, K, V, dO, lse, D, static_cast<float*>(dQ.p), static_cast<float*>(dK.p), static_cast<float*>(dV.p), seq, items, hq,
-                           d, 1.0f / std::sqrt(static_cast<float>(d)), drop);
-            launch1(k_attn_merge_grads, T * (hq + 2 * hkv) * d, tv(dqkv), static_cast<const float*>(dQ.p), static_cast<const float*>(dK.p),
-                    static_cast<const float*>(dV.p), seq, hq, hkv, d, T * (hq + 2 * hkv) * d);
-            return;
-        }
-        const AttnPlan a = attn_plan(T, seq, hq, h ? 12 : 8);
-        const i64 n = a.items * seq * d, hs = seq * d, ss = seq * seq, cs = a.chunk * ss;
-        const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-        const auto b = carve({{h, n}, {h, n}, {h, n}, {h, n}, {h, n}, {false, n}, {false, 2 * n}, {false, a.items * seq}, {false, cs},
-                              {false, cs}, {h, h ? cs : 0}, {h, h ? cs : 0}});
-        const TV Q = b[0], K = b[1], V = b[2], O = b[3], dO = b[4], dQ = b[5], dK = b[6], dV = dK + n, S = b[8], dP = b[9];
-        const TV P = h ? b[10] : S, dS = h ? b[11] : dP;
-        float* D = static_cast<float*>(b[7].p);
-        launch1(k_attn_split, n, Q, K, V, tv(qkv), seq, hq, hkv, d, n);
-        launch1(k_attn_heads, n, O, tv(out), seq, hq, d, n, false);
-        launch1(k_attn_heads, n, dO, tv(dout), seq, hq, d, n, false);
-        zero_raw(dK, 2 * n);  // dK and dV accumulate over the query blocks
-        const i64 rows = a.items * seq;
-        k_attn_rowdot<<<static_cast<unsigned>((rows + 7) / 8), dim3(32, 8), 0, lanes_[lane_compute]>>>(D, dO, O, d, rows);
-        LAUNCHED();
-        for (i64 i0 = 0; i0 < a.items; i0 += a.chunk) {
-            const i64 ni = std::min(a.chunk, a.items - i0), q0 = i0 * hs;
-            for (i64 k = 0; k < a.blocks; ++k) {
-                const i64 r0 = k * a.rows, m = std::min(a.rows, seq - r0), keys = r0 + m;
-                gemm(false, true, m, keys, d, Q + (q0 + r0 * d), d, hs, K + q0, d, hs, S + r0 * seq, seq, ss, ni, 1.0f, 0.0f);
-                gemm(false, true, m, keys, d, dO + (q0 + r0 * d), d, hs, V + q0, d, hs, dP + r0 * seq, seq, ss, ni, 1.0f, 0.0f);
-            }
-            k_softmax_causal_bwd<<<dim3(static_cast<unsigned>(seq), static_cast<unsigned>(ni)), kThreads, 0, lanes_[lane_compute]>>>(
-                static_cast<const float*>(S.p), static_cast<const float*>(dP.p), P, dS, tv(lse), D, seq, hq, i0, scale, drop);
-            LAUNCHED();
-            for (i64 k = 0; k < a.blocks; ++k) {
-                const i64 r0 = k * a.rows, m = std::min(a.rows, seq - r0), keys = r0 + m;
-                // dV[keys] += P^T[block] dO[block]; dQ[block] = dS[block] K[keys]; dK[keys] += dS^T[block] Q[block]
-                gemm(true, false, keys, d, m, P + r0 * seq, seq, ss, dO + (q0 + r0 * d), d, hs, dV + q0, d, hs, ni, 1.0f, 1.0f);
-                gemm(false, false, m, d, keys, dS + r0 * seq, seq, ss, K + q0, d, hs, dQ + (q0 + r0 * d), d, hs, ni, 1.0f, 0.0f);
-                gemm(true, false, keys, d, m, dS + r0 * seq, seq, ss, Q + (q0 + r0 * d), d, hs, dK + q0, d, hs, ni, 1.0f, 1.0f);
-            }
-        }
-        launch1(k_attn_merge_grads, T * (hq + 2 * hkv) * d, tv(dqkv), static_cast<const float*>(dQ.p), static_cast<const float*>(dK.p),
-                static_cast<const float*>(dV.p), seq, hq, hkv, d, T * (hq + 2 * hkv) * d);
-    }
+                            i64 hq, i64 hkv, i64 d, const Dropout& drop) override;
     void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, i64 seq, const Dropout& drop) override {
         launch1(k_dropout_fwd, T * C, tv(y), tv(mask), tv(x), T * C, C, seq, drop);
     }
@@ -792,6 +575,8 @@ private:
     std::map<const float*, AdamTable> adam_tables_;  ///< adamw_ranges' chunks, by parameter array
     std::string desc_;
 };
+
+#include "attention.cuh"  // CudaDevice's attention, defined out of the class
 
 }  // namespace
 }  // namespace strata::runtime
