@@ -1,7 +1,7 @@
 // The runtime's cuda backend (device.hpp). Arithmetic is fp32, as the cpu backend's, so that the
 // two backends agree to rounding and the cpu kernels are the reference of every kernel here
 // (tests/runtime/test_cuda.cpp); storage is fp32 or bf16 per buffer, as the plan's precision
-// gives each tensor (bf16 buffers are handed out as handles: halves.cuh). GEMMs go through
+// gives each tensor (bf16 buffers are handed out as handles: halves.hpp). GEMMs go through
 // cublasGemmEx: fp32 operands in plain fp32 math (no TF32, which is what a plan of precision fp32
 // is priced as), bf16 operands on the tensor cores with fp32 accumulation. Attention
 // (attention.cuh): flash kernels for bf16 with 64- or 128-wide heads (flash.cuh), else exact
@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "device.hpp"
+#include "halves.hpp"
 
 namespace strata::runtime {
 namespace {
@@ -55,7 +56,6 @@ std::string where(const char* file, int line) { return std::string(file) + ":" +
 #include "kernels.cuh"  // inside this unnamed namespace
 #include "flash.cuh"
 
-#include "halves.cuh"
 
 class CudaDevice final : public Device {
     // Every cudaEvent_t below is owned by one place: a Use's last copy on a lane, a FreeBlock's
@@ -449,7 +449,10 @@ private:
     }
     static std::size_t round_up(std::size_t b) { return (b + 511) / 512 * 512; }
     static std::size_t elem_bytes(i64 n, bool bf16) { return round_up(static_cast<std::size_t>(std::max<i64>(n, 1)) * (bf16 ? 2 : 4)); }
-    TV tv(const float* p) const { return halves_.resolve(p); }
+    TV tv(const float* p) const {
+        const Halves::Real r = halves_.resolve(p);
+        return TV{r.p, r.bf16 ? 1 : 0};
+    }
     static bool on_device(const void* p) {
         cudaPointerAttributes a{};
         CK(cudaPointerGetAttributes(&a, p));

@@ -1,6 +1,16 @@
-// Part of the cuda backend's one translation unit (device_cuda.cu includes it inside its unnamed
-// namespace, after kernels.cuh): the handles a bf16 buffer is addressed by.
+// The cuda backend's handles a bf16 buffer is addressed by (device_cuda.cu). Plain C++ (no CUDA),
+// so that tests/runtime/test_halves.cpp checks it in CI.
 #pragma once
+
+#include <sys/mman.h>
+
+#include <cstddef>
+#include <iterator>
+#include <map>
+#include <stdexcept>
+#include <vector>
+
+namespace strata::runtime {
 
 // bf16 buffers. The executor addresses every buffer in floats (the cpu backend holds 2-byte values
 // as rounded floats), so a bf16 buffer of n elements is handed out as a handle: n floats of
@@ -41,14 +51,18 @@ public:
         map_.erase(it);
         return real;
     }
-    TV resolve(const void* p) const {
+    struct Real {
+        void* p;
+        bool bf16;
+    };
+    Real resolve(const void* p) const {
         char* c = static_cast<char*>(const_cast<void*>(p));
-        if (!inside(c)) return TV{c, 0};
+        if (!inside(c)) return Real{c, false};
         auto it = map_.upper_bound(c);
         if (it == map_.begin() || c > std::prev(it)->first + std::prev(it)->second.span)
             throw std::runtime_error("cuda: an address in no live bf16 buffer");
         --it;
-        return TV{it->second.real + (c - it->first) / 2, 1};  // float k of the handle: bf16 k
+        return Real{it->second.real + (c - it->first) / 2, true};  // float k of the handle: bf16 k
     }
 
 private:
@@ -72,3 +86,5 @@ private:
     std::map<char*, Entry> map_;
     std::map<std::size_t, std::vector<char*>> free_;
 };
+
+}  // namespace strata::runtime
