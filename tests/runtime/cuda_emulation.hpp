@@ -1,13 +1,16 @@
-// A CPU emulation of the CUDA that runtime/cuda/flash.cuh uses, so that its kernels' schedule
-// runs in CI, where no GPU is (test_flash_emulated.cpp): a block is 128 std::threads (one per
-// lane) with barriers for __syncthreads and __syncwarp; __shfl_xor_sync goes through a per-warp
-// array; a WMMA fragment is the whole 16x16 tile in every lane (loads by every lane, stores by
-// lane 0, each between warp barriers, as the hardware runs them warp-synchronously); bf16 rounds
-// to nearest even as the cpu backend does. It checks the indexing, the online softmax and the
-// backward's accumulation, not speed, and not the real fragments' register layout (opaque to the
-// kernels by WMMA's contract).
+// A CPU emulation of the CUDA that runtime/cuda/kernels.cuh and flash.cuh use, so that the cuda
+// backend's kernels run in CI, where no GPU is (test_cuda_emulated.cpp, test_flash_emulated.cpp):
+// a block is one std::thread per thread, with barriers for __syncthreads and __syncwarp; blocks
+// run one after another, so a kernel's __shared__ arrays can be function statics;
+// __shfl_xor_sync goes through a per-warp array; a WMMA fragment is the whole 16x16 tile in every
+// lane (loaded by every lane, stored by lane 0 between warp barriers, as the hardware runs WMMA
+// warp-synchronously); bf16 rounds to nearest even as the cpu backend does. It checks indexing,
+// reductions, widths and the kernels' arithmetic, not speed, and not the real fragments' register
+// layout (opaque to the kernels by WMMA's contract). Include it, then the .cuh files inside
+// namespace strata::runtime::emulated, as device_cuda.cu includes them.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <cmath>
@@ -23,34 +26,49 @@
 
 namespace strata::runtime::emulated {
 using i64 = std::int64_t;
-struct Dim3 {
+struct dim3 {
     unsigned x = 1, y = 1, z = 1;
+    dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
 };
 namespace emu {
-thread_local Dim3 tid, bid;
-thread_local unsigned char* sm = nullptr;
-thread_local std::barrier<>* block_bar = nullptr;
-thread_local std::barrier<>* warp_bar = nullptr;
-thread_local float* warp_xchg = nullptr;
-unsigned char* smem() { return sm; }
+inline thread_local dim3 tid, bid, bdim, gdim;
+inline thread_local int lane = 0;
+inline thread_local unsigned char* sm = nullptr;
+inline thread_local std::barrier<>* block_bar = nullptr;
+inline thread_local std::barrier<>* warp_bar = nullptr;
+inline thread_local float* warp_xchg = nullptr;
+inline unsigned char* smem() { return sm; }
 }  // namespace emu
+}  // namespace strata::runtime::emulated
+
 #define threadIdx emu::tid
 #define blockIdx emu::bid
-static const Dim3 kBlockDim{128, 1, 1};
-#define blockDim kBlockDim
+#define blockDim emu::bdim
+#define gridDim emu::gdim
 #define __global__
 #define __device__ inline
 #define __host__
+#define __shared__ static  // blocks run one at a time (launch below)
+#define STRATA_FLASH_BOUNDS
+#define STRATA_FLASH_SMEM(name) unsigned char* name = emu::smem()
+
+namespace strata::runtime::emulated {
+
 inline void __syncthreads() { emu::block_bar->arrive_and_wait(); }
 inline void __syncwarp() { emu::warp_bar->arrive_and_wait(); }
 inline float __shfl_xor_sync(unsigned, float v, int o) {
-    const int lane = threadIdx.x & 31;
-    emu::warp_xchg[lane] = v;
+    emu::warp_xchg[emu::lane] = v;
     __syncwarp();
-    const float r = emu::warp_xchg[lane ^ o];
+    const float r = emu::warp_xchg[emu::lane ^ o];
     __syncwarp();
     return r;
 }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+template <class T>
+T min(T a, T b) {
+    return b < a ? b : a;
+}
+
 struct __nv_bfloat16 {
     std::uint16_t bits;
 };
@@ -72,6 +90,15 @@ struct uint4 {
 };
 inline uint4 make_uint4(std::uint32_t a, std::uint32_t b, std::uint32_t c, std::uint32_t d) { return {a, b, c, d}; }
 inline void atomicAdd(float* p, float v) { std::atomic_ref<float>(*p).fetch_add(v); }
+inline void atomicAdd(double* p, double v) { std::atomic_ref<double>(*p).fetch_add(v); }
+inline void atomicAdd(__nv_bfloat16* p, __nv_bfloat16 v) {  // compare-and-swap on the 16 bits, rounding the sum
+    std::atomic_ref<std::uint16_t> a(p->bits);
+    std::uint16_t old = a.load();
+    for (;;) {
+        const float sum = __bfloat162float(__nv_bfloat16{old}) + __bfloat162float(v);
+        if (a.compare_exchange_weak(old, __float2bfloat16_rn(sum).bits)) return;
+    }
+}
 
 namespace nvcuda::wmma {
 struct row_major {};
@@ -84,12 +111,10 @@ template <class Use, int M, int N, int K, class T, class L = void>
 struct fragment {
     float x[16][16];
 };
-template <class L>
-constexpr bool is_col = std::is_same_v<L, col_major>;
 template <class Use, class T, class L>
 void load_matrix_sync(fragment<Use, 16, 16, 16, T, L>& f, const T* p, unsigned ld) {  // reads: no barrier (stores have theirs)
     for (int r = 0; r < 16; ++r)
-        for (int c = 0; c < 16; ++c) f.x[r][c] = __bfloat162float(is_col<L> ? p[c * ld + r] : p[r * ld + c]);
+        for (int c = 0; c < 16; ++c) f.x[r][c] = __bfloat162float(std::is_same_v<L, col_major> ? p[c * ld + r] : p[r * ld + c]);
 }
 inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f, const float* p, unsigned ld, layout_t l) {
     for (int r = 0; r < 16; ++r)
@@ -97,7 +122,7 @@ inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f, const 
 }
 inline void store_matrix_sync(float* p, const fragment<accumulator, 16, 16, 16, float>& f, unsigned ld, layout_t l) {
     __syncwarp();
-    if ((threadIdx.x & 31) == 0)
+    if (emu::lane == 0)
         for (int r = 0; r < 16; ++r)
             for (int c = 0; c < 16; ++c) (l == mem_col_major ? p[c * ld + r] : p[r * ld + c]) = f.x[r][c];
     __syncwarp();
@@ -120,45 +145,36 @@ void mma_sync(fragment<accumulator, 16, 16, 16, float>& d, const A& a, const B& 
 }
 }  // namespace nvcuda::wmma
 
-// kernels.cuh's TV (fp32 only here) and attn_drop.
-struct TV {
-    void* p = nullptr;
-    int bf16 = 0;
-    float& operator[](i64 i) const { return static_cast<float*>(p)[i]; }
-};
-inline float attn_drop(const Dropout& d, i64 item, i64 hq, i64 seq, i64 i, i64 j) {
-    if (!(d.p > 0)) return 1.0f;
-    return dropout_scale(d.key, dropout_attention_row(d, item / hq, item % hq, seq, i), static_cast<std::uint64_t>(j), d.p);
-}
-
-
-// Runs body() as every thread of every block of grid (x: blocks along, y: items), `smem_bytes` of
-// 128-byte-aligned shared memory a block.
+/// Runs body() as every thread of every block of `grid` (block after block), with `smem_bytes` of
+/// 128-byte-aligned dynamic shared memory a block.
 template <class F>
-void launch(Dim3 grid, std::size_t smem_bytes, F body) {
-    for (unsigned by = 0; by < grid.y; ++by)
-        for (unsigned bx = 0; bx < grid.x; ++bx) {
-            std::vector<unsigned char> shared(smem_bytes + 128);
-            unsigned char* base = shared.data() + (128 - reinterpret_cast<std::uintptr_t>(shared.data()) % 128) % 128;
-            std::barrier<> block(128);
-            std::vector<std::unique_ptr<std::barrier<>>> warps;
-            std::vector<std::vector<float>> xchg(4, std::vector<float>(32));
-            for (int w = 0; w < 4; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
-            std::vector<std::thread> ts;
-            for (unsigned t = 0; t < 128; ++t)
-                ts.emplace_back([&, t] {
-                    emu::tid = {t, 0, 0};
-                    emu::bid = {bx, by, 0};
-                    emu::sm = base;
-                    emu::block_bar = &block;
-                    emu::warp_bar = warps[t / 32].get();
-                    emu::warp_xchg = xchg[t / 32].data();
-                    body();
-                });
-            for (auto& t : ts) t.join();
-        }
+void launch(dim3 grid, dim3 block, std::size_t smem_bytes, F body) {
+    const unsigned threads = block.x * block.y * block.z, warps = (threads + 31) / 32;
+    for (unsigned bz = 0; bz < grid.z; ++bz)
+        for (unsigned by = 0; by < grid.y; ++by)
+            for (unsigned bx = 0; bx < grid.x; ++bx) {
+                std::vector<unsigned char> shared(smem_bytes + 128);
+                unsigned char* base = shared.data() + (128 - reinterpret_cast<std::uintptr_t>(shared.data()) % 128) % 128;
+                std::barrier<> bar(threads);
+                std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
+                std::vector<std::vector<float>> xchg(warps, std::vector<float>(32));
+                for (unsigned w = 0; w < warps; ++w) warp_bars.push_back(std::make_unique<std::barrier<>>(std::min(32u, threads - 32 * w)));
+                std::vector<std::thread> ts;
+                for (unsigned t = 0; t < threads; ++t)
+                    ts.emplace_back([&, t] {
+                        emu::tid = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
+                        emu::bid = dim3(bx, by, bz);
+                        emu::bdim = block;
+                        emu::gdim = grid;
+                        emu::lane = static_cast<int>(t % 32);
+                        emu::sm = base;
+                        emu::block_bar = &bar;
+                        emu::warp_bar = warp_bars[t / 32].get();
+                        emu::warp_xchg = xchg[t / 32].data();
+                        body();
+                    });
+                for (auto& t : ts) t.join();
+            }
 }
-}  // namespace strata::runtime::emulated
 
-#define STRATA_FLASH_BOUNDS
-#define STRATA_FLASH_SMEM(name) unsigned char* name = emu::smem()
+}  // namespace strata::runtime::emulated

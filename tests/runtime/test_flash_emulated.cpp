@@ -9,6 +9,7 @@
 #include "cuda_emulation.hpp"
 
 namespace strata::runtime::emulated {
+#include "kernels.cuh"
 #include "flash.cuh"
 
 namespace {
@@ -42,8 +43,8 @@ void check(i64 seq, i64 batch, i64 hq, i64 hkv, float p) {
     }
     std::vector<float> L(T * hq), dQ(n), dK(n), dV(n), Dd(items * seq);
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-    const Dim3 grid{static_cast<unsigned>((seq + 63) / 64), static_cast<unsigned>(items), 1};
-    launch(grid, flash_fwd_smem<D>(), [&] { k_flash_fwd<D>(Q.data(), K.data(), V.data(), O.data(), TV{L.data(), 0}, seq, hq, scale, drop); });
+    const dim3 grid(static_cast<unsigned>((seq + 63) / 64), static_cast<unsigned>(items));
+    launch(grid, dim3(kFlashThreads), flash_fwd_smem<D>(), [&] { k_flash_fwd<D>(Q.data(), K.data(), V.data(), O.data(), TV{L.data(), 0}, seq, hq, scale, drop); });
     double worst_o = 0, worst_l = 0, scale_o = 0;
     for (i64 i = 0; i < n; ++i) {
         const i64 c = i % D, t = (i / D) % seq, h = (i / (D * seq)) % hq, b = i / (D * seq * hq);
@@ -58,7 +59,7 @@ void check(i64 seq, i64 batch, i64 hq, i64 hkv, float p) {
         for (int c = 0; c < D; ++c) s += __bfloat162float(dO[r * D + c]) * __bfloat162float(O[r * D + c]);
         Dd[r] = s;
     }
-    launch(grid, flash_bwd_smem<D>(), [&] {
+    launch(grid, dim3(kFlashThreads), flash_bwd_smem<D>(), [&] {
         k_flash_bwd<D>(Q.data(), K.data(), V.data(), dO.data(), TV{L.data(), 0}, Dd.data(), dQ.data(), dK.data(), dV.data(), seq, hq, scale, drop);
     });
     // Merge as k_attn_merge_grads, compare with dqkv.

@@ -1,0 +1,171 @@
+// runtime/cuda/kernels.cuh's kernels, run on the CPU (cuda_emulation.hpp) with device_cuda.cu's
+// launch shapes, against the cpu kernels: in fp32, and with a bf16 plan's widths (2-byte
+// activations and weights read and written through TV, fp32 statistics and weight gradients).
+// test_cuda.cpp checks the same kernels on a GPU; this runs in CI, where no GPU is.
+#include <catch2/catch.hpp>
+
+#include <random>
+
+#include "cuda_emulation.hpp"
+
+namespace strata::runtime::emulated {
+#include "kernels.cuh"
+
+namespace {
+
+std::vector<float> randoms(std::size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f) {
+    std::mt19937 g(seed);
+    std::uniform_real_distribution<float> u(lo, hi);
+    std::vector<float> v(n);
+    for (auto& x : v) x = u(g);
+    return v;
+}
+std::vector<float> rounded(std::vector<float> v, bool bf16) {
+    if (bf16) cpu::round_bf16(v.data(), static_cast<i64>(v.size()));
+    return v;
+}
+
+/// "Device" memory of either width, filled from floats (rounded when bf16).
+struct Buf {
+    bool bf16;
+    std::vector<float> f;
+    std::vector<__nv_bfloat16> h;
+    Buf(const std::vector<float>& v, bool half) : bf16(half) {
+        if (half)
+            for (float x : v) h.push_back(__float2bfloat16_rn(x));
+        else f = v;
+    }
+    TV tv() { return bf16 ? TV{h.data(), 1} : TV{f.data(), 0}; }
+    std::vector<float> get() const {
+        if (!bf16) return f;
+        std::vector<float> out;
+        for (auto b : h) out.push_back(__bfloat162float(b));
+        return out;
+    }
+};
+
+template <class Body>
+void run1(i64 n, Body body) {  // device_cuda.cu's launch1
+    launch(dim3(blocks_for(n)), dim3(kThreads), 0, body);
+}
+
+void same(const std::vector<float>& ref, const std::vector<float>& got, const char* what, double tol) {
+    REQUIRE(ref.size() == got.size());
+    double worst = 0, scale = 1e-30;
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+        scale = std::max(scale, std::fabs(static_cast<double>(ref[i])));
+        worst = std::max(worst, std::fabs(static_cast<double>(ref[i]) - got[i]));
+    }
+    INFO(what << ": largest difference " << worst << ", scale " << scale);
+    CHECK(worst <= tol * scale);
+}
+
+}  // namespace
+}  // namespace strata::runtime::emulated
+
+TEST_CASE("the cuda kernels, emulated on the CPU, match the cpu kernels in fp32 and on bf16 operands", "[runtime][cuda-emulated]") {
+    using namespace strata::runtime::emulated;
+    namespace cpu = strata::runtime::cpu;
+    const bool H = GENERATE(false, true);
+    {
+        INFO((H ? "bf16" : "fp32"));
+        const double tol = H ? 1e-2 : 2e-5;  // one rounding step of bf16, else summation order
+        const i64 T = 7, C = 40, F = 24;
+        auto x = rounded(randoms(T * C, 1, -2, 3), H), w = rounded(randoms(C, 2), H), b = rounded(randoms(C, 3), H);
+        auto dy = rounded(randoms(T * C, 4), H), res = rounded(randoms(T * C, 5), H);
+        SECTION("LayerNorm and RMSNorm, forward and backward; weight gradients in fp32") {
+            for (const bool ln : {true, false}) {
+                std::vector<float> y(T * C), dx(T * C), dw(C), db(C);
+                cpu::norm_forward(y.data(), x.data(), w.data(), ln ? b.data() : nullptr, T, C);
+                cpu::norm_backward(dx.data(), dw.data(), ln ? db.data() : nullptr, x.data(), dy.data(), w.data(), ln ? res.data() : nullptr, ln, T, C);
+                Buf X(x, H), W(w, H), B(b, H), DY(dy, H), R(res, H), Y(std::vector<float>(T * C), H), DX(std::vector<float>(T * C), H);
+                Buf DW(std::vector<float>(C), false), DB(std::vector<float>(C), false), ST(std::vector<float>(2 * T), false);
+                launch(dim3(T), dim3(kThreads), 0, [&] { k_norm_fwd(Y.tv(), X.tv(), W.tv(), ln ? B.tv() : TV{}, C); });
+                launch(dim3(T), dim3(kThreads), 0,
+                       [&] { k_norm_bwd_dx(DX.tv(), ST.tv(), X.tv(), DY.tv(), W.tv(), ln ? R.tv() : TV{}, ln, C); });
+                launch(col_grid(T, C), dim3(32, kColLanes), 0, [&] { k_norm_bwd_dw(DW.tv(), ln ? DB.tv() : TV{}, X.tv(), DY.tv(), ST.tv(), T, C); });
+                same(rounded(y, H), Y.get(), "norm forward", tol);
+                same(rounded(dx, H), DX.get(), "norm dx", 2 * tol);
+                same(dw, DW.get(), "norm dw", 5e-5);
+                if (ln) same(db, DB.get(), "norm db", 5e-5);
+            }
+        }
+        SECTION("GELU, SwiGLU, the residual add with bias, bias rows and their column sums") {
+            const auto a = rounded(randoms(T * 2 * F, 6, -4, 4), H), da = rounded(randoms(T * F, 7), H);
+            std::vector<float> g(T * F), dg(T * F), s(T * F), ds(T * 2 * F), sum(T * C), db(C);
+            cpu::gelu_forward(g.data(), a.data(), T * F);
+            cpu::gelu_backward(dg.data(), a.data(), da.data(), T * F);
+            cpu::swiglu_forward(s.data(), a.data(), T, F);
+            cpu::swiglu_backward(ds.data(), a.data(), da.data(), T, F);
+            cpu::add(sum.data(), x.data(), res.data(), b.data(), T, C);
+            cpu::bias_grad(db.data(), dy.data(), T, C);
+            Buf A(a, H), DA(da, H), G(g, H), DG(dg, H), S(s, H), DS(ds, H), X(x, H), R(res, H), B(b, H), SUM(sum, H), DY(dy, H);
+            Buf DB(std::vector<float>(C), false), YB(x, H);
+            run1(T * F, [&] { k_gelu_fwd(G.tv(), A.tv(), T * F); });
+            run1(T * F, [&] { k_gelu_bwd(DG.tv(), A.tv(), DA.tv(), T * F); });
+            run1(T * F, [&] { k_swiglu_fwd(S.tv(), A.tv(), T, F); });
+            run1(T * F, [&] { k_swiglu_bwd(DS.tv(), A.tv(), DA.tv(), T, F); });
+            run1(T * C, [&] { k_add(SUM.tv(), X.tv(), R.tv(), B.tv(), T, C); });
+            run1(T * C, [&] { k_bias_rows(YB.tv(), B.tv(), T, C); });
+            launch(col_grid(T, C), dim3(32, kColLanes), 0, [&] { k_col_sum(DB.tv(), DY.tv(), T, C); });
+            same(rounded(g, H), G.get(), "gelu", tol);
+            same(rounded(dg, H), DG.get(), "gelu backward", tol);
+            same(rounded(s, H), S.get(), "swiglu", tol);
+            same(rounded(ds, H), DS.get(), "swiglu backward", tol);
+            same(rounded(sum, H), SUM.get(), "add", tol);
+            std::vector<float> xb(T * C);
+            for (i64 i = 0; i < T * C; ++i) xb[static_cast<std::size_t>(i)] = x[static_cast<std::size_t>(i)] + b[static_cast<std::size_t>(i % C)];
+            same(rounded(xb, H), YB.get(), "bias rows", tol);
+            same(db, DB.get(), "bias gradient", 5e-5);
+        }
+        SECTION("RoPE in place, embedding forward and backward, the loss and its gradient") {
+            const i64 seq = 4, hq = 2, hkv = 1, hd = 8, row = (hq + 2 * hkv) * hd, V = 30;
+            auto qkv = rounded(randoms(2 * seq * row, 8), H);
+            Buf Q(qkv, H);
+            cpu::rope(qkv.data(), 2 * seq, cpu::Positions{seq, 1, 0}, hq, hkv, hd, false);
+            run1(2 * seq * (hq + hkv) * (hd / 2), [&] { k_rope(Q.tv(), 2 * seq, seq, hq + hkv, row, hd, 1.0f); });
+            same(rounded(qkv, H), Q.get(), "rope", tol);
+
+            std::vector<float> tokens(2 * T);
+            std::mt19937 gen(9);
+            for (auto& t : tokens) t = static_cast<float>(gen() % V);
+            const auto table = rounded(randoms(V * C, 10), H), logits = rounded(randoms(T * V, 11, -5, 5), H);
+            std::vector<float> e(T * C), dtab(V * C), stats(3 * T), lse(T), dl(T * V);
+            cpu::embedding_forward(e.data(), tokens.data(), table.data(), 0, V, T, C);
+            cpu::embedding_backward(dtab.data(), tokens.data(), dy.data(), 0, V, T, C);
+            cpu::loss_stats(stats.data(), logits.data(), tokens.data(), 0, T, V);
+            cpu::loss_combine(nullptr, lse.data(), stats.data(), 1, T);
+            cpu::loss_backward(dl.data(), logits.data(), tokens.data(), lse.data(), 0, T, V, 0.5f);
+            Buf TK(tokens, false), TB(table, H), E(e, H), DT(std::vector<float>(V * C), false), DY(dy, H), LG(logits, H), STS(stats, false);
+            run1(T * C, [&] { k_embedding_fwd(E.tv(), TK.tv(), TB.tv(), 0, V, T, C); });
+            run1(T * C, [&] { k_embedding_bwd(DT.tv(), TK.tv(), DY.tv(), 0, V, T, C); });
+            launch(dim3(T), dim3(1024), 0, [&] { k_loss_stats(STS.tv(), LG.tv(), TK.tv(), 0, V); });
+            launch(dim3(T), dim3(1024), 0, [&] { k_loss_bwd(LG.tv(), LG.tv(), TK.tv(), STS.tv(), 1, 0, T, V, 0.5f); });  // in place
+            same(rounded(e, H), E.get(), "embedding", tol);
+            same(dtab, DT.get(), "embedding backward", 5e-5);
+            same(stats, STS.get(), "loss stats", 1e-5);
+            same(rounded(dl, H), LG.get(), "loss backward", tol);
+        }
+        SECTION("AdamW over chunks from gradients of the plan's width; conversions and sums") {
+            const i64 n = 3000;
+            const auto p0 = randoms(n, 12), g = rounded(randoms(n, 13), H), m0 = randoms(n, 14, -0.1f, 0.1f), v0 = randoms(n, 15, 0, 0.1f);
+            auto p = p0, m = m0, v = v0;
+            const std::vector<unsigned char> all(n, 1);
+            cpu::adamw(p.data(), m.data(), v.data(), g.data(), all.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+            Buf P(p0, false), M(m0, false), Vv(v0, false), G(g, H);
+            std::vector<AdamChunk> chunks{{0, 2000, 0.1f}, {2000, 1000, 0.1f}};
+            const float c1 = 1.0f - std::pow(0.9f, 3.0f), c2 = 1.0f - std::pow(0.95f, 3.0f);
+            launch(dim3(2), dim3(kThreads), 0, [&] { k_adamw_chunks(P.tv(), M.tv(), Vv.tv(), G.tv(), chunks.data(), 1e-3f, 0.9f, 0.95f, 1e-8f, c1, c2); });
+            same(p, P.get(), "adamw parameters", 1e-6);
+            same(m, M.get(), "adamw m", 1e-6);
+            Buf W(std::vector<float>(n), H);
+            run1(n, [&] { k_convert(W.tv(), P.tv(), n); });  // the master's rounding, as the weights take it
+            CHECK(W.get() == rounded(P.get(), H));
+            double total = 0;
+            for (float e : W.get()) total += e;
+            double out = 0;
+            launch(dim3(std::min<unsigned>(blocks_for(n), 1024)), dim3(kThreads), 0, [&] { k_sum(&out, W.tv(), n); });
+            CHECK(out == Approx(total).epsilon(1e-5));
+        }
+    }
+}
