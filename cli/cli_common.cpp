@@ -59,7 +59,7 @@ sim::Calibration calibration_for(const std::string& calibration, const hwdb::Har
     const sim::CalibrationRecord rec =
         calibration.empty() ? sim::calibration_from_json_text(sim::default_calibration_json(), "built-in bench/fidelity/calibration.json")
                             : sim::calibration_from_json_text(read_text_file(calibration), calibration);
-    const std::string arch = sim::arch_family(hw.gpu.arch);
+    const std::string arch = sim::calibration_family(hw);
     const sim::CalibrationGroup* group = rec.group_for(arch);
     const sim::Calibration c = group ? group->factors : sim::Calibration{};
     if (described) {

@@ -28,7 +28,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct FidelityArgs {
-    bool presets_only = false;
+    bool presets_only = false, fit_measured = false;
     std::string runs, split = "all", json, calibration, fit_out, db, date, residuals_out;
     int threads = 0;  // all cores
 };
@@ -70,7 +70,18 @@ Views resolve_views(const std::vector<sim::FidelityEntry>& entries, const hwdb::
     return v;
 }
 
-// `cal` picks the multipliers for an architecture family.
+// The calibration a run applies: --calibration's file, else calibration.json beside the runs file
+// if there is one; none for 'none'.
+sim::CalibrationRecord loaded_calibration(const FidelityArgs& a, const std::string& runs_path) {
+    if (a.calibration == "none") return {};
+    std::string path = a.calibration;
+    if (path.empty()) path = (fs::path(runs_path).parent_path() / "calibration.json").string();
+    std::error_code ec;
+    if (!a.calibration.empty() || fs::is_regular_file(path, ec)) return sim::calibration_from_json_text(read_text_file(path), path);
+    return {};
+}
+
+// `cal` picks the multipliers for a calibration family.
 using CalibrationFor = std::function<sim::Calibration(const std::string& arch)>;
 
 // The simulations run on `threads` workers, each writing its own row, so the output does not
@@ -92,7 +103,7 @@ std::vector<sim::FidelityRow> run_all(const std::vector<sim::FidelityEntry>& ent
             };
             try {
                 const auto v = views.find(e.id);
-                const sim::Calibration c = v == views.end() ? sim::Calibration{} : cal(sim::arch_family(v->second.gpu.arch));
+                const sim::Calibration c = v == views.end() ? sim::Calibration{} : cal(sim::calibration_family(v->second));
                 rows[i] = sim::run_fidelity_entry(e, resolve, c);
             } catch (...) {
                 std::lock_guard<std::mutex> lock(failure_mutex);
@@ -114,6 +125,7 @@ void run_fidelity(const FidelityArgs& a) {
     const std::vector<Output> outputs{{"--json", a.json}, {"--fit-calibration", a.fit_out}, {"--residuals", a.residuals_out}};
     if (!a.residuals_out.empty() && a.split != "test")
         throw InputError("--residuals", "", "needs --split test: the intervals come from held-out runs only");
+    if (a.fit_measured && a.fit_out.empty()) throw InputError("--fit-measured", "", "needs --fit-calibration FILE: where the sets are written");
     check_outputs(outputs);
     const std::string runs_path = a.runs.empty() ? default_runs_path() : a.runs;
     const std::vector<sim::FidelityEntry> all = sim::load_fidelity_runs(read_text_file(runs_path), runs_path, sim::FidelityLoadOptions{a.presets_only});
@@ -138,12 +150,22 @@ void run_fidelity(const FidelityArgs& a) {
             if (!e.skipped.empty()) continue;
             const auto v = views.ok.find(e.id);
             if (v == views.ok.end()) continue;
-            by_arch[sim::arch_family(v->second.gpu.arch)].push_back(e);
+            by_arch[sim::calibration_family(v->second)].push_back(e);
         }
-        std::vector<std::pair<std::string, std::vector<sim::FidelityEntry>>> groups{{"*", train}};
+        // --fit-measured: only the families of GPUs this database has measured ("Hopper+measured"),
+        // added to the calibration in use; every other set stays as it was fitted.
+        std::vector<std::pair<std::string, std::vector<sim::FidelityEntry>>> groups;
+        if (!a.fit_measured) groups.emplace_back("*", train);
         for (auto& [arch, entries] : by_arch)
-            if (static_cast<int>(entries.size()) >= kMinGroup && !arch.empty()) groups.emplace_back(arch, entries);
-        cal.date = a.date.empty() ? today_utc() : a.date;
+            if (static_cast<int>(entries.size()) >= kMinGroup && !arch.empty() && (!a.fit_measured || arch.find("+measured") != std::string::npos))
+                groups.emplace_back(arch, entries);
+        if (a.fit_measured) {
+            if (groups.empty()) throw InputError("--fit-measured", "", "no architecture has " + std::to_string(kMinGroup) +
+                                                 " train entries on GPUs this database measured (import a profile: docs/profiler.md)");
+            cal = loaded_calibration(a, runs_path);
+        }
+        const std::string date = a.date.empty() ? today_utc() : a.date;
+        if (!a.fit_measured) cal.date = date;  // else the record keeps its main fit's date; the note says this one's
         int simulations = 0;
         for (const auto& [arch, entries] : groups) {
             auto evaluate = [&, &entries = entries](const sim::Calibration& c) {
@@ -164,18 +186,18 @@ void run_fidelity(const FidelityArgs& a) {
             } else {
                 g.train_mape_before = g.train_mape_after = sim::fidelity_stats(evaluate({}), "train").mape;
             }
-            cal.groups.push_back(g);
+            auto same = std::find_if(cal.groups.begin(), cal.groups.end(), [&](const sim::CalibrationGroup& c) { return c.arch == g.arch; });
+            if (same != cal.groups.end()) *same = g;
+            else cal.groups.push_back(g);
         }
         cal.fitted = sim::calibration_supported();
-        cal.note = cal.fitted ? "per architecture family: surrogate (critical path by class) golden-section search in "
-                                "[0.5, 2.5], re-linearised by simulation, at each overlap-interference value of a grid; " + std::to_string(simulations) + " simulations of the train rows"
-                              : "not fitted: this build's simulate() does not apply Calibration; identity factors";
+        const std::string how = "surrogate (critical path by class) golden-section search in [0.5, 2.5], re-linearised by simulation, at each "
+                                "overlap-interference value of a grid; " + std::to_string(simulations) + " simulations of the train rows";
+        if (a.fit_measured) cal.note += "; +measured sets fitted " + date + " on a database with measured GEMMs, " + how;
+        else cal.note = cal.fitted ? "per architecture family: " + how : "not fitted: this build's simulate() does not apply Calibration; identity factors";
         cal_text = sim::to_json_text(cal);
-    } else if (a.calibration != "none") {
-        std::string path = a.calibration;
-        if (path.empty()) path = (fs::path(runs_path).parent_path() / "calibration.json").string();
-        std::error_code ec;
-        if (!a.calibration.empty() || fs::is_regular_file(path, ec)) cal = sim::calibration_from_json_text(read_text_file(path), path);
+    } else {
+        cal = loaded_calibration(a, runs_path);
     }
 
     const std::vector<sim::FidelityRow> rows =
@@ -222,6 +244,9 @@ void add_fidelity(CLI::App& app) {
                     "with --split test: write the held-out residuals (published / predicted step time, memory peak errors) "
                     "behind plan's and capacity's prediction intervals to FILE (bench/fidelity/residuals.json)");
     cmd->add_option("--date", a->date, "date recorded by --fit-calibration (default: today, UTC)");
+    cmd->add_flag("--fit-measured", a->fit_measured,
+                  "with --fit-calibration: fit only the sets of GPUs this database has measured GEMMs of (\"Hopper+measured\"), "
+                  "added to the calibration in use (docs/costs.md, \"Calibration\")");
     add_threads_option(cmd, a->threads, "simulations run in parallel (results do not depend on it)");
     add_db_option(cmd, a->db);
     cmd->callback([a] { run_fidelity(*a); });

@@ -100,6 +100,12 @@ fi
 "$S" fidelity --runs "$RUNS" --split validation --json "$T/bad.json" >/dev/null 2>&1; rc=$?
 [ $rc -eq 2 ] || fail "bad --split: exit $rc (want 2)"
 [ ! -e "$T/bad.json" ] || fail "output written on bad input"
+"$S" fidelity --runs "$RUNS" --fit-measured >/dev/null 2>&1; rc=$?
+[ $rc -eq 2 ] || fail "--fit-measured without --fit-calibration: exit $rc (want 2)"
+"$S" fidelity --runs "$RUNS" --fit-calibration "$T/m.json" --fit-measured >"$T/m.out" 2>&1; rc=$?
+[ $rc -eq 2 ] || fail "--fit-measured on a database without measured GEMMs: exit $rc (want 2)"
+grep -q "measured" "$T/m.out" || fail "--fit-measured's refusal does not say why"
+[ ! -e "$T/m.json" ] || fail "a calibration written on a refused fit"
 "$S" fidelity --runs "$T/missing.json" >/dev/null 2>&1; rc=$?
 [ $rc -eq 2 ] || fail "missing runs file: exit $rc (want 2)"
 echo '{"schema": 2, "groups": [{"arch": "*", "factors": {"gemm": -1}}]}' >"$T/cal.json"

@@ -53,6 +53,7 @@ Calibration read_factors(JsonReader f) {
 const CalibrationGroup* CalibrationRecord::group_for(const std::string& arch) const {
     for (const CalibrationGroup& g : groups)
         if (g.arch == arch) return &g;
+    if (const std::size_t plus = arch.find('+'); plus != std::string::npos) return group_for(arch.substr(0, plus));
     for (const CalibrationGroup& g : groups)
         if (g.arch == "*") return &g;
     return nullptr;

@@ -86,6 +86,12 @@ std::string arch_family(const std::string& gpu_arch) {
     return gpu_arch.substr(0, end);
 }
 
+std::string calibration_family(const hwdb::HardwareView& hw) {
+    const std::string arch = arch_family(hw.gpu.arch);
+    const bool measured = std::any_of(hw.gemm_points.begin(), hw.gemm_points.end(), [](const hwdb::GemmPoint& p) { return !p.plan; });
+    return measured && !arch.empty() ? arch + "+measured" : arch;
+}
+
 FidelityRow run_fidelity_entry(const FidelityEntry& e, const ViewResolver& views, const Calibration& cal) {
     FidelityRow r;
     r.id = e.id;

@@ -136,6 +136,13 @@ struct FidelityRow {
 /// ("Ampere", "Hopper", "Volta"); "" when unknown.
 std::string arch_family(const std::string& gpu_arch);
 
+/// The calibration family of a hardware view: its architecture family, with "+measured" where
+/// hwdb holds this GPU's own GEMM measurements. The factors are fitted against the model they
+/// correct, and a profiled GPU's GEMMs are priced from its measurements, not the datasheet
+/// curve: a set fitted on the seed applied to them counts twice what the measurement already
+/// explains (docs/costs.md, "Calibration").
+std::string calibration_family(const hwdb::HardwareView& hw);
+
 /// Resolves the hardware view of a cluster (the CLI passes hwdb::Database::view).
 using ViewResolver = std::function<hwdb::HardwareView(const ClusterSpec&)>;
 
@@ -239,7 +246,8 @@ struct CalibrationRecord {
     std::string note;
     std::vector<CalibrationGroup> groups;  ///< "*" first, then by arch
 
-    /// The group for a GPU of this family: its own, else "*", else none (nullptr).
+    /// The group for a GPU of this family: its own, else (a "+measured" family) its architecture's,
+    /// else "*", else none (nullptr).
     const CalibrationGroup* group_for(const std::string& arch) const;
     /// That group's factors, or the identity when there is none.
     const Calibration& for_arch(const std::string& arch) const;
