@@ -41,6 +41,45 @@ hwdb::Measurement rate_point(const std::string& kind, const std::string& device,
     return m;
 }
 
+// Sustained: one large bf16 GEMM back to back for seconds, as a training step keeps the tensor
+// cores busy. The grid's timings are short and run at boost clocks; a GPU held at its power limit
+// clocks down. The rate of the first ten launches and of the last second, kind "gemm_sustained",
+// stored for the model to come (docs/profiler.md, "Sustained GEMMs").
+void bench_gemm_sustained(Context& ctx, const std::string& device, LtHandle& lt, void* ws, cudaStream_t s) {
+    const long n = 8192;
+    const double seconds = ctx.opt.quick ? 3.0 : 10.0;
+    const std::size_t bytes = static_cast<std::size_t>(n) * n * 2;
+    if (3 * bytes > free_bytes() * 8 / 10) return;
+    DeviceBuffer A(bytes), B(bytes), D(bytes);
+    fill_dt(Dt::bf16, A.get(), bytes / 2, 5, s);
+    fill_dt(Dt::bf16, B.get(), bytes / 2, 7, s);
+    LtGemm g(lt.h, Dt::bf16, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, n, n, n);
+    const auto algo = g.algos(1)[0];
+    EventTimer ev;
+    std::vector<std::pair<double, double>> batches;  // (device seconds so far, seconds a launch)
+    double t = 0;
+    while (t < seconds) {
+        ctx.check();
+        ev.start(s);
+        for (int r = 0; r < 10; ++r) g.run(algo, A.get(), B.get(), D.get(), 1.0f, 0.0f, ws, s);
+        ev.stop(s);
+        const double b = ev.seconds();
+        t += b;
+        batches.push_back({t, b / 10});
+    }
+    double last = 0;
+    int counted = 0;
+    for (const auto& [end, per] : batches)
+        if (end >= t - 1.0) last += per, ++counted;
+    last /= std::max(counted, 1);
+    const double flops = 2.0 * static_cast<double>(n) * n * n, burst = flops / batches.front().second, sustained = flops / last;
+    hwdb::Measurement m = rate_point("gemm_sustained", device, make_key("bf16", {{"m", double(n)}, {"n", double(n)}, {"k", double(n)}}),
+                                     "flop/s", flops, {last});
+    m.params = {{"m", double(n)}, {"n", double(n)}, {"k", double(n)}, {"seconds", t}, {"burst_flop_s", burst}, {"sustained_over_burst", sustained / burst}};
+    m.labels = {{"dtype", "bf16"}, {"impl", "cublaslt"}};
+    ctx.add(std::move(m));
+}
+
 }  // namespace
 
 // ----------------------------------------------------------------------------------- GEMM
@@ -170,6 +209,10 @@ void bench_gemm(Context& ctx, const std::string& device) {
         if (skipped > 0)
             ctx.warn(std::string("gemm ") + dt_name(dt) + ": " + std::to_string(skipped) + " largest shapes skipped (time budget " +
                      std::to_string(static_cast<int>(budget)) + " s or memory)");
+    }
+    if (!ctx.opt.plan_shapes) {
+        ctx.progress("gemm sustained", 0, 1);
+        bench_gemm_sustained(ctx, device, lt, ws.get(), s);
     }
 }
 
