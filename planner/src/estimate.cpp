@@ -482,7 +482,7 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         if (!sharded) {
             const StageEdgeParams ep = stage_edge_params(m_, p, worst_stage);
             edges = ep.total();
-            const double head_fetch = ep.head + (ep.head > 0 && m_.tied_embeddings && !head_stage_embedding_copy(m_, p) ? ep.embedding : 0.0);
+            const double head_fetch = ep.head + (ep.head > 0 && head_reads_embedding_table(m_, p) ? ep.embedding : 0.0);
             edge_s = (ep.embedding > 0 ? up_s(ep.embedding) : 0.0) + (ep.head > 0 ? 2 * up_s(head_fetch + ep.head_expert) : 0.0);
         }
         const double layer_params = (sharded ? sp.dense / dpg + sp.expert / edp : sp.total() - edges) / stage_layers_n;

@@ -93,7 +93,7 @@ void RankLowering::fetch_edge(bool head) {
     layer_ = -1;
     for (const Unit& u : units_) {
         if (u.chunk != chunk_ || u.layer >= 0) continue;
-        const bool wanted = head ? u.head || (u.embedding && m_.tied_embeddings && !head_stage_embedding_copy(m_, p_)) : u.embedding;
+        const bool wanted = head ? u.head || (u.embedding && head_reads_embedding_table(m_, p_)) : u.embedding;
         if (!wanted) continue;
         if (!zero3) {
             wait(Stream::compute, fetch_offloaded(u.dense + u.expert, {{u.dense_off, u.dense}}, record(Stream::compute)));

@@ -460,6 +460,8 @@ bool head_stage_embedding_copy(const ModelSpec& m, const PlanSpec& p) {
     return head_stage(p) != 0 && (m.tied_embeddings || m.mtp_depth > 0);
 }
 
+bool head_reads_embedding_table(const ModelSpec& m, const PlanSpec& p) { return m.tied_embeddings && !head_stage_embedding_copy(m, p); }
+
 bool layer_recomputed(const ModelSpec& m, const PlanSpec& p, int stage, int layer_in_stage) {
     if (p.recompute != Recompute::full) return false;
     // torchtitan's layer-level SAC wraps the blocks whose running count (1-based, across the

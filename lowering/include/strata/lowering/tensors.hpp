@@ -98,6 +98,10 @@ StageEdgeParams stage_edge_params(const ModelSpec& m, const PlanSpec& p, int sta
 /// stages, or MTP looking the next tokens up), kept in step with the first stage's over the
 /// embedding group; not when the head sits beside the embedding (pp 1, DualPipeV's rank 0).
 bool head_stage_embedding_copy(const ModelSpec& m, const PlanSpec& p);
+/// The output layer reads the embedding's own table (tied, with no copy on the head's stage): where
+/// parameters are fetched, the head's fetch brings the embedding's unit too (the lowering's
+/// fetch_edge, the planner's estimate).
+bool head_reads_embedding_table(const ModelSpec& m, const PlanSpec& p);
 /// The MTP modules' parameters on one rank of the last stage (their layers, projections, norms).
 StageParams mtp_params_local(const ModelSpec& m, const PlanSpec& p);
 
