@@ -336,15 +336,19 @@ public:
     }
     void norm_forward(float* y, const float* x, const float* w, const float* b, i64 T, i64 C) override {
         if (T == 0) return;
-        k_norm_fwd<<<static_cast<unsigned>(T), kThreads, 0, lanes_[lane_compute]>>>(tv(y), tv(x), tv(w), tv(b), C);
+        const std::size_t smem = static_cast<std::size_t>(C) * sizeof(float);  // the row
+        smem_opt_in(reinterpret_cast<const void*>(k_norm_fwd), smem);
+        k_norm_fwd<<<static_cast<unsigned>(T), kThreads, smem, lanes_[lane_compute]>>>(tv(y), tv(x), tv(w), tv(b), C);
         LAUNCHED();
     }
     void norm_backward(float* dx, float* dw, float* db, const float* x, const float* dy, const float* w, const float* residual,
                        bool layernorm, i64 T, i64 C) override {
         if (T == 0) return;
         const TV stats{scratch(2 * T), 0};
-        k_norm_bwd_dx<<<static_cast<unsigned>(T), kThreads, 0, lanes_[lane_compute]>>>(tv(dx), stats, tv(x), tv(dy), tv(w), tv(residual),
-                                                                                         layernorm, C);
+        const std::size_t smem = 2 * static_cast<std::size_t>(C) * sizeof(float);  // the rows of x and dy w
+        smem_opt_in(reinterpret_cast<const void*>(k_norm_bwd_dx), smem);
+        k_norm_bwd_dx<<<static_cast<unsigned>(T), kThreads, smem, lanes_[lane_compute]>>>(tv(dx), stats, tv(x), tv(dy), tv(w), tv(residual),
+                                                                                            layernorm, C);
         LAUNCHED();
         k_norm_bwd_dw<<<col_grid(T, C), dim3(32, kColLanes), 0, lanes_[lane_compute]>>>(tv(dw), tv(db), tv(x), tv(dy), stats, T, C);
         LAUNCHED();
@@ -448,6 +452,15 @@ private:
         LAUNCHED();
     }
     static std::size_t round_up(std::size_t b) { return (b + 511) / 512 * 512; }
+    // Dynamic shared memory beyond the default 48 KiB must be opted into, per kernel (a norm of a
+    // 16384-wide row caches 128 KiB backward).
+    void smem_opt_in(const void* kernel, std::size_t bytes) {
+        if (bytes <= 48 * 1024) return;
+        std::size_t& have = smem_opted_[kernel];
+        if (bytes <= have) return;
+        CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+        have = bytes;
+    }
     static std::size_t elem_bytes(i64 n, bool bf16) { return round_up(static_cast<std::size_t>(std::max<i64>(n, 1)) * (bf16 ? 2 : 4)); }
     TV tv(const float* p) const {
         const Halves::Real r = halves_.resolve(p);
@@ -567,6 +580,7 @@ private:
     Halves halves_;
     bool exact_attention_ = std::getenv("STRATA_RUNTIME_EXACT_ATTENTION") != nullptr;
     bool opted_[4] = {};  ///< the flash kernels' shared memory opt-in, done once each
+    std::map<const void*, std::size_t> smem_opted_;  ///< the norms' (smem_opt_in)
     std::map<std::size_t, std::vector<FreeBlock>> cache_;
     double reserved_ = 0, reserved_peak_ = 0;
     std::vector<cudaEvent_t> events_;

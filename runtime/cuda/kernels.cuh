@@ -6,6 +6,10 @@
 // Arithmetic is fp32 throughout, as the cpu backend's, which rounds what it writes to bf16.
 #pragma once
 
+#ifdef __CUDACC__
+#define STRATA_DYNAMIC_SMEM(name) extern __shared__ __align__(16) float name[]
+#endif
+
 // One element of a TV: reads as float, assignment rounds to the storage (to nearest even).
 struct TRef {
     void* p;
@@ -166,48 +170,58 @@ __global__ void k_mul(TV out, TV a, TV b, i64 n) {
     if (i < n) out[i] = a[i] * b[i];
 }
 
-// ---- norms: one block per row ----
-// A row's mean (LayerNorm; 0 for RMSNorm) and 1 / sqrt(variance + eps), in every thread of the block.
-__device__ void row_stats(TV xr, i64 C, bool ln, float* sh, float* mean, float* rstd) {
+// ---- norms: one block per row, the row cached in dynamic shared memory ----
+// A norm's row is read from global memory once (before: three times forward, five backward). Each
+// thread reads back only the elements it cached itself, so no barrier is needed between.
+// The cached row's mean (LayerNorm; 0 for RMSNorm) and 1 / sqrt(variance + eps), in every thread.
+__device__ void row_stats(const float* row, i64 C, bool ln, float* sh, float* mean, float* rstd) {
     float s = 0;
     if (ln) {
-        for (i64 c = threadIdx.x; c < C; c += blockDim.x) s += xr[c];
+        for (i64 c = threadIdx.x; c < C; c += blockDim.x) s += row[c];
         s = block_sum(s, sh);
     }
     const float m = ln ? s / static_cast<float>(C) : 0.0f;
     float v = 0;
-    for (i64 c = threadIdx.x; c < C; c += blockDim.x) v += (xr[c] - m) * (xr[c] - m);
+    for (i64 c = threadIdx.x; c < C; c += blockDim.x) v += (row[c] - m) * (row[c] - m);
     v = block_sum(v, sh);
     *mean = m;
     *rstd = rsqrtf(v / static_cast<float>(C) + kNormEps);
 }
+// Shared memory: C floats.
 __global__ void k_norm_fwd(TV y, TV x, TV w, TV b, i64 C) {
     __shared__ float sh[32];
-    TV xr = x + blockIdx.x * C;
+    STRATA_DYNAMIC_SMEM(row);
+    const TV xr = x + blockIdx.x * C;
+    for (i64 c = threadIdx.x; c < C; c += blockDim.x) row[c] = xr[c];
     float mean = 0, rstd = 0;
-    row_stats(xr, C, b.p != nullptr, sh, &mean, &rstd);
-    for (i64 c = threadIdx.x; c < C; c += blockDim.x) y[blockIdx.x * C + c] = (xr[c] - mean) * rstd * w[c] + (b ? b[c] : 0.0f);
+    row_stats(row, C, b.p != nullptr, sh, &mean, &rstd);
+    for (i64 c = threadIdx.x; c < C; c += blockDim.x) y[blockIdx.x * C + c] = (row[c] - mean) * rstd * w[c] + (b ? b[c] : 0.0f);
 }
-// dx per row; the row's mean and rstd to `stats` for the weight gradients.
+// dx per row; the row's mean and rstd to `stats` for the weight gradients. Shared memory: 2 C
+// floats (the row of x, then dy w).
 __global__ void k_norm_bwd_dx(TV dx, TV stats, TV x, TV dy, TV w, TV residual,
                               bool ln, i64 C) {
     __shared__ float sh[32];
+    STRATA_DYNAMIC_SMEM(cache);
+    float* xrow = cache;
+    float* grow = cache + C;
     const i64 t = blockIdx.x;
-    TV xr = x + t * C;
-    TV dyr = dy + t * C;
+    const TV xr = x + t * C, dyr = dy + t * C;
+    for (i64 c = threadIdx.x; c < C; c += blockDim.x) xrow[c] = xr[c];
     float mean = 0, rstd = 0;
-    row_stats(xr, C, ln, sh, &mean, &rstd);
+    row_stats(xrow, C, ln, sh, &mean, &rstd);
     float dm = 0, dp = 0;
     for (i64 c = threadIdx.x; c < C; c += blockDim.x) {
         const float g = dyr[c] * w[c];
+        grow[c] = g;
         dm += g;
-        dp += g * (xr[c] - mean) * rstd;
+        dp += g * (xrow[c] - mean) * rstd;
     }
     dm = block_sum(dm, sh) / static_cast<float>(C);
     dp = block_sum(dp, sh) / static_cast<float>(C);
     for (i64 c = threadIdx.x; c < C; c += blockDim.x) {
-        const float xh = (xr[c] - mean) * rstd;
-        const float d = rstd * (dyr[c] * w[c] - (ln ? dm : 0.0f) - xh * dp);
+        const float xh = (xrow[c] - mean) * rstd;
+        const float d = rstd * (grow[c] - (ln ? dm : 0.0f) - xh * dp);
         dx[t * C + c] = (residual ? residual[t * C + c] : 0.0f) + d;
     }
     if (threadIdx.x == 0) {

@@ -51,6 +51,7 @@ inline unsigned char* smem() { return sm; }
 #define __shared__ static  // blocks run one at a time (launch below)
 #define STRATA_FLASH_BOUNDS
 #define STRATA_FLASH_SMEM(name) unsigned char* name = emu::smem()
+#define STRATA_DYNAMIC_SMEM(name) float* name = reinterpret_cast<float*>(emu::smem())
 
 namespace strata::runtime::emulated {
 

@@ -80,8 +80,8 @@ TEST_CASE("the cuda kernels, emulated on the CPU, match the cpu kernels in fp32 
                 cpu::norm_backward(dx.data(), dw.data(), ln ? db.data() : nullptr, x.data(), dy.data(), w.data(), ln ? res.data() : nullptr, ln, T, C);
                 Buf X(x, H), W(w, H), B(b, H), DY(dy, H), R(res, H), Y(std::vector<float>(T * C), H), DX(std::vector<float>(T * C), H);
                 Buf DW(std::vector<float>(C), false), DB(std::vector<float>(C), false), ST(std::vector<float>(2 * T), false);
-                launch(dim3(T), dim3(kThreads), 0, [&] { k_norm_fwd(Y.tv(), X.tv(), W.tv(), ln ? B.tv() : TV{}, C); });
-                launch(dim3(T), dim3(kThreads), 0,
+                launch(dim3(T), dim3(kThreads), C * sizeof(float), [&] { k_norm_fwd(Y.tv(), X.tv(), W.tv(), ln ? B.tv() : TV{}, C); });
+                launch(dim3(T), dim3(kThreads), 2 * C * sizeof(float),
                        [&] { k_norm_bwd_dx(DX.tv(), ST.tv(), X.tv(), DY.tv(), W.tv(), ln ? R.tv() : TV{}, ln, C); });
                 launch(col_grid(T, C), dim3(32, kColLanes), 0, [&] { k_norm_bwd_dw(DW.tv(), ln ? DB.tv() : TV{}, X.tv(), DY.tv(), ST.tv(), T, C); });
                 same(rounded(y, H), Y.get(), "norm forward", tol);
