@@ -33,56 +33,53 @@ std::vector<TV> CudaDevice::carve(const std::vector<std::pair<bool, i64>>& parts
     for (std::size_t k = 0; k < parts.size(); ++k) out.push_back(TV{base + at[k], parts[k].first ? 1 : 0});
     return out;
 }
-// bf16 with 64- or 128-wide heads: the flash kernels (flash.cuh); STRATA_RUNTIME_EXACT_ATTENTION=1
-// keeps the exact ones below (to compare, or should a flash kernel misbehave on a new GPU).
-bool CudaDevice::flash_for(bool bf16, i64 d, i64 items) const { return bf16 && (d == 64 || d == 128) && items <= 65535 && !exact_attention_; }
-void CudaDevice::flash_forward(TV O, float* lse, TV Q, TV K, TV V, i64 seq, i64 items, i64 hq, i64 d, float scale, const Dropout& drop) {
+// bf16 with 64- or 128-wide heads, every operand bf16 with 16-byte-aligned rows: the flash
+// kernels (flash.cuh); STRATA_RUNTIME_EXACT_ATTENTION=1 keeps the exact ones below (to compare, or
+// should a flash kernel misbehave on a new GPU).
+bool CudaDevice::flash_for(i64 d, i64 items, std::initializer_list<const float*> operands) const {
+    if (!(d == 64 || d == 128) || items > 65535 || exact_attention_) return false;
+    for (const float* p : operands) {
+        const TV t = tv(p);
+        if (!t.bf16 || reinterpret_cast<std::uintptr_t>(t.p) % 16 != 0) return false;
+    }
+    return true;
+}
+void CudaDevice::flash_forward(float* out, float* lse, const float* qkv, i64 seq, i64 items, i64 hq, i64 hkv, i64 d, float scale,
+                               const Dropout& drop) {
     const dim3 grid(static_cast<unsigned>((seq + kFlashTile - 1) / kFlashTile), static_cast<unsigned>(items));
-    auto* q = static_cast<const bf16*>(Q.p);
-    auto* k = static_cast<const bf16*>(K.p);
-    auto* v = static_cast<const bf16*>(V.p);
-    auto* o = static_cast<bf16*>(O.p);
+    auto* q = static_cast<const bf16*>(tv(qkv).p);
+    auto* o = static_cast<bf16*>(tv(out).p);
     if (d == 64) {
         constexpr std::size_t smem = flash_fwd_smem<64>();
-        if (!opted_[0]) CK(cudaFuncSetAttribute(k_flash_fwd<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-        opted_[0] = true;
-        k_flash_fwd<64><<<grid, kFlashThreads, smem, lanes_[lane_compute]>>>(q, k, v, o, tv(lse), seq, hq, scale, drop);
+        smem_opt_in(reinterpret_cast<const void*>(k_flash_fwd<64>), smem);
+        k_flash_fwd<64><<<grid, kFlashThreads, smem, lanes_[lane_compute]>>>(q, o, tv(lse), seq, hq, hkv, scale, drop);
     } else {
         constexpr std::size_t smem = flash_fwd_smem<128>();
-        if (!opted_[1]) CK(cudaFuncSetAttribute(k_flash_fwd<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-        opted_[1] = true;
-        k_flash_fwd<128><<<grid, kFlashThreads, smem, lanes_[lane_compute]>>>(q, k, v, o, tv(lse), seq, hq, scale, drop);
+        smem_opt_in(reinterpret_cast<const void*>(k_flash_fwd<128>), smem);
+        k_flash_fwd<128><<<grid, kFlashThreads, smem, lanes_[lane_compute]>>>(q, o, tv(lse), seq, hq, hkv, scale, drop);
     }
     LAUNCHED();
 }
-void CudaDevice::flash_backward(TV Q, TV K, TV V, TV dO, const float* lse, const float* D, float* dQ, float* dK, float* dV, i64 seq, i64 items,
-                    i64 hq, i64 d, float scale, const Dropout& drop) {
+void CudaDevice::flash_backward(const float* qkv, const float* dout, const float* lse, const float* D, float* dQ, float* dK, float* dV, i64 seq,
+                                i64 items, i64 hq, i64 hkv, i64 d, float scale, const Dropout& drop) {
     const dim3 grid(static_cast<unsigned>((seq + kFlashTile - 1) / kFlashTile), static_cast<unsigned>(items));
-    auto* q = static_cast<const bf16*>(Q.p);
-    auto* k = static_cast<const bf16*>(K.p);
-    auto* v = static_cast<const bf16*>(V.p);
-    auto* o = static_cast<const bf16*>(dO.p);
+    auto* q = static_cast<const bf16*>(tv(qkv).p);
+    auto* o = static_cast<const bf16*>(tv(dout).p);
     if (d == 64) {
         constexpr std::size_t smem = flash_bwd_smem<64>();
-        if (!opted_[2]) CK(cudaFuncSetAttribute(k_flash_bwd<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-        opted_[2] = true;
-        k_flash_bwd<64><<<grid, kFlashThreads, smem, lanes_[lane_compute]>>>(q, k, v, o, tv(lse), D, dQ, dK, dV, seq, hq, scale, drop);
+        smem_opt_in(reinterpret_cast<const void*>(k_flash_bwd<64>), smem);
+        k_flash_bwd<64><<<grid, kFlashThreads, smem, lanes_[lane_compute]>>>(q, o, tv(lse), D, dQ, dK, dV, seq, hq, hkv, scale, drop);
     } else {
         constexpr std::size_t smem = flash_bwd_smem<128>();
-        if (!opted_[3]) CK(cudaFuncSetAttribute(k_flash_bwd<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-        opted_[3] = true;
-        k_flash_bwd<128><<<grid, kFlashThreads, smem, lanes_[lane_compute]>>>(q, k, v, o, tv(lse), D, dQ, dK, dV, seq, hq, scale, drop);
+        smem_opt_in(reinterpret_cast<const void*>(k_flash_bwd<128>), smem);
+        k_flash_bwd<128><<<grid, kFlashThreads, smem, lanes_[lane_compute]>>>(q, o, tv(lse), D, dQ, dK, dV, seq, hq, hkv, scale, drop);
     }
     LAUNCHED();
 }
 void CudaDevice::attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop) {
     const bool h = tv(qkv).bf16 != 0;
-    if (flash_for(h, d, T / seq * hq)) {
-        const i64 n = T / seq * hq * seq * d;
-        const auto b = carve({{true, n}, {true, n}, {true, n}, {true, n}});
-        launch1(k_attn_split, n, b[0], b[1], b[2], tv(qkv), seq, hq, hkv, d, n);
-        flash_forward(b[3], lse, b[0], b[1], b[2], seq, T / seq * hq, hq, d, 1.0f / std::sqrt(static_cast<float>(d)), drop);
-        launch1(k_attn_heads, n, tv(out), b[3], seq, hq, d, n, true);
+    if (flash_for(d, T / seq * hq, {qkv, out})) {
+        flash_forward(out, lse, qkv, seq, T / seq * hq, hq, hkv, d, 1.0f / std::sqrt(static_cast<float>(d)), drop);
         return;
     }
     const AttnPlan a = attn_plan(T, seq, hq, h ? 6 : 4);
@@ -110,18 +107,16 @@ void CudaDevice::attention_forward(float* out, float* lse, const float* qkv, i64
 void CudaDevice::attention_backward(float* dqkv, const float* qkv, const float* out, const float* lse, const float* dout, i64 T, i64 seq,
                         i64 hq, i64 hkv, i64 d, const Dropout& drop) {
     const bool h = tv(qkv).bf16 != 0;
-    if (flash_for(h, d, T / seq * hq)) {
+    if (flash_for(d, T / seq * hq, {qkv, out, dout, dqkv})) {
         const i64 items = T / seq * hq, n = items * seq * d;
-        const auto b = carve({{true, n}, {true, n}, {true, n}, {true, n}, {true, n}, {false, n}, {false, 2 * n}, {false, items * seq}});
-        const TV Q = b[0], K = b[1], V = b[2], O = b[3], dO = b[4], dQ = b[5], dK = b[6], dV = dK + n;
-        float* D = static_cast<float*>(b[7].p);
-        launch1(k_attn_split, n, Q, K, V, tv(qkv), seq, hq, hkv, d, n);
-        launch1(k_attn_heads, n, O, tv(out), seq, hq, d, n, false);
-        launch1(k_attn_heads, n, dO, tv(dout), seq, hq, d, n, false);
+        const auto b = carve({{false, n}, {false, 2 * n}, {false, items * seq}});
+        const TV dQ = b[0], dK = b[1], dV = dK + n;
+        float* D = static_cast<float*>(b[2].p);
         zero_raw(dQ, n);  // added atomically
-        k_attn_rowdot<<<static_cast<unsigned>((items * seq + 7) / 8), dim3(32, 8), 0, lanes_[lane_compute]>>>(D, dO, O, d, items * seq);
+        k_attn_rowdot_rows<<<static_cast<unsigned>((items * seq + 7) / 8), dim3(32, 8), 0, lanes_[lane_compute]>>>(D, tv(dout), tv(out), seq,
+                                                                                                                  hq, d, items * seq);
         LAUNCHED();
-        flash_backward(Q, K, V, dO, lse, D, static_cast<float*>(dQ.p), static_cast<float*>(dK.p), static_cast<float*>(dV.p), seq, items, hq,
+        flash_backward(qkv, dout, lse, D, static_cast<float*>(dQ.p), static_cast<float*>(dK.p), static_cast<float*>(dV.p), seq, items, hq, hkv,
                        d, 1.0f / std::sqrt(static_cast<float>(d)), drop);
         launch1(k_attn_merge_grads, T * (hq + 2 * hkv) * d, tv(dqkv), static_cast<const float*>(dQ.p), static_cast<const float*>(dK.p),
                 static_cast<const float*>(dV.p), seq, hq, hkv, d, T * (hq + 2 * hkv) * d);

@@ -20,7 +20,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <cstring>
 #include <map>
 #include <stdexcept>
@@ -375,10 +377,10 @@ public:
     };
     static AttnPlan attn_plan(i64 T, i64 seq, i64 hq, i64 bytes_per_score);
     std::vector<TV> carve(const std::vector<std::pair<bool, i64>>& parts);
-    bool flash_for(bool bf16, i64 d, i64 items) const;
-    void flash_forward(TV O, float* lse, TV Q, TV K, TV V, i64 seq, i64 items, i64 hq, i64 d, float scale, const Dropout& drop);
-    void flash_backward(TV Q, TV K, TV V, TV dO, const float* lse, const float* D, float* dQ, float* dK, float* dV, i64 seq, i64 items,
-                        i64 hq, i64 d, float scale, const Dropout& drop);
+    bool flash_for(i64 d, i64 items, std::initializer_list<const float*> operands) const;
+    void flash_forward(float* out, float* lse, const float* qkv, i64 seq, i64 items, i64 hq, i64 hkv, i64 d, float scale, const Dropout& drop);
+    void flash_backward(const float* qkv, const float* dout, const float* lse, const float* D, float* dQ, float* dK, float* dV, i64 seq,
+                        i64 items, i64 hq, i64 hkv, i64 d, float scale, const Dropout& drop);
     void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop) override;
     void attention_backward(float* dqkv, const float* qkv, const float* out, const float* lse, const float* dout, i64 T, i64 seq,
                             i64 hq, i64 hkv, i64 d, const Dropout& drop) override;
@@ -579,8 +581,7 @@ private:
     float* staging_[lane_count] = {};
     Halves halves_;
     bool exact_attention_ = std::getenv("STRATA_RUNTIME_EXACT_ATTENTION") != nullptr;
-    bool opted_[4] = {};  ///< the flash kernels' shared memory opt-in, done once each
-    std::map<const void*, std::size_t> smem_opted_;  ///< the norms' (smem_opt_in)
+    std::map<const void*, std::size_t> smem_opted_;  ///< kernels opted into more shared memory (smem_opt_in)
     std::map<std::size_t, std::vector<FreeBlock>> cache_;
     double reserved_ = 0, reserved_peak_ = 0;
     std::vector<cudaEvent_t> events_;

@@ -2,8 +2,11 @@
 // arXiv:2307.08691, Algorithms 1 and 2), on the tensor cores through WMMA 16x16x16 bf16 fragments
 // with fp32 accumulation. Scores never reach global memory: a block of 64 queries (forward) or 64
 // keys (backward), one warp per 16 of them, walks the other side's blocks in 64-row tiles held in
-// shared memory. Same contract as the exact kernels in device_cuda.cu (per-head [item][seq][d]
-// layouts, the executor's lse layout, dropout.hpp's masks), so the cpu kernels stay the reference.
+// shared memory. Q, K and V are read, and the output written, in the executor's row layouts
+// ([tokens][(hq + 2 hkv) d], [tokens][hq d]: no per-head copies), a GQA head's keys and values
+// from its group's columns; dQ, dK and dV go to per-head [item][seq][d] fp32 buffers that
+// k_attn_merge_grads sums over each group. Same contract as the exact kernels (attention.cuh: the
+// executor's lse layout, dropout.hpp's masks), so the cpu kernels stay the reference.
 // Included by device_cuda.cu inside its unnamed namespace, after kernels.cuh; and by
 // tests/runtime/test_flash_emulated.cpp, which runs these kernels' schedule on the CPU (threads
 // for lanes, WMMA on whole 16x16 tiles) against the cpu kernels in CI, where no GPU is.
@@ -39,25 +42,37 @@ constexpr std::size_t flash_bwd_smem() {
            2 * kFlashTile * sizeof(float);
 }
 
-// Rows [row0, row0 + 64) of a [seq][D] head into shared memory, zeros past seq; 16 bytes a thread.
+// Rows [row0, row0 + 64) of a head (D columns from `src`, rows `stride` elements apart) into
+// shared memory, zeros past seq; 16 bytes a thread (16-byte-aligned rows: flash_for checks).
 template <int D>
-__device__ void flash_load(bf16* dst, const bf16* src, i64 row0, i64 seq) {
+__device__ void flash_load(bf16* dst, const bf16* src, i64 row0, i64 seq, i64 stride) {
     constexpr int per_row = D / 8;
     for (int e = threadIdx.x; e < kFlashTile * per_row; e += blockDim.x) {
         const int r = e / per_row, c = (e % per_row) * 8;
         uint4 v = make_uint4(0, 0, 0, 0);
-        if (row0 + r < seq) v = *reinterpret_cast<const uint4*>(src + (row0 + r) * D + c);
+        if (row0 + r < seq) v = *reinterpret_cast<const uint4*>(src + (row0 + r) * stride + c);
         *reinterpret_cast<uint4*>(dst + r * D + c) = v;
     }
 }
 
 __device__ i64 lse_at(i64 item, i64 hq, i64 seq, i64 i) { return ((item / hq) * seq + i) * hq + item % hq; }
 
+// Where item (sequence b, query head h) finds its Q, K and V columns in the rows of its sequence.
+struct FlashHead {
+    const bf16 *q, *k, *v;
+    i64 row;  ///< elements from one token's row to the next: (hq + 2 hkv) D
+};
+template <int D>
+__device__ FlashHead flash_head(const bf16* qkv, i64 item, i64 seq, i64 hq, i64 hkv) {
+    const i64 b = item / hq, h = item % hq, kvh = h / (hq / hkv), row = (hq + 2 * hkv) * D;
+    const bf16* s = qkv + b * seq * row;
+    return FlashHead{s + h * D, s + (hq + kvh) * D, s + (hq + hkv + kvh) * D, row};
+}
+
 // Forward: O = softmax(Q K^T scale, causal) (x dropout) V and the log-sum-exp, online over key
 // tiles. A lane pair owns one query row of its warp's 16 (lane / 2), each lane half of its columns.
 template <int D>
-__global__ void STRATA_FLASH_BOUNDS k_flash_fwd(const bf16* Q, const bf16* K, const bf16* V, bf16* O, TV lse, i64 seq, i64 hq,
-                                                             float scale, Dropout drop) {
+__global__ void STRATA_FLASH_BOUNDS k_flash_fwd(const bf16* qkv, bf16* out, TV lse, i64 seq, i64 hq, i64 hkv, float scale, Dropout drop) {
     constexpr int B = kFlashTile;
     STRATA_FLASH_SMEM(smem);
     bf16* Qs = reinterpret_cast<bf16*>(smem);
@@ -68,17 +83,17 @@ __global__ void STRATA_FLASH_BOUNDS k_flash_fwd(const bf16* Q, const bf16* K, co
     float* Os = reinterpret_cast<float*>(Ps + 4 * 16 * B);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
     const i64 item = blockIdx.y, q0 = static_cast<i64>(blockIdx.x) * B, qi = q0 + warp * 16 + r;
-    const i64 head = item * seq * D;
+    const FlashHead hd = flash_head<D>(qkv, item, seq, hq, hkv);
     float* Sw = Ss + warp * 16 * B;
     bf16* Pw = Ps + warp * 16 * B;
     float* Ow = Os + warp * 16 * D;
-    flash_load<D>(Qs, Q + head, q0, seq);
+    flash_load<D>(Qs, hd.q, q0, seq, hd.row);
     for (int e = lane; e < 16 * D; e += 32) Ow[e] = 0.0f;
     float m = -INFINITY, l = 0.0f;
     for (i64 kt = 0; kt <= static_cast<i64>(blockIdx.x); ++kt) {  // causal: key tiles up to the query tile
         __syncthreads();  // every warp is done with the previous K and V
-        flash_load<D>(Ks, K + head, kt * B, seq);
-        flash_load<D>(Vs, V + head, kt * B, seq);
+        flash_load<D>(Ks, hd.k, kt * B, seq, hd.row);
+        flash_load<D>(Vs, hd.v, kt * B, seq, hd.row);
         __syncthreads();
         for (int nt = 0; nt < B / 16; ++nt) {  // S_w = Q_w K^T
             FragC acc;
@@ -130,7 +145,8 @@ __global__ void STRATA_FLASH_BOUNDS k_flash_fwd(const bf16* Q, const bf16* K, co
     }
     if (qi >= seq) return;
     const float inv = 1.0f / l;  // key 0 is always seen: l > 0
-    for (int c = half * (D / 2); c < (half + 1) * (D / 2); ++c) O[head + qi * D + c] = __float2bfloat16_rn(Ow[r * D + c] * inv);
+    bf16* o = out + ((item / hq) * seq + qi) * hq * D + (item % hq) * D;  // [tokens][hq D]
+    for (int c = half * (D / 2); c < (half + 1) * (D / 2); ++c) o[c] = __float2bfloat16_rn(Ow[r * D + c] * inv);
     if (half == 0) lse[lse_at(item, hq, seq, qi)] = m + logf(l);
 }
 
@@ -138,9 +154,8 @@ __global__ void STRATA_FLASH_BOUNDS k_flash_fwd(const bf16* Q, const bf16* K, co
 // query tiles that see them (causal: from its own). P is recomputed from the saved lse; dK and dV
 // stay in fragments for the whole walk; dQ is added atomically (fp32). Dd[item][i] = dO . O.
 template <int D>
-__global__ void STRATA_FLASH_BOUNDS k_flash_bwd(const bf16* Q, const bf16* K, const bf16* V, const bf16* dO, TV lse,
-                                                             const float* Dd, float* dQ, float* dK, float* dV, i64 seq, i64 hq, float scale,
-                                                             Dropout drop) {
+__global__ void STRATA_FLASH_BOUNDS k_flash_bwd(const bf16* qkv, const bf16* dout, TV lse, const float* Dd, float* dQ, float* dK, float* dV,
+                                                i64 seq, i64 hq, i64 hkv, float scale, Dropout drop) {
     constexpr int B = kFlashTile;
     STRATA_FLASH_SMEM(smem);
     bf16* Ks = reinterpret_cast<bf16*>(smem);
@@ -158,9 +173,11 @@ __global__ void STRATA_FLASH_BOUNDS k_flash_bwd(const bf16* Q, const bf16* K, co
     float* Ls = reinterpret_cast<float*>(reinterpret_cast<bf16*>(region + 4 * (2 * 16 * B + 256)) + 4 * 2 * 16 * B);
     float* Ds = Ls + B;
     const i64 item = blockIdx.y, k0 = static_cast<i64>(blockIdx.x) * B, kj = k0 + warp * 16 + r;
-    const i64 head = item * seq * D;
-    flash_load<D>(Ks, K + head, k0, seq);
-    flash_load<D>(Vs, V + head, k0, seq);
+    const i64 head = item * seq * D;  // of the per-head gradients
+    const FlashHead hd = flash_head<D>(qkv, item, seq, hq, hkv);
+    const bf16* dOh = dout + (item / hq) * seq * hq * D + (item % hq) * D;
+    flash_load<D>(Ks, hd.k, k0, seq, hd.row);
+    flash_load<D>(Vs, hd.v, k0, seq, hd.row);
     FragC dk[D / 16], dv[D / 16];
     for (int dt = 0; dt < D / 16; ++dt) {
         wmma::fill_fragment(dk[dt], 0.0f);
@@ -169,8 +186,8 @@ __global__ void STRATA_FLASH_BOUNDS k_flash_bwd(const bf16* Q, const bf16* K, co
     const i64 tiles = (seq + B - 1) / B;
     for (i64 qt = blockIdx.x; qt < tiles; ++qt) {
         __syncthreads();  // every warp is done with the previous Q and dO
-        flash_load<D>(Qs, Q + head, qt * B, seq);
-        flash_load<D>(dOs, dO + head, qt * B, seq);
+        flash_load<D>(Qs, hd.q, qt * B, seq, hd.row);
+        flash_load<D>(dOs, dOh, qt * B, seq, hq * D);
         for (int e = threadIdx.x; e < B; e += blockDim.x) {
             const i64 i = qt * B + e;
             Ls[e] = i < seq ? static_cast<float>(lse[lse_at(item, hq, seq, i)]) : 0.0f;

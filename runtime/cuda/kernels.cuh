@@ -351,6 +351,16 @@ __global__ void k_softmax_causal_bwd(const float* S, const float* dP, TV P, TV d
     }
 }
 // D[item][t] = sum over the head's columns of dout * out (per-head layout).
+// The same from the [tokens][hq d] rows of dout and out, D[item][t] (item = sequence x hq + head).
+__global__ void k_attn_rowdot_rows(float* D, TV dO, TV O, i64 seq, i64 hq, i64 d, i64 rows) {
+    const i64 r = blockIdx.x * static_cast<i64>(blockDim.y) + threadIdx.y;
+    if (r >= rows) return;
+    const i64 item = r / seq, t = r % seq, at = ((item / hq) * seq + t) * hq * d + (item % hq) * d;
+    float s = 0;
+    for (i64 c = threadIdx.x; c < d; c += 32) s += dO[at + c] * O[at + c];
+    s = warp_sum(s);
+    if (threadIdx.x == 0) D[r] = s;
+}
 __global__ void k_attn_rowdot(float* D, TV dO, TV O, i64 d, i64 rows) {
     const i64 r = blockIdx.x * static_cast<i64>(blockDim.y) + threadIdx.y;
     if (r >= rows) return;

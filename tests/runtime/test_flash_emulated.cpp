@@ -22,7 +22,14 @@ std::vector<float> randoms(std::size_t n, unsigned seed) {
     return v;
 }
 
-// Per-head layout [item][seq][d] from qkv rows, as k_attn_split.
+std::vector<__nv_bfloat16> to_bf16(const std::vector<float>& v) {
+    std::vector<__nv_bfloat16> out;
+    for (float x : v) out.push_back(__float2bfloat16_rn(x));
+    return out;
+}
+
+// The executor's layouts, as attention.cuh's flash path passes them: qkv and dout rows in, out
+// rows and the lse out; dQ, dK, dV per head, summed over each group as k_attn_merge_grads does.
 template <int D>
 void check(i64 seq, i64 batch, i64 hq, i64 hkv, float p) {
     const i64 T = seq * batch, row = (hq + 2 * hkv) * D, od = hq * D, items = batch * hq, n = items * seq * D, g = hq / hkv;
@@ -32,37 +39,24 @@ void check(i64 seq, i64 batch, i64 hq, i64 hkv, float p) {
     cpu::attention_forward(out.data(), lse.data(), qkv.data(), T, seq, hq, hkv, D, drop);
     cpu::round_bf16(out.data(), T * od);
     cpu::attention_backward(dqkv.data(), qkv.data(), out.data(), lse.data(), dout.data(), T, seq, hq, hkv, D, drop);
-    std::vector<__nv_bfloat16> Q(n), K(n), V(n), O(n), dO(n);
-    for (i64 i = 0; i < n; ++i) {
-        const i64 c = i % D, t = (i / D) % seq, h = (i / (D * seq)) % hq, b = i / (D * seq * hq);
-        const float* r = qkv.data() + (b * seq + t) * row;
-        Q[i] = __float2bfloat16_rn(r[h * D + c]);
-        K[i] = __float2bfloat16_rn(r[hq * D + (h / g) * D + c]);
-        V[i] = __float2bfloat16_rn(r[(hq + hkv) * D + (h / g) * D + c]);
-        dO[i] = __float2bfloat16_rn(dout[(b * seq + t) * od + h * D + c]);
-    }
+    const std::vector<__nv_bfloat16> QKV = to_bf16(qkv), dO = to_bf16(dout);
+    std::vector<__nv_bfloat16> O(T * od);
     std::vector<float> L(T * hq), dQ(n), dK(n), dV(n), Dd(items * seq);
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     const dim3 grid(static_cast<unsigned>((seq + 63) / 64), static_cast<unsigned>(items));
-    launch(grid, dim3(kFlashThreads), flash_fwd_smem<D>(), [&] { k_flash_fwd<D>(Q.data(), K.data(), V.data(), O.data(), TV{L.data(), 0}, seq, hq, scale, drop); });
+    launch(grid, dim3(kFlashThreads), flash_fwd_smem<D>(), [&] { k_flash_fwd<D>(QKV.data(), O.data(), TV{L.data(), 0}, seq, hq, hkv, scale, drop); });
     double worst_o = 0, worst_l = 0, scale_o = 0;
-    for (i64 i = 0; i < n; ++i) {
-        const i64 c = i % D, t = (i / D) % seq, h = (i / (D * seq)) % hq, b = i / (D * seq * hq);
-        const float ref = out[(b * seq + t) * od + h * D + c];
-        scale_o = std::max(scale_o, std::fabs(static_cast<double>(ref)));
-        worst_o = std::max(worst_o, std::fabs(static_cast<double>(ref) - __bfloat162float(O[i])));
+    for (i64 i = 0; i < T * od; ++i) {
+        scale_o = std::max(scale_o, std::fabs(static_cast<double>(out[i])));
+        worst_o = std::max(worst_o, std::fabs(static_cast<double>(out[i]) - __bfloat162float(O[i])));
     }
     for (i64 i = 0; i < T * hq; ++i) worst_l = std::max(worst_l, std::fabs(static_cast<double>(lse[i]) - L[i]));
-    // D = dO . O (per head, from the kernel's own bf16 O), as k_attn_rowdot.
-    for (i64 r = 0; r < items * seq; ++r) {
-        float s = 0;
-        for (int c = 0; c < D; ++c) s += __bfloat162float(dO[r * D + c]) * __bfloat162float(O[r * D + c]);
-        Dd[r] = s;
-    }
+    // D = dO . O from the rows, with the kernel's own bf16 O.
+    launch(dim3(static_cast<unsigned>((items * seq + 7) / 8)), dim3(32, 8), 0,
+           [&] { k_attn_rowdot_rows(Dd.data(), TV{const_cast<__nv_bfloat16*>(dO.data()), 1}, TV{O.data(), 1}, seq, hq, D, items * seq); });
     launch(grid, dim3(kFlashThreads), flash_bwd_smem<D>(), [&] {
-        k_flash_bwd<D>(Q.data(), K.data(), V.data(), dO.data(), TV{L.data(), 0}, Dd.data(), dQ.data(), dK.data(), dV.data(), seq, hq, scale, drop);
+        k_flash_bwd<D>(QKV.data(), dO.data(), TV{L.data(), 0}, Dd.data(), dQ.data(), dK.data(), dV.data(), seq, hq, hkv, scale, drop);
     });
-    // Merge as k_attn_merge_grads, compare with dqkv.
     double worst_g = 0, scale_g = 0;
     for (i64 i = 0; i < T * row; ++i) {
         const i64 col = i % row, rw = i / row, b = rw / seq, t = rw % seq, c = col % D;
