@@ -57,6 +57,20 @@ __device__ void flash_load(bf16* dst, const bf16* src, i64 row0, i64 seq, i64 st
 
 __device__ i64 lse_at(i64 item, i64 hq, i64 seq, i64 i) { return ((item / hq) * seq + i) * hq + item % hq; }
 
+// acc = A B^T for 16 rows of A and 16 rows of B, D wide each (row-major in shared memory): a
+// 16 x 16 tile of scores, or of their gradients.
+template <int D>
+__device__ void tile_abt(FragC& acc, const bf16* a_rows, const bf16* b_rows) {
+    wmma::fill_fragment(acc, 0.0f);
+    for (int ks = 0; ks < D / 16; ++ks) {
+        FragA a;
+        FragBT b;
+        wmma::load_matrix_sync(a, a_rows + ks * 16, D);
+        wmma::load_matrix_sync(b, b_rows + ks * 16, D);
+        wmma::mma_sync(acc, a, b, acc);
+    }
+}
+
 // Where item (sequence b, query head h) finds its Q, K and V columns in the rows of its sequence.
 struct FlashHead {
     const bf16 *q, *k, *v;
@@ -97,14 +111,7 @@ __global__ void STRATA_FLASH_BOUNDS k_flash_fwd(const bf16* qkv, bf16* out, TV l
         __syncthreads();
         for (int nt = 0; nt < B / 16; ++nt) {  // S_w = Q_w K^T
             FragC acc;
-            wmma::fill_fragment(acc, 0.0f);
-            for (int ks = 0; ks < D / 16; ++ks) {
-                FragA a;
-                FragBT b;
-                wmma::load_matrix_sync(a, Qs + warp * 16 * D + ks * 16, D);
-                wmma::load_matrix_sync(b, Ks + nt * 16 * D + ks * 16, D);
-                wmma::mma_sync(acc, a, b, acc);
-            }
+            tile_abt<D>(acc, Qs + warp * 16 * D, Ks + nt * 16 * D);
             wmma::store_matrix_sync(Sw + nt * 16, acc, B, wmma::mem_row_major);
         }
         __syncwarp();
@@ -196,18 +203,8 @@ __global__ void STRATA_FLASH_BOUNDS k_flash_bwd(const bf16* qkv, const bf16* dou
         __syncthreads();
         for (int nt = 0; nt < B / 16; ++nt) {  // S^T_w = K_w Q^T, dP^T_w = V_w dO^T
             FragC s, dp;
-            wmma::fill_fragment(s, 0.0f);
-            wmma::fill_fragment(dp, 0.0f);
-            for (int ks = 0; ks < D / 16; ++ks) {
-                FragA a;
-                FragBT b;
-                wmma::load_matrix_sync(a, Ks + warp * 16 * D + ks * 16, D);
-                wmma::load_matrix_sync(b, Qs + nt * 16 * D + ks * 16, D);
-                wmma::mma_sync(s, a, b, s);
-                wmma::load_matrix_sync(a, Vs + warp * 16 * D + ks * 16, D);
-                wmma::load_matrix_sync(b, dOs + nt * 16 * D + ks * 16, D);
-                wmma::mma_sync(dp, a, b, dp);
-            }
+            tile_abt<D>(s, Ks + warp * 16 * D, Qs + nt * 16 * D);
+            tile_abt<D>(dp, Vs + warp * 16 * D, dOs + nt * 16 * D);
             wmma::store_matrix_sync(STw + nt * 16, s, B, wmma::mem_row_major);
             wmma::store_matrix_sync(dPTw + nt * 16, dp, B, wmma::mem_row_major);
         }
