@@ -251,9 +251,12 @@ __global__ void STRATA_FLASH_BOUNDS k_flash_bwd(const bf16* qkv, const bf16* dou
         for (int which = 0; which < 2; ++which) {
             wmma::store_matrix_sync(scr, which ? dv[dt] : dk[dt], 16, wmma::mem_row_major);
             __syncwarp();
+            // A named pointer, not (which ? dV : dK)[i]: GCC 12 under -fsanitize=undefined
+            // miscompiles a subscript of a conditional (the CPU emulation's sanitizer build).
+            float* to = which ? dV : dK;
             for (int e = lane; e < 256; e += 32) {
                 const i64 key = k0 + warp * 16 + e / 16;
-                if (key < seq) (which ? dV : dK)[head + key * D + dt * 16 + e % 16] = scr[e];
+                if (key < seq) to[head + key * D + dt * 16 + e % 16] = scr[e];
             }
             __syncwarp();
         }

@@ -304,7 +304,8 @@ __global__ void k_attn_merge_grads(TV dqkv, const float* dQ, const float* dK, co
     const bool key = col < (hq + hkv) * d;
     const i64 kvh = (key ? col - hq * d : col - (hq + hkv) * d) / d;
     float s = 0;
-    for (i64 h = kvh * g; h < (kvh + 1) * g; ++h) s += (key ? dK : dV)[at(h)];
+    const float* from = key ? dK : dV;  // not (key ? dK : dV)[i]: see flash.cuh's dK/dV store
+    for (i64 h = kvh * g; h < (kvh + 1) * g; ++h) s += from[at(h)];
     dqkv[i] = s;
 }
 // Scores of `items` heads from item0, [item][seq][seq]: S -> P = exp(S scale - lse) on and below

@@ -67,7 +67,8 @@ void check(i64 seq, i64 batch, i64 hq, i64 hkv, float p) {
             const bool key = col < (hq + hkv) * D;
             const i64 kvh = (key ? col - hq * D : col - (hq + hkv) * D) / D;
             v = 0;
-            for (i64 h = kvh * g; h < (kvh + 1) * g; ++h) v += (key ? dK : dV)[at(h)];
+            const std::vector<float>& from = key ? dK : dV;  // GCC 12's UBSan miscompiles (c ? p : q)[i]
+            for (i64 h = kvh * g; h < (kvh + 1) * g; ++h) v += from[static_cast<std::size_t>(at(h))];
         }
         scale_g = std::max(scale_g, std::fabs(static_cast<double>(dqkv[i])));
         worst_g = std::max(worst_g, std::fabs(static_cast<double>(dqkv[i]) - v));
