@@ -421,7 +421,7 @@ public:
         const float c1 = 1.0f - std::pow(b1, static_cast<float>(step)), c2 = 1.0f - std::pow(b2, static_cast<float>(step));
         launch1(k_adamw, n, tv(p), tv(m), tv(v), tv(g), decay, n, lr, b1, b2, eps, wd, c1, c2);
     }
-    void adamw_ranges(float* p, float* m, float* v, const float* g, const std::vector<i64>& begin, const std::vector<i64>& len,
+    void adamw_ranges(float* p, float* m, float* v, const float* g, float* weights, const std::vector<i64>& begin, const std::vector<i64>& len,
                       const std::vector<float>& wd, float lr, float b1, float b2, float eps, int step) override {
         if (begin.size() != len.size() || begin.size() != wd.size()) throw std::runtime_error("cuda: adamw_ranges: tables of different lengths");
         std::vector<AdamChunk> chunks;
@@ -442,7 +442,7 @@ public:
         }
         const float c1 = 1.0f - std::pow(b1, static_cast<float>(step)), c2 = 1.0f - std::pow(b2, static_cast<float>(step));
         k_adamw_chunks<<<static_cast<unsigned>(cached.host.size()), kThreads, 0, lanes_[lane_compute]>>>(
-            tv(p), tv(m), tv(v), tv(g), static_cast<const AdamChunk*>(cached.dev), lr, b1, b2, eps, c1, c2);
+            tv(p), tv(m), tv(v), tv(g), tv(weights), static_cast<const AdamChunk*>(cached.dev), lr, b1, b2, eps, c1, c2);
         LAUNCHED();
     }
 

@@ -462,7 +462,8 @@ struct AdamChunk {
     float wd;
 };
 constexpr int kAdamChunk = 16384;
-__global__ void k_adamw_chunks(TV p, TV m, TV v, TV g, const AdamChunk* chunks, float lr, float b1, float b2,
+// weights: where the updated master's copy goes in the weights' width (a bf16 plan's), or none.
+__global__ void k_adamw_chunks(TV p, TV m, TV v, TV g, TV weights, const AdamChunk* chunks, float lr, float b1, float b2,
                                float eps, float c1, float c2) {
     const AdamChunk c = chunks[blockIdx.x];
     for (int k = threadIdx.x; k < c.len; k += blockDim.x) {
@@ -471,7 +472,9 @@ __global__ void k_adamw_chunks(TV p, TV m, TV v, TV g, const AdamChunk* chunks, 
         const float mi = b1 * m[i] + (1.0f - b1) * gi, vi = b2 * v[i] + (1.0f - b2) * gi * gi;
         m[i] = mi;
         v[i] = vi;
-        p[i] -= lr * ((mi / c1) / (sqrtf(vi / c2) + eps) + c.wd * p[i]);
+        const float pi = p[i] - lr * ((mi / c1) / (sqrtf(vi / c2) + eps) + c.wd * p[i]);
+        p[i] = pi;
+        if (weights) weights[i] = pi;
     }
 }
 __global__ void k_sum(double* out, TV p, i64 n) {

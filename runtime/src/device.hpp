@@ -108,12 +108,15 @@ public:
     /// adamw over several ranges [begin, begin + len) of the same arrays, each with its own weight
     /// decay, in one launch (apex's multi_tensor_apply): a step's parameters are hundreds of
     /// tensors, most of them small. The ranges' table is kept on the device for the next call.
-    virtual void adamw_ranges(float* p, float* m, float* v, const float* g, const std::vector<i64>& begin, const std::vector<i64>& len,
-                              const std::vector<float>& wd, float lr, float b1, float b2, float eps, int step) = 0;
+    /// weights: where the updated p (a bf16 plan's fp32 master) is also written, in its width, in
+    /// the same pass (no copy after); null: nowhere.
+    virtual void adamw_ranges(float* p, float* m, float* v, const float* g, float* weights, const std::vector<i64>& begin,
+                              const std::vector<i64>& len, const std::vector<float>& wd, float lr, float b1, float b2, float eps,
+                              int step) = 0;
 };
 
 /// The module's entry point: a new device on GPU 0, or null with the reason in `why`.
-constexpr int kDeviceApiVersion = 5;  // 2: dropout; 3: lanes; 4: adamw_ranges; 5: bf16 buffers
+constexpr int kDeviceApiVersion = 6;  // 2: dropout; 3: lanes; 4: adamw_ranges; 5: bf16 buffers; 6: AdamW writes the weights
 constexpr const char* kCudaModuleFile = "libstrata_runtime_cuda.so";
 constexpr const char* kCudaModuleSymbol = "strata_runtime_cuda_create";
 using CreateDevice = Device* (*)(int api_version, std::string* why);

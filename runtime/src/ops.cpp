@@ -548,7 +548,7 @@ std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
                     len.push_back(hi - lo);
                     decay.push_back(e.decay ? wd : 0.0f);
                 }
-                dev_->adamw_ranges(u.p, u.m, u.v, u.g, begin, len, decay, lr, b1, b2, eps, update);
+                dev_->adamw_ranges(u.p, u.m, u.v, u.g, u.weights, begin, len, decay, lr, b1, b2, eps, update);  // the weights too
             } else {
                 // The host's AdamW on all the cores a lone rank has (DeepSpeed's CPU Adam is multi-threaded too).
                 parallel_chunks(u.n, threads, [&](i64 lo, i64 hi) {
@@ -557,7 +557,7 @@ std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
                     if (narrow_v) cpu::round_bf16(u.v + lo, hi - lo);
                 });
             }
-            if (!u.weights) continue;
+            if (!u.weights || u.on_device) continue;
             if (dev_) dev_->copy(u.weights, u.p, u.n);
             else std::memcpy(u.weights, u.p, static_cast<std::size_t>(u.n) * sizeof(float));
         }
