@@ -2,6 +2,7 @@
 // biases, tied embeddings) and a Llama (RoPE, RMSNorm, SwiGLU, GQA, untied, no biases), small
 // enough that every parallel variant runs on two cores in a second.
 #pragma once
+#include <random>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,15 @@
 #include "strata/runtime/runtime.hpp"
 
 namespace strata::test {
+
+/// n floats drawn uniformly from [lo, hi) by a seeded Mersenne twister: a kernel test's inputs.
+inline std::vector<float> uniform_floats(std::size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f) {
+    std::mt19937 g(seed);
+    std::uniform_real_distribution<float> u(lo, hi);
+    std::vector<float> v(n);
+    for (float& x : v) x = u(g);
+    return v;
+}
 
 inline sim::ModelSpec tiny_gpt(int layers = 2) {
     sim::ModelSpec m;

@@ -49,13 +49,7 @@ Device* device() {
     return dev.get();
 }
 
-std::vector<float> randoms(std::size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f) {
-    std::mt19937 g(seed);
-    std::uniform_real_distribution<float> u(lo, hi);
-    std::vector<float> v(n);
-    for (float& x : v) x = u(g);
-    return v;
-}
+std::vector<float> randoms(std::size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f) { return uniform_floats(n, seed, lo, hi); }
 
 // A device copy of a host vector, freed with the test.
 struct Dev {

@@ -6,6 +6,7 @@
 
 #include <random>
 
+#include "runtime_fixtures.hpp"  // before the emulation's macros
 #include "cuda_emulation.hpp"
 
 namespace strata::runtime::emulated {
@@ -13,13 +14,8 @@ namespace strata::runtime::emulated {
 
 namespace {
 
-std::vector<float> randoms(std::size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f) {
-    std::mt19937 g(seed);
-    std::uniform_real_distribution<float> u(lo, hi);
-    std::vector<float> v(n);
-    for (auto& x : v) x = u(g);
-    return v;
-}
+using strata::test::uniform_floats;
+std::vector<float> randoms(std::size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f) { return uniform_floats(n, seed, lo, hi); }
 std::vector<float> rounded(std::vector<float> v, bool bf16) {
     if (bf16) cpu::round_bf16(v.data(), static_cast<i64>(v.size()));
     return v;

@@ -6,6 +6,7 @@
 
 #include <random>
 
+#include "runtime_fixtures.hpp"  // before the emulation's macros
 #include "cuda_emulation.hpp"
 
 namespace strata::runtime::emulated {
@@ -13,11 +14,8 @@ namespace strata::runtime::emulated {
 #include "flash.cuh"
 
 namespace {
-std::vector<float> randoms(std::size_t n, unsigned seed) {
-    std::mt19937 g(seed);
-    std::uniform_real_distribution<float> u(-1, 1);
-    std::vector<float> v(n);
-    for (auto& x : v) x = u(g);
+std::vector<float> randoms(std::size_t n, unsigned seed) {  // bf16-representable, as the kernels read them
+    std::vector<float> v = strata::test::uniform_floats(n, seed);
     cpu::round_bf16(v.data(), static_cast<i64>(n));
     return v;
 }
