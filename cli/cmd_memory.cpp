@@ -9,6 +9,7 @@
 #include "strata/common/text.hpp"
 #include "strata/lowering/memory.hpp"
 #include "strata/lowering/model.hpp"
+#include "strata/sim/simulate.hpp"
 
 namespace strata::cli {
 namespace {
@@ -24,9 +25,9 @@ struct MemoryArgs {
 sim::Capacities capacities_for(const hwdb::HardwareView& v, const sim::ClusterSpec& c) {
     sim::Capacities caps;
     caps.hbm_bytes = v.gpu.hbm_bytes;
-    caps.cpu_bytes_per_node = c.host_dram_bytes > 0 ? c.host_dram_bytes : v.node.cpu_dram_bytes;
-    const int drives = c.ssds_per_node > 0 ? c.ssds_per_node : v.node.ssd_count;
-    caps.ssd_bytes_per_node = drives * sim::kDefaultSsdDriveBytes;
+    const sim::TierCapacities t = sim::tier_capacities(c, v);
+    caps.cpu_bytes_per_node = t.cpu_bytes;
+    caps.ssd_bytes_per_node = t.ssd_bytes;
     caps.gpus_per_node = c.gpus_per_node;
     return caps;
 }

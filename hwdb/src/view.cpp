@@ -78,6 +78,33 @@ std::string default_ssd(const Gpu& g) {
     return "nvme-gen3-x4-client";
 }
 
+// The generic node's host memory and drives. DRAM per GPU: the node row of this GPU, else of its
+// architecture (DGX-1 V100 64 GB, DGX A100 / H100 256 GB a GPU), else twice the GPU's HBM (the
+// lowest ratio of any node row, DGX-1's). One NVMe drive per GPU, as DGX A100 and H100 have it
+// (each on its GPU's PCIe switch). Without these a cluster that names no node had no host memory
+// and no drive at all, and every offloaded plan was declared out of memory.
+void generic_host(Node& n, const Gpu& g, const std::vector<Node>& rows, const std::vector<Gpu>& gpu_rows) {
+    auto arch_of = [&](const std::string& id) {
+        for (const Gpu& r : gpu_rows)
+            if (r.id == id) return r.arch;
+        return std::string();
+    };
+    const Node* same_gpu = nullptr;
+    const Node* same_arch = nullptr;
+    for (const Node& r : rows) {
+        if (r.cpu_dram_bytes <= 0 || r.gpus_per_node <= 0) continue;
+        if (r.gpu_hint == g.id && !same_gpu) same_gpu = &r;
+        if (!g.arch.empty() && arch_of(r.gpu_hint) == g.arch && !same_arch) same_arch = &r;
+    }
+    const Node* from = same_gpu ? same_gpu : same_arch;
+    const double dram_per_gpu = from ? from->cpu_dram_bytes / from->gpus_per_node : 2.0 * g.hbm_bytes;
+    n.gpus_per_node = 8;
+    n.cpu_dram_bytes = dram_per_gpu * n.gpus_per_node;
+    n.ssd_count = n.gpus_per_node;
+    n.notes = "host DRAM " + std::to_string(static_cast<long long>(dram_per_gpu / 1e9)) + " GB a GPU (" +
+              (from ? "as node " + from->id : std::string("2 x HBM")) + "), one SSD a GPU; scaled to the cluster's gpus_per_node";
+}
+
 // Representative runs holding rows of `device`, newest first (by started_at, then id).
 std::vector<std::int64_t> runs_for(sqlite3* db, const std::string& path, const std::string& device) {
     detail::Stmt s(db, path,
@@ -162,12 +189,14 @@ HardwareView Database::view(const std::string& gpu_id, const std::string& node_i
         if (!n) unknown("node", node_id, "a node", ids_of(nodes()));
         v.node = *n;
     } else {
-        // No node named: a generic 8-GPU server around this GPU; its links come from the rules below.
+        // No node named: a generic 8-GPU server around this GPU; its links come from the rules below,
+        // its host memory and drives from a server of the GPU's generation (generic_host()).
         v.node.id = "";
         v.node.gpu_hint = v.gpu.id;
         v.node.fabric = "generic (no node given)";
         v.node.source = "Strata defaults (no node named in the cluster)";
         v.node.confidence = "low";
+        generic_host(v.node, v.gpu, nodes(), gpus());
     }
 
     auto find_link = [&](const std::string& id, const std::string& field, bool user_given) -> Link {

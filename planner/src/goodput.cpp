@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "strata/lowering/model.hpp"
+#include "strata/sim/cost.hpp"
 
 namespace strata::planner {
 
@@ -75,7 +76,7 @@ GoodputInputs goodput_inputs(const ModelSpec& m, const ClusterSpec& c, const Pla
         in.storage = "file system";
     } else {
         // Every node writes its share to its own drives at once (as the engine rates them).
-        const double drives = c.ssds_per_node > 0 ? c.ssds_per_node : hw.node.ssd_count;
+        const double drives = sim::ssd_drives_per_node(c, hw);
         const double node_Bps = hw.ssd_write && hw.ssd_write->Bps > 0 ? hw.ssd_write->Bps : hw.ssd.seq_write_Bps * drives;
         Bps = node_Bps * c.nodes;
         in.storage = "node SSDs";

@@ -31,6 +31,26 @@ TEST_CASE("view without a node takes links from the GPU and PCIe-matched default
     CHECK(l40.nic.id == "ib-hdr");
 }
 
+TEST_CASE("a generic node has the host memory of its GPU's generation and a drive a GPU", "[hwdb][view]") {
+    // Before, a cluster that named no node had 0 B of host DRAM and no drive: every offloaded plan
+    // on it was out of memory. DRAM per GPU comes from the node row of the same GPU, else of the
+    // same architecture, else twice the HBM (DGX-1's ratio, the lowest of the node rows).
+    TempDir t;
+    Database db = Database::create_seeded(t.file("v.db"));
+    const HardwareView dgx1 = db.view("V100-SXM2-32GB", "DGX-1-V100", "", "", "", "");
+    const HardwareView v100 = db.view("V100-SXM2-32GB", "", "", "", "", "");
+    CHECK(v100.node.gpus_per_node == 8);
+    CHECK(v100.node.cpu_dram_bytes == Approx(dgx1.node.cpu_dram_bytes / dgx1.node.gpus_per_node * 8));  // 512 GB / 8 GPUs
+    CHECK(v100.node.ssd_count == 8);
+    CHECK_THAT(v100.node.notes, Contains("DGX-1-V100"));
+    // H100 PCIe has no node row of its own: the Hopper row (DGX H100, 2 TB for 8 GPUs).
+    const HardwareView pcie = db.view("H100-PCIe-80GB", "", "", "", "", "");
+    CHECK(pcie.node.cpu_dram_bytes == Approx(2048e9));
+    // No node row of the architecture: twice the HBM a GPU.
+    const HardwareView l40 = db.view("L40S", "", "", "", "", "");
+    CHECK(l40.node.cpu_dram_bytes == Approx(2 * 8 * l40.gpu.hbm_bytes));
+}
+
 TEST_CASE("view with a node takes the node's fabric, NIC, SSD and CPU; explicit ids win", "[hwdb][view]") {
     TempDir t;
     Database db = Database::create_seeded(t.file("v.db"));

@@ -104,6 +104,20 @@ TEST_CASE("keys written in the plan win over the preset, and explain-plan says w
     CHECK(origin_of(why, "dp").origin == "plan");
 }
 
+TEST_CASE("a plan that states unfused attention keeps it under a preset that names a fused kernel", "[frameworks]") {
+    // DeepSpeed of 2021 (ZeRO-3 Offload) or Hugging Face with attn_implementation "eager" ran
+    // attention unfused; the preset's FlashAttention-2 names the fused kernel when there is one.
+    // Before, the preset's attention_kernel with the plan's flash_attention false was refused.
+    for (const char* fw : {"deepspeed", "hf-trainer", "torchtitan", "llm-foundry"}) {
+        INFO(fw);
+        const PlanSpec p = plan(std::string(R"(, "dp": 8, "zero_stage": 3, "flash_attention": false, "framework": ")") + fw + "\"");
+        CHECK_FALSE(p.flash_attention);
+        CHECK(p.attention_kernel != AttentionKernel::fa2);
+        CHECK(refusal(p).empty());
+        CHECK(plan(std::string(R"(, "dp": 8, "zero_stage": 3, "framework": ")") + fw + "\"").attention_kernel == AttentionKernel::fa2);
+    }
+}
+
 TEST_CASE("a plan with a framework round-trips through its canonical JSON", "[frameworks]") {
     for (const std::string& fw : framework_names()) {
         const std::string pp = fw == "llm.c" || fw == "hf-trainer" || fw == "llm-foundry" ? "1" : "2";

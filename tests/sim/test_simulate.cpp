@@ -221,6 +221,33 @@ TEST_CASE("optimizer offload to a node with little DRAM runs out of CPU memory",
     CHECK_FALSE(gpu_oom);
 }
 
+TEST_CASE("a cluster that names no node has host memory and drives for its offload", "[simulate][oom]") {
+    // One H100 with its optimizer on the host and the cluster's host side left to the defaults
+    // (scenarios/clusters/single-h100.json): was out of CPU memory at 0 B, now the Hopper node's
+    // 256 GB a GPU and one drive a GPU, scaled to the cluster's GPUs a node.
+    const auto db = strata::hwdb::Database::open(strata::hwdb::default_db_path());
+    const auto hw = db.view("H100-SXM5-80GB", "", "", "", "", "");
+    ClusterSpec c = one_node(1);
+    const TierCapacities one = tier_capacities(c, hw);
+    CHECK(one.cpu_bytes == Approx(256e9));
+    CHECK(one.ssd_bytes == Approx(kDefaultSsdDriveBytes));
+    c.gpus_per_node = 16;
+    CHECK(tier_capacities(c, hw).cpu_bytes == Approx(16 * 256e9));
+    CHECK(ssd_drives_per_node(c, hw) == 16);
+    c.host_dram_bytes = 100e9;  // the cluster's own figure wins
+    CHECK(tier_capacities(c, hw).cpu_bytes == Approx(100e9));
+
+    const ModelSpec m = uniform_model(8);
+    PlanSpec p;
+    p.global_batch = 1;
+    p.offload.optimizer = TierSplit{0, 1, 0};
+    SimOptions o;
+    o.critical_path = false;
+    const SimOutput out = simulate(m, one_node(1), p, hw, o);
+    CHECK_FALSE(out.result.oom);
+    CHECK(out.result.peak_bytes_max[1] > 0);
+}
+
 TEST_CASE("optimizer offload saves exactly its bytes of HBM and pays the PCIe transfers", "[simulate][offload]") {
     const auto hw = h100_view();
     const ModelSpec m = uniform_model(8);

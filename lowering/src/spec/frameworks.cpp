@@ -16,7 +16,7 @@ namespace strata::sim {
 namespace {
 
 /// When a knob applies, in terms of the plan's stated fields.
-enum class When { always, mixed16, tp_sp, zero3, below_zero3, pipelined, pipelined_tp };
+enum class When { always, fused_attention, mixed16, tp_sp, zero3, below_zero3, pipelined, pipelined_tp };
 
 struct Knob {
     const char* key;
@@ -34,6 +34,8 @@ struct Preset {
 bool applies(When w, const PlanSpec& p) {
     switch (w) {
     case When::always: return true;
+    // A preset names its fused kernel's family; a plan that states unfused attention keeps it.
+    case When::fused_attention: return p.flash_attention;
     case When::mixed16: return p.precision == Precision::bf16 || p.precision == Precision::fp8;
     case When::tp_sp: return p.tp > 1 && p.sequence_parallel;
     case When::zero3: return p.zero_stage == 3;
@@ -79,7 +81,7 @@ const Knob kTpOverlapWithSp{"tp_comm_overlap", "true", When::tp_sp,
                             "with sequence parallelism (NeMo 1.x ub_tp_comm_overlap, MegatronCommOverlapCallback / CommOverlapConfig)"};
 // torchtitan with or without torch.compile: the same knobs but the elementwise ops.
 std::vector<Knob> torchtitan_knobs(bool compiled) {
-    return {{"attention_kernel", "\"fa2\"", When::always,
+    return {{"attention_kernel", "\"fa2\"", When::fused_attention,
              "torchtitan's default attention is F.scaled_dot_product_attention, whose flash backend is FlashAttention-2"},
             kAutogradAccumKnob,
             compiled ? Knob{"eager_elementwise", "false", When::always, "torch.compile (Inductor) fuses the elementwise ops of each block"}
@@ -117,7 +119,7 @@ const std::vector<Preset>& presets() {
           kDeepSpeedMoePad}},
         {"deepspeed",
          "DeepSpeed's engine with ZeRO (and PipelineEngine when pp > 1), 2023 or later: FlashAttention-2 from the model code",
-         {{"attention_kernel", "\"fa2\"", When::always,
+         {{"attention_kernel", "\"fa2\"", When::fused_attention,
            "DeepSpeed ships no fused attention for training; Megatron-DeepSpeed (--use-flash-attn-v2) and Hugging Face "
            "models call FlashAttention-2"},
           {"p2p_blocking", "true", When::pipelined, kPipelineEngineP2p},
@@ -169,7 +171,7 @@ const std::vector<Preset>& presets() {
          torchtitan_knobs(true)},
         {"llm-foundry",
          "MosaicML llm-foundry on Composer with PyTorch FSDP",
-         {{"attention_kernel", "\"fa2\"", When::always,
+         {{"attention_kernel", "\"fa2\"", When::fused_attention,
            "llm-foundry attn_config.attn_impl: flash (FlashAttention-2 since llm-foundry 0.4)"},
           {"eager_elementwise", "true", When::always,
            "MPT's modeling code runs torch LayerNorm, GELU and residual adds as eager PyTorch ops; only attention and "
@@ -188,7 +190,7 @@ const std::vector<Preset>& presets() {
           {"eager_elementwise", "false", When::always, "llm.c's own fused kernels for LayerNorm, GELU and residuals"}}},
         {"hf-trainer",
          "Hugging Face Transformers Trainer (Accelerate: DDP or FSDP)",
-         {{"attention_kernel", "\"fa2\"", When::always,
+         {{"attention_kernel", "\"fa2\"", When::fused_attention,
            "attn_implementation flash_attention_2 or sdpa (whose flash backend is FlashAttention-2)"},
           {"eager_elementwise", "true", When::always,
            "Transformers' modeling code runs norms, activations and residual adds as eager PyTorch ops"},

@@ -2,6 +2,7 @@
 // view when the database has one, else a datasheet figure times an achievable fraction (each cited
 // where it is defined). No I/O; these only read the HardwareView and the ClusterSpec.
 #include <algorithm>
+#include <cmath>
 
 #include "cost_detail.hpp"
 
@@ -95,11 +96,7 @@ Rate dram_rate(const hwdb::HardwareView& hw) {
 }
 
 namespace {
-double ssd_count(const hwdb::HardwareView& hw, const ClusterSpec& c) {
-    if (c.ssds_per_node > 0) return c.ssds_per_node;
-    if (hw.node.ssd_count > 0) return hw.node.ssd_count;
-    return 1;
-}
+double ssd_count(const hwdb::HardwareView& hw, const ClusterSpec& c) { return ssd_drives_per_node(c, hw); }
 }  // namespace
 
 Rate ssd_read_rate(const hwdb::HardwareView& hw, const ClusterSpec& c) {
@@ -126,3 +123,26 @@ Rate ssd_write_rate(const hwdb::HardwareView& hw, const ClusterSpec& c) {
 }
 
 }  // namespace strata::sim::cost_detail
+
+namespace strata::sim {
+
+namespace {
+// A generic node's figures are for hw.node.gpus_per_node GPUs; the cluster may put more or fewer on a node.
+double generic_share(const ClusterSpec& c, const hwdb::HardwareView& hw) {
+    if (!hw.node.id.empty() || hw.node.gpus_per_node <= 0) return 1.0;
+    return static_cast<double>(std::max(1, c.gpus_per_node)) / hw.node.gpus_per_node;
+}
+}  // namespace
+
+double host_dram_bytes_per_node(const ClusterSpec& c, const hwdb::HardwareView& hw) {
+    if (c.host_dram_bytes > 0) return c.host_dram_bytes;
+    return hw.node.cpu_dram_bytes * generic_share(c, hw);
+}
+
+int ssd_drives_per_node(const ClusterSpec& c, const hwdb::HardwareView& hw) {
+    if (c.ssds_per_node > 0) return c.ssds_per_node;
+    if (hw.node.ssd_count <= 0) return 1;
+    return std::max(1, static_cast<int>(std::lround(hw.node.ssd_count * generic_share(c, hw))));
+}
+
+}  // namespace strata::sim

@@ -45,9 +45,8 @@ private:
 TierCapacities tier_capacities(const ClusterSpec& c, const hwdb::HardwareView& hw) {
     TierCapacities t;
     t.gpu_bytes = hw.gpu.hbm_bytes;
-    t.cpu_bytes = c.host_dram_bytes > 0 ? c.host_dram_bytes : hw.node.cpu_dram_bytes;
-    const int drives = c.ssds_per_node > 0 ? c.ssds_per_node : hw.node.ssd_count;
-    t.ssd_bytes = drives * kDefaultSsdDriveBytes;  // hwdb has no drive capacity: memory.hpp's default
+    t.cpu_bytes = host_dram_bytes_per_node(c, hw);
+    t.ssd_bytes = ssd_drives_per_node(c, hw) * kDefaultSsdDriveBytes;  // hwdb has no drive capacity: memory.hpp's default
     return t;
 }
 

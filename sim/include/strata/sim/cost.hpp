@@ -115,6 +115,11 @@ Estimate compute_cost(const Instr& in, const CostContext& ctx);
 /// (H2D/D2H/SSD) and the CPU optimizer step.
 Demand transfer_demand(const Instr& in, const CostContext& ctx);
 
+/// A node's host DRAM and SSD drives: the cluster's figures, else its hwdb node's; a generic node
+/// (the cluster names none) scales its per-GPU figures to the cluster's gpus_per_node.
+double host_dram_bytes_per_node(const ClusterSpec& c, const hwdb::HardwareView& hw);
+int ssd_drives_per_node(const ClusterSpec& c, const hwdb::HardwareView& hw);
+
 /// nccl-tests' bus-bandwidth factor for a collective over n ranks: all-reduce 2(n-1)/n,
 /// all-gather/reduce-scatter/all-to-all (n-1)/n, broadcast 1.
 double bus_factor(CollKind k, int n);
