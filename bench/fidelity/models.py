@@ -41,9 +41,9 @@ MEGATRON_1T = gpt("megatron-gpt-1t", 128, 25600, 160, 51200, 2048)
 MTNLG_530B = gpt("mt-nlg-530b", 105, 20480, 128, 50257, 2048)
 
 # OPT-175B (Zhang et al. 2022, Table 1): 96 layers, 96 heads, d_model 12288, seq 2048, vocab 50272.
-# Its MLP is ReLU (metaseq), written here as "gelu": the same two matrices, and model.ffn has no
-# plain ReLU; the elementwise difference is under 0.1 % of the layer's FLOPs.
-OPT_175B = gpt("opt-175b", 96, 12288, 96, 50272, 2048)
+# Its MLP is ReLU (metaseq: fc1 -> relu -> fc2); model.ffn "relu" since stop 48 (it was written as
+# "gelu" before: the same two matrices, the elementwise difference under 0.1 % of the layer's FLOPs).
+OPT_175B = dict(gpt("opt-175b", 96, 12288, 96, 50272, 2048), ffn="relu")
 
 # BLOOM-176B (bigscience tr11 README "Architecture"): ALiBi instead of a position table,
 # an extra LayerNorm after the embedding, vocabulary 250,680 (padded to 250,880 in the run).

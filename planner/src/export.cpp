@@ -88,6 +88,9 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
     arg("hidden-dropout", m.dropout);
     if (m.ffn == FfnKind::swiglu) flag("swiglu");
     if (m.ffn == FfnKind::relu2) flag("squared-relu");
+    if (m.ffn == FfnKind::relu)
+        r.unsupported.push_back("a ReLU MLP (Megatron-LM's arguments offer GELU, SwiGLU and squared ReLU: set "
+                                "TransformerConfig.activation_func = F.relu in model code)");
     if (m.norm == NormKind::rmsnorm) arg("normalization", "RMSNorm");
     if (m.position == PositionKind::rope) arg("position-embedding-type", "rope");
     if (m.position == PositionKind::none) arg("position-embedding-type", "none");

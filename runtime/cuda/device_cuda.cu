@@ -363,6 +363,8 @@ public:
     }
     void relu2_forward(float* y, const float* x, i64 n) override { launch1(k_relu2_fwd, n, tv(y), tv(x), n); }
     void relu2_backward(float* dx, const float* x, const float* dy, i64 n) override { launch1(k_relu2_bwd, n, tv(dx), tv(x), tv(dy), n); }
+    void relu_forward(float* y, const float* x, i64 n) override { launch1(k_relu_fwd, n, tv(y), tv(x), n); }
+    void relu_backward(float* dx, const float* y, const float* dy, i64 n) override { launch1(k_relu_bwd, n, tv(dx), tv(y), tv(dy), n); }
     void add(float* out, const float* a, const float* b, const float* bias, i64 T, i64 C) override {
         launch1(k_add, T * C, tv(out), tv(a), tv(b), tv(bias), T, C);
     }

@@ -136,6 +136,14 @@ __global__ void k_relu2_bwd(TV dx, TV x, TV dy, i64 n) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i < n) dx[i] = x[i] > 0 ? 2.0f * x[i] * dy[i] : 0.0f;
 }
+__global__ void k_relu_fwd(TV y, TV x, i64 n) {
+    const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (i < n) y[i] = x[i] > 0 ? static_cast<float>(x[i]) : 0.0f;
+}
+__global__ void k_relu_bwd(TV dx, TV y, TV dy, i64 n) {
+    const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (i < n) dx[i] = y[i] > 0 ? static_cast<float>(dy[i]) : 0.0f;
+}
 __global__ void k_add(TV out, TV a, TV b, TV bias, i64 T, i64 C) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i < T * C) out[i] = a[i] + b[i] + (bias ? bias[i % C] : 0.0f);

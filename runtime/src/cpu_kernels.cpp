@@ -139,6 +139,15 @@ void relu2_backward(float* dx, const float* x, const float* dy, i64 n) {
     for (i64 i = 0; i < n; ++i) dx[i] = x[i] > 0 ? 2.0f * x[i] * dy[i] : 0.0f;
 }
 
+void relu_forward(float* y, const float* x, i64 n) {
+    for (i64 i = 0; i < n; ++i) y[i] = x[i] > 0 ? x[i] : 0.0f;
+}
+
+// From the output, as PyTorch's threshold_backward: y > 0 exactly where x > 0.
+void relu_backward(float* dx, const float* y, const float* dy, i64 n) {
+    for (i64 i = 0; i < n; ++i) dx[i] = y[i] > 0 ? dy[i] : 0.0f;
+}
+
 void add(float* out, const float* a, const float* b, const float* bias, i64 T, i64 C) {
     for (i64 t = 0; t < T; ++t)
         for (i64 c = 0; c < C; ++c) out[t * C + c] = a[t * C + c] + b[t * C + c] + (bias ? bias[c] : 0.0f);

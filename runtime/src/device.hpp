@@ -79,6 +79,8 @@ public:
     virtual void swiglu_backward(float* dx, const float* x, const float* dy, i64 T, i64 F) = 0;
     virtual void relu2_forward(float* y, const float* x, i64 n) = 0;
     virtual void relu2_backward(float* dx, const float* x, const float* dy, i64 n) = 0;
+    virtual void relu_forward(float* y, const float* x, i64 n) = 0;
+    virtual void relu_backward(float* dx, const float* y, const float* dy, i64 n) = 0;
     virtual void add(float* out, const float* a, const float* b, const float* bias, i64 T, i64 C) = 0;
     /// Without context parallelism only (where(t) = t % seq).
     virtual void rope(float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, bool inverse) = 0;
@@ -116,7 +118,7 @@ public:
 };
 
 /// The module's entry point: a new device on GPU 0, or null with the reason in `why`.
-constexpr int kDeviceApiVersion = 6;  // 2: dropout; 3: lanes; 4: adamw_ranges; 5: bf16 buffers; 6: AdamW writes the weights
+constexpr int kDeviceApiVersion = 7;  // 2: dropout; 3: lanes; 4: adamw_ranges; 5: bf16 buffers; 6: AdamW writes the weights; 7: ReLU
 constexpr const char* kCudaModuleFile = "libstrata_runtime_cuda.so";
 constexpr const char* kCudaModuleSymbol = "strata_runtime_cuda_create";
 using CreateDevice = Device* (*)(int api_version, std::string* why);

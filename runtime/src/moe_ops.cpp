@@ -64,6 +64,7 @@ bool RankState::moe_compute(std::size_t i) {
         auto act = [&](float* y, const float* x) {
             if (m.ffn == FfnKind::swiglu) cpu::swiglu_forward(y, x, rows, f);
             else if (m.ffn == FfnKind::relu2) cpu::relu2_forward(y, x, rows * f);
+            else if (m.ffn == FfnKind::relu) cpu::relu_forward(y, x, rows * f);
             else cpu::gelu_forward(y, x, rows * f);
         };
         if (!bwd) {
@@ -96,6 +97,7 @@ bool RankState::moe_compute(std::size_t i) {
         }
         if (m.ffn == FfnKind::swiglu) cpu::swiglu_backward(O(0), I(0), dy, rows, f);
         else if (m.ffn == FfnKind::relu2) cpu::relu2_backward(O(0), I(0), dy, rows * f);
+        else if (m.ffn == FfnKind::relu) cpu::relu_backward(O(0), I(0), dy, rows * f);  // I(0): the output
         else cpu::gelu_backward(O(0), I(0), dy, rows * f);
         return true;
     }

@@ -201,11 +201,13 @@ void RankState::compute(std::size_t i) {
             const DataTensor& y = a.out(0);
             if (swiglu) KERNEL(swiglu_forward, O(0), I(0), y.rows, y.cols);
             else if (m.ffn == FfnKind::relu2) KERNEL(relu2_forward, O(0), I(0), y.elements());
+            else if (m.ffn == FfnKind::relu) KERNEL(relu_forward, O(0), I(0), y.elements());
             else KERNEL(gelu_forward, O(0), I(0), y.elements());
         } else {
             const DataTensor& dy = a.in(1);
             if (swiglu) KERNEL(swiglu_backward, O(0), I(0), I(1), dy.rows, dy.cols);
             else if (m.ffn == FfnKind::relu2) KERNEL(relu2_backward, O(0), I(0), I(1), dy.elements());
+            else if (m.ffn == FfnKind::relu) KERNEL(relu_backward, O(0), I(0), I(1), dy.elements());  // I(0): the output
             else KERNEL(gelu_backward, O(0), I(0), I(1), dy.elements());
         }
     } else if (name == "residual1" || name == "residual2") {

@@ -114,6 +114,13 @@ TEST_CASE("Nemotron-4 340B: a squared-ReLU MLP has two matrices", "[model]") {
     CHECK(param_counts(g).total == p.total);
     CHECK(forward_flops(g, 1).matmul() == forward_flops(m, 1).matmul());
     CHECK(forward_flops(m, 1).other < forward_flops(g, 1).other);
+    // Plain ReLU (OPT): the same matrices again; its activation is one max per element where
+    // squared ReLU takes a max and a square: per layer and token, ffn fewer flops.
+    ModelSpec r = m;
+    r.ffn = FfnKind::relu;
+    CHECK(param_counts(r).total == p.total);
+    CHECK(forward_flops(r, 1).matmul() == forward_flops(m, 1).matmul());
+    CHECK(layer_forward_flops(m, 0, 1).other - layer_forward_flops(r, 0, 1).other == Approx(4096.0 * 73728));
 }
 
 TEST_CASE("Mixtral-8x7B total and active parameters", "[model]") {

@@ -298,7 +298,7 @@ TEST_CASE("model reader rules", "[spec][errors]") {
     expect_error([&] { m(R"(, "max_position": 32)"); }, "m.json", "model.max_position", "is shorter than model.seq_len = 64");
     CHECK_NOTHROW(m(R"(, "max_position": 32, "position": "rope")"));
     expect_error([&] { m(R"(, "dropout": 1.0)"); }, "m.json", "model.dropout", "must be in [0, 1)");
-    expect_error([&] { m(R"(, "ffn": "swiglo")"); }, "m.json", "model.ffn", "is not one of: gelu, swiglu, relu2 (did you mean \"swiglu\"?)");
+    expect_error([&] { m(R"(, "ffn": "swiglo")"); }, "m.json", "model.ffn", "is not one of: gelu, swiglu, relu2, relu (did you mean \"swiglu\"?)");
     expect_error([&] { m(R"(, "hiden": 4)"); }, "m.json", "model.hiden", "is not a known key (did you mean \"hidden\"?)");
     expect_error([&] { m(R"(, "tied_embeddings": 1)"); }, "m.json", "model.tied_embeddings", "must be true or false");
     expect_error([&] { m(R"(, "moe": {"experts": 4, "top_k": 5})"); }, "m.json", "model.moe.top_k", "= 5 exceeds moe.experts = 4");

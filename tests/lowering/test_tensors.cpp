@@ -128,6 +128,13 @@ TEST_CASE("Variants: no dropout, flash attention, GQA, SwiGLU, CP, MoE", "[tenso
     p8.precision = Precision::fp8;
     CHECK(sum(layer_activations(nd, p8, 0, false)) == Approx(25 * sbh + 4 * a * s));
 
+    // ReLU (OPT): its backward reads its output, which fc2 keeps as its input, so the GeLU input's
+    // 2·s·4h = 8 sbh bytes go: 32 - 8 = 24 sbh.
+    ModelSpec r = nd;
+    r.ffn = FfnKind::relu;
+    CHECK(sum(layer_activations(r, pf, 0, false)) == Approx(24 * sbh + 4 * a * s));
+    CHECK(by_name(layer_activations(r, pf, 0, false)).count("mlp.fc1_out") == 0);
+
     // GQA with 4 KV heads of 64: K and V shrink to 4/16 of Q's 2sbh each.
     ModelSpec g = nd;
     g.kv_heads = 4;

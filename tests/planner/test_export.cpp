@@ -407,4 +407,10 @@ TEST_CASE("Megatron export writes the MLP's activation", "[planner][export]") {
     CHECK(planner::export_megatron(m, gpt3_plan()).text.find("--squared-relu\n") != std::string::npos);
     m.ffn = FfnKind::swiglu;
     CHECK(planner::export_megatron(m, gpt3_plan()).text.find("--swiglu\n") != std::string::npos);
+    // Plain ReLU (OPT) has no flag: the export says so rather than leave GELU's default.
+    m.ffn = FfnKind::relu;
+    const planner::ExportResult r = planner::export_megatron(m, gpt3_plan());
+    CHECK(r.text.find("--squared-relu") == std::string::npos);
+    REQUIRE_FALSE(r.unsupported.empty());
+    CHECK_THAT(r.unsupported.back(), Catch::Matchers::Contains("ReLU"));
 }

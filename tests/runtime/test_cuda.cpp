@@ -143,6 +143,13 @@ TEST_CASE("cuda kernels match the cpu kernels", "[runtime][cuda]") {
         cpu::relu2_backward(dx.data(), x.data(), dy.data(), n);
         d.relu2_backward(DX.p, X.p, DY.p, n);
         same(dx, DX.get(), "relu2 backward");
+        cpu::relu_forward(y.data(), x.data(), n);
+        d.relu_forward(Y.p, X.p, n);
+        same(y, Y.get(), "relu");
+        Dev RY(d, y);
+        cpu::relu_backward(dx.data(), y.data(), dy.data(), n);
+        d.relu_backward(DX.p, RY.p, DY.p, n);
+        same(dx, DX.get(), "relu backward");
         cpu::swiglu_forward(y2.data(), x2.data(), T, F);
         d.swiglu_forward(Y.p, X2.p, T, F);
         same(y2, Y.get(), "swiglu");

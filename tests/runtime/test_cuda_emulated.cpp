@@ -109,6 +109,15 @@ TEST_CASE("the cuda kernels, emulated on the CPU, match the cpu kernels in fp32 
             same(rounded(s, H), S.get(), "swiglu", tol);
             same(rounded(ds, H), DS.get(), "swiglu backward", tol);
             same(rounded(sum, H), SUM.get(), "add", tol);
+            // ReLU, its backward from the output (as the lowering keeps it).
+            std::vector<float> r(T * F), dr(T * F);
+            cpu::relu_forward(r.data(), a.data(), T * F);
+            cpu::relu_backward(dr.data(), r.data(), da.data(), T * F);
+            Buf RO(r, H), DR(dr, H), RIN(r, H);
+            run1(T * F, [&] { k_relu_fwd(RO.tv(), A.tv(), T * F); });
+            run1(T * F, [&] { k_relu_bwd(DR.tv(), RIN.tv(), DA.tv(), T * F); });
+            same(rounded(r, H), RO.get(), "relu", tol);
+            same(rounded(dr, H), DR.get(), "relu backward", tol);
             std::vector<float> xb(T * C);
             for (i64 i = 0; i < T * C; ++i) xb[static_cast<std::size_t>(i)] = x[static_cast<std::size_t>(i)] + b[static_cast<std::size_t>(i % C)];
             same(rounded(xb, H), YB.get(), "bias rows", tol);

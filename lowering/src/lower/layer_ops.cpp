@@ -344,7 +344,7 @@ void RankLowering::mlp_backward(int layer, int pending_ag, const LayerTensors& t
     gemm(n_.fc2, f, d_.h, d_.tokens);        // wgrad
     if (df_) io({t.act, t.dbr2_g}, {prm_grad("fc2.weight", layer)});
     compute(Op::elementwise, n_.act, 0, 2 * d_.mats * d_.tokens * f * d_.act_bytes);
-    if (df_) io({t.fc1, t.dact}, {t.dfc1});
+    if (df_) io({act_grad_reads(t.fc1, t.act), t.dact}, {t.dfc1});
     int input_ev = -1;
     if (d_.tp > 1 && d_.sp) {
         input_ev = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * d_.act_bytes, n_.tp_ag_input);

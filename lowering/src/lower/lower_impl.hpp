@@ -181,6 +181,9 @@ private:
     int prm(const char* name, int layer);
     int prm_grad(const char* name, int layer);
     int opt(int id) const { return id; }  ///< an optional operand (-1: absent; io() skips it)
+    /// What the activation's backward reads: its input (fc1's output), but ReLU's reads its output
+    /// (threshold_backward), so fc1's output is not kept (tensors.cpp, mlp_intermediates).
+    int act_grad_reads(int fc1_out, int act_out) const { return m_.ffn == FfnKind::relu ? act_out : fc1_out; }
     /// A flat range (role param, param_grad or optimizer_state) on a tier.
     int range(TensorRole role, double off, double count, Tier tier = Tier::gpu, bool expert = false, int version = -1, bool shard = false);
     /// The bias of `name` if the model has it, else -1.

@@ -247,7 +247,11 @@ void RankLowering::moe_backward(int layer) {
     gemm(n_.experts_fc2, f, d_.h, te, batch);
     if (df_) io({mt.act, mt.dfc2, mt.routing}, {prm_grad("experts.fc2.weight", layer)});
     compute(Op::elementwise, n_.experts_act, 0, 2 * batch * d_.mats * te * f * d_.act_bytes);
-    if (df_) io({mt.fc1, mt.dact, opt(mt.gath_p)}, {mt.dfc1, opt(mt.dgath_p)});
+    // ReLU's backward reads its output, unless the router's weights scaled it (fc2_input) or moe_act
+    // recomputes it from fc1's output: then its input, as GeLU's.
+    const bool relu_from_input = p_.moe_probs_at == MoeProbsAt::fc2_input || p_.recomputes(RecomputeModule::moe_act);
+    const int act_in = relu_from_input ? mt.fc1 : act_grad_reads(mt.fc1, mt.act);
+    if (df_) io({act_in, mt.dact, opt(mt.gath_p)}, {mt.dfc1, opt(mt.dgath_p)});
     gemm_cast(n_.experts_fc1, te, d_.h, (d_.mats - 1) * f, batch);
     if (df_) io({mt.dfc1, prm("experts.fc1.weight", layer), mt.routing}, {mt.dgath});
     gemm(n_.experts_fc1, d_.h, (d_.mats - 1) * f, te, batch);
@@ -270,7 +274,7 @@ void RankLowering::moe_backward(int layer) {
         gemm(n_.shared_fc2, fs, d_.h, d_.tokens);
         if (df_) io({mt.sact, lt.dbr2_g}, {prm_grad("shared.fc2.weight", layer)});
         compute(Op::elementwise, n_.shared_act, 0, 2 * d_.mats * d_.tokens * fs * d_.act_bytes);
-        if (df_) io({mt.sfc1, mt.dsact}, {mt.dsfc1});
+        if (df_) io({act_grad_reads(mt.sfc1, mt.sact), mt.dsact}, {mt.dsfc1});
         gemm_cast(n_.shared_fc1, d_.tokens, d_.h, (d_.mats - 1) * fs);
         if (df_) io({mt.dsfc1, prm("shared.fc1.weight", layer)}, {mt.dsx});
         gemm(n_.shared_fc1, d_.h, (d_.mats - 1) * fs, d_.tokens);

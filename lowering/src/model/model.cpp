@@ -58,10 +58,10 @@ double mlp_flops_per_token(const ModelSpec& m, std::int64_t ffn) {
     return 2.0 * mats * static_cast<double>(m.hidden) * static_cast<double>(ffn);
 }
 // Non-matmul flops per token of one MLP: the activation (gelu tanh form ~8 flops/element; SiLU
-// then the gating product ~5) and bias adds.
+// then the gating product ~5; squared ReLU a max and a square; ReLU a max) and bias adds.
 double mlp_other_per_token(const ModelSpec& m, std::int64_t ffn) {
     const double f = static_cast<double>(ffn);
-    double act = m.ffn == FfnKind::swiglu ? 5.0 * f : m.ffn == FfnKind::relu2 ? 2.0 * f : 8.0 * f;  // relu2: max, square
+    double act = m.ffn == FfnKind::swiglu ? 5.0 * f : m.ffn == FfnKind::relu2 ? 2.0 * f : m.ffn == FfnKind::relu ? f : 8.0 * f;
     double bias = m.linear_bias ? (m.ffn == FfnKind::swiglu ? 2.0 * f : f) + static_cast<double>(m.hidden) : 0.0;
     return act + bias;
 }

@@ -98,8 +98,11 @@ TensorDesc act_tensor(std::string name, double bytes, std::string shape, const P
 }
 
 // The MLP intermediates of `rows` tokens through an MLP of width `ffn_local` on this rank.
+// relu_keeps_output: ReLU's backward reads its output, except where the router's weights scale it
+// (routed experts under moe_probs_at fc2_input), which keeps its input as GeLU does.
 void mlp_intermediates(std::vector<TensorDesc>& out, const ModelSpec& m, const PlanSpec& p, const Local& L,
-                       const std::string& prefix, double rows, double ffn_local, const std::string& rows_shape) {
+                       const std::string& prefix, double rows, double ffn_local, const std::string& rows_shape,
+                       bool relu_keeps_output = true) {
     const double bytes = L.act * rows * ffn_local;
     const std::string shape = "(" + rows_shape + ", ffn/tp)";
     if (m.ffn == FfnKind::swiglu) {
@@ -108,6 +111,10 @@ void mlp_intermediates(std::vector<TensorDesc>& out, const ModelSpec& m, const P
         // convention as gelu: activation input + fc2 input.
         out.push_back(act_tensor(prefix + ".gate_out", bytes, shape, p));
         out.push_back(act_tensor(prefix + ".up_out", bytes, shape, p));
+        out.push_back(act_tensor(prefix + ".act_out", L.gemm_in * rows * ffn_local, shape, p));
+    } else if (m.ffn == FfnKind::relu && relu_keeps_output) {
+        // ReLU's backward reads its output (threshold_backward(dy, y, 0)), which fc2 keeps as its
+        // input: one tensor where GeLU keeps two (OPT's fc1 -> relu -> fc2).
         out.push_back(act_tensor(prefix + ".act_out", L.gemm_in * rows * ffn_local, shape, p));
     } else {
         // Korthikanti: GeLU input 8sbh and GeLU output (fc2 input) 8sbh for ffn = 4h.
@@ -208,7 +215,8 @@ std::vector<TensorDesc> full_layer_activations(const ModelSpec& m, const PlanSpe
         out.push_back(act_tensor("moe.dispatched_in", L.gemm_in * rows * L.h, "(tokens·top_k, h)", p));  // expert fc1 input
         Local experts = L;
         if (p.moe_act_fp8_cache) experts.act = 1.0;  // the SwiGLU inputs cached in FP8 (DeepSeek-V3 Sec. 3.3.3)
-        mlp_intermediates(out, m, p, experts, "moe.experts", rows, eff_local, "tokens·top_k");
+        mlp_intermediates(out, m, p, experts, "moe.experts", rows, eff_local, "tokens·top_k",
+                          p.moe_probs_at != MoeProbsAt::fc2_input && !p.recomputes(RecomputeModule::moe_act));
         if (p.moe_probs_at == MoeProbsAt::fc2_output) {
             // Kept for the router weights' gradient at the un-permute: the experts' outputs once
             // combined on the tokens' own rank, so the rank's routed rows (no expert-TP gather, no

@@ -6,7 +6,15 @@
 
 namespace strata::sim {
 
-const char* to_string(FfnKind k) { return k == FfnKind::gelu ? "gelu" : k == FfnKind::swiglu ? "swiglu" : "relu2"; }
+const char* to_string(FfnKind k) {
+    switch (k) {
+        case FfnKind::gelu: return "gelu";
+        case FfnKind::swiglu: return "swiglu";
+        case FfnKind::relu2: return "relu2";
+        case FfnKind::relu: return "relu";
+    }
+    return "gelu";
+}
 const char* to_string(NormKind k) { return k == NormKind::layernorm ? "layernorm" : "rmsnorm"; }
 const char* to_string(PositionKind k) {
     switch (k) {

@@ -13,7 +13,7 @@ namespace strata::sim {
 
 /// gelu: two matrices around a GELU; swiglu: gate and up, then down (three); relu2: two matrices
 /// around a squared ReLU (Nemotron-4; Megatron --squared-relu).
-enum class FfnKind { gelu, swiglu, relu2 };
+enum class FfnKind { gelu, swiglu, relu2, relu };
 enum class NormKind { layernorm, rmsnorm };
 enum class PositionKind { learned, rope, none };
 

@@ -35,6 +35,9 @@ void swiglu_forward(float* y, const float* x, i64 T, i64 F);
 /// Squared ReLU (Nemotron-4): max(x, 0)^2.
 void relu2_forward(float* y, const float* x, i64 n);
 void relu2_backward(float* dx, const float* x, const float* dy, i64 n);
+/// ReLU; its backward reads the output y (the lowering keeps y, not x).
+void relu_forward(float* y, const float* x, i64 n);
+void relu_backward(float* dx, const float* y, const float* dy, i64 n);
 void swiglu_backward(float* dx, const float* x, const float* dy, i64 T, i64 F);
 
 // out = a + b (+ bias broadcast over rows of width C)
