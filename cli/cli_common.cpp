@@ -223,7 +223,10 @@ sim::Scenario resolve_specs(const SpecArgs& a, bool need_plan) {
         s.plan = sim::load_plan(plan_file);
     }
     if (need_plan && !s.plan) throw InputError(a.scenario.empty() ? "--plan" : a.scenario, "plan", "is required");
-    if (s.plan) sim::validate_plan(s.model, s.cluster, *s.plan, plan_file.empty() ? "--plan" : plan_file);
+    if (s.plan) {
+        sim::derive_unstated_dp(s.cluster, *s.plan);  // again: --cluster may have replaced the scenario's
+        sim::validate_plan(s.model, s.cluster, *s.plan, plan_file.empty() ? "--plan" : plan_file);
+    }
     return s;
 }
 

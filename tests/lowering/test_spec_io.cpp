@@ -268,6 +268,31 @@ TEST_CASE("scenario parts may be inline, paths, or wrapped files", "[spec][io]")
     fs::remove_all(dir);
 }
 
+TEST_CASE("a plan that does not state dp takes what its cluster leaves; a stated one is kept", "[spec][io]") {
+    // A paper states tp, pp and the GPU count: 64 GPUs with tp 4 and pp 2 leave dp = 64 / 8 = 8.
+    const std::string model = R"({"name": "w", "layers": 4, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 16})";
+    const std::string cluster = R"({"name": "c", "gpu": "H100-SXM5-80GB", "nodes": 8, "gpus_per_node": 8})";
+    Scenario s = scenario_from_json_text(R"({"model": )" + model + R"(, "cluster": )" + cluster +
+                                             R"(, "plan": {"tp": 4, "pp": 2, "global_batch": 64}})",
+                                         "s.json");
+    REQUIRE(s.plan.has_value());
+    CHECK(s.plan->dp == 8);
+    bool explained = false;
+    for (const PlanValueOrigin& v : explain_plan(*s.plan))
+        if (v.key == "dp") explained = v.value_json == "8" && v.origin.rfind("cluster", 0) == 0;
+    CHECK(explained);
+    // Stated, it is the user's: a mismatch is named, not repaired.
+    CHECK_THROWS_AS(scenario_from_json_text(R"({"model": )" + model + R"(, "cluster": )" + cluster +
+                                                R"(, "plan": {"tp": 4, "pp": 2, "dp": 4, "global_batch": 64}})",
+                                            "s.json"),
+                    strata::InputError);
+    // GPUs that tp x pp x cp does not divide: left to validate_plan's message.
+    CHECK_THROWS_AS(scenario_from_json_text(R"({"model": )" + model + R"(, "cluster": )" + cluster +
+                                                R"(, "plan": {"tp": 4, "pp": 3, "global_batch": 64}})",
+                                            "s.json"),
+                    strata::InputError);
+}
+
 TEST_CASE("group-limited routing and the DeepEP dispatcher round-trip through the canonical text", "[spec][io][moe]") {
     const ModelSpec m = model_from_json_text(R"({"name": "g", "layers": 2, "hidden": 64, "heads": 4, "vocab": 100, "seq_len": 16,
         "moe": {"experts": 16, "top_k": 4, "router_groups": 4, "router_group_topk": 2}})", "m.json");

@@ -4,6 +4,7 @@
 // cluster and plan live in spec_io_validate.cpp; writing lives in spec_io_write.cpp.
 #include <climits>
 #include <cmath>
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -327,8 +328,19 @@ Scenario scenario_from_json_text(const std::string& text, const std::string& fil
     r.reject_unknown();
     // A scenario is only useful if its plan fits its model and cluster: check it here, naming the
     // file that holds the plan.
-    if (s.plan) validate_plan(s.model, s.cluster, *s.plan, plan_file);
+    if (s.plan) {
+        derive_unstated_dp(s.cluster, *s.plan);
+        validate_plan(s.model, s.cluster, *s.plan, plan_file);
+    }
     return s;
+}
+
+void derive_unstated_dp(const ClusterSpec& c, PlanSpec& p) {
+    if (std::find(p.keys_in_file.begin(), p.keys_in_file.end(), "dp") != p.keys_in_file.end()) return;
+    const std::int64_t rest = static_cast<std::int64_t>(p.tp) * p.pp * p.cp;
+    const std::int64_t gpus = c.gpu_count();
+    if (rest <= 0 || gpus <= 0 || gpus % rest != 0) return;  // validate_plan says why
+    p.dp = static_cast<int>(gpus / rest);
 }
 
 ModelSpec load_model(const std::string& path) { return model_from_json_text(read_text_file(path), path); }

@@ -131,6 +131,8 @@ std::vector<PlanValueOrigin> explain_plan(const PlanSpec& p) {
         } else if (has(p.keys_from_preset, key)) {
             for (const FrameworkKnob& k : knobs)
                 if (k.key == key) origin = "framework " + p.framework + ": " + k.source;
+        } else if (key == "dp" && p.dp != 1) {
+            origin = "cluster: its GPUs / (tp x pp x cp)";  // derive_unstated_dp
         }
         out.push_back({key, value.dump(), origin});
     }

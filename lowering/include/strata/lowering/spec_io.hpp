@@ -33,6 +33,11 @@ struct PlanValueOrigin {
 /// Every key of the plan's canonical JSON with its origin (strata explain-plan).
 std::vector<PlanValueOrigin> explain_plan(const PlanSpec& p);
 
+/// A plan that does not state plan.dp takes the data-parallel degree its cluster leaves,
+/// GPUs / (tp x pp x cp), where that divides (papers state tp, pp and the GPU count); a stated dp
+/// is kept, and validate_plan names a mismatch.
+void derive_unstated_dp(const ClusterSpec& c, PlanSpec& p);
+
 /// Cross-validate a plan against its model and cluster; throws InputError naming `file`.
 void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, const std::string& file);
 
