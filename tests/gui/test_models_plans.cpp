@@ -130,15 +130,17 @@ TEST_CASE("job: a small search runs to the end with progress, on the GUI thread'
 }
 
 TEST_CASE("job: cancel stops a long search; a superseded run's result is dropped", "[gui][job]") {
-    const sim::ModelSpec m = sim::load_model(test::kSrc + "/scenarios/models/llama-3-70b.json");
-    const sim::ClusterSpec c = sim::load_cluster(test::kSrc + "/scenarios/clusters/dgx-h100-x8.json");
+    // A search of several seconds (LLaMA-3 405B on 16,384 GPUs): LLaMA-3 70B on 64 took about a
+    // second, and once under load it finished between its first progress report and the cancel.
+    const sim::ModelSpec m = sim::load_model(test::kSrc + "/scenarios/models/llama-3-405b.json");
+    const sim::ClusterSpec c = sim::load_cluster(test::kSrc + "/scenarios/clusters/dgx-h100-x2048.json");
     const auto view = test::hardware().view(c, "t");
     Job job;
     std::vector<std::string> seen;
     auto long_search = [&](const std::string& tag) {
         return [&, tag](const JobControl& ctl) {
             planner::SearchOptions o;
-            o.space.global_batch = 512;
+            o.space.global_batch = 2048;
             o.cancel = ctl.cancel;
             o.progress = [&](double f, const char* phase) { ctl.progress(f, phase); };
             planner::search_plans(m, c, view, o);
