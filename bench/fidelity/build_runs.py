@@ -30,14 +30,14 @@ RECOMPUTE = {"none", "selective", "full"}
 FRAMEWORK_BY_PREFIX = [
     ("bloom-", "megatron-deepspeed-2022", "BigScience's Megatron-DeepSpeed (tr11 scripts)"),
     ("mtnlg-", "megatron-deepspeed-2022", "MT-NLG paper: Megatron-LM layers in DeepSpeed's pipeline engine"),
-    ("zero-offload-", "megatron-deepspeed-2022", "ZeRO-Offload paper: DeepSpeed with Megatron's GPT-2 model (2021)"),
+    ("zero-offload-", "deepspeed-2021", "ZeRO-Offload paper: DeepSpeed (v0.3, January 2021) with Megatron's GPT-2 model"),
     ("korthikanti-", "megatron-lm-2021", "Megatron-LM before Megatron-Core (arXiv:2205.05198)"),
     ("megatron-ci-", "megatron-core", "Megatron-LM's functional tests on Megatron-Core"),
     ("bridge", "megatron-bridge", "Megatron-Bridge performance recipes"),
     ("nemo", "nemo", "NeMo 1.x performance configs of the NeMo Framework Launcher (24.03, 24.07)"),
     ("mpt-", "llm-foundry", "MosaicML's llm-foundry benchmarks"),
 ]
-FRAMEWORKS = {"megatron-lm-2021", "megatron-deepspeed-2022", "deepspeed", "megatron-core", "megatron-bridge", "nemo",
+FRAMEWORKS = {"megatron-lm-2021", "megatron-deepspeed-2022", "deepspeed-2021", "deepspeed", "megatron-core", "megatron-bridge", "nemo",
               "torchtitan", "torchtitan-compile", "llm-foundry", "llm.c", "hf-trainer"}
 
 

@@ -209,6 +209,7 @@ LayerTimes Estimator::layer_times(const PlanSpec& p, bool dense_first) {
     // (the engine's interference); the probe's gathers ran before its window.
     auto with_zero3 = [&](double window, double zero3) {
         if (p.zero_stage != 3) return window;
+        if (p.zero3_param_sync) return window + zero3;  // DeepSpeed 2021: between the layers' kernels, not beside them
         return std::max(window + cal_.overlap * std::min(zero3, window), zero3);
     };
     t.fwd_s = with_zero3(f1 > f0 ? static_cast<double>(f1 - f0) * 1e-9 : 0.0, zero3_f) / n;

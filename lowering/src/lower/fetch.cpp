@@ -33,7 +33,9 @@ int RankLowering::fetch_params(int layer, int after_ev) {
     }
     int ev = fetch_offloaded(shard, slices, after_ev);
     if (zero3) {
-        ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, lp.dense * d_.act_bytes, n_.zero3_ag, ev);
+        double last = lp.dense * d_.act_bytes;
+        if (zero3_sync()) last = zero3_calls_before(Stream::dp_comm, CollKind::all_gather, Group::dp, layer, lp.dense, d_.act_bytes, n_.zero3_ag, ev);
+        ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, last, n_.zero3_ag, ev);
         gather_operands(u ? u->dense_off : 0, u ? u->dense : 0);
         if (lp.expert > 0 && group_size(Group::edp) > 1) {
             ev = collective(Stream::dp_comm, CollKind::all_gather, Group::edp, lp.expert * d_.act_bytes, n_.zero3_ag_expert, -1);
@@ -42,6 +44,30 @@ int RankLowering::fetch_params(int layer, int after_ev) {
     }
     layer_ = saved_layer;
     return ev;
+}
+
+// DeepSpeed's ZeRO-3 before v0.6 fetched a module's parameters one by one: for each, a
+// torch.cuda.synchronize() and an all_gather of that tensor (partition_parameters.py,
+// _allgather_param, v0.3-v0.5); gradients were reduce-scattered per parameter as well. A layer's
+// tensors, as Megatron lays them out: the QKV, projection and two MLP matrices (the router and
+// shared experts' under MoE), and its vectors (norm weights and biases, biases, QK-norm weights),
+// about a hidden size each.
+double RankLowering::zero3_calls_before(Stream s, CollKind k, Group g, int layer, double elements, double bytes_per, int name,
+                                        int& after) {
+    const bool ln = m_.norm == NormKind::layernorm;
+    int vectors = 2 * (ln ? 2 : 1) + (m_.linear_bias ? 4 : m_.qkv_bias ? 1 : 0) + (m_.qk_norm ? 2 * (ln ? 2 : 1) : 0);
+    int matrices = 2;  // QKV, projection
+    if (m_.layer_is_moe(layer)) {
+        matrices += 1 + (m_.moe->shared_experts > 0 ? 2 : 0);  // router, shared experts (the routed ones: their own gather)
+        if (m_.linear_bias) vectors -= 2;                       // Megatron-Core's experts have no biases
+    } else {
+        matrices += 2;
+    }
+    const double vec = std::min(static_cast<double>(m_.hidden), elements / (vectors + matrices));
+    const double mat = (elements - vectors * vec) / matrices;
+    for (int i = 0; i < vectors; ++i) after = collective(s, k, g, vec * bytes_per, name, after);
+    for (int i = 0; i + 1 < matrices; ++i) after = collective(s, k, g, mat * bytes_per, name, after);
+    return mat * bytes_per;
 }
 
 // The offloaded share of `params` parameters to the GPU: each tier's share moves on its own link

@@ -465,12 +465,21 @@ void RankLowering::layer_grads(int layer) {
         // ZeRO-3 (DeepSpeed): every micro-batch reduce-scatters the layer's gradients into shards.
         const Unit& u = units_[static_cast<std::size_t>(unit_of_layer(layer))];
         if (group_size(Group::dp) > 1) {
-            collective(Stream::dp_comm, CollKind::reduce_scatter, Group::dp, lp.dense * p_.grad_bytes(), n_.zero3_rs);
+            int after = kAfterCompute;
+            double last = lp.dense * p_.grad_bytes();
+            if (zero3_sync()) {
+                after = record(Stream::compute);
+                last = zero3_calls_before(Stream::dp_comm, CollKind::reduce_scatter, Group::dp, layer, lp.dense, p_.grad_bytes(), n_.zero3_rs, after);
+            }
+            const int done = collective(Stream::dp_comm, CollKind::reduce_scatter, Group::dp, last, n_.zero3_rs, after);
             reduce_scatter_operands(u.dense_off, u.dense);
+            // The next parameter fetch's synchronize waits for it: nothing runs beside it.
+            if (zero3_sync()) wait(Stream::compute, done);
         }
         if (lp.expert > 0 && group_size(Group::edp) > 1) {
-            collective(Stream::dp_comm, CollKind::reduce_scatter, Group::edp, lp.expert * p_.grad_bytes(), n_.zero3_rs_expert);
+            const int done = collective(Stream::dp_comm, CollKind::reduce_scatter, Group::edp, lp.expert * p_.grad_bytes(), n_.zero3_rs_expert);
             reduce_scatter_operands(u.expert_off + dense_elements_, u.expert, true);
+            if (zero3_sync()) wait(Stream::compute, done);
         }
         return;
     }

@@ -307,6 +307,13 @@ private:
     void gather_received(double tensor_bytes, int slice, int whole);  ///< plan.p2p_scatter_gather: rebuild the tensor over TP
     int received(int whole);
     int fetch_params(int layer, int after_ev);
+    /// plan.zero3_param_sync in effect: ZeRO-3 over more than one rank, outside a pipeline's FSDP.
+    bool zero3_sync() const { return p_.zero3_param_sync && p_.zero_stage == 3 && p_.dp * p_.cp > 1 && !pipelined_fsdp(); }
+    /// Under zero3_sync, `bytes` of a layer's parameters (or gradients) as DeepSpeed's per-parameter
+    /// calls: all but the last as data-less collectives of their tensors' sizes, chained on `s`
+    /// after `after` (which then names the last of them); returns the bytes left for the caller's
+    /// own last call, the one that carries the data.
+    double zero3_calls_before(Stream s, CollKind k, Group g, int layer, double elements, double bytes_per, int name, int& after);
     int fetch_offloaded(double params, const std::vector<std::pair<double, double>>& slices, int after_ev);
     void fetch_edge(bool head);
     template <class DataflowH2D>

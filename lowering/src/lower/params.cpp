@@ -242,6 +242,9 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
     if (p.p2p_scatter_gather && p.tp > 1 && (static_cast<std::int64_t>(p.micro_batch) * m.seq_len / std::max(1, p.cp)) % p.tp != 0)
         return "plan.p2p_scatter_gather = true: micro_batch x seq_len / cp must be a multiple of plan.tp (each TP rank sends 1/tp of the rows)";
     if (p.tp_comm_overlap) return "plan.tp_comm_overlap = true: a GEMM fed while its all-gather runs is not executed yet";
+    if (p.zero3_param_sync && p.zero_stage == 3)
+        return "plan.zero3_param_sync = true: DeepSpeed 2021's per-parameter ZeRO-3 calls are priced by the simulator, not "
+               "executed (the runtime gathers and reduces a layer in one call each)";
     const std::int64_t tp = p.tp;
     if (m.vocab % tp != 0) return n("model.vocab", std::to_string(m.vocab)) + ": must be a multiple of plan.tp = " + std::to_string(tp);
     if (m.ffn_hidden % tp != 0) return n("model.ffn_hidden", std::to_string(m.ffn_hidden)) + ": must be a multiple of plan.tp = " + std::to_string(tp);

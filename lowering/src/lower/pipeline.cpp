@@ -193,10 +193,12 @@ void RankLowering::forward_pass(int mb, int chunk) {
     int pending = -1;
     for (int li = 0; li < count; ++li) {
         const int layer = chunk_first_layer(chunk) + li;
-        if (li == 0) pending = fetch_params(layer, -1);
+        // DeepSpeed's ZeRO-3 of 2021 fetched a layer only when it ran, after the kernels before it.
+        const bool sync = zero3_sync();
+        if (li == 0 || sync) pending = fetch_params(layer, sync ? record(Stream::compute) : -1);
         wait(Stream::compute, pending);
         pending = -1;
-        if (li + 1 < count && (p_.zero_stage == 3 || !p_.offload.params.all_gpu())) {
+        if (!sync && li + 1 < count && (p_.zero_stage == 3 || !p_.offload.params.all_gpu())) {
             layer_ = layer;
             pending = fetch_params(layer + 1, record(Stream::compute));
         }
@@ -287,10 +289,9 @@ void RankLowering::backward_pass(int mb, int chunk) {
     int pending_p = -1, pending_a = -1;
     for (int li = count - 1; li >= 0; --li) {
         const int layer = chunk_first_layer(chunk) + li;
-        if (li == count - 1) {
-            pending_p = fetch_params(layer, -1);
-            pending_a = fetch_activations(mb_, chunk, li, -1);
-        }
+        const bool sync = zero3_sync();
+        if (li == count - 1 || sync) pending_p = fetch_params(layer, sync ? record(Stream::compute) : -1);
+        if (li == count - 1) pending_a = fetch_activations(mb_, chunk, li, -1);
         wait(Stream::compute, pending_p);
         wait(Stream::compute, pending_a);
         pending_p = pending_a = -1;
@@ -298,7 +299,7 @@ void RankLowering::backward_pass(int mb, int chunk) {
         const bool prefetch = p_.zero_stage == 3 || !p_.offload.params.all_gpu() || !p_.offload.activations.all_gpu();
         if (li > 0 && prefetch) {
             const int start = record(Stream::compute);
-            pending_p = fetch_params(layer - 1, start);
+            if (!sync) pending_p = fetch_params(layer - 1, start);
             pending_a = fetch_activations(mb_, chunk, li - 1, start);
         }
         const int lis = layer_in_stage(chunk, li);

@@ -117,6 +117,20 @@ const std::vector<Preset>& presets() {
           {"overlap_grad_reduce", "false", When::always, kPipelineEngineReduce},
           {"overlap_param_gather", "false", When::below_zero3, kZeroStepGather},
           kDeepSpeedMoePad}},
+        {"deepspeed-2021",
+         "DeepSpeed v0.3-v0.5 (2021: ZeRO-Offload, ZeRO-3 Offload, ZeRO-Infinity) around Megatron or Hugging Face models",
+         {{"flash_attention", "false", When::always, kNoFlash2021},
+          {"p2p_blocking", "true", When::pipelined, kPipelineEngineP2p},
+          {"p2p_scatter_gather", "true", When::pipelined_tp, kPipelineEngineP2p},
+          kAutogradAccumKnob,
+          {"overlap_grad_reduce", "false", When::below_zero3,
+           "DeepSpeed v0.4 runtime/zero/constants.py: ZERO_OPTIMIZATION_OVERLAP_COMM_DEFAULT = False below stage 3"},
+          {"overlap_param_gather", "false", When::below_zero3, kZeroStepGather},
+          {"zero3_param_sync", "true", When::zero3,
+           "DeepSpeed v0.3-v0.5 runtime/zero/partition_parameters.py _allgather_param: one all_gather per parameter, "
+           "each after torch.cuda.synchronize(); per-parameter reduce-scatters (batched and overlapped only since PR #1453, "
+           "January 2022, released in v0.6)"},
+          kDeepSpeedMoePad}},
         {"deepspeed",
          "DeepSpeed's engine with ZeRO (and PipelineEngine when pp > 1), 2023 or later: FlashAttention-2 from the model code",
          {{"attention_kernel", "\"fa2\"", When::fused_attention,
@@ -291,7 +305,7 @@ std::optional<FrameworkRefusal> framework_refusal(const PlanSpec& p) {
         return std::optional<FrameworkRefusal>(FrameworkRefusal{field, why + " (" + who + ")"});
     };
     const bool megatron_like = fw == "megatron-core" || fw == "megatron-bridge" || fw == "nemo";
-    const bool deepspeed_like = fw == "deepspeed" || fw == "megatron-deepspeed-2022";
+    const bool deepspeed_like = fw == "deepspeed" || fw == "deepspeed-2021" || fw == "megatron-deepspeed-2022";
     const bool data_parallel_only = fw == "llm.c" || fw == "hf-trainer";
     if (p.cp > 1 && !megatron_like && fw != "torchtitan" && fw != "torchtitan-compile")
         return refuse("plan.cp", "must be 1: context parallelism is Megatron-Core's and torchtitan's, not this framework's");
@@ -306,6 +320,9 @@ std::optional<FrameworkRefusal> framework_refusal(const PlanSpec& p) {
     if (p.zero_stage == 1 && (fw == "torchtitan" || fw == "torchtitan-compile" || fw == "llm-foundry"))
         return refuse("plan.zero_stage", "must be 0, 2 or 3: FSDP shards gradients with the optimizer states (ZeRO-2 as "
                                          "reshard_after_forward = False, ZeRO-3 by default), there is no ZeRO-1");
+    if (fw == "deepspeed-2021" && p.precision == Precision::bf16 && p.zero_stage >= 2)
+        return refuse("plan.precision", "must be fp16 or fp32 with ZeRO-2/3: bf16 came to them with DeepSpeed v0.6 (PR #1453, "
+                                        "January 2022; use plan.framework = \"deepspeed\")");
     if (deepspeed_like && p.pp > 1 && p.zero_stage >= 2)
         return refuse("plan.zero_stage", "must be 0 or 1 with pp > 1: DeepSpeed's PipelineEngine asserts that ZeRO-2 "
                                          "and ZeRO-3 are incompatible with pipeline parallelism");

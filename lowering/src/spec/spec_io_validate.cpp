@@ -160,6 +160,8 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
                                          (p.sequence_parallel ? ", sequence parallel" : ", no sequence parallelism") + ")");
     if (p.moe_a2a_overlap && (!m.is_moe() || p.ep < 2))
         fail("plan.moe_a2a_overlap", "needs a MoE model with plan.ep >= 2 (got ep " + s(p.ep) + (m.is_moe() ? ")" : ", no model.moe)"));
+    if (p.zero3_param_sync && p.zero_stage != 3)
+        fail("plan.zero3_param_sync", "needs plan.zero_stage = 3 (got " + s(p.zero_stage) + "): it is how ZeRO-3 fetched parameters");
     if (p.attention_kernel != AttentionKernel::fa3 && !p.flash_attention)
         fail("plan.attention_kernel", std::string("= \"") + to_string(p.attention_kernel) +
                                           "\" needs plan.flash_attention = true (it names a fused kernel)");

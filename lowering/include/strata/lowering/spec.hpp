@@ -247,6 +247,11 @@ struct PlanSpec {
     bool lock_free_update = false;        ///< Angel-PTM: step i's optimizer overlaps step i+1's forward
     bool overlap_grad_reduce = true;      ///< DP reduce bucketed and overlapped with backward
     bool overlap_param_gather = true;     ///< ZeRO-3 / dist-opt all-gather prefetched
+    /// ZeRO-3 as DeepSpeed ran it before v0.6 (2021): each parameter all-gathered and each gradient
+    /// reduce-scattered by a call of its own, each gather after a device-wide synchronize, so a
+    /// layer's gathers and reductions run between its neighbours' kernels, not beside them
+    /// (partition_parameters.py _allgather_param; batched and overlapped since PR #1453, 2022).
+    bool zero3_param_sync = false;
     bool tp_comm_overlap = false;         ///< TE userbuffers: SP all-gather / reduce-scatter pipelined with their GEMMs
     /// Pipeline send/recv in line with compute (DeepSpeed's PipelineEngine: blocking NCCL p2p on
     /// the compute stream) instead of beside it (Megatron's batched isend/irecv).
