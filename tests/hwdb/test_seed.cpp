@@ -35,7 +35,7 @@ TEST_CASE("seed holds every required GPU, link, node, SSD and CPU id", "[hwdb][s
                            "roce-400g"})
         CHECK(l.count(id) == 1);
     const auto n = ids(db.nodes());
-    for (const char* id : {"DGX-1-V100", "DGX-A100", "DGX-H100", "HGX-H200", "GB200-NVL72", "angel-ptm-a100-40g", "local-cpu"})
+    for (const char* id : {"DGX-1-V100", "DGX-2", "DGX-A100", "DGX-H100", "HGX-H200", "GB200-NVL72", "angel-ptm-a100-40g", "local-cpu"})
         CHECK(n.count(id) == 1);
     const auto c = ids(db.cpus());
     for (const char* id : {"epyc-7742-x2", "xeon-8480c-x2", "cpu-generic"}) CHECK(c.count(id) == 1);

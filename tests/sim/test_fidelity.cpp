@@ -278,6 +278,7 @@ TEST_CASE("fidelity loader: DeepSeek-V3 reads MLA, dense-first layers and MTP; H
     CHECK(e.quantity == Quantity::tokens_per_s_per_gpu);
     CHECK(e.convention == FlopsConvention::none);
     CHECK(node_for_gpu("V100-SXM2-32GB") == "DGX-1-V100");
+    CHECK(node_for_gpu("V100-SXM2-32GB", 16) == "DGX-2");  // ZeRO-Infinity's 32 DGX-2 nodes
     CHECK(node_for_gpu("MI300X").empty());
 }
 

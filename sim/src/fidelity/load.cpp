@@ -76,10 +76,10 @@ FlopsConvention convention_from_text(const std::string& t) {
     return FlopsConvention::none;
 }
 
-std::string node_for_gpu(const std::string& gpu) {
+std::string node_for_gpu(const std::string& gpu, int gpus_per_node) {
     if (starts_with(gpu, "A100")) return "DGX-A100";
     if (starts_with(gpu, "H100-SXM") || starts_with(gpu, "H800")) return "DGX-H100";  // H800: an H100 board with cut NVLink
-    if (starts_with(gpu, "V100")) return "DGX-1-V100";
+    if (starts_with(gpu, "V100")) return gpus_per_node == 16 ? "DGX-2" : "DGX-1-V100";  // 16 V100 a node: DGX-2 (ZeRO-Infinity's)
     return "";
 }
 
@@ -174,7 +174,8 @@ FidelityEntry read_entry(const json& j, const std::string& file, const std::stri
         }
         // A gpu that is not a string is left to the cluster parser, which names it.
         const std::string gpu = hw.contains("gpu") && hw.at("gpu").is_string() ? hw.at("gpu").get<std::string>() : "";
-        const std::string node = node_for_gpu(gpu);
+        const int per_node = hw.contains("gpus_per_node") && hw.at("gpus_per_node").is_number_integer() ? hw.at("gpus_per_node").get<int>() : 8;
+        const std::string node = node_for_gpu(gpu, per_node);
         if (!node.empty()) {
             cluster["node"] = node;
             if (starts_with(gpu, "H800"))

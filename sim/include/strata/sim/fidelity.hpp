@@ -75,9 +75,9 @@ struct FidelityLoadOptions {
 std::vector<FidelityEntry> load_fidelity_runs(const std::string& text, const std::string& file,
                                               const FidelityLoadOptions& options = {});
 
-/// Node type the loader infers from the GPU id (A100 -> DGX-A100, H100/H800 -> DGX-H100, V100 ->
-/// DGX-1-V100; "" when unknown).
-std::string node_for_gpu(const std::string& gpu);
+/// Node type the loader infers from the GPU id and the GPUs a node (A100 -> DGX-A100, H100/H800 ->
+/// DGX-H100, V100 -> DGX-1-V100, or DGX-2 with 16 a node; "" when unknown).
+std::string node_for_gpu(const std::string& gpu, int gpus_per_node = 8);
 
 /// FLOPs of one optimizer step of `e` counted the way its source counts them (0 for none).
 double convention_flops_per_step(const FidelityEntry& e);
