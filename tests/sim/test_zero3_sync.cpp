@@ -143,6 +143,34 @@ TEST_CASE("ZeRO-3 of 2021: no call runs beside a kernel, so the step is the kern
     CHECK(sync.r.step_time_ns > pre.r.step_time_ns);
 }
 
+TEST_CASE("ZeRO-3 of 2021 on host parameters: the swap-in is still prefetched, the gather is not", "[lower][zero3]") {
+    // v0.4's prefetch_next_sub_modules(nvme=True) brings the next module's partitions up ahead;
+    // only the all_gather waits behind the synchronize.
+    PlanSpec p = zero3(true);
+    p.offload.params = TierSplit{0, 1, 0};
+    p.offload.optimizer = TierSplit{0, 1, 0};
+    const Run r = run(gpt(4), p);
+    REQUIRE_FALSE(r.r.deadlock);
+    const RankProgram& rp = r.prog.ranks.at(0);
+    std::vector<std::pair<std::int64_t, std::int64_t>> kernels, h2d, gathers;
+    for (const TraceSpan& s : r.r.spans) {
+        if (s.rank != 0) continue;
+        const Instr& in = rp.instrs.at(static_cast<std::size_t>(s.instr));
+        if (in.kind == InstrKind::compute && in.stream == Stream::compute) kernels.push_back({s.start_ns, s.end_ns});
+        if (in.kind == InstrKind::copy && in.copy == CopyKind::h2d && in.layer >= 0) h2d.push_back({s.start_ns, s.end_ns});
+        if (in.kind == InstrKind::collective && in.group == Group::dp && in.layer >= 0) gathers.push_back({s.start_ns, s.end_ns});
+    }
+    auto overlap = [&](const std::vector<std::pair<std::int64_t, std::int64_t>>& a) {
+        std::int64_t o = 0;
+        for (auto [x, y] : a)
+            for (auto [u, v] : kernels) o += std::max<std::int64_t>(0, std::min(y, v) - std::max(x, u));
+        return o;
+    };
+    REQUIRE_FALSE(h2d.empty());
+    CHECK(overlap(h2d) > 0);
+    CHECK(overlap(gathers) == 0);
+}
+
 TEST_CASE("the deepspeed-2021 preset runs ZeRO-3 that way, and only ZeRO-3", "[frameworks][zero3]") {
     auto plan = [](const std::string& fields) { return plan_from_json_text("{\"framework\": \"deepspeed-2021\", \"dp\": 8, " + fields + "}", "p.json"); };
     const PlanSpec z3 = plan(R"("zero_stage": 3, "global_batch": 8, "precision": "fp16")");

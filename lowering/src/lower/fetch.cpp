@@ -11,7 +11,7 @@ namespace strata::sim::lower_detail {
 // ---------------------------------------------------------------------------------------------
 // Parameters a layer needs before it runs: SSD read and H2D of the offloaded fraction (ZeRO-
 // Infinity / Angel-PTM), then the ZeRO-3 all-gather of the full layer. Issued one layer ahead.
-int RankLowering::fetch_params(int layer, int after_ev) {
+int RankLowering::fetch_params(int layer, int after_ev, FetchPart part) {
     const TierSplit& pf = p_.offload.params;
     const double off = pf.cpu + pf.ssd;
     // Pipelined FSDP gathers once a step, at the layer's first forward (micro-batch 0), and keeps
@@ -31,8 +31,8 @@ int RankLowering::fetch_params(int layer, int after_ev) {
         const double e = u->expert_off + dense_elements_;
         slices.push_back(zero3 ? dp_slice(e, u->expert, true) : std::make_pair(e, u->expert));
     }
-    int ev = fetch_offloaded(shard, slices, after_ev);
-    if (zero3) {
+    int ev = part == FetchPart::gather ? after_ev : fetch_offloaded(shard, slices, after_ev);
+    if (zero3 && part != FetchPart::offloaded) {
         double last = lp.dense * d_.act_bytes;
         if (zero3_sync()) last = zero3_calls_before(Stream::dp_comm, CollKind::all_gather, Group::dp, layer, lp.dense, d_.act_bytes, n_.zero3_ag, ev);
         ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, last, n_.zero3_ag, ev);

@@ -306,7 +306,9 @@ private:
     double p2p_wire_bytes(double tensor_bytes) const;  ///< what one rank sends: 1/tp with plan.p2p_scatter_gather
     void gather_received(double tensor_bytes, int slice, int whole);  ///< plan.p2p_scatter_gather: rebuild the tensor over TP
     int received(int whole);
-    int fetch_params(int layer, int after_ev);
+    /// What fetch_params issues: both parts, the offloaded slice's copies only, or ZeRO-3's gather only.
+    enum class FetchPart { all, offloaded, gather };
+    int fetch_params(int layer, int after_ev, FetchPart part = FetchPart::all);
     /// plan.zero3_param_sync in effect: ZeRO-3 over more than one rank, outside a pipeline's FSDP.
     bool zero3_sync() const { return p_.zero3_param_sync && p_.zero_stage == 3 && p_.dp * p_.cp > 1 && !pipelined_fsdp(); }
     /// Under zero3_sync, `bytes` of a layer's parameters (or gradients) as DeepSpeed's per-parameter

@@ -190,17 +190,26 @@ void RankLowering::forward_pass(int mb, int chunk) {
         embedding_forward();
     }
     const int count = chunk_layers(chunk);
-    int pending = -1;
+    int pending = -1, pending_off = -1;
     for (int li = 0; li < count; ++li) {
         const int layer = chunk_first_layer(chunk) + li;
-        // DeepSpeed's ZeRO-3 of 2021 fetched a layer only when it ran, after the kernels before it.
+        // DeepSpeed's ZeRO-3 of 2021 gathered a layer only when it ran, after the kernels before it
+        // (its NVMe/host swap-in was still prefetched a layer ahead).
         const bool sync = zero3_sync();
-        if (li == 0 || sync) pending = fetch_params(layer, sync ? record(Stream::compute) : -1);
+        if (sync) {
+            if (li == 0) pending_off = fetch_params(layer, -1, FetchPart::offloaded);
+            wait(Stream::dp_comm, pending_off);
+            pending = fetch_params(layer, record(Stream::compute), FetchPart::gather);
+            pending_off = -1;
+        } else if (li == 0) {
+            pending = fetch_params(layer, -1);
+        }
         wait(Stream::compute, pending);
         pending = -1;
-        if (!sync && li + 1 < count && (p_.zero_stage == 3 || !p_.offload.params.all_gpu())) {
+        if (li + 1 < count && (p_.zero_stage == 3 || !p_.offload.params.all_gpu())) {
             layer_ = layer;
-            pending = fetch_params(layer + 1, record(Stream::compute));
+            if (sync) pending_off = fetch_params(layer + 1, record(Stream::compute), FetchPart::offloaded);
+            else pending = fetch_params(layer + 1, record(Stream::compute));
         }
         layer_ = layer;
         const int lis = layer_in_stage(chunk, li);
@@ -286,11 +295,18 @@ void RankLowering::backward_pass(int mb, int chunk) {
                 if (units_[u].chunk == chunk && units_[u].head) unit_ready(static_cast<int>(u));
     }
     const int count = chunk_layers(chunk);
-    int pending_p = -1, pending_a = -1;
+    int pending_p = -1, pending_a = -1, pending_off = -1;
     for (int li = count - 1; li >= 0; --li) {
         const int layer = chunk_first_layer(chunk) + li;
         const bool sync = zero3_sync();
-        if (li == count - 1 || sync) pending_p = fetch_params(layer, sync ? record(Stream::compute) : -1);
+        if (sync) {
+            if (li == count - 1) pending_off = fetch_params(layer, -1, FetchPart::offloaded);
+            wait(Stream::dp_comm, pending_off);
+            pending_p = fetch_params(layer, record(Stream::compute), FetchPart::gather);
+            pending_off = -1;
+        } else if (li == count - 1) {
+            pending_p = fetch_params(layer, -1);
+        }
         if (li == count - 1) pending_a = fetch_activations(mb_, chunk, li, -1);
         wait(Stream::compute, pending_p);
         wait(Stream::compute, pending_a);
@@ -299,7 +315,8 @@ void RankLowering::backward_pass(int mb, int chunk) {
         const bool prefetch = p_.zero_stage == 3 || !p_.offload.params.all_gpu() || !p_.offload.activations.all_gpu();
         if (li > 0 && prefetch) {
             const int start = record(Stream::compute);
-            if (!sync) pending_p = fetch_params(layer - 1, start);
+            if (sync) pending_off = fetch_params(layer - 1, start, FetchPart::offloaded);
+            else pending_p = fetch_params(layer - 1, start);
             pending_a = fetch_activations(mb_, chunk, li - 1, start);
         }
         const int lis = layer_in_stage(chunk, li);
