@@ -150,6 +150,16 @@ TEST_CASE("a framework refuses what it cannot run, naming itself and the field",
     // Context parallelism before Megatron-Core.
     CHECK_THAT(refusal(plan(R"(, "framework": "megatron-lm-2021", "cp": 2, "dp": 2)")), Contains("plan.cp"));
     CHECK(refusal(plan(R"(, "framework": "megatron-core", "cp": 2, "dp": 2)")).empty());
+    // DeepSpeed's sequence parallelism is Ulysses, not a ring: refused, and the message says which.
+    CHECK_THAT(refusal(plan(R"(, "framework": "deepspeed", "cp": 2, "dp": 2)")), Contains("plan.cp") && Contains("Ulysses"));
+    // Expert parallelism: Megatron-DeepSpeed ran DeepSpeed-MoE's models with it; Megatron-LM 2021 had none.
+    PlanSpec moe = plan(R"(, "dp": 4)");
+    moe.ep = 4;
+    moe.framework = "megatron-deepspeed-2022";
+    CHECK_FALSE(framework_refusal(moe).has_value());
+    moe.framework = "megatron-lm-2021";
+    REQUIRE(framework_refusal(moe).has_value());
+    CHECK(framework_refusal(moe)->field == "plan.ep");
     // No framework: no framework rule.
     CHECK(refusal(plan(R"(, "dp": 4, "zero_stage": 1)")).empty());
 }

@@ -307,13 +307,18 @@ std::optional<FrameworkRefusal> framework_refusal(const PlanSpec& p) {
     const bool megatron_like = fw == "megatron-core" || fw == "megatron-bridge" || fw == "nemo";
     const bool deepspeed_like = fw == "deepspeed" || fw == "deepspeed-2021" || fw == "megatron-deepspeed-2022";
     const bool data_parallel_only = fw == "llm.c" || fw == "hf-trainer";
+    if (p.cp > 1 && deepspeed_like)
+        return refuse("plan.cp", "must be 1: DeepSpeed splits sequences with Ulysses (an all-to-all over heads), which is not "
+                                 "modelled; Strata's context parallelism is Megatron-Core's and torchtitan's ring");
     if (p.cp > 1 && !megatron_like && fw != "torchtitan" && fw != "torchtitan-compile")
         return refuse("plan.cp", "must be 1: context parallelism is Megatron-Core's and torchtitan's, not this framework's");
     if (p.pp > 1 && (data_parallel_only || fw == "llm-foundry"))
         return refuse("plan.pp", "must be 1: this framework has no pipeline parallelism");
     if (p.tp > 1 && data_parallel_only)
         return refuse("plan.tp", "must be 1: this framework has no tensor parallelism");
-    if (p.ep > 1 && (fw == "megatron-lm-2021" || fw == "megatron-deepspeed-2022" || fw == "llm.c"))
+    // Megatron-DeepSpeed did: DeepSpeed-MoE (arXiv:2201.05596) trained its MoE models with it
+    // (examples_deepspeed/MoE: --moe-expert-parallel-size), on DeepSpeed's MoE layer since v0.5.
+    if (p.ep > 1 && (fw == "megatron-lm-2021" || fw == "llm.c"))
         return refuse("plan.ep", "must be 1: this framework has no expert parallelism");
     if (p.zero_stage > 1 && (fw == "megatron-lm-2021" || fw == "llm.c"))
         return refuse("plan.zero_stage", "must be 0 or 1: this framework shards at most the optimizer states (ZeRO-1)");
