@@ -340,7 +340,10 @@ TEST_CASE("plan reader rules", "[spec][errors]") {
     expect_error([&] { p(R"(, "zero_stage": 4)"); }, "p.json", "plan.zero_stage", "must be 0, 1, 2 or 3 (got 4)");
     expect_error([&] { p(R"(, "schedule": "1f1f")"); }, "p.json", "plan.schedule", "(did you mean \"1f1b\"?)");
     expect_error([&] { p(R"(, "recompute_layers": 2)"); }, "p.json", "plan.recompute_layers", "needs plan.recompute = \"full\"");
-    expect_error([&] { p(R"(, "offload": {"optimizer": "nvme"})"); }, "p.json", "plan.offload.optimizer", "is not one of: gpu, cpu, ssd");
+    expect_error([&] { p(R"(, "offload": {"optimizer": "disk"})"); }, "p.json", "plan.offload.optimizer", "is not one of: gpu, cpu, ssd");
+    // DeepSpeed's device names are read as its users write them (offload_optimizer.device).
+    CHECK(p(R"(, "offload": {"optimizer": "nvme"})").offload.optimizer.ssd == 1.0);
+    CHECK(p(R"(, "offload": {"optimizer": "none"})").offload.optimizer.gpu == 1.0);
     expect_error([&] { p(R"(, "offload": {"optimizer": {"gpu": 0.5, "cpu": 0.4}})"); }, "p.json", "plan.offload.optimizer",
                  "must sum to 1");
     expect_error([&] { p(R"(, "offload": {"optimizer": {"cpu": 1.5}})"); }, "p.json", "plan.offload.optimizer.cpu",

@@ -276,10 +276,12 @@ TierSplit read_tier_split(JsonReader& parent, const std::string& key) {
     if (!v) return t;
     if (v->is_string()) {
         std::string s = v->get<std::string>();
-        if (s == "gpu") return t;
+        // DeepSpeed's own words read as well (offload_optimizer.device: "none", "cpu", "nvme").
+        if (s == "gpu" || s == "none") return t;
         if (s == "cpu") return TierSplit{0.0, 1.0, 0.0};
-        if (s == "ssd") return TierSplit{0.0, 0.0, 1.0};
-        parent.fail(key, "= \"" + s + "\" is not one of: gpu, cpu, ssd, or an object {\"gpu\": f, \"cpu\": f, \"ssd\": f}");
+        if (s == "ssd" || s == "nvme") return TierSplit{0.0, 0.0, 1.0};
+        parent.fail(key, "= \"" + s + "\" is not one of: gpu, cpu, ssd, or an object {\"gpu\": f, \"cpu\": f, \"ssd\": f} "
+                              "(DeepSpeed's none and nvme read as gpu and ssd)");
     }
     if (!v->is_object()) parent.fail(key, "must be \"gpu\", \"cpu\", \"ssd\" or an object of tier fractions (got " + describe_json(*v) + ")");
     JsonReader r = parent.object(key);
