@@ -1,5 +1,6 @@
 #include "strata/common/json_reader.hpp"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -253,18 +254,28 @@ bool JsonReader::boolean_or(const std::string& key, bool dflt) {
     return v.get<bool>();
 }
 
-std::string JsonReader::choice(const std::string& key, const std::vector<std::string>& allowed) {
+std::string JsonReader::choice(const std::string& key, const std::vector<std::string>& allowed, const Aliases& aliases) {
     std::string s = str(key);
     for (const auto& a : allowed)
         if (a == s) return s;
+    auto lower = [](std::string t) {
+        for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        return t;
+    };
+    const std::string ls = lower(s);
+    for (const auto& a : allowed)
+        if (lower(a) == ls) return a;
+    for (const auto& [alias, to] : aliases)
+        if (lower(alias) == ls) return to;
     std::string list;
     for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
     std::string dym = did_you_mean(s, allowed);
     fail(key, "= \"" + s + "\" is not one of: " + list + (dym.empty() ? "" : " (did you mean \"" + dym + "\"?)"));
 }
 
-std::string JsonReader::choice_or(const std::string& key, const std::vector<std::string>& allowed, const std::string& dflt) {
-    return has(key) ? choice(key, allowed) : (seen_.insert(key), dflt);
+std::string JsonReader::choice_or(const std::string& key, const std::vector<std::string>& allowed, const std::string& dflt,
+                                  const Aliases& aliases) {
+    return has(key) ? choice(key, allowed, aliases) : (seen_.insert(key), dflt);
 }
 
 JsonReader JsonReader::object(const std::string& key) {

@@ -299,6 +299,10 @@ TEST_CASE("model reader rules", "[spec][errors]") {
     CHECK_NOTHROW(m(R"(, "max_position": 32, "position": "rope")"));
     expect_error([&] { m(R"(, "dropout": 1.0)"); }, "m.json", "model.dropout", "must be in [0, 1)");
     expect_error([&] { m(R"(, "ffn": "swiglo")"); }, "m.json", "model.ffn", "is not one of: gelu, swiglu, relu2, relu (did you mean \"swiglu\"?)");
+    // Names as the papers and Megatron spell them: any case; ALiBi has no position table.
+    CHECK(m(R"(, "norm": "RMSNorm", "ffn": "SwiGLU", "position": "RoPE")").norm == NormKind::rmsnorm);
+    CHECK(m(R"(, "ffn": "SwiGLU")").ffn == FfnKind::swiglu);
+    CHECK(m(R"(, "position": "ALiBi")").position == PositionKind::none);
     expect_error([&] { m(R"(, "hiden": 4)"); }, "m.json", "model.hiden", "is not a known key (did you mean \"hidden\"?)");
     expect_error([&] { m(R"(, "tied_embeddings": 1)"); }, "m.json", "model.tied_embeddings", "must be true or false");
     expect_error([&] { m(R"(, "moe": {"experts": 4, "top_k": 5})"); }, "m.json", "model.moe.top_k", "= 5 exceeds moe.experts = 4");
@@ -344,6 +348,13 @@ TEST_CASE("plan reader rules", "[spec][errors]") {
     // DeepSpeed's device names are read as its users write them (offload_optimizer.device).
     CHECK(p(R"(, "offload": {"optimizer": "nvme"})").offload.optimizer.ssd == 1.0);
     CHECK(p(R"(, "offload": {"optimizer": "none"})").offload.optimizer.gpu == 1.0);
+    // PyTorch's dtype names, any case, Megatron's "interleaved", the frameworks' own spelling.
+    CHECK(p(R"(, "precision": "bfloat16")").precision == Precision::bf16);
+    CHECK(p(R"(, "precision": "BF16")").precision == Precision::bf16);
+    CHECK(p(R"(, "precision": "float16")").precision == Precision::fp16);
+    CHECK(p(R"(, "schedule": "interleaved", "pp": 2, "vpp": 2)").schedule == Schedule::interleaved_1f1b);
+    CHECK(p(R"(, "framework": "DeepSpeed")").framework == "deepspeed");
+    expect_error([&] { p(R"(, "precision": "bf17")"); }, "p.json", "plan.precision", "(did you mean \"bf16\"?)");
     expect_error([&] { p(R"(, "offload": {"optimizer": {"gpu": 0.5, "cpu": 0.4}})"); }, "p.json", "plan.offload.optimizer",
                  "must sum to 1");
     expect_error([&] { p(R"(, "offload": {"optimizer": {"cpu": 1.5}})"); }, "p.json", "plan.offload.optimizer.cpu",

@@ -3,6 +3,7 @@
 #include "strata/lowering/frameworks.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <string_view>
 
@@ -241,7 +242,9 @@ std::string framework_choices() {
     return out + " (nemo2 = megatron-bridge)";
 }
 
-std::string canonical_framework(const std::string& name) {
+std::string canonical_framework(const std::string& written) {
+    std::string name = written;  // "DeepSpeed", "NeMo": as the projects spell themselves
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     if (name == "nemo2" || name == "nemo-2") return "megatron-bridge";
     for (const Preset& p : presets())
         if (name == p.name) return name;

@@ -137,6 +137,20 @@ std::vector<std::string> names_of() {
     return out;
 }
 
+// Names users copy from other tools: PyTorch's dtype names; Megatron's --virtual-pipeline wording.
+template <class E>
+JsonReader::Aliases aliases_of() {
+    return {};
+}
+template <>
+JsonReader::Aliases aliases_of<Precision>() {
+    return {{"bfloat16", "bf16"}, {"float16", "fp16"}, {"half", "fp16"}, {"float32", "fp32"}, {"float", "fp32"}};
+}
+template <>
+JsonReader::Aliases aliases_of<Schedule>() {
+    return {{"interleaved", "interleaved-1f1b"}, {"interleaved_1f1b", "interleaved-1f1b"}};
+}
+
 template <class E>
 E enum_named(const std::string& s) {
     for (E e : all_of<E>())
@@ -147,7 +161,7 @@ E enum_named(const std::string& s) {
 template <auto M>
 void read_enum(JsonReader& r, const char* key, PlanSpec& p) {
     using E = member_t<M>;
-    p.*M = enum_named<E>(r.choice_or(key, names_of<E>(), to_string(defaults().*M)));
+    p.*M = enum_named<E>(r.choice_or(key, names_of<E>(), to_string(defaults().*M), aliases_of<E>()));
 }
 template <auto M>
 ojson write_enum(const PlanSpec& p) {

@@ -127,7 +127,8 @@ ModelSpec read_model(const json& j, const std::string& file, const std::string& 
     m.ffn_hidden = pos_i64_or(r, "ffn_hidden", 4 * m.hidden, kMaxFfn);
     m.vocab = pos_i64(r, "vocab", kMaxVocab);
     m.seq_len = pos_i64(r, "seq_len", kMaxTokens);
-    std::string pos = r.choice_or("position", {"learned", "rope", "none"}, "learned");
+    // ALiBi (BLOOM, MPT) has no position table: its bias in the scores costs what "none" costs.
+    std::string pos = r.choice_or("position", {"learned", "rope", "none"}, "learned", {{"alibi", "none"}});
     m.position = pos == "learned" ? PositionKind::learned : pos == "rope" ? PositionKind::rope : PositionKind::none;
     m.max_position = pos_i64_or(r, "max_position", m.seq_len, kMaxTokens);
     if (m.position == PositionKind::learned && m.max_position < m.seq_len)

@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "strata/common/error.hpp"
@@ -45,9 +46,13 @@ public:
     double num(const std::string& key);
     double num_or(const std::string& key, double dflt);
     bool boolean_or(const std::string& key, bool dflt);
-    /// One of `allowed` (error lists them, with a did-you-mean).
-    std::string choice(const std::string& key, const std::vector<std::string>& allowed);
-    std::string choice_or(const std::string& key, const std::vector<std::string>& allowed, const std::string& dflt);
+    /// One of `allowed`, whatever its case ("RMSNorm" reads as "rmsnorm"), or an alias in
+    /// `aliases` (name as users write it elsewhere -> the allowed value); the canonical value is
+    /// returned. The error lists the allowed values, with a did-you-mean.
+    using Aliases = std::vector<std::pair<std::string, std::string>>;
+    std::string choice(const std::string& key, const std::vector<std::string>& allowed, const Aliases& aliases = {});
+    std::string choice_or(const std::string& key, const std::vector<std::string>& allowed, const std::string& dflt,
+                          const Aliases& aliases = {});
     JsonReader object(const std::string& key);
 
     /// Throw an InputError at this object's path (or at key) with the rule.
