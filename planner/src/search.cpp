@@ -122,6 +122,9 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, const hwdb::
         batch.clear();
     };
     const auto t0 = std::chrono::steady_clock::now();
+    // Each phase reports its start, so a search smaller than one batch, or whose simulations end
+    // before the reporting loop looks, still moves the bar (a GUI test saw none once).
+    if (o.progress) o.progress(0.0, "estimating");
     r.space = enumerate_plans(m, c, o.space, [&](const PlanSpec& p) {
         if (cancelled()) return false;
         batch.push_back(p);
@@ -238,6 +241,7 @@ SearchResult search_plans(const ModelSpec& m, const ClusterSpec& c, const hwdb::
                 }
             });
         // Progress is reported from this thread only.
+        if (o.progress) o.progress(0.0, "simulating");
         while (o.progress && done.load() < which.size() && !cancelled()) {
             o.progress(double(done.load()) / double(which.size()), "simulating");
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
