@@ -12,6 +12,7 @@
 #include "strata/lowering/lower.hpp"
 #include "strata/lowering/spec_io.hpp"
 #include "strata/sim/engine.hpp"
+#include "support/gpt.hpp"
 
 using namespace strata::sim;
 
@@ -32,16 +33,9 @@ struct Costs : CostModel {
     }
 };
 
+// GPT-2-style: biases and LayerNorm, twelve tensors a layer.
 ModelSpec gpt(int layers) {
-    ModelSpec m;
-    m.layers = layers;
-    m.hidden = 256;
-    m.heads = 8;
-    m.kv_heads = 8;
-    m.head_dim = 32;
-    m.ffn_hidden = 1024;
-    m.vocab = 512;
-    m.seq_len = 128;
+    ModelSpec m = strata::test::gpt_shape("gpt", layers, 256, 8, 512, 128);
     m.max_position = 128;
     m.linear_bias = true;
     m.norm = NormKind::layernorm;
