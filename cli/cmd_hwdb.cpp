@@ -180,12 +180,8 @@ void run_show(const HwdbArgs& a) {
         }
     // Ids containing what was typed first ("H100" -> "H100-SXM5-80GB"), else the closest spelling.
     std::vector<std::string> hits;
-    auto low = [](std::string x) {
-        for (char& c : x) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        return x;
-    };
     for (const auto& x : all)
-        if (hits.size() < 3 && low(x).find(low(id)) != std::string::npos) hits.push_back(x);
+        if (hits.size() < 3 && ascii_lower(x).find(ascii_lower(id)) != std::string::npos) hits.push_back(x);
     if (hits.empty() && !did_you_mean(id, all).empty()) hits.push_back(did_you_mean(id, all));
     std::string dym;
     for (const auto& h : hits) dym += (dym.empty() ? "" : " or ") + ("\"" + h + "\"");

@@ -258,15 +258,11 @@ std::string JsonReader::choice(const std::string& key, const std::vector<std::st
     std::string s = str(key);
     for (const auto& a : allowed)
         if (a == s) return s;
-    auto lower = [](std::string t) {
-        for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        return t;
-    };
-    const std::string ls = lower(s);
+    const std::string ls = ascii_lower(s);
     for (const auto& a : allowed)
-        if (lower(a) == ls) return a;
+        if (ascii_lower(a) == ls) return a;
     for (const auto& [alias, to] : aliases)
-        if (lower(alias) == ls) return to;
+        if (ascii_lower(alias) == ls) return to;
     std::string list;
     for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
     std::string dym = did_you_mean(s, allowed);

@@ -16,19 +16,14 @@ namespace strata::hwdb {
 
 namespace {
 
-std::string lower(std::string s) {
-    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return s;
-}
-
 // Candidates containing the word (case-insensitive) first, since users type "H100" for
 // "H100-SXM5-80GB"; otherwise the closest by edit distance.
 std::string suggestion(const std::string& word, const std::vector<std::string>& ids) {
     std::vector<std::string> hits;
-    const std::string w = lower(word);
+    const std::string w = ascii_lower(word);
     if (!w.empty())
         for (const auto& id : ids)
-            if (lower(id).find(w) != std::string::npos) hits.push_back(id);
+            if (ascii_lower(id).find(w) != std::string::npos) hits.push_back(id);
     if (hits.empty()) {
         std::string d = did_you_mean(word, ids);
         if (!d.empty()) hits.push_back(d);

@@ -285,6 +285,7 @@ void ScenarioDocument::recheck() {
     bool p_ok = has_plan() && attempt(Part::plan, [&] { s.plan = sim::plan_from_json_text(plan_.dump(), file); });
     if (m_ok && c_ok && p_ok) {
         try {
+            sim::derive_unstated_dp(s.cluster, *s.plan);  // as the CLI reads a plan that leaves dp out
             sim::validate_plan(s.model, s.cluster, *s.plan, file);
         } catch (const InputError& e) {
             const Part part = e.path().rfind("model", 0) == 0 ? Part::model : e.path().rfind("cluster", 0) == 0 ? Part::cluster : Part::plan;

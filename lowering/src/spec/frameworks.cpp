@@ -3,13 +3,13 @@
 #include "strata/lowering/frameworks.hpp"
 
 #include <algorithm>
-#include <cctype>
 #include <map>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
 
 #include "strata/common/error.hpp"
+#include "strata/common/text.hpp"
 #include "strata/lowering/plan_knobs.hpp"
 
 namespace strata::sim {
@@ -69,6 +69,10 @@ constexpr const char* kPipelineEngineReduce =
     "not overlapped with it";
 
 // Knobs several presets share, spelled once.
+const Knob kNoFlash{"flash_attention", "false", When::always, kNoFlash2021};
+const Knob kPipeBlocking{"p2p_blocking", "true", When::pipelined, kPipelineEngineP2p};
+const Knob kPipeScatter{"p2p_scatter_gather", "true", When::pipelined_tp, kPipelineEngineP2p};
+const Knob kZeroStepGatherKnob{"overlap_param_gather", "false", When::below_zero3, kZeroStepGather};
 const Knob kTeFlash{"flash_attention", "true", When::always,
                     "Transformer Engine's fused attention (cuDNN flash kernels), Megatron-Core's default attention backend"};
 const Knob kTeFa3{"attention_kernel", "\"fa3\"", When::always,
@@ -100,7 +104,7 @@ const std::vector<Preset>& presets() {
     static const std::vector<Preset> table = {
         {"megatron-lm-2021",
          "Megatron-LM before Megatron-Core (SC21, arXiv:2104.04473; Korthikanti et al., arXiv:2205.05198)",
-         {{"flash_attention", "false", When::always, kNoFlash2021},
+         {kNoFlash,
           {"p2p_scatter_gather", "true", When::pipelined_tp,
            "SC21 Sec. 4.1: pipeline tensors cross stages in 1/tp pieces and are all-gathered over NVLink"},
           {"fp32_grads", "true", When::mixed16, kMegatronBf16Grads},
@@ -109,24 +113,24 @@ const std::vector<Preset>& presets() {
            "train_step; overlapped reduction came with Megatron-Core's DDP (--overlap-grad-reduce, 2023)"}}},
         {"megatron-deepspeed-2022",
          "Megatron-DeepSpeed as BLOOM and MT-NLG ran it (2021-22): DeepSpeed's PipelineEngine and ZeRO-1 around Megatron layers",
-         {{"flash_attention", "false", When::always, kNoFlash2021},
-          {"p2p_blocking", "true", When::pipelined, kPipelineEngineP2p},
-          {"p2p_scatter_gather", "true", When::pipelined_tp, kPipelineEngineP2p},
+         {kNoFlash,
+          kPipeBlocking,
+          kPipeScatter,
           kAutogradAccumKnob,
           {"fp32_grads", "true", When::mixed16,
            "DeepSpeed runtime/bf16_optimizer.py (BF16_Optimizer, which bf16 pipelines use): fp32 gradient accumulation buffers"},
           {"overlap_grad_reduce", "false", When::always, kPipelineEngineReduce},
-          {"overlap_param_gather", "false", When::below_zero3, kZeroStepGather},
+          kZeroStepGatherKnob,
           kDeepSpeedMoePad}},
         {"deepspeed-2021",
          "DeepSpeed v0.3-v0.5 (2021: ZeRO-Offload, ZeRO-3 Offload, ZeRO-Infinity) around Megatron or Hugging Face models",
-         {{"flash_attention", "false", When::always, kNoFlash2021},
-          {"p2p_blocking", "true", When::pipelined, kPipelineEngineP2p},
-          {"p2p_scatter_gather", "true", When::pipelined_tp, kPipelineEngineP2p},
+         {kNoFlash,
+          kPipeBlocking,
+          kPipeScatter,
           kAutogradAccumKnob,
           {"overlap_grad_reduce", "false", When::below_zero3,
            "DeepSpeed v0.4 runtime/zero/constants.py: ZERO_OPTIMIZATION_OVERLAP_COMM_DEFAULT = False below stage 3"},
-          {"overlap_param_gather", "false", When::below_zero3, kZeroStepGather},
+          kZeroStepGatherKnob,
           {"zero3_param_sync", "true", When::zero3,
            "DeepSpeed v0.3-v0.5 runtime/zero/partition_parameters.py _allgather_param: one all_gather per parameter, "
            "each after torch.cuda.synchronize(); per-parameter reduce-scatters (batched and overlapped only since PR #1453, "
@@ -137,15 +141,15 @@ const std::vector<Preset>& presets() {
          {{"attention_kernel", "\"fa2\"", When::fused_attention,
            "DeepSpeed ships no fused attention for training; Megatron-DeepSpeed (--use-flash-attn-v2) and Hugging Face "
            "models call FlashAttention-2"},
-          {"p2p_blocking", "true", When::pipelined, kPipelineEngineP2p},
-          {"p2p_scatter_gather", "true", When::pipelined_tp, kPipelineEngineP2p},
+          kPipeBlocking,
+          kPipeScatter,
           kAutogradAccumKnob,
           {"overlap_grad_reduce", "false", When::below_zero3,
            "DeepSpeed runtime/zero/config.py: zero_optimization.overlap_comm defaults to false below stage 3 "
            "(and PipelineEngine reduces after the schedule)"},
           {"overlap_grad_reduce", "true", When::zero3,
            "DeepSpeed runtime/zero/config.py: overlap_comm defaults to true for ZeRO stage 3"},
-          {"overlap_param_gather", "false", When::below_zero3, kZeroStepGather},
+          kZeroStepGatherKnob,
           kDeepSpeedMoePad}},
         {"megatron-core",
          "Megatron-LM with Megatron-Core and Transformer Engine (2023 or later), its command-line defaults",
@@ -243,8 +247,7 @@ std::string framework_choices() {
 }
 
 std::string canonical_framework(const std::string& written) {
-    std::string name = written;  // "DeepSpeed", "NeMo": as the projects spell themselves
-    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const std::string name = ascii_lower(written);  // "DeepSpeed", "NeMo": as the projects spell themselves
     if (name == "nemo2" || name == "nemo-2") return "megatron-bridge";
     for (const Preset& p : presets())
         if (name == p.name) return name;

@@ -95,15 +95,12 @@ Rate dram_rate(const hwdb::HardwareView& hw) {
     return r;
 }
 
-namespace {
-double ssd_count(const hwdb::HardwareView& hw, const ClusterSpec& c) { return ssd_drives_per_node(c, hw); }
-}  // namespace
 
 Rate ssd_read_rate(const hwdb::HardwareView& hw, const ClusterSpec& c) {
     if (hw.ssd_read && hw.ssd_read->Bps > 0) return from_fit(*hw.ssd_read);
     Rate r;
     if (c.ssds_per_node <= 0 && hw.node.ssd_aggregate_read_Bps > 0) r.Bps = hw.node.ssd_aggregate_read_Bps;
-    else r.Bps = hw.ssd.seq_read_Bps * ssd_count(hw, c);
+    else r.Bps = hw.ssd.seq_read_Bps * ssd_drives_per_node(c, hw);
     if (r.Bps <= 0) r.Bps = 3.5e9;
     r.latency_ns = 100e3;  // NVMe queue round trip ~100 us at depth (estimate, docs/costs.md)
     return r;
@@ -112,7 +109,7 @@ Rate ssd_read_rate(const hwdb::HardwareView& hw, const ClusterSpec& c) {
 Rate ssd_write_rate(const hwdb::HardwareView& hw, const ClusterSpec& c) {
     if (hw.ssd_write && hw.ssd_write->Bps > 0) return from_fit(*hw.ssd_write);
     Rate r;
-    r.Bps = hw.ssd.seq_write_Bps * ssd_count(hw, c);
+    r.Bps = hw.ssd.seq_write_Bps * ssd_drives_per_node(c, hw);
     if (r.Bps <= 0) {
         // Only an aggregate read figure: writes of datacenter NVMe run at ~0.55 of reads (seed:
         // PM1733 3.8 of 7.0, PM1743 6.6 of 13).

@@ -7,6 +7,9 @@
 
 namespace strata {
 
+/// ASCII lower case ("RMSNorm" -> "rmsnorm"), for names matched whatever their case.
+std::string ascii_lower(std::string s);
+
 /// Levenshtein distance (for did-you-mean).
 std::size_t edit_distance(std::string_view a, std::string_view b);
 
