@@ -156,6 +156,9 @@ SOURCES = {
                 "and two copies of the HF config.json in public code (ids 7900191062, 45545632891)",
     "moonlight-16b-a3b": "R: a copy of the Moonlight-16B-A3B-Instruct config.json in public test code "
                          "(id 70906042521), cross-checked with Megatron-Bridge MoonlightModelProvider16B",
+    "gpt2-*-llmc": "R: karpathy/llm.c scripts/run_gpt2_*.sh (-e d12/d24/d36/d48: layers, and "
+                   "train_gpt2.cu's GPT-2 channels 768/1024/1280/1600 and heads 12/16/20/25 for them); "
+                   "vocab 50257, seq 1024 (-t), no dropout (llm.c has none)",
     "mpt-*": "R: mosaicml/llm-foundry scripts/train/yamls/pretrain/mpt-{1b,3b,7b,13b,30b,70b}.yaml; "
              "125m/350m/760m heads C; all sizes cross-checked against the NumParams column",
 }

@@ -98,15 +98,15 @@ PlanSpec probe_plan(const PlanSpec& p) {
 }
 
 // What the probe's windows cannot see, left out of its cache key: the labels and the framework
-// (its preset set the knobs already), the optimizer's moment types, the loss kernel and the
-// allocator (no memory is emitted), pipeline send/recv (one stage). Without ZeRO-3 the DP degree,
-// the gradients' type and the buckets feed only the closed forms as well.
+// (its preset set the knobs already), the optimizer's moment types and the allocator (no memory
+// is emitted), pipeline send/recv (one stage). The loss's implementation is seen: it sets the
+// loss kernels' traffic. Without ZeRO-3 the DP degree, the gradients' type and the buckets feed
+// only the closed forms as well.
 const PlanKnobSet& probe_unseen(bool zero3) {
-    static const PlanKnobSet with_zero3{"framework", "exp_avg_dtype", "exp_avg_sq_dtype", "loss_upcast", "eager_cross_entropy",
-                                        "expandable_segments", "p2p_blocking", "p2p_scatter_gather"};
-    static const PlanKnobSet without{"framework", "exp_avg_dtype", "exp_avg_sq_dtype", "loss_upcast", "eager_cross_entropy",
-                                     "expandable_segments", "p2p_blocking", "p2p_scatter_gather", "dp", "global_batch", "fp32_grads",
-                                     "dp_bucket_mb"};
+    static const PlanKnobSet with_zero3{"framework", "exp_avg_dtype", "exp_avg_sq_dtype", "expandable_segments", "p2p_blocking",
+                                        "p2p_scatter_gather"};
+    static const PlanKnobSet without{"framework", "exp_avg_dtype", "exp_avg_sq_dtype", "expandable_segments", "p2p_blocking",
+                                     "p2p_scatter_gather", "dp", "global_batch", "fp32_grads", "dp_bucket_mb"};
     return zero3 ? with_zero3 : without;
 }
 

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <set>
+#include <utility>
 
 #include "strata/lowering/lower.hpp"
 #include "strata/lowering/tensors.hpp"
@@ -171,6 +172,33 @@ TEST_CASE("single GPU: instructions of one layer and micro-batch", "[lower]") {
     // Useful FLOPs: 3 x forward, tokens = 4 * 32 = 128.
     CHECK(p.model_flops_per_step == Approx(3 * HandFlops{}.forward() * 128).epsilon(1e-9));
     CHECK(p.tokens_per_step == 128);
+}
+
+TEST_CASE("the cross-entropy moves the bytes of its implementation", "[lower]") {
+    // One micro-batch of 32 tokens on one GPU, vocabulary 128: 4096 logits, bf16 (2 bytes).
+    // Hand counts per logit, from each implementation's passes over the logits:
+    //   fused on fp32 (Megatron's vocab-parallel loss, loss_upcast): forward reads the fp32 logits
+    //     and writes the softmax (8), backward reads it and writes the gradient in place (8);
+    //   fused on bf16 (flash-attn's CrossEntropyLoss, llm.c's fused_classifier): forward reads the
+    //     logits (2), backward reads them and writes the gradient (4);
+    //   eager F.cross_entropy(logits.float()): forward cast 2 + 4, log_softmax 4 + 4 + 4 = 18;
+    //     backward nll's zero fill 4, log_softmax_backward 4 + 4 + 4 + 4 and the cast 4 + 2 = 26.
+    auto loss_bytes = [](PlanSpec pl) {
+        const Program p = lower(small_gpt(), cluster(1), pl);
+        double fwd = 0, bwd = 0;
+        for (const auto& in : p.ranks[0].instrs)
+            if (in.kind == InstrKind::compute && in.op == Op::loss && in.microbatch == 0)
+                (in.phase == Phase::forward ? fwd : bwd) += in.bytes;
+        return std::pair{fwd, bwd};
+    };
+    const double logits = 32.0 * 128.0;
+    PlanSpec pl = plan(1, 1, 1, 1);
+    REQUIRE(pl.loss_upcast);
+    CHECK(loss_bytes(pl) == std::pair{8 * logits, 8 * logits});
+    pl.loss_upcast = false;
+    CHECK(loss_bytes(pl) == std::pair{2 * logits, 4 * logits});
+    pl.eager_cross_entropy = true;
+    CHECK(loss_bytes(pl) == std::pair{18 * logits, 26 * logits});
 }
 
 TEST_CASE("QK-norm: one norm over Q and K each way, sized by the rank's heads", "[lower]") {

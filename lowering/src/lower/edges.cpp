@@ -67,6 +67,26 @@ int RankLowering::head_weight(bool grad_of) {
     return grad_of ? prm_grad(name, -1) : prm(name, -1);
 }
 
+// What the cross-entropy's kernels move through HBM, per logit of this rank's shard, as each
+// implementation is written:
+// - fused on fp32 logits (plan.loss_upcast, Megatron's vocab-parallel loss): the forward reads the
+//   fp32 logits and writes the fp32 softmax, the backward reads it and writes the gradient in
+//   place: 8 bytes each way;
+// - fused on the logits' own dtype (loss_upcast off: flash-attn's CrossEntropyLoss, llm.c's
+//   fused_classifier): the forward reads the logits once for the log-sum-exp, the backward reads
+//   them again and writes the gradient: 1 and 2 element-sizes;
+// - eager PyTorch (plan.eager_cross_entropy, F.cross_entropy(logits.float())): the forward's cast
+//   (read 2, write 4) and log_softmax (read its input for the max, again for the sum of
+//   exponentials, write the output: 12); the backward's zero-filled nll gradient (4),
+//   log_softmax_backward (read the gradient for its row sum, read it again with the output, write:
+//   16) and the cast back (read 4, write 2).
+double RankLowering::loss_bytes(bool backward) const {
+    const double logits = d_.tokens * d_.vocab / d_.tp, a = d_.act_bytes;
+    if (p_.eager_cross_entropy) return logits * (backward ? 4 + 16 + 4 + a : a + 4 + 12);
+    if (p_.loss_upcast) return logits * 8;
+    return logits * (backward ? 2 * a : a);
+}
+
 // Final norm, vocab-parallel logits, cross-entropy. The loss works on this rank's vocabulary shard:
 // per token its largest logit, the sum of exponentials below it and the target's logit if this
 // rank holds the target; with TP the ranks all-gather those three numbers and combine them into the
@@ -85,10 +105,10 @@ void RankLowering::head_forward() {
     const int logits = act(n_.t_logits, -1, d_.tokens, d_.vocab / d_.tp);
     gemm_high(n_.logits, d_.tokens, d_.vocab / d_.tp, d_.h);  // vocab-parallel head
     if (df_) io({xfg, head_weight(false)}, {logits});
-    // Vocab-parallel cross-entropy: read the fp32 logits shard, write the softmax for backward.
+    // Vocab-parallel cross-entropy (its traffic: loss_bytes), the softmax or log-sum-exp kept for backward.
     // The per-token loss is fp32 whatever the plan's precision: a statistic, not an activation.
     const int stats = act(n_.t_loss_stats, -1, d_.tokens, 3, TensorRole::stats), loss = act(n_.t_loss, -1, d_.tokens, 1, TensorRole::stats);
-    compute(Op::loss, n_.loss, 0, 2 * d_.tokens * d_.vocab / d_.tp * 4);
+    compute(Op::loss, n_.loss, 0, loss_bytes(false));
     if (d_.tp > 1) {
         if (df_) io({logits, tokens()}, {stats});
         const int gathered = act(n_.t_loss_stats_g, -1, d_.tokens, 3 * d_.tp, TensorRole::stats);
@@ -116,7 +136,7 @@ void RankLowering::head_backward() {
     const int dlogits = in_place ? logits : grad(n_.g_logits, -1, d_.tokens, d_.vocab / d_.tp);
     const int dxf = grad(n_.g_xf, -1, d_.tokens, d_.h);
     const AllocRun ws = alloc_list(head_ws_desc_, head_ws_ids_);  // the gradient's cast, an unfused wgrad
-    compute(Op::loss, n_.loss, 0, 2 * d_.tokens * d_.vocab / d_.tp * 4);
+    compute(Op::loss, n_.loss, 0, loss_bytes(true));
     if (df_) io({logits, tokens(), stats}, {dlogits});
     gemm_high(n_.logits, d_.tokens, d_.h, d_.vocab / d_.tp);  // dgrad
     if (df_) io({dlogits, head_weight(false)}, {dxf});

@@ -297,6 +297,7 @@ private:
     void embedding_forward();   ///< word (+ position) lookup, summed over TP
     void embedding_backward();
     int head_weight(bool grad_of);
+    double loss_bytes(bool backward) const;  ///< HBM traffic of the cross-entropy's kernels, by implementation
     void head_forward();        ///< final norm, vocab-parallel logits, cross-entropy
     void head_backward();
     void mtp_forward();         ///< one multi-token prediction module (model.mtp_depth), last stage
