@@ -336,24 +336,45 @@ public:
         k_col_sum<<<col_grid(T, N), dim3(32, kColLanes), 0, lanes_[lane_compute]>>>(tv(db), tv(d), T, N);
         LAUNCHED();
     }
-    void norm_forward(float* y, const float* x, const float* w, const float* b, i64 T, i64 C) override {
+    void norm_rows(float* y, const float* x, const float* w, const float* b, i64 T, i64 C, RowMap map) {
         if (T == 0) return;
         const std::size_t smem = static_cast<std::size_t>(C) * sizeof(float);  // the row
         smem_opt_in(reinterpret_cast<const void*>(k_norm_fwd), smem);
-        k_norm_fwd<<<static_cast<unsigned>(T), kThreads, smem, lanes_[lane_compute]>>>(tv(y), tv(x), tv(w), tv(b), C);
+        k_norm_fwd<<<static_cast<unsigned>(T), kThreads, smem, lanes_[lane_compute]>>>(tv(y), tv(x), tv(w), tv(b), C, map);
         LAUNCHED();
     }
-    void norm_backward(float* dx, float* dw, float* db, const float* x, const float* dy, const float* w, const float* residual,
-                       bool layernorm, i64 T, i64 C) override {
+    void norm_rows_backward(float* dx, float* dw, float* db, const float* x, const float* dy, const float* w, const float* residual,
+                            bool layernorm, i64 T, i64 C, RowMap map) {
         if (T == 0) return;
         const TV stats{scratch(2 * T), 0};
         const std::size_t smem = 2 * static_cast<std::size_t>(C) * sizeof(float);  // the rows of x and dy w
         smem_opt_in(reinterpret_cast<const void*>(k_norm_bwd_dx), smem);
         k_norm_bwd_dx<<<static_cast<unsigned>(T), kThreads, smem, lanes_[lane_compute]>>>(tv(dx), stats, tv(x), tv(dy), tv(w), tv(residual),
-                                                                                            layernorm, C);
+                                                                                            layernorm, C, map);
         LAUNCHED();
-        k_norm_bwd_dw<<<col_grid(T, C), dim3(32, kColLanes), 0, lanes_[lane_compute]>>>(tv(dw), tv(db), tv(x), tv(dy), stats, T, C);
+        k_norm_bwd_dw<<<col_grid(T, C), dim3(32, kColLanes), 0, lanes_[lane_compute]>>>(tv(dw), tv(db), tv(x), tv(dy), stats, T, C, map);
         LAUNCHED();
+    }
+    void norm_forward(float* y, const float* x, const float* w, const float* b, i64 T, i64 C) override {
+        norm_rows(y, x, w, b, T, C, RowMap{});
+    }
+    void norm_backward(float* dx, float* dw, float* db, const float* x, const float* dy, const float* w, const float* residual,
+                       bool layernorm, i64 T, i64 C) override {
+        norm_rows_backward(dx, dw, db, x, dy, w, residual, layernorm, T, C, RowMap{});
+    }
+    // QK-norm: V's columns pass through (copied first), then Q's heads and K's heads are normed in
+    // place in the copy.
+    void qk_norm_forward(float* y, const float* x, const float* wq, const float* bq, const float* wk, const float* bk, i64 T, i64 W,
+                         i64 hq, i64 hkv, i64 hd) override {
+        launch1(k_convert, T * W, tv(y), tv(x), T * W);
+        norm_rows(y, x, wq, bq, T * hq, hd, RowMap{hq, W, 0});
+        norm_rows(y, x, wk, bk, T * hkv, hd, RowMap{hkv, W, hq * hd});
+    }
+    void qk_norm_backward(float* dx, float* dwq, float* dbq, float* dwk, float* dbk, const float* x, const float* dy, const float* wq,
+                          const float* wk, bool layernorm, i64 T, i64 W, i64 hq, i64 hkv, i64 hd) override {
+        launch1(k_convert, T * W, tv(dx), tv(dy), T * W);
+        norm_rows_backward(dx, dwq, dbq, x, dy, wq, nullptr, layernorm, T * hq, hd, RowMap{hq, W, 0});
+        norm_rows_backward(dx, dwk, dbk, x, dy, wk, nullptr, layernorm, T * hkv, hd, RowMap{hkv, W, hq * hd});
     }
     void gelu_forward(float* y, const float* x, i64 n) override { launch1(k_gelu_fwd, n, tv(y), tv(x), n); }
     void gelu_backward(float* dx, const float* x, const float* dy, i64 n) override { launch1(k_gelu_bwd, n, tv(dx), tv(x), tv(dy), n); }

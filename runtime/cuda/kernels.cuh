@@ -181,6 +181,14 @@ __global__ void k_mul(TV out, TV a, TV b, i64 n) {
 // ---- norms: one block per row, the row cached in dynamic shared memory ----
 // A norm's row is read from global memory once (before: three times forward, five backward). Each
 // thread reads back only the elements it cached itself, so no barrier is needed between.
+// Rows are contiguous (RowMap{}), or for QK-norm a token's heads inside the fused QKV row: row r is
+// head r % heads of token r / heads, at token * ld + off + head * C.
+struct RowMap {
+    i64 heads = 1, ld = 0, off = 0;  ///< ld 0: rows of C, back to back
+};
+__host__ __device__ i64 row_at(i64 r, i64 C, const RowMap& m) {
+    return m.ld == 0 ? r * C : (r / m.heads) * m.ld + m.off + (r % m.heads) * C;
+}
 // The cached row's mean (LayerNorm; 0 for RMSNorm) and 1 / sqrt(variance + eps), in every thread.
 __device__ void row_stats(const float* row, i64 C, bool ln, float* sh, float* mean, float* rstd) {
     float s = 0;
@@ -196,25 +204,26 @@ __device__ void row_stats(const float* row, i64 C, bool ln, float* sh, float* me
     *rstd = rsqrtf(v / static_cast<float>(C) + kNormEps);
 }
 // Shared memory: C floats.
-__global__ void k_norm_fwd(TV y, TV x, TV w, TV b, i64 C) {
+__global__ void k_norm_fwd(TV y, TV x, TV w, TV b, i64 C, RowMap map) {
     __shared__ float sh[32];
     STRATA_DYNAMIC_SMEM(row);
-    const TV xr = x + blockIdx.x * C;
+    const i64 at = row_at(blockIdx.x, C, map);
+    const TV xr = x + at;
     for (i64 c = threadIdx.x; c < C; c += blockDim.x) row[c] = xr[c];
     float mean = 0, rstd = 0;
     row_stats(row, C, b.p != nullptr, sh, &mean, &rstd);
-    for (i64 c = threadIdx.x; c < C; c += blockDim.x) y[blockIdx.x * C + c] = (row[c] - mean) * rstd * w[c] + (b ? b[c] : 0.0f);
+    for (i64 c = threadIdx.x; c < C; c += blockDim.x) y[at + c] = (row[c] - mean) * rstd * w[c] + (b ? b[c] : 0.0f);
 }
 // dx per row; the row's mean and rstd to `stats` for the weight gradients. Shared memory: 2 C
 // floats (the row of x, then dy w).
 __global__ void k_norm_bwd_dx(TV dx, TV stats, TV x, TV dy, TV w, TV residual,
-                              bool ln, i64 C) {
+                              bool ln, i64 C, RowMap map) {
     __shared__ float sh[32];
     STRATA_DYNAMIC_SMEM(cache);
     float* xrow = cache;
     float* grow = cache + C;
-    const i64 t = blockIdx.x;
-    const TV xr = x + t * C, dyr = dy + t * C;
+    const i64 t = blockIdx.x, at = row_at(t, C, map);
+    const TV xr = x + at, dyr = dy + at;
     for (i64 c = threadIdx.x; c < C; c += blockDim.x) xrow[c] = xr[c];
     float mean = 0, rstd = 0;
     row_stats(xrow, C, ln, sh, &mean, &rstd);
@@ -230,7 +239,7 @@ __global__ void k_norm_bwd_dx(TV dx, TV stats, TV x, TV dy, TV w, TV residual,
     for (i64 c = threadIdx.x; c < C; c += blockDim.x) {
         const float xh = (xrow[c] - mean) * rstd;
         const float d = rstd * (grow[c] - (ln ? dm : 0.0f) - xh * dp);
-        dx[t * C + c] = (residual ? residual[t * C + c] : 0.0f) + d;
+        dx[at + c] = (residual ? residual[at + c] : 0.0f) + d;
     }
     if (threadIdx.x == 0) {
         stats[2 * t] = mean;
@@ -238,15 +247,16 @@ __global__ void k_norm_bwd_dx(TV dx, TV stats, TV x, TV dy, TV w, TV residual,
     }
 }
 // dw[c] += sum_t dy * xhat; db[c] += sum_t dy: column sums as k_col_sum's.
-__global__ void k_norm_bwd_dw(TV dw, TV db, TV x, TV dy, TV stats, i64 T, i64 C) {
+__global__ void k_norm_bwd_dw(TV dw, TV db, TV x, TV dy, TV stats, i64 T, i64 C, RowMap map) {
     __shared__ float shw[kColLanes][33], shb[kColLanes][33];
     const i64 c = blockIdx.x * 32 + threadIdx.x;
     const i64 r0 = blockIdx.y * kRowsPerBlock, r1 = min(T, r0 + kRowsPerBlock);
     float sw = 0, sb = 0;
     if (c < C)
         for (i64 t = r0 + threadIdx.y; t < r1; t += kColLanes) {
-            const float g = dy[t * C + c];
-            sw += g * (x[t * C + c] - stats[2 * t]) * stats[2 * t + 1];
+            const i64 at = row_at(t, C, map) + c;
+            const float g = dy[at];
+            sw += g * (x[at] - stats[2 * t]) * stats[2 * t + 1];
             sb += g;
         }
     shw[threadIdx.y][threadIdx.x] = sw;

@@ -73,6 +73,13 @@ public:
     virtual void norm_forward(float* y, const float* x, const float* w, const float* b, i64 T, i64 C) = 0;
     virtual void norm_backward(float* dx, float* dw, float* db, const float* x, const float* dy, const float* w,
                                const float* residual, bool layernorm, i64 T, i64 C) = 0;
+    /// QK-norm over the fused QKV rows [T, W]: each of the hq query heads and hkv key heads (hd
+    /// wide, at the row's start and after the queries) normed with its weight; V copied through.
+    virtual void qk_norm_forward(float* y, const float* x, const float* wq, const float* bq, const float* wk, const float* bk, i64 T,
+                                 i64 W, i64 hq, i64 hkv, i64 hd) = 0;
+    /// dx = dy on V's columns; the heads' gradients, and their weights' accumulated.
+    virtual void qk_norm_backward(float* dx, float* dwq, float* dbq, float* dwk, float* dbk, const float* x, const float* dy,
+                                  const float* wq, const float* wk, bool layernorm, i64 T, i64 W, i64 hq, i64 hkv, i64 hd) = 0;
     virtual void gelu_forward(float* y, const float* x, i64 n) = 0;
     virtual void gelu_backward(float* dx, const float* x, const float* dy, i64 n) = 0;
     virtual void swiglu_forward(float* y, const float* x, i64 T, i64 F) = 0;
@@ -118,7 +125,8 @@ public:
 };
 
 /// The module's entry point: a new device on GPU 0, or null with the reason in `why`.
-constexpr int kDeviceApiVersion = 7;  // 2: dropout; 3: lanes; 4: adamw_ranges; 5: bf16 buffers; 6: AdamW writes the weights; 7: ReLU
+constexpr int kDeviceApiVersion = 8;  // 2: dropout; 3: lanes; 4: adamw_ranges; 5: bf16 buffers; 6: AdamW writes the weights; 7: ReLU;
+                                      // 8: QK-norm
 constexpr const char* kCudaModuleFile = "libstrata_runtime_cuda.so";
 constexpr const char* kCudaModuleSymbol = "strata_runtime_cuda_create";
 using CreateDevice = Device* (*)(int api_version, std::string* why);

@@ -106,12 +106,16 @@ void RankState::compute(std::size_t i) {
             const bool ln = m.norm == NormKind::layernorm;
             const DataTensor& x = a.in(0);
             if (name == "qk_norm") {  // per head over Q's and K's columns of the fused QKV rows; V passes through
-                if (dev_) fail(i, "QK-norm is not executed by the cuda backend yet");
                 const i64 W = x.cols, hq = m.heads / tp_size_, hkv = (m.kv_heads > 0 ? m.kv_heads : m.heads) / tp_size_;
                 const int per = ln ? 2 : 1;  // weight[, bias] of each norm
                 const int w0 = backward(in.phase) ? 2 : 1;
                 const float *wq = I(w0), *bq = ln ? I(w0 + 1) : nullptr, *wk = I(w0 + per), *bk = ln ? I(w0 + per + 1) : nullptr;
                 float* y = O(0);
+                if (dev_) {
+                    if (!backward(in.phase)) dev_->qk_norm_forward(y, I(0), wq, bq, wk, bk, x.rows, W, hq, hkv, hd);
+                    else dev_->qk_norm_backward(y, O(1), ln ? O(2) : nullptr, O(1 + per), ln ? O(2 + per) : nullptr, I(0), I(1), wq, wk, ln, x.rows, W, hq, hkv, hd);
+                    return;
+                }
                 const float* src = backward(in.phase) ? I(1) : I(0);
                 std::memcpy(y, src, static_cast<std::size_t>(x.elements()) * sizeof(float));
                 for (i64 t = 0; t < x.rows; ++t) {

@@ -68,8 +68,6 @@ std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend) 
                        "are not executed yet)";
         }
     }
-    if (backend == Backend::cuda && m.qk_norm)
-        return "model.qk_norm: the cuda backend has no per-head norm kernel yet: use --backend cpu";
     if (backend == Backend::cuda && m.is_moe())
         return "model.moe: the cuda backend has no MoE kernels yet (the router, the token moves, the grouped GEMMs): use --backend cpu";
     if (backend == Backend::cuda && p.gpus() > 1)

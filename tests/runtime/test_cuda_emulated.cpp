@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <random>
+#include <tuple>
 
 #include "runtime_fixtures.hpp"  // before the emulation's macros
 #include "cuda_emulation.hpp"
@@ -76,14 +77,54 @@ TEST_CASE("the cuda kernels, emulated on the CPU, match the cpu kernels in fp32 
                 cpu::norm_backward(dx.data(), dw.data(), ln ? db.data() : nullptr, x.data(), dy.data(), w.data(), ln ? res.data() : nullptr, ln, T, C);
                 Buf X(x, H), W(w, H), B(b, H), DY(dy, H), R(res, H), Y(std::vector<float>(T * C), H), DX(std::vector<float>(T * C), H);
                 Buf DW(std::vector<float>(C), false), DB(std::vector<float>(C), false), ST(std::vector<float>(2 * T), false);
-                launch(dim3(T), dim3(kThreads), C * sizeof(float), [&] { k_norm_fwd(Y.tv(), X.tv(), W.tv(), ln ? B.tv() : TV{}, C); });
+                launch(dim3(T), dim3(kThreads), C * sizeof(float), [&] { k_norm_fwd(Y.tv(), X.tv(), W.tv(), ln ? B.tv() : TV{}, C, RowMap{}); });
                 launch(dim3(T), dim3(kThreads), 2 * C * sizeof(float),
-                       [&] { k_norm_bwd_dx(DX.tv(), ST.tv(), X.tv(), DY.tv(), W.tv(), ln ? R.tv() : TV{}, ln, C); });
-                launch(col_grid(T, C), dim3(32, kColLanes), 0, [&] { k_norm_bwd_dw(DW.tv(), ln ? DB.tv() : TV{}, X.tv(), DY.tv(), ST.tv(), T, C); });
+                       [&] { k_norm_bwd_dx(DX.tv(), ST.tv(), X.tv(), DY.tv(), W.tv(), ln ? R.tv() : TV{}, ln, C, RowMap{}); });
+                launch(col_grid(T, C), dim3(32, kColLanes), 0,
+                       [&] { k_norm_bwd_dw(DW.tv(), ln ? DB.tv() : TV{}, X.tv(), DY.tv(), ST.tv(), T, C, RowMap{}); });
                 same(rounded(y, H), Y.get(), "norm forward", tol);
                 same(rounded(dx, H), DX.get(), "norm dx", 2 * tol);
                 same(dw, DW.get(), "norm dw", 5e-5);
                 if (ln) same(db, DB.get(), "norm db", 5e-5);
+            }
+        }
+        SECTION("QK-norm: each head of Q and K inside the fused QKV rows, V untouched") {
+            // 3 tokens; 3 query heads and 1 key/value head of 8: a row is Q(24) K(8) V(8) = 40 = C.
+            const i64 hq = 3, hkv = 1, hd = 8, Tq = 3;
+            REQUIRE((hq + 2 * hkv) * hd == C);
+            for (const bool ln : {true, false}) {
+                const auto qkv = std::vector<float>(x.begin(), x.begin() + Tq * C), d = std::vector<float>(dy.begin(), dy.begin() + Tq * C);
+                const auto wq = std::vector<float>(w.begin(), w.begin() + hd), bq = std::vector<float>(b.begin(), b.begin() + hd);
+                const auto wk = std::vector<float>(w.begin() + hd, w.begin() + 2 * hd), bk = std::vector<float>(b.begin() + hd, b.begin() + 2 * hd);
+                // The reference: the cpu backend's per-head loop (runtime/src/ops.cpp).
+                std::vector<float> y = qkv, dx = d, dwq(hd), dbq(hd), dwk(hd), dbk(hd);
+                for (i64 t = 0; t < Tq; ++t) {
+                    const i64 q = t * C, k = q + hq * hd;
+                    cpu::norm_forward(y.data() + q, qkv.data() + q, wq.data(), ln ? bq.data() : nullptr, hq, hd);
+                    cpu::norm_forward(y.data() + k, qkv.data() + k, wk.data(), ln ? bk.data() : nullptr, hkv, hd);
+                    cpu::norm_backward(dx.data() + q, dwq.data(), ln ? dbq.data() : nullptr, qkv.data() + q, d.data() + q, wq.data(), nullptr, ln, hq, hd);
+                    cpu::norm_backward(dx.data() + k, dwk.data(), ln ? dbk.data() : nullptr, qkv.data() + k, d.data() + k, wk.data(), nullptr, ln, hkv, hd);
+                }
+                Buf X(qkv, H), DY(d, H), WQ(wq, H), BQ(bq, H), WK(wk, H), BK(bk, H), Y(qkv, H), DX(d, H);
+                Buf DWQ(std::vector<float>(hd), false), DBQ(std::vector<float>(hd), false), DWK(std::vector<float>(hd), false),
+                    DBK(std::vector<float>(hd), false), ST(std::vector<float>(2 * Tq * hq), false);
+                const RowMap mq{hq, C, 0}, mk{hkv, C, hq * hd};
+                launch(dim3(Tq * hq), dim3(kThreads), hd * sizeof(float), [&] { k_norm_fwd(Y.tv(), X.tv(), WQ.tv(), ln ? BQ.tv() : TV{}, hd, mq); });
+                launch(dim3(Tq * hkv), dim3(kThreads), hd * sizeof(float), [&] { k_norm_fwd(Y.tv(), X.tv(), WK.tv(), ln ? BK.tv() : TV{}, hd, mk); });
+                for (const auto& [heads, map, W_, DW_, DB_] : {std::tuple{hq, mq, &WQ, &DWQ, &DBQ}, std::tuple{hkv, mk, &WK, &DWK, &DBK}}) {
+                    launch(dim3(Tq * heads), dim3(kThreads), 2 * hd * sizeof(float),
+                           [&] { k_norm_bwd_dx(DX.tv(), ST.tv(), X.tv(), DY.tv(), W_->tv(), TV{}, ln, hd, map); });
+                    launch(col_grid(Tq * heads, hd), dim3(32, kColLanes), 0,
+                           [&] { k_norm_bwd_dw(DW_->tv(), ln ? DB_->tv() : TV{}, X.tv(), DY.tv(), ST.tv(), Tq * heads, hd, map); });
+                }
+                same(rounded(y, H), Y.get(), "qk-norm forward", tol);
+                same(rounded(dx, H), DX.get(), "qk-norm dx", 2 * tol);
+                same(dwq, DWQ.get(), "qk-norm dwq", 5e-5);
+                same(dwk, DWK.get(), "qk-norm dwk", 5e-5);
+                if (ln) same(dbk, DBK.get(), "qk-norm dbk", 5e-5);
+                // V's 8 columns of every row are the input's, bit for bit.
+                for (i64 t = 0; t < Tq; ++t)
+                    for (i64 c = (hq + hkv) * hd; c < C; ++c) CHECK(Y.get()[static_cast<std::size_t>(t * C + c)] == rounded(qkv, H)[static_cast<std::size_t>(t * C + c)]);
             }
         }
         SECTION("GELU, SwiGLU, the residual add with bias, bias rows and their column sums") {

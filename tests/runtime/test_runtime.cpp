@@ -494,10 +494,15 @@ TEST_CASE("what the runtime cannot execute is refused with the field named", "[r
         q.qk_norm = true;
         CHECK_NOTHROW(runtime::Session(q, cpu_cluster(1), cpu_plan(), {}));
         CHECK_NOTHROW(runtime::Session(q, cpu_cluster(2), cpu_plan(2), {}));
-        // The cuda backend has neither QK-norm's nor MoE's kernels: refused before any device is opened.
+        // The cuda backend has no MoE kernels: refused before any device is opened. QK-norm it runs
+        // (test_cuda_emulated.cpp), so that plan gets as far as opening the device.
         runtime::RunOptions cuda;
         cuda.backend = runtime::Backend::cuda;
-        CHECK_THROWS_WITH(runtime::Session(q, cpu_cluster(1), cpu_plan(), cuda), Catch::Contains("model.qk_norm"));
+        try {
+            runtime::Session s(q, cpu_cluster(1), cpu_plan(), cuda);
+        } catch (const std::exception& e) {
+            CHECK_THAT(e.what(), !Catch::Contains("qk_norm"));
+        }
         CHECK_THROWS_WITH(runtime::Session(tiny_moe(), cpu_cluster(1), cpu_plan(), cuda), Catch::Contains("model.moe"));
         // It stores bf16 where everything stays on the GPU; fp16, bf16 copies to the host's fp32
         // buffers and narrowed moments are refused, also before a device is opened.
