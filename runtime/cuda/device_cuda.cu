@@ -57,6 +57,7 @@ std::string where(const char* file, int line) { return std::string(file) + ":" +
 
 #include "kernels.cuh"  // inside this unnamed namespace
 #include "flash.cuh"
+#include "moe_kernels.cuh"
 
 
 class CudaDevice final : public Device {
@@ -108,6 +109,7 @@ public:
         cudaFree(sum_);
         cudaFree(scratch_);
         cudaFree(wide_);
+        cudaFree(order_);
         for (float* st : staging_) cudaFree(st);
         cublasDestroy(blas_);
         for (auto& l : lanes_) cudaStreamDestroy(l);
@@ -336,25 +338,10 @@ public:
         k_col_sum<<<col_grid(T, N), dim3(32, kColLanes), 0, lanes_[lane_compute]>>>(tv(db), tv(d), T, N);
         LAUNCHED();
     }
-    void norm_rows(float* y, const float* x, const float* w, const float* b, i64 T, i64 C, RowMap map) {
-        if (T == 0) return;
-        const std::size_t smem = static_cast<std::size_t>(C) * sizeof(float);  // the row
-        smem_opt_in(reinterpret_cast<const void*>(k_norm_fwd), smem);
-        k_norm_fwd<<<static_cast<unsigned>(T), kThreads, smem, lanes_[lane_compute]>>>(tv(y), tv(x), tv(w), tv(b), C, map);
-        LAUNCHED();
-    }
+    // Norms (norms.cuh): rows back to back, or QK-norm's heads inside the fused QKV rows.
+    void norm_rows(float* y, const float* x, const float* w, const float* b, i64 T, i64 C, RowMap map);
     void norm_rows_backward(float* dx, float* dw, float* db, const float* x, const float* dy, const float* w, const float* residual,
-                            bool layernorm, i64 T, i64 C, RowMap map) {
-        if (T == 0) return;
-        const TV stats{scratch(2 * T), 0};
-        const std::size_t smem = 2 * static_cast<std::size_t>(C) * sizeof(float);  // the rows of x and dy w
-        smem_opt_in(reinterpret_cast<const void*>(k_norm_bwd_dx), smem);
-        k_norm_bwd_dx<<<static_cast<unsigned>(T), kThreads, smem, lanes_[lane_compute]>>>(tv(dx), stats, tv(x), tv(dy), tv(w), tv(residual),
-                                                                                            layernorm, C, map);
-        LAUNCHED();
-        k_norm_bwd_dw<<<col_grid(T, C), dim3(32, kColLanes), 0, lanes_[lane_compute]>>>(tv(dw), tv(db), tv(x), tv(dy), stats, T, C, map);
-        LAUNCHED();
-    }
+                            bool layernorm, i64 T, i64 C, RowMap map);
     void norm_forward(float* y, const float* x, const float* w, const float* b, i64 T, i64 C) override {
         norm_rows(y, x, w, b, T, C, RowMap{});
     }
@@ -362,20 +349,10 @@ public:
                        bool layernorm, i64 T, i64 C) override {
         norm_rows_backward(dx, dw, db, x, dy, w, residual, layernorm, T, C, RowMap{});
     }
-    // QK-norm: V's columns pass through (copied first), then Q's heads and K's heads are normed in
-    // place in the copy.
     void qk_norm_forward(float* y, const float* x, const float* wq, const float* bq, const float* wk, const float* bk, i64 T, i64 W,
-                         i64 hq, i64 hkv, i64 hd) override {
-        launch1(k_convert, T * W, tv(y), tv(x), T * W);
-        norm_rows(y, x, wq, bq, T * hq, hd, RowMap{hq, W, 0});
-        norm_rows(y, x, wk, bk, T * hkv, hd, RowMap{hkv, W, hq * hd});
-    }
+                         i64 hq, i64 hkv, i64 hd) override;
     void qk_norm_backward(float* dx, float* dwq, float* dbq, float* dwk, float* dbk, const float* x, const float* dy, const float* wq,
-                          const float* wk, bool layernorm, i64 T, i64 W, i64 hq, i64 hkv, i64 hd) override {
-        launch1(k_convert, T * W, tv(dx), tv(dy), T * W);
-        norm_rows_backward(dx, dwq, dbq, x, dy, wq, nullptr, layernorm, T * hq, hd, RowMap{hq, W, 0});
-        norm_rows_backward(dx, dwk, dbk, x, dy, wk, nullptr, layernorm, T * hkv, hd, RowMap{hkv, W, hq * hd});
-    }
+                          const float* wk, bool layernorm, i64 T, i64 W, i64 hq, i64 hkv, i64 hd) override;
     void gelu_forward(float* y, const float* x, i64 n) override { launch1(k_gelu_fwd, n, tv(y), tv(x), n); }
     void gelu_backward(float* dx, const float* x, const float* dy, i64 n) override { launch1(k_gelu_bwd, n, tv(dx), tv(x), tv(dy), n); }
     void swiglu_forward(float* y, const float* x, i64 T, i64 F) override { launch1(k_swiglu_fwd, T * F, tv(y), tv(x), T, F); }
@@ -407,6 +384,19 @@ public:
     void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop) override;
     void attention_backward(float* dqkv, const float* qkv, const float* out, const float* lse, const float* dout, i64 T, i64 seq,
                             i64 hq, i64 hkv, i64 d, const Dropout& drop) override;
+    // MoE on one rank (moe.cuh).
+    void moe_set_order(const i64* pos, i64 n) override;
+    void moe_route(float* routing, const float* logits, i64 T, i64 E, i64 k) override;
+    void moe_route_backward(float* dlogits, const float* routing, const float* dprobs, i64 T, i64 E, i64 k) override;
+    void moe_permute(float* xp, const float* x, i64 T, i64 k, i64 C) override;
+    void moe_permute_backward(float* dx, const float* dxp, i64 T, i64 k, i64 C) override;
+    void moe_unpermute(float* y, const float* ye, const float* routing, i64 T, i64 k, i64 C) override;
+    void moe_unpermute_backward(float* dye, float* dprobs, const float* dy, const float* ye, const float* routing, i64 T, i64 k,
+                                i64 C) override;
+    void moe_permute_probs(float* pr, const float* routing, i64 T, i64 k) override;
+    void moe_permute_probs_backward(float* dp, const float* dr, i64 T, i64 k) override;
+    void scale_rows(float* y, const float* x, const float* w, i64 rows, i64 C) override;
+    void row_dot(float* out, const float* a, const float* b, i64 rows, i64 C) override;
     void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, i64 seq, const Dropout& drop) override {
         launch1(k_dropout_fwd, T * C, tv(y), tv(mask), tv(x), T * C, C, seq, drop);
     }
@@ -563,8 +553,8 @@ private:
     std::vector<cudaEvent_t> program_events_, spare_;
     cublasHandle_t blas_ = nullptr;
     double* sum_ = nullptr;
-    void *scratch_ = nullptr, *wide_ = nullptr;
-    std::size_t scratch_bytes_ = 0, wide_bytes_ = 0;
+    void *scratch_ = nullptr, *wide_ = nullptr, *order_ = nullptr;
+    std::size_t scratch_bytes_ = 0, wide_bytes_ = 0, order_bytes_ = 0;  ///< order_: the MoE moves' token order (i64)
     static constexpr i64 kStagingFloats = i64{1} << 24;  ///< 64 MiB a lane, for copies that convert
     float* staging_[lane_count] = {};
     Halves halves_;
@@ -584,6 +574,8 @@ private:
 
 #include "attention.cuh"  // CudaDevice's attention, defined out of the class
 #include "copies.cuh"     // its copies that convert between widths
+#include "moe.cuh"        // its mixture-of-experts moves
+#include "norms.cuh"      // its norms, QK-norm's too
 
 }  // namespace
 }  // namespace strata::runtime

@@ -110,6 +110,27 @@ public:
     /// loss_combine's lse from `shards` shards' stats, then loss_backward (in one call: no scratch).
     virtual void loss_backward(float* dlogits, const float* logits, const float* tokens, const float* stats, i64 shards, i64 first,
                                i64 T, i64 V, float scale) = 0;
+    // Mixture of experts, one rank (cpu_kernels.hpp's moe_*). The token order of the moves is the
+    // host's (cpu::moe_order over the routing read back, as Megatron reads its split sizes):
+    // moe_set_order copies it (T x k rows, -1 for a dropped choice) for the moves that follow.
+    virtual void moe_set_order(const i64* pos, i64 n) = 0;
+    /// Top-k of each token's E logits (ties to the lower id) and the softmax over the chosen:
+    /// routing [T, 2k] = ids, then weights. Without expert groups.
+    virtual void moe_route(float* routing, const float* logits, i64 T, i64 E, i64 k) = 0;
+    virtual void moe_route_backward(float* dlogits, const float* routing, const float* dprobs, i64 T, i64 E, i64 k) = 0;
+    virtual void moe_permute(float* xp, const float* x, i64 T, i64 k, i64 C) = 0;
+    virtual void moe_permute_backward(float* dx, const float* dxp, i64 T, i64 k, i64 C) = 0;
+    /// routing null: every weight 1 (the weights applied inside the experts).
+    virtual void moe_unpermute(float* y, const float* ye, const float* routing, i64 T, i64 k, i64 C) = 0;
+    /// dye = w dY per kept row; dprobs (may be null) = dY . ye per choice, 0 where dropped.
+    virtual void moe_unpermute_backward(float* dye, float* dprobs, const float* dy, const float* ye, const float* routing, i64 T,
+                                        i64 k, i64 C) = 0;
+    /// Each kept row's router weight in expert order (pr[pos] = weight), and back (dp[t k + j] = dr[pos]).
+    virtual void moe_permute_probs(float* pr, const float* routing, i64 T, i64 k) = 0;
+    virtual void moe_permute_probs_backward(float* dp, const float* dr, i64 T, i64 k) = 0;
+    /// y[r, :] = x[r, :] w[r] (in place allowed); out[r] = a[r, :] . b[r, :].
+    virtual void scale_rows(float* y, const float* x, const float* w, i64 rows, i64 C) = 0;
+    virtual void row_dot(float* out, const float* a, const float* b, i64 rows, i64 C) = 0;
     /// decay: a device array of n bytes (1 = decays), or null: every element decays by wd (the
     /// executor calls it per parameter, with wd 0 for those that do not decay).
     virtual void adamw(float* p, float* m, float* v, const float* g, const unsigned char* decay, i64 n, float lr, float b1,
@@ -125,8 +146,8 @@ public:
 };
 
 /// The module's entry point: a new device on GPU 0, or null with the reason in `why`.
-constexpr int kDeviceApiVersion = 8;  // 2: dropout; 3: lanes; 4: adamw_ranges; 5: bf16 buffers; 6: AdamW writes the weights; 7: ReLU;
-                                      // 8: QK-norm
+constexpr int kDeviceApiVersion = 9;  // 2: dropout; 3: lanes; 4: adamw_ranges; 5: bf16 buffers; 6: AdamW writes the weights; 7: ReLU;
+                                      // 8: QK-norm; 9: MoE on one rank
 constexpr const char* kCudaModuleFile = "libstrata_runtime_cuda.so";
 constexpr const char* kCudaModuleSymbol = "strata_runtime_cuda_create";
 using CreateDevice = Device* (*)(int api_version, std::string* why);

@@ -29,7 +29,11 @@ bool RankState::moe_compute(std::size_t i) {
     const std::string& name = prog.names[static_cast<std::size_t>(in.name)];
     const bool grouped = name == "experts.fc1" || name == "experts.fc2";
     if (!grouped && in.op != Op::router && name != "moe.permute" && name != "moe.unpermute" && name != "experts.act") return false;
-    if (dev_) fail(i, "mixture-of-experts layers are not executed by the cuda backend yet");
+    // The cuda backend runs a rank's MoE layers without expert parallelism, dropless and without
+    // expert groups (runtime::unsupported refuses the rest before a run): the moves through its
+    // kernels, in the host's token order, and the grouped GEMMs as dense GEMMs per expert.
+    if (dev_ && (ep_size_ > 1 || etp_size_ > 1 || w_.model.moe->capacity_factor > 0 || w_.model.moe->router_groups > 0))
+        fail(i, "on the cuda backend MoE runs without expert parallelism, capacity or expert groups");
     const Operands& o = rp_.operands[i];
     const OperandView a{prog, rp_, o};
     auto id = [&](int k) { return a.id(k); };
@@ -45,6 +49,11 @@ bool RankState::moe_compute(std::size_t i) {
     const ModelSpec& m = w_.model;
     const i64 E = m.moe->experts, k = m.moe->top_k;
     if (in.op == Op::router) {
+        if (dev_) {
+            if (!bwd) dev_->moe_route(O(0), I(0), T(0).rows, E, k);
+            else dev_->moe_route_backward(O(0), I(0), I(1), T(0).rows, E, k);
+            return true;
+        }
         if (!bwd) {
             cpu::moe_route(O(0), I(0), T(0).rows, E, k, m.moe->router_groups, m.moe->router_group_topk);
             if (const i64 cap = cpu::moe_capacity(T(0).rows, E, k, m.moe->capacity_factor); cap > 0) cpu::moe_drop(O(0), T(0).rows, E, k, cap);
@@ -62,11 +71,39 @@ bool RankState::moe_compute(std::size_t i) {
         if (bwd && weighted) rows_like(1, 1);
         const i64 f = bwd ? T(1).cols : T(o.n_in).cols;  // the activation's width
         auto act = [&](float* y, const float* x) {
-            if (m.ffn == FfnKind::swiglu) cpu::swiglu_forward(y, x, rows, f);
+            if (dev_) {
+                if (m.ffn == FfnKind::swiglu) dev_->swiglu_forward(y, x, rows, f);
+                else if (m.ffn == FfnKind::relu2) dev_->relu2_forward(y, x, rows * f);
+                else if (m.ffn == FfnKind::relu) dev_->relu_forward(y, x, rows * f);
+                else dev_->gelu_forward(y, x, rows * f);
+            } else if (m.ffn == FfnKind::swiglu) cpu::swiglu_forward(y, x, rows, f);
             else if (m.ffn == FfnKind::relu2) cpu::relu2_forward(y, x, rows * f);
             else if (m.ffn == FfnKind::relu) cpu::relu_forward(y, x, rows * f);
             else cpu::gelu_forward(y, x, rows * f);
         };
+        if (dev_) {
+            if (!bwd) {
+                act(O(0), I(0));
+                if (weighted) dev_->scale_rows(O(0), O(0), I(1), rows, f);
+                return true;
+            }
+            const float* dy = I(1);
+            float *y = nullptr, *scaled = nullptr;
+            if (weighted) {  // as below: d.weights from act(x) recomputed, dY scaled by the weight
+                y = dev_->alloc(rows * f, false), scaled = dev_->alloc(rows * f, false);
+                if (!y || !scaled) fail(i, "no device memory for the weighted activation's backward");
+                act(y, I(0));
+                dev_->row_dot(O(1), y, dy, rows, f);
+                dev_->scale_rows(scaled, dy, I(2), rows, f);
+                dy = scaled;
+            }
+            if (m.ffn == FfnKind::swiglu) dev_->swiglu_backward(O(0), I(0), dy, rows, f);
+            else if (m.ffn == FfnKind::relu2) dev_->relu2_backward(O(0), I(0), dy, rows * f);
+            else if (m.ffn == FfnKind::relu) dev_->relu_backward(O(0), I(0), dy, rows * f);
+            else dev_->gelu_backward(O(0), I(0), dy, rows * f);
+            if (weighted) dev_->release(y, rows * f), dev_->release(scaled, rows * f);
+            return true;
+        }
         if (!bwd) {
             float* y = O(0);
             act(y, I(0));
@@ -115,7 +152,14 @@ bool RankState::moe_compute(std::size_t i) {
         if (cap > 0) std::fill_n(O(q), elements(id(o.n_in + q)), 0.0f);
     };
     std::vector<i64> pos(static_cast<std::size_t>(tokens * k)), counts(static_cast<std::size_t>(E));
-    if (!grouped) cpu::moe_order(pos.data(), counts.data(), I(routing_at), tokens, E, k, cap);
+    if (!grouped && dev_) {  // the routing to the host (a sync, as Megatron's split sizes are), the order back
+        std::vector<float> routing_host(static_cast<std::size_t>(tokens * 2 * k));
+        dev_->copy(routing_host.data(), I(routing_at), tokens * 2 * k);
+        cpu::moe_order(pos.data(), counts.data(), routing_host.data(), tokens, E, k, cap);
+        dev_->moe_set_order(pos.data(), tokens * k);
+    } else if (!grouped) {
+        cpu::moe_order(pos.data(), counts.data(), I(routing_at), tokens, E, k, cap);
+    }
     const bool kept_rows = !grouped && !pad && m.moe->capacity_factor > 0;
     i64 kept = 0;
     for (i64 c : counts) kept += c;
@@ -133,12 +177,27 @@ bool RankState::moe_compute(std::size_t i) {
     auto add_shared = [&] {
         if (shared_at < 0) return;
         float* y = O(0);
-        cpu::add(y, y, I(shared_at), nullptr, tokens, T(shared_at).cols);
+        if (dev_) dev_->add(y, y, I(shared_at), nullptr, tokens, T(shared_at).cols);
+        else cpu::add(y, y, I(shared_at), nullptr, tokens, T(shared_at).cols);
     };
     if (name == "moe.permute") {
         // {x, routing} -> {permuted[, each row's weight]}, or {d.permuted, routing[, d.row
         // weights][, d.shared.x]} -> {dx[, d.weights]}
         const i64 C = T(0).cols;
+        if (dev_) {  // dropless: every choice kept, no padding
+            if (!bwd) {
+                dev_->moe_permute(O(0), I(0), tokens, k, C);
+                if (o.n_out > 1) dev_->moe_permute_probs(O(1), I(1), tokens, k);
+            } else {
+                dev_->moe_permute_backward(O(0), I(0), tokens, k, C);
+                add_shared();
+                if (o.n_out > 1) {
+                    if (probs_at < 0) fail(i, "writes the weights' gradient without the rows'");
+                    dev_->moe_permute_probs_backward(O(1), I(probs_at), tokens, k);
+                }
+            }
+            return true;
+        }
         if (!bwd) {
             if (kept_rows) moe_kept_[{in.layer, in.microbatch}] = kept;
             size_kept(0);
@@ -176,6 +235,19 @@ bool RankState::moe_compute(std::size_t i) {
         if (at_input) {
             ones.assign(static_cast<std::size_t>(tokens * 2 * k), 1.0f);
             route_w = ones.data();
+        }
+        if (dev_) {
+            const float* w_dev = at_input ? nullptr : I(1);
+            if (!bwd) {
+                dev_->moe_unpermute(O(0), I(0), w_dev, tokens, k, C);
+                add_shared();
+            } else if (o.n_out > 1) {
+                dev_->moe_unpermute_backward(O(0), O(1), I(0), I(2), w_dev, tokens, k, C);
+            } else {
+                if (!at_input) fail(i, "drops the weights' gradient although the weights are applied here");
+                dev_->moe_unpermute_backward(O(0), nullptr, I(0), nullptr, nullptr, tokens, k, C);
+            }
+            return true;
         }
         if (!bwd) {
             cpu::moe_unpermute(O(0), I(0), route_w, pos.data(), tokens, k, C);
@@ -220,15 +292,26 @@ bool RankState::moe_compute(std::size_t i) {
     for (const Segment& g : segs) {
         if (g.rows == 0) continue;
         const i64 wo = g.expert * wout * win;
+        // Each expert's rows through the dense GEMMs at their offsets (on cuda one cuBLAS call an
+        // expert, as Transformer Engine's GroupedLinear issues them).
         if (wgrad) {  // {x, dy, routing} -> dW
             if (T(0).cols != win || T(1).cols != wout) fail(i, "wgrad operand shapes disagree");
-            cpu::matmul_wgrad(O(0) + wo, nullptr, I(0) + g.first * win, I(1) + g.first * wout, g.rows, win, wout);
+            float* dw = O(0) + wo;
+            const float *x = I(0) + g.first * win, *dy = I(1) + g.first * wout;
+            if (dev_) dev_->matmul_wgrad(dw, nullptr, x, dy, g.rows, win, wout);
+            else cpu::matmul_wgrad(dw, nullptr, x, dy, g.rows, win, wout);
         } else if (out0.role == TensorRole::grad) {  // {dy, W, routing} -> dx
             if (T(0).cols != wout || out0.cols != win) fail(i, "dgrad operand shapes disagree");
-            cpu::matmul_dgrad(O(0) + g.first * win, I(0) + g.first * wout, I(1) + wo, g.rows, win, wout);
+            float* dx = O(0) + g.first * win;
+            const float *dy = I(0) + g.first * wout, *w = I(1) + wo;
+            if (dev_) dev_->matmul_dgrad(dx, dy, w, g.rows, win, wout);
+            else cpu::matmul_dgrad(dx, dy, w, g.rows, win, wout);
         } else {  // {x, W, routing} -> y
             if (T(0).cols != win || out0.cols != wout) fail(i, "forward GEMM operand shapes disagree");
-            cpu::matmul_forward(O(0) + g.first * wout, I(0) + g.first * win, I(1) + wo, nullptr, g.rows, win, wout);
+            float* y = O(0) + g.first * wout;
+            const float *x = I(0) + g.first * win, *w = I(1) + wo;
+            if (dev_) dev_->matmul_forward(y, x, w, nullptr, g.rows, win, wout);
+            else cpu::matmul_forward(y, x, w, nullptr, g.rows, win, wout);
         }
     }
     return true;

@@ -68,8 +68,11 @@ std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend) 
                        "are not executed yet)";
         }
     }
-    if (backend == Backend::cuda && m.is_moe())
-        return "model.moe: the cuda backend has no MoE kernels yet (the router, the token moves, the grouped GEMMs): use --backend cpu";
+    if (backend == Backend::cuda && m.is_moe() && m.moe->capacity_factor > 0)
+        return "model.moe.capacity_factor: the cuda backend runs dropless MoE only (token dropping runs on --backend cpu)";
+    if (backend == Backend::cuda && m.is_moe() && m.moe->router_groups > 0)
+        return "model.moe.router_groups: the cuda backend's router has no expert groups yet (group-limited routing runs on --backend "
+               "cpu)";
     if (backend == Backend::cuda && p.gpus() > 1)
         return "backend cuda: the plan has " + std::to_string(p.gpus()) +
                " ranks (dp x tp x pp x cp); the cuda backend runs one rank on one GPU (collectives and pipeline transfers "

@@ -500,6 +500,13 @@ TEST_CASE("a run on the cuda backend follows the cpu backend's loss curve", "[ru
     ModelSpec qk = tiny_llama(2);
     qk.qk_norm = true;  // Qwen3's per-head RMSNorm of Q and K (device.hpp: qk_norm_forward)
     v.push_back({"Llama with QK-norm", qk, cpu_plan()});
+    // Dropless MoE on one rank: the router, the moves in the host's token order, a GEMM per expert.
+    v.push_back({"MoE (4 experts, top 2), weights at fc2's input", tiny_moe(), cpu_plan()});
+    {
+        PlanSpec p = cpu_plan();
+        p.moe_probs_at = MoeProbsAt::fc2_output;  // the router's weights applied in the un-permute
+        v.push_back({"MoE, weights at fc2's output", tiny_moe(), p});
+    }
     {
         PlanSpec p = cpu_plan();
         p.recompute = Recompute::full;
@@ -549,6 +556,7 @@ TEST_CASE("a run on the cuda backend follows the cpu backend's loss curve", "[ru
     v.push_back({"GPT, bf16", tiny_gpt(), p});
     v.push_back({"Llama, bf16", tiny_llama(2), p});
     v.push_back({"Llama with QK-norm, bf16", qk, p});
+    v.push_back({"MoE, bf16", tiny_moe(), p});
     ModelSpec wide = tiny_llama(2);  // 64-wide heads over 80 positions: the flash kernels
     wide.hidden = 128, wide.heads = 2, wide.kv_heads = 1, wide.head_dim = 64, wide.ffn_hidden = 96, wide.seq_len = 80;
     v.push_back({"Llama with 64-wide heads, bf16", wide, p});

@@ -1,4 +1,4 @@
-// runtime/cuda/kernels.cuh's kernels, run on the CPU (cuda_emulation.hpp) with device_cuda.cu's
+// runtime/cuda/kernels.cuh's and moe_kernels.cuh's kernels, run on the CPU (cuda_emulation.hpp) with device_cuda.cu's
 // launch shapes, against the cpu kernels: in fp32, and with a bf16 plan's widths (2-byte
 // activations and weights read and written through TV, fp32 statistics and weight gradients).
 // test_cuda.cpp checks the same kernels on a GPU; this runs in CI, where no GPU is.
@@ -12,6 +12,7 @@
 
 namespace strata::runtime::emulated {
 #include "kernels.cuh"
+#include "moe_kernels.cuh"
 
 namespace {
 
@@ -216,4 +217,79 @@ TEST_CASE("the cuda kernels, emulated on the CPU, match the cpu kernels in fp32 
             CHECK(out == Approx(total).epsilon(1e-5));
         }
     }
+}
+
+TEST_CASE("the cuda MoE kernels, emulated on the CPU, match the cpu kernels", "[runtime][cuda-emulated]") {
+    using namespace strata::runtime::emulated;
+    namespace cpu = strata::runtime::cpu;
+    const bool H = GENERATE(false, true);
+    INFO((H ? "bf16 rows" : "fp32"));
+    const double tol = H ? 1e-2 : 2e-5;
+    // 9 tokens, 6 experts, top 3, rows 20 wide; a tie in token 4's logits (experts 1 and 4) must go
+    // to the lower id, as the cpu kernel's order has it.
+    const i64 T = 9, E = 6, k = 3, C = 20;
+    auto logits = randoms(T * E, 40, -3, 3);
+    logits[4 * E + 4] = logits[4 * E + 1] = 5.0f;
+    std::vector<float> routing(T * 2 * k), dlogits(T * E);
+    cpu::moe_route(routing.data(), logits.data(), T, E, k, 0, 0);
+    Buf L(logits, false), R(std::vector<float>(T * 2 * k), false);
+    launch(dim3(T), dim3(kRouteThreads), 0, [&] { k_moe_route(R.tv(), L.tv(), E, k); });
+    for (i64 c = 0; c < T * k; ++c) CHECK(R.get()[static_cast<std::size_t>((c / k) * 2 * k + c % k)] == routing[static_cast<std::size_t>((c / k) * 2 * k + c % k)]);
+    same(routing, R.get(), "router ids and weights", 1e-6);
+    const auto dprobs = randoms(T * k, 41);
+    cpu::moe_route_backward(dlogits.data(), routing.data(), dprobs.data(), T, E, k);
+    Buf DP(dprobs, false), DL(randoms(T * E, 42), false);  // stale values: the kernel zeroes the row
+    launch(dim3(T), dim3(kThreads), 0, [&] { k_moe_route_bwd(DL.tv(), R.tv(), DP.tv(), E, k); });
+    same(dlogits, DL.get(), "router backward", 1e-6);
+
+    // The token order as the executor gives it to the device: the cpu kernel's, on the host.
+    std::vector<i64> pos(T * k), counts(E);
+    cpu::moe_order(pos.data(), counts.data(), routing.data(), T, E, k, 0);
+    const auto x = rounded(randoms(T * C, 43), H), ye = rounded(randoms(T * k * C, 44), H), dy = rounded(randoms(T * C, 45), H);
+    std::vector<float> xp(T * k * C), dx(T * C), y(T * C), dye(T * k * C), dpr(T * k), pr(T * k), dpb(T * k);
+    cpu::moe_permute(xp.data(), x.data(), pos.data(), T, k, C);
+    cpu::moe_permute_backward(dx.data(), ye.data(), pos.data(), T, k, C);
+    cpu::moe_unpermute(y.data(), ye.data(), routing.data(), pos.data(), T, k, C);
+    cpu::moe_unpermute_backward(dye.data(), dpr.data(), dy.data(), ye.data(), routing.data(), pos.data(), T, k, C);
+    for (i64 c = 0; c < T * k; ++c) pr[static_cast<std::size_t>(pos[static_cast<std::size_t>(c)])] = routing[static_cast<std::size_t>((c / k) * 2 * k + k + c % k)];
+    for (i64 c = 0; c < T * k; ++c) dpb[static_cast<std::size_t>(c)] = dpr[static_cast<std::size_t>(pos[static_cast<std::size_t>(c)])];
+    Buf X(x, H), XP(std::vector<float>(T * k * C), H), YE(ye, H), DX(std::vector<float>(T * C), H), Y(std::vector<float>(T * C), H);
+    Buf DY(dy, H), DYE(std::vector<float>(T * k * C), H), DPR(std::vector<float>(T * k), false), PR(std::vector<float>(T * k), false);
+    Buf DPRB(dpr, false), DPB(std::vector<float>(T * k), false);
+    run1(T * k * C, [&] { k_moe_permute(XP.tv(), X.tv(), pos.data(), T, k, C); });
+    run1(T * C, [&] { k_moe_permute_bwd(DX.tv(), YE.tv(), pos.data(), T, k, C); });
+    run1(T * C, [&] { k_moe_unpermute(Y.tv(), YE.tv(), R.tv(), pos.data(), T, k, C); });
+    run1(T * k * C, [&] { k_moe_unpermute_bwd_rows(DYE.tv(), DY.tv(), R.tv(), pos.data(), T, k, C); });
+    launch(dim3(T * k), dim3(kThreads), 0, [&] { k_moe_unpermute_bwd_probs(DPR.tv(), DY.tv(), YE.tv(), pos.data(), k, C); });
+    run1(T * k, [&] { k_moe_probs(PR.tv(), R.tv(), pos.data(), T, k); });
+    run1(T * k, [&] { k_moe_probs_bwd(DPB.tv(), DPRB.tv(), pos.data(), T, k); });
+    same(rounded(xp, H), XP.get(), "permute", tol);
+    same(rounded(dx, H), DX.get(), "permute backward", tol);
+    same(rounded(y, H), Y.get(), "unpermute", tol);
+    same(rounded(dye, H), DYE.get(), "unpermute backward, rows", tol);
+    same(dpr, DPR.get(), "unpermute backward, weights", 1e-5);
+    same(pr, PR.get(), "the rows' weights in expert order", 1e-6);
+    same(dpb, DPB.get(), "their gradients back in token order", 1e-6);
+    // Without weights (fc2_input: applied inside the experts) every row counts once.
+    std::vector<float> ones(T * 2 * k, 1.0f), y1(T * C);
+    cpu::moe_unpermute(y1.data(), ye.data(), ones.data(), pos.data(), T, k, C);
+    Buf Y1(std::vector<float>(T * C), H);
+    run1(T * C, [&] { k_moe_unpermute(Y1.tv(), YE.tv(), TV{}, pos.data(), T, k, C); });
+    same(rounded(y1, H), Y1.get(), "unpermute without weights", tol);
+    // The weighted activation's pieces: rows scaled by a weight, and a dot per row.
+    const auto w = randoms(T, 46);
+    std::vector<float> sc(T * C), dots(T);
+    for (i64 r = 0; r < T; ++r) {
+        double d = 0;
+        for (i64 c = 0; c < C; ++c) {
+            sc[static_cast<std::size_t>(r * C + c)] = x[static_cast<std::size_t>(r * C + c)] * w[static_cast<std::size_t>(r)];
+            d += static_cast<double>(x[static_cast<std::size_t>(r * C + c)]) * dy[static_cast<std::size_t>(r * C + c)];
+        }
+        dots[static_cast<std::size_t>(r)] = static_cast<float>(d);
+    }
+    Buf W(w, false), SC(std::vector<float>(T * C), H), DOT(std::vector<float>(T), false);
+    run1(T * C, [&] { k_scale_rows(SC.tv(), X.tv(), W.tv(), T, C); });
+    launch(dim3(T), dim3(kThreads), 0, [&] { k_row_dot(DOT.tv(), X.tv(), DY.tv(), C); });
+    same(rounded(sc, H), SC.get(), "scaled rows", tol);
+    same(dots, DOT.get(), "row dots", 1e-5);
 }

@@ -494,16 +494,21 @@ TEST_CASE("what the runtime cannot execute is refused with the field named", "[r
         q.qk_norm = true;
         CHECK_NOTHROW(runtime::Session(q, cpu_cluster(1), cpu_plan(), {}));
         CHECK_NOTHROW(runtime::Session(q, cpu_cluster(2), cpu_plan(2), {}));
-        // The cuda backend has no MoE kernels: refused before any device is opened. QK-norm it runs
-        // (test_cuda_emulated.cpp), so that plan gets as far as opening the device.
+        // QK-norm and dropless MoE on one rank the cuda backend runs (test_cuda_emulated.cpp), so
+        // those plans get as far as opening the device; token dropping and expert groups it
+        // refuses before any device is opened.
         runtime::RunOptions cuda;
         cuda.backend = runtime::Backend::cuda;
-        try {
-            runtime::Session s(q, cpu_cluster(1), cpu_plan(), cuda);
-        } catch (const std::exception& e) {
-            CHECK_THAT(e.what(), !Catch::Contains("qk_norm"));
+        for (const ModelSpec& ok : {q, tiny_moe()}) {
+            try {
+                runtime::Session s(ok, cpu_cluster(1), cpu_plan(), cuda);
+            } catch (const std::exception& e) {
+                CHECK_THAT(e.what(), !Catch::Contains("qk_norm") && !Catch::Contains("model.moe"));
+            }
         }
-        CHECK_THROWS_WITH(runtime::Session(tiny_moe(), cpu_cluster(1), cpu_plan(), cuda), Catch::Contains("model.moe"));
+        ModelSpec dropping = tiny_moe();
+        dropping.moe->capacity_factor = 1.25;
+        CHECK_THROWS_WITH(runtime::Session(dropping, cpu_cluster(1), cpu_plan(), cuda), Catch::Contains("model.moe.capacity_factor"));
         // It stores bf16 where everything stays on the GPU; fp16, bf16 copies to the host's fp32
         // buffers and narrowed moments are refused, also before a device is opened.
         PlanSpec h = cpu_plan();
