@@ -68,6 +68,19 @@ LLAMA3_405B = llama("llama3.1-405b", 126, 16384, 128, 8, 53248, 128256, 8192)
 
 # Nemotron-4 340B (Nemotron-4 340B technical report, Table 1): squared-ReLU MLP (two matrices, no
 # gate: ffn "relu2"), LayerNorm, RoPE, GQA 8, untied, no biases.
+# Nemotron-3 8B / 22B (NeMo's Nemotron3Config8B / Nemotron3Config22B, nemo/collections/llm/gpt/
+# model/nemotron.py): the Nemotron family's LayerNorm, squared ReLU, RoPE (on half of each head's
+# channels), no biases, untied embeddings; full multi-head attention; vocabulary 256000 as for
+# Nemotron-4 below.
+NEMOTRON3_8B = {
+    "name": "nemotron3-8b", "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 32,
+    "ffn_hidden": 16384, "ffn": "relu2", "vocab": 256000,
+    "seq_len": 4096, "norm": "layernorm", "position": "rope", "tied_embeddings": False,
+    "linear_bias": False, "dropout": 0.0, "moe": None,
+}
+NEMOTRON3_22B = dict(NEMOTRON3_8B, name="nemotron3-22b", layers=40, hidden=6144, heads=48, kv_heads=48,
+                     ffn_hidden=24576)
+
 NEMOTRON4_340B = {
     "name": "nemotron4-340b", "layers": 96, "hidden": 18432, "heads": 96, "kv_heads": 8,
     "ffn_hidden": 73728, "ffn": "relu2", "vocab": 256000,
@@ -146,6 +159,8 @@ SOURCES = {
                           "scaling-book ch06, Llama-3.1-8B config.json copy (id 30247352769); "
                           "Llama 2 dims: C (HF config.json)",
     "nemotron4-340b": "C: Nemotron-4 340B technical report Table 1",
+    "nemotron3-8b/22b": "R: NVIDIA/NeMo nemo/collections/llm/gpt/model/nemotron.py (Nemotron3Config8B, "
+                        "Nemotron3Config22B and the NemotronConfig defaults they inherit)",
     "qwen3-*": "R: copies of the Qwen3-30B-A3B and Qwen3-235B-A22B config.json found in public "
                "repositories (find_string ids 30247352769, 22176531064)",
     "deepseek-v3": "R: copy of the DeepSeek-V3 config fields in a public FLOPs test (id 1025404803); "

@@ -67,13 +67,13 @@ FidelityRow synthetic_row(std::size_t i, Quantity q, const Calibration& applied,
 
 }  // namespace
 
-TEST_CASE("fidelity loader: all 116 entries, sorted, both splits", "[fidelity]") {
+TEST_CASE("fidelity loader: all 118 entries, sorted, both splits", "[fidelity]") {
     const auto& all = dataset();
-    REQUIRE(all.size() == 116);
+    REQUIRE(all.size() == 118);
     for (std::size_t i = 1; i < all.size(); ++i) CHECK(all[i - 1].id < all[i].id);
-    CHECK(select_split(all, "train").size() + select_split(all, "test").size() == 116);
-    CHECK(select_split(all, "all").size() == 116);
-    // 101 publish a throughput (BLOOM's topology search its seconds per iteration too); 7 only a
+    CHECK(select_split(all, "train").size() + select_split(all, "test").size() == 118);
+    CHECK(select_split(all, "all").size() == 118);
+    // 103 publish a throughput (BLOOM's topology search its seconds per iteration too); 7 only a
     // memory outcome: Megatron-LM's CI goldens and BLOOM's three OOM layouts (sources_memory.py).
     int memory_only = 0;
     for (const FidelityEntry& e : all) memory_only += e.memory_only ? 1 : 0;
