@@ -126,26 +126,6 @@ TEST_CASE("cuda kernels match the cpu kernels", "[runtime][cuda]") {
             if (ln) same(db, DB.get(), "layernorm db");
         }
     }
-    SECTION("QK-norm: the heads of Q and K inside fused QKV rows, V copied through") {
-        const i64 T = 11, hq = 4, hkv = 2, hd = 64, W = (hq + 2 * hkv) * hd;
-        const auto x = randoms(T * W, 30, -2, 3), dy = randoms(T * W, 31), wq = randoms(hd, 32), wk = randoms(hd, 33);
-        std::vector<float> y = x, dx = dy, dwq = randoms(hd, 34), dwk = randoms(hd, 35);
-        const auto dwq0 = dwq, dwk0 = dwk;
-        for (i64 t = 0; t < T; ++t) {  // the cpu backend's per-head loop (runtime/src/ops.cpp)
-            const i64 q = t * W, k = q + hq * hd;
-            cpu::norm_forward(y.data() + q, x.data() + q, wq.data(), nullptr, hq, hd);
-            cpu::norm_forward(y.data() + k, x.data() + k, wk.data(), nullptr, hkv, hd);
-            cpu::norm_backward(dx.data() + q, dwq.data(), nullptr, x.data() + q, dy.data() + q, wq.data(), nullptr, false, hq, hd);
-            cpu::norm_backward(dx.data() + k, dwk.data(), nullptr, x.data() + k, dy.data() + k, wk.data(), nullptr, false, hkv, hd);
-        }
-        Dev X(d, x), DY(d, dy), WQ(d, wq), WK(d, wk), Y(d, std::vector<float>(T * W)), DX(d, std::vector<float>(T * W)), DWQ(d, dwq0), DWK(d, dwk0);
-        d.qk_norm_forward(Y.p, X.p, WQ.p, nullptr, WK.p, nullptr, T, W, hq, hkv, hd);
-        d.qk_norm_backward(DX.p, DWQ.p, nullptr, DWK.p, nullptr, X.p, DY.p, WQ.p, WK.p, false, T, W, hq, hkv, hd);
-        same(y, Y.get(), "qk-norm forward");
-        same(dx, DX.get(), "qk-norm dx", 5e-5);
-        same(dwq, DWQ.get(), "qk-norm dwq", 5e-5);
-        same(dwk, DWK.get(), "qk-norm dwk", 5e-5);
-    }
     SECTION("activations and the residual add") {
         const i64 T = 13, F = 70, n = T * F;
         const auto x = randoms(n, 14, -4, 4), x2 = randoms(2 * n, 15, -4, 4), dy = randoms(n, 16), b = randoms(F, 17);
