@@ -28,6 +28,7 @@ bool RankState::moe_compute(std::size_t i) {
     const Program& prog = w_.program;
     const std::string& name = prog.names[static_cast<std::size_t>(in.name)];
     const bool grouped = name == "experts.fc1" || name == "experts.fc2";
+    if (name == "moe.sort_by_expert" || name == "moe.unsort_by_expert") return moe_sort(i, name == "moe.sort_by_expert");
     if (!grouped && in.op != Op::router && name != "moe.permute" && name != "moe.unpermute" && name != "experts.act") return false;
     // The cuda backend runs a rank's MoE layers without expert parallelism, dropless and without
     // expert groups (runtime::unsupported refuses the rest before a run): the moves through its
@@ -278,9 +279,19 @@ bool RankState::moe_compute(std::size_t i) {
     const auto it = layouts.find({in.layer, in.microbatch});
     if (it == layouts.end()) fail(i, "runs before its layer's tokens reached its experts");
     i64 first = 0;
-    for (std::size_t c = 0; c < it->second.size(); ++c) {
-        segs.push_back({first, it->second[c], static_cast<i64>(c) % local});
-        first += it->second[c];
+    if (moe_sorted_.count({in.layer, in.microbatch})) {  // expert order: one segment an expert
+        const auto n = static_cast<i64>(it->second.size()) / local;
+        for (i64 e = 0; e < local; ++e) {
+            i64 rows = 0;
+            for (i64 c = 0; c < n; ++c) rows += it->second[static_cast<std::size_t>(c * local + e)];
+            segs.push_back({first, rows, e});
+            first += rows;
+        }
+    } else {
+        for (std::size_t c = 0; c < it->second.size(); ++c) {
+            segs.push_back({first, it->second[c], static_cast<i64>(c) % local});
+            first += it->second[c];
+        }
     }
     if (first != rows_of(id(0))) fail(i, "its rows are not what reached its experts");
     const DataTensor& out0 = T(o.n_in);
@@ -314,6 +325,44 @@ bool RankState::moe_compute(std::size_t i) {
             else cpu::matmul_forward(y, x, w, nullptr, g.rows, win, wout);
         }
     }
+    return true;
+}
+
+// Megatron's permutation 2 (the lowering's sort_by_local_expert), in place on each operand: the
+// rows arrive as chunks (sender, or expert-TP rank and sender) x local expert; sorted they are
+// local expert x chunk, and unsorted back. The first sort of a (layer, micro-batch) switches its
+// grouped GEMMs to expert order.
+bool RankState::moe_sort(std::size_t i, bool sort) {
+    const Instr& in = rp_.instrs[i];
+    const Operands& o = rp_.operands[i];
+    const OperandView a{w_.program, rp_, o};
+    if (o.n_in != o.n_out || o.n_in < 1) fail(i, "sorts its rows in place: {rows..} -> {the same}");
+    const i64 local = w_.model.moe->experts / ep_size_;
+    const auto& layouts = etp_size_ > 1 ? moe_gath_ : moe_recv_;
+    const auto it = layouts.find({in.layer, in.microbatch});
+    if (it == layouts.end()) fail(i, "runs before its layer's tokens reached its experts");
+    const std::vector<i64>& counts = it->second;
+    const i64 chunks = static_cast<i64>(counts.size()) / local;
+    std::vector<i64> at(counts.size());  // where chunk (c, e) starts in arrival order
+    for (std::size_t q = 0, first = 0; q < counts.size(); first += static_cast<std::size_t>(counts[q]), ++q) at[q] = static_cast<i64>(first);
+    for (int q = 0; q < o.n_in; ++q) {
+        const int id = a.id(q);
+        if (a.id(o.n_in + q) != id) fail(i, "sorts its rows in place: {rows..} -> {the same}");
+        const i64 cols = a.in(q).cols, rows = rows_of(id);
+        float* x = tensor(id, true, i);
+        const std::vector<float> copy(x, x + rows * cols);
+        i64 to = 0;  // position in expert order
+        for (i64 e = 0; e < local; ++e)
+            for (i64 c = 0; c < chunks; ++c) {
+                const auto q2 = static_cast<std::size_t>(c * local + e);
+                const i64 n = counts[q2] * cols, arrival = at[q2] * cols;
+                if (sort) std::copy(copy.begin() + arrival, copy.begin() + arrival + n, x + to);
+                else std::copy(copy.begin() + to, copy.begin() + to + n, x + arrival);
+                to += n;
+            }
+        if (to != rows * cols) fail(i, "its rows are not what reached its experts");
+    }
+    if (sort) moe_sorted_.insert({in.layer, in.microbatch});
     return true;
 }
 

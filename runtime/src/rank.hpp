@@ -242,6 +242,7 @@ private:
     void compute(std::size_t i);
     /// The MoE block's instructions (moe_ops.cpp); false when i is none of them.
     bool moe_compute(std::size_t i);
+    bool moe_sort(std::size_t i, bool sort);
     /// MoE's collectives (moe_ops.cpp: the EP all-to-alls, the expert-TP gather and reduce-scatter):
     /// this rank's part, and on completion its output, sized by what arrived.
     CollPart moe_collective_part(std::size_t i);
@@ -308,6 +309,9 @@ private:
     /// (layer, micro-batch) -> the routed rows the rank kept, where token dropping without padding
     /// makes them fewer than tokens x top_k: what the combine must bring back.
     std::map<std::pair<int, int>, i64> moe_kept_;
+    /// (layer, micro-batch)s whose expert-side rows were sorted into expert order (the lowering's
+    /// moe.sort_by_expert): their grouped GEMMs run expert by expert.
+    std::set<std::pair<int, int>> moe_sorted_;
     std::unordered_map<std::size_t, A2aReceived> a2a_;          ///< by instruction: where a posted all-to-all's rows land
     /// Where this rank's rows (or those of the CP rank `owner`) sit in their sequences.
     cpu::Positions positions(int owner = -1) const { return {w_.model.seq_len, cp_size_, owner < 0 ? cp_rank_ : owner}; }

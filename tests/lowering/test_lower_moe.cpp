@@ -114,6 +114,38 @@ TEST_CASE("MoE layers stop the host for the token counts and permute tokens arou
     CHECK(permute_bytes == Approx(32.0 * 3 * 64 * 2));
 }
 
+TEST_CASE("All-to-all dispatcher: rows sorted by local expert after the dispatch and back before the combine", "[lower][moe]") {
+    // Megatron-Core's sort_chunks_by_idxs ("permutation 2"): with EP 2 each rank holds 2 of the 4
+    // experts and receives 2 senders' rows per expert; it sorts them into expert order for the
+    // grouped GEMM (forward: the input, and the output back; backward: fc2's gradient, and the
+    // input's gradient back). A rank's expert-side rows: 2 ranks x 32 tokens x top-2 / 2 = 64.
+    // Each sort reads and writes them, h 64, 2 bytes, plus each row's router weight (fp32) under
+    // fc2_input (Megatron-Core's default): 2 x 64 x (64 x 2 + 4) = 16896 bytes.
+    auto sorts = [](const Program& prog) {
+        std::map<std::string, std::map<Phase, double>> n;  // name -> phase -> bytes, layer 0
+        for (const Instr& in : prog.ranks[0].instrs) {
+            if (in.kind != InstrKind::compute || in.layer != 0 || in.name < 0) continue;
+            const std::string& name = prog.names[static_cast<std::size_t>(in.name)];
+            if (name == "moe.sort_by_expert" || name == "moe.unsort_by_expert") n[name][in.phase] += in.bytes;
+        }
+        return n;
+    };
+    PlanSpec p = moe_plan(1, 2, 2);
+    REQUIRE(p.moe_probs_at == MoeProbsAt::fc2_input);
+    auto n = sorts(lower(moe_model(), node(), p));
+    const double rows = 64, with_weights = 2 * rows * (64 * 2 + 4), plain = 2 * rows * 64 * 2;
+    CHECK(n["moe.sort_by_expert"][Phase::forward] == Approx(with_weights));  // the input and its weights
+    CHECK(n["moe.unsort_by_expert"][Phase::forward] == Approx(plain));       // the experts' output
+    CHECK(n["moe.sort_by_expert"][Phase::backward] == Approx(plain));        // dY
+    CHECK(n["moe.unsort_by_expert"][Phase::backward] == Approx(with_weights));  // dX and the weights' gradient
+    // DeepEP's dispatch hands over tokens that the receiver permutes once: no second sort. One
+    // expert a rank (EP 4) has nothing to sort either.
+    p.moe_dispatcher = MoeDispatcher::deepep;
+    CHECK(sorts(lower(moe_model(), node(), p)).empty());
+    p = moe_plan(1, 4, 4);
+    CHECK(sorts(lower(moe_model(), node(), p)).empty());
+}
+
 TEST_CASE("FP8 plans: inputs cast before unfused linears and every dgrad; head and router in BF16", "[lower][fp8]") {
     PlanSpec p = moe_plan(1, 2, 2);
     p.precision = Precision::fp8;

@@ -22,6 +22,7 @@ void Names::intern(Program& p) {
     experts_fc1 = id("experts.fc1"); experts_act = id("experts.act"); experts_fc2 = id("experts.fc2");
     q_down = id("q_down"); kv_down = id("kv_down"); q = id("q"); q_up = id("q_up"); kv_up = id("kv_up"); latent_norm = id("latent_norm");
     moe_permute = id("moe.permute"); moe_unpermute = id("moe.unpermute"); moe_counts = id("moe.token_counts_to_host");
+    moe_sort = id("moe.sort_by_expert"); moe_unsort = id("moe.unsort_by_expert");
     shared_fc1 = id("shared.fc1"); shared_act = id("shared.act"); shared_fc2 = id("shared.fc2");
     embedding = id("embedding"); final_norm = id("final_norm"); logits = id("logits"); loss = id("loss");
     mtp_embedding = id("mtp.embedding"); mtp_norms = id("mtp.norms"); mtp_proj = id("mtp.proj");

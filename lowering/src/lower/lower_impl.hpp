@@ -21,7 +21,7 @@ namespace strata::sim::lower_detail {
 struct Names {
     int norm1, qkv, qk_norm, rope, attn, attn_local, attn_remote, proj, residual1, norm2, fc1, act, fc2, residual2;
     int router_gemm, router, experts_fc1, experts_act, experts_fc2, shared_fc1, shared_act, shared_fc2;
-    int moe_permute, moe_unpermute, moe_counts;
+    int moe_permute, moe_unpermute, moe_counts, moe_sort, moe_unsort;
     int q_down, kv_down, q, q_up, kv_up, latent_norm;
     int embedding, final_norm, logits, loss, mtp_embedding, mtp_norms, mtp_proj;
     int tp_ar, tp_ag, tp_rs, tp_ag_input, cp_kv_ag, cp_dkv_rs, ep_dispatch, ep_combine;
@@ -273,6 +273,7 @@ private:
     void mla_projections_forward();
     void mla_projections_backward();
     double expert_tokens() const;
+    void sort_by_local_expert(bool sort, std::initializer_list<int> tensors);  ///< Megatron's permutation 2 and its inverse
     double routed_rows_k(double tokens) const;
     void op_sac_recompute_moe(const char* shared_rerun, int layer);
     void op_sac_recompute_mla(const char* rerun);

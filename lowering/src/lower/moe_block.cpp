@@ -37,6 +37,23 @@ double RankLowering::routed_rows_k(double tokens) const {
     return tokens * k;
 }
 
+// Megatron-Core's all-to-all dispatcher receives each sender's rows grouped by expert, so with
+// several experts on a rank it sorts them into expert order after the dispatch (and the expert-TP
+// gather) for the grouped GEMM, and back before the combine: `sort_chunks_by_idxs`, "permutation
+// 2" (token_dispatcher.py, dispatch_postprocess / combine_preprocess; a gather of whole rows,
+// fused by moe_permute_fusion). Backward mirrors it on the gradients. DeepEP's dispatch hands over
+// tokens, which the receiver permutes once (the model's permute), so it has none. Each moves the
+// rank's expert-side rows once (read and write), with their router weights under fc2_input.
+// Dataflow: in place (the executor reorders the rows and runs the grouped GEMMs in expert order).
+void RankLowering::sort_by_local_expert(bool sort, std::initializer_list<int> tensors) {
+    const bool chunks = d_.ep > 1 || (d_.tp > 1 && d_.sp && d_.etp > 1);  // rows from several senders (or expert-TP ranks)
+    if (!(chunks && d_.experts / d_.ep > 1 && p_.moe_dispatcher == MoeDispatcher::alltoall)) return;
+    const double rows = expert_tokens() * d_.experts / d_.ep;
+    const bool with_probs = p_.moe_probs_at == MoeProbsAt::fc2_input && tensors.size() > 1;
+    compute(Op::elementwise, sort ? n_.moe_sort : n_.moe_unsort, 0, 2 * rows * (d_.h * d_.act_bytes + (with_probs ? 4 : 0)));
+    if (df_) io(tensors, tensors);
+}
+
 // MoE block (Megatron's all-to-all token dispatcher): router GEMM + top-k on the rank's tokens,
 // all-to-all dispatch over EP, the rank's experts as one batched GEMM (batch = E/ep, m = tokens
 // per expert), all-to-all combine. With sequence parallelism each TP rank routes only its
@@ -86,7 +103,9 @@ void RankLowering::moe_forward(int layer) {
         if (sp) shared_out = tp_out_collective(mt.sfc2, mt.sfc2_s);
     }
     defer_or_wait(dispatched);
+    sort_by_local_expert(true, {mt.gath, opt(mt.gath_p)});
     routed_experts_forward(mt, layer);
+    sort_by_local_expert(false, {mt.fc2});
     int combined = -1;
     if (etp_comm) {
         combined = collective(Stream::tp_comm, CollKind::reduce_scatter, Group::etp, tp_bytes, n_.tp_rs);
@@ -241,6 +260,7 @@ void RankLowering::moe_backward(int layer) {
         if (df_) io({mt.dscat}, {mt.dfc2});
     }
     defer_or_wait(arrived);
+    sort_by_local_expert(true, {mt.dfc2});
     const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.etp;
     gemm_cast(n_.experts_fc2, te, f, d_.h, batch);
     if (df_) io({mt.dfc2, prm("experts.fc2.weight", layer), mt.routing}, {mt.dact});
@@ -256,6 +276,7 @@ void RankLowering::moe_backward(int layer) {
     if (df_) io({mt.dfc1, prm("experts.fc1.weight", layer), mt.routing}, {mt.dgath});
     gemm(n_.experts_fc1, d_.h, (d_.mats - 1) * f, te, batch);
     if (df_) io({mt.gath, mt.dfc1, mt.routing}, {prm_grad("experts.fc1.weight", layer)});
+    sort_by_local_expert(false, {mt.dgath, opt(mt.dgath_p)});
     int back = -1;
     if (etp_comm) {
         back = collective(Stream::tp_comm, CollKind::reduce_scatter, Group::etp, tp_bytes, n_.tp_rs);
