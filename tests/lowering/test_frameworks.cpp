@@ -77,6 +77,13 @@ TEST_CASE("a preset fills the knobs its framework fixes", "[frameworks]") {
     CHECK(foundry.attention_kernel == AttentionKernel::fa2);
     CHECK_FALSE(foundry.grad_accum_fusion);
 
+    // Hugging Face Trainer: ForCausalLMLoss upcasts the logits and calls nn.functional.cross_entropy
+    // on them (transformers loss/loss_utils.py), an eager log_softmax and nll_loss.
+    const PlanSpec hf = plan(R"(, "framework": "hf-trainer", "dp": 8, "zero_stage": 3)");
+    CHECK(hf.loss_upcast);
+    CHECK(hf.eager_cross_entropy);
+    CHECK(hf.eager_elementwise);
+
     // Megatron-Bridge's performance recipes: TP overlap only with tp > 1 and sequence parallelism.
     CHECK(plan(R"(, "framework": "megatron-bridge", "tp": 4, "sequence_parallel": true)").tp_comm_overlap);
     CHECK_FALSE(plan(R"(, "framework": "megatron-bridge", "tp": 1, "dp": 4)").tp_comm_overlap);

@@ -215,7 +215,10 @@ const std::vector<Preset>& presets() {
            "Transformers' modeling code runs norms, activations and residual adds as eager PyTorch ops"},
           kAutogradAccumKnob,
           {"loss_upcast", "true", When::always,
-           "Transformers' ForCausalLMLoss upcasts the logits to fp32 before the cross-entropy"}}},
+           "Transformers' ForCausalLMLoss upcasts the logits to fp32 before the cross-entropy"},
+          {"eager_cross_entropy", "true", When::always,
+           "ForCausalLMLoss calls nn.functional.cross_entropy on the upcast logits (transformers loss/loss_utils.py): "
+           "an eager log_softmax and nll_loss"}}},
     };
     return table;
 }
