@@ -71,6 +71,7 @@ bool RankState::moe_compute(std::size_t i) {
         const i64 rows = rows_like(0, bwd ? 1 : 0);
         if (bwd && weighted) rows_like(1, 1);
         const i64 f = bwd ? T(1).cols : T(o.n_in).cols;  // the activation's width
+        // Each step on the backend's own kernels; the cpu backend's scaling and dots inline.
         auto act = [&](float* y, const float* x) {
             if (dev_) {
                 if (m.ffn == FfnKind::swiglu) dev_->swiglu_forward(y, x, rows, f);
@@ -82,61 +83,54 @@ bool RankState::moe_compute(std::size_t i) {
             else if (m.ffn == FfnKind::relu) cpu::relu_forward(y, x, rows * f);
             else cpu::gelu_forward(y, x, rows * f);
         };
-        if (dev_) {
-            if (!bwd) {
-                act(O(0), I(0));
-                if (weighted) dev_->scale_rows(O(0), O(0), I(1), rows, f);
-                return true;
+        auto act_backward = [&](float* dx, const float* x, const float* dy) {  // ReLU's x: its output
+            if (dev_) {
+                if (m.ffn == FfnKind::swiglu) dev_->swiglu_backward(dx, x, dy, rows, f);
+                else if (m.ffn == FfnKind::relu2) dev_->relu2_backward(dx, x, dy, rows * f);
+                else if (m.ffn == FfnKind::relu) dev_->relu_backward(dx, x, dy, rows * f);
+                else dev_->gelu_backward(dx, x, dy, rows * f);
+            } else if (m.ffn == FfnKind::swiglu) cpu::swiglu_backward(dx, x, dy, rows, f);
+            else if (m.ffn == FfnKind::relu2) cpu::relu2_backward(dx, x, dy, rows * f);
+            else if (m.ffn == FfnKind::relu) cpu::relu_backward(dx, x, dy, rows * f);
+            else cpu::gelu_backward(dx, x, dy, rows * f);
+        };
+        auto scale_rows = [&](float* y, const float* x, const float* w) {  // y[r] = x[r] w[r]
+            if (dev_) return dev_->scale_rows(y, x, w, rows, f);
+            for (i64 r = 0; r < rows; ++r)
+                for (i64 c = 0; c < f; ++c) y[r * f + c] = x[r * f + c] * w[r];
+        };
+        auto row_dot = [&](float* out, const float* a, const float* b) {
+            if (dev_) return dev_->row_dot(out, a, b, rows, f);
+            for (i64 r = 0; r < rows; ++r) {
+                double dot = 0;
+                for (i64 c = 0; c < f; ++c) dot += static_cast<double>(a[r * f + c]) * b[r * f + c];
+                out[r] = static_cast<float>(dot);
             }
-            const float* dy = I(1);
-            float *y = nullptr, *scaled = nullptr;
-            if (weighted) {  // as below: d.weights from act(x) recomputed, dY scaled by the weight
-                y = dev_->alloc(rows * f, false), scaled = dev_->alloc(rows * f, false);
-                if (!y || !scaled) fail(i, "no device memory for the weighted activation's backward");
-                act(y, I(0));
-                dev_->row_dot(O(1), y, dy, rows, f);
-                dev_->scale_rows(scaled, dy, I(2), rows, f);
-                dy = scaled;
-            }
-            if (m.ffn == FfnKind::swiglu) dev_->swiglu_backward(O(0), I(0), dy, rows, f);
-            else if (m.ffn == FfnKind::relu2) dev_->relu2_backward(O(0), I(0), dy, rows * f);
-            else if (m.ffn == FfnKind::relu) dev_->relu_backward(O(0), I(0), dy, rows * f);
-            else dev_->gelu_backward(O(0), I(0), dy, rows * f);
-            if (weighted) dev_->release(y, rows * f), dev_->release(scaled, rows * f);
-            return true;
-        }
+        };
         if (!bwd) {
-            float* y = O(0);
-            act(y, I(0));
-            if (weighted) {
-                const float* w = I(1);
-                for (i64 r = 0; r < rows; ++r)
-                    for (i64 c = 0; c < f; ++c) y[r * f + c] *= w[r];
-            }
+            act(O(0), I(0));
+            if (weighted) scale_rows(O(0), O(0), I(1));
             return true;
         }
         const float* dy = I(1);
-        std::vector<float> scaled;
-        if (weighted) {  // d.weights from act(x) recomputed; dY scaled by the weight for act's backward
-            std::vector<float> y(static_cast<std::size_t>(rows * f));
-            act(y.data(), I(0));
-            const float* w = I(2);
-            float* dw = O(1);
-            scaled.assign(dy, dy + rows * f);
-            for (i64 r = 0; r < rows; ++r) {
-                double dot = 0;
-                for (i64 c = 0; c < f; ++c) {
-                    dot += static_cast<double>(y[static_cast<std::size_t>(r * f + c)]) * dy[r * f + c];
-                    scaled[static_cast<std::size_t>(r * f + c)] *= w[r];
-                }
-                dw[r] = static_cast<float>(dot);
+        // Weighted: d.weights from act(x) recomputed, and dY scaled by the weight for act's backward,
+        // in scratch of the backend's (host vectors, or device buffers given back after).
+        std::vector<float> host[2];
+        float* scratch[2] = {};
+        if (weighted) {
+            for (int q = 0; q < 2; ++q) {
+                if (!dev_) host[q].resize(static_cast<std::size_t>(rows * f));
+                scratch[q] = dev_ ? dev_->alloc(rows * f, false) : host[q].data();
+                if (!scratch[q]) fail(i, "no device memory for the weighted activation's backward");
             }
-            dy = scaled.data();
+            act(scratch[0], I(0));
+            row_dot(O(1), scratch[0], dy);
+            scale_rows(scratch[1], dy, I(2));
+            dy = scratch[1];
         }
-        if (m.ffn == FfnKind::swiglu) cpu::swiglu_backward(O(0), I(0), dy, rows, f);
-        else if (m.ffn == FfnKind::relu2) cpu::relu2_backward(O(0), I(0), dy, rows * f);
-        else if (m.ffn == FfnKind::relu) cpu::relu_backward(O(0), I(0), dy, rows * f);  // I(0): the output
-        else cpu::gelu_backward(O(0), I(0), dy, rows * f);
+        act_backward(O(0), I(0), dy);
+        if (dev_ && weighted)
+            for (float* b : scratch) dev_->release(b, rows * f);
         return true;
     }
     // The routing is the last input of the grouped GEMMs and the second of the moves.
@@ -153,11 +147,24 @@ bool RankState::moe_compute(std::size_t i) {
         if (cap > 0) std::fill_n(O(q), elements(id(o.n_in + q)), 0.0f);
     };
     std::vector<i64> pos(static_cast<std::size_t>(tokens * k)), counts(static_cast<std::size_t>(E));
-    if (!grouped && dev_) {  // the routing to the host (a sync, as Megatron's split sizes are), the order back
-        std::vector<float> routing_host(static_cast<std::size_t>(tokens * 2 * k));
-        dev_->copy(routing_host.data(), I(routing_at), tokens * 2 * k);
-        cpu::moe_order(pos.data(), counts.data(), routing_host.data(), tokens, E, k, cap);
-        dev_->moe_set_order(pos.data(), tokens * k);
+    if (!grouped && dev_) {
+        // The routing comes to the host once, at the forward permute (a sync, where Megatron reads
+        // its split sizes); the other moves of the (layer, micro-batch) reuse that order, copied to
+        // the device again only when another one's is there.
+        const std::pair<int, int> key{in.layer, in.microbatch};
+        const bool fresh = name == "moe.permute" && !bwd;
+        if (fresh) {
+            std::vector<float> routing_host(static_cast<std::size_t>(tokens * 2 * k));
+            dev_->copy(routing_host.data(), I(routing_at), tokens * 2 * k);
+            cpu::moe_order(pos.data(), counts.data(), routing_host.data(), tokens, E, k, cap);
+            moe_pos_[key] = pos;
+        } else {
+            const auto it = moe_pos_.find(key);
+            if (it == moe_pos_.end()) fail(i, "moves tokens before its layer's permute ordered them");
+            pos = it->second;
+        }
+        if (fresh || moe_pos_on_device_ != key) dev_->moe_set_order(pos.data(), tokens * k);
+        moe_pos_on_device_ = key;
     } else if (!grouped) {
         cpu::moe_order(pos.data(), counts.data(), I(routing_at), tokens, E, k, cap);
     }

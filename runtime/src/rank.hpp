@@ -312,6 +312,10 @@ private:
     /// (layer, micro-batch)s whose expert-side rows were sorted into expert order (the lowering's
     /// moe.sort_by_expert): their grouped GEMMs run expert by expert.
     std::set<std::pair<int, int>> moe_sorted_;
+    /// cuda backend: (layer, micro-batch) -> its token order (cpu::moe_order's pos), read back once
+    /// at the forward permute; whose order the device holds now.
+    std::map<std::pair<int, int>, std::vector<i64>> moe_pos_;
+    std::pair<int, int> moe_pos_on_device_{-1, -1};
     std::unordered_map<std::size_t, A2aReceived> a2a_;          ///< by instruction: where a posted all-to-all's rows land
     /// Where this rank's rows (or those of the CP rank `owner`) sit in their sequences.
     cpu::Positions positions(int owner = -1) const { return {w_.model.seq_len, cp_size_, owner < 0 ? cp_rank_ : owner}; }

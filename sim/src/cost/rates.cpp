@@ -95,7 +95,6 @@ Rate dram_rate(const hwdb::HardwareView& hw) {
     return r;
 }
 
-
 Rate ssd_read_rate(const hwdb::HardwareView& hw, const ClusterSpec& c) {
     if (hw.ssd_read && hw.ssd_read->Bps > 0) return from_fit(*hw.ssd_read);
     Rate r;
