@@ -329,6 +329,9 @@ public:
     void matmul_dgrad(float* dx, const float* dy, const float* w, i64 T, i64 K, i64 N) override {
         gemm(false, false, T, K, N, tv(dy), N, 0, tv(w), K, 0, tv(dx), K, 0, 1, 1.0f, 0.0f);
     }
+    void matmul_dgrad_add(float* dx, const float* dy, const float* w, i64 T, i64 K, i64 N) override {
+        gemm(false, false, T, K, N, tv(dy), N, 0, tv(w), K, 0, tv(dx), K, 0, 1, 1.0f, 1.0f);
+    }
     void matmul_wgrad(float* dw, float* db, const float* x, const float* dy, i64 T, i64 K, i64 N) override {
         gemm(true, false, N, K, T, tv(dy), N, 0, tv(x), K, 0, tv(dw), K, 0, 1, 1.0f, 1.0f);
         if (db) bias_grad(db, dy, T, N);

@@ -68,6 +68,8 @@ public:
     // Kernels (cpu_kernels.hpp).
     virtual void matmul_forward(float* y, const float* x, const float* w, const float* b, i64 T, i64 K, i64 N) = 0;
     virtual void matmul_dgrad(float* dx, const float* dy, const float* w, i64 T, i64 K, i64 N) = 0;
+    /// dx += dy w (the MoE router's input gradient, added to the one the experts' path left).
+    virtual void matmul_dgrad_add(float* dx, const float* dy, const float* w, i64 T, i64 K, i64 N) = 0;
     virtual void matmul_wgrad(float* dw, float* db, const float* x, const float* dy, i64 T, i64 K, i64 N) = 0;
     virtual void bias_grad(float* db, const float* d, i64 T, i64 N) = 0;
     virtual void norm_forward(float* y, const float* x, const float* w, const float* b, i64 T, i64 C) = 0;
@@ -146,8 +148,8 @@ public:
 };
 
 /// The module's entry point: a new device on GPU 0, or null with the reason in `why`.
-constexpr int kDeviceApiVersion = 9;  // 2: dropout; 3: lanes; 4: adamw_ranges; 5: bf16 buffers; 6: AdamW writes the weights; 7: ReLU;
-                                      // 8: QK-norm; 9: MoE on one rank
+constexpr int kDeviceApiVersion = 10;  // 2: dropout; 3: lanes; 4: adamw_ranges; 5: bf16 buffers; 6: AdamW writes the weights; 7: ReLU;
+                                      // 8: QK-norm; 9: MoE on one rank; 10: an accumulating dgrad
 constexpr const char* kCudaModuleFile = "libstrata_runtime_cuda.so";
 constexpr const char* kCudaModuleSymbol = "strata_runtime_cuda_create";
 using CreateDevice = Device* (*)(int api_version, std::string* why);
@@ -155,5 +157,9 @@ using CreateDevice = Device* (*)(int api_version, std::string* why);
 /// Opens the cuda module (once per process) and creates a device; throws RuntimeError naming every
 /// place looked in, or the module's reason (no GPU, a driver too old). device_loader.cpp.
 std::unique_ptr<Device> open_cuda_device();
+
+/// The Device interface over the cpu kernels in this process, with the cuda device's rules checked
+/// (Backend::emulated; device_emulated.cpp says which).
+std::unique_ptr<Device> make_emulated_device();
 
 }  // namespace strata::runtime

@@ -49,7 +49,7 @@ void RankState::compute(std::size_t i) {
                 const DataTensor &dy = a.in(0), &w = a.in(1), &dx = a.out(0);
                 if (w.rows != dy.cols || dx.cols != w.cols || dx.rows != dy.rows) fail(i, "dgrad operand shapes disagree");
                 if (nin > 2 && a.id(2) == a.id(nin)) {  // {dy, W, dx} -> dx: adds into dx (the MoE router's)
-                    if (dev_) fail(i, "an accumulating dgrad is not executed by the cuda backend");
+                    if (dev_) return dev_->matmul_dgrad_add(O(0), I(0), I(1), dy.rows, w.cols, w.rows);
                     std::vector<float> part(static_cast<std::size_t>(dx.elements()));
                     cpu::matmul_dgrad(part.data(), I(0), I(1), dy.rows, w.cols, w.rows);
                     float* sum = O(0);

@@ -17,7 +17,7 @@ namespace strata::runtime {
 
 using namespace sim;
 
-const char* to_string(Backend b) { return b == Backend::cpu ? "cpu" : "cuda"; }
+const char* to_string(Backend b) { return b == Backend::cpu ? "cpu" : b == Backend::cuda ? "cuda" : "emulated"; }
 
 namespace {
 // Megatron's DynamicGradScaler.update: an overflow resets the growth count and spends one unit of
@@ -39,6 +39,7 @@ void update_loss_scale(World& w, const RunOptions& o, bool found_inf) {
 }  // namespace
 
 std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend) {
+    const bool cuda = backend != Backend::cpu;  // the emulated device keeps the cuda backend's rules
     if (std::string why = dataflow_unsupported(m, p); !why.empty()) return why;
     // bf16 and fp16: the cpu backend holds 2-byte values as floats rounded to their format
     // (computing in fp32, as a GPU's kernels do), with fp32 master weights for the update, and
@@ -49,14 +50,14 @@ std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend) 
         return "plan.precision = fp16 with plan.lock_free_update: a delayed host update of a step skipped for an overflow is not "
                "executed";
     if (p.precision != Precision::fp32) {
-        if (backend == Backend::cuda && p.precision == Precision::fp16)
+        if (cuda && p.precision == Precision::fp16)
             return "plan.precision = fp16: the cuda backend stores fp32 or bf16 (fp16 with its loss scaling runs on --backend cpu, or "
                    "as a memory walk)";
-        if (backend == Backend::cuda && !(p.offload.optimizer.all_gpu() && p.offload.params.all_gpu() && p.offload.grads.all_gpu() &&
+        if (cuda && !(p.offload.optimizer.all_gpu() && p.offload.params.all_gpu() && p.offload.grads.all_gpu() &&
                                           p.offload.activations.all_gpu()))
             return "plan.offload with plan.precision = bf16: on the cuda backend the host's buffers hold fp32, so its copies would "
                    "move twice the bytes the plan prices (offloaded bf16 plans run on --backend cpu; fp32 ones on either)";
-        if (backend == Backend::cuda && (p.exp_avg_dtype != Precision::fp32 || p.exp_avg_sq_dtype != Precision::fp32))
+        if (cuda && (p.exp_avg_dtype != Precision::fp32 || p.exp_avg_sq_dtype != Precision::fp32))
             return "plan.exp_avg_dtype / plan.exp_avg_sq_dtype = bf16: the cuda backend's AdamW keeps fp32 moments (narrowed ones run "
                    "on --backend cpu)";
         for (const auto& [field, dtype] : {std::pair<const char*, Precision>{"plan.exp_avg_dtype", p.exp_avg_dtype},
@@ -68,12 +69,12 @@ std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend) 
                        "are not executed yet)";
         }
     }
-    if (backend == Backend::cuda && m.is_moe() && m.moe->capacity_factor > 0)
+    if (cuda && m.is_moe() && m.moe->capacity_factor > 0)
         return "model.moe.capacity_factor: the cuda backend runs dropless MoE only (token dropping runs on --backend cpu)";
-    if (backend == Backend::cuda && m.is_moe() && m.moe->router_groups > 0)
+    if (cuda && m.is_moe() && m.moe->router_groups > 0)
         return "model.moe.router_groups: the cuda backend's router has no expert groups yet (group-limited routing runs on --backend "
                "cpu)";
-    if (backend == Backend::cuda && p.gpus() > 1)
+    if (cuda && p.gpus() > 1)
         return "backend cuda: the plan has " + std::to_string(p.gpus()) +
                " ranks (dp x tp x pp x cp); the cuda backend runs one rank on one GPU (collectives and pipeline transfers "
                "through NCCL are not written yet: use --backend cpu for a parallel plan)";
@@ -177,8 +178,8 @@ Session::Session(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, co
         w.loss_scale = o.initial_loss_scale;
         w.hysteresis_tracker = o.hysteresis;
     }
-    if (o.backend == Backend::cuda && !o.memory_only) {
-        s.device = open_cuda_device();
+    if (o.backend != Backend::cpu && !o.memory_only) {
+        s.device = o.backend == Backend::cuda ? open_cuda_device() : make_emulated_device();
         w.device = s.device.get();
     }
     w.host_cache = std::make_unique<HostCache>(w.device);

@@ -3,7 +3,8 @@
 // own: each rank walks its RankProgram's streams with the engine's Record/Wait semantics, and the
 // Program's dataflow (lower.hpp, LowerOptions::dataflow) says what each instruction reads and
 // writes. Backends: cpu (ranks as threads, fp32 Eigen kernels, an in-process transport) and, on a
-// machine with a GPU, cuda. Design: docs/runtime.md.
+// machine with a GPU, cuda; `emulated` runs the cuda backend's executor path over the cpu kernels
+// (no GPU), so that CI checks that path. Design: docs/runtime.md.
 #pragma once
 #include <array>
 #include <atomic>
@@ -19,7 +20,9 @@
 
 namespace strata::runtime {
 
-enum class Backend { cpu, cuda };
+/// emulated: the executor's cuda path (device buffers, lanes, the cuda backend's rules) on an
+/// in-process device whose kernels are the cpu backend's (runtime/src/device_emulated.cpp).
+enum class Backend { cpu, cuda, emulated };
 const char* to_string(Backend);
 
 /// Where the token stream comes from.

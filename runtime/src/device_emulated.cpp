@@ -1,0 +1,580 @@
+// The emulated device: device.hpp's interface over the cpu kernels, in this process, so that the
+// executor's cuda path (every dev_ branch of ops.cpp, moe_ops.cpp, rank.cpp and buffer.cpp) runs
+// where no GPU is, in CI. It keeps the cuda device's rules and checks them where a GPU would only
+// misbehave later:
+// - device memory is handed out as addresses in a reserved range that is never mapped, so host
+//   code that reads or writes it directly faults here, as it would on a GPU;
+// - every kernel's and copy's operand range must lie inside one live buffer, and a kernel must be
+//   given device memory;
+// - bf16 buffers hold floats rounded to bf16 after every write (the cuda device stores 2 bytes);
+// - the lanes are queues: kernels run at once, copies on the h2d and d2h lanes run as late as the
+//   events allow (when a lane waits for them, the host syncs, settles a buffer or asks whether an
+//   event was reached). A copy the Program forgot to order against a kernel therefore shows up as
+//   a wrong value, deterministically, where a GPU would race.
+#include <sys/mman.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <iterator>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+#include "device.hpp"
+
+namespace strata::runtime {
+namespace {
+
+using i64 = Device::i64;
+
+class EmulatedDevice final : public Device {
+public:
+    EmulatedDevice() {
+        for (std::size_t size : {std::size_t{1} << 38, std::size_t{1} << 34}) {
+            void* p = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (p == MAP_FAILED) continue;
+            base_ = static_cast<char*>(p);
+            size_ = size;
+            break;
+        }
+        if (!base_) throw std::runtime_error("emulated device: no address range to reserve for device memory");
+    }
+    ~EmulatedDevice() override {
+        for (auto& [p, n] : pinned_) std::free(p);
+        munmap(base_, size_);
+    }
+
+    std::string describe() const override { return "emulated device (the cpu kernels behind the cuda backend's interface; no GPU)"; }
+
+    void set_lane(int lane) override {
+        if (lane < 0 || lane >= lane_count) throw std::runtime_error("emulated device: set_lane " + std::to_string(lane));
+        lane_ = lane;
+    }
+    void record(std::size_t id) override {
+        if (recorded_.size() <= id) recorded_.resize(id + 1, 0), done_.resize(id + 1, 0);
+        ++recorded_[id];
+        enqueue(lane_, Op{Op::record, {}, id, 0});
+    }
+    void wait(std::size_t id) override {
+        if (id >= recorded_.size() || recorded_[id] == 0) throw std::runtime_error("emulated device: a wait for an event never recorded");
+        enqueue(lane_, Op{Op::wait, {}, id, recorded_[id]});
+    }
+    bool reached(std::size_t id) override {
+        if (id >= recorded_.size() || recorded_[id] == 0) throw std::runtime_error("emulated device: a query of an event never recorded");
+        while (done_[id] < recorded_[id]) step_any();
+        return true;
+    }
+
+    float* alloc(i64 n, bool bf16) override {
+        const std::size_t span = round_up(static_cast<std::size_t>(std::max<i64>(n, 1)) * sizeof(float));
+        char* h = nullptr;
+        if (auto& spare = free_[span]; !spare.empty()) {
+            h = spare.back();
+            spare.pop_back();
+        } else if (used_ + span <= size_) {
+            h = base_ + used_;
+            used_ += span;
+        } else {
+            return nullptr;
+        }
+        live_[h] = Block{std::make_unique<float[]>(static_cast<std::size_t>(std::max<i64>(n, 1))), n, bf16, span};
+        held_bytes_ += bytes_of(n, bf16);
+        peak_bytes_ = std::max(peak_bytes_, held_bytes_);
+        return reinterpret_cast<float*>(h);
+    }
+    void release(float* p, i64 n) override {
+        if (!p) return;
+        auto it = live_.find(reinterpret_cast<char*>(p));
+        if (it == live_.end()) throw std::runtime_error("emulated device: release of an address that is no live buffer's start");
+        if (it->second.n != n)
+            throw std::runtime_error("emulated device: a buffer of " + std::to_string(it->second.n) + " elements released as " + std::to_string(n));
+        held_bytes_ -= bytes_of(n, it->second.bf16);
+        free_[it->second.span].push_back(it->first);
+        // A queued copy may still read it (the cuda device fences the block's next user instead).
+        graveyard_.push_back(std::move(it->second.data));
+        live_.erase(it);
+    }
+    float* alloc_host(i64 n) override {  // page-aligned, as cudaHostAlloc's (the ssd tier reads into it with O_DIRECT)
+        const std::size_t bytes = (static_cast<std::size_t>(std::max<i64>(n, 1)) * sizeof(float) + 4095) / 4096 * 4096;
+        auto* p = static_cast<float*>(std::aligned_alloc(4096, bytes));
+        if (!p) return nullptr;
+        std::memset(p, 0, bytes);
+        pinned_[p] = n;
+        return p;
+    }
+    void release_host(float* p) override {
+        if (!p) return;
+        sync();  // no queued copy may still touch it
+        if (pinned_.erase(p) == 0) throw std::runtime_error("emulated device: release_host of memory alloc_host did not give");
+        std::free(p);
+    }
+    void copy(float* dst, const float* src, i64 n) override {
+        if (n <= 0 || dst == src) return;
+        enqueue(lane_, move_op(dst, src, n));
+        while (!q_[lane_].empty()) step(lane_);  // the cuda device syncs the lane when an end is host memory
+    }
+    void copy_async(float* dst, const float* src, i64 n) override {
+        if (n <= 0 || dst == src) return;
+        enqueue(lane_, move_op(dst, src, n));
+    }
+    void host_settle(const float*) override { sync(); }
+    void zero(float* p, i64 n) override {
+        const Ref r = dev(p, n, "zero");
+        kernel([=] { std::fill(r.p, r.p + n, 0.0f); }, {});
+    }
+    void sync() override {
+        while (!q_[0].empty() || !q_[1].empty() || !q_[2].empty()) step_any();
+        graveyard_.clear();
+    }
+    double sum(const float* p, i64 n) override {
+        const Ref r = dev(p, n, "sum");
+        double s = 0;
+        kernel([=, &s] {
+            for (i64 i = 0; i < n; ++i) s += r.p[i];
+        }, {});
+        return s;
+    }
+    double reserved_peak_bytes() override { return peak_bytes_; }
+
+    void timing_reset(std::size_t slots) override {
+        sync();
+        marks_.assign(slots, -1);
+        start_ = std::chrono::steady_clock::now();
+    }
+    void mark(std::size_t slot) override {
+        if (slot >= marks_.size()) throw std::runtime_error("emulated device: timing slot out of range");
+        enqueue(lane_, Op{Op::run, [this, slot] {
+                              marks_[slot] = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count();
+                          }, 0, 0});
+    }
+    void times(std::vector<std::int64_t>& out) override {
+        sync();
+        out.assign(marks_.size(), -1);
+        if (marks_.empty() || marks_[0] < 0) return;
+        for (std::size_t s = 0; s < marks_.size(); ++s)
+            if (marks_[s] >= 0) out[s] = marks_[s] - marks_[0];
+    }
+
+    // Kernels: the cpu kernels on the buffers' storage, then bf16 outputs rounded.
+    void matmul_forward(float* y, const float* x, const float* w, const float* b, i64 T, i64 K, i64 N) override {
+        const Ref Y = dev(y, T * N, "matmul_forward y"), X = dev(x, T * K, "matmul_forward x"), W = dev(w, N * K, "matmul_forward w"),
+                  B = opt(b, N, "matmul_forward b");
+        kernel([=] { cpu::matmul_forward(Y.p, X.p, W.p, B.p, T, K, N); }, {Y});
+    }
+    void matmul_dgrad(float* dx, const float* dy, const float* w, i64 T, i64 K, i64 N) override {
+        const Ref DX = dev(dx, T * K, "matmul_dgrad dx"), DY = dev(dy, T * N, "matmul_dgrad dy"), W = dev(w, N * K, "matmul_dgrad w");
+        kernel([=] { cpu::matmul_dgrad(DX.p, DY.p, W.p, T, K, N); }, {DX});
+    }
+    void matmul_dgrad_add(float* dx, const float* dy, const float* w, i64 T, i64 K, i64 N) override {
+        const Ref DX = dev(dx, T * K, "matmul_dgrad_add dx"), DY = dev(dy, T * N, "matmul_dgrad_add dy"), W = dev(w, N * K, "matmul_dgrad_add w");
+        kernel([=] {
+            std::vector<float> part(static_cast<std::size_t>(T * K));
+            cpu::matmul_dgrad(part.data(), DY.p, W.p, T, K, N);
+            cpu::add(DX.p, DX.p, part.data(), nullptr, T, K);
+        }, {DX});
+    }
+    void matmul_wgrad(float* dw, float* db, const float* x, const float* dy, i64 T, i64 K, i64 N) override {
+        const Ref DW = dev(dw, N * K, "matmul_wgrad dw"), DB = opt(db, N, "matmul_wgrad db"), X = dev(x, T * K, "matmul_wgrad x"),
+                  DY = dev(dy, T * N, "matmul_wgrad dy");
+        kernel([=] { cpu::matmul_wgrad(DW.p, DB.p, X.p, DY.p, T, K, N); }, {DW, DB});
+    }
+    void bias_grad(float* db, const float* d, i64 T, i64 N) override {
+        const Ref DB = dev(db, N, "bias_grad db"), D = dev(d, T * N, "bias_grad d");
+        kernel([=] { cpu::bias_grad(DB.p, D.p, T, N); }, {DB});
+    }
+    void norm_forward(float* y, const float* x, const float* w, const float* b, i64 T, i64 C) override {
+        const Ref Y = dev(y, T * C, "norm_forward y"), X = dev(x, T * C, "norm_forward x"), W = dev(w, C, "norm_forward w"),
+                  B = opt(b, C, "norm_forward b");
+        kernel([=] { cpu::norm_forward(Y.p, X.p, W.p, B.p, T, C); }, {Y});
+    }
+    void norm_backward(float* dx, float* dw, float* db, const float* x, const float* dy, const float* w, const float* residual, bool ln,
+                       i64 T, i64 C) override {
+        const Ref DX = dev(dx, T * C, "norm_backward dx"), DW = dev(dw, C, "norm_backward dw"), DB = opt(db, C, "norm_backward db"),
+                  X = dev(x, T * C, "norm_backward x"), DY = dev(dy, T * C, "norm_backward dy"), W = dev(w, C, "norm_backward w"),
+                  R = opt(residual, T * C, "norm_backward residual");
+        kernel([=] { cpu::norm_backward(DX.p, DW.p, DB.p, X.p, DY.p, W.p, R.p, ln, T, C); }, {DX, DW, DB});
+    }
+    // QK-norm as the cpu backend's executor runs it (ops.cpp): V copied through, each head normed.
+    void qk_norm_forward(float* y, const float* x, const float* wq, const float* bq, const float* wk, const float* bk, i64 T, i64 W,
+                         i64 hq, i64 hkv, i64 hd) override {
+        const Ref Y = dev(y, T * W, "qk_norm_forward y"), X = dev(x, T * W, "qk_norm_forward x"), WQ = dev(wq, hd, "qk_norm_forward wq"),
+                  BQ = opt(bq, hd, "qk_norm_forward bq"), WK = dev(wk, hd, "qk_norm_forward wk"), BK = opt(bk, hd, "qk_norm_forward bk");
+        kernel([=] {
+            if (Y.p != X.p) std::memcpy(Y.p, X.p, static_cast<std::size_t>(T * W) * sizeof(float));
+            for (i64 t = 0; t < T; ++t) {
+                const i64 q = t * W, k = q + hq * hd;
+                cpu::norm_forward(Y.p + q, X.p + q, WQ.p, BQ.p, hq, hd);
+                cpu::norm_forward(Y.p + k, X.p + k, WK.p, BK.p, hkv, hd);
+            }
+        }, {Y});
+    }
+    void qk_norm_backward(float* dx, float* dwq, float* dbq, float* dwk, float* dbk, const float* x, const float* dy, const float* wq,
+                          const float* wk, bool ln, i64 T, i64 W, i64 hq, i64 hkv, i64 hd) override {
+        const Ref DX = dev(dx, T * W, "qk_norm_backward dx"), DWQ = dev(dwq, hd, "qk_norm_backward dwq"),
+                  DBQ = opt(dbq, hd, "qk_norm_backward dbq"), DWK = dev(dwk, hd, "qk_norm_backward dwk"),
+                  DBK = opt(dbk, hd, "qk_norm_backward dbk"), X = dev(x, T * W, "qk_norm_backward x"), DY = dev(dy, T * W, "qk_norm_backward dy"),
+                  WQ = dev(wq, hd, "qk_norm_backward wq"), WK = dev(wk, hd, "qk_norm_backward wk");
+        kernel([=] {
+            if (DX.p != DY.p) std::memcpy(DX.p, DY.p, static_cast<std::size_t>(T * W) * sizeof(float));
+            for (i64 t = 0; t < T; ++t) {
+                const i64 q = t * W, k = q + hq * hd;
+                cpu::norm_backward(DX.p + q, DWQ.p, DBQ.p, X.p + q, DY.p + q, WQ.p, nullptr, ln, hq, hd);
+                cpu::norm_backward(DX.p + k, DWK.p, DBK.p, X.p + k, DY.p + k, WK.p, nullptr, ln, hkv, hd);
+            }
+        }, {DX, DWQ, DBQ, DWK, DBK});
+    }
+    void gelu_forward(float* y, const float* x, i64 n) override { unary(cpu::gelu_forward, y, x, n, "gelu_forward"); }
+    void gelu_backward(float* dx, const float* x, const float* dy, i64 n) override { binary(cpu::gelu_backward, dx, x, dy, n, "gelu_backward"); }
+    void relu2_forward(float* y, const float* x, i64 n) override { unary(cpu::relu2_forward, y, x, n, "relu2_forward"); }
+    void relu2_backward(float* dx, const float* x, const float* dy, i64 n) override { binary(cpu::relu2_backward, dx, x, dy, n, "relu2_backward"); }
+    void relu_forward(float* y, const float* x, i64 n) override { unary(cpu::relu_forward, y, x, n, "relu_forward"); }
+    void relu_backward(float* dx, const float* y, const float* dy, i64 n) override { binary(cpu::relu_backward, dx, y, dy, n, "relu_backward"); }
+    void mul(float* out, const float* a, const float* b, i64 n) override { binary(cpu::mul, out, a, b, n, "mul"); }
+    void swiglu_forward(float* y, const float* x, i64 T, i64 F) override {
+        const Ref Y = dev(y, T * F, "swiglu_forward y"), X = dev(x, 2 * T * F, "swiglu_forward x");
+        kernel([=] { cpu::swiglu_forward(Y.p, X.p, T, F); }, {Y});
+    }
+    void swiglu_backward(float* dx, const float* x, const float* dy, i64 T, i64 F) override {
+        const Ref DX = dev(dx, 2 * T * F, "swiglu_backward dx"), X = dev(x, 2 * T * F, "swiglu_backward x"), DY = dev(dy, T * F, "swiglu_backward dy");
+        kernel([=] { cpu::swiglu_backward(DX.p, X.p, DY.p, T, F); }, {DX});
+    }
+    void add(float* out, const float* a, const float* b, const float* bias, i64 T, i64 C) override {
+        const Ref O = dev(out, T * C, "add out"), A = dev(a, T * C, "add a"), B = dev(b, T * C, "add b"), BI = opt(bias, C, "add bias");
+        kernel([=] { cpu::add(O.p, A.p, B.p, BI.p, T, C); }, {O});
+    }
+    void rope(float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, bool inverse) override {
+        const Ref Q = dev(qkv, T * (hq + 2 * hkv) * d, "rope qkv");
+        kernel([=] { cpu::rope(Q.p, T, where(seq), hq, hkv, d, inverse); }, {Q});
+    }
+    void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop) override {
+        const Ref O = dev(out, T * hq * d, "attention_forward out"), L = dev(lse, T * hq, "attention_forward lse"),
+                  Q = dev(qkv, T * (hq + 2 * hkv) * d, "attention_forward qkv");
+        kernel([=] { cpu::attention_forward(O.p, L.p, Q.p, T, seq, hq, hkv, d, drop); }, {O, L});
+    }
+    void attention_backward(float* dqkv, const float* qkv, const float* out, const float* lse, const float* dout, i64 T, i64 seq, i64 hq,
+                            i64 hkv, i64 d, const Dropout& drop) override {
+        const i64 W = (hq + 2 * hkv) * d;
+        const Ref DQ = dev(dqkv, T * W, "attention_backward dqkv"), Q = dev(qkv, T * W, "attention_backward qkv"),
+                  O = dev(out, T * hq * d, "attention_backward out"), L = dev(lse, T * hq, "attention_backward lse"),
+                  DO = dev(dout, T * hq * d, "attention_backward dout");
+        kernel([=] { cpu::attention_backward(DQ.p, Q.p, O.p, L.p, DO.p, T, seq, hq, hkv, d, drop); }, {DQ});
+    }
+    void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, i64 seq, const Dropout& drop) override {
+        const Ref Y = dev(y, T * C, "dropout_forward y"), M = dev(mask, T * C, "dropout_forward mask"), X = dev(x, T * C, "dropout_forward x");
+        kernel([=] { cpu::dropout_forward(Y.p, M.p, X.p, T, C, drop, where(seq)); }, {Y, M});
+    }
+    void dropout_add(float* out, float* mask, const float* a, const float* b, const float* bias, i64 T, i64 C, i64 seq,
+                     const Dropout& drop) override {
+        const Ref O = dev(out, T * C, "dropout_add out"), M = dev(mask, T * C, "dropout_add mask"), A = dev(a, T * C, "dropout_add a"),
+                  B = dev(b, T * C, "dropout_add b"), BI = opt(bias, C, "dropout_add bias");
+        kernel([=] { cpu::dropout_add(O.p, M.p, A.p, B.p, BI.p, T, C, drop, where(seq)); }, {O, M});
+    }
+    void embedding_forward(float* out, const float* tokens, const float* table, i64 first, i64 rows, i64 T, i64 C) override {
+        const Ref O = dev(out, T * C, "embedding_forward out"), TK = dev(tokens, 2 * T, "embedding_forward tokens"),
+                  TB = dev(table, rows * C, "embedding_forward table");
+        kernel([=] { cpu::embedding_forward(O.p, TK.p, TB.p, first, rows, T, C); }, {O});
+    }
+    void embedding_backward(float* dtable, const float* tokens, const float* dout, i64 first, i64 rows, i64 T, i64 C) override {
+        const Ref D = dev(dtable, rows * C, "embedding_backward dtable"), TK = dev(tokens, 2 * T, "embedding_backward tokens"),
+                  DO = dev(dout, T * C, "embedding_backward dout");
+        kernel([=] { cpu::embedding_backward(D.p, TK.p, DO.p, first, rows, T, C); }, {D});
+    }
+    void position_forward(float* out, const float* e, const float* pos, i64 row0, i64 rows_out, i64 seq, i64 C) override {
+        const Ref O = dev(out, rows_out * C, "position_forward out"), E = dev(e, (row0 + rows_out) * C, "position_forward e"),
+                  P = dev(pos, seq * C, "position_forward pos");
+        kernel([=] { cpu::position_forward(O.p, E.p, P.p, row0, rows_out, where(seq), C); }, {O});
+    }
+    void position_backward(float* dpos, const float* d, i64 T, i64 seq, i64 C) override {
+        const Ref DP = dev(dpos, seq * C, "position_backward dpos"), D = dev(d, T * C, "position_backward d");
+        kernel([=] { cpu::position_backward(DP.p, D.p, T, where(seq), C); }, {DP});
+    }
+    void loss_stats(float* stats, const float* logits, const float* tokens, i64 first, i64 T, i64 V) override {
+        const Ref S = dev(stats, 3 * T, "loss_stats stats"), L = dev(logits, T * V, "loss_stats logits"), TK = dev(tokens, 2 * T, "loss_stats tokens");
+        kernel([=] { cpu::loss_stats(S.p, L.p, TK.p, first, T, V); }, {S});
+    }
+    void loss_combine(float* loss, float* lse, const float* stats, i64 n, i64 T) override {
+        const Ref L = dev(loss, T, "loss_combine loss"), E = opt(lse, T, "loss_combine lse"), S = dev(stats, 3 * n * T, "loss_combine stats");
+        kernel([=] { cpu::loss_combine(L.p, E.p, S.p, n, T); }, {L, E});
+    }
+    void loss_backward(float* dlogits, const float* logits, const float* tokens, const float* stats, i64 shards, i64 first, i64 T, i64 V,
+                       float scale) override {
+        const Ref D = dev(dlogits, T * V, "loss_backward dlogits"), L = dev(logits, T * V, "loss_backward logits"),
+                  TK = dev(tokens, 2 * T, "loss_backward tokens"), S = dev(stats, 3 * shards * T, "loss_backward stats");
+        kernel([=] {
+            std::vector<float> loss(static_cast<std::size_t>(T)), lse(static_cast<std::size_t>(T));
+            cpu::loss_combine(loss.data(), lse.data(), S.p, shards, T);
+            cpu::loss_backward(D.p, L.p, TK.p, lse.data(), first, T, V, scale);
+        }, {D});
+    }
+
+    // Mixture of experts: the moves follow moe_kernels.cuh (a null routing weighs 1; dprobs may be null).
+    void moe_set_order(const i64* pos, i64 n) override {
+        order_.assign(pos, pos + n);
+        kept_ = 0;
+        for (i64 p : order_) kept_ = std::max(kept_, p + 1);
+    }
+    void moe_route(float* routing, const float* logits, i64 T, i64 E, i64 k) override {
+        const Ref R = dev(routing, 2 * k * T, "moe_route routing"), L = dev(logits, T * E, "moe_route logits");
+        kernel([=] { cpu::moe_route(R.p, L.p, T, E, k); }, {R});
+    }
+    void moe_route_backward(float* dlogits, const float* routing, const float* dprobs, i64 T, i64 E, i64 k) override {
+        const Ref D = dev(dlogits, T * E, "moe_route_backward dlogits"), R = dev(routing, 2 * k * T, "moe_route_backward routing"),
+                  DP = dev(dprobs, T * k, "moe_route_backward dprobs");
+        kernel([=] { cpu::moe_route_backward(D.p, R.p, DP.p, T, E, k); }, {D});
+    }
+    void moe_permute(float* xp, const float* x, i64 T, i64 k, i64 C) override {
+        const Ref XP = dev(xp, kept_ * C, "moe_permute xp"), X = dev(x, T * C, "moe_permute x");
+        const std::vector<i64> pos = order(T * k, "moe_permute");
+        kernel([=] {
+            for (i64 tk = 0; tk < T * k; ++tk)
+                if (pos[tk] >= 0) std::memcpy(XP.p + pos[tk] * C, X.p + (tk / k) * C, static_cast<std::size_t>(C) * sizeof(float));
+        }, {XP});
+    }
+    void moe_permute_backward(float* dx, const float* dxp, i64 T, i64 k, i64 C) override {
+        const Ref DX = dev(dx, T * C, "moe_permute_backward dx"), DXP = dev(dxp, kept_ * C, "moe_permute_backward dxp");
+        const std::vector<i64> pos = order(T * k, "moe_permute_backward");
+        kernel([=] {
+            for (i64 t = 0; t < T; ++t)
+                for (i64 c = 0; c < C; ++c) {
+                    float s = 0;
+                    for (i64 j = 0; j < k; ++j)
+                        if (const i64 p = pos[t * k + j]; p >= 0) s += DXP.p[p * C + c];
+                    DX.p[t * C + c] = s;
+                }
+        }, {DX});
+    }
+    void moe_unpermute(float* y, const float* ye, const float* routing, i64 T, i64 k, i64 C) override {
+        const Ref Y = dev(y, T * C, "moe_unpermute y"), YE = dev(ye, kept_ * C, "moe_unpermute ye"), R = opt(routing, 2 * k * T, "moe_unpermute routing");
+        const std::vector<i64> pos = order(T * k, "moe_unpermute");
+        kernel([=] {
+            for (i64 t = 0; t < T; ++t)
+                for (i64 c = 0; c < C; ++c) {
+                    float s = 0;
+                    for (i64 j = 0; j < k; ++j)
+                        if (const i64 p = pos[t * k + j]; p >= 0) s += (R.p ? R.p[t * 2 * k + k + j] : 1.0f) * YE.p[p * C + c];
+                    Y.p[t * C + c] = s;
+                }
+        }, {Y});
+    }
+    void moe_unpermute_backward(float* dye, float* dprobs, const float* dy, const float* ye, const float* routing, i64 T, i64 k,
+                                i64 C) override {
+        const Ref DYE = dev(dye, kept_ * C, "moe_unpermute_backward dye"), DP = opt(dprobs, T * k, "moe_unpermute_backward dprobs"),
+                  DY = dev(dy, T * C, "moe_unpermute_backward dy"), YE = opt(ye, kept_ * C, "moe_unpermute_backward ye"),
+                  R = opt(routing, 2 * k * T, "moe_unpermute_backward routing");
+        if (DP.p && !YE.p) throw std::runtime_error("emulated device: moe_unpermute_backward: dprobs without ye");
+        const std::vector<i64> pos = order(T * k, "moe_unpermute_backward");
+        kernel([=] {
+            for (i64 tk = 0; tk < T * k; ++tk) {
+                const i64 p = pos[tk], t = tk / k;
+                float dot = 0;
+                if (p >= 0)
+                    for (i64 c = 0; c < C; ++c) {
+                        DYE.p[p * C + c] = (R.p ? R.p[t * 2 * k + k + tk % k] : 1.0f) * DY.p[t * C + c];
+                        if (DP.p) dot += DY.p[t * C + c] * YE.p[p * C + c];
+                    }
+                if (DP.p) DP.p[tk] = p >= 0 ? dot : 0.0f;
+            }
+        }, {DYE, DP});
+    }
+    void moe_permute_probs(float* pr, const float* routing, i64 T, i64 k) override {
+        const Ref P = dev(pr, kept_, "moe_permute_probs pr"), R = dev(routing, 2 * k * T, "moe_permute_probs routing");
+        const std::vector<i64> pos = order(T * k, "moe_permute_probs");
+        kernel([=] {
+            for (i64 i = 0; i < T * k; ++i)
+                if (pos[i] >= 0) P.p[pos[i]] = R.p[(i / k) * 2 * k + k + i % k];
+        }, {P});
+    }
+    void moe_permute_probs_backward(float* dp, const float* dr, i64 T, i64 k) override {
+        const Ref DP = dev(dp, T * k, "moe_permute_probs_backward dp"), DR = dev(dr, kept_, "moe_permute_probs_backward dr");
+        const std::vector<i64> pos = order(T * k, "moe_permute_probs_backward");
+        kernel([=] {
+            for (i64 i = 0; i < T * k; ++i) DP.p[i] = pos[i] < 0 ? 0.0f : DR.p[pos[i]];
+        }, {DP});
+    }
+    void scale_rows(float* y, const float* x, const float* w, i64 rows, i64 C) override {
+        const Ref Y = dev(y, rows * C, "scale_rows y"), X = dev(x, rows * C, "scale_rows x"), W = dev(w, rows, "scale_rows w");
+        kernel([=] {
+            for (i64 i = 0; i < rows * C; ++i) Y.p[i] = X.p[i] * W.p[i / C];
+        }, {Y});
+    }
+    void row_dot(float* out, const float* a, const float* b, i64 rows, i64 C) override {
+        const Ref O = dev(out, rows, "row_dot out"), A = dev(a, rows * C, "row_dot a"), B = dev(b, rows * C, "row_dot b");
+        kernel([=] {
+            for (i64 r = 0; r < rows; ++r) {
+                float s = 0;
+                for (i64 c = 0; c < C; ++c) s += A.p[r * C + c] * B.p[r * C + c];
+                O.p[r] = s;
+            }
+        }, {O});
+    }
+
+    void adamw(float* p, float* m, float* v, const float* g, const unsigned char* decay, i64 n, float lr, float b1, float b2, float eps,
+               float wd, int step) override {
+        const Ref P = dev(p, n, "adamw p"), M = dev(m, n, "adamw m"), V = dev(v, n, "adamw v"), G = dev(g, n, "adamw g"),
+                  D = opt(reinterpret_cast<const float*>(decay), (n + 3) / 4, "adamw decay");
+        const auto* dk = reinterpret_cast<const unsigned char*>(D.p);
+        kernel([=] {  // the device's null: every element decays (the cpu kernel's: none)
+            const std::vector<unsigned char> all(dk ? 0 : static_cast<std::size_t>(n), 1);
+            cpu::adamw(P.p, M.p, V.p, G.p, dk ? dk : all.data(), n, lr, b1, b2, eps, wd, step);
+        }, {P});
+    }
+    void adamw_ranges(float* p, float* m, float* v, const float* g, float* weights, const std::vector<i64>& begin, const std::vector<i64>& len,
+                      const std::vector<float>& wd, float lr, float b1, float b2, float eps, int step) override {
+        if (begin.size() != len.size() || begin.size() != wd.size()) throw std::runtime_error("emulated device: adamw_ranges: tables of different lengths");
+        i64 n = 0;
+        for (std::size_t r = 0; r < begin.size(); ++r) n = std::max(n, begin[r] + len[r]);
+        const Ref P = dev(p, n, "adamw_ranges p"), M = dev(m, n, "adamw_ranges m"), V = dev(v, n, "adamw_ranges v"), G = dev(g, n, "adamw_ranges g"),
+                  WT = opt(weights, n, "adamw_ranges weights");
+        kernel([=] {
+            for (std::size_t r = 0; r < begin.size(); ++r) {
+                const i64 b = begin[r], l = len[r];
+                const std::vector<unsigned char> all(static_cast<std::size_t>(l), 1);  // every element by the range's wd
+                cpu::adamw(P.p + b, M.p + b, V.p + b, G.p + b, all.data(), l, lr, b1, b2, eps, wd[r], step);
+                if (WT.p) {
+                    std::memcpy(WT.p + b, P.p + b, static_cast<std::size_t>(l) * sizeof(float));
+                    if (WT.bf16) cpu::round_bf16(WT.p + b, l);
+                }
+            }
+        }, {P});
+    }
+
+private:
+    struct Block {
+        std::unique_ptr<float[]> data;
+        i64 n;
+        bool bf16;
+        std::size_t span;
+    };
+    /// An operand's storage here, its extent, and whether it holds bf16 (rounded after a write).
+    struct Ref {
+        float* p = nullptr;
+        i64 n = 0;
+        bool bf16 = false;
+    };
+    struct Op {
+        enum Kind { run, record, wait } kind;
+        std::function<void()> fn;
+        std::size_t id;
+        std::uint64_t gen;  ///< a wait: the count of records of `id` it waits for
+    };
+
+    static std::size_t round_up(std::size_t b) { return (b + 255) / 256 * 256; }
+    static double bytes_of(i64 n, bool bf16) { return static_cast<double>(round_up(static_cast<std::size_t>(std::max<i64>(n, 1)) * (bf16 ? 2 : 4))); }
+    static cpu::Positions where(i64 seq) {
+        cpu::Positions w;
+        w.seq = seq;
+        return w;
+    }
+    bool inside(const void* p) const {
+        const char* c = static_cast<const char*>(p);
+        return c >= base_ && c < base_ + size_;
+    }
+    // The storage of [p, p + n), which must lie in one live buffer.
+    Ref at(const float* p, i64 n, const char* what) const {
+        const char* c = reinterpret_cast<const char*>(p);
+        auto it = live_.upper_bound(const_cast<char*>(c));
+        if (it == live_.begin()) throw std::runtime_error(std::string("emulated device: ") + what + ": an address in no live buffer");
+        --it;
+        const Block& b = it->second;
+        const i64 off = (c - it->first) / static_cast<i64>(sizeof(float)), limit = std::max<i64>(b.n, 1);
+        if ((c - it->first) % static_cast<i64>(sizeof(float)) != 0 || n < 0 || off + n > limit || (n > 0 && off >= limit))
+            throw std::runtime_error(std::string("emulated device: ") + what + ": " + std::to_string(n) + " elements at offset " + std::to_string(off) +
+                                     " of a buffer of " + std::to_string(b.n) + " (past its end, or in no live buffer)");
+        return Ref{b.data.get() + off, n, b.bf16};
+    }
+    Ref dev(const float* p, i64 n, const char* what) const {
+        if (!p) throw std::runtime_error(std::string("emulated device: ") + what + ": a null pointer");
+        if (!inside(p)) throw std::runtime_error(std::string("emulated device: ") + what + ": not device memory (a kernel was given a host address)");
+        return at(p, n, what);
+    }
+    Ref opt(const float* p, i64 n, const char* what) const { return p ? dev(p, n, what) : Ref{}; }
+    std::vector<i64> order(i64 n, const char* what) const {
+        if (static_cast<i64>(order_.size()) < n)
+            throw std::runtime_error(std::string("emulated device: ") + what + ": the token order set holds " + std::to_string(order_.size()) +
+                                     " rows, the move needs " + std::to_string(n));
+        return std::vector<i64>(order_.begin(), order_.begin() + n);
+    }
+
+    template <class F>
+    void unary(F f, float* y, const float* x, i64 n, const char* what) {
+        const Ref Y = dev(y, n, what), X = dev(x, n, what);
+        kernel([=] { f(Y.p, X.p, n); }, {Y});
+    }
+    template <class F>
+    void binary(F f, float* o, const float* a, const float* b, i64 n, const char* what) {
+        const Ref O = dev(o, n, what), A = dev(a, n, what), B = dev(b, n, what);
+        kernel([=] { f(O.p, A.p, B.p, n); }, {O});
+    }
+    // A kernel: on the compute lane whatever the current lane, run at once (after what that lane
+    // waits for); its bf16 outputs rounded, as the cuda device stores them.
+    void kernel(std::function<void()> body, std::initializer_list<Ref> outs) {
+        std::vector<Ref> narrow;
+        for (const Ref& r : outs)
+            if (r.p && r.bf16) narrow.push_back(r);
+        enqueue(lane_compute, Op{Op::run, [body = std::move(body), narrow] {
+                                     body();
+                                     for (const Ref& r : narrow) cpu::round_bf16(r.p, r.n);
+                                 }, 0, 0});
+        while (!q_[lane_compute].empty()) step(lane_compute);
+    }
+    // A copy between any two of device memory and host memory, converting into a bf16 buffer.
+    Op move_op(float* dst, const float* src, i64 n) const {
+        const Ref d = inside(dst) ? at(dst, n, "copy dst") : Ref{dst, n, false};
+        const Ref s = inside(src) ? at(src, n, "copy src") : Ref{const_cast<float*>(src), n, false};
+        return Op{Op::run, [d, s, n] {
+                      std::memmove(d.p, s.p, static_cast<std::size_t>(n) * sizeof(float));
+                      if (d.bf16 && !s.bf16) cpu::round_bf16(d.p, n);
+                  }, 0, 0};
+    }
+    void enqueue(int lane, Op op) { q_[lane].push_back(std::move(op)); }
+    // Runs a lane's first operation; a wait first runs the other lanes until its event is reached.
+    void step(int lane) {
+        Op& op = q_[lane].front();
+        if (op.kind == Op::wait) {
+            active_[lane] = true;
+            while (done_[op.id] < op.gen) {
+                bool moved = false;
+                for (int m = 0; m < lane_count && done_[op.id] < op.gen; ++m)
+                    if (m != lane && !active_[m] && !q_[m].empty()) step(m), moved = true;
+                if (!moved) {
+                    active_[lane] = false;
+                    throw std::runtime_error("emulated device: a lane waits for an event that no other lane can reach (the lanes wait on each other)");
+                }
+            }
+            active_[lane] = false;
+        }
+        Op done = std::move(op);
+        q_[lane].pop_front();
+        if (done.kind == Op::record) ++done_[done.id];
+        else if (done.kind == Op::run) done.fn();
+    }
+    void step_any() {
+        for (int l = 0; l < lane_count; ++l)
+            if (!q_[l].empty()) return step(l);
+    }
+
+    char* base_ = nullptr;
+    std::size_t size_ = 0, used_ = 0;
+    std::map<char*, Block> live_;
+    std::map<std::size_t, std::vector<char*>> free_;
+    std::vector<std::unique_ptr<float[]>> graveyard_;
+    std::map<float*, i64> pinned_;
+    double held_bytes_ = 0, peak_bytes_ = 0;
+    int lane_ = lane_compute;
+    std::deque<Op> q_[lane_count];
+    bool active_[lane_count] = {false, false, false};
+    std::vector<std::uint64_t> recorded_, done_;
+    std::vector<std::int64_t> marks_;
+    std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+    std::vector<i64> order_;
+    i64 kept_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Device> make_emulated_device() { return std::make_unique<EmulatedDevice>(); }
+
+}  // namespace strata::runtime

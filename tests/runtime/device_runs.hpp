@@ -1,0 +1,181 @@
+// Whole runs on a device backend against the cpu backend, which finite differences check
+// (test_runtime.cpp): the loss curves of every variant the cuda path executes, and a checkpoint,
+// timeline, memory and refusal case. test_cuda.cpp runs them on a GPU (Backend::cuda), and
+// test_device_emulated.cpp in CI on the emulated device (Backend::emulated), which runs the same
+// executor path over the cpu kernels.
+#pragma once
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "runtime_fixtures.hpp"
+#include "strata/runtime/runtime.hpp"
+
+namespace strata::test::device_runs {
+
+using namespace strata::sim;
+
+inline std::vector<double> run_losses(const ModelSpec& m, const PlanSpec& p, runtime::Backend b, int steps, runtime::RunOptions o = {}) {
+    o.backend = b;
+    o.lr = 3e-3;
+    runtime::Session s(m, cpu_cluster(1), p, o);
+    std::vector<double> out;
+    for (int i = 0; i < steps; ++i) out.push_back(s.step().loss);
+    return out;
+}
+inline void close_curves(const std::vector<double>& a, const std::vector<double>& b, double tol = 1e-4) {
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        INFO("step " << i + 1 << ": cpu " << a[i] << ", device " << b[i]);
+        CHECK(std::fabs(a[i] - b[i]) <= tol * std::fabs(a[i]));
+    }
+}
+
+struct Variant {
+    const char* name;
+    ModelSpec model;
+    PlanSpec plan;
+};
+
+/// fp32: the backends differ in summation order only.
+inline std::vector<Variant> fp32_variants() {
+    std::vector<Variant> v;
+    v.push_back({"GPT", tiny_gpt(), cpu_plan()});
+    v.push_back({"Llama", tiny_llama(2), cpu_plan()});
+    ModelSpec qk = tiny_llama(2);
+    qk.qk_norm = true;  // Qwen3's per-head RMSNorm of Q and K (device.hpp: qk_norm_forward)
+    v.push_back({"Llama with QK-norm", qk, cpu_plan()});
+    // Dropless MoE on one rank: the router, the moves in the host's token order, a GEMM per expert.
+    v.push_back({"MoE (4 experts, top 2), weights at fc2's input", tiny_moe(), cpu_plan()});
+    {
+        PlanSpec p = cpu_plan();
+        p.moe_probs_at = MoeProbsAt::fc2_output;  // the router's weights applied in the un-permute
+        v.push_back({"MoE, weights at fc2's output", tiny_moe(), p});
+    }
+    {
+        PlanSpec p = cpu_plan();
+        p.recompute = Recompute::full;
+        v.push_back({"GPT, full recompute", tiny_gpt(), p});
+        ModelSpec g = tiny_gpt();
+        g.dropout = 0.3;  // both backends draw the same masks (dropout.hpp)
+        v.push_back({"GPT with dropout, full recompute", g, p});
+        v.push_back({"GPT with dropout", g, cpu_plan()});
+        p.offload.activations = TierSplit{0.0, 1.0, 0.0};  // pinned host copies of the checkpoints
+        v.push_back({"GPT, full recompute, activations on the CPU", tiny_gpt(), p});
+        p.recompute = Recompute::none;
+        v.push_back({"GPT, activations on the CPU", tiny_gpt(), p});
+        p = cpu_plan();
+        p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+        v.push_back({"Llama, optimizer on the CPU", tiny_llama(2), p});
+        p.offload.optimizer = TierSplit{0.0, 0.0, 1.0};
+        v.push_back({"Llama, optimizer on SSD", tiny_llama(2), p});
+        p.offload.optimizer = TierSplit{0.5, 0.25, 0.25};
+        v.push_back({"GPT, optimizer split GPU/CPU/SSD", tiny_gpt(), p});
+        // Copies on lanes of their own beside the kernels (device.hpp): parameters fetched a
+        // layer at a time, and Angel-PTM's update running beside the next step.
+        p = cpu_plan();
+        p.zero_stage = 3;
+        p.offload.params = p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+        v.push_back({"Llama, parameters and optimizer on the CPU", tiny_llama(2), p});
+        p.recompute = Recompute::full;
+        p.offload.activations = TierSplit{0.0, 1.0, 0.0};
+        v.push_back({"Llama, parameters, optimizer and activations on the CPU", tiny_llama(2), p});
+        p = cpu_plan();
+        p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+        p.lock_free_update = true;
+        v.push_back({"Llama, lock-free update", tiny_llama(2), p});
+    }
+    return v;
+}
+
+/// bf16 (RankState::elem_bytes): both backends round every 2-byte value to bf16 after computing
+/// it in fp32. Different summation orders flip a rounding here and there, so the curves agree to
+/// bf16's precision, not fp32's.
+inline std::vector<Variant> bf16_variants() {
+    std::vector<Variant> v;
+    ModelSpec qk = tiny_llama(2);
+    qk.qk_norm = true;
+    PlanSpec p = cpu_plan();
+    p.precision = Precision::bf16;
+    v.push_back({"GPT, bf16", tiny_gpt(), p});
+    v.push_back({"Llama, bf16", tiny_llama(2), p});
+    v.push_back({"Llama with QK-norm, bf16", qk, p});
+    v.push_back({"MoE, bf16", tiny_moe(), p});
+    ModelSpec wide = tiny_llama(2);  // 64-wide heads over 80 positions: the flash kernels
+    wide.hidden = 128, wide.heads = 2, wide.kv_heads = 1, wide.head_dim = 64, wide.ffn_hidden = 96, wide.seq_len = 80;
+    v.push_back({"Llama with 64-wide heads, bf16", wide, p});
+    p.recompute = Recompute::full;
+    ModelSpec g = tiny_gpt();
+    g.dropout = 0.3;
+    v.push_back({"GPT with dropout, bf16, full recompute", g, p});
+    g.hidden = 128, g.heads = 2, g.kv_heads = 2, g.head_dim = 64, g.ffn_hidden = 256, g.seq_len = g.max_position = 72;
+    v.push_back({"GPT with dropout and 64-wide heads, bf16, full recompute", g, p});
+    return v;
+}
+
+/// Each variant's curve on `b` against the cpu backend's.
+inline void check_loss_curves(runtime::Backend b) {
+    for (const auto& [variants, tol] : {std::pair{fp32_variants(), 1e-4}, std::pair{bf16_variants(), 5e-3}})
+        for (const Variant& x : variants) {
+            INFO(x.name);
+            const auto want = run_losses(x.model, x.plan, runtime::Backend::cpu, 6);
+            const auto got = run_losses(x.model, x.plan, b, 6);
+            CHECK(got.back() < got.front());  // it learns
+            close_curves(want, got, tol);
+        }
+}
+
+/// A checkpoint resumed on the device, every instruction's span, the tiers' peaks, parameters
+/// read and written through the session, and a parallel plan refused by name.
+inline void check_checkpoint_and_timeline(runtime::Backend backend) {
+    const ModelSpec m = tiny_llama(2);
+    PlanSpec p = cpu_plan();
+    p.offload.optimizer = TierSplit{0.5, 0.5, 0.0};
+    runtime::RunOptions o;
+    o.backend = backend;
+    o.lr = 3e-3;
+    o.record_spans = true;
+    const std::string dir = (std::filesystem::temp_directory_path() / (std::string("strata-test-checkpoint-") + runtime::to_string(backend))).string();
+    std::filesystem::remove_all(dir);
+    std::vector<double> a, b;
+    {
+        runtime::Session s(m, cpu_cluster(1), p, o);
+        s.step();
+        s.save(dir);
+        a.push_back(s.step().loss);
+        a.push_back(s.step().loss);
+        // Every executed instruction has a span, on the GPU's clock or the host's, in order.
+        const auto& t = s.traces();
+        REQUIRE(t.size() == 1);
+        CHECK(t[0].spans.size() > 20);
+        std::int64_t busy = 0;
+        for (const auto& sp : t[0].spans) {
+            CHECK(sp.end_ns >= sp.start_ns);
+            busy += sp.end_ns - sp.start_ns;
+        }
+        CHECK(busy > 0);
+        // The gpu tier's peak is what the dataflow holds: parameters, gradients and half the moments at least.
+        const std::int64_t params = s.param_elements(0, "qkv.weight", 0);
+        CHECK(s.peak_bytes()[0] > 2.0 * 4 * params);
+        CHECK(s.peak_bytes()[1] > 0);
+    }
+    o.resume_dir = dir;
+    runtime::Session r(m, cpu_cluster(1), p, o);
+    CHECK(r.steps_done() == 1);
+    b.push_back(r.step().loss);
+    b.push_back(r.step().loss);
+    close_curves(a, b, 1e-6);  // the embedding's gradient adds atomically: not bit for bit
+    std::filesystem::remove_all(dir);
+
+    // Parameters read and written through the session reach the device.
+    r.set_param(0, "qkv.weight", 0, 3, 0.125f);
+    CHECK(r.param(0, "qkv.weight", 0, 3) == 0.125f);
+
+    // A plan of several ranks is refused by name.
+    CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), cpu_plan(1, 1, 2), o), Catch::Contains("one rank on one GPU"));
+}
+
+}  // namespace strata::test::device_runs
