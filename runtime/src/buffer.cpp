@@ -132,4 +132,33 @@ TrackedBuffer& TrackedBuffer::operator=(TrackedBuffer&& o) noexcept {
     return *this;
 }
 
+// Staging (rank.hpp): a device operand of a collective or transfer of several ranks, copied to
+// the host; the same range twice is one copy.
+float* RankState::stage(std::size_t i, float* dev, i64 n, bool fill, bool back) {
+    Staging& st = staged_[i];
+    const auto* lo = dev;
+    for (std::size_t j = 0; j < st.dev.size(); ++j) {
+        if (st.dev[j] == dev && st.n[j] == n) {  // an in-place operand: one host copy
+            st.back[j] = st.back[j] || back;
+            return st.host[j].data();
+        }
+        if (lo < st.dev[j] + st.n[j] && st.dev[j] < lo + n) fail(i, "staged operands overlap without being the same");
+    }
+    st.host.emplace_back(static_cast<std::size_t>(n));
+    st.dev.push_back(dev);
+    st.n.push_back(n);
+    st.back.push_back(back);
+    if (fill && n > 0) dev_->copy(st.host.back().data(), dev, n);
+    return st.host.back().data();
+}
+
+void RankState::unstage(std::size_t i) {
+    auto it = staged_.find(i);
+    if (it == staged_.end()) return;
+    Staging& st = it->second;
+    for (std::size_t j = 0; j < st.dev.size(); ++j)
+        if (st.back[j] && st.n[j] > 0) dev_->copy(st.dev[j], st.host[j].data(), st.n[j]);
+    staged_.erase(it);
+}
+
 }  // namespace strata::runtime

@@ -346,6 +346,7 @@ bool RankState::collective(std::size_t i, bool first) {
         if (!w_.transport.collective_done(key, &at)) return false;
         ended_ns_[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(at - w_.step_start).count();
         if (moe_collective(in)) finish_moe_collective(i);
+        if (dev_) unstage(i);
         return true;
     }
     if (in.match_id == 0) fail(i, "an unmatched collective (the runtime needs a full-mode Program)");
@@ -358,8 +359,7 @@ bool RankState::collective(std::size_t i, bool first) {
         }
         return done;
     }
-    if (dev_) {  // the cuda backend runs one rank: a group of one only moves its data in place
-        if (in.group_size != 1) fail(i, "collectives across GPUs are not executed by the cuda backend yet");
+    if (dev_ && in.group_size == 1) {  // a group of one only moves its data in place
         const Args a{w_.program, rp_, rp_.operands[i]};
         for (int k = 0; k < a.o.n_in && k < a.o.n_out; ++k)
             dev_->copy(tensor(a.id(a.o.n_in + k), true, i), tensor(a.id(k), false, i), std::min(elements(a.id(k)), elements(a.id(a.o.n_in + k))));
@@ -398,20 +398,25 @@ bool RankState::collective(std::size_t i, bool first) {
         if (a.o.n_in != a.o.n_out) fail(i, "a reduce-scatter into the gradient shard pairs each range with its slice");
         part.ranges = part.into_slice = true;
     }
+    if (dev_) {  // staged through host copies; every operand read, the outputs written back
+        for (std::size_t k = 0; k < part.in.size(); ++k) part.in[k] = stage(i, part.in[k], part.in_n[k], true, false);
+        for (std::size_t k = 0; k < part.out.size(); ++k) part.out[k] = stage(i, part.out[k], part.out_n[k], true, true);
+    }
     const bool done = w_.transport.collective(key, in.coll, in.group_size, std::move(part));
     if (done) ended_ns_[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - w_.step_start).count();
+    if (done && dev_) unstage(i);
     return done;
 }
 
 bool RankState::p2p(std::size_t i, bool first) {
     const Instr& in = rp_.instrs[i];
     const bool send = in.kind == InstrKind::send;
-    if (dev_) fail(i, "pipeline transfers between GPUs are not executed by the cuda backend yet");
     const Transport::Key key{w_.step, in.match_id};
     if (!first) {
         std::chrono::steady_clock::time_point at;
         if (!w_.transport.p2p_done(key, send, &at)) return false;
         ended_ns_[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(at - w_.step_start).count();
+        if (dev_) unstage(i);
         return true;
     }
     const Args a{w_.program, rp_, rp_.operands[i]};
@@ -424,8 +429,10 @@ bool RankState::p2p(std::size_t i, bool first) {
         n /= tp_size_;
         data += static_cast<i64>(tp_rank_) * n;
     }
+    if (dev_) data = stage(i, data, n, send, !send);  // a send's values out; a receive's back in
     const bool done = w_.transport.p2p(key, send, data, n, &waker_);
     if (done) ended_ns_[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - w_.step_start).count();
+    if (done && dev_) unstage(i);
     return done;
 }
 

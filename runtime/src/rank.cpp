@@ -55,7 +55,7 @@ RankState::RankState(World& w, int index) : w_(w), rp_(w.program.ranks[static_ca
     // one sequence), not the rank in the dp x cp gradient group.
     dp_rank_ = (rank / (w.plan.tp * w.plan.cp)) % w.plan.dp;
     gpu_.capacity = w.options.capacity_bytes[0];
-    dev_ = w.device;
+    dev_ = w.device_of(rank);
     lanes_ = dev_ != nullptr && !w.options.memory_only;
     params_on_host_ = !w.plan.offload.params.all_gpu();
     precompute();
@@ -123,7 +123,7 @@ Pool* RankState::pool_of(Tier t) {
 }
 
 TrackedBuffer RankState::buffer(i64 n, Tier t, const std::string& what, bool zero, double elem_bytes) {
-    return TrackedBuffer(n, pool_of(t), what, dev_, t == Tier::gpu, !w_.options.memory_only, w_.host_cache.get(), zero, elem_bytes);
+    return TrackedBuffer(n, pool_of(t), what, dev_, t == Tier::gpu, !w_.options.memory_only, w_.cache_of(rank_), zero, elem_bytes);
 }
 
 double RankState::elem_bytes(const DataTensor& t) const {

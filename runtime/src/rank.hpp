@@ -140,8 +140,13 @@ struct World {
     TokenSource data;
     std::vector<std::unique_ptr<Pool>> node_cpu, node_ssd;  ///< by node
     std::string ssd_dir;
-    Device* device = nullptr;  ///< the cuda backend's GPU; null on the cpu backend
-    std::unique_ptr<HostCache> host_cache;  ///< cleared before the device goes
+    /// The device of each rank (the cuda backend's, or the emulated one); empty on the cpu backend.
+    std::vector<Device*> devices;
+    /// Host buffers for reuse: one shared on the cpu backend, one a rank on a device (its pinned
+    /// memory and its copies are that device's). Cleared before the devices go.
+    std::vector<std::unique_ptr<HostCache>> host_caches;
+    Device* device_of(int rank) const { return devices.empty() ? nullptr : devices[static_cast<std::size_t>(rank)]; }
+    HostCache* cache_of(int rank) const { return host_caches[devices.empty() ? 0 : static_cast<std::size_t>(rank)].get(); }
     int step = 0;              ///< 0-based step being executed (all ranks)
     /// fp16 plans: Megatron's dynamic loss scaler (DynamicGradScaler), and the steps it skipped
     /// for an overflow, which AdamW's step count leaves out. Updated between steps (Session).
@@ -254,6 +259,17 @@ private:
     i64 rows_of(int id) const;
     bool collective(std::size_t i, bool first);
     bool p2p(std::size_t i, bool first);
+    /// Several ranks on devices (RunOptions::ranks_share_gpu, the emulated backend): a collective's
+    /// or transfer's device operands go through host copies, the transport runs on those, and the
+    /// written ones are copied back when it completes (NCCL is not written yet).
+    struct Staging {
+        std::vector<std::vector<float>> host;
+        std::vector<float*> dev;
+        std::vector<i64> n;
+        std::vector<char> back;  ///< copied back to the device when the transfer completes
+    };
+    float* stage(std::size_t i, float* dev, i64 n, bool fill, bool back);
+    void unstage(std::size_t i);
     void copy(std::size_t i);
     /// RunOptions::memory_only: what instruction i would allocate and read, nothing more.
     void touch(std::size_t i);
@@ -302,6 +318,7 @@ private:
     int tp_rank_ = 0, tp_size_ = 1, dp_rank_ = 0, cp_rank_ = 0, cp_size_ = 1, ep_rank_ = 0, ep_size_ = 1, etp_rank_ = 0, etp_size_ = 1;
     // MoE under expert parallelism: the rows a rank's experts receive vary with the routing.
     std::unordered_map<int, i64> dyn_rows_;  ///< tensor id -> rows, for those sized by what arrived
+    std::unordered_map<std::size_t, Staging> staged_;  ///< by instruction, while its transfer is under way
     /// (layer, micro-batch) -> the rows the rank's experts see, before the expert-TP gather: from
     /// each sender per local expert (without EP: per expert of its own tokens), and after it:
     /// [expert-TP rank][that rank's moe_recv_].

@@ -38,7 +38,7 @@ void update_loss_scale(World& w, const RunOptions& o, bool found_inf) {
 }
 }  // namespace
 
-std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend) {
+std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend, bool ranks_share_gpu) {
     const bool cuda = backend != Backend::cpu;  // the emulated device keeps the cuda backend's rules
     if (std::string why = dataflow_unsupported(m, p); !why.empty()) return why;
     // bf16 and fp16: the cpu backend holds 2-byte values as floats rounded to their format
@@ -74,10 +74,19 @@ std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend) 
     if (cuda && m.is_moe() && m.moe->router_groups > 0)
         return "model.moe.router_groups: the cuda backend's router has no expert groups yet (group-limited routing runs on --backend "
                "cpu)";
-    if (cuda && p.gpus() > 1)
+    if (backend == Backend::cuda && p.gpus() > 1 && !ranks_share_gpu)
         return "backend cuda: the plan has " + std::to_string(p.gpus()) +
                " ranks (dp x tp x pp x cp); the cuda backend runs one rank on one GPU (collectives and pipeline transfers "
                "through NCCL are not written yet: use --backend cpu for a parallel plan)";
+    // Several ranks on the device path: dense collectives and pipeline transfers, staged through
+    // host memory (ops.cpp). Context parallelism's attention blocks are cpu kernels, and MoE's
+    // collectives move rows whose count the routing decides.
+    if (cuda && p.gpus() > 1 && p.cp > 1)
+        return "plan.cp = " + std::to_string(p.cp) + ": context parallelism's attention blocks are not executed by the cuda backend (use "
+               "--backend cpu)";
+    if (cuda && p.gpus() > 1 && m.is_moe())
+        return "model.moe with " + std::to_string(p.gpus()) + " ranks: MoE's collectives are not executed by the cuda backend yet (one "
+               "rank runs; use --backend cpu for a parallel MoE plan)";
     return {};
 }
 
@@ -94,12 +103,13 @@ struct Session::Impl {
     int steps_done = 0;
     std::string broken;  ///< why the session cannot step any more
     std::string tmp_ssd_dir;
-    std::unique_ptr<Device> device;  ///< the cuda backend's GPU
+    std::vector<std::unique_ptr<Device>> devices;  ///< a rank's (the cuda backend's GPU, or emulated)
 
     ~Impl() {
         ranks.clear();
-        if (world && world->host_cache) world->host_cache->clear();  // pinned host buffers go back to the device
-        device.reset();  // after the ranks: their buffers go back to it
+        if (world)
+            for (auto& c : world->host_caches) c->clear();  // pinned host buffers go back to their devices
+        devices.clear();  // after the ranks: their buffers go back to them
         if (!tmp_ssd_dir.empty()) {
             std::error_code ec;
             std::filesystem::remove_all(tmp_ssd_dir, ec);
@@ -163,7 +173,7 @@ Session::Session(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, co
     // A plan built in code has not met the file reader's rules: check them here too (a plan the
     // lowering cannot schedule would otherwise fail inside it).
     validate_plan(m, c, p, p.name.empty() ? "plan" : p.name);
-    if (const std::string why = unsupported(m, p, o.memory_only ? Backend::cpu : o.backend); !why.empty())  // a walk needs no GPU
+    if (const std::string why = unsupported(m, p, o.memory_only ? Backend::cpu : o.backend, o.ranks_share_gpu); !why.empty())  // a walk needs no GPU
         throw InputError(p.name.empty() ? "plan" : p.name, "", why + " (strata run executes what the dataflow lowering covers)");
     if (o.check_fit) check_fits(m, c, p, o);
     LowerOptions lo;
@@ -178,11 +188,13 @@ Session::Session(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, co
         w.loss_scale = o.initial_loss_scale;
         w.hysteresis_tracker = o.hysteresis;
     }
-    if (o.backend != Backend::cpu && !o.memory_only) {
-        s.device = o.backend == Backend::cuda ? open_cuda_device() : make_emulated_device();
-        w.device = s.device.get();
-    }
-    w.host_cache = std::make_unique<HostCache>(w.device);
+    if (o.backend != Backend::cpu && !o.memory_only)
+        for (std::size_t r = 0; r < s.program.ranks.size(); ++r) {
+            s.devices.push_back(o.backend == Backend::cuda ? open_cuda_device() : make_emulated_device());
+            w.devices.push_back(s.devices.back().get());
+        }
+    for (std::size_t r = 0; r < std::max<std::size_t>(1, w.devices.size()); ++r)
+        w.host_caches.push_back(std::make_unique<HostCache>(w.devices.empty() ? nullptr : w.devices[r]));
     const int nodes = std::max(1, s.cluster.nodes);
     for (int n = 0; n < nodes; ++n) {
         w.node_cpu.push_back(std::make_unique<Pool>());
@@ -285,7 +297,11 @@ void Session::save(const std::string& dir) const {
 const Program& Session::program() const { return impl_->program; }
 const std::vector<RankTrace>& Session::traces() const { return impl_->traces; }
 std::array<double, kTierCount> Session::peak_bytes() const { return impl_->peaks; }
-double Session::device_reserved_peak_bytes() const { return impl_->device ? impl_->device->reserved_peak_bytes() : 0.0; }
+double Session::device_reserved_peak_bytes() const {  // the worst rank's
+    double most = 0;
+    for (const auto& d : impl_->devices) most = std::max(most, d->reserved_peak_bytes());
+    return most;
+}
 
 float Session::param(int rank, const std::string& name, int layer, std::int64_t index) const {
     RankState& r = impl_->at(rank);

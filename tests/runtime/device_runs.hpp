@@ -21,7 +21,8 @@ using namespace strata::sim;
 inline std::vector<double> run_losses(const ModelSpec& m, const PlanSpec& p, runtime::Backend b, int steps, runtime::RunOptions o = {}) {
     o.backend = b;
     o.lr = 3e-3;
-    runtime::Session s(m, cpu_cluster(1), p, o);
+    o.ranks_share_gpu = true;  // a parallel plan's ranks on the one device (collectives staged through the host)
+    runtime::Session s(m, cpu_cluster(p.gpus()), p, o);
     std::vector<double> out;
     for (int i = 0; i < steps; ++i) out.push_back(s.step().loss);
     return out;
@@ -116,15 +117,57 @@ inline std::vector<Variant> bf16_variants() {
     return v;
 }
 
-/// Each variant's curve on `b` against the cpu backend's.
+/// Several ranks, each with its device: TP (with and without SP), PP (1F1B, interleaved, the
+/// scatter/gather transfer), DP with every ZeRO stage, and the three at once; fp32 and bf16.
+inline std::vector<Variant> parallel_variants() {
+    std::vector<Variant> v;
+    PlanSpec p = cpu_plan(2, 1, 1);
+    v.push_back({"GPT, tp 2", tiny_gpt(), p});
+    p.sequence_parallel = true;
+    v.push_back({"Llama, tp 2 with SP", tiny_llama(2), p});
+    p = cpu_plan(1, 2, 1);
+    v.push_back({"GPT, pp 2 (1F1B)", tiny_gpt(), p});
+    p.recompute = Recompute::full;
+    v.push_back({"Llama, pp 2, full recompute", tiny_llama(4), p});
+    p = cpu_plan(1, 2, 1);
+    p.schedule = Schedule::interleaved_1f1b;
+    p.vpp = 2;
+    v.push_back({"Llama, pp 2 interleaved (vpp 2)", tiny_llama(4), p});
+    for (int z : {0, 1, 2, 3}) {
+        p = cpu_plan(1, 1, 2);
+        p.zero_stage = z;
+        static const char* names[] = {"Llama, dp 2, ZeRO 0", "Llama, dp 2, ZeRO 1", "Llama, dp 2, ZeRO 2", "Llama, dp 2, ZeRO 3"};
+        v.push_back({names[z], tiny_llama(2), p});
+    }
+    p = cpu_plan(1, 1, 2);
+    p.zero_stage = 1;
+    p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+    v.push_back({"Llama, dp 2, ZeRO 1, optimizer on the CPU", tiny_llama(2), p});
+    p = cpu_plan(2, 2, 2);
+    p.zero_stage = 1;
+    p.p2p_scatter_gather = true;  // each TP rank sends its slice; the receivers gather
+    v.push_back({"Llama, tp 2 x pp 2 (scatter/gather) x dp 2, ZeRO 1", tiny_llama(4), p});
+    p.p2p_scatter_gather = false;
+    p.sequence_parallel = true;
+    p.precision = Precision::bf16;
+    v.push_back({"Llama, tp 2 SP x pp 2 x dp 2, ZeRO 1, bf16", tiny_llama(4), p});
+    p = cpu_plan(1, 1, 2);
+    p.zero_stage = 3;
+    p.precision = Precision::bf16;
+    v.push_back({"GPT, dp 2, ZeRO 3, bf16", tiny_gpt(), p});
+    return v;
+}
+
+/// Each variant's curve on `b` against the cpu backend's: to fp32's summation-order noise, or to
+/// bf16's rounding step.
 inline void check_loss_curves(runtime::Backend b) {
-    for (const auto& [variants, tol] : {std::pair{fp32_variants(), 1e-4}, std::pair{bf16_variants(), 5e-3}})
+    for (const auto& variants : {fp32_variants(), bf16_variants(), parallel_variants()})
         for (const Variant& x : variants) {
             INFO(x.name);
             const auto want = run_losses(x.model, x.plan, runtime::Backend::cpu, 6);
             const auto got = run_losses(x.model, x.plan, b, 6);
             CHECK(got.back() < got.front());  // it learns
-            close_curves(want, got, tol);
+            close_curves(want, got, x.plan.precision == Precision::bf16 ? 5e-3 : 1e-4);
         }
 }
 
@@ -174,8 +217,14 @@ inline void check_checkpoint_and_timeline(runtime::Backend backend) {
     r.set_param(0, "qkv.weight", 0, 3, 0.125f);
     CHECK(r.param(0, "qkv.weight", 0, 3) == 0.125f);
 
-    // A plan of several ranks is refused by name.
-    CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), cpu_plan(1, 1, 2), o), Catch::Contains("one rank on one GPU"));
+    // A plan of several ranks is refused by name on a GPU unless its ranks may share it; context
+    // parallelism is refused on the device path either way.
+    if (backend == runtime::Backend::cuda)
+        CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), cpu_plan(1, 1, 2), o), Catch::Contains("one rank on one GPU"));
+    o.ranks_share_gpu = true;
+    PlanSpec cp = cpu_plan(1, 1, 1);
+    cp.cp = 2;
+    CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), cp, o), Catch::Contains("plan.cp = 2"));
 }
 
 }  // namespace strata::test::device_runs

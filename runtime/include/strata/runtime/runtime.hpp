@@ -65,6 +65,11 @@ struct RunOptions {
     /// true: every rank.
     bool walk_all_ranks = false;
     double peak_flops_per_rank = 0;  ///< for MFU (0: not reported)
+    /// cuda backend, a plan of several ranks: every rank on GPU 0, each with its own streams and
+    /// allocator, their collectives and pipeline transfers staged through host memory (NCCL is not
+    /// written yet). Right numbers, not NCCL's times: a correctness check on one GPU, so off
+    /// unless asked for. The emulated backend always runs several ranks so.
+    bool ranks_share_gpu = false;
     const std::atomic<bool>* stop = nullptr;  ///< set (e.g. by SIGINT) to stop between steps
 };
 
@@ -126,7 +131,7 @@ struct KernelTiming {
 KernelTiming time_cuda_kernels(int tokens, int hidden, std::int64_t adam_params, int reps, bool bf16 = false);
 
 /// Why this runtime cannot execute (model, plan) on `backend`; empty when it can.
-std::string unsupported(const sim::ModelSpec& m, const sim::PlanSpec& p, Backend backend);
+std::string unsupported(const sim::ModelSpec& m, const sim::PlanSpec& p, Backend backend, bool ranks_share_gpu = false);
 
 /// A training run in progress: lowered, allocated, initialised (or resumed); steps on demand.
 class Session {
