@@ -49,8 +49,8 @@ void register_import_hf(CLI::App& app) {
     add_int_option(cmd, "--seq-len", args->seq_len, 1, sim::kMaxSeqLen,
                    "training sequence length (default: max_position_embeddings, at most 8192)");
     cmd->add_flag("--sliding-window-as-full", args->windows_as_full,
-                  "import a model whose sliding attention window is shorter than the sequence, costing those layers as full "
-                  "attention (an overestimate; without it such a config is refused)");
+                  "cost the sliding-window layers as full attention (an overestimate) instead of importing the window "
+                  "(model.sliding_window)");
     cmd->callback([args] { run_import_hf(*args); });
 }
 

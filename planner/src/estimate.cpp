@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "strata/sim/cost.hpp"
 #include "strata/sim/engine.hpp"
@@ -148,6 +149,8 @@ LayerTimes Estimator::layer_times(const PlanSpec& p, bool dense_first) {
     m1.layers = m_.is_moe() ? std::max(1, m_.moe->moe_every) : 1;
     m1.mtp_depth = 0;  // its layer would blur the layer window; costed below as a layer and a head
     if (m1.is_moe()) m1.moe->first_k_dense = 0;  // the period of the MoE part
+    // Windowed and whole-context layers alternate (model.window_attn_skip_freq): a period of both.
+    if (m_.window_of(0) > 0 && m_.window_attn_skip_freq > 1) m1.layers = std::lcm(m1.layers, m_.window_attn_skip_freq);
     if (dense_first) {
         m1.moe.reset();
         m1.layers = 1;

@@ -98,6 +98,10 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
     if (!m.linear_bias) flag("disable-bias-linear");
     if (!m.linear_bias && m.qkv_bias) flag("add-qkv-bias");  // Qwen2: biases on Q, K, V only
     if (m.qk_norm) flag("qk-layernorm");                        // with --normalization, RMSNorm for Qwen3
+    if (m.window_of(0) > 0) {  // Megatron-Core counts the keys before the query: w - 1 of them, none after
+        arg("window-size", std::to_string(m.sliding_window - 1) + ",0");
+        if (m.window_attn_skip_freq > 0) arg("window-attn-skip-freq", m.window_attn_skip_freq);
+    }
     if (m.is_moe()) {
         arg("num-experts", m.moe->experts);
         arg("moe-router-topk", m.moe->top_k);

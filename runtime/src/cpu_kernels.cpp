@@ -177,14 +177,14 @@ void rope(float* qkv, i64 T, const Positions& where, i64 hq, i64 hkv, i64 d, boo
 
 // Without context parallelism a rank's block is all there is: the block kernels below, on the
 // rank's own keys.
-void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop) {
-    const Positions all{seq, 1, 0};
+void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop, i64 window) {
+    const Positions all{seq, 1, 0, window};
     attention_block_forward(out, lse, qkv, qkv + hq * d, (hq + 2 * hkv) * d, all, all, T, hq, hkv, d, false, drop);
 }
 
 void attention_backward(float* dqkv, const float* qkv, const float* out, const float* lse, const float* dout, i64 T,
-                        i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop) {
-    const Positions all{seq, 1, 0};
+                        i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop, i64 window) {
+    const Positions all{seq, 1, 0, window};
     attention_block_backward(dqkv, nullptr, (hq + 2 * hkv) * d, qkv, qkv + hq * d, out, lse, dout, all, all, T, hq, hkv, d, false, drop);
 }
 
@@ -194,6 +194,8 @@ namespace {
 std::uint64_t attn_drop_row(const Dropout& drop, const Positions& qpos, i64 t, i64 h) {
     return dropout_attention_row(drop, t / qpos.local(), h, qpos.seq, qpos(t));
 }
+// Causal, and inside the query's window where it has one.
+bool visible(const Positions& qpos, i64 qp, i64 kp) { return kp <= qp && (qpos.window <= 0 || qp - kp < qpos.window); }
 // Sequence and position of a hidden-state row, as one token number.
 std::uint64_t token_of(const Dropout& drop, const Positions& where, i64 r) {
     const i64 row = drop.row0 + r;
@@ -276,7 +278,7 @@ void attention_block_forward(float* out, float* lse, const float* qkv, const flo
             for (i64 j = first; j < first + Ls; ++j) {
                 float& sc = p[static_cast<std::size_t>(j - first)];
                 sc = -std::numeric_limits<float>::infinity();
-                if (kpos(j) > qp) continue;
+                if (!visible(qpos, qp, kpos(j))) continue;
                 const float* k = kv + j * kv_stride + kh * d;
                 float dot = 0;
                 for (i64 i = 0; i < d; ++i) dot += q[i] * k[i];
@@ -335,7 +337,7 @@ void attention_block_backward(float* dqkv, float* dkv, i64 kv_stride, const floa
             float* dq = dqkv + t * row + h * d;
             const std::uint64_t drow = drop.on() ? attn_drop_row(drop, qpos, t, h) : 0;
             for (i64 j = first; j < first + Ls; ++j) {
-                if (kpos(j) > qp) continue;
+                if (!visible(qpos, qp, kpos(j))) continue;
                 const float* k = kv + j * kv_stride + kh * d;
                 const float* v = kv + j * kv_stride + vh * d;
                 float sc = 0, dp = 0;

@@ -68,17 +68,21 @@ void RankState::compute(std::size_t i) {
             const DataTensor &qkv = a.in(0), &out = a.out(0);
             const i64 hq = out.cols / hd, hkv = (qkv.cols / hd - hq) / 2;
             const Dropout drop = dropout(in, DropoutSite::attention_probs, qkv);
-            if (name == "attention") {
+            const i64 win = m.window_of(in.layer);  // the cuda backend refuses windows (session.cpp)
+            cpu::Positions q = positions();
+            q.window = win;
+            if (name == "attention" && win > 0) {
+                cpu::attention_forward(O(0), O(1), I(0), qkv.rows, m.seq_len, hq, hkv, hd, drop, win);
+            } else if (name == "attention") {
                 KERNEL(attention_forward, O(0), O(1), I(0), qkv.rows, m.seq_len, hq, hkv, hd, drop);
             } else if (dev_) {
                 fail(i, "context parallelism is not executed by the cuda backend");
             } else if (name == "attention.local") {  // context parallelism: this rank's own block
-                cpu::attention_block_forward(O(0), O(1), I(0), I(0) + hq * hd, qkv.cols, positions(), positions(), qkv.rows, hq, hkv, hd, false,
-                                             drop);
+                cpu::attention_block_forward(O(0), O(1), I(0), I(0) + hq * hd, qkv.cols, q, positions(), qkv.rows, hq, hkv, hd, false, drop);
             } else {  // a block passed along the ring, merged in
                 const DataTensor& kv = a.in(1);
-                cpu::attention_block_forward(O(0), O(1), I(0), I(1), kv.cols, positions(), positions(ring_source(kv.ring)), qkv.rows, hq, hkv,
-                                             hd, true, drop);
+                cpu::attention_block_forward(O(0), O(1), I(0), I(1), kv.cols, q, positions(ring_source(kv.ring)), qkv.rows, hq, hkv, hd, true,
+                                             drop);
             }
             return;
         }
@@ -88,17 +92,22 @@ void RankState::compute(std::size_t i) {
             const DataTensor &qkv = a.in(0), &out = a.in(ring_block ? 2 : 1);
             const i64 hq = out.cols / hd, hkv = (qkv.cols / hd - hq) / 2;
             const Dropout drop = dropout(in, DropoutSite::attention_probs, qkv);
-            if (name == "attention") {
+            const i64 win = m.window_of(in.layer);
+            cpu::Positions q = positions();
+            q.window = win;
+            if (name == "attention" && win > 0) {
+                cpu::attention_backward(O(0), I(0), I(1), I(2), I(3), qkv.rows, m.seq_len, hq, hkv, hd, drop, win);
+            } else if (name == "attention") {
                 KERNEL(attention_backward, O(0), I(0), I(1), I(2), I(3), qkv.rows, m.seq_len, hq, hkv, hd, drop);
             } else if (dev_) {
                 fail(i, "context parallelism is not executed by the cuda backend");
             } else if (name == "attention.local") {
-                cpu::attention_block_backward(O(0), nullptr, qkv.cols, I(0), I(0) + hq * hd, I(1), I(2), I(3), positions(), positions(),
-                                              qkv.rows, hq, hkv, hd, false, drop);
+                cpu::attention_block_backward(O(0), nullptr, qkv.cols, I(0), I(0) + hq * hd, I(1), I(2), I(3), q, positions(), qkv.rows, hq,
+                                              hkv, hd, false, drop);
             } else {  // ins {qkv, kv, out, lse, dout, dqkv} -> {dqkv, the block's K/V gradient}
                 const DataTensor& kv = a.in(1);
-                cpu::attention_block_backward(O(0), O(1), kv.cols, I(0), I(1), I(2), I(3), I(4), positions(),
-                                              positions(ring_source(kv.ring)), qkv.rows, hq, hkv, hd, true, drop);
+                cpu::attention_block_backward(O(0), O(1), kv.cols, I(0), I(1), I(2), I(3), I(4), q, positions(ring_source(kv.ring)),
+                                              qkv.rows, hq, hkv, hd, true, drop);
             }
             return;
         }

@@ -53,13 +53,10 @@ grep -q '"ffn_hidden": 11008' "$tmp/llama.json" || fail "ffn_hidden missing"
 # Deterministic: the same input gives the same bytes.
 expect_exit 0 "llama import again" "$strata" import-hf "$hf/llama-2-7b.json" --name my-llama -o "$tmp/llama2.json"
 cmp -s "$tmp/llama.json" "$tmp/llama2.json" || fail "output differs between identical runs"
-# A sliding window shorter than the sequence is refused (exit 2, nothing written), naming the key;
-# inside the window, or with --sliding-window-as-full, the import goes through (issue #33).
-"$strata" import-hf "$hf/mistral-7b.json" -o "$tmp/mistral.json" >/dev/null 2>"$tmp/err"; rc=$?
-[ $rc -eq 2 ] || fail "mistral sliding window: exit $rc (want 2)"
-grep -q "sliding_window" "$tmp/err" || fail "sliding-window error does not name the key"
-[ ! -e "$tmp/mistral.json" ] || fail "output written for a refused sliding window"
-expect_exit 0 "mistral at its window" "$strata" import-hf "$hf/mistral-7b.json" --seq-len 4096 -o "$tmp/mistral.json"
+# A sliding window shorter than the sequence is imported as the model's window (issue #31); with
+# --sliding-window-as-full the windowed layers are costed as full attention instead (issue #33).
+expect_exit 0 "mistral with its window" "$strata" import-hf "$hf/mistral-7b.json" -o "$tmp/mistral.json"
+grep -q '"sliding_window": 4096' "$tmp/mistral.json" || fail "mistral's window missing"
 expect_exit 0 "gpt-oss as full attention" "$strata" import-hf "$hf/gpt-oss-120b.json" --sliding-window-as-full -o "$tmp/oss.json"
 grep -q "costed as full attention" "$tmp/oss.json" || fail "the model does not say its windows are costed as full attention"
 echo "ok"

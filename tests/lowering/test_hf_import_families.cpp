@@ -43,14 +43,16 @@ HfImportOptions full_attention() {
 
 }  // namespace
 
-TEST_CASE("gpt-oss imports as a MoE with biases, and its 128-token window is refused unless costed as full", "[hf]") {
-    // 128 tokens of window against the default 8192-token sequence: never silently dropped.
-    try {
-        import("gpt-oss-120b");
-        FAIL("a 128-token sliding window was accepted at 8192 tokens");
-    } catch (const strata::InputError& e) {
-        CHECK_THAT(std::string(e.what()), Contains("gpt-oss-120b.json") && Contains("sliding_window") && Contains("128"));
-    }
+TEST_CASE("gpt-oss imports as a MoE with biases, and its 128-token window on every other layer", "[hf]") {
+    // layer_types alternates sliding and full attention from layer 0 (sliding): every 2nd layer
+    // (1-based) attends to the whole sequence, Megatron-Bridge's window_attn_skip_freq = 2.
+    const ModelSpec w = import("gpt-oss-120b");
+    CHECK(w.sliding_window == 128);
+    CHECK(w.window_attn_skip_freq == 2);
+    CHECK(w.window_of(0) == 128);
+    CHECK(w.window_of(1) == 0);
+    CHECK(w.window_of(34) == 128);
+    CHECK(w.window_of(35) == 0);
     const ModelSpec m = import("gpt-oss-120b", full_attention());
     CHECK(m.layers == 36);
     CHECK(m.heads == 64);
@@ -75,8 +77,13 @@ TEST_CASE("gpt-oss imports as a MoE with biases, and its 128-token window is ref
     CHECK(import("gpt-oss-20b", short_seq).seq_len == 128);
 }
 
-TEST_CASE("Gemma 2 imports with tied embeddings and a gated MLP; its window is checked", "[hf]") {
-    CHECK_THROWS_WITH(import("gemma-2-9b"), Contains("sliding_window") && Contains("4096"));
+TEST_CASE("Gemma 2 imports with tied embeddings and a gated MLP; its window on every other layer", "[hf]") {
+    // HF's Gemma2: layer_idx % 2 == 0 slides (4096 tokens), the odd ones are global.
+    const ModelSpec g = import("gemma-2-9b");
+    CHECK(g.sliding_window == 4096);
+    CHECK(g.window_attn_skip_freq == 2);
+    CHECK(g.window_of(0) == 4096);
+    CHECK(g.window_of(1) == 0);
     HfImportOptions at_window;
     at_window.seq_len = 4096;  // the local layers' window covers the whole sequence
     const ModelSpec m = import("gemma-2-9b", at_window);
@@ -105,24 +112,27 @@ TEST_CASE("Phi-4 and OLMo 2 import as Llama-like models", "[hf]") {
     check_total(olmo, 7.30e9);
 }
 
-TEST_CASE("a sliding window shorter than the sequence is refused with its remedy, never dropped", "[hf]") {
+TEST_CASE("a sliding window shorter than the sequence is imported, never dropped", "[hf]") {
     // Mistral-7B v0.1: every layer windowed at 4096; Phi-3-mini-4k at 2047.
-    try {
-        import("mistral-7b");
-        FAIL("accepted");
-    } catch (const strata::InputError& e) {
-        const std::string what = e.what();
-        CHECK_THAT(what, Contains("mistral-7b.json") && Contains("sliding_window") && Contains("8192") && Contains("--sliding-window-as-full"));
-    }
+    const ModelSpec mi = import("mistral-7b");
+    CHECK(mi.seq_len == 8192);
+    CHECK(mi.sliding_window == 4096);
+    CHECK(mi.window_attn_skip_freq == 0);  // no layer attends to the whole sequence
+    CHECK(mi.window_of(31) == 4096);
     HfImportOptions at_window;
     at_window.seq_len = 4096;
-    CHECK(import("mistral-7b", at_window).seq_len == 4096);
-    CHECK_THROWS_AS(import("phi-3-mini-4k"), strata::InputError);
-    at_window.seq_len = 2047;
-    CHECK_NOTHROW(import("phi-3-mini-4k", at_window));
+    CHECK(import("mistral-7b", at_window).window_of(0) == 0);  // the window covers the sequence
+    CHECK(import("phi-3-mini-4k").sliding_window == 2047);
+    // Costed as full attention on request: no window, and the description says so.
+    const ModelSpec f = import("mistral-7b", full_attention());
+    CHECK(f.sliding_window == 0);
+    CHECK_THAT(f.description, Contains("costed as full attention"));
     // Qwen2 carries a window it uses only with use_sliding_window (false in Qwen2-7B).
     CHECK_NOTHROW(import("qwen2-7b"));
-    // The two-argument import keeps its defaults (and so refuses Mistral's window too).
-    const std::string path = (kHf / "mistral-7b.json").string();
-    CHECK_THROWS_AS(model_from_hf_config_text(strata::read_text_file(path), path), strata::InputError);
+    // A layer_types list that is no every-N-th pattern is refused, naming the layer.
+    const std::string odd = R"({"architectures": ["GptOssForCausalLM"], "num_hidden_layers": 3, "hidden_size": 64,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 32, "vocab_size": 128,
+        "max_position_embeddings": 512, "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 16,
+        "layer_types": ["sliding_attention", "full_attention", "full_attention"]})";
+    CHECK_THROWS_WITH(model_from_hf_config_text(odd, "odd.json", HfImportOptions{}), Contains("odd.json") && Contains("layer_types") && Contains("layer 2"));
 }

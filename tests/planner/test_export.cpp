@@ -278,6 +278,21 @@ TEST_CASE("Megatron export of Qwen-style attention: QKV-only biases, QK-norm", "
     CHECK(planner::export_megatron(m, p).text.find("--add-qkv-bias") == std::string::npos);
 }
 
+TEST_CASE("Megatron export of sliding-window attention: the keys before the query, and the full layers", "[planner][export]") {
+    ModelSpec m = test::gpt_shape("oss", 4, 1024, 16, 1000, 512);
+    PlanSpec p;
+    p.dp = 1;
+    p.global_batch = 1;
+    CHECK(planner::export_megatron(m, p).text.find("--window-size") == std::string::npos);
+    m.sliding_window = 128;  // gpt-oss: HF's 128 counts the query itself, Megatron's (127, 0) does not
+    m.window_attn_skip_freq = 2;
+    const std::string t = planner::export_megatron(m, p).text;
+    CHECK(t.find("--window-size 127,0\n") != std::string::npos);
+    CHECK(t.find("--window-attn-skip-freq 2\n") != std::string::npos);
+    m.sliding_window = 512;  // covers the sequence: full attention, no flag
+    CHECK(planner::export_megatron(m, p).text.find("--window-size") == std::string::npos);
+}
+
 TEST_CASE("Megatron export names the MTP modules; DeepSpeed reports them", "[planner][export][mtp]") {
     ModelSpec m = gpt3();
     m.mtp_depth = 1;

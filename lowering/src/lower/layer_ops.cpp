@@ -108,10 +108,11 @@ void RankLowering::attention_core_forward(Phase phase, int qkv, int out, int lse
     const double sq = d_.s / d_.cp;
     const double flops = 2.0 * d_.b * sq * d_.s * d_.heads * (d_.qk_dim + d_.v_dim) / d_.tp / 2.0;
     const double io_bytes = d_.tokens * (d_.q_w + 2 * d_.kv_w + d_.heads * d_.v_dim) / d_.tp * d_.act_bytes;
+    const Windowed win = windowed(sq);
     auto emit = [&](int name, double frac, double kv_len) {
-        Instr& in = compute(Op::attention_fwd, name, flops * frac, io_bytes * frac);
+        Instr& in = compute(Op::attention_fwd, name, flops * frac * win.flops, io_bytes * frac);
         auto whole = [](double x) { return static_cast<double>(static_cast<std::int64_t>(x)); };  // truncates
-        set_shape(in, whole(sq), whole(kv_len), whole(d_.qk_dim), whole(d_.b * d_.heads / d_.tp));
+        set_shape(in, whole(win.seq), whole(kv_len), whole(d_.qk_dim), whole(d_.b * d_.heads / d_.tp));
     };
     if (d_.cp > 1) {
         // Ring attention: cp - 1 steps, each passing one rank's K/V chunk to the next rank while
@@ -142,6 +143,20 @@ void RankLowering::attention_core_forward(Phase phase, int qkv, int out, int lse
         if (df_) io({qkv}, {out, lse});
     }
     phase_ = saved;
+}
+
+// A layer under model.sliding_window, with a fused kernel (FlashAttention's window_size, cuDNN's
+// and Transformer Engine's sliding window): the kernel skips the tiles outside the window, so it
+// does window_fraction of the causal work, at the efficiency of a causal kernel whose average
+// context is the window's (2 c queries for c keys a query). Unfused attention (PyTorch's eager
+// path, SDPA's math kernel) computes every score and masks: no saving.
+RankLowering::Windowed RankLowering::windowed(double sq) const {
+    Windowed w{1.0, sq};
+    if (!p_.flash_attention || m_.window_of(layer_) == 0) return w;
+    w.flops = window_fraction(m_, layer_);
+    const double s = static_cast<double>(m_.seq_len), c = w.flops * s / 2.0;  // keys a query sees, on average
+    w.seq = std::min(sq, 2.0 * c);
+    return w;
 }
 
 // One ring step's all-gather size: every rank sends its 2 b (s/cp) kv_w / tp K/V chunk (bf16) to
@@ -287,10 +302,11 @@ void RankLowering::attention_core_backward(const LayerTensors& t) {
     const double sq = d_.s / d_.cp;
     const double flops = 2.5 * 2.0 * d_.b * sq * d_.s * d_.heads * (d_.qk_dim + d_.v_dim) / d_.tp / 2.0;
     const double io_bytes = 2 * d_.tokens * (d_.q_w + 2 * d_.kv_w + d_.heads * d_.v_dim) / d_.tp * d_.act_bytes;
+    const Windowed win = windowed(sq);
     auto emit = [&](int name, double frac, double kv_len) {
-        Instr& in = compute(Op::attention_bwd, name, flops * frac, io_bytes * frac);
+        Instr& in = compute(Op::attention_bwd, name, flops * frac * win.flops, io_bytes * frac);
         auto whole = [](double x) { return static_cast<double>(static_cast<std::int64_t>(x)); };  // truncates
-        set_shape(in, whole(sq), whole(kv_len), whole(d_.qk_dim), whole(d_.b * d_.heads / d_.tp));
+        set_shape(in, whole(win.seq), whole(kv_len), whole(d_.qk_dim), whole(d_.b * d_.heads / d_.tp));
     };
     if (d_.cp > 1) {
         // Backward ring: K/V travel again step by step, and each step's dK/dV partial moves on

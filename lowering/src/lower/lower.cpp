@@ -167,7 +167,8 @@ double forward_flops_per_step(const ModelSpec& m, const PlanSpec& p) {
     PlanSpec unsplit;  // per-token counts of the whole model: no TP/EP division
     const Dims d = make_dims(m, unsplit);
     const auto layer = [&](int l) {
-        double f = d.s * d.heads * (d.qk_dim + d.v_dim);  // causal QK^T + PV: 2*s*heads*(dqk + dv) per token, halved
+        // Causal QK^T + PV: 2*s*heads*(dqk + dv) per token, halved; a windowed layer's share of it.
+        double f = d.s * d.heads * (d.qk_dim + d.v_dim) * window_fraction(m, l);
         for (const AttentionLinear& a : attention_linears(m)) f += 2 * static_cast<double>(a.in) * static_cast<double>(a.out);
         if (m.layer_is_moe(l)) return f + 2 * d.h * d.experts + 2 * (d.top_k + d.shared) * d.mats * d.h * d.expert_ffn;
         return f + 2 * d.mats * d.h * d.ffn;

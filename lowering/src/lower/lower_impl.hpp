@@ -269,6 +269,11 @@ private:
     void mlp_backward(int layer, int pending_ag, const LayerTensors& t);
     void moe_backward(int layer);
     void attention_core_backward(const LayerTensors& t);
+    struct Windowed {
+        double flops;  ///< share of the causal work (model.sliding_window)
+        double seq;    ///< the query length the kernel's efficiency is looked up at
+    };
+    Windowed windowed(double sq) const;
     double ring_step_bytes() const;
     void mla_projections_forward();
     void mla_projections_backward();

@@ -135,6 +135,15 @@ double attention_flops(const ModelSpec& m, std::int64_t seq, bool causal_halved)
     return causal_halved ? full / 2.0 : full;
 }
 
+double window_fraction(const ModelSpec& m, int layer) {
+    // A causal window of w keys (the query's own included) over s positions: s w - w (w - 1) / 2
+    // scores, against s (s + 1) / 2 (counted s^2 / 2) for the whole context; Megatron-Bridge's
+    // flop count (calculate_swa_context: w - w (w - 1) / 2s per query, against s / 2).
+    const double w = static_cast<double>(m.window_of(layer)), s = static_cast<double>(m.seq_len);
+    if (w <= 0 || s <= 0) return 1.0;
+    return std::min(1.0, (2.0 * w - w * (w - 1.0) / s) / s);
+}
+
 LayerFlops layer_forward_flops(const ModelSpec& m, int layer, double seqs, bool causal_halved) {
     LayerFlops f;
     const double h = static_cast<double>(m.hidden), qw = static_cast<double>(q_width(m));
@@ -142,7 +151,8 @@ LayerFlops layer_forward_flops(const ModelSpec& m, int layer, double seqs, bool 
     const double tokens = seqs * static_cast<double>(m.seq_len);
     const std::vector<AttentionLinear> lin = attention_linears(m);
     for (std::size_t i = 0; i + 1 < lin.size(); ++i) f.qkv += 2.0 * tokens * static_cast<double>(lin[i].in) * static_cast<double>(lin[i].out);
-    f.attention = seqs * attention_flops(m, m.seq_len, causal_halved);
+    const double windowed = window_fraction(m, layer);
+    f.attention = seqs * attention_flops(m, m.seq_len, causal_halved) * windowed;
     f.proj = 2.0 * tokens * static_cast<double>(lin.back().in) * h;
     double other_per_token = 0;
     if (m.layer_is_moe(layer)) {
@@ -165,7 +175,7 @@ LayerFlops layer_forward_flops(const ModelSpec& m, int layer, double seqs, bool 
     if (m.qk_norm) other_per_token += norm * (qw + kvw);  // over every query and key head
     if (m.linear_bias) other_per_token += qw + 2.0 * kvw + h;
     else if (m.qkv_bias) other_per_token += qw + 2.0 * kvw;
-    const double scores = static_cast<double>(m.heads) * static_cast<double>(m.seq_len) * (causal_halved ? 0.5 : 1.0);
+    const double scores = static_cast<double>(m.heads) * static_cast<double>(m.seq_len) * (causal_halved ? 0.5 : 1.0) * windowed;
     other_per_token += 5.0 * scores;
     f.other = tokens * other_per_token;
     return f;
@@ -253,7 +263,9 @@ StepFlops step_flops(const ModelSpec& m, double batch_seqs, Recompute r, bool ca
         s.recompute = f.attention_core;
         if (!matmul_only) {
             const double scores = static_cast<double>(m.heads) * static_cast<double>(m.seq_len) * (causal_halved ? 0.5 : 1.0);
-            s.recompute += 5.0 * scores * static_cast<double>(m.seq_len) * batch_seqs * (m.layers + m.mtp_depth);
+            double layers = m.mtp_depth > 0 && m.layers > 0 ? m.mtp_depth * window_fraction(m, mtp_layer_kind(m)) : 0.0;
+            for (int l = 0; l < m.layers; ++l) layers += window_fraction(m, l);  // each layer's share of the scores
+            s.recompute += 5.0 * scores * static_cast<double>(m.seq_len) * batch_seqs * layers;
         }
     }
     return s;

@@ -1,9 +1,9 @@
 // Hugging Face config.json -> ModelSpec, for the decoder-only families Strata models: Llama,
 // Mistral, Mixtral, Qwen2/3 (and MoE), DeepSeek-V2/V3, GPT-2, gpt-oss, Gemma 2/3, Phi-3/4 and
 // OLMo 2. Only the keys that change the shape of the training job are read; the rest of a config
-// (tokenizer ids, rope scaling, soft-capping, ...) is ignored. Sliding-window attention is not
-// modelled: a window shorter than the training sequence is refused unless the caller asks for
-// the windowed layers to be costed as full attention (HfImportOptions::windows_as_full).
+// (tokenizer ids, rope scaling, soft-capping, ...) is ignored. A sliding window shorter than the
+// training sequence becomes model.sliding_window, with the layers that attend to the whole
+// sequence as model.window_attn_skip_freq (HfImportOptions::windows_as_full costs them as full).
 // The mapping table, with the defaults HF applies when a key is missing, is in docs/formats.md.
 #include <algorithm>
 #include <climits>
@@ -246,20 +246,45 @@ ModelSpec gpt2(const Hf& hf) {
     return m;
 }
 
-/// The shortest attention window any layer uses (0: every layer attends to the whole sequence).
-std::int64_t sliding_window(const Hf& hf, const std::string& arch) {
-    if (!hf.has("sliding_window")) return 0;
+/// The attention window and which layers use it (model.sliding_window, window_attn_skip_freq).
+struct Window {
+    std::int64_t tokens = 0;  ///< 0: every layer attends to the whole sequence
+    int skip_freq = 0;        ///< every skip_freq-th layer attends to the whole sequence; 0: none does
+};
+Window sliding_window(const Hf& hf, const std::string& arch, int layers) {
+    Window w;
+    if (!hf.has("sliding_window") || hf.j.at("sliding_window").is_null()) return w;
     // Qwen2/3 carry a window they use only with use_sliding_window; Llama, DeepSeek and GPT-2 none.
-    if (arch.rfind("Qwen", 0) == 0 && !hf.flag_or("use_sliding_window", false)) return 0;
-    if (arch.rfind("Llama", 0) == 0 || arch.rfind("Deepseek", 0) == 0 || arch == "GPT2LMHeadModel" || arch == "Olmo2ForCausalLM") return 0;
+    if (arch.rfind("Qwen", 0) == 0 && !hf.flag_or("use_sliding_window", false)) return w;
+    if (arch.rfind("Llama", 0) == 0 || arch.rfind("Deepseek", 0) == 0 || arch == "GPT2LMHeadModel" || arch == "Olmo2ForCausalLM") return w;
     if (hf.has("layer_types")) {
-        // gpt-oss, newer Gemma configs: per-layer "sliding_attention" / "full_attention"
+        // gpt-oss, newer Gemma configs: per-layer "sliding_attention" / "full_attention". Strata
+        // (and Megatron-Core's window_attn_skip_freq) take every N-th layer as a full one.
         const json& types = hf.j.at("layer_types");
-        if (!types.is_array()) hf.fail("layer_types", "must be a list of attention kinds");
-        const bool any = std::any_of(types.begin(), types.end(), [](const json& t) { return t.is_string() && t.get<std::string>() == "sliding_attention"; });
-        if (!any) return 0;
+        if (!types.is_array() || static_cast<int>(types.size()) != layers)
+            hf.fail("layer_types", "must list one attention kind per layer (" + std::to_string(layers) + ")");
+        std::vector<bool> full;
+        for (const json& t : types) {
+            if (!t.is_string() || (t.get<std::string>() != "sliding_attention" && t.get<std::string>() != "full_attention"))
+                hf.fail("layer_types", "must hold \"sliding_attention\" or \"full_attention\" for each layer");
+            full.push_back(t.get<std::string>() == "full_attention");
+        }
+        if (std::all_of(full.begin(), full.end(), [](bool f) { return f; })) return w;
+        int freq = 0;  // the first full layer's 1-based number, if the pattern repeats with it
+        for (int l = 0; l < layers && freq == 0; ++l)
+            if (full[static_cast<std::size_t>(l)]) freq = l + 1;
+        for (int l = 0; l < layers; ++l)
+            if (full[static_cast<std::size_t>(l)] != (freq > 0 && (l + 1) % freq == 0))
+                hf.fail("layer_types", "is not a pattern of every N-th layer attending to the whole sequence (model.window_attn_skip_freq): "
+                                       "layer " + std::to_string(l) + " breaks it");
+        w.skip_freq = freq;
+    } else if (hf.has("sliding_window_pattern")) {  // Gemma 3: every N-th layer global
+        w.skip_freq = static_cast<int>(hf.pos("sliding_window_pattern"));
+    } else if (arch.rfind("Gemma2", 0) == 0) {  // even layers (0-based) sliding, odd ones global
+        w.skip_freq = 2;
     }
-    return hf.pos("sliding_window");
+    w.tokens = hf.pos("sliding_window");
+    return w;
 }
 
 }  // namespace
@@ -296,14 +321,14 @@ ModelSpec model_from_hf_config_text(const std::string& text, const std::string& 
     m.seq_len = options.seq_len > 0 ? options.seq_len : std::min(m.max_position, kMaxDefaultSeqLen);
     m.description = "Imported from a Hugging Face config.json (" + arch + ")";
     if (nested) m.description += "; the language model only, without the vision encoder";
-    const std::int64_t window = sliding_window(hf, arch);
-    if (window > 0 && window < m.seq_len) {
-        if (!options.windows_as_full)
-            hf.fail("sliding_window", "= " + std::to_string(window) + " tokens is shorter than the training sequence (" + std::to_string(m.seq_len) +
-                                          " tokens), and Strata does not model windowed attention: import with a sequence of at most " +
-                                          std::to_string(window) + " tokens (then the window covers it and attention is full), or cost the "
-                                          "windowed layers as full attention, an overestimate (import-hf --sliding-window-as-full)");
-        m.description += "; its sliding-window layers (window " + std::to_string(window) + ") are costed as full attention, an overestimate";
+    const Window window = sliding_window(hf, arch, m.layers);
+    if (window.tokens > 0 && window.tokens < m.seq_len) {
+        if (options.windows_as_full) {
+            m.description += "; its sliding-window layers (window " + std::to_string(window.tokens) + ") are costed as full attention, an overestimate";
+        } else {
+            m.sliding_window = window.tokens;
+            m.window_attn_skip_freq = window.skip_freq;
+        }
     }
     // Run the result through the strict reader: every ModelSpec rule (kv_heads divides heads,
     // top_k <= experts, ...) applies to imported models too.

@@ -139,6 +139,18 @@ ModelSpec read_model(const json& j, const std::string& file, const std::string& 
     m.linear_bias = r.boolean_or("linear_bias", false);
     m.qkv_bias = r.boolean_or("qkv_bias", false);
     m.qk_norm = r.boolean_or("qk_norm", false);
+    if (r.has("sliding_window")) {
+        const json* w = r.get("sliding_window");
+        if (!w->is_null()) m.sliding_window = pos_i64(r, "sliding_window", kMaxTokens);
+    } else {
+        r.get("sliding_window");
+    }
+    m.window_attn_skip_freq = r.has("window_attn_skip_freq")
+                                  ? int_in(r, "window_attn_skip_freq", 0, kMaxCount,
+                                           "an integer >= 0 (every N-th layer attends to the whole context; 0: every layer is windowed)")
+                                  : (r.get("window_attn_skip_freq"), 0);
+    if (m.window_attn_skip_freq > 0 && m.sliding_window == 0)
+        r.fail("window_attn_skip_freq", "needs model.sliding_window (the window of the other layers)");
     m.dropout = r.num_or("dropout", 0.0);
     if (!(m.dropout >= 0.0 && m.dropout < 1.0))
         r.fail("dropout", "must be in [0, 1) (got " + describe_json(json(m.dropout)) + ")");

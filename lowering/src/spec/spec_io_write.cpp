@@ -34,6 +34,8 @@ ojson model_json(const ModelSpec& m) {
     j["linear_bias"] = m.linear_bias;
     j["qkv_bias"] = m.qkv_bias;
     if (m.qk_norm) j["qk_norm"] = true;
+    if (m.sliding_window > 0) j["sliding_window"] = m.sliding_window;
+    if (m.window_attn_skip_freq > 0) j["window_attn_skip_freq"] = m.window_attn_skip_freq;
     j["dropout"] = m.dropout;
     if (m.mtp_depth > 0) j["mtp_depth"] = m.mtp_depth;
     if (m.is_moe()) {

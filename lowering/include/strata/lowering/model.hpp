@@ -119,6 +119,9 @@ struct ForwardFlops {
     double total() const { return matmul() + other; }
 };
 ForwardFlops forward_flops(const ModelSpec& m, double seqs, bool causal_halved = false);
+/// The share of a whole-context causal layer's attention scores that layer `layer` computes under
+/// model.sliding_window (1 for an unwindowed layer): (2w - w(w-1)/s) / s.
+double window_fraction(const ModelSpec& m, int layer);
 
 /// One training step's FLOPs (forward + backward = 2 x forward + recomputation) for `batch_seqs`
 /// sequences. Recompute::full re-runs each layer's forward (not the logits); selective re-runs the

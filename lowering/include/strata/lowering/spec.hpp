@@ -68,6 +68,13 @@ struct ModelSpec {
     /// A norm over each head's query and key before RoPE (Qwen3, OLMo 2, Gemma 3; Megatron-Core
     /// --qk-layernorm): head_dim weights each, and the pre-norm Q and K kept for its backward.
     bool qk_norm = false;
+    /// Sliding-window attention (Mistral, Gemma 2/3, GPT-OSS): a query attends to itself and the
+    /// sliding_window - 1 tokens before it (HF's sliding_window; Megatron-Core --window-size
+    /// w-1,0); 0 = the whole causal context. With window_attn_skip_freq N > 0 every N-th layer
+    /// (1-based: layers N, 2N, ...) attends to the whole context (Megatron-Core
+    /// --window-attn-skip-freq; GPT-OSS and Gemma 2: 2, Gemma 3: 6); 0: every layer is windowed.
+    std::int64_t sliding_window = 0;
+    int window_attn_skip_freq = 0;
     double dropout = 0.0;           ///< dropout probability (GPT-3 in Megatron: 0.1); > 0 stores masks
     std::optional<MoeSpec> moe;
     std::optional<MlaSpec> mla;     ///< multi-head latent attention instead of MHA/GQA
@@ -78,6 +85,11 @@ struct ModelSpec {
     std::string description;        ///< free text: sources, assumptions (JSON "description")
 
     bool is_moe() const { return moe.has_value() && moe->experts > 0; }
+    /// The window of a layer (0-based) in tokens, 0 where it attends to the whole context.
+    std::int64_t window_of(int layer) const {
+        if (sliding_window <= 0 || sliding_window >= seq_len) return 0;
+        return window_attn_skip_freq > 0 && (layer + 1) % window_attn_skip_freq == 0 ? 0 : sliding_window;
+    }
     bool layer_is_moe(int layer) const {
         return is_moe() && layer >= moe->first_k_dense && (layer % moe->moe_every) == (moe->moe_every - 1);
     }

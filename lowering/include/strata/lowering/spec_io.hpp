@@ -88,8 +88,8 @@ ModelSpec model_from_hf_config_text(const std::string& text, const std::string& 
 /// Choices an import cannot take from the config alone.
 struct HfImportOptions {
     std::int64_t seq_len = 0;      ///< training sequence length; 0 = min(max_position_embeddings, 8192)
-    /// Strata does not model sliding-window attention: a config whose window is shorter than
-    /// seq_len is refused, unless this costs its windowed layers as full attention (an overestimate).
+    /// Cost the sliding-window layers as full attention (an overestimate) instead of importing the
+    /// window (model.sliding_window).
     bool windows_as_full = false;
 };
 ModelSpec model_from_hf_config_text(const std::string& text, const std::string& file, const HfImportOptions& options);

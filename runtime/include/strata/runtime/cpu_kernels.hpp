@@ -51,9 +51,11 @@ void rope(float* qkv, i64 T, const Positions& where, i64 hq, i64 hkv, i64 d, boo
 /// Causal attention over sequences of `seq` tokens (T = batch x seq rows), GQA by head groups.
 /// out [T, hq x d], lse [T, hq]. With dropout on, the probabilities are dropped after the softmax
 /// (lse stays the undropped one), as FlashAttention does; the backward redraws the same mask.
-void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop = {});
+/// window > 0 (model.sliding_window): a query sees itself and the window - 1 keys before it.
+void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop = {},
+                       i64 window = 0);
 void attention_backward(float* dqkv, const float* qkv, const float* out, const float* lse, const float* dout, i64 T,
-                        i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop = {});
+                        i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop = {}, i64 window = 0);
 
 /// Where a rank's rows sit in their sequences. Without context parallelism row t is at position
 /// t % seq. With it (cp ranks, load-balanced as Megatron splits them) a sequence is cut into 2 cp
@@ -62,6 +64,9 @@ void attention_backward(float* dqkv, const float* qkv, const float* out, const f
 struct Positions {
     i64 seq = 0;           ///< whole sequence length
     int cp = 1, rank = 0;  ///< context-parallel size and this block's owner
+    /// Attention's queries (the block kernels read it from qpos): a query at position p sees the
+    /// keys at p - window + 1 .. p (model.sliding_window); 0: every key up to p.
+    i64 window = 0;
     i64 local() const { return seq / cp; }  ///< rows of one sequence on a rank
     i64 operator()(i64 row) const {
         if (cp == 1) return row % seq;
