@@ -30,11 +30,11 @@ bool RankState::moe_compute(std::size_t i) {
     const bool grouped = name == "experts.fc1" || name == "experts.fc2";
     if (name == "moe.sort_by_expert" || name == "moe.unsort_by_expert") return moe_sort(i, name == "moe.sort_by_expert");
     if (!grouped && in.op != Op::router && name != "moe.permute" && name != "moe.unpermute" && name != "experts.act") return false;
-    // The cuda backend runs a rank's MoE layers without expert parallelism, dropless and without
-    // expert groups (runtime::unsupported refuses the rest before a run): the moves through its
-    // kernels, in the host's token order, and the grouped GEMMs as dense GEMMs per expert.
-    if (dev_ && (ep_size_ > 1 || etp_size_ > 1 || w_.model.moe->capacity_factor > 0 || w_.model.moe->router_groups > 0))
-        fail(i, "on the cuda backend MoE runs without expert parallelism, capacity or expert groups");
+    // On a device MoE runs dropless and without expert groups (runtime::unsupported refuses the
+    // rest before a run): the moves through its kernels, in the host's token order, and the
+    // grouped GEMMs as dense GEMMs per expert; the collectives staged through the host.
+    if (dev_ && (w_.model.moe->capacity_factor > 0 || w_.model.moe->router_groups > 0))
+        fail(i, "on the cuda backend MoE runs without capacity or expert groups");
     const Operands& o = rp_.operands[i];
     const OperandView a{prog, rp_, o};
     auto id = [&](int k) { return a.id(k); };
@@ -357,16 +357,31 @@ bool RankState::moe_sort(std::size_t i, bool sort) {
         if (a.id(o.n_in + q) != id) fail(i, "sorts its rows in place: {rows..} -> {the same}");
         const i64 cols = a.in(q).cols, rows = rows_of(id);
         float* x = tensor(id, true, i);
-        const std::vector<float> copy(x, x + rows * cols);
+        // The rows as they were: a host vector, or on a device a scratch buffer of its own.
+        std::vector<float> host;
+        float* was = nullptr;
+        if (dev_) {
+            was = dev_->alloc(std::max<i64>(rows * cols, 1), false);
+            if (!was) fail(i, "the device refused the sort's scratch buffer");
+            dev_->copy(was, x, rows * cols);
+        } else {
+            host.assign(x, x + rows * cols);
+            was = host.data();
+        }
+        auto move = [&](float* to_p, const float* from_p, i64 n) {
+            if (dev_) dev_->copy(to_p, from_p, n);
+            else std::copy(from_p, from_p + n, to_p);
+        };
         i64 to = 0;  // position in expert order
         for (i64 e = 0; e < local; ++e)
             for (i64 c = 0; c < chunks; ++c) {
                 const auto q2 = static_cast<std::size_t>(c * local + e);
                 const i64 n = counts[q2] * cols, arrival = at[q2] * cols;
-                if (sort) std::copy(copy.begin() + arrival, copy.begin() + arrival + n, x + to);
-                else std::copy(copy.begin() + to, copy.begin() + to + n, x + arrival);
+                if (sort) move(x + to, was + arrival, n);
+                else move(x + arrival, was + to, n);
                 to += n;
             }
+        if (dev_) dev_->release(was, std::max<i64>(rows * cols, 1));
         if (to != rows * cols) fail(i, "its rows are not what reached its experts");
     }
     if (sort) moe_sorted_.insert({in.layer, in.microbatch});
@@ -400,7 +415,9 @@ CollPart RankState::moe_collective_part(std::size_t i) {
     part.waker = &waker_;
     for (int q = 0; q < o.n_out; ++q) {
         if (rows_of(id(q)) != rows_of(id(0))) fail(i, "moves tensors of different rows together");
-        part.in.push_back(tensor(id(q), false, i));
+        float* rows = tensor(id(q), false, i);
+        if (dev_) rows = stage(i, rows, elements(id(q)), true, false);  // sent from a host copy
+        part.in.push_back(rows);
         part.in_n.push_back(elements(id(q)));
         part.row_cols.push_back(a.in(q).cols);
     }
@@ -416,7 +433,9 @@ CollPart RankState::moe_collective_part(std::size_t i) {
         const int r = o.n_in - 1;
         const DataTensor& routing = a.in(r);
         std::vector<i64> pos(static_cast<std::size_t>(routing.rows * k)), counts(static_cast<std::size_t>(E));
-        cpu::moe_order(pos.data(), counts.data(), tensor(id(r), false, i), routing.rows, E, k,
+        const float* route = tensor(id(r), false, i);
+        if (dev_) route = stage(i, const_cast<float*>(route), elements(id(r)), true, false);
+        cpu::moe_order(pos.data(), counts.data(), route, routing.rows, E, k,
                        w_.plan.moe_pad_to_capacity ? cpu::moe_capacity(routing.rows, E, k, w_.model.moe->capacity_factor) : 0);
         for (i64 e = 0; e < E; ++e) {
             part.send_rows[static_cast<std::size_t>(e / L)] += counts[static_cast<std::size_t>(e)];
@@ -477,8 +496,10 @@ void RankState::finish_moe_collective(std::size_t i) {
             fail(i, "got back " + std::to_string(rows) + " rows of its " + std::to_string(routed) + " routed tokens");
         if (!home || rows != y.rows) dyn_rows_[out] = rows;
         float* to = tensor(out, true, i);
-        std::memcpy(to, data.data(), static_cast<std::size_t>(len) * sizeof(float));
+        if (dev_) dev_->copy(to, data.data(), len);
+        else std::memcpy(to, data.data(), static_cast<std::size_t>(len) * sizeof(float));
     }
+    if (dev_) unstage(i);  // the sent rows' host copies
 }
 
 }  // namespace strata::runtime

@@ -360,7 +360,6 @@ bool RankState::collective(std::size_t i, bool first) {
     }
     if (in.match_id == 0) fail(i, "an unmatched collective (the runtime needs a full-mode Program)");
     if (moe_collective(in)) {  // rows that vary with the routing, exchanged as an all-to-all
-        if (dev_) fail(i, "MoE's collectives are not executed by the cuda backend yet");
         const bool done = w_.transport.collective(key, CollKind::all_to_all, in.group_size, moe_collective_part(i));
         if (done) {
             ended_ns_[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - w_.step_start).count();

@@ -80,15 +80,11 @@ std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend, 
         return "backend cuda: the plan has " + std::to_string(p.gpus()) +
                " ranks (dp x tp x pp x cp); the cuda backend runs one rank on one GPU (collectives and pipeline transfers "
                "through NCCL are not written yet: use --backend cpu for a parallel plan)";
-    // Several ranks on the device path: dense collectives and pipeline transfers, staged through
-    // host memory (ops.cpp). Context parallelism's attention blocks are cpu kernels, and MoE's
-    // collectives move rows whose count the routing decides.
+    // Several ranks on the device path: collectives and pipeline transfers staged through host
+    // memory (ops.cpp). Context parallelism's attention blocks are cpu kernels.
     if (cuda && p.gpus() > 1 && p.cp > 1)
         return "plan.cp = " + std::to_string(p.cp) + ": context parallelism's attention blocks are not executed by the cuda backend (use "
                "--backend cpu)";
-    if (cuda && p.gpus() > 1 && m.is_moe())
-        return "model.moe with " + std::to_string(p.gpus()) + " ranks: MoE's collectives are not executed by the cuda backend yet (one "
-               "rank runs; use --backend cpu for a parallel MoE plan)";
     return {};
 }
 

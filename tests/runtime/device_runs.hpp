@@ -118,7 +118,8 @@ inline std::vector<Variant> bf16_variants() {
 }
 
 /// Several ranks, each with its device: TP (with and without SP), PP (1F1B, interleaved, the
-/// scatter/gather transfer), DP with every ZeRO stage, and the three at once; fp32 and bf16.
+/// scatter/gather transfer), DP with every ZeRO stage, the three at once, and MoE's expert
+/// parallelism; fp32 and bf16.
 inline std::vector<Variant> parallel_variants() {
     std::vector<Variant> v;
     PlanSpec p = cpu_plan(2, 1, 1);
@@ -155,6 +156,22 @@ inline std::vector<Variant> parallel_variants() {
     p.zero_stage = 3;
     p.precision = Precision::bf16;
     v.push_back({"GPT, dp 2, ZeRO 3, bf16", tiny_gpt(), p});
+    // Expert parallelism: the routed rows' all-to-alls staged through the host, the second sort
+    // (2 local experts a rank) as device copies.
+    p = cpu_plan(1, 1, 2);
+    p.ep = 2;
+    v.push_back({"MoE, dp 2, ep 2", tiny_moe(), p});
+    p = cpu_plan(1, 2, 2);
+    p.ep = 2;
+    p.zero_stage = 1;
+    v.push_back({"MoE, pp 2 dp 2, ep 2, ZeRO-1", tiny_moe(4), p});
+    p = cpu_plan(1, 1, 4);
+    p.ep = 4;
+    v.push_back({"MoE, dp 4, ep 4 (one expert a rank)", tiny_moe(), p});
+    p = cpu_plan(2, 1, 2);
+    p.sequence_parallel = true;
+    p.ep = 2;
+    v.push_back({"MoE, tp 2 SP dp 2, ep 2", tiny_moe(), p});
     return v;
 }
 
