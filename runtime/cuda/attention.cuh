@@ -45,41 +45,42 @@ bool CudaDevice::flash_for(i64 d, i64 items, std::initializer_list<const float*>
     return true;
 }
 void CudaDevice::flash_forward(float* out, float* lse, const float* qkv, i64 seq, i64 items, i64 hq, i64 hkv, i64 d, float scale,
-                               const Dropout& drop) {
+                               const Dropout& drop, i64 window) {
     const dim3 grid(static_cast<unsigned>((seq + kFlashTile - 1) / kFlashTile), static_cast<unsigned>(items));
     auto* q = static_cast<const bf16*>(tv(qkv).p);
     auto* o = static_cast<bf16*>(tv(out).p);
     if (d == 64) {
         constexpr std::size_t smem = flash_fwd_smem<64>();
         smem_opt_in(reinterpret_cast<const void*>(k_flash_fwd<64>), smem);
-        k_flash_fwd<64><<<grid, kFlashThreads, smem, lanes_[lane_compute]>>>(q, o, tv(lse), seq, hq, hkv, scale, drop);
+        k_flash_fwd<64><<<grid, kFlashThreads, smem, lanes_[lane_compute]>>>(q, o, tv(lse), seq, hq, hkv, scale, drop, window);
     } else {
         constexpr std::size_t smem = flash_fwd_smem<128>();
         smem_opt_in(reinterpret_cast<const void*>(k_flash_fwd<128>), smem);
-        k_flash_fwd<128><<<grid, kFlashThreads, smem, lanes_[lane_compute]>>>(q, o, tv(lse), seq, hq, hkv, scale, drop);
+        k_flash_fwd<128><<<grid, kFlashThreads, smem, lanes_[lane_compute]>>>(q, o, tv(lse), seq, hq, hkv, scale, drop, window);
     }
     LAUNCHED();
 }
 void CudaDevice::flash_backward(const float* qkv, const float* dout, const float* lse, const float* D, float* dQ, float* dK, float* dV, i64 seq,
-                                i64 items, i64 hq, i64 hkv, i64 d, float scale, const Dropout& drop) {
+                                i64 items, i64 hq, i64 hkv, i64 d, float scale, const Dropout& drop, i64 window) {
     const dim3 grid(static_cast<unsigned>((seq + kFlashTile - 1) / kFlashTile), static_cast<unsigned>(items));
     auto* q = static_cast<const bf16*>(tv(qkv).p);
     auto* o = static_cast<const bf16*>(tv(dout).p);
     if (d == 64) {
         constexpr std::size_t smem = flash_bwd_smem<64>();
         smem_opt_in(reinterpret_cast<const void*>(k_flash_bwd<64>), smem);
-        k_flash_bwd<64><<<grid, kFlashThreads, smem, lanes_[lane_compute]>>>(q, o, tv(lse), D, dQ, dK, dV, seq, hq, hkv, scale, drop);
+        k_flash_bwd<64><<<grid, kFlashThreads, smem, lanes_[lane_compute]>>>(q, o, tv(lse), D, dQ, dK, dV, seq, hq, hkv, scale, drop, window);
     } else {
         constexpr std::size_t smem = flash_bwd_smem<128>();
         smem_opt_in(reinterpret_cast<const void*>(k_flash_bwd<128>), smem);
-        k_flash_bwd<128><<<grid, kFlashThreads, smem, lanes_[lane_compute]>>>(q, o, tv(lse), D, dQ, dK, dV, seq, hq, hkv, scale, drop);
+        k_flash_bwd<128><<<grid, kFlashThreads, smem, lanes_[lane_compute]>>>(q, o, tv(lse), D, dQ, dK, dV, seq, hq, hkv, scale, drop, window);
     }
     LAUNCHED();
 }
-void CudaDevice::attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop) {
+void CudaDevice::attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop,
+                                   i64 window) {
     const bool h = tv(qkv).bf16 != 0;
     if (flash_for(d, T / seq * hq, {qkv, out})) {
-        flash_forward(out, lse, qkv, seq, T / seq * hq, hq, hkv, d, 1.0f / std::sqrt(static_cast<float>(d)), drop);
+        flash_forward(out, lse, qkv, seq, T / seq * hq, hq, hkv, d, 1.0f / std::sqrt(static_cast<float>(d)), drop, window);
         return;
     }
     const AttnPlan a = attn_plan(T, seq, hq, h ? 6 : 4);
@@ -95,7 +96,7 @@ void CudaDevice::attention_forward(float* out, float* lse, const float* qkv, i64
             gemm(false, true, m, keys, d, Q + (i0 * hs + r0 * d), d, hs, K + i0 * hs, d, hs, S + r0 * seq, seq, ss, ni, 1.0f, 0.0f);
         }
         k_softmax_causal<<<dim3(static_cast<unsigned>(seq), static_cast<unsigned>(ni)), kThreads, 0, lanes_[lane_compute]>>>(
-            static_cast<float*>(S.p), P, tv(lse), seq, hq, i0, scale, drop);
+            static_cast<float*>(S.p), P, tv(lse), seq, hq, i0, scale, drop, window);
         LAUNCHED();
         for (i64 k = 0; k < a.blocks; ++k) {  // O[block k] = P[block k, keys] V[keys]
             const i64 r0 = k * a.rows, m = std::min(a.rows, seq - r0), keys = r0 + m;
@@ -105,7 +106,7 @@ void CudaDevice::attention_forward(float* out, float* lse, const float* qkv, i64
     launch1(k_attn_heads, n, tv(out), O, seq, hq, d, n, true);
 }
 void CudaDevice::attention_backward(float* dqkv, const float* qkv, const float* out, const float* lse, const float* dout, i64 T, i64 seq,
-                        i64 hq, i64 hkv, i64 d, const Dropout& drop) {
+                        i64 hq, i64 hkv, i64 d, const Dropout& drop, i64 window) {
     const bool h = tv(qkv).bf16 != 0;
     if (flash_for(d, T / seq * hq, {qkv, out, dout, dqkv})) {
         const i64 items = T / seq * hq, n = items * seq * d;
@@ -117,7 +118,7 @@ void CudaDevice::attention_backward(float* dqkv, const float* qkv, const float* 
                                                                                                                   hq, d, items * seq);
         LAUNCHED();
         flash_backward(qkv, dout, lse, D, static_cast<float*>(dQ.p), static_cast<float*>(dK.p), static_cast<float*>(dV.p), seq, items, hq, hkv,
-                       d, 1.0f / std::sqrt(static_cast<float>(d)), drop);
+                       d, 1.0f / std::sqrt(static_cast<float>(d)), drop, window);
         launch1(k_attn_merge_grads, T * (hq + 2 * hkv) * d, tv(dqkv), static_cast<const float*>(dQ.p), static_cast<const float*>(dK.p),
                 static_cast<const float*>(dV.p), seq, hq, hkv, d, T * (hq + 2 * hkv) * d);
         return;
@@ -145,7 +146,7 @@ void CudaDevice::attention_backward(float* dqkv, const float* qkv, const float* 
             gemm(false, true, m, keys, d, dO + (q0 + r0 * d), d, hs, V + q0, d, hs, dP + r0 * seq, seq, ss, ni, 1.0f, 0.0f);
         }
         k_softmax_causal_bwd<<<dim3(static_cast<unsigned>(seq), static_cast<unsigned>(ni)), kThreads, 0, lanes_[lane_compute]>>>(
-            static_cast<const float*>(S.p), static_cast<const float*>(dP.p), P, dS, tv(lse), D, seq, hq, i0, scale, drop);
+            static_cast<const float*>(S.p), static_cast<const float*>(dP.p), P, dS, tv(lse), D, seq, hq, i0, scale, drop, window);
         LAUNCHED();
         for (i64 k = 0; k < a.blocks; ++k) {
             const i64 r0 = k * a.rows, m = std::min(a.rows, seq - r0), keys = r0 + m;

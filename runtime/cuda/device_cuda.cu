@@ -381,12 +381,14 @@ public:
     static AttnPlan attn_plan(i64 T, i64 seq, i64 hq, i64 bytes_per_score);
     std::vector<TV> carve(const std::vector<std::pair<bool, i64>>& parts);
     bool flash_for(i64 d, i64 items, std::initializer_list<const float*> operands) const;
-    void flash_forward(float* out, float* lse, const float* qkv, i64 seq, i64 items, i64 hq, i64 hkv, i64 d, float scale, const Dropout& drop);
+    void flash_forward(float* out, float* lse, const float* qkv, i64 seq, i64 items, i64 hq, i64 hkv, i64 d, float scale, const Dropout& drop,
+                       i64 window);
     void flash_backward(const float* qkv, const float* dout, const float* lse, const float* D, float* dQ, float* dK, float* dV, i64 seq,
-                        i64 items, i64 hq, i64 hkv, i64 d, float scale, const Dropout& drop);
-    void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop) override;
+                        i64 items, i64 hq, i64 hkv, i64 d, float scale, const Dropout& drop, i64 window);
+    void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop,
+                           i64 window) override;
     void attention_backward(float* dqkv, const float* qkv, const float* out, const float* lse, const float* dout, i64 T, i64 seq,
-                            i64 hq, i64 hkv, i64 d, const Dropout& drop) override;
+                            i64 hq, i64 hkv, i64 d, const Dropout& drop, i64 window) override;
     // MoE on one rank (moe.cuh).
     void moe_set_order(const i64* pos, i64 n) override;
     void moe_route(float* routing, const float* logits, i64 T, i64 E, i64 k) override;

@@ -83,10 +83,16 @@ __device__ FlashHead flash_head(const bf16* qkv, i64 item, i64 seq, i64 hq, i64 
     return FlashHead{s + h * D, s + (hq + kvh) * D, s + (hq + hkv + kvh) * D, row};
 }
 
+// Whether query qi sees key kj: causal, and within the window where there is one (window > 0:
+// the query itself and the window - 1 keys before it; model.sliding_window).
+__device__ bool flash_sees(i64 qi, i64 kj, i64 window) { return kj <= qi && (window <= 0 || qi - kj < window); }
+
 // Forward: O = softmax(Q K^T scale, causal) (x dropout) V and the log-sum-exp, online over key
 // tiles. A lane pair owns one query row of its warp's 16 (lane / 2), each lane half of its columns.
+// A window starts the walk at the tile of the block's first query's first key.
 template <int D>
-__global__ void STRATA_FLASH_BOUNDS k_flash_fwd(const bf16* qkv, bf16* out, TV lse, i64 seq, i64 hq, i64 hkv, float scale, Dropout drop) {
+__global__ void STRATA_FLASH_BOUNDS k_flash_fwd(const bf16* qkv, bf16* out, TV lse, i64 seq, i64 hq, i64 hkv, float scale, Dropout drop,
+                                                i64 window) {
     constexpr int B = kFlashTile;
     STRATA_FLASH_SMEM(smem);
     bf16* Qs = reinterpret_cast<bf16*>(smem);
@@ -104,7 +110,8 @@ __global__ void STRATA_FLASH_BOUNDS k_flash_fwd(const bf16* qkv, bf16* out, TV l
     flash_load<D>(Qs, hd.q, q0, seq, hd.row);
     for (int e = lane; e < 16 * D; e += 32) Ow[e] = 0.0f;
     float m = -INFINITY, l = 0.0f;
-    for (i64 kt = 0; kt <= static_cast<i64>(blockIdx.x); ++kt) {  // causal: key tiles up to the query tile
+    const i64 kt0 = window > 0 && q0 - window + 1 > 0 ? (q0 - window + 1) / B : 0;
+    for (i64 kt = kt0; kt <= static_cast<i64>(blockIdx.x); ++kt) {  // causal: key tiles up to the query tile
         __syncthreads();  // every warp is done with the previous K and V
         flash_load<D>(Ks, hd.k, kt * B, seq, hd.row);
         flash_load<D>(Vs, hd.v, kt * B, seq, hd.row);
@@ -118,7 +125,7 @@ __global__ void STRATA_FLASH_BOUNDS k_flash_fwd(const bf16* qkv, bf16* out, TV l
         float mt = -INFINITY;
         for (int c = half * 32; c < half * 32 + 32; ++c) {
             const i64 kj = kt * B + c;
-            if (kj <= qi && qi < seq) mt = fmaxf(mt, Sw[r * B + c] * scale);
+            if (flash_sees(qi, kj, window) && qi < seq) mt = fmaxf(mt, Sw[r * B + c] * scale);
         }
         mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
         const float mn = fmaxf(m, mt);
@@ -126,7 +133,7 @@ __global__ void STRATA_FLASH_BOUNDS k_flash_fwd(const bf16* qkv, bf16* out, TV l
         float rs = 0.0f;
         for (int c = half * 32; c < half * 32 + 32; ++c) {
             const i64 kj = kt * B + c;
-            const bool ok = kj <= qi && qi < seq;
+            const bool ok = flash_sees(qi, kj, window) && qi < seq;
             const float p = ok ? expf(Sw[r * B + c] * scale - mn) : 0.0f;
             rs += p;
             Pw[r * B + c] = __float2bfloat16_rn(ok ? p * attn_drop(drop, item, hq, seq, qi, kj) : 0.0f);
@@ -162,7 +169,7 @@ __global__ void STRATA_FLASH_BOUNDS k_flash_fwd(const bf16* qkv, bf16* out, TV l
 // stay in fragments for the whole walk; dQ is added atomically (fp32). Dd[item][i] = dO . O.
 template <int D>
 __global__ void STRATA_FLASH_BOUNDS k_flash_bwd(const bf16* qkv, const bf16* dout, TV lse, const float* Dd, float* dQ, float* dK, float* dV,
-                                                i64 seq, i64 hq, i64 hkv, float scale, Dropout drop) {
+                                                i64 seq, i64 hq, i64 hkv, float scale, Dropout drop, i64 window) {
     constexpr int B = kFlashTile;
     STRATA_FLASH_SMEM(smem);
     bf16* Ks = reinterpret_cast<bf16*>(smem);
@@ -190,7 +197,9 @@ __global__ void STRATA_FLASH_BOUNDS k_flash_bwd(const bf16* qkv, const bf16* dou
         wmma::fill_fragment(dk[dt], 0.0f);
         wmma::fill_fragment(dv[dt], 0.0f);
     }
-    const i64 tiles = (seq + B - 1) / B;
+    // The query tiles that see a key of this block: from its own to the last key's window's end.
+    const i64 all_tiles = (seq + B - 1) / B, seen = (k0 + B - 1 + window - 1) / B + 1;
+    const i64 tiles = window > 0 && seen < all_tiles ? seen : all_tiles;
     for (i64 qt = blockIdx.x; qt < tiles; ++qt) {
         __syncthreads();  // every warp is done with the previous Q and dO
         flash_load<D>(Qs, hd.q, qt * B, seq, hd.row);
@@ -211,7 +220,7 @@ __global__ void STRATA_FLASH_BOUNDS k_flash_bwd(const bf16* qkv, const bf16* dou
         __syncwarp();
         for (int c = half * 32; c < half * 32 + 32; ++c) {  // row r: key kj; column c: query qt B + c
             const i64 qi = qt * B + c;
-            const bool ok = kj <= qi && qi < seq && kj < seq;
+            const bool ok = flash_sees(qi, kj, window) && qi < seq && kj < seq;
             const float p = ok ? expf(STw[r * B + c] * scale - Ls[c]) : 0.0f;
             const float z = ok ? attn_drop(drop, item, hq, seq, qi, kj) : 1.0f;
             PTw[r * B + c] = __float2bfloat16_rn(p * z);

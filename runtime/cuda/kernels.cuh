@@ -335,36 +335,39 @@ __device__ float attn_drop(const Dropout& d, i64 item, i64 hq, i64 seq, i64 i, i
 }
 // With dropout the probabilities are dropped once lse is taken (P z feeds P V).
 // P: S itself (fp32) or a bf16 copy for a tensor-core P V.
-__global__ void k_softmax_causal(float* S, TV P, TV lse, i64 seq, i64 hq, i64 item0, float scale, Dropout d) {
+// window > 0: row i sees keys i - window + 1 .. i only (model.sliding_window).
+__global__ void k_softmax_causal(float* S, TV P, TV lse, i64 seq, i64 hq, i64 item0, float scale, Dropout d, i64 window) {
     __shared__ float sh[32];
-    const i64 i = blockIdx.x, item = item0 + blockIdx.y;
+    const i64 i = blockIdx.x, item = item0 + blockIdx.y, lo = window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
     const i64 at = (static_cast<i64>(blockIdx.y) * seq + i) * seq;
     const float* row = S + at;
     const TV prow = P + at;
     float mx = -INFINITY;
-    for (i64 j = threadIdx.x; j <= i; j += blockDim.x) mx = fmaxf(mx, row[j] * scale);
+    for (i64 j = lo + threadIdx.x; j <= i; j += blockDim.x) mx = fmaxf(mx, row[j] * scale);
     mx = block_max(mx, sh);
     float s = 0;
-    for (i64 j = threadIdx.x; j <= i; j += blockDim.x) s += expf(row[j] * scale - mx);
+    for (i64 j = lo + threadIdx.x; j <= i; j += blockDim.x) s += expf(row[j] * scale - mx);
     s = block_sum(s, sh);
     const float l = mx + logf(s);
-    for (i64 j = threadIdx.x; j < seq; j += blockDim.x) prow[j] = j <= i ? expf(row[j] * scale - l) * attn_drop(d, item, hq, seq, i, j) : 0.0f;
+    for (i64 j = threadIdx.x; j < seq; j += blockDim.x)
+        prow[j] = j >= lo && j <= i ? expf(row[j] * scale - l) * attn_drop(d, item, hq, seq, i, j) : 0.0f;
     if (threadIdx.x == 0) lse[((item / hq) * seq + i) * hq + item % hq] = l;
 }
 // Backward: S -> P z from the saved lse (what dV needs), dP -> dS = P (z dP - D) scale,
 // D[item][i] = dout . out. P and dS: S and dP themselves (fp32), or bf16 copies.
 __global__ void k_softmax_causal_bwd(const float* S, const float* dP, TV P, TV dS, TV lse, const float* D, i64 seq, i64 hq, i64 item0,
-                                     float scale, Dropout d) {
-    const i64 i = blockIdx.x, item = item0 + blockIdx.y;
+                                     float scale, Dropout d, i64 window) {
+    const i64 i = blockIdx.x, item = item0 + blockIdx.y, lo = window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
     const float l = lse[((item / hq) * seq + i) * hq + item % hq], Di = D[item * seq + i];
     const i64 at = (static_cast<i64>(blockIdx.y) * seq + i) * seq;
     const float* srow = S + at;
     const float* drow = dP + at;
     const TV prow = P + at, dsrow = dS + at;
     for (i64 j = threadIdx.x; j < seq; j += blockDim.x) {
-        const float p = j <= i ? expf(srow[j] * scale - l) : 0.0f;
-        const float z = j <= i ? attn_drop(d, item, hq, seq, i, j) : 1.0f;
-        const float ds = j <= i ? p * (drow[j] * z - Di) * scale : 0.0f;  // never read above the diagonal: no stale NaN
+        const bool seen = j >= lo && j <= i;
+        const float p = seen ? expf(srow[j] * scale - l) : 0.0f;
+        const float z = seen ? attn_drop(d, item, hq, seq, i, j) : 1.0f;
+        const float ds = seen ? p * (drow[j] * z - Di) * scale : 0.0f;  // never read above the diagonal: no stale NaN
         prow[j] = p * z;
         dsrow[j] = ds;
     }

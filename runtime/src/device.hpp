@@ -93,10 +93,11 @@ public:
     virtual void add(float* out, const float* a, const float* b, const float* bias, i64 T, i64 C) = 0;
     /// Without context parallelism only (where(t) = t % seq).
     virtual void rope(float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, bool inverse) = 0;
+    /// window > 0: a query sees itself and the window - 1 keys before it (model.sliding_window).
     virtual void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d,
-                                   const Dropout& drop) = 0;
+                                   const Dropout& drop, i64 window) = 0;
     virtual void attention_backward(float* dqkv, const float* qkv, const float* out, const float* lse, const float* dout, i64 T,
-                                    i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop) = 0;
+                                    i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop, i64 window) = 0;
     /// Hidden-state dropout without context parallelism (row r at position (drop.row0 + r) % seq).
     virtual void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, i64 seq, const Dropout& drop) = 0;
     virtual void dropout_add(float* out, float* mask, const float* a, const float* b, const float* bias, i64 T, i64 C, i64 seq,
@@ -148,8 +149,8 @@ public:
 };
 
 /// The module's entry point: a new device on GPU 0, or null with the reason in `why`.
-constexpr int kDeviceApiVersion = 10;  // 2: dropout; 3: lanes; 4: adamw_ranges; 5: bf16 buffers; 6: AdamW writes the weights; 7: ReLU;
-                                      // 8: QK-norm; 9: MoE on one rank; 10: an accumulating dgrad
+constexpr int kDeviceApiVersion = 11;  // 2: dropout; 3: lanes; 4: adamw_ranges; 5: bf16 buffers; 6: AdamW writes the weights; 7: ReLU;
+                                      // 8: QK-norm; 9: MoE on one rank; 10: an accumulating dgrad; 11: sliding windows
 constexpr const char* kCudaModuleFile = "libstrata_runtime_cuda.so";
 constexpr const char* kCudaModuleSymbol = "strata_runtime_cuda_create";
 using CreateDevice = Device* (*)(int api_version, std::string* why);

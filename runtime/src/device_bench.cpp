@@ -50,9 +50,9 @@ AttentionTiming time_cuda_attention(int batch, int seq, int heads, int head_dim,
     for (int r = 0; r < reps + 1; ++r) {
         dev->timing_reset(3);
         dev->mark(0);
-        dev->attention_forward(out.p, lse.p, qkv.p, T, seq, heads, heads, head_dim, {});
+        dev->attention_forward(out.p, lse.p, qkv.p, T, seq, heads, heads, head_dim, {}, 0);
         dev->mark(1);
-        dev->attention_backward(dqkv.p, qkv.p, out.p, lse.p, dout.p, T, seq, heads, heads, head_dim, {});
+        dev->attention_backward(dqkv.p, qkv.p, out.p, lse.p, dout.p, T, seq, heads, heads, head_dim, {}, 0);
         dev->mark(2);
         dev->sync();
         dev->times(t);

@@ -249,18 +249,19 @@ public:
         const Ref Q = dev(qkv, T * (hq + 2 * hkv) * d, "rope qkv");
         kernel([=] { cpu::rope(Q.p, T, where(seq), hq, hkv, d, inverse); }, {Q});
     }
-    void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop) override {
+    void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop,
+                           i64 window) override {
         const Ref O = dev(out, T * hq * d, "attention_forward out"), L = dev(lse, T * hq, "attention_forward lse"),
                   Q = dev(qkv, T * (hq + 2 * hkv) * d, "attention_forward qkv");
-        kernel([=] { cpu::attention_forward(O.p, L.p, Q.p, T, seq, hq, hkv, d, drop); }, {O, L});
+        kernel([=] { cpu::attention_forward(O.p, L.p, Q.p, T, seq, hq, hkv, d, drop, window); }, {O, L});
     }
     void attention_backward(float* dqkv, const float* qkv, const float* out, const float* lse, const float* dout, i64 T, i64 seq, i64 hq,
-                            i64 hkv, i64 d, const Dropout& drop) override {
+                            i64 hkv, i64 d, const Dropout& drop, i64 window) override {
         const i64 W = (hq + 2 * hkv) * d;
         const Ref DQ = dev(dqkv, T * W, "attention_backward dqkv"), Q = dev(qkv, T * W, "attention_backward qkv"),
                   O = dev(out, T * hq * d, "attention_backward out"), L = dev(lse, T * hq, "attention_backward lse"),
                   DO = dev(dout, T * hq * d, "attention_backward dout");
-        kernel([=] { cpu::attention_backward(DQ.p, Q.p, O.p, L.p, DO.p, T, seq, hq, hkv, d, drop); }, {DQ});
+        kernel([=] { cpu::attention_backward(DQ.p, Q.p, O.p, L.p, DO.p, T, seq, hq, hkv, d, drop, window); }, {DQ});
     }
     void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, i64 seq, const Dropout& drop) override {
         const Ref Y = dev(y, T * C, "dropout_forward y"), M = dev(mask, T * C, "dropout_forward mask"), X = dev(x, T * C, "dropout_forward x");

@@ -68,13 +68,11 @@ void RankState::compute(std::size_t i) {
             const DataTensor &qkv = a.in(0), &out = a.out(0);
             const i64 hq = out.cols / hd, hkv = (qkv.cols / hd - hq) / 2;
             const Dropout drop = dropout(in, DropoutSite::attention_probs, qkv);
-            const i64 win = m.window_of(in.layer);  // the cuda backend refuses windows (session.cpp)
+            const i64 win = m.window_of(in.layer);
             cpu::Positions q = positions();
             q.window = win;
-            if (name == "attention" && win > 0) {
-                cpu::attention_forward(O(0), O(1), I(0), qkv.rows, m.seq_len, hq, hkv, hd, drop, win);
-            } else if (name == "attention") {
-                KERNEL(attention_forward, O(0), O(1), I(0), qkv.rows, m.seq_len, hq, hkv, hd, drop);
+            if (name == "attention") {
+                KERNEL(attention_forward, O(0), O(1), I(0), qkv.rows, m.seq_len, hq, hkv, hd, drop, win);
             } else if (dev_) {
                 fail(i, "context parallelism is not executed by the cuda backend");
             } else if (name == "attention.local") {  // context parallelism: this rank's own block
@@ -95,10 +93,8 @@ void RankState::compute(std::size_t i) {
             const i64 win = m.window_of(in.layer);
             cpu::Positions q = positions();
             q.window = win;
-            if (name == "attention" && win > 0) {
-                cpu::attention_backward(O(0), I(0), I(1), I(2), I(3), qkv.rows, m.seq_len, hq, hkv, hd, drop, win);
-            } else if (name == "attention") {
-                KERNEL(attention_backward, O(0), I(0), I(1), I(2), I(3), qkv.rows, m.seq_len, hq, hkv, hd, drop);
+            if (name == "attention") {
+                KERNEL(attention_backward, O(0), I(0), I(1), I(2), I(3), qkv.rows, m.seq_len, hq, hkv, hd, drop, win);
             } else if (dev_) {
                 fail(i, "context parallelism is not executed by the cuda backend");
             } else if (name == "attention.local") {

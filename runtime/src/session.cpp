@@ -69,8 +69,6 @@ std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend, 
                        "are not executed yet)";
         }
     }
-    if (cuda && m.window_of(0) > 0)
-        return "model.sliding_window: the cuda backend's attention kernels have no window yet (use --backend cpu)";
     if (cuda && m.is_moe() && m.moe->capacity_factor > 0)
         return "model.moe.capacity_factor: the cuda backend runs dropless MoE only (token dropping runs on --backend cpu)";
     if (cuda && m.is_moe() && m.moe->router_groups > 0)

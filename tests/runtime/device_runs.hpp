@@ -89,6 +89,10 @@ inline std::vector<Variant> fp32_variants() {
         p.lock_free_update = true;
         v.push_back({"Llama, lock-free update", tiny_llama(2), p});
     }
+    ModelSpec win = tiny_llama(4);
+    win.sliding_window = 3;  // layers 0 and 2 see 3 keys, 1 and 3 the whole sequence
+    win.window_attn_skip_freq = 2;
+    v.push_back({"Llama, sliding window of 3 on every other layer", win, cpu_plan()});
     return v;
 }
 
@@ -108,6 +112,8 @@ inline std::vector<Variant> bf16_variants() {
     ModelSpec wide = tiny_llama(2);  // 64-wide heads over 80 positions: the flash kernels
     wide.hidden = 128, wide.heads = 2, wide.kv_heads = 1, wide.head_dim = 64, wide.ffn_hidden = 96, wide.seq_len = 80;
     v.push_back({"Llama with 64-wide heads, bf16", wide, p});
+    wide.sliding_window = 70;  // the flash walk's tiles cut by the window
+    v.push_back({"Llama with 64-wide heads and a 70-token window, bf16", wide, p});
     p.recompute = Recompute::full;
     ModelSpec g = tiny_gpt();
     g.dropout = 0.3;

@@ -139,18 +139,20 @@ TEST_CASE("cuda kernels match the cpu kernels", "[runtime][cuda]") {
             i64 seq, batch, hq, hkv, hd;
         };
         for (const Shape sh : {Shape{24, 2, 4, 2, 16}, Shape{40, 3, 2, 2, 64}, Shape{7, 1, 3, 1, 8}, Shape{200, 2, 8, 2, 32}})
-        for (const float p : {0.0f, 0.1f}) {
+        for (const float p : {0.0f, 0.1f})
+        for (const i64 window : {i64{0}, i64{5}}) {  // the whole causal context, or a sliding window
             const i64 T = sh.seq * sh.batch, row = (sh.hq + 2 * sh.hkv) * sh.hd, od = sh.hq * sh.hd;
             const auto qkv = randoms(T * row, 19), dout = randoms(T * od, 20);
             // With dropout: the rank's heads start at 1 of 2 hq, its sequences at global index 5.
             const Dropout drop{p, dropout_key(7, 3, 1, DropoutSite::attention_probs), 5, 0, 1, 2 * sh.hq};
             std::vector<float> out(T * od), lse(T * sh.hq), dqkv(T * row);
-            cpu::attention_forward(out.data(), lse.data(), qkv.data(), T, sh.seq, sh.hq, sh.hkv, sh.hd, drop);
-            cpu::attention_backward(dqkv.data(), qkv.data(), out.data(), lse.data(), dout.data(), T, sh.seq, sh.hq, sh.hkv, sh.hd, drop);
+            cpu::attention_forward(out.data(), lse.data(), qkv.data(), T, sh.seq, sh.hq, sh.hkv, sh.hd, drop, window);
+            cpu::attention_backward(dqkv.data(), qkv.data(), out.data(), lse.data(), dout.data(), T, sh.seq, sh.hq, sh.hkv, sh.hd, drop, window);
             Dev Q(d, qkv), DO(d, dout), O(d, std::vector<float>(T * od)), L(d, std::vector<float>(T * sh.hq)), DQ(d, randoms(T * row, 21));
-            d.attention_forward(O.p, L.p, Q.p, T, sh.seq, sh.hq, sh.hkv, sh.hd, drop);
-            d.attention_backward(DQ.p, Q.p, O.p, L.p, DO.p, T, sh.seq, sh.hq, sh.hkv, sh.hd, drop);
-            INFO("seq " << sh.seq << " batch " << sh.batch << " heads " << sh.hq << "/" << sh.hkv << " dim " << sh.hd << " dropout " << p);
+            d.attention_forward(O.p, L.p, Q.p, T, sh.seq, sh.hq, sh.hkv, sh.hd, drop, window);
+            d.attention_backward(DQ.p, Q.p, O.p, L.p, DO.p, T, sh.seq, sh.hq, sh.hkv, sh.hd, drop, window);
+            INFO("seq " << sh.seq << " batch " << sh.batch << " heads " << sh.hq << "/" << sh.hkv << " dim " << sh.hd << " dropout " << p
+                        << " window " << window);
             same(out, O.get(), "attention out");
             same(lse, L.get(), "attention lse");
             same(dqkv, DQ.get(), "attention dqkv", 5e-5);
@@ -342,19 +344,21 @@ TEST_CASE("cuda kernels on bf16 operands match the cpu kernels rounded to bf16",
         // Head dim 32: the exact kernels; 64 and 128: flash.cuh, with a sequence that is not a
         // multiple of its 64-row tiles, one shorter than a tile, GQA and dropout.
         for (const Shape sh : {Shape{40, 2, 4, 2, 32, 0.0f}, Shape{100, 2, 4, 2, 64, 0.0f}, Shape{64, 1, 2, 1, 128, 0.0f},
-                               Shape{200, 1, 2, 2, 64, 0.1f}, Shape{30, 3, 2, 1, 128, 0.1f}}) {
+                               Shape{200, 1, 2, 2, 64, 0.1f}, Shape{30, 3, 2, 1, 128, 0.1f}})
+        for (const i64 window : {i64{0}, i64{70}}) {  // a window wider than a tile: the flash walk's first tile moves
             const i64 seq = sh.seq, hq = sh.hq, hkv = sh.hkv, hd = sh.hd, T = seq * sh.batch, row = (hq + 2 * hkv) * hd, od = hq * hd;
             const Dropout drop{sh.p, dropout_key(7, 3, 1, DropoutSite::attention_probs), 5, 0, 0, hq};
             const auto qkv = rounded(randoms(T * row, 19)), dout = rounded(randoms(T * od, 20));
             std::vector<float> out(T * od), lse(T * hq), dqkv(T * row);
-            cpu::attention_forward(out.data(), lse.data(), qkv.data(), T, seq, hq, hkv, hd, drop);
+            cpu::attention_forward(out.data(), lse.data(), qkv.data(), T, seq, hq, hkv, hd, drop, window);
             out = rounded(out);
-            cpu::attention_backward(dqkv.data(), qkv.data(), out.data(), lse.data(), dout.data(), T, seq, hq, hkv, hd, drop);
+            cpu::attention_backward(dqkv.data(), qkv.data(), out.data(), lse.data(), dout.data(), T, seq, hq, hkv, hd, drop, window);
             Dev Q(d, qkv, H), DO(d, dout, H), O(d, std::vector<float>(T * od), H), L(d, std::vector<float>(T * hq)),
                 DQ(d, std::vector<float>(T * row), H);
-            d.attention_forward(O.p, L.p, Q.p, T, seq, hq, hkv, hd, drop);
-            d.attention_backward(DQ.p, Q.p, O.p, L.p, DO.p, T, seq, hq, hkv, hd, drop);
-            INFO("seq " << seq << " batch " << sh.batch << " heads " << hq << "/" << hkv << " dim " << hd << " dropout " << sh.p);
+            d.attention_forward(O.p, L.p, Q.p, T, seq, hq, hkv, hd, drop, window);
+            d.attention_backward(DQ.p, Q.p, O.p, L.p, DO.p, T, seq, hq, hkv, hd, drop, window);
+            INFO("seq " << seq << " batch " << sh.batch << " heads " << hq << "/" << hkv << " dim " << hd << " dropout " << sh.p << " window "
+                        << window);
             same(out, O.get(), "bf16 attention out", ulp);
             same(lse, L.get(), "bf16 attention lse", 1e-5);
             same(rounded(dqkv), DQ.get(), "bf16 attention dqkv", 2 * ulp);

@@ -293,3 +293,34 @@ TEST_CASE("the cuda MoE kernels, emulated on the CPU, match the cpu kernels", "[
     same(rounded(sc, H), SC.get(), "scaled rows", tol);
     same(dots, DOT.get(), "row dots", 1e-5);
 }
+
+TEST_CASE("the exact attention path's softmax kernels, emulated, keep a sliding window", "[runtime][cuda-emulated]") {
+    using namespace strata::runtime::emulated;
+    // One sequence of 9 scores a row, one head: row i's probabilities over keys max(0, i - 2) .. i
+    // (a window of 3), written out here; the backward's P and dS = P (dP - D) scale on them, 0 elsewhere.
+    const i64 seq = 9, window = 3;
+    const float scale = 0.5f;
+    std::vector<float> S = randoms(seq * seq, 41), dP = randoms(seq * seq, 42), D = randoms(seq, 43), P(seq * seq), lse(seq),
+                       P2(seq * seq), dS(seq * seq);
+    launch(dim3(seq, 1), dim3(kThreads), 0,
+           [&] { k_softmax_causal(S.data(), TV{P.data(), 0}, TV{lse.data(), 0}, seq, 1, 0, scale, strata::runtime::Dropout{}, window); });
+    launch(dim3(seq, 1), dim3(kThreads), 0, [&] {
+        k_softmax_causal_bwd(S.data(), dP.data(), TV{P2.data(), 0}, TV{dS.data(), 0}, TV{lse.data(), 0}, D.data(), seq, 1, 0, scale, strata::runtime::Dropout{},
+                             window);
+    });
+    for (i64 i = 0; i < seq; ++i) {
+        const i64 lo = std::max<i64>(0, i - window + 1);
+        double mx = -1e30, sum = 0;
+        for (i64 j = lo; j <= i; ++j) mx = std::max(mx, static_cast<double>(S[i * seq + j]) * scale);
+        for (i64 j = lo; j <= i; ++j) sum += std::exp(S[i * seq + j] * scale - mx);
+        INFO("row " << i);
+        CHECK(lse[i] == Approx(mx + std::log(sum)).epsilon(1e-5));
+        for (i64 j = 0; j < seq; ++j) {
+            const bool seen = j >= lo && j <= i;
+            const double p = seen ? std::exp(S[i * seq + j] * scale - mx) / sum : 0.0;
+            CHECK(P[i * seq + j] == Approx(p).margin(1e-6));
+            CHECK(P2[i * seq + j] == Approx(p).margin(1e-6));
+            CHECK(dS[i * seq + j] == Approx(seen ? p * (dP[i * seq + j] - D[i]) * scale : 0.0).margin(1e-6));
+        }
+    }
+}

@@ -29,20 +29,20 @@ std::vector<__nv_bfloat16> to_bf16(const std::vector<float>& v) {
 // The executor's layouts, as attention.cuh's flash path passes them: qkv and dout rows in, out
 // rows and the lse out; dQ, dK, dV per head, summed over each group as k_attn_merge_grads does.
 template <int D>
-void check(i64 seq, i64 batch, i64 hq, i64 hkv, float p) {
+void check(i64 seq, i64 batch, i64 hq, i64 hkv, float p, i64 window = 0) {
     const i64 T = seq * batch, row = (hq + 2 * hkv) * D, od = hq * D, items = batch * hq, n = items * seq * D, g = hq / hkv;
     const Dropout drop{p, dropout_key(7, 3, 1, DropoutSite::attention_probs), 5, 0, 0, hq};
     const auto qkv = randoms(T * row, 19), dout = randoms(T * od, 20);
     std::vector<float> out(T * od), lse(T * hq), dqkv(T * row);
-    cpu::attention_forward(out.data(), lse.data(), qkv.data(), T, seq, hq, hkv, D, drop);
+    cpu::attention_forward(out.data(), lse.data(), qkv.data(), T, seq, hq, hkv, D, drop, window);
     cpu::round_bf16(out.data(), T * od);
-    cpu::attention_backward(dqkv.data(), qkv.data(), out.data(), lse.data(), dout.data(), T, seq, hq, hkv, D, drop);
+    cpu::attention_backward(dqkv.data(), qkv.data(), out.data(), lse.data(), dout.data(), T, seq, hq, hkv, D, drop, window);
     const std::vector<__nv_bfloat16> QKV = to_bf16(qkv), dO = to_bf16(dout);
     std::vector<__nv_bfloat16> O(T * od);
     std::vector<float> L(T * hq), dQ(n), dK(n), dV(n), Dd(items * seq);
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     const dim3 grid(static_cast<unsigned>((seq + 63) / 64), static_cast<unsigned>(items));
-    launch(grid, dim3(kFlashThreads), flash_fwd_smem<D>(), [&] { k_flash_fwd<D>(QKV.data(), O.data(), TV{L.data(), 0}, seq, hq, hkv, scale, drop); });
+    launch(grid, dim3(kFlashThreads), flash_fwd_smem<D>(), [&] { k_flash_fwd<D>(QKV.data(), O.data(), TV{L.data(), 0}, seq, hq, hkv, scale, drop, window); });
     double worst_o = 0, worst_l = 0, scale_o = 0;
     for (i64 i = 0; i < T * od; ++i) {
         scale_o = std::max(scale_o, std::fabs(static_cast<double>(out[i])));
@@ -53,7 +53,7 @@ void check(i64 seq, i64 batch, i64 hq, i64 hkv, float p) {
     launch(dim3(static_cast<unsigned>((items * seq + 7) / 8)), dim3(32, 8), 0,
            [&] { k_attn_rowdot_rows(Dd.data(), TV{const_cast<__nv_bfloat16*>(dO.data()), 1}, TV{O.data(), 1}, seq, hq, D, items * seq); });
     launch(grid, dim3(kFlashThreads), flash_bwd_smem<D>(), [&] {
-        k_flash_bwd<D>(QKV.data(), dO.data(), TV{L.data(), 0}, Dd.data(), dQ.data(), dK.data(), dV.data(), seq, hq, hkv, scale, drop);
+        k_flash_bwd<D>(QKV.data(), dO.data(), TV{L.data(), 0}, Dd.data(), dQ.data(), dK.data(), dV.data(), seq, hq, hkv, scale, drop, window);
     });
     double worst_g = 0, scale_g = 0;
     for (i64 i = 0; i < T * row; ++i) {
@@ -71,7 +71,7 @@ void check(i64 seq, i64 batch, i64 hq, i64 hkv, float p) {
         scale_g = std::max(scale_g, std::fabs(static_cast<double>(dqkv[i])));
         worst_g = std::max(worst_g, std::fabs(static_cast<double>(dqkv[i]) - v));
     }
-    INFO("head dim " << D << ", seq " << seq << ", batch " << batch << ", heads " << hq << "/" << hkv << ", dropout " << p);
+    INFO("head dim " << D << ", seq " << seq << ", batch " << batch << ", heads " << hq << "/" << hkv << ", dropout " << p << ", window " << window);
     CHECK(worst_o <= 1e-2 * scale_o);  // one bf16 rounding of the output
     CHECK(worst_l <= 1e-4);
     CHECK(worst_g <= 2e-2 * scale_g);  // P and dS rounded to bf16 for the tensor cores
@@ -85,4 +85,11 @@ TEST_CASE("flash attention's kernels, emulated on the CPU, match the cpu kernels
     check<64>(100, 1, 2, 1, 0.1f);  // two tiles, the second partial; dropout
     check<128>(70, 2, 4, 2, 0.0f);  // 128-wide heads, GQA, two sequences
     check<64>(30, 2, 2, 2, 0.0f);   // shorter than one tile
+}
+
+TEST_CASE("flash attention's kernels with a sliding window, emulated, match the cpu kernels", "[runtime][flash]") {
+    using namespace strata::runtime::emulated;
+    check<64>(200, 1, 2, 1, 0.1f, 70);  // the forward walk starts past tile 0, the backward's stops before the last
+    check<64>(130, 1, 2, 2, 0.0f, 64);  // a window of exactly one tile
+    check<128>(100, 2, 2, 1, 0.0f, 5);  // narrower than a 16-row fragment
 }

@@ -1,6 +1,7 @@
 // Sliding-window attention on the cpu backend: the kernels against a softmax over the window
 // written out here, gradients against finite differences, and every parallel split (context
-// parallelism's ring blocks included) against one rank's curve.
+// parallelism's ring blocks included) against one rank's curve. The device path's windows:
+// device_runs.hpp (whole runs), test_flash_emulated.cpp and test_cuda_emulated.cpp (kernels).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -82,10 +83,4 @@ TEST_CASE("windowed attention: gradients, and every split on one rank's curve", 
     PlanSpec rc = cpu_plan(1, 2);
     rc.recompute = Recompute::full;
     check_against_single_rank(m, {{"tp 2 with SP", sp}, {"pp 2, full recompute", rc}, {"dp 2", cpu_plan(1, 1, 2)}, {"cp 2", cp}});
-}
-
-TEST_CASE("windowed attention is refused on the device path, naming the field", "[runtime][window]") {
-    runtime::RunOptions o;
-    o.backend = runtime::Backend::emulated;
-    CHECK_THROWS_WITH(runtime::Session(windowed_llama(), cpu_cluster(1), cpu_plan(), o), Catch::Contains("model.sliding_window"));
 }
