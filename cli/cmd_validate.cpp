@@ -149,7 +149,9 @@ void run_validate(const ValidateArgs& a) {
         report << "wrote run " << run << " (" << p.measurements.size() << " measurements) to " << write_path << "\n";
         hw = view_for(w, s.cluster, a.specs);
     };
-    if (a.rt.backend == "cpu" && !a.no_profile && (a.profile || !has_measurements(hw))) {
+    // The emulated backend runs the cpu kernels: it is timed, and predicted, as the cpu backend.
+    const bool host_kernels = a.rt.backend != "cuda";
+    if (host_kernels && !a.no_profile && (a.profile || !has_measurements(hw))) {
         report << "profiling this machine first (strata profile --backend cpu --quick): hwdb has no measurements of gpu '"
                << s.cluster.gpu << "'\n";
         profiler::Options po;
@@ -166,7 +168,7 @@ void run_validate(const ValidateArgs& a) {
         const bool bf16 = a.rt.backend == "cuda" && s.plan->precision == sim::Precision::bf16;
         profiler::Options po = plan_shape_profile(sim::lower(s.model, s.cluster, *s.plan, lo), bf16 ? "bf16" : "fp32");
         if (!po.gemm_shapes.empty() || !po.attention_shapes.empty()) {
-            po.backend = a.rt.backend;
+            po.backend = host_kernels ? "cpu" : "cuda";
             report << "timing the plan's own shapes on the " << po.backend << " backend: " << po.gemm_shapes.size() << " GEMMs, "
                    << po.attention_shapes.size() << " attention\n";
             // A failure here costs the prediction its exact points, not the validation.
@@ -183,7 +185,7 @@ void run_validate(const ValidateArgs& a) {
     sim::SimOptions so;
     so.full = true;
     so.trace = true;
-    std::string cal = a.calibration.empty() && a.rt.backend == "cpu" ? std::string("none") : a.calibration, cal_line;
+    std::string cal = a.calibration.empty() && host_kernels ? std::string("none") : a.calibration, cal_line;
     so.calibration = calibration_for(cal, hw, &cal_line);
     so.runtime_kernels = true;  // the runtime's kernels, where hwdb timed them, not a framework's
     const sim::SimOutput pred = sim::simulate(s.model, s.cluster, *s.plan, hw, so);

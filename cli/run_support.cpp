@@ -30,7 +30,10 @@ void restore_sigint() { ::sigaction(SIGINT, &g_old_sigint, nullptr); }
 
 void add_runtime_options(CLI::App* cmd, RuntimeArgs& a, int default_steps) {
     a.steps = default_steps;
-    cmd->add_option("--backend", a.backend, "cpu (ranks as threads) or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+    cmd->add_option("--backend", a.backend,
+                    "cpu (ranks as threads), cuda, or emulated (the cuda backend's executor path over the cpu kernels, no GPU: "
+                    "whether a plan runs there, before a GPU is lent)")
+        ->check(CLI::IsMember({"cpu", "cuda", "emulated"}));
     cmd->add_option("--steps", a.steps, "optimizer steps to run")->check(CLI::Range(1, 1000000));
     cmd->add_option("--data", a.data,
                     "token data: a byte-level text file, 'text' for the bundled public-domain text, or 'synthetic' (default)");
@@ -47,7 +50,8 @@ void add_runtime_options(CLI::App* cmd, RuntimeArgs& a, int default_steps) {
 
 runtime::RunOptions runtime_options(const RuntimeArgs& a, const sim::Scenario& s, const hwdb::HardwareView& hw) {
     runtime::RunOptions o;
-    o.backend = a.backend == "cuda" ? runtime::Backend::cuda : runtime::Backend::cpu;
+    o.backend = a.backend == "cuda" ? runtime::Backend::cuda : a.backend == "emulated" ? runtime::Backend::emulated : runtime::Backend::cpu;
+    o.ranks_share_gpu = o.backend == runtime::Backend::emulated;
     o.steps = a.steps;
     o.lr = a.lr;
     o.warmup_steps = a.warmup;
@@ -58,7 +62,7 @@ runtime::RunOptions runtime_options(const RuntimeArgs& a, const sim::Scenario& s
     if (a.data == "text") o.data.text_path = find_bundled("data", "public-domain.txt");
     else if (!a.data.empty() && a.data != "synthetic") o.data.text_path = a.data;
     o.peak_flops_per_rank = sim::peak_flops_for(hw, s.plan->precision);
-    if (o.backend == runtime::Backend::cpu) {
+    if (o.backend != runtime::Backend::cuda) {  // the emulated device's memory is this machine's too
         // A cpu rank's "device memory" is its share of this machine's RAM.
         const double ram = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
         o.capacity_bytes[0] = ram / std::max(1, s.cluster.gpus_per_node);

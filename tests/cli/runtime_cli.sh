@@ -27,6 +27,19 @@ assert len(spans) > 100 and all(e["dur"] >= 0 for e in spans)
 assert {e["pid"] for e in spans} == {0, 1}
 PY
 
+# --backend emulated: the cuda backend's executor path over the cpu kernels, both ranks with a
+# device of their own, their collectives and transfers staged through the host: the cpu run's
+# losses (fp32: the same kernels, summed in the same order on this plan) to 1e-4.
+"$S" run --scenario gpt-tiny-2cpu --steps 3 --data text --lr 3e-3 --backend emulated --json "$T/emu.json" >"$T/out" 2>"$T/err" \
+  || { cat "$T/err"; fail "run --backend emulated"; }
+grep -q "emulated backend" "$T/out" || fail "the run does not name the emulated backend"
+python3 - "$T/run.json" "$T/emu.json" <<'PY' || fail "the emulated device's losses differ from the cpu backend's"
+import json, sys
+cpu = [s["loss"] for s in json.load(open(sys.argv[1]))["steps"]][:3]
+emu = [s["loss"] for s in json.load(open(sys.argv[2]))["steps"]]
+assert len(emu) == 3 and all(abs(a - b) <= 1e-4 * abs(a) for a, b in zip(cpu, emu)), (cpu, emu)
+PY
+
 # The memory-only walk gives the run's peak (the run's largest over its 12 steps), in no time, and
 # --backend cuda needs no GPU for it. On this 2-stage pipeline a run's order depends on when the
 # peer's transfers arrive (its peak moves by about 1 % from step to step), the walk takes program
