@@ -447,7 +447,7 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
             // The fp32 master (none in a pure fp32 plan) and the moments come in and go back in
             // sub-groups on one SSD stream (the lowering's optimizer step): reads and writes add up,
             // and the host's update runs under them.
-            const double state = ((p.precision == Precision::fp32 ? 0.0 : 4.0) + p.adam_moment_bytes()) * shard * of.ssd;
+            const double state = ((p.has_master() ? 4.0 : 0.0) + p.adam_moment_bytes()) * shard * of.ssd;
             const double rd = shared_s(transfer_demand(copy_instr(CopyKind::ssd_read, state), ctx), c_);
             const double wr = shared_s(transfer_demand(copy_instr(CopyKind::ssd_write, state), ctx), c_);
             const double update = std::max(rd + wr, shared_s(transfer_demand(adam, ctx), c_));

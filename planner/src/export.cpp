@@ -218,6 +218,8 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
     if (bf16_weights && !p.fp32_grads) flag("grad-reduce-in-bf16");
     if (p.precision == Precision::fp16 && p.fp32_grads) flag("accumulate-allreduce-grads-in-fp32");
     if (!p.grad_accum_fusion) flag("no-gradient-accumulation-fusion");
+    if (!p.master_weights)
+        r.unsupported.push_back("pure 16-bit weights without an fp32 master (Megatron's optimizer keeps fp32 main params)");
     if (p.exp_avg_dtype != Precision::fp32 || p.exp_avg_sq_dtype != Precision::fp32) {
         flag("use-precision-aware-optimizer");
         arg("exp-avg-dtype", to_string(p.exp_avg_dtype));

@@ -159,6 +159,7 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
                                                  : "a fused cross-entropy on the logits in their own type");
     if (p.exp_avg_dtype != Precision::fp32 || p.exp_avg_sq_dtype != Precision::fp32)
         r.unsupported.push_back("Adam moments below fp32 (Megatron's precision-aware optimizer)");
+    if (!p.master_weights) r.unsupported.push_back("pure 16-bit weights without an fp32 master (DeepSpeed's optimizers keep one)");
     // Tensor parallelism in the model code (Megatron-DeepSpeed's layers) orders its collectives on
     // one hardware queue, as Megatron does.
     if (p.tp > 1) r.env.emplace_back("CUDA_DEVICE_MAX_CONNECTIONS", "1");

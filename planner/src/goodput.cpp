@@ -14,7 +14,7 @@ using namespace strata::sim;
 
 double checkpoint_bytes(const ModelSpec& m, const PlanSpec& p) {
     const bool fp32 = p.precision == Precision::fp32;
-    const double per_param = (fp32 ? 4.0 : 2.0) + (fp32 ? 0.0 : 4.0) + bytes_per_element(p.exp_avg_dtype) +
+    const double per_param = (fp32 ? 4.0 : 2.0) + (p.has_master() ? 4.0 : 0.0) + bytes_per_element(p.exp_avg_dtype) +
                              bytes_per_element(p.exp_avg_sq_dtype);
     return static_cast<double>(param_counts(m).total) * per_param;
 }

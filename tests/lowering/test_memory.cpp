@@ -156,6 +156,36 @@ TEST_CASE("fp32 gradients: Megatron's 18 and 6 + 12/dp bytes per parameter", "[m
     CHECK(b32 - b16 == Approx(2 * 2.0 * stage_params(m, small, 5).total()));
 }
 
+TEST_CASE("pure bf16 (no fp32 master): 2 + 2 + the moments' bytes per parameter, and the update's traffic", "[memory]") {
+    // A model loaded in bf16 under FSDP2's MixedPrecisionPolicy (NeMo AutoModel's default):
+    // torch.optim.Adam keeps its moments in the parameters' type and updates them in place. Per
+    // parameter: weights 2, gradients 2, m and v 2 each = 8 bytes, against mixed precision's 16
+    // (2 + 2 + master 4 + m 4 + v 4).
+    const ModelSpec m = gpt3();
+    PlanSpec p = gpt3_plan();
+    p.master_weights = false;
+    p.exp_avg_dtype = p.exp_avg_sq_dtype = Precision::bf16;
+    auto bytes_per_param = [&](const PlanSpec& q) {
+        const MemoryReport r = memory_estimate(m, q, a100_80());
+        const StageMemory& st = r.stages[5];
+        return (st.weights_bytes + st.grads_bytes + st.optimizer_bytes) / stage_params(m, q, 5).total();
+    };
+    CHECK(bytes_per_param(p) == Approx(8));
+    // ZeRO-3 over dp 8 under this plan's pipeline (FSDP's pipelined schedule keeps the step's
+    // gradients unsharded): 2/8 + 2 + 4/8 = 2.75; a master adds 4/8.
+    p.zero_stage = 3;
+    CHECK(bytes_per_param(p) == Approx(2.0 / 8 + 2.0 + 4.0 / 8));
+    p.master_weights = true;
+    CHECK(bytes_per_param(p) == Approx(2.0 / 8 + 2.0 + 8.0 / 8));
+    // The fused update reads the weights, the gradient and both moments and writes the weights and
+    // both moments, each in its own 2 bytes: 2 + 2 + 2 x (2 + 2) + 2 = 14 bytes a parameter; with a
+    // master 4 + 4 for it, 2 for the bf16 weights written, 2 for the gradient, 2 x 4 for the moments.
+    p.master_weights = false;
+    CHECK(p.adam_gpu_bytes_per_param() == 14.0);
+    p.master_weights = true;
+    CHECK(p.adam_gpu_bytes_per_param() == 8.0 + 2.0 + 2.0 + 8.0);
+}
+
 TEST_CASE("Offload moves bytes between tiers exactly", "[memory]") {
     const ModelSpec m = gpt3();
     PlanSpec p = gpt3_plan();

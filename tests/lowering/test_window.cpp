@@ -93,3 +93,24 @@ TEST_CASE("sliding window: the spec's fields, written back and refused with thei
     CHECK_THROWS_WITH(model_from_json_text(base + R"(, "sliding_window": 8, "window_attn_skip_freq": -1})", "g.json"),
                       Contains("window_attn_skip_freq"));
 }
+
+TEST_CASE("master_weights = false: read, written back, and refused where a master is needed", "[spec]") {
+    const std::string model = R"({"name": "m", "layers": 2, "hidden": 64, "heads": 4, "vocab": 128, "seq_len": 32})";
+    auto plan = [](const std::string& extra) {
+        return R"({"name": "p", "dp": 1, "global_batch": 1, "precision": "bf16")" + extra + "}";
+    };
+    const ModelSpec m = model_from_json_text(model, "m.json");
+    const PlanSpec p = plan_from_json_text(plan(R"(, "master_weights": false)"), "p.json");
+    CHECK_FALSE(p.master_weights);
+    CHECK_FALSE(p.has_master());
+    CHECK(to_json_text(p).find("\"master_weights\": false") != std::string::npos);
+    CHECK(plan_from_json_text(plan(""), "d.json").has_master());  // the default keeps one
+    CHECK_THROWS_WITH(plan_from_json_text(R"({"name": "p", "dp": 1, "global_batch": 1, "precision": "fp32", "master_weights": false})", "f.json"),
+                      Contains("f.json") && Contains("master_weights") && Contains("fp32"));
+    ClusterSpec c;
+    c.gpu = "H100-SXM5-80GB";
+    c.gpus_per_node = 1;
+    PlanSpec off = p;
+    off.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+    CHECK_THROWS_WITH(validate_plan(m, c, off, "off.json"), Contains("master_weights") && Contains("offload"));
+}

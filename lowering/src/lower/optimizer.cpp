@@ -61,7 +61,7 @@ void RankLowering::host_update(int after_ev, const std::vector<std::pair<double,
         const int groups = static_cast<int>(std::clamp(std::ceil(params / sub), 1.0, 4096.0));
         const double per = params / groups;
         // fp32 weights are their own master: only the moments go to the SSD (memory.hpp's list).
-        const double master = p_.precision == Precision::fp32 ? 0.0 : kMasterBytesPerParam;
+        const double master = p_.has_master() ? kMasterBytesPerParam : 0.0;
         const double state_bytes = (master + p_.adam_moment_bytes()) * per;
         const double base = of.gpu + of.cpu, width = of.ssd / groups;  // sub-group g: [base + g w, base + (g+1) w)
         auto group_part = [&](int g, R role, Tier tier) { return part(base + g * width, base + (g + 1) * width, role, tier); };

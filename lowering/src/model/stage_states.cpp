@@ -70,7 +70,7 @@ void emit_model_states(const PlanSpec& p, const StageParams& sp, Emit&& emit) {
     emit("weights", TensorTag::weights, life, sharded(wb, z >= 3), p.offload.params, "(params)", nullptr);
     // Pipelined FSDP accumulates unsharded gradients over the step's micro-batches.
     emit("grads", TensorTag::grads, life, sharded(gb, z >= 2 && !p.pipelined_fsdp()), p.offload.grads, "(params)", nullptr);
-    if (!fp32) emit("optimizer.master", TensorTag::optimizer, life, sharded(4.0, z >= 1), p.offload.optimizer, "(params) fp32", nullptr);
+    if (p.has_master()) emit("optimizer.master", TensorTag::optimizer, life, sharded(4.0, z >= 1), p.offload.optimizer, "(params) fp32", nullptr);
     // Moments fp32 unless the plan narrows them (Megatron's precision-aware optimizer).
     emit("optimizer.m", TensorTag::optimizer, life, sharded(bytes_per_element(p.exp_avg_dtype), z >= 1), p.offload.optimizer, "(params) ",
          to_string(p.exp_avg_dtype));

@@ -284,6 +284,12 @@ void read_fp32_grads(JsonReader& r, const char* key, PlanSpec& p) {
         r.fail(key, "needs mixed precision: with plan.precision = \"fp32\" the gradients are fp32 already");
 }
 
+void read_master_weights(JsonReader& r, const char* key, PlanSpec& p) {
+    p.master_weights = r.boolean_or(key, true);
+    if (p.precision == Precision::fp32 && !p.master_weights)
+        r.fail(key, "= false needs 16-bit precision: with plan.precision = \"fp32\" the weights are their own master");
+}
+
 TierSplit read_tier_split(JsonReader& parent, const std::string& key) {
     TierSplit t;
     const nlohmann::json* v = parent.get(key);
@@ -416,6 +422,8 @@ const std::vector<Knob>& table() {
                      Written::if_changed, nullptr, "[\"fp32\", \"bf16\"]"});
         t.push_back({"fp32_grads", read_fp32_grads, write_scalar<&P::fp32_grads>, encode_scalar<&P::fp32_grads>, assign_scalar<&P::fp32_grads>,
                      Written::if_changed, nullptr, "[false, true]"});
+        t.push_back({"master_weights", read_master_weights, write_scalar<&P::master_weights>, encode_scalar<&P::master_weights>,
+                     assign_scalar<&P::master_weights>, Written::if_changed, nullptr, "[true, false]"});
         t.push_back(bool_knob<&P::grad_accum_fusion>("grad_accum_fusion", Written::if_changed));
         t.push_back(bool_knob<&P::loss_upcast>("loss_upcast", Written::if_changed));
         t.push_back(bool_knob<&P::eager_cross_entropy>("eager_cross_entropy", Written::if_changed));

@@ -124,7 +124,9 @@ double PlanSpec::adam_moment_bytes() const {
 }
 
 double PlanSpec::adam_gpu_bytes_per_param() const {
-    const double weights = 2 * 4.0 + (precision == Precision::fp32 ? 0.0 : 2.0);
+    // fp32 weights read and written (the master under mixed precision, then the 2-byte weights
+    // written); without a master the 2-byte weights themselves read and written.
+    const double weights = precision == Precision::fp32 ? 2 * 4.0 : has_master() ? 2 * 4.0 + 2.0 : 2 * 2.0;
     return weights + grad_bytes() + 2 * adam_moment_bytes();
 }
 

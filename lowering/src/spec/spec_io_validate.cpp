@@ -160,6 +160,12 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
                                          (p.sequence_parallel ? ", sequence parallel" : ", no sequence parallelism") + ")");
     if (p.moe_a2a_overlap && (!m.is_moe() || p.ep < 2))
         fail("plan.moe_a2a_overlap", "needs a MoE model with plan.ep >= 2 (got ep " + s(p.ep) + (m.is_moe() ? ")" : ", no model.moe)"));
+    // An offloaded optimizer (ZeRO-Offload's CPU Adam, ZeRO-Infinity) and the lock-free update
+    // work on an fp32 master in host memory.
+    if (!p.master_weights && !p.offload.optimizer.all_gpu())
+        fail("plan.master_weights", "= false with plan.offload.optimizer: an offloaded optimizer updates an fp32 master in host memory");
+    if (!p.master_weights && p.lock_free_update)
+        fail("plan.master_weights", "= false with plan.lock_free_update: the delayed host update works on an fp32 master");
     if (p.zero3_param_sync && p.zero_stage != 3)
         fail("plan.zero3_param_sync", "needs plan.zero_stage = 3 (got " + s(p.zero_stage) + "): it is how ZeRO-3 fetched parameters");
     if (p.attention_kernel != AttentionKernel::fa3 && !p.flash_attention)

@@ -233,6 +233,13 @@ struct PlanSpec {
     /// --accumulate-allreduce-grads-in-fp32, its default for bf16): 4 bytes per parameter instead
     /// of the weights' 2 (the ZeRO paper's convention, Megatron's --grad-reduce-in-bf16).
     bool fp32_grads = false;
+    /// Under 16-bit precision, the optimizer updates an fp32 master copy of the weights (Megatron,
+    /// DeepSpeed, FSDP2 over fp32 parameters, autocast). false: pure 16-bit training, the weights
+    /// updated in their own type and Adam's moments in the moments' types, no master (a model
+    /// loaded in bf16 under FSDP2's MixedPrecisionPolicy, NeMo AutoModel's default).
+    bool master_weights = true;
+    /// An fp32 master is kept: 16-bit precision with master_weights.
+    bool has_master() const { return precision != Precision::fp32 && master_weights; }
     /// Bytes per gradient element, in memory and on the wire of the data-parallel reduction.
     double grad_bytes() const;
     /// The weight-gradient GEMMs accumulate into the gradient buffer themselves (Megatron's
