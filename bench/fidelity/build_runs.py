@@ -16,6 +16,7 @@ import sources_papers  # noqa: E402
 import sources_tables  # noqa: E402
 import sources_torchtitan  # noqa: E402
 import sources_llmc  # noqa: E402
+import sources_automodel  # noqa: E402
 
 HWDB_GPUS = {"V100-SXM2-32GB", "A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM5-80GB",
              "H800-SXM5-80GB", "H200-SXM-141GB", "H100-SXM5-96GB-HBM2e"}
@@ -38,7 +39,7 @@ FRAMEWORK_BY_PREFIX = [
     ("nemo", "nemo", "NeMo 1.x performance configs of the NeMo Framework Launcher (24.03, 24.07)"),
     ("mpt-", "llm-foundry", "MosaicML's llm-foundry benchmarks"),
 ]
-FRAMEWORKS = {"megatron-lm-2021", "megatron-deepspeed-2022", "deepspeed-2021", "deepspeed", "megatron-core", "megatron-bridge", "nemo",
+FRAMEWORKS = {"nemo-automodel", "megatron-lm-2021", "megatron-deepspeed-2022", "deepspeed-2021", "deepspeed", "megatron-core", "megatron-bridge", "nemo",
               "torchtitan", "torchtitan-compile", "llm-foundry", "llm.c", "hf-trainer"}
 
 
@@ -140,7 +141,7 @@ def apply_frozen_splits(entries):
 
 def build():
     entries = (sources_papers.all_entries() + sources_tables.all_entries() + sources_memory.all_entries()
-               + sources_torchtitan.all_entries() + sources_llmc.all_entries())
+               + sources_torchtitan.all_entries() + sources_llmc.all_entries() + sources_automodel.all_entries())
     ids = [e["id"] for e in entries]
     dup = {i for i in ids if ids.count(i) > 1}
     problems = [f"duplicate id {d}" for d in sorted(dup)]

@@ -84,6 +84,28 @@ TEST_CASE("a preset fills the knobs its framework fixes", "[frameworks]") {
     CHECK(hf.eager_cross_entropy);
     CHECK(hf.eager_elementwise);
 
+    // NeMo AutoModel (Automodel's auto_model.py, BackendConfig, MaskedCrossEntropy): a bf16 model
+    // under FSDP2 with torch's Adam, no fp32 master, moments in bf16; TE attention; DeepEP allowed.
+    const PlanSpec am = plan(R"(, "framework": "nemo-automodel", "dp": 8, "zero_stage": 3)");
+    CHECK_FALSE(am.master_weights);
+    CHECK(am.exp_avg_dtype == Precision::bf16);
+    CHECK(am.exp_avg_sq_dtype == Precision::bf16);
+    CHECK_FALSE(am.fp32_grads);
+    CHECK(am.attention_kernel == AttentionKernel::fa3);
+    CHECK(am.loss_upcast);
+    CHECK(am.eager_cross_entropy);
+    CHECK(am.eager_elementwise);
+    CHECK(refusal(am).empty());
+    PlanSpec deepep = am;  // its dispatcher is DeepEP's (BackendConfig dispatcher = "deepep")
+    deepep.ep = 8;
+    deepep.moe_dispatcher = MoeDispatcher::deepep;
+    CHECK_FALSE(framework_refusal(deepep).has_value());
+    // A float32 model (model.torch_dtype: float32) states its master and moments.
+    const PlanSpec am32 = plan(R"(, "framework": "nemo-automodel", "dp": 8, "master_weights": true, "exp_avg_dtype": "fp32", "exp_avg_sq_dtype": "fp32")");
+    CHECK(am32.has_master());
+    CHECK(am32.exp_avg_dtype == Precision::fp32);
+    CHECK_THAT(refusal(plan(R"(, "framework": "nemo-automodel", "dp": 8, "zero_stage": 1)")), Contains("nemo-automodel") && Contains("zero_stage"));
+
     // Megatron-Bridge's performance recipes: TP overlap only with tp > 1 and sequence parallelism.
     CHECK(plan(R"(, "framework": "megatron-bridge", "tp": 4, "sequence_parallel": true)").tp_comm_overlap);
     CHECK_FALSE(plan(R"(, "framework": "megatron-bridge", "tp": 1, "dp": 4)").tp_comm_overlap);
@@ -128,7 +150,7 @@ TEST_CASE("a plan that states unfused attention keeps it under a preset that nam
 TEST_CASE("a plan with a framework round-trips through its canonical JSON", "[frameworks]") {
     for (const std::string& fw : framework_names()) {
         const std::string pp = fw == "llm.c" || fw == "hf-trainer" || fw == "llm-foundry" ? "1" : "2";
-        const std::string zero = fw == "torchtitan" || fw == "torchtitan-compile" || fw == "llm-foundry" ? "0" : "1";
+        const std::string zero = fw == "torchtitan" || fw == "torchtitan-compile" || fw == "llm-foundry" || fw == "nemo-automodel" ? "0" : "1";
         const PlanSpec p = plan(", \"framework\": \"" + fw + "\", \"pp\": " + pp + ", \"dp\": 4, \"zero_stage\": " + zero);
         CAPTURE(fw);
         CHECK(refusal(p).empty());

@@ -67,12 +67,12 @@ FidelityRow synthetic_row(std::size_t i, Quantity q, const Calibration& applied,
 
 }  // namespace
 
-TEST_CASE("fidelity loader: all 118 entries, sorted, both splits", "[fidelity]") {
+TEST_CASE("fidelity loader: all 120 entries, sorted, both splits", "[fidelity]") {
     const auto& all = dataset();
-    REQUIRE(all.size() == 118);
+    REQUIRE(all.size() == 120);
     for (std::size_t i = 1; i < all.size(); ++i) CHECK(all[i - 1].id < all[i].id);
-    CHECK(select_split(all, "train").size() + select_split(all, "test").size() == 118);
-    CHECK(select_split(all, "all").size() == 118);
+    CHECK(select_split(all, "train").size() + select_split(all, "test").size() == 120);
+    CHECK(select_split(all, "all").size() == 120);
     // 103 publish a throughput (BLOOM's topology search its seconds per iteration too); 7 only a
     // memory outcome: Megatron-LM's CI goldens and BLOOM's three OOM layouts (sources_memory.py).
     int memory_only = 0;

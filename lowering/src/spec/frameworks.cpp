@@ -188,6 +188,28 @@ const std::vector<Preset>& presets() {
          torchtitan_knobs(false)},
         {"torchtitan-compile", "torchtitan with torch.compile on each block: elementwise ops fused by Inductor",
          torchtitan_knobs(true)},
+        {"nemo-automodel",
+         "NVIDIA NeMo AutoModel (2025 or later): Hugging Face models on FSDP2 x TP x PP x CP x EP, Transformer Engine kernels, "
+         "DeepEP, a bf16 model with torch's Adam",
+         {{"attention_kernel", "\"fa3\"", When::fused_attention,
+           "Automodel components/models/common/utils.py BackendConfig: attn = \"te\" with Transformer Engine on a GPU "
+           "(DotProductAttention, cuDNN's fused flash attention on Hopper)"},
+          {"eager_elementwise", "true", When::always,
+           "BackendConfig fuses the linears, RoPE (rope_fusion) and, when asked, RMSNorm; the Hugging Face model code's "
+           "activation products and residual adds run as eager PyTorch ops (distributed.enable_compile = false by default)"},
+          kAutogradAccumKnob,
+          {"loss_upcast", "true", When::always,
+           "Automodel components/loss/masked_ce.py MaskedCrossEntropy(fp32_upcast=True): logits.float()"},
+          {"eager_cross_entropy", "true", When::always, "MaskedCrossEntropy then calls F.cross_entropy in eager PyTorch"},
+          {"master_weights", "false", When::mixed16,
+           "Automodel _transformers/auto_model.py: torch_dtype \"auto\" loads the model in torch.bfloat16, and FSDP2's "
+           "MixedPrecisionPolicy keeps the sharded parameters in it (components/distributed/config.py: \"pair with "
+           "model.torch_dtype: float32 for fp32 optimizer state\"; such a run states master_weights true and fp32 moments)"},
+          {"exp_avg_dtype", "\"bf16\"", When::mixed16, "torch.optim.Adam keeps exp_avg in the bf16 parameters' type"},
+          {"exp_avg_sq_dtype", "\"bf16\"", When::mixed16, "torch.optim.Adam keeps exp_avg_sq in the bf16 parameters' type"},
+          {"fp32_grads", "false", When::mixed16,
+           "FSDP2 keeps the sharded gradients in the bf16 parameters' type (MixedPrecisionPolicy reduce_dtype = float32 "
+           "casts them for the reduce-scatter only)"}}},
         {"llm-foundry",
          "MosaicML llm-foundry on Composer with PyTorch FSDP",
          {{"attention_kernel", "\"fa2\"", When::fused_attention,
@@ -319,8 +341,10 @@ std::optional<FrameworkRefusal> framework_refusal(const PlanSpec& p) {
     if (p.cp > 1 && deepspeed_like)
         return refuse("plan.cp", "must be 1: DeepSpeed splits sequences with Ulysses (an all-to-all over heads), which is not "
                                  "modelled; Strata's context parallelism is Megatron-Core's and torchtitan's ring");
-    if (p.cp > 1 && !megatron_like && fw != "torchtitan" && fw != "torchtitan-compile")
-        return refuse("plan.cp", "must be 1: context parallelism is Megatron-Core's and torchtitan's, not this framework's");
+    const bool fsdp2 = fw == "torchtitan" || fw == "torchtitan-compile" || fw == "nemo-automodel";
+    if (p.cp > 1 && !megatron_like && !fsdp2)
+        return refuse("plan.cp", "must be 1: context parallelism is Megatron-Core's, torchtitan's and NeMo AutoModel's, not this "
+                                 "framework's");
     if (p.pp > 1 && (data_parallel_only || fw == "llm-foundry"))
         return refuse("plan.pp", "must be 1: this framework has no pipeline parallelism");
     if (p.tp > 1 && data_parallel_only)
@@ -331,7 +355,7 @@ std::optional<FrameworkRefusal> framework_refusal(const PlanSpec& p) {
         return refuse("plan.ep", "must be 1: this framework has no expert parallelism");
     if (p.zero_stage > 1 && (fw == "megatron-lm-2021" || fw == "llm.c"))
         return refuse("plan.zero_stage", "must be 0 or 1: this framework shards at most the optimizer states (ZeRO-1)");
-    if (p.zero_stage == 1 && (fw == "torchtitan" || fw == "torchtitan-compile" || fw == "llm-foundry"))
+    if (p.zero_stage == 1 && (fsdp2 || fw == "llm-foundry"))
         return refuse("plan.zero_stage", "must be 0, 2 or 3: FSDP shards gradients with the optimizer states (ZeRO-2 as "
                                          "reshard_after_forward = False, ZeRO-3 by default), there is no ZeRO-1");
     if (fw == "deepspeed-2021" && p.precision == Precision::bf16 && p.zero_stage >= 2)
@@ -346,8 +370,8 @@ std::optional<FrameworkRefusal> framework_refusal(const PlanSpec& p) {
         return refuse("plan.schedule", "must not be dualpipev: DualPipeV runs in Megatron-Core and DeepSeek's own code");
     if (p.tp_comm_overlap && !megatron_like)
         return refuse("plan.tp_comm_overlap", "must be false: userbuffer TP overlap is Transformer Engine's under Megatron-Core");
-    if (p.moe_dispatcher == MoeDispatcher::deepep && !megatron_like)
-        return refuse("plan.moe_dispatcher", "must be \"alltoall\": the DeepEP dispatcher is Megatron-Core's here");
+    if (p.moe_dispatcher == MoeDispatcher::deepep && !megatron_like && fw != "nemo-automodel")
+        return refuse("plan.moe_dispatcher", "must be \"alltoall\": the DeepEP dispatcher is Megatron-Core's and NeMo AutoModel's here");
     if (p.lock_free_update)
         return refuse("plan.lock_free_update", "must be false: the lock-free update is Angel-PTM's own");
     const OffloadSpec& o = p.offload;
@@ -357,6 +381,9 @@ std::optional<FrameworkRefusal> framework_refusal(const PlanSpec& p) {
     const bool states_off = !o.params.all_gpu() || !o.grads.all_gpu();
     if (!o.optimizer.all_gpu() && (fw == "llm.c" || fw == "megatron-lm-2021"))
         return refuse("plan.offload.optimizer", "must be \"gpu\": this framework has no optimizer offload");
+    if ((!o.optimizer.all_gpu() || states_off) && fw == "nemo-automodel")
+        return refuse("plan.offload", "must keep everything on the GPU: NeMo AutoModel offloads with FSDP2's CPUOffloadPolicy "
+                                      "(parameters, gradients and the optimizer's bf16 states together), which is not modelled");
     if (states_off && (megatron_like || fw == "llm.c" || fw == "megatron-lm-2021"))
         return refuse("plan.offload", "may move only the optimizer (Megatron-Core's --optimizer-cpu-offload): this "
                                       "framework keeps parameters and gradients on the GPU");

@@ -416,10 +416,10 @@ const std::vector<Knob>& table() {
                      [](const P& p) { return p.recompute == Recompute::selective && !p.op_sac(); },
                      "[[\"core_attn\"], [\"mlp\"], [\"core_attn\", \"layernorm\"], [\"moe_act\"]]"});
         t.push_back(enum_knob<&P::precision>("precision", Written::always));
-        t.push_back({"exp_avg_dtype", read_moment_dtype, write_enum<&P::exp_avg_dtype>, encode_scalar<&P::exp_avg_dtype>, nullptr, Written::if_changed,
-                     nullptr, "[\"fp32\", \"bf16\"]"});
-        t.push_back({"exp_avg_sq_dtype", read_moment_dtype, write_enum<&P::exp_avg_sq_dtype>, encode_scalar<&P::exp_avg_sq_dtype>, nullptr,
-                     Written::if_changed, nullptr, "[\"fp32\", \"bf16\"]"});
+        t.push_back({"exp_avg_dtype", read_moment_dtype, write_enum<&P::exp_avg_dtype>, encode_scalar<&P::exp_avg_dtype>,
+                     assign_enum<&P::exp_avg_dtype>, Written::if_changed, nullptr, "[\"fp32\", \"bf16\"]"});
+        t.push_back({"exp_avg_sq_dtype", read_moment_dtype, write_enum<&P::exp_avg_sq_dtype>, encode_scalar<&P::exp_avg_sq_dtype>,
+                     assign_enum<&P::exp_avg_sq_dtype>, Written::if_changed, nullptr, "[\"fp32\", \"bf16\"]"});
         t.push_back({"fp32_grads", read_fp32_grads, write_scalar<&P::fp32_grads>, encode_scalar<&P::fp32_grads>, assign_scalar<&P::fp32_grads>,
                      Written::if_changed, nullptr, "[false, true]"});
         t.push_back({"master_weights", read_master_weights, write_scalar<&P::master_weights>, encode_scalar<&P::master_weights>,
