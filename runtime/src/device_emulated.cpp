@@ -11,8 +11,6 @@
 //   events allow (when a lane waits for them, the host syncs, settles a buffer or asks whether an
 //   event was reached). A copy the Program forgot to order against a kernel therefore shows up as
 //   a wrong value, deterministically, where a GPU would race.
-#include <sys/mman.h>
-
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +22,7 @@
 #include <string>
 
 #include "device.hpp"
+#include "handle_space.hpp"
 
 namespace strata::runtime {
 namespace {
@@ -32,19 +31,9 @@ using i64 = Device::i64;
 
 class EmulatedDevice final : public Device {
 public:
-    EmulatedDevice() {
-        for (std::size_t size : {std::size_t{1} << 38, std::size_t{1} << 34}) {
-            void* p = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-            if (p == MAP_FAILED) continue;
-            base_ = static_cast<char*>(p);
-            size_ = size;
-            break;
-        }
-        if (!base_) throw std::runtime_error("emulated device: no address range to reserve for device memory");
-    }
+    EmulatedDevice() = default;
     ~EmulatedDevice() override {
         for (auto& [p, n] : pinned_) std::free(p);
-        munmap(base_, size_);
     }
 
     std::string describe() const override { return "emulated device (the cpu kernels behind the cuda backend's interface; no GPU)"; }
@@ -70,16 +59,8 @@ public:
 
     float* alloc(i64 n, bool bf16) override {
         const std::size_t span = round_up(static_cast<std::size_t>(std::max<i64>(n, 1)) * sizeof(float));
-        char* h = nullptr;
-        if (auto& spare = free_[span]; !spare.empty()) {
-            h = spare.back();
-            spare.pop_back();
-        } else if (used_ + span <= size_) {
-            h = base_ + used_;
-            used_ += span;
-        } else {
-            return nullptr;
-        }
+        char* h = space_.take(span);
+        if (!h) return nullptr;
         live_[h] = Block{std::make_unique<float[]>(static_cast<std::size_t>(std::max<i64>(n, 1))), n, bf16, span};
         held_bytes_ += bytes_of(n, bf16);
         peak_bytes_ = std::max(peak_bytes_, held_bytes_);
@@ -92,7 +73,7 @@ public:
         if (it->second.n != n)
             throw std::runtime_error("emulated device: a buffer of " + std::to_string(it->second.n) + " elements released as " + std::to_string(n));
         held_bytes_ -= bytes_of(n, it->second.bf16);
-        free_[it->second.span].push_back(it->first);
+        space_.give(it->first, it->second.span);
         // A queued copy may still read it (the cuda device fences the block's next user instead).
         graveyard_.push_back(std::move(it->second.data));
         live_.erase(it);
@@ -469,10 +450,7 @@ private:
         w.seq = seq;
         return w;
     }
-    bool inside(const void* p) const {
-        const char* c = static_cast<const char*>(p);
-        return c >= base_ && c < base_ + size_;
-    }
+    bool inside(const void* p) const { return space_.inside(p); }
     // The storage of [p, p + n), which must lie in one live buffer.
     Ref at(const float* p, i64 n, const char* what) const {
         const char* c = reinterpret_cast<const char*>(p);
@@ -557,10 +535,8 @@ private:
             if (!q_[l].empty()) return step(l);
     }
 
-    char* base_ = nullptr;
-    std::size_t size_ = 0, used_ = 0;
+    HandleSpace space_{"emulated device: device memory"};
     std::map<char*, Block> live_;
-    std::map<std::size_t, std::vector<char*>> free_;
     std::vector<std::unique_ptr<float[]>> graveyard_;
     std::map<float*, i64> pinned_;
     double held_bytes_ = 0, peak_bytes_ = 0;
