@@ -69,6 +69,9 @@ std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend, 
                        "are not executed yet)";
         }
     }
+    if (cuda && !p.has_master() && p.precision != Precision::fp32)
+        return "plan.master_weights = false: the cuda backend's AdamW updates an fp32 master (pure 16-bit updates run on "
+               "--backend cpu)";
     if (cuda && m.is_moe() && m.moe->capacity_factor > 0)
         return "model.moe.capacity_factor: the cuda backend runs dropless MoE only (token dropping runs on --backend cpu)";
     if (cuda && m.is_moe() && m.moe->router_groups > 0)

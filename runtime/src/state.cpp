@@ -305,8 +305,9 @@ MomentBlock& RankState::moments(i64 offset, i64 count, Tier tier) {
     b.v = buffer(count, tier, who, true, bytes_per_element(w_.plan.exp_avg_sq_dtype));
     // A bf16 plan's update keeps fp32 master weights beside the moments, from the bf16 weights at
     // the first update (or the checkpoint's): on the GPU, and on the host where the weights are
-    // homed there (else the host's copy of the weights is the fp32 master itself).
-    if (w_.plan.precision != Precision::fp32 && (tier == Tier::gpu || params_on_host_)) {
+    // homed there (else the host's copy of the weights is the fp32 master itself). Without a
+    // master (plan.master_weights) AdamW updates the 2-byte weights themselves, rounded after.
+    if (w_.plan.has_master() && (tier == Tier::gpu || params_on_host_)) {
         b.master = buffer(count, tier, "rank " + std::to_string(rank_) + " tier " + to_string(tier) + ", master weights");
         if (!w_.options.memory_only) {
             const float* from = home_at(offset, count);
