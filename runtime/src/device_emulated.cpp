@@ -401,7 +401,7 @@ public:
         kernel([=] {  // the device's null: every element decays (the cpu kernel's: none)
             const std::vector<unsigned char> all(dk ? 0 : static_cast<std::size_t>(n), 1);
             cpu::adamw(P.p, M.p, V.p, G.p, dk ? dk : all.data(), n, lr, b1, b2, eps, wd, step);
-        }, {P});
+        }, {P, M, V});
     }
     void adamw_ranges(float* p, float* m, float* v, const float* g, float* weights, const std::vector<i64>& begin, const std::vector<i64>& len,
                       const std::vector<float>& wd, float lr, float b1, float b2, float eps, int step) override {
@@ -420,7 +420,7 @@ public:
                     if (WT.bf16) cpu::round_bf16(WT.p + b, l);
                 }
             }
-        }, {P});
+        }, {P, M, V});
     }
 
 private:

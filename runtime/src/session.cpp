@@ -57,9 +57,6 @@ std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend, 
                                           p.offload.activations.all_gpu()))
             return "plan.offload with plan.precision = bf16: on the cuda backend the host's buffers hold fp32, so its copies would "
                    "move twice the bytes the plan prices (offloaded bf16 plans run on --backend cpu; fp32 ones on either)";
-        if (cuda && (p.exp_avg_dtype != Precision::fp32 || p.exp_avg_sq_dtype != Precision::fp32))
-            return "plan.exp_avg_dtype / plan.exp_avg_sq_dtype = bf16: the cuda backend's AdamW keeps fp32 moments (narrowed ones run "
-                   "on --backend cpu)";
         for (const auto& [field, dtype] : {std::pair<const char*, Precision>{"plan.exp_avg_dtype", p.exp_avg_dtype},
                                            std::pair<const char*, Precision>{"plan.exp_avg_sq_dtype", p.exp_avg_sq_dtype}}) {
             if (dtype != Precision::fp32 && dtype != Precision::bf16)
@@ -69,9 +66,6 @@ std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend, 
                        "are not executed yet)";
         }
     }
-    if (cuda && !p.has_master() && p.precision != Precision::fp32)
-        return "plan.master_weights = false: the cuda backend's AdamW updates an fp32 master (pure 16-bit updates run on "
-               "--backend cpu)";
     if (cuda && m.is_moe() && m.moe->capacity_factor > 0)
         return "model.moe.capacity_factor: the cuda backend runs dropless MoE only (token dropping runs on --backend cpu)";
     if (cuda && m.is_moe() && m.moe->router_groups > 0)

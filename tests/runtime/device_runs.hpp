@@ -114,6 +114,14 @@ inline std::vector<Variant> bf16_variants() {
     v.push_back({"Llama with 64-wide heads, bf16", wide, p});
     wide.sliding_window = 70;  // the flash walk's tiles cut by the window
     v.push_back({"Llama with 64-wide heads and a 70-token window, bf16", wide, p});
+    {
+        PlanSpec q = p;  // Megatron's precision-aware optimizer: bf16 moments beside the fp32 master
+        q.recompute = Recompute::none;
+        q.exp_avg_dtype = q.exp_avg_sq_dtype = Precision::bf16;
+        v.push_back({"Llama, bf16 moments", tiny_llama(2), q});
+        q.master_weights = false;  // pure bf16: AdamW on the bf16 weights themselves
+        v.push_back({"Llama, pure bf16 (no fp32 master)", tiny_llama(2), q});
+    }
     p.recompute = Recompute::full;
     ModelSpec g = tiny_gpt();
     g.dropout = 0.3;

@@ -208,6 +208,16 @@ TEST_CASE("the cuda kernels, emulated on the CPU, match the cpu kernels in fp32 
             same(p, P.get(), "adamw parameters", 1e-6);
             same(m, M.get(), "adamw m", 1e-6);
             CHECK(W.get() == rounded(P.get(), H));  // the weights written in the same pass: the master's rounding
+            if (H) {  // pure bf16 (plan.master_weights false, bf16 moments): the update in each buffer's own width
+                auto pb = rounded(p0, true), mb = rounded(m0, true), vb = rounded(v0, true);
+                cpu::adamw(pb.data(), mb.data(), vb.data(), g.data(), all.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+                Buf PB(rounded(p0, true), true), MB(rounded(m0, true), true), VB(rounded(v0, true), true);
+                launch(dim3(2), dim3(kThreads), 0,
+                       [&] { k_adamw_chunks(PB.tv(), MB.tv(), VB.tv(), G.tv(), TV{}, chunks.data(), 1e-3f, 0.9f, 0.95f, 1e-8f, c1, c2); });
+                CHECK(PB.get() == rounded(pb, true));  // computed in fp32, written to nearest even
+                CHECK(MB.get() == rounded(mb, true));
+                CHECK(VB.get() == rounded(vb, true));
+            }
             run1(n, [&] { k_convert(W2.tv(), P.tv(), n); });  // as a copy would give them
             CHECK(W2.get() == W.get());
             double total = 0;
