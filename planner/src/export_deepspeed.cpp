@@ -159,6 +159,9 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
                                                  : "a fused cross-entropy on the logits in their own type");
     if (p.exp_avg_dtype != Precision::fp32 || p.exp_avg_sq_dtype != Precision::fp32)
         r.unsupported.push_back("Adam moments below fp32 (Megatron's precision-aware optimizer)");
+    if (p.cp_comm_type == CpCommType::a2a)
+        r.model_code.push_back("Ulysses over the " + std::to_string(p.cp) + " context-parallel ranks: deepspeed.sequence.layer."
+                               "DistributedAttention around the attention core (Megatron-DeepSpeed --ds-sequence-parallel-size)");
     if (!p.master_weights) r.unsupported.push_back("pure 16-bit weights without an fp32 master (DeepSpeed's optimizers keep one)");
     // Tensor parallelism in the model code (Megatron-DeepSpeed's layers) orders its collectives on
     // one hardware queue, as Megatron does.

@@ -124,6 +124,12 @@ PlanSpec plan_from_megatron_args(const std::string& args, int gpus, const std::s
         if (t == "--tensor-model-parallel-size") p.tp = value(i);
         else if (t == "--pipeline-model-parallel-size") p.pp = value(i);
         else if (t == "--context-parallel-size") p.cp = value(i);
+        else if (t == "--cp-comm-type" && i + 1 < tok.size()) {
+            const std::string v = tok[++i];
+            if (v == "a2a") p.cp_comm_type = CpCommType::a2a;
+            else if (v == "p2p") p.cp_comm_type = CpCommType::p2p;
+            else throw InputError(file, t, "= \"" + v + "\" is not modelled (p2p, the ring, or a2a, Ulysses' all-to-alls)");
+        }
         else if (t == "--expert-model-parallel-size") p.ep = value(i);
         else if (t == "--expert-tensor-parallel-size") p.expert_tp = value(i);
         else if (t == "--micro-batch-size") p.micro_batch = value(i);

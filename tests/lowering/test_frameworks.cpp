@@ -179,8 +179,15 @@ TEST_CASE("a framework refuses what it cannot run, naming itself and the field",
     // Context parallelism before Megatron-Core.
     CHECK_THAT(refusal(plan(R"(, "framework": "megatron-lm-2021", "cp": 2, "dp": 2)")), Contains("plan.cp"));
     CHECK(refusal(plan(R"(, "framework": "megatron-core", "cp": 2, "dp": 2)")).empty());
-    // DeepSpeed's sequence parallelism is Ulysses, not a ring: refused, and the message says which.
-    CHECK_THAT(refusal(plan(R"(, "framework": "deepspeed", "cp": 2, "dp": 2)")), Contains("plan.cp") && Contains("Ulysses"));
+    // DeepSpeed's sequence parallelism is Ulysses, not a ring: the preset says a2a, a ring is
+    // refused and the message says which; DeepSpeed of 2021 had neither.
+    const PlanSpec ulysses = plan(R"(, "framework": "deepspeed", "cp": 2, "dp": 2)");
+    CHECK(ulysses.cp_comm_type == CpCommType::a2a);
+    CHECK(refusal(ulysses).empty());
+    CHECK_THAT(refusal(plan(R"(, "framework": "deepspeed", "cp": 2, "dp": 2, "cp_comm_type": "p2p")")),
+               Contains("plan.cp_comm_type") && Contains("Ulysses"));
+    CHECK_THAT(refusal(plan(R"(, "framework": "deepspeed-2021", "cp": 2, "dp": 2)")), Contains("plan.cp") && Contains("2023"));
+    CHECK(plan(R"(, "framework": "deepspeed", "dp": 4)").cp_comm_type == CpCommType::p2p);  // no CP: nothing to set
     // Expert parallelism: Megatron-DeepSpeed ran DeepSpeed-MoE's models with it; Megatron-LM 2021 had none.
     PlanSpec moe = plan(R"(, "dp": 4)");
     moe.ep = 4;

@@ -114,3 +114,32 @@ TEST_CASE("master_weights = false: read, written back, and refused where a maste
     off.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
     CHECK_THROWS_WITH(validate_plan(m, c, off, "off.json"), Contains("master_weights") && Contains("offload"));
 }
+
+TEST_CASE("Ulysses context parallelism: two all-to-alls each way around an attention over whole sequences", "[lower][cp]") {
+    // The small GPT (h 64, 4 heads of 16, s 32) on cp 2, a micro-batch of one sequence: a rank
+    // holds 16 rows. Forward: Q, K, V (16 rows x 192 columns x 2 bytes = 6144 bytes) to the head
+    // split, the output (16 x 64 x 2 = 2048) back; backward the same two the other way. The
+    // attention's FLOPs equal the ring's (each rank: s/cp queries' worth), with no K/V ring steps.
+    PlanSpec p = plan(1, 1, 1, 4);
+    p.cp = 2;
+    p.cp_comm_type = CpCommType::a2a;
+    const Program a2a = lower(small_gpt(), cluster(2), p);
+    p.cp_comm_type = CpCommType::p2p;
+    const Program ring = lower(small_gpt(), cluster(2), p);
+    std::vector<double> bytes;
+    int gathers = 0;
+    for (const Instr& in : a2a.ranks[0].instrs) {
+        if (in.kind != InstrKind::collective || in.group != Group::cp || in.layer != 1 || in.microbatch != 0) continue;
+        if (in.coll == CollKind::all_to_all) bytes.push_back(in.bytes);
+        else ++gathers;
+    }
+    CHECK(bytes == std::vector<double>{6144, 2048, 2048, 6144});
+    CHECK(gathers == 0);
+    for (Op op : {Op::attention_fwd, Op::attention_bwd})
+        CHECK(attention_flops_of(a2a, 1, op) == Approx(attention_flops_of(ring, 1, op)).epsilon(1e-12));
+    // Each rank takes heads / cp of the TP rank's heads: 4 query heads do not split over 8.
+    ClusterSpec c8 = cluster(8);
+    p.cp = 8;
+    p.cp_comm_type = CpCommType::a2a;
+    CHECK_THROWS_WITH(validate_plan(small_gpt(), c8, p, "u.json"), Contains("cp_comm_type") && Contains("4 query heads"));
+}

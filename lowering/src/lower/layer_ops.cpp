@@ -114,7 +114,17 @@ void RankLowering::attention_core_forward(Phase phase, int qkv, int out, int lse
         auto whole = [](double x) { return static_cast<double>(static_cast<std::int64_t>(x)); };  // truncates
         set_shape(in, whole(win.seq), whole(kv_len), whole(d_.qk_dim), whole(d_.b * d_.heads / d_.tp));
     };
-    if (d_.cp > 1) {
+    if (d_.cp > 1 && p_.cp_comm_type == CpCommType::a2a) {
+        // Ulysses (DeepSpeed-Ulysses, Megatron-Core --cp-comm-type a2a): an all-to-all trades the
+        // rank's s/cp rows of every head for all s rows of heads/cp heads; attention runs whole on
+        // them; a second all-to-all returns the output to the sequence split.
+        wait(Stream::compute, cp_all_to_all(d_.q_w + 2 * d_.kv_w, n_.cp_a2a_qkv));
+        const Windowed whole_seq = windowed(d_.s);  // the kernel sees every row of its heads
+        Instr& in = compute(Op::attention_fwd, n_.attn, flops * whole_seq.flops, io_bytes);
+        set_shape(in, truncated(whole_seq.seq), d_.s, d_.qk_dim, truncated(d_.b * d_.heads / d_.tp / d_.cp));
+        if (df_) io({qkv}, {out, lse});
+        wait(Stream::compute, cp_all_to_all(d_.heads * d_.v_dim, n_.cp_a2a_out));
+    } else if (d_.cp > 1) {
         // Ring attention: cp - 1 steps, each passing one rank's K/V chunk to the next rank while
         // the chunk received before is attended to. A step is costed as an all-gather whose
         // per-rank traffic is one chunk (S = chunk x cp / (cp - 1)); the steps chain on cp_comm.
@@ -157,6 +167,14 @@ RankLowering::Windowed RankLowering::windowed(double sq) const {
     const double s = static_cast<double>(m_.seq_len), c = w.flops * s / 2.0;  // keys a query sees, on average
     w.seq = std::min(sq, 2.0 * c);
     return w;
+}
+
+double RankLowering::truncated(double x) { return static_cast<double>(static_cast<std::int64_t>(x)); }
+
+// A Ulysses all-to-all over the CP group of the rank's rows of `cols` columns (per TP rank):
+// nccl-tests' S = the rank's whole buffer, (cp - 1)/cp of it to the other ranks.
+int RankLowering::cp_all_to_all(double cols, int name) {
+    return collective(Stream::cp_comm, CollKind::all_to_all, Group::cp, d_.tokens * cols / d_.tp * d_.act_bytes, name);
 }
 
 // One ring step's all-gather size: every rank sends its 2 b (s/cp) kv_w / tp K/V chunk (bf16) to
@@ -308,7 +326,14 @@ void RankLowering::attention_core_backward(const LayerTensors& t) {
         auto whole = [](double x) { return static_cast<double>(static_cast<std::int64_t>(x)); };  // truncates
         set_shape(in, whole(win.seq), whole(kv_len), whole(d_.qk_dim), whole(d_.b * d_.heads / d_.tp));
     };
-    if (d_.cp > 1) {
+    if (d_.cp > 1 && p_.cp_comm_type == CpCommType::a2a) {  // Ulysses: the output's gradient in, Q/K/V's out
+        wait(Stream::compute, cp_all_to_all(d_.heads * d_.v_dim, n_.cp_a2a_out));
+        const Windowed whole_seq = windowed(d_.s);
+        Instr& in = compute(Op::attention_bwd, n_.attn, flops * whole_seq.flops, io_bytes);
+        set_shape(in, truncated(whole_seq.seq), d_.s, d_.qk_dim, truncated(d_.b * d_.heads / d_.tp / d_.cp));
+        if (df_) io({t.qkv, t.attn, t.lse, t.dattn}, {t.dqkv});
+        wait(Stream::compute, cp_all_to_all(d_.q_w + 2 * d_.kv_w, n_.cp_a2a_qkv));
+    } else if (d_.cp > 1) {
         // Backward ring: K/V travel again step by step, and each step's dK/dV partial moves on
         // towards its owner (costed like the forward steps, as a reduce-scatter of one chunk).
         // Dataflow: the remote blocks add their queries' gradient into d.qkv and leave the K/V

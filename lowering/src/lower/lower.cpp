@@ -28,6 +28,7 @@ void Names::intern(Program& p) {
     mtp_embedding = id("mtp.embedding"); mtp_norms = id("mtp.norms"); mtp_proj = id("mtp.proj");
     tp_ar = id("tp.all_reduce"); tp_ag = id("tp.all_gather"); tp_rs = id("tp.reduce_scatter");
     tp_ag_input = id("tp.all_gather_input"); cp_kv_ag = id("cp.kv_all_gather"); cp_dkv_rs = id("cp.dkv_reduce_scatter");
+    cp_a2a_qkv = id("cp.qkv_all_to_all"); cp_a2a_out = id("cp.out_all_to_all");
     ep_dispatch = id("ep.dispatch"); ep_combine = id("ep.combine"); pp_act = id("pp.activation");
     pp_grad = id("pp.gradient"); pp_gather = id("pp.all_gather"); dp_grads = id("dp.grads"); edp_grads = id("edp.grads");
     dp_params = id("dp.params"); edp_params = id("edp.params"); zero3_ag = id("zero3.params");

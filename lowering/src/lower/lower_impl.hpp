@@ -24,7 +24,7 @@ struct Names {
     int moe_permute, moe_unpermute, moe_counts, moe_sort, moe_unsort;
     int q_down, kv_down, q, q_up, kv_up, latent_norm;
     int embedding, final_norm, logits, loss, mtp_embedding, mtp_norms, mtp_proj;
-    int tp_ar, tp_ag, tp_rs, tp_ag_input, cp_kv_ag, cp_dkv_rs, ep_dispatch, ep_combine;
+    int tp_ar, tp_ag, tp_rs, tp_ag_input, cp_kv_ag, cp_dkv_rs, cp_a2a_qkv, cp_a2a_out, ep_dispatch, ep_combine;
     int pp_act, pp_grad, pp_gather;
     int dp_grads, edp_grads, dp_params, edp_params, zero3_ag, zero3_rs, zero3_ag_expert, zero3_rs_expert, emb_ar;
     int opt_gpu, opt_cpu, opt_ssd, opt_publish, grad_d2h, param_h2d, param_ssd_write, state_read, state_write, grad_accum;
@@ -274,6 +274,8 @@ private:
         double seq;    ///< the query length the kernel's efficiency is looked up at
     };
     Windowed windowed(double sq) const;
+    int cp_all_to_all(double cols, int name);
+    static double truncated(double x);
     double ring_step_bytes() const;
     void mla_projections_forward();
     void mla_projections_backward();

@@ -17,7 +17,7 @@ namespace strata::sim {
 namespace {
 
 /// When a knob applies, in terms of the plan's stated fields.
-enum class When { always, fused_attention, mixed16, tp_sp, zero3, below_zero3, pipelined, pipelined_tp };
+enum class When { always, fused_attention, mixed16, tp_sp, zero3, below_zero3, pipelined, pipelined_tp, context_parallel };
 
 struct Knob {
     const char* key;
@@ -43,6 +43,7 @@ bool applies(When w, const PlanSpec& p) {
     case When::below_zero3: return p.zero_stage < 3;
     case When::pipelined: return p.pp > 1;
     case When::pipelined_tp: return p.pp > 1 && p.tp > 1 && !p.sequence_parallel;  // with SP the tensors are split already
+    case When::context_parallel: return p.cp > 1;
     }
     return false;
 }
@@ -149,6 +150,9 @@ const std::vector<Preset>& presets() {
            "(and PipelineEngine reduces after the schedule)"},
           {"overlap_grad_reduce", "true", When::zero3,
            "DeepSpeed runtime/zero/config.py: overlap_comm defaults to true for ZeRO stage 3"},
+          {"cp_comm_type", "\"a2a\"", When::context_parallel,
+           "DeepSpeed's sequence parallelism is Ulysses (deepspeed/sequence/layer.py DistributedAttention: all-to-alls "
+           "of Q, K, V before the attention and of its output after, arXiv:2309.14509)"},
           kZeroStepGatherKnob,
           kDeepSpeedMoePad}},
         {"megatron-core",
@@ -338,11 +342,15 @@ std::optional<FrameworkRefusal> framework_refusal(const PlanSpec& p) {
     const bool megatron_like = fw == "megatron-core" || fw == "megatron-bridge" || fw == "nemo";
     const bool deepspeed_like = fw == "deepspeed" || fw == "deepspeed-2021" || fw == "megatron-deepspeed-2022";
     const bool data_parallel_only = fw == "llm.c" || fw == "hf-trainer";
-    if (p.cp > 1 && deepspeed_like)
-        return refuse("plan.cp", "must be 1: DeepSpeed splits sequences with Ulysses (an all-to-all over heads), which is not "
-                                 "modelled; Strata's context parallelism is Megatron-Core's and torchtitan's ring");
+    if (p.cp > 1 && deepspeed_like && (fw != "deepspeed" || p.cp_comm_type != CpCommType::a2a))
+        return refuse(fw == "deepspeed" ? "plan.cp_comm_type" : "plan.cp",
+                      fw == "deepspeed" ? "must be \"a2a\": DeepSpeed splits sequences with Ulysses' all-to-alls, not a ring"
+                                        : "must be 1: DeepSpeed's sequence parallelism (Ulysses) came in 2023 (plan.framework = "
+                                          "\"deepspeed\")");
+    if (p.cp > 1 && p.cp_comm_type == CpCommType::a2a && !megatron_like && !deepspeed_like)
+        return refuse("plan.cp_comm_type", "must be \"p2p\": this framework's context parallelism is a ring");
     const bool fsdp2 = fw == "torchtitan" || fw == "torchtitan-compile" || fw == "nemo-automodel";
-    if (p.cp > 1 && !megatron_like && !fsdp2)
+    if (p.cp > 1 && !megatron_like && !fsdp2 && !deepspeed_like)
         return refuse("plan.cp", "must be 1: context parallelism is Megatron-Core's, torchtitan's and NeMo AutoModel's, not this "
                                  "framework's");
     if (p.pp > 1 && (data_parallel_only || fw == "llm-foundry"))

@@ -125,6 +125,11 @@ const std::vector<MoeDispatcher>& all_of() {
     return v;
 }
 template <>
+const std::vector<CpCommType>& all_of() {
+    static const std::vector<CpCommType> v{CpCommType::p2p, CpCommType::a2a};
+    return v;
+}
+template <>
 const std::vector<MoeProbsAt>& all_of() {
     static const std::vector<MoeProbsAt> v{MoeProbsAt::fc2_input, MoeProbsAt::fc2_output};
     return v;
@@ -442,6 +447,7 @@ const std::vector<Knob>& table() {
         t.push_back(bool_knob<&P::moe_a2a_overlap>("moe_a2a_overlap", Written::always));
         t.push_back(bool_knob<&P::moe_pad_to_capacity>("moe_pad_to_capacity", Written::if_changed));
         t.push_back(enum_knob<&P::moe_dispatcher>("moe_dispatcher", Written::always));
+        t.push_back(enum_knob<&P::cp_comm_type>("cp_comm_type", Written::if_changed));
         t.push_back(enum_knob<&P::moe_probs_at>("moe_probs_at", Written::always));
         t.push_back(bool_knob<&P::eager_elementwise>("eager_elementwise", Written::always));
         t.push_back({"dp_bucket_mb", read_bucket, [](const P& p) -> ojson { return static_cast<double>(p.dp_bucket_bytes) / 1e6; },

@@ -152,6 +152,15 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
     // Context parallelism: load-balanced causal CP cuts the sequence into 2*cp chunks.
     if (p.cp > 1 && m.seq_len % (2 * static_cast<i64>(p.cp)) != 0)
         fail("plan.cp", "= " + s(p.cp) + ": model.seq_len = " + s(m.seq_len) + " is not divisible by 2 x plan.cp = " + s(2 * static_cast<i64>(p.cp)));
+    // Ulysses trades the sequence split for a head split: each CP rank takes heads/cp of a TP
+    // rank's query heads and KV heads.
+    if (p.cp > 1 && p.cp_comm_type == CpCommType::a2a) {
+        const int kv = m.kv_heads > 0 ? m.kv_heads : m.heads;
+        const int q_rank = m.heads / p.tp, kv_rank = std::max(1, kv / p.tp);
+        if (q_rank % p.cp != 0 || kv_rank % p.cp != 0)
+            fail("plan.cp_comm_type", "= \"a2a\" splits a TP rank's heads over plan.cp = " + s(p.cp) + ": its " + s(q_rank) +
+                                          " query heads and " + s(kv_rank) + " KV heads must both divide by it (use \"p2p\", the ring)");
+    }
     // Sequence parallelism splits each sequence over the tp ranks (no effect when tp = 1).
     // Transformer Engine's userbuffers overlap splits the SP all-gather / reduce-scatter of each
     // GEMM into ring steps (Megatron's --tp-comm-overlap requires --sequence-parallel).

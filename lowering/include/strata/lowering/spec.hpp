@@ -148,6 +148,10 @@ enum class Schedule { gpipe, one_f_one_b, interleaved_1f1b, dualpipe_v };
 /// DeepEP's hierarchical kernels (Megatron's flex dispatcher with the DeepEP backend): one RDMA
 /// transfer per token and destination node, then an NVLink fan-out to the experts' GPUs.
 enum class MoeDispatcher { alltoall, deepep };
+/// How context parallelism exchanges the sequence: p2p, the ring passing K/V blocks (Megatron-Core's
+/// default, torchtitan); a2a, all-to-alls that trade the sequence split for a head split around the
+/// attention core (DeepSpeed-Ulysses; Megatron-Core --cp-comm-type a2a).
+enum class CpCommType { p2p, a2a };
 /// Where the router's weights multiply the routed experts' results. fc2_input: inside the expert,
 /// on the activation's output before fc2 (Megatron-Core's weighted SwiGLU, its default), so the
 /// weights' gradient needs only tensors fc2 keeps anyway. fc2_output: on the expert outputs at the
@@ -297,6 +301,7 @@ struct PlanSpec {
     /// what is kept (Megatron-Core's default). Ignored without a capacity factor.
     bool moe_pad_to_capacity = false;
     MoeDispatcher moe_dispatcher = MoeDispatcher::alltoall;  ///< how MoE tokens cross the EP group
+    CpCommType cp_comm_type = CpCommType::p2p;              ///< how context parallelism exchanges the sequence
     MoeProbsAt moe_probs_at = MoeProbsAt::fc2_input;
     /// Memory-bound ops (norms, activations, residual adds, RoPE, permutes) run as separate eager
     /// PyTorch kernels, as in llm-foundry or a Hugging Face Trainer, instead of the fused kernels
@@ -382,6 +387,7 @@ const char* to_string(NormKind);
 const char* to_string(PositionKind);
 const char* to_string(Schedule);
 const char* to_string(MoeDispatcher);
+const char* to_string(CpCommType);
 const char* to_string(MoeProbsAt);
 const char* to_string(AttentionKernel);
 const char* to_string(RecomputeModule);
