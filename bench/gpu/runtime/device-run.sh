@@ -33,7 +33,7 @@ db="$res/hwdb.db"
 for c in $cases; do
   case "$c" in
     test)
-      stamp "cuda backend test"; timeout 120 "$pkg/runtime_test_cuda" > "$res/test-cuda.txt" 2>&1; rc=$?; stamp "test rc=$rc"; tail -5 "$res/test-cuda.txt"
+      stamp "cuda backend test"; timeout 180 "$pkg/runtime_test_cuda" > "$res/test-cuda.txt" 2>&1; rc=$?; stamp "test rc=$rc"; tail -5 "$res/test-cuda.txt"
       if [ $rc -ne 0 ]; then  # the flash kernels (stop 47, never run on a GPU before)? The rest then runs without them.
         STRATA_RUNTIME_EXACT_ATTENTION=1 timeout 120 "$pkg/runtime_test_cuda" > "$res/test-cuda-exact.txt" 2>&1; rc2=$?
         stamp "test with exact attention rc=$rc2"; tail -3 "$res/test-cuda-exact.txt"
