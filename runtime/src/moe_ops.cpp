@@ -108,8 +108,19 @@ bool RankState::moe_compute(std::size_t i) {
             }
         };
         if (!bwd) {
-            act(O(0), I(0));
-            if (weighted) scale_rows(O(0), O(0), I(1));
+            if (!weighted || !dev_) {
+                act(O(0), I(0));
+                if (weighted) scale_rows(O(0), O(0), I(1));
+                return true;
+            }
+            // On a device the output's width rounds each write: the activation goes to an fp32
+            // scratch first, so a bf16 output is rounded once, after the weight, as the cpu
+            // backend (and a fused weighted activation) rounds it.
+            float* a = dev_->alloc(rows * f, false);
+            if (!a) fail(i, "no device memory for the weighted activation");
+            act(a, I(0));
+            scale_rows(O(0), a, I(1));
+            dev_->release(a, rows * f);
             return true;
         }
         const float* dy = I(1);

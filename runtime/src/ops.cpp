@@ -252,6 +252,9 @@ void RankState::compute(std::size_t i) {
         } else if (nin > 1) {  // {dy, mask} -> {the branch's gradient[, bias grad]}
             const DataTensor& d = a.in(0);
             KERNEL(mul, O(0), I(0), I(1), d.elements());
+            // The bias gradient sums the branch's gradient as stored: a 2-byte one rounded first,
+            // as a device's buffer (and PyTorch's bf16 tensor) holds it.
+            if (nout > 1 && !dev_ && elem_bytes(a.out(0)) == 2.0) round_half(O(0), d.elements());
             if (nout > 1) KERNEL(bias_grad, O(1), O(0), d.rows, d.cols);
         } else if (nout > 0) {  // the skip path passes the gradient on; only a bias takes its sum
             const DataTensor& d = a.in(0);
