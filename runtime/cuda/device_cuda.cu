@@ -369,8 +369,8 @@ public:
     void add(float* out, const float* a, const float* b, const float* bias, i64 T, i64 C) override {
         launch1(k_add, T * C, tv(out), tv(a), tv(b), tv(bias), T, C);
     }
-    void rope(float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, bool inverse) override {
-        launch1(k_rope, T * (hq + hkv) * (d / 2), tv(qkv), T, seq, hq + hkv, (hq + 2 * hkv) * d, d, inverse ? -1.0f : 1.0f);
+    void rope(float* qkv, i64 T, const cpu::Positions& where, i64 hq, i64 hkv, i64 d, bool inverse) override {
+        launch1(k_rope, T * (hq + hkv) * (d / 2), tv(qkv), T, where, hq + hkv, (hq + 2 * hkv) * d, d, inverse ? -1.0f : 1.0f);
     }
 
     // Attention (attention.cuh): flash kernels for bf16 with 64- or 128-wide heads, else exact
@@ -402,12 +402,12 @@ public:
     void moe_permute_probs_backward(float* dp, const float* dr, i64 T, i64 k) override;
     void scale_rows(float* y, const float* x, const float* w, i64 rows, i64 C) override;
     void row_dot(float* out, const float* a, const float* b, i64 rows, i64 C) override;
-    void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, i64 seq, const Dropout& drop) override {
-        launch1(k_dropout_fwd, T * C, tv(y), tv(mask), tv(x), T * C, C, seq, drop);
+    void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, const cpu::Positions& where, const Dropout& drop) override {
+        launch1(k_dropout_fwd, T * C, tv(y), tv(mask), tv(x), T * C, C, where, drop);
     }
-    void dropout_add(float* out, float* mask, const float* a, const float* b, const float* bias, i64 T, i64 C, i64 seq,
+    void dropout_add(float* out, float* mask, const float* a, const float* b, const float* bias, i64 T, i64 C, const cpu::Positions& where,
                      const Dropout& drop) override {
-        launch1(k_dropout_add, T * C, tv(out), tv(mask), tv(a), tv(b), tv(bias), T * C, C, seq, drop);
+        launch1(k_dropout_add, T * C, tv(out), tv(mask), tv(a), tv(b), tv(bias), T * C, C, where, drop);
     }
     void mul(float* out, const float* a, const float* b, i64 n) override { launch1(k_mul, n, tv(out), tv(a), tv(b), n); }
     void embedding_forward(float* out, const float* tokens, const float* table, i64 first, i64 rows, i64 T, i64 C) override {
@@ -416,11 +416,11 @@ public:
     void embedding_backward(float* dtable, const float* tokens, const float* dout, i64 first, i64 rows, i64 T, i64 C) override {
         launch1(k_embedding_bwd, T * C, tv(dtable), tv(tokens), tv(dout), first, rows, T, C);
     }
-    void position_forward(float* out, const float* e, const float* pos, i64 row0, i64 rows_out, i64 seq, i64 C) override {
-        launch1(k_position_fwd, rows_out * C, tv(out), tv(e), tv(pos), row0, rows_out, seq, C);
+    void position_forward(float* out, const float* e, const float* pos, i64 row0, i64 rows_out, const cpu::Positions& where, i64 C) override {
+        launch1(k_position_fwd, rows_out * C, tv(out), tv(e), tv(pos), row0, rows_out, where, C);
     }
-    void position_backward(float* dpos, const float* d, i64 T, i64 seq, i64 C) override {
-        launch1(k_position_bwd, std::min(T, seq) * C, tv(dpos), tv(d), T, seq, C);
+    void position_backward(float* dpos, const float* d, i64 T, const cpu::Positions& where, i64 C) override {
+        launch1(k_position_bwd, std::min(T, where.local()) * C, tv(dpos), tv(d), T, where, C);
     }
     void loss_stats(float* stats, const float* logits, const float* tokens, i64 first, i64 T, i64 V) override {
         if (T == 0) return;

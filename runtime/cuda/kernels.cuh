@@ -149,23 +149,23 @@ __global__ void k_add(TV out, TV a, TV b, TV bias, i64 T, i64 C) {
     if (i < T * C) out[i] = a[i] + b[i] + (bias ? bias[i % C] : 0.0f);
 }
 
-// ---- dropout (dropout.hpp; without context parallelism a row's position is row % seq) ----
-__device__ float hidden_drop(const Dropout& d, i64 i, i64 C, i64 seq) {
+// ---- dropout (dropout.hpp; a row's position in context parallelism's layout: cpu::Positions) ----
+__device__ float hidden_drop(const Dropout& d, i64 i, i64 C, const cpu::Positions& w) {
     const i64 row = d.row0 + i / C;
-    return dropout_scale(d.key, dropout_token(d, row / seq, seq, row % seq), static_cast<std::uint64_t>(i % C), d.p);
+    return dropout_scale(d.key, dropout_token(d, row / w.local(), w.seq, w(row)), static_cast<std::uint64_t>(i % C), d.p);
 }
-__global__ void k_dropout_fwd(TV y, TV mask, TV x, i64 n, i64 C, i64 seq, Dropout d) {
+__global__ void k_dropout_fwd(TV y, TV mask, TV x, i64 n, i64 C, cpu::Positions w, Dropout d) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i >= n) return;
-    const float z = hidden_drop(d, i, C, seq);
+    const float z = hidden_drop(d, i, C, w);
     mask[i] = z;
     y[i] = x[i] * z;
 }
-__global__ void k_dropout_add(TV out, TV mask, TV a, TV b, TV bias, i64 n, i64 C, i64 seq,
+__global__ void k_dropout_add(TV out, TV mask, TV a, TV b, TV bias, i64 n, i64 C, cpu::Positions w,
                               Dropout d) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i >= n) return;
-    const float z = hidden_drop(d, i, C, seq);
+    const float z = hidden_drop(d, i, C, w);
     mask[i] = z;
     out[i] = a[i] + z * (b[i] + (bias ? bias[i % C] : 0.0f));
 }
@@ -271,12 +271,12 @@ __global__ void k_norm_bwd_dw(TV dw, TV db, TV x, TV dy, TV stats, i64 T, i64 C,
 }
 
 // ---- rotary embedding, in place on query and key heads: a thread per (row, head, pair) ----
-__global__ void k_rope(TV qkv, i64 T, i64 seq, i64 heads, i64 row, i64 d, float sign) {
+__global__ void k_rope(TV qkv, i64 T, cpu::Positions w, i64 heads, i64 row, i64 d, float sign) {
     const i64 half = d / 2;
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i >= T * heads * half) return;
     const i64 t = i / (heads * half), h = (i / half) % heads, k = i % half;
-    const double theta = static_cast<double>(t % seq) * pow(10000.0, -2.0 * static_cast<double>(k) / static_cast<double>(d));
+    const double theta = static_cast<double>(w(t)) * pow(10000.0, -2.0 * static_cast<double>(k) / static_cast<double>(d));
     const float c = static_cast<float>(cos(theta)), s = sign * static_cast<float>(sin(theta));
     TV v = qkv + t * row + h * d;
     const float a = v[k], b = v[k + half];
@@ -405,20 +405,22 @@ __global__ void k_embedding_bwd(TV dtable, TV tokens, TV dout, i64 first, i64 ro
     const i64 t = i / C, c = i % C, id = static_cast<i64>(tokens[t * 2]) - first;
     if (id >= 0 && id < rows) atomic_add(dtable, id * C + c, dout[i]);
 }
-__global__ void k_position_fwd(TV out, TV e, TV pos, i64 row0, i64 rows_out, i64 seq, i64 C) {
+__global__ void k_position_fwd(TV out, TV e, TV pos, i64 row0, i64 rows_out, cpu::Positions w, i64 C) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i >= rows_out * C) return;
     const i64 t = i / C, c = i % C, g = row0 + t;
-    out[i] = e[g * C + c] + pos[(g % seq) * C + c];
+    out[i] = e[g * C + c] + pos[w(g) * C + c];
 }
-// dpos[p] += sum over the rows at position p: a thread per (position, column), sequences in order.
-__global__ void k_position_bwd(TV dpos, TV d, i64 T, i64 seq, i64 C) {
+// dpos[p] += sum over the rows at position p: a thread per (local row of a sequence, column), the
+// rank's sequences in order; the local row's position in context parallelism's layout.
+__global__ void k_position_bwd(TV dpos, TV d, i64 T, cpu::Positions w, i64 C) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
-    if (i >= seq * C) return;
-    const i64 p = i / C, c = i % C;
+    const i64 local = w.local();
+    if (i >= local * C) return;
+    const i64 j = i / C, c = i % C;
     float s = 0;
-    for (i64 t = p; t < T; t += seq) s += d[t * C + c];
-    dpos[i] += s;
+    for (i64 t = j; t < T; t += local) s += d[t * C + c];
+    dpos[w(j) * C + c] += s;
 }
 __global__ void k_loss_stats(TV stats, TV logits, TV tokens, i64 first, i64 V) {
     __shared__ float sh[32];

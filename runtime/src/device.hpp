@@ -91,23 +91,23 @@ public:
     virtual void relu_forward(float* y, const float* x, i64 n) = 0;
     virtual void relu_backward(float* dx, const float* y, const float* dy, i64 n) = 0;
     virtual void add(float* out, const float* a, const float* b, const float* bias, i64 T, i64 C) = 0;
-    /// Without context parallelism only (where(t) = t % seq).
-    virtual void rope(float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, bool inverse) = 0;
+    /// Row t at position where(t): its sequence's, in context parallelism's load-balanced layout.
+    virtual void rope(float* qkv, i64 T, const cpu::Positions& where, i64 hq, i64 hkv, i64 d, bool inverse) = 0;
     /// window > 0: a query sees itself and the window - 1 keys before it (model.sliding_window).
     virtual void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d,
                                    const Dropout& drop, i64 window) = 0;
     virtual void attention_backward(float* dqkv, const float* qkv, const float* out, const float* lse, const float* dout, i64 T,
                                     i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop, i64 window) = 0;
-    /// Hidden-state dropout without context parallelism (row r at position (drop.row0 + r) % seq).
-    virtual void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, i64 seq, const Dropout& drop) = 0;
-    virtual void dropout_add(float* out, float* mask, const float* a, const float* b, const float* bias, i64 T, i64 C, i64 seq,
+    /// Hidden-state dropout: row r is token where(drop.row0 + r) of sequence (drop.row0 + r) / where.local().
+    virtual void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, const cpu::Positions& where, const Dropout& drop) = 0;
+    virtual void dropout_add(float* out, float* mask, const float* a, const float* b, const float* bias, i64 T, i64 C, const cpu::Positions& where,
                              const Dropout& drop) = 0;
     virtual void mul(float* out, const float* a, const float* b, i64 n) = 0;
     virtual void embedding_forward(float* out, const float* tokens, const float* table, i64 first, i64 rows, i64 T, i64 C) = 0;
     virtual void embedding_backward(float* dtable, const float* tokens, const float* dout, i64 first, i64 rows, i64 T, i64 C) = 0;
-    /// Without context parallelism (where(t) = t % seq).
-    virtual void position_forward(float* out, const float* e, const float* pos, i64 row0, i64 rows_out, i64 seq, i64 C) = 0;
-    virtual void position_backward(float* dpos, const float* d, i64 T, i64 seq, i64 C) = 0;
+    /// Row g of the rank's rows takes the position embedding of where(g).
+    virtual void position_forward(float* out, const float* e, const float* pos, i64 row0, i64 rows_out, const cpu::Positions& where, i64 C) = 0;
+    virtual void position_backward(float* dpos, const float* d, i64 T, const cpu::Positions& where, i64 C) = 0;
     virtual void loss_stats(float* stats, const float* logits, const float* tokens, i64 first, i64 T, i64 V) = 0;
     virtual void loss_combine(float* loss, float* lse, const float* stats, i64 n, i64 T) = 0;
     /// loss_combine's lse from `shards` shards' stats, then loss_backward (in one call: no scratch).
@@ -149,8 +149,9 @@ public:
 };
 
 /// The module's entry point: a new device on GPU 0, or null with the reason in `why`.
-constexpr int kDeviceApiVersion = 11;  // 2: dropout; 3: lanes; 4: adamw_ranges; 5: bf16 buffers; 6: AdamW writes the weights; 7: ReLU;
-                                      // 8: QK-norm; 9: MoE on one rank; 10: an accumulating dgrad; 11: sliding windows
+constexpr int kDeviceApiVersion = 12;  // 2: dropout; 3: lanes; 4: adamw_ranges; 5: bf16 buffers; 6: AdamW writes the weights; 7: ReLU;
+                                      // 8: QK-norm; 9: MoE on one rank; 10: an accumulating dgrad; 11: sliding windows;
+                                      // 12: positions in context parallelism's layout (rope, dropout, learned positions)
 constexpr const char* kCudaModuleFile = "libstrata_runtime_cuda.so";
 constexpr const char* kCudaModuleSymbol = "strata_runtime_cuda_create";
 using CreateDevice = Device* (*)(int api_version, std::string* why);

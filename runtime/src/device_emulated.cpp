@@ -226,9 +226,9 @@ public:
         const Ref O = dev(out, T * C, "add out"), A = dev(a, T * C, "add a"), B = dev(b, T * C, "add b"), BI = opt(bias, C, "add bias");
         kernel([=] { cpu::add(O.p, A.p, B.p, BI.p, T, C); }, {O});
     }
-    void rope(float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, bool inverse) override {
+    void rope(float* qkv, i64 T, const cpu::Positions& where, i64 hq, i64 hkv, i64 d, bool inverse) override {
         const Ref Q = dev(qkv, T * (hq + 2 * hkv) * d, "rope qkv");
-        kernel([=] { cpu::rope(Q.p, T, where(seq), hq, hkv, d, inverse); }, {Q});
+        kernel([=] { cpu::rope(Q.p, T, where, hq, hkv, d, inverse); }, {Q});
     }
     void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop,
                            i64 window) override {
@@ -244,15 +244,15 @@ public:
                   DO = dev(dout, T * hq * d, "attention_backward dout");
         kernel([=] { cpu::attention_backward(DQ.p, Q.p, O.p, L.p, DO.p, T, seq, hq, hkv, d, drop, window); }, {DQ});
     }
-    void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, i64 seq, const Dropout& drop) override {
+    void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, const cpu::Positions& where, const Dropout& drop) override {
         const Ref Y = dev(y, T * C, "dropout_forward y"), M = dev(mask, T * C, "dropout_forward mask"), X = dev(x, T * C, "dropout_forward x");
-        kernel([=] { cpu::dropout_forward(Y.p, M.p, X.p, T, C, drop, where(seq)); }, {Y, M});
+        kernel([=] { cpu::dropout_forward(Y.p, M.p, X.p, T, C, drop, where); }, {Y, M});
     }
-    void dropout_add(float* out, float* mask, const float* a, const float* b, const float* bias, i64 T, i64 C, i64 seq,
+    void dropout_add(float* out, float* mask, const float* a, const float* b, const float* bias, i64 T, i64 C, const cpu::Positions& where,
                      const Dropout& drop) override {
         const Ref O = dev(out, T * C, "dropout_add out"), M = dev(mask, T * C, "dropout_add mask"), A = dev(a, T * C, "dropout_add a"),
                   B = dev(b, T * C, "dropout_add b"), BI = opt(bias, C, "dropout_add bias");
-        kernel([=] { cpu::dropout_add(O.p, M.p, A.p, B.p, BI.p, T, C, drop, where(seq)); }, {O, M});
+        kernel([=] { cpu::dropout_add(O.p, M.p, A.p, B.p, BI.p, T, C, drop, where); }, {O, M});
     }
     void embedding_forward(float* out, const float* tokens, const float* table, i64 first, i64 rows, i64 T, i64 C) override {
         const Ref O = dev(out, T * C, "embedding_forward out"), TK = dev(tokens, 2 * T, "embedding_forward tokens"),
@@ -264,14 +264,14 @@ public:
                   DO = dev(dout, T * C, "embedding_backward dout");
         kernel([=] { cpu::embedding_backward(D.p, TK.p, DO.p, first, rows, T, C); }, {D});
     }
-    void position_forward(float* out, const float* e, const float* pos, i64 row0, i64 rows_out, i64 seq, i64 C) override {
+    void position_forward(float* out, const float* e, const float* pos, i64 row0, i64 rows_out, const cpu::Positions& where, i64 C) override {
         const Ref O = dev(out, rows_out * C, "position_forward out"), E = dev(e, (row0 + rows_out) * C, "position_forward e"),
-                  P = dev(pos, seq * C, "position_forward pos");
-        kernel([=] { cpu::position_forward(O.p, E.p, P.p, row0, rows_out, where(seq), C); }, {O});
+                  P = dev(pos, where.seq * C, "position_forward pos");
+        kernel([=] { cpu::position_forward(O.p, E.p, P.p, row0, rows_out, where, C); }, {O});
     }
-    void position_backward(float* dpos, const float* d, i64 T, i64 seq, i64 C) override {
-        const Ref DP = dev(dpos, seq * C, "position_backward dpos"), D = dev(d, T * C, "position_backward d");
-        kernel([=] { cpu::position_backward(DP.p, D.p, T, where(seq), C); }, {DP});
+    void position_backward(float* dpos, const float* d, i64 T, const cpu::Positions& where, i64 C) override {
+        const Ref DP = dev(dpos, where.seq * C, "position_backward dpos"), D = dev(d, T * C, "position_backward d");
+        kernel([=] { cpu::position_backward(DP.p, D.p, T, where, C); }, {DP});
     }
     void loss_stats(float* stats, const float* logits, const float* tokens, i64 first, i64 T, i64 V) override {
         const Ref S = dev(stats, 3 * T, "loss_stats stats"), L = dev(logits, T * V, "loss_stats logits"), TK = dev(tokens, 2 * T, "loss_stats tokens");
@@ -445,11 +445,6 @@ private:
 
     static std::size_t round_up(std::size_t b) { return (b + 255) / 256 * 256; }
     static double bytes_of(i64 n, bool bf16) { return static_cast<double>(round_up(static_cast<std::size_t>(std::max<i64>(n, 1)) * (bf16 ? 2 : 4))); }
-    static cpu::Positions where(i64 seq) {
-        cpu::Positions w;
-        w.seq = seq;
-        return w;
-    }
     bool inside(const void* p) const { return space_.inside(p); }
     // The storage of [p, p + n), which must lie in one live buffer.
     Ref at(const float* p, i64 n, const char* what) const {

@@ -67,7 +67,7 @@ void RankState::compute(std::size_t i) {
         case Op::attention_fwd: {
             const DataTensor &qkv = a.in(0), &out = a.out(0);
             const i64 hq = out.cols / hd, hkv = (qkv.cols / hd - hq) / 2;
-            const Dropout drop = dropout(in, DropoutSite::attention_probs, qkv);
+            const Dropout drop = attention_dropout(in, qkv, hq);
             const i64 win = m.window_of(in.layer);
             cpu::Positions q = positions();
             q.window = win;
@@ -89,7 +89,7 @@ void RankState::compute(std::size_t i) {
             const bool ring_block = name == "attention.remote";
             const DataTensor &qkv = a.in(0), &out = a.in(ring_block ? 2 : 1);
             const i64 hq = out.cols / hd, hkv = (qkv.cols / hd - hq) / 2;
-            const Dropout drop = dropout(in, DropoutSite::attention_probs, qkv);
+            const Dropout drop = attention_dropout(in, qkv, hq);
             const i64 win = m.window_of(in.layer);
             cpu::Positions q = positions();
             q.window = win;
@@ -158,7 +158,7 @@ void RankState::compute(std::size_t i) {
             } else {
                 const DataTensor &g = a.in(1), &tab = a.out(0);
                 KERNEL(embedding_backward, O(0), I(0), I(1), tp_rank_ * tab.rows, tab.rows, g.rows, g.cols);
-                if (nout > 1 && dev_) dev_->position_backward(O(1), I(1), g.rows, m.seq_len, g.cols);
+                if (nout > 1 && dev_) dev_->position_backward(O(1), I(1), g.rows, positions(), g.cols);
                 else if (nout > 1) cpu::position_backward(O(1), I(1), g.rows, positions(), g.cols);
             }
             return;
@@ -240,7 +240,7 @@ void RankState::compute(std::size_t i) {
                     y = branch.data();
                 }
                 const Dropout drop = dropout(in, name == "residual1" ? DropoutSite::attention_out : DropoutSite::mlp_out, c);
-                if (dev_) dev_->dropout_add(O(0), O(1), I(0), y, b, c.rows, c.cols, m.seq_len, drop);
+                if (dev_) dev_->dropout_add(O(0), O(1), I(0), y, b, c.rows, c.cols, positions(), drop);
                 else cpu::dropout_add(O(0), O(1), I(0), y, b, c.rows, c.cols, drop, positions());
                 return;
             }
@@ -278,7 +278,7 @@ void RankState::compute(std::size_t i) {
         const DataTensor& x = a.in(0);
         if (!backward(in.phase)) {
             const Dropout drop = dropout(in, DropoutSite::embedding, x);
-            if (dev_) dev_->dropout_forward(O(0), O(1), I(0), x.rows, x.cols, m.seq_len, drop);
+            if (dev_) dev_->dropout_forward(O(0), O(1), I(0), x.rows, x.cols, positions(), drop);
             else cpu::dropout_forward(O(0), O(1), I(0), x.rows, x.cols, drop, positions());
         } else {
             KERNEL(mul, O(0), I(0), I(1), x.elements());
@@ -292,12 +292,12 @@ void RankState::compute(std::size_t i) {
             if (dev_) dev_->copy(p, I(0), q.elements());
             else std::memcpy(p, I(0), static_cast<std::size_t>(q.elements()) * sizeof(float));
         }
-        if (dev_) dev_->rope(p, q.rows, m.seq_len, hq, hkv, hd, backward(in.phase));
+        if (dev_) dev_->rope(p, q.rows, positions(), hq, hkv, hd, backward(in.phase));
         else cpu::rope(p, q.rows, positions(), hq, hkv, hd, backward(in.phase));
     } else if (name == "embedding.position") {
         const DataTensor &e = a.in(0), &x = a.out(0);
         const i64 row0 = x.rows < e.rows ? tp_rank_ * x.rows : 0;  // with SP the rank keeps its shard
-        if (dev_) dev_->position_forward(O(0), I(0), I(1), row0, x.rows, m.seq_len, x.cols);
+        if (dev_) dev_->position_forward(O(0), I(0), I(1), row0, x.rows, positions(), x.cols);
         else cpu::position_forward(O(0), I(0), I(1), row0, x.rows, positions(), x.cols);
     } else if (name == "cp.dkv_combine") {  // ins {returned K/V gradients, dqkv} -> dqkv
         if (dev_) fail(i, "context parallelism is not executed by the cuda backend");
@@ -404,6 +404,15 @@ bool RankState::collective(std::size_t i, bool first) {
     if (role == TensorRole::param_grad && in.coll == CollKind::reduce_scatter && a.out(0).shard) {
         if (a.o.n_in != a.o.n_out) fail(i, "a reduce-scatter into the gradient shard pairs each range with its slice");
         part.ranges = part.into_slice = true;
+    }
+    if (in.coll == CollKind::all_to_all) {  // Ulysses: the head split of Q/K/V or the gradient of the output, and back
+        if (in.group != Group::cp || a.o.n_in != 1 || a.o.n_out != 1) fail(i, "an all-to-all outside MoE moves one tensor over the CP group");
+        const std::string& name = w_.program.names[static_cast<std::size_t>(in.name)];
+        const ModelSpec& m = w_.model;
+        const i64 hd = head_dim_of(m), hq = m.heads / tp_size_, hkv = (m.kv_heads > 0 ? m.kv_heads : m.heads) / tp_size_;
+        part.ulysses = a.out(0).rows > a.in(0).rows ? 1 : 2;
+        part.segments = name == "cp.qkv_all_to_all" ? std::vector<i64>{hq * hd, hkv * hd, hkv * hd} : std::vector<i64>{hq * hd};
+        part.seq = m.seq_len;
     }
     if (dev_) {  // staged through host copies; every operand read, the outputs written back
         for (std::size_t k = 0; k < part.in.size(); ++k) part.in[k] = stage(i, part.in[k], part.in_n[k], true, false);

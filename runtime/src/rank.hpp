@@ -253,7 +253,7 @@ private:
     CollPart moe_collective_part(std::size_t i);
     void finish_moe_collective(std::size_t i);
     bool moe_collective(const sim::Instr& in) const {
-        return in.coll == sim::CollKind::all_to_all || (in.group == sim::Group::etp && w_.model.is_moe());
+        return (in.coll == sim::CollKind::all_to_all && in.group != sim::Group::cp) || (in.group == sim::Group::etp && w_.model.is_moe());
     }
     /// Rows of a tensor: what arrived for one sized by an all-to-all this step, else its DataTensor's.
     i64 rows_of(int id) const;
@@ -341,6 +341,9 @@ private:
     i64 first_sample(int microbatch) const;
     /// The dropout of instruction `in` at `site` over the rows of tensor t (off without dropout).
     Dropout dropout(const sim::Instr& in, DropoutSite site, const sim::DataTensor& t) const;
+    /// The attention probabilities' dropout over Q/K/V rows `qkv` of `hq` query heads: under
+    /// Ulysses (whole sequences, 1/cp of the TP rank's heads) the heads start cp_rank x hq further.
+    Dropout attention_dropout(const sim::Instr& in, const sim::DataTensor& qkv, i64 hq) const;
     /// The CP rank whose block arrives `ring` places back along the ring.
     int ring_source(int ring) const { return ((cp_rank_ - ring) % cp_size_ + cp_size_) % cp_size_; }
     Pool gpu_;  ///< this rank's gpu tier

@@ -63,6 +63,13 @@ struct CollPart {
     std::vector<std::int64_t> send_rows, send_counts, row_cols;
     std::int64_t local_experts = 0;
     bool broadcast = false;  ///< every member gets all of in[0] (a gather of rows that vary per member)
+    /// Ulysses (context parallelism's all-to-all; plan.cp_comm_type a2a): 1 hands member r the
+    /// r-th 1/members of each column segment of every member's sequence-split rows (the
+    /// load-balanced layout of `seq`-long sequences), gathered into sequence order; 2 is its
+    /// inverse. `segments`: the column widths of the sequence-split rows ([q | k | v] or [out]).
+    int ulysses = 0;
+    std::vector<std::int64_t> segments;
+    std::int64_t seq = 0;
     A2aReceived* received = nullptr;
     Waker* waker = nullptr;
 };
@@ -106,6 +113,7 @@ private:
         std::chrono::steady_clock::time_point at;
     };
     static void perform(Coll& c);
+    static void perform_ulysses(Coll& c);
 
     std::mutex mu_;
     std::map<Key, Coll> colls_;

@@ -132,8 +132,8 @@ inline std::vector<Variant> bf16_variants() {
 }
 
 /// Several ranks, each with its device: TP (with and without SP), PP (1F1B, interleaved, the
-/// scatter/gather transfer), DP with every ZeRO stage, the three at once, and MoE's expert
-/// parallelism; fp32 and bf16.
+/// scatter/gather transfer), DP with every ZeRO stage, the three at once, MoE's expert
+/// parallelism and Ulysses context parallelism; fp32 and bf16.
 inline std::vector<Variant> parallel_variants() {
     std::vector<Variant> v;
     PlanSpec p = cpu_plan(2, 1, 1);
@@ -186,6 +186,20 @@ inline std::vector<Variant> parallel_variants() {
     p.sequence_parallel = true;
     p.ep = 2;
     v.push_back({"MoE, tp 2 SP dp 2, ep 2", tiny_moe(), p});
+    // Ulysses context parallelism: the all-to-alls staged through the host, attention over whole
+    // sequences by the device's own kernels (the ring's blocks are cpu kernels only).
+    p = cpu_plan(1, 1, 2);
+    p.cp = 2;
+    p.cp_comm_type = CpCommType::a2a;
+    v.push_back({"Llama, cp 2 (Ulysses) dp 2", tiny_llama(2), p});
+    p = cpu_plan(2, 1, 1);
+    p.sequence_parallel = true;
+    p.cp = 2;
+    p.cp_comm_type = CpCommType::a2a;
+    p.precision = Precision::bf16;
+    ModelSpec gd = tiny_gpt();  // learned positions and dropout at the load-balanced layout's positions
+    gd.dropout = 0.2;
+    v.push_back({"GPT with dropout, tp 2 SP cp 2 (Ulysses), bf16", gd, p});
     return v;
 }
 

@@ -113,11 +113,11 @@ TEST_CASE("cuda kernels match the cpu kernels", "[runtime][cuda]") {
         std::vector<float> out(T * C), mask(T * C), dx(T * C);
         cpu::dropout_add(out.data(), mask.data(), x.data(), y.data(), b.data(), T, C, drop, cpu::Positions{seq, 1, 0});
         Dev X(d, x), Y(d, y), B(d, b), O(d, std::vector<float>(T * C)), M(d, std::vector<float>(T * C));
-        d.dropout_add(O.p, M.p, X.p, Y.p, B.p, T, C, seq, drop);
+        d.dropout_add(O.p, M.p, X.p, Y.p, B.p, T, C, cpu::Positions{seq, 1, 0}, drop);
         same(mask, M.get(), "dropout mask");
         same(out, O.get(), "bias-dropout-add");
         cpu::dropout_forward(dx.data(), mask.data(), x.data(), T, C, drop, cpu::Positions{seq, 1, 0});
-        d.dropout_forward(O.p, M.p, X.p, T, C, seq, drop);
+        d.dropout_forward(O.p, M.p, X.p, T, C, cpu::Positions{seq, 1, 0}, drop);
         same(dx, O.get(), "dropout");
         cpu::mul(dx.data(), y.data(), mask.data(), T * C);
         d.mul(O.p, Y.p, M.p, T * C);
@@ -130,8 +130,15 @@ TEST_CASE("cuda kernels match the cpu kernels", "[runtime][cuda]") {
             auto ref = qkv;
             cpu::rope(ref.data(), T, cpu::Positions{seq, 1, 0}, hq, hkv, hd, inverse);
             Dev Q(d, qkv);
-            d.rope(Q.p, T, seq, hq, hkv, hd, inverse);
+            d.rope(Q.p, T, cpu::Positions{seq, 1, 0}, hq, hkv, hd, inverse);
             same(ref, Q.get(), inverse ? "rope inverse" : "rope");
+            auto lb = qkv;  // context parallelism's layout: cp 4, rank 2's rows of two sequences
+            const cpu::Positions cp{seq, 4, 2};
+            cpu::rope(lb.data(), 2 * cp.local(), cp, hq, hkv, hd, inverse);
+            Dev Q4(d, qkv);
+            d.rope(Q4.p, 2 * cp.local(), cp, hq, hkv, hd, inverse);
+            same(std::vector<float>(lb.begin(), lb.begin() + 2 * cp.local() * row), std::vector<float>(Q4.get().begin(), Q4.get().begin() + 2 * cp.local() * row),
+                 "rope, cp rank 2 of 4");
         }
     }
     SECTION("causal attention, forward and backward, MHA and GQA, head dims 16 and 64") {
@@ -178,8 +185,8 @@ TEST_CASE("cuda kernels match the cpu kernels", "[runtime][cuda]") {
             LS(d, loss), LE(d, lse), DL(d, dl);
         d.embedding_forward(E.p, TK.p, TB.p, first, V, T, C);
         d.embedding_backward(DT.p, TK.p, DO.p, first, V, T, C);
-        d.position_forward(PX.p, E.p, P.p, 0, T, seq, C);
-        d.position_backward(DP.p, DO.p, T, seq, C);
+        d.position_forward(PX.p, E.p, P.p, 0, T, where, C);
+        d.position_backward(DP.p, DO.p, T, where, C);
         d.loss_stats(ST.p, LG.p, TK.p, first, T, V);
         d.loss_combine(LS.p, LE.p, ST.p, 1, T);
         d.loss_backward(DL.p, LG.p, TK.p, ST.p, 1, first, T, V, 0.25f);
@@ -333,7 +340,7 @@ TEST_CASE("cuda kernels on bf16 operands match the cpu kernels rounded to bf16",
         auto qkv = rounded(randoms(2 * seq * row, 18));
         Dev Q(d, qkv, H);
         cpu::rope(qkv.data(), 2 * seq, cpu::Positions{seq, 1, 0}, hq, hkv, hd, false);
-        d.rope(Q.p, 2 * seq, seq, hq, hkv, hd, false);
+        d.rope(Q.p, 2 * seq, cpu::Positions{seq, 1, 0}, hq, hkv, hd, false);
         same(rounded(qkv), Q.get(), "bf16 rope", ulp);
     }
     SECTION("attention: bf16 Q, K, V and outputs, fp32 log-sum-exp; the flash kernels at 64- and 128-wide heads") {

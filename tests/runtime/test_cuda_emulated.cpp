@@ -170,8 +170,37 @@ TEST_CASE("the cuda kernels, emulated on the CPU, match the cpu kernels in fp32 
             auto qkv = rounded(randoms(2 * seq * row, 8), H);
             Buf Q(qkv, H);
             cpu::rope(qkv.data(), 2 * seq, cpu::Positions{seq, 1, 0}, hq, hkv, hd, false);
-            run1(2 * seq * (hq + hkv) * (hd / 2), [&] { k_rope(Q.tv(), 2 * seq, seq, hq + hkv, row, hd, 1.0f); });
+            run1(2 * seq * (hq + hkv) * (hd / 2), [&] { k_rope(Q.tv(), 2 * seq, cpu::Positions{seq, 1, 0}, hq + hkv, row, hd, 1.0f); });
             same(rounded(qkv, H), Q.get(), "rope", tol);
+            {
+                // Context parallelism's layout (cp 2, rank 1: positions 2..5 of each sequence of 8):
+                // the rotation, the learned positions, their gradient and the hidden dropout at
+                // each row's own position, as the cpu kernels place them.
+                const cpu::Positions cp{8, 2, 1};
+                const i64 rows = 2 * cp.local();
+                auto q2 = rounded(randoms(rows * row, 30), H);
+                Buf Q2(q2, H);
+                cpu::rope(q2.data(), rows, cp, hq, hkv, hd, false);
+                run1(rows * (hq + hkv) * (hd / 2), [&] { k_rope(Q2.tv(), rows, cp, hq + hkv, row, hd, 1.0f); });
+                same(rounded(q2, H), Q2.get(), "rope, cp rank 1", tol);
+                const i64 Cp = 6;
+                const auto e = rounded(randoms(rows * Cp, 31), H), pos = rounded(randoms(8 * Cp, 32), H), g = rounded(randoms(rows * Cp, 33), H);
+                std::vector<float> px(rows * Cp), dpos(8 * Cp, 0.0f), dx(rows * Cp), mask(rows * Cp);
+                cpu::position_forward(px.data(), e.data(), pos.data(), 0, rows, cp, Cp);
+                cpu::position_backward(dpos.data(), g.data(), rows, cp, Cp);
+                const strata::runtime::Dropout drop{0.3f, strata::runtime::dropout_key(5, 1, 0, strata::runtime::DropoutSite::mlp_out), 3, 0, 0, 0};
+                cpu::dropout_forward(dx.data(), mask.data(), g.data(), rows, Cp, drop, cp);
+                Buf PX(std::vector<float>(rows * Cp), H), E2(e, H), P2(pos, H), G2(g, H), DP(std::vector<float>(8 * Cp), false),
+                    DX(std::vector<float>(rows * Cp), H), M2(std::vector<float>(rows * Cp), H);
+                run1(rows * Cp, [&] { k_position_fwd(PX.tv(), E2.tv(), P2.tv(), 0, rows, cp, Cp); });
+                run1(cp.local() * Cp, [&] { k_position_bwd(DP.tv(), G2.tv(), rows, cp, Cp); });
+                run1(rows * Cp, [&] { k_dropout_fwd(DX.tv(), M2.tv(), G2.tv(), rows * Cp, Cp, cp, drop); });
+                same(rounded(px, H), PX.get(), "positions, cp rank 1", tol);
+                same(dpos, DP.get(), "positions backward, cp rank 1", 5e-5);
+                same(rounded(mask, H), M2.get(), "dropout mask, cp rank 1", tol);
+                same(rounded(dx, H), DX.get(), "dropout, cp rank 1", tol);
+                CHECK(dpos[0] == 0.0f);  // position 0 lives on rank 0
+            }
 
             std::vector<float> tokens(2 * T);
             std::mt19937 gen(9);

@@ -118,12 +118,18 @@ void RankLowering::attention_core_forward(Phase phase, int qkv, int out, int lse
         // Ulysses (DeepSpeed-Ulysses, Megatron-Core --cp-comm-type a2a): an all-to-all trades the
         // rank's s/cp rows of every head for all s rows of heads/cp heads; attention runs whole on
         // them; a second all-to-all returns the output to the sequence split.
+        // Dataflow: the head-split Q/K/V (every row of the rank's heads, in sequence order) and
+        // the output in that layout, which the kernel keeps for its backward beside the
+        // sequence-split output the projection reads (Transformer Engine's a2a saves both).
+        const UlyssesTensors u = ulysses_tensors(false);
         wait(Stream::compute, cp_all_to_all(d_.q_w + 2 * d_.kv_w, n_.cp_a2a_qkv));
+        if (df_) io({qkv}, {u.qkv});
         const Windowed whole_seq = windowed(d_.s);  // the kernel sees every row of its heads
         Instr& in = compute(Op::attention_fwd, n_.attn, flops * whole_seq.flops, io_bytes);
         set_shape(in, truncated(whole_seq.seq), d_.s, d_.qk_dim, truncated(d_.b * d_.heads / d_.tp / d_.cp));
-        if (df_) io({qkv}, {out, lse});
+        if (df_) io({u.qkv}, {u.out, lse});
         wait(Stream::compute, cp_all_to_all(d_.heads * d_.v_dim, n_.cp_a2a_out));
+        if (df_) io({u.out}, {out});
     } else if (d_.cp > 1) {
         // Ring attention: cp - 1 steps, each passing one rank's K/V chunk to the next rank while
         // the chunk received before is attended to. A step is costed as an all-gather whose
@@ -167,6 +173,15 @@ RankLowering::Windowed RankLowering::windowed(double sq) const {
     const double s = static_cast<double>(m_.seq_len), c = w.flops * s / 2.0;  // keys a query sees, on average
     w.seq = std::min(sq, 2.0 * c);
     return w;
+}
+
+// Ulysses' head-split tensors of the current layer: b x s rows (every sequence whole), 1/cp of
+// the rank's heads; their gradients with `grads`.
+RankLowering::UlyssesTensors RankLowering::ulysses_tensors(bool grads) {
+    if (!df_) return {-1, -1};
+    const double rows = d_.tokens * d_.cp, qkv = (d_.q_w + 2 * d_.kv_w) / d_.tp / d_.cp, attn = d_.heads * d_.v_dim / d_.tp / d_.cp;
+    if (grads) return {grad(n_.g_qkv_heads, layer_, rows, qkv), grad(n_.g_attn_heads, layer_, rows, attn)};
+    return {act(n_.t_qkv_heads, layer_, rows, qkv), act(n_.t_attn_heads, layer_, rows, attn)};
 }
 
 double RankLowering::truncated(double x) { return static_cast<double>(static_cast<std::int64_t>(x)); }
@@ -327,12 +342,15 @@ void RankLowering::attention_core_backward(const LayerTensors& t) {
         set_shape(in, whole(win.seq), whole(kv_len), whole(d_.qk_dim), whole(d_.b * d_.heads / d_.tp));
     };
     if (d_.cp > 1 && p_.cp_comm_type == CpCommType::a2a) {  // Ulysses: the output's gradient in, Q/K/V's out
+        const UlyssesTensors u = ulysses_tensors(false), du = ulysses_tensors(true);
         wait(Stream::compute, cp_all_to_all(d_.heads * d_.v_dim, n_.cp_a2a_out));
+        if (df_) io({t.dattn}, {du.out});
         const Windowed whole_seq = windowed(d_.s);
         Instr& in = compute(Op::attention_bwd, n_.attn, flops * whole_seq.flops, io_bytes);
         set_shape(in, truncated(whole_seq.seq), d_.s, d_.qk_dim, truncated(d_.b * d_.heads / d_.tp / d_.cp));
-        if (df_) io({t.qkv, t.attn, t.lse, t.dattn}, {t.dqkv});
+        if (df_) io({u.qkv, u.out, t.lse, du.out}, {du.qkv});
         wait(Stream::compute, cp_all_to_all(d_.q_w + 2 * d_.kv_w, n_.cp_a2a_qkv));
+        if (df_) io({du.qkv}, {t.dqkv});
     } else if (d_.cp > 1) {
         // Backward ring: K/V travel again step by step, and each step's dK/dV partial moves on
         // towards its owner (costed like the forward steps, as a reduce-scatter of one chunk).

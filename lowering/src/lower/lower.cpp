@@ -50,11 +50,13 @@ void Names::intern(Program& p) {
     t_fc2 = tid("fc2.out"); t_fc2_s = tid("fc2.out.shard"); t_emb = tid("embedding.out"); t_xf = tid("final_norm.out");
     t_xf_g = tid("final_norm.gathered"); t_logits = tid("logits.out"); t_loss_stats = tid("loss.stats");
     t_loss_stats_g = tid("loss.stats.gathered"); t_loss = tid("loss.out"); t_x_recomputed = tid("x.recomputed"); t_kv_ring = tid("kv.ring");
+    t_qkv_heads = tid("qkv.heads"); t_attn_heads = tid("attn.out.heads");
     g_x = tid("d.x"); g_x_g = tid("d.x.gathered"); g_x1 = tid("d.x1"); g_x1_g = tid("d.x1.gathered"); g_ln2 = tid("d.ln2");
     g_ln2_s = tid("d.ln2.shard"); g_act = tid("d.act.out"); g_fc1 = tid("d.fc1.out"); g_attn = tid("d.attn.out");
     g_qkv = tid("d.qkv.out"); g_ln1 = tid("d.ln1"); g_ln1_s = tid("d.ln1.shard"); g_xf = tid("d.final_norm.out");
     g_xf_s = tid("d.final_norm.shard"); g_logits = tid("d.logits.out"); g_emb_g = tid("d.embedding.gathered");
     g_kv_ring = tid("d.kv.ring"); g_kv_acc = tid("d.kv.returned");
+    g_qkv_heads = tid("d.qkv.heads"); g_attn_heads = tid("d.attn.out.heads");
     t_mask_emb = tid("embed.dropout_mask"); t_mask_attn = tid("attn.dropout_mask"); t_mask_mlp = tid("mlp.dropout_mask");
     g_proj = tid("d.proj.out"); g_proj_s = tid("d.proj.out.shard"); g_fc2 = tid("d.fc2.out"); g_fc2_s = tid("d.fc2.out.shard");
     t_found_inf = tid("found_inf");

@@ -33,8 +33,10 @@ struct Names {
     // Dataflow tensor names (LowerOptions::dataflow): activations and their gradients.
     int t_qkv_pre, g_qkv_pre;
     int t_tokens, t_x, t_ln1, t_ln1_g, t_qkv, t_attn, t_attn_lse, t_proj, t_proj_s, t_x1, t_ln2, t_ln2_g, t_fc1, t_act,
-        t_fc2, t_fc2_s, t_emb, t_xf, t_xf_g, t_logits, t_loss_stats, t_loss_stats_g, t_loss, t_x_recomputed, t_kv_ring;
-    int g_x, g_x_g, g_x1, g_x1_g, g_ln2, g_ln2_s, g_act, g_fc1, g_attn, g_qkv, g_ln1, g_ln1_s, g_xf, g_xf_s, g_logits, g_emb_g, g_kv_ring, g_kv_acc;
+        t_fc2, t_fc2_s, t_emb, t_xf, t_xf_g, t_logits, t_loss_stats, t_loss_stats_g, t_loss, t_x_recomputed, t_kv_ring,
+        t_qkv_heads, t_attn_heads;
+    int g_x, g_x_g, g_x1, g_x1_g, g_ln2, g_ln2_s, g_act, g_fc1, g_attn, g_qkv, g_ln1, g_ln1_s, g_xf, g_xf_s, g_logits, g_emb_g, g_kv_ring, g_kv_acc,
+        g_qkv_heads, g_attn_heads;
     int t_mask_emb, t_mask_attn, t_mask_mlp, g_proj, g_proj_s, g_fc2, g_fc2_s, t_found_inf;
     // The MoE block's (ep = 1): router logits and choices, tokens in expert order, the experts' outputs.
     int t_router_logits, t_routing, t_moe_in, t_efc1, t_eact, t_efc2, g_router_logits, g_probs, g_moe_in, g_efc1, g_eact, g_efc2;
@@ -275,6 +277,10 @@ private:
     };
     Windowed windowed(double sq) const;
     int cp_all_to_all(double cols, int name);
+    struct UlyssesTensors {
+        int qkv, out;
+    };
+    UlyssesTensors ulysses_tensors(bool grads);
     static double truncated(double x);
     double ring_step_bytes() const;
     void mla_projections_forward();

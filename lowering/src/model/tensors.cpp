@@ -146,8 +146,8 @@ bool starts_with(const std::string& s, const char* prefix) { return s.rfind(pref
 // each module keeps its input).
 bool recompute_drops(const std::string& name, const PlanSpec& p, bool moe_layer) {
     if (p.recompute != Recompute::selective) return false;
-    if (p.recomputes(RecomputeModule::core_attn) && (starts_with(name, "attn.softmax") || name == "attn.lse"))
-        return true;  // the score matrix (or flash attention's log-sum-exp)
+    if (p.recomputes(RecomputeModule::core_attn) && (starts_with(name, "attn.softmax") || name == "attn.lse" || name == "attn.out_heads"))
+        return true;  // the score matrix (or flash attention's log-sum-exp and, under Ulysses, its output)
     if (p.recomputes(RecomputeModule::layernorm) && (name == "attn.qkv_in" || name == "attn.down_in" || name == "mlp.fc1_in"))
         return true;  // the norm outputs; the norms' inputs (attn.norm_in, mlp.norm_in) stay
     if (p.recomputes(RecomputeModule::mla_up_proj) && (name == "attn.q" || name == "attn.k" || name == "attn.v"))
@@ -203,6 +203,11 @@ std::vector<TensorDesc> full_layer_activations(const ModelSpec& m, const PlanSpe
         out.push_back(act_tensor("attn.lse", 4.0 * L.heads * L.s_q * L.b, "(b, heads/tp, s/cp) fp32", p));
     }
     out.push_back(act_tensor("attn.proj_in", L.gemm_in * L.tokens * L.heads * static_cast<double>(v_head_dim_of(m)), "(s/cp, b, heads/tp, d)", p));
+    // Ulysses: the fused kernel keeps its output in the head split for its backward; the
+    // projection's input is the same values returned to the sequence split (Transformer Engine's
+    // a2a context parallelism saves both). Eager attention's backward reads the probabilities.
+    if (p.cp > 1 && p.cp_comm_type == CpCommType::a2a && p.flash_attention)
+        out.push_back(act_tensor("attn.out_heads", L.act * L.tokens * L.heads * static_cast<double>(v_head_dim_of(m)), "(s, b, heads/tp/cp, d)", p));
     if (L.dropout) out.push_back(act_tensor("attn.dropout_mask", L.tok_rep * L.h, rep_shape + " u8", p));
     // --- MLP / MoE block ---
     out.push_back(act_tensor("mlp.norm_in", rep, rep_shape, p));

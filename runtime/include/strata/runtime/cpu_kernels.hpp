@@ -67,8 +67,8 @@ struct Positions {
     /// Attention's queries (the block kernels read it from qpos): a query at position p sees the
     /// keys at p - window + 1 .. p (model.sliding_window); 0: every key up to p.
     i64 window = 0;
-    i64 local() const { return seq / cp; }  ///< rows of one sequence on a rank
-    i64 operator()(i64 row) const {
+    STRATA_HD i64 local() const { return seq / cp; }  ///< rows of one sequence on a rank
+    STRATA_HD i64 operator()(i64 row) const {
         if (cp == 1) return row % seq;
         const i64 L = seq / (2 * cp), i = row % local();
         return (i < L ? rank : 2 * cp - 1 - rank) * L + i % L;
