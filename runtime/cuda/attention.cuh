@@ -159,3 +159,26 @@ void CudaDevice::attention_backward(float* dqkv, const float* qkv, const float* 
     launch1(k_attn_merge_grads, T * (hq + 2 * hkv) * d, tv(dqkv), static_cast<const float*>(dQ.p), static_cast<const float*>(dK.p),
             static_cast<const float*>(dV.p), seq, hq, hkv, d, T * (hq + 2 * hkv) * d);
 }
+
+// Context parallelism's ring blocks (ring_attention.cuh).
+void CudaDevice::attention_block_forward(float* out, float* lse, const float* qkv, const float* kv, i64 kv_stride, const cpu::Positions& qpos,
+                                         const cpu::Positions& kpos, i64 T, i64 hq, i64 hkv, i64 d, bool merge, const Dropout& drop) {
+    if (d > kRingMaxHeadDim) throw std::runtime_error("cuda: the ring's attention blocks take heads of at most 256");
+    launch1(k_ring_block_fwd, T * hq, tv(out), tv(lse), tv(qkv), tv(kv), kv_stride, qpos, kpos, T, hq, hkv, d, merge, drop);
+}
+
+void CudaDevice::attention_block_backward(float* dqkv, float* dkv, i64 kv_stride, const float* qkv, const float* kv, const float* out,
+                                          const float* lse, const float* dout, const cpu::Positions& qpos, const cpu::Positions& kpos, i64 T,
+                                          i64 hq, i64 hkv, i64 d, bool accumulate, const Dropout& drop) {
+    if (d > kRingMaxHeadDim) throw std::runtime_error("cuda: the ring's attention blocks take heads of at most 256");
+    const i64 G = 2 * hkv * d;
+    if (!accumulate) zero(dqkv, T * (hq + G / d) * d);
+    float* dkv32 = scratch(T * G);
+    zero_raw(TV{dkv32, 0}, T * G);
+    launch1(k_ring_block_bwd, T * hq, tv(dqkv), dkv32, tv(qkv), tv(kv), kv_stride, tv(out), tv(lse), tv(dout), qpos, kpos, T, hq, hkv, d, drop);
+    launch1(k_ring_kv_out, T * G, tv(dqkv), dkv ? tv(dkv) : TV{}, kv_stride, static_cast<const float*>(dkv32), T, hq, hkv, d);
+}
+
+void CudaDevice::add_columns(float* dst, i64 dst_cols, const float* src, i64 src_cols, i64 rows) {
+    launch1(k_add_columns, rows * src_cols, tv(dst), dst_cols, tv(src), src_cols, rows);
+}

@@ -58,6 +58,7 @@ std::string where(const char* file, int line) { return std::string(file) + ":" +
 #include "kernels.cuh"  // inside this unnamed namespace
 #include "flash.cuh"
 #include "moe_kernels.cuh"
+#include "ring_attention.cuh"
 
 
 class CudaDevice final : public Device {
@@ -389,6 +390,13 @@ public:
                            i64 window) override;
     void attention_backward(float* dqkv, const float* qkv, const float* out, const float* lse, const float* dout, i64 T, i64 seq,
                             i64 hq, i64 hkv, i64 d, const Dropout& drop, i64 window) override;
+    // Context parallelism's ring blocks (ring_attention.cuh).
+    void attention_block_forward(float* out, float* lse, const float* qkv, const float* kv, i64 kv_stride, const cpu::Positions& qpos,
+                                 const cpu::Positions& kpos, i64 T, i64 hq, i64 hkv, i64 d, bool merge, const Dropout& drop) override;
+    void attention_block_backward(float* dqkv, float* dkv, i64 kv_stride, const float* qkv, const float* kv, const float* out, const float* lse,
+                                  const float* dout, const cpu::Positions& qpos, const cpu::Positions& kpos, i64 T, i64 hq, i64 hkv, i64 d,
+                                  bool accumulate, const Dropout& drop) override;
+    void add_columns(float* dst, i64 dst_cols, const float* src, i64 src_cols, i64 rows) override;
     // MoE on one rank (moe.cuh).
     void moe_set_order(const i64* pos, i64 n) override;
     void moe_route(float* routing, const float* logits, i64 T, i64 E, i64 k) override;

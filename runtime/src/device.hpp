@@ -98,6 +98,16 @@ public:
                                    const Dropout& drop, i64 window) = 0;
     virtual void attention_backward(float* dqkv, const float* qkv, const float* out, const float* lse, const float* dout, i64 T,
                                     i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop, i64 window) = 0;
+    /// Context parallelism's ring (cpu_kernels.hpp's contract): the rank's queries against one block
+    /// of keys and values (rows of stride kv_stride at kv), written into out and lse or merged in.
+    virtual void attention_block_forward(float* out, float* lse, const float* qkv, const float* kv, i64 kv_stride, const cpu::Positions& qpos,
+                                         const cpu::Positions& kpos, i64 T, i64 hq, i64 hkv, i64 d, bool merge, const Dropout& drop) = 0;
+    virtual void attention_block_backward(float* dqkv, float* dkv, i64 kv_stride, const float* qkv, const float* kv, const float* out,
+                                          const float* lse, const float* dout, const cpu::Positions& qpos, const cpu::Positions& kpos, i64 T,
+                                          i64 hq, i64 hkv, i64 d, bool accumulate, const Dropout& drop) = 0;
+    /// dst[t, dst_cols - src_cols + c] += src[t, c]: the K/V gradients returned around the ring,
+    /// added into the trailing columns of the rank's dqkv.
+    virtual void add_columns(float* dst, i64 dst_cols, const float* src, i64 src_cols, i64 rows) = 0;
     /// Hidden-state dropout: row r is token where(drop.row0 + r) of sequence (drop.row0 + r) / where.local().
     virtual void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, const cpu::Positions& where, const Dropout& drop) = 0;
     virtual void dropout_add(float* out, float* mask, const float* a, const float* b, const float* bias, i64 T, i64 C, const cpu::Positions& where,
@@ -149,9 +159,9 @@ public:
 };
 
 /// The module's entry point: a new device on GPU 0, or null with the reason in `why`.
-constexpr int kDeviceApiVersion = 12;  // 2: dropout; 3: lanes; 4: adamw_ranges; 5: bf16 buffers; 6: AdamW writes the weights; 7: ReLU;
+constexpr int kDeviceApiVersion = 13;  // 2: dropout; 3: lanes; 4: adamw_ranges; 5: bf16 buffers; 6: AdamW writes the weights; 7: ReLU;
                                       // 8: QK-norm; 9: MoE on one rank; 10: an accumulating dgrad; 11: sliding windows;
-                                      // 12: positions in context parallelism's layout (rope, dropout, learned positions)
+                                      // 12: positions in context parallelism's layout (rope, dropout, learned positions); 13: the ring's blocks
 constexpr const char* kCudaModuleFile = "libstrata_runtime_cuda.so";
 constexpr const char* kCudaModuleSymbol = "strata_runtime_cuda_create";
 using CreateDevice = Device* (*)(int api_version, std::string* why);

@@ -244,6 +244,33 @@ public:
                   DO = dev(dout, T * hq * d, "attention_backward dout");
         kernel([=] { cpu::attention_backward(DQ.p, Q.p, O.p, L.p, DO.p, T, seq, hq, hkv, d, drop, window); }, {DQ});
     }
+    void attention_block_forward(float* out, float* lse, const float* qkv, const float* kv, i64 kv_stride, const cpu::Positions& qpos,
+                                 const cpu::Positions& kpos, i64 T, i64 hq, i64 hkv, i64 d, bool merge, const Dropout& drop) override {
+        const i64 W = (hq + 2 * hkv) * d, kv_n = T > 0 ? (T - 1) * kv_stride + 2 * hkv * d : 0;
+        const Ref O = dev(out, T * hq * d, "attention_block_forward out"), L = dev(lse, T * hq, "attention_block_forward lse"),
+                  Q = dev(qkv, T * W, "attention_block_forward qkv"), K = dev(kv, kv_n, "attention_block_forward kv");
+        kernel([=] { cpu::attention_block_forward(O.p, L.p, Q.p, K.p, kv_stride, qpos, kpos, T, hq, hkv, d, merge, drop); }, {O, L});
+    }
+    void attention_block_backward(float* dqkv, float* dkv, i64 kv_stride, const float* qkv, const float* kv, const float* out, const float* lse,
+                                  const float* dout, const cpu::Positions& qpos, const cpu::Positions& kpos, i64 T, i64 hq, i64 hkv, i64 d,
+                                  bool accumulate, const Dropout& drop) override {
+        const i64 W = (hq + 2 * hkv) * d, kv_n = T > 0 ? (T - 1) * kv_stride + 2 * hkv * d : 0;
+        const Ref DQ = dev(dqkv, T * W, "attention_block_backward dqkv"), DK = opt(dkv, kv_n, "attention_block_backward dkv"),
+                  Q = dev(qkv, T * W, "attention_block_backward qkv"), K = dev(kv, kv_n, "attention_block_backward kv"),
+                  O = dev(out, T * hq * d, "attention_block_backward out"), L = dev(lse, T * hq, "attention_block_backward lse"),
+                  DO = dev(dout, T * hq * d, "attention_block_backward dout");
+        kernel([=] { cpu::attention_block_backward(DQ.p, DK.p, kv_stride, Q.p, K.p, O.p, L.p, DO.p, qpos, kpos, T, hq, hkv, d, accumulate, drop); },
+               {DQ, DK});
+    }
+    void add_columns(float* dst, i64 dst_cols, const float* src, i64 src_cols, i64 rows) override {
+        const Ref D = dev(dst, rows * dst_cols, "add_columns dst"), S = dev(src, rows * src_cols, "add_columns src");
+        kernel(
+            [=] {
+                for (i64 t = 0; t < rows; ++t)
+                    for (i64 c = 0; c < src_cols; ++c) D.p[t * dst_cols + (dst_cols - src_cols) + c] += S.p[t * src_cols + c];
+            },
+            {D});
+    }
     void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, const cpu::Positions& where, const Dropout& drop) override {
         const Ref Y = dev(y, T * C, "dropout_forward y"), M = dev(mask, T * C, "dropout_forward mask"), X = dev(x, T * C, "dropout_forward x");
         kernel([=] { cpu::dropout_forward(Y.p, M.p, X.p, T, C, drop, where); }, {Y, M});

@@ -73,14 +73,12 @@ void RankState::compute(std::size_t i) {
             q.window = win;
             if (name == "attention") {
                 KERNEL(attention_forward, O(0), O(1), I(0), qkv.rows, m.seq_len, hq, hkv, hd, drop, win);
-            } else if (dev_) {
-                fail(i, "context parallelism is not executed by the cuda backend");
             } else if (name == "attention.local") {  // context parallelism: this rank's own block
-                cpu::attention_block_forward(O(0), O(1), I(0), I(0) + hq * hd, qkv.cols, q, positions(), qkv.rows, hq, hkv, hd, false, drop);
+                KERNEL(attention_block_forward, O(0), O(1), I(0), I(0) + hq * hd, qkv.cols, q, positions(), qkv.rows, hq, hkv, hd, false, drop);
             } else {  // a block passed along the ring, merged in
                 const DataTensor& kv = a.in(1);
-                cpu::attention_block_forward(O(0), O(1), I(0), I(1), kv.cols, q, positions(ring_source(kv.ring)), qkv.rows, hq, hkv, hd, true,
-                                             drop);
+                KERNEL(attention_block_forward, O(0), O(1), I(0), I(1), kv.cols, q, positions(ring_source(kv.ring)), qkv.rows, hq, hkv, hd, true,
+                       drop);
             }
             return;
         }
@@ -95,15 +93,13 @@ void RankState::compute(std::size_t i) {
             q.window = win;
             if (name == "attention") {
                 KERNEL(attention_backward, O(0), I(0), I(1), I(2), I(3), qkv.rows, m.seq_len, hq, hkv, hd, drop, win);
-            } else if (dev_) {
-                fail(i, "context parallelism is not executed by the cuda backend");
             } else if (name == "attention.local") {
-                cpu::attention_block_backward(O(0), nullptr, qkv.cols, I(0), I(0) + hq * hd, I(1), I(2), I(3), q, positions(), qkv.rows, hq,
-                                              hkv, hd, false, drop);
+                KERNEL(attention_block_backward, O(0), nullptr, qkv.cols, I(0), I(0) + hq * hd, I(1), I(2), I(3), q, positions(), qkv.rows, hq,
+                       hkv, hd, false, drop);
             } else {  // ins {qkv, kv, out, lse, dout, dqkv} -> {dqkv, the block's K/V gradient}
                 const DataTensor& kv = a.in(1);
-                cpu::attention_block_backward(O(0), O(1), kv.cols, I(0), I(1), I(2), I(3), I(4), q, positions(ring_source(kv.ring)),
-                                              qkv.rows, hq, hkv, hd, true, drop);
+                KERNEL(attention_block_backward, O(0), O(1), kv.cols, I(0), I(1), I(2), I(3), I(4), q, positions(ring_source(kv.ring)),
+                       qkv.rows, hq, hkv, hd, true, drop);
             }
             return;
         }
@@ -300,10 +296,10 @@ void RankState::compute(std::size_t i) {
         if (dev_) dev_->position_forward(O(0), I(0), I(1), row0, x.rows, positions(), x.cols);
         else cpu::position_forward(O(0), I(0), I(1), row0, x.rows, positions(), x.cols);
     } else if (name == "cp.dkv_combine") {  // ins {returned K/V gradients, dqkv} -> dqkv
-        if (dev_) fail(i, "context parallelism is not executed by the cuda backend");
         const DataTensor &ret = a.in(0), &dq = a.out(0);
         float* d = O(0);
         const float* r = I(0);
+        if (dev_) return dev_->add_columns(d, dq.cols, r, ret.cols, dq.rows);
         for (i64 t = 0; t < dq.rows; ++t)
             for (i64 c = 0; c < ret.cols; ++c) d[t * dq.cols + (dq.cols - ret.cols) + c] += r[t * ret.cols + c];
     } else if (name == "loss.combine") {

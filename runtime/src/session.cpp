@@ -76,11 +76,7 @@ std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend, 
                " ranks (dp x tp x pp x cp); the cuda backend runs one rank on one GPU (collectives and pipeline transfers "
                "through NCCL are not written yet: use --backend cpu for a parallel plan)";
     // Several ranks on the device path: collectives and pipeline transfers staged through host
-    // memory (ops.cpp). The ring's attention blocks are cpu kernels; Ulysses attends whole
-    // sequences with the device's own kernels.
-    if (cuda && p.gpus() > 1 && p.cp > 1 && p.cp_comm_type != CpCommType::a2a)
-        return "plan.cp = " + std::to_string(p.cp) + ": context parallelism's attention blocks are not executed by the cuda backend (use "
-               "--backend cpu)";
+    // memory (ops.cpp).
     return {};
 }
 

@@ -186,8 +186,19 @@ inline std::vector<Variant> parallel_variants() {
     p.sequence_parallel = true;
     p.ep = 2;
     v.push_back({"MoE, tp 2 SP dp 2, ep 2", tiny_moe(), p});
-    // Ulysses context parallelism: the all-to-alls staged through the host, attention over whole
-    // sequences by the device's own kernels (the ring's blocks are cpu kernels only).
+    // Context parallelism: the ring's K/V blocks staged through the host around the device's block
+    // kernels; Ulysses' all-to-alls around its whole-sequence attention.
+    p = cpu_plan(1, 1, 2);
+    p.cp = 2;
+    v.push_back({"Llama, cp 2 (ring) dp 2", tiny_llama(2), p});
+    p = cpu_plan(1, 1, 1);
+    p.cp = 4;
+    p.precision = Precision::bf16;
+    ModelSpec gw = tiny_gpt();  // learned positions, dropout and a window at the load-balanced layout's positions
+    gw.dropout = 0.2;
+    gw.seq_len = gw.max_position = 16;
+    gw.sliding_window = 5;
+    v.push_back({"GPT with dropout and a 5-token window, cp 4 (ring), bf16", gw, p});
     p = cpu_plan(1, 1, 2);
     p.cp = 2;
     p.cp_comm_type = CpCommType::a2a;
@@ -263,14 +274,14 @@ inline void check_checkpoint_and_timeline(runtime::Backend backend) {
     r.set_param(0, "qkv.weight", 0, 3, 0.125f);
     CHECK(r.param(0, "qkv.weight", 0, 3) == 0.125f);
 
-    // A plan of several ranks is refused by name on a GPU unless its ranks may share it; context
-    // parallelism is refused on the device path either way.
+    // A plan of several ranks is refused by name on a GPU unless its ranks may share it; fp16 (its
+    // loss scaling) is refused on the device path either way.
     if (backend == runtime::Backend::cuda)
         CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), cpu_plan(1, 1, 2), o), Catch::Contains("one rank on one GPU"));
     o.ranks_share_gpu = true;
-    PlanSpec cp = cpu_plan(1, 1, 1);
-    cp.cp = 2;
-    CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), cp, o), Catch::Contains("plan.cp = 2"));
+    PlanSpec half = cpu_plan(1, 1, 2);
+    half.precision = Precision::fp16;
+    CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), half, o), Catch::Contains("plan.precision = fp16"));
 }
 
 }  // namespace strata::test::device_runs

@@ -13,6 +13,7 @@
 namespace strata::runtime::emulated {
 #include "kernels.cuh"
 #include "moe_kernels.cuh"
+#include "ring_attention.cuh"
 
 namespace {
 
@@ -363,3 +364,53 @@ TEST_CASE("the exact attention path's softmax kernels, emulated, keep a sliding 
         }
     }
 }
+
+TEST_CASE("the ring's attention blocks, emulated, match the cpu block kernels", "[runtime][cuda-emulated][cp]") {
+    // Rank 1 of cp 2 over two sequences of 8: its own block, then rank 0's merged in; backward the
+    // queries' gradient accumulates and rank 0's block gets its K/V gradient. GQA (4 query heads
+    // on 2 KV heads), with and without a window and attention dropout, fp32 and bf16 operands.
+    using namespace strata::runtime::emulated;
+    namespace cpu = strata::runtime::cpu;
+    using strata::runtime::Dropout;
+    const bool H = GENERATE(false, true);
+    const i64 window = GENERATE(i64{0}, i64{3});
+    const float p = GENERATE(0.0f, 0.2f);
+    INFO((H ? "bf16" : "fp32") << ", window " << window << ", dropout " << p);
+    const double tol = H ? 1e-2 : 2e-5;
+    const i64 hq = 4, hkv = 2, d = 8, row = (hq + 2 * hkv) * d, G = 2 * hkv * d;
+    cpu::Positions mine{8, 2, 1}, theirs{8, 2, 0};
+    mine.window = window;
+    const i64 T = 2 * mine.local();
+    const Dropout drop{p, strata::runtime::dropout_key(3, 1, 2, strata::runtime::DropoutSite::attention_probs), 6, 0, 4, 2 * hq};
+    const auto qkv = rounded(randoms(T * row, 50), H), kv = rounded(randoms(T * G, 51), H), dout = rounded(randoms(T * hq * d, 52), H);
+    std::vector<float> out(T * hq * d), lse(T * hq), dqkv(T * row), dkv(T * G);
+    cpu::attention_block_forward(out.data(), lse.data(), qkv.data(), qkv.data() + hq * d, row, mine, mine, T, hq, hkv, d, false, drop);
+    cpu::attention_block_forward(out.data(), lse.data(), qkv.data(), kv.data(), G, mine, theirs, T, hq, hkv, d, true, drop);
+    Buf Q(qkv, H), K(kv, H), O(std::vector<float>(T * hq * d), H), L(std::vector<float>(T * hq), false), DO(dout, H);
+    run1(T * hq, [&] { k_ring_block_fwd(O.tv(), L.tv(), Q.tv(), Q.tv() + hq * d, row, mine, mine, T, hq, hkv, d, false, drop); });
+    run1(T * hq, [&] { k_ring_block_fwd(O.tv(), L.tv(), Q.tv(), K.tv(), G, mine, theirs, T, hq, hkv, d, true, drop); });
+    same(rounded(out, H), O.get(), "ring forward out", tol);
+    same(lse, L.get(), "ring forward lse", 1e-5);
+    // Backward against the emulated forward's own out and lse, as the device would run it.
+    const auto o_dev = O.get(), l_dev = L.get();
+    cpu::attention_block_backward(dqkv.data(), nullptr, row, qkv.data(), qkv.data() + hq * d, o_dev.data(), l_dev.data(), dout.data(), mine, mine,
+                                  T, hq, hkv, d, false, drop);
+    cpu::attention_block_backward(dqkv.data(), dkv.data(), G, qkv.data(), kv.data(), o_dev.data(), l_dev.data(), dout.data(), mine, theirs, T,
+                                  hq, hkv, d, true, drop);
+    Buf DQ(std::vector<float>(T * row), H), DK(randoms(T * G, 53), H);  // the block's buffer starts dirty: it is written
+    std::vector<float> s1(T * G, 0.0f), s2(T * G, 0.0f);
+    run1(T * hq, [&] { k_ring_block_bwd(DQ.tv(), s1.data(), Q.tv(), Q.tv() + hq * d, row, O.tv(), L.tv(), DO.tv(), mine, mine, T, hq, hkv, d, drop); });
+    run1(T * G, [&] { k_ring_kv_out(DQ.tv(), TV{}, row, s1.data(), T, hq, hkv, d); });
+    run1(T * hq, [&] { k_ring_block_bwd(DQ.tv(), s2.data(), Q.tv(), K.tv(), G, O.tv(), L.tv(), DO.tv(), mine, theirs, T, hq, hkv, d, drop); });
+    run1(T * G, [&] { k_ring_kv_out(DQ.tv(), DK.tv(), G, s2.data(), T, hq, hkv, d); });
+    same(rounded(dqkv, H), DQ.get(), "ring backward dqkv", H ? 2e-2 : 5e-5);
+    same(rounded(dkv, H), DK.get(), "ring backward dkv", H ? 2e-2 : 5e-5);
+    // The returned K/V gradients into dqkv's trailing columns (cp.dkv_combine).
+    std::vector<float> sum = dqkv;
+    for (i64 t = 0; t < T; ++t)
+        for (i64 c = 0; c < G; ++c) sum[t * row + hq * d + c] += dkv[t * G + c];
+    Buf S(dqkv, H), R(dkv, H);
+    run1(T * G, [&] { k_add_columns(S.tv(), row, R.tv(), G, T); });
+    same(rounded(sum, H), S.get(), "returned K/V gradients added", tol);
+}
+
