@@ -93,7 +93,14 @@ TEST_CASE("Ulysses: every plan follows the single-rank loss curve", "[runtime][u
         p = ulysses(cpu_plan(), 2);
         p.recompute = Recompute::selective;  // the core attention and both all-to-alls rerun in the backward
         v.push_back({"cp 2, selective recompute, Ulysses", p});
+        p = ulysses(cpu_plan(), 2);
+        p.offload.activations = TierSplit{0.0, 1.0, 0.0};  // the head-split tensors to host memory and back
+        v.push_back({"cp 2, activations on the CPU, Ulysses", p});
         check_against_single_rank(tiny_gpt(), v);
+        p = ulysses(cpu_plan(1, 2), 2);
+        p.schedule = Schedule::interleaved_1f1b;
+        p.vpp = 2;
+        check_against_single_rank(tiny_gpt(4), {{"cp 2 pp 2 interleaved (vpp 2), Ulysses", p}});
     }
     {
         // GQA and RoPE: the rotation at each row's own position before the exchange, K/V heads
@@ -102,6 +109,12 @@ TEST_CASE("Ulysses: every plan follows the single-rank loss curve", "[runtime][u
         ModelSpec w = tiny_llama(2);
         w.sliding_window = 3;
         check_against_single_rank(w, {{"cp 2, Ulysses, a 3-token window", ulysses(cpu_plan(), 2)}});
+    }
+    {
+        // MoE layers beside Ulysses: the CP all-to-alls and the EP ones share no group.
+        PlanSpec p = ulysses(cpu_plan(1, 1, 2), 2);
+        p.ep = 2;
+        check_against_single_rank(tiny_moe(), {{"MoE, cp 2 dp 2 ep 2, Ulysses", p}});
     }
     {
         // Attention dropout: each probability's mask is named by its model head and positions, so
