@@ -1,11 +1,51 @@
 // Part of the cuda backend's one translation unit (device_cuda.cu includes it inside its unnamed
 // namespace, after the CudaDevice class): its copies, which convert where the two ends' widths
-// differ (an fp32 master to bf16 weights; the host's fp32 buffers to and from bf16 ones).
+// differ (an fp32 master to bf16 weights on the GPU; the host's fp32 buffers to and from bf16 ones,
+// on the host).
 #pragma once
 
-// n elements from b to a on the current lane: a byte copy when both have one width, else a
-// conversion on the GPU, through this lane's staging buffer where one end is host memory (the
-// host's buffers hold fp32). The staging buffer is reused in the lane's order.
+// The host's side of a copy between its fp32 buffers and a bf16 buffer on the GPU, run by the
+// lane in its order (cudaLaunchHostFunc; no CUDA call inside): what crosses PCIe is the bf16 bytes
+// the plan prices, through the lane's pinned staging buffer, and the host widens what arrives and
+// narrows what leaves, as DeepSpeed's CPU Adam reads half gradients and writes half weights from
+// all of its threads. Round to nearest even, as __float2bfloat16_rn.
+struct HostConvert {
+    float* wide;
+    std::uint16_t* half;
+    i64 n;
+    bool narrow;  ///< wide -> half; else half -> wide
+};
+void convert_range(const HostConvert& c, i64 lo, i64 hi) {
+    for (i64 i = lo; i < hi; ++i) {
+        std::uint32_t b;
+        if (!c.narrow) {
+            b = static_cast<std::uint32_t>(c.half[i]) << 16;
+            std::memcpy(c.wide + i, &b, 4);
+            continue;
+        }
+        std::memcpy(&b, c.wide + i, 4);
+        if ((b & 0x7F800000u) == 0x7F800000u) {  // infinities as they are; a NaN keeps a mantissa bit
+            if (b & 0x007FFFFFu) b |= 0x00400000u;
+        } else {
+            b += 0x7FFFu + ((b >> 16) & 1u);
+        }
+        c.half[i] = static_cast<std::uint16_t>(b >> 16);
+    }
+}
+void CUDART_CB convert_on_host(void* arg) {
+    const HostConvert c = *static_cast<HostConvert*>(arg);
+    delete static_cast<HostConvert*>(arg);
+    const i64 threads = c.n < (i64{1} << 20) ? 1 : std::max<i64>(1, std::min<i64>(8, std::thread::hardware_concurrency() / 2));
+    std::vector<std::thread> pool;
+    for (i64 k = 1; k < threads; ++k) pool.emplace_back(convert_range, std::cref(c), c.n * k / threads, c.n * (k + 1) / threads);
+    convert_range(c, 0, c.n / threads);
+    for (auto& t : pool) t.join();
+}
+
+// n elements from b to a on the current lane: a byte copy when both have one width; else, between
+// two device buffers, a conversion kernel, and between host and device, the bf16 bytes through
+// this lane's pinned staging buffer (reused in the lane's order) with the host widening or
+// narrowing them (above; the host's buffers hold fp32).
 void CudaDevice::move(TV a, TV b, i64 n) {
     if (a.bf16 == b.bf16) {
         CK(cudaMemcpyAsync(a.p, b.p, static_cast<std::size_t>(n) * (a.bf16 ? 2 : 4), cudaMemcpyDefault, stream_));
@@ -17,28 +57,16 @@ void CudaDevice::move(TV a, TV b, i64 n) {
         LAUNCHED();
         return;
     }
-    float*& st = staging_[lane_];
-    if (!st) {
-        if (cudaMalloc(&st, kStagingFloats * sizeof(float)) != cudaSuccess) {
-            cudaGetLastError();
-            drop_cache();
-            CK(cudaMalloc(&st, kStagingFloats * sizeof(float)));
-        }
-        reserved_ += static_cast<double>(kStagingFloats * sizeof(float));
-        reserved_peak_ = std::max(reserved_peak_, reserved_);
-    }
+    std::uint16_t*& st = host_staging_[lane_];
+    if (!st) CK(cudaHostAlloc(reinterpret_cast<void**>(&st), static_cast<std::size_t>(kStagingFloats) * 2, cudaHostAllocDefault));
     for (i64 at = 0; at < n; at += kStagingFloats) {
         const i64 k = std::min<i64>(kStagingFloats, n - at);
         if (da) {  // host fp32 -> device bf16
-            CK(cudaMemcpyAsync(st, static_cast<const float*>(b.p) + at, static_cast<std::size_t>(k) * sizeof(float), cudaMemcpyDefault,
-                               stream_));
-            k_convert<<<blocks_for(k), kThreads, 0, stream_>>>(a + at, TV{st, 0}, k);
-            LAUNCHED();
+            CK(cudaLaunchHostFunc(stream_, convert_on_host, new HostConvert{static_cast<float*>(b.p) + at, st, k, true}));
+            CK(cudaMemcpyAsync(static_cast<char*>(a.p) + at * 2, st, static_cast<std::size_t>(k) * 2, cudaMemcpyDefault, stream_));
         } else {  // device bf16 -> host fp32
-            k_convert<<<blocks_for(k), kThreads, 0, stream_>>>(TV{st, 0}, b + at, k);
-            LAUNCHED();
-            CK(cudaMemcpyAsync(static_cast<float*>(a.p) + at, st, static_cast<std::size_t>(k) * sizeof(float), cudaMemcpyDefault,
-                               stream_));
+            CK(cudaMemcpyAsync(st, static_cast<const char*>(b.p) + at * 2, static_cast<std::size_t>(k) * 2, cudaMemcpyDefault, stream_));
+            CK(cudaLaunchHostFunc(stream_, convert_on_host, new HostConvert{static_cast<float*>(a.p) + at, st, k, false}));
         }
     }
 }

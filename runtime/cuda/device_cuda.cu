@@ -27,6 +27,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "device.hpp"
@@ -111,7 +112,7 @@ public:
         cudaFree(scratch_);
         cudaFree(wide_);
         cudaFree(order_);
-        for (float* st : staging_) cudaFree(st);
+        for (std::uint16_t* st : host_staging_) cudaFreeHost(st);
         cublasDestroy(blas_);
         for (auto& l : lanes_) cudaStreamDestroy(l);
     }
@@ -475,10 +476,7 @@ private:
         CK(cudaPointerGetAttributes(&a, p));
         return a.type == cudaMemoryTypeDevice;
     }
-    // n elements from b to a on the current lane: a byte copy when both have one width, else a
-    // conversion on the GPU, through this lane's staging buffer where one end is host memory (the
-    // host's buffers hold fp32). The staging buffer is reused in the lane's order.
-    void move(TV a, TV b, i64 n);
+    void move(TV a, TV b, i64 n);  ///< copies.cuh
     void drop_cache() {
         sync();
         for (auto& [bytes, list] : cache_)
@@ -544,8 +542,8 @@ private:
     double* sum_ = nullptr;
     void *scratch_ = nullptr, *wide_ = nullptr, *order_ = nullptr;
     std::size_t scratch_bytes_ = 0, wide_bytes_ = 0, order_bytes_ = 0;  ///< order_: the MoE moves' token order (i64)
-    static constexpr i64 kStagingFloats = i64{1} << 24;  ///< 64 MiB a lane, for copies that convert
-    float* staging_[lane_count] = {};
+    static constexpr i64 kStagingFloats = i64{1} << 24;  ///< elements a lane narrows at a time (32 MiB of pinned bf16)
+    std::uint16_t* host_staging_[lane_count] = {};
     Halves halves_;
     bool exact_attention_ = std::getenv("STRATA_RUNTIME_EXACT_ATTENTION") != nullptr;
     std::map<const void*, std::size_t> smem_opted_;  ///< kernels opted into more shared memory (smem_opt_in)

@@ -53,10 +53,6 @@ std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend, 
         if (cuda && p.precision == Precision::fp16)
             return "plan.precision = fp16: the cuda backend stores fp32 or bf16 (fp16 with its loss scaling runs on --backend cpu, or "
                    "as a memory walk)";
-        if (cuda && !(p.offload.optimizer.all_gpu() && p.offload.params.all_gpu() && p.offload.grads.all_gpu() &&
-                                          p.offload.activations.all_gpu()))
-            return "plan.offload with plan.precision = bf16: on the cuda backend the host's buffers hold fp32, so its copies would "
-                   "move twice the bytes the plan prices (offloaded bf16 plans run on --backend cpu; fp32 ones on either)";
         for (const auto& [field, dtype] : {std::pair<const char*, Precision>{"plan.exp_avg_dtype", p.exp_avg_dtype},
                                            std::pair<const char*, Precision>{"plan.exp_avg_sq_dtype", p.exp_avg_sq_dtype}}) {
             if (dtype != Precision::fp32 && dtype != Precision::bf16)

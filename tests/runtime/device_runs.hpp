@@ -122,6 +122,25 @@ inline std::vector<Variant> bf16_variants() {
         q.master_weights = false;  // pure bf16: AdamW on the bf16 weights themselves
         v.push_back({"Llama, pure bf16 (no fp32 master)", tiny_llama(2), q});
     }
+    {
+        // Offloaded bf16 values cross PCIe in their own width; the host widens and narrows them
+        // (DeepSpeed's CPU Adam reads half gradients and writes half weights the same way).
+        PlanSpec q = p;
+        q.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+        v.push_back({"Llama, bf16, optimizer on the CPU", tiny_llama(2), q});
+        q.offload.optimizer = TierSplit{0.0, 0.0, 1.0};
+        v.push_back({"Llama, bf16, optimizer on SSD", tiny_llama(2), q});
+        q = p;
+        q.zero_stage = 3;
+        q.offload.params = q.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+        q.recompute = Recompute::full;
+        q.offload.activations = TierSplit{0.0, 1.0, 0.0};
+        v.push_back({"Llama, bf16, parameters, optimizer and activations on the CPU", tiny_llama(2), q});
+        q = p;
+        q.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+        q.lock_free_update = true;
+        v.push_back({"Llama, bf16, lock-free update", tiny_llama(2), q});
+    }
     p.recompute = Recompute::full;
     ModelSpec g = tiny_gpt();
     g.dropout = 0.3;
