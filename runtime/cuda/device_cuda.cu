@@ -400,7 +400,7 @@ public:
     void add_columns(float* dst, i64 dst_cols, const float* src, i64 src_cols, i64 rows) override;
     // MoE on one rank (moe.cuh).
     void moe_set_order(const i64* pos, i64 n) override;
-    void moe_route(float* routing, const float* logits, i64 T, i64 E, i64 k) override;
+    void moe_route(float* routing, const float* logits, i64 T, i64 E, i64 k, i64 groups, i64 group_topk) override;
     void moe_route_backward(float* dlogits, const float* routing, const float* dprobs, i64 T, i64 E, i64 k) override;
     void moe_permute(float* xp, const float* x, i64 T, i64 k, i64 C) override;
     void moe_permute_backward(float* dx, const float* dxp, i64 T, i64 k, i64 C) override;

@@ -9,10 +9,11 @@ void CudaDevice::moe_set_order(const i64* pos, i64 n) {
     // From pageable memory: returns once the host's array has been read (CUDA's rule for such copies).
     if (n > 0) CK(cudaMemcpyAsync(dev, pos, static_cast<std::size_t>(n) * sizeof(i64), cudaMemcpyHostToDevice, lanes_[lane_compute]));
 }
-void CudaDevice::moe_route(float* routing, const float* logits, i64 T, i64 E, i64 k) {
+void CudaDevice::moe_route(float* routing, const float* logits, i64 T, i64 E, i64 k, i64 groups, i64 group_topk) {
     if (T == 0) return;
     if (k > kMaxTopK) throw std::runtime_error("cuda: moe_route: top-k above " + std::to_string(kMaxTopK));
-    k_moe_route<<<static_cast<unsigned>(T), kRouteThreads, 0, lanes_[lane_compute]>>>(tv(routing), tv(logits), E, k);
+    if (groups > kMaxGroups) throw std::runtime_error("cuda: moe_route: more than " + std::to_string(kMaxGroups) + " expert groups");
+    k_moe_route<<<static_cast<unsigned>(T), kRouteThreads, 0, lanes_[lane_compute]>>>(tv(routing), tv(logits), E, k, groups, group_topk);
     LAUNCHED();
 }
 void CudaDevice::moe_route_backward(float* dlogits, const float* routing, const float* dprobs, i64 T, i64 E, i64 k) {

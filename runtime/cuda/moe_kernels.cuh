@@ -7,21 +7,54 @@
 
 constexpr int kRouteThreads = 256;
 constexpr int kMaxTopK = 64;
+constexpr int kMaxGroups = 64;  ///< expert groups of group-limited routing
 
 // One block per token: k passes of a block argmax over the logits not chosen yet (ties to the lower
 // id, as std::partial_sort with the cpu kernel's order), then the softmax over the chosen, from the
 // largest, in one thread.
-__global__ void k_moe_route(TV routing, TV logits, i64 E, i64 k) {
+// Group-limited routing (groups > 0; DeepSeek-V3's node-limited routing): a group scores the sum
+// of its best k / group_topk logits, and the token picks its experts from its group_topk best
+// groups only (thread 0 scores them; ties to the lower group, as cpu::moe_route).
+__global__ void k_moe_route(TV routing, TV logits, i64 E, i64 k, i64 groups, i64 group_topk) {
     __shared__ float sv[kRouteThreads];
     __shared__ i64 si[kRouteThreads];
     __shared__ i64 chosen[kMaxTopK];
+    __shared__ unsigned char allowed[kMaxGroups];
     const i64 t = blockIdx.x;
     const TV l = logits + t * E;
+    const i64 per = groups > 0 ? E / groups : E;
+    if (groups > 0 && threadIdx.x == 0) {
+        const i64 best = k / group_topk > 1 ? k / group_topk : 1;
+        float score[kMaxGroups];
+        for (i64 g = 0; g < groups; ++g) {
+            i64 taken[kMaxTopK];
+            double sum = 0;
+            for (i64 b = 0; b < best; ++b) {  // the b-th best of the group
+                i64 bi = -1;
+                for (i64 e = g * per; e < (g + 1) * per; ++e) {
+                    bool used = false;
+                    for (i64 q = 0; q < b; ++q) used = used || taken[q] == e;
+                    if (!used && (bi < 0 || static_cast<float>(l[e]) > static_cast<float>(l[bi]))) bi = e;
+                }
+                taken[b] = bi;
+                sum += static_cast<float>(l[bi]);
+            }
+            score[g] = static_cast<float>(sum);
+            allowed[g] = 0;
+        }
+        for (i64 q = 0; q < group_topk; ++q) {
+            i64 bg = -1;
+            for (i64 g = 0; g < groups; ++g)
+                if (!allowed[g] && (bg < 0 || score[g] > score[bg])) bg = g;
+            allowed[bg] = 1;
+        }
+    }
+    __syncthreads();
     for (i64 j = 0; j < k; ++j) {
         float bv = -INFINITY;
         i64 bi = E;
         for (i64 e = threadIdx.x; e < E; e += blockDim.x) {
-            bool taken = false;
+            bool taken = groups > 0 && !allowed[e / per];
             for (i64 q = 0; q < j; ++q) taken = taken || chosen[q] == e;
             const float v = l[e];
             if (!taken && (bi == E || v > bv || (v == bv && e < bi))) bv = v, bi = e;

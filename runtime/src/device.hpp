@@ -129,7 +129,8 @@ public:
     virtual void moe_set_order(const i64* pos, i64 n) = 0;
     /// Top-k of each token's E logits (ties to the lower id) and the softmax over the chosen:
     /// routing [T, 2k] = ids, then weights. Without expert groups.
-    virtual void moe_route(float* routing, const float* logits, i64 T, i64 E, i64 k) = 0;
+    /// groups > 0: group-limited routing (cpu::moe_route's contract).
+    virtual void moe_route(float* routing, const float* logits, i64 T, i64 E, i64 k, i64 groups, i64 group_topk) = 0;
     virtual void moe_route_backward(float* dlogits, const float* routing, const float* dprobs, i64 T, i64 E, i64 k) = 0;
     virtual void moe_permute(float* xp, const float* x, i64 T, i64 k, i64 C) = 0;
     virtual void moe_permute_backward(float* dx, const float* dxp, i64 T, i64 k, i64 C) = 0;
@@ -159,9 +160,10 @@ public:
 };
 
 /// The module's entry point: a new device on GPU 0, or null with the reason in `why`.
-constexpr int kDeviceApiVersion = 13;  // 2: dropout; 3: lanes; 4: adamw_ranges; 5: bf16 buffers; 6: AdamW writes the weights; 7: ReLU;
+constexpr int kDeviceApiVersion = 14;  // 2: dropout; 3: lanes; 4: adamw_ranges; 5: bf16 buffers; 6: AdamW writes the weights; 7: ReLU;
                                       // 8: QK-norm; 9: MoE on one rank; 10: an accumulating dgrad; 11: sliding windows;
-                                      // 12: positions in context parallelism's layout (rope, dropout, learned positions); 13: the ring's blocks
+                                      // 12: positions in context parallelism's layout (rope, dropout, learned positions); 13: the ring's blocks;
+                                      // 14: group-limited routing
 constexpr const char* kCudaModuleFile = "libstrata_runtime_cuda.so";
 constexpr const char* kCudaModuleSymbol = "strata_runtime_cuda_create";
 using CreateDevice = Device* (*)(int api_version, std::string* why);

@@ -325,9 +325,9 @@ public:
         kept_ = 0;
         for (i64 p : order_) kept_ = std::max(kept_, p + 1);
     }
-    void moe_route(float* routing, const float* logits, i64 T, i64 E, i64 k) override {
+    void moe_route(float* routing, const float* logits, i64 T, i64 E, i64 k, i64 groups, i64 group_topk) override {
         const Ref R = dev(routing, 2 * k * T, "moe_route routing"), L = dev(logits, T * E, "moe_route logits");
-        kernel([=] { cpu::moe_route(R.p, L.p, T, E, k); }, {R});
+        kernel([=] { cpu::moe_route(R.p, L.p, T, E, k, groups, group_topk); }, {R});
     }
     void moe_route_backward(float* dlogits, const float* routing, const float* dprobs, i64 T, i64 E, i64 k) override {
         const Ref D = dev(dlogits, T * E, "moe_route_backward dlogits"), R = dev(routing, 2 * k * T, "moe_route_backward routing"),

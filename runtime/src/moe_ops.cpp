@@ -30,11 +30,9 @@ bool RankState::moe_compute(std::size_t i) {
     const bool grouped = name == "experts.fc1" || name == "experts.fc2";
     if (name == "moe.sort_by_expert" || name == "moe.unsort_by_expert") return moe_sort(i, name == "moe.sort_by_expert");
     if (!grouped && in.op != Op::router && name != "moe.permute" && name != "moe.unpermute" && name != "experts.act") return false;
-    // On a device MoE runs dropless and without expert groups (runtime::unsupported refuses the
-    // rest before a run): the moves through its kernels, in the host's token order, and the
-    // grouped GEMMs as dense GEMMs per expert; the collectives staged through the host.
-    if (dev_ && (w_.model.moe->capacity_factor > 0 || w_.model.moe->router_groups > 0))
-        fail(i, "on the cuda backend MoE runs without capacity or expert groups");
+    // On a device: the router's kernel (expert groups included), the moves through its kernels in
+    // the host's token order, and the grouped GEMMs as dense GEMMs per expert; the collectives
+    // staged through the host.
     const Operands& o = rp_.operands[i];
     const OperandView a{prog, rp_, o};
     auto id = [&](int k) { return a.id(k); };
@@ -51,8 +49,19 @@ bool RankState::moe_compute(std::size_t i) {
     const i64 E = m.moe->experts, k = m.moe->top_k;
     if (in.op == Op::router) {
         if (dev_) {
-            if (!bwd) dev_->moe_route(O(0), I(0), T(0).rows, E, k);
-            else dev_->moe_route_backward(O(0), I(0), I(1), T(0).rows, E, k);
+            if (bwd) {
+                dev_->moe_route_backward(O(0), I(0), I(1), T(0).rows, E, k);
+                return true;
+            }
+            dev_->moe_route(O(0), I(0), T(0).rows, E, k, m.moe->router_groups, m.moe->router_group_topk);
+            // Token dropping decides on the host (the routing comes there at the permute anyway):
+            // the choices past an expert's capacity marked dropped, as on the cpu backend.
+            if (const i64 cap = cpu::moe_capacity(T(0).rows, E, k, m.moe->capacity_factor); cap > 0) {
+                std::vector<float> r(static_cast<std::size_t>(T(0).rows * 2 * k));
+                dev_->copy(r.data(), O(0), static_cast<i64>(r.size()));
+                cpu::moe_drop(r.data(), T(0).rows, E, k, cap);
+                dev_->copy(O(0), r.data(), static_cast<i64>(r.size()));
+            }
             return true;
         }
         if (!bwd) {
@@ -155,7 +164,9 @@ bool RankState::moe_compute(std::size_t i) {
     const bool pad = w_.plan.moe_pad_to_capacity;
     const i64 cap = pad ? cpu::moe_capacity(tokens, E, k, m.moe->capacity_factor) : 0;
     auto zero_out = [&](int q) {
-        if (cap > 0) std::fill_n(O(q), elements(id(o.n_in + q)), 0.0f);
+        if (cap <= 0) return;
+        if (dev_) dev_->zero(O(q), elements(id(o.n_in + q)));
+        else std::fill_n(O(q), elements(id(o.n_in + q)), 0.0f);
     };
     std::vector<i64> pos(static_cast<std::size_t>(tokens * k)), counts(static_cast<std::size_t>(E));
     if (!grouped && dev_) {
@@ -180,8 +191,8 @@ bool RankState::moe_compute(std::size_t i) {
         cpu::moe_order(pos.data(), counts.data(), I(routing_at), tokens, E, k, cap);
     }
     const bool kept_rows = !grouped && !pad && m.moe->capacity_factor > 0;
-    i64 kept = 0;
-    for (i64 c : counts) kept += c;
+    i64 kept = 0;  // unpadded, the kept choices (the device path's later moves reuse the order, not the counts)
+    for (i64 p : pos) kept += p >= 0 ? 1 : 0;
     // The expert-order outputs of the moves have the kept rows (before the dispatch, or without EP).
     auto size_kept = [&](int q) {
         if (kept_rows) dyn_rows_[id(o.n_in + q)] = kept;
@@ -203,10 +214,17 @@ bool RankState::moe_compute(std::size_t i) {
         // {x, routing} -> {permuted[, each row's weight]}, or {d.permuted, routing[, d.row
         // weights][, d.shared.x]} -> {dx[, d.weights]}
         const i64 C = T(0).cols;
-        if (dev_) {  // dropless: every choice kept, no padding
+        if (dev_) {  // the kernels skip dropped choices; padding rows are zeroed first
             if (!bwd) {
+                if (kept_rows) moe_kept_[{in.layer, in.microbatch}] = kept;
+                size_kept(0);
+                zero_out(0);
                 dev_->moe_permute(O(0), I(0), tokens, k, C);
-                if (o.n_out > 1) dev_->moe_permute_probs(O(1), I(1), tokens, k);
+                if (o.n_out > 1) {
+                    size_kept(1);
+                    zero_out(1);
+                    dev_->moe_permute_probs(O(1), I(1), tokens, k);
+                }
             } else {
                 dev_->moe_permute_backward(O(0), I(0), tokens, k, C);
                 add_shared();
@@ -260,11 +278,12 @@ bool RankState::moe_compute(std::size_t i) {
             if (!bwd) {
                 dev_->moe_unpermute(O(0), I(0), w_dev, tokens, k, C);
                 add_shared();
-            } else if (o.n_out > 1) {
-                dev_->moe_unpermute_backward(O(0), O(1), I(0), I(2), w_dev, tokens, k, C);
             } else {
-                if (!at_input) fail(i, "drops the weights' gradient although the weights are applied here");
-                dev_->moe_unpermute_backward(O(0), nullptr, I(0), nullptr, nullptr, tokens, k, C);
+                if (o.n_out == 1 && !at_input) fail(i, "drops the weights' gradient although the weights are applied here");
+                size_kept(0);
+                zero_out(0);
+                if (o.n_out > 1) dev_->moe_unpermute_backward(O(0), O(1), I(0), I(2), w_dev, tokens, k, C);
+                else dev_->moe_unpermute_backward(O(0), nullptr, I(0), nullptr, nullptr, tokens, k, C);
             }
             return true;
         }

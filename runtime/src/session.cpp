@@ -62,11 +62,6 @@ std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend, 
                        "are not executed yet)";
         }
     }
-    if (cuda && m.is_moe() && m.moe->capacity_factor > 0)
-        return "model.moe.capacity_factor: the cuda backend runs dropless MoE only (token dropping runs on --backend cpu)";
-    if (cuda && m.is_moe() && m.moe->router_groups > 0)
-        return "model.moe.router_groups: the cuda backend's router has no expert groups yet (group-limited routing runs on --backend "
-               "cpu)";
     if (backend == Backend::cuda && p.gpus() > 1 && !ranks_share_gpu)
         return "backend cuda: the plan has " + std::to_string(p.gpus()) +
                " ranks (dp x tp x pp x cp); the cuda backend runs one rank on one GPU (collectives and pipeline transfers "

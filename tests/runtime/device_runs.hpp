@@ -55,6 +55,11 @@ inline std::vector<Variant> fp32_variants() {
         PlanSpec p = cpu_plan();
         p.moe_probs_at = MoeProbsAt::fc2_output;  // the router's weights applied in the un-permute
         v.push_back({"MoE, weights at fc2's output", tiny_moe(), p});
+        // DeepSeek's group-limited routing (token dropping: bf16_variants).
+        ModelSpec grouped = tiny_moe();
+        grouped.moe->router_groups = 2;
+        grouped.moe->router_group_topk = 1;
+        v.push_back({"MoE, group-limited routing (2 groups, 1 a token)", grouped, cpu_plan()});
     }
     {
         PlanSpec p = cpu_plan();
@@ -109,6 +114,18 @@ inline std::vector<Variant> bf16_variants() {
     v.push_back({"Llama, bf16", tiny_llama(2), p});
     v.push_back({"Llama with QK-norm, bf16", qk, p});
     v.push_back({"MoE, bf16", tiny_moe(), p});
+    {
+        // Token dropping: capacity 1 of top 2 over 4 experts drops from the first step, padded to
+        // the capacity (GShard, DeepSpeed-MoE) or not. The drops move the loss by about 1e-4 only
+        // (the experts add little at initialisation), under fp32's tolerance but far over the
+        // emulated device's bf16 one.
+        ModelSpec drop = tiny_moe();
+        drop.moe->capacity_factor = 1.0;
+        PlanSpec q = p;
+        q.moe_pad_to_capacity = true;
+        v.push_back({"MoE, bf16, capacity 1, padded", drop, q});
+        v.push_back({"MoE, bf16, capacity 1, dropped choices leave", drop, p});
+    }
     ModelSpec wide = tiny_llama(2);  // 64-wide heads over 80 positions: the flash kernels
     wide.hidden = 128, wide.heads = 2, wide.kv_heads = 1, wide.head_dim = 64, wide.ffn_hidden = 96, wide.seq_len = 80;
     v.push_back({"Llama with 64-wide heads, bf16", wide, p});
@@ -205,6 +222,14 @@ inline std::vector<Variant> parallel_variants() {
     p.sequence_parallel = true;
     p.ep = 2;
     v.push_back({"MoE, tp 2 SP dp 2, ep 2", tiny_moe(), p});
+    {
+        ModelSpec drop = tiny_moe();  // the drops decided before the dispatch, the kept rows sent
+        drop.moe->capacity_factor = 1.0;
+        p = cpu_plan(1, 1, 2);
+        p.ep = 2;
+        p.precision = Precision::bf16;
+        v.push_back({"MoE, bf16, capacity 1, dp 2 ep 2", drop, p});
+    }
     // Context parallelism: the ring's K/V blocks staged through the host around the device's block
     // kernels; Ulysses' all-to-alls around its whole-sequence attention.
     p = cpu_plan(1, 1, 2);

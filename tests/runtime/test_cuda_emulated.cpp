@@ -273,7 +273,7 @@ TEST_CASE("the cuda MoE kernels, emulated on the CPU, match the cpu kernels", "[
     std::vector<float> routing(T * 2 * k), dlogits(T * E);
     cpu::moe_route(routing.data(), logits.data(), T, E, k, 0, 0);
     Buf L(logits, false), R(std::vector<float>(T * 2 * k), false);
-    launch(dim3(T), dim3(kRouteThreads), 0, [&] { k_moe_route(R.tv(), L.tv(), E, k); });
+    launch(dim3(T), dim3(kRouteThreads), 0, [&] { k_moe_route(R.tv(), L.tv(), E, k, 0, 0); });
     for (i64 c = 0; c < T * k; ++c) CHECK(R.get()[static_cast<std::size_t>((c / k) * 2 * k + c % k)] == routing[static_cast<std::size_t>((c / k) * 2 * k + c % k)]);
     same(routing, R.get(), "router ids and weights", 1e-6);
     const auto dprobs = randoms(T * k, 41);
@@ -281,6 +281,18 @@ TEST_CASE("the cuda MoE kernels, emulated on the CPU, match the cpu kernels", "[
     Buf DP(dprobs, false), DL(randoms(T * E, 42), false);  // stale values: the kernel zeroes the row
     launch(dim3(T), dim3(kThreads), 0, [&] { k_moe_route_bwd(DL.tv(), R.tv(), DP.tv(), E, k); });
     same(dlogits, DL.get(), "router backward", 1e-6);
+    {
+        // Group-limited routing: 3 groups of 2 experts, the best 1 group a token (so top 3 within a
+        // pair is impossible: top 2), groups scored by their best k / group_topk = 2 logits.
+        const i64 kg = 2;
+        std::vector<float> rg(T * 2 * kg);
+        cpu::moe_route(rg.data(), logits.data(), T, E, kg, 3, 1);
+        Buf RG(std::vector<float>(T * 2 * kg), false);
+        launch(dim3(T), dim3(kRouteThreads), 0, [&] { k_moe_route(RG.tv(), L.tv(), E, kg, 3, 1); });
+        same(rg, RG.get(), "group-limited router ids and weights", 1e-6);
+        for (i64 t = 0; t < T; ++t)  // both choices in one group, by construction of the rule
+            CHECK(static_cast<i64>(RG.get()[static_cast<std::size_t>(t * 2 * kg)]) / 2 == static_cast<i64>(RG.get()[static_cast<std::size_t>(t * 2 * kg + 1)]) / 2);
+    }
 
     // The token order as the executor gives it to the device: the cpu kernel's, on the host.
     std::vector<i64> pos(T * k), counts(E);
