@@ -157,14 +157,73 @@ TEST_CASE("recompute_policy and recompute_every: spec rules and round trip", "[r
               .find("no recompute_modules") != std::string::npos);
     CHECK(rule(R"({"global_batch": 4, "recompute": "selective", "recompute_every": 2})").find("needs plan.recompute") != std::string::npos);
     CHECK(rule(R"({"global_batch": 4, "recompute": "full", "recompute_every": 0})").find("positive") != std::string::npos);
-    // Modelled for bias-free models without TP or CP.
+    // Modelled without CP, and under TP for dense decoders with sequence parallelism (torchtitan's
+    // 2D Llama always shards its norms).
     ClusterSpec c = strata::test::cluster(2);
     c.gpus_per_node = 2;
-    const ModelSpec gpt = strata::test::small_gpt();
+    ModelSpec gpt = strata::test::small_gpt();
+    gpt.linear_bias = false;
     PlanSpec tp2 = p;
     tp2.tp = 2;
     tp2.global_batch = 4;
-    CHECK_THROWS_WITH(validate_plan(gpt, c, tp2, "plan.json"), Catch::Contains("tp = cp = 1"));
+    CHECK_THROWS_WITH(validate_plan(gpt, c, tp2, "plan.json"), Catch::Contains("plan.sequence_parallel"));
+    tp2.sequence_parallel = true;
+    CHECK_NOTHROW(validate_plan(gpt, c, tp2, "plan.json"));
+    PlanSpec cp2 = p;
+    cp2.cp = 2;
+    cp2.global_batch = 4;
+    CHECK_THROWS_WITH(validate_plan(gpt, c, cp2, "plan.json"), Catch::Contains("cp = 1"));
+}
+
+TEST_CASE("op SAC under TP (torchtitan's 2D Llama): saved bytes and the rerun gathers, by hand", "[recompute][torchtitan][tp]") {
+    // Llama 3 8B at tp 8 with sequence parallelism, per token of the micro-batch (bf16): the
+    // block input's shard 2h/8 = 1024, wq's columns 2*4096/8 = 1024, wv's 2*1024/8 = 256, SDPA out
+    // 2*4096/8 = 1024, logsumexp 4*32/8 = 16, w1's columns 2*14336/8 = 3584, w2's whole partial sum
+    // (row-parallel, before its reduce-scatter) 2h = 8192, and both reduce-scatters' shards
+    // 2 x 2h/8 = 2048: 17 168 bytes.
+    const double per_token = 1024 + 1024 + 256 + 1024 + 16 + 3584 + 8192 + 2048;
+    REQUIRE(per_token == 17168);
+    const ModelSpec m = llama3_8b();
+    PlanSpec p = op_sac(1);
+    p.tp = 8;
+    p.dp = 1;
+    p.global_batch = 1;
+    p.sequence_parallel = true;
+    CHECK(stashed(m, p, 0) == Approx(per_token * 8192));
+
+    // The recomputation under tp 2: wk, wo and w3 on each rank's columns (1/2 of tp 1's FLOPs a
+    // rank, so the job's sum is tp 1's), and the two sequence-parallel all-gathers sent again
+    // (2 x T x h bf16 per layer), which the backward then does not repeat: the step gathers as
+    // often as without recomputation.
+    ModelSpec t = strata::test::gpt_shape("tiny-llama", 2, 64, 4, 128, 32);
+    t.kv_heads = 2;
+    t.ffn_hidden = 160;
+    t.ffn = FfnKind::swiglu;
+    t.norm = NormKind::rmsnorm;
+    t.position = PositionKind::rope;
+    t.max_position = 32;
+    ClusterSpec c = strata::test::cluster(2);
+    c.gpus_per_node = 2;
+    PlanSpec q = strata::test::plan(2, 1, 1, 4);
+    q.sequence_parallel = true;
+    q.recompute = Recompute::selective;
+    q.recompute_policy = RecomputePolicy::op;
+    const double tokens = 4 * 32.0;
+    const Program sac = lower(t, c, q);
+    CHECK(recompute_gemm_flops(sac) == Approx(2 * 2.0 * tokens * (64 * 32 + 64 * 64 + 64 * 160)));  // over both TP ranks
+    CHECK(sac.ranks.size() * static_cast<std::size_t>(sac.ranks.front().multiplicity) == 2);
+    auto gathers = [](const Program& prog, Phase ph) {
+        int n = 0;
+        for (const auto& in : prog.ranks.front().instrs)
+            if (in.kind == InstrKind::collective && in.coll == CollKind::all_gather && in.group == Group::tp && in.phase == ph) ++n;
+        return n;
+    };
+    CHECK(gathers(sac, Phase::recompute) == 2 * 2 * 4);  // 2 a layer, 2 layers, 4 micro-batches
+    PlanSpec none = q;
+    none.recompute = Recompute::none;
+    const Program plain = lower(t, c, none);
+    CHECK(gathers(sac, Phase::recompute) + gathers(sac, Phase::backward) + gathers(sac, Phase::forward) ==
+          gathers(plain, Phase::backward) + gathers(plain, Phase::forward));
 }
 
 TEST_CASE("eager cross-entropy: three fp32 logits-sized tensors in the loss backward, by hand", "[torchtitan][memory]") {

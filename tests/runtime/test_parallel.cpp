@@ -436,6 +436,16 @@ TEST_CASE("op-level SAC (torchtitan): the recomputation rebuilds what the policy
     PlanSpec pp = sac(cpu_plan(1, 2, 2));
     pp.zero_stage = 3;
     v.push_back({"op-level SAC, pp 2 dp 2, pipelined FSDP", pp});
+    // torchtitan's 2D: TP with sequence parallelism, its all-gathers rerun in the recomputation
+    // (which the backward then reads), its reduce-scatters' outputs kept.
+    PlanSpec tp = sac(cpu_plan(2));
+    tp.sequence_parallel = true;
+    v.push_back({"op-level SAC, tp 2 SP", tp});
+    tp = sac(cpu_plan(2, 1, 2));
+    tp.sequence_parallel = true;
+    tp.zero_stage = 3;
+    tp.grad_accum_fusion = false;
+    v.push_back({"op-level SAC, tp 2 SP x dp 2 ZeRO-3 (torchtitan's FSDP + TP)", tp});
     ModelSpec llama = tiny_llama();
     check_against_single_rank(llama, v);
     llama.qk_norm = true;  // the norms rerun from the kept projection, RoPE after them

@@ -405,7 +405,7 @@ void RankLowering::mlp_backward(int layer, int pending_ag, const LayerTensors& t
     compute(Op::elementwise, n_.act, 0, 2 * d_.mats * d_.tokens * f * d_.act_bytes);
     if (df_) io({act_grad_reads(t.fc1, t.act), t.dact}, {t.dfc1});
     int input_ev = -1;
-    if (d_.tp > 1 && d_.sp) {
+    if (d_.tp > 1 && d_.sp && !(p_.op_sac() && !mtp_pass_)) {  // op-level SAC's recomputation gathered it already
         input_ev = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * d_.act_bytes, n_.tp_ag_input);
         if (df_) io({t.ln2}, {t.ln2_g});
     }
@@ -479,7 +479,7 @@ void RankLowering::layer_backward(int layer, int layer_in_stage) {
                 bias("k_norm.bias", layer, true)});
     }
     int input_ev = -1;
-    if (d_.tp > 1 && d_.sp) {
+    if (d_.tp > 1 && d_.sp && !(p_.op_sac() && !mtp_pass_)) {  // op-level SAC's recomputation gathered it already
         input_ev = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * d_.act_bytes, n_.tp_ag_input);
         if (df_) io({t.ln1}, {t.ln1_g});
     }

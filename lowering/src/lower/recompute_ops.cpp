@@ -63,17 +63,18 @@ void RankLowering::recompute_modules_before_attention() {
     phase_ = saved;
 }
 
-// torchtitan's op-level SAC (plan.recompute_policy "op"; tp = cp = 1): before the layer's
-// backward the checkpoint reruns its forward; ops whose outputs the policy saved return the cached
-// tensor (the odd matmuls, SDPA), the rest run again: the norms, RoPE, the residual add, the
-// activation and the even matmuls (op_sac_matmuls: wk, wo, w3 for SwiGLU). Recomputation stops
+// torchtitan's op-level SAC (plan.recompute_policy "op"; cp = 1): before the layer's backward
+// the checkpoint reruns its forward; ops whose outputs the policy saved return the cached tensor
+// (the odd matmuls, SDPA, under TP the reduce-scatters), the rest run again: the norms, RoPE, the
+// residual add, the activation, the even matmuls (op_sac_matmuls: wk, wo, w3 for SwiGLU) and
+// under TP the sequence-parallel all-gathers, which send their bytes again. Recomputation stops
 // once every tensor the backward reads is rebuilt (torch.utils.checkpoint's early stop), so a
 // trailing matmul whose output nothing reads (fc2 of a GeLU MLP) is not rerun.
 void RankLowering::op_sac_recompute(int layer) {
     const Phase saved = phase_;
     phase_ = Phase::recompute;
     const LayerTensors t = layer_tensors(layer);
-    const double norm_bytes = 2 * d_.tokens * d_.h * d_.act_bytes;
+    const double norm_bytes = 2 * d_.tokens_sp * d_.h * d_.act_bytes;
     const bool moe_layer = m_.layer_is_moe(layer);
     const std::vector<SacMatmul> mms = op_sac_matmuls(m_, moe_layer);
     std::vector<char> rerun(mms.size());
@@ -83,27 +84,29 @@ void RankLowering::op_sac_recompute(int layer) {
         if (std::string_view(mms[i].name) == "wo") attn_mms = i + 1;
     }
     const bool swiglu = m_.ffn == FfnKind::swiglu;
+    const double tp = d_.tp;
     compute(Op::norm, n_.norm1, 0, norm_bytes);
     if (df_) io({t.x, prm("ln1.weight", layer), bias("ln1.bias", layer, false)}, {t.ln1});
+    if (!m_.mla) tp_forward_in(true, t.ln1, t.ln1_g);  // not kept: gathered again (tp > 1 is SP; validation)
     // Dataflow: a GEMM with any part rerun rewrites its whole output (the cost counts the rerun
     // part only); one wholly kept keeps its forward value. The norms and RoPE rerun from the kept
     // projection (qkv_pre under QK-norm or RoPE), the residual add redraws its dropout mask.
     if (m_.mla) {
         op_sac_recompute_mla(rerun.data());
     } else {
-        const double qkv_n = (rerun[0] ? d_.q_w : 0) + (rerun[1] ? d_.kv_w : 0) + (rerun[2] ? d_.kv_w : 0);
+        const double qkv_n = ((rerun[0] ? d_.q_w : 0) + (rerun[1] ? d_.kv_w : 0) + (rerun[2] ? d_.kv_w : 0)) / tp;
         if (qkv_n > 0) {
             gemm(n_.qkv, d_.tokens, qkv_n, d_.h);
-            if (df_) io({t.ln1, prm("qkv.weight", layer)}, {t.qkv_pre});
+            if (df_) io({t.ln1_g, prm("qkv.weight", layer)}, {t.qkv_pre});
         }
         qk_norm_and_rope(t, layer);
     }
-    if (rerun[attn_mms - 1]) {
-        gemm_cast(n_.proj, d_.tokens, d_.h, d_.heads * d_.v_dim);
+    if (rerun[attn_mms - 1]) {  // its partial sum: the reduce-scatter after it is kept, not rerun
+        gemm_cast(n_.proj, d_.tokens, d_.h, d_.heads * d_.v_dim / tp);
         if (df_) io({t.attn, prm("proj.weight", layer)}, {t.proj});
     }
-    compute(Op::elementwise, n_.residual1, 0, 3 * d_.tokens * d_.h * d_.act_bytes);
-    if (df_) io({t.x, t.proj}, {t.x1, t.mask1});
+    compute(Op::elementwise, n_.residual1, 0, 3 * d_.tokens_sp * d_.h * d_.act_bytes);
+    if (df_) io({t.x, t.proj_s}, {t.x1, t.mask1});
     compute(Op::norm, n_.norm2, 0, norm_bytes);
     if (df_) io({t.x1, prm("ln2.weight", layer), bias("ln2.bias", layer, false)}, {t.ln2});
     if (moe_layer) {
@@ -112,12 +115,13 @@ void RankLowering::op_sac_recompute(int layer) {
         return;
     }
     const char* mlp = rerun.data() + attn_mms;
-    const double fc1_n = swiglu ? (mlp[0] ? d_.ffn : 0) + (mlp[1] ? d_.ffn : 0) : (mlp[0] ? d_.ffn : 0);
+    tp_forward_in(true, t.ln2, t.ln2_g);
+    const double fc1_n = (swiglu ? (mlp[0] ? d_.ffn : 0) + (mlp[1] ? d_.ffn : 0) : (mlp[0] ? d_.ffn : 0)) / tp;
     if (fc1_n > 0) {
         gemm(n_.fc1, d_.tokens, fc1_n, d_.h);
-        if (df_) io({t.ln2, prm("fc1.weight", layer)}, {t.fc1});
+        if (df_) io({t.ln2_g, prm("fc1.weight", layer)}, {t.fc1});
     }
-    compute(Op::elementwise, n_.act, 0, d_.mats * d_.tokens * d_.ffn * d_.act_bytes);
+    compute(Op::elementwise, n_.act, 0, d_.mats * d_.tokens * d_.ffn / tp * d_.act_bytes);
     if (df_) io({t.fc1}, {t.act});
     // w2 (SwiGLU's 7th matmul) is kept; fc2 (GeLU's 6th) is past the early stop.
     phase_ = saved;

@@ -3,6 +3,8 @@
 // against Megatron-LM's closed forms and the rest stays visible. Does not know about parallelism.
 #include "strata/lowering/model.hpp"
 
+#include <string_view>
+
 namespace strata::sim {
 
 std::int64_t head_dim_of(const ModelSpec& m) {
@@ -244,6 +246,11 @@ std::vector<SacMatmul> op_sac_matmuls(const ModelSpec& m, bool moe_layer) {
     // The count restarts in each layer's checkpoint context: the 1st, 3rd, ... are kept.
     for (std::size_t i = 0; i < out.size(); ++i) out[i].saved = i % 2 == 0;
     return out;
+}
+
+bool sac_row_parallel(const SacMatmul& mm) {
+    const std::string_view n = mm.name;
+    return n == "wo" || n == "w2" || n == "fc2" || n == "shared.w2" || n == "shared.fc2";
 }
 
 StepFlops step_flops(const ModelSpec& m, double batch_seqs, Recompute r, bool causal_halved, bool matmul_only) {

@@ -249,7 +249,12 @@ TensorDesc buffer_tensor(std::string name, double bytes, Lifetime life, std::str
 // torchtitan's op-level SAC (activation_checkpoint.py): the checkpoint keeps the layer's input
 // and the outputs of the ops its policy marks MUST_SAVE: the odd matmuls (op_sac_matmuls) and
 // SDPA's output and fp32 log-sum-exp. Norms, RoPE, the activation, the residual adds and the even
-// matmuls are rerun in the backward (tp = cp = 1, validation).
+// matmuls are rerun in the backward (cp = 1, validation).
+// Under TP (torchtitan's parallelize: SequenceParallel norms, colwise wq/wk/wv and w1/w3, rowwise
+// wo and w2 with Shard(1) outputs) a kept column-parallel matmul's output is the rank's 1/tp of
+// its columns, a kept row-parallel one's (w2) is its whole partial sum before the
+// reduce-scatter, and the policy also keeps both reduce-scatters' outputs (the rank's shard of
+// the tokens); the all-gathers are not kept, so the recomputation gathers again.
 // A MoE layer (torchtitan's DeepSeek-V3 and Qwen3 run SelectiveAC by default): its attention's
 // and shared experts' kept matmuls, and the outputs of all_to_all_single, which the save list
 // keeps so as not to communicate again: the rows the dispatch delivered and those the combine
@@ -258,12 +263,17 @@ std::vector<TensorDesc> op_sac_layer_activations(const ModelSpec& m, const PlanS
     const Local L = local_of(m, p);
     const bool moe_layer = m.layer_is_moe(layer);
     std::vector<TensorDesc> out;
-    out.push_back(act_tensor("sac.layer_in", L.act * L.tokens * L.h, "(s, b, h)", p));
+    out.push_back(act_tensor("sac.layer_in", L.act * L.tok_rep * L.h, "(s[/tp], b, h)", p));
     for (const SacMatmul& mm : op_sac_matmuls(m, moe_layer))
-        if (mm.saved)
-            out.push_back(act_tensor(std::string("sac.") + mm.name + "_out", L.act * L.tokens * static_cast<double>(mm.out), "(s·b, out)", p));
-    out.push_back(act_tensor("sac.sdpa_out", L.act * L.tokens * L.heads * static_cast<double>(v_head_dim_of(m)), "(b, heads, s, d_v)", p));
-    out.push_back(act_tensor("sac.sdpa_lse", 4.0 * L.heads * L.tokens, "(b, heads, s) fp32", p));
+        if (mm.saved) {
+            const double cols = sac_row_parallel(mm) ? static_cast<double>(mm.out) : static_cast<double>(mm.out) / L.t;
+            out.push_back(act_tensor(std::string("sac.") + mm.name + "_out", L.act * L.tokens * cols, "(s·b, out[/tp])", p));
+        }
+    out.push_back(act_tensor("sac.sdpa_out", L.act * L.tokens * L.heads * static_cast<double>(v_head_dim_of(m)), "(b, heads/tp, s, d_v)", p));
+    out.push_back(act_tensor("sac.sdpa_lse", 4.0 * L.heads * L.tokens, "(b, heads/tp, s) fp32", p));
+    if (L.t > 1)  // the attention's and the MLP's reduce-scatters
+        for (const char* rs : {"sac.attn_reduce_scatter_out", "sac.mlp_reduce_scatter_out"})
+            out.push_back(act_tensor(rs, L.act * L.tok_rep * L.h, "(s/tp, b, h)", p));
     if (moe_layer && p.ep > 1) {
         out.push_back(act_tensor("sac.moe_dispatched", L.act * routed_rows(m, p, L) * L.h, "(tokens·top_k, h)", p));
         out.push_back(act_tensor("sac.moe_combined", L.act * L.tokens * m.moe->top_k * L.h, "(tokens·top_k, h)", p));
@@ -324,10 +334,13 @@ std::vector<TensorDesc> layer_backward_workspace(const ModelSpec& m, const PlanS
         for (const TensorDesc& d : full) out.push_back(buffer_tensor("recompute." + d.name, d.bytes, Lifetime::transient, d.shape));
     } else if (p.op_sac()) {
         // The checkpoint reruns the layer's forward before its backward: everything but what its
-        // cache holds is live again.
+        // cache holds is live again. Under TP the rerun all-gathers rebuild the matmuls' gathered
+        // inputs, which the backward reads as they are (the list holds Megatron's shards).
         for (const TensorDesc& d : full)
-            if (!op_sac_cached(m, p, m.layer_is_moe(layer), d.name))
-                out.push_back(buffer_tensor("recompute." + d.name, d.bytes, Lifetime::transient, d.shape));
+            if (!op_sac_cached(m, p, m.layer_is_moe(layer), d.name)) {
+                const bool gathered = L.t > 1 && (d.name == "attn.qkv_in" || d.name == "mlp.fc1_in");
+                out.push_back(buffer_tensor("recompute." + d.name, gathered ? d.bytes * L.t : d.bytes, Lifetime::transient, d.shape));
+            }
     } else if (p.recompute == Recompute::selective) {
         // Everything the selected modules dropped is live again while this layer's backward runs.
         const bool moe_layer = m.layer_is_moe(layer);

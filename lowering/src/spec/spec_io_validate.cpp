@@ -200,12 +200,16 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
     }
     // Op-level SAC is modelled for what torchtitan runs it on: bias-free decoders (separate Q/K/V
     // matmuls or DeepSeek's MLA) with fused attention, dense or MoE (its Qwen3 and DeepSeek-V3
-    // configurations), without TP or CP (whose collectives and attention kernels the policy
-    // would save or rerun differently).
+    // configurations); under TP a dense, non-MLA decoder with sequence parallelism (torchtitan's
+    // 2D Llama: its reduce-scatters kept, its all-gathers rerun); without CP (whose attention
+    // kernels the policy would save or rerun differently).
     if (p.op_sac()) {
         if (m.linear_bias || m.qkv_bias) fail("plan.recompute_policy", "= \"op\" is modelled for models without linear biases");
-        if (p.tp > 1 || p.cp > 1)
-            fail("plan.recompute_policy", "= \"op\" is modelled for tp = cp = 1 (got tp " + s(p.tp) + ", cp " + s(p.cp) + ")");
+        if (p.cp > 1) fail("plan.recompute_policy", "= \"op\" is modelled for cp = 1 (got cp " + s(p.cp) + ")");
+        if (p.tp > 1 && (m.is_moe() || m.mla || !p.sequence_parallel))
+            fail("plan.recompute_policy", "= \"op\" with plan.tp = " + s(p.tp) +
+                                              " is modelled for dense decoders without MLA, with plan.sequence_parallel (torchtitan's 2D "
+                                              "Llama)");
         if (!p.flash_attention) fail("plan.recompute_policy", "= \"op\" needs plan.flash_attention (it saves the SDPA output and log-sum-exp)");
     }
     if (p.p2p_blocking && p.pp < 2) fail("plan.p2p_blocking", "needs plan.pp >= 2 (got pp " + s(p.pp) + "): it describes pipeline send/recv");

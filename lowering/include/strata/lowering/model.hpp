@@ -86,6 +86,9 @@ struct SacMatmul {
 /// The matmuls of a layer's checkpoint in call order, the odd ones kept (torchtitan's op-level
 /// SAC); a MoE layer's are its attention's and its shared experts'.
 std::vector<SacMatmul> op_sac_matmuls(const ModelSpec& m, bool moe_layer = false);
+/// A row-parallel one under TP (wo, w2 / fc2, the shared experts' w2 / fc2): its output is the
+/// whole partial sum, reduce-scattered after.
+bool sac_row_parallel(const SacMatmul& mm);
 /// The attention block's own norms, replicated over TP: MLA's latent norms (q_layernorm over
 /// q_lora_rank, kv_layernorm over kv_lora_rank), or QK-norm's two head_dim-wide norms, one for all
 /// query heads and one for all key heads (model.qk_norm).
