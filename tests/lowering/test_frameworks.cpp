@@ -106,6 +106,14 @@ TEST_CASE("a preset fills the knobs its framework fixes", "[frameworks]") {
     CHECK(am32.exp_avg_dtype == Precision::fp32);
     CHECK_THAT(refusal(plan(R"(, "framework": "nemo-automodel", "dp": 8, "zero_stage": 1)")), Contains("nemo-automodel") && Contains("zero_stage"));
 
+    // torchtitan's async TP (Inductor's pass, compile.enable_async_tensor_parallel) is its TP
+    // overlap: with torch.compile only (CompileConfig refuses it otherwise).
+    CHECK(refusal(plan(R"(, "framework": "torchtitan-compile", "tp": 4, "sequence_parallel": true, "tp_comm_overlap": true)")).empty());
+    CHECK_THAT(refusal(plan(R"(, "framework": "torchtitan", "tp": 4, "sequence_parallel": true, "tp_comm_overlap": true)")),
+               Contains("plan.tp_comm_overlap") && Contains("torch.compile"));
+    CHECK_THAT(refusal(plan(R"(, "framework": "llm-foundry", "tp": 4, "sequence_parallel": true, "tp_comm_overlap": true)")),
+               Contains("plan.tp_comm_overlap"));
+
     // Megatron-Bridge's performance recipes: TP overlap only with tp > 1 and sequence parallelism.
     CHECK(plan(R"(, "framework": "megatron-bridge", "tp": 4, "sequence_parallel": true)").tp_comm_overlap);
     CHECK_FALSE(plan(R"(, "framework": "megatron-bridge", "tp": 1, "dp": 4)").tp_comm_overlap);

@@ -376,8 +376,14 @@ std::optional<FrameworkRefusal> framework_refusal(const PlanSpec& p) {
         return refuse("plan.schedule", "must be gpipe or 1f1b: DeepSpeed's PipelineEngine has no interleaved schedule");
     if (p.schedule == Schedule::dualpipe_v && !megatron_like)
         return refuse("plan.schedule", "must not be dualpipev: DualPipeV runs in Megatron-Core and DeepSeek's own code");
-    if (p.tp_comm_overlap && !megatron_like)
-        return refuse("plan.tp_comm_overlap", "must be false: userbuffer TP overlap is Transformer Engine's under Megatron-Core");
+    // torchtitan's async TP (compile.enable_async_tensor_parallel: Inductor's pass pipelines the
+    // TP all-gathers and reduce-scatters with their matmuls) needs torch.compile on the model.
+    if (p.tp_comm_overlap && fw == "torchtitan")
+        return refuse("plan.tp_comm_overlap", "needs plan.framework = \"torchtitan-compile\": torchtitan's async TP is an "
+                                              "Inductor pass and requires torch.compile on the model");
+    if (p.tp_comm_overlap && !megatron_like && fw != "torchtitan-compile")
+        return refuse("plan.tp_comm_overlap", "must be false: TP communication overlap is Transformer Engine's userbuffers under "
+                                              "Megatron-Core and torchtitan's async TP");
     if (p.moe_dispatcher == MoeDispatcher::deepep && !megatron_like && fw != "nemo-automodel")
         return refuse("plan.moe_dispatcher", "must be \"alltoall\": the DeepEP dispatcher is Megatron-Core's and NeMo AutoModel's here");
     if (p.lock_free_update)

@@ -147,6 +147,18 @@ FidelityEntry read_entry(const json& j, const std::string& file, const std::stri
         }
     }
 
+    // Plan keys the source states outright, which --presets-only keeps (a preset could set them).
+    std::vector<std::string> stated;
+    if (fields.has("stated_knobs")) {
+        const json& s = j.at("stated_knobs");
+        if (!s.is_array()) throw InputError(file, path + ".stated_knobs", "must be an array of plan keys");
+        for (const json& k : s) {
+            if (!k.is_string() || !plan.contains(k.get<std::string>()))
+                throw InputError(file, path + ".stated_knobs", "must name keys of the entry's plan (got " + describe_json(k) + ")");
+            stated.push_back(k.get<std::string>());
+        }
+    }
+
     // Specs go through Strata's own parsers; `where` names the entry in their messages.
     const std::string where = file + " (" + e.id + ")";
     try {
@@ -185,7 +197,10 @@ FidelityEntry read_entry(const json& j, const std::string& file, const std::stri
 
         json read = plan;
         if (options.presets_only && !e.framework.empty()) {
-            for (const std::string& k : framework_knob_keys()) read.erase(k);
+            // A knob the source itself states (a benchmark's "async TP" column) stays, as a user
+            // who read that source would write it; the rest is the preset's.
+            for (const std::string& k : framework_knob_keys())
+                if (std::find(stated.begin(), stated.end(), k) == stated.end()) read.erase(k);
             read["framework"] = e.framework;
         }
         e.plan = plan_from_json_text(read.dump(), where);
