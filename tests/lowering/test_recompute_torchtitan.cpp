@@ -47,6 +47,18 @@ ModelSpec llama3_8b() {
     return m;
 }
 
+// 2 layers, h = 64, 4 heads of 16, 2 KV heads, ffn 160, s = 32.
+ModelSpec small_llama() {
+    ModelSpec m = strata::test::gpt_shape("tiny-llama", 2, 64, 4, 128, 32);
+    m.kv_heads = 2;
+    m.ffn_hidden = 160;
+    m.ffn = FfnKind::swiglu;
+    m.norm = NormKind::rmsnorm;
+    m.position = PositionKind::rope;
+    m.max_position = 32;
+    return m;
+}
+
 PlanSpec op_sac(int micro_batch) {
     PlanSpec p = strata::test::plan(1, 1, 8, 8 * micro_batch);
     p.micro_batch = micro_batch;
@@ -91,13 +103,7 @@ TEST_CASE("op SAC: Llama 3 8B saved bytes per layer, by hand", "[recompute][torc
 
 TEST_CASE("op SAC: the backward reruns the even matmuls, by hand", "[recompute][torchtitan][lower]") {
     // Small Llama: 2 layers, h = 64, 4 heads of 16, 2 KV heads, ffn 160, s = 32; 4 micro-batches.
-    ModelSpec m = strata::test::gpt_shape("tiny-llama", 2, 64, 4, 128, 32);
-    m.kv_heads = 2;
-    m.ffn_hidden = 160;
-    m.ffn = FfnKind::swiglu;
-    m.norm = NormKind::rmsnorm;
-    m.position = PositionKind::rope;
-    m.max_position = 32;
+    const ModelSpec m = small_llama();
     const ClusterSpec c = strata::test::cluster(1);
     PlanSpec p = strata::test::plan(1, 1, 1, 4);
     p.recompute = Recompute::selective;
@@ -195,13 +201,7 @@ TEST_CASE("op SAC under TP (torchtitan's 2D Llama): saved bytes and the rerun ga
     // rank, so the job's sum is tp 1's), and the two sequence-parallel all-gathers sent again
     // (2 x T x h bf16 per layer), which the backward then does not repeat: the step gathers as
     // often as without recomputation.
-    ModelSpec t = strata::test::gpt_shape("tiny-llama", 2, 64, 4, 128, 32);
-    t.kv_heads = 2;
-    t.ffn_hidden = 160;
-    t.ffn = FfnKind::swiglu;
-    t.norm = NormKind::rmsnorm;
-    t.position = PositionKind::rope;
-    t.max_position = 32;
+    const ModelSpec t = small_llama();
     ClusterSpec c = strata::test::cluster(2);
     c.gpus_per_node = 2;
     PlanSpec q = strata::test::plan(2, 1, 1, 4);
