@@ -211,6 +211,12 @@ TEST_CASE("what-if: a knob is read and validated as the CLI would, dp follows tp
     CHECK(knob_value(base, Knob::schedule) == sim::to_string(base.schedule));
     CHECK(knob_value(base, Knob::recompute) == sim::to_string(base.recompute));
     CHECK(knob_value(base, Knob::sequence_parallel) == (base.sequence_parallel ? "true" : "false"));
+    // The CP exchange and the selective policy, as the reader spells them; a rule they break is
+    // the reader's message (op-level SAC needs recompute selective).
+    CHECK(knob_value(base, Knob::cp_comm_type) == "p2p");
+    CHECK(knob_info(Knob::cp_comm_type).choices == std::vector<std::string>{"p2p", "a2a"});
+    CHECK(knob_value(base, Knob::recompute_policy) == "modules");
+    CHECK_THROWS_WITH(apply_knob(sm.s.model, sm.s.cluster, base, Knob::recompute_policy, "op", true), Catch::Contains("plan.recompute_policy"));
     // Each shown value is one the knob accepts back.
     for (const auto& k : whatif_knobs()) {
         if (k.knob == Knob::offload || k.knob == Knob::framework) continue;

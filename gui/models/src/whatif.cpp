@@ -52,6 +52,10 @@ const std::vector<KnobInfo>& whatif_knobs() {
             {Knob::offload, "offload", "offload", false, offload_names()},
             {Knob::sequence_parallel, "sequence_parallel", "sequence parallel", false, {"false", "true"}},
             {Knob::framework, "framework", "framework", false, framework_list()},
+            // How CP exchanges the sequence (ring or Ulysses) and what "selective" means
+            // (Megatron's modules or torchtitan's op-level policy).
+            {Knob::cp_comm_type, "cp_comm_type", "CP exchange", false, accepted_choices(Part::plan, "cp_comm_type")},
+            {Knob::recompute_policy, "recompute_policy", "selective policy", false, accepted_choices(Part::plan, "recompute_policy")},
         };
         return k;
     }();

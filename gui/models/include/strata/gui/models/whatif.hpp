@@ -11,7 +11,10 @@
 
 namespace strata::gui {
 
-enum class Knob { tp, pp, dp, cp, ep, micro_batch, vpp, schedule, recompute, zero_stage, offload, sequence_parallel, framework, count };
+enum class Knob {
+    tp, pp, dp, cp, ep, micro_batch, vpp, schedule, recompute, zero_stage, offload, sequence_parallel, framework, cp_comm_type,
+    recompute_policy, count
+};
 
 struct KnobInfo {
     Knob knob = Knob::tp;
