@@ -411,11 +411,11 @@ public:
     void moe_permute_probs_backward(float* dp, const float* dr, i64 T, i64 k) override;
     void scale_rows(float* y, const float* x, const float* w, i64 rows, i64 C) override;
     void row_dot(float* out, const float* a, const float* b, i64 rows, i64 C) override;
-    void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, const cpu::Positions& where, const Dropout& drop) override {
+    void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, const Dropout& drop, const cpu::Positions& where) override {
         launch1(k_dropout_fwd, T * C, tv(y), tv(mask), tv(x), T * C, C, where, drop);
     }
-    void dropout_add(float* out, float* mask, const float* a, const float* b, const float* bias, i64 T, i64 C, const cpu::Positions& where,
-                     const Dropout& drop) override {
+    void dropout_add(float* out, float* mask, const float* a, const float* b, const float* bias, i64 T, i64 C, const Dropout& drop,
+                     const cpu::Positions& where) override {
         launch1(k_dropout_add, T * C, tv(out), tv(mask), tv(a), tv(b), tv(bias), T * C, C, where, drop);
     }
     void mul(float* out, const float* a, const float* b, i64 n) override { launch1(k_mul, n, tv(out), tv(a), tv(b), n); }

@@ -109,9 +109,9 @@ public:
     /// added into the trailing columns of the rank's dqkv.
     virtual void add_columns(float* dst, i64 dst_cols, const float* src, i64 src_cols, i64 rows) = 0;
     /// Hidden-state dropout: row r is token where(drop.row0 + r) of sequence (drop.row0 + r) / where.local().
-    virtual void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, const cpu::Positions& where, const Dropout& drop) = 0;
-    virtual void dropout_add(float* out, float* mask, const float* a, const float* b, const float* bias, i64 T, i64 C, const cpu::Positions& where,
-                             const Dropout& drop) = 0;
+    virtual void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, const Dropout& drop, const cpu::Positions& where) = 0;
+    virtual void dropout_add(float* out, float* mask, const float* a, const float* b, const float* bias, i64 T, i64 C, const Dropout& drop,
+                             const cpu::Positions& where) = 0;
     virtual void mul(float* out, const float* a, const float* b, i64 n) = 0;
     virtual void embedding_forward(float* out, const float* tokens, const float* table, i64 first, i64 rows, i64 T, i64 C) = 0;
     virtual void embedding_backward(float* dtable, const float* tokens, const float* dout, i64 first, i64 rows, i64 T, i64 C) = 0;
@@ -160,10 +160,10 @@ public:
 };
 
 /// The module's entry point: a new device on GPU 0, or null with the reason in `why`.
-constexpr int kDeviceApiVersion = 14;  // 2: dropout; 3: lanes; 4: adamw_ranges; 5: bf16 buffers; 6: AdamW writes the weights; 7: ReLU;
+constexpr int kDeviceApiVersion = 15;  // 2: dropout; 3: lanes; 4: adamw_ranges; 5: bf16 buffers; 6: AdamW writes the weights; 7: ReLU;
                                       // 8: QK-norm; 9: MoE on one rank; 10: an accumulating dgrad; 11: sliding windows;
                                       // 12: positions in context parallelism's layout (rope, dropout, learned positions); 13: the ring's blocks;
-                                      // 14: group-limited routing
+                                      // 14: group-limited routing; 15: dropout's arguments in the cpu kernels' order
 constexpr const char* kCudaModuleFile = "libstrata_runtime_cuda.so";
 constexpr const char* kCudaModuleSymbol = "strata_runtime_cuda_create";
 using CreateDevice = Device* (*)(int api_version, std::string* why);

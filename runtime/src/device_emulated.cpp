@@ -271,12 +271,12 @@ public:
             },
             {D});
     }
-    void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, const cpu::Positions& where, const Dropout& drop) override {
+    void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, const Dropout& drop, const cpu::Positions& where) override {
         const Ref Y = dev(y, T * C, "dropout_forward y"), M = dev(mask, T * C, "dropout_forward mask"), X = dev(x, T * C, "dropout_forward x");
         kernel([=] { cpu::dropout_forward(Y.p, M.p, X.p, T, C, drop, where); }, {Y, M});
     }
-    void dropout_add(float* out, float* mask, const float* a, const float* b, const float* bias, i64 T, i64 C, const cpu::Positions& where,
-                     const Dropout& drop) override {
+    void dropout_add(float* out, float* mask, const float* a, const float* b, const float* bias, i64 T, i64 C, const Dropout& drop,
+                     const cpu::Positions& where) override {
         const Ref O = dev(out, T * C, "dropout_add out"), M = dev(mask, T * C, "dropout_add mask"), A = dev(a, T * C, "dropout_add a"),
                   B = dev(b, T * C, "dropout_add b"), BI = opt(bias, C, "dropout_add bias");
         kernel([=] { cpu::dropout_add(O.p, M.p, A.p, B.p, BI.p, T, C, drop, where); }, {O, M});

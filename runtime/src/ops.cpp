@@ -154,8 +154,7 @@ void RankState::compute(std::size_t i) {
             } else {
                 const DataTensor &g = a.in(1), &tab = a.out(0);
                 KERNEL(embedding_backward, O(0), I(0), I(1), tp_rank_ * tab.rows, tab.rows, g.rows, g.cols);
-                if (nout > 1 && dev_) dev_->position_backward(O(1), I(1), g.rows, positions(), g.cols);
-                else if (nout > 1) cpu::position_backward(O(1), I(1), g.rows, positions(), g.cols);
+                if (nout > 1) KERNEL(position_backward, O(1), I(1), g.rows, positions(), g.cols);
             }
             return;
         }
@@ -236,8 +235,7 @@ void RankState::compute(std::size_t i) {
                     y = branch.data();
                 }
                 const Dropout drop = dropout(in, name == "residual1" ? DropoutSite::attention_out : DropoutSite::mlp_out, c);
-                if (dev_) dev_->dropout_add(O(0), O(1), I(0), y, b, c.rows, c.cols, positions(), drop);
-                else cpu::dropout_add(O(0), O(1), I(0), y, b, c.rows, c.cols, drop, positions());
+                KERNEL(dropout_add, O(0), O(1), I(0), y, b, c.rows, c.cols, drop, positions());
                 return;
             }
             KERNEL(add, O(0), I(0), I(1), b, c.rows, c.cols);
@@ -274,8 +272,7 @@ void RankState::compute(std::size_t i) {
         const DataTensor& x = a.in(0);
         if (!backward(in.phase)) {
             const Dropout drop = dropout(in, DropoutSite::embedding, x);
-            if (dev_) dev_->dropout_forward(O(0), O(1), I(0), x.rows, x.cols, positions(), drop);
-            else cpu::dropout_forward(O(0), O(1), I(0), x.rows, x.cols, drop, positions());
+            KERNEL(dropout_forward, O(0), O(1), I(0), x.rows, x.cols, drop, positions());
         } else {
             KERNEL(mul, O(0), I(0), I(1), x.elements());
         }
@@ -288,13 +285,11 @@ void RankState::compute(std::size_t i) {
             if (dev_) dev_->copy(p, I(0), q.elements());
             else std::memcpy(p, I(0), static_cast<std::size_t>(q.elements()) * sizeof(float));
         }
-        if (dev_) dev_->rope(p, q.rows, positions(), hq, hkv, hd, backward(in.phase));
-        else cpu::rope(p, q.rows, positions(), hq, hkv, hd, backward(in.phase));
+        KERNEL(rope, p, q.rows, positions(), hq, hkv, hd, backward(in.phase));
     } else if (name == "embedding.position") {
         const DataTensor &e = a.in(0), &x = a.out(0);
         const i64 row0 = x.rows < e.rows ? tp_rank_ * x.rows : 0;  // with SP the rank keeps its shard
-        if (dev_) dev_->position_forward(O(0), I(0), I(1), row0, x.rows, positions(), x.cols);
-        else cpu::position_forward(O(0), I(0), I(1), row0, x.rows, positions(), x.cols);
+        KERNEL(position_forward, O(0), I(0), I(1), row0, x.rows, positions(), x.cols);
     } else if (name == "cp.dkv_combine") {  // ins {returned K/V gradients, dqkv} -> dqkv
         const DataTensor &ret = a.in(0), &dq = a.out(0);
         float* d = O(0);

@@ -66,8 +66,6 @@ std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend, 
         return "backend cuda: the plan has " + std::to_string(p.gpus()) +
                " ranks (dp x tp x pp x cp); the cuda backend runs one rank on one GPU (collectives and pipeline transfers "
                "through NCCL are not written yet: use --backend cpu for a parallel plan)";
-    // Several ranks on the device path: collectives and pipeline transfers staged through host
-    // memory (ops.cpp).
     return {};
 }
 

@@ -113,11 +113,11 @@ TEST_CASE("cuda kernels match the cpu kernels", "[runtime][cuda]") {
         std::vector<float> out(T * C), mask(T * C), dx(T * C);
         cpu::dropout_add(out.data(), mask.data(), x.data(), y.data(), b.data(), T, C, drop, cpu::Positions{seq, 1, 0});
         Dev X(d, x), Y(d, y), B(d, b), O(d, std::vector<float>(T * C)), M(d, std::vector<float>(T * C));
-        d.dropout_add(O.p, M.p, X.p, Y.p, B.p, T, C, cpu::Positions{seq, 1, 0}, drop);
+        d.dropout_add(O.p, M.p, X.p, Y.p, B.p, T, C, drop, cpu::Positions{seq, 1, 0});
         same(mask, M.get(), "dropout mask");
         same(out, O.get(), "bias-dropout-add");
         cpu::dropout_forward(dx.data(), mask.data(), x.data(), T, C, drop, cpu::Positions{seq, 1, 0});
-        d.dropout_forward(O.p, M.p, X.p, T, C, cpu::Positions{seq, 1, 0}, drop);
+        d.dropout_forward(O.p, M.p, X.p, T, C, drop, cpu::Positions{seq, 1, 0});
         same(dx, O.get(), "dropout");
         cpu::mul(dx.data(), y.data(), mask.data(), T * C);
         d.mul(O.p, Y.p, M.p, T * C);
