@@ -246,7 +246,9 @@ def mpt():
         if mtf is not None:
             meas["tflops_per_gpu"] = round(mtf / 1e12, 1)
         assume = [
-            "FSDP FULL_SHARD recorded as zero_stage 3 with dp = #GPUs",
+            "FSDP FULL_SHARD recorded as zero_stage 3 with dp = #GPUs; under amp_bf16 / amp_fp8 FSDP1 "
+            "keeps the flat parameter shards in fp32 (the optimizer's, cast to bf16 for each all-gather "
+            "and freed after it) and casts reduced gradients back to fp32: fp32_param_shards (since stop 52)",
             f"gradient accumulation {ga} (table) = global_batch / (micro_batch * dp)",
             "activation checkpointing True recorded as recompute full",
             "eager_elementwise: llm-foundry (Composer, 2023) runs norms, activations and residual adds "
@@ -280,7 +282,8 @@ def mpt():
             "plan": {"tp": 1, "pp": 1, "dp": gpus, "cp": 1, "ep": 1, "vpp": 1, "micro_batch": mbs,
                      "global_batch": gbs, "sequence_parallel": False, "schedule": "1f1b",
                      "zero_stage": 3, "recompute": "full" if ckpt else "none", "precision": prec,
-                     "eager_elementwise": True, "attention_kernel": "fa2", "loss_upcast": False},
+                     "eager_elementwise": True, "attention_kernel": "fa2", "loss_upcast": False,
+                     **({"fp32_param_shards": True} if prec != "fp32" else {})},
             "measured": meas,
             "flops_convention": FLOPS_MPT,
             "assumptions": assume,

@@ -11,8 +11,9 @@ GIB = 2.0 ** 30
 COMMON_ASSUME = [
     "FSDP (zero_stage 3) as FSDP2 fully_shard with MixedPrecisionPolicy(bf16 params, fp32 reduce): "
     "torchtitan's --training.mixed_precision_reduce default float32 -> fp32_grads; FSDP2 keeps the "
-    "sharded parameters in fp32 and no separate bf16 shard, so Strata's ZeRO-3 state (bf16 shard + "
-    "fp32 master) is 2 bytes per parameter / dp larger",
+    "sharded parameters in fp32 (the optimizer's, cast to bf16 at each all-gather) and no separate bf16 "
+    "shard -> fp32_param_shards (since stop 52; before, Strata's bf16 shard + fp32 master was 2 bytes "
+    "per parameter / dp larger)",
     "selective activation checkpointing = torchtitan's selective_ac_option 'op' (train_configs/"
     "llama3_8b.toml at that commit): recompute_policy op",
     "loss F.cross_entropy(pred.flatten(0, 1).float(), labels) in eager (train.py; torchtitan leaves the "
@@ -47,7 +48,7 @@ def torchtitan_llama3_8b():
             "plan": {"tp": 1, "pp": 1, "dp": gpus, "cp": 1, "ep": 1, "vpp": 1, "micro_batch": 2,
                      "global_batch": 2 * gpus, "sequence_parallel": False, "schedule": "1f1b",
                      "zero_stage": 3, "recompute": "selective", "recompute_policy": "op",
-                     "precision": "bf16", "fp32_grads": True, "flash_attention": True,
+                     "precision": "bf16", "fp32_grads": True, "fp32_param_shards": True, "flash_attention": True,
                      "attention_kernel": "fa2", "eager_elementwise": not compiled,
                      "eager_cross_entropy": True},
             "measured": {"tokens_per_s_per_gpu": float(tps), "peak_hbm_bytes": gib * GIB,
@@ -87,7 +88,8 @@ def torchtitan_async_tp():
         plan = {"tp": 8, "pp": 1, "dp": dp, "cp": 1, "ep": 1, "vpp": 1, "micro_batch": local, "global_batch": local * dp,
                 "sequence_parallel": True, "tp_comm_overlap": async_tp, "schedule": "1f1b", "zero_stage": 3,
                 "recompute": "full" if ac == "full" else "selective", "precision": "fp8" if fp8 else "bf16",
-                "fp32_grads": True, "flash_attention": True, "attention_kernel": "fa2", "eager_elementwise": False,
+                "fp32_grads": True, "fp32_param_shards": True, "flash_attention": True, "attention_kernel": "fa2",
+                "eager_elementwise": False,
                 "eager_cross_entropy": True}
         if ac == "op":
             plan["recompute_policy"] = "op"

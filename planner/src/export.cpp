@@ -221,6 +221,9 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
     if (!p.grad_accum_fusion) flag("no-gradient-accumulation-fusion");
     if (!p.master_weights)
         r.unsupported.push_back("pure 16-bit weights without an fp32 master (Megatron's optimizer keeps fp32 main params)");
+    if (p.fsdp_fp32_shards())
+        r.unsupported.push_back("PyTorch FSDP's fp32 parameter shards (Megatron's distributed optimizer keeps bf16 weights beside fp32 "
+                                "main params)");
     if (p.exp_avg_dtype != Precision::fp32 || p.exp_avg_sq_dtype != Precision::fp32) {
         flag("use-precision-aware-optimizer");
         arg("exp-avg-dtype", to_string(p.exp_avg_dtype));

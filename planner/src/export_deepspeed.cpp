@@ -163,6 +163,8 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
         r.model_code.push_back("Ulysses over the " + std::to_string(p.cp) + " context-parallel ranks: deepspeed.sequence.layer."
                                "DistributedAttention around the attention core (Megatron-DeepSpeed --ds-sequence-parallel-size)");
     if (!p.master_weights) r.unsupported.push_back("pure 16-bit weights without an fp32 master (DeepSpeed's optimizers keep one)");
+    if (p.fsdp_fp32_shards())
+        r.unsupported.push_back("PyTorch FSDP's fp32 parameter shards (ZeRO-3 keeps 16-bit partitions beside fp32 ones)");
     // Tensor parallelism in the model code (Megatron-DeepSpeed's layers) orders its collectives on
     // one hardware queue, as Megatron does.
     if (p.tp > 1) r.env.emplace_back("CUDA_DEVICE_MAX_CONNECTIONS", "1");

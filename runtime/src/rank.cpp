@@ -135,8 +135,12 @@ double RankState::elem_bytes(const DataTensor& t) const {
         case TensorRole::weight_grad: return 2.0;
         // The host's weights are the fp32 master, unless the weights are homed there (bf16; the
         // master beside the moments).
-        case TensorRole::param: return t.version == 1 ? 4.0 : t.tier == Tier::gpu || params_on_host_ ? 2.0 : 4.0;
-        case TensorRole::param_grad: return p.grad_bytes();
+        // FSDP's fp32 shards (plan.fp32_param_shards): the update writes them unrounded, and each
+        // gather's whole range is their bf16 cast.
+        case TensorRole::param:
+            if (t.shard && p.fsdp_fp32_shards()) return 4.0;
+            return t.version == 1 ? 4.0 : t.tier == Tier::gpu || params_on_host_ ? 2.0 : 4.0;
+        case TensorRole::param_grad: return t.shard ? p.kept_grad_bytes() : p.grad_bytes();
         case TensorRole::tokens:
         case TensorRole::stats:
         case TensorRole::optimizer_state: return 4.0;

@@ -230,6 +230,8 @@ private:
     /// element as a float; a 2-byte one is rounded to bf16 each time it is written (finish()).
     double elem_bytes(const sim::DataTensor& t) const;
     double weight_bytes() const { return w_.plan.precision == sim::Precision::fp32 ? 4.0 : 2.0; }
+    /// A ZeRO-3 shard's: fp32 under FSDP's layout (plan.fp32_param_shards), else the weights'.
+    double shard_weight_bytes() const { return w_.plan.fsdp_fp32_shards() ? 4.0 : weight_bytes(); }
     /// A 2-byte value of the plan: bf16, or IEEE half for an fp16 plan.
     void round_half(float* p, i64 n) const;
     /// Floats of optimizer state per parameter in the ssd tier: m and v, and before them the fp32

@@ -62,6 +62,9 @@ std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend, 
                        "are not executed yet)";
         }
     }
+    if (cuda && p.fsdp_fp32_shards())
+        return "plan.fp32_param_shards: FSDP's fp32 shards, cast to bf16 at each gather, are executed on --backend cpu; the cuda "
+               "backend keeps bf16 weights beside an fp32 master (set fp32_param_shards false to run that layout)";
     if (backend == Backend::cuda && p.gpus() > 1 && !ranks_share_gpu)
         return "backend cuda: the plan has " + std::to_string(p.gpus()) +
                " ranks (dp x tp x pp x cp); the cuda backend runs one rank on one GPU (collectives and pipeline transfers "

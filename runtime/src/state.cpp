@@ -118,9 +118,10 @@ void RankState::init_params() {
     // Homed on the host, a bf16 plan's weights are bf16 there; their fp32 master sits with the moments.
     if (params_on_host_)
         params_host_ = buffer(host_ranges_.elements, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, parameters", true, weight_bytes());
-    else params_ = buffer(home_elements(), Tier::gpu, who + (params_sharded_ ? "parameter shard" : "parameters"), true, weight_bytes());
+    else params_ = buffer(home_elements(), Tier::gpu, who + (params_sharded_ ? "parameter shard" : "parameters"), true,
+                          params_sharded_ ? shard_weight_bytes() : weight_bytes());
     grads_ = buffer(grads_sharded_ ? grad_shard_.elements : layout_.elements(), Tier::gpu, who + (grads_sharded_ ? "gradient shard" : "gradients"),
-                    true, w_.plan.grad_bytes());
+                    true, grads_sharded_ ? w_.plan.kept_grad_bytes() : w_.plan.grad_bytes());
     if (w_.options.memory_only) return;
     decay_.assign(static_cast<std::size_t>(layout_.elements()), 0);
     // Drawn on the host; on the cuda backend copied to the device afterwards, and where the host
@@ -307,7 +308,11 @@ MomentBlock& RankState::moments(i64 offset, i64 count, Tier tier) {
     // the first update (or the checkpoint's): on the GPU, and on the host where the weights are
     // homed there (else the host's copy of the weights is the fp32 master itself). Without a
     // master (plan.master_weights) AdamW updates the 2-byte weights themselves, rounded after.
-    if (w_.plan.has_master() && (tier == Tier::gpu || params_on_host_)) {
+    // FSDP's fp32 shards (plan.fp32_param_shards) are the master themselves: updated in place.
+    // Pipelined FSDP keeps the stage's weights whole on the GPU (the gathered copy the model
+    // counts), so its fp32 shard is this block.
+    const bool shard_is_master = w_.plan.fsdp_fp32_shards() && params_sharded_;
+    if (w_.plan.has_master() && !shard_is_master && (tier == Tier::gpu || params_on_host_)) {
         b.master = buffer(count, tier, "rank " + std::to_string(rank_) + " tier " + to_string(tier) + ", master weights");
         if (!w_.options.memory_only) {
             const float* from = home_at(offset, count);

@@ -67,10 +67,16 @@ void emit_model_states(const PlanSpec& p, const StageParams& sp, Emit&& emit) {
     };
     const int z = p.zero_stage;
     const Lifetime life = Lifetime::persistent;
-    emit("weights", TensorTag::weights, life, sharded(wb, z >= 3), p.offload.params, "(params)", nullptr);
+    // PyTorch FSDP's shards are the fp32 parameters the optimizer updates: no 16-bit shard and no
+    // master besides them (their 16-bit copies are the gathers', zero3.gathered_params).
+    const bool fsdp = p.fsdp_fp32_shards();
+    if (fsdp) emit("weights", TensorTag::weights, life, sharded(4.0, true), p.offload.params, "(params) fp32 shards, the optimizer's", nullptr);
+    else emit("weights", TensorTag::weights, life, sharded(wb, z >= 3), p.offload.params, "(params)", nullptr);
     // Pipelined FSDP accumulates unsharded gradients over the step's micro-batches.
-    emit("grads", TensorTag::grads, life, sharded(gb, z >= 2 && !p.pipelined_fsdp()), p.offload.grads, "(params)", nullptr);
-    if (p.has_master()) emit("optimizer.master", TensorTag::optimizer, life, sharded(4.0, z >= 1), p.offload.optimizer, "(params) fp32", nullptr);
+    const bool grads_sharded = z >= 2 && !p.pipelined_fsdp();
+    emit("grads", TensorTag::grads, life, sharded(grads_sharded ? p.kept_grad_bytes() : gb, grads_sharded), p.offload.grads,
+         fsdp && grads_sharded ? "(params) fp32 shards" : "(params)", nullptr);
+    if (p.has_master() && !fsdp) emit("optimizer.master", TensorTag::optimizer, life, sharded(4.0, z >= 1), p.offload.optimizer, "(params) fp32", nullptr);
     // Moments fp32 unless the plan narrows them (Megatron's precision-aware optimizer).
     emit("optimizer.m", TensorTag::optimizer, life, sharded(bytes_per_element(p.exp_avg_dtype), z >= 1), p.offload.optimizer, "(params) ",
          to_string(p.exp_avg_dtype));

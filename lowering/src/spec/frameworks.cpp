@@ -17,7 +17,7 @@ namespace strata::sim {
 namespace {
 
 /// When a knob applies, in terms of the plan's stated fields.
-enum class When { always, fused_attention, mixed16, tp_sp, zero3, below_zero3, pipelined, pipelined_tp, context_parallel };
+enum class When { always, fused_attention, mixed16, tp_sp, zero3, fsdp_shards, below_zero3, pipelined, pipelined_tp, context_parallel };
 
 struct Knob {
     const char* key;
@@ -40,6 +40,9 @@ bool applies(When w, const PlanSpec& p) {
     case When::mixed16: return p.precision == Precision::bf16 || p.precision == Precision::fp8;
     case When::tp_sp: return p.tp > 1 && p.sequence_parallel;
     case When::zero3: return p.zero_stage == 3;
+    // FSDP under mixed precision with an fp32 master, nothing offloaded (plan.fp32_param_shards).
+    case When::fsdp_shards:
+        return p.zero_stage == 3 && p.has_master() && p.offload.optimizer.all_gpu() && p.offload.params.all_gpu() && p.offload.grads.all_gpu();
     case When::below_zero3: return p.zero_stage < 3;
     case When::pipelined: return p.pp > 1;
     case When::pipelined_tp: return p.pp > 1 && p.tp > 1 && !p.sequence_parallel;  // with SP the tensors are split already
@@ -82,6 +85,11 @@ const Knob kAutogradAccumKnob{"grad_accum_fusion", "false", When::always, kAutog
 const Knob kDeepSpeedMoePad{"moe_pad_to_capacity", "true", When::always,
                             "DeepSpeed moe/sharded_moe.py: top1gating/top2gating build [tokens, experts, capacity] masks and "
                             "MOELayer dispatches einsum('sec,sm->ecm'): every expert gets its whole capacity (drop_tokens)"};
+const Knob kFsdpShards{"fp32_param_shards", "true", When::fsdp_shards,
+                       "PyTorch FSDP keeps each shard in the parameters' own fp32 and casts it to MixedPrecision(Policy)."
+                       "param_dtype in the all-gather's copy-in; the optimizer updates the shard, whose gradient is cast back to "
+                       "fp32 (torch distributed/fsdp/_fully_shard/_fsdp_param.py; FSDP1 _flat_param.py _mp_shard, freed after "
+                       "the gather): 4 + 4 + 8 bytes a parameter, sharded"};
 const Knob kTpOverlapWithSp{"tp_comm_overlap", "true", When::tp_sp,
                             "NeMo / Megatron-Bridge performance recipes turn on TP communication overlap (userbuffers) "
                             "with sequence parallelism (NeMo 1.x ub_tp_comm_overlap, MegatronCommOverlapCallback / CommOverlapConfig)"};
@@ -98,7 +106,10 @@ std::vector<Knob> torchtitan_knobs(bool compiled) {
              "torchtitan's loss is F.cross_entropy(pred.float()) in eager PyTorch: log_softmax keeps an fp32 output and "
              "its backward allocates two more fp32 logits-sized tensors (docs/lowering.md)"},
             {"fp32_grads", "true", When::mixed16,
-             "torchtitan's FSDP2 MixedPrecisionPolicy reduces gradients in fp32 (training.mixed_precision_reduce = \"float32\")"}};
+             "torchtitan's FSDP2 MixedPrecisionPolicy reduces gradients in fp32 (training.mixed_precision_reduce = \"float32\")"},
+            {"fp32_param_shards", "true", When::fsdp_shards,
+             "torchtitan distributed/fsdp.py: fully_shard(mp_policy = MixedPrecisionPolicy(param_dtype = bf16, reduce_dtype = "
+             "fp32)) over the fp32 model (training.mixed_precision_param), so FSDP2's shards are fp32 and cast at the gather"}};
 }
 
 const std::vector<Preset>& presets() {
@@ -223,7 +234,8 @@ const std::vector<Preset>& presets() {
            "the loss are fused kernels"},
           {"loss_upcast", "false", When::always,
            "llm-foundry's default loss_fn fused_crossentropy (flash_attn.losses.cross_entropy) reads bf16 logits, no fp32 copy"},
-          kAutogradAccumKnob}},
+          kAutogradAccumKnob,
+          kFsdpShards}},
         {"llm.c",
          "karpathy/llm.c train_gpt2.cu built with USE_CUDNN=1, as its GPT-2 reproductions ran",
          {{"flash_attention", "true", When::always, "llm.c's cuDNN build calls cuDNN's fused flash attention"},
@@ -244,7 +256,8 @@ const std::vector<Preset>& presets() {
            "Transformers' ForCausalLMLoss upcasts the logits to fp32 before the cross-entropy"},
           {"eager_cross_entropy", "true", When::always,
            "ForCausalLMLoss calls nn.functional.cross_entropy on the upcast logits (transformers loss/loss_utils.py): "
-           "an eager log_softmax and nll_loss"}}},
+           "an eager log_softmax and nll_loss"},
+          kFsdpShards}},
     };
     return table;
 }

@@ -429,6 +429,7 @@ const std::vector<Knob>& table() {
                      Written::if_changed, nullptr, "[false, true]"});
         t.push_back({"master_weights", read_master_weights, write_scalar<&P::master_weights>, encode_scalar<&P::master_weights>,
                      assign_scalar<&P::master_weights>, Written::if_changed, nullptr, "[true, false]"});
+        t.push_back(bool_knob<&P::fp32_param_shards>("fp32_param_shards", Written::if_changed));
         t.push_back(bool_knob<&P::grad_accum_fusion>("grad_accum_fusion", Written::if_changed));
         t.push_back(bool_knob<&P::loss_upcast>("loss_upcast", Written::if_changed));
         t.push_back(bool_knob<&P::eager_cross_entropy>("eager_cross_entropy", Written::if_changed));

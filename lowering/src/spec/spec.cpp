@@ -127,8 +127,9 @@ double PlanSpec::adam_moment_bytes() const {
 double PlanSpec::adam_gpu_bytes_per_param() const {
     // fp32 weights read and written (the master under mixed precision, then the 2-byte weights
     // written); without a master the 2-byte weights themselves read and written.
-    const double weights = precision == Precision::fp32 ? 2 * 4.0 : has_master() ? 2 * 4.0 + 2.0 : 2 * 2.0;
-    return weights + grad_bytes() + 2 * adam_moment_bytes();
+    // FSDP's fp32 shards are the weights and the master at once: no 2-byte copy to write.
+    const double weights = precision == Precision::fp32 || fsdp_fp32_shards() ? 2 * 4.0 : has_master() ? 2 * 4.0 + 2.0 : 2 * 2.0;
+    return weights + kept_grad_bytes() + 2 * adam_moment_bytes();
 }
 
 int bytes_per_element(Precision p) {

@@ -175,6 +175,16 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
         fail("plan.master_weights", "= false with plan.offload.optimizer: an offloaded optimizer updates an fp32 master in host memory");
     if (!p.master_weights && p.lock_free_update)
         fail("plan.master_weights", "= false with plan.lock_free_update: the delayed host update works on an fp32 master");
+    // PyTorch FSDP's fp32 shards: ZeRO-3's, under mixed precision with a master. Its CPUOffload
+    // moves shards, gradients and optimizer state together, which the tier splits do not say.
+    if (p.fp32_param_shards) {
+        if (p.zero_stage != 3) fail("plan.fp32_param_shards", "needs plan.zero_stage = 3 (got " + s(p.zero_stage) + "): they are FSDP's shards");
+        if (!p.has_master())
+            fail("plan.fp32_param_shards", "needs 16-bit precision with plan.master_weights: the fp32 shards are the master");
+        if (!p.offload.optimizer.all_gpu() || !p.offload.params.all_gpu() || !p.offload.grads.all_gpu())
+            fail("plan.fp32_param_shards", "with plan.offload: FSDP's CPU offload of shards, gradients and optimizer together is not "
+                                           "modelled (set fp32_param_shards false for ZeRO-Offload's layout)");
+    }
     if (p.zero3_param_sync && p.zero_stage != 3)
         fail("plan.zero3_param_sync", "needs plan.zero_stage = 3 (got " + s(p.zero_stage) + "): it is how ZeRO-3 fetched parameters");
     if (p.attention_kernel != AttentionKernel::fa3 && !p.flash_attention)

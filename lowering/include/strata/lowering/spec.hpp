@@ -244,6 +244,17 @@ struct PlanSpec {
     bool master_weights = true;
     /// An fp32 master is kept: 16-bit precision with master_weights.
     bool has_master() const { return precision != Precision::fp32 && master_weights; }
+    /// ZeRO-3's shards are the fp32 parameters themselves, updated in place (PyTorch FSDP's mixed
+    /// precision, FSDP1 and FSDP2): the 16-bit weights exist only as the gathers' output, cast from
+    /// the shard, and the sharded gradients take the parameters' type. No separate master and no
+    /// persistent 16-bit shard: 4 + 4 + 8 bytes a parameter, sharded, where Megatron's and
+    /// DeepSpeed's layout (2-byte shard beside a 12-byte fp32 optimizer state) keeps 2 + 2 + 12.
+    bool fp32_param_shards = false;
+    /// fp32_param_shards in effect: ZeRO-3 over dp x cp > 1 under mixed precision with a master.
+    bool fsdp_fp32_shards() const { return fp32_param_shards && zero_stage == 3 && dp * cp > 1 && has_master(); }
+    /// Bytes per element of the gradients a rank keeps between steps: its shard under ZeRO-2/3
+    /// (fp32 under fsdp_fp32_shards), else the whole buffer, at grad_bytes().
+    double kept_grad_bytes() const { return fsdp_fp32_shards() ? 4.0 : grad_bytes(); }
     /// Bytes per gradient element, in memory and on the wire of the data-parallel reduction.
     double grad_bytes() const;
     /// The weight-gradient GEMMs accumulate into the gradient buffer themselves (Megatron's
