@@ -48,7 +48,8 @@ def automodel_h100():
             "publisher": "NVIDIA (NeMo AutoModel)",
             "source": AUTOMODEL.format(row="Qwen3 MoE 30B", cfg="qwen/qwen3_moe_30b_te_deepep.yaml"),
             "hardware": {"gpu": "H100-SXM5-80GB", "nodes": 1, "gpus_per_node": 8, "nic": "ib-ndr", "nics_per_node": 8},
-            "model": M.QWEN3_30B_A3B,
+            # fake_balanced_gate: AutoModel's FakeBalancedGate (noise 0) hands token t experts 8t .. 8t+7.
+            "model": dict(M.QWEN3_30B_A3B, moe=dict(M.QWEN3_30B_A3B["moe"], routing="round_robin")),
             "plan": {"tp": 1, "pp": 1, "dp": 8, "cp": 1, "ep": 8, "vpp": 1, "micro_batch": 4, "global_batch": 512,
                      "sequence_parallel": False, "schedule": "1f1b", "zero_stage": 3, "recompute": "full",
                      "precision": "bf16", "flash_attention": True, "attention_kernel": "fa3", "moe_dispatcher": "deepep",
@@ -61,7 +62,10 @@ def automodel_h100():
                 "distributed: fsdp2 over 8, ep_size 8, tp/cp/pp 1; activation_checkpointing true: recompute full",
                 "backend: attn te (cuDNN fused attention: attention_kernel fa3), linear te, rms_norm te, rope_fusion, experts gmm "
                 "(grouped GEMM), dispatcher deepep; the HF model's activation products and residual adds eager (eager_elementwise)",
-                "fake_balanced_gate: tokens spread evenly over the experts (no load skew)",
+                "fake_balanced_gate: tokens spread evenly over the experts (no load skew); its FakeBalancedGate "
+                "(components/moe/layers.py, noise 0) gives token t experts 8t .. 8t+7 mod 128, all on one of the 8 "
+                "EP ranks (16 experts each), so DeepEP sends each token to one GPU: model.moe.routing round_robin "
+                "(since stop 52)",
                 "optimizer torch.optim.Adam on the bf16 parameters: bf16 moments (the preset)",
                 "loss MaskedCrossEntropy(fp32_upcast: false): loss_upcast false",
                 "global batch 512, local batch 4: 16 micro-batches a rank",

@@ -114,15 +114,12 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                         for (int e : divisors(m.moe->experts))
                             if (e > 1 && (tp * dp * cp) % e == 0) eps.emplace_back(e, 1);
                 }
-                // DeepEP's hierarchical dispatch differs from the flat all-to-all only when the EP
-                // group crosses nodes (docs/costs.md): there, both are tried.
+                // DeepEP sends a token once per GPU (and node) its experts reach, where the flat
+                // all-to-all sends a copy per expert (docs/costs.md): with EP both are tried.
                 std::vector<std::tuple<int, int, MoeDispatcher>> moe_layouts;
                 for (auto [ep, etp] : eps) {
                     moe_layouts.emplace_back(ep, etp, MoeDispatcher::alltoall);
-                    if (ep < 2 || !s.search_deepep) continue;
-                    PlanSpec probe;
-                    probe.tp = tp, probe.cp = cp, probe.pp = pp, probe.dp = dp, probe.ep = ep, probe.expert_tp = etp;
-                    if (group_layout(Group::ep, c, probe).nodes > 1) moe_layouts.emplace_back(ep, etp, MoeDispatcher::deepep);
+                    if (ep >= 2 && s.search_deepep) moe_layouts.emplace_back(ep, etp, MoeDispatcher::deepep);
                 }
                 for (auto [ep, etp, disp] : moe_layouts) {
                     if (stop) break;

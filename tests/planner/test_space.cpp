@@ -175,13 +175,15 @@ TEST_CASE("MoE plans include MoE parallel folding, valid and with sequence paral
     CHECK(off == 0);
 }
 
-TEST_CASE("MoE plans try DeepEP's dispatch exactly where the EP group crosses nodes", "[planner][space][moe]") {
+TEST_CASE("MoE plans try DeepEP's dispatch wherever there is EP, inside nodes and across them", "[planner][space][moe]") {
+    // DeepEP sends a token once per GPU its experts reach, inside a node too (docs/costs.md), so
+    // every EP layout is tried with both dispatchers.
     const ModelSpec m = small_moe();
     const ClusterSpec c = two_nodes();
     planner::SearchSpace s;
     s.global_batch = 64;
     s.search_offload = false;
-    std::int64_t deepep = 0, flat_crossing = 0, flat_inside = 0;
+    std::int64_t deepep_crossing = 0, deepep_inside = 0, flat_crossing = 0, flat_inside = 0;
     planner::enumerate_plans(m, c, s, [&](const PlanSpec& p) {
         if (p.ep < 2) {
             CHECK(p.moe_dispatcher == MoeDispatcher::alltoall);
@@ -189,17 +191,17 @@ TEST_CASE("MoE plans try DeepEP's dispatch exactly where the EP group crosses no
         }
         const bool crosses = group_layout(Group::ep, c, p).nodes > 1;
         if (p.moe_dispatcher == MoeDispatcher::deepep) {
-            ++deepep;
-            CHECK(crosses);  // inside a node DeepEP is the flat all-to-all: not enumerated twice
+            ++(crosses ? deepep_crossing : deepep_inside);
             REQUIRE_NOTHROW(validate_plan(m, c, p, "enumerated"));
         } else {
             ++(crosses ? flat_crossing : flat_inside);
         }
         return true;
     });
-    CHECK(deepep > 0);
-    CHECK(deepep == flat_crossing);  // every crossing layout in both variants
-    CHECK(flat_inside > 0);
+    CHECK(deepep_crossing > 0);
+    CHECK(deepep_inside > 0);
+    CHECK(deepep_crossing == flat_crossing);  // every layout in both variants
+    CHECK(deepep_inside == flat_inside);
     s.search_deepep = false;
     std::int64_t off = 0;
     planner::enumerate_plans(m, c, s, [&](const PlanSpec& p) {

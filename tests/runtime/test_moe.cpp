@@ -576,3 +576,16 @@ TEST_CASE("MoE token dropping: capacity, the probs policy, padding, and its grad
     CHECK(pos[1] == -1);
     CHECK(pos[3] == 2);
 }
+
+TEST_CASE("MoE: AutoModel's round-robin fake gate is refused by name, not run with the learned router", "[runtime][moe]") {
+    // The simulator prices model.moe.routing round_robin (its dispatch reaches one GPU a token);
+    // the runtime routes with its learned router, so running it would measure another plan.
+    ModelSpec m = tiny_moe();
+    m.moe->routing = MoeSpec::Routing::round_robin;
+    PlanSpec p = cpu_plan(1, 1, 2);
+    p.ep = 2;
+    using Catch::Matchers::Contains;
+    CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), p, runtime::RunOptions{}), Contains("model.moe.routing") && Contains("learned"));
+    m.moe->routing = MoeSpec::Routing::learned;
+    CHECK_NOTHROW(runtime::Session(m, cpu_cluster(2), p, runtime::RunOptions{}));
+}

@@ -1,13 +1,18 @@
-// DeepEP's hierarchical MoE dispatch (plan.moe_dispatcher "deepep") with node-limited routing
-// (model.moe.router_groups / router_group_topk): the expected nodes per token, what the lowering
-// marks on the EP all-to-alls, and the NIC / NVLink bytes the cost model derives from them.
-// Numbers are derived by hand in the comments (docs/lowering.md, docs/costs.md).
+// DeepEP's MoE dispatch (plan.moe_dispatcher "deepep"), which sends a token once to each GPU and,
+// across nodes, once to each node its experts reach (deep_ep/buffer.py: get_dispatch_layout's
+// is_token_in_rank; combine returns one reduced row per token and rank), with node-limited
+// routing (model.moe.router_groups / router_group_topk) and NeMo AutoModel's round-robin fake
+// gate (model.moe.routing): the expected GPUs and nodes per token, what the lowering marks on the
+// EP all-to-alls, and the NIC / NVLink bytes the cost model derives from them. Numbers are derived
+// by hand in the comments (docs/lowering.md, docs/costs.md).
 #include <catch2/catch.hpp>
 
 #include <cmath>
 
 #include "cost_fixtures.hpp"
+#include "strata/common/error.hpp"
 #include "strata/lowering/lower.hpp"
+#include "strata/lowering/spec_io.hpp"
 #include "support/gpt.hpp"
 
 using namespace strata::sim;
@@ -42,9 +47,9 @@ PlanSpec ep_plan(int dp, int ep, MoeDispatcher d) {
 }
 
 struct A2a {
-    int count = 0, hierarchical = 0;
+    int count = 0, marked = 0;
     double bytes = 0;
-    int copies = -1, node_limit = -1;
+    int rank_ppm = -1, node_ppm = -1;
 };
 
 // The EP all-to-alls of layer 0 (forward dispatch and combine, backward mirror) of rank 0.
@@ -54,18 +59,29 @@ A2a layer0_a2a(const Program& prog) {
         if (in.kind != InstrKind::collective || in.group != Group::ep || in.coll != CollKind::all_to_all || in.layer != 0) continue;
         ++a.count;
         a.bytes = in.bytes;
-        a.copies = in.a2a_copies;
-        a.node_limit = in.a2a_node_limit;
-        if (in.a2a_copies > 0) ++a.hierarchical;
+        a.rank_ppm = in.a2a_rank_ppm;
+        a.node_ppm = in.a2a_node_ppm;
+        if (in.a2a_rank_ppm > 0) ++a.marked;
     }
     return a;
 }
 
-Instr a2a(int n, double bytes, int copies, int node_limit) {
+int ppm(double share) { return static_cast<int>(std::llround(share * 1e6)); }
+
+// A DeepEP all-to-all whose token copies reach `rank_share` x k GPUs and `node_share` x k nodes
+// (0, 0: the flat all-to-all).
+Instr a2a(int n, double bytes, double rank_share, double node_share) {
     Instr in = collective(CollKind::all_to_all, Group::ep, n, bytes);
-    in.a2a_copies = copies;
-    in.a2a_node_limit = node_limit;
+    in.a2a_rank_ppm = ppm(rank_share);
+    in.a2a_node_ppm = ppm(node_share);
     return in;
+}
+
+MoeSpec experts(int e, int k) {
+    MoeSpec m;
+    m.experts = e;
+    m.top_k = k;
+    return m;
 }
 
 }  // namespace
@@ -101,32 +117,85 @@ TEST_CASE("expected nodes per token: uniform routing and the node limit", "[cost
     CHECK(moe_token_node_limit(v3, GroupLayout{64, 8, 8}) == 0);
 }
 
-TEST_CASE("lowering marks the EP all-to-alls as DeepEP's only when the EP group spans nodes", "[lower][moe][deepep]") {
+TEST_CASE("GPUs and nodes a token reaches: uniform, node-limited and round-robin routing", "[lower][moe][deepep]") {
+    // Uniform over one node of 8 (Qwen3-30B-A3B's 128 experts, top-8, EP 8): each GPU is missed by
+    // all 8 copies with (7/8)^8, so 8 (1 - (7/8)^8) = 5.25113 GPUs and one node.
+    MoeSpread u = moe_dispatch_spread(experts(128, 8), GroupLayout{8, 8, 1});
+    CHECK(u.ranks == Approx(8.0 * (1.0 - 5764801.0 / 16777216.0)));
+    CHECK(u.nodes == Approx(1.0));
+    // DeepSeek-V3 (256 experts in 8 groups, 4 per token) on EP 64 over 8 nodes of 8: 4 nodes, each
+    // taking 8 / 4 = 2 copies over its 8 GPUs: 4 x 8 (1 - (7/8)^2) = 32 x 15/64 = 7.5 GPUs.
+    MoeSpec v3 = experts(256, 8);
+    v3.router_groups = 8;
+    v3.router_group_topk = 4;
+    MoeSpread d = moe_dispatch_spread(v3, GroupLayout{64, 8, 8});
+    CHECK(d.nodes == Approx(4.0));
+    CHECK(d.ranks == Approx(7.5));
+    // Without the limit: 64 (1 - (63/64)^8) GPUs, 8 (1 - (7/8)^8) nodes.
+    v3.router_groups = v3.router_group_topk = 0;
+    d = moe_dispatch_spread(v3, GroupLayout{64, 8, 8});
+    CHECK(d.ranks == Approx(64.0 * (1.0 - std::pow(63.0 / 64.0, 8))));
+    CHECK(d.nodes == Approx(8.0 * (1.0 - 5764801.0 / 16777216.0)));
+    // AutoModel's FakeBalancedGate: token t takes experts 8t .. 8t+7 mod 128; with 16 experts per
+    // GPU (8t mod 16 is 0 or 8) all eight sit on one GPU.
+    MoeSpec rr = experts(128, 8);
+    rr.routing = MoeSpec::Routing::round_robin;
+    CHECK(moe_dispatch_spread(rr, GroupLayout{8, 8, 1}).ranks == Approx(1.0));
+    CHECK(moe_dispatch_spread(rr, GroupLayout{64, 8, 8}).ranks == Approx(4.0));  // 2 experts a GPU: 4 GPUs, one node
+    CHECK(moe_dispatch_spread(rr, GroupLayout{64, 8, 8}).nodes == Approx(1.0));
+    // 12 experts, top-8, EP 4 over 2 nodes of 2 (3 experts a GPU): the pattern repeats every 3
+    // tokens: experts 0-7 (GPUs 0,1,2), 8-11 and 0-3 (GPUs 2,3,0,1), 4-11 (GPUs 1,2,3): 10/3 GPUs,
+    // both nodes every time.
+    MoeSpec odd = experts(12, 8);
+    odd.routing = MoeSpec::Routing::round_robin;
+    const MoeSpread o = moe_dispatch_spread(odd, GroupLayout{4, 2, 2});
+    CHECK(o.ranks == Approx(10.0 / 3));
+    CHECK(o.nodes == Approx(2.0));
+    // No EP: one GPU.
+    CHECK(moe_dispatch_spread(experts(8, 2), GroupLayout{1, 1, 1}).ranks == 1.0);
+}
+
+TEST_CASE("model.moe.routing: read, written back, and refused where it contradicts the model", "[spec][moe][deepep]") {
+    const std::string base = R"({"name": "m", "layers": 2, "hidden": 64, "heads": 4, "vocab": 128, "seq_len": 32, "moe": {"experts": 8, "top_k": 2)";
+    const ModelSpec m = model_from_json_text(base + R"(, "routing": "round_robin"}})", "m.json");
+    CHECK(m.moe->routing == MoeSpec::Routing::round_robin);
+    CHECK(model_from_json_text(to_json_text(m), "m2.json").moe->routing == MoeSpec::Routing::round_robin);
+    CHECK(model_from_json_text(base + "}}", "m.json").moe->routing == MoeSpec::Routing::learned);
+    using Catch::Matchers::Contains;
+    CHECK_THROWS_WITH(model_from_json_text(base + R"(, "routing": "random"}})", "m.json"), Contains("moe.routing") && Contains("round_robin"));
+    CHECK_THROWS_WITH(model_from_json_text(base + R"(, "routing": "round_robin", "load_skew": 0.5}})", "m.json"), Contains("load_skew"));
+}
+
+TEST_CASE("lowering marks the EP all-to-alls with the GPU and node shares DeepEP sends", "[lower][moe][deepep]") {
     // 2 groups of 4 experts, one per token; ep 8 over 2 nodes of 4 GPUs: a group per node, so a
-    // token reaches 1 node (limit 1 < 2).
+    // token reaches 1 node, and its 4 copies spread over that node's 4 GPUs: 4 (1 - (3/4)^4) =
+    // 2.734375 GPUs, 2.734375 / 4 = 683,594 millionths of the copies; nodes 1/4.
     const ModelSpec m = moe_model(2, 1);
     const ClusterSpec two = nodes_of(2, 4);
     // Every all-to-all moves a rank's 32 tokens x top-4 x h 64 x 2 bytes = 16384 bytes, whichever
-    // dispatcher: the dedup is the cost model's (it depends on where the ranks sit).
+    // dispatcher: the dedup is the cost model's.
     const A2a deep = layer0_a2a(lower(m, two, ep_plan(8, 8, MoeDispatcher::deepep)));
     CHECK(deep.count == 4);  // forward dispatch and combine, their backward mirror
-    CHECK(deep.hierarchical == 4);
+    CHECK(deep.marked == 4);
     CHECK(deep.bytes == Approx(32.0 * 4 * 64 * 2));
-    CHECK(deep.copies == 4);
-    CHECK(deep.node_limit == 1);
-    // Unrestricted routing: copies marked, no node limit.
-    CHECK(layer0_a2a(lower(moe_model(0, 0), two, ep_plan(8, 8, MoeDispatcher::deepep))).node_limit == 0);
+    CHECK(deep.rank_ppm == 683594);
+    CHECK(deep.node_ppm == 250000);
+    // Unrestricted routing: 8 (1 - (7/8)^4) = 3.3105 GPUs and 2 (1 - 1/16) = 1.875 nodes of 4 copies.
+    const A2a free = layer0_a2a(lower(moe_model(0, 0), two, ep_plan(8, 8, MoeDispatcher::deepep)));
+    CHECK(free.rank_ppm == ppm(8.0 * (1.0 - 2401.0 / 4096.0) / 4));
+    CHECK(free.node_ppm == ppm(1.875 / 4));
     // Megatron's flat all-to-all: the same bytes, nothing marked.
     const A2a flat = layer0_a2a(lower(m, two, ep_plan(8, 8, MoeDispatcher::alltoall)));
     CHECK(flat.count == 4);
-    CHECK(flat.hierarchical == 0);
+    CHECK(flat.marked == 0);
     CHECK(flat.bytes == Approx(deep.bytes));
-    // ep 4 inside one node of the same cluster (EP carved from dp 8 with stride 1: ranks 0-3):
-    // DeepEP is the flat all-to-all there.
+    // ep 4 inside one node (EP carved from dp 8 with stride 1: ranks 0-3): still DeepEP's, a copy
+    // per GPU: 4 (1 - (3/4)^4) = 2.734375 of 4, one node.
     const A2a inside = layer0_a2a(lower(m, two, ep_plan(8, 4, MoeDispatcher::deepep)));
     CHECK(inside.count == 4);
-    CHECK(inside.hierarchical == 0);
-    CHECK(inside.bytes == Approx(32.0 * 4 * 64 * 2));
+    CHECK(inside.marked == 4);
+    CHECK(inside.rank_ppm == 683594);
+    CHECK(inside.node_ppm == 250000);
     // Full mode marks every rank's all-to-alls alike (the matched collectives stay one kind).
     LowerOptions full;
     full.full_mode = true;
@@ -134,12 +203,13 @@ TEST_CASE("lowering marks the EP all-to-alls as DeepEP's only when the EP group 
     int marked = 0, total = 0;
     for (const RankProgram& rp : fp.ranks)
         for (const Instr& in : rp.instrs)
-            if (in.kind == InstrKind::collective && in.coll == CollKind::all_to_all) ++total, marked += in.a2a_copies == 4 && in.a2a_node_limit == 1;
+            if (in.kind == InstrKind::collective && in.coll == CollKind::all_to_all)
+                ++total, marked += in.a2a_rank_ppm == 683594 && in.a2a_node_ppm == 250000;
     CHECK(total == 8 * 2 * 4);  // 8 ranks x 2 layers x 4
     CHECK(marked == total);
 }
 
-TEST_CASE("DeepEP across nodes: one RDMA copy per node reached, NVLink fan-out, both stages at once", "[cost][moe][deepep]") {
+TEST_CASE("DeepEP across nodes: one RDMA copy per node reached, one NVLink copy per GPU, both stages at once", "[cost][moe][deepep]") {
     const auto hw = h100_view();
     const ClusterSpec c = dgx_cluster(2);  // 2 nodes x 8 GPUs, 8 NICs each
     PlanSpec p;
@@ -155,25 +225,29 @@ TEST_CASE("DeepEP across nodes: one RDMA copy per node reached, NVLink fan-out, 
     CHECK(flat.latency_ns == 70000);
     // DeepEP, top-8 uniform over 2 nodes: D = 2 (1 - 1/256) = 1.9921875 nodes, of which half
     // remote; a copy is S / 8, so NIC = 0.9960938 x 125 MB = 124.51 MB (a quarter of the flat
-    // all-to-all's). NVLink: each of the 8 copies is forwarded on its node, 7/8 S.
-    const Demand uni = transfer_demand(a2a(16, S, 8, 0), ctx);
-    CHECK(busy(uni, LinkClass::nic) == Approx(1.9921875 / 2 * S / 8 / nic));
-    CHECK(busy(uni, LinkClass::nvlink) == Approx(0.875e9 / nvl));
+    // all-to-all's). NVLink: a token goes once to each of the 16 (1 - (15/16)^8) = 6.452 GPUs it
+    // reaches, 7/8 of them off the GPU that holds it: 7/8 x S x 6.452 / 8.
+    const double gpus = 16.0 * (1.0 - std::pow(15.0 / 16.0, 8));
+    const Demand uni = transfer_demand(a2a(16, S, gpus / 8, 1.9921875 / 8), ctx);
+    CHECK(busy(uni, LinkClass::nic) == Approx(1.9921875 / 2 * S / 8 / nic).epsilon(1e-5));
+    CHECK(busy(uni, LinkClass::nvlink) == Approx(0.875 * S * gpus / 8 / nvl).epsilon(1e-5));
     CHECK(uni.latency_ns == 70000);
-    // Node-limited to 1 node: D = 1, NIC = 1/2 x 125 MB = 62.5 MB = 1.33 ms, now below NVLink's
-    // 0.875 GB / 369 GB/s = 2.37 ms: the pipelined stages take the longer one, not the sum.
-    const Demand lim = transfer_demand(a2a(16, S, 8, 1), ctx);
+    // Node-limited to 1 node: D = 1, NIC = 1/2 x 125 MB = 62.5 MB = 1.33 ms; its 8 copies reach
+    // 8 (1 - (7/8)^8) = 5.25 GPUs: NVLink 7/8 x 656 MB = 574 MB = 1.56 ms. The pipelined stages
+    // take the longer one, not the sum.
+    const double lim_gpus = 8.0 * (1.0 - 5764801.0 / 16777216.0);
+    const Demand lim = transfer_demand(a2a(16, S, lim_gpus / 8, 1.0 / 8), ctx);
     CHECK(busy(lim, LinkClass::nic) == Approx(62.5e6 / nic));
-    CHECK(lim.alone_ns() == Approx(70000 + 0.875e9 / nvl * 1e9).margin(2));
+    CHECK(lim.alone_ns() == Approx(70000 + 0.875 * S * lim_gpus / 8 / nvl * 1e9).margin(5));
     CHECK(flat.alone_ns() == Approx(70000 + 0.5e9 / nic * 1e9).margin(2));
 
     // On a fat tree the flat all-to-all has no PXN hop ((q-1)/n S = 0.4375 GB on NVLink); DeepEP
-    // still forwards over NVLink.
+    // still forwards over NVLink, once per GPU reached.
     ClusterSpec ft = c;
     ft.topology = NetTopology::fat_tree;
     CostContext ctx_ft{&hw, &ft, &p};
     CHECK(busy(transfer_demand(a2a(16, S, 0, 0), ctx_ft), LinkClass::nvlink) == Approx(0.4375e9 / nvl));
-    CHECK(busy(transfer_demand(a2a(16, S, 8, 0), ctx_ft), LinkClass::nvlink) == Approx(0.875e9 / nvl));
+    CHECK(busy(transfer_demand(a2a(16, S, gpus / 8, 1.9921875 / 8), ctx_ft), LinkClass::nvlink) == Approx(0.875 * S * gpus / 8 / nvl).epsilon(1e-5));
 
     // A measured inter-node all-to-all fit: busbw 40 GB/s on S (n-1)/n; DeepEP sends 1/8 of it
     // with the node limit (D / k = 1/8).
@@ -181,20 +255,26 @@ TEST_CASE("DeepEP across nodes: one RDMA copy per node reached, NVLink fan-out, 
     fitted.collectives.push_back({"all_to_all", "inter", 16, 30000, 40e9, strata::hwdb::Provenance::fitted});
     CostContext ctx_fit{&fitted, &c, &p};
     CHECK(busy(transfer_demand(a2a(16, S, 0, 0), ctx_fit), LinkClass::nic) == Approx(S * 15 / 16 / 40e9));
-    CHECK(busy(transfer_demand(a2a(16, S, 8, 1), ctx_fit), LinkClass::nic) == Approx(S * 15 / 16 / 40e9 / 8));
+    CHECK(busy(transfer_demand(a2a(16, S, lim_gpus / 8, 1.0 / 8), ctx_fit), LinkClass::nic) == Approx(S * 15 / 16 / 40e9 / 8));
 }
 
-TEST_CASE("DeepEP inside one node is the flat all-to-all", "[cost][moe][deepep]") {
+TEST_CASE("DeepEP inside one node: a copy per GPU reached, not per expert", "[cost][moe][deepep]") {
     const auto hw = h100_view();
     const ClusterSpec c = dgx_cluster(1);
     PlanSpec p;
     p.dp = 8;
     p.ep = 8;
     CostContext ctx{&hw, &c, &p};
-    // One node: NVLink S (n-1)/n = 0.875 GB either way, no NIC.
+    // Flat: NVLink S (n-1)/n = 0.875 GB, no NIC. DeepEP with uniform top-8 over 8 GPUs: 5.25 of
+    // the 8 copies, 0.875 x 0.6564 GB; with AutoModel's round-robin gate one GPU: 1/8 of it.
     const Demand flat = transfer_demand(a2a(8, 1e9, 0, 0), ctx);
-    const Demand deep = transfer_demand(a2a(8, 1e9, 8, 0), ctx);
-    CHECK(busy(deep, LinkClass::nvlink) == Approx(0.875e9 / 369e9));
+    CHECK(busy(flat, LinkClass::nvlink) == Approx(0.875e9 / 369e9));
+    const double gpus = 8.0 * (1.0 - 5764801.0 / 16777216.0);
+    const Demand deep = transfer_demand(a2a(8, 1e9, gpus / 8, 1.0 / 8), ctx);
+    CHECK(busy(deep, LinkClass::nvlink) == Approx(0.875e9 * gpus / 8 / 369e9).epsilon(1e-5));
     CHECK(busy(deep, LinkClass::nic) == 0.0);
-    CHECK(deep.alone_ns() == flat.alone_ns());
+    const Demand rr = transfer_demand(a2a(8, 1e9, 1.0 / 8, 1.0 / 8), ctx);
+    CHECK(busy(rr, LinkClass::nvlink) == Approx(0.875e9 / 8 / 369e9));
+    CHECK(rr.alone_ns() < deep.alone_ns());
+    CHECK(deep.alone_ns() < flat.alone_ns());
 }

@@ -1,4 +1,6 @@
 // Parallel groups: rank lists and where they sit (groups.hpp).
+#include <cmath>
+#include <numeric>
 #include "strata/lowering/groups.hpp"
 
 #include <algorithm>
@@ -96,6 +98,51 @@ int moe_token_node_limit(const MoeSpec& moe, const GroupLayout& ep) {
     if (G % N == 0) limit = M;                                        // every group inside one node
     else if (N % G == 0) limit = static_cast<std::int64_t>(M) * (N / G);  // every group over N/G whole nodes
     return limit > 0 && limit < N ? static_cast<int>(limit) : 0;
+}
+
+double moe_dispatch_nodes(int nodes, int top_k, int node_limit) {
+    if (nodes <= 0 || top_k <= 0) return 0.0;
+    if (nodes == 1) return 1.0;
+    const double N = nodes;
+    const double uniform = N * (1.0 - std::pow(1.0 - 1.0 / N, top_k));
+    // A limit is taken as reached: DeepSeek-V3 ranks the groups by their best experts' scores, so
+    // each chosen node almost always receives one of the token's experts (docs/costs.md).
+    return node_limit > 0 ? std::min(uniform, static_cast<double>(node_limit)) : uniform;
+}
+
+MoeSpread moe_dispatch_spread(const MoeSpec& moe, const GroupLayout& ep) {
+    MoeSpread s;
+    const int n = std::max(1, ep.size), N = std::max(1, ep.nodes), k = moe.top_k;
+    if (n <= 1 || k <= 0) return s;
+    const int q = std::max(1, n / N);  // EP ranks per node (a regular layout)
+    if (moe.routing == MoeSpec::Routing::round_robin && moe.experts % n == 0) {
+        // Token t takes experts (k t + j) mod E, j < k; EP rank r holds [r E/n, (r+1) E/n) and
+        // node j its q consecutive ranks. The pattern repeats every E / gcd(k, E) tokens.
+        const int E = moe.experts, per = E / n;
+        const int period = E / std::gcd(k, E);
+        double ranks = 0, nodes = 0;
+        std::vector<int> seen_rank(static_cast<std::size_t>(n), -1), seen_node(static_cast<std::size_t>(N), -1);
+        for (int t = 0; t < period; ++t)
+            for (int j = 0; j < k; ++j) {
+                const int r = static_cast<int>(((static_cast<std::int64_t>(k) * t + j) % E) / per);
+                const int nd = std::min(N - 1, r / q);
+                if (seen_rank[static_cast<std::size_t>(r)] != t) seen_rank[static_cast<std::size_t>(r)] = t, ++ranks;
+                if (seen_node[static_cast<std::size_t>(nd)] != t) seen_node[static_cast<std::size_t>(nd)] = t, ++nodes;
+            }
+        s.ranks = ranks / period;
+        s.nodes = nodes / period;
+        return s;
+    }
+    // A learned router, taken as uniform: each GPU (node) misses all k copies with (1 - 1/n)^k.
+    // Node-limited routing puts the k copies on M nodes, k / M to each, spread over its q GPUs.
+    const int limit = moe_token_node_limit(moe, ep);
+    s.nodes = moe_dispatch_nodes(N, k, limit);
+    const double uniform_nodes = moe_dispatch_nodes(N, k, 0);
+    if (limit > 0 && s.nodes < uniform_nodes)
+        s.ranks = s.nodes * q * (1.0 - std::pow(1.0 - 1.0 / q, k / s.nodes));
+    else
+        s.ranks = n * (1.0 - std::pow(1.0 - 1.0 / n, k));
+    return s;
 }
 
 }  // namespace strata::sim

@@ -230,12 +230,14 @@ RankLowering::RankLowering(const ModelSpec& m, const ClusterSpec& cl, const Plan
         const double skew = m.moe->load_skew;
         const int e = static_cast<int>(((coord.t + static_cast<std::int64_t>(p.tp) * (coord.c + p.cp * coord.d)) / p.etp()) % p.ep);
         moe_factor_ = !full || e == 0 ? 1 + skew : std::max(0.0, (p.ep - 1 - skew) / (p.ep - 1));
-        // DeepEP's hierarchical dispatch differs from the flat all-to-all only across nodes; the
-        // cost model turns top_k and the node limit into NIC and NVLink bytes (docs/lowering.md).
-        const GroupLayout ep = group_layout(Group::ep, cl, p);
-        if (p.moe_dispatcher == MoeDispatcher::deepep && ep.nodes > 1) {
-            a2a_copies_ = m.moe->top_k;
-            a2a_node_limit_ = moe_token_node_limit(*m.moe, ep);
+        // DeepEP sends a token once to each GPU and each node its experts reach, where the flat
+        // all-to-all sends a copy per expert: the shares of the flat bytes go on the instruction,
+        // and the cost model turns them into NVLink and NIC bytes (docs/lowering.md).
+        if (p.moe_dispatcher == MoeDispatcher::deepep) {
+            const MoeSpread spread = moe_dispatch_spread(*m.moe, group_layout(Group::ep, cl, p));
+            auto ppm = [&](double reached) { return static_cast<int>(std::clamp(std::llround(reached / m.moe->top_k * 1e6), 1LL, 1000000LL)); };
+            a2a_rank_ppm_ = ppm(spread.ranks);
+            a2a_node_ppm_ = ppm(spread.nodes);
         }
     }
 
@@ -389,8 +391,8 @@ int RankLowering::ep_all_to_all(double bytes, int name, int after) {
     if (!full_) bytes *= expert_load();
     const int ev = collective(Stream::ep_comm, CollKind::all_to_all, Group::ep, bytes, name, after);
     Instr& in = rp_.instrs[last_collective_];
-    in.a2a_copies = a2a_copies_;
-    in.a2a_node_limit = a2a_node_limit_;
+    in.a2a_rank_ppm = a2a_rank_ppm_;
+    in.a2a_node_ppm = a2a_node_ppm_;
     return ev;
 }
 

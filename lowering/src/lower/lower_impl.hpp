@@ -209,8 +209,7 @@ private:
     /// far; -1: nothing); returns its completion event.
     int collective(Stream s, CollKind k, Group g, double bytes, int name, int after = kAfterCompute);
     /// The MoE dispatch or combine over EP: a collective all-to-all, marked as DeepEP's
-    /// hierarchical one (Instr::a2a_copies, a2a_node_limit) when plan.moe_dispatcher says so and
-    /// the EP group spans nodes.
+    /// deduplicating one (Instr::a2a_rank_ppm, a2a_node_ppm) when plan.moe_dispatcher says so.
     int ep_all_to_all(double bytes, int name, int after = kAfterCompute);
     int copy(Stream s, CopyKind k, double bytes, int name, int after_ev);
     int group_size(Group g) const;
@@ -441,8 +440,8 @@ private:
     std::vector<int> last_bwd_mb_;   ///< per chunk: micro-batch of its last backward in the step
     std::vector<int> first_bwd_mb_;  ///< per chunk: micro-batch of its first backward in the step
     double moe_factor_ = 1;         ///< token load of this rank's experts relative to the mean
-    int a2a_copies_ = 0;            ///< DeepEP across nodes: top_k (else 0, a flat all-to-all)
-    int a2a_node_limit_ = 0;        ///< DeepEP: most nodes a token reaches (0 = no limit)
+    int a2a_rank_ppm_ = 0;          ///< DeepEP: GPUs a token reaches / top_k, in millionths (0: flat all-to-all)
+    int a2a_node_ppm_ = 0;          ///< DeepEP: nodes a token reaches / top_k, in millionths
     std::size_t last_collective_ = 0;  ///< index in rp_.instrs of the last collective pushed
     int next_event_ = 0;
     // Record reuse: a record on a stream that has issued nothing since its last record returns

@@ -85,6 +85,13 @@ MoeSpec read_moe(JsonReader r, int layers) {
         r.fail("capacity_factor", "must be 0 (dropless) or at least 1 (got " + describe_json(json(m.capacity_factor)) + ")");
     m.load_skew = num_in(r, "load_skew", 0.0, 0.0, kHuge, "a non-negative number");
     read_router_groups(r, m);
+    const std::string routing = r.str_or("routing", "learned");
+    if (routing == "round_robin") m.routing = MoeSpec::Routing::round_robin;
+    else if (routing != "learned") r.fail("routing", "must be \"learned\" or \"round_robin\" (got \"" + routing + "\")");
+    if (m.routing == MoeSpec::Routing::round_robin && m.load_skew > 0)
+        r.fail("load_skew", "must be 0 with routing \"round_robin\": that gate balances the experts exactly");
+    if (m.routing == MoeSpec::Routing::round_robin && m.router_groups > 0)
+        r.fail("routing", "= \"round_robin\" ignores the router: model.moe.router_groups must be 0");
     r.reject_unknown();
     return m;
 }

@@ -50,6 +50,7 @@ ojson model_json(const ModelSpec& m) {
         e["load_skew"] = m.moe->load_skew;
         e["router_groups"] = m.moe->router_groups;
         e["router_group_topk"] = m.moe->router_group_topk;
+        if (m.moe->routing == MoeSpec::Routing::round_robin) e["routing"] = "round_robin";
         j["moe"] = e;
     } else {
         j["moe"] = nullptr;

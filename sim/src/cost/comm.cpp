@@ -39,16 +39,6 @@ double bus_factor(CollKind k, int n) {
     return 1.0;
 }
 
-double moe_dispatch_nodes(int nodes, int top_k, int node_limit) {
-    if (nodes <= 0 || top_k <= 0) return 0.0;
-    if (nodes == 1) return 1.0;
-    const double N = nodes;
-    const double uniform = N * (1.0 - std::pow(1.0 - 1.0 / N, top_k));
-    // A limit is taken as reached: DeepSeek-V3 ranks the groups by their best experts' scores, so
-    // each chosen node almost always receives one of the token's experts (docs/costs.md).
-    return node_limit > 0 ? std::min(uniform, static_cast<double>(node_limit)) : uniform;
-}
-
 namespace {
 
 // ---------------------------------------------------------------------------------------------
@@ -120,8 +110,10 @@ Demand collective_demand(const Instr& in, const CostContext& ctx) {
     const bool has_nvlink = hw.gpu.scale_up_per_dir_Bps > 0;
 
     // Bytes each GPU pushes over its scale-up port and over its NIC (one direction). `dedup`: the
-    // share of a flat all-to-all's NIC bytes a hierarchical MoE dispatch sends (1 = all).
+    // share of a flat all-to-all's bytes on the bottleneck class a DeepEP dispatch sends (1 = all).
     double nvl_bytes = 0, nic_bytes = 0, dedup = 1;
+    const bool deepep = in.coll == CollKind::all_to_all && in.a2a_rank_ppm > 0;
+    const double rank_share = deepep ? in.a2a_rank_ppm * 1e-6 : 1.0, node_share = deepep ? in.a2a_node_ppm * 1e-6 : 1.0;
     const double qq = q, NN = N, nn = n;
     switch (in.coll) {
         case CollKind::all_reduce:  // intra reduce-scatter + inter all-reduce of S/q + intra all-gather
@@ -134,16 +126,16 @@ Demand collective_demand(const Instr& in, const CostContext& ctx) {
             nic_bytes = N > 1 ? (NN - 1) / NN * S / qq : 0;
             break;
         case CollKind::all_to_all:  // S = this rank's whole send buffer, S/n to each peer
-            if (in.a2a_copies > 0 && N > 1) {
+            if (deepep && N > 1) {
                 // DeepEP's internode dispatch (docs/costs.md): a token crosses RDMA once per remote
-                // node its experts reach (S / k per copy, D (N-1)/N remote nodes of D), to the GPU
-                // of its rail there, which forwards each of the k copies to its expert's GPU over
-                // NVLink ((q-1)/q of them leave that GPU). Combine mirrors it. Both stages are
-                // pipelined: one demand with both classes busy at once.
-                const double k = in.a2a_copies;
-                dedup = moe_dispatch_nodes(N, in.a2a_copies, in.a2a_node_limit) / k;
-                nic_bytes = (NN - 1) / NN * S * dedup;
-                nvl_bytes = (qq - 1) / qq * S;
+                // node its experts reach (S / k per copy, D_nodes (N-1)/N of them), to the GPU of
+                // its rail there, which forwards it once to each other GPU of that node holding one
+                // of its experts (D_gpus (q-1)/q over all nodes). Combine mirrors it, each GPU
+                // returning the sum of its experts' outputs. Both stages are pipelined: one demand
+                // with both classes busy at once.
+                dedup = node_share;
+                nic_bytes = (NN - 1) / NN * S * node_share;
+                nvl_bytes = (qq - 1) / qq * S * rank_share;
                 break;
             }
             nvl_bytes = (qq - 1) / nn * S;
@@ -156,7 +148,12 @@ Demand collective_demand(const Instr& in, const CostContext& ctx) {
             nic_bytes = N > 1 ? S : 0;
             break;
     }
-    if (N == 1) nvl_bytes = S * bus_factor(in.coll, n);  // one node: the flat nccl-tests definition
+    // One node: the flat nccl-tests definition; DeepEP's intranode kernels send a token once to
+    // each GPU its experts reach, rank_share of the flat all-to-all's copies.
+    if (N == 1) {
+        nvl_bytes = S * bus_factor(in.coll, n) * rank_share;
+        if (deepep) dedup = rank_share;
+    }
 
     busy(d, LinkClass::nvlink) = nvl_bytes / nvl.Bps;
     if (N > 1) {

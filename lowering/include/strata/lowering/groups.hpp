@@ -39,4 +39,16 @@ GroupLayout group_layout(Group g, const ClusterSpec& c, const PlanSpec& p);
 /// groups straddling node boundaries, a limit of N or more, or a group on one node).
 int moe_token_node_limit(const MoeSpec& moe, const GroupLayout& ep);
 
+/// Expected nodes a token's top_k experts lie on, spread uniformly over `nodes` nodes and capped
+/// by a node limit (0 = none): N (1 - (1 - 1/N)^k), at most the limit (docs/costs.md).
+double moe_dispatch_nodes(int nodes, int top_k, int node_limit);
+
+/// Where one token's top_k copies go, on average: distinct EP ranks (GPUs) and nodes, under the
+/// model's routing (MoeSpec::routing, the node limit) on the EP layout `ep`. DeepEP sends a token
+/// once to each GPU and, across nodes, once to each node (docs/costs.md).
+struct MoeSpread {
+    double ranks = 1, nodes = 1;
+};
+MoeSpread moe_dispatch_spread(const MoeSpec& moe, const GroupLayout& ep);
+
 }  // namespace strata::sim

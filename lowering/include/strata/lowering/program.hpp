@@ -120,13 +120,14 @@ struct Instr {
     };
     union {                           // compute vs. collective
         std::int32_t m = 0;           ///< gemm shape (per batch); attention: m = seq, n = kv seq, k = head_dim
-        std::int32_t a2a_copies;      ///< MoE all-to-all of a hierarchical (DeepEP) dispatcher: copies per
-                                      ///< token (top_k) in `bytes`; 0 = a flat all-to-all
+        std::int32_t a2a_rank_ppm;    ///< MoE all-to-all of a deduplicating (DeepEP) dispatcher: the GPUs a
+                                      ///< token reaches over its top_k copies in `bytes`, in millionths
+                                      ///< (a copy per GPU, not per expert); 0 = a flat all-to-all
     };
     union {                           // compute vs. collective
         std::int32_t n = 0;
-        std::int32_t a2a_node_limit;  ///< hierarchical MoE all-to-all: most nodes one token's experts lie on
-                                      ///< (node-limited routing); 0 = no limit
+        std::int32_t a2a_node_ppm;    ///< deduplicating MoE all-to-all: the nodes a token reaches over its
+                                      ///< top_k copies, in millionths (an RDMA copy per node)
     };
     union {                           // compute vs. collective
         std::int32_t k = 0;

@@ -33,6 +33,13 @@ struct MoeSpec {
     /// 0 / 0 = unrestricted routing.
     int router_groups = 0;
     int router_group_topk = 0;
+    /// How tokens pick their experts, for where their copies go (the dispatch's distinct ranks and
+    /// nodes a token reaches): `learned`, a trained router, taken as spreading each token's
+    /// experts uniformly; `round_robin`, NeMo AutoModel's FakeBalancedGate (its benchmarks'
+    /// fake_balanced_gate): token t takes experts k t .. k t + k - 1 (mod experts), perfectly
+    /// balanced and, with Megatron's contiguous expert placement, on as few ranks as possible.
+    enum class Routing { learned, round_robin };
+    Routing routing = Routing::learned;
 };
 
 /// Multi-head latent attention (DeepSeek-V2/V3; Megatron-Core MLASelfAttention): queries through a

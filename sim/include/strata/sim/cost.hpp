@@ -102,11 +102,6 @@ struct CostContext {
     bool runtime_kernels = false;
 };
 
-/// Expected number of distinct nodes one token's top_k expert copies reach on an EP group over
-/// `nodes` nodes: N (1 - (1 - 1/N)^k) for experts drawn uniformly (each node is missed by all k
-/// copies with probability (1 - 1/N)^k), at most `node_limit` (0 = no limit).
-double moe_dispatch_nodes(int nodes, int top_k, int node_limit);
-
 /// Kernels: GEMM (efficiency by m,n,k,dtype: measured grid where hwdb has it, else a size-aware
 /// default curve), attention, memory-bound ops (bytes / HBM bandwidth), GPU optimizer.
 Estimate compute_cost(const Instr& in, const CostContext& ctx);
