@@ -1,9 +1,9 @@
 // Parallel groups: rank lists and where they sit (groups.hpp).
-#include <cmath>
-#include <numeric>
 #include "strata/lowering/groups.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <numeric>
 
 namespace strata::sim {
 
