@@ -42,7 +42,8 @@ PlanSpec fsdp8(const std::string& extra = "", int zero_stage = 3) {
 }
 
 double states_per_param(const ModelSpec& m, const PlanSpec& p) {
-    const StageMemory& st = memory_estimate(m, p, h100()).stages[0];
+    const MemoryReport r = memory_estimate(m, p, h100());
+    const StageMemory& st = r.stages[0];
     return (st.weights_bytes + st.grads_bytes + st.optimizer_bytes) / stage_params(m, p, 0).total();
 }
 
@@ -69,7 +70,8 @@ TEST_CASE("FSDP's fp32 shards: 16 bytes a parameter over dp, no 16-bit shard, no
         INFO(grads);
         const PlanSpec p = fsdp8(std::string(R"(, "fp32_param_shards": true)") + grads);
         CHECK(states_per_param(m, p) == Approx(16.0 / 8));
-        const StageMemory& st = memory_estimate(m, p, h100()).stages[0];
+        const MemoryReport r = memory_estimate(m, p, h100());
+        const StageMemory& st = r.stages[0];
         const double n = stage_params(m, p, 0).total();
         CHECK(st.weights_bytes == Approx(4.0 * n / 8));
         CHECK(st.grads_bytes == Approx(4.0 * n / 8));
