@@ -269,7 +269,7 @@ void add_capacity(CLI::App& app) {
     cmd->add_option("--json", a->json, "also write the sweep as JSON to FILE ('-': stdout, the table then goes to stderr)");
     cmd->add_flag("--max-model", a->max_model, "largest model of the --model family that trains on --cluster");
     cmd->add_flag("--quiet,-q", a->quiet, "no progress bar");
-    cmd->add_flag("--no-deepep", a->no_deepep, "MoE: keep Megatron's flat all-to-all (no DeepEP dispatch across nodes)");
+    cmd->add_flag("--no-deepep", a->no_deepep, "MoE: keep Megatron's flat all-to-all (no DeepEP dispatch)");
     cmd->add_flag("--whole-simulations", a->whole_simulations,
                   "simulate every shortlisted plan whole, never extended from three shorter simulations of its steady state "
                   "(the same figures, slower: a check)");

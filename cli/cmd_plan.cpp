@@ -63,7 +63,7 @@ std::string sched_label(const sim::PlanSpec& p) {
 void print_table(const planner::SearchResult& r, const std::vector<planner::RunOutlook>& outlooks, int top, const std::string& framework,
                  std::ostream& out) {
     char line[512];
-    std::snprintf(line, sizeof line, "%4s %3s %3s %4s %3s %3s %3s %-6s %3s %3s %-6s %4s %-9s %2s %-14s %9s %11s %7s %6s %9s  %s\n", "#", "tp", "pp", "dp",
+    std::snprintf(line, sizeof line, "%4s %3s %3s %4s %4s %3s %3s %-6s %3s %3s %-6s %4s %-9s %2s %-14s %9s %11s %7s %6s %9s  %s\n", "#", "tp", "pp", "dp",
                   "cp", "ep", "etp", "a2a", "vpp", "mb", "sched", "zero", "recompute", "sp", "offload", "step", "tokens/s", "goodput", "MFU", "peak HBM", "why");
     out << line;
     int shown = 0;
@@ -80,8 +80,10 @@ void print_table(const planner::SearchResult& r, const std::vector<planner::RunO
         if (std::string(ol.memory) == "borderline") note = "memory borderline; " + note;
         const std::string etp = p.ep > 1 || p.expert_tp > 0 ? std::to_string(p.etp()) : "-";  // experts only
         const char* a2a = p.ep < 2 ? "-" : p.moe_dispatcher == sim::MoeDispatcher::deepep ? "deepep" : "flat";
-        std::snprintf(line, sizeof line, "%4d %3d %3d %4d %3d %3d %3s %-6s %3d %3d %-6s %4d %-9s %2s %-14s %9s %11.0f %6.1f%% %5.1f%% %9s  %s\n", shown + 1, p.tp, p.pp,
-                      p.dp, p.cp, p.ep, etp.c_str(), a2a, p.vpp, p.micro_batch, sched_label(p).c_str(), p.zero_stage, sim::to_string(p.recompute),
+        // Context parallelism's exchange: the ring, or Ulysses' all-to-all ("u").
+        const std::string cp = std::to_string(p.cp) + (p.cp > 1 && p.cp_comm_type == sim::CpCommType::a2a ? "u" : "");
+        std::snprintf(line, sizeof line, "%4d %3d %3d %4d %4s %3d %3s %-6s %3d %3d %-6s %4d %-9s %2s %-14s %9s %11.0f %6.1f%% %5.1f%% %9s  %s\n", shown + 1, p.tp, p.pp,
+                      p.dp, cp.c_str(), p.ep, etp.c_str(), a2a, p.vpp, p.micro_batch, sched_label(p).c_str(), p.zero_stage, sim::to_string(p.recompute),
                       p.sequence_parallel ? "y" : "n", offload_label(p).c_str(), human_seconds(step).c_str(), tps, 100 * ol.goodput.goodput, 100 * mfu,
                       human_bytes(hbm).c_str(), note.c_str());
         out << line;
@@ -206,7 +208,7 @@ void add_plan(CLI::App& app) {
     cmd->add_flag("--no-simulate", a->no_simulate, "rank by the fast estimate only");
     cmd->add_flag("--no-offload", a->no_offload, "do not consider CPU/SSD offload");
     cmd->add_flag("--tp-across-nodes", a->tp_across_nodes, "allow tensor parallelism across nodes");
-    cmd->add_flag("--no-deepep", a->no_deepep, "MoE: keep Megatron's flat all-to-all (no DeepEP dispatch across nodes)");
+    cmd->add_flag("--no-deepep", a->no_deepep, "MoE: keep Megatron's flat all-to-all (no DeepEP dispatch)");
     cmd->add_flag("--whole-simulations", a->whole_simulations,
                   "simulate every shortlisted plan whole, never extended from three shorter simulations of its steady state "
                   "(the same figures, slower: a check)");

@@ -80,6 +80,11 @@ bool tp_ok(const ModelSpec& m, int tp) {
     return true;
 }
 
+bool ulysses_ok(const ModelSpec& m, int tp, int cp) {
+    const int kv = m.kv_heads > 0 ? m.kv_heads : m.heads;
+    return (m.heads / tp) % cp == 0 && std::max(1, kv / tp) % cp == 0;
+}
+
 }  // namespace
 
 SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const SearchSpace& s,
@@ -136,6 +141,10 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                         ++k.invalid;
                         continue;
                     }
+                    // Context parallelism's exchange: the ring, and Ulysses' all-to-all where a TP
+                    // rank's query and KV heads split over cp (validate_plan's rule).
+                    std::vector<CpCommType> cp_comms{CpCommType::p2p};
+                    if (cp > 1 && s.search_cp_comm_type && ulysses_ok(m, tp, cp)) cp_comms.push_back(CpCommType::a2a);
                     const int per_dp = gbs / dp;
                     for (int mb : divisors(per_dp)) {
                         if (stop) break;
@@ -164,7 +173,9 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                                     if (stop) break;
                                     for (Recompute rc : s.recomputes) {
                                         if (stop) break;
-                                        for (const auto& off : offloads) {
+                                        for (std::size_t oc = 0; oc < offloads.size() * cp_comms.size() && !stop; ++oc) {
+                                            const OffloadChoice& off = offloads[oc / cp_comms.size()];
+                                            const CpCommType comm = cp_comms[oc % cp_comms.size()];
                                             ++k.considered;
                                             bool ok = true;
                                             if (sched == Schedule::interleaved_1f1b && group == 0) ok = false;
@@ -198,10 +209,13 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                                             p.offload = off.offload;
                                             p.lock_free_update = off.lock_free;
                                             p.expandable_segments = s.expandable_segments;
+                                            p.cp_comm_type = comm;
                                             if (!s.framework.empty()) {
                                                 p.framework = s.framework;
                                                 apply_framework(p);
-                                                if (framework_refusal(p)) {
+                                                // A preset that fixes the exchange (DeepSpeed's Ulysses) makes the
+                                                // other one a copy.
+                                                if (framework_refusal(p) || p.cp_comm_type != comm) {
                                                     ++k.invalid;
                                                     continue;
                                                 }

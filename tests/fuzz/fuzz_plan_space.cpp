@@ -87,6 +87,7 @@ SearchSpace space_from(FuzzedDataProvider& f) {
     s.search_uneven_pipeline = f.ConsumeBool();
     s.precision = f.ConsumeBool() ? Precision::bf16 : Precision::fp8;
     s.expandable_segments = f.ConsumeBool();
+    s.search_cp_comm_type = f.ConsumeBool();
     return s;
 }
 

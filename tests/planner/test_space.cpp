@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 #include <tuple>
@@ -307,7 +308,9 @@ TEST_CASE("a framework's search yields only plans it runs, each equal to its pla
                 stated.framework.clear();
                 // Written without a framework, the defaults are omitted or explicit; strip the knobs.
                 nlohmann::json j = nlohmann::json::parse(to_json_text(stated));
-                for (const std::string& key : framework_knob_keys()) j.erase(key);
+                // The CP exchange is searched, so stated like tp (a preset may also fix it).
+                for (const std::string& key : framework_knob_keys())
+                    if (key != "cp_comm_type") j.erase(key);
                 j["framework"] = fw;
                 CHECK(to_json_text(plan_from_json_text(j.dump(), "stated.json")) == to_json_text(p));
             }
@@ -380,4 +383,51 @@ TEST_CASE("the enumeration misses no layout the plan rules accept", "[planner][s
                     }
         CHECK(accepted > 20);
     }
+}
+
+TEST_CASE("CP plans try Ulysses' all-to-all where a TP rank's heads split over cp, and only there", "[planner][space]") {
+    // small_gpt with GQA: 16 query heads, 2 KV heads. Ulysses needs (16 / tp) % cp == 0 and
+    // max(1, 2 / tp) % cp == 0: of the 16-GPU layouts only (tp 1, cp 2).
+    ModelSpec m = small_gpt();
+    m.kv_heads = 2;
+    const ClusterSpec c = two_nodes();
+    auto count = [&](const planner::SearchSpace& s) {
+        std::map<std::pair<int, int>, std::pair<std::int64_t, std::int64_t>> by_tp_cp;  // (ring, ulysses)
+        planner::enumerate_plans(m, c, s, [&](const PlanSpec& p) {
+            if (p.cp == 1) {
+                CHECK(p.cp_comm_type == CpCommType::p2p);
+                return true;
+            }
+            auto& n = by_tp_cp[{p.tp, p.cp}];
+            if (p.cp_comm_type == CpCommType::a2a) {
+                ++n.second;
+                REQUIRE_NOTHROW(validate_plan(m, c, p, "enumerated"));
+            } else {
+                ++n.first;
+            }
+            return true;
+        });
+        return by_tp_cp;
+    };
+    planner::SearchSpace s;
+    s.global_batch = 32;
+    s.search_offload = false;
+    const auto all = count(s);
+    for (const auto& [tc, n] : all) {
+        const auto [tp, cp] = tc;
+        INFO("tp " << tp << " cp " << cp);
+        CHECK(n.first > 0);
+        const bool ulysses = tp == 1 && cp == 2;
+        CHECK(n.second == (ulysses ? n.first : 0));  // there, every ring plan has its Ulysses twin
+    }
+    CHECK(all.at({1, 2}).second > 0);
+    CHECK(all.at({1, 4}).first > 0);  // a ring-only layout is searched
+    // Off: the ring only. torchtitan's CP is a ring; DeepSpeed's is Ulysses.
+    s.search_cp_comm_type = false;
+    for (const auto& [tc, n] : count(s)) CHECK(n.second == 0);
+    s.search_cp_comm_type = true;
+    s.framework = "torchtitan";
+    for (const auto& [tc, n] : count(s)) CHECK(n.second == 0);
+    s.framework = "deepspeed";
+    for (const auto& [tc, n] : count(s)) CHECK(n.first == 0);
 }
