@@ -69,6 +69,17 @@ TEST_CASE("plans: the table passes Qt's model checks and shows the planner's fig
     CHECK(table.data(table.index(0, PlanTableModel::StepTime), PlanTableModel::SortRole).toDouble() ==
           (best.simulated ? best.sim.step_time_s : best.estimate.step_time_s));
     CHECK(table.data(table.index(0, PlanTableModel::Why)).toString().toStdString() == (best.simulated && best.sim.oom ? "OOM (simulated)" : best.why));
+    // The CP exchange as the CLI's table writes it: 4u with Ulysses' all-to-all, the number alone
+    // with the ring; sorted by the degree either way.
+    std::vector<planner::RankedPlan> cps(2, best);
+    cps[0].plan.cp = cps[1].plan.cp = 4;
+    cps[0].plan.cp_comm_type = sim::CpCommType::a2a;
+    cps[1].plan.cp_comm_type = sim::CpCommType::p2p;
+    PlanTableModel cp_table;
+    cp_table.set_plans(cps);
+    CHECK(cp_table.data(cp_table.index(0, PlanTableModel::Cp)).toString() == "4u");
+    CHECK(cp_table.data(cp_table.index(1, PlanTableModel::Cp)).toString() == "4");
+    CHECK(cp_table.data(cp_table.index(0, PlanTableModel::Cp), PlanTableModel::SortRole).toInt() == 4);
 
     // Sorted by step time, ascending, by the number (not the text).
     filter.sort(PlanTableModel::StepTime, Qt::AscendingOrder);

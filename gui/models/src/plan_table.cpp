@@ -39,7 +39,7 @@ QVariant PlanTableModel::headerData(int section, Qt::Orientation o, int role) co
                                   "mb",       "schedule", "ZeRO", "recompute", "SP",     "offload", "step time",
                                   "tokens/s", "MFU",  "peak HBM", "memory",   "why"};
     static const char* tips[] = {"rank by the planner (simulated plans by simulated throughput)", "tensor parallel",
-                                 "pipeline parallel", "data parallel", "context parallel", "expert parallel",
+                                 "pipeline parallel", "data parallel", "context parallel (u: Ulysses' all-to-all, else the ring)", "expert parallel",
                                  "virtual pipeline stages per rank", "micro-batch (sequences)", "pipeline schedule",
                                  "ZeRO stage (1 = distributed optimizer)", "activation recomputation", "sequence parallelism",
                                  "model state offload (the planner's variants)", "one optimizer step", "training throughput",
@@ -83,7 +83,9 @@ QVariant PlanTableModel::data(const QModelIndex& index, int role) const {
             case Tp: return p.tp;
             case Pp: return p.pp;
             case Dp: return p.dp;
-            case Cp: return p.cp;
+            case Cp:  // as the CLI's table: 4u with Ulysses' all-to-all
+                if (p.cp > 1 && p.cp_comm_type == sim::CpCommType::a2a) return QStringLiteral("%1u").arg(p.cp);
+                return p.cp;
             case Ep: return p.ep;
             case Vpp: return p.vpp;
             case MicroBatch: return p.micro_batch;
