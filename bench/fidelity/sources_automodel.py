@@ -57,6 +57,7 @@ def automodel_h100():
                      "grad_accum_fusion": False, "eager_elementwise": True, "loss_upcast": False, "eager_cross_entropy": True},
             "measured": {"step_time_s": 21.773, "tokens_per_s_per_gpu": 12040.0, "outcome": "ran"},
             "framework": "nemo-automodel",
+            "stated_knobs": ["loss_upcast"],  # the config's loss_fn: MaskedCrossEntropy(fp32_upcast: false)
             "flops_convention": "none (step time and tokens/s published)",
             "assumptions": COMMON_ASSUME + [
                 "distributed: fsdp2 over 8, ep_size 8, tp/cp/pp 1; activation_checkpointing true: recompute full",
