@@ -80,8 +80,7 @@ void print_table(const planner::SearchResult& r, const std::vector<planner::RunO
         if (std::string(ol.memory) == "borderline") note = "memory borderline; " + note;
         const std::string etp = p.ep > 1 || p.expert_tp > 0 ? std::to_string(p.etp()) : "-";  // experts only
         const char* a2a = p.ep < 2 ? "-" : p.moe_dispatcher == sim::MoeDispatcher::deepep ? "deepep" : "flat";
-        // Context parallelism's exchange: the ring, or Ulysses' all-to-all ("u").
-        const std::string cp = std::to_string(p.cp) + (p.cp > 1 && p.cp_comm_type == sim::CpCommType::a2a ? "u" : "");
+        const std::string cp = planner::cp_label(p);
         std::snprintf(line, sizeof line, "%4d %3d %3d %4d %4s %3d %3s %-6s %3d %3d %-6s %4d %-9s %2s %-14s %9s %11.0f %6.1f%% %5.1f%% %9s  %s\n", shown + 1, p.tp, p.pp,
                       p.dp, cp.c_str(), p.ep, etp.c_str(), a2a, p.vpp, p.micro_batch, sched_label(p).c_str(), p.zero_stage, sim::to_string(p.recompute),
                       p.sequence_parallel ? "y" : "n", offload_label(p).c_str(), human_seconds(step).c_str(), tps, 100 * ol.goodput.goodput, 100 * mfu,

@@ -40,6 +40,10 @@ OffloadChoice choice(TierSplit optimizer, TierSplit params, int min_zero, const 
 
 }  // namespace
 
+std::string cp_label(const PlanSpec& p) {
+    return std::to_string(p.cp) + (p.cp > 1 && p.cp_comm_type == CpCommType::a2a ? "u" : "");
+}
+
 std::vector<OffloadChoice> offload_choices(bool search_offload, bool ssd) {
     const TierSplit gpu{1, 0, 0}, cpu{0, 1, 0}, half{0.5, 0.5, 0}, nvme{0, 0, 1};
     std::vector<OffloadChoice> out{choice(gpu, gpu, 0, "gpu")};
@@ -78,11 +82,6 @@ bool tp_ok(const ModelSpec& m, int tp) {
     if (m.ffn_hidden % tp != 0) return false;
     if (m.is_moe() && m.moe->expert_ffn_hidden > 0 && m.moe->expert_ffn_hidden % tp != 0) return false;
     return true;
-}
-
-bool ulysses_ok(const ModelSpec& m, int tp, int cp) {
-    const int kv = m.kv_heads > 0 ? m.kv_heads : m.heads;
-    return (m.heads / tp) % cp == 0 && std::max(1, kv / tp) % cp == 0;
 }
 
 }  // namespace
@@ -144,7 +143,7 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                     // Context parallelism's exchange: the ring, and Ulysses' all-to-all where a TP
                     // rank's query and KV heads split over cp (validate_plan's rule).
                     std::vector<CpCommType> cp_comms{CpCommType::p2p};
-                    if (cp > 1 && s.search_cp_comm_type && ulysses_ok(m, tp, cp)) cp_comms.push_back(CpCommType::a2a);
+                    if (cp > 1 && s.search_cp_comm_type && m.ulysses_splits_heads(tp, cp)) cp_comms.push_back(CpCommType::a2a);
                     const int per_dp = gbs / dp;
                     for (int mb : divisors(per_dp)) {
                         if (stop) break;

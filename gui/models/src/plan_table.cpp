@@ -2,6 +2,7 @@
 
 #include "strata/common/text.hpp"
 #include "strata/gui/models/whatif.hpp"
+#include "strata/planner/space.hpp"
 
 namespace strata::gui {
 
@@ -83,9 +84,7 @@ QVariant PlanTableModel::data(const QModelIndex& index, int role) const {
             case Tp: return p.tp;
             case Pp: return p.pp;
             case Dp: return p.dp;
-            case Cp:  // as the CLI's table: 4u with Ulysses' all-to-all
-                if (p.cp > 1 && p.cp_comm_type == sim::CpCommType::a2a) return QStringLiteral("%1u").arg(p.cp);
-                return p.cp;
+            case Cp: return QString::fromStdString(planner::cp_label(p));  // as the CLI's table: 4u with Ulysses
             case Ep: return p.ep;
             case Vpp: return p.vpp;
             case MicroBatch: return p.micro_batch;

@@ -155,11 +155,10 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
     // Ulysses trades the sequence split for a head split: each CP rank takes heads/cp of a TP
     // rank's query heads and KV heads.
     if (p.cp > 1 && p.cp_comm_type == CpCommType::a2a) {
-        const int kv = m.kv_heads > 0 ? m.kv_heads : m.heads;
-        const int q_rank = m.heads / p.tp, kv_rank = std::max(1, kv / p.tp);
-        if (q_rank % p.cp != 0 || kv_rank % p.cp != 0)
-            fail("plan.cp_comm_type", "= \"a2a\" splits a TP rank's heads over plan.cp = " + s(p.cp) + ": its " + s(q_rank) +
-                                          " query heads and " + s(kv_rank) + " KV heads must both divide by it (use \"p2p\", the ring)");
+        if (!m.ulysses_splits_heads(p.tp, p.cp))
+            fail("plan.cp_comm_type", "= \"a2a\" splits a TP rank's heads over plan.cp = " + s(p.cp) + ": its " +
+                                          s(m.query_heads_per_tp_rank(p.tp)) + " query heads and " + s(m.kv_heads_per_tp_rank(p.tp)) +
+                                          " KV heads must both divide by it (use \"p2p\", the ring)");
     }
     // Sequence parallelism splits each sequence over the tp ranks (no effect when tp = 1).
     // Transformer Engine's userbuffers overlap splits the SP all-gather / reduce-scatter of each

@@ -100,6 +100,15 @@ struct ModelSpec {
     bool layer_is_moe(int layer) const {
         return is_moe() && layer >= moe->first_k_dense && (layer % moe->moe_every) == (moe->moe_every - 1);
     }
+    /// A TP rank's query heads, and its KV heads (at least one: Megatron replicates KV heads when
+    /// tp exceeds them).
+    int query_heads_per_tp_rank(int tp) const { return heads / tp; }
+    int kv_heads_per_tp_rank(int tp) const { return std::max(1, (kv_heads > 0 ? kv_heads : heads) / tp); }
+    /// Ulysses' all-to-all (plan.cp_comm_type "a2a") can split a TP rank's heads over cp: both its
+    /// query and its KV heads divide by cp (validate_plan's rule, the planner's search).
+    bool ulysses_splits_heads(int tp, int cp) const {
+        return query_heads_per_tp_rank(tp) % cp == 0 && kv_heads_per_tp_rank(tp) % cp == 0;
+    }
 };
 
 enum class NetTopology { fat_tree, rail_optimized };

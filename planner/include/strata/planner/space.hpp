@@ -45,6 +45,9 @@ struct SpaceCounters {
     std::int64_t valid = 0;           ///< yielded
 };
 
+/// How the plan tables write the CP degree: "4" with the ring, "4u" with Ulysses' all-to-all.
+std::string cp_label(const sim::PlanSpec& p);
+
 /// The offload variants tried for a plan (index 0 = everything on the GPU).
 struct OffloadChoice {
     sim::OffloadSpec offload;
