@@ -318,12 +318,12 @@ void RankState::touch(std::size_t i) {
     const Args a{w_.program, rp_, rp_.operands[i]};
     for (int k = 0; k < a.o.n_in; ++k) {
         const DataTensor& t = a.in(k);
-        if (!(t.role == TensorRole::optimizer_state && t.tier == Tier::ssd)) tensor(a.id(k), false, i);
+        if (t.tier != Tier::ssd) tensor(a.id(k), false, i);
         else ssd_fd();
     }
     for (int k = 0; k < a.o.n_out; ++k) {
         const DataTensor& t = a.out(k);
-        if (!(t.role == TensorRole::optimizer_state && t.tier == Tier::ssd)) tensor(a.id(a.o.n_in + k), true, i);
+        if (t.tier != Tier::ssd) tensor(a.id(a.o.n_in + k), true, i);
         else ssd_fd();
     }
     const bool cpu_stream = in.kind == InstrKind::optimizer;
@@ -456,6 +456,14 @@ void RankState::copy(std::size_t i) {
             const bool read = in.copy == CopyKind::ssd_read;
             const DataTensor& ssd = read ? src : dst;
             float* host = tensor(a.id(read ? a.o.n_in + k : k), read, i);
+            if (ssd.role == TensorRole::param) {  // the weights' region (plan.offload.params = ssd)
+                try {
+                    param_file_io(ssd.offset, ssd.elements(), host, read);
+                } catch (const RuntimeError& e) {
+                    fail(i, e.what());
+                }
+                continue;
+            }
             const i64 at = ssd_slot(ssd);
             if (reinterpret_cast<std::uintptr_t>(host) % kSsdAlign != 0) fail(i, "a host buffer of the ssd tier is not page-aligned");
             // Whole pages (the slot and the host buffer are padded to them), in the request shape
@@ -508,6 +516,7 @@ std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
         bool on_device;
         float* weights;  ///< bf16: the weights the fp32 master p is copied to (null: p is them)
         bool start_master = false;  ///< first update of a master staged from the SSD: start it from the weights
+        bool weights_in_file = false;  ///< ... which are in the ssd file (plan.offload.params = ssd), not yet in `weights`
     };
     std::vector<Update> updates;
     const std::string& name = w_.program.names[static_cast<std::size_t>(in.name)];
@@ -545,7 +554,9 @@ std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
             const i64 e = p.elements();
             float* st = tensor(a.id(n + k), false, i);
             float* weights = tensor(a.id(a.o.n_in + n + k), true, i);
-            if (master) updates.push_back({st, st + e, st + 2 * e, tensor(a.id(k), false, i), p.offset, e, false, weights, update_number(cpu_stream) == 1});
+            if (master)
+                updates.push_back({st, st + e, st + 2 * e, tensor(a.id(k), false, i), p.offset, e, false, weights, update_number(cpu_stream) == 1,
+                                   params_on_ssd_});
             else updates.push_back({weights, st, st + e, tensor(a.id(k), false, i), p.offset, e, false, nullptr});
         }
     }
@@ -557,7 +568,8 @@ std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
     const bool narrow_m = w_.plan.exp_avg_dtype == Precision::bf16, narrow_v = w_.plan.exp_avg_sq_dtype == Precision::bf16;
     return [this, updates = std::move(updates), lr, b1, b2, eps, wd, update, threads, narrow_m, narrow_v] {
         for (const Update& u : updates) {
-            if (u.start_master) std::memcpy(u.p, u.weights, static_cast<std::size_t>(u.n) * sizeof(float));
+            if (u.start_master && u.weights_in_file) param_file_io(u.offset, u.n, u.p, true);
+            else if (u.start_master) std::memcpy(u.p, u.weights, static_cast<std::size_t>(u.n) * sizeof(float));
             if (u.on_device) {  // each parameter with its weight decay or none, in one launch
                 std::vector<i64> begin, len;
                 std::vector<float> decay;

@@ -58,6 +58,7 @@ RankState::RankState(World& w, int index) : w_(w), rp_(w.program.ranks[static_ca
     dev_ = w.device_of(rank);
     lanes_ = dev_ != nullptr && !w.options.memory_only;
     params_on_host_ = !w.plan.offload.params.all_gpu();
+    params_on_ssd_ = w.plan.offload.params.ssd >= 1.0;
     precompute();
 }
 
@@ -83,7 +84,7 @@ void RankState::precompute() {
         const auto* ids = rp_.operand_ids.data() + o.first;
         for (int k = 0; k < o.n_in; ++k) {
             const DataTensor& t = prog.tensors[static_cast<std::size_t>(ids[k])];
-            if (!tracked(t.role, t.tier)) continue;
+            if (!tracks(t)) continue;
             if (t.role == TensorRole::tokens) {
                 ++token_reads_[ids[k]];
                 continue;
@@ -96,7 +97,7 @@ void RankState::precompute() {
         }
         for (int j = 0; j < o.n_out; ++j) {
             const DataTensor& t = prog.tensors[static_cast<std::size_t>(ids[o.n_in + j])];
-            if (tracked(t.role, t.tier)) writer[ids[o.n_in + j]] = o.first + static_cast<std::size_t>(o.n_in + j);
+            if (tracks(t)) writer[ids[o.n_in + j]] = o.first + static_cast<std::size_t>(o.n_in + j);
         }
     }
     recorded_.assign(static_cast<std::size_t>(std::max(1, prog.events)), 0);
@@ -113,7 +114,16 @@ void RankState::precompute() {
         if (t.role != TensorRole::optimizer_state || t.tier != Tier::ssd) continue;
         if (ssd_slot_.emplace(std::make_pair(t.offset, t.elements()), at).second) at += static_cast<i64>(ssd_padded_bytes(state_floats() * t.elements()));
     }
+    // Homed on the SSD, the weights follow: 2 B an element of the ranges the rank homes.
+    if (params_on_ssd_) {
+        params_ssd_at_ = at;
+        at += static_cast<i64>(ssd_padded_bytes((host_ranges_.elements + 1) / 2));
+    }
     ssd_bytes_ = at;
+}
+
+bool RankState::tracks(const DataTensor& t) const {
+    return tracked(t.role, t.tier) || (params_on_ssd_ && t.role == TensorRole::param && t.tier == Tier::cpu && t.version != 1);
 }
 
 Pool* RankState::pool_of(Tier t) {
@@ -220,6 +230,8 @@ float* RankState::tensor(int id, bool write, std::size_t at) {
                 if (mb.master.empty()) fail(at, "names the fp32 master of a plan that keeps none");
                 return mb.master.data();
             }
+            // Homed on the SSD, a host range is staging: a live value of the step (below).
+            if (t.tier == Tier::cpu && params_on_ssd_) break;
             if (t.tier != Tier::gpu) return host_params() + host_index(t.offset, t.elements());
             if (t.shard) {
                 if (const i64 k = param_shard_.index(t.offset, t.elements()); params_sharded_ && k >= 0) return params_.data() + k;
@@ -252,7 +264,7 @@ float* RankState::tensor(int id, bool write, std::size_t at) {
             break;
         default: break;
     }
-    STRATA_ASSERT(!(t.role == TensorRole::optimizer_state && t.tier == Tier::ssd), "runtime: the ssd tier has no address");
+    STRATA_ASSERT(t.tier != Tier::ssd, "runtime: the ssd tier has no address");
     auto it = live_.find(id);
     if (it != live_.end()) return it->second.buf.data();
     const std::string& name = w_.program.tensor_names[static_cast<std::size_t>(t.name)];
@@ -409,7 +421,7 @@ void RankState::finish(std::size_t i) {
     if (w_.plan.precision != Precision::fp32 && !w_.options.memory_only && !dev_)
         for (int j = 0; j < o.n_out; ++j) {
             const DataTensor& t = w_.program.tensors[static_cast<std::size_t>(ids[o.n_in + j])];
-            if (elem_bytes(t) == 2.0) round_half(tensor(ids[o.n_in + j], false, i), elements(ids[o.n_in + j]));
+            if (elem_bytes(t) == 2.0 && t.tier != Tier::ssd) round_half(tensor(ids[o.n_in + j], false, i), elements(ids[o.n_in + j]));
         }
     // Inputs have been read; outputs start a new value with its own count of readers; a value
     // nobody will read again is freed. An in-place update must be the old value's last reader.

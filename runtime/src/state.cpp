@@ -1,7 +1,7 @@
 // A rank's model states: initialisation that does not depend on the parallel split (every element
 // is drawn from its index in the whole tensor), Adam's moments created where each optimizer
-// instruction runs, the host copies of an offloaded optimizer, the ssd tier's file, and
-// checkpoints that resume bit for bit.
+// instruction runs, the host copies of an offloaded optimizer, and checkpoints that resume bit for
+// bit (the ssd tier's file: ssd.cpp).
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <unistd.h>
 
 #include "rank.hpp"
@@ -99,24 +100,13 @@ constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'C', '1'};
 
 }  // namespace
 
-bool full_pio(int fd, void* buf, std::size_t bytes, std::int64_t at, bool read) {
-    auto* p = static_cast<char*>(buf);
-    while (bytes > 0) {
-        const ssize_t got = read ? ::pread(fd, p, bytes, static_cast<off_t>(at)) : ::pwrite(fd, p, bytes, static_cast<off_t>(at));
-        if (got < 0 && errno == EINTR) continue;
-        if (got <= 0) return false;
-        p += got;
-        at += got;
-        bytes -= static_cast<std::size_t>(got);
-    }
-    return true;
-}
-
 void RankState::init_params() {
     const std::string who = "rank " + std::to_string(rank_) + " tier gpu, ";
     // Parameters homed on the host (plan.offload.params) live there; the GPU fetches them a unit at a time.
     // Homed on the host, a bf16 plan's weights are bf16 there; their fp32 master sits with the moments.
-    if (params_on_host_)
+    // Homed on the SSD, their home is the file's region (written below).
+    if (params_on_ssd_) ssd_fd();
+    else if (params_on_host_)
         params_host_ = buffer(host_ranges_.elements, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, parameters", true, weight_bytes());
     else params_ = buffer(home_elements(), Tier::gpu, who + (params_sharded_ ? "parameter shard" : "parameters"), true,
                           params_sharded_ ? shard_weight_bytes() : weight_bytes());
@@ -127,7 +117,7 @@ void RankState::init_params() {
     // Drawn on the host; on the cuda backend copied to the device afterwards, and where the host
     // homes only this rank's shard, packed into it.
     const bool whole_home = host_ranges_.segs.size() == 1 && host_ranges_.elements == layout_.elements();
-    const bool stage = params_on_host_ ? !whole_home : dev_ != nullptr || params_sharded_;
+    const bool stage = params_on_ssd_ || (params_on_host_ ? !whole_home : dev_ != nullptr || params_sharded_);
     std::vector<float> staged(stage ? static_cast<std::size_t>(layout_.elements()) : 0);
     float* base = stage ? staged.data() : params_home();
     const double out_std = kInitStd / std::sqrt(2.0 * std::max(1, w_.model.layers));  // scaled residual projections
@@ -153,7 +143,9 @@ void RankState::init_params() {
     // A bf16 plan's weights are bf16 from the start; the optimizer's fp32 master copies start from
     // them (Megatron casts the model, then clones its weights to fp32).
     if (w_.plan.precision != Precision::fp32) round_half(base, layout_.elements());
-    if (stage && params_on_host_) {
+    if (params_on_ssd_) {
+        for (const PackedRanges::Seg& g : host_ranges_.segs) param_file_io(g.offset, g.count, staged.data() + g.offset, false);
+    } else if (stage && params_on_host_) {
         for (const PackedRanges::Seg& g : host_ranges_.segs)
             std::memcpy(params_host_.data() + g.at, staged.data() + g.offset, static_cast<std::size_t>(g.count) * sizeof(float));
     } else if (stage && params_sharded_) {
@@ -196,7 +188,12 @@ void RankState::init(const std::string& resume_dir) {
         get(h.data(), h.size() * sizeof(float));
         from_host(dst, h.data(), n);
     };
-    get_floats(params_home(), home_elements());
+    if (params_on_ssd_) {  // the ssd file's copy, restored below, holds them
+        std::vector<float> h(static_cast<std::size_t>(home_elements()));
+        get(h.data(), h.size() * sizeof(float));
+    } else {
+        get_floats(params_home(), home_elements());
+    }
     std::int64_t blocks = 0;
     get(&blocks, sizeof blocks);
     for (std::int64_t b = 0; b < blocks; ++b) {
@@ -253,7 +250,13 @@ void RankState::save(const std::string& dir) const {
         to_host(h.data(), src, n);
         put_floats(out, h.data(), n);
     };
-    put_from(params_home(), home_elements());
+    if (params_on_ssd_) {
+        std::vector<float> h(static_cast<std::size_t>(home_elements()));
+        for (const PackedRanges::Seg& g : host_ranges_.segs) param_file_io(g.offset, g.count, h.data() + g.at, true);
+        put_floats(out, h.data(), home_elements());
+    } else {
+        put_from(params_home(), home_elements());
+    }
     put(out, static_cast<std::int64_t>(gpu_moments_.size() + cpu_moments_.size()));
     for (int tier = 0; tier < 2; ++tier)
         for (const MomentBlock& mb : tier == 0 ? gpu_moments_ : cpu_moments_) {
@@ -482,74 +485,6 @@ float* RankState::host_grads() {
     return grads_host_.data();
 }
 
-// The ssd tier: one file per rank holding Adam's moments (m, v) of each range it swaps, a page-
-// aligned slot each (precompute), sparse until written; its size is charged to the node's ssd pool.
-// Opened with O_DIRECT, as ZeRO-Infinity's swapper does: the page cache neither hides the device
-// nor holds a second copy of the state in host memory.
-int RankState::ssd_fd() {
-    if (ssd_fd_ >= 0) return ssd_fd_;
-    ssd_path_ = w_.ssd_dir + "/rank-" + std::to_string(rank_) + ".optimizer-state";
-    ssd_direct_ = true;
-    ssd_fd_ = ::open(ssd_path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
-    if (ssd_fd_ < 0 && errno == EINVAL) {  // tmpfs and some overlay filesystems refuse O_DIRECT
-        ssd_direct_ = false;
-        ssd_fd_ = ::open(ssd_path_.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
-    }
-    if (ssd_fd_ < 0) throw RuntimeError("cannot create the ssd tier's file " + ssd_path_ + ": " + std::strerror(errno));
-    if (::ftruncate(ssd_fd_, ssd_bytes_) != 0) throw RuntimeError("cannot size the ssd tier's file " + ssd_path_);
-    Pool* pool = pool_of(Tier::ssd);
-    const double now = pool->used.fetch_add(static_cast<double>(ssd_bytes_)) + static_cast<double>(ssd_bytes_);
-    if (pool->capacity > 0 && now > pool->capacity)
-        throw OutOfMemory("rank " + std::to_string(rank_) + " tier ssd: the optimizer state file needs " + std::to_string(ssd_bytes_) +
-                          " bytes more than the node's capacity");
-    double cur = pool->peak.load();
-    while (now > cur && !pool->peak.compare_exchange_weak(cur, now)) {
-    }
-    return ssd_fd_;
-}
-
-// The whole file through the page cache (a checkpoint's copy of it): the kernel writes back or
-// drops the cached pages around the O_DIRECT transfers, so both views agree.
-bool RankState::ssd_whole_file(std::vector<char>& buf, bool read) const {
-    const int fd = ::open(ssd_path_.c_str(), O_RDWR);
-    if (fd < 0) return false;
-    const bool ok = full_pio(fd, buf.data(), buf.size(), 0, read) && (read || ::fdatasync(fd) == 0);
-    ::close(fd);
-    return ok;
-}
-
-// DeepSpeed's aio defaults (block_size 1 MiB, queue_depth 8): 1 MiB requests, 8 in flight, each
-// of 8 threads taking every 8th block. One large request per thread is slower on a virtual disk
-// (351 MB/s for 84 MiB writes where 16 MiB ones reached 680 MB/s on this project's VM), and the
-// profiler times the same shape (host_bench.cpp bench_ssd, 1 MiB at queue depth 8).
-bool ssd_io(int fd, char* host, std::size_t bytes, i64 at, bool read) {
-    constexpr std::size_t kBlock = std::size_t{1} << 20;
-    constexpr std::size_t kQueueDepth = 8;
-    const std::size_t blocks = (bytes + kBlock - 1) / kBlock, threads = std::min(kQueueDepth, blocks);
-    std::atomic<bool> ok{true};
-    auto run = [&](std::size_t t) {
-        for (std::size_t b = t; b < blocks && ok; b += threads) {
-            const std::size_t off = b * kBlock, len = std::min(kBlock, bytes - off);
-            if (!full_pio(fd, host + off, len, at + static_cast<i64>(off), read)) ok = false;
-        }
-    };
-    if (threads <= 1) {
-        run(0);
-        return ok;
-    }
-    std::vector<std::thread> pool;
-    for (std::size_t t = 1; t < threads; ++t) pool.emplace_back(run, t);
-    run(0);
-    for (auto& th : pool) th.join();
-    return ok;
-}
-
-i64 RankState::ssd_slot(const DataTensor& t) const {
-    auto it = ssd_slot_.find({t.offset, t.elements()});
-    STRATA_ASSERT(it != ssd_slot_.end(), "runtime: a range of optimizer state with no slot in the ssd file");
-    return it->second;
-}
-
 const ParamEntry& RankState::entry(const std::string& name, int layer) const {
     const ParamEntry* e = layout_.find(name, layer);
     if (!e) throw InputError("runtime", name, "rank " + std::to_string(rank_) + " holds no such parameter on layer " + std::to_string(layer));
@@ -571,11 +506,20 @@ float RankState::read_param(const std::string& name, int layer, bool grad, i64 i
         to_host(&v, grads_.data() + at, 1);
         return v;
     }
+    if (!grad && params_on_ssd_) {
+        param_file_io(e.offset + index, 1, &v, true);
+        return v;
+    }
     to_host(&v, (grad ? grads_.data() + e.offset : home_at(e.offset, e.elements())) + index, 1);
     return v;
 }
 
 void RankState::write_param(const std::string& name, int layer, i64 index, float value) {
+    if (params_on_ssd_) {  // stored as bf16, as the update stores them
+        const ParamEntry& e = entry(name, layer);
+        param_file_io(e.offset + index, 1, &value, false);
+        return;
+    }
     from_host(param_ptr(name, layer) + index, &value, 1);
 }
 

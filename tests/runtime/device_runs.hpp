@@ -154,6 +154,10 @@ inline std::vector<Variant> bf16_variants() {
         q.offload.activations = TierSplit{0.0, 1.0, 0.0};
         v.push_back({"Llama, bf16, parameters, optimizer and activations on the CPU", tiny_llama(2), q});
         q = p;
+        q.zero_stage = 3;  // ZeRO-Infinity's NVMe offload of both: the weights staged through the host from the file
+        q.offload.params = q.offload.optimizer = TierSplit{0.0, 0.0, 1.0};
+        v.push_back({"Llama, bf16, parameters and optimizer on SSD", tiny_llama(2), q});
+        q = p;
         q.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
         q.lock_free_update = true;
         v.push_back({"Llama, bf16, lock-free update", tiny_llama(2), q});

@@ -74,31 +74,34 @@ double RankLowering::zero3_calls_before(Stream s, CollKind k, Group g, int layer
 // at once (the host share goes up while the SSD share is read into host memory, then follows it
 // over PCIe; h2d is one serial stream). In the dataflow each H2D fills its part of `slices` (a
 // unit's range, or a rank's slices of it) on the GPU from the host's copy: the host share first,
-// the SSD share after it.
+// the SSD share after it, read from the file into host memory first.
 int RankLowering::fetch_offloaded(double params, const std::vector<std::pair<double, double>>& slices, int after_ev) {
     const TierSplit& pf = p_.offload.params;
     const double off = pf.cpu + pf.ssd;
     if (off <= 0) return after_ev;
     int ev = after_ev;
-    auto part = [&](double lo, double hi) {
+    auto part = [&](double lo, double hi, Tier from_tier, Tier to_tier) {
         if (!df_ || slices.empty()) return;
         std::vector<int> from, to;
         for (const auto& [s_off, s_count] : slices) {
             const double a = s_off + std::round(s_count * lo / off), b = s_off + std::round(s_count * hi / off);
             if (b <= a) continue;
-            from.push_back(range(TensorRole::param, a, b - a, Tier::cpu));
-            to.push_back(range(TensorRole::param, a, b - a, Tier::gpu));
+            from.push_back(range(TensorRole::param, a, b - a, from_tier));
+            to.push_back(range(TensorRole::param, a, b - a, to_tier));
         }
         if (!from.empty()) io_lists(from, to);
     };
     if (pf.cpu > 0) {
         ev = copy(Stream::h2d, CopyKind::h2d, params * pf.cpu * d_.act_bytes, n_.fetch_h2d, after_ev);
-        part(0, pf.cpu);
+        part(0, pf.cpu, Tier::cpu, Tier::gpu);
     }
     if (pf.ssd > 0) {
+        // The SSD share is read into a host staging copy (the swapper's pinned buffers), which the
+        // H2D empties.
         const int read = copy(Stream::ssd, CopyKind::ssd_read, params * pf.ssd * d_.act_bytes, n_.fetch_ssd, after_ev);
+        part(pf.cpu, off, Tier::ssd, Tier::cpu);
         ev = copy(Stream::h2d, CopyKind::h2d, params * pf.ssd * d_.act_bytes, n_.fetch_h2d, read);
-        part(pf.cpu, off);
+        part(pf.cpu, off, Tier::cpu, Tier::gpu);
     }
     return ev;
 }

@@ -16,15 +16,17 @@ constexpr double kMasterBytesPerParam = 4;         // fp32 master: with m, v wha
 // The updated parameters of a host-side update go where the plan keeps them: the share resident
 // on the GPU is copied up (ZeRO-Offload); an offloaded share stays in host memory, its home, or is
 // written back to the SSD (ZeRO-Infinity's parameter swap), and the next fetch brings it.
+// (The SSD optimizer's sub-groups write their weights to the file as each one finishes:
+// host_update; `ssd_written` says so.)
 template <class DataflowH2D>
-int RankLowering::params_home(double params, int after_ev, DataflowH2D&& dataflow_h2d) {
+int RankLowering::params_home(double params, int after_ev, DataflowH2D&& dataflow_h2d, bool ssd_written) {
     const TierSplit& pf = p_.offload.params;
     int done = after_ev;
     if (pf.gpu > 0) {
         done = copy(Stream::h2d, CopyKind::h2d, d_.act_bytes * params * pf.gpu, n_.param_h2d, after_ev);
         if (df_) dataflow_h2d();
     }
-    if (pf.ssd > 0) done = copy(Stream::ssd, CopyKind::ssd_write, d_.act_bytes * params * pf.ssd, n_.param_ssd_write, after_ev);
+    if (pf.ssd > 0 && !ssd_written) done = copy(Stream::ssd, CopyKind::ssd_write, d_.act_bytes * params * pf.ssd, n_.param_ssd_write, after_ev);
     return done;
 }
 
@@ -32,7 +34,9 @@ int RankLowering::params_home(double params, int after_ev, DataflowH2D&& dataflo
 // host memory (after_ev): CPU Adam over the cpu share; over the ssd share ZeRO-Infinity's
 // pipelined sub-groups (read state, CPU Adam, write state back, the next sub-group's read
 // overlapping the current update). Sets the events after which each share's parameters are
-// updated in host memory (-1 for a share of none).
+// updated in host memory (-1 for a share of none); for the ssd share with the weights homed on the
+// SSD, after which the last sub-group's weights are back in the file (DeepSpeed's stage3.py swaps
+// a sub-group's 2-byte parameters out after its step, beside its optimizer state).
 void RankLowering::host_update(int after_ev, const std::vector<std::pair<double, double>>& owned, int& cpu_done, int& ssd_done) {
     cpu_done = ssd_done = -1;
     const Phase was = phase_;
@@ -84,9 +88,14 @@ void RankLowering::host_update(int after_ev, const std::vector<std::pair<double,
                 outs.insert(outs.end(), hp.begin(), hp.end());
                 io_lists(ins, outs);
             }
-            ssd_done = record(Stream::cpu);
-            copy(Stream::ssd, CopyKind::ssd_write, state_bytes, n_.state_write, ssd_done);
+            const int updated = record(Stream::cpu);
+            ssd_done = updated;
+            copy(Stream::ssd, CopyKind::ssd_write, state_bytes, n_.state_write, updated);
             if (df_) io_lists(group_part(g, R::optimizer_state, Tier::cpu), group_part(g, R::optimizer_state, Tier::ssd));
+            if (p_.offload.params.ssd > 0) {
+                ssd_done = copy(Stream::ssd, CopyKind::ssd_write, d_.act_bytes * per * p_.offload.params.ssd, n_.param_ssd_write, updated);
+                if (df_) io_lists(group_part(g, R::param, Tier::cpu), group_part(g, R::param, Tier::ssd));
+            }
         }
     }
     phase_ = was;
@@ -176,11 +185,11 @@ void RankLowering::optimizer(int s) {
         }
         if (of.cpu > 0) {
             const double lo = of.gpu, hi = of.gpu + of.cpu;
-            done = params_home(shard * of.cpu, cpu_done, [&] { io_lists(part(lo, hi, R::param, Tier::cpu), part(lo, hi, R::param, Tier::gpu)); });
+            done = params_home(shard * of.cpu, cpu_done, [&] { io_lists(part(lo, hi, R::param, Tier::cpu), part(lo, hi, R::param, Tier::gpu)); }, false);
         }
         if (of.ssd > 0) {
             const double base = of.gpu + of.cpu;
-            done = params_home(shard * of.ssd, ssd_done, [&] { io_lists(part(base, 1, R::param, Tier::cpu), part(base, 1, R::param, Tier::gpu)); });
+            done = params_home(shard * of.ssd, ssd_done, [&] { io_lists(part(base, 1, R::param, Tier::cpu), part(base, 1, R::param, Tier::gpu)); }, true);
         }
     }
     optimizer_done_ev_ = done;

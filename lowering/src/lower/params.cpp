@@ -221,15 +221,27 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
                    "executed; a share kept on the GPU or on the SSD is not executed yet";
     }
     if (!p.offload.params.all_gpu()) {
-        if (p.offload.params.cpu < 1.0)
-            return "plan.offload.params: parameters homed wholly in host memory (\"cpu\") are executed; a share kept on the GPU or "
-                   "on the SSD is not executed yet";
+        const TierSplit& pf = p.offload.params;
+        if (pf.cpu < 1.0 && pf.ssd < 1.0)
+            return "plan.offload.params: parameters homed wholly in host memory (\"cpu\") or wholly on the SSD (\"ssd\") are "
+                   "executed; a share kept on the GPU, or split between tiers, is not executed yet";
+        if (pf.ssd >= 1.0) {
+            // ZeRO-Infinity with offload_param and offload_optimizer both on NVMe: each sub-group's
+            // update writes its 2-byte weights back to the file (stage3.py's swap-out per sub-group).
+            if (p.offload.optimizer.ssd < 1.0)
+                return "plan.offload.params = ssd: needs plan.offload.optimizer wholly on the SSD too (ZeRO-Infinity's NVMe "
+                       "offload of both; the weights go back to the file a sub-group at a time)";
+            if (p.precision != Precision::bf16)
+                return std::string("plan.offload.params = ssd with plan.precision = ") + to_string(p.precision) +
+                       ": the SSD file holds bf16 weights beside the fp32 master (set bf16)";
+            if (p.lock_free_update) return "plan.offload.params = ssd with plan.lock_free_update: the delayed update is not executed there";
+        }
         if (p.offload.optimizer.gpu > 0)
-            return "plan.offload.params = cpu: needs plan.offload.optimizer wholly off the GPU (the update runs where the "
-                   "parameters live)";
+            return std::string("plan.offload.params = ") + (pf.ssd >= 1.0 ? "ssd" : "cpu") +
+                   ": needs plan.offload.optimizer wholly off the GPU (the update runs where the parameters live)";
         if (p.dp * p.cp > 1 && p.zero_stage != 3)
-            return "plan.offload.params = cpu with dp x cp = " + std::to_string(p.dp * p.cp) +
-                   ": data-parallel ranks home their shard of the parameters on the host under ZeRO-3 (offload_param); "
+            return std::string("plan.offload.params = ") + (pf.ssd >= 1.0 ? "ssd" : "cpu") + " with dp x cp = " + std::to_string(p.dp * p.cp) +
+                   ": data-parallel ranks home their shard of the parameters off the GPU under ZeRO-3 (offload_param); "
                    "set plan.zero_stage = 3";
     }
     if (p.lock_free_update && !p.offload.params.all_gpu() && (p.precision == Precision::fp32 || p.offload.optimizer.ssd > 0))

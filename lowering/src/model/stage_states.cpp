@@ -104,6 +104,12 @@ void emit_model_states(const PlanSpec& p, const StageParams& sp, Emit&& emit) {
         const double state = (fp32 ? 0.0 : 4.0) + bytes_per_element(p.exp_avg_dtype) + bytes_per_element(p.exp_avg_sq_dtype);
         emit("optimizer.ssd_staging", TensorTag::optimizer, life, std::min(groups, 2.0) * params / groups * state, TierSplit{0.0, 1.0, 0.0},
              "min(2, sub-groups) x sub-group state", nullptr);
+        // Weights homed on the SSD as well: each sub-group's updated weights wait in host memory
+        // for their write to the file (stage3.py's swap-out after the sub-group's step), while the
+        // next sub-group's update writes its own.
+        if (p.offload.params.ssd > 0)
+            emit("params.ssd_staging", TensorTag::weights, life, std::min(groups, 2.0) * params / groups * wb * p.offload.params.ssd,
+                 TierSplit{0.0, 1.0, 0.0}, "min(2, sub-groups) x sub-group weights", nullptr);
     }
 }
 
