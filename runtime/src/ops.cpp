@@ -516,7 +516,6 @@ std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
         bool on_device;
         float* weights;  ///< bf16: the weights the fp32 master p is copied to (null: p is them)
         bool start_master = false;  ///< first update of a master staged from the SSD: start it from the weights
-        bool weights_in_file = false;  ///< ... which are in the ssd file (plan.offload.params = ssd), not yet in `weights`
     };
     std::vector<Update> updates;
     const std::string& name = w_.program.names[static_cast<std::size_t>(in.name)];
@@ -554,9 +553,10 @@ std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
             const i64 e = p.elements();
             float* st = tensor(a.id(n + k), false, i);
             float* weights = tensor(a.id(a.o.n_in + n + k), true, i);
+            // Staged weights are written by this update: the file's master started as the weights (init_params).
             if (master)
-                updates.push_back({st, st + e, st + 2 * e, tensor(a.id(k), false, i), p.offset, e, false, weights, update_number(cpu_stream) == 1,
-                                   params_on_ssd_});
+                updates.push_back({st, st + e, st + 2 * e, tensor(a.id(k), false, i), p.offset, e, false, weights,
+                                   update_number(cpu_stream) == 1 && !host_weights_staged_});
             else updates.push_back({weights, st, st + e, tensor(a.id(k), false, i), p.offset, e, false, nullptr});
         }
     }
@@ -568,8 +568,7 @@ std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
     const bool narrow_m = w_.plan.exp_avg_dtype == Precision::bf16, narrow_v = w_.plan.exp_avg_sq_dtype == Precision::bf16;
     return [this, updates = std::move(updates), lr, b1, b2, eps, wd, update, threads, narrow_m, narrow_v] {
         for (const Update& u : updates) {
-            if (u.start_master && u.weights_in_file) param_file_io(u.offset, u.n, u.p, true);
-            else if (u.start_master) std::memcpy(u.p, u.weights, static_cast<std::size_t>(u.n) * sizeof(float));
+            if (u.start_master) std::memcpy(u.p, u.weights, static_cast<std::size_t>(u.n) * sizeof(float));
             if (u.on_device) {  // each parameter with its weight decay or none, in one launch
                 std::vector<i64> begin, len;
                 std::vector<float> decay;

@@ -59,6 +59,8 @@ RankState::RankState(World& w, int index) : w_(w), rp_(w.program.ranks[static_ca
     lanes_ = dev_ != nullptr && !w.options.memory_only;
     params_on_host_ = !w.plan.offload.params.all_gpu();
     params_on_ssd_ = w.plan.offload.params.ssd >= 1.0;
+    host_weights_staged_ = params_on_ssd_ || (w.plan.offload.optimizer.ssd >= 1.0 && w.plan.offload.params.all_gpu() &&
+                                              w.plan.precision != Precision::fp32 && !w.plan.lock_free_update);
     precompute();
 }
 
@@ -123,7 +125,7 @@ void RankState::precompute() {
 }
 
 bool RankState::tracks(const DataTensor& t) const {
-    return tracked(t.role, t.tier) || (params_on_ssd_ && t.role == TensorRole::param && t.tier == Tier::cpu && t.version != 1);
+    return tracked(t.role, t.tier) || (host_weights_staged_ && t.role == TensorRole::param && t.tier == Tier::cpu && t.version != 1);
 }
 
 Pool* RankState::pool_of(Tier t) {
@@ -149,7 +151,7 @@ double RankState::elem_bytes(const DataTensor& t) const {
         // gather's whole range is their bf16 cast.
         case TensorRole::param:
             if (t.shard && p.fsdp_fp32_shards()) return 4.0;
-            return t.version == 1 ? 4.0 : t.tier == Tier::gpu || params_on_host_ ? 2.0 : 4.0;
+            return t.version == 1 ? 4.0 : t.tier == Tier::gpu || params_on_host_ || host_weights_staged_ ? 2.0 : 4.0;
         case TensorRole::param_grad: return t.shard ? p.kept_grad_bytes() : p.grad_bytes();
         case TensorRole::tokens:
         case TensorRole::stats:
@@ -230,8 +232,8 @@ float* RankState::tensor(int id, bool write, std::size_t at) {
                 if (mb.master.empty()) fail(at, "names the fp32 master of a plan that keeps none");
                 return mb.master.data();
             }
-            // Homed on the SSD, a host range is staging: a live value of the step (below).
-            if (t.tier == Tier::cpu && params_on_ssd_) break;
+            // Staged through the host, a host range is a live value of the step (below).
+            if (t.tier == Tier::cpu && host_weights_staged_) break;
             if (t.tier != Tier::gpu) return host_params() + host_index(t.offset, t.elements());
             if (t.shard) {
                 if (const i64 k = param_shard_.index(t.offset, t.elements()); params_sharded_ && k >= 0) return params_.data() + k;

@@ -378,6 +378,13 @@ private:
     /// `host` holding them as floats (O_DIRECT in page-aligned chunks; a write keeps the bytes of
     /// the partial pages it shares with its neighbours).
     void param_file_io(i64 offset, i64 n, float* host, bool read) const;
+    /// The host's weights are staging, not a home: values of the step from the update (or a
+    /// fetch's read) to their way home (H2D, or the file). Weights homed on the SSD; or the
+    /// optimizer wholly on the SSD with a master in its state and the weights on the GPU, not
+    /// lock-free (the state file holds the master from the start: init_params).
+    bool host_weights_staged_ = false;
+    /// Writes n floats at `at` of the ssd file, zero-padded to a whole page (at init).
+    void write_ssd_floats(i64 at, const float* src, i64 n) const;
     /// Whether a tensor is a value of the step, allocated when written and freed after its last read.
     bool tracks(const sim::DataTensor& t) const;
     std::vector<Live> fetched_;    ///< by layout unit: its GPU copy and the reads still to come

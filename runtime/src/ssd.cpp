@@ -144,4 +144,17 @@ void RankState::param_file_io(i64 offset, i64 n, float* host, bool read) const {
     }
 }
 
+void RankState::write_ssd_floats(i64 at, const float* src, i64 n) const {
+    STRATA_ASSERT(ssd_fd_ >= 0 && at % static_cast<i64>(kSsdAlign) == 0, "runtime: an unaligned write to the ssd file");
+    const std::size_t chunk = std::size_t{16} << 20, bytes = static_cast<std::size_t>(n) * sizeof(float);
+    std::unique_ptr<char, decltype(&std::free)> buf(static_cast<char*>(std::aligned_alloc(kSsdAlign, chunk)), &std::free);
+    if (!buf) throw RuntimeError("runtime: no host memory to write the ssd file");
+    for (std::size_t c = 0; c < bytes; c += chunk) {
+        const std::size_t len = std::min(chunk, bytes - c), padded = (len + kSsdAlign - 1) / kSsdAlign * kSsdAlign;
+        std::memcpy(buf.get(), reinterpret_cast<const char*>(src) + c, len);
+        std::memset(buf.get() + len, 0, padded - len);
+        if (!ssd_io(ssd_fd_, buf.get(), padded, at + static_cast<i64>(c), false)) throw RuntimeError("the ssd file write failed: " + ssd_path_);
+    }
+}
+
 }  // namespace strata::runtime

@@ -143,6 +143,12 @@ void RankState::init_params() {
     // A bf16 plan's weights are bf16 from the start; the optimizer's fp32 master copies start from
     // them (Megatron casts the model, then clones its weights to fp32).
     if (w_.plan.precision != Precision::fp32) round_half(base, layout_.elements());
+    // Weights staged through the host: the SSD state's fp32 master starts as them (its m and v
+    // as the sparse file's zeros), since no host copy of the weights is kept for the first update.
+    if (host_weights_staged_ && state_floats() == 3 && !ssd_slot_.empty()) {
+        ssd_fd();
+        for (const auto& [range, at] : ssd_slot_) write_ssd_floats(at, base + range.first, range.second);
+    }
     if (params_on_ssd_) {
         for (const PackedRanges::Seg& g : host_ranges_.segs) param_file_io(g.offset, g.count, staged.data() + g.offset, false);
     } else if (stage && params_on_host_) {

@@ -333,7 +333,7 @@ private:
     int fetch_offloaded(double params, const std::vector<std::pair<double, double>>& slices, int after_ev);
     void fetch_edge(bool head);
     template <class DataflowH2D>
-    int params_home(double params, int after_ev, DataflowH2D&& dataflow_h2d, bool ssd_written);
+    int params_home(double params, int after_ev, DataflowH2D&& dataflow_h2d, bool sent);
     int fetch_activations(int mb, int chunk, int li, int after_ev);
     void layer_grads(int layer);
     void accumulate_grads(double dense_params, double expert_params);  ///< plan.grad_accum_fusion off

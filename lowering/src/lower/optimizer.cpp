@@ -16,17 +16,18 @@ constexpr double kMasterBytesPerParam = 4;         // fp32 master: with m, v wha
 // The updated parameters of a host-side update go where the plan keeps them: the share resident
 // on the GPU is copied up (ZeRO-Offload); an offloaded share stays in host memory, its home, or is
 // written back to the SSD (ZeRO-Infinity's parameter swap), and the next fetch brings it.
-// (The SSD optimizer's sub-groups write their weights to the file as each one finishes:
-// host_update; `ssd_written` says so.)
+// (The SSD optimizer's sub-groups send their weights home as each one finishes: host_update;
+// `sent` says so.)
 template <class DataflowH2D>
-int RankLowering::params_home(double params, int after_ev, DataflowH2D&& dataflow_h2d, bool ssd_written) {
+int RankLowering::params_home(double params, int after_ev, DataflowH2D&& dataflow_h2d, bool sent) {
     const TierSplit& pf = p_.offload.params;
     int done = after_ev;
+    if (sent) return done;
     if (pf.gpu > 0) {
         done = copy(Stream::h2d, CopyKind::h2d, d_.act_bytes * params * pf.gpu, n_.param_h2d, after_ev);
         if (df_) dataflow_h2d();
     }
-    if (pf.ssd > 0 && !ssd_written) done = copy(Stream::ssd, CopyKind::ssd_write, d_.act_bytes * params * pf.ssd, n_.param_ssd_write, after_ev);
+    if (pf.ssd > 0) done = copy(Stream::ssd, CopyKind::ssd_write, d_.act_bytes * params * pf.ssd, n_.param_ssd_write, after_ev);
     return done;
 }
 
@@ -34,9 +35,9 @@ int RankLowering::params_home(double params, int after_ev, DataflowH2D&& dataflo
 // host memory (after_ev): CPU Adam over the cpu share; over the ssd share ZeRO-Infinity's
 // pipelined sub-groups (read state, CPU Adam, write state back, the next sub-group's read
 // overlapping the current update). Sets the events after which each share's parameters are
-// updated in host memory (-1 for a share of none); for the ssd share with the weights homed on the
-// SSD, after which the last sub-group's weights are back in the file (DeepSpeed's stage3.py swaps
-// a sub-group's 2-byte parameters out after its step, beside its optimizer state).
+// updated in host memory (-1 for a share of none); for the ssd share, after which the last
+// sub-group's weights are home: in the file (DeepSpeed's stage3.py swaps a sub-group's 2-byte
+// parameters out after its step, beside its optimizer state) and on the GPU.
 void RankLowering::host_update(int after_ev, const std::vector<std::pair<double, double>>& owned, int& cpu_done, int& ssd_done) {
     cpu_done = ssd_done = -1;
     const Phase was = phase_;
@@ -75,6 +76,10 @@ void RankLowering::host_update(int after_ev, const std::vector<std::pair<double,
             if (df_) io_lists(group_part(g, R::optimizer_state, Tier::ssd), group_part(g, R::optimizer_state, Tier::cpu));
         };
         read(0, after_ev);
+        // The lock-free update (emitted at the next step's start) sends its weights home after
+        // that step's passes have read the old ones: optimizer(), with the rest.
+        const bool per_group_home = !p_.lock_free_update;
+        int last_write = -1, last_up = -1;
         for (int g = 0; g < groups; ++g) {
             if (g + 1 < groups) read(g + 1, -1);
             wait(Stream::cpu, read_ev[static_cast<std::size_t>(g)]);
@@ -92,10 +97,23 @@ void RankLowering::host_update(int after_ev, const std::vector<std::pair<double,
             ssd_done = updated;
             copy(Stream::ssd, CopyKind::ssd_write, state_bytes, n_.state_write, updated);
             if (df_) io_lists(group_part(g, R::optimizer_state, Tier::cpu), group_part(g, R::optimizer_state, Tier::ssd));
+            if (!per_group_home) continue;
             if (p_.offload.params.ssd > 0) {
-                ssd_done = copy(Stream::ssd, CopyKind::ssd_write, d_.act_bytes * per * p_.offload.params.ssd, n_.param_ssd_write, updated);
+                last_write = copy(Stream::ssd, CopyKind::ssd_write, d_.act_bytes * per * p_.offload.params.ssd, n_.param_ssd_write, updated);
                 if (df_) io_lists(group_part(g, R::param, Tier::cpu), group_part(g, R::param, Tier::ssd));
             }
+            // Weights kept on the GPU go up as each sub-group finishes (stage3.py copies the
+            // sub-group's fp32 partition into the GPU's 16-bit one after its step).
+            if (p_.offload.params.gpu > 0) {
+                last_up = copy(Stream::h2d, CopyKind::h2d, d_.act_bytes * per * p_.offload.params.gpu, n_.param_h2d, updated);
+                if (df_) io_lists(group_part(g, R::param, Tier::cpu), group_part(g, R::param, Tier::gpu));
+            }
+        }
+        if (last_write >= 0 && last_up >= 0) {
+            wait(Stream::ssd, last_up);
+            ssd_done = record(Stream::ssd);
+        } else if (last_write >= 0 || last_up >= 0) {
+            ssd_done = std::max(last_write, last_up);
         }
     }
     phase_ = was;
@@ -183,13 +201,24 @@ void RankLowering::optimizer(int s) {
             if (df_) io_lists(lf_master(part(lo, hi, R::param, Tier::cpu)), part(lo, hi, R::param, Tier::cpu));
             cpu_done = record(Stream::cpu);
         }
+        int cpu_home = -1, ssd_home = -1;
         if (of.cpu > 0) {
             const double lo = of.gpu, hi = of.gpu + of.cpu;
-            done = params_home(shard * of.cpu, cpu_done, [&] { io_lists(part(lo, hi, R::param, Tier::cpu), part(lo, hi, R::param, Tier::gpu)); }, false);
+            cpu_home = params_home(shard * of.cpu, cpu_done, [&] { io_lists(part(lo, hi, R::param, Tier::cpu), part(lo, hi, R::param, Tier::gpu)); }, false);
         }
         if (of.ssd > 0) {
             const double base = of.gpu + of.cpu;
-            done = params_home(shard * of.ssd, ssd_done, [&] { io_lists(part(base, 1, R::param, Tier::cpu), part(base, 1, R::param, Tier::gpu)); }, true);
+            ssd_home = params_home(shard * of.ssd, ssd_done, [&] { io_lists(part(base, 1, R::param, Tier::cpu), part(base, 1, R::param, Tier::gpu)); },
+                                   !lock_free);
+        }
+        // The SSD share's sub-groups went home before the host share's copy was issued: the step's
+        // weights are home once both are.
+        if (cpu_home >= 0 && ssd_home >= 0 && !lock_free) {
+            wait(Stream::h2d, cpu_home);
+            wait(Stream::h2d, ssd_home);
+            done = record(Stream::h2d);
+        } else {
+            done = of.ssd > 0 ? ssd_home : cpu_home;
         }
     }
     optimizer_done_ev_ = done;
