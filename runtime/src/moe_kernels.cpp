@@ -11,6 +11,14 @@
 
 namespace strata::runtime::cpu {
 
+void moe_route_round_robin(float* routing, i64 T, i64 E, i64 k) {
+    for (i64 t = 0; t < T; ++t)
+        for (i64 j = 0; j < k; ++j) {
+            routing[t * 2 * k + j] = static_cast<float>((t * k + j) % E);
+            routing[t * 2 * k + k + j] = 1.0f / static_cast<float>(k);
+        }
+}
+
 void moe_route(float* routing, const float* logits, i64 T, i64 E, i64 k, i64 groups, i64 group_topk) {
     std::vector<i64> ids(static_cast<std::size_t>(E)), gids(static_cast<std::size_t>(std::max<i64>(groups, 1)));
     std::vector<float> group_score(gids.size()), in_group;
@@ -150,16 +158,15 @@ void moe_unpermute_backward(float* dye, float* dprobs, const float* dy, const fl
         for (i64 j = 0; j < k; ++j) {
             const i64 row = pos[t * k + j];
             if (row < 0) {
-                dprobs[t * k + j] = 0.0f;
+                if (dprobs) dprobs[t * k + j] = 0.0f;
                 continue;
             }
             float* o = dye + row * C;
+            for (i64 c = 0; c < C; ++c) o[c] = w[j] * d[c];
+            if (!dprobs) continue;  // constant weights (a round-robin gate): no gradient for them
             const float* s = ye + row * C;
             double dot = 0;
-            for (i64 c = 0; c < C; ++c) {
-                o[c] = w[j] * d[c];
-                dot += static_cast<double>(d[c]) * s[c];
-            }
+            for (i64 c = 0; c < C; ++c) dot += static_cast<double>(d[c]) * s[c];
             dprobs[t * k + j] = static_cast<float>(dot);
         }
     }

@@ -47,6 +47,15 @@ bool RankState::moe_compute(std::size_t i) {
     const bool bwd = in.phase == Phase::backward;
     const ModelSpec& m = w_.model;
     const i64 E = m.moe->experts, k = m.moe->top_k;
+    if (in.op == Op::router && o.n_in == 0) {  // a round-robin gate: the routing from the token count alone
+        const i64 rows = a.out(0).rows;
+        std::vector<float> r(static_cast<std::size_t>(rows * 2 * k));
+        cpu::moe_route_round_robin(r.data(), rows, E, k);
+        if (const i64 cap = cpu::moe_capacity(rows, E, k, m.moe->capacity_factor); cap > 0) cpu::moe_drop(r.data(), rows, E, k, cap);
+        if (dev_) dev_->copy(O(0), r.data(), static_cast<i64>(r.size()));
+        else std::memcpy(O(0), r.data(), r.size() * sizeof(float));
+        return true;
+    }
     if (in.op == Op::router) {
         if (dev_) {
             if (bwd) {
@@ -267,6 +276,7 @@ bool RankState::moe_compute(std::size_t i) {
         const i64 C = T(0).cols;
         // fc2_input: the router's weights were applied inside the experts, so it only sums.
         const bool at_input = w_.plan.moe_probs_at == MoeProbsAt::fc2_input;
+        const bool round_robin = m.moe->routing == MoeSpec::Routing::round_robin;
         const float* route_w = I(1);  // the routing: ids, then weights
         std::vector<float> ones;
         if (at_input) {
@@ -279,11 +289,11 @@ bool RankState::moe_compute(std::size_t i) {
                 dev_->moe_unpermute(O(0), I(0), w_dev, tokens, k, C);
                 add_shared();
             } else {
-                if (o.n_out == 1 && !at_input) fail(i, "drops the weights' gradient although the weights are applied here");
+                if (o.n_out == 1 && !at_input && !round_robin) fail(i, "drops the weights' gradient although the weights are applied here");
                 size_kept(0);
                 zero_out(0);
                 if (o.n_out > 1) dev_->moe_unpermute_backward(O(0), O(1), I(0), I(2), w_dev, tokens, k, C);
-                else dev_->moe_unpermute_backward(O(0), nullptr, I(0), nullptr, nullptr, tokens, k, C);
+                else dev_->moe_unpermute_backward(O(0), nullptr, I(0), nullptr, w_dev, tokens, k, C);
             }
             return true;
         }
@@ -294,8 +304,12 @@ bool RankState::moe_compute(std::size_t i) {
             size_kept(0);
             zero_out(0);
             cpu::moe_unpermute_backward(O(0), O(1), I(0), I(2), route_w, pos.data(), tokens, k, C);
+        } else if (!at_input) {  // a round-robin gate's constant weights: dY scaled, no gradient for them
+            if (!round_robin) fail(i, "drops the weights' gradient although the weights are applied here");
+            size_kept(0);
+            zero_out(0);
+            cpu::moe_unpermute_backward(O(0), nullptr, I(0), nullptr, route_w, pos.data(), tokens, k, C);
         } else {  // each row gets its token's dY
-            if (!at_input) fail(i, "drops the weights' gradient although the weights are applied here");
             size_kept(0);
             zero_out(0);
             float* d = O(0);

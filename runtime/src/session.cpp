@@ -41,9 +41,6 @@ void update_loss_scale(World& w, const RunOptions& o, bool found_inf) {
 std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend, bool ranks_share_gpu) {
     const bool cuda = backend != Backend::cpu;  // the emulated device keeps the cuda backend's rules
     if (std::string why = dataflow_unsupported(m, p); !why.empty()) return why;
-    if (m.is_moe() && m.moe->routing == MoeSpec::Routing::round_robin)
-        return "model.moe.routing = \"round_robin\": NeMo AutoModel's fake balanced gate is priced by the simulator, not executed "
-               "(the runtime routes with its learned router: set \"learned\")";
     // bf16 and fp16: the cpu backend holds 2-byte values as floats rounded to their format
     // (computing in fp32, as a GPU's kernels do), with fp32 master weights for the update, and
     // fp16 with Megatron's dynamic loss scaling. The cuda backend stores bf16 (device.hpp).

@@ -60,6 +60,11 @@ inline std::vector<Variant> fp32_variants() {
         grouped.moe->router_groups = 2;
         grouped.moe->router_group_topk = 1;
         v.push_back({"MoE, group-limited routing (2 groups, 1 a token)", grouped, cpu_plan()});
+        // NeMo AutoModel's round-robin gate: its routing written on the host, no router backward,
+        // the constant weights applied at the un-permute without a gradient of their own.
+        ModelSpec rr = tiny_moe();
+        rr.moe->routing = MoeSpec::Routing::round_robin;
+        v.push_back({"MoE, AutoModel's round-robin gate, weights at fc2's output", rr, p});
     }
     {
         PlanSpec p = cpu_plan();

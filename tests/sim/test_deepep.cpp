@@ -12,6 +12,7 @@
 #include "cost_fixtures.hpp"
 #include "strata/common/error.hpp"
 #include "strata/lowering/lower.hpp"
+#include "strata/lowering/model.hpp"
 #include "strata/lowering/spec_io.hpp"
 #include "support/gpt.hpp"
 
@@ -277,4 +278,44 @@ TEST_CASE("DeepEP inside one node: a copy per GPU reached, not per expert", "[co
     CHECK(busy(rr, LinkClass::nvlink) == Approx(0.875e9 / 8 / 369e9));
     CHECK(rr.alone_ns() < deep.alone_ns());
     CHECK(deep.alone_ns() < flat.alone_ns());
+}
+
+TEST_CASE("round-robin gate: no router weights, no router GEMMs, a routing kernel with no inputs", "[lowering][moe]") {
+    // AutoModel's FakeBalancedGate has no parameters and computes no scores: against the learned
+    // router, L x h x E fewer parameters (2 x 64 x 8 = 1,024), 2 s h E fewer forward FLOPs a layer
+    // and sequence (2 x 32 x 64 x 8 = 32,768; with the 5 a logit of the softmax, 5 s E = 1,280
+    // fewer other FLOPs), and in the Program no router GEMM, no router backward, and the forward's
+    // routing instruction reading nothing.
+    ModelSpec learned = moe_model(0, 0), rr = learned;
+    rr.moe->routing = MoeSpec::Routing::round_robin;
+    CHECK(param_counts(learned).total - param_counts(rr).total == 1024);
+    const ForwardFlops a = forward_flops(learned, 1), b = forward_flops(rr, 1);
+    CHECK(a.router == 2 * 32768.0);
+    CHECK(b.router == 0.0);
+    CHECK(a.other - b.other == 2 * 1280.0);
+    CHECK(a.layers_matmul - b.layers_matmul == a.router);  // the layers' matmuls count the router's GEMM
+    LowerOptions o;
+    o.full_mode = true;
+    o.dataflow = true;
+    auto count = [&](const ModelSpec& m, int& gemms, int& routers, int& routers_without_inputs) {
+        const Program prog = lower(m, nodes_of(1, 1), ep_plan(1, 1, MoeDispatcher::alltoall), o);
+        const RankProgram& r = prog.ranks[0];
+        gemms = routers = routers_without_inputs = 0;
+        for (std::size_t i = 0; i < r.instrs.size(); ++i) {
+            const std::string& name = prog.names[static_cast<std::size_t>(r.instrs[i].name)];
+            gemms += name.find("router") != std::string::npos && r.instrs[i].op == Op::gemm;
+            if (r.instrs[i].op != Op::router) continue;
+            ++routers;
+            routers_without_inputs += r.operands[i].n_in == 0;
+        }
+    };
+    int g = 0, n = 0, empty = 0;
+    count(learned, g, n, empty);
+    CHECK(g == 2 * 3);  // per layer: forward, dgrad, wgrad
+    CHECK(n == 2 * 2);  // per layer: top-k and softmax, its backward
+    CHECK(empty == 0);
+    count(rr, g, n, empty);
+    CHECK(g == 0);
+    CHECK(n == 2);
+    CHECK(empty == 2);
 }

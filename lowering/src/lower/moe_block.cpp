@@ -137,6 +137,13 @@ void RankLowering::routed_experts_forward(const MoeTensors& mt, int layer) {
 
 // The router: its fp32 gate GEMM over the rank's routed tokens, then the top-k and its softmax.
 void RankLowering::router_forward(const LayerTensors& lt, const MoeTensors& mt, int layer, double routed) {
+    if (round_robin()) {
+        // NeMo AutoModel's FakeBalancedGate: token t takes experts (t k + j) mod E at weight 1/k,
+        // written by a small kernel (an arange and a modulo) from nothing but the token count.
+        compute(Op::router, n_.router, 0, routed * d_.top_k * 12.0);  // int64 ids and fp32 weights
+        if (df_) io({}, {mt.routing});
+        return;
+    }
     gemm_high(n_.router_gemm, routed, d_.experts, d_.h);
     if (df_) io({lt.ln2, prm("router.weight", layer)}, {mt.logits});
     compute(Op::router, n_.router, 0, 2 * routed * d_.experts * 4);
@@ -247,7 +254,8 @@ void RankLowering::moe_backward(int layer) {
     // fc2_output: the weights' gradient is dY . the expert's output; fc2_input: the experts' act
     // backward gives it, per row.
     if (df_) {
-        if (mt.in_p >= 0) io({lt.dbr2, mt.routing}, {mt.dcomb});
+        // A round-robin gate's weights are constants: no gradient for them.
+        if (mt.in_p >= 0 || round_robin()) io({lt.dbr2, mt.routing}, {mt.dcomb});
         else io({lt.dbr2, mt.routing, mt.comb}, {mt.dcomb, mt.dprobs});
     }
     int arrived = -1;
@@ -305,7 +313,12 @@ void RankLowering::moe_backward(int layer) {
     defer_or_wait(back);
     compute(Op::elementwise, n_.moe_permute, 0, permute_bytes);  // the permute's gradient: sum the top_k copies
     const int dln2 = sp ? lt.dln2_s : lt.dln2;  // with SP the rank's own tokens' gradient, no reduce-scatter
-    if (df_) io({mt.din, mt.routing, opt(mt.din_p), opt(sp ? -1 : mt.dsx)}, {dln2, opt(mt.din_p >= 0 ? mt.dprobs : -1)});  // plus the shared experts' dX
+    if (df_) io({mt.din, mt.routing, opt(mt.din_p), opt(sp ? -1 : mt.dsx)}, {dln2, opt(mt.din_p >= 0 && !round_robin() ? mt.dprobs : -1)});  // plus the shared experts' dX
+    if (round_robin()) {  // the gate has no backward
+        wait(Stream::compute, shared_back);
+        if (d_.tp > 1 && !sp) wait(Stream::compute, tp_out_collective());
+        return;
+    }
     compute(Op::router, n_.router, 0, 2 * routed * d_.experts * 4);
     if (df_) io({mt.routing, mt.dprobs}, {mt.dlogits});
     gemm_high(n_.router_gemm, routed, d_.h, d_.experts);

@@ -82,7 +82,8 @@ LayerParams layer_params(const ModelSpec& m, int layer) {
     p.norms = 2 * norm_params(m);
     if (m.layer_is_moe(layer)) {
         const std::int64_t eff = expert_ffn_of(m);
-        p.router = h * m.moe->experts;
+        // NeMo AutoModel's FakeBalancedGate (round_robin) has no parameters.
+        p.router = m.moe->routing == MoeSpec::Routing::round_robin ? 0 : h * m.moe->experts;
         p.expert_one = mlp_params(m, eff);
         p.experts = p.expert_one * m.moe->experts;
         p.shared_experts = p.expert_one * m.moe->shared_experts;
@@ -160,11 +161,13 @@ LayerFlops layer_forward_flops(const ModelSpec& m, int layer, double seqs, bool 
     if (m.layer_is_moe(layer)) {
         const auto& moe = *m.moe;
         const std::int64_t eff = expert_ffn_of(m);
-        f.router = 2.0 * tokens * h * moe.experts;
+        // A round-robin gate computes no scores: no GEMM, no softmax over the experts.
+        const bool learned = moe.routing != MoeSpec::Routing::round_robin;
+        f.router = learned ? 2.0 * tokens * h * moe.experts : 0.0;
         const int active = moe.top_k + moe.shared_experts;
         f.mlp = tokens * active * mlp_flops_per_token(m, eff);
         // Router softmax (~5 flops per logit) and the weighted combine of top_k outputs.
-        other_per_token += active * mlp_other_per_token(m, eff) + 5.0 * moe.experts + 2.0 * h * moe.top_k;
+        other_per_token += active * mlp_other_per_token(m, eff) + (learned ? 5.0 * moe.experts : 0.0) + 2.0 * h * moe.top_k;
     } else {
         f.mlp = tokens * mlp_flops_per_token(m, m.ffn_hidden);
         other_per_token += mlp_other_per_token(m, m.ffn_hidden);

@@ -216,7 +216,10 @@ std::vector<TensorDesc> full_layer_activations(const ModelSpec& m, const PlanSpe
         const auto& moe = *m.moe;
         const double eff_local = static_cast<double>(expert_ffn_of(m)) / p.etp();
         const double rows = routed_rows(m, p, L);
-        out.push_back(act_tensor("moe.router_probs", 4.0 * L.tok_rep * moe.experts, "(tokens, experts) fp32", p));
+        // A round-robin gate (AutoModel's FakeBalancedGate) keeps only its k weights a token.
+        if (moe.routing == MoeSpec::Routing::round_robin)
+            out.push_back(act_tensor("moe.router_probs", 4.0 * L.tok_rep * moe.top_k, "(tokens, top_k) fp32", p));
+        else out.push_back(act_tensor("moe.router_probs", 4.0 * L.tok_rep * moe.experts, "(tokens, experts) fp32", p));
         out.push_back(act_tensor("moe.dispatched_in", L.gemm_in * rows * L.h, "(tokens·top_k, h)", p));  // expert fc1 input
         Local experts = L;
         if (p.moe_act_fp8_cache) experts.act = 1.0;  // the SwiGLU inputs cached in FP8 (DeepSeek-V3 Sec. 3.3.3)

@@ -124,6 +124,9 @@ void loss_backward(float* dlogits, const float* logits, const float* tokens, con
 /// experts form equal groups, each scored by the sum of its best k / group_topk logits, and the
 /// top k come from the token's group_topk best groups only.
 void moe_route(float* routing, const float* logits, i64 T, i64 E, i64 k, i64 groups = 0, i64 group_topk = 0);
+/// NeMo AutoModel's FakeBalancedGate (model.moe.routing round_robin): token t takes experts
+/// (t k + j) mod E, j < k, each at weight 1/k; no logits.
+void moe_route_round_robin(float* routing, i64 T, i64 E, i64 k);
 /// Token dropping (GShard, Switch; Megatron-Core's capacity factor with its "probs" policy): an
 /// expert keeps the `capacity` choices of highest weight (ties to the earlier token); a dropped
 /// choice's id becomes -(id + 1), its weight stays (the router's backward needs it).
@@ -144,7 +147,7 @@ void moe_permute(float* xp, const float* x, const i64* pos, i64 T, i64 k, i64 C)
 void moe_permute_backward(float* dx, const float* dxp, const i64* pos, i64 T, i64 k, i64 C);
 /// y[t] = sum_j weight_j ye[pos[t k + j]].
 void moe_unpermute(float* y, const float* ye, const float* routing, const i64* pos, i64 T, i64 k, i64 C);
-/// dye[pos[t k + j]] = weight_j dy[t]; dprobs[t, j] = dy[t] . ye[pos[t k + j]].
+/// dye[pos[t k + j]] = weight_j dy[t]; dprobs[t, j] = dy[t] . ye[pos[t k + j]] (dprobs null: constant weights).
 void moe_unpermute_backward(float* dye, float* dprobs, const float* dy, const float* ye, const float* routing, const i64* pos, i64 T,
                             i64 k, i64 C);
 
