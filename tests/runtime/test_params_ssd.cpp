@@ -51,6 +51,10 @@ TEST_CASE("parameters on the SSD: the host-homed curve bit for bit, over dp, pp 
         CHECK(got == want);
         CHECK(got.back() < got.front());
     }
+    // MoE: the expert buffer's ranges (past the dense one) have their slices in the region too.
+    PlanSpec ep = cpu_plan(1, 1, 2);
+    ep.ep = 2;
+    CHECK(losses(tiny_moe(), infinity(ep, true), 3) == losses(tiny_moe(), infinity(ep, false), 3));
     // Against the weights on the GPU (the optimizer on the SSD alike): the same bf16 arithmetic.
     PlanSpec on_gpu = infinity(cpu_plan(), false);
     on_gpu.zero_stage = 1;
