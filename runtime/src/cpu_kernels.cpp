@@ -445,4 +445,27 @@ void round_fp16(float* p, i64 n) {
     }
 }
 
+std::uint16_t fp16_bits(float x) {
+    float r = x;
+    round_fp16(&r, 1);
+    const std::uint16_t sign = std::signbit(r) ? 0x8000u : 0u;
+    if (std::isnan(r)) return static_cast<std::uint16_t>(sign | 0x7E00u);
+    const float a = std::fabs(r);
+    if (std::isinf(a)) return static_cast<std::uint16_t>(sign | 0x7C00u);
+    if (a < 0x1p-14f) return static_cast<std::uint16_t>(sign | static_cast<std::uint16_t>(a * 0x1p24f));  // subnormal (or zero): a / 2^-24
+    int e = 0;
+    const float f = std::frexp(a, &e);  // a = f 2^e, f in [0.5, 1): the half's exponent field is e - 1 + 15
+    const auto mantissa = static_cast<std::uint16_t>((f * 2.0f - 1.0f) * 1024.0f);
+    return static_cast<std::uint16_t>(sign | static_cast<std::uint16_t>((e + 14) << 10) | mantissa);
+}
+
+float from_fp16_bits(std::uint16_t h) {
+    const int e = (h >> 10) & 0x1F, m = h & 0x3FF;
+    float a = 0;
+    if (e == 0) a = std::ldexp(static_cast<float>(m), -24);
+    else if (e == 31) a = m == 0 ? std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
+    else a = std::ldexp(1.0f + static_cast<float>(m) / 1024.0f, e - 15);
+    return (h & 0x8000u) ? -a : a;
+}
+
 }  // namespace strata::runtime::cpu

@@ -370,11 +370,11 @@ private:
     void finish_grad_values(std::size_t i);
     bool params_on_host_ = false;  ///< plan.offload.params: the GPU holds a unit only while fetched
     /// plan.offload.params = ssd (ZeRO-Infinity's offload_param to NVMe): the weights' home is a
-    /// region of the ssd file, bf16 (2 B an element) packed as host_ranges_, from params_ssd_at_.
+    /// region of the ssd file, bf16 or fp16 (2 B an element) packed as host_ranges_, from params_ssd_at_.
     /// Their host copies are staging, alive from a read (or an update) to its H2D (or its write).
     bool params_on_ssd_ = false;
     i64 params_ssd_at_ = 0;
-    /// Reads or writes elements [offset, offset + n) of the weights' region of the ssd file as bf16,
+    /// Reads or writes elements [offset, offset + n) of the weights' region of the ssd file (bf16 or fp16),
     /// `host` holding them as floats (O_DIRECT in page-aligned chunks; a write keeps the bytes of
     /// the partial pages it shares with its neighbours).
     void param_file_io(i64 offset, i64 n, float* host, bool read) const;

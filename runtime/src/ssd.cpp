@@ -14,6 +14,7 @@
 
 #include "rank.hpp"
 #include "strata/common/error.hpp"
+#include "strata/runtime/cpu_kernels.hpp"
 
 namespace strata::runtime {
 
@@ -100,7 +101,7 @@ i64 RankState::ssd_slot(const DataTensor& t) const {
     return it->second;
 }
 
-// The weights' region of the ssd file (plan.offload.params = ssd): bf16, 2 B an element, packed in
+// The weights' region of the ssd file (plan.offload.params = ssd): bf16 or fp16, 2 B an element, packed in
 // the order of the host ranges (host_index). O_DIRECT moves whole pages, so each chunk goes
 // through a page-aligned buffer of its own; a write first reads the partial pages at its two ends,
 // which neighbouring ranges share. The rank's ssd stream issues these one at a time, and the first
@@ -110,6 +111,7 @@ void RankState::param_file_io(i64 offset, i64 n, float* host, bool read) const {
     const i64 page = static_cast<i64>(kSsdAlign), chunk = i64{16} << 20;  // 16 MiB: 8 requests of 1 MiB in flight, twice
     const i64 first = params_ssd_at_ + 2 * host_index(offset, n), last = first + 2 * n;
     const i64 lo = first / page * page, hi = (last + page - 1) / page * page;
+    const bool fp16 = w_.plan.precision == Precision::fp16;  // else bf16 (dataflow_unsupported)
     std::unique_ptr<char, decltype(&std::free)> buf(static_cast<char*>(std::aligned_alloc(kSsdAlign, static_cast<std::size_t>(std::min(chunk, hi - lo)))),
                                                     &std::free);
     if (!buf) throw RuntimeError("runtime: no host memory for the ssd file's staging of the weights");
@@ -130,7 +132,11 @@ void RankState::param_file_io(i64 offset, i64 n, float* host, bool read) const {
         const i64 count = (b - a) / 2;
         for (i64 k = 0; k < count; ++k) {
             std::uint32_t bits = 0;
-            if (read) {
+            if (fp16 && read) {
+                h[k] = cpu::from_fp16_bits(half[k]);
+            } else if (fp16) {
+                half[k] = cpu::fp16_bits(h[k]);
+            } else if (read) {
                 bits = static_cast<std::uint32_t>(half[k]) << 16;
                 std::memcpy(h + k, &bits, 4);
             } else {

@@ -17,6 +17,7 @@
 #include "strata/lowering/memory.hpp"
 #include "strata/lowering/params.hpp"
 #include "strata/lowering/spec_io.hpp"
+#include "strata/runtime/cpu_kernels.hpp"
 
 using namespace strata;
 using namespace strata::sim;
@@ -51,6 +52,13 @@ TEST_CASE("parameters on the SSD: the host-homed curve bit for bit, over dp, pp 
         CHECK(got == want);
         CHECK(got.back() < got.front());
     }
+    // fp16 with Megatron's loss scaling (the ZeRO-Infinity paper's precision): the file holds
+    // IEEE halves.
+    PlanSpec h16 = infinity(cpu_plan(1, 1, 2), false), s16 = infinity(cpu_plan(1, 1, 2), true);
+    h16.precision = s16.precision = Precision::fp16;
+    runtime::RunOptions scaled;
+    scaled.initial_loss_scale = 1024;
+    CHECK(losses(m, s16, 4, scaled) == losses(m, h16, 4, scaled));
     // MoE: the expert buffer's ranges (past the dense one) have their slices in the region too.
     PlanSpec ep = cpu_plan(1, 1, 2);
     ep.ep = 2;
@@ -203,4 +211,24 @@ TEST_CASE("parameters on the SSD: each sub-group's update writes its weights bac
     CHECK(writes == groups);
     CHECK(written == Approx(2.0 * elements));
     CHECK(reads > 0);
+}
+
+TEST_CASE("fp16 bit patterns: every half survives the trip through a float", "[runtime][fp16]") {
+    // The ssd file's fp16 weights: IEEE binary16 by hand (1.0 = 0x3C00, 65504 = 0x7BFF, the
+    // smallest subnormal 2^-24 = 0x0001, -2 = 0xC000, infinity 0x7C00), and each of the 63,490
+    // patterns that are not NaN read and written back unchanged.
+    CHECK(runtime::cpu::fp16_bits(1.0f) == 0x3C00);
+    CHECK(runtime::cpu::fp16_bits(65504.0f) == 0x7BFF);
+    CHECK(runtime::cpu::fp16_bits(0x1p-24f) == 0x0001);
+    CHECK(runtime::cpu::fp16_bits(-2.0f) == 0xC000);
+    CHECK(runtime::cpu::fp16_bits(70000.0f) == 0x7C00);
+    CHECK(runtime::cpu::fp16_bits(1.0f + 0x1p-11f) == 0x3C00);  // a tie to even
+    CHECK(runtime::cpu::from_fp16_bits(0x3555) == Approx(0.33325195));
+    int kept = 0;
+    for (std::uint32_t b = 0; b < 0x10000u; ++b) {
+        const auto h = static_cast<std::uint16_t>(b);
+        if ((h & 0x7C00u) == 0x7C00u && (h & 0x3FFu) != 0) continue;  // NaN payloads are not kept
+        kept += runtime::cpu::fp16_bits(runtime::cpu::from_fp16_bits(h)) == h;
+    }
+    CHECK(kept == 65536 - 2 * 1023);
 }

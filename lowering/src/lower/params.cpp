@@ -231,9 +231,9 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
             if (p.offload.optimizer.ssd < 1.0)
                 return "plan.offload.params = ssd: needs plan.offload.optimizer wholly on the SSD too (ZeRO-Infinity's NVMe "
                        "offload of both; the weights go back to the file a sub-group at a time)";
-            if (p.precision != Precision::bf16)
-                return std::string("plan.offload.params = ssd with plan.precision = ") + to_string(p.precision) +
-                       ": the SSD file holds bf16 weights beside the fp32 master (set bf16)";
+            if (p.precision == Precision::fp32)
+                return "plan.offload.params = ssd with plan.precision = fp32: the SSD file holds 2-byte weights beside the fp32 "
+                       "master (set bf16 or fp16)";
             if (p.lock_free_update) return "plan.offload.params = ssd with plan.lock_free_update: the delayed update is not executed there";
         }
         if (p.offload.optimizer.gpu > 0)

@@ -157,6 +157,10 @@ void round_bf16(float* p, i64 n);
 /// Each of n floats to the nearest IEEE half (binary16: ties to even, subnormals down to 2^-24,
 /// beyond 65504 +-infinity; NaN stays NaN): a 2-byte tensor of an fp16 plan.
 void round_fp16(float* p, i64 n);
+/// x as an IEEE half's bit pattern, rounded as round_fp16 rounds (the ssd file's fp16 weights).
+std::uint16_t fp16_bits(float x);
+/// The float an IEEE half's bit pattern holds (exact: every half is a float).
+float from_fp16_bits(std::uint16_t h);
 
 /// AdamW on n elements; step counts from 1. decay: per-element flag (null: none decays).
 void adamw(float* p, float* m, float* v, const float* g, const unsigned char* decay, i64 n, float lr, float b1, float b2,
