@@ -276,7 +276,7 @@ bool RankState::moe_compute(std::size_t i) {
         const i64 C = T(0).cols;
         // fc2_input: the router's weights were applied inside the experts, so it only sums.
         const bool at_input = w_.plan.moe_probs_at == MoeProbsAt::fc2_input;
-        const bool round_robin = m.moe->routing == MoeSpec::Routing::round_robin;
+        const bool round_robin = !m.moe->has_router();
         const float* route_w = I(1);  // the routing: ids, then weights
         std::vector<float> ones;
         if (at_input) {

@@ -144,8 +144,7 @@ LayerParamsRank layer_params_rank(const ModelSpec& m, const PlanSpec& p, int lay
     r.dense += static_cast<double>(attention_norm_params(m)) + (bias_qkv ? (d.q_w + 2 * d.kv_w) / d.tp : 0) + (m.linear_bias ? d.h : 0);
     r.dense += m.norm == NormKind::layernorm ? 4 * d.h : 2 * d.h;
     if (m.layer_is_moe(layer)) {
-        const bool router = m.moe->routing != MoeSpec::Routing::round_robin;  // AutoModel's fake gate has no weights
-        r.dense += (router ? d.h * d.experts : 0.0) + d.shared * d.mats * d.h * d.expert_ffn / d.tp;
+        r.dense += (m.moe->has_router() ? d.h * d.experts : 0.0) + d.shared * d.mats * d.h * d.expert_ffn / d.tp;
         r.expert = d.experts / d.ep * d.mats * d.h * d.expert_ffn / d.etp;
     } else {
         r.dense += d.mats * d.h * d.ffn / d.tp + (m.linear_bias ? (d.mats - 1) * d.ffn / d.tp + d.h : 0);

@@ -244,7 +244,7 @@ private:
         int in_p, disp_p, gath_p, din_p, ddisp_p, dgath_p;
     };
     MoeTensors moe_tensors(int layer);
-    bool round_robin() const { return m_.is_moe() && m_.moe->routing == MoeSpec::Routing::round_robin; }
+    bool round_robin() const { return m_.is_moe() && !m_.moe->has_router(); }
     void router_forward(const LayerTensors& lt, const MoeTensors& mt, int layer, double routed);
     void routed_experts_forward(const MoeTensors& mt, int layer);
     int shared_shard(int layer, bool grad_of);

@@ -78,7 +78,7 @@ public:
             add("experts.fc1.weight", l, chunk, E * (swiglu ? 2 : 1) * fe, h, ParamSplit::expert_rows, true, false, false, true);
             // Under SP each TP rank routes its own tokens: the router's gradient is summed over TP
             // (Megatron-Core marks its weight sequence_parallel). A round-robin gate has none.
-            if (m_.moe->routing != MoeSpec::Routing::round_robin) add("router.weight", l, chunk, E, h, ParamSplit::replicated, true, true);
+            if (m_.moe->has_router()) add("router.weight", l, chunk, E, h, ParamSplit::replicated, true, true);
             if (const std::int64_t fs = m_.moe->shared_experts * fe; fs > 0) {  // an MLP of shared x fe
                 add("shared.fc2.weight", l, chunk, h, fs, ParamSplit::cols, true);
                 add("shared.fc1.weight", l, chunk, (swiglu ? 2 : 1) * fs, h, swiglu ? ParamSplit::gated_rows : ParamSplit::rows, true);

@@ -83,7 +83,7 @@ LayerParams layer_params(const ModelSpec& m, int layer) {
     if (m.layer_is_moe(layer)) {
         const std::int64_t eff = expert_ffn_of(m);
         // NeMo AutoModel's FakeBalancedGate (round_robin) has no parameters.
-        p.router = m.moe->routing == MoeSpec::Routing::round_robin ? 0 : h * m.moe->experts;
+        p.router = m.moe->has_router() ? h * m.moe->experts : 0;
         p.expert_one = mlp_params(m, eff);
         p.experts = p.expert_one * m.moe->experts;
         p.shared_experts = p.expert_one * m.moe->shared_experts;
@@ -162,7 +162,7 @@ LayerFlops layer_forward_flops(const ModelSpec& m, int layer, double seqs, bool 
         const auto& moe = *m.moe;
         const std::int64_t eff = expert_ffn_of(m);
         // A round-robin gate computes no scores: no GEMM, no softmax over the experts.
-        const bool learned = moe.routing != MoeSpec::Routing::round_robin;
+        const bool learned = moe.has_router();
         f.router = learned ? 2.0 * tokens * h * moe.experts : 0.0;
         const int active = moe.top_k + moe.shared_experts;
         f.mlp = tokens * active * mlp_flops_per_token(m, eff);

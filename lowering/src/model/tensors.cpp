@@ -217,7 +217,7 @@ std::vector<TensorDesc> full_layer_activations(const ModelSpec& m, const PlanSpe
         const double eff_local = static_cast<double>(expert_ffn_of(m)) / p.etp();
         const double rows = routed_rows(m, p, L);
         // A round-robin gate (AutoModel's FakeBalancedGate) keeps only its k weights a token.
-        if (moe.routing == MoeSpec::Routing::round_robin)
+        if (!moe.has_router())
             out.push_back(act_tensor("moe.router_probs", 4.0 * L.tok_rep * moe.top_k, "(tokens, top_k) fp32", p));
         else out.push_back(act_tensor("moe.router_probs", 4.0 * L.tok_rep * moe.experts, "(tokens, experts) fp32", p));
         out.push_back(act_tensor("moe.dispatched_in", L.gemm_in * rows * L.h, "(tokens·top_k, h)", p));  // expert fc1 input

@@ -40,6 +40,9 @@ struct MoeSpec {
     /// balanced and, with Megatron's contiguous expert placement, on as few ranks as possible.
     enum class Routing { learned, round_robin };
     Routing routing = Routing::learned;
+    /// A learned gate: router weights, scores over the experts and a backward. AutoModel's fake
+    /// gate has none of them (it writes the routing from the token count).
+    bool has_router() const { return routing != Routing::round_robin; }
 };
 
 /// Multi-head latent attention (DeepSeek-V2/V3; Megatron-Core MLASelfAttention): queries through a
