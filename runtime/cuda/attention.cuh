@@ -21,26 +21,26 @@ CudaDevice::AttnPlan CudaDevice::attn_plan(i64 T, i64 seq, i64 hq, i64 bytes_per
     return a;
 }
 // Carves the scratch into buffers of the given widths and lengths, each 256-byte aligned.
-std::vector<TV> CudaDevice::carve(const std::vector<std::pair<bool, i64>>& parts) {
+std::vector<TV> CudaDevice::carve(const std::vector<std::pair<int, i64>>& parts) {
     std::vector<std::size_t> at;
     std::size_t bytes = 0;
-    for (const auto& [half, n] : parts) {
+    for (const auto& [fmt, n] : parts) {
         at.push_back(bytes);
-        bytes += (static_cast<std::size_t>(n) * (half ? 2 : 4) + 255) / 256 * 256;
+        bytes += (static_cast<std::size_t>(n) * (fmt ? 2 : 4) + 255) / 256 * 256;
     }
     char* base = reinterpret_cast<char*>(scratch(static_cast<i64>((bytes + 3) / 4)));
     std::vector<TV> out;
-    for (std::size_t k = 0; k < parts.size(); ++k) out.push_back(TV{base + at[k], parts[k].first ? 1 : 0});
+    for (std::size_t k = 0; k < parts.size(); ++k) out.push_back(TV{base + at[k], parts[k].first});
     return out;
 }
 // bf16 with 64- or 128-wide heads, every operand bf16 with 16-byte-aligned rows: the flash
-// kernels (flash.cuh); STRATA_RUNTIME_EXACT_ATTENTION=1 keeps the exact ones below (to compare, or
+// kernels (flash.cuh; fp16 takes the exact kernels, in halves); STRATA_RUNTIME_EXACT_ATTENTION=1 keeps the exact ones below (to compare, or
 // should a flash kernel misbehave on a new GPU).
 bool CudaDevice::flash_for(i64 d, i64 items, std::initializer_list<const float*> operands) const {
     if (!(d == 64 || d == 128) || items > 65535 || exact_attention_) return false;
     for (const float* p : operands) {
         const TV t = tv(p);
-        if (!t.bf16 || reinterpret_cast<std::uintptr_t>(t.p) % 16 != 0) return false;
+        if (t.fmt != 1 || reinterpret_cast<std::uintptr_t>(t.p) % 16 != 0) return false;
     }
     return true;
 }
@@ -78,7 +78,7 @@ void CudaDevice::flash_backward(const float* qkv, const float* dout, const float
 }
 void CudaDevice::attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop,
                                    i64 window) {
-    const bool h = tv(qkv).bf16 != 0;
+    const int h = tv(qkv).fmt;  // 2-byte Q, K, V: the copies feeding a GEMM in their format
     if (flash_for(d, T / seq * hq, {qkv, out})) {
         flash_forward(out, lse, qkv, seq, T / seq * hq, hq, hkv, d, 1.0f / std::sqrt(static_cast<float>(d)), drop, window);
         return;
@@ -107,7 +107,7 @@ void CudaDevice::attention_forward(float* out, float* lse, const float* qkv, i64
 }
 void CudaDevice::attention_backward(float* dqkv, const float* qkv, const float* out, const float* lse, const float* dout, i64 T, i64 seq,
                         i64 hq, i64 hkv, i64 d, const Dropout& drop, i64 window) {
-    const bool h = tv(qkv).bf16 != 0;
+    const int h = tv(qkv).fmt;  // 2-byte Q, K, V: the copies feeding a GEMM in their format
     if (flash_for(d, T / seq * hq, {qkv, out, dout, dqkv})) {
         const i64 items = T / seq * hq, n = items * seq * d;
         const auto b = carve({{false, n}, {false, 2 * n}, {false, items * seq}});

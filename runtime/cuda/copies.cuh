@@ -1,21 +1,35 @@
 // Part of the cuda backend's one translation unit (device_cuda.cu includes it inside its unnamed
 // namespace, after the CudaDevice class): its copies, which convert where the two ends' widths
-// differ (an fp32 master to bf16 weights on the GPU; the host's fp32 buffers to and from bf16 ones,
-// on the host).
+// differ (an fp32 master to bf16 or fp16 weights on the GPU; the host's fp32 buffers to and from
+// 2-byte ones, on the host).
 #pragma once
 
-// The host's side of a copy between its fp32 buffers and a bf16 buffer on the GPU, run by the
-// lane in its order (cudaLaunchHostFunc; no CUDA call inside): what crosses PCIe is the bf16 bytes
-// the plan prices, through the lane's pinned staging buffer, and the host widens what arrives and
-// narrows what leaves, as DeepSpeed's CPU Adam reads half gradients and writes half weights from
-// all of its threads. Round to nearest even, as __float2bfloat16_rn.
+// The host's side of a copy between its fp32 buffers and a 2-byte buffer on the GPU, run by the
+// lane in its order (cudaLaunchHostFunc; no CUDA call inside): what crosses PCIe is the 2-byte
+// values the plan prices, through the lane's pinned staging buffer, and the host widens what
+// arrives and narrows what leaves, as DeepSpeed's CPU Adam reads half gradients and writes half
+// weights from all of its threads. Round to nearest even, as __float2bfloat16_rn.
 struct HostConvert {
     float* wide;
     std::uint16_t* half;
     i64 n;
     bool narrow;  ///< wide -> half; else half -> wide
+    int fmt;      ///< 1 bf16, 2 fp16 (cuda_fp16's host conversions, to nearest even)
 };
 void convert_range(const HostConvert& c, i64 lo, i64 hi) {
+    if (c.fmt == 2) {
+        for (i64 i = lo; i < hi; ++i) {
+            if (c.narrow) {
+                const __half_raw r = __float2half_rn(c.wide[i]);
+                c.half[i] = r.x;
+            } else {
+                __half_raw r;
+                r.x = c.half[i];
+                c.wide[i] = __half2float(__half(r));
+            }
+        }
+        return;
+    }
     for (i64 i = lo; i < hi; ++i) {
         std::uint32_t b;
         if (!c.narrow) {
@@ -47,8 +61,8 @@ void CUDART_CB convert_on_host(void* arg) {
 // this lane's pinned staging buffer (reused in the lane's order) with the host widening or
 // narrowing them (above; the host's buffers hold fp32).
 void CudaDevice::move(TV a, TV b, i64 n) {
-    if (a.bf16 == b.bf16) {
-        CK(cudaMemcpyAsync(a.p, b.p, static_cast<std::size_t>(n) * (a.bf16 ? 2 : 4), cudaMemcpyDefault, stream_));
+    if (a.fmt == b.fmt) {
+        CK(cudaMemcpyAsync(a.p, b.p, static_cast<std::size_t>(n) * (a.fmt ? 2 : 4), cudaMemcpyDefault, stream_));
         return;
     }
     const bool da = on_device(a.p), db = on_device(b.p);
@@ -61,12 +75,12 @@ void CudaDevice::move(TV a, TV b, i64 n) {
     if (!st) CK(cudaHostAlloc(reinterpret_cast<void**>(&st), static_cast<std::size_t>(kStagingFloats) * 2, cudaHostAllocDefault));
     for (i64 at = 0; at < n; at += kStagingFloats) {
         const i64 k = std::min<i64>(kStagingFloats, n - at);
-        if (da) {  // host fp32 -> device bf16
-            CK(cudaLaunchHostFunc(stream_, convert_on_host, new HostConvert{static_cast<float*>(b.p) + at, st, k, true}));
+        if (da) {  // host fp32 -> device 2-byte
+            CK(cudaLaunchHostFunc(stream_, convert_on_host, new HostConvert{static_cast<float*>(b.p) + at, st, k, true, a.fmt}));
             CK(cudaMemcpyAsync(static_cast<char*>(a.p) + at * 2, st, static_cast<std::size_t>(k) * 2, cudaMemcpyDefault, stream_));
-        } else {  // device bf16 -> host fp32
+        } else {  // device 2-byte -> host fp32
             CK(cudaMemcpyAsync(st, static_cast<const char*>(b.p) + at * 2, static_cast<std::size_t>(k) * 2, cudaMemcpyDefault, stream_));
-            CK(cudaLaunchHostFunc(stream_, convert_on_host, new HostConvert{static_cast<float*>(a.p) + at, st, k, false}));
+            CK(cudaLaunchHostFunc(stream_, convert_on_host, new HostConvert{static_cast<float*>(a.p) + at, st, k, false, b.fmt}));
         }
     }
 }

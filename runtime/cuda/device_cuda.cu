@@ -1,9 +1,9 @@
 // The runtime's cuda backend (device.hpp). Arithmetic is fp32, as the cpu backend's, so that the
 // two backends agree to rounding and the cpu kernels are the reference of every kernel here
-// (tests/runtime/test_cuda.cpp); storage is fp32 or bf16 per buffer, as the plan's precision
-// gives each tensor (bf16 buffers are handed out as handles: halves.hpp). GEMMs go through
+// (tests/runtime/test_cuda.cpp); storage is fp32, bf16 or fp16 per buffer, as the plan's precision
+// gives each tensor (2-byte buffers are handed out as handles: halves.hpp). GEMMs go through
 // cublasGemmEx: fp32 operands in plain fp32 math (no TF32, which is what a plan of precision fp32
-// is priced as), bf16 operands on the tensor cores with fp32 accumulation. Attention
+// is priced as), bf16 or fp16 operands on the tensor cores with fp32 accumulation. Attention
 // (attention.cuh): flash kernels for bf16 with 64- or 128-wide heads (flash.cuh), else exact
 // batched GEMMs over causal row blocks with the scores in scratch. Everything else is an own
 // kernel in the style of llm.c's reference kernels (kernels.cuh). Three lanes, each a CUDA stream:
@@ -14,6 +14,7 @@
 // unit: the .cuh files are parts of it, included in order.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <sys/mman.h>
 
@@ -119,11 +120,11 @@ public:
 
     std::string describe() const override { return desc_; }
 
-    float* alloc(i64 n, bool bf16) override {
-        if (!bf16) return static_cast<float*>(alloc_block(elem_bytes(n, false)));
+    float* alloc(i64 n, Storage fmt) override {
+        if (fmt == Storage::fp32) return static_cast<float*>(alloc_block(elem_bytes(n, false)));
         void* real = alloc_block(elem_bytes(n, true));
         if (!real) return nullptr;
-        char* handle = halves_.add(static_cast<char*>(real), elem_bytes(n, false));
+        char* handle = halves_.add(static_cast<char*>(real), elem_bytes(n, false), static_cast<int>(fmt));
         if (!handle) release_block(real, elem_bytes(n, true));
         return reinterpret_cast<float*>(handle);
     }
@@ -252,10 +253,10 @@ public:
     }
     void zero(float* p, i64 n) override {  // a kernel's: on the compute lane
         const TV t = tv(p);
-        if (n > 0) CK(cudaMemsetAsync(t.p, 0, static_cast<std::size_t>(n) * (t.bf16 ? 2 : 4), lanes_[lane_compute]));
+        if (n > 0) CK(cudaMemsetAsync(t.p, 0, static_cast<std::size_t>(n) * (t.fmt ? 2 : 4), lanes_[lane_compute]));
     }
     void zero_raw(TV t, i64 n) {
-        if (n > 0) CK(cudaMemsetAsync(t.p, 0, static_cast<std::size_t>(n) * (t.bf16 ? 2 : 4), lanes_[lane_compute]));
+        if (n > 0) CK(cudaMemsetAsync(t.p, 0, static_cast<std::size_t>(n) * (t.fmt ? 2 : 4), lanes_[lane_compute]));
     }
     void sync() override {
         for (auto& l : lanes_) CK(cudaStreamSynchronize(l));
@@ -301,12 +302,12 @@ public:
     }
 
     // Row-major C[M,N] = op(A) op(B) (batched with strides): cuBLAS sees the transposes. fp32
-    // operands in plain fp32 math; bf16 A and B on the tensor cores into a bf16 or fp32 C (the fp32
+    // operands in plain fp32 math; bf16 (or fp16) A and B on the tensor cores into a C of their width or fp32 (the fp32
     // gradient accumulated in place: Megatron's fused wgrad into main_grad). Other mixes (none in
     // today's dataflow) are widened to fp32 first.
     void gemm(bool ta, bool tb, i64 M, i64 N, i64 K, TV A, i64 lda, i64 sa, TV B, i64 ldb, i64 sb, TV C, i64 ldc, i64 sc, i64 batch,
               float alpha, float beta) {
-        if (A.bf16 != B.bf16 || (C.bf16 && !A.bf16)) {
+        if (A.fmt != B.fmt || (C.fmt && C.fmt != A.fmt)) {
             if (batch != 1) throw std::runtime_error("cuda: a batched GEMM of mixed widths");
             const i64 na = (ta ? K : M) * lda, nb = (tb ? N : K) * ldb, nc = M * ldc;
             float* w = wide_scratch(na + nb + nc);
@@ -317,7 +318,8 @@ public:
             launch1(k_convert, nc, C, wc, nc);
             return;
         }
-        const cudaDataType ab = A.bf16 ? CUDA_R_16BF : CUDA_R_32F, c = C.bf16 ? CUDA_R_16BF : CUDA_R_32F;
+        auto type = [](int fmt) { return fmt == 1 ? CUDA_R_16BF : fmt == 2 ? CUDA_R_16F : CUDA_R_32F; };
+        const cudaDataType ab = type(A.fmt), c = type(C.fmt);
         CB(cublasGemmStridedBatchedEx(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(N),
                                       static_cast<int>(M), static_cast<int>(K), &alpha, B.p, ab, static_cast<int>(ldb), sb, A.p, ab,
                                       static_cast<int>(lda), sa, &beta, C.p, c, static_cast<int>(ldc), sc, static_cast<int>(batch),
@@ -381,7 +383,7 @@ public:
         i64 items, chunk, rows, blocks;
     };
     static AttnPlan attn_plan(i64 T, i64 seq, i64 hq, i64 bytes_per_score);
-    std::vector<TV> carve(const std::vector<std::pair<bool, i64>>& parts);
+    std::vector<TV> carve(const std::vector<std::pair<int, i64>>& parts);
     bool flash_for(i64 d, i64 items, std::initializer_list<const float*> operands) const;
     void flash_forward(float* out, float* lse, const float* qkv, i64 seq, i64 items, i64 hq, i64 hkv, i64 d, float scale, const Dropout& drop,
                        i64 window);
@@ -411,6 +413,11 @@ public:
     void moe_permute_probs_backward(float* dp, const float* dr, i64 T, i64 k) override;
     void scale_rows(float* y, const float* x, const float* w, i64 rows, i64 C) override;
     void row_dot(float* out, const float* a, const float* b, i64 rows, i64 C) override;
+    void unscale(float* g, i64 n, float inv, float* found) override {
+        const TV f = tv(found);
+        if (f.fmt != 0) throw std::runtime_error("cuda: unscale's overflow flag must be an fp32 buffer");
+        launch1(k_unscale, n, tv(g), inv, static_cast<float*>(f.p), n);
+    }
     void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, const Dropout& drop, const cpu::Positions& where) override {
         launch1(k_dropout_fwd, T * C, tv(y), tv(mask), tv(x), T * C, C, where, drop);
     }
@@ -469,7 +476,7 @@ private:
     static std::size_t elem_bytes(i64 n, bool bf16) { return round_up(static_cast<std::size_t>(std::max<i64>(n, 1)) * (bf16 ? 2 : 4)); }
     TV tv(const float* p) const {
         const Halves::Real r = halves_.resolve(p);
-        return TV{r.p, r.bf16 ? 1 : 0};
+        return TV{r.p, r.fmt};
     }
     static bool on_device(const void* p) {
         cudaPointerAttributes a{};

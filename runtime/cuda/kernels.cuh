@@ -1,9 +1,9 @@
 // The cuda backend's kernels (device_cuda.cu launches them): each keeps the contract of its
 // namesake in cpu_kernels.hpp, in the style of llm.c's reference kernels. Included by the one .cu
-// file of the module, inside its unnamed namespace. Operands the executor owns are TVs: fp32 or
-// bf16 storage, each read as float and written rounded to its width (llm.c's floatX, chosen per
-// operand at run time, since a bf16 plan keeps statistics, masters and some gradients in fp32).
-// Arithmetic is fp32 throughout, as the cpu backend's, which rounds what it writes to bf16.
+// file of the module, inside its unnamed namespace. Operands the executor owns are TVs: fp32, bf16
+// or fp16 storage, each read as float and written rounded to its width (llm.c's floatX, chosen per
+// operand at run time, since a 16-bit plan keeps statistics, masters and some gradients in fp32).
+// Arithmetic is fp32 throughout, as the cpu backend's, which rounds what it writes to its format.
 #pragma once
 
 #ifdef __CUDACC__
@@ -11,15 +11,20 @@
 #endif
 
 // One element of a TV: reads as float, assignment rounds to the storage (to nearest even).
+// fmt: 0 fp32, 1 bf16, 2 fp16 (IEEE halves: a value past 65504 rounds to infinity, which fp16's
+// loss scaling then finds).
 struct TRef {
     void* p;
-    int bf16;
+    int fmt;
     i64 i;
     __device__ operator float() const {
-        return bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]) : static_cast<const float*>(p)[i];
+        if (fmt == 1) return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+        if (fmt == 2) return __half2float(static_cast<const __half*>(p)[i]);
+        return static_cast<const float*>(p)[i];
     }
     __device__ const TRef& operator=(float v) const {
-        if (bf16) static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+        if (fmt == 1) static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+        else if (fmt == 2) static_cast<__half*>(p)[i] = __float2half_rn(v);
         else static_cast<float*>(p)[i] = v;
         return *this;
     }
@@ -29,15 +34,16 @@ struct TRef {
 };
 struct TV {
     void* p = nullptr;
-    int bf16 = 0;
-    __host__ __device__ TRef operator[](i64 i) const { return TRef{p, bf16, i}; }
+    int fmt = 0;
+    __host__ __device__ TRef operator[](i64 i) const { return TRef{p, fmt, i}; }
     __host__ __device__ TV operator+(i64 k) const {
-        return TV{p ? static_cast<char*>(p) + k * (bf16 ? 2 : 4) : nullptr, bf16};
+        return TV{p ? static_cast<char*>(p) + k * (fmt ? 2 : 4) : nullptr, fmt};
     }
     __host__ __device__ explicit operator bool() const { return p != nullptr; }
 };
 __device__ void atomic_add(TV t, i64 i, float v) {
-    if (t.bf16) atomicAdd(static_cast<__nv_bfloat16*>(t.p) + i, __float2bfloat16_rn(v));
+    if (t.fmt == 1) atomicAdd(static_cast<__nv_bfloat16*>(t.p) + i, __float2bfloat16_rn(v));
+    else if (t.fmt == 2) atomicAdd(static_cast<__half*>(t.p) + i, __float2half_rn(v));
     else atomicAdd(static_cast<float*>(t.p) + i, v);
 }
 
@@ -172,6 +178,14 @@ __global__ void k_dropout_add(TV out, TV mask, TV a, TV b, TV bias, i64 n, i64 C
 __global__ void k_convert(TV dst, TV src, i64 n) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i < n) dst[i] = src[i];
+}
+// g *= inv; *found = 1 where an element was inf or NaN (any thread may write it: the same value).
+__global__ void k_unscale(TV g, float inv, float* found, i64 n) {
+    const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (i >= n) return;
+    const float v = g[i];
+    if (!isfinite(v)) *found = 1.0f;
+    g[i] = v * inv;
 }
 __global__ void k_mul(TV out, TV a, TV b, i64 n) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;

@@ -68,7 +68,7 @@ void HostCache::clear() {
 }
 
 TrackedBuffer::TrackedBuffer(i64 n, Pool* pool, const std::string& what, Device* dev, bool on_device, bool backed, HostCache* cache,
-                             bool zero, double elem_bytes)
+                             bool zero, double elem_bytes, Storage half)
     : n_(n), charged_bytes_(static_cast<double>(n) * elem_bytes), pool_(pool), dev_(dev), on_device_(on_device && dev != nullptr),
       backed_(backed), cache_(on_device_ ? nullptr : cache) {
     const double bytes = charged_bytes_;
@@ -86,7 +86,7 @@ TrackedBuffer::TrackedBuffer(i64 n, Pool* pool, const std::string& what, Device*
         return;
     }
     try {
-        if (on_device_) data_ = dev_->alloc(n, elem_bytes == 2.0);
+        if (on_device_) data_ = dev_->alloc(n, elem_bytes == 2.0 ? half : Storage::fp32);
         else if (cache_) data_ = cache_->take(ssd_padded_bytes(n), zero);
         else data_ = alloc_host_pages(dev_, ssd_padded_bytes(n));
     } catch (const std::bad_alloc&) {

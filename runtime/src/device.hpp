@@ -19,6 +19,10 @@
 
 namespace strata::runtime {
 
+/// How a device buffer stores its elements (an fp16 plan's 2-byte values are IEEE halves; a bf16
+/// plan's, and narrowed Adam moments in either, bfloat16).
+enum class Storage : int { fp32 = 0, bf16 = 1, fp16 = 2 };
+
 class Device {
 public:
     using i64 = std::int64_t;
@@ -38,9 +42,10 @@ public:
 
     // Memory. The device tier comes zero-filled from a caching allocator: a freed block is reused
     // by the next request of its size, after what touched it on other lanes; nullptr when refused.
-    /// bf16: the buffer holds 2-byte values (the cpu backend rounds floats instead); its pointer is
-    /// still addressed in floats, as every other, and the kernels read and write it in its width.
-    virtual float* alloc(i64 n, bool bf16) = 0;
+    /// Storage::bf16 or fp16 (IEEE halves): the buffer holds 2-byte values (the cpu backend rounds
+    /// floats instead); its pointer is still addressed in floats, as every other, and the kernels
+    /// read and write it in its width.
+    virtual float* alloc(i64 n, Storage s) = 0;
     virtual void release(float* p, i64 n) = 0;
     virtual float* alloc_host(i64 n) = 0;  ///< pinned host memory, zero-filled
     virtual void release_host(float* p) = 0;
@@ -145,6 +150,10 @@ public:
     /// y[r, :] = x[r, :] w[r] (in place allowed); out[r] = a[r, :] . b[r, :].
     virtual void scale_rows(float* y, const float* x, const float* w, i64 rows, i64 C) = 0;
     virtual void row_dot(float* out, const float* a, const float* b, i64 rows, i64 C) = 0;
+    /// fp16's loss scaling (Megatron's _unscale_main_grads_and_check_for_nan): g *= inv in place,
+    /// and *found = 1 when an element was inf or NaN before (found is not cleared: one flag for
+    /// several ranges).
+    virtual void unscale(float* g, i64 n, float inv, float* found) = 0;
     /// decay: a device array of n bytes (1 = decays), or null: every element decays by wd (the
     /// executor calls it per parameter, with wd 0 for those that do not decay).
     virtual void adamw(float* p, float* m, float* v, const float* g, const unsigned char* decay, i64 n, float lr, float b1,
@@ -160,10 +169,11 @@ public:
 };
 
 /// The module's entry point: a new device on GPU 0, or null with the reason in `why`.
-constexpr int kDeviceApiVersion = 15;  // 2: dropout; 3: lanes; 4: adamw_ranges; 5: bf16 buffers; 6: AdamW writes the weights; 7: ReLU;
+constexpr int kDeviceApiVersion = 16;  // 2: dropout; 3: lanes; 4: adamw_ranges; 5: bf16 buffers; 6: AdamW writes the weights; 7: ReLU;
                                       // 8: QK-norm; 9: MoE on one rank; 10: an accumulating dgrad; 11: sliding windows;
                                       // 12: positions in context parallelism's layout (rope, dropout, learned positions); 13: the ring's blocks;
-                                      // 14: group-limited routing; 15: dropout's arguments in the cpu kernels' order
+                                      // 14: group-limited routing; 15: dropout's arguments in the cpu kernels' order;
+                                      // 16: fp16 storage and the loss scale's unscale
 constexpr const char* kCudaModuleFile = "libstrata_runtime_cuda.so";
 constexpr const char* kCudaModuleSymbol = "strata_runtime_cuda_create";
 using CreateDevice = Device* (*)(int api_version, std::string* why);

@@ -18,8 +18,8 @@ struct Buf {
     Device& d;
     float* p;
     i64 n;
-    Buf(Device& dev, i64 count, const char* who, bool bf16 = false) : d(dev), p(dev.alloc(count, bf16)), n(count) {
-        if (!p) throw RuntimeError(std::string(who) + ": the device refused " + std::to_string(count * (bf16 ? 2 : 4)) + " bytes");
+    Buf(Device& dev, i64 count, const char* who, Storage fmt = Storage::fp32) : d(dev), p(dev.alloc(count, fmt)), n(count) {
+        if (!p) throw RuntimeError(std::string(who) + ": the device refused " + std::to_string(count * (fmt == Storage::fp32 ? 4 : 2)) + " bytes");
     }
     ~Buf() { d.release(p, n); }
     Buf(const Buf&) = delete;
@@ -41,8 +41,9 @@ AttentionTiming time_cuda_attention(int batch, int seq, int heads, int head_dim,
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     for (float& x : h) x = u(g);
     const char* who = "time_cuda_attention";
-    Buf qkv(*dev, T * row, who, bf16), out(*dev, T * od, who, bf16), lse(*dev, T * heads, who), dout(*dev, T * od, who, bf16),
-        dqkv(*dev, T * row, who, bf16);
+    const Storage H = bf16 ? Storage::bf16 : Storage::fp32;
+    Buf qkv(*dev, T * row, who, H), out(*dev, T * od, who, H), lse(*dev, T * heads, who), dout(*dev, T * od, who, H),
+        dqkv(*dev, T * row, who, H);
     dev->copy(qkv.p, h.data(), T * row);
     dev->copy(dout.p, h.data(), T * od);
     std::vector<double> fwd, bwd;
@@ -68,7 +69,7 @@ KernelTiming time_cuda_kernels(int tokens, int hidden, std::int64_t adam_params,
     std::unique_ptr<Device> dev = open_cuda_device();
     const i64 T = tokens, h = hidden, f = 4 * h, n = adam_params;
     const char* who = "time_cuda_kernels";
-    const bool H = bf16;
+    const Storage H = bf16 ? Storage::bf16 : Storage::fp32;
     Buf x(*dev, T * h, who, H), y(*dev, T * h, who, H), dy(*dev, T * h, who, H), dx(*dev, T * h, who, H), w(*dev, h, who, H),
         b(*dev, h, who, H), dw(*dev, h, who), db(*dev, h, who), a(*dev, T * f, who, H), ga(*dev, T * f, who, H), da(*dev, T * f, who, H),
         p(*dev, n, who), m(*dev, n, who), v(*dev, n, who), g(*dev, n, who);

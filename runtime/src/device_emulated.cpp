@@ -6,12 +6,14 @@
 //   code that reads or writes it directly faults here, as it would on a GPU;
 // - every kernel's and copy's operand range must lie inside one live buffer, and a kernel must be
 //   given device memory;
-// - bf16 buffers hold floats rounded to bf16 after every write (the cuda device stores 2 bytes);
+// - bf16 and fp16 buffers hold floats rounded to their format after every write (the cuda device
+//   stores 2 bytes);
 // - the lanes are queues: kernels run at once, copies on the h2d and d2h lanes run as late as the
 //   events allow (when a lane waits for them, the host syncs, settles a buffer or asks whether an
 //   event was reached). A copy the Program forgot to order against a kernel therefore shows up as
 //   a wrong value, deterministically, where a GPU would race.
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -57,12 +59,12 @@ public:
         return true;
     }
 
-    float* alloc(i64 n, bool bf16) override {
+    float* alloc(i64 n, Storage fmt) override {
         const std::size_t span = round_up(static_cast<std::size_t>(std::max<i64>(n, 1)) * sizeof(float));
         char* h = space_.take(span);
         if (!h) return nullptr;
-        live_[h] = Block{std::make_unique<float[]>(static_cast<std::size_t>(std::max<i64>(n, 1))), n, bf16, span};
-        held_bytes_ += bytes_of(n, bf16);
+        live_[h] = Block{std::make_unique<float[]>(static_cast<std::size_t>(std::max<i64>(n, 1))), n, fmt, span};
+        held_bytes_ += bytes_of(n, fmt);
         peak_bytes_ = std::max(peak_bytes_, held_bytes_);
         return reinterpret_cast<float*>(h);
     }
@@ -72,7 +74,7 @@ public:
         if (it == live_.end()) throw std::runtime_error("emulated device: release of an address that is no live buffer's start");
         if (it->second.n != n)
             throw std::runtime_error("emulated device: a buffer of " + std::to_string(it->second.n) + " elements released as " + std::to_string(n));
-        held_bytes_ -= bytes_of(n, it->second.bf16);
+        held_bytes_ -= bytes_of(n, it->second.fmt);
         space_.give(it->first, it->second.span);
         // A queued copy may still read it (the cuda device fences the block's next user instead).
         graveyard_.push_back(std::move(it->second.data));
@@ -139,7 +141,7 @@ public:
             if (marks_[s] >= 0) out[s] = marks_[s] - marks_[0];
     }
 
-    // Kernels: the cpu kernels on the buffers' storage, then bf16 outputs rounded.
+    // Kernels: the cpu kernels on the buffers' storage, then 2-byte outputs rounded.
     void matmul_forward(float* y, const float* x, const float* w, const float* b, i64 T, i64 K, i64 N) override {
         const Ref Y = dev(y, T * N, "matmul_forward y"), X = dev(x, T * K, "matmul_forward x"), W = dev(w, N * K, "matmul_forward w"),
                   B = opt(b, N, "matmul_forward b");
@@ -420,6 +422,18 @@ public:
         }, {O});
     }
 
+    void unscale(float* g, i64 n, float inv, float* found) override {
+        const Ref G = dev(g, n, "unscale g"), F = dev(found, 1, "unscale found");
+        kernel([=] {
+            bool bad = false;
+            for (i64 e = 0; e < n; ++e) {
+                bad |= !std::isfinite(G.p[e]);
+                G.p[e] *= inv;
+            }
+            if (bad) *F.p = 1.0f;
+        }, {G});
+    }
+
     void adamw(float* p, float* m, float* v, const float* g, const unsigned char* decay, i64 n, float lr, float b1, float b2, float eps,
                float wd, int step) override {
         const Ref P = dev(p, n, "adamw p"), M = dev(m, n, "adamw m"), V = dev(v, n, "adamw v"), G = dev(g, n, "adamw g"),
@@ -444,7 +458,7 @@ public:
                 cpu::adamw(P.p + b, M.p + b, V.p + b, G.p + b, all.data(), l, lr, b1, b2, eps, wd[r], step);
                 if (WT.p) {
                     std::memcpy(WT.p + b, P.p + b, static_cast<std::size_t>(l) * sizeof(float));
-                    if (WT.bf16) cpu::round_bf16(WT.p + b, l);
+                    narrow(WT.fmt, WT.p + b, l);
                 }
             }
         }, {P, M, V});
@@ -454,15 +468,19 @@ private:
     struct Block {
         std::unique_ptr<float[]> data;
         i64 n;
-        bool bf16;
+        Storage fmt;
         std::size_t span;
     };
-    /// An operand's storage here, its extent, and whether it holds bf16 (rounded after a write).
+    /// An operand's storage here, its extent, and its format (a 2-byte one rounded after a write).
     struct Ref {
         float* p = nullptr;
         i64 n = 0;
-        bool bf16 = false;
+        Storage fmt = Storage::fp32;
     };
+    static void narrow(Storage fmt, float* p, i64 n) {
+        if (fmt == Storage::bf16) cpu::round_bf16(p, n);
+        else if (fmt == Storage::fp16) cpu::round_fp16(p, n);
+    }
     struct Op {
         enum Kind { run, record, wait } kind;
         std::function<void()> fn;
@@ -471,7 +489,9 @@ private:
     };
 
     static std::size_t round_up(std::size_t b) { return (b + 255) / 256 * 256; }
-    static double bytes_of(i64 n, bool bf16) { return static_cast<double>(round_up(static_cast<std::size_t>(std::max<i64>(n, 1)) * (bf16 ? 2 : 4))); }
+    static double bytes_of(i64 n, Storage fmt) {
+        return static_cast<double>(round_up(static_cast<std::size_t>(std::max<i64>(n, 1)) * (fmt == Storage::fp32 ? 4 : 2)));
+    }
     bool inside(const void* p) const { return space_.inside(p); }
     // The storage of [p, p + n), which must lie in one live buffer.
     Ref at(const float* p, i64 n, const char* what) const {
@@ -484,7 +504,7 @@ private:
         if ((c - it->first) % static_cast<i64>(sizeof(float)) != 0 || n < 0 || off + n > limit || (n > 0 && off >= limit))
             throw std::runtime_error(std::string("emulated device: ") + what + ": " + std::to_string(n) + " elements at offset " + std::to_string(off) +
                                      " of a buffer of " + std::to_string(b.n) + " (past its end, or in no live buffer)");
-        return Ref{b.data.get() + off, n, b.bf16};
+        return Ref{b.data.get() + off, n, b.fmt};
     }
     Ref dev(const float* p, i64 n, const char* what) const {
         if (!p) throw std::runtime_error(std::string("emulated device: ") + what + ": a null pointer");
@@ -510,24 +530,24 @@ private:
         kernel([=] { f(O.p, A.p, B.p, n); }, {O});
     }
     // A kernel: on the compute lane whatever the current lane, run at once (after what that lane
-    // waits for); its bf16 outputs rounded, as the cuda device stores them.
+    // waits for); its 2-byte outputs rounded, as the cuda device stores them.
     void kernel(std::function<void()> body, std::initializer_list<Ref> outs) {
-        std::vector<Ref> narrow;
+        std::vector<Ref> halves;
         for (const Ref& r : outs)
-            if (r.p && r.bf16) narrow.push_back(r);
-        enqueue(lane_compute, Op{Op::run, [body = std::move(body), narrow] {
+            if (r.p && r.fmt != Storage::fp32) halves.push_back(r);
+        enqueue(lane_compute, Op{Op::run, [body = std::move(body), halves] {
                                      body();
-                                     for (const Ref& r : narrow) cpu::round_bf16(r.p, r.n);
+                                     for (const Ref& r : halves) narrow(r.fmt, r.p, r.n);
                                  }, 0, 0});
         while (!q_[lane_compute].empty()) step(lane_compute);
     }
-    // A copy between any two of device memory and host memory, converting into a bf16 buffer.
+    // A copy between any two of device memory and host memory, converting into a 2-byte buffer.
     Op move_op(float* dst, const float* src, i64 n) const {
-        const Ref d = inside(dst) ? at(dst, n, "copy dst") : Ref{dst, n, false};
-        const Ref s = inside(src) ? at(src, n, "copy src") : Ref{const_cast<float*>(src), n, false};
+        const Ref d = inside(dst) ? at(dst, n, "copy dst") : Ref{dst, n, Storage::fp32};
+        const Ref s = inside(src) ? at(src, n, "copy src") : Ref{const_cast<float*>(src), n, Storage::fp32};
         return Op{Op::run, [d, s, n] {
                       std::memmove(d.p, s.p, static_cast<std::size_t>(n) * sizeof(float));
-                      if (d.bf16 && !s.bf16) cpu::round_bf16(d.p, n);
+                      if (d.fmt != s.fmt) narrow(d.fmt, d.p, n);
                   }, 0, 0};
     }
     void enqueue(int lane, Op op) { q_[lane].push_back(std::move(op)); }

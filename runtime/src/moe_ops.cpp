@@ -134,7 +134,7 @@ bool RankState::moe_compute(std::size_t i) {
             // On a device the output's width rounds each write: the activation goes to an fp32
             // scratch first, so a bf16 output is rounded once, after the weight, as the cpu
             // backend (and a fused weighted activation) rounds it.
-            float* a = dev_->alloc(rows * f, false);
+            float* a = dev_->alloc(rows * f, Storage::fp32);
             if (!a) fail(i, "no device memory for the weighted activation");
             act(a, I(0));
             scale_rows(O(0), a, I(1));
@@ -149,7 +149,7 @@ bool RankState::moe_compute(std::size_t i) {
         if (weighted) {
             for (int q = 0; q < 2; ++q) {
                 if (!dev_) host[q].resize(static_cast<std::size_t>(rows * f));
-                scratch[q] = dev_ ? dev_->alloc(rows * f, false) : host[q].data();
+                scratch[q] = dev_ ? dev_->alloc(rows * f, Storage::fp32) : host[q].data();
                 if (!scratch[q]) fail(i, "no device memory for the weighted activation's backward");
             }
             act(scratch[0], I(0));
@@ -405,7 +405,7 @@ bool RankState::moe_sort(std::size_t i, bool sort) {
         std::vector<float> host;
         float* was = nullptr;
         if (dev_) {
-            was = dev_->alloc(std::max<i64>(rows * cols, 1), false);
+            was = dev_->alloc(std::max<i64>(rows * cols, 1), Storage::fp32);
             if (!was) fail(i, "the device refused the sort's scratch buffer");
             dev_->copy(was, x, rows * cols);
         } else {

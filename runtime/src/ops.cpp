@@ -254,20 +254,8 @@ void RankState::compute(std::size_t i) {
             const DataTensor& d = a.in(0);
             KERNEL(bias_grad, O(0), I(0), d.rows, d.cols);
         }
-    } else if (name == "optimizer.unscale") {  // fp16: {grads..} -> {grads.., found_inf}: unscale in place, flag inf/NaN
-        if (dev_) fail(i, "fp16's loss scaling is not executed by the cuda backend");
-        if (nout != nin + 1) fail(i, "the unscale pairs each gradient range with itself and writes one flag");
-        const float inv = static_cast<float>(1.0 / w_.loss_scale);
-        bool bad = false;
-        for (int k = 0; k < nin; ++k) {
-            float* g = O(k);
-            const i64 n = a.in(k).elements();
-            for (i64 e = 0; e < n; ++e) {
-                bad |= !std::isfinite(g[e]);
-                g[e] *= inv;
-            }
-        }
-        *O(nin) = bad ? 1.0f : 0.0f;
+    } else if (name == "optimizer.unscale") {  // fp16: {grads..} -> {grads.., found_inf} (loss_scale.cpp)
+        unscale(i);
     } else if (name == "embedding.dropout") {  // {x} -> {x, mask}; backward {dx, mask} -> {dx}, in place
         const DataTensor& x = a.in(0);
         if (!backward(in.phase)) {

@@ -134,8 +134,9 @@ Pool* RankState::pool_of(Tier t) {
     return v[static_cast<std::size_t>(rp_.node)].get();
 }
 
-TrackedBuffer RankState::buffer(i64 n, Tier t, const std::string& what, bool zero, double elem_bytes) {
-    return TrackedBuffer(n, pool_of(t), what, dev_, t == Tier::gpu, !w_.options.memory_only, w_.cache_of(rank_), zero, elem_bytes);
+TrackedBuffer RankState::buffer(i64 n, Tier t, const std::string& what, bool zero, double elem_bytes, bool bf16_moment) {
+    const Storage half = w_.plan.precision == Precision::fp16 && !bf16_moment ? Storage::fp16 : Storage::bf16;
+    return TrackedBuffer(n, pool_of(t), what, dev_, t == Tier::gpu, !w_.options.memory_only, w_.cache_of(rank_), zero, elem_bytes, half);
 }
 
 double RankState::elem_bytes(const DataTensor& t) const {

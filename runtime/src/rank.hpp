@@ -106,9 +106,10 @@ public:
     TrackedBuffer() = default;
     /// Zero-filled; throws OutOfMemory. dev null: plain host memory. backed false: charged to the
     /// pool only (RunOptions::memory_only), data() points at no usable memory. Charged at
-    /// elem_bytes an element: the plan's width of what it holds (floats, whatever that is).
+    /// elem_bytes an element: the plan's width of what it holds (floats, whatever that is); on a
+    /// device, stored as `half` where that is 2.
     TrackedBuffer(i64 n, Pool* pool, const std::string& what, Device* dev = nullptr, bool on_device = false, bool backed = true,
-                  HostCache* cache = nullptr, bool zero = true, double elem_bytes = sizeof(float));
+                  HostCache* cache = nullptr, bool zero = true, double elem_bytes = sizeof(float), Storage half = Storage::bf16);
     ~TrackedBuffer();
     TrackedBuffer(TrackedBuffer&& o) noexcept { *this = std::move(o); }
     TrackedBuffer& operator=(TrackedBuffer&& o) noexcept;
@@ -223,7 +224,9 @@ private:
     Pool* pool_of(sim::Tier t);
     void sample_memory(sim::Tier t);
     /// A buffer on tier t: the device's memory for the gpu tier on the cuda backend.
-    TrackedBuffer buffer(i64 n, sim::Tier t, const std::string& what, bool zero = true, double elem_bytes = sizeof(float));
+    /// bf16_moment: narrowed Adam moments, bf16 whatever the plan's 2-byte format.
+    TrackedBuffer buffer(i64 n, sim::Tier t, const std::string& what, bool zero = true, double elem_bytes = sizeof(float),
+                         bool bf16_moment = false);
     /// Bytes an element of t takes in the plan: 2 for a bf16 plan's activations, their gradients
     /// and the GPU's weights (gradients: plan.grad_bytes()), 4 for fp32 values (the loss and the
     /// kernels' statistics, tokens, host weights, optimizer state). The cpu backend holds every
@@ -276,6 +279,7 @@ private:
     /// RunOptions::memory_only: what instruction i would allocate and read, nothing more.
     void touch(std::size_t i);
     void optimizer(std::size_t i, bool on_cpu_stream);
+    void unscale(std::size_t i);  ///< fp16's gradients unscaled and checked (loss_scale.cpp)
     /// The update of instruction i with its operands resolved: a job that only computes.
     std::function<void()> optimizer_job(std::size_t i, bool on_cpu_stream);
     int update_number(bool on_cpu_stream) const;  ///< AdamW's step count of this update (0: none)

@@ -43,16 +43,14 @@ std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend, 
     if (std::string why = dataflow_unsupported(m, p); !why.empty()) return why;
     // bf16 and fp16: the cpu backend holds 2-byte values as floats rounded to their format
     // (computing in fp32, as a GPU's kernels do), with fp32 master weights for the update, and
-    // fp16 with Megatron's dynamic loss scaling. The cuda backend stores bf16 (device.hpp).
+    // fp16 with Megatron's dynamic loss scaling. The cuda backend stores them in 2 bytes
+    // (device.hpp, Storage).
     if (p.precision != Precision::fp32 && p.precision != Precision::bf16 && p.precision != Precision::fp16)
         return std::string("plan.precision = ") + to_string(p.precision) + ": the runtime executes fp32, bf16 and fp16: set one of them";
     if (p.precision == Precision::fp16 && p.lock_free_update)
         return "plan.precision = fp16 with plan.lock_free_update: a delayed host update of a step skipped for an overflow is not "
                "executed";
     if (p.precision != Precision::fp32) {
-        if (cuda && p.precision == Precision::fp16)
-            return "plan.precision = fp16: the cuda backend stores fp32 or bf16 (fp16 with its loss scaling runs on --backend cpu, or "
-                   "as a memory walk)";
         for (const auto& [field, dtype] : {std::pair<const char*, Precision>{"plan.exp_avg_dtype", p.exp_avg_dtype},
                                            std::pair<const char*, Precision>{"plan.exp_avg_sq_dtype", p.exp_avg_sq_dtype}}) {
             if (dtype != Precision::fp32 && dtype != Precision::bf16)

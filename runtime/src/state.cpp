@@ -311,8 +311,8 @@ MomentBlock& RankState::moments(i64 offset, i64 count, Tier tier) {
     b.count = count;
     // Moments at their plan's width (Megatron's precision-aware optimizer narrows them to bf16;
     // the update rounds them each step, optimizer_job).
-    b.m = buffer(count, tier, who, true, bytes_per_element(w_.plan.exp_avg_dtype));
-    b.v = buffer(count, tier, who, true, bytes_per_element(w_.plan.exp_avg_sq_dtype));
+    b.m = buffer(count, tier, who, true, bytes_per_element(w_.plan.exp_avg_dtype), true);
+    b.v = buffer(count, tier, who, true, bytes_per_element(w_.plan.exp_avg_sq_dtype), true);
     // A bf16 plan's update keeps fp32 master weights beside the moments, from the bf16 weights at
     // the first update (or the checkpoint's): on the GPU, and on the host where the weights are
     // homed there (else the host's copy of the weights is the fp32 master itself). Without a

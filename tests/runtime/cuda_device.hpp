@@ -49,9 +49,8 @@ struct Dev {
     Device& d;
     float* p = nullptr;
     std::int64_t n = 0;
-    bool bf16 = false;
-    Dev(Device& dev, const std::vector<float>& h, bool half = false) : d(dev), n(static_cast<std::int64_t>(h.size())), bf16(half) {
-        p = d.alloc(std::max<std::int64_t>(n, 1), bf16);
+    Dev(Device& dev, const std::vector<float>& h, runtime::Storage fmt = runtime::Storage::fp32) : d(dev), n(static_cast<std::int64_t>(h.size())) {
+        p = d.alloc(std::max<std::int64_t>(n, 1), fmt);
         REQUIRE(p != nullptr);
         d.copy(p, h.data(), n);
     }

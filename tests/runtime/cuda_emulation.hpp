@@ -4,7 +4,7 @@
 // run one after another, so a kernel's __shared__ arrays can be function statics;
 // __shfl_xor_sync goes through a per-warp array; a WMMA fragment is the whole 16x16 tile in every
 // lane (loaded by every lane, stored by lane 0 between warp barriers, as the hardware runs WMMA
-// warp-synchronously); bf16 rounds to nearest even as the cpu backend does. It checks indexing,
+// warp-synchronously); bf16 and fp16 round to nearest even as the cpu backend does. It checks indexing,
 // reductions, widths and the kernels' arithmetic, not speed, and not the real fragments' register
 // layout (opaque to the kernels by WMMA's contract). Include it, then the .cuh files inside
 // namespace strata::runtime::emulated, as device_cuda.cu includes them.
@@ -86,6 +86,12 @@ inline float __bfloat162float(__nv_bfloat16 b) {
     std::memcpy(&f, &u, 4);
     return f;
 }
+struct __half {
+    std::uint16_t bits;
+};
+inline __half __float2half_rn(float f) { return __half{cpu::fp16_bits(f)}; }
+inline float __half2float(__half h) { return cpu::from_fp16_bits(h.bits); }
+using std::isfinite;
 struct uint4 {
     std::uint32_t x, y, z, w;
 };
@@ -98,6 +104,15 @@ inline void atomicAdd(__nv_bfloat16* p, __nv_bfloat16 v) {  // compare-and-swap 
     for (;;) {
         const float sum = __bfloat162float(__nv_bfloat16{old}) + __bfloat162float(v);
         if (a.compare_exchange_weak(old, __float2bfloat16_rn(sum).bits)) return;
+    }
+}
+
+inline void atomicAdd(__half* p, __half v) {
+    std::atomic_ref<std::uint16_t> a(p->bits);
+    std::uint16_t old = a.load();
+    for (;;) {
+        const float sum = __half2float(__half{old}) + __half2float(v);
+        if (a.compare_exchange_weak(old, __float2half_rn(sum).bits)) return;
     }
 }
 

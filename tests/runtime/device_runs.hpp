@@ -176,6 +176,70 @@ inline std::vector<Variant> bf16_variants() {
     return v;
 }
 
+/// fp16 (IEEE halves on a device, floats rounded to them on the cpu backend) with Megatron's
+/// dynamic loss scaling: the gradients unscaled and checked where they live (on the GPU, or in host
+/// memory beside an offloaded optimizer), the flag summed over the ranks. The exact attention
+/// kernels run in halves (the flash ones take bf16 only).
+inline std::vector<Variant> fp16_variants() {
+    std::vector<Variant> v;
+    PlanSpec p = cpu_plan();
+    p.precision = Precision::fp16;
+    v.push_back({"GPT, fp16", tiny_gpt(), p});
+    v.push_back({"Llama, fp16", tiny_llama(2), p});
+    v.push_back({"MoE, fp16", tiny_moe(), p});
+    ModelSpec wide = tiny_llama(2);
+    wide.hidden = 128, wide.heads = 2, wide.kv_heads = 1, wide.head_dim = 64, wide.ffn_hidden = 96, wide.seq_len = 80;
+    v.push_back({"Llama with 64-wide heads, fp16", wide, p});
+    PlanSpec q = p;
+    q.offload.optimizer = TierSplit{0.0, 1.0, 0.0};  // half gradients down, half weights up, unscaled on the host
+    v.push_back({"Llama, fp16, optimizer on the CPU", tiny_llama(2), q});
+    q = cpu_plan(1, 1, 2);
+    q.precision = Precision::fp16;
+    q.zero_stage = 1;
+    v.push_back({"Llama, fp16, dp 2, ZeRO 1", tiny_llama(2), q});
+    q.zero_stage = 3;
+    v.push_back({"GPT, fp16, dp 2, ZeRO 3", tiny_gpt(), q});
+    return v;
+}
+
+inline std::vector<runtime::StepReport> run_reports(const ModelSpec& m, const PlanSpec& p, runtime::Backend b, int steps,
+                                                    runtime::RunOptions o) {
+    o.backend = b;
+    o.lr = 3e-3;
+    o.ranks_share_gpu = true;
+    runtime::Session s(m, cpu_cluster(p.gpus()), p, o);
+    std::vector<runtime::StepReport> out;
+    for (int i = 0; i < steps; ++i) out.push_back(s.step());
+    return out;
+}
+
+/// Each fp16 variant on `b` against the cpu backend: a scale of 65536 doubling after every clean
+/// step, so that overflows come and go (test_fp16.cpp), and the same steps skipped at the same
+/// scales; the losses to fp16's rounding step (`tol`).
+inline void check_fp16_curves(runtime::Backend b, double tol) {
+    runtime::RunOptions o;
+    o.initial_loss_scale = 65536;
+    o.loss_scale_window = 1;
+    o.hysteresis = 1;
+    for (const Variant& x : fp16_variants()) {
+        INFO(x.name);
+        const auto want = run_reports(x.model, x.plan, runtime::Backend::cpu, 6, o);
+        const auto got = run_reports(x.model, x.plan, b, 6, o);
+        int skips = 0;
+        for (std::size_t i = 0; i < want.size(); ++i) {
+            INFO("step " << i + 1 << ": cpu " << want[i].loss << " at scale " << want[i].loss_scale << (want[i].skipped ? " (skipped)" : "")
+                         << ", device " << got[i].loss << " at scale " << got[i].loss_scale << (got[i].skipped ? " (skipped)" : ""));
+            CHECK(got[i].skipped == want[i].skipped);
+            CHECK(got[i].loss_scale == want[i].loss_scale);
+            CHECK(std::fabs(got[i].loss - want[i].loss) <= tol * std::fabs(want[i].loss));
+            skips += want[i].skipped;
+        }
+        CHECK(skips > 0);  // the overflow path ran
+        CHECK(skips < 6);  // and the update
+        CHECK(got.back().loss < got.front().loss);
+    }
+}
+
 /// Several ranks, each with its device: TP (with and without SP), PP (1F1B, interleaved, the
 /// scatter/gather transfer), DP with every ZeRO stage, the three at once, MoE's expert
 /// parallelism and Ulysses context parallelism; fp32 and bf16.
@@ -279,6 +343,7 @@ inline void check_loss_curves(runtime::Backend b, double bf16_tol = 5e-3) {
             CHECK(got.back() < got.front());  // it learns
             close_curves(want, got, x.plan.precision == Precision::bf16 ? bf16_tol : 1e-4);
         }
+    check_fp16_curves(b, bf16_tol);
 }
 
 /// A checkpoint resumed on the device, every instruction's span, the tiers' peaks, parameters
@@ -327,14 +392,9 @@ inline void check_checkpoint_and_timeline(runtime::Backend backend) {
     r.set_param(0, "qkv.weight", 0, 3, 0.125f);
     CHECK(r.param(0, "qkv.weight", 0, 3) == 0.125f);
 
-    // A plan of several ranks is refused by name on a GPU unless its ranks may share it; fp16 (its
-    // loss scaling) is refused on the device path either way.
+    // A plan of several ranks is refused by name on a GPU unless its ranks may share it.
     if (backend == runtime::Backend::cuda)
         CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), cpu_plan(1, 1, 2), o), Catch::Contains("one rank on one GPU"));
-    o.ranks_share_gpu = true;
-    PlanSpec half = cpu_plan(1, 1, 2);
-    half.precision = Precision::fp16;
-    CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), half, o), Catch::Contains("plan.precision = fp16"));
 }
 
 }  // namespace strata::test::device_runs

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <random>
 
 #include "cuda_device.hpp"
@@ -285,7 +286,7 @@ TEST_CASE("cuda kernels on bf16 operands match the cpu kernels rounded to bf16",
     if (!dp) return;
     Device& d = *dp;
     using i64 = std::int64_t;
-    constexpr bool H = true;  // a bf16 buffer
+    constexpr auto H = runtime::Storage::bf16;
     const double ulp = 1e-2;
 
     SECTION("copies convert, an inner pointer addresses its elements, zero and sum read the width") {
@@ -434,6 +435,98 @@ TEST_CASE("cuda kernels on bf16 operands match the cpu kernels rounded to bf16",
         same(p, P.get(), "AdamW master from bf16 gradients", 1e-6);
         same(m, M.get(), "AdamW m", 1e-6);
         CHECK(Wt.get() == rounded(P.get()));  // the master's bf16 rounding
+    }
+}
+
+namespace {
+std::vector<float> halves(std::vector<float> v) {
+    cpu::round_fp16(v.data(), static_cast<std::int64_t>(v.size()));
+    return v;
+}
+}  // namespace
+
+// An fp16 plan's tensors: IEEE halves where a bf16 plan has bf16 (RankState::buffer), with fp16's
+// loss scaling. The reference is the cpu kernel on inputs rounded to halves, its 2-byte outputs
+// rounded to halves: one rounding step of fp16 is 2^-10 of its binade.
+TEST_CASE("cuda kernels on fp16 operands match the cpu kernels rounded to halves", "[runtime][cuda]") {
+    Device* dp = device();
+    if (!dp) return;
+    Device& d = *dp;
+    using i64 = std::int64_t;
+    constexpr auto H = runtime::Storage::fp16;
+    const double ulp = 2e-3;
+
+    SECTION("copies convert to halves and back; past 65504 is infinity") {
+        auto x = randoms(1000, 60, -3, 3);
+        x[7] = 70000.0f;    // overflows a half
+        x[8] = 1e-6f;       // a subnormal half
+        x[9] = 65519.0f;    // rounds down to the largest half
+        Dev A(d, x, H), F(d, x);
+        const auto back = A.get();
+        CHECK(back == halves(x));
+        CHECK(std::isinf(back[7]));
+        CHECK(back[9] == 65504.0f);
+        Dev B(d, std::vector<float>(1000), H), G(d, std::vector<float>(1000));
+        d.copy(B.p, F.p, 1000);  // device fp32 -> fp16
+        CHECK(B.get() == halves(x));
+        d.copy(G.p, A.p, 1000);  // device fp16 -> fp32
+        CHECK(G.get() == halves(x));
+    }
+    SECTION("GEMMs in halves, fp32 gradients accumulated") {
+        const i64 T = 37, K = 48, N = 80;
+        const auto x = halves(randoms(T * K, 61)), w = halves(randoms(N * K, 62)), b = halves(randoms(N, 63)), dy = halves(randoms(T * N, 64));
+        const auto dw0 = randoms(N * K, 65), db0 = randoms(N, 66);
+        std::vector<float> y(T * N), dx(T * K), dw = dw0, db = db0;
+        cpu::matmul_forward(y.data(), x.data(), w.data(), b.data(), T, K, N);
+        cpu::matmul_dgrad(dx.data(), dy.data(), w.data(), T, K, N);
+        cpu::matmul_wgrad(dw.data(), db.data(), x.data(), dy.data(), T, K, N);
+        Dev X(d, x, H), W(d, w, H), B(d, b, H), DY(d, dy, H), Y(d, std::vector<float>(T * N), H), DX(d, std::vector<float>(T * K), H),
+            DW(d, dw0), DB(d, db0);
+        d.matmul_forward(Y.p, X.p, W.p, B.p, T, K, N);
+        d.matmul_dgrad(DX.p, DY.p, W.p, T, K, N);
+        d.matmul_wgrad(DW.p, DB.p, X.p, DY.p, T, K, N);
+        same(halves(y), Y.get(), "fp16 forward", ulp);
+        same(halves(dx), DX.get(), "fp16 dgrad", ulp);
+        same(dw, DW.get(), "fp16 wgrad into fp32", 1e-4);
+        same(db, DB.get(), "fp16 bias grad into fp32", 1e-4);
+    }
+    SECTION("attention in halves: the exact kernels, 64-wide heads included (the flash ones take bf16)") {
+        for (const i64 hd : {i64{32}, i64{64}}) {
+            const i64 seq = 40, hq = 4, hkv = 2, T = 2 * seq, row = (hq + 2 * hkv) * hd, od = hq * hd;
+            const auto qkv = halves(randoms(T * row, 67)), dout = halves(randoms(T * od, 68));
+            std::vector<float> out(T * od), lse(T * hq), dqkv(T * row);
+            cpu::attention_forward(out.data(), lse.data(), qkv.data(), T, seq, hq, hkv, hd, {}, 0);
+            out = halves(out);
+            cpu::attention_backward(dqkv.data(), qkv.data(), out.data(), lse.data(), dout.data(), T, seq, hq, hkv, hd, {}, 0);
+            Dev Q(d, qkv, H), DO(d, dout, H), O(d, std::vector<float>(T * od), H), L(d, std::vector<float>(T * hq)),
+                DQ(d, std::vector<float>(T * row), H);
+            d.attention_forward(O.p, L.p, Q.p, T, seq, hq, hkv, hd, {}, 0);
+            d.attention_backward(DQ.p, Q.p, O.p, L.p, DO.p, T, seq, hq, hkv, hd, {}, 0);
+            INFO("head dim " << hd);
+            same(out, O.get(), "fp16 attention out", ulp);
+            same(lse, L.get(), "fp16 attention lse", 1e-5);
+            same(halves(dqkv), DQ.get(), "fp16 attention dqkv", 4 * ulp);
+        }
+    }
+    SECTION("the loss scale: unscaled in place, an inf or NaN flagged, the flag kept over ranges") {
+        std::vector<float> g = halves(randoms(5000, 69, -60000, 60000)), flag{0.0f};
+        Dev G(d, g, H), G2(d, g, H), Fl(d, flag);
+        d.unscale(G.p, 5000, 1.0f / 1024, Fl.p);
+        CHECK(Fl.get()[0] == 0.0f);
+        std::vector<float> want = g;
+        for (float& e : want) e *= 1.0f / 1024;
+        CHECK(G.get() == halves(want));  // a power of two: exact, but for what falls under a half's range
+        g[4321] = std::numeric_limits<float>::infinity();
+        Dev Bad(d, g, H);
+        d.unscale(Bad.p, 5000, 0.5f, Fl.p);
+        CHECK(Fl.get()[0] == 1.0f);
+        d.unscale(G2.p, 5000, 0.5f, Fl.p);  // a clean range after: the flag stays
+        CHECK(Fl.get()[0] == 1.0f);
+        g[4321] = std::numeric_limits<float>::quiet_NaN();
+        Dev Nan(d, g, H);
+        d.zero(Fl.p, 1);
+        d.unscale(Nan.p, 5000, 0.5f, Fl.p);
+        CHECK(Fl.get()[0] == 1.0f);
     }
 }
 

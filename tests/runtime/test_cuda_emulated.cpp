@@ -1,9 +1,10 @@
 // runtime/cuda/kernels.cuh's and moe_kernels.cuh's kernels, run on the CPU (cuda_emulation.hpp) with device_cuda.cu's
-// launch shapes, against the cpu kernels: in fp32, and with a bf16 plan's widths (2-byte
+// launch shapes, against the cpu kernels: in fp32, and with a bf16 (or fp16) plan's widths (2-byte
 // activations and weights read and written through TV, fp32 statistics and weight gradients).
 // test_cuda.cpp checks the same kernels on a GPU; this runs in CI, where no GPU is.
 #include <catch2/catch.hpp>
 
+#include <limits>
 #include <random>
 #include <tuple>
 
@@ -19,26 +20,28 @@ namespace {
 
 using strata::test::uniform_floats;
 std::vector<float> randoms(std::size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f) { return uniform_floats(n, seed, lo, hi); }
-std::vector<float> rounded(std::vector<float> v, bool bf16) {
-    if (bf16) cpu::round_bf16(v.data(), static_cast<i64>(v.size()));
+/// fmt as TV's: 0 fp32, 1 bf16, 2 fp16.
+std::vector<float> rounded(std::vector<float> v, int fmt) {
+    if (fmt == 1) cpu::round_bf16(v.data(), static_cast<i64>(v.size()));
+    if (fmt == 2) cpu::round_fp16(v.data(), static_cast<i64>(v.size()));
     return v;
 }
+const char* fmt_name(int fmt) { return fmt == 1 ? "bf16" : fmt == 2 ? "fp16" : "fp32"; }
 
-/// "Device" memory of either width, filled from floats (rounded when bf16).
+/// "Device" memory of any width, filled from floats (rounded to a 2-byte one).
 struct Buf {
-    bool bf16;
+    int fmt;
     std::vector<float> f;
-    std::vector<__nv_bfloat16> h;
-    Buf(const std::vector<float>& v, bool half) : bf16(half) {
-        if (half)
-            for (float x : v) h.push_back(__float2bfloat16_rn(x));
-        else f = v;
+    std::vector<std::uint16_t> h;  ///< bf16 or half bits
+    Buf(const std::vector<float>& v, int w) : fmt(w) {
+        if (w == 0) f = v;
+        for (float x : w ? v : std::vector<float>{}) h.push_back(w == 1 ? __float2bfloat16_rn(x).bits : __float2half_rn(x).bits);
     }
-    TV tv() { return bf16 ? TV{h.data(), 1} : TV{f.data(), 0}; }
+    TV tv() { return fmt ? TV{h.data(), fmt} : TV{f.data(), 0}; }
     std::vector<float> get() const {
-        if (!bf16) return f;
+        if (!fmt) return f;
         std::vector<float> out;
-        for (auto b : h) out.push_back(__bfloat162float(b));
+        for (auto b : h) out.push_back(fmt == 1 ? __bfloat162float(__nv_bfloat16{b}) : __half2float(__half{b}));
         return out;
     }
 };
@@ -62,13 +65,13 @@ void same(const std::vector<float>& ref, const std::vector<float>& got, const ch
 }  // namespace
 }  // namespace strata::runtime::emulated
 
-TEST_CASE("the cuda kernels, emulated on the CPU, match the cpu kernels in fp32 and on bf16 operands", "[runtime][cuda-emulated]") {
+TEST_CASE("the cuda kernels, emulated on the CPU, match the cpu kernels in fp32 and on bf16 and fp16 operands", "[runtime][cuda-emulated]") {
     using namespace strata::runtime::emulated;
     namespace cpu = strata::runtime::cpu;
-    const bool H = GENERATE(false, true);
+    const int H = GENERATE(0, 1, 2);  // TV's fmt
     {
-        INFO((H ? "bf16" : "fp32"));
-        const double tol = H ? 1e-2 : 2e-5;  // one rounding step of bf16, else summation order
+        INFO(fmt_name(H));
+        const double tol = H ? 1e-2 : 2e-5;  // one rounding step of bf16 (fp16's is 8x finer), else summation order
         const i64 T = 7, C = 40, F = 24;
         auto x = rounded(randoms(T * C, 1, -2, 3), H), w = rounded(randoms(C, 2), H), b = rounded(randoms(C, 3), H);
         auto dy = rounded(randoms(T * C, 4), H), res = rounded(randoms(T * C, 5), H);
@@ -223,6 +226,25 @@ TEST_CASE("the cuda kernels, emulated on the CPU, match the cpu kernels in fp32 
             same(stats, STS.get(), "loss stats", 1e-5);
             same(rounded(dl, H), LG.get(), "loss backward", tol);
         }
+        SECTION("the loss scale's unscale in the gradients' width: an inf or NaN flagged, the flag kept") {
+            auto g = rounded(randoms(300, 16, -100, 100), H);
+            g[77] = std::numeric_limits<float>::infinity();
+            std::vector<float> want = g;
+            for (float& e : want) e *= 0.25f;
+            Buf G(g, H), G2(rounded(randoms(300, 17), H), H);
+            float found = 0.0f;
+            run1(300, [&] { k_unscale(G.tv(), 0.25f, &found, 300); });
+            CHECK(found == 1.0f);
+            const auto got = G.get(), wr = rounded(want, H);
+            for (std::size_t i = 0; i < got.size(); ++i)
+                if (i != 77) CHECK(got[i] == wr[i]);
+            CHECK(std::isinf(got[77]));
+            run1(300, [&] { k_unscale(G2.tv(), 0.5f, &found, 300); });  // a clean range leaves the flag
+            CHECK(found == 1.0f);
+            found = 0.0f;
+            run1(300, [&] { k_unscale(G2.tv(), 0.5f, &found, 300); });
+            CHECK(found == 0.0f);
+        }
         SECTION("AdamW over chunks from gradients of the plan's width; conversions and sums") {
             const i64 n = 3000;
             const auto p0 = randoms(n, 12), g = rounded(randoms(n, 13), H), m0 = randoms(n, 14, -0.1f, 0.1f), v0 = randoms(n, 15, 0, 0.1f);
@@ -238,7 +260,7 @@ TEST_CASE("the cuda kernels, emulated on the CPU, match the cpu kernels in fp32 
             same(p, P.get(), "adamw parameters", 1e-6);
             same(m, M.get(), "adamw m", 1e-6);
             CHECK(W.get() == rounded(P.get(), H));  // the weights written in the same pass: the master's rounding
-            if (H) {  // pure bf16 (plan.master_weights false, bf16 moments): the update in each buffer's own width
+            if (H == 1) {  // pure bf16 (plan.master_weights false, bf16 moments): the update in each buffer's own width
                 auto pb = rounded(p0, true), mb = rounded(m0, true), vb = rounded(v0, true);
                 cpu::adamw(pb.data(), mb.data(), vb.data(), g.data(), all.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
                 Buf PB(rounded(p0, true), true), MB(rounded(m0, true), true), VB(rounded(v0, true), true);

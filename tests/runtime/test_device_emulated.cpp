@@ -26,8 +26,8 @@ TEST_CASE("the emulated device: checkpoints, timelines, memory and refusals", "[
 TEST_CASE("the emulated device enforces the cuda device's rules", "[runtime]") {
     using runtime::Device;
     std::unique_ptr<Device> d = runtime::make_emulated_device();
-    float* a = d->alloc(8, false);
-    float* b = d->alloc(8, false);
+    float* a = d->alloc(8, runtime::Storage::fp32);
+    float* b = d->alloc(8, runtime::Storage::fp32);
     std::vector<float> host{1, 2, 3, 4, 5, 6, 7, 8}, out(8);
     d->copy(a, host.data(), 8);
     // An operand past its buffer, and a kernel handed host memory, are errors naming the call.
@@ -42,7 +42,7 @@ TEST_CASE("the emulated device enforces the cuda device's rules", "[runtime]") {
     d->copy_async(b, twos.data(), 8);
     d->record(0);
     d->set_lane(Device::lane_compute);
-    float* c = d->alloc(8, false);
+    float* c = d->alloc(8, runtime::Storage::fp32);
     d->mul(c, a, b, 8);  // no wait: b is still zero here
     d->copy(out.data(), c, 8);
     CHECK(out == std::vector<float>(8, 0.0f));
@@ -52,7 +52,7 @@ TEST_CASE("the emulated device enforces the cuda device's rules", "[runtime]") {
     CHECK(out == std::vector<float>{2, 4, 6, 8, 10, 12, 14, 16});
     CHECK(d->reached(0));
     // A bf16 buffer holds what it is given rounded to bf16.
-    float* h = d->alloc(1, true);
+    float* h = d->alloc(1, runtime::Storage::bf16);
     const float third = 1.0f / 3.0f;
     d->copy(h, &third, 1);
     float back = 0;

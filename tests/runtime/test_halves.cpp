@@ -17,14 +17,14 @@ TEST_CASE("bf16 handles: float k of a handle is element k of its buffer", "[runt
     CHECK(b >= a + 4000);  // handles do not overlap
     const auto* fa = reinterpret_cast<const float*>(a);
     CHECK(h.resolve(fa).p == real_a);
-    CHECK(h.resolve(fa).bf16);
+    CHECK(h.resolve(fa).fmt == 1);
     CHECK(h.resolve(fa + 300).p == real_a + 600);  // element 300: byte 600
     CHECK(h.resolve(fa + 999).p == real_a + 1998);
     CHECK(h.resolve(reinterpret_cast<const float*>(b) + 5).p == real_b + 10);
     // An address outside the reservation is fp32 storage, as it is.
     float plain[4];
     CHECK(h.resolve(plain + 2).p == plain + 2);
-    CHECK_FALSE(h.resolve(plain).bf16);
+    CHECK(h.resolve(plain).fmt == 0);
     CHECK(h.resolve(nullptr).p == nullptr);
     // Given back, an address in it is refused; the next buffer of that size reuses the handle.
     CHECK(h.remove(b) == real_b);

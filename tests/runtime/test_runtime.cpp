@@ -510,11 +510,15 @@ TEST_CASE("what the runtime cannot execute is refused with the field named", "[r
                 CHECK_THAT(e.what(), !Catch::Contains("qk_norm") && !Catch::Contains("model.moe"));
             }
         }
-        // It stores fp32 or bf16: fp16 is refused, also before a device is opened (narrowed moments
-        // and pure bf16 run since stop 50, bf16 with offload since stop 51: test_device_emulated.cpp).
+        // fp16 too, since stop 54 (IEEE halves and the unscale on the device: test_device_emulated.cpp):
+        // it gets as far as opening the device.
         PlanSpec h = cpu_plan();
         h.precision = Precision::fp16;
-        CHECK_THROWS_WITH(runtime::Session(tiny_gpt(), cpu_cluster(1), h, cuda), Catch::Contains("plan.precision = fp16"));
+        try {
+            runtime::Session s(tiny_gpt(), cpu_cluster(1), h, cuda);
+        } catch (const std::exception& e) {
+            CHECK_THAT(e.what(), !Catch::Contains("plan.precision"));
+        }
     }
     m.moe->capacity_factor = 1.25;  // token dropping runs, padded or not (test_moe.cpp)
     CHECK_NOTHROW(runtime::Session(m, cpu_cluster(1), cpu_plan(), {}));

@@ -6,7 +6,7 @@
 # (pinning 108 GB of host memory), the others 3-40 s; the machine's start about 30 s. The default
 # list fits one 600 s call; name the others (llama-2-7b-offload, gpt2-774m-ssd, gpt2-1.5b-unfused,
 # gpt2-124m-dropout, llama-2-7b-offload-lockfree, llama-2-7b-offload-bf16, qwen3-moe-2l-bf16,
-# gpt2-774m-infinity-bf16) in a second one. The bf16 cases and stop 47's
+# gpt2-774m-infinity-bf16, gpt2-124m-fp16) in a second one. The bf16 cases and stop 47's
 # profile rows (grouped_gemm, gemm_sustained, the runtime's kernels on bf16 buffers) have never
 # run: their times are unknown.
 # Usage: OUT=DIR bench/gpu/runtime/device-run.sh PKG [CASE...]   (PKG from package.sh)
@@ -45,7 +45,7 @@ for c in $cases; do
       timeout 150 "$S" profile --backend cuda --quick --only gemm,attention,membw,memcpy,grouped_gemm --db "$db" --json "$res/cuda-quick.json" > "$res/profile-cuda.txt" 2>&1; stamp "profile rc=$?"
       timeout 60 "$S" profile --backend cpu --quick --only ssd,cpu_adam,host_mem --ssd-dir /tmp --db "$db" --json "$res/cpu-quick.json" > "$res/profile-cpu.txt" 2>&1; stamp "cpu profile rc=$?" ;;
     *)
-      model="" plan=""
+      model="" plan="" extra=""
       case "$c" in
         gpt2-124m) m=gpt2-124m steps=6 lim=90 ;;
         # The bundled GPT-2 small as released (dropout 0.1): the cuda backend's dropout kernels
@@ -63,6 +63,10 @@ for c in $cases; do
         # Stop 53: the weights homed in the SSD file as well (bf16), fetched through host staging;
         # never run on a GPU. Not in the default list: name it.
         gpt2-774m-infinity-bf16) m=gpt2-774m steps=3 lim=150 ;;
+        # Stop 54: fp16 in IEEE halves on the GPU, the exact attention kernels (the flash ones take
+        # bf16), the loss scale's unscale kernel (from 2^16, so that most steps update); never run on
+        # a GPU. Not in the default list.
+        gpt2-124m-fp16) m=gpt2-124m steps=6 lim=90 extra="--initial-loss-scale 65536" ;;
         llama-2-7b-params-cpu) m=llama-2-7b steps=3 lim=260 ;;
         gpt2-1.5b-unfused) m=gpt2-1.5b steps=4 lim=120 ;;
         # Stop 49: two Qwen3-30B-A3B layers (QK-norm, 128 experts, top 8) on the cuda backend's MoE
@@ -71,7 +75,7 @@ for c in $cases; do
       esac
       stamp "validate $c"
       timeout "$lim" "$S" validate --model "${model:-$D/model-$m.json}" --plan "${plan:-$D/plan-$c.json}" --cluster "$cluster" --backend cuda --steps $steps \
-        --data text --calibration none --db "$db" --ssd-dir /tmp --json "$res/$c.json" > "$res/$c.txt" 2>&1
+        --data text --calibration none --db "$db" --ssd-dir /tmp --json "$res/$c.json" $extra > "$res/$c.txt" 2>&1
       stamp "validate $c rc=$?"; cat "$res/$c.txt" ;;
   esac
   finish  # after every case: a run stopped at its limit still brings back what it did
