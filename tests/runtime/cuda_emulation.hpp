@@ -1,7 +1,7 @@
 // A CPU emulation of the CUDA that runtime/cuda/kernels.cuh and flash.cuh use, so that the cuda
 // backend's kernels run in CI, where no GPU is (test_cuda_emulated.cpp, test_flash_emulated.cpp):
-// a block is one std::thread per thread, with barriers for __syncthreads and __syncwarp; blocks
-// run one after another, so a kernel's __shared__ arrays can be function statics;
+// a block's threads are kept std::threads (BlockThreads), with barriers for __syncthreads and
+// __syncwarp; blocks run one after another, so a kernel's __shared__ arrays can be function statics;
 // __shfl_xor_sync goes through a per-warp array; a WMMA fragment is the whole 16x16 tile in every
 // lane (loaded by every lane, stored by lane 0 between warp barriers, as the hardware runs WMMA
 // warp-synchronously); bf16 and fp16 round to nearest even as the cpu backend does. It checks indexing,
@@ -16,7 +16,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <semaphore>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -106,7 +109,6 @@ inline void atomicAdd(__nv_bfloat16* p, __nv_bfloat16 v) {  // compare-and-swap 
         if (a.compare_exchange_weak(old, __float2bfloat16_rn(sum).bits)) return;
     }
 }
-
 inline void atomicAdd(__half* p, __half v) {
     std::atomic_ref<std::uint16_t> a(p->bits);
     std::uint16_t old = a.load();
@@ -161,35 +163,84 @@ void mma_sync(fragment<accumulator, 16, 16, 16, float>& d, const A& a, const B& 
 }
 }  // namespace nvcuda::wmma
 
+/// Threads kept for the blocks: a block's threads must all run at once (they meet at barriers),
+/// and creating them afresh for every block was most of the emulated tests' time (the more so
+/// under AddressSanitizer, which maps a shadow for each new thread's stack).
+class BlockThreads {
+public:
+    ~BlockThreads() {
+        stop_ = true;
+        for (auto& w : workers_) w->go.release();
+        for (auto& w : workers_) w->thread.join();
+    }
+    /// fn(t) for t in [0, n), each on its own thread, all at once; returns when every one has.
+    /// A semaphore a thread: waking only the n a block needs.
+    void run(unsigned n, const std::function<void(unsigned)>& fn) {
+        std::lock_guard<std::mutex> one_launch_at_a_time(run_mu_);
+        while (workers_.size() < n) {
+            workers_.push_back(std::make_unique<Worker>());
+            Worker* w = workers_.back().get();  // stable while the vector grows
+            w->thread = std::thread([this, w, t = static_cast<unsigned>(workers_.size() - 1)] { work(*w, t); });
+        }
+        fn_ = &fn;
+        left_ = n;
+        for (unsigned t = 0; t < n; ++t) workers_[t]->go.release();
+        done_.acquire();
+    }
+
+private:
+    struct Worker {
+        std::thread thread;
+        std::binary_semaphore go{0};
+    };
+    void work(Worker& w, unsigned t) {
+        for (;;) {
+            w.go.acquire();
+            if (stop_) return;
+            (*fn_)(t);
+            if (left_.fetch_sub(1) == 1) done_.release();
+        }
+    }
+    std::vector<std::unique_ptr<Worker>> workers_;
+    std::mutex run_mu_;
+    std::binary_semaphore done_{0};
+    std::atomic<unsigned> left_{0};
+    const std::function<void(unsigned)>* fn_ = nullptr;
+    bool stop_ = false;
+};
+inline BlockThreads& block_threads() {
+    static BlockThreads pool;
+    return pool;
+}
+
 /// Runs body() as every thread of every block of `grid` (block after block), with `smem_bytes` of
 /// 128-byte-aligned dynamic shared memory a block.
 template <class F>
 void launch(dim3 grid, dim3 block, std::size_t smem_bytes, F body) {
     const unsigned threads = block.x * block.y * block.z, warps = (threads + 31) / 32;
+    std::vector<unsigned char> shared(smem_bytes + 128);
+    unsigned char* base = shared.data() + (128 - reinterpret_cast<std::uintptr_t>(shared.data()) % 128) % 128;
+    std::vector<std::vector<float>> xchg(warps, std::vector<float>(32));
     for (unsigned bz = 0; bz < grid.z; ++bz)
         for (unsigned by = 0; by < grid.y; ++by)
             for (unsigned bx = 0; bx < grid.x; ++bx) {
-                std::vector<unsigned char> shared(smem_bytes + 128);
-                unsigned char* base = shared.data() + (128 - reinterpret_cast<std::uintptr_t>(shared.data()) % 128) % 128;
+                std::fill(shared.begin(), shared.end(), static_cast<unsigned char>(0));  // each block's shared memory starts fresh
                 std::barrier<> bar(threads);
                 std::vector<std::unique_ptr<std::barrier<>>> warp_bars;
-                std::vector<std::vector<float>> xchg(warps, std::vector<float>(32));
                 for (unsigned w = 0; w < warps; ++w) warp_bars.push_back(std::make_unique<std::barrier<>>(std::min(32u, threads - 32 * w)));
-                std::vector<std::thread> ts;
-                for (unsigned t = 0; t < threads; ++t)
-                    ts.emplace_back([&, t] {
-                        emu::tid = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
-                        emu::bid = dim3(bx, by, bz);
-                        emu::bdim = block;
-                        emu::gdim = grid;
-                        emu::lane = static_cast<int>(t % 32);
-                        emu::sm = base;
-                        emu::block_bar = &bar;
-                        emu::warp_bar = warp_bars[t / 32].get();
-                        emu::warp_xchg = xchg[t / 32].data();
-                        body();
-                    });
-                for (auto& t : ts) t.join();
+                const std::function<void(unsigned)> one = [&](unsigned t) {
+                    emu::tid = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
+                    emu::bid = dim3(bx, by, bz);
+                    emu::bdim = block;
+                    emu::gdim = grid;
+                    emu::lane = static_cast<int>(t % 32);
+                    emu::sm = base;
+                    emu::block_bar = &bar;
+                    emu::warp_bar = warp_bars[t / 32].get();
+                    emu::warp_xchg = xchg[t / 32].data();
+                    body();
+                };
+                block_threads().run(threads, one);
             }
 }
 
