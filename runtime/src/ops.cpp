@@ -23,6 +23,29 @@ using Args = OperandView;
 bool backward(Phase p) { return p == Phase::backward; }
 }  // namespace
 
+// n floats of fp32 scratch where the rank computes: host memory, or the device's (given back
+// after the kernels queued on it, in their lane's order).
+struct RankState::Sum {
+    Sum(const RankState& r, std::size_t instr, i64 n) : dev(r.dev_), n(n) {
+        if (n <= 0) return;
+        if (!dev) {
+            host.resize(static_cast<std::size_t>(n));
+            p = host.data();
+        } else if (!(p = dev->alloc(n, Storage::fp32))) {
+            r.fail(instr, "no device memory for a sum's scratch");
+        }
+    }
+    ~Sum() {
+        if (dev && p) dev->release(p, n);
+    }
+    Sum(const Sum&) = delete;
+    Sum& operator=(const Sum&) = delete;
+    Device* dev;
+    i64 n;
+    float* p = nullptr;
+    std::vector<float> host;
+};
+
 // The kernels whose contract is the same on both backends (device.hpp): the device's when there
 // is one, else the cpu backend's.
 #define KERNEL(fn, ...) (dev_ ? dev_->fn(__VA_ARGS__) : cpu::fn(__VA_ARGS__))
@@ -136,12 +159,10 @@ void RankState::compute(std::size_t i) {
             } else {
                 float* db = ln && nout > 2 ? O(2) : nullptr;
                 const float* dy = I(1);
-                std::vector<float> sum;
+                Sum sum(*this, i, x.elements());
                 if (nin > 4) {  // a second gradient of the norm's output (MoE's shared experts under SP): summed first
-                    if (dev_) fail(i, "a norm backward of two output gradients is not executed by the cuda backend");
-                    sum.assign(dy, dy + x.elements());
-                    cpu::add(sum.data(), sum.data(), I(4), nullptr, x.rows, x.cols);
-                    dy = sum.data();
+                    KERNEL(add, sum.p, dy, I(4), nullptr, x.rows, x.cols);
+                    dy = sum.p;
                 }
                 KERNEL(norm_backward, O(0), O(1), db, I(0), dy, I(2), nin > 3 ? I(3) : nullptr, ln, x.rows, x.cols);
             }
@@ -225,23 +246,24 @@ void RankState::compute(std::size_t i) {
                 if (a.in(k).rows == 1) b = I(k);
                 else whole = k;
             }
-            if (whole >= 0 && dev_) fail(i, "a residual add of three tensors is not executed by the cuda backend");
+            // The third tensor joins in fp32, before the output's one rounding (scratch of the
+            // backend's: a device's output buffer would round each add).
+            Sum sum(*this, i, whole >= 0 ? c.elements() : 0);
             if (nout > 1) {  // bias-dropout-add: the branch (with its bias) through the mask
                 const float* y = I(1);
-                std::vector<float> branch;
                 if (whole >= 0) {
-                    branch.assign(y, y + c.elements());
-                    cpu::add(branch.data(), branch.data(), I(whole), nullptr, c.rows, c.cols);
-                    y = branch.data();
+                    KERNEL(add, sum.p, y, I(whole), nullptr, c.rows, c.cols);
+                    y = sum.p;
                 }
                 const Dropout drop = dropout(in, name == "residual1" ? DropoutSite::attention_out : DropoutSite::mlp_out, c);
                 KERNEL(dropout_add, O(0), O(1), I(0), y, b, c.rows, c.cols, drop, positions());
                 return;
             }
-            KERNEL(add, O(0), I(0), I(1), b, c.rows, c.cols);
-            if (whole >= 0) {
-                float* y = O(0);
-                cpu::add(y, y, I(whole), nullptr, c.rows, c.cols);
+            if (whole < 0) {
+                KERNEL(add, O(0), I(0), I(1), b, c.rows, c.cols);
+            } else {
+                KERNEL(add, sum.p, I(0), I(1), b, c.rows, c.cols);
+                KERNEL(add, O(0), sum.p, I(whole), nullptr, c.rows, c.cols);
             }
         } else if (nin > 1) {  // {dy, mask} -> {the branch's gradient[, bias grad]}
             const DataTensor& d = a.in(0);

@@ -280,6 +280,7 @@ private:
     void touch(std::size_t i);
     void optimizer(std::size_t i, bool on_cpu_stream);
     void unscale(std::size_t i);  ///< fp16's gradients unscaled and checked (loss_scale.cpp)
+    struct Sum;                   ///< fp32 scratch on the host or the device (ops.cpp)
     /// The update of instruction i with its operands resolved: a job that only computes.
     std::function<void()> optimizer_job(std::size_t i, bool on_cpu_stream);
     int update_number(bool on_cpu_stream) const;  ///< AdamW's step count of this update (0: none)

@@ -296,6 +296,18 @@ inline std::vector<Variant> parallel_variants() {
     p.ep = 2;
     v.push_back({"MoE, tp 2 SP dp 2, ep 2", tiny_moe(), p});
     {
+        // A shared expert under SP: its output joins the residual add as a third tensor, and its
+        // input's gradient the norm's backward as a second one (each summed in fp32 scratch).
+        ModelSpec shared = tiny_moe();
+        shared.moe->shared_experts = 1;
+        PlanSpec q = cpu_plan(2, 1, 1);
+        q.sequence_parallel = true;
+        v.push_back({"MoE with a shared expert, tp 2 SP", shared, q});
+        shared.dropout = 0.3;  // the bias-dropout-add of the experts' sum
+        q.precision = Precision::bf16;
+        v.push_back({"MoE with a shared expert and dropout, tp 2 SP, bf16", shared, q});
+    }
+    {
         ModelSpec drop = tiny_moe();  // the drops decided before the dispatch, the kept rows sent
         drop.moe->capacity_factor = 1.0;
         p = cpu_plan(1, 1, 2);
