@@ -193,6 +193,9 @@ inline std::vector<Variant> fp16_variants() {
     PlanSpec q = p;
     q.offload.optimizer = TierSplit{0.0, 1.0, 0.0};  // half gradients down, half weights up, unscaled on the host
     v.push_back({"Llama, fp16, optimizer on the CPU", tiny_llama(2), q});
+    q.zero_stage = 3;  // DeepSpeed 2021's ZeRO-3 Offload, in fp16 as it ran: the weights fetched from the host a layer at a time
+    q.offload.params = TierSplit{0.0, 1.0, 0.0};
+    v.push_back({"GPT, fp16, parameters and optimizer on the CPU", tiny_gpt(), q});
     q = cpu_plan(1, 1, 2);
     q.precision = Precision::fp16;
     q.zero_stage = 1;
