@@ -165,8 +165,11 @@ void run_validate(const ValidateArgs& a) {
         sim::LowerOptions lo;  // the instructions alone: no simulation, no memory events
         lo.full_mode = true;
         lo.emit_memory = false;
-        const bool bf16 = a.rt.backend == "cuda" && s.plan->precision == sim::Precision::bf16;
-        profiler::Options po = plan_shape_profile(sim::lower(s.model, s.cluster, *s.plan, lo), bf16 ? "bf16" : "fp32");
+        // The cuda backend stores a 16-bit plan's tensors in its format; the cpu backend computes in fp32.
+        const bool cuda = a.rt.backend == "cuda";
+        const sim::Precision pr = s.plan->precision;
+        const char* dtype = cuda && pr == sim::Precision::bf16 ? "bf16" : cuda && pr == sim::Precision::fp16 ? "fp16" : "fp32";
+        profiler::Options po = plan_shape_profile(sim::lower(s.model, s.cluster, *s.plan, lo), dtype);
         if (!po.gemm_shapes.empty() || !po.attention_shapes.empty()) {
             po.backend = host_kernels ? "cpu" : "cuda";
             report << "timing the plan's own shapes on the " << po.backend << " backend: " << po.gemm_shapes.size() << " GEMMs, "

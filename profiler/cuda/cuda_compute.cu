@@ -129,7 +129,7 @@ void bench_gemm(Context& ctx, const std::string& device) {
     if (ctx.opt.plan_shapes) {  // a plan's own GEMMs, in the dtype the runtime runs them
         shapes.clear();
         for (const Options::GemmShape& g : ctx.opt.gemm_shapes) shapes.push_back({g.m, g.n, g.k});
-        dts = {{ctx.opt.plan_dtype == "bf16" ? Dt::bf16 : Dt::fp32, 60}};
+        dts = {{ctx.opt.plan_dtype == "bf16" ? Dt::bf16 : ctx.opt.plan_dtype == "fp16" ? Dt::fp16 : Dt::fp32, 60}};
     }
     const int top_algos = quick ? 2 : 3;
     const int min_timed = quick ? 10 : 10, max_timed = quick ? 10 : 20;

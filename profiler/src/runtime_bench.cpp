@@ -73,8 +73,8 @@ void bench_runtime_attention_cpu(Context& ctx) {
     }
 }
 
-// The cuda backend's attention (exact, as batched GEMMs in causal row blocks; not a flash kernel),
-// in fp32 and bf16, as attention points of impl "strata-runtime": a plan of precision fp32 (only
+// The cuda backend's attention (exact, as batched GEMMs in causal row blocks, or the flash kernels
+// for bf16 at head dims 64 and 128), in fp32 and bf16 (a plan's own shapes: in its dtype, fp16 too), as attention points of impl "strata-runtime": a plan of precision fp32 (only
 // the runtime runs those on a GPU), and any plan `strata validate` runs, is priced by the kernel it
 // runs (CostContext::runtime_kernels); frameworks' attention keeps the cuda profile's own points.
 // Sequences x heads near the validation plans' (GPT-2 124M: 8 x 12 heads of 64; Llama 2 7B: 1 x 32
@@ -101,7 +101,7 @@ void bench_runtime_attention_cuda(Context& ctx) {
     for (const Shape& s : shapes) {
         ctx.progress("attention (runtime)", done++, total);
         ctx.check();
-        const runtime::AttentionTiming t = runtime::time_cuda_attention(s.batch, s.seq, s.heads, s.d, reps, dt == "bf16");
+        const runtime::AttentionTiming t = runtime::time_cuda_attention(s.batch, s.seq, s.heads, s.d, reps, dt);
         const double fwd_flops = 2.0 * s.batch * static_cast<double>(s.seq) * s.seq * s.heads * s.d;
         for (const bool backward : {false, true}) {
             const double secs = backward ? t.backward_s : t.forward_s;

@@ -32,8 +32,9 @@ double median(std::vector<double> v) {
 }
 }  // namespace
 
-AttentionTiming time_cuda_attention(int batch, int seq, int heads, int head_dim, int reps, bool bf16) {
+AttentionTiming time_cuda_attention(int batch, int seq, int heads, int head_dim, int reps, const std::string& dtype) {
     if (batch < 1 || seq < 1 || heads < 1 || head_dim < 1 || reps < 1) throw InputError("time_cuda_attention", "shape", "must be positive");
+    if (dtype != "fp32" && dtype != "bf16" && dtype != "fp16") throw InputError("time_cuda_attention", "dtype", "must be fp32, bf16 or fp16 (got " + dtype + ")");
     std::unique_ptr<Device> dev = open_cuda_device();
     const i64 T = static_cast<i64>(batch) * seq, row = 3LL * heads * head_dim, od = static_cast<i64>(heads) * head_dim;
     std::vector<float> h(static_cast<std::size_t>(T * row));
@@ -41,7 +42,7 @@ AttentionTiming time_cuda_attention(int batch, int seq, int heads, int head_dim,
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     for (float& x : h) x = u(g);
     const char* who = "time_cuda_attention";
-    const Storage H = bf16 ? Storage::bf16 : Storage::fp32;
+    const Storage H = dtype == "bf16" ? Storage::bf16 : dtype == "fp16" ? Storage::fp16 : Storage::fp32;
     Buf qkv(*dev, T * row, who, H), out(*dev, T * od, who, H), lse(*dev, T * heads, who), dout(*dev, T * od, who, H),
         dqkv(*dev, T * row, who, H);
     dev->copy(qkv.p, h.data(), T * row);

@@ -46,7 +46,7 @@ struct Options {
         long batch = 0, heads = 0, seq = 0, head_dim = 0;  ///< heads: a rank's query heads (MHA)
     };
     bool plan_shapes = false;
-    std::string plan_dtype = "fp32";  ///< fp32, or bf16 (the cuda backend's bf16 plans); the cpu backend times fp32
+    std::string plan_dtype = "fp32";  ///< fp32, bf16 or fp16 (the cuda backend's 16-bit plans); the cpu backend times fp32
     std::vector<GemmShape> gemm_shapes;
     std::vector<AttentionShape> attention_shapes;
 };

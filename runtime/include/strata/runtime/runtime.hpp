@@ -115,8 +115,8 @@ struct OutOfMemory : RuntimeError {
 struct AttentionTiming {
     double forward_s = 0, backward_s = 0;
 };
-/// bf16: Q, K, V and the outputs in bf16 buffers, as a bf16 plan runs it (tensor cores).
-AttentionTiming time_cuda_attention(int batch, int seq, int heads, int head_dim, int reps, bool bf16 = false);
+/// dtype: the storage of Q, K, V and the output ("fp32", "bf16" or "fp16"), as a plan of that precision runs.
+AttentionTiming time_cuda_attention(int batch, int seq, int heads, int head_dim, int reps, const std::string& dtype = "fp32");
 
 /// The cuda backend's memory-bound kernels and AdamW timed on GPU 0, as the profiler's cpu
 /// backend times the cpu kernels (profiler/src/runtime_bench.cpp): median seconds for one GPT
