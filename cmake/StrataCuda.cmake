@@ -1,5 +1,8 @@
 # CUDA is optional: compiled whenever nvcc is present (it runs only on a machine with a GPU).
-# No GPU is needed at configure time, so the architectures are set explicitly (90 = H100/H200).
+# No GPU is needed at configure time. The architectures: CMAKE_CUDA_ARCHITECTURES if given, else
+# those of the GPUs this machine has (nvidia-smi's compute capabilities: an A100 machine builds
+# sm_80), else 90 (H100/H200; a machine without a GPU, as CI's, builds for the lent ones). One
+# architecture keeps nvcc's time down on two cores.
 set(STRATA_HAVE_CUDA OFF)
 if(STRATA_CUDA)
   if(NOT DEFINED CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
@@ -9,7 +12,27 @@ if(STRATA_CUDA)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-      set(CMAKE_CUDA_ARCHITECTURES 90)
+      set(_strata_caps "")
+      find_program(_strata_smi nvidia-smi)
+      if(_strata_smi)
+        execute_process(COMMAND ${_strata_smi} --query-gpu=compute_cap --format=csv,noheader OUTPUT_VARIABLE _smi_out
+                        RESULT_VARIABLE _smi_rc ERROR_QUIET TIMEOUT 20)
+        if(_smi_rc EQUAL 0)
+          string(REGEX MATCHALL "[0-9]+\\.[0-9]+" _caps "${_smi_out}")
+          foreach(_c ${_caps})
+            string(REPLACE "." "" _c "${_c}")
+            if(_c GREATER_EQUAL 80)  # the bf16 kernels need sm_80
+              list(APPEND _strata_caps ${_c})
+            endif()
+          endforeach()
+          list(REMOVE_DUPLICATES _strata_caps)
+        endif()
+      endif()
+      if(_strata_caps)
+        set(CMAKE_CUDA_ARCHITECTURES ${_strata_caps})
+      else()
+        set(CMAKE_CUDA_ARCHITECTURES 90)
+      endif()
     endif()
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)

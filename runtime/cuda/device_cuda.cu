@@ -79,6 +79,7 @@ class CudaDevice final : public Device {
 public:
     CudaDevice() {
         CK(cudaSetDevice(0));
+        require_kernel_image();
         for (auto& l : lanes_) CK(cudaStreamCreateWithFlags(&l, cudaStreamNonBlocking));
         stream_ = lanes_[lane_compute];
         CB(cublasCreate(&blas_));
@@ -464,6 +465,19 @@ private:
         LAUNCHED();
     }
     static std::size_t round_up(std::size_t b) { return (b + 511) / 512 * 512; }
+    // A module built for other GPUs (CMAKE_CUDA_ARCHITECTURES; cmake/StrataCuda.cmake) would fail
+    // at its first launch with "no kernel image": say so at once, with the fix.
+    static void require_kernel_image() {
+        cudaFuncAttributes fa{};
+        if (cudaFuncGetAttributes(&fa, reinterpret_cast<const void*>(k_convert)) == cudaSuccess) return;
+        cudaGetLastError();
+        cudaDeviceProp prop{};
+        CK(cudaGetDeviceProperties(&prop, 0));
+        throw std::runtime_error(std::string("cuda: ") + prop.name + " is sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
+                                 ", and this module was built for CUDA architectures " STRATA_CUDA_ARCHS
+                                 " only: rebuild with cmake -DCMAKE_CUDA_ARCHITECTURES=" + std::to_string(prop.major) +
+                                 std::to_string(prop.minor) + " (the flash and bf16 kernels need sm_80 or newer)");
+    }
     // Dynamic shared memory beyond the default 48 KiB must be opted into, per kernel (a norm of a
     // 16384-wide row caches 128 KiB backward).
     void smem_opt_in(const void* kernel, std::size_t bytes) {

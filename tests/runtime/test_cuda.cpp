@@ -275,6 +275,36 @@ std::vector<float> rounded(std::vector<float> v) {
     cpu::round_bf16(v.data(), static_cast<std::int64_t>(v.size()));
     return v;
 }
+std::vector<float> halves(std::vector<float> v) {
+    cpu::round_fp16(v.data(), static_cast<std::int64_t>(v.size()));
+    return v;
+}
+
+// GEMMs on 2-byte activations and weights (storage `fmt`, rounded to it by `round`) against the
+// cpu kernels on the rounded inputs: the outputs to one rounding step, the fp32 gradients
+// accumulated to summation order, and an fp32 input against 2-byte weights widened.
+void check_half_gemms(Device& d, runtime::Storage fmt, std::vector<float> (*round)(std::vector<float>), double ulp, unsigned seed) {
+    using i64 = std::int64_t;
+    const i64 T = 37, K = 48, N = 80;
+    const auto x = round(randoms(T * K, seed)), w = round(randoms(N * K, seed + 1)), b = round(randoms(N, seed + 2)),
+               dy = round(randoms(T * N, seed + 3));
+    const auto dw0 = randoms(N * K, seed + 4), db0 = randoms(N, seed + 5);
+    std::vector<float> y(T * N), dx(T * K), dw = dw0, db = db0;
+    cpu::matmul_forward(y.data(), x.data(), w.data(), b.data(), T, K, N);
+    cpu::matmul_dgrad(dx.data(), dy.data(), w.data(), T, K, N);
+    cpu::matmul_wgrad(dw.data(), db.data(), x.data(), dy.data(), T, K, N);
+    Dev X(d, x, fmt), W(d, w, fmt), B(d, b, fmt), DY(d, dy, fmt), Y(d, std::vector<float>(T * N), fmt),
+        DX(d, std::vector<float>(T * K), fmt), DW(d, dw0), DB(d, db0), XF(d, x), YF(d, std::vector<float>(T * N));
+    d.matmul_forward(Y.p, X.p, W.p, B.p, T, K, N);
+    d.matmul_dgrad(DX.p, DY.p, W.p, T, K, N);
+    d.matmul_wgrad(DW.p, DB.p, X.p, DY.p, T, K, N);
+    d.matmul_forward(YF.p, XF.p, W.p, B.p, T, K, N);  // fp32 x 2-byte -> fp32
+    same(round(y), Y.get(), "2-byte forward", ulp);
+    same(round(dx), DX.get(), "2-byte dgrad", ulp);
+    same(dw, DW.get(), "2-byte wgrad into fp32", 1e-4);
+    same(db, DB.get(), "2-byte bias grad into fp32", 1e-4);
+    same(y, YF.get(), "mixed-width forward", 1e-4);
+}
 }  // namespace
 
 // A bf16 plan's tensors (RankState::elem_bytes): 2-byte activations and weights, fp32 statistics,
@@ -312,24 +342,7 @@ TEST_CASE("cuda kernels on bf16 operands match the cpu kernels rounded to bf16",
         CHECK(d.sum(A.p, 1000) == Approx(total).epsilon(1e-5));
     }
     SECTION("GEMMs: bf16 activations and weights, fp32 gradients accumulated; a mixed-width GEMM widened") {
-        const i64 T = 37, K = 48, N = 80;
-        const auto x = rounded(randoms(T * K, 1)), w = rounded(randoms(N * K, 2)), b = rounded(randoms(N, 3)), dy = rounded(randoms(T * N, 4));
-        const auto dw0 = randoms(N * K, 5), db0 = randoms(N, 6);
-        std::vector<float> y(T * N), dx(T * K), dw = dw0, db = db0;
-        cpu::matmul_forward(y.data(), x.data(), w.data(), b.data(), T, K, N);
-        cpu::matmul_dgrad(dx.data(), dy.data(), w.data(), T, K, N);
-        cpu::matmul_wgrad(dw.data(), db.data(), x.data(), dy.data(), T, K, N);
-        Dev X(d, x, H), W(d, w, H), B(d, b, H), DY(d, dy, H), Y(d, std::vector<float>(T * N), H), DX(d, std::vector<float>(T * K), H),
-            DW(d, dw0), DB(d, db0), XF(d, x), YF(d, std::vector<float>(T * N));
-        d.matmul_forward(Y.p, X.p, W.p, B.p, T, K, N);
-        d.matmul_dgrad(DX.p, DY.p, W.p, T, K, N);
-        d.matmul_wgrad(DW.p, DB.p, X.p, DY.p, T, K, N);
-        d.matmul_forward(YF.p, XF.p, W.p, B.p, T, K, N);  // fp32 x bf16 -> fp32
-        same(rounded(y), Y.get(), "bf16 forward", ulp);
-        same(rounded(dx), DX.get(), "bf16 dgrad", ulp);
-        same(dw, DW.get(), "bf16 wgrad into fp32", 1e-4);
-        same(db, DB.get(), "bf16 bias grad into fp32", 1e-4);
-        same(y, YF.get(), "mixed-width forward", 1e-4);
+        check_half_gemms(d, H, rounded, ulp, 1);
     }
     SECTION("norms, activations, residual add and RoPE") {
         const i64 T = 19, C = 300, F = 150;
@@ -438,13 +451,6 @@ TEST_CASE("cuda kernels on bf16 operands match the cpu kernels rounded to bf16",
     }
 }
 
-namespace {
-std::vector<float> halves(std::vector<float> v) {
-    cpu::round_fp16(v.data(), static_cast<std::int64_t>(v.size()));
-    return v;
-}
-}  // namespace
-
 // An fp16 plan's tensors: IEEE halves where a bf16 plan has bf16 (RankState::buffer), with fp16's
 // loss scaling. The reference is the cpu kernel on inputs rounded to halves, its 2-byte outputs
 // rounded to halves: one rounding step of fp16 is 2^-10 of its binade.
@@ -472,23 +478,8 @@ TEST_CASE("cuda kernels on fp16 operands match the cpu kernels rounded to halves
         d.copy(G.p, A.p, 1000);  // device fp16 -> fp32
         CHECK(G.get() == halves(x));
     }
-    SECTION("GEMMs in halves, fp32 gradients accumulated") {
-        const i64 T = 37, K = 48, N = 80;
-        const auto x = halves(randoms(T * K, 61)), w = halves(randoms(N * K, 62)), b = halves(randoms(N, 63)), dy = halves(randoms(T * N, 64));
-        const auto dw0 = randoms(N * K, 65), db0 = randoms(N, 66);
-        std::vector<float> y(T * N), dx(T * K), dw = dw0, db = db0;
-        cpu::matmul_forward(y.data(), x.data(), w.data(), b.data(), T, K, N);
-        cpu::matmul_dgrad(dx.data(), dy.data(), w.data(), T, K, N);
-        cpu::matmul_wgrad(dw.data(), db.data(), x.data(), dy.data(), T, K, N);
-        Dev X(d, x, H), W(d, w, H), B(d, b, H), DY(d, dy, H), Y(d, std::vector<float>(T * N), H), DX(d, std::vector<float>(T * K), H),
-            DW(d, dw0), DB(d, db0);
-        d.matmul_forward(Y.p, X.p, W.p, B.p, T, K, N);
-        d.matmul_dgrad(DX.p, DY.p, W.p, T, K, N);
-        d.matmul_wgrad(DW.p, DB.p, X.p, DY.p, T, K, N);
-        same(halves(y), Y.get(), "fp16 forward", ulp);
-        same(halves(dx), DX.get(), "fp16 dgrad", ulp);
-        same(dw, DW.get(), "fp16 wgrad into fp32", 1e-4);
-        same(db, DB.get(), "fp16 bias grad into fp32", 1e-4);
+    SECTION("GEMMs in halves, fp32 gradients accumulated; a mixed-width GEMM widened") {
+        check_half_gemms(d, H, halves, ulp, 61);
     }
     SECTION("attention in halves: the exact kernels, 64-wide heads included (the flash ones take bf16)") {
         for (const i64 hd : {i64{32}, i64{64}}) {
