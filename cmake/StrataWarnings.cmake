@@ -9,6 +9,10 @@ function(strata_library name folder)
   file(GLOB_RECURSE _srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/*.cpp)
   add_library(${name} STATIC ${_srcs})
   target_include_directories(${name} PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}/include PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
+  # CI's budget is two cores: a library's files are compiled four to a translation unit, so that
+  # each batch parses the headers they share once (as the CLI's; files keep their private names in
+  # namespace blocks of their own).
+  set_target_properties(${name} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 4)
   strata_warnings(${name})
 endfunction()
 

@@ -116,7 +116,7 @@ ResidualTable residuals_from_rows(const std::vector<sim::FidelityEntry>& entries
 }
 
 namespace {
-double round6(double v) {
+double six_digits(double v) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.6g", v);
     return std::strtod(buf, nullptr);
@@ -131,14 +131,14 @@ std::string to_json_text(const ResidualTable& t) {
     j["note"] = "ratio: published step time / predicted step time of each scored run of the split; memory: predicted / "
                 "published peak - 1. Written by `strata fidelity --split test --residuals FILE` (docs/planner.md).";
     j["interval_level"] = kIntervalLevel;
-    j["loo_coverage"] = round6(coverage(t));
-    j["memory_error"] = round6(memory_error(t));
+    j["loo_coverage"] = six_digits(coverage(t));
+    j["memory_error"] = six_digits(memory_error(t));
     nlohmann::ordered_json step = nlohmann::ordered_json::array();
     for (const StepResidual& s : t.step)
-        step.push_back({{"id", s.id}, {"arch", s.arch}, {"framework", s.framework}, {"moe", s.moe}, {"gpus", s.gpus}, {"ratio", round6(s.ratio)}});
+        step.push_back({{"id", s.id}, {"arch", s.arch}, {"framework", s.framework}, {"moe", s.moe}, {"gpus", s.gpus}, {"ratio", six_digits(s.ratio)}});
     j["step"] = step;
     nlohmann::ordered_json mem = nlohmann::ordered_json::array();
-    for (const MemoryResidual& m : t.memory) mem.push_back({{"id", m.id}, {"error", round6(m.error)}});
+    for (const MemoryResidual& m : t.memory) mem.push_back({{"id", m.id}, {"error", six_digits(m.error)}});
     j["memory"] = mem;
     return j.dump(1) + "\n";
 }

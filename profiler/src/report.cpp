@@ -17,11 +17,11 @@ std::string fmt(const char* f, double v) {
     std::snprintf(b, sizeof b, f, v);
     return b;
 }
-std::string label(const hwdb::Measurement& m, const std::string& k) {
+std::string label_of(const hwdb::Measurement& m, const std::string& k) {
     auto it = m.labels.find(k);
     return it == m.labels.end() ? "" : it->second;
 }
-double param(const hwdb::Measurement& m, const std::string& k) {
+double param_of(const hwdb::Measurement& m, const std::string& k) {
     auto it = m.params.find(k);
     return it == m.params.end() ? 0 : it->second;
 }
@@ -36,16 +36,16 @@ std::string format_tables(const Profile& p, const hwdb::Gpu* peak) {
     std::map<std::string, std::vector<const hwdb::Measurement*>> colls;
     for (const auto& m : p.measurements)
         if (m.kind == "collective")
-            colls[label(m, "collective") + " scope " + label(m, "scope") + " group " +
-                  std::to_string(static_cast<int>(param(m, "group")))].push_back(&m);
+            colls[label_of(m, "collective") + " scope " + label_of(m, "scope") + " group " +
+                  std::to_string(static_cast<int>(param_of(m, "group")))].push_back(&m);
     for (const auto& [title, rows] : colls) {
-        o << "\n# " << title << (label(*rows.front(), "representative") == "0" ? "  (NOT representative: 1 rank or shared GPU)" : "")
+        o << "\n# " << title << (label_of(*rows.front(), "representative") == "0" ? "  (NOT representative: 1 rank or shared GPU)" : "")
           << "\n";
         o << "#        size         count   type    time(us)  algbw(GB/s)  busbw(GB/s)\n";
         for (const auto* m : rows) {
-            o << fmt("%14.0f", param(*m, "bytes")) << fmt("%14.0f", param(*m, "count"))
-              << "   " << label(*m, "dtype") << fmt("%12.2f", param(*m, "time_s") * 1e6) << fmt("%13.2f", param(*m, "algbw_Bps") / 1e9)
-              << fmt("%13.2f", param(*m, "busbw_Bps") / 1e9) << "\n";
+            o << fmt("%14.0f", param_of(*m, "bytes")) << fmt("%14.0f", param_of(*m, "count"))
+              << "   " << label_of(*m, "dtype") << fmt("%12.2f", param_of(*m, "time_s") * 1e6) << fmt("%13.2f", param_of(*m, "algbw_Bps") / 1e9)
+              << fmt("%13.2f", param_of(*m, "busbw_Bps") / 1e9) << "\n";
         }
     }
 
@@ -57,11 +57,11 @@ std::string format_tables(const Profile& p, const hwdb::Gpu* peak) {
               << "#      m       n       k  dtype   TFLOP/s       p10-p90        eff%\n";
             head = true;
         }
-        const std::string dt = label(m, "dtype");
+        const std::string dt = label_of(m, "dtype");
         double pk = 0;
         if (peak != nullptr)
             if (auto d = hwdb::dtype_from_string(dt)) pk = peak->peak(*d);
-        o << fmt("%8.0f", param(m, "m")) << fmt("%8.0f", param(m, "n")) << fmt("%8.0f", param(m, "k")) << "  "
+        o << fmt("%8.0f", param_of(m, "m")) << fmt("%8.0f", param_of(m, "n")) << fmt("%8.0f", param_of(m, "k")) << "  "
           << dt << std::string(dt.size() < 5 ? 5 - dt.size() : 0, ' ') << fmt("%10.2f", m.value / 1e12) << fmt("%10.2f", m.p10 / 1e12) << "-"
           << fmt("%-10.2f", m.p90 / 1e12) << (pk > 0 ? fmt("%6.1f", 100.0 * m.value / pk) : std::string("     -")) << "\n";
     }
@@ -69,12 +69,12 @@ std::string format_tables(const Profile& p, const hwdb::Gpu* peak) {
     for (const auto& m : p.measurements) {
         if (m.kind != "attention") continue;
         if (!head) {
-            o << "\n# Attention (" << label(m, "impl") << "; FLOPs fwd 4*b*h*s^2*d, x0.5 causal; bwd 2.5 x fwd)\n"
+            o << "\n# Attention (" << label_of(m, "impl") << "; FLOPs fwd 4*b*h*s^2*d, x0.5 causal; bwd 2.5 x fwd)\n"
               << "#  batch heads   seq  dim causal dir  dtype  TFLOP/s\n";
             head = true;
         }
-        o << fmt("%8.0f", param(m, "batch")) << fmt("%6.0f", param(m, "heads")) << fmt("%6.0f", param(m, "seq")) << fmt("%5.0f", param(m, "head_dim"))
-          << "   " << label(m, "causal") << "    " << label(m, "direction") << "  " << label(m, "dtype") << fmt("%9.1f", m.value / 1e12) << "\n";
+        o << fmt("%8.0f", param_of(m, "batch")) << fmt("%6.0f", param_of(m, "heads")) << fmt("%6.0f", param_of(m, "seq")) << fmt("%5.0f", param_of(m, "head_dim"))
+          << "   " << label_of(m, "causal") << "    " << label_of(m, "direction") << "  " << label_of(m, "dtype") << fmt("%9.1f", m.value / 1e12) << "\n";
     }
     head = false;
     for (const auto& m : p.measurements) {
@@ -83,10 +83,10 @@ std::string format_tables(const Profile& p, const hwdb::Gpu* peak) {
             o << "\n# Memory bandwidth and copies (GB/s, decimal)\n#  kind    what             bytes      GB/s  p10-p90\n";
             head = true;
         }
-        const std::string what = m.kind == "membw" ? label(m, "kernel")
-                                                   : label(m, "direction") + (label(m, "pinned") == "1" ? "/pinned" : "/pageable");
+        const std::string what = m.kind == "membw" ? label_of(m, "kernel")
+                                                   : label_of(m, "direction") + (label_of(m, "pinned") == "1" ? "/pinned" : "/pageable");
         char b[160];
-        std::snprintf(b, sizeof b, "  %-7s %-14s %12.0f %9.2f  %.2f-%.2f\n", m.kind.c_str(), what.c_str(), param(m, "bytes"), m.value / 1e9,
+        std::snprintf(b, sizeof b, "  %-7s %-14s %12.0f %9.2f  %.2f-%.2f\n", m.kind.c_str(), what.c_str(), param_of(m, "bytes"), m.value / 1e9,
                       m.p10 / 1e9, m.p90 / 1e9);
         o << b;
     }
@@ -99,12 +99,12 @@ std::string format_tables(const Profile& p, const hwdb::Gpu* peak) {
         }
         char b[200];
         if (m.kind == "ssd")
-            std::snprintf(b, sizeof b, "  ssd %-5s block %8.0f KiB qd %3.0f  %8.3f GB/s  (O_DIRECT %s)\n", label(m, "op").c_str(),
-                          param(m, "block_bytes") / 1024, param(m, "queue_depth"), m.value / 1e9, label(m, "direct") == "1" ? "yes" : "no");
+            std::snprintf(b, sizeof b, "  ssd %-5s block %8.0f KiB qd %3.0f  %8.3f GB/s  (O_DIRECT %s)\n", label_of(m, "op").c_str(),
+                          param_of(m, "block_bytes") / 1024, param_of(m, "queue_depth"), m.value / 1e9, label_of(m, "direct") == "1" ? "yes" : "no");
         else if (m.kind == "host_mem")
-            std::snprintf(b, sizeof b, "  dram copy %10.0f bytes  %2.0f threads  %8.2f GB/s\n", param(m, "bytes"), param(m, "threads"), m.value / 1e9);
+            std::snprintf(b, sizeof b, "  dram copy %10.0f bytes  %2.0f threads  %8.2f GB/s\n", param_of(m, "bytes"), param_of(m, "threads"), m.value / 1e9);
         else
-            std::snprintf(b, sizeof b, "  adamw %10.0f params  %2.0f threads  %10.1f Mparams/s\n", param(m, "params"), param(m, "threads"),
+            std::snprintf(b, sizeof b, "  adamw %10.0f params  %2.0f threads  %10.1f Mparams/s\n", param_of(m, "params"), param_of(m, "threads"),
                           m.value / 1e6);
         o << b;
     }
@@ -117,11 +117,11 @@ std::string format_tables(const Profile& p, const hwdb::Gpu* peak) {
               << "#  proxy              m      n      k    S  SM share  slowdown  p10-p90          stand-in GB/s\n";
             head = true;
         }
-        const std::string mode = label(m, "proxy") + (label(m, "gemm_sms") == "target" ? " sm_target" : "");
+        const std::string mode = label_of(m, "proxy") + (label_of(m, "gemm_sms") == "target" ? " sm_target" : "");
         char b[200];
         std::snprintf(b, sizeof b, "  %-14s %6.0f %6.0f %6.0f %4.0f   %5.1f%%   %6.1f%%  %5.1f%%-%5.1f%%  %10.0f\n", mode.c_str(),
-                      param(m, "m"), param(m, "n"), param(m, "k"), param(m, "sms"), param(m, "sm_fraction") * 100, m.value * 100, m.p10 * 100,
-                      m.p90 * 100, param(m, "proxy_Bps") / 1e9);
+                      param_of(m, "m"), param_of(m, "n"), param_of(m, "k"), param_of(m, "sms"), param_of(m, "sm_fraction") * 100, m.value * 100, m.p10 * 100,
+                      m.p90 * 100, param_of(m, "proxy_Bps") / 1e9);
         o << b;
     }
     if (!p.fits.empty()) {

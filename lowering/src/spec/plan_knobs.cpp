@@ -30,7 +30,7 @@ enum class Written {
     custom,       ///< by the row's own predicate
 };
 
-struct Knob {
+struct KnobRow {
     const char* key;
     void (*read)(JsonReader&, const char* key, PlanSpec&);
     ojson (*write)(const PlanSpec&);
@@ -69,7 +69,7 @@ void read_bool(JsonReader& r, const char* key, PlanSpec& p) {
     p.*M = r.boolean_or(key, defaults().*M);
 }
 template <auto M>
-Knob bool_knob(const char* key, Written w) {
+KnobRow bool_knob(const char* key, Written w) {
     return {key, read_bool<M>, write_scalar<M>, encode_scalar<M>, assign_scalar<M>, w, nullptr, "[false, true]"};
 }
 
@@ -78,7 +78,7 @@ void read_positive(JsonReader& r, const char* key, PlanSpec& p) {
     p.*M = pos_int_or(r, key, defaults().*M);
 }
 template <auto M>
-Knob positive_knob(const char* key, const char* samples) {
+KnobRow positive_knob(const char* key, const char* samples) {
     return {key, read_positive<M>, write_scalar<M>, encode_scalar<M>, assign_scalar<M>, Written::always, nullptr, samples};
 }
 
@@ -88,7 +88,7 @@ void read_optional_positive(JsonReader& r, const char* key, PlanSpec& p) {
     p.*M = r.has(key) ? pos_int(r, key) : (r.get(key), 0);
 }
 template <auto M>
-Knob optional_positive_knob(const char* key, const char* samples) {
+KnobRow optional_positive_knob(const char* key, const char* samples) {
     return {key, read_optional_positive<M>, write_scalar<M>, encode_scalar<M>, assign_scalar<M>, Written::if_changed, nullptr, samples};
 }
 
@@ -177,7 +177,7 @@ void assign_enum(PlanSpec& p, const nlohmann::json& v) {
     p.*M = enum_named<member_t<M>>(v.get<std::string>());
 }
 template <auto M>
-Knob enum_knob(const char* key, Written w, bool (*write_if)(const PlanSpec&) = nullptr) {
+KnobRow enum_knob(const char* key, Written w, bool (*write_if)(const PlanSpec&) = nullptr) {
     std::string samples = "[";
     for (const std::string& n : names_of<member_t<M>>()) samples += (samples.size() > 1 ? ", \"" : "\"") + n + "\"";
     return {key, read_enum<M>, write_enum<M>, encode_scalar<M>, assign_enum<M>, w, write_if, samples + "]"};
@@ -384,11 +384,11 @@ std::vector<int> read_layer_counts(JsonReader& r, const char* key, int min, cons
     return out;
 }
 
-const std::vector<Knob>& table() {
-    static const std::vector<Knob> rows = [] {
+const std::vector<KnobRow>& table() {
+    static const std::vector<KnobRow> rows = [] {
         using P = PlanSpec;
         const auto nothing = [](const PlanSpec&, std::vector<i64>&) {};
-        std::vector<Knob> t;
+        std::vector<KnobRow> t;
         t.push_back({"name", read_text<&P::name>, write_scalar<&P::name>, nothing, nullptr, Written::always, nullptr, "[\"a\"]"});
         t.push_back({"description", read_text<&P::description>, write_scalar<&P::description>, nothing, nullptr, Written::always, nullptr, "[\"a\"]"});
         t.push_back({"framework", read_framework, [](const P& p) -> ojson { return p.framework; },
@@ -466,13 +466,13 @@ const std::vector<Knob>& table() {
     return rows;
 }
 
-const Knob* find(std::string_view key) {
-    for (const Knob& k : table())
+const KnobRow* find_knob(std::string_view key) {
+    for (const KnobRow& k : table())
         if (key == k.key) return &k;
     return nullptr;
 }
 
-bool differs_from_default(const Knob& k, const PlanSpec& p) {
+bool differs_from_default(const KnobRow& k, const PlanSpec& p) {
     std::vector<i64> mine, dflt;
     k.encode(p, mine);
     k.encode(defaults(), dflt);
@@ -484,24 +484,24 @@ bool differs_from_default(const Knob& k, const PlanSpec& p) {
 const std::vector<std::string>& plan_knob_keys() {
     static const std::vector<std::string> keys = [] {
         std::vector<std::string> out;
-        for (const Knob& k : table()) out.emplace_back(k.key);
+        for (const KnobRow& k : table()) out.emplace_back(k.key);
         return out;
     }();
     return keys;
 }
 
 std::string plan_knob_value(const PlanSpec& p, const std::string& key) {
-    const Knob* k = find(key);
+    const KnobRow* k = find_knob(key);
     return k ? k->write(p).dump() : std::string();
 }
 
 std::string plan_knob_samples(const std::string& key) {
-    const Knob* k = find(key);
+    const KnobRow* k = find_knob(key);
     return k ? k->samples : std::string("[]");
 }
 
 PlanKnobAssign plan_knob_assign(std::string_view key) {
-    const Knob* k = find(key);
+    const KnobRow* k = find_knob(key);
     return k ? k->assign : nullptr;
 }
 
@@ -509,14 +509,14 @@ PlanKnobSet::PlanKnobSet(std::initializer_list<std::string_view> keys) {
     static_assert(sizeof(bits_) * 8 >= 64);
     STRATA_ASSERT(table().size() <= 64, "a knob set is one 64-bit word");
     for (std::string_view key : keys) {
-        const Knob* k = find(key);
+        const KnobRow* k = find_knob(key);
         STRATA_ASSERT(k != nullptr, "a knob set names plan knobs");
         bits_ |= std::uint64_t{1} << static_cast<unsigned>(k - table().data());
     }
 }
 
 void encode_plan(const PlanSpec& p, std::vector<std::int64_t>& out, const PlanKnobSet* skip) {
-    const std::vector<Knob>& t = table();
+    const std::vector<KnobRow>& t = table();
     for (std::size_t i = 0; i < t.size(); ++i)
         if (!skip || !skip->contains(i)) t[i].encode(p, out);
 }
@@ -528,7 +528,7 @@ std::vector<std::int64_t> encode_plan(const PlanSpec& p) {
 }
 
 void read_plan_knobs(JsonReader& r, PlanSpec& p) {
-    for (const Knob& k : table()) k.read(r, k.key, p);
+    for (const KnobRow& k : table()) k.read(r, k.key, p);
 }
 
 ojson plan_knobs_json(const PlanSpec& p) {
@@ -539,7 +539,7 @@ ojson plan_knobs_json(const PlanSpec& p) {
         return !p.framework.empty() && std::find(preset_keys.begin(), preset_keys.end(), key) != preset_keys.end();
     };
     ojson j;
-    for (const Knob& k : table()) {
+    for (const KnobRow& k : table()) {
         const bool write = k.written == Written::always || preset_may_set(k.key) ||
                            (k.written == Written::if_changed ? differs_from_default(k, p) : k.write_if(p));
         if (write) j[k.key] = k.write(p);
