@@ -23,28 +23,6 @@ using Args = OperandView;
 bool backward(Phase p) { return p == Phase::backward; }
 }  // namespace
 
-// n floats of fp32 scratch where the rank computes: host memory, or the device's (given back
-// after the kernels queued on it, in their lane's order).
-struct RankState::Sum {
-    Sum(const RankState& r, std::size_t instr, i64 n) : dev(r.dev_), n(n) {
-        if (n <= 0) return;
-        if (!dev) {
-            host.resize(static_cast<std::size_t>(n));
-            p = host.data();
-        } else if (!(p = dev->alloc(n, Storage::fp32))) {
-            r.fail(instr, "no device memory for a sum's scratch");
-        }
-    }
-    ~Sum() {
-        if (dev && p) dev->release(p, n);
-    }
-    Sum(const Sum&) = delete;
-    Sum& operator=(const Sum&) = delete;
-    Device* dev;
-    i64 n;
-    float* p = nullptr;
-    std::vector<float> host;
-};
 
 // The kernels whose contract is the same on both backends (device.hpp): the device's when there
 // is one, else the cpu backend's.
@@ -159,7 +137,7 @@ void RankState::compute(std::size_t i) {
             } else {
                 float* db = ln && nout > 2 ? O(2) : nullptr;
                 const float* dy = I(1);
-                Sum sum(*this, i, x.elements());
+                Sum sum(*this, i, nin > 4 ? x.elements() : 0);
                 if (nin > 4) {  // a second gradient of the norm's output (MoE's shared experts under SP): summed first
                     KERNEL(add, sum.p, dy, I(4), nullptr, x.rows, x.cols);
                     dy = sum.p;

@@ -280,7 +280,28 @@ private:
     void touch(std::size_t i);
     void optimizer(std::size_t i, bool on_cpu_stream);
     void unscale(std::size_t i);  ///< fp16's gradients unscaled and checked (loss_scale.cpp)
-    struct Sum;                   ///< fp32 scratch on the host or the device (ops.cpp)
+    // n floats of fp32 scratch where the rank computes: host memory, or the device's (given back
+    // after the kernels queued on it, in their lane's order).
+    struct Sum {
+        Sum(const RankState& r, std::size_t instr, i64 n) : dev(r.dev_), n(n) {
+            if (n <= 0) return;
+            if (!dev) {
+                host.resize(static_cast<std::size_t>(n));
+                p = host.data();
+            } else if (!(p = dev->alloc(n, Storage::fp32))) {
+                r.fail(instr, "no device memory for a sum's scratch");
+            }
+        }
+        ~Sum() {
+            if (dev && p) dev->release(p, n);
+        }
+        Sum(const Sum&) = delete;
+        Sum& operator=(const Sum&) = delete;
+        Device* dev;
+        i64 n;
+        float* p = nullptr;
+        std::vector<float> host;
+    };
     /// The update of instruction i with its operands resolved: a job that only computes.
     std::function<void()> optimizer_job(std::size_t i, bool on_cpu_stream);
     int update_number(bool on_cpu_stream) const;  ///< AdamW's step count of this update (0: none)
