@@ -73,10 +73,16 @@ void RankState::precompute_fetches() {
 
 // A fetch's reads are added when it starts: a gather runs while the rank goes on, and the last
 // reader of the previous fetch must not free the buffer it is filling.
-void RankState::start_fetches(std::size_t i) {
-    if (unit_uses_.empty()) return;
-    for (const UnitUse& use : unit_uses_[i])
-        if (!use.read) fetched_[static_cast<std::size_t>(use.unit)].pending += use.add;
+bool RankState::start_fetches(std::size_t i) {
+    if (unit_uses_.empty()) return false;
+    bool refill = false;
+    for (const UnitUse& use : unit_uses_[i]) {
+        if (use.read) continue;
+        Live& f = fetched_[static_cast<std::size_t>(use.unit)];
+        refill = refill || (!f.buf.empty() && f.pending > 0);
+        f.pending += use.add;
+    }
+    return refill;
 }
 
 void RankState::finish_fetches(std::size_t i) {

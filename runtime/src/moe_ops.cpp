@@ -117,11 +117,11 @@ bool RankState::moe_compute(std::size_t i) {
             for (i64 r = 0; r < rows; ++r)
                 for (i64 c = 0; c < f; ++c) y[r * f + c] = x[r * f + c] * w[r];
         };
-        auto row_dot = [&](float* out, const float* a, const float* b) {
-            if (dev_) return dev_->row_dot(out, a, b, rows, f);
+        auto row_dot = [&](float* out, const float* u, const float* v) {
+            if (dev_) return dev_->row_dot(out, u, v, rows, f);
             for (i64 r = 0; r < rows; ++r) {
                 double dot = 0;
-                for (i64 c = 0; c < f; ++c) dot += static_cast<double>(a[r * f + c]) * b[r * f + c];
+                for (i64 c = 0; c < f; ++c) dot += static_cast<double>(u[r * f + c]) * v[r * f + c];
                 out[r] = static_cast<float>(dot);
             }
         };
@@ -134,11 +134,11 @@ bool RankState::moe_compute(std::size_t i) {
             // On a device the output's width rounds each write: the activation goes to an fp32
             // scratch first, so a bf16 output is rounded once, after the weight, as the cpu
             // backend (and a fused weighted activation) rounds it.
-            float* a = dev_->alloc(rows * f, Storage::fp32);
-            if (!a) fail(i, "no device memory for the weighted activation");
-            act(a, I(0));
-            scale_rows(O(0), a, I(1));
-            dev_->release(a, rows * f);
+            float* acted = dev_->alloc(rows * f, Storage::fp32);
+            if (!acted) fail(i, "no device memory for the weighted activation");
+            act(acted, I(0));
+            scale_rows(O(0), acted, I(1));
+            dev_->release(acted, rows * f);
             return true;
         }
         const float* dy = I(1);
@@ -365,15 +365,15 @@ bool RankState::moe_compute(std::size_t i) {
         } else if (out0.role == TensorRole::grad) {  // {dy, W, routing} -> dx
             if (T(0).cols != wout || out0.cols != win) fail(i, "dgrad operand shapes disagree");
             float* dx = O(0) + g.first * win;
-            const float *dy = I(0) + g.first * wout, *w = I(1) + wo;
-            if (dev_) dev_->matmul_dgrad(dx, dy, w, g.rows, win, wout);
-            else cpu::matmul_dgrad(dx, dy, w, g.rows, win, wout);
+            const float *dy = I(0) + g.first * wout, *wexp = I(1) + wo;
+            if (dev_) dev_->matmul_dgrad(dx, dy, wexp, g.rows, win, wout);
+            else cpu::matmul_dgrad(dx, dy, wexp, g.rows, win, wout);
         } else {  // {x, W, routing} -> y
             if (T(0).cols != win || out0.cols != wout) fail(i, "forward GEMM operand shapes disagree");
             float* y = O(0) + g.first * wout;
-            const float *x = I(0) + g.first * win, *w = I(1) + wo;
-            if (dev_) dev_->matmul_forward(y, x, w, nullptr, g.rows, win, wout);
-            else cpu::matmul_forward(y, x, w, nullptr, g.rows, win, wout);
+            const float *x = I(0) + g.first * win, *wexp = I(1) + wo;
+            if (dev_) dev_->matmul_forward(y, x, wexp, nullptr, g.rows, win, wout);
+            else cpu::matmul_forward(y, x, wexp, nullptr, g.rows, win, wout);
         }
     }
     return true;

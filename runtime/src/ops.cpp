@@ -325,7 +325,7 @@ void RankState::touch(std::size_t i) {
     }
 }
 
-bool RankState::collective(std::size_t i, bool first) {
+bool RankState::collective(std::size_t i, bool first, bool refill) {
     const Instr& in = rp_.instrs[i];
     const Transport::Key key{w_.step, in.match_id};
     if (!first) {
@@ -379,6 +379,10 @@ bool RankState::collective(std::size_t i, bool first) {
         if (a.o.n_in != a.o.n_out) fail(i, "a gather from the parameter shard pairs each slice with its range");
         part.ranges = part.from_slice = true;
     }
+    // A refetch while the unit's earlier copy is still read: the copy holds these values already
+    // (weights change only at the update), and another rank's thread must not write under a
+    // kernel reading it (FSDP's fp32 shards would land unrounded until this rank's finish).
+    part.keep_out = refill && part.ranges && role == TensorRole::param && in.coll == CollKind::all_gather;
     // A reduction into the rank's gradient shard (DataTensor::shard) adds its slice there.
     if (role == TensorRole::param_grad && in.coll == CollKind::reduce_scatter && a.out(0).shard) {
         if (a.o.n_in != a.o.n_out) fail(i, "a reduce-scatter into the gradient shard pairs each range with its slice");

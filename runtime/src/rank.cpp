@@ -385,8 +385,7 @@ bool RankState::try_execute(std::size_t i) {
             if (!posted_[i]) {
                 posted_[i] = 1;
                 started_ns_[i] = now();
-                start_fetches(i);
-                return collective(i, true);
+                return collective(i, true, start_fetches(i));
             }
             return collective(i, false);
         case InstrKind::send:

@@ -262,7 +262,8 @@ private:
     }
     /// Rows of a tensor: what arrived for one sized by an all-to-all this step, else its DataTensor's.
     i64 rows_of(int id) const;
-    bool collective(std::size_t i, bool first);
+    /// `refill`: a gather into a unit's copy that earlier readers still read (start_fetches).
+    bool collective(std::size_t i, bool first, bool refill = false);
     bool p2p(std::size_t i, bool first);
     /// Several ranks on devices (RunOptions::ranks_share_gpu, the emulated backend): a collective's
     /// or transfer's device operands go through host copies, the transport runs on those, and the
@@ -283,7 +284,7 @@ private:
     // n floats of fp32 scratch where the rank computes: host memory, or the device's (given back
     // after the kernels queued on it, in their lane's order).
     struct Sum {
-        Sum(const RankState& r, std::size_t instr, i64 n) : dev(r.dev_), n(n) {
+        Sum(const RankState& r, std::size_t instr, i64 count) : dev(r.dev_), n(count) {
             if (n <= 0) return;
             if (!dev) {
                 host.resize(static_cast<std::size_t>(n));
@@ -332,7 +333,7 @@ private:
     /// The unit (units_) holding element `offset` of the flat buffers.
     int unit_at(i64 offset) const;
     void precompute_fetches();
-    void start_fetches(std::size_t i);
+    bool start_fetches(std::size_t i);  ///< true: refills a copy that still has readers
     void finish_fetches(std::size_t i);
     int ssd_fd();
     i64 ssd_slot(const sim::DataTensor& t) const;

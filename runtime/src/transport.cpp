@@ -96,7 +96,7 @@ void Transport::perform(Coll& c) {
                         STRATA_ASSERT(!src.from_slice || src.in_n[k] == hi - lo, "all_gather: the slice's size is not the member's share");
                         const float* from = src.from_slice ? src.in[k] : src.in[k] + lo;
                         for (const CollPart& dst : c.parts)
-                            if (&dst != &src || src.from_slice) std::memcpy(dst.out[k] + lo, from, static_cast<std::size_t>(hi - lo) * sizeof(float));
+                            if ((&dst != &src || src.from_slice) && !dst.keep_out) std::memcpy(dst.out[k] + lo, from, static_cast<std::size_t>(hi - lo) * sizeof(float));
                     }
                 } else {  // row blocks in group order
                     const i64 len = p0.in_n[k];

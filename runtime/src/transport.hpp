@@ -49,6 +49,7 @@ struct CollPart {
     bool zero_rest = false;   ///< reduce-scatter of gradients: zero what the member does not keep
     bool into_slice = false;  ///< reduce-scatter of a range: `out` is the member's slice alone, added to
     bool from_slice = false;  ///< all-gather of a range: `in` is the member's slice alone
+    bool keep_out = false;    ///< all-gather of a range: the member's output holds the result already; left unwritten
     /// Context parallelism's ring (DataTensor::ring): an all-gather hands member r the trailing
     /// out_cols columns of member r - ring's input (a K/V block); a reduce-scatter hands member r
     /// member r + ring's input (the K/V gradient it computed for r's block), added to the output

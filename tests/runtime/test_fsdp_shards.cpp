@@ -10,11 +10,13 @@
 #include <exception>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "runtime_checks.hpp"
 #include "runtime_fixtures.hpp"
 #include "strata/common/error.hpp"
 #include "strata/lowering/model.hpp"
+#include "transport.hpp"
 
 using namespace strata;
 using namespace strata::sim;
@@ -125,4 +127,31 @@ TEST_CASE("FSDP's fp32 shards: the cuda path refuses them by name", "[runtime][f
     CHECK_THROWS_WITH(runtime::Session(tiny_llama(2), cpu_cluster(2), p, o), Contains("plan.fp32_param_shards") && Contains("--backend cpu"));
     const PlanSpec master = fsdp(cpu_plan(1, 1, 2), false);
     CHECK_NOTHROW(runtime::Session(tiny_llama(2), cpu_cluster(2), master, o));
+}
+
+// A unit gathered again while its earlier copy is still read (ZeRO-3 brings a layer back for the
+// backward while its forward reads it) holds the gathered values already; the thread performing
+// the gather must leave that copy alone. It once wrote the fp32 shards there, unrounded until the
+// owner's finish, so a kernel running meanwhile read wider weights: the curve above missed the
+// master layout's by an ulp about one run in a hundred under load.
+TEST_CASE("the transport leaves a refilled gather's output untouched and fills the others", "[runtime][fsdp]") {
+    runtime::Transport t;
+    std::vector<float> shard0{1.5f, 2.5f}, shard1{3.5f, 4.5f, 5.5f};
+    std::vector<float> out0(5, -7.0f), out1(5, 0.0f);
+    auto part = [](int r, std::vector<float>& in, std::vector<float>& out, bool keep) {
+        runtime::CollPart p;
+        p.group_rank = r;
+        p.in = {in.data()};
+        p.in_n = {static_cast<std::int64_t>(in.size())};
+        p.out = {out.data()};
+        p.out_n = {static_cast<std::int64_t>(out.size())};
+        p.ranges = p.from_slice = true;
+        p.keep_out = keep;
+        return p;
+    };
+    CHECK_FALSE(t.collective({0, 1}, CollKind::all_gather, 2, part(0, shard0, out0, true)));
+    CHECK(t.collective({0, 1}, CollKind::all_gather, 2, part(1, shard1, out1, false)));
+    CHECK(out0 == std::vector<float>(5, -7.0f));
+    CHECK(out1 == std::vector<float>{1.5f, 2.5f, 3.5f, 4.5f, 5.5f});
+    CHECK(t.collective_done({0, 1}));
 }
