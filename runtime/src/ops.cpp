@@ -558,7 +558,10 @@ std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
                eps = static_cast<float>(o.eps), wd = static_cast<float>(o.weight_decay);
     const int threads = host_threads();
     const bool narrow_m = w_.plan.exp_avg_dtype == Precision::bf16, narrow_v = w_.plan.exp_avg_sq_dtype == Precision::bf16;
-    return [this, updates = std::move(updates), lr, b1, b2, eps, wd, update, threads, narrow_m, narrow_v] {
+    // A host update's job runs on a thread of its own: its weights reach the device from the
+    // rank's thread after it (host_job_done), the Device being the rank thread's alone.
+    const bool defer_uploads = cpu_stream && dev_;
+    return [this, updates = std::move(updates), lr, b1, b2, eps, wd, update, threads, narrow_m, narrow_v, defer_uploads] {
         for (const Update& u : updates) {
             if (u.start_master) std::memcpy(u.p, u.weights, static_cast<std::size_t>(u.n) * sizeof(float));
             if (u.on_device) {  // each parameter with its weight decay or none, in one launch
@@ -581,7 +584,8 @@ std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
                 });
             }
             if (!u.weights || u.on_device) continue;
-            if (dev_) dev_->copy(u.weights, u.p, u.n);
+            if (defer_uploads) host_uploads_.emplace_back(u.weights, u.p, u.n);
+            else if (dev_) dev_->copy(u.weights, u.p, u.n);
             else std::memcpy(u.weights, u.p, static_cast<std::size_t>(u.n) * sizeof(float));
         }
     };

@@ -448,6 +448,8 @@ void RankState::start_host_job(std::size_t i, std::function<void()> job) {
     join_host_job();
     host_job_done_.store(false);
     host_job_error_ = nullptr;
+    host_job_instr_ = i;
+    host_uploads_.clear();
     host_job_ = std::thread([this, i, job = std::move(job)] {
         try {
             job();
@@ -464,6 +466,13 @@ bool RankState::host_job_done() {
     if (!host_job_done_.load(std::memory_order_acquire)) return false;
     join_host_job();
     if (host_job_error_) std::rethrow_exception(std::exchange(host_job_error_, nullptr));
+    if (!host_uploads_.empty()) {  // the update's weights up, on the H2D lane, before the instruction ends
+        if (lanes_) dev_->set_lane(Device::lane_h2d);
+        for (const auto& [to, from, n] : host_uploads_) dev_->copy(to, from, n);
+        host_uploads_.clear();
+        ended_ns_[host_job_instr_] =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - w_.step_start).count();
+    }
     return true;
 }
 

@@ -15,6 +15,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -446,6 +447,10 @@ private:
     std::thread host_job_;
     std::atomic<bool> host_job_done_{false};
     std::exception_ptr host_job_error_;
+    std::size_t host_job_instr_ = 0;
+    /// Weights a host update leaves for the device (dst, src, elements): copied by the rank's
+    /// thread once the job is done, since the Device is not to be called from two threads.
+    std::vector<std::tuple<float*, const float*, i64>> host_uploads_;
 };
 
 }  // namespace strata::runtime
