@@ -44,7 +44,8 @@ public:
 
 private:
     void reserve() {
-        for (std::size_t size : {std::size_t{1} << 40, std::size_t{1} << 38}) {
+        // Smaller ranges where the address space is tight (ThreadSanitizer's layout, ulimit -v).
+        for (std::size_t size : {std::size_t{1} << 40, std::size_t{1} << 38, std::size_t{1} << 36, std::size_t{1} << 34}) {
             void* p = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
             if (p == MAP_FAILED) continue;
             base_ = static_cast<char*>(p);
