@@ -16,7 +16,13 @@ using namespace strata::test;
 TEST_CASE("a run on the emulated device follows the cpu backend's loss curve", "[runtime]") {
     // The same kernels as the cpu backend's: bf16 curves to 1e-6 as well (5e-3 on a GPU), so that
     // a glue bug in a bf16 run shows (an EP copy-back left out passed 5e-3).
-    device_runs::check_loss_curves(runtime::Backend::emulated, 1e-6);
+    device_runs::check_loss_curves(runtime::Backend::emulated, 1e-6, device_runs::Curves::fp32_bf16);
+}
+
+// [slow]: the release build runs them, the sanitizer stage leaves them out (with them this was its
+// longest test, 152 s under ASan); scripts/tsan.sh runs them under ThreadSanitizer.
+TEST_CASE("fp16 and parallel runs on the emulated device follow the cpu backend's loss curve", "[runtime][slow]") {
+    device_runs::check_loss_curves(runtime::Backend::emulated, 1e-6, device_runs::Curves::fp16_parallel);
 }
 
 TEST_CASE("the emulated device: checkpoints, timelines, memory and refusals", "[runtime]") {
