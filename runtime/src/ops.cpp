@@ -23,7 +23,6 @@ using Args = OperandView;
 bool backward(Phase p) { return p == Phase::backward; }
 }  // namespace
 
-
 // The kernels whose contract is the same on both backends (device.hpp): the device's when there
 // is one, else the cpu backend's.
 #define KERNEL(fn, ...) (dev_ ? dev_->fn(__VA_ARGS__) : cpu::fn(__VA_ARGS__))
@@ -558,10 +557,7 @@ std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
                eps = static_cast<float>(o.eps), wd = static_cast<float>(o.weight_decay);
     const int threads = host_threads();
     const bool narrow_m = w_.plan.exp_avg_dtype == Precision::bf16, narrow_v = w_.plan.exp_avg_sq_dtype == Precision::bf16;
-    // A host update's job runs on a thread of its own: its weights reach the device from the
-    // rank's thread after it (host_job_done), the Device being the rank thread's alone.
-    const bool defer_uploads = cpu_stream && dev_;
-    return [this, updates = std::move(updates), lr, b1, b2, eps, wd, update, threads, narrow_m, narrow_v, defer_uploads] {
+    return [this, updates = std::move(updates), lr, b1, b2, eps, wd, update, threads, narrow_m, narrow_v] {
         for (const Update& u : updates) {
             if (u.start_master) std::memcpy(u.p, u.weights, static_cast<std::size_t>(u.n) * sizeof(float));
             if (u.on_device) {  // each parameter with its weight decay or none, in one launch
@@ -584,8 +580,10 @@ std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
                 });
             }
             if (!u.weights || u.on_device) continue;
-            if (defer_uploads) host_uploads_.emplace_back(u.weights, u.p, u.n);
-            else if (dev_) dev_->copy(u.weights, u.p, u.n);
+            // Only a host update has weights apart from its master on a device (a device update's
+            // are on_device). Its job runs on a thread of its own, and the Device is the rank
+            // thread's alone: the weights go up from there once the job is done (host_job_done).
+            if (dev_) host_uploads_.emplace_back(u.weights, u.p, u.n);
             else std::memcpy(u.weights, u.p, static_cast<std::size_t>(u.n) * sizeof(float));
         }
     };
