@@ -6,6 +6,7 @@
 #include "cli.hpp"
 #include "strata/common/text.hpp"
 #include "strata/lowering/frameworks.hpp"
+#include "strata/lowering/model.hpp"
 #include "strata/lowering/spec_io.hpp"
 
 namespace strata::cli {
@@ -44,6 +45,10 @@ void run_explain(const ExplainArgs& a) {
         std::cout << format("  %-22s %-14s %s\n", v.key.c_str(), v.value_json.size() > 14 ? "[...]" : v.value_json.c_str(),
                             v.origin.c_str());
     }
+    // What vocab_divisible_by and tp make of the model's vocabulary: the rows its tables hold.
+    const std::int64_t rows = sim::padded_vocab(s.model, p);
+    std::cout << "  the tables hold " << rows << " rows for a vocabulary of " << s.model.vocab
+              << (rows > s.model.vocab ? " (padded to a multiple of vocab_divisible_by x tp)" : "") << "\n";
 }
 
 void add_explain(CLI::App& app) {

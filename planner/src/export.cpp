@@ -82,6 +82,7 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
     }
     arg("ffn-hidden-size", m.ffn_hidden);
     arg("seq-length", m.seq_len);
+    arg("make-vocab-size-divisible-by", p.vocab_divisible_by);  // Megatron pads the vocabulary to this x tp
     arg("max-position-embeddings", std::max(m.max_position > 0 ? m.max_position : m.seq_len, m.seq_len));
     // Megatron's dropout defaults to 0.1; the simulated model keeps masks only when it has dropout.
     arg("attention-dropout", m.dropout);

@@ -118,6 +118,9 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
     }
     if (p.tp > 1) r.model_code.push_back("tensor parallelism " + std::to_string(p.tp) + " (Megatron-DeepSpeed: --tensor-model-parallel-size " + std::to_string(p.tp) + ")");
     if (p.ep > 1) r.model_code.push_back("expert parallelism: deepspeed.moe.layer.MoE(..., ep_size=" + std::to_string(p.ep) + ")");
+    if (p.vocab_divisible_by > 1)
+        r.model_code.push_back("the embedding and output tables padded to a multiple of " + std::to_string(p.vocab_divisible_by) +
+                               " x tp rows (Megatron-DeepSpeed: --make-vocab-size-divisible-by " + std::to_string(p.vocab_divisible_by) + ")");
     if (m.mtp_depth > 0) r.unsupported.push_back("multi-token prediction modules (configured in the model code)");
     const bool drops = m.is_moe() && m.moe->capacity_factor > 0;
     if (!p.moe_pad_to_capacity && (drops || p.framework == "deepspeed" || p.framework == "megatron-deepspeed-2022"))

@@ -103,6 +103,7 @@ PlanSpec plan_from_megatron_args(const std::string& args, int gpus, const std::s
     p.flash_attention = true;
     p.overlap_grad_reduce = false;
     p.overlap_param_gather = false;
+    p.vocab_divisible_by = 128;  // Megatron's --make-vocab-size-divisible-by default
     int layers_per_virtual = 0, virtual_stages = 0, first_layers = 0, last_layers = 0;
     int num_layers = 0;
     bool grad_reduce_bf16 = false, accumulate_fp32 = false;
@@ -168,6 +169,7 @@ PlanSpec plan_from_megatron_args(const std::string& args, int gpus, const std::s
         }
         else if (t == "--overlap-grad-reduce") p.overlap_grad_reduce = true;
         else if (t == "--ddp-bucket-size") bucket_params = value(i);
+        else if (t == "--make-vocab-size-divisible-by") p.vocab_divisible_by = value(i);
         else if (t == "--overlap-param-gather") p.overlap_param_gather = true;
         else if (t == "--tp-comm-overlap") p.tp_comm_overlap = true;
         else if (t == "--overlap-moe-expert-parallel-comm") p.moe_a2a_overlap = true;

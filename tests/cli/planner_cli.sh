@@ -60,6 +60,15 @@ JSON
 grep -Eq '^  eager_elementwise +false +plan' "$T/explain.txt" || fail "explain-plan: the plan's own key"
 grep -Eq '^  attention_kernel +"fa2" +framework torchtitan' "$T/explain.txt" || fail "explain-plan: the preset's key"
 grep -Eq '^  cp +1 +default' "$T/explain.txt" || fail "explain-plan: a default"
+# torchtitan does not pad (Llama 3's 128256 rows at tp 1); Megatron-Core at tp 8 pads it to 129024.
+grep -q '^  the tables hold 128256 rows for a vocabulary of 128256$' "$T/explain.txt" || fail "explain-plan: unpadded vocabulary"
+cat > "$T/mc.json" <<JSON
+{"model": "$SRC/scenarios/models/llama-3-8b.json", "cluster": "$SRC/scenarios/clusters/dgx-h100-x1.json",
+ "plan": {"framework": "megatron-core", "tp": 8, "sequence_parallel": true, "global_batch": 8}}
+JSON
+"$S" explain-plan --scenario "$T/mc.json" > "$T/explain_mc.txt" || fail "explain-plan megatron-core failed"
+grep -Eq '^  vocab_divisible_by +128 +framework megatron-core' "$T/explain_mc.txt" || fail "explain-plan: the preset's vocabulary padding"
+grep -q 'hold 129024 rows for a vocabulary of 128256 (padded' "$T/explain_mc.txt" || fail "explain-plan: padded vocabulary"
 
 # Export of the best plan parses back.
 "$S" export --from-plan-json "$T/all.json" --format megatron -o "$T/args.txt" 2>/dev/null || fail "export megatron"

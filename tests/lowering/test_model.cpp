@@ -3,7 +3,10 @@
 // per-iteration FLOP formulas, and PaLM's 6N + 12LHQT model-FLOPs rule.
 #include <catch2/catch.hpp>
 
+#include "strata/lowering/lower.hpp"
 #include "strata/lowering/model.hpp"
+#include "strata/lowering/params.hpp"
+#include "support/lower_fixtures.hpp"
 
 using namespace strata::sim;
 
@@ -340,4 +343,59 @@ TEST_CASE("Megatron-Core's model FLOPs reproduce the Megatron-Bridge cards' TFLO
     q30.moe->expert_ffn_hidden = 768;
     CHECK(megatron_core_flops_per_step(q30, 2) / (2 * 4096) == Approx(23'006'281'728.0).epsilon(1e-12));
     CHECK(megatron_core_flops_per_step(q30, 1) / 4096 == Approx(299.352e12 / 13011.378).epsilon(1e-4));
+}
+
+TEST_CASE("vocabulary padding follows Megatron's rule and the published padded sizes", "[model][vocab]") {
+    // Megatron-LM's _vocab_size_with_padding: up to a multiple of make_vocab_size_divisible_by x tp.
+    // Independent figures: llm.c's GPT-2 tables hold padded_vocab_size = 50304 rows (no TP);
+    // BLOOM's released config says vocab_size 250880, its tokenizer 250680 entries, trained at TP 4.
+    PlanSpec p;
+    p.vocab_divisible_by = 128;
+    ModelSpec m = gpt(12, 768, 12, 50257, 1024);
+    CHECK(padded_vocab(m, p) == 50304);
+    p.tp = 8;
+    CHECK(padded_vocab(m, p) == 51200);  // multiple of 1024
+    m.vocab = 250680;
+    p.tp = 4;
+    CHECK(padded_vocab(m, p) == 250880);
+    // The default pads to the TP degree only; a multiple stays as it is.
+    p.vocab_divisible_by = 1;
+    m.vocab = 50257;
+    CHECK(padded_vocab(m, p) == 50260);
+    m.vocab = 128256;
+    p.tp = 8;
+    CHECK(padded_vocab(m, p) == 128256);
+    p.tp = 1;
+    CHECK(padded_vocab(m, p) == 128256);
+
+    // What a rank holds: the padded table, split over TP, and the head's GEMM over its rows.
+    ModelSpec g = strata::test::small_gpt();
+    g.vocab = 100;  // not a multiple of tp = 2
+    g.tied_embeddings = false;
+    PlanSpec q = strata::test::plan(2, 1, 1, 2);
+    q.vocab_divisible_by = 64;  // x tp 2 = 128 rows
+    REQUIRE(padded_vocab(g, q) == 128);
+    CHECK(edge_param_counts(g, q).embedding == 128 * g.hidden);
+    CHECK(edge_param_counts(g, q).lm_head == 128 * g.hidden);
+    CHECK(edge_param_counts(g).embedding == 100 * g.hidden);  // the model's own count is unpadded
+    const ParamLayout L = param_layout(g, q, 0);
+    for (const char* name : {"word_embedding.weight", "lm_head.weight"}) {
+        const ParamEntry* e = L.find(name);
+        REQUIRE(e != nullptr);
+        CHECK(e->full_rows == 128);
+        CHECK(e->rows == 64);
+    }
+    const Program prog = lower(g, strata::test::cluster(2), q);
+    int head_gemms = 0;
+    for (const Instr& in : prog.ranks[0].instrs)
+        if (in.kind == InstrKind::compute && in.op == Op::gemm && prog.names[static_cast<std::size_t>(in.name)] == "logits") {
+            ++head_gemms;
+            CHECK((in.m == 64 || in.n == 64 || in.k == 64));  // forward, dgrad and wgrad each span the rank's 64 rows
+            CHECK(in.flops == Approx(2.0 * 32 * 64 * g.hidden));
+        }
+    CHECK(head_gemms == 3 * 2);  // two micro-batches of one sequence
+    // The model's FLOPs (MFU's numerator) stay the unpadded vocabulary's: the same as on one GPU,
+    // where 100 rows need no padding.
+    const Program one = lower(g, strata::test::cluster(1), strata::test::plan(1, 1, 1, 2));
+    CHECK(prog.model_flops_per_step == Approx(one.model_flops_per_step).epsilon(1e-12));
 }

@@ -224,6 +224,28 @@ TEST_CASE("GPT: every parallel variant follows the single-rank loss curve", "[ru
     check_against_single_rank(tiny_gpt(), variants());
 }
 
+TEST_CASE("a vocabulary TP does not divide runs padded, on one rank's curve with the same padding", "[runtime][parallel][vocab]") {
+    // Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by x tp (plan
+    // vocab_divisible_by). The padded rows are trained and enter the softmax, so the curve starts
+    // at ln 64, not ln 45 (check_against), but no token is ever one: the data stay below 45.
+    ModelSpec m = tiny_gpt();
+    m.vocab = 45;
+    PlanSpec one = cpu_plan();
+    one.vocab_divisible_by = 64;
+    PlanSpec tp2 = cpu_plan(2);
+    tp2.vocab_divisible_by = 32;
+    REQUIRE(padded_vocab(m, one) == 64);
+    REQUIRE(padded_vocab(m, tp2) == 64);
+    PlanSpec sp = tp2;
+    sp.sequence_parallel = true;
+    PlanSpec tp4 = cpu_plan(4);  // the default divisor 1: 45 -> 48 rows, 12 a rank
+    REQUIRE(padded_vocab(m, tp4) == 48);
+    check_against(m, one, {{"tp 2", tp2}, {"tp 2 + sequence parallel", sp}});
+    PlanSpec one48 = cpu_plan();
+    one48.vocab_divisible_by = 48;
+    check_against(m, one48, {{"tp 4", tp4}});
+}
+
 TEST_CASE("lock-free update: every parallel variant follows the single-rank lock-free curve", "[runtime][parallel][lockfree]") {
     // The host's share of the update is one step stale (test_runtime.cpp pins that on one rank);
     // split over ranks it must stay the same update.

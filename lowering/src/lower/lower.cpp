@@ -123,7 +123,7 @@ Dims make_dims(const ModelSpec& m, const PlanSpec& p) {
         d.kv_w = d.heads * (d.qk_dim + d.v_dim) / 2;
     }
     d.ffn = static_cast<double>(m.ffn_hidden);
-    d.vocab = static_cast<double>(m.vocab);
+    d.vocab = static_cast<double>(padded_vocab(m, p));  // the tables' rows; forward_flops_per_step's unsplit plan keeps model.vocab
     d.mats = m.ffn == FfnKind::swiglu ? 3 : 2;
     d.act_bytes = p.precision == Precision::fp32 ? 4 : 2;
     if (m.is_moe()) {
@@ -156,12 +156,12 @@ double embedding_params_rank(const ModelSpec& m, const PlanSpec& p) {
     const double pos = m.position == PositionKind::learned
                            ? static_cast<double>(m.max_position > 0 ? m.max_position : m.seq_len) * static_cast<double>(m.hidden)
                            : 0;
-    return static_cast<double>(m.vocab) * static_cast<double>(m.hidden) / p.tp + pos;
+    return static_cast<double>(padded_vocab(m, p)) * static_cast<double>(m.hidden) / p.tp + pos;
 }
 
 double output_params_rank(const ModelSpec& m, const PlanSpec& p) {
     const double norm = (m.norm == NormKind::layernorm ? 2.0 : 1.0) * static_cast<double>(m.hidden);
-    const double table = static_cast<double>(m.vocab) * static_cast<double>(m.hidden) / p.tp;
+    const double table = static_cast<double>(padded_vocab(m, p)) * static_cast<double>(m.hidden) / p.tp;
     // An untied head, and the stage's copy of the embedding (tied, or for the MTP lookups).
     return (m.tied_embeddings ? 0.0 : table) + (head_stage_embedding_copy(m, p) ? table : 0.0) + norm;
 }

@@ -127,6 +127,7 @@ ParamLayout param_layout(const ModelSpec& m, const PlanSpec& p, int stage) {
     STRATA_ASSERT(dataflow_unsupported(m, p).empty(), "param_layout: model or plan outside the dataflow lowering");
     ParamLayout L;
     LayoutBuilder b(m, p, L);
+    const std::int64_t vocab = padded_vocab(m, p);
     const int pp = std::max(1, p.pp), vpp = std::max(1, p.vpp), vlast = pp * vpp - 1;
     const std::vector<int> vsize = virtual_stage_layers(m, p);
     for (int c = 0; c < vpp; ++c) {
@@ -150,11 +151,11 @@ ParamLayout param_layout(const ModelSpec& m, const PlanSpec& p, int stage) {
         if (v == vlast) {
             const std::int64_t start = L.dense_elements;
             b.norm("final_norm.weight", "final_norm.bias", -1, c);
-            if (!m.tied_embeddings) b.add("lm_head.weight", -1, c, m.vocab, m.hidden, ParamSplit::rows, true);
+            if (!m.tied_embeddings) b.add("lm_head.weight", -1, c, vocab, m.hidden, ParamSplit::rows, true);
             unit(-1, true, false, start);
             if (shared) {
                 const std::int64_t t = L.dense_elements;
-                b.add("word_embedding.weight", -1, c, m.vocab, m.hidden, ParamSplit::rows, true, false, true);
+                b.add("word_embedding.weight", -1, c, vocab, m.hidden, ParamSplit::rows, true, false, true);
                 unit(-1, true, false, t);
             }
         }
@@ -178,7 +179,7 @@ ParamLayout param_layout(const ModelSpec& m, const PlanSpec& p, int stage) {
                       ParamSplit::replicated, false);
             if (shared && L.dense_elements > start) unit(-1, false, true, start);
             const std::int64_t t = shared ? L.dense_elements : start;
-            b.add("word_embedding.weight", -1, c, m.vocab, m.hidden, ParamSplit::rows, true, false, shared);
+            b.add("word_embedding.weight", -1, c, vocab, m.hidden, ParamSplit::rows, true, false, shared);
             unit(-1, false, true, t);
         }
     }
@@ -258,7 +259,6 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
         return "plan.zero3_param_sync = true: DeepSpeed 2021's per-parameter ZeRO-3 calls are priced by the simulator, not "
                "executed (the runtime gathers and reduces a layer in one call each)";
     const std::int64_t tp = p.tp;
-    if (m.vocab % tp != 0) return n("model.vocab", std::to_string(m.vocab)) + ": must be a multiple of plan.tp = " + std::to_string(tp);
     if (m.ffn_hidden % tp != 0) return n("model.ffn_hidden", std::to_string(m.ffn_hidden)) + ": must be a multiple of plan.tp = " + std::to_string(tp);
     if (m.heads % tp != 0 || (m.kv_heads > 0 ? m.kv_heads : m.heads) % tp != 0)
         return "model.heads / model.kv_heads: must be multiples of plan.tp = " + std::to_string(tp);

@@ -1,8 +1,10 @@
 // Parameter and FLOP counting for ModelSpec (model.hpp). Counts matmul FLOPs exactly as 2·m·n·k
 // and estimates the non-matmul work separately ("other"), so that the matmul part can be checked
-// against Megatron-LM's closed forms and the rest stays visible. Does not know about parallelism.
+// against Megatron-LM's closed forms and the rest stays visible. Does not know about parallelism,
+// but for the padded vocabulary a rank's tables hold (padded_vocab).
 #include "strata/lowering/model.hpp"
 
+#include <algorithm>
 #include <string_view>
 
 namespace strata::sim {
@@ -102,6 +104,19 @@ ParamCounts edge_param_counts(const ModelSpec& m) {
     c.final_norm = norm_params(m);
     c.lm_head = m.tied_embeddings ? 0 : m.vocab * m.hidden;
     return c;
+}
+
+ParamCounts edge_param_counts(const ModelSpec& m, const PlanSpec& p) {
+    ParamCounts c = edge_param_counts(m);
+    const std::int64_t rows = padded_vocab(m, p);
+    c.embedding = rows * m.hidden;
+    if (!m.tied_embeddings) c.lm_head = rows * m.hidden;
+    return c;
+}
+
+std::int64_t padded_vocab(const ModelSpec& m, const PlanSpec& p) {
+    const std::int64_t multiple = static_cast<std::int64_t>(std::max(1, p.vocab_divisible_by)) * std::max(1, p.tp);
+    return (m.vocab + multiple - 1) / multiple * multiple;
 }
 
 ParamCounts param_counts(const ModelSpec& m) {

@@ -20,7 +20,7 @@ using detail::layer_params_local;
 
 StageEdgeParams stage_edge_params(const ModelSpec& m, const PlanSpec& p, int stage) {
     StageEdgeParams e;
-    const ParamCounts pc = edge_param_counts(m);
+    const ParamCounts pc = edge_param_counts(m, p);
     const double t = std::max(1, p.tp);
     if (stage == 0) e.embedding = static_cast<double>(pc.embedding) / t + static_cast<double>(pc.position);
     if (stage == head_stage(p)) {

@@ -382,7 +382,7 @@ std::vector<TensorDesc> embedding_activations(const ModelSpec& m, const PlanSpec
 std::vector<TensorDesc> embedding_backward_workspace(const ModelSpec& m, const PlanSpec& p) {
     const Local L = local_of(m, p);
     // The table's gradient comes in the activations' dtype (FP8 recipes keep the embedding in BF16).
-    const double table = static_cast<double>(edge_param_counts(m).embedding) / L.t;
+    const double table = static_cast<double>(edge_param_counts(m, p).embedding) / L.t;
     std::vector<TensorDesc> out{buffer_tensor("embed.grad_table", table * L.act, Lifetime::transient, "(V/tp, h) dense"),
                                 buffer_tensor("embed.grad_out", L.act * L.tok_rep * L.h, Lifetime::transient, "(s/cp[/tp], b, h)")};
     for (TensorDesc& d : out) d.tag = TensorTag::activations;
@@ -392,7 +392,7 @@ std::vector<TensorDesc> embedding_backward_workspace(const ModelSpec& m, const P
 std::vector<TensorDesc> head_workspace(const ModelSpec& m, const PlanSpec& p, bool backward) {
     const Local L = local_of(m, p);
     std::vector<TensorDesc> out;
-    const double logits = L.tokens * static_cast<double>(m.vocab) / L.t;
+    const double logits = L.tokens * static_cast<double>(padded_vocab(m, p)) / L.t;
     const bool cast = p.loss_upcast && L.act < 4;
     // Megatron's vocab-parallel cross-entropy (tensor_parallel/cross_entropy.py) upcasts the
     // logits: in the forward the head's (s, b, V/tp) output and its fp32 copy live together, and
@@ -422,7 +422,7 @@ std::vector<TensorDesc> head_workspace(const ModelSpec& m, const PlanSpec& p, bo
     // tensor. After a cast it comes once the fp32 softmax is freed, and the stash keeps that (its
     // GPU part) until the micro-batch's backward ends, so only what it exceeds that by is extra.
     if (backward && p.adds_unfused_grads()) {
-        const double weight = L.act * static_cast<double>(m.vocab) / L.t * L.h;
+        const double weight = L.act * static_cast<double>(padded_vocab(m, p)) / L.t * L.h;
         const double over = cast ? weight - 4.0 * logits * p.offload.activations.gpu : weight;
         if (over > 0) out.push_back(buffer_tensor("lm_head.weight_grad_unfused", over, Lifetime::transient, "(V/tp, h), less the freed fp32 logits"));
     }
@@ -446,7 +446,7 @@ std::vector<TensorDesc> pipe_output_regathered(const ModelSpec& m, const PlanSpe
 
 std::vector<TensorDesc> logits_activations(const ModelSpec& m, const PlanSpec& p) {
     const Local L = local_of(m, p);
-    const double V = static_cast<double>(m.vocab);
+    const double V = static_cast<double>(padded_vocab(m, p));
     // Korthikanti §4.3: final norm input and output-projection input (2sbh each, /tp with SP), and
     // the cross-entropy's fp32 logits 4sbv/tp (vocab-parallel), or the logits in their own dtype
     // under a loss that does not upcast (plan.loss_upcast off).

@@ -93,6 +93,9 @@ const Knob kFsdpShards{"fp32_param_shards", "true", When::fsdp_shards,
 const Knob kTpOverlapWithSp{"tp_comm_overlap", "true", When::tp_sp,
                             "NeMo / Megatron-Bridge performance recipes turn on TP communication overlap (userbuffers) "
                             "with sequence parallelism (NeMo 1.x ub_tp_comm_overlap, MegatronCommOverlapCallback / CommOverlapConfig)"};
+const Knob kMegatronVocabPad{"vocab_divisible_by", "128", When::always,
+                              "Megatron-LM megatron/training/tokenizer (_vocab_size_with_padding): the vocabulary is padded to a "
+                              "multiple of --make-vocab-size-divisible-by (default 128) x tensor-parallel size"};
 // torchtitan with or without torch.compile: the same knobs but the elementwise ops.
 std::vector<Knob> torchtitan_knobs(bool compiled) {
     return {{"attention_kernel", "\"fa2\"", When::fused_attention,
@@ -117,6 +120,7 @@ const std::vector<Preset>& presets() {
         {"megatron-lm-2021",
          "Megatron-LM before Megatron-Core (SC21, arXiv:2104.04473; Korthikanti et al., arXiv:2205.05198)",
          {kNoFlash,
+          kMegatronVocabPad,
           {"p2p_scatter_gather", "true", When::pipelined_tp,
            "SC21 Sec. 4.1: pipeline tensors cross stages in 1/tp pieces and are all-gathered over NVLink"},
           {"fp32_grads", "true", When::mixed16, kMegatronBf16Grads},
@@ -126,6 +130,7 @@ const std::vector<Preset>& presets() {
         {"megatron-deepspeed-2022",
          "Megatron-DeepSpeed as BLOOM and MT-NLG ran it (2021-22): DeepSpeed's PipelineEngine and ZeRO-1 around Megatron layers",
          {kNoFlash,
+          kMegatronVocabPad,
           kPipeBlocking,
           kPipeScatter,
           kAutogradAccumKnob,
@@ -170,6 +175,7 @@ const std::vector<Preset>& presets() {
          "Megatron-LM with Megatron-Core and Transformer Engine (2023 or later), its command-line defaults",
          {kTeFlash,
           kTeFa3,
+          kMegatronVocabPad,
           {"fp32_grads", "true", When::mixed16, kMegatronBf16Grads},
           {"overlap_grad_reduce", "false", When::always,
            "Megatron-LM megatron/training/arguments.py: --overlap-grad-reduce is off unless given"},
@@ -186,6 +192,10 @@ const std::vector<Preset>& presets() {
            "Megatron-Bridge src/megatron/bridge/recipes/common.py: DistributedDataParallelConfig(overlap_grad_reduce=True)"},
           {"overlap_param_gather", "true", When::always,
            "Megatron-Bridge src/megatron/bridge/recipes/common.py: DistributedDataParallelConfig(overlap_param_gather=True)"},
+          {"vocab_divisible_by", "128", When::always,
+           "Megatron-Bridge's performance recipes set model.should_pad_vocab = True (e.g. perf_recipes llama "
+           "set_llama3_common_configs), and the provider pads with calculate_padded_vocab_size(vocab_size, "
+           "make_vocab_size_divisible_by = 128, tensor_model_parallel_size)"},
           kTpOverlapWithSp}},
         {"nemo",
          "NeMo 1.x through the NeMo Framework Launcher (2023-24): Megatron-Core models, Apex's distributed fused Adam",
@@ -198,6 +208,9 @@ const std::vector<Preset>& presets() {
            "NeMo-Framework-Launcher's distributed_fused_adam optimizer config: overlap_grad_sync: true"},
           {"overlap_param_gather", "true", When::always,
            "NeMo-Framework-Launcher's distributed_fused_adam optimizer config: overlap_param_sync: true"},
+          {"vocab_divisible_by", "128", When::always,
+           "NeMo 1.x megatron_gpt_config.yaml: make_vocab_size_divisible_by: 128, padded with the tensor-parallel "
+           "size as Megatron-LM does"},
           kTpOverlapWithSp}},
         {"torchtitan", "torchtitan: FSDP2 x TP x PP x CP in eager PyTorch (torch.compile off, its default)",
          torchtitan_knobs(false)},
@@ -244,7 +257,10 @@ const std::vector<Preset>& presets() {
            "llm.c's fused_classifier kernel computes the softmax, loss and dlogits in place over the bf16 logits"},
           {"grad_accum_fusion", "true", When::always,
            "llm.c's matmul_backward accumulates weight gradients in the cuBLASLt GEMM (beta = 1)"},
-          {"eager_elementwise", "false", When::always, "llm.c's own fused kernels for LayerNorm, GELU and residuals"}}},
+          {"eager_elementwise", "false", When::always, "llm.c's own fused kernels for LayerNorm, GELU and residuals"},
+          {"vocab_divisible_by", "128", When::always,
+           "llm.c train_gpt2.cu: the embedding and the classifier hold padded_vocab_size = 50304 rows for GPT-2's 50257 "
+           "(\"padded to 128 for efficiency\"; the softmax runs over the first 50257)"}}},
         {"hf-trainer",
          "Hugging Face Transformers Trainer (Accelerate: DDP or FSDP)",
          {{"attention_kernel", "\"fa2\"", When::fused_attention,

@@ -453,6 +453,13 @@ const std::vector<KnobRow>& table() {
         t.push_back(bool_knob<&P::eager_elementwise>("eager_elementwise", Written::always));
         t.push_back({"dp_bucket_mb", read_bucket, [](const P& p) -> ojson { return static_cast<double>(p.dp_bucket_bytes) / 1e6; },
                      encode_scalar<&P::dp_bucket_bytes>, nullptr, Written::always, nullptr, "[40, 1]"});
+        t.push_back({"vocab_divisible_by",
+                     [](JsonReader& r, const char* key, P& p) {
+                         p.vocab_divisible_by = r.has(key) ? int_in(r, key, 1, 65536, "an integer from 1 to 65536")
+                                                           : (r.get(key), defaults().vocab_divisible_by);
+                     },
+                     write_scalar<&P::vocab_divisible_by>, encode_scalar<&P::vocab_divisible_by>, assign_scalar<&P::vocab_divisible_by>,
+                     Written::if_changed, nullptr, "[1, 128]"});
         t.push_back({"layer_split", [](JsonReader& r, const char* key, P& p) { p.layer_split = read_layer_counts(r, key, 1, "pipeline stage"); },
                      [](const P& p) { return list_json(p.layer_split); }, [](const P& p, std::vector<i64>& k) { encode_list(p.layer_split, k); }, nullptr,
                      Written::always, nullptr, "[[], [1, 1]]"});

@@ -50,6 +50,14 @@ ParamCounts param_counts(const ModelSpec& m);
 /// Only the parameters outside the layers (embedding, position table, final norm, lm head; the
 /// layer fields and totals stay 0): what a pipeline stage adds to its layers, without a walk over them.
 ParamCounts edge_param_counts(const ModelSpec& m);
+/// The same with the vocabulary padded as the plan lays it out (padded_vocab): what a rank holds.
+ParamCounts edge_param_counts(const ModelSpec& m, const PlanSpec& p);
+
+/// Rows of the embedding table and the output layer under plan `p`: model.vocab rounded up to a
+/// multiple of p.vocab_divisible_by x p.tp (Megatron-LM's _vocab_size_with_padding; Megatron-Bridge's
+/// calculate_padded_vocab_size). The padded rows are trained and take part in the softmax, but no
+/// token is ever one of them (the data stay within model.vocab).
+std::int64_t padded_vocab(const ModelSpec& m, const PlanSpec& p);
 
 /// Width of the attention projection: heads x head_dim (head_dim 0 = hidden / heads).
 std::int64_t q_width(const ModelSpec& m);

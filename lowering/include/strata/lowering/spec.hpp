@@ -338,6 +338,10 @@ struct PlanSpec {
     /// of Megatron-Core / Transformer Engine: they cost kEagerElementwiseFactor (cost.hpp) times more.
     bool eager_elementwise = false;
     std::int64_t dp_bucket_bytes = 40'000'000;  ///< DP gradient bucket (Megatron default 40 MB)
+    /// The embedding and the output layer hold the vocabulary padded to a multiple of this x tp
+    /// rows (Megatron's --make-vocab-size-divisible-by, 128 there; padded_vocab() in model.hpp).
+    /// 1: padded to a multiple of tp only, which a vocabulary-parallel split needs.
+    int vocab_divisible_by = 1;
     std::vector<int> layer_split;         ///< uneven pipeline: layers per stage (empty = even)
     /// Interleaved pipelines laid out by hand (Megatron-Core's --pipeline-model-parallel-layout):
     /// decoder layers per virtual stage in model order, virtual stage i on pipeline rank i mod pp,
