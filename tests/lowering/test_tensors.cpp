@@ -393,3 +393,34 @@ TEST_CASE("Embedding, logits, capacity factor, shared experts, workspace", "[ten
     // Without recompute only the gradients.
     CHECK(sum(layer_backward_workspace(m, p, 0, false)) == Approx(widest + 2 * 2 * s * h));
 }
+
+TEST_CASE("ZeRO-Offload's gradients are held once on the host", "[tensors][offload]") {
+    // ZeRO-2 over 8 ranks with the optimizer in host memory: the update reads a host copy of the
+    // rank's gradient partition (grads.host), copied from the GPU's kept shard. With the gradients
+    // homed on the host too (offload.grads cpu, DeepSpeed's CPU gradient partition) that partition
+    // is the host copy: one partition of 2-byte gradients, P / 8 x 2 bytes, on the host, none on
+    // the GPU. Until stop 56 both were counted, the host's gradients twice.
+    ModelSpec m = gpt(8, 2048, 16);
+    PlanSpec p;
+    p.dp = 8;
+    p.zero_stage = 2;
+    p.precision = Precision::bf16;
+    p.offload.optimizer = TierSplit{0, 1, 0};
+    const double P = stage_params(m, p, 0).total();
+    auto grads_on = [&](const PlanSpec& q, bool host) {
+        double b = 0;
+        for (const TensorDesc& d : stage_model_states(m, q, 0))
+            if (d.tag == TensorTag::grads) b += d.bytes * (host ? d.tiers.cpu : d.tiers.gpu);
+        return b;
+    };
+    REQUIRE(p.grad_bytes() == 2.0);
+    CHECK(grads_on(p, false) == Approx(2 * P / 8));  // the GPU's shard ...
+    CHECK(grads_on(p, true) == Approx(2 * P / 8));   // ... copied down for the update
+    p.offload.grads = TierSplit{0, 1, 0};
+    CHECK(grads_on(p, false) == 0);
+    CHECK(grads_on(p, true) == Approx(2 * P / 8));
+    // Half the gradients homed on the host: the other half still needs its host copy.
+    p.offload.grads = TierSplit{0.5, 0.5, 0};
+    CHECK(grads_on(p, false) == Approx(P / 8));
+    CHECK(grads_on(p, true) == Approx(2 * P / 8));
+}

@@ -89,7 +89,11 @@ void emit_model_states(const PlanSpec& p, const StageParams& sp, Emit&& emit) {
     const double off = p.offload.optimizer.cpu + p.offload.optimizer.ssd;
     if (off > 0) {
         const TierSplit host{0.0, 1.0, 0.0};
-        emit("grads.host", TensorTag::grads, life, off * sharded(gb, z >= 1), host, "(params) offloaded share", nullptr);
+        // Gradients homed on the host (plan.offload.grads, ZeRO-Offload's CPU partition) are the
+        // buffer the update reads: only the offloaded share beyond them needs a host copy.
+        const double grads_homed = std::min(off, p.offload.grads.cpu);
+        if (off > grads_homed)
+            emit("grads.host", TensorTag::grads, life, (off - grads_homed) * sharded(gb, z >= 1), host, "(params) offloaded share", nullptr);
         // Weights homed in host memory (plan.offload.params) are the ones the update writes.
         const double homed = std::min(off, p.offload.params.cpu);
         if (fp32 && off > homed)
