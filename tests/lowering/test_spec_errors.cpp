@@ -367,6 +367,9 @@ TEST_CASE("plan reader rules", "[spec][errors]") {
     expect_error([&] { p(R"(, "layer_split": 4)"); }, "p.json", "plan.layer_split", "must be an array of layer counts");
     CHECK(p(R"(, "layer_split": [])").layer_split.empty());  // [] = even split
     expect_error([&] { p(R"(, "dp_bucket_mb": 0)"); }, "p.json", "plan.dp_bucket_mb", "must be a positive number of MB");
+    CHECK(p(R"(, "vocab_divisible_by": 128)").vocab_divisible_by == 128);
+    expect_error([&] { p(R"(, "vocab_divisible_by": 0)"); }, "p.json", "plan.vocab_divisible_by", "an integer from 1 to 65536");
+    expect_error([&] { p(R"(, "vocab_divisible_by": 131072)"); }, "p.json", "plan.vocab_divisible_by", "an integer from 1 to 65536");
     expect_error([&] { p(R"(, "globl_batch": 8)"); }, "p.json", "plan.globl_batch", "(did you mean \"global_batch\"?)");
     // The documented bound on the batch (issue #32, defect 1): 2^20 sequences.
     CHECK(plan_from_json_text(R"({"global_batch": 1048576, "micro_batch": 1048576})", "p.json").global_batch == kMaxGlobalBatch);
