@@ -57,7 +57,8 @@ void print_report(const sim::Scenario& s, const sim::MemoryReport& r, std::ostre
                          gb(st.workspace_bytes).c_str(), gb(st.buffers_bytes).c_str(), gb(st.tier_bytes[0]).c_str(),
                          gb(st.tier_bytes[1]).c_str(), gb(st.tier_bytes[2]).c_str());
     const sim::StageMemory& w = r.stages[static_cast<std::size_t>(r.worst_hbm_stage)];
-    out << "\n  worst stage (HBM): " << w.stage << ": weights " << human_bytes(w.weights_bytes) << ", grads "
+    // The kinds sum every tier (an offloaded optimizer counts here, not in HBM): the columns' totals say where.
+    out << "\n  worst stage for HBM: " << w.stage << "; by kind, all tiers: weights " << human_bytes(w.weights_bytes) << ", grads "
               << human_bytes(w.grads_bytes) << ", optimizer " << human_bytes(w.optimizer_bytes) << ", activations "
               << human_bytes(w.activations_bytes) << ", workspace " << human_bytes(w.workspace_bytes) << ", buffers "
               << human_bytes(w.buffers_bytes) << " (incl. " << human_bytes(sim::kFrameworkReserveBytes)
