@@ -1,7 +1,7 @@
 // The emulated device: device.hpp's interface over the cpu kernels, in this process, so that the
-// executor's cuda path (every dev_ branch of ops.cpp, moe_ops.cpp, rank.cpp and buffer.cpp) runs
-// where no GPU is, in CI. It keeps the cuda device's rules and checks them where a GPU would only
-// misbehave later:
+// executor's cuda path (every dev_ branch of ops.cpp, transfers.cpp, moe_ops.cpp, step.cpp,
+// rank.cpp and buffer.cpp) runs where no GPU is, in CI. It keeps the cuda device's rules and checks
+// them where a GPU would only misbehave later:
 // - device memory is handed out as addresses in a reserved range that is never mapped, so host
 //   code that reads or writes it directly faults here, as it would on a GPU;
 // - every kernel's and copy's operand range must lie inside one live buffer, and a kernel must be

@@ -1,6 +1,6 @@
 // One rank of a run: its flat parameter, gradient and optimizer buffers, the live tensors of the
 // step with their remaining readers, the memory it holds per tier, and the executor that walks its
-// RankProgram's streams (rank.cpp) and dispatches each instruction (ops.cpp, state.cpp).
+// RankProgram's streams (step.cpp) and dispatches each instruction (ops.cpp, transfers.cpp, state.cpp).
 #pragma once
 #include <algorithm>
 #include <array>
@@ -48,6 +48,12 @@ void parallel_chunks(i64 n, int threads, F f, i64 min_per_thread = 65536) {
     }
     f(i64{0}, std::min(n, per));
     for (auto& th : pool) th.join();
+}
+
+/// Where a live tensor of the step sits: optimizer state staged on the host, an offloaded
+/// activation's host copy, everything else on the GPU.
+inline sim::Tier live_tier(const sim::DataTensor& t) {
+    return t.role == sim::TensorRole::optimizer_state || t.tier == sim::Tier::cpu ? sim::Tier::cpu : sim::Tier::gpu;
 }
 
 /// An instruction's operands (lower.hpp's dataflow): inputs, then outputs.
@@ -216,7 +222,7 @@ private:
         int add = 0;
         bool read = false;
     };
-    // executor (rank.cpp)
+    // executor (step.cpp; tensor resolution in rank.cpp)
     void precompute();
     bool try_execute(std::size_t i);
     void finish(std::size_t i);
