@@ -324,6 +324,25 @@ void RankState::touch(std::size_t i) {
     }
 }
 
+// A skipped step (fp16 overflow) on ZeRO-Infinity's sub-groups: the host's weights of a step
+// staged through the host (host_weights_staged_) are a value of this step, which the update writes
+// and the copies after it read (to the file, to the GPU). Skipped, they are the unchanged fp32
+// master's rounding, as the GPU's weights already are.
+std::function<void()> RankState::skipped_ssd_update(std::size_t i, int n_in) {
+    const Args a{w_.program, rp_, rp_.operands[i]};
+    const std::string& name = w_.program.names[static_cast<std::size_t>(rp_.instrs[i].name)];
+    if (name != "optimizer.ssd" || !host_weights_staged_) return [] {};
+    const int n = n_in / 2;
+    if (n_in != 2 * n || a.o.n_out != 2 * n) fail(i, "the ssd optimizer pairs grads, state and params");
+    if (w_.plan.precision == Precision::fp32) fail(i, "an fp32 plan's update is never skipped");
+    std::vector<std::tuple<const float*, float*, i64>> copies;
+    for (int k = 0; k < n; ++k)  // the staged state starts with the master: {master, m, v}
+        copies.emplace_back(tensor(a.id(n + k), false, i), tensor(a.id(a.o.n_in + n + k), true, i), a.out(n + k).elements());
+    return [copies = std::move(copies)] {
+        for (const auto& [master, weights, e] : copies) std::memcpy(weights, master, static_cast<std::size_t>(e) * sizeof(float));
+    };
+}
+
 // The operands are resolved here, on the rank's thread (tensor() and moments() keep the rank's
 // books); the returned job only computes, so that a host update can run on a thread of its own
 // beside the kernels the rank goes on issuing (step.cpp).
@@ -341,7 +360,7 @@ std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
         to_host(&flag, tensor(a.id(nin), false, i), 1);
         if (flag > 0) {
             skipped_ = true;
-            return [] {};
+            return skipped_ssd_update(i, nin);
         }
     }
     struct Update {

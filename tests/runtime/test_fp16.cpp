@@ -111,8 +111,15 @@ TEST_CASE("fp16: parallel variants agree on every skip and follow the single-ran
     big.sequence_parallel = true;
     big.zero_stage = 1;
     big.offload.optimizer = TierSplit{0, 1, 0};
+    // ZeRO-Infinity's sub-groups stage the weights through the host each step: a skipped update
+    // must still leave them there (they go to the GPU, and to the file when homed on the SSD).
+    PlanSpec nvme = cpu_plan();
+    nvme.offload.optimizer = TierSplit{0, 0, 1};
+    PlanSpec nvme_params = z3;
+    nvme_params.offload.optimizer = nvme_params.offload.params = TierSplit{0, 0, 1};
     for (const Variant& v : {Variant{"tp 2 SP", sp}, Variant{"pp 2", cpu_plan(1, 2)}, Variant{"dp 2 ZeRO-1", z1}, Variant{"dp 2 ZeRO-3", z3},
-                             Variant{"tp 2 pp 2 dp 2, SP, ZeRO-1, optimizer on the CPU", big}}) {
+                             Variant{"tp 2 pp 2 dp 2, SP, ZeRO-1, optimizer on the CPU", big}, Variant{"optimizer on the SSD", nvme},
+                             Variant{"dp 2 ZeRO-3, parameters and optimizer on the SSD", nvme_params}}) {
         INFO(v.name);
         const auto got = reports(m, fp16(v.plan), 6, o);
         for (std::size_t i = 0; i < got.size(); ++i) {
