@@ -284,6 +284,14 @@ void RankState::compute(std::size_t i) {
         if (dev_) return dev_->add_columns(d, dq.cols, r, ret.cols, dq.rows);
         for (i64 t = 0; t < dq.rows; ++t)
             for (i64 c = 0; c < ret.cols; ++c) d[t * dq.cols + (dq.cols - ret.cols) + c] += r[t * ret.cols + c];
+    } else if (name == "loss.cast") {  // {x} -> {y}: the logits or their gradient in the other width
+        const DataTensor& x = a.in(0);
+        if (dev_) {  // a device kernel reads and writes each buffer in its own width
+            dev_->zero(O(0), x.elements());
+            dev_->add_columns(O(0), x.cols, I(0), x.cols, x.rows);
+        } else {
+            std::memcpy(O(0), I(0), static_cast<std::size_t>(x.elements()) * sizeof(float));  // rounded by finish if 2 bytes wide
+        }
     } else if (name == "loss.combine") {
         const DataTensor& loss = a.out(0);
         const i64 T = loss.rows, shards = a.in(0).elements() / (T * 3);

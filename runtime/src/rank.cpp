@@ -74,6 +74,8 @@ RankState::~RankState() {
 // lowering guarantees its data dependencies in).
 void RankState::precompute() {
     const Program& prog = w_.program;
+    const auto logits = std::find(prog.tensor_names.begin(), prog.tensor_names.end(), "logits.out");
+    logits_name_ = logits == prog.tensor_names.end() ? -1 : static_cast<int>(logits - prog.tensor_names.begin());
     for (std::size_t i = 0; i < rp_.instrs.size(); ++i) streams_[static_cast<std::size_t>(rp_.instrs[i].stream)].push_back(i);
     version_reads_.assign(rp_.operand_ids.size(), 0);
     std::unordered_map<int, std::size_t> writer;  // tensor -> operand position of its current version's write
@@ -139,7 +141,9 @@ double RankState::elem_bytes(const DataTensor& t) const {
     const PlanSpec& p = w_.plan;
     if (p.precision == Precision::fp32 && t.role != TensorRole::mask) return 4.0;
     switch (t.role) {
-        case TensorRole::activation:
+        // Megatron's loss upcasts the logits and keeps the fp32 copy (its softmax, in place) for
+        // the backward, as the memory model counts them (tensors.cpp, lm_head.logits).
+        case TensorRole::activation: return p.loss_upcast && t.name == logits_name_ ? 4.0 : 2.0;
         case TensorRole::grad:
         case TensorRole::weight_grad: return 2.0;
         // The host's weights are the fp32 master, unless the weights are homed there (bf16; the

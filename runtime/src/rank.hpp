@@ -418,6 +418,7 @@ private:
     /// optimizer wholly on the SSD with a master in its state and the weights on the GPU, not
     /// lock-free (the state file holds the master from the start: init_params).
     bool host_weights_staged_ = false;
+    int logits_name_ = -1;  ///< Program::tensor_names' id of the head's logits (fp32 under plan.loss_upcast)
     /// Writes n floats at `at` of the ssd file, zero-padded to a whole page (at init).
     void write_ssd_floats(i64 at, const float* src, i64 n) const;
     /// Whether a tensor is a value of the step, allocated when written and freed after its last read.

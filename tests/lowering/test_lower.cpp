@@ -191,14 +191,33 @@ TEST_CASE("the cross-entropy moves the bytes of its implementation", "[lower]") 
                 (in.phase == Phase::forward ? fwd : bwd) += in.bytes;
         return std::pair{fwd, bwd};
     };
+    // The fused fp32 loss in a bf16 plan casts first (logits.float(): read 2, write 4) and casts
+    // its gradient back (read 4, write 2), each a kernel of its own; in fp32 nothing is cast, and
+    // the other two implementations read the bf16 logits themselves (the eager one's casts are in
+    // its bytes above).
+    auto cast_bytes = [](PlanSpec pl) {
+        Program p = lower(small_gpt(), cluster(1), pl);
+        const int id = p.name_id("loss.cast");
+        double fwd = 0, bwd = 0;
+        for (const auto& in : p.ranks[0].instrs)
+            if (in.kind == InstrKind::compute && in.name == id && in.microbatch == 0) (in.phase == Phase::forward ? fwd : bwd) += in.bytes;
+        return std::pair{fwd, bwd};
+    };
     const double logits = 32.0 * 128.0;
     PlanSpec pl = plan(1, 1, 1, 1);
     REQUIRE(pl.loss_upcast);
+    REQUIRE(pl.precision == Precision::bf16);
     CHECK(loss_bytes(pl) == std::pair{8 * logits, 8 * logits});
+    CHECK(cast_bytes(pl) == std::pair{6 * logits, 6 * logits});
+    PlanSpec fp32 = pl;
+    fp32.precision = Precision::fp32;
+    CHECK(cast_bytes(fp32) == std::pair{0.0, 0.0});
     pl.loss_upcast = false;
     CHECK(loss_bytes(pl) == std::pair{2 * logits, 4 * logits});
+    CHECK(cast_bytes(pl) == std::pair{0.0, 0.0});
     pl.eager_cross_entropy = true;
     CHECK(loss_bytes(pl) == std::pair{18 * logits, 26 * logits});
+    CHECK(cast_bytes(pl) == std::pair{0.0, 0.0});
 }
 
 TEST_CASE("QK-norm: one norm over Q and K each way, sized by the rank's heads", "[lower]") {

@@ -313,3 +313,30 @@ TEST_CASE("memory only: walking the dataflow gives a run's peaks without running
     walk.step();
     CHECK(walk.peak_bytes()[0] == Approx(run.peak_bytes()[0]).epsilon(0.03));
 }
+
+TEST_CASE("Megatron's fp32 loss: the last stage keeps an fp32 copy of the logits per micro-batch in flight", "[runtime][memory]") {
+    // bf16, pp 2 under the all-forward schedule: the last stage runs 4 forwards (micro-batches of
+    // 2 x 8 tokens) before its first backward, each leaving its logits for the loss's backward.
+    // With plan.loss_upcast (Megatron's vocab-parallel loss on logits.float()) the kept copy is
+    // fp32, with the 2-byte head output beside it while the cast runs; without it the loss reads
+    // the 2-byte logits and writes a new 2-byte gradient. At the first backward's cast: 4 x 4 + 2
+    // bytes a logit against 4 x 2 + 2: 8 bytes a logit of one micro-batch apart (to 0.1 %: the
+    // small tensors beside the two peaks differ by a few hundred bytes). The vocabulary is wide
+    // enough that the logits are the last stage's peak.
+    ModelSpec m = tiny_llama(2);
+    m.vocab = 4096;
+    PlanSpec p = cpu_plan(1, 2);
+    p.precision = Precision::bf16;
+    p.schedule = Schedule::gpipe;
+    runtime::RunOptions o;
+    o.memory_only = true;
+    auto walk = [&](bool upcast) {
+        PlanSpec q = p;
+        q.loss_upcast = upcast;
+        runtime::Session s(m, cpu_cluster(2), q, o);
+        s.step();
+        return s.step().peak_bytes[0];
+    };
+    const double logits = 2.0 * 8 * 4096;  // one micro-batch's
+    CHECK(walk(true) - walk(false) == Approx(8 * logits).epsilon(1e-3));
+}

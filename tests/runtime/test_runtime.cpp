@@ -365,10 +365,12 @@ TEST_CASE("bf16: narrowed Adam moments (Megatron's precision-aware optimizer)", 
 TEST_CASE("bf16: the memory walk charges the plan's bytes", "[runtime][bf16][memory]") {
     // The analytical model (memory.hpp: the ZeRO paper's 2 + 4 + 12 bytes per parameter with
     // Megatron's fp32 gradients, Korthikanti et al.'s 2-byte activations) against the walk of the
-    // dataflow, which charges each tensor at its dtype's width: fp32 and bf16 both within 5 % (the
-    // model also holds Megatron's fp32 softmax of the logits for the loss, 16 kB here, which the
-    // runtime's loss kernel does not materialise: it keeps per-token statistics), and what bf16
-    // changes (2 more bytes of states per parameter, half the activations) within 10 %.
+    // dataflow, which charges each tensor at its dtype's width: fp32 within 5 %, bf16 within 2 %
+    // (both keep Megatron's fp32 logits for the loss, and in bf16 their 2-byte cast beside them).
+    // What bf16 changes (2 more bytes of states per parameter, half the activations) agrees within
+    // 20 %: at this size the model's per-layer gradient workspace (the widest intermediate's and two
+    // hidden states', tensors.cpp) is a fifth of the activations, and the fp32 walk peaks where it
+    // holds less of it.
     ModelSpec m = tiny_llama(2);
     m.seq_len = 32;  // activations about as large as the states
     PlanSpec p = cpu_plan();
@@ -387,7 +389,7 @@ TEST_CASE("bf16: the memory walk charges the plan's bytes", "[runtime][bf16][mem
         caps.gpus_per_node = 1;
         model[k] = memory_estimate(m, q, caps).hbm_bytes - kFrameworkReserveBytes;  // no CUDA context here
         INFO(to_string(q.precision) << ": walk " << walk[k] << " B, model " << model[k] << " B");
-        CHECK(walk[k] == Approx(model[k]).epsilon(0.05));
+        CHECK(walk[k] == Approx(model[k]).epsilon(k == 0 ? 0.05 : 0.02));
     }
     INFO("bf16 - fp32: walk " << walk[1] - walk[0] << " B, model " << model[1] - model[0] << " B");
     // The optimizer offloaded, bf16: on the CPU the host tier is the model's to the byte (fp32
@@ -432,14 +434,13 @@ TEST_CASE("bf16: the memory walk charges the plan's bytes", "[runtime][bf16][mem
     const MemoryReport r = memory_estimate(m, q, caps);
     CHECK(s.peak_bytes()[1] == Approx(r.cpu_bytes).epsilon(1e-12));
     CHECK(r.cpu_bytes == Approx(18 * params).epsilon(1e-12));
-    // On the GPU the fetched units are 2-byte weights; the model's fp32 softmax of the logits
-    // (micro-batch 2 x 32 tokens x vocab 64 x 4 B), which the runtime never holds, is a tenth of
-    // what is left here, so it is taken off.
-    const double softmax = 2.0 * 32 * 64 * 4;
-    INFO("gpu: walk " << s.peak_bytes()[0] << " B, model " << r.hbm_bytes - kFrameworkReserveBytes << " B less the fp32 softmax " << softmax);
-    CHECK(s.peak_bytes()[0] == Approx(r.hbm_bytes - kFrameworkReserveBytes - softmax).epsilon(0.05));
-    CHECK(walk[1] != walk[0]);
-    CHECK(walk[1] - walk[0] == Approx(model[1] - model[0]).epsilon(0.10));
+    // On the GPU the fetched units are 2-byte weights. The model peaks at the loss, where its
+    // per-layer gradient workspace sits beside the fp32 logits (micro-batch 2 x 32 tokens x vocab
+    // 64); the walk peaks elsewhere, 9 % lower at this size.
+    INFO("gpu: walk " << s.peak_bytes()[0] << " B, model " << r.hbm_bytes - kFrameworkReserveBytes << " B");
+    CHECK(s.peak_bytes()[0] == Approx(r.hbm_bytes - kFrameworkReserveBytes).epsilon(0.10));
+    CHECK(walk[1] < walk[0]);
+    CHECK(walk[1] - walk[0] == Approx(model[1] - model[0]).epsilon(0.20));
 }
 
 TEST_CASE("the ssd tier: O_DIRECT where the filesystem allows it, the page cache where it does not", "[runtime][ssd]") {

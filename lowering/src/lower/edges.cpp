@@ -80,6 +80,11 @@ int RankLowering::head_weight(bool grad_of) {
 //   exponentials, write the output: 12); the backward's zero-filled nll gradient (4),
 //   log_softmax_backward (read the gradient for its row sum, read it again with the output, write:
 //   16) and the cast back (read 4, write 2).
+// Megatron's vocab-parallel loss on fp32 logits (plan.loss_upcast, not eager: the eager loss's
+// casts are in its bytes) in a 2-byte plan: logits.float() before it and the gradient's cast back
+// after it are kernels of their own (read one width, write the other).
+bool RankLowering::loss_cast() const { return p_.loss_upcast && !p_.eager_cross_entropy && d_.act_bytes < 4; }
+
 double RankLowering::loss_bytes(bool backward) const {
     const double logits = d_.tokens * d_.vocab / d_.tp, a = d_.act_bytes;
     if (p_.eager_cross_entropy) return logits * (backward ? 4 + 16 + 4 + a : a + 4 + 12);
@@ -104,7 +109,14 @@ void RankLowering::head_forward() {
     const AllocRun ws = alloc_list(head_fwd_ws_desc_, head_fwd_ws_ids_);  // the logits beside their fp32 copy
     const int logits = act(n_.t_logits, -1, d_.tokens, d_.vocab / d_.tp);
     gemm_high(n_.logits, d_.tokens, d_.vocab / d_.tp, d_.h);  // vocab-parallel head
-    if (df_) io({xfg, head_weight(false)}, {logits});
+    if (loss_cast()) {  // the head's output in its dtype, then the fp32 copy the loss keeps
+        const int low = act(n_.t_logits_lp, -1, d_.tokens, d_.vocab / d_.tp);
+        if (df_) io({xfg, head_weight(false)}, {low});
+        compute(Op::elementwise, n_.loss_cast, 0, d_.tokens * d_.vocab / d_.tp * (d_.act_bytes + 4));
+        if (df_) io({low}, {logits});
+    } else if (df_) {
+        io({xfg, head_weight(false)}, {logits});
+    }
     // Vocab-parallel cross-entropy (its traffic: loss_bytes), the softmax or log-sum-exp kept for backward.
     // The per-token loss is fp32 whatever the plan's precision: a statistic, not an activation.
     const int stats = act(n_.t_loss_stats, -1, d_.tokens, 3, TensorRole::stats), loss = act(n_.t_loss, -1, d_.tokens, 1, TensorRole::stats);
@@ -133,11 +145,17 @@ void RankLowering::head_backward() {
     // model's rule, tensors.cpp head_workspace); a loss in the logits' own dtype or an eager one
     // writes a new tensor.
     const bool in_place = p_.loss_upcast && !p_.eager_cross_entropy;
-    const int dlogits = in_place ? logits : grad(n_.g_logits, -1, d_.tokens, d_.vocab / d_.tp);
+    int dlogits = in_place ? logits : grad(n_.g_logits, -1, d_.tokens, d_.vocab / d_.tp);
     const int dxf = grad(n_.g_xf, -1, d_.tokens, d_.h);
     const AllocRun ws = alloc_list(head_ws_desc_, head_ws_ids_);  // the gradient's cast, an unfused wgrad
     compute(Op::loss, n_.loss, 0, loss_bytes(true));
     if (df_) io({logits, tokens(), stats}, {dlogits});
+    if (loss_cast()) {  // the fp32 gradient back to the logits' dtype for the head's GEMMs
+        const int low = grad(n_.g_logits_lp, -1, d_.tokens, d_.vocab / d_.tp);
+        compute(Op::elementwise, n_.loss_cast, 0, d_.tokens * d_.vocab / d_.tp * (4 + d_.act_bytes));
+        if (df_) io({dlogits}, {low});
+        dlogits = low;
+    }
     gemm_high(n_.logits, d_.tokens, d_.h, d_.vocab / d_.tp);  // dgrad
     if (df_) io({dlogits, head_weight(false)}, {dxf});
     gemm_high(n_.logits, d_.h, d_.vocab / d_.tp, d_.tokens);  // wgrad

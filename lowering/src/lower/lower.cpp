@@ -39,7 +39,8 @@ void Names::intern(Program& p) {
     state_write = id("optimizer_state.write"); fetch_ssd = id("params.fetch_ssd"); fetch_h2d = id("params.fetch_h2d");
     act_d2h = id("activations.d2h"); act_h2d = id("activations.h2d"); act_ssd_write = id("activations.ssd_write");
     act_ssd_read = id("activations.ssd_read"); grad_accum = id("grads.accumulate");
-    emb_position = id("embedding.position"); loss_combine = id("loss.combine"); sp_grads = id("tp.sp_grads_all_reduce");
+    emb_position = id("embedding.position"); loss_combine = id("loss.combine"); loss_cast = id("loss.cast");
+    sp_grads = id("tp.sp_grads_all_reduce");
     zero3_edges = id("zero3.edge_params"); cp_dkv_combine = id("cp.dkv_combine"); emb_dropout = id("embedding.dropout");
     grad_unscale = id("optimizer.unscale"); found_inf = id("optimizer.found_inf");
     // Dataflow tensors have their own label table, so interning them leaves Instr::name alone.
@@ -48,13 +49,13 @@ void Names::intern(Program& p) {
     t_attn = tid("attn.out"); t_attn_lse = tid("attn.lse"); t_proj = tid("proj.out"); t_proj_s = tid("proj.out.shard");
     t_x1 = tid("x1"); t_ln2 = tid("ln2"); t_ln2_g = tid("ln2.gathered"); t_fc1 = tid("fc1.out"); t_act = tid("act.out");
     t_fc2 = tid("fc2.out"); t_fc2_s = tid("fc2.out.shard"); t_emb = tid("embedding.out"); t_xf = tid("final_norm.out");
-    t_xf_g = tid("final_norm.gathered"); t_logits = tid("logits.out"); t_loss_stats = tid("loss.stats");
+    t_xf_g = tid("final_norm.gathered"); t_logits = tid("logits.out"); t_logits_lp = tid("logits.out.lp"); t_loss_stats = tid("loss.stats");
     t_loss_stats_g = tid("loss.stats.gathered"); t_loss = tid("loss.out"); t_x_recomputed = tid("x.recomputed"); t_kv_ring = tid("kv.ring");
     t_qkv_heads = tid("qkv.heads"); t_attn_heads = tid("attn.out.heads");
     g_x = tid("d.x"); g_x_g = tid("d.x.gathered"); g_x1 = tid("d.x1"); g_x1_g = tid("d.x1.gathered"); g_ln2 = tid("d.ln2");
     g_ln2_s = tid("d.ln2.shard"); g_act = tid("d.act.out"); g_fc1 = tid("d.fc1.out"); g_attn = tid("d.attn.out");
     g_qkv = tid("d.qkv.out"); g_ln1 = tid("d.ln1"); g_ln1_s = tid("d.ln1.shard"); g_xf = tid("d.final_norm.out");
-    g_xf_s = tid("d.final_norm.shard"); g_logits = tid("d.logits.out"); g_emb_g = tid("d.embedding.gathered");
+    g_xf_s = tid("d.final_norm.shard"); g_logits = tid("d.logits.out"); g_logits_lp = tid("d.logits.out.lp"); g_emb_g = tid("d.embedding.gathered");
     g_kv_ring = tid("d.kv.ring"); g_kv_acc = tid("d.kv.returned");
     g_qkv_heads = tid("d.qkv.heads"); g_attn_heads = tid("d.attn.out.heads");
     t_mask_emb = tid("embed.dropout_mask"); t_mask_attn = tid("attn.dropout_mask"); t_mask_mlp = tid("mlp.dropout_mask");

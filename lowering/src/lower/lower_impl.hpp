@@ -29,11 +29,11 @@ struct Names {
     int dp_grads, edp_grads, dp_params, edp_params, zero3_ag, zero3_rs, zero3_ag_expert, zero3_rs_expert, emb_ar;
     int opt_gpu, opt_cpu, opt_ssd, opt_publish, grad_d2h, param_h2d, param_ssd_write, state_read, state_write, grad_accum;
     int fetch_ssd, fetch_h2d, act_d2h, act_h2d, act_ssd_write, act_ssd_read;
-    int emb_position, loss_combine, sp_grads, zero3_edges, cp_dkv_combine, emb_dropout, grad_unscale, found_inf;
+    int emb_position, loss_combine, loss_cast, sp_grads, zero3_edges, cp_dkv_combine, emb_dropout, grad_unscale, found_inf;
     // Dataflow tensor names (LowerOptions::dataflow): activations and their gradients.
     int t_qkv_pre, g_qkv_pre;
     int t_tokens, t_x, t_ln1, t_ln1_g, t_qkv, t_attn, t_attn_lse, t_proj, t_proj_s, t_x1, t_ln2, t_ln2_g, t_fc1, t_act,
-        t_fc2, t_fc2_s, t_emb, t_xf, t_xf_g, t_logits, t_loss_stats, t_loss_stats_g, t_loss, t_x_recomputed, t_kv_ring,
+        t_fc2, t_fc2_s, t_emb, t_xf, t_xf_g, t_logits, t_logits_lp, g_logits_lp, t_loss_stats, t_loss_stats_g, t_loss, t_x_recomputed, t_kv_ring,
         t_qkv_heads, t_attn_heads;
     int g_x, g_x_g, g_x1, g_x1_g, g_ln2, g_ln2_s, g_act, g_fc1, g_attn, g_qkv, g_ln1, g_ln1_s, g_xf, g_xf_s, g_logits, g_emb_g, g_kv_ring, g_kv_acc,
         g_qkv_heads, g_attn_heads;
@@ -311,6 +311,7 @@ private:
     void embedding_forward();   ///< word (+ position) lookup, summed over TP
     void embedding_backward();
     int head_weight(bool grad_of);
+    bool loss_cast() const;                  ///< the logits cast to fp32 for the loss (and back) by kernels of their own
     double loss_bytes(bool backward) const;  ///< HBM traffic of the cross-entropy's kernels, by implementation
     void head_forward();        ///< final norm, vocab-parallel logits, cross-entropy
     void head_backward();
