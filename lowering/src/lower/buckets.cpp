@@ -97,7 +97,11 @@ void RankLowering::build_buckets() {
     const double gb = p_.grad_bytes();
     const double cap = static_cast<double>(std::max<std::int64_t>(1, p_.dp_bucket_bytes));
     const bool dist_opt = p_.zero_stage == 1 || p_.zero_stage == 2;
-    const bool overlap = p_.overlap_grad_reduce && p_.zero_stage != 3;
+    // Buckets that close at a unit's end, reduced once it is final: overlapped (Megatron's DDP), or
+    // ZeRO-2's, which DeepSpeed reduces as each bucket fills in the backward even without
+    // overlap_comm (the compute stream then waits for each): only a bucket of whole gradients
+    // lives at a time beside the shard.
+    const bool overlap = (p_.overlap_grad_reduce || p_.zero_stage == 2) && p_.zero_stage != 3;
     if (overlap) {
         double acc[2] = {0, 0}, start[2] = {0, 0};
         int prev_unit = -1, chunk = -1;
@@ -165,15 +169,6 @@ void RankLowering::build_buckets() {
         for (int k = 0; k < 2; ++k)
             for (std::size_t i = 0; i < units_.size(); ++i)
                 if (units_[i].layer < 0) pieces(i, i + 1, k == 1, units_[i].chunk);
-    } else if (p_.zero_stage == 2) {
-        for (int c = 0; c < vpp_; ++c) {
-            std::size_t first = units_.size(), last = 0;
-            for (std::size_t i = 0; i < units_.size(); ++i)
-                if (units_[i].chunk == c) first = std::min(first, i), last = i + 1;
-            if (first >= last) continue;
-            pieces(first, last, false, c);
-            pieces(first, last, true, c);
-        }
     } else {
         pieces(0, units_.size(), false, -1);
         pieces(0, units_.size(), true, -1);
@@ -308,8 +303,10 @@ std::vector<int> RankLowering::grad_shard(double off, double count) {
 
 void RankLowering::unit_ready(int u) {
     if (u < 0) return;
+    bool reduced = false;
     for (const Bucket& b : buckets_)
-        if (b.last_unit == u) reduce_bucket(b);
+        if (b.last_unit == u) reduce_bucket(b), reduced = true;
+    if (reduced && !p_.overlap_grad_reduce) wait(Stream::compute, record(Stream::dp_comm));  // ZeRO-2 without overlap_comm
 }
 
 void RankLowering::reduce_buckets(int chunk) {
@@ -317,13 +314,6 @@ void RankLowering::reduce_buckets(int chunk) {
         if (chunk < 0 || b.chunk == chunk) reduce_bucket(b);
 }
 
-// ZeRO-2 without overlap: DeepSpeed reduces a full bucket as soon as it is filled, on the compute
-// stream, every micro-batch; lowered as the chunk's buckets after its backward, which the compute
-// stream waits for.
-void RankLowering::reduce_chunk_grads(int chunk) {
-    reduce_buckets(chunk);
-    wait(Stream::compute, record(Stream::dp_comm));
-}
 
 std::pair<double, double> RankLowering::dp_slice(double off, double count, bool expert) const {
     const Group g = expert ? Group::edp : Group::dp;
@@ -393,9 +383,8 @@ void RankLowering::sp_grads_all_reduce() {
         }
     if (d_.sp && stage_ == head_stage(p_)) params += norm;
     if (params <= 0) return;
-    collective(Stream::dp_comm, CollKind::all_reduce, Group::tp, params * p_.grad_bytes(), n_.sp_grads);  // after the backward
+    std::vector<int> ids;
     if (df_) {
-        std::vector<int> ids;
         for (const ParamEntry& e : layout_.entries) {
             if (!e.sequence_parallel) continue;
             const double off = static_cast<double>(e.offset), n = static_cast<double>(e.elements());
@@ -406,8 +395,12 @@ void RankLowering::sp_grads_all_reduce() {
             const std::vector<int> part = grad_shard(off, n);  // the TP peers' shards are cut alike
             ids.insert(ids.end(), part.begin(), part.end());
         }
-        io_lists(ids, ids);
+        // A ZeRO-2/3 shard may hold none of them (its slices of the buckets miss every norm): then
+        // neither do its TP peers', and there is nothing to sum.
+        if (ids.empty()) return;
     }
+    collective(Stream::dp_comm, CollKind::all_reduce, Group::tp, params * p_.grad_bytes(), n_.sp_grads);  // after the backward
+    io_lists(ids, ids);
 }
 
 // ---- dataflow helpers -----------------------------------------------------------------------

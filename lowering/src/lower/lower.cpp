@@ -491,7 +491,7 @@ void RankLowering::layer_grads(int layer) {
         }
         return;
     }
-    if (p_.overlap_grad_reduce && reduce_grads_) unit_ready(unit_of_layer(layer));
+    if ((p_.overlap_grad_reduce || p_.zero_stage == 2) && reduce_grads_) unit_ready(unit_of_layer(layer));
 }
 
 // Unfused gradient accumulation (plan.grad_accum_fusion off): a memory-bound add of this

@@ -348,7 +348,6 @@ private:
     void unit_ready(int u);
     void reduce_bucket(const Bucket& b);
     void reduce_buckets(int chunk);  ///< every bucket of `chunk` (-1: all), in buffer order
-    void reduce_chunk_grads(int chunk);  ///< ZeRO-2, no overlap
     /// Sharded gradients (DataTensor::version, shard_grads_): the reduced ranges, the value a
     /// gradient range belongs to, a reduce-scatter's operands, the rank's shard of a range.
     void build_grad_values();

@@ -264,7 +264,7 @@ void RankLowering::backward_pass(int mb, int chunk) {
     // reduces into it; the distributed optimizer and ZeRO 0 reduce once, in the last backward.
     const bool every_mb = p_.zero_stage == 2;
     reduce_grads_ = p_.zero_stage != 3 && (last_backward || every_mb);
-    const bool bucketed = p_.overlap_grad_reduce && reduce_grads_;
+    const bool bucketed = (p_.overlap_grad_reduce || every_mb) && reduce_grads_;
     const int v = virtual_stage_of(p_, stage_, chunk), vlast = pp_ * vpp_ - 1;
     const int prev = v > 0 ? rank_of_virtual_stage(p_, v - 1) : -1, next = v < vlast ? rank_of_virtual_stage(p_, v + 1) : -1;
     const int lane = full_ ? co_.t + p_.tp * (co_.c + p_.cp * co_.d) : 0;
@@ -373,7 +373,6 @@ void RankLowering::backward_pass(int mb, int chunk) {
         free_list(it->second);
         stashed_.erase(it);
     }
-    if (!bucketed && every_mb) reduce_chunk_grads(chunk);
 }
 
 }  // namespace lower_detail
