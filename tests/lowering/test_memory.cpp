@@ -345,3 +345,26 @@ TEST_CASE("Head transients: the loss's upcast and an unfused head gradient", "[m
     CHECK(ws(head_workspace(m, k)) == Approx(2 * logits));
     CHECK(ws(logits_activations(m, p)) - ws(logits_activations(m, k)) == Approx(2 * logits));
 }
+
+TEST_CASE("The last stage's layers run their backward after the head's has freed its micro-batch's logits", "[memory]") {
+    // With one chunk a rank, a micro-batch's backward on the last stage runs the loss and the head
+    // first; autograd frees a node's saved tensors once it has run, so the layers' backward (a
+    // recomputed layer's forward included) runs without that micro-batch's logits (their fp32
+    // copy, the final norm's and the head's inputs). BLOOM's candidate shape at 4096 tokens with
+    // a 32k vocabulary: a recomputed layer's workspace (its unfused attention's probabilities
+    // among it) is larger than the logits and the head's transients together.
+    auto [m, p] = bloom_search_tp2();
+    m.seq_len = 4096;
+    m.max_position = 4096;
+    m.vocab = 32000;
+    const double layer = ws(layer_backward_workspace(m, p, 60, true)), head = ws(head_workspace(m, p)), logits = ws(logits_activations(m, p));
+    REQUIRE(layer - logits > head);
+    CHECK(memory_estimate(m, p, a100_80()).stages[5].workspace_bytes == Approx(layer - logits));
+    // Interleaved, a chunk without the head runs its backward beside every micro-batch's logits
+    // the schedule holds: the whole layer workspace counts.
+    PlanSpec v = p;
+    v.vpp = 2;
+    v.schedule = Schedule::interleaved_1f1b;
+    v.global_batch = 32 * 60;  // 60 micro-batches: groups of pp = 6
+    CHECK(memory_estimate(m, v, a100_80()).stages[5].workspace_bytes == Approx(std::max(layer, head)));
+}

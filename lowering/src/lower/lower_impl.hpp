@@ -315,6 +315,7 @@ private:
     double loss_bytes(bool backward) const;  ///< HBM traffic of the cross-entropy's kernels, by implementation
     void head_forward();        ///< final norm, vocab-parallel logits, cross-entropy
     void head_backward();
+    void release_logits(int chunk);  ///< the head's stash of this micro-batch (freed once)
     void mtp_forward();         ///< one multi-token prediction module (model.mtp_depth), last stage
     void mtp_backward();
     void block_on_send();       ///< plan.p2p_blocking: DeepSpeed's parity-ordered blocking send

@@ -161,6 +161,13 @@ int RankLowering::received(int whole) {
     return table_->intern(t);
 }
 
+void RankLowering::release_logits(int chunk) {
+    if (auto it = stashed_.find({mb_, chunk, -2}); it != stashed_.end()) {
+        free_list(it->second);
+        stashed_.erase(it);
+    }
+}
+
 void RankLowering::forward_pass(int mb, int chunk) {
     mb_ = step_ * micro_ + mb;
     chunk_ = chunk;
@@ -287,6 +294,10 @@ void RankLowering::backward_pass(int mb, int chunk) {
         begin_unfused_capture();
         for (int k = 0; k < m_.mtp_depth; ++k) mtp_backward();
         head_backward();
+        // The loss's and the head's saved tensors go with their backward (autograd frees a node's
+        // saved tensors when it has run), before the layers' backward, as memory.hpp counts them
+        // with one chunk a rank; with several it keeps them to the chunk's end (release_logits).
+        if (vpp_ <= 1) release_logits(chunk);
         const StageParams mtp = mtp_params_local(m_, p_);
         const double head_dense = output_params_rank(m_, p_) + mtp.dense;
         accumulate_grads(head_dense, mtp.expert);
@@ -336,15 +347,7 @@ void RankLowering::backward_pass(int mb, int chunk) {
         layer_grads(layer);
     }
     layer_ = -1;
-    if (v == vlast) {
-        // The logits' activations are released with the micro-batch's backward, not right after
-        // the loss: the same (conservative) accounting as memory.hpp, so the peaks agree.
-        auto it = stashed_.find({mb_, chunk, -2});
-        if (it != stashed_.end()) {
-            free_list(it->second);
-            stashed_.erase(it);
-        }
-    }
+    if (v == vlast) release_logits(chunk);  // with several chunks a rank, at the chunk's end (memory.hpp)
     if (v == 0) {
         const AllocRun ws = alloc_list(emb_ws_desc_, emb_ws_ids_);
         begin_unfused_capture();

@@ -319,9 +319,14 @@ MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capaci
             const double released = std::accumulate(layer_bytes.begin(), layer_bytes.begin() + chunk0, 0.0) * p.offload.activations.gpu;
             workspace = std::max(workspace, sum_bytes(embedding_backward_workspace(m, p)) - released);
         }
-        // The head's forward and backward run on the same held state as the last layer's backward
-        // (the stash keeps the logits until the micro-batch's backward ends).
-        if (stage == head_stage(p)) workspace = std::max(workspace, sum_bytes(head_workspace(m, p)));
+        // The head's forward and backward run beside every held micro-batch's logits. With one
+        // chunk a rank the layers' backward (and the embedding's) follow the head's, which freed its
+        // own micro-batch's (their GPU part; until stop 57 counted beside the layers' workspace
+        // too); with several, a chunk without the head runs its backward beside all of them.
+        if (stage == head_stage(p)) {
+            const double freed = p.vpp <= 1 ? sum_bytes(logits) * p.offload.activations.gpu : 0.0;
+            workspace = std::max(workspace - freed, sum_bytes(head_workspace(m, p)));
+        }
         // DeepSpeed's regathered output lives through the whole backward pass of the stage.
         if (sends_output) workspace += sum_bytes(pipe_output_regathered(m, p));
         // The backward workspace is transient and always on the GPU.
