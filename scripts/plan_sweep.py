@@ -26,7 +26,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TINY = {
     'gpt': dict(name='gpt4', layers=4, hidden=64, heads=4, kv_heads=4, ffn_hidden=256, ffn='gelu', vocab=256, seq_len=16,
-                max_position=16, norm='layernorm', position='learned', tied_embeddings=True, linear_bias=True, dropout=0.0, moe=None),
+                max_position=16, norm='layernorm', position='learned', tied_embeddings=True, linear_bias=True, dropout=0.1, moe=None),
+    'qwen': dict(name='qwen4', layers=4, hidden=64, heads=4, kv_heads=2, head_dim=32, ffn_hidden=96, ffn='swiglu', vocab=300,
+                 seq_len=16, max_position=16, norm='rmsnorm', position='rope', tied_embeddings=True, linear_bias=False, qkv_bias=True,
+                 qk_norm=True, sliding_window=8, dropout=0.0, moe=None),
     'llama': dict(name='llama4', layers=4, hidden=64, heads=4, kv_heads=2, ffn_hidden=128, ffn='swiglu', vocab=300, seq_len=16,
                   max_position=16, norm='rmsnorm', position='rope', tied_embeddings=False, linear_bias=False, dropout=0.0, moe=None),
     'moe': dict(name='moe4', layers=4, hidden=64, heads=4, kv_heads=2, ffn_hidden=128, ffn='swiglu', vocab=300, seq_len=16,
