@@ -304,10 +304,17 @@ TEST_CASE("fidelity conventions reproduce the sources' own TFLOP/s", "[fidelity]
     // MT-NLG 530B (Smith et al. 2022 Sec. 2.4): B=1920, s=2048, l=105, h=20480, V=51200, 2240 GPUs,
     // 60.1 s. SC21 Eq. (3): 96*B*s*l*h^2*(1 + s/6h + V/16lh) = 1.6925e19 FLOP -> 125.7 TFLOP/s/GPU
     // (the paper prints 126).
-    const FidelityEntry& mt = entry("mtnlg-530b-2240gpu");
-    const double B = 1920, s = 2048, l = 105, h = 20480, V = mt.model.vocab;
-    const double f = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
-    CHECK(convention_flops_per_step(mt) == Approx(f).epsilon(1e-9));
+    // The entry states GPT-2's 50,257 tokens; Megatron counts its padded vocabulary, 51,200 =
+    // 50,257 rounded up to 128 x tp 8 under --make-vocab-size-divisible-by 128 (its framework
+    // preset's value; the hand-set entry pads to tp only, 50,264).
+    FidelityEntry mt = entry("mtnlg-530b-2240gpu");
+    REQUIRE(mt.model.vocab == 50257);
+    REQUIRE(mt.plan.tp == 8);
+    const double B = 1920, s = 2048, l = 105, h = 20480;
+    auto sc21 = [&](double V) { return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h)); };
+    CHECK(convention_flops_per_step(mt) == Approx(sc21(50264)).epsilon(1e-9));
+    mt.plan.vocab_divisible_by = 128;
+    CHECK(convention_flops_per_step(mt) == Approx(sc21(51200)).epsilon(1e-9));
     CHECK(quantity_from_step_time(mt, Quantity::tflops_per_gpu, 60.1, 0) == Approx(126.0).epsilon(0.005));
 
     // MPT-7B on 8 A100-80GB (llm-foundry table): 37130 tokens/s (job) and 200.4 TFLOP/s with

@@ -45,11 +45,16 @@ double comparable_peak_bytes(const FidelityEntry& e, const SimOutput& out) {
 double convention_flops_per_step(const FidelityEntry& e) {
     const ModelSpec& m = e.model;
     const double batch = e.plan.global_batch;
+    // Megatron counts the logits over its padded vocabulary (SC21's V = 51,200 for GPT-3's 50,257;
+    // Megatron-Core's num_floating_point_operations reads args.padded_vocab_size): the plan's
+    // padding (plan.vocab_divisible_by x tp), which its framework preset states.
+    ModelSpec padded = m;
+    padded.vocab = padded_vocab(m, e.plan);
     switch (e.convention) {
         case FlopsConvention::model: return model_flops_per_step(m, e.plan);
-        case FlopsConvention::megatron_model: return megatron_flops_per_step(m, batch, false);
-        case FlopsConvention::megatron_recompute: return megatron_flops_per_step(m, batch, true);
-        case FlopsConvention::megatron_core: return megatron_core_flops_per_step(m, batch);
+        case FlopsConvention::megatron_model: return megatron_flops_per_step(padded, batch, false);
+        case FlopsConvention::megatron_recompute: return megatron_flops_per_step(padded, batch, true);
+        case FlopsConvention::megatron_core: return megatron_core_flops_per_step(padded, batch);
         case FlopsConvention::mpt: {
             // llm-foundry README, "MFU and HFU": per sequence 6 N s + 12 L d s^2, N = all parameters.
             const double n = static_cast<double>(param_counts(m).total);
