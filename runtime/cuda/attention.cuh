@@ -160,6 +160,13 @@ void CudaDevice::attention_backward(float* dqkv, const float* qkv, const float* 
             static_cast<const float*>(dV.p), seq, hq, hkv, d, T * (hq + 2 * hkv) * d);
 }
 
+void CudaDevice::attention_probs(float* probs, float* mask, float* dropped, const float* qkv, const float* lse, i64 T, i64 seq, i64 hq,
+                                 i64 hkv, i64 d, const Dropout& drop, i64 window) {
+    const i64 n = T / seq * hq * seq * seq;
+    launch1(k_attn_probs, n, tv(probs), mask ? tv(mask) : TV{}, dropped ? tv(dropped) : TV{}, tv(qkv), tv(lse), seq, hq, hkv, d,
+            1.0f / std::sqrt(static_cast<float>(d)), drop, window, n);
+}
+
 // Context parallelism's ring blocks (ring_attention.cuh).
 void CudaDevice::attention_block_forward(float* out, float* lse, const float* qkv, const float* kv, i64 kv_stride, const cpu::Positions& qpos,
                                          const cpu::Positions& kpos, i64 T, i64 hq, i64 hkv, i64 d, bool merge, const Dropout& drop) {

@@ -367,6 +367,27 @@ __global__ void k_softmax_causal(float* S, TV P, TV lse, i64 seq, i64 hq, i64 it
         prow[j] = j >= lo && j <= i ? expf(row[j] * scale - l) * attn_drop(d, item, hq, seq, i, j) : 0.0f;
     if (threadIdx.x == 0) lse[((item / hq) * seq + i) * hq + item % hq] = l;
 }
+// Unfused attention's kept probabilities (cpu_kernels.hpp attention_probs): element e of
+// [item][seq][seq] from Q, K and the forward's lse, with dropout its factor and the dropped one.
+__global__ void k_attn_probs(TV P, TV M, TV Pd, TV qkv, TV lse, i64 seq, i64 hq, i64 hkv, i64 d, float scale, Dropout drop, i64 window,
+                             i64 n) {
+    const i64 e = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (e >= n) return;
+    const i64 j = e % seq, i = (e / seq) % seq, item = e / (seq * seq), b = item / hq, h = item % hq;
+    const i64 row = (hq + 2 * hkv) * d, t = b * seq + i;
+    float p = 0;
+    if (j <= i && (window <= 0 || i - j < window)) {
+        const i64 q = t * row + h * d, kk = (b * seq + j) * row + hq * d + (h / (hq / hkv)) * d;
+        float dot = 0;
+        for (i64 c = 0; c < d; ++c) dot += static_cast<float>(qkv[q + c]) * static_cast<float>(qkv[kk + c]);
+        p = expf(dot * scale - static_cast<float>(lse[t * hq + h]));
+    }
+    P[e] = p;
+    if (!M) return;
+    const float z = attn_drop(drop, item, hq, seq, i, j);
+    M[e] = z;
+    Pd[e] = p * z;
+}
 // Backward: S -> P z from the saved lse (what dV needs), dP -> dS = P (z dP - D) scale,
 // D[item][i] = dout . out. P and dS: S and dP themselves (fp32), or bf16 copies.
 __global__ void k_softmax_causal_bwd(const float* S, const float* dP, TV P, TV dS, TV lse, const float* D, i64 seq, i64 hq, i64 item0,

@@ -203,6 +203,36 @@ std::uint64_t token_of(const Dropout& drop, const Positions& where, i64 r) {
 }
 }  // namespace
 
+void attention_probs(float* probs, float* mask, float* dropped, const float* qkv, const float* lse, i64 T, i64 seq, i64 hq, i64 hkv,
+                     i64 d, const Dropout& drop, i64 window) {
+    const Positions qpos{seq, 1, 0, window};
+    const i64 row = (hq + 2 * hkv) * d, group = hq / hkv;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    for (i64 t = 0; t < T; ++t) {
+        const i64 b = t / seq, qp = t % seq, first = t - qp;
+        for (i64 h = 0; h < hq; ++h) {
+            const float* q = qkv + t * row + h * d;
+            const float l = lse[t * hq + h];
+            const i64 at = ((b * hq + h) * seq + qp) * seq;
+            const std::uint64_t drow = mask ? attn_drop_row(drop, qpos, t, h) : 0;
+            for (i64 j = 0; j < seq; ++j) {
+                float p = 0;
+                if (visible(qpos, qp, j)) {
+                    const float* k = qkv + (first + j) * row + hq * d + (h / group) * d;
+                    float dot = 0;
+                    for (i64 i = 0; i < d; ++i) dot += q[i] * k[i];
+                    p = std::exp(dot * scale - l);
+                }
+                probs[at + j] = p;
+                if (!mask) continue;
+                const float z = dropout_scale(drop.key, drow, static_cast<std::uint64_t>(j), drop.p);
+                mask[at + j] = z;
+                dropped[at + j] = p * z;
+            }
+        }
+    }
+}
+
 void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, const Dropout& drop, const Positions& where) {
     for (i64 t = 0; t < T; ++t) {
         const std::uint64_t a = token_of(drop, where, t);

@@ -246,6 +246,14 @@ public:
                   DO = dev(dout, T * hq * d, "attention_backward dout");
         kernel([=] { cpu::attention_backward(DQ.p, Q.p, O.p, L.p, DO.p, T, seq, hq, hkv, d, drop, window); }, {DQ});
     }
+    void attention_probs(float* probs, float* mask, float* dropped, const float* qkv, const float* lse, i64 T, i64 seq, i64 hq, i64 hkv,
+                         i64 d, const Dropout& drop, i64 window) override {
+        const i64 n = T / seq * hq * seq * seq;
+        const Ref P = dev(probs, n, "attention_probs probs"), Q = dev(qkv, T * (hq + 2 * hkv) * d, "attention_probs qkv"),
+                  L = dev(lse, T * hq, "attention_probs lse"), M = mask ? dev(mask, n, "attention_probs mask") : Ref{},
+                  D = dropped ? dev(dropped, n, "attention_probs dropped") : Ref{};
+        kernel([=] { cpu::attention_probs(P.p, M.p, D.p, Q.p, L.p, T, seq, hq, hkv, d, drop, window); }, {P, M, D});  // absent ones skipped
+    }
     void attention_block_forward(float* out, float* lse, const float* qkv, const float* kv, i64 kv_stride, const cpu::Positions& qpos,
                                  const cpu::Positions& kpos, i64 T, i64 hq, i64 hkv, i64 d, bool merge, const Dropout& drop) override {
         const i64 W = (hq + 2 * hkv) * d, kv_n = T > 0 ? (T - 1) * kv_stride + 2 * hkv * d : 0;

@@ -73,6 +73,11 @@ void RankState::compute(std::size_t i) {
             q.window = win;
             if (name == "attention") {
                 KERNEL(attention_forward, O(0), O(1), I(0), qkv.rows, m.seq_len, hq, hkv, hd, drop, win);
+                // Unfused (plan.flash_attention off): the probabilities kept for the backward,
+                // [and their dropout mask and dropped values] (the kernels recompute from lse).
+                if (nout > 2)
+                    KERNEL(attention_probs, O(2), nout > 3 ? O(3) : nullptr, nout > 4 ? O(4) : nullptr, I(0), O(1), qkv.rows, m.seq_len, hq,
+                           hkv, hd, drop, win);
             } else if (name == "attention.local") {  // context parallelism: this rank's own block
                 KERNEL(attention_block_forward, O(0), O(1), I(0), I(0) + hq * hd, qkv.cols, q, positions(), qkv.rows, hq, hkv, hd, false, drop);
             } else {  // a block passed along the ring, merged in

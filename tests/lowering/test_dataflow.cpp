@@ -543,3 +543,39 @@ TEST_CASE("scatter/gather pipeline transfers: a slice on the wire, the whole ten
     sp.sequence_parallel = true;
     CHECK_THAT(dataflow_unsupported(m, sp), Catch::Contains("plan.p2p_scatter_gather"));
 }
+
+TEST_CASE("unfused attention keeps its probabilities from the forward to the backward", "[dataflow]") {
+    // Megatron's CoreAttention (plan.flash_attention off): the forward writes the (b, heads/tp,
+    // s, s) softmax probabilities beside the output, the backward reads them; under attention
+    // dropout the 1-byte mask and the dropped probabilities too (tensors.cpp's attn.softmax_*).
+    // 4 heads over tp 2, micro-batches of one 32-token sequence: 2 x 32 x 32 elements a layer.
+    ModelSpec m = small_gpt();
+    auto attention_tensors = [&](bool flash, double dropout) {
+        ModelSpec mm = m;
+        mm.dropout = dropout;
+        PlanSpec p = plan(2, 1, 1, 2);
+        p.flash_attention = flash;
+        Program prog = lower_df(mm, p);
+        check_def_before_use(prog);
+        const RankProgram& r = prog.ranks[0];
+        const int attn = prog.name_id("attention");
+        std::vector<std::pair<std::string, std::int64_t>> fwd, bwd;
+        for (std::size_t i = 0; i < r.instrs.size(); ++i) {
+            const Instr& in = r.instrs[i];
+            if (in.name != attn || in.layer != 1 || in.microbatch != 0) continue;
+            const bool forward = in.phase == Phase::forward;
+            for (int t : forward ? outs(prog, r, i) : ins(prog, r, i)) {
+                const DataTensor& d = prog.tensors[static_cast<std::size_t>(t)];
+                const std::string& name = prog.tensor_names[static_cast<std::size_t>(d.name)];
+                if (name.rfind("attn.probs", 0) == 0) (forward ? fwd : bwd).emplace_back(name, d.elements());
+            }
+        }
+        CHECK(fwd == bwd);
+        return fwd;
+    };
+    using V = std::vector<std::pair<std::string, std::int64_t>>;
+    const std::int64_t n = 2 * 32 * 32;
+    CHECK(attention_tensors(false, 0) == V{{"attn.probs", n}});
+    CHECK(attention_tensors(false, 0.1) == V{{"attn.probs", n}, {"attn.probs.dropout_mask", n}, {"attn.probs.dropped", n}});
+    CHECK(attention_tensors(true, 0.1).empty());  // flash keeps the log-sum-exp only
+}

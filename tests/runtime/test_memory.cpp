@@ -341,3 +341,32 @@ TEST_CASE("Megatron's fp32 loss: the last stage keeps an fp32 copy of the logits
     const double logits = 2.0 * 8 * 4096;  // one micro-batch's
     CHECK(walk(true) - walk(false) == Approx(8 * logits).epsilon(1e-3));
 }
+
+TEST_CASE("unfused attention keeps its probabilities: the same losses, their bytes held to the backward", "[runtime][memory]") {
+    // Megatron's CoreAttention (plan.flash_attention off) keeps softmax(Q K^T / sqrt(d)) for its
+    // backward, (b, heads, s, s) a layer, and under attention dropout the mask (1 B) and the
+    // dropped probabilities. The runtime materialises them from the forward's log-sum-exp (its
+    // kernels recompute from it), so the losses are the fused run's bit for bit. One rank, fp32,
+    // micro-batches of 2 x 8 tokens, 4 heads, 2 layers, no recompute: at the first backward the
+    // rank holds one micro-batch's: 2 layers x 2 x 4 x 8 x 8 elements of 4 B.
+    ModelSpec m = tiny_llama(2);
+    auto run = [&](bool flash, double dropout, bool memory_only) {
+        ModelSpec mm = m;
+        mm.dropout = dropout;
+        PlanSpec p = cpu_plan();
+        p.flash_attention = flash;
+        runtime::RunOptions o;
+        o.memory_only = memory_only;
+        o.lr = 3e-3;
+        runtime::Session s(mm, cpu_cluster(1), p, o);
+        std::vector<double> losses;
+        for (int i = 0; i < 3; ++i) losses.push_back(s.step().loss);
+        return std::pair{losses, s.peak_bytes()[0]};
+    };
+    const double elements = 2.0 * 2 * 4 * 8 * 8;
+    CHECK(run(false, 0, false).first == run(true, 0, false).first);
+    CHECK(run(false, 0, true).second - run(true, 0, true).second == Approx(4 * elements).epsilon(1e-12));
+    // With attention dropout: the mask's byte and the dropped copy's 4 B beside each probability.
+    CHECK(run(false, 0.1, false).first == run(true, 0.1, false).first);
+    CHECK(run(false, 0.1, true).second - run(true, 0.1, true).second == Approx((4 + 1 + 4) * elements).epsilon(1e-12));
+}

@@ -60,6 +60,19 @@ RankLowering::LayerTensors RankLowering::layer_tensors(int l) {
     t.qkv_pre = pre ? a(n_.t_qkv_pre, T, qkv) : t.qkv;
     t.attn = a(n_.t_attn, T, attn);
     t.lse = act(n_.t_attn_lse, l, T, d_.heads / tp, TensorRole::stats);
+    // Unfused attention (Megatron's CoreAttention: baddbmm, softmax, dropout, bmm) keeps the
+    // (b, heads/tp, s, s) probabilities for its backward, and under attention dropout the mask and
+    // the dropped probabilities the value bmm read (tensors.cpp, attn.softmax_*). Context
+    // parallelism's ring and Ulysses run fused kernels.
+    t.probs = t.pmask = t.pdrop = -1;
+    if (!p_.flash_attention && d_.cp <= 1) {
+        const double rows = d_.b * d_.heads / tp * d_.s, cols = d_.s;
+        t.probs = a(n_.t_attn_probs, rows, cols);
+        if (m_.dropout > 0) {
+            t.pmask = act(n_.t_attn_pmask, l, rows, cols, TensorRole::mask);
+            t.pdrop = a(n_.t_attn_pdrop, rows, cols);
+        }
+    }
     t.proj = a(n_.t_proj, T, H);
     t.proj_s = sp ? a(n_.t_proj_s, S, H) : t.proj;
     t.x1 = a(n_.t_x1, S, H);
@@ -102,7 +115,7 @@ RankLowering::LayerTensors RankLowering::layer_tensors(int l) {
 // masked blocks are skipped. With CP each rank holds s/cp queries against all s keys; K/V of the
 // other cp-1 ranks arrive by an all-gather on cp_comm that overlaps the local block (Megatron's
 // ring attention moves the same bytes: cp-1 steps of 2*b*(s/cp)*kv_w/tp*2 bytes).
-void RankLowering::attention_core_forward(Phase phase, int qkv, int out, int lse) {
+void RankLowering::attention_core_forward(Phase phase, int qkv, int out, int lse, int probs, int pmask, int pdrop) {
     const Phase saved = phase_;
     phase_ = phase;
     const double sq = d_.s / d_.cp;
@@ -156,7 +169,7 @@ void RankLowering::attention_core_forward(Phase phase, int qkv, int out, int lse
         }
     } else {
         emit(n_.attn, 1.0, d_.s);
-        if (df_) io({qkv}, {out, lse});
+        if (df_) io({qkv}, {out, lse, probs, pmask, pdrop});  // an absent one (-1) is skipped
     }
     phase_ = saved;
 }
@@ -303,7 +316,7 @@ void RankLowering::layer_forward(int layer, Phase phase) {
         if (overlap) wait(Stream::compute, ag_qkv);
         qk_norm_and_rope(t, layer);
     }
-    attention_core_forward(phase, t.qkv, t.attn, t.lse);
+    attention_core_forward(phase, t.qkv, t.attn, t.lse, t.probs, t.pmask, t.pdrop);
     const int rs_proj = overlap ? tp_out_collective() : -1;
     gemm_cast(n_.proj, d_.tokens, d_.h, d_.heads * d_.v_dim / d_.tp);
     if (df_) io({t.attn, prm("proj.weight", layer)}, {t.proj});
@@ -388,7 +401,7 @@ void RankLowering::attention_core_backward(const LayerTensors& t) {
         if (df_) io({returned, t.dqkv}, {t.dqkv});
     } else {
         emit(n_.attn, 1.0, d_.s);
-        if (df_) io({t.qkv, t.attn, t.lse, t.dattn}, {t.dqkv});
+        if (df_) io({t.qkv, t.attn, t.lse, t.dattn, t.probs, t.pmask, t.pdrop}, {t.dqkv});
     }
 }
 

@@ -56,6 +56,13 @@ void attention_forward(float* out, float* lse, const float* qkv, i64 T, i64 seq,
                        i64 window = 0);
 void attention_backward(float* dqkv, const float* qkv, const float* out, const float* lse, const float* dout, i64 T,
                         i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop = {}, i64 window = 0);
+/// Unfused attention's probabilities, as Megatron's CoreAttention keeps them for its backward:
+/// probs [T / seq x hq x seq, seq] (sequence, head, query, key), softmax(q k / sqrt(d)) from the
+/// forward's log-sum-exp, 0 where a key is not visible; with dropout on (mask and dropped not
+/// null) each element's dropout factor (0 or 1 / (1 - p), the attention kernels' own draw) and
+/// the dropped probability.
+void attention_probs(float* probs, float* mask, float* dropped, const float* qkv, const float* lse, i64 T, i64 seq, i64 hq, i64 hkv,
+                     i64 d, const Dropout& drop = {}, i64 window = 0);
 
 /// Where a rank's rows sit in their sequences. Without context parallelism row t is at position
 /// t % seq. With it (cp ranks, load-balanced as Megatron splits them) a sequence is cut into 2 cp
