@@ -169,7 +169,10 @@ PlanSpec plan_from_megatron_args(const std::string& args, int gpus, const std::s
         }
         else if (t == "--overlap-grad-reduce") p.overlap_grad_reduce = true;
         else if (t == "--ddp-bucket-size") bucket_params = value(i);
-        else if (t == "--make-vocab-size-divisible-by") p.vocab_divisible_by = value(i);
+        else if (t == "--make-vocab-size-divisible-by") {
+            p.vocab_divisible_by = value(i);
+            if (p.vocab_divisible_by > 65536) throw InputError(file, t, "must be an integer from 1 to 65536 (plan.vocab_divisible_by's range)");
+        }
         else if (t == "--overlap-param-gather") p.overlap_param_gather = true;
         else if (t == "--tp-comm-overlap") p.tp_comm_overlap = true;
         else if (t == "--overlap-moe-expert-parallel-comm") p.moe_a2a_overlap = true;

@@ -76,6 +76,12 @@ TEST_CASE("validate_plan: GPU count", "[spec][errors]") {
                  "= 2*1*4*1 = 8 does not equal cluster GPUs = 16");
 }
 
+TEST_CASE("validate_plan: a programmatic plan's vocabulary padding in range", "[spec][errors]") {
+    PlanSpec p = plan(R"({"global_batch": 8})");
+    p.vocab_divisible_by = 0;  // the reader refuses it; a plan built in code reaches validate_plan
+    expect_error([&] { validate(model(), p); }, "p.json", "plan.vocab_divisible_by", "must be an integer from 1 to 65536 (got 0)");
+}
+
 TEST_CASE("validate_plan: tensor parallel divisibility", "[spec][errors]") {
     expect_error([] { validate(model(), plan(R"({"tp": 3, "global_batch": 8})")); }, "p.json", "plan.tp",
                  "= 3 does not divide model.heads = 8");

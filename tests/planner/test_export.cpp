@@ -207,6 +207,8 @@ TEST_CASE("gradient accumulation fusion survives export and import", "[planner][
 TEST_CASE("Megatron argument parsing rejects bad values", "[planner][export]") {
     CHECK_THROWS_AS(planner::plan_from_megatron_args("--tensor-model-parallel-size x", 8, "a"), InputError);
     CHECK_THROWS_AS(planner::plan_from_megatron_args("--tensor-model-parallel-size 3", 8, "a"), InputError);
+    CHECK_THROWS_WITH(planner::plan_from_megatron_args("--make-vocab-size-divisible-by 100000", 8, "a"),
+                      Catch::Contains("--make-vocab-size-divisible-by") && Catch::Contains("1 to 65536"));
 }
 
 TEST_CASE("DeepSpeed config is valid JSON with the right keys", "[planner][export]") {

@@ -41,6 +41,8 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
     for (const auto& [path, v] : positives)
         if (v < 1) fail(path, "must be a positive integer (got " + s(v) + ")");
     if (p.zero_stage < 0 || p.zero_stage > 3) fail("plan.zero_stage", "must be 0, 1, 2 or 3 (got " + s(p.zero_stage) + ")");
+    if (p.vocab_divisible_by < 1 || p.vocab_divisible_by > 65536)
+        fail("plan.vocab_divisible_by", "must be an integer from 1 to 65536 (got " + s(p.vocab_divisible_by) + ")");
     if (m.layers < 1 || m.heads < 1 || m.kv_heads < 1 || m.ffn_hidden < 1 || m.seq_len < 1)
         fail("model", "is incomplete (layers, heads, kv_heads, ffn_hidden and seq_len must be positive)");
 
