@@ -290,13 +290,9 @@ void RankState::compute(std::size_t i) {
         for (i64 t = 0; t < dq.rows; ++t)
             for (i64 c = 0; c < ret.cols; ++c) d[t * dq.cols + (dq.cols - ret.cols) + c] += r[t * ret.cols + c];
     } else if (name == "loss.cast") {  // {x} -> {y}: the logits or their gradient in the other width
-        const DataTensor& x = a.in(0);
-        if (dev_) {  // a device kernel reads and writes each buffer in its own width
-            dev_->zero(O(0), x.elements());
-            dev_->add_columns(O(0), x.cols, I(0), x.cols, x.rows);
-        } else {
-            std::memcpy(O(0), I(0), static_cast<std::size_t>(x.elements()) * sizeof(float));  // rounded by finish if 2 bytes wide
-        }
+        const i64 n = a.in(0).elements();
+        if (dev_) dev_->copy(O(0), I(0), n);  // converts between the buffers' widths
+        else std::memcpy(O(0), I(0), static_cast<std::size_t>(n) * sizeof(float));  // rounded by finish if 2 bytes wide
     } else if (name == "loss.combine") {
         const DataTensor& loss = a.out(0);
         const i64 T = loss.rows, shards = a.in(0).elements() / (T * 3);
@@ -348,11 +344,18 @@ std::function<void()> RankState::skipped_ssd_update(std::size_t i, int n_in) {
     const int n = n_in / 2;
     if (n_in != 2 * n || a.o.n_out != 2 * n) fail(i, "the ssd optimizer pairs grads, state and params");
     if (w_.plan.precision == Precision::fp32) fail(i, "an fp32 plan's update is never skipped");
+    return host_copies(i, n, n, n);  // the staged state starts with the master: {master, m, v}
+}
+
+// A job copying inputs from_in.. onto outputs to_out.. (count pairs, each the output's length) on
+// the host; the operands are resolved now, on the rank's thread.
+std::function<void()> RankState::host_copies(std::size_t i, int from_in, int to_out, int count) {
+    const Args a{w_.program, rp_, rp_.operands[i]};
     std::vector<std::tuple<const float*, float*, i64>> copies;
-    for (int k = 0; k < n; ++k)  // the staged state starts with the master: {master, m, v}
-        copies.emplace_back(tensor(a.id(n + k), false, i), tensor(a.id(a.o.n_in + n + k), true, i), a.out(n + k).elements());
+    for (int k = 0; k < count; ++k)
+        copies.emplace_back(tensor(a.id(from_in + k), false, i), tensor(a.id(a.o.n_in + to_out + k), true, i), a.out(to_out + k).elements());
     return [copies = std::move(copies)] {
-        for (const auto& [master, weights, e] : copies) std::memcpy(weights, master, static_cast<std::size_t>(e) * sizeof(float));
+        for (const auto& [from, to, n] : copies) std::memcpy(to, from, static_cast<std::size_t>(n) * sizeof(float));
     };
 }
 
@@ -388,12 +391,7 @@ std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
     const std::string& name = w_.program.names[static_cast<std::size_t>(in.name)];
     if (name == "optimizer.publish") {  // lock-free: {fp32 masters..} -> {homed weights..}, rounded by finish
         if (a.o.n_in != a.o.n_out) fail(i, "the publish pairs each master with its weights");
-        std::vector<std::tuple<const float*, float*, i64>> copies;
-        for (int k = 0; k < a.o.n_in; ++k)
-            copies.emplace_back(tensor(a.id(k), false, i), tensor(a.id(a.o.n_in + k), true, i), a.out(k).elements());
-        return [copies = std::move(copies)] {
-            for (const auto& [from, to, n] : copies) std::memcpy(to, from, static_cast<std::size_t>(n) * sizeof(float));
-        };
+        return host_copies(i, 0, 0, a.o.n_in);
     }
     if (!cpu_stream || name == "optimizer.cpu") {  // moments on the instruction's own tier
         const Tier tier = cpu_stream ? Tier::cpu : Tier::gpu;
