@@ -167,6 +167,11 @@ void CudaDevice::attention_probs(float* probs, float* mask, float* dropped, cons
             1.0f / std::sqrt(static_cast<float>(d)), drop, window, n);
 }
 
+void CudaDevice::attention_probs_grad(float* dprobs, const float* qkv, const float* dout, i64 T, i64 seq, i64 hq, i64 hkv, i64 d) {
+    const i64 n = T / seq * hq * seq * seq;
+    launch1(k_attn_probs_grad, n, tv(dprobs), tv(qkv), tv(dout), seq, hq, hkv, d, n);
+}
+
 // Context parallelism's ring blocks (ring_attention.cuh).
 void CudaDevice::attention_block_forward(float* out, float* lse, const float* qkv, const float* kv, i64 kv_stride, const cpu::Positions& qpos,
                                          const cpu::Positions& kpos, i64 T, i64 hq, i64 hkv, i64 d, bool merge, const Dropout& drop) {

@@ -359,6 +359,7 @@ public:
                             i64 hq, i64 hkv, i64 d, const Dropout& drop, i64 window) override;
     void attention_probs(float* probs, float* mask, float* dropped, const float* qkv, const float* lse, i64 T, i64 seq, i64 hq, i64 hkv,
                          i64 d, const Dropout& drop, i64 window) override;
+    void attention_probs_grad(float* dprobs, const float* qkv, const float* dout, i64 T, i64 seq, i64 hq, i64 hkv, i64 d) override;
     // Context parallelism's ring blocks (ring_attention.cuh).
     void attention_block_forward(float* out, float* lse, const float* qkv, const float* kv, i64 kv_stride, const cpu::Positions& qpos,
                                  const cpu::Positions& kpos, i64 T, i64 hq, i64 hkv, i64 d, bool merge, const Dropout& drop) override;

@@ -388,6 +388,18 @@ __global__ void k_attn_probs(TV P, TV M, TV Pd, TV qkv, TV lse, i64 seq, i64 hq,
     M[e] = z;
     Pd[e] = p * z;
 }
+// Unfused attention's gradient of the probabilities (cpu_kernels.hpp attention_probs_grad): element
+// e of [item][seq][seq], dout's query row against V's key row, every key.
+__global__ void k_attn_probs_grad(TV dP, TV qkv, TV dout, i64 seq, i64 hq, i64 hkv, i64 d, i64 n) {
+    const i64 e = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
+    if (e >= n) return;
+    const i64 j = e % seq, i = (e / seq) % seq, item = e / (seq * seq), b = item / hq, h = item % hq;
+    const i64 row = (hq + 2 * hkv) * d, t = b * seq + i;
+    const i64 g = (t * hq + h) * d, v = (b * seq + j) * row + (hq + hkv) * d + (h / (hq / hkv)) * d;
+    float dot = 0;
+    for (i64 c = 0; c < d; ++c) dot += static_cast<float>(dout[g + c]) * static_cast<float>(qkv[v + c]);
+    dP[e] = dot;
+}
 // Backward: S -> P z from the saved lse (what dV needs), dP -> dS = P (z dP - D) scale,
 // D[item][i] = dout . out. P and dS: S and dP themselves (fp32), or bf16 copies.
 __global__ void k_softmax_causal_bwd(const float* S, const float* dP, TV P, TV dS, TV lse, const float* D, i64 seq, i64 hq, i64 item0,

@@ -233,6 +233,23 @@ void attention_probs(float* probs, float* mask, float* dropped, const float* qkv
     }
 }
 
+void attention_probs_grad(float* dprobs, const float* qkv, const float* dout, i64 T, i64 seq, i64 hq, i64 hkv, i64 d) {
+    const i64 row = (hq + 2 * hkv) * d, group = hq / hkv;
+    for (i64 t = 0; t < T; ++t) {
+        const i64 b = t / seq, qp = t % seq, first = t - qp;
+        for (i64 h = 0; h < hq; ++h) {
+            const float* g = dout + (t * hq + h) * d;
+            float* out = dprobs + ((b * hq + h) * seq + qp) * seq;
+            for (i64 j = 0; j < seq; ++j) {
+                const float* v = qkv + (first + j) * row + (hq + hkv) * d + (h / group) * d;
+                float dot = 0;
+                for (i64 i = 0; i < d; ++i) dot += g[i] * v[i];
+                out[j] = dot;
+            }
+        }
+    }
+}
+
 void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, const Dropout& drop, const Positions& where) {
     for (i64 t = 0; t < T; ++t) {
         const std::uint64_t a = token_of(drop, where, t);

@@ -105,6 +105,7 @@ public:
                                     i64 seq, i64 hq, i64 hkv, i64 d, const Dropout& drop, i64 window) = 0;
     virtual void attention_probs(float* probs, float* mask, float* dropped, const float* qkv, const float* lse, i64 T, i64 seq, i64 hq,
                                  i64 hkv, i64 d, const Dropout& drop, i64 window) = 0;
+    virtual void attention_probs_grad(float* dprobs, const float* qkv, const float* dout, i64 T, i64 seq, i64 hq, i64 hkv, i64 d) = 0;
     /// Context parallelism's ring (cpu_kernels.hpp's contract): the rank's queries against one block
     /// of keys and values (rows of stride kv_stride at kv), written into out and lse or merged in.
     virtual void attention_block_forward(float* out, float* lse, const float* qkv, const float* kv, i64 kv_stride, const cpu::Positions& qpos,

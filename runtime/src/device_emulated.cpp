@@ -139,6 +139,11 @@ public:
                   D = dropped ? dev(dropped, n, "attention_probs dropped") : Ref{};
         kernel([=] { cpu::attention_probs(P.p, M.p, D.p, Q.p, L.p, T, seq, hq, hkv, d, drop, window); }, {P, M, D});  // absent ones skipped
     }
+    void attention_probs_grad(float* dprobs, const float* qkv, const float* dout, i64 T, i64 seq, i64 hq, i64 hkv, i64 d) override {
+        const Ref P = dev(dprobs, T / seq * hq * seq * seq, "attention_probs_grad dprobs"), Q = dev(qkv, T * (hq + 2 * hkv) * d, "attention_probs_grad qkv"),
+                  G = dev(dout, T * hq * d, "attention_probs_grad dout");
+        kernel([=] { cpu::attention_probs_grad(P.p, Q.p, G.p, T, seq, hq, hkv, d); }, {P});
+    }
     void attention_block_forward(float* out, float* lse, const float* qkv, const float* kv, i64 kv_stride, const cpu::Positions& qpos,
                                  const cpu::Positions& kpos, i64 T, i64 hq, i64 hkv, i64 d, bool merge, const Dropout& drop) override {
         const i64 W = (hq + 2 * hkv) * d, kv_n = T > 0 ? (T - 1) * kv_stride + 2 * hkv * d : 0;

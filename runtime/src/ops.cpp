@@ -98,6 +98,8 @@ void RankState::compute(std::size_t i) {
             q.window = win;
             if (name == "attention") {
                 KERNEL(attention_backward, O(0), I(0), I(1), I(2), I(3), qkv.rows, m.seq_len, hq, hkv, hd, drop, win);
+                // Unfused: the probabilities' gradient, the transient its softmax backward reads.
+                if (nout > 1) KERNEL(attention_probs_grad, O(1), I(0), I(3), qkv.rows, m.seq_len, hq, hkv, hd);
             } else if (name == "attention.local") {
                 KERNEL(attention_block_backward, O(0), nullptr, qkv.cols, I(0), I(0) + hq * hd, I(1), I(2), I(3), q, positions(), qkv.rows, hq,
                        hkv, hd, false, drop);

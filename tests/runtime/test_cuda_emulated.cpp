@@ -448,3 +448,65 @@ TEST_CASE("the ring's attention blocks, emulated, match the cpu block kernels", 
     same(rounded(sum, H), S.get(), "returned K/V gradients added", tol);
 }
 
+
+TEST_CASE("unfused attention's probabilities and their gradient: softmax by hand, dout . out, and the cuda kernels emulated", "[runtime][cuda-emulated]") {
+    // Megatron's CoreAttention keeps P = softmax(q k / sqrt(d)) (dropped: P z) and its backward forms
+    // dP = dO V^T. Checked from outside the kernels: P against a softmax written out here; each
+    // query row's sum over keys of (P z) dP equals dO . O (since O = (P z) V, the identity behind
+    // FlashAttention's D term); and the emulated cuda kernels give the cpu kernels' values.
+    using namespace strata::runtime::emulated;
+    namespace cpu = strata::runtime::cpu;
+    using strata::runtime::Dropout;
+    const float p = GENERATE(0.0f, 0.2f);
+    const i64 window = GENERATE(i64{0}, i64{3});
+    INFO("dropout " << p << ", window " << window);
+    const i64 seq = 6, batch = 2, hq = 4, hkv = 2, d = 8, T = seq * batch, row = (hq + 2 * hkv) * d, od = hq * d, n = batch * hq * seq * seq;
+    const Dropout drop{p, strata::runtime::dropout_key(5, 2, 1, strata::runtime::DropoutSite::attention_probs), 3, 0, 0, hq};
+    const auto qkv = randoms(T * row, 70), dout = randoms(T * od, 71);
+    std::vector<float> out(T * od), lse(T * hq), probs(n), mask(n), dropped(n), dprobs(n);
+    cpu::attention_forward(out.data(), lse.data(), qkv.data(), T, seq, hq, hkv, d, drop, window);
+    cpu::attention_probs(probs.data(), p > 0 ? mask.data() : nullptr, p > 0 ? dropped.data() : nullptr, qkv.data(), lse.data(), T, seq, hq, hkv, d,
+                         drop, window);
+    cpu::attention_probs_grad(dprobs.data(), qkv.data(), dout.data(), T, seq, hq, hkv, d);
+    double worst_p = 0, worst_d = 0;
+    for (i64 b = 0; b < batch; ++b)
+        for (i64 h = 0; h < hq; ++h)
+            for (i64 i = 0; i < seq; ++i) {
+                const i64 t = b * seq + i, at = ((b * hq + h) * seq + i) * seq;
+                std::vector<double> s(static_cast<std::size_t>(seq), -1e300);
+                double mx = -1e300, z = 0;
+                for (i64 j = 0; j <= i; ++j) {
+                    if (window > 0 && i - j >= window) continue;
+                    double dot = 0;
+                    for (i64 c = 0; c < d; ++c) dot += qkv[t * row + h * d + c] * qkv[(b * seq + j) * row + hq * d + (h / 2) * d + c];
+                    s[static_cast<std::size_t>(j)] = dot / std::sqrt(static_cast<double>(d));
+                    mx = std::max(mx, s[static_cast<std::size_t>(j)]);
+                }
+                for (i64 j = 0; j < seq; ++j) z += s[static_cast<std::size_t>(j)] > -1e299 ? std::exp(s[static_cast<std::size_t>(j)] - mx) : 0.0;
+                double lhs = 0, rhs = 0;
+                for (i64 j = 0; j < seq; ++j) {
+                    const double want = s[static_cast<std::size_t>(j)] > -1e299 ? std::exp(s[static_cast<std::size_t>(j)] - mx) / z : 0.0;
+                    worst_p = std::max(worst_p, std::fabs(want - probs[at + j]));
+                    lhs += static_cast<double>(p > 0 ? dropped[at + j] : probs[at + j]) * dprobs[at + j];
+                }
+                for (i64 c = 0; c < d; ++c) rhs += static_cast<double>(dout[(t * hq + h) * d + c]) * out[(t * hq + h) * d + c];
+                worst_d = std::max(worst_d, std::fabs(lhs - rhs));
+            }
+    CHECK(worst_p < 1e-6);
+    CHECK(worst_d < 1e-5);
+    // A key outside the causal window still has a gradient (the bmm does not know the mask).
+    CHECK(std::fabs(dprobs[1]) > 0.0f);
+    Buf Q(qkv, 0), L(lse, 0), DO(dout, 0), P(std::vector<float>(n), 0), M(std::vector<float>(n), 0), PD(std::vector<float>(n), 0),
+        DP(randoms(n, 72), 0);  // a dirty buffer: every element is written
+    run1(n, [&] {
+        k_attn_probs(P.tv(), p > 0 ? M.tv() : TV{}, p > 0 ? PD.tv() : TV{}, Q.tv(), L.tv(), seq, hq, hkv, d, 1.0f / std::sqrt(static_cast<float>(d)),
+                     drop, window, n);
+    });
+    run1(n, [&] { k_attn_probs_grad(DP.tv(), Q.tv(), DO.tv(), seq, hq, hkv, d, n); });
+    same(probs, P.get(), "probabilities", 2e-6);
+    if (p > 0) {
+        same(mask, M.get(), "dropout factors", 0);
+        same(dropped, PD.get(), "dropped probabilities", 2e-6);
+    }
+    same(dprobs, DP.get(), "probabilities' gradient", 2e-6);
+}

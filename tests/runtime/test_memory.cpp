@@ -369,4 +369,27 @@ TEST_CASE("unfused attention keeps its probabilities: the same losses, their byt
     // With attention dropout: the mask's byte and the dropped copy's 4 B beside each probability.
     CHECK(run(false, 0.1, false).first == run(true, 0.1, false).first);
     CHECK(run(false, 0.1, true).second - run(true, 0.1, true).second == Approx((4 + 1 + 4) * elements).epsilon(1e-12));
+    // The backward forms the probabilities' gradient, (b, heads, s, s) again, beside them (the
+    // memory model's grad.widest). Under full recompute at 256 tokens a sequence they dominate: a
+    // layer's attention backward holds its recomputed probabilities E and their gradient E, which
+    // the fused run at that point does not: the unfused peak is 2 E x 4 B over the fused run's
+    // bytes there, so at most 2 E x 4 B over the fused peak and, with the fused peak under 0.75 E x
+    // 4 B, more than 1.25 E x 4 B over it; without the gradient held it would be at most E x 4 B.
+    m.seq_len = 256;
+    const auto run_full = [&](bool flash) {
+        ModelSpec mm = m;
+        PlanSpec p = cpu_plan();
+        p.flash_attention = flash;
+        p.recompute = Recompute::full;
+        runtime::RunOptions o;
+        o.memory_only = true;
+        runtime::Session s(mm, cpu_cluster(1), p, o);
+        s.step();
+        return s.peak_bytes()[0];
+    };
+    const double E = 2.0 * 4 * 256 * 256, fused = run_full(true), unfused = run_full(false);
+    INFO("fused peak " << fused << " B, unfused " << unfused << " B, E x 4 B = " << 4 * E);
+    CHECK(fused < 0.75 * 4 * E);
+    CHECK(unfused - fused <= 2 * 4 * E);
+    CHECK(unfused - fused > 1.25 * 4 * E);
 }

@@ -64,10 +64,14 @@ RankLowering::LayerTensors RankLowering::layer_tensors(int l) {
     // (b, heads/tp, s, s) probabilities for its backward, and under attention dropout the mask and
     // the dropped probabilities the value bmm read (tensors.cpp, attn.softmax_*). Context
     // parallelism's ring and Ulysses run fused kernels.
-    t.probs = t.pmask = t.pdrop = -1;
+    // Its backward forms the gradient of the probabilities the value bmm read, (b, heads/tp, s, s)
+    // again, for the softmax's backward: a transient the fused kernels never hold (the memory
+    // model's grad.widest).
+    t.probs = t.pmask = t.pdrop = t.dprobs = -1;
     if (!p_.flash_attention && d_.cp <= 1) {
         const double rows = d_.b * d_.heads / tp * d_.s, cols = d_.s;
         t.probs = a(n_.t_attn_probs, rows, cols);
+        t.dprobs = g(n_.g_attn_probs, rows, cols);
         if (m_.dropout > 0) {
             t.pmask = act(n_.t_attn_pmask, l, rows, cols, TensorRole::mask);
             t.pdrop = a(n_.t_attn_pdrop, rows, cols);
@@ -401,7 +405,7 @@ void RankLowering::attention_core_backward(const LayerTensors& t) {
         if (df_) io({returned, t.dqkv}, {t.dqkv});
     } else {
         emit(n_.attn, 1.0, d_.s);
-        if (df_) io({t.qkv, t.attn, t.lse, t.dattn, t.probs, t.pmask, t.pdrop}, {t.dqkv});
+        if (df_) io({t.qkv, t.attn, t.lse, t.dattn, t.probs, t.pmask, t.pdrop}, {t.dqkv, t.dprobs});
     }
 }
 

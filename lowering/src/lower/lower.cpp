@@ -53,6 +53,7 @@ void Names::intern(Program& p) {
     t_loss_stats_g = tid("loss.stats.gathered"); t_loss = tid("loss.out"); t_x_recomputed = tid("x.recomputed"); t_kv_ring = tid("kv.ring");
     t_qkv_heads = tid("qkv.heads"); t_attn_heads = tid("attn.out.heads");
     t_attn_probs = tid("attn.probs"); t_attn_pmask = tid("attn.probs.dropout_mask"); t_attn_pdrop = tid("attn.probs.dropped");
+    g_attn_probs = tid("d.attn.probs");
     g_x = tid("d.x"); g_x_g = tid("d.x.gathered"); g_x1 = tid("d.x1"); g_x1_g = tid("d.x1.gathered"); g_ln2 = tid("d.ln2");
     g_ln2_s = tid("d.ln2.shard"); g_act = tid("d.act.out"); g_fc1 = tid("d.fc1.out"); g_attn = tid("d.attn.out");
     g_qkv = tid("d.qkv.out"); g_ln1 = tid("d.ln1"); g_ln1_s = tid("d.ln1.shard"); g_xf = tid("d.final_norm.out");

@@ -31,7 +31,7 @@ struct Names {
     int fetch_ssd, fetch_h2d, act_d2h, act_h2d, act_ssd_write, act_ssd_read;
     int emb_position, loss_combine, loss_cast, sp_grads, zero3_edges, cp_dkv_combine, emb_dropout, grad_unscale, found_inf;
     // Dataflow tensor names (LowerOptions::dataflow): activations and their gradients.
-    int t_qkv_pre, g_qkv_pre, t_attn_probs, t_attn_pmask, t_attn_pdrop;
+    int t_qkv_pre, g_qkv_pre, t_attn_probs, t_attn_pmask, t_attn_pdrop, g_attn_probs;
     int t_tokens, t_x, t_ln1, t_ln1_g, t_qkv, t_attn, t_attn_lse, t_proj, t_proj_s, t_x1, t_ln2, t_ln2_g, t_fc1, t_act,
         t_fc2, t_fc2_s, t_emb, t_xf, t_xf_g, t_logits, t_logits_lp, g_logits_lp, t_loss_stats, t_loss_stats_g, t_loss, t_x_recomputed, t_kv_ring,
         t_qkv_heads, t_attn_heads;
@@ -223,8 +223,9 @@ private:
     struct LayerTensors {
         int x, ln1, ln1_g, qkv, attn, lse, proj, proj_s, x1, ln2, ln2_g, fc1, act, fc2, fc2_s, out;
         /// Unfused attention (plan.flash_attention off, cp 1): the softmax's probabilities kept for
-        /// the backward, with attention dropout their mask and the dropped ones (else -1).
-        int probs, pmask, pdrop;
+        /// the backward, with attention dropout their mask and the dropped ones, and the transient
+        /// gradient of the probabilities the value bmm's backward forms (else -1).
+        int probs, pmask, pdrop, dprobs;
         int qkv_pre, dqkv_pre;  ///< QK-norm: the projection's output before the norms, and its gradient (else qkv, dqkv)
         int dout, dout_g, dx1, dx1_g, dln2, dln2_s, dact, dfc1, dattn, dqkv, dln1, dln1_s, dx;
         /// Hidden dropout (model.dropout > 0): the masks of the two residual branches, and the

@@ -63,6 +63,12 @@ void attention_backward(float* dqkv, const float* qkv, const float* out, const f
 /// the dropped probability.
 void attention_probs(float* probs, float* mask, float* dropped, const float* qkv, const float* lse, i64 T, i64 seq, i64 hq, i64 hkv,
                      i64 d, const Dropout& drop = {}, i64 window = 0);
+/// The gradient of the probabilities the value bmm read (its backward's dO V^T), laid out as
+/// attention_probs: dprobs[seq, head, query, key] = dout[query, head] . v[key, head's group], for
+/// every key (the bmm does not know the mask). Unfused attention's backward forms it for the
+/// softmax's; the fused kernels here recompute what they need and leave it as the record of that
+/// transient (its size is what the memory model counts).
+void attention_probs_grad(float* dprobs, const float* qkv, const float* dout, i64 T, i64 seq, i64 hq, i64 hkv, i64 d);
 
 /// Where a rank's rows sit in their sequences. Without context parallelism row t is at position
 /// t % seq. With it (cp ranks, load-balanced as Megatron splits them) a sequence is cut into 2 cp
