@@ -61,6 +61,7 @@ std::string where(const char* file, int line) { return std::string(file) + ":" +
 #include "flash.cuh"
 #include "moe_kernels.cuh"
 #include "ring_attention.cuh"
+#include "mla_kernels.cuh"
 
 
 class CudaDevice final : public Device {
@@ -367,6 +368,12 @@ public:
                                   const float* dout, const cpu::Positions& qpos, const cpu::Positions& kpos, i64 T, i64 hq, i64 hkv, i64 d,
                                   bool accumulate, const Dropout& drop) override;
     void add_columns(float* dst, i64 dst_cols, const float* src, i64 src_cols, i64 rows) override;
+    // Multi-head latent attention (mla.cuh).
+    void copy_columns(float* dst, i64 dst_stride, const float* src, i64 src_stride, i64 cols, i64 rows) override;
+    void mla_rope_forward(float* qkv, const float* q, const float* kv, const float* k_rope, i64 T, const cpu::Positions& where, i64 heads,
+                          i64 nope, i64 rope, i64 dv) override;
+    void mla_rope_backward(float* dq, float* dkv, float* dk_rope, const float* dqkv, i64 T, const cpu::Positions& where, i64 heads, i64 nope,
+                           i64 rope, i64 dv) override;
     // MoE on one rank (moe.cuh).
     void moe_set_order(const i64* pos, i64 n) override;
     void moe_route(float* routing, const float* logits, i64 T, i64 E, i64 k, i64 groups, i64 group_topk) override;
@@ -549,6 +556,7 @@ private:
 #include "allocator.cuh"  // CudaDevice's caching allocator
 #include "attention.cuh"  // CudaDevice's attention, defined out of the class
 #include "copies.cuh"     // its copies that convert between widths
+#include "mla.cuh"        // multi-head latent attention's RoPE and column copies
 #include "moe.cuh"        // its mixture-of-experts moves
 #include "norms.cuh"      // its norms, QK-norm's too
 #include "optimizer.cuh"  // its AdamW

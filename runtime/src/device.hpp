@@ -116,6 +116,13 @@ public:
     /// dst[t, dst_cols - src_cols + c] += src[t, c]: the K/V gradients returned around the ring,
     /// added into the trailing columns of the rank's dqkv.
     virtual void add_columns(float* dst, i64 dst_cols, const float* src, i64 src_cols, i64 rows) = 0;
+    /// Multi-head latent attention (cpu_kernels.hpp's contract): a column block copied between rows
+    /// of different widths, and the RoPE that assembles the attention's rows, and its backward.
+    virtual void copy_columns(float* dst, i64 dst_stride, const float* src, i64 src_stride, i64 cols, i64 rows) = 0;
+    virtual void mla_rope_forward(float* qkv, const float* q, const float* kv, const float* k_rope, i64 T, const cpu::Positions& where,
+                                  i64 heads, i64 nope, i64 rope, i64 dv) = 0;
+    virtual void mla_rope_backward(float* dq, float* dkv, float* dk_rope, const float* dqkv, i64 T, const cpu::Positions& where, i64 heads,
+                                   i64 nope, i64 rope, i64 dv) = 0;
     /// Hidden-state dropout: row r is token where(drop.row0 + r) of sequence (drop.row0 + r) / where.local().
     virtual void dropout_forward(float* y, float* mask, const float* x, i64 T, i64 C, const Dropout& drop, const cpu::Positions& where) = 0;
     virtual void dropout_add(float* out, float* mask, const float* a, const float* b, const float* bias, i64 T, i64 C, const Dropout& drop,

@@ -162,6 +162,25 @@ public:
         kernel([=] { cpu::attention_block_backward(DQ.p, DK.p, kv_stride, Q.p, K.p, O.p, L.p, DO.p, qpos, kpos, T, hq, hkv, d, accumulate, drop); },
                {DQ, DK});
     }
+    void copy_columns(float* dst, i64 dst_stride, const float* src, i64 src_stride, i64 cols, i64 rows) override {
+        if (rows == 0) return;
+        const Ref D = dev(dst, (rows - 1) * dst_stride + cols, "copy_columns dst"), S = dev(src, (rows - 1) * src_stride + cols, "copy_columns src");
+        kernel([=] { cpu::copy_columns(D.p, dst_stride, S.p, src_stride, cols, rows); }, {D});
+    }
+    void mla_rope_forward(float* qkv, const float* q, const float* kv, const float* k_rope, i64 T, const cpu::Positions& where, i64 heads,
+                          i64 nope, i64 rope, i64 dv) override {
+        const i64 dqk = nope + rope;
+        const Ref O = dev(qkv, T * heads * (2 * dqk + dv), "mla_rope_forward qkv"), Q = dev(q, T * heads * dqk, "mla_rope_forward q"),
+                  KV = dev(kv, T * heads * (nope + dv), "mla_rope_forward kv"), R = dev(k_rope, T * rope, "mla_rope_forward k_rope");
+        kernel([=] { cpu::mla_rope_forward(O.p, Q.p, KV.p, R.p, T, where, heads, nope, rope, dv); }, {O});
+    }
+    void mla_rope_backward(float* dq, float* dkv, float* dk_rope, const float* dqkv, i64 T, const cpu::Positions& where, i64 heads, i64 nope,
+                           i64 rope, i64 dv) override {
+        const i64 dqk = nope + rope;
+        const Ref DQ = dev(dq, T * heads * dqk, "mla_rope_backward dq"), DKV = dev(dkv, T * heads * (nope + dv), "mla_rope_backward dkv"),
+                  DR = dev(dk_rope, T * rope, "mla_rope_backward dk_rope"), G = dev(dqkv, T * heads * (2 * dqk + dv), "mla_rope_backward dqkv");
+        kernel([=] { cpu::mla_rope_backward(DQ.p, DKV.p, DR.p, G.p, T, where, heads, nope, rope, dv); }, {DQ, DKV, DR});
+    }
     void add_columns(float* dst, i64 dst_cols, const float* src, i64 src_cols, i64 rows) override {
         const Ref D = dev(dst, rows * dst_cols, "add_columns dst"), S = dev(src, rows * src_cols, "add_columns src");
         kernel(

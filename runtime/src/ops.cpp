@@ -39,6 +39,7 @@ void RankState::compute(std::size_t i) {
     const ModelSpec& m = w_.model;
     const i64 hd = head_dim_of(m);
     if (m.is_moe() && moe_compute(i)) return;
+    if (m.mla && mla_compute(i)) return;
     switch (in.op) {
         case Op::gemm: {
             if (nout >= 1 && (a.out(0).role == TensorRole::param_grad || a.out(0).role == TensorRole::weight_grad)) {  // wgrad: dW += dY^T X

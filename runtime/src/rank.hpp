@@ -259,6 +259,11 @@ private:
     void compute(std::size_t i);
     /// The MoE block's instructions (moe_ops.cpp); false when i is none of them.
     bool moe_compute(std::size_t i);
+    /// Multi-head latent attention's latent norms, RoPE and attention core (mla_ops.cpp); false
+    /// where the instruction is every model's.
+    bool mla_compute(std::size_t i);
+    void mla_attention(std::size_t i);
+    void mla_latent_norm(std::size_t i);
     bool moe_sort(std::size_t i, bool sort);
     /// MoE's collectives (moe_ops.cpp: the EP all-to-alls, the expert-TP gather and reduce-scatter):
     /// this rank's part, and on completion its output, sized by what arrived.

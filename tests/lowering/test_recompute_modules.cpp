@@ -104,8 +104,9 @@ TEST_CASE("MoE and MLA layers: bytes each module drops", "[recompute][memory]") 
     const double s = 32, h = 64;
     const PlanSpec base = selective(mods({RecomputeModule::core_attn}));
     const double b0 = stashed(m, base, 0);
-    // mla_up_proj: Q and K (4 heads x (16 + 8)) and V (4 heads x 16), bf16.
-    const double qkv = 2.0 * s * 4 * (24 + 24 + 16);
+    // mla_up_proj: Q and K (4 heads x (16 + 8)) and V (4 heads x 16), bf16, less the shared rope
+    // key (8) the checkpoint keeps beside the latents to rerun RoPE from.
+    const double qkv = 2.0 * s * 4 * (24 + 24 + 16) - 2.0 * s * 8;
     CHECK(b0 - stashed(m, selective(mods({RecomputeModule::core_attn, RecomputeModule::mla_up_proj})), 0) == Approx(qkv));
     // moe_act: the experts' fc2 input, tokens x top_k rows of expert_ffn (uniform routing), bf16.
     const double act = 2.0 * s * 2 * 32;

@@ -103,6 +103,7 @@ inline std::vector<Variant> fp32_variants() {
     win.sliding_window = 3;  // layers 0 and 2 see 3 keys, 1 and 3 the whole sequence
     win.window_attn_skip_freq = 2;
     v.push_back({"Llama, sliding window of 3 on every other layer", win, cpu_plan()});
+    v.push_back({"MLA (DeepSeek's attention)", tiny_mla(true), cpu_plan()});
     return v;
 }
 
@@ -119,6 +120,7 @@ inline std::vector<Variant> bf16_variants() {
     v.push_back({"Llama, bf16", tiny_llama(2), p});
     v.push_back({"Llama with QK-norm, bf16", qk, p});
     v.push_back({"MoE, bf16", tiny_moe(), p});
+    v.push_back({"MLA without a query latent, bf16", tiny_mla(false), p});
     {
         // Token dropping: capacity 1 of top 2 over 4 experts drops from the first step, padded to
         // the capacity (GShard, DeepSpeed-MoE) or not. The drops move the loss by about 1e-4 only

@@ -72,6 +72,23 @@ inline sim::ModelSpec tiny_moe(int layers = 3) {
     return m;
 }
 
+/// A tiny DeepSeek-style model: query and key/value latents (without q_lora the query projection
+/// reads the hidden states), a decoupled RoPE key of 4, value heads (6) narrower than the query's
+/// and key's (8 + 4).
+inline sim::ModelSpec tiny_mla(bool q_lora, int layers = 2) {
+    sim::ModelSpec m = tiny_llama(layers);
+    m.name = q_lora ? "tiny-mla" : "tiny-mla-q";
+    sim::MlaSpec a;
+    a.q_lora_rank = q_lora ? 24 : 0;
+    a.kv_lora_rank = 16;
+    a.qk_nope_head_dim = 8;
+    a.qk_rope_head_dim = 4;
+    a.v_head_dim = 6;
+    m.mla = a;
+    m.kv_heads = m.heads;
+    return m;
+}
+
 inline sim::ClusterSpec cpu_cluster(int ranks) {
     sim::ClusterSpec c;
     c.name = "test-cpu";

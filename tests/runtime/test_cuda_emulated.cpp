@@ -15,6 +15,7 @@ namespace strata::runtime::emulated {
 #include "kernels.cuh"
 #include "moe_kernels.cuh"
 #include "ring_attention.cuh"
+#include "mla_kernels.cuh"
 
 namespace {
 
@@ -509,4 +510,35 @@ TEST_CASE("unfused attention's probabilities and their gradient: softmax by hand
         same(dropped, PD.get(), "dropped probabilities", 2e-6);
     }
     same(dprobs, DP.get(), "probabilities' gradient", 2e-6);
+}
+
+TEST_CASE("MLA's cuda kernels, emulated, match the cpu kernels: RoPE's assembly, its backward, the column copies", "[runtime][cuda-emulated][mla]") {
+    using namespace strata::runtime::emulated;
+    namespace cpu = strata::runtime::cpu;
+    const int H = GENERATE(0, 1);
+    INFO(fmt_name(H));
+    const double tol = H ? 1e-2 : 2e-6;
+    const i64 T = 9, heads = 3, nope = 8, rope = 4, dv = 6, dqk = nope + rope, W = heads * (2 * dqk + dv), Wq = heads * dqk, Wkv = heads * (nope + dv);
+    const cpu::Positions where{3, 1, 0};
+    const auto q = rounded(randoms(T * Wq, 80), H), kv = rounded(randoms(T * Wkv, 81), H), kr = rounded(randoms(T * rope, 82), H),
+               g = rounded(randoms(T * W, 83), H);
+    std::vector<float> qkv(T * W), dq(T * Wq), dkv(T * Wkv), dkr(T * rope);
+    cpu::mla_rope_forward(qkv.data(), q.data(), kv.data(), kr.data(), T, where, heads, nope, rope, dv);
+    cpu::mla_rope_backward(dq.data(), dkv.data(), dkr.data(), g.data(), T, where, heads, nope, rope, dv);
+    Buf Q(q, H), KV(kv, H), KR(kr, H), G(g, H), O(randoms(T * W, 84), H), DQ(randoms(T * Wq, 85), H), DKV(randoms(T * Wkv, 86), H),
+        DKR(randoms(T * rope, 87), H);  // dirty outputs: every element is written
+    run1(T * W, [&] { k_mla_rope_fwd(O.tv(), Q.tv(), KV.tv(), KR.tv(), T, where, heads, nope, rope, dv); });
+    run1(T * (Wq + Wkv), [&] { k_mla_rope_bwd(DQ.tv(), DKV.tv(), G.tv(), T, where, heads, nope, rope, dv); });
+    run1(T * rope, [&] { k_mla_rope_bwd_key(DKR.tv(), G.tv(), T, where, heads, nope, rope, dv); });
+    same(rounded(qkv, H), O.get(), "mla rope forward", tol);
+    same(rounded(dq, H), DQ.get(), "mla rope backward, query", tol);
+    same(rounded(dkv, H), DKV.get(), "mla rope backward, key/value", tol);
+    same(rounded(dkr, H), DKR.get(), "mla rope backward, shared key", H ? 2e-2 : 2e-6);
+    // A column block out of wider rows, and into them.
+    std::vector<float> block(T * 5), wide = rounded(randoms(T * 11, 88), H);
+    cpu::copy_columns(block.data(), 5, wide.data() + 4, 11, 5, T);
+    Buf B(std::vector<float>(T * 5), H), Wd(wide, H);
+    run1(T * 5, [&] { k_copy_columns(B.tv(), 5, Wd.tv() + 4, 11, 5, T * 5); });
+    same(block, B.get(), "copy_columns", 0);
+    for (i64 t = 0; t < T; ++t) CHECK(block[t * 5] == wide[t * 11 + 4]);
 }

@@ -380,6 +380,9 @@ void RankLowering::sp_grads_all_reduce() {
             const bool moe = m_.layer_is_moe(chunk_first_layer(c) + li);
             if (d_.sp) params += 2 * norm + (m_.linear_bias ? (moe ? 1 : 2) * d_.h : 0) + (moe ? d_.experts * d_.h : 0);
             if (qk) params += static_cast<double>(attention_norm_params(m_));
+            if (d_.sp && m_.mla)  // its replicated down-projections and latent norms, applied to the rank's own tokens
+                params += static_cast<double>(attention_norm_params(m_)) +
+                          d_.h * static_cast<double>(m_.mla->q_lora_rank + m_.mla->kv_lora_rank + m_.mla->qk_rope_head_dim);
         }
     if (d_.sp && stage_ == head_stage(p_)) params += norm;
     if (params <= 0) return;

@@ -231,58 +231,6 @@ void RankLowering::mlp_forward(int pending_ag, const LayerTensors* t) {
     if (rs >= 0) wait(Stream::compute, rs);
 }
 
-// Multi-head latent attention (Megatron-Core MLASelfAttention): the down-projections are
-// replicated over TP and run on the rank's sequence shard (all tokens without SP); their latents
-// are normed and, with SP, all-gathered over TP (q_lora + kv_lora + rope wide instead of h); the
-// up-projections are column-parallel over heads; RoPE touches the query's and the shared key's
-// rope part. The output projection is the row-parallel one of every layer (layer_forward).
-void RankLowering::mla_projections_forward() {
-    const MlaSpec& a = *m_.mla;
-    const double lat = static_cast<double>(a.q_lora_rank + a.kv_lora_rank), rope = static_cast<double>(a.qk_rope_head_dim);
-    const bool sp = d_.tp > 1 && d_.sp;
-    for (const MlaLinear& l : mla_down_) gemm_cast(l.name, d_.tokens_sp, l.out, l.in);
-    compute(Op::norm, n_.latent_norm, 0, 2 * d_.tokens_sp * lat * d_.act_bytes);
-    if (sp) wait(Stream::compute, collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * (lat + rope) * d_.act_bytes, n_.tp_ag));
-    if (a.q_lora_rank == 0) tp_forward_in(true);  // an uncompressed query projection reads the gathered hidden states
-    mla_up_projections_forward();
-}
-
-// The column-parallel up-projections and RoPE on the query's and the shared key's rope part.
-void RankLowering::mla_up_projections_forward() {
-    for (const MlaLinear& l : mla_up_) {
-        if (l.cast) gemm_cast(l.name, d_.tokens, l.out / d_.tp, l.in);
-        else gemm(l.name, d_.tokens, l.out / d_.tp, l.in);
-    }
-    if (m_.position == PositionKind::rope)
-        compute(Op::elementwise, n_.rope, 0,
-                2 * d_.tokens * (d_.heads / d_.tp + 1) * static_cast<double>(m_.mla->qk_rope_head_dim) * d_.act_bytes);
-}
-
-// The mirror: RoPE, the up-projections' dgrad and wgrad, the latents' gradient reduced over TP
-// (reduce-scatter with SP, all-reduce without: the up-projections are column-parallel), the latent
-// norms, then the replicated down-projections on the shard.
-void RankLowering::mla_projections_backward() {
-    const MlaSpec& a = *m_.mla;
-    const double lat = static_cast<double>(a.q_lora_rank + a.kv_lora_rank), rope = static_cast<double>(a.qk_rope_head_dim);
-    const bool sp = d_.tp > 1 && d_.sp;
-    if (m_.position == PositionKind::rope)
-        compute(Op::elementwise, n_.rope, 0, 2 * d_.tokens * (d_.heads / d_.tp + 1) * rope * d_.act_bytes);
-    for (auto it = mla_up_.rbegin(); it != mla_up_.rend(); ++it) {
-        const double out = it->out / d_.tp;
-        gemm_cast(it->name, d_.tokens, it->in, out);  // dgrad
-        gemm(it->name, it->in, out, d_.tokens);       // wgrad
-    }
-    if (d_.tp > 1)
-        wait(Stream::compute, collective(Stream::tp_comm, sp ? CollKind::reduce_scatter : CollKind::all_reduce, Group::tp,
-                                         d_.tokens * (lat + rope + (a.q_lora_rank == 0 ? d_.h : 0)) * d_.act_bytes,
-                                         sp ? n_.tp_rs : n_.tp_ar));
-    compute(Op::norm, n_.latent_norm, 0, 3 * d_.tokens_sp * lat * d_.act_bytes);
-    for (auto it = mla_down_.rbegin(); it != mla_down_.rend(); ++it) {
-        gemm_cast(it->name, d_.tokens_sp, d_.h, it->out);  // dgrad
-        gemm(it->name, d_.h, it->out, d_.tokens_sp);       // wgrad
-    }
-}
-
 // After the QKV projection: QK-norm (read, write Q and K; V passes through, and the dataflow
 // keeps the norms' input) and RoPE, in place, or out of the kept projection under op-level SAC
 // (layer_tensors' qkv_pre). Forward, and again in op-level SAC's recomputation.
@@ -312,7 +260,7 @@ void RankLowering::layer_forward(int layer, Phase phase) {
     compute(Op::norm, n_.norm1, 0, norm_bytes);
     if (df_) io({t.x, prm("ln1.weight", layer), bias("ln1.bias", layer, false)}, {t.ln1});
     if (m_.mla) {
-        mla_projections_forward();
+        mla_projections_forward(t);
     } else {
         const int ag_qkv = tp_forward_in(!overlap, t.ln1, t.ln1_g);
         gemm(n_.qkv, d_.tokens, (d_.q_w + 2 * d_.kv_w) / d_.tp, d_.h);
@@ -478,8 +426,9 @@ void RankLowering::layer_backward(int layer, int layer_in_stage) {
     if (!full_re) recompute_modules_before_attention();
     attention_core_backward(t);
     if (m_.mla) {
-        mla_projections_backward();
+        mla_projections_backward(t);
         compute(Op::norm, n_.norm1, 0, norm_bytes);
+        if (df_) io({t.x, t.dln1_s, prm("ln1.weight", layer), t.dx1}, {t.dx, prm_grad("ln1.weight", layer), bias("ln1.bias", layer, true)});
         layer_ = saved_layer;
         return;
     }

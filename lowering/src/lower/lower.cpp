@@ -54,6 +54,14 @@ void Names::intern(Program& p) {
     t_qkv_heads = tid("qkv.heads"); t_attn_heads = tid("attn.out.heads");
     t_attn_probs = tid("attn.probs"); t_attn_pmask = tid("attn.probs.dropout_mask"); t_attn_pdrop = tid("attn.probs.dropped");
     g_attn_probs = tid("d.attn.probs");
+    t_mla_q_lat = tid("mla.q_latent"); t_mla_kv_lat = tid("mla.kv_latent"); t_mla_q_n = tid("mla.q_latent.normed");
+    t_mla_kv_n = tid("mla.kv_latent.normed"); t_mla_k_rope = tid("mla.k_rope"); t_mla_q_g = tid("mla.q_latent.gathered");
+    t_mla_kv_g = tid("mla.kv_latent.gathered"); t_mla_k_rope_g = tid("mla.k_rope.gathered"); t_mla_q = tid("mla.q.out");
+    t_mla_kv = tid("mla.kv.out");
+    g_mla_q = tid("d.mla.q.out"); g_mla_kv = tid("d.mla.kv.out"); g_mla_k_rope_g = tid("d.mla.k_rope.gathered");
+    g_mla_q_g = tid("d.mla.q_latent.gathered"); g_mla_kv_g = tid("d.mla.kv_latent.gathered"); g_mla_q_n = tid("d.mla.q_latent.normed");
+    g_mla_kv_n = tid("d.mla.kv_latent.normed"); g_mla_k_rope = tid("d.mla.k_rope"); g_mla_q_lat = tid("d.mla.q_latent");
+    g_mla_kv_lat = tid("d.mla.kv_latent");
     g_x = tid("d.x"); g_x_g = tid("d.x.gathered"); g_x1 = tid("d.x1"); g_x1_g = tid("d.x1.gathered"); g_ln2 = tid("d.ln2");
     g_ln2_s = tid("d.ln2.shard"); g_act = tid("d.act.out"); g_fc1 = tid("d.fc1.out"); g_attn = tid("d.attn.out");
     g_qkv = tid("d.qkv.out"); g_ln1 = tid("d.ln1"); g_ln1_s = tid("d.ln1.shard"); g_xf = tid("d.final_norm.out");

@@ -23,6 +23,8 @@ struct Names {
     int router_gemm, router, experts_fc1, experts_act, experts_fc2, shared_fc1, shared_act, shared_fc2;
     int moe_permute, moe_unpermute, moe_counts, moe_sort, moe_unsort;
     int q_down, kv_down, q, q_up, kv_up, latent_norm;
+    int t_mla_q_lat, t_mla_kv_lat, t_mla_q_n, t_mla_kv_n, t_mla_k_rope, t_mla_q_g, t_mla_kv_g, t_mla_k_rope_g, t_mla_q, t_mla_kv;
+    int g_mla_q, g_mla_kv, g_mla_k_rope_g, g_mla_q_g, g_mla_kv_g, g_mla_q_n, g_mla_kv_n, g_mla_k_rope, g_mla_q_lat, g_mla_kv_lat;
     int embedding, final_norm, logits, loss, mtp_embedding, mtp_norms, mtp_proj;
     int tp_ar, tp_ag, tp_rs, tp_ag_input, cp_kv_ag, cp_dkv_rs, cp_a2a_qkv, cp_a2a_out, ep_dispatch, ep_combine;
     int pp_act, pp_grad, pp_gather;
@@ -268,7 +270,6 @@ private:
     void mlp_forward(int pending_ag, const LayerTensors* t = nullptr);
     void moe_forward(int layer);
     void shared_experts_forward(int layer);
-    void mla_up_projections_forward();
     void recompute_modules_before_mlp(int layer);
     void recompute_modules_before_attention();
     void op_sac_recompute(int layer);
@@ -287,8 +288,18 @@ private:
     UlyssesTensors ulysses_tensors(bool grads);
     static double truncated(double x);
     double ring_step_bytes() const;
-    void mla_projections_forward();
-    void mla_projections_backward();
+    /// MLA's dataflow tensors of the current micro-batch on `layer` (mla_ops.cpp): the latents
+    /// (query's, and the key/value's with the shared RoPE key), normed, gathered under SP, the
+    /// up-projections' outputs, and their gradients; the query's are -1 without q_lora_rank.
+    struct MlaTensors {
+        int q_lat, kv_lat, q_n, kv_n, k_rope, q_g, kv_g, k_rope_g, q, kv;
+        int dq, dkv, dk_rope_g, dq_g, dkv_g, dq_n, dkv_n, dk_rope, dq_lat, dkv_lat;
+    };
+    MlaTensors mla_tensors(int layer);
+    void mla_projections_forward(const LayerTensors& t);
+    void mla_up_projections_forward(const MlaTensors& mt);
+    void mla_projections_backward(const LayerTensors& t);
+    double mla_rope_bytes() const;  ///< RoPE with the assembly of the attention's rows, each way
     double expert_tokens() const;
     void sort_by_local_expert(bool sort, std::initializer_list<int> tensors);  ///< Megatron's permutation 2 and its inverse
     double routed_rows_k(double tokens) const;

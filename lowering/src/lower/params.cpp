@@ -87,6 +87,11 @@ public:
             mlp(l, chunk, h, f, swiglu);
         }
         norm("ln2.weight", "ln2.bias", l, chunk);
+        if (m_.mla) {
+            mla(l, chunk, h);
+            norm("ln1.weight", "ln1.bias", l, chunk);
+            return;
+        }
         if (m_.linear_bias) add("proj.bias", l, chunk, 1, h, ParamSplit::replicated, false, true);
         add("proj.weight", l, chunk, h, q_width(m_), ParamSplit::cols, true);
         if (m_.qk_norm) {
@@ -106,6 +111,26 @@ public:
         if (m_.linear_bias || m_.qkv_bias) add("qkv.bias", l, chunk, 1, qkv, ParamSplit::qkv_rows, false);
         add("qkv.weight", l, chunk, qkv, h, ParamSplit::qkv_rows, true);
         norm("ln1.weight", "ln1.bias", l, chunk);
+    }
+
+    // Multi-head latent attention (RMSNorm, no biases: dataflow_unsupported): the up-projections
+    // split over TP by heads (a head's rows contiguous: qk for the query, nope then v for the
+    // key/value), the down-projections and latent norms replicated, and under SP applied to each
+    // rank's own tokens, so their gradients are summed over TP like the norms'.
+    void mla(int l, int chunk, std::int64_t h) {
+        const MlaSpec& a = *m_.mla;
+        const std::int64_t heads = m_.heads, qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
+        add("proj.weight", l, chunk, h, heads * a.v_head_dim, ParamSplit::cols, true);
+        add("kv_up.weight", l, chunk, heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank, ParamSplit::rows, true);
+        add("kv_latent_norm.weight", l, chunk, 1, a.kv_lora_rank, ParamSplit::replicated, false, true);
+        add("kv_down.weight", l, chunk, a.kv_lora_rank + a.qk_rope_head_dim, h, ParamSplit::replicated, true, true);
+        if (a.q_lora_rank > 0) {
+            add("q_up.weight", l, chunk, heads * qk, a.q_lora_rank, ParamSplit::rows, true);
+            add("q_latent_norm.weight", l, chunk, 1, a.q_lora_rank, ParamSplit::replicated, false, true);
+            add("q_down.weight", l, chunk, a.q_lora_rank, h, ParamSplit::replicated, true, true);
+        } else {
+            add("q.weight", l, chunk, heads * qk, h, ParamSplit::rows, true);
+        }
     }
 
     void mlp(int l, int chunk, std::int64_t h, std::int64_t f, bool swiglu) {
@@ -209,7 +234,18 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
         if (e.top_k < 1 || e.top_k > e.experts)
             return n("model.moe.top_k", std::to_string(e.top_k)) + ": must be between 1 and model.moe.experts";
     }
-    if (m.mla) return "model.mla: multi-head latent attention is not in the dataflow lowering yet";
+    if (m.mla) {
+        // DeepSeek's shape of it: RMSNorm, RoPE on the decoupled key, no biases.
+        if (m.norm != NormKind::rmsnorm) return "model.mla with model.norm = layernorm: MLA's latent norms are executed as RMSNorm";
+        if (m.position != PositionKind::rope) return "model.mla: its decoupled key is rotated (RoPE); set model.position = rope";
+        if (m.linear_bias || m.qkv_bias) return "model.mla with linear or QKV biases: MLA's projections are executed without biases";
+        if (m.qk_norm) return "model.mla with model.qk_norm: MLA normalises its latents, not per-head queries and keys";
+        if (p.cp > 1) return n("plan.cp", std::to_string(p.cp)) + " with model.mla: context parallelism of MLA's attention is not executed yet";
+        if (p.op_sac()) return "plan.recompute_policy = op with model.mla: op-level SAC of MLA's projections is not executed yet";
+        if (m.mla->q_lora_rank == 0 && p.recompute == Recompute::selective && p.recomputes(RecomputeModule::mla_up_proj))
+            return "plan.recompute_modules mla_up_proj without model.mla.q_lora_rank: the query projection reads the hidden "
+                   "states, outside the up-projections' checkpoint (not executed)";
+    }
     if (m.mtp_depth > 0) return n("model.mtp_depth", std::to_string(m.mtp_depth)) + ": MTP modules are not in the dataflow lowering yet";
     if (p.cp > 1 && m.seq_len % (2 * p.cp) != 0)
         return n("plan.cp", std::to_string(p.cp)) + ": model.seq_len = " + std::to_string(m.seq_len) +

@@ -57,7 +57,7 @@ void RankLowering::recompute_modules_before_attention() {
         if (df_) io({t.x, prm("ln1.weight", layer_), bias("ln1.bias", layer_, false)}, {t.ln1});
     }
     if (m_.mla && p_.recomputes(RecomputeModule::mla_up_proj)) {
-        mla_up_projections_forward();  // Q, K, V from the stashed (gathered) latents
+        mla_up_projections_forward(mla_tensors(layer_));  // Q, K, V from the stashed (gathered) latents
     }
     if (p_.recomputes(RecomputeModule::core_attn)) attention_core_forward(Phase::recompute, t.qkv, t.attn, t.lse, t.probs, t.pmask, t.pdrop);
     phase_ = saved;

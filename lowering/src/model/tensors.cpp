@@ -178,6 +178,10 @@ std::vector<TensorDesc> full_layer_activations(const ModelSpec& m, const PlanSpe
         out.push_back(act_tensor("attn.down_in", L.gemm_in * L.tok_rep * L.h, rep_shape, p));
         out.push_back(act_tensor("attn.latent", L.act * L.tok_rep * (lat + rope), "(tokens, q_lora + kv_lora + rope)", p));
         out.push_back(act_tensor("attn.up_in", L.gemm_in * L.tokens * lat, "(s/cp, b, q_lora + kv_lora)", p));
+        // Recomputing the up-projections (and RoPE) before the backward reads the shared rope key
+        // again: Megatron-Core's up-projection checkpoint keeps it beside the latents.
+        if (p.recompute == Recompute::selective && p.recomputes(RecomputeModule::mla_up_proj))
+            out.push_back(act_tensor("attn.k_rope", L.act * L.tokens * rope, "(s/cp, b, rope)", p));
         out.push_back(act_tensor("attn.q", L.act * L.tokens * L.heads * dqk, "(s/cp, b, heads/tp, nope + rope)", p));
         out.push_back(act_tensor("attn.k", L.act * L.tokens * L.heads * dqk, "(s/cp, b, heads/tp, nope + rope)", p));
         out.push_back(act_tensor("attn.v", L.act * L.tokens * L.heads * dv, "(s/cp, b, heads/tp, v)", p));

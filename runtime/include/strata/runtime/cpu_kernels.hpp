@@ -48,6 +48,21 @@ void add(float* out, const float* a, const float* b, const float* bias, i64 T, i
 /// inverse = the backward (rotation by -theta).
 void rope(float* qkv, i64 T, const Positions& where, i64 hq, i64 hkv, i64 d, bool inverse);
 
+/// cols columns of rows rows: dst[r * dst_stride + c] = src[r * src_stride + c] (a column block
+/// split off a wider row, or placed into one).
+void copy_columns(float* dst, i64 dst_stride, const float* src, i64 src_stride, i64 cols, i64 rows);
+/// Multi-head latent attention's RoPE with the assembly of the attention's rows (mla_kernels.cpp):
+/// from the query projection q [T, heads x (nope + rope)], the key/value projection kv
+/// [T, heads x (nope + dv)] (a head's key part, then its value) and the rope key k_rope [T, rope]
+/// that all heads share, the rows qkv [T, heads x (nope + rope) | heads x (nope + rope) | heads x dv]
+/// with the query's and the key's rope parts rotated (rope's form and frequencies, d = rope).
+void mla_rope_forward(float* qkv, const float* q, const float* kv, const float* k_rope, i64 T, const Positions& where, i64 heads, i64 nope,
+                      i64 rope, i64 dv);
+/// Its backward: the rows' gradient back to the three, the rope parts rotated back and the shared
+/// key's gradient summed over the heads.
+void mla_rope_backward(float* dq, float* dkv, float* dk_rope, const float* dqkv, i64 T, const Positions& where, i64 heads, i64 nope,
+                       i64 rope, i64 dv);
+
 /// Causal attention over sequences of `seq` tokens (T = batch x seq rows), GQA by head groups.
 /// out [T, hq x d], lse [T, hq]. With dropout on, the probabilities are dropped after the softmax
 /// (lse stays the undropped one), as FlashAttention does; the backward redraws the same mask.
