@@ -35,6 +35,9 @@ TINY = {
     'mla': dict(name='mla4', layers=4, hidden=64, heads=4, kv_heads=4, head_dim=16, ffn_hidden=128, ffn='swiglu', vocab=300, seq_len=16,
                 max_position=16, norm='rmsnorm', position='rope', tied_embeddings=False, linear_bias=False, dropout=0.0, moe=None,
                 mla=dict(q_lora_rank=32, kv_lora_rank=24, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12)),
+    'mtp': dict(name='mtp4', layers=4, hidden=64, heads=4, kv_heads=2, ffn_hidden=128, ffn='swiglu', vocab=300, seq_len=16,
+                max_position=16, norm='rmsnorm', position='rope', tied_embeddings=False, linear_bias=False, dropout=0.0, moe=None,
+                mtp_depth=2),
     'moe': dict(name='moe4', layers=4, hidden=64, heads=4, kv_heads=2, ffn_hidden=128, ffn='swiglu', vocab=300, seq_len=16,
                 max_position=16, norm='rmsnorm', position='rope', tied_embeddings=False, linear_bias=False, dropout=0.0,
                 moe=dict(experts=4, top_k=2, expert_ffn_hidden=64, first_k_dense=1)),
@@ -62,8 +65,8 @@ def last_line(text):
 def random_tiny_plan(rng, model):
     p = dict(tp=rng.choice([1, 2]), pp=rng.choice([1, 2]), dp=rng.choice([1, 2]), cp=rng.choice([1, 1, 2]),
              micro_batch=rng.choice([1, 2]), global_batch=8)
-    if model == 'mla':
-        p['cp'] = 1  # MLA's attention under CP is not executed (dataflow_unsupported)
+    if model in ('mla', 'mtp'):
+        p['cp'] = 1  # MLA's attention and MTP's shifted tokens under CP are not executed (dataflow_unsupported)
     if p['pp'] > 1:
         p['schedule'] = rng.choice(['gpipe', '1f1b', 'interleaved-1f1b', 'dualpipev'])
         if p['schedule'] in ('interleaved-1f1b', 'dualpipev'):
@@ -100,6 +103,9 @@ def random_tiny_plan(rng, model):
         p['eager_cross_entropy'] = True
     if p['cp'] > 1 and rng.random() < 0.4:
         p['cp_comm_type'] = 'a2a'
+    if model == 'mtp':  # its weights are neither gathered (ZeRO-3) nor fetched from the host
+        p['zero_stage'] = min(p['zero_stage'], 2)
+        p.get('offload', {}).pop('params', None)
     if model == 'moe':
         p['ep'] = rng.choice([1, 2]) if p['dp'] * p['cp'] % 2 == 0 else 1
     return p
@@ -165,10 +171,10 @@ def memory(args, work):
     models = ['llama-2-7b', 'llama-3-8b', 'gpt2-1.5b', 'mixtral-8x7b', 'deepseek-v3-8l']
     with open(os.path.join(ROOT, 'scenarios/clusters/dgx-h100-x8.json')) as f:
         dgx = json.load(f)
-    # DeepSeek-V3's layers (MLA, 256 experts) cut to 8, without the MTP module the runtime does not execute.
+    # DeepSeek-V3's layers (MLA, 256 experts, its MTP module) cut to 8.
     with open(os.path.join(ROOT, 'scenarios/models/deepseek-v3.json')) as f:
         ds = json.load(f)
-    ds.update(name='deepseek-v3-8l', layers=8, mtp_depth=0)
+    ds.update(name='deepseek-v3-8l', layers=8)
     ds['moe']['first_k_dense'] = 1
     ds_path = write(os.path.join(work, 'deepseek-v3-8l.json'), ds)
     gaps = 0
@@ -194,6 +200,7 @@ def memory(args, work):
             p['offload'] = {'optimizer': rng.choice(['cpu', 'ssd'])}
         if 'deepseek' in model:
             p['cp'] = 1
+            p['zero_stage'] = min(p['zero_stage'], 2)  # MTP's weights are not gathered under ZeRO-3
             if n % (tp * pp):
                 continue
             dp = n // (tp * pp)

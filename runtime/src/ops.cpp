@@ -40,6 +40,7 @@ void RankState::compute(std::size_t i) {
     const i64 hd = head_dim_of(m);
     if (m.is_moe() && moe_compute(i)) return;
     if (m.mla && mla_compute(i)) return;
+    if (m.mtp_depth > 0 && mtp_op(i)) return;
     switch (in.op) {
         case Op::gemm: {
             if (nout >= 1 && (a.out(0).role == TensorRole::param_grad || a.out(0).role == TensorRole::weight_grad)) {  // wgrad: dW += dY^T X
@@ -167,26 +168,31 @@ void RankState::compute(std::size_t i) {
         case Op::loss: {
             const DataTensor& logits = a.in(0);
             const i64 T = logits.rows, V = logits.cols;
+            const int k = mtp_depth_of(a.in(1));  // an MTP module's loss: its shifted tokens
             if (!backward(in.phase)) {
                 KERNEL(loss_stats, O(0), I(0), I(1), tp_rank_ * V, T, V);
                 if (nout > 1) {  // one shard: the loss itself
                     float* loss = O(1);
                     KERNEL(loss_combine, loss, nullptr, O(0), 1, T);
-                    if (dev_) loss_sum_ += dev_->sum(loss, T);
-                    else
-                        for (i64 t = 0; t < T; ++t) loss_sum_ += loss[t];
+                    add_loss(loss, T, k);
                 }
             } else {
                 const i64 shards = a.in(2).elements() / (T * 3);
-                if (dev_) {
-                    dev_->loss_backward(O(0), I(0), I(1), I(2), shards, tp_rank_ * V, T, V, static_cast<float>(w_.loss_scale / w_.program.tokens_per_step));
-                    return;
+                // fp16: the loss scaled up (Megatron's scale_loss) so that small gradients survive
+                // fp16. An MTP module's mean is over the rows its shift leaves, times its weight.
+                double scale = w_.loss_scale / w_.program.tokens_per_step;
+                if (k > 0) {
+                    const double seq = static_cast<double>(m.seq_len);
+                    scale *= w_.options.mtp_loss_scale / m.mtp_depth * seq / (seq - k);
                 }
-                std::vector<float> lse(static_cast<std::size_t>(T));
-                KERNEL(loss_combine, nullptr, lse.data(), I(2), shards, T);
-                // fp16: the loss scaled up (Megatron's scale_loss) so that small gradients survive fp16.
-                cpu::loss_backward(O(0), I(0), I(1), lse.data(), tp_rank_ * V, T, V,
-                                   static_cast<float>(w_.loss_scale / w_.program.tokens_per_step));
+                if (dev_) {
+                    dev_->loss_backward(O(0), I(0), I(1), I(2), shards, tp_rank_ * V, T, V, static_cast<float>(scale));
+                } else {
+                    std::vector<float> lse(static_cast<std::size_t>(T));
+                    KERNEL(loss_combine, nullptr, lse.data(), I(2), shards, T);
+                    cpu::loss_backward(O(0), I(0), I(1), lse.data(), tp_rank_ * V, T, V, static_cast<float>(scale));
+                }
+                if (k > 0) mask_rows(O(0), k, T, V);  // the rows past the sequence's end have no target
             }
             return;
         }
@@ -301,9 +307,7 @@ void RankState::compute(std::size_t i) {
         const i64 T = loss.rows, shards = a.in(0).elements() / (T * 3);
         float* l = O(0);
         KERNEL(loss_combine, l, nullptr, I(0), shards, T);
-        if (tp_rank_ == 0 && dev_) loss_sum_ += dev_->sum(l, T);
-        else if (tp_rank_ == 0)  // every TP rank holds the same loss: count it once
-            for (i64 t = 0; t < T; ++t) loss_sum_ += l[t];
+        if (tp_rank_ == 0) add_loss(l, T, mtp_depth_of(loss));  // every TP rank holds the same loss: count it once
     } else {
         fail(i, "elementwise op '" + name + "' is not executed by the runtime");
     }

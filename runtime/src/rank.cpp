@@ -291,13 +291,17 @@ float* RankState::tensor(int id, bool write, std::size_t at) {
         std::vector<float> whole(static_cast<std::size_t>(s * 2));
         std::vector<float> staged(dev_ ? static_cast<std::size_t>(l.buf.size()) : 0);  // the device's tokens, built here
         float* dst = dev_ ? staged.data() : l.buf.data();
+        // An MTP module's tokens (tokens.mtp, its depth as the layer): each row's token and target
+        // `shift` places on; past the sequence's end token 0 and no target (-1), as Megatron-Core
+        // rolls them and masks the loss.
+        const i64 shift = w_.program.tensor_names[static_cast<std::size_t>(t.name)] == "tokens.mtp" ? t.layer : 0;
         for (i64 i = 0; i < b; ++i) {
             w_.data.sample(first + i, s, whole.data());
             float* rows = dst + i * where.local() * 2;  // this CP rank's rows of the sequence
             for (i64 r = 0; r < where.local(); ++r) {
-                const i64 pos = where(r);
-                rows[r * 2] = whole[static_cast<std::size_t>(pos * 2)];
-                rows[r * 2 + 1] = whole[static_cast<std::size_t>(pos * 2 + 1)];
+                const i64 pos = where(r) + shift;
+                rows[r * 2] = pos < s ? whole[static_cast<std::size_t>(pos * 2)] : 0.0f;
+                rows[r * 2 + 1] = pos < s ? whole[static_cast<std::size_t>(pos * 2 + 1)] : -1.0f;
             }
         }
         if (dev_) dev_->copy(l.buf.data(), staged.data(), l.buf.size());

@@ -198,6 +198,7 @@ public:
 
     int rank() const { return rank_; }
     double loss_sum() const { return loss_sum_; }
+    double mtp_loss_sum(int k) const { return k < static_cast<int>(mtp_loss_sum_.size()) ? mtp_loss_sum_[static_cast<std::size_t>(k)] : 0.0; }
     bool skipped() const { return skipped_; }  ///< fp16: this step's update was skipped for an overflow
     const RankTrace& trace() const { return trace_; }
     Pool& gpu_pool() { return gpu_; }
@@ -455,6 +456,15 @@ private:
     std::vector<std::int64_t> ended_ns_;  ///< collectives and transfers: when the transport completed them (-1: at finish)
     std::unordered_map<int, Live> live_;
     double loss_sum_ = 0;
+    std::vector<double> mtp_loss_sum_;  ///< by MTP module (1-based), this step
+    /// MTP (model.mtp_depth): the module a loss instruction belongs to (0: the model's own), read
+    /// off its tokens or its loss tensor's layer number (layers + 2k); its rows' mask (1, or 0
+    /// where the shift passed the sequence's end); and the scale of its gradient.
+    int mtp_depth_of(const sim::DataTensor& t) const;
+    std::vector<float> mtp_mask(int k, i64 rows) const;
+    void mask_rows(float* x, int k, i64 rows, i64 cols);
+    void add_loss(const float* loss, i64 T, int k);
+    bool mtp_op(std::size_t i);  ///< the MTP modules' norms and projection gather (mtp_ops.cpp)
     bool skipped_ = false;
     RankTrace trace_;
     Waker waker_;

@@ -197,6 +197,7 @@ void RankState::run_step() {
         dev_->mark(0);
     }
     loss_sum_ = 0;
+    mtp_loss_sum_.assign(static_cast<std::size_t>(w_.model.mtp_depth + 1), 0.0);
     trace_ = RankTrace{};
     gpu_.reset_peak();
     std::uint64_t seen = 0;

@@ -21,7 +21,10 @@ using namespace strata::sim;
 // tensor (on one rank's piece of a split one), by central differences, against the backward's
 // gradient dotted with that direction. lr 0 keeps the parameters, a fixed batch the data.
 inline void check_gradients(const ModelSpec& m, const PlanSpec& p, int rank, const std::vector<std::pair<std::string, int>>& params,
-                     const std::function<void(runtime::Session&)>& prepare = {}, bool along_sign = false, double step = 1e-3) {
+                     const std::function<void(runtime::Session&)>& prepare = {}, bool along_sign = false, double step = 1e-3,
+                     const std::function<double(const runtime::StepReport&)>& objective = {}) {
+    // What the backward differentiates: the loss, or with MTP modules the loss and their weighted mean.
+    auto J = [&](const runtime::StepReport& r) { return objective ? objective(r) : r.loss; };
     runtime::RunOptions o;
     o.lr = 0;
     o.weight_decay = 0;
@@ -53,9 +56,9 @@ inline void check_gradients(const ModelSpec& m, const PlanSpec& p, int rank, con
             }
         };
         shift(eps);
-        const double up = s.step().loss;
+        const double up = J(s.step());
         shift(-eps);
-        const double down = s.step().loss;
+        const double down = J(s.step());
         shift(0);
         const double fd = (up - down) / (2 * eps);
         INFO(name << " layer " << layer << ": backward " << g_dot << ", finite difference " << fd);

@@ -89,6 +89,21 @@ inline sim::ModelSpec tiny_mla(bool q_lora, int layers = 2) {
     return m;
 }
 
+/// DeepSeek's layer in small: MLA, then after a dense first layer 4 routed experts (top 2) and a
+/// shared one.
+inline sim::ModelSpec tiny_mla_moe() {
+    sim::ModelSpec m = tiny_mla(true);
+    m.name = "tiny-mla-moe";
+    sim::MoeSpec e;
+    e.experts = 4;
+    e.top_k = 2;
+    e.expert_ffn_hidden = 24;
+    e.shared_experts = 1;
+    e.first_k_dense = 1;
+    m.moe = e;
+    return m;
+}
+
 inline sim::ClusterSpec cpu_cluster(int ranks) {
     sim::ClusterSpec c;
     c.name = "test-cpu";

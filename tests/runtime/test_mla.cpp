@@ -108,15 +108,7 @@ TEST_CASE("MLA: every parallel variant gives the single-rank curve", "[runtime][
 }
 
 TEST_CASE("MLA with routed experts (DeepSeek's layer): EP and TP on the single-rank curve", "[runtime][mla][moe]") {
-    ModelSpec m = tiny_mla(true);
-    MoeSpec e;
-    e.experts = 4;
-    e.top_k = 2;
-    e.expert_ffn_hidden = 24;
-    e.shared_experts = 1;
-    e.first_k_dense = 1;
-    m.moe = e;
-    m.name = "tiny-mla-moe";
+    const ModelSpec m = tiny_mla_moe();
     PlanSpec ep = cpu_plan(1, 1, 2);
     ep.ep = 2;
     PlanSpec tp = cpu_plan(2);

@@ -510,6 +510,9 @@ int RankLowering::prm_grad(const char* name, int layer) {
     g.microbatch = mb_;
     g.rows = t.rows;
     g.cols = t.cols;
+    // A weight used twice in the window (the shared head and embedding under MTP) gets a fresh
+    // gradient for each use, each added to its range (autograd sums them before accumulating).
+    for (const auto& [f, r] : unfused_grads_) g.ring = static_cast<std::int16_t>(g.ring + (r == range_id ? 1 : 0));
     const int fresh = table_->intern(g);
     unfused_grads_.emplace_back(fresh, range_id);
     return fresh;

@@ -25,7 +25,7 @@ void Names::intern(Program& p) {
     moe_sort = id("moe.sort_by_expert"); moe_unsort = id("moe.unsort_by_expert");
     shared_fc1 = id("shared.fc1"); shared_act = id("shared.act"); shared_fc2 = id("shared.fc2");
     embedding = id("embedding"); final_norm = id("final_norm"); logits = id("logits"); loss = id("loss");
-    mtp_embedding = id("mtp.embedding"); mtp_norms = id("mtp.norms"); mtp_proj = id("mtp.proj");
+    mtp_embedding = id("mtp.embedding"); mtp_norms = id("mtp.norms"); mtp_proj = id("mtp.proj"); mtp_proj_gather = id("mtp.proj.gather");
     tp_ar = id("tp.all_reduce"); tp_ag = id("tp.all_gather"); tp_rs = id("tp.reduce_scatter");
     tp_ag_input = id("tp.all_gather_input"); cp_kv_ag = id("cp.kv_all_gather"); cp_dkv_rs = id("cp.dkv_reduce_scatter");
     cp_a2a_qkv = id("cp.qkv_all_to_all"); cp_a2a_out = id("cp.out_all_to_all");
@@ -54,6 +54,10 @@ void Names::intern(Program& p) {
     t_qkv_heads = tid("qkv.heads"); t_attn_heads = tid("attn.out.heads");
     t_attn_probs = tid("attn.probs"); t_attn_pmask = tid("attn.probs.dropout_mask"); t_attn_pdrop = tid("attn.probs.dropped");
     g_attn_probs = tid("d.attn.probs");
+    t_tokens_mtp = tid("tokens.mtp"); t_mtp_e = tid("mtp.embedding.out"); t_mtp_cat = tid("mtp.normed"); t_mtp_cat_g = tid("mtp.normed.gathered");
+    t_mtp_y = tid("mtp.proj.out"); t_mtp_y_g = tid("mtp.proj.gathered"); g_mtp_dh = tid("d.mtp.hidden"); g_mtp_e = tid("d.mtp.embedding.out");
+    g_mtp_e_g = tid("d.mtp.embedding.gathered"); g_mtp_cat = tid("d.mtp.normed"); g_mtp_cat_g = tid("d.mtp.normed.gathered");
+    g_mtp_y = tid("d.mtp.proj.out"); g_mtp_x_g = tid("d.mtp.x.gathered");
     t_mla_q_lat = tid("mla.q_latent"); t_mla_kv_lat = tid("mla.kv_latent"); t_mla_q_n = tid("mla.q_latent.normed");
     t_mla_kv_n = tid("mla.kv_latent.normed"); t_mla_k_rope = tid("mla.k_rope"); t_mla_q_g = tid("mla.q_latent.gathered");
     t_mla_kv_g = tid("mla.kv_latent.gathered"); t_mla_k_rope_g = tid("mla.k_rope.gathered"); t_mla_q = tid("mla.q.out");

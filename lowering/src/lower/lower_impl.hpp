@@ -25,7 +25,8 @@ struct Names {
     int q_down, kv_down, q, q_up, kv_up, latent_norm;
     int t_mla_q_lat, t_mla_kv_lat, t_mla_q_n, t_mla_kv_n, t_mla_k_rope, t_mla_q_g, t_mla_kv_g, t_mla_k_rope_g, t_mla_q, t_mla_kv;
     int g_mla_q, g_mla_kv, g_mla_k_rope_g, g_mla_q_g, g_mla_kv_g, g_mla_q_n, g_mla_kv_n, g_mla_k_rope, g_mla_q_lat, g_mla_kv_lat;
-    int embedding, final_norm, logits, loss, mtp_embedding, mtp_norms, mtp_proj;
+    int embedding, final_norm, logits, loss, mtp_embedding, mtp_norms, mtp_proj, mtp_proj_gather;
+    int t_tokens_mtp, t_mtp_e, t_mtp_cat, t_mtp_cat_g, t_mtp_y, t_mtp_y_g, g_mtp_dh, g_mtp_e, g_mtp_e_g, g_mtp_cat, g_mtp_cat_g, g_mtp_y, g_mtp_x_g;
     int tp_ar, tp_ag, tp_rs, tp_ag_input, cp_kv_ag, cp_dkv_rs, cp_a2a_qkv, cp_a2a_out, ep_dispatch, ep_combine;
     int pp_act, pp_grad, pp_gather;
     int dp_grads, edp_grads, dp_params, edp_params, zero3_ag, zero3_rs, zero3_ag_expert, zero3_rs_expert, emb_ar;
@@ -328,11 +329,14 @@ private:
     int head_weight(bool grad_of);
     bool loss_cast() const;                  ///< the logits cast to fp32 for the loss (and back) by kernels of their own
     double loss_bytes(bool backward) const;  ///< HBM traffic of the cross-entropy's kernels, by implementation
-    void head_forward();        ///< final norm, vocab-parallel logits, cross-entropy
-    void head_backward();
+    /// Final norm, vocab-parallel logits, cross-entropy: the model's (depth 0) or MTP module
+    /// `depth`'s, on its shifted tokens.
+    void head_forward(int depth = 0);
+    void head_backward(int depth = 0);
     void release_logits(int chunk);  ///< the head's stash of this micro-batch (freed once)
-    void mtp_forward();         ///< one multi-token prediction module (model.mtp_depth), last stage
-    void mtp_backward();
+    void mtp_forward(int k);    ///< multi-token prediction module k (1-based; model.mtp_depth), last stage
+    void mtp_backward(int k);
+    int mtp_tokens(int k);      ///< module k's tokens: each row's token k places on, its target k places on (-1 past the end)
     void block_on_send();       ///< plan.p2p_blocking: DeepSpeed's parity-ordered blocking send
     void post_blocking_recv();  ///< plan.p2p_blocking: a receive posted in line with compute
     double p2p_wire_bytes(double tensor_bytes) const;  ///< what one rank sends: 1/tp with plan.p2p_scatter_gather

@@ -177,7 +177,25 @@ ParamLayout param_layout(const ModelSpec& m, const PlanSpec& p, int stage) {
             const std::int64_t start = L.dense_elements;
             b.norm("final_norm.weight", "final_norm.bias", -1, c);
             if (!m.tied_embeddings) b.add("lm_head.weight", -1, c, vocab, m.hidden, ParamSplit::rows, true);
+            // The MTP modules (their layers' experts in the expert buffer): part of the head's unit.
+            const std::int64_t expert_start = L.expert_elements;
+            for (int k = m.mtp_depth; k >= 1; --k) {
+                const int lk = mtp_layer_id(m, k);
+                b.norm("mtp.final_norm.weight", "mtp.final_norm.bias", lk, c);
+                b.layer(lk, c);
+                b.add("mtp.eh_proj.weight", lk, c, m.hidden, 2 * m.hidden, ParamSplit::rows, true);
+                b.norm("mtp.hnorm.weight", "mtp.hnorm.bias", lk, c);
+                b.norm("mtp.enorm.weight", "mtp.enorm.bias", lk, c);
+            }
             unit(-1, true, false, start);
+            if (L.expert_elements > expert_start) {
+                GradUnit g;
+                g.chunk = c;
+                g.head = true;
+                g.offset = expert_start;
+                g.count = L.expert_elements - expert_start;
+                L.expert_units.push_back(g);
+            }
             if (shared) {
                 const std::int64_t t = L.dense_elements;
                 b.add("word_embedding.weight", -1, c, vocab, m.hidden, ParamSplit::rows, true, false, true);
@@ -246,7 +264,22 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
             return "plan.recompute_modules mla_up_proj without model.mla.q_lora_rank: the query projection reads the hidden "
                    "states, outside the up-projections' checkpoint (not executed)";
     }
-    if (m.mtp_depth > 0) return n("model.mtp_depth", std::to_string(m.mtp_depth)) + ": MTP modules are not in the dataflow lowering yet";
+    if (m.mtp_depth > 0) {
+        // Megatron-Core's MTP (DeepSeek-V3): the shifted tokens' embedding rows and RoPE; a module's
+        // layer is lowered under its own layer number (mtp_layer_id), which must be of the last
+        // layer's kind.
+        const std::string f = n("model.mtp_depth", std::to_string(m.mtp_depth));
+        if (m.position != PositionKind::rope) return f + " with learned positions: the MTP modules are executed with RoPE";
+        if (m.norm != NormKind::rmsnorm) return f + " with LayerNorm: the MTP modules' norms are executed as RMSNorm";
+        if (m.dropout > 0) return f + " with model.dropout: MTP modules with dropout are not executed";
+        if (p.cp > 1) return f + " with plan.cp > 1: the shifted tokens across a CP split are not executed";
+        if (p.zero_stage == 3 || !p.offload.params.all_gpu())
+            return f + " with ZeRO-3 or offloaded parameters: the MTP modules' weights are not gathered or fetched";
+        for (int k = 1; k <= m.mtp_depth; ++k)
+            if (m.layer_is_moe(mtp_layer_id(m, k)) != m.layer_is_moe(mtp_layer_kind(m)) ||
+                m.window_of(mtp_layer_id(m, k)) != m.window_of(mtp_layer_kind(m)))
+                return f + ": an MTP module's layer is built like the last layer, which this model's layer pattern does not give it";
+    }
     if (p.cp > 1 && m.seq_len % (2 * p.cp) != 0)
         return n("plan.cp", std::to_string(p.cp)) + ": model.seq_len = " + std::to_string(m.seq_len) +
                " must split into 2 x cp equal chunks (the load-balanced layout context parallelism runs)";

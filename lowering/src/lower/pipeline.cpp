@@ -247,7 +247,7 @@ void RankLowering::forward_pass(int mb, int chunk) {
     if (v == vlast) {
         stashed_[{mb_, chunk, -2}] = alloc_list(logits_desc_, logits_ids_);  // incl. the MTP modules'
         head_forward();
-        for (int k = 0; k < m_.mtp_depth; ++k) mtp_forward();
+        for (int k = 1; k <= m_.mtp_depth; ++k) mtp_forward(k);
     } else if (next != stage_) {
         wait(send_stream(chunk, true), record(Stream::compute));
         Instr& in = push(InstrKind::send, send_stream(chunk, true), n_.pp_act);
@@ -292,7 +292,7 @@ void RankLowering::backward_pass(int mb, int chunk) {
         if (!out_full_desc_.empty()) regathered = alloc_list(out_full_desc_, out_full_ids_);
     } else {
         begin_unfused_capture();
-        for (int k = 0; k < m_.mtp_depth; ++k) mtp_backward();
+        for (int k = m_.mtp_depth; k >= 1; --k) mtp_backward(k);  // the deepest first: its hidden state's gradient feeds the one below
         head_backward();
         // The loss's and the head's saved tensors go with their backward (autograd frees a node's
         // saved tensors when it has run), before the layers' backward, as memory.hpp counts them

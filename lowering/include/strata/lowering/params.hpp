@@ -80,5 +80,9 @@ ParamLayout param_layout(const ModelSpec& m, const PlanSpec& p, int stage);
 /// Why the dataflow lowering (and so the runtime) cannot execute this model and plan yet; empty
 /// when it can. Names the field and the value.
 std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p);
+/// MTP module k's (1-based) layer number: layers + 2k - 1. Its layer's input is x at that number
+/// and its output x at the next, which its head's tensors take too: the modules' tensors and
+/// weights stay apart from the decoder's and from each other's.
+inline int mtp_layer_id(const ModelSpec& m, int k) { return m.layers + 2 * k - 1; }
 
 }  // namespace strata::sim

@@ -39,6 +39,9 @@ struct RunOptions {
     // matrices only. No gradient clipping (its global norm is not an instruction of the Program).
     double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
     int warmup_steps = 0;
+    /// Multi-token prediction (model.mtp_depth): the modules' losses join the objective as
+    /// mtp_loss_scale / depth times their sum (Megatron-Core's --mtp-loss-scaling-factor, 0.1).
+    double mtp_loss_scale = 0.1;
     /// fp16 plans: Megatron's dynamic loss scaling (--initial-loss-scale 2^32, --loss-scale-window
     /// 1000, --hysteresis 2, --min-loss-scale 1): the loss is scaled up before the backward; a step
     /// whose gradients overflow is skipped, and after `hysteresis` overflows the scale halves; after
@@ -91,6 +94,7 @@ struct RankTrace {
 struct StepReport {
     int step = 0;             ///< 1-based, counting resumed steps
     double loss = 0;          ///< mean cross-entropy over the step's tokens (nats)
+    double mtp_loss = 0;      ///< MTP: the modules' mean cross-entropies, averaged over the modules (not in `loss`)
     double step_s = 0;
     double tokens_per_s = 0;
     double mfu = 0;           ///< 0 when RunOptions::peak_flops_per_rank is 0

@@ -1,0 +1,110 @@
+// Multi-token prediction on the runtime (DeepSeek-V3 Sec. 2.2, Megatron-Core's MTP; lowering's
+// edges.cpp, runtime's mtp_ops.cpp): each module predicts the token k + 1 places on from the
+// hidden state below and the next token's embedding; its loss, over the rows the shift leaves,
+// joins the objective weighted mtp_loss_scale / depth.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "runtime_checks.hpp"
+#include "runtime_fixtures.hpp"
+
+using namespace strata;
+using namespace strata::sim;
+using namespace strata::test;
+
+namespace {
+ModelSpec with_mtp(ModelSpec m, int depth) {
+    m.mtp_depth = depth;
+    m.name += "-mtp" + std::to_string(depth);
+    return m;
+}
+double objective(const runtime::StepReport& r) { return r.loss + 0.1 * r.mtp_loss; }  // RunOptions' default scale
+}  // namespace
+
+TEST_CASE("MTP: the modules' losses start at chance and fall with the model's", "[runtime][mtp]") {
+    const ModelSpec m = with_mtp(tiny_llama(2), 2);
+    runtime::RunOptions o;
+    o.lr = 3e-3;
+    runtime::Session s(m, cpu_cluster(1), cpu_plan(), o);
+    std::vector<runtime::StepReport> r;
+    for (int i = 0; i < 6; ++i) r.push_back(s.step());
+    const double chance = std::log(static_cast<double>(padded_vocab(m, cpu_plan())));
+    CHECK(r.front().mtp_loss == Approx(chance).epsilon(0.02));
+    CHECK(r.back().mtp_loss < r.front().mtp_loss);
+    CHECK(r.back().loss < r.front().loss);
+    // The model's own curve moves with the modules (they share the embedding, the head and the
+    // hidden state), but not by their losses: `loss` is the model's alone.
+    runtime::Session plain(tiny_llama(2), cpu_cluster(1), cpu_plan(), o);
+    CHECK(plain.step().loss == Approx(r.front().loss).epsilon(1e-12));
+}
+
+TEST_CASE("MTP: gradients match finite differences of the loss and the modules' weighted mean", "[runtime][mtp][grad]") {
+    SECTION("one module: its norms, projection, layer, final norm; the shared embedding and head") {
+        check_gradients(with_mtp(tiny_llama(2), 1), cpu_plan(), 0,
+                        {{"mtp.enorm.weight", 3}, {"mtp.hnorm.weight", 3}, {"mtp.eh_proj.weight", 3}, {"qkv.weight", 3}, {"fc1.weight", 3},
+                         {"mtp.final_norm.weight", 3}, {"word_embedding.weight", -1}, {"lm_head.weight", -1}, {"fc2.weight", 1}},
+                        {}, false, 1e-3, objective);
+    }
+    SECTION("two modules, the second on the first's hidden state; TP 2 with SP, rank 1's shards") {
+        check_gradients(with_mtp(tiny_llama(2), 2), cpu_plan(), 0, {{"mtp.eh_proj.weight", 5}, {"mtp.hnorm.weight", 5}, {"qkv.weight", 3}},
+                        {}, false, 1e-3, objective);
+        PlanSpec p = cpu_plan(2);
+        p.sequence_parallel = true;
+        check_gradients(with_mtp(tiny_llama(2), 1), p, 1, {{"mtp.eh_proj.weight", 3}, {"fc1.weight", 3}, {"word_embedding.weight", -1}}, {},
+                        false, 1e-3, objective);
+    }
+}
+
+TEST_CASE("MTP: every parallel variant gives the single-rank curves", "[runtime][mtp]") {
+    const ModelSpec m = with_mtp(tiny_llama(2), 2);
+    PlanSpec sp = cpu_plan(2);
+    sp.sequence_parallel = true;
+    PlanSpec pp = cpu_plan(1, 2);
+    PlanSpec zero1 = cpu_plan(1, 1, 2);
+    zero1.zero_stage = 1;
+    PlanSpec full = cpu_plan(2, 2);
+    full.recompute = Recompute::full;
+    // Autograd's unfused accumulation: the head and the embedding are used by every module, each
+    // use a gradient of its own added to the sum (until stop 58's fix the second use's replaced the first's).
+    PlanSpec unfused = cpu_plan(1, 1, 2);
+    unfused.grad_accum_fusion = false;
+    runtime::RunOptions emulated;
+    emulated.backend = runtime::Backend::emulated;
+    const std::vector<Variant> variants{{"tp 2", cpu_plan(2)},   {"tp 2, sp", sp}, {"dp 2, unfused gradient accumulation", unfused},
+                                        {"pp 2", pp},             {"dp 2, ZeRO-1", zero1},
+                                        {"tp 2 x pp 2, full recompute", full}, {"one rank on the emulated device", cpu_plan(), emulated}};
+    check_against_single_rank(m, variants);
+    // The modules' own curve too.
+    runtime::RunOptions o;
+    o.lr = 3e-3;
+    auto mtp_curve = [&](const PlanSpec& p, runtime::RunOptions opt) {
+        opt.lr = 3e-3;
+        runtime::Session s(m, cpu_cluster(p.gpus()), p, opt);
+        std::vector<double> out;
+        for (int i = 0; i < kSteps; ++i) out.push_back(s.step().mtp_loss);
+        return out;
+    };
+    const std::vector<double> ref = mtp_curve(cpu_plan(), o);
+    for (const Variant& v : variants) {
+        const std::vector<double> got = mtp_curve(v.plan, v.options);
+        INFO(v.name);
+        for (int i = 0; i < kSteps; ++i) CHECK(got[static_cast<std::size_t>(i)] == Approx(ref[static_cast<std::size_t>(i)]).epsilon(kTol));
+    }
+}
+
+TEST_CASE("MTP with MLA and routed experts (DeepSeek-V3's shape): EP and TP on the single-rank curve", "[runtime][mtp][mla]") {
+    const ModelSpec m = with_mtp(tiny_mla_moe(), 1);
+    PlanSpec ep = cpu_plan(1, 1, 2);
+    ep.ep = 2;
+    PlanSpec tp = cpu_plan(2, 2);
+    tp.sequence_parallel = true;
+    check_against_single_rank(m, {{"dp 2 x ep 2", ep}, {"tp 2 x pp 2, sp", tp}});
+}
+
+TEST_CASE("MTP: what is not executed is refused with the field named", "[runtime][mtp]") {
+    PlanSpec z3 = cpu_plan(1, 1, 2);
+    z3.zero_stage = 3;
+    CHECK_THROWS_WITH(runtime::Session(with_mtp(tiny_llama(2), 1), cpu_cluster(2), z3, {}), Catch::Contains("model.mtp_depth"));
+    CHECK_THROWS_WITH(runtime::Session(with_mtp(tiny_gpt(), 1), cpu_cluster(1), cpu_plan(), {}), Catch::Contains("model.mtp_depth"));
+}
