@@ -43,9 +43,9 @@ void RankState::mask_rows(float* x, int k, i64 rows, i64 cols) {
 
 // The per-row losses into the step's sums: the model's, or MTP module k's over the rows its
 // shift leaves (zeroed past the end, in place).
-void RankState::add_loss(const float* loss, i64 T, int k) {
+void RankState::add_loss(float* loss, i64 T, int k) {
     double sum = 0;
-    if (k > 0) mask_rows(const_cast<float*>(loss), k, T, 1);
+    if (k > 0) mask_rows(loss, k, T, 1);
     if (dev_) sum = dev_->sum(loss, T);
     else
         for (i64 t = 0; t < T; ++t) sum += loss[t];

@@ -463,7 +463,7 @@ private:
     int mtp_depth_of(const sim::DataTensor& t) const;
     std::vector<float> mtp_mask(int k, i64 rows) const;
     void mask_rows(float* x, int k, i64 rows, i64 cols);
-    void add_loss(const float* loss, i64 T, int k);
+    void add_loss(float* loss, i64 T, int k);
     bool mtp_op(std::size_t i);  ///< the MTP modules' norms and projection gather (mtp_ops.cpp)
     bool skipped_ = false;
     RankTrace trace_;

@@ -93,6 +93,11 @@ TEST_CASE("MLA: every parallel variant gives the single-rank curve", "[runtime][
         if (q_lora) sel.recompute_modules |= recompute_bit(RecomputeModule::mla_up_proj);
         PlanSpec unfused = cpu_plan(2);
         unfused.flash_attention = false;
+        // torchtitan's op-level SAC (tp 1): the latents (or wq's query) and wkv_b's output kept,
+        // the other projections, the latent norms and RoPE rerun.
+        PlanSpec sac = cpu_plan(1, 1, 2);
+        sac.recompute = Recompute::selective;
+        sac.recompute_policy = RecomputePolicy::op;
         runtime::RunOptions emulated;
         emulated.backend = runtime::Backend::emulated;
         check_against_single_rank(m, {{"tp 2", cpu_plan(2)},
@@ -102,6 +107,7 @@ TEST_CASE("MLA: every parallel variant gives the single-rank curve", "[runtime][
                                       {"tp 2 x pp 2, full recompute", full},
                                       {"tp 2, sp, selective recompute", sel},
                                       {"tp 2, unfused attention", unfused},
+                                      {"dp 2, op-level SAC", sac},
                                       {"one rank on the emulated device", cpu_plan(), emulated},
                                       {"tp 2, sp on the emulated device", sp, emulated}});
     }
@@ -113,7 +119,10 @@ TEST_CASE("MLA with routed experts (DeepSeek's layer): EP and TP on the single-r
     ep.ep = 2;
     PlanSpec tp = cpu_plan(2);
     tp.sequence_parallel = true;
-    check_against_single_rank(m, {{"dp 2 x ep 2", ep}, {"tp 2, sp", tp}});
+    PlanSpec sac = ep;
+    sac.recompute = Recompute::selective;
+    sac.recompute_policy = RecomputePolicy::op;
+    check_against_single_rank(m, {{"dp 2 x ep 2", ep}, {"tp 2, sp", tp}, {"dp 2 x ep 2, op-level SAC", sac}});
 }
 
 TEST_CASE("MLA: what is not executed is refused with the field named", "[runtime][mla]") {
@@ -121,10 +130,6 @@ TEST_CASE("MLA: what is not executed is refused with the field named", "[runtime
     PlanSpec cp = cpu_plan();
     cp.cp = 2;
     CHECK_THROWS_WITH(runtime::Session(tiny_mla(true), cpu_cluster(2), cp, {}), Catch::Contains("plan.cp = 2") && Catch::Contains("MLA"));
-    PlanSpec sac = cpu_plan();
-    sac.recompute = Recompute::selective;
-    sac.recompute_policy = RecomputePolicy::op;
-    CHECK_THROWS_WITH(runtime::Session(tiny_mla(true), cpu_cluster(1), sac, {}), Catch::Contains("recompute_policy"));
     PlanSpec up = cpu_plan();
     up.recompute = Recompute::selective;
     up.recompute_modules = recompute_bit(RecomputeModule::mla_up_proj);

@@ -259,7 +259,6 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
         if (m.linear_bias || m.qkv_bias) return "model.mla with linear or QKV biases: MLA's projections are executed without biases";
         if (m.qk_norm) return "model.mla with model.qk_norm: MLA normalises its latents, not per-head queries and keys";
         if (p.cp > 1) return n("plan.cp", std::to_string(p.cp)) + " with model.mla: context parallelism of MLA's attention is not executed yet";
-        if (p.op_sac()) return "plan.recompute_policy = op with model.mla: op-level SAC of MLA's projections is not executed yet";
         if (m.mla->q_lora_rank == 0 && p.recompute == Recompute::selective && p.recomputes(RecomputeModule::mla_up_proj))
             return "plan.recompute_modules mla_up_proj without model.mla.q_lora_rank: the query projection reads the hidden "
                    "states, outside the up-projections' checkpoint (not executed)";

@@ -127,27 +127,48 @@ void RankLowering::op_sac_recompute(int layer) {
     phase_ = saved;
 }
 
-// MLA's projections under op-level SAC (costs only), in torchtitan's order: wq (or wq_a, q_norm,
-// wq_b), wkv_a, kv_norm, wkv_b; the rerun ones again, the latent norms and RoPE always (tp = 1:
-// every projection sees all the tokens). wo is the caller's.
+// MLA's projections under op-level SAC, torchtitan's matmuls in its order: wq_a and wq_b (or wq),
+// wkv_a, wkv_b; the rerun ones again, the latent norms and RoPE always (tp = 1: every projection
+// sees all the tokens). Lowered in the forward's order: the down-projections, the latent norms,
+// the up-projections, RoPE. Dataflow: a rerun matmul rewrites its output, a kept one's (the
+// latents of wq_a and wkv_a, or wq's query, or wkv_b's key/value) is the forward's. wo is the caller's.
 void RankLowering::op_sac_recompute_mla(const char* rerun) {
     const MlaSpec& a = *m_.mla;
+    const MlaTensors mt = mla_tensors(layer_);
+    const LayerTensors t = layer_tensors(layer_);
+    const bool qlat = a.q_lora_rank > 0;
     std::size_t i = 0;
-    auto linear = [&](int name, double in, double out) {
-        if (rerun[i++]) gemm_cast(name, d_.tokens, out, in);
-    };
+    const bool r_qa = qlat && rerun[i++], r_qb = qlat && rerun[i++], r_q = !qlat && rerun[i++];
+    const bool r_kva = rerun[i++], r_kvb = rerun[i];
     const double heads = d_.heads, qk = heads * static_cast<double>(a.qk_nope_head_dim + a.qk_rope_head_dim);
     const double lat = static_cast<double>(a.q_lora_rank + a.kv_lora_rank), rope = static_cast<double>(a.qk_rope_head_dim);
-    if (a.q_lora_rank > 0) {
-        linear(n_.q_down, d_.h, static_cast<double>(a.q_lora_rank));
-        linear(n_.q_up, static_cast<double>(a.q_lora_rank), qk);
-    } else {
-        linear(n_.q, d_.h, qk);
+    const double ql = static_cast<double>(a.q_lora_rank), kl = static_cast<double>(a.kv_lora_rank);
+    if (r_qa) {
+        gemm_cast(n_.q_down, d_.tokens, ql, d_.h);
+        if (df_) io({t.ln1, prm("q_down.weight", layer_)}, {mt.q_lat});
     }
-    linear(n_.kv_down, d_.h, static_cast<double>(a.kv_lora_rank) + rope);
+    if (r_kva) {
+        gemm_cast(n_.kv_down, d_.tokens, kl + rope, d_.h);
+        if (df_) io({t.ln1, prm("kv_down.weight", layer_)}, {mt.kv_lat});
+    }
     compute(Op::norm, n_.latent_norm, 0, 2 * d_.tokens * lat * d_.act_bytes);
-    linear(n_.kv_up, static_cast<double>(a.kv_lora_rank), heads * static_cast<double>(a.qk_nope_head_dim + a.v_head_dim));
-    if (m_.position == PositionKind::rope) compute(Op::elementwise, n_.rope, 0, 2 * d_.tokens * (heads + 1) * rope * d_.act_bytes);
+    if (df_)
+        io({opt(mt.q_lat), mt.kv_lat, qlat ? prm("q_latent_norm.weight", layer_) : -1, prm("kv_latent_norm.weight", layer_)},
+           {opt(mt.q_n), mt.kv_n, mt.k_rope});
+    if (r_qb) {
+        gemm_cast(n_.q_up, d_.tokens, qk, ql);
+        if (df_) io({mt.q_g, prm("q_up.weight", layer_)}, {mt.q});
+    }
+    if (r_q) {
+        gemm_cast(n_.q, d_.tokens, qk, d_.h);
+        if (df_) io({t.ln1, prm("q.weight", layer_)}, {mt.q});
+    }
+    if (r_kvb) {
+        gemm_cast(n_.kv_up, d_.tokens, heads * static_cast<double>(a.qk_nope_head_dim + a.v_head_dim), kl);
+        if (df_) io({mt.kv_g, prm("kv_up.weight", layer_)}, {mt.kv});
+    }
+    compute(Op::elementwise, n_.rope, 0, mla_rope_bytes());
+    if (df_) io({mt.q, mt.kv, mt.k_rope_g}, {t.qkv});
 }
 
 // A MoE block under op-level SAC (costs only: the runtime does not execute it). torchtitan's
