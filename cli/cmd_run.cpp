@@ -32,6 +32,7 @@ std::string step_line(const runtime::StepReport& r, int of) {
                   r.loss, r.step_s * 1e3, r.tokens_per_s, 100 * r.mfu, human_bytes(r.peak_bytes[0]).c_str(),
                   human_bytes(r.peak_bytes[1]).c_str(), human_bytes(r.peak_bytes[2]).c_str());
     std::string line = buf;
+    if (r.mtp_loss > 0) line += "  mtp loss " + json_num(r.mtp_loss, 4);
     if (r.skipped) line += "  (update skipped: fp16 overflow at loss scale " + json_num(r.loss_scale, 0) + ")";
     return line;
 }
@@ -42,6 +43,7 @@ std::string steps_json(const std::vector<runtime::StepReport>& steps, const std:
     for (std::size_t i = 0; i < steps.size(); ++i) {
         const auto& r = steps[i];
         o += std::string(i ? ",\n" : "\n") + "    {\"step\": " + std::to_string(r.step) + ", \"loss\": " + json_num(r.loss, 6) +
+             (r.mtp_loss > 0 ? ", \"mtp_loss\": " + json_num(r.mtp_loss, 6) : std::string()) +
              ", \"step_s\": " + json_num(r.step_s, 6) + ", \"tokens_per_s\": " + json_num(r.tokens_per_s, 1) + ", \"mfu\": " +
              json_num(r.mfu, 6) + ", \"peak_bytes\": {\"gpu\": " + json_num(r.peak_bytes[0], 0) + ", \"cpu\": " +
              json_num(r.peak_bytes[1], 0) + ", \"ssd\": " + json_num(r.peak_bytes[2], 0) + "}, \"loss_scale\": " +

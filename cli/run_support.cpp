@@ -43,6 +43,10 @@ void add_runtime_options(CLI::App* cmd, RuntimeArgs& a, int default_steps) {
     cmd->add_option("--initial-loss-scale", a.initial_loss_scale,
                     "fp16 plans: the dynamic loss scale to start from (Megatron's default 2^32; window 1000, hysteresis 2)")
         ->check(CLI::Range(1.0, 1e12));
+    cmd->add_option("--mtp-loss-scale", a.mtp_loss_scale,
+                    "models with MTP modules: their losses join the objective times this over their number (Megatron's "
+                    "--mtp-loss-scaling-factor, 0.1)")
+        ->check(CLI::Range(0.0, 100.0));
     cmd->add_option("--save", a.save, "write a checkpoint to DIR after the last step (or on Ctrl-C)");
     cmd->add_option("--resume", a.resume, "continue from the checkpoint in DIR");
     cmd->add_option("--ssd-dir", a.ssd_dir, "where the ssd tier's files go (default: a temporary directory)");
@@ -57,6 +61,7 @@ runtime::RunOptions runtime_options(const RuntimeArgs& a, const sim::Scenario& s
     o.warmup_steps = a.warmup;
     o.seed = a.seed;
     o.initial_loss_scale = a.initial_loss_scale;
+    o.mtp_loss_scale = a.mtp_loss_scale;
     o.resume_dir = a.resume;
     o.ssd_dir = a.ssd_dir;
     if (a.data == "text") o.data.text_path = find_bundled("data", "public-domain.txt");

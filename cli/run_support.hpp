@@ -17,6 +17,7 @@ struct RuntimeArgs {
     int warmup = 0;
     unsigned long long seed = 42;
     double initial_loss_scale = 4294967296.0;  ///< fp16 plans (Megatron's --initial-loss-scale)
+    double mtp_loss_scale = 0.1;               ///< MTP models (Megatron's --mtp-loss-scaling-factor)
 };
 void add_runtime_options(CLI::App* cmd, RuntimeArgs& a, int default_steps);
 

@@ -89,6 +89,10 @@ bool RankState::moe_compute(std::size_t i) {
         const i64 rows = rows_like(0, bwd ? 1 : 0);
         if (bwd && weighted) rows_like(1, 1);
         const i64 f = bwd ? T(1).cols : T(o.n_in).cols;  // the activation's width
+        if (rows == 0) {  // no row reached this rank's experts: its outputs are empty, but written
+            for (int q = 0; q < o.n_out; ++q) O(q);
+            return true;
+        }
         // Each step on the backend's own kernels; the cpu backend's scaling and dots inline.
         auto act = [&](float* y, const float* x) {
             if (dev_) {
@@ -351,6 +355,9 @@ bool RankState::moe_compute(std::size_t i) {
     const i64 wout = w.rows / local, win = w.cols;
     if (w.rows % local != 0) fail(i, "its stacked expert weights do not split into the rank's experts");
     if (!wgrad) rows_like(0, 0);
+    // Written even when no row reached this rank's experts (a routing that sends none here: its
+    // readers then see an empty tensor, not an unwritten one).
+    float* const out = O(0);
     for (const Segment& g : segs) {
         if (g.rows == 0) continue;
         const i64 wo = g.expert * wout * win;
@@ -358,19 +365,19 @@ bool RankState::moe_compute(std::size_t i) {
         // expert, as Transformer Engine's GroupedLinear issues them).
         if (wgrad) {  // {x, dy, routing} -> dW
             if (T(0).cols != win || T(1).cols != wout) fail(i, "wgrad operand shapes disagree");
-            float* dw = O(0) + wo;
+            float* dw = out + wo;
             const float *x = I(0) + g.first * win, *dy = I(1) + g.first * wout;
             if (dev_) dev_->matmul_wgrad(dw, nullptr, x, dy, g.rows, win, wout);
             else cpu::matmul_wgrad(dw, nullptr, x, dy, g.rows, win, wout);
         } else if (out0.role == TensorRole::grad) {  // {dy, W, routing} -> dx
             if (T(0).cols != wout || out0.cols != win) fail(i, "dgrad operand shapes disagree");
-            float* dx = O(0) + g.first * win;
+            float* dx = out + g.first * win;
             const float *dy = I(0) + g.first * wout, *wexp = I(1) + wo;
             if (dev_) dev_->matmul_dgrad(dx, dy, wexp, g.rows, win, wout);
             else cpu::matmul_dgrad(dx, dy, wexp, g.rows, win, wout);
         } else {  // {x, W, routing} -> y
             if (T(0).cols != win || out0.cols != wout) fail(i, "forward GEMM operand shapes disagree");
-            float* y = O(0) + g.first * wout;
+            float* y = out + g.first * wout;
             const float *x = I(0) + g.first * win, *wexp = I(1) + wo;
             if (dev_) dev_->matmul_forward(y, x, wexp, nullptr, g.rows, win, wout);
             else cpu::matmul_forward(y, x, wexp, nullptr, g.rows, win, wout);
