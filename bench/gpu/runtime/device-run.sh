@@ -6,7 +6,7 @@
 # (pinning 108 GB of host memory), the others 3-40 s; the machine's start about 30 s. The default
 # list fits one 600 s call; name the others (llama-2-7b-offload, gpt2-774m-ssd, gpt2-1.5b-unfused,
 # gpt2-124m-dropout, llama-2-7b-offload-lockfree, llama-2-7b-offload-bf16, qwen3-moe-2l-bf16,
-# gpt2-774m-infinity-bf16, gpt2-124m-fp16) in a second one. The bf16 cases and stop 47's
+# gpt2-774m-infinity-bf16, gpt2-124m-fp16, deepseek-v3-2l-bf16) in a second one. The bf16 cases and stop 47's
 # profile rows (grouped_gemm, gemm_sustained, the runtime's kernels on bf16 buffers) have never
 # run: their times are unknown.
 # Usage: OUT=DIR bench/gpu/runtime/device-run.sh PKG [CASE...]   (PKG from package.sh)
@@ -72,6 +72,9 @@ for c in $cases; do
         # Stop 49: two Qwen3-30B-A3B layers (QK-norm, 128 experts, top 8) on the cuda backend's MoE
         # path: the router, the moves and the per-expert GEMMs measured against their prediction.
         qwen3-moe-2l-bf16) m=qwen3-moe-2l steps=4 lim=150 ;;
+        # Stop 58: two DeepSeek-V3 layers at full width with 16 of its experts and its MTP module:
+        # MLA's kernels (the RoPE assembly, the padded values), the MTP module's, never run on a GPU.
+        deepseek-v3-2l-bf16) m=deepseek-v3-2l steps=3 lim=200 ;;
       esac
       stamp "validate $c"
       timeout "$lim" "$S" validate --model "${model:-$D/model-$m.json}" --plan "${plan:-$D/plan-$c.json}" --cluster "$cluster" --backend cuda --steps $steps \
