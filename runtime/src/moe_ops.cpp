@@ -548,7 +548,7 @@ void RankState::finish_moe_collective(std::size_t i) {
         if (!home || rows != y.rows) dyn_rows_[out] = rows;
         float* to = tensor(out, true, i);
         if (dev_) dev_->copy(to, data.data(), len);
-        else std::memcpy(to, data.data(), static_cast<std::size_t>(len) * sizeof(float));
+        else if (len > 0) std::memcpy(to, data.data(), static_cast<std::size_t>(len) * sizeof(float));
     }
     if (dev_) unstage(i);  // the sent rows' host copies
 }

@@ -103,7 +103,7 @@ void Transport::perform(Coll& c) {
                     for (const CollPart& dst : c.parts) {
                         STRATA_ASSERT(dst.out_n[k] == len * n, "all_gather: output is not members x input");
                         for (const CollPart& src : c.parts)
-                            std::memcpy(dst.out[k] + len * src.group_rank, src.in[k], static_cast<std::size_t>(len) * sizeof(float));
+                            if (len > 0) std::memcpy(dst.out[k] + len * src.group_rank, src.in[k], static_cast<std::size_t>(len) * sizeof(float));
                     }
                 }
             }
@@ -154,7 +154,8 @@ void Transport::perform(Coll& c) {
                     const i64 rows = src.send_rows[d];
                     for (std::size_t q = 0; q < tensors; ++q) {
                         const i64 C = p0.row_cols[q];
-                        std::memcpy(r.data[q].data() + at * C, src.in[q] + from * C, static_cast<std::size_t>(rows * C) * sizeof(float));
+                        if (rows > 0)  // a member sending none may hold an empty (null) tensor
+                            std::memcpy(r.data[q].data() + at * C, src.in[q] + from * C, static_cast<std::size_t>(rows * C) * sizeof(float));
                     }
                     at += rows;
                     for (i64 j = 0; j < L; ++j)
