@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "rank.hpp"
+#include "strata/lowering/params.hpp"
 #include "strata/runtime/cpu_kernels.hpp"
 
 namespace strata::runtime {
@@ -17,7 +18,7 @@ int RankState::mtp_depth_of(const DataTensor& t) const {
     const ModelSpec& m = w_.model;
     if (m.mtp_depth <= 0) return 0;
     if (w_.program.tensor_names[static_cast<std::size_t>(t.name)] == "tokens.mtp") return t.layer;
-    return t.layer > m.layers ? (t.layer - m.layers) / 2 : 0;  // a head's tensors: layers + 2k
+    return mtp_module_of_layer(m, t.layer);
 }
 
 std::vector<float> RankState::mtp_mask(int k, i64 rows) const {
@@ -27,25 +28,23 @@ std::vector<float> RankState::mtp_mask(int k, i64 rows) const {
     return mask;
 }
 
-void RankState::mask_rows(float* x, int k, i64 rows, i64 cols) {
+void RankState::mask_rows(std::size_t i, float* x, int k, i64 rows, i64 cols) {
     const std::vector<float> mask = mtp_mask(k, rows);
     if (!dev_) {
         for (i64 r = 0; r < rows; ++r)
             if (mask[static_cast<std::size_t>(r)] == 0.0f) std::memset(x + r * cols, 0, static_cast<std::size_t>(cols) * sizeof(float));
         return;
     }
-    float* m = dev_->alloc(rows, Storage::fp32);
-    if (!m) throw OutOfMemory("no device memory for an MTP loss mask");
-    dev_->copy(m, mask.data(), rows);
-    dev_->scale_rows(x, x, m, rows, cols);
-    dev_->release(m, rows);
+    Sum m(*this, i, rows);  // the mask on the device
+    dev_->copy(m.p, mask.data(), rows);
+    dev_->scale_rows(x, x, m.p, rows, cols);
 }
 
 // The per-row losses into the step's sums: the model's, or MTP module k's over the rows its
 // shift leaves (zeroed past the end, in place).
-void RankState::add_loss(float* loss, i64 T, int k) {
+void RankState::add_loss(std::size_t i, float* loss, i64 T, int k) {
     double sum = 0;
-    if (k > 0) mask_rows(loss, k, T, 1);
+    if (k > 0) mask_rows(i, loss, k, T, 1);
     if (dev_) sum = dev_->sum(loss, T);
     else
         for (i64 t = 0; t < T; ++t) sum += loss[t];

@@ -174,17 +174,14 @@ void RankState::compute(std::size_t i) {
                 if (nout > 1) {  // one shard: the loss itself
                     float* loss = O(1);
                     KERNEL(loss_combine, loss, nullptr, O(0), 1, T);
-                    add_loss(loss, T, k);
+                    add_loss(i, loss, T, k);
                 }
             } else {
                 const i64 shards = a.in(2).elements() / (T * 3);
                 // fp16: the loss scaled up (Megatron's scale_loss) so that small gradients survive
                 // fp16. An MTP module's mean is over the rows its shift leaves, times its weight.
                 double scale = w_.loss_scale / w_.program.tokens_per_step;
-                if (k > 0) {
-                    const double seq = static_cast<double>(m.seq_len);
-                    scale *= w_.options.mtp_loss_scale / m.mtp_depth * seq / (seq - k);
-                }
+                if (k > 0) scale *= w_.options.mtp_loss_scale / m.mtp_depth / mtp_kept_fraction(m, k);
                 if (dev_) {
                     dev_->loss_backward(O(0), I(0), I(1), I(2), shards, tp_rank_ * V, T, V, static_cast<float>(scale));
                 } else {
@@ -192,7 +189,7 @@ void RankState::compute(std::size_t i) {
                     KERNEL(loss_combine, nullptr, lse.data(), I(2), shards, T);
                     cpu::loss_backward(O(0), I(0), I(1), lse.data(), tp_rank_ * V, T, V, static_cast<float>(scale));
                 }
-                if (k > 0) mask_rows(O(0), k, T, V);  // the rows past the sequence's end have no target
+                if (k > 0) mask_rows(i, O(0), k, T, V);  // the rows past the sequence's end have no target
             }
             return;
         }
@@ -307,7 +304,7 @@ void RankState::compute(std::size_t i) {
         const i64 T = loss.rows, shards = a.in(0).elements() / (T * 3);
         float* l = O(0);
         KERNEL(loss_combine, l, nullptr, I(0), shards, T);
-        if (tp_rank_ == 0) add_loss(l, T, mtp_depth_of(loss));  // every TP rank holds the same loss: count it once
+        if (tp_rank_ == 0) add_loss(i, l, T, mtp_depth_of(loss));  // every TP rank holds the same loss: count it once
     } else {
         fail(i, "elementwise op '" + name + "' is not executed by the runtime");
     }

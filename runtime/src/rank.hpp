@@ -462,8 +462,8 @@ private:
     /// where the shift passed the sequence's end); and the scale of its gradient.
     int mtp_depth_of(const sim::DataTensor& t) const;
     std::vector<float> mtp_mask(int k, i64 rows) const;
-    void mask_rows(float* x, int k, i64 rows, i64 cols);
-    void add_loss(float* loss, i64 T, int k);
+    void mask_rows(std::size_t i, float* x, int k, i64 rows, i64 cols);
+    void add_loss(std::size_t i, float* loss, i64 T, int k);
     bool mtp_op(std::size_t i);  ///< the MTP modules' norms and projection gather (mtp_ops.cpp)
     bool skipped_ = false;
     RankTrace trace_;

@@ -253,13 +253,10 @@ StepReport Session::step() {
     double loss = 0;
     for (auto& r : s.ranks) loss += r->loss_sum();
     rep.loss = loss / s.program.tokens_per_step;
-    if (s.model.mtp_depth > 0) {  // each module's mean over the rows its shift leaves (rank.hpp, mtp_valid_rows)
-        const double seq = static_cast<double>(s.model.seq_len);
-        for (int k = 1; k <= s.model.mtp_depth; ++k) {
-            double sum = 0;
-            for (auto& r : s.ranks) sum += r->mtp_loss_sum(k);
-            rep.mtp_loss += sum / (s.program.tokens_per_step * (seq - k) / seq) / s.model.mtp_depth;
-        }
+    for (int k = 1; k <= s.model.mtp_depth; ++k) {  // each module's mean over the rows its shift leaves
+        double sum = 0;
+        for (auto& r : s.ranks) sum += r->mtp_loss_sum(k);
+        rep.mtp_loss += sum / (s.program.tokens_per_step * mtp_kept_fraction(s.model, k)) / s.model.mtp_depth;
     }
     rep.step_s = secs;
     rep.tokens_per_s = s.program.tokens_per_step / secs;

@@ -94,13 +94,8 @@ inline sim::ModelSpec tiny_mla(bool q_lora, int layers = 2) {
 inline sim::ModelSpec tiny_mla_moe() {
     sim::ModelSpec m = tiny_mla(true);
     m.name = "tiny-mla-moe";
-    sim::MoeSpec e;
-    e.experts = 4;
-    e.top_k = 2;
-    e.expert_ffn_hidden = 24;
-    e.shared_experts = 1;
-    e.first_k_dense = 1;
-    m.moe = e;
+    m.moe = tiny_moe().moe;
+    m.moe->shared_experts = 1;
     return m;
 }
 

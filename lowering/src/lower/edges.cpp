@@ -98,14 +98,20 @@ double RankLowering::loss_bytes(bool backward) const {
 // log-sum-exp and the loss (a vocab-parallel cross-entropy in one gather, where Megatron uses three
 // all-reduces of the same numbers). `depth` > 0: MTP module `depth`'s head (its own final norm,
 // the shared output layer, its shifted tokens), its tensors under layer number layers + 2 depth.
+RankLowering::HeadOf RankLowering::head_of(int depth) const {
+    if (depth == 0) return {-1, m_.layers, -1, "final_norm.weight", "final_norm.bias"};
+    const int lk = mtp_layer_id(m_, depth);
+    return {lk + 1, lk + 1, lk, "mtp.final_norm.weight", "mtp.final_norm.bias"};
+}
+
 void RankLowering::head_forward(int depth) {
     wait(Stream::compute, head_ready_);
     head_ready_ = -1;
     fetch_edge(true);
-    const int key = depth == 0 ? -1 : m_.layers + 2 * depth, nl = depth == 0 ? -1 : key - 1;
-    const char* nw = depth == 0 ? "final_norm.weight" : "mtp.final_norm.weight";
-    const char* nb = depth == 0 ? "final_norm.bias" : "mtp.final_norm.bias";
-    const int xl = act(n_.t_x, depth == 0 ? m_.layers : key, d_.tokens_sp, d_.h), xf = act(n_.t_xf, key, d_.tokens_sp, d_.h);
+    const HeadOf h = head_of(depth);
+    const int key = h.key, nl = h.norm_layer;
+    const char *nw = h.norm_weight, *nb = h.norm_bias;
+    const int xl = act(n_.t_x, h.input, d_.tokens_sp, d_.h), xf = act(n_.t_xf, key, d_.tokens_sp, d_.h);
     const int tok = depth == 0 ? tokens() : mtp_tokens(depth);
     compute(Op::norm, n_.final_norm, 0, 2 * d_.tokens_sp * d_.h * d_.act_bytes);
     if (df_) io({xl, prm(nw, nl), bias(nb, nl, false)}, {xf});
@@ -141,10 +147,9 @@ void RankLowering::head_forward(int depth) {
 
 void RankLowering::head_backward(int depth) {
     fetch_edge(true);
-    const int key = depth == 0 ? -1 : m_.layers + 2 * depth, nl = depth == 0 ? -1 : key - 1;
-    const char* nw = depth == 0 ? "final_norm.weight" : "mtp.final_norm.weight";
-    const char* nb = depth == 0 ? "final_norm.bias" : "mtp.final_norm.bias";
-    const int xin = depth == 0 ? m_.layers : key;
+    const HeadOf h = head_of(depth);
+    const int key = h.key, nl = h.norm_layer, xin = h.input;
+    const char *nw = h.norm_weight, *nb = h.norm_bias;
     const int xl = act(n_.t_x, xin, d_.tokens_sp, d_.h), xf = act(n_.t_xf, key, d_.tokens_sp, d_.h);
     const int xfg = d_.tp > 1 && d_.sp ? act(n_.t_xf_g, key, d_.tokens, d_.h) : xf;
     const int logits = act(n_.t_logits, key, d_.tokens, d_.vocab / d_.tp);

@@ -333,6 +333,12 @@ private:
     /// `depth`'s, on its shifted tokens.
     void head_forward(int depth = 0);
     void head_backward(int depth = 0);
+    /// A head's layer numbers and norm: its tensors' (`key`), its input's, its norm weight's.
+    struct HeadOf {
+        int key, input, norm_layer;
+        const char *norm_weight, *norm_bias;
+    };
+    HeadOf head_of(int depth) const;
     void release_logits(int chunk);  ///< the head's stash of this micro-batch (freed once)
     void mtp_forward(int k);    ///< multi-token prediction module k (1-based; model.mtp_depth), last stage
     void mtp_backward(int k);

@@ -160,6 +160,18 @@ ParamLayout param_layout(const ModelSpec& m, const PlanSpec& p, int stage) {
         int first = 0;
         for (int u = 0; u < v; ++u) first += vsize[static_cast<std::size_t>(u)];
         const int count = vsize[static_cast<std::size_t>(v)];
+        // The experts added since `start` (an MoE layer's, or the MTP modules'): a unit of the
+        // expert buffer (its offset made absolute by finish()).
+        auto expert_unit = [&](int layer, bool head, std::int64_t start) {
+            if (L.expert_elements <= start) return;
+            GradUnit g;
+            g.chunk = c;
+            g.layer = layer;
+            g.head = head;
+            g.offset = start;
+            g.count = L.expert_elements - start;
+            L.expert_units.push_back(g);
+        };
         auto unit = [&](int layer, bool head, bool emb, std::int64_t start) {
             GradUnit g;
             g.chunk = c;
@@ -188,14 +200,7 @@ ParamLayout param_layout(const ModelSpec& m, const PlanSpec& p, int stage) {
                 b.norm("mtp.enorm.weight", "mtp.enorm.bias", lk, c);
             }
             unit(-1, true, false, start);
-            if (L.expert_elements > expert_start) {
-                GradUnit g;
-                g.chunk = c;
-                g.head = true;
-                g.offset = expert_start;
-                g.count = L.expert_elements - expert_start;
-                L.expert_units.push_back(g);
-            }
+            expert_unit(-1, true, expert_start);
             if (shared) {
                 const std::int64_t t = L.dense_elements;
                 b.add("word_embedding.weight", -1, c, vocab, m.hidden, ParamSplit::rows, true, false, true);
@@ -206,14 +211,7 @@ ParamLayout param_layout(const ModelSpec& m, const PlanSpec& p, int stage) {
             const std::int64_t start = L.dense_elements, expert_start = L.expert_elements;
             b.layer(l, c);
             unit(l, false, false, start);
-            if (L.expert_elements > expert_start) {  // offset made absolute by finish()
-                GradUnit g;
-                g.chunk = c;
-                g.layer = l;
-                g.offset = expert_start;
-                g.count = L.expert_elements - expert_start;
-                L.expert_units.push_back(g);
-            }
+            expert_unit(l, false, expert_start);
         }
         if (v == 0) {
             const std::int64_t start = L.dense_elements;

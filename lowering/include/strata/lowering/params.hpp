@@ -61,8 +61,9 @@ struct GradUnit {
 struct ParamLayout {
     std::vector<ParamEntry> entries;   ///< in buffer order
     std::vector<GradUnit> units;       ///< in buffer order
-    /// The expert buffer's ranges, one per MoE layer (offsets past the dense buffer): what ZeRO-3
-    /// gathers and reduces of a layer besides its dense unit.
+    /// The expert buffer's ranges, one per MoE layer and one for the MTP modules' experts on the
+    /// head's chunk (offsets past the dense buffer): what ZeRO-3 gathers and reduces of a layer
+    /// besides its dense unit.
     std::vector<GradUnit> expert_units;
     std::int64_t dense_elements = 0;
     /// The routed experts' parameters (Megatron-Core's expert-parallel buffer, reduced over the
@@ -84,5 +85,12 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p);
 /// and its output x at the next, which its head's tensors take too: the modules' tensors and
 /// weights stay apart from the decoder's and from each other's.
 inline int mtp_layer_id(const ModelSpec& m, int k) { return m.layers + 2 * k - 1; }
+/// The module a head tensor's layer number belongs to (its head's tensors take mtp_layer_id + 1);
+/// 0 for the model's own head (layer -1) and every decoder layer.
+inline int mtp_module_of_layer(const ModelSpec& m, int layer) { return layer > m.layers ? (layer - m.layers) / 2 : 0; }
+/// The share of a sequence's rows MTP module k predicts from (Megatron-Core masks the last k).
+inline double mtp_kept_fraction(const ModelSpec& m, int k) {
+    return static_cast<double>(m.seq_len - k) / static_cast<double>(m.seq_len);
+}
 
 }  // namespace strata::sim
