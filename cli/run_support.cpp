@@ -31,8 +31,9 @@ void restore_sigint() { ::sigaction(SIGINT, &g_old_sigint, nullptr); }
 void add_runtime_options(CLI::App* cmd, RuntimeArgs& a, int default_steps) {
     a.steps = default_steps;
     cmd->add_option("--backend", a.backend,
-                    "cpu (ranks as threads), cuda, or emulated (the cuda backend's executor path over the cpu kernels, no GPU: "
-                    "whether a plan runs there, before a GPU is lent)")
+                    "cpu (ranks as threads), cuda (rank r on GPU r of this machine, NCCL between them), or emulated (the cuda "
+                    "backend's executor path over the cpu kernels and NCCL's semantics, no GPU: whether a plan runs there, "
+                    "before a GPU is lent)")
         ->check(CLI::IsMember({"cpu", "cuda", "emulated"}));
     cmd->add_option("--steps", a.steps, "optimizer steps to run")->check(CLI::Range(1, 1000000));
     cmd->add_option("--data", a.data,
@@ -55,7 +56,6 @@ void add_runtime_options(CLI::App* cmd, RuntimeArgs& a, int default_steps) {
 runtime::RunOptions runtime_options(const RuntimeArgs& a, const sim::Scenario& s, const hwdb::HardwareView& hw) {
     runtime::RunOptions o;
     o.backend = a.backend == "cuda" ? runtime::Backend::cuda : a.backend == "emulated" ? runtime::Backend::emulated : runtime::Backend::cpu;
-    o.ranks_share_gpu = o.backend == runtime::Backend::emulated;
     o.steps = a.steps;
     o.lr = a.lr;
     o.warmup_steps = a.warmup;

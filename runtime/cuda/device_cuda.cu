@@ -16,6 +16,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <nccl.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -64,6 +65,8 @@ std::string where(const char* file, int line) { return std::string(file) + ":" +
 #include "mla_kernels.cuh"
 
 
+class CudaComm;
+
 class CudaDevice final : public Device {
     // Every cudaEvent_t below is owned by one place: a Use's last copy on a lane, a FreeBlock's
     // fence, or spare_ (re-recording an event others already waited for is safe: a wait takes the
@@ -78,8 +81,8 @@ class CudaDevice final : public Device {
     };
 
 public:
-    CudaDevice() {
-        CK(cudaSetDevice(0));
+    explicit CudaDevice(int gpu) : gpu_(gpu) {
+        CK(cudaSetDevice(gpu));
         require_kernel_image();
         for (auto& l : lanes_) CK(cudaStreamCreateWithFlags(&l, cudaStreamNonBlocking));
         stream_ = lanes_[lane_compute];
@@ -88,7 +91,7 @@ public:
         CB(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));  // plain fp32 SGEMM: no TF32 behind the plan's back
         CK(cudaMalloc(&sum_, sizeof(double)));
         cudaDeviceProp prop{};
-        CK(cudaGetDeviceProperties(&prop, 0));
+        CK(cudaGetDeviceProperties(&prop, gpu));
         int drv = 0, rt = 0, blas = 0;
         cudaDriverGetVersion(&drv);
         cudaRuntimeGetVersion(&rt);
@@ -100,6 +103,7 @@ public:
         desc_ = buf;
     }
     ~CudaDevice() override {
+        cudaSetDevice(gpu_);
         cudaDeviceSynchronize();
         for (auto& [bytes, list] : cache_)
             for (FreeBlock& b : list) cudaFree(b.p);
@@ -121,6 +125,20 @@ public:
     }
 
     std::string describe() const override { return desc_; }
+    void bind_thread() override { CK(cudaSetDevice(gpu_)); }
+    std::vector<std::unique_ptr<DeviceComm>> comms_with(const std::vector<Device*>& members) override;  ///< comm.cuh
+    // For the communicators (comm.cuh): the current lane's stream, and the allocations at these
+    // real addresses remember the work queued there so far (as a copy's ends do).
+    cudaStream_t stream() const { return stream_; }
+    void touched(std::initializer_list<const void*> ends) {
+        for (const void* end : ends) {
+            Use* u = end ? use_of(end) : nullptr;
+            if (!u) continue;
+            cudaEvent_t& slot = u->last[lane_];
+            if (!slot) slot = event();
+            CK(cudaEventRecord(slot, stream_));
+        }
+    }
 
     float* alloc(i64 n, Storage fmt) override {
         if (fmt == Storage::fp32) return static_cast<float*>(alloc_block(elem_bytes(n, false)));
@@ -431,6 +449,7 @@ public:
                       const std::vector<float>& wd, float lr, float b1, float b2, float eps, int step) override;
 
 private:
+    friend class CudaComm;
     template <typename... K, typename... A>
     void launch1(void (*kernel)(K...), i64 n, A... args) {
         if (n <= 0) return;
@@ -445,7 +464,9 @@ private:
         if (cudaFuncGetAttributes(&fa, reinterpret_cast<const void*>(k_convert)) == cudaSuccess) return;
         cudaGetLastError();
         cudaDeviceProp prop{};
-        CK(cudaGetDeviceProperties(&prop, 0));
+        int gpu = 0;
+        CK(cudaGetDevice(&gpu));
+        CK(cudaGetDeviceProperties(&prop, gpu));
         throw std::runtime_error(std::string("cuda: ") + prop.name + " is sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
                                  ", and this module was built for CUDA architectures " STRATA_CUDA_ARCHS
                                  " only: rebuild with cmake -DCMAKE_CUDA_ARCHITECTURES=" + std::to_string(prop.major) +
@@ -551,6 +572,7 @@ private:
     };
     std::map<const float*, AdamTable> adam_tables_;  ///< adamw_ranges' chunks, by parameter array
     std::string desc_;
+    int gpu_ = 0;  ///< the CUDA ordinal this device's calls go to
 };
 
 #include "allocator.cuh"  // CudaDevice's caching allocator
@@ -560,11 +582,13 @@ private:
 #include "moe.cuh"        // its mixture-of-experts moves
 #include "norms.cuh"      // its norms, QK-norm's too
 #include "optimizer.cuh"  // its AdamW
+#include "comm.cuh"       // NCCL communicators between its GPUs
 
 }  // namespace
 }  // namespace strata::runtime
 
-extern "C" __attribute__((visibility("default"))) strata::runtime::Device* strata_runtime_cuda_create(int api_version, std::string* why) {
+extern "C" __attribute__((visibility("default"))) strata::runtime::Device* strata_runtime_cuda_create(int api_version, int gpu,
+                                                                                                     std::string* why) {
     if (api_version != strata::runtime::kDeviceApiVersion) {
         if (why) *why = "the cuda module is of another build (api " + std::to_string(api_version) + " asked for); rebuild";
         return nullptr;
@@ -575,8 +599,15 @@ extern "C" __attribute__((visibility("default"))) strata::runtime::Device* strat
         if (why) *why = std::string("no CUDA device here (") + (e != cudaSuccess ? cudaGetErrorString(e) : "none visible") + ")";
         return nullptr;
     }
+    if (gpu < 0 || gpu >= n) {
+        if (why)
+            *why = "the plan puts a rank on GPU " + std::to_string(gpu) + ", and this machine shows " + std::to_string(n) +
+                   " (strata run puts rank r on GPU r of one machine: a plan of more ranks needs RunOptions::ranks_share_gpu, "
+                   "or --backend cpu)";
+        return nullptr;
+    }
     try {
-        return new strata::runtime::CudaDevice();
+        return new strata::runtime::CudaDevice(gpu);
     } catch (const std::exception& ex) {
         if (why) *why = ex.what();
         return nullptr;

@@ -11,6 +11,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +24,8 @@ namespace strata::runtime {
 /// plan's, and narrowed Adam moments in either, bfloat16).
 enum class Storage : int { fp32 = 0, bf16 = 1, fp16 = 2 };
 
+class DeviceComm;
+
 class Device {
 public:
     using i64 = std::int64_t;
@@ -31,8 +34,18 @@ public:
     /// "NVIDIA H100 80GB HBM3, sm_90, 132 SMs, driver 13.0, cuBLAS 13.1".
     virtual std::string describe() const = 0;
 
-    // Lanes: where the calls that follow queue their work. Kernels always go on lane_compute.
-    enum Lane : int { lane_compute = 0, lane_h2d = 1, lane_d2h = 2, lane_count = 3 };
+    // Lanes: where the calls that follow queue their work. Kernels always go on lane_compute. The
+    // communicators' operations go on the lanes of the Program's communication streams
+    // (lane_comm + k, one CUDA stream each, so that a pipeline's sends and receives never queue
+    // behind each other).
+    enum Lane : int { lane_compute = 0, lane_h2d = 1, lane_d2h = 2, lane_comm = 3, lane_count = 11 };
+    /// Calls on this device from the calling thread go to its GPU (cudaSetDevice; each rank's
+    /// thread, and the main thread before it touches a rank's device).
+    virtual void bind_thread() = 0;
+    /// A communicator over `members` (devices of this one's kind in this process, in group order,
+    /// this one among them): one end per member, in that order. On the cuda backend an NCCL
+    /// communicator, which needs the members on different GPUs.
+    virtual std::vector<std::unique_ptr<DeviceComm>> comms_with(const std::vector<Device*>& members) = 0;
     virtual void set_lane(int lane) = 0;
     /// The Program's event `id` at this point of the current lane; a lane waits for it (on the
     /// device); the host asks whether the device has passed it.
@@ -178,19 +191,54 @@ public:
                               int step) = 0;
 };
 
-/// The module's entry point: a new device on GPU 0, or null with the reason in `why`.
-constexpr int kDeviceApiVersion = 16;  // 2: dropout; 3: lanes; 4: adamw_ranges; 5: bf16 buffers; 6: AdamW writes the weights; 7: ReLU;
+/// One member's end of a communicator among devices of this process (NCCL's ncclComm_t on the
+/// cuda backend). Operations are queued on the owning device's current lane and must be posted in
+/// the same order by every member, which is how NCCL pairs them; `tag` (the Program's match id)
+/// lets the emulated device check that they were. Buffers are device buffers of one storage per
+/// operation (what NCCL cannot convert, the caller converts first).
+class DeviceComm {
+public:
+    using i64 = std::int64_t;
+    virtual ~DeviceComm() = default;
+    virtual int rank() const = 0;
+    virtual int size() const = 0;
+    /// out = the sum over members of in (n elements; out may be in).
+    virtual void all_reduce(float* out, const float* in, i64 n, std::int64_t tag) = 0;
+    /// Member q's elements [offset[q], offset[q + 1]) of out, read from its `in` (which may be
+    /// out + offset[q]), to every member's out. offset has size() + 1 entries.
+    virtual void all_gather(float* out, const float* in, const std::vector<i64>& offset, std::int64_t tag) = 0;
+    enum class Reduce : int {
+        write,       ///< out = the member's range of the sum
+        accumulate,  ///< out += the member's range of the sum
+        zero_rest    ///< out is the whole range (it may be in): the sum at out + offset[rank()], the rest zeroed
+    };
+    /// Member r receives at `out` the sum over members of in[offset[r], offset[r + 1]).
+    virtual void reduce_scatter(float* out, const float* in, const std::vector<i64>& offset, Reduce mode, std::int64_t tag) = 0;
+    /// A communicator of two for one pipeline direction: member 0 sends, member 1 receives.
+    virtual void send(const float* p, i64 n, int peer, std::int64_t tag) = 0;
+    virtual void recv(float* p, i64 n, int peer, std::int64_t tag) = 0;
+    /// Whether everything this member posted has completed as far as the host is concerned: on
+    /// the cuda backend at once (the device orders it on the lane); on the emulated device once
+    /// every member has posted it. `notify` is called (from any thread) when that may change.
+    virtual bool done() = 0;
+    virtual void set_notify(std::function<void()> notify) = 0;
+};
+
+/// The module's entry point: a new device on GPU `gpu`, or null with the reason in `why`.
+constexpr int kDeviceApiVersion = 17;  // 2: dropout; 3: lanes; 4: adamw_ranges; 5: bf16 buffers; 6: AdamW writes the weights; 7: ReLU;
                                       // 8: QK-norm; 9: MoE on one rank; 10: an accumulating dgrad; 11: sliding windows;
                                       // 12: positions in context parallelism's layout (rope, dropout, learned positions); 13: the ring's blocks;
                                       // 14: group-limited routing; 15: dropout's arguments in the cpu kernels' order;
-                                      // 16: fp16 storage and the loss scale's unscale
+                                      // 16: fp16 storage and the loss scale's unscale; 17: several GPUs,
+                                      // communicators (NCCL) and the communication lanes
 constexpr const char* kCudaModuleFile = "libstrata_runtime_cuda.so";
 constexpr const char* kCudaModuleSymbol = "strata_runtime_cuda_create";
-using CreateDevice = Device* (*)(int api_version, std::string* why);
+using CreateDevice = Device* (*)(int api_version, int gpu, std::string* why);
 
-/// Opens the cuda module (once per process) and creates a device; throws RuntimeError naming every
-/// place looked in, or the module's reason (no GPU, a driver too old). device_loader.cpp.
-std::unique_ptr<Device> open_cuda_device();
+/// Opens the cuda module (once per process) and creates a device on GPU `gpu`; throws RuntimeError
+/// naming every place looked in, or the module's reason (no GPU, fewer GPUs than asked for, a
+/// driver too old). device_loader.cpp.
+std::unique_ptr<Device> open_cuda_device(int gpu = 0);
 
 /// The Device interface over the cpu kernels in this process, with the cuda device's rules checked
 /// (Backend::emulated; device_emulated.cpp says which).

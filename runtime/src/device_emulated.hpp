@@ -21,6 +21,10 @@
 
 namespace strata::runtime {
 
+namespace emulated_comm {
+class EmulatedComm;
+}
+
 class EmulatedBase : public Device {
 public:
     EmulatedBase() = default;
@@ -99,9 +103,16 @@ public:
         kernel([=] { std::fill(r.p, r.p + n, 0.0f); }, {});
     }
     void sync() override {
-        while (!q_[0].empty() || !q_[1].empty() || !q_[2].empty()) step_any();
+        for (bool queued = true; queued;) {
+            queued = false;
+            for (const auto& q : q_) queued = queued || !q.empty();
+            if (queued) step_any();
+        }
         graveyard_.clear();
     }
+    void bind_thread() override {}
+    /// device_comm_emulated.cpp: communicators between emulated devices of this process.
+    std::vector<std::unique_ptr<DeviceComm>> comms_with(const std::vector<Device*>& members) override;
     double sum(const float* p, i64 n) override {
         const Ref r = dev(p, n, "sum");
         double s = 0;
@@ -133,6 +144,7 @@ public:
 
 
 protected:
+    friend class emulated_comm::EmulatedComm;
     using i64 = Device::i64;
     struct Block {
         std::unique_ptr<float[]> data;
@@ -220,30 +232,48 @@ protected:
                   }, 0, 0};
     }
     void enqueue(int lane, Op op) { q_[lane].push_back(std::move(op)); }
-    // Runs a lane's first operation; a wait first runs the other lanes until its event is reached.
-    void step(int lane) {
+    // Runs a lane's first operation, false when it cannot run yet: a wait first runs the other
+    // lanes (those not themselves inside a wait) until its event is reached. A lane that cannot
+    // move gives the turn back, so that another lane may record what both wait for (a GPU runs
+    // its streams side by side).
+    bool try_step(int lane) {
         Op& op = q_[lane].front();
-        if (op.kind == Op::wait) {
+        if (op.kind == Op::wait && done_[op.id] < op.gen) {
             active_[lane] = true;
-            while (done_[op.id] < op.gen) {
-                bool moved = false;
+            for (bool moved = true; moved && done_[op.id] < op.gen;) {
+                moved = false;
                 for (int m = 0; m < lane_count && done_[op.id] < op.gen; ++m)
-                    if (m != lane && !active_[m] && !q_[m].empty()) step(m), moved = true;
-                if (!moved) {
-                    active_[lane] = false;
-                    throw std::runtime_error("emulated device: a lane waits for an event that no other lane can reach (the lanes wait on each other)");
-                }
+                    if (m != lane && !active_[m] && !q_[m].empty() && try_step(m)) moved = true;
             }
             active_[lane] = false;
+            if (done_[op.id] < op.gen) return false;
         }
         Op done = std::move(op);
         q_[lane].pop_front();
         if (done.kind == Op::record) ++done_[done.id];
         else if (done.kind == Op::run) done.fn();
+        return true;
+    }
+    void step(int lane) {
+        if (!try_step(lane)) stuck(lane);
     }
     void step_any() {
         for (int l = 0; l < lane_count; ++l)
-            if (!q_[l].empty()) return step(l);
+            if (!q_[l].empty() && try_step(l)) return;
+        for (int l = 0; l < lane_count; ++l)
+            if (!q_[l].empty()) stuck(l);
+    }
+    [[noreturn]] void stuck(int lane) const {
+        std::string queues;
+        for (int m = 0; m < lane_count; ++m) {
+            if (q_[m].empty()) continue;
+            queues += " lane " + std::to_string(m) + ":";
+            for (const Op& o : q_[m])
+                queues += o.kind == Op::wait ? " wait " + std::to_string(o.id) : o.kind == Op::record ? " record " + std::to_string(o.id) : " work";
+            queues += ";";
+        }
+        throw std::runtime_error("emulated device: lane " + std::to_string(lane) + " waits for event " + std::to_string(q_[lane].front().id) +
+                                 ", which no lane can reach (the lanes wait on each other):" + queues);
     }
 
     HandleSpace space_{"emulated device: device memory"};
@@ -253,7 +283,7 @@ protected:
     double held_bytes_ = 0, peak_bytes_ = 0;
     int lane_ = lane_compute;
     std::deque<Op> q_[lane_count];
-    bool active_[lane_count] = {false, false, false};
+    bool active_[lane_count] = {};
     std::vector<std::uint64_t> recorded_, done_;
     std::vector<std::int64_t> marks_;
     std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();

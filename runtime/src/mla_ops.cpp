@@ -71,7 +71,7 @@ void RankState::mla_attention(std::size_t i) {
 void RankState::mla_latent_norm(std::size_t i) {
     const Instr& in = rp_.instrs[i];
     const OperandView a{w_.program, rp_, rp_.operands[i]};
-    const int nin = a.o.n_in, nout = a.o.n_out;
+    const int nin = a.o.n_in;
     auto I = [&](int k) { return tensor(a.id(k), false, i); };
     auto O = [&](int k) { return tensor(a.id(nin + k), true, i); };
     const MlaSpec& s = *w_.model.mla;

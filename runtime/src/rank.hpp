@@ -209,6 +209,13 @@ public:
     void write_param(const std::string& name, int layer, i64 index, float value);
     const sim::ParamEntry& entry(const std::string& name, int layer) const;
     int adam_step() const { return adam_step_; }
+    /// The communicator instruction i runs on, where it runs on one (comms.cpp): a plain
+    /// collective's group (members in group order) and stream, or a pipeline transfer's sender and
+    /// receiver and direction (stream -1 or -2). MoE's all-to-alls and context parallelism's ring
+    /// and Ulysses exchanges stay staged through the host.
+    bool comm_key(std::size_t i, std::vector<int>& members, int& stream) const;
+    void set_comm(const std::vector<int>& members, int stream, DeviceComm* c);
+    std::size_t instructions() const { return rp_.instrs.size(); }
 
 private:
     friend struct Ops;
@@ -253,6 +260,7 @@ private:
     void from_host(float* dst, const float* host, i64 n) const;
     bool device_instr(std::size_t i) const;
     static int lane_of(sim::Stream s);
+    int lane(sim::Stream s) const;  ///< lane_of, or a communication lane where the rank has communicators
     /// Host threads this rank may use for its own loops: all cores when it is the only rank.
     int host_threads() const;
     [[noreturn]] void fail(std::size_t i, const std::string& what) const;
@@ -278,9 +286,18 @@ private:
     /// `refill`: a gather into a unit's copy that earlier readers still read (start_fetches).
     bool collective(std::size_t i, bool first, bool refill = false);
     bool p2p(std::size_t i, bool first);
-    /// Several ranks on devices (RunOptions::ranks_share_gpu, the emulated backend): a collective's
-    /// or transfer's device operands go through host copies, the transport runs on those, and the
-    /// written ones are copied back when it completes (NCCL is not written yet).
+    // On the device's communicators (comms.cpp): posts instruction i's operations; the second
+    // look completes it once the communicator is done (at once on the cuda backend).
+    DeviceComm* comm_of(std::size_t i) const;
+    void comm_collective(std::size_t i, DeviceComm& c, const CollPart& part, sim::CollKind kind);
+    bool comm_done(std::size_t i);
+    std::map<std::pair<std::vector<int>, int>, DeviceComm*> comms_;
+    std::map<std::size_t, std::vector<std::pair<float*, i64>>> comm_scratch_;  ///< released when the operation completes
+    bool comm_lanes_ = false;  ///< the communication streams on lanes of their own (with communicators)
+    /// Several ranks on one GPU (RunOptions::ranks_share_gpu), and what no communicator carries
+    /// (MoE's all-to-alls, CP's exchanges): a collective's or transfer's device operands go through
+    /// host copies, the transport runs on those, and the written ones are copied back when it
+    /// completes.
     struct Staging {
         std::vector<std::vector<float>> host;
         std::vector<float*> dev;
@@ -476,5 +493,10 @@ private:
     /// thread once the job is done, since the Device is not to be called from two threads.
     std::vector<std::tuple<float*, const float*, i64>> host_uploads_;
 };
+
+/// Creates the communicators the ranks' instructions run on (RankState::comm_key), one per group
+/// and stream and one per pipeline direction, over the ranks' devices, and gives each rank its
+/// ends; `owned` keeps them (comms.cpp). Throws where the Program's sends and receives do not pair.
+void connect_comms(World& w, const std::vector<std::unique_ptr<RankState>>& ranks, std::vector<std::unique_ptr<DeviceComm>>& owned);
 
 }  // namespace strata::runtime

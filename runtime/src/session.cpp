@@ -63,10 +63,7 @@ std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend, 
     if (cuda && p.fsdp_fp32_shards())
         return "plan.fp32_param_shards: FSDP's fp32 shards, cast to bf16 at each gather, are executed on --backend cpu; the cuda "
                "backend keeps bf16 weights beside an fp32 master (set fp32_param_shards false to run that layout)";
-    if (backend == Backend::cuda && p.gpus() > 1 && !ranks_share_gpu)
-        return "backend cuda: the plan has " + std::to_string(p.gpus()) +
-               " ranks (dp x tp x pp x cp); the cuda backend runs one rank on one GPU (collectives and pipeline transfers "
-               "through NCCL are not written yet: use --backend cpu for a parallel plan)";
+    (void)ranks_share_gpu;  // several ranks: a GPU each (NCCL between them), or all on GPU 0 for a check
     return {};
 }
 
@@ -84,11 +81,13 @@ struct Session::Impl {
     std::string broken;  ///< why the session cannot step any more
     std::string tmp_ssd_dir;
     std::vector<std::unique_ptr<Device>> devices;  ///< a rank's (the cuda backend's GPU, or emulated)
+    std::vector<std::unique_ptr<DeviceComm>> comms;  ///< between the ranks' devices (NCCL on the cuda backend)
 
     ~Impl() {
         ranks.clear();
         if (world)
             for (auto& c : world->host_caches) c->clear();  // pinned host buffers go back to their devices
+        comms.clear();    // before their devices
         devices.clear();  // after the ranks: their buffers go back to them
         if (!tmp_ssd_dir.empty()) {
             std::error_code ec;
@@ -170,7 +169,8 @@ Session::Session(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, co
     }
     if (o.backend != Backend::cpu && !o.memory_only)
         for (std::size_t r = 0; r < s.program.ranks.size(); ++r) {
-            s.devices.push_back(o.backend == Backend::cuda ? open_cuda_device() : make_emulated_device());
+            // A GPU each (rank r on GPU r of this machine), or every rank on GPU 0 (ranks_share_gpu).
+            s.devices.push_back(o.backend == Backend::cuda ? open_cuda_device(o.ranks_share_gpu ? 0 : static_cast<int>(r)) : make_emulated_device());
             w.devices.push_back(s.devices.back().get());
         }
     for (std::size_t r = 0; r < std::max<std::size_t>(1, w.devices.size()); ++r)
@@ -194,6 +194,8 @@ Session::Session(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, co
         s.ranks.push_back(std::make_unique<RankState>(w, static_cast<int>(r)));
         w.transport.add_waker(&s.ranks.back()->waker());
     }
+    // Ranks on devices of their own move values through the devices' communicators (comms.cpp).
+    if (s.devices.size() > 1 && !o.ranks_share_gpu) connect_comms(w, s.ranks, s.comms);
     for (auto& r : s.ranks) r->init(o.resume_dir);
     s.steps_done = s.ranks.empty() ? 0 : s.ranks[0]->adam_step();
     for (auto& r : s.ranks)

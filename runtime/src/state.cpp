@@ -162,6 +162,7 @@ void RankState::init_params() {
 }
 
 void RankState::init(const std::string& resume_dir) {
+    if (dev_) dev_->bind_thread();  // this thread's calls go to the rank's GPU
     init_params();
     adam_step_ = 0;
     if (resume_dir.empty()) return;
@@ -244,6 +245,7 @@ void RankState::init(const std::string& resume_dir) {
 }
 
 void RankState::save(const std::string& dir) const {
+    if (dev_) dev_->bind_thread();  // this thread's calls go to the rank's GPU
     std::string out;
     out.append(kMagic, 8);
     const std::string fp = fingerprint(w_.model, w_.plan);
@@ -503,6 +505,7 @@ float* RankState::param_ptr(const std::string& name, int layer) {
 }
 
 float RankState::read_param(const std::string& name, int layer, bool grad, i64 index) const {
+    if (dev_) dev_->bind_thread();  // this thread's calls go to the rank's GPU
     const ParamEntry& e = entry(name, layer);
     float v = 0;
     if (grad && grads_sharded_) {  // the rank's shard holds only its slice of the reduced gradients
@@ -521,6 +524,7 @@ float RankState::read_param(const std::string& name, int layer, bool grad, i64 i
 }
 
 void RankState::write_param(const std::string& name, int layer, i64 index, float value) {
+    if (dev_) dev_->bind_thread();  // this thread's calls go to the rank's GPU
     if (params_on_ssd_) {  // stored as bf16, as the update stores them
         const ParamEntry& e = entry(name, layer);
         param_file_io(e.offset + index, 1, &value, false);

@@ -20,7 +20,7 @@ bool RankState::try_execute(std::size_t i) {
         if (dev_ && w_.options.record_spans && device_instr(i)) dev_->mark(1 + 2 * i);
         return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - w_.step_start).count();
     };
-    const int lane = lane_of(in.stream);
+    const int lane = this->lane(in.stream);
     if (lanes_) dev_->set_lane(lane < 0 ? Device::lane_compute : lane);
     const auto ev = static_cast<std::size_t>(in.event);
     switch (in.kind) {
@@ -101,7 +101,7 @@ void RankState::finish(std::size_t i) {
     finish_grad_values(i);
     if (w_.options.record_spans && in.kind != InstrKind::record && in.kind != InstrKind::wait) {
         if (dev_ && device_instr(i)) {
-            if (lanes_) dev_->set_lane(std::max(lane_of(in.stream), 0));
+            if (lanes_) dev_->set_lane(std::max(lane(in.stream), 0));
             dev_->mark(2 + 2 * i);
         }
         // A transfer ends when the transport completed it, not when this rank's one thread, busy
@@ -180,6 +180,7 @@ void RankState::run_step() {
         RankState& r;
         ~JoinOnExit() { r.join_host_job(); }
     } join_on_exit{*this};
+    if (dev_) dev_->bind_thread();
     adam_step_ = w_.step + 1;
     skipped_ = false;
     pc_.fill(0);

@@ -1,6 +1,7 @@
 // The instructions that move values on the cpu backend and around the cuda backend's device:
 // collectives and pipeline transfers through the transport (device buffers staged through the
-// host), and copies between tiers (the ssd tier is a file).
+// host, where the ranks have no communicators: comms.cpp), and copies between tiers (the ssd tier
+// is a file).
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -20,6 +21,7 @@ bool RankState::collective(std::size_t i, bool first, bool refill) {
     const Instr& in = rp_.instrs[i];
     const Transport::Key key{w_.step, in.match_id};
     if (!first) {
+        if (comm_of(i)) return comm_done(i);
         std::chrono::steady_clock::time_point at;
         if (!w_.transport.collective_done(key, &at)) return false;
         ended_ns_[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(at - w_.step_start).count();
@@ -88,6 +90,10 @@ bool RankState::collective(std::size_t i, bool first, bool refill) {
         part.segments = name == "cp.qkv_all_to_all" ? std::vector<i64>{hq * hd, hkv * hd, hkv * hd} : std::vector<i64>{hq * hd};
         part.seq = m.seq_len;
     }
+    if (DeviceComm* c = comm_of(i)) {  // on the device's communicator (comms.cpp)
+        comm_collective(i, *c, part, in.coll);
+        return comm_done(i);
+    }
     if (dev_) {  // staged through host copies; every operand read, the outputs written back
         for (std::size_t k = 0; k < part.in.size(); ++k) part.in[k] = stage(i, part.in[k], part.in_n[k], true, false);
         for (std::size_t k = 0; k < part.out.size(); ++k) part.out[k] = stage(i, part.out[k], part.out_n[k], true, true);
@@ -103,6 +109,7 @@ bool RankState::p2p(std::size_t i, bool first) {
     const bool send = in.kind == InstrKind::send;
     const Transport::Key key{w_.step, in.match_id};
     if (!first) {
+        if (comm_of(i)) return comm_done(i);
         std::chrono::steady_clock::time_point at;
         if (!w_.transport.p2p_done(key, send, &at)) return false;
         ended_ns_[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(at - w_.step_start).count();
@@ -118,6 +125,11 @@ bool RankState::p2p(std::size_t i, bool first) {
         if (n % tp_size_ != 0) fail(i, "a scatter/gather transfer must split into tp equal slices");
         n /= tp_size_;
         data += static_cast<i64>(tp_rank_) * n;
+    }
+    if (DeviceComm* c = comm_of(i)) {  // member 0 of a direction's communicator sends, member 1 receives
+        if (send) c->send(data, n, 1, in.match_id);
+        else c->recv(data, n, 0, in.match_id);
+        return comm_done(i);
     }
     if (dev_) data = stage(i, data, n, send, !send);  // a send's values out; a receive's back in
     const bool done = w_.transport.p2p(key, send, data, n, &waker_);
@@ -160,7 +172,7 @@ void RankState::copy(std::size_t i) {
         float* to = tensor(a.id(a.o.n_in + k), true, i);
         const float* from = tensor(a.id(k), false, i);
         // On a copy lane the copy runs beside the kernels; its readers wait for the Program's events.
-        if (dev_ && lane_of(in.stream) > Device::lane_compute) dev_->copy_async(to, from, n);
+        if (dev_ && lane(in.stream) > Device::lane_compute) dev_->copy_async(to, from, n);
         else if (dev_) dev_->copy(to, from, n);
         else std::memcpy(to, from, static_cast<std::size_t>(n) * sizeof(float));
     }

@@ -25,6 +25,13 @@ TEST_CASE("fp16 and parallel runs on the emulated device follow the cpu backend'
     device_runs::check_loss_curves(runtime::Backend::emulated, 1e-6, device_runs::Curves::fp16_parallel);
 }
 
+// A device a rank, as on a machine of several GPUs: the plain collectives and the pipeline's
+// transfers on communicators (NCCL's semantics emulated: paired by the order each member posts
+// in, which the emulation checks against the Program's match ids), the rest staged.
+TEST_CASE("parallel runs on emulated devices of their own, through communicators, follow the cpu backend's curve", "[runtime]") {
+    device_runs::check_curves(runtime::Backend::emulated, device_runs::parallel_variants(), 1e-6, false);
+}
+
 TEST_CASE("the emulated device: checkpoints, timelines, memory and refusals", "[runtime]") {
     device_runs::check_checkpoint_and_timeline(runtime::Backend::emulated);
 }
@@ -66,4 +73,79 @@ TEST_CASE("the emulated device enforces the cuda device's rules", "[runtime]") {
     CHECK(back == 0.333984375f);  // 1/3 to 8 significant bits, ties to even
     for (float* p : {a, b, c}) d->release(p, 8);
     d->release(h, 1);
+}
+
+// The communicators' emulation against sums by hand: uneven slices (7 elements over 2 members cut
+// at 7 q / 2, as the lowering cuts a flat range), the three reduce-scatter modes, a bf16 output,
+// and members that post in different orders stopped by name, where NCCL would pair them wrongly.
+TEST_CASE("the emulated device's communicators: NCCL's operations and its pairing by order", "[runtime]") {
+    using runtime::Device;
+    using runtime::DeviceComm;
+    std::unique_ptr<Device> d0 = runtime::make_emulated_device(), d1 = runtime::make_emulated_device();
+    auto comms = d0->comms_with({d0.get(), d1.get()});
+    REQUIRE(comms.size() == 2);
+    CHECK(comms[1]->rank() == 1);
+    CHECK(comms[0]->size() == 2);
+    int woken = 0;
+    comms[0]->set_notify([&] { ++woken; });
+    Device* dev[2] = {d0.get(), d1.get()};
+    auto upload = [&](int m, const std::vector<float>& v, runtime::Storage s = runtime::Storage::fp32) {
+        float* p = dev[m]->alloc(static_cast<std::int64_t>(v.size()), s);
+        dev[m]->copy(p, v.data(), static_cast<std::int64_t>(v.size()));
+        return p;
+    };
+    auto read = [&](int m, const float* p, std::size_t n) {
+        std::vector<float> v(n);
+        dev[m]->copy(v.data(), p, static_cast<std::int64_t>(n));
+        return v;
+    };
+    const std::vector<std::int64_t> off{0, 3, 7};  // 7 * 1 / 2 = 3
+    // all-reduce: both get the sum once both have posted.
+    float* x0 = upload(0, {1, 2, 3, 4, 5, 6, 7});
+    float* x1 = upload(1, {10, 20, 30, 40, 50, 60, 70});
+    comms[0]->all_reduce(x0, x0, 7, 11);
+    CHECK_FALSE(comms[0]->done());  // member 1 has not posted
+    comms[1]->all_reduce(x1, x1, 7, 11);
+    CHECK(comms[0]->done());
+    CHECK(woken == 1);
+    CHECK(read(0, x0, 7) == std::vector<float>{11, 22, 33, 44, 55, 66, 77});
+    CHECK(read(1, x1, 7) == read(0, x0, 7));
+    // all-gather of uneven slices in place: member 0 owns [0, 3), member 1 [3, 7).
+    float* g0 = upload(0, {1, 2, 3, 0, 0, 0, 0});
+    float* g1 = upload(1, {0, 0, 0, 4, 5, 6, 7});
+    comms[0]->all_gather(g0, g0, off, 12);
+    comms[1]->all_gather(g1, g1 + 3, off, 12);
+    CHECK(read(0, g0, 7) == std::vector<float>{1, 2, 3, 4, 5, 6, 7});
+    CHECK(read(1, g1, 7) == read(0, g0, 7));
+    // reduce-scatter: into a slice (written, then accumulated), and in place zeroing the rest.
+    float* r0 = upload(0, {1, 1, 1, 1, 1, 1, 1});
+    float* r1 = upload(1, {2, 2, 2, 2, 2, 2, 2});
+    float* s0 = upload(0, {100, 100, 100});
+    float* s1 = upload(1, {0, 0, 0, 0});
+    comms[0]->reduce_scatter(s0, r0, off, DeviceComm::Reduce::accumulate, 13);
+    comms[1]->reduce_scatter(s1, r1, off, DeviceComm::Reduce::write, 13);
+    CHECK(read(0, s0, 3) == std::vector<float>{103, 103, 103});
+    CHECK(read(1, s1, 4) == std::vector<float>{3, 3, 3, 3});
+    comms[0]->reduce_scatter(r0, r0, off, DeviceComm::Reduce::zero_rest, 14);
+    comms[1]->reduce_scatter(r1, r1, off, DeviceComm::Reduce::zero_rest, 14);
+    CHECK(read(0, r0, 7) == std::vector<float>{3, 3, 3, 0, 0, 0, 0});
+    CHECK(read(1, r1, 7) == std::vector<float>{0, 0, 0, 3, 3, 3, 3});
+    // A send into a bf16 buffer lands rounded to bf16.
+    float* t0 = upload(0, {1.0f / 3.0f});
+    float* t1 = dev[1]->alloc(1, runtime::Storage::bf16);
+    float* t2 = dev[0]->alloc(1, runtime::Storage::bf16);
+    CHECK_THROWS_WITH(comms[0]->all_reduce(t2, t0, 1, 15), Catch::Contains("stored differently"));
+    comms[0]->send(t0, 1, 1, 16);
+    comms[1]->recv(t1, 1, 0, 16);
+    CHECK(read(1, t1, 1) == std::vector<float>{0.333984375f});
+    // Members posting in different orders: NCCL would pair the two; the emulation names both.
+    comms[0]->all_reduce(x0, x0, 7, 17);
+    CHECK_THROWS_WITH(comms[1]->all_reduce(x1, x1, 7, 18),
+                      Catch::Contains("member 0 posted all_reduce of match 17") && Catch::Contains("member 1 posted all_reduce of match 18"));
+    for (float* p : {x0, g0, r0, t0}) dev[0]->release(p, p == t0 ? 1 : 7);
+    for (float* p : {x1, g1, r1}) dev[1]->release(p, 7);
+    dev[0]->release(s0, 3);
+    dev[1]->release(s1, 4);
+    dev[1]->release(t1, 1);
+    dev[0]->release(t2, 1);
 }

@@ -68,10 +68,12 @@ struct RunOptions {
     /// true: every rank.
     bool walk_all_ranks = false;
     double peak_flops_per_rank = 0;  ///< for MFU (0: not reported)
-    /// cuda backend, a plan of several ranks: every rank on GPU 0, each with its own streams and
-    /// allocator, their collectives and pipeline transfers staged through host memory (NCCL is not
-    /// written yet). Right numbers, not NCCL's times: a correctness check on one GPU, so off
-    /// unless asked for. The emulated backend always runs several ranks so.
+    /// A plan of several ranks on a device backend. false: rank r on GPU r of this machine, their
+    /// collectives and pipeline transfers through NCCL communicators (on the emulated backend, a
+    /// device each and the communicators' emulation). true: every rank on GPU 0, each with its own
+    /// streams and allocator, the collectives and transfers staged through host memory (NCCL
+    /// cannot put two ranks on one GPU). Right numbers, not NCCL's times: a correctness check on
+    /// one GPU.
     bool ranks_share_gpu = false;
     const std::atomic<bool>* stop = nullptr;  ///< set (e.g. by SIGINT) to stop between steps
 };
