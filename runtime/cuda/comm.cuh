@@ -20,6 +20,11 @@ __global__ void k_comm_add(TV out, TV in, i64 n) {
     if (i < n) out[i] += static_cast<float>(in[i]);
 }
 
+__global__ void k_pack_columns(TV out, TV in, i64 stride, i64 cols, i64 n) {
+    const i64 i = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = in[(i / cols) * stride + i % cols];
+}
+
 ncclDataType_t nccl_type(int fmt) { return fmt == 1 ? ncclBfloat16 : fmt == 2 ? ncclFloat16 : ncclFloat32; }
 
 class CudaComm final : public DeviceComm {
@@ -98,6 +103,58 @@ public:
         }
         dev_->touched({o.p, x.p, scratch});
         if (scratch) dev_->release_block(scratch, static_cast<std::size_t>(std::max<i64>(hi - lo, 1)) * (x.fmt ? 2 : 4));
+    }
+    void all_to_all(float* out, const float* in, const std::vector<i64>& send, const std::vector<i64>& recv, std::int64_t) override {
+        const TV o = dev_->tv(out), x = dev_->tv(in);
+        same(o, x, "all_to_all");
+        const ncclDataType_t t = nccl_type(o.fmt);
+        const std::size_t w = o.fmt ? 2 : 4;
+        const auto me = static_cast<std::size_t>(rank_);
+        if (const i64 own = send[me + 1] - send[me]; own > 0)  // this member's own rows, a copy on the lane
+            CK(cudaMemcpyAsync((o + recv[me]).p, (x + send[me]).p, static_cast<std::size_t>(own) * w, cudaMemcpyDeviceToDevice, dev_->stream()));
+        NK(ncclGroupStart());
+        for (int q = 0; q < size_; ++q) {
+            if (q == rank_) continue;
+            const auto k = static_cast<std::size_t>(q);
+            if (send[k + 1] > send[k]) NK(ncclSend((x + send[k]).p, static_cast<std::size_t>(send[k + 1] - send[k]), t, q, comm_, dev_->stream()));
+            if (recv[k + 1] > recv[k]) NK(ncclRecv((o + recv[k]).p, static_cast<std::size_t>(recv[k + 1] - recv[k]), t, q, comm_, dev_->stream()));
+        }
+        NK(ncclGroupEnd());
+        dev_->touched({o.p, x.p});
+    }
+    void ring_shift(float* out, const float* in, i64 rows, i64 stride, i64 col0, i64 cols, int shift, bool accumulate,
+                    std::int64_t) override {
+        const TV o = dev_->tv(out), x = dev_->tv(in);
+        same(o, x, "ring_shift");
+        const i64 n = rows * cols;
+        const std::size_t bytes = static_cast<std::size_t>(std::max<i64>(n, 1)) * (o.fmt ? 2 : 4);
+        TV from = x + col0, into = o;
+        void* packed = nullptr;
+        void* sum = nullptr;
+        if (stride != cols && n > 0) {  // the block's columns packed on the lane before they go
+            if (!(packed = dev_->alloc_block(bytes))) throw std::runtime_error("cuda: no device memory for a ring block");
+            k_pack_columns<<<blocks_for(n), kThreads, 0, dev_->stream()>>>(TV{packed, o.fmt}, x + col0, stride, cols, n);
+            LAUNCHED();
+            from = TV{packed, o.fmt};
+        }
+        if (accumulate) {
+            if (!(sum = dev_->alloc_block(bytes))) throw std::runtime_error("cuda: no device memory for a ring block");
+            into = TV{sum, o.fmt};
+        }
+        const int to = ((rank_ + shift) % size_ + size_) % size_, back = ((rank_ - shift) % size_ + size_) % size_;
+        if (n > 0) {
+            NK(ncclGroupStart());
+            NK(ncclSend(from.p, static_cast<std::size_t>(n), nccl_type(o.fmt), to, comm_, dev_->stream()));
+            NK(ncclRecv(into.p, static_cast<std::size_t>(n), nccl_type(o.fmt), back, comm_, dev_->stream()));
+            NK(ncclGroupEnd());
+        }
+        if (accumulate && n > 0) {
+            k_comm_add<<<blocks_for(n), kThreads, 0, dev_->stream()>>>(o, into, n);
+            LAUNCHED();
+        }
+        dev_->touched({o.p, x.p, packed, sum});
+        for (void* b : {packed, sum})
+            if (b) dev_->release_block(b, bytes);
     }
     void send(const float* p, i64 n, int peer, std::int64_t) override {
         const TV x = dev_->tv(p);

@@ -5,8 +5,10 @@
 // of row blocks, of a range in place (zeroing what the rank does not keep) or into the rank's
 // gradient shard (added there). Each (group, stream) has its own communicator, and each
 // pipeline direction its own, so that operations are posted to a communicator in one order on
-// every member, the order NCCL pairs them in. MoE's all-to-alls and context parallelism's ring
-// and Ulysses exchanges stay staged through the host (transfers.cpp).
+// every member, the order NCCL pairs them in. MoE's exchanges send their row counts through the
+// host first (the transport), then the rows on the communicator. Context parallelism's ring moves
+// a block (packed columns) to the member `ring` places on; its Ulysses exchanges stay staged
+// through the host (transfers.cpp).
 #include <algorithm>
 #include <array>
 #include <map>
@@ -28,11 +30,15 @@ bool RankState::comm_key(std::size_t i, std::vector<int>& members, int& stream) 
         stream = in.stream == Stream::pp_p2p_b || in.stream == Stream::pp_recv_b ? -2 : -1;
         return true;
     }
-    if (in.kind != InstrKind::collective || in.group_size <= 1 || moe_collective(in) || rp_.operands.empty()) return false;
+    if (in.kind != InstrKind::collective || in.group_size <= 1 || rp_.operands.empty()) return false;
+    if (moe_collective(in)) {
+        members = rp_.groups[static_cast<std::size_t>(in.group)];
+        stream = static_cast<int>(in.stream);
+        return true;
+    }
     if (in.coll != CollKind::all_reduce && in.coll != CollKind::all_gather && in.coll != CollKind::reduce_scatter) return false;
     const Args a{w_.program, rp_, rp_.operands[i]};
     if (a.o.n_in == 0 || a.o.n_out == 0) return false;
-    if ((in.coll == CollKind::all_gather ? a.out(0).ring : a.in(0).ring) != 0) return false;  // CP's ring: staged
     members = rp_.groups[static_cast<std::size_t>(in.group)];
     stream = static_cast<int>(in.stream);
     return true;
@@ -85,6 +91,13 @@ void RankState::comm_collective(std::size_t i, DeviceComm& c, const CollPart& pa
         return off;
     };
     const Args a{w_.program, rp_, rp_.operands[i]};
+    if (part.ring != 0) {  // context parallelism's ring: a K/V block one way, its gradient back (transport.cpp)
+        if (part.in_cols <= 0 || part.in_n[0] % part.in_cols != 0) fail(i, "a ring block is not whole rows");
+        const i64 rows = part.in_n[0] / part.in_cols;
+        if (kind == CollKind::all_gather) c.ring_shift(part.out[0], part.in[0], rows, part.in_cols, part.in_cols - part.out_cols, part.out_cols, part.ring, false, tag);
+        else c.ring_shift(part.out[0], part.in[0], rows, part.in_cols, 0, part.out_cols, -part.ring, part.accumulate, tag);
+        return;
+    }
     for (std::size_t k = 0; k < part.in.size(); ++k) {
         switch (kind) {
             case CollKind::all_reduce:
@@ -140,6 +153,73 @@ bool RankState::comm_done(std::size_t i) {
         comm_scratch_.erase(it);
     }
     return true;
+}
+
+bool RankState::comm_moe(std::size_t i, bool first) {
+    const Instr& in = rp_.instrs[i];
+    const Transport::Key key{w_.step, in.match_id};
+    if (moe_rows_posted_.count(i)) {
+        if (!comm_done(i)) return false;
+        moe_rows_posted_.erase(i);
+        return true;
+    }
+    if (first) {  // the counts (and the routing's host copy) through the transport; the rows stay
+        CollPart part = moe_collective_part(i, false);
+        moe_send_rows_[i] = part.send_rows;
+        if (!w_.transport.collective(key, CollKind::all_to_all, in.group_size, std::move(part))) return false;
+    } else if (!w_.transport.collective_done(key)) {
+        return false;
+    }
+    post_moe_rows(i);
+    moe_rows_posted_.insert(i);
+    return comm_moe(i, false);
+}
+
+// finish_moe_collective's bookkeeping (moe_ops.cpp), the rows then moved by the communicator: each
+// member's rows to their experts' ranks and back (an all-to-all of the exchanged counts), the
+// expert-TP gather of rows that vary per member, and its reduce-scatter of the partial sums.
+void RankState::post_moe_rows(std::size_t i) {
+    const Instr& in = rp_.instrs[i];
+    const Operands& o = rp_.operands[i];
+    A2aReceived got = std::move(a2a_.at(i));
+    a2a_.erase(i);
+    const std::vector<i64> sent = std::move(moe_send_rows_.at(i));
+    moe_send_rows_.erase(i);
+    const std::pair<int, int> key{in.layer, in.microbatch};
+    const bool a2a = in.coll == CollKind::all_to_all, reduce = in.coll == CollKind::reduce_scatter;
+    const auto n = static_cast<i64>(in.group_size);
+    const i64 rows = reduce ? got.rows / n : got.rows;
+    if (in.coll == CollKind::all_gather) moe_gath_[key] = got.counts;
+    if (a2a && o.n_in == o.n_out + 1) moe_recv_[key] = got.counts;
+    const bool home = a2a && o.n_in == o.n_out;
+    DeviceComm& c = *comm_of(i);
+    const int r = c.rank();
+    const OperandView a{w_.program, rp_, o};
+    for (int q = 0; q < o.n_out; ++q) {
+        const int out = a.id(o.n_in + q);
+        const DataTensor& y = a.out(q);
+        const auto kept = moe_kept_.find(key);
+        const i64 routed = kept != moe_kept_.end() ? kept->second : y.rows;
+        if (home && rows != routed) fail(i, "got back " + std::to_string(rows) + " rows of its " + std::to_string(routed) + " routed tokens");
+        if (!home || rows != y.rows) dyn_rows_[out] = rows;
+        auto offsets = [&](const std::vector<i64>& per_member) {  // rows per member -> element offsets
+            std::vector<i64> off(per_member.size() + 1, 0);
+            for (std::size_t m = 0; m < per_member.size(); ++m) off[m + 1] = off[m] + per_member[m] * y.cols;
+            return off;
+        };
+        const float* from = tensor(a.id(q), false, i);
+        float* to = tensor(out, true, i);
+        if (a2a) {
+            c.all_to_all(to, from, offsets(sent), offsets(got.from_rows), in.match_id);
+        } else if (in.coll == CollKind::all_gather) {
+            if (got.from_rows[static_cast<std::size_t>(r)] != rows_of(a.id(q))) fail(i, "gathers other than the rows it holds");
+            c.all_gather(to, from, offsets(got.from_rows), in.match_id);
+        } else {
+            if (sent[static_cast<std::size_t>(r)] != rows) fail(i, "its block of the partial sums is not its rows");
+            c.reduce_scatter(to, from, offsets(sent), DeviceComm::Reduce::write, in.match_id);
+        }
+    }
+    unstage(i);  // the routing's host copy
 }
 
 void connect_comms(World& w, const std::vector<std::unique_ptr<RankState>>& ranks, std::vector<std::unique_ptr<DeviceComm>>& owned) {

@@ -214,6 +214,15 @@ public:
     };
     /// Member r receives at `out` the sum over members of in[offset[r], offset[r + 1]).
     virtual void reduce_scatter(float* out, const float* in, const std::vector<i64>& offset, Reduce mode, std::int64_t tag) = 0;
+    /// Member r sends in[send[d], send[d + 1]) to each member d and receives member q's part at
+    /// out[recv[q], recv[q + 1]) (MoE's dispatch and combine: counts from the routing, which the
+    /// members exchanged before). send and recv have size() + 1 entries.
+    virtual void all_to_all(float* out, const float* in, const std::vector<i64>& send, const std::vector<i64>& recv, std::int64_t tag) = 0;
+    /// Context parallelism's ring: member r sends columns [col0, col0 + cols) of its `rows` rows of
+    /// in (rows `stride` apart) to member r + shift (mod size()), and receives member r - shift's
+    /// into out (rows x cols, packed), added to what out holds when `accumulate`.
+    virtual void ring_shift(float* out, const float* in, i64 rows, i64 stride, i64 col0, i64 cols, int shift, bool accumulate,
+                            std::int64_t tag) = 0;
     /// A communicator of two for one pipeline direction: member 0 sends, member 1 receives.
     virtual void send(const float* p, i64 n, int peer, std::int64_t tag) = 0;
     virtual void recv(float* p, i64 n, int peer, std::int64_t tag) = 0;

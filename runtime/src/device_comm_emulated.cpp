@@ -19,12 +19,14 @@ namespace strata::runtime {
 namespace emulated_comm {
 
 using i64 = std::int64_t;
-enum class Kind { all_reduce, all_gather, reduce_scatter, send, recv };
+enum class Kind { all_reduce, all_gather, reduce_scatter, all_to_all, ring_shift, send, recv };
 const char* name_of(Kind k) {
     switch (k) {
         case Kind::all_reduce: return "all_reduce";
         case Kind::all_gather: return "all_gather";
         case Kind::reduce_scatter: return "reduce_scatter";
+        case Kind::all_to_all: return "all_to_all";
+        case Kind::ring_shift: return "ring_shift";
         case Kind::send: return "send";
         case Kind::recv: return "recv";
     }
@@ -42,8 +44,10 @@ struct Part {
     Kind kind = Kind::all_reduce;
     std::int64_t tag = 0;
     i64 n = 0;
-    std::vector<i64> offset;
+    std::vector<i64> offset, recv;  ///< all_to_all: offset is what the member sends, recv what it receives
     DeviceComm::Reduce mode = DeviceComm::Reduce::write;
+    i64 rows = 0, stride = 0, col0 = 0, cols = 0;  ///< ring_shift
+    int shift = 0;
     Span in, out;
 };
 
@@ -72,11 +76,19 @@ void check(const std::vector<Part>& parts) {
     for (std::size_t m = 1; m < parts.size(); ++m) {
         const Part& b = parts[m];
         const bool kinds = p2p ? (b.kind == Kind::send || b.kind == Kind::recv) && b.kind != a.kind : b.kind == a.kind;
-        if (!kinds || b.tag != a.tag || b.n != a.n || b.offset != a.offset)
+        const bool a2a = a.kind == Kind::all_to_all;
+        if (!kinds || b.tag != a.tag || (!a2a && (b.n != a.n || b.offset != a.offset)) || b.shift != a.shift || b.cols != a.cols)
             throw std::runtime_error("emulated device: a communicator's members posted different operations in the same place: " +
                                      describe(a, 0) + ", " + describe(b, static_cast<int>(m)) +
                                      " (NCCL would pair them; the members' orders or sizes differ)");
     }
+    if (a.kind != Kind::all_to_all) return;
+    for (std::size_t s = 0; s < parts.size(); ++s)  // what s sends to d is what d expects from s
+        for (std::size_t d = 0; d < parts.size(); ++d)
+            if (parts[s].offset[d + 1] - parts[s].offset[d] != parts[d].recv[s + 1] - parts[d].recv[s])
+                throw std::runtime_error("emulated device: all_to_all of match " + std::to_string(a.tag) + ": member " + std::to_string(s) + " sends " +
+                                         std::to_string(parts[s].offset[d + 1] - parts[s].offset[d]) + " elements to member " + std::to_string(d) +
+                                         ", which expects " + std::to_string(parts[d].recv[s + 1] - parts[d].recv[s]));
 }
 
 void perform(std::vector<Part>& parts) {
@@ -125,6 +137,33 @@ void perform(std::vector<Part>& parts) {
             }
             break;
         }
+        case Kind::all_to_all:
+            for (std::size_t s = 0; s < parts.size(); ++s)
+                for (std::size_t d = 0; d < parts.size(); ++d) {
+                    const i64 len = parts[s].offset[d + 1] - parts[s].offset[d];
+                    float* to = parts[d].out.p + parts[d].recv[s];
+                    if (len > 0) std::memcpy(to, parts[s].in.p + parts[s].offset[d], static_cast<std::size_t>(len) * sizeof(float));
+                    narrow(parts[d].out.fmt, to, len);
+                }
+            break;
+        case Kind::ring_shift: {
+            const int n = static_cast<int>(parts.size());
+            std::vector<std::vector<float>> got(parts.size());  // every block read before any is written
+            for (int d = 0; d < n; ++d) {
+                const Part& s = parts[static_cast<std::size_t>(((d - a.shift) % n + n) % n)];
+                auto& g = got[static_cast<std::size_t>(d)];
+                g.resize(static_cast<std::size_t>(a.rows * a.cols));
+                for (i64 r = 0; r < a.rows; ++r)
+                    std::memcpy(g.data() + r * a.cols, s.in.p + r * s.stride + s.col0, static_cast<std::size_t>(a.cols) * sizeof(float));
+            }
+            for (int d = 0; d < n; ++d) {
+                Part& p = parts[static_cast<std::size_t>(d)];
+                const auto& g = got[static_cast<std::size_t>(d)];
+                for (i64 e = 0; e < a.rows * a.cols; ++e) p.out.p[e] = (p.mode == DeviceComm::Reduce::accumulate ? p.out.p[e] : 0.0f) + g[static_cast<std::size_t>(e)];
+                narrow(p.out.fmt, p.out.p, a.rows * a.cols);
+            }
+            break;
+        }
         case Kind::send:
         case Kind::recv: {
             const Part& s = parts[0].kind == Kind::send ? parts[0] : parts[1];
@@ -164,6 +203,26 @@ public:
         p.in = span(in, p.n, "reduce_scatter in");
         p.out = span(out, mode == Reduce::zero_rest ? p.n : offset[static_cast<std::size_t>(rank_) + 1] - lo, "reduce_scatter out");
         if (mode != Reduce::accumulate) same_storage(p, "reduce_scatter");
+        post(std::move(p));
+    }
+    void all_to_all(float* out, const float* in, const std::vector<i64>& send, const std::vector<i64>& recv, std::int64_t tag) override {
+        Part p = part(Kind::all_to_all, tag, offsets(send, "all_to_all"));
+        p.offset = send;
+        p.recv = recv;
+        p.in = span(in, p.n, "all_to_all in");
+        p.out = span(out, offsets(recv, "all_to_all"), "all_to_all out");
+        same_storage(p, "all_to_all");
+        post(std::move(p));
+    }
+    void ring_shift(float* out, const float* in, i64 rows, i64 stride, i64 col0, i64 cols, int shift, bool accumulate,
+                    std::int64_t tag) override {
+        if (col0 < 0 || cols < 0 || col0 + cols > stride) throw std::runtime_error("emulated device: comm ring_shift: the columns are not in the rows");
+        Part p = part(Kind::ring_shift, tag, rows * cols);
+        p.rows = rows, p.stride = stride, p.col0 = col0, p.cols = cols, p.shift = shift;
+        p.mode = accumulate ? Reduce::accumulate : Reduce::write;
+        p.in = span(in, rows > 0 ? (rows - 1) * stride + col0 + cols : 0, "ring_shift in");
+        p.out = span(out, rows * cols, "ring_shift out");
+        same_storage(p, "ring_shift");
         post(std::move(p));
     }
     void send(const float* data, i64 n, int peer, std::int64_t tag) override {

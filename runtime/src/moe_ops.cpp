@@ -446,7 +446,7 @@ bool RankState::moe_sort(std::size_t i, bool sort) {
 //   (the combine, and the dispatch's backward);
 // * expert-TP all-gather {this rank's expert-side rows} -> {the group's, rank after rank};
 // * expert-TP reduce-scatter {the group's rows, partial sums} -> {this rank's rows, summed}.
-CollPart RankState::moe_collective_part(std::size_t i) {
+CollPart RankState::moe_collective_part(std::size_t i, bool stage_rows) {
     const Instr& in = rp_.instrs[i];
     const Operands& o = rp_.operands[i];
     const OperandView a{w_.program, rp_, o};
@@ -466,11 +466,12 @@ CollPart RankState::moe_collective_part(std::size_t i) {
     part.waker = &waker_;
     for (int q = 0; q < o.n_out; ++q) {
         if (rows_of(id(q)) != rows_of(id(0))) fail(i, "moves tensors of different rows together");
+        part.row_cols.push_back(a.in(q).cols);
+        if (!stage_rows) continue;
         float* rows = tensor(id(q), false, i);
         if (dev_) rows = stage(i, rows, elements(id(q)), true, false);  // sent from a host copy
         part.in.push_back(rows);
         part.in_n.push_back(elements(id(q)));
-        part.row_cols.push_back(a.in(q).cols);
     }
     part.send_rows.assign(static_cast<std::size_t>(n), 0);
     auto layout = [&](const std::map<std::pair<int, int>, std::vector<i64>>& of) -> const std::vector<i64>& {

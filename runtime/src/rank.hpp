@@ -211,8 +211,8 @@ public:
     int adam_step() const { return adam_step_; }
     /// The communicator instruction i runs on, where it runs on one (comms.cpp): a plain
     /// collective's group (members in group order) and stream, or a pipeline transfer's sender and
-    /// receiver and direction (stream -1 or -2). MoE's all-to-alls and context parallelism's ring
-    /// and Ulysses exchanges stay staged through the host.
+    /// receiver and direction (stream -1 or -2). Context parallelism's Ulysses exchanges stay
+    /// staged through the host.
     bool comm_key(std::size_t i, std::vector<int>& members, int& stream) const;
     void set_comm(const std::vector<int>& members, int stream, DeviceComm* c);
     std::size_t instructions() const { return rp_.instrs.size(); }
@@ -276,7 +276,8 @@ private:
     bool moe_sort(std::size_t i, bool sort);
     /// MoE's collectives (moe_ops.cpp: the EP all-to-alls, the expert-TP gather and reduce-scatter):
     /// this rank's part, and on completion its output, sized by what arrived.
-    CollPart moe_collective_part(std::size_t i);
+    /// stage_rows false: the counts alone go through the host (the rows through a communicator).
+    CollPart moe_collective_part(std::size_t i, bool stage_rows = true);
     void finish_moe_collective(std::size_t i);
     bool moe_collective(const sim::Instr& in) const {
         return (in.coll == sim::CollKind::all_to_all && in.group != sim::Group::cp) || (in.group == sim::Group::etp && w_.model.is_moe());
@@ -291,6 +292,12 @@ private:
     DeviceComm* comm_of(std::size_t i) const;
     void comm_collective(std::size_t i, DeviceComm& c, const CollPart& part, sim::CollKind kind);
     bool comm_done(std::size_t i);
+    /// MoE's exchanges on a communicator: the row counts through the host first (the transport, as
+    /// Megatron reads its split sizes back), then the rows (comms.cpp).
+    bool comm_moe(std::size_t i, bool first);
+    void post_moe_rows(std::size_t i);
+    std::map<std::size_t, std::vector<i64>> moe_send_rows_;  ///< by instruction, while its counts travel
+    std::set<std::size_t> moe_rows_posted_;
     std::map<std::pair<std::vector<int>, int>, DeviceComm*> comms_;
     std::map<std::size_t, std::vector<std::pair<float*, i64>>> comm_scratch_;  ///< released when the operation completes
     bool comm_lanes_ = false;  ///< the communication streams on lanes of their own (with communicators)

@@ -21,7 +21,7 @@ bool RankState::collective(std::size_t i, bool first, bool refill) {
     const Instr& in = rp_.instrs[i];
     const Transport::Key key{w_.step, in.match_id};
     if (!first) {
-        if (comm_of(i)) return comm_done(i);
+        if (comm_of(i)) return moe_collective(in) ? comm_moe(i, false) : comm_done(i);
         std::chrono::steady_clock::time_point at;
         if (!w_.transport.collective_done(key, &at)) return false;
         ended_ns_[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(at - w_.step_start).count();
@@ -30,6 +30,7 @@ bool RankState::collective(std::size_t i, bool first, bool refill) {
         return true;
     }
     if (in.match_id == 0) fail(i, "an unmatched collective (the runtime needs a full-mode Program)");
+    if (moe_collective(in) && comm_of(i)) return comm_moe(i, true);
     if (moe_collective(in)) {  // rows that vary with the routing, exchanged as an all-to-all
         const bool done = w_.transport.collective(key, CollKind::all_to_all, in.group_size, moe_collective_part(i));
         if (done) {

@@ -146,6 +146,7 @@ void Transport::perform(Coll& c) {
                 r.data.assign(tensors, {});
                 for (std::size_t q = 0; q < tensors; ++q) r.data[q].assign(static_cast<std::size_t>(r.rows * p0.row_cols[q]), 0.0f);
                 r.counts.assign(static_cast<std::size_t>(n * L), 0);
+                r.from_rows.assign(static_cast<std::size_t>(n), 0);
                 i64 at = 0;
                 for (const CollPart& src : c.parts) {
                     STRATA_ASSERT(static_cast<int>(src.send_rows.size()) == n && src.row_cols == p0.row_cols, "all_to_all: members disagree on the split");
@@ -158,6 +159,7 @@ void Transport::perform(Coll& c) {
                             std::memcpy(r.data[q].data() + at * C, src.in[q] + from * C, static_cast<std::size_t>(rows * C) * sizeof(float));
                     }
                     at += rows;
+                    r.from_rows[static_cast<std::size_t>(src.group_rank)] = rows;
                     for (i64 j = 0; j < L; ++j)
                         r.counts[static_cast<std::size_t>(src.group_rank * L + j)] = src.send_counts[static_cast<std::size_t>(static_cast<i64>(d) * L + j)];
                 }

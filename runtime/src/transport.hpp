@@ -38,6 +38,7 @@ struct A2aReceived {
     std::vector<std::vector<float>> data;  ///< per tensor moved (CollPart::in)
     std::int64_t rows = 0;
     std::vector<std::int64_t> counts;  ///< [sender][local expert]
+    std::vector<std::int64_t> from_rows;  ///< rows from each sender, in group order
 };
 
 /// One member's part of a collective: its buffers, element counts, and how a flat range is cut.

@@ -6,6 +6,8 @@
 // past its buffer) fails here instead of on a lent GPU.
 #include <catch2/catch.hpp>
 
+#include <tuple>
+
 #include "device.hpp"
 #include "device_runs.hpp"
 
@@ -138,12 +140,32 @@ TEST_CASE("the emulated device's communicators: NCCL's operations and its pairin
     comms[0]->send(t0, 1, 1, 16);
     comms[1]->recv(t1, 1, 0, 16);
     CHECK(read(1, t1, 1) == std::vector<float>{0.333984375f});
+    // MoE's all-to-all: member 0 keeps 1 row and sends 2, member 1 sends 1 and keeps 0 (rows of 1).
+    float* a0 = upload(0, {1, 2, 3});
+    float* a1 = upload(1, {9});
+    float* b0 = upload(0, {0, 0});
+    float* b1 = upload(1, {0, 0});
+    comms[0]->all_to_all(b0, a0, {0, 1, 3}, {0, 1, 2}, 19);
+    comms[1]->all_to_all(b1, a1, {0, 1, 1}, {0, 2, 2}, 19);
+    CHECK(read(0, b0, 2) == std::vector<float>{1, 9});
+    CHECK(read(1, b1, 2) == std::vector<float>{2, 3});
+    // Context parallelism's ring: the last 2 of 3 columns of 2 rows to the next member, added.
+    float* k0 = upload(0, {1, 2, 3, 4, 5, 6});
+    float* k1 = upload(1, {10, 20, 30, 40, 50, 60});
+    float* m0 = upload(0, {100, 100, 100, 100});
+    float* m1 = upload(1, {0, 0, 0, 0});
+    comms[0]->ring_shift(m0, k0, 2, 3, 1, 2, 1, true, 20);
+    comms[1]->ring_shift(m1, k1, 2, 3, 1, 2, 1, false, 20);
+    CHECK(read(0, m0, 4) == std::vector<float>{120, 130, 150, 160});
+    CHECK(read(1, m1, 4) == std::vector<float>{2, 3, 5, 6});
     // Members posting in different orders: NCCL would pair the two; the emulation names both.
     comms[0]->all_reduce(x0, x0, 7, 17);
     CHECK_THROWS_WITH(comms[1]->all_reduce(x1, x1, 7, 18),
                       Catch::Contains("member 0 posted all_reduce of match 17") && Catch::Contains("member 1 posted all_reduce of match 18"));
     for (float* p : {x0, g0, r0, t0}) dev[0]->release(p, p == t0 ? 1 : 7);
     for (float* p : {x1, g1, r1}) dev[1]->release(p, 7);
+    for (auto [m, p, n] : {std::tuple<int, float*, int>{0, a0, 3}, {1, a1, 1}, {0, b0, 2}, {1, b1, 2}, {0, k0, 6}, {1, k1, 6}, {0, m0, 4}, {1, m1, 4}})
+        dev[m]->release(p, n);
     dev[0]->release(s0, 3);
     dev[1]->release(s1, 4);
     dev[1]->release(t1, 1);
