@@ -25,6 +25,45 @@ __global__ void k_pack_columns(TV out, TV in, i64 stride, i64 cols, i64 n) {
     if (i < n) out[i] = in[(i / cols) * stride + i % cols];
 }
 
+// Ulysses' moves between a member's rows and the blocks it exchanges (blk[m][i][p], m a member, i
+// one of `rows` rows, p < w = W / n). Heads: blk[r][i][p] <-> rows[i][column p of member r's share
+// of each segment]. Sequence: blk[s][i][p] <-> rows[row i of member s, in sequence order][p].
+struct Segments {
+    i64 g[4];
+    int count;
+};
+__device__ i64 share_column(const Segments& sg, int n, int r, i64 p) {
+    i64 full = 0, part = 0;
+    for (int k = 0; k < sg.count; ++k) {
+        const i64 cg = sg.g[k] / n;
+        if (p < part + cg) return full + r * cg + (p - part);
+        full += sg.g[k];
+        part += cg;
+    }
+    return -1;
+}
+__global__ void k_ulysses_heads(TV blk, TV rows_, i64 rows, i64 W, Segments sg, int n, bool pack) {
+    const i64 w = W / n, total = n * rows * w;
+    const i64 e = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (e >= total) return;
+    const int r = static_cast<int>(e / (rows * w));
+    const i64 i = (e / w) % rows, p = e % w;
+    const i64 at = i * W + share_column(sg, n, r, p);
+    if (pack) blk[e] = rows_[at];
+    else rows_[at] = blk[e];
+}
+__global__ void k_ulysses_seq(TV blk, TV rows_, i64 rows, i64 w, i64 seq, int n, bool pack) {
+    const i64 total = n * rows * w;
+    const i64 e = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (e >= total) return;
+    const int s = static_cast<int>(e / (rows * w));
+    const i64 i = (e / w) % rows, p = e % w;
+    const cpu::Positions where{seq, n, s};
+    const i64 whole = i / where.local() * seq + where(i);
+    if (pack) blk[e] = rows_[whole * w + p];
+    else rows_[whole * w + p] = blk[e];
+}
+
 ncclDataType_t nccl_type(int fmt) { return fmt == 1 ? ncclBfloat16 : fmt == 2 ? ncclFloat16 : ncclFloat32; }
 
 class CudaComm final : public DeviceComm {
@@ -155,6 +194,39 @@ public:
         dev_->touched({o.p, x.p, packed, sum});
         for (void* b : {packed, sum})
             if (b) dev_->release_block(b, bytes);
+    }
+    void ulysses(float* out, const float* in, i64 rows, const std::vector<i64>& segments, i64 seq, bool to_heads, std::int64_t) override {
+        const TV o = dev_->tv(out), x = dev_->tv(in);
+        same(o, x, "ulysses");
+        if (segments.empty() || segments.size() > 4) throw std::runtime_error("cuda: ulysses: 1 to 4 column segments");
+        Segments sg{};
+        sg.count = static_cast<int>(segments.size());
+        i64 W = 0;
+        for (int k = 0; k < sg.count; ++k) W += sg.g[k] = segments[static_cast<std::size_t>(k)];
+        const i64 total = rows * W, w = W / size_;  // the member's elements, either side
+        if (total <= 0) return;
+        const std::size_t bytes = static_cast<std::size_t>(total) * (o.fmt ? 2 : 4);
+        void* send = dev_->alloc_block(bytes);
+        void* recv = dev_->alloc_block(bytes);
+        if (!send || !recv) throw std::runtime_error("cuda: no device memory for Ulysses' blocks");
+        const TV S{send, o.fmt}, R{recv, o.fmt};
+        const unsigned grid = blocks_for(total);
+        if (to_heads) k_ulysses_heads<<<grid, kThreads, 0, dev_->stream()>>>(S, x, rows, W, sg, size_, true);
+        else k_ulysses_seq<<<grid, kThreads, 0, dev_->stream()>>>(S, x, rows, w, seq, size_, true);
+        LAUNCHED();
+        const i64 each = rows * w;  // a block per member, both ways
+        NK(ncclGroupStart());
+        for (int q = 0; q < size_; ++q) {
+            NK(ncclSend((S + q * each).p, static_cast<std::size_t>(each), nccl_type(o.fmt), q, comm_, dev_->stream()));
+            NK(ncclRecv((R + q * each).p, static_cast<std::size_t>(each), nccl_type(o.fmt), q, comm_, dev_->stream()));
+        }
+        NK(ncclGroupEnd());
+        if (to_heads) k_ulysses_seq<<<grid, kThreads, 0, dev_->stream()>>>(R, o, rows, w, seq, size_, false);
+        else k_ulysses_heads<<<grid, kThreads, 0, dev_->stream()>>>(R, o, rows, W, sg, size_, false);
+        LAUNCHED();
+        dev_->touched({o.p, x.p, send, recv});
+        dev_->release_block(send, bytes);
+        dev_->release_block(recv, bytes);
     }
     void send(const float* p, i64 n, int peer, std::int64_t) override {
         const TV x = dev_->tv(p);

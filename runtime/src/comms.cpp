@@ -7,8 +7,8 @@
 // pipeline direction its own, so that operations are posted to a communicator in one order on
 // every member, the order NCCL pairs them in. MoE's exchanges send their row counts through the
 // host first (the transport), then the rows on the communicator. Context parallelism's ring moves
-// a block (packed columns) to the member `ring` places on; its Ulysses exchanges stay staged
-// through the host (transfers.cpp).
+// a block (packed columns) to the member `ring` places on; Ulysses packs a block per member,
+// exchanges them and unpacks.
 #include <algorithm>
 #include <array>
 #include <map>
@@ -36,7 +36,8 @@ bool RankState::comm_key(std::size_t i, std::vector<int>& members, int& stream) 
         stream = static_cast<int>(in.stream);
         return true;
     }
-    if (in.coll != CollKind::all_reduce && in.coll != CollKind::all_gather && in.coll != CollKind::reduce_scatter) return false;
+    const bool ulysses = in.coll == CollKind::all_to_all && in.group == Group::cp;
+    if (in.coll != CollKind::all_reduce && in.coll != CollKind::all_gather && in.coll != CollKind::reduce_scatter && !ulysses) return false;
     const Args a{w_.program, rp_, rp_.operands[i]};
     if (a.o.n_in == 0 || a.o.n_out == 0) return false;
     members = rp_.groups[static_cast<std::size_t>(in.group)];
@@ -96,6 +97,13 @@ void RankState::comm_collective(std::size_t i, DeviceComm& c, const CollPart& pa
         const i64 rows = part.in_n[0] / part.in_cols;
         if (kind == CollKind::all_gather) c.ring_shift(part.out[0], part.in[0], rows, part.in_cols, part.in_cols - part.out_cols, part.out_cols, part.ring, false, tag);
         else c.ring_shift(part.out[0], part.in[0], rows, part.in_cols, 0, part.out_cols, -part.ring, part.accumulate, tag);
+        return;
+    }
+    if (part.ulysses != 0) {
+        i64 W = 0;
+        for (i64 g : part.segments) W += g;
+        const i64 rows = (part.ulysses == 1 ? part.in_n[0] : part.out_n[0]) / std::max<i64>(W, 1);
+        c.ulysses(part.out[0], part.in[0], rows, part.segments, part.seq, part.ulysses == 1, tag);
         return;
     }
     for (std::size_t k = 0; k < part.in.size(); ++k) {

@@ -223,6 +223,13 @@ public:
     /// into out (rows x cols, packed), added to what out holds when `accumulate`.
     virtual void ring_shift(float* out, const float* in, i64 rows, i64 stride, i64 col0, i64 cols, int shift, bool accumulate,
                             std::int64_t tag) = 0;
+    /// Ulysses (context parallelism's all-to-all, transport.hpp's CollPart::ulysses): to_heads, each
+    /// member's `rows` sequence-split rows [rows x W] (W the sum of `segments`, the column widths of
+    /// [q | k | v] or [out]) become every sequence row of its 1/size() of each segment's columns
+    /// [size() rows x W / size()], in sequence order (`seq`-long sequences in the load-balanced
+    /// layout); else the inverse.
+    virtual void ulysses(float* out, const float* in, i64 rows, const std::vector<i64>& segments, i64 seq, bool to_heads,
+                         std::int64_t tag) = 0;
     /// A communicator of two for one pipeline direction: member 0 sends, member 1 receives.
     virtual void send(const float* p, i64 n, int peer, std::int64_t tag) = 0;
     virtual void recv(float* p, i64 n, int peer, std::int64_t tag) = 0;

@@ -19,7 +19,7 @@ namespace strata::runtime {
 namespace emulated_comm {
 
 using i64 = std::int64_t;
-enum class Kind { all_reduce, all_gather, reduce_scatter, all_to_all, ring_shift, send, recv };
+enum class Kind { all_reduce, all_gather, reduce_scatter, all_to_all, ring_shift, ulysses, send, recv };
 const char* name_of(Kind k) {
     switch (k) {
         case Kind::all_reduce: return "all_reduce";
@@ -27,6 +27,7 @@ const char* name_of(Kind k) {
         case Kind::reduce_scatter: return "reduce_scatter";
         case Kind::all_to_all: return "all_to_all";
         case Kind::ring_shift: return "ring_shift";
+        case Kind::ulysses: return "ulysses";
         case Kind::send: return "send";
         case Kind::recv: return "recv";
     }
@@ -46,8 +47,8 @@ struct Part {
     i64 n = 0;
     std::vector<i64> offset, recv;  ///< all_to_all: offset is what the member sends, recv what it receives
     DeviceComm::Reduce mode = DeviceComm::Reduce::write;
-    i64 rows = 0, stride = 0, col0 = 0, cols = 0;  ///< ring_shift
-    int shift = 0;
+    i64 rows = 0, stride = 0, col0 = 0, cols = 0;  ///< ring_shift (rows, and Ulysses' sequence length in stride)
+    int shift = 0;                                  ///< ring_shift; ulysses: 1 to the heads, 2 back
     Span in, out;
 };
 
@@ -77,7 +78,7 @@ void check(const std::vector<Part>& parts) {
         const Part& b = parts[m];
         const bool kinds = p2p ? (b.kind == Kind::send || b.kind == Kind::recv) && b.kind != a.kind : b.kind == a.kind;
         const bool a2a = a.kind == Kind::all_to_all;
-        if (!kinds || b.tag != a.tag || (!a2a && (b.n != a.n || b.offset != a.offset)) || b.shift != a.shift || b.cols != a.cols)
+        if (!kinds || b.tag != a.tag || (!a2a && (b.n != a.n || b.offset != a.offset)) || b.shift != a.shift || b.cols != a.cols || b.rows != a.rows)
             throw std::runtime_error("emulated device: a communicator's members posted different operations in the same place: " +
                                      describe(a, 0) + ", " + describe(b, static_cast<int>(m)) +
                                      " (NCCL would pair them; the members' orders or sizes differ)");
@@ -164,6 +165,29 @@ void perform(std::vector<Part>& parts) {
             }
             break;
         }
+        case Kind::ulysses: {  // transport.cpp's perform_ulysses, on the members' device buffers
+            const int n = static_cast<int>(parts.size());
+            const i64 W = a.n, w = W / n, seq = a.stride, local = seq / n;
+            for (int s = 0; s < n; ++s) {
+                const cpu::Positions where{seq, n, s};
+                for (i64 i = 0; i < a.rows; ++i) {
+                    const i64 whole = i / local * seq + where(i);
+                    i64 full = 0, part = 0;
+                    for (i64 g : a.offset) {
+                        const i64 cg = g / n;
+                        for (int r = 0; r < n; ++r) {
+                            const i64 at_full = i * W + full + r * cg, at_part = whole * w + part;
+                            if (a.shift == 1) std::memcpy(parts[static_cast<std::size_t>(r)].out.p + at_part, parts[static_cast<std::size_t>(s)].in.p + at_full, static_cast<std::size_t>(cg) * sizeof(float));
+                            else std::memcpy(parts[static_cast<std::size_t>(s)].out.p + at_full, parts[static_cast<std::size_t>(r)].in.p + at_part, static_cast<std::size_t>(cg) * sizeof(float));
+                        }
+                        full += g;
+                        part += cg;
+                    }
+                }
+            }
+            for (Part& p : parts) narrow(p.out.fmt, p.out.p, p.out.n);
+            break;
+        }
         case Kind::send:
         case Kind::recv: {
             const Part& s = parts[0].kind == Kind::send ? parts[0] : parts[1];
@@ -223,6 +247,22 @@ public:
         p.in = span(in, rows > 0 ? (rows - 1) * stride + col0 + cols : 0, "ring_shift in");
         p.out = span(out, rows * cols, "ring_shift out");
         same_storage(p, "ring_shift");
+        post(std::move(p));
+    }
+    void ulysses(float* out, const float* in, i64 rows, const std::vector<i64>& segments, i64 seq, bool to_heads, std::int64_t tag) override {
+        i64 W = 0;
+        for (i64 g : segments) {
+            if (g % g_->members != 0) throw std::runtime_error("emulated device: comm ulysses: a segment's columns do not split over the members");
+            W += g;
+        }
+        if (seq % (2 * g_->members) != 0 || rows % (seq / g_->members) != 0)
+            throw std::runtime_error("emulated device: comm ulysses: the sequence does not split over the members");
+        Part p = part(Kind::ulysses, tag, W);
+        p.offset = segments;
+        p.rows = rows, p.stride = seq, p.shift = to_heads ? 1 : 2;
+        p.in = span(in, rows * W, "ulysses in");
+        p.out = span(out, rows * W, "ulysses out");
+        same_storage(p, "ulysses");
         post(std::move(p));
     }
     void send(const float* data, i64 n, int peer, std::int64_t tag) override {

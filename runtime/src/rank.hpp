@@ -211,8 +211,7 @@ public:
     int adam_step() const { return adam_step_; }
     /// The communicator instruction i runs on, where it runs on one (comms.cpp): a plain
     /// collective's group (members in group order) and stream, or a pipeline transfer's sender and
-    /// receiver and direction (stream -1 or -2). Context parallelism's Ulysses exchanges stay
-    /// staged through the host.
+    /// receiver and direction (stream -1 or -2).
     bool comm_key(std::size_t i, std::vector<int>& members, int& stream) const;
     void set_comm(const std::vector<int>& members, int stream, DeviceComm* c);
     std::size_t instructions() const { return rp_.instrs.size(); }
