@@ -25,43 +25,21 @@ __global__ void k_pack_columns(TV out, TV in, i64 stride, i64 cols, i64 n) {
     if (i < n) out[i] = in[(i / cols) * stride + i % cols];
 }
 
-// Ulysses' moves between a member's rows and the blocks it exchanges (blk[m][i][p], m a member, i
-// one of `rows` rows, p < w = W / n). Heads: blk[r][i][p] <-> rows[i][column p of member r's share
-// of each segment]. Sequence: blk[s][i][p] <-> rows[row i of member s, in sequence order][p].
-struct Segments {
-    i64 g[4];
-    int count;
-};
-__device__ i64 share_column(const Segments& sg, int n, int r, i64 p) {
-    i64 full = 0, part = 0;
-    for (int k = 0; k < sg.count; ++k) {
-        const i64 cg = sg.g[k] / n;
-        if (p < part + cg) return full + r * cg + (p - part);
-        full += sg.g[k];
-        part += cg;
-    }
-    return -1;
-}
-__global__ void k_ulysses_heads(TV blk, TV rows_, i64 rows, i64 W, Segments sg, int n, bool pack) {
-    const i64 w = W / n, total = n * rows * w;
+// Ulysses' packing and unpacking (ulysses_index.hpp's maps): pack reads the rows into the blocks,
+// else the blocks are written into the rows.
+__global__ void k_ulysses_heads(TV blk, TV rows_, i64 rows, i64 W, UlyssesSegments sg, int n, bool pack) {
     const i64 e = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (e >= total) return;
-    const int r = static_cast<int>(e / (rows * w));
-    const i64 i = (e / w) % rows, p = e % w;
-    const i64 at = i * W + share_column(sg, n, r, p);
+    if (e >= rows * W) return;
+    const i64 at = ulysses_heads_at(e, rows, W, sg, n);
     if (pack) blk[e] = rows_[at];
     else rows_[at] = blk[e];
 }
 __global__ void k_ulysses_seq(TV blk, TV rows_, i64 rows, i64 w, i64 seq, int n, bool pack) {
-    const i64 total = n * rows * w;
     const i64 e = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (e >= total) return;
-    const int s = static_cast<int>(e / (rows * w));
-    const i64 i = (e / w) % rows, p = e % w;
-    const cpu::Positions where{seq, n, s};
-    const i64 whole = i / where.local() * seq + where(i);
-    if (pack) blk[e] = rows_[whole * w + p];
-    else rows_[whole * w + p] = blk[e];
+    if (e >= n * rows * w) return;
+    const i64 at = ulysses_seq_at(e, rows, w, seq, n);
+    if (pack) blk[e] = rows_[at];
+    else rows_[at] = blk[e];
 }
 
 ncclDataType_t nccl_type(int fmt) { return fmt == 1 ? ncclBfloat16 : fmt == 2 ? ncclFloat16 : ncclFloat32; }
@@ -199,7 +177,7 @@ public:
         const TV o = dev_->tv(out), x = dev_->tv(in);
         same(o, x, "ulysses");
         if (segments.empty() || segments.size() > 4) throw std::runtime_error("cuda: ulysses: 1 to 4 column segments");
-        Segments sg{};
+        UlyssesSegments sg{};
         sg.count = static_cast<int>(segments.size());
         i64 W = 0;
         for (int k = 0; k < sg.count; ++k) W += sg.g[k] = segments[static_cast<std::size_t>(k)];

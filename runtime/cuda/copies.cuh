@@ -72,7 +72,7 @@ void CudaDevice::move(TV a, TV b, i64 n) {
         return;
     }
     std::uint16_t*& st = host_staging_[lane_];
-    if (!st) CK(cudaHostAlloc(reinterpret_cast<void**>(&st), static_cast<std::size_t>(kStagingFloats) * 2, cudaHostAllocDefault));
+    if (!st) CK(cudaHostAlloc(reinterpret_cast<void**>(&st), static_cast<std::size_t>(kStagingFloats) * 2, cudaHostAllocPortable));
     for (i64 at = 0; at < n; at += kStagingFloats) {
         const i64 k = std::min<i64>(kStagingFloats, n - at);
         if (da) {  // host fp32 -> device 2-byte

@@ -34,6 +34,7 @@
 
 #include "device.hpp"
 #include "halves.hpp"
+#include "ulysses_index.hpp"
 
 namespace strata::runtime {
 namespace {
@@ -159,7 +160,8 @@ public:
     float* alloc_host(i64 n) override {
         void* p = nullptr;
         const std::size_t bytes = static_cast<std::size_t>(std::max<i64>(n, 1)) * sizeof(float);
-        if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
+        // Portable: pinned for every GPU of the process, not only the one current here.
+        if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {
             cudaGetLastError();
             return nullptr;
         }
