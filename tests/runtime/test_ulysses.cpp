@@ -30,6 +30,27 @@ PlanSpec ulysses(PlanSpec p, int cp) {
     return p;
 }
 
+// Each of n members posts its part of a Ulysses exchange (mode 1: to the heads, 2: back); whether
+// each post completed it.
+std::vector<bool> post_ulysses(Transport& t, int n, int mode, std::vector<float>* from, std::vector<float>* to, std::int64_t key,
+                               const std::vector<std::int64_t>& segments, std::int64_t seq) {
+    std::vector<bool> done;
+    for (int r = 0; r < n; ++r) {
+        CollPart part;
+        part.group_rank = r;
+        part.in = {from[r].data()};
+        part.in_n = {static_cast<std::int64_t>(from[r].size())};
+        part.out = {to[r].data()};
+        part.out_n = {static_cast<std::int64_t>(to[r].size())};
+        part.ulysses = mode;
+        part.segments = segments;
+        part.seq = seq;
+        done.push_back(t.collective({0, key}, CollKind::all_to_all, n, part));
+    }
+    for (int r = 0; r + 1 < n; ++r) t.collective_done({0, key});
+    return done;
+}
+
 }  // namespace
 
 TEST_CASE("Ulysses all-to-all: a sequence split's rows to a head split's, and back", "[runtime][ulysses]") {
@@ -49,20 +70,7 @@ TEST_CASE("Ulysses all-to-all: a sequence split's rows to a head split's, and ba
     }
     Transport t;
     auto exchange = [&](int mode, std::vector<float>* from, std::vector<float>* to, std::int64_t key) {
-        for (int r = 0; r < 2; ++r) {
-            CollPart part;
-            part.group_rank = r;
-            part.in = {from[r].data()};
-            part.in_n = {static_cast<i64>(from[r].size())};
-            part.out = {to[r].data()};
-            part.out_n = {static_cast<i64>(to[r].size())};
-            part.ulysses = mode;
-            part.segments = {2, 4};
-            part.seq = seq;
-            const bool done = t.collective({0, key}, CollKind::all_to_all, 2, part);
-            CHECK(done == (r == 1));  // the last member to post performs it
-        }
-        CHECK(t.collective_done({0, key}));
+        CHECK(post_ulysses(t, 2, mode, from, to, key, {2, 4}, seq) == std::vector<bool>{false, true});  // the last to post performs it
     };
     exchange(1, seq_split, head_split, 1);
     for (int r = 0; r < 2; ++r)
@@ -99,19 +107,7 @@ TEST_CASE("Ulysses: the cuda path's pack, exchange and unpack match the transpor
     }
     Transport t;
     auto transport = [&](int mode, std::vector<float>* from, std::vector<float>* to, std::int64_t key) {
-        for (int r = 0; r < n; ++r) {
-            CollPart part;
-            part.group_rank = r;
-            part.in = {from[r].data()};
-            part.in_n = {static_cast<i64>(from[r].size())};
-            part.out = {to[r].data()};
-            part.out_n = {static_cast<i64>(to[r].size())};
-            part.ulysses = mode;
-            part.segments = segments;
-            part.seq = seq;
-            t.collective({0, key}, CollKind::all_to_all, n, part);
-        }
-        for (int r = 0; r + 1 < n; ++r) t.collective_done({0, key});
+        post_ulysses(t, n, mode, from, to, key, segments, seq);
     };
     // comm.cuh's order: pack on each member, member q's block r to member r's slot q, unpack.
     auto nccl_path = [&](bool to_heads, std::vector<float>* from, std::vector<float>* to) {
