@@ -49,7 +49,10 @@ public:
     CudaComm(CudaDevice* dev, ncclComm_t comm, int rank, int size) : dev_(dev), comm_(comm), rank_(rank), size_(size) {}
     ~CudaComm() override {
         dev_->bind_thread();
-        ncclCommDestroy(comm_);
+        if (!aborted_.load()) ncclCommDestroy(comm_);
+    }
+    void abort() override {
+        if (!aborted_.exchange(true)) ncclCommAbort(comm_);  // frees the communicator too
     }
     int rank() const override { return rank_; }
     int size() const override { return size_; }
@@ -231,6 +234,7 @@ private:
     CudaDevice* dev_;
     ncclComm_t comm_;
     int rank_, size_;
+    std::atomic<bool> aborted_{false};
 };
 
 // One communicator over the members' GPUs, created from this thread (NCCL's one-process pattern:

@@ -238,6 +238,10 @@ public:
     /// every member has posted it. `notify` is called (from any thread) when that may change.
     virtual bool done() = 0;
     virtual void set_notify(std::function<void()> notify) = 0;
+    /// Gives up every pending operation, from any thread (NCCL's ncclCommAbort): after a rank has
+    /// failed, its peers' operations would otherwise wait for it forever, and so would the device
+    /// synchronisations queued behind them. The communicator is unusable afterwards.
+    virtual void abort() = 0;
 };
 
 /// The module's entry point: a new device on GPU `gpu`, or null with the reason in `why`.

@@ -63,6 +63,7 @@ struct Group {
     std::map<std::uint64_t, std::vector<Part>> pending;  ///< by the posting order
     std::vector<std::uint64_t> posted, completed;        ///< per member
     std::vector<std::function<void()>> notify;
+    bool aborted = false;
 };
 
 std::string describe(const Part& p, int member) {
@@ -279,7 +280,18 @@ public:
     }
     bool done() override {
         std::lock_guard<std::mutex> lk(g_->mu);
+        if (g_->aborted) throw std::runtime_error("stopped: a communicator was aborted after a rank failed");
         return g_->completed[static_cast<std::size_t>(rank_)] == g_->posted[static_cast<std::size_t>(rank_)];
+    }
+    void abort() override {
+        std::vector<std::function<void()>> wake;
+        {
+            std::lock_guard<std::mutex> lk(g_->mu);
+            g_->aborted = true;
+            wake = g_->notify;
+        }
+        for (auto& f : wake)
+            if (f) f();
     }
     void set_notify(std::function<void()> notify) override {
         std::lock_guard<std::mutex> lk(g_->mu);
@@ -319,6 +331,7 @@ private:
         std::vector<std::function<void()>> wake;
         {
             std::lock_guard<std::mutex> lk(g_->mu);
+            if (g_->aborted) throw std::runtime_error("stopped: a communicator was aborted after a rank failed");
             const std::uint64_t seq = g_->posted[static_cast<std::size_t>(rank_)]++;
             std::vector<Part>& slot = g_->pending[seq];
             if (slot.empty()) slot.resize(static_cast<std::size_t>(g_->members));

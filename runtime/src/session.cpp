@@ -223,6 +223,9 @@ StepReport Session::step() {
                 } catch (const std::exception& e) {
                     errors[r] = std::current_exception();
                     w.transport.abort(e.what());
+                    // NCCL: the peers' operations, and the synchronisations queued behind them,
+                    // would wait for this rank forever.
+                    for (auto& c : s.comms) c->abort();
                 }
             });
         for (auto& t : threads) t.join();

@@ -171,3 +171,16 @@ TEST_CASE("the emulated device's communicators: NCCL's operations and its pairin
     dev[1]->release(t1, 1);
     dev[0]->release(t2, 1);
 }
+
+// A rank that runs out of memory mid-step on devices with communicators: its peers, waiting on
+// operations it will never post, are released (the communicators aborted, as NCCL's must be) and
+// the failure is the one reported, without a hang; the session refuses to go on.
+TEST_CASE("the emulated device: a rank out of memory mid-step stops its peers' communicators", "[runtime]") {
+    runtime::RunOptions o;
+    o.backend = runtime::Backend::emulated;
+    o.check_fit = false;
+    o.capacity_bytes[0] = 1.4e5;  // stage 0 runs out in its second micro-batch's forward; stage 1 waits for it
+    runtime::Session s(tiny_gpt(), cpu_cluster(2), cpu_plan(1, 2, 1), o);
+    CHECK_THROWS_WITH(s.step(), Catch::Contains("out of memory at rank 0") && Catch::Contains("micro-batch 1"));
+    CHECK_THROWS_WITH(s.step(), Catch::Contains("cannot continue") && Catch::Contains("tier gpu"));
+}
