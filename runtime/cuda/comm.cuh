@@ -15,33 +15,6 @@
                                      ": " + ncclGetErrorString(r_));                                                \
     } while (0)
 
-__global__ void k_comm_add(TV out, TV in, i64 n) {
-    const i64 i = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i < n) out[i] += static_cast<float>(in[i]);
-}
-
-__global__ void k_pack_columns(TV out, TV in, i64 stride, i64 cols, i64 n) {
-    const i64 i = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = in[(i / cols) * stride + i % cols];
-}
-
-// Ulysses' packing and unpacking (ulysses_index.hpp's maps): pack reads the rows into the blocks,
-// else the blocks are written into the rows.
-__global__ void k_ulysses_heads(TV blk, TV rows_, i64 rows, i64 W, UlyssesSegments sg, int n, bool pack) {
-    const i64 e = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (e >= rows * W) return;
-    const i64 at = ulysses_heads_at(e, rows, W, sg, n);
-    if (pack) blk[e] = rows_[at];
-    else rows_[at] = blk[e];
-}
-__global__ void k_ulysses_seq(TV blk, TV rows_, i64 rows, i64 w, i64 seq, int n, bool pack) {
-    const i64 e = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (e >= n * rows * w) return;
-    const i64 at = ulysses_seq_at(e, rows, w, seq, n);
-    if (pack) blk[e] = rows_[at];
-    else rows_[at] = blk[e];
-}
-
 ncclDataType_t nccl_type(int fmt) { return fmt == 1 ? ncclBfloat16 : fmt == 2 ? ncclFloat16 : ncclFloat32; }
 
 class CudaComm final : public DeviceComm {
@@ -113,7 +86,7 @@ public:
             NK(ncclGroupEnd());
         }
         if (mode == Reduce::accumulate && hi > lo) {
-            k_comm_add<<<blocks_for(hi - lo), kThreads, 0, dev_->stream()>>>(o, target, hi - lo);
+            k_add<<<blocks_for(hi - lo), kThreads, 0, dev_->stream()>>>(o, o, target, TV{}, 1, hi - lo);
             LAUNCHED();
         }
         if (mode == Reduce::zero_rest) {
@@ -153,7 +126,7 @@ public:
         void* sum = nullptr;
         if (stride != cols && n > 0) {  // the block's columns packed on the lane before they go
             if (!(packed = dev_->alloc_block(bytes))) throw std::runtime_error("cuda: no device memory for a ring block");
-            k_pack_columns<<<blocks_for(n), kThreads, 0, dev_->stream()>>>(TV{packed, o.fmt}, x + col0, stride, cols, n);
+            k_copy_columns<<<blocks_for(n), kThreads, 0, dev_->stream()>>>(TV{packed, o.fmt}, cols, x + col0, stride, cols, n);
             LAUNCHED();
             from = TV{packed, o.fmt};
         }
@@ -169,7 +142,7 @@ public:
             NK(ncclGroupEnd());
         }
         if (accumulate && n > 0) {
-            k_comm_add<<<blocks_for(n), kThreads, 0, dev_->stream()>>>(o, into, n);
+            k_add<<<blocks_for(n), kThreads, 0, dev_->stream()>>>(o, o, into, TV{}, 1, n);
             LAUNCHED();
         }
         dev_->touched({o.p, x.p, packed, sum});

@@ -65,6 +65,7 @@ std::string where(const char* file, int line) { return std::string(file) + ":" +
 #include "moe_kernels.cuh"
 #include "ring_attention.cuh"
 #include "mla_kernels.cuh"
+#include "comm_kernels.cuh"
 
 
 class CudaComm;

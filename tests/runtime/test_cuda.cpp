@@ -530,3 +530,41 @@ TEST_CASE("the cuda backend: checkpoints, timelines, memory and refusals", "[run
     if (!device()) return;
     device_runs::check_checkpoint_and_timeline(runtime::Backend::cuda);
 }
+
+// A communicator of one member on the one GPU (NCCL's calls, streams, widths and scratch with
+// itself as the peer; a lent machine has one GPU, and NCCL puts one rank on a GPU): every
+// collective of device.hpp's DeviceComm, in fp32 and bf16, against what it must leave by hand
+// (send and receive need the two members of a pipeline direction).
+TEST_CASE("the cuda backend's communicators: every operation on a communicator of one", "[runtime][cuda]") {
+    Device* d = device();
+    if (!d) return;
+    using runtime::DeviceComm;
+    using runtime::Storage;
+    auto comms = d->comms_with({d});
+    REQUIRE(comms.size() == 1);
+    DeviceComm& c = *comms[0];
+    for (Storage s : {Storage::fp32, Storage::bf16}) {
+        INFO((s == Storage::fp32 ? "fp32" : "bf16"));
+        const std::vector<float> v{1, 2, 3, 4, 5, 6};  // exact in bf16
+        Dev a(*d, v, s), b(*d, std::vector<float>(6, 0.0f), s), acc(*d, std::vector<float>(6, 10.0f), s);
+        c.all_reduce(b.p, a.p, 6, 1);
+        CHECK(b.get() == v);
+        c.all_gather(b.p, a.p, {0, 6}, 2);
+        CHECK(b.get() == v);
+        c.reduce_scatter(acc.p, a.p, {0, 6}, DeviceComm::Reduce::accumulate, 3);
+        CHECK(acc.get() == std::vector<float>{11, 12, 13, 14, 15, 16});
+        c.reduce_scatter(b.p, a.p, {0, 6}, DeviceComm::Reduce::zero_rest, 4);
+        CHECK(b.get() == v);
+        Dev e(*d, std::vector<float>(6, 0.0f), s);
+        c.all_to_all(e.p, a.p, {0, 6}, {0, 6}, 5);
+        CHECK(e.get() == v);
+        Dev r(*d, std::vector<float>(4, 0.0f), s);  // the last 2 of 3 columns of 2 rows, to itself
+        c.ring_shift(r.p, a.p, 2, 3, 1, 2, 1, false, 6);
+        CHECK(r.get() == std::vector<float>{2, 3, 5, 6});
+        Dev u(*d, std::vector<float>(6, 0.0f), s);  // Ulysses over one member: the rows as they were
+        c.ulysses(u.p, a.p, 2, {3}, 2, true, 7);
+        d->sync();
+        CHECK(u.get() == std::vector<float>{1, 2, 3, 4, 5, 6});
+        CHECK(c.done());
+    }
+}

@@ -11,16 +11,12 @@
 #include "strata/lowering/lower.hpp"
 #include "strata/lowering/tensors.hpp"
 #include "transport.hpp"
-#include "ulysses_index.hpp"
 
 using namespace strata;
 using namespace strata::sim;
 using namespace strata::test;
 using runtime::CollPart;
 using runtime::Transport;
-using runtime::UlyssesSegments;
-using runtime::ulysses_heads_at;
-using runtime::ulysses_seq_at;
 
 namespace {
 
@@ -86,57 +82,6 @@ TEST_CASE("Ulysses all-to-all: a sequence split's rows to a head split's, and ba
     exchange(2, head_split, back, 2);
     CHECK(back[0] == seq_split[0]);
     CHECK(back[1] == seq_split[1]);
-}
-
-// The cuda backend's NCCL path (runtime/cuda/comm.cuh) packs a block per member, exchanges them and
-// unpacks, by ulysses_index.hpp's maps: done here on the CPU, both ways, it must land every value
-// where the transport's exchange puts it (4 members, three segments as [q | k | v], 2 sequences).
-TEST_CASE("Ulysses: the cuda path's pack, exchange and unpack match the transport", "[runtime][ulysses]") {
-    using i64 = std::int64_t;
-    const int n = 4;
-    const i64 seq = 16, b = 2, rows = b * seq / n;
-    const std::vector<i64> segments{8, 4, 4};
-    const UlyssesSegments sg{{8, 4, 4, 0}, 3};
-    const i64 W = 16, w = W / n;
-    std::vector<float> in[n], want[n], got[n], back_want[n], back_got[n];
-    for (int m = 0; m < n; ++m) {
-        in[m].resize(static_cast<std::size_t>(rows * W));
-        for (std::size_t e = 0; e < in[m].size(); ++e) in[m][e] = static_cast<float>(m * 10000 + static_cast<int>(e));
-        want[m].assign(in[m].size(), -1.0f);
-        got[m] = back_want[m] = back_got[m] = want[m];
-    }
-    Transport t;
-    auto transport = [&](int mode, std::vector<float>* from, std::vector<float>* to, std::int64_t key) {
-        post_ulysses(t, n, mode, from, to, key, segments, seq);
-    };
-    // comm.cuh's order: pack on each member, member q's block r to member r's slot q, unpack.
-    auto nccl_path = [&](bool to_heads, std::vector<float>* from, std::vector<float>* to) {
-        const i64 each = rows * w;
-        std::vector<float> send[n], recv[n];
-        for (int m = 0; m < n; ++m) {
-            send[m].resize(static_cast<std::size_t>(rows * W));
-            recv[m].resize(send[m].size());
-            for (i64 e = 0; e < rows * W; ++e)
-                send[m][static_cast<std::size_t>(e)] =
-                    from[m][static_cast<std::size_t>(to_heads ? ulysses_heads_at(e, rows, W, sg, n) : ulysses_seq_at(e, rows, w, seq, n))];
-        }
-        for (int q = 0; q < n; ++q)
-            for (int r = 0; r < n; ++r)
-                std::copy(send[q].begin() + r * each, send[q].begin() + (r + 1) * each, recv[r].begin() + q * each);
-        for (int m = 0; m < n; ++m)
-            for (i64 e = 0; e < rows * W; ++e)
-                to[m][static_cast<std::size_t>(to_heads ? ulysses_seq_at(e, rows, w, seq, n) : ulysses_heads_at(e, rows, W, sg, n))] =
-                    recv[m][static_cast<std::size_t>(e)];
-    };
-    transport(1, in, want, 1);
-    nccl_path(true, in, got);
-    for (int m = 0; m < n; ++m) CHECK(got[m] == want[m]);
-    transport(2, want, back_want, 2);
-    nccl_path(false, got, back_got);
-    for (int m = 0; m < n; ++m) {
-        CHECK(back_got[m] == back_want[m]);
-        CHECK(back_got[m] == in[m]);  // and back where it started
-    }
 }
 
 TEST_CASE("Ulysses: every plan follows the single-rank loss curve", "[runtime][ulysses][parallel]") {
