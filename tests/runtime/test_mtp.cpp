@@ -63,6 +63,8 @@ TEST_CASE("MTP: every parallel variant gives the single-rank curves", "[runtime]
     PlanSpec pp = cpu_plan(1, 2);
     PlanSpec zero1 = cpu_plan(1, 1, 2);
     zero1.zero_stage = 1;
+    PlanSpec zero3 = cpu_plan(1, 1, 2);
+    zero3.zero_stage = 3;  // the modules' weights, in the head's unit, gathered with it
     PlanSpec full = cpu_plan(2, 2);
     full.recompute = Recompute::full;
     // Autograd's unfused accumulation: the head and the embedding are used by every module, each
@@ -72,7 +74,7 @@ TEST_CASE("MTP: every parallel variant gives the single-rank curves", "[runtime]
     runtime::RunOptions emulated;
     emulated.backend = runtime::Backend::emulated;
     const std::vector<Variant> variants{{"tp 2", cpu_plan(2)},   {"tp 2, sp", sp}, {"dp 2, unfused gradient accumulation", unfused},
-                                        {"pp 2", pp},             {"dp 2, ZeRO-1", zero1},
+                                        {"pp 2", pp},             {"dp 2, ZeRO-1", zero1},  {"dp 2, ZeRO-3", zero3},
                                         {"tp 2 x pp 2, full recompute", full}, {"one rank on the emulated device", cpu_plan(), emulated}};
     check_against_single_rank(m, variants);
     // The modules' own curve too.
@@ -99,12 +101,22 @@ TEST_CASE("MTP with MLA and routed experts (DeepSeek-V3's shape): EP and TP on t
     ep.ep = 2;
     PlanSpec tp = cpu_plan(2, 2);
     tp.sequence_parallel = true;
-    check_against_single_rank(m, {{"dp 2 x ep 2", ep}, {"tp 2 x pp 2, sp", tp}});
+    // ZeRO-3 with the experts sharded over the expert-data-parallel group (ep 1, edp 2): the MTP
+    // module's experts, in the head's unit, are gathered over edp with its dense weights.
+    PlanSpec z3 = cpu_plan(1, 1, 2);
+    z3.zero_stage = 3;
+    runtime::RunOptions emulated;
+    emulated.backend = runtime::Backend::emulated;
+    check_against_single_rank(m, {{"dp 2 x ep 2", ep}, {"tp 2 x pp 2, sp", tp}, {"dp 2, ZeRO-3, experts over edp 2", z3},
+                                  {"dp 2, ZeRO-3, experts over edp 2, emulated devices", z3, emulated}});
 }
 
 TEST_CASE("MTP: what is not executed is refused with the field named", "[runtime][mtp]") {
-    PlanSpec z3 = cpu_plan(1, 1, 2);
-    z3.zero_stage = 3;
-    CHECK_THROWS_WITH(runtime::Session(with_mtp(tiny_llama(2), 1), cpu_cluster(2), z3, {}), Catch::Contains("model.mtp_depth"));
+    PlanSpec off = cpu_plan();
+    off.offload.params = TierSplit{0.0, 1.0, 0.0};
+    off.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+    off.zero_stage = 3;
+    CHECK_THROWS_WITH(runtime::Session(with_mtp(tiny_llama(2), 1), cpu_cluster(1), off, {}),
+                      Catch::Contains("model.mtp_depth") && Catch::Contains("offloaded parameters"));
     CHECK_THROWS_WITH(runtime::Session(with_mtp(tiny_gpt(), 1), cpu_cluster(1), cpu_plan(), {}), Catch::Contains("model.mtp_depth"));
 }

@@ -130,11 +130,14 @@ void RankLowering::gather_edges_zero3() {
     int after = record(Stream::compute);
     for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {  // last first, as mark_ready assumes
         const Bucket& b = *it;
-        if (b.expert) continue;
-        const int ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, b.count * d_.act_bytes, n_.zero3_edges, after);
+        // An edge's experts (the MTP modules' layers, in the head's unit) are sharded over the
+        // expert-data-parallel group, as a layer's are (fetch_params); with edp 1 a rank holds them whole.
+        if (b.expert && group_size(Group::edp) <= 1) continue;
+        const int ev = collective(Stream::dp_comm, CollKind::all_gather, b.expert ? Group::edp : Group::dp, b.count * d_.act_bytes,
+                                  b.expert ? n_.zero3_ag_expert : n_.zero3_edges, after);
         after = -1;
-        gather_operands(b.off, b.count);
-        mark_ready(b, ev);
+        gather_operands(b.off + (b.expert ? dense_elements_ : 0), b.count, b.expert);
+        mark_ready(b, ev);  // on the one dp_comm stream: the dense gathers after it imply it
     }
 }
 
