@@ -29,12 +29,15 @@ void RankState::precompute_fetches() {
     fetched_.clear();
     fetched_.resize(n_units);
     unit_uses_.assign(rp_.instrs.size(), {});
-    std::vector<int> reads(n_units, 0);
+    // reads: every reader of the current fetch, the in-place gathers that complete it included (a
+    // fetch no kernel reads, as a pass that needs none of the unit, lives until its gathers are
+    // done); uses: the kernels' reads alone, after which a write starts a new fetch.
+    std::vector<int> reads(n_units, 0), uses(n_units, 0);
     std::vector<std::pair<std::size_t, std::size_t>> first_write(n_units, {SIZE_MAX, 0});  // instruction, use index
     auto close = [&](std::size_t u) {
         if (first_write[u].first != SIZE_MAX) unit_uses_[first_write[u].first][first_write[u].second].add = reads[u];
         first_write[u].first = SIZE_MAX;
-        reads[u] = 0;
+        reads[u] = uses[u] = 0;
     };
     for (std::size_t i = 0; i < rp_.instrs.size(); ++i) {
         const Operands& o = rp_.operands[i];
@@ -53,18 +56,19 @@ void RankState::precompute_fetches() {
         }
         for (int u : written) {
             const auto su = static_cast<std::size_t>(u);
-            if (first_write[su].first == SIZE_MAX || reads[su] > 0) {  // a new fetch
+            if (first_write[su].first == SIZE_MAX || uses[su] > 0) {  // a new fetch
                 close(su);
                 first_write[su] = {i, unit_uses_[i].size()};
                 unit_uses_[i].push_back({u, 0, false});
             }
         }
         for (int u : read) {
-            if (std::find(written.begin(), written.end(), u) != written.end()) continue;  // in place (a gather)
+            const bool gather = std::find(written.begin(), written.end(), u) != written.end();  // in place
             if (first_write[static_cast<std::size_t>(u)].first == SIZE_MAX)
                 throw RuntimeError("runtime: rank " + std::to_string(rank_) + " instruction " + std::to_string(i) +
                                    " reads parameters no fetch or gather brought to the GPU whole");
             ++reads[static_cast<std::size_t>(u)];
+            if (!gather) ++uses[static_cast<std::size_t>(u)];
             unit_uses_[i].push_back({u, 0, true});
         }
     }

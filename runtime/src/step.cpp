@@ -97,7 +97,6 @@ bool RankState::try_execute(std::size_t i) {
 
 void RankState::finish(std::size_t i) {
     const Instr& in = rp_.instrs[i];
-    finish_fetches(i);
     finish_grad_values(i);
     if (w_.options.record_spans && in.kind != InstrKind::record && in.kind != InstrKind::wait) {
         if (dev_ && device_instr(i)) {
@@ -110,7 +109,7 @@ void RankState::finish(std::size_t i) {
                                            : std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - w_.step_start).count();
         trace_.spans.push_back({static_cast<int>(i), started_ns_[i], std::max(end, started_ns_[i])});
     }
-    if (rp_.operands.empty()) return;
+    if (rp_.operands.empty()) return finish_fetches(i);
     const Operands& o = rp_.operands[i];
     const auto* ids = rp_.operand_ids.data() + o.first;
     // A bf16 plan's 2-byte values are bf16 once written (the kernels computed them in fp32).
@@ -119,6 +118,9 @@ void RankState::finish(std::size_t i) {
             const DataTensor& t = w_.program.tensors[static_cast<std::size_t>(ids[o.n_in + j])];
             if (elem_bytes(t) == 2.0 && t.tier != Tier::ssd) round_half(tensor(ids[o.n_in + j], false, i), elements(ids[o.n_in + j]));
         }
+    // After the rounding: a fetch no instruction reads (a pass that needs none of the unit it
+    // brought) gives its copy back here.
+    finish_fetches(i);
     // Inputs have been read; outputs start a new value with its own count of readers; a value
     // nobody will read again is freed. An in-place update must be the old value's last reader.
     for (int k = 0; k < o.n_in; ++k)

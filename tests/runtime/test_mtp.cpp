@@ -107,16 +107,28 @@ TEST_CASE("MTP with MLA and routed experts (DeepSeek-V3's shape): EP and TP on t
     z3.zero_stage = 3;
     runtime::RunOptions emulated;
     emulated.backend = runtime::Backend::emulated;
+    // Homed on the host (ZeRO-3 Offload) or on the SSD (ZeRO-Infinity): the head's unit, the
+    // module's experts with it, fetched a pass at a time; a backward pass that reads none of the
+    // experts fetches and gathers them all the same (its copy lives until its gathers are done).
+    PlanSpec host = z3;
+    host.offload.params = host.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
+    PlanSpec ssd = cpu_plan();
+    ssd.zero_stage = 3;
+    ssd.precision = Precision::bf16;
+    ssd.offload.params = ssd.offload.optimizer = TierSplit{0.0, 0.0, 1.0};
     check_against_single_rank(m, {{"dp 2 x ep 2", ep}, {"tp 2 x pp 2, sp", tp}, {"dp 2, ZeRO-3, experts over edp 2", z3},
-                                  {"dp 2, ZeRO-3, experts over edp 2, emulated devices", z3, emulated}});
+                                  {"dp 2, ZeRO-3, experts over edp 2, emulated devices", z3, emulated},
+                                  {"dp 2, ZeRO-3, parameters and optimizer on the CPU", host},
+                                  {"dp 2, ZeRO-3, parameters and optimizer on the CPU, emulated devices", host, emulated}});
+    PlanSpec one16 = cpu_plan();  // the SSD tier holds 2-byte weights: against a bf16 rank
+    one16.precision = Precision::bf16;
+    check_against(m, one16, {{"parameters and optimizer on the SSD, bf16", ssd}});
 }
 
 TEST_CASE("MTP: what is not executed is refused with the field named", "[runtime][mtp]") {
-    PlanSpec off = cpu_plan();
-    off.offload.params = TierSplit{0.0, 1.0, 0.0};
-    off.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
-    off.zero_stage = 3;
-    CHECK_THROWS_WITH(runtime::Session(with_mtp(tiny_llama(2), 1), cpu_cluster(1), off, {}),
-                      Catch::Contains("model.mtp_depth") && Catch::Contains("offloaded parameters"));
+    PlanSpec cp = cpu_plan();
+    cp.cp = 2;
+    CHECK_THROWS_WITH(runtime::Session(with_mtp(tiny_llama(2), 1), cpu_cluster(2), cp, {}),
+                      Catch::Contains("model.mtp_depth") && Catch::Contains("plan.cp"));
     CHECK_THROWS_WITH(runtime::Session(with_mtp(tiny_gpt(), 1), cpu_cluster(1), cpu_plan(), {}), Catch::Contains("model.mtp_depth"));
 }

@@ -124,22 +124,30 @@ void RankLowering::fetch_edge(bool head) {
         if (u.chunk != chunk_ || u.layer >= 0) continue;
         const bool wanted = head ? u.head || (u.embedding && head_reads_embedding_table(m_, p_)) : u.embedding;
         if (!wanted) continue;
+        // The head's unit holds the MTP modules' experts too, past the dense buffer (fetch_params).
+        const double experts_at = u.expert_off + dense_elements_;
         if (!zero3) {
-            wait(Stream::compute, fetch_offloaded(u.dense + u.expert, {{u.dense_off, u.dense}}, record(Stream::compute)));
+            std::vector<std::pair<double, double>> whole{{u.dense_off, u.dense}};
+            if (u.expert > 0) whole.emplace_back(experts_at, u.expert);
+            wait(Stream::compute, fetch_offloaded(u.dense + u.expert, whole, record(Stream::compute)));
             continue;
         }
         std::vector<const Bucket*> in_unit;
         std::vector<std::pair<double, double>> slices;
-        for (const Bucket& b : buckets_)
-            if (!b.expert && b.off >= u.dense_off && b.off < u.dense_off + u.dense) {
-                in_unit.push_back(&b);
-                slices.push_back(dp_slice(b.off, b.count));
-            }
+        for (const Bucket& b : buckets_) {
+            const bool dense = !b.expert && b.off >= u.dense_off && b.off < u.dense_off + u.dense;
+            const bool expert = b.expert && u.expert > 0 && b.off >= u.expert_off && b.off < u.expert_off + u.expert;
+            if (!dense && !expert) continue;
+            in_unit.push_back(&b);
+            slices.push_back(dp_slice(b.off + (b.expert ? dense_elements_ : 0), b.count, b.expert));
+        }
         int ev = fetch_offloaded(u.dense / group_size(Group::dp) + u.expert / group_size(Group::edp), slices, record(Stream::compute));
         for (const Bucket* b : in_unit) {
-            ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, b->count * d_.act_bytes, n_.zero3_edges, ev);
+            const Group g = b->expert ? Group::edp : Group::dp;
+            if (group_size(g) <= 1) continue;  // with edp 1 the rank's slice is the whole range
+            ev = collective(Stream::dp_comm, CollKind::all_gather, g, b->count * d_.act_bytes, b->expert ? n_.zero3_ag_expert : n_.zero3_edges, ev);
             if (df_) {
-                const int r = range(TensorRole::param, b->off, b->count);
+                const int r = range(TensorRole::param, b->off + (b->expert ? dense_elements_ : 0), b->count);
                 io({r}, {r});
             }
         }

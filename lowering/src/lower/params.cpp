@@ -270,8 +270,6 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
         if (m.norm != NormKind::rmsnorm) return f + " with LayerNorm: the MTP modules' norms are executed as RMSNorm";
         if (m.dropout > 0) return f + " with model.dropout: MTP modules with dropout are not executed";
         if (p.cp > 1) return f + " with plan.cp > 1: the shifted tokens across a CP split are not executed";
-        if (!p.offload.params.all_gpu())
-            return f + " with offloaded parameters: the MTP modules' weights are not fetched from the host";
         for (int k = 1; k <= m.mtp_depth; ++k)
             if (m.layer_is_moe(mtp_layer_id(m, k)) != m.layer_is_moe(mtp_layer_kind(m)) ||
                 m.window_of(mtp_layer_id(m, k)) != m.window_of(mtp_layer_kind(m)))
