@@ -185,6 +185,9 @@ TEST_CASE("validate_plan: context and sequence parallelism", "[spec][errors]") {
     m.seq_len = 100;
     expect_error([&] { validate(m, plan(R"({"tp": 8, "global_batch": 8, "sequence_parallel": true})")); }, "p.json",
                  "plan.sequence_parallel", "needs model.seq_len / plan.cp = 100 divisible by plan.tp = 8");
+    // CP splits a fused kernel's softmax: no unfused attention under it.
+    expect_error([] { validate(model(), plan(R"({"cp": 2, "global_batch": 8, "flash_attention": false})")); }, "p.json",
+                 "plan.flash_attention", "= false with plan.cp = 2: context parallelism runs fused attention kernels");
     // Sequence parallelism with tp = 1 is allowed and has no effect (Megatron silently disables it).
     CHECK_NOTHROW(validate(m, plan(R"({"global_batch": 8, "sequence_parallel": true})")));
     // TP communication overlap needs TP and sequence parallelism.

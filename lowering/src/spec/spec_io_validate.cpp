@@ -188,6 +188,13 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
     }
     if (p.zero3_param_sync && p.zero_stage != 3)
         fail("plan.zero3_param_sync", "needs plan.zero_stage = 3 (got " + s(p.zero_stage) + "): it is how ZeRO-3 fetched parameters");
+    // Context parallelism splits a fused kernel's softmax over the ring (Transformer Engine's
+    // ring or all-to-all attention); Megatron-Core runs no unfused attention under CP, and the
+    // lowering and the runtime hold no (s x s) probabilities there.
+    if (p.cp > 1 && !p.flash_attention)
+        fail("plan.flash_attention", "= false with plan.cp = " + s(p.cp) +
+                                         ": context parallelism runs fused attention kernels (Transformer Engine's ring or all-to-all; "
+                                         "Megatron-Core has no unfused attention under CP)");
     if (p.attention_kernel != AttentionKernel::fa3 && !p.flash_attention)
         fail("plan.attention_kernel", std::string("= \"") + to_string(p.attention_kernel) +
                                           "\" needs plan.flash_attention = true (it names a fused kernel)");
