@@ -84,3 +84,50 @@ void CudaDevice::move(TV a, TV b, i64 n) {
         }
     }
 }
+
+// Pinned host memory, and copies between any two of device and host memory.
+float* CudaDevice::alloc_host(i64 n) {
+    void* p = nullptr;
+    const std::size_t bytes = static_cast<std::size_t>(std::max<i64>(n, 1)) * sizeof(float);
+    // Portable: pinned for every GPU of the process, not only the one current here.
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {
+        cudaGetLastError();
+        return nullptr;
+    }
+    std::memset(p, 0, bytes);
+    pinned_[static_cast<char*>(p)] = Use{bytes, {}};
+    return static_cast<float*>(p);
+}
+void CudaDevice::release_host(float* p) {
+    if (!p) return;
+    sync();  // no queued copy may still read it
+    if (auto it = pinned_.find(reinterpret_cast<char*>(p)); it != pinned_.end()) {
+        for (cudaEvent_t e : it->second.last)
+            if (e) spare_.push_back(e);
+        pinned_.erase(it);
+    }
+    cudaFreeHost(p);
+}
+void CudaDevice::copy(float* dst, const float* src, i64 n) {
+    if (n <= 0 || dst == src) return;
+    const TV a = tv(dst), b = tv(src);
+    move(a, b, n);
+    if (!on_device(a.p) || !on_device(b.p)) CK(cudaStreamSynchronize(stream_));
+}
+void CudaDevice::copy_async(float* dst, const float* src, i64 n) {
+    if (n <= 0 || dst == src) return;
+    const TV a = tv(dst), b = tv(src);
+    move(a, b, n);
+    // The allocations at both ends remember this copy: their next user on another lane waits for it.
+    touched({a.p, b.p});
+}
+void CudaDevice::host_settle(const float* host) {
+    Use* u = use_of(host);
+    if (!u) return;
+    for (cudaEvent_t& e : u->last)
+        if (e) {
+            CK(cudaEventSynchronize(e));
+            spare_.push_back(e);
+            e = nullptr;
+        }
+}

@@ -130,8 +130,8 @@ public:
     std::string describe() const override { return desc_; }
     void bind_thread() override { CK(cudaSetDevice(gpu_)); }
     std::vector<std::unique_ptr<DeviceComm>> comms_with(const std::vector<Device*>& members) override;  ///< comm.cuh
-    // For the communicators (comm.cuh): the current lane's stream, and the allocations at these
-    // real addresses remember the work queued there so far (as a copy's ends do).
+    // The current lane's stream (for comm.cuh), and the allocations at these real addresses
+    // remember the work queued there so far: a copy's ends, a communicator's buffers.
     cudaStream_t stream() const { return stream_; }
     void touched(std::initializer_list<const void*> ends) {
         for (const void* end : ends) {
@@ -159,58 +159,12 @@ public:
     // The caching allocator's blocks (allocator.cuh).
     void* alloc_block(std::size_t bytes);
     void release_block(void* p, std::size_t bytes);
-    float* alloc_host(i64 n) override {
-        void* p = nullptr;
-        const std::size_t bytes = static_cast<std::size_t>(std::max<i64>(n, 1)) * sizeof(float);
-        // Portable: pinned for every GPU of the process, not only the one current here.
-        if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {
-            cudaGetLastError();
-            return nullptr;
-        }
-        std::memset(p, 0, bytes);
-        pinned_[static_cast<char*>(p)] = Use{bytes, {}};
-        return static_cast<float*>(p);
-    }
-    void release_host(float* p) override {
-        if (!p) return;
-        sync();  // no queued copy may still read it
-        if (auto it = pinned_.find(reinterpret_cast<char*>(p)); it != pinned_.end()) {
-            for (cudaEvent_t e : it->second.last)
-                if (e) spare_.push_back(e);
-            pinned_.erase(it);
-        }
-        cudaFreeHost(p);
-    }
-    void copy(float* dst, const float* src, i64 n) override {
-        if (n <= 0 || dst == src) return;
-        const TV a = tv(dst), b = tv(src);
-        move(a, b, n);
-        if (!on_device(a.p) || !on_device(b.p)) CK(cudaStreamSynchronize(stream_));
-    }
-    void copy_async(float* dst, const float* src, i64 n) override {
-        if (n <= 0 || dst == src) return;
-        const TV a = tv(dst), b = tv(src);
-        move(a, b, n);
-        // The allocations at both ends remember this copy (an event each: one owner an event):
-        // their next user on another lane waits for it.
-        for (const void* end : {static_cast<const void*>(a.p), static_cast<const void*>(b.p)}) {
-            Use* u = use_of(end);
-            if (!u) continue;
-            cudaEvent_t& slot = u->last[lane_];
-            if (!slot) slot = event();
-            CK(cudaEventRecord(slot, stream_));
-        }
-    }
-    void host_settle(const float* host) override {
-        Use* u = use_of(host);
-        if (!u) return;
-        for (cudaEvent_t& e : u->last)
-            if (e) {
-                CK(cudaEventSynchronize(e));
-                spare_.push_back(e);
-                e = nullptr;
-            }
-    }
+    // Pinned host memory and copies between any two ends (copies.cuh).
+    float* alloc_host(i64 n) override;
+    void release_host(float* p) override;
+    void copy(float* dst, const float* src, i64 n) override;
+    void copy_async(float* dst, const float* src, i64 n) override;
+    void host_settle(const float* host) override;
     void set_lane(int lane) override {
         if (lane < 0 || lane >= lane_count) throw std::runtime_error("cuda: no lane " + std::to_string(lane));
         lane_ = lane;

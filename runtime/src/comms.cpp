@@ -51,14 +51,18 @@ void RankState::set_comm(const std::vector<int>& members, int stream, DeviceComm
     comm_lanes_ = true;
 }
 
-DeviceComm* RankState::comm_of(std::size_t i) const {
-    if (comms_.empty()) return nullptr;
-    std::vector<int> members;
-    int stream = 0;
-    if (!comm_key(i, members, stream)) return nullptr;
-    auto it = comms_.find({members, stream});
-    return it == comms_.end() ? nullptr : it->second;
+// Looked up once (connect_comms), not at every poll of the instruction.
+void RankState::index_comms() {
+    comm_at_.assign(rp_.instrs.size(), nullptr);
+    for (std::size_t i = 0; i < rp_.instrs.size(); ++i) {
+        std::vector<int> members;
+        int stream = 0;
+        if (!comm_key(i, members, stream)) continue;
+        if (auto it = comms_.find({members, stream}); it != comms_.end()) comm_at_[i] = it->second;
+    }
 }
+
+DeviceComm* RankState::comm_of(std::size_t i) const { return comm_at_.empty() ? nullptr : comm_at_[i]; }
 
 // The communication streams on lanes of their own, in the Stream enum's order.
 int RankState::lane(Stream s) const {
@@ -259,6 +263,7 @@ void connect_comms(World& w, const std::vector<std::unique_ptr<RankState>>& rank
             owned.push_back(std::move(ends[j]));
         }
     }
+    for (const auto& r : ranks) r->index_comms();
 }
 
 }  // namespace strata::runtime

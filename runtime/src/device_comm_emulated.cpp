@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "device_emulated.hpp"
+#include "transport.hpp"
 
 namespace strata::runtime {
 namespace emulated_comm {
@@ -166,26 +167,20 @@ void perform(std::vector<Part>& parts) {
             }
             break;
         }
-        case Kind::ulysses: {  // transport.cpp's perform_ulysses, on the members' device buffers
-            const int n = static_cast<int>(parts.size());
-            const i64 W = a.n, w = W / n, seq = a.stride, local = seq / n;
-            for (int s = 0; s < n; ++s) {
-                const cpu::Positions where{seq, n, s};
-                for (i64 i = 0; i < a.rows; ++i) {
-                    const i64 whole = i / local * seq + where(i);
-                    i64 full = 0, part = 0;
-                    for (i64 g : a.offset) {
-                        const i64 cg = g / n;
-                        for (int r = 0; r < n; ++r) {
-                            const i64 at_full = i * W + full + r * cg, at_part = whole * w + part;
-                            if (a.shift == 1) std::memcpy(parts[static_cast<std::size_t>(r)].out.p + at_part, parts[static_cast<std::size_t>(s)].in.p + at_full, static_cast<std::size_t>(cg) * sizeof(float));
-                            else std::memcpy(parts[static_cast<std::size_t>(s)].out.p + at_full, parts[static_cast<std::size_t>(r)].in.p + at_part, static_cast<std::size_t>(cg) * sizeof(float));
-                        }
-                        full += g;
-                        part += cg;
-                    }
-                }
+        case Kind::ulysses: {  // the transport's exchange (transport.cpp), on the members' device buffers
+            std::vector<CollPart> moves(parts.size());
+            for (std::size_t r = 0; r < parts.size(); ++r) {
+                CollPart& m = moves[r];
+                m.group_rank = static_cast<int>(r);
+                m.in = {parts[r].in.p};
+                m.in_n = {parts[r].in.n};
+                m.out = {parts[r].out.p};
+                m.out_n = {parts[r].out.n};
+                m.ulysses = a.shift;
+                m.segments = a.offset;
+                m.seq = a.stride;
             }
+            ulysses_exchange(moves);
             for (Part& p : parts) narrow(p.out.fmt, p.out.p, p.out.n);
             break;
         }

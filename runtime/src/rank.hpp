@@ -214,6 +214,7 @@ public:
     /// receiver and direction (stream -1 or -2).
     bool comm_key(std::size_t i, std::vector<int>& members, int& stream) const;
     void set_comm(const std::vector<int>& members, int stream, DeviceComm* c);
+    void index_comms();  ///< after the last set_comm: each instruction's communicator
     std::size_t instructions() const { return rp_.instrs.size(); }
 
 private:
@@ -298,6 +299,7 @@ private:
     std::map<std::size_t, std::vector<i64>> moe_send_rows_;  ///< by instruction, while its counts travel
     std::set<std::size_t> moe_rows_posted_;
     std::map<std::pair<std::vector<int>, int>, DeviceComm*> comms_;
+    std::vector<DeviceComm*> comm_at_;  ///< by instruction (index_comms); empty without communicators
     std::map<std::size_t, std::vector<std::pair<float*, i64>>> comm_scratch_;  ///< released when the operation completes
     bool comm_lanes_ = false;  ///< the communication streams on lanes of their own (with communicators)
     /// Several ranks on one GPU (RunOptions::ranks_share_gpu), and what no communicator carries

@@ -19,15 +19,16 @@ std::pair<i64, i64> slice(i64 n, int r, int members) {
 
 // A sequence-split row (member s's local row i) is row seq_index x seq + position of the
 // head-split side; each column segment's r-th 1/members goes to (or comes from) member r.
-void Transport::perform_ulysses(Coll& c) {
-    const int n = c.members;
-    const CollPart& p0 = c.parts[0];
+void ulysses_exchange(std::vector<CollPart>& parts) {
+    std::sort(parts.begin(), parts.end(), [](const CollPart& a, const CollPart& b) { return a.group_rank < b.group_rank; });
+    const int n = static_cast<int>(parts.size());
+    const CollPart& p0 = parts[0];
     const bool to_heads = p0.ulysses == 1;
     i64 W = 0;
     for (i64 g : p0.segments) W += g;
     STRATA_ASSERT(W > 0 && W % n == 0 && p0.seq % (2 * n) == 0, "ulysses: columns or sequence do not split over the members");
     const i64 w = W / n, local = p0.seq / n;
-    for (const CollPart& side : c.parts) {
+    for (const CollPart& side : parts) {
         const i64 rows = (to_heads ? side.in_n[0] : side.out_n[0]) / W;  // the member's sequence-split rows
         STRATA_ASSERT((to_heads ? side.out_n[0] : side.in_n[0]) == rows * W, "ulysses: a member's two layouts differ in size");
         const cpu::Positions where{p0.seq, n, side.group_rank};
@@ -36,7 +37,7 @@ void Transport::perform_ulysses(Coll& c) {
             i64 full = 0, part = 0;
             for (i64 g : p0.segments) {
                 const i64 cg = g / n;
-                for (const CollPart& other : c.parts) {
+                for (const CollPart& other : parts) {
                     const i64 at_full = i * W + full + other.group_rank * cg, at_part = whole * w + part;
                     if (to_heads) std::memcpy(other.out[0] + at_part, side.in[0] + at_full, static_cast<std::size_t>(cg) * sizeof(float));
                     else std::memcpy(side.out[0] + at_full, other.in[0] + at_part, static_cast<std::size_t>(cg) * sizeof(float));
@@ -54,7 +55,7 @@ void Transport::perform(Coll& c) {
     const CollPart& p0 = c.parts[0];
     for (const CollPart& p : c.parts)
         STRATA_ASSERT(p.in.size() == p0.in.size() && p.out.size() == p0.out.size(), "transport: members disagree on operands");
-    if (p0.ulysses != 0) return perform_ulysses(c);
+    if (p0.ulysses != 0) return ulysses_exchange(c.parts);
     if (p0.ring != 0) {  // context parallelism's ring: a block moves by `ring` places
         const i64 rows = p0.in_n[0] / p0.in_cols;
         for (const CollPart& dst : c.parts) {

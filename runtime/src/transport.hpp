@@ -76,6 +76,10 @@ struct CollPart {
     Waker* waker = nullptr;
 };
 
+/// Ulysses' exchange among `parts` (CollPart::ulysses, one part a member, any order): what the
+/// transport performs, and what the emulated device's communicators perform on device buffers.
+void ulysses_exchange(std::vector<CollPart>& parts);
+
 class Transport {
 public:
     using Key = std::pair<int, std::int64_t>;  ///< (step, match_id)
@@ -115,7 +119,6 @@ private:
         std::chrono::steady_clock::time_point at;
     };
     static void perform(Coll& c);
-    static void perform_ulysses(Coll& c);
 
     std::mutex mu_;
     std::map<Key, Coll> colls_;

@@ -162,25 +162,21 @@ ParamLayout param_layout(const ModelSpec& m, const PlanSpec& p, int stage) {
         const int count = vsize[static_cast<std::size_t>(v)];
         // The experts added since `start` (an MoE layer's, or the MTP modules'): a unit of the
         // expert buffer (its offset made absolute by finish()).
-        auto expert_unit = [&](int layer, bool head, std::int64_t start) {
-            if (L.expert_elements <= start) return;
-            GradUnit g;
-            g.chunk = c;
-            g.layer = layer;
-            g.head = head;
-            g.offset = start;
-            g.count = L.expert_elements - start;
-            L.expert_units.push_back(g);
-        };
-        auto unit = [&](int layer, bool head, bool emb, std::int64_t start) {
+        auto grad_unit = [&](int layer, bool head, bool emb, std::int64_t start, std::int64_t end) {
             GradUnit g;
             g.chunk = c;
             g.layer = layer;
             g.head = head;
             g.embedding = emb;
             g.offset = start;
-            g.count = L.dense_elements - start;
-            L.units.push_back(g);
+            g.count = end - start;
+            return g;
+        };
+        auto expert_unit = [&](int layer, bool head, std::int64_t start) {
+            if (L.expert_elements > start) L.expert_units.push_back(grad_unit(layer, head, false, start, L.expert_elements));
+        };
+        auto unit = [&](int layer, bool head, bool emb, std::int64_t start) {
+            L.units.push_back(grad_unit(layer, head, emb, start, L.dense_elements));
         };
         // The shared word table (tied, pp > 1) is a unit of its own on both ends: under the
         // distributed optimizer it gets its own bucket (lower's build_buckets).
