@@ -73,6 +73,7 @@ def random_tiny_plan(rng, model):
             p['vpp'] = 2
     if p['tp'] > 1:
         p['sequence_parallel'] = model == 'moe' or rng.random() < 0.5
+        p['tp_comm_overlap'] = p['sequence_parallel'] and rng.random() < 0.4
     p['zero_stage'] = rng.choice([0, 1, 2, 3])
     p['recompute'] = rng.choice(['none', 'selective', 'full'])
     if p['recompute'] == 'full' and rng.random() < 0.4:

@@ -47,6 +47,14 @@ void RankState::compute(std::size_t i) {
                 const DataTensor &x = a.in(0), &dy = a.in(1), &dw = a.out(0);
                 if (dw.rows != dy.cols || dw.cols != x.cols || x.rows != dy.rows) fail(i, "wgrad operand shapes disagree");
                 KERNEL(matmul_wgrad, O(0), nout > 1 ? O(1) : nullptr, I(0), I(1), x.rows, x.cols, dy.cols);
+            } else if (in.ring_step >= 0) {  // TP overlap: one row block, of the gathered input or of the output
+                const DataTensor &x = a.in(0), &w = a.in(1), &y = a.out(0);
+                const i64 rows = in.m, at_x = ring_block_at(i, x, rows), at_y = ring_block_at(i, y, rows);
+                const bool dgrad = y.role == TensorRole::grad;
+                const bool shapes = dgrad ? nin == 2 && w.rows == x.cols && y.cols == w.cols : w.cols == x.cols && y.cols == w.rows;
+                if (!shapes) fail(i, "a row block's GEMM operand shapes disagree");
+                if (dgrad) KERNEL(matmul_dgrad, O(0) + at_y, I(0) + at_x, I(1), rows, w.cols, w.rows);
+                else KERNEL(matmul_forward, O(0) + at_y, I(0) + at_x, I(1), nin > 2 ? I(2) : nullptr, rows, x.cols, w.rows);
             } else if (a.out(0).role == TensorRole::grad) {  // dgrad: dX = dY W (dY may be the logits, turned into their gradient in place)
                 const DataTensor &dy = a.in(0), &w = a.in(1), &dx = a.out(0);
                 if (w.rows != dy.cols || dx.cols != w.cols || dx.rows != dy.rows) fail(i, "dgrad operand shapes disagree");
@@ -288,6 +296,14 @@ void RankState::compute(std::size_t i) {
         const DataTensor &e = a.in(0), &x = a.out(0);
         const i64 row0 = x.rows < e.rows ? tp_rank_ * x.rows : 0;  // with SP the rank keeps its shard
         KERNEL(position_forward, O(0), I(0), I(1), row0, x.rows, positions(), x.cols);
+    } else if (name == "tp.ring.local_block") {  // TP overlap: {the rank's shard} -> its block of the gathered tensor
+        const DataTensor &x = a.in(0), &g = a.out(0);
+        float* to = O(0) + ring_block_at(i, g, x.rows);
+        if (dev_) dev_->copy(to, I(0), x.elements());
+        else std::memcpy(to, I(0), static_cast<std::size_t>(x.elements()) * sizeof(float));
+    } else if (name == "tp.ring.combine") {  // TP overlap: {what the ring brought, the own block} -> the own block
+        const DataTensor& y = a.out(0);
+        KERNEL(add, O(0), I(1), I(0), nullptr, y.rows, y.cols);
     } else if (name == "cp.dkv_combine") {  // ins {returned K/V gradients, dqkv} -> dqkv
         const DataTensor &ret = a.in(0), &dq = a.out(0);
         float* d = O(0);

@@ -97,7 +97,7 @@ void RankState::precompute() {
         }
         for (int j = 0; j < o.n_out; ++j) {
             const DataTensor& t = prog.tensors[static_cast<std::size_t>(ids[o.n_in + j])];
-            if (tracks(t)) writer[ids[o.n_in + j]] = o.first + static_cast<std::size_t>(o.n_in + j);
+            if (tracks(t) && !block_continues(i, t)) writer[ids[o.n_in + j]] = o.first + static_cast<std::size_t>(o.n_in + j);
         }
     }
     recorded_.assign(static_cast<std::size_t>(std::max(1, prog.events)), 0);
@@ -210,6 +210,22 @@ void RankState::sample_memory(Tier t) {
     if (!w_.options.record_spans) return;
     const auto now = std::chrono::steady_clock::now() - w_.step_start;
     trace_.memory.push_back({t, std::chrono::duration_cast<std::chrono::nanoseconds>(now).count(), pool_of(t)->used.load()});
+}
+
+i64 RankState::ring_block_at(std::size_t i, const DataTensor& t, i64 block_rows) const {
+    const Instr& in = rp_.instrs[i];
+    if (!ring_blocked(in, block_rows, t)) return 0;
+    if (t.rows != block_rows * tp_size_) fail(i, "names a tensor that is not tp blocks of its block's rows");
+    const int block = ((tp_rank_ - in.ring_step) % tp_size_ + tp_size_) % tp_size_;
+    return block * block_rows * t.cols;
+}
+
+bool RankState::block_continues(std::size_t i, const DataTensor& t) const {
+    const Instr& in = rp_.instrs[i];
+    if (in.ring_step <= 0 || rp_.operands.empty() || rp_.operands[i].n_in == 0) return false;
+    const Operands& o = rp_.operands[i];
+    const DataTensor& first = w_.program.tensors[static_cast<std::size_t>(rp_.operand_ids[o.first])];
+    return ring_blocked(in, ring_block_rows(in, first), t);
 }
 
 i64 RankState::elements(int id) const {

@@ -415,6 +415,12 @@ private:
     Dropout attention_dropout(const sim::Instr& in, const sim::DataTensor& qkv, i64 hq) const;
     /// The CP rank whose block arrives `ring` places back along the ring.
     int ring_source(int ring) const { return ((cp_rank_ - ring) % cp_size_ + cp_size_) % cp_size_; }
+    /// TP overlap's row blocks (program.hpp ring_blocked): where instruction i's block of `t`
+    /// starts, in elements (0 for a whole operand), and the block's rows.
+    i64 ring_block_at(std::size_t i, const sim::DataTensor& t, i64 block_rows) const;
+    /// A write of a block after the first (ring_step > 0) adds to the value the first began: its
+    /// readers are that value's, and it starts none of its own.
+    bool block_continues(std::size_t i, const sim::DataTensor& t) const;
     Pool gpu_;  ///< this rank's gpu tier
     TrackedBuffer params_, grads_, params_host_, grads_host_;
     PackedRanges host_ranges_;  ///< what each host copy (parameters, gradients) holds

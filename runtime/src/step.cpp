@@ -127,7 +127,7 @@ void RankState::finish(std::size_t i) {
         if (auto it = live_.find(ids[k]); it != live_.end()) --it->second.pending;
     for (int j = 0; j < o.n_out; ++j) {
         auto it = live_.find(ids[o.n_in + j]);
-        if (it == live_.end()) continue;
+        if (it == live_.end() || block_continues(i, w_.program.tensors[static_cast<std::size_t>(ids[o.n_in + j])])) continue;
         if (it->second.pending > 0) fail(i, "overwrites a value other instructions have yet to read");
         it->second.pending = version_reads_[o.first + static_cast<std::size_t>(o.n_in + j)];
     }

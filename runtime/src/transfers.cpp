@@ -62,7 +62,11 @@ bool RankState::collective(std::size_t i, bool first, bool refill) {
     }
     if (part.in.empty()) fail(i, "has no operands: the dataflow lowering did not name them");
     const TensorRole role = a.in(0).role;
-    part.ring = in.coll == CollKind::all_gather ? a.out(0).ring : a.in(0).ring;
+    part.ring = in.ring_step >= 0 ? in.ring_step : in.coll == CollKind::all_gather ? a.out(0).ring : a.in(0).ring;
+    if (in.ring_step > 0 && in.coll == CollKind::all_gather) {  // TP overlap: into the block of the member ring_step back
+        part.out[0] += ring_block_at(i, a.out(0), a.in(0).rows);
+        part.out_n[0] = part.in_n[0];
+    }
     part.in_cols = a.in(0).cols;
     part.out_cols = a.out(0).cols;
     part.accumulate = a.o.n_in > 1;  // a ring return adds into what came before

@@ -248,7 +248,7 @@ inline void check_fp16_curves(runtime::Backend b, double tol) {
     }
 }
 
-/// Several ranks, each with its device: TP (with and without SP), PP (1F1B, interleaved, the
+/// Several ranks, each with its device: TP (with and without SP, with TP overlap), PP (1F1B, interleaved, the
 /// scatter/gather transfer), DP with every ZeRO stage, the three at once, MoE's expert
 /// parallelism and Ulysses context parallelism; fp32 and bf16.
 inline std::vector<Variant> parallel_variants() {
@@ -257,6 +257,11 @@ inline std::vector<Variant> parallel_variants() {
     v.push_back({"GPT, tp 2", tiny_gpt(), p});
     p.sequence_parallel = true;
     v.push_back({"Llama, tp 2 with SP", tiny_llama(2), p});
+    p.tp_comm_overlap = true;  // the ring's blocks as pointers into the device's buffers, and its steps on the communicator
+    v.push_back({"Llama, tp 2 with SP and TP overlap", tiny_llama(2), p});
+    p = cpu_plan(4, 1, 1);
+    p.sequence_parallel = p.tp_comm_overlap = true;
+    v.push_back({"GPT, tp 4 with SP and TP overlap", tiny_gpt(), p});
     p = cpu_plan(1, 2, 1);
     v.push_back({"GPT, pp 2 (1F1B)", tiny_gpt(), p});
     p.recompute = Recompute::full;

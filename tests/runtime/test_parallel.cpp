@@ -27,6 +27,17 @@ std::vector<Variant> variants() {
         PlanSpec p = cpu_plan(2);
         p.sequence_parallel = true;
         v.push_back({"tp 2 + sequence parallel", p});
+        // TP communication overlap: Transformer Engine's ring exchange, each GEMM in blocks.
+        p.tp_comm_overlap = true;
+        v.push_back({"tp 2 + SP + TP overlap", p});
+        p.recompute = Recompute::full;
+        p.pp = 2;
+        v.push_back({"tp 2 pp 2 + SP + TP overlap, full recompute", p});
+        p = cpu_plan(2, 1, 2);
+        p.sequence_parallel = p.tp_comm_overlap = true;
+        p.recompute = Recompute::selective;
+        p.zero_stage = 3;
+        v.push_back({"tp 2 dp 2 + SP + TP overlap, selective recompute, ZeRO-3", p});
     }
     v.push_back({"dp 2", cpu_plan(1, 1, 2)});
     for (int z : {1, 2, 3}) {
@@ -222,6 +233,19 @@ std::vector<Variant> variants() {
 
 TEST_CASE("GPT: every parallel variant follows the single-rank loss curve", "[runtime][parallel]") {
     check_against_single_rank(tiny_gpt(), variants());
+}
+
+TEST_CASE("TP overlap over 4 ranks: three ring steps each way, on the single-rank curve", "[runtime][parallel][tp_overlap]") {
+    // tp 4 exercises what tp 2 cannot: the blocks of members two and three places back, and the
+    // reduce side's received sum accumulating over several steps.
+    PlanSpec p = cpu_plan(4);
+    p.sequence_parallel = true;
+    std::vector<Variant> v{{"tp 4 + SP", p}};
+    p.tp_comm_overlap = true;
+    v.push_back({"tp 4 + SP + TP overlap", p});
+    p.recompute = Recompute::full;
+    v.push_back({"tp 4 + SP + TP overlap, full recompute", p});
+    check_against_single_rank(tiny_gpt(), v);
 }
 
 TEST_CASE("a vocabulary TP does not divide runs padded, on one rank's curve with the same padding", "[runtime][parallel][vocab]") {

@@ -301,14 +301,18 @@ TEST_CASE("identical input gives identical JSON and trace", "[simulate][determin
     CHECK(summary_text(a) == summary_text(b));
 }
 
-TEST_CASE("TP communication overlap hides each SP collective behind its GEMM", "[simulate][overlap]") {
+TEST_CASE("TP communication overlap hides each SP collective behind its GEMM's blocks", "[simulate][overlap]") {
     // 4 layers, tp 2 with sequence parallelism, one micro-batch, one node. Without overlap the
     // compute stream waits for 6 SP collectives per layer: forward all-gathers before QKV and fc1,
     // reduce-scatters after proj and fc2; backward all-gathers of dY before the fc2 and proj dgrads
     // (the wgrad-side gathers and dX reductions already overlap the wgrads in both modes). All six
-    // move the same b*s*h*2 bytes with the same bus factor (n-1)/n, so each takes t_c alone. With
-    // overlap each runs beside a GEMM at least 5x longer (h = 4096, 2048 tokens), so the step
-    // shortens by exactly 6 * 4 * t_c and the compute kernels are unchanged.
+    // move the same b*s*h*2 bytes with the same bus factor (n-1)/n, so each takes t_c alone.
+    // With overlap (Transformer Engine's ring exchange) each GEMM runs as tp = 2 blocks of half
+    // the rows and the other member's block travels beside the first one, which is at least 2.5x
+    // longer (h = 4096, 2048 tokens): the 24 waits go, and what the blocks, the local copies and
+    // the sums of the reduce side add to the compute stream comes back. So the step shortens by
+    // 24 t_c less that added compute, less the small slowdown of kernels sharing the GPU with the
+    // transfers (Hopper's interference term).
     const auto hw = h100_view();
     const ModelSpec m = uniform_model(4);
     const ClusterSpec c = one_node(2);
@@ -329,11 +333,14 @@ TEST_CASE("TP communication overlap hides each SP collective behind its GEMM", "
     const double t_c = static_cast<double>(transfer_demand(collective(CollKind::all_gather, Group::tp, 2, 2048.0 * 4096 * 2), ctx).alone_ns());
     const double t_rs = static_cast<double>(transfer_demand(collective(CollKind::reduce_scatter, Group::tp, 2, 2048.0 * 4096 * 2), ctx).alone_ns());
     CHECK(t_rs == Approx(t_c).epsilon(1e-6));
-    const double saved_ns = static_cast<double>(plain.result.step_time_ns - over.result.step_time_ns);
-    CHECK(saved_ns == Approx(24 * t_c).epsilon(0.01));
     const auto compute = static_cast<std::size_t>(Stream::compute);
-    CHECK(over.result.ranks[0].busy_ns[compute] == plain.result.ranks[0].busy_ns[compute]);
-    CHECK(over.result.exposed_comm_ns < plain.result.exposed_comm_ns);
+    const double added_ns = static_cast<double>(over.result.ranks[0].busy_ns[compute] - plain.result.ranks[0].busy_ns[compute]);
+    CHECK(added_ns > 0);                 // blocks, copies and sums are not free
+    CHECK(added_ns < 24 * t_c);          // but cheaper than the waits they replace here
+    const double saved_ns = static_cast<double>(plain.result.step_time_ns - over.result.step_time_ns);
+    CHECK(saved_ns <= 24 * t_c - added_ns + 1);
+    CHECK(saved_ns > 0.7 * (24 * t_c - added_ns));
+    CHECK(over.result.exposed_comm_ns < plain.result.exposed_comm_ns / 4);
 }
 
 TEST_CASE("job figures follow from the step time", "[simulate]") {

@@ -16,6 +16,7 @@ using Clock = std::array<std::int64_t, kStreamCount>;
 struct Access {
     std::size_t instr = 0;
     bool write = false;
+    int block = -1;  ///< TP overlap's row block (Instr::ring_step) of a blocked operand; -1: whole
 };
 
 struct RangeAccess {
@@ -58,12 +59,14 @@ public:
             if (r_.operands.empty()) return;
             const Operands& o = r_.operands[i];
             const auto* ids = r_.operand_ids.data() + o.first;
+            const Instr& in = r_.instrs[i];
+            const std::int64_t block_rows = in.ring_step >= 0 && o.n_in > 0 ? ring_block_rows(in, p_.tensors[static_cast<std::size_t>(ids[0])]) : 0;
             for (int k = 0; k < o.n_in + o.n_out; ++k) {
                 const bool write = k >= o.n_in;
                 const DataTensor& t = p_.tensors[static_cast<std::size_t>(ids[k])];
                 if (t.role == TensorRole::tokens) continue;
                 if (is_range(t.role)) range_access(i, t, write || in_out(o, ids, ids[k]));
-                else tensor_access(i, ids[k], write);
+                else tensor_access(i, ids[k], write, ring_blocked(in, block_rows, t) ? in.ring_step : -1);
             }
         }
     }
@@ -89,13 +92,16 @@ private:
                        p_.tensor_names[static_cast<std::size_t>(t.name)] + " (layer " + std::to_string(t.layer) + ", offset " +
                        std::to_string(t.offset) + ") without waiting for " + label(j));
     }
-    void tensor_access(std::size_t i, int id, bool write) {
+    // Two row blocks of one tensor (TP overlap's ring steps) are apart.
+    void tensor_access(std::size_t i, int id, bool write, int block) {
         auto& acc = tensors_[id];
         const DataTensor& t = p_.tensors[static_cast<std::size_t>(id)];
+        const auto overlaps = [block](const Access& a) { return a.block < 0 || block < 0 || a.block == block; };
         for (const Access& a : acc)
-            if ((a.write || write) && !before(a.instr, i)) report(a.instr, i, t, write ? "writes" : "reads");
-        if (write) acc.clear();  // later accesses conflict with this write, which comes after these
-        acc.push_back({i, write});
+            if ((a.write || write) && overlaps(a) && !before(a.instr, i)) report(a.instr, i, t, write ? "writes" : "reads");
+        // Later accesses conflict with this write, which comes after the ones it covers.
+        if (write) acc.erase(std::remove_if(acc.begin(), acc.end(), [&](const Access& a) { return block < 0 || a.block == block; }), acc.end());
+        acc.push_back({i, write, block});
     }
     // A parameter all-gather inside a step rewrites the values earlier readers saw (ZeRO-3 gathers a
     // layer again for its backward; a real implementation gathers into a fresh buffer), so it

@@ -9,18 +9,67 @@ namespace strata::sim::lower_detail {
 // Sequence parallelism: all-gather the sequence-sharded input before a column-parallel GEMM
 // (Korthikanti et al. 2022, Fig. 5 "g"). Without SP the input is already replicated. Returns the
 // event (-1: none); with wait_now the compute stream waits for it at once.
-//
-// TP communication overlap (plan.tp_comm_overlap; Transformer Engine's userbuffers, Megatron's
-// --tp-comm-overlap): the all-gather before QKV / fc1 and the reduce-scatter after proj / fc2 run
-// as ring steps interleaved with chunks of their GEMM, so the pair takes about max(GEMM,
-// collective). Modelled as the collective running beside the whole GEMM and the stream waiting
-// for both; the one-chunk fill of the ring and the SMs the copies take are not modelled.
 int RankLowering::tp_forward_in(bool wait_now, int in, int out) {
     if (d_.tp <= 1 || !d_.sp) return -1;
     int ev = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * d_.act_bytes, n_.tp_ag);
     if (df_) io({in}, {out});
     if (wait_now) wait(Stream::compute, ev);
     return ev;
+}
+
+// TP communication overlap (plan.tp_comm_overlap; Transformer Engine's userbuffers behind
+// Megatron's --tp-comm-overlap, with SP): a column-parallel GEMM's input all-gather and a
+// row-parallel GEMM's output reduce-scatter are cut into the tp blocks of S = T / tp rows the
+// members own, moved one ring step at a time (TE's ring exchange, split_overlap_ag_p2p and
+// split_overlap_rs_p2p) while the GEMM runs block by block: tp GEMMs of S rows, and a step's
+// transfer hidden behind the block before it. Instr::ring_step names the block, as the member
+// that many places back along the ring. Each step is priced as an all-gather (reduce-scatter)
+// that moves one block per rank, as the context-parallel ring's are. Under FP8 the blocks travel
+// in FP8 (TE's fp8_buf: the norm writes its FP8 output into the buffer, dY is cast before it
+// moves, and the FP8 recipes' reduce-scatter buffers take the GEMM's FP8 output).
+//
+// The all-gather side: the rank's own block copied into the gathered tensor (TE's
+// copy_into_buffer), and block j's GEMM run once the step bringing it has landed.
+void RankLowering::tp_ring_gather(int shard, int full, const std::function<void(int)>& block) {
+    const int P = static_cast<int>(d_.tp);
+    const double chunk = tp_ring_block_bytes();
+    compute(Op::elementwise, n_.tp_ring_local, 0, 2 * chunk).ring_step = 0;
+    if (df_) io({shard}, {full});
+    const int local = record(Stream::compute);
+    std::vector<int> landed(static_cast<std::size_t>(P), -1);
+    for (int j = 1; j < P; ++j) {
+        landed[static_cast<std::size_t>(j)] = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, chunk * P / (P - 1), n_.tp_ag_ring, local);
+        rp_.instrs[last_collective_].ring_step = j;
+        if (df_) io({shard}, {full});
+    }
+    for (int j = 0; j < P; ++j) {
+        if (j > 0) wait(Stream::compute, landed[static_cast<std::size_t>(j)]);
+        block(j);
+    }
+}
+
+// The reduce-scatter side: the blocks other members own first, each sent to its owner as soon as
+// it is computed and summed there as it arrives (a received sum of its own per rank), then the
+// rank's own block, to which the sum is added once the last step is in.
+void RankLowering::tp_ring_reduce(int out_s, const std::function<void(int, int)>& block) {
+    const int P = static_cast<int>(d_.tp);
+    const double chunk = tp_ring_block_bytes();
+    const int received = df_ ? act(n_.t_tp_ring_recv, layer_, d_.tokens_sp, d_.h) : -1;
+    int ev = -1;
+    for (int j = 1; j < P; ++j) {
+        const int part = df_ ? act(n_.t_tp_ring_part, layer_, d_.tokens_sp, d_.h, TensorRole::activation, j) : -1;
+        block(j, part);
+        ev = collective(Stream::tp_comm, CollKind::reduce_scatter, Group::tp, chunk * P / (P - 1), n_.tp_rs_ring);
+        rp_.instrs[last_collective_].ring_step = j;
+        if (df_) {
+            if (j == 1) io({part}, {received});
+            else io({part, received}, {received});
+        }
+    }
+    block(0, out_s);
+    wait(Stream::compute, ev);
+    compute(Op::elementwise, n_.tp_ring_combine, 0, 3 * d_.tokens_sp * d_.h * d_.act_bytes);
+    if (df_) io({received, out_s}, {out_s});
 }
 
 // After a row-parallel GEMM: all-reduce (Megatron "g" in forward), or reduce-scatter with SP.
@@ -216,19 +265,33 @@ double RankLowering::ring_step_bytes() const {
     return chunk * d_.cp / (d_.cp - 1);
 }
 
-// `pending_ag`: the input all-gather overlapped with fc1 (-1: none). With TP overlap the output
-// reduce-scatter overlaps fc2 here; otherwise the caller reduces after.
-void RankLowering::mlp_forward(int pending_ag, const LayerTensors* t) {
-    const double f = d_.ffn / d_.tp;
-    gemm(n_.fc1, d_.tokens, (d_.mats - 1) * f, d_.h);  // SwiGLU: gate and up fused, n = 2*ffn/tp
-    if (df_ && t) io({t->ln2_g, prm("fc1.weight", layer_), bias("fc1.bias", layer_, false)}, {t->fc1});
-    if (pending_ag >= 0) wait(Stream::compute, pending_ag);
+// The dense MLP and its TP communication: with SP the input gathered before fc1 and fc2's output
+// reduce-scattered after (all-reduced without SP), or under TP overlap both cut into ring steps.
+void RankLowering::mlp_forward(const LayerTensors& t) {
+    const double f = d_.ffn / d_.tp, fc1_n = (d_.mats - 1) * f;  // SwiGLU: gate and up fused, n = 2*ffn/tp
+    const bool overlap = tp_overlap();
+    if (overlap) {
+        tp_ring_gather(t.ln2, t.ln2_g, [&](int j) {
+            gemm(n_.fc1, d_.tokens_sp, fc1_n, d_.h).ring_step = j;
+            if (df_) io({t.ln2_g, prm("fc1.weight", layer_), bias("fc1.bias", layer_, false)}, {t.fc1});
+        });
+    } else {
+        tp_forward_in(true, t.ln2, t.ln2_g);
+        gemm(n_.fc1, d_.tokens, fc1_n, d_.h);
+        if (df_) io({t.ln2_g, prm("fc1.weight", layer_), bias("fc1.bias", layer_, false)}, {t.fc1});
+    }
     compute(Op::elementwise, n_.act, 0, d_.mats * d_.tokens * f * d_.act_bytes);  // GELU: r+w; SwiGLU: 2r+w
-    if (df_ && t) io({t->fc1}, {t->act});
-    const int rs = tp_overlap() ? tp_out_collective() : -1;
-    gemm_cast(n_.fc2, d_.tokens, d_.h, f);
-    if (df_ && t) io({t->act, prm("fc2.weight", layer_)}, {t->fc2});
-    if (rs >= 0) wait(Stream::compute, rs);
+    if (df_) io({t.fc1}, {t.act});
+    if (overlap) {
+        tp_ring_reduce(t.fc2_s, [&](int j, int out) {
+            gemm_cast(n_.fc2, d_.tokens_sp, d_.h, f).ring_step = j;
+            if (df_) io({t.act, prm("fc2.weight", layer_)}, {out});
+        });
+    } else {
+        gemm_cast(n_.fc2, d_.tokens, d_.h, f);
+        if (df_) io({t.act, prm("fc2.weight", layer_)}, {t.fc2});
+        tp_forward_out(t.fc2, t.fc2_s);
+    }
 }
 
 // After the QKV projection: QK-norm (read, write Q and K; V passes through, and the dataflow
@@ -262,18 +325,31 @@ void RankLowering::layer_forward(int layer, Phase phase) {
     if (m_.mla) {
         mla_projections_forward(t);
     } else {
-        const int ag_qkv = tp_forward_in(!overlap, t.ln1, t.ln1_g);
-        gemm(n_.qkv, d_.tokens, (d_.q_w + 2 * d_.kv_w) / d_.tp, d_.h);
-        if (df_) io({t.ln1_g, prm("qkv.weight", layer), bias("qkv.bias", layer, false)}, {t.qkv_pre});
-        if (overlap) wait(Stream::compute, ag_qkv);
+        const double qkv_n = (d_.q_w + 2 * d_.kv_w) / d_.tp;
+        if (overlap) {
+            tp_ring_gather(t.ln1, t.ln1_g, [&](int j) {
+                gemm(n_.qkv, d_.tokens_sp, qkv_n, d_.h).ring_step = j;
+                if (df_) io({t.ln1_g, prm("qkv.weight", layer), bias("qkv.bias", layer, false)}, {t.qkv_pre});
+            });
+        } else {
+            tp_forward_in(true, t.ln1, t.ln1_g);
+            gemm(n_.qkv, d_.tokens, qkv_n, d_.h);
+            if (df_) io({t.ln1_g, prm("qkv.weight", layer), bias("qkv.bias", layer, false)}, {t.qkv_pre});
+        }
         qk_norm_and_rope(t, layer);
     }
     attention_core_forward(phase, t.qkv, t.attn, t.lse, t.probs, t.pmask, t.pdrop);
-    const int rs_proj = overlap ? tp_out_collective() : -1;
-    gemm_cast(n_.proj, d_.tokens, d_.h, d_.heads * d_.v_dim / d_.tp);
-    if (df_) io({t.attn, prm("proj.weight", layer)}, {t.proj});
-    if (overlap) wait(Stream::compute, rs_proj);
-    else tp_forward_out(t.proj, t.proj_s);
+    const double attn_cols = d_.heads * d_.v_dim / d_.tp;
+    if (overlap) {
+        tp_ring_reduce(t.proj_s, [&](int j, int out) {
+            gemm_cast(n_.proj, d_.tokens_sp, d_.h, attn_cols).ring_step = j;
+            if (df_) io({t.attn, prm("proj.weight", layer)}, {out});
+        });
+    } else {
+        gemm_cast(n_.proj, d_.tokens, d_.h, attn_cols);
+        if (df_) io({t.attn, prm("proj.weight", layer)}, {t.proj});
+        tp_forward_out(t.proj, t.proj_s);
+    }
     compute(Op::elementwise, n_.residual1, 0, resid_bytes);
     if (df_) io({t.x, t.proj_s, bias("proj.bias", layer, false)}, {t.x1, t.mask1});  // Megatron's bias-dropout-add
     compute(Op::norm, n_.norm2, 0, norm_bytes);
@@ -282,9 +358,7 @@ void RankLowering::layer_forward(int layer, Phase phase) {
         moe_forward(layer);  // with SP it moves its own tokens over TP; without, reduce as a row-parallel GEMM
         if (!d_.sp) tp_forward_out();
     } else {
-        const int ag_fc1 = tp_forward_in(!overlap, t.ln2, t.ln2_g);
-        mlp_forward(overlap ? ag_fc1 : -1, &t);
-        if (!overlap) tp_forward_out(t.fc2, t.fc2_s);
+        mlp_forward(t);
     }
     compute(Op::elementwise, n_.residual2, 0, resid_bytes);
     // A recomputed layer's output is a fresh value nobody reads: the original may still be on its
@@ -360,11 +434,20 @@ void RankLowering::attention_core_backward(const LayerTensors& t) {
 // Backward of a column-parallel GEMM (fc1, qkv): the reduction of dX (all-reduce, or
 // reduce-scatter with SP) runs on tp_comm while wgrad computes (Megatron's async grad all-reduce).
 // With SP the wgrad needs the gathered input again, which is all-gathered meanwhile.
-void RankLowering::mlp_backward(int layer, int pending_ag, const LayerTensors& t) {
+// With SP the output's gradient is gathered first (the mirror of the forward reduce-scatter), under
+// TP overlap in ring steps beside the dgrad's blocks.
+void RankLowering::mlp_backward(int layer, const LayerTensors& t) {
     const double f = d_.ffn / d_.tp;
-    gemm_cast(n_.fc2, d_.tokens, f, d_.h);   // dgrad
-    if (df_) io({t.dbr2_g, prm("fc2.weight", layer)}, {t.dact});
-    if (pending_ag >= 0) wait(Stream::compute, pending_ag);  // TP overlap: dY's gather ran beside it
+    if (tp_overlap()) {
+        tp_ring_gather(t.dbr2, t.dbr2_g, [&](int j) {
+            gemm_cast(n_.fc2, d_.tokens_sp, f, d_.h).ring_step = j;  // dgrad of block j
+            if (df_) io({t.dbr2_g, prm("fc2.weight", layer)}, {t.dact});
+        });
+    } else {
+        tp_forward_in(true, t.dbr2, t.dbr2_g);
+        gemm_cast(n_.fc2, d_.tokens, f, d_.h);  // dgrad
+        if (df_) io({t.dbr2_g, prm("fc2.weight", layer)}, {t.dact});
+    }
     gemm(n_.fc2, f, d_.h, d_.tokens);        // wgrad
     if (df_) io({t.act, t.dbr2_g}, {prm_grad("fc2.weight", layer)});
     compute(Op::elementwise, n_.act, 0, 2 * d_.mats * d_.tokens * f * d_.act_bytes);
@@ -400,15 +483,13 @@ void RankLowering::layer_backward(int layer, int layer_in_stage) {
     // MLP block, mirrored. The residual's backward passes the gradient through (through the
     // dropout mask into the branch); it only sums the row-parallel bias's gradient (the norm's
     // backward adds the skip path).
-    const bool overlap = tp_overlap() && !m_.layer_is_moe(layer);
     compute(Op::elementwise, n_.residual2, 0, resid_bytes);
     if (df_) io({t.dout, t.mask2}, {t.mask2 >= 0 ? t.dbr2 : -1, bias("fc2.bias", layer, true)});
     if (!full_re) recompute_modules_before_mlp(layer);
     if (m_.layer_is_moe(layer)) {
         moe_backward(layer);  // moves its own tokens over TP (see moe_forward)
     } else {
-        const int ag_dy = tp_forward_in(!overlap, t.dbr2, t.dbr2_g);  // SP: gather dY (the mirror of the forward reduce-scatter)
-        mlp_backward(layer, overlap ? ag_dy : -1, t);
+        mlp_backward(layer, t);
     }
     compute(Op::norm, n_.norm2, 0, norm_bytes);
     if (df_)
@@ -417,11 +498,18 @@ void RankLowering::layer_backward(int layer, int layer_in_stage) {
     // Attention block.
     compute(Op::elementwise, n_.residual1, 0, resid_bytes);
     if (df_) io({t.dx1, t.mask1}, {t.mask1 >= 0 ? t.dbr1 : -1, bias("proj.bias", layer, true)});
-    const int ag_dproj = tp_forward_in(!tp_overlap(), t.dbr1, t.dbr1_g);
-    gemm_cast(n_.proj, d_.tokens, d_.heads * d_.v_dim / d_.tp, d_.h);  // dgrad
-    if (df_) io({t.dbr1_g, prm("proj.weight", layer)}, {t.dattn});
-    if (tp_overlap()) wait(Stream::compute, ag_dproj);
-    gemm(n_.proj, d_.heads * d_.v_dim / d_.tp, d_.h, d_.tokens);  // wgrad
+    const double attn_cols = d_.heads * d_.v_dim / d_.tp;
+    if (tp_overlap()) {
+        tp_ring_gather(t.dbr1, t.dbr1_g, [&](int j) {
+            gemm_cast(n_.proj, d_.tokens_sp, attn_cols, d_.h).ring_step = j;  // dgrad of block j
+            if (df_) io({t.dbr1_g, prm("proj.weight", layer)}, {t.dattn});
+        });
+    } else {
+        tp_forward_in(true, t.dbr1, t.dbr1_g);
+        gemm_cast(n_.proj, d_.tokens, attn_cols, d_.h);  // dgrad
+        if (df_) io({t.dbr1_g, prm("proj.weight", layer)}, {t.dattn});
+    }
+    gemm(n_.proj, attn_cols, d_.h, d_.tokens);  // wgrad
     if (df_) io({t.attn, t.dbr1_g}, {prm_grad("proj.weight", layer)});
     if (!full_re) recompute_modules_before_attention();
     attention_core_backward(t);

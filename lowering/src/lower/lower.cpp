@@ -27,7 +27,8 @@ void Names::intern(Program& p) {
     embedding = id("embedding"); final_norm = id("final_norm"); logits = id("logits"); loss = id("loss");
     mtp_embedding = id("mtp.embedding"); mtp_norms = id("mtp.norms"); mtp_proj = id("mtp.proj"); mtp_proj_gather = id("mtp.proj.gather");
     tp_ar = id("tp.all_reduce"); tp_ag = id("tp.all_gather"); tp_rs = id("tp.reduce_scatter");
-    tp_ag_input = id("tp.all_gather_input"); cp_kv_ag = id("cp.kv_all_gather"); cp_dkv_rs = id("cp.dkv_reduce_scatter");
+    tp_ag_input = id("tp.all_gather_input"); tp_ring_local = id("tp.ring.local_block"); tp_ag_ring = id("tp.all_gather.ring");
+    tp_rs_ring = id("tp.reduce_scatter.ring"); tp_ring_combine = id("tp.ring.combine"); cp_kv_ag = id("cp.kv_all_gather"); cp_dkv_rs = id("cp.dkv_reduce_scatter");
     cp_a2a_qkv = id("cp.qkv_all_to_all"); cp_a2a_out = id("cp.out_all_to_all");
     ep_dispatch = id("ep.dispatch"); ep_combine = id("ep.combine"); pp_act = id("pp.activation");
     pp_grad = id("pp.gradient"); pp_gather = id("pp.all_gather"); dp_grads = id("dp.grads"); edp_grads = id("edp.grads");
@@ -74,7 +75,7 @@ void Names::intern(Program& p) {
     g_qkv_heads = tid("d.qkv.heads"); g_attn_heads = tid("d.attn.out.heads");
     t_mask_emb = tid("embed.dropout_mask"); t_mask_attn = tid("attn.dropout_mask"); t_mask_mlp = tid("mlp.dropout_mask");
     g_proj = tid("d.proj.out"); g_proj_s = tid("d.proj.out.shard"); g_fc2 = tid("d.fc2.out"); g_fc2_s = tid("d.fc2.out.shard");
-    t_found_inf = tid("found_inf");
+    t_found_inf = tid("found_inf"); t_tp_ring_part = tid("tp.ring.partial"); t_tp_ring_recv = tid("tp.ring.received");
     t_router_logits = tid("router.logits"); t_routing = tid("router.routing"); t_moe_in = tid("moe.permuted");
     t_efc1 = tid("experts.fc1.out"); t_eact = tid("experts.act.out"); t_efc2 = tid("experts.fc2.out");
     g_router_logits = tid("d.router.logits"); g_probs = tid("d.router.probs"); g_moe_in = tid("d.moe.permuted");

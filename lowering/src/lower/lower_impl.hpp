@@ -4,6 +4,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <string>
@@ -27,7 +28,7 @@ struct Names {
     int g_mla_q, g_mla_kv, g_mla_k_rope_g, g_mla_q_g, g_mla_kv_g, g_mla_q_n, g_mla_kv_n, g_mla_k_rope, g_mla_q_lat, g_mla_kv_lat;
     int embedding, final_norm, logits, loss, mtp_embedding, mtp_norms, mtp_proj, mtp_proj_gather;
     int t_tokens_mtp, t_mtp_e, t_mtp_cat, t_mtp_cat_g, t_mtp_y, t_mtp_y_g, g_mtp_dh, g_mtp_e, g_mtp_e_g, g_mtp_cat, g_mtp_cat_g, g_mtp_y, g_mtp_x_g;
-    int tp_ar, tp_ag, tp_rs, tp_ag_input, cp_kv_ag, cp_dkv_rs, cp_a2a_qkv, cp_a2a_out, ep_dispatch, ep_combine;
+    int tp_ar, tp_ag, tp_rs, tp_ag_input, tp_ring_local, tp_ag_ring, tp_rs_ring, tp_ring_combine, cp_kv_ag, cp_dkv_rs, cp_a2a_qkv, cp_a2a_out, ep_dispatch, ep_combine;
     int pp_act, pp_grad, pp_gather;
     int dp_grads, edp_grads, dp_params, edp_params, zero3_ag, zero3_rs, zero3_ag_expert, zero3_rs_expert, emb_ar;
     int opt_gpu, opt_cpu, opt_ssd, opt_publish, grad_d2h, param_h2d, param_ssd_write, state_read, state_write, grad_accum;
@@ -40,7 +41,7 @@ struct Names {
         t_qkv_heads, t_attn_heads;
     int g_x, g_x_g, g_x1, g_x1_g, g_ln2, g_ln2_s, g_act, g_fc1, g_attn, g_qkv, g_ln1, g_ln1_s, g_xf, g_xf_s, g_logits, g_emb_g, g_kv_ring, g_kv_acc,
         g_qkv_heads, g_attn_heads;
-    int t_mask_emb, t_mask_attn, t_mask_mlp, g_proj, g_proj_s, g_fc2, g_fc2_s, t_found_inf;
+    int t_mask_emb, t_mask_attn, t_mask_mlp, g_proj, g_proj_s, g_fc2, g_fc2_s, t_found_inf, t_tp_ring_part, t_tp_ring_recv;
     // The MoE block's (ep = 1): router logits and choices, tokens in expert order, the experts' outputs.
     int t_router_logits, t_routing, t_moe_in, t_efc1, t_eact, t_efc2, g_router_logits, g_probs, g_moe_in, g_efc1, g_eact, g_efc2;
     int t_moe_disp, t_moe_comb, g_moe_disp, g_moe_comb, t_moe_gath, t_moe_scat, g_moe_gath, g_moe_scat;
@@ -263,18 +264,25 @@ private:
     int tp_out_collective(int t = -1, int shard = -1);
     void tp_forward_out(int t = -1, int shard = -1);
     bool tp_overlap() const { return p_.tp_comm_overlap && d_.tp > 1 && d_.sp; }
+    /// TP communication overlap (layer_ops.cpp): the ring-exchange all-gather of `shard` into
+    /// `full`, `block(j)` (block j's GEMM, pushed with its operands) run as each block lands; and
+    /// the reduce-scatter side, `block(j, out)` computing the rows of the member j places back into
+    /// `out`, sent to it at once, the rank's own block last, into `out_s`, with the sum received.
+    void tp_ring_gather(int shard, int full, const std::function<void(int)>& block);
+    void tp_ring_reduce(int out_s, const std::function<void(int, int)>& block);
+    double tp_ring_block_bytes() const { return d_.tokens_sp * d_.h * (dtype_ == DType::fp8 ? 1.0 : d_.act_bytes); }
     /// FSDP (ZeRO-3) under a pipeline schedule: a layer's parameters are gathered at its first
     /// forward of the step and kept until its last backward, whose gradients alone are
     /// reduce-scattered (params.hpp: pipelined_fsdp).
     bool pipelined_fsdp() const { return p_.pipelined_fsdp(); }
     void attention_core_forward(Phase phase, int qkv = -1, int out = -1, int lse = -1, int probs = -1, int pmask = -1, int pdrop = -1);
-    void mlp_forward(int pending_ag, const LayerTensors* t = nullptr);
+    void mlp_forward(const LayerTensors& t);  ///< the dense MLP with its TP communication
     void moe_forward(int layer);
     void shared_experts_forward(int layer);
     void recompute_modules_before_mlp(int layer);
     void recompute_modules_before_attention();
     void op_sac_recompute(int layer);
-    void mlp_backward(int layer, int pending_ag, const LayerTensors& t);
+    void mlp_backward(int layer, const LayerTensors& t);
     void moe_backward(int layer);
     void attention_core_backward(const LayerTensors& t);
     struct Windowed {

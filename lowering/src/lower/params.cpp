@@ -314,7 +314,6 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
                "(Megatron-Core turns the scatter/gather off under sequence parallelism)";
     if (p.p2p_scatter_gather && p.tp > 1 && (static_cast<std::int64_t>(p.micro_batch) * m.seq_len / std::max(1, p.cp)) % p.tp != 0)
         return "plan.p2p_scatter_gather = true: micro_batch x seq_len / cp must be a multiple of plan.tp (each TP rank sends 1/tp of the rows)";
-    if (p.tp_comm_overlap) return "plan.tp_comm_overlap = true: a GEMM fed while its all-gather runs is not executed yet";
     if (p.zero3_param_sync && p.zero_stage == 3)
         return "plan.zero3_param_sync = true: DeepSpeed 2021's per-parameter ZeRO-3 calls are priced by the simulator, not "
                "executed (the runtime gathers and reduces a layer in one call each)";

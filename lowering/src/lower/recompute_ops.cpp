@@ -40,9 +40,7 @@ void RankLowering::recompute_modules_before_mlp(int layer) {
             }
         }
     } else if (p_.recomputes(RecomputeModule::mlp)) {
-        tp_forward_in(true, t.ln2, t.ln2_g);
-        mlp_forward(-1, &t);
-        tp_forward_out(t.fc2, t.fc2_s);
+        mlp_forward(t);
     }
     phase_ = saved;
 }

@@ -46,6 +46,10 @@ const char* to_string(TensorRole r) {
     return names[static_cast<int>(r)];
 }
 
+std::int64_t ring_block_rows(const Instr& in, const DataTensor& first_in) {
+    return in.kind == InstrKind::compute && in.op == Op::gemm ? in.m : first_in.rows;
+}
+
 int Program::name_id(const std::string& s) {
     for (std::size_t i = 0; i < names.size(); ++i)
         if (names[i] == s) return static_cast<int>(i);

@@ -42,15 +42,18 @@ int bytes_per(DType d) {
 // With H100 (132 SMs, eta_max 0.836) this gives 178/755/778 TFLOP/s for 1024^3/2048^3/4096^3
 // against measured 176.6/676.6/788.7 (hwdb-seed "gemm-squares-h100-sxm").
 // ---------------------------------------------------------------------------------------------
-constexpr double kTileLong = 256, kTileShort = 128, kDepthK0 = 128;
+constexpr double kTileLong = 256, kTileShort = 128, kDepthK0 = 128, kSplitDepth = 4096;
 
-double wave_efficiency(double m, double n, double batch, double sms) {
+double wave_efficiency(double m, double n, double batch, double sms, double k) {
     const double lo = std::min(m, n), hi = std::max(m, n);
     // Skinny GEMMs get kernels with a short tile side (16..128, the next power of two of the
     // small dimension) instead of padding a 128-row tile.
     const double short_side = std::min(kTileShort, std::exp2(std::ceil(std::log2(std::max(16.0, lo)))));
     const double tiles = std::ceil(hi / kTileLong) * std::ceil(lo / short_side) * batch;
-    const double waves = std::ceil(tiles / sms);
+    // Split-K: output tiles too few to fill the SMs, over a deep k, are cut along k into slices
+    // of at least kSplitDepth, each slice a work unit of its own (cuBLAS's split-K kernels).
+    const double split = std::max(1.0, std::min(std::floor(sms / tiles), std::floor(k / kSplitDepth)));
+    const double waves = std::ceil(tiles * split / sms) / split;
     return (m * n * batch) / (waves * sms * kTileLong * short_side);
 }
 
@@ -99,7 +102,7 @@ double eta_max(const hwdb::HardwareView& hw, DType d) {
     }
     if (!a) a = &kMamfDefault;
     const double sms = sm_count(hw);
-    const double shape = wave_efficiency(a->m, a->n, 1, sms) * depth_efficiency(a->k);
+    const double shape = wave_efficiency(a->m, a->n, 1, sms, a->k) * depth_efficiency(a->k);
     return std::clamp(a->efficiency * scale / shape, 0.05, 0.95);
 }
 
@@ -186,7 +189,7 @@ Estimate gemm_cost(const Instr& in, const CostContext& ctx) {
         eta = a.value;
         prov = a.provenance;
     } else {
-        eta = eta_max(hw, dt) * wave_efficiency(m, n, batch, sm_count(hw)) * depth_efficiency(k);
+        eta = eta_max(hw, dt) * wave_efficiency(m, n, batch, sm_count(hw), k) * depth_efficiency(k);
     }
     eta = std::max(eta, 1e-4);
     const double t_compute = flops / (peak * eta);

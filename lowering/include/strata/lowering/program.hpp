@@ -110,6 +110,10 @@ struct Instr {
         std::int32_t event = -1;      ///< record/wait
         std::int32_t peer;            ///< send/recv: the other RankProgram (-1 = unknown)
         std::int32_t tensor;          ///< alloc/free: tensor instance id (pairs alloc with free; -1 = none)
+        /// compute and collective under TP communication overlap (plan.tp_comm_overlap): the
+        /// instruction touches one row block of its blocked operands (ring_blocked), the block of
+        /// the TP member ring_step places back along the ring (-1: whole tensors)
+        std::int32_t ring_step;
     };
     double flops = 0;                 ///< compute: floating-point operations
     double bytes = 0;                 ///< compute: HBM bytes moved; comm/copy: payload bytes; alloc: size
@@ -193,6 +197,15 @@ struct DataTensor {
     bool shard = false;
     std::int64_t elements() const { return rows * cols; }
 };
+
+/// TP communication overlap's row blocks (Instr::ring_step): an activation or gradient of more
+/// rows than the instruction's block holds every TP member's block, of which the instruction
+/// touches one. A block has the GEMM's m rows, or those of the first input (the rank's shard) of a
+/// ring step or block copy.
+std::int64_t ring_block_rows(const Instr& in, const DataTensor& first_in);
+inline bool ring_blocked(const Instr& in, std::int64_t block_rows, const DataTensor& t) {
+    return in.ring_step >= 0 && (t.role == TensorRole::activation || t.role == TensorRole::grad) && t.rows > block_rows;
+}
 
 /// An instruction's operands: ids into Program::tensors, inputs then outputs, at
 /// RankProgram::operand_ids[first, first + n_in + n_out). A tensor both read and written (an
