@@ -194,6 +194,7 @@ def memory(args, work):
                 p['vpp'] = 2
         if tp > 1:
             p['sequence_parallel'] = rng.random() < 0.6
+            p['tp_comm_overlap'] = p['sequence_parallel'] and rng.random() < 0.3
         p['zero_stage'] = rng.choice([0, 1, 2, 3])
         p['recompute'] = rng.choice(['none', 'selective', 'full'])
         p['flash_attention'] = rng.random() < 0.7

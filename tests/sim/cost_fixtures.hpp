@@ -9,6 +9,7 @@ namespace strata::sim::test {
 inline hwdb::HardwareView h100_view() {
     hwdb::HardwareView v;
     v.gpu.id = "H100-SXM5-80GB";
+    v.gpu.compute_capability = "9.0";  // persistent GEMM kernels (compute.cpp)
     v.gpu.sm_count = 132;
     v.gpu.hbm_bytes = 80e9;
     v.gpu.hbm_Bps = 3.35e12;
@@ -41,6 +42,7 @@ inline hwdb::HardwareView h100_view() {
 inline hwdb::HardwareView a100_view() {
     hwdb::HardwareView v = h100_view();
     v.gpu.id = "A100-SXM4-80GB";
+    v.gpu.compute_capability = "8.0";
     v.gpu.sm_count = 108;
     v.gpu.hbm_Bps = 2.039e12;
     v.gpu.peak_flops = {19.5e12, 156e12, 312e12, 312e12, 0};

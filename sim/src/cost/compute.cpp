@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <vector>
 
@@ -36,15 +37,16 @@ int bytes_per(DType d) {
 //   wave  = useful output / (waves * SMs * tile area): output tiles of 256x128 (the shape of
 //           cuBLAS's large Hopper/Ampere kernels; the short side shrinks to 16..64 for skinny
 //           GEMMs), ceil(tiles / SMs) waves, padded tiles cost a full tile. Time is then
-//           monotone in every dimension.
+//           monotone in every dimension. From Hopper on a partial last wave costs its share
+//           (persistent kernels, persistent_gemms); too few tiles over a deep k are split-K.
 //   depth = k / (k + 128): the main loop's prologue/epilogue cost about one 128-deep k step.
 //   eta_max: chosen so the curve passes through the GPU's maximum-achievable-matmul (MAMF) point.
-// With H100 (132 SMs, eta_max 0.836) this gives 178/755/778 TFLOP/s for 1024^3/2048^3/4096^3
+// With H100 (132 SMs, eta_max 0.836) this gives 178/755/802 TFLOP/s for 1024^3/2048^3/4096^3
 // against measured 176.6/676.6/788.7 (hwdb-seed "gemm-squares-h100-sxm").
 // ---------------------------------------------------------------------------------------------
 constexpr double kTileLong = 256, kTileShort = 128, kDepthK0 = 128, kSplitDepth = 4096;
 
-double wave_efficiency(double m, double n, double batch, double sms, double k) {
+double wave_efficiency(double m, double n, double batch, double sms, double k, bool persistent) {
     const double lo = std::min(m, n), hi = std::max(m, n);
     // Skinny GEMMs get kernels with a short tile side (16..128, the next power of two of the
     // small dimension) instead of padding a 128-row tile.
@@ -53,8 +55,18 @@ double wave_efficiency(double m, double n, double batch, double sms, double k) {
     // Split-K: output tiles too few to fill the SMs, over a deep k, are cut along k into slices
     // of at least kSplitDepth, each slice a work unit of its own (cuBLAS's split-K kernels).
     const double split = std::max(1.0, std::min(std::floor(sms / tiles), std::floor(k / kSplitDepth)));
-    const double waves = std::ceil(tiles * split / sms) / split;
+    const double units = tiles * split;
+    const double waves = (persistent ? std::max(1.0, units / sms) : std::ceil(units / sms)) / split;
     return (m * n * batch) / (waves * sms * kTileLong * short_side);
+}
+
+// Hopper's and Blackwell's cuBLASLt kernels are persistent, their tile scheduler handing the last
+// wave's tiles out (stream-K): measured on an H100 (docs/hwdb-runs/2026-11-22-h100, bf16, m = 1024,
+// k = 8192), n = 5504 and 6144, whose last waves are 1/3 and 5/11 full, run at 706 and 722 TFLOP/s
+// as n = 8192 (a full second wave) at 713.
+bool persistent_gemms(const hwdb::HardwareView& hw) {
+    const std::string& cc = hw.gpu.compute_capability;
+    return !cc.empty() && std::atoi(cc.c_str()) >= 9;
 }
 
 double depth_efficiency(double k) { return k / (k + kDepthK0); }
@@ -102,7 +114,7 @@ double eta_max(const hwdb::HardwareView& hw, DType d) {
     }
     if (!a) a = &kMamfDefault;
     const double sms = sm_count(hw);
-    const double shape = wave_efficiency(a->m, a->n, 1, sms, a->k) * depth_efficiency(a->k);
+    const double shape = wave_efficiency(a->m, a->n, 1, sms, a->k, persistent_gemms(hw)) * depth_efficiency(a->k);
     return std::clamp(a->efficiency * scale / shape, 0.05, 0.95);
 }
 
@@ -189,7 +201,7 @@ Estimate gemm_cost(const Instr& in, const CostContext& ctx) {
         eta = a.value;
         prov = a.provenance;
     } else {
-        eta = eta_max(hw, dt) * wave_efficiency(m, n, batch, sm_count(hw), k) * depth_efficiency(k);
+        eta = eta_max(hw, dt) * wave_efficiency(m, n, batch, sm_count(hw), k, persistent_gemms(hw)) * depth_efficiency(k);
     }
     eta = std::max(eta, 1e-4);
     const double t_compute = flops / (peak * eta);
