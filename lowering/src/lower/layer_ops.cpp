@@ -72,6 +72,30 @@ void RankLowering::tp_ring_reduce(int out_s, const std::function<void(int, int)>
     if (df_) io({received, out_s}, {out_s});
 }
 
+// A GEMM fed by SP's gather of `shard` into `full`: gathered whole, then one GEMM of the T rows;
+// or under TP overlap block by block as the ring brings them. `gemm_of(rows)` pushes the GEMM with
+// its operands and returns it.
+void RankLowering::sp_gather_gemm(int shard, int full, const std::function<Instr&(double)>& gemm_of) {
+    if (!tp_overlap()) {
+        tp_forward_in(true, shard, full);
+        gemm_of(d_.tokens);
+        return;
+    }
+    tp_ring_gather(shard, full, [&](int j) { gemm_of(d_.tokens_sp).ring_step = j; });
+}
+
+// A row-parallel GEMM into `out`, reduced over TP into `out_s` (SP's reduce-scatter, else an
+// all-reduce in place); under TP overlap its blocks are reduced as they are computed.
+// `gemm_of(rows, out)` pushes the GEMM writing `out` with its operands and returns it.
+void RankLowering::sp_reduce_gemm(int out, int out_s, const std::function<Instr&(double, int)>& gemm_of) {
+    if (!tp_overlap()) {
+        gemm_of(d_.tokens, out);
+        tp_forward_out(out, out_s);
+        return;
+    }
+    tp_ring_reduce(out_s, [&](int j, int part) { gemm_of(d_.tokens_sp, part).ring_step = j; });
+}
+
 // After a row-parallel GEMM: all-reduce (Megatron "g" in forward), or reduce-scatter with SP.
 // nccl-tests' S = the full b*s/cp*h buffer either way.
 int RankLowering::tp_out_collective(int t, int shard) {
@@ -269,29 +293,18 @@ double RankLowering::ring_step_bytes() const {
 // reduce-scattered after (all-reduced without SP), or under TP overlap both cut into ring steps.
 void RankLowering::mlp_forward(const LayerTensors& t) {
     const double f = d_.ffn / d_.tp, fc1_n = (d_.mats - 1) * f;  // SwiGLU: gate and up fused, n = 2*ffn/tp
-    const bool overlap = tp_overlap();
-    if (overlap) {
-        tp_ring_gather(t.ln2, t.ln2_g, [&](int j) {
-            gemm(n_.fc1, d_.tokens_sp, fc1_n, d_.h).ring_step = j;
-            if (df_) io({t.ln2_g, prm("fc1.weight", layer_), bias("fc1.bias", layer_, false)}, {t.fc1});
-        });
-    } else {
-        tp_forward_in(true, t.ln2, t.ln2_g);
-        gemm(n_.fc1, d_.tokens, fc1_n, d_.h);
+    sp_gather_gemm(t.ln2, t.ln2_g, [&](double rows) -> Instr& {
+        Instr& in = gemm(n_.fc1, rows, fc1_n, d_.h);
         if (df_) io({t.ln2_g, prm("fc1.weight", layer_), bias("fc1.bias", layer_, false)}, {t.fc1});
-    }
+        return in;
+    });
     compute(Op::elementwise, n_.act, 0, d_.mats * d_.tokens * f * d_.act_bytes);  // GELU: r+w; SwiGLU: 2r+w
     if (df_) io({t.fc1}, {t.act});
-    if (overlap) {
-        tp_ring_reduce(t.fc2_s, [&](int j, int out) {
-            gemm_cast(n_.fc2, d_.tokens_sp, d_.h, f).ring_step = j;
-            if (df_) io({t.act, prm("fc2.weight", layer_)}, {out});
-        });
-    } else {
-        gemm_cast(n_.fc2, d_.tokens, d_.h, f);
-        if (df_) io({t.act, prm("fc2.weight", layer_)}, {t.fc2});
-        tp_forward_out(t.fc2, t.fc2_s);
-    }
+    sp_reduce_gemm(t.fc2, t.fc2_s, [&](double rows, int out) -> Instr& {
+        Instr& in = gemm_cast(n_.fc2, rows, d_.h, f);
+        if (df_) io({t.act, prm("fc2.weight", layer_)}, {out});
+        return in;
+    });
 }
 
 // After the QKV projection: QK-norm (read, write Q and K; V passes through, and the dataflow
@@ -319,37 +332,26 @@ void RankLowering::layer_forward(int layer, Phase phase) {
     const LayerTensors t = layer_tensors(layer);
     const double norm_bytes = 2 * d_.tokens_sp * d_.h * d_.act_bytes;               // read x, write y
     const double resid_bytes = (3 + (m_.dropout > 0 ? 1 : 0)) * d_.tokens_sp * d_.h * d_.act_bytes;  // x, dx, out (+mask)
-    const bool overlap = tp_overlap();
     compute(Op::norm, n_.norm1, 0, norm_bytes);
     if (df_) io({t.x, prm("ln1.weight", layer), bias("ln1.bias", layer, false)}, {t.ln1});
     if (m_.mla) {
         mla_projections_forward(t);
     } else {
         const double qkv_n = (d_.q_w + 2 * d_.kv_w) / d_.tp;
-        if (overlap) {
-            tp_ring_gather(t.ln1, t.ln1_g, [&](int j) {
-                gemm(n_.qkv, d_.tokens_sp, qkv_n, d_.h).ring_step = j;
-                if (df_) io({t.ln1_g, prm("qkv.weight", layer), bias("qkv.bias", layer, false)}, {t.qkv_pre});
-            });
-        } else {
-            tp_forward_in(true, t.ln1, t.ln1_g);
-            gemm(n_.qkv, d_.tokens, qkv_n, d_.h);
+        sp_gather_gemm(t.ln1, t.ln1_g, [&](double rows) -> Instr& {
+            Instr& in = gemm(n_.qkv, rows, qkv_n, d_.h);
             if (df_) io({t.ln1_g, prm("qkv.weight", layer), bias("qkv.bias", layer, false)}, {t.qkv_pre});
-        }
+            return in;
+        });
         qk_norm_and_rope(t, layer);
     }
     attention_core_forward(phase, t.qkv, t.attn, t.lse, t.probs, t.pmask, t.pdrop);
     const double attn_cols = d_.heads * d_.v_dim / d_.tp;
-    if (overlap) {
-        tp_ring_reduce(t.proj_s, [&](int j, int out) {
-            gemm_cast(n_.proj, d_.tokens_sp, d_.h, attn_cols).ring_step = j;
-            if (df_) io({t.attn, prm("proj.weight", layer)}, {out});
-        });
-    } else {
-        gemm_cast(n_.proj, d_.tokens, d_.h, attn_cols);
-        if (df_) io({t.attn, prm("proj.weight", layer)}, {t.proj});
-        tp_forward_out(t.proj, t.proj_s);
-    }
+    sp_reduce_gemm(t.proj, t.proj_s, [&](double rows, int out) -> Instr& {
+        Instr& in = gemm_cast(n_.proj, rows, d_.h, attn_cols);
+        if (df_) io({t.attn, prm("proj.weight", layer)}, {out});
+        return in;
+    });
     compute(Op::elementwise, n_.residual1, 0, resid_bytes);
     if (df_) io({t.x, t.proj_s, bias("proj.bias", layer, false)}, {t.x1, t.mask1});  // Megatron's bias-dropout-add
     compute(Op::norm, n_.norm2, 0, norm_bytes);
@@ -438,16 +440,11 @@ void RankLowering::attention_core_backward(const LayerTensors& t) {
 // TP overlap in ring steps beside the dgrad's blocks.
 void RankLowering::mlp_backward(int layer, const LayerTensors& t) {
     const double f = d_.ffn / d_.tp;
-    if (tp_overlap()) {
-        tp_ring_gather(t.dbr2, t.dbr2_g, [&](int j) {
-            gemm_cast(n_.fc2, d_.tokens_sp, f, d_.h).ring_step = j;  // dgrad of block j
-            if (df_) io({t.dbr2_g, prm("fc2.weight", layer)}, {t.dact});
-        });
-    } else {
-        tp_forward_in(true, t.dbr2, t.dbr2_g);
-        gemm_cast(n_.fc2, d_.tokens, f, d_.h);  // dgrad
+    sp_gather_gemm(t.dbr2, t.dbr2_g, [&](double rows) -> Instr& {
+        Instr& in = gemm_cast(n_.fc2, rows, f, d_.h);  // dgrad
         if (df_) io({t.dbr2_g, prm("fc2.weight", layer)}, {t.dact});
-    }
+        return in;
+    });
     gemm(n_.fc2, f, d_.h, d_.tokens);        // wgrad
     if (df_) io({t.act, t.dbr2_g}, {prm_grad("fc2.weight", layer)});
     compute(Op::elementwise, n_.act, 0, 2 * d_.mats * d_.tokens * f * d_.act_bytes);
@@ -499,16 +496,11 @@ void RankLowering::layer_backward(int layer, int layer_in_stage) {
     compute(Op::elementwise, n_.residual1, 0, resid_bytes);
     if (df_) io({t.dx1, t.mask1}, {t.mask1 >= 0 ? t.dbr1 : -1, bias("proj.bias", layer, true)});
     const double attn_cols = d_.heads * d_.v_dim / d_.tp;
-    if (tp_overlap()) {
-        tp_ring_gather(t.dbr1, t.dbr1_g, [&](int j) {
-            gemm_cast(n_.proj, d_.tokens_sp, attn_cols, d_.h).ring_step = j;  // dgrad of block j
-            if (df_) io({t.dbr1_g, prm("proj.weight", layer)}, {t.dattn});
-        });
-    } else {
-        tp_forward_in(true, t.dbr1, t.dbr1_g);
-        gemm_cast(n_.proj, d_.tokens, attn_cols, d_.h);  // dgrad
+    sp_gather_gemm(t.dbr1, t.dbr1_g, [&](double rows) -> Instr& {
+        Instr& in = gemm_cast(n_.proj, rows, attn_cols, d_.h);  // dgrad
         if (df_) io({t.dbr1_g, prm("proj.weight", layer)}, {t.dattn});
-    }
+        return in;
+    });
     gemm(n_.proj, attn_cols, d_.h, d_.tokens);  // wgrad
     if (df_) io({t.attn, t.dbr1_g}, {prm_grad("proj.weight", layer)});
     if (!full_re) recompute_modules_before_attention();

@@ -270,6 +270,10 @@ private:
     /// `out`, sent to it at once, the rank's own block last, into `out_s`, with the sum received.
     void tp_ring_gather(int shard, int full, const std::function<void(int)>& block);
     void tp_ring_reduce(int out_s, const std::function<void(int, int)>& block);
+    /// A GEMM behind SP's gather, and a row-parallel GEMM with its TP reduction, either way
+    /// (TP overlap or not); `gemm_of` pushes the GEMM of `rows` rows with its operands.
+    void sp_gather_gemm(int shard, int full, const std::function<Instr&(double)>& gemm_of);
+    void sp_reduce_gemm(int out, int out_s, const std::function<Instr&(double, int)>& gemm_of);
     double tp_ring_block_bytes() const { return d_.tokens_sp * d_.h * (dtype_ == DType::fp8 ? 1.0 : d_.act_bytes); }
     /// FSDP (ZeRO-3) under a pipeline schedule: a layer's parameters are gathered at its first
     /// forward of the step and kept until its last backward, whose gradients alone are
