@@ -172,6 +172,54 @@ TEST_CASE("p2p uses NVLink inside a node and the NIC across nodes", "[cost][p2p]
     CHECK(transfer_demand(recv, ctx).alone_ns() == 0);
 }
 
+TEST_CASE("a ring-exchange step of TP overlap is one neighbour hop, not a ring collective", "[cost][comm][tp_overlap]") {
+    const auto hw = h100_view();
+    const ClusterSpec c = dgx_cluster(1);
+    PlanSpec p;
+    p.tp = 8;
+    CostContext ctx{&hw, &c, &p};
+    // Llama 3.1 405B at tp 8, cp 2 (Megatron-Bridge): a block of 4096 / 8 rows x 16384 columns in
+    // FP8 = 8,388,608 bytes; the lowering writes the step as an all-gather of chunk x 8 / 7.
+    const double chunk = 512.0 * 16384;
+    Instr step = collective(CollKind::all_gather, Group::tp, 8, chunk * 8 / 7);
+    step.ring_step = 3;
+    const Demand d = transfer_demand(step, ctx);
+    // By hand: the chunk once over one NVLink direction at 450 x 0.82 = 369 GB/s (22.7 us), and
+    // NCCL's Simple base plus one NVLink hop, 8.4 + 3.4 = 11.8 us: the pipeline p2p's figures.
+    CHECK(busy(d, LinkClass::nvlink) == Approx(chunk / 369e9).epsilon(1e-9));
+    CHECK(d.latency_ns == 11800);
+    // The same bytes as a real all-gather pay seven hops (LL128: 14 + 7 x 1.9 = 27.3 us) at LL128's
+    // 0.92 of the rate: the step used to cost that, 52 us against 34.5 us.
+    step.ring_step = -1;
+    const Demand whole = transfer_demand(step, ctx);
+    CHECK(whole.latency_ns == 27300);
+    CHECK(whole.alone_ns() > d.alone_ns() + 15000);
+    // The reduce-scatter side's steps are priced the same way.
+    Instr rs = collective(CollKind::reduce_scatter, Group::tp, 8, chunk * 8 / 7);
+    rs.ring_step = 1;
+    CHECK(transfer_demand(rs, ctx).alone_ns() == d.alone_ns());
+    // A TP group over two nodes (tp 16 on 8-GPU nodes) waits for the block that crosses the NIC.
+    const ClusterSpec c2 = dgx_cluster(2);
+    PlanSpec p16;
+    p16.tp = 16;
+    CostContext ctx2{&hw, &c2, &p16};
+    Instr wide = collective(CollKind::all_gather, Group::tp, 16, chunk * 16 / 15);
+    wide.ring_step = 1;
+    const Demand across = transfer_demand(wide, ctx2);
+    CHECK(busy(across, LinkClass::nic) == Approx(chunk / 47e9).epsilon(1e-9));
+    CHECK(across.latency_ns == 22400);  // 8.4 + one NET hop 14 us
+    // Context parallelism's ring attention: its all-gathers and reduce-scatters are steps too
+    // (cp 4 x tp 2 inside one node: one NVLink hop, 11.8 us, not 3 hops).
+    PlanSpec pc;
+    pc.tp = 2, pc.cp = 4;
+    CostContext ctxc{&hw, &c, &pc};
+    const Demand kv = transfer_demand(collective(CollKind::all_gather, Group::cp, 4, chunk * 4 / 3), ctxc);
+    CHECK(kv.latency_ns == 11800);
+    CHECK(busy(kv, LinkClass::nvlink) == Approx(chunk / 369e9).epsilon(1e-9));
+    // Ulysses' all-to-all over the same group stays a collective.
+    CHECK(transfer_demand(collective(CollKind::all_to_all, Group::cp, 4, chunk), ctxc).latency_ns > 11800);
+}
+
 TEST_CASE("host and SSD copies load PCIe, SSD and DRAM", "[cost][copy]") {
     auto hw = h100_view();
     const ClusterSpec c = dgx_cluster(1);

@@ -96,6 +96,35 @@ const hwdb::CollectiveFit* find_fit(const hwdb::HardwareView& hw, const char* co
     return best;
 }
 
+/// One step of a ring exchange (TP overlap's Instr::ring_step; a step of context parallelism's
+/// ring attention): every member hands one block of `chunk` bytes to its neighbour at once, a
+/// send/recv of one hop (Transformer Engine's userbuffers send and recv, torch's symmetric-memory
+/// copies, the CP ring's batched NCCL send and recv). Priced like a pipeline p2p: NCCL's Simple
+/// base plus one hop, the chunk at the link's rate. The lowering writes a step as an all-gather
+/// (reduce-scatter) of chunk x n / (n - 1) so its volume reads like the collective's; pricing it
+/// as one would charge every step the latency of the whole ring (n - 1 hops). A group across nodes
+/// waits for the members at a node boundary, whose block crosses the network.
+Demand ring_step_demand(const hwdb::HardwareView& hw, const ClusterSpec& c, double chunk, bool crosses_nodes) {
+    Demand d;
+    const Proto& simple = kProtos[2];
+    const char* scope = crosses_nodes ? "inter" : "intra";
+    if (!crosses_nodes) {
+        busy(d, LinkClass::nvlink) = chunk / cost_detail::scale_up_rate(hw).Bps;
+        const double hop = hw.gpu.scale_up_per_dir_Bps > 0 ? simple.nvlink_hop_us : simple.pci_hop_us;
+        d.latency_ns = cost_detail::to_ns((simple.base_us + hop) * 1e-6);
+    } else {
+        busy(d, LinkClass::nic) = chunk / cost_detail::nic_rate(hw, c).Bps;
+        d.latency_ns = cost_detail::to_ns((simple.base_us + simple.net_hop_us) * 1e-6);
+    }
+    d.provenance = Provenance::datasheet;
+    if (const auto* f = find_fit(hw, "send_recv", scope, 2)) {
+        busy(d, crosses_nodes ? LinkClass::nic : LinkClass::nvlink) = chunk / f->busbw_Bps;
+        d.latency_ns = cost_detail::to_ns(f->alpha_ns * 1e-9);
+        d.provenance = f->provenance == Provenance::measured ? Provenance::measured : Provenance::fitted;
+    }
+    return d;
+}
+
 Demand collective_demand(const Instr& in, const CostContext& ctx) {
     const auto& hw = *ctx.hw;
     const ClusterSpec& c = *ctx.cluster;
@@ -115,6 +144,10 @@ Demand collective_demand(const Instr& in, const CostContext& ctx) {
     const bool deepep = in.coll == CollKind::all_to_all && in.a2a_rank_ppm > 0;
     const double rank_share = deepep ? in.a2a_rank_ppm * 1e-6 : 1.0, node_share = deepep ? in.a2a_node_ppm * 1e-6 : 1.0;
     const double qq = q, NN = N, nn = n;
+    // TP overlap's ring exchange marks its steps; context parallelism's all-gathers and
+    // reduce-scatters are all steps of its ring attention (Ulysses moves all-to-alls).
+    const bool cp_ring = in.group == Group::cp && (in.coll == CollKind::all_gather || in.coll == CollKind::reduce_scatter);
+    if (in.ring_step >= 0 || cp_ring) return ring_step_demand(hw, c, S * (nn - 1) / nn, N > 1);
     switch (in.coll) {
         case CollKind::all_reduce:  // intra reduce-scatter + inter all-reduce of S/q + intra all-gather
             nvl_bytes = 2.0 * (qq - 1) / qq * S;
