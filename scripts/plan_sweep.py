@@ -109,6 +109,9 @@ def random_tiny_plan(rng, model):
         p.get('offload', {}).pop('params', None)
     if model == 'moe':
         p['ep'] = rng.choice([1, 2]) if p['dp'] * p['cp'] % 2 == 0 else 1
+        # Combined 1F1B: no full recompute, a pipeline only interleaved or DualPipeV (validate_plan).
+        if p['ep'] > 1 and p['recompute'] != 'full' and (p['pp'] == 1 or p.get('vpp', 1) > 1) and rng.random() < 0.4:
+            p['moe_a2a_overlap'] = True
     return p
 
 
@@ -214,6 +217,8 @@ def memory(args, work):
                 p['ep'] = 1
             if tp > 1:
                 p['sequence_parallel'] = True
+            if p['ep'] > 1 and p['recompute'] != 'full' and (pp == 1 or p.get('vpp', 1) > 1) and rng.random() < 0.4:
+                p['moe_a2a_overlap'] = True  # combined 1F1B: two micro-batches' activations at once
         if rng.random() < 0.2:
             p['loss_upcast'] = False
         if rng.random() < 0.3:

@@ -82,7 +82,9 @@ PlanSpec probe_plan(const PlanSpec& p) {
     p1.vpp = 1;
     p1.microbatch_group = 0;
     p1.schedule = Schedule::one_f_one_b;
-    p1.global_batch = p.micro_batch * p.dp;
+    // Combined 1F1B (plan.moe_a2a_overlap) merges a forward with the next micro-batch's backward:
+    // two micro-batches give the probe one merged step (F0, then F1 beside B0, then B1).
+    p1.global_batch = p.micro_batch * p.dp * (p.moe_a2a_overlap ? 2 : 1);
     p1.layer_split.clear();
     p1.virtual_layer_split.clear();
     // Pipelined FSDP gathers and reduces once a step: a closed form below, not a per-layer bound.
@@ -175,10 +177,12 @@ LayerTimes Estimator::layer_times(const PlanSpec& p, bool dense_first) {
     // Windows on the compute stream: a layer's forward from its first to its last kernel (TP/CP/EP
     // waits inside count), its backward likewise; the head (embedding, logits, loss) by durations.
     const RankProgram& rp = prog.ranks.at(0);
-    std::int64_t f0 = INT64_MAX, f1 = 0, b0 = INT64_MAX, b1 = 0;
+    std::int64_t f0 = INT64_MAX, f1 = 0, b0 = INT64_MAX, b1 = 0, m0 = INT64_MAX, m1_end = 0;
     double head_f = 0, head_b = 0, rec = 0, zero3_f = 0, zero3_b = 0;
+    const bool pair = p.moe_a2a_overlap;  // micro-batch 1's forward and 0's backward are the merged step
     for (const TraceSpan& sp : r.spans) {
         const Instr& in = rp.instrs.at(static_cast<std::size_t>(sp.instr));
+        const bool merged = pair && in.microbatch == (in.phase == Phase::forward ? 1 : 0);
         // ZeRO-3's per-layer parameter gathers (and backward's gradient reduce-scatters) run on the
         // DP stream, prefetched a layer ahead: in the one-layer program they start before the
         // layer's first kernel and fall outside its window, but in a deep stack a layer cannot
@@ -190,7 +194,11 @@ LayerTimes Estimator::layer_times(const PlanSpec& p, bool dense_first) {
         }
         if (in.stream != Stream::compute || in.kind != InstrKind::compute) continue;
         const double dur = static_cast<double>(sp.end_ns - sp.start_ns) * 1e-9;
-        if (in.layer >= 0) {
+        if (in.layer >= 0 && merged && in.phase != Phase::other) {
+            m0 = std::min(m0, sp.start_ns);
+            m1_end = std::max(m1_end, sp.end_ns);
+            if (in.phase == Phase::recompute) rec += dur;
+        } else if (in.layer >= 0) {
             if (in.phase == Phase::forward) {
                 f0 = std::min(f0, sp.start_ns);
                 f1 = std::max(f1, sp.end_ns);
@@ -215,11 +223,20 @@ LayerTimes Estimator::layer_times(const PlanSpec& p, bool dense_first) {
         if (p.zero3_param_sync) return window + zero3;  // DeepSpeed 2021: between the layers' kernels, not beside them
         return std::max(window + cal_.overlap * std::min(zero3, window), zero3);
     };
-    t.fwd_s = with_zero3(f1 > f0 ? static_cast<double>(f1 - f0) * 1e-9 : 0.0, zero3_f) / n;
-    t.bwd_s = with_zero3(b1 > b0 ? static_cast<double>(b1 - b0) * 1e-9 : 0.0, zero3_b) / n;
-    t.recompute_s = rec / n;
-    t.head_fwd_s = head_f;
-    t.head_bwd_s = head_b;
+    double win_f = f1 > f0 ? static_cast<double>(f1 - f0) * 1e-9 : 0.0, win_b = b1 > b0 ? static_cast<double>(b1 - b0) * 1e-9 : 0.0;
+    const double per_mb = pair ? 2.0 : 1.0;  // the head's kernels, recomputes and gathers were summed over both
+    if (pair && m1_end > m0 && win_f + win_b > 0) {
+        // The merged step's window against the unmerged forward and backward: each of the pair's
+        // all-to-alls ran under the other pass's kernels. Its saving goes to both passes alike.
+        const double scale = std::min(1.0, static_cast<double>(m1_end - m0) * 1e-9 / (win_f + win_b));
+        win_f *= scale;
+        win_b *= scale;
+    }
+    t.fwd_s = with_zero3(win_f, zero3_f / per_mb) / n;
+    t.bwd_s = with_zero3(win_b, zero3_b / per_mb) / n;
+    t.recompute_s = rec / per_mb / n;
+    t.head_fwd_s = head_f / per_mb;
+    t.head_bwd_s = head_b / per_mb;
     cache_.emplace(key, t);
     return t;
 }

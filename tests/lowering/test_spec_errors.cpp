@@ -265,6 +265,15 @@ TEST_CASE("validate_plan: expert parallelism", "[spec][errors]") {
                  "plan.moe_probs_at", "needs a MoE model (model.moe)");
     expect_error([] { plan(R"({"global_batch": 8, "moe_probs_at": "fc2_out"})"); }, "p.json", "plan.moe_probs_at",
                  "is not one of: fc2_input, fc2_output");
+    // Megatron-Core's combined 1F1B (overlap_moe_expert_parallel_comm): its own checks.
+    CHECK_NOTHROW(validate(moe, plan(R"({"dp": 2, "ep": 2, "global_batch": 8, "moe_a2a_overlap": true})")));
+    expect_error([&] { validate(moe, plan(R"({"pp": 2, "dp": 2, "ep": 2, "global_batch": 8, "moe_a2a_overlap": true})")); },
+                 "p.json", "plan.moe_a2a_overlap", "with plan.pp = 2 needs virtual pipeline stages");
+    expect_error([&] { validate(moe, plan(R"({"dp": 2, "ep": 2, "global_batch": 8, "recompute": "full", "moe_a2a_overlap": true})")); },
+                 "p.json", "plan.moe_a2a_overlap", "disable full recomputation");
+    expect_error([&] {
+        validate(moe, plan(R"({"dp": 2, "ep": 2, "global_batch": 8, "recompute": "selective", "recompute_modules": ["moe"], "moe_a2a_overlap": true})"));
+    }, "p.json", "plan.recompute_modules", "disable moe in recompute_modules");
 }
 
 TEST_CASE("validate_plan: ZeRO and offload", "[spec][errors]") {

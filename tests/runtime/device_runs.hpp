@@ -308,6 +308,20 @@ inline std::vector<Variant> parallel_variants() {
     p.sequence_parallel = true;
     p.ep = 2;
     v.push_back({"MoE, tp 2 SP dp 2, ep 2", tiny_moe(), p});
+    // Combined 1F1B (moe_a2a_overlap): two micro-batches' kernels and all-to-alls interleaved on
+    // each device's streams.
+    p = cpu_plan(1, 1, 2);
+    p.ep = 2;
+    p.global_batch = 16;
+    p.moe_a2a_overlap = true;
+    v.push_back({"MoE, dp 2, ep 2, all-to-all overlap (combined 1F1B)", tiny_moe(), p});
+    p = cpu_plan(1, 2, 2);
+    p.schedule = Schedule::interleaved_1f1b;
+    p.vpp = 2;
+    p.ep = 2;
+    p.global_batch = 16;
+    p.moe_a2a_overlap = true;
+    v.push_back({"MoE, pp 2 interleaved x dp 2, ep 2, all-to-all overlap", tiny_moe(4), p});
     {
         // A shared expert under SP: its output joins the residual add as a third tensor, and its
         // input's gradient the norm's backward as a second one (each summed in fp32 scratch).

@@ -246,7 +246,6 @@ void RankLowering::mtp_forward(int k) {
     }
     mtp_pass_ = true;
     layer_forward(lk, Phase::forward);
-    join_deferred();
     mtp_pass_ = false;
     head_forward(k);
 }
@@ -258,7 +257,6 @@ void RankLowering::mtp_backward(int k) {
     const int lk = df_ ? mtp_layer_id(m_, k) : mtp_layer_kind(m_);
     mtp_pass_ = true;
     layer_backward(lk, 0);
-    join_deferred();
     mtp_pass_ = false;
     layer_ = -1;
     // The layer input's gradient back to this rank's column block of the projection's output

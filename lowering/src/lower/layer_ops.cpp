@@ -360,7 +360,10 @@ void RankLowering::layer_forward(int layer, Phase phase) {
         moe_forward(layer);  // with SP it moves its own tokens over TP; without, reduce as a row-parallel GEMM
         if (!d_.sp) tp_forward_out();
     } else {
+        // A merged step pairs layers: a dense one's MLP takes the place of the experts.
+        if (phase == Phase::forward) segment_cut();
         mlp_forward(t);
+        if (phase == Phase::forward) segment_cut();
     }
     compute(Op::elementwise, n_.residual2, 0, resid_bytes);
     // A recomputed layer's output is a fresh value nobody reads: the original may still be on its
@@ -486,7 +489,9 @@ void RankLowering::layer_backward(int layer, int layer_in_stage) {
     if (m_.layer_is_moe(layer)) {
         moe_backward(layer);  // moves its own tokens over TP (see moe_forward)
     } else {
+        segment_cut();
         mlp_backward(layer, t);
+        segment_cut();
     }
     compute(Op::norm, n_.norm2, 0, norm_bytes);
     if (df_)

@@ -230,7 +230,7 @@ RankLowering::RankLowering(const ModelSpec& m, const ClusterSpec& cl, const Plan
         for (int u = 0; u < v; ++u) chunk_start_[static_cast<std::size_t>(c)] += vsize[static_cast<std::size_t>(u)];
         chunk_count_[static_cast<std::size_t>(c)] = vsize[static_cast<std::size_t>(v)];
     }
-    schedule_ = pipeline_schedule(p.schedule, pp_, stage_, micro_, vpp_, p.vpp_group());
+    schedule_ = pipeline_schedule(p.schedule, pp_, stage_, micro_, vpp_, p.vpp_group(), p.moe_a2a_overlap);
     last_bwd_mb_.assign(static_cast<std::size_t>(vpp_), 0);
     first_bwd_mb_.assign(static_cast<std::size_t>(vpp_), -1);
     for (const PipeSlot& sl : schedule_)
@@ -409,6 +409,7 @@ int RankLowering::ep_all_to_all(double bytes, int name, int after) {
     Instr& in = rp_.instrs[last_collective_];
     in.a2a_rank_ppm = a2a_rank_ppm_;
     in.a2a_node_ppm = a2a_node_ppm_;
+    segment_cut();  // a merged step's segment ends here
     return ev;
 }
 

@@ -198,16 +198,6 @@ private:
     int record(Stream s);
     void wait(Stream s, int ev);
     void host_sync(Stream s, int name) { push(InstrKind::host_sync, s, name); }
-    /// plan.moe_a2a_overlap: wait for `ev` at the end of the pass instead of now (-1: nothing).
-    void defer_or_wait(int ev) {
-        if (ev < 0) return;
-        if (p_.moe_a2a_overlap) deferred_.push_back(ev);
-        else wait(Stream::compute, ev);
-    }
-    void join_deferred() {
-        for (int ev : deferred_) wait(Stream::compute, ev);
-        deferred_.clear();
-    }
     static constexpr int kAfterCompute = -2;
     /// A collective on `s` that first waits for `after` (kAfterCompute: compute's progress so
     /// far; -1: nothing); returns its completion event.
@@ -324,6 +314,12 @@ private:
     void step(int s);
     void forward_pass(int mb, int chunk);
     void backward_pass(int mb, int chunk);
+    /// plan.moe_a2a_overlap: a steady forward and the backward after it as one merged step
+    /// (Megatron-Core's combined 1F1B): both lowered, then their segments interleaved.
+    bool merges(const PipeSlot& a, const PipeSlot& b) const;
+    void merged_passes(const PipeSlot& f, const PipeSlot& b);
+    void interleave_segments(std::size_t begin, std::size_t mid, std::size_t end, const std::vector<std::size_t>& f_cuts,
+                             const std::vector<std::size_t>& b_cuts);
     /// Pipeline streams of a chunk's forward or backward pass: DualPipeV's up leg has its own pair;
     /// the other schedules put the gradients (the backward direction) on the second pair, as
     /// Megatron posts the two directions as separate operations (to different peers when pp > 2),
@@ -463,7 +459,12 @@ private:
     bool full_;
     std::int64_t& tensor_counter_;
     Dims d_;
-    std::vector<int> deferred_;  ///< MoE all-to-all events joined at the end of the pass (moe_a2a_overlap)
+    /// A merged step's pass being lowered: where its segments end (after each EP all-to-all, and
+    /// around a dense layer's MLP, which stands where a MoE layer's experts would).
+    std::vector<std::size_t>* cuts_ = nullptr;
+    void segment_cut() {
+        if (cuts_) cuts_->push_back(rp_.instrs.size());
+    }
     /// MLA's projections (attention_linears), resolved once per rank: the replicated
     /// down-projections and the column-parallel up-projections (the output projection is proj).
     struct MlaLinear {

@@ -102,7 +102,7 @@ void RankLowering::moe_forward(int layer) {
         shared_experts_forward(layer);
         if (sp) shared_out = tp_out_collective(mt.sfc2, mt.sfc2_s);
     }
-    defer_or_wait(dispatched);
+    wait(Stream::compute, dispatched);
     sort_by_local_expert(true, {mt.gath, opt(mt.gath_p)});
     routed_experts_forward(mt, layer);
     sort_by_local_expert(false, {mt.fc2});
@@ -115,7 +115,7 @@ void RankLowering::moe_forward(int layer) {
         combined = ep_all_to_all(a2a_bytes, n_.ep_combine, combined >= 0 ? combined : kAfterCompute);
         if (df_) io({mt.scat}, {mt.comb});  // the outputs back to their tokens' ranks, in expert order
     }
-    defer_or_wait(combined);
+    wait(Stream::compute, combined);
     compute(Op::elementwise, n_.moe_unpermute, 0, permute_bytes);
     // Plus the shared experts' output; with SP it is still being reduce-scattered, so the residual
     // add takes it (layer_forward).
@@ -267,7 +267,7 @@ void RankLowering::moe_backward(int layer) {
         arrived = collective(Stream::tp_comm, CollKind::all_gather, Group::etp, tp_bytes, n_.tp_ag, arrived >= 0 ? arrived : kAfterCompute);
         if (df_) io({mt.dscat}, {mt.dfc2});
     }
-    defer_or_wait(arrived);
+    wait(Stream::compute, arrived);
     sort_by_local_expert(true, {mt.dfc2});
     const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.etp;
     gemm_cast(n_.experts_fc2, te, f, d_.h, batch);
@@ -310,7 +310,7 @@ void RankLowering::moe_backward(int layer) {
         if (df_) io({lt.ln2_g, mt.dsfc1}, {prm_grad("shared.fc1.weight", layer)});
         if (sp) shared_back = tp_out_collective(mt.dsx, mt.dsx_s);  // summed into d.ln2 by the norm's backward (layer_backward)
     }
-    defer_or_wait(back);
+    wait(Stream::compute, back);
     compute(Op::elementwise, n_.moe_permute, 0, permute_bytes);  // the permute's gradient: sum the top_k copies
     const int dln2 = sp ? lt.dln2_s : lt.dln2;  // with SP the rank's own tokens' gradient, no reduce-scatter
     if (df_) io({mt.din, mt.routing, opt(mt.din_p), opt(sp ? -1 : mt.dsx)}, {dln2, opt(mt.din_p >= 0 && !round_robin() ? mt.dprobs : -1)});  // plus the shared experts' dX

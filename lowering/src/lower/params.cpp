@@ -231,8 +231,6 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
         // reduced over the expert-data-parallel group like Megatron-Core's.
         const MoeSpec& e = *m.moe;
         if (e.experts % p.ep != 0) return n("plan.ep", std::to_string(p.ep)) + ": must divide model.moe.experts";
-        if (p.ep > 1 && p.moe_a2a_overlap)
-            return "plan.moe_a2a_overlap = true: the all-to-all overlapped with another micro-batch's compute is not executed yet";
         if (p.tp > 1 && !p.sequence_parallel)
             return n("plan.tp", std::to_string(p.tp)) + ": MoE layers under TP need plan.sequence_parallel (as Megatron-Core does)";
         if (p.etp() > 1 && p.tp == 1)

@@ -47,14 +47,94 @@ void RankLowering::step(int s) {
     wait(Stream::compute, optimizer_done_ev_);
     optimizer_done_ev_ = -1;
     if (p_.zero_stage == 3) gather_edges_zero3();
-    for (const PipeSlot& sl : schedule_) {
-        if (sl.forward) forward_pass(sl.microbatch, sl.chunk);
-        else backward_pass(sl.microbatch, sl.chunk);
+    for (std::size_t k = 0; k < schedule_.size(); ++k) {
+        const PipeSlot& sl = schedule_[k];
+        if (k + 1 < schedule_.size() && merges(sl, schedule_[k + 1])) {
+            merged_passes(sl, schedule_[k + 1]);
+            ++k;
+        } else if (sl.forward) {
+            forward_pass(sl.microbatch, sl.chunk);
+        } else {
+            backward_pass(sl.microbatch, sl.chunk);
+        }
     }
     wait(Stream::compute, pending_send_);  // an odd stage's last send
     pending_send_ = -1;
     dp_collectives_at_end();
     optimizer(s);
+}
+
+// plan.moe_a2a_overlap, as Megatron-Core's combined 1F1B (combined_1f1b.py,
+// model_chunk_schedule_plan.py) and DeepSeek's DualPipe run it: a steady forward and the backward
+// after it, of another micro-batch, as one step whose layers pair up (forward layer i with the
+// backward's i-th from the top), each EP all-to-all of one running under the other's compute. The
+// schedule's extra warm-up forward (pipeline_schedule) keeps the two independent.
+bool RankLowering::merges(const PipeSlot& a, const PipeSlot& b) const { return merged_pair(p_, a, b); }
+
+// Both passes are lowered whole, each cut after its all-to-alls, then their segments interleaved
+// in Megatron's per-layer order (TransformerLayerSchedulePlan.run): the backward's combine first,
+// then the forward's attention and dispatch, the backward's experts and dispatch, the forward's
+// experts and combine, the backward's attention. Each stream keeps its own pass's order; events
+// order the rest, so the engine and the runtime execute the result as lowered.
+void RankLowering::merged_passes(const PipeSlot& f, const PipeSlot& b) {
+    std::vector<std::size_t> f_cuts, b_cuts;
+    const std::size_t begin = rp_.instrs.size();
+    cuts_ = &f_cuts;
+    forward_pass(f.microbatch, f.chunk);
+    const std::size_t mid = rp_.instrs.size();
+    // The backward must not take a record of the forward's as its own: the forward's may end up
+    // after it.
+    last_record_ev_.fill(-1);
+    cuts_ = &b_cuts;
+    backward_pass(b.microbatch, b.chunk);
+    cuts_ = nullptr;
+    last_record_ev_.fill(-1);  // after the merge a stream's last record is no longer its last instruction
+    interleave_segments(begin, mid, rp_.instrs.size(), f_cuts, b_cuts);
+}
+
+void RankLowering::interleave_segments(std::size_t begin, std::size_t mid, std::size_t end, const std::vector<std::size_t>& f_cuts,
+                                       const std::vector<std::size_t>& b_cuts) {
+    auto bounds = [](std::size_t from, std::size_t to, const std::vector<std::size_t>& cuts) {
+        std::vector<std::size_t> out{from};
+        for (std::size_t c : cuts)
+            if (c > out.back() && c < to) out.push_back(c);
+        out.push_back(to);
+        return out;
+    };
+    const std::vector<std::size_t> fb = bounds(begin, mid, f_cuts), bb = bounds(mid, end, b_cuts);
+    if (df_) rp_.operands.resize(rp_.instrs.size());
+    std::vector<Instr> instrs;
+    std::vector<Operands> operands;
+    instrs.reserve(end - begin);
+    std::vector<std::size_t> moved(end - begin);  // old index - begin -> new index
+    auto take = [&](const std::vector<std::size_t>& v, std::size_t seg) {
+        if (seg + 1 >= v.size()) return;
+        for (std::size_t i = v[seg]; i < v[seg + 1]; ++i) {
+            moved[i - begin] = begin + instrs.size();
+            instrs.push_back(rp_.instrs[i]);
+            if (df_) operands.push_back(rp_.operands[i]);
+        }
+    };
+    for (std::size_t seg = 0; seg + 1 < std::max(fb.size(), bb.size()); ++seg) {
+        take(bb, seg);
+        take(fb, seg);
+    }
+    std::copy(instrs.begin(), instrs.end(), rp_.instrs.begin() + static_cast<std::ptrdiff_t>(begin));
+    if (df_) std::copy(operands.begin(), operands.end(), rp_.operands.begin() + static_cast<std::ptrdiff_t>(begin));
+    // What still names instructions of the range: the stashed allocation runs (a run never spans a
+    // cut, so it stays contiguous), activation offload's copies, the last op and collective.
+    auto remap = [&](std::size_t& i) {
+        if (i >= begin && i < end) i = moved[i - begin];
+    };
+    for (auto& [key, run] : stashed_) {
+        if (run.count == 0 || run.first < begin || run.first >= end) continue;
+        STRATA_ASSERT(moved[run.first + run.count - 1 - begin] == moved[run.first - begin] + run.count - 1,
+                      "lower: an allocation run split by a merged step's segments");
+        remap(run.first);
+    }
+    for (auto& [key, c] : act_copies_) remap(c.d2h), remap(c.h2d);
+    remap(last_op_);
+    remap(last_collective_);
 }
 
 // DeepSpeed's pipeline engine (plan.p2p_blocking) runs its sends and receives on the compute
@@ -235,7 +315,6 @@ void RankLowering::forward_pass(int mb, int chunk) {
         if (copies) touch_ = &copies->touched;
         layer_forward(layer, Phase::forward);
         touch_ = nullptr;
-        if (li + 1 == count) join_deferred();  // MoE all-to-all overlapped with the pass
         if (offload) {
             double bytes = 0;
             for (const TensorDesc& t : act_desc_[static_cast<std::size_t>(lis)]) bytes += t.bytes;
@@ -339,7 +418,6 @@ void RankLowering::backward_pass(int mb, int chunk) {
         const std::size_t backward_begin = rp_.instrs.size();
         layer_backward(layer, lis);
         if (df_) name_act_copies(mb_, chunk, li, backward_begin);
-        if (li == 0) join_deferred();
         layer_ = layer;
         free_list(ws);
         auto it = stashed_.find({mb_, chunk, li});

@@ -21,10 +21,10 @@ std::vector<PipeSlot> gpipe(int m, int vpp) {
 }
 
 // Megatron, non-interleaved: a rank holds at most pp - stage micro-batches in flight.
-std::vector<PipeSlot> one_f_one_b(int pp, int stage, int m) {
+std::vector<PipeSlot> one_f_one_b(int pp, int stage, int m, int extra) {
     std::vector<PipeSlot> out;
     out.reserve(static_cast<std::size_t>(2 * m));
-    const int warmup = std::min(pp - stage - 1, m);
+    const int warmup = std::min(pp - stage - 1 + extra, m);
     const int steady = m - warmup;
     for (int i = 0; i < warmup; ++i) out.push_back({i, 0, true});
     for (int i = 0; i < steady; ++i) {
@@ -49,13 +49,13 @@ std::vector<PipeSlot> interleaved_table(int m, int vpp, int group) {
     return t;
 }
 
-std::vector<PipeSlot> interleaved(int pp, int stage, int m, int vpp, int group) {
+std::vector<PipeSlot> interleaved(int pp, int stage, int m, int vpp, int group, int extra) {
     const std::vector<PipeSlot> table = interleaved_table(m, vpp, group);
     const int total = m * vpp;
     // Megatron-Core's get_pp_rank_microbatches. Megatron's older schedule ran every forward first
     // whenever m == pp; the current one has no such case, so with m == pp the later ranks still
     // reach 1F1B (the last after (vpp - 1)·pp forwards, holding one micro-batch's logits).
-    const int warmup = std::min((pp - stage - 1) * 2 + (vpp - 1) * group, total);
+    const int warmup = std::min((pp - stage - 1) * 2 + (vpp - 1) * group + extra, total);
     const int steady = total - warmup;
     const auto fwd = [&](int k) { return table[static_cast<std::size_t>(k)]; };
     const auto bwd = [&](int k) {
@@ -95,7 +95,7 @@ std::vector<PipeSlot> dualpipe_v(int pp, int r, int m) {
 
 }  // namespace
 
-std::vector<PipeSlot> pipeline_schedule(Schedule s, int pp, int stage, int micro_batches, int vpp, int group) {
+std::vector<PipeSlot> pipeline_schedule(Schedule s, int pp, int stage, int micro_batches, int vpp, int group, bool a2a_overlap) {
     STRATA_ASSERT(pp >= 1 && stage >= 0 && stage < pp && micro_batches >= 1 && vpp >= 1,
                   "pipeline_schedule: bad arguments");
     if (s == Schedule::gpipe) return gpipe(micro_batches, vpp);
@@ -107,9 +107,15 @@ std::vector<PipeSlot> pipeline_schedule(Schedule s, int pp, int stage, int micro
         if (group <= 0) group = pp;
         STRATA_ASSERT(valid_microbatch_group(micro_batches, pp, group),
                       "interleaved 1F1B needs pp <= group <= micro_batches and a last group of 0 or >= pp");
-        return interleaved(pp, stage, micro_batches, vpp, group);
+        return interleaved(pp, stage, micro_batches, vpp, group, a2a_overlap ? 1 : 0);
     }
-    return one_f_one_b(pp, stage, micro_batches);
+    return one_f_one_b(pp, stage, micro_batches, a2a_overlap ? 1 : 0);
+}
+
+bool merged_pair(const PlanSpec& p, const PipeSlot& a, const PipeSlot& b) {
+    if (!p.moe_a2a_overlap || p.ep < 2 || !a.forward || b.forward || a.microbatch == b.microbatch) return false;
+    // DualPipeV merges F0 with B1 and F1 with B0 (dualpipev.py steps 4 and 5), not step 3's F1 B1.
+    return p.schedule != Schedule::dualpipe_v || a.chunk != b.chunk;
 }
 
 }  // namespace strata::sim

@@ -24,8 +24,8 @@ double in_flight_microbatches(const PlanSpec& p, int stage) {
     switch (p.schedule) {
         case Schedule::gpipe:
             return m;  // all forwards before any backward
-        case Schedule::one_f_one_b:
-            return std::min(static_cast<double>(p.pp - stage), m);  // warm-up (pp - stage - 1) + 1
+        case Schedule::one_f_one_b:  // warm-up (pp - stage - 1) + 1
+            return std::min(static_cast<double>(p.pp - stage), m);
         case Schedule::interleaved_1f1b: {
             // Megatron's interleaved schedule: warm-up = 2·(pp - stage - 1) + (vpp - 1)·group
             // micro-batch chunks (group = pp by default), one more in flight at the first backward,
@@ -33,7 +33,7 @@ double in_flight_microbatches(const PlanSpec& p, int stage) {
             // micro-batches (Korthikanti §4.2.3).
             const int vpp = std::max(1, p.vpp);
             const double total_chunks = m * vpp;
-            const double warmup = 2.0 * (p.pp - stage - 1) + static_cast<double>(vpp - 1) * p.vpp_group();
+            const double warmup = 2.0 * (p.pp - stage - 1) + static_cast<double>(vpp - 1) * p.vpp_group() + (p.moe_a2a_overlap ? 1.0 : 0.0);
             return std::min(warmup + 1.0, total_chunks) / vpp;
         }
         case Schedule::dualpipe_v:
@@ -96,7 +96,7 @@ void layer_key(const PlanSpec& p, bool moe, bool recomputed, LayerKey& k) {
 // What a rank's schedule can hold at once: the distinct per-chunk counts of micro-batches between
 // forward and backward that no other state of the step dominates (few: the warm-up's last state
 // and the steady state's). Keyed by pipeline_schedule()'s arguments.
-using HeldKey = std::tuple<int, int, int, int, int, int>;  // exactly pipeline_schedule()'s arguments
+using HeldKey = std::tuple<int, int, int, int, int, int, bool>;  // exactly pipeline_schedule()'s arguments
 using HeldStates = std::vector<std::vector<int>>;
 
 HeldStates held_states(const PlanSpec& p, int stage) {
@@ -111,7 +111,21 @@ HeldStates held_states(const PlanSpec& p, int stage) {
         });
         out.push_back(held);
     };
-    for (const PipeSlot& s : pipeline_schedule(p.schedule, p.pp, stage, std::max(1, p.micro_batches()), std::max(1, p.vpp), p.vpp_group())) {
+    const std::vector<PipeSlot> slots = pipeline_schedule(p.schedule, p.pp, stage, std::max(1, p.micro_batches()), std::max(1, p.vpp),
+                                                          p.vpp_group(), p.moe_a2a_overlap);
+    for (std::size_t k = 0; k < slots.size(); ++k) {
+        const PipeSlot& s = slots[k];
+        if (k + 1 < slots.size() && merged_pair(p, s, slots[k + 1])) {
+            // A merged step: the backward frees a layer for each the forward takes (one layer over,
+            // which stage_memory adds), so its states are the one before and the one after it.
+            if (rising) keep();
+            ++held[static_cast<std::size_t>(s.chunk)];
+            --held[static_cast<std::size_t>(slots[k + 1].chunk)];
+            keep();
+            rising = false;
+            ++k;
+            continue;
+        }
         if (s.forward) {
             ++held[static_cast<std::size_t>(s.chunk)];
             rising = true;
@@ -143,7 +157,7 @@ struct LayerKinds {
     MemoryCache::Impl* cache = nullptr;
     const HeldStates& held(const PlanSpec& p, int stage, HeldStates& scratch) {
         if (!cache) return scratch = held_states(p, stage);
-        auto [it, inserted] = cache->held.try_emplace(HeldKey{static_cast<int>(p.schedule), p.pp, stage, p.micro_batches(), p.vpp, p.vpp_group()});
+        auto [it, inserted] = cache->held.try_emplace(HeldKey{static_cast<int>(p.schedule), p.pp, stage, p.micro_batches(), p.vpp, p.vpp_group(), p.moe_a2a_overlap});
         if (inserted) it->second = held_states(p, stage);
         return it->second;
     }
@@ -299,6 +313,11 @@ MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capaci
             const double total = std::accumulate(layer_bytes.begin(), layer_bytes.end(), 0.0);
             if (total > 0) s.in_flight_microbatches = std::inner_product(held.per_layer.begin(), held.per_layer.end(), layer_bytes.begin(), 0.0) / total;
         }
+        // A merged step of combined 1F1B (moe_a2a_overlap) holds one layer more than the states
+        // around it: the forward's next layer is taken before the backward's layer beside it is
+        // freed (the lowering's merged_passes).
+        if (p.moe_a2a_overlap && p.ep > 1 && p.micro_batches() > 1 && !layer_bytes.empty())
+            held.per_layer[static_cast<std::size_t>(std::max_element(layer_bytes.begin(), layer_bytes.end()) - layer_bytes.begin())] += 1;
         for (int i = 0; i < s.layers; ++i) {
             TensorDesc d;  // all of a layer's activations share plan.offload.activations
             d.tag = TensorTag::activations;

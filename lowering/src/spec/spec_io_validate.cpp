@@ -170,6 +170,20 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
                                          (p.sequence_parallel ? ", sequence parallel" : ", no sequence parallelism") + ")");
     if (p.moe_a2a_overlap && (!m.is_moe() || p.ep < 2))
         fail("plan.moe_a2a_overlap", "needs a MoE model with plan.ep >= 2 (got ep " + s(p.ep) + (m.is_moe() ? ")" : ", no model.moe)"));
+    // Megatron-Core's combined 1F1B pairs a forward with another micro-batch's backward: with a
+    // pipeline only in the interleaved schedule (or DualPipeV's pairs), and never around a full
+    // recomputation of the layer (transformer_config.py's checks for overlap_moe_expert_parallel_comm).
+    if (p.moe_a2a_overlap && p.pp > 1 && p.vpp < 2)
+        fail("plan.moe_a2a_overlap", "with plan.pp = " + s(p.pp) + " needs virtual pipeline stages (plan.vpp >= 2; Megatron-Core: "
+                                     "\"virtual_pipeline_model_parallel_size must be specified when pipeline_model_parallel_size > 1\")");
+    if (p.moe_a2a_overlap && p.recompute == Recompute::selective && p.recomputes(RecomputeModule::moe))
+        fail("plan.recompute_modules", "\"moe\" with plan.moe_a2a_overlap: the merged steps do not rerun a MoE layer's "
+                                       "all-to-alls (Megatron-Core: \"disable moe in recompute_modules when enabling "
+                                       "overlap_moe_expert_parallel_comm\")");
+    if (p.moe_a2a_overlap && p.recompute == Recompute::full)
+        fail("plan.moe_a2a_overlap", "with plan.recompute = \"full\": the merged forward and backward steps run without full "
+                                     "recomputation (Megatron-Core: \"disable full recomputation when enabling "
+                                     "overlap_moe_expert_parallel_comm\")");
     // An offloaded optimizer (ZeRO-Offload's CPU Adam, ZeRO-Infinity) and the lock-free update
     // work on an fp32 master in host memory.
     if (!p.master_weights && !p.offload.optimizer.all_gpu())

@@ -49,8 +49,18 @@ struct PipeSlot {
 /// Interleaved 1F1B (Megatron-Core): micro-batches pass each chunk in groups of `group` (0 = pp;
 /// the last group takes the rest), warm-up (pp-stage-1)*2 + (vpp-1)*group capped at m*vpp (no
 /// all-forward case for m == pp); needs valid_microbatch_group(m, pp, group). Each (mb, chunk)
-/// appears once forward and once backward, forward first.
-std::vector<PipeSlot> pipeline_schedule(Schedule s, int pp, int stage, int micro_batches, int vpp, int group = 0);
+/// appears once forward and once backward, forward first. `a2a_overlap` (plan.moe_a2a_overlap,
+/// Megatron-Core's combined 1F1B): one more warm-up forward in 1F1B and interleaved 1F1B
+/// (schedules.py get_pp_rank_microbatches: "to ensure the forward and backward computations are
+/// independent in all 1f1b steps"; with pp 1, combined_1f1b_schedule_for_no_pipelining's F0, then
+/// F(i+1) beside B(i)), so that each steady forward and the backward after it run as one merged step.
+std::vector<PipeSlot> pipeline_schedule(Schedule s, int pp, int stage, int micro_batches, int vpp, int group = 0,
+                                        bool a2a_overlap = false);
+
+/// Under plan.moe_a2a_overlap (with ep >= 2), whether slot `a` and the slot `b` after it run as one
+/// merged step: a forward and a backward of another micro-batch (DualPipeV: of the other chunk too,
+/// its F0 B1 and F1 B0 pairs).
+bool merged_pair(const PlanSpec& p, const PipeSlot& a, const PipeSlot& b);
 
 /// The kernel a compute instruction of `op` is under plan `p` (Instr::kernel): the attention
 /// family (flash_attention, attention_kernel), eager or fused memory-bound ops (eager_elementwise).
