@@ -24,7 +24,7 @@ struct CapArgs {
     double budget = 0;
     std::vector<std::string> gpus;
     int max_gpus = 4096, min_gpus = 8, global_batch = 0, threads = 0;
-    bool max_model = false, quiet = false, no_deepep = false, whole_simulations = false, expandable_segments = false, owned = false;
+    bool max_model = false, quiet = false, no_deepep = false, no_a2a_overlap = false, whole_simulations = false, expandable_segments = false, owned = false;
     std::string framework;
 };
 
@@ -156,6 +156,7 @@ void run_capacity(const CapArgs& a) {
             o.search.space.zero_stages = {3};
     }
     o.search.space.search_deepep = !a.no_deepep;
+    o.search.space.search_a2a_overlap = !a.no_a2a_overlap;
     o.search.space.expandable_segments = a.expandable_segments;
     o.search.shortlist = 3;
     o.search.max_simulated = 3;
@@ -270,6 +271,7 @@ void add_capacity(CLI::App& app) {
     cmd->add_flag("--max-model", a->max_model, "largest model of the --model family that trains on --cluster");
     cmd->add_flag("--quiet,-q", a->quiet, "no progress bar");
     cmd->add_flag("--no-deepep", a->no_deepep, "MoE: keep Megatron's flat all-to-all (no DeepEP dispatch)");
+    cmd->add_flag("--no-a2a-overlap", a->no_a2a_overlap, "MoE: do not try hiding the all-to-alls under another micro-batch (Megatron-Core's combined 1F1B)");
     cmd->add_flag("--whole-simulations", a->whole_simulations,
                   "simulate every shortlisted plan whole, never extended from three shorter simulations of its steady state "
                   "(the same figures, slower: a check)");

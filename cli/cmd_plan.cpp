@@ -28,7 +28,7 @@ struct PlanArgs {
     int seq_len = 0;
     int top = 10;
     int threads = 0;
-    bool quiet = false, no_simulate = false, no_offload = false, tp_across_nodes = false, no_deepep = false, whole_simulations = false;
+    bool quiet = false, no_simulate = false, no_offload = false, tp_across_nodes = false, no_deepep = false, no_a2a_overlap = false, whole_simulations = false;
     bool expandable_segments = false;
     std::string framework;
     std::string precision;
@@ -63,7 +63,7 @@ std::string sched_label(const sim::PlanSpec& p) {
 void print_table(const planner::SearchResult& r, const std::vector<planner::RunOutlook>& outlooks, int top, const std::string& framework,
                  std::ostream& out) {
     char line[512];
-    std::snprintf(line, sizeof line, "%4s %3s %3s %4s %4s %3s %3s %-6s %3s %3s %-6s %4s %-9s %2s %-14s %9s %11s %7s %6s %9s  %s\n", "#", "tp", "pp", "dp",
+    std::snprintf(line, sizeof line, "%4s %3s %3s %4s %4s %3s %3s %-9s %3s %3s %-6s %4s %-9s %2s %-14s %9s %11s %7s %6s %9s  %s\n", "#", "tp", "pp", "dp",
                   "cp", "ep", "etp", "a2a", "vpp", "mb", "sched", "zero", "recompute", "sp", "offload", "step", "tokens/s", "goodput", "MFU", "peak HBM", "why");
     out << line;
     int shown = 0;
@@ -79,10 +79,11 @@ void print_table(const planner::SearchResult& r, const std::vector<planner::RunO
         const planner::RunOutlook& ol = outlooks[static_cast<std::size_t>(shown)];
         if (std::string(ol.memory) == "borderline") note = "memory borderline; " + note;
         const std::string etp = p.ep > 1 || p.expert_tp > 0 ? std::to_string(p.etp()) : "-";  // experts only
-        const char* a2a = p.ep < 2 ? "-" : p.moe_dispatcher == sim::MoeDispatcher::deepep ? "deepep" : "flat";
+        // The all-to-all: flat or DeepEP, "+ov" when combined 1F1B hides it.
+        const std::string a2a = p.ep < 2 ? "-" : std::string(p.moe_dispatcher == sim::MoeDispatcher::deepep ? "deepep" : "flat") + (p.moe_a2a_overlap ? "+ov" : "");
         const std::string cp = planner::cp_label(p);
-        std::snprintf(line, sizeof line, "%4d %3d %3d %4d %4s %3d %3s %-6s %3d %3d %-6s %4d %-9s %2s %-14s %9s %11.0f %6.1f%% %5.1f%% %9s  %s\n", shown + 1, p.tp, p.pp,
-                      p.dp, cp.c_str(), p.ep, etp.c_str(), a2a, p.vpp, p.micro_batch, sched_label(p).c_str(), p.zero_stage, sim::to_string(p.recompute),
+        std::snprintf(line, sizeof line, "%4d %3d %3d %4d %4s %3d %3s %-9s %3d %3d %-6s %4d %-9s %2s %-14s %9s %11.0f %6.1f%% %5.1f%% %9s  %s\n", shown + 1, p.tp, p.pp,
+                      p.dp, cp.c_str(), p.ep, etp.c_str(), a2a.c_str(), p.vpp, p.micro_batch, sched_label(p).c_str(), p.zero_stage, sim::to_string(p.recompute),
                       p.sequence_parallel ? "y" : "n", offload_label(p).c_str(), human_seconds(step).c_str(), tps, 100 * ol.goodput.goodput, 100 * mfu,
                       human_bytes(hbm).c_str(), note.c_str());
         out << line;
@@ -142,6 +143,7 @@ void run_plan(const PlanArgs& a) {
     o.space.search_offload = !a.no_offload;
     o.space.tp_within_node = !a.tp_across_nodes;
     o.space.search_deepep = !a.no_deepep;
+    o.space.search_a2a_overlap = !a.no_a2a_overlap;
     o.space.expandable_segments = a.expandable_segments || (s.plan && s.plan->expandable_segments);
     o.space.framework = !a.framework.empty() ? a.framework : (s.plan ? s.plan->framework : "");
     if (!a.precision.empty()) sim::precision_from(a.precision, o.space.precision);
@@ -208,6 +210,7 @@ void add_plan(CLI::App& app) {
     cmd->add_flag("--no-offload", a->no_offload, "do not consider CPU/SSD offload");
     cmd->add_flag("--tp-across-nodes", a->tp_across_nodes, "allow tensor parallelism across nodes");
     cmd->add_flag("--no-deepep", a->no_deepep, "MoE: keep Megatron's flat all-to-all (no DeepEP dispatch)");
+    cmd->add_flag("--no-a2a-overlap", a->no_a2a_overlap, "MoE: do not try hiding the all-to-alls under another micro-batch (Megatron-Core's combined 1F1B)");
     cmd->add_flag("--whole-simulations", a->whole_simulations,
                   "simulate every shortlisted plan whole, never extended from three shorter simulations of its steady state "
                   "(the same figures, slower: a check)");

@@ -225,13 +225,10 @@ LayerTimes Estimator::layer_times(const PlanSpec& p, bool dense_first) {
     };
     double win_f = f1 > f0 ? static_cast<double>(f1 - f0) * 1e-9 : 0.0, win_b = b1 > b0 ? static_cast<double>(b1 - b0) * 1e-9 : 0.0;
     const double per_mb = pair ? 2.0 : 1.0;  // the head's kernels, recomputes and gathers were summed over both
-    if (pair && m1_end > m0 && win_f + win_b > 0) {
-        // The merged step's window against the unmerged forward and backward: each of the pair's
-        // all-to-alls ran under the other pass's kernels. Its saving goes to both passes alike.
-        const double scale = std::min(1.0, static_cast<double>(m1_end - m0) * 1e-9 / (win_f + win_b));
-        win_f *= scale;
-        win_b *= scale;
-    }
+    // The merged step's window against the unmerged forward and backward: each of the pair's
+    // all-to-alls ran under the other pass's kernels. estimate() gives that saving to the passes
+    // the schedule merges (not the first forwards and last backwards).
+    if (pair && m1_end > m0 && win_f + win_b > 0) t.merged_scale = std::min(1.0, static_cast<double>(m1_end - m0) * 1e-9 / (win_f + win_b));
     t.fwd_s = with_zero3(win_f, zero3_f / per_mb) / n;
     t.bwd_s = with_zero3(win_b, zero3_b / per_mb) / n;
     t.recompute_s = rec / per_mb / n;
@@ -239,6 +236,22 @@ LayerTimes Estimator::layer_times(const PlanSpec& p, bool dense_first) {
     t.head_bwd_s = head_b / per_mb;
     cache_.emplace(key, t);
     return t;
+}
+
+// The share of a stage's forward and backward passes that run merged under combined 1F1B (the
+// lowering's pairs, merged_pair), from the rank's schedule.
+double Estimator::merged_share(const PlanSpec& p, int stage) {
+    if (!p.moe_a2a_overlap || p.ep < 2) return 0;
+    Key key{static_cast<std::int64_t>(p.schedule), p.pp, stage, p.micro_batches(), p.vpp, p.vpp_group(), p.ep};
+    if (auto it = merged_share_.find(key); it != merged_share_.end()) return it->second;
+    const std::vector<PipeSlot> slots = pipeline_schedule(p.schedule, p.pp, stage, std::max(1, p.micro_batches()), std::max(1, p.vpp),
+                                                          p.vpp_group(), true);
+    int merged = 0;
+    for (std::size_t k = 0; k + 1 < slots.size(); ++k)
+        if (merged_pair(p, slots[k], slots[k + 1])) merged += 2, ++k;
+    const double share = slots.empty() ? 0.0 : static_cast<double>(merged) / static_cast<double>(slots.size());
+    merged_share_.emplace(std::move(key), share);
+    return share;
 }
 
 FastEstimate Estimator::estimate(const PlanSpec& p) {
@@ -282,7 +295,10 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     int worst_stage = 0;
     for (int s = 0; s < pp; ++s) {
         const int nd = dense[static_cast<std::size_t>(s)], nm = layers[static_cast<std::size_t>(s)] - nd;
-        double f = nm * lt.fwd_s + nd * ld.fwd_s, b = nm * lt.bwd_s + nd * ld.bwd_s;
+        // Combined 1F1B: the merged share of the passes at the merged step's speed.
+        const double share = merged_share(p, s);
+        const double em = 1.0 - (1.0 - lt.merged_scale) * share, ed = 1.0 - (1.0 - ld.merged_scale) * share;
+        double f = nm * lt.fwd_s * em + nd * ld.fwd_s * ed, b = nm * lt.bwd_s * em + nd * ld.bwd_s * ed;
         // Full recompute of some layers only (recompute_layers, recompute_every): the others skip
         // the rerun the probe's layer timed.
         b -= (1.0 - recomputed_share(s)) * (nm * lt.recompute_s + nd * ld.recompute_s);

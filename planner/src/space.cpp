@@ -120,12 +120,17 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                 }
                 // DeepEP sends a token once per GPU (and node) its experts reach, where the flat
                 // all-to-all sends a copy per expert (docs/costs.md): with EP both are tried.
-                std::vector<std::tuple<int, int, MoeDispatcher>> moe_layouts;
+                // Megatron-Core's combined 1F1B hides each all-to-all under another micro-batch's
+                // kernels (moe_a2a_overlap): tried with either dispatch.
+                std::vector<std::tuple<int, int, MoeDispatcher, bool>> moe_layouts;
                 for (auto [ep, etp] : eps) {
-                    moe_layouts.emplace_back(ep, etp, MoeDispatcher::alltoall);
-                    if (ep >= 2 && s.search_deepep) moe_layouts.emplace_back(ep, etp, MoeDispatcher::deepep);
+                    for (bool overlap : {false, true}) {
+                        if (overlap && (ep < 2 || !s.search_a2a_overlap)) continue;
+                        moe_layouts.emplace_back(ep, etp, MoeDispatcher::alltoall, overlap);
+                        if (ep >= 2 && s.search_deepep) moe_layouts.emplace_back(ep, etp, MoeDispatcher::deepep, overlap);
+                    }
                 }
-                for (auto [ep, etp, disp] : moe_layouts) {
+                for (auto [ep, etp, disp, a2a_overlap] : moe_layouts) {
                     if (stop) break;
                     const std::int64_t my_layout = layout_index++;
                     const bool mine = shards <= 1 || (my_layout % shards) == shard;
@@ -184,6 +189,9 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                                             if (dp * cp == 1 && zero > 0) ok = false;     // nothing to shard over
                                             if (sp == 1 && (m.seq_len / cp) % tp != 0) ok = false;  // SP splits the sequence over tp
                                             if (zero < off.min_zero_stage) ok = false;
+                                            // Combined 1F1B: with a pipeline only interleaved, never
+                                            // around a full recomputation (validate_plan's rules).
+                                            if (a2a_overlap && ((pp > 1 && sched != Schedule::interleaved_1f1b) || rc == Recompute::full)) ok = false;
                                             if (!ok) {
                                                 ++k.invalid;
                                                 continue;
@@ -196,6 +204,7 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                                             p.ep = ep;
                                             p.expert_tp = etp;
                                             p.moe_dispatcher = disp;
+                                            p.moe_a2a_overlap = a2a_overlap;
                                             p.vpp = vpp;
                                             p.microbatch_group = group == pp ? 0 : group;  // pp is the default
                                             p.micro_batch = mb;

@@ -274,6 +274,9 @@ TEST_CASE("validate_plan: expert parallelism", "[spec][errors]") {
     expect_error([&] {
         validate(moe, plan(R"({"dp": 2, "ep": 2, "global_batch": 8, "recompute": "selective", "recompute_modules": ["moe"], "moe_a2a_overlap": true})"));
     }, "p.json", "plan.recompute_modules", "disable moe in recompute_modules");
+    expect_error([&] { validate(moe, plan(R"({"dp": 2, "ep": 2, "global_batch": 8, "zero_stage": 2, "framework": "torchtitan", "moe_a2a_overlap": true})")); },
+                 "p.json", "plan.moe_a2a_overlap", "must be false: the EP all-to-all overlap is Megatron-Core's combined 1F1B");
+    CHECK_NOTHROW(validate(moe, plan(R"({"dp": 2, "ep": 2, "global_batch": 8, "framework": "megatron-bridge", "moe_a2a_overlap": true})")));
 }
 
 TEST_CASE("validate_plan: ZeRO and offload", "[spec][errors]") {

@@ -212,6 +212,52 @@ TEST_CASE("MoE plans try DeepEP's dispatch wherever there is EP, inside nodes an
     CHECK(off == 0);
 }
 
+TEST_CASE("MoE plans try the all-to-all overlap where Megatron-Core runs it", "[planner][space][moe][a2a_overlap]") {
+    // Combined 1F1B: every EP layout without a pipeline, and with one only interleaved; never
+    // with full recompute; not for a framework that does not have it.
+    const ModelSpec m = small_moe();
+    const ClusterSpec c = two_nodes();
+    planner::SearchSpace s;
+    s.global_batch = 64;
+    s.search_offload = false;
+    std::int64_t with = 0, pp1 = 0, interleaved = 0, plain_pp1 = 0;
+    planner::enumerate_plans(m, c, s, [&](const PlanSpec& p) {
+        if (p.ep >= 2 && p.pp == 1 && !p.moe_a2a_overlap && p.recompute != Recompute::full) ++plain_pp1;
+        if (!p.moe_a2a_overlap) return true;
+        ++with;
+        CHECK(p.ep >= 2);
+        CHECK(p.recompute != Recompute::full);
+        CHECK((p.pp == 1 || p.schedule == Schedule::interleaved_1f1b));
+        ++(p.pp == 1 ? pp1 : interleaved);
+        REQUIRE_NOTHROW(validate_plan(m, c, p, "enumerated"));
+        return true;
+    });
+    CHECK(pp1 == plain_pp1);  // each such layout in both variants
+    CHECK(interleaved > 0);
+    s.framework = "torchtitan";
+    std::int64_t titan = 0;
+    planner::enumerate_plans(m, c, s, [&](const PlanSpec& p) {
+        titan += p.moe_a2a_overlap;
+        return true;
+    });
+    CHECK(titan == 0);
+    s.framework = "megatron-bridge";
+    std::int64_t bridge = 0;
+    planner::enumerate_plans(m, c, s, [&](const PlanSpec& p) {
+        bridge += p.moe_a2a_overlap;
+        return true;
+    });
+    CHECK(bridge > 0);
+    s.framework.clear();
+    s.search_a2a_overlap = false;
+    std::int64_t off = 0;
+    planner::enumerate_plans(m, c, s, [&](const PlanSpec& p) {
+        off += p.moe_a2a_overlap;
+        return true;
+    });
+    CHECK(off == 0);
+}
+
 TEST_CASE("divisors: every divisor in order, in O(sqrt n), up to INT_MAX (issue #32, defect 1)", "[planner][space]") {
     // The loop to n with a signed int overflowed at INT_MAX (SIGFPE) and took minutes at 2^24.
     for (int n = 1; n <= 500; ++n) {

@@ -413,6 +413,11 @@ std::optional<FrameworkRefusal> framework_refusal(const PlanSpec& p) {
     if (p.tp_comm_overlap && !megatron_like && fw != "torchtitan-compile")
         return refuse("plan.tp_comm_overlap", "must be false: TP communication overlap is Transformer Engine's userbuffers under "
                                               "Megatron-Core and torchtitan's async TP");
+    // Megatron-Core 0.14's combined 1F1B (--overlap-moe-expert-parallel-comm, 2025): Megatron-Bridge's
+    // recipes, not NeMo 1.x's launcher of 2024.
+    if (p.moe_a2a_overlap && fw != "megatron-core" && fw != "megatron-bridge")
+        return refuse("plan.moe_a2a_overlap", "must be false: the EP all-to-all overlap is Megatron-Core's combined 1F1B "
+                                              "(--overlap-moe-expert-parallel-comm) and DeepSeek's DualPipe");
     if (p.moe_dispatcher == MoeDispatcher::deepep && !megatron_like && fw != "nemo-automodel")
         return refuse("plan.moe_dispatcher", "must be \"alltoall\": the DeepEP dispatcher is Megatron-Core's and NeMo AutoModel's here");
     if (p.lock_free_update)

@@ -180,6 +180,9 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
         fail("plan.recompute_modules", "\"moe\" with plan.moe_a2a_overlap: the merged steps do not rerun a MoE layer's "
                                        "all-to-alls (Megatron-Core: \"disable moe in recompute_modules when enabling "
                                        "overlap_moe_expert_parallel_comm\")");
+    if (p.moe_a2a_overlap && m.mtp_depth > 1)
+        fail("plan.moe_a2a_overlap", "with model.mtp_depth = " + s(m.mtp_depth) + ": Megatron-Core's combined 1F1B takes at most one MTP "
+                                     "layer (\"MTP supports at most one layer when enabling overlap_moe_expert_parallel_comm\")");
     if (p.moe_a2a_overlap && p.recompute == Recompute::full)
         fail("plan.moe_a2a_overlap", "with plan.recompute = \"full\": the merged forward and backward steps run without full "
                                      "recomputation (Megatron-Core: \"disable full recomputation when enabling "

@@ -39,6 +39,9 @@ struct FastEstimate {
 struct LayerTimes {
     double fwd_s = 0, bwd_s = 0, recompute_s = 0;  ///< per layer (mean over a dense/MoE period)
     double head_fwd_s = 0, head_bwd_s = 0;          ///< embedding + logits + loss
+    /// plan.moe_a2a_overlap: a merged step's window over its forward's and backward's unmerged
+    /// ones (1 without merging); estimate() applies it to the schedule's merged share.
+    double merged_scale = 1;
 };
 
 class Estimator {
@@ -66,6 +69,8 @@ private:
     Key key_scratch_, stage_key_scratch_;  // keys being looked up (no allocation on a hit)
     sim::MemoryCache mem_cache_;
     std::map<Key, sim::StageParams> stage_params_;  // the worst stage and the plan's layout
+    std::map<Key, double> merged_share_;            // combined 1F1B: passes of a stage's schedule merged
+    double merged_share(const sim::PlanSpec& p, int stage);
 };
 
 /// What Estimator::layer_times caches on: the knobs of the one-layer probe's plan (plan_knobs.hpp),

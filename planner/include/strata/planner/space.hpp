@@ -26,6 +26,7 @@ struct SearchSpace {
     bool search_sequence_parallel = true;   ///< also try sp off when tp > 1
     bool search_expert_tp = true;           ///< MoE with tp > 1: also try whole experts (expert_tp 1, EP over tp x cp x dp)
     bool search_deepep = true;              ///< MoE with EP: also try DeepEP's dispatch (a copy per GPU and node reached)
+    bool search_a2a_overlap = true;         ///< MoE with EP: also try combined 1F1B's all-to-all overlap (moe_a2a_overlap)
     bool search_cp_comm_type = true;        ///< cp > 1: also try Ulysses' all-to-all where the heads split over cp
     bool search_offload = true;             ///< optimizer/params to cpu or ssd, and splits
     bool offload_to_ssd = true;             ///< include the NVMe tier among the offload choices
