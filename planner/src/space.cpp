@@ -125,7 +125,7 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                 std::vector<std::tuple<int, int, MoeDispatcher, bool>> moe_layouts;
                 for (auto [ep, etp] : eps) {
                     for (bool overlap : {false, true}) {
-                        if (overlap && (ep < 2 || !s.search_a2a_overlap)) continue;
+                        if (overlap && (ep < 2 || !s.search_a2a_overlap || m.mtp_depth > 1)) continue;  // at most one MTP layer
                         moe_layouts.emplace_back(ep, etp, MoeDispatcher::alltoall, overlap);
                         if (ep >= 2 && s.search_deepep) moe_layouts.emplace_back(ep, etp, MoeDispatcher::deepep, overlap);
                     }

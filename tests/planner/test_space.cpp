@@ -249,6 +249,22 @@ TEST_CASE("MoE plans try the all-to-all overlap where Megatron-Core runs it", "[
     });
     CHECK(bridge > 0);
     s.framework.clear();
+    // Megatron-Core's combined 1F1B takes at most one MTP layer (found by fuzz_plan_space).
+    for (int depth : {1, 2}) {
+        ModelSpec mtp = m;
+        mtp.mtp_depth = depth;
+        mtp.position = PositionKind::rope;
+        mtp.norm = NormKind::rmsnorm;
+        std::int64_t n = 0;
+        planner::enumerate_plans(mtp, c, s, [&](const PlanSpec& p) {
+            if (!p.moe_a2a_overlap) return true;
+            ++n;
+            REQUIRE_NOTHROW(validate_plan(mtp, c, p, "enumerated"));
+            return true;
+        });
+        INFO("mtp_depth " << depth);
+        CHECK((depth == 1 ? n > 0 : n == 0));
+    }
     s.search_a2a_overlap = false;
     std::int64_t off = 0;
     planner::enumerate_plans(m, c, s, [&](const PlanSpec& p) {
