@@ -242,7 +242,8 @@ LayerTimes Estimator::layer_times(const PlanSpec& p, bool dense_first) {
 // lowering's pairs, merged_pair), from the rank's schedule.
 double Estimator::merged_share(const PlanSpec& p, int stage) {
     if (!p.moe_a2a_overlap || p.ep < 2) return 0;
-    Key key{static_cast<std::int64_t>(p.schedule), p.pp, stage, p.micro_batches(), p.vpp, p.vpp_group(), p.ep};
+    Key& key = share_key_scratch_;  // no allocation on a hit: estimate() asks per stage and plan
+    key.assign({static_cast<std::int64_t>(p.schedule), p.pp, stage, p.micro_batches(), p.vpp, p.vpp_group()});
     if (auto it = merged_share_.find(key); it != merged_share_.end()) return it->second;
     const std::vector<PipeSlot> slots = pipeline_schedule(p.schedule, p.pp, stage, std::max(1, p.micro_batches()), std::max(1, p.vpp),
                                                           p.vpp_group(), true);
@@ -250,7 +251,7 @@ double Estimator::merged_share(const PlanSpec& p, int stage) {
     for (std::size_t k = 0; k + 1 < slots.size(); ++k)
         if (merged_pair(p, slots[k], slots[k + 1])) merged += 2, ++k;
     const double share = slots.empty() ? 0.0 : static_cast<double>(merged) / static_cast<double>(slots.size());
-    merged_share_.emplace(std::move(key), share);
+    merged_share_.emplace(key, share);
     return share;
 }
 

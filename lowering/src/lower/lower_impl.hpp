@@ -316,7 +316,6 @@ private:
     void backward_pass(int mb, int chunk);
     /// plan.moe_a2a_overlap: a steady forward and the backward after it as one merged step
     /// (Megatron-Core's combined 1F1B): both lowered, then their segments interleaved.
-    bool merges(const PipeSlot& a, const PipeSlot& b) const;
     void merged_passes(const PipeSlot& f, const PipeSlot& b);
     void interleave_segments(std::size_t begin, std::size_t mid, std::size_t end, const std::vector<std::size_t>& f_cuts,
                              const std::vector<std::size_t>& b_cuts);

@@ -49,7 +49,7 @@ void RankLowering::step(int s) {
     if (p_.zero_stage == 3) gather_edges_zero3();
     for (std::size_t k = 0; k < schedule_.size(); ++k) {
         const PipeSlot& sl = schedule_[k];
-        if (k + 1 < schedule_.size() && merges(sl, schedule_[k + 1])) {
+        if (k + 1 < schedule_.size() && merged_pair(p_, sl, schedule_[k + 1])) {
             merged_passes(sl, schedule_[k + 1]);
             ++k;
         } else if (sl.forward) {
@@ -68,8 +68,8 @@ void RankLowering::step(int s) {
 // model_chunk_schedule_plan.py) and DeepSeek's DualPipe run it: a steady forward and the backward
 // after it, of another micro-batch, as one step whose layers pair up (forward layer i with the
 // backward's i-th from the top), each EP all-to-all of one running under the other's compute. The
-// schedule's extra warm-up forward (pipeline_schedule) keeps the two independent.
-bool RankLowering::merges(const PipeSlot& a, const PipeSlot& b) const { return merged_pair(p_, a, b); }
+// schedule's extra warm-up forward (pipeline_schedule) keeps the two independent; merged_pair
+// (schedule.cpp) says which slots merge.
 
 // Both passes are lowered whole, each cut after its all-to-alls, then their segments interleaved
 // in Megatron's per-layer order (TransformerLayerSchedulePlan.run): the backward's combine first,

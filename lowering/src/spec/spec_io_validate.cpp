@@ -176,7 +176,7 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
     if (p.moe_a2a_overlap && p.pp > 1 && p.vpp < 2)
         fail("plan.moe_a2a_overlap", "with plan.pp = " + s(p.pp) + " needs virtual pipeline stages (plan.vpp >= 2; Megatron-Core: "
                                      "\"virtual_pipeline_model_parallel_size must be specified when pipeline_model_parallel_size > 1\")");
-    if (p.moe_a2a_overlap && p.recompute == Recompute::selective && p.recomputes(RecomputeModule::moe))
+    if (p.moe_a2a_overlap && p.recomputes(RecomputeModule::moe))
         fail("plan.recompute_modules", "\"moe\" with plan.moe_a2a_overlap: the merged steps do not rerun a MoE layer's "
                                        "all-to-alls (Megatron-Core: \"disable moe in recompute_modules when enabling "
                                        "overlap_moe_expert_parallel_comm\")");

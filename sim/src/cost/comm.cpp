@@ -96,31 +96,27 @@ const hwdb::CollectiveFit* find_fit(const hwdb::HardwareView& hw, const char* co
     return best;
 }
 
-/// One step of a ring exchange (TP overlap's Instr::ring_step; a step of context parallelism's
-/// ring attention): every member hands one block of `chunk` bytes to its neighbour at once, a
-/// send/recv of one hop (Transformer Engine's userbuffers send and recv, torch's symmetric-memory
-/// copies, the CP ring's batched NCCL send and recv). Priced like a pipeline p2p: NCCL's Simple
-/// base plus one hop, the chunk at the link's rate. The lowering writes a step as an all-gather
-/// (reduce-scatter) of chunk x n / (n - 1) so its volume reads like the collective's; pricing it
-/// as one would charge every step the latency of the whole ring (n - 1 hops). A group across nodes
-/// waits for the members at a node boundary, whose block crosses the network.
-Demand ring_step_demand(const hwdb::HardwareView& hw, const ClusterSpec& c, double chunk, bool crosses_nodes) {
+/// A send/recv between neighbours: NCCL's Simple base plus one hop (NVLink inside a node, the
+/// network across), the bytes at the link's rate; a `send_recv` fit replaces both. Pipeline p2p
+/// (p2p_demand) and the steps of a ring exchange (TP overlap's Instr::ring_step; context
+/// parallelism's ring attention) move data this way: every member hands one block to its
+/// neighbour at once (Transformer Engine's userbuffers, torch's symmetric-memory copies, the CP
+/// ring's batched NCCL send and recv).
+Demand neighbour_demand(const hwdb::HardwareView& hw, const ClusterSpec& c, double bytes, bool intra) {
     Demand d;
     const Proto& simple = kProtos[2];
-    const char* scope = crosses_nodes ? "inter" : "intra";
-    if (!crosses_nodes) {
-        busy(d, LinkClass::nvlink) = chunk / cost_detail::scale_up_rate(hw).Bps;
+    if (intra) {
+        busy(d, LinkClass::nvlink) = bytes / cost_detail::scale_up_rate(hw).Bps;
         const double hop = hw.gpu.scale_up_per_dir_Bps > 0 ? simple.nvlink_hop_us : simple.pci_hop_us;
         d.latency_ns = cost_detail::to_ns((simple.base_us + hop) * 1e-6);
     } else {
-        busy(d, LinkClass::nic) = chunk / cost_detail::nic_rate(hw, c).Bps;
+        busy(d, LinkClass::nic) = bytes / cost_detail::nic_rate(hw, c).Bps;
         d.latency_ns = cost_detail::to_ns((simple.base_us + simple.net_hop_us) * 1e-6);
     }
-    d.provenance = Provenance::datasheet;
-    if (const auto* f = find_fit(hw, "send_recv", scope, 2)) {
-        busy(d, crosses_nodes ? LinkClass::nic : LinkClass::nvlink) = chunk / f->busbw_Bps;
+    if (const auto* f = find_fit(hw, "send_recv", intra ? "intra" : "inter", 2)) {
+        busy(d, intra ? LinkClass::nvlink : LinkClass::nic) = bytes / f->busbw_Bps;
         d.latency_ns = cost_detail::to_ns(f->alpha_ns * 1e-9);
-        d.provenance = f->provenance == Provenance::measured ? Provenance::measured : Provenance::fitted;
+        d.provenance = Provenance::fitted;
     }
     return d;
 }
@@ -144,10 +140,13 @@ Demand collective_demand(const Instr& in, const CostContext& ctx) {
     const bool deepep = in.coll == CollKind::all_to_all && in.a2a_rank_ppm > 0;
     const double rank_share = deepep ? in.a2a_rank_ppm * 1e-6 : 1.0, node_share = deepep ? in.a2a_node_ppm * 1e-6 : 1.0;
     const double qq = q, NN = N, nn = n;
-    // TP overlap's ring exchange marks its steps; context parallelism's all-gathers and
-    // reduce-scatters are all steps of its ring attention (Ulysses moves all-to-alls).
+    // A ring-exchange step: the lowering writes it as an all-gather (reduce-scatter) of
+    // chunk x n / (n - 1) so its volume reads like the collective's, but it is one neighbour hop,
+    // not n - 1 (a group across nodes waits for the block that crosses the network). TP overlap
+    // marks its steps; context parallelism's all-gathers and reduce-scatters are all steps of its
+    // ring attention (Ulysses moves all-to-alls).
     const bool cp_ring = in.group == Group::cp && (in.coll == CollKind::all_gather || in.coll == CollKind::reduce_scatter);
-    if (in.ring_step >= 0 || cp_ring) return ring_step_demand(hw, c, S * (nn - 1) / nn, N > 1);
+    if (in.ring_step >= 0 || cp_ring) return neighbour_demand(hw, c, S * (nn - 1) / nn, N == 1);
     switch (in.coll) {
         case CollKind::all_reduce:  // intra reduce-scatter + inter all-reduce of S/q + intra all-gather
             nvl_bytes = 2.0 * (qq - 1) / qq * S;
@@ -234,28 +233,8 @@ bool peer_same_node(const Instr& in, const CostContext& ctx) {
 }
 
 Demand p2p_demand(const Instr& in, const CostContext& ctx) {
-    const auto& hw = *ctx.hw;
-    Demand d;
-    if (in.bytes <= 0) return d;
-    const bool intra = peer_same_node(in, ctx);
-    // NCCL send/recv: base latency + one hop (Simple protocol for pipeline-sized messages).
-    const Proto& simple = kProtos[2];
-    if (intra) {
-        const Rate r = cost_detail::scale_up_rate(hw);
-        busy(d, LinkClass::nvlink) = in.bytes / r.Bps;
-        const double hop = hw.gpu.scale_up_per_dir_Bps > 0 ? simple.nvlink_hop_us : simple.pci_hop_us;
-        d.latency_ns = cost_detail::to_ns((simple.base_us + hop) * 1e-6);
-    } else {
-        const Rate r = cost_detail::nic_rate(hw, *ctx.cluster);
-        busy(d, LinkClass::nic) = in.bytes / r.Bps;
-        d.latency_ns = cost_detail::to_ns((simple.base_us + simple.net_hop_us) * 1e-6);
-    }
-    if (const auto* f = find_fit(hw, "send_recv", intra ? "intra" : "inter", 2)) {
-        busy(d, intra ? LinkClass::nvlink : LinkClass::nic) = in.bytes / f->busbw_Bps;
-        d.latency_ns = cost_detail::to_ns(f->alpha_ns * 1e-9);
-        d.provenance = Provenance::fitted;
-    }
-    return d;
+    if (in.bytes <= 0) return {};
+    return neighbour_demand(*ctx.hw, *ctx.cluster, in.bytes, peer_same_node(in, ctx));
 }
 
 /// Host copies cross the GPU's PCIe switch and the node's DRAM; SSD copies move between the NVMe

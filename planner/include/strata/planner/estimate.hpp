@@ -66,7 +66,7 @@ private:
     sim::Calibration cal_;
     double flops_per_token_ = 0;  ///< model_flops_per_token(m_): a walk over every layer, once
     std::map<Key, LayerTimes> cache_;
-    Key key_scratch_, stage_key_scratch_;  // keys being looked up (no allocation on a hit)
+    Key key_scratch_, stage_key_scratch_, share_key_scratch_;  // keys being looked up (no allocation on a hit)
     sim::MemoryCache mem_cache_;
     std::map<Key, sim::StageParams> stage_params_;  // the worst stage and the plan's layout
     std::map<Key, double> merged_share_;            // combined 1F1B: passes of a stage's schedule merged
