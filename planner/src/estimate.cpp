@@ -247,10 +247,12 @@ double Estimator::merged_share(const PlanSpec& p, int stage) {
     if (auto it = merged_share_.find(key); it != merged_share_.end()) return it->second;
     const std::vector<PipeSlot> slots = pipeline_schedule(p.schedule, p.pp, stage, std::max(1, p.micro_batches()), std::max(1, p.vpp),
                                                           p.vpp_group(), true);
-    int merged = 0;
-    for (std::size_t k = 0; k + 1 < slots.size(); ++k)
-        if (merged_pair(p, slots[k], slots[k + 1])) merged += 2, ++k;
-    const double share = slots.empty() ? 0.0 : static_cast<double>(merged) / static_cast<double>(slots.size());
+    int merged = 0, passes = 0;  // forwards and backwards (a zero-bubble weight slot is no pass of its own)
+    for (std::size_t k = 0; k < slots.size(); ++k) {
+        passes += slots[k].weights ? 0 : 1;
+        if (k + 1 < slots.size() && merged_pair(p, slots[k], slots[k + 1])) merged += 2, ++passes, ++k;
+    }
+    const double share = passes == 0 ? 0.0 : static_cast<double>(merged) / static_cast<double>(passes);
     merged_share_.emplace(key, share);
     return share;
 }

@@ -238,6 +238,23 @@ TEST_CASE("no data races: every read waits for its write, every write for the re
     p.vpp = 2;
     p.microbatch_group = 3;
     CHECK(dataflow_hazards(lower_df(llama, p)).empty());
+    // DualPipeV: its split backwards' weight gradients run in later weight slots, and a bucket's
+    // reduction (the embedding's too, whose bucket holds layers) must wait for them.
+    for (const ModelSpec* m : {&gpt, &llama})
+        for (int tp : {1, 2})
+            for (int zero : {0, 1})
+                for (bool overlap : {false, true}) {
+                    PlanSpec d = plan(tp, 2, 2, 16);
+                    d.schedule = Schedule::dualpipe_v;
+                    d.vpp = 2;
+                    d.zero_stage = zero;
+                    d.sequence_parallel = tp > 1;
+                    d.overlap_grad_reduce = d.overlap_param_gather = overlap;
+                    d.dp_bucket_bytes = 60000;
+                    const std::vector<std::string> h = dataflow_hazards(lower_df(*m, d), 3);
+                    INFO("DualPipeV tp " << tp << " zero " << zero << " overlap " << overlap << (h.empty() ? "" : "\n" + h[0]));
+                    CHECK(h.empty());
+                }
 }
 
 TEST_CASE("lock-free update: no races across two steps, and the update runs under the next step's compute", "[dataflow][hazards]") {

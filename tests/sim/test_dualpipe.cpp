@@ -46,14 +46,28 @@ TEST_CASE("DualPipeV slots: every micro-batch once per chunk and direction, in o
             for (int r = 0; r < pp; ++r) {
                 INFO("pp " << pp << " m " << m << " rank " << r);
                 const std::vector<PipeSlot> s = pipeline_schedule(Schedule::dualpipe_v, pp, r, m, 2);
-                REQUIRE(s.size() == static_cast<std::size_t>(4 * m));
+                // dualpipev.py's W steps: 3 (pp - r - 1 of them), 7 (pp - r - 1) and 8 (r + 1).
+                const int w_count = 2 * (pp - r - 1) + r + 1;
+                REQUIRE(s.size() == static_cast<std::size_t>(4 * m + w_count));
                 std::map<std::pair<int, bool>, int> next;  // (chunk, forward) -> next micro-batch
                 std::set<std::tuple<int, int>> done_fwd;
+                std::vector<PipeSlot> queue;  // WeightGradStore: deferred backwards, popped in order
+                std::size_t popped = 0;
                 for (const PipeSlot& sl : s) {
+                    if (sl.weights) {
+                        REQUIRE(popped < queue.size());
+                        CHECK(sl.microbatch == queue[popped].microbatch);
+                        CHECK(sl.chunk == queue[popped].chunk);
+                        ++popped;
+                        continue;
+                    }
                     CHECK(sl.microbatch == next[{sl.chunk, sl.forward}]++);  // FIFO per chunk and direction
                     if (sl.forward) done_fwd.insert({sl.microbatch, sl.chunk});
                     else CHECK(done_fwd.count({sl.microbatch, sl.chunk}) == 1);  // backward after its forward
+                    if (sl.defer_weights) queue.push_back(sl);
                 }
+                CHECK(popped == queue.size());
+                CHECK(static_cast<int>(queue.size()) == w_count);
                 for (int c = 0; c < 2; ++c) {
                     CHECK(next[{c, true}] == m);
                     CHECK(next[{c, false}] == m);
@@ -68,6 +82,29 @@ TEST_CASE("DualPipeV slots: every micro-batch once per chunk and direction, in o
     CHECK(r3[0].chunk == 0);
     CHECK(r3[1].chunk == 1);
     CHECK(r3[1].microbatch == 0);
+    // Step 3 on rank 0 of 4: B1 split, its own W at once, then F1 (nB1W1F1), three times; the
+    // steady steps 4-5 run whole backwards.
+    REQUIRE(r0.size() > 16);
+    for (int i = 0; i < 3; ++i) {
+        const std::size_t k = 6 + 2 + 3 * static_cast<std::size_t>(i);  // after 6 F0 and one F0 F1 pair
+        CHECK((r0[k].chunk == 1 && !r0[k].forward && r0[k].defer_weights && !r0[k].weights));
+        CHECK((r0[k + 1].weights && r0[k + 1].microbatch == r0[k].microbatch && r0[k + 1].chunk == 1));
+        CHECK((r0[k + 2].chunk == 1 && r0[k + 2].forward));
+    }
+    CHECK_FALSE(r0[17].defer_weights);
+    // Step 6 turns the split on halfway: rank 2 (even) of 4 after its second B1, rank 1 (odd)
+    // before it. Their step 6 is the last 2 (r + 1) backwards before step 7.
+    for (int r : {1, 2}) {
+        const std::vector<PipeSlot> s = pipeline_schedule(Schedule::dualpipe_v, 4, r, 8, 2);
+        std::vector<PipeSlot> tail;  // step 6 onward without W: (B1 B0) x (r + 1), then B0 x (pp - r - 1)
+        for (const PipeSlot& sl : s)
+            if (!sl.forward && !sl.weights) tail.push_back(sl);
+        tail.erase(tail.begin(), tail.end() - (2 * (r + 1) + (4 - r - 1)));
+        std::vector<bool> split;
+        for (const PipeSlot& sl : tail) split.push_back(sl.defer_weights);
+        if (r == 1) CHECK(split == std::vector<bool>{false, false, true, true, true, true});  // flips before B1 of i = 1
+        else CHECK(split == std::vector<bool>{false, false, false, true, true, true, true});  // flips after B1 of i = 1
+    }
 }
 
 TEST_CASE("DualPipeV placement: a V over 2 pp virtual stages, embedding and head on rank 0", "[dualpipe][spec]") {
@@ -148,4 +185,45 @@ TEST_CASE("DualPipeV simulation: no deadlock in either mode, a smaller bubble th
     // pp + 1/2 micro-batches of activations at the peak; the engine agrees with the model.
     CHECK(in_flight_microbatches(v, 0) == Approx(4.5));
     CHECK(sym.result.peak_bytes_max[0] == Approx(sym.memory.hbm_bytes).epsilon(0.02));
+}
+
+// The zero-bubble split moves work, it adds none: each rank's busy time is the same with the
+// weight passes deferred, while the ramps fill and the step shortens (dualpipev.py's README puts
+// DualPipeV's bubble at (PP/2 - 1)(F&B + B - 3W) against (PP/2 - 1)(F&B + B) with W inside B, PP
+// = 2 pp stages). The activations wait for their weight pass: more are held at the peak, and the
+// memory model, which keeps a split backward's micro-batch until its W, still agrees with the walk.
+TEST_CASE("DualPipeV zero bubble: same work, a shorter step, activations held to the weight pass", "[dualpipe][simulate]") {
+    const auto hw = h100_view();
+    ModelSpec m = model8();
+    m.layers = 16;
+    m.hidden = 2048;
+    m.heads = 16;
+    m.kv_heads = 16;
+    m.ffn_hidden = 8192;
+    m.seq_len = 2048;
+    ClusterSpec c = dgx_cluster(1);
+    c.gpus_per_node = 4;
+    const PlanSpec v = vplan(4, 8);
+    SimOptions o;
+    o.critical_path = false;
+    o.allocator_model = false;
+    for (bool full : {false, true}) {
+        INFO((full ? "full" : "symmetric") << " mode");
+        o.full = full;
+        o.zero_bubble = true;
+        const SimOutput zb = simulate(m, c, v, hw, o);
+        o.zero_bubble = false;
+        const SimOutput whole = simulate(m, c, v, hw, o);
+        REQUIRE_FALSE(zb.result.deadlock);
+        REQUIRE_FALSE(whole.result.deadlock);
+        CHECK(zb.result.step_time_ns < whole.result.step_time_ns);
+        CHECK(zb.result.bubble_fraction < whole.result.bubble_fraction);
+        for (std::size_t r = 0; r < zb.result.ranks.size(); ++r) {
+            INFO("rank " << r);
+            const auto compute = static_cast<std::size_t>(Stream::compute);
+            CHECK(zb.result.ranks[r].busy_ns[compute] == whole.result.ranks[r].busy_ns[compute]);
+            CHECK(zb.result.ranks[r].peak_bytes[0] >= whole.result.ranks[r].peak_bytes[0]);
+        }
+        if (!full) CHECK(zb.result.peak_bytes_max[0] == Approx(zb.memory.hbm_bytes).epsilon(0.02));
+    }
 }

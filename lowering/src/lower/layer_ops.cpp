@@ -448,8 +448,12 @@ void RankLowering::mlp_backward(int layer, const LayerTensors& t) {
         if (df_) io({t.dbr2_g, prm("fc2.weight", layer)}, {t.dact});
         return in;
     });
-    gemm(n_.fc2, f, d_.h, d_.tokens);        // wgrad
-    if (df_) io({t.act, t.dbr2_g}, {prm_grad("fc2.weight", layer)});
+    {
+        const std::size_t wb = weight_begin();  // DualPipe's zero bubble: to the weight pass
+        gemm(n_.fc2, f, d_.h, d_.tokens);        // wgrad
+        if (df_) io({t.act, t.dbr2_g}, {prm_grad("fc2.weight", layer)});
+        weight_end(wb);
+    }
     compute(Op::elementwise, n_.act, 0, 2 * d_.mats * d_.tokens * f * d_.act_bytes);
     if (df_) io({act_grad_reads(t.fc1, t.act), t.dact}, {t.dfc1});
     int input_ev = -1;
@@ -466,8 +470,12 @@ void RankLowering::mlp_backward(int layer, const LayerTensors& t) {
         if (df_) io({t.dln2}, {t.dln2_s});
     }
     if (input_ev >= 0) wait(Stream::compute, input_ev);
-    gemm(n_.fc1, d_.h, (d_.mats - 1) * f, d_.tokens);  // wgrad
-    if (df_) io({t.ln2_g, t.dfc1}, {prm_grad("fc1.weight", layer), bias("fc1.bias", layer, true)});
+    {
+        const std::size_t wb = weight_begin();  // DualPipe's zero bubble: to the weight pass
+        gemm(n_.fc1, d_.h, (d_.mats - 1) * f, d_.tokens);  // wgrad
+        if (df_) io({t.ln2_g, t.dfc1}, {prm_grad("fc1.weight", layer), bias("fc1.bias", layer, true)});
+        weight_end(wb);
+    }
     if (red_ev >= 0) wait(Stream::compute, red_ev);
 }
 
@@ -506,8 +514,12 @@ void RankLowering::layer_backward(int layer, int layer_in_stage) {
         if (df_) io({t.dbr1_g, prm("proj.weight", layer)}, {t.dattn});
         return in;
     });
-    gemm(n_.proj, attn_cols, d_.h, d_.tokens);  // wgrad
-    if (df_) io({t.attn, t.dbr1_g}, {prm_grad("proj.weight", layer)});
+    {
+        const std::size_t wb = weight_begin();  // DualPipe's zero bubble: to the weight pass
+        gemm(n_.proj, attn_cols, d_.h, d_.tokens);  // wgrad
+        if (df_) io({t.attn, t.dbr1_g}, {prm_grad("proj.weight", layer)});
+        weight_end(wb);
+    }
     if (!full_re) recompute_modules_before_attention();
     attention_core_backward(t);
     if (m_.mla) {
@@ -544,8 +556,12 @@ void RankLowering::layer_backward(int layer, int layer_in_stage) {
         if (df_) io({t.dln1}, {t.dln1_s});
     }
     if (input_ev >= 0) wait(Stream::compute, input_ev);
-    gemm(n_.qkv, d_.h, qkv_n, d_.tokens);  // wgrad
-    if (df_) io({t.ln1_g, t.dqkv_pre}, {prm_grad("qkv.weight", layer), bias("qkv.bias", layer, true)});
+    {
+        const std::size_t wb = weight_begin();  // DualPipe's zero bubble: to the weight pass
+        gemm(n_.qkv, d_.h, qkv_n, d_.tokens);  // wgrad
+        if (df_) io({t.ln1_g, t.dqkv_pre}, {prm_grad("qkv.weight", layer), bias("qkv.bias", layer, true)});
+        weight_end(wb);
+    }
     if (red_ev >= 0) wait(Stream::compute, red_ev);
     compute(Op::norm, n_.norm1, 0, norm_bytes);
     if (df_) io({t.x, t.dln1_s, prm("ln1.weight", layer), t.dx1}, {t.dx, prm_grad("ln1.weight", layer), bias("ln1.bias", layer, true)});

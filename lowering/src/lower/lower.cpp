@@ -234,7 +234,7 @@ RankLowering::RankLowering(const ModelSpec& m, const ClusterSpec& cl, const Plan
     last_bwd_mb_.assign(static_cast<std::size_t>(vpp_), 0);
     first_bwd_mb_.assign(static_cast<std::size_t>(vpp_), -1);
     for (const PipeSlot& sl : schedule_)
-        if (!sl.forward) {
+        if (!sl.forward && !sl.weights) {
             last_bwd_mb_[static_cast<std::size_t>(sl.chunk)] = sl.microbatch;
             if (first_bwd_mb_[static_cast<std::size_t>(sl.chunk)] < 0) first_bwd_mb_[static_cast<std::size_t>(sl.chunk)] = sl.microbatch;
         }

@@ -4,6 +4,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <initializer_list>
 #include <map>
@@ -313,7 +314,7 @@ private:
     // passes and step (lower.cpp)
     void step(int s);
     void forward_pass(int mb, int chunk);
-    void backward_pass(int mb, int chunk);
+    void backward_pass(int mb, int chunk, bool defer_weights = false);
     /// plan.moe_a2a_overlap: a steady forward and the backward after it as one merged step
     /// (Megatron-Core's combined 1F1B): both lowered, then their segments interleaved.
     void merged_passes(const PipeSlot& f, const PipeSlot& b);
@@ -464,6 +465,21 @@ private:
     void segment_cut() {
         if (cuts_) cuts_->push_back(rp_.instrs.size());
     }
+    /// DualPipeV's zero-bubble split (PipeSlot::defer_weights; zero_bubble.cpp): while a split
+    /// backward lowers its layers, what is emitted between weight_begin() and weight_end() (the
+    /// weight-gradient GEMMs, then the layer's gradient handling and the frees of its activations)
+    /// moves to the weight pass, which a later PipeSlot::weights slot appends.
+    struct WeightPass {
+        std::vector<Instr> instrs;
+        std::vector<Operands> operands;
+    };
+    bool defer_weights_ = false;
+    std::vector<std::pair<std::size_t, std::size_t>> weight_ranges_;
+    std::deque<WeightPass> weight_queue_;
+    std::size_t weight_begin();
+    void weight_end(std::size_t begin);
+    void split_weight_pass(std::size_t begin);
+    void weight_pass();
     /// MLA's projections (attention_linears), resolved once per rank: the replicated
     /// down-projections and the column-parallel up-projections (the output projection is proj).
     struct MlaLinear {

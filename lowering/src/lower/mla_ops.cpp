@@ -129,8 +129,12 @@ void RankLowering::mla_projections_backward(const LayerTensors& t) {
         gemm_cast(it->name, d_.tokens, it->in, out);  // dgrad
         if (df_) io({kv ? mt.dkv : mt.dq, prm(w, layer_)}, {kv ? mt.dkv_g : q_up ? mt.dq_g : t.dln1});
         if (!kv && !q_up && input_ev >= 0) wait(Stream::compute, input_ev);
-        gemm(it->name, it->in, out, d_.tokens);  // wgrad
-        if (df_) io({kv ? mt.kv_g : q_up ? mt.q_g : t.ln1_g, kv ? mt.dkv : mt.dq}, {prm_grad(w, layer_)});
+        {
+            const std::size_t wb = weight_begin();  // DualPipe's zero bubble: to the weight pass
+            gemm(it->name, it->in, out, d_.tokens);  // wgrad
+            if (df_) io({kv ? mt.kv_g : q_up ? mt.q_g : t.ln1_g, kv ? mt.dkv : mt.dq}, {prm_grad(w, layer_)});
+            weight_end(wb);
+        }
     }
     if (d_.tp > 1) {
         wait(Stream::compute, collective(Stream::tp_comm, sp ? CollKind::reduce_scatter : CollKind::all_reduce, Group::tp,
@@ -149,8 +153,12 @@ void RankLowering::mla_projections_backward(const LayerTensors& t) {
         gemm_cast(it->name, d_.tokens_sp, d_.h, it->out);  // dgrad
         if (df_) io({q ? mt.dq_lat : mt.dkv_lat, prm(w, layer_), written ? t.dln1_s : -1}, {t.dln1_s});
         written = true;
-        gemm(it->name, d_.h, it->out, d_.tokens_sp);  // wgrad
-        if (df_) io({t.ln1, q ? mt.dq_lat : mt.dkv_lat}, {prm_grad(w, layer_)});
+        {
+            const std::size_t wb = weight_begin();  // DualPipe's zero bubble: to the weight pass
+            gemm(it->name, d_.h, it->out, d_.tokens_sp);  // wgrad
+            if (df_) io({t.ln1, q ? mt.dq_lat : mt.dkv_lat}, {prm_grad(w, layer_)});
+            weight_end(wb);
+        }
     }
 }
 

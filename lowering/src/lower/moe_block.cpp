@@ -272,8 +272,12 @@ void RankLowering::moe_backward(int layer) {
     const double batch = d_.experts / d_.ep, te = expert_tokens(), f = d_.expert_ffn / d_.etp;
     gemm_cast(n_.experts_fc2, te, f, d_.h, batch);
     if (df_) io({mt.dfc2, prm("experts.fc2.weight", layer), mt.routing}, {mt.dact});
-    gemm(n_.experts_fc2, f, d_.h, te, batch);
-    if (df_) io({mt.act, mt.dfc2, mt.routing}, {prm_grad("experts.fc2.weight", layer)});
+    {
+        const std::size_t wb = weight_begin();  // DualPipe's zero bubble: to the weight pass
+        gemm(n_.experts_fc2, f, d_.h, te, batch);
+        if (df_) io({mt.act, mt.dfc2, mt.routing}, {prm_grad("experts.fc2.weight", layer)});
+        weight_end(wb);
+    }
     compute(Op::elementwise, n_.experts_act, 0, 2 * batch * d_.mats * te * f * d_.act_bytes);
     // ReLU's backward reads its output, unless the router's weights scaled it (fc2_input) or moe_act
     // recomputes it from fc1's output: then its input, as GeLU's.
@@ -282,8 +286,12 @@ void RankLowering::moe_backward(int layer) {
     if (df_) io({act_in, mt.dact, opt(mt.gath_p)}, {mt.dfc1, opt(mt.dgath_p)});
     gemm_cast(n_.experts_fc1, te, d_.h, (d_.mats - 1) * f, batch);
     if (df_) io({mt.dfc1, prm("experts.fc1.weight", layer), mt.routing}, {mt.dgath});
-    gemm(n_.experts_fc1, d_.h, (d_.mats - 1) * f, te, batch);
-    if (df_) io({mt.gath, mt.dfc1, mt.routing}, {prm_grad("experts.fc1.weight", layer)});
+    {
+        const std::size_t wb = weight_begin();  // DualPipe's zero bubble: to the weight pass
+        gemm(n_.experts_fc1, d_.h, (d_.mats - 1) * f, te, batch);
+        if (df_) io({mt.gath, mt.dfc1, mt.routing}, {prm_grad("experts.fc1.weight", layer)});
+        weight_end(wb);
+    }
     sort_by_local_expert(false, {mt.dgath, opt(mt.dgath_p)});
     int back = -1;
     if (etp_comm) {
@@ -300,14 +308,22 @@ void RankLowering::moe_backward(int layer) {
         const double fs = d_.shared * d_.expert_ffn / d_.tp;
         gemm_cast(n_.shared_fc2, d_.tokens, fs, d_.h);
         if (df_) io({lt.dbr2_g, prm("shared.fc2.weight", layer)}, {mt.dsact});
-        gemm(n_.shared_fc2, fs, d_.h, d_.tokens);
-        if (df_) io({mt.sact, lt.dbr2_g}, {prm_grad("shared.fc2.weight", layer)});
+        {
+            const std::size_t wb = weight_begin();  // DualPipe's zero bubble: to the weight pass
+            gemm(n_.shared_fc2, fs, d_.h, d_.tokens);
+            if (df_) io({mt.sact, lt.dbr2_g}, {prm_grad("shared.fc2.weight", layer)});
+            weight_end(wb);
+        }
         compute(Op::elementwise, n_.shared_act, 0, 2 * d_.mats * d_.tokens * fs * d_.act_bytes);
         if (df_) io({act_grad_reads(mt.sfc1, mt.sact), mt.dsact}, {mt.dsfc1});
         gemm_cast(n_.shared_fc1, d_.tokens, d_.h, (d_.mats - 1) * fs);
         if (df_) io({mt.dsfc1, prm("shared.fc1.weight", layer)}, {mt.dsx});
-        gemm(n_.shared_fc1, d_.h, (d_.mats - 1) * fs, d_.tokens);
-        if (df_) io({lt.ln2_g, mt.dsfc1}, {prm_grad("shared.fc1.weight", layer)});
+        {
+            const std::size_t wb = weight_begin();  // DualPipe's zero bubble: to the weight pass
+            gemm(n_.shared_fc1, d_.h, (d_.mats - 1) * fs, d_.tokens);
+            if (df_) io({lt.ln2_g, mt.dsfc1}, {prm_grad("shared.fc1.weight", layer)});
+            weight_end(wb);
+        }
         if (sp) shared_back = tp_out_collective(mt.dsx, mt.dsx_s);  // summed into d.ln2 by the norm's backward (layer_backward)
     }
     wait(Stream::compute, back);

@@ -52,10 +52,12 @@ void RankLowering::step(int s) {
         if (k + 1 < schedule_.size() && merged_pair(p_, sl, schedule_[k + 1])) {
             merged_passes(sl, schedule_[k + 1]);
             ++k;
+        } else if (sl.weights) {
+            if (o_.zero_bubble) weight_pass();
         } else if (sl.forward) {
             forward_pass(sl.microbatch, sl.chunk);
         } else {
-            backward_pass(sl.microbatch, sl.chunk);
+            backward_pass(sl.microbatch, sl.chunk, sl.defer_weights && o_.zero_bubble);
         }
     }
     wait(Stream::compute, pending_send_);  // an odd stage's last send
@@ -342,7 +344,8 @@ void RankLowering::forward_pass(int mb, int chunk) {
     }
 }
 
-void RankLowering::backward_pass(int mb, int chunk) {
+void RankLowering::backward_pass(int mb, int chunk, bool defer_weights) {
+    const std::size_t pass_begin = rp_.instrs.size();
     mb_ = step_ * micro_ + mb;
     chunk_ = chunk;
     layer_ = -1;
@@ -416,16 +419,20 @@ void RankLowering::backward_pass(int mb, int chunk) {
         const AllocRun ws = alloc_list(ws_desc_[static_cast<std::size_t>(lis)], ws_ids_[static_cast<std::size_t>(lis)]);
         begin_unfused_capture();
         const std::size_t backward_begin = rp_.instrs.size();
+        defer_weights_ = defer_weights;  // the decoder layers' weight gradients (not the head's, MTP's or embedding's)
         layer_backward(layer, lis);
         if (df_) name_act_copies(mb_, chunk, li, backward_begin);
         layer_ = layer;
         free_list(ws);
+        const std::size_t w = weight_begin();
         auto it = stashed_.find({mb_, chunk, li});
         if (it != stashed_.end()) {
             free_list(it->second);
             stashed_.erase(it);
         }
         layer_grads(layer);
+        weight_end(w);
+        defer_weights_ = false;
     }
     layer_ = -1;
     if (v == vlast) release_logits(chunk);  // with several chunks a rank, at the chunk's end (memory.hpp)
@@ -439,10 +446,15 @@ void RankLowering::backward_pass(int mb, int chunk) {
             free_list(it->second);
             stashed_.erase(it);
         }
+        // Its bucket may hold layers whose deferred weight gradients it must wait for.
+        defer_weights_ = defer_weights;
+        const std::size_t w = weight_begin();
         accumulate_grads(embedding_params_rank(m_, p_), 0);
         if (bucketed)
             for (std::size_t u = 0; u < units_.size(); ++u)
                 if (units_[u].chunk == chunk && units_[u].embedding) unit_ready(static_cast<int>(u));
+        weight_end(w);
+        defer_weights_ = false;
     } else if (prev != stage_) {
         wait(send_stream(chunk, false), record(Stream::compute));
         Instr& in = push(InstrKind::send, send_stream(chunk, false), n_.pp_grad);
@@ -457,6 +469,7 @@ void RankLowering::backward_pass(int mb, int chunk) {
         free_list(it->second);
         stashed_.erase(it);
     }
+    if (defer_weights) split_weight_pass(pass_begin);
 }
 
 }  // namespace lower_detail

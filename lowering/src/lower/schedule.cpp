@@ -74,22 +74,41 @@ std::vector<PipeSlot> interleaved(int pp, int stage, int m, int vpp, int group, 
 }
 
 // DeepSeek's DualPipeV (deepseek-ai/DualPipe, dualpipev.py, "cut-in-half" DualPipe): chunk 0 is
-// the V's down leg (virtual stage r), chunk 1 its up leg (2pp - 1 - r). Its eight steps, with the
-// weight-gradient passes kept inside their backward (no zero-bubble split): warm-up forwards of
-// chunk 0, then F0 F1 pairs, B1 F1, the steady F0 B1 F1 B0, then the drain. Micro-batches go
-// through each chunk in order.
+// the V's down leg (virtual stage r), chunk 1 its up leg (2pp - 1 - r). Its eight steps: warm-up
+// forwards of chunk 0; F0 F1 pairs; B1 W F1 with zero bubble; the steady F0 B1 F1 B0; B1 F1 B0;
+// B1 B0, the second half with zero bubble; W B0 with zero bubble; the last W. Zero bubble
+// (WeightGradStore): the backward leaves its weight gradients in a FIFO that each W pops, to fill
+// the ramps where the rank would wait. Micro-batches go through each chunk in order.
 std::vector<PipeSlot> dualpipe_v(int pp, int r, int m) {
     std::vector<PipeSlot> out;
-    out.reserve(static_cast<std::size_t>(4 * m));
+    out.reserve(static_cast<std::size_t>(5 * m));
     int next[2][2] = {{0, 0}, {0, 0}};  // [chunk][forward]
-    auto slot = [&](int chunk, bool fwd) { out.push_back({next[chunk][fwd ? 1 : 0]++, chunk, fwd}); };
-    for (int i = 0; i < (pp - r - 1) * 2; ++i) slot(0, true);
-    for (int i = 0; i < r + 1; ++i) slot(0, true), slot(1, true);
-    for (int i = 0; i < pp - r - 1; ++i) slot(1, false), slot(1, true);
-    for (int i = 0; i < m - 2 * pp + r + 1; ++i) slot(0, true), slot(1, false), slot(1, true), slot(0, false);
-    for (int i = 0; i < pp - r - 1; ++i) slot(1, false), slot(1, true), slot(0, false);
-    for (int i = 0; i < r + 1; ++i) slot(1, false), slot(0, false);
-    for (int i = 0; i < pp - r - 1; ++i) slot(0, false);
+    std::vector<PipeSlot> deferred;     // WeightGradStore's queue
+    std::size_t popped = 0;
+    auto fwd = [&](int chunk) { out.push_back({next[chunk][1]++, chunk, true}); };
+    auto bwd = [&](int chunk, bool zb = false) {
+        out.push_back({next[chunk][0]++, chunk, false, zb});
+        if (zb) deferred.push_back({out.back().microbatch, chunk, false, false, true});
+    };
+    auto weights = [&] { out.push_back(deferred[popped++]); };
+    for (int i = 0; i < (pp - r - 1) * 2; ++i) fwd(0);
+    for (int i = 0; i < r + 1; ++i) fwd(0), fwd(1);
+    for (int i = 0; i < pp - r - 1; ++i) bwd(1, true), weights(), fwd(1);
+    for (int i = 0; i < m - 2 * pp + r + 1; ++i) fwd(0), bwd(1), fwd(1), bwd(0);
+    for (int i = 0; i < pp - r - 1; ++i) bwd(1), fwd(1), bwd(0);
+    // Step 6 turns zero bubble on halfway: before B1 of iteration (r + 1) / 2 on odd ranks, after
+    // it on even ones.
+    const int step6 = r + 1;
+    bool zb = false;
+    for (int i = 0; i < step6; ++i) {
+        if (i == step6 / 2 && r % 2 == 1) zb = true;
+        bwd(1, zb);
+        if (i == step6 / 2 && r % 2 == 0) zb = true;
+        bwd(0, zb);
+    }
+    for (int i = 0; i < pp - r - 1; ++i) weights(), bwd(0, true);
+    for (int i = 0; i < r + 1; ++i) weights();
+    STRATA_ASSERT(popped == deferred.size(), "DualPipeV: a deferred weight pass left in the queue");
     return out;
 }
 
@@ -113,7 +132,8 @@ std::vector<PipeSlot> pipeline_schedule(Schedule s, int pp, int stage, int micro
 }
 
 bool merged_pair(const PlanSpec& p, const PipeSlot& a, const PipeSlot& b) {
-    if (!p.moe_a2a_overlap || p.ep < 2 || !a.forward || b.forward || a.microbatch == b.microbatch) return false;
+    if (!p.moe_a2a_overlap || p.ep < 2 || !a.forward || b.forward || b.weights || b.defer_weights || a.microbatch == b.microbatch)
+        return false;
     // DualPipeV merges F0 with B1 and F1 with B0 (dualpipev.py steps 4 and 5), not step 3's F1 B1.
     return p.schedule != Schedule::dualpipe_v || a.chunk != b.chunk;
 }

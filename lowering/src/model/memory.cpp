@@ -126,6 +126,7 @@ HeldStates held_states(const PlanSpec& p, int stage) {
             ++k;
             continue;
         }
+        if (s.defer_weights) continue;  // the zero-bubble split keeps its activations to its weight slot
         if (s.forward) {
             ++held[static_cast<std::size_t>(s.chunk)];
             rising = true;

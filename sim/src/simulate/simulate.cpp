@@ -70,6 +70,7 @@ SimOutput simulate(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
     LowerOptions lo;
     lo.full_mode = o.full;
     lo.steps = std::max(1, o.steps);
+    lo.zero_bubble = o.zero_bubble;
     out.steps = lo.steps;
     out.program = lower(m, c, p, lo);
 

@@ -20,6 +20,9 @@ struct LowerOptions {
     /// Training steps to emit. One is the steady state, lock-free too: its host update (of the
     /// previous step's gradients) runs under the step's own forward and backward.
     int steps = 1;
+    /// DualPipeV's zero-bubble split (PipeSlot::defer_weights): false lowers every backward whole
+    /// and skips the weight slots, an ablation for tests; DualPipe itself always splits.
+    bool zero_bubble = true;
     /// ZeRO-Infinity: parameters per optimizer sub-group swapped from SSD at a time (DeepSpeed's
     /// sub_group_size default is 1e9).
     double ssd_sub_group_params = 1e9;
@@ -35,11 +38,16 @@ struct LowerOptions {
 };
 
 /// One slot of a pipeline schedule: run the forward or the backward of `microbatch` through the
-/// virtual stage (model chunk) `chunk` of this pipeline rank.
+/// virtual stage (model chunk) `chunk` of this pipeline rank. Zero-bubble split (DualPipe's
+/// WeightGradStore): a backward with `defer_weights` computes the input gradients only; its layers'
+/// weight gradients run in a later slot with `weights` (forward false) of the same micro-batch and
+/// chunk, in the order the deferred backwards ran (a FIFO).
 struct PipeSlot {
     int microbatch = 0;
     int chunk = 0;
     bool forward = true;
+    bool defer_weights = false;
+    bool weights = false;
     bool operator==(const PipeSlot&) const = default;
 };
 
@@ -49,7 +57,8 @@ struct PipeSlot {
 /// Interleaved 1F1B (Megatron-Core): micro-batches pass each chunk in groups of `group` (0 = pp;
 /// the last group takes the rest), warm-up (pp-stage-1)*2 + (vpp-1)*group capped at m*vpp (no
 /// all-forward case for m == pp); needs valid_microbatch_group(m, pp, group). Each (mb, chunk)
-/// appears once forward and once backward, forward first. `a2a_overlap` (plan.moe_a2a_overlap,
+/// appears once forward and once backward, forward first. DualPipeV (dualpipev.py's eight steps)
+/// also splits some backwards (PipeSlot::defer_weights) and adds their weight slots. `a2a_overlap` (plan.moe_a2a_overlap,
 /// Megatron-Core's combined 1F1B): one more warm-up forward in 1F1B and interleaved 1F1B
 /// (schedules.py get_pp_rank_microbatches: "to ensure the forward and backward computations are
 /// independent in all 1f1b steps"; with pp 1, combined_1f1b_schedule_for_no_pipelining's F0, then

@@ -22,6 +22,7 @@ struct SimOptions {
     bool allocator_model = true;   ///< replay PyTorch's caching allocator on the GPU tier (off: bytes as requested)
     Calibration calibration;       ///< cost multipliers (bench/fidelity); identity = uncalibrated
     bool runtime_kernels = false;  ///< priced as Strata's runtime runs it (CostContext::runtime_kernels)
+    bool zero_bubble = true;       ///< DualPipeV's weight-gradient split (LowerOptions::zero_bubble); false: an ablation
 };
 
 /// Pool capacities of a cluster: HBM per GPU, host DRAM and SSD per node.
