@@ -147,7 +147,8 @@ def llama3():
             "plan": {"tp": 8, "pp": 16, "dp": dp, "cp": cp, "ep": 1, "vpp": 8, "micro_batch": 1,
                      "global_batch": gbs, "sequence_parallel": True, "schedule": "interleaved-1f1b",
                      "virtual_layer_split": [0] + [1] * 126 + [0],
-                     "zero_stage": 2, "recompute": "none", "precision": "bf16"},
+                     "zero_stage": 2, "recompute": "none", "precision": "bf16",
+                     **({"cp_comm_type": "allgather"} if cp > 1 else {})},
             "measured": {"tflops_per_gpu": tf, "mfu": mfu, "outcome": "ran"},
             "flops_convention": "Model FLOPs (no recompute), BF16 MFU against 989 TFLOP/s dense BF16 "
                                 "peak per H100 (Table 4 'BF16 MFU')",
@@ -167,7 +168,10 @@ def llama3():
                 "zero_stage 2: paper's FSDP shards optimizer states and gradients, keeps weights",
                 "recompute none, sequence_parallel true: not published",
                 "RoCE 400 Gb/s, one NIC per GPU (paper Sec. 3.3.1)",
-            ],
+            ] + ([
+                "cp_comm_type allgather: Sec. 3.3.2 'we use an all-gather based method where we first all-gather the key (K) "
+                "and value (V) tensors, and then compute attention output for the local query (Q) tensor chunk' (since stop 62)",
+            ] if cp > 1 else []),
             "completeness": "partial",
         })
     return out

@@ -167,7 +167,8 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
         else r.unsupported.push_back("fewer micro-batches than pipeline stages under interleaving");
     }
     if (p.cp > 1) arg("context-parallel-size", p.cp);
-    if (p.cp_comm_type == CpCommType::a2a) arg("cp-comm-type", "a2a");  // Transformer Engine's Ulysses-style CP
+    // Transformer Engine's Ulysses-style CP, or its K/V all-gather (p2p, the ring, is the default).
+    if (p.cp_comm_type != CpCommType::p2p) arg("cp-comm-type", to_string(p.cp_comm_type));
     if (p.ep > 1) arg("expert-model-parallel-size", p.ep);
     if (p.expert_tp > 0 && p.expert_tp != p.tp) arg("expert-tensor-parallel-size", p.expert_tp);
     if (p.sequence_parallel && p.tp > 1) flag("sequence-parallel");

@@ -162,6 +162,8 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
                                                  : "a fused cross-entropy on the logits in their own type");
     if (p.exp_avg_dtype != Precision::fp32 || p.exp_avg_sq_dtype != Precision::fp32)
         r.unsupported.push_back("Adam moments below fp32 (Megatron's precision-aware optimizer)");
+    if (p.cp_comm_type == CpCommType::allgather)
+        r.unsupported.push_back("context parallelism by K/V all-gather (DeepSpeed's sequence parallelism is Ulysses)");
     if (p.cp_comm_type == CpCommType::a2a)
         r.model_code.push_back("Ulysses over the " + std::to_string(p.cp) + " context-parallel ranks: deepspeed.sequence.layer."
                                "DistributedAttention around the attention core (Megatron-DeepSpeed --ds-sequence-parallel-size)");

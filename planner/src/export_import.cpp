@@ -129,7 +129,9 @@ PlanSpec plan_from_megatron_args(const std::string& args, int gpus, const std::s
             const std::string v = tok[++i];
             if (v == "a2a") p.cp_comm_type = CpCommType::a2a;
             else if (v == "p2p") p.cp_comm_type = CpCommType::p2p;
-            else throw InputError(file, t, "= \"" + v + "\" is not modelled (p2p, the ring, or a2a, Ulysses' all-to-alls)");
+            else if (v == "allgather") p.cp_comm_type = CpCommType::allgather;
+            else throw InputError(file, t, "= \"" + v + "\" is not modelled (p2p, the ring; a2a, Ulysses' all-to-alls; allgather, K/V "
+                                           "all-gathered; the hierarchical a2a+p2p is not)");
         }
         else if (t == "--expert-model-parallel-size") p.ep = value(i);
         else if (t == "--expert-tensor-parallel-size") p.expert_tp = value(i);

@@ -41,7 +41,8 @@ OffloadChoice choice(TierSplit optimizer, TierSplit params, int min_zero, const 
 }  // namespace
 
 std::string cp_label(const PlanSpec& p) {
-    return std::to_string(p.cp) + (p.cp > 1 && p.cp_comm_type == CpCommType::a2a ? "u" : "");
+    if (p.cp <= 1 || p.cp_comm_type == CpCommType::p2p) return std::to_string(p.cp);
+    return std::to_string(p.cp) + (p.cp_comm_type == CpCommType::a2a ? "u" : "g");
 }
 
 std::vector<OffloadChoice> offload_choices(bool search_offload, bool ssd) {
@@ -146,9 +147,12 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                         continue;
                     }
                     // Context parallelism's exchange: the ring, and Ulysses' all-to-all where a TP
-                    // rank's query and KV heads split over cp (validate_plan's rule).
+                    // rank's query and KV heads split over cp (validate_plan's rule); under a named
+                    // framework the K/V all-gather too (PyTorch's CP runs nothing else; a preset
+                    // that fixes the exchange makes the others copies, skipped below).
                     std::vector<CpCommType> cp_comms{CpCommType::p2p};
                     if (cp > 1 && s.search_cp_comm_type && m.ulysses_splits_heads(tp, cp)) cp_comms.push_back(CpCommType::a2a);
+                    if (cp > 1 && !s.framework.empty()) cp_comms.push_back(CpCommType::allgather);
                     const int per_dp = gbs / dp;
                     for (int mb : divisors(per_dp)) {
                         if (stop) break;

@@ -96,6 +96,17 @@ void RankState::comm_collective(std::size_t i, DeviceComm& c, const CollPart& pa
         return off;
     };
     const Args a{w_.program, rp_, rp_.operands[i]};
+    if (!part.rings.empty()) {  // context parallelism by all-gather: a ring shift per block (transport.cpp)
+        if (part.in_cols <= 0 || part.in_n[0] % part.in_cols != 0) fail(i, "a K/V block is not whole rows");
+        const i64 rows = part.in_n[0] / part.in_cols;
+        for (std::size_t k = 0; k < part.rings.size(); ++k) {
+            if (kind == CollKind::all_gather)
+                c.ring_shift(part.out[k], part.in[0], rows, part.in_cols, part.in_cols - part.out_cols, part.out_cols, part.rings[k], false, tag);
+            else
+                c.ring_shift(part.out[0], part.in[k], rows, part.in_cols, 0, part.out_cols, -part.rings[k], k > 0, tag);
+        }
+        return;
+    }
     if (part.ring != 0) {  // context parallelism's ring: a K/V block one way, its gradient back (transport.cpp)
         if (part.in_cols <= 0 || part.in_n[0] % part.in_cols != 0) fail(i, "a ring block is not whole rows");
         const i64 rows = part.in_n[0] / part.in_cols;

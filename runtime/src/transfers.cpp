@@ -70,6 +70,16 @@ bool RankState::collective(std::size_t i, bool first, bool refill) {
     part.in_cols = a.in(0).cols;
     part.out_cols = a.out(0).cols;
     part.accumulate = a.o.n_in > 1;  // a ring return adds into what came before
+    if (in.group == Group::cp && (in.coll == CollKind::all_gather || in.coll == CollKind::reduce_scatter)) {
+        const std::string& cname = w_.program.names[static_cast<std::size_t>(in.name)];
+        if (cname == "cp.kv_allgather" || cname == "cp.dkv_reduce_scatter_all") {  // every remote block at once
+            const bool gather = in.coll == CollKind::all_gather;
+            for (int k = 0; k < (gather ? a.o.n_out : a.o.n_in); ++k) part.rings.push_back(gather ? a.out(k).ring : a.in(k).ring);
+            if (gather ? a.o.n_in != 1 : a.o.n_out != 1) fail(i, "an all-gather of K/V blocks reads one tensor, their return writes one");
+            part.ring = 0;
+            part.accumulate = false;
+        }
+    }
     part.ranges = (role == TensorRole::param || role == TensorRole::param_grad) && a.id(0) == a.id(a.o.n_in);
     part.zero_rest = part.ranges && role == TensorRole::param_grad && in.coll == CollKind::reduce_scatter;
     // ZeRO-3's gather from the rank's parameter shard (DataTensor::shard) into the whole range.

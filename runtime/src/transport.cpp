@@ -56,6 +56,28 @@ void Transport::perform(Coll& c) {
     for (const CollPart& p : c.parts)
         STRATA_ASSERT(p.in.size() == p0.in.size() && p.out.size() == p0.out.size(), "transport: members disagree on operands");
     if (p0.ulysses != 0) return ulysses_exchange(c.parts);
+    if (!p0.rings.empty()) {  // context parallelism by all-gather: every block by its ring place at once
+        const i64 rows = p0.in_n[0] / p0.in_cols;
+        for (std::size_t k = 0; k < p0.rings.size(); ++k) {
+            const int ring = p0.rings[k];
+            for (CollPart& dst : c.parts) {
+                if (c.kind == sim::CollKind::all_gather) {
+                    const CollPart& src = c.parts[static_cast<std::size_t>((dst.group_rank - ring % n + n) % n)];
+                    for (i64 r = 0; r < rows; ++r)
+                        std::memcpy(dst.out[k] + r * dst.out_cols, src.in[0] + r * src.in_cols + (src.in_cols - dst.out_cols),
+                                    static_cast<std::size_t>(dst.out_cols) * sizeof(float));
+                } else {
+                    const CollPart& src = c.parts[static_cast<std::size_t>((dst.group_rank + ring) % n)];
+                    for (i64 r = 0; r < rows; ++r) {
+                        float* o = dst.out[0] + r * dst.out_cols;
+                        const float* x = src.in[k] + r * src.in_cols;
+                        for (i64 q = 0; q < dst.out_cols; ++q) o[q] = (k > 0 ? o[q] : 0.0f) + x[q];
+                    }
+                }
+            }
+        }
+        return;
+    }
     if (p0.ring != 0) {  // context parallelism's ring: a block moves by `ring` places
         const i64 rows = p0.in_n[0] / p0.in_cols;
         for (const CollPart& dst : c.parts) {

@@ -56,6 +56,10 @@ struct CollPart {
     /// member r + ring's input (the K/V gradient it computed for r's block), added to the output
     /// when `accumulate`.
     int ring = 0;
+    /// Context parallelism by all-gather (plan.cp_comm_type allgather): one ring place per block,
+    /// out[k] of an all-gather taking member r - rings[k]'s block as `ring` would, and a
+    /// reduce-scatter summing in[k] of member r + rings[k] for every k into out[0].
+    std::vector<int> rings;
     std::int64_t in_cols = 0, out_cols = 0;
     bool accumulate = false;
     /// An all-to-all (MoE's dispatch and combine): the rows of each in[q] (row_cols[q] wide, all

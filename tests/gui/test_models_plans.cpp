@@ -225,7 +225,7 @@ TEST_CASE("what-if: a knob is read and validated as the CLI would, dp follows tp
     // The CP exchange and the selective policy, as the reader spells them; a rule they break is
     // the reader's message (op-level SAC needs recompute selective).
     CHECK(knob_value(base, Knob::cp_comm_type) == "p2p");
-    CHECK(knob_info(Knob::cp_comm_type).choices == std::vector<std::string>{"p2p", "a2a"});
+    CHECK(knob_info(Knob::cp_comm_type).choices == std::vector<std::string>{"p2p", "a2a", "allgather"});
     CHECK(knob_value(base, Knob::recompute_policy) == "modules");
     CHECK_THROWS_WITH(apply_knob(sm.s.model, sm.s.cluster, base, Knob::recompute_policy, "op", true), Catch::Contains("plan.recompute_policy"));
     // Each shown value is one the knob accepts back.

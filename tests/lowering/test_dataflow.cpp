@@ -232,6 +232,20 @@ TEST_CASE("no data races: every read waits for its write, every write for the re
         c.zero_stage = 1;
         CHECK(dataflow_hazards(lower_df(gpt, c)).empty());
     }
+    // K/V all-gathered at once: the remote blocks written by one all-gather, their gradients
+    // returned by one reduce-scatter.
+    for (int cp : {2, 4}) {
+        PlanSpec c = plan(1, 1, 1, 4);
+        c.cp = cp;
+        c.cp_comm_type = CpCommType::allgather;
+        CHECK(dataflow_hazards(lower_df(llama, c)).empty());
+        c.tp = 2;
+        c.sequence_parallel = true;
+        c.dp = 2;
+        c.zero_stage = 1;
+        c.recompute = Recompute::full;
+        CHECK(dataflow_hazards(lower_df(gpt, c)).empty());
+    }
     // Interleaving with micro-batch groups.
     PlanSpec p = plan(1, 2, 1, 8);
     p.schedule = Schedule::interleaved_1f1b;

@@ -217,3 +217,21 @@ TEST_CASE("an unknown framework is an input error listing the known ones", "[fra
         CHECK_THAT(e.rule(), Contains("megatron-core") && Contains("torchtitan") && Contains("\"megatron\""));
     }
 }
+
+TEST_CASE("context parallelism's K/V exchange as each framework runs it", "[frameworks][cp]") {
+    // torchtitan: parallelism.context_parallel_rotate_method defaults to "allgather" (job_config.py).
+    const PlanSpec tt = plan(R"(, "framework": "torchtitan", "cp": 2, "dp": 4, "zero_stage": 3)");
+    CHECK(tt.cp_comm_type == CpCommType::allgather);
+    CHECK_THAT(origin_of(explain_plan(tt), "cp_comm_type").origin, Contains("framework torchtitan") && Contains("allgather"));
+    CHECK(plan(R"(, "framework": "nemo-automodel", "cp": 2, "dp": 4, "zero_stage": 3)").cp_comm_type == CpCommType::allgather);
+    // Only under CP; a stated exchange wins; Megatron-Core keeps its ring unless told.
+    CHECK(plan(R"(, "framework": "torchtitan", "dp": 8, "zero_stage": 3)").cp_comm_type == CpCommType::p2p);
+    CHECK(plan(R"(, "framework": "torchtitan", "cp": 2, "dp": 4, "zero_stage": 3, "cp_comm_type": "p2p")").cp_comm_type == CpCommType::p2p);
+    CHECK(plan(R"(, "framework": "megatron-core", "cp": 2, "dp": 4)").cp_comm_type == CpCommType::p2p);
+    CHECK(refusal(plan(R"(, "framework": "megatron-core", "cp": 2, "dp": 4, "cp_comm_type": "allgather")")).empty());
+    // PyTorch's context-parallel SDPA has no head split; DeepSpeed has nothing but Ulysses.
+    CHECK_THAT(refusal(plan(R"(, "framework": "torchtitan", "cp": 2, "dp": 4, "zero_stage": 3, "cp_comm_type": "a2a")")),
+               Contains("plan.cp_comm_type") && Contains("allgather") && Contains("torchtitan"));
+    CHECK_THAT(refusal(plan(R"(, "framework": "deepspeed", "cp": 2, "dp": 4, "cp_comm_type": "allgather")")),
+               Contains("plan.cp_comm_type") && Contains("a2a"));
+}

@@ -484,12 +484,20 @@ TEST_CASE("CP plans try Ulysses' all-to-all where a TP rank's heads split over c
     }
     CHECK(all.at({1, 2}).second > 0);
     CHECK(all.at({1, 4}).first > 0);  // a ring-only layout is searched
-    // Off: the ring only. torchtitan's CP is a ring; DeepSpeed's is Ulysses.
+    // Off: the ring only. torchtitan's CP all-gathers K/V (PyTorch's context-parallel SDPA);
+    // DeepSpeed's is Ulysses.
     s.search_cp_comm_type = false;
     for (const auto& [tc, n] : count(s)) CHECK(n.second == 0);
     s.search_cp_comm_type = true;
     s.framework = "torchtitan";
     for (const auto& [tc, n] : count(s)) CHECK(n.second == 0);
+    std::int64_t gathered = 0;
+    planner::enumerate_plans(m, c, s, [&](const PlanSpec& p) {
+        if (p.cp > 1) CHECK(p.cp_comm_type == CpCommType::allgather);
+        gathered += p.cp > 1;
+        return true;
+    });
+    CHECK(gathered > 0);
     s.framework = "deepspeed";
     for (const auto& [tc, n] : count(s)) CHECK(n.first == 0);
 }

@@ -355,6 +355,8 @@ inline std::vector<Variant> parallel_variants() {
     gw.seq_len = gw.max_position = 16;
     gw.sliding_window = 5;
     v.push_back({"GPT with dropout and a 5-token window, cp 4 (ring), bf16", gw, p});
+    p.cp_comm_type = CpCommType::allgather;  // every block at once, the gradients back in one reduce-scatter
+    v.push_back({"GPT with dropout and a 5-token window, cp 4 (K/V all-gathered), bf16", gw, p});
     p = cpu_plan(1, 1, 2);
     p.cp = 2;
     p.cp_comm_type = CpCommType::a2a;

@@ -200,6 +200,21 @@ std::vector<Variant> variants() {
         p.cp = 2;
         p.recompute = Recompute::full;
         v.push_back({"cp 2 pp 2, full recompute", p});
+        // K/V all-gathered at once (PyTorch's context-parallel SDPA, Megatron-Core's allgather):
+        // the ring's blocks, the gradients returned by one reduce-scatter.
+        p = cpu_plan();
+        p.cp = 2;
+        p.cp_comm_type = CpCommType::allgather;
+        v.push_back({"cp 2, K/V all-gathered", p});
+        p.cp = 4;
+        v.push_back({"cp 4, K/V all-gathered", p});
+        p = cpu_plan(2, 1, 2);
+        p.cp = 2;
+        p.sequence_parallel = true;
+        p.zero_stage = 1;
+        p.recompute = Recompute::selective;
+        p.cp_comm_type = CpCommType::allgather;
+        v.push_back({"tp 2 cp 2 dp 2, SP, ZeRO-1, selective recompute, K/V all-gathered", p});
     }
     {
         PlanSpec p = cpu_plan(1, 2);

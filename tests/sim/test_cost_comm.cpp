@@ -218,6 +218,13 @@ TEST_CASE("a ring-exchange step of TP overlap is one neighbour hop, not a ring c
     CHECK(busy(kv, LinkClass::nvlink) == Approx(chunk / 369e9).epsilon(1e-9));
     // Ulysses' all-to-all over the same group stays a collective.
     CHECK(transfer_demand(collective(CollKind::all_to_all, Group::cp, 4, chunk), ctxc).latency_ns > 11800);
+    // With the K/V all-gathered at once (cp_comm_type allgather) the all-gather of every rank's
+    // chunk (S = 4 chunks) is a whole collective: three chunks in per rank, several hops.
+    pc.cp_comm_type = CpCommType::allgather;
+    const Demand all = transfer_demand(collective(CollKind::all_gather, Group::cp, 4, chunk * 4), ctxc);
+    CHECK(all.latency_ns > 11800);
+    CHECK(busy(all, LinkClass::nvlink) > 2.5 * busy(kv, LinkClass::nvlink));
+    CHECK(busy(all, LinkClass::nvlink) < 3.5 * busy(kv, LinkClass::nvlink));
 }
 
 TEST_CASE("host and SSD copies load PCIe, SSD and DRAM", "[cost][copy]") {

@@ -401,3 +401,25 @@ TEST_CASE("every valid micro-batch group runs and matches the memory model", "[l
                 }
     CHECK(plans == 134);
 }
+
+TEST_CASE("engine GPU peak equals the memory model under CP's K/V all-gather", "[lower][engine][memory][cp]") {
+    // The backward holds the other ranks' K/V chunks and each block's K/V gradient until the one
+    // reduce-scatter: 2 (cp - 1) chunks of (s/cp, b, 2 kv_heads x head_dim) in bf16 beyond the
+    // ring's workspace.
+    const ModelSpec m = gpt(4);
+    PlanSpec p;
+    p.cp = 4;
+    p.global_batch = 2;
+    p.flash_attention = true;
+    const PlanSpec ring = p;
+    p.cp_comm_type = CpCommType::allgather;
+    const MemoryReport gathered = engine_matches_model(m, p);
+    auto layer_ws = [&](const PlanSpec& q) {
+        double b = 0;
+        for (const TensorDesc& d : layer_backward_workspace(m, q, 0, false)) b += d.bytes;
+        return b;
+    };
+    const double chunk = (128.0 / 4) * 1 * (2 * 8 * 32) * 2;
+    CHECK(layer_ws(p) - layer_ws(ring) == Approx(2 * 3 * chunk));
+    CHECK(gathered.hbm_bytes > engine_matches_model(m, ring).hbm_bytes);
+}

@@ -220,6 +220,22 @@ void RankLowering::attention_core_forward(Phase phase, int qkv, int out, int lse
         if (df_) io({u.qkv}, {u.out, lse});
         wait(Stream::compute, cp_all_to_all(d_.heads * d_.v_dim, n_.cp_a2a_out));
         if (df_) io({u.out}, {out});
+    } else if (d_.cp > 1 && p_.cp_comm_type == CpCommType::allgather) {
+        // All-gather (PyTorch's context-parallel SDPA, torchtitan's default; Transformer Engine's
+        // KV all-gather): every rank's K/V chunk in one all-gather, issued before the local block,
+        // which needs none of it, and waited after it; the remote blocks then run back to back.
+        // Dataflow: the all-gather writes each remote block as the ring would (kv.ring j, the rank
+        // j places back), so the blocks' kernels are the ring's.
+        const int P = static_cast<int>(d_.cp);
+        const int ev = collective(Stream::cp_comm, CollKind::all_gather, Group::cp, cp_kv_chunk_bytes() * P, n_.cp_kv_gather_all);
+        if (df_) io_lists({qkv}, cp_ring_blocks(false));
+        emit(n_.attn_local, 1.0 / d_.cp, sq);
+        if (df_) io({qkv}, {out, lse});
+        wait(Stream::compute, ev);
+        for (int j = 1; j < P; ++j) {
+            emit(n_.attn_remote, 1.0 / d_.cp, sq);
+            if (df_) io({qkv, act(n_.t_kv_ring, layer_, d_.tokens, 2 * d_.kv_w / d_.tp, TensorRole::activation, j), out, lse}, {out, lse});
+        }
     } else if (d_.cp > 1) {
         // Ring attention: cp - 1 steps, each passing one rank's K/V chunk to the next rank while
         // the chunk received before is attended to. A step is costed as an all-gather whose
@@ -282,11 +298,21 @@ int RankLowering::cp_all_to_all(double cols, int name) {
     return collective(Stream::cp_comm, CollKind::all_to_all, Group::cp, d_.tokens * cols / d_.tp * d_.act_bytes, name);
 }
 
-// One ring step's all-gather size: every rank sends its 2 b (s/cp) kv_w / tp K/V chunk (bf16) to
-// its neighbour, which an all-gather of S = chunk x cp / (cp - 1) bytes moves per rank.
-double RankLowering::ring_step_bytes() const {
-    const double chunk = 2 * d_.b * (d_.s / d_.cp) * d_.kv_w / d_.tp * d_.act_bytes;
-    return chunk * d_.cp / (d_.cp - 1);
+// A rank's K/V chunk: 2 b (s/cp) kv_w / tp elements in the activations' dtype.
+double RankLowering::cp_kv_chunk_bytes() const { return 2 * d_.b * (d_.s / d_.cp) * d_.kv_w / d_.tp * d_.act_bytes; }
+
+// One ring step's all-gather size: every rank sends its K/V chunk to its neighbour, which an
+// all-gather of S = chunk x cp / (cp - 1) bytes moves per rank.
+double RankLowering::ring_step_bytes() const { return cp_kv_chunk_bytes() * d_.cp / (d_.cp - 1); }
+
+// The remote K/V blocks of the current layer (kv.ring 1 .. cp - 1), or their gradients.
+std::vector<int> RankLowering::cp_ring_blocks(bool grads) {
+    std::vector<int> out;
+    if (!df_) return out;
+    const double kvw = 2 * d_.kv_w / d_.tp;
+    for (int j = 1; j < static_cast<int>(d_.cp); ++j)
+        out.push_back(act(grads ? n_.g_kv_ring : n_.t_kv_ring, layer_, d_.tokens, kvw, grads ? TensorRole::grad : TensorRole::activation, j));
+    return out;
 }
 
 // The dense MLP and its TP communication: with SP the input gathered before fc1 and fc2's output
@@ -395,6 +421,28 @@ void RankLowering::attention_core_backward(const LayerTensors& t) {
         if (df_) io({u.qkv, u.out, t.lse, du.out}, {du.qkv});
         wait(Stream::compute, cp_all_to_all(d_.q_w + 2 * d_.kv_w, n_.cp_a2a_qkv));
         if (df_) io({du.qkv}, {t.dqkv});
+    } else if (d_.cp > 1 && p_.cp_comm_type == CpCommType::allgather) {
+        // All-gather: K/V gathered again (Transformer Engine keeps only the rank's own chunk for
+        // the backward), the blocks' backward, then one reduce-scatter returns each block's K/V
+        // gradient to its owner, which adds their sum into its own.
+        const int P = static_cast<int>(d_.cp);
+        const double kvw = 2 * d_.kv_w / d_.tp;
+        const int returned = grad(n_.g_kv_acc, layer_, d_.tokens, kvw);
+        const int ev = collective(Stream::cp_comm, CollKind::all_gather, Group::cp, cp_kv_chunk_bytes() * P, n_.cp_kv_gather_all);
+        if (df_) io_lists({t.qkv}, cp_ring_blocks(false));
+        emit(n_.attn_local, 1.0 / d_.cp, sq);
+        if (df_) io({t.qkv, t.attn, t.lse, t.dattn}, {t.dqkv});
+        wait(Stream::compute, ev);
+        const std::vector<int> kvs = cp_ring_blocks(false), parts = cp_ring_blocks(true);
+        for (int j = 1; j < P; ++j) {
+            emit(n_.attn_remote, 1.0 / d_.cp, sq);
+            if (df_) io({t.qkv, kvs[static_cast<std::size_t>(j - 1)], t.attn, t.lse, t.dattn, t.dqkv}, {t.dqkv, parts[static_cast<std::size_t>(j - 1)]});
+        }
+        const int red = collective(Stream::cp_comm, CollKind::reduce_scatter, Group::cp, cp_kv_chunk_bytes() * P, n_.cp_dkv_rs_all);
+        if (df_) io_lists(parts, {returned});
+        wait(Stream::compute, red);
+        compute(Op::elementwise, n_.cp_dkv_combine, 0, 3 * d_.tokens * kvw * d_.act_bytes);
+        if (df_) io({returned, t.dqkv}, {t.dqkv});
     } else if (d_.cp > 1) {
         // Backward ring: K/V travel again step by step, and each step's dK/dV partial moves on
         // towards its owner (costed like the forward steps, as a reduce-scatter of one chunk).

@@ -29,6 +29,7 @@ void Names::intern(Program& p) {
     tp_ar = id("tp.all_reduce"); tp_ag = id("tp.all_gather"); tp_rs = id("tp.reduce_scatter");
     tp_ag_input = id("tp.all_gather_input"); tp_ring_local = id("tp.ring.local_block"); tp_ag_ring = id("tp.all_gather.ring");
     tp_rs_ring = id("tp.reduce_scatter.ring"); tp_ring_combine = id("tp.ring.combine"); cp_kv_ag = id("cp.kv_all_gather"); cp_dkv_rs = id("cp.dkv_reduce_scatter");
+    cp_kv_gather_all = id("cp.kv_allgather"); cp_dkv_rs_all = id("cp.dkv_reduce_scatter_all");
     cp_a2a_qkv = id("cp.qkv_all_to_all"); cp_a2a_out = id("cp.out_all_to_all");
     ep_dispatch = id("ep.dispatch"); ep_combine = id("ep.combine"); pp_act = id("pp.activation");
     pp_grad = id("pp.gradient"); pp_gather = id("pp.all_gather"); dp_grads = id("dp.grads"); edp_grads = id("edp.grads");

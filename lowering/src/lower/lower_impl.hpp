@@ -29,7 +29,7 @@ struct Names {
     int g_mla_q, g_mla_kv, g_mla_k_rope_g, g_mla_q_g, g_mla_kv_g, g_mla_q_n, g_mla_kv_n, g_mla_k_rope, g_mla_q_lat, g_mla_kv_lat;
     int embedding, final_norm, logits, loss, mtp_embedding, mtp_norms, mtp_proj, mtp_proj_gather;
     int t_tokens_mtp, t_mtp_e, t_mtp_cat, t_mtp_cat_g, t_mtp_y, t_mtp_y_g, g_mtp_dh, g_mtp_e, g_mtp_e_g, g_mtp_cat, g_mtp_cat_g, g_mtp_y, g_mtp_x_g;
-    int tp_ar, tp_ag, tp_rs, tp_ag_input, tp_ring_local, tp_ag_ring, tp_rs_ring, tp_ring_combine, cp_kv_ag, cp_dkv_rs, cp_a2a_qkv, cp_a2a_out, ep_dispatch, ep_combine;
+    int tp_ar, tp_ag, tp_rs, tp_ag_input, tp_ring_local, tp_ag_ring, tp_rs_ring, tp_ring_combine, cp_kv_ag, cp_dkv_rs, cp_kv_gather_all, cp_dkv_rs_all, cp_a2a_qkv, cp_a2a_out, ep_dispatch, ep_combine;
     int pp_act, pp_grad, pp_gather;
     int dp_grads, edp_grads, dp_params, edp_params, zero3_ag, zero3_rs, zero3_ag_expert, zero3_rs_expert, emb_ar;
     int opt_gpu, opt_cpu, opt_ssd, opt_publish, grad_d2h, param_h2d, param_ssd_write, state_read, state_write, grad_accum;
@@ -292,6 +292,8 @@ private:
     UlyssesTensors ulysses_tensors(bool grads);
     static double truncated(double x);
     double ring_step_bytes() const;
+    double cp_kv_chunk_bytes() const;
+    std::vector<int> cp_ring_blocks(bool grads);  ///< kv.ring 1 .. cp - 1 of the layer (their gradients)
     /// MLA's dataflow tensors of the current micro-batch on `layer` (mla_ops.cpp): the latents
     /// (query's, and the key/value's with the shared RoPE key), normed, gathered under SP, the
     /// up-projections' outputs, and their gradients; the query's are -1 without q_lora_rank.

@@ -361,6 +361,15 @@ std::vector<TensorDesc> layer_backward_workspace(const ModelSpec& m, const PlanS
     for (const TensorDesc& d : full) widest = std::max(widest, d.bytes);
     out.push_back(buffer_tensor("grad.widest", widest, Lifetime::transient, "widest intermediate"));
     out.push_back(buffer_tensor("grad.hidden", 2.0 * L.act * L.tokens * L.h, Lifetime::transient, "2 x (s/cp, b, h)"));
+    // Context parallelism by all-gather: the other ranks' K/V chunks gathered for the attention's
+    // backward, and the K/V gradient each block leaves until one reduce-scatter returns them (the
+    // ring holds a block or two at a time, which the model leaves out).
+    if (p.cp > 1 && p.cp_comm_type == CpCommType::allgather && p.flash_attention) {
+        const double kv_cols = m.mla ? L.heads * static_cast<double>(qk_head_dim_of(m) + v_head_dim_of(m)) : 2.0 * L.kv_heads * L.hd;
+        const double remote = (p.cp - 1) * L.act * L.tokens * kv_cols;
+        out.push_back(buffer_tensor("cp.kv_gathered", remote, Lifetime::transient, "(cp - 1) x (s/cp, b, 2 kv/tp, d)"));
+        out.push_back(buffer_tensor("cp.dkv_blocks", remote, Lifetime::transient, "(cp - 1) x (s/cp, b, 2 kv/tp, d)"));
+    }
     // Unfused accumulation: autograd writes each weight's gradient to a new tensor before it is
     // added into the sum. The widest dense weight is the largest such tensor; experts' weights are smaller.
     if (p.adds_unfused_grads() && !m.mla) {

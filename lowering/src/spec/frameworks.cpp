@@ -96,6 +96,11 @@ const Knob kTpOverlapWithSp{"tp_comm_overlap", "true", When::tp_sp,
 const Knob kMegatronVocabPad{"vocab_divisible_by", "128", When::always,
                               "Megatron-LM megatron/training/tokenizer (_vocab_size_with_padding): the vocabulary is padded to a "
                               "multiple of --make-vocab-size-divisible-by (default 128) x tensor-parallel size"};
+// PyTorch's context parallelism for SDPA, as torchtitan and NeMo AutoModel run it.
+const Knob kTorchCpAllGather{"cp_comm_type", "\"allgather\"", When::context_parallel,
+                             "torchtitan job_config.py: parallelism.context_parallel_rotate_method defaults to \"allgather\", "
+                             "'to all-gather all kv shards on ranks after the first sub-SDPA computation' (PyTorch's "
+                             "context-parallel SDPA)"};
 // torchtitan with or without torch.compile: the same knobs but the elementwise ops.
 std::vector<Knob> torchtitan_knobs(bool compiled) {
     return {{"attention_kernel", "\"fa2\"", When::fused_attention,
@@ -112,7 +117,8 @@ std::vector<Knob> torchtitan_knobs(bool compiled) {
              "torchtitan's FSDP2 MixedPrecisionPolicy reduces gradients in fp32 (training.mixed_precision_reduce = \"float32\")"},
             {"fp32_param_shards", "true", When::fsdp_shards,
              "torchtitan distributed/fsdp.py: fully_shard(mp_policy = MixedPrecisionPolicy(param_dtype = bf16, reduce_dtype = "
-             "fp32)) over the fp32 model (training.mixed_precision_param), so FSDP2's shards are fp32 and cast at the gather"}};
+             "fp32)) over the fp32 model (training.mixed_precision_param), so FSDP2's shards are fp32 and cast at the gather"},
+            kTorchCpAllGather};
 }
 
 const std::vector<Preset>& presets() {
@@ -237,7 +243,10 @@ const std::vector<Preset>& presets() {
           {"exp_avg_sq_dtype", "\"bf16\"", When::mixed16, "torch.optim.Adam keeps exp_avg_sq in the bf16 parameters' type"},
           {"fp32_grads", "false", When::mixed16,
            "FSDP2 keeps the sharded gradients in the bf16 parameters' type (MixedPrecisionPolicy reduce_dtype = float32 "
-           "casts them for the reduce-scatter only)"}}},
+           "casts them for the reduce-scatter only)"},
+          {"cp_comm_type", "\"allgather\"", When::context_parallel,
+           "Automodel runs context parallelism through PyTorch's context-parallel SDPA (attn_implementation sdpa for cp > "
+           "1), whose K/V exchange defaults to the all-gather"}}},
         {"llm-foundry",
          "MosaicML llm-foundry on Composer with PyTorch FSDP",
          {{"attention_kernel", "\"fa2\"", When::fused_attention,
@@ -377,7 +386,8 @@ std::optional<FrameworkRefusal> framework_refusal(const PlanSpec& p) {
                                         : "must be 1: DeepSpeed's sequence parallelism (Ulysses) came in 2023 (plan.framework = "
                                           "\"deepspeed\")");
     if (p.cp > 1 && p.cp_comm_type == CpCommType::a2a && !megatron_like && !deepspeed_like)
-        return refuse("plan.cp_comm_type", "must be \"p2p\": this framework's context parallelism is a ring");
+        return refuse("plan.cp_comm_type", "must be \"allgather\" or \"p2p\": PyTorch's context-parallel SDPA all-gathers or "
+                                           "rotates the K/V shards, it has no head split");
     const bool fsdp2 = fw == "torchtitan" || fw == "torchtitan-compile" || fw == "nemo-automodel";
     if (p.cp > 1 && !megatron_like && !fsdp2 && !deepspeed_like)
         return refuse("plan.cp", "must be 1: context parallelism is Megatron-Core's, torchtitan's and NeMo AutoModel's, not this "

@@ -126,7 +126,7 @@ const std::vector<MoeDispatcher>& all_of() {
 }
 template <>
 const std::vector<CpCommType>& all_of() {
-    static const std::vector<CpCommType> v{CpCommType::p2p, CpCommType::a2a};
+    static const std::vector<CpCommType> v{CpCommType::p2p, CpCommType::a2a, CpCommType::allgather};
     return v;
 }
 template <>

@@ -34,7 +34,7 @@ const char* to_string(Schedule s) {
     return "?";
 }
 const char* to_string(MoeDispatcher d) { return d == MoeDispatcher::deepep ? "deepep" : "alltoall"; }
-const char* to_string(CpCommType c) { return c == CpCommType::a2a ? "a2a" : "p2p"; }
+const char* to_string(CpCommType c) { return c == CpCommType::a2a ? "a2a" : c == CpCommType::allgather ? "allgather" : "p2p"; }
 const char* to_string(MoeProbsAt a) { return a == MoeProbsAt::fc2_output ? "fc2_output" : "fc2_input"; }
 const char* to_string(AttentionKernel k) {
     switch (k) {

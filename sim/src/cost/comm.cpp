@@ -143,9 +143,11 @@ Demand collective_demand(const Instr& in, const CostContext& ctx) {
     // A ring-exchange step: the lowering writes it as an all-gather (reduce-scatter) of
     // chunk x n / (n - 1) so its volume reads like the collective's, but it is one neighbour hop,
     // not n - 1 (a group across nodes waits for the block that crosses the network). TP overlap
-    // marks its steps; context parallelism's all-gathers and reduce-scatters are all steps of its
-    // ring attention (Ulysses moves all-to-alls).
-    const bool cp_ring = in.group == Group::cp && (in.coll == CollKind::all_gather || in.coll == CollKind::reduce_scatter);
+    // marks its steps; context parallelism's all-gathers and reduce-scatters are steps of its ring
+    // attention (Ulysses moves all-to-alls), unless the plan all-gathers K/V at once
+    // (cp_comm_type allgather: whole collectives).
+    const bool cp_ring = in.group == Group::cp && (in.coll == CollKind::all_gather || in.coll == CollKind::reduce_scatter) &&
+                         !(ctx.plan && ctx.plan->cp_comm_type == CpCommType::allgather);
     if (in.ring_step >= 0 || cp_ring) return neighbour_demand(hw, c, S * (nn - 1) / nn, N == 1);
     switch (in.coll) {
         case CollKind::all_reduce:  // intra reduce-scatter + inter all-reduce of S/q + intra all-gather

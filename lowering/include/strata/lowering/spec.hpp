@@ -168,9 +168,12 @@ enum class Schedule { gpipe, one_f_one_b, interleaved_1f1b, dualpipe_v };
 /// transfer per token and destination node, then an NVLink fan-out to the experts' GPUs.
 enum class MoeDispatcher { alltoall, deepep };
 /// How context parallelism exchanges the sequence: p2p, the ring passing K/V blocks (Megatron-Core's
-/// default, torchtitan); a2a, all-to-alls that trade the sequence split for a head split around the
-/// attention core (DeepSpeed-Ulysses; Megatron-Core --cp-comm-type a2a).
-enum class CpCommType { p2p, a2a };
+/// default); a2a, all-to-alls that trade the sequence split for a head split around the attention
+/// core (DeepSpeed-Ulysses; Megatron-Core --cp-comm-type a2a); allgather, every rank's K/V
+/// all-gathered before the attention and their gradients reduce-scattered after its backward
+/// (Megatron-Core --cp-comm-type allgather, Transformer Engine's KV all-gather; PyTorch's SDPA
+/// context parallelism, which torchtitan runs; Llama 3's CP, arXiv:2407.21783 Sec. 3.3.2).
+enum class CpCommType { p2p, a2a, allgather };
 /// Where the router's weights multiply the routed experts' results. fc2_input: inside the expert,
 /// on the activation's output before fc2 (Megatron-Core's weighted SwiGLU, its default), so the
 /// weights' gradient needs only tensors fc2 keeps anyway. fc2_output: on the expert outputs at the

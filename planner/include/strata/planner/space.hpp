@@ -46,7 +46,8 @@ struct SpaceCounters {
     std::int64_t valid = 0;           ///< yielded
 };
 
-/// How the plan tables write the CP degree: "4" with the ring, "4u" with Ulysses' all-to-all.
+/// How the plan tables write the CP degree: "4" with the ring, "4u" with Ulysses' all-to-all, "4g"
+/// with the K/V all-gather.
 std::string cp_label(const sim::PlanSpec& p);
 
 /// The offload variants tried for a plan (index 0 = everything on the GPU).
