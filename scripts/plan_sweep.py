@@ -102,8 +102,8 @@ def random_tiny_plan(rng, model):
         p['loss_upcast'] = False
     if rng.random() < 0.15:
         p['eager_cross_entropy'] = True
-    if p['cp'] > 1 and rng.random() < 0.4:
-        p['cp_comm_type'] = 'a2a'
+    if p['cp'] > 1 and rng.random() < 0.5:
+        p['cp_comm_type'] = rng.choice(['a2a', 'allgather'])
     if model == 'mtp':  # its weights are neither gathered (ZeRO-3) nor fetched from the host
         p['zero_stage'] = min(p['zero_stage'], 2)
         p.get('offload', {}).pop('params', None)
