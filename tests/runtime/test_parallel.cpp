@@ -362,6 +362,15 @@ TEST_CASE("bf16: parallel variants follow the single-rank bf16 curve", "[runtime
         v.push_back({"tp 2 pp 2 dp 2, SP, ZeRO-1, full recompute, optimizer on the CPU", bf16(p)});
         p.offload.optimizer = TierSplit{0, 0, 1};
         v.push_back({"tp 2 pp 2 dp 2, SP, ZeRO-1, full recompute, optimizer on SSD", bf16(p)});
+        // DualPipeV's zero-bubble weight passes with autograd's accumulation in bf16: the first
+        // backward's gradient is the sum the later ones add into.
+        p = cpu_plan(1, 2, 2);
+        p.schedule = Schedule::dualpipe_v;
+        p.vpp = 2;
+        p.zero_stage = 1;
+        p.micro_batch = 1;
+        p.grad_accum_fusion = false;
+        v.push_back({"pp 2 dp 2, DualPipeV, ZeRO-1, unfused accumulation", bf16(p)});
     }
     const std::vector<double> ref = losses(m, bf16(cpu_plan()), kSteps);
     for (const Variant& x : v) {
