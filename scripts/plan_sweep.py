@@ -203,6 +203,8 @@ def memory(args, work):
         p['flash_attention'] = rng.random() < 0.7
         if rng.random() < 0.25:
             p['offload'] = {'optimizer': rng.choice(['cpu', 'ssd'])}
+        if cp > 1 and rng.random() < 0.5:
+            p['cp_comm_type'] = 'allgather'  # the K/V chunks gathered for the backward
         if 'deepseek' in model:
             p['cp'] = 1
             p['zero_stage'] = min(p['zero_stage'], 2)  # MTP's weights are not gathered under ZeRO-3
