@@ -247,6 +247,9 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
         else r.unsupported.push_back("an overlapped parameter all-gather without an overlapped gradient reduction");
     }
     if (p.tp_comm_overlap) flag("tp-comm-overlap");
+    if (!p.tp_overlap_rs_fp8)
+        r.unsupported.push_back("TP overlap's reduce-scatter in bf16 under FP8 (torchtitan's async TP; Transformer Engine's "
+                                "userbuffers reduce the FP8 output)");
     if (p.moe_a2a_overlap) {
         flag("overlap-moe-expert-parallel-comm");
         flag("delay-wgrad-compute");

@@ -162,6 +162,7 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
                                                  : "a fused cross-entropy on the logits in their own type");
     if (p.exp_avg_dtype != Precision::fp32 || p.exp_avg_sq_dtype != Precision::fp32)
         r.unsupported.push_back("Adam moments below fp32 (Megatron's precision-aware optimizer)");
+    if (!p.tp_overlap_rs_fp8) r.unsupported.push_back("TP overlap's reduce-scatter in bf16 under FP8 (torchtitan's async TP)");
     if (p.cp_comm_type == CpCommType::allgather)
         r.unsupported.push_back("context parallelism by K/V all-gather (DeepSpeed's sequence parallelism is Ulysses)");
     if (p.cp_comm_type == CpCommType::a2a)

@@ -235,3 +235,11 @@ TEST_CASE("context parallelism's K/V exchange as each framework runs it", "[fram
     CHECK_THAT(refusal(plan(R"(, "framework": "deepspeed", "cp": 2, "dp": 4, "cp_comm_type": "allgather")")),
                Contains("plan.cp_comm_type") && Contains("a2a"));
 }
+
+TEST_CASE("torchtitan's async TP reduces in bf16 under FP8", "[frameworks][tp_overlap]") {
+    // torch's fused_scaled_matmul_reduce_scatter reduce-scatters the scaled matmul's bf16 output;
+    // Transformer Engine's FP8 userbuffers reduce the FP8 output (the default).
+    CHECK_FALSE(plan(R"(, "framework": "torchtitan-compile", "tp": 8, "sequence_parallel": true, "tp_comm_overlap": true)").tp_overlap_rs_fp8);
+    CHECK(plan(R"(, "framework": "megatron-bridge", "tp": 8, "sequence_parallel": true, "tp_comm_overlap": true)").tp_overlap_rs_fp8);
+    CHECK(plan(R"(, "tp": 8, "sequence_parallel": true, "tp_comm_overlap": true)").tp_overlap_rs_fp8);
+}

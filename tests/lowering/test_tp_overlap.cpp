@@ -69,6 +69,37 @@ TEST_CASE("TP overlap cuts each SP GEMM into tp blocks with a ring step per othe
     check_def_before_use(over);
 }
 
+TEST_CASE("TP overlap under FP8: blocks of one byte, the reduce-scatter's two where it reduces bf16", "[tp_overlap][fp8]") {
+    // Transformer Engine's FP8 userbuffers move the FP8 cast both ways; torchtitan's async TP
+    // (torch's fused_scaled_matmul_reduce_scatter) reduces the scaled matmul's bf16 output.
+    const ModelSpec m = small_gpt();
+    const int tp = 4;
+    PlanSpec p = plan(tp, 1, 1, 4);
+    p.sequence_parallel = true;
+    p.tp_comm_overlap = true;
+    p.precision = Precision::fp8;
+    const double S = static_cast<double>(p.micro_batch) * m.seq_len / tp, H = m.hidden;
+    for (bool rs_fp8 : {true, false}) {
+        p.tp_overlap_rs_fp8 = rs_fp8;
+        LowerOptions o;
+        o.full_mode = true;
+        const Program prog = lower(m, cluster(tp), p, o);
+        int ag = 0, rs = 0;
+        for (const Instr& in : prog.ranks[0].instrs) {
+            if (in.kind != InstrKind::collective) continue;
+            if (name_of(prog, in) == "tp.all_gather.ring") {
+                ++ag;
+                CHECK(in.bytes == Approx(S * H * 1 * tp / (tp - 1)));
+            } else if (name_of(prog, in) == "tp.reduce_scatter.ring") {
+                ++rs;
+                CHECK(in.bytes == Approx(S * H * (rs_fp8 ? 1 : 2) * tp / (tp - 1)));
+            }
+        }
+        CHECK(ag > 0);
+        CHECK(rs > 0);
+    }
+}
+
 TEST_CASE("TP overlap: no race over the blocks, and a GEMM that stops waiting for its block is one", "[dataflow][tp_overlap][hazards]") {
     ModelSpec m = small_gpt();
     m.linear_bias = true;

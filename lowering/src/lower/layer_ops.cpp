@@ -26,13 +26,14 @@ int RankLowering::tp_forward_in(bool wait_now, int in, int out) {
 // that many places back along the ring. Each step is priced as an all-gather (reduce-scatter)
 // that moves one block per rank, as the context-parallel ring's are. Under FP8 the blocks travel
 // in FP8 (TE's fp8_buf: the norm writes its FP8 output into the buffer, dY is cast before it
-// moves, and the FP8 recipes' reduce-scatter buffers take the GEMM's FP8 output).
+// moves, and the FP8 recipes' reduce-scatter buffers take the GEMM's FP8 output; torchtitan's
+// async TP reduces in bf16: plan.tp_overlap_rs_fp8).
 //
 // The all-gather side: the rank's own block copied into the gathered tensor (TE's
 // copy_into_buffer), and block j's GEMM run once the step bringing it has landed.
 void RankLowering::tp_ring_gather(int shard, int full, const std::function<void(int)>& block) {
     const int P = static_cast<int>(d_.tp);
-    const double chunk = tp_ring_block_bytes();
+    const double chunk = tp_ring_block_bytes(false);
     compute(Op::elementwise, n_.tp_ring_local, 0, 2 * chunk).ring_step = 0;
     if (df_) io({shard}, {full});
     const int local = record(Stream::compute);
@@ -53,7 +54,7 @@ void RankLowering::tp_ring_gather(int shard, int full, const std::function<void(
 // rank's own block, to which the sum is added once the last step is in.
 void RankLowering::tp_ring_reduce(int out_s, const std::function<void(int, int)>& block) {
     const int P = static_cast<int>(d_.tp);
-    const double chunk = tp_ring_block_bytes();
+    const double chunk = tp_ring_block_bytes(true);
     const int received = df_ ? act(n_.t_tp_ring_recv, layer_, d_.tokens_sp, d_.h) : -1;
     int ev = -1;
     for (int j = 1; j < P; ++j) {

@@ -265,7 +265,12 @@ private:
     /// (TP overlap or not); `gemm_of` pushes the GEMM of `rows` rows with its operands.
     void sp_gather_gemm(int shard, int full, const std::function<Instr&(double)>& gemm_of);
     void sp_reduce_gemm(int out, int out_s, const std::function<Instr&(double, int)>& gemm_of);
-    double tp_ring_block_bytes() const { return d_.tokens_sp * d_.h * (dtype_ == DType::fp8 ? 1.0 : d_.act_bytes); }
+    /// A TP-overlap ring step's block: FP8 under an FP8 plan (the reduce-scatter's unless
+    /// plan.tp_overlap_rs_fp8 is off), else the activations' dtype.
+    double tp_ring_block_bytes(bool reduce) const {
+        const bool fp8 = dtype_ == DType::fp8 && (!reduce || p_.tp_overlap_rs_fp8);
+        return d_.tokens_sp * d_.h * (fp8 ? 1.0 : d_.act_bytes);
+    }
     /// FSDP (ZeRO-3) under a pipeline schedule: a layer's parameters are gathered at its first
     /// forward of the step and kept until its last backward, whose gradients alone are
     /// reduce-scattered (params.hpp: pipelined_fsdp).

@@ -118,7 +118,10 @@ std::vector<Knob> torchtitan_knobs(bool compiled) {
             {"fp32_param_shards", "true", When::fsdp_shards,
              "torchtitan distributed/fsdp.py: fully_shard(mp_policy = MixedPrecisionPolicy(param_dtype = bf16, reduce_dtype = "
              "fp32)) over the fp32 model (training.mixed_precision_param), so FSDP2's shards are fp32 and cast at the gather"},
-            kTorchCpAllGather};
+            kTorchCpAllGather,
+            {"tp_overlap_rs_fp8", "false", When::always,
+             "torchtitan's async TP under Float8: torch's fused_scaled_matmul_reduce_scatter reduce-scatters the scaled "
+             "matmul's bf16 output (fused_all_gather_scaled_matmul gathers the FP8 input)"}};
 }
 
 const std::vector<Preset>& presets() {

@@ -441,6 +441,7 @@ const std::vector<KnobRow>& table() {
         t.push_back(bool_knob<&P::overlap_param_gather>("overlap_param_gather", Written::always));
         t.push_back(bool_knob<&P::zero3_param_sync>("zero3_param_sync", Written::if_changed));
         t.push_back(bool_knob<&P::tp_comm_overlap>("tp_comm_overlap", Written::always));
+        t.push_back(bool_knob<&P::tp_overlap_rs_fp8>("tp_overlap_rs_fp8", Written::if_changed));
         t.push_back(bool_knob<&P::p2p_blocking>("p2p_blocking", Written::always));
         t.push_back(bool_knob<&P::p2p_scatter_gather>("p2p_scatter_gather", Written::always));
         t.push_back(bool_knob<&P::expandable_segments>("expandable_segments", Written::always));

@@ -309,6 +309,10 @@ struct PlanSpec {
     /// (partition_parameters.py _allgather_param; batched and overlapped since PR #1453, 2022).
     bool zero3_param_sync = false;
     bool tp_comm_overlap = false;         ///< TE userbuffers: SP all-gather / reduce-scatter pipelined with their GEMMs
+    /// Under FP8 with tp_comm_overlap, the reduce-scatter's ring steps move the GEMM's FP8 output
+    /// (Transformer Engine's FP8 userbuffers); false: its bf16 output (torchtitan's async TP,
+    /// torch's fused_scaled_matmul_reduce_scatter). The all-gather side moves FP8 either way.
+    bool tp_overlap_rs_fp8 = true;
     /// Pipeline send/recv in line with compute (DeepSpeed's PipelineEngine: blocking NCCL p2p on
     /// the compute stream) instead of beside it (Megatron's batched isend/irecv).
     bool p2p_blocking = false;
