@@ -16,6 +16,7 @@
 #include "strata/lowering/spec_io.hpp"
 #include "strata/lowering/tensors.hpp"
 #include "support/gpt.hpp"
+#include "unit_costs.hpp"
 
 using namespace strata::sim;
 using namespace strata::sim::test;
@@ -229,24 +230,6 @@ TEST_CASE("DualPipeV zero bubble: same work, a shorter step, activations held to
     }
 }
 
-namespace {
-
-// Unit costs: compute 100 ns + 1 ns per MFLOP (and per kB moved), transfers 50 ns + 1 ns per kB
-// on NVLink. Every linear's weight gradient then costs what its input gradient costs.
-struct UnitCost : CostModel {
-    Estimate compute(const Instr& in, const RankProgram&) const override {
-        return Estimate{100 + static_cast<std::int64_t>(in.flops * 1e-6 + in.bytes * 1e-3), strata::hwdb::Provenance::measured};
-    }
-    Demand transfer(const Instr& in, const RankProgram&) const override {
-        Demand d;
-        d.latency_ns = 50;
-        d.busy_s[static_cast<std::size_t>(LinkClass::nvlink)] = (in.bytes + in.count) * 1e-12 + 1e-9;
-        return d;
-    }
-};
-
-}  // namespace
-
 // DualPipe's README: DualPipeV's bubble is (PP/2 - 1)(F&B + B - 3W) over PP = 2 pp stages, where
 // keeping W inside B would leave (PP/2 - 1)(F&B + B): the split saves 3 W (pp - 1), W being one
 // chunk's weight-gradient pass. With unit costs W is half a chunk's backward GEMM time (each
@@ -257,7 +240,7 @@ TEST_CASE("DualPipeV zero bubble saves the README's 3 W (pp - 1)", "[dualpipe][s
     ClusterSpec c;
     c.gpus_per_node = 8;
     c.nodes = 1;
-    const UnitCost cost;
+    const UnitCosts cost;  // every linear's weight gradient costs what its input gradient costs
     EngineOptions eo;
     eo.memory.caching_allocator = false;
     eo.memory.fragmentation = 0;

@@ -9,28 +9,11 @@
 #include "strata/lowering/memory.hpp"
 #include "strata/lowering/spec.hpp"
 #include "support/gpt.hpp"
+#include "unit_costs.hpp"
 
 using namespace strata::sim;
 
 namespace {
-
-// Fake costs: compute = 100 ns + 1 ns per MFLOP; a data movement keeps one class busy 1 ns per
-// kB after a 50 ns latency. Values are arbitrary; only ordering and completion matter here.
-struct FakeCost : CostModel {
-    Estimate compute(const Instr& in, const RankProgram&) const override {
-        return Estimate{100 + static_cast<std::int64_t>(in.flops * 1e-6 + in.bytes * 1e-3), strata::hwdb::Provenance::measured};
-    }
-    Demand transfer(const Instr& in, const RankProgram&) const override {
-        Demand d;
-        d.latency_ns = 50;
-        LinkClass c = LinkClass::nvlink;
-        if (in.kind == InstrKind::copy) c = in.copy == CopyKind::h2d ? LinkClass::pcie_h2d : in.copy == CopyKind::d2h ? LinkClass::pcie_d2h
-                                         : in.copy == CopyKind::ssd_read ? LinkClass::ssd_read : LinkClass::ssd_write;
-        if (in.kind == InstrKind::optimizer) c = LinkClass::cpu;
-        d.busy_s[static_cast<std::size_t>(c)] = (in.bytes + in.count) * 1e-12 + 1e-9;
-        return d;
-    }
-};
 
 ModelSpec gpt(int layers) {
     ModelSpec m;
@@ -54,7 +37,7 @@ ClusterSpec cluster(int gpus) {
 }
 
 SimResult run(const Program& p) {
-    FakeCost cost;
+    test::UnitCosts cost;
     EngineOptions eo;
     eo.memory.caching_allocator = false;
     eo.memory.fragmentation = 0;

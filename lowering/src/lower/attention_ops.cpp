@@ -52,7 +52,7 @@ void RankLowering::attention_core_forward(Phase phase, int qkv, int out, int lse
         wait(Stream::compute, ev);
         for (int j = 1; j < P; ++j) {
             emit(n_.attn_remote, 1.0 / d_.cp, sq);
-            if (df_) io({qkv, act(n_.t_kv_ring, layer_, d_.tokens, 2 * d_.kv_w / d_.tp, TensorRole::activation, j), out, lse}, {out, lse});
+            if (df_) io({qkv, cp_ring_block(j, false), out, lse}, {out, lse});
         }
     } else if (d_.cp > 1) {
         // Ring attention: cp - 1 steps, each passing one rank's K/V chunk to the next rank while
@@ -63,7 +63,7 @@ void RankLowering::attention_core_forward(Phase phase, int qkv, int out, int lse
         // each remote block merges into them.
         const double step_bytes = ring_step_bytes();
         auto ring_in = [&](int j) {
-            if (df_) io({qkv}, {act(n_.t_kv_ring, layer_, d_.tokens, 2 * d_.kv_w / d_.tp, TensorRole::activation, j)});
+            if (df_) io({qkv}, {cp_ring_block(j, false)});
         };
         int ev = collective(Stream::cp_comm, CollKind::all_gather, Group::cp, step_bytes, n_.cp_kv_ag);
         ring_in(1);
@@ -76,7 +76,7 @@ void RankLowering::attention_core_forward(Phase phase, int qkv, int out, int lse
                 ring_in(j + 1);
             }
             emit(n_.attn_remote, 1.0 / d_.cp, sq);
-            if (df_) io({qkv, act(n_.t_kv_ring, layer_, d_.tokens, 2 * d_.kv_w / d_.tp, TensorRole::activation, j), out, lse}, {out, lse});
+            if (df_) io({qkv, cp_ring_block(j, false), out, lse}, {out, lse});
         }
     } else {
         emit(n_.attn, 1.0, d_.s);
@@ -123,13 +123,17 @@ double RankLowering::cp_kv_chunk_bytes() const { return 2 * d_.b * (d_.s / d_.cp
 // all-gather of S = chunk x cp / (cp - 1) bytes moves per rank.
 double RankLowering::ring_step_bytes() const { return cp_kv_chunk_bytes() * d_.cp / (d_.cp - 1); }
 
+// The K/V block of the current layer that the rank j places back along the CP ring holds
+// (kv.ring j), or the gradient this rank computes for it.
+int RankLowering::cp_ring_block(int j, bool grad) {
+    return act(grad ? n_.g_kv_ring : n_.t_kv_ring, layer_, d_.tokens, 2 * d_.kv_w / d_.tp, grad ? TensorRole::grad : TensorRole::activation, j);
+}
+
 // The remote K/V blocks of the current layer (kv.ring 1 .. cp - 1), or their gradients.
 std::vector<int> RankLowering::cp_ring_blocks(bool grads) {
     std::vector<int> out;
     if (!df_) return out;
-    const double kvw = 2 * d_.kv_w / d_.tp;
-    for (int j = 1; j < static_cast<int>(d_.cp); ++j)
-        out.push_back(act(grads ? n_.g_kv_ring : n_.t_kv_ring, layer_, d_.tokens, kvw, grads ? TensorRole::grad : TensorRole::activation, j));
+    for (int j = 1; j < static_cast<int>(d_.cp); ++j) out.push_back(cp_ring_block(j, grads));
     return out;
 }
 
@@ -184,7 +188,7 @@ void RankLowering::attention_core_backward(const LayerTensors& t) {
         // returns (d.kv.returned) and adds them into its own K/V gradient once the ring is done.
         const double step_bytes = ring_step_bytes();
         const double kvw = 2 * d_.kv_w / d_.tp;
-        auto kv = [&](int j) { return act(n_.t_kv_ring, layer_, d_.tokens, kvw, TensorRole::activation, j); };
+        auto kv = [&](int j) { return cp_ring_block(j, false); };
         const int returned = grad(n_.g_kv_acc, layer_, d_.tokens, kvw);
         int ev = collective(Stream::cp_comm, CollKind::all_gather, Group::cp, step_bytes, n_.cp_kv_ag);
         if (df_) io({t.qkv}, {kv(1)});
@@ -198,7 +202,7 @@ void RankLowering::attention_core_backward(const LayerTensors& t) {
                 if (df_) io({t.qkv}, {kv(j + 1)});
             }
             emit(n_.attn_remote, 1.0 / d_.cp, sq);
-            const int part = act(n_.g_kv_ring, layer_, d_.tokens, kvw, TensorRole::grad, j);
+            const int part = cp_ring_block(j, true);
             if (df_) io({t.qkv, kv(j), t.attn, t.lse, t.dattn, t.dqkv}, {t.dqkv, part});
             red = collective(Stream::cp_comm, CollKind::reduce_scatter, Group::cp, step_bytes, n_.cp_dkv_rs);
             if (df_) {

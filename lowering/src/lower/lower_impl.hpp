@@ -298,6 +298,7 @@ private:
     static double truncated(double x);
     double ring_step_bytes() const;
     double cp_kv_chunk_bytes() const;
+    int cp_ring_block(int j, bool grad);           ///< kv.ring j of the layer (its gradient)
     std::vector<int> cp_ring_blocks(bool grads);  ///< kv.ring 1 .. cp - 1 of the layer (their gradients)
     /// MLA's dataflow tensors of the current micro-batch on `layer` (mla_ops.cpp): the latents
     /// (query's, and the key/value's with the shared RoPE key), normed, gathered under SP, the
