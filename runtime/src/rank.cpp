@@ -65,7 +65,7 @@ RankState::~RankState() {
     if (ssd_fd_ >= 0) {
         ::close(ssd_fd_);
         ::unlink(ssd_path_.c_str());
-        if (w_.node_ssd[static_cast<std::size_t>(rp_.node)]) w_.node_ssd[static_cast<std::size_t>(rp_.node)]->used.fetch_sub(static_cast<double>(ssd_bytes_));
+        pool_of(Tier::ssd)->used.fetch_sub(static_cast<double>(ssd_bytes_));
     }
 }
 
@@ -128,6 +128,7 @@ bool RankState::tracks(const DataTensor& t) const {
 
 Pool* RankState::pool_of(Tier t) {
     if (t == Tier::gpu) return &gpu_;
+    if (w_.options.memory_only) return t == Tier::cpu ? &cpu_own_ : &ssd_own_;
     auto& v = t == Tier::cpu ? w_.node_cpu : w_.node_ssd;
     return v[static_cast<std::size_t>(rp_.node)].get();
 }

@@ -197,11 +197,14 @@ public:
     void save(const std::string& dir) const;
 
     int rank() const { return rank_; }
+    int node() const { return rp_.node; }
     double loss_sum() const { return loss_sum_; }
     double mtp_loss_sum(int k) const { return k < static_cast<int>(mtp_loss_sum_.size()) ? mtp_loss_sum_[static_cast<std::size_t>(k)] : 0.0; }
     bool skipped() const { return skipped_; }  ///< fp16: this step's update was skipped for an overflow
     const RankTrace& trace() const { return trace_; }
     Pool& gpu_pool() { return gpu_; }
+    /// A memory-only walk's host tier of this rank (cpu or ssd): the session sums a node's ranks.
+    const Pool& own_host_pool(sim::Tier t) const { return t == sim::Tier::ssd ? ssd_own_ : cpu_own_; }
     Waker& waker() { return waker_; }
     float* param_ptr(const std::string& name, int layer);  ///< a parameter where it lives
     /// One element of a parameter or its gradient (wherever it lives).
@@ -422,6 +425,11 @@ private:
     /// readers are that value's, and it starts none of its own.
     bool block_continues(std::size_t i, const sim::DataTensor& t) const;
     Pool gpu_;  ///< this rank's gpu tier
+    /// A memory-only walk's host tiers, one per rank: its ranks walk at their own pace, so a node's
+    /// shared pool would sum them at whatever instants the threads happened to reach, not the
+    /// step's (a node's ranks update their optimizer shards at the same time); the walk reports
+    /// the sum of each rank's peak, as the memory model does (memory.cpp).
+    Pool cpu_own_, ssd_own_;
     TrackedBuffer params_, grads_, params_host_, grads_host_;
     PackedRanges host_ranges_;  ///< what each host copy (parameters, gradients) holds
     /// Gradients kept as shards (ZeRO 2/3; DataTensor::version): grads_ holds the rank's shard;

@@ -268,8 +268,17 @@ StepReport Session::step() {
     if (s.options.peak_flops_per_rank > 0)
         rep.mfu = s.program.model_flops_per_step / (secs * s.program.gpus * s.options.peak_flops_per_rank);
     for (auto& r : s.ranks) rep.peak_bytes[0] = std::max(rep.peak_bytes[0], r->gpu_pool().peak.load());
-    for (auto& p : w.node_cpu) rep.peak_bytes[1] = std::max(rep.peak_bytes[1], p->peak.load());
-    for (auto& p : w.node_ssd) rep.peak_bytes[2] = std::max(rep.peak_bytes[2], p->peak.load());
+    if (s.options.memory_only) {  // each rank's own host peak, summed per node (rank.hpp, cpu_own_)
+        std::vector<std::array<double, kTierCount>> node(w.node_cpu.size());
+        for (auto& r : s.ranks)
+            for (int t = 1; t < kTierCount; ++t)
+                node[static_cast<std::size_t>(r->node())][static_cast<std::size_t>(t)] += r->own_host_pool(static_cast<Tier>(t)).peak.load();
+        for (const auto& n : node)
+            for (std::size_t t = 1; t < kTierCount; ++t) rep.peak_bytes[t] = std::max(rep.peak_bytes[t], n[t]);
+    } else {
+        for (auto& p : w.node_cpu) rep.peak_bytes[1] = std::max(rep.peak_bytes[1], p->peak.load());
+        for (auto& p : w.node_ssd) rep.peak_bytes[2] = std::max(rep.peak_bytes[2], p->peak.load());
+    }
     for (int t = 0; t < kTierCount; ++t) s.peaks[static_cast<std::size_t>(t)] = std::max(s.peaks[static_cast<std::size_t>(t)], rep.peak_bytes[static_cast<std::size_t>(t)]);
     if (s.options.record_spans) {
         s.traces.clear();

@@ -203,6 +203,8 @@ void RankState::run_step() {
     mtp_loss_sum_.assign(static_cast<std::size_t>(w_.model.mtp_depth + 1), 0.0);
     trace_ = RankTrace{};
     gpu_.reset_peak();
+    cpu_own_.reset_peak();
+    ssd_own_.reset_peak();
     std::uint64_t seen = 0;
     auto idle_since = std::chrono::steady_clock::now();
     for (;;) {
