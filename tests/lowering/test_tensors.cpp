@@ -384,14 +384,35 @@ TEST_CASE("Embedding, logits, capacity factor, shared experts, workspace", "[ten
     CHECK(n["moe.shared.fc1_out"] == Approx(2 * s * 1408 / t));
     CHECK(n["moe.router_probs"] == Approx(4 * s / t * 8));
 
-    // Workspace of a fully recomputed layer: the whole non-recomputed list again, plus the
-    // gradient of its widest tensor and two hidden-state gradients 2·(2sbh).
-    const double full = sum(layer_activations(m, p, 0, false));
-    double widest = 0;
-    for (const auto& d : layer_activations(m, p, 0, false)) widest = std::max(widest, d.bytes);
-    CHECK(sum(layer_backward_workspace(m, p, 0, true)) == Approx(full + widest + 2 * 2 * s * h));
+    // Workspace of a fully recomputed layer: the whole non-recomputed list again and two
+    // hidden-state gradients 2·(2sbh), with the widest gradient of the pass. The MLP's backward
+    // comes first, beside everything; attention's after the MLP's tensors are freed. Here the
+    // unfused score matrix (b·a/t·s² in bf16: 2 MiB) is attention's widest, the fc1 output
+    // (2·s·b·4h/t: 1 MiB) the MLP's, and the MLP's list holds more than the 1 MiB between them:
+    // the MLP's phase is the peak, with the fc1 output's gradient.
+    const auto list = layer_activations(m, p, 0, false);
+    double full = 0, widest = 0, widest_attn = 0, widest_mlp = 0, attn = 0;
+    for (const auto& d : list) {
+        full += d.bytes;
+        widest = std::max(widest, d.bytes);
+        if (d.name.rfind("attn.", 0) == 0) widest_attn = std::max(widest_attn, d.bytes), attn += d.bytes;
+        else widest_mlp = std::max(widest_mlp, d.bytes);
+    }
+    CHECK(widest_attn == Approx(2 * (16 / t) * s * s));
+    CHECK(widest_mlp == Approx(2 * s * 4 * h / t));
+    CHECK(full - attn > widest_attn - widest_mlp);
+    CHECK(sum(layer_backward_workspace(m, p, 0, true)) == Approx(full + widest_mlp + 2 * 2 * s * h));
     // Without recompute only the gradients.
     CHECK(sum(layer_backward_workspace(m, p, 0, false)) == Approx(widest + 2 * 2 * s * h));
+    // At 4096 tokens the score matrix (128 MiB) outgrows the MLP's whole list (8 x 2.6 MiB): the
+    // attention phase is the peak, attention's tensors and their widest gradient.
+    ModelSpec lm = m;
+    lm.seq_len = lm.max_position = 4096;
+    double lattn = 0, lwidest = 0;
+    for (const auto& d : layer_activations(lm, p, 0, false))
+        if (d.name.rfind("attn.", 0) == 0) lattn += d.bytes, lwidest = std::max(lwidest, d.bytes);
+    CHECK(lwidest == Approx(2 * (16 / t) * 4096.0 * 4096.0));
+    CHECK(sum(layer_backward_workspace(lm, p, 0, true)) == Approx(lattn + lwidest + 2 * 2 * 4096.0 * h));
 }
 
 TEST_CASE("ZeRO-Offload's gradients are held once on the host", "[tensors][offload]") {
