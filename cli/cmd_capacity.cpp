@@ -157,6 +157,7 @@ void run_capacity(const CapArgs& a) {
     }
     o.search.space.search_deepep = !a.no_deepep;
     o.search.space.search_a2a_overlap = !a.no_a2a_overlap;
+    o.search.space.search_dualpipev = false;  // the reduced space (docs/planner.md)
     o.search.space.expandable_segments = a.expandable_segments;
     o.search.shortlist = 3;
     o.search.max_simulated = 3;

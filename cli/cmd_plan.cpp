@@ -28,7 +28,7 @@ struct PlanArgs {
     int seq_len = 0;
     int top = 10;
     int threads = 0;
-    bool quiet = false, no_simulate = false, no_offload = false, tp_across_nodes = false, no_deepep = false, no_a2a_overlap = false, whole_simulations = false;
+    bool quiet = false, no_simulate = false, no_offload = false, tp_across_nodes = false, no_deepep = false, no_a2a_overlap = false, no_dualpipev = false, whole_simulations = false;
     bool expandable_segments = false;
     std::string framework;
     std::string precision;
@@ -144,6 +144,7 @@ void run_plan(const PlanArgs& a) {
     o.space.tp_within_node = !a.tp_across_nodes;
     o.space.search_deepep = !a.no_deepep;
     o.space.search_a2a_overlap = !a.no_a2a_overlap;
+    o.space.search_dualpipev = !a.no_dualpipev;
     o.space.expandable_segments = a.expandable_segments || (s.plan && s.plan->expandable_segments);
     o.space.framework = !a.framework.empty() ? a.framework : (s.plan ? s.plan->framework : "");
     if (!a.precision.empty()) sim::precision_from(a.precision, o.space.precision);
@@ -211,6 +212,7 @@ void add_plan(CLI::App& app) {
     cmd->add_flag("--tp-across-nodes", a->tp_across_nodes, "allow tensor parallelism across nodes");
     cmd->add_flag("--no-deepep", a->no_deepep, "MoE: keep Megatron's flat all-to-all (no DeepEP dispatch)");
     cmd->add_flag("--no-a2a-overlap", a->no_a2a_overlap, "MoE: do not try hiding the all-to-alls under another micro-batch (Megatron-Core's combined 1F1B)");
+    cmd->add_flag("--no-dualpipev", a->no_dualpipev, "pipelines: do not try DeepSeek's DualPipeV schedule (two chunks a rank in a V)");
     cmd->add_flag("--whole-simulations", a->whole_simulations,
                   "simulate every shortlisted plan whole, never extended from three shorter simulations of its steady state "
                   "(the same figures, slower: a check)");

@@ -296,6 +296,7 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     // Per stage, per micro-batch: forward and backward compute (the head on first/last stage).
     double worst = 0, sum = 0, worst_b = 0, worst_f = 0;
     int worst_stage = 0;
+    std::vector<double> stage_fb(static_cast<std::size_t>(pp), 0.0);  // per micro-batch
     for (int s = 0; s < pp; ++s) {
         const int nd = dense[static_cast<std::size_t>(s)], nm = layers[static_cast<std::size_t>(s)] - nd;
         // Combined 1F1B: the merged share of the passes at the merged step's speed.
@@ -311,6 +312,7 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
             b += lt.head_bwd_s + m_.mtp_depth * (lt.bwd_s + lt.head_bwd_s);
         }
         sum += f + b;
+        stage_fb[static_cast<std::size_t>(s)] = f + b;
         if (f + b > worst) {
             worst = f + b;
             worst_b = b;
@@ -452,59 +454,72 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         e.compute_s += (fp32_sum ? m : m - 1) * static_cast<double>(compute_cost(in, ctx).duration_ns) * 1e-9;
     }
 
-    // Optimizer on its tiers, each fraction at once; the slowest bounds the step.
-    const double shard = p.zero_stage >= 1 ? sp.dense / dpg + sp.expert / edp : sp.total();
-    const TierSplit& of = p.offload.optimizer;
-    double opt_gpu = 0, opt_cpu = 0, opt_ssd = 0;
-    double d2h = 0, host_update = 0, h2d = 0;  // the host shares' legs, for the lock-free update
-    if (of.gpu > 0) {
-        Instr in;
-        in.kind = InstrKind::compute;
-        in.op = Op::optimizer_gpu;
-        in.bytes = p.adam_gpu_bytes_per_param() * shard * of.gpu;  // as the lowering's step
-        in.count = shard * of.gpu;
-        opt_gpu = static_cast<double>(compute_cost(in, ctx).duration_ns) * 1e-9;
-    }
-    if (of.cpu > 0 || of.ssd > 0) {
-        d2h = shared_s(transfer_demand(copy_instr(CopyKind::d2h, p.grad_bytes() * shard * (of.cpu + of.ssd)), ctx), c_);
-        Instr adam;
-        adam.kind = InstrKind::optimizer;
-        adam.stream = Stream::cpu;
-        if (of.cpu > 0) {
-            adam.count = shard * of.cpu;
-            const double update = shared_s(transfer_demand(adam, ctx), c_);
-            const double up = shared_s(transfer_demand(copy_instr(CopyKind::h2d, wb * shard * of.cpu * p.offload.params.gpu), ctx), c_);
-            opt_cpu = d2h + update + up;
-            host_update += update;  // the ssd share's sub-groups follow on the same host stream
-            h2d += up;
-        }
-        if (of.ssd > 0) {
-            adam.count = shard * of.ssd;
-            // The fp32 master (none in a pure fp32 plan) and the moments come in and go back in
-            // sub-groups on one SSD stream (the lowering's optimizer step): reads and writes add up,
-            // and the host's update runs under them.
-            const double state = ((p.has_master() ? 4.0 : 0.0) + p.adam_moment_bytes()) * shard * of.ssd;
-            const double rd = shared_s(transfer_demand(copy_instr(CopyKind::ssd_read, state), ctx), c_);
-            const double wr = shared_s(transfer_demand(copy_instr(CopyKind::ssd_write, state), ctx), c_);
-            const double update = std::max(rd + wr, shared_s(transfer_demand(adam, ctx), c_));
-            const double up = shared_s(transfer_demand(copy_instr(CopyKind::h2d, wb * shard * of.ssd * p.offload.params.gpu), ctx), c_);
-            opt_ssd = d2h + update + up;
-            host_update += update;
-            h2d += up;
-        }
-    }
-    const double opt = std::max({opt_gpu, opt_cpu, opt_ssd});
+    // Optimizer on its tiers, each fraction at once; the slowest bounds the step. It starts as the
+    // pipeline drains, on every stage about at once, so the stage with the most parameters
+    // bounds it: the worst-computing one, or one holding the embedding or the head (DualPipeV's
+    // rank 0 holds both and computes least).
     const double pipe = e.compute_s + e.bubble_s;
-    // Lock-free update (the lowering's step()): the host's update of step i's gradients runs under
-    // step i+1's forward and backward; what shows is its excess over them, then the D2H of the new
-    // gradients beside the H2D of the update (each way its own PCIe direction).
-    e.optimizer_s = p.lock_free_update ? std::max(opt_gpu, std::max(d2h, h2d) + std::max(0.0, host_update - pipe)) : opt;
+    const auto optimizer_s = [&](const StageParams& ss) {
+        const double shard = p.zero_stage >= 1 ? ss.dense / dpg + ss.expert / edp : ss.total();
+        const TierSplit& of = p.offload.optimizer;
+        double opt_gpu = 0, opt_cpu = 0, opt_ssd = 0;
+        double d2h = 0, host_update = 0, h2d = 0;  // the host shares' legs, for the lock-free update
+        if (of.gpu > 0) {
+            Instr in;
+            in.kind = InstrKind::compute;
+            in.op = Op::optimizer_gpu;
+            in.bytes = p.adam_gpu_bytes_per_param() * shard * of.gpu;  // as the lowering's step
+            in.count = shard * of.gpu;
+            opt_gpu = static_cast<double>(compute_cost(in, ctx).duration_ns) * 1e-9;
+        }
+        if (of.cpu > 0 || of.ssd > 0) {
+            d2h = shared_s(transfer_demand(copy_instr(CopyKind::d2h, p.grad_bytes() * shard * (of.cpu + of.ssd)), ctx), c_);
+            Instr adam;
+            adam.kind = InstrKind::optimizer;
+            adam.stream = Stream::cpu;
+            if (of.cpu > 0) {
+                adam.count = shard * of.cpu;
+                const double update = shared_s(transfer_demand(adam, ctx), c_);
+                const double up = shared_s(transfer_demand(copy_instr(CopyKind::h2d, wb * shard * of.cpu * p.offload.params.gpu), ctx), c_);
+                opt_cpu = d2h + update + up;
+                host_update += update;  // the ssd share's sub-groups follow on the same host stream
+                h2d += up;
+            }
+            if (of.ssd > 0) {
+                adam.count = shard * of.ssd;
+                // The fp32 master (none in a pure fp32 plan) and the moments come in and go back in
+                // sub-groups on one SSD stream (the lowering's optimizer step): reads and writes add up,
+                // and the host's update runs under them.
+                const double state = ((p.has_master() ? 4.0 : 0.0) + p.adam_moment_bytes()) * shard * of.ssd;
+                const double rd = shared_s(transfer_demand(copy_instr(CopyKind::ssd_read, state), ctx), c_);
+                const double wr = shared_s(transfer_demand(copy_instr(CopyKind::ssd_write, state), ctx), c_);
+                const double update = std::max(rd + wr, shared_s(transfer_demand(adam, ctx), c_));
+                const double up = shared_s(transfer_demand(copy_instr(CopyKind::h2d, wb * shard * of.ssd * p.offload.params.gpu), ctx), c_);
+                opt_ssd = d2h + update + up;
+                host_update += update;
+                h2d += up;
+            }
+        }
+        const double opt = std::max({opt_gpu, opt_cpu, opt_ssd});
+        // Lock-free update (the lowering's step()): the host's update of step i's gradients runs under
+        // step i+1's forward and backward; what shows is its excess over them, then the D2H of the new
+        // gradients beside the H2D of the update (each way its own PCIe direction).
+        return p.lock_free_update ? std::max(opt_gpu, std::max(d2h, h2d) + std::max(0.0, host_update - pipe)) : opt;
+    };
+    // The stages that can hold the most parameters: the worst-computing one and the edges'.
+    std::vector<int> heavy{worst_stage};
+    for (int s : {0, head_stage(p)})
+        if (std::find(heavy.begin(), heavy.end(), s) == heavy.end()) heavy.push_back(s);
+    const auto params_of = [&](int s) { return s == worst_stage ? sp : stage_params(m_, p, s); };
+    e.optimizer_s = 0;
+    for (int s : heavy) e.optimizer_s = std::max(e.optimizer_s, optimizer_s(params_of(s)));
 
     // Parameters on cpu/ssd: every layer's parameters come in before its forward and backward of
     // every micro-batch, prefetched one layer ahead: only what exceeds the layer's compute shows.
     // Under ZeRO-3 a rank brings up only its shard, which the layer's all-gather completes (the
-    // lowering's fetch_params); pipelined FSDP does so once a step, at the first forward.
-    const int stage_layers_n = std::max(1, layers[static_cast<std::size_t>(worst_stage)]);
+    // lowering's fetch_params); pipelined FSDP does so once a step, at the first forward. Each
+    // stage's own: the one that holds the embedding and head (DualPipeV's rank 0 holds both) can
+    // be the slowest though it computes least.
     if (!p.offload.params.all_gpu()) {
         const bool sharded = p.zero_stage == 3 && dpg > 1;
         const auto up_s = [&](double params) {  // params homed off the GPU, brought up
@@ -514,26 +529,34 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
                 t = std::max(t, shared_s(transfer_demand(copy_instr(CopyKind::ssd_read, bytes * p.offload.params.ssd), ctx), c_));
             return t;
         };
-        // Unsharded, the embedding's and head's units come up apart from the layers, each just
-        // before it is used, with nothing to hide behind (the lowering's fetch_edge): the
-        // embedding before each forward, the head before each forward and backward (one stage
-        // with a tied table: the table comes with the head as well).
-        double edges = 0, edge_s = 0;
-        if (!sharded) {
-            const StageEdgeParams ep = stage_edge_params(m_, p, worst_stage);
-            edges = ep.total();
-            const double head_fetch = ep.head + (ep.head > 0 && head_reads_embedding_table(m_, p) ? ep.embedding : 0.0);
-            edge_s = (ep.embedding > 0 ? up_s(ep.embedding) : 0.0) + (ep.head > 0 ? 2 * up_s(head_fetch + ep.head_expert) : 0.0);
-        }
-        const double layer_params = (sharded ? sp.dense / dpg + sp.expert / edp : sp.total() - edges) / stage_layers_n;
-        double fetch = up_s(layer_params);
-        // Sharded, the layer's all-gather follows its slice's H2D in one chain, one layer ahead.
-        if (sharded) fetch += alone_s(transfer_demand(coll(CollKind::all_gather, Group::dp, dpg, wb * sp.dense / stage_layers_n), ctx));
-        // Pipelined FSDP fetches once a step, at each stage's first forward: those lie one after
-        // another on the pipeline's fill, so every stage's wait adds up.
-        const bool once = sharded && p.pipelined_fsdp();
-        const double per_layer = std::max(0.0, fetch - lt.fwd_s) + (once ? 0.0 : std::max(0.0, fetch - lt.bwd_s));
-        e.offload_s = (once ? pp : m) * stage_layers_n * per_layer + m * edge_s;
+        const auto stage_fetch_s = [&](int s) {
+            const int n_layers = std::max(1, layers[static_cast<std::size_t>(s)]);
+            const StageParams ss = params_of(s);
+            // Unsharded, the embedding's and head's units come up apart from the layers, each just
+            // before it is used, with nothing to hide behind (the lowering's fetch_edge): the
+            // embedding before each forward, the head before each forward and backward (one stage
+            // with a tied table: the table comes with the head as well).
+            double edges = 0, edge_s = 0;
+            if (!sharded) {
+                const StageEdgeParams ep = stage_edge_params(m_, p, s);
+                edges = ep.total();
+                const double head_fetch = ep.head + (ep.head > 0 && head_reads_embedding_table(m_, p) ? ep.embedding : 0.0);
+                edge_s = (ep.embedding > 0 ? up_s(ep.embedding) : 0.0) + (ep.head > 0 ? 2 * up_s(head_fetch + ep.head_expert) : 0.0);
+            }
+            const double layer_params = (sharded ? ss.dense / dpg + ss.expert / edp : ss.total() - edges) / n_layers;
+            double fetch = up_s(layer_params);
+            // Sharded, the layer's all-gather follows its slice's H2D in one chain, one layer ahead.
+            if (sharded) fetch += alone_s(transfer_demand(coll(CollKind::all_gather, Group::dp, dpg, wb * ss.dense / n_layers), ctx));
+            // Pipelined FSDP fetches once a step, at each stage's first forward: those lie one after
+            // another on the pipeline's fill, so every stage's wait adds up.
+            const bool once = sharded && p.pipelined_fsdp();
+            const double layer_f = lt.fwd_s, layer_b = lt.bwd_s;
+            const double per_layer = std::max(0.0, fetch - layer_f) + (once ? 0.0 : std::max(0.0, fetch - layer_b));
+            return (once ? pp : m) * n_layers * per_layer + m * edge_s;
+        };
+        double slowest = 0;
+        for (int s : heavy) slowest = std::max(slowest, m * stage_fb[static_cast<std::size_t>(s)] + stage_fetch_s(s));
+        e.offload_s = slowest - m * worst;
     }
     // Activations on cpu/ssd: each layer's kept activations go down after its forward and come back
     // before its backward, prefetched one layer ahead (the lowering's forward pass and
@@ -554,7 +577,9 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
             down += shared_s(transfer_demand(copy_instr(CopyKind::ssd_write, act_bytes * af.ssd), ctx), c_);
             up += shared_s(transfer_demand(copy_instr(CopyKind::ssd_read, act_bytes * af.ssd), ctx), c_);
         }
-        const double per_mb = std::max(down, up) + std::min(down, up) / vpp;
+        // DualPipeV pairs one chunk's forward with the other's backward, so their copies run at
+        // once, each its own PCIe direction.
+        const double per_mb = std::max(down, up) + (p.schedule == Schedule::dualpipe_v ? 0.0 : std::min(down, up) / vpp);
         e.offload_s += m * std::max(0.0, per_mb - worst);
     }
 

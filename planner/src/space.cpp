@@ -76,6 +76,19 @@ bool virtual_stages_filled(const ModelSpec& m, int pp, int vpp) {
     return true;
 }
 
+// DualPipeV's V: validate_plan's rule that every virtual stage but the last gets a layer, under
+// the default split (dualpipe_v_split, balanced by FLOPs around rank 0's two ends).
+bool dualpipev_filled(const ModelSpec& m, int pp) {
+    PlanSpec q;
+    q.pp = pp;
+    q.vpp = 2;
+    q.schedule = Schedule::dualpipe_v;
+    const std::vector<int> per_virtual = virtual_stage_layers(m, q);
+    for (std::size_t v = 0; v + 1 < per_virtual.size(); ++v)
+        if (per_virtual[v] < 1) return false;
+    return true;
+}
+
 bool tp_ok(const ModelSpec& m, int tp) {
     if (m.heads % tp != 0) return false;
     // Megatron replicates KV heads when tp > kv_heads; otherwise they must split evenly.
@@ -168,6 +181,7 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                                     if (v > 1 && v <= s.max_vpp && virtual_stages_filled(m, pp, v))
                                         scheds.push_back({Schedule::interleaved_1f1b, v});
                             }
+                            if (s.search_dualpipev && micro >= 2 * pp && dualpipev_filled(m, pp)) scheds.push_back({Schedule::dualpipe_v, 2});
                         }
                         for (auto [sched, vpp] : scheds) {
                             if (stop) break;
@@ -193,9 +207,10 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                                             if (dp * cp == 1 && zero > 0) ok = false;     // nothing to shard over
                                             if (sp == 1 && (m.seq_len / cp) % tp != 0) ok = false;  // SP splits the sequence over tp
                                             if (zero < off.min_zero_stage) ok = false;
-                                            // Combined 1F1B: with a pipeline only interleaved, never
-                                            // around a full recomputation (validate_plan's rules).
-                                            if (a2a_overlap && ((pp > 1 && sched != Schedule::interleaved_1f1b) || rc == Recompute::full)) ok = false;
+                                            // Combined 1F1B: with a pipeline only interleaved (or DualPipeV's
+                                            // pairs), never around a full recomputation (validate_plan's rules).
+                                            const bool pairs = sched == Schedule::interleaved_1f1b || sched == Schedule::dualpipe_v;
+                                            if (a2a_overlap && ((pp > 1 && !pairs) || rc == Recompute::full)) ok = false;
                                             if (!ok) {
                                                 ++k.invalid;
                                                 continue;
@@ -225,9 +240,9 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                                             if (!s.framework.empty()) {
                                                 p.framework = s.framework;
                                                 apply_framework(p);
-                                                // A preset that fixes the exchange (DeepSpeed's Ulysses) makes the
-                                                // other one a copy.
-                                                if (framework_refusal(p) || p.cp_comm_type != comm) {
+                                                // A preset that fixes the exchange (DeepSpeed's Ulysses) or the EP
+                                                // overlap (torchtitan's under DualPipeV) makes the other one a copy.
+                                                if (framework_refusal(p) || p.cp_comm_type != comm || p.moe_a2a_overlap != a2a_overlap) {
                                                     ++k.invalid;
                                                     continue;
                                                 }

@@ -243,3 +243,42 @@ TEST_CASE("torchtitan's async TP reduces in bf16 under FP8", "[frameworks][tp_ov
     CHECK(plan(R"(, "framework": "megatron-bridge", "tp": 8, "sequence_parallel": true, "tp_comm_overlap": true)").tp_overlap_rs_fp8);
     CHECK(plan(R"(, "tp": 8, "sequence_parallel": true, "tp_comm_overlap": true)").tp_overlap_rs_fp8);
 }
+
+TEST_CASE("DualPipeV where its frameworks run it, and torchtitan's EP overlap in its pairs", "[frameworks][dualpipev]") {
+    // PyTorch's ScheduleDualPipeV is torchtitan's pipeline_parallel_schedule "DualPipeV"; it raises
+    // for stages with torch.compile'd modules; DeepSpeed's PipelineEngine has only gpipe and 1F1B.
+    const std::string v = R"(, "pp": 2, "vpp": 2, "schedule": "dualpipev", "dp": 4, "zero_stage": 3)";
+    CHECK(refusal(plan(R"(, "framework": "torchtitan")" + v)).empty());
+    CHECK_THAT(refusal(plan(R"(, "framework": "torchtitan-compile")" + v)),
+               Contains("plan.schedule") && Contains("torch.compile") && Contains("\"torchtitan\""));
+    CHECK_THAT(refusal(plan(R"(, "framework": "megatron-lm-2021", "pp": 2, "vpp": 2, "schedule": "dualpipev", "dp": 4)")),
+               Contains("plan.schedule") && Contains("torchtitan"));
+    CHECK(refusal(plan(R"(, "framework": "megatron-core", "pp": 2, "vpp": 2, "schedule": "dualpipev", "dp": 4)")).empty());
+    // pipeline_parallel_expert_parallel_overlap defaults to True (job_config.py): the preset turns
+    // the EP overlap on under DualPipeV with EP, and only there.
+    const char* moe_model = R"({"name": "m", "layers": 8, "hidden": 512, "heads": 8, "kv_heads": 4, "ffn_hidden": 1536,
+                               "vocab": 1000, "seq_len": 256, "position": "rope", "norm": "rmsnorm", "ffn": "swiglu",
+                               "moe": {"experts": 8, "top_k": 2, "expert_ffn_hidden": 512}})";
+    auto refusal_moe = [&](const PlanSpec& p) -> std::string {
+        try {
+            validate_plan(model_from_json_text(moe_model, "m.json"), cluster_for(p), p, "p.json");
+        } catch (const strata::InputError& e) {
+            return e.path() + ": " + e.rule();
+        }
+        return "";
+    };
+    const PlanSpec ep = plan(R"(, "framework": "torchtitan", "ep": 4, "recompute": "none")" + v);
+    CHECK(ep.moe_a2a_overlap);
+    CHECK_THAT(origin_of(explain_plan(ep), "moe_a2a_overlap").origin, Contains("framework torchtitan"));
+    CHECK(refusal_moe(ep).empty());
+    CHECK_FALSE(plan(R"(, "framework": "torchtitan", "pp": 2, "dp": 4, "zero_stage": 3, "ep": 4)").moe_a2a_overlap);  // 1F1B
+    CHECK_FALSE(plan(R"(, "framework": "torchtitan")" + v).moe_a2a_overlap);                                     // no EP
+    // With activation checkpointing torchtitan raises NotImplementedError (get_dual_pipe_v_flag);
+    // the overlap turned off, checkpointing runs.
+    CHECK_THAT(refusal_moe(plan(R"(, "framework": "torchtitan", "ep": 4, "recompute": "full")" + v)),
+               Contains("plan.recompute") && Contains("torchtitan"));
+    CHECK(refusal_moe(plan(R"(, "framework": "torchtitan", "ep": 4, "recompute": "full", "moe_a2a_overlap": false)" + v)).empty());
+    // Outside DualPipeV torchtitan has no EP overlap.
+    CHECK_THAT(refusal_moe(plan(R"(, "framework": "torchtitan", "pp": 2, "dp": 4, "zero_stage": 3, "ep": 4, "moe_a2a_overlap": true)")),
+               Contains("plan.moe_a2a_overlap"));
+}

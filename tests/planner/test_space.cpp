@@ -213,34 +213,45 @@ TEST_CASE("MoE plans try DeepEP's dispatch wherever there is EP, inside nodes an
 }
 
 TEST_CASE("MoE plans try the all-to-all overlap where Megatron-Core runs it", "[planner][space][moe][a2a_overlap]") {
-    // Combined 1F1B: every EP layout without a pipeline, and with one only interleaved; never
-    // with full recompute; not for a framework that does not have it.
+    // Combined 1F1B: every EP layout without a pipeline, and with one only interleaved (or in
+    // DualPipeV's pairs); never with full recompute; not for a framework that does not have it.
     const ModelSpec m = small_moe();
     const ClusterSpec c = two_nodes();
     planner::SearchSpace s;
     s.global_batch = 64;
     s.search_offload = false;
-    std::int64_t with = 0, pp1 = 0, interleaved = 0, plain_pp1 = 0;
+    std::int64_t with = 0, pp1 = 0, interleaved = 0, plain_pp1 = 0, dualpipev = 0;
     planner::enumerate_plans(m, c, s, [&](const PlanSpec& p) {
         if (p.ep >= 2 && p.pp == 1 && !p.moe_a2a_overlap && p.recompute != Recompute::full) ++plain_pp1;
         if (!p.moe_a2a_overlap) return true;
         ++with;
         CHECK(p.ep >= 2);
         CHECK(p.recompute != Recompute::full);
-        CHECK((p.pp == 1 || p.schedule == Schedule::interleaved_1f1b));
-        ++(p.pp == 1 ? pp1 : interleaved);
+        CHECK((p.pp == 1 || p.schedule == Schedule::interleaved_1f1b || p.schedule == Schedule::dualpipe_v));
+        ++(p.pp == 1 ? pp1 : p.schedule == Schedule::dualpipe_v ? dualpipev : interleaved);
         REQUIRE_NOTHROW(validate_plan(m, c, p, "enumerated"));
         return true;
     });
     CHECK(pp1 == plain_pp1);  // each such layout in both variants
     CHECK(interleaved > 0);
+    CHECK(dualpipev > 0);
+    // torchtitan overlaps EP only in DualPipeV's pairs (pipeline_parallel_expert_parallel_overlap,
+    // its default there, which refuses activation checkpointing): every DualPipeV plan with EP has
+    // it, no other plan does.
     s.framework = "torchtitan";
-    std::int64_t titan = 0;
+    std::int64_t titan = 0, titan_dpv = 0;
     planner::enumerate_plans(m, c, s, [&](const PlanSpec& p) {
         titan += p.moe_a2a_overlap;
+        if (p.schedule == Schedule::dualpipe_v && p.ep > 1) {
+            ++titan_dpv;
+            CHECK(p.moe_a2a_overlap);
+            CHECK(p.recompute == Recompute::none);
+        }
+        if (p.moe_a2a_overlap) CHECK(p.schedule == Schedule::dualpipe_v);
         return true;
     });
-    CHECK(titan == 0);
+    CHECK(titan_dpv > 0);
+    CHECK(titan == titan_dpv);
     s.framework = "megatron-bridge";
     std::int64_t bridge = 0;
     planner::enumerate_plans(m, c, s, [&](const PlanSpec& p) {
@@ -500,4 +511,44 @@ TEST_CASE("CP plans try Ulysses' all-to-all where a TP rank's heads split over c
     CHECK(gathered > 0);
     s.framework = "deepspeed";
     for (const auto& [tc, n] : count(s)) CHECK(n.first == 0);
+}
+
+TEST_CASE("DualPipeV is offered where its V fits: pp > 1, 2 x pp micro-batches, under the frameworks that run it", "[planner][space][dualpipev]") {
+    const ModelSpec m = small_gpt();
+    const ClusterSpec c = two_nodes();
+    planner::SearchSpace s;
+    s.global_batch = 64;
+    s.search_offload = false;
+    std::int64_t n = 0;
+    std::set<int> pps;
+    planner::enumerate_plans(m, c, s, [&](const PlanSpec& p) {
+        if (p.schedule != Schedule::dualpipe_v) return true;
+        ++n;
+        pps.insert(p.pp);
+        CHECK(p.vpp == 2);
+        CHECK(p.pp > 1);
+        CHECK(p.micro_batches() >= 2 * p.pp);
+        REQUIRE_NOTHROW(validate_plan(m, c, p, "enumerated"));
+        return true;
+    });
+    CHECK(n > 0);
+    // 12 layers: the V's 2 pp virtual stages need a layer each but the last (the head's), so pp 2
+    // and 4 fit; pp 8's 16 virtual stages do not (its plans exist for 1F1B).
+    CHECK(pps == std::set<int>{2, 4});
+    auto count = [&](const std::string& fw, bool search) {
+        planner::SearchSpace f = s;
+        f.framework = fw;
+        f.search_dualpipev = search;
+        std::int64_t k = 0;
+        planner::enumerate_plans(m, c, f, [&](const PlanSpec& p) {
+            k += p.schedule == Schedule::dualpipe_v;
+            return true;
+        });
+        return k;
+    };
+    CHECK(count("", false) == 0);
+    CHECK(count("deepspeed", true) == 0);           // PipelineEngine: gpipe and 1F1B
+    CHECK(count("torchtitan-compile", true) == 0);  // ScheduleDualPipeV refuses compiled stages
+    CHECK(count("torchtitan", true) > 0);
+    CHECK(count("megatron-core", true) > 0);
 }

@@ -17,7 +17,7 @@ namespace strata::sim {
 namespace {
 
 /// When a knob applies, in terms of the plan's stated fields.
-enum class When { always, fused_attention, mixed16, tp_sp, zero3, fsdp_shards, below_zero3, pipelined, pipelined_tp, context_parallel };
+enum class When { always, fused_attention, mixed16, tp_sp, zero3, fsdp_shards, below_zero3, pipelined, pipelined_tp, context_parallel, dualpipev_ep };
 
 struct Knob {
     const char* key;
@@ -47,6 +47,7 @@ bool applies(When w, const PlanSpec& p) {
     case When::pipelined: return p.pp > 1;
     case When::pipelined_tp: return p.pp > 1 && p.tp > 1 && !p.sequence_parallel;  // with SP the tensors are split already
     case When::context_parallel: return p.cp > 1;
+    case When::dualpipev_ep: return p.schedule == Schedule::dualpipe_v && p.pp > 1 && p.ep > 1;
     }
     return false;
 }
@@ -119,6 +120,10 @@ std::vector<Knob> torchtitan_knobs(bool compiled) {
              "torchtitan distributed/fsdp.py: fully_shard(mp_policy = MixedPrecisionPolicy(param_dtype = bf16, reduce_dtype = "
              "fp32)) over the fp32 model (training.mixed_precision_param), so FSDP2's shards are fp32 and cast at the gather"},
             kTorchCpAllGather,
+            {"moe_a2a_overlap", "true", When::dualpipev_ep,
+             "torchtitan job_config.py: parallelism.pipeline_parallel_expert_parallel_overlap defaults to True; under DualPipeV "
+             "with EP each overlapped forward/backward pair (PyTorch's OVERLAP_F_B) runs the two passes in two threads that "
+             "trade compute for the other's dispatch and combine (torchtitan distributed/dual_pipe_v.py)"},
             {"tp_overlap_rs_fp8", "false", When::always,
              "torchtitan's async TP under Float8: torch's fused_scaled_matmul_reduce_scatter reduce-scatters the scaled "
              "matmul's bf16 output (fused_all_gather_scaled_matmul gathers the FP8 input)"}};
@@ -416,8 +421,16 @@ std::optional<FrameworkRefusal> framework_refusal(const PlanSpec& p) {
                                          "and ZeRO-3 are incompatible with pipeline parallelism");
     if (deepspeed_like && (p.schedule == Schedule::interleaved_1f1b || p.schedule == Schedule::dualpipe_v))
         return refuse("plan.schedule", "must be gpipe or 1f1b: DeepSpeed's PipelineEngine has no interleaved schedule");
-    if (p.schedule == Schedule::dualpipe_v && !megatron_like)
-        return refuse("plan.schedule", "must not be dualpipev: DualPipeV runs in Megatron-Core and DeepSeek's own code");
+    // PyTorch's ScheduleDualPipeV (torch.distributed.pipelining, DeepSeek's dualpipev.py steps with
+    // the same zero-bubble split and overlapped pairs) is torchtitan's pipeline_parallel_schedule
+    // "DualPipeV"; it raises for stages holding torch.compile'd modules.
+    if (p.schedule == Schedule::dualpipe_v && fw == "torchtitan-compile")
+        return refuse("plan.schedule", "must not be dualpipev under torch.compile: PyTorch's ScheduleDualPipeV raises for stage "
+                                       "modules compiled with torch.compile (_check_torch_compile_compatibility; use plan.framework = "
+                                       "\"torchtitan\")");
+    if (p.schedule == Schedule::dualpipe_v && !megatron_like && fw != "torchtitan")
+        return refuse("plan.schedule", "must not be dualpipev: DualPipeV runs in DeepSeek's own code, Megatron-Core and torchtitan "
+                                       "(PyTorch's ScheduleDualPipeV)");
     // torchtitan's async TP (compile.enable_async_tensor_parallel: Inductor's pass pipelines the
     // TP all-gathers and reduce-scatters with their matmuls) needs torch.compile on the model.
     if (p.tp_comm_overlap && fw == "torchtitan")
@@ -428,9 +441,17 @@ std::optional<FrameworkRefusal> framework_refusal(const PlanSpec& p) {
                                               "Megatron-Core and torchtitan's async TP");
     // Megatron-Core 0.14's combined 1F1B (--overlap-moe-expert-parallel-comm, 2025): Megatron-Bridge's
     // recipes, not NeMo 1.x's launcher of 2024.
-    if (p.moe_a2a_overlap && fw != "megatron-core" && fw != "megatron-bridge")
+    // torchtitan overlaps EP with DualPipeV's pairs only, and not beside activation checkpointing
+    // (dual_pipe_v.py's get_dual_pipe_v_flag raises NotImplementedError).
+    const bool titan_pairs = fw == "torchtitan" && p.schedule == Schedule::dualpipe_v;
+    if (p.moe_a2a_overlap && titan_pairs && p.ep > 1 && p.recompute != Recompute::none)
+        return refuse("plan.recompute", "must be \"none\" with the EP overlap of torchtitan's DualPipeV: torchtitan raises "
+                                        "NotImplementedError for expert parallel with DualPipeV and activation checkpointing (set "
+                                        "plan.moe_a2a_overlap false to checkpoint)");
+    if (p.moe_a2a_overlap && fw != "megatron-core" && fw != "megatron-bridge" && !titan_pairs)
         return refuse("plan.moe_a2a_overlap", "must be false: the EP all-to-all overlap is Megatron-Core's combined 1F1B "
-                                              "(--overlap-moe-expert-parallel-comm) and DeepSeek's DualPipe");
+                                              "(--overlap-moe-expert-parallel-comm), DeepSeek's DualPipe and torchtitan's "
+                                              "DualPipeV");
     if (p.moe_dispatcher == MoeDispatcher::deepep && !megatron_like && fw != "nemo-automodel")
         return refuse("plan.moe_dispatcher", "must be \"alltoall\": the DeepEP dispatcher is Megatron-Core's and NeMo AutoModel's here");
     if (p.lock_free_update)

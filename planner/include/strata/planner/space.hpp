@@ -23,6 +23,9 @@ struct SearchSpace {
     std::vector<int> zero_stages{0, 1, 2, 3};
     std::vector<sim::Recompute> recomputes{sim::Recompute::none, sim::Recompute::selective, sim::Recompute::full};
     bool search_gpipe = true;
+    /// pp > 1: also DeepSeek's DualPipeV (two chunks a rank in a V, at least 2 x pp micro-batches),
+    /// where the framework runs it (no framework: DeepSeek's own code; Megatron-Core; torchtitan).
+    bool search_dualpipev = true;
     bool search_sequence_parallel = true;   ///< also try sp off when tp > 1
     bool search_expert_tp = true;           ///< MoE with tp > 1: also try whole experts (expert_tp 1, EP over tp x cp x dp)
     bool search_deepep = true;              ///< MoE with EP: also try DeepEP's dispatch (a copy per GPU and node reached)
