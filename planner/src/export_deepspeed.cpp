@@ -179,6 +179,9 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
     if (!p.offload.activations.all_gpu() && p.recompute == Recompute::none) r.unsupported.push_back("activation offload without checkpointing");
     if (is_split(p.offload.params)) r.unsupported.push_back("fractional parameter offload");
     if (is_split(p.offload.optimizer) && od == "nvme") r.unsupported.push_back("fractional NVMe optimizer offload");
+    if (od == "nvme" && stage < 3)
+        r.unsupported.push_back("NVMe optimizer offload below ZeRO-3 (DeepSpeed's ZeRO-1/2 optimizer runs an nvme device as CPU "
+                                "offload: the state stays in host memory)");
     r.text = j.dump(2) + "\n";
     return r;
 }
@@ -248,6 +251,9 @@ PlanSpec read_deepspeed(const nlohmann::json& j, int gpus, const DeepSpeedModelC
             else if (dev != "none") throw InputError(file, std::string("zero_optimization.") + key + ".device", "must be none, cpu or nvme (got \"" + dev + "\")");
         };
         tier("offload_optimizer", p.offload.optimizer);
+        // Below ZeRO-3 DeepSpeed's optimizer (stage_1_and_2.py) takes any device but none as CPU
+        // offload, wholly (no swapper, no ratio).
+        if (stage < 3 && !p.offload.optimizer.all_gpu()) p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
         tier("offload_param", p.offload.params);
     }
     const bool overlap_comm_stated = j.contains("zero_optimization") && j.at("zero_optimization").contains("overlap_comm");

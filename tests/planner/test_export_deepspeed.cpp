@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "strata/common/error.hpp"
+#include "strata/lowering/frameworks.hpp"
 #include "strata/lowering/spec_io.hpp"
 #include "strata/planner/export.hpp"
 #include "support/rule_expr.hpp"
@@ -219,4 +220,47 @@ TEST_CASE("Megatron arguments of a user's launch line import into a plan", "[pla
     const sim::PlanSpec q = planner::plan_from_megatron_args("--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout \"Et*3|t*2,mL\"", 8, "a");
     CHECK(q.layer_split == std::vector<int>{3, 2});
     CHECK(q.virtual_layer_split.empty());
+}
+
+TEST_CASE("below ZeRO-3 DeepSpeed runs an NVMe optimizer offload as CPU offload", "[planner][export][import][offload]") {
+    // stage_1_and_2.py sets cpu_offload for any offload_optimizer device but none and takes no
+    // ratio; only stage3.py swaps the optimizer to NVMe (swap_optimizer = device == nvme).
+    auto import = [](int stage, const char* device, double ratio) {
+        const std::string text = R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}, "zero_optimization": {"stage": )" +
+                                 std::to_string(stage) + R"(, "offload_optimizer": {"device": ")" + device + R"(", "ratio": )" +
+                                 std::to_string(ratio) + "}}}";
+        return planner::plan_from_deepspeed_config(text, 8, {}, "ds.json").offload.optimizer;
+    };
+    for (int stage : {1, 2}) {
+        const sim::TierSplit nvme = import(stage, "nvme", 1.0), part = import(stage, "cpu", 0.5);
+        INFO("stage " << stage);
+        CHECK(nvme.cpu == 1.0);
+        CHECK(nvme.ssd == 0.0);
+        CHECK(part.cpu == 1.0);
+        CHECK(part.gpu == 0.0);
+    }
+    CHECK(import(3, "nvme", 1.0).ssd == 1.0);
+    CHECK(import(3, "cpu", 0.5).cpu == Approx(0.5));
+    // A plan that says SSD below ZeRO-3 is refused under DeepSpeed (naming what runs instead), and
+    // a DeepSpeed export of one (no framework named) says what DeepSpeed will do with it.
+    sim::PlanSpec p;
+    p.dp = 8;
+    p.global_batch = 64;
+    p.precision = sim::Precision::bf16;
+    p.zero_stage = 2;
+    p.offload.optimizer = sim::TierSplit{0, 0, 1};
+    p.framework = "deepspeed";
+    const auto why = sim::framework_refusal(p);
+    REQUIRE(why.has_value());
+    CHECK(why->field == "plan.offload.optimizer");
+    CHECK_THAT(why->rule, Catch::Matchers::Contains("stage_1_and_2") && Catch::Matchers::Contains("\"cpu\""));
+    p.zero_stage = 3;
+    CHECK_FALSE(sim::framework_refusal(p).has_value());
+    p.zero_stage = 2;
+    p.framework.clear();
+    const sim::ModelSpec m = sim::load_scenario(std::string(STRATA_SOURCE_DIR) + "/scenarios/llama-2-13b-angel-ptm.json").model;
+    const planner::ExportResult r = planner::export_deepspeed(m, p);
+    bool named = false;
+    for (const std::string& u : r.unsupported) named = named || u.find("below ZeRO-3") != std::string::npos;
+    CHECK(named);
 }

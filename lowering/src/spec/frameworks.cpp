@@ -460,6 +460,13 @@ std::optional<FrameworkRefusal> framework_refusal(const PlanSpec& p) {
     const bool any_ssd = o.optimizer.ssd > 0 || o.params.ssd > 0 || o.grads.ssd > 0 || o.activations.ssd > 0;
     if (any_ssd && !deepspeed_like)
         return refuse("plan.offload", "must keep everything off the SSD: NVMe offload is DeepSpeed's ZeRO-Infinity");
+    // DeepSpeed's ZeRO-1/2 optimizer (stage_1_and_2.py) sets cpu_offload for any offload_optimizer
+    // device but none: an "nvme" device runs as CPU offload there. Only ZeRO-3's optimizer swaps
+    // its state to NVMe (stage3.py: swap_optimizer = device == nvme).
+    if (o.optimizer.ssd > 0 && p.zero_stage < 3)
+        return refuse("plan.offload.optimizer", "must not be on the SSD below ZeRO-3: DeepSpeed's ZeRO-1/2 optimizer runs an "
+                                                "\"nvme\" offload_optimizer device as CPU offload (stage_1_and_2.py), its state in "
+                                                "host memory; set \"cpu\", or plan.zero_stage 3 (ZeRO-Infinity swaps to NVMe)");
     const bool states_off = !o.params.all_gpu() || !o.grads.all_gpu();
     if (!o.optimizer.all_gpu() && (fw == "llm.c" || fw == "megatron-lm-2021"))
         return refuse("plan.offload.optimizer", "must be \"gpu\": this framework has no optimizer offload");
