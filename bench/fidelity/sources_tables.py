@@ -150,6 +150,7 @@ def bridge():
             # QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_*_V1: moe_a2a_overlap=True (the 30B and DeepSeek-V3
             # H100 recipes set it False).
             e["plan"]["moe_a2a_overlap"] = True
+            e["stated_knobs"] = e.get("stated_knobs", []) + ["moe_a2a_overlap"]  # the recipe states it
             e["assumptions"].append("moe_a2a_overlap: the H100 recipe sets moe_a2a_overlap=True "
                                     "(Megatron-Core batch-level EP overlap)")
         if tag.startswith("qwen3-30b"):
@@ -326,6 +327,7 @@ def bridge_cards():
     e["plan"]["expert_tp"] = 1
     e["plan"]["moe_dispatcher"] = "deepep"
     e["plan"]["moe_a2a_overlap"] = True
+    e["stated_knobs"] = ["moe_a2a_overlap"]  # the card's recipe and expected result state it
     e["completeness"] = "complete-with-assumptions"
     return [e] + bridge_card_pretrain()
 
@@ -348,6 +350,10 @@ def _card(eid, m, section, date, model, gpus, gbs, mbs, tp, pp, vp, ep, tok, tf,
     e["flops_convention"] = FLOPS_MCORE
     e["plan"]["tp_comm_overlap"] = False
     e["plan"].update(plan)
+    # A recipe that sets the EP overlap states it (overlap_moe_expert_parallel_comm): a user who
+    # read it writes it, as the presets-only reading keeps it.
+    if plan.get("moe_a2a_overlap"):
+        e["stated_knobs"] = ["moe_a2a_overlap"]
     return e
 
 

@@ -10,6 +10,7 @@
 #include "runtime_fixtures.hpp"
 #include "strata/common/error.hpp"
 #include "strata/lowering/memory.hpp"
+#include "strata/lowering/tensors.hpp"
 
 using namespace strata;
 using namespace strata::sim;
@@ -214,6 +215,35 @@ TEST_CASE("ZeRO-2 and 3 keep a shard of the gradients (and ZeRO-3 of the weights
     const double z3 = moe_peak(3);
     INFO("MoE ZeRO-3 " << z3 << " B");
     CHECK(z3 < z2);
+}
+
+TEST_CASE("ZeRO-2 reduces a unit above the bucket size whole: the model holds it beside a bucket, as the walk does", "[runtime][memory]") {
+    // Buckets close at the end of a unit (a layer, the head, the embedding), so a unit larger than
+    // dp_bucket_bytes is one bucket, its whole gradients a value until its reduce-scatter, while
+    // the next bucket fills: the widest unit (a layer of tiny_llama(4): 7,744 floats, the head
+    // 2,048 + 32, the embedding 2,048) beside one bucket. Until stop 63 the model counted two
+    // buckets of the size.
+    const double layer = 7744, cap = 256;
+    ModelSpec m = tiny_llama(4);
+    m.seq_len = 64;
+    PlanSpec p = cpu_plan(1, 1, 2);
+    p.zero_stage = 2;
+    p.dp_bucket_bytes = static_cast<std::int64_t>(cap);
+    double buckets = -1;
+    for (const TensorDesc& d : stage_buffers(m, p, 0))
+        if (d.name == "zero2.grad_buckets") buckets = d.bytes;
+    CHECK(buckets == Approx(4 * layer + cap));
+    runtime::RunOptions o;
+    o.memory_only = true;
+    for (bool overlap : {true, false}) {
+        p.overlap_grad_reduce = overlap;
+        runtime::Session s(m, cpu_cluster(p.gpus()), p, o);
+        s.step();
+        s.step();
+        const double walk = s.peak_bytes()[0], model = memory_estimate(m, p, Capacities{}).hbm_bytes - kFrameworkReserveBytes;
+        INFO((overlap ? "overlapped" : "not overlapped") << ": walk " << walk << " B, model " << model << " B");
+        CHECK(std::fabs(model / walk - 1) < 0.02);
+    }
 }
 
 TEST_CASE("memory only: walking the dataflow gives a run's peaks without running it", "[runtime][memory]") {

@@ -126,15 +126,32 @@ void emit_model_states(const PlanSpec& p, const StageParams& sp, Emit&& emit) {
 }
 
 template <class LayerParamsFn, class Emit>
-void emit_buffers(const ModelSpec& m, const PlanSpec& p, const std::vector<int>& layer_ids, const StageParams& sp, LayerParamsFn&& layer,
-                  Emit&& emit) {
+void emit_buffers(const ModelSpec& m, const PlanSpec& p, int stage, const std::vector<int>& layer_ids, const StageParams& sp,
+                  LayerParamsFn&& layer, Emit&& emit) {
     const int nd = p.dp * p.cp;
     const double wb = p.precision == Precision::fp32 ? 4.0 : 2.0;  // weights (the ZeRO-3 gathers)
     const TierSplit gpu{};
-    if (nd > 1 && p.overlap_grad_reduce) {
+    const bool zero2 = p.zero_stage == 2 && nd > 1;
+    if (nd > 1 && (p.overlap_grad_reduce || zero2)) {
         // One bucket being reduced while the next fills (Megatron's DDP), never more than all grads.
-        const double bucket = std::min(static_cast<double>(p.dp_bucket_bytes), p.grad_bytes() * sp.total());
-        emit("dp.grad_buckets", TensorTag::buffers, Lifetime::persistent, 2.0 * bucket, gpu, "2 x bucket", nullptr);
+        const double all = p.grad_bytes() * sp.total();
+        const double bucket = std::min(static_cast<double>(p.dp_bucket_bytes), all);
+        if (!zero2) {
+            emit("dp.grad_buckets", TensorTag::buffers, Lifetime::persistent, 2.0 * bucket, gpu, "2 x bucket", nullptr);
+        } else {
+            // ZeRO-2 keeps a shard: a bucket's whole gradients are a value of their own until its
+            // reduce-scatter, and a bucket closes at the end of a unit (the lowering's build_buckets,
+            // overlapped or not): a unit above the bucket size (a MoE layer's experts, the embedding
+            // table, the head) is reduced whole while the next bucket fills (FSDP's per-module
+            // reduce-scatter; until stop 63 two buckets of the size: DeepSeek-V3's layers at ep 1
+            // 22.5 GB under the walk).
+            double widest = 0;
+            for (int l : layer_ids) widest = std::max({widest, layer(l).dense, layer(l).expert});
+            const StageEdgeParams e = stage_edge_params(m, p, stage);
+            widest = std::max({widest, e.embedding, e.head, e.head_expert}) * p.grad_bytes();
+            emit("zero2.grad_buckets", TensorTag::buffers, Lifetime::persistent, std::min(all, std::max(bucket, widest) + bucket), gpu,
+                 "widest bucket + bucket", nullptr);
+        }
     }
     if (p.pipelined_fsdp() && nd > 1) {
         // Pipelined FSDP holds every layer of the stage gathered from its first forward to its
@@ -211,7 +228,7 @@ std::vector<TensorDesc> stage_buffers(const ModelSpec& m, const PlanSpec& p, int
     std::vector<TensorDesc> out;
     const std::vector<int> ids = stage_layer_ids(m, p, stage);
     const auto layer = [&](int l) { return layer_params_local(m, p, l); };
-    emit_buffers(m, p, ids, stage_params_of(m, p, stage, ids, layer), layer, ListEmit{out});
+    emit_buffers(m, p, stage, ids, stage_params_of(m, p, stage, ids, layer), layer, ListEmit{out});
     return out;
 }
 
@@ -227,7 +244,7 @@ void stage_tensor_bytes(const ModelSpec& m, const PlanSpec& p, int stage, const 
     const auto layer = [&](int l) -> const StageParams& { return layers.get(m, p, l); };
     const StageParams sp = stage_params_of(m, p, stage, layer_ids, layer);
     emit_model_states(p, sp, BytesEmit{out});
-    emit_buffers(m, p, layer_ids, sp, layer, BytesEmit{out});
+    emit_buffers(m, p, stage, layer_ids, sp, layer, BytesEmit{out});
 }
 
 }  // namespace strata::sim
