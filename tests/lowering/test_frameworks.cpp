@@ -204,6 +204,14 @@ TEST_CASE("a framework refuses what it cannot run, naming itself and the field",
     moe.framework = "megatron-lm-2021";
     REQUIRE(framework_refusal(moe).has_value());
     CHECK(framework_refusal(moe)->field == "plan.ep");
+    // FSDP's CPU offload (torchtitan's enable_cpu_offload: FSDP2's CPUOffloadPolicy; Composer's
+    // cpu_offload) moves parameters, gradients and optimizer states to the host together.
+    CHECK(refusal(plan(R"(, "framework": "torchtitan", "dp": 4, "zero_stage": 3, "offload": {"optimizer": "cpu", "params": "cpu"})")).empty());
+    CHECK_THAT(refusal(plan(R"(, "framework": "torchtitan", "dp": 4, "zero_stage": 3, "offload": {"optimizer": "cpu"})")),
+               Contains("plan.offload") && Contains("CPUOffloadPolicy"));
+    CHECK_THAT(refusal(plan(R"(, "framework": "llm-foundry", "dp": 4, "zero_stage": 3, "offload": {"optimizer": {"gpu": 0.5, "cpu": 0.5}, "params": "cpu"})")),
+               Contains("plan.offload"));
+    CHECK(refusal(plan(R"(, "framework": "deepspeed", "dp": 4, "zero_stage": 1, "offload": {"optimizer": "cpu"})")).empty());  // ZeRO-Offload
     // No framework: no framework rule.
     CHECK(refusal(plan(R"(, "dp": 4, "zero_stage": 1)")).empty());
 }

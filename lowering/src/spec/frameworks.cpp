@@ -470,6 +470,17 @@ std::optional<FrameworkRefusal> framework_refusal(const PlanSpec& p) {
     const bool states_off = !o.params.all_gpu() || !o.grads.all_gpu();
     if (!o.optimizer.all_gpu() && (fw == "llm.c" || fw == "megatron-lm-2021"))
         return refuse("plan.offload.optimizer", "must be \"gpu\": this framework has no optimizer offload");
+    // torchtitan's training.enable_cpu_offload is FSDP2's CPUOffloadPolicy, Composer's cpu_offload
+    // FSDP's CPUOffload(offload_params=True): the sharded parameters, their gradients and the
+    // optimizer's states all live on the host and the optimizer steps there, never a part of them.
+    const TierSplit host{0.0, 1.0, 0.0};
+    const auto on_host = [&](const TierSplit& t) { return t.gpu == host.gpu && t.cpu == host.cpu && t.ssd == host.ssd; };
+    if ((fw == "torchtitan" || fw == "torchtitan-compile" || fw == "llm-foundry") && (!o.optimizer.all_gpu() || states_off) &&
+        (p.zero_stage != 3 || !on_host(o.optimizer) || !on_host(o.params)))
+        return refuse("plan.offload", "must move the optimizer and the parameters to \"cpu\" together under ZeRO-3, or nothing: "
+                                      "FSDP's CPU offload (torchtitan's training.enable_cpu_offload, FSDP2's CPUOffloadPolicy; "
+                                      "Composer's cpu_offload) keeps the sharded parameters, gradients and optimizer states on the "
+                                      "host and steps there");
     if ((!o.optimizer.all_gpu() || states_off) && fw == "nemo-automodel")
         return refuse("plan.offload", "must keep everything on the GPU: NeMo AutoModel offloads with FSDP2's CPUOffloadPolicy "
                                       "(parameters, gradients and the optimizer's bf16 states together), which is not modelled");
