@@ -212,6 +212,12 @@ TEST_CASE("a framework refuses what it cannot run, naming itself and the field",
     CHECK_THAT(refusal(plan(R"(, "framework": "llm-foundry", "dp": 4, "zero_stage": 3, "offload": {"optimizer": {"gpu": 0.5, "cpu": 0.5}, "params": "cpu"})")),
                Contains("plan.offload"));
     CHECK(refusal(plan(R"(, "framework": "deepspeed", "dp": 4, "zero_stage": 1, "offload": {"optimizer": "cpu"})")).empty());  // ZeRO-Offload
+    // A part of the optimizer offloaded: DeepSpeed's ratio, ZeRO-3 only (and not before 2023).
+    CHECK_THAT(refusal(plan(R"(, "framework": "deepspeed", "dp": 4, "zero_stage": 1, "offload": {"optimizer": {"gpu": 0.5, "cpu": 0.5}})")),
+               Contains("plan.offload.optimizer") && Contains("ratio"));
+    CHECK(refusal(plan(R"(, "framework": "deepspeed", "dp": 4, "zero_stage": 3, "offload": {"optimizer": {"gpu": 0.5, "cpu": 0.5}})")).empty());
+    CHECK_THAT(refusal(plan(R"(, "framework": "deepspeed-2021", "dp": 4, "zero_stage": 3, "precision": "fp16", "offload": {"optimizer": {"gpu": 0.5, "cpu": 0.5}})")),
+               Contains("2023"));
     // No framework: no framework rule.
     CHECK(refusal(plan(R"(, "dp": 4, "zero_stage": 1)")).empty());
 }

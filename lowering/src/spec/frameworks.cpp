@@ -470,6 +470,16 @@ std::optional<FrameworkRefusal> framework_refusal(const PlanSpec& p) {
     const bool states_off = !o.params.all_gpu() || !o.grads.all_gpu();
     if (!o.optimizer.all_gpu() && (fw == "llm.c" || fw == "megatron-lm-2021"))
         return refuse("plan.offload.optimizer", "must be \"gpu\": this framework has no optimizer offload");
+    // DeepSpeed offloads a part of the optimizer (offload_optimizer.ratio, ZeRO-Offload++'s
+    // Twin-Flow of 2023) under ZeRO-3 only: stage3.py takes offload_ratio, stage_1_and_2.py moves
+    // all of it.
+    const bool split_optimizer = o.optimizer.gpu > 0 && o.optimizer.gpu < 1;
+    if (split_optimizer && deepspeed_like && (fw != "deepspeed" || p.zero_stage != 3))
+        return refuse("plan.offload.optimizer", fw == "deepspeed" ? "must be offloaded whole below ZeRO-3: DeepSpeed reads "
+                                                                    "offload_optimizer.ratio in ZeRO-3 only (stage3.py)"
+                                                                  : "must be offloaded whole: a partial optimizer offload "
+                                                                    "(offload_optimizer.ratio) came with DeepSpeed's ZeRO-Offload++ "
+                                                                    "in 2023, for ZeRO-3");
     // torchtitan's training.enable_cpu_offload is FSDP2's CPUOffloadPolicy, Composer's cpu_offload
     // FSDP's CPUOffload(offload_params=True): the sharded parameters, their gradients and the
     // optimizer's states all live on the host and the optimizer steps there, never a part of them.
