@@ -246,6 +246,28 @@ TEST_CASE("ZeRO-2 reduces a unit above the bucket size whole: the model holds it
     }
 }
 
+TEST_CASE("pipelined FSDP holds the weights' shard beside the gathered stage, as FSDP2 does", "[runtime][memory][fsdp]") {
+    // ZeRO-3 under a pipeline gathers each layer at its first forward and keeps it to its last
+    // backward (torchtitan's reshard_after_forward off under PP), while the shard the update
+    // writes stays: FSDP2's sharded and unsharded parameters both live. Until stop 63 the runtime
+    // gathered into its whole stage buffer and held no shard beside it: one shard (a half at
+    // dp 2) under the model.
+    ModelSpec m = tiny_llama(4);
+    m.seq_len = 64;
+    PlanSpec p = cpu_plan(1, 2, 2);
+    p.zero_stage = 3;
+    p.dp_bucket_bytes = 256;  // the model's two overlap buckets (docs/runtime.md) out of the way
+    REQUIRE(p.pipelined_fsdp());
+    runtime::RunOptions o;
+    o.memory_only = true;
+    runtime::Session s(m, cpu_cluster(p.gpus()), p, o);
+    s.step();
+    s.step();
+    const double walk = s.peak_bytes()[0], model = memory_estimate(m, p, Capacities{}).hbm_bytes - kFrameworkReserveBytes;
+    INFO("walk " << walk << " B, model " << model << " B");
+    CHECK(std::fabs(model / walk - 1) < 0.02);
+}
+
 TEST_CASE("memory only: walking the dataflow gives a run's peaks without running it", "[runtime][memory]") {
     struct Variant {
         const char* name;

@@ -211,7 +211,9 @@ void RankLowering::reduce_bucket(const Bucket& b) {
 void RankLowering::build_grad_values() {
     grad_values_.clear();
     shard_grads_ = df_ && p_.zero_stage >= 2 && group_size(Group::dp) > 1 && !pipelined_fsdp();
-    shard_params_ = shard_grads_ && p_.zero_stage == 3 && p_.offload.params.all_gpu();
+    // Pipelined FSDP keeps whole gradients but a shard of the weights, beside the stage gathered
+    // from its first forward to its last backward (FSDP2's sharded and unsharded parameters).
+    shard_params_ = df_ && p_.zero_stage == 3 && group_size(Group::dp) > 1 && p_.offload.params.all_gpu();
     if (!shard_grads_) return;
     // The expert buffer's buckets are values too where the edp group reduces them (with edp 1 a
     // rank's expert gradients are its shard already: expert_shard_whole()).
