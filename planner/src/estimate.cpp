@@ -359,8 +359,11 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     const auto bucket_count = [&](double params) { return std::max(1.0, std::ceil(params * p.grad_bytes() / cap)); };
     double zero3_end_s = 0;  // ZeRO-3 reduce-scatters the embedding's and head's gradients at the end
     if (dpg > 1 && p.zero_stage == 3) {
+        // The stages holding them end the step with it, whichever stage computes most (DualPipeV's
+        // rank 0 holds both and computes least).
         const double table = double(padded_vocab(m_, p)) * double(m_.hidden) / p.tp;
-        const double end_params = (worst_stage == 0 ? table : 0) + (worst_stage == head_stage(p) && !m_.tied_embeddings ? table : 0);
+        const double end_params = std::max(table + (head_stage(p) == 0 && !m_.tied_embeddings ? table : 0.0),
+                                           head_stage(p) != 0 && !m_.tied_embeddings ? table : 0.0);
         // ... and gathers their parameters before the step's forward (the lowering's
         // gather_edges_zero3), with nothing to hide behind.
         // Both go in dp_bucket_bytes pieces (the lowering's edge buckets), each a collective.

@@ -56,6 +56,7 @@ TEST_CASE("the estimate follows the engine when any one knob changes", "[planner
              R"({"global_batch": 64, "dp": 16, "zero_stage": 3})",
              R"({"global_batch": 64, "tp": 2, "pp": 2, "dp": 4, "vpp": 2, "schedule": "interleaved-1f1b", "recompute": "selective"})",
              R"({"global_batch": 64, "tp": 2, "pp": 2, "dp": 4, "vpp": 2, "schedule": "dualpipev", "zero_stage": 1})",
+             R"({"global_batch": 64, "pp": 2, "dp": 8, "vpp": 2, "schedule": "dualpipev", "zero_stage": 3, "framework": "torchtitan"})",
              R"({"global_batch": 64, "tp": 2, "pp": 2, "dp": 4, "zero_stage": 1, "framework": "deepspeed"})",
              R"({"global_batch": 64, "pp": 2, "dp": 8, "zero_stage": 3, "framework": "torchtitan"})",
              R"({"global_batch": 64, "dp": 16, "zero_stage": 1, "offload": {"optimizer": "cpu"}, "lock_free_update": true})",
