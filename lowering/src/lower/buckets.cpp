@@ -495,6 +495,7 @@ int RankLowering::prm_grad(const char* name, int layer) {
     if (!df_) return -1;
     DataTensor t = prog_.tensors[static_cast<std::size_t>(prm(name, layer))];
     t.role = TensorRole::param_grad;
+    t.shard = false;  // a weight's shard flag is not its gradient's (pipelined FSDP: sharded weights, whole gradients)
     if (shard_grads_ && t.buffer == FlatBuffer::expert && expert_shard_whole()) {
         t.shard = true;  // no edp reduction: the rank's expert gradients are its shard
     } else if (shard_grads_) {  // this reduction's value of its range
