@@ -344,12 +344,18 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     }
 
     // Data parallelism over dp x cp (Megatron's grad reduction group); experts over edp.
+    // A stage's parameters, cached by the stage and the plan's encoding (encoded once: the key's
+    // first element is the stage).
     Key& key = stage_key_scratch_;
     key.assign({worst_stage});
     encode_plan(p, key, &stage_params_unread());
-    auto sit = stage_params_.find(key);
-    if (sit == stage_params_.end()) sit = stage_params_.emplace(key, stage_params(m_, p, worst_stage)).first;
-    const StageParams sp = sit->second;
+    const auto params_of = [&](int s) -> StageParams {
+        key[0] = s;
+        auto it = stage_params_.find(key);
+        if (it == stage_params_.end()) it = stage_params_.emplace(key, stage_params(m_, p, s)).first;
+        return it->second;
+    };
+    const StageParams sp = params_of(worst_stage);
     const int dpg = p.dp * p.cp;
     const int edp = p.edp();
     double dp_s = 0, ag_s = 0;
@@ -362,8 +368,7 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         // The stages holding them end the step with it, whichever stage computes most (DualPipeV's
         // rank 0 holds both and computes least).
         const double table = double(padded_vocab(m_, p)) * double(m_.hidden) / p.tp;
-        const double end_params = std::max(table + (head_stage(p) == 0 && !m_.tied_embeddings ? table : 0.0),
-                                           head_stage(p) != 0 && !m_.tied_embeddings ? table : 0.0);
+        const double end_params = table * (head_stage(p) == 0 && !m_.tied_embeddings ? 2.0 : 1.0);
         // ... and gathers their parameters before the step's forward (the lowering's
         // gather_edges_zero3), with nothing to hide behind.
         // Both go in dp_bucket_bytes pieces (the lowering's edge buckets), each a collective.
@@ -513,7 +518,6 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     std::vector<int> heavy{worst_stage};
     for (int s : {0, head_stage(p)})
         if (std::find(heavy.begin(), heavy.end(), s) == heavy.end()) heavy.push_back(s);
-    const auto params_of = [&](int s) { return s == worst_stage ? sp : stage_params(m_, p, s); };
     e.optimizer_s = 0;
     for (int s : heavy) e.optimizer_s = std::max(e.optimizer_s, optimizer_s(params_of(s)));
 

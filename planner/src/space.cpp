@@ -64,25 +64,13 @@ namespace {
 // validate_plan's rule for virtual stages: every one but the last (which may hold only the head)
 // gets a layer. With MTP modules counted as layers of the last stage, the even split can leave the
 // last stage fewer layers than layers / pp (fuzz_plan_space: 96 layers + 2 MTP on 16 stages offered
-// vpp 6 to a last stage of 4 layers).
-bool virtual_stages_filled(const ModelSpec& m, int pp, int vpp) {
+// vpp 6 to a last stage of 4 layers). DualPipeV's V (vpp 2) is split by its default
+// (dualpipe_v_split, balanced by FLOPs around rank 0's two ends).
+bool virtual_stages_filled(const ModelSpec& m, int pp, int vpp, Schedule schedule = Schedule::interleaved_1f1b) {
     PlanSpec q;
     q.pp = pp;
     q.vpp = vpp;
-    q.schedule = Schedule::interleaved_1f1b;
-    const std::vector<int> per_virtual = virtual_stage_layers(m, q);
-    for (std::size_t v = 0; v + 1 < per_virtual.size(); ++v)
-        if (per_virtual[v] < 1) return false;
-    return true;
-}
-
-// DualPipeV's V: validate_plan's rule that every virtual stage but the last gets a layer, under
-// the default split (dualpipe_v_split, balanced by FLOPs around rank 0's two ends).
-bool dualpipev_filled(const ModelSpec& m, int pp) {
-    PlanSpec q;
-    q.pp = pp;
-    q.vpp = 2;
-    q.schedule = Schedule::dualpipe_v;
+    q.schedule = schedule;
     const std::vector<int> per_virtual = virtual_stage_layers(m, q);
     for (std::size_t v = 0; v + 1 < per_virtual.size(); ++v)
         if (per_virtual[v] < 1) return false;
@@ -167,6 +155,7 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                     if (cp > 1 && s.search_cp_comm_type && m.ulysses_splits_heads(tp, cp)) cp_comms.push_back(CpCommType::a2a);
                     if (cp > 1 && !s.framework.empty()) cp_comms.push_back(CpCommType::allgather);
                     const int per_dp = gbs / dp;
+                    const bool dualpipev_fits = pp > 1 && s.search_dualpipev && virtual_stages_filled(m, pp, 2, Schedule::dualpipe_v);
                     for (int mb : divisors(per_dp)) {
                         if (stop) break;
                         if (mb > s.max_micro_batch) break;
@@ -181,7 +170,7 @@ SpaceCounters enumerate_plans(const ModelSpec& m, const ClusterSpec& c, const Se
                                     if (v > 1 && v <= s.max_vpp && virtual_stages_filled(m, pp, v))
                                         scheds.push_back({Schedule::interleaved_1f1b, v});
                             }
-                            if (s.search_dualpipev && micro >= 2 * pp && dualpipev_filled(m, pp)) scheds.push_back({Schedule::dualpipe_v, 2});
+                            if (dualpipev_fits && micro >= 2 * pp) scheds.push_back({Schedule::dualpipe_v, 2});
                         }
                         for (auto [sched, vpp] : scheds) {
                             if (stop) break;

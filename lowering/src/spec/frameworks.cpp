@@ -483,8 +483,7 @@ std::optional<FrameworkRefusal> framework_refusal(const PlanSpec& p) {
     // torchtitan's training.enable_cpu_offload is FSDP2's CPUOffloadPolicy, Composer's cpu_offload
     // FSDP's CPUOffload(offload_params=True): the sharded parameters, their gradients and the
     // optimizer's states all live on the host and the optimizer steps there, never a part of them.
-    const TierSplit host{0.0, 1.0, 0.0};
-    const auto on_host = [&](const TierSplit& t) { return t.gpu == host.gpu && t.cpu == host.cpu && t.ssd == host.ssd; };
+    const auto on_host = [](const TierSplit& t) { return t.cpu == 1.0; };
     if ((fw == "torchtitan" || fw == "torchtitan-compile" || fw == "llm-foundry") && (!o.optimizer.all_gpu() || states_off) &&
         (p.zero_stage != 3 || !on_host(o.optimizer) || !on_host(o.params)))
         return refuse("plan.offload", "must move the optimizer and the parameters to \"cpu\" together under ZeRO-3, or nothing: "
