@@ -55,8 +55,7 @@ RankState::RankState(World& w, int index) : w_(w), rp_(w.program.ranks[static_ca
     lanes_ = dev_ != nullptr && !w.options.memory_only;
     params_on_host_ = !w.plan.offload.params.all_gpu();
     params_on_ssd_ = w.plan.offload.params.ssd >= 1.0;
-    host_weights_staged_ = params_on_ssd_ || (w.plan.offload.optimizer.ssd >= 1.0 && w.plan.offload.params.all_gpu() &&
-                                              w.plan.precision != Precision::fp32 && !w.plan.lock_free_update);
+    host_weights_staged_ = w.plan.stages_host_weights();
     precompute();
 }
 

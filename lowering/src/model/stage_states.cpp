@@ -117,9 +117,8 @@ void emit_model_states(const PlanSpec& p, const StageParams& sp, Emit&& emit) {
         // Weights kept on the GPU under mixed precision: each sub-group's updated fp32 master is cast
         // to 16-bit weights in host memory before its copy up (stage3.py copy_()s it into the GPU's
         // 16-bit partition, and PyTorch converts a host source on the host), the next sub-group's
-        // update writing its own meanwhile (the runtime's host_weights_staged_). Lock-free, the
-        // update writes the master only.
-        else if (p.offload.optimizer.ssd >= 1.0 && p.offload.params.all_gpu() && !fp32 && !p.lock_free_update)
+        // update writing its own meanwhile.
+        else if (p.stages_host_weights())
             emit("params.host_cast", TensorTag::weights, life, std::min(groups, 2.0) * params / groups * wb, TierSplit{0.0, 1.0, 0.0},
                  "min(2, sub-groups) x sub-group 16-bit weights", nullptr);
     }

@@ -375,6 +375,14 @@ struct PlanSpec {
     /// gradients accumulate unsharded and are reduce-scattered once, at that last backward.
     /// DeepSpeed's PipelineEngine refuses ZeRO-3 (validation).
     bool pipelined_fsdp() const { return zero_stage == 3 && pp > 1; }
+    /// ZeRO-Infinity's update stages each sub-group's 16-bit weights in host memory on their way
+    /// home: into the SSD file with the weights homed there, or up to the GPU's weights (a mixed-
+    /// precision copy_() from the fp32 master converts on the host; lock-free, only the master is
+    /// written). The runtime holds them; the memory model counts two sub-groups.
+    bool stages_host_weights() const {
+        return offload.params.ssd >= 1.0 ||
+               (offload.optimizer.ssd >= 1.0 && offload.params.all_gpu() && precision != Precision::fp32 && !lock_free_update);
+    }
     /// Selective recomputation of this module is on.
     bool recomputes(RecomputeModule mod) const {
         return recompute == Recompute::selective && recompute_policy == RecomputePolicy::modules &&
