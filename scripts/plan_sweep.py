@@ -4,7 +4,7 @@
   losses: tiny models (GPT, Llama, MoE) on the cpu backend, or the emulated cuda path, under random
           plans (tp/pp/dp/cp/ep, schedules, ZeRO, recompute, precision, offload, overlap, loss
           kernels). Every plan the validator accepts must run, and its first steps must follow the
-          single-rank curve of the same model and precision (fp32 to 1e-4, 2-byte plans to 2e-2;
+          single-rank curve of the same model and precision (fp32 to 1e-4, 2-byte and fp8 plans to 2e-2;
           a lock-free update only on its first step).
   memory: bundled models on DGX clusters under random plans: the runtime's memory walk
           (`strata run --memory-only`) against the analytical model (`strata memory`, less its
@@ -78,7 +78,7 @@ def random_tiny_plan(rng, model):
     p['recompute'] = rng.choice(['none', 'selective', 'full'])
     if p['recompute'] == 'full' and rng.random() < 0.4:
         p['recompute_layers'] = 1
-    p['precision'] = rng.choice(['fp32', 'bf16', 'bf16', 'fp16'])
+    p['precision'] = rng.choice(['fp32', 'bf16', 'bf16', 'fp16', 'fp8'])
     p['flash_attention'] = rng.random() < 0.5
     off = {}
     if rng.random() < 0.3:
@@ -133,7 +133,7 @@ def losses(args, work):
 
     base = {}
     for k in TINY:
-        for prec in ('fp32', 'bf16', 'fp16'):
+        for prec in ('fp32', 'bf16', 'fp16', 'fp8'):
             rc, err, l = run(k, dict(tp=1, pp=1, dp=1, micro_batch=2, global_batch=8, precision=prec), f'base-{k}-{prec}')
             if rc != 0:
                 sys.exit(f'the single-rank baseline failed: {err}')
@@ -165,7 +165,7 @@ def losses(args, work):
             print(f'MISMATCH {tag} {k} {backend} rel {d:.2e}: {l} against {ref}; {json.dumps(p)}')
             bad += 1
         else:
-            print(f'ok {tag} {k} {backend} rel {d:.1e}')
+            print(f'ok {tag} {k} {backend} {p["precision"]} rel {d:.1e}')
     print(f'{bad} findings in {args.plans} plans')
     return 1 if bad else 0
 
@@ -189,7 +189,7 @@ def memory(args, work):
         if n % (tp * pp * cp):
             continue
         dp = n // (tp * pp * cp)
-        p = dict(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=rng.choice([1, 2, 4]), precision=rng.choice(['bf16', 'bf16', 'fp16', 'fp32']))
+        p = dict(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch=rng.choice([1, 2, 4]), precision=rng.choice(['bf16', 'bf16', 'fp16', 'fp32', 'fp8']))
         p['global_batch'] = p['micro_batch'] * dp * rng.choice([1, 2, 4, 8])
         if pp > 1:
             p['schedule'] = rng.choice(['gpipe', '1f1b', 'interleaved-1f1b'])
@@ -255,7 +255,7 @@ def memory(args, work):
             parts.append(f'{t} {w[t] / 1e9:.2f}/{a[t] / 1e9:.2f} GB {100 * e:+.1f}%')
         gap = worst > 0.05
         gaps += gap
-        print(('GAP ' if gap else 'ok  ') + f'{i} {os.path.basename(model)} on {n} H100: walk/model ' + ', '.join(parts) + (f'; {json.dumps(p)}' if gap else ''))
+        print(('GAP ' if gap else 'ok  ') + f'{i} {os.path.basename(model)} on {n} H100 {p["precision"]}: walk/model ' + ', '.join(parts) + (f'; {json.dumps(p)}' if gap else ''))
     print(f'{gaps} gaps over 5 %')
     return 0
 

@@ -366,19 +366,24 @@ bool RankState::moe_compute(std::size_t i) {
         if (wgrad) {  // {x, dy, routing} -> dW
             if (T(0).cols != win || T(1).cols != wout) fail(i, "wgrad operand shapes disagree");
             float* dw = out + wo;
-            const float *x = I(0) + g.first * win, *dy = I(1) + g.first * wout;
+            // Under FP8 each expert's operands are quantized with their own scales, as
+            // GroupedLinear's per-GEMM quantizers do (gemm_operand).
+            const float* x = gemm_operand(in, I(0) + g.first * win, g.rows * win, cpu::Fp8::e4m3, 0);
+            const float* dy = gemm_operand(in, I(1) + g.first * wout, g.rows * wout, cpu::Fp8::e5m2, 1);
             if (dev_) dev_->matmul_wgrad(dw, nullptr, x, dy, g.rows, win, wout);
             else cpu::matmul_wgrad(dw, nullptr, x, dy, g.rows, win, wout);
         } else if (out0.role == TensorRole::grad) {  // {dy, W, routing} -> dx
             if (T(0).cols != wout || out0.cols != win) fail(i, "dgrad operand shapes disagree");
             float* dx = out + g.first * win;
-            const float *dy = I(0) + g.first * wout, *wexp = I(1) + wo;
+            const float* dy = gemm_operand(in, I(0) + g.first * wout, g.rows * wout, cpu::Fp8::e5m2, 0);
+            const float* wexp = gemm_operand(in, I(1) + wo, wout * win, cpu::Fp8::e4m3, 1);
             if (dev_) dev_->matmul_dgrad(dx, dy, wexp, g.rows, win, wout);
             else cpu::matmul_dgrad(dx, dy, wexp, g.rows, win, wout);
         } else {  // {x, W, routing} -> y
             if (T(0).cols != win || out0.cols != wout) fail(i, "forward GEMM operand shapes disagree");
             float* y = out + g.first * wout;
-            const float *x = I(0) + g.first * win, *wexp = I(1) + wo;
+            const float* x = gemm_operand(in, I(0) + g.first * win, g.rows * win, cpu::Fp8::e4m3, 0);
+            const float* wexp = gemm_operand(in, I(1) + wo, wout * win, cpu::Fp8::e4m3, 1);
             if (dev_) dev_->matmul_forward(y, x, wexp, nullptr, g.rows, win, wout);
             else cpu::matmul_forward(y, x, wexp, nullptr, g.rows, win, wout);
         }

@@ -43,22 +43,34 @@ void RankState::compute(std::size_t i) {
     if (m.mtp_depth > 0 && mtp_op(i)) return;
     switch (in.op) {
         case Op::gemm: {
+            // FP8 (Transformer Engine's HYBRID recipe): forward operands in E4M3, the gradient a
+            // backward GEMM reads in E5M2, each quantized with its own scale (gemm_operand; the
+            // identity otherwise). A bias and its gradient stay in high precision.
+            constexpr auto e4m3 = cpu::Fp8::e4m3, e5m2 = cpu::Fp8::e5m2;
+            const bool fp8 = in.dtype == DType::fp8 && !dev_;
             if (nout >= 1 && (a.out(0).role == TensorRole::param_grad || a.out(0).role == TensorRole::weight_grad)) {  // wgrad: dW += dY^T X
                 const DataTensor &x = a.in(0), &dy = a.in(1), &dw = a.out(0);
                 if (dw.rows != dy.cols || dw.cols != x.cols || x.rows != dy.rows) fail(i, "wgrad operand shapes disagree");
-                KERNEL(matmul_wgrad, O(0), nout > 1 ? O(1) : nullptr, I(0), I(1), x.rows, x.cols, dy.cols);
+                const float* xq = gemm_operand(in, I(0), x.elements(), e4m3, 0);
+                const float* dyq = gemm_operand(in, I(1), dy.elements(), e5m2, 1);
+                if (fp8 && nout > 1) cpu::bias_grad(O(1), I(1), dy.rows, dy.cols);
+                KERNEL(matmul_wgrad, O(0), nout > 1 && !fp8 ? O(1) : nullptr, xq, dyq, x.rows, x.cols, dy.cols);
             } else if (in.ring_step >= 0) {  // TP overlap: one row block, of the gathered input or of the output
                 const DataTensor &x = a.in(0), &w = a.in(1), &y = a.out(0);
                 const i64 rows = in.m, at_x = ring_block_at(i, x, rows), at_y = ring_block_at(i, y, rows);
                 const bool dgrad = y.role == TensorRole::grad;
                 const bool shapes = dgrad ? nin == 2 && w.rows == x.cols && y.cols == w.cols : w.cols == x.cols && y.cols == w.rows;
                 if (!shapes) fail(i, "a row block's GEMM operand shapes disagree");
-                if (dgrad) KERNEL(matmul_dgrad, O(0) + at_y, I(0) + at_x, I(1), rows, w.cols, w.rows);
-                else KERNEL(matmul_forward, O(0) + at_y, I(0) + at_x, I(1), nin > 2 ? I(2) : nullptr, rows, x.cols, w.rows);
+                // Under FP8 a block is quantized with its own scale (Transformer Engine reduces the
+                // amax over the TP group: one scale for the gathered tensor).
+                const float* xq = gemm_operand(in, I(0) + at_x, rows * x.cols, dgrad ? e5m2 : e4m3, 0);
+                const float* wq = gemm_operand(in, I(1), w.elements(), e4m3, 1);
+                if (dgrad) KERNEL(matmul_dgrad, O(0) + at_y, xq, wq, rows, w.cols, w.rows);
+                else KERNEL(matmul_forward, O(0) + at_y, xq, wq, nin > 2 ? I(2) : nullptr, rows, x.cols, w.rows);
             } else if (a.out(0).role == TensorRole::grad) {  // dgrad: dX = dY W (dY may be the logits, turned into their gradient in place)
                 const DataTensor &dy = a.in(0), &w = a.in(1), &dx = a.out(0);
                 if (w.rows != dy.cols || dx.cols != w.cols || dx.rows != dy.rows) fail(i, "dgrad operand shapes disagree");
-                if (nin > 2 && a.id(2) == a.id(nin)) {  // {dy, W, dx} -> dx: adds into dx (the MoE router's)
+                if (nin > 2 && a.id(2) == a.id(nin)) {  // {dy, W, dx} -> dx: adds into dx (the MoE router's, 16-bit under FP8)
                     if (dev_) return dev_->matmul_dgrad_add(O(0), I(0), I(1), dy.rows, w.cols, w.rows);
                     std::vector<float> part(static_cast<std::size_t>(dx.elements()));
                     cpu::matmul_dgrad(part.data(), I(0), I(1), dy.rows, w.cols, w.rows);
@@ -66,11 +78,15 @@ void RankState::compute(std::size_t i) {
                     cpu::add(sum, sum, part.data(), nullptr, dx.rows, dx.cols);
                     return;
                 }
-                KERNEL(matmul_dgrad, O(0), I(0), I(1), dy.rows, w.cols, w.rows);
+                const float* dyq = gemm_operand(in, I(0), dy.elements(), e5m2, 0);
+                const float* wq = gemm_operand(in, I(1), w.elements(), e4m3, 1);
+                KERNEL(matmul_dgrad, O(0), dyq, wq, dy.rows, w.cols, w.rows);
             } else {  // forward: Y = X W^T + b
                 const DataTensor &x = a.in(0), &w = a.in(1), &y = a.out(0);
                 if (w.cols != x.cols || y.cols != w.rows || y.rows != x.rows) fail(i, "forward GEMM operand shapes disagree");
-                KERNEL(matmul_forward, O(0), I(0), I(1), nin > 2 ? I(2) : nullptr, x.rows, x.cols, w.rows);
+                const float* xq = gemm_operand(in, I(0), x.elements(), e4m3, 0);
+                const float* wq = gemm_operand(in, I(1), w.elements(), e4m3, 1);
+                KERNEL(matmul_forward, O(0), xq, wq, nin > 2 ? I(2) : nullptr, x.rows, x.cols, w.rows);
             }
             return;
         }

@@ -105,6 +105,7 @@ void RankState::precompute() {
     ended_ns_.assign(rp_.instrs.size(), -1);
     precompute_host_ranges();
     precompute_grad_values();
+    if (w_.plan.precision == Precision::fp8) precompute_fp8_charges();
     if (units_fetched()) precompute_fetches();
     // The ssd tier's file: a page-aligned slot per range of optimizer state, in program order.
     i64 at = 0;
@@ -119,6 +120,46 @@ void RankState::precompute() {
         at += static_cast<i64>(ssd_padded_bytes((host_ranges_.elements + 1) / 2));
     }
     ssd_bytes_ = at;
+}
+
+// What Transformer Engine keeps for a backward under FP8: a linear layer saves the FP8 cast of its
+// input (1 B an element) for its wgrad, not the 16-bit input, which is kept only where another
+// backward needs it (attention's output for the fused attention backward, the router's input): 2 B
+// and the cast beside it. The runtime holds the 16-bit values and quantizes them as its GEMMs read
+// them (the cast is a function of the value), and charges an activation what TE keeps, by its
+// backward readers: FP8 GEMMs only, 1 B; FP8 GEMMs and other kernels, 2 + 1 B. A gather or copy
+// passes its output's readers to its input (SP's input all-gathered again for the wgrad). Unfused
+// attention's backward reads the output only as this runtime's kernel's shortcut (Megatron's
+// CoreAttention keeps the probabilities), so it does not count.
+void RankState::precompute_fp8_charges() {
+    const Program& prog = w_.program;
+    enum : unsigned { fp8_gemm = 1, high = 2 };
+    std::unordered_map<int, unsigned> readers;
+    auto activation = [&](int id) { return prog.tensors[static_cast<std::size_t>(id)].role == TensorRole::activation; };
+    for (std::size_t i = 0; i < rp_.instrs.size(); ++i) {
+        const Instr& in = rp_.instrs[i];
+        if (in.kind != InstrKind::compute || in.phase != Phase::backward) continue;
+        if (in.op == Op::attention_bwd && !w_.plan.flash_attention) continue;
+        const Operands& o = rp_.operands[i];
+        const auto* ids = rp_.operand_ids.data() + o.first;
+        const unsigned kind = in.op == Op::gemm && in.dtype == DType::fp8 ? fp8_gemm : high;
+        for (int k = 0; k < o.n_in; ++k)
+            if (activation(ids[k])) readers[ids[k]] |= kind;
+    }
+    for (std::size_t n = rp_.instrs.size(); n-- > 0;) {  // backwards: a gather's output before its input
+        const Instr& in = rp_.instrs[n];
+        if (in.phase != Phase::backward || (in.kind != InstrKind::collective && in.kind != InstrKind::copy)) continue;
+        const Operands& o = rp_.operands[n];
+        const auto* ids = rp_.operand_ids.data() + o.first;
+        for (int j = 0; j < o.n_out; ++j) {
+            auto it = readers.find(ids[o.n_in + j]);
+            if (it == readers.end()) continue;
+            for (int k = 0; k < o.n_in; ++k)
+                if (activation(ids[k]) && ids[k] != ids[o.n_in + j]) readers[ids[k]] |= it->second;
+        }
+    }
+    for (const auto& [id, r] : readers)
+        if (r & fp8_gemm) fp8_charge_[id] = r & high ? elem_bytes(prog.tensors[static_cast<std::size_t>(id)]) + 1.0 : 1.0;
 }
 
 bool RankState::tracks(const DataTensor& t) const {
@@ -160,6 +201,14 @@ double RankState::elem_bytes(const DataTensor& t) const {
         case TensorRole::mask: return 1.0;  // PyTorch's bool mask, whatever the precision
     }
     return 4.0;
+}
+
+const float* RankState::gemm_operand(const Instr& in, const float* p, i64 n, cpu::Fp8 f, int slot) {
+    if (in.dtype != DType::fp8 || dev_) return p;
+    std::vector<float>& q = fp8_scratch_[static_cast<std::size_t>(slot)];
+    q.resize(static_cast<std::size_t>(n));
+    cpu::fp8_quantize(q.data(), p, n, f);
+    return q.data();
 }
 
 void RankState::round_half(float* p, i64 n) const {
@@ -293,8 +342,9 @@ float* RankState::tensor(int id, bool write, std::size_t at) {
     try {
         // Zero-filled like the device's allocations, which some kernels accumulate into; the host
         // tier's staging buffers are written whole by their first writer (an SSD read).
+        const auto fp8 = fp8_charge_.find(id);
         l.buf = buffer(elements(id), tier, "rank " + std::to_string(rank_) + " tier " + to_string(tier) + ", " + name, tier != Tier::cpu,
-                       elem_bytes(t));
+                       fp8 != fp8_charge_.end() ? fp8->second : elem_bytes(t));
     } catch (const OutOfMemory& e) {
         fail(at, e.what());
     }

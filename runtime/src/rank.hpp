@@ -255,6 +255,10 @@ private:
     double shard_weight_bytes() const { return w_.plan.fsdp_fp32_shards() ? 4.0 : weight_bytes(); }
     /// A 2-byte value of the plan: bf16, or IEEE half for an fp16 plan.
     void round_half(float* p, i64 n) const;
+    /// A GEMM operand as the instruction's kernel reads it: under FP8 (an instruction of dtype fp8,
+    /// cpu backend) a copy of its n values quantized to format f with their own scale
+    /// (cpu::fp8_quantize), held in scratch slot 0 or 1 until the next call; else p itself.
+    const float* gemm_operand(const sim::Instr& in, const float* p, i64 n, cpu::Fp8 f, int slot);
     /// Floats of optimizer state per parameter in the ssd tier: m and v, and before them the fp32
     /// master weights of a bf16 plan (fp32 weights are their own master).
     i64 state_floats() const { return w_.plan.precision == sim::Precision::fp32 ? 2 : 3; }
@@ -465,6 +469,10 @@ private:
     /// lock-free (the state file holds the master from the start: init_params).
     bool host_weights_staged_ = false;
     int logits_name_ = -1;  ///< Program::tensor_names' id of the head's logits (fp32 under plan.loss_upcast)
+    /// FP8 plans: the bytes an element charged for an activation a backward FP8 GEMM reads, by
+    /// tensor id (precompute_fp8_charges); others charge elem_bytes.
+    std::unordered_map<int, double> fp8_charge_;
+    void precompute_fp8_charges();
     /// Writes n floats at `at` of the ssd file, zero-padded to a whole page (at init).
     void write_ssd_floats(i64 at, const float* src, i64 n) const;
     /// Whether a tensor is a value of the step, allocated when written and freed after its last read.
@@ -501,6 +509,7 @@ private:
     /// where the shift passed the sequence's end); and the scale of its gradient.
     int mtp_depth_of(const sim::DataTensor& t) const;
     std::vector<float> mtp_mask(int k, i64 rows) const;
+    std::array<std::vector<float>, 2> fp8_scratch_;  ///< gemm_operand's quantized copies
     void mask_rows(std::size_t i, float* x, int k, i64 rows, i64 cols);
     void add_loss(std::size_t i, float* loss, i64 T, int k);
     bool mtp_op(std::size_t i);  ///< the MTP modules' norms and projection gather (mtp_ops.cpp)

@@ -45,8 +45,11 @@ std::string unsupported(const ModelSpec& m, const PlanSpec& p, Backend backend, 
     // (computing in fp32, as a GPU's kernels do), with fp32 master weights for the update, and
     // fp16 with Megatron's dynamic loss scaling. The cuda backend stores them in 2 bytes
     // (device.hpp, Storage).
-    if (p.precision != Precision::fp32 && p.precision != Precision::bf16 && p.precision != Precision::fp16)
-        return std::string("plan.precision = ") + to_string(p.precision) + ": the runtime executes fp32, bf16 and fp16: set one of them";
+    // fp8: the GEMMs inside Transformer Engine's fp8_autocast read E4M3 / E5M2 operands with
+    // per-tensor current scaling (runtime/src/fp8.cpp), everything else as bf16; on the cpu backend.
+    if (p.precision == Precision::fp8 && cuda)
+        return "plan.precision = fp8 with --backend cuda: FP8 GEMMs are executed on --backend cpu (per-tensor current scaling, "
+               "emulated in fp32); the cuda backend's FP8 GEMMs (cuBLASLt with scale factors) are not built yet";
     if (p.precision == Precision::fp16 && p.lock_free_update)
         return "plan.precision = fp16 with plan.lock_free_update: a delayed host update of a step skipped for an overflow is not "
                "executed";

@@ -123,10 +123,21 @@ TEST_CASE("Variants: no dropout, flash attention, GQA, SwiGLU, CP, MoE", "[tenso
 
     // FP8 (Transformer Engine): the four GEMM inputs saved for the weight gradients are FP8 casts,
     // 1 byte instead of 2: QKV input sbh, projection input sbh, fc1 input sbh, fc2 input 4sbh
-    // (ffn = 4h), so 7 sbh fewer bytes than BF16's 32 sbh.
+    // (ffn = 4h), so 7 sbh fewer bytes than BF16's 32 sbh; but the fused attention's backward
+    // reads its output O, which it keeps in bf16 beside the projection's cast: 2 sbh more, 27 sbh.
     PlanSpec p8 = pf;
     p8.precision = Precision::fp8;
-    CHECK(sum(layer_activations(nd, p8, 0, false)) == Approx(25 * sbh + 4 * a * s));
+    CHECK(sum(layer_activations(nd, p8, 0, false)) == Approx(27 * sbh + 4 * a * s));
+    // Unfused attention keeps the probabilities for its backward, not O: the cast alone, 25 sbh.
+    PlanSpec p8u = p8;
+    p8u.flash_attention = false;
+    CHECK(sum(layer_activations(nd, p8u, 0, false)) == Approx(25 * sbh + 2 * a * s * s));
+    // ReLU under FP8: its backward reads its 16-bit output, and fc2 keeps its cast besides, 4 sbh
+    // more than the cast alone (from bf16's ReLU, 24 sbh, below: -3 sbh for the three other casts,
+    // +2 sbh for O, +4 sbh for the ReLU output's cast: 27 sbh).
+    ModelSpec r8 = nd;
+    r8.ffn = FfnKind::relu;
+    CHECK(sum(layer_activations(r8, p8, 0, false)) == Approx(27 * sbh + 4 * a * s));
 
     // ReLU (OPT): its backward reads its output, which fc2 keeps as its input, so the GeLU input's
     // 2·s·4h = 8 sbh bytes go: 32 - 8 = 24 sbh.

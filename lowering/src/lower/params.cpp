@@ -272,7 +272,6 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
     if (p.cp > 1 && m.seq_len % (2 * p.cp) != 0)
         return n("plan.cp", std::to_string(p.cp)) + ": model.seq_len = " + std::to_string(m.seq_len) +
                " must split into 2 x cp equal chunks (the load-balanced layout context parallelism runs)";
-    if (p.precision == Precision::fp8) return "plan.precision = fp8: FP8 is not executed yet";
     if (!p.offload.grads.all_gpu()) return "plan.offload.grads: gradients offloaded are not executed yet (they stay on the GPU)";
     if (!p.offload.activations.all_gpu()) {
         if (p.offload.activations.cpu < 1.0)

@@ -114,8 +114,10 @@ void mlp_intermediates(std::vector<TensorDesc>& out, const ModelSpec& m, const P
         out.push_back(act_tensor(prefix + ".act_out", L.gemm_in * rows * ffn_local, shape, p));
     } else if (m.ffn == FfnKind::relu && relu_keeps_output) {
         // ReLU's backward reads its output (threshold_backward(dy, y, 0)), which fc2 keeps as its
-        // input: one tensor where GeLU keeps two (OPT's fc1 -> relu -> fc2).
-        out.push_back(act_tensor(prefix + ".act_out", L.gemm_in * rows * ffn_local, shape, p));
+        // input: one tensor where GeLU keeps two (OPT's fc1 -> relu -> fc2). Under FP8 fc2 keeps its
+        // cast beside the 16-bit output ReLU's backward reads.
+        const double kept = p.precision == Precision::fp8 ? L.act + L.gemm_in : L.gemm_in;
+        out.push_back(act_tensor(prefix + ".act_out", kept * rows * ffn_local, shape, p));
     } else {
         // Korthikanti: GeLU input 8sbh and GeLU output (fc2 input) 8sbh for ffn = 4h.
         out.push_back(act_tensor(prefix + ".fc1_out", bytes, shape, p));
@@ -206,7 +208,13 @@ std::vector<TensorDesc> full_layer_activations(const ModelSpec& m, const PlanSpe
         // Flash attention keeps only the fp32 log-sum-exp per query row; O is proj_in below.
         out.push_back(act_tensor("attn.lse", 4.0 * L.heads * L.s_q * L.b, "(b, heads/tp, s/cp) fp32", p));
     }
-    out.push_back(act_tensor("attn.proj_in", L.gemm_in * L.tokens * L.heads * static_cast<double>(v_head_dim_of(m)), "(s/cp, b, heads/tp, d)", p));
+    // Under FP8 the projection keeps its input's FP8 cast (Transformer Engine saves the quantized
+    // input for the wgrad), and the fused attention keeps its 16-bit output besides for its own
+    // backward (the dO . O row sums); Ulysses' kernel keeps its head-split copy instead (below),
+    // and unfused attention's backward reads the probabilities, not O.
+    const bool o_kept = p.precision == Precision::fp8 && p.flash_attention && !(p.cp > 1 && p.cp_comm_type == CpCommType::a2a);
+    out.push_back(act_tensor("attn.proj_in", (L.gemm_in + (o_kept ? L.act : 0.0)) * L.tokens * L.heads * static_cast<double>(v_head_dim_of(m)),
+                             o_kept ? "(s/cp, b, heads/tp, d) fp8 cast + 16-bit O" : "(s/cp, b, heads/tp, d)", p));
     // Ulysses: the fused kernel keeps its output in the head split for its backward; the
     // projection's input is the same values returned to the sequence split (Transformer Engine's
     // a2a context parallelism saves both). Eager attention's backward reads the probabilities.
@@ -215,7 +223,11 @@ std::vector<TensorDesc> full_layer_activations(const ModelSpec& m, const PlanSpe
     if (L.dropout) out.push_back(act_tensor("attn.dropout_mask", L.tok_rep * L.h, rep_shape + " u8", p));
     // --- MLP / MoE block ---
     out.push_back(act_tensor("mlp.norm_in", rep, rep_shape, p));
-    out.push_back(act_tensor("mlp.fc1_in", L.gemm_in * L.tok_rep * L.h, rep_shape, p));
+    // Under FP8 a MoE layer's norm output is the router's 16-bit input (outside fp8_autocast),
+    // with the shared experts' FP8 cast beside it; the routed experts cast their own rows below.
+    const bool fp8_moe = p.precision == Precision::fp8 && m.layer_is_moe(layer);
+    const double fc1_in = fp8_moe ? (m.moe->has_router() ? L.act : 0.0) + (m.moe->shared_experts > 0 ? L.gemm_in : 0.0) : L.gemm_in;
+    out.push_back(act_tensor("mlp.fc1_in", fc1_in * L.tok_rep * L.h, fp8_moe ? rep_shape + " router's 16-bit + shared experts' cast" : rep_shape, p));
     if (m.layer_is_moe(layer)) {
         const auto& moe = *m.moe;
         const double eff_local = static_cast<double>(expert_ffn_of(m)) / p.etp();

@@ -190,6 +190,21 @@ std::uint16_t fp16_bits(float x);
 /// The float an IEEE half's bit pattern holds (exact: every half is a float).
 float from_fp16_bits(std::uint16_t h);
 
+/// FP8 training's two formats (OCP FP8, as Transformer Engine's HYBRID recipe uses them): E4M3
+/// (bias 7, 3 mantissa bits, largest 448, no infinities) for forward GEMM operands, E5M2 (bias 15,
+/// 2 mantissa bits, largest 57344) for the gradients a backward GEMM reads.
+enum class Fp8 { e4m3, e5m2 };
+/// The largest finite value of the format.
+float fp8_max(Fp8 f);
+/// Each of n floats to the nearest value of the format (ties to even, subnormals included),
+/// saturating beyond its largest value as the hardware's satfinite conversion does; NaN stays NaN.
+void round_fp8(float* p, i64 n, Fp8 f);
+/// Per-tensor current scaling (Transformer Engine's Float8CurrentScaling, torchao's tensorwise
+/// recipe): scale = fp8_max / amax over the n values (1 for an all-zero or non-finite amax), and
+/// dst = round(src x scale) / scale, the value an FP8 GEMM multiplies after its scale_inv. dst may
+/// be src. Returns the scale.
+float fp8_quantize(float* dst, const float* src, i64 n, Fp8 f);
+
 /// AdamW on n elements; step counts from 1. decay: per-element flag (null: none decays).
 void adamw(float* p, float* m, float* v, const float* g, const unsigned char* decay, i64 n, float lr, float b1, float b2,
            float eps, float wd, int step);
