@@ -365,6 +365,10 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     const auto bucket_count = [&](double params) { return std::max(1.0, std::ceil(params * p.grad_bytes() / cap)); };
     double zero3_end_s = 0;  // ZeRO-3 reduce-scatters the embedding's and head's gradients at the end
     if (dpg > 1 && p.zero_stage == 3) {
+        // Without a pipeline, at the end of every micro-batch's backward (the lowering's edge
+        // buckets; FSDP's root post-backward), where the next forward's gathers wait behind them
+        // on the one DP stream; pipelined FSDP once, after its last backward.
+        const double reductions = p.pipelined_fsdp() ? 1.0 : std::max(1, p.micro_batches());
         // The stages holding them end the step with it, whichever stage computes most (DualPipeV's
         // rank 0 holds both and computes least).
         const double table = double(padded_vocab(m_, p)) * double(m_.hidden) / p.tp;
@@ -374,7 +378,7 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         // Both go in dp_bucket_bytes pieces (the lowering's edge buckets), each a collective.
         if (end_params > 0) {
             const double n = bucket_count(end_params);
-            zero3_end_s = n * (alone_s(transfer_demand(coll(CollKind::reduce_scatter, Group::dp, dpg, end_params * p.grad_bytes() / n), ctx)) +
+            zero3_end_s = n * (reductions * alone_s(transfer_demand(coll(CollKind::reduce_scatter, Group::dp, dpg, end_params * p.grad_bytes() / n), ctx)) +
                                alone_s(transfer_demand(coll(CollKind::all_gather, Group::dp, dpg, end_params * wb / n), ctx)));
             // Parameters homed on the host: each bucket's slice comes up before its gather.
             const double off = 1 - p.offload.params.gpu;

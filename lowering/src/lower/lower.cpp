@@ -549,7 +549,7 @@ void RankLowering::accumulate_grads(double dense_params, double expert_params) {
     unfused_grads_.clear();
 }
 
-// Without overlap (or for ZeRO-3's embedding/head), reduce everything after the last backward;
+// Without overlap (or for pipelined FSDP's embedding/head), reduce everything after the last backward;
 // then the sequence-parallel gradients over TP and the tied embedding over the embedding group.
 void RankLowering::dp_collectives_at_end() {
     phase_ = Phase::backward;
@@ -557,7 +557,8 @@ void RankLowering::dp_collectives_at_end() {
     mb_ = -1;
     // ZeRO-2 reduced every micro-batch's gradients in its backward (backward_pass), and overlapped
     // buckets went out as their last gradients became final.
-    const bool whole = p_.zero_stage == 3 || (!p_.overlap_grad_reduce && p_.zero_stage != 2);
+    // ZeRO-3's edges went at each micro-batch's end but under pipelined FSDP (its last backward).
+    const bool whole = (p_.zero_stage == 3 && pipelined_fsdp()) || (!p_.overlap_grad_reduce && p_.zero_stage != 2 && p_.zero_stage != 3);
     if (whole) reduce_buckets(-1);
     sp_grads_all_reduce();
     // Tied embeddings across pipeline ends: sum the two copies' gradients (Megatron's

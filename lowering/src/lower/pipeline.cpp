@@ -453,6 +453,11 @@ void RankLowering::backward_pass(int mb, int chunk, bool defer_weights) {
         if (bucketed)
             for (std::size_t u = 0; u < units_.size(); ++u)
                 if (units_[u].chunk == chunk && units_[u].embedding) unit_ready(static_cast<int>(u));
+        // ZeRO-3 without a pipeline reduce-scatters the edges' gradients at the end of every
+        // micro-batch's backward, as it does a layer's (FSDP's root unit in its post-backward,
+        // DeepSpeed's buckets as they fill): the whole head and embedding gradients live only
+        // through that backward.
+        if (p_.zero_stage == 3 && !pipelined_fsdp()) reduce_buckets(chunk);
         weight_end(w);
         defer_weights_ = false;
     } else if (prev != stage_) {

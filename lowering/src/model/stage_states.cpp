@@ -131,7 +131,11 @@ void emit_buffers(const ModelSpec& m, const PlanSpec& p, int stage, const std::v
     const double wb = p.precision == Precision::fp32 ? 4.0 : 2.0;  // weights (the ZeRO-3 gathers)
     const TierSplit gpu{};
     const bool zero2 = p.zero_stage == 2 && nd > 1;
-    if (nd > 1 && (p.overlap_grad_reduce || zero2)) {
+    // ZeRO-3 has no DDP buckets: it reduce-scatters a layer's gradients at the end of the layer's
+    // backward (the lowering's layer_grads, FSDP's post-backward), and at the backward's peak, its
+    // start, no layer's are whole yet (the head's are: zero3.head_grads below).
+    const bool zero3_per_layer = nd > 1 && p.zero_stage == 3 && !p.pipelined_fsdp();
+    if (nd > 1 && (p.overlap_grad_reduce || zero2) && !zero3_per_layer) {
         // One bucket being reduced while the next fills (Megatron's DDP), never more than all grads.
         const double all = p.grad_bytes() * sp.total();
         const double bucket = std::min(static_cast<double>(p.dp_bucket_bytes), all);
@@ -173,6 +177,15 @@ void emit_buffers(const ModelSpec& m, const PlanSpec& p, int stage, const std::v
         const double edges = std::max(0.0, sp.total() - layers);
         if (edges > 0 && p.offload.params.all_gpu())
             emit("zero3.gathered_edges", TensorTag::buffers, Lifetime::persistent, wb * edges, gpu, "embedding + head params", nullptr);
+        // The edges' gradients are reduce-scattered at the end of each micro-batch's backward
+        // (FSDP's root unit in its post-backward; the lowering's edge buckets): the head's whole
+        // gradient (the tied table's, where the head reads it) lives from the head's backward
+        // through the layers', beside their peak.
+        if (stage == head_stage(p) && p.offload.grads.all_gpu()) {
+            const StageEdgeParams e = stage_edge_params(m, p, stage);
+            const double head = e.head + (head_reads_embedding_table(m, p) ? e.embedding : 0.0);
+            if (head > 0) emit("zero3.head_grads", TensorTag::buffers, Lifetime::transient, p.grad_bytes() * head, gpu, "the head's whole gradients", nullptr);
+        }
     } else if (!p.offload.params.all_gpu()) {
         // Offloaded parameters are fetched to the GPU before use: a layer while the next one is
         // prefetched, or the embedding and head (fetched when used) beside one layer.
