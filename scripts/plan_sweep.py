@@ -65,8 +65,6 @@ def last_line(text):
 def random_tiny_plan(rng, model):
     p = dict(tp=rng.choice([1, 2]), pp=rng.choice([1, 2]), dp=rng.choice([1, 2]), cp=rng.choice([1, 1, 2]),
              micro_batch=rng.choice([1, 2]), global_batch=8)
-    if model in ('mla', 'mtp'):
-        p['cp'] = 1  # MLA's attention and MTP's shifted tokens under CP are not executed (dataflow_unsupported)
     if p['pp'] > 1:
         p['schedule'] = rng.choice(['gpipe', '1f1b', 'interleaved-1f1b', 'dualpipev'])
         if p['schedule'] in ('interleaved-1f1b', 'dualpipev'):
@@ -206,13 +204,7 @@ def memory(args, work):
         if cp > 1 and rng.random() < 0.5:
             p['cp_comm_type'] = 'allgather'  # the K/V chunks gathered for the backward
         if 'deepseek' in model:
-            p['cp'] = 1
             p['zero_stage'] = min(p['zero_stage'], 2)  # MTP's weights are not gathered under ZeRO-3
-            if n % (tp * pp):
-                continue
-            dp = n // (tp * pp)
-            p['dp'] = dp
-            p['global_batch'] = p['micro_batch'] * dp * rng.choice([1, 2, 4, 8])
         if 'mixtral' in model or 'deepseek' in model:
             p['ep'] = rng.choice([1, 2, 4, 8])
             if (dp * cp) % p['ep']:

@@ -65,6 +65,85 @@ void RankState::mla_attention(std::size_t i) {
     if (nout > 1) KERNEL(attention_probs_grad, O(1), padded.p, dout.p, T, seq, h, h, dk);
 }
 
+// Context parallelism's blocks (the ring's, or the all-gather's: ops.cpp's attention.local and
+// attention.remote) on MLA's rows, padded as above: [Q | K | V] rows of qkv, [K | V] rows of a
+// remote block, the output, its gradient and the gradients' V columns each to dk a head, and the
+// padding dropped after. The running output a remote block merges into is padded again each time
+// (its padding is zeros: exact).
+void RankState::mla_attention_block(std::size_t i) {
+    const Instr& in = rp_.instrs[i];
+    const OperandView a{w_.program, rp_, rp_.operands[i]};
+    const int nin = a.o.n_in;
+    auto I = [&](int k) { return tensor(a.id(k), false, i); };
+    auto O = [&](int k) { return tensor(a.id(nin + k), true, i); };
+    const ModelSpec& m = w_.model;
+    const i64 dk = qk_head_dim_of(m), dv = v_head_dim_of(m);
+    const bool bwd = in.op == Op::attention_bwd;
+    const bool remote = w_.program.names[static_cast<std::size_t>(in.name)] == "attention.remote";
+    const DataTensor& qkv = a.in(0);
+    const DataTensor& out_t = bwd ? a.in(remote ? 2 : 1) : a.out(0);
+    const i64 T = qkv.rows, h = out_t.cols / dv;
+    if (qkv.cols != h * (2 * dk + dv)) fail(i, "MLA's attention rows are not heads x (2 x qk + v) wide");
+    if (remote && a.in(1).cols != h * (dk + dv)) fail(i, "MLA's K/V block is not heads x (qk + v) wide");
+    const Dropout drop = attention_dropout(in, qkv, h);
+    auto zeroed = [&](float* p, i64 n) {
+        if (dev_) dev_->zero(p, n);
+        else std::memset(p, 0, static_cast<std::size_t>(n) * sizeof(float));
+    };
+    // h heads of dv columns from `src` (at column `from`, row stride ss) to dk-wide slots of `dst`
+    // (at column `at`, stride ds), or back.
+    auto pad = [&](float* dst, i64 ds, i64 at, const float* src, i64 ss, i64 from) {
+        for (i64 k = 0; k < h; ++k) KERNEL(copy_columns, dst + at + k * dk, ds, src + from + k * dv, ss, dv, T);
+    };
+    auto unpad = [&](float* dst, i64 ds, i64 at, const float* src, i64 ss, i64 from) {
+        for (i64 k = 0; k < h; ++k) KERNEL(copy_columns, dst + at + k * dv, ds, src + from + k * dk, ss, dv, T);
+    };
+    const i64 W = 3 * h * dk, KV = 2 * h * dk, QK = h * dk;
+    Sum q(*this, i, T * W), kv(*this, i, remote ? T * KV : 0), out(*this, i, T * QK);
+    zeroed(q.p, T * W);
+    KERNEL(copy_columns, q.p, W, I(0), qkv.cols, 2 * QK, T);  // Q and K as they are
+    pad(q.p, W, 2 * QK, I(0), qkv.cols, 2 * QK);
+    if (remote) {  // a block [K | V] from the rank `ring` places back
+        zeroed(kv.p, T * KV);
+        KERNEL(copy_columns, kv.p, KV, I(1), a.in(1).cols, QK, T);
+        pad(kv.p, KV, QK, I(1), a.in(1).cols, QK);
+    }
+    const float* kv_p = remote ? kv.p : q.p + QK;
+    const i64 kv_stride = remote ? KV : W;
+    cpu::Positions qpos = positions();
+    qpos.window = m.window_of(in.layer);
+    const cpu::Positions kpos = remote ? positions(ring_source(a.in(1).ring)) : positions();
+    zeroed(out.p, T * QK);
+    if (!bwd) {  // local {qkv} -> {out, lse}; remote {qkv, kv, out, lse} -> {out, lse}, merged
+        if (remote) pad(out.p, QK, 0, I(2), h * dv, 0);
+        KERNEL(attention_block_forward, out.p, O(1), q.p, kv_p, kv_stride, qpos, kpos, T, h, h, dk, remote, drop);
+        unpad(O(0), h * dv, 0, out.p, QK, 0);
+        return;
+    }
+    // Local {qkv, out, lse, dout} -> {dqkv} (its own K and V gradients written beside dQ); remote
+    // {qkv, kv, out, lse, dout, dqkv} -> {dqkv, dkv}: dQ added, the block's K/V gradients apart.
+    const int o_at = remote ? 2 : 1;
+    Sum dout(*this, i, T * QK), dq(*this, i, T * W), dkv(*this, i, remote ? T * KV : 0);
+    zeroed(dout.p, T * QK);
+    pad(out.p, QK, 0, I(o_at), h * dv, 0);
+    pad(dout.p, QK, 0, I(o_at + 2), h * dv, 0);
+    zeroed(dq.p, T * W);
+    if (remote) {  // the dQ summed so far (its K and V columns are the local block's, kept as they are)
+        KERNEL(copy_columns, dq.p, W, I(5), qkv.cols, QK, T);
+        zeroed(dkv.p, T * KV);
+    }
+    KERNEL(attention_block_backward, dq.p, remote ? dkv.p : nullptr, kv_stride, q.p, kv_p, out.p, I(o_at + 1), dout.p, qpos, kpos, T, h, h,
+           dk, remote, drop);
+    if (remote) {
+        KERNEL(copy_columns, O(0), qkv.cols, dq.p, W, QK, T);  // dQ; dK and dV of the local block untouched
+        KERNEL(copy_columns, O(1), a.out(1).cols, dkv.p, KV, QK, T);
+        unpad(O(1), a.out(1).cols, QK, dkv.p, KV, QK);
+        return;
+    }
+    KERNEL(copy_columns, O(0), qkv.cols, dq.p, W, 2 * QK, T);
+    unpad(O(0), qkv.cols, 2 * QK, dq.p, W, 2 * QK);
+}
+
 // The latent norms (RMSNorm): forward {[q_lat,] kv_lat, [wq,] wkv} -> {[q_n,] kv_n, k_rope}, the
 // key/value latent's first kv_lora columns normed and its rope columns split off; backward
 // {[q_lat,] kv_lat, [dq_n,] dkv_n, dk_rope, [wq,] wkv} -> {[dq_lat,] dkv_lat, [dwq,] dwkv}.
@@ -105,6 +184,10 @@ bool RankState::mla_compute(std::size_t i) {
     }
     if ((in.op == Op::attention_fwd || in.op == Op::attention_bwd) && name == "attention") {
         mla_attention(i);
+        return true;
+    }
+    if ((in.op == Op::attention_fwd || in.op == Op::attention_bwd) && (name == "attention.local" || name == "attention.remote")) {
+        mla_attention_block(i);
         return true;
     }
     if (name != "rope") return false;

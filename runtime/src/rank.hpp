@@ -279,6 +279,7 @@ private:
     /// where the instruction is every model's.
     bool mla_compute(std::size_t i);
     void mla_attention(std::size_t i);
+    void mla_attention_block(std::size_t i);  ///< a context-parallel block (ring or all-gather) on MLA's rows
     void mla_latent_norm(std::size_t i);
     bool moe_sort(std::size_t i, bool sort);
     /// MoE's collectives (moe_ops.cpp: the EP all-to-alls, the expert-TP gather and reduce-scatter):

@@ -102,7 +102,9 @@ bool RankState::collective(std::size_t i, bool first, bool refill) {
         const ModelSpec& m = w_.model;
         const i64 hd = head_dim_of(m), hq = m.heads / tp_size_, hkv = (m.kv_heads > 0 ? m.kv_heads : m.heads) / tp_size_;
         part.ulysses = a.out(0).rows > a.in(0).rows ? 1 : 2;
-        part.segments = name == "cp.qkv_all_to_all" ? std::vector<i64>{hq * hd, hkv * hd, hkv * hd} : std::vector<i64>{hq * hd};
+        // MLA: queries and keys of qk_head_dim, values of v_head_dim, every head its own.
+        const i64 dk = m.mla ? qk_head_dim_of(m) : hd, dv = m.mla ? v_head_dim_of(m) : hd;
+        part.segments = name == "cp.qkv_all_to_all" ? std::vector<i64>{hq * dk, hkv * dk, hkv * dv} : std::vector<i64>{hq * dv};
         part.seq = m.seq_len;
     }
     if (DeviceComm* c = comm_of(i)) {  // on the device's communicator (comms.cpp)

@@ -69,6 +69,14 @@ TEST_CASE("MLA: gradients match finite differences", "[runtime][mla][grad]") {
     SECTION("an uncompressed query projection (DeepSeek-V2-Lite, Moonlight)") {
         check_gradients(tiny_mla(false), cpu_plan(), 0, {{"q.weight", 0}, {"kv_down.weight", 1}, {"kv_up.weight", 0}, {"ln1.weight", 0}});
     }
+    SECTION("CP 2: rank 1's chunks of each sequence, by the ring and by Ulysses' all-to-alls") {
+        PlanSpec ring = cpu_plan();
+        ring.cp = 2;
+        check_gradients(tiny_mla(true), ring, 1, {{"kv_up.weight", 0}, {"q_up.weight", 1}, {"kv_latent_norm.weight", 1}});
+        PlanSpec ulysses = ring;
+        ulysses.cp_comm_type = CpCommType::a2a;
+        check_gradients(tiny_mla(true), ulysses, 1, {{"kv_up.weight", 1}, {"proj.weight", 0}});
+    }
     SECTION("TP 2 with sequence parallelism: rank 1's heads, and the replicated down-projections' summed gradients") {
         PlanSpec p = cpu_plan(2);
         p.sequence_parallel = true;
@@ -100,7 +108,27 @@ TEST_CASE("MLA: every parallel variant gives the single-rank curve", "[runtime][
         sac.recompute_policy = RecomputePolicy::op;
         runtime::RunOptions emulated;
         emulated.backend = runtime::Backend::emulated;
-        check_against_single_rank(m, {{"tp 2", cpu_plan(2)},
+        // Context parallelism (since stop 64): the ring's and the all-gather's blocks on the padded
+        // rows, and Ulysses' all-to-alls moving Q and K heads of qk_head_dim and V heads of
+        // v_head_dim.
+        PlanSpec ring = cpu_plan();
+        ring.cp = 2;
+        PlanSpec gather = ring;
+        gather.cp_comm_type = CpCommType::allgather;
+        PlanSpec ulysses = ring;
+        ulysses.cp_comm_type = CpCommType::a2a;
+        PlanSpec tp_cp = cpu_plan(2);
+        tp_cp.cp = 2;
+        tp_cp.sequence_parallel = true;
+        PlanSpec cp_full = ring;
+        cp_full.recompute = Recompute::full;
+        check_against_single_rank(m, {{"cp 2, ring", ring},
+                                      {"cp 2, K/V all-gather", gather},
+                                      {"cp 2, Ulysses", ulysses},
+                                      {"tp 2 x cp 2, sp", tp_cp},
+                                      {"cp 2, ring, full recompute", cp_full},
+                                      {"cp 2, ring, on the emulated device", ring, emulated},
+                                      {"tp 2", cpu_plan(2)},
                                       {"tp 2, sp", sp},
                                       {"pp 2", cpu_plan(1, 2)},
                                       {"dp 2, ZeRO-3", zero3},
@@ -127,9 +155,6 @@ TEST_CASE("MLA with routed experts (DeepSeek's layer): EP and TP on the single-r
 
 TEST_CASE("MLA: what is not executed is refused with the field named", "[runtime][mla]") {
     CHECK_NOTHROW(runtime::Session(tiny_mla(true), cpu_cluster(1), cpu_plan(), {}));
-    PlanSpec cp = cpu_plan();
-    cp.cp = 2;
-    CHECK_THROWS_WITH(runtime::Session(tiny_mla(true), cpu_cluster(2), cp, {}), Catch::Contains("plan.cp = 2") && Catch::Contains("MLA"));
     PlanSpec up = cpu_plan();
     up.recompute = Recompute::selective;
     up.recompute_modules = recompute_bit(RecomputeModule::mla_up_proj);

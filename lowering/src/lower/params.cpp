@@ -250,7 +250,6 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
         if (m.position != PositionKind::rope) return "model.mla: its decoupled key is rotated (RoPE); set model.position = rope";
         if (m.linear_bias || m.qkv_bias) return "model.mla with linear or QKV biases: MLA's projections are executed without biases";
         if (m.qk_norm) return "model.mla with model.qk_norm: MLA normalises its latents, not per-head queries and keys";
-        if (p.cp > 1) return n("plan.cp", std::to_string(p.cp)) + " with model.mla: context parallelism of MLA's attention is not executed yet";
         if (m.mla->q_lora_rank == 0 && p.recompute == Recompute::selective && p.recomputes(RecomputeModule::mla_up_proj))
             return "plan.recompute_modules mla_up_proj without model.mla.q_lora_rank: the query projection reads the hidden "
                    "states, outside the up-projections' checkpoint (not executed)";
@@ -263,7 +262,6 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
         if (m.position != PositionKind::rope) return f + " with learned positions: the MTP modules are executed with RoPE";
         if (m.norm != NormKind::rmsnorm) return f + " with LayerNorm: the MTP modules' norms are executed as RMSNorm";
         if (m.dropout > 0) return f + " with model.dropout: MTP modules with dropout are not executed";
-        if (p.cp > 1) return f + " with plan.cp > 1: the shifted tokens across a CP split are not executed";
         for (int k = 1; k <= m.mtp_depth; ++k)
             if (m.layer_is_moe(mtp_layer_id(m, k)) != m.layer_is_moe(mtp_layer_kind(m)) ||
                 m.window_of(mtp_layer_id(m, k)) != m.window_of(mtp_layer_kind(m)))
