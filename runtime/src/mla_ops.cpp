@@ -14,6 +14,29 @@ using namespace sim;
 
 #define KERNEL(fn, ...) (dev_ ? dev_->fn(__VA_ARGS__) : cpu::fn(__VA_ARGS__))
 
+namespace {
+// MLA's value heads, v wide, in the dk-wide head slots the attention kernels take, and back; T rows.
+struct HeadPad {
+    Device* dev;
+    i64 h, dk, dv, T;
+    void zero(float* p, i64 n) const {
+        if (dev) dev->zero(p, n);
+        else std::memset(p, 0, static_cast<std::size_t>(n) * sizeof(float));
+    }
+    void copy(float* dst, i64 ds, const float* src, i64 ss, i64 cols) const {
+        if (dev) dev->copy_columns(dst, ds, src, ss, cols, T);
+        else cpu::copy_columns(dst, ds, src, ss, cols, T);
+    }
+    /// h heads of dv columns of src (from column `from`, stride ss) into dk-wide slots of dst (at `at`).
+    void pad(float* dst, i64 ds, i64 at, const float* src, i64 ss, i64 from) const {
+        for (i64 k = 0; k < h; ++k) copy(dst + at + k * dk, ds, src + from + k * dv, ss, dv);
+    }
+    void unpad(float* dst, i64 ds, i64 at, const float* src, i64 ss, i64 from) const {
+        for (i64 k = 0; k < h; ++k) copy(dst + at + k * dv, ds, src + from + k * dk, ss, dv);
+    }
+};
+}  // namespace
+
 // The attention kernels take one head width for Q, K and V. MLA's values are narrower: each value
 // head is zero-padded to the query's width, the kernels run on the padded rows and the output's
 // padding (zeros: P times zero columns) is dropped; in the backward the padded output and its
@@ -33,14 +56,10 @@ void RankState::mla_attention(std::size_t i) {
     const i64 T = qkv.rows, h = (bwd ? a.in(1).cols : a.out(0).cols) / dv, seq = m.seq_len, win = m.window_of(in.layer);
     if (qkv.cols != h * (2 * dk + dv)) fail(i, "MLA's attention rows are not heads x (2 x qk + v) wide");
     const Dropout drop = attention_dropout(in, qkv, h);
-    // [Q | K | V] rows of 3 h dk, V's heads zero-padded; `wide` columns of each head from `rows`.
-    auto pad_heads = [&](float* dst, i64 dst_stride, i64 at, const float* src, i64 src_stride, i64 from) {
-        for (i64 k = 0; k < h; ++k) KERNEL(copy_columns, dst + at + k * dk, dst_stride, src + from + k * dv, src_stride, dv, T);
-    };
-    auto zeroed = [&](float* p, i64 n) {
-        if (dev_) dev_->zero(p, n);
-        else std::memset(p, 0, static_cast<std::size_t>(n) * sizeof(float));
-    };
+    // [Q | K | V] rows of 3 h dk, V's heads zero-padded.
+    const HeadPad hp{dev_, h, dk, dv, T};
+    auto pad_heads = [&](float* dst, i64 ds, i64 at, const float* src, i64 ss, i64 from) { hp.pad(dst, ds, at, src, ss, from); };
+    auto zeroed = [&](float* p, i64 n) { hp.zero(p, n); };
     const i64 W = 3 * h * dk;
     Sum padded(*this, i, T * W), out(*this, i, T * h * dk);
     zeroed(padded.p, T * W);
@@ -48,7 +67,7 @@ void RankState::mla_attention(std::size_t i) {
     pad_heads(padded.p, W, 2 * h * dk, I(0), qkv.cols, 2 * h * dk);
     if (!bwd) {
         KERNEL(attention_forward, out.p, O(1), padded.p, T, seq, h, h, dk, drop, win);
-        for (i64 k = 0; k < h; ++k) KERNEL(copy_columns, O(0) + k * dv, h * dv, out.p + k * dk, h * dk, dv, T);
+        hp.unpad(O(0), h * dv, 0, out.p, h * dk, 0);
         if (nout > 2)  // unfused: the probabilities (and their dropout) kept for the backward
             KERNEL(attention_probs, O(2), nout > 3 ? O(3) : nullptr, nout > 4 ? O(4) : nullptr, padded.p, O(1), T, seq, h, h, dk, drop, win);
         return;
@@ -61,7 +80,7 @@ void RankState::mla_attention(std::size_t i) {
     pad_heads(dout.p, h * dk, 0, I(3), h * dv, 0);
     KERNEL(attention_backward, grads.p, padded.p, out.p, I(2), dout.p, T, seq, h, h, dk, drop, win);
     KERNEL(copy_columns, O(0), qkv.cols, grads.p, W, 2 * h * dk, T);
-    for (i64 k = 0; k < h; ++k) KERNEL(copy_columns, O(0) + 2 * h * dk + k * dv, qkv.cols, grads.p + 2 * h * dk + k * dk, W, dv, T);
+    hp.unpad(O(0), qkv.cols, 2 * h * dk, grads.p, W, 2 * h * dk);
     if (nout > 1) KERNEL(attention_probs_grad, O(1), padded.p, dout.p, T, seq, h, h, dk);
 }
 
@@ -86,18 +105,10 @@ void RankState::mla_attention_block(std::size_t i) {
     if (qkv.cols != h * (2 * dk + dv)) fail(i, "MLA's attention rows are not heads x (2 x qk + v) wide");
     if (remote && a.in(1).cols != h * (dk + dv)) fail(i, "MLA's K/V block is not heads x (qk + v) wide");
     const Dropout drop = attention_dropout(in, qkv, h);
-    auto zeroed = [&](float* p, i64 n) {
-        if (dev_) dev_->zero(p, n);
-        else std::memset(p, 0, static_cast<std::size_t>(n) * sizeof(float));
-    };
-    // h heads of dv columns from `src` (at column `from`, row stride ss) to dk-wide slots of `dst`
-    // (at column `at`, stride ds), or back.
-    auto pad = [&](float* dst, i64 ds, i64 at, const float* src, i64 ss, i64 from) {
-        for (i64 k = 0; k < h; ++k) KERNEL(copy_columns, dst + at + k * dk, ds, src + from + k * dv, ss, dv, T);
-    };
-    auto unpad = [&](float* dst, i64 ds, i64 at, const float* src, i64 ss, i64 from) {
-        for (i64 k = 0; k < h; ++k) KERNEL(copy_columns, dst + at + k * dv, ds, src + from + k * dk, ss, dv, T);
-    };
+    const HeadPad hp{dev_, h, dk, dv, T};
+    auto zeroed = [&](float* p, i64 n) { hp.zero(p, n); };
+    auto pad = [&](float* dst, i64 ds, i64 at, const float* src, i64 ss, i64 from) { hp.pad(dst, ds, at, src, ss, from); };
+    auto unpad = [&](float* dst, i64 ds, i64 at, const float* src, i64 ss, i64 from) { hp.unpad(dst, ds, at, src, ss, from); };
     const i64 W = 3 * h * dk, KV = 2 * h * dk, QK = h * dk;
     Sum q(*this, i, T * W), kv(*this, i, remote ? T * KV : 0), out(*this, i, T * QK);
     zeroed(q.p, T * W);

@@ -121,6 +121,15 @@ inline sim::PlanSpec cpu_plan(int tp = 1, int pp = 1, int dp = 1) {
     return p;
 }
 
+/// cp 2 by the given exchange (the ring, the K/V all-gather, Ulysses), over tp ranks with SP.
+inline sim::PlanSpec cp2_plan(sim::CpCommType exchange, int tp = 1) {
+    sim::PlanSpec p = cpu_plan(tp);
+    p.cp = 2;
+    p.cp_comm_type = exchange;
+    p.sequence_parallel = tp > 1;
+    return p;
+}
+
 /// The loss of each of `steps` steps.
 inline std::vector<double> losses(const sim::ModelSpec& m, const sim::PlanSpec& p, int steps, runtime::RunOptions o = {}) {
     o.lr = 3e-3;

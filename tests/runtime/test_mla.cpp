@@ -70,12 +70,8 @@ TEST_CASE("MLA: gradients match finite differences", "[runtime][mla][grad]") {
         check_gradients(tiny_mla(false), cpu_plan(), 0, {{"q.weight", 0}, {"kv_down.weight", 1}, {"kv_up.weight", 0}, {"ln1.weight", 0}});
     }
     SECTION("CP 2: rank 1's chunks of each sequence, by the ring and by Ulysses' all-to-alls") {
-        PlanSpec ring = cpu_plan();
-        ring.cp = 2;
-        check_gradients(tiny_mla(true), ring, 1, {{"kv_up.weight", 0}, {"q_up.weight", 1}, {"kv_latent_norm.weight", 1}});
-        PlanSpec ulysses = ring;
-        ulysses.cp_comm_type = CpCommType::a2a;
-        check_gradients(tiny_mla(true), ulysses, 1, {{"kv_up.weight", 1}, {"proj.weight", 0}});
+        check_gradients(tiny_mla(true), cp2_plan(CpCommType::p2p), 1, {{"kv_up.weight", 0}, {"q_up.weight", 1}, {"kv_latent_norm.weight", 1}});
+        check_gradients(tiny_mla(true), cp2_plan(CpCommType::a2a), 1, {{"kv_up.weight", 1}, {"proj.weight", 0}});
     }
     SECTION("TP 2 with sequence parallelism: rank 1's heads, and the replicated down-projections' summed gradients") {
         PlanSpec p = cpu_plan(2);
@@ -111,21 +107,13 @@ TEST_CASE("MLA: every parallel variant gives the single-rank curve", "[runtime][
         // Context parallelism (since stop 64): the ring's and the all-gather's blocks on the padded
         // rows, and Ulysses' all-to-alls moving Q and K heads of qk_head_dim and V heads of
         // v_head_dim.
-        PlanSpec ring = cpu_plan();
-        ring.cp = 2;
-        PlanSpec gather = ring;
-        gather.cp_comm_type = CpCommType::allgather;
-        PlanSpec ulysses = ring;
-        ulysses.cp_comm_type = CpCommType::a2a;
-        PlanSpec tp_cp = cpu_plan(2);
-        tp_cp.cp = 2;
-        tp_cp.sequence_parallel = true;
+        const PlanSpec ring = cp2_plan(CpCommType::p2p);
         PlanSpec cp_full = ring;
         cp_full.recompute = Recompute::full;
         check_against_single_rank(m, {{"cp 2, ring", ring},
-                                      {"cp 2, K/V all-gather", gather},
-                                      {"cp 2, Ulysses", ulysses},
-                                      {"tp 2 x cp 2, sp", tp_cp},
+                                      {"cp 2, K/V all-gather", cp2_plan(CpCommType::allgather)},
+                                      {"cp 2, Ulysses", cp2_plan(CpCommType::a2a)},
+                                      {"tp 2 x cp 2, sp", cp2_plan(CpCommType::p2p, 2)},
                                       {"cp 2, ring, full recompute", cp_full},
                                       {"cp 2, ring, on the emulated device", ring, emulated},
                                       {"tp 2", cpu_plan(2)},

@@ -76,13 +76,8 @@ TEST_CASE("MTP: every parallel variant gives the single-rank curves", "[runtime]
     // Context parallelism (since stop 64): a rank's rows are two chunks of each sequence, and each
     // row's shifted token and target are read at its own position (the data's, not a roll across
     // ranks); the ring, the K/V all-gather and Ulysses.
-    PlanSpec ring = cpu_plan();
-    ring.cp = 2;
-    PlanSpec gather = ring;
-    gather.cp_comm_type = CpCommType::allgather;
-    PlanSpec ulysses = ring;
-    ulysses.cp_comm_type = CpCommType::a2a;
-    const std::vector<Variant> variants{{"cp 2, ring", ring}, {"cp 2, K/V all-gather", gather}, {"cp 2, Ulysses", ulysses},
+    const std::vector<Variant> variants{{"cp 2, ring", cp2_plan(CpCommType::p2p)}, {"cp 2, K/V all-gather", cp2_plan(CpCommType::allgather)},
+                                        {"cp 2, Ulysses", cp2_plan(CpCommType::a2a)},
                                         {"tp 2", cpu_plan(2)},   {"tp 2, sp", sp}, {"dp 2, unfused gradient accumulation", unfused},
                                         {"pp 2", pp},             {"dp 2, ZeRO-1", zero1},  {"dp 2, ZeRO-3", zero3},
                                         {"tp 2 x pp 2, full recompute", full}, {"one rank on the emulated device", cpu_plan(), emulated}};
@@ -126,14 +121,9 @@ TEST_CASE("MTP with MLA and routed experts (DeepSeek-V3's shape): EP and TP on t
     ssd.zero_stage = 3;
     ssd.precision = Precision::bf16;
     ssd.offload.params = ssd.offload.optimizer = TierSplit{0.0, 0.0, 1.0};
-    PlanSpec cp_ep = cpu_plan();  // the experts over the two CP ranks (edp spans dp x cp)
-    cp_ep.cp = 2;
+    PlanSpec cp_ep = cp2_plan(CpCommType::p2p);  // the experts over the two CP ranks (edp spans dp x cp)
     cp_ep.ep = 2;
-    PlanSpec tp_cp = cpu_plan(2);
-    tp_cp.cp = 2;
-    tp_cp.sequence_parallel = true;
-    tp_cp.cp_comm_type = CpCommType::a2a;
-    check_against_single_rank(m, {{"cp 2 x ep 2, ring", cp_ep}, {"tp 2 x cp 2, sp, Ulysses", tp_cp},
+    check_against_single_rank(m, {{"cp 2 x ep 2, ring", cp_ep}, {"tp 2 x cp 2, sp, Ulysses", cp2_plan(CpCommType::a2a, 2)},
                                   {"dp 2 x ep 2", ep}, {"tp 2 x pp 2, sp", tp}, {"dp 2, ZeRO-3, experts over edp 2", z3},
                                   {"dp 2, ZeRO-3, experts over edp 2, emulated devices", z3, emulated},
                                   {"dp 2, ZeRO-3, parameters and optimizer on the CPU", host},
