@@ -380,9 +380,9 @@ void RankLowering::backward_pass(int mb, int chunk, bool defer_weights) {
         for (int k = m_.mtp_depth; k >= 1; --k) mtp_backward(k);  // the deepest first: its hidden state's gradient feeds the one below
         head_backward();
         // The loss's and the head's saved tensors go with their backward (autograd frees a node's
-        // saved tensors when it has run), before the layers' backward, as memory.hpp counts them
-        // with one chunk a rank; with several it keeps them to the chunk's end (release_logits).
-        if (vpp_ <= 1) release_logits(chunk);
+        // saved tensors when it has run), before the layers' backward, with one chunk a rank or
+        // several (memory.hpp's held states; until stop 64 kept to the chunk's end with several).
+        release_logits(chunk);
         const StageParams mtp = mtp_params_local(m_, p_);
         const double head_dense = output_params_rank(m_, p_) + mtp.dense;
         accumulate_grads(head_dense, mtp.expert);
@@ -435,7 +435,6 @@ void RankLowering::backward_pass(int mb, int chunk, bool defer_weights) {
         defer_weights_ = false;
     }
     layer_ = -1;
-    if (v == vlast) release_logits(chunk);  // with several chunks a rank, at the chunk's end (memory.hpp)
     if (v == 0) {
         const AllocRun ws = alloc_list(emb_ws_desc_, emb_ws_ids_);
         begin_unfused_capture();

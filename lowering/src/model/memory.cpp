@@ -95,20 +95,26 @@ void layer_key(const PlanSpec& p, bool moe, bool recomputed, LayerKey& k) {
 
 // What a rank's schedule can hold at once: the distinct per-chunk counts of micro-batches between
 // forward and backward that no other state of the step dominates (few: the warm-up's last state
-// and the steady state's). Keyed by pipeline_schedule()'s arguments.
+// and the steady state's), each with the chunk whose backward comes next as its last element (-1:
+// none), since the head chunk's backward frees its logits before its layers' backward. Keyed by
+// pipeline_schedule()'s arguments.
 using HeldKey = std::tuple<int, int, int, int, int, int, bool>;  // exactly pipeline_schedule()'s arguments
 using HeldStates = std::vector<std::vector<int>>;
 
 HeldStates held_states(const PlanSpec& p, int stage) {
     HeldStates out;
-    std::vector<int> held(static_cast<std::size_t>(std::max(1, p.vpp)), 0);
+    const std::size_t chunks = static_cast<std::size_t>(std::max(1, p.vpp));
+    std::vector<int> held(chunks + 1, 0);
     bool rising = false;  // a forward since the last backward: `held` may be a maximal state
-    auto keep = [&] {
+    auto keep = [&](int next_backward) {
+        held.back() = next_backward;
+        auto le = [&](const std::vector<int>& a, const std::vector<int>& b) {  // a dominated by b, the same backward next
+            return a.back() == b.back() && std::equal(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(chunks), b.begin(),
+                                                      [](int x, int y) { return x <= y; });
+        };
         for (const auto& h : out)
-            if (std::equal(held.begin(), held.end(), h.begin(), [](int a, int b) { return a <= b; })) return;
-        std::erase_if(out, [&](const std::vector<int>& h) {
-            return std::equal(h.begin(), h.end(), held.begin(), [](int a, int b) { return a <= b; });
-        });
+            if (le(held, h)) return;
+        std::erase_if(out, [&](const std::vector<int>& h) { return le(h, held); });
         out.push_back(held);
     };
     const std::vector<PipeSlot> slots = pipeline_schedule(p.schedule, p.pp, stage, std::max(1, p.micro_batches()), std::max(1, p.vpp),
@@ -118,10 +124,10 @@ HeldStates held_states(const PlanSpec& p, int stage) {
         if (k + 1 < slots.size() && merged_pair(p, s, slots[k + 1])) {
             // A merged step: the backward frees a layer for each the forward takes (one layer over,
             // which stage_memory adds), so its states are the one before and the one after it.
-            if (rising) keep();
+            if (rising) keep(slots[k + 1].chunk);
             ++held[static_cast<std::size_t>(s.chunk)];
             --held[static_cast<std::size_t>(slots[k + 1].chunk)];
-            keep();
+            keep(slots[k + 1].chunk);
             rising = false;
             ++k;
             continue;
@@ -131,12 +137,12 @@ HeldStates held_states(const PlanSpec& p, int stage) {
             ++held[static_cast<std::size_t>(s.chunk)];
             rising = true;
         } else {
-            if (rising) keep();
+            if (rising) keep(s.chunk);
             rising = false;
             --held[static_cast<std::size_t>(s.chunk)];
         }
     }
-    if (rising) keep();
+    if (rising) keep(-1);
     return out;
 }
 
@@ -185,17 +191,21 @@ struct LayerKinds {
     }
 };
 
-// How many micro-batches each of a stage's layers, its embedding and its logits hold at the peak.
+// How many micro-batches each of a stage's layers, its embedding and its logits hold at the peak,
+// and whether the head chunk's backward comes next (its logits then go before its layers' backward).
 struct HeldTimes {
     std::vector<double> per_layer;
     double embedding = 0, logits = 0;
+    bool head_next = true;
 };
 
 // With vpp >= 2 the chunks differ (uneven virtual stages, dense-first layers, the embedding on
 // virtual stage 0, the head and MTP on the last), and the schedule holds each chunk's micro-batches
-// in its own count: take the held state of the schedule that needs the most bytes.
+// in its own count: take the held state of the schedule that needs the most bytes with the
+// backward that follows it: the layers' workspace, beside which the head chunk's backward has
+// freed its micro-batch's logits, or the head's own workspace.
 HeldTimes chunk_held_times(const PlanSpec& p, int stage, const std::vector<int>& virtual_layers, const std::vector<double>& layer_bytes,
-                           double embedding_bytes, double logits_bytes, const HeldStates& states) {
+                           double embedding_bytes, double logits_bytes, double layer_ws, double head_ws, const HeldStates& states) {
     const int vpp = p.vpp;
     std::vector<int> chunk_of_layer;
     for (int c = 0; c < vpp; ++c)
@@ -214,6 +224,8 @@ HeldTimes chunk_held_times(const PlanSpec& p, int stage, const std::vector<int>&
     for (const std::vector<int>& h : states) {
         double b = 0;
         for (std::size_t c = 0; c < chunk_bytes.size(); ++c) b += h[c] * chunk_bytes[c];
+        const bool head_next = h.back() == static_cast<int>(head_chunk) && h[head_chunk] > 0;
+        b += head_next ? std::max(layer_ws - logits_bytes, head_ws) : layer_ws;
         if (b > best_bytes) {
             best_bytes = b;
             best = &h;
@@ -223,6 +235,7 @@ HeldTimes chunk_held_times(const PlanSpec& p, int stage, const std::vector<int>&
     for (int c : chunk_of_layer) t.per_layer.push_back((*best)[static_cast<std::size_t>(c)]);
     t.embedding = (*best)[embedding_chunk];
     t.logits = (*best)[head_chunk];
+    t.head_next = best->back() == static_cast<int>(head_chunk) && t.logits > 0;
     return t;
 }
 
@@ -309,7 +322,9 @@ MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capaci
             const double n = s.in_flight_microbatches;
             held = {std::vector<double>(layer_bytes.size(), n), n, p.schedule == Schedule::gpipe ? n : 1.0};
         } else {
-            held = chunk_held_times(p, stage, vsl, layer_bytes, sum_bytes(embedding), sum_bytes(logits), kinds.held(p, stage, held_scratch));
+            const double logits_gpu = sum_bytes(logits) * p.offload.activations.gpu;
+            held = chunk_held_times(p, stage, vsl, layer_bytes, sum_bytes(embedding), logits_gpu, workspace,
+                                    logits.empty() ? 0.0 : sum_bytes(head_workspace(m, p)), kinds.held(p, stage, held_scratch));
             // Reported as micro-batch equivalents of the stage's layers.
             const double total = std::accumulate(layer_bytes.begin(), layer_bytes.end(), 0.0);
             if (total > 0) s.in_flight_microbatches = std::inner_product(held.per_layer.begin(), held.per_layer.end(), layer_bytes.begin(), 0.0) / total;
@@ -339,13 +354,15 @@ MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capaci
             const double released = std::accumulate(layer_bytes.begin(), layer_bytes.begin() + chunk0, 0.0) * p.offload.activations.gpu;
             workspace = std::max(workspace, sum_bytes(embedding_backward_workspace(m, p)) - released);
         }
-        // The head's forward and backward run beside every held micro-batch's logits. With one
-        // chunk a rank the layers' backward (and the embedding's) follow the head's, which freed its
-        // own micro-batch's (their GPU part; until stop 57 counted beside the layers' workspace
-        // too); with several, a chunk without the head runs its backward beside all of them.
+        // The head's forward and backward run beside every held micro-batch's logits. The layers'
+        // backward (and the embedding's) after the head's find its own micro-batch's freed (their
+        // GPU part; until stop 57 counted beside the layers' workspace too); with several chunks a
+        // rank, a chunk without the head runs its backward beside all of them, and the held state
+        // says which comes next (Megatron's last rank runs a head chunk's backward right after its
+        // forward, so none is held there; until stop 64 one was).
         if (stage == head_stage(p)) {
-            const double freed = p.vpp <= 1 ? sum_bytes(logits) * p.offload.activations.gpu : 0.0;
-            workspace = std::max(workspace - freed, sum_bytes(head_workspace(m, p)));
+            const double freed = held.head_next ? sum_bytes(logits) * p.offload.activations.gpu : 0.0;
+            workspace = held.head_next ? std::max(workspace - freed, sum_bytes(head_workspace(m, p))) : workspace;
         }
         // DeepSpeed's regathered output lives through the whole backward pass of the stage.
         if (sends_output) workspace += sum_bytes(pipe_output_regathered(m, p));
