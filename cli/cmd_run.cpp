@@ -24,7 +24,31 @@ struct RunArgs {
     RuntimeArgs rt;
     std::string db, trace, json;
     bool memory_only = false;
+    int peak_detail = 0;
 };
+
+// The rank with the largest GPU peak, and what it held then.
+void print_peak_detail(std::ostream& out, const std::vector<runtime::PeakDetail>& details) {
+    if (details.empty()) return;
+    const runtime::PeakDetail& d = details.front();
+    out << "at its GPU peak, " << human_bytes(d.bytes) << ", rank " << d.rank << " (the largest of " << details.size()
+        << (details.size() == 1 ? " rank" : " ranks") << " walked) ran " << d.at << " and held, largest first:\n";
+    for (const runtime::PeakHeld& h : d.largest) out << "  " << human_bytes(h.bytes) << "  " << h.what << "\n";
+    out << "  (the dataflow's values held then: " << human_bytes(d.values_bytes) << ")\n";
+}
+
+std::string peak_details_json(const std::vector<runtime::PeakDetail>& details) {
+    std::string o = "[";
+    for (std::size_t i = 0; i < details.size(); ++i) {
+        const auto& d = details[i];
+        o += std::string(i ? ",\n" : "\n") + "    {\"rank\": " + std::to_string(d.rank) + ", \"bytes\": " + json_num(d.bytes, 0) + ", \"at\": " +
+             json_quote(d.at) + ", \"values_bytes\": " + json_num(d.values_bytes, 0) + ", \"largest\": [";
+        for (std::size_t k = 0; k < d.largest.size(); ++k)
+            o += std::string(k ? ", " : "") + "{\"what\": " + json_quote(d.largest[k].what) + ", \"bytes\": " + json_num(d.largest[k].bytes, 0) + "}";
+        o += "]}";
+    }
+    return o + "\n  ]";
+}
 
 std::string step_line(const runtime::StepReport& r, int of) {
     char buf[256];
@@ -37,7 +61,8 @@ std::string step_line(const runtime::StepReport& r, int of) {
     return line;
 }
 
-std::string steps_json(const std::vector<runtime::StepReport>& steps, const std::string& scenario, const std::string& backend) {
+std::string steps_json(const std::vector<runtime::StepReport>& steps, const std::string& scenario, const std::string& backend,
+                       const std::vector<runtime::PeakDetail>& details = {}) {
     std::string o = "{\n  \"schema\": \"strata.run/1\",\n  \"scenario\": " + json_quote(scenario) + ",\n  \"backend\": " + json_quote(backend) +
                     ",\n  \"steps\": [";
     for (std::size_t i = 0; i < steps.size(); ++i) {
@@ -49,7 +74,9 @@ std::string steps_json(const std::vector<runtime::StepReport>& steps, const std:
              json_num(r.peak_bytes[1], 0) + ", \"ssd\": " + json_num(r.peak_bytes[2], 0) + "}, \"loss_scale\": " +
              json_num(r.loss_scale, 0) + ", \"skipped\": " + (r.skipped ? "true" : "false") + "}";
     }
-    return o + "\n  ]\n}\n";
+    o += "\n  ]";
+    if (!details.empty()) o += ",\n  \"peak_detail\": " + peak_details_json(details);
+    return o + "\n}\n";
 }
 
 void run_run(const RunArgs& a) {
@@ -61,6 +88,7 @@ void run_run(const RunArgs& a) {
     const hwdb::HardwareView hw = view_for(db, s.cluster, a.specs);
     runtime::RunOptions o = runtime_options(a.rt, s, hw);
     o.record_spans = !a.trace.empty();
+    o.peak_detail = a.peak_detail;
     if (a.memory_only) {
         // One step's dataflow, walked whatever it needs: no capacity stops it, nothing is allocated.
         o.memory_only = true;
@@ -77,7 +105,8 @@ void run_run(const RunArgs& a) {
                << ": peak gpu " << human_bytes(r.peak_bytes[0]) << " per rank, cpu " << human_bytes(r.peak_bytes[1]) << " per node, ssd "
                << human_bytes(r.peak_bytes[2]) << " per node\n";
         const std::string trace = a.trace.empty() ? "" : sim::to_chrome_trace(session.program(), measured_result(session.program(), session.traces()));
-        const std::string json = a.json.empty() ? "" : steps_json({r}, s.name, "memory-only");
+        print_peak_detail(report, session.peak_details());
+        const std::string json = a.json.empty() ? "" : steps_json({r}, s.name, "memory-only", session.peak_details());
         if (!trace.empty()) write_output(a.trace, trace);
         if (!json.empty()) write_output(a.json, json);
         return;
@@ -114,7 +143,8 @@ void run_run(const RunArgs& a) {
     restore_sigint();
     // Outputs are rendered before anything is written.
     const std::string trace = a.trace.empty() || steps.empty() ? "" : sim::to_chrome_trace(session.program(), measured_result(session.program(), session.traces()));
-    const std::string json = a.json.empty() ? "" : steps_json(steps, s.name, runtime::to_string(o.backend));
+    print_peak_detail(report, session.peak_details());
+    const std::string json = a.json.empty() ? "" : steps_json(steps, s.name, runtime::to_string(o.backend), session.peak_details());
     if (!a.rt.save.empty()) {
         session.save(a.rt.save);
         report << "saved a checkpoint at step " << session.steps_done() << " to " << a.rt.save << "\n";
@@ -138,6 +168,10 @@ void add_run(CLI::App& app) {
     cmd->add_flag("--memory-only", a->memory_only,
                   "walk two steps' dataflow without computing or allocating anything: the peak memory per tier a run reaches, "
                   "in seconds, also for a plan this machine cannot hold");
+    cmd->add_option("--peak-detail", a->peak_detail,
+                    "print the N largest things the rank with the largest GPU peak held then (weights, gradients, optimizer states, "
+                    "gathered parameters, each activation or gradient value), and every rank's in --json")
+        ->check(CLI::Range(0, 1000));
     cmd->callback([a] { run_run(*a); });
 }
 

@@ -123,6 +123,7 @@ public:
     TrackedBuffer(const TrackedBuffer&) = delete;
     TrackedBuffer& operator=(const TrackedBuffer&) = delete;
     float* data() const { return data_; }
+    double charged() const { return charged_bytes_; }  ///< bytes charged to its pool
     i64 size() const { return n_; }
     bool empty() const { return n_ == 0; }
 
@@ -203,6 +204,7 @@ public:
     bool skipped() const { return skipped_; }  ///< fp16: this step's update was skipped for an overflow
     const RankTrace& trace() const { return trace_; }
     Pool& gpu_pool() { return gpu_; }
+    const PeakDetail& peak_detail() const { return peak_; }
     /// A memory-only walk's host tier of this rank (cpu or ssd): the session sums a node's ranks.
     const Pool& own_host_pool(sim::Tier t) const { return t == sim::Tier::ssd ? ssd_own_ : cpu_own_; }
     Waker& waker() { return waker_; }
@@ -430,6 +432,8 @@ private:
     /// readers are that value's, and it starts none of its own.
     bool block_continues(std::size_t i, const sim::DataTensor& t) const;
     Pool gpu_;  ///< this rank's gpu tier
+    PeakDetail peak_;  ///< what it held at its gpu peak (RunOptions::peak_detail)
+    void note_peak(std::size_t i);
     /// A memory-only walk's host tiers, one per rank: its ranks walk at their own pace, so a node's
     /// shared pool would sum them at whatever instants the threads happened to reach, not the
     /// step's (a node's ranks update their optimizer shards at the same time); the walk reports

@@ -299,6 +299,15 @@ void Session::save(const std::string& dir) const {
 const Program& Session::program() const { return impl_->program; }
 const std::vector<RankTrace>& Session::traces() const { return impl_->traces; }
 std::array<double, kTierCount> Session::peak_bytes() const { return impl_->peaks; }
+
+std::vector<PeakDetail> Session::peak_details() const {
+    std::vector<PeakDetail> out;
+    if (impl_->options.peak_detail <= 0) return out;
+    for (const auto& r : impl_->ranks)
+        if (r && r->peak_detail().bytes > 0) out.push_back(r->peak_detail());
+    std::stable_sort(out.begin(), out.end(), [](const PeakDetail& a, const PeakDetail& b) { return a.bytes > b.bytes; });
+    return out;
+}
 double Session::device_reserved_peak_bytes() const {  // the worst rank's
     double most = 0;
     for (const auto& d : impl_->devices) most = std::max(most, d->reserved_peak_bytes());

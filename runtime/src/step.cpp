@@ -97,6 +97,7 @@ bool RankState::try_execute(std::size_t i) {
 
 void RankState::finish(std::size_t i) {
     const Instr& in = rp_.instrs[i];
+    if (w_.options.peak_detail > 0) note_peak(i);  // before its inputs' last reads free them
     finish_grad_values(i);
     if (w_.options.record_spans && in.kind != InstrKind::record && in.kind != InstrKind::wait) {
         if (dev_ && device_instr(i)) {

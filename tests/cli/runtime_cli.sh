@@ -75,6 +75,20 @@ for tier in ("gpu", "cpu", "ssd"):
     assert abs(walk[tier] - peak) <= 0.05 * peak, (tier, walk[tier], peak)
 PY
 
+# --peak-detail: the largest rank's holdings at its peak, largest first, and every rank's in --json.
+"$S" run --scenario gpt-tiny-2cpu --memory-only --peak-detail 5 --json "$T/detail.json" >"$T/detail" 2>"$T/err" || { cat "$T/err"; fail "run --peak-detail"; }
+grep -q "at its GPU peak" "$T/detail" || fail "peak detail report"
+python3 - "$T/detail.json" <<'PY' || fail "peak detail json"
+import json, sys
+d = json.load(open(sys.argv[1]))
+detail, peak = d["peak_detail"], d["steps"][0]["peak_bytes"]["gpu"]
+assert len(detail) == 2 and detail[0]["bytes"] == peak, (len(detail), detail[0]["bytes"], peak)
+sizes = [h["bytes"] for h in detail[0]["largest"]]
+assert len(sizes) == 5 and sizes == sorted(sizes, reverse=True), sizes
+assert any(h["what"] == "weights" for h in detail[0]["largest"]), detail[0]["largest"]
+PY
+"$S" run --scenario gpt-tiny-2cpu --memory-only --peak-detail -1 >/dev/null 2>"$T/err"; [ $? -eq 2 ] || fail "--peak-detail -1 should exit 2"
+
 # bf16 (2-byte values rounded as written, fp32 master weights): it trains, and its walk holds less
 # on the GPU than fp32's (2-byte activations and weights, though the masters add 4 B a parameter).
 python3 - "$SRC/scenarios/plans/gpt-tiny-2cpu.json" "$T/bf16.json" <<'PY' || fail "bf16 plan"

@@ -262,6 +262,46 @@ TEST_CASE("ZeRO-3 reduces the edges at every micro-batch's end: the head's whole
     }
 }
 
+TEST_CASE("peak detail: what a rank holds at its GPU peak, largest first", "[runtime][memory]") {
+    // tiny_llama(2), fp32, one rank: 2 layers of 7,744 parameters and the embedding and head
+    // (2 x 64 x 32) with the final norm (32): 19,616 parameters, 4 B each as weights and as
+    // gradients, and two Adam moments once the first step has made them.
+    const double params = 2 * 7744 + 2 * 64 * 32 + 32;
+    runtime::RunOptions o;
+    o.memory_only = true;
+    o.peak_detail = 50;
+    ModelSpec m = tiny_llama(2);
+    m.seq_len = 32;
+    runtime::Session s(m, cpu_cluster(1), cpu_plan(), o);
+    s.step();
+    s.step();
+    const auto details = s.peak_details();
+    REQUIRE(details.size() == 1);
+    const runtime::PeakDetail& d = details.front();
+    CHECK(d.bytes == s.peak_bytes()[0]);
+    CHECK_FALSE(d.at.empty());
+    double listed = 0, weights = -1, grads = -1, moments = -1;
+    for (std::size_t k = 0; k < d.largest.size(); ++k) {
+        if (k > 0) CHECK(d.largest[k].bytes <= d.largest[k - 1].bytes);
+        listed += d.largest[k].bytes;
+        if (d.largest[k].what == "weights") weights = d.largest[k].bytes;
+        if (d.largest[k].what == "gradients") grads = d.largest[k].bytes;
+        if (d.largest[k].what == "optimizer states") moments = d.largest[k].bytes;
+    }
+    CHECK(weights == 4 * params);
+    CHECK(grads == 4 * params);
+    CHECK(moments == 8 * params);
+    // Everything the rank held then is listed (50 entries are more than it holds): the peak.
+    CHECK(listed == Approx(d.bytes).epsilon(1e-12));
+    CHECK(d.values_bytes == Approx(d.bytes - 16 * params).epsilon(1e-12));
+    // Off by default.
+    runtime::RunOptions plain;
+    plain.memory_only = true;
+    runtime::Session q(m, cpu_cluster(1), cpu_plan(), plain);
+    q.step();
+    CHECK(q.peak_details().empty());
+}
+
 TEST_CASE("ZeRO-2 reduces a unit above the bucket size whole: the model holds it beside a bucket, as the walk does", "[runtime][memory]") {
     // Buckets close at the end of a unit (a layer, the head, the embedding), so a unit larger than
     // dp_bucket_bytes is one bucket, its whole gradients a value until its reduce-scatter, while

@@ -68,6 +68,9 @@ struct RunOptions {
     /// true: every rank.
     bool walk_all_ranks = false;
     double peak_flops_per_rank = 0;  ///< for MFU (0: not reported)
+    /// > 0: record what each rank held on its GPU when its peak was reached, its `peak_detail`
+    /// largest holdings (Session::peak_details): where a plan's memory goes, value by value.
+    int peak_detail = 0;
     /// A plan of several ranks on a device backend. false: rank r on GPU r of this machine, their
     /// collectives and pipeline transfers through NCCL communicators (on the emulated backend, a
     /// device each and the communicators' emulation). true: every rank on GPU 0, each with its own
@@ -91,6 +94,19 @@ struct MemorySample {
 struct RankTrace {
     std::vector<Span> spans;
     std::vector<MemorySample> memory;
+};
+
+/// What one rank held on its GPU tier at its peak (RunOptions::peak_detail).
+struct PeakHeld {
+    std::string what;  ///< "weights", "gradients", "optimizer states", "gathered parameters", or a value: tensor, layer, micro-batch
+    double bytes = 0;
+};
+struct PeakDetail {
+    int rank = 0;                   ///< global rank (the first of those its program stands for)
+    double bytes = 0;               ///< its GPU peak
+    std::string at;                 ///< the instruction whose outputs reached it: name, phase, layer, micro-batch
+    std::vector<PeakHeld> largest;  ///< the largest holdings then, largest first
+    double values_bytes = 0;        ///< all the dataflow's values held then (activations, their gradients, transients)
 };
 
 struct StepReport {
@@ -161,6 +177,9 @@ public:
     const std::vector<RankTrace>& traces() const;
     /// Peak bytes over all steps so far (as StepReport::peak_bytes).
     std::array<double, sim::kTierCount> peak_bytes() const;
+    /// Per rank program, what it held at its GPU peak over all steps so far (empty unless
+    /// RunOptions::peak_detail > 0), the largest peak first.
+    std::vector<PeakDetail> peak_details() const;
     /// The cuda backend's device memory at its most: every block its allocator took from the
     /// driver (cached ones too) and the kernels' workspace (attention scores), not the CUDA
     /// context. 0 on the cpu backend.
