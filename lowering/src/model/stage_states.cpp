@@ -135,6 +135,8 @@ void emit_buffers(const ModelSpec& m, const PlanSpec& p, int stage, const std::v
     // backward (the lowering's layer_grads, FSDP's post-backward), and at the backward's peak, its
     // start, no layer's are whole yet (the head's are: zero3.head_grads below).
     const bool zero3_per_layer = nd > 1 && p.zero_stage == 3 && !p.pipelined_fsdp();
+    // What a ZeRO-3 gather makes whole: the dense parameters, and the experts where edp > 1.
+    const auto gathered = [&](const StageParams& x) { return x.dense + (p.edp() > 1 ? x.expert : 0.0); };
     if (nd > 1 && (p.overlap_grad_reduce || zero2) && !zero3_per_layer) {
         // One bucket being reduced while the next fills (Megatron's DDP), never more than all grads.
         const double all = p.grad_bytes() * sp.total();
@@ -159,14 +161,15 @@ void emit_buffers(const ModelSpec& m, const PlanSpec& p, int stage, const std::v
     if (p.pipelined_fsdp() && nd > 1) {
         // Pipelined FSDP holds every layer of the stage gathered from its first forward to its
         // last backward, and the embedding and head from the step's start: the stage's whole
-        // (TP-local) weights, besides the shards.
-        emit("zero3.gathered_params", TensorTag::buffers, Lifetime::persistent, wb * sp.total(), gpu, "stage params", nullptr);
+        // (TP-local) weights, besides the shards; experts only where the expert-data-parallel
+        // group shards them (with edp 1 a rank holds its experts whole: nothing to gather).
+        emit("zero3.gathered_params", TensorTag::buffers, Lifetime::persistent, wb * gathered(sp), gpu, "stage params", nullptr);
     } else if (p.zero_stage >= 3 && nd > 1) {
         // ZeRO-3 gathers a layer's full (TP-local) weights before use; with prefetch the next
         // layer's gather is in flight too.
         double widest = 0, layers = 0;
         for (int l : layer_ids) {
-            widest = std::max(widest, layer(l).total());
+            widest = std::max(widest, gathered(layer(l)));
             layers += layer(l).total();
         }
         const double depth = p.overlap_param_gather ? 2.0 : 1.0;
