@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime_fixtures.hpp"
+#include "strata/lowering/memory.hpp"
 #include "strata/lowering/model.hpp"
 
 namespace strata::test {
@@ -91,6 +92,25 @@ inline void check_against(const ModelSpec& m, const PlanSpec& one, const std::ve
             CHECK(got[static_cast<std::size_t>(i)] == Approx(ref[static_cast<std::size_t>(i)]).epsilon(kTol));
         }
     }
+}
+
+/// A memory-only walk over two steps (Adam's moments exist from the second's start): its peaks per
+/// tier, and the memory model's report of the same plan on one node.
+struct WalkAndModel {
+    std::array<double, sim::kTierCount> walk{};
+    sim::MemoryReport model;
+    /// The model's GPU bytes less its framework reserve (no CUDA context on the cpu backend).
+    double model_gpu() const { return model.hbm_bytes - sim::kFrameworkReserveBytes; }
+};
+inline WalkAndModel walk_and_model(const ModelSpec& m, const PlanSpec& p) {
+    runtime::RunOptions o;
+    o.memory_only = true;
+    runtime::Session s(m, cpu_cluster(p.gpus()), p, o);
+    s.step();
+    s.step();
+    sim::Capacities caps;
+    caps.gpus_per_node = p.gpus();
+    return {s.peak_bytes(), memory_estimate(m, p, caps)};
 }
 
 inline void check_against_single_rank(const ModelSpec& m, const std::vector<Variant>& variants) { check_against(m, cpu_plan(), variants); }

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "runtime_checks.hpp"
 #include "runtime_fixtures.hpp"
 #include "strata/lowering/memory.hpp"
 #include "strata/lowering/tensors.hpp"
@@ -18,14 +19,8 @@ namespace {
 
 // Per node: the walk's host peak and the analytical model's (memory.hpp) for a one-node plan.
 std::pair<double, double> host_bytes(const ModelSpec& m, const PlanSpec& p) {
-    runtime::RunOptions o;
-    o.memory_only = true;
-    runtime::Session s(m, cpu_cluster(p.gpus()), p, o);
-    s.step();
-    s.step();  // the moments (and master weights) exist from the second step's start
-    Capacities caps;
-    caps.gpus_per_node = p.gpus();
-    return {s.peak_bytes()[1], memory_estimate(m, p, caps).cpu_bytes};
+    const WalkAndModel r = walk_and_model(m, p);
+    return {r.walk[1], r.model.cpu_bytes};
 }
 
 }  // namespace

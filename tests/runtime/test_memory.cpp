@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "runtime_checks.hpp"
 #include "runtime_fixtures.hpp"
 #include "strata/common/error.hpp"
 #include "strata/lowering/lower.hpp"
@@ -16,6 +17,7 @@
 using namespace strata;
 using namespace strata::sim;
 using namespace strata::test;
+
 
 TEST_CASE("memory: refused before allocating, caught during a step", "[runtime][memory]") {
     runtime::RunOptions o;
@@ -237,17 +239,11 @@ TEST_CASE("ZeRO-3 reduces the edges at every micro-batch's end: the head's whole
             ++edge_reductions;
     CHECK(edge_reductions == 2 * 2);  // the head's and the embedding's buckets, each micro-batch
     // The walk holds the head's whole gradient beside the backward's peak, and the model counts it.
-    runtime::RunOptions o;
-    o.memory_only = true;
     for (Precision pr : {Precision::fp32, Precision::bf16}) {
         PlanSpec q = p;
         q.precision = pr;
-        runtime::Session s(m, cpu_cluster(2), q, o);
-        s.step();
-        s.step();
-        Capacities caps;
-        caps.gpus_per_node = 2;
-        const double walk = s.peak_bytes()[0], model = memory_estimate(m, q, caps).hbm_bytes - kFrameworkReserveBytes;
+        const WalkAndModel r = walk_and_model(m, q);
+        const double walk = r.walk[0], model = r.model_gpu();
         INFO(to_string(pr) << ": walk " << walk << " B, model " << model << " B");
         if (pr == Precision::fp32) {
             // 0.8 %; with the DDP buckets it counted under ZeRO-3 until stop 64 (at this size twice
@@ -343,12 +339,8 @@ TEST_CASE("pipelined FSDP holds the weights' shard beside the gathered stage, as
     p.zero_stage = 3;
     p.dp_bucket_bytes = 256;  // the model's two overlap buckets (docs/runtime.md) out of the way
     REQUIRE(p.pipelined_fsdp());
-    runtime::RunOptions o;
-    o.memory_only = true;
-    runtime::Session s(m, cpu_cluster(p.gpus()), p, o);
-    s.step();
-    s.step();
-    const double walk = s.peak_bytes()[0], model = memory_estimate(m, p, Capacities{}).hbm_bytes - kFrameworkReserveBytes;
+    const WalkAndModel r = walk_and_model(m, p);
+    const double walk = r.walk[0], model = r.model_gpu();
     INFO("walk " << walk << " B, model " << model << " B");
     CHECK(std::fabs(model / walk - 1) < 0.02);
     // Routed experts over ep 2 at dp 2: the expert-data-parallel group is one rank, which holds its
@@ -359,10 +351,8 @@ TEST_CASE("pipelined FSDP holds the weights' shard beside the gathered stage, as
     PlanSpec q = p;
     q.ep = 2;
     REQUIRE(q.edp() == 1);
-    runtime::Session t(moe, cpu_cluster(q.gpus()), q, o);
-    t.step();
-    t.step();
-    const double walk_moe = t.peak_bytes()[0], model_moe = memory_estimate(moe, q, Capacities{}).hbm_bytes - kFrameworkReserveBytes;
+    const WalkAndModel rm = walk_and_model(moe, q);
+    const double walk_moe = rm.walk[0], model_moe = rm.model_gpu();
     INFO("MoE: walk " << walk_moe << " B, model " << model_moe << " B");
     CHECK(std::fabs(model_moe / walk_moe - 1) < 0.02);
 }
