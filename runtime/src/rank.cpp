@@ -379,12 +379,15 @@ float* RankState::tensor(int id, bool write, std::size_t at) {
     return ptr;
 }
 
-void RankState::fail(std::size_t i, const std::string& what) const {
+std::string RankState::describe(std::size_t i) const {
     const Instr& in = rp_.instrs[i];
     const std::string name = in.name > 0 ? w_.program.names[static_cast<std::size_t>(in.name)] : to_string(in.kind);
-    const std::string where = "rank " + std::to_string(rank_) + ", instruction " + std::to_string(i) + " (" + name + ", " +
-                              to_string(in.phase) + ", layer " + std::to_string(in.layer) + ", micro-batch " +
-                              std::to_string(in.microbatch) + ", stream " + to_string(in.stream) + ")";
+    return "instruction " + std::to_string(i) + " (" + name + ", " + to_string(in.phase) + ", layer " + std::to_string(in.layer) +
+           ", micro-batch " + std::to_string(in.microbatch) + ", stream " + to_string(in.stream) + ")";
+}
+
+void RankState::fail(std::size_t i, const std::string& what) const {
+    const std::string where = "rank " + std::to_string(rank_) + ", " + describe(i);
     if (what.find("refused") != std::string::npos || what.find("would make") != std::string::npos)
         throw OutOfMemory("out of memory at " + where + ": " + what);
     throw RuntimeError(where + ": " + what);

@@ -434,6 +434,8 @@ private:
     Pool gpu_;  ///< this rank's gpu tier
     PeakDetail peak_;  ///< what it held at its gpu peak (RunOptions::peak_detail)
     void note_peak(std::size_t i);
+    /// Instruction i in words: its index, name, phase, layer, micro-batch and stream.
+    std::string describe(std::size_t i) const;
     /// A memory-only walk's host tiers, one per rank: its ranks walk at their own pace, so a node's
     /// shared pool would sum them at whatever instants the threads happened to reach, not the
     /// step's (a node's ranks update their optimizer shards at the same time); the walk reports

@@ -264,12 +264,12 @@ void RankState::run_step() {
                 const auto& list = streams_[static_cast<std::size_t>(s)];
                 const std::size_t pc = pc_[static_cast<std::size_t>(s)];
                 if (pc >= list.size()) continue;
-                stuck += ' ';  // appended piece by piece: GCC 12 misreads a chain of + here (-Wrestrict)
+                stuck += "\n  ";  // appended piece by piece: GCC 12 misreads a chain of + here (-Wrestrict)
                 stuck += to_string(static_cast<Stream>(s));
-                stuck += '@';
-                stuck += std::to_string(list[pc]);
+                stuck += " at ";
+                stuck += describe(list[pc]);
             }
-            throw RuntimeError("rank " + std::to_string(rank_) + " made no progress for 120 s; streams waiting at" + stuck);
+            throw RuntimeError("rank " + std::to_string(rank_) + " made no progress for 120 s; its streams wait at:" + stuck);
         }
     }
     if (dev_) {

@@ -47,9 +47,11 @@ std::string tag(const Program& p, const Instr& in) {
 
 TEST_CASE("combined 1F1B: one more warm-up forward, so every merged pair is of two micro-batches", "[lower][moe][a2a_overlap]") {
     using S = PipeSlot;
-    // pp 1 (combined_1f1b_schedule_for_no_pipelining): F0, then F(i+1) beside B(i), then the last B.
+    // pp 1 (combined_1f1b_schedule_for_no_pipelining): F0, then F(i+1) beside B(i) (steady-state
+    // forwards, merged with the backward after them), then the last B.
     CHECK(pipeline_schedule(Schedule::one_f_one_b, 1, 0, 3, 1, 0, true) ==
-          std::vector<S>{{0, 0, true}, {1, 0, true}, {0, 0, false}, {2, 0, true}, {1, 0, false}, {2, 0, false}});
+          std::vector<S>{{0, 0, true}, {1, 0, true, false, false, true}, {0, 0, false}, {2, 0, true, false, false, true}, {1, 0, false},
+                         {2, 0, false}});
     // Interleaved, pp 2, vpp 2, 4 micro-batches: stage 1's warm-up (vpp - 1) x group 2 = 2, then
     // the first steady forward before any backward; one more warm-up forward with the overlap.
     const auto s1 = pipeline_schedule(Schedule::interleaved_1f1b, 2, 1, 4, 2, 0, true);

@@ -54,6 +54,14 @@ void check_complete(const std::vector<PipeSlot>& s, int m, int vpp) {
 
 }  // namespace
 
+namespace {
+// A slot without its steady-state flag (PipeSlot::steady), for comparing order alone.
+PipeSlot plain(PipeSlot s) {
+    s.steady = false;
+    return s;
+}
+}  // namespace
+
 TEST_CASE("1F1B: warm-up min(pp-rank-1, m), in-flight min(pp-rank, m)", "[lower][schedule]") {
     for (int pp : {1, 2, 4, 8}) {
         for (int m : {1, 3, 8, 16}) {
@@ -74,10 +82,42 @@ TEST_CASE("1F1B: warm-up min(pp-rank-1, m), in-flight min(pp-rank, m)", "[lower]
 }
 
 TEST_CASE("1F1B last stage alternates F and B", "[lower][schedule]") {
-    // pp = 4, rank 3: warm-up 0, so F0 B0 F1 B1 F2 B2.
+    // pp = 4, rank 3: warm-up 0, so F0 B0 F1 B1 F2 B2, every forward of the steady state.
     const auto s = pipeline_schedule(Schedule::one_f_one_b, 4, 3, 3, 1);
-    const std::vector<PipeSlot> expect = {{0, 0, true}, {0, 0, false}, {1, 0, true}, {1, 0, false}, {2, 0, true}, {2, 0, false}};
+    const std::vector<PipeSlot> expect = {{0, 0, true, false, false, true}, {0, 0, false}, {1, 0, true, false, false, true},
+                                          {1, 0, false}, {2, 0, true, false, false, true}, {2, 0, false}};
     CHECK(s == expect);
+}
+
+TEST_CASE("Combined 1F1B merges the steady state's pairs only", "[lower][schedule]") {
+    // Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm) overlaps a steady-state
+    // forward with the backward after it. A rank whose warm-up takes every forward (pp 2, vpp 2,
+    // m 2: rank 0's 2 + 2 + 1 > 4) has no steady state: its last forward and first backward run
+    // apart. Merging them deadlocked the pipeline (the losses sweep, seed 72): rank 0's merged
+    // backward waited for rank 1's gradient, rank 1's merged step for rank 0's forward output.
+    PlanSpec p;
+    p.pp = 2;
+    p.vpp = 2;
+    p.ep = 2;
+    p.schedule = Schedule::interleaved_1f1b;
+    p.moe_a2a_overlap = true;
+    auto merges = [&](int rank) {
+        const auto s = pipeline_schedule(Schedule::interleaved_1f1b, 2, rank, 2, 2, 0, true);
+        int n = 0;
+        for (std::size_t k = 0; k + 1 < s.size(); ++k) n += merged_pair(p, s[k], s[k + 1]);
+        return n;
+    };
+    CHECK(merges(0) == 0);
+    CHECK(merges(1) == 1);  // warm-up 0 + 2 + 1 = 3 of 4: one steady pair
+    // Non-interleaved, pp 2, m 4: rank 0 warms up 1 + 1, then 2 pairs; rank 1 warms up 1, then 3.
+    p.vpp = 1;
+    p.schedule = Schedule::one_f_one_b;
+    for (int rank : {0, 1}) {
+        const auto s = pipeline_schedule(Schedule::one_f_one_b, 2, rank, 4, 1, 0, true);
+        int n = 0;
+        for (std::size_t k = 0; k + 1 < s.size(); ++k) n += merged_pair(p, s[k], s[k + 1]);
+        CHECK(n == (rank == 0 ? 2 : 3));
+    }
 }
 
 TEST_CASE("GPipe: all forwards, then all backwards", "[lower][schedule]") {
@@ -106,11 +146,11 @@ TEST_CASE("Interleaved 1F1B follows Megatron's order and warm-up", "[lower][sche
     std::vector<PipeSlot> fwd;
     for (const auto& x : s0)
         if (x.forward) fwd.push_back(x);
-    CHECK(fwd[0] == PipeSlot{0, 0, true});
-    CHECK(fwd[3] == PipeSlot{3, 0, true});
-    CHECK(fwd[4] == PipeSlot{0, 1, true});
-    CHECK(fwd[7] == PipeSlot{3, 1, true});
-    CHECK(fwd[8] == PipeSlot{4, 0, true});
+    CHECK(plain(fwd[0]) == PipeSlot{0, 0, true});
+    CHECK(plain(fwd[3]) == PipeSlot{3, 0, true});
+    CHECK(plain(fwd[4]) == PipeSlot{0, 1, true});
+    CHECK(plain(fwd[7]) == PipeSlot{3, 1, true});
+    CHECK(plain(fwd[8]) == PipeSlot{4, 0, true});
 }
 
 TEST_CASE("Interleaved with m == pp: Megatron-Core's warm-up, no all-forward special case", "[lower][schedule]") {
@@ -148,7 +188,7 @@ TEST_CASE("Interleaved micro-batch groups follow Megatron-Core's schedule table"
         std::vector<PipeSlot> fwd, bwd;
         for (const auto& x : s) (x.forward ? fwd : bwd).push_back(x);
         for (int k = 0; k < m * vpp; ++k) {
-            CHECK(fwd[static_cast<std::size_t>(k)] == PipeSlot{want_mb[k], want_chunk[k], true});
+            CHECK(plain(fwd[static_cast<std::size_t>(k)]) == PipeSlot{want_mb[k], want_chunk[k], true});
             // The k-th backward: the same entry on the mirrored chunk.
             CHECK(bwd[static_cast<std::size_t>(k)] == PipeSlot{want_mb[k], vpp - 1 - want_chunk[k], false});
         }

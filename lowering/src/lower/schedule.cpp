@@ -28,7 +28,7 @@ std::vector<PipeSlot> one_f_one_b(int pp, int stage, int m, int extra) {
     const int steady = m - warmup;
     for (int i = 0; i < warmup; ++i) out.push_back({i, 0, true});
     for (int i = 0; i < steady; ++i) {
-        out.push_back({warmup + i, 0, true});
+        out.push_back({warmup + i, 0, true, false, false, true});
         out.push_back({i, 0, false});
     }
     for (int i = steady; i < m; ++i) out.push_back({i, 0, false});
@@ -67,6 +67,7 @@ std::vector<PipeSlot> interleaved(int pp, int stage, int m, int vpp, int group, 
     for (int k = 0; k < warmup; ++k) out.push_back(fwd(k));
     for (int k = 0; k < steady; ++k) {
         out.push_back(fwd(warmup + k));
+        out.back().steady = true;
         out.push_back(bwd(k));
     }
     for (int k = steady; k < total; ++k) out.push_back(bwd(k));
@@ -135,7 +136,12 @@ bool merged_pair(const PlanSpec& p, const PipeSlot& a, const PipeSlot& b) {
     if (!p.moe_a2a_overlap || p.ep < 2 || !a.forward || b.forward || b.weights || b.defer_weights || a.microbatch == b.microbatch)
         return false;
     // DualPipeV merges F0 with B1 and F1 with B0 (dualpipev.py steps 4 and 5), not step 3's F1 B1.
-    return p.schedule != Schedule::dualpipe_v || a.chunk != b.chunk;
+    if (p.schedule == Schedule::dualpipe_v) return a.chunk != b.chunk;
+    // 1F1B and interleaved merge their steady state's pairs only (Megatron-Core's combined 1F1B):
+    // a rank whose warm-up takes every forward runs its last one alone, then the backwards. Merging
+    // that boundary too deadlocked a pipeline at m = pp (its backward's receive waited on the next
+    // rank's merged step, which waited on this forward's send; losses sweep seed 72).
+    return a.steady;
 }
 
 }  // namespace strata::sim

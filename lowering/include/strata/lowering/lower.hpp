@@ -48,6 +48,10 @@ struct PipeSlot {
     bool forward = true;
     bool defer_weights = false;
     bool weights = false;
+    /// A 1F1B steady-state forward: under combined 1F1B (plan.moe_a2a_overlap) it runs merged with
+    /// the backward after it (merged_pair). The warm-up's last forward and the cool-down's first
+    /// backward are not a pair, even where no steady state lies between them.
+    bool steady = false;
     bool operator==(const PipeSlot&) const = default;
 };
 
