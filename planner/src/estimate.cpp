@@ -365,9 +365,8 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     const auto bucket_count = [&](double params) { return std::max(1.0, std::ceil(params * p.grad_bytes() / cap)); };
     double zero3_end_s = 0;  // ZeRO-3 reduce-scatters the embedding's and head's gradients at the end
     if (dpg > 1 && p.zero_stage == 3) {
-        // Without a pipeline, at the end of every micro-batch's backward (the lowering's edge
-        // buckets; FSDP's root post-backward), where the next forward's gathers wait behind them
-        // on the one DP stream; pipelined FSDP once, after its last backward.
+        // Every micro-batch's (FSDP's root post-backward; the next forward's gathers queue behind
+        // them on the DP stream), but once after pipelined FSDP's last backward.
         const double reductions = p.pipelined_fsdp() ? 1.0 : std::max(1, p.micro_batches());
         // The stages holding them end the step with it, whichever stage computes most (DualPipeV's
         // rank 0 holds both and computes least).
