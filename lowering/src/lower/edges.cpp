@@ -256,7 +256,9 @@ void RankLowering::mtp_backward(int k) {
     const bool sp = d_.tp > 1 && d_.sp;
     const int lk = df_ ? mtp_layer_id(m_, k) : mtp_layer_kind(m_);
     mtp_pass_ = true;
+    const AllocRun ws = alloc_list(mtp_ws_desc_, mtp_ws_ids_);
     layer_backward(lk, 0);
+    free_list(ws);
     mtp_pass_ = false;
     layer_ = -1;
     // The layer input's gradient back to this rank's column block of the projection's output

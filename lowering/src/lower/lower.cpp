@@ -297,6 +297,8 @@ RankLowering::RankLowering(const ModelSpec& m, const ClusterSpec& cl, const Plan
         logits_desc_ = logits_activations(m, p);
         head_ws_desc_ = head_workspace(m, p);
         head_fwd_ws_desc_ = head_workspace(m, p, false);
+        // An MTP module's layer backward (never recomputed) holds its gradients' workspace too.
+        if (m.mtp_depth > 0 && m.layers > 0) mtp_ws_desc_ = layer_backward_workspace(m, p, mtp_layer_kind(m), false);
     }
 }
 

@@ -524,9 +524,9 @@ private:
     std::vector<std::vector<int>> fwd_ws_ids_;
     std::vector<TensorDesc> out_slice_desc_, out_full_desc_;  ///< pipe_output_slice / _regathered
     std::vector<int> out_slice_ids_, out_full_ids_;
-    std::vector<TensorDesc> emb_desc_, emb_ws_desc_, logits_desc_, head_ws_desc_, head_fwd_ws_desc_;
+    std::vector<TensorDesc> emb_desc_, emb_ws_desc_, logits_desc_, head_ws_desc_, head_fwd_ws_desc_, mtp_ws_desc_;
     std::vector<std::vector<int>> act_ids_, ws_ids_;  ///< interned names of act_desc_, ws_desc_
-    std::vector<int> emb_ids_, emb_ws_ids_, logits_ids_, head_ws_ids_, head_fwd_ws_ids_;
+    std::vector<int> emb_ids_, emb_ws_ids_, logits_ids_, head_ws_ids_, head_fwd_ws_ids_, mtp_ws_ids_;
     /// (mb, chunk, layer) -> allocs; layer -1: the embedding's, -2: the logits', -3: DeepSpeed's sent-output slice
     std::map<std::tuple<int, int, int>, AllocRun> stashed_;
     std::map<std::tuple<int, int, int>, int> act_offloaded_;  ///< (mb, chunk, layer) -> d2h event

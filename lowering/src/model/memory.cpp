@@ -314,6 +314,11 @@ MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capaci
         std::vector<TensorDesc> embedding, logits;
         if (stage == 0) embedding = embedding_activations(m, p);
         if (stage == head_stage(p)) logits = logits_activations(m, p);
+        // The head's backward, and before it the MTP modules' (their layer's gradients beside
+        // every held tensor: they are never recomputed), run before the layers'.
+        double head_ws = logits.empty() ? 0.0 : sum_bytes(head_workspace(m, p));
+        if (!logits.empty() && m.mtp_depth > 0 && m.layers > 0)
+            head_ws = std::max(head_ws, sum_bytes(layer_backward_workspace(m, p, mtp_layer_kind(m), false)));
         HeldTimes held;
         if (p.vpp <= 1) {
             // One chunk per rank: every layer holds the same micro-batches. The last stage starts
@@ -324,7 +329,7 @@ MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capaci
         } else {
             const double logits_gpu = sum_bytes(logits) * p.offload.activations.gpu;
             held = chunk_held_times(p, stage, vsl, layer_bytes, sum_bytes(embedding), logits_gpu, workspace,
-                                    logits.empty() ? 0.0 : sum_bytes(head_workspace(m, p)), kinds.held(p, stage, held_scratch));
+                                    head_ws, kinds.held(p, stage, held_scratch));
             // Reported as micro-batch equivalents of the stage's layers.
             const double total = std::accumulate(layer_bytes.begin(), layer_bytes.end(), 0.0);
             if (total > 0) s.in_flight_microbatches = std::inner_product(held.per_layer.begin(), held.per_layer.end(), layer_bytes.begin(), 0.0) / total;
@@ -362,7 +367,7 @@ MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capaci
         // forward, so none is held there; until stop 64 one was).
         if (stage == head_stage(p)) {
             const double freed = held.head_next ? sum_bytes(logits) * p.offload.activations.gpu : 0.0;
-            workspace = held.head_next ? std::max(workspace - freed, sum_bytes(head_workspace(m, p))) : workspace;
+            workspace = held.head_next ? std::max(workspace - freed, head_ws) : workspace;
         }
         // DeepSpeed's regathered output lives through the whole backward pass of the stage.
         if (sends_output) workspace += sum_bytes(pipe_output_regathered(m, p));
