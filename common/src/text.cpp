@@ -41,10 +41,20 @@ std::string did_you_mean(std::string_view word, const std::vector<std::string>& 
     return best;
 }
 
+// As long as it takes: %f writes every integer digit (1e300 is 301 of them), which a fixed buffer
+// cut short (a file read back then held another number: the calibration fuzzer).
 static std::string printf_str(const char* fmt, double v) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, fmt, v);
-    return buf;
+    const int n = std::snprintf(nullptr, 0, fmt, v);
+    std::string s(static_cast<std::size_t>(std::max(n, 0)), '\0');
+    std::snprintf(s.data(), s.size() + 1, fmt, v);
+    return s;
+}
+
+static std::string printf_fixed(int decimals, double v) {
+    const int n = std::snprintf(nullptr, 0, "%.*f", decimals, v);
+    std::string s(static_cast<std::size_t>(std::max(n, 0)), '\0');
+    std::snprintf(s.data(), s.size() + 1, "%.*f", decimals, v);
+    return s;
 }
 
 std::string format(const char* fmt, ...) {
@@ -81,11 +91,7 @@ std::string fmt_sci(double v, int digits) {
     return buf;
 }
 
-std::string fmt_fixed(double v, int decimals) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
-    return buf;
-}
+std::string fmt_fixed(double v, int decimals) { return printf_fixed(decimals, v); }
 
 std::string json_quote(const std::string& s) {
     std::string o = "\"";
@@ -110,9 +116,7 @@ std::string json_quote(const std::string& s) {
 
 std::string json_num(double v, int decimals) {
     if (!std::isfinite(v)) return "null";  // JSON has no infinity (e.g. an unlimited capacity)
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
-    std::string s = buf;
+    std::string s = printf_fixed(decimals, v);
     if (s == "-0" || s.rfind("-0.", 0) == 0) {  // print negative zero as zero
         bool zero = true;
         for (char c : s) zero = zero && (c == '-' || c == '0' || c == '.');

@@ -79,3 +79,16 @@ TEST_CASE("a key given twice is refused with both positions (issue #32, defect 7
     // Columns count characters, not UTF-8 bytes.
     CHECK_THROWS_WITH(parse_json_text("{\"\xC3\xA9\": 1, \"\xC3\xA9\": 2}", "u.json"), Catch::Contains("line 1, column 10"));
 }
+
+TEST_CASE("json_num writes every digit of a large value, and it reads back the same", "[json]") {
+    // A fixed 64-byte buffer cut 3.27e97 (98 integer digits and 6 decimals) to 63 characters, which
+    // read back as 3.27e62: the calibration fuzzer's round trip failed on it.
+    for (double v : {3.27e97, -1.5e200, 1e300, 123.456789}) {
+        const std::string s = strata::json_num(v, 6);
+        INFO(s.substr(0, 40) << "... (" << s.size() << " characters)");
+        CHECK(nlohmann::json::parse(s).get<double>() == v);
+    }
+    CHECK(strata::json_num(3.27e97, 6).size() == 98 + 1 + 6);
+    CHECK(strata::json_num(0.5, 2) == "0.50");
+    CHECK(strata::json_num(-0.0, 3) == "0.000");
+}

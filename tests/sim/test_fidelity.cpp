@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <stdexcept>
 
 #include "strata/common/error.hpp"
@@ -585,4 +587,16 @@ TEST_CASE("fidelity run of one entry: consistent figures, outcome agrees", "[fid
     double sum = r.other_s;
     for (double t : r.class_s) sum += t;
     CHECK(sum == Approx(r.step_time_s).epsilon(1e-6));
+}
+
+TEST_CASE("a calibration file survives the canonical round trip with a huge value in it", "[fidelity][calibration]") {
+    // The calibration fuzzer's find (tests/fuzz/corpus/calibration/huge-mape.json): a train MAPE of
+    // 0.327E98 was written cut to 63 characters and read back as another number.
+    std::ifstream in(STRATA_SOURCE_DIR "/tests/fuzz/corpus/calibration/huge-mape.json");
+    REQUIRE(in);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const CalibrationRecord r = calibration_from_json_text(text, "huge-mape.json");
+    const std::string once = to_json_text(r);
+    CHECK(to_json_text(calibration_from_json_text(once, "canonical.json")) == once);
+    CHECK(calibration_from_json_text(once, "canonical.json").groups[1].train_mape_before == 0.327e98);
 }
