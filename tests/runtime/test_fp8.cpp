@@ -12,7 +12,6 @@
 
 #include "runtime_checks.hpp"
 #include "runtime_fixtures.hpp"
-#include "strata/lowering/memory.hpp"
 #include "strata/runtime/cpu_kernels.hpp"
 
 using namespace strata;
@@ -186,14 +185,7 @@ TEST_CASE("fp8: the walk holds what Transformer Engine keeps, and the memory mod
     // each one's backward right after its forward: the peaks differ by one micro-batch's.
     ModelSpec m = tiny_llama(2);
     m.seq_len = 32;
-    runtime::RunOptions o;
-    o.memory_only = true;
-    auto peak = [&](const ModelSpec& mm, const PlanSpec& p) {
-        runtime::Session s(mm, cpu_cluster(p.gpus()), p, o);
-        s.step();
-        s.step();
-        return s.peak_bytes()[0];
-    };
+    auto peak = [](const ModelSpec& mm, const PlanSpec& p) { return walk_and_model(mm, p).walk[0]; };
     PlanSpec b = cpu_plan();
     b.precision = Precision::bf16;
     const double T = 2 * 32, per_layer = T * (m.hidden + m.hidden + m.ffn_hidden) - T * m.heads * m.head_dim;
@@ -211,9 +203,8 @@ TEST_CASE("fp8: the walk holds what Transformer Engine keeps, and the memory mod
     relu.seq_len = relu.max_position = 32;
     for (const auto& [mm, p] : {std::pair{m, fp8(cpu_plan())}, std::pair{m, fp8(sp)}, std::pair{m, fp8(cpu_plan(1, 2))},
                                 std::pair{m, fp8(unfused)}, std::pair{tiny_moe(), fp8(cpu_plan())}, std::pair{relu, fp8(cpu_plan())}}) {
-        Capacities caps;
-        caps.gpus_per_node = p.gpus();
-        const double walk = peak(mm, p), model = memory_estimate(mm, p, caps).hbm_bytes - kFrameworkReserveBytes;
+        const WalkAndModel r = walk_and_model(mm, p);
+        const double walk = r.walk[0], model = r.model_gpu();
         INFO(mm.name << " tp " << p.tp << " pp " << p.pp << " flash " << p.flash_attention << ": walk " << walk << " B, model " << model << " B");
         // The pipeline's first stage walks a term proportional to the micro-batch above the model
         // at this size, in bf16 too (T x 48 B, 1.1 %; under FP8 T x 96 B, 2.3 %); Llama 3 8B at
