@@ -92,6 +92,9 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
     if (m.ffn == FfnKind::relu)
         r.unsupported.push_back("a ReLU MLP (Megatron-LM's arguments offer GELU, SwiGLU and squared ReLU: set "
                                 "TransformerConfig.activation_func = F.relu in model code)");
+    if (m.ffn == FfnKind::geglu)
+        r.unsupported.push_back("a GeGLU MLP (Megatron-LM's arguments offer GELU, SwiGLU and squared ReLU: set "
+                                "TransformerConfig.gated_linear_unit = True and activation_func = F.gelu in model code)");
     if (m.norm == NormKind::rmsnorm) arg("normalization", "RMSNorm");
     if (m.position == PositionKind::rope) arg("position-embedding-type", "rope");
     if (m.position == PositionKind::none) arg("position-embedding-type", "none");

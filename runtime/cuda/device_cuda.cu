@@ -303,9 +303,11 @@ public:
                           const float* wk, bool layernorm, i64 T, i64 W, i64 hq, i64 hkv, i64 hd) override;
     void gelu_forward(float* y, const float* x, i64 n) override { launch1(k_gelu_fwd, n, tv(y), tv(x), n); }
     void gelu_backward(float* dx, const float* x, const float* dy, i64 n) override { launch1(k_gelu_bwd, n, tv(dx), tv(x), tv(dy), n); }
-    void swiglu_forward(float* y, const float* x, i64 T, i64 F) override { launch1(k_swiglu_fwd, T * F, tv(y), tv(x), T, F); }
-    void swiglu_backward(float* dx, const float* x, const float* dy, i64 T, i64 F) override {
-        launch1(k_swiglu_bwd, T * F, tv(dx), tv(x), tv(dy), T, F);
+    void glu_forward(float* y, const float* x, i64 T, i64 F, cpu::Gate gate) override {
+        launch1(k_glu_fwd, T * F, tv(y), tv(x), T, F, gate == cpu::Gate::gelu);
+    }
+    void glu_backward(float* dx, const float* x, const float* dy, i64 T, i64 F, cpu::Gate gate) override {
+        launch1(k_glu_bwd, T * F, tv(dx), tv(x), tv(dy), T, F, gate == cpu::Gate::gelu);
     }
     void relu2_forward(float* y, const float* x, i64 n) override { launch1(k_relu2_fwd, n, tv(y), tv(x), n); }
     void relu2_backward(float* dx, const float* x, const float* dy, i64 n) override { launch1(k_relu2_bwd, n, tv(dx), tv(x), tv(dy), n); }

@@ -118,21 +118,33 @@ __global__ void k_gelu_bwd(TV dx, TV x, TV dy, i64 n) {
     const float du = kGeluC * (1.0f + 3.0f * 0.044715f * v * v);
     dx[i] = dy[i] * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du);
 }
-__global__ void k_swiglu_fwd(TV y, TV x, i64 T, i64 F) {
+// A gated MLP's gate: SiLU (SwiGLU) or GELU's tanh form (GeGLU), and its slope.
+__device__ float gate_value(float g, bool gelu) {
+    if (!gelu) return g / (1.0f + expf(-g));
+    return 0.5f * g * (1.0f + tanhf(kGeluC * (g + 0.044715f * g * g * g)));
+}
+__device__ float gate_slope(float g, bool gelu) {
+    if (!gelu) {
+        const float s = 1.0f / (1.0f + expf(-g));
+        return s * (1.0f + g * (1.0f - s));
+    }
+    const float th = tanhf(kGeluC * (g + 0.044715f * g * g * g));
+    return 0.5f * (1.0f + th) + 0.5f * g * (1.0f - th * th) * kGeluC * (1.0f + 3.0f * 0.044715f * g * g);
+}
+__global__ void k_glu_fwd(TV y, TV x, i64 T, i64 F, bool gelu) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i >= T * F) return;
     const i64 t = i / F, f = i % F;
     const float g = x[t * 2 * F + f], u = x[t * 2 * F + F + f];
-    y[i] = g / (1.0f + expf(-g)) * u;
+    y[i] = gate_value(g, gelu) * u;
 }
-__global__ void k_swiglu_bwd(TV dx, TV x, TV dy, i64 T, i64 F) {
+__global__ void k_glu_bwd(TV dx, TV x, TV dy, i64 T, i64 F, bool gelu) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
     if (i >= T * F) return;
     const i64 t = i / F, f = i % F;
     const float g = x[t * 2 * F + f], u = x[t * 2 * F + F + f], d = dy[i];
-    const float s = 1.0f / (1.0f + expf(-g));
-    dx[t * 2 * F + f] = d * u * s * (1.0f + g * (1.0f - s));
-    dx[t * 2 * F + F + f] = d * g * s;
+    dx[t * 2 * F + f] = d * u * gate_slope(g, gelu);
+    dx[t * 2 * F + F + f] = d * gate_value(g, gelu);
 }
 __global__ void k_relu2_fwd(TV y, TV x, i64 n) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;

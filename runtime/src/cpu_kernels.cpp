@@ -111,23 +111,35 @@ void gelu_backward(float* dx, const float* x, const float* dy, i64 n) {
 
 namespace {
 float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+// act(g) and act'(g) of a gated MLP's gate.
+float gate_value(float g, Gate gate) {
+    if (gate == Gate::silu) return g * sigmoid(g);
+    return 0.5f * g * (1.0f + std::tanh(kGeluC * (g + 0.044715f * g * g * g)));
+}
+float gate_slope(float g, Gate gate) {
+    if (gate == Gate::silu) {
+        const float s = sigmoid(g);
+        return s * (1.0f + g * (1.0f - s));
+    }
+    const float th = std::tanh(kGeluC * (g + 0.044715f * g * g * g));
+    return 0.5f * (1.0f + th) + 0.5f * g * (1.0f - th * th) * kGeluC * (1.0f + 3.0f * 0.044715f * g * g);
+}
 }  // namespace
 
-void swiglu_forward(float* y, const float* x, i64 T, i64 F) {
+void glu_forward(float* y, const float* x, i64 T, i64 F, Gate gate) {
     for (i64 t = 0; t < T; ++t)
         for (i64 f = 0; f < F; ++f) {
             const float g = x[t * 2 * F + f], u = x[t * 2 * F + F + f];
-            y[t * F + f] = g * sigmoid(g) * u;
+            y[t * F + f] = gate_value(g, gate) * u;
         }
 }
 
-void swiglu_backward(float* dx, const float* x, const float* dy, i64 T, i64 F) {
+void glu_backward(float* dx, const float* x, const float* dy, i64 T, i64 F, Gate gate) {
     for (i64 t = 0; t < T; ++t)
         for (i64 f = 0; f < F; ++f) {
             const float g = x[t * 2 * F + f], u = x[t * 2 * F + F + f], d = dy[t * F + f];
-            const float s = sigmoid(g);
-            dx[t * 2 * F + f] = d * u * s * (1.0f + g * (1.0f - s));
-            dx[t * 2 * F + F + f] = d * g * s;
+            dx[t * 2 * F + f] = d * u * gate_slope(g, gate);
+            dx[t * 2 * F + F + f] = d * gate_value(g, gate);
         }
 }
 

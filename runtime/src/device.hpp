@@ -102,8 +102,8 @@ public:
                                   const float* wq, const float* wk, bool layernorm, i64 T, i64 W, i64 hq, i64 hkv, i64 hd) = 0;
     virtual void gelu_forward(float* y, const float* x, i64 n) = 0;
     virtual void gelu_backward(float* dx, const float* x, const float* dy, i64 n) = 0;
-    virtual void swiglu_forward(float* y, const float* x, i64 T, i64 F) = 0;
-    virtual void swiglu_backward(float* dx, const float* x, const float* dy, i64 T, i64 F) = 0;
+    virtual void glu_forward(float* y, const float* x, i64 T, i64 F, cpu::Gate gate) = 0;
+    virtual void glu_backward(float* dx, const float* x, const float* dy, i64 T, i64 F, cpu::Gate gate) = 0;
     virtual void relu2_forward(float* y, const float* x, i64 n) = 0;
     virtual void relu2_backward(float* dx, const float* x, const float* dy, i64 n) = 0;
     virtual void relu_forward(float* y, const float* x, i64 n) = 0;

@@ -101,13 +101,13 @@ public:
     void relu_forward(float* y, const float* x, i64 n) override { unary(cpu::relu_forward, y, x, n, "relu_forward"); }
     void relu_backward(float* dx, const float* y, const float* dy, i64 n) override { binary(cpu::relu_backward, dx, y, dy, n, "relu_backward"); }
     void mul(float* out, const float* a, const float* b, i64 n) override { binary(cpu::mul, out, a, b, n, "mul"); }
-    void swiglu_forward(float* y, const float* x, i64 T, i64 F) override {
-        const Ref Y = dev(y, T * F, "swiglu_forward y"), X = dev(x, 2 * T * F, "swiglu_forward x");
-        kernel([=] { cpu::swiglu_forward(Y.p, X.p, T, F); }, {Y});
+    void glu_forward(float* y, const float* x, i64 T, i64 F, cpu::Gate gate) override {
+        const Ref Y = dev(y, T * F, "glu_forward y"), X = dev(x, 2 * T * F, "glu_forward x");
+        kernel([=] { cpu::glu_forward(Y.p, X.p, T, F, gate); }, {Y});
     }
-    void swiglu_backward(float* dx, const float* x, const float* dy, i64 T, i64 F) override {
-        const Ref DX = dev(dx, 2 * T * F, "swiglu_backward dx"), X = dev(x, 2 * T * F, "swiglu_backward x"), DY = dev(dy, T * F, "swiglu_backward dy");
-        kernel([=] { cpu::swiglu_backward(DX.p, X.p, DY.p, T, F); }, {DX});
+    void glu_backward(float* dx, const float* x, const float* dy, i64 T, i64 F, cpu::Gate gate) override {
+        const Ref DX = dev(dx, 2 * T * F, "glu_backward dx"), X = dev(x, 2 * T * F, "glu_backward x"), DY = dev(dy, T * F, "glu_backward dy");
+        kernel([=] { cpu::glu_backward(DX.p, X.p, DY.p, T, F, gate); }, {DX});
     }
     void add(float* out, const float* a, const float* b, const float* bias, i64 T, i64 C) override {
         const Ref O = dev(out, T * C, "add out"), A = dev(a, T * C, "add a"), B = dev(b, T * C, "add b"), BI = opt(bias, C, "add bias");

@@ -94,24 +94,25 @@ bool RankState::moe_compute(std::size_t i) {
             return true;
         }
         // Each step on the backend's own kernels; the cpu backend's scaling and dots inline.
+        const cpu::Gate gate = m.ffn == FfnKind::geglu ? cpu::Gate::gelu : cpu::Gate::silu;
         auto act = [&](float* y, const float* x) {
             if (dev_) {
-                if (m.ffn == FfnKind::swiglu) dev_->swiglu_forward(y, x, rows, f);
+                if (gated(m.ffn)) dev_->glu_forward(y, x, rows, f, gate);
                 else if (m.ffn == FfnKind::relu2) dev_->relu2_forward(y, x, rows * f);
                 else if (m.ffn == FfnKind::relu) dev_->relu_forward(y, x, rows * f);
                 else dev_->gelu_forward(y, x, rows * f);
-            } else if (m.ffn == FfnKind::swiglu) cpu::swiglu_forward(y, x, rows, f);
+            } else if (gated(m.ffn)) cpu::glu_forward(y, x, rows, f, gate);
             else if (m.ffn == FfnKind::relu2) cpu::relu2_forward(y, x, rows * f);
             else if (m.ffn == FfnKind::relu) cpu::relu_forward(y, x, rows * f);
             else cpu::gelu_forward(y, x, rows * f);
         };
         auto act_backward = [&](float* dx, const float* x, const float* dy) {  // ReLU's x: its output
             if (dev_) {
-                if (m.ffn == FfnKind::swiglu) dev_->swiglu_backward(dx, x, dy, rows, f);
+                if (gated(m.ffn)) dev_->glu_backward(dx, x, dy, rows, f, gate);
                 else if (m.ffn == FfnKind::relu2) dev_->relu2_backward(dx, x, dy, rows * f);
                 else if (m.ffn == FfnKind::relu) dev_->relu_backward(dx, x, dy, rows * f);
                 else dev_->gelu_backward(dx, x, dy, rows * f);
-            } else if (m.ffn == FfnKind::swiglu) cpu::swiglu_backward(dx, x, dy, rows, f);
+            } else if (gated(m.ffn)) cpu::glu_backward(dx, x, dy, rows, f, gate);
             else if (m.ffn == FfnKind::relu2) cpu::relu2_backward(dx, x, dy, rows * f);
             else if (m.ffn == FfnKind::relu) cpu::relu_backward(dx, x, dy, rows * f);
             else cpu::gelu_backward(dx, x, dy, rows * f);

@@ -233,16 +233,17 @@ void RankState::compute(std::size_t i) {
     }
     // Elementwise ops, by what the lowering calls them.
     if (name == "act" || name == "shared.act") {
-        const bool swiglu = m.ffn == FfnKind::swiglu;
+        const bool glu = gated(m.ffn);
+        const cpu::Gate gate = m.ffn == FfnKind::geglu ? cpu::Gate::gelu : cpu::Gate::silu;
         if (!backward(in.phase)) {
             const DataTensor& y = a.out(0);
-            if (swiglu) KERNEL(swiglu_forward, O(0), I(0), y.rows, y.cols);
+            if (glu) KERNEL(glu_forward, O(0), I(0), y.rows, y.cols, gate);
             else if (m.ffn == FfnKind::relu2) KERNEL(relu2_forward, O(0), I(0), y.elements());
             else if (m.ffn == FfnKind::relu) KERNEL(relu_forward, O(0), I(0), y.elements());
             else KERNEL(gelu_forward, O(0), I(0), y.elements());
         } else {
             const DataTensor& dy = a.in(1);
-            if (swiglu) KERNEL(swiglu_backward, O(0), I(0), I(1), dy.rows, dy.cols);
+            if (glu) KERNEL(glu_backward, O(0), I(0), I(1), dy.rows, dy.cols, gate);
             else if (m.ffn == FfnKind::relu2) KERNEL(relu2_backward, O(0), I(0), I(1), dy.elements());
             else if (m.ffn == FfnKind::relu) KERNEL(relu_backward, O(0), I(0), I(1), dy.elements());  // I(0): the output
             else KERNEL(gelu_backward, O(0), I(0), I(1), dy.elements());

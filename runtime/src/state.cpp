@@ -75,7 +75,7 @@ std::int64_t expert_whole_index(const ParamEntry& p, const ModelSpec& m, std::in
     if (p.split == ParamSplit::expert_cols) return (e * p.rows + r) * p.full_cols + t * p.cols + c;
     const std::int64_t out_local = out / etp, experts_local = p.rows / out_local;
     const std::int64_t j = r / out_local, q = r % out_local;
-    const ParamSplit within = m.ffn == FfnKind::swiglu ? ParamSplit::gated_rows : ParamSplit::rows;
+    const ParamSplit within = gated(m.ffn) ? ParamSplit::gated_rows : ParamSplit::rows;
     return ((e * experts_local + j) * out + whole_row(within, m, q, out_local, out, t, etp)) * p.full_cols + c;
 }
 

@@ -78,7 +78,7 @@ TEST_CASE("document: a bundled scenario opens with every canonical field and no 
 TEST_CASE("document: choices are what the library's reader accepts", "[gui][document]") {
     CHECK(accepted_choices(Part::plan, "recompute") == std::vector<std::string>{"none", "selective", "full"});
     CHECK(accepted_choices(Part::plan, "offload.params") == std::vector<std::string>{"gpu", "cpu", "ssd"});
-    CHECK(accepted_choices(Part::model, "ffn") == std::vector<std::string>{"gelu", "swiglu", "relu2", "relu"});
+    CHECK(accepted_choices(Part::model, "ffn") == std::vector<std::string>{"gelu", "swiglu", "relu2", "relu", "geglu"});
     CHECK(accepted_choices(Part::cluster, "topology") == std::vector<std::string>{"fat-tree", "rail-optimized"});
     CHECK(accepted_choices(Part::plan, "name").empty());
     // Every offered choice reads.

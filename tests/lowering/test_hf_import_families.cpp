@@ -88,13 +88,32 @@ TEST_CASE("Gemma 2 imports with tied embeddings and a gated MLP; its window on e
     at_window.seq_len = 4096;  // the local layers' window covers the whole sequence
     const ModelSpec m = import("gemma-2-9b", at_window);
     CHECK(m.tied_embeddings);
-    CHECK(m.ffn == FfnKind::swiglu);  // GeGLU: the same three matrices
+    CHECK(m.ffn == FfnKind::geglu);   // hidden_activation gelu_pytorch_tanh gates the MLP
     CHECK(m.head_dim == 256);         // 16 heads x 256 = 4096 != hidden 3584
     CHECK(m.kv_heads == 8);
     // Gemma 2 report (arXiv:2408.00118), Table 1: embedding + non-embedding parameters,
     // 917,504,000 + 8,324,201,984 (9B) and 1,179,648,000 + 26,047,480,320 (27B).
     check_total(m, 917'504'000.0 + 8'324'201'984.0);
     check_total(import("gemma-2-27b", full_attention()), 1'179'648'000.0 + 26'047'480'320.0);
+}
+
+TEST_CASE("a gated MLP's activation is read from hidden_act / hidden_activation", "[hf]") {
+    const auto with_act = [](const std::string& key_value) {
+        return R"({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, "hidden_size": 64,
+            "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 256, )" + key_value + "}";
+    };
+    const auto ffn_of = [&](const std::string& kv) { return model_from_hf_config_text(with_act(kv), "c.json", HfImportOptions{}).ffn; };
+    CHECK(ffn_of(R"("hidden_act": "silu")") == FfnKind::swiglu);
+    CHECK(ffn_of(R"("rms_norm_eps": 1e-5)") == FfnKind::swiglu);  // HF's LlamaConfig default is silu
+    CHECK(ffn_of(R"("hidden_act": "gelu")") == FfnKind::geglu);
+    // Gemma 1 configs say "gelu" in hidden_act and the tanh form in hidden_activation: the latter wins.
+    CHECK(ffn_of(R"("hidden_act": "relu", "hidden_activation": "gelu_pytorch_tanh")") == FfnKind::geglu);
+    CHECK_THROWS_WITH(model_from_hf_config_text(with_act(R"("hidden_act": "relu")"), "c.json", HfImportOptions{}),
+                      Contains("c.json") && Contains("hidden_act") && Contains("relu"));
+    // The parameter count of a gated MLP does not depend on its gate: 3 h f, as SwiGLU.
+    const ModelSpec s = model_from_hf_config_text(with_act(R"("hidden_act": "silu")"), "c.json", HfImportOptions{});
+    const ModelSpec g = model_from_hf_config_text(with_act(R"("hidden_act": "gelu")"), "c.json", HfImportOptions{});
+    CHECK(param_counts(g).total == param_counts(s).total);
 }
 
 TEST_CASE("Phi-4 and OLMo 2 import as Llama-like models", "[hf]") {

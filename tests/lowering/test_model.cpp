@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "strata/lowering/lower.hpp"
+#include "strata/lowering/memory.hpp"
 #include "strata/lowering/model.hpp"
 #include "strata/lowering/params.hpp"
 #include "support/lower_fixtures.hpp"
@@ -124,6 +125,41 @@ TEST_CASE("Nemotron-4 340B: a squared-ReLU MLP has two matrices", "[model]") {
     CHECK(param_counts(r).total == p.total);
     CHECK(forward_flops(r, 1).matmul() == forward_flops(m, 1).matmul());
     CHECK(layer_forward_flops(m, 0, 1).other - layer_forward_flops(r, 0, 1).other == Approx(4096.0 * 73728));
+}
+
+TEST_CASE("Gemma 2 9B: a GeGLU MLP has SwiGLU's three matrices and a dearer gate", "[model]") {
+    // Gemma 2 report (arXiv:2408.00118), Table 1 and HF config: 42 layers, d_model 3584, 16 heads
+    // of 256, 8 KV heads, gated MLP 14336 (GeGLU), vocab 256000, tied. By hand per layer: Q and
+    // output 2 x 3584 x 4096, K and V 2 x 3584 x 2048, the MLP 3 x 3584 x 14336, two RMSNorms
+    // 2 x 3584 (Strata counts two of Gemma's four): 29,360,128 + 14,680,064 + 154,140,672 + 7,168.
+    ModelSpec m;
+    m.layers = 42;
+    m.hidden = 3584;
+    m.heads = 16;
+    m.kv_heads = 8;
+    m.head_dim = 256;
+    m.ffn_hidden = 14336;
+    m.ffn = FfnKind::geglu;
+    m.norm = NormKind::rmsnorm;
+    m.vocab = 256000;
+    m.seq_len = 4096;
+    m.position = PositionKind::rope;
+    m.tied_embeddings = true;
+    const ParamCounts p = param_counts(m);
+    CHECK(p.mlp == 42LL * 3 * 3584 * 14336);
+    CHECK(p.total == 42LL * (29'360'128 + 14'680'064 + 154'140'672 + 7'168) + 256000LL * 3584 + 3584);
+    // The matmuls are SwiGLU's; per token and layer the gate costs 9 flops an element (GELU's
+    // tanh form ~8, then the product) where SiLU's costs 5.
+    ModelSpec s = m;
+    s.ffn = FfnKind::swiglu;
+    CHECK(param_counts(s).total == p.total);
+    CHECK(forward_flops(s, 1).matmul() == forward_flops(m, 1).matmul());
+    CHECK(layer_forward_flops(m, 0, 1).other - layer_forward_flops(s, 0, 1).other == Approx(4096.0 * 4 * 14336));
+    // Its activations are SwiGLU's (the fused kernel keeps the same tensors).
+    PlanSpec plan;
+    plan.global_batch = 8;
+    CHECK(memory_estimate(m, plan, Capacities{}).stages[0].activations_bytes ==
+          memory_estimate(s, plan, Capacities{}).stages[0].activations_bytes);
 }
 
 TEST_CASE("Mixtral-8x7B total and active parameters", "[model]") {

@@ -319,7 +319,7 @@ TEST_CASE("model reader rules", "[spec][errors]") {
     expect_error([&] { m(R"(, "max_position": 32)"); }, "m.json", "model.max_position", "is shorter than model.seq_len = 64");
     CHECK_NOTHROW(m(R"(, "max_position": 32, "position": "rope")"));
     expect_error([&] { m(R"(, "dropout": 1.0)"); }, "m.json", "model.dropout", "must be in [0, 1)");
-    expect_error([&] { m(R"(, "ffn": "swiglo")"); }, "m.json", "model.ffn", "is not one of: gelu, swiglu, relu2, relu (did you mean \"swiglu\"?)");
+    expect_error([&] { m(R"(, "ffn": "swiglo")"); }, "m.json", "model.ffn", "is not one of: gelu, swiglu, relu2, relu, geglu (did you mean \"swiglu\"?)");
     // Names as the papers and Megatron spell them: any case; ALiBi has no position table.
     CHECK(m(R"(, "norm": "RMSNorm", "ffn": "SwiGLU", "position": "RoPE")").norm == NormKind::rmsnorm);
     CHECK(m(R"(, "ffn": "SwiGLU")").ffn == FfnKind::swiglu);

@@ -158,6 +158,11 @@ TEST_CASE("model defaults follow docs/formats.md", "[spec][io]") {
         "ffn": "relu2"})", "r.json");
     CHECK(r.ffn == FfnKind::relu2);
     CHECK(model_from_json_text(to_json_text(r), "r2.json").ffn == FfnKind::relu2);
+    // GeGLU (Gemma) too.
+    const ModelSpec g = model_from_json_text(R"({"name": "g", "layers": 2, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 16,
+        "ffn": "geglu", "ffn_hidden": 96})", "g.json");
+    CHECK(g.ffn == FfnKind::geglu);
+    CHECK(model_from_json_text(to_json_text(g), "g2.json").ffn == FfnKind::geglu);
     CHECK_THROWS_WITH(model_from_json_text(R"({"name": "x", "layers": 2, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 16,
         "ffn": "relu3"})", "x.json"), Catch::Contains("model.ffn"));
 }

@@ -430,4 +430,10 @@ TEST_CASE("Megatron export writes the MLP's activation", "[planner][export]") {
     CHECK(r.text.find("--squared-relu") == std::string::npos);
     REQUIRE_FALSE(r.unsupported.empty());
     CHECK_THAT(r.unsupported.back(), Catch::Matchers::Contains("ReLU"));
+    // Nor GeGLU (Gemma): --swiglu would put SiLU where GELU gates.
+    m.ffn = FfnKind::geglu;
+    const planner::ExportResult g = planner::export_megatron(m, gpt3_plan());
+    CHECK(g.text.find("--swiglu") == std::string::npos);
+    REQUIRE_FALSE(g.unsupported.empty());
+    CHECK_THAT(g.unsupported.back(), Catch::Matchers::Contains("GeGLU"));
 }

@@ -97,12 +97,15 @@ TEST_CASE("cuda kernels match the cpu kernels", "[runtime][cuda]") {
         cpu::relu_backward(dx.data(), y.data(), dy.data(), n);
         d.relu_backward(DX.p, RY.p, DY.p, n);
         same(dx, DX.get(), "relu backward");
-        cpu::swiglu_forward(y2.data(), x2.data(), T, F);
-        d.swiglu_forward(Y.p, X2.p, T, F);
-        same(y2, Y.get(), "swiglu");
-        cpu::swiglu_backward(dx2.data(), x2.data(), dy.data(), T, F);
-        d.swiglu_backward(DX2.p, X2.p, DY.p, T, F);
-        same(dx2, DX2.get(), "swiglu backward");
+        for (const cpu::Gate gate : {cpu::Gate::silu, cpu::Gate::gelu}) {
+            const std::string what = gate == cpu::Gate::silu ? "swiglu" : "geglu";
+            cpu::glu_forward(y2.data(), x2.data(), T, F, gate);
+            d.glu_forward(Y.p, X2.p, T, F, gate);
+            same(y2, Y.get(), what.c_str());
+            cpu::glu_backward(dx2.data(), x2.data(), dy.data(), T, F, gate);
+            d.glu_backward(DX2.p, X2.p, DY.p, T, F, gate);
+            same(dx2, DX2.get(), (what + " backward").c_str());
+        }
         cpu::add(s.data(), x.data(), dy.data(), b.data(), T, F);
         d.add(Y.p, X.p, DY.p, B.p, T, F);
         same(s, Y.get(), "add with bias");
@@ -366,15 +369,15 @@ TEST_CASE("cuda kernels on bf16 operands match the cpu kernels rounded to bf16",
         std::vector<float> g(T * F), dg(T * F), s(T * F), ds(T * 2 * F), sum(T * C);
         cpu::gelu_forward(g.data(), a.data(), T * F);
         cpu::gelu_backward(dg.data(), a.data(), da.data(), T * F);
-        cpu::swiglu_forward(s.data(), a.data(), T, F);
-        cpu::swiglu_backward(ds.data(), a.data(), da.data(), T, F);
+        cpu::glu_forward(s.data(), a.data(), T, F, cpu::Gate::silu);
+        cpu::glu_backward(ds.data(), a.data(), da.data(), T, F, cpu::Gate::silu);
         cpu::add(sum.data(), x.data(), res.data(), b.data(), T, C);
         Dev A(d, a, H), DA(d, da, H), G(d, g, H), DG(d, dg, H), S(d, s, H), DS(d, ds, H), X(d, x, H), R(d, res, H), B(d, b, H),
             SUM(d, sum, H);
         d.gelu_forward(G.p, A.p, T * F);
         d.gelu_backward(DG.p, A.p, DA.p, T * F);
-        d.swiglu_forward(S.p, A.p, T, F);
-        d.swiglu_backward(DS.p, A.p, DA.p, T, F);
+        d.glu_forward(S.p, A.p, T, F, cpu::Gate::silu);
+        d.glu_backward(DS.p, A.p, DA.p, T, F, cpu::Gate::silu);
         d.add(SUM.p, X.p, R.p, B.p, T, C);
         same(rounded(g), G.get(), "bf16 gelu", ulp);
         same(rounded(dg), DG.get(), "bf16 gelu backward", ulp);

@@ -86,21 +86,21 @@ TEST_CASE("the cuda kernels, emulated on the CPU, match the cpu kernels in fp32 
                     for (i64 c = (hq + hkv) * hd; c < C; ++c) CHECK(Y.get()[static_cast<std::size_t>(t * C + c)] == rounded(qkv, H)[static_cast<std::size_t>(t * C + c)]);
             }
         }
-        SECTION("GELU, SwiGLU, the residual add with bias, bias rows and their column sums") {
+        SECTION("GELU, SwiGLU, GeGLU, the residual add with bias, bias rows and their column sums") {
             const auto a = rounded(randoms(T * 2 * F, 6, -4, 4), H), da = rounded(randoms(T * F, 7), H);
             std::vector<float> g(T * F), dg(T * F), s(T * F), ds(T * 2 * F), sum(T * C), db(C);
             cpu::gelu_forward(g.data(), a.data(), T * F);
             cpu::gelu_backward(dg.data(), a.data(), da.data(), T * F);
-            cpu::swiglu_forward(s.data(), a.data(), T, F);
-            cpu::swiglu_backward(ds.data(), a.data(), da.data(), T, F);
+            cpu::glu_forward(s.data(), a.data(), T, F, cpu::Gate::silu);
+            cpu::glu_backward(ds.data(), a.data(), da.data(), T, F, cpu::Gate::silu);
             cpu::add(sum.data(), x.data(), res.data(), b.data(), T, C);
             cpu::bias_grad(db.data(), dy.data(), T, C);
             Buf A(a, H), DA(da, H), G(g, H), DG(dg, H), S(s, H), DS(ds, H), X(x, H), R(res, H), B(b, H), SUM(sum, H), DY(dy, H);
             Buf DB(std::vector<float>(C), false), YB(x, H);
             run1(T * F, [&] { k_gelu_fwd(G.tv(), A.tv(), T * F); });
             run1(T * F, [&] { k_gelu_bwd(DG.tv(), A.tv(), DA.tv(), T * F); });
-            run1(T * F, [&] { k_swiglu_fwd(S.tv(), A.tv(), T, F); });
-            run1(T * F, [&] { k_swiglu_bwd(DS.tv(), A.tv(), DA.tv(), T, F); });
+            run1(T * F, [&] { k_glu_fwd(S.tv(), A.tv(), T, F, false); });
+            run1(T * F, [&] { k_glu_bwd(DS.tv(), A.tv(), DA.tv(), T, F, false); });
             run1(T * C, [&] { k_add(SUM.tv(), X.tv(), R.tv(), B.tv(), T, C); });
             run1(T * C, [&] { k_bias_rows(YB.tv(), B.tv(), T, C); });
             launch(col_grid(T, C), dim3(32, kColLanes), 0, [&] { k_col_sum(DB.tv(), DY.tv(), T, C); });
@@ -108,6 +108,13 @@ TEST_CASE("the cuda kernels, emulated on the CPU, match the cpu kernels in fp32 
             same(rounded(dg, H), DG.get(), "gelu backward", tol);
             same(rounded(s, H), S.get(), "swiglu", tol);
             same(rounded(ds, H), DS.get(), "swiglu backward", tol);
+            // GeGLU: the same kernels with the GELU gate.
+            cpu::glu_forward(s.data(), a.data(), T, F, cpu::Gate::gelu);
+            cpu::glu_backward(ds.data(), a.data(), da.data(), T, F, cpu::Gate::gelu);
+            run1(T * F, [&] { k_glu_fwd(S.tv(), A.tv(), T, F, true); });
+            run1(T * F, [&] { k_glu_bwd(DS.tv(), A.tv(), DA.tv(), T, F, true); });
+            same(rounded(s, H), S.get(), "geglu", tol);
+            same(rounded(ds, H), DS.get(), "geglu backward", tol);
             same(rounded(sum, H), SUM.get(), "add", tol);
             // ReLU, its backward from the output (as the lowering keeps it).
             std::vector<float> r(T * F), dr(T * F);

@@ -141,7 +141,7 @@ Dims make_dims(const ModelSpec& m, const PlanSpec& p) {
     }
     d.ffn = static_cast<double>(m.ffn_hidden);
     d.vocab = static_cast<double>(padded_vocab(m, p));  // the tables' rows; forward_flops_per_step's unsplit plan keeps model.vocab
-    d.mats = m.ffn == FfnKind::swiglu ? 3 : 2;
+    d.mats = gated(m.ffn) ? 3 : 2;
     d.act_bytes = p.precision == Precision::fp32 ? 4 : 2;
     if (m.is_moe()) {
         d.experts = m.moe->experts;

@@ -71,20 +71,20 @@ public:
     // Reverse registration order inside a layer, as Megatron's buffer holds it.
     void layer(int l, int chunk) {
         const std::int64_t h = m_.hidden, f = m_.ffn_hidden, qkv = q_width(m_) + 2 * kv_width(m_);
-        const bool swiglu = m_.ffn == FfnKind::swiglu;
+        const bool glu = gated(m_.ffn);
         if (m_.layer_is_moe(l)) {  // Megatron-Core's router and grouped experts: no biases
             const std::int64_t E = m_.moe->experts, fe = m_.moe->expert_ffn_hidden > 0 ? m_.moe->expert_ffn_hidden : f;
             add("experts.fc2.weight", l, chunk, E * h, fe, ParamSplit::expert_cols, true, false, false, true);
-            add("experts.fc1.weight", l, chunk, E * (swiglu ? 2 : 1) * fe, h, ParamSplit::expert_rows, true, false, false, true);
+            add("experts.fc1.weight", l, chunk, E * (glu ? 2 : 1) * fe, h, ParamSplit::expert_rows, true, false, false, true);
             // Under SP each TP rank routes its own tokens: the router's gradient is summed over TP
             // (Megatron-Core marks its weight sequence_parallel). A round-robin gate has none.
             if (m_.moe->has_router()) add("router.weight", l, chunk, E, h, ParamSplit::replicated, true, true);
             if (const std::int64_t fs = m_.moe->shared_experts * fe; fs > 0) {  // an MLP of shared x fe
                 add("shared.fc2.weight", l, chunk, h, fs, ParamSplit::cols, true);
-                add("shared.fc1.weight", l, chunk, (swiglu ? 2 : 1) * fs, h, swiglu ? ParamSplit::gated_rows : ParamSplit::rows, true);
+                add("shared.fc1.weight", l, chunk, (glu ? 2 : 1) * fs, h, glu ? ParamSplit::gated_rows : ParamSplit::rows, true);
             }
         } else {
-            mlp(l, chunk, h, f, swiglu);
+            mlp(l, chunk, h, f, glu);
         }
         norm("ln2.weight", "ln2.bias", l, chunk);
         if (m_.mla) {
@@ -133,11 +133,11 @@ public:
         }
     }
 
-    void mlp(int l, int chunk, std::int64_t h, std::int64_t f, bool swiglu) {
+    void mlp(int l, int chunk, std::int64_t h, std::int64_t f, bool glu) {
         if (m_.linear_bias) add("fc2.bias", l, chunk, 1, h, ParamSplit::replicated, false, true);
         add("fc2.weight", l, chunk, h, f, ParamSplit::cols, true);
-        if (m_.linear_bias) add("fc1.bias", l, chunk, 1, (swiglu ? 2 : 1) * f, swiglu ? ParamSplit::gated_rows : ParamSplit::rows, false);
-        add("fc1.weight", l, chunk, (swiglu ? 2 : 1) * f, h, swiglu ? ParamSplit::gated_rows : ParamSplit::rows, true);
+        if (m_.linear_bias) add("fc1.bias", l, chunk, 1, (glu ? 2 : 1) * f, glu ? ParamSplit::gated_rows : ParamSplit::rows, false);
+        add("fc1.weight", l, chunk, (glu ? 2 : 1) * f, h, glu ? ParamSplit::gated_rows : ParamSplit::rows, true);
     }
 
 private:

@@ -81,7 +81,7 @@ void RankLowering::op_sac_recompute(int layer) {
         rerun[i] = !mms[i].saved;
         if (std::string_view(mms[i].name) == "wo") attn_mms = i + 1;
     }
-    const bool swiglu = m_.ffn == FfnKind::swiglu;
+    const bool glu = gated(m_.ffn);
     const double tp = d_.tp;
     compute(Op::norm, n_.norm1, 0, norm_bytes);
     if (df_) io({t.x, prm("ln1.weight", layer), bias("ln1.bias", layer, false)}, {t.ln1});
@@ -114,7 +114,7 @@ void RankLowering::op_sac_recompute(int layer) {
     }
     const char* mlp = rerun.data() + attn_mms;
     tp_forward_in(true, t.ln2, t.ln2_g);
-    const double fc1_n = (swiglu ? (mlp[0] ? d_.ffn : 0) + (mlp[1] ? d_.ffn : 0) : (mlp[0] ? d_.ffn : 0)) / tp;
+    const double fc1_n = (glu ? (mlp[0] ? d_.ffn : 0) + (mlp[1] ? d_.ffn : 0) : (mlp[0] ? d_.ffn : 0)) / tp;
     if (fc1_n > 0) {
         gemm(n_.fc1, d_.tokens, fc1_n, d_.h);
         if (df_) io({t.ln2_g, prm("fc1.weight", layer)}, {t.fc1});
@@ -189,15 +189,15 @@ void RankLowering::op_sac_recompute_moe(const char* shared_rerun, int layer) {
     routed_experts_forward(mt, layer);  // under EP the combine's rows are kept: nothing reads this fc2 output
     if (d_.shared > 0) {
         const double fs = d_.shared * d_.expert_ffn;
-        const bool swiglu = m_.ffn == FfnKind::swiglu;
-        const double in_n = swiglu ? (shared_rerun[0] ? fs : 0) + (shared_rerun[1] ? fs : 0) : (shared_rerun[0] ? fs : 0);
+        const bool glu = gated(m_.ffn);
+        const double in_n = glu ? (shared_rerun[0] ? fs : 0) + (shared_rerun[1] ? fs : 0) : (shared_rerun[0] ? fs : 0);
         if (in_n > 0) {
             gemm_cast(n_.shared_fc1, d_.tokens, in_n, d_.h);
             if (df_) io({lt.ln2, prm("shared.fc1.weight", layer)}, {mt.sfc1});
         }
         compute(Op::elementwise, n_.shared_act, 0, d_.mats * d_.tokens * fs * d_.act_bytes);
         if (df_) io({mt.sfc1}, {mt.sact});
-        if (shared_rerun[swiglu ? 2 : 1]) {
+        if (shared_rerun[glu ? 2 : 1]) {
             gemm_cast(n_.shared_fc2, d_.tokens, d_.h, fs);
             if (df_) io({mt.sact, prm("shared.fc2.weight", layer)}, {mt.sfc2});
         }

@@ -50,23 +50,28 @@ namespace {
 
 std::int64_t norm_params(const ModelSpec& m) { return m.norm == NormKind::layernorm ? 2 * m.hidden : m.hidden; }
 
-// One MLP of width `ffn`: gelu = fc1 (h->ffn) + fc2 (ffn->h); swiglu = gate + up (h->ffn) + down.
+// One MLP of width `ffn`: gelu = fc1 (h->ffn) + fc2 (ffn->h); swiglu/geglu = gate + up (h->ffn) + down.
 std::int64_t mlp_params(const ModelSpec& m, std::int64_t ffn) {
     const std::int64_t h = m.hidden;
-    if (m.ffn == FfnKind::swiglu) return 3 * h * ffn + (m.linear_bias ? 2 * ffn + h : 0);
+    if (gated(m.ffn)) return 3 * h * ffn + (m.linear_bias ? 2 * ffn + h : 0);
     return 2 * h * ffn + (m.linear_bias ? ffn + h : 0);
 }
 // Matmul flops per token of one MLP of width ffn (2 flops per multiply-add).
 double mlp_flops_per_token(const ModelSpec& m, std::int64_t ffn) {
-    const double mats = m.ffn == FfnKind::swiglu ? 3.0 : 2.0;
+    const double mats = gated(m.ffn) ? 3.0 : 2.0;
     return 2.0 * mats * static_cast<double>(m.hidden) * static_cast<double>(ffn);
 }
 // Non-matmul flops per token of one MLP: the activation (gelu tanh form ~8 flops/element; SiLU
-// then the gating product ~5; squared ReLU a max and a square; ReLU a max) and bias adds.
+// then the gating product ~5; GeGLU the GELU then the product ~9; squared ReLU a max and a
+// square; ReLU a max) and bias adds.
 double mlp_other_per_token(const ModelSpec& m, std::int64_t ffn) {
     const double f = static_cast<double>(ffn);
-    double act = m.ffn == FfnKind::swiglu ? 5.0 * f : m.ffn == FfnKind::relu2 ? 2.0 * f : m.ffn == FfnKind::relu ? f : 8.0 * f;
-    double bias = m.linear_bias ? (m.ffn == FfnKind::swiglu ? 2.0 * f : f) + static_cast<double>(m.hidden) : 0.0;
+    double act = m.ffn == FfnKind::swiglu ? 5.0 * f
+                 : m.ffn == FfnKind::geglu ? 9.0 * f
+                 : m.ffn == FfnKind::relu2 ? 2.0 * f
+                 : m.ffn == FfnKind::relu  ? f
+                                           : 8.0 * f;
+    double bias = m.linear_bias ? (gated(m.ffn) ? 2.0 * f : f) + static_cast<double>(m.hidden) : 0.0;
     return act + bias;
 }
 
@@ -252,10 +257,10 @@ std::vector<SacMatmul> op_sac_matmuls(const ModelSpec& m, bool moe_layer) {
         // the shared experts are plain matmuls and count on (w1, w3, w2).
         if (m.moe->shared_experts > 0) {
             const std::int64_t fs = m.moe->shared_experts * (m.moe->expert_ffn_hidden > 0 ? m.moe->expert_ffn_hidden : f);
-            if (m.ffn == FfnKind::swiglu) out.insert(out.end(), {{"shared.w1", h, fs}, {"shared.w3", h, fs}, {"shared.w2", fs, h}});
+            if (gated(m.ffn)) out.insert(out.end(), {{"shared.w1", h, fs}, {"shared.w3", h, fs}, {"shared.w2", fs, h}});
             else out.insert(out.end(), {{"shared.fc1", h, fs}, {"shared.fc2", fs, h}});
         }
-    } else if (m.ffn == FfnKind::swiglu) {
+    } else if (gated(m.ffn)) {
         // w2(silu(w1(x)) * w3(x)): Python evaluates w1 before w3.
         out.insert(out.end(), {{"w1", h, f}, {"w3", h, f}, {"w2", f, h}});
     } else {

@@ -105,10 +105,10 @@ void mlp_intermediates(std::vector<TensorDesc>& out, const ModelSpec& m, const P
                        bool relu_keeps_output = true) {
     const double bytes = L.act * rows * ffn_local;
     const std::string shape = "(" + rows_shape + ", ffn/tp)";
-    if (m.ffn == FfnKind::swiglu) {
-        // The fused SwiGLU (Megatron's bias_swiglu) keeps its input, the gate and up fc1 outputs,
-        // and recomputes silu(gate) in backward; fc2 keeps its input silu(gate)·up. Same
-        // convention as gelu: activation input + fc2 input.
+    if (gated(m.ffn)) {
+        // The fused SwiGLU (Megatron's bias_swiglu; GeGLU's bias_geglu alike) keeps its input,
+        // the gate and up fc1 outputs, and recomputes act(gate) in backward; fc2 keeps its input
+        // act(gate)·up. Same convention as gelu: activation input + fc2 input.
         out.push_back(act_tensor(prefix + ".gate_out", bytes, shape, p));
         out.push_back(act_tensor(prefix + ".up_out", bytes, shape, p));
         out.push_back(act_tensor(prefix + ".act_out", L.gemm_in * rows * ffn_local, shape, p));
@@ -415,7 +415,7 @@ std::vector<TensorDesc> layer_backward_workspace(const ModelSpec& m, const PlanS
     if (p.adds_unfused_grads() && !m.mla) {
         const double qkv = L.h * (L.heads + 2.0 * L.kv_heads) * L.hd, proj = L.heads * L.hd * L.h;
         const double ffn = static_cast<double>(m.ffn_hidden) / L.t;
-        const double fc1 = L.h * ffn * (m.ffn == FfnKind::swiglu ? 2.0 : 1.0), fc2 = ffn * L.h;
+        const double fc1 = L.h * ffn * (gated(m.ffn) ? 2.0 : 1.0), fc2 = ffn * L.h;
         const double widest_w = m.layer_is_moe(layer) ? std::max(qkv, proj) : std::max({qkv, proj, fc1, fc2});
         out.push_back(buffer_tensor("grad.weight_unfused", widest_w * L.act, Lifetime::transient, "widest local weight"));
     }

@@ -73,6 +73,16 @@ struct Hf {
     }
 };
 
+// A gated MLP's activation: SiLU makes SwiGLU, any of HF's GELU forms GeGLU (Gemma's
+// gelu_pytorch_tanh). Gemma names it hidden_activation, and keeps hidden_act beside it.
+FfnKind gated_ffn(const Hf& hf) {
+    const char* key = hf.has("hidden_activation") ? "hidden_activation" : "hidden_act";
+    const std::string act = hf.str_or(key, "silu");
+    if (act == "silu" || act == "swish") return FfnKind::swiglu;
+    if (act.rfind("gelu", 0) == 0) return FfnKind::geglu;  // gelu, gelu_new, gelu_pytorch_tanh, gelu_fast
+    hf.fail(key, "must be silu or a gelu form for a gated MLP (got \"" + act + "\")");
+}
+
 std::string supported_list() {
     std::string s;
     for (const auto& a : kSupported) s += (s.empty() ? "" : ", ") + a;
@@ -105,7 +115,7 @@ ModelSpec llama_like(const Hf& hf, const std::string& arch) {
     m.ffn_hidden = hf.pos("intermediate_size");
     m.vocab = hf.pos("vocab_size");
     m.max_position = hf.pos_or("max_position_embeddings", 4096);
-    m.ffn = FfnKind::swiglu;  // gated MLP whatever hidden_act says (SiLU in all of these)
+    m.ffn = gated_ffn(hf);
     m.norm = NormKind::rmsnorm;
     m.position = PositionKind::rope;
     m.tied_embeddings = hf.flag_or("tie_word_embeddings", false);
@@ -166,7 +176,7 @@ ModelSpec deepseek(const Hf& hf) {
     m.ffn_hidden = hf.pos("intermediate_size");
     m.vocab = hf.pos("vocab_size");
     m.max_position = hf.pos_or("max_position_embeddings", 4096);
-    m.ffn = FfnKind::swiglu;
+    m.ffn = gated_ffn(hf);
     m.norm = NormKind::rmsnorm;
     m.position = PositionKind::rope;
     m.tied_embeddings = hf.flag_or("tie_word_embeddings", false);
@@ -212,7 +222,7 @@ ModelSpec gpt_oss(const Hf& hf) {
     return m;
 }
 
-// Gemma 2 and 3: a gated GELU MLP (GeGLU, costed as SwiGLU: the same three matrices), RMSNorm
+// Gemma 2 and 3: a gated GELU MLP (GeGLU: hidden_activation gelu_pytorch_tanh), RMSNorm
 // before and after each sub-layer (four norms a layer; two are counted), tied embeddings by
 // default, explicit head_dim; Gemma 3 adds q_norm/k_norm. Logit soft-capping has no parameters
 // and its elementwise cost is not modelled.

@@ -12,6 +12,7 @@ const char* to_string(FfnKind k) {
         case FfnKind::swiglu: return "swiglu";
         case FfnKind::relu2: return "relu2";
         case FfnKind::relu: return "relu";
+        case FfnKind::geglu: return "geglu";
     }
     return "gelu";
 }

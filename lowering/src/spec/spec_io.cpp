@@ -128,8 +128,12 @@ ModelSpec read_model(const json& j, const std::string& file, const std::string& 
                                 " (give model.head_dim explicitly)");
         m.head_dim = m.hidden / m.heads;
     }
-    const std::string ffn = r.choice_or("ffn", {"gelu", "swiglu", "relu2", "relu"}, "gelu");
-    m.ffn = ffn == "gelu" ? FfnKind::gelu : ffn == "swiglu" ? FfnKind::swiglu : ffn == "relu2" ? FfnKind::relu2 : FfnKind::relu;
+    const std::string ffn = r.choice_or("ffn", {"gelu", "swiglu", "relu2", "relu", "geglu"}, "gelu");
+    m.ffn = ffn == "gelu"     ? FfnKind::gelu
+            : ffn == "swiglu" ? FfnKind::swiglu
+            : ffn == "relu2"  ? FfnKind::relu2
+            : ffn == "relu"   ? FfnKind::relu
+                              : FfnKind::geglu;
     // Megatron's default FFN width is 4h (for SwiGLU models the width is always given explicitly).
     m.ffn_hidden = pos_i64_or(r, "ffn_hidden", 4 * m.hidden, kMaxFfn);
     m.vocab = pos_i64(r, "vocab", kMaxVocab);

@@ -11,9 +11,12 @@
 
 namespace strata::sim {
 
-/// gelu: two matrices around a GELU; swiglu: gate and up, then down (three); relu2: two matrices
-/// around a squared ReLU (Nemotron-4; Megatron --squared-relu).
-enum class FfnKind { gelu, swiglu, relu2, relu };
+/// gelu: two matrices around a GELU; swiglu: gate and up, then down (three); geglu: the same
+/// three with a GELU (tanh form) gate (Gemma: HF's gelu_pytorch_tanh); relu2: two matrices around
+/// a squared ReLU (Nemotron-4; Megatron --squared-relu).
+enum class FfnKind { gelu, swiglu, relu2, relu, geglu };
+/// A gated MLP: fc1 holds gate and up (2 x ffn rows), the activation multiplies them.
+inline bool gated(FfnKind k) { return k == FfnKind::swiglu || k == FfnKind::geglu; }
 enum class NormKind { layernorm, rmsnorm };
 enum class PositionKind { learned, rope, none };
 

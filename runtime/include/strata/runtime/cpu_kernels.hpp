@@ -28,17 +28,19 @@ void norm_forward(float* y, const float* x, const float* w, const float* b, i64 
 void norm_backward(float* dx, float* dw, float* db, const float* x, const float* dy, const float* w,
                    const float* residual, bool layernorm, i64 T, i64 C);
 
-// GELU (tanh form, GPT-2) and SwiGLU (silu(gate) * up over [gate | up] halves of width F).
+// GELU (tanh form, GPT-2) and a gated MLP's act(gate) * up over [gate | up] halves of width F:
+// SwiGLU's SiLU gate, GeGLU's GELU (tanh form, Gemma's gelu_pytorch_tanh).
+enum class Gate { silu, gelu };
 void gelu_forward(float* y, const float* x, i64 n);
 void gelu_backward(float* dx, const float* x, const float* dy, i64 n);
-void swiglu_forward(float* y, const float* x, i64 T, i64 F);
+void glu_forward(float* y, const float* x, i64 T, i64 F, Gate gate);
 /// Squared ReLU (Nemotron-4): max(x, 0)^2.
 void relu2_forward(float* y, const float* x, i64 n);
 void relu2_backward(float* dx, const float* x, const float* dy, i64 n);
 /// ReLU; its backward reads the output y (the lowering keeps y, not x).
 void relu_forward(float* y, const float* x, i64 n);
 void relu_backward(float* dx, const float* y, const float* dy, i64 n);
-void swiglu_backward(float* dx, const float* x, const float* dy, i64 T, i64 F);
+void glu_backward(float* dx, const float* x, const float* dy, i64 T, i64 F, Gate gate);
 
 // out = a + b (+ bias broadcast over rows of width C)
 void add(float* out, const float* a, const float* b, const float* bias, i64 T, i64 C);
