@@ -171,7 +171,10 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
     }
     if (p.cp > 1) arg("context-parallel-size", p.cp);
     // Transformer Engine's Ulysses-style CP, or its K/V all-gather (p2p, the ring, is the default).
-    if (p.cp_comm_type != CpCommType::p2p) arg("cp-comm-type", to_string(p.cp_comm_type));
+    // The value goes through TransformerConfig to TE, which accepts "all_gather" (its
+    // attn_forward_func_with_cp), though arguments.py's help text spells it "allgather".
+    if (p.cp_comm_type == CpCommType::a2a) arg("cp-comm-type", "a2a");
+    if (p.cp_comm_type == CpCommType::allgather) arg("cp-comm-type", "all_gather");
     if (p.ep > 1) arg("expert-model-parallel-size", p.ep);
     if (p.expert_tp > 0 && p.expert_tp != p.tp) arg("expert-tensor-parallel-size", p.expert_tp);
     if (p.sequence_parallel && p.tp > 1) flag("sequence-parallel");

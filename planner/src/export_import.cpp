@@ -129,8 +129,8 @@ PlanSpec plan_from_megatron_args(const std::string& args, int gpus, const std::s
             const std::string v = tok[++i];
             if (v == "a2a") p.cp_comm_type = CpCommType::a2a;
             else if (v == "p2p") p.cp_comm_type = CpCommType::p2p;
-            else if (v == "allgather") p.cp_comm_type = CpCommType::allgather;
-            else throw InputError(file, t, "= \"" + v + "\" is not modelled (p2p, the ring; a2a, Ulysses' all-to-alls; allgather, K/V "
+            else if (v == "all_gather" || v == "allgather") p.cp_comm_type = CpCommType::allgather;  // TE's spelling, the help text's
+            else throw InputError(file, t, "= \"" + v + "\" is not modelled (p2p, the ring; a2a, Ulysses' all-to-alls; all_gather, K/V "
                                            "all-gathered; the hierarchical a2a+p2p is not)");
         }
         else if (t == "--expert-model-parallel-size") p.ep = value(i);

@@ -375,6 +375,11 @@ TEST_CASE("plan reader rules", "[spec][errors]") {
     CHECK(p(R"(, "precision": "float16")").precision == Precision::fp16);
     CHECK(p(R"(, "schedule": "interleaved", "pp": 2, "vpp": 2)").schedule == Schedule::interleaved_1f1b);
     CHECK(p(R"(, "framework": "DeepSpeed")").framework == "deepspeed");
+    // Megatron-Core's --cp-comm-type all_gather; the ring and Ulysses by their papers' names.
+    CHECK(p(R"(, "cp_comm_type": "all_gather")").cp_comm_type == CpCommType::allgather);
+    CHECK(p(R"(, "cp_comm_type": "ring")").cp_comm_type == CpCommType::p2p);
+    CHECK(p(R"(, "cp_comm_type": "Ulysses")").cp_comm_type == CpCommType::a2a);
+    expect_error([&] { p(R"(, "cp_comm_type": "a2a+p2p")"); }, "p.json", "plan.cp_comm_type", "is not one of: p2p, a2a, allgather");
     expect_error([&] { p(R"(, "precision": "bf17")"); }, "p.json", "plan.precision", "(did you mean \"bf16\"?)");
     expect_error([&] { p(R"(, "offload": {"optimizer": {"gpu": 0.5, "cpu": 0.4}})"); }, "p.json", "plan.offload.optimizer",
                  "must sum to 1");

@@ -414,6 +414,24 @@ TEST_CASE("Megatron export of node-limited routing and the DeepEP dispatcher", "
     CHECK(noted);
 }
 
+TEST_CASE("Megatron's context-parallel gather is written as Transformer Engine takes it", "[planner][export]") {
+    // TE's attn_forward_func_with_cp accepts p2p, all_gather, a2a, a2a+p2p; Megatron passes the
+    // argument through TransformerConfig.cp_comm_type (its help text's "allgather" would fail there).
+    PlanSpec p = gpt3_plan();
+    p.tp = 8;
+    p.pp = 4;
+    p.dp = 8;
+    p.cp = 4;
+    p.cp_comm_type = CpCommType::allgather;
+    const auto r = planner::export_megatron(gpt3(), p);
+    CHECK(r.text.find("--cp-comm-type all_gather\n") != std::string::npos);
+    CHECK(planner::plan_from_megatron_args(r.text, 1024, "args").cp_comm_type == CpCommType::allgather);
+    // Both spellings import; the hierarchical a2a+p2p is refused by name.
+    CHECK(planner::plan_from_megatron_args("--context-parallel-size 2 --cp-comm-type allgather", 8, "a").cp_comm_type == CpCommType::allgather);
+    CHECK_THROWS_WITH(planner::plan_from_megatron_args("--context-parallel-size 2 --cp-comm-type a2a+p2p", 8, "a"),
+                      Catch::Matchers::Contains("a2a+p2p"));
+}
+
 TEST_CASE("Megatron export writes the MLP's activation", "[planner][export]") {
     // Megatron-LM: --swiglu for a gated SiLU MLP, --squared-relu for Nemotron-4's squared ReLU,
     // nothing for its GELU default.

@@ -156,6 +156,12 @@ JsonReader::Aliases aliases_of<Schedule>() {
     return {{"interleaved", "interleaved-1f1b"}, {"interleaved_1f1b", "interleaved-1f1b"}};
 }
 
+// Megatron-Core's --cp-comm-type spells the gather "all_gather"; the ring and Ulysses by name.
+template <>
+JsonReader::Aliases aliases_of<CpCommType>() {
+    return {{"all_gather", "allgather"}, {"ring", "p2p"}, {"ulysses", "a2a"}};
+}
+
 template <class E>
 E enum_named(const std::string& s) {
     for (E e : all_of<E>())
