@@ -6,6 +6,10 @@
 //   phi-4.json                            huggingface.co/microsoft/phi-4/blob/main/config.json
 //   phi-3-mini-4k.json                    huggingface.co/microsoft/Phi-3-mini-4k-instruct/blob/main/config.json
 //   olmo-2-1124-7b.json                   huggingface.co/allenai/OLMo-2-1124-7B/blob/main/config.json
+//   gemma-7b.json, gemma-2b.json          huggingface.co/google/gemma-{7b,2b}/blob/main/config.json
+//   opt-13b.json                          huggingface.co/facebook/opt-13b/blob/main/config.json
+//   bloom.json                            huggingface.co/bigscience/bloom/blob/main/config.json
+//   pythia-6.9b.json, gpt-neox-20b.json   huggingface.co/EleutherAI/{pythia-6.9b,gpt-neox-20b}/blob/main/config.json
 // The parameter totals they are checked against are the publishers' own, cited per case.
 #include <catch2/catch.hpp>
 
@@ -154,4 +158,57 @@ TEST_CASE("a sliding window shorter than the sequence is imported, never dropped
         "max_position_embeddings": 512, "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 16,
         "layer_types": ["sliding_attention", "full_attention", "full_attention"]})";
     CHECK_THROWS_WITH(model_from_hf_config_text(odd, "odd.json", HfImportOptions{}), Contains("odd.json") && Contains("layer_types") && Contains("layer 2"));
+}
+
+TEST_CASE("the published runs' older families import: OPT, BLOOM, GPT-NeoX and Pythia, Gemma 1", "[hf]") {
+    // Pythia (Biderman et al. 2023, Table 1): 6,857,302,016 parameters, 6,444,163,072 of them
+    // outside the (untied) embedding and unembedding. By hand: 32 layers of QKV 3h^2 + 3h, dense
+    // h^2 + h, MLP 8h^2 + 5h, two LayerNorms 4h (201,379,840 each), a final LayerNorm 2h, and two
+    // 50432 x 4096 tables.
+    const ModelSpec py = import("pythia-6.9b");
+    CHECK(param_counts(py).total == 6'857'302'016LL);
+    CHECK(param_counts(py).non_embedding() == 6'444'163'072LL);
+    CHECK(py.position == PositionKind::rope);
+    CHECK(py.ffn == FfnKind::gelu);
+    CHECK(py.linear_bias);
+    CHECK_FALSE(py.tied_embeddings);
+    CHECK(py.seq_len == 2048);
+    CHECK_THAT(py.description, Contains("parallel residual"));
+    // GPT-NeoX-20B (Black et al. 2022): 20,554,567,680 parameters; its gelu_fast is a GELU.
+    CHECK(param_counts(import("gpt-neox-20b")).total == 20'554'567'680LL);
+    // BLOOM's model card: 176,247,271,424 parameters, of which Strata leaves out the LayerNorm
+    // after the embedding (2 x 14336). ALiBi: no position table; the 2048 tokens it trained on.
+    const ModelSpec bl = import("bloom");
+    CHECK(param_counts(bl).total == 176'247'271'424LL - 2 * 14336);
+    CHECK(bl.position == PositionKind::none);
+    CHECK(param_counts(bl).position == 0);
+    CHECK(bl.seq_len == 2048);
+    CHECK(bl.tied_embeddings);
+    CHECK_THAT(bl.description, Contains("ALiBi"));
+    // OPT-13B by hand: 40 layers of QKV 3h^2 + 3h, out h^2 + h, fc1 4h^2 + 4h, fc2 4h^2 + h and
+    // two LayerNorms 4h; the tied 50272 x 5120 table, 2050 position rows (2048 and the
+    // embedding's offset of 2), the final LayerNorm: 12,853,473,280 (the paper's "13B").
+    const ModelSpec op = import("opt-13b");
+    CHECK(param_counts(op).total == 12'853'473'280LL);
+    CHECK(op.max_position == 2050);
+    CHECK(op.seq_len == 2048);
+    CHECK(op.ffn == FfnKind::relu);
+    CHECK(op.dropout == Approx(0.1));
+    CHECK(op.name == "opt-13b");
+    // Gemma report (arXiv:2403.08295), Table 2: non-embedding parameters 7,751,248,896 (7B) and
+    // 1,981,884,416 (2B, multi-query: one KV head); its embedding counts 256,128 rows where the
+    // config's vocabulary is 256,000. Gemma 1 says "gelu", which gates a GeGLU.
+    const ModelSpec g7 = import("gemma-7b");
+    CHECK(param_counts(g7).non_embedding() == 7'751'248'896LL);
+    CHECK(g7.ffn == FfnKind::geglu);
+    CHECK(g7.tied_embeddings);
+    CHECK(g7.head_dim == 256);
+    const ModelSpec g2 = import("gemma-2b");
+    CHECK(param_counts(g2).non_embedding() == 1'981'884'416LL);
+    CHECK(g2.kv_heads == 1);
+    // What Strata does not model is refused by its key: OPT-350m's 512-wide embedding projections.
+    const std::string opt350 = R"({"architectures": ["OPTForCausalLM"], "hidden_size": 1024, "num_hidden_layers": 24,
+        "num_attention_heads": 16, "ffn_dim": 4096, "vocab_size": 50272, "word_embed_proj_dim": 512})";
+    CHECK_THROWS_WITH(model_from_hf_config_text(opt350, "opt-350m.json", HfImportOptions{}),
+                      Contains("opt-350m.json") && Contains("word_embed_proj_dim"));
 }

@@ -1,6 +1,6 @@
 // Hugging Face config.json -> ModelSpec, for the decoder-only families Strata models: Llama,
-// Mistral, Mixtral, Qwen2/3 (and MoE), DeepSeek-V2/V3, GPT-2, gpt-oss, Gemma 2/3, Phi-3/4 and
-// OLMo 2. Only the keys that change the shape of the training job are read; the rest of a config
+// Mistral, Mixtral, Qwen2/3 (and MoE), DeepSeek-V2/V3, GPT-2, gpt-oss, Gemma 1/2/3, Phi-3/4,
+// OLMo 2, and the 2022-23 families of the published runs (OPT, BLOOM, GPT-NeoX/Pythia). Only the keys that change the shape of the training job are read; the rest of a config
 // (tokenizer ids, rope scaling, soft-capping, ...) is ignored. A sliding window shorter than the
 // training sequence becomes model.sliding_window, with the layers that attend to the whole
 // sequence as model.window_attn_skip_freq (HfImportOptions::windows_as_full costs them as full).
@@ -28,7 +28,13 @@ const std::vector<std::string> kSupported = {"LlamaForCausalLM",    "MistralForC
                                              "Qwen3MoeForCausalLM", "GPT2LMHeadModel",
                                              "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM",
                                              "GptOssForCausalLM",   "Gemma2ForCausalLM",     "Gemma3ForCausalLM",
-                                             "Gemma3ForConditionalGeneration", "Phi3ForCausalLM", "Olmo2ForCausalLM"};
+                                             "Gemma3ForConditionalGeneration", "Phi3ForCausalLM", "Olmo2ForCausalLM",
+                                             "GemmaForCausalLM",    "OPTForCausalLM",        "BloomForCausalLM",
+                                             "GPTNeoXForCausalLM"};
+
+// BLOOM has no position table (ALiBi) and its config no length: it trained on 2048 tokens
+// (Le Scao et al. 2022, Table 3); `import-hf --seq-len` overrides.
+constexpr std::int64_t kBloomSeqLen = 2048;
 
 // Typed access to HF keys with errors that name the HF key (the file is the user's config.json).
 struct Hf {
@@ -222,9 +228,10 @@ ModelSpec gpt_oss(const Hf& hf) {
     return m;
 }
 
-// Gemma 2 and 3: a gated GELU MLP (GeGLU: hidden_activation gelu_pytorch_tanh), RMSNorm
-// before and after each sub-layer (four norms a layer; two are counted), tied embeddings by
-// default, explicit head_dim; Gemma 3 adds q_norm/k_norm. Logit soft-capping has no parameters
+// Gemma 1, 2 and 3: a gated GELU MLP (GeGLU: hidden_activation gelu_pytorch_tanh, or Gemma 1's
+// hidden_act "gelu", which HF runs in the tanh form), tied embeddings by default, explicit
+// head_dim; Gemma 2 and 3 put RMSNorm before and after each sub-layer (four norms a layer; two
+// are counted), Gemma 3 adds q_norm/k_norm. Logit soft-capping has no parameters
 // and its elementwise cost is not modelled.
 ModelSpec gemma(const Hf& hf, bool gemma3) {
     ModelSpec m = llama_like(hf, gemma3 ? "Gemma3" : "Gemma2");
@@ -234,25 +241,87 @@ ModelSpec gemma(const Hf& hf, bool gemma3) {
     return m;
 }
 
+// Multi-head attention without KV groups, head_dim = hidden / heads (GPT-2, OPT, BLOOM, GPT-NeoX),
+// LayerNorm and biases; `heads_key` is named when heads do not divide the width.
+ModelSpec mha_layout(const Hf& hf, std::int64_t hidden, std::int64_t layers, std::int64_t heads, const char* heads_key) {
+    ModelSpec m;
+    m.hidden = hidden;
+    m.layers = static_cast<int>(layers);
+    m.heads = static_cast<int>(heads);
+    m.kv_heads = m.heads;
+    if (m.hidden % m.heads != 0) hf.fail(heads_key, "does not divide the hidden size");
+    m.head_dim = m.hidden / m.heads;
+    m.norm = NormKind::layernorm;
+    m.linear_bias = true;
+    return m;
+}
+
 // GPT-2: learned positions, LayerNorm, GELU MLP of n_inner (default 4 x n_embd), biases
 // everywhere, tied embeddings (HF's default for GPT-2).
 ModelSpec gpt2(const Hf& hf) {
-    ModelSpec m;
-    m.hidden = hf.pos_or("n_embd", 768);
-    m.layers = static_cast<int>(hf.pos_or("n_layer", 12));
-    m.heads = static_cast<int>(hf.pos_or("n_head", 12));
-    m.kv_heads = m.heads;
-    if (m.hidden % m.heads != 0) hf.fail("n_head", "does not divide n_embd");
-    m.head_dim = m.hidden / m.heads;
+    ModelSpec m = mha_layout(hf, hf.pos_or("n_embd", 768), hf.pos_or("n_layer", 12), hf.pos_or("n_head", 12), "n_head");
     m.ffn_hidden = hf.pos_or("n_inner", 4 * m.hidden);
     m.vocab = hf.pos_or("vocab_size", 50257);
     m.max_position = hf.pos_or("n_positions", hf.pos_or("n_ctx", 1024));
     m.ffn = FfnKind::gelu;
-    m.norm = NormKind::layernorm;
     m.position = PositionKind::learned;
     m.tied_embeddings = hf.flag_or("tie_word_embeddings", true);
-    m.linear_bias = true;
     m.dropout = hf.prob_or("resid_pdrop", 0.1);
+    return m;
+}
+
+// OPT (Zhang et al. 2022): learned positions with OPTLearnedPositionalEmbedding's two extra rows,
+// pre-LayerNorm (do_layer_norm_before; OPT-350m's post-LN is costed the same), a ReLU MLP of
+// ffn_dim, biases (enable_bias), tied embeddings, dropout. OPT-350m projects its 512-wide
+// embeddings to the hidden size (word_embed_proj_dim): not modelled, refused.
+ModelSpec opt(const Hf& hf) {
+    ModelSpec m = mha_layout(hf, hf.pos("hidden_size"), hf.pos("num_hidden_layers"), hf.pos("num_attention_heads"), "num_attention_heads");
+    m.ffn_hidden = hf.pos("ffn_dim");
+    m.vocab = hf.pos("vocab_size");
+    m.max_position = hf.pos_or("max_position_embeddings", 2048) + 2;
+    if (hf.pos_or("word_embed_proj_dim", m.hidden) != m.hidden)
+        hf.fail("word_embed_proj_dim", "must equal hidden_size (OPT-350m's embedding projections are not modelled)");
+    const std::string act = hf.str_or("activation_function", "relu");
+    if (act != "relu") hf.fail("activation_function", "must be relu, OPT's (got \"" + act + "\")");
+    m.ffn = FfnKind::relu;
+    m.position = PositionKind::learned;
+    m.tied_embeddings = hf.flag_or("tie_word_embeddings", true);
+    m.linear_bias = hf.flag_or("enable_bias", true);
+    m.dropout = hf.prob_or("dropout", 0.1);
+    return m;
+}
+
+// BLOOM (BigScience 2022): ALiBi (no position table: position "none"), LayerNorm, a GELU MLP of
+// 4h, biases, tied embeddings. Its extra LayerNorm after the embedding (2h parameters and a pass)
+// is not counted. Older configs name the width n_embed.
+ModelSpec bloom(const Hf& hf) {
+    ModelSpec m = mha_layout(hf, hf.has("hidden_size") ? hf.pos("hidden_size") : hf.pos("n_embed"), hf.pos("n_layer"), hf.pos("n_head"), "n_head");
+    m.ffn_hidden = 4 * m.hidden;
+    m.vocab = hf.pos("vocab_size");
+    m.max_position = kBloomSeqLen;
+    m.ffn = FfnKind::gelu;
+    m.position = PositionKind::none;
+    m.tied_embeddings = hf.flag_or("tie_word_embeddings", true);
+    m.dropout = hf.prob_or("hidden_dropout", 0.0);
+    return m;
+}
+
+// GPT-NeoX and Pythia (Black et al. 2022; Biderman et al. 2023): RoPE on rotary_pct of each
+// head, LayerNorm, a GELU MLP of intermediate_size, biases, untied embeddings. The parallel
+// residual (use_parallel_residual: attention and MLP both read the layer's input) has the same
+// matmuls and norms as the sequential layer Strata costs.
+ModelSpec gpt_neox(const Hf& hf) {
+    ModelSpec m = mha_layout(hf, hf.pos("hidden_size"), hf.pos("num_hidden_layers"), hf.pos("num_attention_heads"), "num_attention_heads");
+    m.ffn_hidden = hf.pos_or("intermediate_size", 4 * m.hidden);
+    m.vocab = hf.pos("vocab_size");
+    m.max_position = hf.pos_or("max_position_embeddings", 2048);
+    const std::string act = hf.str_or("hidden_act", "gelu");
+    if (act.rfind("gelu", 0) != 0) hf.fail("hidden_act", "must be a gelu form, GPT-NeoX's (got \"" + act + "\")");
+    m.ffn = FfnKind::gelu;
+    m.position = PositionKind::rope;
+    m.tied_embeddings = hf.flag_or("tie_word_embeddings", false);
+    m.linear_bias = hf.flag_or("attention_bias", true);
+    m.dropout = hf.prob_or("hidden_dropout", 0.0);
     return m;
 }
 
@@ -323,13 +392,21 @@ ModelSpec model_from_hf_config_text(const std::string& text, const std::string& 
     Hf hf{nested ? j.at("text_config") : j, file, nested ? "text_config." : ""};
 
     ModelSpec m = arch == "GPT2LMHeadModel"            ? gpt2(hf)
+                  : arch == "OPTForCausalLM"           ? opt(hf)
+                  : arch == "BloomForCausalLM"         ? bloom(hf)
+                  : arch == "GPTNeoXForCausalLM"       ? gpt_neox(hf)
                   : arch.rfind("Deepseek", 0) == 0     ? deepseek(hf)
                   : arch == "GptOssForCausalLM"        ? gpt_oss(hf)
                   : arch.rfind("Gemma", 0) == 0        ? gemma(hf, arch.rfind("Gemma3", 0) == 0)
                                                        : llama_like(hf, arch);
     m.name = default_name(top);
-    m.seq_len = options.seq_len > 0 ? options.seq_len : std::min(m.max_position, kMaxDefaultSeqLen);
+    // OPT's table holds two rows beyond its positions (OPTLearnedPositionalEmbedding's offset).
+    const std::int64_t positions = arch == "OPTForCausalLM" ? m.max_position - 2 : m.max_position;
+    m.seq_len = options.seq_len > 0 ? options.seq_len : std::min(positions, kMaxDefaultSeqLen);
     m.description = "Imported from a Hugging Face config.json (" + arch + ")";
+    if (arch == "BloomForCausalLM") m.description += "; ALiBi costed as no position table, the embedding LayerNorm not counted";
+    if (arch == "GPTNeoXForCausalLM" && hf.flag_or("use_parallel_residual", true))
+        m.description += "; the parallel residual costed as a sequential layer (the same matmuls and norms)";
     if (nested) m.description += "; the language model only, without the vision encoder";
     const Window window = sliding_window(hf, arch, m.layers);
     if (window.tokens > 0 && window.tokens < m.seq_len) {
