@@ -11,6 +11,8 @@
 
 #include "strata/common/error.hpp"
 #include "strata/lowering/frameworks.hpp"
+#include "strata/lowering/memory.hpp"
+#include "strata/lowering/model.hpp"
 #include "strata/lowering/spec_io.hpp"
 #include "strata/planner/export.hpp"
 #include "support/rule_expr.hpp"
@@ -263,4 +265,43 @@ TEST_CASE("below ZeRO-3 DeepSpeed runs an NVMe optimizer offload as CPU offload"
     bool named = false;
     for (const std::string& u : r.unsupported) named = named || u.find("below ZeRO-3") != std::string::npos;
     CHECK(named);
+}
+
+TEST_CASE("DeepSpeed's optimizer offload takes the gradient partition to the host under ZeRO-2 and 3", "[planner][export][import][offload]") {
+    // ZeRO-Offload (Ren et al., USENIX ATC'21) trains 13B parameters on one 32 GB V100: fp16
+    // weights (26 GB) stay on the GPU, the gradients go to the CPU as they are reduced, the fp32
+    // master and Adam's moments live there. A GPT of 13B (40 layers of 5120) as that config runs it.
+    const std::string text = R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1, "fp16": {"enabled": true},
+        "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})";
+    planner::DeepSpeedModelCode code;
+    code.checkpoint_layers = true;
+    const sim::PlanSpec p = planner::plan_from_deepspeed_config(text, 1, code, "zo.json");
+    CHECK(p.offload.optimizer.cpu == 1.0);
+    CHECK(p.offload.grads.cpu == 1.0);
+    sim::ModelSpec m = sim::model_from_json_text(R"({"name": "gpt-13b", "layers": 40, "hidden": 5120, "heads": 40, "ffn_hidden": 20480,
+        "vocab": 50257, "seq_len": 1024, "tied_embeddings": true, "linear_bias": true})", "m.json");
+    const double params = static_cast<double>(sim::param_counts(m).total);
+    sim::Capacities v100;
+    v100.hbm_bytes = 34.09e9;
+    v100.gpus_per_node = 1;
+    v100.cpu_bytes_per_node = 1.5e12;
+    const sim::MemoryReport r = sim::memory_estimate(m, p, v100);
+    const double gpu = r.stages[0].tier_bytes[0], host = r.stages[0].tier_bytes[1];
+    INFO(gpu << " B on the GPU, " << host << " B on the host");
+    // On the GPU: the fp16 weights (2 B a parameter) and the activations, no gradient buffer (26 GB
+    // more, which did not fit); on the host: the fp16 gradients and the optimizer's 12 B.
+    CHECK(r.fits_hbm);
+    CHECK(gpu < 2 * params + 6e9);
+    CHECK(host >= 14 * params);
+    // ZeRO-1 accumulates whole gradients on the GPU: they stay there.
+    const sim::PlanSpec z1 = planner::plan_from_deepspeed_config(
+        R"({"train_micro_batch_size_per_gpu": 4, "fp16": {"enabled": true}, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}})",
+        1, code, "zo1.json");
+    CHECK(z1.offload.grads.all_gpu());
+    // ZeRO-3's partial offload (ratio): the offloaded sub-groups' gradients, the same share.
+    const sim::PlanSpec z3 = planner::plan_from_deepspeed_config(
+        R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}, "zero_optimization": {"stage": 3,
+            "offload_optimizer": {"device": "nvme", "ratio": 0.25}}})", 8, code, "zo3.json");
+    CHECK(z3.offload.grads.cpu == Approx(0.25));
+    CHECK(z3.offload.grads.gpu == Approx(0.75));
 }

@@ -270,7 +270,9 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
     if (p.cp > 1 && m.seq_len % (2 * p.cp) != 0)
         return n("plan.cp", std::to_string(p.cp)) + ": model.seq_len = " + std::to_string(m.seq_len) +
                " must split into 2 x cp equal chunks (the load-balanced layout context parallelism runs)";
-    if (!p.offload.grads.all_gpu()) return "plan.offload.grads: gradients offloaded are not executed yet (they stay on the GPU)";
+    if (!p.offload.grads.all_gpu())
+        return "plan.offload.grads: gradients homed in host memory (DeepSpeed's optimizer offload under ZeRO-2/3) are not executed yet; "
+               "plan.offload.grads = \"gpu\" runs the plan with them on the GPU (the optimizer offload of Megatron-Core)";
     if (!p.offload.activations.all_gpu()) {
         if (p.offload.activations.cpu < 1.0)
             return "plan.offload.activations: activations offloaded wholly to host memory (\"cpu\", DeepSpeed's cpu_checkpointing) are "
