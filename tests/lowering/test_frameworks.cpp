@@ -296,3 +296,33 @@ TEST_CASE("DualPipeV where its frameworks run it, and torchtitan's EP overlap in
     CHECK_THAT(refusal_moe(plan(R"(, "framework": "torchtitan", "pp": 2, "dp": 4, "zero_stage": 3, "ep": 4, "moe_a2a_overlap": true)")),
                Contains("plan.moe_a2a_overlap"));
 }
+
+TEST_CASE("DeepSpeed's offloaded optimizer takes the gradients to the host under ZeRO-2/3, completing the plan's offload",
+          "[frameworks][offload]") {
+    // stage_1_and_2.py's cpu_offload moves each reduced bucket's gradient partition to the CPU
+    // buffer its optimizer reads; stage3.py offloads the partitioned gradients with the optimizer.
+    const PlanSpec z2 = plan(R"(, "framework": "deepspeed-2021", "dp": 8, "zero_stage": 2, "precision": "fp16", "offload": {"optimizer": "cpu"})");
+    CHECK(z2.offload.optimizer.cpu == 1.0);
+    CHECK(z2.offload.grads.cpu == 1.0);
+    const std::vector<PlanValueOrigin> why = explain_plan(z2);
+    CHECK_THAT(origin_of(why, "offload").origin, Contains("plan, completed by framework deepspeed-2021") && Contains("stage_1_and_2.py"));
+    CHECK(plan(R"(, "framework": "deepspeed", "dp": 8, "zero_stage": 3, "offload": {"optimizer": "ssd"})").offload.grads.cpu == 1.0);
+    // ZeRO-1 accumulates whole gradients on the GPU; a plan that places its gradients keeps them
+    // where it says; Megatron-Core's optimizer offload leaves them in its GPU buffers.
+    CHECK(plan(R"(, "framework": "deepspeed", "dp": 8, "zero_stage": 1, "offload": {"optimizer": "cpu"})").offload.grads.all_gpu());
+    CHECK(plan(R"(, "framework": "deepspeed", "dp": 8, "zero_stage": 2, "offload": {"optimizer": "cpu", "grads": "gpu"})").offload.grads.all_gpu());
+    CHECK(plan(R"(, "framework": "megatron-core", "dp": 8, "zero_stage": 2, "offload": {"optimizer": "cpu"})").offload.grads.all_gpu());
+    CHECK(plan(R"(, "dp": 8, "zero_stage": 2, "offload": {"optimizer": "cpu"})").offload.grads.all_gpu());
+    // The planner's path (apply_framework, no JSON) completes the offload the same way, and the
+    // completed plan reads back from its canonical JSON unchanged.
+    PlanSpec searched;
+    searched.dp = 8;
+    searched.global_batch = 64;
+    searched.zero_stage = 2;
+    searched.offload.optimizer = TierSplit{0, 1, 0};
+    searched.framework = "deepspeed";
+    apply_framework(searched);
+    CHECK(searched.offload.grads.cpu == 1.0);
+    CHECK(searched.offload.optimizer.cpu == 1.0);
+    CHECK(to_json_text(plan_from_json_text(to_json_text(searched), "back.json")) == to_json_text(searched));
+}

@@ -17,7 +17,10 @@ namespace strata::sim {
 namespace {
 
 /// When a knob applies, in terms of the plan's stated fields.
-enum class When { always, fused_attention, mixed16, tp_sp, zero3, fsdp_shards, below_zero3, pipelined, pipelined_tp, context_parallel, dualpipev_ep };
+enum class When {
+    always, fused_attention, mixed16, tp_sp, zero3, fsdp_shards, below_zero3, pipelined, pipelined_tp, context_parallel, dualpipev_ep,
+    offloaded_optimizer
+};
 
 struct Knob {
     const char* key;
@@ -48,6 +51,8 @@ bool applies(When w, const PlanSpec& p) {
     case When::pipelined_tp: return p.pp > 1 && p.tp > 1 && !p.sequence_parallel;  // with SP the tensors are split already
     case When::context_parallel: return p.cp > 1;
     case When::dualpipev_ep: return p.schedule == Schedule::dualpipe_v && p.pp > 1 && p.ep > 1;
+    // ZeRO-2/3 with the whole optimizer off the GPU and the gradients not placed by the plan.
+    case When::offloaded_optimizer: return p.zero_stage >= 2 && p.offload.optimizer.gpu == 0.0 && p.offload.grads.all_gpu();
     }
     return false;
 }
@@ -83,6 +88,12 @@ const Knob kTeFlash{"flash_attention", "true", When::always,
 const Knob kTeFa3{"attention_kernel", "\"fa3\"", When::always,
                   "Transformer Engine's cuDNN fused attention is FlashAttention-3-class on Hopper (docs/costs.md)"};
 const Knob kAutogradAccumKnob{"grad_accum_fusion", "false", When::always, kAutogradAccum};
+// An object value completes the plan's object: only the parts it leaves out (read_plan).
+const Knob kDeepSpeedHostGrads{"offload", R"({"grads": "cpu"})", When::offloaded_optimizer,
+                               "DeepSpeed runtime/zero/stage_1_and_2.py (cpu_offload: copy_grads_in_partition moves each reduced "
+                               "bucket's partition to the CPU fp32 buffer the optimizer reads, accumulating there, and frees the GPU "
+                               "gradients) and stage3.py (offload_optimizer: the partitioned gradients go to host memory); ZeRO-1 "
+                               "accumulates on the GPU"};
 const Knob kDeepSpeedMoePad{"moe_pad_to_capacity", "true", When::always,
                             "DeepSpeed moe/sharded_moe.py: top1gating/top2gating build [tokens, experts, capacity] masks and "
                             "MOELayer dispatches einsum('sec,sm->ecm'): every expert gets its whole capacity (drop_tokens)"};
@@ -152,6 +163,7 @@ const std::vector<Preset>& presets() {
            "DeepSpeed runtime/bf16_optimizer.py (BF16_Optimizer, which bf16 pipelines use): fp32 gradient accumulation buffers"},
           {"overlap_grad_reduce", "false", When::always, kPipelineEngineReduce},
           kZeroStepGatherKnob,
+          kDeepSpeedHostGrads,
           kDeepSpeedMoePad}},
         {"deepspeed-2021",
          "DeepSpeed v0.3-v0.5 (2021: ZeRO-Offload, ZeRO-3 Offload, ZeRO-Infinity) around Megatron or Hugging Face models",
@@ -166,6 +178,7 @@ const std::vector<Preset>& presets() {
            "DeepSpeed v0.3-v0.5 runtime/zero/partition_parameters.py _allgather_param: one all_gather per parameter, "
            "each after torch.cuda.synchronize(); per-parameter reduce-scatters (batched and overlapped only since PR #1453, "
            "January 2022, released in v0.6)"},
+          kDeepSpeedHostGrads,
           kDeepSpeedMoePad}},
         {"deepspeed",
          "DeepSpeed's engine with ZeRO (and PipelineEngine when pp > 1), 2023 or later: FlashAttention-2 from the model code",
@@ -184,6 +197,7 @@ const std::vector<Preset>& presets() {
            "DeepSpeed's sequence parallelism is Ulysses (deepspeed/sequence/layer.py DistributedAttention: all-to-alls "
            "of Q, K, V before the attention and of its output after, arXiv:2309.14509)"},
           kZeroStepGatherKnob,
+          kDeepSpeedHostGrads,
           kDeepSpeedMoePad}},
         {"megatron-core",
          "Megatron-LM with Megatron-Core and Transformer Engine (2023 or later), its command-line defaults",
@@ -346,12 +360,21 @@ std::vector<FrameworkKnob> framework_knobs(const std::string& framework, const P
 const std::vector<std::string>& framework_knob_keys() {
     static const std::vector<std::string> keys = [] {
         std::vector<std::string> out;
+        // A knob that completes an object (offload) belongs to the plan, which states the object.
         for (const Preset& p : presets())
             for (const Knob& k : p.knobs)
-                if (std::find(out.begin(), out.end(), k.key) == out.end()) out.push_back(k.key);
+                if (k.value_json[0] != '{' && std::find(out.begin(), out.end(), k.key) == out.end()) out.push_back(k.key);
         return out;
     }();
     return keys;
+}
+
+std::string framework_knob_source(const std::string& framework, const std::string& key) {
+    const Preset* p = find(framework);
+    if (p)
+        for (const Knob& k : p->knobs)
+            if (key == k.key) return k.source;
+    return "";
 }
 
 void apply_framework(PlanSpec& p) {
@@ -360,6 +383,7 @@ void apply_framework(PlanSpec& p) {
     // Each preset's values parsed once, with the knob table's setter for each key (the reader's
     // own assignment, so the planner's plans equal the files it writes).
     struct Setting {
+        const char* key;
         PlanKnobAssign assign;
         nlohmann::json value;
     };
@@ -369,13 +393,23 @@ void apply_framework(PlanSpec& p) {
             for (const Knob& k : pr.knobs) {
                 const PlanKnobAssign assign = plan_knob_assign(k.key);
                 STRATA_ASSERT(assign != nullptr, "every preset key is a plan knob a preset may set");
-                out[&pr].push_back({assign, nlohmann::json::parse(k.value_json)});
+                out[&pr].push_back({k.key, assign, nlohmann::json::parse(k.value_json)});
             }
         return out;
     }();
     const std::vector<Setting>& settings = parsed.at(preset);
     for (std::size_t i = 0; i < preset->knobs.size(); ++i)
-        if (applies(preset->knobs[i].when, p)) settings[i].assign(p, settings[i].value);
+        if (applies(preset->knobs[i].when, p)) {
+            const Setting& st = settings[i];
+            if (!st.value.is_object()) {
+                st.assign(p, st.value);
+                continue;
+            }
+            // An object completes the knob's current value (read_plan's rule for a stated object).
+            nlohmann::json value = nlohmann::json::parse(plan_knob_value(p, st.key));
+            value.update(st.value);
+            st.assign(p, value);
+        }
 }
 
 std::optional<FrameworkRefusal> framework_refusal(const PlanSpec& p) {

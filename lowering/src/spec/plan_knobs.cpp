@@ -339,6 +339,14 @@ void read_offload(JsonReader& r, const char* key, PlanSpec& p) {
     o.reject_unknown();
 }
 
+// A preset's assignment: the whole object (apply_framework merges a preset's parts into the
+// plan's current value first), read as a plan file's would be.
+void assign_offload(PlanSpec& p, const nlohmann::json& v) {
+    const nlohmann::json wrapped{{"offload", v}};
+    JsonReader r(wrapped, "preset", "plan");
+    read_offload(r, "offload", p);
+}
+
 ojson tier_json(const TierSplit& t) {
     if (t.gpu == 1.0 && t.cpu == 0.0 && t.ssd == 0.0) return "gpu";
     if (t.gpu == 0.0 && t.cpu == 1.0 && t.ssd == 0.0) return "cpu";
@@ -439,7 +447,7 @@ const std::vector<KnobRow>& table() {
         t.push_back(bool_knob<&P::grad_accum_fusion>("grad_accum_fusion", Written::if_changed));
         t.push_back(bool_knob<&P::loss_upcast>("loss_upcast", Written::if_changed));
         t.push_back(bool_knob<&P::eager_cross_entropy>("eager_cross_entropy", Written::if_changed));
-        t.push_back({"offload", read_offload, write_offload, encode_offload, nullptr, Written::always, nullptr,
+        t.push_back({"offload", read_offload, write_offload, encode_offload, assign_offload, Written::always, nullptr,
                      "[{\"optimizer\": \"cpu\"}, {\"optimizer\": \"cpu\", \"params\": \"cpu\"}, {\"optimizer\": {\"gpu\": 0.5, \"cpu\": 0.5}}, "
                      "{\"activations\": \"cpu\"}, {\"optimizer\": \"ssd\"}]"});
         t.push_back(bool_knob<&P::lock_free_update>("lock_free_update", Written::always));

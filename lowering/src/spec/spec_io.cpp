@@ -268,11 +268,22 @@ PlanSpec read_plan(const json& j, const std::string& file, const std::string& pa
     if (stated.framework.empty()) return stated;
     json merged = j;
     std::vector<std::string> filled;
-    for (const FrameworkKnob& k : framework_knobs(stated.framework, stated))
+    for (const FrameworkKnob& k : framework_knobs(stated.framework, stated)) {
+        const json value = json::parse(k.value_json);
         if (!merged.contains(k.key)) {
-            merged[k.key] = json::parse(k.value_json);
+            merged[k.key] = value;
             filled.push_back(k.key);
+        } else if (value.is_object() && merged[k.key].is_object()) {
+            // An object-valued knob (offload) completes the plan's object: the parts it leaves out.
+            bool added = false;
+            for (const auto& [part, v] : value.items())
+                if (!merged[k.key].contains(part)) {
+                    merged[k.key][part] = v;
+                    added = true;
+                }
+            if (added) filled.push_back(k.key);
         }
+    }
     PlanSpec p = read_plan_keys(merged, file, path);
     p.keys_in_file = std::move(stated.keys_in_file);
     p.keys_from_preset = std::move(filled);

@@ -129,7 +129,9 @@ std::vector<PlanValueOrigin> explain_plan(const PlanSpec& p) {
     const ojson canonical = plan_json(p);
     for (const auto& [key, value] : canonical.items()) {
         std::string origin = "default";
-        if (has(p.keys_in_file, key)) {
+        if (has(p.keys_in_file, key) && has(p.keys_from_preset, key)) {
+            origin = "plan, completed by framework " + p.framework + ": " + framework_knob_source(p.framework, key);
+        } else if (has(p.keys_in_file, key)) {
             origin = "plan";
         } else if (has(p.keys_from_preset, key)) {
             for (const FrameworkKnob& k : knobs)

@@ -37,7 +37,11 @@ std::vector<FrameworkKnob> framework_knobs(const std::string& framework, const P
 void apply_framework(PlanSpec& p);
 
 /// Every plan key some preset sets: what a presets-only reading of a plan leaves to the preset.
+/// Not offload, which a preset only completes (the parts the plan leaves out).
 const std::vector<std::string>& framework_knob_keys();
+/// The source of the framework's knob for `key` whatever its condition ("" if it has none): the
+/// condition may no longer hold once the knob applied (an offload it completed).
+std::string framework_knob_source(const std::string& framework, const std::string& key);
 
 /// Why plan.framework cannot run this plan: the plan field and the rule (naming the framework),
 /// or nothing when it can. validate_plan and the planner's search both call it.
