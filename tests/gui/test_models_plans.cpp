@@ -214,6 +214,15 @@ TEST_CASE("what-if: a knob is read and validated as the CLI would, dp follows tp
     CHECK(cpu.plan.offload.optimizer.cpu == 1.0);
     CHECK(knob_value(cpu.plan, Knob::offload) == "opt->cpu");
     CHECK(knob_value(base, Knob::offload) == "gpu");
+    // Under DeepSpeed's preset an offloaded optimizer at ZeRO-2 takes the gradients to the host
+    // (docs/frameworks.md), and the explorer still names the variant.
+    const WhatIfEdit flat = apply_knob(sm.s.model, sm.s.cluster, off.plan, Knob::pp, "1", true);  // DeepSpeed's ZeRO-2: no pipeline
+    const WhatIfEdit ds = apply_knob(sm.s.model, sm.s.cluster, flat.plan, Knob::framework, "deepspeed", true);
+    const WhatIfEdit ds2 = apply_knob(sm.s.model, sm.s.cluster, ds.plan, Knob::zero_stage, "2", true);
+    const WhatIfEdit ds_cpu = apply_knob(sm.s.model, sm.s.cluster, ds2.plan, Knob::offload, "opt->cpu", true);
+    CHECK(ds_cpu.plan.offload.grads.cpu == 1.0);
+    CHECK(knob_value(ds_cpu.plan, Knob::offload) == "opt->cpu");
+    CHECK(apply_knob(sm.s.model, sm.s.cluster, ds_cpu.plan, Knob::offload, "gpu", true).plan.offload.grads.all_gpu());
     for (const auto& k : whatif_knobs()) CHECK(knob_info(k.knob).key == k.key);
     // Values as the explorer shows them: the plan file's, unquoted.
     CHECK(knob_value(base, Knob::tp) == "2");

@@ -65,10 +65,16 @@ const std::vector<KnobInfo>& whatif_knobs() {
 const KnobInfo& knob_info(Knob k) { return whatif_knobs().at(static_cast<std::size_t>(k)); }
 
 std::string offload_label(const sim::PlanSpec& p) {
-    for (const auto& c : planner::offload_choices(true, true))
+    for (const auto& c : planner::offload_choices(true, true)) {
+        // The gradients where the plan's framework puts them with this choice (DeepSpeed's
+        // offloaded optimizer takes them to the host), as the planner's plans have them.
+        sim::PlanSpec q = p;
+        q.offload = c.offload;
+        sim::apply_framework(q);
         if (same_split(c.offload.optimizer, p.offload.optimizer) && same_split(c.offload.params, p.offload.params) &&
-            p.offload.grads.all_gpu() && p.offload.activations.all_gpu() && c.lock_free == p.lock_free_update)
+            same_split(q.offload.grads, p.offload.grads) && p.offload.activations.all_gpu() && c.lock_free == p.lock_free_update)
             return c.label;
+    }
     return "custom";
 }
 
@@ -112,7 +118,11 @@ WhatIfEdit apply_knob(const sim::ModelSpec& m, const sim::ClusterSpec& c, const 
     if (k == Knob::framework) {
         if (value == kNoFramework) j.erase("framework");
         else j["framework"] = value;
-    } else if (k != Knob::offload) {
+    } else if (k == Knob::offload) {
+        // The variants place the optimizer and the parameters; the gradients are left to the
+        // framework's preset, as in a plan file that does not state them.
+        j["offload"].erase("grads");
+    } else {
         nlohmann::ordered_json v = nlohmann::ordered_json::parse(value, nullptr, false);
         j[info.key] = v.is_discarded() ? nlohmann::ordered_json(value) : v;
     }
