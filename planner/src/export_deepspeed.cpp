@@ -179,11 +179,8 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
     if (p.lock_free_update) r.unsupported.push_back("lock-free optimizer update (Angel-PTM; DeepSpeed's ZeRO-Offload has a similar one-step delayed update)");
     if (!p.offload.activations.all_gpu() && p.recompute == Recompute::none) r.unsupported.push_back("activation offload without checkpointing");
     if (is_split(p.offload.params)) r.unsupported.push_back("fractional parameter offload");
-    // DeepSpeed homes the reduced gradients where its optimizer runs: with the optimizer offloaded
-    // under ZeRO-2/3 on the host (the import's rule, below), else on the GPU.
-    const TierSplit& of = p.offload.optimizer;
-    const TierSplit ds_grads = stage >= 2 && od != "none" ? (stage < 3 ? TierSplit{0, 1, 0} : TierSplit{of.gpu, of.cpu + of.ssd, 0})
-                                                          : TierSplit{1, 0, 0};
+    // DeepSpeed homes the reduced gradients where its optimizer runs.
+    const TierSplit ds_grads = deepspeed_gradient_tiers(stage, p.offload.optimizer);
     const TierSplit& g = p.offload.grads;
     if (std::abs(g.gpu - ds_grads.gpu) > 1e-9 || std::abs(g.ssd - ds_grads.ssd) > 1e-9)
         r.unsupported.push_back(std::string("gradients homed as the plan has them: DeepSpeed keeps the reduced gradient partition where "
@@ -265,14 +262,8 @@ PlanSpec read_deepspeed(const nlohmann::json& j, int gpus, const DeepSpeedModelC
         // offload, wholly (no swapper, no ratio).
         if (stage < 3 && !p.offload.optimizer.all_gpu()) p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
         // With the optimizer offloaded, ZeRO-2 and 3 keep the reduced gradient partition in host
-        // memory, where the optimizer reads it: stage_1_and_2.py copies each bucket's partition
-        // to its CPU fp32 buffer as the bucket is reduced and frees the GPU gradients
-        // (copy_grads_in_partition, accumulating over micro-batches on the CPU); stage3.py
-        // offloads the partitioned gradients of the offloaded sub-groups (offload_optimizer). ZeRO-1
-        // accumulates whole gradients on the GPU and moves the partition at the step's end only:
-        // they stay on the GPU.
-        if (stage >= 2 && !p.offload.optimizer.all_gpu())
-            p.offload.grads = TierSplit{p.offload.optimizer.gpu, p.offload.optimizer.cpu + p.offload.optimizer.ssd, 0.0};
+        // memory (the preset completes a whole offload the same way; a ZeRO-3 ratio needs it here).
+        p.offload.grads = deepspeed_gradient_tiers(stage, p.offload.optimizer);
         tier("offload_param", p.offload.params);
     }
     const bool overlap_comm_stated = j.contains("zero_optimization") && j.at("zero_optimization").contains("overlap_comm");

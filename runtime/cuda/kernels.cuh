@@ -104,32 +104,26 @@ __global__ void k_col_sum(TV db, TV d, i64 T, i64 N) {
         atomic_add(db, n, tot);
     }
 }
+// GELU's tanh form and its derivative, for GELU and for GeGLU's gate.
+__device__ float gelu_value(float v) { return 0.5f * v * (1.0f + tanhf(kGeluC * (v + 0.044715f * v * v * v))); }
+__device__ float gelu_slope(float v) {
+    const float th = tanhf(kGeluC * (v + 0.044715f * v * v * v));
+    return 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * kGeluC * (1.0f + 3.0f * 0.044715f * v * v);
+}
 __global__ void k_gelu_fwd(TV y, TV x, i64 n) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
-    if (i >= n) return;
-    const float v = x[i];
-    y[i] = 0.5f * v * (1.0f + tanhf(kGeluC * (v + 0.044715f * v * v * v)));
+    if (i < n) y[i] = gelu_value(x[i]);
 }
 __global__ void k_gelu_bwd(TV dx, TV x, TV dy, i64 n) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;
-    if (i >= n) return;
-    const float v = x[i];
-    const float th = tanhf(kGeluC * (v + 0.044715f * v * v * v));
-    const float du = kGeluC * (1.0f + 3.0f * 0.044715f * v * v);
-    dx[i] = dy[i] * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du);
+    if (i < n) dx[i] = dy[i] * gelu_slope(x[i]);
 }
 // A gated MLP's gate: SiLU (SwiGLU) or GELU's tanh form (GeGLU), and its slope.
-__device__ float gate_value(float g, bool gelu) {
-    if (!gelu) return g / (1.0f + expf(-g));
-    return 0.5f * g * (1.0f + tanhf(kGeluC * (g + 0.044715f * g * g * g)));
-}
+__device__ float gate_value(float g, bool gelu) { return gelu ? gelu_value(g) : g / (1.0f + expf(-g)); }
 __device__ float gate_slope(float g, bool gelu) {
-    if (!gelu) {
-        const float s = 1.0f / (1.0f + expf(-g));
-        return s * (1.0f + g * (1.0f - s));
-    }
-    const float th = tanhf(kGeluC * (g + 0.044715f * g * g * g));
-    return 0.5f * (1.0f + th) + 0.5f * g * (1.0f - th * th) * kGeluC * (1.0f + 3.0f * 0.044715f * g * g);
+    if (gelu) return gelu_slope(g);
+    const float s = 1.0f / (1.0f + expf(-g));
+    return s * (1.0f + g * (1.0f - s));
 }
 __global__ void k_glu_fwd(TV y, TV x, i64 T, i64 F, bool gelu) {
     const i64 i = blockIdx.x * static_cast<i64>(blockDim.x) + threadIdx.x;

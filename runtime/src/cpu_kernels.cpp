@@ -91,40 +91,30 @@ void norm_backward(float* dx, float* dw, float* db, const float* x, const float*
     }
 }
 
+namespace {
+// GELU's tanh form and its derivative, for GELU and for GeGLU's gate.
+float gelu_value(float v) { return 0.5f * v * (1.0f + std::tanh(kGeluC * (v + 0.044715f * v * v * v))); }
+float gelu_slope(float v) {
+    const float th = std::tanh(kGeluC * (v + 0.044715f * v * v * v));
+    return 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * kGeluC * (1.0f + 3.0f * 0.044715f * v * v);
+}
+float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+// act(g) and act'(g) of a gated MLP's gate.
+float gate_value(float g, Gate gate) { return gate == Gate::silu ? g * sigmoid(g) : gelu_value(g); }
+float gate_slope(float g, Gate gate) {
+    if (gate == Gate::gelu) return gelu_slope(g);
+    const float s = sigmoid(g);
+    return s * (1.0f + g * (1.0f - s));
+}
+}  // namespace
+
 void gelu_forward(float* y, const float* x, i64 n) {
-    for (i64 i = 0; i < n; ++i) {
-        const float v = x[i];
-        y[i] = 0.5f * v * (1.0f + std::tanh(kGeluC * (v + 0.044715f * v * v * v)));
-    }
+    for (i64 i = 0; i < n; ++i) y[i] = gelu_value(x[i]);
 }
 
 void gelu_backward(float* dx, const float* x, const float* dy, i64 n) {
-    for (i64 i = 0; i < n; ++i) {
-        const float v = x[i];
-        const float u = kGeluC * (v + 0.044715f * v * v * v);
-        const float th = std::tanh(u);
-        const float sech2 = 1.0f - th * th;
-        const float du = kGeluC * (1.0f + 3.0f * 0.044715f * v * v);
-        dx[i] = dy[i] * (0.5f * (1.0f + th) + 0.5f * v * sech2 * du);
-    }
+    for (i64 i = 0; i < n; ++i) dx[i] = dy[i] * gelu_slope(x[i]);
 }
-
-namespace {
-float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
-// act(g) and act'(g) of a gated MLP's gate.
-float gate_value(float g, Gate gate) {
-    if (gate == Gate::silu) return g * sigmoid(g);
-    return 0.5f * g * (1.0f + std::tanh(kGeluC * (g + 0.044715f * g * g * g)));
-}
-float gate_slope(float g, Gate gate) {
-    if (gate == Gate::silu) {
-        const float s = sigmoid(g);
-        return s * (1.0f + g * (1.0f - s));
-    }
-    const float th = std::tanh(kGeluC * (g + 0.044715f * g * g * g));
-    return 0.5f * (1.0f + th) + 0.5f * g * (1.0f - th * th) * kGeluC * (1.0f + 3.0f * 0.044715f * g * g);
-}
-}  // namespace
 
 void glu_forward(float* y, const float* x, i64 T, i64 F, Gate gate) {
     for (i64 t = 0; t < T; ++t)

@@ -94,7 +94,7 @@ bool RankState::moe_compute(std::size_t i) {
             return true;
         }
         // Each step on the backend's own kernels; the cpu backend's scaling and dots inline.
-        const cpu::Gate gate = m.ffn == FfnKind::geglu ? cpu::Gate::gelu : cpu::Gate::silu;
+        const cpu::Gate gate = gate_of(m.ffn);
         auto act = [&](float* y, const float* x) {
             if (dev_) {
                 if (gated(m.ffn)) dev_->glu_forward(y, x, rows, f, gate);

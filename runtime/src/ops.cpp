@@ -234,7 +234,7 @@ void RankState::compute(std::size_t i) {
     // Elementwise ops, by what the lowering calls them.
     if (name == "act" || name == "shared.act") {
         const bool glu = gated(m.ffn);
-        const cpu::Gate gate = m.ffn == FfnKind::geglu ? cpu::Gate::gelu : cpu::Gate::silu;
+        const cpu::Gate gate = gate_of(m.ffn);
         if (!backward(in.phase)) {
             const DataTensor& y = a.out(0);
             if (glu) KERNEL(glu_forward, O(0), I(0), y.rows, y.cols, gate);

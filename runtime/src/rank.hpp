@@ -50,6 +50,9 @@ void parallel_chunks(i64 n, int threads, F f, i64 min_per_thread = 65536) {
     for (auto& th : pool) th.join();
 }
 
+/// A gated MLP's gate kernel for the model's activation (GeGLU's GELU, else SwiGLU's SiLU).
+inline cpu::Gate gate_of(sim::FfnKind k) { return k == sim::FfnKind::geglu ? cpu::Gate::gelu : cpu::Gate::silu; }
+
 /// Where a live tensor of the step sits: optimizer state staged on the host, an offloaded
 /// activation's host copy, everything else on the GPU.
 inline sim::Tier live_tier(const sim::DataTensor& t) {

@@ -369,6 +369,12 @@ const std::vector<std::string>& framework_knob_keys() {
     return keys;
 }
 
+TierSplit deepspeed_gradient_tiers(int zero_stage, const TierSplit& optimizer) {
+    if (zero_stage < 2 || optimizer.all_gpu()) return TierSplit{1, 0, 0};
+    if (zero_stage < 3) return TierSplit{0, 1, 0};
+    return TierSplit{optimizer.gpu, optimizer.cpu + optimizer.ssd, 0};
+}
+
 std::string framework_knob_source(const std::string& framework, const std::string& key) {
     const Preset* p = find(framework);
     if (p)

@@ -39,6 +39,12 @@ void apply_framework(PlanSpec& p);
 /// Every plan key some preset sets: what a presets-only reading of a plan leaves to the preset.
 /// Not offload, which a preset only completes (the parts the plan leaves out).
 const std::vector<std::string>& framework_knob_keys();
+/// Where DeepSpeed keeps the reduced gradients for ZeRO stage `zero_stage` and an optimizer placed
+/// on `optimizer`: with the optimizer offloaded under ZeRO-2/3, beside it in host memory (the
+/// offloaded share: stage3.py offloads the offloaded sub-groups'; below ZeRO-3 the whole
+/// optimizer goes to the CPU), else on the GPU. The DeepSpeed presets' `offload` knob, the
+/// DeepSpeed import and export all follow it.
+TierSplit deepspeed_gradient_tiers(int zero_stage, const TierSplit& optimizer);
 /// The source of the framework's knob for `key` whatever its condition ("" if it has none): the
 /// condition may no longer hold once the knob applied (an offload it completed).
 std::string framework_knob_source(const std::string& framework, const std::string& key);
