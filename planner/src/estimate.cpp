@@ -296,6 +296,15 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     // DP buckets of dp_bucket_bytes of gradients (the lowering's build_buckets).
     const double cap = double(std::max<std::int64_t>(1, p.dp_bucket_bytes));
     const auto bucket_count = [&](double params) { return std::max(1.0, std::ceil(params * p.grad_bytes() / cap)); };
+    // Buckets that close at a unit's end once they hold dp_bucket_bytes (ZeRO-2's, and overlapped
+    // ones: the lowering's build_buckets): one smaller than a layer's gradients still takes the
+    // whole layer, so their count follows the layers, not the bytes.
+    const double worst_layers = std::max(1, layers[static_cast<std::size_t>(worst_stage)]);
+    const auto unit_bucket_count = [&](double params) {
+        const double unit = std::max(1.0, params * p.grad_bytes() / worst_layers);
+        return std::max(1.0, std::ceil(worst_layers / std::ceil(cap / unit)));
+    };
+    const bool unit_buckets = (p.overlap_grad_reduce || p.zero_stage == 2) && p.zero_stage != 3;
     double zero3_end_s = 0;  // ZeRO-3 reduce-scatters the embedding's and head's gradients at the end
     if (dpg > 1 && p.zero_stage == 3) {
         // Every micro-batch's (FSDP's root post-backward; the next forward's gathers queue behind
@@ -325,7 +334,7 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         // 1 MB buckets cost an overlapped MoE plan nothing; 24 buckets per micro-batch are 27 % of
         // a non-overlapped ZeRO-2 plan's step), so the whole volume is one transfer there.
         const auto reduce = [&](CollKind k, Group g, int size, double params, double bytes_per, bool hidden) {
-            const double n = hidden ? 1.0 : bucket_count(params);
+            const double n = hidden ? 1.0 : unit_buckets ? unit_bucket_count(params) : bucket_count(params);
             return n * alone_s(transfer_demand(coll(k, g, size, params * bytes_per / n), ctx));
         };
         const CollKind k = p.zero_stage == 0 ? CollKind::all_reduce : CollKind::reduce_scatter;
@@ -340,8 +349,9 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     // (the lowering's build_buckets), and the last of each closes as the backward ends (the first
     // layer's and the embedding's), so one bucket of each is exposed after it; the gathers mirror
     // it, the first layer waiting for one bucket of each before the forward can go on.
-    const double dense_buckets = bucket_count(sp.dense);
-    const double expert_buckets = dp_expert_s + ag_expert_s > 0 ? bucket_count(sp.expert) : 0.0;
+    const auto count = [&](double params) { return unit_buckets ? unit_bucket_count(params) : bucket_count(params); };
+    const double dense_buckets = count(sp.dense);
+    const double expert_buckets = dp_expert_s + ag_expert_s > 0 ? count(sp.expert) : 0.0;
     const double buckets = dense_buckets + expert_buckets;
     const auto last_buckets = [&](double dense_s, double expert_s) {
         return dense_s / dense_buckets + (expert_buckets > 0 ? expert_s / expert_buckets : 0.0);
@@ -417,7 +427,9 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
             opt_gpu = static_cast<double>(compute_cost(in, ctx).duration_ns) * 1e-9;
         }
         if (of.cpu > 0 || of.ssd > 0) {
-            d2h = shared_s(transfer_demand(copy_instr(CopyKind::d2h, p.grad_bytes() * shard * (of.cpu + of.ssd)), ctx), c_);
+            // Streamed to the host, the gradients went down in the backward (below).
+            if (!p.streams_grads_to_host())
+                d2h = shared_s(transfer_demand(copy_instr(CopyKind::d2h, p.grad_bytes() * shard * (of.cpu + of.ssd)), ctx), c_);
             Instr adam;
             adam.kind = InstrKind::optimizer;
             adam.stream = Stream::cpu;
@@ -524,6 +536,26 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         // once, each its own PCIe direction.
         const double per_mb = std::max(down, up) + (p.schedule == Schedule::dualpipe_v ? 0.0 : std::min(down, up) / vpp);
         e.offload_s += m * std::max(0.0, per_mb - worst);
+    }
+
+    // Gradients streamed to the host (the lowering's grads_to_host): each micro-batch but the
+    // first brings the host's sum of the rank's shard up and adds it on the GPU; without
+    // overlap_comm the copies are in the backward's line, with it only the adds are, and the
+    // boundary's fp32 copy down under ZeRO-2 (DeepSpeed's per-parameter overflow check).
+    if (p.streams_grads_to_host()) {
+        const StageParams ss = params_of(worst_stage);
+        const double shard = ss.dense / dpg + ss.expert / edp, gb = p.grad_bytes();
+        const int sums = p.pipelined_fsdp() ? 0 : m - 1;
+        Instr add;
+        add.kind = InstrKind::compute;
+        add.op = Op::grad_accum;
+        add.bytes = 3 * gb * shard;
+        const double up = shared_s(transfer_demand(copy_instr(CopyKind::h2d, gb * shard), ctx), c_);
+        const double down = shared_s(transfer_demand(copy_instr(CopyKind::d2h, gb * shard), ctx), c_);
+        const double last = shared_s(transfer_demand(copy_instr(CopyKind::d2h, 4.0 * shard), ctx), c_);
+        const bool serial = !p.overlap_grad_reduce;
+        e.offload_s += sums * (static_cast<double>(compute_cost(add, ctx).duration_ns) * 1e-9 + (serial ? up + down : 0.0)) +
+                       (serial || p.zero_stage == 2 ? last : 0.0);
     }
 
     e.step_time_s = pipe + e.exposed_comm_s + e.optimizer_s + e.offload_s;

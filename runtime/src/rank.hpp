@@ -463,6 +463,7 @@ private:
     int value_at(i64 offset) const;
     float* grad_value(const sim::DataTensor& t, std::size_t at);
     void finish_grad_values(std::size_t i);
+    static bool consumes_grad_values(const sim::Instr& in);
     bool params_on_host_ = false;  ///< plan.offload.params: the GPU holds a unit only while fetched
     /// plan.offload.params = ssd (ZeRO-Infinity's offload_param to NVMe): the weights' home is a
     /// region of the ssd file, bf16 or fp16 (2 B an element) packed as host_ranges_, from params_ssd_at_.

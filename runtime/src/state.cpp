@@ -419,7 +419,8 @@ void RankState::precompute_grad_values() {
     }
     params_sharded_ = !param_shard.empty();
     param_shard_.build(std::move(param_shard));
-    grads_sharded_ = !shard.empty();
+    // Streamed to the host (PlanSpec::streams_grads_to_host), the GPU keeps no shard, only values.
+    grads_sharded_ = !shard.empty() || !whole.empty();
     grad_shard_.build(std::move(shard));
     std::sort(whole.begin(), whole.end());
     grad_values_.clear();
@@ -430,8 +431,7 @@ void RankState::precompute_grad_values() {
     }
     grad_reductions_.clear();
     for (std::size_t i = 0; i < rp_.instrs.size(); ++i) {
-        const Instr& in = rp_.instrs[i];
-        if (rp_.operands.empty() || in.kind != InstrKind::collective || in.coll != CollKind::reduce_scatter) continue;
+        if (rp_.operands.empty() || !consumes_grad_values(rp_.instrs[i])) continue;
         const Operands& o = rp_.operands[i];
         for (int k = 0; k < o.n_in; ++k) {
             const DataTensor& t = prog.tensors[static_cast<std::size_t>(rp_.operand_ids[o.first + static_cast<std::size_t>(k)])];
@@ -471,9 +471,15 @@ float* RankState::grad_value(const DataTensor& t, std::size_t at) {
     return live->second.buf.data() + (t.offset - off);
 }
 
+// A value's last readers: its reduce-scatters, and where the gradients stream to the host the
+// copies down of the rank's slice.
+bool RankState::consumes_grad_values(const Instr& in) {
+    return (in.kind == InstrKind::collective && in.coll == CollKind::reduce_scatter) || (in.kind == InstrKind::copy && in.copy == CopyKind::d2h);
+}
+
 void RankState::finish_grad_values(std::size_t i) {
     const Instr& in = rp_.instrs[i];
-    if (grad_values_.empty() || in.kind != InstrKind::collective || in.coll != CollKind::reduce_scatter) return;
+    if (grad_values_.empty() || !consumes_grad_values(in)) return;
     const Operands& o = rp_.operands[i];
     for (int k = 0; k < o.n_in; ++k) {
         const DataTensor& t = w_.program.tensors[static_cast<std::size_t>(rp_.operand_ids[o.first + static_cast<std::size_t>(k)])];
@@ -488,8 +494,9 @@ void RankState::finish_grad_values(std::size_t i) {
 }
 
 float* RankState::host_grads() {
-    if (grads_host_.empty())
-        grads_host_ = buffer(host_ranges_.elements, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, gradients", true, w_.plan.grad_bytes());
+    if (grads_host_.empty())  // streamed to the host: DeepSpeed's fp32 partition
+        grads_host_ = buffer(host_ranges_.elements, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, gradients", true,
+                             w_.plan.streams_grads_to_host() ? 4.0 : w_.plan.grad_bytes());
     return grads_host_.data();
 }
 
@@ -508,6 +515,13 @@ float RankState::read_param(const std::string& name, int layer, bool grad, i64 i
     if (dev_) dev_->bind_thread();  // this thread's calls go to the rank's GPU
     const ParamEntry& e = entry(name, layer);
     float v = 0;
+    if (grad && grads_sharded_ && grad_shard_.elements == 0) {  // streamed to the host: its partition holds them
+        const i64 at = host_ranges_.index(e.offset + index, 1);
+        if (at < 0 || grads_host_.empty())
+            throw InputError("runtime", name, "rank " + std::to_string(rank_) + " holds element " + std::to_string(index) +
+                                                  " of no gradient in host memory (another data-parallel rank's, or none yet)");
+        return grads_host_.data()[at];
+    }
     if (grad && grads_sharded_) {  // the rank's shard holds only its slice of the reduced gradients
         const i64 at = grad_shard_.index(e.offset + index, 1);
         if (at < 0) throw InputError("runtime", name, "rank " + std::to_string(rank_) + " keeps only its shard of the gradients; element " +

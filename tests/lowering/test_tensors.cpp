@@ -439,8 +439,9 @@ TEST_CASE("ZeRO-Offload's gradients are held once on the host", "[tensors][offlo
     // ZeRO-2 over 8 ranks with the optimizer in host memory: the update reads a host copy of the
     // rank's gradient partition (grads.host), copied from the GPU's kept shard. With the gradients
     // homed on the host too (offload.grads cpu, DeepSpeed's CPU gradient partition) that partition
-    // is the host copy: one partition of 2-byte gradients, P / 8 x 2 bytes, on the host, none on
-    // the GPU. Until stop 56 both were counted, the host's gradients twice.
+    // is the host copy, none on the GPU. Until stop 56 both were counted, the host's gradients
+    // twice. The partition is fp32 (stage2.py's initialize_optimizer_states pins an fp32 .grad for
+    // each fp32 partition; the copies down cast with .float()): P / 8 x 4 bytes since stop 66.
     ModelSpec m = gpt(8, 2048, 16);
     PlanSpec p;
     p.dp = 8;
@@ -459,7 +460,7 @@ TEST_CASE("ZeRO-Offload's gradients are held once on the host", "[tensors][offlo
     CHECK(grads_on(p, true) == Approx(2 * P / 8));   // ... copied down for the update
     p.offload.grads = TierSplit{0, 1, 0};
     CHECK(grads_on(p, false) == 0);
-    CHECK(grads_on(p, true) == Approx(2 * P / 8));
+    CHECK(grads_on(p, true) == Approx(4 * P / 8));
     // Half the gradients homed on the host: the other half still needs its host copy.
     p.offload.grads = TierSplit{0.5, 0.5, 0};
     CHECK(grads_on(p, false) == Approx(P / 8));

@@ -60,6 +60,10 @@ TEST_CASE("the estimate follows the engine when any one knob changes", "[planner
              R"({"global_batch": 64, "tp": 2, "pp": 2, "dp": 4, "zero_stage": 1, "framework": "deepspeed"})",
              R"({"global_batch": 64, "pp": 2, "dp": 8, "zero_stage": 3, "framework": "torchtitan"})",
              R"({"global_batch": 64, "dp": 16, "zero_stage": 1, "offload": {"optimizer": "cpu"}, "lock_free_update": true})",
+             // DeepSpeed's ZeRO-2, whose buckets close at a layer's end however small dp_bucket_mb
+             // is, and its ZeRO-Offload: the preset streams the gradients to the host in the backward.
+             R"({"global_batch": 64, "dp": 16, "zero_stage": 2, "framework": "deepspeed"})",
+             R"({"global_batch": 64, "dp": 16, "zero_stage": 2, "offload": {"optimizer": "cpu"}, "framework": "deepspeed"})",
          }) {
         const std::vector<Row> rows = sensitivities(m, c, json::parse(base));
         CHECK(rows.size() > 25);

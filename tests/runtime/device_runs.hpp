@@ -101,6 +101,12 @@ inline std::vector<Variant> fp32_variants() {
         p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
         p.lock_free_update = true;
         v.push_back({"Llama, lock-free update", tiny_llama(2), p});
+        // DeepSpeed's ZeRO-Offload: the gradients stream down in the backward and the host's sum
+        // comes up into a scratch each later micro-batch (pinned host ranges, copies on their lanes).
+        p = cpu_plan();
+        p.zero_stage = 2;
+        p.offload.optimizer = p.offload.grads = TierSplit{0.0, 1.0, 0.0};
+        v.push_back({"Llama, ZeRO-2, gradients streamed to the host", tiny_llama(2), p});
     }
     ModelSpec win = tiny_llama(4);
     win.sliding_window = 3;  // layers 0 and 2 see 3 keys, 1 and 3 the whole sequence
@@ -276,6 +282,10 @@ inline std::vector<Variant> parallel_variants() {
         static const char* names[] = {"Llama, dp 2, ZeRO 0", "Llama, dp 2, ZeRO 1", "Llama, dp 2, ZeRO 2", "Llama, dp 2, ZeRO 3"};
         v.push_back({names[z], tiny_llama(2), p});
     }
+    p = cpu_plan(1, 1, 2);
+    p.zero_stage = 3;
+    p.offload.optimizer = p.offload.grads = TierSplit{0.0, 1.0, 0.0};
+    v.push_back({"Llama, dp 2, ZeRO 3, gradients streamed to the host", tiny_llama(2), p});
     p = cpu_plan(1, 1, 2);
     p.zero_stage = 1;
     p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};

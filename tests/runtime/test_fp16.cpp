@@ -117,9 +117,14 @@ TEST_CASE("fp16: parallel variants agree on every skip and follow the single-ran
     nvme.offload.optimizer = TierSplit{0, 0, 1};
     PlanSpec nvme_params = z3;
     nvme_params.offload.optimizer = nvme_params.offload.params = TierSplit{0, 0, 1};
+    // DeepSpeed's ZeRO-Offload: the overflow is found in the gradients streamed to the host.
+    PlanSpec host_grads = z1;
+    host_grads.zero_stage = 2;
+    host_grads.offload.optimizer = host_grads.offload.grads = TierSplit{0, 1, 0};
     for (const Variant& v : {Variant{"tp 2 SP", sp}, Variant{"pp 2", cpu_plan(1, 2)}, Variant{"dp 2 ZeRO-1", z1}, Variant{"dp 2 ZeRO-3", z3},
                              Variant{"tp 2 pp 2 dp 2, SP, ZeRO-1, optimizer on the CPU", big}, Variant{"optimizer on the SSD", nvme},
-                             Variant{"dp 2 ZeRO-3, parameters and optimizer on the SSD", nvme_params}}) {
+                             Variant{"dp 2 ZeRO-3, parameters and optimizer on the SSD", nvme_params},
+                             Variant{"dp 2 ZeRO-2, gradients streamed to the host", host_grads}}) {
         INFO(v.name);
         const auto got = reports(m, fp16(v.plan), 6, o);
         for (std::size_t i = 0; i < got.size(); ++i) {

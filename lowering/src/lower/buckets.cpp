@@ -194,15 +194,17 @@ int RankLowering::embedding_unit(int chunk) const {
 void RankLowering::reduce_bucket(const Bucket& b) {
     const CollKind k = p_.zero_stage == 0 ? CollKind::all_reduce : CollKind::reduce_scatter;
     const Group g = b.expert ? Group::edp : Group::dp;
-    if (group_size(g) <= 1) return;
-    collective(Stream::dp_comm, k, g, b.count * p_.grad_bytes(), b.expert ? n_.edp_grads : n_.dp_grads);
-    if (!df_) return;
-    if (shard_grads_) {  // the expert buffer's ranges count past the dense one's (range())
-        reduce_scatter_operands(b.off + (b.expert ? dense_elements_ : 0), b.count, b.expert);
-        return;
+    const double off = b.off + (b.expert ? dense_elements_ : 0);  // the expert buffer's ranges count past the dense one's (range())
+    if (group_size(g) > 1) {
+        collective(Stream::dp_comm, k, g, b.count * p_.grad_bytes(), b.expert ? n_.edp_grads : n_.dp_grads);
+        if (df_ && shard_grads_) {
+            reduce_scatter_operands(off, b.count, b.expert);
+        } else if (df_) {
+            const int r = range(TensorRole::param_grad, off, b.count);
+            io({r}, {r});
+        }
     }
-    const int r = range(TensorRole::param_grad, b.off, b.count, Tier::gpu, b.expert);
-    io({r}, {r});
+    if (p_.streams_grads_to_host()) grads_to_host(off, b.count, b.expert);
 }
 
 // Gradients kept as shards (DataTensor::version): the ranges a reduce-scatter consumes, each a
@@ -210,7 +212,9 @@ void RankLowering::reduce_bucket(const Bucket& b) {
 // buckets; pipelined FSDP accumulates whole gradients and keeps the flat buffer.
 void RankLowering::build_grad_values() {
     grad_values_.clear();
-    shard_grads_ = df_ && p_.zero_stage >= 2 && group_size(Group::dp) > 1 && !pipelined_fsdp();
+    // Gradients streamed to the host are values per reduction even on one rank: the GPU holds a
+    // bucket only until its copy down.
+    shard_grads_ = df_ && p_.zero_stage >= 2 && (group_size(Group::dp) > 1 || p_.streams_grads_to_host()) && !pipelined_fsdp();
     // Pipelined FSDP keeps whole gradients but a shard of the weights, beside the stage gathered
     // from its first forward to its last backward (FSDP2's sharded and unsharded parameters).
     shard_params_ = df_ && p_.zero_stage == 3 && group_size(Group::dp) > 1 && p_.offload.params.all_gpu();
@@ -263,6 +267,10 @@ void RankLowering::reduce_scatter_operands(double off, double count, bool expert
     }
     const int v = grad_value_of(off, count);
     const int whole = range(TensorRole::param_grad, off, count, Tier::gpu, false, grad_version_[static_cast<std::size_t>(v)]);
+    if (p_.streams_grads_to_host()) {  // reduced in place, the rank's slice summed (grads_to_host takes it down)
+        io({whole}, {whole});
+        return;
+    }
     const auto [lo, n] = dp_slice(off, count, expert);
     io({whole}, {range(TensorRole::param_grad, lo, n, Tier::gpu, false, -1, true)});
     const auto& value = grad_values_[static_cast<std::size_t>(v)];

@@ -37,7 +37,7 @@ void Names::intern(Program& p) {
     zero3_rs = id("zero3.grads"); zero3_ag_expert = id("zero3.expert_params");
     zero3_rs_expert = id("zero3.expert_grads"); emb_ar = id("embedding.grad_all_reduce");
     opt_gpu = id("optimizer.gpu"); opt_cpu = id("optimizer.cpu"); opt_ssd = id("optimizer.ssd"); opt_publish = id("optimizer.publish");
-    grad_d2h = id("grads.d2h"); param_h2d = id("params.h2d"); param_ssd_write = id("params.ssd_write"); state_read = id("optimizer_state.read");
+    grad_d2h = id("grads.d2h"); grad_h2d = id("grads.h2d"); param_h2d = id("params.h2d"); param_ssd_write = id("params.ssd_write"); state_read = id("optimizer_state.read");
     state_write = id("optimizer_state.write"); fetch_ssd = id("params.fetch_ssd"); fetch_h2d = id("params.fetch_h2d");
     act_d2h = id("activations.d2h"); act_h2d = id("activations.h2d"); act_ssd_write = id("activations.ssd_write");
     act_ssd_read = id("activations.ssd_read"); grad_accum = id("grads.accumulate");
@@ -90,7 +90,7 @@ void Names::intern(Program& p) {
     t_sfc2_s = tid("shared.fc2.out.shard"); g_shared_x_s = tid("d.shared.x.shard");
     t_moe_p = tid("moe.permuted.probs"); t_moe_disp_p = tid("moe.dispatched.probs"); t_moe_gath_p = tid("moe.gathered.probs");
     g_moe_p = tid("d.moe.permuted.probs"); g_moe_disp_p = tid("d.moe.dispatched.probs"); g_moe_gath_p = tid("d.moe.gathered.probs");
-    t_grads = tid("grads"); t_params = tid("params"); t_state = tid("optimizer_state");
+    t_grads = tid("grads"); t_params = tid("params"); t_state = tid("optimizer_state"); t_grads_host = tid("grads.from_host");
 }
 
 int tensor_name_id(Program& p, const std::string& s) {
@@ -491,6 +491,7 @@ void RankLowering::layer_grads(int layer) {
     if (p_.zero_stage == 3) {
         // ZeRO-3 (DeepSpeed): every micro-batch reduce-scatters the layer's gradients into shards.
         const Unit& u = units_[static_cast<std::size_t>(unit_of_layer(layer))];
+        const bool to_host = p_.streams_grads_to_host();
         if (group_size(Group::dp) > 1) {
             int after = kAfterCompute;
             double last = lp.dense * p_.grad_bytes();
@@ -503,11 +504,13 @@ void RankLowering::layer_grads(int layer) {
             // The next parameter fetch's synchronize waits for it: nothing runs beside it.
             if (zero3_sync()) wait(Stream::compute, done);
         }
+        if (to_host && lp.dense > 0) grads_to_host(u.dense_off, u.dense, false);
         if (lp.expert > 0 && group_size(Group::edp) > 1) {
             const int done = collective(Stream::dp_comm, CollKind::reduce_scatter, Group::edp, lp.expert * p_.grad_bytes(), n_.zero3_rs_expert);
             reduce_scatter_operands(u.expert_off + dense_elements_, u.expert, true);
             if (zero3_sync()) wait(Stream::compute, done);
         }
+        if (to_host && lp.expert > 0) grads_to_host(u.expert_off + dense_elements_, u.expert, true);
         return;
     }
     if ((p_.overlap_grad_reduce || p_.zero_stage == 2) && reduce_grads_) unit_ready(unit_of_layer(layer));

@@ -136,8 +136,14 @@ double RankLowering::optimizer_shard() const {
 // the parameters' way home (params_home). Lock-free, the host update of this step's gradients is
 // emitted at the next step's start; what goes home here is the update emitted at this step's start.
 void RankLowering::optimizer(int s) {
+    flush_host_grads();
     enter_optimizer_phase();
     wait(Stream::compute, record(Stream::dp_comm));  // gradients reduced
+    // Streamed to the host (PlanSpec::streams_grads_to_host), the gradients are there once the
+    // backward's last copy down is.
+    const bool streamed = p_.streams_grads_to_host();
+    if (streamed) wait(Stream::compute, record(Stream::d2h));
+    const Tier grad_tier = streamed ? Tier::cpu : Tier::gpu;
     const double shard = optimizer_shard();
     const TierSplit& of = p_.offload.optimizer;
     // Dataflow: the element ranges this rank updates, cut into the tiers' parts in buffer order.
@@ -154,7 +160,7 @@ void RankLowering::optimizer(int s) {
         compute(Op::elementwise, n_.grad_unscale, 0, 2 * p_.grad_bytes() * shard);
         if (df_) {
             found_inf_ = act(n_.t_found_inf, -1, 1, 1, TensorRole::stats);
-            std::vector<int> grads = part(0, 1, R::param_grad, Tier::gpu), outs = grads;
+            std::vector<int> grads = part(0, 1, R::param_grad, grad_tier), outs = grads;
             outs.push_back(found_inf_);
             io_lists(grads, outs);
         }
@@ -179,8 +185,11 @@ void RankLowering::optimizer(int s) {
         const bool lock_free = p_.lock_free_update;
         // Lock-free: the D2H overwrites the host gradients this step's host update reads.
         if (lock_free) wait(Stream::d2h, of.ssd > 0 ? lf_ssd_done_ : lf_cpu_done_);
-        const int d2h = copy(Stream::d2h, CopyKind::d2h, p_.grad_bytes() * shard * (of.cpu + of.ssd), n_.grad_d2h, grads_on_gpu);
-        if (df_) io_lists(part(of.gpu, 1, R::param_grad, Tier::gpu), part(of.gpu, 1, R::param_grad, Tier::cpu));
+        int d2h = grads_on_gpu;  // streamed: down already, and the compute stream waited for them
+        if (!streamed) {
+            d2h = copy(Stream::d2h, CopyKind::d2h, p_.grad_bytes() * shard * (of.cpu + of.ssd), n_.grad_d2h, grads_on_gpu);
+            if (df_) io_lists(part(of.gpu, 1, R::param_grad, Tier::gpu), part(of.gpu, 1, R::param_grad, Tier::cpu));
+        }
         int cpu_done = lf_cpu_done_, ssd_done = lf_ssd_done_;
         if (lock_free) {
             host_grads_ev_ = d2h;  // the next step's host update

@@ -270,9 +270,20 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
     if (p.cp > 1 && m.seq_len % (2 * p.cp) != 0)
         return n("plan.cp", std::to_string(p.cp)) + ": model.seq_len = " + std::to_string(m.seq_len) +
                " must split into 2 x cp equal chunks (the load-balanced layout context parallelism runs)";
-    if (!p.offload.grads.all_gpu())
-        return "plan.offload.grads: gradients homed in host memory (DeepSpeed's optimizer offload under ZeRO-2/3) are not executed yet; "
-               "plan.offload.grads = \"gpu\" runs the plan with them on the GPU (the optimizer offload of Megatron-Core)";
+    if (!p.offload.grads.all_gpu()) {
+        // Executed as DeepSpeed streams them (PlanSpec::streams_grads_to_host, the lowering's
+        // grads_to_host); what the data-parallel reduction's aftermath needs on the GPU is not.
+        const std::string f = "plan.offload.grads: gradients homed in host memory ";
+        if (!p.streams_grads_to_host())
+            return f + "are executed as DeepSpeed's optimizer offload streams them: wholly \"cpu\", under ZeRO-2/3, with the optimizer "
+                       "wholly off the GPU and without the lock-free update; plan.offload.grads = \"gpu\" runs the plan with them on "
+                       "the GPU (the optimizer offload of Megatron-Core)";
+        if (p.pp > 1) return f + "with plan.pp > 1 are not executed (DeepSpeed's pipeline engine runs ZeRO-1)";
+        if (m.moe) return f + "with MoE layers are not executed (the experts' own data-parallel buffer)";
+        if (p.tp > 1 && (p.sequence_parallel || m.qk_norm || m.mla))
+            return f + "with plan.tp > 1 and replicated norms (sequence parallelism, QK-norm, MLA) are not executed: their TP sum "
+                       "follows the data-parallel reduction, on the GPU";
+    }
     if (!p.offload.activations.all_gpu()) {
         if (p.offload.activations.cpu < 1.0)
             return "plan.offload.activations: activations offloaded wholly to host memory (\"cpu\", DeepSpeed's cpu_checkpointing) are "

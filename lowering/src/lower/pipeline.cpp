@@ -352,6 +352,7 @@ void RankLowering::backward_pass(int mb, int chunk, bool defer_weights) {
     phase_ = Phase::backward;
     const bool last_backward = mb == last_bwd_mb_[static_cast<std::size_t>(chunk)];
     first_backward_ = mb == first_bwd_mb_[static_cast<std::size_t>(chunk)];
+    last_backward_ = last_backward;
     // ZeRO-2 (DeepSpeed) keeps only its shard of the gradients, so every micro-batch's backward
     // reduces into it; the distributed optimizer and ZeRO 0 reduce once, in the last backward.
     const bool every_mb = p_.zero_stage == 2;
@@ -468,6 +469,7 @@ void RankLowering::backward_pass(int mb, int chunk, bool defer_weights) {
         if (df_) io({grad(n_.g_x, chunk_first_layer(chunk), d_.tokens_sp, d_.h)}, {});
         if (p_.p2p_blocking) block_on_send();
     }
+    flush_host_grads();  // the pass's last range down to the host (host_grads.cpp)
     free_list(regathered);
     if (auto it = stashed_.find({mb_, chunk, -3}); it != stashed_.end()) {
         free_list(it->second);

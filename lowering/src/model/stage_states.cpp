@@ -74,7 +74,9 @@ void emit_model_states(const PlanSpec& p, const StageParams& sp, Emit&& emit) {
     else emit("weights", TensorTag::weights, life, sharded(wb, z >= 3), p.offload.params, "(params)", nullptr);
     // Pipelined FSDP accumulates unsharded gradients over the step's micro-batches.
     const bool grads_sharded = z >= 2 && !p.pipelined_fsdp();
-    emit("grads", TensorTag::grads, life, sharded(grads_sharded ? p.kept_grad_bytes() : gb, grads_sharded), p.offload.grads,
+    // Streamed to the host, DeepSpeed's fp32 partition there (PlanSpec::streams_grads_to_host).
+    const double kept = p.streams_grads_to_host() ? 4.0 : p.kept_grad_bytes();
+    emit("grads", TensorTag::grads, life, sharded(grads_sharded ? kept : gb, grads_sharded), p.offload.grads,
          fsdp && grads_sharded ? "(params) fp32 shards" : "(params)", nullptr);
     if (p.has_master() && !fsdp) emit("optimizer.master", TensorTag::optimizer, life, sharded(4.0, z >= 1), p.offload.optimizer, "(params) fp32", nullptr);
     // Moments fp32 unless the plan narrows them (Megatron's precision-aware optimizer).
@@ -130,14 +132,16 @@ void emit_buffers(const ModelSpec& m, const PlanSpec& p, int stage, const std::v
     const int nd = p.dp * p.cp;
     const double wb = p.precision == Precision::fp32 ? 4.0 : 2.0;  // weights (the ZeRO-3 gathers)
     const TierSplit gpu{};
-    const bool zero2 = p.zero_stage == 2 && nd > 1;
+    // Streamed to the host, the gradients are reduced a bucket at a time even on one rank.
+    const bool streamed = p.streams_grads_to_host();
+    const bool zero2 = p.zero_stage == 2 && (nd > 1 || streamed);
     // ZeRO-3 has no DDP buckets: it reduce-scatters a layer's gradients at the end of the layer's
     // backward (the lowering's layer_grads, FSDP's post-backward), and at the backward's peak, its
     // start, no layer's are whole yet (the head's are: zero3.head_grads below).
     const bool zero3_per_layer = nd > 1 && p.zero_stage == 3 && !p.pipelined_fsdp();
     // What a ZeRO-3 gather makes whole: the dense parameters, and the experts where edp > 1.
     const auto gathered = [&](const StageParams& x) { return x.dense + (p.edp() > 1 ? x.expert : 0.0); };
-    if (nd > 1 && (p.overlap_grad_reduce || zero2) && !zero3_per_layer) {
+    if ((nd > 1 || zero2) && (p.overlap_grad_reduce || zero2) && !zero3_per_layer && !streamed) {
         // One bucket being reduced while the next fills (Megatron's DDP), never more than all grads.
         const double all = p.grad_bytes() * sp.total();
         const double bucket = std::min(static_cast<double>(p.dp_bucket_bytes), all);
@@ -156,6 +160,29 @@ void emit_buffers(const ModelSpec& m, const PlanSpec& p, int stage, const std::v
             widest = std::max({widest, e.embedding, e.head, e.head_expert}) * p.grad_bytes();
             emit("zero2.grad_buckets", TensorTag::buffers, Lifetime::persistent, std::min(all, std::max(bucket, widest) + bucket), gpu,
                  "widest bucket + bucket", nullptr);
+        }
+    }
+    if (streamed) {
+        // Streamed to the host (the lowering's grads_to_host): a value (ZeRO-2's bucket, closed at
+        // a unit's end once it holds dp_bucket_bytes, so up to a unit more; ZeRO-3's layer) lives
+        // whole until its slice is down. Under overlap_comm the next one fills meanwhile (DeepSpeed's
+        // two ipg buffers), and with several micro-batches the host's sum of a slice comes up into a
+        // scratch beside it (async_accumulate_grad_in_cpu_via_gpu).
+        double widest = 0;
+        for (int l : layer_ids) widest = std::max({widest, layer(l).dense, layer(l).expert});
+        const StageEdgeParams e = stage_edge_params(m, p, stage);
+        widest = std::max({widest, e.embedding, e.head, e.head_expert}) * p.grad_bytes();
+        const double all = p.grad_bytes() * sp.total();
+        const double value = std::min(all, p.zero_stage == 2 ? widest + static_cast<double>(p.dp_bucket_bytes) : widest);
+        const double values = p.overlap_grad_reduce ? 2.0 : 1.0;
+        emit("grads.streamed_values", TensorTag::buffers, Lifetime::persistent, std::min(all, values * value), gpu,
+             p.overlap_grad_reduce ? "2 x (widest unit + bucket)" : "widest unit + bucket", nullptr);
+        if (p.micro_batches() > 1)
+            emit("grads.from_host", TensorTag::buffers, Lifetime::transient, value / nd, gpu, "a value's slice", nullptr);
+        // ZeRO-3's edges are reduced at the micro-batch's end (below, zero3.head_grads, over dp > 1).
+        if (p.zero_stage == 3 && nd == 1 && stage == head_stage(p)) {
+            const double head = e.head + (head_reads_embedding_table(m, p) ? e.embedding : 0.0);
+            if (head > 0) emit("zero3.head_grads", TensorTag::buffers, Lifetime::transient, p.grad_bytes() * head, gpu, "the head's whole gradients", nullptr);
         }
     }
     if (p.pipelined_fsdp() && nd > 1) {
@@ -184,7 +211,7 @@ void emit_buffers(const ModelSpec& m, const PlanSpec& p, int stage, const std::v
         // (FSDP's root unit in its post-backward; the lowering's edge buckets): the head's whole
         // gradient (the tied table's, where the head reads it) lives from the head's backward
         // through the layers', beside their peak.
-        if (stage == head_stage(p) && p.offload.grads.all_gpu()) {
+        if (stage == head_stage(p)) {
             const StageEdgeParams e = stage_edge_params(m, p, stage);
             const double head = e.head + (head_reads_embedding_table(m, p) ? e.embedding : 0.0);
             if (head > 0) emit("zero3.head_grads", TensorTag::buffers, Lifetime::transient, p.grad_bytes() * head, gpu, "the head's whole gradients", nullptr);

@@ -378,6 +378,14 @@ struct PlanSpec {
     /// gradients accumulate unsharded and are reduce-scattered once, at that last backward.
     /// DeepSpeed's PipelineEngine refuses ZeRO-3 (validation).
     bool pipelined_fsdp() const { return zero_stage == 3 && pp > 1; }
+    /// DeepSpeed's gradients homed in host memory (ZeRO-2's cpu_offload, ZeRO-3's
+    /// offload_optimizer): each reduction's slice goes down to the host as soon as it is reduced,
+    /// summed there over the micro-batches, and the GPU holds only the buckets being reduced. With
+    /// part of the optimizer on the GPU, or the lock-free update, the gradients stay on the GPU
+    /// until the step's end and the offloaded share is copied down then.
+    bool streams_grads_to_host() const {
+        return zero_stage >= 2 && offload.grads.cpu >= 1.0 && offload.optimizer.gpu == 0.0 && !lock_free_update;
+    }
     /// ZeRO-Infinity's update stages each sub-group's 16-bit weights in host memory on their way
     /// home: into the SSD file with the weights homed there, or up to the GPU's weights (a mixed-
     /// precision copy_() from the fp32 master converts on the host; lock-free, only the master is

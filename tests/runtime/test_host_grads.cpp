@@ -1,0 +1,267 @@
+// DeepSpeed's gradients homed in host memory (PlanSpec::streams_grads_to_host: ZeRO-2's
+// cpu_offload, ZeRO-3's offload_optimizer): each reduction's slice goes down to the host as soon as
+// it is reduced, and the host keeps the micro-batches' sum (brought up and added on the GPU before
+// each later copy down). Executed, the loss curve is the single rank's: the same sums in another
+// order. The GPU keeps no gradient buffer, only the buckets being reduced; the Program's copies are
+// DeepSpeed's, counted by hand below.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "runtime_checks.hpp"
+#include "runtime_fixtures.hpp"
+#include "strata/lowering/frameworks.hpp"
+#include "strata/lowering/hazards.hpp"
+#include "strata/lowering/params.hpp"
+
+using namespace strata;
+using namespace strata::sim;
+using namespace strata::test;
+
+namespace {
+
+PlanSpec streamed(PlanSpec p, int zero, TierSplit optimizer = TierSplit{0, 1, 0}) {
+    p.zero_stage = zero;
+    p.offload.optimizer = optimizer;
+    p.offload.grads = TierSplit{0, 1, 0};
+    return p;
+}
+
+struct Copies {
+    int d2h = 0, h2d = 0, optimizer_d2h = 0;
+    double d2h_bytes = 0, h2d_bytes = 0;
+};
+
+Copies grad_copies(const Program& prog, int rank) {
+    Copies c;
+    for (const Instr& in : prog.ranks[static_cast<std::size_t>(rank)].instrs) {
+        if (in.kind != InstrKind::copy) continue;
+        const std::string& name = prog.names[static_cast<std::size_t>(in.name)];
+        if (name == "grads.d2h" && in.phase == Phase::optimizer) ++c.optimizer_d2h;
+        else if (name == "grads.d2h") ++c.d2h, c.d2h_bytes += in.bytes;
+        else if (name == "grads.h2d") ++c.h2d, c.h2d_bytes += in.bytes;
+    }
+    return c;
+}
+
+}  // namespace
+
+TEST_CASE("gradients streamed to the host: every variant follows the single-rank loss curve", "[runtime][offload][host_grads]") {
+    std::vector<Variant> v;
+    // One rank, four micro-batches: the host's sum comes up three times a step (ZeRO-Offload on one GPU).
+    v.push_back({"one rank, ZeRO-2, optimizer on the CPU", streamed(cpu_plan(), 2)});
+    PlanSpec p = streamed(cpu_plan(), 2);
+    p.overlap_grad_reduce = false;
+    p.dp_bucket_bytes = 4096;  // buckets cut at unit ends: several values a micro-batch
+    v.push_back({"one rank, ZeRO-2, 4 kB buckets, no overlap", p});
+    v.push_back({"dp 2, ZeRO-2 overlapped", streamed(cpu_plan(1, 1, 2), 2)});
+    p = streamed(cpu_plan(1, 1, 2), 2);
+    p.overlap_grad_reduce = false;
+    p.dp_bucket_bytes = 4096;
+    p.grad_accum_fusion = false;  // autograd's fresh gradients, added into the bucket's value
+    v.push_back({"dp 2, ZeRO-2, 4 kB buckets, no overlap, unfused accumulation", p});
+    v.push_back({"tp 2 dp 2, ZeRO-2 (no sequence parallelism)", streamed(cpu_plan(2, 1, 2), 2)});
+    v.push_back({"dp 2, ZeRO-3", streamed(cpu_plan(1, 1, 2), 3)});
+    v.push_back({"one rank, ZeRO-3, optimizer on SSD (ZeRO-Infinity)", streamed(cpu_plan(), 3, TierSplit{0, 0, 1})});
+    p = streamed(cpu_plan(1, 1, 2), 3);
+    p.offload.params = TierSplit{0, 1, 0};
+    v.push_back({"dp 2, ZeRO-3, parameters and optimizer on the CPU (offload_param)", p});
+    // Written as a DeepSpeed user writes it: the preset puts the gradients with the optimizer.
+    p = cpu_plan(1, 1, 2);
+    p.framework = "deepspeed";
+    p.zero_stage = 2;
+    p.offload.optimizer = TierSplit{0, 1, 0};
+    apply_framework(p);
+    REQUIRE(p.offload.grads.cpu == 1.0);
+    REQUIRE(p.streams_grads_to_host());
+    v.push_back({"dp 2, ZeRO-2, framework deepspeed, optimizer on the CPU", p});
+    check_against_single_rank(tiny_gpt(), v);
+    check_against_single_rank(tiny_llama(2), {{"one rank, ZeRO-2, optimizer on the CPU", streamed(cpu_plan(), 2)},
+                                              {"dp 2, ZeRO-3", streamed(cpu_plan(1, 1, 2), 3)}});
+}
+
+TEST_CASE("gradients streamed to the host: the host's sums are the loss's gradients", "[runtime][offload][host_grads]") {
+    // What the update reads, read back from the host's partition after a step of four micro-batches
+    // (three sums brought up and added): against central differences of the loss.
+    check_gradients(tiny_gpt(), streamed(cpu_plan(), 2), 0, {{"fc1.weight", 0}, {"qkv.weight", 1}, {"word_embedding.weight", -1}});
+    check_gradients(tiny_gpt(), streamed(cpu_plan(), 3), 0, {{"fc2.weight", 1}, {"ln1.weight", 0}});
+}
+
+TEST_CASE("gradients streamed to the host: the Program's copies are DeepSpeed's", "[runtime][offload][host_grads]") {
+    // bf16 on one rank, four micro-batches, buckets of whole units: per bucket the first micro-batch
+    // copies its 16-bit gradients down; each later one brings the sum up (16-bit), adds, and copies
+    // it down again, 16-bit but the last, whose copy is the fp32 partition's (stage2.py's
+    // async_accumulate_grad_in_cpu_via_gpu, then async_inplace_copy_grad_to_fp32_buffer_from_gpu).
+    // For N parameters: down 3 x 2N + 4N = 10N bytes, up 3 x 2N = 6N; nothing at the step's end.
+    const ModelSpec m = tiny_llama(2);
+    PlanSpec p = streamed(cpu_plan(), 2);
+    p.precision = Precision::bf16;
+    p.dp_bucket_bytes = 4096;
+    runtime::RunOptions o;
+    o.memory_only = true;
+    runtime::Session s(m, cpu_cluster(1), p, o);
+    const Copies c = grad_copies(s.program(), 0);
+    const double n = static_cast<double>(param_layout(m, p, 0).elements());
+    const int micro = p.global_batch / p.micro_batch;
+    REQUIRE(micro == 4);
+    CHECK(c.optimizer_d2h == 0);
+    CHECK(c.d2h > micro);  // several buckets a micro-batch
+    CHECK(c.d2h % micro == 0);
+    CHECK(c.h2d == c.d2h / micro * (micro - 1));
+    CHECK(c.d2h_bytes == Approx(10 * n));
+    CHECK(c.h2d_bytes == Approx(6 * n));
+    // Over dp 2 each rank takes down its slice of each reduced bucket: half of it.
+    PlanSpec d = streamed(cpu_plan(1, 1, 2), 2);
+    d.precision = Precision::bf16;
+    runtime::Session s2(m, cpu_cluster(2), d, o);
+    const Copies c2 = grad_copies(s2.program(), 0);
+    const int micro2 = d.global_batch / (d.micro_batch * d.dp);
+    CHECK(c2.d2h_bytes == Approx(n / 2 * (2.0 * (micro2 - 1) + 4.0)).epsilon(1e-3));
+    // Without streaming (the optimizer partly on the GPU) the offloaded share goes down at the end.
+    PlanSpec g = p;
+    g.offload.optimizer = TierSplit{0.5, 0.5, 0};
+    g.offload.grads = TierSplit{};
+    runtime::Session s3(m, cpu_cluster(1), g, o);
+    const Copies c3 = grad_copies(s3.program(), 0);
+    CHECK(c3.d2h == 0);
+    CHECK(c3.optimizer_d2h == 1);
+}
+
+TEST_CASE("gradients streamed to the host: the dataflow orders every access", "[runtime][offload][host_grads]") {
+    // The host's sum is read by the next micro-batch's copy up only after the copy down wrote it,
+    // the bucket's value is read by its copy down only after its reduction, and the update reads
+    // the host's gradients after the last copy down: no access races another on another stream.
+    std::vector<Variant> v;
+    for (int zero : {2, 3})
+        for (int dp : {1, 2})
+            for (bool overlap : {true, false}) {
+                PlanSpec p = streamed(cpu_plan(1, 1, dp), zero);
+                p.overlap_grad_reduce = overlap;
+                p.dp_bucket_bytes = 4096;
+                v.push_back({"", p});
+            }
+    PlanSpec p = streamed(cpu_plan(1, 1, 2), 3);
+    p.offload.params = TierSplit{0, 1, 0};
+    v.push_back({"", p});
+    for (const Variant& x : v) {
+        INFO("ZeRO-" << x.plan.zero_stage << " dp " << x.plan.dp << " overlap " << x.plan.overlap_grad_reduce << " params on host "
+                     << !x.plan.offload.params.all_gpu());
+        runtime::RunOptions o;
+        o.memory_only = true;
+        runtime::Session s(tiny_gpt(), cpu_cluster(x.plan.gpus()), x.plan, o);
+        const std::vector<std::string> h = dataflow_hazards(s.program(), 3);
+        INFO((h.empty() ? "" : h[0]));
+        CHECK(h.empty());
+    }
+}
+
+TEST_CASE("gradients streamed to the host: ZeRO-2's boundary copies hold the backward, ZeRO-3's do not", "[runtime][offload][host_grads]") {
+    // DeepSpeed checks each parameter's gradient for overflow before its fp32 copy down at the
+    // accumulation boundary (stage_1_and_2.py copy_grads_in_partition), and the check's truth value
+    // syncs the host: under overlap_comm too the backward goes on once the copy is done. ZeRO-3's
+    // boundary copy is not checked there, so overlap_comm overlaps it.
+    // grads.d2h copies, and how many the backward's compute stream waits for (the update waits for all)
+    auto blocked = [](const PlanSpec& p) {
+        runtime::RunOptions o;
+        o.memory_only = true;
+        runtime::Session s(tiny_llama(2), cpu_cluster(p.gpus()), p, o);
+        const Program& prog = s.program();
+        const auto& instrs = prog.ranks[0].instrs;
+        std::vector<int> copied;  // the event recorded on d2h right after each copy
+        for (std::size_t i = 0; i + 1 < instrs.size(); ++i)
+            if (instrs[i].kind == InstrKind::copy && prog.names[static_cast<std::size_t>(instrs[i].name)] == "grads.d2h" &&
+                instrs[i + 1].kind == InstrKind::record && instrs[i + 1].stream == Stream::d2h)
+                copied.push_back(instrs[i + 1].event);
+        int waited = 0;
+        for (int ev : copied)
+            for (const Instr& in : instrs)
+                if (in.kind == InstrKind::wait && in.stream == Stream::compute && in.event == ev && in.phase == Phase::backward) {
+                    ++waited;
+                    break;
+                }
+        return std::pair<std::size_t, int>{copied.size(), waited};
+    };
+    PlanSpec p = streamed(cpu_plan(), 2);
+    p.global_batch = p.micro_batch;  // one micro-batch: every copy is a boundary's
+    p.dp_bucket_bytes = 4096;
+    p.overlap_grad_reduce = true;
+    const auto [z2_copies, z2_waited] = blocked(p);
+    CHECK(z2_copies > 1);
+    CHECK(z2_waited == static_cast<int>(z2_copies));
+    p.zero_stage = 3;
+    const auto [z3_copies, z3_waited] = blocked(p);
+    CHECK(z3_copies > 1);
+    CHECK(z3_waited == 0);
+    p.overlap_grad_reduce = false;  // the compute stream's own copies
+    const auto [z3_serial, z3_serial_waited] = blocked(p);
+    CHECK(z3_serial_waited == static_cast<int>(z3_serial));
+}
+
+TEST_CASE("gradients streamed to the host: the GPU holds buckets, the host DeepSpeed's fp32 partition", "[runtime][memory][host_grads]") {
+    // Llama 2 7B on one GPU as ZeRO-Offload runs it (bf16, full recompute, four micro-batches of
+    // one sequence, 500 MB buckets), walked: the GPU holds the 16-bit weights, the checkpoints and
+    // a bucket with its host sum's scratch, no gradient buffer (13.5 GB with the gradients on the
+    // GPU). The model counts the same within 6 %, on the safe side (its activations' peak at the
+    // backward's start and the buckets' at a layer's end are summed).
+    ModelSpec m = tiny_llama(32);
+    m.name = "llama-2-7b-shape";
+    m.hidden = 4096;
+    m.heads = m.kv_heads = 32;
+    m.head_dim = 128;
+    m.ffn_hidden = 11008;
+    m.vocab = 32000;
+    m.seq_len = 4096;
+    for (int zero : {2, 3}) {
+        PlanSpec p = streamed(cpu_plan(), zero);
+        p.precision = Precision::bf16;
+        p.recompute = Recompute::full;
+        p.micro_batch = 1;
+        p.global_batch = 4;
+        p.dp_bucket_bytes = 500'000'000;
+        PlanSpec g = p;
+        g.offload.grads = TierSplit{};
+        INFO("ZeRO-" << zero);
+        const WalkAndModel r = walk_and_model(m, p), kept = walk_and_model(m, g);
+        const double n = static_cast<double>(param_layout(m, p, 0).elements());
+        INFO("GPU walk " << r.walk[0] << " B, model " << r.model_gpu() << " B; with the gradients on the GPU " << kept.walk[0] << " B");
+        CHECK(r.model_gpu() >= r.walk[0]);
+        CHECK(r.model_gpu() <= 1.06 * r.walk[0]);
+        // The 2-byte gradient buffer given up, less three buckets: the one going down, the next
+        // filling (overlap_comm) and the host sum's scratch; a bucket closes once it holds 500 MB,
+        // so it holds at most one more layer (405 MB).
+        CHECK(kept.walk[0] - r.walk[0] >= 2.0 * n - 3 * (500e6 + 405e6));
+        // The host's partition is fp32: 4 bytes a parameter, where the optimizer's own copy of the
+        // gradients was 2 (the end-of-step copy down) with the gradients on the GPU.
+        INFO("host walk " << r.walk[1] << " B, model " << r.model.cpu_bytes << " B");
+        CHECK(r.walk[1] == Approx(r.model.cpu_bytes).epsilon(1e-9));
+        CHECK(r.walk[1] - kept.walk[1] == Approx(n * (4.0 - 2.0)).epsilon(1e-9));
+    }
+    // The tiny model, sharded over two ranks too: the model stays on the safe side (at this size a
+    // layer's gradients outweigh its activations, and the sum of maxima over-counts by up to 28 %).
+    const ModelSpec t = tiny_llama(2);
+    for (int zero : {2, 3})
+        for (int dp : {1, 2}) {
+            PlanSpec p = streamed(cpu_plan(1, 1, dp), zero);
+            p.precision = Precision::bf16;
+            p.dp_bucket_bytes = 4096;
+            INFO("tiny, ZeRO-" << zero << ", dp " << dp);
+            const WalkAndModel r = walk_and_model(t, p);
+            INFO("GPU walk " << r.walk[0] << " B, model " << r.model_gpu() << " B");
+            CHECK(r.model_gpu() >= r.walk[0]);
+            CHECK(r.walk[1] == Approx(r.model.cpu_bytes).epsilon(1e-9));
+        }
+}
+
+TEST_CASE("gradients streamed to the host: what is not executed is refused by name", "[runtime][offload][host_grads]") {
+    auto refused = [](const ModelSpec& m, const PlanSpec& p, const char* what) {
+        CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(p.gpus()), p, {}), Catch::Contains("plan.offload.grads") && Catch::Contains(what));
+    };
+    PlanSpec p = streamed(cpu_plan(), 2, TierSplit{0.5, 0.5, 0});  // half the update on the GPU reads GPU gradients
+    refused(tiny_gpt(), p, "wholly off the GPU");
+    p = streamed(cpu_plan(), 1);  // ZeRO-1 accumulates on the GPU
+    refused(tiny_gpt(), p, "under ZeRO-2/3");
+    refused(tiny_gpt(), streamed(cpu_plan(1, 2), 2), "pipeline engine");
+    PlanSpec sp = streamed(cpu_plan(2), 2);
+    sp.sequence_parallel = true;
+    refused(tiny_gpt(), sp, "sequence parallelism");
+}
