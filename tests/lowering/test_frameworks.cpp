@@ -326,3 +326,23 @@ TEST_CASE("DeepSpeed's offloaded optimizer takes the gradients to the host under
     CHECK(searched.offload.optimizer.cpu == 1.0);
     CHECK(to_json_text(plan_from_json_text(to_json_text(searched), "back.json")) == to_json_text(searched));
 }
+
+TEST_CASE("FSDP's CPU offload keeps the sharded gradients on the host too", "[frameworks][offload]") {
+    // FSDP2's CPUOffloadPolicy: "Sharded gradients are copied device-to-host in backward, and the
+    // optimizer step runs on CPU" (torch _fsdp_api.py); FSDP1's CPUOffload(offload_params=True)
+    // likewise (_offload_grad). torchtitan, llm-foundry and the HF Trainer's FSDP complete a plan
+    // that offloads the parameters and the optimizer with the gradients.
+    for (const char* fw : {"torchtitan", "torchtitan-compile", "llm-foundry", "hf-trainer"}) {
+        INFO(fw);
+        const PlanSpec p = plan(std::string(R"(, "framework": ")") + fw +
+                                R"(", "dp": 8, "zero_stage": 3, "offload": {"optimizer": "cpu", "params": "cpu"})");
+        CHECK(p.offload.grads.cpu == 1.0);
+        CHECK(p.streams_grads_to_host());
+        CHECK_THAT(origin_of(explain_plan(p), "offload").origin, Contains("completed by framework") && Contains("CPUOffloadPolicy"));
+        // Nothing offloaded, or the gradients placed by the plan: left alone.
+        CHECK(plan(std::string(R"(, "framework": ")") + fw + R"(", "dp": 8, "zero_stage": 3)").offload.grads.all_gpu());
+        CHECK(plan(std::string(R"(, "framework": ")") + fw +
+                   R"(", "dp": 8, "zero_stage": 3, "offload": {"optimizer": "cpu", "params": "cpu", "grads": "gpu"})")
+                  .offload.grads.all_gpu());
+    }
+}

@@ -76,6 +76,14 @@ TEST_CASE("gradients streamed to the host: every variant follows the single-rank
     REQUIRE(p.offload.grads.cpu == 1.0);
     REQUIRE(p.streams_grads_to_host());
     v.push_back({"dp 2, ZeRO-2, framework deepspeed, optimizer on the CPU", p});
+    // torchtitan's CPU offload (FSDP2's CPUOffloadPolicy): parameters, gradients and optimizer on the host.
+    p = cpu_plan(1, 1, 2);
+    p.framework = "torchtitan";
+    p.zero_stage = 3;
+    p.offload.optimizer = p.offload.params = TierSplit{0, 1, 0};
+    apply_framework(p);
+    REQUIRE(p.streams_grads_to_host());
+    v.push_back({"dp 2, framework torchtitan, CPU offload", p});
     check_against_single_rank(tiny_gpt(), v);
     check_against_single_rank(tiny_llama(2), {{"one rank, ZeRO-2, optimizer on the CPU", streamed(cpu_plan(), 2)},
                                               {"dp 2, ZeRO-3", streamed(cpu_plan(1, 1, 2), 3)}});

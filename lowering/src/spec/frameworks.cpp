@@ -19,7 +19,7 @@ namespace {
 /// When a knob applies, in terms of the plan's stated fields.
 enum class When {
     always, fused_attention, mixed16, tp_sp, zero3, fsdp_shards, below_zero3, pipelined, pipelined_tp, context_parallel, dualpipev_ep,
-    offloaded_optimizer
+    offloaded_optimizer, fsdp_cpu_offload
 };
 
 struct Knob {
@@ -53,6 +53,9 @@ bool applies(When w, const PlanSpec& p) {
     case When::dualpipev_ep: return p.schedule == Schedule::dualpipe_v && p.pp > 1 && p.ep > 1;
     // ZeRO-2/3 with the whole optimizer off the GPU and the gradients not placed by the plan.
     case When::offloaded_optimizer: return p.zero_stage >= 2 && p.offload.optimizer.gpu == 0.0 && p.offload.grads.all_gpu();
+    // FSDP's CPU offload (ZeRO-3, the parameters and the optimizer on the host), the gradients not placed by the plan.
+    case When::fsdp_cpu_offload:
+        return p.zero_stage == 3 && p.offload.optimizer.cpu == 1.0 && p.offload.params.cpu == 1.0 && p.offload.grads.all_gpu();
     }
     return false;
 }
@@ -94,6 +97,11 @@ const Knob kDeepSpeedHostGrads{"offload", R"({"grads": "cpu"})", When::offloaded
                                "bucket's partition to the CPU fp32 buffer the optimizer reads, accumulating there, and frees the GPU "
                                "gradients) and stage3.py (offload_optimizer: the partitioned gradients go to host memory); ZeRO-1 "
                                "accumulates on the GPU"};
+const Knob kFsdpHostGrads{"offload", R"({"grads": "cpu"})", When::fsdp_cpu_offload,
+                           "PyTorch FSDP2's CPUOffloadPolicy (torch distributed/fsdp/_fully_shard/_fsdp_api.py: \"Sharded "
+                           "gradients are copied device-to-host in backward, and the optimizer step runs on CPU\"; "
+                           "_fsdp_collectives.py foreach_reduce copies each reduce-scatter's output to the CPU), as FSDP1's "
+                           "CPUOffload(offload_params=True) does (_runtime_utils.py _offload_grad)"};
 const Knob kDeepSpeedMoePad{"moe_pad_to_capacity", "true", When::always,
                             "DeepSpeed moe/sharded_moe.py: top1gating/top2gating build [tokens, experts, capacity] masks and "
                             "MOELayer dispatches einsum('sec,sm->ecm'): every expert gets its whole capacity (drop_tokens)"};
@@ -137,7 +145,8 @@ std::vector<Knob> torchtitan_knobs(bool compiled) {
              "trade compute for the other's dispatch and combine (torchtitan distributed/dual_pipe_v.py)"},
             {"tp_overlap_rs_fp8", "false", When::always,
              "torchtitan's async TP under Float8: torch's fused_scaled_matmul_reduce_scatter reduce-scatters the scaled "
-             "matmul's bf16 output (fused_all_gather_scaled_matmul gathers the FP8 input)"}};
+             "matmul's bf16 output (fused_all_gather_scaled_matmul gathers the FP8 input)"},
+            kFsdpHostGrads};
 }
 
 const std::vector<Preset>& presets() {
@@ -279,7 +288,8 @@ const std::vector<Preset>& presets() {
           {"loss_upcast", "false", When::always,
            "llm-foundry's default loss_fn fused_crossentropy (flash_attn.losses.cross_entropy) reads bf16 logits, no fp32 copy"},
           kAutogradAccumKnob,
-          kFsdpShards}},
+          kFsdpShards,
+          kFsdpHostGrads}},
         {"llm.c",
          "karpathy/llm.c train_gpt2.cu built with USE_CUDNN=1, as its GPT-2 reproductions ran",
          {{"flash_attention", "true", When::always, "llm.c's cuDNN build calls cuDNN's fused flash attention"},
@@ -304,7 +314,8 @@ const std::vector<Preset>& presets() {
           {"eager_cross_entropy", "true", When::always,
            "ForCausalLMLoss calls nn.functional.cross_entropy on the upcast logits (transformers loss/loss_utils.py): "
            "an eager log_softmax and nll_loss"},
-          kFsdpShards}},
+          kFsdpShards,
+          kFsdpHostGrads}},
     };
     return table;
 }
