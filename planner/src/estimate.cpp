@@ -554,8 +554,16 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         const double down = shared_s(transfer_demand(copy_instr(CopyKind::d2h, gb * shard), ctx), c_);
         const double last = shared_s(transfer_demand(copy_instr(CopyKind::d2h, 4.0 * shard), ctx), c_);
         const bool serial = !p.overlap_grad_reduce;
-        e.offload_s += sums * (static_cast<double>(compute_cost(add, ctx).duration_ns) * 1e-9 + (serial ? up + down : 0.0)) +
-                       (serial || p.zero_stage == 2 ? last : 0.0);
+        if (p.cpu_grad_accumulation) {  // FSDP: each later copy down waited for, then added on the host
+            Instr host_add;
+            host_add.kind = InstrKind::optimizer;
+            host_add.stream = Stream::cpu;
+            host_add.bytes = 3 * 4.0 * shard;
+            e.offload_s += sums * (down + shared_s(transfer_demand(host_add, ctx), c_)) + (serial ? last : 0.0);
+        } else {
+            e.offload_s += sums * (static_cast<double>(compute_cost(add, ctx).duration_ns) * 1e-9 + (serial ? up + down : 0.0)) +
+                           (serial || p.zero_stage == 2 ? last : 0.0);
+        }
     }
 
     e.step_time_s = pipe + e.exposed_comm_s + e.optimizer_s + e.offload_s;

@@ -123,6 +123,9 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
         r.model_code.push_back("the embedding and output tables padded to a multiple of " + std::to_string(p.vocab_divisible_by) +
                                " x tp rows (Megatron-DeepSpeed: --make-vocab-size-divisible-by " + std::to_string(p.vocab_divisible_by) + ")");
     if (m.mtp_depth > 0) r.unsupported.push_back("multi-token prediction modules (configured in the model code)");
+    if (p.cpu_grad_accumulation)
+        r.unsupported.push_back("gradients summed over micro-batches on the host (FSDP's CPU offload; DeepSpeed brings the host's sum up "
+                                "and adds it on the GPU, async_accumulate_grad_in_cpu_via_gpu)");
     const bool drops = m.is_moe() && m.moe->capacity_factor > 0;
     if (!p.moe_pad_to_capacity && (drops || p.framework == "deepspeed" || p.framework == "megatron-deepspeed-2022"))
         r.unsupported.push_back("token dropping without padding to the capacity (DeepSpeed-MoE's gating pads every expert to its "

@@ -399,10 +399,27 @@ std::function<void()> RankState::host_copies(std::size_t i, int from_in, int to_
 // The operands are resolved here, on the rank's thread (tensor() and moments() keep the rank's
 // books); the returned job only computes, so that a host update can run on a thread of its own
 // beside the kernels the rank goes on issuing (step.cpp).
+// FSDP's CPU offload (plan.cpu_grad_accumulation): {copies down.., sums..} -> {sums..}, each
+// sum += its micro-batch's copy, on the host.
+std::function<void()> RankState::host_sums(std::size_t i) {
+    const Args a{w_.program, rp_, rp_.operands[i]};
+    if (a.o.n_in != 2 * a.o.n_out) fail(i, "the host's gradient sum pairs each copy down with its range");
+    std::vector<std::tuple<const float*, float*, i64>> sums;
+    for (int k = 0; k < a.o.n_out; ++k) {
+        if (a.in(k).elements() != a.out(k).elements()) fail(i, "the host's gradient sum adds a copy into a range of its own size");
+        sums.emplace_back(tensor(a.id(k), false, i), tensor(a.id(a.o.n_in + k), true, i), a.out(k).elements());
+    }
+    return [sums = std::move(sums)] {
+        for (const auto& [from, to, n] : sums)
+            for (i64 e = 0; e < n; ++e) to[e] += from[e];
+    };
+}
+
 std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
     const Instr& in = rp_.instrs[i];
     const Args a{w_.program, rp_, rp_.operands[i]};
     const RunOptions& o = w_.options;
+    if (w_.program.names[static_cast<std::size_t>(in.name)] == "grads.host_accumulate") return host_sums(i);
     if (update_number(cpu_stream) == 0) return [] {};  // a lock-free run's first step: no gradients yet
     // fp16: the step's overflow flag, summed over the ranks, comes last; a step that found an
     // inf or NaN is skipped (Megatron's optimizer.step returns before the update).

@@ -186,7 +186,8 @@ double RankState::elem_bytes(const DataTensor& t) const {
         // the backward, as the memory model counts them (tensors.cpp, lm_head.logits).
         case TensorRole::activation: return p.loss_upcast && t.name == logits_name_ ? 4.0 : 2.0;
         case TensorRole::grad:
-        case TensorRole::weight_grad: return 2.0;
+        // FSDP's copy down for the host's sum (plan.cpu_grad_accumulation) is in the reduce dtype.
+        case TensorRole::weight_grad: return t.tier == Tier::cpu ? p.grad_bytes() : 2.0;
         // The host's weights are the fp32 master, unless the weights are homed there (bf16; the
         // master beside the moments).
         // FSDP's fp32 shards (plan.fp32_param_shards): the update writes them unrounded, and each

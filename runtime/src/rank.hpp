@@ -358,6 +358,7 @@ private:
     std::function<void()> optimizer_job(std::size_t i, bool on_cpu_stream);
     std::function<void()> skipped_ssd_update(std::size_t i, int n_in);  ///< fp16 overflow: the staged weights stay as they were
     std::function<void()> host_copies(std::size_t i, int from_in, int to_out, int count);
+    std::function<void()> host_sums(std::size_t i);
     int update_number(bool on_cpu_stream) const;  ///< AdamW's step count of this update (0: none)
     // A host update runs on a thread of its own, as DeepSpeed's CPU Adam runs beside the GPU's
     // queue: the rank's thread goes on issuing kernels and transfers, and finishes the

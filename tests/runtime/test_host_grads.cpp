@@ -84,6 +84,14 @@ TEST_CASE("gradients streamed to the host: every variant follows the single-rank
     apply_framework(p);
     REQUIRE(p.streams_grads_to_host());
     v.push_back({"dp 2, framework torchtitan, CPU offload", p});
+    // FSDP's way of summing over micro-batches (plan.cpu_grad_accumulation): on the host.
+    p = streamed(cpu_plan(), 3);
+    p.cpu_grad_accumulation = true;
+    v.push_back({"one rank, ZeRO-3, the sum added on the host (FSDP's CPU offload)", p});
+    p = streamed(cpu_plan(1, 1, 2), 2);
+    p.cpu_grad_accumulation = true;
+    p.overlap_grad_reduce = false;
+    v.push_back({"dp 2, ZeRO-2, no overlap, the sum added on the host", p});
     check_against_single_rank(tiny_gpt(), v);
     check_against_single_rank(tiny_llama(2), {{"one rank, ZeRO-2, optimizer on the CPU", streamed(cpu_plan(), 2)},
                                               {"dp 2, ZeRO-3", streamed(cpu_plan(1, 1, 2), 3)}});
@@ -138,6 +146,31 @@ TEST_CASE("gradients streamed to the host: the Program's copies are DeepSpeed's"
     const Copies c2 = grad_copies(s2.program(), 0);
     const int micro2 = d.global_batch / (d.micro_batch * d.dp);
     CHECK(c2.d2h_bytes == Approx(n / 2 * (2.0 * (micro2 - 1) + 4.0)).epsilon(1e-3));
+    // FSDP's sum on the host: every micro-batch's slice comes down in the reduce dtype (2 bytes
+    // here), the later ones waited for and added on the host (three fp32 passes a parameter):
+    // down 4 x 2N = 8N, nothing up, 3 adds of 12N bytes.
+    PlanSpec f = p;
+    f.cpu_grad_accumulation = true;
+    runtime::Session s4(m, cpu_cluster(1), f, o);
+    const Copies c4 = grad_copies(s4.program(), 0);
+    CHECK(c4.h2d == 0);
+    CHECK(c4.d2h == c.d2h);
+    CHECK(c4.d2h_bytes == Approx(8 * n));
+    int adds = 0, held = 0;
+    double add_bytes = 0;
+    const auto& fi = s4.program().ranks[0].instrs;
+    for (std::size_t i = 0; i + 1 < fi.size(); ++i) {
+        if (fi[i].kind != InstrKind::optimizer || s4.program().names[static_cast<std::size_t>(fi[i].name)] != "grads.host_accumulate") continue;
+        ++adds;
+        add_bytes += fi[i].bytes;
+        // ... each followed by the backward waiting for it (the thread that adds is the one that launches)
+        if (fi[i + 1].kind == InstrKind::record && fi[i + 1].stream == Stream::cpu)
+            for (const Instr& w : fi)
+                if (w.kind == InstrKind::wait && w.stream == Stream::compute && w.event == fi[i + 1].event) ++held;
+    }
+    CHECK(adds == c.h2d);
+    CHECK(held == adds);
+    CHECK(add_bytes == Approx(3 * 12 * n));
     // Without streaming (the optimizer partly on the GPU) the offloaded share goes down at the end.
     PlanSpec g = p;
     g.offload.optimizer = TierSplit{0.5, 0.5, 0};
@@ -164,9 +197,15 @@ TEST_CASE("gradients streamed to the host: the dataflow orders every access", "[
     PlanSpec p = streamed(cpu_plan(1, 1, 2), 3);
     p.offload.params = TierSplit{0, 1, 0};
     v.push_back({"", p});
+    for (int dp : {1, 2}) {  // FSDP's sum on the host
+        p = streamed(cpu_plan(1, 1, dp), 3);
+        p.cpu_grad_accumulation = true;
+        p.dp_bucket_bytes = 4096;
+        v.push_back({"", p});
+    }
     for (const Variant& x : v) {
         INFO("ZeRO-" << x.plan.zero_stage << " dp " << x.plan.dp << " overlap " << x.plan.overlap_grad_reduce << " params on host "
-                     << !x.plan.offload.params.all_gpu());
+                     << !x.plan.offload.params.all_gpu() << " sum on the CPU " << x.plan.cpu_grad_accumulation);
         runtime::RunOptions o;
         o.memory_only = true;
         runtime::Session s(tiny_gpt(), cpu_cluster(x.plan.gpus()), x.plan, o);
@@ -256,6 +295,20 @@ TEST_CASE("gradients streamed to the host: the GPU holds buckets, the host DeepS
         INFO("host walk " << r.walk[1] << " B, model " << r.model.cpu_bytes << " B");
         CHECK(r.walk[1] == Approx(r.model.cpu_bytes).epsilon(1e-9));
         CHECK(r.walk[1] - kept.walk[1] == Approx(n * (4.0 - 2.0)).epsilon(1e-9));
+        // FSDP's sum on the host: no scratch on the GPU, one slice's copy on the host beside the sum.
+        PlanSpec f = p;
+        f.cpu_grad_accumulation = true;
+        const WalkAndModel rf = walk_and_model(m, f);
+        INFO("summed on the host: GPU walk " << rf.walk[0] << " B, model " << rf.model_gpu() << " B; host walk " << rf.walk[1] << " B, model "
+                                             << rf.model.cpu_bytes << " B");
+        // (The model keeps two values under overlap_comm, which the first micro-batch's copies, not
+        // waited for, can hold; the later ones hold one: 7 % over the walk for ZeRO-2 here.)
+        CHECK(rf.walk[0] < r.walk[0]);
+        CHECK(rf.model_gpu() >= rf.walk[0]);
+        CHECK(rf.model_gpu() <= 1.08 * rf.walk[0]);
+        CHECK(rf.walk[1] > r.walk[1]);
+        CHECK(rf.model.cpu_bytes >= rf.walk[1]);
+        CHECK(rf.model.cpu_bytes <= 1.01 * rf.walk[1]);
     }
     // The tiny model, sharded over two ranks too: the model stays on the safe side (at this size a
     // layer's gradients outweigh its activations, and the sum of maxima over-counts by up to 28 %).

@@ -42,19 +42,16 @@ void RankLowering::grads_to_host(double off, double count, bool expert) {
     // ZeRO-3's boundary copy is not checked there (stage3.py _offload_grad_partition_at_boundary).
     const bool serial = !p_.overlap_grad_reduce;
     const bool blocking = serial || (last && p_.zero_stage == 2);
+    if (summed && p_.cpu_grad_accumulation) {
+        host_sum_on_cpu(lo, n, reduced, slice, host, named);
+        return;
+    }
     int up = -1, scratch = -1;
     if (summed) {
         wait(Stream::h2d, record(Stream::d2h));  // the earlier micro-batches' sum is down
         up = copy(Stream::h2d, CopyKind::h2d, n * p_.grad_bytes(), n_.grad_h2d, serial ? reduced : -1);
         if (named) {
-            DataTensor t;
-            t.name = n_.t_grads_host;
-            t.role = TensorRole::weight_grad;
-            t.microbatch = mb_;
-            t.offset = std::llround(lo);
-            t.rows = 1;
-            t.cols = std::llround(n);
-            scratch = table_->intern(t);
+            scratch = grads_copy(n_.t_grads_host, Tier::gpu, lo, n);
             io({host}, {scratch});
         }
     }
@@ -77,6 +74,38 @@ void RankLowering::grads_to_host(double off, double count, bool expert) {
     };
     if (serial || !summed) tail();
     else host_grads_tail_ = tail;
+}
+
+// FSDP's CPU offload (plan.cpu_grad_accumulation): a micro-batch whose gradient accumulates
+// copies its slice down with the backward waiting (the copy is not overlapped, the CPU add needs
+// its result) and the host adds it into its sum, the backward's thread busy meanwhile
+// (_fsdp_collectives.py foreach_reduce). Bytes as they are reduced (the reduce dtype).
+void RankLowering::host_sum_on_cpu(double lo, double n, int reduced, int slice, int host, bool named) {
+    const int down = copy(Stream::d2h, CopyKind::d2h, n * p_.grad_bytes(), n_.grad_d2h, reduced);
+    int scratch = -1;
+    if (named) {
+        scratch = grads_copy(n_.t_grads_device, Tier::cpu, lo, n);
+        io({slice}, {scratch});
+    }
+    wait(Stream::cpu, down);
+    Instr& add = push(InstrKind::optimizer, Stream::cpu, n_.grad_host_accum);
+    add.bytes = 3 * 4.0 * n;  // the fp32 sum read and written, the copy read (a host memory pass)
+    if (named) io({scratch, host}, {host});
+    wait(Stream::compute, record(Stream::cpu));
+}
+
+// A micro-batch's copy of the gradients [lo, lo + n) on `tier`: the host's sum brought up, or a
+// slice brought down for the host to add.
+int RankLowering::grads_copy(int name, Tier tier, double lo, double n) {
+    DataTensor t;
+    t.name = name;
+    t.role = TensorRole::weight_grad;
+    t.tier = tier;
+    t.microbatch = mb_;
+    t.offset = std::llround(lo);
+    t.rows = 1;
+    t.cols = std::llround(n);
+    return table_->intern(t);
 }
 
 void RankLowering::flush_host_grads() {

@@ -37,7 +37,7 @@ void Names::intern(Program& p) {
     zero3_rs = id("zero3.grads"); zero3_ag_expert = id("zero3.expert_params");
     zero3_rs_expert = id("zero3.expert_grads"); emb_ar = id("embedding.grad_all_reduce");
     opt_gpu = id("optimizer.gpu"); opt_cpu = id("optimizer.cpu"); opt_ssd = id("optimizer.ssd"); opt_publish = id("optimizer.publish");
-    grad_d2h = id("grads.d2h"); grad_h2d = id("grads.h2d"); param_h2d = id("params.h2d"); param_ssd_write = id("params.ssd_write"); state_read = id("optimizer_state.read");
+    grad_d2h = id("grads.d2h"); grad_h2d = id("grads.h2d"); grad_host_accum = id("grads.host_accumulate"); param_h2d = id("params.h2d"); param_ssd_write = id("params.ssd_write"); state_read = id("optimizer_state.read");
     state_write = id("optimizer_state.write"); fetch_ssd = id("params.fetch_ssd"); fetch_h2d = id("params.fetch_h2d");
     act_d2h = id("activations.d2h"); act_h2d = id("activations.h2d"); act_ssd_write = id("activations.ssd_write");
     act_ssd_read = id("activations.ssd_read"); grad_accum = id("grads.accumulate");
@@ -90,7 +90,7 @@ void Names::intern(Program& p) {
     t_sfc2_s = tid("shared.fc2.out.shard"); g_shared_x_s = tid("d.shared.x.shard");
     t_moe_p = tid("moe.permuted.probs"); t_moe_disp_p = tid("moe.dispatched.probs"); t_moe_gath_p = tid("moe.gathered.probs");
     g_moe_p = tid("d.moe.permuted.probs"); g_moe_disp_p = tid("d.moe.dispatched.probs"); g_moe_gath_p = tid("d.moe.gathered.probs");
-    t_grads = tid("grads"); t_params = tid("params"); t_state = tid("optimizer_state"); t_grads_host = tid("grads.from_host");
+    t_grads = tid("grads"); t_params = tid("params"); t_state = tid("optimizer_state"); t_grads_host = tid("grads.from_host"); t_grads_device = tid("grads.from_device");
 }
 
 int tensor_name_id(Program& p, const std::string& s) {

@@ -32,7 +32,7 @@ struct Names {
     int tp_ar, tp_ag, tp_rs, tp_ag_input, tp_ring_local, tp_ag_ring, tp_rs_ring, tp_ring_combine, cp_kv_ag, cp_dkv_rs, cp_kv_gather_all, cp_dkv_rs_all, cp_a2a_qkv, cp_a2a_out, ep_dispatch, ep_combine;
     int pp_act, pp_grad, pp_gather;
     int dp_grads, edp_grads, dp_params, edp_params, zero3_ag, zero3_rs, zero3_ag_expert, zero3_rs_expert, emb_ar;
-    int opt_gpu, opt_cpu, opt_ssd, opt_publish, grad_d2h, grad_h2d, param_h2d, param_ssd_write, state_read, state_write, grad_accum;
+    int opt_gpu, opt_cpu, opt_ssd, opt_publish, grad_d2h, grad_h2d, grad_host_accum, param_h2d, param_ssd_write, state_read, state_write, grad_accum;
     int fetch_ssd, fetch_h2d, act_d2h, act_h2d, act_ssd_write, act_ssd_read;
     int emb_position, loss_combine, loss_cast, sp_grads, zero3_edges, cp_dkv_combine, emb_dropout, grad_unscale, found_inf;
     // Dataflow tensor names (LowerOptions::dataflow): activations and their gradients.
@@ -47,7 +47,7 @@ struct Names {
     int t_router_logits, t_routing, t_moe_in, t_efc1, t_eact, t_efc2, g_router_logits, g_probs, g_moe_in, g_efc1, g_eact, g_efc2;
     int t_moe_disp, t_moe_comb, g_moe_disp, g_moe_comb, t_moe_gath, t_moe_scat, g_moe_gath, g_moe_scat;
     int t_sfc1, t_sact, t_sfc2, g_sfc1, g_sact, g_shared_x, t_sfc2_s, g_shared_x_s, t_moe_p, t_moe_disp_p, t_moe_gath_p, g_moe_p, g_moe_disp_p, g_moe_gath_p;
-    int t_grads, t_params, t_state, t_grads_host;
+    int t_grads, t_params, t_state, t_grads_host, t_grads_device;
     void intern(Program& p);
 };
 
@@ -401,6 +401,9 @@ private:
     /// The last range's sum and copy down, left to follow the next range's backward (host_grads.cpp).
     std::function<void()> host_grads_tail_;
     void flush_host_grads();
+    /// plan.cpu_grad_accumulation: a later micro-batch's slice down and added on the host (FSDP).
+    void host_sum_on_cpu(double lo, double n, int reduced, int slice, int host, bool named);
+    int grads_copy(int name, Tier tier, double lo, double n);
     std::vector<int> grad_shard(double off, double count);
     void gather_operands(double off, double count, bool expert = false);  ///< ZeRO-3's parameter gather
     /// Lock-free with host-homed weights: host parameter ranges as the fp32 master the delayed

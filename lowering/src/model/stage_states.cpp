@@ -177,7 +177,10 @@ void emit_buffers(const ModelSpec& m, const PlanSpec& p, int stage, const std::v
         const double values = p.overlap_grad_reduce ? 2.0 : 1.0;
         emit("grads.streamed_values", TensorTag::buffers, Lifetime::persistent, std::min(all, values * value), gpu,
              p.overlap_grad_reduce ? "2 x (widest unit + bucket)" : "widest unit + bucket", nullptr);
-        if (p.micro_batches() > 1)
+        // FSDP adds on the host instead (plan.cpu_grad_accumulation): the copy down waits there.
+        if (p.micro_batches() > 1 && p.cpu_grad_accumulation)
+            emit("grads.from_device", TensorTag::buffers, Lifetime::transient, value / nd, TierSplit{0.0, 1.0, 0.0}, "a value's slice", nullptr);
+        else if (p.micro_batches() > 1)
             emit("grads.from_host", TensorTag::buffers, Lifetime::transient, value / nd, gpu, "a value's slice", nullptr);
         // ZeRO-3's edges are reduced at the micro-batch's end (below, zero3.head_grads, over dp > 1).
         if (p.zero_stage == 3 && nd == 1 && stage == head_stage(p)) {

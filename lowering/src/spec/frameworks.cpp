@@ -19,7 +19,7 @@ namespace {
 /// When a knob applies, in terms of the plan's stated fields.
 enum class When {
     always, fused_attention, mixed16, tp_sp, zero3, fsdp_shards, below_zero3, pipelined, pipelined_tp, context_parallel, dualpipev_ep,
-    offloaded_optimizer, fsdp_cpu_offload
+    offloaded_optimizer, fsdp_cpu_offload, fsdp_offloaded
 };
 
 struct Knob {
@@ -56,6 +56,7 @@ bool applies(When w, const PlanSpec& p) {
     // FSDP's CPU offload (ZeRO-3, the parameters and the optimizer on the host), the gradients not placed by the plan.
     case When::fsdp_cpu_offload:
         return p.zero_stage == 3 && p.offload.optimizer.cpu == 1.0 && p.offload.params.cpu == 1.0 && p.offload.grads.all_gpu();
+    case When::fsdp_offloaded: return p.zero_stage == 3 && p.offload.optimizer.cpu == 1.0 && p.offload.params.cpu == 1.0;
     }
     return false;
 }
@@ -102,6 +103,11 @@ const Knob kFsdpHostGrads{"offload", R"({"grads": "cpu"})", When::fsdp_cpu_offlo
                            "gradients are copied device-to-host in backward, and the optimizer step runs on CPU\"; "
                            "_fsdp_collectives.py foreach_reduce copies each reduce-scatter's output to the CPU), as FSDP1's "
                            "CPUOffload(offload_params=True) does (_runtime_utils.py _offload_grad)"};
+const Knob kFsdpCpuGradSum{"cpu_grad_accumulation", "true", When::fsdp_offloaded,
+                            "FSDP2 _fsdp_collectives.py foreach_reduce under CPU offload: a micro-batch whose gradient "
+                            "accumulates copies it down blocking (\"Only overlap the D2H copy ... if not accumulating "
+                            "gradients since the CPU add kernel depends on the copy result\") and adds it into the CPU "
+                            "sharded gradient (sharded_param.grad._local_tensor += new_sharded_grad)"};
 const Knob kDeepSpeedMoePad{"moe_pad_to_capacity", "true", When::always,
                             "DeepSpeed moe/sharded_moe.py: top1gating/top2gating build [tokens, experts, capacity] masks and "
                             "MOELayer dispatches einsum('sec,sm->ecm'): every expert gets its whole capacity (drop_tokens)"};
@@ -146,7 +152,8 @@ std::vector<Knob> torchtitan_knobs(bool compiled) {
             {"tp_overlap_rs_fp8", "false", When::always,
              "torchtitan's async TP under Float8: torch's fused_scaled_matmul_reduce_scatter reduce-scatters the scaled "
              "matmul's bf16 output (fused_all_gather_scaled_matmul gathers the FP8 input)"},
-            kFsdpHostGrads};
+            kFsdpHostGrads,
+            kFsdpCpuGradSum};
 }
 
 const std::vector<Preset>& presets() {
@@ -289,7 +296,8 @@ const std::vector<Preset>& presets() {
            "llm-foundry's default loss_fn fused_crossentropy (flash_attn.losses.cross_entropy) reads bf16 logits, no fp32 copy"},
           kAutogradAccumKnob,
           kFsdpShards,
-          kFsdpHostGrads}},
+          kFsdpHostGrads,
+          kFsdpCpuGradSum}},
         {"llm.c",
          "karpathy/llm.c train_gpt2.cu built with USE_CUDNN=1, as its GPT-2 reproductions ran",
          {{"flash_attention", "true", When::always, "llm.c's cuDNN build calls cuDNN's fused flash attention"},
@@ -315,7 +323,8 @@ const std::vector<Preset>& presets() {
            "ForCausalLMLoss calls nn.functional.cross_entropy on the upcast logits (transformers loss/loss_utils.py): "
            "an eager log_softmax and nll_loss"},
           kFsdpShards,
-          kFsdpHostGrads}},
+          kFsdpHostGrads,
+          kFsdpCpuGradSum}},
     };
     return table;
 }

@@ -450,6 +450,7 @@ const std::vector<KnobRow>& table() {
         t.push_back({"offload", read_offload, write_offload, encode_offload, assign_offload, Written::always, nullptr,
                      "[{\"optimizer\": \"cpu\"}, {\"optimizer\": \"cpu\", \"params\": \"cpu\"}, {\"optimizer\": {\"gpu\": 0.5, \"cpu\": 0.5}}, "
                      "{\"activations\": \"cpu\"}, {\"optimizer\": \"ssd\"}]"});
+        t.push_back(bool_knob<&P::cpu_grad_accumulation>("cpu_grad_accumulation", Written::if_changed));
         t.push_back(bool_knob<&P::lock_free_update>("lock_free_update", Written::always));
         t.push_back(bool_knob<&P::overlap_grad_reduce>("overlap_grad_reduce", Written::always));
         t.push_back(bool_knob<&P::overlap_param_gather>("overlap_param_gather", Written::always));

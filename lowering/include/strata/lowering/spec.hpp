@@ -303,6 +303,12 @@ struct PlanSpec {
     /// cross-entropy) that turns the softmax into the gradient in place. Memory only, like loss_upcast.
     bool eager_cross_entropy = false;
     OffloadSpec offload;
+    /// Gradients streamed to the host (streams_grads_to_host) over several micro-batches: each later
+    /// micro-batch's slice comes down with the backward waiting for it and the host adds it into its
+    /// sum on the CPU (FSDP's CPU offload: foreach_reduce's blocking D2H, then `+=` on the CPU
+    /// tensor). Off: the sum comes up and is added on the GPU before the copy down (DeepSpeed's
+    /// async_accumulate_grad_in_cpu_via_gpu). No effect on gradients kept on the GPU.
+    bool cpu_grad_accumulation = false;
     bool lock_free_update = false;        ///< Angel-PTM: step i's optimizer overlaps step i+1's forward
     bool overlap_grad_reduce = true;      ///< DP reduce bucketed and overlapped with backward
     bool overlap_param_gather = true;     ///< ZeRO-3 / dist-opt all-gather prefetched
