@@ -174,9 +174,11 @@ void emit_buffers(const ModelSpec& m, const PlanSpec& p, int stage, const std::v
         widest = std::max({widest, e.embedding, e.head, e.head_expert}) * p.grad_bytes();
         const double all = p.grad_bytes() * sp.total();
         const double value = std::min(all, p.zero_stage == 2 ? widest + static_cast<double>(p.dp_bucket_bytes) : widest);
-        const double values = p.overlap_grad_reduce ? 2.0 : 1.0;
-        emit("grads.streamed_values", TensorTag::buffers, Lifetime::persistent, std::min(all, values * value), gpu,
-             p.overlap_grad_reduce ? "2 x (widest unit + bucket)" : "widest unit + bucket", nullptr);
+        // ZeRO-2's boundary copies hold the backward (the overflow check): with one micro-batch a
+        // step every copy is a boundary's, and a value goes before the next one fills.
+        const bool two = p.overlap_grad_reduce && !(p.zero_stage == 2 && p.micro_batches() == 1);
+        emit("grads.streamed_values", TensorTag::buffers, Lifetime::persistent, std::min(all, (two ? 2.0 : 1.0) * value), gpu,
+             two ? "2 x (widest unit + bucket)" : "widest unit + bucket", nullptr);
         // FSDP adds on the host instead (plan.cpu_grad_accumulation): the copy down waits there.
         if (p.micro_batches() > 1 && p.cpu_grad_accumulation)
             emit("grads.from_device", TensorTag::buffers, Lifetime::transient, value / nd, TierSplit{0.0, 1.0, 0.0}, "a value's slice", nullptr);
