@@ -168,10 +168,13 @@ void emit_buffers(const ModelSpec& m, const PlanSpec& p, int stage, const std::v
         // whole until its slice is down. Under overlap_comm the next one fills meanwhile (DeepSpeed's
         // two ipg buffers), and with several micro-batches the host's sum of a slice comes up into a
         // scratch beside it (async_accumulate_grad_in_cpu_via_gpu).
+        // ZeRO-3's edges are reduced at the micro-batch's end: the head's whole gradients are
+        // zero3.head_grads (below, and above over dp > 1), not one of the layers' values.
         double widest = 0;
         for (int l : layer_ids) widest = std::max({widest, layer(l).dense, layer(l).expert});
         const StageEdgeParams e = stage_edge_params(m, p, stage);
-        widest = std::max({widest, e.embedding, e.head, e.head_expert}) * p.grad_bytes();
+        if (p.zero_stage == 2) widest = std::max({widest, e.embedding, e.head, e.head_expert});
+        widest *= p.grad_bytes();
         const double all = p.grad_bytes() * sp.total();
         const double value = std::min(all, p.zero_stage == 2 ? widest + static_cast<double>(p.dp_bucket_bytes) : widest);
         // ZeRO-2's boundary copies hold the backward (the overflow check): with one micro-batch a
@@ -184,7 +187,6 @@ void emit_buffers(const ModelSpec& m, const PlanSpec& p, int stage, const std::v
             emit("grads.from_device", TensorTag::buffers, Lifetime::transient, value / nd, TierSplit{0.0, 1.0, 0.0}, "a value's slice", nullptr);
         else if (p.micro_batches() > 1)
             emit("grads.from_host", TensorTag::buffers, Lifetime::transient, value / nd, gpu, "a value's slice", nullptr);
-        // ZeRO-3's edges are reduced at the micro-batch's end (below, zero3.head_grads, over dp > 1).
         if (p.zero_stage == 3 && nd == 1 && stage == head_stage(p)) {
             const double head = e.head + (head_reads_embedding_table(m, p) ? e.embedding : 0.0);
             if (head > 0) emit("zero3.head_grads", TensorTag::buffers, Lifetime::transient, p.grad_bytes() * head, gpu, "the head's whole gradients", nullptr);
