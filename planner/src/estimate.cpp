@@ -365,6 +365,11 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         // reductions share the comm stream under the step's compute and only the last one's tail
         // shows, unless they outlast the compute; without overlap each one blocks.
         dp_exposed = p.overlap_grad_reduce ? std::max(dp_exposed, m * dp_s - e.compute_s * (1 - 1 / buckets)) : m * dp_s;
+        // DeepSpeed's barrier (plan.bucket_reduce_barrier): a bucket's reduction hides only under
+        // the next bucket's backward; what it outlasts that by shows, every bucket of every
+        // micro-batch, and the last one's at the end.
+        if (p.overlap_grad_reduce && p.bucket_reduce_barrier && buckets > 1)
+            dp_exposed = std::max(dp_exposed, m * (buckets - 1) * std::max(0.0, dp_s / buckets - worst_b / buckets) + dp_s / buckets);
     }
     if (dpg > 1 && p.pipelined_fsdp()) {
         // Pipelined FSDP (lowering: fetch_params, layer_grads): each layer's parameters are

@@ -282,6 +282,8 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
     if (!p.loss_upcast)
         r.unsupported.push_back("a loss that keeps the logits in their dtype (Megatron's vocab-parallel cross-entropy keeps an fp32 softmax)");
     if (p.eager_cross_entropy) r.unsupported.push_back("an eager PyTorch cross-entropy (Megatron's vocab-parallel one is fused)");
+    if (p.bucket_reduce_barrier)
+        r.unsupported.push_back("a wait for the earlier buckets' reductions before each one (DeepSpeed's ZeRO-2; Megatron's DDP does not wait)");
     if (p.cpu_grad_accumulation)
         r.unsupported.push_back("gradients summed over micro-batches on the host (FSDP's CPU offload; Megatron keeps its gradient buffers on the GPU)");
     if (p.moe_act_fp8_cache) r.unsupported.push_back("FP8 cache of the MoE SwiGLU inputs (DeepSeek-V3's own framework; Megatron keeps them in BF16)");

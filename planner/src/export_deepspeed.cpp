@@ -123,6 +123,9 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
         r.model_code.push_back("the embedding and output tables padded to a multiple of " + std::to_string(p.vocab_divisible_by) +
                                " x tp rows (Megatron-DeepSpeed: --make-vocab-size-divisible-by " + std::to_string(p.vocab_divisible_by) + ")");
     if (m.mtp_depth > 0) r.unsupported.push_back("multi-token prediction modules (configured in the model code)");
+    if (!p.bucket_reduce_barrier)
+        r.unsupported.push_back("reductions without a wait between buckets (DeepSpeed's ZeRO-2 under overlap_comm waits for the earlier "
+                                "buckets' reductions before each one: average_tensor)");
     if (p.cpu_grad_accumulation)
         r.unsupported.push_back("gradients summed over micro-batches on the host (FSDP's CPU offload; DeepSpeed brings the host's sum up "
                                 "and adds it on the GPU, async_accumulate_grad_in_cpu_via_gpu)");

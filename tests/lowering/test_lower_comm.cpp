@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "strata/lowering/frameworks.hpp"
 #include "strata/lowering/lower.hpp"
 #include "support/gpt.hpp"
 #include "support/lower_fixtures.hpp"
@@ -338,4 +339,48 @@ TEST_CASE("communication byte counts follow the formulas", "[lower]") {
             ++a2a;
         }
     CHECK(a2a == 4 * 4 * 1);  // 4 layers, 1 micro-batch (global 2 / dp 2)
+}
+
+TEST_CASE("DeepSpeed's ZeRO-2 waits for the earlier buckets' reductions before each one", "[lower][zero]") {
+    // average_tensor under overlap_comm: torch.cuda.synchronize() (v0.3-2023), then
+    // current_stream().wait_stream(reduction_stream) (PR #5606, June 2024), before the bucket's
+    // reduction is issued: the backward goes on only once the reductions before it are done. With
+    // B buckets a micro-batch and m micro-batches a step, B x m waits of the compute stream on the
+    // data-parallel stream in the backward (the first of each micro-batch waits for the previous
+    // one's last); without the barrier, none (overlap_comm waits at the step's end only).
+    const ModelSpec m = small_gpt();
+    PlanSpec p = plan(1, 1, 8, 16);  // 2 micro-batches a rank
+    p.zero_stage = 2;
+    p.overlap_grad_reduce = true;
+    p.dp_bucket_bytes = 1;  // every unit its own bucket
+    auto waits = [&](const PlanSpec& q) {
+        const Program prog = lower(m, cluster(8), q, LowerOptions{});
+        const auto& v = prog.ranks[0].instrs;
+        std::vector<int> dp_events;
+        int n = 0, reductions = 0;
+        for (const Instr& in : v) {
+            if (in.kind == InstrKind::record && in.stream == Stream::dp_comm) dp_events.push_back(in.event);
+            if (in.kind == InstrKind::collective && in.coll == CollKind::reduce_scatter) ++reductions;
+            if (in.kind == InstrKind::wait && in.stream == Stream::compute && in.phase == Phase::backward &&
+                std::find(dp_events.begin(), dp_events.end(), in.event) != dp_events.end())
+                ++n;
+        }
+        return std::pair<int, int>{n, reductions};
+    };
+    const auto [free_waits, buckets] = waits(p);
+    CHECK(free_waits == 0);
+    REQUIRE(buckets >= 2 * 3);  // the layers, the head and the embedding, twice
+    p.bucket_reduce_barrier = true;
+    CHECK(waits(p).first == buckets);
+    // The DeepSpeed presets set it; Megatron-Core's does not.
+    PlanSpec ds = p;
+    ds.bucket_reduce_barrier = false;
+    ds.framework = "deepspeed";
+    apply_framework(ds);
+    CHECK(ds.bucket_reduce_barrier);
+    PlanSpec mc = ds;
+    mc.bucket_reduce_barrier = false;
+    mc.framework = "megatron-core";
+    apply_framework(mc);
+    CHECK_FALSE(mc.bucket_reduce_barrier);
 }

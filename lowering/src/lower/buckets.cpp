@@ -314,8 +314,14 @@ std::vector<int> RankLowering::grad_shard(double off, double count) {
 void RankLowering::unit_ready(int u) {
     if (u < 0) return;
     bool reduced = false;
+    // DeepSpeed's ZeRO-2 under overlap_comm: the backward waits for the earlier buckets' reductions
+    // before it issues this one's (plan.bucket_reduce_barrier).
+    const bool barrier = p_.bucket_reduce_barrier && p_.overlap_grad_reduce && p_.zero_stage == 2;
     for (const Bucket& b : buckets_)
-        if (b.last_unit == u) reduce_bucket(b), reduced = true;
+        if (b.last_unit == u) {
+            if (barrier) wait(Stream::compute, record(Stream::dp_comm));
+            reduce_bucket(b), reduced = true;
+        }
     if (reduced && !p_.overlap_grad_reduce) wait(Stream::compute, record(Stream::dp_comm));  // ZeRO-2 without overlap_comm
 }
 

@@ -108,6 +108,10 @@ const Knob kFsdpCpuGradSum{"cpu_grad_accumulation", "true", When::fsdp_offloaded
                             "accumulates copies it down blocking (\"Only overlap the D2H copy ... if not accumulating "
                             "gradients since the CPU add kernel depends on the copy result\") and adds it into the CPU "
                             "sharded gradient (sharded_param.grad._local_tensor += new_sharded_grad)"};
+const Knob kDeepSpeedBucketBarrier{"bucket_reduce_barrier", "true", When::always,
+                                   "DeepSpeed runtime/zero/stage_1_and_2.py average_tensor under overlap_comm: "
+                                   "torch.cuda.synchronize() before each bucket's reduction (v0.3 stage2.py through 2023), "
+                                   "current_stream().wait_stream(reduction_stream) since PR #5606 (June 2024)"};
 const Knob kDeepSpeedMoePad{"moe_pad_to_capacity", "true", When::always,
                             "DeepSpeed moe/sharded_moe.py: top1gating/top2gating build [tokens, experts, capacity] masks and "
                             "MOELayer dispatches einsum('sec,sm->ecm'): every expert gets its whole capacity (drop_tokens)"};
@@ -180,6 +184,7 @@ const std::vector<Preset>& presets() {
           {"overlap_grad_reduce", "false", When::always, kPipelineEngineReduce},
           kZeroStepGatherKnob,
           kDeepSpeedHostGrads,
+          kDeepSpeedBucketBarrier,
           kDeepSpeedMoePad}},
         {"deepspeed-2021",
          "DeepSpeed v0.3-v0.5 (2021: ZeRO-Offload, ZeRO-3 Offload, ZeRO-Infinity) around Megatron or Hugging Face models",
@@ -195,6 +200,7 @@ const std::vector<Preset>& presets() {
            "each after torch.cuda.synchronize(); per-parameter reduce-scatters (batched and overlapped only since PR #1453, "
            "January 2022, released in v0.6)"},
           kDeepSpeedHostGrads,
+          kDeepSpeedBucketBarrier,
           kDeepSpeedMoePad}},
         {"deepspeed",
          "DeepSpeed's engine with ZeRO (and PipelineEngine when pp > 1), 2023 or later: FlashAttention-2 from the model code",
@@ -214,6 +220,7 @@ const std::vector<Preset>& presets() {
            "of Q, K, V before the attention and of its output after, arXiv:2309.14509)"},
           kZeroStepGatherKnob,
           kDeepSpeedHostGrads,
+          kDeepSpeedBucketBarrier,
           kDeepSpeedMoePad}},
         {"megatron-core",
          "Megatron-LM with Megatron-Core and Transformer Engine (2023 or later), its command-line defaults",

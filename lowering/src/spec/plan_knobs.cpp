@@ -453,6 +453,7 @@ const std::vector<KnobRow>& table() {
         t.push_back(bool_knob<&P::cpu_grad_accumulation>("cpu_grad_accumulation", Written::if_changed));
         t.push_back(bool_knob<&P::lock_free_update>("lock_free_update", Written::always));
         t.push_back(bool_knob<&P::overlap_grad_reduce>("overlap_grad_reduce", Written::always));
+        t.push_back(bool_knob<&P::bucket_reduce_barrier>("bucket_reduce_barrier", Written::if_changed));
         t.push_back(bool_knob<&P::overlap_param_gather>("overlap_param_gather", Written::always));
         t.push_back(bool_knob<&P::zero3_param_sync>("zero3_param_sync", Written::if_changed));
         t.push_back(bool_knob<&P::tp_comm_overlap>("tp_comm_overlap", Written::always));

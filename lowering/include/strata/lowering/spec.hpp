@@ -311,6 +311,11 @@ struct PlanSpec {
     bool cpu_grad_accumulation = false;
     bool lock_free_update = false;        ///< Angel-PTM: step i's optimizer overlaps step i+1's forward
     bool overlap_grad_reduce = true;      ///< DP reduce bucketed and overlapped with backward
+    /// ZeRO-2 under overlap_grad_reduce as DeepSpeed runs it: before a bucket's reduction the
+    /// backward waits for the reductions before it (average_tensor: torch.cuda.synchronize()
+    /// until 2023, current_stream().wait_stream(reduction_stream) since June 2024), so a bucket's
+    /// reduction hides only under the next bucket's backward.
+    bool bucket_reduce_barrier = false;
     bool overlap_param_gather = true;     ///< ZeRO-3 / dist-opt all-gather prefetched
     /// ZeRO-3 as DeepSpeed ran it before v0.6 (2021): each parameter all-gathered and each gradient
     /// reduce-scattered by a call of its own, each gather after a device-wide synchronize, so a
