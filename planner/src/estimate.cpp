@@ -305,6 +305,7 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         return std::max(1.0, std::ceil(worst_layers / std::ceil(cap / unit)));
     };
     const bool unit_buckets = (p.overlap_grad_reduce || p.zero_stage == 2) && p.zero_stage != 3;
+    const auto count = [&](double params) { return unit_buckets ? unit_bucket_count(params) : bucket_count(params); };
     double zero3_end_s = 0;  // ZeRO-3 reduce-scatters the embedding's and head's gradients at the end
     if (dpg > 1 && p.zero_stage == 3) {
         // Every micro-batch's (FSDP's root post-backward; the next forward's gathers queue behind
@@ -334,7 +335,7 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         // 1 MB buckets cost an overlapped MoE plan nothing; 24 buckets per micro-batch are 27 % of
         // a non-overlapped ZeRO-2 plan's step), so the whole volume is one transfer there.
         const auto reduce = [&](CollKind k, Group g, int size, double params, double bytes_per, bool hidden) {
-            const double n = hidden ? 1.0 : unit_buckets ? unit_bucket_count(params) : bucket_count(params);
+            const double n = hidden ? 1.0 : count(params);
             return n * alone_s(transfer_demand(coll(k, g, size, params * bytes_per / n), ctx));
         };
         const CollKind k = p.zero_stage == 0 ? CollKind::all_reduce : CollKind::reduce_scatter;
@@ -349,7 +350,6 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
     // (the lowering's build_buckets), and the last of each closes as the backward ends (the first
     // layer's and the embedding's), so one bucket of each is exposed after it; the gathers mirror
     // it, the first layer waiting for one bucket of each before the forward can go on.
-    const auto count = [&](double params) { return unit_buckets ? unit_bucket_count(params) : bucket_count(params); };
     const double dense_buckets = count(sp.dense);
     const double expert_buckets = dp_expert_s + ag_expert_s > 0 ? count(sp.expert) : 0.0;
     const double buckets = dense_buckets + expert_buckets;
@@ -557,7 +557,7 @@ FastEstimate Estimator::estimate(const PlanSpec& p) {
         add.bytes = 3 * gb * shard;
         const double up = shared_s(transfer_demand(copy_instr(CopyKind::h2d, gb * shard), ctx), c_);
         const double down = shared_s(transfer_demand(copy_instr(CopyKind::d2h, gb * shard), ctx), c_);
-        const double last = shared_s(transfer_demand(copy_instr(CopyKind::d2h, 4.0 * shard), ctx), c_);
+        const double last = shared_s(transfer_demand(copy_instr(CopyKind::d2h, p.host_grad_bytes() * shard), ctx), c_);
         const bool serial = !p.overlap_grad_reduce;
         if (p.cpu_grad_accumulation) {  // FSDP: each later copy down waited for, then added on the host
             Instr host_add;

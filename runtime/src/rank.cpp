@@ -196,7 +196,7 @@ double RankState::elem_bytes(const DataTensor& t) const {
             if (t.shard && p.fsdp_fp32_shards()) return 4.0;
             return t.version == 1 ? 4.0 : t.tier == Tier::gpu || params_on_host_ || host_weights_staged_ ? 2.0 : 4.0;
         // Streamed to the host, they land in DeepSpeed's fp32 partition there.
-        case TensorRole::param_grad: return t.shard ? p.kept_grad_bytes() : t.tier != Tier::gpu && p.streams_grads_to_host() ? 4.0 : p.grad_bytes();
+        case TensorRole::param_grad: return t.shard ? p.kept_grad_bytes() : t.tier != Tier::gpu ? p.host_grad_bytes() : p.grad_bytes();
         case TensorRole::tokens:
         case TensorRole::stats:
         case TensorRole::optimizer_state: return 4.0;

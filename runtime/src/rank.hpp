@@ -457,7 +457,7 @@ private:
     PackedRanges param_shard_;
     bool units_fetched() const { return params_on_host_ || params_sharded_; }
     std::vector<std::pair<i64, i64>> grad_values_;  ///< the values' ranges, (offset, count) by offset
-    std::map<std::pair<int, int>, int> grad_reductions_;  ///< (value, version) -> reduce-scatters reading it
+    std::map<std::pair<int, int>, int> grad_readers_;  ///< (value, version) -> its last readers: reduce-scatters, copies down (consumes_grad_values)
     std::map<std::pair<int, int>, Live> grad_live_;       ///< (value, version) -> its buffer, reductions to come
     std::set<std::pair<int, int>> grad_reduced_;          ///< (value, version) consumed this step
     void precompute_grad_values();

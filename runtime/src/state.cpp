@@ -429,13 +429,13 @@ void RankState::precompute_grad_values() {
             grad_values_.back().second = std::max(grad_values_.back().second, hi - grad_values_.back().first);
         else grad_values_.emplace_back(lo, hi - lo);
     }
-    grad_reductions_.clear();
+    grad_readers_.clear();
     for (std::size_t i = 0; i < rp_.instrs.size(); ++i) {
         if (rp_.operands.empty() || !consumes_grad_values(rp_.instrs[i])) continue;
         const Operands& o = rp_.operands[i];
         for (int k = 0; k < o.n_in; ++k) {
             const DataTensor& t = prog.tensors[static_cast<std::size_t>(rp_.operand_ids[o.first + static_cast<std::size_t>(k)])];
-            if (t.role == TensorRole::param_grad && t.version >= 0) ++grad_reductions_[{value_at(t.offset), t.version}];
+            if (t.role == TensorRole::param_grad && t.version >= 0) ++grad_readers_[{value_at(t.offset), t.version}];
         }
     }
 }
@@ -452,16 +452,16 @@ float* RankState::grad_value(const DataTensor& t, std::size_t at) {
     const int v = value_at(t.offset);
     const auto& [off, count] = grad_values_[static_cast<std::size_t>(v)];
     const std::pair<int, int> key{v, t.version};
-    if (t.offset + t.elements() > off + count || !grad_reductions_.count(key))
+    if (t.offset + t.elements() > off + count || !grad_readers_.count(key))
         fail(at, "names gradients [" + std::to_string(t.offset) + ", " + std::to_string(t.offset + t.elements()) +
-                     ") of version " + std::to_string(t.version) + " that no reduce-scatter of this rank consumes");
-    if (grad_reduced_.count(key)) fail(at, "uses gradients of version " + std::to_string(t.version) + " after their reduce-scatter");
+                     ") of version " + std::to_string(t.version) + " that no reduce-scatter or copy down of this rank consumes");
+    if (grad_reduced_.count(key)) fail(at, "uses gradients of version " + std::to_string(t.version) + " after their last reader (reduce-scatter or copy down)");
     auto live = grad_live_.find(key);
     if (live == grad_live_.end()) {
         try {
             Live l;
             l.buf = buffer(count, Tier::gpu, "rank " + std::to_string(rank_) + " tier gpu, gradients being reduced", true, w_.plan.grad_bytes());
-            l.pending = grad_reductions_.at(key);
+            l.pending = grad_readers_.at(key);
             live = grad_live_.emplace(key, std::move(l)).first;
         } catch (const OutOfMemory& e) {
             fail(at, e.what());
@@ -494,9 +494,9 @@ void RankState::finish_grad_values(std::size_t i) {
 }
 
 float* RankState::host_grads() {
-    if (grads_host_.empty())  // streamed to the host: DeepSpeed's fp32 partition
+    if (grads_host_.empty())
         grads_host_ = buffer(host_ranges_.elements, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, gradients", true,
-                             w_.plan.streams_grads_to_host() ? 4.0 : w_.plan.grad_bytes());
+                             w_.plan.host_grad_bytes());
     return grads_host_.data();
 }
 
@@ -515,7 +515,7 @@ float RankState::read_param(const std::string& name, int layer, bool grad, i64 i
     if (dev_) dev_->bind_thread();  // this thread's calls go to the rank's GPU
     const ParamEntry& e = entry(name, layer);
     float v = 0;
-    if (grad && grads_sharded_ && grad_shard_.elements == 0) {  // streamed to the host: its partition holds them
+    if (grad && w_.plan.streams_grads_to_host()) {  // streamed to the host: its partition holds them
         const i64 at = host_ranges_.index(e.offset + index, 1);
         if (at < 0 || grads_host_.empty())
             throw InputError("runtime", name, "rank " + std::to_string(rank_) + " holds element " + std::to_string(index) +

@@ -68,7 +68,7 @@ void RankLowering::grads_to_host(double off, double count, bool expert) {
             if (named) io({scratch, slice}, {slice});
             ready = record(Stream::compute);
         }
-        const int down = copy(Stream::d2h, CopyKind::d2h, n * (last ? 4.0 : p_.grad_bytes()), n_.grad_d2h, ready);
+        const int down = copy(Stream::d2h, CopyKind::d2h, n * (last ? p_.host_grad_bytes() : p_.grad_bytes()), n_.grad_d2h, ready);
         if (named) io({slice}, {host});
         if (blocking) wait(Stream::compute, down);
     };

@@ -74,8 +74,8 @@ void emit_model_states(const PlanSpec& p, const StageParams& sp, Emit&& emit) {
     else emit("weights", TensorTag::weights, life, sharded(wb, z >= 3), p.offload.params, "(params)", nullptr);
     // Pipelined FSDP accumulates unsharded gradients over the step's micro-batches.
     const bool grads_sharded = z >= 2 && !p.pipelined_fsdp();
-    // Streamed to the host, DeepSpeed's fp32 partition there (PlanSpec::streams_grads_to_host).
-    const double kept = p.streams_grads_to_host() ? 4.0 : p.kept_grad_bytes();
+    // Streamed to the host, DeepSpeed's fp32 partition there (PlanSpec::host_grad_bytes).
+    const double kept = p.streams_grads_to_host() ? p.host_grad_bytes() : p.kept_grad_bytes();
     emit("grads", TensorTag::grads, life, sharded(grads_sharded ? kept : gb, grads_sharded), p.offload.grads,
          fsdp && grads_sharded ? "(params) fp32 shards" : "(params)", nullptr);
     if (p.has_master() && !fsdp) emit("optimizer.master", TensorTag::optimizer, life, sharded(4.0, z >= 1), p.offload.optimizer, "(params) fp32", nullptr);
@@ -141,7 +141,27 @@ void emit_buffers(const ModelSpec& m, const PlanSpec& p, int stage, const std::v
     const bool zero3_per_layer = nd > 1 && p.zero_stage == 3 && !p.pipelined_fsdp();
     // What a ZeRO-3 gather makes whole: the dense parameters, and the experts where edp > 1.
     const auto gathered = [&](const StageParams& x) { return x.dense + (p.edp() > 1 ? x.expert : 0.0); };
-    if ((nd > 1 || zero2) && (p.overlap_grad_reduce || zero2) && !zero3_per_layer && !streamed) {
+    // The widest unit's gradients, a layer's dense or expert block, or (with `edges`) the
+    // embedding's or the head's: the largest value a reduction holds whole.
+    // (The edges' counts are taken only where a branch needs them: the planner meets this list
+    // for every plan it sizes.)
+    const auto widest_unit_grads = [&](bool edges) {
+        double widest = 0;
+        for (int l : layer_ids) widest = std::max({widest, layer(l).dense, layer(l).expert});
+        if (edges) {
+            const StageEdgeParams e = stage_edge_params(m, p, stage);
+            widest = std::max({widest, e.embedding, e.head, e.head_expert});
+        }
+        return widest * p.grad_bytes();
+    };
+    // ZeRO-3's head gradients (the tied table's where the head reads it), whole from the head's
+    // backward through the layers' (the edges are reduced at the micro-batch's end).
+    const auto head_grads = [&] {
+        const StageEdgeParams e = stage_edge_params(m, p, stage);
+        const double head = e.head + (head_reads_embedding_table(m, p) ? e.embedding : 0.0);
+        if (head > 0) emit("zero3.head_grads", TensorTag::buffers, Lifetime::transient, p.grad_bytes() * head, gpu, "the head's whole gradients", nullptr);
+    };
+    if (nd > 1 && (p.overlap_grad_reduce || zero2) && !zero3_per_layer && !streamed) {
         // One bucket being reduced while the next fills (Megatron's DDP), never more than all grads.
         const double all = p.grad_bytes() * sp.total();
         const double bucket = std::min(static_cast<double>(p.dp_bucket_bytes), all);
@@ -154,10 +174,7 @@ void emit_buffers(const ModelSpec& m, const PlanSpec& p, int stage, const std::v
             // table, the head) is reduced whole while the next bucket fills (FSDP's per-module
             // reduce-scatter; until stop 63 two buckets of the size: DeepSeek-V3's layers at ep 1
             // 22.5 GB under the walk).
-            double widest = 0;
-            for (int l : layer_ids) widest = std::max({widest, layer(l).dense, layer(l).expert});
-            const StageEdgeParams e = stage_edge_params(m, p, stage);
-            widest = std::max({widest, e.embedding, e.head, e.head_expert}) * p.grad_bytes();
+            const double widest = widest_unit_grads(true);
             emit("zero2.grad_buckets", TensorTag::buffers, Lifetime::persistent, std::min(all, std::max(bucket, widest) + bucket), gpu,
                  "widest bucket + bucket", nullptr);
         }
@@ -169,12 +186,8 @@ void emit_buffers(const ModelSpec& m, const PlanSpec& p, int stage, const std::v
         // two ipg buffers), and with several micro-batches the host's sum of a slice comes up into a
         // scratch beside it (async_accumulate_grad_in_cpu_via_gpu).
         // ZeRO-3's edges are reduced at the micro-batch's end: the head's whole gradients are
-        // zero3.head_grads (below, and above over dp > 1), not one of the layers' values.
-        double widest = 0;
-        for (int l : layer_ids) widest = std::max({widest, layer(l).dense, layer(l).expert});
-        const StageEdgeParams e = stage_edge_params(m, p, stage);
-        if (p.zero_stage == 2) widest = std::max({widest, e.embedding, e.head, e.head_expert});
-        widest *= p.grad_bytes();
+        // zero3.head_grads, not one of the layers' values.
+        const double widest = widest_unit_grads(p.zero_stage == 2);
         const double all = p.grad_bytes() * sp.total();
         const double value = std::min(all, p.zero_stage == 2 ? widest + static_cast<double>(p.dp_bucket_bytes) : widest);
         // ZeRO-2's boundary copies hold the backward (the overflow check): with one micro-batch a
@@ -187,10 +200,7 @@ void emit_buffers(const ModelSpec& m, const PlanSpec& p, int stage, const std::v
             emit("grads.from_device", TensorTag::buffers, Lifetime::transient, value / nd, TierSplit{0.0, 1.0, 0.0}, "a value's slice", nullptr);
         else if (p.micro_batches() > 1)
             emit("grads.from_host", TensorTag::buffers, Lifetime::transient, value / nd, gpu, "a value's slice", nullptr);
-        if (p.zero_stage == 3 && nd == 1 && stage == head_stage(p)) {
-            const double head = e.head + (head_reads_embedding_table(m, p) ? e.embedding : 0.0);
-            if (head > 0) emit("zero3.head_grads", TensorTag::buffers, Lifetime::transient, p.grad_bytes() * head, gpu, "the head's whole gradients", nullptr);
-        }
+        if (p.zero_stage == 3 && nd == 1 && stage == head_stage(p)) head_grads();  // over dp > 1: below
     }
     if (p.pipelined_fsdp() && nd > 1) {
         // Pipelined FSDP holds every layer of the stage gathered from its first forward to its
@@ -216,13 +226,8 @@ void emit_buffers(const ModelSpec& m, const PlanSpec& p, int stage, const std::v
             emit("zero3.gathered_edges", TensorTag::buffers, Lifetime::persistent, wb * edges, gpu, "embedding + head params", nullptr);
         // The edges' gradients are reduce-scattered at the end of each micro-batch's backward
         // (FSDP's root unit in its post-backward; the lowering's edge buckets): the head's whole
-        // gradient (the tied table's, where the head reads it) lives from the head's backward
-        // through the layers', beside their peak.
-        if (stage == head_stage(p)) {
-            const StageEdgeParams e = stage_edge_params(m, p, stage);
-            const double head = e.head + (head_reads_embedding_table(m, p) ? e.embedding : 0.0);
-            if (head > 0) emit("zero3.head_grads", TensorTag::buffers, Lifetime::transient, p.grad_bytes() * head, gpu, "the head's whole gradients", nullptr);
-        }
+        // gradient lives from the head's backward through the layers', beside their peak.
+        if (stage == head_stage(p)) head_grads();
     } else if (!p.offload.params.all_gpu()) {
         // Offloaded parameters are fetched to the GPU before use: a layer while the next one is
         // prefetched, or the embedding and head (fetched when used) beside one layer.

@@ -54,8 +54,7 @@ bool applies(When w, const PlanSpec& p) {
     // ZeRO-2/3 with the whole optimizer off the GPU and the gradients not placed by the plan.
     case When::offloaded_optimizer: return p.zero_stage >= 2 && p.offload.optimizer.gpu == 0.0 && p.offload.grads.all_gpu();
     // FSDP's CPU offload (ZeRO-3, the parameters and the optimizer on the host), the gradients not placed by the plan.
-    case When::fsdp_cpu_offload:
-        return p.zero_stage == 3 && p.offload.optimizer.cpu == 1.0 && p.offload.params.cpu == 1.0 && p.offload.grads.all_gpu();
+    case When::fsdp_cpu_offload: return applies(When::fsdp_offloaded, p) && p.offload.grads.all_gpu();
     case When::fsdp_offloaded: return p.zero_stage == 3 && p.offload.optimizer.cpu == 1.0 && p.offload.params.cpu == 1.0;
     }
     return false;

@@ -397,6 +397,10 @@ struct PlanSpec {
     bool streams_grads_to_host() const {
         return zero_stage >= 2 && offload.grads.cpu >= 1.0 && offload.optimizer.gpu == 0.0 && !lock_free_update;
     }
+    /// Bytes per element of the gradients the host holds for the update: streamed, DeepSpeed's
+    /// fp32 partition (stage_1_and_2.py pins an fp32 .grad beside each fp32 partition, and the
+    /// boundary's copy down is `.float()`); else the copy down of the GPU's gradients.
+    double host_grad_bytes() const { return streams_grads_to_host() ? 4.0 : grad_bytes(); }
     /// ZeRO-Infinity's update stages each sub-group's 16-bit weights in host memory on their way
     /// home: into the SSD file with the weights homed there, or up to the GPU's weights (a mixed-
     /// precision copy_() from the fp32 master converts on the host; lock-free, only the master is
