@@ -151,10 +151,8 @@ void run_run(const RunArgs& a) {
     }
     if (!trace.empty()) write_output(a.trace, trace);
     if (!json.empty()) write_output(a.json, json);
-    if (interrupted) {
-        std::cerr << "interrupted after step " << session.steps_done() << "\n";
-        std::exit(130);
-    }
+    // Thrown, not std::exit: the session's destructor removes its temporary ssd directory.
+    if (interrupted) throw Interrupted("stopped after step " + std::to_string(session.steps_done()));
 }
 
 void add_run(CLI::App& app) {

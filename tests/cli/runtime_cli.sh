@@ -165,12 +165,15 @@ grep -q "model.mtp_depth" "$T/err" || fail "the refusal does not name model.mtp_
 [ $rc -eq 2 ] || fail "missing checkpoint: exit $rc, expected 2"
 
 # Ctrl-C between steps: exit 130, a checkpoint saved, no partial JSON.
-"$S" run --scenario gpt-tiny-2cpu --steps 1000000 --save "$T/int" --json "$T/int.json" >"$T/out" 2>"$T/err" &
+# The run's temporary ssd directory goes too (it leaked while Ctrl-C exited past the session).
+mkdir -p "$T/tmp"
+TMPDIR="$T/tmp" "$S" run --scenario gpt-tiny-2cpu --steps 1000000 --save "$T/int" --json "$T/int.json" >"$T/out" 2>"$T/err" &
 pid=$!
 for _ in $(seq 1 100); do grep -q '^step ' "$T/out" 2>/dev/null && break; sleep 0.1; done
 kill -INT $pid; wait $pid; rc=$?
 [ $rc -eq 130 ] || { cat "$T/err"; fail "interrupted run: exit $rc, expected 130"; }
-grep -q "interrupted after step" "$T/err" || fail "no interruption message"
+grep -q "interrupted: stopped after step" "$T/err" || fail "no interruption message"
+[ -z "$(ls -A "$T/tmp")" ] || fail "an interrupted run left $(ls "$T/tmp") in its temporary directory"
 [ -f "$T/int/rank-0.bin" ] || fail "no checkpoint saved on Ctrl-C"
 python3 -c "import json,sys; json.load(open(sys.argv[1]))" "$T/int.json" || fail "partial JSON on Ctrl-C"
 
