@@ -46,6 +46,7 @@ void require_same(const MemoryReport& a, const MemoryReport& b) {
         REQUIRE(x.activations_bytes == y.activations_bytes);
         REQUIRE(x.workspace_bytes == y.workspace_bytes);
         REQUIRE(x.buffers_bytes == y.buffers_bytes);
+        REQUIRE(x.layers_backward_gpu_bytes == y.layers_backward_gpu_bytes);
         for (int t = 0; t < kTierCount; ++t) REQUIRE(x.tier_bytes[t] == y.tier_bytes[t]);
     }
     REQUIRE(a.worst_hbm_stage == b.worst_hbm_stage);
@@ -68,6 +69,10 @@ std::vector<PlanSpec> variants(const PlanSpec& p) {
     q.exp_avg_dtype = q.exp_avg_sq_dtype = Precision::bf16;
     q.fp32_grads = true;
     q.overlap_param_gather = !q.overlap_param_gather;
+    out.push_back(q);
+    q = p;  // gradients streamed to the host (DeepSpeed's optimizer offload), ZeRO-3's values not beside the head
+    q.zero_stage = std::max(2, q.zero_stage);
+    q.offload.optimizer = q.offload.grads = TierSplit{0, 1, 0};
     out.push_back(q);
     return out;
 }

@@ -326,6 +326,42 @@ TEST_CASE("gradients streamed to the host: the GPU holds buckets, the host DeepS
         }
 }
 
+TEST_CASE("gradients streamed to the host: the layers' values are not summed with the head's backward", "[runtime][memory][host_grads]") {
+    // A large vocabulary on narrow layers (Llama 3's 128k rows at 2048 wide): the head's backward
+    // (its logits' gradient, fp32 at 8k tokens, 4.2 GB) is the GPU's peak. ZeRO-3 streams each
+    // layer's gradients down as the layers' backward reduces them; the head's backward runs before
+    // any of them exists, and the pass ends with the last one's copy down. The model's peak is the
+    // head's, without the two layer values (2 x 100 M parameters x 2 B under overlap_comm).
+    ModelSpec m = tiny_llama(4);
+    m.name = "wide-vocabulary";
+    m.hidden = 2048;
+    m.heads = m.kv_heads = 16;
+    m.head_dim = 128;
+    m.ffn_hidden = 8192;
+    m.vocab = 128256;
+    m.seq_len = 8192;
+    PlanSpec p = streamed(cpu_plan(), 3);
+    p.precision = Precision::bf16;
+    p.recompute = Recompute::full;
+    p.micro_batch = 1;
+    p.global_batch = 2;
+    const WalkAndModel r = walk_and_model(m, p);
+    const StageMemory& s = r.model.stages.at(0);
+    // The two values by hand: a layer's parameters (4 h^2 attention + 3 h f MLP + 2 h norms) in bf16.
+    const double h = m.hidden, layer = 4 * h * h + 3 * h * m.ffn_hidden + 2 * h;
+    INFO("GPU walk " << r.walk[0] << " B, model " << r.model_gpu() << " B; the layers' backward alone holds " << s.layers_backward_gpu_bytes << " B");
+    CHECK(s.layers_backward_gpu_bytes == Approx(2 * 2.0 * layer + 2.0 * layer).epsilon(1e-9));  // two values and the host sum's scratch
+    // The walk's peak is the loss's cast (fp32 and bf16 logits beside the weights). The model's
+    // head term also holds the head's whole gradients (h x V x 2 B) beside all the logits, which the
+    // runtime's fused loss has freed by the head's weight-gradient GEMM: the model may exceed the
+    // walk by those, and 2 % more.
+    const double head_grads = h * m.vocab * 2.0;
+    CHECK(r.model_gpu() >= r.walk[0]);
+    CHECK(r.model_gpu() <= 1.02 * r.walk[0] + head_grads);
+    // Summed with the head's workspace, as before stop 67, the model exceeded that bound.
+    CHECK(r.model_gpu() + s.layers_backward_gpu_bytes > 1.02 * r.walk[0] + head_grads);
+}
+
 TEST_CASE("gradients streamed to the host: what is not executed is refused by name", "[runtime][offload][host_grads]") {
     auto refused = [](const ModelSpec& m, const PlanSpec& p, const char* what) {
         CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(p.gpus()), p, {}), Catch::Contains("plan.offload.grads") && Catch::Contains(what));

@@ -47,8 +47,9 @@ double in_flight_microbatches(const PlanSpec& p, int stage) {
 
 namespace {
 
-void add_to(StageMemory& s, TensorTag tag, double tensor_bytes, const TierSplit& tiers, double times) {
+void add_to(StageMemory& s, TensorTag tag, double tensor_bytes, const TierSplit& tiers, double times, Lifetime life = Lifetime::persistent) {
     const double bytes = tensor_bytes * times;
+    if (life == Lifetime::layers_backward) s.layers_backward_gpu_bytes += bytes * tiers.gpu;
     switch (tag) {
         case TensorTag::weights: s.weights_bytes += bytes; break;
         case TensorTag::grads: s.grads_bytes += bytes; break;
@@ -59,7 +60,7 @@ void add_to(StageMemory& s, TensorTag tag, double tensor_bytes, const TierSplit&
     for (int t = 0; t < kTierCount; ++t) s.tier_bytes[static_cast<std::size_t>(t)] += bytes * tiers.of(static_cast<Tier>(t));
 }
 
-void add_to(StageMemory& s, const TensorDesc& d, double times) { add_to(s, d.tag, d.bytes, d.tiers, times); }
+void add_to(StageMemory& s, const TensorDesc& d, double times) { add_to(s, d.tag, d.bytes, d.tiers, times, d.lifetime); }
 
 double sum_bytes(const std::vector<TensorDesc>& v) {
     double b = 0;
@@ -259,7 +260,7 @@ StageMemory stage_states_and_buffers(const ModelSpec& m, const PlanSpec& p, int 
     StageMemory sums;
     for (int i = 0; i < list.count; ++i) {
         const TensorBytes& b = list.items[static_cast<std::size_t>(i)];
-        add_to(sums, b.tag, b.bytes, b.tiers, 1.0);
+        add_to(sums, b.tag, b.bytes, b.tiers, 1.0, b.lifetime);
     }
     return sums;
 }
@@ -319,6 +320,9 @@ MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capaci
         double head_ws = logits.empty() ? 0.0 : sum_bytes(head_workspace(m, p));
         if (!logits.empty() && m.mtp_depth > 0 && m.layers > 0)
             head_ws = std::max(head_ws, sum_bytes(layer_backward_workspace(m, p, mtp_layer_kind(m), false)));
+        // The buffers summed below are all held beside every workspace; those of the layers'
+        // backward alone are not beside the head's, which the head's term gives back.
+        if (!logits.empty()) head_ws -= s.layers_backward_gpu_bytes;
         HeldTimes held;
         if (p.vpp <= 1) {
             // One chunk per rank: every layer holds the same micro-batches. The last stage starts

@@ -193,13 +193,17 @@ void emit_buffers(const ModelSpec& m, const PlanSpec& p, int stage, const std::v
         // ZeRO-2's boundary copies hold the backward (the overflow check): with one micro-batch a
         // step every copy is a boundary's, and a value goes before the next one fills.
         const bool two = p.overlap_grad_reduce && !(p.zero_stage == 2 && p.micro_batches() == 1);
-        emit("grads.streamed_values", TensorTag::buffers, Lifetime::persistent, std::min(all, (two ? 2.0 : 1.0) * value), gpu,
+        // ZeRO-3's values are layers' (the edges': zero3.head_grads), and the pass ends with the
+        // last one's copy down: none exists at a head's backward. ZeRO-2's first bucket fills there.
+        const Lifetime values_life = p.zero_stage == 3 ? Lifetime::layers_backward : Lifetime::persistent;
+        emit("grads.streamed_values", TensorTag::buffers, values_life, std::min(all, (two ? 2.0 : 1.0) * value), gpu,
              two ? "2 x (widest unit + bucket)" : "widest unit + bucket", nullptr);
         // FSDP adds on the host instead (plan.cpu_grad_accumulation): the copy down waits there.
         if (p.micro_batches() > 1 && p.cpu_grad_accumulation)
             emit("grads.from_device", TensorTag::buffers, Lifetime::transient, value / nd, TierSplit{0.0, 1.0, 0.0}, "a value's slice", nullptr);
         else if (p.micro_batches() > 1)
-            emit("grads.from_host", TensorTag::buffers, Lifetime::transient, value / nd, gpu, "a value's slice", nullptr);
+            emit("grads.from_host", TensorTag::buffers, p.zero_stage == 3 ? Lifetime::layers_backward : Lifetime::transient, value / nd, gpu,
+                 "a value's slice", nullptr);
         if (p.zero_stage == 3 && nd == 1 && stage == head_stage(p)) head_grads();  // over dp > 1: below
     }
     if (p.pipelined_fsdp() && nd > 1) {
@@ -260,9 +264,9 @@ struct ListEmit {
 // Appends to a byte-only list.
 struct BytesEmit {
     StageTensorBytes& out;
-    void operator()(const char*, TensorTag tag, Lifetime, double bytes, const TierSplit& tiers, const char*, const char*) const {
+    void operator()(const char*, TensorTag tag, Lifetime life, double bytes, const TierSplit& tiers, const char*, const char*) const {
         STRATA_ASSERT(out.count < static_cast<int>(out.items.size()), "StageTensorBytes holds every model state and buffer");
-        out.items[static_cast<std::size_t>(out.count++)] = TensorBytes{tag, bytes, tiers};
+        out.items[static_cast<std::size_t>(out.count++)] = TensorBytes{tag, bytes, tiers, life};
     }
 };
 

@@ -38,8 +38,13 @@ struct StageMemory {
     double in_flight_microbatches = 0;  ///< micro-batch equivalents of activations held at peak
     double weights_bytes = 0, grads_bytes = 0, optimizer_bytes = 0;
     double activations_bytes = 0;       ///< stashed activations at the schedule's peak
-    double workspace_bytes = 0;         ///< transient peak of one layer's backward
+    /// transient peak of a backward beside what is summed above: a layer's workspace, or the head's
+    /// less the buffers only the layers' backward holds (layers_backward_gpu_bytes)
+    double workspace_bytes = 0;
     double buffers_bytes = 0;           ///< DP buckets, ZeRO-3 gathers, p2p, framework reserve
+    /// Of the GPU's buffers, those only the layers' backward holds (Lifetime::layers_backward): the
+    /// head's backward, which runs before it, is not summed with them.
+    double layers_backward_gpu_bytes = 0;
     std::array<double, kTierCount> tier_bytes{};  ///< per rank on gpu / cpu / ssd
     double total_bytes() const { return tier_bytes[0] + tier_bytes[1] + tier_bytes[2]; }
 };

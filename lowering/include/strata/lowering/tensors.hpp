@@ -21,7 +21,10 @@ const char* to_string(TensorTag);
 enum class Lifetime : std::uint8_t {
     persistent,  ///< whole run (model states)
     stashed,     ///< from a layer's forward to its backward, per micro-batch (activations)
-    transient    ///< during one op or one layer's backward (workspace, recompute, gathered params)
+    transient,   ///< during one op or one layer's backward (workspace, recompute, gathered params)
+    /// from the first layer's backward to the last's: absent at the head's backward, which runs
+    /// before (values of the layers' gradients on their way to the host)
+    layers_backward
 };
 
 struct TensorDesc {
@@ -118,6 +121,7 @@ struct TensorBytes {
     TensorTag tag = TensorTag::buffers;
     double bytes = 0;
     TierSplit tiers;
+    Lifetime lifetime = Lifetime::persistent;
 };
 /// stage_model_states followed by stage_buffers, byte counts only and in the same order (no
 /// strings, no allocation): the planner's memory estimate runs this for every stage of every plan.
