@@ -28,6 +28,19 @@ PlanSpec streamed(PlanSpec p, int zero, TierSplit optimizer = TierSplit{0, 1, 0}
     return p;
 }
 
+// A Llama of real width (128-wide heads, no GQA) on tiny_llama's other settings.
+ModelSpec llama_shape(const char* name, int layers, int hidden, int ffn_hidden, int vocab, int seq_len) {
+    ModelSpec m = tiny_llama(layers);
+    m.name = name;
+    m.hidden = hidden;
+    m.heads = m.kv_heads = hidden / 128;
+    m.head_dim = 128;
+    m.ffn_hidden = ffn_hidden;
+    m.vocab = vocab;
+    m.seq_len = seq_len;
+    return m;
+}
+
 struct Copies {
     int d2h = 0, h2d = 0, optimizer_d2h = 0;
     double d2h_bytes = 0, h2d_bytes = 0;
@@ -263,14 +276,7 @@ TEST_CASE("gradients streamed to the host: the GPU holds buckets, the host DeepS
     // a bucket with its host sum's scratch, no gradient buffer (13.5 GB with the gradients on the
     // GPU). The model counts the same within 6 %, on the safe side (its activations' peak at the
     // backward's start and the buckets' at a layer's end are summed).
-    ModelSpec m = tiny_llama(32);
-    m.name = "llama-2-7b-shape";
-    m.hidden = 4096;
-    m.heads = m.kv_heads = 32;
-    m.head_dim = 128;
-    m.ffn_hidden = 11008;
-    m.vocab = 32000;
-    m.seq_len = 4096;
+    const ModelSpec m = llama_shape("llama-2-7b-shape", 32, 4096, 11008, 32000, 4096);
     for (int zero : {2, 3}) {
         PlanSpec p = streamed(cpu_plan(), zero);
         p.precision = Precision::bf16;
@@ -327,19 +333,12 @@ TEST_CASE("gradients streamed to the host: the GPU holds buckets, the host DeepS
 }
 
 TEST_CASE("gradients streamed to the host: the layers' values are not summed with the head's backward", "[runtime][memory][host_grads]") {
-    // A large vocabulary on narrow layers (Llama 3's 128k rows at 2048 wide): the head's backward
-    // (its logits' gradient, fp32 at 8k tokens, 4.2 GB) is the GPU's peak. ZeRO-3 streams each
+    // A large vocabulary on narrow layers (Llama 3's 128k rows at 2048 wide): the head (its fp32
+    // logits at 8k tokens, 4.2 GB) is the GPU's peak. ZeRO-3 streams each
     // layer's gradients down as the layers' backward reduces them; the head's backward runs before
     // any of them exists, and the pass ends with the last one's copy down. The model's peak is the
     // head's, without the two layer values (2 x 100 M parameters x 2 B under overlap_comm).
-    ModelSpec m = tiny_llama(4);
-    m.name = "wide-vocabulary";
-    m.hidden = 2048;
-    m.heads = m.kv_heads = 16;
-    m.head_dim = 128;
-    m.ffn_hidden = 8192;
-    m.vocab = 128256;
-    m.seq_len = 8192;
+    const ModelSpec m = llama_shape("wide-vocabulary", 4, 2048, 8192, 128256, 8192);
     PlanSpec p = streamed(cpu_plan(), 3);
     p.precision = Precision::bf16;
     p.recompute = Recompute::full;
