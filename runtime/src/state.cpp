@@ -533,7 +533,9 @@ float RankState::read_param(const std::string& name, int layer, bool grad, i64 i
         param_file_io(e.offset + index, 1, &v, true);
         return v;
     }
-    to_host(&v, (grad ? grads_.data() + e.offset : home_at(e.offset, e.elements())) + index, 1);
+    // One element: a sharded rank may hold part of a tensor (its slice of each tensor under
+    // plan.zero3_param_sync).
+    to_host(&v, grad ? grads_.data() + e.offset + index : home_at(e.offset + index, 1), 1);
     return v;
 }
 

@@ -287,6 +287,10 @@ inline std::vector<Variant> parallel_variants() {
     p.offload.optimizer = p.offload.grads = TierSplit{0.0, 1.0, 0.0};
     v.push_back({"Llama, dp 2, ZeRO 3, gradients streamed to the host", tiny_llama(2), p});
     p = cpu_plan(1, 1, 2);
+    p.zero_stage = 3;
+    p.zero3_param_sync = true;  // DeepSpeed 2021: a gather and a reduce-scatter per tensor, a slice of each a rank
+    v.push_back({"GPT, dp 2, ZeRO 3 per parameter (DeepSpeed 2021)", tiny_gpt(), p});
+    p = cpu_plan(1, 1, 2);
     p.zero_stage = 1;
     p.offload.optimizer = TierSplit{0.0, 1.0, 0.0};
     v.push_back({"Llama, dp 2, ZeRO 1, optimizer on the CPU", tiny_llama(2), p});

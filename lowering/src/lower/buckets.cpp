@@ -352,9 +352,11 @@ std::vector<std::pair<double, double>> RankLowering::owned_ranges() const {
     };
     for (const Bucket& b : buckets_) slice(b.off, b.count, b.expert);
     if (p_.zero_stage == 3)
-        for (const Unit& u : units_) {
-            if (u.layer >= 0) slice(u.dense_off, u.dense);
-            if (u.layer >= 0 && u.expert > 0) slice(u.expert_off, u.expert, true);
+        for (std::size_t i = 0; i < units_.size(); ++i) {
+            const Unit& u = units_[i];
+            if (u.layer < 0) continue;
+            for (const auto& [off, n] : layer_pieces(static_cast<int>(i))) slice(off, n);  // per tensor under zero3_param_sync
+            if (u.expert > 0) slice(u.expert_off, u.expert, true);
         }
     std::sort(out.begin(), out.end());
     return out;

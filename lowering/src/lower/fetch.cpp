@@ -23,20 +23,27 @@ int RankLowering::fetch_params(int layer, int after_ev, FetchPart part) {
     layer_ = layer;  // the transfers are labelled with the layer they serve
     const LayerParamsRank lp = layer_params_rank(m_, p_, layer);
     const double shard = zero3 ? lp.dense / group_size(Group::dp) + lp.expert / group_size(Group::edp) : lp.dense + lp.expert;
-    const Unit* u = df_ ? &units_[static_cast<std::size_t>(unit_of_layer(layer))] : nullptr;
-    // Sharded (ZeRO-3's offload_param), a rank brings its own slice up and the gather fills the rest.
+    const int unit = df_ ? unit_of_layer(layer) : -1;
+    const Unit* u = df_ ? &units_[static_cast<std::size_t>(unit)] : nullptr;
+    // Sharded (ZeRO-3's offload_param), a rank brings its own slice up (of each tensor under
+    // zero3_param_sync) and the gather fills the rest.
     std::vector<std::pair<double, double>> slices;
-    if (u) slices.push_back(zero3 ? dp_slice(u->dense_off, u->dense) : std::make_pair(u->dense_off, u->dense));
+    if (u)
+        for (const auto& [off, n] : layer_pieces(unit)) slices.push_back(zero3 ? dp_slice(off, n) : std::make_pair(off, n));
     if (u && u->expert > 0) {  // the layer's expert range (past the dense buffer), sharded over edp
         const double e = u->expert_off + dense_elements_;
         slices.push_back(zero3 ? dp_slice(e, u->expert, true) : std::make_pair(e, u->expert));
     }
     int ev = part == FetchPart::gather ? after_ev : fetch_offloaded(shard, slices, after_ev);
     if (zero3 && part != FetchPart::offloaded) {
-        double last = lp.dense * d_.act_bytes;
-        if (zero3_sync()) last = zero3_calls_before(Stream::dp_comm, CollKind::all_gather, Group::dp, layer, lp.dense, d_.act_bytes, n_.zero3_ag, ev);
-        ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, last, n_.zero3_ag, ev);
-        gather_operands(u ? u->dense_off : 0, u ? u->dense : 0);
+        if (u && zero3_sync()) {
+            ev = zero3_gather_pieces(unit, ev);
+        } else {
+            double last = lp.dense * d_.act_bytes;
+            if (zero3_sync()) last = zero3_calls_before(Stream::dp_comm, CollKind::all_gather, Group::dp, layer, lp.dense, d_.act_bytes, n_.zero3_ag, ev);
+            ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, last, n_.zero3_ag, ev);
+            gather_operands(u ? u->dense_off : 0, u ? u->dense : 0);
+        }
         if (lp.expert > 0 && group_size(Group::edp) > 1) {
             ev = collective(Stream::dp_comm, CollKind::all_gather, Group::edp, lp.expert * d_.act_bytes, n_.zero3_ag_expert, -1);
             if (u) gather_operands(u->expert_off + dense_elements_, u->expert, true);

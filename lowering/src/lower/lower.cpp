@@ -280,6 +280,7 @@ RankLowering::RankLowering(const ModelSpec& m, const ClusterSpec& cl, const Plan
             STRATA_ASSERT(offs[i] == units_[i].dense_off, "lower: parameter layout and gradient units differ");
         for (int g = 0; g < kGroupCount; ++g)
             if (static_cast<Group>(g) != Group::world) rp.groups[static_cast<std::size_t>(g)] = group_ranks(static_cast<Group>(g), p, rank_);
+        build_zero3_pieces();
         build_grad_values();
     }
     act_ids_.resize(act_desc_.size());
@@ -492,19 +493,7 @@ void RankLowering::layer_grads(int layer) {
         // ZeRO-3 (DeepSpeed): every micro-batch reduce-scatters the layer's gradients into shards.
         const Unit& u = units_[static_cast<std::size_t>(unit_of_layer(layer))];
         const bool to_host = p_.streams_grads_to_host();
-        if (group_size(Group::dp) > 1) {
-            int after = kAfterCompute;
-            double last = lp.dense * p_.grad_bytes();
-            if (zero3_sync()) {
-                after = record(Stream::compute);
-                last = zero3_calls_before(Stream::dp_comm, CollKind::reduce_scatter, Group::dp, layer, lp.dense, p_.grad_bytes(), n_.zero3_rs, after);
-            }
-            const int done = collective(Stream::dp_comm, CollKind::reduce_scatter, Group::dp, last, n_.zero3_rs, after);
-            reduce_scatter_operands(u.dense_off, u.dense);
-            // The next parameter fetch's synchronize waits for it: nothing runs beside it.
-            if (zero3_sync()) wait(Stream::compute, done);
-        }
-        if (to_host && lp.dense > 0) grads_to_host(u.dense_off, u.dense, false);
+        zero3_reduce_dense(layer, lp.dense);
         if (lp.expert > 0 && group_size(Group::edp) > 1) {
             const int done = collective(Stream::dp_comm, CollKind::reduce_scatter, Group::edp, lp.expert * p_.grad_bytes(), n_.zero3_rs_expert);
             reduce_scatter_operands(u.expert_off + dense_elements_, u.expert, true);

@@ -374,6 +374,13 @@ private:
     /// after `after` (which then names the last of them); returns the bytes left for the caller's
     /// own last call, the one that carries the data.
     double zero3_calls_before(Stream s, CollKind k, Group g, int layer, double elements, double bytes_per, int name, int& after);
+    /// Under zero3_sync in the dataflow, each layer unit's parameter tensors (zero3_pieces.cpp):
+    /// what its gathers, reductions and shard are cut by. Built once the layout is known.
+    void build_zero3_pieces();
+    /// A layer unit's dense pieces: its tensors under zero3_sync in the dataflow, else its range.
+    std::vector<std::pair<double, double>> layer_pieces(int unit) const;
+    int zero3_gather_pieces(int unit, int after_ev);  ///< one all-gather per piece, chained
+    void zero3_reduce_dense(int layer, double dense);  ///< a layer's ZeRO-3 reduction (and copies down)
     int fetch_offloaded(double params, const std::vector<std::pair<double, double>>& slices, int after_ev);
     void fetch_edge(bool head);
     template <class DataflowH2D>
@@ -554,6 +561,7 @@ private:
 
     // data-parallel gradient buckets
     std::vector<Unit> units_;
+    std::vector<std::vector<std::pair<double, double>>> zero3_pieces_;  ///< per unit: build_zero3_pieces
     std::vector<Bucket> buckets_;
     double dense_elements_ = 0, expert_elements_ = 0;
     /// Sharded states over edp 1: nothing reduces or gathers the expert buffer, a rank's is its shard.

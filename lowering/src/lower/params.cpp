@@ -322,9 +322,11 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
                "(Megatron-Core turns the scatter/gather off under sequence parallelism)";
     if (p.p2p_scatter_gather && p.tp > 1 && (static_cast<std::int64_t>(p.micro_batch) * m.seq_len / std::max(1, p.cp)) % p.tp != 0)
         return "plan.p2p_scatter_gather = true: micro_batch x seq_len / cp must be a multiple of plan.tp (each TP rank sends 1/tp of the rows)";
-    if (p.zero3_param_sync && p.zero_stage == 3)
-        return "plan.zero3_param_sync = true: DeepSpeed 2021's per-parameter ZeRO-3 calls are priced by the simulator, not "
-               "executed (the runtime gathers and reduces a layer in one call each)";
+    // Each dense tensor is gathered and reduced on its own (zero3_pieces.cpp); the experts' buffer
+    // has no per-tensor pieces.
+    if (p.zero3_param_sync && p.zero_stage == 3 && m.moe)
+        return "plan.zero3_param_sync = true with MoE layers: DeepSpeed 2021's per-parameter ZeRO-3 calls are executed for "
+               "dense layers; the experts' buffer is not cut per tensor";
     const std::int64_t tp = p.tp;
     if (m.ffn_hidden % tp != 0) return n("model.ffn_hidden", std::to_string(m.ffn_hidden)) + ": must be a multiple of plan.tp = " + std::to_string(tp);
     if (m.heads % tp != 0 || (m.kv_heads > 0 ? m.kv_heads : m.heads) % tp != 0)
