@@ -110,6 +110,8 @@ def random_tiny_plan(rng, model):
     if model == 'mtp':  # its weights are neither gathered (ZeRO-3) nor fetched from the host
         p['zero_stage'] = min(p['zero_stage'], 2)
         p.get('offload', {}).pop('params', None)
+    if p['zero_stage'] == 3 and p['dp'] * p['cp'] > 1 and p['pp'] == 1 and model != 'moe' and rng.random() < 0.3:
+        p['zero3_param_sync'] = True  # DeepSpeed 2021: a gather and a reduce-scatter per tensor
     if model == 'moe':
         p['ep'] = rng.choice([1, 2]) if p['dp'] * p['cp'] % 2 == 0 else 1
         # Combined 1F1B: no full recompute, a pipeline only interleaved or DualPipeV (validate_plan).

@@ -107,6 +107,7 @@ inline std::vector<Variant> fp32_variants() {
         p.zero_stage = 2;
         p.offload.optimizer = p.offload.grads = TierSplit{0.0, 1.0, 0.0};
         v.push_back({"Llama, ZeRO-2, gradients streamed to the host", tiny_llama(2), p});
+        v.push_back({"MoE, ZeRO-2, gradients streamed to the host", tiny_moe(), p});
     }
     ModelSpec win = tiny_llama(4);
     win.sliding_window = 3;  // layers 0 and 2 see 3 keys, 1 and 3 the whole sequence

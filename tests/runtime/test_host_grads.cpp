@@ -108,6 +108,18 @@ TEST_CASE("gradients streamed to the host: every variant follows the single-rank
     check_against_single_rank(tiny_gpt(), v);
     check_against_single_rank(tiny_llama(2), {{"one rank, ZeRO-2, optimizer on the CPU", streamed(cpu_plan(), 2)},
                                               {"dp 2, ZeRO-3", streamed(cpu_plan(1, 1, 2), 3)}});
+    // MoE layers: the experts' buffer streams down as the dense one does, a value per bucket (ZeRO-2)
+    // or layer (ZeRO-3) even where no data-parallel group reduces it (ep = dp: edp 1).
+    std::vector<Variant> moe;
+    for (int zero : {2, 3}) {
+        moe.push_back({zero == 2 ? "MoE, one rank, ZeRO-2" : "MoE, one rank, ZeRO-3", streamed(cpu_plan(), zero)});
+        PlanSpec q = streamed(cpu_plan(1, 1, 2), zero);
+        q.ep = 2;
+        moe.push_back({zero == 2 ? "MoE, dp 2 ep 2 (edp 1), ZeRO-2" : "MoE, dp 2 ep 2 (edp 1), ZeRO-3", q});
+        q = streamed(cpu_plan(1, 1, 2), zero);
+        moe.push_back({zero == 2 ? "MoE, dp 2 (edp 2), ZeRO-2" : "MoE, dp 2 (edp 2), ZeRO-3", q});
+    }
+    check_against_single_rank(tiny_moe(), moe);
 }
 
 TEST_CASE("gradients streamed to the host: the host's sums are the loss's gradients", "[runtime][offload][host_grads]") {
@@ -115,6 +127,11 @@ TEST_CASE("gradients streamed to the host: the host's sums are the loss's gradie
     // (three sums brought up and added): against central differences of the loss.
     check_gradients(tiny_gpt(), streamed(cpu_plan(), 2), 0, {{"fc1.weight", 0}, {"qkv.weight", 1}, {"word_embedding.weight", -1}});
     check_gradients(tiny_gpt(), streamed(cpu_plan(), 3), 0, {{"fc2.weight", 1}, {"ln1.weight", 0}});
+    // The experts' too (every expert chosen, so the loss is smooth in the router's weights).
+    ModelSpec moe = tiny_moe();
+    moe.moe->top_k = moe.moe->experts;
+    check_gradients(moe, streamed(cpu_plan(), 2), 0, {{"experts.fc1.weight", 1}, {"experts.fc2.weight", 2}, {"router.weight", 1}});
+    check_gradients(moe, streamed(cpu_plan(), 3), 0, {{"experts.fc2.weight", 1}, {"router.weight", 2}});
 }
 
 TEST_CASE("gradients streamed to the host: a checkpoint resumes bit for bit", "[runtime][offload][host_grads][checkpoint]") {
@@ -221,10 +238,15 @@ TEST_CASE("gradients streamed to the host: the dataflow orders every access", "[
                      << !x.plan.offload.params.all_gpu() << " sum on the CPU " << x.plan.cpu_grad_accumulation);
         runtime::RunOptions o;
         o.memory_only = true;
-        runtime::Session s(tiny_gpt(), cpu_cluster(x.plan.gpus()), x.plan, o);
-        const std::vector<std::string> h = dataflow_hazards(s.program(), 3);
-        INFO((h.empty() ? "" : h[0]));
-        CHECK(h.empty());
+        // The MoE at ep = dp: its experts' buffer streams without a data-parallel reduction (edp 1).
+        PlanSpec q = x.plan;
+        q.ep = q.dp;
+        for (const auto& [m, plan] : {std::pair{tiny_gpt(), x.plan}, std::pair{tiny_moe(), q}}) {
+            runtime::Session s(m, cpu_cluster(plan.gpus()), plan, o);
+            const std::vector<std::string> h = dataflow_hazards(s.program(), 3);
+            INFO(m.name << (h.empty() ? "" : ": " + h[0]));
+            CHECK(h.empty());
+        }
     }
 }
 
@@ -316,20 +338,21 @@ TEST_CASE("gradients streamed to the host: the GPU holds buckets, the host DeepS
         CHECK(rf.model.cpu_bytes >= rf.walk[1]);
         CHECK(rf.model.cpu_bytes <= 1.01 * rf.walk[1]);
     }
-    // The tiny model, sharded over two ranks too: the model stays on the safe side (at this size a
+    // The tiny models (and the MoE at edp 1), sharded over two ranks too: the model stays on the safe side (at this size a
     // layer's gradients outweigh its activations, and the sum of maxima over-counts by up to 28 %).
-    const ModelSpec t = tiny_llama(2);
-    for (int zero : {2, 3})
-        for (int dp : {1, 2}) {
-            PlanSpec p = streamed(cpu_plan(1, 1, dp), zero);
-            p.precision = Precision::bf16;
-            p.dp_bucket_bytes = 4096;
-            INFO("tiny, ZeRO-" << zero << ", dp " << dp);
-            const WalkAndModel r = walk_and_model(t, p);
-            INFO("GPU walk " << r.walk[0] << " B, model " << r.model_gpu() << " B");
-            CHECK(r.model_gpu() >= r.walk[0]);
-            CHECK(r.walk[1] == Approx(r.model.cpu_bytes).epsilon(1e-9));
-        }
+    for (const ModelSpec& t : {tiny_llama(2), tiny_moe()})
+        for (int zero : {2, 3})
+            for (int dp : {1, 2}) {
+                PlanSpec p = streamed(cpu_plan(1, 1, dp), zero);
+                p.precision = Precision::bf16;
+                p.dp_bucket_bytes = 4096;
+                p.ep = t.is_moe() ? dp : 1;  // edp 1: the experts' gradients are values only because they stream
+                INFO(t.name << ", ZeRO-" << zero << ", dp " << dp);
+                const WalkAndModel r = walk_and_model(t, p);
+                INFO("GPU walk " << r.walk[0] << " B, model " << r.model_gpu() << " B");
+                CHECK(r.model_gpu() >= r.walk[0]);
+                CHECK(r.walk[1] == Approx(r.model.cpu_bytes).epsilon(1e-9));
+            }
 }
 
 TEST_CASE("gradients streamed to the host: the layers' values are not summed with the head's backward", "[runtime][memory][host_grads]") {

@@ -220,14 +220,15 @@ void RankLowering::build_grad_values() {
     shard_params_ = df_ && p_.zero_stage == 3 && group_size(Group::dp) > 1 && p_.offload.params.all_gpu();
     if (!shard_grads_) return;
     // The expert buffer's buckets are values too where the edp group reduces them (with edp 1 a
-    // rank's expert gradients are its shard already: expert_shard_whole()).
+    // rank's expert gradients are its shard already: expert_shard_whole()), or where they go to
+    // the host as they are formed.
     for (const Bucket& b : buckets_)
         if (!b.expert) grad_values_.emplace_back(b.off, b.count);
-        else if (!expert_shard_whole()) grad_values_.emplace_back(b.off + dense_elements_, b.count);
+        else if (!expert_grads_in_shard()) grad_values_.emplace_back(b.off + dense_elements_, b.count);
     if (p_.zero_stage == 3)
         for (const Unit& u : units_) {
             if (u.layer >= 0 && u.dense > 0) grad_values_.emplace_back(u.dense_off, u.dense);
-            if (u.layer >= 0 && u.expert > 0 && !expert_shard_whole()) grad_values_.emplace_back(u.expert_off + dense_elements_, u.expert);
+            if (u.layer >= 0 && u.expert > 0 && !expert_grads_in_shard()) grad_values_.emplace_back(u.expert_off + dense_elements_, u.expert);
         }
     std::sort(grad_values_.begin(), grad_values_.end());
     // Buckets cut through a tensor (no overlap: dp_bucket_bytes pieces) are one value: a kernel
@@ -512,7 +513,7 @@ int RankLowering::prm_grad(const char* name, int layer) {
     DataTensor t = prog_.tensors[static_cast<std::size_t>(prm(name, layer))];
     t.role = TensorRole::param_grad;
     t.shard = false;  // a weight's shard flag is not its gradient's (pipelined FSDP: sharded weights, whole gradients)
-    if (shard_grads_ && t.buffer == FlatBuffer::expert && expert_shard_whole()) {
+    if (shard_grads_ && t.buffer == FlatBuffer::expert && expert_grads_in_shard()) {
         t.shard = true;  // no edp reduction: the rank's expert gradients are its shard
     } else if (shard_grads_) {  // this reduction's value of its range
         const int v = grad_value_of(static_cast<double>(t.offset), static_cast<double>(t.elements()));

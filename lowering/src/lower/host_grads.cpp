@@ -20,9 +20,8 @@ void RankLowering::grads_to_host(double off, double count, bool expert) {
     const bool every_mb = p_.zero_stage == 2 || !pipelined_fsdp();
     const bool summed = every_mb && !first_backward_, last = !every_mb || last_backward_;
     const auto [lo, n] = group_size(g) > 1 ? dp_slice(off, count, expert) : std::pair<double, double>{off, count};
-    // The dataflow: the reduced value's slice, the host's range of it (an expert buffer whose shard
-    // is whole has no value: the runtime refuses MoE here, params.cpp).
-    const bool named = df_ && shard_grads_ && !(expert && expert_shard_whole());
+    // The dataflow: the reduced value's slice, the host's range of it.
+    const bool named = df_ && shard_grads_;
     int value = -1, slice = -1, host = -1;
     if (named) {
         value = grad_value_of(off, count);

@@ -566,6 +566,9 @@ private:
     double dense_elements_ = 0, expert_elements_ = 0;
     /// Sharded states over edp 1: nothing reduces or gathers the expert buffer, a rank's is its shard.
     bool expert_shard_whole() const { return group_size(Group::edp) <= 1; }
+    /// The experts' gradients written straight into the rank's shard: a whole shard, not streamed to
+    /// the host (where each bucket or layer is a value until its copy down).
+    bool expert_grads_in_shard() const { return expert_shard_whole() && !p_.streams_grads_to_host(); }
     bool shard_grads_ = false;  ///< the rank keeps a shard of its gradients (DataTensor::version)
     bool shard_params_ = false;  ///< ZeRO-3 on the GPU: a shard of the parameters, layers gathered for use
     std::vector<std::pair<double, double>> grad_values_;  ///< ranges reduce-scattered, in buffer order

@@ -279,7 +279,6 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
                        "wholly off the GPU and without the lock-free update; plan.offload.grads = \"gpu\" runs the plan with them on "
                        "the GPU (the optimizer offload of Megatron-Core)";
         if (p.pp > 1) return f + "with plan.pp > 1 are not executed (DeepSpeed's pipeline engine runs ZeRO-1)";
-        if (m.moe) return f + "with MoE layers are not executed (the experts' own data-parallel buffer)";
         if (p.tp > 1 && (p.sequence_parallel || m.qk_norm || m.mla))
             return f + "with plan.tp > 1 and replicated norms (sequence parallelism, QK-norm, MLA) are not executed: their TP sum "
                        "follows the data-parallel reduction, on the GPU";
