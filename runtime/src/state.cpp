@@ -110,6 +110,11 @@ void RankState::init_params() {
         params_host_ = buffer(host_ranges_.elements, Tier::cpu, "rank " + std::to_string(rank_) + " tier cpu, parameters", true, weight_bytes());
     else params_ = buffer(home_elements(), Tier::gpu, who + (params_sharded_ ? "parameter shard" : "parameters"), true,
                           params_sharded_ ? shard_weight_bytes() : weight_bytes());
+    // Weights split between the GPU and the host under ZeRO-3: the host homes them all, and the
+    // resident units' shards on the GPU are refilled from there at each step's first use (the
+    // lowering's fetch_params), so they need no values here.
+    if (params_on_host_ && params_sharded_)
+        params_ = buffer(param_shard_.elements, Tier::gpu, who + "resident parameter shard", true, shard_weight_bytes());
     grads_ = buffer(grads_sharded_ ? grad_shard_.elements : layout_.elements(), Tier::gpu, who + (grads_sharded_ ? "gradient shard" : "gradients"),
                     true, grads_sharded_ ? w_.plan.kept_grad_bytes() : w_.plan.grad_bytes());
     if (w_.options.memory_only) return;

@@ -164,6 +164,12 @@ grep -q "model.mtp_depth" "$T/err" || fail "the refusal does not name model.mtp_
 "$S" run --model gpt-tiny --cluster local-cpu-2 --plan "$SRC/scenarios/plans/gpt-tiny-2cpu.json" --steps 1 --lr 0.5 --resume "$T/nosuch" >/dev/null 2>"$T/err"; rc=$?
 [ $rc -eq 2 ] || fail "missing checkpoint: exit $rc, expected 2"
 
+# Every bundled scenario walks (the last refused one until stop 67: Angel-PTM's weights split
+# between the GPU and the host), its host tier as the memory model counts it.
+"$S" run --scenario llama-2-13b-angel-ptm --memory-only --steps 2 >"$T/out" 2>"$T/err"; rc=$?
+[ $rc -eq 0 ] || { cat "$T/err"; fail "angel-ptm walk: exit $rc"; }
+grep -q "cpu 52.0[0-9] GB per node" "$T/out" || { cat "$T/out"; fail "angel-ptm walk: host memory per node"; }
+
 # Ctrl-C between steps: exit 130, a checkpoint saved, no partial JSON.
 # The run's temporary ssd directory goes too (it leaked while Ctrl-C exited past the session).
 mkdir -p "$T/tmp"

@@ -160,7 +160,7 @@ TEST_CASE("parameters on the SSD: what is not executed is refused by name", "[ru
     CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(1), p, {}), Contains("plan.precision = fp32"));
     p = infinity(cpu_plan(), true);
     p.offload.params = TierSplit{0, 0.5, 0.5};
-    CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(1), p, {}), Contains("split between tiers"));
+    CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(1), p, {}), Contains("a share on the SSD beside another tier"));
     p = infinity(cpu_plan(1, 1, 2), true);
     p.zero_stage = 1;
     CHECK_THROWS_WITH(runtime::Session(m, cpu_cluster(2), p, {}), Contains("plan.offload.params = ssd with dp x cp = 2"));

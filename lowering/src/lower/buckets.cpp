@@ -84,6 +84,36 @@ void RankLowering::build_units() {
     }
     dense_elements_ = dense_off;
     expert_elements_ = expert_off;
+    build_resident_units();
+}
+
+// Weights split between the GPU and the host (plan.offload.params, Angel-PTM's GPU cache of
+// parameter pages): each layer unit is homed wholly on one side, and the resident ones are spread
+// over the stage by error diffusion so they hold the GPU's share of all the rank's parameters (as
+// far as whole layers reach; the embedding and the head are fetched). The host homes every unit's
+// weights, the update writes them there, and a resident unit's copy comes up once a step, at its
+// first use, where an offloaded one comes up at each use (fetch_params).
+void RankLowering::build_resident_units() {
+    resident_.assign(units_.size(), 0);
+    if (!split_params()) return;
+    double all = 0, layers = 0;
+    for (const Unit& u : units_) {
+        all += u.dense + u.expert;
+        if (u.layer >= 0) layers += u.dense + u.expert;
+    }
+    if (layers <= 0) return;
+    const double frac = std::min(1.0, p_.offload.params.gpu * all / layers);
+    double acc = 0;
+    for (std::size_t i = 0; i < units_.size(); ++i) {
+        const Unit& u = units_[i];
+        if (u.layer < 0) continue;
+        const double n = u.dense + u.expert;
+        acc += frac * n;
+        if (acc >= 0.5 * n) {
+            resident_[i] = 1;
+            acc -= n;
+        }
+    }
 }
 
 // Megatron's DDP: a bucket closes once it holds dp_bucket_bytes of gradients or its chunk's
@@ -281,10 +311,10 @@ void RankLowering::reduce_scatter_operands(double off, double count, bool expert
 // ZeRO-3's gather of [off, off + count): in place, or with the parameters kept as shards
 // (shard_params_) {the rank's slice, from the shard} -> {the whole range}, which an executor holds
 // only until its last reader (FSDP's unsharded parameters, freed after use).
-void RankLowering::gather_operands(double off, double count, bool expert) {
+void RankLowering::gather_operands(double off, double count, bool expert, bool from_shard) {
     if (!df_) return;
     const int whole = range(TensorRole::param, off, count);
-    if (!shard_params_) {
+    if (!shard_params_ && !from_shard) {
         io({whole}, {whole});
         return;
     }

@@ -17,13 +17,19 @@ int RankLowering::fetch_params(int layer, int after_ev, FetchPart part) {
     // Pipelined FSDP gathers once a step, at the layer's first forward (micro-batch 0), and keeps
     // the layer until its last backward: offloaded, its slice comes up for that gather only.
     const bool sharded = p_.zero_stage == 3 && p_.dp * p_.cp > 1;
-    const bool zero3 = sharded && (!pipelined_fsdp() || (phase_ == Phase::forward && mb_ == step_ * micro_));
-    if ((off <= 0 || sharded) && !zero3) return -1;
+    const bool first_use = phase_ == Phase::forward && mb_ == step_ * micro_;  // of the step
+    const bool zero3 = sharded && (!pipelined_fsdp() || first_use);
+    // Split between the GPU and the host (split_params), a resident unit comes up at its first use
+    // a step only: into the rank's GPU shard under ZeRO-3 (gathered from there at each use), else
+    // into the copy its readers hold until the step's last.
+    const int unit = unit_of_layer(layer);
+    const bool res = resident(unit);
+    const bool up = off > 0 && !(sharded && !zero3) && (!res || first_use);
+    if (!up && !zero3) return -1;
     const int saved_layer = layer_;
     layer_ = layer;  // the transfers are labelled with the layer they serve
     const LayerParamsRank lp = layer_params_rank(m_, p_, layer);
     const double shard = zero3 ? lp.dense / group_size(Group::dp) + lp.expert / group_size(Group::edp) : lp.dense + lp.expert;
-    const int unit = df_ ? unit_of_layer(layer) : -1;
     const Unit* u = df_ ? &units_[static_cast<std::size_t>(unit)] : nullptr;
     // Sharded (ZeRO-3's offload_param), a rank brings its own slice up (of each tensor under
     // zero3_param_sync) and the gather fills the rest.
@@ -34,7 +40,7 @@ int RankLowering::fetch_params(int layer, int after_ev, FetchPart part) {
         const double e = u->expert_off + dense_elements_;
         slices.push_back(zero3 ? dp_slice(e, u->expert, true) : std::make_pair(e, u->expert));
     }
-    int ev = part == FetchPart::gather ? after_ev : fetch_offloaded(shard, slices, after_ev);
+    int ev = part == FetchPart::gather || !up ? after_ev : fetch_offloaded(shard, slices, after_ev, res && zero3);
     if (zero3 && part != FetchPart::offloaded) {
         if (u && zero3_sync()) {
             ev = zero3_gather_pieces(unit, ev);
@@ -42,11 +48,11 @@ int RankLowering::fetch_params(int layer, int after_ev, FetchPart part) {
             double last = lp.dense * d_.act_bytes;
             if (zero3_sync()) last = zero3_calls_before(Stream::dp_comm, CollKind::all_gather, Group::dp, layer, lp.dense, d_.act_bytes, n_.zero3_ag, ev);
             ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, last, n_.zero3_ag, ev);
-            gather_operands(u ? u->dense_off : 0, u ? u->dense : 0);
+            gather_operands(u ? u->dense_off : 0, u ? u->dense : 0, false, res);
         }
         if (lp.expert > 0 && group_size(Group::edp) > 1) {
             ev = collective(Stream::dp_comm, CollKind::all_gather, Group::edp, lp.expert * d_.act_bytes, n_.zero3_ag_expert, -1);
-            if (u) gather_operands(u->expert_off + dense_elements_, u->expert, true);
+            if (u) gather_operands(u->expert_off + dense_elements_, u->expert, true, res);
         }
     }
     layer_ = saved_layer;
@@ -82,8 +88,10 @@ double RankLowering::zero3_calls_before(Stream s, CollKind k, Group g, int layer
 // over PCIe; h2d is one serial stream). In the dataflow each H2D fills its part of `slices` (a
 // unit's range, or a rank's slices of it) on the GPU from the host's copy: the host share first,
 // the SSD share after it, read from the file into host memory first.
-int RankLowering::fetch_offloaded(double params, const std::vector<std::pair<double, double>>& slices, int after_ev) {
-    const TierSplit& pf = p_.offload.params;
+int RankLowering::fetch_offloaded(double params, const std::vector<std::pair<double, double>>& slices, int after_ev, bool to_shard) {
+    // Split between the GPU and the host, a unit is homed wholly on one side: what comes up comes
+    // whole from the host.
+    const TierSplit pf = split_params() ? TierSplit{0.0, 1.0, 0.0} : p_.offload.params;
     const double off = pf.cpu + pf.ssd;
     if (off <= 0) return after_ev;
     int ev = after_ev;
@@ -94,7 +102,7 @@ int RankLowering::fetch_offloaded(double params, const std::vector<std::pair<dou
             const double a = s_off + std::round(s_count * lo / off), b = s_off + std::round(s_count * hi / off);
             if (b <= a) continue;
             from.push_back(range(TensorRole::param, a, b - a, from_tier));
-            to.push_back(range(TensorRole::param, a, b - a, to_tier));
+            to.push_back(range(TensorRole::param, a, b - a, to_tier, false, -1, to_shard && to_tier == Tier::gpu));
         }
         if (!from.empty()) io_lists(from, to);
     };

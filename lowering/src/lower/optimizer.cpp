@@ -23,7 +23,9 @@ int RankLowering::params_home(double params, int after_ev, DataflowH2D&& dataflo
     const TierSplit& pf = p_.offload.params;
     int done = after_ev;
     if (sent) return done;
-    if (pf.gpu > 0) {
+    // Split between the GPU and the host, the host homes every unit: a resident one comes up at
+    // its first use of the next step (fetch_params).
+    if (pf.gpu > 0 && !split_params()) {
         done = copy(Stream::h2d, CopyKind::h2d, d_.act_bytes * params * pf.gpu, n_.param_h2d, after_ev);
         if (df_) dataflow_h2d();
     }
@@ -104,7 +106,7 @@ void RankLowering::host_update(int after_ev, const std::vector<std::pair<double,
             }
             // Weights kept on the GPU go up as each sub-group finishes (stage3.py copies the
             // sub-group's fp32 partition into the GPU's 16-bit one after its step).
-            if (p_.offload.params.gpu > 0) {
+            if (p_.offload.params.gpu > 0 && !split_params()) {
                 last_up = copy(Stream::h2d, CopyKind::h2d, d_.act_bytes * per * p_.offload.params.gpu, n_.param_h2d, updated);
                 if (df_) io_lists(group_part(g, R::param, Tier::cpu), group_part(g, R::param, Tier::gpu));
             }

@@ -290,9 +290,11 @@ std::string dataflow_unsupported(const ModelSpec& m, const PlanSpec& p) {
     }
     if (!p.offload.params.all_gpu()) {
         const TierSplit& pf = p.offload.params;
-        if (pf.cpu < 1.0 && pf.ssd < 1.0)
-            return "plan.offload.params: parameters homed wholly in host memory (\"cpu\") or wholly on the SSD (\"ssd\") are "
-                   "executed; a share kept on the GPU, or split between tiers, is not executed yet";
+        // A share kept on the GPU: layer units homed wholly on one side (the lowering's
+        // build_resident_units), the host homing every unit.
+        if (pf.ssd > 0 && pf.ssd < 1.0)
+            return "plan.offload.params: parameters homed wholly on the SSD (\"ssd\"), in host memory (\"cpu\") or split "
+                   "between the GPU and host memory are executed; a share on the SSD beside another tier is not executed yet";
         if (pf.ssd >= 1.0) {
             // ZeRO-Infinity with offload_param and offload_optimizer both on NVMe: each sub-group's
             // update writes its 2-byte weights back to the file (stage3.py's swap-out per sub-group).

@@ -19,7 +19,11 @@ void RankLowering::run(int steps) {
         std::vector<int> ids;
         alloc_list(stage_model_states(m_, p_, stage_), ids);
         ids.clear();
-        alloc_list(stage_buffers(m_, p_, stage_), ids);
+        // Buffers of the layers' backward alone come and go with each backward pass's layers
+        // (backward_pass), so the head's backward runs without them, as the memory model counts.
+        std::vector<TensorDesc> always;
+        for (TensorDesc& d : stage_buffers(m_, p_, stage_)) (d.lifetime == Lifetime::layers_backward ? layer_phase_desc_ : always).push_back(std::move(d));
+        alloc_list(always, ids);
     }
     for (int s = 0; s < steps; ++s) step(s);
 }
@@ -391,6 +395,7 @@ void RankLowering::backward_pass(int mb, int chunk, bool defer_weights) {
             for (std::size_t u = 0; u < units_.size(); ++u)
                 if (units_[u].chunk == chunk && units_[u].head) unit_ready(static_cast<int>(u));
     }
+    const AllocRun layer_phase = alloc_list(layer_phase_desc_, layer_phase_ids_);
     const int count = chunk_layers(chunk);
     int pending_p = -1, pending_a = -1, pending_off = -1;
     for (int li = count - 1; li >= 0; --li) {
@@ -470,6 +475,7 @@ void RankLowering::backward_pass(int mb, int chunk, bool defer_weights) {
         if (p_.p2p_blocking) block_on_send();
     }
     flush_host_grads();  // the pass's last range down to the host (host_grads.cpp)
+    free_list(layer_phase);
     free_list(regathered);
     if (auto it = stashed_.find({mb_, chunk, -3}); it != stashed_.end()) {
         free_list(it->second);

@@ -44,7 +44,7 @@ int RankLowering::zero3_gather_pieces(int unit, int after_ev) {
     int ev = after_ev;
     for (const auto& [off, n] : layer_pieces(unit)) {
         ev = collective(Stream::dp_comm, CollKind::all_gather, Group::dp, n * d_.act_bytes, n_.zero3_ag, ev);
-        gather_operands(off, n);
+        gather_operands(off, n, false, resident(unit));
     }
     return ev;
 }

@@ -72,6 +72,13 @@ void emit_model_states(const PlanSpec& p, const StageParams& sp, Emit&& emit) {
     const bool fsdp = p.fsdp_fp32_shards();
     if (fsdp) emit("weights", TensorTag::weights, life, sharded(4.0, true), p.offload.params, "(params) fp32 shards, the optimizer's", nullptr);
     else emit("weights", TensorTag::weights, life, sharded(wb, z >= 3), p.offload.params, "(params)", nullptr);
+    // Split between the GPU and the host (Angel-PTM), the host homes every unit's weights: the
+    // resident share's too, which the GPU refreshes from there once a step (the lowering's
+    // build_resident_units).
+    const TierSplit& pf = p.offload.params;
+    if (!fsdp && pf.gpu > 0 && pf.gpu < 1 && pf.ssd == 0)
+        emit("params.host_home", TensorTag::weights, life, pf.gpu * sharded(wb, z >= 3), TierSplit{0.0, 1.0, 0.0}, "(params) resident share",
+             nullptr);
     // Pipelined FSDP accumulates unsharded gradients over the step's micro-batches.
     const bool grads_sharded = z >= 2 && !p.pipelined_fsdp();
     // Streamed to the host, DeepSpeed's fp32 partition there (PlanSpec::host_grad_bytes).
@@ -205,6 +212,14 @@ void emit_buffers(const ModelSpec& m, const PlanSpec& p, int stage, const std::v
             emit("grads.from_host", TensorTag::buffers, p.zero_stage == 3 ? Lifetime::layers_backward : Lifetime::transient, value / nd, gpu,
                  "a value's slice", nullptr);
         if (p.zero_stage == 3 && nd == 1 && stage == head_stage(p)) head_grads();  // over dp > 1: below
+    } else if (zero3_per_layer) {
+        // A layer's whole gradients are a value from its backward's first weight gradient to its
+        // reduce-scatter (FSDP's unsharded gradients before its post-backward reduce-scatter;
+        // DeepSpeed's bucket of a layer): present at a layer's backward peak, not at the head's,
+        // which runs first (until stop 67 not counted: 0.64 GB under the walk for Llama 2 13B).
+        double widest = 0;
+        for (int l : layer_ids) widest = std::max(widest, layer(l).dense + (p.edp() > 1 ? layer(l).expert : 0.0));
+        emit("zero3.layer_grads", TensorTag::buffers, Lifetime::layers_backward, widest * p.grad_bytes(), gpu, "a layer's whole gradients", nullptr);
     }
     if (p.pipelined_fsdp() && nd > 1) {
         // Pipelined FSDP holds every layer of the stage gathered from its first forward to its

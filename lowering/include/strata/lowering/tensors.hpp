@@ -126,7 +126,7 @@ struct TensorBytes {
 /// stage_model_states followed by stage_buffers, byte counts only and in the same order (no
 /// strings, no allocation): the planner's memory estimate runs this for every stage of every plan.
 struct StageTensorBytes {
-    std::array<TensorBytes, 16> items{};
+    std::array<TensorBytes, 20> items{};
     int count = 0;
 };
 /// One rank's parameters of a dense and of an MoE layer under one plan, each worked out once: a
