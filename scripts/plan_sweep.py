@@ -85,7 +85,9 @@ def random_tiny_plan(rng, model):
     if rng.random() < 0.3:
         off['optimizer'] = rng.choice(['cpu', 'ssd'])
     if rng.random() < 0.2:
-        off['params'] = rng.choice(['cpu', 'ssd'])
+        off['params'] = rng.choice(['cpu', 'ssd', 'split'])
+        if off['params'] == 'split':  # Angel-PTM: layers homed on the GPU or the host
+            off['params'] = {'gpu': 0.5, 'cpu': 0.5, 'ssd': 0.0}
         off['optimizer'] = 'ssd' if off['params'] == 'ssd' else rng.choice(['cpu', 'ssd'])
         p['zero_stage'] = rng.choice([1, 2, 3]) if p['dp'] * p['cp'] == 1 else 3
     if off.get('optimizer') and 'params' not in off and rng.random() < 0.4:
@@ -216,6 +218,10 @@ def memory(args, work):
             p['cp_comm_type'] = 'allgather'  # the K/V chunks gathered for the backward
         if 'deepseek' in model:
             p['zero_stage'] = min(p['zero_stage'], 2)  # MTP's weights are not gathered under ZeRO-3
+        elif (p['zero_stage'] == 3 or dp * cp == 1) and rng.random() < 0.15:
+            # Weights homed on the host, whole or split with the GPU (Angel-PTM), the update there.
+            p['zero_stage'] = max(1, p['zero_stage'])
+            p['offload'] = {'optimizer': 'cpu', 'params': rng.choice(['cpu', {'gpu': 0.5, 'cpu': 0.5, 'ssd': 0.0}])}
         if 'mixtral' in model or 'deepseek' in model:
             p['ep'] = rng.choice([1, 2, 4, 8])
             if (dp * cp) % p['ep']:

@@ -22,7 +22,7 @@ int RankLowering::fetch_params(int layer, int after_ev, FetchPart part) {
     // Split between the GPU and the host (split_params), a resident unit comes up at its first use
     // a step only: into the rank's GPU shard under ZeRO-3 (gathered from there at each use), else
     // into the copy its readers hold until the step's last.
-    const int unit = unit_of_layer(layer);
+    const int unit = df_ || split_params() ? unit_of_layer(layer) : -1;  // a scan: only where needed
     const bool res = resident(unit);
     const bool up = off > 0 && !(sharded && !zero3) && (!res || first_use);
     if (!up && !zero3) return -1;
