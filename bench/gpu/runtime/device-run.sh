@@ -6,7 +6,8 @@
 # (pinning 108 GB of host memory), the others 3-40 s; the machine's start about 30 s. The default
 # list fits one 600 s call; name the others (llama-2-7b-offload, gpt2-774m-ssd, gpt2-1.5b-unfused,
 # gpt2-124m-dropout, llama-2-7b-offload-lockfree, llama-2-7b-offload-bf16, qwen3-moe-2l-bf16,
-# gpt2-774m-infinity-bf16, gpt2-124m-fp16, deepseek-v3-2l-bf16, llama-2-7b-zero-offload-bf16) in a second one. The bf16 cases and stop 47's
+# gpt2-774m-infinity-bf16, gpt2-124m-fp16, deepseek-v3-2l-bf16, llama-2-7b-zero-offload-bf16,
+# llama-2-7b-split-lockfree-bf16) in a second one. The bf16 cases and stop 47's
 # profile rows (grouped_gemm, gemm_sustained, the runtime's kernels on bf16 buffers) have never
 # run: their times are unknown.
 # Usage: OUT=DIR bench/gpu/runtime/device-run.sh PKG [CASE...]   (PKG from package.sh)
@@ -62,6 +63,9 @@ for c in $cases; do
         # Stop 66: DeepSpeed's ZeRO-Offload, the gradients streamed to the host in the backward
         # (pinned host ranges, the copies on their lanes); never run on a GPU. Not in the default list.
         llama-2-7b-zero-offload-bf16) m=llama-2-7b steps=3 lim=260 ;;
+        # Stop 67: Angel-PTM's split, half the layers resident, the other half fetched from the
+        # host at each use, under the lock-free update; never run on a GPU. Not in the default list.
+        llama-2-7b-split-lockfree-bf16) m=llama-2-7b steps=3 lim=260 ;;
         gpt2-774m-ssd) m=gpt2-774m steps=3 lim=120 ;;
         # Stop 53: the weights homed in the SSD file as well (bf16), fetched through host staging;
         # never run on a GPU. Not in the default list: name it.
