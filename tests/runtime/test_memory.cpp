@@ -245,16 +245,12 @@ TEST_CASE("ZeRO-3 reduces the edges at every micro-batch's end: the head's whole
         const WalkAndModel r = walk_and_model(m, q);
         const double walk = r.walk[0], model = r.model_gpu();
         INFO(to_string(pr) << ": walk " << walk << " B, model " << model << " B");
-        if (pr == Precision::fp32) {
-            // 0.8 %; with the DDP buckets it counted under ZeRO-3 until stop 64 (at this size twice
-            // all the gradients) 44 % over.
-            CHECK(walk == Approx(model).epsilon(0.02));
-        } else {
-            // bf16: the model also adds the head's gradient to the loss's fp32 cast, which the
-            // walk frees before the head's wgrad writes it (6.2 % over the walk, the safe side).
-            CHECK(model >= walk);
-            CHECK(model <= 1.07 * walk);
-        }
+        // fp32 0.8 %, bf16 0.6 % over: with the DDP buckets it counted under ZeRO-3 until stop 64
+        // (at this size twice all the gradients) 44 % over; in bf16 until stop 67 6.2 %, the head's
+        // gradient summed with the loss's fp32 copy, which the walk frees before the head's wgrad
+        // writes it (in fp32 the loss's stash is its gradient, which the wgrad reads).
+        CHECK(model >= walk);
+        CHECK(model <= 1.02 * walk);
     }
 }
 

@@ -461,6 +461,8 @@ private:
     std::map<std::tuple<int, int, int>, AllocRun> stashed_;
     std::vector<TensorDesc> layer_phase_desc_;  ///< buffers of the layers' backward alone (Lifetime::layers_backward)
     std::vector<int> layer_phase_ids_;
+    std::vector<TensorDesc> after_loss_desc_;  ///< buffers from the head's weight gradient on (Lifetime::after_loss)
+    std::vector<int> after_loss_ids_;
     std::map<std::tuple<int, int, int>, int> act_offloaded_;  ///< (mb, chunk, layer) -> d2h event
     int found_inf_ = -1;  ///< fp16: the step's overflow flag every update reads (-1: none)
     /// Dataflow of activation offload: what a layer's forward touched, and the copies that take

@@ -22,7 +22,8 @@ void RankLowering::run(int steps) {
         // Buffers of the layers' backward alone come and go with each backward pass's layers
         // (backward_pass), so the head's backward runs without them, as the memory model counts.
         std::vector<TensorDesc> always;
-        for (TensorDesc& d : stage_buffers(m_, p_, stage_)) (d.lifetime == Lifetime::layers_backward ? layer_phase_desc_ : always).push_back(std::move(d));
+        for (TensorDesc& d : stage_buffers(m_, p_, stage_))
+            (d.lifetime == Lifetime::layers_backward ? layer_phase_desc_ : d.lifetime == Lifetime::after_loss ? after_loss_desc_ : always).push_back(std::move(d));
         alloc_list(always, ids);
     }
     for (int s = 0; s < steps; ++s) step(s);
@@ -367,6 +368,7 @@ void RankLowering::backward_pass(int mb, int chunk, bool defer_weights) {
     const int lane = full_ ? co_.t + p_.tp * (co_.c + p_.cp * co_.d) : 0;
     const double p2p_bytes = d_.tokens_sp * d_.h * d_.act_bytes;
     AllocRun regathered{};  // DeepSpeed's whole output again, for this backward
+    AllocRun after_loss{};  // the head chunk's: below
     if (v < vlast) {
         if (next != stage_) {
             post_blocking_recv();
@@ -388,6 +390,9 @@ void RankLowering::backward_pass(int mb, int chunk, bool defer_weights) {
         // saved tensors when it has run), before the layers' backward, with one chunk a rank or
         // several (memory.hpp's held states; until stop 64 kept to the chunk's end with several).
         release_logits(chunk);
+        // ZeRO-3's whole head gradients, from the head's weight gradient to the pass's end: after
+        // the loss's stash is gone (the memory model's bound; here once the logits are released).
+        after_loss = alloc_list(after_loss_desc_, after_loss_ids_);
         const StageParams mtp = mtp_params_local(m_, p_);
         const double head_dense = output_params_rank(m_, p_) + mtp.dense;
         accumulate_grads(head_dense, mtp.expert);
@@ -476,6 +481,7 @@ void RankLowering::backward_pass(int mb, int chunk, bool defer_weights) {
     }
     flush_host_grads();  // the pass's last range down to the host (host_grads.cpp)
     free_list(layer_phase);
+    free_list(after_loss);
     free_list(regathered);
     if (auto it = stashed_.find({mb_, chunk, -3}); it != stashed_.end()) {
         free_list(it->second);

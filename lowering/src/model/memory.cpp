@@ -50,6 +50,7 @@ namespace {
 void add_to(StageMemory& s, TensorTag tag, double tensor_bytes, const TierSplit& tiers, double times, Lifetime life = Lifetime::persistent) {
     const double bytes = tensor_bytes * times;
     if (life == Lifetime::layers_backward) s.layers_backward_gpu_bytes += bytes * tiers.gpu;
+    if (life == Lifetime::after_loss) s.after_loss_gpu_bytes += bytes * tiers.gpu;
     switch (tag) {
         case TensorTag::weights: s.weights_bytes += bytes; break;
         case TensorTag::grads: s.grads_bytes += bytes; break;
@@ -323,6 +324,14 @@ MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capaci
         // The buffers summed below are all held beside every workspace; those of the layers'
         // backward alone are not beside the head's, which the head's term gives back.
         if (!logits.empty()) head_ws -= s.layers_backward_gpu_bytes;
+        // The head's whole gradients (ZeRO-3) come with its weight gradient, after the loss's
+        // backward has freed the stashed logits (the fp32 copy once its gradient is cast back, or
+        // a loss that writes its gradient apart): beside the loss's peak only by what they exceed
+        // those by (the bound holds both moments). In fp32 Megatron's loss turns its stash into the
+        // gradient in place, which the weight gradient reads: no credit.
+        const bool stash_is_grad = p.loss_upcast && !p.eager_cross_entropy && p.precision == Precision::fp32;
+        for (const TensorDesc& d : logits)
+            if (d.name == "lm_head.logits" && !stash_is_grad) head_ws -= std::min(s.after_loss_gpu_bytes, d.bytes * p.offload.activations.gpu);
         HeldTimes held;
         if (p.vpp <= 1) {
             // One chunk per rank: every layer holds the same micro-batches. The last stage starts

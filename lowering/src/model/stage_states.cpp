@@ -166,7 +166,7 @@ void emit_buffers(const ModelSpec& m, const PlanSpec& p, int stage, const std::v
     const auto head_grads = [&] {
         const StageEdgeParams e = stage_edge_params(m, p, stage);
         const double head = e.head + (head_reads_embedding_table(m, p) ? e.embedding : 0.0);
-        if (head > 0) emit("zero3.head_grads", TensorTag::buffers, Lifetime::transient, p.grad_bytes() * head, gpu, "the head's whole gradients", nullptr);
+        if (head > 0) emit("zero3.head_grads", TensorTag::buffers, Lifetime::after_loss, p.grad_bytes() * head, gpu, "the head's whole gradients", nullptr);
     };
     if (nd > 1 && (p.overlap_grad_reduce || zero2) && !zero3_per_layer && !streamed) {
         // One bucket being reduced while the next fills (Megatron's DDP), never more than all grads.

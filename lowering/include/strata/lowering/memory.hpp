@@ -45,6 +45,9 @@ struct StageMemory {
     /// Of the GPU's buffers, those only the layers' backward holds (Lifetime::layers_backward): the
     /// head's backward, which runs before it, is not summed with them.
     double layers_backward_gpu_bytes = 0;
+    /// Of the GPU's buffers, those from the head's weight gradient on (Lifetime::after_loss): not
+    /// beside the loss's stashed logits, which go first.
+    double after_loss_gpu_bytes = 0;
     std::array<double, kTierCount> tier_bytes{};  ///< per rank on gpu / cpu / ssd
     double total_bytes() const { return tier_bytes[0] + tier_bytes[1] + tier_bytes[2]; }
 };

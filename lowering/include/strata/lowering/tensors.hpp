@@ -24,7 +24,10 @@ enum class Lifetime : std::uint8_t {
     transient,   ///< during one op or one layer's backward (workspace, recompute, gathered params)
     /// from the first layer's backward to the last's: absent at the head's backward, which runs
     /// before (values of the layers' gradients on their way to the host)
-    layers_backward
+    layers_backward,
+    /// from the head's weight gradient to the backward's end (ZeRO-3's whole head gradients):
+    /// absent at the loss's peak, whose stashed logits are freed before the head's weight gradient
+    after_loss
 };
 
 struct TensorDesc {
