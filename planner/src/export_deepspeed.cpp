@@ -123,7 +123,8 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
         r.model_code.push_back("the embedding and output tables padded to a multiple of " + std::to_string(p.vocab_divisible_by) +
                                " x tp rows (Megatron-DeepSpeed: --make-vocab-size-divisible-by " + std::to_string(p.vocab_divisible_by) + ")");
     if (m.mtp_depth > 0) r.unsupported.push_back("multi-token prediction modules (configured in the model code)");
-    if (!p.bucket_reduce_barrier)
+    // Only ZeRO-2 under overlap_comm has the wait to leave out (stop 66's knob).
+    if (!p.bucket_reduce_barrier && p.zero_stage == 2 && p.overlap_grad_reduce)
         r.unsupported.push_back("reductions without a wait between buckets (DeepSpeed's ZeRO-2 under overlap_comm waits for the earlier "
                                 "buckets' reductions before each one: average_tensor)");
     if (p.cpu_grad_accumulation)

@@ -131,6 +131,24 @@ TEST_CASE("a pipelined ZeRO-2/3 plan exports as stage 1, with a note", "[planner
     CHECK_THROWS_AS(planner::plan_from_deepspeed_config(bad, s.cluster.gpu_count(), code, "ds.json"), InputError);
 }
 
+TEST_CASE("the missing bucket barrier is named only where DeepSpeed would wait: ZeRO-2 under overlap_comm", "[planner][export]") {
+    // DeepSpeed's average_tensor waits for the earlier buckets' reductions (ZeRO-2, overlap_comm);
+    // a plan without plan.bucket_reduce_barrier leaves that out there, and nowhere else.
+    const sim::Scenario s = sim::load_scenario(std::string(STRATA_SOURCE_DIR) + "/scenarios/llama-2-13b-angel-ptm.json");
+    auto named = [&](int zero, bool overlap) {
+        sim::PlanSpec p = *s.plan;
+        p.zero_stage = zero;
+        p.overlap_grad_reduce = overlap;
+        p.bucket_reduce_barrier = false;
+        const auto r = planner::export_deepspeed(s.model, p);
+        return std::any_of(r.unsupported.begin(), r.unsupported.end(), [](const std::string& u) { return u.find("without a wait") != std::string::npos; });
+    };
+    CHECK(named(2, true));
+    CHECK_FALSE(named(2, false));
+    CHECK_FALSE(named(3, true));  // the bundled Angel-PTM plan: noted before stop 67
+    CHECK_FALSE(named(1, true));
+}
+
 TEST_CASE("every bundled scenario's DeepSpeed export holds only what DeepSpeed reads and passes its checks", "[planner][export][conformance]") {
     const auto data = load_data();
     int checked = 0;
