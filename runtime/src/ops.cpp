@@ -396,9 +396,6 @@ std::function<void()> RankState::host_copies(std::size_t i, int from_in, int to_
     };
 }
 
-// The operands are resolved here, on the rank's thread (tensor() and moments() keep the rank's
-// books); the returned job only computes, so that a host update can run on a thread of its own
-// beside the kernels the rank goes on issuing (step.cpp).
 // FSDP's CPU offload (plan.cpu_grad_accumulation): {copies down.., sums..} -> {sums..}, each
 // sum += its micro-batch's copy, on the host.
 std::function<void()> RankState::host_sums(std::size_t i) {
@@ -415,6 +412,9 @@ std::function<void()> RankState::host_sums(std::size_t i) {
     };
 }
 
+// The operands are resolved here, on the rank's thread (tensor() and moments() keep the rank's
+// books); the returned job only computes, so that a host update can run on a thread of its own
+// beside the kernels the rank goes on issuing (step.cpp).
 std::function<void()> RankState::optimizer_job(std::size_t i, bool cpu_stream) {
     const Instr& in = rp_.instrs[i];
     const Args a{w_.program, rp_, rp_.operands[i]};

@@ -287,11 +287,7 @@ private:
     /// The offloaded parameters' copies up; `to_shard`: into the rank's GPU shard (a resident unit
     /// under ZeRO-3, gathered from there at each use).
     int fetch_offloaded(double params, const std::vector<std::pair<double, double>>& slices, int after_ev, bool to_shard = false);
-    /// plan.offload.params split between the GPU and the host: each layer unit homed on one side.
-    bool split_params() const {
-        const TierSplit& f = p_.offload.params;
-        return f.gpu > 0 && f.gpu < 1 && f.ssd == 0;
-    }
+    bool split_params() const { return p_.splits_weights_by_layer(); }
     bool resident(int unit) const { return unit >= 0 && static_cast<std::size_t>(unit) < resident_.size() && resident_[static_cast<std::size_t>(unit)]; }
     void build_resident_units();
     void fetch_edge(bool head);

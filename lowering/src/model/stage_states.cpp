@@ -75,10 +75,9 @@ void emit_model_states(const PlanSpec& p, const StageParams& sp, Emit&& emit) {
     // Split between the GPU and the host (Angel-PTM), the host homes every unit's weights: the
     // resident share's too, which the GPU refreshes from there once a step (the lowering's
     // build_resident_units).
-    const TierSplit& pf = p.offload.params;
-    if (!fsdp && pf.gpu > 0 && pf.gpu < 1 && pf.ssd == 0)
-        emit("params.host_home", TensorTag::weights, life, pf.gpu * sharded(wb, z >= 3), TierSplit{0.0, 1.0, 0.0}, "(params) resident share",
-             nullptr);
+    if (!fsdp && p.splits_weights_by_layer())
+        emit("params.host_home", TensorTag::weights, life, p.offload.params.gpu * sharded(wb, z >= 3), TierSplit{0.0, 1.0, 0.0},
+             "(params) resident share", nullptr);
     // Pipelined FSDP accumulates unsharded gradients over the step's micro-batches.
     const bool grads_sharded = z >= 2 && !p.pipelined_fsdp();
     // Streamed to the host, DeepSpeed's fp32 partition there (PlanSpec::host_grad_bytes).

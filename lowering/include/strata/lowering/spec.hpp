@@ -389,6 +389,9 @@ struct PlanSpec {
     /// gradients accumulate unsharded and are reduce-scattered once, at that last backward.
     /// DeepSpeed's PipelineEngine refuses ZeRO-3 (validation).
     bool pipelined_fsdp() const { return zero_stage == 3 && pp > 1; }
+    /// Weights split between the GPU and host memory (Angel-PTM): each layer homed wholly on one
+    /// side, the host homing every one (the lowering's build_resident_units; docs/runtime.md).
+    bool splits_weights_by_layer() const { return offload.params.gpu > 0 && offload.params.gpu < 1 && offload.params.ssd == 0; }
     /// DeepSpeed's gradients homed in host memory (ZeRO-2's cpu_offload, ZeRO-3's
     /// offload_optimizer): each reduction's slice goes down to the host as soon as it is reduced,
     /// summed there over the micro-batches, and the GPU holds only the buckets being reduced. With
