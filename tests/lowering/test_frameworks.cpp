@@ -346,3 +346,43 @@ TEST_CASE("FSDP's CPU offload keeps the sharded gradients on the host too", "[fr
                   .offload.grads.all_gpu());
     }
 }
+
+TEST_CASE("torchtitan's selective is per-op SAC, and its loss under TP is loss_parallel", "[frameworks][torchtitan]") {
+    // torchtitan distributed/activation_checkpoint.py: SelectiveAC (selective_ac_option 'op' in
+    // train_configs/llama3_8b.toml at 9dec370) saves matmul and SDPA outputs; "selective" written
+    // with the framework means that, not Megatron's core_attn list.
+    const PlanSpec sel = plan(R"(, "framework": "torchtitan", "dp": 8, "zero_stage": 3, "recompute": "selective")");
+    CHECK(sel.op_sac());
+    CHECK(sel.recompute_policy == RecomputePolicy::op);
+    CHECK(refusal(sel).empty());
+    CHECK(plan(R"(, "framework": "torchtitan-compile", "dp": 8, "zero_stage": 3, "recompute": "selective")").op_sac());
+    // Where the plan says otherwise, or op-level SAC is not modelled, the policy stays Megatron's.
+    CHECK_FALSE(plan(R"(, "framework": "torchtitan", "dp": 8, "recompute": "selective", "recompute_modules": ["core_attn"])").op_sac());
+    CHECK_FALSE(plan(R"(, "framework": "torchtitan", "dp": 8, "recompute": "selective", "recompute_policy": "modules")").op_sac());
+    CHECK_FALSE(plan(R"(, "framework": "torchtitan", "dp": 4, "cp": 2, "recompute": "selective")").op_sac());
+    CHECK_FALSE(plan(R"(, "framework": "torchtitan", "dp": 4, "tp": 2, "recompute": "selective")").op_sac());
+    CHECK(plan(R"(, "framework": "torchtitan", "dp": 4, "tp": 2, "sequence_parallel": true, "recompute": "selective")").op_sac());
+    CHECK_FALSE(plan(R"(, "framework": "torchtitan", "dp": 8, "recompute": "full")").op_sac());
+    CHECK_FALSE(plan(R"(, "framework": "megatron-core", "dp": 8, "recompute": "selective")").op_sac());
+    // explain-plan names the preset as its origin, and a model the policy is not modelled for
+    // (linear biases) is refused naming where the policy came from.
+    CHECK_THAT(origin_of(explain_plan(sel), "recompute_policy").origin, Contains("torchtitan"));
+    try {
+        ModelSpec biased = model_from_json_text(kModel, "m.json");
+        biased.linear_bias = true;
+        validate_plan(biased, cluster_for(sel), sel, "p.json");
+        FAIL("a biased model under the preset's op SAC was accepted");
+    } catch (const strata::InputError& e) {
+        CHECK(e.path() == "plan.recompute_policy");
+        CHECK_THAT(e.rule(), Contains("torchtitan") && Contains("\"modules\""));
+    }
+
+    // train.py computes the loss inside loss_parallel() wherever TP is on (disable_loss_parallel
+    // defaults to false); without TP there is nothing to shard.
+    CHECK(plan(R"(, "framework": "torchtitan", "dp": 4, "tp": 2, "sequence_parallel": true)").eager_loss_parallel());
+    CHECK_FALSE(plan(R"(, "framework": "torchtitan", "dp": 8)").loss_parallel);
+    CHECK_FALSE(plan(R"(, "framework": "megatron-core", "dp": 4, "tp": 2, "sequence_parallel": true)").loss_parallel);
+    // Stated by hand it must describe an eager loss under TP.
+    CHECK_THAT(refusal(plan(R"(, "dp": 4, "tp": 2, "loss_parallel": true)")), Contains("plan.loss_parallel") && Contains("eager_cross_entropy"));
+    CHECK(refusal(plan(R"(, "dp": 4, "tp": 2, "loss_parallel": true, "eager_cross_entropy": true)")).empty());
+}

@@ -218,6 +218,23 @@ TEST_CASE("the cross-entropy moves the bytes of its implementation", "[lower]") 
     pl.eager_cross_entropy = true;
     CHECK(loss_bytes(pl) == std::pair{18 * logits, 26 * logits});
     CHECK(cast_bytes(pl) == std::pair{0.0, 0.0});
+    // loss_parallel under TP 2, per logit of the rank's half: forward the cast (2 + 4), max (4),
+    // shift (8), exp (8), sum (4), result (8); backward zeros (4), exp (8), their sum (12), the
+    // product (8), the cast back (4 + 2). Off TP it is the plain eager loss.
+    pl.loss_parallel = true;
+    CHECK(loss_bytes(pl) == std::pair{18 * logits, 26 * logits});
+    PlanSpec tp2 = plan(2, 1, 1, 1);
+    tp2.loss_upcast = false;
+    tp2.eager_cross_entropy = true;
+    tp2.loss_parallel = true;
+    const auto lp = [&] {
+        const Program p = lower(small_gpt(), cluster(2), tp2);
+        double fwd = 0, bwd = 0;
+        for (const auto& in : p.ranks[0].instrs)
+            if (in.kind == InstrKind::compute && in.op == Op::loss && in.microbatch == 0) (in.phase == Phase::forward ? fwd : bwd) += in.bytes;
+        return std::pair{fwd, bwd};
+    }();
+    CHECK(lp == std::pair{38 * logits / 2, 38 * logits / 2});
 }
 
 TEST_CASE("QK-norm: one norm over Q and K each way, sized by the rank's heads", "[lower]") {

@@ -226,6 +226,22 @@ TEST_CASE("op SAC under TP (torchtitan's 2D Llama): saved bytes and the rerun ga
           gathers(plain, Phase::backward) + gathers(plain, Phase::forward));
 }
 
+namespace {
+// The loss's bytes of one micro-batch: the stashed log_softmax output, and the head's workspace in
+// the backward and in the forward.
+struct LossHeld {
+    double held = 0, bwd = 0, fwd = 0;
+};
+LossHeld loss_held(const ModelSpec& m, const PlanSpec& p) {
+    LossHeld b;
+    for (const TensorDesc& d : logits_activations(m, p))
+        if (d.name == "lm_head.logits") b.held += d.bytes;
+    for (const TensorDesc& d : head_workspace(m, p)) b.bwd += d.bytes;
+    for (const TensorDesc& d : head_workspace(m, p, false)) b.fwd += d.bytes;
+    return b;
+}
+}  // namespace
+
 TEST_CASE("eager cross-entropy: three fp32 logits-sized tensors in the loss backward, by hand", "[torchtitan][memory]") {
     // F.cross_entropy(pred.float(), labels) = log_softmax + nll_loss as eager ops: log_softmax's
     // fp32 output is saved; the backward allocates nll_loss's gradient (zeros, then the -1/N
@@ -234,11 +250,7 @@ TEST_CASE("eager cross-entropy: three fp32 logits-sized tensors in the loss back
     PlanSpec p = op_sac(2);
     p.eager_cross_entropy = true;
     const double tv = 2.0 * 8192 * 128256;  // tokens x vocab of one micro-batch
-    double held = 0, bwd = 0, fwd = 0;
-    for (const TensorDesc& d : logits_activations(m, p))
-        if (d.name == "lm_head.logits") held += d.bytes;
-    for (const TensorDesc& d : head_workspace(m, p)) bwd += d.bytes;
-    for (const TensorDesc& d : head_workspace(m, p, false)) fwd += d.bytes;
+    const auto [held, bwd, fwd] = loss_held(m, p);
     CHECK(held == Approx(4 * tv));
     CHECK(held + bwd == Approx(12 * tv));
     CHECK(held + fwd == Approx((4 + 4 + 2) * tv));  // the bf16 head output, its fp32 copy, log_softmax's output
@@ -247,6 +259,34 @@ TEST_CASE("eager cross-entropy: three fp32 logits-sized tensors in the loss back
     double fused = 0;
     for (const TensorDesc& d : head_workspace(m, p)) fused += d.bytes;
     CHECK(held + fused == Approx(6 * tv));
+}
+
+TEST_CASE("loss_parallel's cross-entropy under TP: four fp32 logits-sized tensors at its peaks, by hand", "[torchtitan][memory]") {
+    // torch distributed/tensor/parallel/loss.py (torch 1963fc8, torchtitan's 2024-12 benchmarks):
+    // _log_softmax computes shifted = x - max, sum(exp(shifted)) and result = shifted - log(sum),
+    // each a new fp32 tensor of the rank's vocabulary shard; the result is saved. The backward,
+    // _nll_loss_and_log_softmax_backward, returns (zeros_like(x) + exp(x)) * grad: the zeros, the
+    // exponentials and their sum live at once, beside the saved result.
+    const ModelSpec m = llama3_8b();
+    PlanSpec p = op_sac(2);
+    p.eager_cross_entropy = true;
+    p.tp = 2;
+    p.sequence_parallel = true;
+    p.loss_parallel = true;
+    const double tv = 2.0 * 8192 * 128256 / 2;  // tokens x the rank's half of the vocabulary
+    const auto [held, bwd, fwd] = loss_held(m, p);
+    CHECK(held == Approx(4 * tv));
+    CHECK(held + bwd == Approx(16 * tv));
+    // Forward, at the exponentials (no result yet) or at the result (exponentials freed): the bf16
+    // head output, its fp32 copy, the shifted logits and one more fp32 tensor.
+    CHECK(held + fwd == Approx((2 + 4 + 4 + 4) * tv));
+    // Without loss_parallel (or without TP) the eager loss is the fused log_softmax: 12 and 10.
+    p.loss_parallel = false;
+    CHECK(held + loss_held(m, p).bwd == Approx(12 * tv));
+    p.loss_parallel = true;
+    p.tp = 1;
+    p.sequence_parallel = false;
+    CHECK_FALSE(p.eager_loss_parallel());
 }
 
 TEST_CASE("op SAC of a MoE layer (torchtitan's Qwen3 and DeepSeek-V3 default), by hand", "[recompute][torchtitan][moe]") {

@@ -80,6 +80,8 @@ int RankLowering::head_weight(bool grad_of) {
 //   exponentials, write the output: 12); the backward's zero-filled nll gradient (4),
 //   log_softmax_backward (read the gradient for its row sum, read it again with the output, write:
 //   16) and the cast back (read 4, write 2).
+//   Under TP in loss_parallel (plan.loss_parallel) DTensor decomposes log_softmax into separate
+//   passes, and the backward into zeros + exp(output), times the gradient.
 // Megatron's vocab-parallel loss on fp32 logits (plan.loss_upcast, not eager: the eager loss's
 // casts are in its bytes) in a 2-byte plan: logits.float() before it and the gradient's cast back
 // after it are kernels of their own (read one width, write the other).
@@ -87,6 +89,10 @@ bool RankLowering::loss_cast() const { return p_.loss_upcast && !p_.eager_cross_
 
 double RankLowering::loss_bytes(bool backward) const {
     const double logits = d_.tokens * d_.vocab / d_.tp, a = d_.act_bytes;
+    // loss_parallel's decomposition: forward the max (read 4), the shift, exp, and result (read 4,
+    // write 4 each) and the sum (read 4); backward the zeros (write 4), exp of the output (read 4,
+    // write 4), their sum (read 8, write 4) and the product (read 4, write 4), then the cast back.
+    if (p_.eager_loss_parallel()) return logits * (backward ? 4 + 8 + 12 + 8 + 4 + a : a + 4 + 4 + 8 + 8 + 4 + 8);
     if (p_.eager_cross_entropy) return logits * (backward ? 4 + 16 + 4 + a : a + 4 + 12);
     if (p_.loss_upcast) return logits * 8;
     return logits * (backward ? 2 * a : a);

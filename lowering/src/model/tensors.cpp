@@ -462,9 +462,15 @@ std::vector<TensorDesc> head_workspace(const ModelSpec& m, const PlanSpec& p, bo
         if (backward) {
             out.push_back(buffer_tensor("lm_head.nll_grad", d * logits, Lifetime::transient, "(s/cp, b, V/tp)"));
             out.push_back(buffer_tensor("lm_head.log_softmax_grad", d * logits, Lifetime::transient, "(s/cp, b, V/tp)"));
+            // loss_parallel's fused backward: (zeros + exp(output)) * grad, the zeros, the
+            // exponentials and their sum held at once (torch's _nll_loss_and_log_softmax_backward).
+            if (p.eager_loss_parallel()) out.push_back(buffer_tensor("lm_head.exp_output", d * logits, Lifetime::transient, "(s/cp, b, V/tp)"));
         } else {
             out.push_back(buffer_tensor("lm_head.logits_out", L.act * logits, Lifetime::transient, "(s/cp, b, V/tp)"));
             if (cast) out.push_back(buffer_tensor("lm_head.logits_fp32", 4.0 * logits, Lifetime::transient, "(s/cp, b, V/tp) fp32"));
+            // loss_parallel's log_softmax, decomposed: the shifted logits live until the result
+            // (the stash) is written, and their exponentials before it.
+            if (p.eager_loss_parallel()) out.push_back(buffer_tensor("lm_head.shifted", d * logits, Lifetime::transient, "(s/cp, b, V/tp)"));
         }
     } else if (cast) {
         out.push_back(buffer_tensor("lm_head.logits_cast", L.act * logits, Lifetime::transient, "(s/cp, b, V/tp)"));

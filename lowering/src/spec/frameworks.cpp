@@ -19,7 +19,7 @@ namespace {
 /// When a knob applies, in terms of the plan's stated fields.
 enum class When {
     always, fused_attention, mixed16, tp_sp, zero3, fsdp_shards, below_zero3, pipelined, pipelined_tp, context_parallel, dualpipev_ep,
-    offloaded_optimizer, fsdp_cpu_offload, fsdp_offloaded
+    offloaded_optimizer, fsdp_cpu_offload, fsdp_offloaded, op_selective, tensor_parallel
 };
 
 struct Knob {
@@ -56,6 +56,15 @@ bool applies(When w, const PlanSpec& p) {
     // FSDP's CPU offload (ZeRO-3, the parameters and the optimizer on the host), the gradients not placed by the plan.
     case When::fsdp_cpu_offload: return applies(When::fsdp_offloaded, p) && p.offload.grads.all_gpu();
     case When::fsdp_offloaded: return p.zero_stage == 3 && p.offload.optimizer.cpu == 1.0 && p.offload.params.cpu == 1.0;
+    // "selective" as torchtitan means it (per-op SAC), where the plan names no Megatron module list
+    // and op-level SAC is modelled for its plan (spec_io_validate.cpp): one CP rank, fused
+    // attention, TP only with sequence parallelism.
+    case When::tensor_parallel: return p.tp > 1;
+    case When::op_selective:
+        return p.recompute == Recompute::selective &&
+               p.recompute_modules == recompute_bit(RecomputeModule::core_attn) &&
+               std::find(p.keys_in_file.begin(), p.keys_in_file.end(), "recompute_modules") == p.keys_in_file.end() && p.cp == 1 &&
+               p.flash_attention && (p.tp == 1 || p.sequence_parallel);
     }
     return false;
 }
@@ -142,6 +151,10 @@ std::vector<Knob> torchtitan_knobs(bool compiled) {
             {"eager_cross_entropy", "true", When::always,
              "torchtitan's loss is F.cross_entropy(pred.float()) in eager PyTorch: log_softmax keeps an fp32 output and "
              "its backward allocates two more fp32 logits-sized tensors (docs/lowering.md)"},
+            {"loss_parallel", "true", When::tensor_parallel,
+             "torchtitan parallelize_llama.py: under TP the output projection keeps its vocabulary shard (Shard(-1)) and "
+             "train.py computes the loss inside torch.distributed.tensor.parallel.loss_parallel() unless "
+             "training.disable_loss_parallel"},
             {"fp32_grads", "true", When::mixed16,
              "torchtitan's FSDP2 MixedPrecisionPolicy reduces gradients in fp32 (training.mixed_precision_reduce = \"float32\")"},
             {"fp32_param_shards", "true", When::fsdp_shards,
@@ -156,7 +169,13 @@ std::vector<Knob> torchtitan_knobs(bool compiled) {
              "torchtitan's async TP under Float8: torch's fused_scaled_matmul_reduce_scatter reduce-scatters the scaled "
              "matmul's bf16 output (fused_all_gather_scaled_matmul gathers the FP8 input)"},
             kFsdpHostGrads,
-            kFsdpCpuGradSum};
+            kFsdpCpuGradSum,
+            {"recompute_policy", "\"op\"", When::op_selective,
+             "torchtitan's selective activation checkpointing is per-op (distributed/activation_checkpoint.py: save the "
+             "outputs of matmuls, SDPA and reduce-scatters, recompute every second matmul and the rest): SelectiveAC in "
+             "every Llama 3 and DeepSeek-V3 config since 2025, selective_ac_option = 'op' in train_configs/llama3_8b.toml "
+             "at the 2024-12 benchmark commit 9dec370 (the command-line default there, '2', is every second layer: "
+             "recompute full with recompute_every 2)"}};
 }
 
 const std::vector<Preset>& presets() {

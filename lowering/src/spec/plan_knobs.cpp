@@ -429,7 +429,8 @@ const std::vector<KnobRow>& table() {
                      Written::always, nullptr, "[-1, 1]"});
         t.push_back({"recompute_every", read_recompute_every, write_scalar<&P::recompute_every>, encode_scalar<&P::recompute_every>, nullptr,
                      Written::if_changed, nullptr, "[0, 2]"});
-        t.push_back({"recompute_policy", read_recompute_policy, write_enum<&P::recompute_policy>, encode_scalar<&P::recompute_policy>, nullptr,
+        t.push_back({"recompute_policy", read_recompute_policy, write_enum<&P::recompute_policy>, encode_scalar<&P::recompute_policy>,
+                     assign_enum<&P::recompute_policy>,
                      Written::custom, [](const P& p) { return p.op_sac(); }, "[\"modules\", \"op\"]"});
         t.push_back({"recompute_modules", read_recompute_modules, write_recompute_modules, encode_scalar<&P::recompute_modules>, nullptr, Written::custom,
                      [](const P& p) { return p.recompute == Recompute::selective && !p.op_sac(); },
@@ -447,6 +448,7 @@ const std::vector<KnobRow>& table() {
         t.push_back(bool_knob<&P::grad_accum_fusion>("grad_accum_fusion", Written::if_changed));
         t.push_back(bool_knob<&P::loss_upcast>("loss_upcast", Written::if_changed));
         t.push_back(bool_knob<&P::eager_cross_entropy>("eager_cross_entropy", Written::if_changed));
+        t.push_back(bool_knob<&P::loss_parallel>("loss_parallel", Written::if_changed));
         t.push_back({"offload", read_offload, write_offload, encode_offload, assign_offload, Written::always, nullptr,
                      "[{\"optimizer\": \"cpu\"}, {\"optimizer\": \"cpu\", \"params\": \"cpu\"}, {\"optimizer\": {\"gpu\": 0.5, \"cpu\": 0.5}}, "
                      "{\"activations\": \"cpu\"}, {\"optimizer\": \"ssd\"}]"});

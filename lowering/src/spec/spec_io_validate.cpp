@@ -239,14 +239,25 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
     // 2D Llama: its reduce-scatters kept, its all-gathers rerun); without CP (whose attention
     // kernels the policy would save or rerun differently).
     if (p.op_sac()) {
-        if (m.linear_bias || m.qkv_bias) fail("plan.recompute_policy", "= \"op\" is modelled for models without linear biases");
-        if (p.cp > 1) fail("plan.recompute_policy", "= \"op\" is modelled for cp = 1 (got cp " + s(p.cp) + ")");
+        // A preset's "selective" (torchtitan's) names where it came from and how to state the other.
+        const std::string from = std::find(p.keys_from_preset.begin(), p.keys_from_preset.end(), "recompute_policy") != p.keys_from_preset.end()
+                                     ? " (set by plan.framework = \"" + p.framework + "\" for recompute \"selective\"; state "
+                                       "recompute_policy \"modules\" for Megatron's module list)"
+                                     : "";
+        if (m.linear_bias || m.qkv_bias) fail("plan.recompute_policy", "= \"op\" is modelled for models without linear biases" + from);
+        if (p.cp > 1) fail("plan.recompute_policy", "= \"op\" is modelled for cp = 1 (got cp " + s(p.cp) + ")" + from);
         if (p.tp > 1 && (m.is_moe() || m.mla || !p.sequence_parallel))
             fail("plan.recompute_policy", "= \"op\" with plan.tp = " + s(p.tp) +
                                               " is modelled for dense decoders without MLA, with plan.sequence_parallel (torchtitan's 2D "
-                                              "Llama)");
-        if (!p.flash_attention) fail("plan.recompute_policy", "= \"op\" needs plan.flash_attention (it saves the SDPA output and log-sum-exp)");
+                                              "Llama)" + from);
+        if (!p.flash_attention)
+            fail("plan.recompute_policy", "= \"op\" needs plan.flash_attention (it saves the SDPA output and log-sum-exp)" + from);
     }
+    // A stated loss_parallel describes the eager loss under TP; a preset sets it wherever tp > 1.
+    if (p.loss_parallel && std::find(p.keys_from_preset.begin(), p.keys_from_preset.end(), "loss_parallel") == p.keys_from_preset.end() &&
+        (!p.eager_cross_entropy || p.tp < 2))
+        fail("plan.loss_parallel", "needs plan.eager_cross_entropy and plan.tp >= 2 (got tp " + s(p.tp) +
+                                       "): it is PyTorch's vocab-sharded eager cross-entropy");
     if (p.p2p_blocking && p.pp < 2) fail("plan.p2p_blocking", "needs plan.pp >= 2 (got pp " + s(p.pp) + "): it describes pipeline send/recv");
     if (p.p2p_blocking && (p.schedule == Schedule::interleaved_1f1b || p.schedule == Schedule::dualpipe_v))
         fail("plan.p2p_blocking", "needs plan.schedule gpipe or 1f1b (DeepSpeed's pipeline engine has no interleaved schedule; "

@@ -302,6 +302,12 @@ struct PlanSpec {
     /// (three fp32 logits-sized tensors at once). Off: a fused kernel (Megatron's vocab-parallel
     /// cross-entropy) that turns the softmax into the gradient in place. Memory only, like loss_upcast.
     bool eager_cross_entropy = false;
+    /// The eager loss under TP runs in PyTorch's loss_parallel (torch distributed/tensor/parallel/
+    /// loss.py, torchtitan's default under TP): DTensor's vocab-sharded decomposition of
+    /// log_softmax (the shifted logits, their exponentials and the result each a new fp32 tensor)
+    /// and a fused nll/log_softmax backward (zeros, exp of the output and their sum at once).
+    /// Only with eager_cross_entropy and tp > 1.
+    bool loss_parallel = false;
     OffloadSpec offload;
     /// Gradients streamed to the host (streams_grads_to_host) over several micro-batches: each later
     /// micro-batch's slice comes down with the backward waiting for it and the host adds it into its
@@ -419,6 +425,8 @@ struct PlanSpec {
     }
     /// torchtitan's op-level selective activation checkpointing is on.
     bool op_sac() const { return recompute == Recompute::selective && recompute_policy == RecomputePolicy::op; }
+    /// The eager loss runs as loss_parallel's decomposition (plan.loss_parallel takes effect).
+    bool eager_loss_parallel() const { return loss_parallel && eager_cross_entropy && tp > 1; }
 };
 
 /// A scenario file: a model, a cluster and (optionally) a plan.
