@@ -90,7 +90,7 @@ def torchtitan_async_tp():
                 "recompute": "full" if ac == "full" else "selective", "precision": "fp8" if fp8 else "bf16",
                 "fp32_grads": True, "fp32_param_shards": True, "flash_attention": True, "attention_kernel": "fa2",
                 "eager_elementwise": False,
-                "eager_cross_entropy": True}
+                "eager_cross_entropy": True, "loss_parallel": True}
         if ac == "op":
             plan["recompute_policy"] = "op"
         if fp8 and async_tp:
@@ -131,5 +131,104 @@ def torchtitan_async_tp():
     return out
 
 
+def torchtitan_2024_rest():
+    """The rest of torchtitan's 2024-12 benchmark (benchmarks/llama3_h100_202412_torchtitan.md):
+    the Float8 rows of Tables 1 and 3, Table 2 (Llama 3.1 8B with CP on 8 GPUs, full AC), Table 4
+    (70B at FSDP 32 x TP 8), Table 5 (405B at FSDP 8 x TP 8 x PP 8, 1F1B and interleaved) and
+    Table 6 (405B with CP under TP 8 x PP 8). All torch.compile; Float8 is torchao's tensorwise
+    Float8Linear. Pipelines as torchtitan 9dec370 builds them: microbatches default to the number
+    of stages (pipeline_parallel_microbatches), two stages per rank for a looped schedule, split
+    points by generate_split_points (the first stage base layers, middle stages one more while the
+    remainder lasts, the last stage what is left)."""
+    def split(layers, stages):
+        base, extra = divmod(layers, stages)
+        out = [base]
+        for _ in range(stages - 2):
+            out.append(base + (1 if extra > 0 else 0))
+            extra -= 1 if extra > 0 else 0
+        out.append(layers - sum(out))
+        return out
+
+    rows = [  # id, table, row label, model, seq, gpus, dp, tp, pp, cp, local batch, AC, float8, async TP, schedule, TPS, GiB
+        ("llama3.1-8b-fsdp8-compile-fp8", 1, "FSDP + torch.compile + Float8", M.LLAMA3_8B, 8192, 8, 8, 1, 1, 1, 2, "op", True, False, None, 8532, 76.8),
+        ("llama3.1-8b-fsdp128-compile-fp8", 3, "FSDP + torch.compile + Float8", M.LLAMA3_8B, 8192, 128, 128, 1, 1, 1, 2, "op", True, False, None, 8380, 61.8),
+        ("llama3.1-8b-fsdp8-cp1-s32k", 2, "FSDP 8, CP 1", M.LLAMA3_8B, 32768, 8, 8, 1, 1, 1, 1, "full", True, False, None, 3890, 83.9),
+        ("llama3.1-8b-fsdp4-cp2-s64k", 2, "FSDP 4, CP 2", M.LLAMA3_8B, 65536, 8, 4, 1, 1, 2, 1, "full", True, False, None, 2540, 84.2),
+        ("llama3.1-8b-fsdp2-cp4-s128k", 2, "FSDP 2, CP 4", M.LLAMA3_8B, 131072, 8, 2, 1, 1, 4, 1, "full", True, False, None, 1071, 84.0),
+        ("llama3.1-8b-fsdp1-cp8-s256k", 2, "FSDP 1, CP 8", M.LLAMA3_8B, 262144, 8, 1, 1, 1, 8, 1, "full", True, False, None, 548, 84.5),
+        ("llama3.1-70b-fsdp32-tp8-2d", 4, "2D", M.LLAMA3_70B, 8192, 256, 32, 8, 1, 1, 16, "full", True, False, None, 829, 71.9),
+        ("llama3.1-70b-fsdp32-tp8-asynctp", 4, "2D + AsyncTP", M.LLAMA3_70B, 8192, 256, 32, 8, 1, 1, 16, "full", True, True, None, 876, 67.6),
+        ("llama3.1-405b-fsdp8-tp8-pp8-1f1b", 5, "1F1B", M.LLAMA3_405B, 8192, 512, 8, 8, 8, 1, 32, "full", True, True, "1f1b", 100, 82.5),
+        ("llama3.1-405b-fsdp8-tp8-pp8-interleaved", 5, "Interleaved 1F1B", M.LLAMA3_405B, 8192, 512, 8, 8, 8, 1, 32, "full", True, True,
+         "interleaved-1f1b", 128, 72.7),
+        ("llama3.1-405b-fsdp8-tp8-pp8-cp1-s32k", 6, "FSDP 8, CP 1", M.LLAMA3_405B, 32768, 512, 8, 8, 8, 1, 8, "full", True, True, "1f1b", 76, 75.3),
+        ("llama3.1-405b-fsdp4-tp8-pp8-cp2-s64k", 6, "FSDP 4, CP 2", M.LLAMA3_405B, 65536, 512, 4, 8, 8, 2, 8, "full", True, True, "1f1b", 47, 75.9),
+        ("llama3.1-405b-fsdp2-tp8-pp8-cp4-s128k", 6, "FSDP 2, CP 4", M.LLAMA3_405B, 131072, 512, 2, 8, 8, 4, 8, "full", True, True, "1f1b", 31, 77.1),
+        ("llama3.1-405b-fsdp1-tp8-pp8-cp8-s256k", 6, "FSDP 1, CP 8", M.LLAMA3_405B, 262144, 512, 1, 8, 8, 8, 8, "full", True, True, "1f1b", 16, 84.9),
+    ]
+    out = []
+    for name, table, row, model, seq, gpus, dp, tp, pp, cp, local, ac, fp8, async_tp, sched, tps, gib in rows:
+        plan = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": 1, "vpp": 1, "micro_batch": local, "global_batch": local * dp,
+                "sequence_parallel": tp > 1, "tp_comm_overlap": async_tp, "schedule": "1f1b", "zero_stage": 3,
+                "recompute": "full" if ac == "full" else "selective", "precision": "fp8" if fp8 else "bf16",
+                "fp32_grads": True, "fp32_param_shards": True, "flash_attention": True, "attention_kernel": "fa2",
+                "eager_elementwise": False, "grad_accum_fusion": False, "eager_cross_entropy": True}
+        if ac == "op":
+            plan["recompute_policy"] = "op"
+        if tp > 1:
+            plan["loss_parallel"] = True
+        if cp > 1:
+            plan["cp_comm_type"] = "allgather"
+        if fp8 and async_tp:
+            plan["tp_overlap_rs_fp8"] = False
+        assume = [a for a in COMMON_ASSUME if not a.startswith("selective activation")]
+        if pp > 1:
+            stages = pp * (2 if sched == "interleaved-1f1b" else 1)
+            plan["schedule"] = sched
+            plan["micro_batch"] = local // stages
+            if sched == "interleaved-1f1b":
+                plan["vpp"] = 2
+                plan["virtual_layer_split"] = split(model["layers"], stages)
+            else:
+                plan["layer_split"] = split(model["layers"], stages)
+            assume.append(f"pipeline as torchtitan 9dec370 builds it: {stages} stages ({'2 per rank, looped' if stages > pp else 'one per rank'}), "
+                          f"microbatches = stages (pipeline_parallel_microbatches' default): {stages} of {local // stages} from the "
+                          f"local batch {local}; split points by generate_split_points")
+            assume.append("FSDP under PP: reshard_after_forward off (parallelize_llama.py), gradients reduced at the last backward")
+        assume += [
+            f"local batch {local} per FSDP x CP group{' (the table: local batch ' + str(local) + ')' if pp == 1 else ''}; "
+            f"global_batch = local batch x FSDP degree; seq {seq}",
+            "torch.compile per transformer block: eager_elementwise false",
+            ("per-op SAC (the 8B config's selective_ac_option 'op'): recompute_policy op" if ac == "op" else "full AC: recompute full"),
+            ("float8 tensorwise (torchao Float8Linear, dynamic scaling): precision fp8; FSDP's float8 all-gather "
+             "(enable_fsdp_float8_all_gather in the 405B config) is not modelled: the gathers move bf16" if fp8 else "bf16"),
+        ]
+        if tp > 1:
+            assume.append("TP 8 within a node with sequence parallelism; the loss in loss_parallel (train.py, "
+                          "training.disable_loss_parallel false): loss_parallel")
+            assume.append("async TP (experimental.enable_async_tensor_parallel): tp_comm_overlap" if async_tp else "vanilla TP")
+        if cp > 1:
+            assume.append("context parallelism through PyTorch's context-parallel SDPA with the all-gather rotate method "
+                          "(experimental.context_parallel_rotate_method default): cp_comm_type allgather")
+        assume.append("default 500 W power limit, as the benchmark states")
+        out.append({
+            "id": f"torchtitan-{name}-h100-96g",
+            "publisher": "Meta (PyTorch torchtitan)",
+            "framework": "torchtitan-compile",
+            "source": TORCHTITAN.format(t=table) + f" row '{row}'",
+            "hardware": {"gpu": "H100-SXM5-96GB-HBM2e", "nodes": gpus // 8, "gpus_per_node": 8,
+                         "nic": "roce-400g", "nics_per_node": 8},
+            "model": M.with_seq(model, seq),
+            "plan": plan,
+            "measured": {"tokens_per_s_per_gpu": float(tps), "peak_hbm_bytes": gib * GIB,
+                         "peak_hbm_counter": "max_reserved", "peak_hbm_stage": "max", "outcome": "ran"},
+            "stated_knobs": ["tp_comm_overlap"] if tp > 1 else [],
+            "flops_convention": "none (TPS/GPU published)",
+            "assumptions": assume,
+            "completeness": "complete-with-assumptions",
+        })
+    return out
+
+
 def all_entries():
-    return torchtitan_llama3_8b() + torchtitan_async_tp()
+    return torchtitan_llama3_8b() + torchtitan_async_tp() + torchtitan_2024_rest()

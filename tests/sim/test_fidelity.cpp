@@ -69,17 +69,26 @@ FidelityRow synthetic_row(std::size_t i, Quantity q, const Calibration& applied,
 
 }  // namespace
 
-TEST_CASE("fidelity loader: all 128 entries, sorted, both splits", "[fidelity]") {
+TEST_CASE("fidelity loader: all 142 entries, sorted, both splits", "[fidelity]") {
     const auto& all = dataset();
-    REQUIRE(all.size() == 128);
+    REQUIRE(all.size() == 142);
     for (std::size_t i = 1; i < all.size(); ++i) CHECK(all[i - 1].id < all[i].id);
-    CHECK(select_split(all, "train").size() + select_split(all, "test").size() == 128);
-    CHECK(select_split(all, "all").size() == 128);
+    CHECK(select_split(all, "train").size() + select_split(all, "test").size() == 142);
+    CHECK(select_split(all, "all").size() == 142);
     // 103 publish a throughput (BLOOM's topology search its seconds per iteration too); 7 only a
     // memory outcome: Megatron-LM's CI goldens and BLOOM's three OOM layouts (sources_memory.py).
     int memory_only = 0;
     for (const FidelityEntry& e : all) memory_only += e.memory_only ? 1 : 0;
     CHECK(memory_only == 7);
+    // torchtitan's generated split points (pipelining_utils.py generate_split_points at 9dec370):
+    // 126 layers over 16 looped stages, base 7 with 14 left over: 7, then 8 for the fourteen
+    // middle stages, and the 7 left for the last.
+    const FidelityEntry& looped = entry("torchtitan-llama3.1-405b-fsdp8-tp8-pp8-interleaved-h100-96g");
+    std::vector<int> split(16, 8);
+    split.front() = split.back() = 7;
+    CHECK(looped.plan.virtual_layer_split == split);
+    CHECK(looped.plan.micro_batch == 2);  // local batch 32 over 16 micro-batches (one per stage)
+    CHECK(looped.plan.loss_parallel);
 }
 
 TEST_CASE("fidelity loader: memory-only entries keep their counter, stage and outcome", "[fidelity]") {
