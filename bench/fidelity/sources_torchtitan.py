@@ -185,6 +185,7 @@ def torchtitan_2024_rest():
         if pp > 1:
             stages = pp * (2 if sched == "interleaved-1f1b" else 1)
             plan["schedule"] = sched
+            plan["torch_pipelining"] = True
             plan["micro_batch"] = local // stages
             if sched == "interleaved-1f1b":
                 plan["vpp"] = 2
@@ -195,6 +196,8 @@ def torchtitan_2024_rest():
                           f"microbatches = stages (pipeline_parallel_microbatches' default): {stages} of {local // stages} from the "
                           f"local batch {local}; split points by generate_split_points")
             assume.append("FSDP under PP: reshard_after_forward off (parallelize_llama.py), gradients reduced at the last backward")
+            assume.append("torch.distributed.pipelining's buffers: a gradient receive buffer per micro-batch, each stage's output "
+                          "kept to its backward: torch_pipelining")
         assume += [
             f"local batch {local} per FSDP x CP group{' (the table: local batch ' + str(local) + ')' if pp == 1 else ''}; "
             f"global_batch = local batch x FSDP degree; seq {seq}",

@@ -275,6 +275,9 @@ ExportResult export_megatron(const ModelSpec& m, const PlanSpec& p) {
     if (m.mtp_depth > 0 && m.position == PositionKind::learned)
         r.unsupported.push_back("MTP modules with learned positions (Megatron-LM's validate_args allows MTP with rope or none)");
     if (p.p2p_blocking) r.unsupported.push_back("blocking pipeline p2p (DeepSpeed's pipeline engine; Megatron overlaps send/recv)");
+    if (p.torch_pipelining)
+        r.unsupported.push_back("torch.distributed.pipelining's buffers (a gradient receive buffer per micro-batch, every output kept to its "
+                                "backward; Megatron frees a sent output's data)");
     if (p.p2p_scatter_gather)
         r.unsupported.push_back("pipeline scatter/gather without sequence parallelism (Megatron-LM before Megatron-Core; "
                                 "Megatron-Core sends whole tensors: enable --sequence-parallel instead)");

@@ -140,6 +140,8 @@ ExportResult export_deepspeed(const ModelSpec& m, const PlanSpec& p) {
         r.unsupported.push_back("router weights applied before fc2 (DeepSpeed-MoE weights the expert outputs at its combine and keeps them)");
     if (p.sequence_parallel && p.tp > 1) r.unsupported.push_back("Megatron sequence parallelism");
     if (p.schedule == Schedule::interleaved_1f1b) r.unsupported.push_back("interleaved 1F1B (virtual stages)");
+    if (p.torch_pipelining)
+        r.unsupported.push_back("torch.distributed.pipelining's buffers (DeepSpeed's PipelineEngine keeps its own pipe buffers)");
     if (p.schedule == Schedule::dualpipe_v) r.unsupported.push_back("DualPipeV schedule (deepseek-ai/DualPipe)");
     if (p.recompute == Recompute::selective) r.unsupported.push_back("selective recomputation (DeepSpeed checkpoints whole layers)");
     // Fused or not matters where a sum is kept: several micro-batches, or fp32 sums (also under

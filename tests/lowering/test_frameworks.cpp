@@ -382,6 +382,13 @@ TEST_CASE("torchtitan's selective is per-op SAC, and its loss under TP is loss_p
     CHECK(plan(R"(, "framework": "torchtitan", "dp": 4, "tp": 2, "sequence_parallel": true)").eager_loss_parallel());
     CHECK_FALSE(plan(R"(, "framework": "torchtitan", "dp": 8)").loss_parallel);
     CHECK_FALSE(plan(R"(, "framework": "megatron-core", "dp": 4, "tp": 2, "sequence_parallel": true)").loss_parallel);
+    // torchtitan pipelines with torch.distributed.pipelining (its per-micro-batch buffers); a
+    // pipeline is what it describes, and DeepSpeed's engine is another.
+    CHECK(plan(R"(, "framework": "torchtitan", "dp": 4, "pp": 2, "zero_stage": 3)").torch_pipelining);
+    CHECK_FALSE(plan(R"(, "framework": "torchtitan", "dp": 8)").torch_pipelining);
+    CHECK_FALSE(plan(R"(, "framework": "megatron-core", "dp": 4, "pp": 2)").torch_pipelining);
+    CHECK_THAT(refusal(plan(R"(, "dp": 8, "torch_pipelining": true)")), Contains("plan.torch_pipelining") && Contains("pp >= 2"));
+    CHECK_THAT(refusal(plan(R"(, "dp": 4, "pp": 2, "torch_pipelining": true, "p2p_blocking": true)")), Contains("plan.torch_pipelining"));
     // Stated by hand it must describe an eager loss under TP.
     CHECK_THAT(refusal(plan(R"(, "dp": 4, "tp": 2, "loss_parallel": true)")), Contains("plan.loss_parallel") && Contains("eager_cross_entropy"));
     CHECK(refusal(plan(R"(, "dp": 4, "tp": 2, "loss_parallel": true, "eager_cross_entropy": true)")).empty());

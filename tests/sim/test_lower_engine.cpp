@@ -8,6 +8,7 @@
 #include "strata/lowering/lower.hpp"
 #include "strata/lowering/memory.hpp"
 #include "strata/lowering/spec.hpp"
+#include "strata/lowering/tensors.hpp"
 #include "support/gpt.hpp"
 #include "unit_costs.hpp"
 
@@ -58,6 +59,9 @@ void check_peaks_match_model(const ModelSpec& m, const PlanSpec& p, const SimRes
         const double engine = r.ranks[static_cast<std::size_t>(st)].peak_bytes[0] - kFrameworkReserveBytes;
         const double model = rep.stages[static_cast<std::size_t>(st)].tier_bytes[0] - kFrameworkReserveBytes;
         CHECK(model > 1e6);
+        const auto& bd = r.ranks[static_cast<std::size_t>(st)].peak_breakdown[0];
+        const auto& ms = rep.stages[static_cast<std::size_t>(st)];
+        INFO("engine weights/grads/optimizer/activations/buffers " << bd[0] << " " << bd[1] << " " << bd[2] << " " << bd[3] << " " << bd[4] << " model act " << ms.activations_bytes << " ws " << ms.workspace_bytes << " buf " << ms.buffers_bytes << " inflight " << ms.in_flight_microbatches);
         CHECK(engine == Approx(model).epsilon(1e-6));
     }
 }
@@ -237,6 +241,50 @@ TEST_CASE("DeepSpeed's pipe engine: kept output slices and the regathered output
                   Approx(extra).margin(1.0));
         }
     }
+}
+
+// torch.distributed.pipelining (torchtitan's PP) keeps each stage's whole output until its
+// micro-batch's backward (fwd_cache) and holds a gradient receive buffer per micro-batch for the
+// step (stage.py _prepare_backward_infra) instead of one send and one receive buffer. gpt(8) at
+// pp 4, m = 8, 1F1B: stage r keeps pp - r outputs, and stages 0-2 hold 8 buffers for 2, so the
+// peak grows by (pp - r + 8 - 2) s b h on stages 0-2 and falls by 2 s b h on the last. Interleaved
+// (vpp 2, m 8): each of a rank's chunks but the model's last receives gradients from another
+// rank, so rank 3 holds 8 buffers and the others 16. The engine agrees with the model on all.
+TEST_CASE("torch's pipeline: kept outputs and a gradient buffer per micro-batch", "[lower][engine][memory]") {
+    const ModelSpec m = gpt(8);
+    const double sbh = 2.0 * m.seq_len * 1 * m.hidden;  // bytes of one (s, b, h) tensor, b = 1
+    for (Recompute rc : {Recompute::none, Recompute::full}) {
+        PlanSpec p;
+        p.pp = 4;
+        p.global_batch = 8;
+        p.recompute = rc;
+        PlanSpec tp = p;
+        tp.torch_pipelining = true;
+        const MemoryReport plain = engine_matches_model(m, p);
+        const MemoryReport torch = engine_matches_model(m, tp);
+        for (int r = 0; r < 4; ++r) {
+            INFO("stage " << r << " recompute " << static_cast<int>(rc));
+            const double extra = r < 3 ? (4 - r + 8 - 2) * sbh : -2 * sbh;
+            CHECK(torch.stages[static_cast<std::size_t>(r)].tier_bytes[0] - plain.stages[static_cast<std::size_t>(r)].tier_bytes[0] ==
+                  Approx(extra).margin(1.0));
+        }
+    }
+    PlanSpec il;
+    il.pp = 4;
+    il.vpp = 2;
+    il.global_batch = 8;
+    il.schedule = Schedule::interleaved_1f1b;
+    il.torch_pipelining = true;
+    const std::vector<TensorDesc> last = stage_buffers(m, il, 3), first = stage_buffers(m, il, 0);
+    auto grad_recv = [](const std::vector<TensorDesc>& list) {
+        double b = 0;
+        for (const TensorDesc& d : list)
+            if (d.name == "pp.grad_recv") b += d.bytes;
+        return b;
+    };
+    CHECK(grad_recv(last) == Approx(8 * sbh));
+    CHECK(grad_recv(first) == Approx(16 * sbh));
+    engine_matches_model(m, il);
 }
 
 TEST_CASE("engine GPU peak equals the memory model when the embedding's backward sets it", "[lower][engine][memory]") {

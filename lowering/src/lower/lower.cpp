@@ -290,9 +290,9 @@ RankLowering::RankLowering(const ModelSpec& m, const ClusterSpec& cl, const Plan
         emb_desc_ = embedding_activations(m, p);
         emb_ws_desc_ = embedding_backward_workspace(m, p);
     }
-    if (o.emit_memory && stage_ < p.pp - 1) {
+    if (o.emit_memory) {  // kept for each chunk that sends (pipeline.cpp); DeepSpeed's pipeline has one a rank
         out_slice_desc_ = pipe_output_slice(m, p);
-        out_full_desc_ = pipe_output_regathered(m, p);
+        if (stage_ < p.pp - 1) out_full_desc_ = pipe_output_regathered(m, p);
     }
     if (o.emit_memory && stage_ == head_stage(p)) {
         logits_desc_ = logits_activations(m, p);

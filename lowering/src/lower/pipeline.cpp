@@ -267,6 +267,7 @@ void RankLowering::forward_pass(int mb, int chunk) {
     // Neighbouring virtual stages' ranks (-1 past the ends); at the turn of DualPipeV's V the
     // neighbour is this rank and nothing moves.
     const int prev = v > 0 ? rank_of_virtual_stage(p_, v - 1) : -1, next = v < vlast ? rank_of_virtual_stage(p_, v + 1) : -1;
+    const bool sends = v != vlast && next != stage_;
     const int lane = full_ ? co_.t + p_.tp * (co_.c + p_.cp * co_.d) : 0;
     const double p2p_bytes = d_.tokens_sp * d_.h * d_.act_bytes;  // b*s/cp*h*2 (/tp with SP)
     const int first_layer = chunk_first_layer(chunk);
@@ -315,6 +316,10 @@ void RankLowering::forward_pass(int mb, int chunk) {
             layer_ready_[static_cast<std::size_t>(lis)] = -1;
         }
         stashed_[{mb_, chunk, li}] = alloc_list(act_desc_[static_cast<std::size_t>(lis)], act_ids_[static_cast<std::size_t>(lis)]);
+        // torch's kept output, to the end of its backward, with the first layer's stash (the memory
+        // model's bound: from the chunk's forward to its backward's end).
+        if (li == 0 && sends && p_.torch_pipelining && !out_slice_desc_.empty())
+            stashed_[{mb_, chunk, -3}] = alloc_list(out_slice_desc_, out_slice_ids_);
         churn_list(fwd_ws_desc_[static_cast<std::size_t>(lis)], fwd_ws_ids_[static_cast<std::size_t>(lis)]);
         const TierSplit& af = p_.offload.activations;
         const bool offload = af.cpu + af.ssd > 0;
@@ -345,7 +350,8 @@ void RankLowering::forward_pass(int mb, int chunk) {
         in.match_id = p2p_match(mb_, v, true, lane);
         if (df_) io({act(n_.t_x, out_layer, d_.tokens_sp, d_.h)}, {});
         if (p_.p2p_blocking) block_on_send();
-        if (!out_slice_desc_.empty()) stashed_[{mb_, chunk, -3}] = alloc_list(out_slice_desc_, out_slice_ids_);
+        // DeepSpeed partitions the output it sent and keeps its slice.
+        if (!p_.torch_pipelining && !out_slice_desc_.empty()) stashed_[{mb_, chunk, -3}] = alloc_list(out_slice_desc_, out_slice_ids_);
     }
 }
 

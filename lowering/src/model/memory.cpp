@@ -332,6 +332,23 @@ MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capaci
         const bool stash_is_grad = p.loss_upcast && !p.eager_cross_entropy && p.precision == Precision::fp32;
         for (const TensorDesc& d : logits)
             if (d.name == "lm_head.logits" && !stash_is_grad) head_ws -= std::min(s.after_loss_gpu_bytes, d.bytes * p.offload.activations.gpu);
+        // A sent output kept until its micro-batch's backward has run (DeepSpeed's slice, torch's
+        // whole output) is held with its chunk's first layer, whose stash goes last; the lowering
+        // allocates it there. A chunk without a layer (a layout's embedding-only chunk) is left out.
+        const std::vector<TensorDesc> kept = pipe_output_slice(m, p);
+        // What the embedding's backward finds released (below): its chunk's layers, not the output.
+        const int chunk0 = std::min(static_cast<int>(layer_bytes.size()), p.vpp > 1 ? vsl.front() : s.layers);
+        const double chunk0_layers = std::accumulate(layer_bytes.begin(), layer_bytes.begin() + chunk0, 0.0);
+        if (!kept.empty()) {
+            std::size_t begin = 0;
+            for (int c = 0; c < std::max(1, p.vpp); ++c) {
+                const int v = virtual_stage_of(p, stage, c);
+                const auto n = static_cast<std::size_t>(p.vpp > 1 ? vsl[static_cast<std::size_t>(v)] : s.layers);
+                if (n > 0 && v < p.pp * std::max(1, p.vpp) - 1 && rank_of_virtual_stage(p, v + 1) != stage)
+                    layer_bytes[begin] += sum_bytes(kept);
+                begin += n;
+            }
+        }
         HeldTimes held;
         if (p.vpp <= 1) {
             // One chunk per rank: every layer holds the same micro-batches. The last stage starts
@@ -361,15 +378,12 @@ MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capaci
         }
         for (const TensorDesc& d : embedding) add_to(s, d, held.embedding);
         for (const TensorDesc& d : logits) add_to(s, d, held.logits);
-        const bool sends_output = stage < p.pp - 1;  // DeepSpeed's slices: one per micro-batch in flight
-        if (sends_output)
-            for (const TensorDesc& d : pipe_output_slice(m, p)) add_to(s, d, s.in_flight_microbatches);
+        const bool sends_output = stage < p.pp - 1;  // DeepSpeed's regathered output, below
         if (stage == 0) {
             // The embedding's backward comes after the micro-batch's chunk-0 layers have released
             // their activations (their GPU part): it adds to the peak only by what exceeds those.
             // Chunk 0 (virtual stage 0) comes first among the stage's layers.
-            const int chunk0 = std::min(static_cast<int>(layer_bytes.size()), p.vpp > 1 ? vsl.front() : s.layers);
-            const double released = std::accumulate(layer_bytes.begin(), layer_bytes.begin() + chunk0, 0.0) * p.offload.activations.gpu;
+            const double released = chunk0_layers * p.offload.activations.gpu;
             workspace = std::max(workspace, sum_bytes(embedding_backward_workspace(m, p)) - released);
         }
         // The head's forward and backward run beside every held micro-batch's logits. The layers'

@@ -258,7 +258,19 @@ void emit_buffers(const ModelSpec& m, const PlanSpec& p, int stage, const std::v
         emit("params.fetched", TensorTag::buffers, Lifetime::transient, wb * std::max(2.0 * widest, widest + edges), gpu,
              "max(2 x layer, layer + edges) params", nullptr);
     }
-    if (p.pp > 1) {
+    if (p.pp > 1 && p.torch_pipelining) {
+        // torch.distributed.pipelining: a gradient receive buffer per micro-batch for each of the
+        // rank's stages that sends its output to another rank, held for the step; it sends from
+        // the kept output itself, and a forward receive buffer is the first layer's stashed input.
+        const Local L = local_of(m, p);
+        int receiving = 0;
+        for (int c = 0; c < std::max(1, p.vpp); ++c) {
+            const int v = virtual_stage_of(p, stage, c);
+            if (v < p.pp * std::max(1, p.vpp) - 1 && rank_of_virtual_stage(p, v + 1) != stage) ++receiving;
+        }
+        emit("pp.grad_recv", TensorTag::buffers, Lifetime::persistent, receiving * p.micro_batches() * L.act * L.tok_rep * L.h, gpu,
+             "micro-batches x sending stages x (s/cp[/tp], b, h)", nullptr);
+    } else if (p.pp > 1) {
         // One micro-batch's boundary activation, a send and a receive buffer.
         const Local L = local_of(m, p);
         emit("pp.p2p", TensorTag::buffers, Lifetime::persistent, 2.0 * L.act * L.tok_rep * L.h, gpu, "2 x (s/cp[/tp], b, h)", nullptr);

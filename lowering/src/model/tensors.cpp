@@ -490,6 +490,11 @@ std::vector<TensorDesc> head_workspace(const ModelSpec& m, const PlanSpec& p, bo
 }
 
 std::vector<TensorDesc> pipe_output_slice(const ModelSpec& m, const PlanSpec& p) {
+    if (p.torch_pipelining && p.pp > 1) {
+        // torch.distributed.pipelining keeps the whole output (fwd_cache) until its backward.
+        const Local L = local_of(m, p);
+        return {act_tensor("pp.kept_output", L.act * L.tok_rep * L.h, "(s/cp[/tp], b, h)", p)};
+    }
     if (!(p.p2p_blocking && p.p2p_scatter_gather)) return {};
     const Local L = local_of(m, p);
     return {act_tensor("pp.sent_output_slice", L.act * L.tokens * L.h / L.t, "(s, b, h) / tp", p)};

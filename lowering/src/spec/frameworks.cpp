@@ -151,6 +151,10 @@ std::vector<Knob> torchtitan_knobs(bool compiled) {
             {"eager_cross_entropy", "true", When::always,
              "torchtitan's loss is F.cross_entropy(pred.float()) in eager PyTorch: log_softmax keeps an fp32 output and "
              "its backward allocates two more fp32 logits-sized tensors (docs/lowering.md)"},
+            {"torch_pipelining", "true", When::pipelined,
+             "torchtitan builds its pipeline with torch.distributed.pipelining (PipelineStage and its schedules): stage.py "
+             "allocates a gradient receive buffer per micro-batch (_prepare_backward_infra) and keeps every micro-batch's "
+             "output in fwd_cache until its backward_one_chunk"},
             {"loss_parallel", "true", When::tensor_parallel,
              "torchtitan parallelize_llama.py: under TP the output projection keeps its vocabulary shard (Shard(-1)) and "
              "train.py computes the loss inside torch.distributed.tensor.parallel.loss_parallel() unless "

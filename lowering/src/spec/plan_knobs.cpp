@@ -449,6 +449,7 @@ const std::vector<KnobRow>& table() {
         t.push_back(bool_knob<&P::loss_upcast>("loss_upcast", Written::if_changed));
         t.push_back(bool_knob<&P::eager_cross_entropy>("eager_cross_entropy", Written::if_changed));
         t.push_back(bool_knob<&P::loss_parallel>("loss_parallel", Written::if_changed));
+        t.push_back(bool_knob<&P::torch_pipelining>("torch_pipelining", Written::if_changed));
         t.push_back({"offload", read_offload, write_offload, encode_offload, assign_offload, Written::always, nullptr,
                      "[{\"optimizer\": \"cpu\"}, {\"optimizer\": \"cpu\", \"params\": \"cpu\"}, {\"optimizer\": {\"gpu\": 0.5, \"cpu\": 0.5}}, "
                      "{\"activations\": \"cpu\"}, {\"optimizer\": \"ssd\"}]"});

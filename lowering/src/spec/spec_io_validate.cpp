@@ -258,6 +258,9 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
         (!p.eager_cross_entropy || p.tp < 2))
         fail("plan.loss_parallel", "needs plan.eager_cross_entropy and plan.tp >= 2 (got tp " + s(p.tp) +
                                        "): it is PyTorch's vocab-sharded eager cross-entropy");
+    if (p.torch_pipelining && (p.pp < 2 || p.p2p_blocking))
+        fail("plan.torch_pipelining", p.pp < 2 ? "needs plan.pp >= 2 (got pp " + s(p.pp) + "): it describes a pipeline's buffers"
+                                               : "cannot be combined with plan.p2p_blocking (DeepSpeed's pipeline engine)");
     if (p.p2p_blocking && p.pp < 2) fail("plan.p2p_blocking", "needs plan.pp >= 2 (got pp " + s(p.pp) + "): it describes pipeline send/recv");
     if (p.p2p_blocking && (p.schedule == Schedule::interleaved_1f1b || p.schedule == Schedule::dualpipe_v))
         fail("plan.p2p_blocking", "needs plan.schedule gpipe or 1f1b (DeepSpeed's pipeline engine has no interleaved schedule; "

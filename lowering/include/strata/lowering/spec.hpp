@@ -308,6 +308,11 @@ struct PlanSpec {
     /// and a fused nll/log_softmax backward (zeros, exp of the output and their sum at once).
     /// Only with eager_cross_entropy and tp > 1.
     bool loss_parallel = false;
+    /// The pipeline runs in torch.distributed.pipelining (torchtitan's PP): each stage allocates a
+    /// receive buffer per micro-batch for the gradients coming back (stage.py
+    /// _prepare_backward_infra, held for the step) and keeps each micro-batch's output until its
+    /// backward (fwd_cache), where Megatron frees a sent output's data. Only with pp > 1.
+    bool torch_pipelining = false;
     OffloadSpec offload;
     /// Gradients streamed to the host (streams_grads_to_host) over several micro-batches: each later
     /// micro-batch's slice comes down with the backward waiting for it and the host adds it into its
