@@ -57,7 +57,7 @@ const PlanKnobSet& stage_params_unread() {
         "framework", "dp", "cp", "microbatch_group", "micro_batch", "global_batch", "sequence_parallel", "flash_attention",
         "attention_kernel", "zero_stage", "recompute", "recompute_layers", "recompute_every", "recompute_policy", "recompute_modules",
         "precision", "exp_avg_dtype", "exp_avg_sq_dtype", "fp32_grads", "grad_accum_fusion", "loss_upcast", "eager_cross_entropy",
-        "loss_parallel", "offload", "cpu_grad_accumulation", "lock_free_update", "overlap_grad_reduce", "bucket_reduce_barrier", "overlap_param_gather", "tp_comm_overlap", "p2p_blocking",
+        "loss_parallel", "torch_pipelining", "offload", "cpu_grad_accumulation", "lock_free_update", "overlap_grad_reduce", "bucket_reduce_barrier", "overlap_param_gather", "tp_comm_overlap", "p2p_blocking",
         "p2p_scatter_gather", "expandable_segments", "moe_act_fp8_cache", "moe_a2a_overlap", "moe_dispatcher", "moe_probs_at",
         "eager_elementwise", "dp_bucket_mb"};
     return unread;

@@ -87,7 +87,7 @@ using LayerKey = std::vector<std::int64_t>;
 void layer_key(const PlanSpec& p, bool moe, bool recomputed, LayerKey& k) {
     static const PlanKnobSet unread{"framework", "pp", "dp", "vpp", "microbatch_group", "global_batch", "schedule", "zero_stage",
                                     "recompute_layers", "recompute_every", "exp_avg_dtype", "exp_avg_sq_dtype", "fp32_grads",
-                                    "grad_accum_fusion", "loss_upcast", "eager_cross_entropy", "loss_parallel", "offload", "cpu_grad_accumulation", "lock_free_update",
+                                    "grad_accum_fusion", "loss_upcast", "eager_cross_entropy", "loss_parallel", "torch_pipelining", "offload", "cpu_grad_accumulation", "lock_free_update",
                                     "overlap_grad_reduce", "bucket_reduce_barrier", "overlap_param_gather", "tp_comm_overlap", "p2p_blocking",
                                     "p2p_scatter_gather", "expandable_segments", "moe_a2a_overlap", "moe_dispatcher",
                                     "eager_elementwise", "dp_bucket_mb", "vocab_divisible_by", "layer_split", "virtual_layer_split"};

@@ -56,10 +56,10 @@ bool applies(When w, const PlanSpec& p) {
     // FSDP's CPU offload (ZeRO-3, the parameters and the optimizer on the host), the gradients not placed by the plan.
     case When::fsdp_cpu_offload: return applies(When::fsdp_offloaded, p) && p.offload.grads.all_gpu();
     case When::fsdp_offloaded: return p.zero_stage == 3 && p.offload.optimizer.cpu == 1.0 && p.offload.params.cpu == 1.0;
+    case When::tensor_parallel: return p.tp > 1;
     // "selective" as torchtitan means it (per-op SAC), where the plan names no Megatron module list
     // and op-level SAC is modelled for its plan (spec_io_validate.cpp): one CP rank, fused
     // attention, TP only with sequence parallelism.
-    case When::tensor_parallel: return p.tp > 1;
     case When::op_selective:
         return p.recompute == Recompute::selective &&
                p.recompute_modules == recompute_bit(RecomputeModule::core_attn) &&
