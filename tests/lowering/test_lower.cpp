@@ -299,7 +299,7 @@ TEST_CASE("FLOPs of the program equal the hand formula for every split", "[lower
 
 TEST_CASE("tensor parallelism: two all-reduces per layer each way (Megatron)", "[lower]") {
     PlanSpec p = plan(2, 1, 1, 2);
-    const Program prog = lower(small_gpt(), cluster(2), p);
+    Program prog = lower(small_gpt(), cluster(2), p);
     const auto& r = prog.ranks[0];
     auto n = [&](Phase ph, CollKind k) {
         return count_if(r, [&](const Instr& in) {
@@ -344,7 +344,7 @@ TEST_CASE("data parallel gradient reduction carries every gradient once", "[lowe
         PlanSpec p = plan(1, 1, 2, 4);
         p.overlap_grad_reduce = overlap;
         p.dp_bucket_bytes = 100000;
-        const Program prog = lower(small_gpt(), cluster(2), p);
+        Program prog = lower(small_gpt(), cluster(2), p);
         double bytes = 0;
         int n = 0;
         for (const auto& in : prog.ranks[0].instrs)
@@ -399,7 +399,7 @@ TEST_CASE("fp32 gradients double the DP reduction's bytes, not the parameter gat
         p.overlap_grad_reduce = overlap;
         p.dp_bucket_bytes = 100000;
         p.fp32_grads = true;
-        const Program prog = lower(small_gpt(), cluster(2), p);
+        Program prog = lower(small_gpt(), cluster(2), p);
         double rs = 0, ag = 0;
         for (const auto& in : prog.ranks[0].instrs)
             if (in.kind == InstrKind::collective && in.group == Group::dp) {
@@ -495,7 +495,7 @@ TEST_CASE("every layer runs forward once per micro-batch, on the right virtual s
     PlanSpec p = plan(1, 2, 1, 4);
     p.vpp = 2;
     p.schedule = Schedule::interleaved_1f1b;
-    const Program prog = lower(small_gpt(), cluster(2), p);
+    Program prog = lower(small_gpt(), cluster(2), p);
     std::map<std::pair<int, int>, std::set<int>> layers;  // (stage, chunk) -> layers
     std::map<int, int> qkv_per_layer;
     for (const auto& r : prog.ranks)
@@ -576,4 +576,29 @@ TEST_CASE("instruction fields that share storage read back per kind", "[lower]")
     CHECK(colls > 0);
     CHECK(sends == 4 * 2 * 2);  // per micro-batch: activation send + recv, gradient send + recv
     CHECK(allocs > 0);
+}
+
+TEST_CASE("the head under SP gathers its input again for its weight gradient, as Megatron's linear does", "[lower][sp]") {
+    // Megatron's column-parallel linear with sequence parallelism keeps its input's shard and
+    // all-gathers it again in the backward, beside the dgrad GEMM. The small GPT (L = 4, 32
+    // tokens of h = 64 per micro-batch, 4 micro-batches) at tp 2 with SP: per micro-batch two such
+    // gathers a layer (the QKV and fc1 inputs) and one for the head, each 32 x 64 x 2 bytes.
+    PlanSpec p = plan(2, 1, 1, 4);
+    p.sequence_parallel = true;
+    Program prog = lower(small_gpt(), cluster(2), p);
+    const int id = prog.name_id("tp.all_gather_input");
+    int n = 0;
+    for (const auto& in : prog.ranks[0].instrs) {
+        if (in.kind != InstrKind::collective || in.name != id) continue;
+        ++n;
+        CHECK(in.phase == Phase::backward);
+        CHECK(in.bytes == 32.0 * 64 * 2);
+    }
+    CHECK(n == (2 * 4 + 1) * 4);
+    // The walk's reason: the head keeps the shard, so the gathered input is not held from the
+    // forward to the backward (docs/reliability.md, stop 68's memory sweep).
+    PlanSpec no_sp = plan(2, 1, 1, 4);
+    Program plain = lower(small_gpt(), cluster(2), no_sp);
+    const int none = plain.name_id("tp.all_gather_input");
+    CHECK(count_if(plain.ranks[0], [&](const Instr& in) { return in.name == none; }) == 0);
 }

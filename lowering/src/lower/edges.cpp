@@ -176,8 +176,16 @@ void RankLowering::head_backward(int depth) {
         if (df_) io({dlogits}, {low});
         dlogits = low;
     }
+    // Under SP the column-parallel head keeps its input's shard and gathers it again for the
+    // wgrad, beside the dgrad (Megatron's linear with sequence parallelism, as the layers' fc1).
+    int input_ev = -1;
+    if (d_.tp > 1 && d_.sp) {
+        input_ev = collective(Stream::tp_comm, CollKind::all_gather, Group::tp, d_.tokens * d_.h * d_.act_bytes, n_.tp_ag_input);
+        if (df_) io({xf}, {xfg});
+    }
     gemm_high(n_.logits, d_.tokens, d_.h, d_.vocab / d_.tp);  // dgrad
     if (df_) io({dlogits, head_weight(false)}, {dxf});
+    if (input_ev >= 0) wait(Stream::compute, input_ev);
     gemm_high(n_.logits, d_.h, d_.vocab / d_.tp, d_.tokens);  // wgrad
     if (df_) io({xfg, dlogits}, {head_weight(true)});
     free_list(ws);
