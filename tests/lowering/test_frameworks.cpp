@@ -3,6 +3,7 @@
 // explicit keys win, and a framework refuses what it cannot run, naming itself and the field.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <string>
 
 #include "strata/common/error.hpp"
@@ -360,8 +361,27 @@ TEST_CASE("torchtitan's selective is per-op SAC, and its loss under TP is loss_p
     CHECK_FALSE(plan(R"(, "framework": "torchtitan", "dp": 8, "recompute": "selective", "recompute_modules": ["core_attn"])").op_sac());
     CHECK_FALSE(plan(R"(, "framework": "torchtitan", "dp": 8, "recompute": "selective", "recompute_policy": "modules")").op_sac());
     CHECK_FALSE(plan(R"(, "framework": "torchtitan", "dp": 4, "cp": 2, "recompute": "selective")").op_sac());
-    CHECK_FALSE(plan(R"(, "framework": "torchtitan", "dp": 4, "tp": 2, "recompute": "selective")").op_sac());
     CHECK(plan(R"(, "framework": "torchtitan", "dp": 4, "tp": 2, "sequence_parallel": true, "recompute": "selective")").op_sac());
+    // torchtitan's TP is sequence-parallel (apply_tp: SequenceParallel norms): a plan that leaves
+    // the field out gets it, and per-op SAC with it; one that states false is refused by name.
+    const PlanSpec tp2 = plan(R"(, "framework": "torchtitan", "dp": 4, "tp": 2, "recompute": "selective")");
+    CHECK(tp2.sequence_parallel);
+    CHECK(tp2.op_sac());
+    CHECK(refusal(tp2).empty());
+    const PlanSpec no_sp = plan(R"(, "framework": "torchtitan", "dp": 4, "tp": 2, "sequence_parallel": false, "recompute": "selective")");
+    CHECK_FALSE(no_sp.sequence_parallel);
+    CHECK_FALSE(no_sp.op_sac());
+    CHECK_THAT(refusal(no_sp), Contains("plan.sequence_parallel") && Contains("torchtitan"));
+    // The planner states the layout it searches: the preset leaves it as searched, and the
+    // framework's rule drops the layout torchtitan cannot run; the field stays out of what a
+    // presets-only reading strips.
+    PlanSpec searched = no_sp;
+    apply_framework(searched);
+    CHECK_FALSE(searched.sequence_parallel);
+    CHECK(framework_refusal(searched).has_value());
+    const std::vector<std::string>& keys = framework_knob_keys();
+    CHECK(std::find(keys.begin(), keys.end(), "sequence_parallel") == keys.end());
+    CHECK(std::find(keys.begin(), keys.end(), "loss_parallel") != keys.end());
     CHECK_FALSE(plan(R"(, "framework": "torchtitan", "dp": 8, "recompute": "full")").op_sac());
     CHECK_FALSE(plan(R"(, "framework": "megatron-core", "dp": 8, "recompute": "selective")").op_sac());
     // explain-plan names the preset as its origin, and a model the policy is not modelled for

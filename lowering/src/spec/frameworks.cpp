@@ -64,7 +64,9 @@ bool applies(When w, const PlanSpec& p) {
         return p.recompute == Recompute::selective &&
                p.recompute_modules == recompute_bit(RecomputeModule::core_attn) &&
                std::find(p.keys_in_file.begin(), p.keys_in_file.end(), "recompute_modules") == p.keys_in_file.end() && p.cp == 1 &&
-               p.flash_attention && (p.tp == 1 || p.sequence_parallel);
+               p.flash_attention &&
+               (p.tp == 1 || p.sequence_parallel ||
+                std::find(p.keys_in_file.begin(), p.keys_in_file.end(), "sequence_parallel") == p.keys_in_file.end());
     }
     return false;
 }
@@ -155,6 +157,9 @@ std::vector<Knob> torchtitan_knobs(bool compiled) {
              "torchtitan builds its pipeline with torch.distributed.pipelining (PipelineStage and its schedules): stage.py "
              "allocates a gradient receive buffer per micro-batch (_prepare_backward_infra) and keeps every micro-batch's "
              "output in fwd_cache until its backward_one_chunk"},
+            {"sequence_parallel", "true", When::tensor_parallel,
+             "torchtitan parallelize_llama.py apply_tp: the norms are SequenceParallel() and the row-parallel outputs "
+             "Shard(1) wherever TP is on (a layout field, filled only where the plan leaves it out)"},
             {"loss_parallel", "true", When::tensor_parallel,
              "torchtitan parallelize_llama.py: under TP the output projection keeps its vocabulary shard (Shard(-1)) and "
              "train.py computes the loss inside torch.distributed.tensor.parallel.loss_parallel() unless "
@@ -367,6 +372,10 @@ const Preset* find(const std::string& name) {
 
 std::string q(const std::string& s) { return "\"" + s + "\""; }
 
+// A field of the parallel layout, which a user states and the planner searches: a preset fills it
+// only where a plan file leaves it out (read_plan), never over a stated or searched value.
+bool layout_field(const char* key) { return std::string_view(key) == "sequence_parallel"; }
+
 }  // namespace
 
 const std::vector<std::string>& framework_names() {
@@ -409,10 +418,12 @@ std::vector<FrameworkKnob> framework_knobs(const std::string& framework, const P
 const std::vector<std::string>& framework_knob_keys() {
     static const std::vector<std::string> keys = [] {
         std::vector<std::string> out;
-        // A knob that completes an object (offload) belongs to the plan, which states the object.
+        // A knob that completes an object (offload) belongs to the plan, which states the object;
+        // so does a layout field a preset fills only where the plan leaves it out.
         for (const Preset& p : presets())
             for (const Knob& k : p.knobs)
-                if (k.value_json[0] != '{' && std::find(out.begin(), out.end(), k.key) == out.end()) out.push_back(k.key);
+                if (k.value_json[0] != '{' && !layout_field(k.key) && std::find(out.begin(), out.end(), k.key) == out.end())
+                    out.push_back(k.key);
         return out;
     }();
     return keys;
@@ -454,7 +465,7 @@ void apply_framework(PlanSpec& p) {
     }();
     const std::vector<Setting>& settings = parsed.at(preset);
     for (std::size_t i = 0; i < preset->knobs.size(); ++i)
-        if (applies(preset->knobs[i].when, p)) {
+        if (applies(preset->knobs[i].when, p) && !layout_field(preset->knobs[i].key)) {  // the planner states the layout
             const Setting& st = settings[i];
             if (!st.value.is_object()) {
                 st.assign(p, st.value);
@@ -486,6 +497,9 @@ std::optional<FrameworkRefusal> framework_refusal(const PlanSpec& p) {
         return refuse("plan.cp_comm_type", "must be \"allgather\" or \"p2p\": PyTorch's context-parallel SDPA all-gathers or "
                                            "rotates the K/V shards, it has no head split");
     const bool fsdp2 = fw == "torchtitan" || fw == "torchtitan-compile" || fw == "nemo-automodel";
+    if ((fw == "torchtitan" || fw == "torchtitan-compile") && p.tp > 1 && !p.sequence_parallel)
+        return refuse("plan.sequence_parallel", "must be true with plan.tp > 1: torchtitan's TP plan shards the norms over the sequence "
+                                                "(SequenceParallel in parallelize_llama.py apply_tp)");
     if (p.cp > 1 && !megatron_like && !fsdp2 && !deepspeed_like)
         return refuse("plan.cp", "must be 1: context parallelism is Megatron-Core's, torchtitan's and NeMo AutoModel's, not this "
                                  "framework's");
