@@ -267,7 +267,7 @@ void RankLowering::forward_pass(int mb, int chunk) {
     // Neighbouring virtual stages' ranks (-1 past the ends); at the turn of DualPipeV's V the
     // neighbour is this rank and nothing moves.
     const int prev = v > 0 ? rank_of_virtual_stage(p_, v - 1) : -1, next = v < vlast ? rank_of_virtual_stage(p_, v + 1) : -1;
-    const bool sends = v != vlast && next != stage_;
+    const bool sends = chunk_sends_to_other_rank(p_, stage_, chunk);
     const int lane = full_ ? co_.t + p_.tp * (co_.c + p_.cp * co_.d) : 0;
     const double p2p_bytes = d_.tokens_sp * d_.h * d_.act_bytes;  // b*s/cp*h*2 (/tp with SP)
     const int first_layer = chunk_first_layer(chunk);

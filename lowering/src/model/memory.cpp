@@ -284,6 +284,7 @@ MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capaci
         first_layer.assign(vsl.size() + 1, 0);
         for (std::size_t v = 0; v < vsl.size(); ++v) first_layer[v + 1] = first_layer[v] + vsl[v];
     }
+    const double kept_bytes = sum_bytes(pipe_output_slice(m, p));  // a sent output kept to its backward
     HeldStates held_scratch;
     LayerKinds kinds;
     kinds.cache = cache ? &cache->impl() : nullptr;
@@ -332,20 +333,20 @@ MemoryReport memory_estimate(const ModelSpec& m, const PlanSpec& p, const Capaci
         const bool stash_is_grad = p.loss_upcast && !p.eager_cross_entropy && p.precision == Precision::fp32;
         for (const TensorDesc& d : logits)
             if (d.name == "lm_head.logits" && !stash_is_grad) head_ws -= std::min(s.after_loss_gpu_bytes, d.bytes * p.offload.activations.gpu);
+        // What the embedding's backward finds released (below): its chunk's layers, not a kept output.
+        double chunk0_layers = 0;
+        if (stage == 0) {
+            const int chunk0 = std::min(static_cast<int>(layer_bytes.size()), p.vpp > 1 ? vsl.front() : s.layers);
+            chunk0_layers = std::accumulate(layer_bytes.begin(), layer_bytes.begin() + chunk0, 0.0);
+        }
         // A sent output kept until its micro-batch's backward has run (DeepSpeed's slice, torch's
         // whole output) is held with its chunk's first layer, whose stash goes last; the lowering
         // allocates it there. A chunk without a layer (a layout's embedding-only chunk) is left out.
-        const std::vector<TensorDesc> kept = pipe_output_slice(m, p);
-        // What the embedding's backward finds released (below): its chunk's layers, not the output.
-        const int chunk0 = std::min(static_cast<int>(layer_bytes.size()), p.vpp > 1 ? vsl.front() : s.layers);
-        const double chunk0_layers = std::accumulate(layer_bytes.begin(), layer_bytes.begin() + chunk0, 0.0);
-        if (!kept.empty()) {
+        if (kept_bytes > 0) {
             std::size_t begin = 0;
             for (int c = 0; c < std::max(1, p.vpp); ++c) {
-                const int v = virtual_stage_of(p, stage, c);
-                const auto n = static_cast<std::size_t>(p.vpp > 1 ? vsl[static_cast<std::size_t>(v)] : s.layers);
-                if (n > 0 && v < p.pp * std::max(1, p.vpp) - 1 && rank_of_virtual_stage(p, v + 1) != stage)
-                    layer_bytes[begin] += sum_bytes(kept);
+                const auto n = static_cast<std::size_t>(p.vpp > 1 ? vsl[static_cast<std::size_t>(virtual_stage_of(p, stage, c))] : s.layers);
+                if (n > 0 && chunk_sends_to_other_rank(p, stage, c)) layer_bytes[begin] += kept_bytes;
                 begin += n;
             }
         }

@@ -264,10 +264,7 @@ void emit_buffers(const ModelSpec& m, const PlanSpec& p, int stage, const std::v
         // the kept output itself, and a forward receive buffer is the first layer's stashed input.
         const Local L = local_of(m, p);
         int receiving = 0;
-        for (int c = 0; c < std::max(1, p.vpp); ++c) {
-            const int v = virtual_stage_of(p, stage, c);
-            if (v < p.pp * std::max(1, p.vpp) - 1 && rank_of_virtual_stage(p, v + 1) != stage) ++receiving;
-        }
+        for (int c = 0; c < std::max(1, p.vpp); ++c) receiving += chunk_sends_to_other_rank(p, stage, c) ? 1 : 0;
         emit("pp.grad_recv", TensorTag::buffers, Lifetime::persistent, receiving * p.micro_batches() * L.act * L.tok_rep * L.h, gpu,
              "micro-batches x sending stages x (s/cp[/tp], b, h)", nullptr);
     } else if (p.pp > 1) {

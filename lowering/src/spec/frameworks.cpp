@@ -63,10 +63,8 @@ bool applies(When w, const PlanSpec& p) {
     case When::op_selective:
         return p.recompute == Recompute::selective &&
                p.recompute_modules == recompute_bit(RecomputeModule::core_attn) &&
-               std::find(p.keys_in_file.begin(), p.keys_in_file.end(), "recompute_modules") == p.keys_in_file.end() && p.cp == 1 &&
-               p.flash_attention &&
-               (p.tp == 1 || p.sequence_parallel ||
-                std::find(p.keys_in_file.begin(), p.keys_in_file.end(), "sequence_parallel") == p.keys_in_file.end());
+               !p.in_file("recompute_modules") && p.cp == 1 && p.flash_attention &&
+               (p.tp == 1 || p.sequence_parallel || !p.in_file("sequence_parallel"));
     }
     return false;
 }

@@ -155,6 +155,16 @@ int rank_of_virtual_stage(const PlanSpec& p, int v) {
     return v % pp;
 }
 
+bool chunk_sends_to_other_rank(const PlanSpec& p, int stage, int chunk) {
+    const int v = virtual_stage_of(p, stage, chunk);
+    return v < std::max(1, p.pp) * std::max(1, p.vpp) - 1 && rank_of_virtual_stage(p, v + 1) != stage;
+}
+
+bool PlanSpec::in_file(std::string_view key) const { return std::find(keys_in_file.begin(), keys_in_file.end(), key) != keys_in_file.end(); }
+bool PlanSpec::from_preset(std::string_view key) const {
+    return std::find(keys_from_preset.begin(), keys_from_preset.end(), key) != keys_from_preset.end();
+}
+
 int head_stage(const PlanSpec& p) { return p.schedule == Schedule::dualpipe_v ? 0 : std::max(1, p.pp) - 1; }
 
 namespace {

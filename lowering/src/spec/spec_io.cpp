@@ -371,7 +371,7 @@ Scenario scenario_from_json_text(const std::string& text, const std::string& fil
 }
 
 void derive_unstated_dp(const ClusterSpec& c, PlanSpec& p) {
-    if (std::find(p.keys_in_file.begin(), p.keys_in_file.end(), "dp") != p.keys_in_file.end()) return;
+    if (p.in_file("dp")) return;
     const std::int64_t rest = static_cast<std::int64_t>(p.tp) * p.pp * p.cp;
     const std::int64_t gpus = c.gpu_count();
     if (rest <= 0 || gpus <= 0 || gpus % rest != 0) return;  // validate_plan says why

@@ -240,7 +240,7 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
     // kernels the policy would save or rerun differently).
     if (p.op_sac()) {
         // A preset's "selective" (torchtitan's) names where it came from and how to state the other.
-        const std::string from = std::find(p.keys_from_preset.begin(), p.keys_from_preset.end(), "recompute_policy") != p.keys_from_preset.end()
+        const std::string from = p.from_preset("recompute_policy")
                                      ? " (set by plan.framework = \"" + p.framework + "\" for recompute \"selective\"; state "
                                        "recompute_policy \"modules\" for Megatron's module list)"
                                      : "";
@@ -254,8 +254,7 @@ void validate_plan(const ModelSpec& m, const ClusterSpec& c, const PlanSpec& p, 
             fail("plan.recompute_policy", "= \"op\" needs plan.flash_attention (it saves the SDPA output and log-sum-exp)" + from);
     }
     // A stated loss_parallel describes the eager loss under TP; a preset sets it wherever tp > 1.
-    if (p.loss_parallel && std::find(p.keys_from_preset.begin(), p.keys_from_preset.end(), "loss_parallel") == p.keys_from_preset.end() &&
-        (!p.eager_cross_entropy || p.tp < 2))
+    if (p.loss_parallel && !p.from_preset("loss_parallel") && (!p.eager_cross_entropy || p.tp < 2))
         fail("plan.loss_parallel", "needs plan.eager_cross_entropy and plan.tp >= 2 (got tp " + s(p.tp) +
                                        "): it is PyTorch's vocab-sharded eager cross-entropy");
     if (p.torch_pipelining && (p.pp < 2 || p.p2p_blocking))

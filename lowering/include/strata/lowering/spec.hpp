@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace strata::sim {
@@ -386,6 +387,8 @@ struct PlanSpec {
     /// Where the reader found each key (explain_plan): written in the plan, or filled in by the
     /// framework's preset. Neither is written back or compared.
     std::vector<std::string> keys_in_file, keys_from_preset;
+    bool in_file(std::string_view key) const;      ///< `key` is written in the plan's file
+    bool from_preset(std::string_view key) const;  ///< `key` was filled by plan.framework's preset
     std::string name;                     ///< optional label (JSON "name")
     std::string description;              ///< free text: where the plan comes from
 
@@ -448,6 +451,9 @@ struct Scenario {
 int virtual_stage_of(const PlanSpec& p, int stage, int chunk);
 /// The pipeline rank that runs virtual stage v (the inverse).
 int rank_of_virtual_stage(const PlanSpec& p, int v);
+/// Chunk `chunk` of rank `stage` sends its output to another rank: not the model's last virtual
+/// stage, nor the turn of DualPipeV's V (the same rank runs both sides).
+bool chunk_sends_to_other_rank(const PlanSpec& p, int stage, int chunk);
 /// The pipeline rank holding the output head and loss (and MTP): the last, or 0 under DualPipeV.
 int head_stage(const PlanSpec& p);
 /// Layer indices (model order) one rank of `stage` holds, chunk by chunk.
